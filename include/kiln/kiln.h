@@ -1,0 +1,148 @@
+/* kiln.h — the public C API of kiln: build an engine from a model, save and load it, run it.
+ *
+ * Conventions:
+ *  - Every fallible call returns a kiln_status (KILN_OK == 0, errors are negative) and leaves a
+ *    human-readable message for the calling thread in kiln_last_error().
+ *  - Handles are opaque. Every *_create / *_load / kiln_build has a matching *_free that accepts NULL.
+ *  - Ownership is stated per call: "borrowed" pointers stay owned by the callee/caller named.
+ */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_VERSION_MAJOR 0
+#define KILN_VERSION_MINOR 1
+#define KILN_VERSION_PATCH 0
+#define KILN_VERSION_STRING "0.1.0"
+
+#define KILN_MAX_DIMS 8
+
+typedef enum kiln_status {
+    KILN_OK = 0,
+    KILN_ERR_INVALID_ARGUMENT = -1, /* a caller passed something wrong (name, shape, dtype, flag) */
+    KILN_ERR_IO = -2,               /* a file could not be opened, read, mapped or written */
+    KILN_ERR_PARSE = -3,            /* a model or engine file is malformed */
+    KILN_ERR_UNSUPPORTED = -4,      /* valid input that kiln does not implement (op, opset, dtype) */
+    KILN_ERR_SHAPE = -5,            /* shapes do not agree (at build or run time) */
+    KILN_ERR_OUT_OF_MEMORY = -6,
+    KILN_ERR_ENGINE_MISMATCH = -7,  /* an engine built for another version, target or device */
+    KILN_ERR_BACKEND = -8,          /* a backend library call failed */
+    KILN_ERR_INTERNAL = -9,         /* a bug in kiln: please report it */
+} kiln_status;
+
+/* The message of the calling thread's last error ("" if none). Borrowed; valid until the next
+ * failing kiln call on this thread. */
+const char *kiln_last_error(void);
+/* A short constant name for a status ("KILN_ERR_PARSE"). */
+const char *kiln_status_name(kiln_status s);
+/* "0.1.0" */
+const char *kiln_version(void);
+
+/* Element types. The values are those of ONNX's TensorProto.DataType. */
+typedef enum kiln_dtype {
+    KILN_UNDEFINED = 0,
+    KILN_F32 = 1,
+    KILN_U8 = 2,
+    KILN_I8 = 3,
+    KILN_U16 = 4,
+    KILN_I16 = 5,
+    KILN_I32 = 6,
+    KILN_I64 = 7,
+    KILN_STRING = 8,
+    KILN_BOOL = 9,
+    KILN_F16 = 10,
+    KILN_F64 = 11,
+    KILN_U32 = 12,
+    KILN_U64 = 13,
+    KILN_C64 = 14,
+    KILN_C128 = 15,
+    KILN_BF16 = 16,
+    KILN_F8E4M3FN = 17,
+    KILN_F8E4M3FNUZ = 18,
+    KILN_F8E5M2 = 19,
+    KILN_F8E5M2FNUZ = 20,
+    KILN_U4 = 21,
+    KILN_I4 = 22,
+    KILN_DTYPE_COUNT
+} kiln_dtype;
+
+/* "float32", "int64", ... ; "?" for values outside the enum. */
+const char *kiln_dtype_name(kiln_dtype t);
+/* Bytes per element; 0 for STRING, sub-byte and unknown types. */
+size_t kiln_dtype_size(kiln_dtype t);
+
+/* Logging: one process-wide logger. Messages below the level are not formatted. */
+typedef enum kiln_log_level {
+    KILN_LOG_ERROR = 0,
+    KILN_LOG_WARN = 1,
+    KILN_LOG_INFO = 2,
+    KILN_LOG_VERBOSE = 3,
+} kiln_log_level;
+typedef void (*kiln_log_fn)(kiln_log_level level, const char *msg, void *user);
+void kiln_log_set_level(kiln_log_level level);
+/* fn == NULL restores the default (stderr, "[kiln][W] msg"). */
+void kiln_log_set_callback(kiln_log_fn fn, void *user);
+
+/* ---------------------------------------------------------------- build */
+
+typedef struct kiln_engine kiln_engine;
+typedef struct kiln_context kiln_context;
+
+typedef struct kiln_build_options {
+    const char *target; /* "cpu" (NULL = "cpu") */
+    bool verbose;       /* log every graph change at KILN_LOG_VERBOSE */
+} kiln_build_options;
+
+/* Imports an ONNX model and compiles it into an engine for opts->target. opts may be NULL.
+ * On success *out is owned by the caller (kiln_engine_free). */
+kiln_status kiln_build_onnx(const char *onnx_path, const kiln_build_options *opts, kiln_engine **out);
+
+/* Writes the engine to path (atomically: a temporary file renamed over path). */
+kiln_status kiln_engine_save(const kiln_engine *e, const char *path);
+/* Maps and verifies an engine file. On success *out is owned by the caller. */
+kiln_status kiln_engine_load(const char *path, kiln_engine **out);
+void kiln_engine_free(kiln_engine *e);
+
+/* A tensor as the API exchanges it: dims[i] < 0 means a dimension that is only known at run time. */
+typedef struct kiln_tensor_desc {
+    const char *name; /* borrowed from the engine */
+    kiln_dtype dtype;
+    int ndim;
+    int64_t dims[KILN_MAX_DIMS];
+    const char *dim_names[KILN_MAX_DIMS]; /* symbolic name or NULL; borrowed from the engine */
+} kiln_tensor_desc;
+
+int kiln_engine_num_inputs(const kiln_engine *e);
+int kiln_engine_num_outputs(const kiln_engine *e);
+/* Describes input/output i (0 <= i < count). */
+kiln_status kiln_engine_input(const kiln_engine *e, int i, kiln_tensor_desc *out);
+kiln_status kiln_engine_output(const kiln_engine *e, int i, kiln_tensor_desc *out);
+
+/* ---------------------------------------------------------------- run */
+
+/* An execution context: per-run state for one engine (which must outlive it). *out is owned by the
+ * caller (kiln_context_free). Several contexts of one engine may run concurrently. */
+kiln_status kiln_context_create(kiln_engine *e, kiln_context **out);
+void kiln_context_free(kiln_context *c);
+
+/* Binds input `name` to host data of the given dtype and shape. The data is borrowed until the
+ * next kiln_context_run returns. Fails with a message giving the expected dtype/shape. */
+kiln_status kiln_context_set_input(kiln_context *c, const char *name, kiln_dtype dtype, int ndim,
+                                   const int64_t *dims, const void *data);
+/* Runs the engine on the bound inputs; every input must be bound. */
+kiln_status kiln_context_run(kiln_context *c);
+/* After a successful run: output i's dtype, shape and data. The data is borrowed from the context and
+ * valid until the next run or kiln_context_free. */
+kiln_status kiln_context_output(kiln_context *c, int i, kiln_tensor_desc *desc, const void **data);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,25 @@
+/* cpu_dispatch.c — finds the CPU kernel for an op (one table per op family). */
+#include "backends/cpu/cpu_kernels.h"
+
+#include <string.h>
+
+extern const kiln_cpu_kernel kiln_cpu_kernels_elementwise[];
+extern const kiln_cpu_kernel kiln_cpu_kernels_nn[];
+extern const kiln_cpu_kernel kiln_cpu_kernels_reduce[];
+extern const kiln_cpu_kernel kiln_cpu_kernels_shape[];
+
+static const kiln_cpu_kernel *const g_families[] = {
+    kiln_cpu_kernels_elementwise, kiln_cpu_kernels_nn, kiln_cpu_kernels_reduce, kiln_cpu_kernels_shape,
+};
+
+static bool domain_is_default(const char *d) { return !d || !d[0] || !strcmp(d, "ai.onnx"); }
+
+const kiln_cpu_kernel *kiln_cpu_kernel_find(const char *domain, const char *op_type) {
+    for (size_t f = 0; f < sizeof g_families / sizeof *g_families; f++)
+        for (const kiln_cpu_kernel *k = g_families[f]; k->op_type; k++) {
+            bool dom = domain_is_default(k->domain) ? domain_is_default(domain)
+                                                    : (domain && !strcmp(k->domain, domain));
+            if (dom && !strcmp(k->op_type, op_type)) return k;
+        }
+    return NULL;
+}

@@ -1,0 +1,34 @@
+/* cpu_kernels.h — the CPU backend's kernel interface: one exec function per op, looked up by name.
+ *
+ * Each op family lives in src/backends/cpu/<family>.c and exports a table
+ *     const kiln_cpu_kernel kiln_cpu_kernels_<family>[] = { {...}, ..., {0} };
+ * listed once in cpu_dispatch.c.
+ *
+ * Contract of an exec function:
+ *  - in[i] is input i of the node, or NULL when that optional input is absent (nin = node->ninputs);
+ *  - out[i] is an empty tensor for output i (nout = node->noutputs; out[i] is NULL when that optional
+ *    output is absent); the kernel computes the concrete output shape from its inputs and attributes,
+ *    allocates it with kiln_tensor_alloc, and fills it;
+ *  - it reads attributes with kiln_attr_* and selects semantics by node->opset;
+ *  - it returns KILN_OK, or an error whose message names the problem (the runtime adds the node name);
+ *  - it never keeps pointers to inputs, allocates nothing else that outlives the call, and is
+ *    reentrant (several contexts run concurrently). */
+#ifndef KILN_CPU_KERNELS_H
+#define KILN_CPU_KERNELS_H
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "ir/graph.h"
+
+typedef kiln_status (*kiln_cpu_exec_fn)(const kiln_node *n, kiln_tensor *const *in, int nin,
+                                        kiln_tensor *const *out, int nout);
+
+typedef struct kiln_cpu_kernel {
+    const char *op_type;
+    const char *domain; /* "" for the default ONNX domain */
+    kiln_cpu_exec_fn exec;
+} kiln_cpu_kernel;
+
+const kiln_cpu_kernel *kiln_cpu_kernel_find(const char *domain, const char *op_type);
+
+#endif

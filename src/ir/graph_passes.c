@@ -1,0 +1,282 @@
+/* graph_passes.c — whole-graph operations on the IR: op resolution (with the all-at-once report of
+ * unsupported nodes), topological ordering, shape inference, verification, compaction and printing. */
+#include "ir/graph.h"
+
+#include "core/log.h"
+#include "core/status.h"
+#include "ir/op_schema.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+kiln_status kiln_graph_resolve_ops(kiln_graph *g, FILE *report) {
+    int bad = 0;
+    char first[1024] = "";
+    for (int i = 0; i < g->nnodes; i++) {
+        kiln_node *n = &g->nodes[i];
+        const kiln_op_schema *s = kiln_op_schema_find(n->domain, n->op_type);
+        char why[512] = "";
+        if (!s) {
+            snprintf(why, sizeof why, "op %s%s%s (opset %d) is not implemented", n->domain[0] ? n->domain : "",
+                     n->domain[0] ? "." : "", n->op_type, n->opset);
+        } else {
+            int max = s->max_opset ? s->max_opset : KILN_ONNX_OPSET_MAX;
+            if (n->opset < s->min_opset || n->opset > max)
+                snprintf(why, sizeof why, "op %s at opset %d is not implemented (kiln implements opsets %d to %d)",
+                         n->op_type, n->opset, s->min_opset, max);
+        }
+        if (why[0]) {
+            if (report) fprintf(report, "  node '%s': %s\n", n->name, why);
+            if (!bad) snprintf(first, sizeof first, "node '%s': %s", n->name, why);
+            bad++;
+            n->schema = NULL;
+        } else {
+            n->schema = s;
+        }
+    }
+    if (bad == 1) return kiln_error(KILN_ERR_UNSUPPORTED, "%s", first);
+    if (bad) return kiln_error(KILN_ERR_UNSUPPORTED, "%d nodes cannot run, the first: %s (`kiln inspect MODEL` lists all)", bad, first);
+    return KILN_OK;
+}
+
+kiln_status kiln_graph_toposort(kiln_graph *g) {
+    int nn = g->nnodes;
+    if (!nn) return KILN_OK;
+    /* Kahn's algorithm, stable: among ready nodes, keep the original order. */
+    int *pending = calloc((size_t)nn, sizeof *pending);
+    int *order = malloc((size_t)nn * sizeof *order);
+    int *newid = malloc((size_t)nn * sizeof *newid);
+    /* consumers as CSR over values */
+    int nv = g->nvalues;
+    int *cstart = calloc((size_t)nv + 1, sizeof *cstart);
+    kiln_node *sorted = malloc((size_t)nn * sizeof *sorted);
+    kiln_status st = KILN_OK;
+    if (!pending || !order || !newid || !cstart || !sorted) {
+        st = kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory sorting the graph");
+        goto done;
+    }
+    int total = 0;
+    for (int i = 0; i < nn; i++)
+        for (int k = 0; k < g->nodes[i].ninputs; k++) {
+            int v = g->nodes[i].inputs[k];
+            if (v < 0) continue;
+            kiln_value *val = &g->values[v];
+            if (val->producer >= 0) {
+                pending[i]++;
+                cstart[v + 1]++;
+                total++;
+            } else if (!val->constant && !val->is_input) {
+                st = kiln_error(KILN_ERR_PARSE, "node '%s' (%s) reads '%s', which no node, input or initializer defines",
+                                g->nodes[i].name, g->nodes[i].op_type, val->name);
+                goto done;
+            }
+        }
+    for (int v = 0; v < nv; v++) cstart[v + 1] += cstart[v];
+    int *cons = malloc(((size_t)total + 1) * sizeof *cons);
+    int *fill = calloc((size_t)nv, sizeof *fill);
+    if (!cons || !fill) {
+        free(cons);
+        free(fill);
+        st = kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory sorting the graph");
+        goto done;
+    }
+    for (int i = 0; i < nn; i++)
+        for (int k = 0; k < g->nodes[i].ninputs; k++) {
+            int v = g->nodes[i].inputs[k];
+            if (v >= 0 && g->values[v].producer >= 0) cons[cstart[v] + fill[v]++] = i;
+        }
+    /* A min-heap would keep strict original order; a simple ready-scan is O(n^2) in the worst case,
+     * so use a queue seeded in order and processed FIFO (valid topological order, close to original). */
+    int head = 0, tail = 0;
+    for (int i = 0; i < nn; i++)
+        if (!pending[i]) order[tail++] = i;
+    while (head < tail) {
+        int i = order[head++];
+        for (int k = 0; k < g->nodes[i].noutputs; k++) {
+            int v = g->nodes[i].outputs[k];
+            if (v < 0) continue;
+            for (int c = cstart[v]; c < cstart[v + 1]; c++)
+                if (--pending[cons[c]] == 0) order[tail++] = cons[c];
+        }
+    }
+    free(cons);
+    free(fill);
+    if (tail != nn) {
+        for (int i = 0; i < nn; i++)
+            if (pending[i]) {
+                st = kiln_error(KILN_ERR_PARSE, "the graph has a cycle through node '%s' (%s)", g->nodes[i].name,
+                                g->nodes[i].op_type);
+                break;
+            }
+        goto done;
+    }
+    for (int k = 0; k < nn; k++) {
+        sorted[k] = g->nodes[order[k]];
+        newid[order[k]] = k;
+    }
+    memcpy(g->nodes, sorted, (size_t)nn * sizeof *sorted);
+    for (int v = 0; v < nv; v++)
+        if (g->values[v].producer >= 0) g->values[v].producer = newid[g->values[v].producer];
+done:
+    free(pending);
+    free(order);
+    free(newid);
+    free(cstart);
+    free(sorted);
+    return st;
+}
+
+kiln_status kiln_graph_infer_shapes(kiln_graph *g) {
+    for (int i = 0; i < g->nnodes; i++) {
+        kiln_node *n = &g->nodes[i];
+        if (!n->schema) n->schema = kiln_op_schema_find(n->domain, n->op_type);
+        if (!n->schema || !n->schema->infer) continue;
+        kiln_status s = n->schema->infer(g, n);
+        if (s != KILN_OK) return kiln_error_prefix(s, "node '%s' (%s)", n->name, n->op_type);
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_graph_verify(const kiln_graph *g) {
+    for (int i = 0; i < g->nnodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        for (int k = 0; k < n->ninputs; k++) {
+            int v = n->inputs[k];
+            if (v < -1 || v >= g->nvalues)
+                return kiln_error(KILN_ERR_INTERNAL, "node '%s' input %d refers to value %d of %d", n->name, k, v, g->nvalues);
+            if (v >= 0) {
+                const kiln_value *val = &g->values[v];
+                if (val->producer >= i)
+                    return kiln_error(KILN_ERR_INTERNAL, "node '%s' reads '%s' before it is produced", n->name, val->name);
+                if (val->producer < 0 && !val->constant && !val->is_input)
+                    return kiln_error(KILN_ERR_INTERNAL, "node '%s' reads '%s', which nothing defines", n->name, val->name);
+            }
+        }
+        for (int k = 0; k < n->noutputs; k++) {
+            int v = n->outputs[k];
+            if (v < -1 || v >= g->nvalues)
+                return kiln_error(KILN_ERR_INTERNAL, "node '%s' output %d refers to value %d of %d", n->name, k, v, g->nvalues);
+            if (v >= 0 && g->values[v].producer != i)
+                return kiln_error(KILN_ERR_INTERNAL, "value '%s' has two producers (node '%s' and node %d)",
+                                  g->values[v].name, n->name, g->values[v].producer);
+            if (v >= 0 && g->values[v].constant)
+                return kiln_error(KILN_ERR_INTERNAL, "node '%s' writes constant '%s'", n->name, g->values[v].name);
+        }
+    }
+    for (int k = 0; k < g->noutputs; k++) {
+        const kiln_value *v = &g->values[g->outputs[k]];
+        if (v->producer < 0 && !v->constant && !v->is_input)
+            return kiln_error(KILN_ERR_PARSE, "graph output '%s' is not produced by any node", v->name);
+    }
+    for (int k = 0; k < g->ninputs; k++) {
+        const kiln_value *v = &g->values[g->inputs[k]];
+        if (v->dtype == KILN_UNDEFINED || v->ndim < 0)
+            return kiln_error(KILN_ERR_PARSE, "graph input '%s' has no tensor type or rank", v->name);
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_graph_compact(kiln_graph *g, int *removed_nodes) {
+    int nn = g->nnodes, nv = g->nvalues;
+    bool *live_node = calloc((size_t)nn + 1, 1), *live_val = calloc((size_t)nv + 1, 1);
+    int *vmap = malloc(((size_t)nv + 1) * sizeof *vmap);
+    if (!live_node || !live_val || !vmap) {
+        free(live_node);
+        free(live_val);
+        free(vmap);
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    for (int k = 0; k < g->noutputs; k++) live_val[g->outputs[k]] = true;
+    for (int k = 0; k < g->ninputs; k++) live_val[g->inputs[k]] = true;
+    for (int i = nn - 1; i >= 0; i--) { /* nodes are in topological order */
+        kiln_node *n = &g->nodes[i];
+        for (int k = 0; k < n->noutputs && !live_node[i]; k++)
+            if (n->outputs[k] >= 0 && live_val[n->outputs[k]]) live_node[i] = true;
+        if (!live_node[i]) continue;
+        for (int k = 0; k < n->ninputs; k++)
+            if (n->inputs[k] >= 0) live_val[n->inputs[k]] = true;
+        for (int k = 0; k < n->noutputs; k++)
+            if (n->outputs[k] >= 0) live_val[n->outputs[k]] = true;
+    }
+    /* values: keep live ones, release dead constants */
+    int nv2 = 0;
+    for (int v = 0; v < nv; v++) {
+        if (live_val[v]) {
+            vmap[v] = nv2;
+            g->values[nv2++] = g->values[v];
+        } else {
+            vmap[v] = -1;
+            if (g->values[v].constant) kiln_tensor_release(g->values[v].constant);
+        }
+    }
+    int nn2 = 0;
+    for (int i = 0; i < nn; i++) {
+        if (!live_node[i]) continue;
+        kiln_node *n = &g->nodes[i];
+        for (int k = 0; k < n->ninputs; k++)
+            if (n->inputs[k] >= 0) n->inputs[k] = vmap[n->inputs[k]];
+        for (int k = 0; k < n->noutputs; k++) {
+            if (n->outputs[k] < 0) continue;
+            n->outputs[k] = vmap[n->outputs[k]];
+            if (n->outputs[k] >= 0) g->values[n->outputs[k]].producer = nn2;
+        }
+        g->nodes[nn2++] = *n;
+    }
+    for (int k = 0; k < g->ninputs; k++) g->inputs[k] = vmap[g->inputs[k]];
+    for (int k = 0; k < g->noutputs; k++) g->outputs[k] = vmap[g->outputs[k]];
+    if (removed_nodes) *removed_nodes = nn - nn2;
+    g->nnodes = nn2;
+    g->nvalues = nv2;
+    free(live_node);
+    free(live_val);
+    free(vmap);
+    return kiln_graph_reindex(g);
+}
+
+char *kiln_value_type_str(const kiln_graph *g, const kiln_value *v, char *buf, size_t cap) {
+    size_t n = (size_t)snprintf(buf, cap, "%s", kiln_dtype_name(v->dtype));
+    if (v->ndim < 0) {
+        if (n < cap) snprintf(buf + n, cap - n, "[...]");
+        return buf;
+    }
+    if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "[");
+    for (int d = 0; d < v->ndim && n < cap; d++) {
+        kiln_dim dim = v->dims[d];
+        const char *sep = d ? "," : "";
+        if (dim.sym == 0) n += (size_t)snprintf(buf + n, cap - n, "%s%lld", sep, (long long)dim.value);
+        else if (dim.sym > 0 && dim.sym <= g->nsymbols) n += (size_t)snprintf(buf + n, cap - n, "%s%s", sep, g->symbols[dim.sym - 1]);
+        else n += (size_t)snprintf(buf + n, cap - n, "%s?", sep);
+    }
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+    return buf;
+}
+
+void kiln_graph_print(const kiln_graph *g, FILE *f) {
+    char buf[256];
+    fprintf(f, "inputs:\n");
+    for (int k = 0; k < g->ninputs; k++) {
+        const kiln_value *v = &g->values[g->inputs[k]];
+        fprintf(f, "  %s: %s\n", v->name, kiln_value_type_str(g, v, buf, sizeof buf));
+    }
+    fprintf(f, "outputs:\n");
+    for (int k = 0; k < g->noutputs; k++) {
+        const kiln_value *v = &g->values[g->outputs[k]];
+        fprintf(f, "  %s: %s\n", v->name, kiln_value_type_str(g, v, buf, sizeof buf));
+    }
+    fprintf(f, "layers (%d):\n", g->nnodes);
+    for (int i = 0; i < g->nnodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        fprintf(f, "  %4d %-18s %s", i, n->op_type, n->name);
+        fprintf(f, " (");
+        for (int k = 0; k < n->ninputs; k++) {
+            const kiln_value *v = kiln_node_input(g, n, k);
+            fprintf(f, "%s%s", k ? ", " : "", v ? v->name : "-");
+        }
+        fprintf(f, ") ->");
+        for (int k = 0; k < n->noutputs; k++) {
+            const kiln_value *v = kiln_node_output(g, n, k);
+            if (v) fprintf(f, " %s: %s", v->name, kiln_value_type_str(g, v, buf, sizeof buf));
+        }
+        fprintf(f, "\n");
+    }
+}
