@@ -5,7 +5,7 @@ first two, then GlobalAveragePool, Flatten, Gemm (64->10) and Softmax. Input "im
 float32[batch,3,32,32] with a symbolic batch dimension; output "probs" is float32[batch,10].
 Weights are random with a fixed seed, so the file is the same on every run (about 100 KB).
 
-usage: make_sample_model.py [OUT]   (default: models/sample_cnn.onnx next to this script's parent)
+usage: make_sample_model.py [OUT]   (default: models/sample_cnn.onnx in the repository)
 """
 import os
 import sys
@@ -77,7 +77,7 @@ def build_model():
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "models", "sample_cnn.onnx")
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.normpath(os.path.join(here, "..", "models", "sample_cnn.onnx"))
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     model = build_model()
     onnx.save(model, out)

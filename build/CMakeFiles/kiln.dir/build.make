@@ -69,10 +69,24 @@ include CMakeFiles/kiln.dir/progress.make
 # Include the compile flags for this target's objects.
 include CMakeFiles/kiln.dir/flags.make
 
+CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.o: /work/main/src/backends/cpu/cpu_backend.c
+CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_1) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.o -c /work/main/src/backends/cpu/cpu_backend.c
+
+CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/backends/cpu/cpu_backend.c > CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.i
+
+CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/cpu_backend.c -o CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.s
+
 CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.o: /work/main/src/backends/cpu/cpu_dispatch.c
 CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_1) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_2) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.o -c /work/main/src/backends/cpu/cpu_dispatch.c
 
 CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.i: cmake_force
@@ -86,7 +100,7 @@ CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.s: cmake_force
 CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.o: /work/main/src/backends/cpu/elementwise.c
 CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_2) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_3) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.o -c /work/main/src/backends/cpu/elementwise.c
 
 CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.i: cmake_force
@@ -97,10 +111,24 @@ CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/elementwise.c -o CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.s
 
+CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.o: /work/main/src/backends/cpu/elementwise_cast.c
+CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_4) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.o -c /work/main/src/backends/cpu/elementwise_cast.c
+
+CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/backends/cpu/elementwise_cast.c > CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.i
+
+CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/elementwise_cast.c -o CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.s
+
 CMakeFiles/kiln.dir/src/backends/cpu/nn.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/backends/cpu/nn.c.o: /work/main/src/backends/cpu/nn.c
 CMakeFiles/kiln.dir/src/backends/cpu/nn.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_3) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/nn.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_5) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/nn.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/nn.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/nn.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/nn.c.o -c /work/main/src/backends/cpu/nn.c
 
 CMakeFiles/kiln.dir/src/backends/cpu/nn.c.i: cmake_force
@@ -114,7 +142,7 @@ CMakeFiles/kiln.dir/src/backends/cpu/nn.c.s: cmake_force
 CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.o: /work/main/src/backends/cpu/reduce.c
 CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_4) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_6) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.o -c /work/main/src/backends/cpu/reduce.c
 
 CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.i: cmake_force
@@ -125,10 +153,24 @@ CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/reduce.c -o CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.s
 
+CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.o: /work/main/src/backends/cpu/reduce_util.c
+CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_7) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.o -c /work/main/src/backends/cpu/reduce_util.c
+
+CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/backends/cpu/reduce_util.c > CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.i
+
+CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/reduce_util.c -o CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.s
+
 CMakeFiles/kiln.dir/src/backends/cpu/shape.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/backends/cpu/shape.c.o: /work/main/src/backends/cpu/shape.c
 CMakeFiles/kiln.dir/src/backends/cpu/shape.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_5) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/shape.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_8) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/shape.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/shape.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/shape.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/shape.c.o -c /work/main/src/backends/cpu/shape.c
 
 CMakeFiles/kiln.dir/src/backends/cpu/shape.c.i: cmake_force
@@ -139,10 +181,24 @@ CMakeFiles/kiln.dir/src/backends/cpu/shape.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/shape.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/shape.c -o CMakeFiles/kiln.dir/src/backends/cpu/shape.c.s
 
+CMakeFiles/kiln.dir/src/builder.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/builder.c.o: /work/main/src/builder.c
+CMakeFiles/kiln.dir/src/builder.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_9) "Building C object CMakeFiles/kiln.dir/src/builder.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/builder.c.o -MF CMakeFiles/kiln.dir/src/builder.c.o.d -o CMakeFiles/kiln.dir/src/builder.c.o -c /work/main/src/builder.c
+
+CMakeFiles/kiln.dir/src/builder.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/builder.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/builder.c > CMakeFiles/kiln.dir/src/builder.c.i
+
+CMakeFiles/kiln.dir/src/builder.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/builder.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/builder.c -o CMakeFiles/kiln.dir/src/builder.c.s
+
 CMakeFiles/kiln.dir/src/core/arena.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/core/arena.c.o: /work/main/src/core/arena.c
 CMakeFiles/kiln.dir/src/core/arena.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_6) "Building C object CMakeFiles/kiln.dir/src/core/arena.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_10) "Building C object CMakeFiles/kiln.dir/src/core/arena.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/core/arena.c.o -MF CMakeFiles/kiln.dir/src/core/arena.c.o.d -o CMakeFiles/kiln.dir/src/core/arena.c.o -c /work/main/src/core/arena.c
 
 CMakeFiles/kiln.dir/src/core/arena.c.i: cmake_force
@@ -153,10 +209,24 @@ CMakeFiles/kiln.dir/src/core/arena.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/core/arena.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/core/arena.c -o CMakeFiles/kiln.dir/src/core/arena.c.s
 
+CMakeFiles/kiln.dir/src/core/checksum.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/core/checksum.c.o: /work/main/src/core/checksum.c
+CMakeFiles/kiln.dir/src/core/checksum.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_11) "Building C object CMakeFiles/kiln.dir/src/core/checksum.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/core/checksum.c.o -MF CMakeFiles/kiln.dir/src/core/checksum.c.o.d -o CMakeFiles/kiln.dir/src/core/checksum.c.o -c /work/main/src/core/checksum.c
+
+CMakeFiles/kiln.dir/src/core/checksum.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/core/checksum.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/core/checksum.c > CMakeFiles/kiln.dir/src/core/checksum.c.i
+
+CMakeFiles/kiln.dir/src/core/checksum.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/core/checksum.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/core/checksum.c -o CMakeFiles/kiln.dir/src/core/checksum.c.s
+
 CMakeFiles/kiln.dir/src/core/dtype.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/core/dtype.c.o: /work/main/src/core/dtype.c
 CMakeFiles/kiln.dir/src/core/dtype.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_7) "Building C object CMakeFiles/kiln.dir/src/core/dtype.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_12) "Building C object CMakeFiles/kiln.dir/src/core/dtype.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/core/dtype.c.o -MF CMakeFiles/kiln.dir/src/core/dtype.c.o.d -o CMakeFiles/kiln.dir/src/core/dtype.c.o -c /work/main/src/core/dtype.c
 
 CMakeFiles/kiln.dir/src/core/dtype.c.i: cmake_force
@@ -170,7 +240,7 @@ CMakeFiles/kiln.dir/src/core/dtype.c.s: cmake_force
 CMakeFiles/kiln.dir/src/core/file.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/core/file.c.o: /work/main/src/core/file.c
 CMakeFiles/kiln.dir/src/core/file.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_8) "Building C object CMakeFiles/kiln.dir/src/core/file.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_13) "Building C object CMakeFiles/kiln.dir/src/core/file.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/core/file.c.o -MF CMakeFiles/kiln.dir/src/core/file.c.o.d -o CMakeFiles/kiln.dir/src/core/file.c.o -c /work/main/src/core/file.c
 
 CMakeFiles/kiln.dir/src/core/file.c.i: cmake_force
@@ -184,7 +254,7 @@ CMakeFiles/kiln.dir/src/core/file.c.s: cmake_force
 CMakeFiles/kiln.dir/src/core/log.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/core/log.c.o: /work/main/src/core/log.c
 CMakeFiles/kiln.dir/src/core/log.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_9) "Building C object CMakeFiles/kiln.dir/src/core/log.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_14) "Building C object CMakeFiles/kiln.dir/src/core/log.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/core/log.c.o -MF CMakeFiles/kiln.dir/src/core/log.c.o.d -o CMakeFiles/kiln.dir/src/core/log.c.o -c /work/main/src/core/log.c
 
 CMakeFiles/kiln.dir/src/core/log.c.i: cmake_force
@@ -195,10 +265,24 @@ CMakeFiles/kiln.dir/src/core/log.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/core/log.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/core/log.c -o CMakeFiles/kiln.dir/src/core/log.c.s
 
+CMakeFiles/kiln.dir/src/core/npy.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/core/npy.c.o: /work/main/src/core/npy.c
+CMakeFiles/kiln.dir/src/core/npy.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_15) "Building C object CMakeFiles/kiln.dir/src/core/npy.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/core/npy.c.o -MF CMakeFiles/kiln.dir/src/core/npy.c.o.d -o CMakeFiles/kiln.dir/src/core/npy.c.o -c /work/main/src/core/npy.c
+
+CMakeFiles/kiln.dir/src/core/npy.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/core/npy.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/core/npy.c > CMakeFiles/kiln.dir/src/core/npy.c.i
+
+CMakeFiles/kiln.dir/src/core/npy.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/core/npy.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/core/npy.c -o CMakeFiles/kiln.dir/src/core/npy.c.s
+
 CMakeFiles/kiln.dir/src/core/status.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/core/status.c.o: /work/main/src/core/status.c
 CMakeFiles/kiln.dir/src/core/status.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_10) "Building C object CMakeFiles/kiln.dir/src/core/status.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_16) "Building C object CMakeFiles/kiln.dir/src/core/status.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/core/status.c.o -MF CMakeFiles/kiln.dir/src/core/status.c.o.d -o CMakeFiles/kiln.dir/src/core/status.c.o -c /work/main/src/core/status.c
 
 CMakeFiles/kiln.dir/src/core/status.c.i: cmake_force
@@ -212,7 +296,7 @@ CMakeFiles/kiln.dir/src/core/status.c.s: cmake_force
 CMakeFiles/kiln.dir/src/core/tensor.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/core/tensor.c.o: /work/main/src/core/tensor.c
 CMakeFiles/kiln.dir/src/core/tensor.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_11) "Building C object CMakeFiles/kiln.dir/src/core/tensor.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_17) "Building C object CMakeFiles/kiln.dir/src/core/tensor.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/core/tensor.c.o -MF CMakeFiles/kiln.dir/src/core/tensor.c.o.d -o CMakeFiles/kiln.dir/src/core/tensor.c.o -c /work/main/src/core/tensor.c
 
 CMakeFiles/kiln.dir/src/core/tensor.c.i: cmake_force
@@ -223,10 +307,38 @@ CMakeFiles/kiln.dir/src/core/tensor.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/core/tensor.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/core/tensor.c -o CMakeFiles/kiln.dir/src/core/tensor.c.s
 
+CMakeFiles/kiln.dir/src/engine/engine_write.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/engine/engine_write.c.o: /work/main/src/engine/engine_write.c
+CMakeFiles/kiln.dir/src/engine/engine_write.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_18) "Building C object CMakeFiles/kiln.dir/src/engine/engine_write.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/engine/engine_write.c.o -MF CMakeFiles/kiln.dir/src/engine/engine_write.c.o.d -o CMakeFiles/kiln.dir/src/engine/engine_write.c.o -c /work/main/src/engine/engine_write.c
+
+CMakeFiles/kiln.dir/src/engine/engine_write.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/engine/engine_write.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/engine/engine_write.c > CMakeFiles/kiln.dir/src/engine/engine_write.c.i
+
+CMakeFiles/kiln.dir/src/engine/engine_write.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/engine/engine_write.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/engine/engine_write.c -o CMakeFiles/kiln.dir/src/engine/engine_write.c.s
+
+CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.o: /work/main/src/frontends/onnx/protobuf.c
+CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_19) "Building C object CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.o -MF CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.o.d -o CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.o -c /work/main/src/frontends/onnx/protobuf.c
+
+CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/frontends/onnx/protobuf.c > CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.i
+
+CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/frontends/onnx/protobuf.c -o CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.s
+
 CMakeFiles/kiln.dir/src/ir/graph.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/ir/graph.c.o: /work/main/src/ir/graph.c
 CMakeFiles/kiln.dir/src/ir/graph.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_12) "Building C object CMakeFiles/kiln.dir/src/ir/graph.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_20) "Building C object CMakeFiles/kiln.dir/src/ir/graph.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/ir/graph.c.o -MF CMakeFiles/kiln.dir/src/ir/graph.c.o.d -o CMakeFiles/kiln.dir/src/ir/graph.c.o -c /work/main/src/ir/graph.c
 
 CMakeFiles/kiln.dir/src/ir/graph.c.i: cmake_force
@@ -240,7 +352,7 @@ CMakeFiles/kiln.dir/src/ir/graph.c.s: cmake_force
 CMakeFiles/kiln.dir/src/ir/graph_passes.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/ir/graph_passes.c.o: /work/main/src/ir/graph_passes.c
 CMakeFiles/kiln.dir/src/ir/graph_passes.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_13) "Building C object CMakeFiles/kiln.dir/src/ir/graph_passes.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_21) "Building C object CMakeFiles/kiln.dir/src/ir/graph_passes.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/ir/graph_passes.c.o -MF CMakeFiles/kiln.dir/src/ir/graph_passes.c.o.d -o CMakeFiles/kiln.dir/src/ir/graph_passes.c.o -c /work/main/src/ir/graph_passes.c
 
 CMakeFiles/kiln.dir/src/ir/graph_passes.c.i: cmake_force
@@ -254,7 +366,7 @@ CMakeFiles/kiln.dir/src/ir/graph_passes.c.s: cmake_force
 CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.o: /work/main/src/ir/infer_elementwise.c
 CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_14) "Building C object CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_22) "Building C object CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.o -MF CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.o.d -o CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.o -c /work/main/src/ir/infer_elementwise.c
 
 CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.i: cmake_force
@@ -268,7 +380,7 @@ CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.s: cmake_force
 CMakeFiles/kiln.dir/src/ir/infer_nn.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/ir/infer_nn.c.o: /work/main/src/ir/infer_nn.c
 CMakeFiles/kiln.dir/src/ir/infer_nn.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_15) "Building C object CMakeFiles/kiln.dir/src/ir/infer_nn.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_23) "Building C object CMakeFiles/kiln.dir/src/ir/infer_nn.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/ir/infer_nn.c.o -MF CMakeFiles/kiln.dir/src/ir/infer_nn.c.o.d -o CMakeFiles/kiln.dir/src/ir/infer_nn.c.o -c /work/main/src/ir/infer_nn.c
 
 CMakeFiles/kiln.dir/src/ir/infer_nn.c.i: cmake_force
@@ -282,7 +394,7 @@ CMakeFiles/kiln.dir/src/ir/infer_nn.c.s: cmake_force
 CMakeFiles/kiln.dir/src/ir/infer_reduce.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/ir/infer_reduce.c.o: /work/main/src/ir/infer_reduce.c
 CMakeFiles/kiln.dir/src/ir/infer_reduce.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_16) "Building C object CMakeFiles/kiln.dir/src/ir/infer_reduce.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_24) "Building C object CMakeFiles/kiln.dir/src/ir/infer_reduce.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/ir/infer_reduce.c.o -MF CMakeFiles/kiln.dir/src/ir/infer_reduce.c.o.d -o CMakeFiles/kiln.dir/src/ir/infer_reduce.c.o -c /work/main/src/ir/infer_reduce.c
 
 CMakeFiles/kiln.dir/src/ir/infer_reduce.c.i: cmake_force
@@ -296,7 +408,7 @@ CMakeFiles/kiln.dir/src/ir/infer_reduce.c.s: cmake_force
 CMakeFiles/kiln.dir/src/ir/infer_shape.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/ir/infer_shape.c.o: /work/main/src/ir/infer_shape.c
 CMakeFiles/kiln.dir/src/ir/infer_shape.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_17) "Building C object CMakeFiles/kiln.dir/src/ir/infer_shape.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_25) "Building C object CMakeFiles/kiln.dir/src/ir/infer_shape.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/ir/infer_shape.c.o -MF CMakeFiles/kiln.dir/src/ir/infer_shape.c.o.d -o CMakeFiles/kiln.dir/src/ir/infer_shape.c.o -c /work/main/src/ir/infer_shape.c
 
 CMakeFiles/kiln.dir/src/ir/infer_shape.c.i: cmake_force
@@ -307,10 +419,24 @@ CMakeFiles/kiln.dir/src/ir/infer_shape.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/ir/infer_shape.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/ir/infer_shape.c -o CMakeFiles/kiln.dir/src/ir/infer_shape.c.s
 
+CMakeFiles/kiln.dir/src/ir/nn_window.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/ir/nn_window.c.o: /work/main/src/ir/nn_window.c
+CMakeFiles/kiln.dir/src/ir/nn_window.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_26) "Building C object CMakeFiles/kiln.dir/src/ir/nn_window.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/ir/nn_window.c.o -MF CMakeFiles/kiln.dir/src/ir/nn_window.c.o.d -o CMakeFiles/kiln.dir/src/ir/nn_window.c.o -c /work/main/src/ir/nn_window.c
+
+CMakeFiles/kiln.dir/src/ir/nn_window.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/ir/nn_window.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/ir/nn_window.c > CMakeFiles/kiln.dir/src/ir/nn_window.c.i
+
+CMakeFiles/kiln.dir/src/ir/nn_window.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/ir/nn_window.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/ir/nn_window.c -o CMakeFiles/kiln.dir/src/ir/nn_window.c.s
+
 CMakeFiles/kiln.dir/src/ir/op_schema.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/ir/op_schema.c.o: /work/main/src/ir/op_schema.c
 CMakeFiles/kiln.dir/src/ir/op_schema.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_18) "Building C object CMakeFiles/kiln.dir/src/ir/op_schema.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_27) "Building C object CMakeFiles/kiln.dir/src/ir/op_schema.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/ir/op_schema.c.o -MF CMakeFiles/kiln.dir/src/ir/op_schema.c.o.d -o CMakeFiles/kiln.dir/src/ir/op_schema.c.o -c /work/main/src/ir/op_schema.c
 
 CMakeFiles/kiln.dir/src/ir/op_schema.c.i: cmake_force
@@ -321,51 +447,165 @@ CMakeFiles/kiln.dir/src/ir/op_schema.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/ir/op_schema.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/ir/op_schema.c -o CMakeFiles/kiln.dir/src/ir/op_schema.c.s
 
+CMakeFiles/kiln.dir/src/ir/shape_calc.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/ir/shape_calc.c.o: /work/main/src/ir/shape_calc.c
+CMakeFiles/kiln.dir/src/ir/shape_calc.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_28) "Building C object CMakeFiles/kiln.dir/src/ir/shape_calc.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/ir/shape_calc.c.o -MF CMakeFiles/kiln.dir/src/ir/shape_calc.c.o.d -o CMakeFiles/kiln.dir/src/ir/shape_calc.c.o -c /work/main/src/ir/shape_calc.c
+
+CMakeFiles/kiln.dir/src/ir/shape_calc.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/ir/shape_calc.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/ir/shape_calc.c > CMakeFiles/kiln.dir/src/ir/shape_calc.c.i
+
+CMakeFiles/kiln.dir/src/ir/shape_calc.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/ir/shape_calc.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/ir/shape_calc.c -o CMakeFiles/kiln.dir/src/ir/shape_calc.c.s
+
+CMakeFiles/kiln.dir/src/passes/fold_constants.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/passes/fold_constants.c.o: /work/main/src/passes/fold_constants.c
+CMakeFiles/kiln.dir/src/passes/fold_constants.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_29) "Building C object CMakeFiles/kiln.dir/src/passes/fold_constants.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/passes/fold_constants.c.o -MF CMakeFiles/kiln.dir/src/passes/fold_constants.c.o.d -o CMakeFiles/kiln.dir/src/passes/fold_constants.c.o -c /work/main/src/passes/fold_constants.c
+
+CMakeFiles/kiln.dir/src/passes/fold_constants.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/passes/fold_constants.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/passes/fold_constants.c > CMakeFiles/kiln.dir/src/passes/fold_constants.c.i
+
+CMakeFiles/kiln.dir/src/passes/fold_constants.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/passes/fold_constants.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/passes/fold_constants.c -o CMakeFiles/kiln.dir/src/passes/fold_constants.c.s
+
+CMakeFiles/kiln.dir/src/passes/remove_dead.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/passes/remove_dead.c.o: /work/main/src/passes/remove_dead.c
+CMakeFiles/kiln.dir/src/passes/remove_dead.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_30) "Building C object CMakeFiles/kiln.dir/src/passes/remove_dead.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/passes/remove_dead.c.o -MF CMakeFiles/kiln.dir/src/passes/remove_dead.c.o.d -o CMakeFiles/kiln.dir/src/passes/remove_dead.c.o -c /work/main/src/passes/remove_dead.c
+
+CMakeFiles/kiln.dir/src/passes/remove_dead.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/passes/remove_dead.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/passes/remove_dead.c > CMakeFiles/kiln.dir/src/passes/remove_dead.c.i
+
+CMakeFiles/kiln.dir/src/passes/remove_dead.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/passes/remove_dead.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/passes/remove_dead.c -o CMakeFiles/kiln.dir/src/passes/remove_dead.c.s
+
+CMakeFiles/kiln.dir/src/plan/plan.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/plan/plan.c.o: /work/main/src/plan/plan.c
+CMakeFiles/kiln.dir/src/plan/plan.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_31) "Building C object CMakeFiles/kiln.dir/src/plan/plan.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/plan/plan.c.o -MF CMakeFiles/kiln.dir/src/plan/plan.c.o.d -o CMakeFiles/kiln.dir/src/plan/plan.c.o -c /work/main/src/plan/plan.c
+
+CMakeFiles/kiln.dir/src/plan/plan.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/plan/plan.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/plan/plan.c > CMakeFiles/kiln.dir/src/plan/plan.c.i
+
+CMakeFiles/kiln.dir/src/plan/plan.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/plan/plan.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/plan/plan.c -o CMakeFiles/kiln.dir/src/plan/plan.c.s
+
+CMakeFiles/kiln.dir/src/runtime/context.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/runtime/context.c.o: /work/main/src/runtime/context.c
+CMakeFiles/kiln.dir/src/runtime/context.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_32) "Building C object CMakeFiles/kiln.dir/src/runtime/context.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/runtime/context.c.o -MF CMakeFiles/kiln.dir/src/runtime/context.c.o.d -o CMakeFiles/kiln.dir/src/runtime/context.c.o -c /work/main/src/runtime/context.c
+
+CMakeFiles/kiln.dir/src/runtime/context.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/runtime/context.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/runtime/context.c > CMakeFiles/kiln.dir/src/runtime/context.c.i
+
+CMakeFiles/kiln.dir/src/runtime/context.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/runtime/context.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/runtime/context.c -o CMakeFiles/kiln.dir/src/runtime/context.c.s
+
+CMakeFiles/kiln.dir/src/runtime/engine.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/runtime/engine.c.o: /work/main/src/runtime/engine.c
+CMakeFiles/kiln.dir/src/runtime/engine.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_33) "Building C object CMakeFiles/kiln.dir/src/runtime/engine.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/runtime/engine.c.o -MF CMakeFiles/kiln.dir/src/runtime/engine.c.o.d -o CMakeFiles/kiln.dir/src/runtime/engine.c.o -c /work/main/src/runtime/engine.c
+
+CMakeFiles/kiln.dir/src/runtime/engine.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/runtime/engine.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/runtime/engine.c > CMakeFiles/kiln.dir/src/runtime/engine.c.i
+
+CMakeFiles/kiln.dir/src/runtime/engine.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/runtime/engine.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/runtime/engine.c -o CMakeFiles/kiln.dir/src/runtime/engine.c.s
+
 # Object files for target kiln
 kiln_OBJECTS = \
+"CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.o" \
 "CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.o" \
 "CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.o" \
+"CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.o" \
 "CMakeFiles/kiln.dir/src/backends/cpu/nn.c.o" \
 "CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.o" \
+"CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.o" \
 "CMakeFiles/kiln.dir/src/backends/cpu/shape.c.o" \
+"CMakeFiles/kiln.dir/src/builder.c.o" \
 "CMakeFiles/kiln.dir/src/core/arena.c.o" \
+"CMakeFiles/kiln.dir/src/core/checksum.c.o" \
 "CMakeFiles/kiln.dir/src/core/dtype.c.o" \
 "CMakeFiles/kiln.dir/src/core/file.c.o" \
 "CMakeFiles/kiln.dir/src/core/log.c.o" \
+"CMakeFiles/kiln.dir/src/core/npy.c.o" \
 "CMakeFiles/kiln.dir/src/core/status.c.o" \
 "CMakeFiles/kiln.dir/src/core/tensor.c.o" \
+"CMakeFiles/kiln.dir/src/engine/engine_write.c.o" \
+"CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.o" \
 "CMakeFiles/kiln.dir/src/ir/graph.c.o" \
 "CMakeFiles/kiln.dir/src/ir/graph_passes.c.o" \
 "CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.o" \
 "CMakeFiles/kiln.dir/src/ir/infer_nn.c.o" \
 "CMakeFiles/kiln.dir/src/ir/infer_reduce.c.o" \
 "CMakeFiles/kiln.dir/src/ir/infer_shape.c.o" \
-"CMakeFiles/kiln.dir/src/ir/op_schema.c.o"
+"CMakeFiles/kiln.dir/src/ir/nn_window.c.o" \
+"CMakeFiles/kiln.dir/src/ir/op_schema.c.o" \
+"CMakeFiles/kiln.dir/src/ir/shape_calc.c.o" \
+"CMakeFiles/kiln.dir/src/passes/fold_constants.c.o" \
+"CMakeFiles/kiln.dir/src/passes/remove_dead.c.o" \
+"CMakeFiles/kiln.dir/src/plan/plan.c.o" \
+"CMakeFiles/kiln.dir/src/runtime/context.c.o" \
+"CMakeFiles/kiln.dir/src/runtime/engine.c.o"
 
 # External object files for target kiln
 kiln_EXTERNAL_OBJECTS =
 
+libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/nn.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/shape.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/builder.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/core/arena.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/core/checksum.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/core/dtype.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/core/file.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/core/log.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/core/npy.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/core/status.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/core/tensor.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/engine/engine_write.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/ir/graph.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/ir/graph_passes.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/ir/infer_nn.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/ir/infer_reduce.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/ir/infer_shape.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/ir/nn_window.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/ir/op_schema.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/ir/shape_calc.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/passes/fold_constants.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/passes/remove_dead.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/plan/plan.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/runtime/context.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/runtime/engine.c.o
 libkiln.a: CMakeFiles/kiln.dir/build.make
 libkiln.a: CMakeFiles/kiln.dir/link.txt
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --bold --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_19) "Linking C static library libkiln.a"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --bold --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_34) "Linking C static library libkiln.a"
 	$(CMAKE_COMMAND) -P CMakeFiles/kiln.dir/cmake_clean_target.cmake
 	$(CMAKE_COMMAND) -E cmake_link_script CMakeFiles/kiln.dir/link.txt --verbose=$(VERBOSE)
 

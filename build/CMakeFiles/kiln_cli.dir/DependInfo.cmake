@@ -8,6 +8,9 @@ set(CMAKE_DEPENDS_LANGUAGES
 
 # The set of dependency files which are needed:
 set(CMAKE_DEPENDS_DEPENDENCY_FILES
+  "/work/main/tools/cmd_build.c" "CMakeFiles/kiln_cli.dir/tools/cmd_build.c.o" "gcc" "CMakeFiles/kiln_cli.dir/tools/cmd_build.c.o.d"
+  "/work/main/tools/cmd_inspect.c" "CMakeFiles/kiln_cli.dir/tools/cmd_inspect.c.o" "gcc" "CMakeFiles/kiln_cli.dir/tools/cmd_inspect.c.o.d"
+  "/work/main/tools/cmd_run.c" "CMakeFiles/kiln_cli.dir/tools/cmd_run.c.o" "gcc" "CMakeFiles/kiln_cli.dir/tools/cmd_run.c.o.d"
   "/work/main/tools/kiln.c" "CMakeFiles/kiln_cli.dir/tools/kiln.c.o" "gcc" "CMakeFiles/kiln_cli.dir/tools/kiln.c.o.d"
   )
 

@@ -83,19 +83,67 @@ CMakeFiles/kiln_cli.dir/tools/kiln.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln_cli.dir/tools/kiln.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/tools/kiln.c -o CMakeFiles/kiln_cli.dir/tools/kiln.c.s
 
+CMakeFiles/kiln_cli.dir/tools/cmd_build.c.o: CMakeFiles/kiln_cli.dir/flags.make
+CMakeFiles/kiln_cli.dir/tools/cmd_build.c.o: /work/main/tools/cmd_build.c
+CMakeFiles/kiln_cli.dir/tools/cmd_build.c.o: CMakeFiles/kiln_cli.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_2) "Building C object CMakeFiles/kiln_cli.dir/tools/cmd_build.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln_cli.dir/tools/cmd_build.c.o -MF CMakeFiles/kiln_cli.dir/tools/cmd_build.c.o.d -o CMakeFiles/kiln_cli.dir/tools/cmd_build.c.o -c /work/main/tools/cmd_build.c
+
+CMakeFiles/kiln_cli.dir/tools/cmd_build.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln_cli.dir/tools/cmd_build.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/tools/cmd_build.c > CMakeFiles/kiln_cli.dir/tools/cmd_build.c.i
+
+CMakeFiles/kiln_cli.dir/tools/cmd_build.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln_cli.dir/tools/cmd_build.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/tools/cmd_build.c -o CMakeFiles/kiln_cli.dir/tools/cmd_build.c.s
+
+CMakeFiles/kiln_cli.dir/tools/cmd_run.c.o: CMakeFiles/kiln_cli.dir/flags.make
+CMakeFiles/kiln_cli.dir/tools/cmd_run.c.o: /work/main/tools/cmd_run.c
+CMakeFiles/kiln_cli.dir/tools/cmd_run.c.o: CMakeFiles/kiln_cli.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_3) "Building C object CMakeFiles/kiln_cli.dir/tools/cmd_run.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln_cli.dir/tools/cmd_run.c.o -MF CMakeFiles/kiln_cli.dir/tools/cmd_run.c.o.d -o CMakeFiles/kiln_cli.dir/tools/cmd_run.c.o -c /work/main/tools/cmd_run.c
+
+CMakeFiles/kiln_cli.dir/tools/cmd_run.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln_cli.dir/tools/cmd_run.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/tools/cmd_run.c > CMakeFiles/kiln_cli.dir/tools/cmd_run.c.i
+
+CMakeFiles/kiln_cli.dir/tools/cmd_run.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln_cli.dir/tools/cmd_run.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/tools/cmd_run.c -o CMakeFiles/kiln_cli.dir/tools/cmd_run.c.s
+
+CMakeFiles/kiln_cli.dir/tools/cmd_inspect.c.o: CMakeFiles/kiln_cli.dir/flags.make
+CMakeFiles/kiln_cli.dir/tools/cmd_inspect.c.o: /work/main/tools/cmd_inspect.c
+CMakeFiles/kiln_cli.dir/tools/cmd_inspect.c.o: CMakeFiles/kiln_cli.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_4) "Building C object CMakeFiles/kiln_cli.dir/tools/cmd_inspect.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln_cli.dir/tools/cmd_inspect.c.o -MF CMakeFiles/kiln_cli.dir/tools/cmd_inspect.c.o.d -o CMakeFiles/kiln_cli.dir/tools/cmd_inspect.c.o -c /work/main/tools/cmd_inspect.c
+
+CMakeFiles/kiln_cli.dir/tools/cmd_inspect.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln_cli.dir/tools/cmd_inspect.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/tools/cmd_inspect.c > CMakeFiles/kiln_cli.dir/tools/cmd_inspect.c.i
+
+CMakeFiles/kiln_cli.dir/tools/cmd_inspect.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln_cli.dir/tools/cmd_inspect.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/tools/cmd_inspect.c -o CMakeFiles/kiln_cli.dir/tools/cmd_inspect.c.s
+
 # Object files for target kiln_cli
 kiln_cli_OBJECTS = \
-"CMakeFiles/kiln_cli.dir/tools/kiln.c.o"
+"CMakeFiles/kiln_cli.dir/tools/kiln.c.o" \
+"CMakeFiles/kiln_cli.dir/tools/cmd_build.c.o" \
+"CMakeFiles/kiln_cli.dir/tools/cmd_run.c.o" \
+"CMakeFiles/kiln_cli.dir/tools/cmd_inspect.c.o"
 
 # External object files for target kiln_cli
 kiln_cli_EXTERNAL_OBJECTS =
 
 kiln: CMakeFiles/kiln_cli.dir/tools/kiln.c.o
+kiln: CMakeFiles/kiln_cli.dir/tools/cmd_build.c.o
+kiln: CMakeFiles/kiln_cli.dir/tools/cmd_run.c.o
+kiln: CMakeFiles/kiln_cli.dir/tools/cmd_inspect.c.o
 kiln: CMakeFiles/kiln_cli.dir/build.make
 kiln: libkiln.a
 kiln: /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so
 kiln: CMakeFiles/kiln_cli.dir/link.txt
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --bold --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_2) "Linking C executable kiln"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --bold --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_5) "Linking C executable kiln"
 	$(CMAKE_COMMAND) -E cmake_link_script CMakeFiles/kiln_cli.dir/link.txt --verbose=$(VERBOSE)
 
 # Rule to build all files generated by this target.

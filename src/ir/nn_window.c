@@ -1,0 +1,144 @@
+/* nn_window.c — sliding-window geometry of Conv, ConvTranspose and pooling (see nn_window.h). */
+#include "ir/nn_window.h"
+
+#include "core/status.h"
+
+#include <string.h>
+
+/* Copies an INTS attribute of exactly `want` values into dst (all >= lo), or leaves dst as is when
+ * the attribute is absent. */
+static kiln_status read_ints(const kiln_node *n, const char *name, int want, int64_t lo, int64_t *dst) {
+    int count = 0;
+    const int64_t *v = kiln_attr_ints(n, name, &count);
+    if (!v) return KILN_OK;
+    if (count != want)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "attribute '%s' has %d values, expected %d", name, count, want);
+    for (int i = 0; i < count; i++) {
+        if (v[i] < lo)
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "attribute '%s' value %lld is below %lld", name,
+                              (long long)v[i], (long long)lo);
+        dst[i] = v[i];
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_window_parse(const kiln_node *n, int nsp, const int64_t *weight_kernel, kiln_window *w) {
+    memset(w, 0, sizeof *w);
+    if (nsp < 1 || nsp > KILN_MAX_DIMS - 2)
+        return kiln_error(KILN_ERR_SHAPE, "%s needs 1..%d spatial dimensions, got %d", n->op_type,
+                          KILN_MAX_DIMS - 2, nsp);
+    w->nsp = nsp;
+    for (int i = 0; i < nsp; i++) w->stride[i] = w->dilation[i] = 1;
+    int count = 0;
+    const int64_t *ks = kiln_attr_ints(n, "kernel_shape", &count);
+    if (ks) {
+        KILN_TRY(read_ints(n, "kernel_shape", nsp, 1, w->kernel));
+        if (weight_kernel)
+            for (int i = 0; i < nsp; i++)
+                if (weight_kernel[i] != w->kernel[i])
+                    return kiln_error(KILN_ERR_SHAPE, "kernel_shape[%d] = %lld but the weights have %lld", i,
+                                      (long long)w->kernel[i], (long long)weight_kernel[i]);
+        w->has_kernel = true;
+    } else if (weight_kernel) {
+        memcpy(w->kernel, weight_kernel, (size_t)nsp * sizeof *w->kernel);
+        w->has_kernel = true;
+    }
+    KILN_TRY(read_ints(n, "strides", nsp, 1, w->stride));
+    KILN_TRY(read_ints(n, "dilations", nsp, 1, w->dilation));
+    KILN_TRY(read_ints(n, "pads", 2 * nsp, 0, w->pads));
+    KILN_TRY(read_ints(n, "output_padding", nsp, 0, w->out_pad));
+    const int64_t *os = kiln_attr_ints(n, "output_shape", &count);
+    if (os) {
+        /* Some exporters write the full N, C, spatial... shape; the spatial part is what counts. */
+        int skip = count == nsp + 2 ? 2 : 0;
+        if (count != nsp && !skip)
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "attribute 'output_shape' has %d values, expected %d",
+                              count, nsp);
+        for (int i = 0; i < nsp; i++) {
+            if (os[skip + i] < 0)
+                return kiln_error(KILN_ERR_INVALID_ARGUMENT, "attribute 'output_shape' has a negative value");
+            w->out_shape[i] = os[skip + i];
+        }
+        w->has_out_shape = true;
+    }
+    const char *ap = kiln_attr_string(n, "auto_pad", "NOTSET");
+    if (!strcmp(ap, "NOTSET") || !ap[0]) w->auto_pad = KILN_AUTO_PAD_NOTSET;
+    else if (!strcmp(ap, "SAME_UPPER")) w->auto_pad = KILN_AUTO_PAD_SAME_UPPER;
+    else if (!strcmp(ap, "SAME_LOWER")) w->auto_pad = KILN_AUTO_PAD_SAME_LOWER;
+    else if (!strcmp(ap, "VALID")) w->auto_pad = KILN_AUTO_PAD_VALID;
+    else return kiln_error(KILN_ERR_INVALID_ARGUMENT, "unknown auto_pad '%s'", ap);
+    int64_t ceil_mode = kiln_attr_int(n, "ceil_mode", 0);
+    if (ceil_mode != 0 && ceil_mode != 1)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "ceil_mode must be 0 or 1, got %lld", (long long)ceil_mode);
+    w->ceil_mode = ceil_mode == 1;
+    return KILN_OK;
+}
+
+kiln_status kiln_window_out(const kiln_window *w, int i, int64_t in, int64_t *out, int64_t *pad_begin,
+                            int64_t *pad_end) {
+    KILN_ASSERT(w->has_kernel && i >= 0 && i < w->nsp);
+    int64_t s = w->stride[i], dk = (w->kernel[i] - 1) * w->dilation[i] + 1;
+    int64_t o, pb = 0, pe = 0;
+    switch (w->auto_pad) {
+    case KILN_AUTO_PAD_SAME_UPPER:
+    case KILN_AUTO_PAD_SAME_LOWER: {
+        o = (in + s - 1) / s;
+        int64_t total = (o - 1) * s + dk - in;
+        if (total < 0) total = 0;
+        pb = w->auto_pad == KILN_AUTO_PAD_SAME_UPPER ? total / 2 : total - total / 2;
+        pe = total - pb;
+        break;
+    }
+    case KILN_AUTO_PAD_VALID:
+        if (in < dk) goto too_small;
+        o = (in - dk) / s + 1;
+        break;
+    default: {
+        pb = w->pads[i];
+        pe = w->pads[w->nsp + i];
+        int64_t span = in + pb + pe - dk;
+        if (span < 0) goto too_small;
+        o = span / s + 1;
+        if (w->ceil_mode && span % s) {
+            o++;
+            /* a window that would start in the end padding is dropped */
+            if ((o - 1) * s >= in + pb) o--;
+        }
+        break;
+    }
+    }
+    *out = o;
+    *pad_begin = pb;
+    *pad_end = pe;
+    return KILN_OK;
+too_small:
+    return kiln_error(KILN_ERR_SHAPE,
+                      "spatial dimension %d: input size %lld (padded %lld+%lld) is smaller than the dilated kernel %lld",
+                      i, (long long)in, (long long)w->pads[i], (long long)w->pads[w->nsp + i], (long long)dk);
+}
+
+kiln_status kiln_window_out_transpose(const kiln_window *w, int i, int64_t in, int64_t *out,
+                                      int64_t *pad_begin) {
+    KILN_ASSERT(w->has_kernel && i >= 0 && i < w->nsp);
+    int64_t s = w->stride[i], dk = (w->kernel[i] - 1) * w->dilation[i] + 1;
+    int64_t full = s * (in - 1) + w->out_pad[i] + dk; /* the uncropped transposed extent */
+    if (in == 0) full = 0;
+    bool same = w->auto_pad == KILN_AUTO_PAD_SAME_UPPER || w->auto_pad == KILN_AUTO_PAD_SAME_LOWER;
+    if (w->has_out_shape || same) {
+        int64_t o = w->has_out_shape ? w->out_shape[i] : in * s;
+        int64_t total = full - o;
+        if (total < 0) total = 0; /* a larger requested output is extended at the end */
+        *pad_begin = w->auto_pad == KILN_AUTO_PAD_SAME_UPPER ? total / 2 : total - total / 2;
+        *out = o;
+        return KILN_OK;
+    }
+    int64_t pb = w->auto_pad == KILN_AUTO_PAD_VALID ? 0 : w->pads[i];
+    int64_t pe = w->auto_pad == KILN_AUTO_PAD_VALID ? 0 : w->pads[w->nsp + i];
+    int64_t o = full - pb - pe;
+    if (o < 0)
+        return kiln_error(KILN_ERR_SHAPE, "spatial dimension %d: pads %lld+%lld exceed the transposed size %lld", i,
+                          (long long)pb, (long long)pe, (long long)full);
+    *out = o;
+    *pad_begin = pb;
+    return KILN_OK;
+}

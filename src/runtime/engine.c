@@ -1,0 +1,84 @@
+/* engine.c — the kiln_engine handle: creation from a compiled graph, save/load, I/O descriptions. */
+#include "runtime/engine_internal.h"
+
+#include "core/status.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+kiln_status kiln_engine_from_graph(kiln_graph *g, const kiln_engine_meta *meta, kiln_engine **out) {
+    *out = NULL;
+    kiln_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        kiln_graph_free(g);
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    e->g = g;
+    e->meta = *meta;
+    const kiln_backend *b = kiln_backend_find(meta->target);
+    if (!b) {
+        kiln_engine_free(e);
+        return kiln_error(KILN_ERR_UNSUPPORTED, "unknown target '%s' (this kiln has: cpu)", meta->target);
+    }
+    kiln_status s = kiln_plan_create(g, b, &e->plan);
+    if (s != KILN_OK) {
+        kiln_engine_free(e);
+        return s;
+    }
+    *out = e;
+    return KILN_OK;
+}
+
+void kiln_engine_free(kiln_engine *e) {
+    if (!e) return;
+    kiln_plan_free(&e->plan);
+    kiln_graph_free(e->g);
+    free(e);
+}
+
+kiln_status kiln_engine_save(const kiln_engine *e, const char *path) {
+    if (!e || !path) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_engine_save: engine and path are required");
+    return kiln_engine_file_write(e->g, &e->meta, path);
+}
+
+kiln_status kiln_engine_load(const char *path, kiln_engine **out) {
+    if (!path || !out) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_engine_load: path and out are required");
+    *out = NULL;
+    kiln_graph *g;
+    kiln_engine_meta meta;
+    KILN_TRY(kiln_engine_file_read(path, NULL, &g, &meta));
+    kiln_status s = kiln_engine_from_graph(g, &meta, out);
+    if (s != KILN_OK) return kiln_error_prefix(s, "%s", path);
+    return KILN_OK;
+}
+
+int kiln_engine_num_inputs(const kiln_engine *e) { return e ? e->g->ninputs : 0; }
+int kiln_engine_num_outputs(const kiln_engine *e) { return e ? e->g->noutputs : 0; }
+
+static void describe(const kiln_graph *g, int vid, kiln_tensor_desc *out) {
+    const kiln_value *v = &g->values[vid];
+    memset(out, 0, sizeof *out);
+    out->name = v->name;
+    out->dtype = v->dtype;
+    out->ndim = v->ndim;
+    for (int d = 0; d < v->ndim; d++) {
+        out->dims[d] = v->dims[d].sym == 0 ? v->dims[d].value : -1;
+        out->dim_names[d] = v->dims[d].sym > 0 ? g->symbols[v->dims[d].sym - 1] : NULL;
+    }
+}
+
+kiln_status kiln_engine_input(const kiln_engine *e, int i, kiln_tensor_desc *out) {
+    if (!e || i < 0 || i >= e->g->ninputs)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "input index %d is out of range (the engine has %d)", i,
+                          e ? e->g->ninputs : 0);
+    describe(e->g, e->g->inputs[i], out);
+    return KILN_OK;
+}
+
+kiln_status kiln_engine_output(const kiln_engine *e, int i, kiln_tensor_desc *out) {
+    if (!e || i < 0 || i >= e->g->noutputs)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "output index %d is out of range (the engine has %d)", i,
+                          e ? e->g->noutputs : 0);
+    describe(e->g, e->g->outputs[i], out);
+    return KILN_OK;
+}

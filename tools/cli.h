@@ -1,0 +1,26 @@
+/* cli.h — shared pieces of the `kiln` command: subcommand entry points and error printing.
+ * Exit codes: 0 success, 1 failure (message on stderr, "kiln: error: ..."), 2 usage error. */
+#ifndef KILN_CLI_H
+#define KILN_CLI_H
+
+#include "kiln/kiln.h"
+
+#include <stdbool.h>
+
+int kiln_cmd_build(int argc, char **argv);
+int kiln_cmd_run(int argc, char **argv);
+int kiln_cmd_inspect(int argc, char **argv);
+
+/* Prints "kiln: error: <kiln_last_error()>" and returns 1. */
+int cli_fail(void);
+/* Prints "kiln: error: <msg>", then "see `kiln <cmd> --help`", and returns 2. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+bool cli_is_help(const char *arg);
+bool cli_has_suffix(const char *s, const char *suffix);
+/* True when path starts with the engine magic (or cannot be read and is not named *.onnx). */
+bool cli_is_engine_file(const char *path);
+/* Loads an engine, or builds one in memory when path is not an engine file (an ONNX model). */
+kiln_status cli_open_engine(const char *path, bool verbose, kiln_engine **out);
+double cli_now_ms(void);
+
+#endif

@@ -1,0 +1,109 @@
+/* cmd_inspect.c — `kiln inspect FILE`: for an engine, its header, I/O, layers and sizes; for an ONNX
+ * model, the same plus every node kiln cannot run yet, all at once (before a build would stop at the
+ * first). */
+#include "cli.h"
+
+#include "frontends/onnx/onnx_import.h"
+#include "ir/op_schema.h"
+#include "runtime/engine_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static const char *USAGE =
+    "usage: kiln inspect ENGINE.kiln|MODEL.onnx [--layers]\n"
+    "\n"
+    "Shows the inputs, outputs, layers (with shapes) and parameter bytes of an engine or a model.\n"
+    "For an ONNX model, also lists every node kiln cannot run (op, opset, node name).\n"
+    "\n"
+    "options:\n"
+    "  --no-layers   print the summary only\n"
+    "  -h, --help    this help\n";
+
+static size_t constant_bytes(const kiln_graph *g, int *count) {
+    size_t bytes = 0;
+    *count = 0;
+    for (int v = 0; v < g->nvalues; v++)
+        if (g->values[v].constant) {
+            bytes += g->values[v].constant->nbytes;
+            ++*count;
+        }
+    return bytes;
+}
+
+static void print_summary(const kiln_graph *g, bool layers) {
+    int nconst;
+    size_t bytes = constant_bytes(g, &nconst);
+    printf("parameters: %d tensors, %zu bytes (%.2f MB)\n", nconst, bytes, (double)bytes / 1e6);
+    if (layers) {
+        kiln_graph_print(g, stdout);
+    } else {
+        char buf[256];
+        printf("inputs:\n");
+        for (int k = 0; k < g->ninputs; k++)
+            printf("  %s: %s\n", g->values[g->inputs[k]].name, kiln_value_type_str(g, &g->values[g->inputs[k]], buf, sizeof buf));
+        printf("outputs:\n");
+        for (int k = 0; k < g->noutputs; k++)
+            printf("  %s: %s\n", g->values[g->outputs[k]].name, kiln_value_type_str(g, &g->values[g->outputs[k]], buf, sizeof buf));
+        printf("layers: %d\n", g->nnodes);
+    }
+}
+
+static int inspect_onnx(const char *path, bool layers) {
+    kiln_graph *g;
+    if (kiln_onnx_import(path, &g) != KILN_OK) return cli_fail();
+    printf("model: %s (ONNX IR version %lld, producer '%s')\n", path, (long long)g->ir_version, g->producer);
+    printf("opsets:");
+    for (int i = 0; i < g->nopsets; i++)
+        printf(" %s%s%lld", g->opsets[i].domain[0] ? g->opsets[i].domain : "ai.onnx", "=", (long long)g->opsets[i].version);
+    printf("\n");
+    printf("unsupported nodes:\n");
+    kiln_status s = kiln_graph_resolve_ops(g, stdout);
+    int unsupported = 0;
+    for (int i = 0; i < g->nnodes; i++) unsupported += g->nodes[i].schema == NULL;
+    if (s == KILN_OK) printf("  none: kiln can run every node\n");
+    else printf("  %d of %d nodes cannot run\n", unsupported, g->nnodes);
+    if (kiln_graph_toposort(g) == KILN_OK && kiln_graph_infer_shapes(g) != KILN_OK)
+        printf("shape inference stopped: %s\n", kiln_last_error());
+    print_summary(g, layers);
+    kiln_graph_free(g);
+    return unsupported ? 1 : 0;
+}
+
+static int inspect_engine(const char *path, bool layers) {
+    kiln_engine *e;
+    if (kiln_engine_load(path, &e) != KILN_OK) return cli_fail();
+    const kiln_engine_meta *m = &e->meta;
+    time_t t = (time_t)m->created_unix;
+    char when[64];
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", gmtime(&t));
+    printf("engine: %s\n", path);
+    printf("built by: kiln %s on %s from %s\n", m->kiln_version, when, m->source);
+    printf("target: %s (%s)\n", m->target, m->device);
+    printf("build options: %s\n", m->build_options);
+    print_summary(e->g, layers);
+    kiln_engine_free(e);
+    return 0;
+}
+
+int kiln_cmd_inspect(int argc, char **argv) {
+    const char *path = NULL;
+    bool layers = true;
+    for (int i = 1; i < argc; i++) {
+        if (cli_is_help(argv[i])) {
+            fputs(USAGE, stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--no-layers")) {
+            layers = false;
+        } else if (argv[i][0] == '-') {
+            return cli_usage_error("inspect ", "unknown option '%s'", argv[i]);
+        } else if (!path) {
+            path = argv[i];
+        } else {
+            return cli_usage_error("inspect ", "unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (!path) return cli_usage_error("inspect ", "a file is required");
+    return cli_is_engine_file(path) ? inspect_engine(path, layers) : inspect_onnx(path, layers);
+}
