@@ -17,7 +17,8 @@ int cli_fail(void);
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 bool cli_is_help(const char *arg);
 bool cli_has_suffix(const char *s, const char *suffix);
-/* True when path starts with the engine magic (or cannot be read and is not named *.onnx). */
+/* True when path is named *.kiln or starts with the engine magic (or cannot be read and is not
+ * named *.onnx). */
 bool cli_is_engine_file(const char *path);
 /* Loads an engine, or builds one in memory when path is not an engine file (an ONNX model). */
 kiln_status cli_open_engine(const char *path, bool verbose, kiln_engine **out);

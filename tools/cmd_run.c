@@ -15,7 +15,8 @@ static const char *USAGE =
     "usage: kiln run ENGINE.kiln|MODEL.onnx [options]\n"
     "\n"
     "Runs an engine (or a model, built in memory first) once or several times.\n"
-    "Inputs not given are filled with random values (floats uniform in [-1, 1), integers in [0, 8)).\n"
+    "Without --input, every input is random (floats uniform in [-1, 1), integers in [0, 8)); with\n"
+    "--input, every input must be given.\n"
     "\n"
     "options:\n"
     "  --input NAME=FILE.npy     bind input NAME to a NumPy file (repeatable)\n"
@@ -62,6 +63,9 @@ static int parse_args(int argc, char **argv, run_args *a) {
             const char *eq = strchr(val, '=');
             if (!eq || eq == val || !eq[1]) return cli_usage_error("run ", "--input expects NAME=FILE.npy, got '%s'", val);
             if (a->ninputs == MAX_ARGS) return cli_usage_error("run ", "too many --input options");
+            for (int k = 0; k < a->ninputs; k++)
+                if (strlen(a->input_names[k]) == (size_t)(eq - val) && !strncmp(a->input_names[k], val, (size_t)(eq - val)))
+                    return cli_usage_error("run ", "input '%s' is given twice", a->input_names[k]);
             a->input_names[a->ninputs] = strndup(val, (size_t)(eq - val));
             a->input_files[a->ninputs++] = eq + 1;
         } else if (!strcmp(s, "--shapes")) {
@@ -216,6 +220,11 @@ static int run(const run_args *a) {
         const char *file = NULL;
         for (int k = 0; k < a->ninputs; k++)
             if (!strcmp(a->input_names[k], d.name)) file = a->input_files[k];
+        if (!file && a->ninputs > 0) {
+            kiln_error(KILN_ERR_INVALID_ARGUMENT, "missing input '%s': give every input with --input, or none for random inputs",
+                       d.name);
+            goto fail;
+        }
         kiln_status s = file ? kiln_npy_read(file, &inputs[i]) : make_random(a, &d, &rng, &inputs[i]);
         if (s != KILN_OK) goto fail;
         if (kiln_context_set_input(c, d.name, inputs[i].dtype, inputs[i].ndim, inputs[i].dims, inputs[i].data) != KILN_OK)

@@ -42,6 +42,7 @@ bool cli_has_suffix(const char *s, const char *suffix) {
 }
 
 bool cli_is_engine_file(const char *path) {
+    if (cli_has_suffix(path, ".kiln")) return true;
     char magic[8] = {0};
     FILE *f = fopen(path, "rb");
     if (!f) return !cli_has_suffix(path, ".onnx"); /* let the loader report the error */

@@ -53,4 +53,9 @@ set(CMAKE_MAKEFILE_PRODUCTS
 set(CMAKE_DEPEND_INFO_FILES
   "CMakeFiles/kiln.dir/DependInfo.cmake"
   "CMakeFiles/kiln_cli.dir/DependInfo.cmake"
+  "tests/CMakeFiles/test_roundtrip.dir/DependInfo.cmake"
+  "tests/CMakeFiles/test_engine_format.dir/DependInfo.cmake"
+  "tests/CMakeFiles/test_protobuf.dir/DependInfo.cmake"
+  "tests/CMakeFiles/test_onnx_import.dir/DependInfo.cmake"
+  "tests/CMakeFiles/kiln_conformance.dir/DependInfo.cmake"
   )

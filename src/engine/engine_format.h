@@ -17,15 +17,19 @@ typedef struct kiln_engine_meta {
     char build_options[512]; /* the build flags as text, for inspect */
     char source[256];        /* the model file it was built from (basename) */
     uint64_t created_unix;
+    uint64_t graph_bytes, weights_bytes; /* section sizes: filled by the reader, ignored by the writer */
 } kiln_engine_meta;
 
 /* Writes g (nodes in their current order, which is the execution order) and meta to path, atomically.
- * Fails (KILN_ERR_UNSUPPORTED) for what the format cannot hold (graph attributes). */
+ * An empty meta->kiln_version records this kiln's version. Fails (KILN_ERR_UNSUPPORTED) for what the
+ * format cannot hold (subgraph and sparse attributes, string and sub-byte tensors), naming it. */
 kiln_status kiln_engine_file_write(const kiln_graph *g, const kiln_engine_meta *meta, const char *path);
 /* Maps and verifies path (magic, format version, sizes, checksums) and rebuilds the graph; constants
  * point into the mapping, which the graph keeps alive. Version or target mismatches fail with
  * KILN_ERR_ENGINE_MISMATCH and say how to rebuild; corruption fails with KILN_ERR_PARSE.
- * expected_target may be NULL (accept any). On success the caller owns *g. */
+ * expected_target may be NULL (accept any). On success the caller owns *g. meta may be NULL; it is
+ * filled on success and also on a kiln version or target mismatch (for `kiln inspect`). Constant
+ * data is read-only memory: a pass that changes a constant must copy it first. */
 kiln_status kiln_engine_file_read(const char *path, const char *expected_target, kiln_graph **g,
                                   kiln_engine_meta *meta);
 /* Same, over a buffer the caller keeps alive as long as the graph (for fuzzing). */

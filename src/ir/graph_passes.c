@@ -11,32 +11,34 @@
 
 kiln_status kiln_graph_resolve_ops(kiln_graph *g, FILE *report) {
     int bad = 0;
-    char first[1024] = "";
+    char list[3072] = "";
+    size_t used = 0;
     for (int i = 0; i < g->nnodes; i++) {
         kiln_node *n = &g->nodes[i];
         const kiln_op_schema *s = kiln_op_schema_find(n->domain, n->op_type);
+        const char *dom = n->domain[0] ? n->domain : "ai.onnx";
         char why[512] = "";
-        if (!s) {
-            snprintf(why, sizeof why, "op %s%s%s (opset %d) is not implemented", n->domain[0] ? n->domain : "",
-                     n->domain[0] ? "." : "", n->op_type, n->opset);
+        if (n->opset == 0) {
+            snprintf(why, sizeof why, "op %s: the model imports no opset for domain '%s'", n->op_type, dom);
+        } else if (!s) {
+            snprintf(why, sizeof why, "op %s%s%s (domain %s, opset %d) is not implemented", n->domain[0] ? n->domain : "",
+                     n->domain[0] ? "." : "", n->op_type, dom, n->opset);
         } else {
             int max = s->max_opset ? s->max_opset : KILN_ONNX_OPSET_MAX;
             if (n->opset < s->min_opset || n->opset > max)
                 snprintf(why, sizeof why, "op %s at opset %d is not implemented (kiln implements opsets %d to %d)",
                          n->op_type, n->opset, s->min_opset, max);
         }
-        if (why[0]) {
-            if (report) fprintf(report, "  node '%s': %s\n", n->name, why);
-            if (!bad) snprintf(first, sizeof first, "node '%s': %s", n->name, why);
-            bad++;
-            n->schema = NULL;
-        } else {
-            n->schema = s;
-        }
+        n->schema = why[0] ? NULL : s;
+        if (!why[0]) continue;
+        if (report) fprintf(report, "  node '%s': %s\n", n->name, why);
+        if (bad < 12 && used < sizeof list)
+            used += (size_t)snprintf(list + used, sizeof list - used, "\n  node '%s': %s", n->name, why);
+        bad++;
     }
-    if (bad == 1) return kiln_error(KILN_ERR_UNSUPPORTED, "%s", first);
-    if (bad) return kiln_error(KILN_ERR_UNSUPPORTED, "%d nodes cannot run, the first: %s (`kiln inspect MODEL` lists all)", bad, first);
-    return KILN_OK;
+    if (!bad) return KILN_OK;
+    return kiln_error(KILN_ERR_UNSUPPORTED, "%d node%s cannot run:%s%s", bad, bad > 1 ? "s" : "", list,
+                      bad > 12 ? "\n  ... (`kiln inspect MODEL` lists all)" : "");
 }
 
 kiln_status kiln_graph_toposort(kiln_graph *g) {

@@ -8,16 +8,9 @@
  * to produce static dims. */
 #include "ir/infer_shape_util.h"
 #include "ir/shape_calc.h"
+#include "ir/shape_value.h"
 
 #include <string.h>
-
-kiln_status kiln_infer_slice(kiln_graph *g, kiln_node *n);
-kiln_status kiln_infer_gather(kiln_graph *g, kiln_node *n);
-kiln_status kiln_infer_gather_elements(kiln_graph *g, kiln_node *n);
-kiln_status kiln_infer_gather_nd(kiln_graph *g, kiln_node *n);
-kiln_status kiln_infer_scatter(kiln_graph *g, kiln_node *n);
-kiln_status kiln_infer_pad(kiln_graph *g, kiln_node *n);
-kiln_status kiln_infer_resize(kiln_graph *g, kiln_node *n);
 
 static kiln_status set_unknown_rank(kiln_graph *g, kiln_node *n, int out, kiln_dtype dt) {
     kiln_infer_set(g, n, out, dt, -1, NULL);
@@ -68,6 +61,7 @@ static kiln_status reshape_infer_minus1(const kiln_value *x, int k, const kiln_d
     for (int j = 0; j < k; j++) {
         if (j == skip) continue;
         if (out[j].sym == 0) {
+            if (out[j].value && den > INT64_MAX / out[j].value) return KILN_OK;
             den *= out[j].value;
             continue;
         }
@@ -79,9 +73,14 @@ static kiln_status reshape_infer_minus1(const kiln_value *x, int k, const kiln_d
     }
     for (int i = 0; i < x->ndim; i++) {
         if (used[i]) continue;
-        if (x->dims[i].sym == 0) num *= x->dims[i].value;
-        else if (x->dims[i].sym > 0) { nsym++; sym = x->dims[i]; }
-        else return KILN_OK;
+        if (x->dims[i].sym < 0) return KILN_OK;
+        if (x->dims[i].sym > 0) {
+            nsym++;
+            sym = x->dims[i];
+        } else {
+            if (x->dims[i].value && num > INT64_MAX / x->dims[i].value) return KILN_OK;
+            num *= x->dims[i].value;
+        }
     }
     if (den == 0) return KILN_OK;
     if (nsym == 0) {
@@ -100,52 +99,40 @@ static kiln_status reshape_infer_minus1(const kiln_value *x, int k, const kiln_d
 static kiln_status infer_reshape(kiln_graph *g, kiln_node *n) {
     KILN_TRY(shp_need_input(g, n, 0, "data"));
     kiln_value *x = kiln_node_input(g, n, 0);
-    int64_t vals[KILN_MAX_DIMS];
+    kiln_dim el[KILN_SHAPE_VALUE_MAX]; /* the shape's elements, possibly symbolic or unknown */
     int k = -1;
     bool allowzero = n->opset >= 14 && kiln_attr_int(n, "allowzero", 0) != 0;
     if (n->opset < 5) {
         const int64_t *a = kiln_attr_ints(n, "shape", &k);
         if (!a) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Reshape: attribute 'shape' is missing");
         if (k > KILN_MAX_DIMS) return kiln_error(KILN_ERR_UNSUPPORTED, "Reshape: output rank %d exceeds %d", k, KILN_MAX_DIMS);
-        memcpy(vals, a, (size_t)k * sizeof *vals);
+        for (int j = 0; j < k; j++) el[j] = kiln_dim_static(a[j]);
     } else {
         KILN_TRY(shp_need_input(g, n, 1, "shape"));
         KILN_TRY(shp_check_int_input(g, n, 1, "shape", false));
-        const kiln_tensor *t;
-        kiln_status st;
-        if (shp_const_ints(g, n, 1, "shape", &t, &st)) {
-            k = (int)kiln_tensor_numel(t);
-            if (k > KILN_MAX_DIMS) return kiln_error(KILN_ERR_UNSUPPORTED, "Reshape: output rank %d exceeds %d", k, KILN_MAX_DIMS);
-            for (int j = 0; j < k; j++) vals[j] = kiln_tensor_get_i64(t, j);
-        } else {
-            KILN_TRY(st);
-            kiln_value *s = kiln_node_input(g, n, 1);
-            if (s->ndim == 1 && s->dims[0].sym == 0 && s->dims[0].value <= KILN_MAX_DIMS) {
-                kiln_dim d[KILN_MAX_DIMS];
-                for (int j = 0; j < s->dims[0].value; j++) d[j] = KILN_DIM_UNKNOWN;
-                kiln_infer_set(g, n, 0, x->dtype, (int)s->dims[0].value, d);
-                return KILN_OK;
-            }
-            return set_unknown_rank(g, n, 0, x->dtype);
-        }
+        if (!kiln_shape_value_input(g, n, 1, el, KILN_SHAPE_VALUE_MAX, &k)) return set_unknown_rank(g, n, 0, x->dtype);
+        if (k > KILN_MAX_DIMS) return kiln_error(KILN_ERR_UNSUPPORTED, "Reshape: output rank %d exceeds %d", k, KILN_MAX_DIMS);
     }
     kiln_dim out[KILN_MAX_DIMS];
     int minus1 = -1;
     bool has_zero = false;
     for (int j = 0; j < k; j++) {
-        if (vals[j] == -1) {
+        int64_t v = el[j].value;
+        if (el[j].sym != 0) {
+            out[j] = el[j]; /* a symbolic size (taken to be > 0), or unknown */
+        } else if (v == -1) {
             if (minus1 >= 0) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Reshape: more than one -1 in shape");
             minus1 = j;
             out[j] = KILN_DIM_UNKNOWN;
-        } else if (vals[j] < -1) {
-            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Reshape: invalid dimension %lld in shape", (long long)vals[j]);
-        } else if (vals[j] == 0 && !allowzero) {
+        } else if (v < -1) {
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Reshape: invalid dimension %lld in shape", (long long)v);
+        } else if (v == 0 && !allowzero) {
             if (x->ndim >= 0 && j >= x->ndim)
                 return kiln_error(KILN_ERR_SHAPE, "Reshape: shape[%d] = 0 copies a dimension the rank-%d input lacks", j, x->ndim);
             out[j] = x->ndim >= 0 ? x->dims[j] : KILN_DIM_UNKNOWN;
         } else {
-            has_zero |= vals[j] == 0;
-            out[j] = kiln_dim_static(vals[j]);
+            has_zero |= v == 0;
+            out[j] = kiln_dim_static(v);
         }
     }
     if (has_zero && minus1 >= 0)
@@ -181,8 +168,8 @@ static kiln_status infer_flatten(kiln_graph *g, kiln_node *n) {
 }
 
 /* Reads Squeeze/Unsqueeze/Split-style integer lists: the attribute `name` before opset `input_from`,
- * else constant input `idx`. *known is false when the list is a non-constant input; *present is
- * false when there is no list at all. */
+ * else input `idx` when its values are known at build time (see kiln_shape_value). *known is false
+ * when they are not (or there are more than cap); *present is false when there is no list at all. */
 static kiln_status read_int_list(kiln_graph *g, kiln_node *n, const char *name, int input_from, int idx,
                                  int64_t *vals, int cap, int *count, bool *known, bool *present) {
     *count = 0;
@@ -203,18 +190,16 @@ static kiln_status read_int_list(kiln_graph *g, kiln_node *n, const char *name, 
         return KILN_OK;
     }
     KILN_TRY(shp_check_int_input(g, n, idx, name, false));
-    const kiln_tensor *t;
-    kiln_status st;
-    if (!shp_const_ints(g, n, idx, name, &t, &st)) {
+    kiln_dim el[KILN_SHAPE_VALUE_MAX];
+    int c;
+    if (!kiln_shape_value_input(g, n, idx, el, KILN_SHAPE_VALUE_MAX, &c) || c > cap || !kiln_shape_value_static(el, c, vals)) {
         *known = false;
-        return st;
+        return KILN_OK;
     }
-    int64_t c = kiln_tensor_numel(t);
-    if (c > cap) return kiln_error(KILN_ERR_UNSUPPORTED, "%s: '%s' has %lld entries (at most %d)", n->op_type, name, (long long)c, cap);
-    for (int64_t j = 0; j < c; j++) vals[j] = kiln_tensor_get_i64(t, j);
-    *count = (int)c;
+    *count = c;
     return KILN_OK;
 }
+
 
 static kiln_status infer_squeeze(kiln_graph *g, kiln_node *n) {
     KILN_TRY(shp_need_input(g, n, 0, "data"));
@@ -345,7 +330,7 @@ static kiln_status infer_concat(kiln_graph *g, kiln_node *n) {
             out[i] = first ? d : shp_dim_merge(out[i], d);
         }
         first = false;
-        if (v->dims[axis].sym == 0) {
+        if (v->dims[axis].sym == 0 && sum <= INT64_MAX - v->dims[axis].value) {
             sum += v->dims[axis].value;
         } else {
             nonstatic++;
@@ -420,36 +405,32 @@ static kiln_status infer_split(kiln_graph *g, kiln_node *n) {
     return KILN_OK;
 }
 
-/* Expand: bidirectional broadcast of the input shape with the (constant) shape input. */
+/* Expand: bidirectional broadcast of the input shape with the shape input's elements (constant or
+ * computed from shapes, possibly symbolic). */
 static kiln_status infer_expand(kiln_graph *g, kiln_node *n) {
     KILN_TRY(shp_need_input(g, n, 0, "input"));
     KILN_TRY(shp_need_input(g, n, 1, "shape"));
     KILN_TRY(shp_check_int_input(g, n, 1, "shape", false));
-    kiln_value *x = kiln_node_input(g, n, 0), *s = kiln_node_input(g, n, 1);
-    const kiln_tensor *t;
-    kiln_status st;
-    bool c = shp_const_ints(g, n, 1, "shape", &t, &st);
-    KILN_TRY(st);
-    int k = c ? (int)kiln_tensor_numel(t) : (s->ndim == 1 && s->dims[0].sym == 0) ? (int)s->dims[0].value : -1;
-    if (x->ndim < 0 || k < 0) return set_unknown_rank(g, n, 0, x->dtype);
+    kiln_value *x = kiln_node_input(g, n, 0);
+    kiln_dim el[KILN_SHAPE_VALUE_MAX];
+    int k;
+    if (x->ndim < 0 || !kiln_shape_value_input(g, n, 1, el, KILN_SHAPE_VALUE_MAX, &k)) return set_unknown_rank(g, n, 0, x->dtype);
     int r = k > x->ndim ? k : x->ndim;
     if (r > KILN_MAX_DIMS) return kiln_error(KILN_ERR_UNSUPPORTED, "Expand: output rank %d exceeds %d", r, KILN_MAX_DIMS);
     kiln_dim out[KILN_MAX_DIMS];
     for (int i = 0; i < r; i++) {
         int xi = i - (r - x->ndim), si = i - (r - k);
-        kiln_dim a = xi >= 0 ? x->dims[xi] : kiln_dim_static(1);
-        if (!c) {
-            out[i] = si < 0 || (a.sym == 0 && a.value != 1) ? a : KILN_DIM_UNKNOWN;
-            continue;
-        }
-        int64_t b = si >= 0 ? kiln_tensor_get_i64(t, si) : 1;
-        if (b < 0) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Expand: negative dimension %lld in shape", (long long)b);
-        if (b == 1) out[i] = a;
-        else if (a.sym != 0 || a.value == 1) out[i] = kiln_dim_static(b);
-        else if (a.value == b) out[i] = a;
-        else
+        kiln_dim a = xi >= 0 ? x->dims[xi] : kiln_dim_static(1), b = si >= 0 ? el[si] : kiln_dim_static(1);
+        if (b.sym == 0 && b.value < 0)
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Expand: negative dimension %lld in shape", (long long)b.value);
+        if (shp_dim_is(b, 1) || shp_dim_eq(a, b)) out[i] = a;
+        else if (shp_dim_is(a, 1)) out[i] = b;
+        else if (a.sym == 0 && b.sym == 0)
             return kiln_error(KILN_ERR_SHAPE, "Expand: input dimension %lld cannot be expanded to %lld", (long long)a.value,
-                              (long long)b);
+                              (long long)b.value);
+        else if (a.sym == 0) out[i] = a; /* b must be 1 or equal to a */
+        else if (b.sym == 0) out[i] = b; /* a must be 1 or equal to b */
+        else out[i] = KILN_DIM_UNKNOWN;
     }
     kiln_infer_set(g, n, 0, x->dtype, r, out);
     return KILN_OK;
@@ -461,26 +442,18 @@ static kiln_status infer_tile(kiln_graph *g, kiln_node *n) {
     KILN_TRY(shp_check_int_input(g, n, 1, "repeats", false));
     kiln_value *x = kiln_node_input(g, n, 0);
     if (x->ndim < 0) return set_unknown_rank(g, n, 0, x->dtype);
-    const kiln_tensor *t;
-    kiln_status st;
-    bool c = shp_const_ints(g, n, 1, "repeats", &t, &st);
-    KILN_TRY(st);
-    if (c && kiln_tensor_numel(t) != x->ndim)
-        return kiln_error(KILN_ERR_SHAPE, "Tile: repeats has %lld entries for rank %d", (long long)kiln_tensor_numel(t), x->ndim);
-    kiln_dim out[KILN_MAX_DIMS];
+    kiln_dim el[KILN_SHAPE_VALUE_MAX], out[KILN_MAX_DIMS];
+    int k;
+    bool known = kiln_shape_value_input(g, n, 1, el, KILN_SHAPE_VALUE_MAX, &k);
+    if (known && k != x->ndim) return kiln_error(KILN_ERR_SHAPE, "Tile: repeats has %d entries for rank %d", k, x->ndim);
     for (int i = 0; i < x->ndim; i++) {
-        if (!c) {
-            out[i] = shp_dim_is(x->dims[i], 0) ? x->dims[i] : KILN_DIM_UNKNOWN;
-            continue;
-        }
-        int64_t rep = kiln_tensor_get_i64(t, i);
-        if (rep < 0) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Tile: negative repeat %lld", (long long)rep);
-        out[i] = shp_dim_mul(x->dims[i], kiln_dim_static(rep));
+        kiln_dim rep = known ? el[i] : KILN_DIM_UNKNOWN;
+        if (rep.sym == 0 && rep.value < 0) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Tile: negative repeat %lld", (long long)rep.value);
+        out[i] = shp_dim_mul(x->dims[i], rep);
     }
     kiln_infer_set(g, n, 0, x->dtype, x->ndim, out);
     return KILN_OK;
 }
-
 /* Dropout in inference: output = input; mask (bool from opset 10) all true. Training is refused. */
 static kiln_status infer_dropout(kiln_graph *g, kiln_node *n) {
     KILN_TRY(shp_need_input(g, n, 0, "data"));

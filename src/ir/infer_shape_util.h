@@ -20,9 +20,11 @@ static inline bool shp_dim_eq(kiln_dim a, kiln_dim b) {
 
 static inline bool shp_dim_is(kiln_dim d, int64_t v) { return d.sym == 0 && d.value == v; }
 
-/* a * b: static when both are static, the other operand when one is static 1, else unknown. */
+/* a * b: static when both are static (unknown if that overflows), the other operand when one is
+ * static 1, else unknown. */
 static inline kiln_dim shp_dim_mul(kiln_dim a, kiln_dim b) {
-    if (a.sym == 0 && b.sym == 0) return kiln_dim_static(a.value * b.value);
+    if (a.sym == 0 && b.sym == 0)
+        return a.value && b.value > INT64_MAX / a.value ? KILN_DIM_UNKNOWN : kiln_dim_static(a.value * b.value);
     if (shp_dim_is(a, 1)) return b;
     if (shp_dim_is(b, 1)) return a;
     if (shp_dim_is(a, 0) || shp_dim_is(b, 0)) return kiln_dim_static(0);
@@ -43,20 +45,6 @@ static inline kiln_dim shp_dim_merge(kiln_dim a, kiln_dim b) {
     return a.sym > 0 ? a : b;
 }
 
-/* True when input i is a constant integer tensor of at most one dimension (a list of ints); then
- * *t points at it. A constant of another kind fails with KILN_ERR_INVALID_ARGUMENT in *st. */
-static inline bool shp_const_ints(const kiln_graph *g, const kiln_node *n, int i, const char *what,
-                                  const kiln_tensor **t, kiln_status *st) {
-    *st = KILN_OK;
-    if (!kiln_infer_const_input(g, n, i, t)) return false;
-    if (!shp_is_int_dtype((*t)->dtype) || (*t)->ndim > 1) {
-        *st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: input '%s' must be a 1-D integer tensor, got %s of rank %d",
-                         n->op_type, what, kiln_dtype_name((*t)->dtype), (*t)->ndim);
-        return false;
-    }
-    return true;
-}
-
 /* Fails when input i has a known dtype that is not an integer type. */
 static inline kiln_status shp_check_int_input(const kiln_graph *g, const kiln_node *n, int i, const char *what,
                                               bool int32_or_64_only) {
@@ -75,5 +63,14 @@ static inline kiln_status shp_need_input(const kiln_graph *g, const kiln_node *n
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: required input '%s' (#%d) is missing", n->op_type, what, i);
     return KILN_OK;
 }
+
+/* Infer functions of infer_shape_index.c, registered in infer_shape.c's table. */
+kiln_status kiln_infer_slice(kiln_graph *g, kiln_node *n);
+kiln_status kiln_infer_gather(kiln_graph *g, kiln_node *n);
+kiln_status kiln_infer_gather_elements(kiln_graph *g, kiln_node *n);
+kiln_status kiln_infer_gather_nd(kiln_graph *g, kiln_node *n);
+kiln_status kiln_infer_scatter(kiln_graph *g, kiln_node *n);
+kiln_status kiln_infer_pad(kiln_graph *g, kiln_node *n);
+kiln_status kiln_infer_resize(kiln_graph *g, kiln_node *n);
 
 #endif

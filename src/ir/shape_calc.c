@@ -48,7 +48,7 @@ kiln_status kiln_split_even(const char *op, int64_t dim, int n, bool uneven_ok, 
 
 int64_t kiln_resize_dim(int64_t dim, double scale) {
     double v = floor((double)dim * scale);
-    return v < 0 ? 0 : (int64_t)v;
+    return !(v > 0) ? 0 : v >= 9.0e18 ? INT64_MAX : (int64_t)v;
 }
 
 kiln_status kiln_resize_sizes(int rank, const int64_t *dims, int naxes, const int *axes, const int64_t *sizes,

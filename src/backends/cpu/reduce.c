@@ -67,26 +67,32 @@ static void fold_f64(red_ctx *c, int64_t in_off, int64_t n, int64_t out_off, boo
         kiln_red_load_f64(c->x, in_off + s, m, buf);
         double *acc = c->facc + out_off + (reduced ? 0 : s);
         const double *sh = c->shift ? c->shift + out_off + (reduced ? 0 : s) : NULL;
-        /* EXPR combines accumulator a with value x (and shift h for LogSumExp). */
-#define FOLD(EXPR)                                                                                 \
+        /* EXPR folds value x into accumulator a (h: the LogSumExp shift). A reduced run keeps four
+         * partial accumulators (lanes 1..3 start at the identity IDENT, COMB merges a lane x into a)
+         * so that the loop is not one long chain of dependent adds. */
+#define FOLD(EXPR, IDENT, COMB)                                                                    \
     if (reduced) {                                                                                 \
-        double a = acc[0], h = sh ? sh[0] : 0;                                                     \
+        double l[4] = {acc[0], IDENT, IDENT, IDENT}, h = sh ? sh[0] : 0;                           \
         (void)h;                                                                                   \
-        for (int64_t j = 0; j < m; j++) { double x = buf[j]; a = (EXPR); }                         \
-        acc[0] = a;                                                                                \
+        int64_t j = 0;                                                                             \
+        for (; j + 4 <= m; j += 4)                                                                 \
+            for (int q = 0; q < 4; q++) { double x = buf[j + q], a = l[q]; l[q] = (EXPR); }       \
+        for (; j < m; j++) { double x = buf[j], a = l[0]; l[0] = (EXPR); }                         \
+        for (int q = 1; q < 4; q++) { double a = l[0], x = l[q]; l[0] = (COMB); }                  \
+        acc[0] = l[0];                                                                             \
     } else {                                                                                       \
         for (int64_t j = 0; j < m; j++) { double x = buf[j], a = acc[j], h = sh ? sh[j] : 0; (void)h; acc[j] = (EXPR); } \
     }                                                                                              \
     break;
         switch (c->op) {
-        case RED_SUM: case RED_MEAN: case RED_LOGSUM: FOLD(a + x)
-        case RED_SUMSQ: case RED_L2: FOLD(a + x * x)
-        case RED_L1: FOLD(a + fabs(x))
-        case RED_PROD: FOLD(a * x)
-        case RED_MAX: FOLD((x > a || x != x) ? x : a)
-        case RED_MIN: FOLD((x < a || x != x) ? x : a)
-        case RED_LSE_MAX: FOLD((isfinite(x) && x > a) ? x : a)
-        case RED_LSE: FOLD(a + exp(x - h))
+        case RED_SUM: case RED_MEAN: case RED_LOGSUM: FOLD(a + x, 0.0, a + x)
+        case RED_SUMSQ: case RED_L2: FOLD(a + x * x, 0.0, a + x)
+        case RED_L1: FOLD(a + fabs(x), 0.0, a + x)
+        case RED_PROD: FOLD(a * x, 1.0, a * x)
+        case RED_MAX: FOLD((x > a || x != x) ? x : a, -INFINITY, (x > a || x != x) ? x : a)
+        case RED_MIN: FOLD((x < a || x != x) ? x : a, INFINITY, (x < a || x != x) ? x : a)
+        case RED_LSE_MAX: FOLD((isfinite(x) && x > a) ? x : a, -INFINITY, (isfinite(x) && x > a) ? x : a)
+        case RED_LSE: FOLD(a + exp(x - h), 0.0, a + x)
         }
 #undef FOLD
     }
@@ -174,10 +180,11 @@ static int64_t int_identity(red_op op, kiln_dtype t) {
     }
 }
 
-/* Reads the node's axes (input 1 from opset `since`, else the attribute) into reduce[]; sets
- * *noop when axes are empty and noop_with_empty_axes is set. */
+/* Reads the node's axes (input 1 from opset `since`, else the attribute) into reduce[]. Empty axes
+ * mean all axes, or none when noop_with_empty_axes is set: every element is then reduced on its own
+ * (so ReduceSumSquare still squares, as the ONNX reference and onnxruntime do). */
 static kiln_status reduce_axes(const kiln_node *n, kiln_tensor *const *in, int nin, int rank, int since,
-                               bool *reduce, bool *noop) {
+                               bool *reduce) {
     int64_t axes[KILN_MAX_DIMS + 1];
     int count = 0;
     if (n->opset >= since) {
@@ -188,12 +195,8 @@ static kiln_status reduce_axes(const kiln_node *n, kiln_tensor *const *in, int n
             return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: %d axes for a tensor of rank %d", n->op_type, count, rank);
         if (count) memcpy(axes, a, (size_t)count * sizeof *a);
     }
-    *noop = false;
-    for (int d = 0; d < rank; d++) reduce[d] = count == 0;
-    if (count == 0) {
-        *noop = kiln_attr_int(n, "noop_with_empty_axes", 0) != 0;
-        return KILN_OK;
-    }
+    bool all = count == 0 && kiln_attr_int(n, "noop_with_empty_axes", 0) == 0;
+    for (int d = 0; d < rank; d++) reduce[d] = all;
     for (int i = 0; i < count; i++) {
         int a;
         if (kiln_axis_normalize(axes[i], rank, &a) != KILN_OK)
@@ -214,9 +217,8 @@ static kiln_status reduce_exec(const kiln_node *n, kiln_tensor *const *in, int n
     kiln_dtype t = x->dtype;
     bool minmax = op == RED_MAX || op == RED_MIN;
     if (!kiln_red_is_numeric(t) || (t == KILN_BOOL && !minmax)) return kiln_red_unsupported(n, t);
-    bool reduce[KILN_MAX_DIMS], noop;
-    KILN_TRY(reduce_axes(n, in, nin, x->ndim, since, reduce, &noop));
-    if (noop) return kiln_tensor_copy(out[0], x);
+    bool reduce[KILN_MAX_DIMS];
+    KILN_TRY(reduce_axes(n, in, nin, x->ndim, since, reduce));
 
     bool keepdims = kiln_attr_int(n, "keepdims", 1) != 0;
     int ond = 0;
@@ -236,7 +238,9 @@ static kiln_status reduce_exec(const kiln_node *n, kiln_tensor *const *in, int n
     bool empty = kiln_tensor_numel(x) == 0;
     red_ctx c = {.x = x, .op = op, .is_unsigned = kiln_red_is_unsigned_int(t) || t == KILN_BOOL};
     void *acc = malloc((size_t)nout * 8 * (op == RED_LSE ? 2 : 1));
-    if (!acc) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "%s: out of memory for %lld accumulators", n->op_type, (long long)nout);
+    if (!acc)
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "%s: out of memory for %lld accumulators", n->op_type,
+                          (long long)nout);
 
     if (float_path) {
         double *a = acc, init = op == RED_PROD ? 1.0 : op == RED_MAX ? -INFINITY : op == RED_MIN ? INFINITY : 0.0;

@@ -4,11 +4,10 @@
 
 #include "core/half.h"
 
-#include <math.h>
 #include <string.h>
 
-/* Runs BODY with `p` bound to t's data (offset by off) as the C type of each numeric dtype, and
- * BODY(x) given the expression reading element i of that run (f16/bf16 already widened to float). */
+/* Switches on t's dtype and expands BODY(x) in each case, x being the expression that reads element
+ * i of t's data from offset off as that dtype's C type (f16/bf16 widened to float). */
 #define RED_EACH_DTYPE(t, off, BODY)                                                               \
     switch ((t)->dtype) {                                                                          \
     case KILN_F32: { const float *p = (const float *)(t)->data + (off); BODY(p[i]); break; }      \
@@ -56,11 +55,13 @@ void kiln_red_load_i64(const kiln_tensor *t, int64_t off, int64_t n, int64_t *ds
 
 void kiln_red_store_f64(kiln_tensor *t, int64_t off, int64_t n, const double *src) {
     switch (t->dtype) {
-    case KILN_F32: { float *q = (float *)t->data + off; for (int64_t i = 0; i < n; i++) q[i] = (float)src[i]; return; }
-    case KILN_F64: { double *q = (double *)t->data + off; for (int64_t i = 0; i < n; i++) q[i] = src[i]; return; }
-    case KILN_F16: { uint16_t *q = (uint16_t *)t->data + off; for (int64_t i = 0; i < n; i++) q[i] = kiln_f32_to_f16((float)src[i]); return; }
-    case KILN_BF16: { uint16_t *q = (uint16_t *)t->data + off; for (int64_t i = 0; i < n; i++) q[i] = kiln_f32_to_bf16((float)src[i]); return; }
-    case KILN_BOOL: { uint8_t *q = (uint8_t *)t->data + off; for (int64_t i = 0; i < n; i++) q[i] = src[i] != 0; return; }
+#define STORE(T, EXPR) { T *q = (T *)t->data + off; for (int64_t i = 0; i < n; i++) q[i] = (EXPR); return; }
+    case KILN_F32: STORE(float, (float)src[i])
+    case KILN_F64: STORE(double, src[i])
+    case KILN_F16: STORE(uint16_t, kiln_f32_to_f16((float)src[i]))
+    case KILN_BF16: STORE(uint16_t, kiln_f32_to_bf16((float)src[i]))
+    case KILN_BOOL: STORE(uint8_t, src[i] != 0)
+#undef STORE
     default: break;
     }
     int64_t buf[256]; /* integer dtypes: through int64, a bounded chunk at a time */

@@ -55,6 +55,8 @@ static inline void onnx_where_pop(onnx_ctx *c, size_t saved) {
 
 /* Sets the error "<file>: <where>: <message>" and returns s. */
 kiln_status onnx_fail(onnx_ctx *c, kiln_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Prefixes the current error message (set by another module) with "<file>: <where>" and returns s. */
+kiln_status onnx_prefix(onnx_ctx *c, kiln_status s);
 /* A wire-format error at byte `at` of the buffer (KILN_ERR_PARSE). */
 kiln_status onnx_pb_fail(onnx_ctx *c, kiln_pb_err e, const uint8_t *at);
 /* Fails unless field f has wire type w; `field` names it ("op_type"). */
@@ -73,6 +75,9 @@ onnx_str onnx_peek_string(kiln_pb msg, uint32_t number);
  * the field in messages. The caller frees *out. */
 kiln_status onnx_repeated(onnx_ctx *c, kiln_pb msg, uint32_t number, kiln_pb_wire elem, const char *field,
                           uint64_t **out, size_t *n);
+
+/* The directory part of path ("." when there is none), malloc'd; NULL on out of memory. */
+char *onnx_dirname(const char *path);
 
 /* Reads a TensorProto into *out: a view into the buffer (or a mapped external-data file) when
  * zero_copy is allowed and the data is suitably aligned, otherwise an owned copy. *name (if not NULL)

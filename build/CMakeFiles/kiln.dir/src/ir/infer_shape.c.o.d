@@ -60,5 +60,5 @@ CMakeFiles/kiln.dir/src/ir/infer_shape.c.o: \
  /usr/include/x86_64-linux-gnu/bits/stdlib-float.h \
  /work/main/src/ir/op_schema.h /work/main/src/ir/graph.h \
  /work/main/src/core/arena.h /work/main/src/core/tensor.h \
- /work/main/src/ir/shape_calc.h /usr/include/string.h \
- /usr/include/strings.h
+ /work/main/src/ir/shape_calc.h /work/main/src/ir/shape_value.h \
+ /usr/include/string.h /usr/include/strings.h

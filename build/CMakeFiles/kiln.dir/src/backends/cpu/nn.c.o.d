@@ -1,5 +1,6 @@
 CMakeFiles/kiln.dir/src/backends/cpu/nn.c.o: \
  /work/main/src/backends/cpu/nn.c /usr/include/stdc-predef.h \
+ /work/main/src/backends/cpu/nn_kernels.h \
  /work/main/src/backends/cpu/cpu_kernels.h /work/main/src/core/status.h \
  /work/main/include/kiln/kiln.h \
  /usr/lib/gcc/x86_64-linux-gnu/12/include/stdbool.h \
@@ -59,4 +60,14 @@ CMakeFiles/kiln.dir/src/backends/cpu/nn.c.o: \
  /usr/include/x86_64-linux-gnu/bits/stdlib-bsearch.h \
  /usr/include/x86_64-linux-gnu/bits/stdlib-float.h \
  /work/main/src/core/tensor.h /work/main/src/ir/graph.h \
- /work/main/src/core/arena.h
+ /work/main/src/core/arena.h /work/main/src/core/half.h \
+ /usr/include/string.h /usr/include/strings.h /usr/include/math.h \
+ /usr/include/x86_64-linux-gnu/bits/math-vector.h \
+ /usr/include/x86_64-linux-gnu/bits/libm-simd-decl-stubs.h \
+ /usr/include/x86_64-linux-gnu/bits/flt-eval-method.h \
+ /usr/include/x86_64-linux-gnu/bits/fp-logb.h \
+ /usr/include/x86_64-linux-gnu/bits/fp-fast.h \
+ /usr/include/x86_64-linux-gnu/bits/mathcalls-helper-functions.h \
+ /usr/include/x86_64-linux-gnu/bits/mathcalls.h \
+ /usr/include/x86_64-linux-gnu/bits/mathcalls-narrow.h \
+ /usr/include/x86_64-linux-gnu/bits/iscanonical.h

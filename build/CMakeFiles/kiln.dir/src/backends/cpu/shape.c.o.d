@@ -1,5 +1,6 @@
 CMakeFiles/kiln.dir/src/backends/cpu/shape.c.o: \
  /work/main/src/backends/cpu/shape.c /usr/include/stdc-predef.h \
+ /work/main/src/backends/cpu/shape_util.h \
  /work/main/src/backends/cpu/cpu_kernels.h /work/main/src/core/status.h \
  /work/main/include/kiln/kiln.h \
  /usr/lib/gcc/x86_64-linux-gnu/12/include/stdbool.h \
@@ -59,4 +60,5 @@ CMakeFiles/kiln.dir/src/backends/cpu/shape.c.o: \
  /usr/include/x86_64-linux-gnu/bits/stdlib-bsearch.h \
  /usr/include/x86_64-linux-gnu/bits/stdlib-float.h \
  /work/main/src/core/tensor.h /work/main/src/ir/graph.h \
- /work/main/src/core/arena.h
+ /work/main/src/core/arena.h /usr/include/string.h /usr/include/strings.h \
+ /work/main/src/ir/shape_calc.h

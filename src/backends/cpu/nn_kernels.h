@@ -1,0 +1,57 @@
+/* nn_kernels.h — the CPU nn family: the exec functions each of its files (conv.c, pool.c, gemm.c,
+ * norm.c, nn.c) exports to the family's kernel table in nn.c, and the helpers they share. */
+#ifndef KILN_CPU_NN_KERNELS_H
+#define KILN_CPU_NN_KERNELS_H
+
+#include "backends/cpu/cpu_kernels.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define NN_EXEC(name)                                                                              \
+    kiln_status name(const kiln_node *n, kiln_tensor *const *in, int nin, kiln_tensor *const *out, int nout)
+
+/* Runs a float32 kernel on float16 / bfloat16 data: every F16/BF16 input becomes a float32
+ * temporary, fn runs, and each float32 output i with bit i set in out_mask is converted back to
+ * input 0's dtype (outputs outside the mask, such as int64 indices or float32 statistics, are
+ * moved as they are). */
+kiln_status nn_via_f32(kiln_cpu_exec_fn fn, const kiln_node *n, kiln_tensor *const *in, int nin,
+                       kiln_tensor *const *out, int nout, unsigned out_mask);
+
+/* True when some present input is float16 or bfloat16. */
+bool nn_has_half_input(kiln_tensor *const *in, int nin);
+
+/* Defines exec function `name` that runs `impl` directly on float32 (and whatever else impl
+ * accepts) and through nn_via_f32 when an input is float16 / bfloat16. */
+#define NN_FLOAT_EXEC(name, impl, out_mask)                                                        \
+    NN_EXEC(name) {                                                                                \
+        if (nn_has_half_input(in, nin)) return nn_via_f32(impl, n, in, nin, out, nout, out_mask);  \
+        return impl(n, in, nin, out, nout);                                                        \
+    }
+
+/* KILN_ERR_UNSUPPORTED naming the op, the input and its dtype, unless t is float32. */
+kiln_status nn_require_f32(const kiln_node *n, const kiln_tensor *t, int input);
+/* KILN_ERR_INVALID_ARGUMENT unless inputs [0, count) are present. */
+kiln_status nn_require_inputs(const kiln_node *n, kiln_tensor *const *in, int nin, int count);
+
+/* conv.c */
+NN_EXEC(kiln_cpu_conv);
+NN_EXEC(kiln_cpu_conv_transpose);
+/* pool.c */
+NN_EXEC(kiln_cpu_max_pool);
+NN_EXEC(kiln_cpu_average_pool);
+NN_EXEC(kiln_cpu_lp_pool);
+NN_EXEC(kiln_cpu_global_average_pool);
+NN_EXEC(kiln_cpu_global_max_pool);
+NN_EXEC(kiln_cpu_global_lp_pool);
+/* gemm.c */
+NN_EXEC(kiln_cpu_gemm);
+NN_EXEC(kiln_cpu_matmul);
+/* norm.c */
+NN_EXEC(kiln_cpu_batchnorm);
+NN_EXEC(kiln_cpu_instancenorm);
+NN_EXEC(kiln_cpu_groupnorm);
+NN_EXEC(kiln_cpu_layernorm);
+NN_EXEC(kiln_cpu_rmsnorm);
+
+#endif

@@ -1,0 +1,351 @@
+/* pool.c — CPU pooling: MaxPool (float32/float64/int8/uint8, optional Indices with either storage
+ * order), AveragePool and LpPool (float32), and the global forms, for any number of spatial dims.
+ * Float16/bfloat16 run through float32. The window geometry (pads, auto_pad, ceil_mode, dilations)
+ * comes from nn_window.c.
+ *
+ * Work is organised by output line (one position over all spatial dims but the last): for a line,
+ * the window taps over the outer dims that land inside the input give a list of input row
+ * offsets; each such row and each tap k of the last dim then updates the whole output line at
+ * once, y[ow] op= x[row + ow * stride + k * dilation - pad] over the ow range where that tap is
+ * inside the input. No per-element bounds checks remain, and the inner loops run along rows. */
+#include "backends/cpu/nn_kernels.h"
+
+#include "core/status.h"
+#include "ir/nn_window.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct pool_plan {
+    int nsp;
+    int64_t in[KILN_MAX_DIMS], out[KILN_MAX_DIMS], k[KILN_MAX_DIMS], s[KILN_MAX_DIMS], d[KILN_MAX_DIMS];
+    int64_t pb[KILN_MAX_DIMS], istr[KILN_MAX_DIMS];
+    int64_t in_size, out_size, planes, lines, L; /* L = output line length (last output dim) */
+    /* per dim i and output index o: taps [lo, hi) inside the input; hp = taps inside input + pads */
+    int64_t *lo[KILN_MAX_DIMS], *hi[KILN_MAX_DIMS], *hp[KILN_MAX_DIMS];
+    /* per tap k of the last dim: the ow range [klo, khi) where it is inside the input, and its
+     * input offset k * dilation - pad */
+    int64_t *klo, *khi, *koff;
+    int64_t *ranges; /* storage of all the tables above */
+    int64_t *rows;   /* scratch: input row offsets of one line's outer taps */
+} pool_plan;
+
+static int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+
+static int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+static void plan_free(pool_plan *p) {
+    free(p->ranges);
+    free(p->rows);
+}
+
+/* Validates X [N, C, in...], parses the window and builds the tap tables; fills the output dims. */
+static kiln_status plan_make(const kiln_node *n, const kiln_tensor *x, pool_plan *p, int64_t *odims) {
+    memset(p, 0, sizeof *p);
+    if (x->ndim < 3) return kiln_error(KILN_ERR_SHAPE, "%s input must have rank >= 3, has rank %d", n->op_type, x->ndim);
+    int nsp = x->ndim - 2, last = nsp - 1;
+    kiln_window w;
+    KILN_TRY(kiln_window_parse(n, nsp, NULL, &w));
+    if (!w.has_kernel) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s needs the kernel_shape attribute", n->op_type);
+    p->nsp = nsp;
+    p->in_size = p->out_size = 1;
+    int64_t pe[KILN_MAX_DIMS], total = 0, outer_taps = 1;
+    for (int i = 0; i < nsp; i++) {
+        p->in[i] = x->dims[2 + i];
+        p->k[i] = w.kernel[i];
+        p->s[i] = w.stride[i];
+        p->d[i] = w.dilation[i];
+        KILN_TRY(kiln_window_out(&w, i, p->in[i], &p->out[i], &p->pb[i], &pe[i]));
+        p->in_size *= p->in[i];
+        p->out_size *= p->out[i];
+        total += 3 * p->out[i];
+        if (i < last) outer_taps *= p->k[i];
+    }
+    kiln_strides(nsp, p->in, p->istr);
+    p->planes = x->dims[0] * x->dims[1];
+    p->L = p->out[last];
+    p->lines = p->L ? p->out_size / p->L : 0;
+    odims[0] = x->dims[0];
+    odims[1] = x->dims[1];
+    memcpy(odims + 2, p->out, (size_t)nsp * sizeof *odims);
+    p->ranges = malloc((size_t)(total + 3 * p->k[last] + 1) * sizeof *p->ranges);
+    p->rows = malloc((size_t)outer_taps * sizeof *p->rows);
+    if (!p->ranges || !p->rows) {
+        plan_free(p);
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "%s: out of memory", n->op_type);
+    }
+    int64_t *r = p->ranges;
+    for (int i = 0; i < nsp; i++) {
+        p->lo[i] = r;
+        p->hi[i] = r + p->out[i];
+        p->hp[i] = r + 2 * p->out[i];
+        r += 3 * p->out[i];
+        for (int64_t o = 0; o < p->out[i]; o++) {
+            int64_t start = o * p->s[i] - p->pb[i];
+            p->lo[i][o] = clamp(ceil_div(-start, p->d[i]), 0, p->k[i]);
+            p->hi[i][o] = clamp(ceil_div(p->in[i] - start, p->d[i]), p->lo[i][o], p->k[i]);
+            p->hp[i][o] = clamp(ceil_div(p->in[i] + pe[i] - start, p->d[i]), 0, p->k[i]);
+        }
+    }
+    p->klo = r;
+    p->khi = r + p->k[last];
+    p->koff = r + 2 * p->k[last];
+    for (int64_t k = 0; k < p->k[last]; k++) {
+        int64_t off = k * p->d[last] - p->pb[last], s = p->s[last];
+        p->koff[k] = off;
+        p->klo[k] = clamp(ceil_div(-off, s), 0, p->L);
+        p->khi[k] = clamp(ceil_div(p->in[last] - off, s), p->klo[k], p->L);
+    }
+    return KILN_OK;
+}
+
+/* Fills p->rows with the input offsets (within a plane) of the rows that output line oidx[0..last)
+ * reads, i.e. its window taps over the outer dims that lie inside the input; returns their count.
+ * *count_outer gets the number of outer taps inside the input (include_pad = 0) or inside the
+ * padded input (1). */
+static int64_t line_rows(const pool_plan *p, const int64_t *oidx, bool include_pad, int64_t *count_outer) {
+    int last = p->nsp - 1;
+    int64_t t[KILN_MAX_DIMS], c = 1;
+    bool empty = false;
+    for (int i = 0; i < last; i++) {
+        int64_t lo = p->lo[i][oidx[i]], hi = p->hi[i][oidx[i]];
+        c *= include_pad ? p->hp[i][oidx[i]] : hi - lo;
+        empty = empty || lo >= hi;
+        t[i] = lo;
+    }
+    *count_outer = c;
+    if (empty) return 0;
+    int64_t count = 0;
+    for (;;) {
+        int64_t base = 0;
+        for (int i = 0; i < last; i++) base += (oidx[i] * p->s[i] - p->pb[i] + t[i] * p->d[i]) * p->istr[i];
+        p->rows[count++] = base;
+        int i = last - 1;
+        for (; i >= 0; i--) {
+            if (++t[i] < p->hi[i][oidx[i]]) break;
+            t[i] = p->lo[i][oidx[i]];
+        }
+        if (i < 0) return count;
+    }
+}
+
+static void next_index(int m, const int64_t *dims, int64_t *idx) {
+    for (int i = m - 1; i >= 0; i--) {
+        if (++idx[i] < dims[i]) return;
+        idx[i] = 0;
+    }
+}
+
+/* Column-major offset within a plane of the row-major plane offset off (MaxPool storage_order 1). */
+static int64_t col_major(const pool_plan *p, int64_t off) {
+    int64_t r = 0, mul = 1, idx[KILN_MAX_DIMS];
+    for (int i = p->nsp - 1; i >= 0; i--) {
+        idx[i] = off % p->in[i];
+        off /= p->in[i];
+    }
+    for (int i = 0; i < p->nsp; i++) {
+        r += idx[i] * mul;
+        mul *= p->in[i];
+    }
+    return r;
+}
+
+/* Max over each window for element type T; ind (may be NULL) gets the flat input index of the
+ * first maximum in window order. An empty window (only with huge pads) yields LOWEST. */
+#define DEFINE_MAXPOOL(T, LOWEST)                                                                  \
+    static void maxpool_##T(pool_plan *p, const T *xd, T *yd, int64_t *ind, bool col) {            \
+        int last = p->nsp - 1;                                                                     \
+        int64_t L = p->L, s = p->s[last], kl = p->k[last];                                         \
+        for (int64_t pl = 0; pl < p->planes; pl++) {                                               \
+            const T *xp = xd + pl * p->in_size;                                                    \
+            int64_t oidx[KILN_MAX_DIMS] = {0};                                                     \
+            for (int64_t l = 0; l < p->lines; l++, next_index(last, p->out, oidx)) {               \
+                T *y = yd + pl * p->out_size + l * L;                                              \
+                int64_t *yi = ind ? ind + pl * p->out_size + l * L : NULL, unused;                 \
+                for (int64_t j = 0; j < L; j++) y[j] = (LOWEST);                                   \
+                if (yi)                                                                            \
+                    for (int64_t j = 0; j < L; j++) yi[j] = -1;                                    \
+                int64_t nrows = line_rows(p, oidx, false, &unused);                                \
+                for (int64_t r = 0; r < nrows; r++)                                                \
+                    for (int64_t k = 0; k < kl; k++) {                                             \
+                        int64_t base = p->rows[r] + p->koff[k];                                    \
+                        if (!yi) {                                                                 \
+                            for (int64_t j = p->klo[k]; j < p->khi[k]; j++)                        \
+                                y[j] = xp[base + j * s] > y[j] ? xp[base + j * s] : y[j];          \
+                        } else {                                                                   \
+                            for (int64_t j = p->klo[k]; j < p->khi[k]; j++)                        \
+                                if (yi[j] < 0 || xp[base + j * s] > y[j]) {                        \
+                                    y[j] = xp[base + j * s];                                       \
+                                    yi[j] = base + j * s;                                          \
+                                }                                                                  \
+                        }                                                                          \
+                    }                                                                              \
+                if (yi)                                                                            \
+                    for (int64_t j = 0; j < L; j++) {                                              \
+                        int64_t o = yi[j] < 0 ? 0 : yi[j];                                         \
+                        yi[j] = pl * p->in_size + (col ? col_major(p, o) : o);                     \
+                    }                                                                              \
+            }                                                                                      \
+        }                                                                                          \
+    }
+DEFINE_MAXPOOL(float, -INFINITY)
+DEFINE_MAXPOOL(double, -INFINITY)
+DEFINE_MAXPOOL(int8_t, INT8_MIN)
+DEFINE_MAXPOOL(uint8_t, 0)
+
+/* MaxPool: X [N, C, in...] -> Y [N, C, out...], Indices (int64, same shape) when requested. */
+static NN_EXEC(max_pool) {
+    KILN_TRY(nn_require_inputs(n, in, nin, 1));
+    const kiln_tensor *x = in[0];
+    kiln_tensor *y = out[0];
+    if (x->dtype != KILN_F32 && x->dtype != KILN_F64 && x->dtype != KILN_I8 && x->dtype != KILN_U8)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "MaxPool does not support %s input", kiln_dtype_name(x->dtype));
+    int64_t order = kiln_attr_int(n, "storage_order", 0);
+    if (order != 0 && order != 1)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "MaxPool storage_order must be 0 or 1, got %lld", (long long)order);
+    pool_plan p;
+    int64_t odims[KILN_MAX_DIMS];
+    KILN_TRY(plan_make(n, x, &p, odims));
+    kiln_status st = kiln_tensor_alloc(y, x->dtype, x->ndim, odims);
+    int64_t *ind = NULL;
+    if (st == KILN_OK && nout > 1 && out[1]) {
+        st = kiln_tensor_alloc(out[1], KILN_I64, x->ndim, odims);
+        ind = out[1]->data;
+    }
+    if (st != KILN_OK) {
+        plan_free(&p);
+        return st;
+    }
+    switch (x->dtype) {
+    case KILN_F32: maxpool_float(&p, x->data, y->data, ind, order == 1); break;
+    case KILN_F64: maxpool_double(&p, x->data, y->data, ind, order == 1); break;
+    case KILN_I8: maxpool_int8_t(&p, x->data, y->data, ind, order == 1); break;
+    default: maxpool_uint8_t(&p, x->data, y->data, ind, order == 1); break;
+    }
+    plan_free(&p);
+    return KILN_OK;
+}
+
+/* AveragePool (lp == 0) or LpPool (lp = p > 0) on float32. */
+static kiln_status avg_lp_pool(const kiln_node *n, kiln_tensor *const *in, int nin, kiln_tensor *const *out, float lp) {
+    KILN_TRY(nn_require_inputs(n, in, nin, 1));
+    const kiln_tensor *x = in[0];
+    KILN_TRY(nn_require_f32(n, x, 0));
+    int64_t cip = kiln_attr_int(n, "count_include_pad", 0);
+    if (cip != 0 && cip != 1)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s count_include_pad must be 0 or 1", n->op_type);
+    pool_plan p;
+    int64_t odims[KILN_MAX_DIMS];
+    KILN_TRY(plan_make(n, x, &p, odims));
+    kiln_status st = kiln_tensor_alloc(out[0], KILN_F32, x->ndim, odims);
+    if (st != KILN_OK) {
+        plan_free(&p);
+        return st;
+    }
+    int last = p.nsp - 1;
+    int64_t L = p.L, s = p.s[last], kl = p.k[last];
+    const int64_t *clo = p.lo[last], *chi = p.hi[last], *chp = p.hp[last];
+    const float *xd = x->data;
+    float *yd = out[0]->data; /* zeroed by the allocation */
+    bool avg = lp == 0.0f, p2 = lp == 2.0f, p1 = lp == 1.0f;
+    for (int64_t pl = 0; pl < p.planes; pl++) {
+        const float *xp = xd + pl * p.in_size;
+        int64_t oidx[KILN_MAX_DIMS] = {0};
+        for (int64_t l = 0; l < p.lines; l++, next_index(last, p.out, oidx)) {
+            float *y = yd + pl * p.out_size + l * L;
+            int64_t outer_count;
+            int64_t nrows = line_rows(&p, oidx, cip == 1, &outer_count);
+            for (int64_t r = 0; r < nrows; r++)
+                for (int64_t k = 0; k < kl; k++) {
+                    int64_t j0 = p.klo[k], cnt = p.khi[k] - j0;
+                    if (cnt <= 0) continue;
+                    const float *xr = xp + p.rows[r] + p.koff[k] + j0 * s; /* the tap of ow = j0 */
+                    float *yr = y + j0;
+                    if (avg)
+                        for (int64_t j = 0; j < cnt; j++) yr[j] += xr[j * s];
+                    else if (p1)
+                        for (int64_t j = 0; j < cnt; j++) yr[j] += fabsf(xr[j * s]);
+                    else if (p2)
+                        for (int64_t j = 0; j < cnt; j++) yr[j] += xr[j * s] * xr[j * s];
+                    else
+                        for (int64_t j = 0; j < cnt; j++) yr[j] += powf(fabsf(xr[j * s]), lp);
+                }
+            if (avg) {
+                for (int64_t j = 0; j < L; j++) {
+                    int64_t div = outer_count * (cip == 1 ? chp[j] : chi[j] - clo[j]);
+                    y[j] = div > 0 ? y[j] / (float)div : NAN;
+                }
+            } else if (p2) {
+                for (int64_t j = 0; j < L; j++) y[j] = sqrtf(y[j]);
+            } else if (!p1) {
+                for (int64_t j = 0; j < L; j++) y[j] = powf(y[j], 1.0f / lp);
+            }
+        }
+    }
+    plan_free(&p);
+    return KILN_OK;
+}
+
+/* The LpPool / GlobalLpPool exponent (a float attribute in opset 1, an int later); must be > 0. */
+static kiln_status lp_exponent(const kiln_node *n, float *p) {
+    *p = kiln_attr_float(n, "p", 2.0f);
+    if (!(*p > 0.0f)) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s p must be positive, got %g", n->op_type, (double)*p);
+    return KILN_OK;
+}
+
+static NN_EXEC(average_pool) {
+    if (n->opset < 19 && kiln_node_attr(n, "dilations"))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "AveragePool accepts dilations only from opset 19");
+    return avg_lp_pool(n, in, nin, out, 0.0f);
+}
+
+static NN_EXEC(lp_pool) {
+    float p;
+    KILN_TRY(lp_exponent(n, &p));
+    return avg_lp_pool(n, in, nin, out, p);
+}
+
+/* Global pools: X [N, C, D...] -> Y [N, C, 1...]; kind 'a' average, 'm' max, 'l' Lp. */
+static kiln_status global_pool(const kiln_node *n, kiln_tensor *const *in, int nin, kiln_tensor *const *out, char kind) {
+    KILN_TRY(nn_require_inputs(n, in, nin, 1));
+    const kiln_tensor *x = in[0];
+    KILN_TRY(nn_require_f32(n, x, 0));
+    if (x->ndim < 2) return kiln_error(KILN_ERR_SHAPE, "%s input must have rank >= 2, has rank %d", n->op_type, x->ndim);
+    float lp = 0.0f;
+    if (kind == 'l') KILN_TRY(lp_exponent(n, &lp));
+    int64_t odims[KILN_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) odims[i] = i < 2 ? x->dims[i] : 1;
+    KILN_TRY(kiln_tensor_alloc(out[0], KILN_F32, x->ndim, odims));
+    int64_t planes = x->dims[0] * x->dims[1], size = kiln_tensor_numel(x) / (planes ? planes : 1);
+    const float *xd = x->data;
+    float *yd = out[0]->data;
+    for (int64_t pl = 0; pl < planes; pl++) {
+        const float *xp = xd + pl * size;
+        if (kind == 'm') {
+            float m = size ? xp[0] : -INFINITY;
+            for (int64_t i = 1; i < size; i++) m = xp[i] > m ? xp[i] : m;
+            yd[pl] = m;
+        } else if (kind == 'a') {
+            double acc = 0.0;
+            for (int64_t i = 0; i < size; i++) acc += xp[i];
+            yd[pl] = size ? (float)(acc / (double)size) : NAN;
+        } else {
+            double acc = 0.0;
+            for (int64_t i = 0; i < size; i++) acc += lp == 2.0f ? (double)xp[i] * xp[i] : pow(fabs((double)xp[i]), lp);
+            yd[pl] = (float)pow(acc, 1.0 / lp);
+        }
+    }
+    return KILN_OK;
+}
+
+static NN_EXEC(global_average_pool) { return global_pool(n, in, nin, out, 'a'); }
+static NN_EXEC(global_max_pool) { return global_pool(n, in, nin, out, 'm'); }
+static NN_EXEC(global_lp_pool) { return global_pool(n, in, nin, out, 'l'); }
+
+NN_FLOAT_EXEC(kiln_cpu_max_pool, max_pool, 1u)
+NN_FLOAT_EXEC(kiln_cpu_average_pool, average_pool, 1u)
+NN_FLOAT_EXEC(kiln_cpu_lp_pool, lp_pool, 1u)
+NN_FLOAT_EXEC(kiln_cpu_global_average_pool, global_average_pool, 1u)
+NN_FLOAT_EXEC(kiln_cpu_global_max_pool, global_max_pool, 1u)
+NN_FLOAT_EXEC(kiln_cpu_global_lp_pool, global_lp_pool, 1u)
