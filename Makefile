@@ -2,9 +2,9 @@
 #
 #   make run        install what is missing, build (build/, Release), compile models/sample_cnn.onnx
 #                   into build/sample_cnn.kiln and run it on a random input
-#   make test       the same set-up, then: ctest in build/ (unit, conformance, e2e); the unit and
-#                   bad-input tests in an ASan+UBSan build (build-asan/); every fuzz target for
-#                   FUZZ_SECONDS each in a libFuzzer build (build-fuzz/)
+#   make test       the same set-up, then: ctest in build/ (unit, conformance, e2e); the unit,
+#                   bad-input and conformance tests in an ASan+UBSan build (build-asan/); every fuzz
+#                   target for FUZZ_SECONDS each in a libFuzzer build (build-fuzz/)
 #   make build      set-up and build only
 #   make clean      remove build/, build-asan/, build-fuzz/   (make distclean: also .venv/)
 #
@@ -97,12 +97,12 @@ test-build: build $(CASES_STAMP)
 	(cd $(BUILD) && ctest --output-on-failure -V -L conformance) || rc=1; \
 	exit $$rc
 
-test-asan: apt-deps $(VENV_STAMP)
+test-asan: apt-deps $(VENV_STAMP) $(CASES_STAMP)
 	@echo "==> configure and build $(ASAN_BUILD)/ (clang, AddressSanitizer + UndefinedBehaviorSanitizer)"
-	$(call configure,$(ASAN_BUILD),-DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang -DKILN_SANITIZE=ON)
+	$(call configure,$(ASAN_BUILD),-DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang -DKILN_SANITIZE=ON -DKILN_ONNX_CASES=$(CURDIR)/$(CASES))
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
-	@echo "==> ctest in $(ASAN_BUILD)/: unit and bad-input tests under the sanitizers"
-	cd $(ASAN_BUILD) && $(SANITIZER_ENV) ctest --output-on-failure -j $(JOBS) -L 'unit|badinput'
+	@echo "==> ctest in $(ASAN_BUILD)/: unit, bad-input and conformance tests under the sanitizers"
+	cd $(ASAN_BUILD) && $(SANITIZER_ENV) ctest --output-on-failure -j $(JOBS) -L 'unit|badinput|conformance'
 
 # Each executable the fuzz/ CMake project builds is a libFuzzer target. New inputs go to
 # build-fuzz/corpus/<target>/; the committed seeds in fuzz/corpus/<target>/ are only read.

@@ -71,6 +71,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "build") || !strcmp(cmd, "run")) cli_fix_blas_cpu_detection(argv);
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
         printf("kiln %s\n", kiln_version());
         return 0;

@@ -77,19 +77,22 @@ kiln_graph *kiln_graph_create(void) {
     return g;
 }
 
-static void free_attr_payload(kiln_attr *a) {
-    if (a->t) kiln_tensor_release(a->t);
-    for (int k = 0; a->tensors && k < a->n; k++) kiln_tensor_release(&a->tensors[k]);
-    if (a->g) kiln_graph_free(a->g);
-    for (int k = 0; a->graphs && k < a->n; k++) kiln_graph_free(a->graphs[k]);
+void kiln_node_release_attrs(kiln_node *n) {
+    for (int i = 0; i < n->nattrs; i++) {
+        kiln_attr *a = &n->attrs[i];
+        if (a->t) kiln_tensor_release(a->t);
+        for (int k = 0; a->tensors && k < a->n; k++) kiln_tensor_release(&a->tensors[k]);
+        if (a->g) kiln_graph_free(a->g);
+        for (int k = 0; a->graphs && k < a->n; k++) kiln_graph_free(a->graphs[k]);
+    }
+    n->nattrs = 0;
 }
 
 void kiln_graph_free(kiln_graph *g) {
     if (!g) return;
     for (int i = 0; i < g->nvalues; i++)
         if (g->values[i].constant) kiln_tensor_release(g->values[i].constant);
-    for (int i = 0; i < g->nnodes; i++)
-        for (int a = 0; a < g->nodes[i].nattrs; a++) free_attr_payload(&g->nodes[i].attrs[a]);
+    for (int i = 0; i < g->nnodes; i++) kiln_node_release_attrs(&g->nodes[i]);
     for (keepalive *k = g->keepalive, *next; k; k = next) {
         next = k->next;
         k->release(k->ptr);

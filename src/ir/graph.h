@@ -142,6 +142,8 @@ kiln_status kiln_graph_add_output(kiln_graph *g, int value_id);
 kiln_status kiln_graph_add_node(kiln_graph *g, const char *op_type, const char *domain, const char *name,
                                 int ninputs, const int *inputs, int noutputs, const int *outputs,
                                 int *node_id);
+/* Frees what node n's attributes own (tensors, subgraphs) and leaves it without attributes. */
+void kiln_node_release_attrs(kiln_node *n);
 /* Appends a zeroed attribute to node n and returns it for filling (name is copied). */
 kiln_attr *kiln_node_add_attr(kiln_graph *g, kiln_node *n, const char *name, kiln_attr_type type);
 /* The opset version the graph imports for domain ("" and "ai.onnx" are the same), or 0. */

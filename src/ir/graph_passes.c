@@ -213,8 +213,11 @@ kiln_status kiln_graph_compact(kiln_graph *g, int *removed_nodes) {
     }
     int nn2 = 0;
     for (int i = 0; i < nn; i++) {
-        if (!live_node[i]) continue;
         kiln_node *n = &g->nodes[i];
+        if (!live_node[i]) {
+            kiln_node_release_attrs(n);
+            continue;
+        }
         for (int k = 0; k < n->ninputs; k++)
             if (n->inputs[k] >= 0) n->inputs[k] = vmap[n->inputs[k]];
         for (int k = 0; k < n->noutputs; k++) {

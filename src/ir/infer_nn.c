@@ -171,6 +171,14 @@ static kiln_status infer_pool(kiln_graph *g, kiln_node *n) {
     }
     if (!kiln_node_attr(n, "kernel_shape"))
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s needs the kernel_shape attribute", n->op_type);
+    if (is_max && (uint64_t)kiln_attr_int(n, "storage_order", 0) > 1)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "MaxPool storage_order must be 0 or 1");
+    if ((uint64_t)kiln_attr_int(n, "count_include_pad", 0) > 1)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s count_include_pad must be 0 or 1", n->op_type);
+    if (!strcmp(n->op_type, "AveragePool") && n->opset < 19 && kiln_node_attr(n, "dilations"))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "AveragePool accepts dilations only from opset 19");
+    if (!strcmp(n->op_type, "LpPool") && !(kiln_attr_float(n, "p", 2.0f) > 0.0f))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "LpPool p must be positive");
     if (x->ndim < 0) {
         kiln_infer_set(g, n, 0, x->dtype, -1, NULL);
         if (is_max) kiln_infer_set(g, n, 1, KILN_I64, -1, NULL);
@@ -357,6 +365,20 @@ static kiln_status infer_groupnorm(kiln_graph *g, kiln_node *n) {
     return KILN_OK;
 }
 
+/* Fails when input i (if present with a known rank) cannot be unidirectionally broadcast to x. */
+static kiln_status check_unidirectional(const kiln_graph *g, const kiln_node *n, int i, const kiln_value *x) {
+    kiln_value *v = kiln_node_input(g, n, i);
+    if (!v || v->ndim < 0 || x->ndim < 0) return KILN_OK;
+    if (v->ndim > x->ndim)
+        return kiln_error(KILN_ERR_SHAPE, "%s: input %d has rank %d, above the rank %d of X", n->op_type, i, v->ndim,
+                          x->ndim);
+    for (int d = 0; d < v->ndim; d++) {
+        kiln_dim vd = v->dims[d], xd = x->dims[x->ndim - v->ndim + d];
+        if (!dim_is(vd, 1)) KILN_TRY(check_dim_eq(n, vd, xd, "an input cannot be broadcast to X"));
+    }
+    return KILN_OK;
+}
+
 /* LayerNormalization: Y like X; Mean and InvStdDev [d0..d(axis-1), 1..1] of the stash type. */
 static kiln_status infer_layernorm(kiln_graph *g, kiln_node *n) {
     KILN_TRY(check_dtype(g, n, 0, false));
@@ -366,6 +388,8 @@ static kiln_status infer_layernorm(kiln_graph *g, kiln_node *n) {
     kiln_dtype stash = (kiln_dtype)kiln_attr_int(n, "stash_type", KILN_F32);
     if (!is_float_dtype(stash))
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "LayerNormalization stash_type %d is not a float type", (int)stash);
+    KILN_TRY(check_unidirectional(g, n, 1, x));
+    KILN_TRY(check_unidirectional(g, n, 2, x));
     kiln_infer_copy(g, n, 0, 0);
     if (x->ndim < 0) {
         kiln_infer_set(g, n, 1, stash, -1, NULL);
@@ -387,6 +411,7 @@ static kiln_status infer_rmsnorm(kiln_graph *g, kiln_node *n) {
     kiln_value *x = kiln_node_input(g, n, 0);
     if (!x || !kiln_node_input(g, n, 1))
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "RMSNormalization needs inputs X and scale");
+    KILN_TRY(check_unidirectional(g, n, 1, x));
     if (x->ndim >= 0) {
         int axis;
         KILN_TRY(kiln_axis_normalize(kiln_attr_int(n, "axis", -1), x->ndim, &axis));

@@ -3,9 +3,9 @@
  * Transpose, Concat, Split, Expand, Tile, Identity, Dropout, DepthToSpace, SpaceToDepth). The
  * indexing ops (Slice, Gather*, Scatter*, Pad, Resize, Upsample) are in infer_shape_index.c.
  *
- * Symbolic dims are carried wherever the output dim provably equals an input dim; constant shape
- * inputs (Reshape's shape, Expand's shape, Tile's repeats, Squeeze/Unsqueeze/Split inputs) are read
- * to produce static dims. */
+ * Symbolic dims are carried wherever the output dim provably equals an input dim. Shape-like inputs
+ * (Reshape's shape, Expand's shape, Tile's repeats, Squeeze/Unsqueeze/Split lists) are read when
+ * they are constants or computed from shapes (kiln_shape_value), giving static or symbolic dims. */
 #include "ir/infer_shape_util.h"
 #include "ir/shape_calc.h"
 #include "ir/shape_value.h"
@@ -200,7 +200,6 @@ static kiln_status read_int_list(kiln_graph *g, kiln_node *n, const char *name, 
     return KILN_OK;
 }
 
-
 static kiln_status infer_squeeze(kiln_graph *g, kiln_node *n) {
     KILN_TRY(shp_need_input(g, n, 0, "data"));
     kiln_value *x = kiln_node_input(g, n, 0);
@@ -374,7 +373,8 @@ static kiln_status infer_split(kiln_graph *g, kiln_node *n) {
     if (present && known) {
         int64_t total = 0;
         for (int i = 0; i < nout; i++) {
-            if (sizes[i] < 0) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Split: negative split size %lld", (long long)sizes[i]);
+            if (sizes[i] < 0 || sizes[i] > INT64_MAX / nout)
+                return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Split: invalid split size %lld", (long long)sizes[i]);
             total += sizes[i];
         }
         if (dax.sym == 0 && total != dax.value)
@@ -454,6 +454,7 @@ static kiln_status infer_tile(kiln_graph *g, kiln_node *n) {
     kiln_infer_set(g, n, 0, x->dtype, x->ndim, out);
     return KILN_OK;
 }
+
 /* Dropout in inference: output = input; mask (bool from opset 10) all true. Training is refused. */
 static kiln_status infer_dropout(kiln_graph *g, kiln_node *n) {
     KILN_TRY(shp_need_input(g, n, 0, "data"));

@@ -1,7 +1,8 @@
 /* infer_shape_index.c — shape and type inference for the shape family's indexing and resampling ops:
  * Slice, Gather, GatherElements, GatherND, ScatterND, ScatterElements/Scatter, Pad, Resize and
- * Upsample. Registered in infer_shape.c's table. Constant starts/ends/pads/scales/sizes give static
- * dims; an axis that provably keeps its size keeps its (possibly symbolic) dim. */
+ * Upsample. Registered in infer_shape.c's table. starts/ends/pads/scales/sizes known at build time
+ * (constants, or computed from shapes: kiln_shape_value) give static or symbolic dims; an axis that
+ * provably keeps its size keeps its (possibly symbolic) dim. */
 #include "ir/infer_shape_util.h"
 #include "ir/shape_calc.h"
 #include "ir/shape_value.h"
@@ -37,7 +38,6 @@ static kiln_status get_list(kiln_graph *g, kiln_node *n, const char *attr, int i
         l->state = 1;
     return KILN_OK;
 }
-
 
 /* Output `out` gets dtype dt and rank `rank` (-1: unknown) with every dim unknown. */
 static kiln_status set_dims_unknown(kiln_graph *g, kiln_node *n, int out, kiln_dtype dt, int rank) {
@@ -79,15 +79,20 @@ kiln_status kiln_infer_slice(kiln_graph *g, kiln_node *n) {
     kiln_dim out[KILN_MAX_DIMS];
     memcpy(out, x->dims, (size_t)x->ndim * sizeof *out);
     bool vals_known = st.state == 1 && en.state == 1 && sp.state != 2;
+    /* ends computed from shapes: x[0:seq] along an axis is seq long (for a valid model, seq <= dim) */
+    kiln_dim ends[KILN_SHAPE_VALUE_MAX];
+    int ne;
+    bool sym_ends = !vals_known && st.state == 1 && sp.state != 2 && en.state == 2 &&
+                    kiln_shape_value_input(g, n, 2, ends, KILN_SHAPE_VALUE_MAX, &ne) && ne == k;
     for (int j = 0; j < k; j++) {
         kiln_dim d = x->dims[axes[j]];
-        if (!vals_known) {
-            out[axes[j]] = KILN_DIM_UNKNOWN;
-            continue;
-        }
         int64_t step = sp.state == 1 ? sp.vals[j] : 1;
         if (step == 0) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Slice: step 0 on axis %d", axes[j]);
-        if (d.sym == 0) {
+        if (sym_ends && ends[j].sym > 0 && st.vals[j] == 0 && step == 1) {
+            out[axes[j]] = ends[j];
+        } else if (!vals_known) {
+            out[axes[j]] = KILN_DIM_UNKNOWN;
+        } else if (d.sym == 0) {
             int64_t first, count;
             kiln_slice_axis(d.value, st.vals[j], en.vals[j], step, &first, &count);
             out[axes[j]] = kiln_dim_static(count);
@@ -261,8 +266,7 @@ kiln_status kiln_infer_resize(kiln_graph *g, kiln_node *n) {
     kiln_value *x = kiln_node_input(g, n, 0);
     bool upsample = !strcmp(n->op_type, "Upsample");
     const char *mode = kiln_attr_string(n, "mode", "nearest");
-    if (strcmp(mode, "nearest") && strcmp(mode, "linear") && (upsample || strcmp(mode, "cubic")) &&
-        !(upsample && !strcmp(mode, "bilinear")))
+    if (strcmp(mode, "nearest") && strcmp(mode, "linear") && (upsample || strcmp(mode, "cubic")))
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: unknown mode '%s'", n->op_type, mode);
     int scales_in = upsample ? (n->opset >= 9 ? 1 : -1) : n->opset >= 11 ? 2 : 1;
     int sizes_in = !upsample && n->opset >= 11 ? 3 : -1;
@@ -307,10 +311,13 @@ kiln_status kiln_infer_resize(kiln_graph *g, kiln_node *n) {
         /* sizes computed from shapes: their (possibly symbolic) elements are the output dims */
         kiln_dim el[KILN_SHAPE_VALUE_MAX];
         int c;
-        bool sym = nsizes == -2 && !strcmp(policy, "stretch") && kiln_shape_value_input(g, n, sizes_in, el, KILN_SHAPE_VALUE_MAX, &c) &&
-                   c == naxes;
+        bool sym = nsizes == -2 && !strcmp(policy, "stretch") &&
+                   kiln_shape_value_input(g, n, sizes_in, el, KILN_SHAPE_VALUE_MAX, &c) && c == naxes;
         for (int j = 0; j < naxes; j++) out[axes[j]] = sym ? el[j] : KILN_DIM_UNKNOWN;
     } else if (use_sizes) {
+        for (int j = 0; j < naxes; j++)
+            if (sizes.vals[j] < 0)
+                return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Resize: negative output size %lld", (long long)sizes.vals[j]);
         bool all_static = x->ndim >= 0;
         for (int j = 0; j < naxes && all_static; j++) all_static = x->dims[axes[j]].sym == 0;
         if (!strcmp(policy, "stretch")) {

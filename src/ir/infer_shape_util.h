@@ -1,6 +1,6 @@
 /* infer_shape_util.h — small helpers shared by the shape family's infer functions
  * (infer_shape.c, infer_shape_index.c): dimension arithmetic that keeps symbolic dims where it can,
- * reading constant integer inputs, and dtype checks with clear messages. */
+ * and input checks with clear messages. */
 #ifndef KILN_IR_INFER_SHAPE_UTIL_H
 #define KILN_IR_INFER_SHAPE_UTIL_H
 
@@ -8,11 +8,6 @@
 #include "ir/op_schema.h"
 
 #include <stdint.h>
-
-static inline bool shp_is_int_dtype(kiln_dtype t) {
-    return t == KILN_I64 || t == KILN_I32 || t == KILN_I16 || t == KILN_I8 || t == KILN_U8 ||
-           t == KILN_U16 || t == KILN_U32 || t == KILN_U64;
-}
 
 static inline bool shp_dim_eq(kiln_dim a, kiln_dim b) {
     return (a.sym == 0 && b.sym == 0 && a.value == b.value) || (a.sym > 0 && a.sym == b.sym);

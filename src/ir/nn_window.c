@@ -40,6 +40,10 @@ kiln_status kiln_window_parse(const kiln_node *n, int nsp, const int64_t *weight
                                       (long long)w->kernel[i], (long long)weight_kernel[i]);
         w->has_kernel = true;
     } else if (weight_kernel) {
+        for (int i = 0; i < nsp; i++)
+            if (weight_kernel[i] < 1)
+                return kiln_error(KILN_ERR_SHAPE, "the weights have an empty kernel (spatial dim %d is %lld)", i,
+                                  (long long)weight_kernel[i]);
         memcpy(w->kernel, weight_kernel, (size_t)nsp * sizeof *w->kernel);
         w->has_kernel = true;
     }

@@ -14,7 +14,8 @@
 /* The elements of integer value `vid` (rank 0 or 1, at most cap of them) as dims: static when known
  * at build time, symbolic when the element is a symbolic dimension of some tensor (read through
  * Shape), unknown otherwise. Looks through constants, Shape, Size, Concat, Gather, Slice, Squeeze,
- * Unsqueeze, Reshape, Identity, Cast, and Add/Sub/Mul/Div/Max/Min of known elements.
+ * Unsqueeze, Reshape, Identity, Cast, ConstantOfShape, Where, and Add/Sub/Mul/Div/Max/Min/Equal of
+ * known elements (an Equal or Where condition list holds 0/1).
  * Returns false when not even the number of elements is known. */
 bool kiln_shape_value(const kiln_graph *g, int vid, kiln_dim *elems, int cap, int *count);
 

@@ -44,6 +44,19 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Under AddressSanitizer the sanitizer owns the crash signals; the runner uses its death callback. */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KILN_CONF_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define KILN_CONF_ASAN 1
+#endif
+#ifdef KILN_CONF_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 #define SLOW_CASE_SECONDS 10.0
 #define HANG_CASE_SECONDS 300 /* a case still running after this is reported and the run aborted */
 #define STR_(x) #x
@@ -165,14 +178,22 @@ static void set_reason(char *reason, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* The first line of kiln_last_error(), at most 200 characters (into buf). */
+/* kiln_last_error() on one line (line breaks become "; "), at most 240 characters, into buf. */
 static const char *last_error_line(char *buf, size_t cap) {
     const char *m = kiln_last_error();
-    size_t n = strcspn(m, "\n");
-    if (n > 200) n = 200;
-    if (n >= cap) n = cap - 1;
-    memcpy(buf, m, n);
-    buf[n] = '\0';
+    size_t k = 0, limit = cap - 1 < 240 ? cap - 1 : 240;
+    for (; *m && k < limit; m++) {
+        if (*m == '\n') {
+            while (m[1] == ' ' || m[1] == '\n') m++;
+            if (m[1] && k + 2 < limit) {
+                buf[k++] = ';';
+                buf[k++] = ' ';
+            }
+        } else {
+            buf[k++] = *m;
+        }
+    }
+    buf[k] = '\0';
     return buf;
 }
 
@@ -846,6 +867,23 @@ static void write_str(const char *s) {
     (void)w;
 }
 
+static void on_hang(int sig) {
+    (void)sig;
+    write_str("\nkiln_conformance: HANG: case ");
+    write_str((const char *)g_current_case);
+    write_str(" still running after " STR(HANG_CASE_SECONDS) " s; aborting the run\n");
+    _exit(3);
+}
+
+#ifdef KILN_CONF_ASAN
+/* Called by the sanitizer runtime just before it ends the process on a report. */
+static void on_sanitizer_death(void) {
+    write_str("\nkiln_conformance: sanitizer report in case ");
+    write_str((const char *)g_current_case);
+    write_str("\n");
+}
+#else
+/* Names the case, then dies of the same signal. */
 static void on_crash(int sig) {
     write_str("\nkiln_conformance: CRASH (");
     write_str(sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : sig == SIGFPE ? "SIGFPE"
@@ -856,28 +894,14 @@ static void on_crash(int sig) {
     signal(sig, SIG_DFL);
     raise(sig);
 }
-
-static void on_hang(int sig) {
-    (void)sig;
-    write_str("\nkiln_conformance: HANG: case ");
-    write_str((const char *)g_current_case);
-    write_str(" still running after " STR(HANG_CASE_SECONDS) " s; aborting the run\n");
-    _exit(3);
-}
-
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define KILN_CONF_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define KILN_CONF_ASAN 1
 #endif
 
-/* Installs the crash handlers (except under AddressSanitizer, which reports crashes itself) and the
- * hang watchdog. */
+/* Installs the crash reporting (signal handlers; under AddressSanitizer, which handles the signals
+ * itself, its death callback instead) and the hang watchdog. */
 static void install_handlers(void) {
-#ifndef KILN_CONF_ASAN
+#ifdef KILN_CONF_ASAN
+    __sanitizer_set_death_callback(on_sanitizer_death);
+#else
     int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) signal(sigs[i], on_crash);
 #endif
@@ -913,6 +937,95 @@ static bool read_required(const char *path, strlist *out) {
     }
     fclose(f);
     return true;
+}
+
+/* Reads the case's model, finds its op and whether the --required gate applies, then runs it
+ * (timed, under the hang watchdog). */
+static void check_case(const char *cases_dir, case_result *r, const strlist *required) {
+    char path[PATH_CAP];
+    xpath(path, "%s/%s/model.onnx", cases_dir, r->name);
+    model_info mi;
+    if (!model_info_read(path, &mi)) {
+        r->op = xstrdup("?");
+        r->v = V_FAIL;
+        set_reason(r->reason, "model.onnx cannot be read or is not a ModelProto");
+        return;
+    }
+    char *base = expanded_base(r->name);
+    model_info bi;
+    xpath(path, "%s/%s/model.onnx", cases_dir, base ? base : "");
+    if (base && model_info_read(path, &bi)) {
+        r->op = xstrdup(op_for_case(base, &bi.op_types));
+        model_info_free(&bi);
+    } else {
+        r->op = xstrdup(op_for_case(base ? base : r->name, &mi.op_types));
+    }
+    if (base && strlist_has(required, r->op)) {
+        size_t k = 0;
+        for (int j = 0; j < mi.all_ops.n; j++)
+            if (!strlist_has(required, mi.all_ops.v[j]) && k + 2 < REASON_CAP)
+                k += (size_t)snprintf(r->ungated + k, REASON_CAP - k, "%s%s", k ? ", " : "uses ",
+                                      mi.all_ops.v[j]);
+    }
+    free(base);
+
+    g_current_case = r->name;
+    alarm(HANG_CASE_SECONDS);
+    double t0 = now_seconds();
+    run_case(cases_dir, r, &mi);
+    r->seconds = now_seconds() - t0;
+    alarm(0);
+    g_current_case = "";
+    model_info_free(&mi);
+}
+
+/* One line per case for --verbose. */
+static void print_case(const case_result *r) {
+    if (r->out_of_scope)
+        printf("%-60s %-22s out-of-scope (%s): %s%s%s  %.2fs\n", r->name, r->op, r->scope_reason,
+               verdict_names[r->v], r->reason[0] ? ": " : "", r->reason, r->seconds);
+    else
+        printf("%-60s %-22s %s%s%s  %.2fs\n", r->name, r->op, verdict_names[r->v], r->reason[0] ? ": " : "",
+               r->reason, r->seconds);
+    fflush(stdout);
+}
+
+/* Counts the results per op, prints the table sorted by op with totals, and returns the rows
+ * (*nrows of them; caller frees). */
+static op_row *print_table(const case_result *res, int n, const strlist *required, int *nrows) {
+    op_row *rows = calloc((size_t)n, sizeof *rows);
+    if (!rows) die("out of memory");
+    int nr = 0;
+    for (int i = 0; i < n; i++) {
+        int k = 0;
+        while (k < nr && strcmp(rows[k].op, res[i].op) != 0) k++;
+        if (k == nr) {
+            rows[nr].op = res[i].op;
+            rows[nr].required = strlist_has(required, res[i].op);
+            nr++;
+        }
+        if (res[i].out_of_scope)
+            rows[k].oos++;
+        else
+            rows[k].count[res[i].v]++;
+    }
+    qsort(rows, (size_t)nr, sizeof *rows, cmp_row);
+    int tot[V_NCOUNT] = {0}, tot_oos = 0;
+    printf("\n%-28s %6s %6s %12s %13s\n", "op", "pass", "fail", "unsupported", "out-of-scope");
+    printf("%-28s %6s %6s %12s %13s\n", "----------------------------", "------", "------", "------------",
+           "-------------");
+    for (int k = 0; k < nr; k++) {
+        char label[64];
+        snprintf(label, sizeof label, "%s%s", rows[k].op, rows[k].required ? " *" : "");
+        printf("%-28s %6d %6d %12d %13d\n", label, rows[k].count[V_PASS], rows[k].count[V_FAIL],
+               rows[k].count[V_UNSUPPORTED], rows[k].oos);
+        for (int v = 0; v < V_NCOUNT; v++) tot[v] += rows[k].count[v];
+        tot_oos += rows[k].oos;
+    }
+    printf("%-28s %6d %6d %12d %13d\n", "total", tot[V_PASS], tot[V_FAIL], tot[V_UNSUPPORTED], tot_oos);
+    printf("%d cases, %d ops%s\n", n, nr, required->n ? "; * = required op" : "");
+    *nrows = nr;
+    return rows;
 }
 
 /* The --required gate: lists every in-scope case of a required op that did not pass and returns 1
@@ -1019,96 +1132,26 @@ int main(int argc, char **argv) {
     case_result *res = calloc((size_t)names.n, sizeof *res);
     if (!res) die("out of memory");
     for (int i = 0; i < names.n; i++) {
-        case_result *r = &res[i];
-        r->name = names.v[i];
-        char path[PATH_CAP];
-        xpath(path, "%s/%s/model.onnx", cases_dir, r->name);
-        model_info mi;
-        if (!model_info_read(path, &mi)) {
-            r->op = xstrdup("?");
-            r->v = V_FAIL;
-            set_reason(r->reason, "model.onnx cannot be read or is not a ModelProto");
-            continue;
-        }
-        char *base = expanded_base(r->name);
-        model_info bi;
-        xpath(path, "%s/%s/model.onnx", cases_dir, base ? base : "");
-        if (base && model_info_read(path, &bi)) {
-            r->op = xstrdup(op_for_case(base, &bi.op_types));
-            model_info_free(&bi);
-        } else {
-            r->op = xstrdup(op_for_case(base ? base : r->name, &mi.op_types));
-        }
-        if (base && strlist_has(&required, r->op)) {
-            size_t k = 0;
-            for (int j = 0; j < mi.all_ops.n; j++)
-                if (!strlist_has(&required, mi.all_ops.v[j]) && k + 2 < REASON_CAP)
-                    k += (size_t)snprintf(r->ungated + k, REASON_CAP - k, "%s%s", k ? ", " : "uses ",
-                                          mi.all_ops.v[j]);
-        }
-        free(base);
-
-        g_current_case = r->name;
-        alarm(HANG_CASE_SECONDS);
-        double t0 = now_seconds();
-        run_case(cases_dir, r, &mi);
-        r->seconds = now_seconds() - t0;
-        alarm(0);
-        model_info_free(&mi);
-        if (verbose) {
-            if (r->out_of_scope)
-                printf("%-60s %-22s out-of-scope (%s): %s%s%s  %.2fs\n", r->name, r->op, r->scope_reason,
-                       verdict_names[r->v], r->reason[0] ? ": " : "", r->reason, r->seconds);
-            else
-                printf("%-60s %-22s %s%s%s  %.2fs\n", r->name, r->op, verdict_names[r->v],
-                       r->reason[0] ? ": " : "", r->reason, r->seconds);
-            fflush(stdout);
-        }
+        res[i].name = names.v[i];
+        check_case(cases_dir, &res[i], &required);
+        if (verbose) print_case(&res[i]);
     }
-    g_current_case = "";
-
-    /* per-op table */
-    op_row *rows = calloc((size_t)names.n, sizeof *rows);
-    if (!rows) die("out of memory");
     int nrows = 0;
-    for (int i = 0; i < names.n; i++) {
-        int k = 0;
-        while (k < nrows && strcmp(rows[k].op, res[i].op) != 0) k++;
-        if (k == nrows) {
-            rows[nrows].op = res[i].op;
-            rows[nrows].required = strlist_has(&required, res[i].op);
-            nrows++;
-        }
-        if (res[i].out_of_scope)
-            rows[k].oos++;
-        else
-            rows[k].count[res[i].v]++;
-    }
-    qsort(rows, (size_t)nrows, sizeof *rows, cmp_row);
-    int tot[V_NCOUNT] = {0}, tot_oos = 0;
-    printf("\n%-28s %6s %6s %12s %13s\n", "op", "pass", "fail", "unsupported", "out-of-scope");
-    printf("%-28s %6s %6s %12s %13s\n", "----------------------------", "------", "------", "------------",
-           "-------------");
-    for (int k = 0; k < nrows; k++) {
-        char label[64];
-        snprintf(label, sizeof label, "%s%s", rows[k].op, rows[k].required ? " *" : "");
-        printf("%-28s %6d %6d %12d %13d\n", label, rows[k].count[V_PASS], rows[k].count[V_FAIL],
-               rows[k].count[V_UNSUPPORTED], rows[k].oos);
-        for (int v = 0; v < V_NCOUNT; v++) tot[v] += rows[k].count[v];
-        tot_oos += rows[k].oos;
-    }
-    printf("%-28s %6d %6d %12d %13d\n", "total", tot[V_PASS], tot[V_FAIL], tot[V_UNSUPPORTED], tot_oos);
-    printf("%d cases, %d ops%s\n", names.n, nrows, required.n ? "; * = required op" : "");
+    op_row *rows = print_table(res, names.n, &required, &nrows);
 
     for (int i = 0; i < names.n; i++)
         if (res[i].seconds > SLOW_CASE_SECONDS)
             printf("SLOW: %s took %.1f s (> %.0f s)\n", res[i].name, res[i].seconds, SLOW_CASE_SECONDS);
 
     if (list_failures) {
+        int listed = 0;
         printf("\nfailing / unsupported in-scope cases:\n");
-        for (int i = 0; i < names.n; i++)
-            if (!res[i].out_of_scope && res[i].v != V_PASS)
-                printf("  %-58s %-22s %s: %s\n", res[i].name, res[i].op, verdict_names[res[i].v], res[i].reason);
+        for (int i = 0; i < names.n; i++) {
+            if (res[i].out_of_scope || res[i].v == V_PASS) continue;
+            printf("  %-58s %-22s %s: %s\n", res[i].name, res[i].op, verdict_names[res[i].v], res[i].reason);
+            listed++;
+        }
+        if (!listed) printf("  none\n");
     }
 
     int status = required.n ? check_required(res, names.n, &required, rows, nrows, filters.n > 0) : 0;

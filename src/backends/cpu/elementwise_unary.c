@@ -2,7 +2,8 @@
  * IsNaN/IsInf, Not, BitwiseNot) and Clip.
  *
  * Each op is a table of typed loops y[i] = f(x[i]) over dense data, one per dtype it supports. Float
- * loops are written once over a type T with <tgmath.h>, giving the float32 and float64 versions;
+ * loops are written once over a type T with <tgmath.h>, giving the float32 and float64 versions,
+ * except that float32 Sigmoid, Tanh, Erf, Gelu and Mish use the vector math of elementwise_vmath.h;
  * float16/bfloat16 run the float32 loop on converted chunks. Attributes are read once per call into
  * un_params. Integer loops wrap like two's complement hardware instead of overflowing (UB in C). */
 #include "backends/cpu/elementwise_util.h"
@@ -158,7 +159,7 @@ UN_FLOAT(cosh, COSH_F)
 UN_FLOAT(asinh, ASINH_F)
 UN_FLOAT(acosh, ACOSH_F)
 UN_FLOAT(atanh, ATANH_F)
-UN_DEF(erf, f64, double, ERF_F)
+UN_DEF(erf, f64, double, ERF_F) /* erf, tanh, sigmoid, mish, gelu: float32 above, on vectors */
 UN_DEF(tanh, f64, double, TANH_F)
 UN_DEF(sigmoid, f64, double, SIGMOID_F)
 UN_FLOAT(leaky, LEAKY_F)
@@ -179,7 +180,7 @@ UN_FLOAT(round, ROUND_F)
 #define ISNAN_F(v) ((v) != (v))
 #define ISINF_F(v) ((p->flag_b && (v) == (T)INFINITY) || (p->flag_a && (v) == -(T)INFINITY))
 /* Float -> bool predicates. */
-#define UN_PRED(name, sfx, TT, OP)                                                           \
+#define UN_PRED(name, sfx, TT, OP)                                                                 \
     static void name##_##sfx(const void *xv, void *yv, int64_t n, const un_params *p) {           \
         typedef TT T;                                                                              \
         const T *x = xv;                                                                           \

@@ -15,6 +15,17 @@ static inline void copy_block(char *dst, const char *src, size_t nbytes, size_t 
     else memcpy(dst, src, nbytes);
 }
 
+/* dst[j] = src[idx[j]] for one row of nidx indices (checked already), elements of C type T. */
+#define GATHER_ROW(T)                                                                                          \
+    do {                                                                                                       \
+        const T *s_ = (const T *)src;                                                                          \
+        T *d_ = (T *)dst;                                                                                      \
+        for (int64_t j = 0; j < nidx; j++) {                                                                   \
+            int64_t i = shp_index_at(idx, j);                                                                  \
+            d_[j] = s_[i < 0 ? i + adim : i];                                                                  \
+        }                                                                                                      \
+    } while (0)
+
 kiln_status kiln_cpu_shape_gather(const kiln_node *n, kiln_tensor *const *in, int nin, kiln_tensor *const *out, int nout) {
     const kiln_tensor *x = in[0], *idx = in[1];
     KILN_TRY(kiln_cpu_shape_check_dtype(n, x));
@@ -36,6 +47,16 @@ kiln_status kiln_cpu_shape_gather(const kiln_node *n, kiln_tensor *const *in, in
     size_t block = (size_t)kiln_numel(r - axis - 1, x->dims + axis + 1) * es;
     const char *src = x->data;
     char *dst = out[0]->data;
+    if (block == es && (es == 1 || es == 2 || es == 4 || es == 8)) { /* single elements: a typed loop */
+        for (int64_t b = 0; b < outer; b++, src += (size_t)adim * es, dst += (size_t)nidx * es)
+            switch (es) {
+            case 1: GATHER_ROW(uint8_t); break;
+            case 2: GATHER_ROW(uint16_t); break;
+            case 4: GATHER_ROW(uint32_t); break;
+            default: GATHER_ROW(uint64_t); break;
+            }
+        return KILN_OK;
+    }
     for (int64_t b = 0; b < outer; b++, src += (size_t)adim * block)
         for (int64_t j = 0; j < nidx; j++, dst += block) {
             int64_t i = shp_index_at(idx, j);

@@ -96,50 +96,57 @@ kiln_status nn_via_f32(kiln_cpu_exec_fn fn, const kiln_node *n, kiln_tensor *con
 
 typedef enum { SM_SOFTMAX, SM_LOGSOFTMAX, SM_HARDMAX } sm_kind;
 
-/* exp(x) for x <= 88.37 (larger values clamp there; softmax only passes x - max <= 0): range
- * reduction x = n ln2 + r with |r| <= ln2 / 2, the degree-7 Taylor polynomial of e^r, and 2^n put
- * in the exponent bits; below ln(FLT_MIN) the result is 0. Relative error about 1e-7. Written
- * branch-free so the row loop below vectorizes. */
-static inline float exp_lane(float x) {
+/* 4-lane float32 vectors (GCC/Clang vector extensions; SSE2 on baseline x86-64). */
+typedef float nn_v4f __attribute__((vector_size(16)));
+typedef int32_t nn_v4i __attribute__((vector_size(16)));
+
+/* m ? a : b per lane (m all ones or zero, from a vector comparison). */
+static inline nn_v4f v4_select(nn_v4i m, nn_v4f a, nn_v4f b) { return (nn_v4f)((m & (nn_v4i)a) | (~m & (nn_v4i)b)); }
+
+/* e^x per lane for x <= 88.37 (larger values clamp there; softmax only passes x - max <= 0):
+ * x = n ln2 + r with |r| <= ln2 / 2, the degree-7 Taylor polynomial of e^r, 2^n put in the exponent
+ * bits; below ln(FLT_MIN) the result is exactly 0 (so masked -inf logits give 0). Relative error
+ * about 1e-7; NaN propagates. */
+static inline nn_v4f v4_exp(nn_v4f x) {
     const float hi = 88.3762626647949f, lo = -87.3365478515625f, magic = 12582912.0f; /* 1.5 * 2^23 */
-    float xc = x > hi ? hi : x;
-    xc = xc < lo ? lo : xc;
-    float t = xc * 1.44269504088896341f + magic, nf = t - magic; /* nf = round(x / ln2) */
-    int32_t ti;
-    memcpy(&ti, &t, sizeof ti);
-    int32_t n = ti - 0x4B400000; /* the integer in t's low mantissa bits */
-    float r = xc - nf * 0.693145751953125f - nf * 1.42860682030941723212e-6f; /* ln2 split in two */
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
+    nn_v4i nan = x != x, under = x < lo;
+    nn_v4f xc = v4_select(x > hi, (nn_v4f){hi, hi, hi, hi}, x);
+    xc = v4_select(under | nan, (nn_v4f){0, 0, 0, 0}, xc);
+    nn_v4f t = xc * 1.44269504088896341f + magic, nf = t - magic; /* nf = round(x / ln2) */
+    nn_v4i n = (nn_v4i)t - 0x4B400000;                            /* its integer value */
+    nn_v4f r = xc - nf * 0.693145751953125f - nf * 1.42860682030941723212e-6f; /* ln2 in two parts */
+    nn_v4f p = r * (1.0f / 5040.0f) + 1.0f / 720.0f;
     p = p * r + 1.0f / 120.0f;
     p = p * r + 1.0f / 24.0f;
     p = p * r + 1.0f / 6.0f;
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    int32_t bits = (n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    float y = x < lo ? 0.0f : p * scale;
-    return x != x ? x : y;
+    nn_v4f y = p * (nn_v4f)((n + 127) << 23);
+    y = v4_select(under, (nn_v4f){0, 0, 0, 0}, y);
+    return v4_select(nan, x, y);
 }
 
-/* y[j] = exp(x[j] - sub) for j in [0, n); returns their sum. Blocks of 8 lanes (vectorized). */
-static float exp_row(float *restrict y, const float *restrict x, int64_t n, float sub) {
-    float acc[8] = {0}, s = 0.0f;
+/* y[j] = exp(x[j] - sub) for j in [0, n); returns their sum. */
+static float exp_row(float *y, const float *x, int64_t n, float sub) {
+    nn_v4f acc = {0, 0, 0, 0}, v;
     int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int k = 0; k < 8; k++) {
-            float e = exp_lane(x[j + k] - sub);
-            y[j + k] = e;
-            acc[k] += e;
-        }
-    for (; j < n; j++) {
-        y[j] = exp_lane(x[j] - sub);
-        s += y[j];
+    for (; j + 4 <= n; j += 4) {
+        memcpy(&v, x + j, sizeof v);
+        v = v4_exp(v - sub);
+        memcpy(y + j, &v, sizeof v);
+        acc += v;
     }
-    for (int k = 0; k < 8; k++) s += acc[k];
-    return s;
+    if (j < n) { /* the tail, padded with -inf (whose exp is 0) */
+        float tail[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+        memcpy(tail, x + j, (size_t)(n - j) * sizeof *tail);
+        memcpy(&v, tail, sizeof v);
+        v = v4_exp(v - sub);
+        memcpy(tail, &v, sizeof v);
+        memcpy(y + j, tail, (size_t)(n - j) * sizeof *tail);
+        acc += v;
+    }
+    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
 /* Softmax / LogSoftmax of float32 rows of len contiguous elements (the inner == 1 case). */
@@ -209,7 +216,7 @@ static void softmax_rows_f32(const float *restrict xd, float *restrict yd, int64
             }                                                                                      \
         }                                                                                          \
     }
-DEFINE_SOFTMAX(float, exp_lane, logf)
+DEFINE_SOFTMAX(float, expf, logf)
 DEFINE_SOFTMAX(double, exp, log)
 
 /* Softmax / LogSoftmax / Hardmax (float32, float64) over X seen as [outer, len, inner]: before

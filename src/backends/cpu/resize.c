@@ -265,7 +265,7 @@ static kiln_status resize_nearest(const resize_params *p, const kiln_tensor *x, 
         if (row == prev_row) { /* upsampling repeats the previous output row */
             memcpy(dst, dst - L * (int64_t)es, (size_t)L * es);
         } else {
-            const char *s = src + row * (int64_t)es;
+            const char *s = row >= 0 ? src + row * (int64_t)es : src;
             for (int64_t o = 0; o < L; o++) {
                 int64_t i = maps[r - 1][o];
                 shp_copy_elem(dst + o * (int64_t)es, row < 0 || i < 0 ? (const void *)ext : (const void *)(s + i * (int64_t)es), es);

@@ -73,7 +73,8 @@ void kiln_cpu_copy_strided(size_t es, int r, const int64_t *dims, const void *sr
         if (!block) strided_row(es, d[k - 1], s, ss[k - 1], t, ds[k - 1]);
         else if (d[k - 1] >= TILE / 4) tiled_2d(es, d[k - 2], d[k - 1], s, ss[k - 2], ss[k - 1], t, ds[k - 2], ds[k - 1]);
         else
-            for (int64_t j = 0; j < d[k - 1]; j++) strided_row(es, d[k - 2], s + j * ss[k - 1] * e, 1, t + j * ds[k - 1] * e, ds[k - 2]);
+            for (int64_t j = 0; j < d[k - 1]; j++)
+                strided_row(es, d[k - 2], s + j * ss[k - 1] * e, 1, t + j * ds[k - 1] * e, ds[k - 2]);
         int j = outer - 1;
         for (; j >= 0; j--) {
             so += ss[j];

@@ -22,6 +22,7 @@ enum { A_NAME = 1, A_F = 2, A_I = 3, A_S = 4, A_T = 5, A_G = 6, A_FLOATS = 7, A_
        A_TENSORS = 10, A_GRAPHS = 11, A_TP = 14, A_TYPE_PROTOS = 15, A_TYPE = 20, A_REF_ATTR_NAME = 21,
        A_SPARSE_TENSOR = 22, A_SPARSE_TENSORS = 23 };
 enum { V_NAME = 1, V_TYPE = 2 };
+enum { TENSOR_NAME = 8 };
 enum { TP_TENSOR = 1, TP_SEQUENCE = 4, TP_MAP = 5, TP_OPAQUE = 7, TP_SPARSE = 8, TP_OPTIONAL = 9 };
 
 /* The graphs enclosing the one being imported, innermost first (for outer-scope references). */
@@ -107,14 +108,14 @@ static kiln_status read_type(onnx_ctx *c, kiln_pb tp, kiln_graph *g, vtype *t) {
             tensor = f.data;
             has_tensor = true;
             break;
-        case TP_SEQUENCE: kind = "sequence"; break;
-        case TP_MAP: kind = "map"; break;
-        case TP_OPTIONAL: kind = "optional"; break;
-        case TP_SPARSE: kind = "sparse tensor"; break;
-        case TP_OPAQUE: kind = "opaque"; break;
+        case TP_SEQUENCE: kind = "a sequence"; break;
+        case TP_MAP: kind = "a map"; break;
+        case TP_OPTIONAL: kind = "an optional"; break;
+        case TP_SPARSE: kind = "a sparse tensor"; break;
+        case TP_OPAQUE: kind = "an opaque"; break;
         default: break;
         }
-        if (kind) return onnx_fail(c, KILN_ERR_UNSUPPORTED, "has a %s type; kiln supports tensor values only", kind);
+        if (kind) return onnx_fail(c, KILN_ERR_UNSUPPORTED, "has %s type; kiln supports tensor values only", kind);
     }
     if (!has_tensor) return KILN_OK;
     while (!kiln_pb_done(&tensor)) {
@@ -589,7 +590,7 @@ static kiln_status import_initializers(onnx_ctx *c, kiln_pb msg, kiln_graph *g) 
     while (!kiln_pb_done(&msg)) {
         KILN_TRY(onnx_next(c, &msg, &f));
         if (f.number != G_INITIALIZER) continue;
-        size_t saved = onnx_where_push(c, "initializer", onnx_peek_string(f.data, 8));
+        size_t saved = onnx_where_push(c, "initializer", onnx_peek_string(f.data, TENSOR_NAME));
         kiln_tensor t;
         onnx_str nm;
         const char *name = NULL;
@@ -599,8 +600,11 @@ static kiln_status import_initializers(onnx_ctx *c, kiln_pb msg, kiln_graph *g) 
         if (s == KILN_OK) s = name_dup(c, g, nm, "initializer name", &name);
         if (s == KILN_OK && kiln_graph_find_value(g, name) >= 0)
             s = onnx_fail(c, KILN_ERR_PARSE, "initializer is defined twice");
-        if (s == KILN_OK && (s = kiln_graph_value(g, name, &id)) == KILN_OK) s = kiln_graph_set_constant(g, id, &t);
-        else if (s == KILN_OK) s = onnx_prefix(c, s);
+        if (s == KILN_OK) {
+            s = kiln_graph_value(g, name, &id);
+            if (s == KILN_OK) s = kiln_graph_set_constant(g, id, &t);
+            if (s != KILN_OK) s = onnx_prefix(c, s);
+        }
         kiln_tensor_release(&t);
         if (s != KILN_OK) return s;
         onnx_where_pop(c, saved);

@@ -160,7 +160,7 @@ kiln_pb_err kiln_pb_next(kiln_pb *r, kiln_pb_field *f) {
         const uint8_t *content_end = NULL;
         e = skip_group(&t, f->number, &content_end);
         if (!e) f->data.end = content_end;
-        if (e) r->p = t.p; /* skip_group leaves t at the problem */
+        *r = t; /* past the group, or (on error) at the problem skip_group found */
         return e;
     }
     case KILN_PB_EGROUP: return KILN_PB_UNMATCHED_GROUP; /* r->p stays at the tag */
