@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \
@@ -72,6 +73,7 @@ static buffer *run_once(kiln_engine *e, int64_t sym_size, unsigned seed) {
 int main(int argc, char **argv) {
     CHECK(argc == 3, "usage: test_roundtrip MODEL.onnx WORKDIR");
     char path[4096];
+    mkdir(argv[2], 0777); /* may exist */
     snprintf(path, sizeof path, "%s/roundtrip.kiln", argv[2]);
     kiln_engine *built, *loaded;
     CHECK(kiln_build_onnx(argv[1], NULL, &built) == KILN_OK, "build %s", argv[1]);
