@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -12,12 +13,16 @@ static const char *USAGE =
     "\n"
     "options:\n"
     "  -o, --output FILE   engine file to write (default: MODEL with .kiln instead of .onnx)\n"
-    "  --target cpu        the backend to build for (default: cpu)\n"
+    "  --target cpu|cuda   the backend to build for (default: cpu)\n"
+    "  --fp16, --bf16      compute floating-point tensors in half precision (target cuda)\n"
+    "  --device N          the GPU to build for (default 0)\n"
     "  --verbose           log every graph change the build makes\n"
     "  -h, --help          this help\n";
 
 int kiln_cmd_build(int argc, char **argv) {
     const char *model = NULL, *output = NULL, *target = "cpu";
+    kiln_precision precision = KILN_PRECISION_FP32;
+    int device = 0;
     bool verbose = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -30,6 +35,12 @@ int kiln_cmd_build(int argc, char **argv) {
         } else if (!strcmp(a, "--target")) {
             if (++i >= argc) return cli_usage_error("build ", "--target needs a value");
             target = argv[i];
+        } else if (!strcmp(a, "--fp16") || !strcmp(a, "--bf16") || !strcmp(a, "--fp32")) {
+            precision = !strcmp(a, "--fp16") ? KILN_PRECISION_FP16 : !strcmp(a, "--bf16") ? KILN_PRECISION_BF16 : KILN_PRECISION_FP32;
+        } else if (!strcmp(a, "--device")) {
+            char *end;
+            if (++i >= argc || (device = (int)strtol(argv[i], &end, 10)) < 0 || *end)
+                return cli_usage_error("build ", "--device needs a GPU number");
         } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
             verbose = true;
         } else if (a[0] == '-') {
@@ -50,7 +61,7 @@ int kiln_cmd_build(int argc, char **argv) {
     }
     if (verbose) kiln_log_set_level(KILN_LOG_VERBOSE);
     double t0 = cli_now_ms();
-    kiln_build_options opts = {.target = target, .verbose = verbose};
+    kiln_build_options opts = {.target = target, .precision = precision, .device = device, .verbose = verbose};
     kiln_engine *e;
     if (kiln_build_onnx(model, &opts, &e) != KILN_OK) return cli_fail();
     double t1 = cli_now_ms();

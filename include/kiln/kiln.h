@@ -95,9 +95,19 @@ void kiln_log_set_callback(kiln_log_fn fn, void *user);
 typedef struct kiln_engine kiln_engine;
 typedef struct kiln_context kiln_context;
 
+/* The precision an engine computes floating-point tensors in. Inputs and outputs keep the model's
+ * types; FP16/BF16 engines accumulate reductions, normalizations and softmax in FP32. */
+typedef enum kiln_precision {
+    KILN_PRECISION_FP32 = 0,
+    KILN_PRECISION_FP16 = 1,
+    KILN_PRECISION_BF16 = 2,
+} kiln_precision;
+
 typedef struct kiln_build_options {
-    const char *target; /* "cpu" (NULL = "cpu") */
-    bool verbose;       /* log every graph change at KILN_LOG_VERBOSE */
+    const char *target;       /* "cpu" or "cuda" (NULL = "cpu") */
+    kiln_precision precision; /* FP16/BF16 need a target that supports them (cuda) */
+    int device;               /* GPU ordinal for target "cuda" */
+    bool verbose;             /* log every graph change at KILN_LOG_VERBOSE */
 } kiln_build_options;
 
 /* Imports an ONNX model and compiles it into an engine for opts->target. opts may be NULL.

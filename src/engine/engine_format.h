@@ -17,6 +17,7 @@ typedef struct kiln_engine_meta {
     char build_options[512]; /* the build flags as text, for inspect */
     char source[256];        /* the model file it was built from (basename) */
     uint64_t created_unix;
+    kiln_precision precision;          /* what floating-point tensors are computed in */
     uint64_t graph_bytes, weights_bytes; /* section sizes: filled by the reader, ignored by the writer */
 } kiln_engine_meta;
 

@@ -16,7 +16,8 @@ enum {
     KILN_EH_FILE_SIZE = 16,       /* u64 */
     KILN_EH_CREATED = 24,         /* u64 seconds since 1970 */
     KILN_EH_SECTION_COUNT = 32,   /* u32 */
-    KILN_EH_RESERVED0 = 36,       /* 28 zero bytes */
+    KILN_EH_PRECISION = 36,       /* u32 kiln_precision: 0 fp32, 1 fp16, 2 bf16 */
+    KILN_EH_RESERVED0 = 40,       /* 24 zero bytes */
     KILN_EH_KILN_VERSION = 64,    /* char[32], NUL-terminated, zero-padded */
     KILN_EH_TARGET = 96,          /* char[16] */
     KILN_EH_DEVICE = 112,         /* char[128] */

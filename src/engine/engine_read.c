@@ -92,6 +92,9 @@ static kiln_status check_header(const uint8_t *d, size_t size, const char *expec
     KILN_TRY(get_header_str(d, KILN_EH_BUILD_OPTIONS, meta->build_options, sizeof meta->build_options, "build_options"));
     KILN_TRY(get_header_str(d, KILN_EH_SOURCE, meta->source, sizeof meta->source, "source"));
     meta->created_unix = kiln_le64(d + KILN_EH_CREATED);
+    uint32_t precision = kiln_le32(d + KILN_EH_PRECISION);
+    if (precision > KILN_PRECISION_BF16) return corrupt("precision %u is unknown", precision);
+    meta->precision = (kiln_precision)precision;
 
     int major, minor;
     if (sscanf(meta->kiln_version, "%d.%d", &major, &minor) != 2)

@@ -443,6 +443,7 @@ static kiln_status write_file(writer *w, const kiln_engine_meta *meta, const cha
     kiln_put_le32(header + KILN_EH_HEADER_SIZE, KILN_ENGINE_HEADER_SIZE);
     kiln_put_le64(header + KILN_EH_FILE_SIZE, file_size);
     kiln_put_le64(header + KILN_EH_CREATED, meta->created_unix);
+    kiln_put_le32(header + KILN_EH_PRECISION, (uint32_t)meta->precision);
     kiln_put_le32(header + KILN_EH_SECTION_COUNT, 2);
     put_section(header, 0, KILN_SECTION_GRAPH, kiln_crc32c(graph.p, graph.n), graph_off, graph.n);
     put_section(header, 1, KILN_SECTION_WEIGHTS, weights_crc, weights_off, w->weights_size);

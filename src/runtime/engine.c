@@ -18,7 +18,9 @@ kiln_status kiln_engine_from_graph(kiln_graph *g, const kiln_engine_meta *meta, 
     const kiln_backend *b = kiln_backend_find(meta->target);
     if (!b) {
         kiln_engine_free(e);
-        return kiln_error(KILN_ERR_UNSUPPORTED, "unknown target '%s' (this kiln has: cpu)", meta->target);
+        return kiln_error(KILN_ERR_ENGINE_MISMATCH, "the engine was built for target '%s', which this kiln does not have "
+                          "(it has: %s): rebuild it with `kiln build MODEL.onnx --target cpu`", meta->target,
+                          kiln_backend_names());
     }
     kiln_status s = kiln_plan_create(g, b, &e->plan);
     if (s != KILN_OK) {
