@@ -1,22 +1,36 @@
-/* backend.h — the interface every execution backend implements (ARCHITECTURE.md §7). The plan asks
- * a backend for the kernel of each node once; the runtime then only calls those kernels. */
+/* backend.h — the interface every execution backend implements (ARCHITECTURE.md §7). The runtime
+ * validates bindings and hands the backend host tensors; the backend owns everything about how the
+ * graph runs (kernels, memory, streams). */
 #ifndef KILN_BACKEND_H
 #define KILN_BACKEND_H
 
-#include "backends/cpu/cpu_kernels.h"
+#include "core/tensor.h"
+#include "engine/engine_format.h"
+#include "ir/graph.h"
+
+typedef struct kiln_backend_engine kiln_backend_engine;   /* a backend's per-engine state */
+typedef struct kiln_backend_context kiln_backend_context; /* a backend's per-context state */
 
 typedef struct kiln_backend {
-    const char *name;                  /* "cpu": the engine's target */
+    const char *name; /* the engine target: "cpu", "cuda" */
     /* A description of device `device` ("x86_64 CPU, 2 cores, OpenBLAS 0.3.21") into buf; fails when
      * the device is absent. */
     kiln_status (*device_name)(int device, char *buf, size_t cap);
     /* Whether the backend computes floating-point tensors in precision p. */
     bool (*supports_precision)(kiln_precision p);
-    /* The kernel that runs n, or NULL (with a message) when this backend cannot. */
-    kiln_cpu_exec_fn (*kernel_for)(const kiln_node *n);
+    /* Prepares g (finished, in execution order; it outlives the result) to run: kernel choice, device
+     * copies of weights. Fails with KILN_ERR_UNSUPPORTED listing every node it cannot run. */
+    kiln_status (*engine_create)(const kiln_graph *g, const kiln_engine_meta *meta, kiln_backend_engine **out);
+    void (*engine_free)(kiln_backend_engine *be); /* accepts NULL */
+    kiln_status (*context_create)(kiln_backend_engine *be, kiln_backend_context **out);
+    void (*context_free)(kiln_backend_context *bc); /* accepts NULL */
+    /* Runs on host inputs (g->ninputs tensors in g->inputs order, already checked against the
+     * declared types). On success outputs[i] (g->noutputs) describe host data owned by the context,
+     * valid until the next run or context_free. */
+    kiln_status (*context_run)(kiln_backend_context *bc, const kiln_tensor *inputs, kiln_tensor *outputs);
 } kiln_backend;
 
-/* The backend called name ("cpu"), or NULL. */
+/* The backend called name (NULL = "cpu"), or NULL. */
 const kiln_backend *kiln_backend_find(const char *name);
 /* "cpu" or "cpu, cuda": the targets this kiln was built with. */
 const char *kiln_backend_names(void);

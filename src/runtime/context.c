@@ -1,6 +1,5 @@
 /* context.c — execution contexts: bind inputs (checked against the engine's types, with symbolic
- * dimensions bound consistently), run the plan node by node, hand out outputs. Intermediate tensors
- * are released after their last reader. */
+ * dimensions bound consistently), run them on the engine's backend, hand out the outputs. */
 #include "runtime/engine_internal.h"
 
 #include "core/status.h"
@@ -10,10 +9,10 @@
 
 struct kiln_context {
     kiln_engine *e;
-    kiln_tensor *vals;   /* [nvalues]: constants and bound inputs are views */
-    bool *bound;         /* [ninputs] */
-    kiln_tensor **in_ptrs, **out_ptrs; /* scratch for one node's argument lists */
-    int max_args;
+    kiln_backend_context *bc; /* the backend's state */
+    kiln_tensor *inputs;      /* [ninputs]: views of the bound host data */
+    kiln_tensor *outputs;     /* [noutputs]: views of the backend's host outputs after a run */
+    bool *bound;              /* [ninputs] */
     bool ran;
 };
 
@@ -23,40 +22,28 @@ kiln_status kiln_context_create(kiln_engine *e, kiln_context **out) {
     kiln_context *c = calloc(1, sizeof *c);
     if (!c) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     c->e = e;
-    const kiln_graph *g = e->g;
-    for (int i = 0; i < g->nnodes; i++) {
-        if (g->nodes[i].ninputs > c->max_args) c->max_args = g->nodes[i].ninputs;
-        if (g->nodes[i].noutputs > c->max_args) c->max_args = g->nodes[i].noutputs;
-    }
-    c->vals = calloc((size_t)g->nvalues + 1, sizeof *c->vals);
-    c->bound = calloc((size_t)g->ninputs + 1, sizeof *c->bound);
-    c->in_ptrs = calloc((size_t)c->max_args + 1, sizeof *c->in_ptrs);
-    c->out_ptrs = calloc((size_t)c->max_args + 1, sizeof *c->out_ptrs);
-    if (!c->vals || !c->bound || !c->in_ptrs || !c->out_ptrs) {
+    c->inputs = calloc((size_t)e->g->ninputs + 1, sizeof *c->inputs);
+    c->outputs = calloc((size_t)e->g->noutputs + 1, sizeof *c->outputs);
+    c->bound = calloc((size_t)e->g->ninputs + 1, sizeof *c->bound);
+    if (!c->inputs || !c->outputs || !c->bound) {
         kiln_context_free(c);
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     }
-    for (int v = 0; v < g->nvalues; v++) {
-        const kiln_tensor *t = g->values[v].constant;
-        if (t) kiln_tensor_view(&c->vals[v], t->dtype, t->ndim, t->dims, t->data);
+    kiln_status s = e->backend->context_create(e->be, &c->bc);
+    if (s != KILN_OK) {
+        kiln_context_free(c);
+        return s;
     }
     *out = c;
     return KILN_OK;
 }
 
-static void release_intermediates(kiln_context *c) {
-    const kiln_graph *g = c->e->g;
-    for (int v = 0; v < g->nvalues; v++)
-        if (!g->values[v].constant && !g->values[v].is_input) kiln_tensor_release(&c->vals[v]);
-}
-
 void kiln_context_free(kiln_context *c) {
     if (!c) return;
-    if (c->vals) release_intermediates(c);
-    free(c->vals);
+    if (c->bc) c->e->backend->context_free(c->bc);
+    free(c->inputs);
+    free(c->outputs);
     free(c->bound);
-    free(c->in_ptrs);
-    free(c->out_ptrs);
     free(c);
 }
 
@@ -98,7 +85,7 @@ kiln_status kiln_context_set_input(kiln_context *c, const char *name, kiln_dtype
     }
     if (ndim > 0 && !data && kiln_numel(ndim, dims) > 0)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "input '%s': data is NULL", name);
-    kiln_tensor_view(&c->vals[g->inputs[k]], dtype, ndim, dims, (void *)data);
+    kiln_tensor_view(&c->inputs[k], dtype, ndim, dims, (void *)data);
     c->bound[k] = true;
     return KILN_OK;
 }
@@ -112,7 +99,7 @@ static kiln_status check_bindings(kiln_context *c) {
     for (int k = 0; k < g->ninputs; k++) {
         const kiln_value *v = &g->values[g->inputs[k]];
         if (!c->bound[k]) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "input '%s' is not bound", v->name);
-        const kiln_tensor *t = &c->vals[g->inputs[k]];
+        const kiln_tensor *t = &c->inputs[k];
         for (int d = 0; d < v->ndim; d++) {
             int s = v->dims[d].sym;
             if (s <= 0 || s > 64) continue;
@@ -131,36 +118,9 @@ static kiln_status check_bindings(kiln_context *c) {
 
 kiln_status kiln_context_run(kiln_context *c) {
     if (!c) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_context_run: context is NULL");
-    const kiln_graph *g = c->e->g;
-    const kiln_plan *p = &c->e->plan;
     c->ran = false;
-    release_intermediates(c);
     KILN_TRY(check_bindings(c));
-    for (int i = 0; i < g->nnodes; i++) {
-        const kiln_node *n = &g->nodes[i];
-        for (int k = 0; k < n->ninputs; k++) c->in_ptrs[k] = n->inputs[k] >= 0 ? &c->vals[n->inputs[k]] : NULL;
-        for (int k = 0; k < n->noutputs; k++) c->out_ptrs[k] = n->outputs[k] >= 0 ? &c->vals[n->outputs[k]] : NULL;
-        kiln_status s = p->kernels[i](n, c->in_ptrs, n->ninputs, c->out_ptrs, n->noutputs);
-        if (s != KILN_OK) {
-            release_intermediates(c);
-            return kiln_error_prefix(s, "node '%s' (%s)", n->name, n->op_type);
-        }
-        for (int k = 0; k < n->noutputs; k++) {
-            int v = n->outputs[k];
-            if (v >= 0 && c->vals[v].dtype == KILN_UNDEFINED) {
-                release_intermediates(c);
-                return kiln_error(KILN_ERR_INTERNAL, "node '%s' (%s) did not produce output %d", n->name, n->op_type, k);
-            }
-        }
-        for (int k = 0; k < n->ninputs; k++) {
-            int v = n->inputs[k];
-            if (v >= 0 && p->release_after[v] == i) kiln_tensor_release(&c->vals[v]);
-        }
-        for (int k = 0; k < n->noutputs; k++) {
-            int v = n->outputs[k];
-            if (v >= 0 && p->release_after[v] == i) kiln_tensor_release(&c->vals[v]);
-        }
-    }
+    KILN_TRY(c->e->backend->context_run(c->bc, c->inputs, c->outputs));
     c->ran = true;
     return KILN_OK;
 }
@@ -172,7 +132,7 @@ kiln_status kiln_context_output(kiln_context *c, int i, kiln_tensor_desc *desc, 
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "output index %d is out of range (the engine has %d)", i, g->noutputs);
     if (!c->ran) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "no outputs: the context has not run successfully");
     const kiln_value *v = &g->values[g->outputs[i]];
-    const kiln_tensor *t = &c->vals[g->outputs[i]];
+    const kiln_tensor *t = &c->outputs[i];
     memset(desc, 0, sizeof *desc);
     desc->name = v->name;
     desc->dtype = t->dtype;

@@ -22,7 +22,8 @@ kiln_status kiln_engine_from_graph(kiln_graph *g, const kiln_engine_meta *meta, 
                           "(it has: %s): rebuild it with `kiln build MODEL.onnx --target cpu`", meta->target,
                           kiln_backend_names());
     }
-    kiln_status s = kiln_plan_create(g, b, &e->plan);
+    e->backend = b;
+    kiln_status s = b->engine_create(g, &e->meta, &e->be);
     if (s != KILN_OK) {
         kiln_engine_free(e);
         return s;
@@ -33,7 +34,7 @@ kiln_status kiln_engine_from_graph(kiln_graph *g, const kiln_engine_meta *meta, 
 
 void kiln_engine_free(kiln_engine *e) {
     if (!e) return;
-    kiln_plan_free(&e->plan);
+    if (e->backend) e->backend->engine_free(e->be);
     kiln_graph_free(e->g);
     free(e);
 }

@@ -1,18 +1,20 @@
-/* engine_internal.h — what a kiln_engine is: the compiled graph, its metadata and its plan. */
+/* engine_internal.h — what a kiln_engine is: the compiled graph, its metadata, and the backend's
+ * state for running it. */
 #ifndef KILN_ENGINE_INTERNAL_H
 #define KILN_ENGINE_INTERNAL_H
 
+#include "backends/backend.h"
 #include "engine/engine_format.h"
 #include "kiln/kiln.h"
-#include "plan/plan.h"
 
 struct kiln_engine {
-    kiln_graph *g;          /* owned; nodes in execution order */
+    kiln_graph *g;                /* owned; nodes in execution order */
     kiln_engine_meta meta;
-    kiln_plan plan;
+    const kiln_backend *backend;  /* the backend meta.target names */
+    kiln_backend_engine *be;      /* owned */
 };
 
-/* Wraps a finished graph (taking ownership of g, also on failure) into an engine: makes the plan. */
+/* Wraps a finished graph (taking ownership of g, also on failure) into an engine for meta->target. */
 kiln_status kiln_engine_from_graph(kiln_graph *g, const kiln_engine_meta *meta, kiln_engine **out);
 
 #endif

@@ -1,33 +1,33 @@
-/* plan.c — kernel selection and value lifetimes for the runtime. */
-#include "plan/plan.h"
-
-#include "core/status.h"
+/* cpu_plan.c — kernel selection and value lifetimes for the CPU backend. */
+#include "backends/cpu/cpu_plan.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-kiln_status kiln_plan_create(const kiln_graph *g, const kiln_backend *backend, kiln_plan *out) {
+kiln_status kiln_cpu_plan_create(const kiln_graph *g, kiln_cpu_plan *out) {
     memset(out, 0, sizeof *out);
-    out->backend = backend;
     out->kernels = calloc((size_t)g->nnodes + 1, sizeof *out->kernels);
     out->release_after = malloc(((size_t)g->nvalues + 1) * sizeof *out->release_after);
     if (!out->kernels || !out->release_after) {
-        kiln_plan_free(out);
+        kiln_cpu_plan_free(out);
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory planning the engine");
     }
+    int missing = 0;
+    char first[256] = "";
     for (int i = 0; i < g->nnodes; i++) {
         const kiln_node *n = &g->nodes[i];
-        out->kernels[i] = backend->kernel_for(n);
-        if (!out->kernels[i]) {
-            kiln_plan_free(out);
-            return kiln_error(KILN_ERR_UNSUPPORTED, "node '%s': the %s backend has no kernel for op %s", n->name,
-                              backend->name, n->op_type);
-        }
+        const kiln_cpu_kernel *k = kiln_cpu_kernel_find(n->domain, n->op_type);
+        out->kernels[i] = k ? k->exec : NULL;
+        if (!k && !missing++) snprintf(first, sizeof first, "node '%s' (%s)", n->name, n->op_type);
+    }
+    if (missing) {
+        kiln_cpu_plan_free(out);
+        return kiln_error(KILN_ERR_UNSUPPORTED, "the cpu backend has no kernel for %d node%s, the first: %s", missing,
+                          missing > 1 ? "s" : "", first);
     }
     for (int v = 0; v < g->nvalues; v++) {
         const kiln_value *val = &g->values[v];
         out->release_after[v] = (val->constant || val->is_input || val->is_output) ? -1 : val->producer;
-        if (val->constant) out->weight_bytes += val->constant->nbytes;
     }
     for (int i = 0; i < g->nnodes; i++)
         for (int k = 0; k < g->nodes[i].ninputs; k++) {
@@ -37,7 +37,7 @@ kiln_status kiln_plan_create(const kiln_graph *g, const kiln_backend *backend, k
     return KILN_OK;
 }
 
-void kiln_plan_free(kiln_plan *p) {
+void kiln_cpu_plan_free(kiln_cpu_plan *p) {
     free(p->kernels);
     free(p->release_after);
     memset(p, 0, sizeof *p);

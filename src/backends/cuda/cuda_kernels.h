@@ -1,0 +1,111 @@
+/* cuda_kernels.h — the CUDA backend's kernel interface: one exec function per op, looked up by name,
+ * each enqueueing work on the caller's stream. C and CUDA C both include this header.
+ *
+ * Each op family lives in src/backends/cuda/<family>.cu (kernels and their launchers) and exports a
+ * table
+ *     const kiln_cuda_kernel kiln_cuda_kernels_<family>[] = { {...}, ..., {0} };
+ * listed once in cuda_dispatch.c.
+ *
+ * Contract of an exec function (the runtime, src/backends/cuda/cuda_runtime.c, guarantees the inputs):
+ *  - in[i] is input i of the node, or has data == NULL and ndim == -1 when that optional input is
+ *    absent (nin = node->ninputs). out[i] likewise for outputs (nout = node->noutputs).
+ *  - Shapes are resolved before the call: every in[i]/out[i] has its concrete dims, dtype and device
+ *    memory (data; NULL only when the tensor has no elements). The kernel does not allocate, free,
+ *    synchronize, or copy between host and device: it only enqueues kernels / library calls on
+ *    ctx->stream, so that the whole plan can be captured in a CUDA graph.
+ *  - dtypes: floating-point values arrive in the engine's precision (KILN_F32, KILN_F16 or KILN_BF16);
+ *    integer and bool tensors in their declared type. The output dtype is out[i].dtype, which may
+ *    differ from what the node's attributes say (a Cast "to float32" in an fp16 engine writes F16).
+ *    Reductions, normalizations and softmax accumulate in FP32 whatever the storage type.
+ *  - Values known on the host (constants, and shape computations the runtime evaluated on the CPU)
+ *    also have in[i].host != NULL pointing at a host copy in the value's *declared* dtype (int64 for
+ *    shapes, float32 for float constants). Ops that need small parameter tensors (Slice starts/ends,
+ *    Reshape shape, Pad pads, TopK k, Clip min/max, Resize scales...) read them from .host; when such
+ *    an input has no host copy, the op's `supports` function must have refused it at build time.
+ *  - Scratch memory: ctx->workspace (ctx->workspace_bytes, 256-byte aligned) is free for the duration
+ *    of the call.
+ *  - Errors: every CUDA / cuBLAS / cuDNN call is checked (KILN_CUDA_TRY etc. below) and a failure
+ *    becomes a kiln_status naming the call; launches are checked with cudaGetLastError().
+ *  - Reentrant: several contexts (each with its own stream and workspace) run concurrently.
+ */
+#ifndef KILN_CUDA_KERNELS_H
+#define KILN_CUDA_KERNELS_H
+
+#include "core/status.h"
+#include "ir/graph.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kiln_cuda_tensor {
+    kiln_dtype dtype;
+    int ndim;                    /* -1: absent optional input/output */
+    int64_t dims[KILN_MAX_DIMS];
+    void *data;                  /* device memory */
+    const void *host;            /* host copy (declared dtype) or NULL */
+    kiln_dtype host_dtype;       /* dtype of *host */
+} kiln_cuda_tensor;
+
+typedef struct kiln_cuda_ctx {
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    cudnnHandle_t dnn;
+    void *workspace;
+    size_t workspace_bytes;
+    int sm_count;
+    int cc_major, cc_minor;      /* compute capability */
+} kiln_cuda_ctx;
+
+typedef kiln_status (*kiln_cuda_exec_fn)(const kiln_node *n, const kiln_cuda_tensor *in, int nin,
+                                         const kiln_cuda_tensor *out, int nout, kiln_cuda_ctx *ctx);
+
+/* Build-time check of one node with the value types it will see on the device (g's values already
+ * carry the device dtypes): KILN_OK, or KILN_ERR_UNSUPPORTED naming why (dtype, attribute, an input
+ * that must be known on the host but is not). NULL means "always supported". */
+typedef kiln_status (*kiln_cuda_supports_fn)(const kiln_graph *g, const kiln_node *n);
+
+typedef struct kiln_cuda_kernel {
+    const char *op_type;
+    const char *domain; /* "" for the default ONNX domain */
+    kiln_cuda_exec_fn exec;
+    kiln_cuda_supports_fn supports;
+} kiln_cuda_kernel;
+
+const kiln_cuda_kernel *kiln_cuda_kernel_find(const char *domain, const char *op_type);
+
+/* Error helpers: turn a failed call into a kiln_status naming the call and where. */
+kiln_status kiln_cuda_error(cudaError_t e, const char *call, const char *file, int line);
+kiln_status kiln_cublas_error(cublasStatus_t e, const char *call, const char *file, int line);
+kiln_status kiln_cudnn_error(cudnnStatus_t e, const char *call, const char *file, int line);
+
+#define KILN_CUDA_TRY(call)                                                                        \
+    do {                                                                                           \
+        cudaError_t kiln_e_ = (call);                                                              \
+        if (kiln_e_ != cudaSuccess) return kiln_cuda_error(kiln_e_, #call, __FILE__, __LINE__);    \
+    } while (0)
+#define KILN_CUBLAS_TRY(call)                                                                      \
+    do {                                                                                           \
+        cublasStatus_t kiln_e_ = (call);                                                           \
+        if (kiln_e_ != CUBLAS_STATUS_SUCCESS) return kiln_cublas_error(kiln_e_, #call, __FILE__, __LINE__); \
+    } while (0)
+#define KILN_CUDNN_TRY(call)                                                                       \
+    do {                                                                                           \
+        cudnnStatus_t kiln_e_ = (call);                                                            \
+        if (kiln_e_ != CUDNN_STATUS_SUCCESS) return kiln_cudnn_error(kiln_e_, #call, __FILE__, __LINE__); \
+    } while (0)
+/* After a kernel launch: checks cudaGetLastError(). */
+#define KILN_CUDA_LAUNCH_CHECK(kernel_name)                                                        \
+    do {                                                                                           \
+        cudaError_t kiln_e_ = cudaGetLastError();                                                  \
+        if (kiln_e_ != cudaSuccess) return kiln_cuda_error(kiln_e_, "launch " kernel_name, __FILE__, __LINE__); \
+    } while (0)
+
+#ifdef __cplusplus
+}
+#endif
+#endif
