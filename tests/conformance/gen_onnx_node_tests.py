@@ -17,7 +17,13 @@ from onnx.backend.test.case.node import collect_testcases
 
 
 def to_proto(value, name):
-    """TensorProto for a numpy array (sequences/optionals are not written: kiln does not run them)."""
+    """TensorProto for a numpy array or a TensorProto (some cases, e.g. Cast's, give protos for the
+    types numpy lacks); sequences and optionals are not written: kiln does not run them."""
+    if isinstance(value, onnx.TensorProto):
+        proto = onnx.TensorProto()
+        proto.CopyFrom(value)
+        proto.name = name
+        return proto
     if isinstance(value, np.ndarray) or np.isscalar(value):
         return numpy_helper.from_array(np.asarray(value), name)
     return None
