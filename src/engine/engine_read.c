@@ -211,7 +211,7 @@ static kiln_status rd_bytes(reader *r, const rstr **s, const char *what) {
 
 /* A string table index for a name (a C string: no NUL inside). */
 static kiln_status rd_name(reader *r, const char **s, const char *what) {
-    const rstr *rs;
+    const rstr *rs = NULL;
     KILN_TRY(rd_bytes(r, &rs, what));
     if (!rs->is_name) return corrupt("%s \"%s\" holds a NUL byte", what, rs->s);
     *s = rs->s;
@@ -440,7 +440,7 @@ static kiln_status rd_attr(reader *r, kiln_node *n) {
     }
     case KILN_ATTR_INT: return rd_i64(r, &a->i, "an attribute");
     case KILN_ATTR_STRING: {
-        const rstr *s;
+        const rstr *s = NULL;
         KILN_TRY(rd_bytes(r, &s, "a string attribute"));
         char *copy = kiln_graph_alloc(g, (size_t)s->len + 1);
         if (!copy) return oom();

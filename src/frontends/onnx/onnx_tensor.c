@@ -286,7 +286,7 @@ static kiln_status load_external(onnx_ctx *c, kiln_pb msg, kiln_dtype dt, int nd
     if (has_length && length != nbytes)
         return onnx_fail(c, KILN_ERR_PARSE, "external data length %llu does not match %zu bytes for %s",
                          (unsigned long long)length, nbytes, shape_text(sh, sizeof sh, dt, ndim, dims));
-    const kiln_file_map *m;
+    const kiln_file_map *m = NULL;
     KILN_TRY(ext_map(c, loc, &m));
     if (offset > m->size || nbytes > m->size - offset || (!has_length && nbytes != m->size - offset))
         return onnx_fail(c, KILN_ERR_PARSE, "external data '%.*s' (offset %llu, %zu bytes for %s) does not fit the "
@@ -300,10 +300,10 @@ kiln_status onnx_tensor_load(onnx_ctx *c, kiln_pb msg, bool zero_copy, kiln_tens
     tensor_fields tf;
     KILN_TRY(scan_tensor(c, msg, &tf));
     if (name) *name = tf.name;
-    kiln_dtype dt;
-    int ndim;
-    int64_t dims[KILN_MAX_DIMS], numel;
-    size_t nbytes;
+    kiln_dtype dt = KILN_UNDEFINED;
+    int ndim = 0;
+    int64_t dims[KILN_MAX_DIMS] = {0}, numel = 0;
+    size_t nbytes = 0;
     KILN_TRY(tensor_shape(c, msg, &tf, &dt, &ndim, dims, &numel, &nbytes));
     if (tf.external) return load_external(c, msg, dt, ndim, dims, nbytes, zero_copy, out);
     char sh[160];
