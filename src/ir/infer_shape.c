@@ -23,15 +23,8 @@ static kiln_status infer_shape(kiln_graph *g, kiln_node *n) {
     kiln_value *x = kiln_node_input(g, n, 0);
     kiln_dim d = KILN_DIM_UNKNOWN;
     if (x->ndim >= 0) {
-        int64_t r = x->ndim, start = 0, end = r;
-        if (n->opset >= 15) {
-            start = kiln_attr_int(n, "start", 0);
-            end = kiln_attr_int(n, "end", r);
-        }
-        if (start < 0) start += r;
-        if (end < 0) end += r;
-        start = start < 0 ? 0 : start > r ? r : start;
-        end = end < 0 ? 0 : end > r ? r : end;
+        int64_t start, end;
+        kiln_shape_op_range(n, x->ndim, &start, &end);
         d = kiln_dim_static(end > start ? end - start : 0);
     }
     kiln_infer_set(g, n, 0, KILN_I64, 1, &d);

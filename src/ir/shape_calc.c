@@ -99,3 +99,16 @@ kiln_status kiln_axes_normalize(const char *op, int naxes, const int64_t *axes, 
     }
     return KILN_OK;
 }
+
+void kiln_shape_op_range(const kiln_node *n, int64_t rank, int64_t *start, int64_t *end) {
+    int64_t s = 0, e = rank;
+    if (n->opset >= 15) {
+        s = kiln_attr_int(n, "start", 0);
+        e = kiln_attr_int(n, "end", rank);
+    }
+    if (s < 0) s += rank;
+    if (e < 0) e += rank;
+    *start = s < 0 ? 0 : s > rank ? rank : s;
+    *end = e < 0 ? 0 : e > rank ? rank : e;
+    if (*end < *start) *end = *start;
+}

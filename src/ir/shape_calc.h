@@ -4,6 +4,7 @@
 #ifndef KILN_IR_SHAPE_CALC_H
 #define KILN_IR_SHAPE_CALC_H
 
+#include "ir/graph.h"
 #include "kiln/kiln.h"
 
 #include <stdbool.h>
@@ -31,5 +32,9 @@ kiln_status kiln_resize_sizes(int rank, const int64_t *dims, int naxes, const in
 /* Reads the axes of an op (values in [-rank, rank)), normalizes them and rejects duplicates; fails
  * with KILN_ERR_INVALID_ARGUMENT naming the op. */
 kiln_status kiln_axes_normalize(const char *op, int naxes, const int64_t *axes, int rank, int *out);
+
+/* The [start, end) range of dimensions the Shape op n returns for an input of the given rank
+ * (start/end attributes from opset 15, negative values counted from the end, clamped to [0, rank]). */
+void kiln_shape_op_range(const kiln_node *n, int64_t rank, int64_t *start, int64_t *end);
 
 #endif

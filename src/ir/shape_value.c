@@ -84,15 +84,8 @@ static bool eval_binary(const char *op, const kiln_dim *a, int na, const kiln_di
 static bool eval_shape(sv_ctx *c, const kiln_node *n, kiln_dim *e, int cap, int *count) {
     const kiln_value *x = kiln_node_input(c->g, n, 0);
     if (!x || x->ndim < 0) return false;
-    int64_t r = x->ndim, start = 0, end = r;
-    if (n->opset >= 15) {
-        start = kiln_attr_int(n, "start", 0);
-        end = kiln_attr_int(n, "end", r);
-    }
-    if (start < 0) start += r;
-    if (end < 0) end += r;
-    start = start < 0 ? 0 : start > r ? r : start;
-    end = end < 0 ? 0 : end > r ? r : end;
+    int64_t start, end;
+    kiln_shape_op_range(n, x->ndim, &start, &end);
     if (end - start > cap) return false;
     *count = 0;
     for (int64_t i = start; i < end; i++) e[(*count)++] = x->dims[i];

@@ -62,16 +62,9 @@ static kiln_status copy_as(const kiln_node *n, const kiln_tensor *x, kiln_tensor
 
 static kiln_status exec_shape(const kiln_node *n, kiln_tensor *const *in, int nin, kiln_tensor *const *out, int nout) {
     const kiln_tensor *x = in[0];
-    int64_t r = x->ndim, start = 0, end = r;
-    if (n->opset >= 15) {
-        start = kiln_attr_int(n, "start", 0);
-        end = kiln_attr_int(n, "end", r);
-    }
-    if (start < 0) start += r;
-    if (end < 0) end += r;
-    start = start < 0 ? 0 : start > r ? r : start;
-    end = end < 0 ? 0 : end > r ? r : end;
-    int64_t len = end > start ? end - start : 0;
+    int64_t start, end;
+    kiln_shape_op_range(n, x->ndim, &start, &end);
+    int64_t len = end - start;
     KILN_TRY(kiln_tensor_alloc(out[0], KILN_I64, 1, &len));
     if (len) memcpy(out[0]->data, x->dims + start, (size_t)len * sizeof(int64_t));
     return KILN_OK;
