@@ -15,7 +15,8 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := build
 
-APT_PACKAGES := build-essential cmake pkg-config libopenblas-dev python3-venv clang libclang-rt-14-dev
+APT_PACKAGES := build-essential cmake pkg-config libopenblas-dev libcurl4-openssl-dev python3-venv clang \
+                libclang-rt-14-dev chromium
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PYTHON ?= python3
@@ -97,13 +98,16 @@ test-build: build $(CASES_STAMP)
 	(cd $(BUILD) && ctest --output-on-failure -V -L conformance) || rc=1; \
 	exit $$rc
 
+# CPU only: AddressSanitizer's shadow memory and the CUDA driver do not mix (GPU code is tested in
+# tests/gpu/ against the CPU backend instead).
 test-asan: apt-deps $(VENV_STAMP) $(CASES_STAMP)
 	@echo "==> configure and build $(ASAN_BUILD)/ (clang, AddressSanitizer + UndefinedBehaviorSanitizer)"
-	$(call configure,$(ASAN_BUILD),-DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang -DKILN_SANITIZE=ON -DKILN_ONNX_CASES=$(CURDIR)/$(CASES))
+	$(call configure,$(ASAN_BUILD),-DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang -DKILN_SANITIZE=ON -DKILN_CUDA=OFF -DKILN_ONNX_CASES=$(CURDIR)/$(CASES))
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	@echo "==> ctest in $(ASAN_BUILD)/: unit, bad-input and conformance tests under the sanitizers"
 	cd $(ASAN_BUILD) && $(SANITIZER_ENV) ctest --output-on-failure -j $(JOBS) -L 'unit|badinput|conformance'
 
+# Only fuzz/'s targets are built (the instrumented library and the fuzzers, not the CLI and tests).
 # Each executable the fuzz/ CMake project builds is a libFuzzer target. New inputs go to
 # build-fuzz/corpus/<target>/; the committed seeds in fuzz/corpus/<target>/ are only read.
 test-fuzz: apt-deps $(VENV_STAMP)
@@ -111,8 +115,8 @@ ifeq ($(wildcard fuzz/CMakeLists.txt),)
 	@echo "==> fuzz/CMakeLists.txt not found: no fuzz targets, skipping"
 else
 	@echo "==> configure and build $(FUZZ_BUILD)/ (clang, libFuzzer)"
-	$(call configure,$(FUZZ_BUILD),-DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang -DKILN_FUZZ=ON)
-	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	$(call configure,$(FUZZ_BUILD),-DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang -DKILN_FUZZ=ON -DKILN_CUDA=OFF)
+	cmake --build $(FUZZ_BUILD)/fuzz -j $(JOBS)
 	@targets=$$(find $(FUZZ_BUILD)/fuzz -maxdepth 1 -type f -perm -u+x | sort); \
 	if [ -z "$$targets" ]; then echo "no fuzz target was built in $(FUZZ_BUILD)/fuzz/"; exit 1; fi; \
 	for t in $$targets; do \

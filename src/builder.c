@@ -11,14 +11,68 @@
 #include <string.h>
 #include <time.h>
 
-/* Runs the passes to a fixed point (bounded), re-inferring shapes after each round. */
-static kiln_status optimize(kiln_graph *g) {
+/* One pass of the pipeline; kiln_ops: it creates kiln-domain fused ops (ir/fused_ops.h), which only
+ * targets with kernels for them may receive. */
+typedef struct pass_step {
+    const char *name;
+    kiln_status (*run)(kiln_graph *g, bool *changed);
+    bool kiln_ops;
+} pass_step;
+
+/* Clean-up passes, repeated until none changes anything. */
+static const pass_step g_cleanup[] = {
+    {"fold_constants", kiln_pass_fold_constants, false},
+    {"eliminate_noops", kiln_pass_eliminate_noops, false},
+    {"cse", kiln_pass_cse, false},
+    {"remove_dead", kiln_pass_remove_dead, false},
+};
+
+/* Fusions, in this order: BatchNorm into its Conv before the Conv takes its epilogue; GELU before
+ * the epilogue fusion, which takes Gelu as an activation; attention before the epilogue fusion, so
+ * that the mask Add after the scores MatMul is not taken for a residual; elementwise chains last,
+ * over whatever the pattern fusions left. */
+static const pass_step g_fusions[] = {
+    {"fuse_conv_bn", kiln_pass_fuse_conv_bn, false},
+    {"fuse_gelu", kiln_pass_fuse_gelu, false},
+    {"fuse_norm", kiln_pass_fuse_norm, false},
+    {"fuse_attention", kiln_pass_fuse_attention, true},
+    {"fuse_epilogue", kiln_pass_fuse_epilogue, true},
+    {"fuse_elementwise", kiln_pass_fuse_elementwise, true},
+};
+
+/* Whether target has kernels for the kiln-domain fused ops. Only the CPU backend has them so far. */
+static bool target_runs_fused_ops(const char *target) { return !strcmp(target, "cpu"); }
+
+/* Runs one step; when it changed the graph, re-infers shapes and verifies the result. */
+static kiln_status run_step(kiln_graph *g, const pass_step *p, bool *changed) {
+    kiln_status s = p->run(g, changed);
+    if (s == KILN_OK && *changed) s = kiln_graph_infer_shapes(g);
+    if (s == KILN_OK && *changed) s = kiln_graph_verify(g);
+    return s == KILN_OK ? s : kiln_error_prefix(s, "pass %s", p->name);
+}
+
+/* Runs the clean-up passes to a fixed point, then the fusions, and repeats while the fusions change
+ * something (bounded). */
+static kiln_status optimize(kiln_graph *g, const char *target) {
+    bool fused_ops = target_runs_fused_ops(target);
+    if (!fused_ops)
+        KILN_LOG(KILN_LOG_VERBOSE, "fusions into kiln-domain ops skipped: target %s has no kernels for them", target);
     for (int round = 0; round < 4; round++) {
-        bool folded, removed;
-        KILN_TRY(kiln_pass_fold_constants(g, &folded));
-        KILN_TRY(kiln_pass_remove_dead(g, &removed));
-        if (!folded && !removed) break;
-        KILN_TRY(kiln_graph_infer_shapes(g));
+        for (int pass = 0; pass < 8; pass++) {
+            bool any = false, changed;
+            for (size_t i = 0; i < sizeof g_cleanup / sizeof *g_cleanup; i++) {
+                KILN_TRY(run_step(g, &g_cleanup[i], &changed));
+                any |= changed;
+            }
+            if (!any) break;
+        }
+        bool fused = false, changed;
+        for (size_t i = 0; i < sizeof g_fusions / sizeof *g_fusions; i++) {
+            if (g_fusions[i].kiln_ops && !fused_ops) continue;
+            KILN_TRY(run_step(g, &g_fusions[i], &changed));
+            fused |= changed;
+        }
+        if (!fused) break;
     }
     return KILN_OK;
 }
@@ -29,10 +83,9 @@ static kiln_status build_graph(kiln_graph *g, const kiln_build_options *opts) {
     KILN_TRY(kiln_graph_infer_shapes(g));
     KILN_TRY(kiln_graph_verify(g));
     int before = g->nnodes;
-    KILN_TRY(optimize(g));
+    KILN_TRY(optimize(g, opts->target ? opts->target : "cpu"));
     KILN_TRY(kiln_graph_verify(g));
     KILN_LOG(KILN_LOG_INFO, "optimized: %d nodes -> %d nodes", before, g->nnodes);
-    (void)opts;
     return KILN_OK;
 }
 
@@ -74,8 +127,10 @@ kiln_status kiln_build_graph(kiln_graph *g, const char *source, const kiln_build
         kiln_graph_free(g);
         return s;
     }
-    snprintf(meta.build_options, sizeof meta.build_options, "--target %s --%s%s", b->name, precision_name(opts->precision),
-             opts->verbose ? " --verbose" : "");
+    char device[32] = "";
+    if (opts->device) snprintf(device, sizeof device, " --device %d", opts->device); /* the backend reads it back */
+    snprintf(meta.build_options, sizeof meta.build_options, "--target %s --%s%s%s", b->name,
+             precision_name(opts->precision), device, opts->verbose ? " --verbose" : "");
     const char *base = strrchr(source, '/');
     snprintf(meta.source, sizeof meta.source, "%s", base ? base + 1 : source);
     meta.created_unix = (uint64_t)time(NULL);

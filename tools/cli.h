@@ -10,6 +10,7 @@
 int kiln_cmd_build(int argc, char **argv);
 int kiln_cmd_run(int argc, char **argv);
 int kiln_cmd_inspect(int argc, char **argv);
+int kiln_cmd_load(int argc, char **argv);
 
 /* Prints "kiln: error: <kiln_last_error()>" and returns 1. */
 int cli_fail(void);

@@ -82,6 +82,7 @@ static int inspect_engine(const char *path, bool layers) {
     printf("built by: kiln %s on %s from %s\n", m->kiln_version, when, m->source);
     printf("target: %s (%s)\n", m->target, m->device);
     printf("build options: %s\n", m->build_options);
+    if (e->backend->describe) e->backend->describe(e->be, stdout);
     print_summary(e->g, layers);
     kiln_engine_free(e);
     return 0;

@@ -1,4 +1,4 @@
-/* kiln.c — the `kiln` command: build | run | inspect, and --version / --help. */
+/* kiln.c — the `kiln` command: build | run | inspect | load, and --version / --help. */
 #include "cli.h"
 
 #include "engine/engine_format.h"
@@ -15,6 +15,7 @@ static const char *USAGE =
     "  build MODEL.onnx -o ENGINE.kiln   compile a model into an engine file\n"
     "  run ENGINE.kiln|MODEL.onnx        run an engine on .npy inputs (or random ones)\n"
     "  inspect ENGINE.kiln|MODEL.onnx    show inputs, outputs, layers; for ONNX, unsupported nodes\n"
+    "  load URL                          load-test an inference server (OpenAI, KServe v2, HTTP)\n"
     "\n"
     "  kiln --version                    print the version\n"
     "  kiln <command> --help             options of a command\n";
@@ -83,6 +84,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "build")) return kiln_cmd_build(argc - 1, argv + 1);
     if (!strcmp(cmd, "run")) return kiln_cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "inspect")) return kiln_cmd_inspect(argc - 1, argv + 1);
+    if (!strcmp(cmd, "load")) return kiln_cmd_load(argc - 1, argv + 1);
     fprintf(stderr, "kiln: error: unknown command '%s'\n\n%s", cmd, USAGE);
     return 2;
 }

@@ -28,6 +28,9 @@ typedef struct kiln_backend {
      * declared types). On success outputs[i] (g->noutputs) describe host data owned by the context,
      * valid until the next run or context_free. */
     kiln_status (*context_run)(kiln_backend_context *bc, const kiln_tensor *inputs, kiln_tensor *outputs);
+    /* Optional (NULL: nothing to add): writes what `kiln inspect` should show about a prepared engine
+     * beyond the graph (placement, planned memory), one line per fact. */
+    void (*describe)(const kiln_backend_engine *be, FILE *out);
 } kiln_backend;
 
 /* The backend called name (NULL = "cpu"), or NULL. */

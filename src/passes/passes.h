@@ -1,5 +1,7 @@
 /* passes.h — graph optimization passes. Each pass is one file with one entry point; it returns
- * whether it changed the graph in *changed and logs each change at KILN_LOG_VERBOSE. */
+ * whether it changed the graph in *changed and logs each change at KILN_LOG_VERBOSE. A pass leaves
+ * the graph alone wherever it cannot prove its pattern. The passes that rewrite patterns expect
+ * inferred shapes and leave nodes in topological order; the builder re-infers shapes after them. */
 #ifndef KILN_PASSES_H
 #define KILN_PASSES_H
 
@@ -10,5 +12,23 @@
 kiln_status kiln_pass_fold_constants(kiln_graph *g, bool *changed);
 /* Removes nodes and values that no graph output depends on. */
 kiln_status kiln_pass_remove_dead(kiln_graph *g, bool *changed);
+/* Removes Identity, inference Dropout, Cast to the same type, reshapes to the same shape and
+ * identity Transposes; merges Transpose pairs and Reshape chains. */
+kiln_status kiln_pass_eliminate_noops(kiln_graph *g, bool *changed);
+/* Common-subexpression elimination: equal constants and repeated nodes (same op, inputs, attributes). */
+kiln_status kiln_pass_cse(kiln_graph *g, bool *changed);
+/* Folds inference BatchNormalization into the preceding Conv's weights and bias (new constants). */
+kiln_status kiln_pass_fuse_conv_bn(kiln_graph *g, bool *changed);
+/* Element-by-element GELU (erf and tanh forms) -> Gelu. */
+kiln_status kiln_pass_fuse_gelu(kiln_graph *g, bool *changed);
+/* Element-by-element layer / RMS normalization -> LayerNormalization / RMSNormalization. */
+kiln_status kiln_pass_fuse_norm(kiln_graph *g, bool *changed);
+/* MatMul -> scale -> mask -> Softmax -> MatMul (with the K transpose and GQA expansion around it)
+ * -> kiln.Attention. */
+kiln_status kiln_pass_fuse_attention(kiln_graph *g, bool *changed);
+/* Conv / Gemm / MatMul + bias + residual Add + activation -> kiln.FusedConv / FusedGemm / FusedMatMul. */
+kiln_status kiln_pass_fuse_epilogue(kiln_graph *g, bool *changed);
+/* Chains of float elementwise ops over same-shaped values -> one kiln.ElementwiseChain. */
+kiln_status kiln_pass_fuse_elementwise(kiln_graph *g, bool *changed);
 
 #endif

@@ -178,7 +178,8 @@ static void set_reason(char *reason, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* kiln_last_error() on one line (line breaks become "; "), at most 240 characters, into buf. */
+/* kiln_last_error() on one line (line breaks become "; ", or " " after a colon), at most 240
+ * characters, into buf. */
 static const char *last_error_line(char *buf, size_t cap) {
     const char *m = kiln_last_error();
     size_t k = 0, limit = cap - 1 < 240 ? cap - 1 : 240;
@@ -186,7 +187,7 @@ static const char *last_error_line(char *buf, size_t cap) {
         if (*m == '\n') {
             while (m[1] == ' ' || m[1] == '\n') m++;
             if (m[1] && k + 2 < limit) {
-                buf[k++] = ';';
+                if (k > 0 && buf[k - 1] != ':') buf[k++] = ';';
                 buf[k++] = ' ';
             }
         } else {
@@ -1047,12 +1048,14 @@ static int check_required(const case_result *res, int n, const strlist *required
         if (!res[i].out_of_scope && res[i].v != V_PASS && res[i].ungated[0] && strlist_has(required, res[i].op))
             printf("  %-58s %-22s %s (%s): %s\n", res[i].name, res[i].op, verdict_names[res[i].v],
                    res[i].ungated, res[i].reason);
+    int unseen = 0;
     for (int q = 0; q < required->n && !filtered; q++) {
         bool seen = false;
         for (int k = 0; k < nrows && !seen; k++)
             seen = strcmp(rows[k].op, required->v[q]) == 0 && rows[k].count[V_PASS] > 0;
-        if (!seen) printf("note: required op %s has no passing in-scope case\n", required->v[q]);
+        if (!seen) printf("%s%s", unseen++ ? " " : "note: required ops without a passing in-scope case: ", required->v[q]);
     }
+    if (unseen) printf("\n");
     printf("%s: %d in-scope case(s) of required ops not passing\n", bad ? "FAILED" : "OK", bad);
     return bad ? 1 : 0;
 }

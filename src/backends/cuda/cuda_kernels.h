@@ -16,7 +16,9 @@
  *  - dtypes: floating-point values arrive in the engine's precision (KILN_F32, KILN_F16 or KILN_BF16);
  *    integer and bool tensors in their declared type. The output dtype is out[i].dtype, which may
  *    differ from what the node's attributes say (a Cast "to float32" in an fp16 engine writes F16).
- *    Reductions, normalizations and softmax accumulate in FP32 whatever the storage type.
+ *    Reductions, normalizations and softmax accumulate in FP32 whatever the storage type. FP32
+ *    engines compute in true FP32: no TF32 (cuBLASLt CUBLAS_COMPUTE_32F, not _FAST_TF32; cuDNN
+ *    CUDNN_FMA_MATH), since they must match the CPU oracle to 1e-4 relative.
  *  - Values known on the host (constants, and shape computations the runtime evaluated on the CPU)
  *    also have in[i].host != NULL pointing at a host copy in the value's *declared* dtype (int64 for
  *    shapes, float32 for float constants). Ops that need small parameter tensors (Slice starts/ends,
@@ -27,6 +29,10 @@
  *  - Errors: every CUDA / cuBLAS / cuDNN call is checked (KILN_CUDA_TRY etc. below) and a failure
  *    becomes a kiln_status naming the call; launches are checked with cudaGetLastError().
  *  - Reentrant: several contexts (each with its own stream and workspace) run concurrently.
+ *  - Graph capture: the runtime runs each input-shape plan once eagerly (so lazy one-time set-up, such
+ *    as module loading or cudaFuncSetAttribute, happens outside any capture), then captures the same
+ *    calls into a CUDA graph and replays it. So an exec function must enqueue the same work for the
+ *    same arguments, and be deterministic: replays are checked to be bit-identical to the first run.
  */
 #ifndef KILN_CUDA_KERNELS_H
 #define KILN_CUDA_KERNELS_H
@@ -74,6 +80,12 @@ typedef kiln_status (*kiln_cuda_exec_fn)(const kiln_node *n, const kiln_cuda_ten
  * carry the device dtypes): KILN_OK, or KILN_ERR_UNSUPPORTED naming why (dtype, attribute, an input
  * that must be known on the host but is not). NULL means "always supported". */
 typedef kiln_status (*kiln_cuda_supports_fn)(const kiln_graph *g, const kiln_node *n);
+
+/* For supports functions: whether value vid (of the graph being checked) will have a host copy at run
+ * time, i.e. in[i].host != NULL: a constant, or a small shape computation the runtime evaluates on
+ * the CPU (e.g. Concat(Gather(Shape(x)), ...) feeding a Reshape). Its data is only known at run time,
+ * so check with this function, not with value->constant, whether a parameter input will be readable. */
+bool kiln_cuda_value_on_host(const kiln_graph *g, int vid);
 
 typedef struct kiln_cuda_kernel {
     const char *op_type;

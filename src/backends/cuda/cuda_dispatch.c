@@ -1,0 +1,29 @@
+/* cuda_dispatch.c — finds the CUDA kernel for an op (one table per op family, each in its .cu file). */
+#include "backends/cuda/cuda_kernels.h"
+
+#include <string.h>
+
+extern const kiln_cuda_kernel kiln_cuda_kernels_elementwise[];
+extern const kiln_cuda_kernel kiln_cuda_kernels_reduce[];
+extern const kiln_cuda_kernel kiln_cuda_kernels_norm[];
+extern const kiln_cuda_kernel kiln_cuda_kernels_matmul[];
+extern const kiln_cuda_kernel kiln_cuda_kernels_conv[];
+extern const kiln_cuda_kernel kiln_cuda_kernels_pool[];
+extern const kiln_cuda_kernel kiln_cuda_kernels_movement[];
+
+static const kiln_cuda_kernel *const g_families[] = {
+    kiln_cuda_kernels_elementwise, kiln_cuda_kernels_reduce, kiln_cuda_kernels_norm, kiln_cuda_kernels_matmul,
+    kiln_cuda_kernels_conv,        kiln_cuda_kernels_pool,   kiln_cuda_kernels_movement,
+};
+
+static bool domain_is_default(const char *d) { return !d || !d[0] || !strcmp(d, "ai.onnx"); }
+
+const kiln_cuda_kernel *kiln_cuda_kernel_find(const char *domain, const char *op_type) {
+    if (!op_type) return NULL;
+    for (size_t f = 0; f < sizeof g_families / sizeof *g_families; f++)
+        for (const kiln_cuda_kernel *k = g_families[f]; k->op_type; k++) {
+            bool dom = domain_is_default(k->domain) ? domain_is_default(domain) : (domain && !strcmp(k->domain, domain));
+            if (dom && !strcmp(k->op_type, op_type)) return k;
+        }
+    return NULL;
+}

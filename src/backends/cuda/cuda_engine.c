@@ -1,0 +1,436 @@
+/* cuda_engine.c — prepares a graph to run on a GPU: finds the device, decides for every node whether
+ * it runs on the device (a CUDA kernel, checked by its `supports`) or on the host (cheap shape
+ * arithmetic evaluated with the CPU kernels once per input-shape plan), gives every value its device
+ * dtype (floats in the engine precision), and uploads the constants that device nodes read, once. */
+#include "backends/cuda/cuda_internal.h"
+
+#include "core/half.h"
+#include "core/log.h"
+#include "core/status.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Ops cheap enough to evaluate on the host when their inputs are known there (shape arithmetic). */
+static const char *const g_host_ops[] = {
+    "Shape", "Size", "Gather", "Concat", "Slice", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity",
+    "Cast", "CastLike", "Add", "Sub", "Mul", "Div", "Mod", "Neg", "Abs", "Sign", "Floor", "Ceil", "Sqrt",
+    "Reciprocal", "Pow", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not", "And", "Or", "Xor",
+    "Where", "Max", "Min", "Range", "ConstantOfShape", "Expand", "Tile", "Transpose", "Split", "GatherElements",
+    "GatherND", "ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin", "Trilu", "NonZero", "CumSum",
+    NULL,
+};
+
+static bool domain_is_default(const char *d) { return !d || !d[0] || !strcmp(d, "ai.onnx"); }
+
+static bool is_host_op(const kiln_node *n) {
+    if (!domain_is_default(n->domain)) return false;
+    for (int i = 0; g_host_ops[i]; i++)
+        if (!strcmp(g_host_ops[i], n->op_type)) return true;
+    return false;
+}
+
+/* Shape and Size read only the shape of their input, which the host always knows. */
+static bool reads_only_shape(const kiln_node *n) {
+    return domain_is_default(n->domain) && (!strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size"));
+}
+
+/* ---------------------------------------------------------------- host-known values for supports */
+
+/* The graph whose `supports` checks are running on this thread, and where its values live. */
+static _Thread_local const kiln_graph *tl_check_graph;
+static _Thread_local const uint8_t *tl_check_kind;
+
+bool kiln_cuda_value_on_host(const kiln_graph *g, int vid) {
+    if (!g || vid < 0 || vid >= g->nvalues) return false;
+    if (g == tl_check_graph && tl_check_kind) return tl_check_kind[vid] != KILN_CUDA_DEVICE;
+    return g->values[vid].constant != NULL;
+}
+
+/* Runs kernel k's supports check on node n of cg (the graph with device dtypes). */
+static kiln_status check_supports(const kiln_backend_engine *be, const kiln_graph *cg, const kiln_cuda_kernel *k,
+                                  const kiln_node *n) {
+    if (!k->supports) return KILN_OK;
+    tl_check_graph = cg;
+    tl_check_kind = be->kind;
+    kiln_status s = k->supports(cg, n);
+    tl_check_graph = NULL;
+    tl_check_kind = NULL;
+    return s;
+}
+
+/* ---------------------------------------------------------------- dtypes */
+
+static float load_float(const void *p, kiln_dtype t, int64_t i) {
+    switch (t) {
+    case KILN_F16: return kiln_f16_to_f32(((const uint16_t *)p)[i]);
+    case KILN_BF16: return kiln_bf16_to_f32(((const uint16_t *)p)[i]);
+    case KILN_F64: return (float)((const double *)p)[i];
+    default: return ((const float *)p)[i];
+    }
+}
+
+void kiln_cuda_host_convert(const void *src, kiln_dtype st, void *dst, kiln_dtype dt, int64_t n) {
+    if (st == dt) {
+        memcpy(dst, src, (size_t)n * kiln_dtype_size(st));
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float f = load_float(src, st, i);
+        switch (dt) {
+        case KILN_F16: ((uint16_t *)dst)[i] = kiln_f32_to_f16(f); break;
+        case KILN_BF16: ((uint16_t *)dst)[i] = kiln_f32_to_bf16(f); break;
+        case KILN_F64: ((double *)dst)[i] = st == KILN_F64 ? ((const double *)src)[i] : (double)f; break;
+        default: ((float *)dst)[i] = f; break;
+        }
+    }
+}
+
+static kiln_dtype precision_dtype(kiln_precision p) {
+    return p == KILN_PRECISION_FP16 ? KILN_F16 : p == KILN_PRECISION_BF16 ? KILN_BF16 : KILN_F32;
+}
+
+/* ---------------------------------------------------------------- the device */
+
+/* The GPU ordinal the engine was built for: "--device N" in its build options, else 0. */
+static int meta_device(const kiln_engine_meta *meta) {
+    const char *p = strstr(meta->build_options, "--device ");
+    return p ? atoi(p + 9) : 0;
+}
+
+/* "sm_90" as recorded in a device description "NVIDIA H200 (sm_90, ...)", or "" when absent. */
+static void meta_sm(const char *device, char *buf, size_t cap) {
+    const char *p = strstr(device, "(sm_");
+    size_t n = 0;
+    if (p) {
+        p++;
+        while (p[n] && p[n] != ',' && p[n] != ')') n++;
+    }
+    snprintf(buf, cap, "%.*s", (int)n, p ? p : "");
+}
+
+/* Finds the engine's GPU (meta says which, and for which architecture it was built) and records its
+ * ordinal, SM count and compute capability in be. */
+static kiln_status open_device(kiln_backend_engine *be, const kiln_engine_meta *meta) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    const char *paren = strstr(meta->device, " (");
+    int name_len = paren ? (int)(paren - meta->device) : (int)strlen(meta->device);
+    if (e != cudaSuccess || count == 0)
+        return kiln_error(KILN_ERR_ENGINE_MISMATCH, "this engine targets cuda (%.*s) but no CUDA device is available: "
+                          "cudaGetDeviceCount: %s", name_len, meta->device,
+                          e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    be->device = meta_device(meta);
+    if (be->device < 0 || be->device >= count)
+        return kiln_error(KILN_ERR_ENGINE_MISMATCH, "this engine targets CUDA device %d (%s) but only %d device%s "
+                          "available: rebuild it with --device", be->device, meta->device, count, count > 1 ? "s are" : " is");
+    KILN_CUDA_TRY(cudaSetDevice(be->device));
+    struct cudaDeviceProp prop;
+    KILN_CUDA_TRY(cudaGetDeviceProperties(&prop, be->device));
+    be->sm_count = prop.multiProcessorCount;
+    be->cc_major = prop.major;
+    be->cc_minor = prop.minor;
+    char want[32], have[32];
+    meta_sm(meta->device, want, sizeof want);
+    snprintf(have, sizeof have, "sm_%d%d", prop.major, prop.minor);
+    if (want[0] && strcmp(want, have))
+        return kiln_error(KILN_ERR_ENGINE_MISMATCH, "this engine was built for %s (%s) but device %d is %s (%s): rebuild "
+                          "it on this machine with `kiln build MODEL.onnx --target cuda`", want, meta->device,
+                          be->device, have, prop.name);
+    if (strncmp(meta->device, prop.name, strlen(prop.name)))
+        KILN_LOG(KILN_LOG_WARN, "cuda: engine built on '%s', running on '%s'", meta->device, prop.name);
+    return KILN_OK;
+}
+
+/* ---------------------------------------------------------------- node placement */
+
+/* Numel of value v when all its dims are static (saturating at INT64_MAX), else -1. */
+static int64_t static_numel(const kiln_value *v) {
+    if (v->ndim < 0) return -1;
+    int64_t n = 1;
+    for (int d = 0; d < v->ndim; d++)
+        if (v->dims[d].sym != 0) return -1;
+    for (int d = 0; d < v->ndim; d++) {
+        int64_t x = v->dims[d].value;
+        if (x == 0) return 0;
+        n = x > 0 && n > INT64_MAX / x ? INT64_MAX : n * x;
+    }
+    return n;
+}
+
+/* Whether node n is evaluated on the host: a shape-arithmetic op with a CPU kernel whose
+ * inputs are all known on the host (Shape/Size: any input), and whose outputs are small, or integer
+ * or bool, or have no device kernel that accepts them. */
+static bool place_on_host(const kiln_backend_engine *be, const kiln_graph *cg, const kiln_node *n) {
+    if (!is_host_op(n) || !kiln_cpu_kernel_find(n->domain, n->op_type)) return false;
+    bool shape_only = reads_only_shape(n);
+    for (int k = 0; k < n->ninputs; k++) {
+        int v = n->inputs[k];
+        if (v >= 0 && be->kind[v] == KILN_CUDA_DEVICE && !shape_only) return false;
+    }
+    if (shape_only) return true;
+    bool small = true, any_float = false;
+    for (int k = 0; k < n->noutputs; k++) {
+        const kiln_value *v = kiln_node_output(be->g, n, k);
+        if (!v) continue;
+        int64_t numel = static_numel(v);
+        if (numel < 0 || numel > KILN_CUDA_HOST_SMALL) small = false;
+        if (kiln_cuda_is_float(v->dtype)) any_float = true;
+    }
+    if (small || !any_float) return true;
+    const kiln_cuda_kernel *k = kiln_cuda_kernel_find(n->domain, n->op_type);
+    return !k || check_supports(be, cg, k, n) != KILN_OK;
+}
+
+/* Places every node, and (require_kernels) reports every node the device cannot run in one message. */
+static kiln_status place_nodes(kiln_backend_engine *be, const kiln_graph *cg, bool require_kernels) {
+    const kiln_graph *g = be->g;
+    int bad = 0;
+    char list[3072] = "";
+    size_t used = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        char why[512] = "";
+        if (place_on_host(be, cg, n)) {
+            be->host_exec[i] = kiln_cpu_kernel_find(n->domain, n->op_type)->exec;
+            for (int k = 0; k < n->noutputs; k++)
+                if (n->outputs[k] >= 0) be->kind[n->outputs[k]] = KILN_CUDA_HOST;
+            be->n_host_nodes++;
+            KILN_LOG(KILN_LOG_VERBOSE, "cuda: node '%s' (%s) is evaluated on the host (shape arithmetic)", n->name,
+                     n->op_type);
+            continue;
+        }
+        const kiln_cuda_kernel *k = kiln_cuda_kernel_find(n->domain, n->op_type);
+        if (!k) {
+            snprintf(why, sizeof why, "op %s%s%s has no CUDA kernel", n->domain[0] ? n->domain : "",
+                     n->domain[0] ? "." : "", n->op_type);
+        } else if (check_supports(be, cg, k, n) != KILN_OK) {
+            snprintf(why, sizeof why, "%s", kiln_last_error());
+        }
+        be->kernels[i] = k;
+        be->n_device_nodes++;
+        if (!why[0] || !require_kernels) continue;
+        if (bad < 12 && used < sizeof list)
+            used += (size_t)snprintf(list + used, sizeof list - used, "\n  node '%s' (%s): %s", n->name, n->op_type, why);
+        bad++;
+    }
+    if (!bad) return KILN_OK;
+    return kiln_error(KILN_ERR_UNSUPPORTED, "the cuda backend cannot run %d node%s:%s%s", bad, bad > 1 ? "s" : "", list,
+                      bad > 12 ? "\n  ..." : "");
+}
+
+/* needs_device (host/const values that device nodes read), last_step (liveness of device values) and
+ * max_args (the longest argument list of any node). */
+static void compute_uses(kiln_backend_engine *be) {
+    const kiln_graph *g = be->g;
+    int end = g->nnodes + 1;
+    for (int v = 0; v < g->nvalues; v++) {
+        const kiln_value *val = &g->values[v];
+        be->last_step[v] = val->is_input ? 0 : val->producer + 1;
+        if (val->is_output && be->kind[v] == KILN_CUDA_DEVICE) be->last_step[v] = end;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (n->ninputs > be->max_args) be->max_args = n->ninputs;
+        if (n->noutputs > be->max_args) be->max_args = n->noutputs;
+        if (be->host_exec[i]) continue;
+        for (int k = 0; k < n->ninputs; k++) {
+            int v = n->inputs[k];
+            if (v < 0) continue;
+            if (be->kind[v] != KILN_CUDA_DEVICE) be->needs_device[v] = true;
+            else if (be->last_step[v] < i + 1) be->last_step[v] = i + 1;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- constants */
+
+/* Uploads every constant a device node reads (converted to its device dtype) into one allocation. */
+static kiln_status upload_constants(kiln_backend_engine *be) {
+    const kiln_graph *g = be->g;
+    size_t total = 0;
+    for (int v = 0; v < g->nvalues; v++) {
+        const kiln_tensor *t = g->values[v].constant;
+        if (!t || !be->needs_device[v]) continue;
+        total += kiln_cuda_align((size_t)kiln_tensor_numel(t) * kiln_dtype_size(be->dev_dtype[v]));
+    }
+    if (!total) return KILN_OK;
+    KILN_CUDA_TRY(cudaMalloc(&be->const_mem, total));
+    size_t off = 0;
+    void *tmp = NULL;
+    size_t tmp_cap = 0;
+    kiln_status s = KILN_OK;
+    for (int v = 0; v < g->nvalues && s == KILN_OK; v++) {
+        const kiln_tensor *t = g->values[v].constant;
+        if (!t || !be->needs_device[v]) continue;
+        int64_t n = kiln_tensor_numel(t);
+        size_t bytes = (size_t)n * kiln_dtype_size(be->dev_dtype[v]);
+        if (!bytes) continue;
+        be->const_dev[v] = (char *)be->const_mem + off;
+        off += kiln_cuda_align(bytes);
+        const void *src = t->data;
+        if (t->dtype != be->dev_dtype[v]) {
+            if (bytes > tmp_cap) {
+                free(tmp);
+                tmp_cap = bytes;
+                tmp = malloc(tmp_cap);
+                if (!tmp) {
+                    s = kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory converting constant '%s'", g->values[v].name);
+                    break;
+                }
+            }
+            kiln_cuda_host_convert(t->data, t->dtype, tmp, be->dev_dtype[v], n);
+            src = tmp;
+        }
+        cudaError_t e = cudaMemcpy(be->const_dev[v], src, bytes, cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) s = kiln_cuda_error(e, "cudaMemcpy(constant)", __FILE__, __LINE__);
+    }
+    free(tmp);
+    /* pageable uploads may still be in flight when cudaMemcpy returns: finish them before any stream uses them */
+    if (s == KILN_OK) KILN_CUDA_TRY(cudaDeviceSynchronize());
+    if (s == KILN_OK) KILN_LOG(KILN_LOG_INFO, "cuda: %.2f MB of weights on device %d", (double)total / 1e6, be->device);
+    return s;
+}
+
+/* ---------------------------------------------------------------- engine */
+
+void kiln_cuda_engine_free(kiln_backend_engine *be) {
+    if (!be) return;
+    if (be->const_mem) {
+        cudaSetDevice(be->device);
+        cudaFree(be->const_mem);
+    }
+    free(be->kernels);
+    free(be->host_exec);
+    free(be->kind);
+    free(be->dev_dtype);
+    free(be->needs_device);
+    free(be->last_step);
+    free(be->const_dev);
+    pthread_mutex_destroy(&be->mu);
+    free(be);
+}
+
+/* When every input shape is static: resolves and plans them now (so that a model the device cannot
+ * shape fails at build time) and records the planned and naive activation sizes for inspect. */
+static kiln_status plan_static_shapes(kiln_backend_engine *be) {
+    const kiln_graph *g = be->g;
+    kiln_tensor *in = calloc((size_t)g->ninputs + 1, sizeof *in);
+    if (!in) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    be->static_inputs = true;
+    for (int k = 0; k < g->ninputs && be->static_inputs; k++) {
+        const kiln_value *v = &g->values[g->inputs[k]];
+        in[k].dtype = v->dtype;
+        in[k].ndim = v->ndim;
+        if (v->ndim < 0) be->static_inputs = false;
+        for (int d = 0; d < v->ndim; d++) {
+            if (v->dims[d].sym != 0) be->static_inputs = false;
+            in[k].dims[d] = v->dims[d].value;
+        }
+    }
+    kiln_status s = KILN_OK;
+    if (be->static_inputs) {
+        kiln_cuda_plan *p;
+        s = kiln_cuda_plan_create(be, in, &p);
+        if (s == KILN_OK) {
+            be->static_peak = p->arena_bytes;
+            be->static_naive = p->naive_bytes;
+            kiln_cuda_plan_free(be, p);
+        }
+    }
+    free(in);
+    return s;
+}
+
+kiln_status kiln_cuda_engine_prepare(const kiln_graph *g, kiln_precision precision, bool require_kernels,
+                                     kiln_backend_engine **out) {
+    *out = NULL;
+    kiln_backend_engine *be = calloc(1, sizeof *be);
+    if (!be) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    pthread_mutex_init(&be->mu, NULL);
+    be->g = g;
+    be->precision = precision;
+    be->float_dtype = precision_dtype(precision);
+    size_t nv = (size_t)g->nvalues + 1, nn = (size_t)g->nnodes + 1;
+    be->kernels = calloc(nn, sizeof *be->kernels);
+    be->host_exec = calloc(nn, sizeof *be->host_exec);
+    be->kind = calloc(nv, sizeof *be->kind);
+    be->dev_dtype = calloc(nv, sizeof *be->dev_dtype);
+    be->needs_device = calloc(nv, sizeof *be->needs_device);
+    be->last_step = calloc(nv, sizeof *be->last_step);
+    be->const_dev = calloc(nv, sizeof *be->const_dev);
+    kiln_value *typed = malloc(nv * sizeof *typed);
+    kiln_status s = KILN_OK;
+    if (!be->kernels || !be->host_exec || !be->kind || !be->dev_dtype || !be->needs_device || !be->last_step ||
+        !be->const_dev || !typed)
+        s = kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory preparing the engine");
+    if (s == KILN_OK) {
+        /* the graph as the kernels' supports checks see it: values in their device dtypes */
+        memcpy(typed, g->values, (size_t)g->nvalues * sizeof *typed);
+        for (int v = 0; v < g->nvalues; v++) {
+            be->kind[v] = g->values[v].constant ? KILN_CUDA_CONST : KILN_CUDA_DEVICE;
+            be->dev_dtype[v] = kiln_cuda_is_float(g->values[v].dtype) ? be->float_dtype : g->values[v].dtype;
+            typed[v].dtype = be->dev_dtype[v];
+        }
+        kiln_graph cg = *g;
+        cg.values = typed;
+        s = place_nodes(be, &cg, require_kernels);
+    }
+    free(typed);
+    if (s == KILN_OK) {
+        compute_uses(be);
+        s = plan_static_shapes(be);
+    }
+    if (s != KILN_OK) {
+        kiln_cuda_engine_free(be);
+        return s;
+    }
+    *out = be;
+    return KILN_OK;
+}
+
+kiln_status kiln_cuda_engine_create(const kiln_graph *g, const kiln_engine_meta *meta, kiln_backend_engine **out) {
+    *out = NULL;
+    kiln_backend_engine probe = {.device = 0};
+    KILN_TRY(open_device(&probe, meta));
+    kiln_backend_engine *be;
+    KILN_TRY(kiln_cuda_engine_prepare(g, meta->precision, true, &be));
+    be->device = probe.device;
+    be->sm_count = probe.sm_count;
+    be->cc_major = probe.cc_major;
+    be->cc_minor = probe.cc_minor;
+    kiln_status s = upload_constants(be);
+    if (s != KILN_OK) {
+        kiln_cuda_engine_free(be);
+        return s;
+    }
+    KILN_LOG(KILN_LOG_INFO, "cuda: %d nodes on the device, %d shape-arithmetic nodes on the host", be->n_device_nodes,
+             be->n_host_nodes);
+    *out = be;
+    return KILN_OK;
+}
+
+/* "512 B", "12.5 KB", "3.20 MB", "1.50 GB" */
+static const char *human_bytes(size_t n, char *buf, size_t cap) {
+    if (n < 1000) snprintf(buf, cap, "%zu B", n);
+    else if (n < 1000000) snprintf(buf, cap, "%.1f KB", (double)n / 1e3);
+    else if (n < 1000000000) snprintf(buf, cap, "%.2f MB", (double)n / 1e6);
+    else snprintf(buf, cap, "%.2f GB", (double)n / 1e9);
+    return buf;
+}
+
+void kiln_cuda_engine_describe(const kiln_backend_engine *be, FILE *f) {
+    static const char *names[] = {"fp32", "fp16", "bf16"};
+    fprintf(f, "cuda: device %d (sm_%d%d, %d SMs), %s, %d device nodes, %d host-evaluated shape nodes\n", be->device,
+            be->cc_major, be->cc_minor, be->sm_count, names[be->precision <= KILN_PRECISION_BF16 ? be->precision : 0],
+            be->n_device_nodes, be->n_host_nodes);
+    if (be->static_inputs) {
+        char a[32], b[32];
+        fprintf(f, "activation memory: %s planned peak vs %s naive sum", human_bytes(be->static_peak, a, sizeof a),
+                human_bytes(be->static_naive, b, sizeof b));
+        if (be->static_peak) fprintf(f, " (%.1fx less)", (double)be->static_naive / (double)be->static_peak);
+        fprintf(f, "\n");
+    } else {
+        fprintf(f, "activation memory: planned per input shape at run time (the inputs have dynamic dims)\n");
+    }
+}

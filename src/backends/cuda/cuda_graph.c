@@ -1,0 +1,147 @@
+/* cuda_graph.c — executing a shape plan on a context's stream: the boundary casts, then every device
+ * node's kernel. The first run of a plan goes node by node, synchronizing after each, so that an
+ * error (also an asynchronous one) names its node; the second run captures the same sequence into a
+ * CUDA graph, which that run and every later one replays with one launch.
+ *
+ * Capture rules this relies on (cuda_kernels.h states them for the kernels): between BeginCapture and
+ * EndCapture nothing allocates, synchronizes, copies synchronously or registers host memory; cuBLASLt
+ * gets its workspace explicitly, cuDNN had its stream set when the context was made. The capture is
+ * thread-local, so other contexts may allocate and synchronize meanwhile. A capture that fails (a
+ * kernel doing something capture forbids) is not fatal: the plan then runs eagerly, with a warning. */
+#include "backends/cuda/cuda_internal.h"
+#include "backends/cuda/cuda_launchers.h"
+
+#include "core/log.h"
+#include "core/status.h"
+
+#include <string.h>
+
+/* The kernel's view of value v (v < 0: absent). */
+static void fill_tensor(const kiln_backend_context *c, const kiln_cuda_plan *p, int v, kiln_cuda_tensor *t) {
+    const kiln_backend_engine *be = c->be;
+    memset(t, 0, sizeof *t);
+    if (v < 0) {
+        t->ndim = -1;
+        return;
+    }
+    const kiln_value *val = &p->vals[v];
+    t->dtype = be->dev_dtype[v];
+    t->ndim = val->ndim;
+    for (int d = 0; d < val->ndim; d++) t->dims[d] = val->dims[d].value;
+    bool has_data = kiln_cuda_value_bytes(be, p, v) > 0;
+    switch ((kiln_cuda_kind)be->kind[v]) {
+    case KILN_CUDA_DEVICE:
+        t->data = has_data && p->off[v] >= 0 ? (char *)c->arena + p->off[v] : NULL;
+        break;
+    case KILN_CUDA_CONST:
+        t->data = be->const_dev[v];
+        t->host = be->g->values[v].constant->data;
+        t->host_dtype = be->g->values[v].constant->dtype;
+        break;
+    case KILN_CUDA_HOST:
+        t->data = has_data && p->off[v] >= 0 ? (char *)p->host_dev + p->off[v] : NULL;
+        t->host = p->host[v].data;
+        t->host_dtype = p->host[v].dtype;
+        break;
+    }
+}
+
+static kiln_status run_node(kiln_backend_context *c, const kiln_cuda_plan *p, int i) {
+    const kiln_backend_engine *be = c->be;
+    const kiln_node *n = &be->g->nodes[i];
+    kiln_cuda_tensor *in = c->args, *out = c->args + be->max_args;
+    for (int k = 0; k < n->ninputs; k++) fill_tensor(c, p, n->inputs[k], &in[k]);
+    for (int k = 0; k < n->noutputs; k++) fill_tensor(c, p, n->outputs[k], &out[k]);
+    kiln_status s = be->kernels[i]->exec(n, in, n->ninputs, out, n->noutputs, &c->kc);
+    if (s != KILN_OK) return kiln_error_prefix(s, "node '%s' (%s)", n->name, n->op_type);
+    return KILN_OK;
+}
+
+/* Waits for the stream and names `what` if something failed on it. */
+static kiln_status sync_checked(kiln_backend_context *c, const char *what) {
+    cudaError_t e = cudaStreamSynchronize(c->kc.stream);
+    if (e != cudaSuccess) return kiln_error_prefix(kiln_cuda_error(e, "cudaStreamSynchronize", __FILE__, __LINE__), "%s", what);
+    return KILN_OK;
+}
+
+/* Enqueues the whole plan; with sync_each, waits after every step. */
+static kiln_status enqueue_plan(kiln_backend_context *c, const kiln_cuda_plan *p, bool sync_each) {
+    const kiln_backend_engine *be = c->be;
+    const kiln_graph *g = be->g;
+    char *arena = c->arena;
+    for (int k = 0; k < g->ninputs; k++) {
+        int v = g->inputs[k];
+        if (p->in_stage[k] < 0) continue;
+        kiln_status s = kiln_cuda_cast(arena + p->in_stage[k], g->values[v].dtype, arena + p->off[v], be->dev_dtype[v],
+                                       kiln_cuda_value_numel(p, v), c->kc.stream);
+        if (s != KILN_OK) return kiln_error_prefix(s, "casting input '%s' to %s", g->values[v].name, kiln_dtype_name(be->dev_dtype[v]));
+    }
+    if (sync_each) KILN_TRY(sync_checked(c, "uploading the inputs"));
+    for (int i = 0; i < g->nnodes; i++) {
+        if (!be->kernels[i] || be->host_exec[i]) continue;
+        KILN_TRY(run_node(c, p, i));
+        if (sync_each) {
+            const kiln_node *n = &g->nodes[i];
+            char what[512];
+            snprintf(what, sizeof what, "node '%s' (%s)", n->name, n->op_type);
+            KILN_TRY(sync_checked(c, what));
+        }
+    }
+    for (int k = 0; k < g->noutputs; k++) {
+        int v = g->outputs[k];
+        if (p->out_stage[k] < 0) continue;
+        kiln_status s = kiln_cuda_cast(arena + p->off[v], be->dev_dtype[v], arena + p->out_stage[k], g->values[v].dtype,
+                                       kiln_cuda_value_numel(p, v), c->kc.stream);
+        if (s != KILN_OK) return kiln_error_prefix(s, "casting output '%s' to %s", g->values[v].name, kiln_dtype_name(g->values[v].dtype));
+    }
+    if (sync_each) KILN_TRY(sync_checked(c, "casting the outputs"));
+    return KILN_OK;
+}
+
+void kiln_cuda_plan_drop_graph(kiln_cuda_plan *p) {
+    if (p->exec) cudaGraphExecDestroy(p->exec);
+    p->exec = NULL;
+    p->exec_arena = NULL;
+}
+
+/* Captures the plan into p->exec. KILN_OK also when capturing is impossible (p->no_graph is set then
+ * and the plan was not enqueued); an error only for a failure outside the capture itself. */
+static kiln_status capture(kiln_backend_context *c, kiln_cuda_plan *p) {
+    cudaStream_t st = c->kc.stream;
+    KILN_CUDA_TRY(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    kiln_status s = enqueue_plan(c, p, false);
+    char why[512] = "";
+    if (s != KILN_OK) snprintf(why, sizeof why, "%s", kiln_last_error());
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(st, &graph);
+    if (s == KILN_OK && e != cudaSuccess) snprintf(why, sizeof why, "cudaStreamEndCapture: %s", cudaGetErrorString(e));
+    if (s == KILN_OK && e == cudaSuccess) {
+        e = cudaGraphInstantiate(&p->exec, graph, 0);
+        if (e != cudaSuccess) {
+            p->exec = NULL;
+            snprintf(why, sizeof why, "cudaGraphInstantiate: %s", cudaGetErrorString(e));
+        }
+    }
+    if (graph) cudaGraphDestroy(graph);
+    if (!why[0]) {
+        p->exec_arena = c->arena;
+        return KILN_OK;
+    }
+    (void)cudaGetLastError(); /* capture errors are not sticky: clear them before running eagerly */
+    p->no_graph = true;
+    KILN_LOG(KILN_LOG_WARN, "cuda: this shape plan cannot be captured as a CUDA graph, it runs without one: %s", why);
+    return KILN_OK;
+}
+
+kiln_status kiln_cuda_plan_execute(kiln_backend_context *c, kiln_cuda_plan *p) {
+    if (!p->has_device_work) return KILN_OK;
+    if (p->runs == 0) return enqueue_plan(c, p, true);
+    if (!c->use_graphs || p->no_graph) return enqueue_plan(c, p, false);
+    if (p->exec && p->exec_arena != c->arena) kiln_cuda_plan_drop_graph(p);
+    if (!p->exec) {
+        KILN_TRY(capture(c, p));
+        if (p->no_graph) return enqueue_plan(c, p, false);
+    }
+    KILN_CUDA_TRY(cudaGraphLaunch(p->exec, c->kc.stream));
+    return KILN_OK;
+}

@@ -1,0 +1,141 @@
+/* cuda_internal.h — the CUDA backend's own state, shared by its .c files (not by the kernels):
+ * the per-engine preparation (which node runs where, the device dtype of every value, device copies
+ * of the weights), the per-shape plans (concrete shapes, host-evaluated values, arena offsets, the
+ * captured CUDA graph) and the per-context resources (stream, library handles, arena, staging).
+ *
+ * Execution steps: step 0 is the input boundary (upload, casts to the device dtype), node i is step
+ * i + 1, step nnodes + 1 is the output boundary (casts back, download). Liveness is counted in steps. */
+#ifndef KILN_CUDA_INTERNAL_H
+#define KILN_CUDA_INTERNAL_H
+
+#include "backends/backend.h"
+#include "backends/cpu/cpu_kernels.h"
+#include "backends/cuda/cuda_kernels.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+#define KILN_CUDA_ALIGN 256                      /* every device buffer starts on this boundary */
+#define KILN_CUDA_MAX_PLANS 16                   /* shape plans cached per context (LRU) */
+#define KILN_CUDA_WORKSPACE_BYTES ((size_t)64 << 20)
+#define KILN_CUDA_HOST_SMALL 4096                /* host-evaluated outputs up to this many elements */
+
+/* Where a value lives. */
+typedef enum kiln_cuda_kind {
+    KILN_CUDA_DEVICE = 0, /* a graph input or a device node's output: in the context's arena */
+    KILN_CUDA_CONST = 1,  /* a constant: host data in the graph, device copy in the engine */
+    KILN_CUDA_HOST = 2,   /* computed on the host per shape plan; device copy in the plan */
+} kiln_cuda_kind;
+
+struct kiln_backend_engine {
+    const kiln_graph *g;
+    kiln_precision precision;
+    kiln_dtype float_dtype;             /* F32, F16 or BF16: what float values are on the device */
+    int device;                         /* CUDA device ordinal */
+    int sm_count, cc_major, cc_minor;
+    const kiln_cuda_kernel **kernels;   /* [nnodes]: the device kernel, NULL for host nodes */
+    kiln_cpu_exec_fn *host_exec;        /* [nnodes]: the CPU kernel of host nodes, else NULL */
+    uint8_t *kind;                      /* [nvalues]: kiln_cuda_kind */
+    kiln_dtype *dev_dtype;              /* [nvalues]: dtype of the value in device memory */
+    bool *needs_device;                 /* [nvalues]: a host/const value that a device node reads */
+    int *last_step;                     /* [nvalues]: last step that reads a device value's data */
+    void *const_mem;                    /* one device allocation holding every needed constant */
+    void **const_dev;                   /* [nvalues]: device copy of a constant, or NULL */
+    int max_args;                       /* most inputs or outputs of one node */
+    int n_host_nodes, n_device_nodes;
+    bool static_inputs;                 /* every input shape is static: static_* below are set */
+    size_t static_peak, static_naive;   /* activation arena: planned vs one buffer per value */
+    pthread_mutex_t mu;                 /* serializes shape resolution (it may allocate in the graph) */
+};
+
+/* One set of concrete input shapes, resolved and planned. */
+typedef struct kiln_cuda_plan {
+    int64_t *sig;                /* input ranks and dims, concatenated: the cache key */
+    int sig_len;
+    kiln_value *vals;            /* [nvalues]: the resolved value table (host values are constants) */
+    kiln_tensor *host;           /* [nvalues]: results of host nodes (owned) */
+    int64_t *off;                /* [nvalues]: device values: arena offset; host values: offset in
+                                  * host_dev; -1 when the value has no device storage */
+    int64_t *in_stage;           /* [ninputs]: arena offset of the declared-dtype upload buffer, or -1 */
+    int64_t *out_stage;          /* [noutputs]: arena offset of the declared-dtype download buffer, or -1 */
+    size_t *in_pin, *out_pin;    /* [ninputs], [noutputs]: offsets in the pinned staging buffers */
+    size_t arena_bytes, naive_bytes, host_dev_bytes, pin_in_bytes, pin_out_bytes;
+    void *host_dev;              /* device copies of host values that device nodes read */
+    cudaGraphExec_t exec;        /* the captured plan, or NULL */
+    void *exec_arena;            /* the arena base the capture used */
+    bool no_graph;               /* capture failed once: always run eagerly */
+    bool has_device_work;        /* some node or boundary cast runs on the device */
+    uint64_t runs, last_used;
+} kiln_cuda_plan;
+
+struct kiln_backend_context {
+    kiln_backend_engine *be;
+    kiln_cuda_ctx kc;            /* what the kernels see: stream, handles, workspace */
+    void *arena;
+    size_t arena_bytes;
+    unsigned char *pin_in, *pin_out;
+    size_t pin_in_bytes, pin_out_bytes;
+    kiln_cuda_plan *plans[KILN_CUDA_MAX_PLANS];
+    int nplans;
+    uint64_t tick;
+    bool use_graphs;             /* KILN_CUDA_GRAPHS=0 turns CUDA graphs off */
+    kiln_cuda_tensor *args;      /* [2 * max_args]: one node's inputs then outputs */
+};
+
+static inline bool kiln_cuda_is_float(kiln_dtype t) {
+    return t == KILN_F32 || t == KILN_F16 || t == KILN_BF16 || t == KILN_F64;
+}
+static inline size_t kiln_cuda_align(size_t n) { return (n + KILN_CUDA_ALIGN - 1) & ~(size_t)(KILN_CUDA_ALIGN - 1); }
+
+/* cuda_engine.c — the host side of engine_create, without touching a device: places every node
+ * (device or host), gives values their device dtypes, computes liveness and, for static input shapes,
+ * the static plan. With require_kernels, fails listing every node the device cannot run; without,
+ * such nodes stay device nodes with kernels[i] == NULL (for planning only: such an engine cannot run).
+ * On success *out is owned by the caller (kiln_cuda_engine_free). */
+kiln_status kiln_cuda_engine_prepare(const kiln_graph *g, kiln_precision precision, bool require_kernels,
+                                     kiln_backend_engine **out);
+/* cuda_engine.c — the backend's engine_create / engine_free / describe. */
+kiln_status kiln_cuda_engine_create(const kiln_graph *g, const kiln_engine_meta *meta, kiln_backend_engine **out);
+void kiln_cuda_engine_free(kiln_backend_engine *be);
+void kiln_cuda_engine_describe(const kiln_backend_engine *be, FILE *f);
+/* cuda_engine.c — host-side conversion of n elements between the float types F32/F64/F16/BF16 (same
+ * type: a copy). Other pairs must be equal types. */
+void kiln_cuda_host_convert(const void *src, kiln_dtype st, void *dst, kiln_dtype dt, int64_t n);
+
+/* cuda_shapes.c — resolves the concrete shape of every value for the given input shapes (inputs[k]
+ * holds dims for graph input k; data is not read), evaluating host nodes on the CPU. vals gets a copy
+ * of the value table with concrete dims (host values become constants pointing into host[]); host[]
+ * (nvalues, zeroed by the caller) receives the host results, owned. Every device value must be static,
+ * else KILN_ERR_SHAPE naming the node. Takes be->mu. */
+kiln_status kiln_cuda_resolve_shapes(kiln_backend_engine *be, const kiln_tensor *inputs, kiln_value *vals,
+                                     kiln_tensor *host);
+
+/* cuda_memory.c — one buffer live from step start to step end (inclusive) that needs bytes. */
+typedef struct kiln_cuda_interval {
+    size_t bytes;
+    int start, end;
+    size_t offset; /* out: its place in the arena */
+} kiln_cuda_interval;
+/* First-fit placement, largest first: buffers whose lifetimes overlap never overlap in memory.
+ * Returns the arena size needed; *naive (optional) gets the sum of the aligned sizes. Fails only on
+ * out of memory. */
+kiln_status kiln_cuda_place(kiln_cuda_interval *iv, int n, size_t *peak, size_t *naive);
+/* Resolves the shapes for inputs and plans every device buffer (host side only: no device memory is
+ * touched). On success *out is owned by the caller (kiln_cuda_plan_free). */
+kiln_status kiln_cuda_plan_create(kiln_backend_engine *be, const kiln_tensor *inputs, kiln_cuda_plan **out);
+/* Frees the plan's host memory, its CUDA graph and its device copies of host values. Accepts NULL. */
+void kiln_cuda_plan_free(const kiln_backend_engine *be, kiln_cuda_plan *p);
+/* Elements of value v under plan p (0 for none; plans only hold sizes that passed the overflow check). */
+int64_t kiln_cuda_value_numel(const kiln_cuda_plan *p, int v);
+/* Bytes of value v on the device under plan p (0 when it has no elements). */
+size_t kiln_cuda_value_bytes(const kiln_backend_engine *be, const kiln_cuda_plan *p, int v);
+
+/* cuda_graph.c — runs plan p on the context's stream: the boundary casts, every device node, the
+ * output casts. The plan's first run goes node by node with a synchronization after each (errors
+ * name the node); later runs replay a CUDA graph captured on the second run (unless disabled or the
+ * capture failed, then eagerly without per-node synchronization). Uploads/downloads are the caller's. */
+kiln_status kiln_cuda_plan_execute(kiln_backend_context *c, kiln_cuda_plan *p);
+/* Destroys p's CUDA graph (after the arena moved, or when the plan is freed). */
+void kiln_cuda_plan_drop_graph(kiln_cuda_plan *p);
+
+#endif

@@ -1,0 +1,256 @@
+/* cuda_runtime.c — the CUDA backend (target "cuda"): device description, execution contexts and runs.
+ *
+ * A context owns one non-blocking stream, a cuBLASLt and a cuDNN handle bound to it, a 64 MiB
+ * workspace, the activation arena and pinned staging buffers, and a small LRU of shape plans (one per
+ * distinct set of input shapes; cuda_memory.c). A run: find or make the plan (growing the arena and
+ * staging only when a new plan needs more, so a seen shape allocates nothing), copy the inputs into
+ * pinned memory and upload them, execute the plan (cuda_graph.c: eagerly the first time, then as a
+ * CUDA graph), download the outputs into pinned memory and wait. Contexts of one engine share its
+ * weights and run concurrently, each on its own stream. */
+#include "backends/cuda/cuda_internal.h"
+
+#include "core/log.h"
+#include "core/status.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static kiln_status cuda_device_name(int device, char *buf, size_t cap) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) return kiln_error(KILN_ERR_BACKEND, "no CUDA device (cudaGetDeviceCount: %s)", cudaGetErrorString(e));
+    if (count == 0) return kiln_error(KILN_ERR_BACKEND, "no CUDA device (cudaGetDeviceCount: 0 devices)");
+    if (device < 0 || device >= count)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "there is no CUDA device %d (this machine has %d)", device, count);
+    struct cudaDeviceProp prop;
+    KILN_CUDA_TRY(cudaGetDeviceProperties(&prop, device));
+    int driver = 0;
+    KILN_CUDA_TRY(cudaDriverGetVersion(&driver));
+    size_t lt = cublasLtGetVersion(), dnn = cudnnGetVersion();
+    snprintf(buf, cap, "%s (sm_%d%d, %d SMs, %zu GiB), driver %d.%d, cuBLASLt %zu.%zu, cuDNN %zu.%zu", prop.name, prop.major,
+             prop.minor, prop.multiProcessorCount, prop.totalGlobalMem >> 30, driver / 1000, driver % 1000 / 10, lt / 10000,
+             lt % 10000 / 100, dnn / 10000, dnn % 10000 / 100);
+    return KILN_OK;
+}
+
+static bool cuda_supports_precision(kiln_precision p) {
+    return p == KILN_PRECISION_FP32 || p == KILN_PRECISION_FP16 || p == KILN_PRECISION_BF16;
+}
+
+/* ---------------------------------------------------------------- contexts */
+
+static void cuda_context_free(kiln_backend_context *c) {
+    if (!c) return;
+    cudaSetDevice(c->be->device);
+    if (c->kc.stream) cudaStreamSynchronize(c->kc.stream);
+    for (int i = 0; i < c->nplans; i++) kiln_cuda_plan_free(c->be, c->plans[i]);
+    if (c->arena) cudaFree(c->arena);
+    if (c->kc.workspace) cudaFree(c->kc.workspace);
+    if (c->pin_in) cudaFreeHost(c->pin_in);
+    if (c->pin_out) cudaFreeHost(c->pin_out);
+    if (c->kc.dnn) cudnnDestroy(c->kc.dnn);
+    if (c->kc.lt) cublasLtDestroy(c->kc.lt);
+    if (c->kc.stream) cudaStreamDestroy(c->kc.stream);
+    free(c->args);
+    free(c);
+}
+
+static kiln_status init_context(kiln_backend_context *c) {
+    const kiln_backend_engine *be = c->be;
+    KILN_CUDA_TRY(cudaSetDevice(be->device));
+    KILN_CUDA_TRY(cudaStreamCreateWithFlags(&c->kc.stream, cudaStreamNonBlocking));
+    KILN_CUBLAS_TRY(cublasLtCreate(&c->kc.lt));
+    KILN_CUDNN_TRY(cudnnCreate(&c->kc.dnn));
+    KILN_CUDNN_TRY(cudnnSetStream(c->kc.dnn, c->kc.stream));
+    KILN_CUDA_TRY(cudaMalloc(&c->kc.workspace, KILN_CUDA_WORKSPACE_BYTES));
+    c->kc.workspace_bytes = KILN_CUDA_WORKSPACE_BYTES;
+    c->kc.sm_count = be->sm_count;
+    c->kc.cc_major = be->cc_major;
+    c->kc.cc_minor = be->cc_minor;
+    const char *env = getenv("KILN_CUDA_GRAPHS");
+    c->use_graphs = !(env && !strcmp(env, "0"));
+    return KILN_OK;
+}
+
+static kiln_status cuda_context_create(kiln_backend_engine *be, kiln_backend_context **out) {
+    kiln_backend_context *c = calloc(1, sizeof *c);
+    if (!c) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    c->be = be;
+    c->args = calloc(2 * (size_t)be->max_args + 1, sizeof *c->args);
+    kiln_status s = c->args ? init_context(c) : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    if (s != KILN_OK) {
+        cuda_context_free(c);
+        return s;
+    }
+    *out = c;
+    return KILN_OK;
+}
+
+/* ---------------------------------------------------------------- shape plans of a context */
+
+/* Makes room for plan p: grows the arena and the pinned buffers if it needs more (after the stream is
+ * idle; captured graphs of other plans then point at freed memory and are recaptured on their next
+ * run), and uploads the host values that device nodes read. */
+static kiln_status prepare_plan(kiln_backend_context *c, kiln_cuda_plan *p) {
+    const kiln_backend_engine *be = c->be;
+    const kiln_graph *g = be->g;
+    cudaStream_t st = c->kc.stream;
+    if (p->arena_bytes > c->arena_bytes || p->pin_in_bytes > c->pin_in_bytes || p->pin_out_bytes > c->pin_out_bytes)
+        KILN_CUDA_TRY(cudaStreamSynchronize(st));
+    if (p->arena_bytes > c->arena_bytes) {
+        for (int i = 0; i < c->nplans; i++) kiln_cuda_plan_drop_graph(c->plans[i]);
+        if (c->arena) cudaFree(c->arena);
+        c->arena = NULL;
+        c->arena_bytes = 0;
+        KILN_CUDA_TRY(cudaMalloc(&c->arena, p->arena_bytes));
+        c->arena_bytes = p->arena_bytes;
+    }
+    if (p->pin_in_bytes > c->pin_in_bytes) {
+        if (c->pin_in) cudaFreeHost(c->pin_in);
+        c->pin_in = NULL;
+        c->pin_in_bytes = 0;
+        KILN_CUDA_TRY(cudaMallocHost((void **)&c->pin_in, p->pin_in_bytes));
+        c->pin_in_bytes = p->pin_in_bytes;
+    }
+    if (p->pin_out_bytes > c->pin_out_bytes) {
+        if (c->pin_out) cudaFreeHost(c->pin_out);
+        c->pin_out = NULL;
+        c->pin_out_bytes = 0;
+        KILN_CUDA_TRY(cudaMallocHost((void **)&c->pin_out, p->pin_out_bytes));
+        c->pin_out_bytes = p->pin_out_bytes;
+    }
+    if (!p->host_dev_bytes) return KILN_OK;
+    KILN_CUDA_TRY(cudaMalloc(&p->host_dev, p->host_dev_bytes));
+    for (int v = 0; v < g->nvalues; v++) {
+        if (be->kind[v] != KILN_CUDA_HOST || p->off[v] < 0) continue;
+        const kiln_tensor *t = &p->host[v];
+        kiln_dtype dt = be->dev_dtype[v];
+        if (t->dtype != dt && !(kiln_cuda_is_float(t->dtype) && kiln_cuda_is_float(dt)))
+            return kiln_error(KILN_ERR_INTERNAL, "host value '%s' is %s, the device expects %s", g->values[v].name,
+                              kiln_dtype_name(t->dtype), kiln_dtype_name(dt));
+        size_t bytes = kiln_cuda_value_bytes(be, p, v);
+        void *tmp = malloc(bytes);
+        if (!tmp) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory uploading '%s'", g->values[v].name);
+        kiln_cuda_host_convert(t->data, t->dtype, tmp, dt, kiln_cuda_value_numel(p, v));
+        cudaError_t e = cudaMemcpyAsync((char *)p->host_dev + p->off[v], tmp, bytes, cudaMemcpyHostToDevice, st);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+        free(tmp);
+        if (e != cudaSuccess) return kiln_cuda_error(e, "cudaMemcpyAsync(host value)", __FILE__, __LINE__);
+    }
+    return KILN_OK;
+}
+
+static bool plan_matches(const kiln_cuda_plan *p, const kiln_tensor *inputs, int ninputs) {
+    int j = 0;
+    for (int k = 0; k < ninputs; k++) {
+        if (j >= p->sig_len || p->sig[j++] != inputs[k].ndim) return false;
+        for (int d = 0; d < inputs[k].ndim; d++)
+            if (j >= p->sig_len || p->sig[j++] != inputs[k].dims[d]) return false;
+    }
+    return j == p->sig_len;
+}
+
+/* The plan for these input shapes: cached, or made now (evicting the least recently used). */
+static kiln_status get_plan(kiln_backend_context *c, const kiln_tensor *inputs, kiln_cuda_plan **out) {
+    kiln_backend_engine *be = c->be;
+    for (int i = 0; i < c->nplans; i++)
+        if (plan_matches(c->plans[i], inputs, be->g->ninputs)) {
+            c->plans[i]->last_used = ++c->tick;
+            *out = c->plans[i];
+            return KILN_OK;
+        }
+    kiln_cuda_plan *p;
+    KILN_TRY(kiln_cuda_plan_create(be, inputs, &p));
+    kiln_status s = prepare_plan(c, p);
+    if (s != KILN_OK) {
+        kiln_cuda_plan_free(be, p);
+        return s;
+    }
+    if (c->nplans == KILN_CUDA_MAX_PLANS) {
+        int lru = 0;
+        for (int i = 1; i < c->nplans; i++)
+            if (c->plans[i]->last_used < c->plans[lru]->last_used) lru = i;
+        kiln_cuda_plan_free(be, c->plans[lru]);
+        c->plans[lru] = c->plans[--c->nplans];
+    }
+    p->last_used = ++c->tick;
+    c->plans[c->nplans++] = p;
+    KILN_LOG(KILN_LOG_VERBOSE, "cuda: new shape plan: activations %.2f MB planned vs %.2f MB naive, %.2f MB of host values",
+             (double)p->arena_bytes / 1e6, (double)p->naive_bytes / 1e6, (double)p->host_dev_bytes / 1e6);
+    *out = p;
+    return KILN_OK;
+}
+
+/* ---------------------------------------------------------------- runs */
+
+static kiln_status upload_inputs(kiln_backend_context *c, const kiln_cuda_plan *p, const kiln_tensor *inputs) {
+    const kiln_graph *g = c->be->g;
+    for (int k = 0; k < g->ninputs; k++) {
+        int v = g->inputs[k];
+        size_t bytes = (size_t)kiln_cuda_value_numel(p, v) * kiln_dtype_size(g->values[v].dtype);
+        if (!bytes || p->off[v] < 0) continue;
+        unsigned char *pin = c->pin_in + p->in_pin[k];
+        memcpy(pin, inputs[k].data, bytes);
+        char *dst = (char *)c->arena + (p->in_stage[k] >= 0 ? p->in_stage[k] : p->off[v]);
+        KILN_CUDA_TRY(cudaMemcpyAsync(dst, pin, bytes, cudaMemcpyHostToDevice, c->kc.stream));
+    }
+    return KILN_OK;
+}
+
+static kiln_status download_outputs(kiln_backend_context *c, const kiln_cuda_plan *p) {
+    const kiln_backend_engine *be = c->be;
+    const kiln_graph *g = be->g;
+    for (int k = 0; k < g->noutputs; k++) {
+        int v = g->outputs[k];
+        size_t bytes = (size_t)kiln_cuda_value_numel(p, v) * kiln_dtype_size(g->values[v].dtype);
+        if (be->kind[v] != KILN_CUDA_DEVICE || !bytes) continue;
+        const char *src = (const char *)c->arena + (p->out_stage[k] >= 0 ? p->out_stage[k] : p->off[v]);
+        KILN_CUDA_TRY(cudaMemcpyAsync(c->pin_out + p->out_pin[k], src, bytes, cudaMemcpyDeviceToHost, c->kc.stream));
+    }
+    return KILN_OK;
+}
+
+/* outputs[k]: the pinned copy of a device output, or the host copy of a host-evaluated/constant one. */
+static void bind_outputs(const kiln_backend_context *c, const kiln_cuda_plan *p, kiln_tensor *outputs) {
+    const kiln_backend_engine *be = c->be;
+    const kiln_graph *g = be->g;
+    for (int k = 0; k < g->noutputs; k++) {
+        int v = g->outputs[k];
+        const kiln_value *val = &p->vals[v];
+        int64_t dims[KILN_MAX_DIMS];
+        for (int d = 0; d < val->ndim; d++) dims[d] = val->dims[d].value;
+        if (be->kind[v] == KILN_CUDA_DEVICE) {
+            kiln_tensor_view(&outputs[k], g->values[v].dtype, val->ndim, dims, c->pin_out ? c->pin_out + p->out_pin[k] : NULL);
+        } else {
+            const kiln_tensor *t = be->kind[v] == KILN_CUDA_HOST ? &p->host[v] : g->values[v].constant;
+            kiln_tensor_view(&outputs[k], t->dtype, t->ndim, t->dims, t->data);
+        }
+    }
+}
+
+static kiln_status cuda_context_run(kiln_backend_context *c, const kiln_tensor *inputs, kiln_tensor *outputs) {
+    KILN_CUDA_TRY(cudaSetDevice(c->be->device));
+    kiln_cuda_plan *p;
+    KILN_TRY(get_plan(c, inputs, &p));
+    kiln_status s = upload_inputs(c, p, inputs);
+    if (s == KILN_OK) s = kiln_cuda_plan_execute(c, p);
+    if (s == KILN_OK) s = download_outputs(c, p);
+    cudaError_t e = cudaStreamSynchronize(c->kc.stream); /* also after a failure: nothing may stay in flight */
+    if (s != KILN_OK) return s;
+    if (e != cudaSuccess) return kiln_error_prefix(kiln_cuda_error(e, "cudaStreamSynchronize", __FILE__, __LINE__), "running on cuda");
+    p->runs++;
+    bind_outputs(c, p, outputs);
+    return KILN_OK;
+}
+
+const kiln_backend kiln_backend_cuda = {
+    .name = "cuda",
+    .device_name = cuda_device_name,
+    .supports_precision = cuda_supports_precision,
+    .engine_create = kiln_cuda_engine_create,
+    .engine_free = kiln_cuda_engine_free,
+    .context_create = cuda_context_create,
+    .context_free = cuda_context_free,
+    .context_run = cuda_context_run,
+    .describe = kiln_cuda_engine_describe,
+};

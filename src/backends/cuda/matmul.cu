@@ -1,0 +1,374 @@
+/* matmul.cu — MatMul (numpy batching and broadcasting, 1-D operands) and Gemm (transA/transB,
+ * alpha, beta, C broadcast) on the GPU through cuBLASLt, for float32, float16 and bfloat16.
+ *
+ * Precision: CUBLAS_COMPUTE_32F with 32-bit float scale for every dtype — float32 data therefore
+ * never uses TF32 (results must match the CPU oracle to 1e-4 relative); float16/bfloat16 data
+ * accumulate in float32 on the tensor cores.
+ *
+ * Row-major products go through cuBLASLt's column-major interface by the transposed identity
+ * Y = A B  <=>  Y^T = B^T A^T: a row-major [r, c] matrix is a column-major [c, r] one with the same
+ * memory, so cuBLASLt computes D (N x M, column-major = Y row-major) = op(B) op(A).
+ *
+ * MatMul batches: a right operand shared by a full left batch folds into one product of
+ * (batch * M) rows; otherwise the batch dims are split into an outer part looped over on the host
+ * and the longest inner part over which both operands advance by a constant stride (0 for a
+ * broadcast operand), which becomes one strided-batched call. Should cuBLASLt refuse a strided
+ * batch, the batch runs as single products.
+ *
+ * Gemm's C: a row vector [N] / [1, N] with beta = 1 becomes the bias epilogue; any other C is
+ * broadcast into Y by a small kernel first and cuBLASLt accumulates Y = alpha A' B' + beta Y.
+ *
+ * Descriptors and the heuristic query (cublasLtMatmulAlgoGetHeuristic, workspace = ctx->workspace)
+ * are made on every call: host work only, and a captured CUDA graph replays none of it. */
+#include "backends/cuda/kernel_util.cuh"
+
+/* One (possibly strided-batched) row-major product D = alpha op(A) op(B) + beta C (+ bias), where
+ * op(A) is M x K, op(B) is K x N, D and C are dense M x N, strides are in elements between batch
+ * entries. C == NULL means beta is 0; bias (N values) selects the bias epilogue. */
+typedef struct mm_call {
+    kiln_dtype dtype;
+    bool ta, tb;
+    int64_t M, N, K, batch;
+    float alpha, beta;
+    const void *a, *b, *c, *bias;
+    void *d;
+    int64_t stride_a, stride_b, stride_d;
+} mm_call;
+
+typedef struct mm_descs {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulPreference_t pref;
+} mm_descs;
+
+static void mm_descs_destroy(mm_descs *d) {
+    if (d->pref) cublasLtMatmulPreferenceDestroy(d->pref);
+    if (d->ld) cublasLtMatrixLayoutDestroy(d->ld);
+    if (d->lb) cublasLtMatrixLayoutDestroy(d->lb);
+    if (d->la) cublasLtMatrixLayoutDestroy(d->la);
+    if (d->op) cublasLtMatmulDescDestroy(d->op);
+}
+
+static cudaDataType_t mm_cuda_type(kiln_dtype t) {
+    return t == KILN_F32 ? CUDA_R_32F : t == KILN_F16 ? CUDA_R_16F : CUDA_R_16BF;
+}
+
+/* The alignment in bytes (a power of two, at most 256) of every batch entry's pointer. */
+static uint32_t mm_align(const void *p, int64_t stride_bytes) {
+    uint64_t v = (uint64_t)(uintptr_t)p | (uint64_t)stride_bytes;
+    uint64_t a = v ? v & (~v + 1) : 256;
+    return (uint32_t)(a > 256 ? 256 : a);
+}
+
+/* A column-major layout of rows x cols (ld = rows), strided-batched when batch > 1. */
+static kiln_status mm_layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t batch,
+                             int64_t stride) {
+    KILN_CUBLAS_TRY(cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, rows));
+    if (batch > 1) {
+        int32_t count = (int32_t)batch;
+        KILN_CUBLAS_TRY(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+        KILN_CUBLAS_TRY(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+    }
+    return KILN_OK;
+}
+
+/* Runs call k through descriptors d (created empty by the caller, destroyed by the caller).
+ * *refused is set, with nothing enqueued, when cuBLASLt has no algorithm for this configuration. */
+static kiln_status mm_run_descs(kiln_cuda_ctx *ctx, const mm_call *k, mm_descs *d, bool *refused) {
+    cudaDataType_t t = mm_cuda_type(k->dtype);
+    size_t es = kiln_dtype_size(k->dtype);
+    *refused = false;
+    KILN_CUBLAS_TRY(cublasLtMatmulDescCreate(&d->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    int32_t op_lt_a = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_lt_b = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_lt_a, sizeof op_lt_a));
+    KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_lt_b, sizeof op_lt_b));
+    if (k->bias) {
+        uint32_t epi = CUBLASLT_EPILOGUE_BIAS;
+        KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+        KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &k->bias, sizeof k->bias));
+    }
+    /* cuBLASLt's A is our B: stored [K, N] row-major = [N, K] column-major (transposed: [K, N]). */
+    KILN_TRY(mm_layout(&d->la, t, k->tb ? k->K : k->N, k->tb ? k->N : k->K, k->batch, k->stride_b));
+    /* cuBLASLt's B is our A: stored [M, K] row-major = [K, M] column-major (transposed: [M, K]). */
+    KILN_TRY(mm_layout(&d->lb, t, k->ta ? k->M : k->K, k->ta ? k->K : k->M, k->batch, k->stride_a));
+    KILN_TRY(mm_layout(&d->ld, t, k->N, k->M, k->batch, k->stride_d));
+    KILN_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&d->pref));
+    uint64_t ws = ctx->workspace_bytes;
+    KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    int64_t sbytes = k->batch > 1 ? 1 : 0;
+    uint32_t al_a = mm_align(k->b, sbytes * k->stride_b * (int64_t)es), al_b = mm_align(k->a, sbytes * k->stride_a * (int64_t)es);
+    uint32_t al_d = mm_align(k->d, sbytes * k->stride_d * (int64_t)es);
+    KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+    KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+    KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
+    KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
+    cublasLtMatmulHeuristicResult_t res;
+    int got = 0;
+    memset(&res, 0, sizeof res);
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(ctx->lt, d->op, d->la, d->lb, d->ld, d->ld, d->pref, 1, &res, &got);
+    if (hs == CUBLAS_STATUS_NOT_SUPPORTED || (hs == CUBLAS_STATUS_SUCCESS && (got < 1 || res.state != CUBLAS_STATUS_SUCCESS))) {
+        *refused = true;
+        return KILN_OK;
+    }
+    KILN_CUBLAS_TRY(hs);
+    float beta = k->c ? k->beta : 0.0f;
+    KILN_CUBLAS_TRY(cublasLtMatmul(ctx->lt, d->op, &k->alpha, k->b, d->la, k->a, d->lb, &beta, k->c ? k->c : k->d, d->ld, k->d,
+                                   d->ld, &res.algo, ctx->workspace, ctx->workspace_bytes, ctx->stream));
+    return KILN_OK;
+}
+
+static kiln_status mm_run(kiln_cuda_ctx *ctx, const mm_call *k, bool *refused) {
+    mm_descs d;
+    memset(&d, 0, sizeof d);
+    kiln_status s = mm_run_descs(ctx, k, &d, refused);
+    mm_descs_destroy(&d);
+    return s;
+}
+
+/* Runs k; when cuBLASLt refuses a strided batch, runs its entries one by one. */
+static kiln_status mm_run_batched(const kiln_node *n, kiln_cuda_ctx *ctx, const mm_call *k) {
+    bool refused;
+    KILN_TRY(mm_run(ctx, k, &refused));
+    if (!refused) return KILN_OK;
+    if (k->batch <= 1)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s: cuBLASLt has no %s algorithm for a %lld x %lld x %lld product%s", n->op_type,
+                          kiln_dtype_name(k->dtype), (long long)k->M, (long long)k->N, (long long)k->K,
+                          k->bias ? " with a bias epilogue" : "");
+    size_t es = kiln_dtype_size(k->dtype);
+    mm_call one = *k;
+    one.batch = 1;
+    for (int64_t i = 0; i < k->batch; i++) {
+        one.a = (const char *)k->a + (size_t)(i * k->stride_a) * es;
+        one.b = (const char *)k->b + (size_t)(i * k->stride_b) * es;
+        one.d = (char *)k->d + (size_t)(i * k->stride_d) * es;
+        one.c = k->c ? one.d : NULL;
+        KILN_TRY(mm_run_batched(n, ctx, &one));
+    }
+    return KILN_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * MatMul
+ * ------------------------------------------------------------------------------------------- */
+
+/* Whether an operand with batch strides s (in matrices, 0 on broadcast dims) advances by one
+ * constant stride over the flattened batch dims [j, nb) of bdims; *stride gets it (0 or 1). */
+static bool mm_suffix_stride(int nb, const int64_t *bdims, const int64_t *s, int j, int64_t *stride) {
+    bool zero = true, dense = true;
+    int64_t inner = 1;
+    for (int i = nb - 1; i >= j; i--) {
+        if (bdims[i] > 1) {
+            zero = zero && s[i] == 0;
+            dense = dense && s[i] == inner;
+        }
+        inner *= bdims[i];
+    }
+    *stride = zero ? 0 : 1;
+    return zero || dense;
+}
+
+static kiln_status mm_check_int(const kiln_node *n, int64_t M, int64_t N, int64_t K) {
+    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s: matrix dimensions beyond 2^31 are not supported", n->op_type);
+    return KILN_OK;
+}
+
+static kiln_status exec_matmul(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
+                               int nout, kiln_cuda_ctx *ctx) {
+    const kiln_cuda_tensor *a = &in[0], *b = &in[1], *y = &out[0];
+    if (a->dtype != b->dtype || y->dtype != a->dtype || (a->dtype != KILN_F32 && a->dtype != KILN_F16 && a->dtype != KILN_BF16))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "MatMul: A %s, B %s, Y %s on the CUDA backend", kiln_dtype_name(a->dtype),
+                          kiln_dtype_name(b->dtype), kiln_dtype_name(y->dtype));
+    if (a->ndim < 1 || b->ndim < 1) return kiln_error(KILN_ERR_SHAPE, "MatMul operands must have rank >= 1");
+    int64_t M = a->ndim > 1 ? a->dims[a->ndim - 2] : 1, K = a->dims[a->ndim - 1];
+    int64_t Kb = b->ndim > 1 ? b->dims[b->ndim - 2] : b->dims[0], N = b->ndim > 1 ? b->dims[b->ndim - 1] : 1;
+    if (K != Kb) return kiln_error(KILN_ERR_SHAPE, "MatMul inner dimensions differ (%lld vs %lld)", (long long)K, (long long)Kb);
+    int nba = a->ndim > 2 ? a->ndim - 2 : 0, nbb = b->ndim > 2 ? b->ndim - 2 : 0, nb;
+    int64_t bdims[KILN_MAX_DIMS], sa[KILN_MAX_DIMS], sb[KILN_MAX_DIMS];
+    KILN_TRY(kiln_broadcast_shape(nba, a->dims, nbb, b->dims, &nb, bdims));
+    kiln_broadcast_strides(nba, a->dims, nb, bdims, sa);
+    kiln_broadcast_strides(nbb, b->dims, nb, bdims, sb);
+    int64_t batch = kiln_numel(nb, bdims);
+    if (kiln_numel(y->ndim, y->dims) != batch * M * N)
+        return kiln_error(KILN_ERR_SHAPE, "MatMul: output has %lld elements, expected %lld",
+                          (long long)kiln_numel(y->ndim, y->dims), (long long)(batch * M * N));
+    if (batch * M * N == 0) return KILN_OK;
+    size_t es = kiln_dtype_size(a->dtype);
+    if (K == 0) {
+        KILN_CUDA_TRY(cudaMemsetAsync(y->data, 0, (size_t)(batch * M * N) * es, ctx->stream));
+        return KILN_OK;
+    }
+    mm_call k;
+    memset(&k, 0, sizeof k);
+    k.dtype = a->dtype;
+    k.alpha = 1.0f;
+    k.N = N;
+    k.K = K;
+    bool b_shared = true;
+    for (int i = 0; i < nb; i++) b_shared = b_shared && (sb[i] == 0 || bdims[i] == 1);
+    if (b_shared && kiln_numel(nba, a->dims) == batch) { /* one product of batch * M rows */
+        KILN_TRY(mm_check_int(n, batch * M, N, K));
+        k.M = batch * M;
+        k.batch = 1;
+        k.a = a->data;
+        k.b = b->data;
+        k.d = y->data;
+        return mm_run_batched(n, ctx, &k);
+    }
+    KILN_TRY(mm_check_int(n, M, N, K));
+    int j = 0;
+    int64_t fa = 0, fb = 0;
+    while (!(mm_suffix_stride(nb, bdims, sa, j, &fa) && mm_suffix_stride(nb, bdims, sb, j, &fb))) j++;
+    int64_t inner = kiln_numel(nb - j, bdims + j), outer = kiln_numel(j, bdims);
+    if (inner > INT32_MAX) return kiln_error(KILN_ERR_UNSUPPORTED, "MatMul: a batch of %lld products", (long long)inner);
+    k.M = M;
+    k.batch = inner;
+    k.stride_a = fa * M * K;
+    k.stride_b = fb * K * N;
+    k.stride_d = M * N;
+    int64_t idx[KILN_MAX_DIMS] = {0};
+    for (int64_t o = 0; o < outer; o++) {
+        int64_t oa = 0, ob = 0;
+        for (int i = 0; i < j; i++) {
+            oa += idx[i] * sa[i];
+            ob += idx[i] * sb[i];
+        }
+        k.a = (const char *)a->data + (size_t)(oa * M * K) * es;
+        k.b = (const char *)b->data + (size_t)(ob * K * N) * es;
+        k.d = (char *)y->data + (size_t)(o * inner * M * N) * es;
+        KILN_TRY(mm_run_batched(n, ctx, &k));
+        for (int i = j - 1; i >= 0; i--) {
+            if (++idx[i] < bdims[i]) break;
+            idx[i] = 0;
+        }
+    }
+    return KILN_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Gemm
+ * ------------------------------------------------------------------------------------------- */
+
+/* y is (M, N): y[i, j] = scale * c[i * cs0 + j * cs1] (C broadcast to Y by its strides). */
+template <typename T>
+__global__ void mm_broadcast_c_kernel(T *__restrict__ y, const T *__restrict__ c, int64_t cs0, int64_t cs1, int64_t N,
+                                      float scale, int64_t total) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / N, col = i - r * N;
+        T v = c[r * cs0 + col * cs1];
+        y[i] = scale == 1.0f ? v : ku_from_f32<T>(scale * ku_f32(v));
+    }
+}
+
+static kiln_status mm_broadcast_c(kiln_cuda_ctx *ctx, kiln_dtype t, void *y, const void *c, const int64_t *cstr, int64_t M,
+                                  int64_t N, float scale) {
+    int64_t total = M * N;
+    unsigned blocks = ku_blocks(total, KU_THREADS, ctx);
+    switch (t) {
+    case KILN_F32:
+        mm_broadcast_c_kernel<float><<<blocks, KU_THREADS, 0, ctx->stream>>>((float *)y, (const float *)c, cstr[0], cstr[1], N,
+                                                                             scale, total);
+        break;
+    case KILN_F16:
+        mm_broadcast_c_kernel<__half><<<blocks, KU_THREADS, 0, ctx->stream>>>((__half *)y, (const __half *)c, cstr[0], cstr[1],
+                                                                              N, scale, total);
+        break;
+    default:
+        mm_broadcast_c_kernel<bf16><<<blocks, KU_THREADS, 0, ctx->stream>>>(
+            (bf16 *)y, (const bf16 *)c, cstr[0], cstr[1], N, scale, total);
+        break;
+    }
+    KILN_CUDA_LAUNCH_CHECK("mm_broadcast_c_kernel");
+    return KILN_OK;
+}
+
+/* Gemm: Y [M, N] = alpha A' B' + beta C, C unidirectionally broadcast to [M, N]. */
+static kiln_status exec_gemm(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out, int nout,
+                             kiln_cuda_ctx *ctx) {
+    const kiln_cuda_tensor *a = &in[0], *b = &in[1], *c = nin > 2 && in[2].ndim >= 0 ? &in[2] : NULL, *y = &out[0];
+    if (a->dtype != b->dtype || y->dtype != a->dtype || (c && c->dtype != a->dtype) ||
+        (a->dtype != KILN_F32 && a->dtype != KILN_F16 && a->dtype != KILN_BF16))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "Gemm: A %s, B %s, Y %s on the CUDA backend", kiln_dtype_name(a->dtype),
+                          kiln_dtype_name(b->dtype), kiln_dtype_name(y->dtype));
+    if (a->ndim != 2 || b->ndim != 2)
+        return kiln_error(KILN_ERR_SHAPE, "Gemm needs 2-D A and B (got ranks %d and %d)", a->ndim, b->ndim);
+    bool ta = kiln_attr_int(n, "transA", 0) != 0, tb = kiln_attr_int(n, "transB", 0) != 0;
+    float alpha = kiln_attr_float(n, "alpha", 1.0f), beta = kiln_attr_float(n, "beta", 1.0f);
+    int64_t M = a->dims[ta ? 1 : 0], K = a->dims[ta ? 0 : 1], N = b->dims[tb ? 0 : 1];
+    if (b->dims[tb ? 1 : 0] != K)
+        return kiln_error(KILN_ERR_SHAPE, "Gemm inner dimensions differ (%lld vs %lld)", (long long)K,
+                          (long long)b->dims[tb ? 1 : 0]);
+    if (y->ndim != 2 || y->dims[0] != M || y->dims[1] != N)
+        return kiln_error(KILN_ERR_SHAPE, "Gemm: output is not [%lld, %lld]", (long long)M, (long long)N);
+    int64_t cstr[2] = {0, 0}, yd[2] = {M, N};
+    bool use_c = c && beta != 0.0f && kiln_numel(c->ndim, c->dims) > 0, row_vector = false;
+    if (use_c) {
+        if (c->ndim > 2) return kiln_error(KILN_ERR_SHAPE, "Gemm C must have rank <= 2, has rank %d", c->ndim);
+        for (int i = 0; i < c->ndim; i++) {
+            int64_t cd = c->dims[i], od = yd[2 - c->ndim + i];
+            if (cd != 1 && cd != od)
+                return kiln_error(KILN_ERR_SHAPE, "Gemm C dimension %lld cannot be broadcast to %lld", (long long)cd,
+                                  (long long)od);
+        }
+        kiln_broadcast_strides(c->ndim, c->dims, 2, yd, cstr);
+        row_vector = (c->ndim == 1 && c->dims[0] == N) || (c->ndim == 2 && c->dims[0] == 1 && c->dims[1] == N);
+    }
+    if (M * N == 0) return KILN_OK;
+    size_t es = kiln_dtype_size(a->dtype);
+    if (K == 0) { /* the product is empty: Y = beta C */
+        if (!use_c) {
+            KILN_CUDA_TRY(cudaMemsetAsync(y->data, 0, (size_t)(M * N) * es, ctx->stream));
+            return KILN_OK;
+        }
+        return mm_broadcast_c(ctx, a->dtype, y->data, c->data, cstr, M, N, beta);
+    }
+    KILN_TRY(mm_check_int(n, M, N, K));
+    mm_call k;
+    memset(&k, 0, sizeof k);
+    k.dtype = a->dtype;
+    k.ta = ta;
+    k.tb = tb;
+    k.M = M;
+    k.N = N;
+    k.K = K;
+    k.batch = 1;
+    k.alpha = alpha;
+    k.beta = beta;
+    k.a = a->data;
+    k.b = b->data;
+    k.d = y->data;
+    if (use_c && row_vector && beta == 1.0f) {
+        bool refused;
+        k.bias = c->data;
+        KILN_TRY(mm_run(ctx, &k, &refused));
+        if (!refused) return KILN_OK;
+        k.bias = NULL;
+    }
+    if (use_c) {
+        KILN_TRY(mm_broadcast_c(ctx, a->dtype, y->data, c->data, cstr, M, N, 1.0f));
+        k.c = y->data;
+    }
+    return mm_run_batched(n, ctx, &k);
+}
+
+/* Float operands of one dtype (float32, float16, bfloat16); integer products are not run on the GPU. */
+static kiln_status sup_product(const kiln_graph *g, const kiln_node *n) {
+    for (int i = 0; i < n->ninputs && i < 3; i++) {
+        const kiln_value *v = kiln_node_input(g, n, i);
+        if (!v) continue;
+        if (v->dtype != KILN_F32 && v->dtype != KILN_F16 && v->dtype != KILN_BF16)
+            return kiln_error(KILN_ERR_UNSUPPORTED, "%s: %s operands are not supported on the CUDA backend (float32/16, bfloat16 only)",
+                              n->op_type, kiln_dtype_name(v->dtype));
+        const kiln_value *v0 = kiln_node_input(g, n, 0);
+        if (v0 && v->dtype != v0->dtype)
+            return kiln_error(KILN_ERR_UNSUPPORTED, "%s: operands of different dtypes (%s and %s)", n->op_type,
+                              kiln_dtype_name(v0->dtype), kiln_dtype_name(v->dtype));
+    }
+    return KILN_OK;
+}
+
+extern "C" const kiln_cuda_kernel kiln_cuda_kernels_matmul[] = {
+    {"MatMul", "", exec_matmul, sup_product},
+    {"Gemm", "", exec_gemm, sup_product},
+    {NULL, NULL, NULL, NULL},
+};

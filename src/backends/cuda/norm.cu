@@ -1,0 +1,606 @@
+/* norm.cu — CUDA kernels of the normalization family: Softmax and LogSoftmax, LayerNormalization,
+ * RMSNormalization, BatchNormalization (inference form), InstanceNormalization and
+ * GroupNormalization, with the semantics of the CPU kernels (src/backends/cpu/nn.c, norm.c).
+ * float32/float16/bfloat16 storage, every statistic in FP32.
+ *
+ * Softmax views X as (outer, len, inner) around its axis (before opset 13: coerced to 2-D, so len
+ * spans dims [axis, rank) and inner = 1). Rows (inner == 1) get one warp each up to 1024 elements,
+ * one block each beyond; each thread keeps an online (max, sum of exp) pair that the warp/block
+ * combines, then a second pass writes the outputs. inner > 1 runs one thread per column, coalesced
+ * across inner.
+ *
+ * The layer/instance/group/RMS norms are one row kernel: each normalized group of elements is a
+ * contiguous row (LayerNorm: dims [axis, rank) of one index of the outer dims; InstanceNorm: one
+ * (n, c) plane; GroupNorm: the channels of one (n, group)), one block per row, the row cached in
+ * shared memory (as float) when it fits; mean, then variance from the deviations (two passes, as
+ * the CPU does), then the affine output. Only the scale/bias indexing differs between the ops. */
+#include "backends/cuda/kernel_util.cuh"
+
+#include <math.h>
+#include <string.h>
+
+#define NORM_SMEM_FLOATS 12288 /* rows up to this length are cached in 48 KB of shared memory */
+
+/* Stores float v as element i of p (float32/float16/bfloat16 dtype t). */
+static __device__ __forceinline__ void store_float(void *p, kiln_dtype t, int64_t i, float v) {
+    if (t == KILN_F32) ((float *)p)[i] = v;
+    else if (t == KILN_F16) ((__half *)p)[i] = __float2half_rn(v);
+    else ((bf16 *)p)[i] = __float2bfloat16_rn(v);
+}
+
+/* KILN_OK when inputs [0, count) of n are present and float tensors of input 0's dtype; optional
+ * inputs past `required` may be absent. */
+static kiln_status float_inputs(const kiln_graph *g, const kiln_node *n, int required, int count) {
+    const kiln_value *x = ku_in(g, n, 0);
+    if (!x) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: input 0 is missing", n->op_type);
+    if (!ku_is_float(x->dtype)) return ku_refuse_dtype(n, 0, x->dtype);
+    for (int i = 1; i < count; i++) {
+        const kiln_value *v = ku_in(g, n, i);
+        if (!v && i < required) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: input %d is missing", n->op_type, i);
+        if (v && v->dtype != x->dtype) return ku_refuse_dtype(n, i, v->dtype);
+    }
+    return KILN_OK;
+}
+
+/* ================================================================ Softmax / LogSoftmax */
+
+typedef struct sm_args {
+    const void *x;
+    void *y;
+    int64_t outer, len, inner;
+    bool log; /* LogSoftmax */
+} sm_args;
+
+/* Online softmax state: m the largest value seen (-inf: none), s the sum of exp(x - m). */
+typedef struct sm_state {
+    float m, s;
+} sm_state;
+
+static __device__ __forceinline__ void sm_add(sm_state &st, float x) {
+    if (x > st.m) {
+        st.s *= expf(st.m - x); /* 0 when m was -inf */
+        st.m = x;
+    }
+    if (x != -INFINITY) st.s += expf(x - st.m); /* -inf adds nothing (and -inf - -inf would be NaN) */
+}
+
+static __device__ __forceinline__ sm_state sm_comb(sm_state a, sm_state b) {
+    float m = fmaxf(a.m, b.m);
+    float sa = a.s == 0.0f ? 0.0f : a.m == m ? a.s : a.s * expf(a.m - m);
+    float sb = b.s == 0.0f ? 0.0f : b.m == m ? b.s : b.s * expf(b.m - m);
+    return sm_state{m, sa + sb};
+}
+
+static __device__ __forceinline__ sm_state sm_warp(sm_state st) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        sm_state other{__shfl_xor_sync(0xffffffffu, st.m, o), __shfl_xor_sync(0xffffffffu, st.s, o)};
+        st = sm_comb(st, other);
+    }
+    return st;
+}
+
+/* Output of element x given the row's state: exp(x - m) / s, or x - (m + log s). */
+static __device__ __forceinline__ float sm_out(float x, sm_state st, float inv_or_lse, bool log) {
+    return log ? x - inv_or_lse : expf(x - st.m) * inv_or_lse;
+}
+
+/* Folds row[0..len) (contiguous, T) into st by the `lanes` threads numbered `lane`; vec: row is
+ * 16-byte aligned and len a multiple of the vector length. */
+template <typename T>
+static __device__ __forceinline__ void sm_fold_row(sm_state &st, const T *row, int64_t len, int lane, int lanes, bool vec) {
+    if (vec) {
+        const int V = ku_vec<T>::n;
+        for (int64_t v = lane; v < len / V; v += lanes) {
+            T e[V];
+            ku_load(e, row + v * V);
+#pragma unroll
+            for (int k = 0; k < V; k++) sm_add(st, ku_f32(e[k]));
+        }
+    } else {
+        for (int64_t j = lane; j < len; j += lanes) sm_add(st, ku_f32(row[j]));
+    }
+}
+
+/* Writes the outputs of row[0..len) into out[0..len) (same layout as sm_fold_row). */
+template <typename T>
+static __device__ __forceinline__ void sm_write_row(const T *row, T *out, int64_t len, sm_state st, bool log, int lane,
+                                                    int lanes, bool vec) {
+    float k2 = log ? st.m + logf(st.s) : 1.0f / st.s;
+    if (vec) {
+        const int V = ku_vec<T>::n;
+        for (int64_t v = lane; v < len / V; v += lanes) {
+            T e[V];
+            ku_load(e, row + v * V);
+#pragma unroll
+            for (int k = 0; k < V; k++) e[k] = ku_from_f32<T>(sm_out(ku_f32(e[k]), st, k2, log));
+            ku_store(out + v * V, e);
+        }
+    } else {
+        for (int64_t j = lane; j < len; j += lanes) out[j] = ku_from_f32<T>(sm_out(ku_f32(row[j]), st, k2, log));
+    }
+}
+
+/* x, y are (outer, len) (inner == 1): one warp per row. */
+template <typename T> __global__ void __launch_bounds__(KU_THREADS) sm_rows_warp(sm_args a, bool vec) {
+    int lane = threadIdx.x & 31;
+    int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5, nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t r = warp; r < a.outer; r += nwarps) {
+        const T *row = (const T *)a.x + r * a.len;
+        sm_state st{-INFINITY, 0.0f};
+        sm_fold_row(st, row, a.len, lane, 32, vec);
+        st = sm_warp(st);
+        sm_write_row(row, (T *)a.y + r * a.len, a.len, st, a.log, lane, 32, vec);
+    }
+}
+
+/* x, y are (outer, len) (inner == 1): one block per row. */
+template <typename T> __global__ void __launch_bounds__(1024) sm_rows_block(sm_args a, bool vec) {
+    __shared__ sm_state sh[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int64_t r = blockIdx.x; r < a.outer; r += gridDim.x) {
+        const T *row = (const T *)a.x + r * a.len;
+        sm_state st{-INFINITY, 0.0f};
+        sm_fold_row(st, row, a.len, threadIdx.x, blockDim.x, vec);
+        st = sm_warp(st);
+        if (lane == 0) sh[warp] = st;
+        __syncthreads();
+        st = sh[0];
+        for (int w = 1; w < nw; w++) st = sm_comb(st, sh[w]);
+        __syncthreads();
+        sm_write_row(row, (T *)a.y + r * a.len, a.len, st, a.log, threadIdx.x, blockDim.x, vec);
+    }
+}
+
+/* x, y are (outer, len, inner) with inner > 1: one thread per (outer, inner) column. */
+template <typename T> __global__ void __launch_bounds__(KU_THREADS) sm_cols(sm_args a) {
+    int64_t cols = a.outer * a.inner, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += stride) {
+        int64_t o = c / a.inner, i = c - o * a.inner, base = o * a.len * a.inner + i;
+        const T *x = (const T *)a.x + base;
+        T *y = (T *)a.y + base;
+        sm_state st{-INFINITY, 0.0f};
+        for (int64_t j = 0; j < a.len; j++) sm_add(st, ku_f32(x[j * a.inner]));
+        float k2 = a.log ? st.m + logf(st.s) : 1.0f / st.s;
+        for (int64_t j = 0; j < a.len; j++) y[j * a.inner] = ku_from_f32<T>(sm_out(ku_f32(x[j * a.inner]), st, k2, a.log));
+    }
+}
+
+template <typename T> static kiln_status sm_go(const sm_args &a, kiln_cuda_ctx *ctx) {
+    if (a.inner > 1) {
+        sm_cols<T><<<ku_blocks(a.outer * a.inner, KU_THREADS, ctx), KU_THREADS, 0, ctx->stream>>>(a);
+        KILN_CUDA_LAUNCH_CHECK("sm_cols");
+        return KILN_OK;
+    }
+    bool vec = ku_aligned16(a.x) && ku_aligned16(a.y) && a.len % ku_vec<T>::n == 0;
+    if (a.len <= 1024) {
+        sm_rows_warp<T><<<ku_blocks(a.outer * 32, KU_THREADS, ctx), KU_THREADS, 0, ctx->stream>>>(a, vec);
+        KILN_CUDA_LAUNCH_CHECK("sm_rows_warp");
+    } else {
+        int threads = a.len >= 16384 ? 1024 : 256;
+        sm_rows_block<T><<<ku_blocks(a.outer * threads, threads, ctx), threads, 0, ctx->stream>>>(a, vec);
+        KILN_CUDA_LAUNCH_CHECK("sm_rows_block");
+    }
+    return KILN_OK;
+}
+
+static kiln_status softmax_exec(bool log, const kiln_node *n, const kiln_cuda_tensor *in, int nin,
+                                const kiln_cuda_tensor *out, kiln_cuda_ctx *ctx) {
+    if (nin < 1 || ku_absent(&in[0])) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: input is missing", n->op_type);
+    const kiln_cuda_tensor *x = &in[0];
+    bool legacy = n->opset < 13;
+    int64_t axis_attr = kiln_attr_int(n, "axis", legacy ? 1 : -1);
+    int axis = 0;
+    if (x->ndim > 0 && kiln_axis_normalize(axis_attr, x->ndim, &axis) != KILN_OK)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: axis %lld is out of range for an input of rank %d", n->op_type,
+                          (long long)axis_attr, x->ndim);
+    sm_args a;
+    a.x = x->data;
+    a.y = out[0].data;
+    a.log = log;
+    a.outer = kiln_numel(axis, x->dims);
+    if (x->ndim == 0) {
+        a.len = a.inner = 1;
+    } else if (legacy) {
+        a.len = kiln_numel(x->ndim - axis, x->dims + axis);
+        a.inner = 1;
+    } else {
+        a.len = x->dims[axis];
+        a.inner = kiln_numel(x->ndim - axis - 1, x->dims + axis + 1);
+    }
+    if (a.outer * a.len * a.inner == 0) return KILN_OK;
+    switch (x->dtype) {
+    case KILN_F32: return sm_go<float>(a, ctx);
+    case KILN_F16: return sm_go<__half>(a, ctx);
+    case KILN_BF16: return sm_go<bf16>(a, ctx);
+    default: return ku_refuse_dtype(n, 0, x->dtype);
+    }
+}
+
+static kiln_status softmax_run(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
+                               int nout, kiln_cuda_ctx *ctx) {
+    return softmax_exec(false, n, in, nin, out, ctx);
+}
+static kiln_status logsoftmax_run(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
+                                  int nout, kiln_cuda_ctx *ctx) {
+    return softmax_exec(true, n, in, nin, out, ctx);
+}
+static kiln_status softmax_supports(const kiln_graph *g, const kiln_node *n) { return float_inputs(g, n, 1, 1); }
+
+/* ================================================================ row normalizations */
+
+/* How scale or bias is indexed for element j of row r. */
+enum {
+    A_NONE,   /* absent: scale 1, bias 0 */
+    A_ELEM,   /* p[j] */
+    A_SCALAR, /* p[0] */
+    A_ROW,    /* p[r % C] (InstanceNorm; GroupNorm before opset 21) */
+    A_CHAN,   /* p[(r % C) * cg + j / plane] (GroupNorm from opset 21, C = groups) */
+    A_BCAST,  /* p[sum of idx_d * stride_d] over x's dims (LayerNorm's general broadcast) */
+};
+
+typedef struct norm_args {
+    const void *x;
+    void *y;
+    int64_t rows, len;
+    float eps;
+    bool rms;                  /* RMSNormalization: no centering */
+    const void *scale, *bias;  /* x's dtype */
+    int smode, bmode;
+    int64_t C, cg, plane;      /* A_ROW / A_CHAN */
+    int nd;                    /* A_BCAST: x's dims and the scale/bias strides in them */
+    int64_t dims[KILN_MAX_DIMS], sstr[KILN_MAX_DIMS], bstr[KILN_MAX_DIMS];
+    void *mean, *invstd;       /* optional per-row statistics (LayerNorm), dtypes below */
+    kiln_dtype mean_t, invstd_t;
+} norm_args;
+
+/* Element index of scale or bias (mode m, strides st) for element j of row r. */
+static __device__ __forceinline__ int64_t aff_index(const norm_args &a, int m, const int64_t *st, int64_t r, int64_t j) {
+    switch (m) {
+    case A_ELEM: return j;
+    case A_ROW: return r % a.C;
+    case A_CHAN: return (r % a.C) * a.cg + j / a.plane;
+    case A_BCAST: {
+        int64_t flat = r * a.len + j, off = 0;
+        for (int d = a.nd - 1; d >= 0; d--) {
+            int64_t q = flat / a.dims[d];
+            off += (flat - q * a.dims[d]) * st[d];
+            flat = q;
+        }
+        return off;
+    }
+    default: return 0;
+    }
+}
+
+/* x, y are (rows, len): one block per row normalizes it (see the file comment); dynamic shared
+ * memory holds the row as float when it is large enough for len. */
+template <typename T> __global__ void __launch_bounds__(512) norm_rows(norm_args a, bool cached) {
+    extern __shared__ float row_cache[];
+    __shared__ float red[32];
+    for (int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
+        const T *x = (const T *)a.x + r * a.len;
+        T *y = (T *)a.y + r * a.len;
+        float s = 0.0f;
+        for (int64_t j = threadIdx.x; j < a.len; j += blockDim.x) {
+            float v = ku_f32(x[j]);
+            if (cached) row_cache[j] = v;
+            s += a.rms ? v * v : v;
+        }
+        s = ku_block_sum(s, red);
+        float mean = 0.0f, var;
+        if (a.rms) {
+            var = a.len ? s / (float)a.len : 0.0f;
+        } else {
+            mean = a.len ? s / (float)a.len : 0.0f;
+            float d2 = 0.0f;
+            for (int64_t j = threadIdx.x; j < a.len; j += blockDim.x) {
+                float d = (cached ? row_cache[j] : ku_f32(x[j])) - mean;
+                d2 += d * d;
+            }
+            d2 = ku_block_sum(d2, red);
+            var = a.len ? d2 / (float)a.len : 0.0f;
+        }
+        float is = 1.0f / sqrtf(var + a.eps);
+        for (int64_t j = threadIdx.x; j < a.len; j += blockDim.x) {
+            float v = ((cached ? row_cache[j] : ku_f32(x[j])) - mean) * is;
+            if (a.smode != A_NONE) v *= ku_f32(((const T *)a.scale)[aff_index(a, a.smode, a.sstr, r, j)]);
+            if (a.bmode != A_NONE) v += ku_f32(((const T *)a.bias)[aff_index(a, a.bmode, a.bstr, r, j)]);
+            y[j] = ku_from_f32<T>(v);
+        }
+        if (threadIdx.x == 0) {
+            if (a.mean) store_float(a.mean, a.mean_t, r, mean);
+            if (a.invstd) store_float(a.invstd, a.invstd_t, r, is);
+        }
+        __syncthreads(); /* the cache is rewritten by the next row */
+    }
+}
+
+template <typename T> static kiln_status norm_go(const norm_args &a, kiln_cuda_ctx *ctx) {
+    int64_t per = (a.len + 3) / 4;
+    int threads = (int)(per < 32 ? 32 : per > 512 ? 512 : (per + 31) / 32 * 32);
+    bool cached = a.len <= NORM_SMEM_FLOATS;
+    size_t smem = cached ? (size_t)a.len * sizeof(float) : 0;
+    norm_rows<T><<<ku_blocks(a.rows * threads, threads, ctx, 2), threads, smem, ctx->stream>>>(a, cached);
+    KILN_CUDA_LAUNCH_CHECK("norm_rows");
+    return KILN_OK;
+}
+
+static kiln_status norm_run(kiln_dtype t, const norm_args &a, kiln_cuda_ctx *ctx) {
+    if (a.rows == 0) return KILN_OK;
+    switch (t) {
+    case KILN_F32: return norm_go<float>(a, ctx);
+    case KILN_F16: return norm_go<__half>(a, ctx);
+    default: return norm_go<bf16>(a, ctx);
+    }
+}
+
+/* Fails unless tensor t (input i of n) has `count` elements. */
+static kiln_status check_count(const kiln_node *n, const kiln_cuda_tensor *t, int i, int64_t count) {
+    if (ku_numel(t) == count) return KILN_OK;
+    return kiln_error(KILN_ERR_SHAPE, "%s: input %d has %lld values, expected %lld", n->op_type, i,
+                      (long long)ku_numel(t), (long long)count);
+}
+
+/* ---------------------------------------------------------------- LayerNormalization, RMSNormalization */
+
+/* The indexing mode of LayerNorm's scale or bias t (input i), which broadcasts to x's shape
+ * (unidirectionally): its own row of `len` values, one value, or the general strided form. */
+static kiln_status ln_affine(const kiln_node *n, const kiln_cuda_tensor *t, int i, const kiln_cuda_tensor *x, int axis,
+                             int64_t len, int *mode, int64_t *strides) {
+    if (t->ndim > x->ndim) return kiln_error(KILN_ERR_SHAPE, "%s: input %d has a higher rank than X", n->op_type, i);
+    for (int d = 0; d < t->ndim; d++) {
+        int64_t td = t->dims[d], xd = x->dims[x->ndim - t->ndim + d];
+        if (td != 1 && td != xd) return kiln_error(KILN_ERR_SHAPE, "%s: input %d cannot be broadcast to X", n->op_type, i);
+    }
+    kiln_broadcast_strides(t->ndim, t->dims, x->ndim, x->dims, strides);
+    bool outer_zero = true;
+    for (int d = 0; d < axis; d++) outer_zero = outer_zero && strides[d] == 0;
+    int64_t numel = ku_numel(t);
+    *mode = numel == 1 ? A_SCALAR : outer_zero && numel == len ? A_ELEM : A_BCAST;
+    return KILN_OK;
+}
+
+/* LayerNormalization (rms = false) or RMSNormalization over dims [axis, rank); LayerNorm's optional
+ * outputs Mean and InvStdDev have shape dims[0, axis) followed by ones. */
+static kiln_status layer_exec(bool rms, const kiln_node *n, const kiln_cuda_tensor *in, int nin,
+                              const kiln_cuda_tensor *out, int nout, kiln_cuda_ctx *ctx) {
+    if (nin < 2 || ku_absent(&in[0]) || ku_absent(&in[1]))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: inputs X and scale are required", n->op_type);
+    const kiln_cuda_tensor *x = &in[0];
+    if (x->ndim < 1) return kiln_error(KILN_ERR_SHAPE, "%s input must have rank >= 1", n->op_type);
+    int axis;
+    KILN_TRY(kiln_axis_normalize(kiln_attr_int(n, "axis", -1), x->ndim, &axis));
+    norm_args a;
+    memset(&a, 0, sizeof a);
+    a.x = x->data;
+    a.y = out[0].data;
+    a.rows = kiln_numel(axis, x->dims);
+    a.len = kiln_numel(x->ndim - axis, x->dims + axis);
+    a.eps = kiln_attr_float(n, "epsilon", 1e-5f);
+    a.rms = rms;
+    a.nd = x->ndim;
+    memcpy(a.dims, x->dims, sizeof a.dims);
+    a.scale = in[1].data;
+    KILN_TRY(ln_affine(n, &in[1], 1, x, axis, a.len, &a.smode, a.sstr));
+    if (!rms && nin > 2 && !ku_absent(&in[2])) {
+        a.bias = in[2].data;
+        KILN_TRY(ln_affine(n, &in[2], 2, x, axis, a.len, &a.bmode, a.bstr));
+    }
+    if (!rms && nout > 1 && !ku_absent(&out[1])) {
+        a.mean = out[1].data;
+        a.mean_t = out[1].dtype;
+    }
+    if (!rms && nout > 2 && !ku_absent(&out[2])) {
+        a.invstd = out[2].data;
+        a.invstd_t = out[2].dtype;
+    }
+    if (a.len == 0 && !a.mean && !a.invstd) return KILN_OK;
+    return norm_run(x->dtype, a, ctx);
+}
+
+static kiln_status layernorm_run(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
+                                 int nout, kiln_cuda_ctx *ctx) {
+    return layer_exec(false, n, in, nin, out, nout, ctx);
+}
+static kiln_status rmsnorm_run(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
+                               int nout, kiln_cuda_ctx *ctx) {
+    return layer_exec(true, n, in, nin, out, nout, ctx);
+}
+
+/* X, scale (and LayerNorm's optional bias) float of one dtype; Mean / InvStdDev outputs float;
+ * stash_type a float type. */
+static kiln_status layer_supports(const kiln_graph *g, const kiln_node *n) {
+    bool rms = !strcmp(n->op_type, "RMSNormalization");
+    KILN_TRY(float_inputs(g, n, 2, rms ? 2 : 3));
+    int64_t stash = kiln_attr_int(n, "stash_type", KILN_F32);
+    if (stash != KILN_F32 && stash != KILN_F64 && stash != KILN_F16 && stash != KILN_BF16)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: stash_type %lld is not a float type", n->op_type, (long long)stash);
+    for (int i = 1; i < n->noutputs && !rms; i++) {
+        const kiln_value *o = ku_out(g, n, i);
+        if (o && !ku_is_float(o->dtype))
+            return kiln_error(KILN_ERR_UNSUPPORTED, "%s (cuda): output %d of dtype %s is not supported", n->op_type, i,
+                              kiln_dtype_name(o->dtype));
+    }
+    return KILN_OK;
+}
+
+/* ---------------------------------------------------------------- InstanceNormalization, GroupNormalization */
+
+/* X [N, C, ...] as N, C and the plane size; fails unless rank >= 2. */
+static kiln_status nc_planes(const kiln_node *n, const kiln_cuda_tensor *x, int64_t *N, int64_t *C, int64_t *plane) {
+    if (x->ndim < 2) return kiln_error(KILN_ERR_SHAPE, "%s input must have rank >= 2, has rank %d", n->op_type, x->ndim);
+    *N = x->dims[0];
+    *C = x->dims[1];
+    *plane = kiln_numel(x->ndim - 2, x->dims + 2);
+    return KILN_OK;
+}
+
+/* InstanceNormalization: per (n, c) plane, y = scale[c] (x - mean) / sqrt(var + eps) + B[c]. */
+static kiln_status instancenorm_run(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
+                                    int nout, kiln_cuda_ctx *ctx) {
+    if (nin < 3 || ku_absent(&in[0]) || ku_absent(&in[1]) || ku_absent(&in[2]))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "InstanceNormalization: needs inputs X, scale and B");
+    int64_t N = 0, C = 0, plane = 0;
+    KILN_TRY(nc_planes(n, &in[0], &N, &C, &plane));
+    KILN_TRY(check_count(n, &in[1], 1, C));
+    KILN_TRY(check_count(n, &in[2], 2, C));
+    norm_args a;
+    memset(&a, 0, sizeof a);
+    a.x = in[0].data;
+    a.y = out[0].data;
+    a.rows = N * C;
+    a.len = plane;
+    a.eps = kiln_attr_float(n, "epsilon", 1e-5f);
+    a.scale = in[1].data;
+    a.bias = in[2].data;
+    a.smode = a.bmode = A_ROW;
+    a.C = C;
+    if (plane == 0) return KILN_OK;
+    return norm_run(in[0].dtype, a, ctx);
+}
+
+/* GroupNormalization: statistics per (n, group of C / num_groups channels); scale and bias per
+ * group (opset 18) or per channel (opset 21). */
+static kiln_status groupnorm_run(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
+                                 int nout, kiln_cuda_ctx *ctx) {
+    if (nin < 3 || ku_absent(&in[0]) || ku_absent(&in[1]) || ku_absent(&in[2]))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "GroupNormalization: needs inputs X, scale and bias");
+    int64_t N = 0, C = 0, plane = 0, G = kiln_attr_int(n, "num_groups", 0);
+    KILN_TRY(nc_planes(n, &in[0], &N, &C, &plane));
+    if (G < 1 || C % G)
+        return kiln_error(KILN_ERR_SHAPE, "GroupNormalization: %lld channels cannot be split in %lld groups",
+                          (long long)C, (long long)G);
+    bool per_channel = n->opset >= 21;
+    KILN_TRY(check_count(n, &in[1], 1, per_channel ? C : G));
+    KILN_TRY(check_count(n, &in[2], 2, per_channel ? C : G));
+    norm_args a;
+    memset(&a, 0, sizeof a);
+    a.x = in[0].data;
+    a.y = out[0].data;
+    a.rows = N * G;
+    a.cg = C / G;
+    a.plane = plane;
+    a.len = a.cg * plane;
+    a.eps = kiln_attr_float(n, "epsilon", 1e-5f);
+    a.scale = in[1].data;
+    a.bias = in[2].data;
+    a.smode = a.bmode = per_channel ? A_CHAN : A_ROW;
+    a.C = G;
+    if (a.len == 0) return KILN_OK;
+    return norm_run(in[0].dtype, a, ctx);
+}
+
+static kiln_status planes_supports(const kiln_graph *g, const kiln_node *n) {
+    if (!strcmp(n->op_type, "GroupNormalization") && kiln_attr_int(n, "num_groups", 0) < 1)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "GroupNormalization: attribute num_groups must be >= 1");
+    return float_inputs(g, n, 3, 3);
+}
+
+/* ================================================================ BatchNormalization */
+
+typedef struct bn_args {
+    const void *x;
+    void *y;
+    const void *scale, *bias, *mean, *var; /* x's dtype, per channel (or per element of [C, D...]) */
+    int64_t n, C, plane;
+    float eps;
+    bool spatial;
+} bn_args;
+
+/* y = x * a + b for parameter p, a = scale / sqrt(var + eps), b = bias - mean * a. */
+template <typename T> static __device__ __forceinline__ void bn_coef(const bn_args &g, int64_t p, float *a, float *b) {
+    float s = ku_f32(((const T *)g.scale)[p]) / sqrtf(ku_f32(((const T *)g.var)[p]) + g.eps);
+    *a = s;
+    *b = ku_f32(((const T *)g.bias)[p]) - ku_f32(((const T *)g.mean)[p]) * s;
+}
+
+/* x, y are (N, C, plane), spatial: one block per (n, c) plane, which computes its coefficients once. */
+template <typename T> __global__ void __launch_bounds__(KU_THREADS) bn_planes(bn_args g) {
+    int64_t planes = g.n / g.plane;
+    for (int64_t pl = blockIdx.x; pl < planes; pl += gridDim.x) {
+        float a, b;
+        bn_coef<T>(g, pl % g.C, &a, &b);
+        const T *x = (const T *)g.x + pl * g.plane;
+        T *y = (T *)g.y + pl * g.plane;
+        for (int64_t j = threadIdx.x; j < g.plane; j += blockDim.x) y[j] = ku_from_f32<T>(ku_f32(x[j]) * a + b);
+    }
+}
+
+/* x, y are n elements of (N, C, plane): the parameter index is the channel (spatial) or the
+ * position in [C, plane] (opset < 9 with spatial = 0). */
+template <typename T> __global__ void __launch_bounds__(KU_THREADS) bn_flat(bn_args g) {
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < g.n; i += stride) {
+        int64_t p = g.spatial ? (i / g.plane) % g.C : i % (g.C * g.plane);
+        float a, b;
+        bn_coef<T>(g, p, &a, &b);
+        ((T *)g.y)[i] = ku_from_f32<T>(ku_f32(((const T *)g.x)[i]) * a + b);
+    }
+}
+
+template <typename T> static kiln_status bn_go(const bn_args &g, kiln_cuda_ctx *ctx) {
+    if (g.spatial && g.plane >= 32) {
+        int threads = g.plane >= KU_THREADS ? KU_THREADS : (int)((g.plane + 31) / 32 * 32);
+        bn_planes<T><<<ku_blocks(g.n / g.plane * threads, threads, ctx, 2), threads, 0, ctx->stream>>>(g);
+        KILN_CUDA_LAUNCH_CHECK("bn_planes");
+    } else {
+        bn_flat<T><<<ku_blocks(g.n, KU_THREADS, ctx), KU_THREADS, 0, ctx->stream>>>(g);
+        KILN_CUDA_LAUNCH_CHECK("bn_flat");
+    }
+    return KILN_OK;
+}
+
+/* BatchNormalization, inference form: Y = scale * (X - mean) / sqrt(var + eps) + B per channel. */
+static kiln_status batchnorm_run(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
+                                 int nout, kiln_cuda_ctx *ctx) {
+    if (nin < 5) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "BatchNormalization: needs 5 inputs");
+    for (int i = 0; i < 5; i++)
+        if (ku_absent(&in[i])) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "BatchNormalization: input %d is missing", i);
+    int64_t N = 0, C = 0, plane = 0;
+    KILN_TRY(nc_planes(n, &in[0], &N, &C, &plane));
+    bn_args g;
+    g.spatial = n->opset >= 9 || kiln_attr_int(n, "spatial", 1) != 0;
+    for (int i = 1; i < 5; i++) KILN_TRY(check_count(n, &in[i], i, g.spatial ? C : C * plane));
+    g.x = in[0].data;
+    g.y = out[0].data;
+    g.scale = in[1].data;
+    g.bias = in[2].data;
+    g.mean = in[3].data;
+    g.var = in[4].data;
+    g.n = N * C * plane;
+    g.C = C;
+    g.plane = plane;
+    g.eps = kiln_attr_float(n, "epsilon", 1e-5f);
+    if (g.n == 0) return KILN_OK;
+    switch (in[0].dtype) {
+    case KILN_F32: return bn_go<float>(g, ctx);
+    case KILN_F16: return bn_go<__half>(g, ctx);
+    default: return bn_go<bf16>(g, ctx);
+    }
+}
+
+/* The inference form only: training_mode 0 and no running-statistics outputs. */
+static kiln_status batchnorm_supports(const kiln_graph *g, const kiln_node *n) {
+    if (n->opset >= 14 && kiln_attr_int(n, "training_mode", 0) != 0)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "BatchNormalization with training_mode=1 is not supported (kiln runs "
+                                                "inference only)");
+    for (int i = 1; i < n->noutputs; i++)
+        if (ku_out(g, n, i))
+            return kiln_error(KILN_ERR_UNSUPPORTED, "BatchNormalization in training form (output %d requested) is not "
+                                                    "supported (kiln runs inference only)", i);
+    return float_inputs(g, n, 5, 5);
+}
+
+/* ================================================================ table */
+
+extern "C" const kiln_cuda_kernel kiln_cuda_kernels_norm[] = {
+    {"Softmax", "", softmax_run, softmax_supports},
+    {"LogSoftmax", "", logsoftmax_run, softmax_supports},
+    {"LayerNormalization", "", layernorm_run, layer_supports},
+    {"RMSNormalization", "", rmsnorm_run, layer_supports},
+    {"BatchNormalization", "", batchnorm_run, batchnorm_supports},
+    {"InstanceNormalization", "", instancenorm_run, planes_supports},
+    {"GroupNormalization", "", groupnorm_run, planes_supports},
+    {NULL, NULL, NULL, NULL},
+};

@@ -1,0 +1,397 @@
+/* pool.cu — CUDA pooling: MaxPool (with the optional Indices output, either storage order),
+ * AveragePool (count_include_pad), LpPool, and the global forms GlobalAveragePool, GlobalMaxPool
+ * and GlobalLpPool, for float32, float16 and bfloat16 storage with float32 arithmetic, over 1 to 6
+ * spatial dims.
+ *
+ * The window geometry (pads, auto_pad, ceil_mode, dilations) is resolved on the host by
+ * src/ir/nn_window.c, the same code the shape inference and the CPU kernels use, so the three
+ * agree exactly. The windowed kernel gives each output element one thread, which walks the taps of
+ * its window that lie inside the input in row-major order (the CPU's order: the first maximum wins,
+ * and sums accumulate in the same sequence). The global pools give each plane one warp (small
+ * planes) or one block (large planes). */
+#include "backends/cuda/kernel_util.cuh"
+
+#include <math.h>
+
+extern "C" {
+#include "ir/nn_window.h"
+}
+
+#define POOL_MAX_SP (KILN_MAX_DIMS - 2)
+/* Planes larger than this get a whole block in the global pools, smaller ones a warp. */
+#define POOL_BLOCK_PLANE 8192
+
+enum { POOL_AVG, POOL_MAX, POOL_LP };
+
+/* One pooling node for its actual input: per spatial dim the input and output sizes, kernel,
+ * stride, dilation, the padding before and after, and the input's row-major strides within a
+ * plane; the plane sizes and count; count_include_pad (cip), the Indices storage order (col) and
+ * the Lp exponent (lp). */
+typedef struct pool_geom {
+    int64_t in[POOL_MAX_SP], out[POOL_MAX_SP], k[POOL_MAX_SP], s[POOL_MAX_SP], d[POOL_MAX_SP];
+    int64_t pb[POOL_MAX_SP], pe[POOL_MAX_SP], istr[POOL_MAX_SP];
+    int64_t in_size, out_size, planes;
+    bool cip, col;
+    float lp;
+} pool_geom;
+
+/* ceil(a / b) for b > 0 and any a (the CPU's definition). */
+__device__ __forceinline__ int64_t pool_ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+
+__device__ __forceinline__ int64_t pool_clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* |v|^p as the CPU computes it (exact forms for p = 1 and 2). */
+__device__ __forceinline__ float pool_lp_term(float v, float p) {
+    return p == 1.0f ? fabsf(v) : p == 2.0f ? v * v : powf(fabsf(v), p);
+}
+
+/* sum^(1/p) as the CPU computes it. */
+__device__ __forceinline__ float pool_lp_root(float sum, float p) {
+    return p == 1.0f ? sum : p == 2.0f ? sqrtf(sum) : powf(sum, 1.0f / p);
+}
+
+/* Windowed pooling. x is (planes, in...), y is (planes, out...). MODE: max, average, or Lp. IDX
+ * (max only) writes ind (planes, out...) = the flat input index (plane included) of the first
+ * maximum, column-major within the plane when g.col. An empty window yields -inf (max), NaN
+ * (average) or 0 (Lp), as on the CPU. */
+template <typename T, int NSP, int MODE, bool IDX>
+__global__ void pool_window_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t *__restrict__ ind, pool_geom g) {
+    int64_t total = g.planes * g.out_size;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t pl = i / g.out_size, o = i - pl * g.out_size;
+        int64_t st[NSP], lo[NSP], hi[NSP], t[NSP], cnt = 1;
+        bool empty = false;
+#pragma unroll
+        for (int d = NSP - 1; d >= 0; d--) {
+            int64_t od = o % g.out[d];
+            o /= g.out[d];
+            st[d] = od * g.s[d] - g.pb[d];
+            lo[d] = pool_clamp(pool_ceil_div(-st[d], g.d[d]), 0, g.k[d]);
+            hi[d] = pool_clamp(pool_ceil_div(g.in[d] - st[d], g.d[d]), lo[d], g.k[d]);
+            empty = empty || lo[d] >= hi[d];
+            cnt *= g.cip ? pool_clamp(pool_ceil_div(g.in[d] + g.pe[d] - st[d], g.d[d]), 0, g.k[d]) : hi[d] - lo[d];
+            t[d] = lo[d];
+        }
+        const T *xp = x + pl * g.in_size;
+        float acc = MODE == POOL_MAX ? -INFINITY : 0.0f;
+        int64_t best = -1;
+        while (!empty) {
+            int64_t off = 0;
+#pragma unroll
+            for (int d = 0; d < NSP; d++) off += (st[d] + t[d] * g.d[d]) * g.istr[d];
+            float v = ku_f32(xp[off]);
+            if (MODE == POOL_MAX) {
+                if (v > acc || (IDX && best < 0)) {
+                    acc = v;
+                    best = off;
+                }
+            } else {
+                acc += MODE == POOL_LP ? pool_lp_term(v, g.lp) : v;
+            }
+            bool carry = true;
+#pragma unroll
+            for (int d = NSP - 1; d >= 0; d--)
+                if (carry) {
+                    if (++t[d] < hi[d]) carry = false;
+                    else t[d] = lo[d];
+                }
+            empty = carry;
+        }
+        float r = MODE == POOL_MAX ? acc : MODE == POOL_LP ? pool_lp_root(acc, g.lp) : cnt > 0 ? acc / (float)cnt : NAN;
+        y[i] = ku_from_f32<T>(r);
+        if (IDX) {
+            int64_t off = best < 0 ? 0 : best;
+            if (g.col) {
+                int64_t rem = off, c = 0, mul = 1, pos[NSP];
+#pragma unroll
+                for (int d = NSP - 1; d >= 0; d--) {
+                    pos[d] = rem % g.in[d];
+                    rem /= g.in[d];
+                }
+#pragma unroll
+                for (int d = 0; d < NSP; d++) {
+                    c += pos[d] * mul;
+                    mul *= g.in[d];
+                }
+                off = c;
+            }
+            ind[i] = pl * g.in_size + off;
+        }
+    }
+}
+
+/* Launches the windowed kernel for one dtype and spatial rank. */
+template <typename T, int NSP>
+static kiln_status pool_launch_nsp(kiln_cuda_ctx *ctx, const void *x, void *y, int64_t *ind, const pool_geom *g, int mode) {
+    unsigned blocks = ku_blocks(g->planes * g->out_size, KU_THREADS, ctx);
+    const T *xs = (const T *)x;
+    T *ys = (T *)y;
+    cudaStream_t st = ctx->stream;
+    if (mode == POOL_AVG) pool_window_kernel<T, NSP, POOL_AVG, false><<<blocks, KU_THREADS, 0, st>>>(xs, ys, NULL, *g);
+    else if (mode == POOL_LP) pool_window_kernel<T, NSP, POOL_LP, false><<<blocks, KU_THREADS, 0, st>>>(xs, ys, NULL, *g);
+    else if (ind) pool_window_kernel<T, NSP, POOL_MAX, true><<<blocks, KU_THREADS, 0, st>>>(xs, ys, ind, *g);
+    else pool_window_kernel<T, NSP, POOL_MAX, false><<<blocks, KU_THREADS, 0, st>>>(xs, ys, NULL, *g);
+    KILN_CUDA_LAUNCH_CHECK("pool_window_kernel");
+    return KILN_OK;
+}
+
+template <typename T>
+static kiln_status pool_launch(kiln_cuda_ctx *ctx, int nsp, const void *x, void *y, int64_t *ind, const pool_geom *g, int mode) {
+    switch (nsp) {
+    case 1: return pool_launch_nsp<T, 1>(ctx, x, y, ind, g, mode);
+    case 2: return pool_launch_nsp<T, 2>(ctx, x, y, ind, g, mode);
+    case 3: return pool_launch_nsp<T, 3>(ctx, x, y, ind, g, mode);
+    case 4: return pool_launch_nsp<T, 4>(ctx, x, y, ind, g, mode);
+    case 5: return pool_launch_nsp<T, 5>(ctx, x, y, ind, g, mode);
+    default: return pool_launch_nsp<T, 6>(ctx, x, y, ind, g, mode);
+    }
+}
+
+/* Resolves the window of node n for input x (N, C, in...) and checks it against output y. */
+static kiln_status pool_setup(const kiln_node *n, const kiln_cuda_tensor *x, const kiln_cuda_tensor *y, pool_geom *g,
+                              int *nsp_out) {
+    memset(g, 0, sizeof *g);
+    if (x->ndim < 3 || x->ndim - 2 > POOL_MAX_SP)
+        return kiln_error(KILN_ERR_SHAPE, "%s input must have rank 3..%d, has rank %d", n->op_type, POOL_MAX_SP + 2, x->ndim);
+    int nsp = x->ndim - 2;
+    kiln_window w;
+    KILN_TRY(kiln_window_parse(n, nsp, NULL, &w));
+    if (!w.has_kernel) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s needs the kernel_shape attribute", n->op_type);
+    if (y->ndim != x->ndim || y->dims[0] != x->dims[0] || y->dims[1] != x->dims[1])
+        return kiln_error(KILN_ERR_SHAPE, "%s: output rank/batch/channels differ from the input's", n->op_type);
+    g->in_size = g->out_size = 1;
+    for (int i = 0; i < nsp; i++) {
+        int64_t o;
+        g->in[i] = x->dims[2 + i];
+        g->k[i] = w.kernel[i];
+        g->s[i] = w.stride[i];
+        g->d[i] = w.dilation[i];
+        KILN_TRY(kiln_window_out(&w, i, g->in[i], &o, &g->pb[i], &g->pe[i]));
+        if (o != y->dims[2 + i])
+            return kiln_error(KILN_ERR_SHAPE, "%s: spatial dim %d of the output is %lld, the window gives %lld", n->op_type, i,
+                              (long long)y->dims[2 + i], (long long)o);
+        g->out[i] = o;
+        g->in_size *= g->in[i];
+        g->out_size *= o;
+    }
+    kiln_strides(nsp, g->in, g->istr);
+    g->planes = x->dims[0] * x->dims[1];
+    *nsp_out = nsp;
+    return KILN_OK;
+}
+
+/* The LpPool / GlobalLpPool exponent (a float attribute in opset 1, an int later); must be > 0. */
+static kiln_status pool_lp_exponent(const kiln_node *n, float *p) {
+    *p = kiln_attr_float(n, "p", 2.0f);
+    if (!(*p > 0.0f)) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s p must be positive, got %g", n->op_type, (double)*p);
+    return KILN_OK;
+}
+
+/* MaxPool, AveragePool or LpPool (mode). */
+static kiln_status pool_exec(const kiln_node *n, const kiln_cuda_tensor *in, const kiln_cuda_tensor *out, int nout,
+                             kiln_cuda_ctx *ctx, int mode) {
+    const kiln_cuda_tensor *x = &in[0], *y = &out[0];
+    pool_geom g;
+    int nsp = 0;
+    KILN_TRY(pool_setup(n, x, y, &g, &nsp));
+    int64_t *ind = NULL;
+    if (mode == POOL_MAX) {
+        int64_t order = kiln_attr_int(n, "storage_order", 0);
+        if (order != 0 && order != 1)
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "MaxPool storage_order must be 0 or 1, got %lld", (long long)order);
+        g.col = order == 1;
+        if (nout > 1 && out[1].ndim >= 0) {
+            if (out[1].dtype != KILN_I64) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "MaxPool: Indices must be int64");
+            ind = (int64_t *)out[1].data;
+        }
+    } else if (mode == POOL_AVG) {
+        int64_t c = kiln_attr_int(n, "count_include_pad", 0);
+        if (c != 0 && c != 1) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "AveragePool count_include_pad must be 0 or 1");
+        g.cip = c == 1;
+        if (n->opset < 19 && kiln_node_attr(n, "dilations"))
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "AveragePool accepts dilations only from opset 19");
+    } else {
+        KILN_TRY(pool_lp_exponent(n, &g.lp));
+    }
+    if (x->dtype != y->dtype)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: output is %s, input %s", n->op_type, kiln_dtype_name(y->dtype),
+                          kiln_dtype_name(x->dtype));
+    if (g.planes * g.out_size == 0) return KILN_OK;
+    if (g.in_size == 0) return kiln_error(KILN_ERR_SHAPE, "%s: empty spatial input", n->op_type);
+    switch (x->dtype) {
+    case KILN_F32: return pool_launch<float>(ctx, nsp, x->data, y->data, ind, &g, mode);
+    case KILN_F16: return pool_launch<__half>(ctx, nsp, x->data, y->data, ind, &g, mode);
+    case KILN_BF16: return pool_launch<bf16>(ctx, nsp, x->data, y->data, ind, &g, mode);
+    default: return kiln_error(KILN_ERR_UNSUPPORTED, "%s: %s input on the CUDA backend", n->op_type, kiln_dtype_name(x->dtype));
+    }
+}
+
+static kiln_status exec_max_pool(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
+                                 int nout, kiln_cuda_ctx *ctx) {
+    return pool_exec(n, in, out, nout, ctx, POOL_MAX);
+}
+
+static kiln_status exec_average_pool(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
+                                     int nout, kiln_cuda_ctx *ctx) {
+    return pool_exec(n, in, out, nout, ctx, POOL_AVG);
+}
+
+static kiln_status exec_lp_pool(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
+                                int nout, kiln_cuda_ctx *ctx) {
+    return pool_exec(n, in, out, nout, ctx, POOL_LP);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Global pools
+ * ------------------------------------------------------------------------------------------- */
+
+/* The running value after element v: max, or the sum of v (average) or |v|^p (Lp). */
+template <int MODE>
+__device__ __forceinline__ float pool_step(float acc, float v, float p) {
+    return MODE == POOL_MAX ? (v > acc ? v : acc) : acc + (MODE == POOL_LP ? pool_lp_term(v, p) : v);
+}
+
+template <int MODE>
+__device__ __forceinline__ float pool_warp_reduce(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = MODE == POOL_MAX ? (w > v ? w : v) : v + w;
+    }
+    return v;
+}
+
+/* The result of a plane of size elements from its reduced value. */
+template <int MODE>
+__device__ __forceinline__ float pool_global_final(float acc, int64_t size, float p) {
+    return MODE == POOL_MAX ? acc : MODE == POOL_LP ? pool_lp_root(acc, p) : size > 0 ? acc / (float)size : NAN;
+}
+
+/* x is (planes, size), y is (planes): one warp per plane. */
+template <typename T, int MODE>
+__global__ void pool_global_warp_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t planes, int64_t size, float p) {
+    int lane = threadIdx.x & 31;
+    int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5, nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t pl = warp; pl < planes; pl += nwarps) {
+        const T *xp = x + pl * size;
+        float acc = MODE == POOL_MAX ? -INFINITY : 0.0f;
+        for (int64_t j = lane; j < size; j += 32) acc = pool_step<MODE>(acc, ku_f32(xp[j]), p);
+        acc = pool_warp_reduce<MODE>(acc);
+        if (lane == 0) y[pl] = ku_from_f32<T>(pool_global_final<MODE>(acc, size, p));
+    }
+}
+
+/* The same with one block (a multiple of 32 threads, at most 1024) per plane. */
+template <typename T, int MODE>
+__global__ void pool_global_block_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t planes, int64_t size, float p) {
+    __shared__ float part[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int64_t pl = blockIdx.x; pl < planes; pl += gridDim.x) {
+        const T *xp = x + pl * size;
+        float acc = MODE == POOL_MAX ? -INFINITY : 0.0f;
+        for (int64_t j = threadIdx.x; j < size; j += blockDim.x) acc = pool_step<MODE>(acc, ku_f32(xp[j]), p);
+        acc = pool_warp_reduce<MODE>(acc);
+        if (lane == 0) part[warp] = acc;
+        __syncthreads();
+        if (warp == 0) {
+            acc = lane < nw ? part[lane] : (MODE == POOL_MAX ? -INFINITY : 0.0f);
+            acc = pool_warp_reduce<MODE>(acc);
+            if (lane == 0) y[pl] = ku_from_f32<T>(pool_global_final<MODE>(acc, size, p));
+        }
+        __syncthreads();
+    }
+}
+
+template <typename T, int MODE>
+static kiln_status pool_global_launch_mode(kiln_cuda_ctx *ctx, const void *x, void *y, int64_t planes, int64_t size, float p) {
+    if (size > POOL_BLOCK_PLANE) {
+        unsigned blocks = ku_blocks(planes * KU_THREADS, KU_THREADS, ctx);
+        pool_global_block_kernel<T, MODE><<<blocks, KU_THREADS, 0, ctx->stream>>>((const T *)x, (T *)y, planes, size, p);
+    } else {
+        unsigned blocks = ku_blocks(planes * 32, KU_THREADS, ctx);
+        pool_global_warp_kernel<T, MODE><<<blocks, KU_THREADS, 0, ctx->stream>>>((const T *)x, (T *)y, planes, size, p);
+    }
+    KILN_CUDA_LAUNCH_CHECK("pool_global_kernel");
+    return KILN_OK;
+}
+
+template <typename T>
+static kiln_status pool_global_launch(kiln_cuda_ctx *ctx, const void *x, void *y, int64_t planes, int64_t size, int mode,
+                                      float p) {
+    switch (mode) {
+    case POOL_MAX: return pool_global_launch_mode<T, POOL_MAX>(ctx, x, y, planes, size, p);
+    case POOL_LP: return pool_global_launch_mode<T, POOL_LP>(ctx, x, y, planes, size, p);
+    default: return pool_global_launch_mode<T, POOL_AVG>(ctx, x, y, planes, size, p);
+    }
+}
+
+/* GlobalAveragePool / GlobalMaxPool / GlobalLpPool: x [N, C, D...] -> y [N, C, 1...]. */
+static kiln_status global_exec(const kiln_node *n, const kiln_cuda_tensor *in, const kiln_cuda_tensor *out,
+                               kiln_cuda_ctx *ctx, int mode) {
+    const kiln_cuda_tensor *x = &in[0], *y = &out[0];
+    if (x->ndim < 2) return kiln_error(KILN_ERR_SHAPE, "%s input must have rank >= 2, has rank %d", n->op_type, x->ndim);
+    float p = 0.0f;
+    if (mode == POOL_LP) KILN_TRY(pool_lp_exponent(n, &p));
+    int64_t planes = x->dims[0] * x->dims[1], size = kiln_numel(x->ndim - 2, x->dims + 2);
+    if (kiln_numel(y->ndim, y->dims) != planes || x->dtype != y->dtype)
+        return kiln_error(KILN_ERR_SHAPE, "%s: output must be %lld values of %s", n->op_type, (long long)planes,
+                          kiln_dtype_name(x->dtype));
+    if (planes == 0) return KILN_OK;
+    switch (x->dtype) {
+    case KILN_F32: return pool_global_launch<float>(ctx, x->data, y->data, planes, size, mode, p);
+    case KILN_F16: return pool_global_launch<__half>(ctx, x->data, y->data, planes, size, mode, p);
+    case KILN_BF16: return pool_global_launch<bf16>(ctx, x->data, y->data, planes, size, mode, p);
+    default: return kiln_error(KILN_ERR_UNSUPPORTED, "%s: %s input on the CUDA backend", n->op_type, kiln_dtype_name(x->dtype));
+    }
+}
+
+static kiln_status exec_global_average_pool(const kiln_node *n, const kiln_cuda_tensor *in, int nin,
+                                            const kiln_cuda_tensor *out, int nout, kiln_cuda_ctx *ctx) {
+    return global_exec(n, in, out, ctx, POOL_AVG);
+}
+
+static kiln_status exec_global_max_pool(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
+                                        int nout, kiln_cuda_ctx *ctx) {
+    return global_exec(n, in, out, ctx, POOL_MAX);
+}
+
+static kiln_status exec_global_lp_pool(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
+                                       int nout, kiln_cuda_ctx *ctx) {
+    return global_exec(n, in, out, ctx, POOL_LP);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Build-time checks
+ * ------------------------------------------------------------------------------------------- */
+
+/* Input 0 must be float32/float16/bfloat16; when its rank is known, the window attributes must
+ * parse and (windowed pools) name a kernel. */
+static kiln_status pool_sup(const kiln_graph *g, const kiln_node *n, bool windowed) {
+    const kiln_value *x = kiln_node_input(g, n, 0);
+    if (!x) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: input X is missing", n->op_type);
+    if (!ku_is_float(x->dtype))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s: %s input is not supported on the CUDA backend (float32/16, bfloat16 only)",
+                          n->op_type, kiln_dtype_name(x->dtype));
+    if (!windowed || x->ndim < 0) return KILN_OK;
+    if (x->ndim < 3 || x->ndim - 2 > POOL_MAX_SP)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s: rank-%d input is not supported on the CUDA backend", n->op_type, x->ndim);
+    kiln_window w;
+    KILN_TRY(kiln_window_parse(n, x->ndim - 2, NULL, &w));
+    if (!w.has_kernel) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s needs the kernel_shape attribute", n->op_type);
+    if (!strcmp(n->op_type, "AveragePool") && n->opset < 19 && kiln_node_attr(n, "dilations"))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "AveragePool accepts dilations only from opset 19");
+    return KILN_OK;
+}
+
+static kiln_status sup_window(const kiln_graph *g, const kiln_node *n) { return pool_sup(g, n, true); }
+static kiln_status sup_global(const kiln_graph *g, const kiln_node *n) { return pool_sup(g, n, false); }
+
+extern "C" const kiln_cuda_kernel kiln_cuda_kernels_pool[] = {
+    {"MaxPool", "", exec_max_pool, sup_window},
+    {"AveragePool", "", exec_average_pool, sup_window},
+    {"LpPool", "", exec_lp_pool, sup_window},
+    {"GlobalAveragePool", "", exec_global_average_pool, sup_global},
+    {"GlobalMaxPool", "", exec_global_max_pool, sup_global},
+    {"GlobalLpPool", "", exec_global_lp_pool, sup_global},
+    {NULL, NULL, NULL, NULL},
+};
