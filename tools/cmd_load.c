@@ -132,8 +132,14 @@ static bool seconds(const char *flag, const char *text, bool allow_zero, double 
     return true;
 }
 
-/* Reads --body FILE into a heap buffer that lives for the process. */
-static bool read_body(const char *path, kiln_load_config *c) {
+typedef struct outputs {
+    const char *json, *csv, *html;
+    bool have_rate, have_conc;
+    char *body; /* --body FILE's contents (owned) */
+} outputs;
+
+/* Reads --body FILE into o->body (freed by kiln_cmd_load) and points the config at it. */
+static bool read_body(const char *path, kiln_load_config *c, outputs *o) {
     kiln_file_map m;
     if (kiln_file_map_open(path, &m) != KILN_OK) {
         cli_usage_error("load ", "--body: %s", kiln_last_error());
@@ -145,15 +151,13 @@ static bool read_body(const char *path, kiln_load_config *c) {
         buf[m.size] = '\0';
     }
     kiln_file_unmap(&m);
+    free(o->body);
+    o->body = buf;
     c->body = buf;
     c->body_len = buf ? m.size : 0;
+    if (!buf) cli_usage_error("load ", "--body %s: out of memory", path);
     return buf != NULL;
 }
-
-typedef struct outputs {
-    const char *json, *csv, *html;
-    bool have_rate, have_conc;
-} outputs;
 
 /* Handles one option (a->argv[a->i]); false after printing a usage error. */
 static bool option(args *a, kiln_load_config *c, outputs *o) {
@@ -187,7 +191,7 @@ static bool option(args *a, kiln_load_config *c, outputs *o) {
         c->headers[c->nheaders++] = v;
     } else if (!strcmp(name, "--method")) c->method = v;
     else if (!strcmp(name, "--data")) { c->body = v; c->body_len = strlen(v); }
-    else if (!strcmp(name, "--body")) return read_body(v, c);
+    else if (!strcmp(name, "--body")) return read_body(v, c, o);
     else if (!strcmp(name, "--rate")) { if (!number(name, v, 1e-3, 1e7, false, &c->rate)) return false; o->have_rate = true; }
     else if (!strcmp(name, "--concurrency")) { if (!number(name, v, 1, 100000, true, &d)) return false; c->concurrency = (int)d; o->have_conc = true; }
     else if (!strcmp(name, "--connections")) { if (!number(name, v, 1, 100000, true, &d)) return false; c->connections = (int)d; }
@@ -229,19 +233,11 @@ static bool consistent(kiln_load_config *c, const outputs *o) {
     return true;
 }
 
-int kiln_cmd_load(int argc, char **argv) {
-    if (argc >= 2 && cli_is_help(argv[1])) {
-        fputs(USAGE, stdout);
-        return 0;
-    }
-    if (argc >= 2 && !strcmp(argv[1], "compare")) {
-        if (argc != 4) return cli_usage_error("load ", "usage: kiln load compare A.json B.json");
-        return kiln_load_compare(argv[2], argv[3], stdout) == KILN_OK ? 0 : cli_fail();
-    }
+/* `kiln load URL ...` after the help and compare cases; o->body is freed by the caller. */
+static int load_command(int argc, char **argv, outputs *o) {
     kiln_load_config c;
     kiln_load_config_defaults(&c);
     c.progress = true;
-    outputs o = {0};
     args a = {.argc = argc, .argv = argv};
     for (a.i = 1; a.i < argc; a.i++) {
         const char *arg = argv[a.i];
@@ -250,7 +246,7 @@ int kiln_cmd_load(int argc, char **argv) {
             return 0;
         }
         if (arg[0] == '-' && arg[1]) {
-            if (!option(&a, &c, &o)) return 2;
+            if (!option(&a, &c, o)) return 2;
         } else if (!c.url) {
             c.url = arg;
         } else {
@@ -258,16 +254,16 @@ int kiln_cmd_load(int argc, char **argv) {
         }
     }
     if (!c.url) return cli_usage_error("load ", "no URL given");
-    if (!consistent(&c, &o)) return 2;
+    if (!consistent(&c, o)) return 2;
     kiln_load_result *r;
     kiln_status s = kiln_load_run(&c, &r);
     if (s == KILN_ERR_INVALID_ARGUMENT) return cli_usage_error("load ", "%s", kiln_last_error());
     if (s != KILN_OK) return cli_fail();
     kiln_load_print_summary(&c, r, stdout);
     int rc = 0;
-    if (o.json && kiln_load_write_json(&c, r, o.json) != KILN_OK) rc = cli_fail();
-    if (o.csv && kiln_load_write_csv(&c, r, o.csv) != KILN_OK) rc = cli_fail();
-    if (o.html && kiln_load_write_html(&c, r, o.html) != KILN_OK) rc = cli_fail();
+    if (o->json && kiln_load_write_json(&c, r, o->json) != KILN_OK) rc = cli_fail();
+    if (o->csv && kiln_load_write_csv(&c, r, o->csv) != KILN_OK) rc = cli_fail();
+    if (o->html && kiln_load_write_html(&c, r, o->html) != KILN_OK) rc = cli_fail();
     int64_t ok = 0, sched = 0;
     for (int i = 0; i < r->nsteps; i++) {
         ok += r->steps[i].ok;
@@ -279,5 +275,20 @@ int kiln_cmd_load(int argc, char **argv) {
     }
     if (rc == 0 && r->have_capacity && r->capacity_step < 0) rc = 3;
     kiln_load_result_free(r);
+    return rc;
+}
+
+int kiln_cmd_load(int argc, char **argv) {
+    if (argc >= 2 && cli_is_help(argv[1])) {
+        fputs(USAGE, stdout);
+        return 0;
+    }
+    if (argc >= 2 && !strcmp(argv[1], "compare")) {
+        if (argc != 4) return cli_usage_error("load ", "usage: kiln load compare A.json B.json");
+        return kiln_load_compare(argv[2], argv[3], stdout) == KILN_OK ? 0 : cli_fail();
+    }
+    outputs o = {0};
+    int rc = load_command(argc, argv, &o);
+    free(o.body);
     return rc;
 }

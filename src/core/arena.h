@@ -5,6 +5,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct kiln_arena kiln_arena;
 
 kiln_arena *kiln_arena_create(void);           /* NULL on out of memory */
@@ -15,4 +19,7 @@ void *kiln_arena_alloc(kiln_arena *a, size_t size);
 char *kiln_arena_strndup(kiln_arena *a, const char *s, size_t len);
 char *kiln_arena_strdup(kiln_arena *a, const char *s);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

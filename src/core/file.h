@@ -6,6 +6,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct kiln_file_map {
     const unsigned char *data; /* NULL for an empty file */
     size_t size;
@@ -22,4 +26,7 @@ void kiln_file_map_free(void *m);
 /* Writes size bytes to path atomically (to path.tmp, fsync, rename). KILN_ERR_IO on failure. */
 kiln_status kiln_file_write_atomic(const char *path, const void *const *chunks, const size_t *sizes, int nchunks);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -4,6 +4,10 @@
 
 #include "kiln/kiln.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 extern kiln_log_level kiln_log_level_current;
 
 void kiln_log_write(kiln_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -13,4 +17,7 @@ void kiln_log_write(kiln_log_level level, const char *fmt, ...) __attribute__((f
         if ((level) <= kiln_log_level_current) kiln_log_write((level), __VA_ARGS__);               \
     } while (0)
 
+#ifdef __cplusplus
+}
+#endif
 #endif

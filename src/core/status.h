@@ -8,6 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Formats the calling thread's error message and returns s (so `return kiln_error(...)` reads well). */
 kiln_status kiln_error(kiln_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prefixes the current error message with "context: " (for adding the node or file name on the way
@@ -32,4 +36,7 @@ void kiln_error_clear(void);
         }                                                                                          \
     } while (0)
 
+#ifdef __cplusplus
+}
+#endif
 #endif

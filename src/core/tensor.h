@@ -9,6 +9,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct kiln_tensor {
     kiln_dtype dtype;
     int ndim;
@@ -56,4 +60,7 @@ kiln_status kiln_broadcast_shape(int na, const int64_t *a, int nb, const int64_t
 /* Strides of a shape broadcast to an output shape of rank nout (0 stride on broadcast dims). */
 void kiln_broadcast_strides(int nin, const int64_t *in, int nout, const int64_t *out, int64_t *strides);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

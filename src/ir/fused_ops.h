@@ -22,7 +22,7 @@
  *     [broadcast batch..., Sq, Dv]. A float mask is added to the scaled scores; a bool mask keeps the
  *     score where true and puts mask_fill elsewhere. Its last two dims are 1 or Sq / Sk. causal = 1
  *     masks key j for query i when j > i + Sk - Sq. Softmax is over the keys.
- * kiln.ElementwiseChain  Y = a program of elementwise float ops over X0..Xn-1 (see below)
+ * kiln.ElementwiseChain  Y = a program of elementwise float32 ops over X0..Xn-1 (see below)
  *
  * Activation attributes (FusedConv/FusedGemm/FusedMatMul): activation (string: one of the names
  * below, absent or "" for none) and activation_params (floats, per activation: LeakyRelu {alpha},
@@ -31,6 +31,10 @@
 #define KILN_IR_FUSED_OPS_H
 
 #include "ir/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define KILN_FUSED_DOMAIN "kiln"
 #define KILN_FUSED_OPSET 1
@@ -64,12 +68,14 @@ int kiln_activation_nparams(kiln_activation a);
 kiln_status kiln_fused_activation(const kiln_node *n, kiln_act *out);
 
 /* ---- kiln.ElementwiseChain ----
- * A postfix program over a stack of float values, evaluated once per output element. Inputs
- * X0..Xn-1 broadcast (numpy) to the output shape; attributes:
+ * A postfix program over a stack of float values, evaluated once per output element. Y has X0's
+ * shape; every other input has that shape too or one element (then it is read as a scalar).
+ * Attributes:
  *   program (ints): the instructions, each an opcode followed by its operand when it has one;
  *   constants (floats): the constants the program pushes.
  * Opcodes: LOAD i (push input i), CONST k (push constants[k]), the unary ones replace the top of the
- * stack, the binary ones pop b then a and push a op b. The program leaves exactly one value. */
+ * stack, the binary ones pop b then a and push a op b. The program leaves exactly one value.
+ * Engines store these numbers: append new opcodes, never renumber. */
 typedef enum kiln_chain_op {
     KILN_CHAIN_LOAD = 1, /* operand: input index */
     KILN_CHAIN_CONST,    /* operand: constant index */
@@ -96,4 +102,7 @@ typedef enum kiln_chain_op {
  * KILN_ERR_INVALID_ARGUMENT naming the first problem. */
 kiln_status kiln_chain_validate(const int64_t *prog, int nprog, int ninputs, int nconsts);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

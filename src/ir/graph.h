@@ -17,6 +17,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* One dimension. sym == 0: static, value >= 0. sym > 0: symbolic, named g->symbols[sym - 1].
  * sym < 0: unknown (not even a name). value is -1 whenever sym != 0. */
 typedef struct kiln_dim {
@@ -189,4 +193,7 @@ char *kiln_value_type_str(const kiln_graph *g, const kiln_value *v, char *buf, s
 /* Prints inputs, outputs and every node with its output types. */
 void kiln_graph_print(const kiln_graph *g, FILE *f);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -13,6 +13,10 @@
 
 #include "ir/graph.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* The newest default-domain opset kiln knows. A model importing a newer one is refused per op. */
 #define KILN_ONNX_OPSET_MAX 28
 
@@ -44,4 +48,7 @@ kiln_status kiln_infer_broadcast(kiln_graph *g, const kiln_node *n, int ninputs,
 /* True when input i is a constant; then *t points at its data. */
 bool kiln_infer_const_input(const kiln_graph *g, const kiln_node *n, int i, const kiln_tensor **t);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

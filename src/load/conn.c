@@ -50,7 +50,8 @@ kiln_status load_native_prepare(load_target *t, const char *url) {
             kiln_strbuf_printf(b, "%s\r\n", h->data);
         }
         st = kiln_strbuf_status(b);
-        /* the name is resolved once, now; a failure is recorded against every request */
+        /* the name is resolved once, now (up to 4 addresses, e.g. ::1 and 127.0.0.1 for localhost: a
+         * connection tries them in turn); a failure is recorded against every request */
         char hostname[256];
         snprintf(hostname, sizeof hostname, "%s", host);
         size_t hl = strlen(hostname);
@@ -60,12 +61,13 @@ kiln_status load_native_prepare(load_target *t, const char *url) {
         }
         struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
         int rc = getaddrinfo(hostname, port, &hints, &res);
-        if (rc == 0 && res && res->ai_addrlen <= sizeof t->addr) {
-            memcpy(&t->addr, res->ai_addr, res->ai_addrlen);
-            t->addrlen = res->ai_addrlen;
-        } else {
-            snprintf(t->resolve_error, sizeof t->resolve_error, "cannot resolve '%s': %s", hostname, rc ? gai_strerror(rc) : "no address");
+        for (struct addrinfo *a = rc == 0 ? res : NULL; a && t->naddrs < 4; a = a->ai_next) {
+            if (a->ai_addrlen > sizeof t->addrs[0]) continue;
+            memcpy(&t->addrs[t->naddrs], a->ai_addr, a->ai_addrlen);
+            t->addrlens[t->naddrs++] = a->ai_addrlen;
         }
+        if (!t->naddrs)
+            snprintf(t->resolve_error, sizeof t->resolve_error, "cannot resolve '%s': %s", hostname, rc ? gai_strerror(rc) : "no address");
         if (res) freeaddrinfo(res);
         t->native = true;
     }
@@ -101,17 +103,23 @@ static void fail(load_engine *e, load_slot *s, kiln_load_err kind, const char *w
     load_engine_finish(e, s, kind, 0, detail);
 }
 
+static bool connect_failed(load_engine *e, load_slot *s, int err);
+
 /* The error kind of a failed connect. */
 static kiln_load_err connect_kind(int err) { return err == ECONNREFUSED ? KILN_LOADERR_REFUSED : err == ETIMEDOUT ? KILN_LOADERR_TIMEOUT : KILN_LOADERR_CONNECT; }
 
-/* Opens a new connection for s; false (request failed) when that is impossible right away. */
-static bool open_conn(load_engine *e, load_slot *s) {
-    const load_target *t = e->tgt;
-    if (!t->addrlen) {
+/* Opens a new connection for s to address k (of the target's, counted from the preferred one);
+ * false (request failed) when that is impossible right away. */
+static bool open_conn(load_engine *e, load_slot *s, int k) {
+    load_target *t = e->tgt;
+    if (!t->naddrs) {
         load_engine_finish(e, s, KILN_LOADERR_RESOLVE, 0, t->resolve_error);
         return false;
     }
-    s->fd = socket(t->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int a = (t->preferred + k) % t->naddrs;
+    s->addr_try = k;
+    s->addr_index = a;
+    s->fd = socket(t->addrs[a].ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (s->fd < 0) {
         fail(e, s, KILN_LOADERR_CONNECT, "socket", errno);
         return false;
@@ -119,19 +127,30 @@ static bool open_conn(load_engine *e, load_slot *s) {
     int one = 1;
     setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     s->reused = false;
-    if (connect(s->fd, (const struct sockaddr *)&t->addr, t->addrlen) == 0) {
+    if (connect(s->fd, (const struct sockaddr *)&t->addrs[a], t->addrlens[a]) == 0) {
         s->connecting = false;
+        t->preferred = a;
         watch(e, s, false, EPOLL_CTL_ADD);
         return true;
     }
     if (errno != EINPROGRESS) {
         int err = errno;
-        fail(e, s, connect_kind(err), "connect", err);
-        return false;
+        return connect_failed(e, s, err);
     }
     s->connecting = true;
     watch(e, s, true, EPOLL_CTL_ADD);
     return true;
+}
+
+/* A connect failed with err: tries the target's next address, or fails the request. Returns
+ * whether a connection attempt is still under way. */
+static bool connect_failed(load_engine *e, load_slot *s, int err) {
+    if (s->addr_try + 1 < e->tgt->naddrs) {
+        load_native_close(e, s);
+        return open_conn(e, s, s->addr_try + 1);
+    }
+    fail(e, s, connect_kind(err), "connect", err);
+    return false;
 }
 
 /* Writes what is left of the request; on a partial write waits for the socket to drain. */
@@ -179,8 +198,8 @@ void load_native_start(load_engine *e, load_slot *s) {
         fail(e, s, KILN_LOADERR_OTHER, "out of memory", 0);
         return;
     }
-    if (s->fd < 0 && !open_conn(e, s)) return;
-    if (!s->connecting) send_more(e, s);
+    if (s->fd < 0 && !open_conn(e, s, 0)) return;
+    if (s->fd >= 0 && !s->connecting) send_more(e, s);
 }
 
 /* Body bytes from the parser. */
@@ -252,10 +271,11 @@ void load_native_event(load_engine *e, load_slot *s, uint32_t events) {
         socklen_t len = sizeof err;
         getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len);
         if (err) {
-            fail(e, s, connect_kind(err), "connect", err);
+            connect_failed(e, s, err);
             return;
         }
         s->connecting = false;
+        e->tgt->preferred = s->addr_index;
         send_more(e, s);
         return;
     }

@@ -25,8 +25,10 @@ typedef struct load_target {
     bool kserve_outputs_binary; /* KServe: the request asks for binary outputs */
     /* native transport */
     bool native;            /* requests go through conn.c instead of libcurl */
-    struct sockaddr_storage addr; /* the server's address, resolved once */
-    socklen_t addrlen;      /* 0 when the name did not resolve (every request then fails "resolve") */
+    struct sockaddr_storage addrs[4]; /* the server's addresses, resolved once */
+    socklen_t addrlens[4];
+    int naddrs;             /* 0 when the name did not resolve (every request then fails "resolve") */
+    int preferred;          /* the address that last accepted a connection */
     char resolve_error[256];
     kiln_strbuf request_head; /* "METHOD /path HTTP/1.1", Host, headers; ends before Content-Length */
     bool head_method;       /* requests are HEAD: responses have no body */
@@ -58,6 +60,7 @@ typedef struct load_slot {
     /* native transport */
     int fd;                 /* the connection, -1 when none */
     bool connecting, reused, want_out;
+    int addr_try, addr_index; /* for the connection being opened: addresses tried, the current one */
     int attempts;           /* sends of the current request (a dead kept-alive connection is retried once) */
     kiln_strbuf out;        /* head bytes of the current request */
     const char *body;       /* its body (not owned) */

@@ -70,6 +70,7 @@ static kiln_status split_url(const char *url, char *root, size_t rootcap, char *
     return st;
 }
 
+/* True when s ends with suffix. */
 static bool ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
     return n >= m && !strcmp(s + n - m, suffix);

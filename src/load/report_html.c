@@ -26,12 +26,20 @@ static void step_name(const kiln_load_step *s, char *buf, size_t cap) {
     else snprintf(buf, cap, "concurrency %d", s->concurrency);
 }
 
-/* The table of steps. */
+/* The table of steps (token columns for the OpenAI APIs, the verdict with an SLO). */
 static kiln_status steps_table(kiln_report *rp, const kiln_load_config *c, const kiln_load_result *r) {
     static const char *const H[] = {"step", "load", "scheduled/s", "completed/s", "ok", "failed", "late", "e2e p50 ms", "e2e p99 ms",
                                     "ttft p99 ms", "itl p99 ms", "tpot p99 ms", "output tok/s", "goodput %", "SLO"};
     enum { NC = sizeof H / sizeof H[0] };
-    KILN_TRY(kiln_report_table_begin(rp, "one row per measured window", NC, H));
+    bool llm = c->api == KILN_LOAD_API_OPENAI_CHAT || c->api == KILN_LOAD_API_OPENAI_COMPLETIONS;
+    bool keep[NC];
+    const char *head[NC];
+    int nk = 0;
+    for (int k = 0; k < NC; k++) {
+        keep[k] = (llm || k < 9 || k > 12) && (k != 14 || kiln_load_has_slo(c));
+        if (keep[k]) head[nk++] = H[k];
+    }
+    KILN_TRY(kiln_report_table_begin(rp, "one row per measured window", nk, head));
     for (int i = 0; i < r->nsteps; i++) {
         const kiln_load_step *s = &r->steps[i];
         kiln_load_rates rt;
@@ -53,7 +61,9 @@ static kiln_status steps_table(kiln_report *rp, const kiln_load_config *c, const
         snprintf(cells[12], 48, "%.1f", rt.out_tokens);
         snprintf(cells[13], 48, "%.2f", kiln_load_step_goodput(s) * 100);
         snprintf(cells[14], 48, "%s", kiln_load_has_slo(c) ? (kiln_load_step_meets_slo(c, s) ? "met" : "not met") : "");
-        for (int k = 0; k < NC; k++) row[k] = cells[k];
+        int j = 0;
+        for (int k = 0; k < NC; k++)
+            if (keep[k]) row[j++] = cells[k];
         KILN_TRY(kiln_report_table_row(rp, row));
     }
     return kiln_report_table_end(rp);
@@ -73,7 +83,7 @@ static kiln_status sweep_chart(kiln_report *rp, const kiln_load_config *c, const
     }
     kiln_series s[3] = {{"e2e p50", x, p50, (size_t)n}, {"e2e p99", x, p99, (size_t)n}, {"ttft p99", x, ttft, (size_t)n}};
     kiln_chart ch = {.id = "throughput-latency", .title = "Throughput vs latency across the sweep", .x_label = "completed requests/s",
-                     .y_label = "latency (ms)"};
+                     .y_label = "latency (ms, log scale)", .log_y = true};
     KILN_TRY(kiln_report_heading(rp, "Throughput vs latency"));
     return kiln_report_scatter(rp, &ch, s, c->stream ? 3 : 2, true);
 }
@@ -95,7 +105,8 @@ static kiln_status cdf_chart(kiln_report *rp, const kiln_load_result *r, kiln_lo
         step_name(&r->steps[i], names[i], 48);
         s[ns++] = (kiln_series){n > 1 ? names[i] : NULL, pct + i * 256, val + i * 256, (size_t)k};
     }
-    kiln_chart ch = {.id = id, .title = title, .x_label = "percentile", .y_label = "latency (ms)", .log_x = true};
+    kiln_chart ch = {.id = id, .title = title, .x_label = "percentile", .y_label = "latency (ms, log scale)", .log_x = true,
+                     .log_y = true};
     if (st == KILN_OK && ns > 0) st = kiln_report_cdf(rp, &ch, s, ns);
     free(s);
     free(pct);
@@ -176,6 +187,9 @@ static kiln_status errors_table(kiln_report *rp, const kiln_load_result *r) {
     return kiln_report_table_end(rp);
 }
 
+/* Whether a histogram's values span enough (over 20x) for a logarithmic axis. */
+static bool wide(const kiln_hist *h) { return kiln_hist_max(h) > 20 * (kiln_hist_min(h) > 0 ? kiln_hist_min(h) : 1); }
+
 /* Fills the report. */
 static kiln_status build(kiln_report *rp, const kiln_load_config *c, const kiln_load_result *r) {
     KILN_TRY(kiln_report_kv(rp, "target", r->endpoint));
@@ -210,19 +224,19 @@ static kiln_status build(kiln_report *rp, const kiln_load_config *c, const kiln_
     const kiln_load_step *m = &r->steps[r->capacity_step >= 0 ? r->capacity_step : r->nsteps - 1];
     char title[160], name[48];
     step_name(m, name, sizeof name);
-    kiln_chart h = {.log_x = true, .x_label = "ms", .y_label = "requests"};
+    kiln_chart h = {.x_label = "ms", .y_label = "requests"};
     if (kiln_hist_count(m->hist[KILN_METRIC_TTFT])) {
         snprintf(title, sizeof title, "Time to first token (%s)", name);
-        h.id = "ttft-histogram", h.title = title;
+        h.id = "ttft-histogram", h.title = title, h.log_x = wide(m->hist[KILN_METRIC_TTFT]);
         KILN_TRY(kiln_report_histogram_of(rp, &h, m->hist[KILN_METRIC_TTFT], 40, 1e-3));
     }
     if (kiln_hist_count(m->hist[KILN_METRIC_ITL])) {
         snprintf(title, sizeof title, "Inter-token latency (%s)", name);
-        h.id = "itl-histogram", h.title = title, h.y_label = "gaps";
+        h.id = "itl-histogram", h.title = title, h.y_label = "gaps", h.log_x = wide(m->hist[KILN_METRIC_ITL]);
         KILN_TRY(kiln_report_histogram_of(rp, &h, m->hist[KILN_METRIC_ITL], 40, 1e-3));
     }
     snprintf(title, sizeof title, "End-to-end latency (%s)", name);
-    h.id = "e2e-histogram", h.title = title, h.y_label = "requests";
+    h.id = "e2e-histogram", h.title = title, h.y_label = "requests", h.log_x = wide(m->hist[KILN_METRIC_E2E]);
     KILN_TRY(kiln_report_histogram_of(rp, &h, m->hist[KILN_METRIC_E2E], 40, 1e-3));
     KILN_TRY(time_charts(rp, r));
     return errors_table(rp, r);

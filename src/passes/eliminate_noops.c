@@ -1,8 +1,9 @@
 /* eliminate_noops.c — removes nodes that do not change their input: Identity, inference-mode
  * Dropout, Cast/CastLike to the type the value already has, Reshape/Flatten/Squeeze/Unsqueeze to
  * the shape it already has (static sizes or the same symbols), Transpose by the identity
- * permutation; merges a Transpose of a Transpose into one (or nothing, when they cancel) and lets a
- * Reshape read past an earlier reshaping op. */
+ * permutation, and pairs of reshaping ops that return to the shape they started from; merges a
+ * Transpose of a Transpose into one (or nothing, when they cancel) and lets a Reshape read past an
+ * earlier reshaping op. */
 #include "passes/passes.h"
 
 #include "core/log.h"
@@ -162,6 +163,25 @@ static bool skip_inner_reshape(pass_ctx *c, int id) {
     return true;
 }
 
+/* R2(R1(x)) -> x for reshaping ops R1, R2 when R2's output has x's shape (Squeeze(Unsqueeze(x)),
+ * a Reshape back to where it came from). Returns whether it did. */
+static bool undo_reshape_pair(pass_ctx *c, int id) {
+    kiln_graph *g = c->g;
+    int mid = g->nodes[id].inputs[0], y = g->nodes[id].outputs[0];
+    int inner = pass_producer(c, mid, NULL);
+    if (inner < 0 || !is_reshaping(&g->nodes[inner]) || g->values[y].is_output) return false;
+    int x = g->nodes[inner].inputs[0];
+    if (x < 0 || !pass_same_shape(&g->values[x], &g->values[y]) || g->values[x].dtype != g->values[y].dtype) return false;
+    const kiln_node *a = &g->nodes[inner], *b = &g->nodes[id];
+    KILN_LOG(KILN_LOG_VERBOSE, "%s: %s '%s' + %s '%s' cancel (read '%s')", c->pass, a->op_type, a->name, b->op_type,
+             b->name, g->values[x].name);
+    pass_replace_uses(c, y, x);
+    pass_detach(c, id);
+    if (pass_uses(c, mid) == 0 && !g->values[mid].is_output) pass_detach(c, inner);
+    c->changes++;
+    return true;
+}
+
 kiln_status kiln_pass_eliminate_noops(kiln_graph *g, bool *changed) {
     pass_ctx c;
     KILN_TRY(pass_begin(&c, g, "eliminate_noops"));
@@ -171,7 +191,7 @@ kiln_status kiln_pass_eliminate_noops(kiln_graph *g, bool *changed) {
         if (!pass_alive(n) || n->ninputs < 1 || n->inputs[0] < 0) continue;
         if (is_noop(&c, n) && remove_noop(&c, i)) continue;
         if (pass_is_op(n, "Transpose")) st = merge_transposes(&c, i);
-        else if (pass_is_op(n, "Reshape")) skip_inner_reshape(&c, i);
+        else if (is_reshaping(n) && !undo_reshape_pair(&c, i) && pass_is_op(n, "Reshape")) skip_inner_reshape(&c, i);
     }
     return pass_end(&c, st, changed);
 }

@@ -46,26 +46,24 @@ static bool absorb(const pass_ctx *c, attn_match *m, const int *ids, int k) {
     return false;
 }
 
-/* v = Mul(u, c), Mul(c, u) or Div(u, c) with a scalar constant c: returns the node and sets *u and
- * *factor (1/c for Div); -1 otherwise. */
+/* v = Mul(u, c), Mul(c, u) or Div(u, c) with a one-element constant c of no higher rank than u (so
+ * that it broadcasts nothing): returns the node and sets *u and *factor (1/c for Div); -1 otherwise. */
 static int scalar_scale(const pass_ctx *c, int v, int *u, double *factor) {
-    int p = pass_producer(c, v, "Mul");
-    double k;
-    if (p >= 0) {
-        const kiln_node *n = &c->g->nodes[p];
-        for (int s = 0; s < 2; s++)
-            if (pass_const_scalar(c, n->inputs[1 - s], &k)) {
-                *u = n->inputs[s];
-                *factor = k;
-                return p;
-            }
-        return -1;
+    const kiln_graph *g = c->g;
+    int p = pass_producer(c, v, "Mul"), d = pass_producer(c, v, "Div");
+    int id = p >= 0 ? p : d;
+    if (id < 0) return -1;
+    const kiln_node *n = &g->nodes[id];
+    for (int s = 0; s < (p >= 0 ? 2 : 1); s++) {
+        int x = n->inputs[s], k = n->inputs[1 - s];
+        double f;
+        if (!pass_const_scalar(c, k, &f) || g->values[x].ndim < 0 || g->values[k].ndim > g->values[x].ndim) continue;
+        if (d >= 0 && f == 0) return -1;
+        *u = x;
+        *factor = d >= 0 ? 1.0 / f : f;
+        return id;
     }
-    p = pass_producer(c, v, "Div");
-    if (p < 0 || !pass_const_scalar(c, c->g->nodes[p].inputs[1], &k) || k == 0) return -1;
-    *u = c->g->nodes[p].inputs[0];
-    *factor = 1.0 / k;
-    return p;
+    return -1;
 }
 
 /* The scores T = [scale *] MatMul(Q, K^T): sets mm1, q, kt, scale; false when T is not that. */
@@ -117,7 +115,9 @@ static bool match_core(const pass_ctx *c, int id, attn_match *m) {
     }
     if (w >= 0) {
         const kiln_node *wn = &g->nodes[w];
-        if (wn->ninputs != 3 || !pass_const_scalar(c, wn->inputs[2], &m->fill)) return false;
+        if (wn->ninputs != 3 || wn->inputs[1] < 0 || !pass_const_scalar(c, wn->inputs[2], &m->fill)) return false;
+        const kiln_value *t = &g->values[wn->inputs[1]], *fv = &g->values[wn->inputs[2]];
+        if (t->ndim < 0 || fv->ndim > t->ndim) return false; /* the fill must broadcast nothing */
         add(m, w);
         m->mask = wn->inputs[0];
         m->bool_mask = true;
@@ -149,7 +149,10 @@ static bool mask_is_causal(const pass_ctx *c, const attn_match *m) {
 }
 
 /* The repeat r when value kv is Reshape(Expand(Unsqueeze(kv0, axis 2))) from [B, H, S, D] to
- * [B, H * r, S, D] with B and D provably kept; sets *kv0 and the three node ids. 0 otherwise. */
+ * [B, H * r, S, D] with H, r and D provably kept and the Reshape provably merging H and r; sets *kv0
+ * and the three node ids. 0 otherwise. The Expand may still broadcast B or S from 1: B broadcasts
+ * the same way inside the fused op, and an S of 1 would make K's and V's lengths differ there,
+ * which the kernel refuses rather than computing something else. */
 static int64_t gqa_repeat(const pass_ctx *c, int kv, int *kv0, int ids[3]) {
     const kiln_graph *g = c->g;
     int rs = pass_producer(c, kv, "Reshape");
@@ -268,8 +271,9 @@ static kiln_status try_attention(pass_ctx *c, int id) {
         }
     }
     char detail[160];
-    snprintf(detail, sizeof detail, "scale %g%s%s%s", m.scale, m.causal ? ", causal" : "",
-             m.mask < 0 ? "" : m.bool_mask ? ", bool mask" : ", additive mask", rep > 1 ? ", grouped kv heads" : "");
+    snprintf(detail, sizeof detail, "scale %g%s%s%s%s", m.scale, m.causal ? ", causal" : "",
+             m.mask < 0 ? "" : m.bool_mask ? ", bool mask" : ", additive mask", rep > 1 ? ", grouped kv heads" : "",
+             made ? ", K from a new Transpose" : "");
     KILN_TRY(pass_use_kiln_domain(c));
     int ins[4] = {m.q, k, vv, m.mask};
     kiln_node *out;

@@ -645,11 +645,11 @@ static void run_case(const options *o, const op_case *c, int idx, kiln_precision
     }
     if ((s = kiln_context_create(e, &ctx)) != KILN_OK || (s = bind_inputs(ctx, &pc, poison)) != KILN_OK ||
         (s = kiln_context_run(ctx)) != KILN_OK) {
-        fail_with(r, s == KILN_ERR_UNSUPPORTED ? KILN_ERR_BACKEND : s, "run (poison inputs)");
+        fail_with(r, s == KILN_ERR_UNSUPPORTED ? KILN_ERR_INTERNAL : s, "run (poison inputs)");
         goto done;
     }
     if ((s = bind_inputs(ctx, &pc, data)) != KILN_OK || (s = kiln_context_run(ctx)) != KILN_OK) {
-        fail_with(r, s == KILN_ERR_UNSUPPORTED ? KILN_ERR_BACKEND : s, "run");
+        fail_with(r, s == KILN_ERR_UNSUPPORTED ? KILN_ERR_INTERNAL : s, "run");
         goto done;
     }
     int nout = kiln_engine_num_outputs(ref_e);
@@ -733,7 +733,7 @@ static void perf_case(const options *o, const op_case *c, int idx, kiln_precisio
     for (int w = 0; w < PERF_WARMUP + o->iters; w++) {
         double t0 = now_ms();
         if ((s = kiln_context_run(ctx)) != KILN_OK) {
-            fail_with(r, s == KILN_ERR_UNSUPPORTED ? KILN_ERR_BACKEND : s, "run");
+            fail_with(r, s == KILN_ERR_UNSUPPORTED ? KILN_ERR_INTERNAL : s, "run");
             goto done;
         }
         if (w >= PERF_WARMUP) times[w - PERF_WARMUP] = now_ms() - t0;

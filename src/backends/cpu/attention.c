@@ -2,9 +2,10 @@
  * bfloat16 through float32): for each output batch index, S = scale Q K^T (one sgemm), the mask and
  * the causal limit applied, a softmax per row, O = P V (one sgemm). Batch dims broadcast like numpy;
  * K and V's head axis is read through kv_repeat, so grouped-query K/V are never copied. One Sq x Sk
- * score buffer per call. */
+ * score buffer per call; exponentials on 4-lane vectors (elementwise_vmath.h). */
 #include "backends/cpu/fused_kernels.h"
 
+#include "backends/cpu/elementwise_vmath.h"
 #include "core/status.h"
 
 #include <cblas.h>
@@ -57,17 +58,48 @@ static int64_t offset(const batch_view *v, int nb, const int64_t *idx) {
     return off;
 }
 
-/* Softmax of row s[0..n) in place (max-subtracted). */
+/* Softmax of row s[0..n) in place (max-subtracted), on 4-lane vectors; the tail in scalars. */
 static void softmax_row(float *s, int64_t n) {
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx;
-    double sum = 0.0;
-    for (int64_t j = 0; j < n; j++) {
+    ew_v4f vmx = (ew_v4f){0} - INFINITY, v;
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        memcpy(&v, s + j, sizeof v);
+        vmx = ew_vselect(v > vmx, v, vmx);
+    }
+    float mx = fmaxf(fmaxf(vmx[0], vmx[1]), fmaxf(vmx[2], vmx[3]));
+    for (; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+    ew_v4f acc = {0};
+    for (j = 0; j + 4 <= n; j += 4) {
+        memcpy(&v, s + j, sizeof v);
+        v = ew_vexp(v - mx);
+        memcpy(s + j, &v, sizeof v);
+        acc += v;
+    }
+    double sum = (double)acc[0] + acc[1] + acc[2] + acc[3];
+    for (; j < n; j++) {
         s[j] = expf(s[j] - mx);
         sum += s[j];
     }
     float inv = (float)(1.0 / sum);
-    for (int64_t j = 0; j < n; j++) s[j] *= inv;
+    for (j = 0; j + 4 <= n; j += 4) {
+        memcpy(&v, s + j, sizeof v);
+        v *= inv;
+        memcpy(s + j, &v, sizeof v);
+    }
+    for (; j < n; j++) s[j] *= inv;
+}
+
+/* row[j] += m[j] (contiguous) or += m[0] (a broadcast scalar) for j in [0, n). */
+static void add_mask_row(float *row, const float *m, bool scalar, int64_t n) {
+    int64_t j = 0;
+    ew_v4f a, b = (ew_v4f){0} + m[0];
+    for (; j + 4 <= n; j += 4) {
+        memcpy(&a, row + j, sizeof a);
+        if (!scalar) memcpy(&b, m + j, sizeof b);
+        a += b;
+        memcpy(row + j, &a, sizeof a);
+    }
+    for (; j < n; j++) row[j] += m[scalar ? 0 : j];
 }
 
 static NN_EXEC(attention_f32) {
@@ -152,8 +184,7 @@ static NN_EXEC(attention_f32) {
                     for (int64_t j = 0; j < sk; j++)
                         if (!mb[base + (mk == 1 ? 0 : j)]) row[j] = fill;
                 } else {
-                    const float *mf = m->data;
-                    for (int64_t j = 0; j < sk; j++) row[j] += mf[base + (mk == 1 ? 0 : j)];
+                    add_mask_row(row, (const float *)m->data + base, mk == 1, sk);
                 }
             }
         }

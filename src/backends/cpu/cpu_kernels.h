@@ -20,6 +20,10 @@
 #include "core/tensor.h"
 #include "ir/graph.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef kiln_status (*kiln_cpu_exec_fn)(const kiln_node *n, kiln_tensor *const *in, int nin,
                                         kiln_tensor *const *out, int nout);
 
@@ -31,4 +35,7 @@ typedef struct kiln_cpu_kernel {
 
 const kiln_cpu_kernel *kiln_cpu_kernel_find(const char *domain, const char *op_type);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -11,33 +11,44 @@
 
 #include <string.h>
 
-static inline float clampf(float v, float lo, float hi) {
-    v = v < lo ? lo : v; /* NaN passes through, as in Clip */
-    return v > hi ? hi : v;
+/* y[i] = EXPR for i in [0, n), EXPR computed on 4-lane vectors v of y (branch-free: activations on
+ * data of random sign must not branch per element); the tail is padded with zeros. */
+#define VEC_INPLACE(y, n, v, EXPR)                                                                 \
+    do {                                                                                           \
+        int64_t i_ = 0;                                                                            \
+        for (; i_ + 4 <= (n); i_ += 4) {                                                           \
+            ew_v4f v;                                                                              \
+            memcpy(&v, (y) + i_, sizeof v);                                                        \
+            v = (EXPR);                                                                            \
+            memcpy((y) + i_, &v, sizeof v);                                                        \
+        }                                                                                          \
+        if (i_ < (n)) {                                                                            \
+            ew_v4f v = {0};                                                                        \
+            memcpy(&v, (y) + i_, (size_t)((n) - i_) * sizeof(float));                              \
+            v = (EXPR);                                                                            \
+            memcpy((y) + i_, &v, (size_t)((n) - i_) * sizeof(float));                              \
+        }                                                                                          \
+    } while (0)
+
+/* min(max(v, lo), hi) per lane; NaN passes through, as in Clip. */
+static inline ew_v4f vclamp(ew_v4f v, float lo, float hi) {
+    v = ew_vselect(v < lo, (ew_v4f){0} + lo, v);
+    return ew_vselect(v > hi, (ew_v4f){0} + hi, v);
 }
 
 static inline ew_v4f vsilu(ew_v4f x) { return x * ew_vsigmoid(x); }
 
-/* y[i] = act(y[i]) for i in [0, n). */
+/* y[i] = act(y[i]) for i in [0, n), with the formulas of the standalone ops. */
 static void apply_activation(float *y, int64_t n, const kiln_act *a) {
-    float p0 = a->p0, p1 = a->p1;
+    const float p0 = a->p0, p1 = a->p1;
+    const ew_v4f zero = {0};
     switch (a->kind) {
     case KILN_ACT_NONE: break;
-    case KILN_ACT_RELU:
-        for (int64_t i = 0; i < n; i++) y[i] = y[i] < 0 ? 0.0f : y[i];
-        break;
-    case KILN_ACT_LEAKY_RELU:
-        for (int64_t i = 0; i < n; i++) y[i] = y[i] < 0 ? p0 * y[i] : y[i];
-        break;
-    case KILN_ACT_CLIP:
-        for (int64_t i = 0; i < n; i++) y[i] = clampf(y[i], p0, p1);
-        break;
-    case KILN_ACT_HARD_SIGMOID:
-        for (int64_t i = 0; i < n; i++) y[i] = clampf(p0 * y[i] + p1, 0.0f, 1.0f);
-        break;
-    case KILN_ACT_HARD_SWISH:
-        for (int64_t i = 0; i < n; i++) y[i] = y[i] * clampf(y[i] / 6.0f + 0.5f, 0.0f, 1.0f);
-        break;
+    case KILN_ACT_RELU: VEC_INPLACE(y, n, v, ew_vselect(v < 0.0f, zero, v)); break;
+    case KILN_ACT_LEAKY_RELU: VEC_INPLACE(y, n, v, ew_vselect(v < 0.0f, v * p0, v)); break;
+    case KILN_ACT_CLIP: VEC_INPLACE(y, n, v, vclamp(v, p0, p1)); break;
+    case KILN_ACT_HARD_SIGMOID: VEC_INPLACE(y, n, v, vclamp(p0 * v + p1, 0.0f, 1.0f)); break;
+    case KILN_ACT_HARD_SWISH: VEC_INPLACE(y, n, v, v * vclamp(v / 6.0f + 0.5f, 0.0f, 1.0f)); break;
     case KILN_ACT_SIGMOID: EW_VEC_MAP(y, y, n, ew_vsigmoid); break;
     case KILN_ACT_TANH: EW_VEC_MAP(y, y, n, ew_vtanh); break;
     case KILN_ACT_GELU: EW_VEC_MAP(y, y, n, ew_vgelu_erf); break;
@@ -45,6 +56,19 @@ static void apply_activation(float *y, int64_t n, const kiln_act *a) {
     case KILN_ACT_SILU: EW_VEC_MAP(y, y, n, vsilu); break;
     case KILN_ACT_COUNT: break;
     }
+}
+
+/* y[i] += x[i] for i in [0, n) on 4-lane vectors. */
+static void add_into(float *y, const float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        ew_v4f a, b;
+        memcpy(&a, y + i, sizeof a);
+        memcpy(&b, x + i, sizeof b);
+        a += b;
+        memcpy(y + i, &a, sizeof a);
+    }
+    for (; i < n; i++) y[i] += x[i];
 }
 
 /* The epilogue over y (float32): y = act((y + bias) + z), bias (may be NULL) repeated along the last
@@ -60,9 +84,7 @@ static kiln_status epilogue(const kiln_node *n, kiln_tensor *y, const kiln_tenso
         if (kiln_tensor_numel(bias) != row)
             return kiln_error(KILN_ERR_SHAPE, "%s: the bias has %lld elements, the output rows %lld", n->op_type,
                               (long long)kiln_tensor_numel(bias), (long long)row);
-        const float *b = bias->data;
-        for (int64_t r = 0; row > 0 && r < count / row; r++)
-            for (int64_t j = 0; j < row; j++) yd[r * row + j] += b[j];
+        for (int64_t r = 0; row > 0 && r < count / row; r++) add_into(yd + r * row, bias->data, row);
     }
     if (z) {
         KILN_TRY(nn_require_f32(n, z, 3));
@@ -71,8 +93,7 @@ static kiln_status epilogue(const kiln_node *n, kiln_tensor *y, const kiln_tenso
             return kiln_error(KILN_ERR_SHAPE, "%s: the residual is %s but the output is %s", n->op_type,
                               kiln_shape_str(a, sizeof a, z->ndim, z->dims), kiln_shape_str(b, sizeof b, y->ndim, y->dims));
         }
-        const float *zd = z->data;
-        for (int64_t i = 0; i < count; i++) yd[i] += zd[i];
+        add_into(yd, z->data, count);
     }
     apply_activation(yd, count, &act);
     return KILN_OK;

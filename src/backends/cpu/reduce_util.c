@@ -136,7 +136,7 @@ kiln_status kiln_red_read_ints(const kiln_node *n, const kiln_tensor *t, const c
     if (cnt > cap)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: input '%s' has %lld values (at most %d allowed)", n->op_type,
                           what, (long long)cnt, cap);
-    kiln_red_load_i64(t, 0, cnt, out);
+    if (cnt) kiln_red_load_i64(t, 0, cnt, out); /* an empty tensor may have no data pointer */
     *count = (int)cnt;
     return KILN_OK;
 }

@@ -37,22 +37,16 @@
 #ifndef KILN_CUDA_KERNELS_H
 #define KILN_CUDA_KERNELS_H
 
+#include "core/status.h"
+#include "ir/graph.h"
+
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 
-/* The core and IR headers have no C++ guards of their own: included here inside extern "C" (after
- * the system headers they pull in), so that .cu files link to their C functions. */
 #ifdef __cplusplus
 extern "C" {
 #endif
-#include "core/status.h"
-#include "ir/graph.h"
 
 typedef struct kiln_cuda_tensor {
     kiln_dtype dtype;

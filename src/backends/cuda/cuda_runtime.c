@@ -90,13 +90,11 @@ static kiln_status cuda_context_create(kiln_backend_engine *be, kiln_backend_con
 
 /* Makes room for plan p: grows the arena and the pinned buffers if it needs more (after the stream is
  * idle; captured graphs of other plans then point at freed memory and are recaptured on their next
- * run), and uploads the host values that device nodes read. */
-static kiln_status prepare_plan(kiln_backend_context *c, kiln_cuda_plan *p) {
-    const kiln_backend_engine *be = c->be;
-    const kiln_graph *g = be->g;
-    cudaStream_t st = c->kc.stream;
-    if (p->arena_bytes > c->arena_bytes || p->pin_in_bytes > c->pin_in_bytes || p->pin_out_bytes > c->pin_out_bytes)
-        KILN_CUDA_TRY(cudaStreamSynchronize(st));
+ * run). Called for every run, so that a growth that failed half way is retried, never run on. */
+static kiln_status ensure_capacity(kiln_backend_context *c, const kiln_cuda_plan *p) {
+    if (p->arena_bytes <= c->arena_bytes && p->pin_in_bytes <= c->pin_in_bytes && p->pin_out_bytes <= c->pin_out_bytes)
+        return KILN_OK;
+    KILN_CUDA_TRY(cudaStreamSynchronize(c->kc.stream));
     if (p->arena_bytes > c->arena_bytes) {
         for (int i = 0; i < c->nplans; i++) kiln_cuda_plan_drop_graph(c->plans[i]);
         if (c->arena) cudaFree(c->arena);
@@ -119,6 +117,14 @@ static kiln_status prepare_plan(kiln_backend_context *c, kiln_cuda_plan *p) {
         KILN_CUDA_TRY(cudaMallocHost((void **)&c->pin_out, p->pin_out_bytes));
         c->pin_out_bytes = p->pin_out_bytes;
     }
+    return KILN_OK;
+}
+
+/* Uploads, once per plan, the host values that device nodes read (converted to their device dtype). */
+static kiln_status upload_host_values(kiln_backend_context *c, kiln_cuda_plan *p) {
+    const kiln_backend_engine *be = c->be;
+    const kiln_graph *g = be->g;
+    cudaStream_t st = c->kc.stream;
     if (!p->host_dev_bytes) return KILN_OK;
     KILN_CUDA_TRY(cudaMalloc(&p->host_dev, p->host_dev_bytes));
     for (int v = 0; v < g->nvalues; v++) {
@@ -161,7 +167,7 @@ static kiln_status get_plan(kiln_backend_context *c, const kiln_tensor *inputs, 
         }
     kiln_cuda_plan *p;
     KILN_TRY(kiln_cuda_plan_create(be, inputs, &p));
-    kiln_status s = prepare_plan(c, p);
+    kiln_status s = upload_host_values(c, p);
     if (s != KILN_OK) {
         kiln_cuda_plan_free(be, p);
         return s;
@@ -232,6 +238,7 @@ static kiln_status cuda_context_run(kiln_backend_context *c, const kiln_tensor *
     KILN_CUDA_TRY(cudaSetDevice(c->be->device));
     kiln_cuda_plan *p;
     KILN_TRY(get_plan(c, inputs, &p));
+    KILN_TRY(ensure_capacity(c, p));
     kiln_status s = upload_inputs(c, p, inputs);
     if (s == KILN_OK) s = kiln_cuda_plan_execute(c, p);
     if (s == KILN_OK) s = download_outputs(c, p);

@@ -274,11 +274,9 @@ static __device__ __forceinline__ void mode_load(T (&v)[V], const T *p, int mode
  * the tensor has fewer than 2^32 elements: cheaper division). */
 template <typename I, int NIN>
 static __host__ __device__ __forceinline__ void bcast_offsets(I i, const ewc_bcast &b, int64_t (&off)[NIN]) {
-#pragma unroll
     for (int k = 0; k < NIN; k++) off[k] = 0;
     for (int d = b.ndim - 1; d >= 0; d--) {
         I dim = (I)b.dims[d], q = i / dim, c = i - q * dim;
-#pragma unroll
         for (int k = 0; k < NIN; k++) off[k] += (int64_t)c * b.strides[k][d];
         i = q;
     }

@@ -19,7 +19,8 @@
 #include <math.h>
 #include <string.h>
 
-#define NORM_SMEM_FLOATS 12288 /* rows up to this length are cached in 48 KB of shared memory */
+#define NORM_SMEM_FLOATS 12000 /* rows up to this length are cached in shared memory (with the
+                                 * static reduction scratch, under the 48 KB default limit) */
 
 /* Stores float v as element i of p (float32/float16/bfloat16 dtype t). */
 static __device__ __forceinline__ void store_float(void *p, kiln_dtype t, int64_t i, float v) {
