@@ -40,9 +40,25 @@ class Encoder(nn.Module):
         return self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
 
+def trained_like(model):
+    """torchvision's fresh initialisation (BatchNorm as identity, classifier weights ~0.01) gives logits
+    around 1e-7, below float16's range; give BatchNorm and the classifier values like a trained
+    network's so every precision sees realistic magnitudes."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
+                m.running_mean.uniform_(-0.2, 0.2)
+                m.running_var.uniform_(0.5, 1.5)
+            elif isinstance(m, nn.Linear):
+                nn.init.xavier_uniform_(m.weight)
+    return model
+
+
 def image_model(make):
     x = torch.randn(2, 3, 64, 64)
-    return make, (x,), ["image"], ["logits"], {"image": {0: "batch"}}
+    return lambda: trained_like(make()), (x,), ["image"], ["logits"], {"image": {0: "batch"}}
 
 
 def text_model(make, with_mask):

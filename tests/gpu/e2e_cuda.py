@@ -24,7 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # precision). float32: cuDNN/cuBLAS choose other algorithms and summation orders than the CPU (TF32
 # must be off; it alone would give ~1e-3); float16 and bfloat16 round every activation to an 11-bit /
 # 8-bit mantissa (unit roundoff 4.9e-4 / 3.9e-3) through 10-50 layers of these small test models.
-TOLERANCE = {"fp32": 5e-4, "fp16": 2e-2, "bf16": 1e-1}
+# fp16 and bf16 are the bounds tests/unit/test_cuda_backend.c puts on the same models against kiln's CPU.
+TOLERANCE = {"fp32": 5e-4, "fp16": 2e-2, "bf16": 5e-2}
 SHAPES = [(2, 16), (1, 7)]  # (batch, sequence length), as in tests/e2e/test_torch_exports.py
 
 

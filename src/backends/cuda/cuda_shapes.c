@@ -18,8 +18,9 @@ static kiln_status check_static(const kiln_graph *gc, const kiln_node *n, int v)
     for (int d = 0; ok && d < val->ndim; d++) ok = val->dims[d].sym == 0 && val->dims[d].value >= 0;
     if (ok) return KILN_OK;
     char type[256];
-    return kiln_error(KILN_ERR_SHAPE, "cannot resolve the output shape of node '%s' (%s) on cuda: '%s' is %s for these "
-                      "input shapes", n->name, n->op_type, val->name, kiln_value_type_str(gc, val, type, sizeof type));
+    return kiln_error(KILN_ERR_UNSUPPORTED, "cannot resolve the output shape of node '%s' (%s) on cuda: '%s' is %s for "
+                      "these input shapes (shapes that depend on values computed on the device are not supported)",
+                      n->name, n->op_type, val->name, kiln_value_type_str(gc, val, type, sizeof type));
 }
 
 /* Evaluates host node n on the CPU; its outputs land in host[] and become constants of gc. */

@@ -136,7 +136,7 @@ static inline kiln_status ku_need_host(const kiln_graph *g, const kiln_node *n, 
  * most cap values; `what` names it in errors. */
 static inline kiln_status ku_host_ints(const kiln_node *n, const kiln_cuda_tensor *t, const char *what, int64_t *out,
                                        int cap, int *count) {
-    if (!t->host)
+    if (!t->host && ku_numel(t) != 0) /* an empty tensor may have no data at all */
         return kiln_error(KILN_ERR_INTERNAL, "%s (cuda): input '%s' has no host copy", n->op_type, what);
     if ((t->host_dtype != KILN_I64 && t->host_dtype != KILN_I32) || t->ndim > 1)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: input '%s' must be a 1-D int32/int64 tensor, got %s of rank %d",
