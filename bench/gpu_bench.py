@@ -9,10 +9,10 @@ Each model is built in PyTorch with random weights (seed 0), exported to ONNX in
 shapes (TorchScript exporter for ResNet and BERT, the dynamo exporter for GPT-2: the approach of
 ../shared/anchors/export_onnx.py, written out here because only the repository travels to the GPU host)
 and compiled with `kiln build --target cuda --fp16`.
-  - kiln is timed by `kiln run ENGINE --input ... --iterations N --warmup W`: the median latency of
-    kiln_context_run inside one process. That call takes host data, so it INCLUDES copying the float32
-    inputs to the GPU and the outputs back; the "host copies" column gives what PyTorch measures for
-    the same bytes (pageable memory), to show how much of kiln's time that is.
+  - kiln is timed by `kiln run ENGINE --input ... --iterations N --warmup W --no-transfers`: the
+    median latency of kiln_context_run inside one process with the inputs already on the GPU (as
+    PyTorch's are) and no copy back (trtexec's --noDataTransfers); the "host copies" column gives what
+    PyTorch measures for copying the same bytes, i.e. what a run with transfers adds.
   - PyTorch (fp16 model on the GPU, inputs already there, channels_last for ResNet, SDPA attention)
     is timed with CUDA events around the call: median of N after W warm-up calls; torch.compile gets
     3 untimed calls first (compilation, CUDA graph capture).
@@ -208,7 +208,7 @@ def kiln_run(kiln, engine, feeds, onames, workdir, repeats, warmup):
         args += ["--input", f"{name}={path}"]
     out_dir = os.path.join(workdir, "kiln_out")
     r = subprocess.run([kiln, "run", engine, *args, "--iterations", str(repeats), "--warmup", str(warmup),
-                        "--quiet", "--output-dir", out_dir], capture_output=True, text=True, env=kiln_env(kiln))
+                        "--no-transfers", "--quiet", "--output-dir", out_dir], capture_output=True, text=True, env=kiln_env(kiln))
     if r.returncode != 0:
         raise RuntimeError("kiln run: " + short(r.stderr + r.stdout))
     m = LATENCY_RE.search(r.stdout)

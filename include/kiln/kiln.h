@@ -146,6 +146,11 @@ void kiln_context_free(kiln_context *c);
  * next kiln_context_run returns. Fails with a message giving the expected dtype/shape. */
 kiln_status kiln_context_set_input(kiln_context *c, const char *name, kiln_dtype dtype, int ndim,
                                    const int64_t *dims, const void *data);
+/* Benchmarking switch (trtexec's --noDataTransfers): with enabled == false, a run whose input shapes
+ * equal the previous run's reuses the inputs already on the device and copies no outputs back, so
+ * it times the computation alone; its outputs are then those of the last run with transfers. No
+ * effect on the CPU backend. Transfers are on by default. */
+kiln_status kiln_context_set_transfers(kiln_context *c, bool enabled);
 /* Runs the engine on the bound inputs; every input must be bound. */
 kiln_status kiln_context_run(kiln_context *c);
 /* After a successful run: output i's dtype, shape and data. The data is borrowed from the context and

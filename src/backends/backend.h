@@ -31,6 +31,10 @@ typedef struct kiln_backend {
     /* Optional (NULL: nothing to add): writes what `kiln inspect` should show about a prepared engine
      * beyond the graph (placement, planned memory), one line per fact. */
     void (*describe)(const kiln_backend_engine *be, FILE *out);
+    /* Optional (NULL: transfers always happen, as on the CPU): with enabled == false, a run whose input
+     * shapes equal the previous run's reuses that run's device inputs and leaves its host outputs as
+     * they were, copying nothing between host and device (trtexec's --noDataTransfers). */
+    void (*context_set_transfers)(kiln_backend_context *bc, bool enabled);
 } kiln_backend;
 
 /* The backend called name (NULL = "cpu"), or NULL. */

@@ -116,6 +116,12 @@ static kiln_status check_bindings(kiln_context *c) {
     return KILN_OK;
 }
 
+kiln_status kiln_context_set_transfers(kiln_context *c, bool enabled) {
+    if (!c) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_context_set_transfers: context is NULL");
+    if (c->e->backend->context_set_transfers) c->e->backend->context_set_transfers(c->bc, enabled);
+    return KILN_OK;
+}
+
 kiln_status kiln_context_run(kiln_context *c) {
     if (!c) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_context_run: context is NULL");
     c->ran = false;

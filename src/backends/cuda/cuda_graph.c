@@ -6,7 +6,8 @@
  * Capture rules this relies on (cuda_kernels.h states them for the kernels): between BeginCapture and
  * EndCapture nothing allocates, synchronizes, copies synchronously or registers host memory; cuBLASLt
  * gets its workspace explicitly, cuDNN had its stream set when the context was made. The capture is
- * thread-local, so other contexts may allocate and synchronize meanwhile. A capture that fails (a
+ * relaxed (cuDNN queries the device while it plans a convolution, which stricter modes forbid), so
+ * other contexts may allocate and synchronize meanwhile. A capture that fails (a
  * kernel doing something capture forbids) is not fatal: the plan then runs eagerly, with a warning. */
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/cuda_launchers.h"
@@ -108,7 +109,7 @@ void kiln_cuda_plan_drop_graph(kiln_cuda_plan *p) {
  * and the plan was not enqueued); an error only for a failure outside the capture itself. */
 static kiln_status capture(kiln_backend_context *c, kiln_cuda_plan *p) {
     cudaStream_t st = c->kc.stream;
-    KILN_CUDA_TRY(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    KILN_CUDA_TRY(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
     kiln_status s = enqueue_plan(c, p, false);
     char why[512] = "";
     if (s != KILN_OK) snprintf(why, sizeof why, "%s", kiln_last_error());

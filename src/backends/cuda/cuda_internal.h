@@ -79,6 +79,8 @@ struct kiln_backend_context {
     int nplans;
     uint64_t tick;
     bool use_graphs;             /* KILN_CUDA_GRAPHS=0 turns CUDA graphs off */
+    bool no_transfers;           /* kiln_context_set_transfers(false): see backend.h */
+    kiln_cuda_plan *last_plan;   /* the plan of the previous successful run */
     kiln_cuda_tensor *args;      /* [2 * max_args]: one node's inputs then outputs */
 };
 

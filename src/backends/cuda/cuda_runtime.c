@@ -176,6 +176,7 @@ static kiln_status get_plan(kiln_backend_context *c, const kiln_tensor *inputs, 
         int lru = 0;
         for (int i = 1; i < c->nplans; i++)
             if (c->plans[i]->last_used < c->plans[lru]->last_used) lru = i;
+        if (c->plans[lru] == c->last_plan) c->last_plan = NULL; /* its inputs leave the device */
         kiln_cuda_plan_free(be, c->plans[lru]);
         c->plans[lru] = c->plans[--c->nplans];
     }
@@ -239,16 +240,21 @@ static kiln_status cuda_context_run(kiln_backend_context *c, const kiln_tensor *
     kiln_cuda_plan *p;
     KILN_TRY(get_plan(c, inputs, &p));
     KILN_TRY(ensure_capacity(c, p));
-    kiln_status s = upload_inputs(c, p, inputs);
+    bool transfer = !c->no_transfers || p != c->last_plan;
+    c->last_plan = NULL;
+    kiln_status s = transfer ? upload_inputs(c, p, inputs) : KILN_OK;
     if (s == KILN_OK) s = kiln_cuda_plan_execute(c, p);
-    if (s == KILN_OK) s = download_outputs(c, p);
+    if (s == KILN_OK && transfer) s = download_outputs(c, p);
     cudaError_t e = cudaStreamSynchronize(c->kc.stream); /* also after a failure: nothing may stay in flight */
     if (s != KILN_OK) return s;
     if (e != cudaSuccess) return kiln_error_prefix(kiln_cuda_error(e, "cudaStreamSynchronize", __FILE__, __LINE__), "running on cuda");
     p->runs++;
+    c->last_plan = p;
     bind_outputs(c, p, outputs);
     return KILN_OK;
 }
+
+static void cuda_context_set_transfers(kiln_backend_context *c, bool enabled) { c->no_transfers = !enabled; }
 
 const kiln_backend kiln_backend_cuda = {
     .name = "cuda",
@@ -260,4 +266,5 @@ const kiln_backend kiln_backend_cuda = {
     .context_free = cuda_context_free,
     .context_run = cuda_context_run,
     .describe = kiln_cuda_engine_describe,
+    .context_set_transfers = cuda_context_set_transfers,
 };
