@@ -168,7 +168,8 @@ def table(rows):
 def results_md(args, text):
     kiln_version = subprocess.run([args.kiln, "--version"], capture_output=True, text=True).stdout.strip()
     cmd = "python bench/bench_cpu.py " + " ".join(a for a in sys.argv[1:])
-    return f"""# CPU benchmark results
+    return f"""{BEGIN}
+# CPU benchmark results: kiln vs onnxruntime
 
 - date: {datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 - machine: {cpu_model()}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}
@@ -186,7 +187,25 @@ is slower. GFLOP/s counts 2 FLOPs per multiply-add of the Conv/MatMul/Gemm nodes
 max|kiln - ort| / max|ort| over the outputs.
 
 {text}
+{END}
 """
+
+
+BEGIN, END = "<!-- bench_cpu.py: begin -->", "<!-- bench_cpu.py: end -->"
+
+
+def write_results(section):
+    """Replaces bench_cpu.py's section of bench/RESULTS.md (between its markers), keeping the sections
+    other benchmarks wrote; the section goes first when the file has none yet."""
+    path = os.path.join(HERE, "RESULTS.md")
+    old = open(path).read() if os.path.exists(path) else ""
+    if BEGIN in old and END in old:
+        new = old[:old.index(BEGIN)] + section.rstrip("\n") + old[old.index(END) + len(END):]
+    else:
+        new = section + ("\n" + old if old else "")
+    with open(path, "w") as f:
+        f.write(new)
+    return path
 
 
 def main():
@@ -207,9 +226,7 @@ def main():
     text = table(run(args))
     print(text)
     if args.write:
-        with open(os.path.join(HERE, "RESULTS.md"), "w") as f:
-            f.write(results_md(args, text))
-        print(f"wrote {os.path.join(HERE, 'RESULTS.md')}", file=sys.stderr)
+        print(f"wrote {write_results(results_md(args, text))}", file=sys.stderr)
 
 
 if __name__ == "__main__":

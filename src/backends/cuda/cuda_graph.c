@@ -134,8 +134,20 @@ static kiln_status capture(kiln_backend_context *c, kiln_cuda_plan *p) {
     return KILN_OK;
 }
 
+/* Whether every kernel the plan launches may be recorded into a CUDA graph. */
+static bool plan_capturable(const kiln_backend_engine *be) {
+    for (int i = 0; i < be->g->nnodes; i++)
+        if (be->kernels[i] && be->kernels[i]->not_capturable) {
+            KILN_LOG(KILN_LOG_VERBOSE, "cuda: no CUDA graph for this engine: node '%s' (%s) cannot be captured",
+                     be->g->nodes[i].name, be->g->nodes[i].op_type);
+            return false;
+        }
+    return true;
+}
+
 kiln_status kiln_cuda_plan_execute(kiln_backend_context *c, kiln_cuda_plan *p) {
     if (!p->has_device_work) return KILN_OK;
+    if (p->runs == 1 && !p->no_graph && !plan_capturable(c->be)) p->no_graph = true;
     if (p->runs == 0) return enqueue_plan(c, p, true);
     if (!c->use_graphs || p->no_graph) return enqueue_plan(c, p, false);
     if (p->exec && p->exec_arena != c->arena) kiln_cuda_plan_drop_graph(p);
