@@ -17,7 +17,7 @@
 
 #define KILN_CUDA_ALIGN 256                      /* every device buffer starts on this boundary */
 #define KILN_CUDA_MAX_PLANS 16                   /* shape plans cached per context (LRU) */
-#define KILN_CUDA_WORKSPACE_BYTES ((size_t)512 << 20)
+#define KILN_CUDA_WORKSPACE_BYTES ((size_t)64 << 20)
 #define KILN_CUDA_HOST_SMALL 4096                /* host-evaluated outputs up to this many elements */
 
 /* Where a value lives. */

@@ -1,6 +1,6 @@
 /* cuda_runtime.c — the CUDA backend (target "cuda"): device description, execution contexts and runs.
  *
- * A context owns one non-blocking stream, a cuBLASLt and a cuDNN handle bound to it, a 512 MiB
+ * A context owns one non-blocking stream, a cuBLASLt and a cuDNN handle bound to it, a 64 MiB
  * workspace, the activation arena and pinned staging buffers, and a small LRU of shape plans (one per
  * distinct set of input shapes; cuda_memory.c). A run: find or make the plan (growing the arena and
  * staging only when a new plan needs more, so a seen shape allocates nothing), copy the inputs into
