@@ -464,11 +464,8 @@ static kiln_status sup_conv(const kiln_graph *g, const kiln_node *n) {
     return KILN_OK;
 }
 
-/* cuDNN's convolutions fail under stream capture here (CUDNN_STATUS_EXECUTION_FAILED, "operation
- * failed due to a previous error during capture", seen with cuDNN 9 on an H200), and a failed capture
- * also broke a concurrent context's eager run: plans with convolutions run without CUDA graphs. */
 extern "C" const kiln_cuda_kernel kiln_cuda_kernels_conv[] = {
-    {"Conv", "", exec_conv, sup_conv, true},
-    {"ConvTranspose", "", exec_conv_transpose, sup_conv, true},
-    {NULL, NULL, NULL, NULL, false},
+    {"Conv", "", exec_conv, sup_conv},
+    {"ConvTranspose", "", exec_conv_transpose, sup_conv},
+    {NULL, NULL, NULL, NULL},
 };

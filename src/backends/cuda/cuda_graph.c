@@ -129,26 +129,21 @@ static kiln_status capture(kiln_backend_context *c, kiln_cuda_plan *p) {
         return KILN_OK;
     }
     (void)cudaGetLastError(); /* capture errors are not sticky: clear them before running eagerly */
+    /* A library kernel loaded lazily for the first time during the capture invalidates it; it is
+     * loaded now, so one more attempt (on the next run) usually succeeds. */
+    if (++p->capture_failures < 2) {
+        KILN_LOG(KILN_LOG_VERBOSE, "cuda: CUDA graph capture failed, will retry once: %s", why);
+    } else {
+        KILN_LOG(KILN_LOG_WARN, "cuda: this shape plan cannot be captured as a CUDA graph, it runs without one: %s", why);
+    }
     p->no_graph = true;
-    KILN_LOG(KILN_LOG_WARN, "cuda: this shape plan cannot be captured as a CUDA graph, it runs without one: %s", why);
     return KILN_OK;
-}
-
-/* Whether every kernel the plan launches may be recorded into a CUDA graph. */
-static bool plan_capturable(const kiln_backend_engine *be) {
-    for (int i = 0; i < be->g->nnodes; i++)
-        if (be->kernels[i] && be->kernels[i]->not_capturable) {
-            KILN_LOG(KILN_LOG_VERBOSE, "cuda: no CUDA graph for this engine: node '%s' (%s) cannot be captured",
-                     be->g->nodes[i].name, be->g->nodes[i].op_type);
-            return false;
-        }
-    return true;
 }
 
 kiln_status kiln_cuda_plan_execute(kiln_backend_context *c, kiln_cuda_plan *p) {
     if (!p->has_device_work) return KILN_OK;
-    if (p->runs == 1 && !p->no_graph && !plan_capturable(c->be)) p->no_graph = true;
     if (p->runs == 0) return enqueue_plan(c, p, true);
+    if (p->no_graph && p->capture_failures == 1 && p->runs >= 2) p->no_graph = false; /* the retry */
     if (!c->use_graphs || p->no_graph) return enqueue_plan(c, p, false);
     if (p->exec && p->exec_arena != c->arena) kiln_cuda_plan_drop_graph(p);
     if (!p->exec) {

@@ -63,7 +63,8 @@ typedef struct kiln_cuda_plan {
     void *host_dev;              /* device copies of host values that device nodes read */
     cudaGraphExec_t exec;        /* the captured plan, or NULL */
     void *exec_arena;            /* the arena base the capture used */
-    bool no_graph;               /* capture failed once: always run eagerly */
+    bool no_graph;               /* capture failed: run eagerly (after a second failure, always) */
+    int capture_failures;        /* failed capture attempts (one retry: see cuda_graph.c) */
     bool has_device_work;        /* some node or boundary cast runs on the device */
     uint64_t runs, last_used;
 } kiln_cuda_plan;

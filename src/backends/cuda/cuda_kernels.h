@@ -86,9 +86,6 @@ typedef struct kiln_cuda_kernel {
     const char *domain; /* "" for the default ONNX domain */
     kiln_cuda_exec_fn exec;
     kiln_cuda_supports_fn supports;
-    /* The kernel cannot be recorded into a CUDA graph (a library that fails under stream capture):
-     * plans that contain it always run eagerly. */
-    bool not_capturable;
 } kiln_cuda_kernel;
 
 const kiln_cuda_kernel *kiln_cuda_kernel_find(const char *domain, const char *op_type);
