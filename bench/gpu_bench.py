@@ -344,7 +344,7 @@ def ratio(res, other):
 
 def print_table(rows, results, out=sys.stdout):
     p = lambda *s: print(*s, file=out)  # noqa: E731
-    p("| workload | PyTorch eager | torch.compile | kiln fp16 | host copies in kiln | kiln vs eager | "
+    p("| workload | PyTorch eager | torch.compile | kiln fp16 | host copies (not timed) | kiln vs eager | "
       "kiln vs compile | target | met | err kiln / torch fp16 | kiln build |")
     p("|---|---|---|---|---|---|---|---|---|---|---|")
     for w in rows:
@@ -358,8 +358,9 @@ def print_table(rows, results, out=sys.stdout):
         build = f"{r['build_s']:.0f} s" if "build_s" in r else "—"
         p(f"| {w.title} | {cell(w, r, 'eager')} | {cell(w, r, 'compile')} | {cell(w, r, 'kiln')} | {copies} | "
           f"{ratio(r, 'eager')} | {ratio(r, 'compile')} | {w.target_text} | {met} | {errs} | {build} |")
-    p("\nratios: the other's time / kiln's (> 1: kiln is faster). kiln's time includes the host copies;"
-      " PyTorch's inputs are on the GPU already.")
+    p("\nratios: the other's time / kiln's (> 1: kiln is faster). Both time the computation with the inputs"
+      " already on the GPU (kiln: --no-transfers); 'host copies' is what copying kiln's inputs and outputs"
+      " between host and GPU would add.")
 
 
 def fake_results(rows, impls):
