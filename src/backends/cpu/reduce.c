@@ -9,6 +9,7 @@
  * two's-complement wrap-around (as a C integer type of that width would), so large sums stay
  * accurate and exact. */
 #include "backends/cpu/reduce_util.h"
+#include "ir/reduce_axes.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -195,18 +196,7 @@ static kiln_status reduce_axes(const kiln_node *n, kiln_tensor *const *in, int n
             return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: %d axes for a tensor of rank %d", n->op_type, count, rank);
         if (count) memcpy(axes, a, (size_t)count * sizeof *a);
     }
-    bool all = count == 0 && kiln_attr_int(n, "noop_with_empty_axes", 0) == 0;
-    for (int d = 0; d < rank; d++) reduce[d] = all;
-    for (int i = 0; i < count; i++) {
-        int a;
-        if (kiln_axis_normalize(axes[i], rank, &a) != KILN_OK)
-            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: axis %lld is out of range for an input of rank %d",
-                              n->op_type, (long long)axes[i], rank);
-        if (reduce[a])
-            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: axis %lld is listed twice", n->op_type, (long long)axes[i]);
-        reduce[a] = true;
-    }
-    return KILN_OK;
+    return kiln_reduce_axes_mask(n, axes, count, rank, reduce);
 }
 
 /* The whole Reduce* kernel: op selects the math; since is the opset from which axes are an input. */

@@ -17,6 +17,7 @@
  * accumulator): float inputs accumulate in FP32 (LogSumExp as an online (max, sum) pair), integer
  * inputs in wrapping int64, ArgMax/ArgMin in (order key, index) pairs. */
 #include "backends/cuda/kernel_util.cuh"
+#include "ir/reduce_axes.h"
 
 #include <math.h>
 #include <string.h>
@@ -504,18 +505,7 @@ static kiln_status red_axes(const kiln_node *n, const kiln_cuda_tensor *in, int 
             return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: %d axes for a tensor of rank %d", n->op_type, count, rank);
         if (count) memcpy(axes, a, (size_t)count * sizeof *a);
     }
-    bool all = count == 0 && kiln_attr_int(n, "noop_with_empty_axes", 0) == 0;
-    for (int d = 0; d < rank; d++) reduce[d] = all;
-    for (int i = 0; i < count; i++) {
-        int a;
-        if (kiln_axis_normalize(axes[i], rank, &a) != KILN_OK)
-            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: axis %lld is out of range for an input of rank %d",
-                              n->op_type, (long long)axes[i], rank);
-        if (reduce[a])
-            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: axis %lld is listed twice", n->op_type, (long long)axes[i]);
-        reduce[a] = true;
-    }
-    return KILN_OK;
+    return kiln_reduce_axes_mask(n, axes, count, rank, reduce);
 }
 
 /* The integer path's identity (what an empty reduction gives). */
