@@ -5,7 +5,7 @@
 
 #include "core/file.h"
 #include "core/status.h"
-#include "load/json_read.h"
+#include "core/json_read.h"
 
 #include <math.h>
 #include <stdio.h>

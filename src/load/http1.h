@@ -8,7 +8,7 @@
 #define KILN_LOAD_HTTP1_H
 
 #include "kiln/kiln.h"
-#include "stats/strbuf.h"
+#include "core/strbuf.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -7,7 +7,7 @@
 #include "load/http1.h"
 #include "load/load.h"
 #include "load/sse.h"
-#include "stats/strbuf.h"
+#include "core/strbuf.h"
 
 #include <curl/curl.h>
 #include <sys/socket.h>

@@ -5,7 +5,7 @@
 #include "load/load_internal.h"
 
 #include "core/status.h"
-#include "load/json_read.h"
+#include "core/json_read.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,8 +3,8 @@
 
 #include "core/file.h"
 #include "core/status.h"
-#include "load/json_read.h"
-#include "stats/strbuf.h"
+#include "core/json_read.h"
+#include "core/strbuf.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -10,7 +10,7 @@
 #include "core/npy.h"
 #include "core/status.h"
 #include "core/tensor.h"
-#include "load/json_read.h"
+#include "core/json_read.h"
 #include "stats/report.h"
 
 #include <inttypes.h>

@@ -4,7 +4,7 @@
  * follow the API makes the request "malformed", with the reason kept for the report. */
 #include "load/load_internal.h"
 
-#include "load/json_read.h"
+#include "core/json_read.h"
 #include "stats/report.h"
 
 #include <stdarg.h>

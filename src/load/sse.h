@@ -6,7 +6,7 @@
 #define KILN_LOAD_SSE_H
 
 #include "kiln/kiln.h"
-#include "stats/strbuf.h"
+#include "core/strbuf.h"
 
 #include <stdbool.h>
 #include <stddef.h>

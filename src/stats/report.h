@@ -24,7 +24,7 @@
 
 #include "kiln/kiln.h"
 #include "stats/histogram.h"
-#include "stats/strbuf.h"
+#include "core/strbuf.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -4,7 +4,7 @@
  * truncation and byte flip of valid input (errors, never crashes), the Prometheus text scan, and
  * the argument parsers (durations, SLO, sweep, stop rule, length distributions). Exit 0 = pass. */
 #include "load/http1.h"
-#include "load/json_read.h"
+#include "core/json_read.h"
 #include "load/load_internal.h"
 #include "load/sse.h"
 

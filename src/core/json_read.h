@@ -1,14 +1,13 @@
-/* json_read.h — a small strict JSON reader (RFC 8259) for what kiln load receives: OpenAI responses and
- * stream chunks, KServe v2 metadata and inference responses, JSONL prompt files, and kiln load's own
- * JSON results (for `kiln load compare`). The whole text is parsed into a tree of nodes held in one
+/* json_read.h — a small strict JSON reader (RFC 8259) for every JSON kiln reads: Hugging Face config and
+ * tokenizer files, safetensors headers, OpenAI and KServe v2 responses and stream chunks, JSONL prompt
+ * files, and kiln's own JSON results. The whole text is parsed into a tree of nodes held in one
  * document; strings are decoded (escapes, \u surrogate pairs to UTF-8) and NUL-terminated.
- * kiln_jdoc_write writes a parsed value back out (to forward part of a JSONL line in a request).
- * JSON is written with the writer of stats/report.h. */
-#ifndef KILN_LOAD_JSON_READ_H
-#define KILN_LOAD_JSON_READ_H
+ * kiln_jdoc_write writes a parsed value back out. JSON is written with the writer of stats/report.h. */
+#ifndef KILN_CORE_JSON_READ_H
+#define KILN_CORE_JSON_READ_H
 
 #include "kiln/kiln.h"
-#include "stats/strbuf.h"
+#include "core/strbuf.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -2,8 +2,8 @@
  * fails loudly: on out of memory the buffer sets `failed`, drops that and every later append, and
  * kiln_strbuf_status() / kiln_strbuf_write_file() report it. The contents are always NUL-terminated
  * once anything was appended (data may be NULL before that). */
-#ifndef KILN_STATS_STRBUF_H
-#define KILN_STATS_STRBUF_H
+#ifndef KILN_CORE_STRBUF_H
+#define KILN_CORE_STRBUF_H
 
 #include "kiln/kiln.h"
 

@@ -1,6 +1,6 @@
 /* strbuf.c — the growable buffer of strbuf.h (sticky out-of-memory flag instead of per-call
  * errors, so writers can append freely and check once). */
-#include "stats/strbuf.h"
+#include "core/strbuf.h"
 
 #include "core/status.h"
 

@@ -1,7 +1,7 @@
 /* json_read.c — the strict JSON reader of json_read.h (recursive descent into a node array) and the JSON
  * re-writer. Decoded strings never outgrow their source text, so one buffer of the
  * input's size holds them all and their pointers stay valid while nodes are added. */
-#include "load/json_read.h"
+#include "core/json_read.h"
 
 #include "core/status.h"
 #include "stats/report.h"
