@@ -1,0 +1,83 @@
+/* llm.h — decoder-only language models (GPT-2, Llama) as kiln runs them: the model description read
+ * from a Hugging Face checkpoint, and one forward step over a batch of sequences whose keys and values
+ * live in a paged KV cache (kv_cache.h). The scheduler (scheduler.h) decides what each step holds;
+ * this layer only computes it.
+ *
+ * A step is "ragged": every sequence contributes any number of new tokens (a prefill chunk, or one
+ * decode token), packed one after the other. New tokens attend causally to everything cached for their
+ * sequence plus the new tokens before them; their keys and values are written into the cache blocks
+ * the block table names. */
+#ifndef KILN_LLM_LLM_H
+#define KILN_LLM_LLM_H
+
+#include "kiln/kiln.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kiln_llm_arch {
+    KILN_LLM_GPT2 = 1,  /* learned positions, LayerNorm, GELU(tanh) MLP, fused c_attn (Conv1D layout) */
+    KILN_LLM_LLAMA = 2, /* RoPE, RMSNorm, SwiGLU MLP, grouped-query attention */
+} kiln_llm_arch;
+
+typedef enum kiln_rope_scaling {
+    KILN_ROPE_NONE = 0,
+    KILN_ROPE_LINEAR,  /* positions divided by factor */
+    KILN_ROPE_DYNAMIC, /* NTK-aware base growth beyond the original context */
+    KILN_ROPE_LLAMA3,  /* Llama 3.1 frequency-band scaling */
+} kiln_rope_scaling;
+
+/* The shape of a model, from config.json. */
+typedef struct kiln_llm_config {
+    kiln_llm_arch arch;
+    int n_layer, d_model, n_head, n_kv_head, head_dim, d_ff, vocab, max_pos;
+    float norm_eps;
+    float rope_theta;
+    kiln_rope_scaling rope_scaling;
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_pos;
+    bool tied_embeddings; /* lm_head shares the token embedding */
+    int bos_id, eos_id;   /* -1 when the config names none */
+} kiln_llm_config;
+
+/* One forward step. Sequence i owns tokens [seq_start[i], seq_start[i+1]) of `tokens` and
+ * `positions`; after the step its context (cached + new) is ctx_len[i] tokens, and its cache blocks
+ * are block_table[i * max_blocks_per_seq + j] for j < ceil(ctx_len[i] / block_size). */
+typedef struct kiln_llm_batch {
+    int n_tokens;
+    const int32_t *tokens;    /* [n_tokens] */
+    const int32_t *positions; /* [n_tokens] position of each token in its sequence */
+    int n_seqs;
+    const int32_t *seq_start; /* [n_seqs + 1], seq_start[0] == 0, seq_start[n_seqs] == n_tokens */
+    const int32_t *ctx_len;   /* [n_seqs] */
+    const int32_t *block_table; /* [n_seqs * max_blocks_per_seq] */
+    int max_blocks_per_seq;
+    bool all_logits; /* logits for every new token ([n_tokens, vocab]) instead of each sequence's last */
+} kiln_llm_batch;
+
+/* A model: its config and weights, ready for the CPU forward (FP32, converted from F32/F16/BF16). */
+typedef struct kiln_llm_model kiln_llm_model;
+typedef struct kiln_kv_cache kiln_kv_cache; /* kv_cache.h */
+
+/* Reads a Hugging Face checkpoint directory: config.json, model.safetensors or the shards named by
+ * model.safetensors.index.json. Unknown architectures, missing tensors and wrong shapes are
+ * errors naming them. On success the caller owns *out (kiln_llm_model_free). */
+kiln_status kiln_llm_model_load_hf(const char *dir, kiln_llm_model **out);
+void kiln_llm_model_free(kiln_llm_model *m); /* accepts NULL */
+/* Borrowed; valid while m lives. */
+const kiln_llm_config *kiln_llm_model_config(const kiln_llm_model *m);
+
+/* Runs one step: writes the new tokens' keys and values into kv, and their logits into `logits`
+ * ([n_seqs, vocab] for each sequence's last new token, or [n_tokens, vocab] with all_logits).
+ * Errors (KILN_ERR_INVALID_ARGUMENT) name what is inconsistent: a token id outside the vocabulary,
+ * a position beyond max_pos, a block missing from the table. */
+kiln_status kiln_llm_forward(const kiln_llm_model *m, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
