@@ -6,6 +6,7 @@
 
 #include "kiln/kiln.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -33,6 +34,8 @@ int kiln_kv_cache_alloc_block(kiln_kv_cache *kv);
 /* Returns a block taken by alloc (freeing a free block is a bug and aborts). */
 void kiln_kv_cache_release_block(kiln_kv_cache *kv, int block);
 int kiln_kv_cache_free_blocks(const kiln_kv_cache *kv);
+/* Whether block is a valid id currently taken by alloc (the forward refuses blocks that are not). */
+bool kiln_kv_cache_block_taken(const kiln_kv_cache *kv, int block);
 
 /* Keys / values of one block of one layer: [n_kv_head][block_size][head_dim] elements of cfg.dtype. */
 void *kiln_kv_cache_keys(kiln_kv_cache *kv, int layer, int block);

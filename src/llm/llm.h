@@ -19,6 +19,8 @@
 extern "C" {
 #endif
 
+#define KILN_LLM_MAX_EOS 8
+
 typedef enum kiln_llm_arch {
     KILN_LLM_GPT2 = 1,  /* learned positions, LayerNorm, GELU(tanh) MLP, fused c_attn (Conv1D layout) */
     KILN_LLM_LLAMA = 2, /* RoPE, RMSNorm, SwiGLU MLP, grouped-query attention */
@@ -41,7 +43,9 @@ typedef struct kiln_llm_config {
     float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_pos;
     bool tied_embeddings; /* lm_head shares the token embedding */
-    int bos_id, eos_id;   /* -1 when the config names none */
+    int bos_id, eos_id;   /* -1 when the config names none; eos_id is eos_ids[0] */
+    int n_eos;            /* every end-of-sequence id (Llama 3 configs list several) */
+    int eos_ids[KILN_LLM_MAX_EOS];
 } kiln_llm_config;
 
 /* One forward step. Sequence i owns tokens [seq_start[i], seq_start[i+1]) of `tokens` and
@@ -70,11 +74,21 @@ kiln_status kiln_llm_model_load_hf(const char *dir, kiln_llm_model **out);
 void kiln_llm_model_free(kiln_llm_model *m); /* accepts NULL */
 /* Borrowed; valid while m lives. */
 const kiln_llm_config *kiln_llm_model_config(const kiln_llm_model *m);
+/* Reads only dir/config.json (no weights) into *out; the same errors as kiln_llm_model_load_hf for
+ * the config: KILN_ERR_UNSUPPORTED naming an unknown model_type or feature, KILN_ERR_PARSE naming a
+ * missing or malformed key. */
+kiln_status kiln_llm_config_load_hf(const char *dir, kiln_llm_config *out);
 
 /* Runs one step: writes the new tokens' keys and values into kv, and their logits into `logits`
  * ([n_seqs, vocab] for each sequence's last new token, or [n_tokens, vocab] with all_logits).
+ * Every sequence has at least one new token, and its n new tokens sit at positions
+ * ctx_len - n .. ctx_len - 1 (the cache holds positions 0 .. ctx_len - n - 1 from earlier steps).
  * Errors (KILN_ERR_INVALID_ARGUMENT) name what is inconsistent: a token id outside the vocabulary,
- * a position beyond max_pos, a block missing from the table. */
+ * a position beyond max_pos (GPT-2) or out of order, a block missing from the table or not taken
+ * from kv, a cache shaped for another model. Dynamic NTK RoPE takes its base from each sequence's
+ * ctx_len (transformers takes it from the step's longest sequence: the same for a batch of one);
+ * cached keys keep the rotation they were written with, as in transformers. The CPU forward uses
+ * OpenBLAS (threaded) and allocates its activations per step. */
 kiln_status kiln_llm_forward(const kiln_llm_model *m, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits);
 
 #ifdef __cplusplus

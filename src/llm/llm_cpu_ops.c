@@ -1,0 +1,141 @@
+/* llm_cpu_ops.c — FP32 kernels of the CPU LLM forward: norms, matrix products through OpenBLAS,
+ * GELU(tanh) and SwiGLU, RoPE, and paged attention (keys and values of a sequence gathered from
+ * their blocks into FP32, then two products per head with a masked FP32 softmax between them). */
+#include "llm/llm_cpu_ops.h"
+
+#include "core/half.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+void kiln_llm_norm(const float *x, int n, int d, const float *w, const float *b, float eps, float *y) {
+    for (int t = 0; t < n; t++) {
+        const float *xr = x + (size_t)t * d;
+        float *yr = y + (size_t)t * d;
+        double mean = 0, var = 0;
+        if (b) {
+            for (int i = 0; i < d; i++) mean += xr[i];
+            mean /= d;
+        }
+        for (int i = 0; i < d; i++) var += (xr[i] - mean) * (xr[i] - mean);
+        float r = (float)(1.0 / sqrt(var / d + eps));
+        for (int i = 0; i < d; i++) yr[i] = (float)(xr[i] - mean) * r * w[i] + (b ? b[i] : 0.0f);
+    }
+}
+
+void kiln_llm_linear(const float *x, int ldx, int n, int in, const float *w, const float *bias, int out, float *y,
+                     int ldy, int accumulate) {
+    if (n == 0) return;
+    if (bias) {
+        for (int t = 0; t < n; t++) {
+            float *yr = y + (size_t)t * ldy;
+            for (int o = 0; o < out; o++) yr[o] = accumulate ? yr[o] + bias[o] : bias[o];
+        }
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, ldx, w, in,
+                bias || accumulate ? 1.0f : 0.0f, y, ldy);
+}
+
+void kiln_llm_gelu_tanh(float *x, size_t count) {
+    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    for (size_t i = 0; i < count; i++) {
+        float v = x[i];
+        x[i] = 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
+    }
+}
+
+void kiln_llm_swiglu(float *gu, int n, int ff) {
+    for (int t = 0; t < n; t++) {
+        float *g = gu + (size_t)t * 2 * ff, *u = g + ff;
+        for (int i = 0; i < ff; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+}
+
+void kiln_llm_rope(float *x, int n_heads, int head_dim, const float *cos, const float *sin) {
+    const int half = head_dim / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *a = x + (size_t)h * head_dim, *b = a + half;
+        for (int i = 0; i < half; i++) {
+            float x1 = a[i], x2 = b[i];
+            a[i] = x1 * cos[i] - x2 * sin[i];
+            b[i] = x2 * cos[i] + x1 * sin[i];
+        }
+    }
+}
+
+/* Element offset of (kv head g, position pos) inside its block, and the block's id. */
+static size_t slot_offset(const kiln_kv_cache_config *c, const int32_t *blocks, int g, int pos, int *block) {
+    *block = blocks[pos / c->block_size];
+    return ((size_t)g * c->block_size + (size_t)(pos % c->block_size)) * c->head_dim;
+}
+
+/* n elements of dtype at src (element offset off) as floats into dst. */
+static void load_row(const void *src, size_t off, kiln_dtype dt, int n, float *dst) {
+    if (dt == KILN_F32) {
+        memcpy(dst, (const float *)src + off, (size_t)n * sizeof(float));
+        return;
+    }
+    const uint16_t *h = (const uint16_t *)src + off;
+    for (int i = 0; i < n; i++) dst[i] = dt == KILN_F16 ? kiln_f16_to_f32(h[i]) : kiln_bf16_to_f32(h[i]);
+}
+
+/* n floats into dtype at dst (element offset off). */
+static void store_row(void *dst, size_t off, kiln_dtype dt, int n, const float *src) {
+    if (dt == KILN_F32) {
+        memcpy((float *)dst + off, src, (size_t)n * sizeof(float));
+        return;
+    }
+    uint16_t *h = (uint16_t *)dst + off;
+    for (int i = 0; i < n; i++) h[i] = dt == KILN_F16 ? kiln_f32_to_f16(src[i]) : kiln_f32_to_bf16(src[i]);
+}
+
+void kiln_llm_kv_write(const kiln_llm_seq_kv *s, int pos, const float *k, const float *v) {
+    const kiln_kv_cache_config *c = kiln_kv_cache_get_config(s->kv);
+    for (int g = 0; g < c->n_kv_head; g++) {
+        int block;
+        size_t off = slot_offset(c, s->blocks, g, pos, &block);
+        store_row(kiln_kv_cache_keys(s->kv, s->layer, block), off, c->dtype, c->head_dim, k + (size_t)g * c->head_dim);
+        store_row(kiln_kv_cache_values(s->kv, s->layer, block), off, c->dtype, c->head_dim, v + (size_t)g * c->head_dim);
+    }
+}
+
+/* Row t of scores (positions 0..ctx-1) becomes softmax over positions 0..limit, zeros after. */
+static void masked_softmax(float *row, int ctx, int limit, float scale) {
+    float mx = -INFINITY;
+    for (int j = 0; j <= limit; j++) {
+        row[j] *= scale;
+        if (row[j] > mx) mx = row[j];
+    }
+    float sum = 0;
+    for (int j = 0; j <= limit; j++) {
+        row[j] = expf(row[j] - mx);
+        sum += row[j];
+    }
+    for (int j = 0; j <= limit; j++) row[j] /= sum;
+    for (int j = limit + 1; j < ctx; j++) row[j] = 0;
+}
+
+void kiln_llm_attention(const kiln_llm_seq_kv *s, int n, int ctx_len, int n_head, const float *q, int ldq, float *out,
+                        int ldo, float *scratch) {
+    const kiln_kv_cache_config *c = kiln_kv_cache_get_config(s->kv);
+    const int hd = c->head_dim, group = n_head / c->n_kv_head;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *K = scratch, *V = K + (size_t)ctx_len * hd, *S = V + (size_t)ctx_len * hd;
+    for (int g = 0; g < c->n_kv_head; g++) {
+        for (int j = 0; j < ctx_len; j++) {
+            int block;
+            size_t off = slot_offset(c, s->blocks, g, j, &block);
+            load_row(kiln_kv_cache_keys(s->kv, s->layer, block), off, c->dtype, hd, K + (size_t)j * hd);
+            load_row(kiln_kv_cache_values(s->kv, s->layer, block), off, c->dtype, hd, V + (size_t)j * hd);
+        }
+        for (int h = g * group; h < (g + 1) * group; h++) {
+            /* S[n, ctx] = Q_h K^T; causal softmax; out_h = S V */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, ctx_len, hd, 1.0f, q + (size_t)h * hd, ldq, K, hd,
+                        0.0f, S, ctx_len);
+            for (int t = 0; t < n; t++) masked_softmax(S + (size_t)t * ctx_len, ctx_len, ctx_len - n + t, scale);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, ctx_len, 1.0f, S, ctx_len, V, hd, 0.0f,
+                        out + (size_t)h * hd, ldo);
+        }
+    }
+}

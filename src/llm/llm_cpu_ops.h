@@ -1,0 +1,46 @@
+/* llm_cpu_ops.h — the FP32 building blocks of the CPU forward (llm_forward_cpu.c): norms, the
+ * matrix product with bias, activations, RoPE, and attention of one sequence over its paged cache.
+ * Row-major throughout; n is the number of token rows. */
+#ifndef KILN_LLM_LLM_CPU_OPS_H
+#define KILN_LLM_LLM_CPU_OPS_H
+
+#include "llm/kv_cache.h"
+
+#include <stdint.h>
+
+/* y[n, d] = LayerNorm(x) * w + b (b NULL: RMSNorm, x / sqrt(mean(x^2) + eps) * w). */
+void kiln_llm_norm(const float *x, int n, int d, const float *w, const float *b, float eps, float *y);
+
+/* y[n, out] (row stride ldy) = x[n, in] (row stride ldx) W^T + bias, W [out, in]; bias may be NULL.
+ * With accumulate, adds to y instead (bias included). */
+void kiln_llm_linear(const float *x, int ldx, int n, int in, const float *w, const float *bias, int out, float *y,
+                     int ldy, int accumulate);
+
+/* In place: x = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) over count elements. */
+void kiln_llm_gelu_tanh(float *x, size_t count);
+
+/* Rows [gate | up] of width 2 ff: gate = SiLU(gate) * up, in place (the up half is left as is). */
+void kiln_llm_swiglu(float *gu, int n, int ff);
+
+/* Rotates each of n_heads head vectors (head_dim apart) of one token by HF's rotate_half convention:
+ * x[i] * cos[i] - x[i + half] * sin[i] and x[i + half] * cos[i] + x[i] * sin[i] for i < head_dim/2. */
+void kiln_llm_rope(float *x, int n_heads, int head_dim, const float *cos, const float *sin);
+
+/* The paged-cache view of one sequence in one layer. */
+typedef struct kiln_llm_seq_kv {
+    kiln_kv_cache *kv;
+    int layer;
+    const int32_t *blocks; /* its block table row */
+} kiln_llm_seq_kv;
+
+/* Writes the key and value of the token at position pos (each n_kv_head * head_dim floats, head by
+ * head) into its cache slot, converted to the cache dtype. */
+void kiln_llm_kv_write(const kiln_llm_seq_kv *s, int pos, const float *k, const float *v);
+
+/* Causal attention of one sequence's n new tokens, at positions ctx_len - n .. ctx_len - 1, over its
+ * ctx_len cached keys and values. q: row t of the new tokens at q + t * ldq (n_head heads of
+ * head_dim); out: row t at out + t * ldo. scratch holds (2 * head_dim + n) * ctx_len floats. */
+void kiln_llm_attention(const kiln_llm_seq_kv *s, int n, int ctx_len, int n_head, const float *q, int ldq, float *out,
+                        int ldo, float *scratch);
+
+#endif

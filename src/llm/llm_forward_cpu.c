@@ -1,0 +1,185 @@
+/* llm_forward_cpu.c — kiln_llm_forward on the CPU in FP32: checks the ragged batch against the model
+ * and the cache, then runs embeddings, the decoder layers (norm, fused QKV product over all tokens,
+ * RoPE, cache write, per-sequence paged attention, output product + residual, MLP + residual) and the
+ * final norm and lm_head over the rows whose logits are wanted. */
+#include "llm/llm_internal.h"
+
+#include "core/status.h"
+#include "llm/kv_cache.h"
+#include "llm/llm_cpu_ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Checks the cache shape, seq_start, and each sequence's context, blocks, positions and tokens. */
+static kiln_status check_batch(const kiln_llm_config *c, const kiln_kv_cache *kv, const kiln_llm_batch *b) {
+    const kiln_kv_cache_config *kc = kiln_kv_cache_get_config(kv);
+    if (kc->n_layer != c->n_layer || kc->n_kv_head != c->n_kv_head || kc->head_dim != c->head_dim)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT,
+                          "KV cache shape (n_layer %d, n_kv_head %d, head_dim %d) does not match the model's (%d, %d, %d)",
+                          kc->n_layer, kc->n_kv_head, kc->head_dim, c->n_layer, c->n_kv_head, c->head_dim);
+    if (b->n_tokens < 1 || b->n_seqs < 1)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: %d tokens in %d sequences (at least one of each needed)",
+                          b->n_tokens, b->n_seqs);
+    if (b->seq_start[0] != 0 || b->seq_start[b->n_seqs] != b->n_tokens)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: seq_start must run from 0 to n_tokens %d (got %d .. %d)",
+                          b->n_tokens, b->seq_start[0], b->seq_start[b->n_seqs]);
+    for (int i = 0; i < b->n_seqs; i++) {
+        const int s0 = b->seq_start[i], n = b->seq_start[i + 1] - s0, ctx = b->ctx_len[i];
+        if (n < 1)
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: seq_start is not increasing at sequence %d (%d then %d)",
+                              i, s0, b->seq_start[i + 1]);
+        if (s0 + n > b->n_tokens)
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: sequence %d runs past n_tokens %d", i, b->n_tokens);
+        if (ctx < n)
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: sequence %d has %d new tokens but ctx_len %d", i, n, ctx);
+        if (c->arch == KILN_LLM_GPT2 && ctx > c->max_pos)
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT,
+                              "batch: sequence %d reaches position %d, beyond the model's %d positions", i, ctx - 1,
+                              c->max_pos);
+        const int nb = (ctx + kc->block_size - 1) / kc->block_size;
+        if (nb > b->max_blocks_per_seq)
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT,
+                              "batch: sequence %d needs %d cache blocks for %d tokens but max_blocks_per_seq is %d", i, nb,
+                              ctx, b->max_blocks_per_seq);
+        for (int j = 0; j < nb; j++) {
+            int blk = b->block_table[(size_t)i * b->max_blocks_per_seq + j];
+            if (!kiln_kv_cache_block_taken(kv, blk))
+                return kiln_error(KILN_ERR_INVALID_ARGUMENT,
+                                  "batch: sequence %d block table entry %d is %d, not a block allocated from the cache "
+                                  "(%d blocks)", i, j, blk, kc->n_blocks);
+        }
+        for (int t = 0; t < n; t++) {
+            int tok = b->tokens[s0 + t], pos = b->positions[s0 + t];
+            if (tok < 0 || tok >= c->vocab)
+                return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: token %d (id %d) is outside the vocabulary of %d",
+                                  s0 + t, tok, c->vocab);
+            if (pos != ctx - n + t)
+                return kiln_error(KILN_ERR_INVALID_ARGUMENT,
+                                  "batch: token %d of sequence %d has position %d; with ctx_len %d and %d new tokens it "
+                                  "must be %d", s0 + t, i, pos, ctx, n, ctx - n + t);
+        }
+    }
+    return KILN_OK;
+}
+
+/* Scratch of one step, carved from one allocation. */
+typedef struct step_mem {
+    float *x, *h, *qkv, *att, *mlp, *rope_cos, *rope_sin, *attn_scratch;
+    double *inv_freq;
+    void *block;
+} step_mem;
+
+static kiln_status step_alloc(const kiln_llm_config *c, const kiln_llm_batch *b, step_mem *sm) {
+    const size_t n = (size_t)b->n_tokens, d = (size_t)c->d_model, hd = (size_t)c->head_dim, half = hd / 2;
+    const size_t qkv_w = (size_t)(c->n_head + 2 * c->n_kv_head) * hd, qd = (size_t)c->n_head * hd;
+    const size_t mlp_w = (size_t)c->d_ff * (c->arch == KILN_LLM_LLAMA ? 2 : 1);
+    size_t attn = 0;
+    for (int i = 0; i < b->n_seqs; i++) {
+        size_t ni = (size_t)(b->seq_start[i + 1] - b->seq_start[i]), ctx = (size_t)b->ctx_len[i];
+        if ((2 * hd + ni) * ctx > attn) attn = (2 * hd + ni) * ctx;
+    }
+    const size_t sizes[] = {n * d, n * d, n * qkv_w, n * qd, n * mlp_w, n * half, n * half, attn};
+    float **slots[] = {&sm->x, &sm->h, &sm->qkv, &sm->att, &sm->mlp, &sm->rope_cos, &sm->rope_sin, &sm->attn_scratch};
+    size_t total = half * sizeof(double);
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) total += sizes[i] * sizeof(float);
+    unsigned char *p = sm->block = malloc(total);
+    if (!p) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for the step's %zu bytes of activations", total);
+    sm->inv_freq = (double *)p;
+    p += half * sizeof(double);
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        *slots[i] = (float *)p;
+        p += sizes[i] * sizeof(float);
+    }
+    return KILN_OK;
+}
+
+/* Token embeddings (+ learned positions for GPT-2) into x; RoPE cos/sin tables for Llama. */
+static void embed(const kiln_llm_model *m, const kiln_llm_batch *b, step_mem *sm) {
+    const kiln_llm_config *c = &m->cfg;
+    const size_t d = (size_t)c->d_model;
+    for (int t = 0; t < b->n_tokens; t++) {
+        float *xr = sm->x + t * d;
+        memcpy(xr, m->tok_emb + (size_t)b->tokens[t] * d, d * sizeof(float));
+        if (m->pos_emb)
+            for (size_t i = 0; i < d; i++) xr[i] += m->pos_emb[(size_t)b->positions[t] * d + i];
+    }
+    if (c->arch != KILN_LLM_LLAMA) return;
+    const int half = c->head_dim / 2;
+    for (int i = 0; i < b->n_seqs; i++) {
+        kiln_llm_rope_inv_freq(c, b->ctx_len[i], sm->inv_freq);
+        for (int t = b->seq_start[i]; t < b->seq_start[i + 1]; t++)
+            for (int j = 0; j < half; j++) {
+                double a = b->positions[t] * sm->inv_freq[j];
+                sm->rope_cos[(size_t)t * half + j] = (float)cos(a);
+                sm->rope_sin[(size_t)t * half + j] = (float)sin(a);
+            }
+    }
+}
+
+/* Attention block of one layer: x += Wo · attention(norm1(x)) (+ bias). */
+static void attention_block(const kiln_llm_model *m, int l, kiln_kv_cache *kv, const kiln_llm_batch *b, step_mem *sm) {
+    const kiln_llm_config *c = &m->cfg;
+    const kiln_llm_layer *y = &m->layers[l];
+    const int n = b->n_tokens, d = c->d_model, hd = c->head_dim, half = hd / 2;
+    const int qd = c->n_head * hd, kvd = c->n_kv_head * hd, ldq = qd + 2 * kvd;
+    kiln_llm_norm(sm->x, n, d, y->norm1_w, y->norm1_b, c->norm_eps, sm->h);
+    kiln_llm_linear(sm->h, d, n, d, y->qkv_w, y->qkv_b, ldq, sm->qkv, ldq, 0);
+    for (int i = 0; i < b->n_seqs; i++) {
+        kiln_llm_seq_kv s = {kv, l, b->block_table + (size_t)i * b->max_blocks_per_seq};
+        const int s0 = b->seq_start[i], ni = b->seq_start[i + 1] - s0;
+        for (int t = s0; t < s0 + ni; t++) {
+            float *q = sm->qkv + (size_t)t * ldq;
+            if (c->arch == KILN_LLM_LLAMA) {
+                const float *cs = sm->rope_cos + (size_t)t * half, *sn = sm->rope_sin + (size_t)t * half;
+                kiln_llm_rope(q, c->n_head, hd, cs, sn);
+                kiln_llm_rope(q + qd, c->n_kv_head, hd, cs, sn);
+            }
+            kiln_llm_kv_write(&s, b->positions[t], q + qd, q + qd + kvd);
+        }
+        kiln_llm_attention(&s, ni, b->ctx_len[i], c->n_head, sm->qkv + (size_t)s0 * ldq, ldq, sm->att + (size_t)s0 * qd,
+                           qd, sm->attn_scratch);
+    }
+    kiln_llm_linear(sm->att, qd, n, qd, y->o_w, y->o_b, d, sm->x, d, 1);
+}
+
+/* MLP block of one layer: x += MLP(norm2(x)). */
+static void mlp_block(const kiln_llm_model *m, int l, int n, step_mem *sm) {
+    const kiln_llm_config *c = &m->cfg;
+    const kiln_llm_layer *y = &m->layers[l];
+    const int d = c->d_model, ff = c->d_ff;
+    kiln_llm_norm(sm->x, n, d, y->norm2_w, y->norm2_b, c->norm_eps, sm->h);
+    if (c->arch == KILN_LLM_GPT2) {
+        kiln_llm_linear(sm->h, d, n, d, y->up_w, y->up_b, ff, sm->mlp, ff, 0);
+        kiln_llm_gelu_tanh(sm->mlp, (size_t)n * ff);
+        kiln_llm_linear(sm->mlp, ff, n, ff, y->down_w, y->down_b, d, sm->x, d, 1);
+    } else {
+        kiln_llm_linear(sm->h, d, n, d, y->up_w, NULL, 2 * ff, sm->mlp, 2 * ff, 0);
+        kiln_llm_swiglu(sm->mlp, n, ff);
+        kiln_llm_linear(sm->mlp, 2 * ff, n, ff, y->down_w, NULL, d, sm->x, d, 1);
+    }
+}
+
+kiln_status kiln_llm_forward(const kiln_llm_model *m, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits) {
+    const kiln_llm_config *c = &m->cfg;
+    KILN_TRY(check_batch(c, kv, b));
+    step_mem sm;
+    KILN_TRY(step_alloc(c, b, &sm));
+    embed(m, b, &sm);
+    for (int l = 0; l < c->n_layer; l++) {
+        attention_block(m, l, kv, b, &sm);
+        mlp_block(m, l, b->n_tokens, &sm);
+    }
+    /* the rows whose logits are wanted, gathered into h, then the final norm and lm_head */
+    const size_t d = (size_t)c->d_model;
+    const int n_out = b->all_logits ? b->n_tokens : b->n_seqs;
+    for (int r = 0; r < n_out; r++) {
+        int t = b->all_logits ? r : b->seq_start[r + 1] - 1;
+        memcpy(sm.h + r * d, sm.x + t * d, d * sizeof(float));
+    }
+    kiln_llm_norm(sm.h, n_out, c->d_model, m->norm_f_w, m->norm_f_b, c->norm_eps, sm.h);
+    kiln_llm_linear(sm.h, c->d_model, n_out, c->d_model, m->lm_head, NULL, c->vocab, logits, c->vocab, 0);
+    free(sm.block);
+    return KILN_OK;
+}

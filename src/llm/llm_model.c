@@ -1,0 +1,182 @@
+/* llm_model.c — kiln_llm_model_load_hf: a GPT-2 or Llama checkpoint's weights, each checked for
+ * presence and shape, converted to FP32 and laid out as llm_internal.h says (GPT-2's Conv1D matrices
+ * transposed to [out, in]; Llama's q/k/v and gate/up projections stacked for one product each). */
+#include "llm/llm_internal.h"
+
+#include "core/status.h"
+#include "hf/checkpoint.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct loader {
+    const kiln_hf_checkpoint *ck;
+    kiln_llm_model *m;
+} loader;
+
+/* "[a, b]" of a checkpoint tensor's shape into buf. */
+static const char *shape_str(char *buf, size_t cap, int ndim, const int64_t *dims) {
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < ndim && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, i ? ", %lld" : "%lld", (long long)dims[i]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+    return buf;
+}
+
+/* Finds name (rows x cols, cols == 0 for a vector) and checks its shape. */
+static kiln_status find(const loader *L, const char *name, int64_t rows, int64_t cols, const kiln_st_tensor **out) {
+    const kiln_st_tensor *t = kiln_hf_checkpoint_find(L->ck, name);
+    if (!t) return kiln_error(KILN_ERR_PARSE, "%s: tensor '%s' is missing", kiln_hf_checkpoint_dir(L->ck), name);
+    int ndim = cols ? 2 : 1;
+    int64_t want[2] = {rows, cols};
+    if (t->ndim != ndim || t->dims[0] != rows || (cols && t->dims[1] != cols)) {
+        char a[64], b[64];
+        return kiln_error(KILN_ERR_SHAPE, "%s: tensor '%s': expected shape %s, found %s", kiln_hf_checkpoint_dir(L->ck),
+                          t->name, shape_str(a, sizeof a, ndim, want), shape_str(b, sizeof b, t->ndim, t->dims));
+    }
+    *out = t;
+    return KILN_OK;
+}
+
+/* t converted to FP32 at dst; a failure names the checkpoint. */
+static kiln_status convert(const loader *L, const kiln_st_tensor *t, float *dst) {
+    kiln_status s = kiln_hf_tensor_to_f32(t, dst);
+    return s == KILN_OK ? s : kiln_error_prefix(s, "%s", kiln_hf_checkpoint_dir(L->ck));
+}
+
+/* malloc'd n floats into *out. */
+static kiln_status alloc_f32(size_t n, float **out) {
+    *out = malloc(n * sizeof(float));
+    return *out ? KILN_OK : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory (%zu floats of weights)", n);
+}
+
+/* Loads vector `name` of n elements into a new array. */
+static kiln_status load_vec(const loader *L, const char *name, int64_t n, float **out) {
+    const kiln_st_tensor *t;
+    KILN_TRY(find(L, name, n, 0, &t));
+    KILN_TRY(alloc_f32((size_t)n, out));
+    return convert(L, t, *out);
+}
+
+/* Loads matrix `name` as [rows, cols] into dst: stored [rows, cols] (nn.Linear), or [cols, rows] and
+ * transposed when conv1d (GPT-2's Conv1D). */
+static kiln_status load_mat_into(const loader *L, const char *name, int64_t rows, int64_t cols, bool conv1d, float *dst) {
+    const kiln_st_tensor *t;
+    KILN_TRY(find(L, name, conv1d ? cols : rows, conv1d ? rows : cols, &t));
+    if (!conv1d) return convert(L, t, dst);
+    float *tmp;
+    KILN_TRY(alloc_f32((size_t)(rows * cols), &tmp));
+    kiln_status s = convert(L, t, tmp);
+    for (int64_t i = 0; s == KILN_OK && i < cols; i++)
+        for (int64_t j = 0; j < rows; j++) dst[j * cols + i] = tmp[i * rows + j];
+    free(tmp);
+    return s;
+}
+
+static kiln_status load_mat(const loader *L, const char *name, int64_t rows, int64_t cols, bool conv1d, float **out) {
+    KILN_TRY(alloc_f32((size_t)(rows * cols), out));
+    return load_mat_into(L, name, rows, cols, conv1d, *out);
+}
+
+static kiln_status load_gpt2_layer(const loader *L, int i, kiln_llm_layer *y) {
+    const kiln_llm_config *c = &L->m->cfg;
+    const int64_t d = c->d_model, ff = c->d_ff;
+    char n[128];
+#define NAME(suffix) (snprintf(n, sizeof n, "transformer.h.%d.%s", i, suffix), n)
+    KILN_TRY(load_vec(L, NAME("ln_1.weight"), d, &y->norm1_w));
+    KILN_TRY(load_vec(L, NAME("ln_1.bias"), d, &y->norm1_b));
+    KILN_TRY(load_mat(L, NAME("attn.c_attn.weight"), 3 * d, d, true, &y->qkv_w));
+    KILN_TRY(load_vec(L, NAME("attn.c_attn.bias"), 3 * d, &y->qkv_b));
+    KILN_TRY(load_mat(L, NAME("attn.c_proj.weight"), d, d, true, &y->o_w));
+    KILN_TRY(load_vec(L, NAME("attn.c_proj.bias"), d, &y->o_b));
+    KILN_TRY(load_vec(L, NAME("ln_2.weight"), d, &y->norm2_w));
+    KILN_TRY(load_vec(L, NAME("ln_2.bias"), d, &y->norm2_b));
+    KILN_TRY(load_mat(L, NAME("mlp.c_fc.weight"), ff, d, true, &y->up_w));
+    KILN_TRY(load_vec(L, NAME("mlp.c_fc.bias"), ff, &y->up_b));
+    KILN_TRY(load_mat(L, NAME("mlp.c_proj.weight"), d, ff, true, &y->down_w));
+    return load_vec(L, NAME("mlp.c_proj.bias"), d, &y->down_b);
+#undef NAME
+}
+
+static kiln_status load_llama_layer(const loader *L, int i, kiln_llm_layer *y) {
+    const kiln_llm_config *c = &L->m->cfg;
+    const int64_t d = c->d_model, ff = c->d_ff, qd = (int64_t)c->n_head * c->head_dim,
+                  kvd = (int64_t)c->n_kv_head * c->head_dim;
+    char n[128];
+#define NAME(suffix) (snprintf(n, sizeof n, "model.layers.%d.%s", i, suffix), n)
+    KILN_TRY(load_vec(L, NAME("input_layernorm.weight"), d, &y->norm1_w));
+    KILN_TRY(alloc_f32((size_t)((qd + 2 * kvd) * d), &y->qkv_w));
+    KILN_TRY(load_mat_into(L, NAME("self_attn.q_proj.weight"), qd, d, false, y->qkv_w));
+    KILN_TRY(load_mat_into(L, NAME("self_attn.k_proj.weight"), kvd, d, false, y->qkv_w + qd * d));
+    KILN_TRY(load_mat_into(L, NAME("self_attn.v_proj.weight"), kvd, d, false, y->qkv_w + (qd + kvd) * d));
+    KILN_TRY(load_mat(L, NAME("self_attn.o_proj.weight"), d, qd, false, &y->o_w));
+    KILN_TRY(load_vec(L, NAME("post_attention_layernorm.weight"), d, &y->norm2_w));
+    KILN_TRY(alloc_f32((size_t)(2 * ff * d), &y->up_w));
+    KILN_TRY(load_mat_into(L, NAME("mlp.gate_proj.weight"), ff, d, false, y->up_w));
+    KILN_TRY(load_mat_into(L, NAME("mlp.up_proj.weight"), ff, d, false, y->up_w + ff * d));
+    return load_mat(L, NAME("mlp.down_proj.weight"), d, ff, false, &y->down_w);
+#undef NAME
+}
+
+static kiln_status load_weights(const loader *L) {
+    kiln_llm_model *m = L->m;
+    const kiln_llm_config *c = &m->cfg;
+    const bool gpt2 = c->arch == KILN_LLM_GPT2;
+    m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
+    if (!m->layers) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    KILN_TRY(load_mat(L, gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight", c->vocab, c->d_model, false,
+                      &m->tok_emb));
+    if (gpt2) KILN_TRY(load_mat(L, "transformer.wpe.weight", c->max_pos, c->d_model, false, &m->pos_emb));
+    for (int i = 0; i < c->n_layer; i++)
+        KILN_TRY(gpt2 ? load_gpt2_layer(L, i, &m->layers[i]) : load_llama_layer(L, i, &m->layers[i]));
+    KILN_TRY(load_vec(L, gpt2 ? "transformer.ln_f.weight" : "model.norm.weight", c->d_model, &m->norm_f_w));
+    if (gpt2) KILN_TRY(load_vec(L, "transformer.ln_f.bias", c->d_model, &m->norm_f_b));
+    if (c->tied_embeddings) {
+        m->lm_head = m->tok_emb;
+        return KILN_OK;
+    }
+    return load_mat(L, "lm_head.weight", c->vocab, c->d_model, false, &m->lm_head);
+}
+
+kiln_status kiln_llm_model_load_hf(const char *dir, kiln_llm_model **out) {
+    *out = NULL;
+    kiln_hf_checkpoint *ck;
+    KILN_TRY(kiln_hf_checkpoint_open(dir, &ck));
+    kiln_llm_model *m = calloc(1, sizeof *m);
+    kiln_status s = m ? KILN_OK : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    if (s == KILN_OK) {
+        char what[4096];
+        snprintf(what, sizeof what, "%s/config.json", dir);
+        s = kiln_llm_config_parse(kiln_hf_checkpoint_config(ck), what, &m->cfg);
+    }
+    if (s == KILN_OK) {
+        loader L = {ck, m};
+        s = load_weights(&L);
+    }
+    kiln_hf_checkpoint_free(ck);
+    if (s != KILN_OK) {
+        kiln_llm_model_free(m);
+        return s;
+    }
+    *out = m;
+    return KILN_OK;
+}
+
+void kiln_llm_model_free(kiln_llm_model *m) {
+    if (!m) return;
+    for (int i = 0; m->layers && i < m->cfg.n_layer; i++) {
+        kiln_llm_layer *y = &m->layers[i];
+        float *all[] = {y->norm1_w, y->norm1_b, y->qkv_w, y->qkv_b, y->o_w,    y->o_b,
+                        y->norm2_w, y->norm2_b, y->up_w,  y->up_b,  y->down_w, y->down_b};
+        for (size_t j = 0; j < sizeof all / sizeof *all; j++) free(all[j]);
+    }
+    free(m->layers);
+    if (m->lm_head != m->tok_emb) free(m->lm_head);
+    free(m->tok_emb);
+    free(m->pos_emb);
+    free(m->norm_f_w);
+    free(m->norm_f_b);
+    free(m);
+}
+
+const kiln_llm_config *kiln_llm_model_config(const kiln_llm_model *m) { return &m->cfg; }
