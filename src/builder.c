@@ -1,11 +1,14 @@
 /* builder.c — the build pipeline behind `kiln build`: ONNX frontend -> op resolution -> ordering
- * -> shape inference -> passes -> verification -> plan -> engine. */
+ * -> shape inference -> (every intermediate marked as an output, for per-layer comparisons) ->
+ * passes -> verification -> per-layer precision -> optimization profiles -> plan -> engine. */
 #include "backends/backend.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "frontends/onnx/onnx_import.h"
+#include "layer_precision.h"
 #include "passes/passes.h"
 #include "runtime/engine_internal.h"
+#include "runtime/profiles.h"
 #include "builder.h"
 
 #include <string.h>
@@ -45,7 +48,9 @@ static bool target_runs_fused_ops(const char *target) { return !strcmp(target, "
 
 /* Runs one step; when it changed the graph, re-infers shapes and verifies the result. */
 static kiln_status run_step(kiln_graph *g, const pass_step *p, bool *changed) {
+    int before = g->nnodes;
     kiln_status s = p->run(g, changed);
+    if (s == KILN_OK && *changed) KILN_LOG(KILN_LOG_VERBOSE, "%s: %d nodes -> %d nodes", p->name, before, g->nnodes);
     if (s == KILN_OK && *changed) s = kiln_graph_infer_shapes(g);
     if (s == KILN_OK && *changed) s = kiln_graph_verify(g);
     return s == KILN_OK ? s : kiln_error_prefix(s, "pass %s", p->name);
@@ -77,11 +82,28 @@ static kiln_status optimize(kiln_graph *g, const char *target) {
     return KILN_OK;
 }
 
+/* Makes every node output a graph output (in node order), so that passes keep each value, under its
+ * model name, and an engine returns it. */
+static kiln_status mark_all_outputs(kiln_graph *g) {
+    int added = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].noutputs; k++) {
+            int v = g->nodes[i].outputs[k];
+            if (v < 0 || g->values[v].is_output) continue;
+            KILN_TRY(kiln_graph_add_output(g, v));
+            added++;
+        }
+    KILN_LOG(KILN_LOG_INFO, "every intermediate value is an output (%d added): fusions are blocked, the engine runs the "
+             "unfused graph", added);
+    return KILN_OK;
+}
+
 static kiln_status build_graph(kiln_graph *g, const kiln_build_options *opts) {
     KILN_TRY(kiln_graph_resolve_ops(g, NULL));
     KILN_TRY(kiln_graph_toposort(g));
     KILN_TRY(kiln_graph_infer_shapes(g));
     KILN_TRY(kiln_graph_verify(g));
+    if (opts->mark_all_outputs) KILN_TRY(mark_all_outputs(g));
     int before = g->nnodes;
     KILN_TRY(optimize(g, opts->target ? opts->target : "cpu"));
     KILN_TRY(kiln_graph_verify(g));
@@ -89,8 +111,41 @@ static kiln_status build_graph(kiln_graph *g, const kiln_build_options *opts) {
     return KILN_OK;
 }
 
-static const char *precision_name(kiln_precision p) {
-    return p == KILN_PRECISION_FP16 ? "fp16" : p == KILN_PRECISION_BF16 ? "bf16" : "fp32";
+/* Fails unless backend b computes in every precision the options ask for. */
+static kiln_status check_precisions(const kiln_backend *b, const kiln_build_options *opts) {
+    if (opts->precision != KILN_PRECISION_FP32 && !b->supports_precision(opts->precision))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "target %s does not compute in %s (use --target cuda)", b->name,
+                          kiln_precision_name(opts->precision));
+    for (int i = 0; i < opts->nlayer_precisions; i++) {
+        const kiln_layer_precision *r = &opts->layer_precisions[i];
+        if (!r->pattern || !r->pattern[0] || (unsigned)r->precision > KILN_PRECISION_BF16)
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "layer precision rule %d has no pattern or an unknown precision", i);
+        if (r->precision != KILN_PRECISION_FP32 && !b->supports_precision(r->precision))
+            return kiln_error(KILN_ERR_UNSUPPORTED, "--layer-precision '%s:%s': target %s does not compute in %s (use "
+                              "--target cuda)", r->pattern, kiln_precision_name(r->precision), b->name,
+                              kiln_precision_name(r->precision));
+    }
+    return KILN_OK;
+}
+
+/* The per-layer precisions and profiles of the finished graph, into meta. */
+static kiln_status finish_graph(kiln_graph *g, const kiln_build_options *opts, kiln_engine_meta *meta) {
+    if (opts->nlayer_precisions > 0)
+        KILN_TRY(kiln_layer_precision_apply(g, opts->precision, opts->layer_precisions, opts->nlayer_precisions,
+                                            &meta->node_precision));
+    return kiln_profiles_build(g, opts->ranges, opts->nranges, &meta->nprofiles, &meta->profiles);
+}
+
+/* The build flags as text for the engine header (what inspect shows), truncated to cap. */
+static void options_text(const kiln_build_options *opts, const char *target, char *buf, size_t cap) {
+    size_t n = (size_t)snprintf(buf, cap, "--target %s --%s", target, kiln_precision_name(opts->precision));
+    if (opts->device && n < cap) n += (size_t)snprintf(buf + n, cap - n, " --device %d", opts->device); /* the backend reads it back */
+    for (int i = 0; i < opts->nlayer_precisions && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, " --layer-precision %s:%s", opts->layer_precisions[i].pattern,
+                              kiln_precision_name(opts->layer_precisions[i].precision));
+    if (opts->nranges && n < cap) n += (size_t)snprintf(buf + n, cap - n, " --profile ... (%d ranges)", opts->nranges);
+    if (opts->mark_all_outputs && n < cap) n += (size_t)snprintf(buf + n, cap - n, " --mark-all-outputs");
+    if (opts->verbose && n < cap) snprintf(buf + n, cap - n, " --verbose");
 }
 
 kiln_status kiln_build_graph(kiln_graph *g, const char *source, const kiln_build_options *opts, kiln_engine **out) {
@@ -103,22 +158,23 @@ kiln_status kiln_build_graph(kiln_graph *g, const char *source, const kiln_build
         kiln_graph_free(g);
         return kiln_error(KILN_ERR_UNSUPPORTED, "unknown target '%s' (this kiln has: %s)", target, kiln_backend_names());
     }
-    if (opts->precision != KILN_PRECISION_FP32 && !b->supports_precision(opts->precision)) {
+    kiln_status s = check_precisions(b, opts);
+    if (s != KILN_OK) {
         kiln_graph_free(g);
-        return kiln_error(KILN_ERR_UNSUPPORTED, "target %s does not compute in %s (use --target cuda)", b->name,
-                          precision_name(opts->precision));
+        return s;
     }
+    kiln_engine_meta meta;
+    memset(&meta, 0, sizeof meta);
     kiln_log_level saved = kiln_log_level_current;
     if (opts->verbose) kiln_log_set_level(KILN_LOG_VERBOSE);
-    kiln_status s = build_graph(g, opts);
+    s = build_graph(g, opts);
+    if (s == KILN_OK) s = finish_graph(g, opts, &meta);
     kiln_log_set_level(saved);
     if (s != KILN_OK) {
         kiln_error_prefix(s, "%s", source);
         kiln_graph_free(g);
         return s;
     }
-    kiln_engine_meta meta;
-    memset(&meta, 0, sizeof meta);
     snprintf(meta.kiln_version, sizeof meta.kiln_version, "%s", KILN_VERSION_STRING);
     snprintf(meta.target, sizeof meta.target, "%s", b->name);
     meta.precision = opts->precision;
@@ -127,10 +183,7 @@ kiln_status kiln_build_graph(kiln_graph *g, const char *source, const kiln_build
         kiln_graph_free(g);
         return s;
     }
-    char device[32] = "";
-    if (opts->device) snprintf(device, sizeof device, " --device %d", opts->device); /* the backend reads it back */
-    snprintf(meta.build_options, sizeof meta.build_options, "--target %s --%s%s%s", b->name,
-             precision_name(opts->precision), device, opts->verbose ? " --verbose" : "");
+    options_text(opts, b->name, meta.build_options, sizeof meta.build_options);
     const char *base = strrchr(source, '/');
     snprintf(meta.source, sizeof meta.source, "%s", base ? base + 1 : source);
     meta.created_unix = (uint64_t)time(NULL);

@@ -3,6 +3,7 @@
 #ifndef KILN_CLI_H
 #define KILN_CLI_H
 
+#include "core/tensor.h"
 #include "kiln/kiln.h"
 
 #include <stdbool.h>
@@ -11,6 +12,51 @@ int kiln_cmd_build(int argc, char **argv);
 int kiln_cmd_run(int argc, char **argv);
 int kiln_cmd_inspect(int argc, char **argv);
 int kiln_cmd_load(int argc, char **argv);
+int kiln_cmd_bench(int argc, char **argv);
+int kiln_cmd_compare(int argc, char **argv);
+int kiln_cmd_tokenize(int argc, char **argv); /* hidden: for the tokenizer tests */
+int kiln_cmd_generate(int argc, char **argv);
+
+#define CLI_MAX_ARGS 64
+
+/* cli_inputs.c — the input options of `kiln run` and `kiln compare`. */
+typedef struct cli_inputs {
+    const char *names[CLI_MAX_ARGS], *files[CLI_MAX_ARGS]; /* --input NAME=FILE.npy (names owned) */
+    int nfiles;
+    const char *shape_specs[CLI_MAX_ARGS];                 /* --shapes NAME:AxB,... */
+    int nshapes;
+    const char *dim_names[CLI_MAX_ARGS];                   /* --dim SYMBOL=N (names owned) */
+    int64_t dim_values[CLI_MAX_ARGS];
+    int ndims;
+    uint64_t seed;                                         /* --seed N */
+} cli_inputs;
+/* When argv[*i] is --input, --shapes, --dim or --seed: records it, moves *i past its value and returns
+ * 1 (or prints a usage error for `kiln CMD` and returns 2). Otherwise returns 0. */
+int cli_inputs_parse(cli_inputs *in, const char *cmd, int argc, char **argv, int *i);
+void cli_inputs_free(cli_inputs *in);
+/* One tensor per input of e (tensors[kiln_engine_num_inputs(e)], zeroed; the caller releases each):
+ * the --input files (then every input must be given), else random values of the declared type, in
+ * the --shapes shape or the declared one with --dim sizes (default 1) for symbolic dims. */
+kiln_status cli_inputs_make(const cli_inputs *in, const kiln_engine *e, kiln_tensor *tensors);
+/* cli_build_opts.c — the build options of `kiln build` and `kiln compare`. */
+typedef struct cli_build_opts {
+    kiln_build_options o;                      /* its rule and range arrays point into this struct */
+    kiln_layer_precision rules[CLI_MAX_ARGS];  /* patterns owned */
+    kiln_input_range ranges[CLI_MAX_ARGS];     /* input names owned */
+    bool best;                                 /* --best */
+    bool given;                                /* an option other than --verbose was given */
+} cli_build_opts;
+/* Target cpu, fp32, no rules or profiles. */
+void cli_build_opts_init(cli_build_opts *b);
+void cli_build_opts_free(cli_build_opts *b);
+/* When argv[*i] is a build option: records it (moving *i past its value) and returns 1, or prints a
+ * usage error for `kiln CMD` and returns 2. Otherwise returns 0. */
+int cli_build_opts_parse(cli_build_opts *b, const char *cmd, int argc, char **argv, int *i);
+/* Parses "fp32" / "fp16" / "bf16". */
+bool cli_parse_precision(const char *s, kiln_precision *p);
+/* Parses "AxBxC" (at most KILN_MAX_DIMS dims, each >= 0; "" or "scalar" is rank 0) up to the end of
+ * s or the first character of stop; returns the rank or -1. *end (optional) gets where it stopped. */
+int cli_parse_dims(const char *s, const char *stop, int64_t *dims, const char **end);
 
 /* Prints "kiln: error: <kiln_last_error()>" and returns 1. */
 int cli_fail(void);

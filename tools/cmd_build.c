@@ -14,44 +14,60 @@ static const char *USAGE =
     "options:\n"
     "  -o, --output FILE   engine file to write (default: MODEL with .kiln instead of .onnx)\n"
     "  --target cpu|cuda   the backend to build for (default: cpu)\n"
-    "  --fp16, --bf16      compute floating-point tensors in half precision (target cuda)\n"
+    "  --fp16, --bf16      compute floating-point tensors in half precision (target cuda); normalization\n"
+    "                      statistics, softmax sums, reductions and dot products still accumulate in\n"
+    "                      fp32 (--verbose names each such layer)\n"
+    "  --best              the fastest precision kiln picks by itself: today --fp16 with the fp32\n"
+    "                      accumulation above (no per-layer timing of fp16 against bf16); combine with\n"
+    "                      --layer-precision to keep more layers in fp32\n"
+    "  --layer-precision PATTERN:fp32|fp16|bf16\n"
+    "                      compute the matching layers in that precision (repeatable, later rules win).\n"
+    "                      PATTERN is a glob (* and ?) over the optimized graph's node names (as\n"
+    "                      `kiln inspect` lists them), or op:GLOB over op types: 'op:Softmax:fp32'.\n"
+    "                      Casts are inserted where precisions meet\n"
+    "  --profile NAME:MIN,OPT,MAX\n"
+    "                      an optimization profile range for input NAME, shapes as AxB (e.g.\n"
+    "                      input_ids:1x1,1x256,8x1024; NAME:AxB alone fixes the shape). Repeat it for\n"
+    "                      each input; an input named again starts the next profile. A run uses the\n"
+    "                      first profile holding its shapes and refuses shapes outside all of them\n"
     "  --device N          the GPU to build for (default 0)\n"
     "  --verbose           log every graph change the build makes\n"
-    "  -h, --help          this help\n";
+    "  -h, --help          this help\n"
+    "\n"
+    "example, two profiles over two inputs:\n"
+    "  kiln build bert.onnx --profile input_ids:1x1,1x128,8x128 --profile attention_mask:1x1,1x128,8x128 \\\n"
+    "                       --profile input_ids:1x129,1x512,1x512 --profile attention_mask:1x129,1x512,1x512\n";
 
 int kiln_cmd_build(int argc, char **argv) {
-    const char *model = NULL, *output = NULL, *target = "cpu";
-    kiln_precision precision = KILN_PRECISION_FP32;
-    int device = 0;
-    bool verbose = false;
-    for (int i = 1; i < argc; i++) {
+    const char *model = NULL, *output = NULL;
+    cli_build_opts b;
+    cli_build_opts_init(&b);
+    int rc = 0;
+    for (int i = 1; i < argc && !rc; i++) {
         const char *a = argv[i];
-        if (cli_is_help(a)) {
+        int taken = cli_build_opts_parse(&b, "build ", argc, argv, &i);
+        if (taken) {
+            rc = taken == 2 ? 2 : 0;
+        } else if (cli_is_help(a)) {
             fputs(USAGE, stdout);
+            cli_build_opts_free(&b);
             return 0;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (++i >= argc) return cli_usage_error("build ", "%s needs a file name", a);
-            output = argv[i];
-        } else if (!strcmp(a, "--target")) {
-            if (++i >= argc) return cli_usage_error("build ", "--target needs a value");
-            target = argv[i];
-        } else if (!strcmp(a, "--fp16") || !strcmp(a, "--bf16") || !strcmp(a, "--fp32")) {
-            precision = !strcmp(a, "--fp16") ? KILN_PRECISION_FP16 : !strcmp(a, "--bf16") ? KILN_PRECISION_BF16 : KILN_PRECISION_FP32;
-        } else if (!strcmp(a, "--device")) {
-            char *end;
-            if (++i >= argc || (device = (int)strtol(argv[i], &end, 10)) < 0 || *end)
-                return cli_usage_error("build ", "--device needs a GPU number");
-        } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
-            verbose = true;
+            if (++i >= argc) rc = cli_usage_error("build ", "%s needs a file name", a);
+            else output = argv[i];
         } else if (a[0] == '-') {
-            return cli_usage_error("build ", "unknown option '%s'", a);
+            rc = cli_usage_error("build ", "unknown option '%s'", a);
         } else if (!model) {
             model = a;
         } else {
-            return cli_usage_error("build ", "unexpected argument '%s'", a);
+            rc = cli_usage_error("build ", "unexpected argument '%s'", a);
         }
     }
-    if (!model) return cli_usage_error("build ", "a model file is required");
+    if (!rc && !model) rc = cli_usage_error("build ", "a model file is required");
+    if (rc) {
+        cli_build_opts_free(&b);
+        return rc;
+    }
     char dflt[4096];
     if (!output) {
         size_t n = strlen(model);
@@ -59,19 +75,23 @@ int kiln_cmd_build(int argc, char **argv) {
         snprintf(dflt, sizeof dflt, "%.*s.kiln", (int)n, model);
         output = dflt;
     }
-    if (verbose) kiln_log_set_level(KILN_LOG_VERBOSE);
+    if (b.o.verbose) kiln_log_set_level(KILN_LOG_VERBOSE);
+    if (b.best) fprintf(stderr, "kiln: --best: fp16, with fp32 accumulation in normalizations, softmax, reductions "
+                                "and dot products\n");
     double t0 = cli_now_ms();
-    kiln_build_options opts = {.target = target, .precision = precision, .device = device, .verbose = verbose};
-    kiln_engine *e;
-    if (kiln_build_onnx(model, &opts, &e) != KILN_OK) return cli_fail();
+    kiln_engine *e = NULL;
+    kiln_status s = kiln_build_onnx(model, &b.o, &e);
     double t1 = cli_now_ms();
-    if (kiln_engine_save(e, output) != KILN_OK) {
+    if (s == KILN_OK) s = kiln_engine_save(e, output);
+    if (s != KILN_OK) {
         kiln_engine_free(e);
+        cli_build_opts_free(&b);
         return cli_fail();
     }
     struct stat st;
     long long size = stat(output, &st) == 0 ? (long long)st.st_size : -1;
-    printf("built %s -> %s (target %s) in %.1f ms, %.2f MB\n", model, output, target, t1 - t0, (double)size / 1e6);
+    printf("built %s -> %s (target %s) in %.1f ms, %.2f MB\n", model, output, b.o.target, t1 - t0, (double)size / 1e6);
     kiln_engine_free(e);
+    cli_build_opts_free(&b);
     return 0;
 }

@@ -5,16 +5,19 @@
 
 #include "frontends/onnx/onnx_import.h"
 #include "ir/op_schema.h"
+#include "layer_precision.h"
 #include "runtime/engine_internal.h"
+#include "runtime/profiles.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 static const char *USAGE =
-    "usage: kiln inspect ENGINE.kiln|MODEL.onnx [--layers]\n"
+    "usage: kiln inspect ENGINE.kiln|MODEL.onnx [--no-layers]\n"
     "\n"
-    "Shows the inputs, outputs, layers (with shapes) and parameter bytes of an engine or a model.\n"
+    "Shows the inputs, outputs, layers (with shapes) and parameter bytes of an engine or a model; for an\n"
+    "engine also the precision of each layer and the optimization profiles.\n"
     "For an ONNX model, also lists every node kiln cannot run (op, opset, node name).\n"
     "\n"
     "options:\n"
@@ -71,6 +74,42 @@ static int inspect_onnx(const char *path, bool layers) {
     return unsupported ? 1 : 0;
 }
 
+/* The optimization profiles, one line per profile. */
+static void print_profiles(const kiln_engine *e) {
+    const kiln_graph *g = e->g;
+    if (!e->meta.nprofiles) {
+        printf("optimization profiles: none (any shape the input dims allow)\n");
+        return;
+    }
+    printf("optimization profiles: %d (a run uses the first that holds its input shapes)\n", e->meta.nprofiles);
+    for (int p = 0; p < e->meta.nprofiles; p++) {
+        printf("  profile %d:", p);
+        for (int k = 0; k < g->ninputs; k++) {
+            char range[512];
+            printf("%s %s %s", k ? ";" : "", g->values[g->inputs[k]].name,
+                   kiln_profile_range_str(&e->meta.profiles[p * g->ninputs + k], range, sizeof range));
+        }
+        printf("\n");
+    }
+}
+
+/* The precision of every layer: one line when they all share the engine's, else one per layer. */
+static void print_precisions(const kiln_engine *e, bool layers) {
+    const kiln_graph *g = e->g;
+    const uint8_t *np = e->meta.node_precision;
+    int count[3] = {0, 0, 0};
+    for (int i = 0; i < g->nnodes; i++) count[np ? np[i] % 3 : e->meta.precision]++;
+    if (count[e->meta.precision] == g->nnodes) {
+        printf("precision: %s, every layer\n", kiln_precision_name(e->meta.precision));
+        return;
+    }
+    printf("precision: %s engine; layers: %d fp32, %d fp16, %d bf16 (--layer-precision)\n",
+           kiln_precision_name(e->meta.precision), count[0], count[1], count[2]);
+    for (int i = 0; layers && i < g->nnodes; i++)
+        printf("  %s  %s (%s)%s\n", kiln_precision_name((kiln_precision)np[i]), g->nodes[i].name, g->nodes[i].op_type,
+               np[i] != e->meta.precision ? "  <- overridden" : "");
+}
+
 static int inspect_engine(const char *path, bool layers) {
     kiln_engine *e;
     if (kiln_engine_load(path, &e) != KILN_OK) return cli_fail();
@@ -83,6 +122,8 @@ static int inspect_engine(const char *path, bool layers) {
     printf("target: %s (%s)\n", m->target, m->device);
     printf("build options: %s\n", m->build_options);
     if (e->backend->describe) e->backend->describe(e->be, stdout);
+    print_precisions(e, layers);
+    print_profiles(e);
     print_summary(e->g, layers);
     kiln_engine_free(e);
     return 0;

@@ -2,7 +2,6 @@
 #include "cli.h"
 
 #include "core/npy.h"
-#include "core/status.h"
 
 #include <errno.h>
 #include <math.h>
@@ -31,18 +30,9 @@ static const char *USAGE =
     "  --quiet                   do not print output values\n"
     "  -h, --help                this help\n";
 
-#define MAX_ARGS 64
-
 typedef struct run_args {
     const char *engine, *output_dir;
-    const char *input_names[MAX_ARGS], *input_files[MAX_ARGS];
-    int ninputs;
-    const char *shape_specs[MAX_ARGS];
-    int nshapes;
-    const char *dim_names[MAX_ARGS];
-    int64_t dim_values[MAX_ARGS];
-    int ndims;
-    uint64_t seed;
+    cli_inputs in;
     int iterations, warmup;
     bool quiet, no_transfers;
 } run_args;
@@ -58,37 +48,18 @@ static int parse_args(int argc, char **argv, run_args *a) {
             fputs(USAGE, stdout);
             return 0;
         }
-        bool takes = !strcmp(s, "--input") || !strcmp(s, "--shapes") || !strcmp(s, "--dim") || !strcmp(s, "--seed") ||
-                     !strcmp(s, "--output-dir") || !strcmp(s, "--iterations") || !strcmp(s, "--warmup");
+        int taken = cli_inputs_parse(&a->in, "run ", argc, argv, &i);
+        if (taken == 2) return 2;
+        if (taken) continue;
+        bool takes = !strcmp(s, "--output-dir") || !strcmp(s, "--iterations") || !strcmp(s, "--warmup");
         if (takes && !val) return cli_usage_error("run ", "%s needs a value", s);
-        if (!strcmp(s, "--input")) {
-            const char *eq = strchr(val, '=');
-            if (!eq || eq == val || !eq[1]) return cli_usage_error("run ", "--input expects NAME=FILE.npy, got '%s'", val);
-            if (a->ninputs == MAX_ARGS) return cli_usage_error("run ", "too many --input options");
-            for (int k = 0; k < a->ninputs; k++)
-                if (strlen(a->input_names[k]) == (size_t)(eq - val) && !strncmp(a->input_names[k], val, (size_t)(eq - val)))
-                    return cli_usage_error("run ", "input '%s' is given twice", a->input_names[k]);
-            a->input_names[a->ninputs] = strndup(val, (size_t)(eq - val));
-            a->input_files[a->ninputs++] = eq + 1;
-        } else if (!strcmp(s, "--shapes")) {
-            if (a->nshapes == MAX_ARGS) return cli_usage_error("run ", "too many --shapes options");
-            a->shape_specs[a->nshapes++] = val;
-        } else if (!strcmp(s, "--dim")) {
-            const char *eq = strchr(val, '=');
-            char *end;
-            long long n = eq ? strtoll(eq + 1, &end, 10) : -1;
-            if (!eq || eq == val || n < 0 || *end) return cli_usage_error("run ", "--dim expects SYMBOL=N, got '%s'", val);
-            if (a->ndims == MAX_ARGS) return cli_usage_error("run ", "too many --dim options");
-            a->dim_names[a->ndims] = strndup(val, (size_t)(eq - val));
-            a->dim_values[a->ndims++] = n;
-        } else if (!strcmp(s, "--seed") || !strcmp(s, "--iterations") || !strcmp(s, "--warmup")) {
+        if (!strcmp(s, "--iterations") || !strcmp(s, "--warmup")) {
             char *end;
             errno = 0;
             long long n = strtoll(val, &end, 10);
-            if (*end || errno || n < 0 || (strcmp(s, "--seed") && n > 100000000))
+            if (*end || errno || n < 0 || n > 100000000)
                 return cli_usage_error("run ", "%s expects a non-negative integer, got '%s'", s, val);
-            if (!strcmp(s, "--seed")) a->seed = (uint64_t)n;
-            else if (!strcmp(s, "--iterations")) a->iterations = n ? (int)n : 1;
+            if (!strcmp(s, "--iterations")) a->iterations = n ? (int)n : 1;
             else a->warmup = (int)n;
         } else if (!strcmp(s, "--output-dir")) {
             a->output_dir = val;
@@ -111,64 +82,6 @@ static int parse_args(int argc, char **argv, run_args *a) {
     if (!a->engine) return cli_usage_error("run ", "an engine or model file is required");
     if (a->warmup < 0) a->warmup = a->iterations > 1 ? 1 : 0;
     return -1; /* continue */
-}
-
-/* xorshift64*: reproducible random inputs for a seed */
-static uint64_t next_random(uint64_t *s) {
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 2685821657736338717ull;
-}
-
-/* Shape for a random input: from --shapes NAME:AxB, else the declared dims with symbolic ones from
- * --dim (default 1). */
-static kiln_status random_shape(const run_args *a, const kiln_tensor_desc *d, int *ndim, int64_t *dims) {
-    size_t nlen = strlen(d->name);
-    for (int k = 0; k < a->nshapes; k++) {
-        for (const char *p = a->shape_specs[k]; p && *p;) {
-            const char *colon = strchr(p, ':');
-            if (!colon) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--shapes expects NAME:AxBxC, got '%s'", p);
-            const char *next = strchr(colon, ',');
-            if ((size_t)(colon - p) == nlen && !strncmp(p, d->name, nlen)) {
-                *ndim = 0;
-                const char *q = colon + 1;
-                while (q && *q && *q != ',') {
-                    char *end;
-                    long long v = strtoll(q, &end, 10);
-                    if (end == q || v < 0 || *ndim == KILN_MAX_DIMS)
-                        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--shapes: malformed shape for '%s'", d->name);
-                    dims[(*ndim)++] = v;
-                    q = (*end == 'x') ? end + 1 : end;
-                }
-                return KILN_OK;
-            }
-            p = next ? next + 1 : NULL;
-        }
-    }
-    *ndim = d->ndim;
-    for (int i = 0; i < d->ndim; i++) {
-        dims[i] = d->dims[i] >= 0 ? d->dims[i] : 1;
-        for (int k = 0; d->dims[i] < 0 && d->dim_names[i] && k < a->ndims; k++)
-            if (!strcmp(a->dim_names[k], d->dim_names[i])) dims[i] = a->dim_values[k];
-    }
-    return KILN_OK;
-}
-
-static kiln_status make_random(const run_args *a, const kiln_tensor_desc *d, uint64_t *rng, kiln_tensor *t) {
-    int ndim = 0;
-    int64_t dims[KILN_MAX_DIMS];
-    KILN_TRY(random_shape(a, d, &ndim, dims));
-    KILN_TRY(kiln_tensor_alloc(t, d->dtype, ndim, dims));
-    int64_t n = kiln_tensor_numel(t);
-    bool is_float = d->dtype == KILN_F32 || d->dtype == KILN_F64 || d->dtype == KILN_F16 || d->dtype == KILN_BF16;
-    for (int64_t i = 0; i < n; i++) {
-        uint64_t r = next_random(rng);
-        double v = is_float ? (double)(r >> 11) / 9007199254740992.0 * 2.0 - 1.0
-                            : (double)(d->dtype == KILN_BOOL ? (r >> 33) & 1 : (r >> 33) % 8);
-        kiln_tensor_set_f64(t, i, v);
-    }
-    return KILN_OK;
 }
 
 static void print_output(const kiln_tensor_desc *d, const void *data) {
@@ -206,32 +119,10 @@ static int run(const run_args *a) {
     inputs = calloc((size_t)nin + 1, sizeof *inputs);
     times = calloc((size_t)a->iterations, sizeof *times);
     if (!inputs || !times || kiln_context_create(e, &c) != KILN_OK) goto fail;
-    for (int k = 0; k < a->ninputs; k++) {
-        bool known = false;
-        for (int i = 0; i < nin; i++) {
-            kiln_tensor_desc d;
-            kiln_engine_input(e, i, &d);
-            known |= !strcmp(d.name, a->input_names[k]);
-        }
-        if (!known) {
-            kiln_context_set_input(c, a->input_names[k], KILN_F32, 0, NULL, NULL); /* sets the "no input" message */
-            goto fail;
-        }
-    }
-    uint64_t rng = a->seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+    if (cli_inputs_make(&a->in, e, inputs) != KILN_OK) goto fail;
     for (int i = 0; i < nin; i++) {
         kiln_tensor_desc d;
         kiln_engine_input(e, i, &d);
-        const char *file = NULL;
-        for (int k = 0; k < a->ninputs; k++)
-            if (!strcmp(a->input_names[k], d.name)) file = a->input_files[k];
-        if (!file && a->ninputs > 0) {
-            kiln_error(KILN_ERR_INVALID_ARGUMENT, "missing input '%s': give every input with --input, or none for random inputs",
-                       d.name);
-            goto fail;
-        }
-        kiln_status s = file ? kiln_npy_read(file, &inputs[i]) : make_random(a, &d, &rng, &inputs[i]);
-        if (s != KILN_OK) goto fail;
         if (kiln_context_set_input(c, d.name, inputs[i].dtype, inputs[i].ndim, inputs[i].dims, inputs[i].data) != KILN_OK)
             goto fail;
     }
@@ -263,6 +154,7 @@ static int run(const run_args *a) {
             if (kiln_npy_write(path, &t) != KILN_OK) goto fail;
         }
     }
+    if (kiln_engine_num_profiles(e) > 0) printf("optimization profile: %d\n", kiln_context_profile(c));
     qsort(times, (size_t)a->iterations, sizeof *times, cmp_double);
     double sum = 0;
     for (int it = 0; it < a->iterations; it++) sum += times[it];
@@ -287,7 +179,6 @@ int kiln_cmd_run(int argc, char **argv) {
     run_args a;
     int rc = parse_args(argc, argv, &a);
     if (rc < 0) rc = run(&a);
-    for (int k = 0; k < a.ninputs; k++) free((void *)a.input_names[k]);
-    for (int k = 0; k < a.ndims; k++) free((void *)a.dim_names[k]);
+    cli_inputs_free(&a.in);
     return rc;
 }

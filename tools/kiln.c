@@ -1,10 +1,11 @@
-/* kiln.c — the `kiln` command: build | run | inspect | load, and --version / --help. */
+/* kiln.c — the `kiln` command: build | run | inspect | compare | load, and --version / --help. */
 #include "cli.h"
 
 #include "engine/engine_format.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -16,6 +17,8 @@ static const char *USAGE =
     "  run ENGINE.kiln|MODEL.onnx        run an engine on .npy inputs (or random ones)\n"
     "  inspect ENGINE.kiln|MODEL.onnx    show inputs, outputs, layers; for ONNX, unsupported nodes\n"
     "  load URL                          load-test an inference server (OpenAI, KServe v2, HTTP)\n"
+    "  generate DIR --prompt TEXT        generate text with a Hugging Face checkpoint (CPU)\n"
+    "  bench ENGINE.kiln|MODEL.onnx      benchmark an engine (trtexec-style), profile, sweep\n"
     "\n"
     "  kiln --version                    print the version\n"
     "  kiln <command> --help             options of a command\n";
@@ -60,6 +63,29 @@ kiln_status cli_open_engine(const char *path, bool verbose, kiln_engine **out) {
     return kiln_engine_load(path, out);
 }
 
+bool cli_parse_precision(const char *s, kiln_precision *p) {
+    if (!strcmp(s, "fp32")) *p = KILN_PRECISION_FP32;
+    else if (!strcmp(s, "fp16")) *p = KILN_PRECISION_FP16;
+    else if (!strcmp(s, "bf16")) *p = KILN_PRECISION_BF16;
+    else return false;
+    return true;
+}
+
+int cli_parse_dims(const char *s, const char *stop, int64_t *dims, const char **end) {
+    int n = 0;
+    if (!strncmp(s, "scalar", 6)) s += 6;
+    while (*s && !strchr(stop, *s)) {
+        char *e;
+        long long v = strtoll(s, &e, 10);
+        if (e == s || v < 0 || n == KILN_MAX_DIMS || (*e && *e != 'x' && !strchr(stop, *e))) return -1;
+        dims[n++] = v;
+        s = *e == 'x' ? e + 1 : e;
+        if (*e == 'x' && (!*s || strchr(stop, *s))) return -1;
+    }
+    if (end) *end = s;
+    return n;
+}
+
 double cli_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -72,7 +98,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "build") || !strcmp(cmd, "run")) cli_fix_blas_cpu_detection(argv);
+    if (!strcmp(cmd, "build") || !strcmp(cmd, "run") || !strcmp(cmd, "compare")) cli_fix_blas_cpu_detection(argv);
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
         printf("kiln %s\n", kiln_version());
         return 0;
@@ -85,6 +111,10 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "run")) return kiln_cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "inspect")) return kiln_cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "load")) return kiln_cmd_load(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cli_fix_blas_cpu_detection(argv), kiln_cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "compare")) return kiln_cmd_compare(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return kiln_cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "generate")) return cli_fix_blas_cpu_detection(argv), kiln_cmd_generate(argc - 1, argv + 1);
     fprintf(stderr, "kiln: error: unknown command '%s'\n\n%s", cmd, USAGE);
     return 2;
 }

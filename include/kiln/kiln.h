@@ -103,11 +103,43 @@ typedef enum kiln_precision {
     KILN_PRECISION_BF16 = 2,
 } kiln_precision;
 
+/* A per-layer precision rule (`kiln build --layer-precision PATTERN:fp32`). pattern is a glob (`*`
+ * any run of characters, `?` one) over the names of the optimized graph's nodes, or "op:GLOB" over
+ * their op types ("op:Softmax"). Rules apply in order, a later one overriding an earlier one; a rule
+ * that matches no node fails the build. */
+typedef struct kiln_layer_precision {
+    const char *pattern;
+    kiln_precision precision;
+} kiln_layer_precision;
+
+/* The shapes one input accepts in one optimization profile (`kiln build --profile`): every
+ * dimension d satisfies min[d] <= size <= max[d]; opt is the shape backends plan for. Static
+ * dimensions must have min == opt == max == their size. */
+typedef struct kiln_input_range {
+    int profile;        /* 0-based profile index; profiles are numbered without gaps */
+    const char *input;  /* a graph input */
+    int ndim;           /* its rank */
+    int64_t min[KILN_MAX_DIMS], opt[KILN_MAX_DIMS], max[KILN_MAX_DIMS];
+} kiln_input_range;
+
 typedef struct kiln_build_options {
     const char *target;       /* "cpu" or "cuda" (NULL = "cpu") */
     kiln_precision precision; /* FP16/BF16 need a target that supports them (cuda) */
     int device;               /* GPU ordinal for target "cuda" */
     bool verbose;             /* log every graph change at KILN_LOG_VERBOSE */
+    /* Per-layer precision rules (borrowed for the call); nodes they do not match compute in
+     * `precision`. FP16/BF16 rules need a target that supports them. */
+    const kiln_layer_precision *layer_precisions;
+    int nlayer_precisions;
+    /* Optimization profiles (borrowed for the call): at run time a context uses the first profile
+     * whose ranges hold every input's shape and refuses shapes outside all of them. An input a
+     * profile does not name is unconstrained in it. */
+    const kiln_input_range *ranges;
+    int nranges;
+    /* Makes every intermediate value a graph output (named as in the model) before the passes run,
+     * for per-layer comparisons. Fusions cannot remove a graph output, so such an engine runs the
+     * unfused graph. */
+    bool mark_all_outputs;
 } kiln_build_options;
 
 /* Imports an ONNX model and compiles it into an engine for opts->target. opts may be NULL.
@@ -134,6 +166,8 @@ int kiln_engine_num_outputs(const kiln_engine *e);
 /* Describes input/output i (0 <= i < count). */
 kiln_status kiln_engine_input(const kiln_engine *e, int i, kiln_tensor_desc *out);
 kiln_status kiln_engine_output(const kiln_engine *e, int i, kiln_tensor_desc *out);
+/* The number of optimization profiles the engine was built with (0: any shape its dims allow). */
+int kiln_engine_num_profiles(const kiln_engine *e);
 
 /* ---------------------------------------------------------------- run */
 
@@ -153,6 +187,10 @@ kiln_status kiln_context_set_input(kiln_context *c, const char *name, kiln_dtype
 kiln_status kiln_context_set_transfers(kiln_context *c, bool enabled);
 /* Runs the engine on the bound inputs; every input must be bound. */
 kiln_status kiln_context_run(kiln_context *c);
+/* The optimization profile the last successful run used (the first whose ranges hold every bound
+ * input's shape), or -1 (no run yet, or an engine without profiles). A run whose shapes lie outside
+ * every profile fails with KILN_ERR_SHAPE and a message giving the ranges. */
+int kiln_context_profile(const kiln_context *c);
 /* After a successful run: output i's dtype, shape and data. The data is borrowed from the context and
  * valid until the next run or kiln_context_free. */
 kiln_status kiln_context_output(kiln_context *c, int i, kiln_tensor_desc *desc, const void **data);

@@ -11,6 +11,21 @@
 typedef struct kiln_backend_engine kiln_backend_engine;   /* a backend's per-engine state */
 typedef struct kiln_backend_context kiln_backend_context; /* a backend's per-context state */
 
+/* What the optional timing hooks report about a context's last run (for kiln bench). */
+#define KILN_TIMING_STAGES 1u /* enqueue / upload / compute / download of every run (cheap) */
+#define KILN_TIMING_NODES 2u  /* every node's time and every value's concrete shape (costs more; on
+                               * cuda it runs without CUDA graphs) */
+typedef struct kiln_backend_timing {
+    double enqueue_ms, h2d_ms, compute_ms, d2h_ms; /* last run; < 0: not measured on this backend */
+    const double *node_ms;      /* [nnodes] with KILN_TIMING_NODES, else NULL; < 0: not timed there */
+    const kiln_value *values;   /* [nvalues] with KILN_TIMING_NODES: dtypes as computed and concrete
+                                 * dims of the last run (borrowed from the context), else NULL */
+    size_t weight_bytes;        /* weights in the backend's memory (device memory on cuda) */
+    size_t activation_bytes;    /* peak activation memory of the last run (cpu: with NODES only) */
+    size_t workspace_bytes;     /* per-context scratch (cuda: the library workspace) */
+    size_t staging_bytes;       /* pinned host staging buffers */
+} kiln_backend_timing;
+
 typedef struct kiln_backend {
     const char *name; /* the engine target: "cpu", "cuda" */
     /* A description of device `device` ("x86_64 CPU, 2 cores, OpenBLAS 0.3.21") into buf; fails when
@@ -35,6 +50,12 @@ typedef struct kiln_backend {
      * shapes equal the previous run's reuses that run's device inputs and leaves its host outputs as
      * they were, copying nothing between host and device (trtexec's --noDataTransfers). */
     void (*context_set_transfers)(kiln_backend_context *bc, bool enabled);
+    /* Optional (NULL: no CUDA graphs to switch): whether runs may replay a captured CUDA graph. */
+    void (*context_set_graphs)(kiln_backend_context *bc, bool enabled);
+    /* Optional (NULL: nothing measured): turns timing on (KILN_TIMING_* flags) or off (0, the
+     * default, which costs nothing); then context_last_timing describes the last successful run. */
+    kiln_status (*context_set_timing)(kiln_backend_context *bc, unsigned flags);
+    void (*context_last_timing)(kiln_backend_context *bc, kiln_backend_timing *out);
 } kiln_backend;
 
 /* The backend called name (NULL = "cpu"), or NULL. */

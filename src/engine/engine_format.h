@@ -8,7 +8,14 @@
 #include "ir/graph.h"
 
 #define KILN_ENGINE_MAGIC "KILNENG1"   /* 8 bytes at offset 0 */
-#define KILN_ENGINE_FORMAT_VERSION 1
+#define KILN_ENGINE_FORMAT_VERSION 2
+
+/* The shapes one graph input accepts in one optimization profile: min[d] <= size <= max[d]; opt is
+ * the shape backends may plan for. ndim == -1: the profile does not constrain this input. */
+typedef struct kiln_profile_range {
+    int ndim;
+    int64_t min[KILN_MAX_DIMS], opt[KILN_MAX_DIMS], max[KILN_MAX_DIMS];
+} kiln_profile_range;
 
 typedef struct kiln_engine_meta {
     char kiln_version[32];   /* "0.1.0" */
@@ -19,6 +26,14 @@ typedef struct kiln_engine_meta {
     uint64_t created_unix;
     kiln_precision precision;          /* what floating-point tensors are computed in */
     uint64_t graph_bytes, weights_bytes; /* section sizes: filled by the reader, ignored by the writer */
+    /* Optimization profiles: nprofiles × g->ninputs ranges, profile-major (0: no profiles). */
+    int nprofiles;
+    kiln_profile_range *profiles;
+    /* The precision each node computes in ([g->nnodes] kiln_precision values), or NULL: every node in
+     * `precision`. Set by --layer-precision. */
+    uint8_t *node_precision;
+    /* profiles and node_precision live in the memory of the engine's graph (kiln_graph_alloc): they
+     * are valid as long as that graph, and a copy of the meta shares them. */
 } kiln_engine_meta;
 
 /* Writes g (nodes in their current order, which is the execution order) and meta to path, atomically.

@@ -1,7 +1,8 @@
 /* engine_read.c — verifies a .kiln engine image and rebuilds its graph (layout:
  * docs/engine-format.md). The checks run from the outside in: magic, format version, header size and
  * checksum, the kiln version and target it was built for, section bounds and checksums, then every
- * count, index, string, dtype, shape and tensor range of the graph section as it is decoded. No
+ * count, index, string, dtype, shape and tensor range of the graph section as it is decoded, and the
+ * optimization profiles and per-node precisions after the nodes. No
  * input can make it read outside the image. Constants and tensor attributes become views of the
  * weights section, so a mapped file is used in place. */
 #include "engine/engine_format.h"
@@ -107,7 +108,7 @@ static kiln_status check_header(const uint8_t *d, size_t size, const char *expec
         return kiln_error(KILN_ERR_ENGINE_MISMATCH, "engine built for target '%s' (%s), this needs target '%s': %s",
                           meta->target, meta->device, expected_target, rebuild_hint(hint, sizeof hint, meta->source, path));
 
-    /* Version 1 has exactly two sections: the graph right after the header, the weights at the next
+    /* Versions 1 and 2 have exactly two sections: the graph right after the header, the weights at the next
      * 4096-byte boundary after it (zero padding between), ending the file. */
     uint32_t count = kiln_le32(d + KILN_EH_SECTION_COUNT);
     if (count != 2) return corrupt("%u sections, format version %d has 2", count, KILN_ENGINE_FORMAT_VERSION);
@@ -149,6 +150,7 @@ typedef struct reader {
     const uint8_t *p; /* the graph section */
     size_t size, pos;
     kiln_graph *g;
+    kiln_engine_meta *meta; /* receives the profiles and node precisions */
     rstr *strs;
     uint32_t nstrs;
     kiln_tensor *tensors; /* views into the weights section */
@@ -515,6 +517,52 @@ static kiln_status rd_nodes(reader *r) {
     return KILN_OK;
 }
 
+/* One profile range of input `input` (rank -1 = unconstrained, else the input's rank when known),
+ * with 0 <= min <= opt <= max in every dimension. */
+static kiln_status rd_range(reader *r, int p, int input, kiln_profile_range *out) {
+    const kiln_value *v = &r->g->values[r->g->inputs[input]];
+    uint32_t ndim;
+    KILN_TRY(rd_u32(r, &ndim, "a profile"));
+    out->ndim = (int32_t)ndim;
+    if (out->ndim < -1 || out->ndim > KILN_MAX_DIMS || (out->ndim >= 0 && v->ndim >= 0 && out->ndim != v->ndim))
+        return corrupt("profile %d gives input '%s' rank %d, it has rank %d", p, v->name, out->ndim, v->ndim);
+    for (int d = 0; d < out->ndim; d++) {
+        KILN_TRY(rd_i64(r, &out->min[d], "a profile"));
+        KILN_TRY(rd_i64(r, &out->opt[d], "a profile"));
+        KILN_TRY(rd_i64(r, &out->max[d], "a profile"));
+        if (out->min[d] < 0 || out->min[d] > out->opt[d] || out->opt[d] > out->max[d])
+            return corrupt("profile %d, input '%s', dimension %d: min %lld, opt %lld, max %lld are not ordered", p,
+                           v->name, d, (long long)out->min[d], (long long)out->opt[d], (long long)out->max[d]);
+    }
+    return KILN_OK;
+}
+
+/* The tables after the nodes: optimization profiles, then per-node precisions (none or one per node). */
+static kiln_status rd_build_tables(reader *r) {
+    kiln_graph *g = r->g;
+    uint32_t n;
+    KILN_TRY(rd_count(r, &n, 4 * (size_t)(g->ninputs ? g->ninputs : 1), "profiles"));
+    if (n && !g->ninputs) return corrupt("%u profiles for a graph without inputs", n);
+    if (n) {
+        r->meta->profiles = kiln_graph_alloc(g, (size_t)n * (size_t)g->ninputs * sizeof *r->meta->profiles);
+        if (!r->meta->profiles) return oom();
+        for (uint32_t p = 0; p < n; p++)
+            for (int k = 0; k < g->ninputs; k++)
+                KILN_TRY(rd_range(r, (int)p, k, &r->meta->profiles[p * (uint32_t)g->ninputs + (uint32_t)k]));
+    }
+    r->meta->nprofiles = (int)n;
+    KILN_TRY(rd_count(r, &n, 1, "node precisions"));
+    if (n && n != (uint32_t)g->nnodes) return corrupt("%u node precisions for %d nodes", n, g->nnodes);
+    if (!n) return KILN_OK;
+    if (!(r->meta->node_precision = kiln_graph_alloc(g, n))) return oom();
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t prec = r->p[r->pos++];
+        if (prec > KILN_PRECISION_BF16) return corrupt("node '%s' has precision %u", g->nodes[i].name, prec);
+        r->meta->node_precision[i] = prec;
+    }
+    return KILN_OK;
+}
+
 static kiln_status rd_graph(reader *r) {
     KILN_TRY(rd_strings(r));
     KILN_TRY(rd_graph_info(r));
@@ -522,6 +570,7 @@ static kiln_status rd_graph(reader *r) {
     KILN_TRY(rd_values(r));
     KILN_TRY(rd_io(r));
     KILN_TRY(rd_nodes(r));
+    KILN_TRY(rd_build_tables(r));
     if (r->pos != r->size) return corrupt("%zu unread bytes at the end of the graph section", r->size - r->pos);
     return KILN_OK;
 }
@@ -549,14 +598,17 @@ static kiln_status read_image(const uint8_t *data, size_t size, const char *expe
         kiln_graph_free(g);
         return s;
     }
-    reader r = {.p = data + gs.offset, .size = gs.bytes, .g = g, .weights = data + ws.offset, .weights_size = ws.bytes,
-                .copy_budget = 64 * gs.bytes + (1u << 20)};
+    reader r = {.p = data + gs.offset, .size = gs.bytes, .g = g, .meta = meta, .weights = data + ws.offset,
+                .weights_size = ws.bytes, .copy_budget = 64 * gs.bytes + (1u << 20)};
     s = rd_graph(&r);
     free(r.strs);
     free(r.tensors);
     free(r.ids);
     free(r.flags);
-    if (s != KILN_OK) {
+    if (s != KILN_OK) { /* the tables lived in the graph */
+        meta->nprofiles = 0;
+        meta->profiles = NULL;
+        meta->node_precision = NULL;
         kiln_graph_free(g);
         return s;
     }

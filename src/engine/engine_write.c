@@ -1,6 +1,7 @@
 /* engine_write.c — serializes a graph and its metadata into a .kiln engine file (layout:
  * docs/engine-format.md): the header, the graph section (string table, tensor table, values, graph
- * inputs/outputs, nodes with their attributes) and the weights section, which holds the data of every
+ * inputs/outputs, nodes with their attributes, optimization profiles, per-node precisions) and the
+ * weights section, which holds the data of every
  * constant and tensor attribute, 64-byte aligned, written straight from the tensors (no copy).
  * Every field is encoded explicitly, little-endian; nothing is written as a C struct. */
 #include "engine/engine_format.h"
@@ -120,6 +121,7 @@ static kiln_status strtab_id(strtab *st, const char *s, size_t len, uint32_t *id
 
 typedef struct writer {
     const kiln_graph *g;
+    const kiln_engine_meta *meta;
     strtab st;
     wbuf body;                  /* the graph section after the string table */
     const kiln_tensor **tensors; /* every tensor whose data goes to the weights section, in id order */
@@ -335,6 +337,30 @@ static kiln_status put_nodes(writer *w, uint32_t *next_tensor) {
     return KILN_OK;
 }
 
+/* The tables after the nodes: the optimization profiles (each: one range per graph input) and the
+ * per-node precisions (none, or one byte per node). */
+static kiln_status put_build_tables(writer *w) {
+    const kiln_graph *g = w->g;
+    const kiln_engine_meta *m = w->meta;
+    if (m->nprofiles < 0 || (m->nprofiles > 0 && (!m->profiles || g->ninputs == 0)))
+        return kiln_error(KILN_ERR_INTERNAL, "engine metadata has %d profiles for %d inputs", m->nprofiles, g->ninputs);
+    wb_u32(&w->body, (uint32_t)m->nprofiles);
+    for (int i = 0; i < m->nprofiles * g->ninputs; i++) {
+        const kiln_profile_range *r = &m->profiles[i];
+        if (r->ndim < -1 || r->ndim > KILN_MAX_DIMS)
+            return kiln_error(KILN_ERR_INTERNAL, "profile range %d has rank %d", i, r->ndim);
+        wb_u32(&w->body, (uint32_t)r->ndim);
+        for (int d = 0; d < r->ndim; d++) {
+            wb_u64(&w->body, (uint64_t)r->min[d]);
+            wb_u64(&w->body, (uint64_t)r->opt[d]);
+            wb_u64(&w->body, (uint64_t)r->max[d]);
+        }
+    }
+    wb_u32(&w->body, m->node_precision ? (uint32_t)g->nnodes : 0);
+    if (m->node_precision) wb_put(&w->body, m->node_precision, (size_t)g->nnodes);
+    return KILN_OK;
+}
+
 /* Second pass: everything of the graph section after the string table. */
 static kiln_status put_graph(writer *w) {
     const kiln_graph *g = w->g;
@@ -355,6 +381,7 @@ static kiln_status put_graph(writer *w) {
     KILN_TRY(put_id_list(w, g->noutputs, g->outputs, "output"));
     KILN_TRY(put_nodes(w, &next_tensor));
     KILN_ASSERT(next_tensor == w->ntensors);
+    KILN_TRY(put_build_tables(w));
     if (w->body.oom || w->st.records.oom) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory writing the engine");
     return KILN_OK;
 }
@@ -458,7 +485,7 @@ static kiln_status write_file(writer *w, const kiln_engine_meta *meta, const cha
 
 kiln_status kiln_engine_file_write(const kiln_graph *g, const kiln_engine_meta *meta, const char *path) {
     KILN_ASSERT(g && meta && path);
-    writer w = {.g = g};
+    writer w = {.g = g, .meta = meta};
     kiln_status s = collect_tensors(&w);
     if (s == KILN_OK) s = put_graph(&w);
     if (s == KILN_OK) s = write_file(&w, meta, path);

@@ -1,6 +1,8 @@
 /* context.c — execution contexts: bind inputs (checked against the engine's types, with symbolic
- * dimensions bound consistently), run them on the engine's backend, hand out the outputs. */
+ * dimensions bound consistently, and against its optimization profiles), run them on the engine's
+ * backend, hand out the outputs. */
 #include "runtime/engine_internal.h"
+#include "runtime/profiles.h"
 
 #include "core/status.h"
 
@@ -14,6 +16,7 @@ struct kiln_context {
     kiln_tensor *outputs;     /* [noutputs]: views of the backend's host outputs after a run */
     bool *bound;              /* [ninputs] */
     bool ran;
+    int profile;              /* the profile of the last successful run, or -1 */
 };
 
 kiln_status kiln_context_create(kiln_engine *e, kiln_context **out) {
@@ -22,6 +25,7 @@ kiln_status kiln_context_create(kiln_engine *e, kiln_context **out) {
     kiln_context *c = calloc(1, sizeof *c);
     if (!c) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     c->e = e;
+    c->profile = -1;
     c->inputs = calloc((size_t)e->g->ninputs + 1, sizeof *c->inputs);
     c->outputs = calloc((size_t)e->g->noutputs + 1, sizeof *c->outputs);
     c->bound = calloc((size_t)e->g->ninputs + 1, sizeof *c->bound);
@@ -122,14 +126,21 @@ kiln_status kiln_context_set_transfers(kiln_context *c, bool enabled) {
     return KILN_OK;
 }
 
+kiln_backend_context *kiln_context_backend(kiln_context *c) { return c ? c->bc : NULL; }
+
 kiln_status kiln_context_run(kiln_context *c) {
     if (!c) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_context_run: context is NULL");
     c->ran = false;
     KILN_TRY(check_bindings(c));
+    int profile;
+    KILN_TRY(kiln_profiles_select(c->e->g, &c->e->meta, c->inputs, &profile));
     KILN_TRY(c->e->backend->context_run(c->bc, c->inputs, c->outputs));
     c->ran = true;
+    c->profile = profile;
     return KILN_OK;
 }
+
+int kiln_context_profile(const kiln_context *c) { return c && c->ran ? c->profile : -1; }
 
 kiln_status kiln_context_output(kiln_context *c, int i, kiln_tensor_desc *desc, const void **data) {
     if (!c || !desc || !data) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_context_output: arguments are required");

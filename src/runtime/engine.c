@@ -57,6 +57,7 @@ kiln_status kiln_engine_load(const char *path, kiln_engine **out) {
 
 int kiln_engine_num_inputs(const kiln_engine *e) { return e ? e->g->ninputs : 0; }
 int kiln_engine_num_outputs(const kiln_engine *e) { return e ? e->g->noutputs : 0; }
+int kiln_engine_num_profiles(const kiln_engine *e) { return e ? e->meta.nprofiles : 0; }
 
 static void describe(const kiln_graph *g, int vid, kiln_tensor_desc *out) {
     const kiln_value *v = &g->values[vid];

@@ -17,4 +17,7 @@ struct kiln_engine {
 /* Wraps a finished graph (taking ownership of g, also on failure) into an engine for meta->target. */
 kiln_status kiln_engine_from_graph(kiln_graph *g, const kiln_engine_meta *meta, kiln_engine **out);
 
+/* The backend state of a context (for kiln bench's timing hooks, backend.h). Borrowed. */
+kiln_backend_context *kiln_context_backend(kiln_context *c);
+
 #endif

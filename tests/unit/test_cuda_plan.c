@@ -148,7 +148,7 @@ int main(int argc, char **argv) {
         const char *name = strrchr(models[i], '/') + 1;
         for (int prec = KILN_PRECISION_FP32; prec <= KILN_PRECISION_FP16; prec++) {
             kiln_backend_engine *be;
-            kiln_status s = kiln_cuda_engine_prepare(cpu->g, (kiln_precision)prec, false, &be);
+            kiln_status s = kiln_cuda_engine_prepare(cpu->g, (kiln_precision)prec, NULL, false, &be);
             EXPECT(s == KILN_OK, "%s: prepare", models[i]);
             if (s != KILN_OK) continue;
             if (prec == KILN_PRECISION_FP32)

@@ -321,6 +321,33 @@ static kiln_engine_meta test_meta(void) {
     return m;
 }
 
+/* Gives meta two profiles over g's two inputs (the second leaves input 1 unconstrained) and a
+ * precision per node, in g's memory. */
+static void add_build_tables(kiln_graph *g, kiln_engine_meta *m) {
+    m->nprofiles = 2;
+    m->profiles = kiln_graph_alloc(g, 4 * sizeof *m->profiles);
+    m->node_precision = kiln_graph_alloc(g, (size_t)g->nnodes);
+    if (!m->profiles || !m->node_precision) exit(1);
+    memset(m->profiles, 0, 4 * sizeof *m->profiles);
+    m->profiles[0] = (kiln_profile_range){3, {1, 3, 1}, {2, 3, 64}, {8, 3, 128}};
+    m->profiles[1] = (kiln_profile_range){2, {0, 7}, {5, 7}, {9, 7}};
+    m->profiles[2] = (kiln_profile_range){3, {9, 3, 1}, {9, 3, 1}, {16, 3, 512}};
+    m->profiles[3].ndim = -1;
+    for (int i = 0; i < g->nnodes; i++) m->node_precision[i] = (uint8_t)(i % 3);
+}
+
+static void compare_build_tables(const kiln_graph *g, const kiln_engine_meta *a, const kiln_engine_meta *b) {
+    CHECK(a->nprofiles == b->nprofiles);
+    for (int i = 0; i < a->nprofiles * g->ninputs && a->nprofiles == b->nprofiles; i++) {
+        const kiln_profile_range *x = &a->profiles[i], *y = &b->profiles[i];
+        CHECK(x->ndim == y->ndim);
+        for (int d = 0; d < x->ndim && x->ndim == y->ndim; d++)
+            CHECK(x->min[d] == y->min[d] && x->opt[d] == y->opt[d] && x->max[d] == y->max[d]);
+    }
+    CHECK((a->node_precision == NULL) == (b->node_precision == NULL));
+    if (a->node_precision && b->node_precision) CHECK(!memcmp(a->node_precision, b->node_precision, (size_t)g->nnodes));
+}
+
 /* Reads an image copied into a heap block of exactly size bytes (so a sanitizer sees any overread). */
 static kiln_status read_copy(const uint8_t *img, size_t size, const char *target, kiln_graph **g) {
     uint8_t *copy = malloc(size ? size : 1);
@@ -349,6 +376,7 @@ static void test_checksum(void) {
 static void test_round_trip(void) {
     kiln_graph *g = make_graph();
     kiln_engine_meta meta = test_meta();
+    add_build_tables(g, &meta);
     REQUIRE_OK(kiln_engine_file_write(g, &meta, path_a));
     REQUIRE_OK(kiln_engine_file_write(g, &meta, path_b));
 
@@ -367,6 +395,7 @@ static void test_round_trip(void) {
     CHECK(!strcmp(got.build_options, meta.build_options) && !strcmp(got.source, "tiny.onnx"));
     CHECK(got.created_unix == 1700000000);
     CHECK(got.graph_bytes > 0 && got.weights_bytes > 0);
+    compare_build_tables(g, &meta, &got);
     CHECK(KILN_ENGINE_HEADER_SIZE + got.graph_bytes <= na && got.weights_bytes < na);
     tensors_checked = 0;
     for_each_tensor(r, check_mapped, path_a);
@@ -474,11 +503,14 @@ static void test_messages(void) {
     CHECK_ERROR(read_copy(img, 100, NULL, &g), KILN_ERR_PARSE, "truncated", NULL);
 
     memcpy(mut, img, n);
-    kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 2);
-    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 2, this kiln reads 1",
+    kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 1); /* before profiles and precisions */
+    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 1, this kiln reads 2",
+                "rebuild it");
+    kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 3);
+    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 3, this kiln reads 2",
                 "rebuild it with `kiln build MODEL.onnx -o ENGINE.kiln`");
     write_all(path_tmp, mut, n);
-    CHECK_ERROR(kiln_engine_file_read(path_tmp, NULL, &g, NULL), KILN_ERR_ENGINE_MISMATCH, "engine format version 2",
+    CHECK_ERROR(kiln_engine_file_read(path_tmp, NULL, &g, NULL), KILN_ERR_ENGINE_MISMATCH, "engine format version 3",
                 path_tmp);
 
     CHECK_ERROR(kiln_engine_file_read(path_a, "cuda", &g, &meta), KILN_ERR_ENGINE_MISMATCH,
@@ -555,7 +587,7 @@ static bytes image_around(const bytes *graph, const void *weights, size_t nweigh
     while (img.n < wat) put(&img, "", 1);
     put(&img, weights, nweights);
     memcpy(img.p, "KILNENG1", 8);
-    kiln_put_le32(img.p + 8, 1);
+    kiln_put_le32(img.p + 8, 2); /* format version */
     kiln_put_le32(img.p + 12, 1280);
     kiln_put_le64(img.p + 16, img.n);
     kiln_put_le64(img.p + 24, 1234);
@@ -602,9 +634,24 @@ static bytes hand_graph(uint32_t long_len, uint32_t extra_opsets) {
     return b;
 }
 
+/* Appends the profile and precision tables to a hand_graph: variant 0 none, 1 one profile (x: 1..8,
+ * opt 4) and one precision (fp16); 2.. one defect each. */
+static void hand_tables(bytes *b, int variant) {
+    if (variant == 0) {
+        put32(b, 0), put32(b, 0);
+        return;
+    }
+    int64_t lo = variant == 2 ? 5 : 1;
+    put32(b, 1), put32(b, variant == 5 ? 2 : 1), put64(b, (uint64_t)lo), put64(b, 4), put64(b, 8);
+    if (variant == 5) put64(b, 1), put64(b, 1), put64(b, 1);
+    put32(b, variant == 3 ? 2 : 1), put(b, variant == 4 ? "\x07" : "\x01", 1);
+    if (variant == 3) put(b, "\x00", 1);
+}
+
 static void test_hand_built(void) {
     float w = 1.5f;
     bytes graph = hand_graph(3, 0);
+    hand_tables(&graph, 0);
     bytes img = image_around(&graph, &w, 4);
     kiln_graph *g = NULL;
     kiln_engine_meta meta;
@@ -618,10 +665,39 @@ static void test_hand_built(void) {
     CHECK(g->values[2].is_output && g->values[2].producer == 0);
     CHECK(!strcmp(g->nodes[0].op_type, "Add") && !strcmp(g->nodes[0].name, "add0") && g->nodes[0].opset == 13);
     CHECK(g->nopsets == 1 && g->opsets[0].version == 13 && meta.created_unix == 1234);
+    CHECK(meta.nprofiles == 0 && !meta.profiles && !meta.node_precision);
     kiln_graph_free(g);
     free(buf);
     free(img.p);
     free(graph.p);
+
+    /* Profiles and precisions: one valid, then one defect each, refused naming it. */
+    static const char *const defects[] = {NULL, NULL, "are not ordered", "2 node precisions for 1 nodes",
+                                          "has precision 7", "gives input 'x' rank 2"};
+    for (int v = 1; v <= 5; v++) {
+        graph = hand_graph(3, 0);
+        hand_tables(&graph, v);
+        img = image_around(&graph, &w, 4);
+        buf = aligned_alloc(4096, (img.n + 4095) / 4096 * 4096);
+        memcpy(buf, img.p, img.n);
+        kiln_status s = kiln_engine_buffer_read(buf, img.n, NULL, &g, &meta);
+        if (v == 1) {
+            CHECK(s == KILN_OK);
+            if (s == KILN_OK) {
+                CHECK(meta.nprofiles == 1 && meta.profiles[0].ndim == 1 && meta.profiles[0].min[0] == 1 &&
+                      meta.profiles[0].opt[0] == 4 && meta.profiles[0].max[0] == 8);
+                CHECK(meta.node_precision && meta.node_precision[0] == KILN_PRECISION_FP16);
+            }
+        } else {
+            CHECK_ERROR(s, KILN_ERR_PARSE, "engine file is corrupted", defects[v]);
+            CHECK(!meta.profiles && !meta.node_precision);
+        }
+        kiln_graph_free(g);
+        g = NULL;
+        free(buf);
+        free(img.p);
+        free(graph.p);
+    }
 
     /* A long string named by many records would make the loader copy far more than the file holds. */
     graph = hand_graph(100000, 1000);
@@ -664,6 +740,7 @@ static int write_seeds(const char *seed_dir) {
     char path[4096];
     kiln_engine_meta meta = test_meta();
     kiln_graph *g = make_graph();
+    add_build_tables(g, &meta);
     snprintf(path, sizeof path, "%s/full.seed", seed_dir);
     REQUIRE_OK(kiln_engine_file_write(g, &meta, path));
     kiln_graph_free(g);

@@ -1,6 +1,8 @@
 /* cpu_backend.c — the CPU backend: runs the graph node by node with the reference kernels
  * (cpu_dispatch.c), matrix products through OpenBLAS. Intermediate tensors are released after their
- * last reader. */
+ * last reader. With timing on (kiln bench) a run measures its host wall time and, with
+ * KILN_TIMING_NODES, every node's time, every value's concrete shape and the peak of live
+ * intermediate bytes; with timing off the loop only tests one flag per node. */
 #include "backends/backend.h"
 #include "backends/cpu/cpu_plan.h"
 
@@ -9,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
+#include <time.h>
 #include <unistd.h>
 
 struct kiln_backend_engine {
@@ -20,7 +23,18 @@ struct kiln_backend_context {
     const kiln_backend_engine *be;
     kiln_tensor *vals;                 /* [nvalues]: constants and inputs are views */
     kiln_tensor **in_ptrs, **out_ptrs; /* scratch for one node's argument lists */
+    unsigned timing;                   /* KILN_TIMING_* flags; 0 = off */
+    double run_ms;                     /* host wall time of the last run (timing on) */
+    double *node_ms;                   /* [nnodes] (KILN_TIMING_NODES) */
+    kiln_value *shapes;                /* [nvalues] (KILN_TIMING_NODES): concrete dims of the last run */
+    size_t live_bytes, peak_bytes;     /* owned intermediates alive now / at most (KILN_TIMING_NODES) */
 };
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
 
 static kiln_status cpu_device_name(int device, char *buf, size_t cap) {
     struct utsname u;
@@ -62,6 +76,8 @@ static void cpu_context_free(kiln_backend_context *c) {
     if (!c) return;
     if (c->vals) release_intermediates(c);
     free(c->vals);
+    free(c->node_ms);
+    free(c->shapes);
     free(c->in_ptrs);
     free(c->out_ptrs);
     free(c);
@@ -92,13 +108,43 @@ static kiln_status cpu_context_create(kiln_backend_engine *be, kiln_backend_cont
     return KILN_OK;
 }
 
+/* KILN_TIMING_NODES bookkeeping for value v, just set: its concrete shape and the live bytes. */
+static void note_value(kiln_backend_context *c, int v) {
+    const kiln_tensor *t = &c->vals[v];
+    kiln_value *s = &c->shapes[v];
+    s->dtype = t->dtype;
+    s->ndim = t->ndim;
+    for (int d = 0; d < t->ndim; d++) s->dims[d] = kiln_dim_static(t->dims[d]);
+    if (t->owned) c->live_bytes += t->nbytes;
+    if (c->live_bytes > c->peak_bytes) c->peak_bytes = c->live_bytes;
+}
+
+/* KILN_TIMING_NODES bookkeeping after node i ran (started at t0): its time and its outputs. */
+static void note_node(kiln_backend_context *c, const kiln_node *n, int i, double t0) {
+    c->node_ms[i] = now_ms() - t0;
+    for (int k = 0; k < n->noutputs; k++)
+        if (n->outputs[k] >= 0) note_value(c, n->outputs[k]);
+}
+
+/* Releases intermediate v after its last reader (counting its bytes out when nodes are timed). */
+static void release_value(kiln_backend_context *c, int v) {
+    if ((c->timing & KILN_TIMING_NODES) && c->vals[v].owned) c->live_bytes -= c->vals[v].nbytes;
+    kiln_tensor_release(&c->vals[v]);
+}
+
 static kiln_status cpu_context_run(kiln_backend_context *c, const kiln_tensor *inputs, kiln_tensor *outputs) {
     const kiln_graph *g = c->be->g;
     const kiln_cpu_plan *p = &c->be->plan;
+    bool nodes = c->timing & KILN_TIMING_NODES;
+    double t_run = c->timing ? now_ms() : 0;
     release_intermediates(c);
-    for (int k = 0; k < g->ninputs; k++)
+    c->live_bytes = c->peak_bytes = 0;
+    for (int k = 0; k < g->ninputs; k++) {
         kiln_tensor_view(&c->vals[g->inputs[k]], inputs[k].dtype, inputs[k].ndim, inputs[k].dims, inputs[k].data);
+        if (nodes) note_value(c, g->inputs[k]);
+    }
     for (int i = 0; i < g->nnodes; i++) {
+        double t_node = nodes ? now_ms() : 0;
         const kiln_node *n = &g->nodes[i];
         for (int k = 0; k < n->ninputs; k++) c->in_ptrs[k] = n->inputs[k] >= 0 ? &c->vals[n->inputs[k]] : NULL;
         for (int k = 0; k < n->noutputs; k++) c->out_ptrs[k] = n->outputs[k] >= 0 ? &c->vals[n->outputs[k]] : NULL;
@@ -110,20 +156,53 @@ static kiln_status cpu_context_run(kiln_backend_context *c, const kiln_tensor *i
             release_intermediates(c);
             return kiln_error_prefix(s, "node '%s' (%s)", n->name, n->op_type);
         }
+        if (nodes) note_node(c, n, i, t_node);
         for (int k = 0; k < n->ninputs; k++) {
             int v = n->inputs[k];
-            if (v >= 0 && p->release_after[v] == i) kiln_tensor_release(&c->vals[v]);
+            if (v >= 0 && p->release_after[v] == i) release_value(c, v);
         }
         for (int k = 0; k < n->noutputs; k++) {
             int v = n->outputs[k];
-            if (v >= 0 && p->release_after[v] == i) kiln_tensor_release(&c->vals[v]);
+            if (v >= 0 && p->release_after[v] == i) release_value(c, v);
         }
     }
+    if (c->timing) c->run_ms = now_ms() - t_run;
     for (int k = 0; k < g->noutputs; k++) {
         const kiln_tensor *t = &c->vals[g->outputs[k]];
         kiln_tensor_view(&outputs[k], t->dtype, t->ndim, t->dims, t->data);
     }
     return KILN_OK;
+}
+
+static kiln_status cpu_context_set_timing(kiln_backend_context *c, unsigned flags) {
+    const kiln_graph *g = c->be->g;
+    if ((flags & KILN_TIMING_NODES) && !c->node_ms) {
+        c->node_ms = calloc((size_t)g->nnodes + 1, sizeof *c->node_ms);
+        c->shapes = malloc(((size_t)g->nvalues + 1) * sizeof *c->shapes);
+        if (!c->node_ms || !c->shapes) {
+            free(c->node_ms);
+            free(c->shapes);
+            c->node_ms = NULL;
+            c->shapes = NULL;
+            return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        }
+        memcpy(c->shapes, g->values, (size_t)g->nvalues * sizeof *c->shapes);
+    }
+    c->timing = flags;
+    return KILN_OK;
+}
+
+static void cpu_context_last_timing(kiln_backend_context *c, kiln_backend_timing *out) {
+    const kiln_graph *g = c->be->g;
+    bool nodes = c->timing & KILN_TIMING_NODES;
+    memset(out, 0, sizeof *out);
+    out->enqueue_ms = out->h2d_ms = out->d2h_ms = -1;
+    out->compute_ms = c->timing ? c->run_ms : -1;
+    out->node_ms = nodes ? c->node_ms : NULL;
+    out->values = nodes ? c->shapes : NULL;
+    for (int v = 0; v < g->nvalues; v++)
+        if (g->values[v].constant) out->weight_bytes += g->values[v].constant->nbytes;
+    out->activation_bytes = nodes ? c->peak_bytes : 0;
 }
 
 const kiln_backend kiln_backend_cpu = {
@@ -135,4 +214,6 @@ const kiln_backend kiln_backend_cpu = {
     .context_create = cpu_context_create,
     .context_free = cpu_context_free,
     .context_run = cpu_context_run,
+    .context_set_timing = cpu_context_set_timing,
+    .context_last_timing = cpu_context_last_timing,
 };

@@ -90,6 +90,52 @@ static kiln_dtype precision_dtype(kiln_precision p) {
     return p == KILN_PRECISION_FP16 ? KILN_F16 : p == KILN_PRECISION_BF16 ? KILN_BF16 : KILN_F32;
 }
 
+/* Why op keeps FP32 arithmetic when its tensors are 16-bit (the kernels' own choice: see norm.cu,
+ * reduce.cu, matmul.cu, conv.cu, pool.cu), or NULL. */
+static const char *fp32_accumulation(const kiln_node *n) {
+    static const char *const ops[][2] = {
+        {"Softmax", "softmax sums"}, {"LogSoftmax", "softmax sums"}, {"Attention", "softmax sums and products"},
+        {"LayerNormalization", "normalization statistics"}, {"RMSNormalization", "normalization statistics"},
+        {"BatchNormalization", "normalization statistics"}, {"InstanceNormalization", "normalization statistics"},
+        {"GroupNormalization", "normalization statistics"}, {"CumSum", "running sums"}, {"MatMul", "dot products"},
+        {"Gemm", "dot products"}, {"FusedMatMul", "dot products"}, {"FusedGemm", "dot products"},
+        {"Conv", "dot products"}, {"FusedConv", "dot products"}, {"AveragePool", "window sums"},
+        {"GlobalAveragePool", "window sums"}, {"LpPool", "window sums"}, {"GlobalLpPool", "window sums"},
+    };
+    if (!strncmp(n->op_type, "Reduce", 6)) return "large reductions";
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
+        if (!strcmp(n->op_type, ops[i][0])) return ops[i][1];
+    return NULL;
+}
+
+/* Per-node precision (--layer-precision): a float value is stored in the precision of the node that
+ * produces it, a float constant in that of its first reader (the builder gave constants read in
+ * several precisions one alias each, and put Casts where precisions meet). Logs, per 16-bit device
+ * node, that its kernel keeps FP32 accumulation. */
+static void apply_node_precisions(kiln_backend_engine *be, const uint8_t *node_precision) {
+    const kiln_graph *g = be->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        kiln_precision p = node_precision ? (kiln_precision)node_precision[i] : be->precision;
+        kiln_dtype dt = precision_dtype(p);
+        for (int k = 0; node_precision && k < n->noutputs; k++) {
+            int v = n->outputs[k];
+            if (v >= 0 && kiln_cuda_is_float(g->values[v].dtype)) be->dev_dtype[v] = dt;
+        }
+        for (int k = 0; node_precision && k < n->ninputs; k++) {
+            int v = n->inputs[k];
+            if (v < 0 || !g->values[v].constant || !kiln_cuda_is_float(g->values[v].dtype) || be->const_typed[v]) continue;
+            be->dev_dtype[v] = dt;
+            be->const_typed[v] = true;
+        }
+        const char *why = fp32_accumulation(n);
+        if (p != KILN_PRECISION_FP32 && why)
+            KILN_LOG(KILN_LOG_VERBOSE, "cuda: node '%s' (%s) stores %s and accumulates in fp32 (%s overflow %s)",
+                     n->name, n->op_type, p == KILN_PRECISION_FP16 ? "fp16" : "bf16", why,
+                     p == KILN_PRECISION_FP16 ? "fp16" : "lose bits in bf16");
+    }
+}
+
 /* ---------------------------------------------------------------- the device */
 
 /* The GPU ordinal the engine was built for: "--device N" in its build options, else 0. */
@@ -256,6 +302,7 @@ static kiln_status upload_constants(kiln_backend_engine *be) {
     }
     if (!total) return KILN_OK;
     KILN_CUDA_TRY(cudaMalloc(&be->const_mem, total));
+    be->const_bytes = total;
     size_t off = 0;
     void *tmp = NULL;
     size_t tmp_cap = 0;
@@ -307,6 +354,7 @@ void kiln_cuda_engine_free(kiln_backend_engine *be) {
     free(be->needs_device);
     free(be->last_step);
     free(be->const_dev);
+    free(be->const_typed);
     pthread_mutex_destroy(&be->mu);
     free(be);
 }
@@ -342,8 +390,8 @@ static kiln_status plan_static_shapes(kiln_backend_engine *be) {
     return s;
 }
 
-kiln_status kiln_cuda_engine_prepare(const kiln_graph *g, kiln_precision precision, bool require_kernels,
-                                     kiln_backend_engine **out) {
+kiln_status kiln_cuda_engine_prepare(const kiln_graph *g, kiln_precision precision, const uint8_t *node_precision,
+                                     bool require_kernels, kiln_backend_engine **out) {
     *out = NULL;
     kiln_backend_engine *be = calloc(1, sizeof *be);
     if (!be) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
@@ -359,10 +407,11 @@ kiln_status kiln_cuda_engine_prepare(const kiln_graph *g, kiln_precision precisi
     be->needs_device = calloc(nv, sizeof *be->needs_device);
     be->last_step = calloc(nv, sizeof *be->last_step);
     be->const_dev = calloc(nv, sizeof *be->const_dev);
+    be->const_typed = calloc(nv, sizeof *be->const_typed);
     kiln_value *typed = malloc(nv * sizeof *typed);
     kiln_status s = KILN_OK;
     if (!be->kernels || !be->host_exec || !be->kind || !be->dev_dtype || !be->needs_device || !be->last_step ||
-        !be->const_dev || !typed)
+        !be->const_dev || !be->const_typed || !typed)
         s = kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory preparing the engine");
     if (s == KILN_OK) {
         /* the graph as the kernels' supports checks see it: values in their device dtypes */
@@ -370,8 +419,9 @@ kiln_status kiln_cuda_engine_prepare(const kiln_graph *g, kiln_precision precisi
         for (int v = 0; v < g->nvalues; v++) {
             be->kind[v] = g->values[v].constant ? KILN_CUDA_CONST : KILN_CUDA_DEVICE;
             be->dev_dtype[v] = kiln_cuda_is_float(g->values[v].dtype) ? be->float_dtype : g->values[v].dtype;
-            typed[v].dtype = be->dev_dtype[v];
         }
+        apply_node_precisions(be, node_precision);
+        for (int v = 0; v < g->nvalues; v++) typed[v].dtype = be->dev_dtype[v];
         kiln_graph cg = *g;
         cg.values = typed;
         s = place_nodes(be, &cg, require_kernels);
@@ -394,7 +444,7 @@ kiln_status kiln_cuda_engine_create(const kiln_graph *g, const kiln_engine_meta 
     kiln_backend_engine probe = {.device = 0};
     KILN_TRY(open_device(&probe, meta));
     kiln_backend_engine *be;
-    KILN_TRY(kiln_cuda_engine_prepare(g, meta->precision, true, &be));
+    KILN_TRY(kiln_cuda_engine_prepare(g, meta->precision, meta->node_precision, true, &be));
     be->device = probe.device;
     be->sm_count = probe.sm_count;
     be->cc_major = probe.cc_major;

@@ -80,7 +80,9 @@ static kiln_status enqueue_plan(kiln_backend_context *c, const kiln_cuda_plan *p
     if (sync_each) KILN_TRY(sync_checked(c, "uploading the inputs"));
     for (int i = 0; i < g->nnodes; i++) {
         if (!be->kernels[i] || be->host_exec[i]) continue;
+        kiln_cuda_timing_node(c, i, false);
         KILN_TRY(run_node(c, p, i));
+        kiln_cuda_timing_node(c, i, true);
         if (sync_each) {
             const kiln_node *n = &g->nodes[i];
             char what[512];
@@ -144,7 +146,7 @@ kiln_status kiln_cuda_plan_execute(kiln_backend_context *c, kiln_cuda_plan *p) {
     if (!p->has_device_work) return KILN_OK;
     if (p->runs == 0) return enqueue_plan(c, p, true);
     if (p->no_graph && p->capture_failures == 1 && p->runs >= 2) p->no_graph = false; /* the retry */
-    if (!c->use_graphs || p->no_graph) return enqueue_plan(c, p, false);
+    if (!c->use_graphs || p->no_graph || (c->timing & KILN_TIMING_NODES)) return enqueue_plan(c, p, false);
     if (p->exec && p->exec_arena != c->arena) kiln_cuda_plan_drop_graph(p);
     if (!p->exec) {
         KILN_TRY(capture(c, p));

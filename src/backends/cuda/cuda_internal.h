@@ -41,10 +41,12 @@ struct kiln_backend_engine {
     int *last_step;                     /* [nvalues]: last step that reads a device value's data */
     void *const_mem;                    /* one device allocation holding every needed constant */
     void **const_dev;                   /* [nvalues]: device copy of a constant, or NULL */
+    bool *const_typed;                  /* [nvalues]: a constant's dev_dtype came from a node precision */
     int max_args;                       /* most inputs or outputs of one node */
     int n_host_nodes, n_device_nodes;
     bool static_inputs;                 /* every input shape is static: static_* below are set */
     size_t static_peak, static_naive;   /* activation arena: planned vs one buffer per value */
+    size_t const_bytes;                 /* the device allocation holding the constants */
     pthread_mutex_t mu;                 /* serializes shape resolution (it may allocate in the graph) */
 };
 
@@ -83,6 +85,8 @@ struct kiln_backend_context {
     bool no_transfers;           /* kiln_context_set_transfers(false): see backend.h */
     kiln_cuda_plan *last_plan;   /* the plan of the previous successful run */
     kiln_cuda_tensor *args;      /* [2 * max_args]: one node's inputs then outputs */
+    unsigned timing;             /* KILN_TIMING_* flags (kiln bench); 0 = off */
+    struct kiln_cuda_timing *tm; /* events and results while timing is on (cuda_timing.c) */
 };
 
 static inline bool kiln_cuda_is_float(kiln_dtype t) {
@@ -91,12 +95,12 @@ static inline bool kiln_cuda_is_float(kiln_dtype t) {
 static inline size_t kiln_cuda_align(size_t n) { return (n + KILN_CUDA_ALIGN - 1) & ~(size_t)(KILN_CUDA_ALIGN - 1); }
 
 /* cuda_engine.c — the host side of engine_create, without touching a device: places every node
- * (device or host), gives values their device dtypes, computes liveness and, for static input shapes,
- * the static plan. With require_kernels, fails listing every node the device cannot run; without,
+ * (device or host), gives values their device dtypes (node_precision: the precision of each node, or
+ * NULL for `precision` everywhere), computes liveness and, for static input shapes, the static plan. With require_kernels, fails listing every node the device cannot run; without,
  * such nodes stay device nodes with kernels[i] == NULL (for planning only: such an engine cannot run).
  * On success *out is owned by the caller (kiln_cuda_engine_free). */
-kiln_status kiln_cuda_engine_prepare(const kiln_graph *g, kiln_precision precision, bool require_kernels,
-                                     kiln_backend_engine **out);
+kiln_status kiln_cuda_engine_prepare(const kiln_graph *g, kiln_precision precision, const uint8_t *node_precision,
+                                     bool require_kernels, kiln_backend_engine **out);
 /* cuda_engine.c — the backend's engine_create / engine_free / describe. */
 kiln_status kiln_cuda_engine_create(const kiln_graph *g, const kiln_engine_meta *meta, kiln_backend_engine **out);
 void kiln_cuda_engine_free(kiln_backend_engine *be);
@@ -140,5 +144,17 @@ size_t kiln_cuda_value_bytes(const kiln_backend_engine *be, const kiln_cuda_plan
 kiln_status kiln_cuda_plan_execute(kiln_backend_context *c, kiln_cuda_plan *p);
 /* Destroys p's CUDA graph (after the arena moved, or when the plan is freed). */
 void kiln_cuda_plan_drop_graph(kiln_cuda_plan *p);
+
+/* cuda_timing.c — kiln bench's timing hooks (backend.h). Stage marks (0 before the upload, 1 after it,
+ * 2 after the plan, 3 after the download) and node marks record CUDA events on the context's stream
+ * when timing is on and do nothing otherwise; with KILN_TIMING_NODES the plan runs without a CUDA
+ * graph, so that the node events are real. kiln_cuda_timing_finish reads the events after the
+ * run's synchronization. */
+kiln_status kiln_cuda_timing_set(kiln_backend_context *c, unsigned flags);
+void kiln_cuda_timing_free(kiln_backend_context *c);
+void kiln_cuda_timing_stage(kiln_backend_context *c, int stage);
+void kiln_cuda_timing_node(kiln_backend_context *c, int node, bool end);
+kiln_status kiln_cuda_timing_finish(kiln_backend_context *c, const kiln_cuda_plan *p, double enqueue_ms);
+void kiln_cuda_last_timing(kiln_backend_context *c, kiln_backend_timing *out);
 
 #endif

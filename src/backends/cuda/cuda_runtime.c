@@ -14,6 +14,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static kiln_status cuda_device_name(int device, char *buf, size_t cap) {
     int count = 0;
@@ -43,6 +44,7 @@ static void cuda_context_free(kiln_backend_context *c) {
     if (!c) return;
     cudaSetDevice(c->be->device);
     if (c->kc.stream) cudaStreamSynchronize(c->kc.stream);
+    kiln_cuda_timing_free(c);
     for (int i = 0; i < c->nplans; i++) kiln_cuda_plan_free(c->be, c->plans[i]);
     if (c->arena) cudaFree(c->arena);
     if (c->kc.workspace) cudaFree(c->kc.workspace);
@@ -235,26 +237,40 @@ static void bind_outputs(const kiln_backend_context *c, const kiln_cuda_plan *p,
     }
 }
 
+static double host_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
 static kiln_status cuda_context_run(kiln_backend_context *c, const kiln_tensor *inputs, kiln_tensor *outputs) {
+    double t0 = c->timing ? host_ms() : 0;
     KILN_CUDA_TRY(cudaSetDevice(c->be->device));
     kiln_cuda_plan *p;
     KILN_TRY(get_plan(c, inputs, &p));
     KILN_TRY(ensure_capacity(c, p));
     bool transfer = !c->no_transfers || p != c->last_plan;
     c->last_plan = NULL;
+    kiln_cuda_timing_stage(c, 0);
     kiln_status s = transfer ? upload_inputs(c, p, inputs) : KILN_OK;
+    kiln_cuda_timing_stage(c, 1);
     if (s == KILN_OK) s = kiln_cuda_plan_execute(c, p);
+    kiln_cuda_timing_stage(c, 2);
     if (s == KILN_OK && transfer) s = download_outputs(c, p);
+    kiln_cuda_timing_stage(c, 3);
+    double enqueue_ms = c->timing ? host_ms() - t0 : 0;
     cudaError_t e = cudaStreamSynchronize(c->kc.stream); /* also after a failure: nothing may stay in flight */
     if (s != KILN_OK) return s;
     if (e != cudaSuccess) return kiln_error_prefix(kiln_cuda_error(e, "cudaStreamSynchronize", __FILE__, __LINE__), "running on cuda");
     p->runs++;
     c->last_plan = p;
     bind_outputs(c, p, outputs);
-    return KILN_OK;
+    return c->timing ? kiln_cuda_timing_finish(c, p, enqueue_ms) : KILN_OK;
 }
 
 static void cuda_context_set_transfers(kiln_backend_context *c, bool enabled) { c->no_transfers = !enabled; }
+
+static void cuda_context_set_graphs(kiln_backend_context *c, bool enabled) { c->use_graphs = enabled; }
 
 const kiln_backend kiln_backend_cuda = {
     .name = "cuda",
@@ -267,4 +283,7 @@ const kiln_backend kiln_backend_cuda = {
     .context_run = cuda_context_run,
     .describe = kiln_cuda_engine_describe,
     .context_set_transfers = cuda_context_set_transfers,
+    .context_set_graphs = cuda_context_set_graphs,
+    .context_set_timing = kiln_cuda_timing_set,
+    .context_last_timing = kiln_cuda_last_timing,
 };

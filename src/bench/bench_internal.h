@@ -1,0 +1,29 @@
+/* bench_internal.h — what the files of src/bench/ share and nobody else needs: the engine's internals
+ * (its graph and backend, for the timing hooks and the per-layer table), input making, the per-layer
+ * pass, and small formatting helpers. */
+#ifndef KILN_BENCH_INTERNAL_H
+#define KILN_BENCH_INTERNAL_H
+
+#include "bench/bench.h"
+#include "runtime/engine_internal.h"
+
+#include <stdio.h>
+
+/* bench_inputs.c — allocates and fills inputs[0..num_inputs) (owned by the caller: release each) for
+ * cfg's shapes, batch and seed; desc gets "name:dtype[dims], ...", notes what was assumed, *batch
+ * dim 0 of the first input (1 for a scalar). Errors name the input or the --shapes text. */
+kiln_status kiln_bench_make_inputs(const kiln_engine *e, const kiln_bench_config *cfg, kiln_tensor *inputs,
+                                   char *desc, size_t desc_cap, char *notes, size_t notes_cap, int64_t *batch);
+
+/* bench_layers.c — runs context c (inputs bound) with node timing: once without cfg->profile (shapes,
+ * FLOPs, bytes, activation memory), else repeatedly (at least 10 runs and 0.5 s) for the mean time of
+ * every layer. Fills r->layers, nlayers, profile_runs, flops, bytes and r->mem (streams contexts). */
+kiln_status kiln_bench_layers(kiln_engine *e, kiln_context *c, const kiln_bench_config *cfg, kiln_bench_result *r);
+
+/* bench_run.c — milliseconds of a monotonic clock. */
+double kiln_bench_now_ms(void);
+
+/* "1.23 MB" style sizes (decimal units) into buf. */
+const char *kiln_bench_bytes_text(double bytes, char *buf, size_t cap);
+
+#endif

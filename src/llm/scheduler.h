@@ -1,0 +1,114 @@
+/* scheduler.h — continuous batching over a paged KV cache, as vLLM does it. Requests join a waiting
+ * queue; every step builds one ragged batch (llm.h): first one token for each running sequence that
+ * is decoding, then prefill chunks of partly prefilled and waiting sequences, within a token budget
+ * and a sequence limit. Waiting requests are admitted first come, first served while the KV cache has
+ * blocks for their chunk; blocks are taken as sequences grow. When a running sequence needs a block and
+ * none is free, the most recently admitted sequence is preempted by recomputation: its blocks are
+ * freed and it returns to the front of the waiting queue with the tokens it generated, so its next
+ * prefill covers prompt + generated. After the forward step every sequence whose context is complete
+ * is sampled (sampler.h) and the step reports events: a token, and the end of a request with its
+ * reason. No request is ever lost: each one ends with exactly one final event.
+ *
+ * Not thread-safe: one thread calls step, add and finish. */
+#ifndef KILN_LLM_SCHEDULER_H
+#define KILN_LLM_SCHEDULER_H
+
+#include "kiln/kiln.h"
+#include "llm/kv_cache.h"
+#include "llm/llm.h"
+#include "llm/sampler.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One forward step, with kiln_llm_forward's contract (logits of each sequence's last new token,
+ * [n_seqs, vocab]); a function pointer so that tests can run the scheduler on a fake model. */
+typedef kiln_status (*kiln_forward_fn)(void *model, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits);
+
+typedef struct kiln_scheduler_config {
+    kiln_forward_fn forward;    /* required */
+    void *model;                /* passed to forward */
+    kiln_kv_cache *kv;          /* borrowed, and used by this scheduler alone; its block_size is the page size */
+    int vocab;                  /* logits per sequence */
+    int max_model_len;          /* a sequence's context limit (prompt + generated), e.g. the model's max_pos */
+    int max_num_batched_tokens; /* tokens in one step (0: 2048); at least max_num_seqs */
+    int max_num_seqs;           /* running sequences (0: 256) */
+} kiln_scheduler_config;
+
+typedef struct kiln_request_params {
+    const int32_t *prompt; /* copied; at least one token, each in [0, vocab), fewer than max_model_len */
+    int n_prompt;
+    int max_tokens;        /* tokens to generate at most, >= 1 */
+    kiln_sampling_params sampling;
+    const int32_t *stop_ids; /* copied; generation ends after producing one of them (e.g. eos) */
+    int n_stop_ids;
+    void *user;              /* returned in every event of the request */
+} kiln_request_params;
+
+typedef enum kiln_finish_reason {
+    KILN_FINISH_NONE = 0,    /* the request goes on */
+    KILN_FINISH_LENGTH,      /* max_tokens generated, or the context reached max_model_len */
+    KILN_FINISH_STOP_TOKEN,  /* the last token is one of stop_ids */
+    KILN_FINISH_STOP_STRING, /* the caller saw a stop string (kiln_scheduler_finish) */
+    KILN_FINISH_ABORTED,     /* the caller aborted it (kiln_scheduler_finish) */
+    KILN_FINISH_ERROR,       /* it cannot run (too large for the cache) or its forward step failed */
+} kiln_finish_reason;
+
+/* "length", "stop_token", "stop_string", "aborted", "error" ("none" for KILN_FINISH_NONE). */
+const char *kiln_finish_reason_name(kiln_finish_reason r);
+
+typedef struct kiln_sched_event {
+    uint64_t id;
+    void *user;
+    kiln_sample sample;        /* the new token and its log-probabilities; sample.token == -1 when none */
+    int n_generated;           /* tokens generated so far, including this one */
+    kiln_finish_reason finish; /* not NONE: the request's last event; it is gone after this step */
+    const char *message;       /* KILN_FINISH_ERROR: why; otherwise NULL */
+} kiln_sched_event;
+
+typedef struct kiln_scheduler_stats {
+    int running, waiting;
+    int kv_blocks_used, kv_blocks_total;
+    uint64_t preemptions; /* sequences preempted since creation */
+    uint64_t steps;       /* forward steps run */
+} kiln_scheduler_stats;
+
+typedef struct kiln_scheduler kiln_scheduler;
+
+/* KILN_ERR_INVALID_ARGUMENT names a missing or out-of-range config field. Caller owns *out. */
+kiln_status kiln_scheduler_create(const kiln_scheduler_config *cfg, kiln_scheduler **out);
+/* Frees the scheduler and gives back every block it holds; accepts NULL. */
+void kiln_scheduler_free(kiln_scheduler *s);
+
+/* Queues a request and returns its id (> 0). Invalid parameters (empty prompt, a token outside the
+ * vocabulary, a prompt of max_model_len tokens or more, max_tokens < 1, sampling parameters) are
+ * KILN_ERR_INVALID_ARGUMENT and queue nothing. A request whose prompt + max_tokens needs more KV
+ * blocks than the whole cache holds is accepted and ends at the next step with a KILN_FINISH_ERROR
+ * event saying so. */
+kiln_status kiln_scheduler_add(kiln_scheduler *s, const kiln_request_params *r, uint64_t *id);
+
+/* Ends a waiting or running request now, freeing its blocks; why is KILN_FINISH_ABORTED or
+ * KILN_FINISH_STOP_STRING. Its final event (no token) comes with the next step. An id that is unknown
+ * or already finished is KILN_ERR_INVALID_ARGUMENT. Safe while reading the last step's events. */
+kiln_status kiln_scheduler_finish(kiln_scheduler *s, uint64_t id, kiln_finish_reason why);
+
+/* Runs one step (or none, when nothing can run) and returns its events in *events[0, *n_events),
+ * valid until the next step: the final events of requests ended since the last step, then one event
+ * per sampled sequence. A failed forward step ends every request of its batch with a
+ * KILN_FINISH_ERROR event carrying the message, and returns the forward's status (the events are
+ * still returned); other requests go on at the next step. A sampling error (a NaN logit) ends that
+ * request alone the same way. */
+kiln_status kiln_scheduler_step(kiln_scheduler *s, const kiln_sched_event **events, int *n_events);
+
+/* True while some request is waiting, running, or has a final event not yet returned by step. */
+bool kiln_scheduler_has_work(const kiln_scheduler *s);
+kiln_scheduler_stats kiln_scheduler_get_stats(const kiln_scheduler *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

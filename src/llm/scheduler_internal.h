@@ -1,0 +1,64 @@
+/* scheduler_internal.h — what scheduler.c (requests: add, finish, lifetime) and scheduler_step.c
+ * (building and running one batch) share: the request record and the scheduler's lists. */
+#ifndef KILN_LLM_SCHEDULER_INTERNAL_H
+#define KILN_LLM_SCHEDULER_INTERNAL_H
+
+#include "llm/scheduler.h"
+
+typedef struct sched_req {
+    uint64_t id;
+    void *user;
+    kiln_sampling_params sampling;
+    int32_t *tokens;    /* [max_total]: the prompt, then the generated tokens */
+    int n_prompt, n_tokens;
+    int max_total;      /* n_prompt + max_tokens, at most max_model_len: the request ends there */
+    int32_t *stop_ids;  /* [n_stop_ids] */
+    int n_stop_ids;
+    int n_computed;     /* tokens whose keys and values are in the cache */
+    int32_t *blocks;    /* [max_blocks] cache blocks of tokens [0, n_blocks * block_size) */
+    int n_blocks, max_blocks;
+    int chunk;          /* tokens scheduled in the step being built; 0 = not scheduled */
+    bool ended;         /* moved to the done list during this step */
+    bool delivered;     /* its final event was returned by a step: freed at the next one */
+    char message[256];  /* KILN_FINISH_ERROR's message */
+} sched_req;
+
+struct kiln_scheduler {
+    kiln_scheduler_config cfg; /* with defaults filled in */
+    int block_size;
+    kiln_sampler *sampler;
+    uint64_t next_id, preemptions, steps;
+
+    /* Every live request is in exactly one list. `cap` bounds the live requests that the lists,
+     * pending and events can hold, so that step and finish never allocate. */
+    sched_req **running; /* [max_num_seqs], in admission order */
+    sched_req **waiting; /* [cap], the front first */
+    sched_req **done;    /* [cap], ended; freed once their final event was returned */
+    int n_running, n_waiting, n_done, cap;
+    kiln_sched_event *pending; /* [cap] final events of requests ended between steps */
+    kiln_sched_event *events;  /* [cap + max_num_seqs] the last step's events */
+    int n_pending, n_events;
+
+    /* the step being built: batch[i] owns the i-th sequence of the forward batch */
+    sched_req **batch; /* [max_num_seqs] */
+    int n_batch;
+    bool preempted; /* a sequence was preempted in this step: admit nobody */
+    int max_blocks_per_seq;
+    int32_t *tokens, *positions;  /* [max_num_batched_tokens] */
+    int32_t *seq_start, *ctx_len; /* [max_num_seqs + 1], [max_num_seqs] */
+    int32_t *block_table;         /* [max_num_seqs * max_blocks_per_seq] */
+    float *logits;                /* [max_num_seqs * vocab] */
+};
+
+/* Frees r's memory (not its blocks); accepts NULL. */
+void sched_req_free(sched_req *r);
+/* Gives back every block r holds; it no longer has anything cached. */
+void sched_release_blocks(kiln_scheduler *s, sched_req *r);
+/* Ends r (already out of the running and waiting lists, or about to leave running): frees its blocks,
+ * keeps `message` (KILN_FINISH_ERROR's; NULL otherwise) and moves it to the done list. */
+void sched_end(kiln_scheduler *s, sched_req *r, const char *message);
+/* r's event: the sampled token (sample NULL: none, token -1) and why it ended (KILN_FINISH_NONE: it
+ * goes on). The message points into r, which lives until the step after the event is returned. */
+kiln_sched_event sched_event(const sched_req *r, const kiln_sample *sample, kiln_finish_reason why);
+
+#endif

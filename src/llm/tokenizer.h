@@ -1,0 +1,94 @@
+/* tokenizer.h — byte-level BPE tokenizers as a Hugging Face tokenizer.json describes them (GPT-2,
+ * Llama-3, and the ones `tokenizers` trains with ByteLevelBPETokenizer or models.BPE +
+ * pre_tokenizers.ByteLevel): encode text to token ids and decode ids back, with the same ids as
+ * `tokenizers` gives.
+ *
+ * What is read: model BPE (vocab; merges as "a b" strings or [a, b] pairs; ignore_merges;
+ * byte_fallback; unk_token, fuse_unk), added_tokens (matched in the text before pre-tokenization,
+ * special or not, with lstrip / rstrip / single_word), normalizer null (or an empty Sequence),
+ * pre_tokenizer ByteLevel (add_prefix_space, use_regex with GPT-2's pattern) or a Sequence of Split
+ * (the GPT-2 or Llama-3 regex, behavior Isolated, invert false) and ByteLevel stages, decoder
+ * ByteLevel, post_processor null / ByteLevel / TemplateProcessing (its single-sequence template) or a
+ * Sequence of them. An optional tokenizer_config.json next to it gives bos_token, eos_token,
+ * add_bos_token and add_eos_token. Anything else is refused with KILN_ERR_UNSUPPORTED naming it;
+ * truncation and padding settings are ignored.
+ *
+ * A loaded tokenizer is immutable: any number of threads may encode and decode with it at once. */
+#ifndef KILN_LLM_TOKENIZER_H
+#define KILN_LLM_TOKENIZER_H
+
+#include "kiln/kiln.h"
+#include "core/strbuf.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kiln_tokenizer kiln_tokenizer;
+
+/* Loads path_or_dir: a tokenizer.json file, or a directory holding one. tokenizer_config.json in the
+ * same directory is read when present. Errors: KILN_ERR_IO (file missing or unreadable),
+ * KILN_ERR_PARSE (bad JSON, a missing or mistyped field, a merge of unknown tokens),
+ * KILN_ERR_UNSUPPORTED (a model, normalizer, pre-tokenizer, pattern, decoder or post-processor kiln
+ * does not implement), KILN_ERR_OUT_OF_MEMORY; each message names the file and the field. On
+ * success the caller owns *out (kiln_tokenizer_free). */
+kiln_status kiln_tokenizer_load(const char *path_or_dir, kiln_tokenizer **out);
+/* Frees a tokenizer; accepts NULL. */
+void kiln_tokenizer_free(kiln_tokenizer *tok);
+
+/* Encodes text[0..len) (UTF-8; invalid bytes are encoded as their own bytes) into *ids (malloc'ed,
+ * the caller frees it; may be NULL when *n is 0). add_special applies the post-processor (e.g. the
+ * bos token of Llama-3), as `tokenizers`' add_special_tokens=True. Errors: KILN_ERR_OUT_OF_MEMORY. */
+kiln_status kiln_tokenizer_encode(const kiln_tokenizer *tok, const char *text, size_t len, bool add_special,
+                                  int32_t **ids, size_t *n);
+
+/* Decodes ids[0..n) into *text (malloc'ed, NUL-terminated, the caller frees it) of *len bytes, as
+ * `tokenizers`' decode: the ByteLevel decoder's bytes, with every invalid UTF-8 sequence replaced by
+ * U+FFFD; with skip_special, special tokens are left out. Errors: KILN_ERR_INVALID_ARGUMENT for an
+ * id that names no token; KILN_ERR_OUT_OF_MEMORY. */
+kiln_status kiln_tokenizer_decode(const kiln_tokenizer *tok, const int32_t *ids, size_t n, bool skip_special,
+                                  char **text, size_t *len);
+
+/* The bytes one token decodes to (possibly part of a UTF-8 character), *len of them; NULL (and *len
+ * 0) for an id that names no token. Valid while tok lives. */
+const char *kiln_tokenizer_token_text(const kiln_tokenizer *tok, int32_t id, size_t *len);
+
+/* One past the largest token id (the model vocabulary and the added tokens). */
+int32_t kiln_tokenizer_vocab_size(const kiln_tokenizer *tok);
+/* The bos / eos ids: tokenizer_config.json's bos_token / eos_token; without them, bos is the first
+ * special token of the post-processor's template, and both fall back to "<|endoftext|>" (GPT-2's
+ * convention) when that token exists. -1 when unknown. */
+int32_t kiln_tokenizer_bos_id(const kiln_tokenizer *tok);
+int32_t kiln_tokenizer_eos_id(const kiln_tokenizer *tok);
+/* The id of the token whose text is `token` (an added token, else a vocabulary entry in its
+ * byte-level form, e.g. "Ġthe"), or -1. */
+int32_t kiln_tokenizer_find(const kiln_tokenizer *tok, const char *token);
+/* True when id is a special added token (skipped by decode's skip_special). */
+bool kiln_tokenizer_is_special(const kiln_tokenizer *tok, int32_t id);
+
+/* Streaming decode for generation, one token at a time: each push appends to `out` the text that
+ * is complete so far (UTF-8 characters split across tokens are held back until their last byte
+ * arrives). The concatenation of every push and the final flush equals kiln_tokenizer_decode of the
+ * same ids. Zero-initialise (or kiln_tokenizer_stream_init) before the first push. */
+typedef struct kiln_tokenizer_stream {
+    unsigned char pending[4]; /* the start of an incomplete UTF-8 character */
+    int npending;
+} kiln_tokenizer_stream;
+
+void kiln_tokenizer_stream_init(kiln_tokenizer_stream *s);
+/* Appends the newly completed text after token id (nothing for a special token with skip_special).
+ * Errors: KILN_ERR_INVALID_ARGUMENT for an id that names no token (the stream is unchanged);
+ * KILN_ERR_OUT_OF_MEMORY when out failed. */
+kiln_status kiln_tokenizer_stream_push(const kiln_tokenizer *tok, kiln_tokenizer_stream *s, int32_t id,
+                                       bool skip_special, kiln_strbuf *out);
+/* Appends U+FFFD for a held-back incomplete character, if any, and resets the stream. */
+void kiln_tokenizer_stream_flush(kiln_tokenizer_stream *s, kiln_strbuf *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

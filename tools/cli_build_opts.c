@@ -1,0 +1,107 @@
+/* cli_build_opts.c — the build options `kiln build` and `kiln compare` share: --target, --fp16 /
+ * --bf16 / --fp32 / --best, --device, --layer-precision PATTERN:PREC and --profile NAME:MIN,OPT,MAX. */
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void cli_build_opts_init(cli_build_opts *b) {
+    memset(b, 0, sizeof *b);
+    b->o.target = "cpu";
+    b->o.layer_precisions = b->rules;
+    b->o.ranges = b->ranges;
+}
+
+void cli_build_opts_free(cli_build_opts *b) {
+    for (int i = 0; i < b->o.nlayer_precisions; i++) free((void *)b->rules[i].pattern);
+    for (int i = 0; i < b->o.nranges; i++) free((void *)b->ranges[i].input);
+    b->o.nlayer_precisions = b->o.nranges = 0;
+}
+
+/* --layer-precision PATTERN:PREC (the last ':' separates, so "op:Softmax:fp32" works). */
+static int parse_rule(cli_build_opts *b, const char *cmd, const char *val) {
+    const char *colon = strrchr(val, ':');
+    kiln_precision p;
+    if (!colon || colon == val || !cli_parse_precision(colon + 1, &p))
+        return cli_usage_error(cmd, "--layer-precision expects PATTERN:fp32|fp16|bf16 (e.g. 'op:Softmax:fp32'), got '%s'",
+                               val);
+    if (b->o.nlayer_precisions == CLI_MAX_ARGS) return cli_usage_error(cmd, "too many --layer-precision options");
+    b->rules[b->o.nlayer_precisions].pattern = strndup(val, (size_t)(colon - val));
+    b->rules[b->o.nlayer_precisions++].precision = p;
+    return 0;
+}
+
+/* --profile NAME:MIN,OPT,MAX (or NAME:SHAPE for a fixed shape). An input already in the current profile
+ * starts the next profile. */
+static int parse_profile(cli_build_opts *b, const char *cmd, const char *val) {
+    const char *colon = strrchr(val, ':');
+    if (!colon || colon == val)
+        return cli_usage_error(cmd, "--profile expects NAME:MIN,OPT,MAX with shapes like 1x128, got '%s'", val);
+    if (b->o.nranges == CLI_MAX_ARGS) return cli_usage_error(cmd, "too many --profile options");
+    kiln_input_range *r = &b->ranges[b->o.nranges];
+    memset(r, 0, sizeof *r);
+    int64_t *parts[3] = {r->min, r->opt, r->max};
+    const char *p = colon + 1;
+    int nparts = 0;
+    bool more = true;
+    while (more && nparts < 3) {
+        const char *end;
+        int nd = cli_parse_dims(p, ",", parts[nparts], &end);
+        if (nd < 0 || (nparts && nd != r->ndim))
+            return cli_usage_error(cmd, "--profile '%s': shapes must be AxBxC of one rank, as MIN,OPT,MAX", val);
+        r->ndim = nd;
+        nparts++;
+        more = *end == ',';
+        p = end + 1;
+    }
+    if (more || nparts == 2)
+        return cli_usage_error(cmd, "--profile '%s': give MIN,OPT,MAX (three shapes) or one fixed shape", val);
+    if (nparts == 1) {
+        memcpy(r->opt, r->min, sizeof r->opt);
+        memcpy(r->max, r->min, sizeof r->max);
+    }
+    size_t nlen = (size_t)(colon - val);
+    int profile = b->o.nranges ? b->ranges[b->o.nranges - 1].profile : 0;
+    for (int i = 0; i < b->o.nranges; i++)
+        if (b->ranges[i].profile == profile && strlen(b->ranges[i].input) == nlen && !strncmp(b->ranges[i].input, val, nlen)) {
+            profile++;
+            break;
+        }
+    r->profile = profile;
+    r->input = strndup(val, nlen);
+    b->o.nranges++;
+    return 0;
+}
+
+int cli_build_opts_parse(cli_build_opts *b, const char *cmd, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    if (!strcmp(a, "--fp16") || !strcmp(a, "--bf16") || !strcmp(a, "--fp32") || !strcmp(a, "--best")) {
+        cli_parse_precision(a[2] == 'b' && a[3] == 'e' ? "fp16" : a + 2, &b->o.precision);
+        b->best = !strcmp(a, "--best");
+        b->given = true;
+        return 1;
+    }
+    if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
+        b->o.verbose = true;
+        return 1;
+    }
+    bool takes = !strcmp(a, "--target") || !strcmp(a, "--device") || !strcmp(a, "--layer-precision") ||
+                 !strcmp(a, "--profile");
+    if (!takes) return 0;
+    if (*i + 1 >= argc) return cli_usage_error(cmd, "%s needs a value", a);
+    const char *val = argv[++*i];
+    b->given = true;
+    if (!strcmp(a, "--target")) {
+        b->o.target = val;
+    } else if (!strcmp(a, "--device")) {
+        char *end;
+        long n = strtol(val, &end, 10);
+        if (n < 0 || n > 1024 || *end || end == val) return cli_usage_error(cmd, "--device needs a GPU number");
+        b->o.device = (int)n;
+    } else if (!strcmp(a, "--layer-precision")) {
+        if (parse_rule(b, cmd, val)) return 2;
+    } else if (parse_profile(b, cmd, val)) {
+        return 2;
+    }
+    return 1;
+}
