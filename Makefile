@@ -77,6 +77,8 @@ run: build
 	$(BUILD)/kiln build models/sample_cnn.onnx -o $(BUILD)/sample_cnn.kiln
 	@echo "==> run the engine on a random input"
 	$(BUILD)/kiln run $(BUILD)/sample_cnn.kiln
+	@echo "==> generate text with the bundled language model (models/kjv-gpt2, docs/bundled-model.md)"
+	$(BUILD)/kiln generate models/kjv-gpt2 --prompt "And God said" --max-tokens 64 --seed 7
 
 # ------------------------------------------------------------------------------ tests
 

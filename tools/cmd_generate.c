@@ -1,14 +1,14 @@
-/* cmd_generate.c — `kiln generate DIR --prompt TEXT`: loads a Hugging Face checkpoint and its
- * tokenizer, runs one request through the scheduler (scheduler.h) on the CPU forward step, streams
+/* cmd_generate.c — `kiln generate DIR|ENGINE --prompt TEXT`: loads a Hugging Face checkpoint and its
+ * tokenizer (or an LLM engine built from one), runs one request through the scheduler (scheduler.h) on the CPU forward step, streams
  * the text to stdout as it is generated (whole UTF-8 characters only, and never a stop string or the
  * start of one), and prints a timing line to stderr. */
 #include "cli.h"
 
 #include "core/status.h"
 #include "core/strbuf.h"
-#include "hf/checkpoint.h"
 #include "llm/kv_cache.h"
 #include "llm/llm.h"
+#include "llm/llm_engine.h"
 #include "llm/scheduler.h"
 #include "llm/tokenizer.h"
 
@@ -20,10 +20,10 @@
 #include <unistd.h>
 
 static const char *USAGE =
-    "usage: kiln generate DIR --prompt TEXT [options]\n"
+    "usage: kiln generate DIR|ENGINE.kiln --prompt TEXT [options]\n"
     "\n"
     "Generates text with the model in DIR (a Hugging Face checkpoint: config.json, *.safetensors and\n"
-    "tokenizer.json) on the CPU, printing it to stdout as it comes. Generation stops at an end-of-sequence\n"
+    "tokenizer.json) or in an LLM engine (kiln build --hf) on the CPU, printing it to stdout as it comes. Generation stops at an end-of-sequence\n"
     "token (the tokenizer's eos, config.json's and generation_config.json's eos_token_id), a --stop\n"
     "string (not printed), or --max-tokens. The sampling defaults are llama.cpp's (llama-cli); vLLM's\n"
     "API defaults are --temperature 1 --top-k 0 --top-p 1 --min-p 0. Processing order (vLLM's):\n"
@@ -143,7 +143,7 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         }
         if (rc >= 0) return rc;
     }
-    if (!a->dir) return cli_usage_error("generate ", "a checkpoint directory is required");
+    if (!a->dir) return cli_usage_error("generate ", "a checkpoint directory or LLM engine is required");
     if (!a->prompt) return cli_usage_error("generate ", "--prompt is required");
     return -1;
 }
@@ -151,6 +151,7 @@ static int parse_args(int argc, char **argv, gen_args *a) {
 /* One generation: the loaded parts, the text streamed so far and the timings. */
 typedef struct gen_run {
     const gen_args *a;
+    kiln_llm_bundle llm;    /* owns model and tok */
     kiln_llm_model *model;
     kiln_tokenizer *tok;
     kiln_kv_cache *kv;
@@ -186,24 +187,10 @@ static void add_stop_id(gen_run *g, double id) {
 
 /* The end-of-sequence ids: the tokenizer's, config.json's, and generation_config.json's eos_token_id
  * (a number or a list; instruction-tuned models name their end-of-turn token there). */
-static kiln_status collect_stop_ids(gen_run *g) {
+static void collect_stop_ids(gen_run *g) {
     add_stop_id(g, kiln_tokenizer_eos_id(g->tok));
     add_stop_id(g, kiln_llm_model_config(g->model)->eos_id);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/generation_config.json", g->a->dir);
-    if (access(path, F_OK)) return KILN_OK;
-    kiln_jdoc doc = {0};
-    kiln_status st = kiln_hf_read_json(path, "generation config", &doc);
-    if (st == KILN_OK) {
-        const kiln_jnode *eos = kiln_jdoc_get(&doc, kiln_jdoc_root(&doc), "eos_token_id");
-        double v;
-        if (kiln_jdoc_num(eos, &v)) add_stop_id(g, v);
-        for (const kiln_jnode *e = eos && eos->type == KILN_JNODE_ARRAY ? kiln_jdoc_first(&doc, eos) : NULL; e;
-             e = kiln_jdoc_next(&doc, e))
-            if (kiln_jdoc_num(e, &v)) add_stop_id(g, v);
-    }
-    kiln_jdoc_free(&doc);
-    return st;
+    for (int i = 0; i < g->llm.n_gen_eos; i++) add_stop_id(g, g->llm.gen_eos[i]);
 }
 
 static void print_upto(gen_run *g, size_t upto) {
@@ -269,10 +256,11 @@ static kiln_status make_cache(gen_run *g) {
 
 static kiln_status setup(gen_run *g) {
     double t0 = cli_now_ms();
-    KILN_TRY(kiln_llm_model_load_hf(g->a->dir, &g->model));
-    KILN_TRY(kiln_tokenizer_load(g->a->dir, &g->tok));
+    KILN_TRY(kiln_llm_open(g->a->dir, true, &g->llm));
+    g->model = g->llm.model;
+    g->tok = g->llm.tok;
     g->load_ms = cli_now_ms() - t0;
-    KILN_TRY(collect_stop_ids(g));
+    collect_stop_ids(g);
     KILN_TRY(kiln_tokenizer_encode(g->tok, g->a->prompt, strlen(g->a->prompt), true, &g->prompt_ids, &g->n_prompt));
     if (!g->n_prompt) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "the prompt encodes to no token");
     if (!(g->out_ids = malloc((size_t)g->a->max_tokens * sizeof *g->out_ids)))
@@ -320,6 +308,9 @@ static void print_ids(const int32_t *ids, int n) {
 
 static void print_report(const gen_run *g) {
     double ttft = g->t_first - g->t_request, decode = g->t_last - g->t_first;
+    /* the generated text ends without a newline (stdout is exactly the text): on a terminal, start
+     * the report on a line of its own */
+    if (g->n_out > 0 && isatty(STDOUT_FILENO) && isatty(STDERR_FILENO)) fputc('\n', stderr);
     fprintf(stderr, "kiln: prompt %zu tokens, prefill %.1f ms (%.1f tok/s), TTFT %.1f ms | generated %d tokens",
             g->n_prompt, g->prefill_ms, g->prefill_ms > 0 ? g->n_prompt * 1e3 / g->prefill_ms : 0.0, ttft, g->n_out);
     if (g->n_out > 1 && decode > 0)
@@ -346,8 +337,7 @@ int kiln_cmd_generate(int argc, char **argv) {
     if (st == KILN_OK) print_report(&g);
     kiln_scheduler_free(g.sched);
     kiln_kv_cache_free(g.kv);
-    kiln_tokenizer_free(g.tok);
-    kiln_llm_model_free(g.model);
+    kiln_llm_bundle_free(&g.llm);
     free(g.prompt_ids);
     free(g.out_ids);
     kiln_strbuf_free(&g.text);

@@ -52,7 +52,7 @@ static kiln_status alloc_tables(kiln_tokenizer *tok, const kiln_jdoc *d, const k
 }
 
 /* model.vocab into the text table and the vocabulary map (the first token of an id names it). */
-static kiln_status read_vocab(kiln_tokenizer *tok, const kiln_jdoc *d, const kiln_jnode *vocab, const char *path) {
+static kiln_status read_vocab(kiln_tokenizer *tok, const kiln_jdoc *d, const kiln_jnode *vocab) {
     KILN_TRY(kiln_tok_strmap_init(&tok->vocab, (size_t)vocab->count));
     for (const kiln_jnode *v = kiln_jdoc_first(d, vocab); v; v = kiln_jdoc_next(d, v)) {
         int32_t id = (int32_t)v->num; /* checked by alloc_tables */
@@ -91,8 +91,8 @@ static kiln_status read_merges(kiln_tokenizer *tok, const kiln_jdoc *d, const ki
     int i = 0;
     kiln_status s = KILN_OK;
     for (const kiln_jnode *m = kiln_jdoc_first(d, merges); m && s == KILN_OK; m = kiln_jdoc_next(d, m), i++) {
-        const char *a, *b;
-        size_t alen, blen;
+        const char *a = NULL, *b = NULL;
+        size_t alen = 0, blen = 0;
         s = merge_sides(d, m, i, path, &a, &alen, &b, &blen);
         if (s != KILN_OK) break;
         kiln_strbuf_clear(&cat);
@@ -161,7 +161,7 @@ static kiln_status read_model(kiln_tokenizer *tok, const kiln_jdoc *d, const kil
     KILN_TRY(kiln_tok_get_bool(d, model, "byte_fallback", false, &tok->byte_fallback, path));
     KILN_TRY(kiln_tok_get_bool(d, model, "fuse_unk", false, &tok->fuse_unk, path));
     KILN_TRY(alloc_tables(tok, d, vocab, added, path));
-    KILN_TRY(read_vocab(tok, d, vocab, path));
+    KILN_TRY(read_vocab(tok, d, vocab));
     KILN_TRY(read_merges(tok, d, merges, path));
     return read_byte_tables(tok, d, model, path);
 }

@@ -122,7 +122,7 @@ static kiln_status add_stage(kiln_tokenizer *tok, kiln_tok_stage st, const char 
 static kiln_status read_split(kiln_tokenizer *tok, const kiln_jdoc *d, const kiln_jnode *v, const char *path) {
     const kiln_jnode *pat = kiln_jdoc_get(d, v, "pattern");
     const char *regex = NULL, *literal = NULL, *behavior;
-    bool invert;
+    bool invert = false;
     if (pat && pat->type == KILN_JNODE_OBJECT) {
         KILN_TRY(kiln_tok_get_str(d, pat, "Regex", &regex, path));
         KILN_TRY(kiln_tok_get_str(d, pat, "String", &literal, path));
@@ -144,7 +144,7 @@ static kiln_status read_split(kiln_tokenizer *tok, const kiln_jdoc *d, const kil
 /* ByteLevel: add_prefix_space (default true), then GPT-2's split when use_regex (default true); the
  * byte mapping itself happens in the BPE model, so it must be the last step. */
 static kiln_status read_byte_level(kiln_tokenizer *tok, const kiln_jdoc *d, const kiln_jnode *v, const char *path) {
-    bool prefix, regex;
+    bool prefix = false, regex = false;
     KILN_TRY(kiln_tok_get_bool(d, v, "add_prefix_space", true, &prefix, path));
     KILN_TRY(kiln_tok_get_bool(d, v, "use_regex", true, &regex, path));
     if (prefix) KILN_TRY(add_stage(tok, (kiln_tok_stage){.kind = KILN_TOK_PREFIX_SPACE}, path));

@@ -10,13 +10,13 @@ Run:  KILN_BIN=build/kiln python -m pytest tests/e2e/test_tokenizer.py
 """
 import json
 import random
+import subprocess
 
 import pytest
+import tokenizers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from conftest import assert_error, assert_ok, run_kiln
-
-tokenizers = pytest.importorskip("tokenizers")
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # noqa: E402
+from conftest import KILN_TIMEOUT_S, assert_error, assert_ok, run_kiln
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -60,6 +60,7 @@ CORPUS = [
     "<|begin_of_text|>Hello<|eot_id|>", "x <|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>",
     "<|begin_of_text|", "<|", "|>", "<custom>", "a<custom>b", "pre <custom> post", "<custom><custom>",
     "word <stripme> word", "word<stripme>word", "  <stripme>  ", "<|end_of_text|> tail",
+    "Quiz Xylophone Zebra", "QQQ XXX ZZZ XZ ZX", "aQb aXb aZb", "¡Hola! ¡¡", "QX¡Z", "IQ 100 XZ",
 ]
 
 
@@ -70,7 +71,7 @@ def random_corpus(n, seed):
         "'", "'s", "'S", "'re", "'LL", "'ve", "'d", "'M", "'T", ".,;:!?-_()[]{}<>/\\\"@#$%^&*+=|~`",
         "éüñçøåßœæ", "ſ", "日本語中文字", "한국어", "😀👍🏽❤️🇫🇷", "\u0301\u0308", "مرحبا", "שלום", "हिन्दी",
         "²³½Ⅻ①٣０", "\u00a0\u3000\u2028\u0085", "\u200b\u200d", "<|endoftext|>", "<custom>", "<stripme>",
-        "<|begin_of_text|>", "<|eot_id|>", "the", " the", "ing", "tion",
+        "<|begin_of_text|>", "<|eot_id|>", "the", " the", "ing", "tion", "QXZ¡",
     ]
     rng = random.Random(seed)
     out = []
@@ -85,7 +86,7 @@ def random_corpus(n, seed):
     return out
 
 
-ALL_STRINGS = CORPUS + [t for t in TRAIN_TEXT[:12]] + random_corpus(600, 1234)
+ALL_STRINGS = CORPUS + TRAIN_TEXT[:12] + random_corpus(600, 1234)
 
 
 def train_gpt2_style(add_prefix_space):
@@ -93,7 +94,7 @@ def train_gpt2_style(add_prefix_space):
     tok = tokenizers.ByteLevelBPETokenizer(add_prefix_space=add_prefix_space)
     tok.train_from_iterator(TRAIN_TEXT, vocab_size=1200, min_frequency=2, special_tokens=["<|endoftext|>"])
     tok.add_tokens(["<custom>", AddedToken("<stripme>", lstrip=True, rstrip=True)])
-    return tok._tokenizer if hasattr(tok, "_tokenizer") else tok
+    return tok
 
 
 def train_llama3_style():
@@ -129,6 +130,26 @@ def save(tok, directory, string_merges=False):
     return path
 
 
+def with_fallback(path, directory, fuse_unk):
+    """The tokenizer at path with a few byte-level characters that no merge uses taken out of the
+    vocabulary: 'Q' and '¡' (bytes C2 A1) then come out as byte_fallback tokens "<0x51>", "<0xC2>",
+    "<0xA1>", and 'X' and 'Z', which have none, as "<unk>" (consecutive ones fused with fuse_unk)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    model = data["model"]
+    used = {c for merge in model["merges"] for side in merge for c in side}
+    assert not {"Q", "X", "Z", "\u00a1"} & used, "the training text changed: pick other characters"
+    for c in ("Q", "X", "Z", "\u00a1"):
+        del model["vocab"][c]
+    next_id = max([*model["vocab"].values(), *(t["id"] for t in data["added_tokens"])]) + 1
+    for i, tok in enumerate(["<unk>", "<0x51>", "<0xC2>", "<0xA1>"]):
+        model["vocab"][tok] = next_id + i
+    model.update(byte_fallback=True, unk_token="<unk>", fuse_unk=fuse_unk)
+    directory.mkdir(parents=True, exist_ok=True)
+    out = directory / "tokenizer.json"
+    out.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return out
+
+
 @pytest.fixture(scope="module")
 def tokenizers_dir(tmp_path_factory):
     """name -> (tokenizer.json path, the `tokenizers` Tokenizer loaded from that file)."""
@@ -139,10 +160,19 @@ def tokenizers_dir(tmp_path_factory):
         "llama3_style": save(train_llama3_style(), root / "llama3_style"),
         "llama3_string_merges": save(train_llama3_style(), root / "llama3_string_merges", string_merges=True),
     }
+    made["llama3_fallback"] = with_fallback(made["llama3_style"], root / "llama3_fallback", fuse_unk=False)
+    made["llama3_fallback_fused"] = with_fallback(made["llama3_style"], root / "llama3_fallback_fused", fuse_unk=True)
     return {name: (path, Tokenizer.from_file(str(path))) for name, path in made.items()}
 
 
-NAMES = ["gpt2_style", "gpt2_prefix_space", "llama3_style", "llama3_string_merges"]
+NAMES = ["gpt2_style", "gpt2_prefix_space", "llama3_style", "llama3_string_merges", "llama3_fallback",
+         "llama3_fallback_fused"]
+
+
+def run_kiln_stdin(kiln, stdin, *args):
+    """kiln with args and `stdin` as its standard input."""
+    return subprocess.run([kiln, *map(str, args)], input=stdin, capture_output=True, text=True,
+                          timeout=KILN_TIMEOUT_S)
 
 
 def kiln_jsonl(kiln, path, strings, tmp_path, *flags):
@@ -170,9 +200,9 @@ def test_ids_and_decode_match_tokenizers(kiln, tokenizers_dir, tmp_path, name, a
         text = ref.decode(want, skip_special_tokens=False)
         assert row["text"] == text, f"decode of {s!r}: kiln {row['text']!r}, HF {text!r}"
         assert row["stream"] == text, f"streaming decode of {s!r}: {row['stream']!r}, decode {text!r}"
-        # without special tokens the text comes back, except where add_prefix_space added spaces or
-        # <stripme> (lstrip / rstrip) took them
-        if not add_special and name != "gpt2_prefix_space" and "<stripme>" not in s:
+        # without special tokens the text comes back (except where <stripme>, lstrip / rstrip, took
+        # spaces along; add_prefix_space adds spaces and <unk> loses characters)
+        if not add_special and name in ("gpt2_style", "llama3_style") and "<stripme>" not in s:
             assert row["text"] == s, f"round trip of {s!r} gave {row['text']!r}"
     assert not mismatches, f"{len(mismatches)} of {len(ALL_STRINGS)} strings differ:\n" + "\n".join(mismatches[:10])
 
@@ -186,17 +216,12 @@ def test_llama3_specials_and_info(kiln, tokenizers_dir):
     assert info["bos_id"] == ref.token_to_id("<|begin_of_text|>")
 
 
-def test_decode_skip_special(kiln, tokenizers_dir, tmp_path):
+def test_decode_skip_special(kiln, tokenizers_dir):
     path, ref = tokenizers_dir["llama3_style"]
     ids = ref.encode("<|begin_of_text|>Hi there<|eot_id|> ok").ids
     proc = run_kiln_stdin(kiln, json.dumps(ids), "tokenize", path, "--decode", "--skip-special")
     assert_ok(proc)
     assert proc.stdout == ref.decode(ids, skip_special_tokens=True)
-
-
-def run_kiln_stdin(kiln, stdin, *args):
-    import subprocess
-    return subprocess.run([kiln, *map(str, args)], input=stdin, capture_output=True, text=True, timeout=120)
 
 
 def test_streaming_decode_splits_utf8(kiln, tokenizers_dir, tmp_path):
@@ -220,7 +245,8 @@ def test_encode_speed(kiln, tokenizers_dir, tmp_path):
         got = json.loads(proc.stdout)
         want = ref.encode(text, add_special_tokens=False).ids
         assert got["count"] == len(want)
-        assert got["ms"] < 1500, f"{name}: {got['bytes'] / 1e6:.1f} MB took {got['ms']:.0f} ms"
+        # CPU time: the wall time of a loaded CI machine says little
+        assert got["cpu_ms"] < 1500, f"{name}: {got['bytes'] / 1e6:.1f} MB took {got['cpu_ms']:.0f} ms of CPU"
         proc = run_kiln(kiln, "tokenize", path, "--text", src, "--no-special")
         assert_ok(proc)
         assert json.loads(proc.stdout)["ids"] == want
