@@ -1,6 +1,7 @@
 /* builder.c — the build pipeline behind `kiln build`: ONNX frontend -> op resolution -> ordering
  * -> shape inference -> (every intermediate marked as an output, for per-layer comparisons) ->
- * passes -> verification -> per-layer precision -> optimization profiles -> plan -> engine. */
+ * passes -> verification -> per-layer precision -> optimization profiles -> plan -> engine ->
+ * auto-tuning (backends with tactics: the fastest algorithm per layer, timed on the device). */
 #include "backends/backend.h"
 #include "core/log.h"
 #include "core/status.h"
@@ -136,16 +137,40 @@ static kiln_status finish_graph(kiln_graph *g, const kiln_build_options *opts, k
     return kiln_profiles_build(g, opts->ranges, opts->nranges, &meta->nprofiles, &meta->profiles);
 }
 
-/* The build flags as text for the engine header (what inspect shows), truncated to cap. */
-static void options_text(const kiln_build_options *opts, const char *target, char *buf, size_t cap) {
-    size_t n = (size_t)snprintf(buf, cap, "--target %s --%s", target, kiln_precision_name(opts->precision));
+/* The build flags as text for the engine header (what inspect shows), truncated to cap; the tuning
+ * level only for a target that tunes (b->tune). */
+static void options_text(const kiln_build_options *opts, const kiln_backend *b, char *buf, size_t cap) {
+    size_t n = (size_t)snprintf(buf, cap, "--target %s --%s", b->name, kiln_precision_name(opts->precision));
     if (opts->device && n < cap) n += (size_t)snprintf(buf + n, cap - n, " --device %d", opts->device); /* the backend reads it back */
     for (int i = 0; i < opts->nlayer_precisions && n < cap; i++)
         n += (size_t)snprintf(buf + n, cap - n, " --layer-precision %s:%s", opts->layer_precisions[i].pattern,
                               kiln_precision_name(opts->layer_precisions[i].precision));
     if (opts->nranges && n < cap) n += (size_t)snprintf(buf + n, cap - n, " --profile ... (%d ranges)", opts->nranges);
     if (opts->mark_all_outputs && n < cap) n += (size_t)snprintf(buf + n, cap - n, " --mark-all-outputs");
+    if (b->tune && n < cap) n += (size_t)snprintf(buf + n, cap - n, " --tuning-level %d", opts->tuning_level);
     if (opts->verbose && n < cap) snprintf(buf + n, cap - n, " --verbose");
+}
+
+/* Auto-tunes engine e when its backend has tactics and opts ask for it: the winners go into a table in
+ * the engine's graph memory, which its metadata (and so the saved file) then records. Fills
+ * opts->tuning_stats when given. */
+static kiln_status tune_engine(kiln_engine *e, const kiln_build_options *opts) {
+    kiln_tuning_stats stats;
+    memset(&stats, 0, sizeof stats);
+    kiln_status s = KILN_OK;
+    if (opts->tuning_level > 0 && e->backend->tune && e->g->nnodes > 0) {
+        size_t bytes = (size_t)e->g->nnodes * sizeof(kiln_tactic);
+        kiln_tactic *t = kiln_graph_alloc(e->g, bytes);
+        if (!t) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for the tactics table");
+        memset(t, 0, bytes);
+        kiln_log_level saved = kiln_log_level_current;
+        if (opts->verbose) kiln_log_set_level(KILN_LOG_VERBOSE);
+        s = e->backend->tune(e->be, &e->meta, opts, t, &stats);
+        kiln_log_set_level(saved);
+        if (s == KILN_OK && stats.tuned > 0) e->meta.tactics = t;
+    }
+    if (opts->tuning_stats) *opts->tuning_stats = stats;
+    return s;
 }
 
 kiln_status kiln_build_graph(kiln_graph *g, const char *source, const kiln_build_options *opts, kiln_engine **out) {
@@ -159,6 +184,8 @@ kiln_status kiln_build_graph(kiln_graph *g, const char *source, const kiln_build
         return kiln_error(KILN_ERR_UNSUPPORTED, "unknown target '%s' (this kiln has: %s)", target, kiln_backend_names());
     }
     kiln_status s = check_precisions(b, opts);
+    if (s == KILN_OK && (opts->tuning_level < 0 || opts->tuning_level > 3))
+        s = kiln_error(KILN_ERR_INVALID_ARGUMENT, "tuning level %d: use 0 (heuristics only) to 3", opts->tuning_level);
     if (s != KILN_OK) {
         kiln_graph_free(g);
         return s;
@@ -183,11 +210,17 @@ kiln_status kiln_build_graph(kiln_graph *g, const char *source, const kiln_build
         kiln_graph_free(g);
         return s;
     }
-    options_text(opts, b->name, meta.build_options, sizeof meta.build_options);
+    options_text(opts, b, meta.build_options, sizeof meta.build_options);
     const char *base = strrchr(source, '/');
     snprintf(meta.source, sizeof meta.source, "%s", base ? base + 1 : source);
     meta.created_unix = (uint64_t)time(NULL);
-    return kiln_engine_from_graph(g, &meta, out);
+    s = kiln_engine_from_graph(g, &meta, out);
+    if (s == KILN_OK) s = tune_engine(*out, opts);
+    if (s != KILN_OK) {
+        kiln_engine_free(*out);
+        *out = NULL;
+    }
+    return s;
 }
 
 kiln_status kiln_build_onnx(const char *onnx_path, const kiln_build_options *opts, kiln_engine **out) {

@@ -9,8 +9,11 @@
 #include <stdbool.h>
 
 int kiln_cmd_build(int argc, char **argv);
+int kiln_cmd_build_llm(int argc, char **argv);    /* kiln build --hf */
+int kiln_cmd_bench_llm(int argc, char **argv);    /* kiln bench --llm */
 int kiln_cmd_run(int argc, char **argv);
 int kiln_cmd_inspect(int argc, char **argv);
+int cli_inspect_llm(const char *path, bool layers); /* kiln inspect of an LLM engine */
 int kiln_cmd_load(int argc, char **argv);
 int kiln_cmd_bench(int argc, char **argv);
 int kiln_cmd_compare(int argc, char **argv);

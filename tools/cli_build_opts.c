@@ -1,5 +1,6 @@
 /* cli_build_opts.c — the build options `kiln build` and `kiln compare` share: --target, --fp16 /
- * --bf16 / --fp32 / --best, --device, --layer-precision PATTERN:PREC and --profile NAME:MIN,OPT,MAX. */
+ * --bf16 / --fp32 / --best, --device, --layer-precision PATTERN:PREC, --profile NAME:MIN,OPT,MAX,
+ * --tuning-level 0..3 (default 2) and --timing-cache FILE. */
 #include "cli.h"
 
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 void cli_build_opts_init(cli_build_opts *b) {
     memset(b, 0, sizeof *b);
     b->o.target = "cpu";
+    b->o.tuning_level = 2;
     b->o.layer_precisions = b->rules;
     b->o.ranges = b->ranges;
 }
@@ -86,7 +88,7 @@ int cli_build_opts_parse(cli_build_opts *b, const char *cmd, int argc, char **ar
         return 1;
     }
     bool takes = !strcmp(a, "--target") || !strcmp(a, "--device") || !strcmp(a, "--layer-precision") ||
-                 !strcmp(a, "--profile");
+                 !strcmp(a, "--profile") || !strcmp(a, "--tuning-level") || !strcmp(a, "--timing-cache");
     if (!takes) return 0;
     if (*i + 1 >= argc) return cli_usage_error(cmd, "%s needs a value", a);
     const char *val = argv[++*i];
@@ -98,6 +100,12 @@ int cli_build_opts_parse(cli_build_opts *b, const char *cmd, int argc, char **ar
         long n = strtol(val, &end, 10);
         if (n < 0 || n > 1024 || *end || end == val) return cli_usage_error(cmd, "--device needs a GPU number");
         b->o.device = (int)n;
+    } else if (!strcmp(a, "--tuning-level")) {
+        if (strlen(val) != 1 || val[0] < '0' || val[0] > '3')
+            return cli_usage_error(cmd, "--tuning-level is 0 (heuristics only), 1, 2 or 3, got '%s'", val);
+        b->o.tuning_level = val[0] - '0';
+    } else if (!strcmp(a, "--timing-cache")) {
+        b->o.timing_cache = val;
     } else if (!strcmp(a, "--layer-precision")) {
         if (parse_rule(b, cmd, val)) return 2;
     } else if (parse_profile(b, cmd, val)) {

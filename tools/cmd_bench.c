@@ -1,7 +1,7 @@
 /* cmd_bench.c — `kiln bench ENGINE|MODEL`: trtexec's measurements and more (src/bench/ does the
  * work): parses the options, opens or builds the engine, measures, diagnoses, prints, and writes the
  * JSON and HTML reports; `--sweep` runs the precision x batch x streams matrix; `--ceilings` measures
- * the device's limits once and stores them. */
+ * the device's limits once and stores them; `--llm` benchmarks an LLM instead (cmd_bench_llm.c). */
 #include "cli.h"
 
 #include "bench/bench.h"
@@ -17,6 +17,8 @@
 static const char *USAGE =
     "usage: kiln bench ENGINE.kiln|MODEL.onnx [options]\n"
     "       kiln bench --ceilings [--target cpu|cuda] [--ceilings-file FILE]\n"
+    "       kiln bench --llm ENGINE.kiln|DIR [--batch 1,8,64] [--input-len N] [--output-len N] ...\n"
+    "                                      (an LLM, as trtllm-bench: kiln bench --llm X --help)\n"
     "\n"
     "Measures an engine the way trtexec does: a warm-up by duration, then queries back to back for a\n"
     "duration and at least a number of iterations, on one or more concurrent contexts (streams). Prints\n"
@@ -263,6 +265,8 @@ static int run(bench_args *a) {
 }
 
 int kiln_cmd_bench(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--llm")) return kiln_cmd_bench_llm(argc, argv);
     bench_args *a = calloc(1, sizeof *a);
     if (!a) return cli_fail();
     int rc = parse_args(argc, argv, a);

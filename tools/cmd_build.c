@@ -1,4 +1,4 @@
-/* cmd_build.c — `kiln build MODEL.onnx -o ENGINE.kiln`. */
+/* cmd_build.c — `kiln build MODEL.onnx -o ENGINE.kiln`; `kiln build --hf DIR` goes to cmd_build_llm.c. */
 #include "cli.h"
 
 #include <stdio.h>
@@ -8,6 +8,7 @@
 
 static const char *USAGE =
     "usage: kiln build MODEL.onnx -o ENGINE.kiln [options]\n"
+    "       kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16]   (an LLM engine: kiln build --hf --help)\n"
     "\n"
     "Compiles an ONNX model into an engine file for one target.\n"
     "\n"
@@ -31,6 +32,11 @@ static const char *USAGE =
     "                      each input; an input named again starts the next profile. A run uses the\n"
     "                      first profile holding its shapes and refuses shapes outside all of them\n"
     "  --device N          the GPU to build for (default 0)\n"
+    "  --tuning-level N    target cuda: time the library's candidate algorithms of every MatMul, Gemm and\n"
+    "                      Conv on the GPU and keep the fastest: 0 heuristics only (no timing), 1 the\n"
+    "                      top 3 candidates, 2 (default) the top 8, 3 all of them (up to 32)\n"
+    "  --timing-cache FILE reuse and extend the timings in FILE (per GPU, driver and library versions):\n"
+    "                      a second build of the same layers times nothing\n"
     "  --verbose           log every graph change the build makes\n"
     "  -h, --help          this help\n"
     "\n"
@@ -39,6 +45,8 @@ static const char *USAGE =
     "                       --profile input_ids:1x129,1x512,1x512 --profile attention_mask:1x129,1x512,1x512\n";
 
 int kiln_cmd_build(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--hf")) return kiln_cmd_build_llm(argc, argv);
     const char *model = NULL, *output = NULL;
     cli_build_opts b;
     cli_build_opts_init(&b);
@@ -80,6 +88,8 @@ int kiln_cmd_build(int argc, char **argv) {
                                 "and dot products\n");
     double t0 = cli_now_ms();
     kiln_engine *e = NULL;
+    kiln_tuning_stats tuning = {0};
+    b.o.tuning_stats = &tuning;
     kiln_status s = kiln_build_onnx(model, &b.o, &e);
     double t1 = cli_now_ms();
     if (s == KILN_OK) s = kiln_engine_save(e, output);
@@ -91,6 +101,9 @@ int kiln_cmd_build(int argc, char **argv) {
     struct stat st;
     long long size = stat(output, &st) == 0 ? (long long)st.st_size : -1;
     printf("built %s -> %s (target %s) in %.1f ms, %.2f MB\n", model, output, b.o.target, t1 - t0, (double)size / 1e6);
+    if (tuning.layers)
+        printf("tuning: %d of %d layers tuned in %.1f ms; timing cache: %d hits, %d misses, %d tactics timed\n",
+               tuning.tuned, tuning.layers, tuning.ms, tuning.cache_hits, tuning.cache_misses, tuning.tactics_timed);
     kiln_engine_free(e);
     cli_build_opts_free(&b);
     return 0;

@@ -1,8 +1,9 @@
-/* cmd_inspect.c — `kiln inspect FILE`: for an engine, its header, I/O, layers and sizes; for an ONNX
- * model, the same plus every node kiln cannot run yet, all at once (before a build would stop at the
- * first). */
+/* cmd_inspect.c — `kiln inspect FILE`: for an engine, its header, I/O, layers and sizes (an LLM engine:
+ * cmd_inspect_llm.c); for an ONNX model, the same plus every node kiln cannot run yet, all at once
+ * (before a build would stop at the first). */
 #include "cli.h"
 
+#include "engine/engine_format.h"
 #include "frontends/onnx/onnx_import.h"
 #include "ir/op_schema.h"
 #include "layer_precision.h"
@@ -17,7 +18,9 @@ static const char *USAGE =
     "usage: kiln inspect ENGINE.kiln|MODEL.onnx [--no-layers]\n"
     "\n"
     "Shows the inputs, outputs, layers (with shapes) and parameter bytes of an engine or a model; for an\n"
-    "engine also the precision of each layer and the optimization profiles.\n"
+    "engine also the precision of each layer and the optimization profiles. For an LLM engine (kiln build\n"
+    "--hf): the model's config, the weights' precision, parameter count and bytes, the tokenizer, and\n"
+    "every weight tensor.\n"
     "For an ONNX model, also lists every node kiln cannot run (op, opset, node name).\n"
     "\n"
     "options:\n"
@@ -147,5 +150,8 @@ int kiln_cmd_inspect(int argc, char **argv) {
         }
     }
     if (!path) return cli_usage_error("inspect ", "a file is required");
-    return cli_is_engine_file(path) ? inspect_engine(path, layers) : inspect_onnx(path, layers);
+    if (!cli_is_engine_file(path)) return inspect_onnx(path, layers);
+    kiln_engine_kind kind;
+    if (kiln_engine_file_kind(path, &kind) == KILN_OK && kind == KILN_ENGINE_KIND_LLM) return cli_inspect_llm(path, layers);
+    return inspect_engine(path, layers);
 }

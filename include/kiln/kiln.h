@@ -122,6 +122,17 @@ typedef struct kiln_input_range {
     int64_t min[KILN_MAX_DIMS], opt[KILN_MAX_DIMS], max[KILN_MAX_DIMS];
 } kiln_input_range;
 
+/* What auto-tuning did during one build (kiln_build_options.tuning_stats). */
+typedef struct kiln_tuning_stats {
+    int layers;          /* layers with candidate tactics (cuda: MatMul, Gemm, Conv) */
+    int tuned;           /* layers whose tactic was chosen (timed now or found in the timing cache) */
+    int skipped;         /* layers left to the heuristic: no known shape, or timing failed */
+    int cache_hits;      /* layers found in the timing cache */
+    int cache_misses;    /* layers timed now */
+    int tactics_timed;   /* candidate tactics timed */
+    double ms;           /* time spent tuning */
+} kiln_tuning_stats;
+
 typedef struct kiln_build_options {
     const char *target;       /* "cpu" or "cuda" (NULL = "cpu") */
     kiln_precision precision; /* FP16/BF16 need a target that supports them (cuda) */
@@ -140,6 +151,18 @@ typedef struct kiln_build_options {
      * for per-layer comparisons. Fusions cannot remove a graph output, so such an engine runs the
      * unfused graph. */
     bool mark_all_outputs;
+    /* Auto-tuning (target cuda; other targets ignore it): 0 = the libraries' heuristics choose every
+     * algorithm, nothing is timed; 1, 2, 3 = the heuristic's first 3 / 8 / all (at most 32)
+     * candidates of every MatMul, Gemm and Conv are timed on the device at the engine's shapes (the
+     * first profile's opt shapes when inputs are dynamic) with 3 / 10 / 20 runs each, and the fastest
+     * is recorded in the engine. 0 unless set; `kiln build` defaults to 2. */
+    int tuning_level;
+    /* A timing cache file (NULL: none), borrowed for the call: read before tuning, consulted before
+     * timing a layer, rewritten atomically with the new results after it. A missing, corrupt or
+     * foreign-version file is ignored with a warning. */
+    const char *timing_cache;
+    /* Optional (NULL: not reported): receives what tuning did; zeroed when nothing was tuned. */
+    kiln_tuning_stats *tuning_stats;
 } kiln_build_options;
 
 /* Imports an ONNX model and compiles it into an engine for opts->target. opts may be NULL.

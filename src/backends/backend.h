@@ -56,6 +56,13 @@ typedef struct kiln_backend {
      * default, which costs nothing); then context_last_timing describes the last successful run. */
     kiln_status (*context_set_timing)(kiln_backend_context *bc, unsigned flags);
     void (*context_last_timing)(kiln_backend_context *bc, kiln_backend_timing *out);
+    /* Optional (NULL: the target has no tactics to choose): at build time, times the candidate
+     * tactics of the prepared engine's layers on the device (opts: tuning_level 1..3, timing_cache,
+     * verbose) and writes the winners into tactics[g->nnodes] (zeroed by the caller, living as long
+     * as the engine), which the engine then runs with; stats receives the counts. A layer whose
+     * timing fails keeps the heuristic's tactic, with a warning: that is not an error. */
+    kiln_status (*tune)(kiln_backend_engine *be, const kiln_engine_meta *meta, const kiln_build_options *opts,
+                        kiln_tactic *tactics, kiln_tuning_stats *stats);
 } kiln_backend;
 
 /* The backend called name (NULL = "cpu"), or NULL. */

@@ -6,6 +6,7 @@
 
 #include "bench/bench.h"
 #include "runtime/engine_internal.h"
+#include "stats/report.h"
 
 #include <stdio.h>
 
@@ -22,6 +23,17 @@ kiln_status kiln_bench_layers(kiln_engine *e, kiln_context *c, const kiln_bench_
 
 /* bench_run.c — milliseconds of a monotonic clock. */
 double kiln_bench_now_ms(void);
+
+/* bench_print.c — one trtexec-style statistics line ("label: min = ... ms, ..., percentile(99%) = ...");
+ * "label: absent" when not present. */
+void kiln_bench_print_stats(FILE *f, const char *label, const kiln_bench_stats *s);
+/* The "=== Environment ===" block (CPU, host, OS; the GPU, its versions and NVML samples). */
+void kiln_bench_print_env(const kiln_bench_env *env, const char *target, FILE *f);
+
+/* bench_json.c — s as {"n", "min", ..., "p99_9", "stddev", "cv"} under key (null when absent), and
+ * the "environment" object. */
+void kiln_bench_json_stats(kiln_json *j, const char *key, const kiln_bench_stats *s);
+void kiln_bench_json_environment(kiln_json *j, const kiln_bench_env *env);
 
 /* "1.23 MB" style sizes (decimal units) into buf. */
 const char *kiln_bench_bytes_text(double bytes, char *buf, size_t cap);

@@ -18,7 +18,7 @@ static void num_or_null(kiln_json *j, const char *key, double v) {
 
 static void str_or_null(kiln_json *j, const char *key, const char *s) { kiln_json_kv_string(j, key, s && s[0] ? s : NULL); }
 
-static void stats(kiln_json *j, const char *key, const kiln_bench_stats *s) {
+void kiln_bench_json_stats(kiln_json *j, const char *key, const kiln_bench_stats *s) {
     kiln_json_key(j, key);
     if (!s->present) {
         kiln_json_null(j);
@@ -58,7 +58,7 @@ static void sample(kiln_json *j, const char *key, const kiln_gpu_sample *s) {
     kiln_json_object_end(j);
 }
 
-static void environment(kiln_json *j, const kiln_bench_env *env) {
+void kiln_bench_json_environment(kiln_json *j, const kiln_bench_env *env) {
     kiln_json_key(j, "environment");
     kiln_json_object_begin(j);
     kiln_json_kv_string(j, "cpu_model", env->cpu_model);
@@ -125,7 +125,7 @@ static void header(kiln_json *j, const kiln_bench_doc *d) {
     kiln_json_kv_string(j, "stddev", KILN_SUMMARY_STDDEV_METHOD);
     kiln_json_kv_string(j, "throughput", "queries / (last query end - first query start); items/s = qps x batch");
     kiln_json_object_end(j);
-    environment(j, d->env);
+    kiln_bench_json_environment(j, d->env);
     kiln_json_key(j, "ceilings");
     if (!d->ceil || !d->ceil->known) {
         kiln_json_null(j);
@@ -153,11 +153,11 @@ static void results(kiln_json *j, const kiln_bench_result *r) {
     kiln_json_kv_string(j, "inputs", r->inputs);
     kiln_json_kv_string(j, "notes", r->notes);
     kiln_json_kv_number(j, "total_compute_s", r->gpu_time_s);
-    stats(j, "latency_ms", &r->latency);
-    stats(j, "enqueue_ms", &r->enqueue);
-    stats(j, "h2d_ms", &r->h2d);
-    stats(j, "compute_ms", &r->compute);
-    stats(j, "d2h_ms", &r->d2h);
+    kiln_bench_json_stats(j, "latency_ms", &r->latency);
+    kiln_bench_json_stats(j, "enqueue_ms", &r->enqueue);
+    kiln_bench_json_stats(j, "h2d_ms", &r->h2d);
+    kiln_bench_json_stats(j, "compute_ms", &r->compute);
+    kiln_bench_json_stats(j, "d2h_ms", &r->d2h);
     kiln_json_object_end(j);
     kiln_json_key(j, "memory");
     kiln_json_object_begin(j);

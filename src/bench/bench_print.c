@@ -19,7 +19,7 @@ const char *kiln_bench_bytes_text(double bytes, char *buf, size_t cap) {
     return buf;
 }
 
-static void stats_line(FILE *f, const char *label, const kiln_bench_stats *s) {
+void kiln_bench_print_stats(FILE *f, const char *label, const kiln_bench_stats *s) {
     if (!s->present) {
         fprintf(f, "%s: absent\n", label);
         return;
@@ -43,12 +43,11 @@ static void sample_line(FILE *f, const char *when, const kiln_gpu_sample *s) {
 
 static const char *or_absent(const char *s) { return s && s[0] ? s : "absent"; }
 
-static void print_env(const kiln_bench_doc *d, FILE *f) {
-    const kiln_bench_env *env = d->env;
+void kiln_bench_print_env(const kiln_bench_env *env, const char *target, FILE *f) {
     fprintf(f, "=== Environment ===\n");
     fprintf(f, "CPU: %s, %d threads; host %s, %s\n", env->cpu_model, env->cpu_threads, env->host, env->os);
     if (!env->gpu) {
-        fprintf(f, "GPU: absent (target %s)\n", d->target);
+        fprintf(f, "GPU: absent (target %s)\n", target);
         return;
     }
     fprintf(f, "GPU: %s (%s), PCI %s\n", or_absent(env->gpu_name), or_absent(env->gpu_arch), or_absent(env->gpu_pci));
@@ -135,7 +134,7 @@ void kiln_bench_print(const kiln_bench_doc *d, FILE *f) {
     else if (d->engine_bytes >= 0) fprintf(f, "engine: loaded, %s\n", kiln_bench_bytes_text((double)d->engine_bytes, a, 32));
     if (d->sweep) {
         print_sweep(d->sweep, f);
-        print_env(d, f);
+        kiln_bench_print_env(d->env, d->target, f);
         return;
     }
     const kiln_bench_result *r = d->res;
@@ -146,16 +145,16 @@ void kiln_bench_print(const kiln_bench_doc *d, FILE *f) {
             !r->graphs_available ? "n/a (cpu)" : c->graphs == 0 ? "off" : "on", c->no_transfers ? "off (--no-transfers)" : "on");
     fprintf(f, "=== Performance summary ===\n");
     fprintf(f, "Throughput: %.4g qps, %.4g items/s (batch %lld)\n", r->qps, r->items_per_s, (long long)r->batch);
-    stats_line(f, "Latency", &r->latency);
-    stats_line(f, "Enqueue Time", &r->enqueue);
-    stats_line(f, "H2D Latency", &r->h2d);
-    stats_line(f, d->env->gpu ? "GPU Compute Time" : "Compute Time (host)", &r->compute);
-    stats_line(f, "D2H Latency", &r->d2h);
+    kiln_bench_print_stats(f, "Latency", &r->latency);
+    kiln_bench_print_stats(f, "Enqueue Time", &r->enqueue);
+    kiln_bench_print_stats(f, "H2D Latency", &r->h2d);
+    kiln_bench_print_stats(f, d->env->gpu ? "GPU Compute Time" : "Compute Time (host)", &r->compute);
+    kiln_bench_print_stats(f, "D2H Latency", &r->d2h);
     fprintf(f, "Total Host Walltime: %.5g s (%zu queries)\n", r->walltime_s, r->nqueries);
     fprintf(f, "Total %s Compute Time: %.5g s\n", d->env->gpu ? "GPU" : "host", r->gpu_time_s);
     fprintf(f, "Methods: percentile %s; median %s; stddev %s\n", KILN_SUMMARY_PERCENTILE_METHOD, KILN_SUMMARY_MEDIAN_METHOD,
             KILN_SUMMARY_STDDEV_METHOD);
-    print_env(d, f);
+    kiln_bench_print_env(d->env, d->target, f);
     print_memory_roofline(d, f);
     fprintf(f, "=== Diagnosis ===\n%s\n", d->diag->text);
     for (int i = 0; i < d->diag->nwarnings; i++) fprintf(f, "[W] %s\n", d->diag->warnings[i]);

@@ -8,7 +8,13 @@
 #include "ir/graph.h"
 
 #define KILN_ENGINE_MAGIC "KILNENG1"   /* 8 bytes at offset 0 */
-#define KILN_ENGINE_FORMAT_VERSION 2
+#define KILN_ENGINE_FORMAT_VERSION 3
+
+/* What an engine file holds (header field `kind`). */
+typedef enum kiln_engine_kind {
+    KILN_ENGINE_KIND_GRAPH = 0, /* a compiled ONNX graph: kiln run, kiln bench */
+    KILN_ENGINE_KIND_LLM = 1,   /* a decoder-only LLM (kiln build --hf): kiln generate, kiln bench --llm */
+} kiln_engine_kind;
 
 /* The shapes one graph input accepts in one optimization profile: min[d] <= size <= max[d]; opt is
  * the shape backends may plan for. ndim == -1: the profile does not constrain this input. */
@@ -16,6 +22,24 @@ typedef struct kiln_profile_range {
     int ndim;
     int64_t min[KILN_MAX_DIMS], opt[KILN_MAX_DIMS], max[KILN_MAX_DIMS];
 } kiln_profile_range;
+
+/* How one node's library call is made: recorded at build time by a backend that times candidate
+ * algorithms (cuda: `kiln build --tuning-level`), replayed when the engine runs. */
+typedef enum kiln_tactic_kind {
+    KILN_TACTIC_HEURISTIC = 0, /* nothing recorded: the library's heuristic chooses at run time */
+    KILN_TACTIC_CUBLASLT = 1,  /* a cuBLASLt matmul algorithm: blob holds its cublasLtMatmulAlgo_t */
+    KILN_TACTIC_CUDNN = 2,     /* a cuDNN forward convolution algorithm (algo) and math type (math) */
+} kiln_tactic_kind;
+
+typedef struct kiln_tactic {
+    uint32_t kind;           /* kiln_tactic_kind */
+    int32_t algo;            /* cuBLASLt CUBLASLT_ALGO_CONFIG_ID, or cudnnConvolutionFwdAlgo_t */
+    int32_t math;            /* cudnnMathType_t; 0 for cuBLASLt */
+    int32_t heuristic_index; /* its place in the library heuristic's list (0: the heuristic's own choice) */
+    float time_ms;           /* its measured time when it was chosen */
+    float heuristic_ms;      /* the measured time of the heuristic's first choice (0: not measured) */
+    uint8_t blob[64];        /* cuBLASLt: the opaque cublasLtMatmulAlgo_t; zeros otherwise */
+} kiln_tactic;
 
 typedef struct kiln_engine_meta {
     char kiln_version[32];   /* "0.1.0" */
@@ -32,7 +56,10 @@ typedef struct kiln_engine_meta {
     /* The precision each node computes in ([g->nnodes] kiln_precision values), or NULL: every node in
      * `precision`. Set by --layer-precision. */
     uint8_t *node_precision;
-    /* profiles and node_precision live in the memory of the engine's graph (kiln_graph_alloc): they
+    /* The tactic of each node ([g->nnodes]; kind KILN_TACTIC_HEURISTIC where none was chosen), or NULL:
+     * every node as the libraries' heuristics choose. Set by auto-tuning at build time. */
+    kiln_tactic *tactics;
+    /* profiles, node_precision and tactics live in the memory of the engine's graph (kiln_graph_alloc): they
      * are valid as long as that graph, and a copy of the meta shares them. */
 } kiln_engine_meta;
 
@@ -48,6 +75,9 @@ kiln_status kiln_engine_file_write(const kiln_graph *g, const kiln_engine_meta *
  * data is read-only memory: a pass that changes a constant must copy it first. */
 kiln_status kiln_engine_file_read(const char *path, const char *expected_target, kiln_graph **g,
                                   kiln_engine_meta *meta);
+/* The kind of the engine file at path, from its header (magic, format version, header size and
+ * checksum are checked). Errors as kiln_engine_file_read gives for those. */
+kiln_status kiln_engine_file_kind(const char *path, kiln_engine_kind *kind);
 /* Same, over a buffer the caller keeps alive as long as the graph (for fuzzing). */
 kiln_status kiln_engine_buffer_read(const void *data, size_t size, const char *expected_target,
                                     kiln_graph **g, kiln_engine_meta *meta);

@@ -17,7 +17,8 @@ enum {
     KILN_EH_CREATED = 24,         /* u64 seconds since 1970 */
     KILN_EH_SECTION_COUNT = 32,   /* u32 */
     KILN_EH_PRECISION = 36,       /* u32 kiln_precision: 0 fp32, 1 fp16, 2 bf16 */
-    KILN_EH_RESERVED0 = 40,       /* 24 zero bytes */
+    KILN_EH_KIND = 40,            /* u32 kiln_engine_kind (format version 3) */
+    KILN_EH_RESERVED0 = 44,       /* 20 zero bytes */
     KILN_EH_KILN_VERSION = 64,    /* char[32], NUL-terminated, zero-padded */
     KILN_EH_TARGET = 96,          /* char[16] */
     KILN_EH_DEVICE = 112,         /* char[128] */
@@ -41,9 +42,15 @@ enum {
     KILN_ENGINE_MAX_SECTIONS = 8,
     KILN_SECTION_GRAPH = 1,
     KILN_SECTION_WEIGHTS = 2,
+    KILN_SECTION_LLM_CONFIG = 3,  /* LLM engines: the model's config and eos ids */
+    KILN_SECTION_TOKENIZER = 4,   /* LLM engines: tokenizer.json and tokenizer_config.json, verbatim */
+    KILN_SECTION_LLM_TENSORS = 5, /* LLM engines: the name, dtype, shape and place of every weight */
     KILN_ENGINE_WEIGHTS_ALIGN = 4096, /* file offset of the weights section */
     KILN_ENGINE_TENSOR_ALIGN = 64,    /* offset of each tensor inside the weights section */
 };
+
+/* Bytes of one record of the tactics table: node, kind, algo, math, heuristic index, two times, blob. */
+enum { KILN_TACTIC_RECORD_BYTES = 7 * 4 + 64 };
 
 /* Value record flags. */
 enum {
@@ -62,6 +69,37 @@ static inline void kiln_put_le32(uint8_t *p, uint32_t v) {
 static inline void kiln_put_le64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
+
+/* The sections of one engine, in table order. */
+typedef struct kiln_engine_section {
+    uint32_t id, crc;
+    uint64_t offset, bytes;
+} kiln_engine_section;
+
+/* "graph", "weights", "llm config", "tokenizer", "llm tensors" ("unknown" otherwise). */
+const char *kiln_engine_section_name(uint32_t id);
+
+/* Checks the header of image d[0..size) (magic, format version, sizes, header checksum, reserved bytes,
+ * text fields, the kiln version, the kind, the target when expected_target is not NULL) and that its
+ * section table holds exactly n sections with ids[0..n) in order, laid out as the format requires:
+ * the first at the end of the header, each next one right after the previous, the last (the weights)
+ * at the next multiple of 4096 with zero padding before it, ending the file. Then checks every
+ * section's checksum. Fills meta (also on a kiln version, kind or target mismatch, for `kiln
+ * inspect`) and secs[0..n). A file of another kind is KILN_ERR_ENGINE_MISMATCH saying which command
+ * reads it; path (or NULL) is used in messages only. (engine_read.c) */
+kiln_status kiln_engine_check_image(const uint8_t *d, size_t size, uint32_t kind, const char *expected_target,
+                                    const char *path, const uint32_t *ids, int n, kiln_engine_section *secs,
+                                    struct kiln_engine_meta *meta);
+
+/* Writes an engine file atomically: the header for meta and kind, n - 1 sections packed after it
+ * (ids[i], data[i], bytes[i]), zero padding to the next multiple of 4096, then the weights section
+ * (id ids[n - 1]): ntensors blocks tensor_data[i] of tensor_bytes[i] at tensor_offsets[i] (ascending,
+ * 64-byte aligned, not overlapping) with zeros between, weights_size bytes in all. An empty
+ * meta->kiln_version records this kiln's. (engine_write.c) */
+kiln_status kiln_engine_write_image(const char *path, const struct kiln_engine_meta *meta, uint32_t kind,
+                                    const uint32_t *ids, const void *const *data, const size_t *bytes, int n,
+                                    const void *const *tensor_data, const size_t *tensor_bytes,
+                                    const uint64_t *tensor_offsets, uint32_t ntensors, uint64_t weights_size);
 
 /* Recomputes, in place, the checksum of every section the table of image[0..size) describes within
  * bounds, then the header checksum. Does nothing when size < KILN_ENGINE_HEADER_SIZE. Tests and the

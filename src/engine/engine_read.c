@@ -2,7 +2,7 @@
  * docs/engine-format.md). The checks run from the outside in: magic, format version, header size and
  * checksum, the kiln version and target it was built for, section bounds and checksums, then every
  * count, index, string, dtype, shape and tensor range of the graph section as it is decoded, and the
- * optimization profiles and per-node precisions after the nodes. No
+ * optimization profiles, per-node precisions and tactics after the nodes. No
  * input can make it read outside the image. Constants and tensor attributes become views of the
  * weights section, so a mapped file is used in place. */
 #include "engine/engine_format.h"
@@ -50,15 +50,19 @@ static bool all_zero(const uint8_t *p, size_t n) {
     return true;
 }
 
-typedef struct section {
-    uint64_t offset, bytes;
-    uint32_t crc;
-} section;
+const char *kiln_engine_section_name(uint32_t id) {
+    switch (id) {
+    case KILN_SECTION_GRAPH: return "graph";
+    case KILN_SECTION_WEIGHTS: return "weights";
+    case KILN_SECTION_LLM_CONFIG: return "llm config";
+    case KILN_SECTION_TOKENIZER: return "tokenizer";
+    case KILN_SECTION_LLM_TENSORS: return "llm tensors";
+    default: return "unknown";
+    }
+}
 
-/* Checks everything the header states (magic, versions, sizes, the target, the section table) and
- * fills meta, which is also filled when the failure is a kiln version or target mismatch. */
-static kiln_status check_header(const uint8_t *d, size_t size, const char *expected_target, const char *path,
-                                kiln_engine_meta *meta, section *graph, section *weights) {
+/* The header up to the kiln version: magic, format version, header size and checksum. */
+static kiln_status check_header_frame(const uint8_t *d, size_t size, const char *path) {
     char hint[600];
     if (size < 8 || memcmp(d, KILN_ENGINE_MAGIC, 8) != 0) {
         if (size < 8 && (size == 0 || memcmp(d, KILN_ENGINE_MAGIC, size) == 0))
@@ -79,6 +83,55 @@ static kiln_status check_header(const uint8_t *d, size_t size, const char *expec
                           KILN_ENGINE_HEADER_SIZE);
     if (kiln_crc32c(d, KILN_EH_HEADER_CRC) != kiln_le32(d + KILN_EH_HEADER_CRC))
         return corrupt("checksum of the header does not match");
+    return KILN_OK;
+}
+
+/* An engine of kind `got` where `want` was asked for: which command reads it. */
+static kiln_status kind_mismatch(uint32_t got) {
+    if (got == KILN_ENGINE_KIND_LLM)
+        return kiln_error(KILN_ERR_ENGINE_MISMATCH, "an LLM engine (built by `kiln build --hf`): use kiln generate or "
+                          "kiln bench --llm");
+    return kiln_error(KILN_ERR_ENGINE_MISMATCH, "an ONNX engine (built from an ONNX model), not an LLM engine: use "
+                      "kiln run or kiln bench");
+}
+
+/* The section table: n entries with ids[0..n) in order, laid out as kiln_engine_check_image says. */
+static kiln_status check_sections(const uint8_t *d, size_t size, const uint32_t *ids, int n, kiln_engine_section *sec) {
+    uint32_t count = kiln_le32(d + KILN_EH_SECTION_COUNT);
+    if (count != (uint32_t)n) return corrupt("%u sections, this kind of engine has %d", count, n);
+    for (int i = 0; i < n; i++) {
+        const uint8_t *e = d + KILN_EH_SECTIONS + i * KILN_ES_SIZE;
+        uint32_t id = kiln_le32(e + KILN_ES_ID);
+        if (id != ids[i]) return corrupt("section %d has id %u, not %u (%s)", i, id, ids[i], kiln_engine_section_name(ids[i]));
+        sec[i] = (kiln_engine_section){id, kiln_le32(e + KILN_ES_CRC), kiln_le64(e + KILN_ES_OFFSET), kiln_le64(e + KILN_ES_BYTES)};
+        if (sec[i].offset > size || sec[i].bytes > size - sec[i].offset)
+            return corrupt("section %s [%llu, +%llu) lies outside the %zu-byte file", kiln_engine_section_name(id),
+                           (unsigned long long)sec[i].offset, (unsigned long long)sec[i].bytes, size);
+    }
+    if (!all_zero(d + KILN_EH_SECTIONS + n * KILN_ES_SIZE, (size_t)(KILN_ENGINE_MAX_SECTIONS - n) * KILN_ES_SIZE))
+        return corrupt("unused section table entries are not zero");
+    uint64_t end = KILN_ENGINE_HEADER_SIZE;
+    for (int i = 0; i + 1 < n; i++) {
+        if (sec[i].offset != end)
+            return corrupt("sections are not laid out as format version %d requires", KILN_ENGINE_FORMAT_VERSION);
+        end += sec[i].bytes;
+    }
+    uint64_t weights_at = (end + KILN_ENGINE_WEIGHTS_ALIGN - 1) & ~(uint64_t)(KILN_ENGINE_WEIGHTS_ALIGN - 1);
+    if (sec[n - 1].offset != weights_at || sec[n - 1].offset + sec[n - 1].bytes != size)
+        return corrupt("sections are not laid out as format version %d requires", KILN_ENGINE_FORMAT_VERSION);
+    if (!all_zero(d + end, (size_t)(weights_at - end))) return corrupt("the padding before the weights section is not zero");
+    for (int i = 0; i < n; i++)
+        if (kiln_crc32c(d + sec[i].offset, sec[i].bytes) != sec[i].crc)
+            return corrupt("checksum of section %s does not match", kiln_engine_section_name(sec[i].id));
+    return KILN_OK;
+}
+
+kiln_status kiln_engine_check_image(const uint8_t *d, size_t size, uint32_t kind, const char *expected_target,
+                                    const char *path, const uint32_t *ids, int n, kiln_engine_section *secs,
+                                    kiln_engine_meta *meta) {
+    KILN_ASSERT(n >= 1 && n <= KILN_ENGINE_MAX_SECTIONS);
+    char hint[600];
+    KILN_TRY(check_header_frame(d, size, path));
     uint64_t file_size = kiln_le64(d + KILN_EH_FILE_SIZE);
     if (file_size != size)
         return kiln_error(KILN_ERR_PARSE, "engine file is %s: the header says %llu bytes, there are %zu",
@@ -96,6 +149,8 @@ static kiln_status check_header(const uint8_t *d, size_t size, const char *expec
     uint32_t precision = kiln_le32(d + KILN_EH_PRECISION);
     if (precision > KILN_PRECISION_BF16) return corrupt("precision %u is unknown", precision);
     meta->precision = (kiln_precision)precision;
+    uint32_t got_kind = kiln_le32(d + KILN_EH_KIND);
+    if (got_kind > KILN_ENGINE_KIND_LLM) return corrupt("engine kind %u is unknown", got_kind);
 
     int major, minor;
     if (sscanf(meta->kiln_version, "%d.%d", &major, &minor) != 2)
@@ -104,38 +159,27 @@ static kiln_status check_header(const uint8_t *d, size_t size, const char *expec
         return kiln_error(KILN_ERR_ENGINE_MISMATCH, "engine built by kiln %s, this is kiln %s (an engine is read only by the "
                           "kiln major.minor version that built it): %s", meta->kiln_version, KILN_VERSION_STRING,
                           rebuild_hint(hint, sizeof hint, meta->source, path));
+    if (got_kind != kind) return kind_mismatch(got_kind);
     if (expected_target && strcmp(expected_target, meta->target) != 0)
         return kiln_error(KILN_ERR_ENGINE_MISMATCH, "engine built for target '%s' (%s), this needs target '%s': %s",
                           meta->target, meta->device, expected_target, rebuild_hint(hint, sizeof hint, meta->source, path));
-
-    /* Versions 1 and 2 have exactly two sections: the graph right after the header, the weights at the next
-     * 4096-byte boundary after it (zero padding between), ending the file. */
-    uint32_t count = kiln_le32(d + KILN_EH_SECTION_COUNT);
-    if (count != 2) return corrupt("%u sections, format version %d has 2", count, KILN_ENGINE_FORMAT_VERSION);
-    section sec[2];
-    for (int i = 0; i < 2; i++) {
-        const uint8_t *e = d + KILN_EH_SECTIONS + i * KILN_ES_SIZE;
-        uint32_t id = kiln_le32(e + KILN_ES_ID);
-        if (id != (uint32_t)(i == 0 ? KILN_SECTION_GRAPH : KILN_SECTION_WEIGHTS))
-            return corrupt("section %d has id %u", i, id);
-        sec[i] = (section){kiln_le64(e + KILN_ES_OFFSET), kiln_le64(e + KILN_ES_BYTES), kiln_le32(e + KILN_ES_CRC)};
-        if (sec[i].offset > size || sec[i].bytes > size - sec[i].offset)
-            return corrupt("section %s [%llu, +%llu) lies outside the %zu-byte file", i ? "weights" : "graph",
-                           (unsigned long long)sec[i].offset, (unsigned long long)sec[i].bytes, size);
-    }
-    if (!all_zero(d + KILN_EH_SECTIONS + 2 * KILN_ES_SIZE, (KILN_ENGINE_MAX_SECTIONS - 2) * KILN_ES_SIZE))
-        return corrupt("unused section table entries are not zero");
-    uint64_t graph_end = sec[0].offset + sec[0].bytes;
-    uint64_t weights_at = (graph_end + KILN_ENGINE_WEIGHTS_ALIGN - 1) & ~(uint64_t)(KILN_ENGINE_WEIGHTS_ALIGN - 1);
-    if (sec[0].offset != KILN_ENGINE_HEADER_SIZE || sec[1].offset != weights_at || sec[1].offset + sec[1].bytes != size)
-        return corrupt("sections are not laid out as format version %d requires", KILN_ENGINE_FORMAT_VERSION);
-    if (!all_zero(d + graph_end, (size_t)(weights_at - graph_end)))
-        return corrupt("the padding before the weights section is not zero");
-    *graph = sec[0];
-    *weights = sec[1];
-    meta->graph_bytes = sec[0].bytes;
-    meta->weights_bytes = sec[1].bytes;
+    KILN_TRY(check_sections(d, size, ids, n, secs));
+    meta->graph_bytes = n > 1 ? secs[0].bytes : 0;
+    meta->weights_bytes = secs[n - 1].bytes;
     return KILN_OK;
+}
+
+kiln_status kiln_engine_file_kind(const char *path, kiln_engine_kind *kind) {
+    kiln_file_map m;
+    KILN_TRY(kiln_file_map_open(path, &m));
+    kiln_status s = check_header_frame(m.data, m.size, path);
+    if (s == KILN_OK) {
+        uint32_t k = kiln_le32(m.data + KILN_EH_KIND);
+        if (k > KILN_ENGINE_KIND_LLM) s = corrupt("engine kind %u is unknown", k);
+        else *kind = (kiln_engine_kind)k;
+    }
+    kiln_file_unmap(&m);
+    return s == KILN_OK ? s : kiln_error_prefix(s, "%s", path);
 }
 
 /* ---- graph section decoding ---- */
@@ -563,6 +607,42 @@ static kiln_status rd_build_tables(reader *r) {
     return KILN_OK;
 }
 
+/* The tactics table: records of nodes in increasing order, each of a known kind. The blob is opaque
+ * here; the backend validates it with its library when the engine is prepared. */
+static kiln_status rd_tactics(reader *r) {
+    kiln_graph *g = r->g;
+    uint32_t n;
+    KILN_TRY(rd_count(r, &n, KILN_TACTIC_RECORD_BYTES, "tactics"));
+    if (n > (uint32_t)g->nnodes) return corrupt("%u tactics for %d nodes", n, g->nnodes);
+    if (!n) return KILN_OK;
+    kiln_tactic *t = kiln_graph_alloc(g, (size_t)g->nnodes * sizeof *t);
+    if (!t) return oom();
+    memset(t, 0, (size_t)g->nnodes * sizeof *t);
+    int64_t prev = -1;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t node, f[6];
+        KILN_TRY(rd_u32(r, &node, "a tactic"));
+        for (int j = 0; j < 6; j++) KILN_TRY(rd_u32(r, &f[j], "a tactic"));
+        if ((int64_t)node <= prev || node >= (uint32_t)g->nnodes)
+            return corrupt("tactic %u is for node %u (after node %lld, of %d)", k, node, (long long)prev, g->nnodes);
+        if (f[0] != KILN_TACTIC_CUBLASLT && f[0] != KILN_TACTIC_CUDNN)
+            return corrupt("node '%s' has tactic kind %u", g->nodes[node].name, f[0]);
+        prev = node;
+        kiln_tactic *d = &t[node];
+        d->kind = f[0];
+        d->algo = (int32_t)f[1];
+        d->math = (int32_t)f[2];
+        d->heuristic_index = (int32_t)f[3];
+        memcpy(&d->time_ms, &f[4], 4);
+        memcpy(&d->heuristic_ms, &f[5], 4);
+        KILN_TRY(need(r, sizeof d->blob, "a tactic"));
+        memcpy(d->blob, r->p + r->pos, sizeof d->blob);
+        r->pos += sizeof d->blob;
+    }
+    r->meta->tactics = t;
+    return KILN_OK;
+}
+
 static kiln_status rd_graph(reader *r) {
     KILN_TRY(rd_strings(r));
     KILN_TRY(rd_graph_info(r));
@@ -571,6 +651,7 @@ static kiln_status rd_graph(reader *r) {
     KILN_TRY(rd_io(r));
     KILN_TRY(rd_nodes(r));
     KILN_TRY(rd_build_tables(r));
+    KILN_TRY(rd_tactics(r));
     if (r->pos != r->size) return corrupt("%zu unread bytes at the end of the graph section", r->size - r->pos);
     return KILN_OK;
 }
@@ -582,12 +663,10 @@ static kiln_status read_image(const uint8_t *data, size_t size, const char *expe
     kiln_engine_meta local;
     if (!meta) meta = &local;
     memset(meta, 0, sizeof *meta);
-    section gs = {0}, ws = {0};
-    kiln_status s = check_header(data, size, expected_target, path, meta, &gs, &ws);
-    if (s == KILN_OK && kiln_crc32c(data + gs.offset, gs.bytes) != gs.crc)
-        s = corrupt("checksum of section graph does not match");
-    if (s == KILN_OK && kiln_crc32c(data + ws.offset, ws.bytes) != ws.crc)
-        s = corrupt("checksum of section weights does not match");
+    static const uint32_t ids[2] = {KILN_SECTION_GRAPH, KILN_SECTION_WEIGHTS};
+    kiln_engine_section sec[2] = {{0}};
+    kiln_status s = kiln_engine_check_image(data, size, KILN_ENGINE_KIND_GRAPH, expected_target, path, ids, 2, sec, meta);
+    const kiln_engine_section gs = sec[0], ws = sec[1];
     kiln_graph *g = NULL;
     if (s == KILN_OK && !(g = kiln_graph_create())) s = oom();
     if (s != KILN_OK) {
@@ -609,6 +688,7 @@ static kiln_status read_image(const uint8_t *data, size_t size, const char *expe
         meta->nprofiles = 0;
         meta->profiles = NULL;
         meta->node_precision = NULL;
+        meta->tactics = NULL;
         kiln_graph_free(g);
         return s;
     }

@@ -1,6 +1,6 @@
 /* engine_write.c — serializes a graph and its metadata into a .kiln engine file (layout:
  * docs/engine-format.md): the header, the graph section (string table, tensor table, values, graph
- * inputs/outputs, nodes with their attributes, optimization profiles, per-node precisions) and the
+ * inputs/outputs, nodes with their attributes, optimization profiles, per-node precisions, tactics) and the
  * weights section, which holds the data of every
  * constant and tensor attribute, 64-byte aligned, written straight from the tensors (no copy).
  * Every field is encoded explicitly, little-endian; nothing is written as a C struct. */
@@ -337,6 +337,28 @@ static kiln_status put_nodes(writer *w, uint32_t *next_tensor) {
     return KILN_OK;
 }
 
+/* The tactics table: the nodes whose tactic was chosen at build time, in node order (docs/engine-format.md). */
+static void put_tactics(writer *w) {
+    const kiln_tactic *t = w->meta->tactics;
+    uint32_t count = 0;
+    for (int i = 0; t && i < w->g->nnodes; i++) count += t[i].kind != KILN_TACTIC_HEURISTIC;
+    wb_u32(&w->body, count);
+    for (int i = 0; count && i < w->g->nnodes; i++) {
+        if (t[i].kind == KILN_TACTIC_HEURISTIC) continue;
+        uint32_t times[2];
+        memcpy(&times[0], &t[i].time_ms, 4);
+        memcpy(&times[1], &t[i].heuristic_ms, 4);
+        wb_u32(&w->body, (uint32_t)i);
+        wb_u32(&w->body, t[i].kind);
+        wb_u32(&w->body, (uint32_t)t[i].algo);
+        wb_u32(&w->body, (uint32_t)t[i].math);
+        wb_u32(&w->body, (uint32_t)t[i].heuristic_index);
+        wb_u32(&w->body, times[0]);
+        wb_u32(&w->body, times[1]);
+        wb_put(&w->body, t[i].blob, sizeof t[i].blob);
+    }
+}
+
 /* The tables after the nodes: the optimization profiles (each: one range per graph input) and the
  * per-node precisions (none, or one byte per node). */
 static kiln_status put_build_tables(writer *w) {
@@ -358,6 +380,7 @@ static kiln_status put_build_tables(writer *w) {
     }
     wb_u32(&w->body, m->node_precision ? (uint32_t)g->nnodes : 0);
     if (m->node_precision) wb_put(&w->body, m->node_precision, (size_t)g->nnodes);
+    put_tactics(w);
     return KILN_OK;
 }
 
@@ -417,9 +440,11 @@ void kiln_engine_reseal(uint8_t *image, size_t size) {
 
 static const uint8_t zeros[KILN_ENGINE_WEIGHTS_ALIGN];
 
-/* Lays out the file (header, graph section, zero padding to the 4096-aligned weights section, then
- * each tensor after zero padding to its 64-byte aligned offset) and writes it atomically. */
-static kiln_status write_file(writer *w, const kiln_engine_meta *meta, const char *path) {
+kiln_status kiln_engine_write_image(const char *path, const kiln_engine_meta *meta, uint32_t kind,
+                                    const uint32_t *ids, const void *const *data, const size_t *bytes, int n,
+                                    const void *const *tensor_data, const size_t *tensor_bytes,
+                                    const uint64_t *tensor_offsets, uint32_t ntensors, uint64_t weights_size) {
+    KILN_ASSERT(n >= 1 && n <= KILN_ENGINE_MAX_SECTIONS);
     uint8_t header[KILN_ENGINE_HEADER_SIZE];
     memset(header, 0, sizeof header);
     const char *version = meta->kiln_version[0] ? meta->kiln_version : KILN_VERSION_STRING;
@@ -431,39 +456,39 @@ static kiln_status write_file(writer *w, const kiln_engine_meta *meta, const cha
     KILN_TRY(put_header_str(header, KILN_EH_SOURCE, meta->source, sizeof meta->source, "source"));
     if (!meta->target[0]) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "engine metadata has no target");
 
-    /* The graph section: the string table, then the body. */
-    wbuf graph = {0};
-    wb_u32(&graph, w->st.count);
-    wb_put(&graph, w->st.records.p, w->st.records.n);
-    wb_put(&graph, w->body.p, w->body.n);
-    if (graph.oom) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory writing the engine");
+    uint64_t end = KILN_ENGINE_HEADER_SIZE;
+    for (int i = 0; i + 1 < n; i++) {
+        put_section(header, i, ids[i], kiln_crc32c(data[i], bytes[i]), end, bytes[i]);
+        end += bytes[i];
+    }
+    uint64_t weights_off = (end + KILN_ENGINE_WEIGHTS_ALIGN - 1) & ~(uint64_t)(KILN_ENGINE_WEIGHTS_ALIGN - 1);
+    uint64_t file_size = weights_off + weights_size;
 
-    uint64_t graph_off = KILN_ENGINE_HEADER_SIZE, graph_end = graph_off + graph.n;
-    uint64_t weights_off = (graph_end + KILN_ENGINE_WEIGHTS_ALIGN - 1) & ~(uint64_t)(KILN_ENGINE_WEIGHTS_ALIGN - 1);
-    uint64_t file_size = weights_off + w->weights_size;
-
-    int nchunks = 3 + 2 * (int)w->ntensors;
+    int nchunks = n + 2 + 2 * (int)ntensors;
     const void **chunks = malloc((size_t)nchunks * sizeof *chunks);
     size_t *sizes = malloc((size_t)nchunks * sizeof *sizes);
     if (!chunks || !sizes) {
         free(chunks);
         free(sizes);
-        free(graph.p);
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory writing the engine");
     }
     int c = 0;
     chunks[c] = header, sizes[c++] = sizeof header;
-    chunks[c] = graph.p, sizes[c++] = graph.n;
-    chunks[c] = zeros, sizes[c++] = (size_t)(weights_off - graph_end);
+    for (int i = 0; i + 1 < n; i++) chunks[c] = data[i], sizes[c++] = bytes[i];
+    chunks[c] = zeros, sizes[c++] = (size_t)(weights_off - end);
     uint32_t weights_crc = 0;
     uint64_t at = 0;
-    for (uint32_t i = 0; i < w->ntensors; i++) {
-        chunks[c] = zeros, sizes[c++] = (size_t)(w->offsets[i] - at);
-        chunks[c] = w->tensors[i]->data, sizes[c++] = w->tensors[i]->nbytes;
-        weights_crc = kiln_crc32c_update(weights_crc, zeros, (size_t)(w->offsets[i] - at));
-        weights_crc = kiln_crc32c_update(weights_crc, w->tensors[i]->data, w->tensors[i]->nbytes);
-        at = w->offsets[i] + w->tensors[i]->nbytes;
+    for (uint32_t i = 0; i < ntensors; i++) {
+        KILN_ASSERT(tensor_offsets[i] >= at && tensor_offsets[i] - at < KILN_ENGINE_WEIGHTS_ALIGN);
+        chunks[c] = zeros, sizes[c++] = (size_t)(tensor_offsets[i] - at);
+        chunks[c] = tensor_data[i], sizes[c++] = tensor_bytes[i];
+        weights_crc = kiln_crc32c_update(weights_crc, zeros, (size_t)(tensor_offsets[i] - at));
+        weights_crc = kiln_crc32c_update(weights_crc, tensor_data[i], tensor_bytes[i]);
+        at = tensor_offsets[i] + tensor_bytes[i];
     }
+    KILN_ASSERT(at <= weights_size && weights_size - at < KILN_ENGINE_WEIGHTS_ALIGN);
+    chunks[c] = zeros, sizes[c++] = (size_t)(weights_size - at);
+    weights_crc = kiln_crc32c_update(weights_crc, zeros, (size_t)(weights_size - at));
 
     memcpy(header + KILN_EH_MAGIC, KILN_ENGINE_MAGIC, 8);
     kiln_put_le32(header + KILN_EH_FORMAT_VERSION, KILN_ENGINE_FORMAT_VERSION);
@@ -471,14 +496,40 @@ static kiln_status write_file(writer *w, const kiln_engine_meta *meta, const cha
     kiln_put_le64(header + KILN_EH_FILE_SIZE, file_size);
     kiln_put_le64(header + KILN_EH_CREATED, meta->created_unix);
     kiln_put_le32(header + KILN_EH_PRECISION, (uint32_t)meta->precision);
-    kiln_put_le32(header + KILN_EH_SECTION_COUNT, 2);
-    put_section(header, 0, KILN_SECTION_GRAPH, kiln_crc32c(graph.p, graph.n), graph_off, graph.n);
-    put_section(header, 1, KILN_SECTION_WEIGHTS, weights_crc, weights_off, w->weights_size);
+    kiln_put_le32(header + KILN_EH_KIND, kind);
+    kiln_put_le32(header + KILN_EH_SECTION_COUNT, (uint32_t)n);
+    put_section(header, n - 1, ids[n - 1], weights_crc, weights_off, weights_size);
     seal_header(header);
 
     kiln_status s = kiln_file_write_atomic(path, chunks, sizes, c);
     free(chunks);
     free(sizes);
+    return s;
+}
+
+/* Lays out the graph section (the string table, then the body) and writes the file with the weights
+ * section holding every tensor at its 64-byte aligned offset. */
+static kiln_status write_file(writer *w, const kiln_engine_meta *meta, const char *path) {
+    wbuf graph = {0};
+    wb_u32(&graph, w->st.count);
+    wb_put(&graph, w->st.records.p, w->st.records.n);
+    wb_put(&graph, w->body.p, w->body.n);
+    const void **data = malloc(((size_t)w->ntensors + 1) * sizeof *data);
+    size_t *bytes = malloc(((size_t)w->ntensors + 1) * sizeof *bytes);
+    kiln_status s = KILN_OK;
+    if (graph.oom || !data || !bytes) s = kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory writing the engine");
+    for (uint32_t i = 0; s == KILN_OK && i < w->ntensors; i++) {
+        data[i] = w->tensors[i]->data;
+        bytes[i] = w->tensors[i]->nbytes;
+    }
+    static const uint32_t ids[2] = {KILN_SECTION_GRAPH, KILN_SECTION_WEIGHTS};
+    const void *sec_data[2] = {graph.p, NULL};
+    size_t sec_bytes[2] = {graph.n, 0};
+    if (s == KILN_OK)
+        s = kiln_engine_write_image(path, meta, KILN_ENGINE_KIND_GRAPH, ids, sec_data, sec_bytes, 2, data, bytes,
+                                    w->offsets, w->ntensors, w->weights_size);
+    free(data);
+    free(bytes);
     free(graph.p);
     return s;
 }

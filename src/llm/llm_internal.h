@@ -24,6 +24,8 @@ struct kiln_llm_model {
     float *norm_f_w, *norm_f_b; /* [d_model] */
     float *lm_head;             /* [vocab, d_model]; == tok_emb when tied (not freed twice) */
     kiln_llm_layer *layers;     /* [n_layer] */
+    void *mapping;              /* an fp32 engine's kiln_file_map the arrays point into (not freed one by one),
+                                   or NULL: every array is malloc'd */
 };
 
 /* config.json's document into *out (`what` names the file in messages). Errors as

@@ -4,6 +4,7 @@
 #include "llm/llm_internal.h"
 
 #include "core/status.h"
+#include "core/file.h"
 #include "hf/checkpoint.h"
 
 #include <stdio.h>
@@ -164,6 +165,12 @@ kiln_status kiln_llm_model_load_hf(const char *dir, kiln_llm_model **out) {
 
 void kiln_llm_model_free(kiln_llm_model *m) {
     if (!m) return;
+    if (m->mapping) {
+        kiln_file_map_free(m->mapping);
+        free(m->layers);
+        free(m);
+        return;
+    }
     for (int i = 0; m->layers && i < m->cfg.n_layer; i++) {
         kiln_llm_layer *y = &m->layers[i];
         float *all[] = {y->norm1_w, y->norm1_b, y->qkv_w, y->qkv_b, y->o_w,    y->o_b,

@@ -73,9 +73,27 @@ def test_bad_profiles_fail_the_build(kiln, tmp_path, spec, mentions):
 
 @pytest.mark.parametrize("args", [["--profile"], ["--profile", "image"], ["--profile", "image:1x3,1x3"],
                                   ["--profile", "image:1x3,1x3x4,2x3"], ["--profile", "image:1xx3"],
-                                  ["--layer-precision", "softmax"], ["--layer-precision", "softmax:fp8"]])
+                                  ["--layer-precision", "softmax"], ["--layer-precision", "softmax:fp8"],
+                                  ["--tuning-level", "4"], ["--tuning-level", "-1"], ["--tuning-level", "two"],
+                                  ["--tuning-level", "22"], ["--tuning-level"], ["--timing-cache"]])
 def test_bad_option_syntax_exits_2(kiln, tmp_path, args):
     assert_error(run_kiln(kiln, "build", SAMPLE, "-o", tmp_path / "x.kiln", *args), code=2)
+
+
+def test_tuning_options_leave_cpu_engines_as_they_were(kiln, tmp_path):
+    """The cpu target has no tactics: --tuning-level and --timing-cache change nothing it builds or shows."""
+    plain, tuned, cache = tmp_path / "plain.kiln", tmp_path / "tuned.kiln", tmp_path / "timing.cache"
+    assert_ok(run_kiln(kiln, "build", SAMPLE, "-o", plain))
+    proc = run_kiln(kiln, "build", SAMPLE, "-o", tuned, "--tuning-level", "3", "--timing-cache", cache)
+    assert_ok(proc)
+    assert "tuning" not in proc.stdout and "timing cache" not in proc.stdout, describe(proc)
+    assert not cache.exists()
+    shown = [run_kiln(kiln, "inspect", engine) for engine in (plain, tuned)]
+    for proc in shown:
+        assert_ok(proc)
+        assert "tuning-level" not in proc.stdout and "tactics" not in proc.stdout, describe(proc)
+    strip = lambda text: [l for l in text.splitlines() if not l.startswith(("engine:", "built by:"))]
+    assert strip(shown[0].stdout) == strip(shown[1].stdout)
 
 
 def test_layer_precision_stored_and_shown_cpu(kiln, tmp_path):

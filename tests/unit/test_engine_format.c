@@ -503,15 +503,19 @@ static void test_messages(void) {
     CHECK_ERROR(read_copy(img, 100, NULL, &g), KILN_ERR_PARSE, "truncated", NULL);
 
     memcpy(mut, img, n);
-    kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 1); /* before profiles and precisions */
-    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 1, this kiln reads 2",
+    kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 2); /* before the engine kind */
+    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 2, this kiln reads 3",
                 "rebuild it");
-    kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 3);
-    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 3, this kiln reads 2",
+    kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 4);
+    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 4, this kiln reads 3",
                 "rebuild it with `kiln build MODEL.onnx -o ENGINE.kiln`");
     write_all(path_tmp, mut, n);
-    CHECK_ERROR(kiln_engine_file_read(path_tmp, NULL, &g, NULL), KILN_ERR_ENGINE_MISMATCH, "engine format version 3",
+    CHECK_ERROR(kiln_engine_file_read(path_tmp, NULL, &g, NULL), KILN_ERR_ENGINE_MISMATCH, "engine format version 4",
                 path_tmp);
+    memcpy(mut, img, n); /* an engine that says it is an LLM one */
+    kiln_put_le32(mut + KILN_EH_KIND, KILN_ENGINE_KIND_LLM);
+    kiln_engine_reseal(mut, n);
+    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "an LLM engine", "use kiln generate");
 
     CHECK_ERROR(kiln_engine_file_read(path_a, "cuda", &g, &meta), KILN_ERR_ENGINE_MISMATCH,
                 "built for target 'cpu'", "rebuild it with `kiln build tiny.onnx -o ");
@@ -587,7 +591,7 @@ static bytes image_around(const bytes *graph, const void *weights, size_t nweigh
     while (img.n < wat) put(&img, "", 1);
     put(&img, weights, nweights);
     memcpy(img.p, "KILNENG1", 8);
-    kiln_put_le32(img.p + 8, 2); /* format version */
+    kiln_put_le32(img.p + 8, KILN_ENGINE_FORMAT_VERSION);
     kiln_put_le32(img.p + 12, 1280);
     kiln_put_le64(img.p + 16, img.n);
     kiln_put_le64(img.p + 24, 1234);

@@ -15,7 +15,9 @@
  * limit and a staging copy within half of the workspace. The bias is added by a small kernel of
  * this file (one pass, every dtype). The algorithm is the first of cudnnGet*Algorithm_v7's
  * heuristic list that fits the workspace left; descriptors and the heuristic query are made on
- * every call (host work only; a captured CUDA graph replays none of it). */
+ * every call (host work only; a captured CUDA graph replays none of it). A Conv tuned at build time
+ * (cuda_kernels.h: tactics) runs its recorded algorithm and math type instead, when cuDNN accepts
+ * them for the call within the workspace; ConvTranspose always follows the heuristic. */
 #include "backends/cuda/kernel_util.cuh"
 
 extern "C" {
@@ -234,13 +236,69 @@ static int64_t conv_chunk(int64_t N, const int64_t *per_image, int count, size_t
     return nb;
 }
 
-/* The first forward algorithm of cuDNN's heuristic list that may run within avail bytes. */
+/* Whether the node's cuDNN tactic may run the convolution of d within avail bytes (its math type
+ * allowed for t, cuDNN giving it a workspace size that fits); sets d's math type and fills *pick.
+ * Otherwise why gets the reason. */
+static bool conv_tactic_fits(kiln_cuda_ctx *ctx, conv_descs *d, kiln_dtype t, size_t avail,
+                             cudnnConvolutionFwdAlgoPerf_t *pick, char *why, size_t cap) {
+    const kiln_tactic *tc = ctx->tactic;
+    cudnnMathType_t math = (cudnnMathType_t)tc->math;
+    if (tc->algo < 0 || tc->algo >= CUDNN_CONVOLUTION_FWD_ALGO_COUNT || !conv_algo_ok(CUDNN_STATUS_SUCCESS, 0, math, t, avail)) {
+        snprintf(why, cap, "algorithm %d with math type %d is not allowed for %s", tc->algo, tc->math, kiln_dtype_name(t));
+        return false;
+    }
+    cudnnStatus_t st = t != KILN_F32 ? cudnnSetConvolutionMathType(d->c, math) : CUDNN_STATUS_SUCCESS;
+    size_t bytes = 0;
+    cudnnConvolutionFwdAlgo_t algo = (cudnnConvolutionFwdAlgo_t)tc->algo;
+    if (st == CUDNN_STATUS_SUCCESS) st = cudnnGetConvolutionForwardWorkspaceSize(ctx->dnn, d->x, d->w, d->c, d->y, algo, &bytes);
+    if (st != CUDNN_STATUS_SUCCESS) {
+        snprintf(why, cap, "cudnnGetConvolutionForwardWorkspaceSize: %s", cudnnGetErrorString(st));
+        return false;
+    }
+    if (bytes > avail) {
+        snprintf(why, cap, "it needs %zu bytes of workspace, %zu are left", bytes, avail);
+        return false;
+    }
+    memset(pick, 0, sizeof *pick);
+    pick->algo = algo;
+    pick->memory = bytes;
+    pick->mathType = math;
+    return true;
+}
+
+/* The forward algorithm: with use_tactic, the node's cuDNN tactic when it fits (*from_tactic is set
+ * then); otherwise the first of cuDNN's heuristic list that may run within avail bytes. With
+ * ctx->candidates (tuning), also records that list's usable entries, once per node. */
 static kiln_status conv_pick_fwd(const kiln_node *n, kiln_cuda_ctx *ctx, conv_descs *d, kiln_dtype t, size_t avail,
-                                 cudnnConvolutionFwdAlgoPerf_t *pick) {
+                                 bool use_tactic, cudnnConvolutionFwdAlgoPerf_t *pick, bool *from_tactic) {
+    *from_tactic = false;
+    if (use_tactic && ctx->tactic && ctx->tactic->kind == KILN_TACTIC_CUDNN && !ctx->candidates) {
+        char why[256];
+        if (conv_tactic_fits(ctx, d, t, avail, pick, why, sizeof why)) {
+            *from_tactic = true;
+            return KILN_OK;
+        }
+        KILN_TRY(kiln_cuda_tactic_rejected(n, ctx, why));
+        KILN_CUDNN_TRY(cudnnSetConvolutionMathType(d->c, t == KILN_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+    }
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int got = 0;
     KILN_CUDNN_TRY(cudnnGetConvolutionForwardAlgorithm_v7(ctx->dnn, d->x, d->w, d->c, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                           &got, perf));
+    kiln_cuda_candidates *cd = ctx->candidates;
+    if (cd && !cd->done) {
+        cd->count = 0;
+        for (int i = 0; i < got && cd->count < cd->max && cd->count < KILN_CUDA_MAX_CANDIDATES; i++) {
+            if (!conv_algo_ok(perf[i].status, perf[i].memory, perf[i].mathType, t, avail)) continue;
+            kiln_tactic *c = &cd->list[cd->count];
+            memset(c, 0, sizeof *c);
+            c->kind = KILN_TACTIC_CUDNN;
+            c->algo = (int32_t)perf[i].algo;
+            c->math = (int32_t)perf[i].mathType;
+            c->heuristic_index = cd->count++;
+        }
+        cd->done = cd->count > 0;
+    }
     for (int i = 0; i < got; i++)
         if (conv_algo_ok(perf[i].status, perf[i].memory, perf[i].mathType, t, avail)) {
             *pick = perf[i];
@@ -318,6 +376,7 @@ static kiln_status conv_forward(const kiln_node *n, const kiln_cuda_tensor *in, 
     cudnnConvolutionFwdAlgoPerf_t perf;
     memset(&perf, 0, sizeof perf);
     int64_t set_for = -1; /* the chunk size the descriptors and perf are for */
+    bool from_tactic = false; /* perf is the node's tactic */
     float one = 1.0f, zero = 0.0f;
     for (int64_t n0 = 0; n0 < N; n0 += nb) {
         int64_t cnt = N - n0 < nb ? N - n0 : nb;
@@ -331,11 +390,22 @@ static kiln_status conv_forward(const kiln_node *n, const kiln_cuda_tensor *in, 
             KILN_TRY(conv_dims(n, nsp, cnt, C, explicit_pad ? ext : x->dims + 2, dd.x));
             KILN_TRY(conv_dims(n, nsp, cnt, M, y->dims + 2, dd.y));
             KILN_TRY(conv_descs_set(d, &dd, x->dtype));
-            KILN_TRY(conv_pick_fwd(n, ctx, d, x->dtype, ctx->workspace_bytes - used, &perf));
+            KILN_TRY(conv_pick_fwd(n, ctx, d, x->dtype, ctx->workspace_bytes - used, true, &perf, &from_tactic));
+            if (ctx->candidates) return KILN_OK; /* tuning: the candidates are recorded */
             set_for = cnt;
         }
-        KILN_CUDNN_TRY(cudnnConvolutionForward(ctx->dnn, &one, d->x, xs, d->w, w->data, d->c, perf.algo,
-                                               (char *)ctx->workspace + used, perf.memory, &zero, d->y, ys));
+        cudnnStatus_t st = cudnnConvolutionForward(ctx->dnn, &one, d->x, xs, d->w, w->data, d->c, perf.algo,
+                                                   (char *)ctx->workspace + used, perf.memory, &zero, d->y, ys);
+        if (st != CUDNN_STATUS_SUCCESS && from_tactic) { /* cuDNN refused the tactic only when asked to run it */
+            char why[256];
+            snprintf(why, sizeof why, "cudnnConvolutionForward: %s", cudnnGetErrorString(st));
+            KILN_TRY(kiln_cuda_tactic_rejected(n, ctx, why));
+            KILN_CUDNN_TRY(cudnnSetConvolutionMathType(d->c, x->dtype == KILN_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+            KILN_TRY(conv_pick_fwd(n, ctx, d, x->dtype, ctx->workspace_bytes - used, false, &perf, &from_tactic));
+            st = cudnnConvolutionForward(ctx->dnn, &one, d->x, xs, d->w, w->data, d->c, perf.algo,
+                                         (char *)ctx->workspace + used, perf.memory, &zero, d->y, ys);
+        }
+        if (st != CUDNN_STATUS_SUCCESS) return kiln_cudnn_error(st, "cudnnConvolutionForward(...)", __FILE__, __LINE__);
     }
     if (nin > 2 && in[2].ndim >= 0) KILN_TRY(conv_add_bias(ctx, x->dtype, y->data, in[2].data, N, M, plane));
     return KILN_OK;

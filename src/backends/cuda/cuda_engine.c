@@ -355,6 +355,7 @@ void kiln_cuda_engine_free(kiln_backend_engine *be) {
     free(be->last_step);
     free(be->const_dev);
     free(be->const_typed);
+    free(be->tactic_warned);
     pthread_mutex_destroy(&be->mu);
     free(be);
 }
@@ -449,7 +450,9 @@ kiln_status kiln_cuda_engine_create(const kiln_graph *g, const kiln_engine_meta 
     be->sm_count = probe.sm_count;
     be->cc_major = probe.cc_major;
     be->cc_minor = probe.cc_minor;
-    kiln_status s = upload_constants(be);
+    be->tactics = meta->tactics;
+    be->tactic_warned = calloc((size_t)g->nnodes + 1, 1);
+    kiln_status s = be->tactic_warned ? upload_constants(be) : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     if (s != KILN_OK) {
         kiln_cuda_engine_free(be);
         return s;
@@ -469,6 +472,24 @@ static const char *human_bytes(size_t n, char *buf, size_t cap) {
     return buf;
 }
 
+/* The tactic of every layer that has one, or a line saying that the heuristics choose. */
+static void describe_tactics(const kiln_backend_engine *be, FILE *f) {
+    const kiln_graph *g = be->g;
+    int n = 0;
+    for (int i = 0; be->tactics && i < g->nnodes; i++) n += be->tactics[i].kind != KILN_TACTIC_HEURISTIC;
+    if (!n) {
+        fprintf(f, "tactics: none recorded (cuBLASLt's and cuDNN's heuristics choose at run time)\n");
+        return;
+    }
+    fprintf(f, "tactics: %d layer%s tuned at build time (the other layers follow the heuristics)\n", n, n > 1 ? "s" : "");
+    for (int i = 0; i < g->nnodes; i++) {
+        if (be->tactics[i].kind == KILN_TACTIC_HEURISTIC) continue;
+        char buf[160];
+        kiln_cuda_tactic_str(&be->tactics[i], buf, sizeof buf);
+        fprintf(f, "  %s (%s): %s\n", g->nodes[i].name, g->nodes[i].op_type, buf);
+    }
+}
+
 void kiln_cuda_engine_describe(const kiln_backend_engine *be, FILE *f) {
     static const char *names[] = {"fp32", "fp16", "bf16"};
     fprintf(f, "cuda: device %d (sm_%d%d, %d SMs), %s, %d device nodes, %d host-evaluated shape nodes\n", be->device,
@@ -483,4 +504,5 @@ void kiln_cuda_engine_describe(const kiln_backend_engine *be, FILE *f) {
     } else {
         fprintf(f, "activation memory: planned per input shape at run time (the inputs have dynamic dims)\n");
     }
+    describe_tactics(be, f);
 }

@@ -53,7 +53,10 @@ static kiln_status run_node(kiln_backend_context *c, const kiln_cuda_plan *p, in
     kiln_cuda_tensor *in = c->args, *out = c->args + be->max_args;
     for (int k = 0; k < n->ninputs; k++) fill_tensor(c, p, n->inputs[k], &in[k]);
     for (int k = 0; k < n->noutputs; k++) fill_tensor(c, p, n->outputs[k], &out[k]);
+    c->kc.tactic = be->tactics && be->tactics[i].kind != KILN_TACTIC_HEURISTIC ? &be->tactics[i] : NULL;
+    c->kc.tactic_warned = be->tactic_warned ? &be->tactic_warned[i] : NULL;
     kiln_status s = be->kernels[i]->exec(n, in, n->ninputs, out, n->noutputs, &c->kc);
+    c->kc.tactic = NULL;
     if (s != KILN_OK) return kiln_error_prefix(s, "node '%s' (%s)", n->name, n->op_type);
     return KILN_OK;
 }

@@ -47,6 +47,8 @@ struct kiln_backend_engine {
     bool static_inputs;                 /* every input shape is static: static_* below are set */
     size_t static_peak, static_naive;   /* activation arena: planned vs one buffer per value */
     size_t const_bytes;                 /* the device allocation holding the constants */
+    const kiln_tactic *tactics;         /* [nnodes] chosen at build time (meta->tactics), or NULL */
+    unsigned char *tactic_warned;       /* [nnodes]: a rejected tactic was reported (cuda_tuning.c) */
     pthread_mutex_t mu;                 /* serializes shape resolution (it may allocate in the graph) */
 };
 
@@ -108,6 +110,13 @@ void kiln_cuda_engine_describe(const kiln_backend_engine *be, FILE *f);
 /* cuda_engine.c — host-side conversion of n elements between the float types F32/F64/F16/BF16 (same
  * type: a copy). Other pairs must be equal types. */
 void kiln_cuda_host_convert(const void *src, kiln_dtype st, void *dst, kiln_dtype dt, int64_t n);
+
+/* cuda_tuning.c — the backend's tune hook (backend.h): times the candidate tactics of every MatMul,
+ * Gemm and Conv at the engine's shapes, records the winners in tactics[] and points be->tactics at
+ * them. Describes a tactic for inspect ("cublasLt algo 23 (tuned, 1.18x vs heuristic)") into buf. */
+kiln_status kiln_cuda_tune(kiln_backend_engine *be, const kiln_engine_meta *meta, const kiln_build_options *opts,
+                           kiln_tactic *tactics, kiln_tuning_stats *stats);
+void kiln_cuda_tactic_str(const kiln_tactic *t, char *buf, size_t cap);
 
 /* cuda_shapes.c — resolves the concrete shape of every value for the given input shapes (inputs[k]
  * holds dims for graph input k; data is not read), evaluating host nodes on the CPU. vals gets a copy

@@ -29,6 +29,12 @@
  *  - Errors: every CUDA / cuBLAS / cuDNN call is checked (KILN_CUDA_TRY etc. below) and a failure
  *    becomes a kiln_status naming the call; launches are checked with cudaGetLastError().
  *  - Reentrant: several contexts (each with its own stream and workspace) run concurrently.
+ *  - Tactics (MatMul, Gemm, Conv: the ops with library algorithms to choose): ctx->tactic is the
+ *    algorithm the engine chose at build time (NULL: ask the library's heuristic). A tactic the library
+ *    rejects for this call (another GPU or library version, other alignments) is replaced by the
+ *    heuristic's choice, with one warning per node (kiln_cuda_tactic_rejected); while tuning
+ *    (ctx->tactic_strict) the call fails instead. With ctx->candidates set, the exec function enqueues
+ *    no library call: it records the heuristic's candidates for its first library call and returns.
  *  - Graph capture: the runtime runs each input-shape plan once eagerly (so lazy one-time set-up, such
  *    as module loading or cudaFuncSetAttribute, happens outside any capture), then captures the same
  *    calls into a CUDA graph and replays it. So an exec function must enqueue the same work for the
@@ -38,6 +44,7 @@
 #define KILN_CUDA_KERNELS_H
 
 #include "core/status.h"
+#include "engine/engine_format.h"
 #include "ir/graph.h"
 
 #include <cublasLt.h>
@@ -57,6 +64,16 @@ typedef struct kiln_cuda_tensor {
     kiln_dtype host_dtype;       /* dtype of *host */
 } kiln_cuda_tensor;
 
+#define KILN_CUDA_MAX_CANDIDATES 32
+
+/* The candidate tactics of one node's first library call, in the heuristic's order (tuning). */
+typedef struct kiln_cuda_candidates {
+    int max;                                     /* how many to ask the heuristic for (<= 32) */
+    int count;                                   /* filled: usable candidates in list */
+    bool done;                                   /* the first library call was recorded */
+    kiln_tactic list[KILN_CUDA_MAX_CANDIDATES];
+} kiln_cuda_candidates;
+
 typedef struct kiln_cuda_ctx {
     cudaStream_t stream;
     cublasLtHandle_t lt;
@@ -65,6 +82,10 @@ typedef struct kiln_cuda_ctx {
     size_t workspace_bytes;
     int sm_count;
     int cc_major, cc_minor;      /* compute capability */
+    const kiln_tactic *tactic;   /* the node's chosen tactic, or NULL (see the contract above) */
+    unsigned char *tactic_warned; /* per node: a rejection was already reported (NULL: never report) */
+    bool tactic_strict;          /* tuning: a rejected tactic fails the call */
+    kiln_cuda_candidates *candidates; /* tuning: record candidates instead of running */
 } kiln_cuda_ctx;
 
 typedef kiln_status (*kiln_cuda_exec_fn)(const kiln_node *n, const kiln_cuda_tensor *in, int nin,
@@ -89,6 +110,11 @@ typedef struct kiln_cuda_kernel {
 } kiln_cuda_kernel;
 
 const kiln_cuda_kernel *kiln_cuda_kernel_find(const char *domain, const char *op_type);
+
+/* For exec functions: ctx->tactic cannot run this call (why says the library's reason). With
+ * ctx->tactic_strict returns KILN_ERR_UNSUPPORTED naming the node; otherwise warns once per node
+ * that the heuristic's choice runs instead and returns KILN_OK. (cuda_tuning.c) */
+kiln_status kiln_cuda_tactic_rejected(const kiln_node *n, kiln_cuda_ctx *ctx, const char *why);
 
 /* Error helpers: turn a failed call into a kiln_status naming the call and where. */
 kiln_status kiln_cuda_error(cudaError_t e, const char *call, const char *file, int line);

@@ -19,7 +19,11 @@
  * broadcast into Y by a small kernel first and cuBLASLt accumulates Y = alpha A' B' + beta Y.
  *
  * Descriptors and the heuristic query (cublasLtMatmulAlgoGetHeuristic, workspace = ctx->workspace)
- * are made on every call: host work only, and a captured CUDA graph replays none of it. */
+ * are made on every call: host work only, and a captured CUDA graph replays none of it.
+ *
+ * Tactics (cuda_kernels.h): a node tuned at build time carries its cublasLtMatmulAlgo_t; every call
+ * of the node checks it (cublasLtMatmulAlgoCheck, the workspace, the algorithm's pointer alignment
+ * needs) before running it, and asks the heuristic instead when it does not fit. */
 #include "backends/cuda/kernel_util.cuh"
 
 /* One (possibly strided-batched) row-major product D = alpha op(A) op(B) + beta C (+ bias), where
@@ -72,9 +76,79 @@ static kiln_status mm_layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_
     return KILN_OK;
 }
 
-/* Runs call k through descriptors d (created empty by the caller, destroyed by the caller).
- * *refused is set, with nothing enqueued, when cuBLASLt has no algorithm for this configuration. */
-static kiln_status mm_run_descs(kiln_cuda_ctx *ctx, const mm_call *k, mm_descs *d, bool *refused) {
+static_assert(sizeof(cublasLtMatmulAlgo_t) == sizeof(((kiln_tactic *)0)->blob), "a tactic holds one cublasLtMatmulAlgo_t");
+
+/* Tuning: records up to ctx->candidates->max of the heuristic's algorithms for descriptors d, once
+ * per node (its first library call). *refused when the heuristic has none (as for a run). */
+static kiln_status mm_record_candidates(kiln_cuda_ctx *ctx, const mm_descs *d, bool *refused) {
+    kiln_cuda_candidates *cd = ctx->candidates;
+    if (cd->done) return KILN_OK;
+    cublasLtMatmulHeuristicResult_t res[KILN_CUDA_MAX_CANDIDATES];
+    memset(res, 0, sizeof res);
+    int got = 0, want = cd->max < 1 ? 1 : cd->max > KILN_CUDA_MAX_CANDIDATES ? KILN_CUDA_MAX_CANDIDATES : cd->max;
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(ctx->lt, d->op, d->la, d->lb, d->ld, d->ld, d->pref, want, res, &got);
+    if (hs == CUBLAS_STATUS_NOT_SUPPORTED) {
+        *refused = true;
+        return KILN_OK;
+    }
+    KILN_CUBLAS_TRY(hs);
+    cd->count = 0;
+    for (int i = 0; i < got && i < want; i++) {
+        if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+        kiln_tactic *t = &cd->list[cd->count];
+        memset(t, 0, sizeof *t);
+        t->kind = KILN_TACTIC_CUBLASLT;
+        t->heuristic_index = cd->count++;
+        memcpy(t->blob, &res[i].algo, sizeof res[i].algo);
+        int32_t id = -1;
+        size_t written = 0;
+        if (cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &written) !=
+            CUBLAS_STATUS_SUCCESS)
+            id = -1;
+        t->algo = id;
+    }
+    *refused = cd->count == 0;
+    cd->done = cd->count > 0;
+    return KILN_OK;
+}
+
+/* Whether algo may run the call of descriptors d: cublasLtMatmulAlgoCheck accepts it within the
+ * workspace, and the operands have the alignment it needs (al: bytes for cuBLASLt's A, B, C, D).
+ * Otherwise why gets the reason. */
+static bool mm_algo_fits(kiln_cuda_ctx *ctx, const mm_descs *d, const cublasLtMatmulAlgo_t *algo, const uint32_t *al,
+                         char *why, size_t cap) {
+    cublasLtMatmulHeuristicResult_t chk;
+    memset(&chk, 0, sizeof chk);
+    cublasStatus_t st = cublasLtMatmulAlgoCheck(ctx->lt, d->op, d->la, d->lb, d->ld, d->ld, algo, &chk);
+    if (st == CUBLAS_STATUS_SUCCESS) st = chk.state;
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        snprintf(why, cap, "cublasLtMatmulAlgoCheck: %s", cublasLtGetStatusString(st));
+        return false;
+    }
+    if (chk.workspaceSize > ctx->workspace_bytes) {
+        snprintf(why, cap, "it needs %zu bytes of workspace, there are %zu", chk.workspaceSize, ctx->workspace_bytes);
+        return false;
+    }
+    static const cublasLtMatmulAlgoCapAttributes_t caps[4] = {
+        CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_A_BYTES, CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_C_BYTES, CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++) {
+        uint32_t need = 0;
+        size_t written = 0;
+        if (cublasLtMatmulAlgoCapGetAttribute(algo, caps[i], &need, sizeof need, &written) == CUBLAS_STATUS_SUCCESS &&
+            need > al[i]) {
+            snprintf(why, cap, "it needs %u-byte aligned %c operands, this call's are %u-byte aligned", need, "ABCD"[i], al[i]);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Runs call k through descriptors d (created empty by the caller, destroyed by the caller), with the
+ * node's tactic when it fits, else the heuristic's first algorithm (see the file comment). *refused is
+ * set, with nothing enqueued, when cuBLASLt has no algorithm for this configuration. With
+ * ctx->candidates, records the heuristic's candidates instead of running. */
+static kiln_status mm_run_descs(const kiln_node *n, kiln_cuda_ctx *ctx, const mm_call *k, mm_descs *d, bool *refused) {
     cudaDataType_t t = mm_cuda_type(k->dtype);
     size_t es = kiln_dtype_size(k->dtype);
     *refused = false;
@@ -102,6 +176,21 @@ static kiln_status mm_run_descs(kiln_cuda_ctx *ctx, const mm_call *k, mm_descs *
     KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
     KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
     KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
+    if (ctx->candidates) return mm_record_candidates(ctx, d, refused);
+    float beta = k->c ? k->beta : 0.0f;
+    if (ctx->tactic && ctx->tactic->kind == KILN_TACTIC_CUBLASLT) {
+        cublasLtMatmulAlgo_t algo;
+        memcpy(&algo, ctx->tactic->blob, sizeof algo);
+        uint32_t al[4] = {al_a, al_b, al_d, al_d};
+        char why[256];
+        if (mm_algo_fits(ctx, d, &algo, al, why, sizeof why)) {
+            cublasStatus_t ms = cublasLtMatmul(ctx->lt, d->op, &k->alpha, k->b, d->la, k->a, d->lb, &beta, k->c ? k->c : k->d,
+                                               d->ld, k->d, d->ld, &algo, ctx->workspace, ctx->workspace_bytes, ctx->stream);
+            if (ms == CUBLAS_STATUS_SUCCESS) return KILN_OK;
+            snprintf(why, sizeof why, "cublasLtMatmul: %s", cublasLtGetStatusString(ms));
+        }
+        KILN_TRY(kiln_cuda_tactic_rejected(n, ctx, why));
+    }
     cublasLtMatmulHeuristicResult_t res;
     int got = 0;
     memset(&res, 0, sizeof res);
@@ -111,16 +200,15 @@ static kiln_status mm_run_descs(kiln_cuda_ctx *ctx, const mm_call *k, mm_descs *
         return KILN_OK;
     }
     KILN_CUBLAS_TRY(hs);
-    float beta = k->c ? k->beta : 0.0f;
     KILN_CUBLAS_TRY(cublasLtMatmul(ctx->lt, d->op, &k->alpha, k->b, d->la, k->a, d->lb, &beta, k->c ? k->c : k->d, d->ld, k->d,
                                    d->ld, &res.algo, ctx->workspace, ctx->workspace_bytes, ctx->stream));
     return KILN_OK;
 }
 
-static kiln_status mm_run(kiln_cuda_ctx *ctx, const mm_call *k, bool *refused) {
+static kiln_status mm_run(const kiln_node *n, kiln_cuda_ctx *ctx, const mm_call *k, bool *refused) {
     mm_descs d;
     memset(&d, 0, sizeof d);
-    kiln_status s = mm_run_descs(ctx, k, &d, refused);
+    kiln_status s = mm_run_descs(n, ctx, k, &d, refused);
     mm_descs_destroy(&d);
     return s;
 }
@@ -128,7 +216,7 @@ static kiln_status mm_run(kiln_cuda_ctx *ctx, const mm_call *k, bool *refused) {
 /* Runs k; when cuBLASLt refuses a strided batch, runs its entries one by one. */
 static kiln_status mm_run_batched(const kiln_node *n, kiln_cuda_ctx *ctx, const mm_call *k) {
     bool refused;
-    KILN_TRY(mm_run(ctx, k, &refused));
+    KILN_TRY(mm_run(n, ctx, k, &refused));
     if (!refused) return KILN_OK;
     if (k->batch <= 1)
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s: cuBLASLt has no %s algorithm for a %lld x %lld x %lld product%s", n->op_type,
@@ -340,7 +428,7 @@ static kiln_status exec_gemm(const kiln_node *n, const kiln_cuda_tensor *in, int
     if (use_c && row_vector && beta == 1.0f) {
         bool refused;
         k.bias = c->data;
-        KILN_TRY(mm_run(ctx, &k, &refused));
+        KILN_TRY(mm_run(n, ctx, &k, &refused));
         if (!refused) return KILN_OK;
         k.bias = NULL;
     }

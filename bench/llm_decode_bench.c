@@ -1,0 +1,203 @@
+/* llm_decode_bench.c — decode speed of the LLM forward on CUDA (llm_cuda.h) for random-weight models of
+ * real shapes, made on the device without a checkpoint: GPT-2 124M and GPT-2 XL (1.5B) in fp16,
+ * Llama-3-8B (GQA 32/8, d_ff 14336, vocab 128256) in bf16.
+ *
+ * Per model: batch 1 (a 128-token prompt prefilled in one step, then greedy decode: 10 warm-up steps
+ * and 100 timed ones) and batch 64 (64 prompts of 128 tokens, then 5 warm-up and 30 timed steps of all
+ * 64). A step is kiln_llm_cuda_forward returning greedy ids, timed on the host clock from the call to
+ * the ids being back (so it includes launch overhead and the metadata upload). Prints the median
+ * (and 10th-90th percentiles) ms per step, tokens/s, and the HBM floor of a step, weight bytes /
+ * 4.8 TB/s (H200's peak; GPU.md measured 4.2 TB/s for copies), with the fraction of it achieved.
+ *
+ *   llm_decode_bench [--only gpt2,gpt2-xl,llama3-8b] [--gemv N]   (N: gemv_max_tokens, default 8)
+ * Exits 77 ("skipped: no GPU (...)") without a GPU, 1 on an error. */
+#include "llm/llm_cuda.h"
+#include "llm/llm_random.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PROMPT 128
+#define HBM_TBPS 4.8
+
+typedef struct bench_model {
+    const char *name;
+    kiln_dtype dtype;
+    kiln_llm_config cfg;
+} bench_model;
+
+static void make_models(bench_model *bm) {
+    bm[0] = (bench_model){"gpt2", KILN_F16, {0}};
+    kiln_llm_config_init(&bm[0].cfg, KILN_LLM_GPT2, 12, 768, 12, 12, 3072, 50257, 1024);
+    bm[0].cfg.tied_embeddings = true;
+    bm[1] = (bench_model){"gpt2-xl", KILN_F16, {0}};
+    kiln_llm_config_init(&bm[1].cfg, KILN_LLM_GPT2, 48, 1600, 25, 25, 6400, 50257, 1024);
+    bm[1].cfg.tied_embeddings = true;
+    bm[2] = (bench_model){"llama3-8b", KILN_BF16, {0}};
+    kiln_llm_config_init(&bm[2].cfg, KILN_LLM_LLAMA, 32, 4096, 32, 8, 14336, 128256, 8192);
+    bm[2].cfg.rope_theta = 500000.0f;
+}
+
+/* Whether name is one of the comma-separated names in list. */
+static int listed(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = list; *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p))
+        if (!strncmp(p, name, n) && (p[n] == ',' || p[n] == 0)) return 1;
+    return 0;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* n sequences: their blocks, contexts and next tokens. */
+typedef struct seqs {
+    int n, max_blocks;
+    int32_t *table, *ctx, *next;
+} seqs;
+
+/* Prefills n random prompts of PROMPT tokens (as many per step as max_tokens allows), leaving each
+ * sequence's greedy next token in s->next. */
+static int prefill(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, seqs *s, int max_tokens) {
+    const kiln_llm_config *c = kiln_llm_cuda_config(g);
+    const int per_step = max_tokens / PROMPT;
+    int32_t *tok = malloc((size_t)max_tokens * 4), *pos = malloc((size_t)max_tokens * 4);
+    int32_t *start = malloc((size_t)(per_step + 1) * 4), *ids = malloc((size_t)per_step * 4);
+    uint32_t r = 99;
+    int rc = tok && pos && start && ids ? 0 : 1;
+    for (int s0 = 0; rc == 0 && s0 < s->n; s0 += per_step) {
+        const int ns = s->n - s0 < per_step ? s->n - s0 : per_step;
+        for (int i = 0; i < ns; i++) {
+            start[i] = i * PROMPT;
+            for (int t = 0; t < PROMPT; t++) {
+                r = r * 1664525u + 1013904223u;
+                tok[i * PROMPT + t] = (int32_t)((r >> 8) % (uint32_t)c->vocab);
+                pos[i * PROMPT + t] = t;
+            }
+            s->ctx[s0 + i] = PROMPT;
+        }
+        start[ns] = ns * PROMPT;
+        kiln_llm_batch b = {ns * PROMPT, tok, pos, ns, start, s->ctx + s0, s->table + (size_t)s0 * s->max_blocks,
+                            s->max_blocks, false};
+        if (kiln_llm_cuda_forward(g, kv, &b, NULL, ids) != KILN_OK) rc = 1;
+        for (int i = 0; rc == 0 && i < ns; i++) s->next[s0 + i] = ids[i];
+    }
+    free(tok);
+    free(pos);
+    free(start);
+    free(ids);
+    return rc;
+}
+
+/* Times `steps` greedy decode steps of all sequences after `warm` untimed ones; ms per step into ms[]. */
+static int decode(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, seqs *s, int warm, int steps, double *ms) {
+    const int n = s->n;
+    int32_t *pos = malloc((size_t)n * 4), *start = malloc((size_t)(n + 1) * 4), *ids = malloc((size_t)n * 4);
+    int rc = pos && start && ids ? 0 : 1;
+    for (int k = 0; rc == 0 && k < warm + steps; k++) {
+        for (int i = 0; i < n; i++) {
+            pos[i] = s->ctx[i];
+            s->ctx[i]++;
+            start[i] = i;
+        }
+        start[n] = n;
+        kiln_llm_batch b = {n, s->next, pos, n, start, s->ctx, s->table, s->max_blocks, false};
+        double t0 = now_ms();
+        if (kiln_llm_cuda_forward(g, kv, &b, NULL, ids) != KILN_OK) rc = 1;
+        double t1 = now_ms();
+        if (k >= warm) ms[k - warm] = t1 - t0;
+        memcpy(s->next, ids, (size_t)n * 4);
+    }
+    free(pos);
+    free(start);
+    free(ids);
+    return rc;
+}
+
+/* One batch size on a fresh cache: prefill, decode, print a row. */
+static int run_batch(const bench_model *bm, kiln_llm_cuda *g, int batch, int warm, int steps, int max_tokens) {
+    const int bs = 16, max_blocks = (PROMPT + warm + steps + bs - 1) / bs + 1;
+    kiln_llm_cuda_kv_options ko = {bs, 0.5, (uint64_t)8 << 30};
+    kiln_llm_cuda_kv *kv = NULL;
+    seqs s = {batch, max_blocks, malloc((size_t)batch * max_blocks * 4), malloc((size_t)batch * 4),
+              malloc((size_t)batch * 4)};
+    double *ms = malloc((size_t)steps * sizeof *ms);
+    int rc = s.table && s.ctx && s.next && ms ? 0 : 1;
+    if (rc == 0 && kiln_llm_cuda_kv_create(g, &ko, &kv) != KILN_OK) rc = 1;
+    for (int i = 0; rc == 0 && i < batch * max_blocks; i++)
+        if ((s.table[i] = kiln_llm_cuda_kv_alloc_block(kv)) < 0) {
+            fprintf(stderr, "llm_decode_bench: the KV cache holds only %d blocks\n", kiln_llm_cuda_kv_blocks(kv));
+            rc = 2;
+        }
+    if (rc == 0) rc = prefill(g, kv, &s, max_tokens);
+    if (rc == 0) rc = decode(g, kv, &s, warm, steps, ms);
+    if (rc == 0) {
+        qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
+        const double med = ms[steps / 2], p10 = ms[steps / 10], p90 = ms[steps * 9 / 10];
+        const double gb = (double)kiln_llm_cuda_weight_bytes(g) / 1e9, floor_ms = gb / (HBM_TBPS * 1e3) * 1e3;
+        printf("%-10s %-5s %7.2f %5d %9.3f (%.3f-%.3f) %11.0f %9.3f %8.0f%% %8.0f\n", bm->name,
+               bm->dtype == KILN_F16 ? "fp16" : "bf16", gb, batch, med, p10, p90, batch * 1e3 / med, floor_ms,
+               100.0 * floor_ms / med, gb / med * 1e3);
+    }
+    if (rc == 1) fprintf(stderr, "llm_decode_bench: %s batch %d: %s\n", bm->name, batch, kiln_last_error());
+    kiln_llm_cuda_kv_free(kv);
+    free(s.table);
+    free(s.ctx);
+    free(s.next);
+    free(ms);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    const char *only = NULL;
+    int gemv = 8;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+            only = argv[++i];
+        } else if (!strcmp(argv[i], "--gemv") && i + 1 < argc) {
+            gemv = atoi(argv[++i]);
+        } else {
+            fprintf(stderr, "usage: llm_decode_bench [--only gpt2,gpt2-xl,llama3-8b] [--gemv N]\n");
+            return 2;
+        }
+    }
+    char desc[256];
+    if (kiln_llm_cuda_device_check(0, desc, sizeof desc) != KILN_OK) {
+        printf("skipped: no GPU (%s)\n", desc);
+        return 77;
+    }
+    printf("llm_decode_bench on %s, random weights, context %d + decode, gemv_max_tokens %d\n", desc, PROMPT, gemv);
+    printf("floor = weight bytes / %.1f TB/s per step; GB/s = weight bytes / median step time\n\n", HBM_TBPS);
+    printf("%-10s %-5s %7s %5s %9s %-13s %11s %9s %9s %8s\n", "model", "dtype", "GB", "batch", "ms/step", "(p10-p90)",
+           "tokens/s", "floor ms", "of floor", "GB/s");
+    bench_model bm[3];
+    make_models(bm);
+    int rc = 0;
+    for (int i = 0; i < 3; i++) {
+        if (only && !listed(only, bm[i].name)) continue;
+        kiln_llm_cuda_options o;
+        kiln_llm_cuda_options_default(&o);
+        o.max_tokens = 2048;
+        o.max_seqs = 64;
+        o.max_context = 1024;
+        o.gemv_max_tokens = gemv;
+        kiln_llm_cuda *g;
+        if (kiln_llm_cuda_create_random(&bm[i].cfg, bm[i].dtype, &o, 7 + (uint64_t)i, &g) != KILN_OK) {
+            fprintf(stderr, "llm_decode_bench: %s: %s\n", bm[i].name, kiln_last_error());
+            rc = 1;
+            continue;
+        }
+        if (run_batch(&bm[i], g, 1, 10, 100, o.max_tokens) || run_batch(&bm[i], g, 64, 5, 30, o.max_tokens)) rc = 1;
+        kiln_llm_cuda_free(g);
+    }
+    return rc;
+}

@@ -1,0 +1,65 @@
+/* bench_llm.h — kiln bench --llm, the library side (tools/cmd_bench_llm.c is the command line): for each
+ * batch size, as trtllm-bench does, `batch` requests of random prompts (seeded) of input_len tokens
+ * submitted at once to the scheduler (scheduler.h), each generating exactly output_len tokens (no
+ * stop ids: eos is ignored), greedy; after warm-up iterations, `iterations` measured ones. Per request:
+ * TTFT (submission to first token), TPOT (mean time per output token after the first), end-to-end
+ * latency; per iteration: prefill time (the steps that produced first tokens), output and total
+ * tokens/s. The forward step is the CPU one (kiln_llm_forward) or, with target "cuda", llm_cuda.h's. */
+#ifndef KILN_BENCH_LLM_H
+#define KILN_BENCH_LLM_H
+
+#include "bench/bench.h"
+#include "llm/llm.h"
+
+#define KILN_BENCH_LLM_MAX_BATCHES 16
+
+typedef struct kiln_bench_llm_config {
+    int batches[KILN_BENCH_LLM_MAX_BATCHES];
+    int nbatches;
+    int input_len, output_len;  /* tokens per request, >= 1 each; their sum <= the model's max_pos */
+    int iterations, warmup;     /* measured iterations (>= 1) and unmeasured ones (>= 0) per batch size */
+    uint64_t seed;              /* the random prompts */
+    const char *target;         /* "cpu" or "cuda" */
+    int device;                 /* CUDA device ordinal */
+} kiln_bench_llm_config;
+
+/* The measurements of one batch size; times in ms, throughputs in tokens/s. */
+typedef struct kiln_bench_llm_row {
+    int batch;
+    char error[320];            /* "" = ran */
+    int64_t requests, input_tokens, output_tokens; /* measured iterations only; output exact */
+    uint64_t steps, preemptions;
+    double wall_s;              /* sum of the measured iterations' durations */
+    kiln_bench_stats prefill;   /* per iteration */
+    kiln_bench_stats ttft, tpot, e2e; /* per request */
+    kiln_bench_stats output_tps, total_tps; /* per iteration */
+} kiln_bench_llm_row;
+
+/* Everything a report shows; pointers borrowed. */
+typedef struct kiln_bench_llm_doc {
+    const char *model_path;
+    bool from_engine;
+    kiln_precision weights;     /* the engine's weights precision (a directory: fp32 as loaded) */
+    char compute[32];           /* "fp32 (CPU)", "fp16 (CUDA)" */
+    char device[256];
+    int64_t n_params;
+    double load_s;
+    const kiln_llm_config *cfg;
+    const kiln_bench_llm_config *bc;
+    const kiln_bench_env *env;
+    const kiln_bench_ceilings *ceil;
+    kiln_bench_llm_row rows[KILN_BENCH_LLM_MAX_BATCHES];
+    int nrows;
+    char started_at[32];
+} kiln_bench_llm_doc;
+
+/* Runs every batch size of d->bc on model m, filling d->rows (a batch size that fails records its
+ * error and the others go on; the call fails only when none ran). Errors before any run: lengths
+ * beyond the model (KILN_ERR_INVALID_ARGUMENT naming max_pos), target cuda unavailable (the reason). */
+kiln_status kiln_bench_llm_run(const kiln_llm_model *m, kiln_bench_llm_doc *d);
+
+/* The console report (bench_llm_report.c) and the JSON file (schema in docs/llm.md). */
+void kiln_bench_llm_print(const kiln_bench_llm_doc *d, FILE *f);
+kiln_status kiln_bench_llm_write_json(const kiln_bench_llm_doc *d, const char *path);
+
+#endif

@@ -1,0 +1,321 @@
+/* llm_cuda.c — creating and freeing a kiln_llm_cuda: checks that the kernels take the model's shape,
+ * lays out the weights in one device allocation (uploaded from a kiln_llm_model converted to the
+ * dtype on the host, or filled with random values on the device) and the step buffers in another,
+ * and makes the stream, the cuBLASLt handle and workspace and the pinned metadata staging. */
+#include "llm/cuda/llm_cuda_internal.h"
+
+#include "core/half.h"
+#include "core/status.h"
+#include "llm/llm_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void kiln_llm_cuda_options_default(kiln_llm_cuda_options *o) {
+    o->device = 0;
+    o->max_tokens = 2048;
+    o->max_seqs = 256;
+    o->max_context = 4096;
+    o->gemv_max_tokens = LLMC_GEMV_MAX;
+}
+
+kiln_status kiln_llm_cuda_device_check(int device, char *desc, size_t cap) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        if (cap) snprintf(desc, cap, "no CUDA device (cudaGetDeviceCount: %s)", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return kiln_error(KILN_ERR_BACKEND, "%s", cap ? desc : "no CUDA device");
+    }
+    if (device < 0 || device >= count) {
+        if (cap) snprintf(desc, cap, "there is no CUDA device %d (this machine has %d)", device, count);
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "there is no CUDA device %d (this machine has %d)", device, count);
+    }
+    struct cudaDeviceProp p;
+    KILN_CUDA_TRY(cudaGetDeviceProperties(&p, device));
+    if (cap)
+        snprintf(desc, cap, "%s (sm_%d%d, %d SMs, %zu GiB)", p.name, p.major, p.minor, p.multiProcessorCount,
+                 p.totalGlobalMem >> 30);
+    return KILN_OK;
+}
+
+/* ---------------------------------------------------------------- checks */
+
+static kiln_status check_shape(const kiln_llm_config *c, kiln_dtype dtype, const kiln_llm_cuda_options *o) {
+    if (dtype != KILN_F16 && dtype != KILN_BF16)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "llm cuda: dtype %s (float16 or bfloat16 only)", kiln_dtype_name(dtype));
+    if (c->arch != KILN_LLM_GPT2 && c->arch != KILN_LLM_LLAMA)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "llm cuda: unknown architecture %d", (int)c->arch);
+    if (c->n_layer < 1 || c->d_model < 1 || c->n_head < 1 || c->n_kv_head < 1 || c->d_ff < 1 || c->vocab < 1 ||
+        c->n_head % c->n_kv_head)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "llm cuda: invalid config (n_layer %d, d_model %d, n_head %d, "
+                          "n_kv_head %d, d_ff %d, vocab %d)", c->n_layer, c->d_model, c->n_head, c->n_kv_head, c->d_ff,
+                          c->vocab);
+    if (c->head_dim != 64 && c->head_dim != 128)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "llm cuda: head_dim %d (the attention kernels take 64 and 128)", c->head_dim);
+    if (c->n_head / c->n_kv_head > LLMC_MAX_GROUP)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "llm cuda: %d query heads per KV head (at most %d)",
+                          c->n_head / c->n_kv_head, LLMC_MAX_GROUP);
+    if (c->d_model > LLMC_MAX_D)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "llm cuda: d_model %d (at most %d)", c->d_model, LLMC_MAX_D);
+    if (o->max_tokens < 1 || o->max_seqs < 1 || o->max_context < 1 || o->gemv_max_tokens < 0 ||
+        o->gemv_max_tokens > LLMC_GEMV_MAX)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "llm cuda: options max_tokens %d, max_seqs %d, max_context %d, "
+                          "gemv_max_tokens %d (positive; gemv_max_tokens 0..%d)", o->max_tokens, o->max_seqs,
+                          o->max_context, o->gemv_max_tokens, LLMC_GEMV_MAX);
+    return KILN_OK;
+}
+
+/* ---------------------------------------------------------------- layout */
+
+/* Hands out LLMC_ALIGN-aligned pieces of one allocation; with base NULL it only counts (first pass). */
+typedef struct carver {
+    char *base;
+    size_t off;
+} carver;
+
+static void *carve(carver *c, size_t bytes) {
+    void *p = c->base ? c->base + c->off : NULL;
+    c->off += (bytes + LLMC_ALIGN - 1) / LLMC_ALIGN * LLMC_ALIGN;
+    return p;
+}
+
+/* Places every weight (pointers NULL while counting). */
+static void layout_weights(kiln_llm_cuda *g, carver *cv) {
+    const kiln_llm_config *c = &g->cfg;
+    const size_t es = 2, d = (size_t)c->d_model, ff = (size_t)c->d_ff, qd = (size_t)c->n_head * c->head_dim,
+                 kvd = (size_t)c->n_kv_head * c->head_dim, qkv = qd + 2 * kvd;
+    const bool gpt2 = c->arch == KILN_LLM_GPT2;
+    const size_t up = gpt2 ? ff : 2 * ff;
+    g->tok_emb = carve(cv, (size_t)c->vocab * d * es);
+    g->pos_emb = gpt2 ? carve(cv, (size_t)c->max_pos * d * es) : NULL;
+    g->lm_head = c->tied_embeddings ? g->tok_emb : carve(cv, (size_t)c->vocab * d * es);
+    g->norm_f_w = carve(cv, d * 4);
+    g->norm_f_b = gpt2 ? carve(cv, d * 4) : NULL;
+    for (int l = 0; l < c->n_layer; l++) {
+        llmc_layer *y = &g->layers[l];
+        y->norm1_w = carve(cv, d * 4);
+        y->norm2_w = carve(cv, d * 4);
+        y->qkv_w = carve(cv, qkv * d * es);
+        y->o_w = carve(cv, d * qd * es);
+        y->up_w = carve(cv, up * d * es);
+        y->down_w = carve(cv, d * ff * es);
+        if (!gpt2) continue;
+        y->norm1_b = carve(cv, d * 4);
+        y->norm2_b = carve(cv, d * 4);
+        y->qkv_b = carve(cv, qkv * es);
+        y->o_b = carve(cv, d * es);
+        y->up_b = carve(cv, ff * es);
+        y->down_b = carve(cv, d * es);
+    }
+}
+
+/* Places the step buffers. */
+static void layout_acts(kiln_llm_cuda *g, carver *cv) {
+    const kiln_llm_config *c = &g->cfg;
+    const size_t es = 2, n = (size_t)g->opt.max_tokens, d = (size_t)c->d_model, qd = (size_t)c->n_head * c->head_dim,
+                 qkv = qd + 2 * (size_t)c->n_kv_head * c->head_dim;
+    const size_t mlp = (size_t)c->d_ff * (c->arch == KILN_LLM_LLAMA ? 2 : 1);
+    g->x = carve(cv, n * d * 4);
+    g->h = carve(cv, n * d * es);
+    g->qkv = carve(cv, n * qkv * es);
+    g->att = carve(cv, n * qd * es);
+    g->proj = carve(cv, n * d * es);
+    g->mlp = carve(cv, n * mlp * es);
+    g->logits = carve(cv, n * (size_t)c->vocab * 4);
+    g->ids = carve(cv, n * 4);
+    g->part = carve(cv, (size_t)g->opt.max_seqs * c->n_head * g->split_cap * (c->head_dim + 2) * 4);
+}
+
+/* ---------------------------------------------------------------- weights */
+
+/* n FP32 values converted to g's dtype, copied to dst; staging holds n 16-bit values. */
+static kiln_status upload16(kiln_llm_cuda *g, void *dst, const float *src, size_t n, uint16_t *staging) {
+    for (size_t i = 0; i < n; i++) staging[i] = g->dtype == KILN_F16 ? kiln_f32_to_f16(src[i]) : kiln_f32_to_bf16(src[i]);
+    KILN_CUDA_TRY(cudaMemcpy(dst, staging, n * 2, cudaMemcpyHostToDevice));
+    return KILN_OK;
+}
+
+static kiln_status upload32(void *dst, const float *src, size_t n) {
+    KILN_CUDA_TRY(cudaMemcpy(dst, src, n * 4, cudaMemcpyHostToDevice));
+    return KILN_OK;
+}
+
+static kiln_status upload_weights(kiln_llm_cuda *g, const kiln_llm_model *m, uint16_t *st) {
+    const kiln_llm_config *c = &g->cfg;
+    const size_t d = (size_t)c->d_model, ff = (size_t)c->d_ff, qd = (size_t)c->n_head * c->head_dim,
+                 qkv = qd + 2 * (size_t)c->n_kv_head * c->head_dim, up = c->arch == KILN_LLM_GPT2 ? ff : 2 * ff;
+    KILN_TRY(upload16(g, g->tok_emb, m->tok_emb, (size_t)c->vocab * d, st));
+    if (g->pos_emb) KILN_TRY(upload16(g, g->pos_emb, m->pos_emb, (size_t)c->max_pos * d, st));
+    if (g->lm_head != g->tok_emb) KILN_TRY(upload16(g, g->lm_head, m->lm_head, (size_t)c->vocab * d, st));
+    KILN_TRY(upload32(g->norm_f_w, m->norm_f_w, d));
+    if (g->norm_f_b) KILN_TRY(upload32(g->norm_f_b, m->norm_f_b, d));
+    for (int l = 0; l < c->n_layer; l++) {
+        const kiln_llm_layer *s = &m->layers[l];
+        const llmc_layer *y = &g->layers[l];
+        KILN_TRY(upload32(y->norm1_w, s->norm1_w, d));
+        KILN_TRY(upload32(y->norm2_w, s->norm2_w, d));
+        KILN_TRY(upload16(g, y->qkv_w, s->qkv_w, qkv * d, st));
+        KILN_TRY(upload16(g, y->o_w, s->o_w, d * qd, st));
+        KILN_TRY(upload16(g, y->up_w, s->up_w, up * d, st));
+        KILN_TRY(upload16(g, y->down_w, s->down_w, d * ff, st));
+        if (c->arch != KILN_LLM_GPT2) continue;
+        KILN_TRY(upload32(y->norm1_b, s->norm1_b, d));
+        KILN_TRY(upload32(y->norm2_b, s->norm2_b, d));
+        KILN_TRY(upload16(g, y->qkv_b, s->qkv_b, qkv, st));
+        KILN_TRY(upload16(g, y->o_b, s->o_b, d, st));
+        KILN_TRY(upload16(g, y->up_b, s->up_b, ff, st));
+        KILN_TRY(upload16(g, y->down_b, s->down_b, d, st));
+    }
+    return KILN_OK;
+}
+
+/* Largest array of 16-bit weights (the host staging of upload_weights). */
+static size_t largest_weight(const kiln_llm_config *c) {
+    const size_t d = (size_t)c->d_model, ff = (size_t)c->d_ff, qkv = (size_t)(c->n_head + 2 * c->n_kv_head) * c->head_dim;
+    const size_t cand[] = {(size_t)c->vocab * d, (size_t)c->max_pos * d, qkv * d, d * (size_t)c->n_head * c->head_dim,
+                           2 * ff * d};
+    size_t mx = 0;
+    for (size_t i = 0; i < sizeof cand / sizeof *cand; i++) mx = cand[i] > mx ? cand[i] : mx;
+    return mx;
+}
+
+/* Random weights on the device with llm_random.h's scales (each array its own seed). */
+static kiln_status random_weights(kiln_llm_cuda *g, uint64_t seed) {
+    const kiln_llm_config *c = &g->cfg;
+    const size_t d = (size_t)c->d_model, ff = (size_t)c->d_ff, qd = (size_t)c->n_head * c->head_dim,
+                 qkv = qd + 2 * (size_t)c->n_kv_head * c->head_dim, up = c->arch == KILN_LLM_GPT2 ? ff : 2 * ff;
+    const kiln_dtype t = g->dtype, f = KILN_F32;
+    const float emb = sqrtf(3.0f);
+    uint64_t k = seed * 1000003u;
+#define MAT(p, rows, cols) KILN_TRY(llmc_fill_random(g, p, t, (size_t)(rows) * (cols), ++k, 0.0f, sqrtf(3.0f / (float)(cols))))
+#define VEC(p, dt, n, center, scale) KILN_TRY(llmc_fill_random(g, p, dt, n, ++k, center, scale))
+    VEC(g->tok_emb, t, (size_t)c->vocab * d, 0.0f, emb);
+    if (g->pos_emb) VEC(g->pos_emb, t, (size_t)c->max_pos * d, 0.0f, emb);
+    if (g->lm_head != g->tok_emb) MAT(g->lm_head, c->vocab, d);
+    VEC(g->norm_f_w, f, d, 1.0f, 0.1f);
+    if (g->norm_f_b) VEC(g->norm_f_b, f, d, 0.0f, 0.1f);
+    for (int l = 0; l < c->n_layer; l++) {
+        const llmc_layer *y = &g->layers[l];
+        VEC(y->norm1_w, f, d, 1.0f, 0.1f);
+        VEC(y->norm2_w, f, d, 1.0f, 0.1f);
+        MAT(y->qkv_w, qkv, d);
+        MAT(y->o_w, d, qd);
+        MAT(y->up_w, up, d);
+        MAT(y->down_w, d, ff);
+        if (c->arch != KILN_LLM_GPT2) continue;
+        VEC(y->norm1_b, f, d, 0.0f, 0.1f);
+        VEC(y->norm2_b, f, d, 0.0f, 0.1f);
+        VEC(y->qkv_b, t, qkv, 0.0f, 0.1f);
+        VEC(y->o_b, t, d, 0.0f, 0.1f);
+        VEC(y->up_b, t, ff, 0.0f, 0.1f);
+        VEC(y->down_b, t, d, 0.0f, 0.1f);
+    }
+#undef MAT
+#undef VEC
+    KILN_CUDA_TRY(cudaStreamSynchronize(g->stream));
+    return KILN_OK;
+}
+
+/* ---------------------------------------------------------------- create / free */
+
+/* Bytes of the packed metadata of the largest step (llm_cuda_forward.c packs it): tokens, positions,
+ * token -> sequence, logits rows, seq_start, ctx_len, block tables of up to max_context blocks per
+ * sequence, then the RoPE tables in double. */
+static size_t meta_bytes(const kiln_llm_cuda *g) {
+    const size_t n = (size_t)g->opt.max_tokens, s = (size_t)g->opt.max_seqs;
+    const size_t ints = 4 * n + (s + 1) + s + s * (size_t)g->opt.max_context;
+    return (ints * 4 + 7) / 8 * 8 + s * (size_t)(g->cfg.head_dim / 2) * 8;
+}
+
+/* Everything but the weights' values. */
+static kiln_status create_common(kiln_llm_cuda *g) {
+    KILN_CUDA_TRY(cudaSetDevice(g->opt.device));
+    KILN_CUDA_TRY(cudaDeviceGetAttribute(&g->sm_count, cudaDevAttrMultiProcessorCount, g->opt.device));
+    KILN_CUDA_TRY(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+    KILN_CUBLAS_TRY(cublasLtCreate(&g->lt));
+    KILN_CUDA_TRY(cudaMalloc(&g->workspace, LLMC_WORKSPACE_BYTES));
+    g->layers = calloc((size_t)g->cfg.n_layer, sizeof *g->layers);
+    if (!g->layers) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    carver cw = {NULL, 0};
+    layout_weights(g, &cw);
+    g->weight_bytes = cw.off;
+    KILN_CUDA_TRY(cudaMalloc(&g->weights, cw.off));
+    cw = (carver){g->weights, 0};
+    layout_weights(g, &cw);
+    g->split_cap = (g->opt.max_context + LLMC_SPLIT_MIN - 1) / LLMC_SPLIT_MIN;
+    carver ca = {NULL, 0};
+    layout_acts(g, &ca);
+    KILN_CUDA_TRY(cudaMalloc(&g->acts, ca.off));
+    ca = (carver){g->acts, 0};
+    layout_acts(g, &ca);
+    g->meta_bytes = meta_bytes(g);
+    KILN_CUDA_TRY(cudaMallocHost(&g->meta_host, g->meta_bytes));
+    KILN_CUDA_TRY(cudaMalloc(&g->meta_dev, g->meta_bytes));
+    KILN_CUDA_TRY(cudaEventCreateWithFlags(&g->meta_done, cudaEventDisableTiming));
+    return KILN_OK;
+}
+
+static kiln_status create(const kiln_llm_config *c, kiln_dtype dtype, const kiln_llm_cuda_options *o,
+                          const kiln_llm_model *m, uint64_t seed, kiln_llm_cuda **out) {
+    *out = NULL;
+    kiln_llm_cuda_options def;
+    if (!o) {
+        kiln_llm_cuda_options_default(&def);
+        o = &def;
+    }
+    KILN_TRY(check_shape(c, dtype, o));
+    char desc[256];
+    KILN_TRY(kiln_llm_cuda_device_check(o->device, desc, sizeof desc));
+    kiln_llm_cuda *g = calloc(1, sizeof *g);
+    if (!g) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    g->cfg = *c;
+    g->dtype = dtype;
+    g->opt = *o;
+    kiln_status s = create_common(g);
+    if (s == KILN_OK && m) {
+        uint16_t *staging = malloc(largest_weight(c) * 2);
+        s = staging ? upload_weights(g, m, staging) : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        free(staging);
+    } else if (s == KILN_OK) {
+        s = random_weights(g, seed);
+    }
+    if (s != KILN_OK) {
+        kiln_llm_cuda_free(g);
+        return s;
+    }
+    *out = g;
+    return KILN_OK;
+}
+
+kiln_status kiln_llm_cuda_create(const kiln_llm_model *m, kiln_dtype dtype, const kiln_llm_cuda_options *o,
+                                 kiln_llm_cuda **out) {
+    return create(&m->cfg, dtype, o, m, 0, out);
+}
+
+kiln_status kiln_llm_cuda_create_random(const kiln_llm_config *c, kiln_dtype dtype, const kiln_llm_cuda_options *o,
+                                        uint64_t seed, kiln_llm_cuda **out) {
+    return create(c, dtype, o, NULL, seed, out);
+}
+
+void kiln_llm_cuda_free(kiln_llm_cuda *g) {
+    if (!g) return;
+    cudaSetDevice(g->opt.device);
+    if (g->stream) cudaStreamSynchronize(g->stream);
+    llmc_plans_free(g);
+    if (g->meta_done) cudaEventDestroy(g->meta_done);
+    if (g->meta_dev) cudaFree(g->meta_dev);
+    if (g->meta_host) cudaFreeHost(g->meta_host);
+    if (g->acts) cudaFree(g->acts);
+    if (g->weights) cudaFree(g->weights);
+    if (g->workspace) cudaFree(g->workspace);
+    if (g->lt) cublasLtDestroy(g->lt);
+    if (g->stream) cudaStreamDestroy(g->stream);
+    free(g->layers);
+    free(g);
+}
+
+const kiln_llm_config *kiln_llm_cuda_config(const kiln_llm_cuda *g) { return &g->cfg; }
+uint64_t kiln_llm_cuda_weight_bytes(const kiln_llm_cuda *g) { return g->weight_bytes; }
+const float *kiln_llm_cuda_device_logits(const kiln_llm_cuda *g) { return g->last_rows ? g->logits : NULL; }

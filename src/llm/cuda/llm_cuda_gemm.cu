@@ -1,0 +1,235 @@
+/* llm_cuda_gemm.cu — the products with the weights, y[n, N] = x[n, K] W^T (+ bias), W [N, K] row-major
+ * (nn.Linear's layout), FP16/BF16 in, FP32 accumulation:
+ *
+ *  - few token rows (decode): gemv_kernel, one warp per output feature streaming its weight row once
+ *    with 16-byte loads (four in flight per lane) against every token row, FP32 sums reduced across
+ *    the warp, the bias added in FP32. Bandwidth-bound, as batch-1 decode is.
+ *  - otherwise cuBLASLt. Its interface is column-major, and a row-major [r, c] array is the
+ *    column-major [c, r] one with the same memory, so:
+ *        W  [N, K] row-major = Wc [K, N] column-major (ld K)
+ *        x  [n, K] row-major = Xc [K, n] column-major (ld ldx)
+ *        y  [n, N] row-major = Yc [N, n] column-major (ld ldy)
+ *    and y = x W^T  <=>  Yc = Wc^T Xc: cuBLASLt's A = W with TRANSA = T, B = x with TRANSB = N, D = y,
+ *    m = N, n = n, k = K. The bias epilogue adds a vector of m = N values along D's rows, i.e. one per
+ *    output feature. CUBLAS_COMPUTE_32F with FP32 scale; D is the model dtype or FP32 (logits).
+ *    Descriptors and the heuristic's algorithm are cached per shape (g->plans, LLMC_PLANS entries,
+ *    replaced round-robin), so a step does no heuristic queries once its shapes were seen. */
+#include "llm/cuda/llm_cuda_util.cuh"
+
+#define GEMV_THREADS 256 /* 8 warps: 8 output features per block */
+#define GEMV_UNROLL 4    /* 16-byte weight loads in flight per lane */
+#define LLMC_PLANS 64
+
+/* ---------------------------------------------------------------- GEMV */
+
+template <typename T> static __device__ __forceinline__ void gemv_store(T *p, float v) { *p = ku_from_f32<T>(v); }
+
+/* NT token rows. K % 8 == 0, x rows and W 16-byte aligned (the launcher checks). */
+template <typename T, typename OutT, int NT>
+__global__ void __launch_bounds__(GEMV_THREADS)
+    gemv_kernel(const T *__restrict__ x, int ldx, const T *__restrict__ w, const T *__restrict__ bias,
+                OutT *__restrict__ y, int ldy, int N, int K) {
+    const int row = blockIdx.x * (GEMV_THREADS / 32) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const T *wr = w + (size_t)row * K;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    for (int k0 = lane * 8; k0 < K; k0 += 32 * 8 * GEMV_UNROLL) {
+        uint4 wv[GEMV_UNROLL];
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            const int k = k0 + u * 32 * 8;
+            wv[u] = k < K ? __ldcs(reinterpret_cast<const uint4 *>(wr + k)) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            const int k = k0 + u * 32 * 8;
+            if (k >= K) break;
+            float wf[8];
+            lc_unpack8<T>(wv[u], wf);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                float xf[8];
+                lc_load8<T>(x + (size_t)t * ldx + k, xf);
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[t] += wf[e] * xf[e];
+            }
+        }
+    }
+    const float b = bias ? ku_f32(bias[row]) : 0.0f;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float v = ku_warp_sum(acc[t]);
+        if (lane == 0) gemv_store<OutT>(y + (size_t)t * ldy + row, v + b);
+    }
+}
+
+template <typename T, typename OutT, int NT>
+static kiln_status gemv_nt(kiln_llm_cuda *g, const void *x, int ldx, const void *w, const void *bias, int N, void *y,
+                           int ldy, int K) {
+    const unsigned blocks = (unsigned)((N + GEMV_THREADS / 32 - 1) / (GEMV_THREADS / 32));
+    gemv_kernel<T, OutT, NT><<<blocks, GEMV_THREADS, 0, g->stream>>>((const T *)x, ldx, (const T *)w, (const T *)bias,
+                                                                     (OutT *)y, ldy, N, K);
+    KILN_CUDA_LAUNCH_CHECK("gemv_kernel");
+    return KILN_OK;
+}
+
+template <typename T, typename OutT>
+static kiln_status gemv_out(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const void *bias,
+                            int N, void *y, int ldy) {
+    switch (n) {
+    case 1: return gemv_nt<T, OutT, 1>(g, x, ldx, w, bias, N, y, ldy, K);
+    case 2: return gemv_nt<T, OutT, 2>(g, x, ldx, w, bias, N, y, ldy, K);
+    case 3: return gemv_nt<T, OutT, 3>(g, x, ldx, w, bias, N, y, ldy, K);
+    case 4: return gemv_nt<T, OutT, 4>(g, x, ldx, w, bias, N, y, ldy, K);
+    case 5: return gemv_nt<T, OutT, 5>(g, x, ldx, w, bias, N, y, ldy, K);
+    case 6: return gemv_nt<T, OutT, 6>(g, x, ldx, w, bias, N, y, ldy, K);
+    case 7: return gemv_nt<T, OutT, 7>(g, x, ldx, w, bias, N, y, ldy, K);
+    default: return gemv_nt<T, OutT, 8>(g, x, ldx, w, bias, N, y, ldy, K);
+    }
+}
+
+template <typename T>
+static kiln_status gemv(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const void *bias, int N,
+                        void *y, int ldy, bool out_f32) {
+    return out_f32 ? gemv_out<T, float>(g, x, ldx, n, K, w, bias, N, y, ldy)
+                   : gemv_out<T, T>(g, x, ldx, n, K, w, bias, N, y, ldy);
+}
+
+/* ---------------------------------------------------------------- cuBLASLt */
+
+#define PLAN_KEY 9
+
+struct llmc_plan {
+    int64_t key[PLAN_KEY]; /* N, n, K, ldx, ldy, out_f32, bias, alignment of x, alignment of y */
+    bool used;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+};
+
+static void plan_clear(llmc_plan *p) {
+    if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
+    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    memset(p, 0, sizeof *p);
+}
+
+extern "C" void llmc_plans_free(kiln_llm_cuda *g) {
+    for (int i = 0; g->plans && i < g->n_plans; i++) plan_clear(&g->plans[i]);
+    free(g->plans);
+    g->plans = NULL;
+    g->n_plans = 0;
+}
+
+/* The largest power of two (at most 256) dividing the address and the row stride in bytes. */
+static uint32_t align_of(const void *p, int64_t row_bytes) {
+    uint64_t v = (uint64_t)(uintptr_t)p | (uint64_t)row_bytes;
+    uint64_t a = v ? v & (~v + 1) : 256;
+    return (uint32_t)(a > 256 ? 256 : a);
+}
+
+/* Descriptors and algorithm for p->key's product (p zeroed by the caller; cleared on failure by it);
+ * bias is this call's bias vector (the heuristic sees a real pointer; later calls set their own). */
+static kiln_status plan_make(kiln_llm_cuda *g, llmc_plan *p, const void *bias_ptr) {
+    const int64_t N = p->key[0], n = p->key[1], K = p->key[2], ldx = p->key[3], ldy = p->key[4];
+    const bool out_f32 = p->key[5] != 0, bias = p->key[6] != 0;
+    const cudaDataType_t t = g->dtype == KILN_F16 ? CUDA_R_16F : CUDA_R_16BF, td = out_f32 ? CUDA_R_32F : t;
+    KILN_CUBLAS_TRY(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const int32_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+    KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof op_t));
+    KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof op_n));
+    if (bias) {
+        const uint32_t epi = CUBLASLT_EPILOGUE_BIAS;
+        KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+        KILN_CUBLAS_TRY(
+            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof bias_ptr));
+    }
+    KILN_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->la, t, (uint64_t)K, (uint64_t)N, K));   /* Wc [K, N], op T */
+    KILN_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->lb, t, (uint64_t)K, (uint64_t)n, ldx)); /* Xc [K, n] */
+    KILN_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->ld, td, (uint64_t)N, (uint64_t)n, ldy)); /* Yc [N, n] */
+    cublasLtMatmulPreference_t pref = NULL;
+    KILN_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = LLMC_WORKSPACE_BYTES;
+    const uint32_t al_w = align_of(NULL, K * 2), al_x = (uint32_t)p->key[7], al_y = (uint32_t)p->key[8];
+    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_w, sizeof al_w);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_x, sizeof al_x);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_y, sizeof al_y);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_y, sizeof al_y);
+    cublasLtMatmulHeuristicResult_t res;
+    memset(&res, 0, sizeof res);
+    int got = 0;
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->la, p->lb, p->ld, p->ld, pref, 1, &res, &got);
+    cublasLtMatmulPreferenceDestroy(pref);
+    KILN_CUBLAS_TRY(st);
+    if (got < 1 || res.state != CUBLAS_STATUS_SUCCESS)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "cuBLASLt has no %s algorithm for a [%lld, %lld] x [%lld, %lld]^T product%s",
+                          kiln_dtype_name(g->dtype), (long long)n, (long long)K, (long long)N, (long long)K,
+                          bias ? " with a bias epilogue" : "");
+    p->algo = res.algo;
+    p->used = true;
+    return KILN_OK;
+}
+
+/* The cached plan for key, made on first use (with bias_ptr as plan_make says). */
+static kiln_status plan_get(kiln_llm_cuda *g, const int64_t *key, const void *bias_ptr, llmc_plan **out) {
+    for (int i = 0; i < g->n_plans; i++)
+        if (g->plans[i].used && !memcmp(g->plans[i].key, key, sizeof g->plans[i].key)) {
+            *out = &g->plans[i];
+            return KILN_OK;
+        }
+    if (!g->plans) {
+        g->plans = (llmc_plan *)calloc(LLMC_PLANS, sizeof *g->plans);
+        if (!g->plans) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    llmc_plan *p = NULL;
+    if (g->n_plans < LLMC_PLANS) {
+        p = &g->plans[g->n_plans++];
+    } else {
+        p = &g->plans[g->next_plan];
+        g->next_plan = (g->next_plan + 1) % LLMC_PLANS;
+        plan_clear(p);
+    }
+    memcpy(p->key, key, sizeof p->key);
+    kiln_status s = plan_make(g, p, bias_ptr);
+    if (s != KILN_OK) {
+        plan_clear(p); /* an unused slot: plan_get skips it, plans_free clears it again harmlessly */
+        return s;
+    }
+    *out = p;
+    return KILN_OK;
+}
+
+static kiln_status lt_linear(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const void *bias,
+                             int N, void *y, int ldy, bool out_f32) {
+    if (bias && out_f32) return kiln_error(KILN_ERR_INTERNAL, "llmc_linear: a bias with FP32 output");
+    const int64_t es_y = out_f32 ? 4 : 2;
+    const int64_t key[PLAN_KEY] = {N, n, K, ldx, ldy, out_f32, bias != NULL, align_of(x, (int64_t)ldx * 2),
+                                   align_of(y, (int64_t)ldy * es_y)};
+    llmc_plan *p = NULL;
+    KILN_TRY(plan_get(g, key, bias, &p));
+    if (bias)
+        KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    const float alpha = 1.0f, beta = 0.0f;
+    KILN_CUBLAS_TRY(cublasLtMatmul(g->lt, p->op, &alpha, w, p->la, x, p->lb, &beta, y, p->ld, y, p->ld, &p->algo,
+                                   g->workspace, LLMC_WORKSPACE_BYTES, g->stream));
+    return KILN_OK;
+}
+
+/* ---------------------------------------------------------------- dispatch */
+
+extern "C" kiln_status llmc_linear(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const void *bias,
+                                   int N, void *y, int ldy, bool out_f32) {
+    const bool gemv_ok = n <= g->opt.gemv_max_tokens && n <= LLMC_GEMV_MAX && K % 8 == 0 && ldx % 8 == 0 &&
+                         ku_aligned16(x) && ku_aligned16(w);
+    if (gemv_ok) return LC_DISPATCH(g->dtype, gemv, g, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
+    return lt_linear(g, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
+}

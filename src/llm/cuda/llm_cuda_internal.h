@@ -1,0 +1,130 @@
+/* llm_cuda_internal.h — what the files of src/llm/cuda/ share: the model on the device (weights,
+ * step buffers, staging of the batch metadata), the KV cache, one step's device view of its batch,
+ * and the kernel launchers of the .cu files (C linkage; each enqueues on g->stream only and checks
+ * its launch). Included by C and CUDA C. */
+#ifndef KILN_LLM_CUDA_INTERNAL_H
+#define KILN_LLM_CUDA_INTERNAL_H
+
+#include "backends/cuda/cuda_kernels.h" /* KILN_CUDA_TRY, KILN_CUBLAS_TRY, KILN_CUDA_LAUNCH_CHECK */
+#include "llm/llm_cuda.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LLMC_ALIGN 256                       /* every device array starts on this boundary */
+#define LLMC_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt workspace */
+#define LLMC_MAX_GROUP 8                     /* query heads per KV head the attention kernels take */
+#define LLMC_SPLIT_MIN 128                   /* fewest keys per split of the decode attention */
+#define LLMC_GEMV_MAX 8                      /* most token rows of the GEMV kernel */
+#define LLMC_MAX_D 12288                     /* widest d_model of the norm kernel (its row in shared memory) */
+
+/* One decoder layer on the device: norm parameters in FP32, matrices ([out, in] row-major, as
+ * llm_internal.h) and biases in the model dtype. Biases and norm shifts are NULL for Llama. */
+typedef struct llmc_layer {
+    float *norm1_w, *norm1_b, *norm2_w, *norm2_b;
+    void *qkv_w, *qkv_b, *o_w, *o_b, *up_w, *up_b, *down_w, *down_b;
+} llmc_layer;
+
+typedef struct llmc_plan llmc_plan; /* a cached cuBLASLt product (llm_cuda_gemm.cu) */
+
+struct kiln_llm_cuda {
+    kiln_llm_config cfg;
+    kiln_dtype dtype; /* KILN_F16 or KILN_BF16 */
+    kiln_llm_cuda_options opt;
+    int sm_count;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *workspace;
+    /* weights: one allocation */
+    void *weights;
+    uint64_t weight_bytes;
+    void *tok_emb, *pos_emb, *lm_head; /* lm_head == tok_emb when tied; pos_emb NULL for Llama */
+    float *norm_f_w, *norm_f_b;
+    llmc_layer *layers;
+    /* step buffers: one allocation */
+    void *acts;
+    float *x;      /* [max_tokens, d_model] residual stream, FP32 */
+    void *h;       /* [max_tokens, d_model] normed rows */
+    void *qkv;     /* [max_tokens, q_dim + 2 kv_dim] */
+    void *att;     /* [max_tokens, q_dim] attention output */
+    void *proj;    /* [max_tokens, d_model] output of the o and down products */
+    void *mlp;     /* [max_tokens, d_ff (GPT-2) or 2 d_ff (Llama)] */
+    float *logits; /* [max_tokens, vocab] */
+    int32_t *ids;  /* [max_tokens] greedy tokens */
+    float *part;   /* split-decode partials [max_seqs][n_head][split_cap][head_dim + 2] */
+    int split_cap; /* most splits of one sequence's context */
+    int last_rows; /* logits rows of the last step, 0 before any */
+    /* batch metadata: packed on the host (pinned), copied in one transfer */
+    void *meta_host, *meta_dev;
+    size_t meta_bytes;
+    cudaEvent_t meta_done; /* the last transfer out of meta_host has finished */
+    /* cuBLASLt plans, keyed by shape */
+    llmc_plan *plans;
+    int n_plans, next_plan;
+};
+
+struct kiln_llm_cuda_kv {
+    int device;
+    kiln_dtype dtype;
+    int n_layer, n_kv_head, head_dim, block_size, n_blocks;
+    void *data;         /* [layer][keys | values][block][n_kv_head][block_size][head_dim] */
+    size_t block_elems; /* elements of one block of keys (or values) of one layer */
+    int *free_stack;    /* [n_blocks]; the top is free_stack[n_free - 1] */
+    int n_free;
+    bool *taken;        /* [n_blocks] */
+};
+
+/* One step as the kernels see it: device pointers into g->meta_dev and the step's sizes. */
+typedef struct llmc_step {
+    int n_tokens, n_seqs, n_out; /* n_out: logits rows */
+    int max_new, max_ctx;        /* most new tokens / longest context of one sequence */
+    bool decode;                 /* every sequence has exactly one new token */
+    int table_stride;            /* block table row length on the device */
+    int inv_freq_stride;         /* 0: one RoPE table for all sequences, else head_dim / 2 */
+    const int32_t *tokens, *positions, *tok_seq, *out_rows, *seq_start, *ctx_len, *table;
+    const double *inv_freq;      /* [n_seqs or 1][head_dim / 2]; NULL for GPT-2 */
+} llmc_step;
+
+/* Keys and values of layer l. */
+void llmc_kv_layer(const kiln_llm_cuda_kv *kv, int layer, void **k, void **v);
+
+/* llm_cuda_gemm.cu: y[n, N] (row stride ldy; FP32 when out_f32, else g->dtype) = x[n, K] (row stride
+ * ldx) W^T (+ bias [N]), W [N, K] row-major in g->dtype. The GEMV kernel when n <= gemv_max_tokens
+ * and the operands are 16-byte aligned, else cuBLASLt (a bias needs !out_f32). */
+kiln_status llmc_linear(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const void *bias,
+                        int N, void *y, int ldy, bool out_f32);
+void llmc_plans_free(kiln_llm_cuda *g);
+
+/* llm_cuda_ops.cu */
+/* x[t] = tok_emb[tokens[t]] (+ pos_emb[positions[t]]) in FP32. */
+kiln_status llmc_embed(kiln_llm_cuda *g, const llmc_step *s);
+/* For output row r of n_rows, t = rows ? rows[r] : r: v = x[t] (+ delta[t], a g->dtype [*, d_model]
+ * array, when not NULL), stored back into x[t] when store; h[r] = norm(v) with w and b (b NULL:
+ * RMSNorm), statistics in FP32. */
+kiln_status llmc_add_norm(kiln_llm_cuda *g, int n_rows, const int32_t *rows, const void *delta, bool store,
+                          const float *w, const float *b);
+/* Per token: RoPE on its q and k heads in g->qkv (Llama), then its k and v heads into the cache slot
+ * of its position. */
+kiln_status llmc_rope_kv_write(kiln_llm_cuda *g, const llmc_step *s, void *kc, void *vc, int block_size);
+/* GPT-2: g->mlp[n, d_ff] = GELU(tanh) in place. Llama: the gate half of g->mlp[n, 2 d_ff] becomes
+ * SiLU(gate) * up. */
+kiln_status llmc_activation(kiln_llm_cuda *g, int n);
+/* greedy[r] = argmax of g->logits row r (lowest index on ties), r < n_rows. */
+kiln_status llmc_argmax(kiln_llm_cuda *g, int n_rows);
+/* n elements of dtype at p (FP32 or g's dtype) = center + scale * uniform[-1, 1) from (seed, index). */
+kiln_status llmc_fill_random(kiln_llm_cuda *g, void *p, kiln_dtype dtype, size_t n, uint64_t seed, float center,
+                             float scale);
+
+/* llm_cuda_attn.cu: g->att = causal attention of every new token over its sequence's cache (which
+ * already holds the step's keys and values) in layer kc/vc: the decode kernel (split over the
+ * context, then reduced) when s->decode, else the tiled prefill kernel. */
+kiln_status llmc_attention(kiln_llm_cuda *g, const llmc_step *s, const void *kc, const void *vc, int block_size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

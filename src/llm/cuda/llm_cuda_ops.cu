@@ -1,0 +1,249 @@
+/* llm_cuda_ops.cu — the per-token kernels of the LLM forward on CUDA: embedding (+ GPT-2's learned
+ * positions), residual add fused with LayerNorm / RMSNorm (FP32 statistics, two passes over the row
+ * kept in shared memory), RoPE fused with the KV cache write, GELU(tanh) and SwiGLU, the greedy
+ * argmax of the logits, and the random fill of benchmark weights. Each mirrors the CPU op of
+ * llm_cpu_ops.c on values rounded to the model dtype between kernels. */
+#include "llm/cuda/llm_cuda_util.cuh"
+
+#include <math.h>
+
+#define OPS_THREADS 256
+
+/* ---------------------------------------------------------------- embedding */
+
+template <typename T>
+__global__ void embed_kernel(float *__restrict__ x, const T *__restrict__ tok, const T *__restrict__ pos,
+                             const int32_t *__restrict__ tokens, const int32_t *__restrict__ positions, int d) {
+    const int t = blockIdx.x;
+    const T *e = tok + (size_t)tokens[t] * d;
+    const T *p = pos ? pos + (size_t)positions[t] * d : NULL;
+    float *xr = x + (size_t)t * d;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) xr[i] = ku_f32(e[i]) + (p ? ku_f32(p[i]) : 0.0f);
+}
+
+template <typename T> static kiln_status launch_embed(kiln_llm_cuda *g, const llmc_step *s) {
+    embed_kernel<T><<<s->n_tokens, OPS_THREADS, 0, g->stream>>>(g->x, (const T *)g->tok_emb, (const T *)g->pos_emb,
+                                                              s->tokens, s->positions, g->cfg.d_model);
+    KILN_CUDA_LAUNCH_CHECK("embed_kernel");
+    return KILN_OK;
+}
+
+extern "C" kiln_status llmc_embed(kiln_llm_cuda *g, const llmc_step *s) { return LC_DISPATCH(g->dtype, launch_embed, g, s); }
+
+/* ---------------------------------------------------------------- residual add + norm */
+
+/* One block per output row; the row's d values live in shared memory between the passes. */
+template <typename T>
+__global__ void add_norm_kernel(float *__restrict__ x, const T *__restrict__ delta, const int32_t *__restrict__ rows,
+                                int d, int store, const float *__restrict__ w, const float *__restrict__ b, float eps,
+                                T *__restrict__ h) {
+    extern __shared__ float row[];
+    __shared__ float red[32];
+    const int r = blockIdx.x, t = rows ? rows[r] : r;
+    float *xr = x + (size_t)t * d;
+    const T *dr = delta ? delta + (size_t)t * d : NULL;
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float v = xr[i] + (dr ? ku_f32(dr[i]) : 0.0f);
+        if (store) xr[i] = v;
+        row[i] = v;
+        sum += v;
+    }
+    const float mean = b ? ku_block_sum(sum, red) / (float)d : 0.0f; /* b is uniform: all threads call or none */
+    float sq = 0.0f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) sq += (row[i] - mean) * (row[i] - mean);
+    const float rs = rsqrtf(ku_block_sum(sq, red) / (float)d + eps);
+    T *hr = h + (size_t)r * d;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) hr[i] = ku_from_f32<T>((row[i] - mean) * rs * w[i] + (b ? b[i] : 0.0f));
+}
+
+template <typename T>
+static kiln_status launch_add_norm(kiln_llm_cuda *g, int n_rows, const int32_t *rows, const void *delta, bool store,
+                                   const float *w, const float *b) {
+    const int d = g->cfg.d_model;
+    add_norm_kernel<T><<<n_rows, OPS_THREADS, (size_t)d * sizeof(float), g->stream>>>(
+        g->x, (const T *)delta, rows, d, store ? 1 : 0, w, b, g->cfg.norm_eps, (T *)g->h);
+    KILN_CUDA_LAUNCH_CHECK("add_norm_kernel");
+    return KILN_OK;
+}
+
+extern "C" kiln_status llmc_add_norm(kiln_llm_cuda *g, int n_rows, const int32_t *rows, const void *delta, bool store,
+                                     const float *w, const float *b) {
+    return LC_DISPATCH(g->dtype, launch_add_norm, g, n_rows, rows, delta, store, w, b);
+}
+
+/* ---------------------------------------------------------------- RoPE + KV cache write */
+
+/* One block per token. With inv_freq (Llama) its q and k heads are rotated in place by HF's
+ * rotate_half convention (cos/sin of position * inv_freq computed in double, rounded to FP32, as the
+ * CPU does); then its k and v heads go to slot (pos % bs) of block table[pos / bs]. */
+template <typename T>
+__global__ void rope_kv_kernel(T *__restrict__ qkv, int ldq, const int32_t *__restrict__ positions,
+                               const int32_t *__restrict__ tok_seq, const double *__restrict__ inv_freq, int freq_stride,
+                               const int32_t *__restrict__ table, int table_stride, T *__restrict__ kc,
+                               T *__restrict__ vc, int n_head, int n_kv_head, int hd, int bs) {
+    extern __shared__ float cs[]; /* [hd / 2] cos, then [hd / 2] sin */
+    const int t = blockIdx.x, pos = positions[t], seq = tok_seq[t], half = hd / 2;
+    T *q = qkv + (size_t)t * ldq, *k = q + (size_t)n_head * hd, *v = k + (size_t)n_kv_head * hd;
+    if (inv_freq) {
+        for (int i = threadIdx.x; i < half; i += blockDim.x) {
+            double a = (double)pos * inv_freq[(size_t)seq * freq_stride + i];
+            cs[i] = (float)cos(a);
+            cs[half + i] = (float)sin(a);
+        }
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < (n_head + n_kv_head) * half; idx += blockDim.x) {
+            const int hh = idx / half, i = idx - hh * half; /* heads of q then of k: contiguous in qkv */
+            T *a = q + (size_t)hh * hd;
+            float x1 = ku_f32(a[i]), x2 = ku_f32(a[i + half]);
+            a[i] = ku_from_f32<T>(x1 * cs[i] - x2 * cs[half + i]);
+            a[i + half] = ku_from_f32<T>(x2 * cs[i] + x1 * cs[half + i]);
+        }
+        __syncthreads();
+    }
+    const int blk = table[(size_t)seq * table_stride + pos / bs], slot = pos % bs;
+    for (int idx = threadIdx.x; idx < n_kv_head * hd; idx += blockDim.x) {
+        const int gh = idx / hd, e = idx - gh * hd;
+        const size_t off = (((size_t)blk * n_kv_head + gh) * bs + slot) * hd + e;
+        kc[off] = k[idx];
+        vc[off] = v[idx];
+    }
+}
+
+template <typename T>
+static kiln_status launch_rope_kv(kiln_llm_cuda *g, const llmc_step *s, void *kc, void *vc, int bs) {
+    const kiln_llm_config *c = &g->cfg;
+    const int ldq = (c->n_head + 2 * c->n_kv_head) * c->head_dim;
+    rope_kv_kernel<T><<<s->n_tokens, OPS_THREADS, (size_t)c->head_dim * sizeof(float), g->stream>>>(
+        (T *)g->qkv, ldq, s->positions, s->tok_seq, s->inv_freq, s->inv_freq_stride, s->table, s->table_stride, (T *)kc,
+        (T *)vc, c->n_head, c->n_kv_head, c->head_dim, bs);
+    KILN_CUDA_LAUNCH_CHECK("rope_kv_kernel");
+    return KILN_OK;
+}
+
+extern "C" kiln_status llmc_rope_kv_write(kiln_llm_cuda *g, const llmc_step *s, void *kc, void *vc, int block_size) {
+    return LC_DISPATCH(g->dtype, launch_rope_kv, g, s, kc, vc, block_size);
+}
+
+/* ---------------------------------------------------------------- activations */
+
+template <typename T> __global__ void gelu_kernel(T *__restrict__ x, size_t count) {
+    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
+        float v = ku_f32(x[i]);
+        x[i] = ku_from_f32<T>(0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v))));
+    }
+}
+
+/* Rows [gate | up] of width 2 ff: gate = SiLU(gate) * up. */
+template <typename T> __global__ void swiglu_kernel(T *__restrict__ gu, int ff, size_t count) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = i / (size_t)ff, j = i - t * (size_t)ff;
+        T *gp = gu + t * 2 * (size_t)ff + j;
+        float gv = ku_f32(gp[0]), uv = ku_f32(gp[ff]);
+        gp[0] = ku_from_f32<T>(gv / (1.0f + expf(-gv)) * uv);
+    }
+}
+
+template <typename T> static kiln_status launch_activation(kiln_llm_cuda *g, int n) {
+    const size_t count = (size_t)n * g->cfg.d_ff;
+    const int64_t sms = g->sm_count > 0 ? g->sm_count : 1;
+    int64_t blocks = ((int64_t)count + OPS_THREADS - 1) / OPS_THREADS;
+    if (blocks > sms * 8) blocks = sms * 8;
+    if (g->cfg.arch == KILN_LLM_GPT2) {
+        gelu_kernel<T><<<(unsigned)blocks, OPS_THREADS, 0, g->stream>>>((T *)g->mlp, count);
+        KILN_CUDA_LAUNCH_CHECK("gelu_kernel");
+    } else {
+        swiglu_kernel<T><<<(unsigned)blocks, OPS_THREADS, 0, g->stream>>>((T *)g->mlp, g->cfg.d_ff, count);
+        KILN_CUDA_LAUNCH_CHECK("swiglu_kernel");
+    }
+    return KILN_OK;
+}
+
+extern "C" kiln_status llmc_activation(kiln_llm_cuda *g, int n) { return LC_DISPATCH(g->dtype, launch_activation, g, n); }
+
+/* ---------------------------------------------------------------- greedy argmax */
+
+#define ARGMAX_THREADS 1024
+
+/* (v, i) beats (bv, bi): larger value, or the same value at a lower index. NaN never wins. */
+static __device__ __forceinline__ bool beats(float v, int i, float bv, int bi) {
+    return v > bv || (v == bv && i < bi);
+}
+
+/* One block per row. */
+__global__ void argmax_kernel(const float *__restrict__ logits, int vocab, int32_t *__restrict__ out) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    const float *row = logits + (size_t)blockIdx.x * vocab;
+    float bv = -INFINITY;
+    int bi = vocab; /* "none yet": loses to any real index at -inf */
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+        if (beats(row[i], i, bv, bi)) {
+            bv = row[i];
+            bi = i;
+        }
+    for (int o = 16; o > 0; o >>= 1) {
+        float v = __shfl_xor_sync(0xffffffffu, bv, o);
+        int i = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (beats(v, i, bv, bi)) {
+            bv = v;
+            bi = i;
+        }
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) {
+        sv[warp] = bv;
+        si[warp] = bi;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        bv = lane < nw ? sv[lane] : -INFINITY;
+        bi = lane < nw ? si[lane] : vocab;
+        for (int o = 16; o > 0; o >>= 1) {
+            float v = __shfl_xor_sync(0xffffffffu, bv, o);
+            int i = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (beats(v, i, bv, bi)) {
+                bv = v;
+                bi = i;
+            }
+        }
+        if (lane == 0) out[blockIdx.x] = bi < vocab ? bi : 0; /* a row of NaNs gives 0 */
+    }
+}
+
+extern "C" kiln_status llmc_argmax(kiln_llm_cuda *g, int n_rows) {
+    argmax_kernel<<<n_rows, ARGMAX_THREADS, 0, g->stream>>>(g->logits, g->cfg.vocab, g->ids);
+    KILN_CUDA_LAUNCH_CHECK("argmax_kernel");
+    return KILN_OK;
+}
+
+/* ---------------------------------------------------------------- random fill */
+
+/* splitmix64 of (seed, i) as a uniform in [-1, 1). */
+static __device__ __forceinline__ float hash_uniform(uint64_t seed, size_t i) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (uint64_t)(i + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    return (float)((double)(z >> 40) / (double)(1ULL << 23) - 1.0);
+}
+
+template <typename T>
+__global__ void fill_kernel(T *__restrict__ p, size_t n, uint64_t seed, float center, float scale) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        p[i] = ku_from_f32<T>(center + scale * hash_uniform(seed, i));
+}
+
+extern "C" kiln_status llmc_fill_random(kiln_llm_cuda *g, void *p, kiln_dtype dtype, size_t n, uint64_t seed,
+                                        float center, float scale) {
+    const unsigned blocks = (unsigned)((g->sm_count > 0 ? g->sm_count : 1) * 8);
+    if (dtype == KILN_F32)
+        fill_kernel<float><<<blocks, OPS_THREADS, 0, g->stream>>>((float *)p, n, seed, center, scale);
+    else if (dtype == KILN_F16)
+        fill_kernel<__half><<<blocks, OPS_THREADS, 0, g->stream>>>((__half *)p, n, seed, center, scale);
+    else
+        fill_kernel<bf16><<<blocks, OPS_THREADS, 0, g->stream>>>((bf16 *)p, n, seed, center, scale);
+    KILN_CUDA_LAUNCH_CHECK("fill_kernel");
+    return KILN_OK;
+}

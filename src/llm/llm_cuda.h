@@ -1,0 +1,97 @@
+/* llm_cuda.h — the LLM forward step (llm.h's contract) on an NVIDIA GPU in FP16 or BF16: the model's
+ * weights uploaded once, a paged KV cache in device memory, and kiln_llm_cuda_forward, which runs the
+ * same ragged batches as kiln_llm_forward (prefill chunks and decode tokens of several sequences, block
+ * tables, all_logits) and returns logits to the host, keeps them on the device, or returns each row's
+ * greedy (argmax) token.
+ *
+ * Numerics: weights, activations between kernels and the KV cache are in the chosen dtype; the
+ * residual stream, norm statistics, softmax and every accumulation are FP32; logits are FP32.
+ * Everything the step needs is allocated at create time for the limits of kiln_llm_cuda_options: a
+ * step allocates nothing. A kiln_llm_cuda and its caches are used by one thread at a time.
+ *
+ * Built without the cuda backend, every create function fails with KILN_ERR_UNSUPPORTED ("built
+ * without the cuda backend"). */
+#ifndef KILN_LLM_LLM_CUDA_H
+#define KILN_LLM_LLM_CUDA_H
+
+#include "llm/llm.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kiln_llm_cuda kiln_llm_cuda;       /* a model on one GPU */
+typedef struct kiln_llm_cuda_kv kiln_llm_cuda_kv; /* a paged KV cache for it, in device memory */
+
+typedef struct kiln_llm_cuda_options {
+    int device;          /* CUDA device ordinal */
+    int max_tokens;      /* most new tokens in one step (activations are sized for it) */
+    int max_seqs;        /* most sequences in one step */
+    int max_context;     /* longest context (cached + new tokens) of one sequence */
+    int gemv_max_tokens; /* steps of at most this many tokens multiply by the weights with kiln's
+                          * bandwidth-bound GEMV kernel, larger ones with cuBLASLt (0..8; 0: cuBLASLt only) */
+} kiln_llm_cuda_options;
+
+/* device 0, max_tokens 2048, max_seqs 256, max_context 4096, gemv_max_tokens 8. */
+void kiln_llm_cuda_options_default(kiln_llm_cuda_options *o);
+
+/* KILN_OK when the device exists, with a description of it in desc ("NVIDIA H200 (sm_90, 132 SMs,
+ * 139 GiB)"); else KILN_ERR_BACKEND ("no CUDA device (...)") or KILN_ERR_UNSUPPORTED (built without
+ * the cuda backend), the reason also in desc. */
+kiln_status kiln_llm_cuda_device_check(int device, char *desc, size_t cap);
+
+/* Uploads m's weights converted to dtype (KILN_F16 or KILN_BF16) and allocates the step buffers for o
+ * (NULL: defaults). m is not needed afterwards. KILN_ERR_UNSUPPORTED names a shape the kernels do not
+ * take (head_dim other than 64 or 128, more than 8 query heads per KV head, d_model beyond 12288).
+ * Caller owns *out (kiln_llm_cuda_free). */
+kiln_status kiln_llm_cuda_create(const kiln_llm_model *m, kiln_dtype dtype, const kiln_llm_cuda_options *o,
+                                 kiln_llm_cuda **out);
+/* The same for a model of config c whose weights are random (made on the device from seed, with
+ * llm_random.h's scales), for benchmarks of large shapes without host copies of their weights. */
+kiln_status kiln_llm_cuda_create_random(const kiln_llm_config *c, kiln_dtype dtype, const kiln_llm_cuda_options *o,
+                                        uint64_t seed, kiln_llm_cuda **out);
+void kiln_llm_cuda_free(kiln_llm_cuda *g); /* accepts NULL; free its caches first */
+/* Borrowed; valid while g lives. */
+const kiln_llm_config *kiln_llm_cuda_config(const kiln_llm_cuda *g);
+/* Bytes of weights on the device (what one decode step streams at least once). */
+uint64_t kiln_llm_cuda_weight_bytes(const kiln_llm_cuda *g);
+
+typedef struct kiln_llm_cuda_kv_options {
+    int block_size;      /* tokens per block (16 unless told) */
+    double mem_fraction; /* the cache takes this fraction of the device's free memory (0 < f <= 1) ... */
+    uint64_t max_bytes;  /* ... but at most this many bytes (0: no cap) */
+} kiln_llm_cuda_kv_options;
+
+/* A cache for g's model in g's dtype: per layer, keys and values in blocks of
+ * [n_kv_head][block_size][head_dim] (kv_cache.h's layout), as many blocks as the budget holds
+ * (KILN_ERR_OUT_OF_MEMORY when not even one). All blocks start free. Caller owns *out. */
+kiln_status kiln_llm_cuda_kv_create(kiln_llm_cuda *g, const kiln_llm_cuda_kv_options *o, kiln_llm_cuda_kv **out);
+void kiln_llm_cuda_kv_free(kiln_llm_cuda_kv *kv); /* accepts NULL */
+int kiln_llm_cuda_kv_blocks(const kiln_llm_cuda_kv *kv);     /* blocks in the cache */
+int kiln_llm_cuda_kv_block_size(const kiln_llm_cuda_kv *kv); /* tokens per block */
+/* The block allocator of kv_cache.h: take a free block (-1 when none), return one (returning a block
+ * not taken aborts), count the free ones, ask whether a block id is taken. */
+int kiln_llm_cuda_kv_alloc_block(kiln_llm_cuda_kv *kv);
+void kiln_llm_cuda_kv_release_block(kiln_llm_cuda_kv *kv, int block);
+int kiln_llm_cuda_kv_free_blocks(const kiln_llm_cuda_kv *kv);
+bool kiln_llm_cuda_kv_block_taken(const kiln_llm_cuda_kv *kv, int block);
+
+/* Runs one step of kiln_llm_forward's contract (same batch checks and errors, plus
+ * KILN_ERR_INVALID_ARGUMENT when the batch exceeds g's options) with kv made for g. Logits rows
+ * ([n_seqs, vocab], or [n_tokens, vocab] with all_logits) go to `logits` on the host when it is not
+ * NULL, and the argmax of each row (lowest id on ties) to `greedy` when that is not NULL; either
+ * waits for the step. With both NULL the step is only enqueued: its logits stay on the device
+ * (kiln_llm_cuda_device_logits) and a failure of the GPU work shows in the next call that waits. */
+kiln_status kiln_llm_cuda_forward(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const kiln_llm_batch *b, float *logits,
+                                  int32_t *greedy);
+/* Device pointer to the last step's FP32 logits rows (valid until the next step), or NULL before any. */
+const float *kiln_llm_cuda_device_logits(const kiln_llm_cuda *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,81 @@
+/* llm_engine.h — LLM engines: `kiln build --hf DIR` writes a Hugging Face checkpoint's config, its
+ * tokenizer files (verbatim) and its weights, in the layout the forward step wants and in fp32, fp16
+ * or bf16, into a .kiln file of kind llm (docs/engine-format.md). Loading one gives the same
+ * kiln_llm_model as kiln_llm_model_load_hf (FP32 for the CPU forward: an fp32 engine's weights are
+ * used in place from the mapping, half-precision ones converted). kiln_llm_open takes either a
+ * checkpoint directory or an engine, for `kiln generate` and `kiln bench --llm`. */
+#ifndef KILN_LLM_LLM_ENGINE_H
+#define KILN_LLM_LLM_ENGINE_H
+
+#include "engine/engine_format.h"
+#include "llm/llm.h"
+#include "llm/tokenizer.h"
+
+typedef struct kiln_llm_build_options {
+    int precision;             /* a kiln_precision, or -1: the checkpoint's dtype when F16/BF16, else fp32 */
+    const char *build_options; /* the flags as text, recorded in the header ("" when NULL) */
+} kiln_llm_build_options;
+
+/* One weight of an engine, as its tensor table records it. */
+typedef struct kiln_llm_engine_tensor {
+    char name[48];
+    kiln_dtype dtype;
+    int ndim;
+    int64_t dims[2];
+} kiln_llm_engine_tensor;
+
+/* What an LLM engine (or a build) holds, without its weights converted. */
+typedef struct kiln_llm_engine_info {
+    kiln_engine_meta meta;     /* the header; meta.precision is the weights' precision */
+    kiln_llm_config cfg;
+    int32_t gen_eos[KILN_LLM_MAX_EOS]; /* generation_config.json's eos_token_id(s) */
+    int n_gen_eos;
+    kiln_llm_engine_tensor *tensors; /* [n_tensors], owned (kiln_llm_engine_info_free) */
+    int n_tensors;
+    int64_t n_params;
+    uint64_t weight_bytes;     /* the tensors' bytes (without alignment padding) */
+    uint64_t tokenizer_bytes, tokenizer_config_bytes; /* 0: the checkpoint had no such file */
+} kiln_llm_engine_info;
+void kiln_llm_engine_info_free(kiln_llm_engine_info *info); /* accepts a zeroed one */
+
+/* Builds the engine of checkpoint dir at path (atomically). The checkpoint is read as
+ * kiln_llm_model_load_hf reads it (same errors); tokenizer.json, when present, must load
+ * (kiln_tokenizer_load's errors); without one the engine holds no tokenizer (kiln generate then
+ * refuses it). When info is not NULL it receives what was written (the caller frees it). */
+kiln_status kiln_llm_engine_build(const char *dir, const kiln_llm_build_options *o, const char *path,
+                                  kiln_llm_engine_info *info);
+
+/* Maps and verifies the LLM engine at path (header, kind, section layout, checksums, the config and
+ * tensor table, every tensor the config needs present with its shape, no other) and fills *info.
+ * An ONNX engine is KILN_ERR_ENGINE_MISMATCH saying so; corruption KILN_ERR_PARSE "engine file is
+ * corrupted: ..." or "... truncated ...", version mismatches as for ONNX engines. */
+kiln_status kiln_llm_engine_read_info(const char *path, kiln_llm_engine_info *info);
+/* Same, plus the model (*model, kiln_llm_model_free) and, when tok is not NULL, the tokenizer (*tok;
+ * KILN_ERR_INVALID_ARGUMENT when the engine holds none). info may be NULL. */
+kiln_status kiln_llm_engine_load(const char *path, kiln_llm_engine_info *info, kiln_llm_model **model,
+                                 kiln_tokenizer **tok);
+/* The model alone. */
+kiln_status kiln_llm_model_load_engine(const char *path, kiln_llm_model **out);
+
+/* A model from a checkpoint directory or an LLM engine file, with what generation needs. */
+typedef struct kiln_llm_bundle {
+    kiln_llm_model *model;
+    kiln_tokenizer *tok;       /* NULL unless asked for */
+    int32_t gen_eos[KILN_LLM_MAX_EOS]; /* generation_config.json's eos_token_id(s) (directory or engine) */
+    int n_gen_eos;
+    bool from_engine;
+    kiln_precision weights;    /* an engine's stored precision; fp32 for a directory (as loaded) */
+    int64_t n_params;
+} kiln_llm_bundle;
+/* Opens path: a directory is read with kiln_llm_model_load_hf (+ kiln_tokenizer_load and
+ * generation_config.json), anything else as an LLM engine. with_tokenizer: also load the tokenizer.
+ * On failure *b is freed and zeroed. */
+kiln_status kiln_llm_open(const char *path, bool with_tokenizer, kiln_llm_bundle *b);
+void kiln_llm_bundle_free(kiln_llm_bundle *b); /* zeroes it; accepts a zeroed one */
+
+/* generation_config.json's eos_token_id (a number or a list) in dir, into ids[0..*n); *n = 0 when the
+ * file is absent or names none. Errors: the file's JSON (KILN_ERR_PARSE naming it), more than
+ * KILN_LLM_MAX_EOS ids (KILN_ERR_UNSUPPORTED). */
+kiln_status kiln_llm_read_generation_eos(const char *dir, int32_t *ids, int *n);
+
+#endif

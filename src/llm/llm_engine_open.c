@@ -1,0 +1,87 @@
+/* llm_engine_open.c — one way in for the commands that run an LLM: a checkpoint directory (config,
+ * safetensors, tokenizer.json, generation_config.json) or an LLM engine built from one. */
+#include "llm/llm_engine_internal.h"
+
+#include "core/status.h"
+#include "hf/checkpoint.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Adds v to ids when it is a non-negative integer (generation ignores the others, as before). */
+static kiln_status add_id(const char *path, double v, int32_t *ids, int *n) {
+    if (!(v >= 0 && v <= INT32_MAX && v == floor(v))) return KILN_OK;
+    if (*n == KILN_LLM_MAX_EOS)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s: \"eos_token_id\" lists more than %d ids", path, KILN_LLM_MAX_EOS);
+    ids[(*n)++] = (int32_t)v;
+    return KILN_OK;
+}
+
+kiln_status kiln_llm_read_generation_eos(const char *dir, int32_t *ids, int *n) {
+    *n = 0;
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/generation_config.json", dir) >= sizeof path)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "checkpoint directory path is too long");
+    if (access(path, F_OK)) return KILN_OK;
+    kiln_jdoc doc = {0};
+    kiln_status s = kiln_hf_read_json(path, "generation config", &doc);
+    if (s == KILN_OK) {
+        const kiln_jnode *eos = kiln_jdoc_get(&doc, kiln_jdoc_root(&doc), "eos_token_id");
+        double v;
+        if (kiln_jdoc_num(eos, &v)) s = add_id(path, v, ids, n);
+        for (const kiln_jnode *e = eos && eos->type == KILN_JNODE_ARRAY ? kiln_jdoc_first(&doc, eos) : NULL;
+             e && s == KILN_OK; e = kiln_jdoc_next(&doc, e))
+            if (kiln_jdoc_num(e, &v)) s = add_id(path, v, ids, n);
+    }
+    kiln_jdoc_free(&doc);
+    return s;
+}
+
+static kiln_status open_dir(const char *dir, bool with_tokenizer, kiln_llm_bundle *b) {
+    KILN_TRY(kiln_llm_model_load_hf(dir, &b->model));
+    if (with_tokenizer) KILN_TRY(kiln_tokenizer_load(dir, &b->tok));
+    return kiln_llm_read_generation_eos(dir, b->gen_eos, &b->n_gen_eos);
+}
+
+static kiln_status open_engine(const char *path, bool with_tokenizer, kiln_llm_bundle *b) {
+    kiln_llm_engine_info info;
+    KILN_TRY(kiln_llm_engine_load(path, &info, &b->model, with_tokenizer ? &b->tok : NULL));
+    memcpy(b->gen_eos, info.gen_eos, sizeof b->gen_eos);
+    b->n_gen_eos = info.n_gen_eos;
+    b->from_engine = true;
+    b->weights = info.meta.precision;
+    kiln_llm_engine_info_free(&info);
+    return KILN_OK;
+}
+
+kiln_status kiln_llm_open(const char *path, bool with_tokenizer, kiln_llm_bundle *b) {
+    memset(b, 0, sizeof *b);
+    struct stat st;
+    bool dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    kiln_status s = dir ? open_dir(path, with_tokenizer, b) : open_engine(path, with_tokenizer, b);
+    if (s != KILN_OK) {
+        kiln_llm_bundle_free(b);
+        return s;
+    }
+    int n = kiln_llm_weights_list(b->model, NULL);
+    kiln_llm_weight *w = calloc((size_t)n, sizeof *w);
+    if (!w) {
+        kiln_llm_bundle_free(b);
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    kiln_llm_weights_list(b->model, w);
+    for (int i = 0; i < n; i++) b->n_params += w[i].dims[0] * (w[i].ndim == 2 ? w[i].dims[1] : 1);
+    free(w);
+    return KILN_OK;
+}
+
+void kiln_llm_bundle_free(kiln_llm_bundle *b) {
+    kiln_llm_model_free(b->model);
+    kiln_tokenizer_free(b->tok);
+    memset(b, 0, sizeof *b);
+}

@@ -1,0 +1,240 @@
+/* llm_engine_read.c — loading an LLM engine (docs/engine-format.md, "LLM engines"): the header and
+ * section checks shared with ONNX engines (kiln_engine_check_image), then the llm config, the
+ * tokenizer section's two files and the tensor table, each tensor checked against the name and shape
+ * the config implies. An fp32 engine's weights stay in the mapping; fp16 / bf16 ones are converted. */
+#include "llm/llm_engine_internal.h"
+
+#include "core/file.h"
+#include "core/half.h"
+#include "core/status.h"
+#include "engine/engine_layout.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static kiln_status corrupt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static kiln_status corrupt(const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return kiln_error(KILN_ERR_PARSE, "engine file is corrupted: %s", msg);
+}
+
+/* A verified engine image and where its parts are. */
+typedef struct image {
+    kiln_file_map *map;
+    kiln_engine_section sec[4]; /* llm config, tokenizer, llm tensors, weights */
+    const uint8_t *json, *json_cfg; /* tokenizer.json and tokenizer_config.json (lengths in info) */
+    kiln_llm_model *m;          /* cfg and layers; the arrays only once loaded */
+    kiln_llm_weight *w;         /* [info->n_tensors]: the config's weights, in table order */
+    uint64_t *offsets;          /* [info->n_tensors] inside the weights section */
+} image;
+
+/* The tokenizer section: two files, each u64 length + bytes, and nothing after them. */
+static kiln_status read_tokenizer_section(image *im, kiln_llm_engine_info *info) {
+    const uint8_t *p = im->map->data + im->sec[1].offset;
+    uint64_t n = im->sec[1].bytes, pos = 0;
+    uint64_t *lens[2] = {&info->tokenizer_bytes, &info->tokenizer_config_bytes};
+    const uint8_t **at[2] = {&im->json, &im->json_cfg};
+    for (int i = 0; i < 2; i++) {
+        if (n - pos < 8) return corrupt("the tokenizer section ends early");
+        uint64_t len = kiln_le64(p + pos);
+        pos += 8;
+        if (len > n - pos) return corrupt("the tokenizer section's file %d runs past its end", i);
+        *lens[i] = len;
+        *at[i] = p + pos;
+        pos += len;
+    }
+    if (pos != n) return corrupt("%llu unread bytes at the end of the tokenizer section", (unsigned long long)(n - pos));
+    return KILN_OK;
+}
+
+/* Reads and checks tensor record i against the weight the config needs there (w). */
+static kiln_status read_tensor(const uint8_t *p, uint64_t n, uint64_t *pos, int i, const kiln_llm_weight *w,
+                               kiln_dtype want, uint64_t weights_size, kiln_llm_engine_tensor *t, uint64_t *offset) {
+    if (n - *pos < 4) return corrupt("the llm tensors section ends in tensor %d", i);
+    uint32_t len = kiln_le32(p + *pos);
+    *pos += 4;
+    if (len > n - *pos) return corrupt("the llm tensors section ends in tensor %d", i);
+    if (len != strlen(w->name) || memcmp(p + *pos, w->name, len))
+        return corrupt("tensor %d is '%.*s', the model's config needs '%s' there", i, (int)(len < 64 ? len : 64),
+                       (const char *)p + *pos, w->name);
+    *pos += len;
+    if (n - *pos < 8) return corrupt("the llm tensors section ends in tensor '%s'", w->name);
+    uint32_t dtype = kiln_le32(p + *pos), ndim = kiln_le32(p + *pos + 4);
+    *pos += 8;
+    if (dtype != (uint32_t)want)
+        return corrupt("tensor '%s' has dtype %u, the header's precision needs %s", w->name, dtype, kiln_dtype_name(want));
+    if (ndim != (uint32_t)w->ndim) return corrupt("tensor '%s' has rank %u, the config needs %d", w->name, ndim, w->ndim);
+    if (n - *pos < 8 * (uint64_t)ndim + 16) return corrupt("the llm tensors section ends in tensor '%s'", w->name);
+    for (int d = 0; d < w->ndim; d++)
+        if ((int64_t)kiln_le64(p + *pos + 8 * d) != w->dims[d])
+            return corrupt("tensor '%s' dimension %d is %lld, the config needs %lld", w->name, d,
+                           (long long)kiln_le64(p + *pos + 8 * d), (long long)w->dims[d]);
+    *pos += 8 * (uint64_t)ndim;
+    uint64_t off = kiln_le64(p + *pos), nbytes = kiln_le64(p + *pos + 8);
+    *pos += 16;
+    uint64_t need = (uint64_t)w->dims[0] * (uint64_t)(w->ndim == 2 ? w->dims[1] : 1) * kiln_dtype_size(want);
+    if (nbytes != need) return corrupt("tensor '%s' holds %llu bytes, its shape needs %llu", w->name,
+                                       (unsigned long long)nbytes, (unsigned long long)need);
+    if (off % KILN_ENGINE_TENSOR_ALIGN || off > weights_size || nbytes > weights_size - off)
+        return corrupt("tensor '%s' [%llu, +%llu) is misaligned or outside the %llu-byte weights section", w->name,
+                       (unsigned long long)off, (unsigned long long)nbytes, (unsigned long long)weights_size);
+    memcpy(t->name, w->name, sizeof t->name);
+    t->dtype = want;
+    t->ndim = w->ndim;
+    memcpy(t->dims, w->dims, sizeof t->dims);
+    *offset = off;
+    return KILN_OK;
+}
+
+/* The tensor table: exactly the weights the config implies, in their order. */
+static kiln_status read_tensor_section(image *im, kiln_llm_engine_info *info) {
+    const uint8_t *p = im->map->data + im->sec[2].offset;
+    uint64_t n = im->sec[2].bytes, pos = 4;
+    kiln_dtype want = info->meta.precision == KILN_PRECISION_FP16 ? KILN_F16
+                      : info->meta.precision == KILN_PRECISION_BF16 ? KILN_BF16 : KILN_F32;
+    int expected = kiln_llm_weights_list(im->m, NULL);
+    if (n < 4) return corrupt("the llm tensors section ends early");
+    if (kiln_le32(p) != (uint32_t)expected)
+        return corrupt("%u tensors, the model's config needs %d", kiln_le32(p), expected);
+    im->w = calloc((size_t)expected, sizeof *im->w);
+    im->offsets = calloc((size_t)expected, sizeof *im->offsets);
+    info->tensors = calloc((size_t)expected, sizeof *info->tensors);
+    if (!im->w || !im->offsets || !info->tensors) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    kiln_llm_weights_list(im->m, im->w);
+    for (int i = 0; i < expected; i++) {
+        KILN_TRY(read_tensor(p, n, &pos, i, &im->w[i], want, im->sec[3].bytes, &info->tensors[i], &im->offsets[i]));
+        info->n_params += im->w[i].dims[0] * (im->w[i].ndim == 2 ? im->w[i].dims[1] : 1);
+        info->weight_bytes += (uint64_t)(im->w[i].dims[0] * (im->w[i].ndim == 2 ? im->w[i].dims[1] : 1)) * kiln_dtype_size(want);
+        info->n_tensors = i + 1;
+    }
+    if (pos != n) return corrupt("%llu unread bytes at the end of the llm tensors section", (unsigned long long)(n - pos));
+    return KILN_OK;
+}
+
+/* Maps and verifies path into *im and info (everything but the weights' values). */
+static kiln_status open_image(const char *path, image *im, kiln_llm_engine_info *info) {
+    KILN_TRY(kiln_file_map_new(path, &im->map));
+    static const uint32_t ids[4] = {KILN_SECTION_LLM_CONFIG, KILN_SECTION_TOKENIZER, KILN_SECTION_LLM_TENSORS,
+                                    KILN_SECTION_WEIGHTS};
+    KILN_TRY(kiln_engine_check_image(im->map->data, im->map->size, KILN_ENGINE_KIND_LLM, NULL, path, ids, 4, im->sec,
+                                     &info->meta));
+    info->meta.graph_bytes = 0;
+    KILN_TRY(kiln_llm_config_decode(im->map->data + im->sec[0].offset, im->sec[0].bytes, &info->cfg, info->gen_eos,
+                                    &info->n_gen_eos));
+    KILN_TRY(read_tokenizer_section(im, info));
+    if (!(im->m = calloc(1, sizeof *im->m)) || !(im->m->layers = calloc((size_t)info->cfg.n_layer, sizeof *im->m->layers)))
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    im->m->cfg = info->cfg;
+    return read_tensor_section(im, info);
+}
+
+/* Points the model's arrays into the mapping (fp32), or converts each into a new FP32 array. */
+static kiln_status fill_weights(image *im, const kiln_llm_engine_info *info) {
+    const uint8_t *base = im->map->data + im->sec[3].offset;
+    for (int i = 0; i < info->n_tensors; i++) {
+        const kiln_llm_weight *w = &im->w[i];
+        size_t numel = (size_t)w->dims[0] * (size_t)(w->ndim == 2 ? w->dims[1] : 1);
+        const uint8_t *src = base + im->offsets[i];
+        if (info->tensors[i].dtype == KILN_F32) {
+            *w->slot = (float *)(uintptr_t)src; /* read-only mapping: the forward never writes weights */
+            continue;
+        }
+        float *dst = malloc(numel * sizeof *dst);
+        if (!dst) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for weight '%s'", w->name);
+        *w->slot = dst;
+        const uint16_t *h = (const uint16_t *)src; /* 64-byte aligned */
+        for (size_t k = 0; k < numel; k++)
+            dst[k] = info->tensors[i].dtype == KILN_F16 ? kiln_f16_to_f32(h[k]) : kiln_bf16_to_f32(h[k]);
+    }
+    if (im->m->cfg.tied_embeddings) im->m->lm_head = im->m->tok_emb;
+    if (info->meta.precision == KILN_PRECISION_FP32) {
+        im->m->mapping = im->map; /* the model keeps the mapping alive */
+        im->map = NULL;
+    }
+    return KILN_OK;
+}
+
+/* Writes data[0..n) to dir/name. */
+static kiln_status write_temp(const char *dir, const char *name, const uint8_t *data, uint64_t n) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    const void *chunks[1] = {data};
+    size_t sizes[1] = {(size_t)n};
+    return kiln_file_write_atomic(path, chunks, sizes, 1);
+}
+
+/* The tokenizer from the engine's copies of tokenizer.json and tokenizer_config.json, loaded through a
+ * private temporary directory (kiln_tokenizer_load reads files), which is removed again. */
+static kiln_status load_tokenizer(const char *path, const image *im, const kiln_llm_engine_info *info,
+                                  kiln_tokenizer **tok) {
+    if (!info->tokenizer_bytes)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s holds no tokenizer (its checkpoint had no tokenizer.json): "
+                          "rebuild it from a checkpoint with one", path);
+    const char *tmp = getenv("TMPDIR");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/kiln-tokenizer-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (!mkdtemp(dir)) return kiln_error(KILN_ERR_IO, "cannot create a temporary directory in %s for the tokenizer",
+                                         tmp && tmp[0] ? tmp : "/tmp");
+    kiln_status s = write_temp(dir, "tokenizer.json", im->json, info->tokenizer_bytes);
+    if (s == KILN_OK && info->tokenizer_config_bytes)
+        s = write_temp(dir, "tokenizer_config.json", im->json_cfg, info->tokenizer_config_bytes);
+    if (s == KILN_OK) s = kiln_tokenizer_load(dir, tok);
+    char file[4200];
+    snprintf(file, sizeof file, "%s/tokenizer.json", dir);
+    unlink(file);
+    snprintf(file, sizeof file, "%s/tokenizer_config.json", dir);
+    unlink(file);
+    rmdir(dir);
+    return s == KILN_OK ? s : kiln_error_prefix(s, "%s: the stored tokenizer", path);
+}
+
+kiln_status kiln_llm_engine_load(const char *path, kiln_llm_engine_info *info, kiln_llm_model **model,
+                                 kiln_tokenizer **tok) {
+    kiln_llm_engine_info local;
+    if (!info) info = &local;
+    memset(info, 0, sizeof *info);
+    if (model) *model = NULL;
+    if (tok) *tok = NULL;
+    image im = {0};
+    kiln_status s = open_image(path, &im, info);
+    if (s == KILN_OK && model) s = fill_weights(&im, info);
+    if (s == KILN_OK && tok) s = load_tokenizer(path, &im, info, tok);
+    if (s == KILN_OK && model) {
+        *model = im.m;
+        im.m = NULL;
+    }
+    kiln_llm_model_free(im.m);
+    kiln_file_map_free(im.map);
+    free(im.w);
+    free(im.offsets);
+    if (s != KILN_OK || info == &local) kiln_llm_engine_info_free(info);
+    if (s != KILN_OK) {
+        if (tok) {
+            kiln_tokenizer_free(*tok);
+            *tok = NULL;
+        }
+        if (strstr(kiln_last_error(), path) == NULL) return kiln_error_prefix(s, "%s", path);
+    }
+    return s;
+}
+
+kiln_status kiln_llm_engine_read_info(const char *path, kiln_llm_engine_info *info) {
+    return kiln_llm_engine_load(path, info, NULL, NULL);
+}
+
+kiln_status kiln_llm_model_load_engine(const char *path, kiln_llm_model **out) {
+    return kiln_llm_engine_load(path, NULL, out, NULL);
+}
+
+void kiln_llm_engine_info_free(kiln_llm_engine_info *info) {
+    free(info->tensors);
+    info->tensors = NULL;
+    info->n_tensors = 0;
+}

@@ -1,0 +1,311 @@
+/* test_llm_cuda.c — the LLM forward on CUDA (src/llm/cuda/, llm_cuda.h) against the CPU forward (the
+ * oracle, itself tested against transformers) on tiny random models: GPT-2 (head_dim 64, tied
+ * embeddings, odd vocabulary), Llama with head_dim 128, 2 query heads per KV head and dynamic NTK RoPE,
+ * and Llama with head_dim 64, 4 query heads per KV head and Llama 3 RoPE.
+ *
+ * Every model runs the same schedule on both: three sequences (prompts of 37, 5 and 150 tokens) in
+ * scrambled cache blocks of 16 tokens; step 0 prefills the first two whole and the third's first 64
+ * tokens with all_logits; steps 1-2 decode the first two while the third's prompt continues in chunks
+ * of 64 and 22; then 32 decode steps of all three (the third's context reaches 182 tokens: two
+ * splits of the decode attention). Decode tokens are the CPU's greedy choices, fed to both.
+ * The GPU runs in fp16 and bf16, each with the GEMV kernel for small steps and with cuBLASLt only.
+ *
+ * Checks per step: max |gpu - cpu| / max |cpu| over the logits <= 2e-2 (fp16) or 5e-2 (bf16); the
+ * GPU's greedy ids equal the argmax of its own logits exactly; where they differ from the CPU's
+ * argmax, the CPU's top-two margin is within twice the tolerance (a near tie). Also: a block table
+ * naming a block the cache did not hand out is refused. Prints a table of the results.
+ * Without a GPU (or without the cuda backend) prints "skipped: no GPU (...)" and exits 77. */
+#include "llm/kv_cache.h"
+#include "llm/llm.h"
+#include "llm/llm_cuda.h"
+#include "llm/llm_random.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_SEQ 3
+#define BLOCK 16
+#define MAX_BLOCKS 16 /* 256 tokens per sequence */
+#define N_BLOCKS 64
+#define DECODE 32
+#define MAX_STEPS 40
+#define MAX_TOKENS 256
+
+static int g_failures;
+
+#define EXPECT(cond, ...)                                                                          \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            g_failures++;                                                                          \
+        }                                                                                          \
+    } while (0)
+
+/* One step of the schedule, with the CPU's logits. */
+typedef struct step {
+    int n_tokens, n_seqs, n_out;
+    int32_t tokens[MAX_TOKENS], positions[MAX_TOKENS], seq_start[N_SEQ + 1], ctx_len[N_SEQ];
+    bool all_logits;
+    float *ref; /* [n_out, vocab] */
+} step;
+
+typedef struct schedule {
+    int n_steps;
+    step steps[MAX_STEPS];
+    int32_t table[N_SEQ * MAX_BLOCKS];
+} schedule;
+
+static const int prompt_len[N_SEQ] = {37, 5, 150};
+
+static kiln_llm_batch batch_of(const schedule *sc, const step *st) {
+    kiln_llm_batch b = {st->n_tokens, st->tokens,     st->positions, st->n_seqs, st->seq_start,
+                        st->ctx_len,  sc->table,      MAX_BLOCKS,    st->all_logits};
+    return b;
+}
+
+static int argmax_row(const float *row, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (row[i] > row[best]) best = i;
+    return best;
+}
+
+/* The largest and second largest values of row. */
+static void top2(const float *row, int n, float *a, float *b) {
+    *a = *b = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        if (row[i] > *a) {
+            *b = *a;
+            *a = row[i];
+        } else if (row[i] > *b) {
+            *b = row[i];
+        }
+    }
+}
+
+/* Builds the schedule on the CPU model (reference logits, greedy decode tokens). */
+static int make_schedule(const kiln_llm_model *m, schedule *sc) {
+    const kiln_llm_config *c = kiln_llm_model_config(m);
+    kiln_kv_cache_config kc = {c->n_layer, c->n_kv_head, c->head_dim, BLOCK, N_BLOCKS, KILN_F32};
+    kiln_kv_cache *kv;
+    if (kiln_kv_cache_create(&kc, &kv) != KILN_OK) return fprintf(stderr, "FAIL: %s\n", kiln_last_error()), 1;
+    /* every block taken (ids 0..N_BLOCKS-1, as on the GPU), handed to the sequences shuffled */
+    int ids[N_BLOCKS];
+    for (int i = 0; i < N_BLOCKS; i++) ids[i] = kiln_kv_cache_alloc_block(kv);
+    unsigned rng = 2024;
+    for (int i = N_BLOCKS - 1; i > 0; i--) {
+        rng = rng * 1103515245u + 12345u;
+        int j = (int)((rng >> 8) % (unsigned)(i + 1)), t = ids[i];
+        ids[i] = ids[j];
+        ids[j] = t;
+    }
+    for (int i = 0; i < N_SEQ * MAX_BLOCKS; i++) sc->table[i] = ids[i];
+    int32_t prompts[N_SEQ][160];
+    uint32_t r = 77;
+    for (int s = 0; s < N_SEQ; s++)
+        for (int t = 0; t < prompt_len[s]; t++) {
+            r = r * 1664525u + 1013904223u;
+            prompts[s][t] = (int32_t)((r >> 8) % (uint32_t)c->vocab);
+        }
+    /* chunk of the third prompt at steps 0, 1, 2; the first two are whole at step 0 */
+    static const int chunk3[3] = {64, 64, 22};
+    int done[N_SEQ] = {0}, next_tok[N_SEQ] = {0};
+    sc->n_steps = 3 + DECODE;
+    for (int k = 0; k < sc->n_steps; k++) {
+        step *st = &sc->steps[k];
+        memset(st, 0, sizeof *st);
+        st->n_seqs = N_SEQ;
+        st->all_logits = k == 0;
+        for (int s = 0; s < N_SEQ; s++) {
+            int take = 1;
+            const int32_t *src = &next_tok[s];
+            if (done[s] < prompt_len[s]) {
+                take = s < 2 ? prompt_len[s] : chunk3[k];
+                src = prompts[s] + done[s];
+            }
+            st->seq_start[s] = st->n_tokens;
+            for (int t = 0; t < take; t++) {
+                st->tokens[st->n_tokens] = src[t];
+                st->positions[st->n_tokens++] = done[s] + t;
+            }
+            done[s] += take;
+            st->ctx_len[s] = done[s];
+        }
+        st->seq_start[N_SEQ] = st->n_tokens;
+        st->n_out = st->all_logits ? st->n_tokens : N_SEQ;
+        st->ref = malloc((size_t)st->n_out * c->vocab * sizeof(float));
+        kiln_llm_batch b = batch_of(sc, st);
+        if (!st->ref || kiln_llm_forward(m, kv, &b, st->ref) != KILN_OK) {
+            fprintf(stderr, "FAIL: CPU forward step %d: %s\n", k, kiln_last_error());
+            kiln_kv_cache_free(kv);
+            return 1;
+        }
+        for (int s = 0; s < N_SEQ; s++) {
+            int row = st->all_logits ? st->seq_start[s + 1] - 1 : s;
+            next_tok[s] = argmax_row(st->ref + (size_t)row * c->vocab, c->vocab);
+        }
+    }
+    kiln_kv_cache_free(kv);
+    return 0;
+}
+
+/* Results of one GPU configuration over one phase of the schedule. */
+typedef struct phase_result {
+    double max_err;
+    int rows, agree, near_ties, self_mismatch;
+} phase_result;
+
+/* Runs the schedule on the GPU and compares; res[0..2]: prefill (step 0), chunked (1-2), decode. */
+static int run_gpu(const kiln_llm_model *m, const schedule *sc, kiln_dtype dt, int gemv, double tol,
+                   phase_result res[3]) {
+    const kiln_llm_config *c = kiln_llm_model_config(m);
+    kiln_llm_cuda_options o;
+    kiln_llm_cuda_options_default(&o);
+    o.max_tokens = MAX_TOKENS;
+    o.max_seqs = 8;
+    o.max_context = MAX_BLOCKS * BLOCK;
+    o.gemv_max_tokens = gemv;
+    kiln_llm_cuda *g = NULL;
+    kiln_llm_cuda_kv *kv = NULL;
+    float *logits = malloc((size_t)MAX_TOKENS * c->vocab * sizeof(float));
+    int32_t ids[MAX_TOKENS];
+    memset(res, 0, 3 * sizeof *res);
+    const uint64_t per_block = (uint64_t)c->n_layer * 2 * c->n_kv_head * BLOCK * c->head_dim * 2;
+    kiln_llm_cuda_kv_options ko = {BLOCK, 0.5, per_block * N_BLOCKS};
+    if (!logits || kiln_llm_cuda_create(m, dt, &o, &g) != KILN_OK || kiln_llm_cuda_kv_create(g, &ko, &kv) != KILN_OK) {
+        EXPECT(0, "create: %s", kiln_last_error());
+        goto done;
+    }
+    EXPECT(kiln_llm_cuda_kv_blocks(kv) == N_BLOCKS, "cuda KV cache has %d blocks, expected %d", kiln_llm_cuda_kv_blocks(kv),
+           N_BLOCKS);
+    for (int i = 0; i < N_BLOCKS; i++) kiln_llm_cuda_kv_alloc_block(kv);
+    for (int k = 0; k < sc->n_steps; k++) {
+        const step *st = &sc->steps[k];
+        kiln_llm_batch b = batch_of(sc, st);
+        for (size_t i = 0; i < (size_t)st->n_out * c->vocab; i++) logits[i] = NAN; /* poison */
+        if (kiln_llm_cuda_forward(g, kv, &b, logits, ids) != KILN_OK) {
+            EXPECT(0, "cuda forward step %d: %s", k, kiln_last_error());
+            goto done;
+        }
+        phase_result *pr = &res[k == 0 ? 0 : k < 3 ? 1 : 2];
+        for (int r = 0; r < st->n_out; r++) {
+            const float *ref = st->ref + (size_t)r * c->vocab, *got = logits + (size_t)r * c->vocab;
+            double mx = 0, diff = 0;
+            for (int i = 0; i < c->vocab; i++) {
+                mx = fmax(mx, fabs(ref[i]));
+                double e = fabs((double)got[i] - ref[i]);
+                diff = isnan(e) ? INFINITY : fmax(diff, e);
+            }
+            double err = diff / (mx > 0 ? mx : 1);
+            pr->max_err = fmax(pr->max_err, err);
+            pr->rows++;
+            int want = argmax_row(ref, c->vocab);
+            if (ids[r] != argmax_row(got, c->vocab)) pr->self_mismatch++;
+            if (ids[r] == want) {
+                pr->agree++;
+            } else {
+                float a, b2;
+                top2(ref, c->vocab, &a, &b2);
+                if (a - b2 <= 2 * tol * mx) pr->near_ties++;
+            }
+        }
+    }
+    /* a block the cache did not hand out is refused */
+    {
+        kiln_llm_cuda_kv_release_block(kv, sc->table[0]);
+        kiln_llm_batch b = batch_of(sc, &sc->steps[sc->n_steps - 1]);
+        EXPECT(kiln_llm_cuda_forward(g, kv, &b, logits, NULL) == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_last_error(), "block"),
+               "a released block was not refused (%s)", kiln_last_error());
+    }
+done:
+    kiln_llm_cuda_kv_free(kv);
+    kiln_llm_cuda_free(g);
+    free(logits);
+    return 0;
+}
+
+typedef struct model_case {
+    const char *name;
+    kiln_llm_config cfg;
+} model_case;
+
+static void make_cases(model_case *mc) {
+    mc[0].name = "gpt2 (hd 64, tied)";
+    kiln_llm_config_init(&mc[0].cfg, KILN_LLM_GPT2, 2, 128, 2, 2, 512, 301, 256);
+    mc[0].cfg.tied_embeddings = true;
+    mc[1].name = "llama (hd 128, gqa 2, ntk)";
+    kiln_llm_config_init(&mc[1].cfg, KILN_LLM_LLAMA, 2, 256, 4, 2, 352, 512, 64);
+    mc[1].cfg.head_dim = 128;
+    mc[1].cfg.rope_scaling = KILN_ROPE_DYNAMIC;
+    mc[1].cfg.rope_factor = 2.0f;
+    mc[2].name = "llama (hd 64, gqa 4, llama3)";
+    kiln_llm_config_init(&mc[2].cfg, KILN_LLM_LLAMA, 2, 256, 8, 2, 384, 512, 1024);
+    mc[2].cfg.head_dim = 64;
+    mc[2].cfg.rope_theta = 500000.0f;
+    mc[2].cfg.rope_scaling = KILN_ROPE_LLAMA3;
+    mc[2].cfg.rope_factor = 8.0f;
+    mc[2].cfg.rope_low_freq_factor = 1.0f;
+    mc[2].cfg.rope_high_freq_factor = 4.0f;
+    mc[2].cfg.rope_original_max_pos = 64;
+}
+
+int main(void) {
+    char desc[256];
+    if (kiln_llm_cuda_device_check(0, desc, sizeof desc) != KILN_OK) {
+        printf("skipped: no GPU (%s)\n", desc);
+        return 77;
+    }
+    printf("test_llm_cuda on %s\n\n", desc);
+    printf("%-30s %-5s %-8s %-8s %5s %10s %7s %-16s %s\n", "model", "dtype", "products", "phase", "rows", "max rel err",
+           "tol", "argmax = cpu", "result");
+    static const char *const phase_name[3] = {"prefill", "chunked", "decode"};
+    model_case mc[3];
+    make_cases(mc);
+    for (int mi = 0; mi < 3; mi++) {
+        kiln_llm_model *m;
+        if (kiln_llm_model_random(&mc[mi].cfg, 1234 + (uint64_t)mi, &m) != KILN_OK) {
+            EXPECT(0, "%s: %s", mc[mi].name, kiln_last_error());
+            continue;
+        }
+        static schedule sc;
+        if (make_schedule(m, &sc) != 0) {
+            g_failures++;
+            kiln_llm_model_free(m);
+            continue;
+        }
+        for (int di = 0; di < 2; di++) {
+            const kiln_dtype dt = di ? KILN_BF16 : KILN_F16;
+            const double tol = di ? 5e-2 : 2e-2;
+            for (int gi = 0; gi < 2; gi++) {
+                phase_result res[3];
+                const int before = g_failures;
+                run_gpu(m, &sc, dt, gi ? 0 : 8, tol, res);
+                for (int p = 0; p < 3; p++) {
+                    const phase_result *r = &res[p];
+                    const bool ok = r->rows > 0 && r->max_err <= tol && r->self_mismatch == 0 &&
+                                    r->agree + r->near_ties == r->rows && g_failures == before;
+                    char agree[32];
+                    snprintf(agree, sizeof agree, "%d/%d (%d ties)", r->agree, r->rows, r->near_ties);
+                    printf("%-30s %-5s %-8s %-8s %5d %10.2e %7.0e %-16s %s\n", mc[mi].name, di ? "bf16" : "fp16",
+                           gi ? "cublasLt" : "gemv", phase_name[p], r->rows, r->max_err, tol, agree, ok ? "ok" : "FAIL");
+                    EXPECT(ok, "%s %s %s %s: max rel err %.3e (tol %.0e), argmax %d/%d + %d near ties, %d greedy ids "
+                           "differ from the argmax of the GPU's own logits", mc[mi].name, di ? "bf16" : "fp16",
+                           gi ? "cublasLt" : "gemv", phase_name[p], r->max_err, tol, r->agree, r->rows, r->near_ties,
+                           r->self_mismatch);
+                }
+            }
+        }
+        for (int k = 0; k < sc.n_steps; k++) free(sc.steps[k].ref);
+        kiln_llm_model_free(m);
+    }
+    if (g_failures) {
+        printf("\ntest_llm_cuda: %d failure(s)\n", g_failures);
+        return 1;
+    }
+    printf("\ntest_llm_cuda: all passed\n");
+    return 0;
+}

@@ -1,0 +1,319 @@
+/* test_llm_engine.c — LLM engines (src/llm/llm_engine*.c): a tiny GPT-2 and a tiny Llama checkpoint
+ * written here are built into fp32, fp16 and bf16 engines; the fp32 engine gives logits identical to
+ * the checkpoint's, the half ones within their rounding; the generation eos ids and the absence of a
+ * tokenizer survive; ONNX and LLM readers refuse each other's engines; and every truncation and every
+ * single-byte change of an engine file (with and without recomputed checksums) fails cleanly. With an
+ * argument (models/kjv-gpt2) the same identity is checked on the bundled model. */
+#include "core/status.h"
+#include "engine/engine_format.h"
+#include "engine/engine_layout.h"
+#include "llm/kv_cache.h"
+#include "llm/llm_engine.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int failures;
+#define CHECK(c) \
+    do { \
+        if (!(c)) { \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed (last error: %s)\n", __FILE__, __LINE__, #c, kiln_last_error()); \
+            failures++; \
+        } \
+    } while (0)
+
+static char dir[64];
+
+/* ---- a tiny checkpoint, written by hand ---- */
+
+typedef struct tens {
+    char name[96];
+    int ndim;
+    int64_t dims[2];
+} tens;
+
+static void write_file(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(p, 1, n, f) == n);
+    if (f) fclose(f);
+}
+
+/* model.safetensors with F32 tensors of pseudo-random values. */
+static void write_safetensors(const char *ck, const tens *t, int n) {
+    char *hdr = malloc(1 << 16);
+    size_t hl = (size_t)sprintf(hdr, "{"), off = 0;
+    for (int i = 0; i < n; i++) {
+        size_t numel = (size_t)t[i].dims[0] * (size_t)(t[i].ndim == 2 ? t[i].dims[1] : 1);
+        hl += (size_t)sprintf(hdr + hl, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld", i ? "," : "", t[i].name,
+                              (long long)t[i].dims[0]);
+        if (t[i].ndim == 2) hl += (size_t)sprintf(hdr + hl, ",%lld", (long long)t[i].dims[1]);
+        hl += (size_t)sprintf(hdr + hl, "],\"data_offsets\":[%zu,%zu]}", off, off + 4 * numel);
+        off += 4 * numel;
+    }
+    hl += (size_t)sprintf(hdr + hl, "}");
+    while (hl % 8) hdr[hl++] = ' ';
+    size_t total = 8 + hl + off;
+    unsigned char *img = malloc(total);
+    for (int i = 0; i < 8; i++) img[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+    memcpy(img + 8, hdr, hl);
+    float *data = (float *)malloc(off);
+    uint32_t x = 12345;
+    for (size_t i = 0; i < off / 4; i++) {
+        x = x * 1664525u + 1013904223u;
+        data[i] = ((float)(x >> 8) / 16777216.0f - 0.5f) * 0.4f;
+    }
+    memcpy(img + 8 + hl, data, off);
+    char path[256];
+    snprintf(path, sizeof path, "%s/model.safetensors", ck);
+    write_file(path, img, total);
+    free(img);
+    free(data);
+    free(hdr);
+}
+
+static void add(tens *t, int *n, const char *name, int64_t a, int64_t b) {
+    snprintf(t[*n].name, sizeof t[*n].name, "%s", name);
+    t[*n].ndim = b ? 2 : 1;
+    t[*n].dims[0] = a;
+    t[*n].dims[1] = b;
+    ++*n;
+}
+
+/* A 2-layer GPT-2 (vocab 16, d 8, 2 heads, 16 positions) with generation_config.json eos 3. */
+static void make_gpt2(const char *ck) {
+    tens t[64];
+    int n = 0;
+    const int d = 8;
+    add(t, &n, "wte.weight", 16, d);
+    add(t, &n, "wpe.weight", 16, d);
+    for (int l = 0; l < 2; l++) {
+        char nm[96];
+#define L(s, a, b) (snprintf(nm, sizeof nm, "h.%d.%s", l, s), add(t, &n, nm, a, b))
+        L("ln_1.weight", d, 0); L("ln_1.bias", d, 0); L("attn.c_attn.weight", d, 3 * d); L("attn.c_attn.bias", 3 * d, 0);
+        L("attn.c_proj.weight", d, d); L("attn.c_proj.bias", d, 0); L("ln_2.weight", d, 0); L("ln_2.bias", d, 0);
+        L("mlp.c_fc.weight", d, 4 * d); L("mlp.c_fc.bias", 4 * d, 0); L("mlp.c_proj.weight", 4 * d, d);
+        L("mlp.c_proj.bias", d, 0);
+#undef L
+    }
+    add(t, &n, "ln_f.weight", d, 0);
+    add(t, &n, "ln_f.bias", d, 0);
+    write_safetensors(ck, t, n);
+    char path[256];
+    const char *cfg = "{\"model_type\":\"gpt2\",\"vocab_size\":16,\"n_layer\":2,\"n_embd\":8,\"n_head\":2,"
+                      "\"n_positions\":16,\"eos_token_id\":[1,2]}";
+    snprintf(path, sizeof path, "%s/config.json", ck);
+    write_file(path, cfg, strlen(cfg));
+    snprintf(path, sizeof path, "%s/generation_config.json", ck);
+    write_file(path, "{\"eos_token_id\": 3}", 19);
+}
+
+/* A 1-layer Llama (vocab 16, d 8, 2 heads of 4, 1 kv head, untied lm_head). */
+static void make_llama(const char *ck) {
+    tens t[16];
+    int n = 0;
+    add(t, &n, "model.embed_tokens.weight", 16, 8);
+    add(t, &n, "model.layers.0.input_layernorm.weight", 8, 0);
+    add(t, &n, "model.layers.0.self_attn.q_proj.weight", 8, 8);
+    add(t, &n, "model.layers.0.self_attn.k_proj.weight", 4, 8);
+    add(t, &n, "model.layers.0.self_attn.v_proj.weight", 4, 8);
+    add(t, &n, "model.layers.0.self_attn.o_proj.weight", 8, 8);
+    add(t, &n, "model.layers.0.post_attention_layernorm.weight", 8, 0);
+    add(t, &n, "model.layers.0.mlp.gate_proj.weight", 12, 8);
+    add(t, &n, "model.layers.0.mlp.up_proj.weight", 12, 8);
+    add(t, &n, "model.layers.0.mlp.down_proj.weight", 8, 12);
+    add(t, &n, "model.norm.weight", 8, 0);
+    add(t, &n, "lm_head.weight", 16, 8);
+    write_safetensors(ck, t, n);
+    char path[256];
+    const char *cfg = "{\"model_type\":\"llama\",\"vocab_size\":16,\"hidden_size\":8,\"intermediate_size\":12,"
+                      "\"num_hidden_layers\":1,\"num_attention_heads\":2,\"num_key_value_heads\":1,"
+                      "\"max_position_embeddings\":32,\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8,"
+                      "\"low_freq_factor\":1,\"high_freq_factor\":4,\"original_max_position_embeddings\":8},"
+                      "\"eos_token_id\":5}";
+    snprintf(path, sizeof path, "%s/config.json", ck);
+    write_file(path, cfg, strlen(cfg));
+}
+
+/* ---- logits ---- */
+
+/* all_logits of tokens 0..n-1 (ids i*5 % vocab) through m, into a new array. */
+static float *logits_of(const kiln_llm_model *m, int n) {
+    const kiln_llm_config *c = kiln_llm_model_config(m);
+    kiln_kv_cache_config kc = {.n_layer = c->n_layer, .n_kv_head = c->n_kv_head, .head_dim = c->head_dim,
+                               .block_size = 4, .n_blocks = (n + 3) / 4, .dtype = KILN_F32};
+    kiln_kv_cache *kv;
+    CHECK(kiln_kv_cache_create(&kc, &kv) == KILN_OK);
+    int32_t tokens[64], pos[64], blocks[16], start[2] = {0, n}, ctx = n;
+    for (int i = 0; i < n; i++) tokens[i] = (int32_t)(i * 5 % c->vocab), pos[i] = i;
+    for (int i = 0; i < kc.n_blocks; i++) blocks[i] = kiln_kv_cache_alloc_block(kv);
+    kiln_llm_batch b = {.n_tokens = n, .tokens = tokens, .positions = pos, .n_seqs = 1, .seq_start = start,
+                        .ctx_len = &ctx, .block_table = blocks, .max_blocks_per_seq = kc.n_blocks, .all_logits = true};
+    float *out = malloc((size_t)n * (size_t)c->vocab * sizeof *out);
+    CHECK(kiln_llm_forward(m, kv, &b, out) == KILN_OK);
+    kiln_kv_cache_free(kv);
+    return out;
+}
+
+/* Builds ck at precision p (-1: default) into engine and compares its logits with the checkpoint's:
+ * identical for fp32, within tol (relative to the largest logit) otherwise. */
+static void check_engine_logits(const char *ck, int p, const char *engine, double tol, int n) {
+    kiln_llm_build_options o = {.precision = p, .build_options = "test"};
+    kiln_llm_engine_info info;
+    CHECK(kiln_llm_engine_build(ck, &o, engine, &info) == KILN_OK);
+    kiln_llm_engine_info_free(&info);
+    kiln_llm_model *a = NULL, *b = NULL;
+    CHECK(kiln_llm_model_load_hf(ck, &a) == KILN_OK);
+    CHECK(kiln_llm_model_load_engine(engine, &b) == KILN_OK);
+    if (!a || !b) return;
+    CHECK(!memcmp(kiln_llm_model_config(a), kiln_llm_model_config(b), sizeof(kiln_llm_config)));
+    int vocab = kiln_llm_model_config(a)->vocab;
+    float *la = logits_of(a, n), *lb = logits_of(b, n);
+    double maxabs = 0, maxref = 0;
+    for (int i = 0; i < n * vocab; i++) {
+        maxabs = fmax(maxabs, fabs((double)la[i] - lb[i]));
+        maxref = fmax(maxref, fabs((double)la[i]));
+    }
+    if (tol == 0) CHECK(!memcmp(la, lb, (size_t)n * (size_t)vocab * sizeof *la));
+    else CHECK(maxabs <= tol * maxref);
+    printf("  %s (%s): max |logit difference| %.3g of max |logit| %.3g\n", engine,
+           p < 0 ? "default" : p == 0 ? "fp32" : p == 1 ? "fp16" : "bf16", maxabs, maxref);
+    free(la);
+    free(lb);
+    kiln_llm_model_free(a);
+    kiln_llm_model_free(b);
+}
+
+/* ---- bad files ---- */
+
+static uint8_t *read_all(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    fseek(f, 0, SEEK_END);
+    *size = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *p = malloc(*size);
+    CHECK(fread(p, 1, *size, f) == *size);
+    fclose(f);
+    return p;
+}
+
+static kiln_status load_image(const uint8_t *p, size_t n, const char *tmp) {
+    write_file(tmp, p, n);
+    kiln_llm_model *m = NULL;
+    kiln_status s = kiln_llm_model_load_engine(tmp, &m);
+    CHECK((s == KILN_OK) == (m != NULL));
+    kiln_llm_model_free(m);
+    return s;
+}
+
+/* Every truncation and every flipped byte of the header, the sections before the weights and the
+ * first 256 bytes of weights (plain and resealed) fail cleanly (resealed weight bytes are valid). */
+static void test_corruption(const char *engine) {
+    size_t n;
+    uint8_t *img = read_all(engine, &n), *mut = malloc(n);
+    char tmp[128];
+    snprintf(tmp, sizeof tmp, "%s/mut.kiln", dir);
+    int bad = 0, resealed_ok = 0;
+    for (size_t len = 0; len < n; len++) {
+        kiln_status s = load_image(img, len, tmp);
+        if (s != KILN_ERR_PARSE || (!strstr(kiln_last_error(), "truncated") && !strstr(kiln_last_error(), "corrupted")))
+            if (bad++ < 5) fprintf(stderr, "truncated to %zu: %s %s\n", len, kiln_status_name(s), kiln_last_error());
+    }
+    size_t weights_at = (size_t)kiln_le64(img + KILN_EH_SECTIONS + 3 * KILN_ES_SIZE + KILN_ES_OFFSET);
+    size_t nflips = weights_at + 256 < n ? weights_at + 256 : n;
+    for (size_t off = 0; off < nflips; off++) {
+        memcpy(mut, img, n);
+        mut[off] ^= 0x5A;
+        kiln_status s = load_image(mut, n, tmp);
+        if (s != KILN_ERR_PARSE && s != KILN_ERR_ENGINE_MISMATCH && bad++ < 5)
+            fprintf(stderr, "byte %zu flipped: %s %s\n", off, kiln_status_name(s), kiln_last_error());
+        kiln_engine_reseal(mut, n);
+        s = load_image(mut, n, tmp);
+        resealed_ok += s == KILN_OK;
+        if (s != KILN_OK && s != KILN_ERR_PARSE && s != KILN_ERR_ENGINE_MISMATCH && bad++ < 5)
+            fprintf(stderr, "byte %zu flipped, resealed: %s %s\n", off, kiln_status_name(s), kiln_last_error());
+    }
+    CHECK(bad == 0);
+    printf("  %zu truncations and %zu flips rejected; resealed flips: %d load (weight bytes), %zu rejected\n", n,
+           nflips, resealed_ok, nflips - (size_t)resealed_ok);
+    unlink(tmp);
+    free(img);
+    free(mut);
+}
+
+/* Readers refuse the other kind; the no-tokenizer engine says so. */
+static void test_kinds(const char *llm_engine) {
+    kiln_graph *g = NULL;
+    kiln_status s = kiln_engine_file_read(llm_engine, NULL, &g, NULL);
+    CHECK(s == KILN_ERR_ENGINE_MISMATCH && strstr(kiln_last_error(), "an LLM engine") &&
+          strstr(kiln_last_error(), "kiln generate"));
+    kiln_engine_kind kind;
+    CHECK(kiln_engine_file_kind(llm_engine, &kind) == KILN_OK && kind == KILN_ENGINE_KIND_LLM);
+    char onnx[128];
+    snprintf(onnx, sizeof onnx, "%s/graph.kiln", dir);
+    kiln_graph *empty = kiln_graph_create();
+    kiln_engine_meta meta = {0};
+    snprintf(meta.target, sizeof meta.target, "cpu");
+    CHECK(kiln_engine_file_write(empty, &meta, onnx) == KILN_OK);
+    kiln_graph_free(empty);
+    kiln_llm_engine_info info;
+    s = kiln_llm_engine_read_info(onnx, &info);
+    CHECK(s == KILN_ERR_ENGINE_MISMATCH && strstr(kiln_last_error(), "not an LLM engine"));
+    CHECK(kiln_engine_file_kind(onnx, &kind) == KILN_OK && kind == KILN_ENGINE_KIND_GRAPH);
+    unlink(onnx);
+
+    CHECK(kiln_llm_engine_read_info(llm_engine, &info) == KILN_OK);
+    CHECK(info.n_gen_eos == 1 && info.gen_eos[0] == 3 && info.cfg.n_eos == 2 && info.cfg.eos_ids[1] == 2);
+    CHECK(info.tokenizer_bytes == 0 && info.n_tensors > 0 && info.meta.precision == KILN_PRECISION_FP32);
+    kiln_llm_engine_info_free(&info);
+    kiln_llm_model *m = NULL;
+    kiln_tokenizer *tok = NULL;
+    s = kiln_llm_engine_load(llm_engine, NULL, &m, &tok);
+    CHECK(s == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_last_error(), "holds no tokenizer") && !m && !tok);
+    kiln_llm_bundle b;
+    CHECK(kiln_llm_open(llm_engine, false, &b) == KILN_OK && b.from_engine && b.n_gen_eos == 1 && b.n_params > 0);
+    kiln_llm_bundle_free(&b);
+}
+
+int main(int argc, char **argv) {
+    snprintf(dir, sizeof dir, "/tmp/kiln-test-llm-engine-XXXXXX");
+    CHECK(mkdtemp(dir) != NULL);
+    char gpt2[128], llama[128], e32[128], e16[128], ebf[128], ell[128];
+    snprintf(gpt2, sizeof gpt2, "%s/gpt2", dir);
+    snprintf(llama, sizeof llama, "%s/llama", dir);
+    CHECK(mkdir(gpt2, 0700) == 0 && mkdir(llama, 0700) == 0);
+    make_gpt2(gpt2);
+    make_llama(llama);
+    snprintf(e32, sizeof e32, "%s/gpt2-32.kiln", dir);
+    snprintf(e16, sizeof e16, "%s/gpt2-16.kiln", dir);
+    snprintf(ebf, sizeof ebf, "%s/gpt2-bf16.kiln", dir);
+    snprintf(ell, sizeof ell, "%s/llama.kiln", dir);
+    printf("logits, engine vs checkpoint:\n");
+    check_engine_logits(gpt2, -1, e32, 0, 6);
+    check_engine_logits(gpt2, KILN_PRECISION_FP16, e16, 2e-3, 6);
+    check_engine_logits(gpt2, KILN_PRECISION_BF16, ebf, 2e-2, 6);
+    check_engine_logits(llama, KILN_PRECISION_FP32, ell, 0, 12);
+    if (argc > 1) {
+        char kjv[128];
+        snprintf(kjv, sizeof kjv, "%s/kjv.kiln", dir);
+        check_engine_logits(argv[1], KILN_PRECISION_FP32, kjv, 0, 8);
+        unlink(kjv);
+    }
+    printf("engine kinds:\n");
+    test_kinds(e32);
+    printf("corruption (%s):\n", e32);
+    test_corruption(e32);
+    printf("corruption (%s):\n", ell);
+    test_corruption(ell);
+    const char *files[] = {e32, e16, ebf, ell};
+    for (int i = 0; i < 4; i++) unlink(files[i]);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+    if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
+    else printf("test_llm_engine: all checks passed\n");
+    return failures ? 1 : 0;
+}

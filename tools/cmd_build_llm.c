@@ -1,0 +1,75 @@
+/* cmd_build_llm.c — `kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16]`: an LLM engine from a
+ * Hugging Face checkpoint (src/llm/llm_engine.h). */
+#include "cli.h"
+
+#include "layer_precision.h"
+#include "llm/llm_engine.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const char *USAGE =
+    "usage: kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16]\n"
+    "\n"
+    "Writes an LLM engine from the Hugging Face checkpoint in DIR (config.json, *.safetensors, and\n"
+    "tokenizer.json, tokenizer_config.json and generation_config.json when present): the config, the\n"
+    "tokenizer files verbatim, and the weights in the layout kiln's forward step uses, 64-byte aligned\n"
+    "and mapped in place when loaded. `kiln generate ENGINE` and `kiln bench --llm ENGINE` read it.\n"
+    "\n"
+    "options:\n"
+    "  --hf DIR              the checkpoint directory (required)\n"
+    "  -o, --output FILE     engine file to write (default: DIR's name with .kiln)\n"
+    "  --fp32, --fp16, --bf16\n"
+    "                        the precision the weights are stored in (default: the checkpoint's when it is\n"
+    "                        F16 or BF16, else fp32); the CPU forward computes in fp32 either way\n"
+    "  -h, --help            this help\n";
+
+int kiln_cmd_build_llm(int argc, char **argv) {
+    const char *dir = NULL, *output = NULL;
+    kiln_llm_build_options o = {.precision = -1};
+    char flags[512] = "";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (cli_is_help(a)) {
+            fputs(USAGE, stdout);
+            return 0;
+        } else if (!strcmp(a, "--hf") || !strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (++i >= argc) return cli_usage_error("build ", "%s needs a value", a);
+            if (a[1] == 'o' || a[2] == 'o') output = argv[i];
+            else if (dir) return cli_usage_error("build ", "--hf given twice");
+            else dir = argv[i];
+        } else if (!strcmp(a, "--fp32") || !strcmp(a, "--fp16") || !strcmp(a, "--bf16")) {
+            kiln_precision p;
+            cli_parse_precision(a + 2, &p);
+            if (o.precision >= 0 && o.precision != (int)p)
+                return cli_usage_error("build ", "--fp32, --fp16 and --bf16 exclude each other");
+            o.precision = (int)p;
+            snprintf(flags, sizeof flags, "--hf %s", a);
+        } else if (a[0] == '-') {
+            return cli_usage_error("build ", "%s does not apply to --hf (options: -o, --fp32, --fp16, --bf16)", a);
+        } else {
+            return cli_usage_error("build ", "unexpected argument '%s' (--hf DIR takes the checkpoint)", a);
+        }
+    }
+    if (!dir) return cli_usage_error("build ", "--hf needs a checkpoint directory");
+    char dflt[4096];
+    if (!output) {
+        size_t n = strlen(dir);
+        while (n > 1 && dir[n - 1] == '/') n--;
+        snprintf(dflt, sizeof dflt, "%.*s.kiln", (int)n, dir);
+        output = dflt;
+    }
+    o.build_options = flags[0] ? flags : "--hf";
+    double t0 = cli_now_ms();
+    kiln_llm_engine_info info;
+    if (kiln_llm_engine_build(dir, &o, output, &info) != KILN_OK) return cli_fail();
+    double t1 = cli_now_ms();
+    struct stat st;
+    long long size = stat(output, &st) == 0 ? (long long)st.st_size : -1;
+    printf("built %s -> %s (LLM engine, %s weights, %lld parameters) in %.1f ms, %.2f MB%s\n", dir, output,
+           kiln_precision_name(info.meta.precision), (long long)info.n_params, t1 - t0, (double)size / 1e6,
+           info.tokenizer_bytes ? "" : "; no tokenizer.json: kiln generate will refuse it");
+    kiln_llm_engine_info_free(&info);
+    return 0;
+}

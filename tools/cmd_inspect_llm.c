@@ -1,0 +1,76 @@
+/* cmd_inspect_llm.c — `kiln inspect ENGINE.kiln` for an LLM engine: the header, the model's config,
+ * the weights' precision, parameter count and bytes, the tokenizer, and (unless --no-layers) every
+ * weight tensor with its dtype and shape. */
+#include "cli.h"
+
+#include "layer_precision.h"
+#include "llm/llm_engine.h"
+
+#include <stdio.h>
+#include <time.h>
+
+static const char *const ROPE_NAMES[] = {"none", "linear", "dynamic", "llama3"};
+
+static void print_ids(const char *label, const int32_t *ids, int n) {
+    printf("%s", label);
+    for (int i = 0; i < n; i++) printf(i ? ", %d" : "%d", ids[i]);
+    printf(n ? "\n" : "none\n");
+}
+
+static void print_config(const kiln_llm_config *c) {
+    printf("model: %s, %d layers, d_model %d, %d heads (%d kv heads, head dim %d), d_ff %d, vocab %d, max positions %d\n",
+           c->arch == KILN_LLM_GPT2 ? "gpt2" : "llama", c->n_layer, c->d_model, c->n_head, c->n_kv_head, c->head_dim,
+           c->d_ff, c->vocab, c->max_pos);
+    printf("norm eps %g", c->norm_eps);
+    if (c->arch == KILN_LLM_LLAMA) {
+        printf(", rope theta %g, rope scaling %s", c->rope_theta, ROPE_NAMES[c->rope_scaling]);
+        if (c->rope_scaling != KILN_ROPE_NONE) printf(" (factor %g)", c->rope_factor);
+    }
+    printf(", tied embeddings %s, bos %d\n", c->tied_embeddings ? "yes" : "no", c->bos_id);
+    print_ids("eos ids (config.json): ", c->eos_ids, c->n_eos);
+}
+
+/* The stored tokenizer: its size and vocabulary (loaded to count it). */
+static void print_tokenizer(const char *path, const kiln_llm_engine_info *info) {
+    if (!info->tokenizer_bytes) {
+        printf("tokenizer: none (the checkpoint had no tokenizer.json; kiln generate refuses this engine)\n");
+        return;
+    }
+    kiln_tokenizer *tok;
+    if (kiln_llm_engine_load(path, NULL, NULL, &tok) != KILN_OK) {
+        printf("tokenizer: tokenizer.json %llu bytes, does not load: %s\n", (unsigned long long)info->tokenizer_bytes,
+               kiln_last_error());
+        return;
+    }
+    printf("tokenizer: vocab size %d, bos %d, eos %d (tokenizer.json %llu bytes, tokenizer_config.json %s)\n",
+           kiln_tokenizer_vocab_size(tok), kiln_tokenizer_bos_id(tok), kiln_tokenizer_eos_id(tok),
+           (unsigned long long)info->tokenizer_bytes, info->tokenizer_config_bytes ? "stored" : "absent");
+    kiln_tokenizer_free(tok);
+}
+
+int cli_inspect_llm(const char *path, bool layers) {
+    kiln_llm_engine_info info;
+    if (kiln_llm_engine_read_info(path, &info) != KILN_OK) return cli_fail();
+    const kiln_engine_meta *m = &info.meta;
+    time_t t = (time_t)m->created_unix;
+    char when[64];
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", gmtime(&t));
+    printf("engine: %s (LLM)\n", path);
+    printf("built by: kiln %s on %s from %s\n", m->kiln_version, when, m->source);
+    printf("build options: %s\n", m->build_options);
+    print_config(&info.cfg);
+    print_ids("eos ids (generation_config.json): ", info.gen_eos, info.n_gen_eos);
+    printf("precision: %s weights (the CPU forward computes in fp32)\n", kiln_precision_name(m->precision));
+    printf("parameters: %lld (%.2f M) in %d tensors, %llu bytes of weights (%.2f MB)\n", (long long)info.n_params,
+           (double)info.n_params / 1e6, info.n_tensors, (unsigned long long)info.weight_bytes,
+           (double)info.weight_bytes / 1e6);
+    print_tokenizer(path, &info);
+    for (int i = 0; layers && i < info.n_tensors; i++) {
+        const kiln_llm_engine_tensor *w = &info.tensors[i];
+        printf("  %-28s %-8s [%lld", w->name, kiln_dtype_name(w->dtype), (long long)w->dims[0]);
+        if (w->ndim == 2) printf(", %lld", (long long)w->dims[1]);
+        printf("]\n");
+    }
+    kiln_llm_engine_info_free(&info);
+    return 0;
+}
