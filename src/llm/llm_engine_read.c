@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static kiln_status corrupt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static kiln_status corrupt(const char *fmt, ...) {
@@ -161,38 +160,15 @@ static kiln_status fill_weights(image *im, const kiln_llm_engine_info *info) {
     return KILN_OK;
 }
 
-/* Writes data[0..n) to dir/name. */
-static kiln_status write_temp(const char *dir, const char *name, const uint8_t *data, uint64_t n) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    const void *chunks[1] = {data};
-    size_t sizes[1] = {(size_t)n};
-    return kiln_file_write_atomic(path, chunks, sizes, 1);
-}
-
-/* The tokenizer from the engine's copies of tokenizer.json and tokenizer_config.json, loaded through a
- * private temporary directory (kiln_tokenizer_load reads files), which is removed again. */
+/* The tokenizer from the engine's copies of tokenizer.json and tokenizer_config.json. */
 static kiln_status load_tokenizer(const char *path, const image *im, const kiln_llm_engine_info *info,
                                   kiln_tokenizer **tok) {
     if (!info->tokenizer_bytes)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s holds no tokenizer (its checkpoint had no tokenizer.json): "
                           "rebuild it from a checkpoint with one", path);
-    const char *tmp = getenv("TMPDIR");
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/kiln-tokenizer-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-    if (!mkdtemp(dir)) return kiln_error(KILN_ERR_IO, "cannot create a temporary directory in %s for the tokenizer",
-                                         tmp && tmp[0] ? tmp : "/tmp");
-    kiln_status s = write_temp(dir, "tokenizer.json", im->json, info->tokenizer_bytes);
-    if (s == KILN_OK && info->tokenizer_config_bytes)
-        s = write_temp(dir, "tokenizer_config.json", im->json_cfg, info->tokenizer_config_bytes);
-    if (s == KILN_OK) s = kiln_tokenizer_load(dir, tok);
-    char file[4200];
-    snprintf(file, sizeof file, "%s/tokenizer.json", dir);
-    unlink(file);
-    snprintf(file, sizeof file, "%s/tokenizer_config.json", dir);
-    unlink(file);
-    rmdir(dir);
-    return s == KILN_OK ? s : kiln_error_prefix(s, "%s: the stored tokenizer", path);
+    return kiln_tokenizer_load_memory((const char *)im->json, info->tokenizer_bytes,
+                                      info->tokenizer_config_bytes ? (const char *)im->json_cfg : NULL,
+                                      info->tokenizer_config_bytes, path, tok);
 }
 
 kiln_status kiln_llm_engine_load(const char *path, kiln_llm_engine_info *info, kiln_llm_model **model,

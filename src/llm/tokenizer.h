@@ -37,6 +37,10 @@ typedef struct kiln_tokenizer kiln_tokenizer;
  * does not implement), KILN_ERR_OUT_OF_MEMORY; each message names the file and the field. On
  * success the caller owns *out (kiln_tokenizer_free). */
 kiln_status kiln_tokenizer_load(const char *path_or_dir, kiln_tokenizer **out);
+/* The same from texts in memory: tokenizer.json (json[0..json_len)) and, unless config is NULL,
+ * tokenizer_config.json; `what` names them in errors (e.g. the engine file they came from). */
+kiln_status kiln_tokenizer_load_memory(const char *json, size_t json_len, const char *config, size_t config_len,
+                                       const char *what, kiln_tokenizer **out);
 /* Frees a tokenizer; accepts NULL. */
 void kiln_tokenizer_free(kiln_tokenizer *tok);
 

@@ -210,13 +210,9 @@ static kiln_status config_token(const kiln_tokenizer *tok, const kiln_jdoc *d, c
 
 /* tokenizer_config.json (optional): bos / eos tokens, and add_bos_token / add_eos_token, which add
  * them with add_special when the post-processor has no template of its own. */
-static kiln_status read_config(kiln_tokenizer *tok, const char *path) {
-    struct stat st;
-    if (stat(path, &st) != 0) return KILN_OK;
-    kiln_file_map map = {0};
+static kiln_status read_config(kiln_tokenizer *tok, const char *text, size_t len, const char *path) {
     kiln_jdoc d = {0};
-    kiln_status s = kiln_file_map_open(path, &map);
-    if (s == KILN_OK) s = kiln_jdoc_parse((const char *)map.data, map.size, path, &d);
+    kiln_status s = kiln_jdoc_parse(text, len, path, &d);
     const kiln_jnode *cfg = kiln_jdoc_root(&d);
     if (s == KILN_OK && cfg->type != KILN_JNODE_OBJECT) s = kiln_error(KILN_ERR_PARSE, "%s: not a JSON object", path);
     if (s == KILN_OK) s = config_token(tok, &d, cfg, "bos_token", path, &tok->bos_id);
@@ -232,7 +228,6 @@ static kiln_status read_config(kiln_tokenizer *tok, const char *path) {
         if (add_eos) tok->suffix[tok->nsuffix++] = tok->eos_id;
     }
     kiln_jdoc_free(&d);
-    kiln_file_unmap(&map);
     return s;
 }
 
@@ -273,30 +268,52 @@ static kiln_status find_files(const char *path_or_dir, kiln_strbuf *json, kiln_s
     return kiln_strbuf_status(config);
 }
 
-kiln_status kiln_tokenizer_load(const char *path_or_dir, kiln_tokenizer **out) {
+/* Parses tokenizer.json text (named json_name in errors) and, when config is not NULL,
+ * tokenizer_config.json text (named config_name) into a new tokenizer. */
+static kiln_status load_texts(const char *json, size_t json_len, const char *json_name, const char *config,
+                              size_t config_len, const char *config_name, kiln_tokenizer **out) {
     *out = NULL;
     kiln_tokenizer *tok = calloc(1, sizeof *tok);
-    kiln_strbuf json = {0}, config = {0};
-    kiln_file_map map = {0};
-    kiln_jdoc d = {0};
     if (!tok) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory loading a tokenizer");
     tok->bos_id = tok->eos_id = tok->unk_id = -1;
-    kiln_status s = find_files(path_or_dir, &json, &config);
-    if (s == KILN_OK) s = kiln_file_map_open(json.data, &map);
-    if (s == KILN_OK) s = kiln_jdoc_parse((const char *)map.data, map.size, json.data, &d);
-    kiln_file_unmap(&map);
-    if (s == KILN_OK) s = read_tokenizer(tok, &d, json.data);
+    kiln_jdoc d = {0};
+    kiln_status s = kiln_jdoc_parse(json, json_len, json_name, &d);
+    if (s == KILN_OK) s = read_tokenizer(tok, &d, json_name);
     kiln_jdoc_free(&d);
-    if (s == KILN_OK) s = read_config(tok, config.data);
+    if (s == KILN_OK && config) s = read_config(tok, config, config_len, config_name);
     if (s == KILN_OK) default_bos_eos(tok);
-    kiln_strbuf_free(&json);
-    kiln_strbuf_free(&config);
     if (s != KILN_OK) {
         kiln_tokenizer_free(tok);
         return s;
     }
     *out = tok;
     return KILN_OK;
+}
+
+kiln_status kiln_tokenizer_load_memory(const char *json, size_t json_len, const char *config, size_t config_len,
+                                       const char *what, kiln_tokenizer **out) {
+    char config_name[512];
+    snprintf(config_name, sizeof config_name, "%s (tokenizer_config.json)", what);
+    return load_texts(json, json_len, what, config, config_len, config_name, out);
+}
+
+kiln_status kiln_tokenizer_load(const char *path_or_dir, kiln_tokenizer **out) {
+    *out = NULL;
+    kiln_strbuf json = {0}, config = {0};
+    kiln_file_map json_map = {0}, config_map = {0};
+    struct stat st;
+    kiln_status s = find_files(path_or_dir, &json, &config);
+    if (s == KILN_OK) s = kiln_file_map_open(json.data, &json_map);
+    bool has_config = s == KILN_OK && stat(config.data, &st) == 0;
+    if (has_config) s = kiln_file_map_open(config.data, &config_map);
+    if (s == KILN_OK)
+        s = load_texts((const char *)json_map.data, json_map.size, json.data,
+                       has_config ? (const char *)config_map.data : NULL, config_map.size, config.data, out);
+    kiln_file_unmap(&json_map);
+    kiln_file_unmap(&config_map);
+    kiln_strbuf_free(&json);
+    kiln_strbuf_free(&config);
+    return s;
 }
 
 void kiln_tokenizer_free(kiln_tokenizer *tok) {
