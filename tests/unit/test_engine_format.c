@@ -638,11 +638,11 @@ static bytes hand_graph(uint32_t long_len, uint32_t extra_opsets) {
     return b;
 }
 
-/* Appends the profile and precision tables to a hand_graph: variant 0 none, 1 one profile (x: 1..8,
- * opt 4) and one precision (fp16); 2.. one defect each. */
+/* Appends the profile, precision and (empty) tactics tables to a hand_graph: variant 0 none, 1 one
+ * profile (x: 1..8, opt 4) and one precision (fp16); 2.. one defect each. */
 static void hand_tables(bytes *b, int variant) {
     if (variant == 0) {
-        put32(b, 0), put32(b, 0);
+        put32(b, 0), put32(b, 0), put32(b, 0);
         return;
     }
     int64_t lo = variant == 2 ? 5 : 1;
@@ -650,6 +650,7 @@ static void hand_tables(bytes *b, int variant) {
     if (variant == 5) put64(b, 1), put64(b, 1), put64(b, 1);
     put32(b, variant == 3 ? 2 : 1), put(b, variant == 4 ? "\x07" : "\x01", 1);
     if (variant == 3) put(b, "\x00", 1);
+    put32(b, 0);
 }
 
 static void test_hand_built(void) {

@@ -169,7 +169,7 @@ static void test_atomic_update(const char *path, const char *dir) {
     CHECK(c.added == 1);
     REQUIRE_OK(kiln_timing_cache_save(&c, path));
     kiln_timing_cache_free(&c);
-    char tmp[4200];
+    char tmp[4300];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     CHECK(access(tmp, F_OK) != 0);
     REQUIRE_OK(kiln_timing_cache_load(&c, path));
