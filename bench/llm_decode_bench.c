@@ -9,11 +9,20 @@
  * (and 10th-90th percentiles) ms per step, tokens/s, and the HBM floor of a step, weight bytes /
  * 4.8 TB/s (H200's peak; GPU.md measured 4.2 TB/s for copies), with the fraction of it achieved.
  *
- *   llm_decode_bench [--only gpt2,gpt2-xl,llama3-8b] [--gemv N]   (N: gemv_max_tokens, default 8)
+ * With CUDA graphs (the default) batch 1 also gets a line for the same steps without graphs. After
+ * each row, unless --no-breakdown, a profiled breakdown of 3 more steps: GPU ms of the layers' weight
+ * products, attention, the small kernels (norms, RoPE + KV write, activation, embedding) and the
+ * logits (final norm + lm_head), each timed between CUDA events with the launches queued before the
+ * GPU starts; and the timed step minus their sum (metadata upload, launch overhead, gaps).
+ *
+ *   llm_decode_bench [--only gpt2,gpt2-xl,llama3-8b] [--gemv N] [--graphs 0|1] [--gemv-old]
+ *                    [--breakdown | --no-breakdown]
+ *   (N: gemv_max_tokens, default 8; --gemv-old: the warp-per-row GEMV kernel instead of split-K)
  * Exits 77 ("skipped: no GPU (...)") without a GPU, 1 on an error. */
 #include "llm/llm_cuda.h"
 #include "llm/llm_random.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,9 +132,53 @@ static int decode(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, seqs *s, int warm, int
     return rc;
 }
 
+#define EXTRA_STEPS 40 /* decode steps after the timed ones: the eager line and the breakdown */
+#define EAGER_WARM 3
+#define EAGER_STEPS 20
+#define PROFILE_STEPS 3
+
+static bool g_breakdown = true;
+
+/* Weight bytes of the layers' products (the GEMM/GEMV class) and of lm_head (the logits class). */
+static void product_bytes(const kiln_llm_config *c, double *layers, double *head) {
+    const double d = c->d_model, qd = (double)c->n_head * c->head_dim, kvd = (double)c->n_kv_head * c->head_dim;
+    const double up = c->arch == KILN_LLM_GPT2 ? c->d_ff : 2.0 * c->d_ff;
+    *layers = c->n_layer * ((qd + 2 * kvd) * d + d * qd + up * d + d * c->d_ff) * 2.0;
+    *head = (double)c->vocab * d * 2.0;
+}
+
+/* The per-phase GPU times of PROFILE_STEPS decode steps against the timed median step `med`. */
+static int breakdown(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, seqs *s, kiln_llm_cuda_probe *pr, double med,
+                     const char *name, int batch) {
+    double ms[PROFILE_STEPS];
+    const kiln_llm_cuda_probe keep = *pr;
+    memset(pr, 0, sizeof *pr);
+    pr->profile = true;
+    int rc = decode(g, kv, s, 0, PROFILE_STEPS, ms);
+    pr->profile = false;
+    if (rc == 0 && pr->steps > 0) {
+        const double k = 1.0 / pr->steps, gm = pr->gemm_ms * k, at = pr->attn_ms * k, ot = pr->other_ms * k,
+                     lg = pr->logits_ms * k, sum = pr->gpu_ms * k, rest = med - sum;
+        double lb, hb;
+        product_bytes(kiln_llm_cuda_config(g), &lb, &hb);
+        printf("  breakdown %s batch %d, GPU ms per step (eager, events between kernels) vs the %.3f ms step:\n", name,
+               batch, med);
+        printf("    layer products %.3f (%.0f%%, %.0f GB/s)  attention %.3f (%.0f%%)  norms+rope+act+other %.3f (%.0f%%)  "
+               "logits %.3f (%.0f%%, %.0f GB/s)\n", gm, 100 * gm / med, lb / gm * 1e-6, at, 100 * at / med, ot,
+               100 * ot / med, lg, 100 * lg / med, hb / lg * 1e-6);
+        printf("    GPU sum %.3f; step - GPU sum (metadata upload, launch overhead, gaps) %.3f (%.0f%%); "
+               "eager host enqueue %.3f ms\n", sum, rest, 100 * rest / med, pr->enqueue_ms * k);
+    }
+    const int steps = pr->steps;
+    *pr = keep;
+    if (rc == 0 && steps == 0) printf("  breakdown %s batch %d: no profiled step\n", name, batch);
+    return rc;
+}
+
 /* One batch size on a fresh cache: prefill, decode, print a row. */
-static int run_batch(const bench_model *bm, kiln_llm_cuda *g, int batch, int warm, int steps, int max_tokens) {
-    const int bs = 16, max_blocks = (PROMPT + warm + steps + bs - 1) / bs + 1;
+static int run_batch(const bench_model *bm, kiln_llm_cuda *g, kiln_llm_cuda_probe *pr, int batch, int warm, int steps,
+                     int max_tokens) {
+    const int bs = 16, max_blocks = (PROMPT + warm + steps + EXTRA_STEPS + bs - 1) / bs + 1;
     kiln_llm_cuda_kv_options ko = {bs, 0.5, (uint64_t)8 << 30};
     kiln_llm_cuda_kv *kv = NULL;
     seqs s = {batch, max_blocks, malloc((size_t)batch * max_blocks * 4), malloc((size_t)batch * 4),
@@ -147,6 +200,23 @@ static int run_batch(const bench_model *bm, kiln_llm_cuda *g, int batch, int war
         printf("%-10s %-5s %7.2f %5d %9.3f (%.3f-%.3f) %11.0f %9.3f %8.0f%% %8.0f\n", bm->name,
                bm->dtype == KILN_F16 ? "fp16" : "bf16", gb, batch, med, p10, p90, batch * 1e3 / med, floor_ms,
                100.0 * floor_ms / med, gb / med * 1e3);
+        if (!pr->eager)
+            printf("  (CUDA graphs: %d captured, %d replays%s%s)\n", pr->graphs_captured, pr->graph_replays,
+                   pr->graph_error[0] ? "; capture failed: " : "", pr->graph_error);
+        if (batch == 1 && !pr->eager) { /* the same steps without graphs */
+            double ems[EAGER_STEPS];
+            pr->eager = true;
+            rc = decode(g, kv, &s, EAGER_WARM, EAGER_STEPS, ems);
+            pr->eager = false;
+            if (rc == 0) {
+                qsort(ems, EAGER_STEPS, sizeof *ems, cmp_double);
+                const double em = ems[EAGER_STEPS / 2];
+                printf("%-10s %-5s %7.2f %5d %9.3f (%.3f-%.3f) %11.0f %9.3f %8.0f%% %8.0f  <- without graphs\n",
+                       bm->name, bm->dtype == KILN_F16 ? "fp16" : "bf16", gb, batch, em, ems[EAGER_STEPS / 10],
+                       ems[EAGER_STEPS * 9 / 10], batch * 1e3 / em, floor_ms, 100.0 * floor_ms / em, gb / em * 1e3);
+            }
+        }
+        if (rc == 0 && g_breakdown) rc = breakdown(g, kv, &s, pr, med, bm->name, batch);
     }
     if (rc == 1) fprintf(stderr, "llm_decode_bench: %s batch %d: %s\n", bm->name, batch, kiln_last_error());
     kiln_llm_cuda_kv_free(kv);
@@ -159,14 +229,23 @@ static int run_batch(const bench_model *bm, kiln_llm_cuda *g, int batch, int war
 
 int main(int argc, char **argv) {
     const char *only = NULL;
-    int gemv = 8;
+    int gemv = 8, graphs = 1, gemv_old = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             only = argv[++i];
         } else if (!strcmp(argv[i], "--gemv") && i + 1 < argc) {
             gemv = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--graphs") && i + 1 < argc) {
+            graphs = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--gemv-old")) {
+            gemv_old = 1;
+        } else if (!strcmp(argv[i], "--breakdown")) {
+            g_breakdown = true;
+        } else if (!strcmp(argv[i], "--no-breakdown")) {
+            g_breakdown = false;
         } else {
-            fprintf(stderr, "usage: llm_decode_bench [--only gpt2,gpt2-xl,llama3-8b] [--gemv N]\n");
+            fprintf(stderr, "usage: llm_decode_bench [--only gpt2,gpt2-xl,llama3-8b] [--gemv N] [--graphs 0|1] "
+                            "[--gemv-old] [--breakdown | --no-breakdown]\n");
             return 2;
         }
     }
@@ -175,7 +254,8 @@ int main(int argc, char **argv) {
         printf("skipped: no GPU (%s)\n", desc);
         return 77;
     }
-    printf("llm_decode_bench on %s, random weights, context %d + decode, gemv_max_tokens %d\n", desc, PROMPT, gemv);
+    printf("llm_decode_bench on %s, random weights, context %d + decode, gemv_max_tokens %d, %s GEMV, CUDA graphs %s\n",
+           desc, PROMPT, gemv, gemv_old ? "warp-per-row" : "split-K", graphs ? "on" : "off");
     printf("floor = weight bytes / %.1f TB/s per step; GB/s = weight bytes / median step time\n\n", HBM_TBPS);
     printf("%-10s %-5s %7s %5s %9s %-13s %11s %9s %9s %8s\n", "model", "dtype", "GB", "batch", "ms/step", "(p10-p90)",
            "tokens/s", "floor ms", "of floor", "GB/s");
@@ -190,13 +270,22 @@ int main(int argc, char **argv) {
         o.max_seqs = 64;
         o.max_context = 1024;
         o.gemv_max_tokens = gemv;
+        o.use_graphs = graphs != 0;
+        o.gemv_legacy = gemv_old != 0;
+        kiln_llm_cuda_probe probe;
+        memset(&probe, 0, sizeof probe);
+        o.probe = &probe;
         kiln_llm_cuda *g;
         if (kiln_llm_cuda_create_random(&bm[i].cfg, bm[i].dtype, &o, 7 + (uint64_t)i, &g) != KILN_OK) {
             fprintf(stderr, "llm_decode_bench: %s: %s\n", bm[i].name, kiln_last_error());
             rc = 1;
             continue;
         }
-        if (run_batch(&bm[i], g, 1, 10, 100, o.max_tokens) || run_batch(&bm[i], g, 64, 5, 30, o.max_tokens)) rc = 1;
+        probe.eager = !graphs;
+        if (run_batch(&bm[i], g, &probe, 1, 10, 100, o.max_tokens)) rc = 1;
+        memset(&probe, 0, sizeof probe);
+        probe.eager = !graphs;
+        if (run_batch(&bm[i], g, &probe, 64, 5, 30, o.max_tokens)) rc = 1;
         kiln_llm_cuda_free(g);
     }
     return rc;

@@ -8,6 +8,7 @@
 #include "core/strbuf.h"
 #include "llm/kv_cache.h"
 #include "llm/llm.h"
+#include "llm/llm_runner.h"
 #include "llm/llm_engine.h"
 #include "llm/scheduler.h"
 #include "llm/tokenizer.h"
@@ -23,7 +24,8 @@ static const char *USAGE =
     "usage: kiln generate DIR|ENGINE.kiln --prompt TEXT [options]\n"
     "\n"
     "Generates text with the model in DIR (a Hugging Face checkpoint: config.json, *.safetensors and\n"
-    "tokenizer.json) or in an LLM engine (kiln build --hf) on the CPU, printing it to stdout as it comes. Generation stops at an end-of-sequence\n"
+    "tokenizer.json) or in an LLM engine (kiln build --hf), on the CPU or the GPU, printing it to\n"
+    "stdout as it comes. Generation stops at an end-of-sequence\n"
     "token (the tokenizer's eos, config.json's and generation_config.json's eos_token_id), a --stop\n"
     "string (not printed), or --max-tokens. The sampling defaults are llama.cpp's (llama-cli); vLLM's\n"
     "API defaults are --temperature 1 --top-k 0 --top-p 1 --min-p 0. Processing order (vLLM's):\n"
@@ -43,6 +45,9 @@ static const char *USAGE =
     "  --seed S                    random seed (default: from the clock; printed in the timing line)\n"
     "  --stop STR                  stop before the first occurrence of STR (repeatable)\n"
     "  --kv-budget-mb N            KV cache size (default: what prompt + max-tokens need)\n"
+    "  --target cpu|cuda           where the model runs (default cpu): cpu computes in fp32; cuda in\n"
+    "                              bf16 for a bf16 engine, else fp16\n"
+    "  --device N                  the CUDA device (default 0)\n"
     "  --print-ids                 print {\"prompt_ids\", \"generated_ids\", \"finish\"} to stderr at the end\n"
     "  -h, --help                  this help\n"
     "\n"
@@ -62,6 +67,8 @@ typedef struct gen_args {
     const char *stops[MAX_STOPS];
     int n_stops;
     double kv_budget_mb; /* 0: fit the request */
+    const char *target;  /* "cpu" or "cuda" */
+    int device;
 } gen_args;
 
 static int parse_number(const char *opt, const char *val, double lo, double hi, bool integer, double *out) {
@@ -79,6 +86,7 @@ static int parse_number(const char *opt, const char *val, double lo, double hi, 
 static int parse_args(int argc, char **argv, gen_args *a) {
     memset(a, 0, sizeof *a);
     a->max_tokens = 64;
+    a->target = "cpu";
     a->sp = kiln_sampling_defaults();
     a->sp.temperature = 0.8f; /* llama.cpp's defaults */
     a->sp.top_k = 40;
@@ -101,7 +109,8 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         }
         static const char *const takes_value[] = {"--prompt", "--stop", "--max-tokens", "--temperature", "--top-k",
                                                   "--top-p", "--min-p", "--repetition-penalty", "--frequency-penalty",
-                                                  "--presence-penalty", "--seed", "--kv-budget-mb"};
+                                                  "--presence-penalty", "--seed", "--kv-budget-mb", "--target",
+                                                  "--device"};
         bool known = false;
         for (size_t k = 0; k < sizeof takes_value / sizeof *takes_value; k++) known |= !strcmp(s, takes_value[k]);
         if (!known) return cli_usage_error("generate ", "unknown option '%s'", s);
@@ -140,6 +149,12 @@ static int parse_args(int argc, char **argv, gen_args *a) {
             a->seed_given = true;
         } else if (!strcmp(s, "--kv-budget-mb")) {
             rc = parse_number(s, val, 1e-6, 1e9, false, &a->kv_budget_mb);
+        } else if (!strcmp(s, "--target")) {
+            if (strcmp(val, "cpu") && strcmp(val, "cuda"))
+                return cli_usage_error("generate ", "--target expects cpu or cuda, got '%s'", val);
+            a->target = val;
+        } else if (!strcmp(s, "--device")) {
+            if ((rc = parse_number(s, val, 0, 1024, true, &v)) < 0) a->device = (int)v;
         }
         if (rc >= 0) return rc;
     }
@@ -154,6 +169,7 @@ typedef struct gen_run {
     kiln_llm_bundle llm;    /* owns model and tok */
     kiln_llm_model *model;
     kiln_tokenizer *tok;
+    llm_runner *runner;
     kiln_kv_cache *kv;
     kiln_scheduler *sched;
     int32_t *prompt_ids, *out_ids;
@@ -172,7 +188,7 @@ typedef struct gen_run {
 static kiln_status timed_forward(void *ctx, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits) {
     gen_run *g = ctx;
     double t = cli_now_ms();
-    kiln_status st = kiln_llm_forward(g->model, kv, b, logits);
+    kiln_status st = llm_runner_forward(g->runner, kv, b, logits);
     g->forward_ms += cli_now_ms() - t;
     return st;
 }
@@ -237,8 +253,16 @@ static kiln_status on_token(gen_run *g, const kiln_sched_event *ev) {
     return print_new_text(g, ev->id);
 }
 
-static kiln_status make_cache(gen_run *g) {
+/* The forward for --target, and a KV cache sized by --kv-budget-mb or for the request. */
+static kiln_status make_runner_and_cache(gen_run *g) {
     const kiln_llm_config *c = kiln_llm_model_config(g->model);
+    int64_t total = (int64_t)g->n_prompt + g->a->max_tokens;
+    if (total > c->max_pos) total = c->max_pos;
+    llm_runner_options ro = {.target = g->a->target, .device = g->a->device, .max_seqs = 1,
+                             .max_tokens = (int)g->n_prompt, .max_context = (int)total,
+                             .bf16 = g->llm.weights == KILN_PRECISION_BF16};
+    char desc[256];
+    KILN_TRY(llm_runner_create(g->model, &ro, desc, sizeof desc, &g->runner));
     kiln_kv_cache_config kc = {.n_layer = c->n_layer, .n_kv_head = c->n_kv_head, .head_dim = c->head_dim,
                                .block_size = BLOCK_SIZE, .dtype = KILN_F32};
     if (g->a->kv_budget_mb > 0) {
@@ -247,11 +271,9 @@ static kiln_status make_cache(gen_run *g) {
             return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--kv-budget-mb %g holds no KV-cache block of this model",
                               g->a->kv_budget_mb);
     } else {
-        int64_t total = (int64_t)g->n_prompt + g->a->max_tokens;
-        if (total > c->max_pos) total = c->max_pos;
         kc.n_blocks = total > 1 ? (int)((total - 1 + BLOCK_SIZE - 1) / BLOCK_SIZE) : 1;
     }
-    return kiln_kv_cache_create(&kc, &g->kv);
+    return llm_runner_make_cache(g->runner, kc.n_blocks, BLOCK_SIZE, &g->kv);
 }
 
 static kiln_status setup(gen_run *g) {
@@ -265,7 +287,7 @@ static kiln_status setup(gen_run *g) {
     if (!g->n_prompt) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "the prompt encodes to no token");
     if (!(g->out_ids = malloc((size_t)g->a->max_tokens * sizeof *g->out_ids)))
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for %d tokens", g->a->max_tokens);
-    KILN_TRY(make_cache(g));
+    KILN_TRY(make_runner_and_cache(g));
     const kiln_llm_config *c = kiln_llm_model_config(g->model);
     kiln_scheduler_config sc = {.forward = timed_forward, .model = g, .kv = g->kv, .vocab = c->vocab,
                                 .max_model_len = c->max_pos, .max_num_seqs = 1};
@@ -308,9 +330,6 @@ static void print_ids(const int32_t *ids, int n) {
 
 static void print_report(const gen_run *g) {
     double ttft = g->t_first - g->t_request, decode = g->t_last - g->t_first;
-    /* the generated text ends without a newline (stdout is exactly the text): on a terminal, start
-     * the report on a line of its own */
-    if (g->n_out > 0 && isatty(STDOUT_FILENO) && isatty(STDERR_FILENO)) fputc('\n', stderr);
     fprintf(stderr, "kiln: prompt %zu tokens, prefill %.1f ms (%.1f tok/s), TTFT %.1f ms | generated %d tokens",
             g->n_prompt, g->prefill_ms, g->prefill_ms > 0 ? g->n_prompt * 1e3 / g->prefill_ms : 0.0, ttft, g->n_out);
     if (g->n_out > 1 && decode > 0)
@@ -337,6 +356,7 @@ int kiln_cmd_generate(int argc, char **argv) {
     if (st == KILN_OK) print_report(&g);
     kiln_scheduler_free(g.sched);
     kiln_kv_cache_free(g.kv);
+    llm_runner_free(g.runner);
     kiln_llm_bundle_free(&g.llm);
     free(g.prompt_ids);
     free(g.out_ids);

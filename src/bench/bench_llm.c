@@ -3,7 +3,8 @@
  * at once, warm-up iterations, then measured ones; every request must end by length with exactly
  * output_len tokens. */
 #include "bench/bench_internal.h"
-#include "bench/bench_llm_internal.h"
+#include "bench/bench_llm.h"
+#include "llm/llm_runner.h"
 
 #include "core/status.h"
 #include "llm/sampler.h"
@@ -175,8 +176,13 @@ kiln_status kiln_bench_llm_run(const kiln_llm_model *m, kiln_bench_llm_doc *d) {
     if ((int64_t)bc->input_len + bc->output_len > c->max_pos)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--input-len %d + --output-len %d exceeds the model's %d positions "
                           "(max_position_embeddings / n_positions)", bc->input_len, bc->output_len, c->max_pos);
+    int max_batch = 1;
+    for (int i = 0; i < bc->nbatches; i++) max_batch = bc->batches[i] > max_batch ? bc->batches[i] : max_batch;
+    llm_runner_options ro = {.target = bc->target, .device = bc->device, .max_seqs = max_batch,
+                             .max_tokens = max_batch * bc->input_len, .max_context = bc->input_len + bc->output_len,
+                             .bf16 = d->weights == KILN_PRECISION_BF16};
     llm_runner *rn = NULL;
-    kiln_status st = llm_runner_create(m, bc, d->weights, d->device, sizeof d->device, &rn);
+    kiln_status st = llm_runner_create(m, &ro, d->device, sizeof d->device, &rn);
     if (st != KILN_OK) {
         llm_runner_free(rn);
         return st;

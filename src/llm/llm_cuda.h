@@ -34,9 +34,28 @@ typedef struct kiln_llm_cuda_options {
     int max_context;     /* longest context (cached + new tokens) of one sequence */
     int gemv_max_tokens; /* steps of at most this many tokens multiply by the weights with kiln's
                           * bandwidth-bound GEMV kernel, larger ones with cuBLASLt (0..8; 0: cuBLASLt only) */
+    bool use_graphs;     /* replay decode steps (every sequence one new token) from CUDA graphs, captured
+                          * per (number of sequences, context bucket) on the second step of that shape */
+    bool gemv_legacy;    /* the GEMV kernel: false: split-K over a block per 4 rows; true: one warp per row */
+    struct kiln_llm_cuda_probe *probe; /* NULL, or caller-owned switches and timings (benchmarks) */
 } kiln_llm_cuda_options;
 
-/* device 0, max_tokens 2048, max_seqs 256, max_context 4096, gemv_max_tokens 8. */
+/* Benchmark switches, read at every step, and the timings of profiled steps (accumulated). */
+typedef struct kiln_llm_cuda_probe {
+    bool profile; /* in: run steps without graphs, timing each kernel (events between them; the launches
+                   * are queued behind a host gate first, so the GPU times exclude host launch gaps) */
+    bool eager;   /* in: no CUDA graphs for the next steps (as use_graphs false) */
+    int steps;    /* out: profiled steps so far */
+    double gemm_ms, attn_ms, other_ms, logits_ms; /* out: GPU ms: weight products of the layers,
+                   * attention, norms + RoPE/KV write + activation + embedding, final norm + lm_head */
+    double gpu_ms;     /* out: sum of the classes */
+    double enqueue_ms; /* out: host ms to check, stage and enqueue the step (launch overhead, no graph) */
+    int graphs_captured, graph_replays; /* out: decode graphs made, steps run from one (any step) */
+    char graph_error[200];              /* out: why the last failed capture failed ("" if none did) */
+} kiln_llm_cuda_probe;
+
+/* device 0, max_tokens 2048, max_seqs 256, max_context 4096, gemv_max_tokens 8, use_graphs true,
+ * gemv_legacy false, probe NULL. */
 void kiln_llm_cuda_options_default(kiln_llm_cuda_options *o);
 
 /* KILN_OK when the device exists, with a description of it in desc ("NVIDIA H200 (sm_90, 132 SMs,

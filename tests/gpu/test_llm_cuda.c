@@ -8,7 +8,10 @@
  * tokens with all_logits; steps 1-2 decode the first two while the third's prompt continues in chunks
  * of 64 and 22; then 32 decode steps of all three (the third's context reaches 182 tokens: two
  * splits of the decode attention). Decode tokens are the CPU's greedy choices, fed to both.
- * The GPU runs in fp16 and bf16, each with the GEMV kernel for small steps and with cuBLASLt only.
+ * The GPU runs in fp16 and bf16, each with the split-K GEMV kernel for small steps, with the older
+ * warp-per-row GEMV, and with cuBLASLt only; each of those without and with CUDA graphs for the
+ * decode steps, whose logits must equal the eager run's (relative difference <= 1e-6) and which must
+ * have been captured and replayed.
  *
  * Checks per step: max |gpu - cpu| / max |cpu| over the logits <= 2e-2 (fp16) or 5e-2 (bf16); the
  * GPU's greedy ids equal the argmax of its own logits exactly; where they differ from the CPU's
@@ -159,9 +162,20 @@ typedef struct phase_result {
     int rows, agree, near_ties, self_mismatch;
 } phase_result;
 
-/* Runs the schedule on the GPU and compares; res[0..2]: prefill (step 0), chunked (1-2), decode. */
-static int run_gpu(const kiln_llm_model *m, const schedule *sc, kiln_dtype dt, int gemv, double tol,
-                   phase_result res[3]) {
+/* Logits rows of the whole schedule. */
+static size_t schedule_rows(const schedule *sc) {
+    size_t n = 0;
+    for (int k = 0; k < sc->n_steps; k++) n += (size_t)sc->steps[k].n_out;
+    return n;
+}
+
+/* Runs the schedule on the GPU and compares; res[0..2]: prefill (step 0), chunked (1-2), decode.
+ * Every step's logits go to save when it is not NULL; with same not NULL they are compared with it
+ * (another configuration's run), the largest |difference| / max |same| going to *same_err. The probe
+ * (graph counters) is returned in *probe. */
+static int run_gpu(const kiln_llm_model *m, const schedule *sc, kiln_dtype dt, int gemv, bool legacy, bool graphs,
+                   double tol, phase_result res[3], float *save, const float *same, double *same_err,
+                   kiln_llm_cuda_probe *probe) {
     const kiln_llm_config *c = kiln_llm_model_config(m);
     kiln_llm_cuda_options o;
     kiln_llm_cuda_options_default(&o);
@@ -169,6 +183,13 @@ static int run_gpu(const kiln_llm_model *m, const schedule *sc, kiln_dtype dt, i
     o.max_seqs = 8;
     o.max_context = MAX_BLOCKS * BLOCK;
     o.gemv_max_tokens = gemv;
+    o.gemv_legacy = legacy;
+    o.use_graphs = graphs;
+    memset(probe, 0, sizeof *probe);
+    o.probe = probe;
+    size_t at = 0;
+    double same_max = 0, same_diff = 0;
+    if (same_err) *same_err = 0;
     kiln_llm_cuda *g = NULL;
     kiln_llm_cuda_kv *kv = NULL;
     float *logits = malloc((size_t)MAX_TOKENS * c->vocab * sizeof(float));
@@ -191,6 +212,17 @@ static int run_gpu(const kiln_llm_model *m, const schedule *sc, kiln_dtype dt, i
             EXPECT(0, "cuda forward step %d: %s", k, kiln_last_error());
             goto done;
         }
+        const size_t cnt = (size_t)st->n_out * c->vocab;
+        if (save) memcpy(save + at, logits, cnt * sizeof(float));
+        if (same) {
+            for (size_t i = 0; i < cnt; i++) {
+                same_max = fmax(same_max, fabs(same[at + i]));
+                const double e = fabs((double)logits[i] - same[at + i]);
+                same_diff = isnan(e) ? INFINITY : fmax(same_diff, e);
+            }
+            *same_err = same_diff / (same_max > 0 ? same_max : 1);
+        }
+        at += cnt;
         phase_result *pr = &res[k == 0 ? 0 : k < 3 ? 1 : 2];
         for (int r = 0; r < st->n_out; r++) {
             const float *ref = st->ref + (size_t)r * c->vocab, *got = logits + (size_t)r * c->vocab;
@@ -260,7 +292,7 @@ int main(void) {
         return 77;
     }
     printf("test_llm_cuda on %s\n\n", desc);
-    printf("%-30s %-5s %-8s %-8s %5s %10s %7s %-16s %s\n", "model", "dtype", "products", "phase", "rows", "max rel err",
+    printf("%-30s %-5s %-14s %-8s %5s %10s %7s %-16s %s\n", "model", "dtype", "products", "phase", "rows", "max rel err",
            "tol", "argmax = cpu", "result");
     static const char *const phase_name[3] = {"prefill", "chunked", "decode"};
     model_case mc[3];
@@ -277,28 +309,58 @@ int main(void) {
             kiln_llm_model_free(m);
             continue;
         }
+        const size_t all = schedule_rows(&sc) * (size_t)mc[mi].cfg.vocab;
+        float *eager = malloc(all * sizeof(float));
+        if (!eager) {
+            EXPECT(0, "out of memory");
+            break;
+        }
         for (int di = 0; di < 2; di++) {
             const kiln_dtype dt = di ? KILN_BF16 : KILN_F16;
             const double tol = di ? 5e-2 : 2e-2;
-            for (int gi = 0; gi < 2; gi++) {
-                phase_result res[3];
-                const int before = g_failures;
-                run_gpu(m, &sc, dt, gi ? 0 : 8, tol, res);
-                for (int p = 0; p < 3; p++) {
-                    const phase_result *r = &res[p];
-                    const bool ok = r->rows > 0 && r->max_err <= tol && r->self_mismatch == 0 &&
-                                    r->agree + r->near_ties == r->rows && g_failures == before;
-                    char agree[32];
-                    snprintf(agree, sizeof agree, "%d/%d (%d ties)", r->agree, r->rows, r->near_ties);
-                    printf("%-30s %-5s %-8s %-8s %5d %10.2e %7.0e %-16s %s\n", mc[mi].name, di ? "bf16" : "fp16",
-                           gi ? "cublasLt" : "gemv", phase_name[p], r->rows, r->max_err, tol, agree, ok ? "ok" : "FAIL");
-                    EXPECT(ok, "%s %s %s %s: max rel err %.3e (tol %.0e), argmax %d/%d + %d near ties, %d greedy ids "
-                           "differ from the argmax of the GPU's own logits", mc[mi].name, di ? "bf16" : "fp16",
-                           gi ? "cublasLt" : "gemv", phase_name[p], r->max_err, tol, r->agree, r->rows, r->near_ties,
-                           r->self_mismatch);
+            /* products: the split-K GEMV, the warp-per-row GEMV, cuBLASLt only; each without and with
+             * CUDA graphs (decode steps), the graph run's logits required equal to the eager run's */
+            static const char *const prod_name[3] = {"gemv", "gemv-old", "cublasLt"};
+            for (int gi = 0; gi < 3; gi++) {
+                for (int graphs = 0; graphs < 2; graphs++) {
+                    phase_result res[3];
+                    kiln_llm_cuda_probe probe;
+                    double same_err = 0;
+                    const int before = g_failures;
+                    run_gpu(m, &sc, dt, gi == 2 ? 0 : 8, gi == 1, graphs != 0, tol, res, graphs ? NULL : eager,
+                            graphs ? eager : NULL, graphs ? &same_err : NULL, &probe);
+                    if (graphs) {
+                        /* 32 decode steps of 3 sequences, all in the context bucket 256 (longest context
+                         * 151..182): run eagerly once, captured on the second, replayed from then on */
+                        const bool used = probe.graphs_captured >= 1 && probe.graph_replays >= 20;
+                        const bool same_ok = same_err <= 1e-6;
+                        printf("%-30s %-5s %-8s graphs: %d captured, %d replays; |graphs - eager| / max %.2e %s%s%s\n",
+                               mc[mi].name, di ? "bf16" : "fp16", prod_name[gi], probe.graphs_captured,
+                               probe.graph_replays, same_err, used && same_ok ? "ok" : "FAIL",
+                               probe.graph_error[0] ? "; capture error: " : "", probe.graph_error);
+                        EXPECT(used, "%s %s %s: CUDA graphs not used (%d captured, %d replays; %s)", mc[mi].name,
+                               di ? "bf16" : "fp16", prod_name[gi], probe.graphs_captured, probe.graph_replays,
+                               probe.graph_error[0] ? probe.graph_error : "no capture error");
+                        EXPECT(same_ok, "%s %s %s: logits with CUDA graphs differ from eager by %.3e (relative)",
+                               mc[mi].name, di ? "bf16" : "fp16", prod_name[gi], same_err);
+                    }
+                    for (int p = 0; p < 3; p++) {
+                        const phase_result *r = &res[p];
+                        const bool ok = r->rows > 0 && r->max_err <= tol && r->self_mismatch == 0 &&
+                                        r->agree + r->near_ties == r->rows && g_failures == before;
+                        char agree[32], prod[24];
+                        snprintf(agree, sizeof agree, "%d/%d (%d ties)", r->agree, r->rows, r->near_ties);
+                        snprintf(prod, sizeof prod, "%s%s", prod_name[gi], graphs ? "+graph" : "");
+                        printf("%-30s %-5s %-14s %-8s %5d %10.2e %7.0e %-16s %s\n", mc[mi].name, di ? "bf16" : "fp16",
+                               prod, phase_name[p], r->rows, r->max_err, tol, agree, ok ? "ok" : "FAIL");
+                        EXPECT(ok, "%s %s %s %s: max rel err %.3e (tol %.0e), argmax %d/%d + %d near ties, %d greedy "
+                               "ids differ from the argmax of the GPU's own logits", mc[mi].name, di ? "bf16" : "fp16",
+                               prod, phase_name[p], r->max_err, tol, r->agree, r->rows, r->near_ties, r->self_mismatch);
+                    }
                 }
             }
         }
+        free(eager);
         for (int k = 0; k < sc.n_steps; k++) free(sc.steps[k].ref);
         kiln_llm_model_free(m);
     }

@@ -19,6 +19,9 @@ void kiln_llm_cuda_options_default(kiln_llm_cuda_options *o) {
     o->max_seqs = 256;
     o->max_context = 4096;
     o->gemv_max_tokens = LLMC_GEMV_MAX;
+    o->use_graphs = true;
+    o->gemv_legacy = false;
+    o->probe = NULL;
 }
 
 kiln_status kiln_llm_cuda_device_check(int device, char *desc, size_t cap) {
@@ -303,6 +306,7 @@ void kiln_llm_cuda_free(kiln_llm_cuda *g) {
     if (!g) return;
     cudaSetDevice(g->opt.device);
     if (g->stream) cudaStreamSynchronize(g->stream);
+    llmc_graphs_free(g);
     llmc_plans_free(g);
     if (g->meta_done) cudaEventDestroy(g->meta_done);
     if (g->meta_dev) cudaFree(g->meta_dev);

@@ -9,7 +9,10 @@
 #include "core/status.h"
 #include "llm/llm_internal.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Checks the cache, seq_start, and each sequence's context, blocks, positions and tokens; fills the
  * sizes of *s. */
@@ -79,6 +82,18 @@ static kiln_status check_batch(const kiln_llm_cuda *g, const kiln_llm_cuda_kv *k
         if (nb > s->table_stride) s->table_stride = nb;
         s->decode = s->decode && n == 1;
     }
+    if (s->decode) {
+        /* Decode shapes fixed per context bucket, so that one CUDA graph serves every step of the bucket:
+         * the attention's splits come from the bucket (blocks past a sequence's context exit at once)
+         * and the block table rows are as long as the bucket needs. Eager decode steps use the same
+         * shapes, so graphs and eager steps compute the same values. */
+        int cb = LLMC_SPLIT_MIN;
+        while (cb < s->max_ctx) cb *= 2;
+        if (cb > g->opt.max_context) cb = g->opt.max_context;
+        if (cb < s->max_ctx) cb = s->max_ctx; /* not reached: max_ctx <= max_context was checked */
+        s->max_ctx = cb;
+        s->table_stride = (cb + kv->block_size - 1) / kv->block_size;
+    }
     return KILN_OK;
 }
 
@@ -109,9 +124,12 @@ static kiln_status stage_meta(kiln_llm_cuda *g, const kiln_llm_batch *b, llmc_st
     PUT(seq_start, ns + 1);
     memcpy(hi + off, b->ctx_len, (size_t)ns * 4);
     PUT(ctx_len, ns);
-    for (int i = 0; i < ns; i++)
-        memcpy(hi + off + (size_t)i * s->table_stride, b->block_table + (size_t)i * b->max_blocks_per_seq,
-               (size_t)s->table_stride * 4);
+    const int ncopy = s->table_stride < b->max_blocks_per_seq ? s->table_stride : b->max_blocks_per_seq;
+    for (int i = 0; i < ns; i++) {
+        int32_t *row = hi + off + (size_t)i * s->table_stride;
+        memcpy(row, b->block_table + (size_t)i * b->max_blocks_per_seq, (size_t)ncopy * 4);
+        if (ncopy < s->table_stride) memset(row + ncopy, 0, (size_t)(s->table_stride - ncopy) * 4); /* unused */
+    }
     PUT(table, (size_t)ns * s->table_stride);
 #undef PUT
     size_t bytes = (off * 4 + 7) / 8 * 8;
@@ -132,40 +150,223 @@ static kiln_status stage_meta(kiln_llm_cuda *g, const kiln_llm_batch *b, llmc_st
     return KILN_OK;
 }
 
+/* ---------------------------------------------------------------- profiling */
+
+enum { PROF_START, PROF_GEMM, PROF_ATTN, PROF_OTHER, PROF_LOGITS };
+
+/* With profiling on, records an event after an op of class cls (PROF_START: before the first). */
+static void prof_mark(kiln_llm_cuda *g, int cls) {
+    if (!g->prof_on || g->prof_n >= g->prof_cap) return;
+    if (cudaEventRecord(g->prof_ev[g->prof_n], g->stream) != cudaSuccess) {
+        g->prof_on = false; /* timings lost, the step itself is unaffected */
+        return;
+    }
+    g->prof_cls[g->prof_n++] = (unsigned char)cls;
+}
+
+static double host_ms(void) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* The host gate: holds the stream until the host has enqueued the step (or 200 ms passed, so that a
+ * full launch queue cannot deadlock), so the events time the kernels, not the host's launch gaps. */
+static void CUDART_CB prof_gate_fn(void *p) {
+    int *flag = (int *)p;
+    const double t0 = host_ms();
+    while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE) && host_ms() - t0 < 200.0) {
+    }
+}
+
+/* Starts profiling a step: events (made on first use), the gate, the start event. */
+static kiln_status prof_begin(kiln_llm_cuda *g) {
+    if (!g->prof_ev) {
+        const int cap = 12 * g->cfg.n_layer + 16;
+        g->prof_ev = calloc((size_t)cap, sizeof *g->prof_ev);
+        g->prof_cls = calloc((size_t)cap, 1);
+        g->prof_gate = calloc(1, sizeof *g->prof_gate);
+        if (!g->prof_ev || !g->prof_cls || !g->prof_gate) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        for (int i = 0; i < cap; i++) {
+            KILN_CUDA_TRY(cudaEventCreate(&g->prof_ev[i]));
+            g->prof_cap = i + 1;
+        }
+    }
+    __atomic_store_n(g->prof_gate, 0, __ATOMIC_RELEASE);
+    KILN_CUDA_TRY(cudaLaunchHostFunc(g->stream, prof_gate_fn, g->prof_gate));
+    g->prof_n = 0;
+    g->prof_on = true;
+    prof_mark(g, PROF_START);
+    return KILN_OK;
+}
+
+/* Adds the finished step's event intervals to the probe by class. */
+static kiln_status prof_collect(kiln_llm_cuda *g, kiln_llm_cuda_probe *pr) {
+    KILN_CUDA_TRY(cudaStreamSynchronize(g->stream));
+    double cls_ms[5] = {0};
+    for (int i = 1; i < g->prof_n; i++) {
+        float ms = 0.0f;
+        KILN_CUDA_TRY(cudaEventElapsedTime(&ms, g->prof_ev[i - 1], g->prof_ev[i]));
+        cls_ms[g->prof_cls[i]] += ms;
+    }
+    pr->gemm_ms += cls_ms[PROF_GEMM];
+    pr->attn_ms += cls_ms[PROF_ATTN];
+    pr->other_ms += cls_ms[PROF_OTHER];
+    pr->logits_ms += cls_ms[PROF_LOGITS];
+    pr->gpu_ms += cls_ms[PROF_GEMM] + cls_ms[PROF_ATTN] + cls_ms[PROF_OTHER] + cls_ms[PROF_LOGITS];
+    pr->steps++;
+    return KILN_OK;
+}
+
+/* Runs one op and marks its end for the profile. */
+#define OP(cls, call)                                                                              \
+    do {                                                                                           \
+        KILN_TRY(call);                                                                            \
+        prof_mark(g, cls);                                                                         \
+    } while (0)
+
 /* Enqueues the step's kernels and products. */
 static kiln_status run_layers(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const llmc_step *s) {
     const kiln_llm_config *c = &g->cfg;
     const int n = s->n_tokens, d = c->d_model, ff = c->d_ff, qd = c->n_head * c->head_dim;
     const int ldq = qd + 2 * c->n_kv_head * c->head_dim, up = c->arch == KILN_LLM_GPT2 ? ff : 2 * ff;
-    KILN_TRY(llmc_embed(g, s));
+    OP(PROF_OTHER, llmc_embed(g, s));
     for (int l = 0; l < c->n_layer; l++) {
         const llmc_layer *y = &g->layers[l];
         void *kc, *vc;
         llmc_kv_layer(kv, l, &kc, &vc);
         /* x += previous layer's MLP output (nothing before layer 0); h = norm1(x) */
-        KILN_TRY(llmc_add_norm(g, n, NULL, l ? g->proj : NULL, l > 0, y->norm1_w, y->norm1_b));
-        KILN_TRY(llmc_linear(g, g->h, d, n, d, y->qkv_w, y->qkv_b, ldq, g->qkv, ldq, false));
-        KILN_TRY(llmc_rope_kv_write(g, s, kc, vc, kv->block_size));
-        KILN_TRY(llmc_attention(g, s, kc, vc, kv->block_size));
-        KILN_TRY(llmc_linear(g, g->att, qd, n, qd, y->o_w, y->o_b, d, g->proj, d, false));
-        KILN_TRY(llmc_add_norm(g, n, NULL, g->proj, true, y->norm2_w, y->norm2_b)); /* x += attention; h = norm2(x) */
-        KILN_TRY(llmc_linear(g, g->h, d, n, d, y->up_w, y->up_b, up, g->mlp, up, false));
-        KILN_TRY(llmc_activation(g, n));
-        KILN_TRY(llmc_linear(g, g->mlp, up, n, ff, y->down_w, y->down_b, d, g->proj, d, false));
+        OP(PROF_OTHER, llmc_add_norm(g, n, NULL, l ? g->proj : NULL, l > 0, y->norm1_w, y->norm1_b));
+        OP(PROF_GEMM, llmc_linear(g, g->h, d, n, d, y->qkv_w, y->qkv_b, ldq, g->qkv, ldq, false));
+        OP(PROF_OTHER, llmc_rope_kv_write(g, s, kc, vc, kv->block_size));
+        OP(PROF_ATTN, llmc_attention(g, s, kc, vc, kv->block_size));
+        OP(PROF_GEMM, llmc_linear(g, g->att, qd, n, qd, y->o_w, y->o_b, d, g->proj, d, false));
+        OP(PROF_OTHER, llmc_add_norm(g, n, NULL, g->proj, true, y->norm2_w, y->norm2_b)); /* x += attention; h = norm2(x) */
+        OP(PROF_GEMM, llmc_linear(g, g->h, d, n, d, y->up_w, y->up_b, up, g->mlp, up, false));
+        OP(PROF_OTHER, llmc_activation(g, n));
+        OP(PROF_GEMM, llmc_linear(g, g->mlp, up, n, ff, y->down_w, y->down_b, d, g->proj, d, false));
     }
     /* the logits rows only: x + last MLP output, final norm, lm_head in FP32 */
-    KILN_TRY(llmc_add_norm(g, s->n_out, s->out_rows, g->proj, false, g->norm_f_w, g->norm_f_b));
-    return llmc_linear(g, g->h, d, s->n_out, d, g->lm_head, NULL, c->vocab, g->logits, c->vocab, true);
+    OP(PROF_OTHER, llmc_add_norm(g, s->n_out, s->out_rows, g->proj, false, g->norm_f_w, g->norm_f_b));
+    OP(PROF_LOGITS, llmc_linear(g, g->h, d, s->n_out, d, g->lm_head, NULL, c->vocab, g->logits, c->vocab, true));
+    return KILN_OK;
+}
+#undef OP
+
+/* ---------------------------------------------------------------- CUDA graphs of decode steps */
+
+#define GRAPH_KEY 6
+
+typedef struct llmc_graph {
+    int64_t key[GRAPH_KEY]; /* n_seqs, context bucket, table stride, cache data, cache blocks, block size */
+    int state;              /* GRAPH_SEEN, GRAPH_READY or GRAPH_FAILED */
+    cudaGraphExec_t exec;
+} llmc_graph;
+
+enum { GRAPH_SEEN = 1, GRAPH_READY, GRAPH_FAILED };
+
+void llmc_graphs_free(kiln_llm_cuda *g) {
+    for (int i = 0; g->graphs && i < g->n_graphs; i++)
+        if (g->graphs[i].exec) cudaGraphExecDestroy(g->graphs[i].exec);
+    free(g->graphs);
+    g->graphs = NULL;
+    g->n_graphs = 0;
+    for (int i = 0; g->prof_ev && i < g->prof_cap; i++) cudaEventDestroy(g->prof_ev[i]);
+    free(g->prof_ev);
+    free(g->prof_cls);
+    free(g->prof_gate);
+    g->prof_ev = NULL;
+    g->prof_cls = NULL;
+    g->prof_gate = NULL;
+    g->prof_cap = 0;
+}
+
+/* Runs the step's layers: from the step shape's graph when there is one (decode steps with graphs
+ * on), else enqueued kernel by kernel. A shape is run eagerly the first time (which also makes its
+ * cuBLASLt plans), captured and replayed from the second; a capture that fails leaves the shape
+ * eager for good. The metadata transfer is already enqueued before (the graph reads its buffer). */
+static kiln_status run_step(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const llmc_step *s) {
+    kiln_llm_cuda_probe *pr = g->opt.probe;
+    if (!s->decode || !g->opt.use_graphs || (pr && (pr->eager || pr->profile))) return run_layers(g, kv, s);
+    const int64_t key[GRAPH_KEY] = {s->n_seqs, s->max_ctx, s->table_stride, (int64_t)(uintptr_t)kv->data,
+                                    kv->n_blocks, kv->block_size};
+    llmc_graph *e = NULL;
+    for (int i = 0; i < g->n_graphs && !e; i++)
+        if (!memcmp(g->graphs[i].key, key, sizeof key)) e = &g->graphs[i];
+    if (!e) {
+        if (!g->graphs) g->graphs = calloc(LLMC_GRAPHS, sizeof *g->graphs);
+        if (!g->graphs || g->n_graphs >= LLMC_GRAPHS) return run_layers(g, kv, s); /* no room: eager */
+        e = &g->graphs[g->n_graphs++];
+        memcpy(e->key, key, sizeof key);
+        e->state = GRAPH_SEEN;
+        e->exec = NULL;
+        return run_layers(g, kv, s);
+    }
+    if (e->state == GRAPH_READY) {
+        KILN_CUDA_TRY(cudaGraphLaunch(e->exec, g->stream));
+        if (pr) pr->graph_replays++;
+        return KILN_OK;
+    }
+    if (e->state == GRAPH_FAILED) return run_layers(g, kv, s);
+    /* second sight: capture */
+    e->state = GRAPH_FAILED; /* unless all goes well */
+    cudaGraph_t graph = NULL;
+    cudaError_t ce = cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal);
+    if (ce != cudaSuccess) {
+        if (pr) snprintf(pr->graph_error, sizeof pr->graph_error, "cudaStreamBeginCapture: %s", cudaGetErrorString(ce));
+        (void)cudaGetLastError();
+        return run_layers(g, kv, s);
+    }
+    const kiln_status st = run_layers(g, kv, s);
+    if (st != KILN_OK && pr) snprintf(pr->graph_error, sizeof pr->graph_error, "during capture: %s", kiln_last_error());
+    ce = cudaStreamEndCapture(g->stream, &graph);
+    if (ce != cudaSuccess && st == KILN_OK && pr)
+        snprintf(pr->graph_error, sizeof pr->graph_error, "cudaStreamEndCapture: %s", cudaGetErrorString(ce));
+    cudaGraphExec_t exec = NULL;
+    if (st == KILN_OK && ce == cudaSuccess && graph) {
+        ce = cudaGraphInstantiate(&exec, graph, 0);
+        if (ce != cudaSuccess && pr)
+            snprintf(pr->graph_error, sizeof pr->graph_error, "cudaGraphInstantiate: %s", cudaGetErrorString(ce));
+    }
+    if (graph) cudaGraphDestroy(graph);
+    if (st != KILN_OK || ce != cudaSuccess || !exec) {
+        if (exec) cudaGraphExecDestroy(exec);
+        (void)cudaGetLastError(); /* the capture's error is not the step's: the step runs eagerly */
+        return run_layers(g, kv, s);
+    }
+    e->exec = exec;
+    e->state = GRAPH_READY;
+    if (pr) pr->graphs_captured++;
+    KILN_CUDA_TRY(cudaGraphLaunch(e->exec, g->stream));
+    if (pr) pr->graph_replays++;
+    return KILN_OK;
 }
 
 kiln_status kiln_llm_cuda_forward(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const kiln_llm_batch *b, float *logits,
                                   int32_t *greedy) {
+    kiln_llm_cuda_probe *pr = g->opt.probe;
+    const bool prof = pr && pr->profile;
+    const double t0 = prof ? host_ms() : 0.0;
     llmc_step s;
     KILN_TRY(check_batch(g, kv, b, &s));
     KILN_CUDA_TRY(cudaSetDevice(g->opt.device));
     g->last_rows = 0;
     KILN_TRY(stage_meta(g, b, &s));
-    KILN_TRY(run_layers(g, kv, &s));
+    if (prof) {
+        KILN_TRY(prof_begin(g));
+        const kiln_status st = run_step(g, kv, &s);
+        const double t1 = host_ms();
+        __atomic_store_n(g->prof_gate, 1, __ATOMIC_RELEASE);
+        const bool timed = g->prof_on;
+        g->prof_on = false;
+        KILN_TRY(st);
+        if (timed) {
+            pr->enqueue_ms += t1 - t0;
+            KILN_TRY(prof_collect(g, pr));
+        }
+    } else {
+        KILN_TRY(run_step(g, kv, &s));
+    }
     g->last_rows = s.n_out;
     const size_t rows = (size_t)s.n_out;
     if (greedy) {

@@ -1,7 +1,8 @@
 /* llm_cuda_gemm.cu — the products with the weights, y[n, N] = x[n, K] W^T (+ bias), W [N, K] row-major
  * (nn.Linear's layout), FP16/BF16 in, FP32 accumulation:
  *
- *  - few token rows (decode): gemv_kernel, one warp per output feature streaming its weight row once
+ *  - few token rows (decode): gemv_split_kernel (below; all threads of a block per 4 output features
+ *    split K), or with options.gemv_legacy gemv_kernel, one warp per output feature streaming its weight row once
  *    with 16-byte loads (four in flight per lane) against every token row, FP32 sums reduced across
  *    the warp, the bias added in FP32. Bandwidth-bound, as batch-1 decode is.
  *  - otherwise cuBLASLt. Its interface is column-major, and a row-major [r, c] array is the
@@ -95,6 +96,113 @@ static kiln_status gemv(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, 
                         void *y, int ldy, bool out_f32) {
     return out_f32 ? gemv_out<T, float>(g, x, ldx, n, K, w, bias, N, y, ldy)
                    : gemv_out<T, T>(g, x, ldx, n, K, w, bias, N, y, ldy);
+}
+
+/* ---------------------------------------------------------------- split-K GEMV */
+
+/* A block per SPLIT_ROWS output features; all its threads split K: thread i takes the 16-byte chunks
+ * i, i + blockDim, ... of each of the block's rows (SPLIT_UNROLL chunks of every row in flight per
+ * round), loads the matching 8 values of each token row once for all SPLIT_ROWS weight rows, and
+ * accumulates in FP32; the partial sums are reduced over the warp by shuffles, then over the warps in
+ * shared memory. So narrow matrices (K = 1600) still put several loads in flight on every SM, and
+ * there are N / SPLIT_ROWS blocks to spread. blockDim: a multiple of 32, at most SPLIT_THREADS. */
+#define SPLIT_THREADS 256
+#define SPLIT_ROWS 4
+#define SPLIT_UNROLL 2
+
+template <typename T, typename OutT, int NT>
+__global__ void __launch_bounds__(SPLIT_THREADS)
+    gemv_split_kernel(const T *__restrict__ x, int ldx, const T *__restrict__ w, const T *__restrict__ bias,
+                      OutT *__restrict__ y, int ldy, int N, int K) {
+    constexpr int R = SPLIT_ROWS, U = SPLIT_UNROLL;
+    __shared__ float red[SPLIT_THREADS / 32][R * NT];
+    const int row0 = blockIdx.x * R, K8 = K >> 3, tid = threadIdx.x, nthr = blockDim.x;
+    const uint4 *wr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) /* rows past N read row N - 1 (in bounds) and are not stored */
+        wr[r] = reinterpret_cast<const uint4 *>(w + (size_t)min(row0 + r, N - 1) * K);
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    for (int c0 = tid; c0 < K8; c0 += nthr * U) {
+        uint4 wv[U][R];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + u * nthr;
+#pragma unroll
+            for (int r = 0; r < R; r++) wv[u][r] = c < K8 ? __ldcs(wr[r] + c) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + u * nthr;
+            if (c >= K8) break;
+            float wf[R][8];
+#pragma unroll
+            for (int r = 0; r < R; r++) lc_unpack8<T>(wv[u][r], wf[r]);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                float xf[8];
+                lc_load8<T>(x + (size_t)t * ldx + (size_t)c * 8, xf);
+#pragma unroll
+                for (int r = 0; r < R; r++)
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[r][t] += wf[r][e] * xf[e];
+            }
+        }
+    }
+    const int lane = tid & 31, warp = tid >> 5;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float v = ku_warp_sum(acc[r][t]);
+            if (lane == 0) red[warp][r * NT + t] = v;
+        }
+    __syncthreads();
+    if (tid < R * NT) {
+        const int r = tid / NT, t = tid - r * NT, row = row0 + r;
+        if (row < N) {
+            float v = 0.0f;
+            for (int wi = 0; wi < nthr / 32; wi++) v += red[wi][tid];
+            if (bias) v += ku_f32(bias[row]);
+            gemv_store<OutT>(y + (size_t)t * ldy + row, v);
+        }
+    }
+}
+
+template <typename T, typename OutT, int NT>
+static kiln_status gemv_split_nt(kiln_llm_cuda *g, const void *x, int ldx, const void *w, const void *bias, int N,
+                                 void *y, int ldy, int K) {
+    const int k8 = K / 8, threads = k8 >= SPLIT_THREADS ? SPLIT_THREADS : (k8 + 31) / 32 * 32;
+    const unsigned blocks = (unsigned)((N + SPLIT_ROWS - 1) / SPLIT_ROWS);
+    gemv_split_kernel<T, OutT, NT><<<blocks, threads > 0 ? threads : 32, 0, g->stream>>>(
+        (const T *)x, ldx, (const T *)w, (const T *)bias, (OutT *)y, ldy, N, K);
+    KILN_CUDA_LAUNCH_CHECK("gemv_split_kernel");
+    return KILN_OK;
+}
+
+template <typename T, typename OutT>
+static kiln_status gemv_split_out(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const void *bias,
+                                  int N, void *y, int ldy) {
+    switch (n) {
+    case 1: return gemv_split_nt<T, OutT, 1>(g, x, ldx, w, bias, N, y, ldy, K);
+    case 2: return gemv_split_nt<T, OutT, 2>(g, x, ldx, w, bias, N, y, ldy, K);
+    case 3: return gemv_split_nt<T, OutT, 3>(g, x, ldx, w, bias, N, y, ldy, K);
+    case 4: return gemv_split_nt<T, OutT, 4>(g, x, ldx, w, bias, N, y, ldy, K);
+    case 5: return gemv_split_nt<T, OutT, 5>(g, x, ldx, w, bias, N, y, ldy, K);
+    case 6: return gemv_split_nt<T, OutT, 6>(g, x, ldx, w, bias, N, y, ldy, K);
+    case 7: return gemv_split_nt<T, OutT, 7>(g, x, ldx, w, bias, N, y, ldy, K);
+    default: return gemv_split_nt<T, OutT, 8>(g, x, ldx, w, bias, N, y, ldy, K);
+    }
+}
+
+template <typename T>
+static kiln_status gemv_split(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const void *bias,
+                              int N, void *y, int ldy, bool out_f32) {
+    return out_f32 ? gemv_split_out<T, float>(g, x, ldx, n, K, w, bias, N, y, ldy)
+                   : gemv_split_out<T, T>(g, x, ldx, n, K, w, bias, N, y, ldy);
 }
 
 /* ---------------------------------------------------------------- cuBLASLt */
@@ -230,6 +338,8 @@ extern "C" kiln_status llmc_linear(kiln_llm_cuda *g, const void *x, int ldx, int
                                    int N, void *y, int ldy, bool out_f32) {
     const bool gemv_ok = n <= g->opt.gemv_max_tokens && n <= LLMC_GEMV_MAX && K % 8 == 0 && ldx % 8 == 0 &&
                          ku_aligned16(x) && ku_aligned16(w);
+    if (gemv_ok && !g->opt.gemv_legacy)
+        return LC_DISPATCH(g->dtype, gemv_split, g, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
     if (gemv_ok) return LC_DISPATCH(g->dtype, gemv, g, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
     return lt_linear(g, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
 }

@@ -65,7 +65,21 @@ struct kiln_llm_cuda {
     /* cuBLASLt plans, keyed by shape */
     llmc_plan *plans;
     int n_plans, next_plan;
+    /* CUDA graphs of decode steps (llm_cuda_forward.c) */
+    struct llmc_graph *graphs; /* [LLMC_GRAPHS] */
+    int n_graphs;
+    /* profiling (probe->profile): an event after each op and the op's class */
+    cudaEvent_t *prof_ev;
+    unsigned char *prof_cls;
+    int prof_cap, prof_n;
+    bool prof_on;
+    int *prof_gate; /* the host gate holding the stream until the step is enqueued */
 };
+
+#define LLMC_GRAPHS 64 /* most decode graphs kept per model */
+
+/* Frees the graphs and the profiling events (llm_cuda_forward.c). */
+void llmc_graphs_free(kiln_llm_cuda *g);
 
 struct kiln_llm_cuda_kv {
     int device;

@@ -1,9 +1,9 @@
-/* bench_llm_forward.c — the forward steps kiln bench --llm drives the scheduler with: the CPU one
- * (kiln_llm_forward over a host KV cache) or llm_cuda.h's (a device KV cache). The scheduler hands out
+/* llm_runner.c — the forward step that kiln generate and kiln bench --llm drive the scheduler with: the
+ * CPU one (kiln_llm_forward over a host KV cache) or llm_cuda.h's (a device KV cache). The scheduler hands out
  * blocks of a host kiln_kv_cache; on the GPU that cache is bookkeeping only (one float per token
  * slot), and each host block is mapped to a device block when a step first uses it and given back
  * once the scheduler has released it. */
-#include "bench/bench_llm_internal.h"
+#include "llm/llm_runner.h"
 
 #include "core/status.h"
 #include "llm/llm_cuda.h"
@@ -22,28 +22,26 @@ struct llm_runner {
     kiln_dtype dtype;
 };
 
-kiln_status llm_runner_create(const kiln_llm_model *m, const kiln_bench_llm_config *bc, kiln_precision weights,
-                              char *desc, size_t cap, llm_runner **out) {
+kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options *ro, char *desc, size_t cap,
+                              llm_runner **out) {
     llm_runner *r = calloc(1, sizeof *r);
     if (!r) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     r->m = m;
     *out = r;
-    if (strcmp(bc->target, "cuda")) {
+    if (strcmp(ro->target, "cuda")) {
         snprintf(desc, cap, "CPU forward (fp32, OpenBLAS)");
         return KILN_OK;
     }
     char dev[192];
-    if (kiln_llm_cuda_device_check(bc->device, dev, sizeof dev) != KILN_OK)
+    if (kiln_llm_cuda_device_check(ro->device, dev, sizeof dev) != KILN_OK)
         return kiln_error(KILN_ERR_UNSUPPORTED, "--target cuda is not available: %s", dev);
-    int max_batch = 1;
-    for (int i = 0; i < bc->nbatches; i++) max_batch = bc->batches[i] > max_batch ? bc->batches[i] : max_batch;
     kiln_llm_cuda_options o;
     kiln_llm_cuda_options_default(&o);
-    o.device = bc->device;
-    o.max_seqs = max_batch;
-    o.max_tokens = max_batch * bc->input_len;
-    o.max_context = bc->input_len + bc->output_len;
-    r->dtype = weights == KILN_PRECISION_BF16 ? KILN_BF16 : KILN_F16;
+    o.device = ro->device;
+    o.max_seqs = ro->max_seqs;
+    o.max_tokens = ro->max_tokens;
+    o.max_context = ro->max_context;
+    r->dtype = ro->bf16 ? KILN_BF16 : KILN_F16;
     KILN_TRY(kiln_llm_cuda_create(m, r->dtype, &o, &r->g));
     snprintf(desc, cap, "CUDA forward (%s): %s", r->dtype == KILN_BF16 ? "bf16" : "fp16", dev);
     return KILN_OK;

@@ -1,0 +1,36 @@
+/* llm_runner.h — the forward step that the scheduler (scheduler.h) is driven with, on the CPU or on
+ * CUDA, behind one kiln_forward_fn: kiln generate and kiln bench --llm choose it with --target. */
+#ifndef KILN_LLM_RUNNER_H
+#define KILN_LLM_RUNNER_H
+
+#include "llm/kv_cache.h"
+#include "llm/llm.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct llm_runner llm_runner;
+
+typedef struct llm_runner_options {
+    const char *target; /* "cpu" or "cuda" */
+    int device;         /* cuda device ordinal */
+    int max_seqs;       /* cuda: most sequences in one step */
+    int max_tokens;     /* cuda: most tokens in one step */
+    int max_context;    /* cuda: longest context (prompt + generated) */
+    bool bf16;          /* cuda: weights and KV cache in bf16 (else fp16) */
+} llm_runner_options;
+
+/* The forward for ro->target: the CPU always; cuda through llm_cuda.h (the model uploaded in bf16 or
+ * fp16), sized by ro's limits. Errors: "--target cuda is not available: <why>"
+ * (KILN_ERR_UNSUPPORTED), or the upload's. desc gets what runs. The caller frees *out (also on
+ * failure). */
+kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options *ro, char *desc, size_t cap,
+                              llm_runner **out);
+void llm_runner_free(llm_runner *r); /* accepts NULL */
+/* A KV cache of n_blocks blocks for the scheduler (on the GPU: bookkeeping over a device cache of as
+ * many blocks, which replaces the previous one). The caller frees *kv before the runner. */
+kiln_status llm_runner_make_cache(llm_runner *r, int n_blocks, int block_size, kiln_kv_cache **kv);
+/* kiln_forward_fn over the runner (ctx). */
+kiln_status llm_runner_forward(void *ctx, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits);
+
+#endif
