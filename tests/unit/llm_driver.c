@@ -3,17 +3,22 @@
  * in steps of a given chunking, through a paged KV cache, and writes the logits as .npy.
  *
  *   llm_driver DIR [--seq 1,2,3]... [--chunks 3,1,2] [--block-size 4] [--kv-dtype f32|f16|bf16]
- *              [--scramble] [--last] [--out logits.npy]
+ *              [--scramble] [--last] [--target cpu|cuda] [--dtype f16|bf16] [--out logits.npy]
  *
  * Every step takes the next chunk of every unfinished sequence (chunk sizes from --chunks, the last
  * one repeating; default: a whole sequence in one step). The output is [total tokens, vocab] with the
  * rows of each sequence in turn. With --last only each sequence's last token of every step has
  * logits (all_logits false), the other rows are NaN. --scramble hands out cache blocks in a shuffled
  * order. Without --seq it prints config.json as parsed (weights unread) and exits.
+ * --target cuda runs the step through llm_runner.h (the CUDA forward, weights and KV cache in --dtype,
+ * default f16; --kv-dtype is ignored there) on device 0: the same batches, the device blocks mapped
+ * from the host table as kiln generate does. Without a GPU (or a cuda build) it fails with the runner's
+ * "--target cuda is not available: ..." message.
  * Errors: "kiln: error: ..." and exit 1. */
 #include "core/npy.h"
 #include "llm/kv_cache.h"
 #include "llm/llm.h"
+#include "llm/llm_runner.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -36,6 +41,8 @@ typedef struct opts {
     int block_size;
     kiln_dtype kv_dtype;
     int scramble, last;
+    const char *target; /* "cpu" (kiln_llm_forward) or "cuda" (llm_runner) */
+    int bf16;           /* cuda: bf16 instead of fp16 */
 } opts;
 
 static int fail(const char *msg) {
@@ -61,8 +68,10 @@ static int parse_args(int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
     o->block_size = 16;
     o->kv_dtype = KILN_F32;
+    o->target = "cpu";
     if (argc < 2) return fail("usage: llm_driver DIR [--seq ids]... [--chunks n,...] [--block-size n] "
-                              "[--kv-dtype f32|f16|bf16] [--scramble] [--last] [--out file.npy]");
+                              "[--kv-dtype f32|f16|bf16] [--scramble] [--last] [--target cpu|cuda] "
+                              "[--dtype f16|bf16] [--out file.npy]");
     o->dir = argv[1];
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -86,6 +95,12 @@ static int parse_args(int argc, char **argv, opts *o) {
             o->block_size = atoi(v);
         } else if (!strcmp(a, "--kv-dtype")) {
             o->kv_dtype = !strcmp(v, "f16") ? KILN_F16 : !strcmp(v, "bf16") ? KILN_BF16 : KILN_F32;
+        } else if (!strcmp(a, "--target")) {
+            if (strcmp(v, "cpu") && strcmp(v, "cuda")) return fail("--target expects cpu or cuda");
+            o->target = v;
+        } else if (!strcmp(a, "--dtype")) {
+            if (strcmp(v, "f16") && strcmp(v, "bf16")) return fail("--dtype expects f16 or bf16");
+            o->bf16 = !strcmp(v, "bf16");
         } else if (!strcmp(a, "--out")) {
             o->out = v;
         } else {
@@ -136,7 +151,8 @@ static int assign_blocks(opts *o, kiln_kv_cache *kv, int max_blocks) {
 }
 
 /* Runs all sequences to the end in steps; logits rows into out [total, vocab]. */
-static int run_steps(opts *o, const kiln_llm_model *m, kiln_kv_cache *kv, int total, int max_blocks, float *out) {
+static int run_steps(opts *o, const kiln_llm_model *m, llm_runner *rn, kiln_kv_cache *kv, int total, int max_blocks,
+                     float *out) {
     const int vocab = kiln_llm_model_config(m)->vocab;
     int32_t *tokens = malloc((size_t)total * sizeof(int32_t)), *pos = malloc((size_t)total * sizeof(int32_t));
     int32_t seq_start[MAX_SEQS + 1], ctx[MAX_SEQS], rows[MAX_SEQS], *table = malloc((size_t)o->n_seqs * max_blocks * 4);
@@ -163,7 +179,7 @@ static int run_steps(opts *o, const kiln_llm_model *m, kiln_kv_cache *kv, int to
         if (!ns) break;
         seq_start[ns] = n;
         kiln_llm_batch b = {n, tokens, pos, ns, seq_start, ctx, table, max_blocks, !o->last};
-        if (kiln_llm_forward(m, kv, &b, logits) != KILN_OK) {
+        if ((rn ? llm_runner_forward(rn, kv, &b, logits) : kiln_llm_forward(m, kv, &b, logits)) != KILN_OK) {
             rc = fail(kiln_last_error());
             break;
         }
@@ -183,7 +199,7 @@ static int run_steps(opts *o, const kiln_llm_model *m, kiln_kv_cache *kv, int to
 }
 
 /* Prints the config, or loads the model and runs the sequences; 0 or 1 as main returns. */
-static int run(opts *o, kiln_llm_model **m, kiln_kv_cache **kv, kiln_tensor *out) {
+static int run(opts *o, kiln_llm_model **m, llm_runner **rn, kiln_kv_cache **kv, kiln_tensor *out) {
     if (!o->n_seqs) {
         kiln_llm_config cfg;
         if (kiln_llm_config_load_hf(o->dir, &cfg) != KILN_OK) return fail(kiln_last_error());
@@ -192,21 +208,32 @@ static int run(opts *o, kiln_llm_model **m, kiln_kv_cache **kv, kiln_tensor *out
     }
     if (kiln_llm_model_load_hf(o->dir, m) != KILN_OK) return fail(kiln_last_error());
     const kiln_llm_config *c = kiln_llm_model_config(*m);
-    int total = 0, max_blocks = 1, n_blocks = 4;
+    int total = 0, max_blocks = 1, n_blocks = 4, max_len = 1;
     for (int s = 0; s < o->n_seqs; s++) {
         o->seqs[s].row0 = total;
         total += o->seqs[s].len;
         int nb = o->block_size > 0 ? (o->seqs[s].len + o->block_size - 1) / o->block_size : 1;
         n_blocks += nb;
         if (nb > max_blocks) max_blocks = nb;
+        if (o->seqs[s].len > max_len) max_len = o->seqs[s].len;
     }
-    kiln_kv_cache_config kc = {c->n_layer, c->n_kv_head, c->head_dim, o->block_size, n_blocks, o->kv_dtype};
-    if (kiln_kv_cache_create(&kc, kv) != KILN_OK) return fail(kiln_last_error());
+    if (!strcmp(o->target, "cuda")) {
+        /* the CUDA forward: a device cache of n_blocks blocks behind a host bookkeeping cache */
+        llm_runner_options ro = {.target = "cuda", .device = 0, .max_seqs = o->n_seqs, .max_tokens = total,
+                                 .max_context = max_len, .bf16 = o->bf16 != 0};
+        char desc[256] = "";
+        if (llm_runner_create(*m, &ro, desc, sizeof desc, rn) != KILN_OK) return fail(kiln_last_error());
+        if (llm_runner_make_cache(*rn, n_blocks, o->block_size, kv) != KILN_OK) return fail(kiln_last_error());
+        fprintf(stderr, "llm_driver: %s\n", desc);
+    } else {
+        kiln_kv_cache_config kc = {c->n_layer, c->n_kv_head, c->head_dim, o->block_size, n_blocks, o->kv_dtype};
+        if (kiln_kv_cache_create(&kc, kv) != KILN_OK) return fail(kiln_last_error());
+    }
     if (assign_blocks(o, *kv, max_blocks)) return 1;
     int64_t dims[2] = {total, c->vocab};
     if (kiln_tensor_alloc(out, KILN_F32, 2, dims) != KILN_OK) return fail(kiln_last_error());
     for (int64_t i = 0; i < (int64_t)total * c->vocab; i++) ((float *)out->data)[i] = NAN;
-    if (run_steps(o, *m, *kv, total, max_blocks, out->data)) return 1;
+    if (run_steps(o, *m, *rn, *kv, total, max_blocks, out->data)) return 1;
     if (o->out && kiln_npy_write(o->out, out) != KILN_OK) return fail(kiln_last_error());
     return 0;
 }
@@ -214,16 +241,18 @@ static int run(opts *o, kiln_llm_model **m, kiln_kv_cache **kv, kiln_tensor *out
 int main(int argc, char **argv) {
     opts o;
     kiln_llm_model *m = NULL;
+    llm_runner *rn = NULL;
     kiln_kv_cache *kv = NULL;
     kiln_tensor out = {0};
     int rc = parse_args(argc, argv, &o);
-    if (!rc) rc = run(&o, &m, &kv, &out);
+    if (!rc) rc = run(&o, &m, &rn, &kv, &out);
     kiln_tensor_release(&out);
     for (int s = 0; s < o.n_seqs; s++) {
         free(o.seqs[s].ids);
         free(o.seqs[s].blocks);
     }
     kiln_kv_cache_free(kv);
+    llm_runner_free(rn); /* after the cache it keeps the books of */
     kiln_llm_model_free(m);
     return rc;
 }
