@@ -15,20 +15,24 @@
 #include <string.h>
 #include <time.h>
 
-/* One pass of the pipeline; kiln_ops: it creates kiln-domain fused ops (ir/fused_ops.h), which only
- * targets with kernels for them may receive. */
+/* One pass of the pipeline; kiln_ops: the kiln-domain fused ops (ir/fused_ops.h) it creates (NULL
+ * for none), which only targets with kernels for all of them may receive. */
 typedef struct pass_step {
     const char *name;
     kiln_status (*run)(kiln_graph *g, bool *changed);
-    bool kiln_ops;
+    const char *const *kiln_ops;
 } pass_step;
+
+static const char *const g_attention_ops[] = {"Attention", NULL};
+static const char *const g_epilogue_ops[] = {"FusedConv", "FusedGemm", "FusedMatMul", NULL};
+static const char *const g_chain_ops[] = {"ElementwiseChain", NULL};
 
 /* Clean-up passes, repeated until none changes anything. */
 static const pass_step g_cleanup[] = {
-    {"fold_constants", kiln_pass_fold_constants, false},
-    {"eliminate_noops", kiln_pass_eliminate_noops, false},
-    {"cse", kiln_pass_cse, false},
-    {"remove_dead", kiln_pass_remove_dead, false},
+    {"fold_constants", kiln_pass_fold_constants, NULL},
+    {"eliminate_noops", kiln_pass_eliminate_noops, NULL},
+    {"cse", kiln_pass_cse, NULL},
+    {"remove_dead", kiln_pass_remove_dead, NULL},
 };
 
 /* Fusions, in this order: BatchNorm into its Conv before the Conv takes its epilogue; GELU before
@@ -36,16 +40,22 @@ static const pass_step g_cleanup[] = {
  * that the mask Add after the scores MatMul is not taken for a residual; elementwise chains last,
  * over whatever the pattern fusions left. */
 static const pass_step g_fusions[] = {
-    {"fuse_conv_bn", kiln_pass_fuse_conv_bn, false},
-    {"fuse_gelu", kiln_pass_fuse_gelu, false},
-    {"fuse_norm", kiln_pass_fuse_norm, false},
-    {"fuse_attention", kiln_pass_fuse_attention, true},
-    {"fuse_epilogue", kiln_pass_fuse_epilogue, true},
-    {"fuse_elementwise", kiln_pass_fuse_elementwise, true},
+    {"fuse_conv_bn", kiln_pass_fuse_conv_bn, NULL},
+    {"fuse_gelu", kiln_pass_fuse_gelu, NULL},
+    {"fuse_norm", kiln_pass_fuse_norm, NULL},
+    {"fuse_attention", kiln_pass_fuse_attention, g_attention_ops},
+    {"fuse_epilogue", kiln_pass_fuse_epilogue, g_epilogue_ops},
+    {"fuse_elementwise", kiln_pass_fuse_elementwise, g_chain_ops},
 };
 
-/* Whether target has kernels for the kiln-domain fused ops. Only the CPU backend has them so far. */
-static bool target_runs_fused_ops(const char *target) { return !strcmp(target, "cpu"); }
+/* Whether backend b has kernels for every kiln-domain op that step p creates: the cpu backend has
+ * them all; another backend says so per op through its runs_fused_op capability. */
+static bool backend_runs_step(const kiln_backend *b, const pass_step *p) {
+    if (!p->kiln_ops || !strcmp(b->name, "cpu")) return true;
+    for (const char *const *op = p->kiln_ops; *op; op++)
+        if (!b->runs_fused_op || !b->runs_fused_op(*op)) return false;
+    return true;
+}
 
 /* Runs one step; when it changed the graph, re-infers shapes and verifies the result. */
 static kiln_status run_step(kiln_graph *g, const pass_step *p, bool *changed) {
@@ -59,10 +69,14 @@ static kiln_status run_step(kiln_graph *g, const pass_step *p, bool *changed) {
 
 /* Runs the clean-up passes to a fixed point, then the fusions, and repeats while the fusions change
  * something (bounded). */
-static kiln_status optimize(kiln_graph *g, const char *target) {
-    bool fused_ops = target_runs_fused_ops(target);
-    if (!fused_ops)
-        KILN_LOG(KILN_LOG_VERBOSE, "fusions into kiln-domain ops skipped: target %s has no kernels for them", target);
+static kiln_status optimize(kiln_graph *g, const kiln_backend *b) {
+    bool runs[sizeof g_fusions / sizeof *g_fusions];
+    for (size_t i = 0; i < sizeof g_fusions / sizeof *g_fusions; i++) {
+        runs[i] = backend_runs_step(b, &g_fusions[i]);
+        if (!runs[i])
+            KILN_LOG(KILN_LOG_VERBOSE, "%s skipped: target %s does not run the kiln-domain ops it creates", g_fusions[i].name,
+                     b->name);
+    }
     for (int round = 0; round < 4; round++) {
         for (int pass = 0; pass < 8; pass++) {
             bool any = false, changed;
@@ -74,7 +88,7 @@ static kiln_status optimize(kiln_graph *g, const char *target) {
         }
         bool fused = false, changed;
         for (size_t i = 0; i < sizeof g_fusions / sizeof *g_fusions; i++) {
-            if (g_fusions[i].kiln_ops && !fused_ops) continue;
+            if (!runs[i]) continue;
             KILN_TRY(run_step(g, &g_fusions[i], &changed));
             fused |= changed;
         }
@@ -99,14 +113,14 @@ static kiln_status mark_all_outputs(kiln_graph *g) {
     return KILN_OK;
 }
 
-static kiln_status build_graph(kiln_graph *g, const kiln_build_options *opts) {
+static kiln_status build_graph(kiln_graph *g, const kiln_build_options *opts, const kiln_backend *b) {
     KILN_TRY(kiln_graph_resolve_ops(g, NULL));
     KILN_TRY(kiln_graph_toposort(g));
     KILN_TRY(kiln_graph_infer_shapes(g));
     KILN_TRY(kiln_graph_verify(g));
     if (opts->mark_all_outputs) KILN_TRY(mark_all_outputs(g));
     int before = g->nnodes;
-    KILN_TRY(optimize(g, opts->target ? opts->target : "cpu"));
+    KILN_TRY(optimize(g, b));
     KILN_TRY(kiln_graph_verify(g));
     KILN_LOG(KILN_LOG_INFO, "optimized: %d nodes -> %d nodes", before, g->nnodes);
     return KILN_OK;
@@ -194,7 +208,7 @@ kiln_status kiln_build_graph(kiln_graph *g, const char *source, const kiln_build
     memset(&meta, 0, sizeof meta);
     kiln_log_level saved = kiln_log_level_current;
     if (opts->verbose) kiln_log_set_level(KILN_LOG_VERBOSE);
-    s = build_graph(g, opts);
+    s = build_graph(g, opts, b);
     if (s == KILN_OK) s = finish_graph(g, opts, &meta);
     kiln_log_set_level(saved);
     if (s != KILN_OK) {

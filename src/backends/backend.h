@@ -63,6 +63,12 @@ typedef struct kiln_backend {
      * timing fails keeps the heuristic's tactic, with a warning: that is not an error. */
     kiln_status (*tune)(kiln_backend_engine *be, const kiln_engine_meta *meta, const kiln_build_options *opts,
                         kiln_tactic *tactics, kiln_tuning_stats *stats);
+    /* Optional (NULL: the backend runs none of them; the cpu backend, which runs them all, is the
+     * exception the builder knows by name): whether the backend has a kernel for the kiln-domain fused
+     * op op_type (ir/fused_ops.h: "FusedConv", "Attention", ...), i.e. whether the fusion passes that
+     * create it may run for this target. A backend's kernel for it must accept every node the pass
+     * creates (or its supports check must refuse it, failing the build). */
+    bool (*runs_fused_op)(const char *op_type);
 } kiln_backend;
 
 /* The backend called name (NULL = "cpu"), or NULL. */

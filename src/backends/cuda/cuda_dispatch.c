@@ -1,6 +1,9 @@
-/* cuda_dispatch.c — finds the CUDA kernel for an op (one table per op family, each in its .cu file). */
+/* cuda_dispatch.c — finds the CUDA kernel for an op (one table per op family, each in its .cu file),
+ * and says which kiln-domain fused ops the fusion passes may create for this backend. */
 #include "backends/cuda/cuda_kernels.h"
+#include "ir/fused_ops.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 extern const kiln_cuda_kernel kiln_cuda_kernels_elementwise[];
@@ -10,10 +13,14 @@ extern const kiln_cuda_kernel kiln_cuda_kernels_matmul[];
 extern const kiln_cuda_kernel kiln_cuda_kernels_conv[];
 extern const kiln_cuda_kernel kiln_cuda_kernels_pool[];
 extern const kiln_cuda_kernel kiln_cuda_kernels_movement[];
+extern const kiln_cuda_kernel kiln_cuda_kernels_fused_epilogue[];
+extern const kiln_cuda_kernel kiln_cuda_kernels_fused_chain[];
+extern const kiln_cuda_kernel kiln_cuda_kernels_fused_attention[];
 
 static const kiln_cuda_kernel *const g_families[] = {
     kiln_cuda_kernels_elementwise, kiln_cuda_kernels_reduce, kiln_cuda_kernels_norm, kiln_cuda_kernels_matmul,
     kiln_cuda_kernels_conv,        kiln_cuda_kernels_pool,   kiln_cuda_kernels_movement,
+    kiln_cuda_kernels_fused_epilogue, kiln_cuda_kernels_fused_chain, kiln_cuda_kernels_fused_attention,
 };
 
 static bool domain_is_default(const char *d) { return !d || !d[0] || !strcmp(d, "ai.onnx"); }
@@ -26,4 +33,13 @@ const kiln_cuda_kernel *kiln_cuda_kernel_find(const char *domain, const char *op
             if (dom && !strcmp(k->op_type, op_type)) return k;
         }
     return NULL;
+}
+
+bool kiln_cuda_runs_fused_op(const char *op_type) {
+    const char *env = getenv("KILN_CUDA_FUSION");
+    if (env && (!strcmp(env, "0") || !strcmp(env, "off") || (op_type && strstr(env, op_type)))) return false;
+#ifdef KILN_CUDA_NO_FUSION
+    if (!env || strcmp(env, "1")) return false;
+#endif
+    return kiln_cuda_kernel_find(KILN_FUSED_DOMAIN, op_type) != NULL;
 }

@@ -287,4 +287,5 @@ const kiln_backend kiln_backend_cuda = {
     .context_set_timing = kiln_cuda_timing_set,
     .context_last_timing = kiln_cuda_last_timing,
     .tune = kiln_cuda_tune,
+    .runs_fused_op = kiln_cuda_runs_fused_op,
 };

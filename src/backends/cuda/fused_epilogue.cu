@@ -1,0 +1,139 @@
+/* fused_epilogue.cu — kiln.FusedGemm, kiln.FusedMatMul and kiln.FusedConv (ir/fused_ops.h) on the GPU:
+ * the product or convolution runs through the plain op's kernel (matmul.cu's cuBLASLt path with its
+ * bias epilogue and tactics, conv.cu's cuDNN path with its bias), then one elementwise kernel applies
+ * the rest in place: y = act((y + bias[col]) + z), in float32 whatever the storage type, with the
+ * formulas of the CPU kernels (src/backends/cpu/fused.c). When there is nothing left to apply (no
+ * activation, no residual, no extra bias) no kernel runs. */
+#include "backends/cuda/kernel_util.cuh"
+#include "ir/fused_ops.h"
+
+/* act(x) for one of kiln_activation's kinds, p0/p1 its params. */
+static __device__ __forceinline__ float fe_act(float x, int kind, float p0, float p1) {
+    switch (kind) {
+    case KILN_ACT_RELU: return x < 0.0f ? 0.0f : x;
+    case KILN_ACT_LEAKY_RELU: return x < 0.0f ? x * p0 : x;
+    case KILN_ACT_CLIP: return fminf(fmaxf(x, p0), p1);
+    case KILN_ACT_HARD_SIGMOID: return fminf(fmaxf(p0 * x + p1, 0.0f), 1.0f);
+    case KILN_ACT_HARD_SWISH: return x * fminf(fmaxf(x / 6.0f + 0.5f, 0.0f), 1.0f);
+    case KILN_ACT_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case KILN_ACT_TANH: return tanhf(x);
+    case KILN_ACT_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case KILN_ACT_GELU_TANH:
+        return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+    case KILN_ACT_SILU: return x / (1.0f + expf(-x));
+    default: return x;
+    }
+}
+
+/* y[i] = act((y[i] + bias[i % ncol]) + z[i]) over total elements; bias and z may be NULL. */
+template <typename T>
+__global__ void fe_epilogue_kernel(T *__restrict__ y, const T *__restrict__ bias, int64_t ncol, const T *__restrict__ z,
+                                   int kind, float p0, float p1, int64_t total) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = ku_f32(y[i]);
+        if (bias) v += ku_f32(bias[i % ncol]);
+        if (z) v += ku_f32(z[i]);
+        y[i] = ku_from_f32<T>(fe_act(v, kind, p0, p1));
+    }
+}
+
+/* Applies the node's activation, bias (N values along y's last dim, or NULL) and residual z (absent:
+ * ndim -1) to y in place; enqueues nothing when there is nothing to apply. */
+static kiln_status fe_epilogue(const kiln_node *n, const kiln_cuda_tensor *y, const kiln_cuda_tensor *bias,
+                               const kiln_cuda_tensor *z, kiln_cuda_ctx *ctx) {
+    kiln_act act;
+    KILN_TRY(kiln_fused_activation(n, &act));
+    int64_t total = ku_numel(y);
+    const void *bp = bias && !ku_absent(bias) ? bias->data : NULL, *zp = z && !ku_absent(z) ? z->data : NULL;
+    if (total == 0 || (act.kind == KILN_ACT_NONE && !bp && !zp)) return KILN_OK;
+    int64_t ncol = y->ndim > 0 ? y->dims[y->ndim - 1] : 1;
+    if (bp && (bias->dtype != y->dtype || ku_numel(bias) != ncol))
+        return kiln_error(KILN_ERR_SHAPE, "%s: the bias has %lld %s elements, Y's last dim is %lld %s", n->op_type,
+                          (long long)ku_numel(bias), kiln_dtype_name(bias->dtype), (long long)ncol, kiln_dtype_name(y->dtype));
+    if (zp && (z->dtype != y->dtype || ku_numel(z) != total))
+        return kiln_error(KILN_ERR_SHAPE, "%s: the residual has %lld %s elements, Y has %lld %s", n->op_type,
+                          (long long)ku_numel(z), kiln_dtype_name(z->dtype), (long long)total, kiln_dtype_name(y->dtype));
+    unsigned blocks = ku_blocks(total, KU_THREADS, ctx);
+    int kind = (int)act.kind;
+    switch (y->dtype) {
+    case KILN_F32:
+        fe_epilogue_kernel<float><<<blocks, KU_THREADS, 0, ctx->stream>>>((float *)y->data, (const float *)bp, ncol,
+                                                                          (const float *)zp, kind, act.p0, act.p1, total);
+        break;
+    case KILN_F16:
+        fe_epilogue_kernel<__half><<<blocks, KU_THREADS, 0, ctx->stream>>>((__half *)y->data, (const __half *)bp, ncol,
+                                                                           (const __half *)zp, kind, act.p0, act.p1, total);
+        break;
+    case KILN_BF16:
+        fe_epilogue_kernel<bf16><<<blocks, KU_THREADS, 0, ctx->stream>>>((bf16 *)y->data, (const bf16 *)bp, ncol,
+                                                                         (const bf16 *)zp, kind, act.p0, act.p1, total);
+        break;
+    default: return ku_refuse_dtype(n, 0, y->dtype);
+    }
+    KILN_CUDA_LAUNCH_CHECK("fe_epilogue_kernel");
+    return KILN_OK;
+}
+
+/* Runs the plain op `plain` (its kernel from the dispatch table) on the node's first nplain inputs. */
+static kiln_status fe_plain(const char *plain, const kiln_node *n, const kiln_cuda_tensor *in, int nin, int nplain,
+                            const kiln_cuda_tensor *out, int nout, kiln_cuda_ctx *ctx) {
+    const kiln_cuda_kernel *k = kiln_cuda_kernel_find("", plain);
+    if (!k) return kiln_error(KILN_ERR_UNSUPPORTED, "%s: the CUDA backend has no %s kernel", n->op_type, plain);
+    return k->exec(n, in, nin < nplain ? nin : nplain, out, nout, ctx);
+}
+
+static const kiln_cuda_tensor *fe_input(const kiln_cuda_tensor *in, int nin, int i) {
+    return i < nin && !ku_absent(&in[i]) ? &in[i] : NULL;
+}
+
+/* kiln.FusedGemm: Gemm(A, B, C) (matmul.cu), then act(y + Z). */
+static kiln_status exec_fused_gemm(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
+                                   int nout, kiln_cuda_ctx *ctx) {
+    KILN_TRY(fe_plain("Gemm", n, in, nin, 3, out, nout, ctx));
+    if (ctx->candidates) return KILN_OK;
+    return fe_epilogue(n, &out[0], NULL, fe_input(in, nin, 3), ctx);
+}
+
+/* kiln.FusedMatMul: MatMul(A, B) (matmul.cu), then act(y + bias + Z). */
+static kiln_status exec_fused_matmul(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
+                                     int nout, kiln_cuda_ctx *ctx) {
+    KILN_TRY(fe_plain("MatMul", n, in, nin, 2, out, nout, ctx));
+    if (ctx->candidates) return KILN_OK;
+    return fe_epilogue(n, &out[0], fe_input(in, nin, 2), fe_input(in, nin, 3), ctx);
+}
+
+/* kiln.FusedConv: Conv(X, W, B) (conv.cu), then act(y + Z). */
+static kiln_status exec_fused_conv(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
+                                   int nout, kiln_cuda_ctx *ctx) {
+    KILN_TRY(fe_plain("Conv", n, in, nin, 3, out, nout, ctx));
+    if (ctx->candidates) return KILN_OK;
+    return fe_epilogue(n, &out[0], NULL, fe_input(in, nin, 3), ctx);
+}
+
+/* The plain op's supports check, then: a known activation, and float inputs of Y's dtype. */
+static kiln_status fe_supports(const char *plain, const kiln_graph *g, const kiln_node *n) {
+    const kiln_cuda_kernel *k = kiln_cuda_kernel_find("", plain);
+    if (!k) return kiln_error(KILN_ERR_UNSUPPORTED, "%s: the CUDA backend has no %s kernel", n->op_type, plain);
+    if (k->supports) KILN_TRY(k->supports(g, n));
+    kiln_act act;
+    KILN_TRY(kiln_fused_activation(n, &act));
+    const kiln_value *y = ku_out(g, n, 0);
+    for (int i = 0; i < n->ninputs; i++) {
+        const kiln_value *v = ku_in(g, n, i);
+        if (v && (!ku_is_float(v->dtype) || (y && v->dtype != y->dtype)))
+            return kiln_error(KILN_ERR_UNSUPPORTED, "%s: input %d is %s, the output %s", n->op_type, i,
+                              kiln_dtype_name(v->dtype), y ? kiln_dtype_name(y->dtype) : "?");
+    }
+    return KILN_OK;
+}
+
+static kiln_status sup_fused_gemm(const kiln_graph *g, const kiln_node *n) { return fe_supports("Gemm", g, n); }
+static kiln_status sup_fused_matmul(const kiln_graph *g, const kiln_node *n) { return fe_supports("MatMul", g, n); }
+static kiln_status sup_fused_conv(const kiln_graph *g, const kiln_node *n) { return fe_supports("Conv", g, n); }
+
+extern "C" const kiln_cuda_kernel kiln_cuda_kernels_fused_epilogue[] = {
+    {"FusedGemm", KILN_FUSED_DOMAIN, exec_fused_gemm, sup_fused_gemm},
+    {"FusedMatMul", KILN_FUSED_DOMAIN, exec_fused_matmul, sup_fused_matmul},
+    {"FusedConv", KILN_FUSED_DOMAIN, exec_fused_conv, sup_fused_conv},
+    {NULL, NULL, NULL, NULL},
+};
