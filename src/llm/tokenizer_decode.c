@@ -48,7 +48,7 @@ static size_t append_lossy(const unsigned char *s, size_t n, bool final, kiln_st
         i += (size_t)k;
         run = i;
     }
-    kiln_strbuf_append(out, s + run, n - run);
+    if (n > run) kiln_strbuf_append(out, s + run, n - run);
     return n;
 }
 

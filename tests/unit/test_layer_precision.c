@@ -148,10 +148,11 @@ static void test_rewrite(void) {
 
     /* the Casts are float32 -> float32 in the model's types: the CPU computes the same outputs */
     float want[20], got[20];
+    int casts = count_op(g, "Cast");
     run_cpu(load(), want);
-    run_cpu(g, got);
+    run_cpu(g, got); /* takes g */
     for (int i = 0; i < 20; i++) CHECK(want[i] == got[i]);
-    printf("  rewrite: %d Casts inserted, boundaries consistent, same CPU outputs\n", count_op(g, "Cast") );
+    printf("  rewrite: %d Casts inserted, boundaries consistent, same CPU outputs\n", casts);
 }
 
 static void test_uniform_and_errors(void) {
