@@ -16,7 +16,7 @@
  * GPU starts; and the timed step minus their sum (metadata upload, launch overhead, gaps).
  *
  *   llm_decode_bench [--only gpt2,gpt2-xl,llama3-8b] [--gemv N] [--graphs 0|1] [--gemv-old]
- *                    [--breakdown | --no-breakdown]
+ *                    [--no-autotune] [--breakdown | --no-breakdown]
  *   (N: gemv_max_tokens, default 8; --gemv-old: the warp-per-row GEMV kernel instead of split-K)
  * Exits 77 ("skipped: no GPU (...)") without a GPU, 1 on an error. */
 #include "llm/llm_cuda.h"
@@ -132,7 +132,6 @@ static int decode(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, seqs *s, int warm, int
     return rc;
 }
 
-#define EXTRA_STEPS 40 /* decode steps after the timed ones: the eager line and the breakdown */
 #define EAGER_WARM 3
 #define EAGER_STEPS 20
 #define PROFILE_STEPS 3
@@ -178,7 +177,9 @@ static int breakdown(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, seqs *s, kiln_llm_c
 /* One batch size on a fresh cache: prefill, decode, print a row. */
 static int run_batch(const bench_model *bm, kiln_llm_cuda *g, kiln_llm_cuda_probe *pr, int batch, int warm, int steps,
                      int max_tokens) {
-    const int bs = 16, max_blocks = (PROMPT + warm + steps + EXTRA_STEPS + bs - 1) / bs + 1;
+    /* room for the steps after the timed ones (the line without graphs at batch 1, the breakdown) */
+    const int extra = (batch == 1 ? EAGER_WARM + EAGER_STEPS : 0) + PROFILE_STEPS;
+    const int bs = 16, max_blocks = (PROMPT + warm + steps + extra + bs - 1) / bs + 1;
     kiln_llm_cuda_kv_options ko = {bs, 0.5, (uint64_t)8 << 30};
     kiln_llm_cuda_kv *kv = NULL;
     seqs s = {batch, max_blocks, malloc((size_t)batch * max_blocks * 4), malloc((size_t)batch * 4),
@@ -229,7 +230,7 @@ static int run_batch(const bench_model *bm, kiln_llm_cuda *g, kiln_llm_cuda_prob
 
 int main(int argc, char **argv) {
     const char *only = NULL;
-    int gemv = 8, graphs = 1, gemv_old = 0;
+    int gemv = 8, graphs = 1, gemv_old = 0, autotune = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             only = argv[++i];
@@ -239,13 +240,15 @@ int main(int argc, char **argv) {
             graphs = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--gemv-old")) {
             gemv_old = 1;
+        } else if (!strcmp(argv[i], "--no-autotune")) {
+            autotune = 0;
         } else if (!strcmp(argv[i], "--breakdown")) {
             g_breakdown = true;
         } else if (!strcmp(argv[i], "--no-breakdown")) {
             g_breakdown = false;
         } else {
             fprintf(stderr, "usage: llm_decode_bench [--only gpt2,gpt2-xl,llama3-8b] [--gemv N] [--graphs 0|1] "
-                            "[--gemv-old] [--breakdown | --no-breakdown]\n");
+                            "[--gemv-old] [--no-autotune] [--breakdown | --no-breakdown]\n");
             return 2;
         }
     }
@@ -254,8 +257,9 @@ int main(int argc, char **argv) {
         printf("skipped: no GPU (%s)\n", desc);
         return 77;
     }
-    printf("llm_decode_bench on %s, random weights, context %d + decode, gemv_max_tokens %d, %s GEMV, CUDA graphs %s\n",
-           desc, PROMPT, gemv, gemv_old ? "warp-per-row" : "split-K", graphs ? "on" : "off");
+    printf("llm_decode_bench on %s, random weights, context %d + decode, gemv_max_tokens %d, %s GEMV, CUDA graphs %s, "
+           "cuBLASLt autotune %s\n", desc, PROMPT, gemv, gemv_old ? "warp-per-row" : "split-K", graphs ? "on" : "off",
+           autotune ? "on" : "off");
     printf("floor = weight bytes / %.1f TB/s per step; GB/s = weight bytes / median step time\n\n", HBM_TBPS);
     printf("%-10s %-5s %7s %5s %9s %-13s %11s %9s %9s %8s\n", "model", "dtype", "GB", "batch", "ms/step", "(p10-p90)",
            "tokens/s", "floor ms", "of floor", "GB/s");
@@ -272,6 +276,7 @@ int main(int argc, char **argv) {
         o.gemv_max_tokens = gemv;
         o.use_graphs = graphs != 0;
         o.gemv_legacy = gemv_old != 0;
+        o.gemm_autotune = autotune != 0;
         kiln_llm_cuda_probe probe;
         memset(&probe, 0, sizeof probe);
         o.probe = &probe;

@@ -37,6 +37,8 @@ typedef struct kiln_llm_cuda_options {
     bool use_graphs;     /* replay decode steps (every sequence one new token) from CUDA graphs, captured
                           * per (number of sequences, context bucket) on the second step of that shape */
     bool gemv_legacy;    /* the GEMV kernel: false: split-K over a block per 4 rows; true: one warp per row */
+    bool gemm_autotune;  /* cuBLASLt products of at most 256 token rows: time the heuristic's first 8
+                          * algorithms on the first product of each shape and keep the fastest (else its first) */
     struct kiln_llm_cuda_probe *probe; /* NULL, or caller-owned switches and timings (benchmarks) */
 } kiln_llm_cuda_options;
 
@@ -55,7 +57,7 @@ typedef struct kiln_llm_cuda_probe {
 } kiln_llm_cuda_probe;
 
 /* device 0, max_tokens 2048, max_seqs 256, max_context 4096, gemv_max_tokens 8, use_graphs true,
- * gemv_legacy false, probe NULL. */
+ * gemv_legacy false, gemm_autotune true, probe NULL. */
 void kiln_llm_cuda_options_default(kiln_llm_cuda_options *o);
 
 /* KILN_OK when the device exists, with a description of it in desc ("NVIDIA H200 (sm_90, 132 SMs,

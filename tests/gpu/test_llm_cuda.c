@@ -9,9 +9,9 @@
  * of 64 and 22; then 32 decode steps of all three (the third's context reaches 182 tokens: two
  * splits of the decode attention). Decode tokens are the CPU's greedy choices, fed to both.
  * The GPU runs in fp16 and bf16, each with the split-K GEMV kernel for small steps, with the older
- * warp-per-row GEMV, and with cuBLASLt only; each of those without and with CUDA graphs for the
- * decode steps, whose logits must equal the eager run's (relative difference <= 1e-6) and which must
- * have been captured and replayed.
+ * warp-per-row GEMV, and with cuBLASLt only; each runs the schedule twice on one model and cache,
+ * without and then with CUDA graphs for the decode steps, whose logits must equal the eager pass's
+ * (relative difference <= 1e-6) and which must have been captured and replayed.
  *
  * Checks per step: max |gpu - cpu| / max |cpu| over the logits <= 2e-2 (fp16) or 5e-2 (bf16); the
  * GPU's greedy ids equal the argmax of its own logits exactly; where they differ from the CPU's
@@ -169,13 +169,13 @@ static size_t schedule_rows(const schedule *sc) {
     return n;
 }
 
-/* Runs the schedule on the GPU and compares; res[0..2]: prefill (step 0), chunked (1-2), decode.
- * Every step's logits go to save when it is not NULL; with same not NULL they are compared with it
- * (another configuration's run), the largest |difference| / max |same| going to *same_err. The probe
- * (graph counters) is returned in *probe. */
-static int run_gpu(const kiln_llm_model *m, const schedule *sc, kiln_dtype dt, int gemv, bool legacy, bool graphs,
-                   double tol, phase_result res[3], float *save, const float *same, double *same_err,
-                   kiln_llm_cuda_probe *probe) {
+/* Runs the schedule on the GPU twice on one model and cache (the second pass rewrites the cache
+ * with the same values): pass 0 without CUDA graphs (probe->eager), pass 1 with them (decode steps
+ * captured and replayed); both compared with the CPU, res[pass][0..2]: prefill (step 0), chunked
+ * (1-2), decode. *same_err: the largest |pass 1 - pass 0| over all logits / max |pass 0|. The probe's
+ * graph counters come back in *probe. */
+static int run_gpu(const kiln_llm_model *m, const schedule *sc, kiln_dtype dt, int gemv, bool legacy, double tol,
+                   phase_result res[2][3], double *same_err, kiln_llm_cuda_probe *probe) {
     const kiln_llm_config *c = kiln_llm_model_config(m);
     kiln_llm_cuda_options o;
     kiln_llm_cuda_options_default(&o);
@@ -184,68 +184,74 @@ static int run_gpu(const kiln_llm_model *m, const schedule *sc, kiln_dtype dt, i
     o.max_context = MAX_BLOCKS * BLOCK;
     o.gemv_max_tokens = gemv;
     o.gemv_legacy = legacy;
-    o.use_graphs = graphs;
+    o.use_graphs = true;
     memset(probe, 0, sizeof *probe);
     o.probe = probe;
-    size_t at = 0;
     double same_max = 0, same_diff = 0;
-    if (same_err) *same_err = 0;
+    *same_err = INFINITY;
     kiln_llm_cuda *g = NULL;
     kiln_llm_cuda_kv *kv = NULL;
     float *logits = malloc((size_t)MAX_TOKENS * c->vocab * sizeof(float));
+    float *eager = malloc(schedule_rows(sc) * (size_t)c->vocab * sizeof(float));
     int32_t ids[MAX_TOKENS];
-    memset(res, 0, 3 * sizeof *res);
+    memset(res, 0, 6 * sizeof res[0][0]);
     const uint64_t per_block = (uint64_t)c->n_layer * 2 * c->n_kv_head * BLOCK * c->head_dim * 2;
     kiln_llm_cuda_kv_options ko = {BLOCK, 0.5, per_block * N_BLOCKS};
-    if (!logits || kiln_llm_cuda_create(m, dt, &o, &g) != KILN_OK || kiln_llm_cuda_kv_create(g, &ko, &kv) != KILN_OK) {
+    if (!logits || !eager || kiln_llm_cuda_create(m, dt, &o, &g) != KILN_OK ||
+        kiln_llm_cuda_kv_create(g, &ko, &kv) != KILN_OK) {
         EXPECT(0, "create: %s", kiln_last_error());
         goto done;
     }
     EXPECT(kiln_llm_cuda_kv_blocks(kv) == N_BLOCKS, "cuda KV cache has %d blocks, expected %d", kiln_llm_cuda_kv_blocks(kv),
            N_BLOCKS);
     for (int i = 0; i < N_BLOCKS; i++) kiln_llm_cuda_kv_alloc_block(kv);
-    for (int k = 0; k < sc->n_steps; k++) {
-        const step *st = &sc->steps[k];
-        kiln_llm_batch b = batch_of(sc, st);
-        for (size_t i = 0; i < (size_t)st->n_out * c->vocab; i++) logits[i] = NAN; /* poison */
-        if (kiln_llm_cuda_forward(g, kv, &b, logits, ids) != KILN_OK) {
-            EXPECT(0, "cuda forward step %d: %s", k, kiln_last_error());
-            goto done;
-        }
-        const size_t cnt = (size_t)st->n_out * c->vocab;
-        if (save) memcpy(save + at, logits, cnt * sizeof(float));
-        if (same) {
-            for (size_t i = 0; i < cnt; i++) {
-                same_max = fmax(same_max, fabs(same[at + i]));
-                const double e = fabs((double)logits[i] - same[at + i]);
-                same_diff = isnan(e) ? INFINITY : fmax(same_diff, e);
+    for (int pass = 0; pass < 2; pass++) {
+        probe->eager = pass == 0;
+        size_t at = 0;
+        for (int k = 0; k < sc->n_steps; k++) {
+            const step *st = &sc->steps[k];
+            kiln_llm_batch b = batch_of(sc, st);
+            for (size_t i = 0; i < (size_t)st->n_out * c->vocab; i++) logits[i] = NAN; /* poison */
+            if (kiln_llm_cuda_forward(g, kv, &b, logits, ids) != KILN_OK) {
+                EXPECT(0, "cuda forward pass %d step %d: %s", pass, k, kiln_last_error());
+                goto done;
             }
-            *same_err = same_diff / (same_max > 0 ? same_max : 1);
-        }
-        at += cnt;
-        phase_result *pr = &res[k == 0 ? 0 : k < 3 ? 1 : 2];
-        for (int r = 0; r < st->n_out; r++) {
-            const float *ref = st->ref + (size_t)r * c->vocab, *got = logits + (size_t)r * c->vocab;
-            double mx = 0, diff = 0;
-            for (int i = 0; i < c->vocab; i++) {
-                mx = fmax(mx, fabs(ref[i]));
-                double e = fabs((double)got[i] - ref[i]);
-                diff = isnan(e) ? INFINITY : fmax(diff, e);
-            }
-            double err = diff / (mx > 0 ? mx : 1);
-            pr->max_err = fmax(pr->max_err, err);
-            pr->rows++;
-            int want = argmax_row(ref, c->vocab);
-            if (ids[r] != argmax_row(got, c->vocab)) pr->self_mismatch++;
-            if (ids[r] == want) {
-                pr->agree++;
+            const size_t cnt = (size_t)st->n_out * c->vocab;
+            if (pass == 0) {
+                memcpy(eager + at, logits, cnt * sizeof(float));
             } else {
-                float a, b2;
-                top2(ref, c->vocab, &a, &b2);
-                if (a - b2 <= 2 * tol * mx) pr->near_ties++;
+                for (size_t i = 0; i < cnt; i++) {
+                    same_max = fmax(same_max, fabs(eager[at + i]));
+                    const double e = fabs((double)logits[i] - eager[at + i]);
+                    same_diff = isnan(e) ? INFINITY : fmax(same_diff, e);
+                }
+            }
+            at += cnt;
+            phase_result *pr = &res[pass][k == 0 ? 0 : k < 3 ? 1 : 2];
+            for (int r = 0; r < st->n_out; r++) {
+                const float *ref = st->ref + (size_t)r * c->vocab, *got = logits + (size_t)r * c->vocab;
+                double mx = 0, diff = 0;
+                for (int i = 0; i < c->vocab; i++) {
+                    mx = fmax(mx, fabs(ref[i]));
+                    double e = fabs((double)got[i] - ref[i]);
+                    diff = isnan(e) ? INFINITY : fmax(diff, e);
+                }
+                double err = diff / (mx > 0 ? mx : 1);
+                pr->max_err = fmax(pr->max_err, err);
+                pr->rows++;
+                int want = argmax_row(ref, c->vocab);
+                if (ids[r] != argmax_row(got, c->vocab)) pr->self_mismatch++;
+                if (ids[r] == want) {
+                    pr->agree++;
+                } else {
+                    float a, b2;
+                    top2(ref, c->vocab, &a, &b2);
+                    if (a - b2 <= 2 * tol * mx) pr->near_ties++;
+                }
             }
         }
     }
+    *same_err = same_diff / (same_max > 0 ? same_max : 1);
     /* a block the cache did not hand out is refused */
     {
         kiln_llm_cuda_kv_release_block(kv, sc->table[0]);
@@ -257,6 +263,7 @@ done:
     kiln_llm_cuda_kv_free(kv);
     kiln_llm_cuda_free(g);
     free(logits);
+    free(eager);
     return 0;
 }
 
@@ -309,58 +316,47 @@ int main(void) {
             kiln_llm_model_free(m);
             continue;
         }
-        const size_t all = schedule_rows(&sc) * (size_t)mc[mi].cfg.vocab;
-        float *eager = malloc(all * sizeof(float));
-        if (!eager) {
-            EXPECT(0, "out of memory");
-            break;
-        }
         for (int di = 0; di < 2; di++) {
             const kiln_dtype dt = di ? KILN_BF16 : KILN_F16;
             const double tol = di ? 5e-2 : 2e-2;
-            /* products: the split-K GEMV, the warp-per-row GEMV, cuBLASLt only; each without and with
-             * CUDA graphs (decode steps), the graph run's logits required equal to the eager run's */
+            /* products: the split-K GEMV, the warp-per-row GEMV, cuBLASLt only; each run without, then
+             * with CUDA graphs for the decode steps, whose logits must equal the eager pass's */
             static const char *const prod_name[3] = {"gemv", "gemv-old", "cublasLt"};
             for (int gi = 0; gi < 3; gi++) {
-                for (int graphs = 0; graphs < 2; graphs++) {
-                    phase_result res[3];
-                    kiln_llm_cuda_probe probe;
-                    double same_err = 0;
-                    const int before = g_failures;
-                    run_gpu(m, &sc, dt, gi == 2 ? 0 : 8, gi == 1, graphs != 0, tol, res, graphs ? NULL : eager,
-                            graphs ? eager : NULL, graphs ? &same_err : NULL, &probe);
-                    if (graphs) {
-                        /* 32 decode steps of 3 sequences, all in the context bucket 256 (longest context
-                         * 151..182): run eagerly once, captured on the second, replayed from then on */
-                        const bool used = probe.graphs_captured >= 1 && probe.graph_replays >= 20;
-                        const bool same_ok = same_err <= 1e-6;
-                        printf("%-30s %-5s %-8s graphs: %d captured, %d replays; |graphs - eager| / max %.2e %s%s%s\n",
-                               mc[mi].name, di ? "bf16" : "fp16", prod_name[gi], probe.graphs_captured,
-                               probe.graph_replays, same_err, used && same_ok ? "ok" : "FAIL",
-                               probe.graph_error[0] ? "; capture error: " : "", probe.graph_error);
-                        EXPECT(used, "%s %s %s: CUDA graphs not used (%d captured, %d replays; %s)", mc[mi].name,
-                               di ? "bf16" : "fp16", prod_name[gi], probe.graphs_captured, probe.graph_replays,
-                               probe.graph_error[0] ? probe.graph_error : "no capture error");
-                        EXPECT(same_ok, "%s %s %s: logits with CUDA graphs differ from eager by %.3e (relative)",
-                               mc[mi].name, di ? "bf16" : "fp16", prod_name[gi], same_err);
-                    }
+                phase_result res[2][3];
+                kiln_llm_cuda_probe probe;
+                double same_err = 0;
+                const int before = g_failures;
+                run_gpu(m, &sc, dt, gi == 2 ? 0 : 8, gi == 1, tol, res, &same_err, &probe);
+                /* 32 decode steps of 3 sequences, all in the context bucket 256 (longest context 151..182):
+                 * run eagerly once, captured on the second, replayed from then on */
+                const bool used = probe.graphs_captured >= 1 && probe.graph_replays >= 20;
+                const bool same_ok = same_err <= 1e-6;
+                printf("%-30s %-5s %-14s graphs: %d captured, %d replays; |graphs - eager| / max %.2e %s%s%s\n",
+                       mc[mi].name, di ? "bf16" : "fp16", prod_name[gi], probe.graphs_captured, probe.graph_replays,
+                       same_err, used && same_ok ? "ok" : "FAIL", probe.graph_error[0] ? "; capture error: " : "",
+                       probe.graph_error);
+                EXPECT(used, "%s %s %s: CUDA graphs not used (%d captured, %d replays; %s)", mc[mi].name,
+                       di ? "bf16" : "fp16", prod_name[gi], probe.graphs_captured, probe.graph_replays,
+                       probe.graph_error[0] ? probe.graph_error : "no capture error");
+                EXPECT(same_ok, "%s %s %s: logits with CUDA graphs differ from eager by %.3e (relative)", mc[mi].name,
+                       di ? "bf16" : "fp16", prod_name[gi], same_err);
+                for (int pass = 0; pass < 2; pass++)
                     for (int p = 0; p < 3; p++) {
-                        const phase_result *r = &res[p];
+                        const phase_result *r = &res[pass][p];
                         const bool ok = r->rows > 0 && r->max_err <= tol && r->self_mismatch == 0 &&
                                         r->agree + r->near_ties == r->rows && g_failures == before;
                         char agree[32], prod[24];
                         snprintf(agree, sizeof agree, "%d/%d (%d ties)", r->agree, r->rows, r->near_ties);
-                        snprintf(prod, sizeof prod, "%s%s", prod_name[gi], graphs ? "+graph" : "");
+                        snprintf(prod, sizeof prod, "%s%s", prod_name[gi], pass ? "+graph" : "");
                         printf("%-30s %-5s %-14s %-8s %5d %10.2e %7.0e %-16s %s\n", mc[mi].name, di ? "bf16" : "fp16",
                                prod, phase_name[p], r->rows, r->max_err, tol, agree, ok ? "ok" : "FAIL");
                         EXPECT(ok, "%s %s %s %s: max rel err %.3e (tol %.0e), argmax %d/%d + %d near ties, %d greedy "
                                "ids differ from the argmax of the GPU's own logits", mc[mi].name, di ? "bf16" : "fp16",
                                prod, phase_name[p], r->max_err, tol, r->agree, r->rows, r->near_ties, r->self_mismatch);
                     }
-                }
             }
         }
-        free(eager);
         for (int k = 0; k < sc.n_steps; k++) free(sc.steps[k].ref);
         kiln_llm_model_free(m);
     }

@@ -192,6 +192,7 @@ static kiln_status prof_begin(kiln_llm_cuda *g) {
             g->prof_cap = i + 1;
         }
     }
+    if (!g->prof_gate || g->prof_cap < 1) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "llm cuda: profiling events unavailable");
     __atomic_store_n(g->prof_gate, 0, __ATOMIC_RELEASE);
     KILN_CUDA_TRY(cudaLaunchHostFunc(g->stream, prof_gate_fn, g->prof_gate));
     g->prof_n = 0;

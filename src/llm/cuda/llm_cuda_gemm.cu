@@ -13,13 +13,17 @@
  *    and y = x W^T  <=>  Yc = Wc^T Xc: cuBLASLt's A = W with TRANSA = T, B = x with TRANSB = N, D = y,
  *    m = N, n = n, k = K. The bias epilogue adds a vector of m = N values along D's rows, i.e. one per
  *    output feature. CUBLAS_COMPUTE_32F with FP32 scale; D is the model dtype or FP32 (logits).
- *    Descriptors and the heuristic's algorithm are cached per shape (g->plans, LLMC_PLANS entries,
+ *    Descriptors and the algorithm (the heuristic's first, or for at most LT_TUNE_MAX_N token rows the
+ *    fastest of its first LT_CANDIDATES, timed once) are cached per shape (g->plans, LLMC_PLANS entries,
  *    replaced round-robin), so a step does no heuristic queries once its shapes were seen. */
 #include "llm/cuda/llm_cuda_util.cuh"
 
 #define GEMV_THREADS 256 /* 8 warps: 8 output features per block */
 #define GEMV_UNROLL 4    /* 16-byte weight loads in flight per lane */
 #define LLMC_PLANS 64
+#define LT_CANDIDATES 8  /* algorithms timed per small product (options.gemm_autotune) */
+#define LT_TUNE_MAX_N 256 /* products of at most this many token rows are timed */
+#define LT_TUNE_REPS 3
 
 /* ---------------------------------------------------------------- GEMV */
 
@@ -241,7 +245,47 @@ static uint32_t align_of(const void *p, int64_t row_bytes) {
 
 /* Descriptors and algorithm for p->key's product (p zeroed by the caller; cleared on failure by it);
  * bias is this call's bias vector (the heuristic sees a real pointer; later calls set their own). */
-static kiln_status plan_make(kiln_llm_cuda *g, llmc_plan *p, const void *bias_ptr) {
+/* Times each candidate algorithm of p on this call's operands (LT_TUNE_REPS runs after one warm-up,
+ * between events; y is overwritten, the caller's own product follows) and returns the fastest, or -1
+ * when none could be timed. Only outside stream capture. */
+static int plan_tune(kiln_llm_cuda *g, llmc_plan *p, const cublasLtMatmulHeuristicResult_t *res, int got, const void *w,
+                     const void *x, void *y) {
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
+        if (e0) cudaEventDestroy(e0);
+        (void)cudaGetLastError();
+        return -1;
+    }
+    const float alpha = 1.0f, beta = 0.0f;
+    int best = -1;
+    float best_ms = 0.0f;
+    for (int i = 0; i < got; i++) {
+        if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > LLMC_WORKSPACE_BYTES) continue;
+        bool ok = cublasLtMatmul(g->lt, p->op, &alpha, w, p->la, x, p->lb, &beta, y, p->ld, y, p->ld, &res[i].algo,
+                                 g->workspace, LLMC_WORKSPACE_BYTES, g->stream) == CUBLAS_STATUS_SUCCESS;
+        ok = ok && cudaEventRecord(e0, g->stream) == cudaSuccess;
+        for (int r = 0; ok && r < LT_TUNE_REPS; r++)
+            ok = cublasLtMatmul(g->lt, p->op, &alpha, w, p->la, x, p->lb, &beta, y, p->ld, y, p->ld, &res[i].algo,
+                                g->workspace, LLMC_WORKSPACE_BYTES, g->stream) == CUBLAS_STATUS_SUCCESS;
+        ok = ok && cudaEventRecord(e1, g->stream) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess;
+        float ms = 0.0f;
+        ok = ok && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
+        if (!ok) {
+            (void)cudaGetLastError();
+            continue;
+        }
+        if (best < 0 || ms < best_ms) {
+            best = i;
+            best_ms = ms;
+        }
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return best;
+}
+
+static kiln_status plan_make(kiln_llm_cuda *g, llmc_plan *p, const void *bias_ptr, const void *w, const void *x,
+                             void *y) {
     const int64_t N = p->key[0], n = p->key[1], K = p->key[2], ldx = p->key[3], ldy = p->key[4];
     const bool out_f32 = p->key[5] != 0, bias = p->key[6] != 0;
     const cudaDataType_t t = g->dtype == KILN_F16 ? CUDA_R_16F : CUDA_R_16BF, td = out_f32 ? CUDA_R_32F : t;
@@ -271,24 +315,36 @@ static kiln_status plan_make(kiln_llm_cuda *g, llmc_plan *p, const void *bias_pt
         st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_y, sizeof al_y);
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_y, sizeof al_y);
-    cublasLtMatmulHeuristicResult_t res;
-    memset(&res, 0, sizeof res);
+    /* Small products (decode batches) time the heuristic's first LT_CANDIDATES algorithms and keep the
+     * fastest (options.gemm_autotune; not while the stream is being captured); others take its first. */
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    const bool tune = g->opt.gemm_autotune && n <= LT_TUNE_MAX_N &&
+                      cudaStreamIsCapturing(g->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone;
+    cublasLtMatmulHeuristicResult_t res[LT_CANDIDATES];
+    memset(res, 0, sizeof res);
     int got = 0;
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->la, p->lb, p->ld, p->ld, pref, 1, &res, &got);
+        st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->la, p->lb, p->ld, p->ld, pref, tune ? LT_CANDIDATES : 1, res,
+                                            &got);
     cublasLtMatmulPreferenceDestroy(pref);
     KILN_CUBLAS_TRY(st);
-    if (got < 1 || res.state != CUBLAS_STATUS_SUCCESS)
+    if (got < 1 || res[0].state != CUBLAS_STATUS_SUCCESS)
         return kiln_error(KILN_ERR_UNSUPPORTED, "cuBLASLt has no %s algorithm for a [%lld, %lld] x [%lld, %lld]^T product%s",
                           kiln_dtype_name(g->dtype), (long long)n, (long long)K, (long long)N, (long long)K,
                           bias ? " with a bias epilogue" : "");
-    p->algo = res.algo;
+    int pick = 0;
+    if (tune && got > 1) {
+        const int t = plan_tune(g, p, res, got, w, x, y);
+        if (t >= 0) pick = t;
+    }
+    p->algo = res[pick].algo;
     p->used = true;
     return KILN_OK;
 }
 
 /* The cached plan for key, made on first use (with bias_ptr as plan_make says). */
-static kiln_status plan_get(kiln_llm_cuda *g, const int64_t *key, const void *bias_ptr, llmc_plan **out) {
+static kiln_status plan_get(kiln_llm_cuda *g, const int64_t *key, const void *bias_ptr, const void *w, const void *x,
+                            void *y, llmc_plan **out) {
     for (int i = 0; i < g->n_plans; i++)
         if (g->plans[i].used && !memcmp(g->plans[i].key, key, sizeof g->plans[i].key)) {
             *out = &g->plans[i];
@@ -307,7 +363,7 @@ static kiln_status plan_get(kiln_llm_cuda *g, const int64_t *key, const void *bi
         plan_clear(p);
     }
     memcpy(p->key, key, sizeof p->key);
-    kiln_status s = plan_make(g, p, bias_ptr);
+    kiln_status s = plan_make(g, p, bias_ptr, w, x, y);
     if (s != KILN_OK) {
         plan_clear(p); /* an unused slot: plan_get skips it, plans_free clears it again harmlessly */
         return s;
@@ -323,7 +379,7 @@ static kiln_status lt_linear(kiln_llm_cuda *g, const void *x, int ldx, int n, in
     const int64_t key[PLAN_KEY] = {N, n, K, ldx, ldy, out_f32, bias != NULL, align_of(x, (int64_t)ldx * 2),
                                    align_of(y, (int64_t)ldy * es_y)};
     llmc_plan *p = NULL;
-    KILN_TRY(plan_get(g, key, bias, &p));
+    KILN_TRY(plan_get(g, key, bias, w, x, y, &p));
     if (bias)
         KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     const float alpha = 1.0f, beta = 0.0f;
