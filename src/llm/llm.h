@@ -79,6 +79,13 @@ const kiln_llm_config *kiln_llm_model_config(const kiln_llm_model *m);
  * missing or malformed key. */
 kiln_status kiln_llm_config_load_hf(const char *dir, kiln_llm_config *out);
 
+/* Checks b against the rules above for a model of config c and a cache of n_blocks blocks of
+ * block_size tokens, whose taken blocks block_taken(kv, block) tells: counts, seq_start, each
+ * sequence's context and positions, its block-table entries, token ids. KILN_ERR_INVALID_ARGUMENT
+ * names the first violation. Both forwards call it first. */
+kiln_status kiln_llm_batch_check(const kiln_llm_config *c, const kiln_llm_batch *b, int block_size, int n_blocks,
+                                 bool (*block_taken)(const void *kv, int block), const void *kv);
+
 /* Runs one step: writes the new tokens' keys and values into kv, and their logits into `logits`
  * ([n_seqs, vocab] for each sequence's last new token, or [n_tokens, vocab] with all_logits).
  * Every sequence has at least one new token, and its n new tokens sit at positions

@@ -12,56 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Checks the cache shape, seq_start, and each sequence's context, blocks, positions and tokens. */
+static bool cpu_block_taken(const void *kv, int block) { return kiln_kv_cache_block_taken(kv, block); }
+
+/* Checks the cache shape, then the batch (kiln_llm_batch_check). */
 static kiln_status check_batch(const kiln_llm_config *c, const kiln_kv_cache *kv, const kiln_llm_batch *b) {
     const kiln_kv_cache_config *kc = kiln_kv_cache_get_config(kv);
     if (kc->n_layer != c->n_layer || kc->n_kv_head != c->n_kv_head || kc->head_dim != c->head_dim)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT,
                           "KV cache shape (n_layer %d, n_kv_head %d, head_dim %d) does not match the model's (%d, %d, %d)",
                           kc->n_layer, kc->n_kv_head, kc->head_dim, c->n_layer, c->n_kv_head, c->head_dim);
-    if (b->n_tokens < 1 || b->n_seqs < 1)
-        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: %d tokens in %d sequences (at least one of each needed)",
-                          b->n_tokens, b->n_seqs);
-    if (b->seq_start[0] != 0 || b->seq_start[b->n_seqs] != b->n_tokens)
-        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: seq_start must run from 0 to n_tokens %d (got %d .. %d)",
-                          b->n_tokens, b->seq_start[0], b->seq_start[b->n_seqs]);
-    for (int i = 0; i < b->n_seqs; i++) {
-        const int s0 = b->seq_start[i], n = b->seq_start[i + 1] - s0, ctx = b->ctx_len[i];
-        if (n < 1)
-            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: seq_start is not increasing at sequence %d (%d then %d)",
-                              i, s0, b->seq_start[i + 1]);
-        if (s0 + n > b->n_tokens)
-            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: sequence %d runs past n_tokens %d", i, b->n_tokens);
-        if (ctx < n)
-            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: sequence %d has %d new tokens but ctx_len %d", i, n, ctx);
-        if (c->arch == KILN_LLM_GPT2 && ctx > c->max_pos)
-            return kiln_error(KILN_ERR_INVALID_ARGUMENT,
-                              "batch: sequence %d reaches position %d, beyond the model's %d positions", i, ctx - 1,
-                              c->max_pos);
-        const int nb = (ctx + kc->block_size - 1) / kc->block_size;
-        if (nb > b->max_blocks_per_seq)
-            return kiln_error(KILN_ERR_INVALID_ARGUMENT,
-                              "batch: sequence %d needs %d cache blocks for %d tokens but max_blocks_per_seq is %d", i, nb,
-                              ctx, b->max_blocks_per_seq);
-        for (int j = 0; j < nb; j++) {
-            int blk = b->block_table[(size_t)i * b->max_blocks_per_seq + j];
-            if (!kiln_kv_cache_block_taken(kv, blk))
-                return kiln_error(KILN_ERR_INVALID_ARGUMENT,
-                                  "batch: sequence %d block table entry %d is %d, not a block allocated from the cache "
-                                  "(%d blocks)", i, j, blk, kc->n_blocks);
-        }
-        for (int t = 0; t < n; t++) {
-            int tok = b->tokens[s0 + t], pos = b->positions[s0 + t];
-            if (tok < 0 || tok >= c->vocab)
-                return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: token %d (id %d) is outside the vocabulary of %d",
-                                  s0 + t, tok, c->vocab);
-            if (pos != ctx - n + t)
-                return kiln_error(KILN_ERR_INVALID_ARGUMENT,
-                                  "batch: token %d of sequence %d has position %d; with ctx_len %d and %d new tokens it "
-                                  "must be %d", s0 + t, i, pos, ctx, n, ctx - n + t);
-        }
-    }
-    return KILN_OK;
+    return kiln_llm_batch_check(c, b, kc->block_size, kc->n_blocks, cpu_block_taken, kv);
 }
 
 /* Scratch of one step, carved from one allocation. */

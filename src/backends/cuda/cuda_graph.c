@@ -8,14 +8,21 @@
  * gets its workspace explicitly, cuDNN had its stream set when the context was made. The capture is
  * relaxed (cuDNN queries the device while it plans a convolution, which stricter modes forbid), so
  * other contexts may allocate and synchronize meanwhile. A capture that fails (a
- * kernel doing something capture forbids) is not fatal: the plan then runs eagerly, with a warning. */
+ * kernel doing something capture forbids) is not fatal: the plan then runs eagerly, with a warning.
+ *
+ * First runs and captures of all contexts of the process take turns (setup_lock): a first run loads
+ * library kernels lazily (cuDNN's, cuBLASLt's), and a kernel loaded in one thread while another
+ * thread captures made cuDNN fail with CUDNN_STATUS_EXECUTION_FAILED. Replays do not take the lock. */
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/cuda_launchers.h"
 
 #include "core/log.h"
 #include "core/status.h"
 
+#include <pthread.h>
 #include <string.h>
+
+static pthread_mutex_t setup_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The kernel's view of value v (v < 0: absent). */
 static void fill_tensor(const kiln_backend_context *c, const kiln_cuda_plan *p, int v, kiln_cuda_tensor *t) {
@@ -114,12 +121,18 @@ void kiln_cuda_plan_drop_graph(kiln_cuda_plan *p) {
  * and the plan was not enqueued); an error only for a failure outside the capture itself. */
 static kiln_status capture(kiln_backend_context *c, kiln_cuda_plan *p) {
     cudaStream_t st = c->kc.stream;
-    KILN_CUDA_TRY(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+    pthread_mutex_lock(&setup_lock);
+    cudaError_t begin = cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed);
+    if (begin != cudaSuccess) {
+        pthread_mutex_unlock(&setup_lock);
+        return kiln_error(KILN_ERR_BACKEND, "cudaStreamBeginCapture: %s", cudaGetErrorString(begin));
+    }
     kiln_status s = enqueue_plan(c, p, false);
     char why[512] = "";
     if (s != KILN_OK) snprintf(why, sizeof why, "%s", kiln_last_error());
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamEndCapture(st, &graph);
+    pthread_mutex_unlock(&setup_lock);
     if (s == KILN_OK && e != cudaSuccess) snprintf(why, sizeof why, "cudaStreamEndCapture: %s", cudaGetErrorString(e));
     if (s == KILN_OK && e == cudaSuccess) {
         e = cudaGraphInstantiate(&p->exec, graph, 0);
@@ -147,7 +160,12 @@ static kiln_status capture(kiln_backend_context *c, kiln_cuda_plan *p) {
 
 kiln_status kiln_cuda_plan_execute(kiln_backend_context *c, kiln_cuda_plan *p) {
     if (!p->has_device_work) return KILN_OK;
-    if (p->runs == 0) return enqueue_plan(c, p, true);
+    if (p->runs == 0) {
+        pthread_mutex_lock(&setup_lock);
+        kiln_status s = enqueue_plan(c, p, true);
+        pthread_mutex_unlock(&setup_lock);
+        return s;
+    }
     if (p->no_graph && p->capture_failures == 1 && p->runs >= 2) p->no_graph = false; /* the retry */
     if (!c->use_graphs || p->no_graph || (c->timing & KILN_TIMING_NODES)) return enqueue_plan(c, p, false);
     if (p->exec && p->exec_arena != c->arena) kiln_cuda_plan_drop_graph(p);

@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "engine/timing_cache.h"
+#include "ir/fused_ops.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,7 +74,12 @@ void kiln_cuda_tactic_str(const kiln_tactic *t, char *buf, size_t cap) {
 
 /* ---------------------------------------------------------------- set-up */
 
+/* MatMul, Gemm and Conv, and the fused GEMMs (fused_epilogue.cu runs matmul.cu's kernel first, with
+ * the same tactic, then its epilogue). kiln.FusedConv keeps cuDNN's heuristic choice: tuning cuDNN
+ * tactics inside the fused conv has not been checked on a GPU yet. */
 static bool tunable(const kiln_node *n) {
+    if (n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN))
+        return !strcmp(n->op_type, "FusedMatMul") || !strcmp(n->op_type, "FusedGemm");
     if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx")) return false;
     return !strcmp(n->op_type, "MatMul") || !strcmp(n->op_type, "Gemm") || !strcmp(n->op_type, "Conv");
 }

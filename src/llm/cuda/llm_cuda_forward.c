@@ -14,8 +14,9 @@
 #include <string.h>
 #include <time.h>
 
-/* Checks the cache, seq_start, and each sequence's context, blocks, positions and tokens; fills the
- * sizes of *s. */
+static bool cuda_block_taken(const void *kv, int block) { return kiln_llm_cuda_kv_block_taken(kv, block); }
+
+/* Checks the cache, the batch (kiln_llm_batch_check) and g's limits; fills the sizes of *s. */
 static kiln_status check_batch(const kiln_llm_cuda *g, const kiln_llm_cuda_kv *kv, const kiln_llm_batch *b,
                                llmc_step *s) {
     const kiln_llm_config *c = &g->cfg;
@@ -25,58 +26,21 @@ static kiln_status check_batch(const kiln_llm_cuda *g, const kiln_llm_cuda_kv *k
                           "was not made for this model (%d, %d, %d, %s, device %d)", kv->n_layer, kv->n_kv_head,
                           kv->head_dim, kiln_dtype_name(kv->dtype), kv->device, c->n_layer, c->n_kv_head, c->head_dim,
                           kiln_dtype_name(g->dtype), g->opt.device);
-    if (b->n_tokens < 1 || b->n_seqs < 1)
-        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: %d tokens in %d sequences (at least one of each needed)",
-                          b->n_tokens, b->n_seqs);
+    KILN_TRY(kiln_llm_batch_check(c, b, kv->block_size, kv->n_blocks, cuda_block_taken, kv));
     if (b->n_tokens > g->opt.max_tokens || b->n_seqs > g->opt.max_seqs)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: %d tokens in %d sequences, beyond this model's limits "
                           "(max_tokens %d, max_seqs %d)", b->n_tokens, b->n_seqs, g->opt.max_tokens, g->opt.max_seqs);
-    if (b->seq_start[0] != 0 || b->seq_start[b->n_seqs] != b->n_tokens)
-        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: seq_start must run from 0 to n_tokens %d (got %d .. %d)",
-                          b->n_tokens, b->seq_start[0], b->seq_start[b->n_seqs]);
     memset(s, 0, sizeof *s);
     s->n_tokens = b->n_tokens;
     s->n_seqs = b->n_seqs;
     s->n_out = b->all_logits ? b->n_tokens : b->n_seqs;
     s->decode = true;
     for (int i = 0; i < b->n_seqs; i++) {
-        const int s0 = b->seq_start[i], n = b->seq_start[i + 1] - s0, ctx = b->ctx_len[i];
-        if (n < 1)
-            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: seq_start is not increasing at sequence %d (%d then %d)",
-                              i, s0, b->seq_start[i + 1]);
-        if (s0 + n > b->n_tokens)
-            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: sequence %d runs past n_tokens %d", i, b->n_tokens);
-        if (ctx < n)
-            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: sequence %d has %d new tokens but ctx_len %d", i, n, ctx);
-        if (c->arch == KILN_LLM_GPT2 && ctx > c->max_pos)
-            return kiln_error(KILN_ERR_INVALID_ARGUMENT,
-                              "batch: sequence %d reaches position %d, beyond the model's %d positions", i, ctx - 1,
-                              c->max_pos);
+        const int n = b->seq_start[i + 1] - b->seq_start[i], ctx = b->ctx_len[i];
         if (ctx > g->opt.max_context)
             return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: sequence %d has a context of %d tokens, beyond this "
                               "model's max_context %d", i, ctx, g->opt.max_context);
         const int nb = (ctx + kv->block_size - 1) / kv->block_size;
-        if (nb > b->max_blocks_per_seq)
-            return kiln_error(KILN_ERR_INVALID_ARGUMENT,
-                              "batch: sequence %d needs %d cache blocks for %d tokens but max_blocks_per_seq is %d", i, nb,
-                              ctx, b->max_blocks_per_seq);
-        for (int j = 0; j < nb; j++) {
-            const int blk = b->block_table[(size_t)i * b->max_blocks_per_seq + j];
-            if (!kiln_llm_cuda_kv_block_taken(kv, blk))
-                return kiln_error(KILN_ERR_INVALID_ARGUMENT,
-                                  "batch: sequence %d block table entry %d is %d, not a block allocated from the cache "
-                                  "(%d blocks)", i, j, blk, kv->n_blocks);
-        }
-        for (int t = 0; t < n; t++) {
-            const int tok = b->tokens[s0 + t], pos = b->positions[s0 + t];
-            if (tok < 0 || tok >= c->vocab)
-                return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: token %d (id %d) is outside the vocabulary of %d",
-                                  s0 + t, tok, c->vocab);
-            if (pos != ctx - n + t)
-                return kiln_error(KILN_ERR_INVALID_ARGUMENT,
-                                  "batch: token %d of sequence %d has position %d; with ctx_len %d and %d new tokens it "
-                                  "must be %d", s0 + t, i, pos, ctx, n, ctx - n + t);
-        }
         if (n > s->max_new) s->max_new = n;
         if (ctx > s->max_ctx) s->max_ctx = ctx;
         if (nb > s->table_stride) s->table_stride = nb;
