@@ -112,10 +112,11 @@ typedef struct kiln_cuda_kernel {
 const kiln_cuda_kernel *kiln_cuda_kernel_find(const char *domain, const char *op_type);
 
 /* The backend's runs_fused_op capability (backend.h): whether there is a kernel for the kiln-domain
- * op op_type and fusion is not switched off. Switches: env KILN_CUDA_FUSION=0 (or "off") turns every
- * fusion into kiln-domain ops off for cuda; a list of op names (KILN_CUDA_FUSION=Attention,FusedConv)
- * turns off those named; a build compiled with -DKILN_CUDA_NO_FUSION (e.g. -DCMAKE_C_FLAGS=
- * -DKILN_CUDA_NO_FUSION) is off unless KILN_CUDA_FUSION=1. (cuda_dispatch.c) */
+ * op op_type and fusion is not switched off. Default: every fused op but Attention. Switches (env):
+ * KILN_CUDA_FUSION=all (or 1) adds Attention; 0 (or "off") turns every fusion into kiln-domain ops
+ * off for cuda; a list of op names (KILN_CUDA_FUSION=ElementwiseChain,FusedConv) turns off those
+ * named; a build compiled with -DKILN_CUDA_NO_FUSION (e.g. -DCMAKE_C_FLAGS=-DKILN_CUDA_NO_FUSION)
+ * is off unless KILN_CUDA_FUSION=all. (cuda_dispatch.c) */
 bool kiln_cuda_runs_fused_op(const char *op_type);
 
 /* For exec functions: ctx->tactic cannot run this call (why says the library's reason). With
