@@ -37,16 +37,14 @@ typedef struct bench_model {
     kiln_llm_config cfg;
 } bench_model;
 
+/* The shapes from llm_random.h's table (kiln bench --llm --random uses the same), in their usual dtype. */
 static void make_models(bench_model *bm) {
-    bm[0] = (bench_model){"gpt2", KILN_F16, {0}};
-    kiln_llm_config_init(&bm[0].cfg, KILN_LLM_GPT2, 12, 768, 12, 12, 3072, 50257, 1024);
-    bm[0].cfg.tied_embeddings = true;
-    bm[1] = (bench_model){"gpt2-xl", KILN_F16, {0}};
-    kiln_llm_config_init(&bm[1].cfg, KILN_LLM_GPT2, 48, 1600, 25, 25, 6400, 50257, 1024);
-    bm[1].cfg.tied_embeddings = true;
-    bm[2] = (bench_model){"llama3-8b", KILN_BF16, {0}};
-    kiln_llm_config_init(&bm[2].cfg, KILN_LLM_LLAMA, 32, 4096, 32, 8, 14336, 128256, 8192);
-    bm[2].cfg.rope_theta = 500000.0f;
+    static const char *const NAMES[3] = {"gpt2", "gpt2-xl", "llama3-8b"};
+    for (int i = 0; i < 3; i++) {
+        kiln_llm_shape sh;
+        if (kiln_llm_shape_find(NAMES[i], &sh) != KILN_OK) abort(); /* the table names them */
+        bm[i] = (bench_model){sh.name, sh.dtype, sh.cfg};
+    }
 }
 
 /* Whether name is one of the comma-separated names in list. */

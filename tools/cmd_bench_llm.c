@@ -1,11 +1,13 @@
-/* cmd_bench_llm.c — `kiln bench --llm ENGINE|DIR`: trtllm-bench's measurements of an LLM (src/bench/
- * bench_llm.h does the work): parses the options, loads the model, measures every batch size, prints
- * and writes the JSON report. */
+/* cmd_bench_llm.c — `kiln bench --llm ENGINE|DIR` or `kiln bench --llm --random SHAPE`: trtllm-bench's
+ * measurements of an LLM (src/bench/bench_llm.h does the work): parses the options, loads the model
+ * (or makes one of a named shape with random weights: on the GPU for --target cuda), measures every
+ * batch size or the saturated run, prints and writes the JSON report. */
 #include "cli.h"
 
 #include "bench/bench_llm.h"
 #include "core/status.h"
 #include "llm/llm_engine.h"
+#include "llm/llm_random.h"
 
 #include <errno.h>
 #include <math.h>
@@ -14,22 +16,43 @@
 #include <string.h>
 #include <time.h>
 
+/* Host fp32 random weights above this many parameters are refused on the CPU. */
+#define CPU_MAX_PARAMS 2000000000LL
+#define SATURATE_REQUESTS 512
+#define SATURATE_CONCURRENCY 256
+#define SATURATE_WARMUP 2
+#define MAX_NUM_TOKENS 8192
+
 static const char *USAGE =
     "usage: kiln bench --llm ENGINE.kiln|DIR [options]\n"
+    "       kiln bench --llm --random SHAPE [--dtype fp16|bf16] [options]\n"
     "\n"
-    "Measures an LLM (an engine from `kiln build --hf`, or a Hugging Face checkpoint directory) the way\n"
-    "trtllm-bench does: for each batch size, that many requests of random prompts (seeded) submitted at\n"
-    "once, each generating exactly --output-len tokens (eos ignored), greedy, through the scheduler.\n"
-    "Reports prefill time, TTFT, TPOT (time per output token after the first), end-to-end latency\n"
-    "(p50/p90/p95/p99), output and total tokens/s, the decode bandwidth and the environment.\n"
+    "Measures an LLM (an engine from `kiln build --hf`, a Hugging Face checkpoint directory, or random\n"
+    "weights of a published shape) the way trtllm-bench does: for each batch size, that many requests\n"
+    "of random prompts (seeded) submitted at once, each generating exactly --output-len tokens (eos\n"
+    "ignored), greedy, through the scheduler. Reports prefill time, TTFT, TPOT (time per output token\n"
+    "after the first), end-to-end latency (p50/p90/p95/p99), output and total tokens/s, the decode\n"
+    "bandwidth and the environment. With --saturate / --requests / --concurrency: trtllm-bench's\n"
+    "throughput run instead (N requests, at most C in flight, continuous batching).\n"
     "\n"
     "options:\n"
+    "  --random SHAPE         no checkpoint: random weights of SHAPE (gpt2, gpt2-medium, gpt2-large,\n"
+    "                         gpt2-xl, llama3-8b, tiny-gpt2, tiny-llama); made on the GPU with --target\n"
+    "                         cuda, host fp32 on the CPU (shapes up to 2B parameters)\n"
+    "  --dtype fp16|bf16      with --random on cuda: the weights' precision (default: the shape's,\n"
+    "                         fp16 for GPT-2, bf16 for Llama)\n"
     "  --batch N,N,...        batch sizes (default 1,8,64)\n"
     "  --input-len N          prompt tokens per request (default 128)\n"
     "  --output-len N         generated tokens per request (default 128)\n"
     "  --iterations N         measured iterations per batch size (default 3)\n"
     "  --warmup N             unmeasured iterations first (default 1)\n"
-    "  --seed N               seed of the random prompts (default 0)\n"
+    "  --seed N               seed of the random prompts (and of --random's weights; default 0)\n"
+    "  --saturate             the saturated throughput run: --requests 512 --concurrency 256 unless given\n"
+    "  --requests N           saturated run: requests in all (default 512)\n"
+    "  --concurrency C        saturated run: most requests in flight, the scheduler's max_num_seqs\n"
+    "                         (default 256); the KV cache holds C whole requests where memory allows\n"
+    "  --max-num-tokens N     saturated run: tokens per step (default 8192, at least C)\n"
+    "                         (--warmup counts warm-up requests in a saturated run, default 2)\n"
     "  --target cpu|cuda      the forward step (default cpu; cuda needs a build with the cuda backend)\n"
     "  --device N             GPU ordinal (default 0)\n"
     "  --export-json FILE     every statistic and the environment (schema: docs/llm.md)\n"
@@ -37,7 +60,8 @@ static const char *USAGE =
     "  -h, --help             this help\n";
 
 typedef struct llm_args {
-    const char *model, *json, *ceilings_file;
+    const char *model, *json, *ceilings_file, *shape, *dtype;
+    bool saturate, warmup_set;
     kiln_bench_llm_config bc;
 } llm_args;
 
@@ -75,13 +99,19 @@ static int parse_args(int argc, char **argv, llm_args *a) {
     a->bc = (kiln_bench_llm_config){.batches = {1, 8, 64}, .nbatches = 3, .input_len = 128, .output_len = 128,
                                     .iterations = 3, .warmup = 1, .target = "cpu"};
     static const char *const TAKES[] = {"--llm", "--batch", "--input-len", "--output-len", "--iterations", "--warmup",
-                                        "--seed", "--target", "--device", "--export-json", "--ceilings-file"};
+                                        "--seed", "--target", "--device", "--export-json", "--ceilings-file",
+                                        "--random", "--dtype", "--requests", "--concurrency", "--max-num-tokens"};
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (cli_is_help(s)) {
             fputs(USAGE, stdout);
             return 0;
         }
+        if (!strcmp(s, "--saturate")) {
+            a->saturate = true;
+            continue;
+        }
+        if (!strcmp(s, "--llm") && (i + 1 >= argc || argv[i + 1][0] == '-')) continue; /* --llm --random SHAPE */
         bool takes = false;
         for (size_t k = 0; k < sizeof TAKES / sizeof *TAKES; k++) takes |= !strcmp(s, TAKES[k]);
         if (!takes) return cli_usage_error("bench ", "%s %s with --llm", s[0] == '-' ? "unknown option" : "unexpected argument", s);
@@ -93,7 +123,17 @@ static int parse_args(int argc, char **argv, llm_args *a) {
         else if (!strcmp(s, "--input-len")) rc = parse_int(s, val, 1, 1 << 20, &a->bc.input_len);
         else if (!strcmp(s, "--output-len")) rc = parse_int(s, val, 1, 1 << 20, &a->bc.output_len);
         else if (!strcmp(s, "--iterations")) rc = parse_int(s, val, 1, 1e6, &a->bc.iterations);
-        else if (!strcmp(s, "--warmup")) rc = parse_int(s, val, 0, 1e6, &a->bc.warmup);
+        else if (!strcmp(s, "--warmup")) {
+            rc = parse_int(s, val, 0, 1e6, &a->bc.warmup);
+            a->warmup_set = true;
+        } else if (!strcmp(s, "--requests")) rc = parse_int(s, val, 1, 1 << 24, &a->bc.requests);
+        else if (!strcmp(s, "--concurrency")) rc = parse_int(s, val, 1, 1 << 16, &a->bc.concurrency);
+        else if (!strcmp(s, "--max-num-tokens")) rc = parse_int(s, val, 1, 1 << 20, &a->bc.max_num_tokens);
+        else if (!strcmp(s, "--random")) a->shape = val;
+        else if (!strcmp(s, "--dtype")) {
+            if (strcmp(val, "fp16") && strcmp(val, "bf16")) return cli_usage_error("bench ", "--dtype expects fp16 or bf16, got '%s'", val);
+            a->dtype = val;
+        }
         else if (!strcmp(s, "--device")) rc = parse_int(s, val, 0, 1024, &a->bc.device);
         else if (!strcmp(s, "--seed")) {
             if ((rc = parse_int(s, val, 0, 2147483647, &seed)) < 0) a->bc.seed = (uint64_t)seed;
@@ -104,7 +144,37 @@ static int parse_args(int argc, char **argv, llm_args *a) {
         else a->ceilings_file = val;
         if (rc >= 0) return rc;
     }
-    if (!a->model) return cli_usage_error("bench ", "--llm needs an LLM engine or checkpoint directory");
+    if (!a->model && !a->shape)
+        return cli_usage_error("bench ", "--llm needs an LLM engine or checkpoint directory, or --random SHAPE");
+    if (a->model && a->shape) return cli_usage_error("bench ", "--llm takes a model or --random SHAPE, not both");
+    if (a->dtype && !a->shape) return cli_usage_error("bench ", "--dtype goes with --random (an engine keeps its precision)");
+    if (a->saturate || a->bc.requests || a->bc.concurrency || a->bc.max_num_tokens) {
+        if (!a->bc.requests) a->bc.requests = SATURATE_REQUESTS;
+        if (!a->bc.concurrency) a->bc.concurrency = a->bc.requests < SATURATE_CONCURRENCY ? a->bc.requests : SATURATE_CONCURRENCY;
+        if (!a->bc.max_num_tokens) a->bc.max_num_tokens = MAX_NUM_TOKENS;
+        if (!a->warmup_set) a->bc.warmup = SATURATE_WARMUP;
+    }
+    return -1;
+}
+
+/* --random SHAPE: the shape's config into *sh and the weights' precision into d; 2 for an unknown shape
+ * or one too large for the CPU, -1 on success. */
+static int random_shape(const llm_args *a, kiln_llm_shape *sh, kiln_bench_llm_doc *d, char *path, size_t cap) {
+    if (kiln_llm_shape_find(a->shape, sh) != KILN_OK)
+        return cli_usage_error("bench ", "--random: unknown shape '%s' (shapes: %s)", a->shape, kiln_llm_shape_names());
+    const int64_t n = kiln_llm_config_params(&sh->cfg);
+    const bool cuda = !strcmp(a->bc.target, "cuda");
+    if (!cuda && n > CPU_MAX_PARAMS)
+        return cli_usage_error("bench ", "--random %s has %.2f B parameters: too large for --target cpu (its fp32 host "
+                               "weights would take %.1f GB; the CPU takes shapes up to %.0f B parameters); use --target "
+                               "cuda, which makes the weights on the GPU", a->shape, (double)n / 1e9, (double)n * 4 / 1e9,
+                               (double)CPU_MAX_PARAMS / 1e9);
+    snprintf(path, cap, "random:%s", sh->name);
+    d->shape = sh->name;
+    d->n_params = n;
+    d->weights = !cuda ? KILN_PRECISION_FP32
+                 : a->dtype ? (!strcmp(a->dtype, "bf16") ? KILN_PRECISION_BF16 : KILN_PRECISION_FP16)
+                 : sh->dtype == KILN_BF16 ? KILN_PRECISION_BF16 : KILN_PRECISION_FP16;
     return -1;
 }
 
@@ -113,9 +183,18 @@ static int run(llm_args *a) {
     if (!d) return cli_fail();
     time_t now = time(NULL);
     strftime(d->started_at, sizeof d->started_at, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    kiln_llm_shape sh;
+    char random_path[64];
+    if (a->shape) {
+        int rc = random_shape(a, &sh, d, random_path, sizeof random_path);
+        if (rc >= 0) {
+            free(d);
+            return rc;
+        }
+    }
     double t0 = cli_now_ms();
-    kiln_llm_bundle b;
-    if (kiln_llm_open(a->model, false, &b) != KILN_OK) {
+    kiln_llm_bundle b = {0};
+    if (!a->shape && kiln_llm_open(a->model, false, &b) != KILN_OK) {
         free(d);
         return cli_fail();
     }
@@ -130,15 +209,22 @@ static int run(llm_args *a) {
         fprintf(stderr, "kiln: warning: ignoring the ceilings file: %s\n", kiln_last_error());
         memset(&ceil, 0, sizeof ceil);
     }
-    d->model_path = a->model;
-    d->from_engine = b.from_engine;
-    d->weights = b.weights;
-    d->n_params = b.n_params;
-    d->cfg = kiln_llm_model_config(b.model);
     d->bc = &a->bc;
     d->env = &env;
     d->ceil = &ceil;
-    int rc = kiln_bench_llm_run(b.model, d) == KILN_OK ? 0 : cli_fail();
+    int rc;
+    if (a->shape) {
+        d->model_path = random_path;
+        d->cfg = &sh.cfg;
+        rc = kiln_bench_llm_run_random(&sh.cfg, a->bc.seed, d) == KILN_OK ? 0 : cli_fail();
+    } else {
+        d->model_path = a->model;
+        d->from_engine = b.from_engine;
+        d->weights = b.weights;
+        d->n_params = b.n_params;
+        d->cfg = kiln_llm_model_config(b.model);
+        rc = kiln_bench_llm_run(b.model, d) == KILN_OK ? 0 : cli_fail();
+    }
     if (!rc) kiln_bench_llm_print(d, stdout);
     if (!rc && a->json) {
         if (kiln_bench_llm_write_json(d, a->json) != KILN_OK) rc = cli_fail();

@@ -170,27 +170,172 @@ static kiln_status run_batch(llm_runner *rn, const kiln_llm_config *c, const kil
     return st;
 }
 
-kiln_status kiln_bench_llm_run(const kiln_llm_model *m, kiln_bench_llm_doc *d) {
-    const kiln_llm_config *c = kiln_llm_model_config(m);
-    const kiln_bench_llm_config *bc = d->bc;
+/* Per request of a saturated run. */
+typedef struct sreq {
+    int n;
+    double submit_ms, first_ms, end_ms; /* from the run's start */
+    kiln_finish_reason finish;
+} sreq;
+
+/* Submits request i (a random prompt from the stream position *pos). */
+static kiln_status submit(kiln_scheduler *s, const kiln_bench_llm_config *bc, int vocab, int i, uint64_t *pos,
+                          int32_t *prompt) {
+    for (int k = 0; k < bc->input_len; k++) {
+        int32_t t = (int32_t)(kiln_sample_uniform(bc->seed, (*pos)++) * vocab);
+        prompt[k] = t < vocab ? t : vocab - 1;
+    }
+    kiln_request_params rp = {.prompt = prompt, .n_prompt = bc->input_len, .max_tokens = bc->output_len,
+                              .sampling = kiln_sampling_defaults(), .user = (void *)(intptr_t)i};
+    uint64_t id;
+    return kiln_scheduler_add(s, &rp, &id);
+}
+
+/* n requests with at most bc->concurrency in flight, a new one submitted as soon as one ends; peaks into
+ * out when measured. */
+static kiln_status run_stream(kiln_scheduler *s, const kiln_bench_llm_config *bc, int vocab, int n, uint64_t *pos,
+                              int32_t *prompt, sreq *reqs, double *wall_ms, kiln_bench_llm_sat *out) {
+    memset(reqs, 0, (size_t)n * sizeof *reqs);
+    int next = 0, inflight = 0;
+    const double t0 = kiln_bench_now_ms();
+    while (next < n || kiln_scheduler_has_work(s)) {
+        for (; next < n && inflight < bc->concurrency; next++, inflight++) {
+            reqs[next].submit_ms = kiln_bench_now_ms() - t0;
+            KILN_TRY(submit(s, bc, vocab, next, pos, prompt));
+        }
+        kiln_scheduler_stats before = kiln_scheduler_get_stats(s);
+        const kiln_sched_event *ev;
+        int nev, ended = 0;
+        kiln_status st = kiln_scheduler_step(s, &ev, &nev);
+        const double te = kiln_bench_now_ms() - t0;
+        for (int i = 0; i < nev; i++) {
+            if (ev[i].finish == KILN_FINISH_ERROR)
+                return kiln_error(st != KILN_OK ? st : KILN_ERR_INVALID_ARGUMENT, "%s", ev[i].message);
+            sreq *r = &reqs[(intptr_t)ev[i].user];
+            if (ev[i].sample.token >= 0 && ++r->n == 1) r->first_ms = te;
+            if (ev[i].finish != KILN_FINISH_NONE) {
+                r->end_ms = te;
+                r->finish = ev[i].finish;
+                ended++;
+                inflight--;
+            }
+        }
+        KILN_TRY(st);
+        if (out) {
+            kiln_scheduler_stats after = kiln_scheduler_get_stats(s);
+            int running = after.running + ended, used = before.kv_blocks_used > after.kv_blocks_used
+                                                            ? before.kv_blocks_used : after.kv_blocks_used;
+            if (running > out->peak_running) out->peak_running = running;
+            if (used > out->peak_kv_blocks) out->peak_kv_blocks = used;
+        }
+    }
+    *wall_ms = 0;
+    for (int i = 0; i < n; i++) {
+        if (reqs[i].n != bc->output_len || reqs[i].finish != KILN_FINISH_LENGTH)
+            return kiln_error(KILN_ERR_INTERNAL, "request %d ended after %d of %d tokens (%s)", i, reqs[i].n,
+                              bc->output_len, kiln_finish_reason_name(reqs[i].finish));
+        if (reqs[i].end_ms > *wall_ms) *wall_ms = reqs[i].end_ms;
+    }
+    return KILN_OK;
+}
+
+/* The saturated run: a KV cache for `concurrency` whole sequences, warm-up requests, measured ones. */
+static kiln_status run_saturated(llm_runner *rn, const kiln_llm_config *c, const kiln_bench_llm_config *bc,
+                                 kiln_bench_llm_sat *out) {
+    const int per_seq = (bc->input_len + bc->output_len + BLOCK_SIZE - 1) / BLOCK_SIZE;
+    const int nmax = bc->requests > bc->warmup ? bc->requests : bc->warmup;
+    kiln_kv_cache *kv = NULL;
+    kiln_scheduler *s = NULL;
+    int32_t *prompt = malloc((size_t)bc->input_len * sizeof *prompt);
+    sreq *reqs = calloc((size_t)nmax, sizeof *reqs);
+    double *ttft = calloc((size_t)bc->requests, sizeof(double)), *tpot = calloc((size_t)bc->requests, sizeof(double)),
+           *e2e = calloc((size_t)bc->requests, sizeof(double));
+    kiln_status st = prompt && reqs && ttft && tpot && e2e ? KILN_OK : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    memset(out, 0, sizeof *out);
+    out->concurrency = bc->concurrency;
+    out->max_num_tokens = bc->max_num_tokens > bc->concurrency ? bc->max_num_tokens : bc->concurrency;
+    out->kv_block_size = BLOCK_SIZE;
+    if (st == KILN_OK) st = llm_runner_make_cache(rn, bc->concurrency * per_seq, BLOCK_SIZE, &kv);
+    if (st == KILN_OK) {
+        kiln_scheduler_config sc = {.forward = llm_runner_forward, .model = rn, .kv = kv, .vocab = c->vocab,
+                                    .max_model_len = c->max_pos, .max_num_batched_tokens = out->max_num_tokens,
+                                    .max_num_seqs = bc->concurrency};
+        st = kiln_scheduler_create(&sc, &s);
+    }
+    uint64_t pos = 0;
+    double wall_ms = 0;
+    if (st == KILN_OK && bc->warmup > 0) st = run_stream(s, bc, c->vocab, bc->warmup, &pos, prompt, reqs, &wall_ms, NULL);
+    kiln_scheduler_stats s0 = {0};
+    if (st == KILN_OK) {
+        s0 = kiln_scheduler_get_stats(s);
+        out->kv_blocks = s0.kv_blocks_total;
+        st = run_stream(s, bc, c->vocab, bc->requests, &pos, prompt, reqs, &wall_ms, out);
+    }
+    if (st == KILN_OK) {
+        kiln_scheduler_stats s1 = kiln_scheduler_get_stats(s);
+        out->steps = s1.steps - s0.steps;
+        out->preemptions = s1.preemptions - s0.preemptions;
+        out->requests = bc->requests;
+        out->input_tokens = out->requests * bc->input_len;
+        out->output_tokens = out->requests * bc->output_len;
+        out->wall_s = wall_ms / 1e3;
+        if (wall_ms > 0) {
+            out->output_tps = (double)out->output_tokens * 1e3 / wall_ms;
+            out->total_tps = (double)(out->input_tokens + out->output_tokens) * 1e3 / wall_ms;
+            out->requests_per_s = (double)out->requests * 1e3 / wall_ms;
+        }
+        for (int i = 0; i < bc->requests; i++) {
+            ttft[i] = reqs[i].first_ms - reqs[i].submit_ms;
+            e2e[i] = reqs[i].end_ms - reqs[i].submit_ms;
+            tpot[i] = bc->output_len > 1 ? (reqs[i].end_ms - reqs[i].first_ms) / (bc->output_len - 1) : 0;
+        }
+        st = kiln_bench_stats_of(ttft, (size_t)bc->requests, &out->ttft);
+        if (st == KILN_OK) st = kiln_bench_stats_of(tpot, (size_t)bc->requests, &out->tpot);
+        if (st == KILN_OK) st = kiln_bench_stats_of(e2e, (size_t)bc->requests, &out->e2e);
+    }
+    kiln_scheduler_free(s);
+    kiln_kv_cache_free(kv);
+    free(prompt);
+    free(reqs);
+    free(ttft);
+    free(tpot);
+    free(e2e);
+    return st;
+}
+
+static kiln_status check_lengths(const kiln_llm_config *c, const kiln_bench_llm_config *bc) {
     if ((int64_t)bc->input_len + bc->output_len > c->max_pos)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--input-len %d + --output-len %d exceeds the model's %d positions "
                           "(max_position_embeddings / n_positions)", bc->input_len, bc->output_len, c->max_pos);
-    int max_batch = 1;
-    for (int i = 0; i < bc->nbatches; i++) max_batch = bc->batches[i] > max_batch ? bc->batches[i] : max_batch;
-    llm_runner_options ro = {.target = bc->target, .device = bc->device, .max_seqs = max_batch,
-                             .max_tokens = max_batch * bc->input_len, .max_context = bc->input_len + bc->output_len,
-                             .bf16 = d->weights == KILN_PRECISION_BF16};
-    llm_runner *rn = NULL;
-    kiln_status st = llm_runner_create(m, &ro, d->device, sizeof d->device, &rn);
-    if (st != KILN_OK) {
-        llm_runner_free(rn);
-        return st;
+    return KILN_OK;
+}
+
+/* The runner's limits for the workload: the largest batch (prefilled in one step) or, saturated, the
+ * concurrency and the step budget. */
+static llm_runner_options runner_options(const kiln_bench_llm_doc *d) {
+    const kiln_bench_llm_config *bc = d->bc;
+    int seqs = 1, tokens;
+    if (bc->concurrency > 0) {
+        seqs = bc->concurrency;
+        tokens = bc->max_num_tokens > seqs ? bc->max_num_tokens : seqs;
+    } else {
+        for (int i = 0; i < bc->nbatches; i++) seqs = bc->batches[i] > seqs ? bc->batches[i] : seqs;
+        tokens = seqs * bc->input_len;
     }
+    return (llm_runner_options){.target = bc->target, .device = bc->device, .max_seqs = seqs, .max_tokens = tokens,
+                                .max_context = bc->input_len + bc->output_len,
+                                .bf16 = d->weights == KILN_PRECISION_BF16};
+}
+
+/* Every batch size, or the saturated run, on rn. */
+static kiln_status run_all(llm_runner *rn, kiln_bench_llm_doc *d) {
+    const kiln_llm_config *c = llm_runner_config(rn);
+    const kiln_bench_llm_config *bc = d->bc;
     snprintf(d->compute, sizeof d->compute, "%s", strcmp(bc->target, "cuda") ? "fp32 (CPU)"
                                                   : d->weights == KILN_PRECISION_BF16 ? "bf16 (CUDA)" : "fp16 (CUDA)");
-    int ran = 0;
     d->nrows = 0;
+    d->saturated = bc->concurrency > 0;
+    if (d->saturated) return run_saturated(rn, c, bc, &d->sat);
+    int ran = 0;
     for (int i = 0; i < bc->nbatches; i++) {
         kiln_bench_llm_row *row = &d->rows[d->nrows++];
         memset(row, 0, sizeof *row);
@@ -198,7 +343,28 @@ kiln_status kiln_bench_llm_run(const kiln_llm_model *m, kiln_bench_llm_doc *d) {
         if (run_batch(rn, c, bc, row->batch, row) == KILN_OK) ran++;
         else snprintf(row->error, sizeof row->error, "failed: %s", kiln_last_error());
     }
-    llm_runner_free(rn);
     if (!ran) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "no batch size ran: %s", d->rows[0].error);
     return KILN_OK;
+}
+
+kiln_status kiln_bench_llm_run(const kiln_llm_model *m, kiln_bench_llm_doc *d) {
+    KILN_TRY(check_lengths(kiln_llm_model_config(m), d->bc));
+    llm_runner_options ro = runner_options(d);
+    llm_runner *rn = NULL;
+    kiln_status st = llm_runner_create(m, &ro, d->device, sizeof d->device, &rn);
+    if (st == KILN_OK) st = run_all(rn, d);
+    llm_runner_free(rn);
+    return st;
+}
+
+kiln_status kiln_bench_llm_run_random(const kiln_llm_config *c, uint64_t seed, kiln_bench_llm_doc *d) {
+    KILN_TRY(check_lengths(c, d->bc));
+    llm_runner_options ro = runner_options(d);
+    llm_runner *rn = NULL;
+    const double t0 = kiln_bench_now_ms();
+    kiln_status st = llm_runner_create_random(c, seed, &ro, d->device, sizeof d->device, &rn);
+    d->load_s = (kiln_bench_now_ms() - t0) / 1e3;
+    if (st == KILN_OK) st = run_all(rn, d);
+    llm_runner_free(rn);
+    return st;
 }

@@ -21,7 +21,25 @@ typedef struct kiln_bench_llm_config {
     uint64_t seed;              /* the random prompts */
     const char *target;         /* "cpu" or "cuda" */
     int device;                 /* CUDA device ordinal */
+    /* Saturated mode (concurrency > 0; batches, iterations unused), as trtllm-bench's throughput run:
+     * `requests` requests, at most `concurrency` in flight (a new one submitted as one ends), through
+     * a scheduler of max_num_seqs = concurrency and a step budget of max_num_tokens tokens (at least
+     * concurrency), after `warmup` unmeasured warm-up requests. */
+    int requests, concurrency, max_num_tokens;
 } kiln_bench_llm_config;
+
+/* The measurements of a saturated run; times in ms, throughputs in tokens/s. */
+typedef struct kiln_bench_llm_sat {
+    int64_t requests, input_tokens, output_tokens; /* measured requests only; output exact */
+    int concurrency, max_num_tokens;
+    uint64_t steps, preemptions;
+    int peak_running;              /* most sequences in one step */
+    int peak_kv_blocks, kv_blocks; /* most KV blocks in use at once; blocks in the cache */
+    int kv_block_size;
+    double wall_s;                 /* first submission to last token */
+    double output_tps, total_tps, requests_per_s;
+    kiln_bench_stats ttft, tpot, e2e; /* per request, from its submission */
+} kiln_bench_llm_sat;
 
 /* The measurements of one batch size; times in ms, throughputs in tokens/s. */
 typedef struct kiln_bench_llm_row {
@@ -48,8 +66,11 @@ typedef struct kiln_bench_llm_doc {
     const kiln_bench_llm_config *bc;
     const kiln_bench_env *env;
     const kiln_bench_ceilings *ceil;
+    const char *shape;          /* --random SHAPE: random weights of that shape, no checkpoint; else NULL */
     kiln_bench_llm_row rows[KILN_BENCH_LLM_MAX_BATCHES];
     int nrows;
+    bool saturated;             /* bc->concurrency > 0: sat holds the results, not rows */
+    kiln_bench_llm_sat sat;
     char started_at[32];
 } kiln_bench_llm_doc;
 
@@ -57,6 +78,11 @@ typedef struct kiln_bench_llm_doc {
  * error and the others go on; the call fails only when none ran). Errors before any run: lengths
  * beyond the model (KILN_ERR_INVALID_ARGUMENT naming max_pos), target cuda unavailable (the reason). */
 kiln_status kiln_bench_llm_run(const kiln_llm_model *m, kiln_bench_llm_doc *d);
+/* The same for a model of config c with random weights from seed (llm_runner_create_random: made on
+ * the GPU for target cuda, in bf16 when d->weights is KILN_PRECISION_BF16, else fp16; host fp32 on
+ * the CPU); d->load_s gets the time to make them. With bc->concurrency > 0 (either function) the run
+ * is the saturated one, into d->sat (errors fail the call). */
+kiln_status kiln_bench_llm_run_random(const kiln_llm_config *c, uint64_t seed, kiln_bench_llm_doc *d);
 
 /* The console report (bench_llm_report.c) and the JSON file (schema in docs/llm.md). */
 void kiln_bench_llm_print(const kiln_bench_llm_doc *d, FILE *f);

@@ -61,21 +61,47 @@ static void print_summary(const kiln_bench_llm_doc *d, FILE *f) {
     else fprintf(f, "ceilings: absent (run `kiln bench --ceilings%s` once)\n", d->env->gpu ? " --target cuda" : "");
 }
 
+static void print_saturated(const kiln_bench_llm_doc *d, FILE *f) {
+    const kiln_bench_llm_sat *r = &d->sat;
+    fprintf(f, "=== Saturated: %lld requests, concurrency %d ===\n", (long long)r->requests, r->concurrency);
+    fprintf(f, "requests: %lld, input tokens %lld, output tokens %lld (exactly %d each), steps %llu, preemptions %llu, "
+               "%.3f s\n", (long long)r->requests, (long long)r->input_tokens, (long long)r->output_tokens,
+            d->bc->output_len, (unsigned long long)r->steps, (unsigned long long)r->preemptions, r->wall_s);
+    fprintf(f, "scheduler: max_num_seqs %d, max_num_batched_tokens %d; peak running sequences %d; KV blocks: peak %d "
+               "of %d in use (%d tokens each)\n", r->concurrency, r->max_num_tokens, r->peak_running, r->peak_kv_blocks,
+            r->kv_blocks, r->kv_block_size);
+    kiln_bench_print_stats(f, "TTFT", &r->ttft);
+    kiln_bench_print_stats(f, "TPOT", &r->tpot);
+    kiln_bench_print_stats(f, "E2E Latency", &r->e2e);
+    fprintf(f, "Request Throughput: %.3f requests/s\n", r->requests_per_s);
+    fprintf(f, "Output Throughput: %.1f tokens/s\n", r->output_tps);
+    fprintf(f, "Total Throughput: %.1f tokens/s (input + output)\n", r->total_tps);
+}
+
 void kiln_bench_llm_print(const kiln_bench_llm_doc *d, FILE *f) {
     const kiln_llm_config *c = d->cfg;
     fprintf(f, "=== LLM benchmark ===\n");
     fprintf(f, "model: %s (%s, %s, %d layers, d_model %d, vocab %d; %.2f M parameters, %s weights) loaded in %.3f s\n",
-            d->model_path, d->from_engine ? "engine" : "checkpoint", c->arch == KILN_LLM_GPT2 ? "gpt2" : "llama",
+            d->model_path, d->shape ? "random weights" : d->from_engine ? "engine" : "checkpoint", c->arch == KILN_LLM_GPT2 ? "gpt2" : "llama",
             c->n_layer, c->d_model, c->vocab, (double)d->n_params / 1e6, kiln_precision_name(d->weights), d->load_s);
     fprintf(f, "forward: %s; compute %s\n", d->device, d->compute);
-    fprintf(f, "workload: %d input + %d output tokens per request (eos ignored), random prompts (seed %llu), greedy; "
-               "per batch size %d warm-up and %d measured iterations, each submitting the whole batch at once\n",
-            d->bc->input_len, d->bc->output_len, (unsigned long long)d->bc->seed, d->bc->warmup, d->bc->iterations);
+    if (d->saturated)
+        fprintf(f, "workload: %d input + %d output tokens per request (eos ignored), random prompts (seed %llu), greedy; "
+                   "%d requests with at most %d in flight (a new one submitted as one ends), after %d warm-up requests\n",
+                d->bc->input_len, d->bc->output_len, (unsigned long long)d->bc->seed, d->bc->requests,
+                d->bc->concurrency, d->bc->warmup);
+    else
+        fprintf(f, "workload: %d input + %d output tokens per request (eos ignored), random prompts (seed %llu), greedy; "
+                   "per batch size %d warm-up and %d measured iterations, each submitting the whole batch at once\n",
+                d->bc->input_len, d->bc->output_len, (unsigned long long)d->bc->seed, d->bc->warmup, d->bc->iterations);
     fprintf(f, "methods: TTFT = submission to first token; TPOT = (E2E - TTFT) / (output tokens - 1); prefill = the "
                "steps that produced first tokens; percentiles %s; stddev %s\n", KILN_SUMMARY_PERCENTILE_METHOD,
             KILN_SUMMARY_STDDEV_METHOD);
-    for (int i = 0; i < d->nrows; i++) print_row(d, &d->rows[i], f);
-    print_summary(d, f);
+    if (d->saturated) print_saturated(d, f);
+    else {
+        for (int i = 0; i < d->nrows; i++) print_row(d, &d->rows[i], f);
+        print_summary(d, f);
+    }
     kiln_bench_print_env(d->env, d->bc->target, f);
 }
 
@@ -100,6 +126,29 @@ static void row_json(kiln_json *j, const kiln_bench_llm_row *r) {
     kiln_json_object_end(j);
 }
 
+static void saturated_json(kiln_json *j, const kiln_bench_llm_sat *r) {
+    kiln_json_object_begin(j);
+    kiln_json_kv_int(j, "requests", r->requests);
+    kiln_json_kv_int(j, "concurrency", r->concurrency);
+    kiln_json_kv_int(j, "max_num_batched_tokens", r->max_num_tokens);
+    kiln_json_kv_int(j, "input_tokens", r->input_tokens);
+    kiln_json_kv_int(j, "output_tokens", r->output_tokens);
+    kiln_json_kv_int(j, "steps", (int64_t)r->steps);
+    kiln_json_kv_int(j, "preemptions", (int64_t)r->preemptions);
+    kiln_json_kv_int(j, "peak_running", r->peak_running);
+    kiln_json_kv_int(j, "kv_blocks_peak", r->peak_kv_blocks);
+    kiln_json_kv_int(j, "kv_blocks_total", r->kv_blocks);
+    kiln_json_kv_int(j, "kv_block_size", r->kv_block_size);
+    kiln_json_kv_number(j, "walltime_s", r->wall_s);
+    kiln_json_kv_number(j, "output_tokens_per_s", r->output_tps);
+    kiln_json_kv_number(j, "total_tokens_per_s", r->total_tps);
+    kiln_json_kv_number(j, "requests_per_s", r->requests_per_s);
+    kiln_bench_json_stats(j, "ttft_ms", &r->ttft);
+    kiln_bench_json_stats(j, "tpot_ms", &r->tpot);
+    kiln_bench_json_stats(j, "e2e_ms", &r->e2e);
+    kiln_json_object_end(j);
+}
+
 kiln_status kiln_bench_llm_write_json(const kiln_bench_llm_doc *d, const char *path) {
     kiln_strbuf b = {0};
     kiln_json j;
@@ -110,6 +159,8 @@ kiln_status kiln_bench_llm_write_json(const kiln_bench_llm_doc *d, const char *p
     kiln_json_kv_string(&j, "started_at", d->started_at);
     kiln_json_kv_string(&j, "model", d->model_path);
     kiln_json_kv_bool(&j, "engine", d->from_engine);
+    kiln_json_kv_string(&j, "random_shape", d->shape);
+    kiln_json_kv_string(&j, "mode", d->saturated ? "saturated" : "batch");
     kiln_json_kv_string(&j, "arch", d->cfg->arch == KILN_LLM_GPT2 ? "gpt2" : "llama");
     kiln_json_kv_int(&j, "parameters", d->n_params);
     kiln_json_kv_string(&j, "weights_precision", kiln_precision_name(d->weights));
@@ -124,6 +175,10 @@ kiln_status kiln_bench_llm_write_json(const kiln_bench_llm_doc *d, const char *p
     kiln_json_kv_int(&j, "iterations", d->bc->iterations);
     kiln_json_kv_int(&j, "warmup", d->bc->warmup);
     kiln_json_kv_int(&j, "seed", (int64_t)d->bc->seed);
+    if (d->saturated) {
+        kiln_json_kv_int(&j, "requests", d->bc->requests);
+        kiln_json_kv_int(&j, "concurrency", d->bc->concurrency);
+    }
     kiln_json_kv_bool(&j, "ignore_eos", true);
     kiln_json_kv_string(&j, "sampling", "greedy");
     kiln_json_object_end(&j);
@@ -137,6 +192,10 @@ kiln_status kiln_bench_llm_write_json(const kiln_bench_llm_doc *d, const char *p
     kiln_json_array_begin(&j);
     for (int i = 0; i < d->nrows; i++) row_json(&j, &d->rows[i]);
     kiln_json_array_end(&j);
+    if (d->saturated) {
+        kiln_json_key(&j, "saturated");
+        saturated_json(&j, &d->sat);
+    }
     kiln_bench_json_environment(&j, d->env);
     kiln_json_object_end(&j);
     kiln_status s = kiln_json_finish(&j);

@@ -7,6 +7,7 @@
 #include "llm/llm_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,4 +117,52 @@ kiln_status kiln_llm_model_random(const kiln_llm_config *c, uint64_t seed, kiln_
     }
     *out = m;
     return KILN_OK;
+}
+
+int64_t kiln_llm_config_params(const kiln_llm_config *c) {
+    const int64_t d = c->d_model, ff = c->d_ff, qd = (int64_t)c->n_head * c->head_dim,
+                  kvd = (int64_t)c->n_kv_head * c->head_dim;
+    const bool gpt2 = c->arch == KILN_LLM_GPT2;
+    int64_t layer = 2 * d + (qd + 2 * kvd) * d + d * qd + (gpt2 ? ff : 2 * ff) * d + d * ff;
+    if (gpt2) layer += 2 * d + (qd + 2 * kvd) + d + ff + d;
+    int64_t n = (int64_t)c->vocab * d + (int64_t)c->n_layer * layer + d;
+    if (gpt2) n += (int64_t)c->max_pos * d + d;
+    if (!c->tied_embeddings) n += (int64_t)c->vocab * d;
+    return n;
+}
+
+/* name, dtype, arch, n_layer, d_model, n_head, n_kv_head, d_ff, vocab, max_pos, tied, rope_theta */
+static const struct {
+    const char *name;
+    kiln_dtype dtype;
+    kiln_llm_arch arch;
+    int n_layer, d_model, n_head, n_kv_head, d_ff, vocab, max_pos;
+    bool tied;
+    float rope_theta;
+} SHAPES[] = {
+    {"gpt2", KILN_F16, KILN_LLM_GPT2, 12, 768, 12, 12, 3072, 50257, 1024, true, 10000.0f},
+    {"gpt2-medium", KILN_F16, KILN_LLM_GPT2, 24, 1024, 16, 16, 4096, 50257, 1024, true, 10000.0f},
+    {"gpt2-large", KILN_F16, KILN_LLM_GPT2, 36, 1280, 20, 20, 5120, 50257, 1024, true, 10000.0f},
+    {"gpt2-xl", KILN_F16, KILN_LLM_GPT2, 48, 1600, 25, 25, 6400, 50257, 1024, true, 10000.0f},
+    {"llama3-8b", KILN_BF16, KILN_LLM_LLAMA, 32, 4096, 32, 8, 14336, 128256, 8192, false, 500000.0f},
+    {"tiny-gpt2", KILN_F16, KILN_LLM_GPT2, 2, 128, 2, 2, 512, 512, 1024, true, 10000.0f},
+    {"tiny-llama", KILN_BF16, KILN_LLM_LLAMA, 2, 128, 2, 1, 384, 512, 1024, false, 10000.0f},
+};
+
+const char *kiln_llm_shape_names(void) {
+    return "gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama3-8b, tiny-gpt2, tiny-llama";
+}
+
+kiln_status kiln_llm_shape_find(const char *name, kiln_llm_shape *out) {
+    for (size_t i = 0; i < sizeof SHAPES / sizeof *SHAPES; i++) {
+        if (strcmp(name, SHAPES[i].name)) continue;
+        out->name = SHAPES[i].name;
+        out->dtype = SHAPES[i].dtype;
+        kiln_llm_config_init(&out->cfg, SHAPES[i].arch, SHAPES[i].n_layer, SHAPES[i].d_model, SHAPES[i].n_head,
+                             SHAPES[i].n_kv_head, SHAPES[i].d_ff, SHAPES[i].vocab, SHAPES[i].max_pos);
+        out->cfg.tied_embeddings = SHAPES[i].tied;
+        out->cfg.rope_theta = SHAPES[i].rope_theta;
+        return KILN_OK;
+    }
+    return kiln_error(KILN_ERR_INVALID_ARGUMENT, "unknown shape '%s' (shapes: %s)", name, kiln_llm_shape_names());
 }

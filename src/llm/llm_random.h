@@ -23,6 +23,26 @@ void kiln_llm_config_init(kiln_llm_config *c, kiln_llm_arch arch, int n_layer, i
  * (kiln_llm_model_free). */
 kiln_status kiln_llm_model_random(const kiln_llm_config *c, uint64_t seed, kiln_llm_model **out);
 
+/* The parameters of a model of config c, as kiln_llm_model_random makes it (embeddings, GPT-2's
+ * position table, every layer's matrices, norms and biases, the final norm, lm_head unless tied). */
+int64_t kiln_llm_config_params(const kiln_llm_config *c);
+
+/* Named published shapes, for benchmarks with random weights (kiln bench --llm --random,
+ * bench/llm_decode_bench.c): gpt2 (124M), gpt2-medium (355M), gpt2-large (774M), gpt2-xl (1.5B), all
+ * with tied embeddings; llama3-8b (Llama-3-8B: 32 layers, d_model 4096, GQA 32/8, d_ff 14336, vocab
+ * 128256, rope_theta 500000); tiny-gpt2 and tiny-llama (2 layers, d_model 128, head_dim 64, vocab
+ * 512; for tests, on the CPU in milliseconds, and on the GPU too). */
+typedef struct kiln_llm_shape {
+    const char *name;
+    kiln_dtype dtype; /* the precision it is usually run in on the GPU (KILN_F16 or KILN_BF16) */
+    kiln_llm_config cfg;
+} kiln_llm_shape;
+
+/* The shape called name; else KILN_ERR_INVALID_ARGUMENT "unknown shape 'x' (shapes: gpt2, ...)". */
+kiln_status kiln_llm_shape_find(const char *name, kiln_llm_shape *out);
+/* "gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama3-8b, tiny-gpt2, tiny-llama" (static). */
+const char *kiln_llm_shape_names(void);
+
 #ifdef __cplusplus
 }
 #endif

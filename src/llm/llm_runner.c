@@ -7,12 +7,15 @@
 
 #include "core/status.h"
 #include "llm/llm_cuda.h"
+#include "llm/llm_random.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 struct llm_runner {
-    const kiln_llm_model *m;
+    const kiln_llm_model *m; /* target cpu */
+    kiln_llm_model *owned;   /* the random host model (llm_runner_create_random on the CPU) */
+    kiln_llm_config cfg;
     kiln_llm_cuda *g;       /* target cuda */
     kiln_llm_cuda_kv *gkv;
     int *map;               /* [n_blocks] host block -> device block, -1 none */
@@ -22,42 +25,74 @@ struct llm_runner {
     kiln_dtype dtype;
 };
 
+/* The device check and the options of ro; 0 when ro->target is not cuda. */
+static kiln_status cuda_options(const llm_runner_options *ro, kiln_llm_cuda_options *o, char *dev, size_t cap) {
+    if (kiln_llm_cuda_device_check(ro->device, dev, cap) != KILN_OK)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "--target cuda is not available: %s", dev);
+    kiln_llm_cuda_options_default(o);
+    o->device = ro->device;
+    o->max_seqs = ro->max_seqs;
+    o->max_tokens = ro->max_tokens;
+    o->max_context = ro->max_context;
+    return KILN_OK;
+}
+
 kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options *ro, char *desc, size_t cap,
                               llm_runner **out) {
     llm_runner *r = calloc(1, sizeof *r);
     if (!r) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     r->m = m;
+    r->cfg = *kiln_llm_model_config(m);
     *out = r;
     if (strcmp(ro->target, "cuda")) {
         snprintf(desc, cap, "CPU forward (fp32, OpenBLAS)");
         return KILN_OK;
     }
     char dev[192];
-    if (kiln_llm_cuda_device_check(ro->device, dev, sizeof dev) != KILN_OK)
-        return kiln_error(KILN_ERR_UNSUPPORTED, "--target cuda is not available: %s", dev);
     kiln_llm_cuda_options o;
-    kiln_llm_cuda_options_default(&o);
-    o.device = ro->device;
-    o.max_seqs = ro->max_seqs;
-    o.max_tokens = ro->max_tokens;
-    o.max_context = ro->max_context;
+    KILN_TRY(cuda_options(ro, &o, dev, sizeof dev));
     r->dtype = ro->bf16 ? KILN_BF16 : KILN_F16;
     KILN_TRY(kiln_llm_cuda_create(m, r->dtype, &o, &r->g));
     snprintf(desc, cap, "CUDA forward (%s): %s", r->dtype == KILN_BF16 ? "bf16" : "fp16", dev);
     return KILN_OK;
 }
 
+kiln_status llm_runner_create_random(const kiln_llm_config *c, uint64_t seed, const llm_runner_options *ro,
+                                     char *desc, size_t cap, llm_runner **out) {
+    llm_runner *r = calloc(1, sizeof *r);
+    if (!r) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    r->cfg = *c;
+    *out = r;
+    if (strcmp(ro->target, "cuda")) {
+        KILN_TRY(kiln_llm_model_random(c, seed, &r->owned));
+        r->m = r->owned;
+        snprintf(desc, cap, "CPU forward (fp32, OpenBLAS), random weights");
+        return KILN_OK;
+    }
+    char dev[192];
+    kiln_llm_cuda_options o;
+    KILN_TRY(cuda_options(ro, &o, dev, sizeof dev));
+    r->dtype = ro->bf16 ? KILN_BF16 : KILN_F16;
+    KILN_TRY(kiln_llm_cuda_create_random(c, r->dtype, &o, seed, &r->g));
+    snprintf(desc, cap, "CUDA forward (%s), random weights made on the device: %s", r->dtype == KILN_BF16 ? "bf16" : "fp16",
+             dev);
+    return KILN_OK;
+}
+
+const kiln_llm_config *llm_runner_config(const llm_runner *r) { return &r->cfg; }
+
 void llm_runner_free(llm_runner *r) {
     if (!r) return;
     kiln_llm_cuda_kv_free(r->gkv);
     kiln_llm_cuda_free(r->g);
+    kiln_llm_model_free(r->owned);
     free(r->map);
     free(r->table);
     free(r);
 }
 
 kiln_status llm_runner_make_cache(llm_runner *r, int n_blocks, int block_size, kiln_kv_cache **kv) {
-    const kiln_llm_config *c = kiln_llm_model_config(r->m);
+    const kiln_llm_config *c = &r->cfg;
     kiln_kv_cache_config kc = {.n_layer = c->n_layer, .n_kv_head = c->n_kv_head, .head_dim = c->head_dim,
                                .block_size = block_size, .n_blocks = n_blocks, .dtype = KILN_F32};
     if (!r->g) return kiln_kv_cache_create(&kc, kv);

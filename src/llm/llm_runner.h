@@ -26,9 +26,20 @@ typedef struct llm_runner_options {
  * failure). */
 kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options *ro, char *desc, size_t cap,
                               llm_runner **out);
+/* The forward of a model of config c with random weights from seed (llm_random.h's scales), made for
+ * ro->target without a checkpoint: cuda creates the weights on the GPU (kiln_llm_cuda_create_random,
+ * in bf16 or fp16; no host copy, so shapes as large as the GPU holds), cpu builds host fp32 weights
+ * (kiln_llm_model_random, 4 bytes per parameter: the caller refuses shapes too large for the host).
+ * The runner owns what it made. Errors as llm_runner_create, or the config's. The caller frees *out
+ * (also on failure). */
+kiln_status llm_runner_create_random(const kiln_llm_config *c, uint64_t seed, const llm_runner_options *ro,
+                                     char *desc, size_t cap, llm_runner **out);
 void llm_runner_free(llm_runner *r); /* accepts NULL */
-/* A KV cache of n_blocks blocks for the scheduler (on the GPU: bookkeeping over a device cache of as
- * many blocks, which replaces the previous one). The caller frees *kv before the runner. */
+/* The model's config (borrowed; valid while r lives). */
+const kiln_llm_config *llm_runner_config(const llm_runner *r);
+/* A KV cache of n_blocks blocks for the scheduler (on the GPU: bookkeeping over a device cache that
+ * replaces the previous one, of n_blocks blocks when 90% of the device's free memory holds them, else
+ * of as many as it holds: the scheduler then preempts). The caller frees *kv before the runner. */
 kiln_status llm_runner_make_cache(llm_runner *r, int n_blocks, int block_size, kiln_kv_cache **kv);
 /* kiln_forward_fn over the runner (ctx). */
 kiln_status llm_runner_forward(void *ctx, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits);
