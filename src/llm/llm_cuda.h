@@ -2,7 +2,8 @@
  * weights uploaded once, a paged KV cache in device memory, and kiln_llm_cuda_forward, which runs the
  * same ragged batches as kiln_llm_forward (prefill chunks and decode tokens of several sequences, block
  * tables, all_logits) and returns logits to the host, keeps them on the device, or returns each row's
- * greedy (argmax) token.
+ * greedy (argmax) token; and sampler.h's sampler on the GPU (kiln_llm_cuda_sample), which gives
+ * kiln_sample_next's tokens for rows of device (or host) logits.
  *
  * Numerics: weights, activations between kernels and the KV cache are in the chosen dtype; the
  * residual stream, norm statistics, softmax and every accumulation are FP32; logits are FP32.
@@ -15,6 +16,7 @@
 #define KILN_LLM_LLM_CUDA_H
 
 #include "llm/llm.h"
+#include "llm/sampler.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -111,6 +113,34 @@ kiln_status kiln_llm_cuda_forward(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const 
                                   int32_t *greedy);
 /* Device pointer to the last step's FP32 logits rows (valid until the next step), or NULL before any. */
 const float *kiln_llm_cuda_device_logits(const kiln_llm_cuda *g);
+
+/* sampler.h's sampler on the GPU: scratch for up to max_rows rows of vocab logits at a time on one
+ * device (about 16 bytes per row and token), and up to max_history distinct history tokens (prompt ∪
+ * generated, over all rows of one call) for the penalties. Used by one thread at a time. */
+typedef struct kiln_llm_cuda_sampler kiln_llm_cuda_sampler;
+
+/* One row to sample: kiln_sample_next's arguments (params->logprobs must be false). */
+typedef struct kiln_llm_cuda_sample_row {
+    const kiln_sampling_params *params;
+    const int32_t *prompt, *generated;
+    int n_prompt, n_generated;
+} kiln_llm_cuda_sample_row;
+
+kiln_status kiln_llm_cuda_sampler_create(int device, int vocab, int max_rows, int max_history,
+                                         kiln_llm_cuda_sampler **out); /* caller frees *out, also on failure */
+void kiln_llm_cuda_sampler_free(kiln_llm_cuda_sampler *s);            /* accepts NULL */
+
+/* tokens[r] = the token kiln_sample_next gives for rows[r] and logits row r, for r < n_rows: the same
+ * processing in the same float / double arithmetic and order, the same draw (greedy rows too, with
+ * their penalties). Logits come from host_logits ([n_rows, vocab], uploaded) when it is not NULL, else
+ * from g's last step (kiln_llm_cuda_forward, which may have only enqueued it; vocab and device must
+ * match and it must have at least n_rows rows), which are not modified. Waits for the result.
+ * Log-probabilities are the CPU sampler's alone: a row asking for them is KILN_ERR_INVALID_ARGUMENT
+ * (copy the logits to the host and use kiln_sample_next). Errors as kiln_sample_next (invalid params,
+ * a token outside the vocabulary, a NaN or +inf logit, every logit -inf), naming the row; more than
+ * max_rows rows or max_history history tokens is KILN_ERR_INVALID_ARGUMENT; GPU failures name the call. */
+kiln_status kiln_llm_cuda_sample(kiln_llm_cuda_sampler *s, const kiln_llm_cuda *g, const float *host_logits,
+                                 int n_rows, const kiln_llm_cuda_sample_row *rows, int32_t *tokens);
 
 #ifdef __cplusplus
 }

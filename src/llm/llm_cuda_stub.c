@@ -58,4 +58,17 @@ kiln_status kiln_llm_cuda_forward(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const 
 }
 
 const float *kiln_llm_cuda_device_logits(const kiln_llm_cuda *g) { return NULL; }
+
+kiln_status kiln_llm_cuda_sampler_create(int device, int vocab, int max_rows, int max_history,
+                                         kiln_llm_cuda_sampler **out) {
+    *out = NULL;
+    return kiln_error(KILN_ERR_UNSUPPORTED, NO_CUDA);
+}
+
+void kiln_llm_cuda_sampler_free(kiln_llm_cuda_sampler *s) {}
+
+kiln_status kiln_llm_cuda_sample(kiln_llm_cuda_sampler *s, const kiln_llm_cuda *g, const float *host_logits,
+                                 int n_rows, const kiln_llm_cuda_sample_row *rows, int32_t *tokens) {
+    return kiln_error(KILN_ERR_UNSUPPORTED, NO_CUDA);
+}
 #endif

@@ -1,10 +1,13 @@
 /* sampler.c — the per-request sampler of sampler.h. Candidates are the tokens with a finite logit,
  * kept as (logit, unnormalised probability, id) triples so that truncation only reorders and shortens
- * one array; probabilities are exp(logit - max), sums are in double, and log-probabilities are
- * computed from logits (logit - max - log Z) so that unlikely tokens do not underflow to -inf. */
+ * one array; probabilities are exp(logit - max) (sample_math.h's exponential), sums are in double, and
+ * log-probabilities are computed from logits (logit - max - log Z) so that unlikely tokens do not
+ * underflow to -inf. The candidates stay in id order until top-p sorts them by probability, so every
+ * sum and the draw walk a canonical order that the GPU sampler (llm_cuda.h) reproduces exactly. */
 #include "llm/sampler.h"
 
 #include "core/status.h"
+#include "llm/sample_math.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -49,13 +52,7 @@ kiln_status kiln_sampling_validate(const kiln_sampling_params *p) {
     return KILN_OK;
 }
 
-double kiln_sample_uniform(uint64_t seed, uint64_t n) {
-    uint64_t z = seed + (n + 1) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1.0p-53;
-}
+double kiln_sample_uniform(uint64_t seed, uint64_t n) { return kiln_sample_uniform_at(seed, n); }
 
 kiln_status kiln_sampler_create(int vocab, kiln_sampler **out) {
     *out = NULL;
@@ -87,6 +84,11 @@ void kiln_sampler_free(kiln_sampler *s) {
 
 /* Strict total order: higher value first, then lower id. */
 static bool better(float va, int32_t ia, float vb, int32_t ib) { return va > vb || (va == vb && ia < ib); }
+
+static int cmp_by_id(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
 
 static int cmp_by_p(const void *a, const void *b) {
     const cand *x = a, *y = b;
@@ -183,12 +185,13 @@ static int sample_random(cand *c, int n, const kiln_sampling_params *p, uint64_t
     if (p->top_k > 0 && p->top_k < n) {
         select_best(c, n, p->top_k);
         n = p->top_k;
+        qsort(c, (size_t)n, sizeof *c, cmp_by_id); /* back to id order */
     }
     float vmax = c[0].v;
     for (int i = 1; i < n; i++) vmax = fmaxf(vmax, c[i].v);
     double z = 0;
     for (int i = 0; i < n; i++) {
-        c[i].p = expf(c[i].v - vmax);
+        c[i].p = kiln_sample_exp(c[i].v - vmax);
         z += c[i].p;
     }
     if (p->top_p < 1) n = truncate_top_p(c, n, p->top_p, z);
