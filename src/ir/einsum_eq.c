@@ -1,7 +1,8 @@
-/* einsum_eq.c — the Einsum equation parser (see einsum_eq.h). */
+/* einsum_eq.c — the Einsum equation parser and the label plan of one call (see einsum_eq.h). */
 #include "ir/einsum_eq.h"
 
 #include "core/status.h"
+#include "core/tensor.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -163,3 +164,43 @@ kiln_status kiln_einsum_parse(const char *equation, int ninputs, const int *rank
     eq->out_rank = d;
     return KILN_OK;
 }
+
+kiln_status kiln_einsum_plan_build(const char *op, const kiln_einsum_eq *eq, const int64_t *const *dims, kiln_einsum_plan *p) {
+    int64_t size[KILN_EINSUM_MAX_LABELS];
+    for (int l = 0; l < KILN_EINSUM_MAX_LABELS; l++) size[l] = -1;
+    for (int k = 0; k < eq->ninputs; k++)
+        for (int d = 0; d < eq->in_rank[k]; d++) {
+            int l = eq->in_label[k][d];
+            int64_t s = dims[k][d];
+            if (size[l] < 0 || size[l] == 1) size[l] = s;
+            else if (s != 1 && s != size[l]) {
+                char name[16];
+                return kiln_error(KILN_ERR_SHAPE, "%s: label '%s' has size %lld in one place and %lld in another",
+                                  op, kiln_einsum_label_name(l, name), (long long)size[l], (long long)s);
+            }
+        }
+    bool in_out[KILN_EINSUM_MAX_LABELS] = {false};
+    int con_label[KILN_EINSUM_MAX_LABELS];
+    p->nin = eq->ninputs;
+    p->nout = eq->out_rank;
+    p->ncon = 0;
+    for (int d = 0; d < eq->out_rank; d++) {
+        in_out[eq->out_label[d]] = true;
+        p->out_size[d] = size[eq->out_label[d]];
+    }
+    for (int l = 0; l < KILN_EINSUM_MAX_LABELS; l++)
+        if (size[l] >= 0 && !in_out[l]) {
+            con_label[p->ncon] = l;
+            p->con_size[p->ncon++] = size[l];
+        }
+    for (int k = 0; k < eq->ninputs; k++) {
+        int64_t st[KILN_MAX_DIMS], lst[KILN_EINSUM_MAX_LABELS] = {0};
+        kiln_strides(eq->in_rank[k], dims[k], st);
+        for (int d = 0; d < eq->in_rank[k]; d++)
+            if (dims[k][d] != 1) lst[eq->in_label[k][d]] += st[d];
+        for (int d = 0; d < p->nout; d++) p->out_stride[k][d] = lst[eq->out_label[d]];
+        for (int c = 0; c < p->ncon; c++) p->con_stride[k][c] = lst[con_label[c]];
+    }
+    return KILN_OK;
+}
+

@@ -20,56 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Label sizes and per-operand label strides of one call. */
-typedef struct es_plan {
-    int nin, nout, ncon;
-    int64_t out_size[KILN_MAX_DIMS], con_size[KILN_EINSUM_MAX_LABELS];
-    int64_t out_stride[KILN_EINSUM_MAX_INPUTS][KILN_MAX_DIMS];
-    int64_t con_stride[KILN_EINSUM_MAX_INPUTS][KILN_EINSUM_MAX_LABELS];
-} es_plan;
-
-/* Sizes every label from the operand shapes (1 broadcasts) and derives the strides. */
-static kiln_status es_plan_build(const kiln_node *n, const kiln_einsum_eq *eq, kiln_tensor *const *in, es_plan *p) {
-    int64_t size[KILN_EINSUM_MAX_LABELS];
-    for (int l = 0; l < KILN_EINSUM_MAX_LABELS; l++) size[l] = -1;
-    for (int k = 0; k < eq->ninputs; k++)
-        for (int d = 0; d < eq->in_rank[k]; d++) {
-            int l = eq->in_label[k][d];
-            int64_t s = in[k]->dims[d];
-            if (size[l] < 0 || size[l] == 1) size[l] = s;
-            else if (s != 1 && s != size[l]) {
-                char name[16];
-                return kiln_error(KILN_ERR_SHAPE, "%s: label '%s' has size %lld in one place and %lld in another",
-                                  n->op_type, kiln_einsum_label_name(l, name), (long long)size[l], (long long)s);
-            }
-        }
-    bool in_out[KILN_EINSUM_MAX_LABELS] = {false};
-    int con_label[KILN_EINSUM_MAX_LABELS];
-    p->nin = eq->ninputs;
-    p->nout = eq->out_rank;
-    p->ncon = 0;
-    for (int d = 0; d < eq->out_rank; d++) {
-        in_out[eq->out_label[d]] = true;
-        p->out_size[d] = size[eq->out_label[d]];
-    }
-    for (int l = 0; l < KILN_EINSUM_MAX_LABELS; l++)
-        if (size[l] >= 0 && !in_out[l]) {
-            con_label[p->ncon] = l;
-            p->con_size[p->ncon++] = size[l];
-        }
-    for (int k = 0; k < eq->ninputs; k++) {
-        int64_t st[KILN_MAX_DIMS], lst[KILN_EINSUM_MAX_LABELS] = {0};
-        kiln_strides(in[k]->ndim, in[k]->dims, st);
-        for (int d = 0; d < eq->in_rank[k]; d++)
-            if (in[k]->dims[d] != 1) lst[eq->in_label[k][d]] += st[d];
-        for (int d = 0; d < p->nout; d++) p->out_stride[k][d] = lst[eq->out_label[d]];
-        for (int c = 0; c < p->ncon; c++) p->con_stride[k][c] = lst[con_label[c]];
-    }
-    return KILN_OK;
-}
-
 /* The sum over the contraction space of the product of the operands, starting at offsets base[]. */
-static double es_contract(const es_plan *p, const double *const *x, const int64_t *base) {
+static double es_contract(const kiln_einsum_plan *p, const double *const *x, const int64_t *base) {
     int64_t off[KILN_EINSUM_MAX_INPUTS], idx[KILN_EINSUM_MAX_LABELS] = {0};
     memcpy(off, base, (size_t)p->nin * sizeof *off);
     if (p->ncon == 0) {
@@ -225,8 +177,10 @@ kiln_status kiln_cpu_einsum(const kiln_node *n, kiln_tensor *const *in, int nin,
     }
     kiln_einsum_eq eq;
     KILN_TRY(kiln_einsum_parse(equation, nin, ranks, &eq));
-    es_plan p;
-    KILN_TRY(es_plan_build(n, &eq, in, &p));
+    const int64_t *dims[KILN_EINSUM_MAX_INPUTS];
+    for (int k = 0; k < nin; k++) dims[k] = in[k]->dims;
+    kiln_einsum_plan p;
+    KILN_TRY(kiln_einsum_plan_build(n->op_type, &eq, dims, &p));
     KILN_TRY(kiln_tensor_alloc(out[0], in[0]->dtype, p.nout, p.out_size));
     int64_t onumel = kiln_tensor_numel(out[0]);
     if (onumel == 0) return KILN_OK;

@@ -13,6 +13,10 @@ extern const kiln_cuda_kernel kiln_cuda_kernels_matmul[];
 extern const kiln_cuda_kernel kiln_cuda_kernels_conv[];
 extern const kiln_cuda_kernel kiln_cuda_kernels_pool[];
 extern const kiln_cuda_kernel kiln_cuda_kernels_movement[];
+extern const kiln_cuda_kernel kiln_cuda_kernels_resize[];
+extern const kiln_cuda_kernel kiln_cuda_kernels_einsum[];
+extern const kiln_cuda_kernel kiln_cuda_kernels_generate[];
+extern const kiln_cuda_kernel kiln_cuda_kernels_lrn_hardmax[];
 extern const kiln_cuda_kernel kiln_cuda_kernels_fused_epilogue[];
 extern const kiln_cuda_kernel kiln_cuda_kernels_fused_chain[];
 extern const kiln_cuda_kernel kiln_cuda_kernels_fused_attention[];
@@ -20,6 +24,7 @@ extern const kiln_cuda_kernel kiln_cuda_kernels_fused_attention[];
 static const kiln_cuda_kernel *const g_families[] = {
     kiln_cuda_kernels_elementwise, kiln_cuda_kernels_reduce, kiln_cuda_kernels_norm, kiln_cuda_kernels_matmul,
     kiln_cuda_kernels_conv,        kiln_cuda_kernels_pool,   kiln_cuda_kernels_movement,
+    kiln_cuda_kernels_resize,      kiln_cuda_kernels_einsum, kiln_cuda_kernels_generate, kiln_cuda_kernels_lrn_hardmax,
     kiln_cuda_kernels_fused_epilogue, kiln_cuda_kernels_fused_chain, kiln_cuda_kernels_fused_attention,
 };
 

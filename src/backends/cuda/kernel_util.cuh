@@ -1,7 +1,7 @@
 /* kernel_util.cuh — helpers shared by the CUDA op-family kernels (elementwise*.cu, reduce.cu,
  * norm.cu): float32 views of the storage types, 16-byte vector access, warp/block reductions,
- * launch sizing for grid-stride loops, reading small host parameter tensors, and the dtype checks
- * their `supports` functions share. Everything is static inline: each .cu gets its own copy. */
+ * launch sizing for grid-stride loops, reading small host parameter tensors, fill-value bit patterns,
+ * and the dtype checks their `supports` functions share. Everything is static inline: each .cu gets its own copy. */
 #ifndef KILN_CUDA_KERNEL_UTIL_CUH
 #define KILN_CUDA_KERNEL_UTIL_CUH
 
@@ -9,8 +9,13 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+extern "C" {
+#include "core/half.h"
+}
 
 typedef __nv_bfloat16 bf16;
 
@@ -149,6 +154,26 @@ static inline kiln_status ku_host_ints(const kiln_node *n, const kiln_cuda_tenso
         out[i] = t->host_dtype == KILN_I64 ? ((const int64_t *)t->host)[i] : ((const int32_t *)t->host)[i];
     *count = (int)cnt;
     return KILN_OK;
+}
+
+/* The bit pattern of v stored as dtype t (floats rounded to nearest even, integers truncated toward
+ * zero like a C cast, bool v != 0), in the low kiln_dtype_size(t) bytes: a fill value for the
+ * dtype-generic kernels that move elements by their size. */
+static inline uint64_t ku_value_bits(kiln_dtype t, double v) {
+    uint64_t b = 0;
+    switch (t) {
+    case KILN_F32: { float f = (float)v; memcpy(&b, &f, 4); break; }
+    case KILN_F64: memcpy(&b, &v, 8); break;
+    case KILN_F16: b = kiln_f32_to_f16((float)v); break;
+    case KILN_BF16: b = kiln_f32_to_bf16((float)v); break;
+    case KILN_BOOL: b = v != 0.0; break;
+    default: {
+        int64_t s = isfinite(v) && fabs(v) < 9.2e18 ? (int64_t)v : 0;
+        size_t es = kiln_dtype_size(t);
+        b = es >= 8 ? (uint64_t)s : (uint64_t)s & ((UINT64_C(1) << (8 * es)) - 1);
+    }
+    }
+    return b;
 }
 
 /* outer = prod dims[0, axis), len = dims[axis], inner = prod dims(axis, ndim). */

@@ -25,6 +25,7 @@
  * of the node checks it (cublasLtMatmulAlgoCheck, the workspace, the algorithm's pointer alignment
  * needs) before running it, and asks the heuristic instead when it does not fit. */
 #include "backends/cuda/kernel_util.cuh"
+#include "backends/cuda/matmul.cuh"
 
 /* One (possibly strided-batched) row-major product D = alpha op(A) op(B) + beta C (+ bias), where
  * op(A) is M x K, op(B) is K x N, D and C are dense M x N, strides are in elements between batch
@@ -233,6 +234,27 @@ static kiln_status mm_run_batched(const kiln_node *n, kiln_cuda_ctx *ctx, const 
         KILN_TRY(mm_run_batched(n, ctx, &one));
     }
     return KILN_OK;
+}
+
+kiln_status kiln_cuda_matmul_batched(const kiln_node *n, kiln_cuda_ctx *ctx, kiln_dtype t, int64_t batch, int64_t M,
+                                     int64_t N, int64_t K, const void *a, bool ta, const void *b, bool tb, void *d) {
+    mm_call k;
+    memset(&k, 0, sizeof k);
+    k.dtype = t;
+    k.ta = ta;
+    k.tb = tb;
+    k.M = M;
+    k.N = N;
+    k.K = K;
+    k.batch = batch;
+    k.alpha = 1.0f;
+    k.a = a;
+    k.b = b;
+    k.d = d;
+    k.stride_a = M * K;
+    k.stride_b = K * N;
+    k.stride_d = M * N;
+    return mm_run_batched(n, ctx, &k);
 }
 
 /* ---------------------------------------------------------------------------------------------
