@@ -147,7 +147,7 @@ kiln_pb_err kiln_pb_next(kiln_pb *r, kiln_pb_field *f) {
     f->u = 0;
     f->data = (kiln_pb){t.p, t.p};
     const uint8_t *value_at = t.p;
-    uint32_t u32;
+    uint32_t u32 = 0;
     switch (f->wire) {
     case KILN_PB_VARINT: e = kiln_pb_read_varint(&t, &f->u); break;
     case KILN_PB_I64: e = kiln_pb_read_fixed64(&t, &f->u); break;
