@@ -291,7 +291,8 @@ int64_t kiln_attr_int(const kiln_node *n, const char *name, int64_t dflt) {
     const kiln_attr *a = kiln_node_attr(n, name);
     if (!a) return dflt;
     if (a->type == KILN_ATTR_INT) return a->i;
-    if (a->type == KILN_ATTR_FLOAT) return (int64_t)a->f;
+    /* a float where an int belongs: its value when int64 holds it, else (NaN, huge) the default */
+    if (a->type == KILN_ATTR_FLOAT && a->f >= -9.2e18f && a->f <= 9.2e18f) return (int64_t)a->f;
     return dflt;
 }
 
