@@ -4,6 +4,7 @@
 #include "core/json_read.h"
 
 #include "core/status.h"
+#include "core/utf8.h"
 #include "stats/report.h"
 
 #include <math.h>
@@ -66,27 +67,6 @@ static bool read_hex4(parser *p, unsigned *out) {
     return true;
 }
 
-/* Writes code point cp as UTF-8 at out; returns the byte count. */
-static size_t put_utf8(char *out, unsigned cp) {
-    if (cp < 0x80) { out[0] = (char)cp; return 1; }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12));
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18));
-    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 /* Parses a string literal (p->pos at the opening quote) into the string buffer. */
 static kiln_status parse_string(parser *p, const char **out, size_t *outlen) {
     p->pos++; /* opening quote */
@@ -122,7 +102,7 @@ static kiln_status parse_string(parser *p, const char **out, size_t *outlen) {
             } else if (cp >= 0xDC00 && cp < 0xE000) {
                 return fail(p, "lone low surrogate");
             }
-            n += put_utf8(dst + n, cp);
+            n += (size_t)kiln_utf8_put(cp, dst + n);
             break;
         }
         default: return fail(p, "unknown escape");
