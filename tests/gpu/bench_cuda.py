@@ -5,8 +5,8 @@ gpu_bench.py exports them (its functions, imported from beside this file) and bu
   - the GPU's ceilings once (`kiln bench --ceilings --target cuda`),
   - `kiln run --no-transfers` median latency (gpu_bench.py's kiln number),
   - `kiln bench --no-transfers` (median GPU compute and host latency, qps, items/s, the diagnosis),
-  - for batch-1 models also `--graph off` (the launch overhead CUDA graphs remove) and `--profile`
-    (the per-layer table must be timed on the device),
+  - for batch-1 models also `--graph off` (the launch overhead CUDA graphs remove),
+  - for every model `--profile` (the per-layer table, which must be timed on the device),
 and prints one table with the agreement ratio bench compute / run latency. Runs on the GPU host
 (scripts/gpu-run kbench); exits 77 (skipped) without a GPU, 1 when a kiln command fails or the two
 measurements disagree by more than 1.5x, else 0.
@@ -57,12 +57,12 @@ def measure(w, a, workdir):
         if w.batch == 1:
             off = kiln_bench(a.kiln, engine, os.path.join(workdir, f"{w.key}_nograph.json"), 1, "--no-transfers", "--graph", "off")
             res["graph_off_compute_ms"] = off["results"]["compute_ms"]["median"]
-            prof = kiln_bench(a.kiln, engine, os.path.join(workdir, f"{w.key}_profile.json"), 1, "--profile")
-            timed = [layer for layer in prof["layers"] if layer["time_ms"] is not None]
-            res["profiled_layers"] = len(timed)
-            res["h2d_ms"] = prof["results"]["h2d_ms"]["median"] if prof["results"]["h2d_ms"] else None
-            if not timed:
-                raise RuntimeError("kiln bench --profile timed no layer on the GPU")
+        prof = kiln_bench(a.kiln, engine, os.path.join(workdir, f"{w.key}_profile.json"), 1, "--profile")
+        timed = [layer for layer in prof["layers"] if layer["time_ms"] is not None]
+        res["profiled_layers"] = len(timed)
+        res["h2d_ms"] = prof["results"]["h2d_ms"]["median"] if prof["results"]["h2d_ms"] else None
+        if not timed:
+            raise RuntimeError("kiln bench --profile timed no layer on the GPU")
     finally:
         for f in os.listdir(workdir):  # engines and exports are large: keep the disk free
             if f.startswith(w.key) and not f.endswith(".json"):

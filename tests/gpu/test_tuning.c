@@ -186,8 +186,10 @@ static void check_model(const char *root, const model *m, const char *dir) {
     kiln_engine *e2 = build(path, m, 2, cache, &s2, &ms2);
     if (!cpu || !e0 || !e1 || !e2) goto done;
     EXPECT(s0.layers == 0 && s0.tactics_timed == 0, "%s: level 0 tuned %d layers", m->file, s0.layers);
-    EXPECT(s1.tuned > 0 && s1.tactics_timed > 0 && s1.cache_hits == 0, "%s: cold cache: %d of %d layers tuned, %d timed, "
-           "%d hits", m->file, s1.tuned, s1.layers, s1.tactics_timed, s1.cache_hits);
+    /* a cold cache still hits for a layer whose signature an earlier layer of the same build timed */
+    EXPECT(s1.tuned > 0 && s1.tactics_timed > 0 && s1.cache_misses > 0 && s1.cache_hits < s1.tuned,
+           "%s: cold cache: %d of %d layers tuned, %d timed, %d hits, %d misses", m->file, s1.tuned, s1.layers,
+           s1.tactics_timed, s1.cache_hits, s1.cache_misses);
     EXPECT(s2.tactics_timed == 0 && s2.cache_hits == s1.tuned && s2.tuned == s1.tuned, "%s: warm cache: %d tactics timed, "
            "%d hits (%d layers tuned the first time)", m->file, s2.tactics_timed, s2.cache_hits, s1.tuned);
     printf("%-44s level 0 build %7.1f ms | level 2, cold cache %7.1f ms (%d of %d layers tuned, %d tactics timed) | "
