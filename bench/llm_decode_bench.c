@@ -15,9 +15,11 @@
  * logits (final norm + lm_head), each timed between CUDA events with the launches queued before the
  * GPU starts; and the timed step minus their sum (metadata upload, launch overhead, gaps).
  *
- *   llm_decode_bench [--only gpt2,gpt2-xl,llama3-8b] [--gemv N] [--graphs 0|1] [--gemv-old]
+ *   llm_decode_bench [--only gpt2,gpt2-xl,llama3-8b] [--gemv N] [--graphs 0|1] [--gemv-old] [--attn-old]
  *                    [--no-autotune] [--breakdown | --no-breakdown]
- *   (N: gemv_max_tokens, default 8; --gemv-old: the warp-per-row GEMV kernel instead of split-K)
+ *   (N: gemv_max_tokens, default 8; --gemv-old: the warp-per-row GEMV kernel instead of split-K;
+ *   --attn-old: the previous decode attention kernels, for before/after; bench/llm_attn_bench.c times
+ *   the attention kernel alone)
  * Exits 77 ("skipped: no GPU (...)") without a GPU, 1 on an error. */
 #include "llm/llm_cuda.h"
 #include "llm/llm_random.h"
@@ -151,6 +153,7 @@ static int breakdown(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, seqs *s, kiln_llm_c
     const kiln_llm_cuda_probe keep = *pr;
     memset(pr, 0, sizeof *pr);
     pr->profile = true;
+    pr->legacy_attention = keep.legacy_attention;
     int rc = decode(g, kv, s, 0, PROFILE_STEPS, ms);
     pr->profile = false;
     if (rc == 0 && pr->steps > 0) {
@@ -228,7 +231,7 @@ static int run_batch(const bench_model *bm, kiln_llm_cuda *g, kiln_llm_cuda_prob
 
 int main(int argc, char **argv) {
     const char *only = NULL;
-    int gemv = 8, graphs = 1, gemv_old = 0, autotune = 1;
+    int gemv = 8, graphs = 1, gemv_old = 0, autotune = 1, attn_old = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             only = argv[++i];
@@ -238,6 +241,8 @@ int main(int argc, char **argv) {
             graphs = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--gemv-old")) {
             gemv_old = 1;
+        } else if (!strcmp(argv[i], "--attn-old")) {
+            attn_old = 1;
         } else if (!strcmp(argv[i], "--no-autotune")) {
             autotune = 0;
         } else if (!strcmp(argv[i], "--breakdown")) {
@@ -246,7 +251,7 @@ int main(int argc, char **argv) {
             g_breakdown = false;
         } else {
             fprintf(stderr, "usage: llm_decode_bench [--only gpt2,gpt2-xl,llama3-8b] [--gemv N] [--graphs 0|1] "
-                            "[--gemv-old] [--no-autotune] [--breakdown | --no-breakdown]\n");
+                            "[--gemv-old] [--attn-old] [--no-autotune] [--breakdown | --no-breakdown]\n");
             return 2;
         }
     }
@@ -256,8 +261,8 @@ int main(int argc, char **argv) {
         return 77;
     }
     printf("llm_decode_bench on %s, random weights, context %d + decode, gemv_max_tokens %d, %s GEMV, CUDA graphs %s, "
-           "cuBLASLt autotune %s\n", desc, PROMPT, gemv, gemv_old ? "warp-per-row" : "split-K", graphs ? "on" : "off",
-           autotune ? "on" : "off");
+           "cuBLASLt autotune %s, %s decode attention\n", desc, PROMPT, gemv, gemv_old ? "warp-per-row" : "split-K",
+           graphs ? "on" : "off", autotune ? "on" : "off", attn_old ? "previous" : "cp.async");
     printf("floor = weight bytes / %.1f TB/s per step; GB/s = weight bytes / median step time\n\n", HBM_TBPS);
     printf("%-10s %-5s %7s %5s %9s %-13s %11s %9s %9s %8s\n", "model", "dtype", "GB", "batch", "ms/step", "(p10-p90)",
            "tokens/s", "floor ms", "of floor", "GB/s");
@@ -285,9 +290,11 @@ int main(int argc, char **argv) {
             continue;
         }
         probe.eager = !graphs;
+        probe.legacy_attention = attn_old != 0;
         if (run_batch(&bm[i], g, &probe, 1, 10, 100, o.max_tokens)) rc = 1;
         memset(&probe, 0, sizeof probe);
         probe.eager = !graphs;
+        probe.legacy_attention = attn_old != 0;
         if (run_batch(&bm[i], g, &probe, 64, 5, 30, o.max_tokens)) rc = 1;
         kiln_llm_cuda_free(g);
     }

@@ -1,5 +1,6 @@
 /* cmd_generate.c — `kiln generate DIR|ENGINE --prompt TEXT`: loads a Hugging Face checkpoint and its
- * tokenizer (or an LLM engine built from one), runs one request through the scheduler (scheduler.h) on the CPU forward step, streams
+ * tokenizer (or an LLM engine built from one), runs one request through the scheduler (scheduler.h) on the CPU or CUDA
+ * forward step (llm_runner.h; on CUDA the tokens are sampled on the GPU unless KILN_LLM_HOST_SAMPLER=1), streams
  * the text to stdout as it is generated (whole UTF-8 characters only, and never a stop string or the
  * start of one), and prints a timing line to stderr. */
 #include "cli.h"
@@ -193,6 +194,16 @@ static kiln_status timed_forward(void *ctx, kiln_kv_cache *kv, const kiln_llm_ba
     return st;
 }
 
+/* The GPU sampler's call (--target cuda): it waits for the step, so its time counts as forward time. */
+static kiln_status timed_sample(void *ctx, int n_rows, const kiln_sched_sample_row *rows, float *host_logits,
+                                int32_t *tokens) {
+    gen_run *g = ctx;
+    double t = cli_now_ms();
+    kiln_status st = llm_runner_sample(g->runner, n_rows, rows, host_logits, tokens);
+    g->forward_ms += cli_now_ms() - t;
+    return st;
+}
+
 static void add_stop_id(gen_run *g, double id) {
     int vocab = kiln_llm_model_config(g->model)->vocab;
     if (id < 0 || id >= vocab || id != floor(id) || g->n_stop_ids == MAX_STOP_IDS) return;
@@ -289,8 +300,9 @@ static kiln_status setup(gen_run *g) {
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for %d tokens", g->a->max_tokens);
     KILN_TRY(make_runner_and_cache(g));
     const kiln_llm_config *c = kiln_llm_model_config(g->model);
-    kiln_scheduler_config sc = {.forward = timed_forward, .model = g, .kv = g->kv, .vocab = c->vocab,
-                                .max_model_len = c->max_pos, .max_num_seqs = 1};
+    kiln_scheduler_config sc = {.forward = timed_forward, .sample = llm_runner_sample_fn(g->runner) ? timed_sample : NULL,
+                                .model = g, .kv = g->kv, .vocab = c->vocab, .max_model_len = c->max_pos,
+                                .max_num_seqs = 1};
     return kiln_scheduler_create(&sc, &g->sched);
 }
 

@@ -134,7 +134,8 @@ static kiln_status run_batch(llm_runner *rn, const kiln_llm_config *c, const kil
     if (st == KILN_OK) st = alloc_samples(&sm, (size_t)bc->iterations * (size_t)batch, (size_t)bc->iterations);
     if (st == KILN_OK) st = llm_runner_make_cache(rn, batch * per_seq, BLOCK_SIZE, &kv);
     if (st == KILN_OK) {
-        kiln_scheduler_config sc = {.forward = llm_runner_forward, .model = rn, .kv = kv, .vocab = c->vocab,
+        kiln_scheduler_config sc = {.forward = llm_runner_forward, .sample = llm_runner_sample_fn(rn),
+                                    .model = rn, .kv = kv, .vocab = c->vocab,
                                     .max_model_len = c->max_pos, .max_num_batched_tokens = batch * bc->input_len,
                                     .max_num_seqs = batch};
         st = kiln_scheduler_create(&sc, &s);
@@ -256,7 +257,8 @@ static kiln_status run_saturated(llm_runner *rn, const kiln_llm_config *c, const
     out->kv_block_size = BLOCK_SIZE;
     if (st == KILN_OK) st = llm_runner_make_cache(rn, bc->concurrency * per_seq, BLOCK_SIZE, &kv);
     if (st == KILN_OK) {
-        kiln_scheduler_config sc = {.forward = llm_runner_forward, .model = rn, .kv = kv, .vocab = c->vocab,
+        kiln_scheduler_config sc = {.forward = llm_runner_forward, .sample = llm_runner_sample_fn(rn),
+                                    .model = rn, .kv = kv, .vocab = c->vocab,
                                     .max_model_len = c->max_pos, .max_num_batched_tokens = out->max_num_tokens,
                                     .max_num_seqs = bc->concurrency};
         st = kiln_scheduler_create(&sc, &s);

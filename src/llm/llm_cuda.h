@@ -56,6 +56,8 @@ typedef struct kiln_llm_cuda_probe {
     double enqueue_ms; /* out: host ms to check, stage and enqueue the step (launch overhead, no graph) */
     int graphs_captured, graph_replays; /* out: decode graphs made, steps run from one (any step) */
     char graph_error[200];              /* out: why the last failed capture failed ("" if none did) */
+    bool legacy_attention; /* in: decode attention by the previous kernel pair (split, then a reduction
+                            * launch) instead of the cp.async one; for before/after benchmarks */
 } kiln_llm_cuda_probe;
 
 /* device 0, max_tokens 2048, max_seqs 256, max_context 4096, gemv_max_tokens 8, use_graphs true,
@@ -113,6 +115,10 @@ kiln_status kiln_llm_cuda_forward(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const 
                                   int32_t *greedy);
 /* Device pointer to the last step's FP32 logits rows (valid until the next step), or NULL before any. */
 const float *kiln_llm_cuda_device_logits(const kiln_llm_cuda *g);
+/* Copies rows [row0, row0 + n_rows) of the last step's logits to host ([n_rows, vocab]) behind the
+ * step (which may have been only enqueued) and waits. KILN_ERR_INVALID_ARGUMENT when the step has no
+ * such rows; a failure of the step or the copy names the CUDA call. */
+kiln_status kiln_llm_cuda_copy_logits(kiln_llm_cuda *g, int row0, int n_rows, float *host);
 
 /* sampler.h's sampler on the GPU: scratch for up to max_rows rows of vocab logits at a time on one
  * device (about 16 bytes per row and token), and up to max_history distinct history tokens (prompt ∪

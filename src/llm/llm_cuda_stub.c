@@ -59,6 +59,10 @@ kiln_status kiln_llm_cuda_forward(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const 
 
 const float *kiln_llm_cuda_device_logits(const kiln_llm_cuda *g) { return NULL; }
 
+kiln_status kiln_llm_cuda_copy_logits(kiln_llm_cuda *g, int row0, int n_rows, float *host) {
+    return kiln_error(KILN_ERR_UNSUPPORTED, NO_CUDA);
+}
+
 kiln_status kiln_llm_cuda_sampler_create(int device, int vocab, int max_rows, int max_history,
                                          kiln_llm_cuda_sampler **out) {
     *out = NULL;

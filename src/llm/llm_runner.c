@@ -2,7 +2,9 @@
  * CPU one (kiln_llm_forward over a host KV cache) or llm_cuda.h's (a device KV cache). The scheduler hands out
  * blocks of a host kiln_kv_cache; on the GPU that cache is bookkeeping only (one float per token
  * slot), and each host block is mapped to a device block when a step first uses it and given back
- * once the scheduler has released it. */
+ * once the scheduler has released it. On CUDA the scheduler also samples on the GPU
+ * (llm_runner_sample over llm_cuda.h's sampler) unless KILN_LLM_HOST_SAMPLER=1: then every step's
+ * logits come to the host as on the CPU. */
 #include "llm/llm_runner.h"
 
 #include "core/status.h"
@@ -23,7 +25,35 @@ struct llm_runner {
     int32_t *table;         /* the remapped block table of one step */
     size_t table_cap;
     kiln_dtype dtype;
+    kiln_llm_cuda_sampler *sampler; /* target cuda, unless KILN_LLM_HOST_SAMPLER=1 */
+    kiln_llm_cuda_sample_row *srows; /* [max_rows] one sampler call's rows */
+    int32_t *stokens;                /* [max_rows] its tokens */
+    int max_rows;
+    kiln_sampling_params placeholder; /* greedy: the rows of a step that need no token */
 };
+
+#define MAX_HISTORY (1 << 22) /* most distinct history tokens of one GPU sampler call (32 MiB) */
+
+/* The GPU sampler for o's limits, unless the environment has KILN_LLM_HOST_SAMPLER=1. desc gets which. */
+static kiln_status make_sampler(llm_runner *r, const kiln_llm_cuda_options *o, char *desc, size_t cap) {
+    const char *env = getenv("KILN_LLM_HOST_SAMPLER");
+    size_t len = strlen(desc);
+    if (env && !strcmp(env, "1")) {
+        snprintf(desc + len, cap - len, "; sampling on the host (KILN_LLM_HOST_SAMPLER=1)");
+        return KILN_OK;
+    }
+    int per_row = o->max_context < r->cfg.vocab ? o->max_context : r->cfg.vocab;
+    int64_t hist = (int64_t)o->max_seqs * (per_row > 0 ? per_row : 1);
+    r->max_rows = o->max_seqs;
+    r->placeholder = kiln_sampling_defaults();
+    r->srows = malloc((size_t)r->max_rows * sizeof *r->srows);
+    r->stokens = malloc((size_t)r->max_rows * sizeof *r->stokens);
+    if (!r->srows || !r->stokens) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    KILN_TRY(kiln_llm_cuda_sampler_create(o->device, r->cfg.vocab, r->max_rows,
+                                          (int)(hist < MAX_HISTORY ? hist : MAX_HISTORY), &r->sampler));
+    snprintf(desc + len, cap - len, "; sampling on the GPU");
+    return KILN_OK;
+}
 
 /* The device check and the options of ro; 0 when ro->target is not cuda. */
 static kiln_status cuda_options(const llm_runner_options *ro, kiln_llm_cuda_options *o, char *dev, size_t cap) {
@@ -54,7 +84,7 @@ kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options 
     r->dtype = ro->bf16 ? KILN_BF16 : KILN_F16;
     KILN_TRY(kiln_llm_cuda_create(m, r->dtype, &o, &r->g));
     snprintf(desc, cap, "CUDA forward (%s): %s", r->dtype == KILN_BF16 ? "bf16" : "fp16", dev);
-    return KILN_OK;
+    return make_sampler(r, &o, desc, cap);
 }
 
 kiln_status llm_runner_create_random(const kiln_llm_config *c, uint64_t seed, const llm_runner_options *ro,
@@ -76,18 +106,21 @@ kiln_status llm_runner_create_random(const kiln_llm_config *c, uint64_t seed, co
     KILN_TRY(kiln_llm_cuda_create_random(c, r->dtype, &o, seed, &r->g));
     snprintf(desc, cap, "CUDA forward (%s), random weights made on the device: %s", r->dtype == KILN_BF16 ? "bf16" : "fp16",
              dev);
-    return KILN_OK;
+    return make_sampler(r, &o, desc, cap);
 }
 
 const kiln_llm_config *llm_runner_config(const llm_runner *r) { return &r->cfg; }
 
 void llm_runner_free(llm_runner *r) {
     if (!r) return;
+    kiln_llm_cuda_sampler_free(r->sampler);
     kiln_llm_cuda_kv_free(r->gkv);
     kiln_llm_cuda_free(r->g);
     kiln_llm_model_free(r->owned);
     free(r->map);
     free(r->table);
+    free(r->srows);
+    free(r->stokens);
     free(r);
 }
 
@@ -144,8 +177,41 @@ static kiln_status remap(llm_runner *r, kiln_kv_cache *kv, const kiln_llm_batch 
 
 kiln_status llm_runner_forward(void *ctx, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits) {
     llm_runner *r = ctx;
+    if (!r->g && !logits) return kiln_error(KILN_ERR_INTERNAL, "llm_runner_forward: the CPU forward needs a logits buffer");
     if (!r->g) return kiln_llm_forward(r->m, kv, b, logits);
     kiln_llm_batch db;
     KILN_TRY(remap(r, kv, b, &db));
     return kiln_llm_cuda_forward(r->g, r->gkv, &db, logits, NULL);
+}
+
+kiln_sample_fn llm_runner_sample_fn(const llm_runner *r) { return r->sampler ? llm_runner_sample : NULL; }
+
+kiln_status llm_runner_sample(void *ctx, int n_rows, const kiln_sched_sample_row *rows, float *host_logits,
+                              int32_t *tokens) {
+    llm_runner *r = ctx;
+    if (!r->sampler) return kiln_error(KILN_ERR_INTERNAL, "llm_runner_sample: the runner has no GPU sampler");
+    const int n = rows[n_rows - 1].row + 1; /* the step's logits rows 0 .. the last one asked */
+    int on_device = 0;
+    kiln_status st = n <= r->max_rows ? KILN_OK : KILN_ERR_INVALID_ARGUMENT;
+    for (int k = 0; st == KILN_OK && k < n; k++) r->srows[k] = (kiln_llm_cuda_sample_row){.params = &r->placeholder};
+    for (int i = 0; st == KILN_OK && i < n_rows; i++) {
+        const kiln_sched_sample_row *q = &rows[i];
+        if (q->params->logprobs) continue; /* the GPU sampler gives no log-probabilities */
+        r->srows[q->row] = (kiln_llm_cuda_sample_row){.params = q->params, .prompt = q->prompt, .generated = q->generated,
+                                                      .n_prompt = q->n_prompt, .n_generated = q->n_generated};
+        on_device++;
+    }
+    if (st == KILN_OK && on_device) st = kiln_llm_cuda_sample(r->sampler, r->g, NULL, n, r->srows, r->stokens);
+    int back = 0; /* rows handed back: the scheduler samples them on the host */
+    for (int i = 0; i < n_rows; i++) {
+        const bool dev = st == KILN_OK && !rows[i].params->logprobs;
+        tokens[i] = dev ? r->stokens[rows[i].row] : -1;
+        back += !dev;
+    }
+    const size_t vocab = (size_t)r->cfg.vocab;
+    if (back == n_rows) /* one copy of the rows from the first asked on */
+        return kiln_llm_cuda_copy_logits(r->g, rows[0].row, n - rows[0].row, host_logits + (size_t)rows[0].row * vocab);
+    for (int i = 0; back && i < n_rows; i++)
+        if (tokens[i] < 0) KILN_TRY(kiln_llm_cuda_copy_logits(r->g, rows[i].row, 1, host_logits + (size_t)rows[i].row * vocab));
+    return KILN_OK;
 }

@@ -1,10 +1,12 @@
 /* llm_runner.h — the forward step that the scheduler (scheduler.h) is driven with, on the CPU or on
- * CUDA, behind one kiln_forward_fn: kiln generate and kiln bench --llm choose it with --target. */
+ * CUDA, behind one kiln_forward_fn (and, on CUDA, the GPU sampler behind one kiln_sample_fn): kiln
+ * generate and kiln bench --llm choose it with --target. */
 #ifndef KILN_LLM_RUNNER_H
 #define KILN_LLM_RUNNER_H
 
 #include "llm/kv_cache.h"
 #include "llm/llm.h"
+#include "llm/scheduler.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -41,7 +43,20 @@ const kiln_llm_config *llm_runner_config(const llm_runner *r);
  * replaces the previous one, of n_blocks blocks when 90% of the device's free memory holds them, else
  * of as many as it holds: the scheduler then preempts). The caller frees *kv before the runner. */
 kiln_status llm_runner_make_cache(llm_runner *r, int n_blocks, int block_size, kiln_kv_cache **kv);
-/* kiln_forward_fn over the runner (ctx). */
+/* kiln_forward_fn over the runner (ctx). On CUDA, logits == NULL only enqueues the step (its logits
+ * stay on the device for llm_runner_sample). */
 kiln_status llm_runner_forward(void *ctx, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits);
+/* The scheduler's kiln_scheduler_config.sample for r: llm_runner_sample on CUDA, NULL (the logits come
+ * to the host and the scheduler samples there) on the CPU or when the environment has
+ * KILN_LLM_HOST_SAMPLER=1 (read when r was created; for A/B comparisons). */
+kiln_sample_fn llm_runner_sample_fn(const llm_runner *r);
+/* kiln_sample_fn over the runner (ctx) after llm_runner_forward(logits NULL): llm_cuda.h's GPU sampler
+ * on the step's device logits, one kernel launch for rows 0 .. the last one asked (rows not asked: a
+ * greedy placeholder), and only the tokens come back. Rows asking for logprobs are handed back (their
+ * logits copied to host_logits). When the GPU sampler refuses the call (a NaN or +inf logit, more
+ * history than it holds) every row is handed back, so that the host sampler's per-request errors and
+ * tokens are the outcome. Fails only when the step's logits cannot be read (a CUDA error). */
+kiln_status llm_runner_sample(void *ctx, int n_rows, const kiln_sched_sample_row *rows, float *host_logits,
+                              int32_t *tokens);
 
 #endif

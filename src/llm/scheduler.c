@@ -65,8 +65,10 @@ kiln_status kiln_scheduler_create(const kiln_scheduler_config *cfg, kiln_schedul
     s->block_table = malloc(seqs * (size_t)s->max_blocks_per_seq * sizeof *s->block_table);
     s->logits = malloc(seqs * (size_t)c.vocab * sizeof *s->logits);
     s->events = malloc(seqs * sizeof *s->events);
+    s->rows = malloc(seqs * sizeof *s->rows);
+    s->sampled = malloc(seqs * sizeof *s->sampled);
     if (!s->running || !s->batch || !s->tokens || !s->positions || !s->seq_start || !s->ctx_len || !s->block_table ||
-        !s->logits || !s->events) {
+        !s->logits || !s->events || !s->rows || !s->sampled) {
         kiln_scheduler_free(s);
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "scheduler: cannot allocate the buffers of %d sequences x %d tokens",
                           c.max_num_seqs, c.vocab);
@@ -109,6 +111,8 @@ void kiln_scheduler_free(kiln_scheduler *s) {
     free(s->ctx_len);
     free(s->block_table);
     free(s->logits);
+    free(s->rows);
+    free(s->sampled);
     free(s);
 }
 

@@ -6,7 +6,8 @@
  * none is free, the most recently admitted sequence is preempted by recomputation: its blocks are
  * freed and it returns to the front of the waiting queue with the tokens it generated, so its next
  * prefill covers prompt + generated. After the forward step every sequence whose context is complete
- * is sampled (sampler.h) and the step reports events: a token, and the end of a request with its
+ * is sampled (sampler.h; on the host, or where the forward ran through kiln_sample_fn) and the step
+ * reports events: a token, and the end of a request with its
  * reason. No request is ever lost: each one ends with exactly one final event.
  *
  * Not thread-safe: one thread calls step, add and finish. */
@@ -29,9 +30,32 @@ extern "C" {
  * [n_seqs, vocab]); a function pointer so that tests can run the scheduler on a fake model. */
 typedef kiln_status (*kiln_forward_fn)(void *model, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits);
 
+/* A sequence of the last forward step that needs its next token: its logits row and
+ * kiln_sample_next's arguments (valid during the kiln_sample_fn call). */
+typedef struct kiln_sched_sample_row {
+    int row;                             /* the sequence's index in the step's batch = its logits row */
+    const kiln_sampling_params *params;  /* the request's; the draw's stream position is n_generated */
+    const int32_t *prompt, *generated;   /* the history for the penalties */
+    int n_prompt, n_generated;
+} kiln_sched_sample_row;
+
+/* Sampling where the forward ran (a GPU), so that only tokens cross to the host. With a sample
+ * function set, the scheduler calls forward with logits == NULL (the step's logits stay where the
+ * forward made them, and the forward may return before they are computed), then sample once per step
+ * with the n_rows >= 1 rows of the batch that need a token, in batch order (rows[i].row increasing).
+ * For each row i the function either sets tokens[i] to the token kiln_sample_next gives for that row,
+ * bit for bit, or sets tokens[i] = -1 and copies the row's vocab logits to host_logits +
+ * rows[i].row * vocab, and the scheduler samples that row on the host as without a sample function.
+ * It must hand back every row whose params ask for logprobs (only tokens come back), and should hand
+ * back the rows it cannot sample (a NaN logit: the host sampler then ends that request alone).
+ * A failure return means the step is lost: every request of the batch ends with its message. */
+typedef kiln_status (*kiln_sample_fn)(void *model, int n_rows, const kiln_sched_sample_row *rows, float *host_logits,
+                                      int32_t *tokens);
+
 typedef struct kiln_scheduler_config {
     kiln_forward_fn forward;    /* required */
-    void *model;                /* passed to forward */
+    kiln_sample_fn sample;      /* NULL: forward returns logits to the host and the host samples */
+    void *model;                /* passed to forward and sample */
     kiln_kv_cache *kv;          /* borrowed, and used by this scheduler alone; its block_size is the page size */
     int vocab;                  /* logits per sequence */
     int max_model_len;          /* a sequence's context limit (prompt + generated), e.g. the model's max_pos */
@@ -98,8 +122,8 @@ kiln_status kiln_scheduler_finish(kiln_scheduler *s, uint64_t id, kiln_finish_re
 
 /* Runs one step (or none, when nothing can run) and returns its events in *events[0, *n_events),
  * valid until the next step: the final events of requests ended since the last step, then one event
- * per sampled sequence. A failed forward step ends every request of its batch with a
- * KILN_FINISH_ERROR event carrying the message, and returns the forward's status (the events are
+ * per sampled sequence. A failed forward step (or sample function) ends every request of its batch
+ * with a KILN_FINISH_ERROR event carrying the message, and returns that status (the events are
  * still returned); other requests go on at the next step. A sampling error (a NaN logit) ends that
  * request alone the same way. */
 kiln_status kiln_scheduler_step(kiln_scheduler *s, const kiln_sched_event **events, int *n_events);

@@ -47,7 +47,9 @@ struct kiln_scheduler {
     int32_t *tokens, *positions;  /* [max_num_batched_tokens] */
     int32_t *seq_start, *ctx_len; /* [max_num_seqs + 1], [max_num_seqs] */
     int32_t *block_table;         /* [max_num_seqs * max_blocks_per_seq] */
-    float *logits;                /* [max_num_seqs * vocab] */
+    float *logits;                /* [max_num_seqs * vocab]: every row, or those a sample function hands back */
+    kiln_sched_sample_row *rows;  /* [max_num_seqs] the rows given to the sample function */
+    int32_t *sampled;             /* [max_num_seqs] its tokens (-1: sample on the host) */
 };
 
 /* Frees r's memory (not its blocks); accepts NULL. */

@@ -1,11 +1,13 @@
 /* scheduler_step.c — one scheduler step: build the batch (decodes, then prefill chunks of running
  * sequences, then admissions from the waiting queue), take KV blocks as sequences grow and preempt by
  * recomputation when none are left, run the forward step, sample every sequence whose context is
- * complete, and end the ones that reached a stop token or their length. */
+ * complete (on the host, or through the config's sample function where the forward ran), and end the
+ * ones that reached a stop token or their length (stop tokens are checked here, on the host). */
 #include "llm/scheduler_internal.h"
 
 #include "core/status.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static int min_int(int a, int b) { return a < b ? a : b; }
@@ -128,7 +130,15 @@ static kiln_finish_reason stop_reason(const sched_req *r, int32_t token) {
     return r->n_tokens == r->max_total ? KILN_FINISH_LENGTH : KILN_FINISH_NONE;
 }
 
-/* Samples r's next token from its logits row, appends it and reports it. */
+/* Appends r's new token and reports it, ending r at a stop token or its length. */
+static void accept_token(kiln_scheduler *s, sched_req *r, const kiln_sample *smp) {
+    r->tokens[r->n_tokens++] = smp->token;
+    kiln_finish_reason why = stop_reason(r, smp->token);
+    if (why != KILN_FINISH_NONE) sched_end(s, r, NULL);
+    s->events[s->n_events++] = sched_event(r, smp, why);
+}
+
+/* Samples r's next token from its logits row on the host, appends it and reports it. */
 static void sample_one(kiln_scheduler *s, sched_req *r, const float *logits) {
     kiln_sample smp;
     const int32_t *gen = r->tokens + r->n_prompt;
@@ -139,10 +149,36 @@ static void sample_one(kiln_scheduler *s, sched_req *r, const float *logits) {
         s->events[s->n_events++] = sched_event(r, NULL, KILN_FINISH_ERROR);
         return;
     }
-    r->tokens[r->n_tokens++] = smp.token;
-    kiln_finish_reason why = stop_reason(r, smp.token);
-    if (why != KILN_FINISH_NONE) sched_end(s, r, NULL);
-    s->events[s->n_events++] = sched_event(r, &smp, why);
+    accept_token(s, r, &smp);
+}
+
+/* r's token from the sample function (tokens < 0 were handed back: sampled on the host from row). */
+static void take_token(kiln_scheduler *s, sched_req *r, int32_t token, const float *row) {
+    if (token < 0 || r->sampling.logprobs) {
+        sample_one(s, r, row);
+    } else if (token >= s->cfg.vocab) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "scheduler: the sample function gave token %d, outside the vocabulary of %d", token,
+                 s->cfg.vocab);
+        sched_end(s, r, msg);
+        s->events[s->n_events++] = sched_event(r, NULL, KILN_FINISH_ERROR);
+    } else {
+        kiln_sample smp = {.token = token};
+        accept_token(s, r, &smp);
+    }
+}
+
+/* The sample function's rows: the batch's sequences whose context is complete after the step. */
+static int rows_to_sample(kiln_scheduler *s) {
+    int n = 0;
+    for (int k = 0; k < s->n_batch; k++) {
+        const sched_req *r = s->batch[k];
+        if (r->n_computed + r->chunk != r->n_tokens) continue;
+        s->rows[n++] = (kiln_sched_sample_row){.row = k, .params = &r->sampling, .prompt = r->tokens,
+                                               .n_prompt = r->n_prompt, .generated = r->tokens + r->n_prompt,
+                                               .n_generated = r->n_tokens - r->n_prompt};
+    }
+    return n;
 }
 
 /* Drops the sequences that ended in this step from the running list. */
@@ -153,11 +189,18 @@ static void remove_ended(kiln_scheduler *s) {
     s->n_running = m;
 }
 
+/* The forward step, then sampling: on the host from s->logits, or by the sample function (the rows it
+ * hands back on the host). */
 static kiln_status run_batch(kiln_scheduler *s) {
     kiln_llm_batch b = pack_batch(s);
-    kiln_status st = s->cfg.forward(s->cfg.model, s->cfg.kv, &b, s->logits);
+    const bool on_device = s->cfg.sample != NULL;
+    kiln_status st = s->cfg.forward(s->cfg.model, s->cfg.kv, &b, on_device ? NULL : s->logits);
     s->steps++;
-    for (int k = 0; k < s->n_batch; k++) {
+    if (st == KILN_OK && on_device) {
+        int n_rows = rows_to_sample(s);
+        if (n_rows) st = s->cfg.sample(s->cfg.model, n_rows, s->rows, s->logits, s->sampled);
+    }
+    for (int k = 0, i = 0; k < s->n_batch; k++) {
         sched_req *r = s->batch[k];
         int chunk = r->chunk;
         r->chunk = 0;
@@ -167,7 +210,10 @@ static kiln_status run_batch(kiln_scheduler *s) {
             continue;
         }
         r->n_computed += chunk;
-        if (r->n_computed == r->n_tokens) sample_one(s, r, s->logits + (size_t)k * s->cfg.vocab);
+        if (r->n_computed != r->n_tokens) continue;
+        const float *row = s->logits + (size_t)k * s->cfg.vocab;
+        if (on_device) take_token(s, r, s->sampled[i++], row);
+        else sample_one(s, r, row);
     }
     remove_ended(s);
     return st;

@@ -1,7 +1,9 @@
 /* test_llm_cuda.c — the LLM forward on CUDA (src/llm/cuda/, llm_cuda.h) against the CPU forward (the
  * oracle, itself tested against transformers) on tiny random models: GPT-2 (head_dim 64, tied
  * embeddings, odd vocabulary), Llama with head_dim 128, 2 query heads per KV head and dynamic NTK RoPE,
- * and Llama with head_dim 64, 4 query heads per KV head and Llama 3 RoPE.
+ * Llama with head_dim 64, 4 query heads per KV head and Llama 3 RoPE, and Llama with head_dim 128 and
+ * 8 query heads per KV head. First, the decode attention kernel alone against a CPU attention
+ * (test_decode_kernel below: splits, GQA 1-8, hd 64/128, batches 1/3/33, graph replays).
  *
  * Every model runs the same schedule on both: three sequences (prompts of 37, 5 and 150 tokens) in
  * scrambled cache blocks of 16 tokens; step 0 prefills the first two whole and the third's first 64
@@ -22,6 +24,10 @@
 #include "llm/llm.h"
 #include "llm/llm_cuda.h"
 #include "llm/llm_random.h"
+#ifdef KILN_HAVE_CUDA
+#include "core/half.h"
+#include "llm/cuda/llm_cuda_internal.h" /* the decode attention launcher, tested alone */
+#endif
 
 #include <math.h>
 #include <stdio.h>
@@ -267,6 +273,291 @@ done:
     return 0;
 }
 
+/* ---------------------------------------------------------------- the decode attention kernel alone */
+
+#ifdef KILN_HAVE_CUDA
+/* llmc_decode_attention (src/llm/cuda/llm_cuda_attn.cu) against a double-precision CPU attention over
+ * the same 16-bit values: head_dim 64 and 128, GQA groups 1, 3, 4 and 8, batches 1, 3 and 33, contexts
+ * of 1..max_ctx that are mostly not multiples of the cache's 16-token blocks, scrambled blocks, and
+ * keys per split from the heuristic (with the device's SMs and with 8 SMs), forced small (16 or 48
+ * keys: more splits than tiles, a split ending inside a tile) and forced to one split; the previous
+ * kernels too. Then a CUDA graph captured once is replayed while the contexts grow inside the bucket
+ * (as decode steps do), and the split counters must be back at zero. */
+
+#define KT_BS 16
+#define KT_CTX 1024 /* the bucket: longest context */
+
+typedef struct kt_shape {
+    int hd, n_head, n_kv;
+} kt_shape;
+
+static float kt_to_f(uint16_t v, kiln_dtype dt) { return dt == KILN_F16 ? kiln_f16_to_f32(v) : kiln_bf16_to_f32(v); }
+static uint16_t kt_from_f(float v, kiln_dtype dt) { return dt == KILN_F16 ? kiln_f32_to_f16(v) : kiln_f32_to_bf16(v); }
+
+/* max |gpu - cpu| / max |cpu| over every sequence and head. */
+static double kt_compare(const kt_shape *sh, kiln_dtype dt, int n_seqs, const int32_t *ctx, const int32_t *table,
+                         int table_stride, const float *q, int ldq, const float *kc, const float *vc,
+                         const uint16_t *out, int ldo) {
+    const int hd = sh->hd, group = sh->n_head / sh->n_kv;
+    double mx = 0, diff = 0;
+    double *sc = malloc((size_t)KT_CTX * sizeof *sc), *acc = malloc((size_t)hd * sizeof *acc);
+    for (int s = 0; s < n_seqs; s++)
+        for (int h = 0; h < sh->n_head; h++) {
+            const int g = h / group;
+            double m = -INFINITY, l = 0;
+            for (int j = 0; j < ctx[s]; j++) {
+                const size_t row = ((size_t)table[s * table_stride + j / KT_BS] * sh->n_kv + g) * KT_BS + j % KT_BS;
+                double d = 0;
+                for (int e = 0; e < hd; e++)
+                    d += (double)q[(size_t)s * ldq + (size_t)h * hd + e] * kc[row * hd + e];
+                sc[j] = d / sqrt((double)hd);
+                m = fmax(m, sc[j]);
+            }
+            for (int e = 0; e < hd; e++) acc[e] = 0;
+            for (int j = 0; j < ctx[s]; j++) {
+                const size_t row = ((size_t)table[s * table_stride + j / KT_BS] * sh->n_kv + g) * KT_BS + j % KT_BS;
+                const double p = exp(sc[j] - m);
+                l += p;
+                for (int e = 0; e < hd; e++) acc[e] += p * vc[row * hd + e];
+            }
+            for (int e = 0; e < hd; e++) {
+                const double ref = acc[e] / l, got = kt_to_f(out[(size_t)s * ldo + (size_t)h * hd + e], dt);
+                mx = fmax(mx, fabs(ref));
+                const double dd = fabs(got - ref);
+                diff = isnan(dd) ? INFINITY : fmax(diff, dd);
+            }
+        }
+    free(sc);
+    free(acc);
+    return diff / (mx > 0 ? mx : 1);
+}
+
+#define KT_CUDA(call)                                                                              \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            EXPECT(0, "%s: %s", #call, cudaGetErrorString(e_));                                    \
+            goto done;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+static void test_decode_kernel(void) {
+    static const kt_shape shapes[] = {{64, 4, 4}, {64, 6, 2}, {64, 16, 2}, {128, 2, 2}, {128, 8, 2}, {128, 8, 1}};
+    static const int batches[] = {1, 3, 33};
+    const int n_shapes = (int)(sizeof shapes / sizeof shapes[0]), max_seqs = 33, split_cap = 64;
+    const int table_stride = KT_CTX / KT_BS, n_blocks = max_seqs * table_stride;
+    int sm = 0, dev_sm = 0;
+    if (cudaDeviceGetAttribute(&dev_sm, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) dev_sm = 132;
+    cudaStream_t stream = NULL;
+    void *d_q = NULL, *d_out = NULL, *d_k = NULL, *d_v = NULL;
+    int32_t *d_ctx = NULL, *d_table = NULL;
+    float *d_part = NULL;
+    unsigned *d_count = NULL;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    const size_t kv_elems = (size_t)n_blocks * 2 * KT_BS * 128; /* the largest n_kv * hd: 2 * 128 */
+    const size_t q_elems = (size_t)max_seqs * 24 * 128, out_elems = (size_t)max_seqs * 16 * 128;
+    uint16_t *kc = malloc(kv_elems * 2), *vc = malloc(kv_elems * 2), *q = malloc(q_elems * 2), *out = malloc(out_elems * 2);
+    float *kf = malloc(kv_elems * 4), *vf = malloc(kv_elems * 4), *qf = malloc(q_elems * 4); /* the same values */
+    int32_t *table = malloc((size_t)n_blocks * 4), ctx[33];
+    unsigned counts[33 * 4]; /* [seq][n_kv <= 4] */
+    if (!kc || !vc || !q || !out || !table || !kf || !vf || !qf) {
+        EXPECT(0, "out of memory");
+        goto done;
+    }
+    KT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    KT_CUDA(cudaMalloc(&d_q, q_elems * 2));
+    KT_CUDA(cudaMalloc(&d_out, out_elems * 2));
+    KT_CUDA(cudaMalloc(&d_k, kv_elems * 2));
+    KT_CUDA(cudaMalloc(&d_v, kv_elems * 2));
+    KT_CUDA(cudaMalloc((void **)&d_ctx, max_seqs * 4));
+    KT_CUDA(cudaMalloc((void **)&d_table, (size_t)n_blocks * 4));
+    KT_CUDA(cudaMalloc((void **)&d_part, (size_t)max_seqs * 16 * split_cap * (128 + 2) * 4));
+    KT_CUDA(cudaMalloc((void **)&d_count, sizeof counts));
+    KT_CUDA(cudaMemset(d_count, 0, sizeof counts));
+    /* scrambled blocks: sequence s, block b -> a permutation of 0..n_blocks-1 */
+    for (int i = 0; i < n_blocks; i++) table[i] = i;
+    uint32_t rng = 4242;
+    for (int i = n_blocks - 1; i > 0; i--) {
+        rng = rng * 1664525u + 1013904223u;
+        const int j = (int)((rng >> 8) % (uint32_t)(i + 1)), t = table[i];
+        table[i] = table[j];
+        table[j] = t;
+    }
+    KT_CUDA(cudaMemcpy(d_table, table, (size_t)n_blocks * 4, cudaMemcpyHostToDevice));
+    printf("%-22s %-5s %5s %-26s %10s %s\n", "decode kernel: shape", "dtype", "batch", "keys per split", "max rel err",
+           "result");
+    for (int di = 0; di < 2; di++) {
+        const kiln_dtype dt = di ? KILN_BF16 : KILN_F16;
+        const double tol = di ? 2e-2 : 5e-3;
+        for (size_t i = 0; i < kv_elems; i++) {
+            rng = rng * 1664525u + 1013904223u;
+            kc[i] = kt_from_f((float)((rng >> 8) & 0xffff) / 32768.0f - 1.0f, dt);
+            rng = rng * 1664525u + 1013904223u;
+            vc[i] = kt_from_f((float)((rng >> 8) & 0xffff) / 32768.0f - 1.0f, dt);
+            kf[i] = kt_to_f(kc[i], dt);
+            vf[i] = kt_to_f(vc[i], dt);
+        }
+        for (size_t i = 0; i < q_elems; i++) {
+            rng = rng * 1664525u + 1013904223u;
+            q[i] = kt_from_f(3.0f * ((float)((rng >> 8) & 0xffff) / 32768.0f - 1.0f), dt);
+            qf[i] = kt_to_f(q[i], dt);
+        }
+        KT_CUDA(cudaMemcpy(d_k, kc, kv_elems * 2, cudaMemcpyHostToDevice));
+        KT_CUDA(cudaMemcpy(d_v, vc, kv_elems * 2, cudaMemcpyHostToDevice));
+        KT_CUDA(cudaMemcpy(d_q, q, q_elems * 2, cudaMemcpyHostToDevice));
+        for (int si = 0; si < n_shapes; si++) {
+            const kt_shape *sh = &shapes[si];
+            const int ldq = (sh->n_head + 2 * sh->n_kv) * sh->hd, ldo = sh->n_head * sh->hd;
+            for (int bi = 0; bi < 3; bi++) {
+                const int b = batches[bi];
+                /* contexts: 1, block edges +- 1, the bucket itself, and random lengths */
+                static const int fixed[] = {KT_CTX, 1, 17, 15, 129, 255, 33, 1000, 64, 513};
+                for (int s = 0; s < b; s++) {
+                    rng = rng * 1664525u + 1013904223u;
+                    ctx[s] = s < 10 ? fixed[(s + si + bi) % 10] : 1 + (int)((rng >> 8) % KT_CTX);
+                }
+                if (b == 1) ctx[0] = si % 2 ? 1000 : 777;
+                KT_CUDA(cudaMemcpy(d_ctx, ctx, (size_t)b * 4, cudaMemcpyHostToDevice));
+                /* keys per split: heuristic (device SMs, 8 SMs), 16, 48, one split; the previous kernels */
+                const int variants = 6;
+                for (int vi = 0; vi < variants; vi++) {
+                    llmc_decode_attn a;
+                    memset(&a, 0, sizeof a);
+                    a.dtype = dt;
+                    a.head_dim = sh->hd;
+                    a.n_head = sh->n_head;
+                    a.n_kv_head = sh->n_kv;
+                    a.n_seqs = b;
+                    a.block_size = KT_BS;
+                    a.max_ctx = KT_CTX;
+                    a.q = d_q;
+                    a.ldq = ldq;
+                    a.out = d_out;
+                    a.ldo = ldo;
+                    a.ctx_len = d_ctx;
+                    a.table = d_table;
+                    a.table_stride = table_stride;
+                    a.kc = d_k;
+                    a.vc = d_v;
+                    a.part = d_part;
+                    a.split_cap = split_cap;
+                    a.count = d_count;
+                    sm = vi == 1 ? 8 : dev_sm;
+                    a.sm_count = sm;
+                    a.part_keys = vi == 2 ? 16 : vi == 3 ? 48 : vi == 4 ? KT_CTX : 0;
+                    a.legacy = vi == 5;
+                    if (a.legacy) a.split_cap = KT_CTX / 128; /* its partials: [seq][head][split_cap][hd + 2] */
+                    const int part = a.part_keys ? a.part_keys
+                                     : a.legacy ? 0
+                                                : llmc_decode_part(sh->hd, b, sh->n_kv, KT_CTX, sm, split_cap);
+                    KT_CUDA(cudaMemsetAsync(d_out, 0xff, out_elems * 2, stream)); /* NaN poison */
+                    const kiln_status st = llmc_decode_attention(&a, stream);
+                    EXPECT(st == KILN_OK, "decode attention: %s", kiln_last_error());
+                    KT_CUDA(cudaStreamSynchronize(stream));
+                    KT_CUDA(cudaMemcpy(out, d_out, (size_t)b * ldo * 2, cudaMemcpyDeviceToHost));
+                    const double err = kt_compare(sh, dt, b, ctx, table, table_stride, qf, ldq, kf, vf, out, ldo);
+                    char what[40], name[32];
+                    if (a.legacy)
+                        snprintf(what, sizeof what, "previous kernels");
+                    else
+                        snprintf(what, sizeof what, "%d (%d splits%s)", part, (KT_CTX + part - 1) / part,
+                                 vi == 0 ? ", auto" : vi == 1 ? ", auto 8 SMs" : "");
+                    snprintf(name, sizeof name, "hd %d, %d/%d heads", sh->hd, sh->n_head, sh->n_kv);
+                    const bool ok = st == KILN_OK && err <= tol;
+                    if (!ok || vi == 0 || bi == 2)
+                        printf("%-22s %-5s %5d %-26s %10.2e %s\n", name, di ? "bf16" : "fp16", b, what, err,
+                               ok ? "ok" : "FAIL");
+                    EXPECT(ok, "decode kernel %s %s batch %d, keys per split %s: max rel err %.3e (tol %.0e)", name,
+                           di ? "bf16" : "fp16", b, what, err, tol);
+                }
+                KT_CUDA(cudaMemcpy(counts, d_count, sizeof counts, cudaMemcpyDeviceToHost));
+                for (int i = 0; i < 33 * 4; i++) EXPECT(counts[i] == 0, "split counter %d left at %u", i, counts[i]);
+            }
+        }
+        /* a graph captured once (batch 33, GQA 4 hd 128, several splits), replayed as contexts grow */
+        {
+            const kt_shape *sh = &shapes[4];
+            const int b = 33, ldq = (sh->n_head + 2 * sh->n_kv) * sh->hd, ldo = sh->n_head * sh->hd;
+            llmc_decode_attn a;
+            memset(&a, 0, sizeof a);
+            a.dtype = dt;
+            a.head_dim = sh->hd;
+            a.n_head = sh->n_head;
+            a.n_kv_head = sh->n_kv;
+            a.n_seqs = b;
+            a.block_size = KT_BS;
+            a.max_ctx = KT_CTX;
+            a.q = d_q;
+            a.ldq = ldq;
+            a.out = d_out;
+            a.ldo = ldo;
+            a.ctx_len = d_ctx;
+            a.table = d_table;
+            a.table_stride = table_stride;
+            a.kc = d_k;
+            a.vc = d_v;
+            a.part = d_part;
+            a.split_cap = split_cap;
+            a.count = d_count;
+            a.sm_count = dev_sm;
+            a.part_keys = 128; /* 8 splits */
+            for (int s = 0; s < b; s++) ctx[s] = 500 + 13 * s;
+            KT_CUDA(cudaMemcpy(d_ctx, ctx, (size_t)b * 4, cudaMemcpyHostToDevice));
+            EXPECT(llmc_decode_attention(&a, stream) == KILN_OK, "eager: %s", kiln_last_error()); /* opts in */
+            KT_CUDA(cudaStreamSynchronize(stream));
+            KT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+            const kiln_status st = llmc_decode_attention(&a, stream);
+            KT_CUDA(cudaStreamEndCapture(stream, &graph));
+            EXPECT(st == KILN_OK, "capture: %s", kiln_last_error());
+            KT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+            double worst = 0;
+            for (int rep = 0; rep < 4; rep++) {
+                for (int s = 0; s < b; s++) ctx[s] = 500 + 13 * s + rep * 5 > KT_CTX ? KT_CTX : 500 + 13 * s + rep * 5;
+                KT_CUDA(cudaMemcpyAsync(d_ctx, ctx, (size_t)b * 4, cudaMemcpyHostToDevice, stream));
+                KT_CUDA(cudaMemsetAsync(d_out, 0xff, out_elems * 2, stream));
+                KT_CUDA(cudaGraphLaunch(exec, stream));
+                KT_CUDA(cudaStreamSynchronize(stream));
+                KT_CUDA(cudaMemcpy(out, d_out, (size_t)b * ldo * 2, cudaMemcpyDeviceToHost));
+                worst = fmax(worst, kt_compare(sh, dt, b, ctx, table, table_stride, qf, ldq, kf, vf, out, ldo));
+            }
+            KT_CUDA(cudaMemcpy(counts, d_count, sizeof counts, cudaMemcpyDeviceToHost));
+            bool zero = true;
+            for (int i = 0; i < 33 * 4; i++) zero = zero && counts[i] == 0;
+            printf("%-22s %-5s %5d %-26s %10.2e %s\n", "graph, growing ctx", di ? "bf16" : "fp16", b,
+                   "128 (8 splits), 4 replays", worst, worst <= tol && zero ? "ok" : "FAIL");
+            EXPECT(worst <= tol && zero, "graph replays: max rel err %.3e (tol %.0e), counters %s", worst, tol,
+                   zero ? "zero" : "not zero");
+            cudaGraphExecDestroy(exec);
+            cudaGraphDestroy(graph);
+            exec = NULL;
+            graph = NULL;
+        }
+    }
+    printf("\n");
+done:
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    cudaFree(d_q);
+    cudaFree(d_out);
+    cudaFree(d_k);
+    cudaFree(d_v);
+    cudaFree(d_ctx);
+    cudaFree(d_table);
+    cudaFree(d_part);
+    cudaFree(d_count);
+    if (stream) cudaStreamDestroy(stream);
+    free(kc);
+    free(vc);
+    free(q);
+    free(out);
+    free(table);
+    free(kf);
+    free(vf);
+    free(qf);
+}
+#endif
+
 typedef struct model_case {
     const char *name;
     kiln_llm_config cfg;
@@ -290,6 +581,9 @@ static void make_cases(model_case *mc) {
     mc[2].cfg.rope_low_freq_factor = 1.0f;
     mc[2].cfg.rope_high_freq_factor = 4.0f;
     mc[2].cfg.rope_original_max_pos = 64;
+    mc[3].name = "llama (hd 128, gqa 8)";
+    kiln_llm_config_init(&mc[3].cfg, KILN_LLM_LLAMA, 2, 256, 8, 1, 384, 512, 1024);
+    mc[3].cfg.head_dim = 128;
 }
 
 int main(void) {
@@ -299,12 +593,15 @@ int main(void) {
         return 77;
     }
     printf("test_llm_cuda on %s\n\n", desc);
+#ifdef KILN_HAVE_CUDA
+    test_decode_kernel();
+#endif
     printf("%-30s %-5s %-14s %-8s %5s %10s %7s %-16s %s\n", "model", "dtype", "products", "phase", "rows", "max rel err",
            "tol", "argmax = cpu", "result");
     static const char *const phase_name[3] = {"prefill", "chunked", "decode"};
-    model_case mc[3];
+    model_case mc[4];
     make_cases(mc);
-    for (int mi = 0; mi < 3; mi++) {
+    for (int mi = 0; mi < 4; mi++) {
         kiln_llm_model *m;
         if (kiln_llm_model_random(&mc[mi].cfg, 1234 + (uint64_t)mi, &m) != KILN_OK) {
             EXPECT(0, "%s: %s", mc[mi].name, kiln_last_error());

@@ -6,7 +6,9 @@
  * logits and the sampler (the request alone), and checks the final events and that every block is
  * free at the end: many concurrent requests of different lengths, a tiny cache (preemption), a small
  * token budget (chunked prefill), aborts, a request too large for the cache, the context limit, a
- * failing forward step, and invalid requests. Exit 0 = pass. */
+ * failing forward step, and invalid requests; and the same scenarios with a sample function
+ * (kiln_sample_fn, as the GPU sampler plugs in) that samples the fake's "device" logits and hands back
+ * the rows asking for logprobs or holding a NaN. Exit 0 = pass. */
 #include "llm/scheduler.h"
 
 #include "core/status.h"
@@ -30,10 +32,20 @@ enum { V = 64, EOS = 5, MAX_REQ = 40, MAX_LEN = 256 };
 
 /* ------------------------------------------------------------------ the fake model */
 
+enum { FAKE_MAX_SEQS = 64 };
+
 typedef struct fake_model {
     int calls, fail_at_call;       /* the forward fails on call number fail_at_call (0: never) */
     int nan_ctx_len;               /* logits of contexts this long are NaN (0: never) */
     int max_step_tokens, max_step_seqs;
+    /* "device" sampling (fake_sample): the forward keeps its logits here when given none */
+    bool on_device;
+    float dev[FAKE_MAX_SEQS * V];
+    int last_seqs;                 /* sequences of the last step */
+    int sample_calls, fail_sample_at_call; /* fake_sample fails on this call (0: never) */
+    int dev_rows, host_rows;       /* rows fake_sample sampled / handed back */
+    bool bad_contract;             /* the scheduler broke kiln_sample_fn's contract */
+    kiln_sampler *sampler;
 } fake_model;
 
 static uint64_t mix64(uint64_t z) {
@@ -51,6 +63,9 @@ static void context_logits(const int32_t *ctx, int n, float *logits) {
 static kiln_status fake_forward(void *model, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits) {
     fake_model *f = model;
     if (++f->calls == f->fail_at_call) return kiln_error(KILN_ERR_BACKEND, "fake forward: injected failure");
+    if (f->on_device != !logits || b->n_seqs > FAKE_MAX_SEQS) f->bad_contract = true;
+    if (!logits) logits = f->dev;
+    f->last_seqs = b->n_seqs;
     const kiln_kv_cache_config *kc = kiln_kv_cache_get_config(kv);
     int bs = kc->block_size;
     if (b->n_tokens > f->max_step_tokens) f->max_step_tokens = b->n_tokens;
@@ -92,6 +107,39 @@ static kiln_status fake_forward(void *model, kiln_kv_cache *kv, const kiln_llm_b
         }
         context_logits(ctx, b->ctx_len[i], logits + (size_t)i * V);
         if (b->ctx_len[i] == f->nan_ctx_len) logits[(size_t)i * V + 3] = NAN;
+    }
+    return KILN_OK;
+}
+
+/* kiln_sample_fn over the fake "device" logits: samples with the CPU sampler (the GPU sampler's
+ * oracle), hands back the rows asking for logprobs and those with a NaN logit. */
+static kiln_status fake_sample(void *model, int n_rows, const kiln_sched_sample_row *rows, float *host_logits,
+                               int32_t *tokens) {
+    fake_model *f = model;
+    if (++f->sample_calls == f->fail_sample_at_call)
+        return kiln_error(KILN_ERR_BACKEND, "fake sample: injected failure");
+    if (!f->sampler && kiln_sampler_create(V, &f->sampler) != KILN_OK) return KILN_ERR_OUT_OF_MEMORY;
+    if (n_rows < 1 || n_rows > f->last_seqs) f->bad_contract = true;
+    for (int i = 0; i < n_rows; i++) {
+        const kiln_sched_sample_row *q = &rows[i];
+        if (q->row < 0 || q->row >= f->last_seqs || (i && q->row <= rows[i - 1].row)) {
+            f->bad_contract = true;
+            return kiln_error(KILN_ERR_INTERNAL, "fake sample: bad row");
+        }
+        const float *l = f->dev + (size_t)q->row * V;
+        bool nan = false;
+        for (int v = 0; v < V; v++) nan |= isnan(l[v]);
+        kiln_sample smp;
+        if (q->params->logprobs || nan ||
+            kiln_sample_next(f->sampler, q->params, l, q->prompt, q->n_prompt, q->generated, q->n_generated, &smp) !=
+                KILN_OK) {
+            memcpy(host_logits + (size_t)q->row * V, l, V * sizeof *l);
+            tokens[i] = -1;
+            f->host_rows++;
+        } else {
+            tokens[i] = smp.token;
+            f->dev_rows++;
+        }
     }
     return KILN_OK;
 }
@@ -164,6 +212,7 @@ static void make_requests(req *r, int n, uint64_t seed, int min_prompt, int max_
 
 typedef struct setup {
     int n_blocks, block_size, budget, max_seqs, max_model_len;
+    bool on_device; /* sample through fake_sample */
 } setup;
 
 typedef struct world {
@@ -178,9 +227,11 @@ static void world_open(world *w, const setup *su, req *reqs, int n) {
     memset(w, 0, sizeof *w);
     kiln_kv_cache_config kc = {.n_layer = 1, .n_kv_head = 1, .head_dim = 2, .block_size = su->block_size,
                                .n_blocks = su->n_blocks, .dtype = KILN_F32};
-    kiln_scheduler_config sc = {.forward = fake_forward, .model = &w->fake, .vocab = V,
+    kiln_scheduler_config sc = {.forward = fake_forward, .sample = su->on_device ? fake_sample : NULL,
+                                .model = &w->fake, .vocab = V,
                                 .max_model_len = su->max_model_len ? su->max_model_len : MAX_LEN,
                                 .max_num_batched_tokens = su->budget, .max_num_seqs = su->max_seqs};
+    w->fake.on_device = su->on_device;
     if (kiln_kv_cache_create(&kc, &w->kv) != KILN_OK) exit(1);
     sc.kv = w->kv;
     if (kiln_scheduler_create(&sc, &w->s) != KILN_OK) {
@@ -250,6 +301,8 @@ static void world_close(world *w) {
     kiln_scheduler_stats st = kiln_scheduler_get_stats(w->s);
     CHECK(st.running == 0 && st.waiting == 0 && st.kv_blocks_used == 0);
     CHECK(kiln_kv_cache_free_blocks(w->kv) == kiln_kv_cache_get_config(w->kv)->n_blocks);
+    CHECK(!w->fake.bad_contract);
+    kiln_sampler_free(w->fake.sampler);
     kiln_scheduler_free(w->s);
     kiln_kv_cache_free(w->kv);
 }
@@ -446,6 +499,71 @@ static void test_forward_failure(void) {
     world_close(&w);
 }
 
+/* The sample function (kiln_sample_fn): the same tokens as host sampling with every row sampled by
+ * it, with the logprobs rows handed back, through preemption and chunked prefill; a NaN row handed
+ * back ends that request alone; a failing sample function ends its batch. */
+static void test_sample_fn(void) {
+    world w;
+    make_requests(reqs, MAX_REQ, 1, 1, 60, 40);
+    world_open(&w, &(setup){.n_blocks = 1024, .block_size = 16, .budget = 128, .max_seqs = 16, .on_device = true}, reqs,
+               MAX_REQ);
+    for (int i = 0; i < MAX_REQ; i++) add_request(&w, i);
+    CHECK(run_to_end(&w) == KILN_OK);
+    check_as_alone(&w);
+    CHECK(w.fake.dev_rows > 0 && w.fake.host_rows > 0); /* half the requests ask for logprobs */
+    world_close(&w);
+    make_requests(reqs, 24, 3, 4, 30, 40);
+    for (int i = 0; i < 24; i++) reqs[i].sp.logprobs = false;
+    world_open(&w, &(setup){.n_blocks = 20, .block_size = 4, .budget = 64, .max_seqs = 8, .on_device = true}, reqs, 24);
+    for (int i = 0; i < 24; i++) add_request(&w, i);
+    CHECK(run_to_end(&w) == KILN_OK);
+    check_as_alone(&w);
+    CHECK(kiln_scheduler_get_stats(w.s).preemptions > 0 && w.fake.host_rows == 0 && w.fake.dev_rows > 0);
+    world_close(&w);
+    make_requests(reqs, 16, 5, 10, 50, 30);
+    world_open(&w, &(setup){.n_blocks = 24, .block_size = 4, .budget = 5, .max_seqs = 5, .on_device = true}, reqs, 16);
+    for (int i = 0; i < 16; i++) add_request(&w, i);
+    CHECK(run_to_end(&w) == KILN_OK);
+    check_as_alone(&w);
+    world_close(&w);
+    /* NaN logits, handed back: the host sampler ends those requests alone */
+    make_requests(reqs, 12, 11, 5, 20, 20);
+    world_open(&w, &(setup){.n_blocks = 128, .block_size = 4, .budget = 64, .max_seqs = 4, .on_device = true}, reqs, 12);
+    w.fake.nan_ctx_len = 25;
+    for (int i = 0; i < 12; i++) add_request(&w, i);
+    CHECK(run_to_end(&w) == KILN_OK);
+    int errors = 0;
+    for (int i = 0; i < 12; i++) {
+        req *r = &reqs[i];
+        int k = r->n_prompt + r->n_want > 25 ? 25 - r->n_prompt : r->n_want;
+        CHECK(r->n_final == 1 && r->n_out == k && !memcmp(r->out, r->want, (size_t)k * sizeof *r->out));
+        CHECK((r->finish == KILN_FINISH_ERROR) == (k < r->n_want));
+        if (r->finish == KILN_FINISH_ERROR) CHECK(strstr(r->message, "is nan") != NULL);
+        errors += r->finish == KILN_FINISH_ERROR;
+    }
+    CHECK(errors > 0 && errors < 12);
+    world_close(&w);
+    /* a failing sample function ends the requests of its batch; the others go on */
+    make_requests(reqs, 6, 9, 5, 20, 20);
+    world_open(&w, &(setup){.n_blocks = 128, .block_size = 4, .budget = 64, .max_seqs = 2, .on_device = true}, reqs, 6);
+    w.fake.fail_sample_at_call = 3;
+    for (int i = 0; i < 6; i++) add_request(&w, i);
+    CHECK(run_to_end(&w) == KILN_ERR_BACKEND);
+    errors = 0;
+    for (int i = 0; i < 6; i++) {
+        req *r = &reqs[i];
+        CHECK(r->n_final == 1);
+        if (r->finish == KILN_FINISH_ERROR) {
+            errors++;
+            CHECK(strstr(r->message, "injected failure") != NULL);
+        } else {
+            CHECK(r->n_out == r->n_want && !memcmp(r->out, r->want, (size_t)r->n_want * sizeof *r->out));
+        }
+    }
+    CHECK(errors >= 1 && errors <= 2);
+    world_close(&w);
+}
+
 static void test_config_errors(void) {
     kiln_kv_cache_config kc = {.n_layer = 1, .n_kv_head = 1, .head_dim = 2, .block_size = 4, .n_blocks = 4,
                                .dtype = KILN_F32};
@@ -475,6 +593,7 @@ int main(void) {
     test_abort();
     test_too_large_and_limits();
     test_forward_failure();
+    test_sample_fn();
     test_config_errors();
     if (failures) {
         fprintf(stderr, "test_scheduler: %d failure(s)\n", failures);

@@ -130,6 +130,7 @@ static void layout_acts(kiln_llm_cuda *g, carver *cv) {
     g->logits = carve(cv, n * (size_t)c->vocab * 4);
     g->ids = carve(cv, n * 4);
     g->part = carve(cv, (size_t)g->opt.max_seqs * c->n_head * g->split_cap * (c->head_dim + 2) * 4);
+    g->att_count = carve(cv, (size_t)g->opt.max_seqs * c->n_kv_head * sizeof(unsigned));
 }
 
 /* ---------------------------------------------------------------- weights */
@@ -254,6 +255,7 @@ static kiln_status create_common(kiln_llm_cuda *g) {
     KILN_CUDA_TRY(cudaMalloc(&g->acts, ca.off));
     ca = (carver){g->acts, 0};
     layout_acts(g, &ca);
+    KILN_CUDA_TRY(cudaMemset(g->att_count, 0, (size_t)g->opt.max_seqs * g->cfg.n_kv_head * sizeof(unsigned)));
     g->meta_bytes = meta_bytes(g);
     KILN_CUDA_TRY(cudaMallocHost(&g->meta_host, g->meta_bytes));
     KILN_CUDA_TRY(cudaMalloc(&g->meta_dev, g->meta_bytes));
@@ -324,3 +326,15 @@ void kiln_llm_cuda_free(kiln_llm_cuda *g) {
 const kiln_llm_config *kiln_llm_cuda_config(const kiln_llm_cuda *g) { return &g->cfg; }
 uint64_t kiln_llm_cuda_weight_bytes(const kiln_llm_cuda *g) { return g->weight_bytes; }
 const float *kiln_llm_cuda_device_logits(const kiln_llm_cuda *g) { return g->last_rows ? g->logits : NULL; }
+
+kiln_status kiln_llm_cuda_copy_logits(kiln_llm_cuda *g, int row0, int n_rows, float *host) {
+    if (row0 < 0 || n_rows < 1 || n_rows > g->last_rows - row0)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "cuda logits: rows %d..%d asked of a step with %d rows", row0,
+                          row0 + n_rows - 1, g->last_rows);
+    const size_t vocab = (size_t)g->cfg.vocab;
+    KILN_CUDA_TRY(cudaSetDevice(g->opt.device));
+    KILN_CUDA_TRY(cudaMemcpyAsync(host, g->logits + (size_t)row0 * vocab, (size_t)n_rows * vocab * sizeof(float),
+                                  cudaMemcpyDeviceToHost, g->stream));
+    KILN_CUDA_TRY(cudaStreamSynchronize(g->stream));
+    return KILN_OK;
+}

@@ -11,13 +11,20 @@
  *  - prefill_kernel: grid (row tiles, KV heads, sequences); the rows of a sequence are its (new token,
  *    query head of the group) pairs, ATT_R per warp, ATT_WARPS warps per block, each warp walking the
  *    keys up to its last row's position (causal).
- *  - decode_kernel (every sequence has one new token): grid (splits, KV heads, sequences); a block
- *    takes one split of `part` keys of the context for all query heads of its KV head, its warps
- *    taking interleaved tiles, merged through shared memory. With one split the block writes the
- *    output; otherwise it writes (accumulator, m, l) and decode_reduce_kernel combines the splits. */
+ *  - dec_kernel (decode: every sequence has one new token): grid (splits, KV heads, sequences); a block
+ *    takes one split of the context for all query heads of its KV head. Each of its warps streams
+ *    tiles of 4 KB of keys + 4 KB of values (32 keys at hd 64, 16 at hd 128) with cp.async into its own
+ *    double buffer in shared memory (coalesced 16-byte copies, the next tile in flight while this one
+ *    is computed), scores from there (a lane per key, two at hd 128), and accumulates its output dims
+ *    over the value rows; the warps merge through shared memory. With one split the block writes the
+ *    output; with several the last block of a (sequence, KV head) to finish (an atomic counter, left at
+ *    zero for the next launch) combines the splits, so a decode attention is one launch.
+ *  - legacy_decode_kernel + legacy_reduce_kernel: the previous decode path (att_tile per split, then a
+ *    reduction launch), kept as the baseline of bench/llm_attn_bench.c and the probe's switch. */
 #include "llm/cuda/llm_cuda_util.cuh"
 
 #include <math.h>
+#include <string.h>
 
 #define ATT_WARPS 4
 #define ATT_R LLMC_MAX_GROUP /* query rows per warp */
@@ -146,11 +153,315 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 
 /* ---------------------------------------------------------------- decode (one new token per sequence) */
 
+/* Keys and values reach shared memory through cp.async: 16 bytes a lane, zero-filled past the split. */
+static __device__ __forceinline__ void dec_cp16(void *smem, const void *gmem, bool valid) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0) : "memory");
+}
+static __device__ __forceinline__ void dec_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> static __device__ __forceinline__ void dec_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+#define DEC_WARPS 4 /* warps of a decode block */
+#define DEC_BLOCKS_PER_SM 3 /* resident decode blocks per SM: shared memory (~70 KB each) allows 3 */
+#define DEC_MAX_SPLITS 1024 /* the reduction keeps a weight per (row, split) in shared memory */
+
+/* The geometry of a warp's tile: TK keys (4 KB of keys and 4 KB of values in 16-bit), staged in two
+ * buffers per warp so that the next tile loads while this one is computed. */
+template <int HD> struct dec_geo {
+    static constexpr int TK = HD == 64 ? 32 : 16;              /* keys of a tile */
+    static constexpr int LPK = 32 / TK;                        /* lanes scoring one key, 64 dims each */
+    static constexpr int CH = HD / 8;                          /* 16-byte chunks of a key row */
+    static constexpr int NLD = TK * CH / 32;                   /* chunks a lane copies, of K and of V: 8 */
+    static constexpr int KROW = HD + 8;                        /* padded key row (elements): no bank conflicts */
+    static constexpr int E = HD / 32;                          /* output dims a lane accumulates */
+    static constexpr int QROW = HD + 4;                        /* padded query row (floats) */
+    static constexpr int KBYTES = TK * KROW * 2;               /* a stage: keys, then values [TK][HD] */
+    static constexpr int STAGE = KBYTES + TK * HD * 2;
+    static constexpr int WARP_BYTES = 2 * STAGE;
+};
+
+template <int HD, int R> static constexpr size_t dec_smem_bytes() {
+    return (size_t)DEC_WARPS * dec_geo<HD>::WARP_BYTES + (size_t)R * dec_geo<HD>::QROW * 4 + 16;
+}
+
+/* A warp's online-softmax state for R query rows (scores in log2 units). */
+template <int HD, int R> struct dec_state {
+    float m[R], l[R], acc[R][HD / 32];
+};
+
+/* Starts copying keys [j0, min(j0 + TK, k1)) and their values into `stage` (one commit group is the
+ * caller's). Lane kk % TK finds key kk's row in the paged cache; the warp's 16-byte chunks are
+ * consecutive within each row (a row is 128 or 256 contiguous bytes). */
+template <typename T, int HD>
+static __device__ __forceinline__ void dec_issue(char *stage, int j0, int k1, const att_cache &c, const T *__restrict__ kc,
+                                                 const T *__restrict__ vc, int lane) {
+    using G = dec_geo<HD>;
+    const int j = j0 + lane % G::TK;
+    long long off = 0;
+    if (j < k1) off = (long long)(c.blocks[j / c.bs] * c.block_stride + c.head_off + (size_t)(j % c.bs) * HD);
+    T *ks = reinterpret_cast<T *>(stage), *vs = reinterpret_cast<T *>(stage + G::KBYTES);
+#pragma unroll
+    for (int i = 0; i < G::NLD; i++) {
+        const int ch = lane + 32 * i, kk = ch / G::CH, seg = ch % G::CH;
+        const long long o = __shfl_sync(0xffffffffu, off, kk) + seg * 8;
+        const bool ok = j0 + kk < k1;
+        dec_cp16(ks + kk * G::KROW + seg * 8, kc + o, ok);
+        dec_cp16(vs + kk * HD + seg * 8, vc + o, ok);
+    }
+}
+
+/* The i-th float of a float4 (i a constant after unrolling). */
+static __device__ __forceinline__ float dec_f4(const float4 &v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+/* Attends the `group` query rows qs ([R][QROW], FP32, pre-scaled by log2(e)/sqrt(hd)) to the tile of
+ * keys [j0, min(j0 + TK, k1)) in `stage`. Scores: lane kk % TK takes key kk, dims [64 (lane / TK), +64)
+ * (two lanes and a shuffle per key for hd 128). The probabilities go to shared memory over the keys
+ * (no longer needed), then every lane accumulates its E output dims over the tile's values. */
+template <typename T, int HD, int R>
+static __device__ __forceinline__ void dec_tile(dec_state<HD, R> &st, char *stage, const float *qs, int group, int j0,
+                                                int k1, int lane) {
+    using G = dec_geo<HD>;
+    constexpr int E = G::E;
+    const T *ks = reinterpret_cast<const T *>(stage), *vs = reinterpret_cast<const T *>(stage + G::KBYTES);
+    float *ps = reinterpret_cast<float *>(stage); /* [R][TK] probabilities, over the keys once scored */
+    const int kk = lane % G::TK, hh = lane / G::TK;
+    float s[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) s[r] = 0.0f;
+    const T *kr = ks + kk * G::KROW + hh * 64;
+#pragma unroll
+    for (int d0 = 0; d0 < 64; d0 += 8) {
+        float kf[8];
+        lc_unpack8<T>(*reinterpret_cast<const uint4 *>(kr + d0), kf);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (r >= group) continue; /* uniform */
+            const float4 qa = *reinterpret_cast<const float4 *>(qs + r * G::QROW + hh * 64 + d0);
+            const float4 qb = *reinterpret_cast<const float4 *>(qs + r * G::QROW + hh * 64 + d0 + 4);
+            float t = s[r];
+            t = fmaf(qa.x, kf[0], t);
+            t = fmaf(qa.y, kf[1], t);
+            t = fmaf(qa.z, kf[2], t);
+            t = fmaf(qa.w, kf[3], t);
+            t = fmaf(qb.x, kf[4], t);
+            t = fmaf(qb.y, kf[5], t);
+            t = fmaf(qb.z, kf[6], t);
+            s[r] = fmaf(qb.w, kf[7], t);
+        }
+    }
+    if (G::LPK == 2) {
+#pragma unroll
+        for (int r = 0; r < R; r++) s[r] += __shfl_xor_sync(0xffffffffu, s[r], 16);
+    }
+    const bool valid = j0 + kk < k1;
+    __syncwarp(); /* every lane has read its key before ps overwrites them */
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        if (r >= group) continue;
+        const float sv = valid ? s[r] : -INFINITY;
+        const float mn = fmaxf(st.m[r], ku_warp_max(sv)); /* finite: key j0 < k1 is valid */
+        const float corr = exp2f(st.m[r] - mn);            /* 0 while m is -inf */
+        const float p = valid ? exp2f(sv - mn) : 0.0f;
+        st.l[r] = st.l[r] * corr + ku_warp_sum(hh == 0 ? p : 0.0f);
+        st.m[r] = mn;
+#pragma unroll
+        for (int e = 0; e < E; e++) st.acc[r][e] *= corr;
+        if (hh == 0) ps[r * G::TK + kk] = p;
+    }
+    __syncwarp();
+#pragma unroll
+    for (int k4 = 0; k4 < G::TK; k4 += 4) {
+        float4 pr[R];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            pr[r] = r < group ? *reinterpret_cast<const float4 *>(ps + r * G::TK + k4) : make_float4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            T v[E];
+            ku_load<T, E>(v, vs + (k4 + u) * HD + lane * E); /* zero past the split */
+            float vf[E];
+#pragma unroll
+            for (int e = 0; e < E; e++) vf[e] = ku_f32(v[e]);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (r >= group) continue;
+                const float p = dec_f4(pr[r], u);
+#pragma unroll
+                for (int e = 0; e < E; e++) st.acc[r][e] = fmaf(p, vf[e], st.acc[r][e]);
+            }
+        }
+    }
+    __syncwarp(); /* the stage may be refilled */
+}
+
+/* Grid (splits, KV heads, sequences), DEC_WARPS warps: the block takes keys [split * part, + part) of
+ * its sequence's context (none past ctx_len: such blocks exit) for the `group` query heads of its KV
+ * head, R >= group rows. Warp w takes the split's tiles w, w + DEC_WARPS, ..., each loaded two tiles
+ * ahead by cp.async into the warp's own double buffer; the warps' states merge through shared memory.
+ * One split: the block writes the output. Several: it writes its unnormalized output to pa
+ * [seq][head][splits][HD] and (max, sum) to pml [seq][head][splits][2], and the last block of the
+ * (sequence, KV head) to arrive (count, reset to 0 by that block) combines the splits. */
+template <typename T, int HD, int R>
+__global__ void __launch_bounds__(DEC_WARPS * 32, DEC_BLOCKS_PER_SM)
+    dec_kernel(const T *__restrict__ q, int ldq, T *__restrict__ out, int ldo, const int32_t *__restrict__ ctx_len,
+               const int32_t *__restrict__ table, int table_stride, const T *__restrict__ kc, const T *__restrict__ vc,
+               int n_head, int n_kv_head, int bs, float qscale, int part, float *__restrict__ pa, float *__restrict__ pml,
+               unsigned *__restrict__ count) {
+    using G = dec_geo<HD>;
+    extern __shared__ __align__(16) char dsm[];
+    const int split = blockIdx.x, splits = gridDim.x, g = blockIdx.y, seq = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int group = n_head / n_kv_head, ctx = ctx_len[seq], k0 = split * part;
+    if (k0 >= ctx) return; /* the whole block: before any barrier */
+    const int k1 = min(ctx, k0 + part), n_tiles = (k1 - k0 + G::TK - 1) / G::TK;
+    const int n_splits = min((ctx + part - 1) / part, splits); /* ctx <= max_ctx: never clamped */
+    char *wbase = dsm + warp * G::WARP_BYTES;
+    float *qs = reinterpret_cast<float *>(dsm + DEC_WARPS * G::WARP_BYTES);
+    int *last = reinterpret_cast<int *>(qs + R * G::QROW);
+    const att_cache c = {table + (size_t)seq * table_stride, bs, (size_t)n_kv_head * bs * HD, (size_t)g * bs * HD};
+    /* the warp's first two tiles start loading before anything else */
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int t = warp + i * DEC_WARPS;
+        if (t < n_tiles) dec_issue<T, HD>(wbase + i * G::STAGE, k0 + t * G::TK, k1, c, kc, vc, lane);
+        dec_commit();
+    }
+    const T *qp = q + (size_t)seq * ldq + (size_t)g * group * HD; /* token index == sequence index */
+    for (int i = threadIdx.x; i < R * HD; i += blockDim.x) {
+        const int r = i / HD, e = i - r * HD;
+        qs[r * G::QROW + e] = r < group ? ku_f32(qp[i]) * qscale : 0.0f;
+    }
+    __syncthreads();
+    dec_state<HD, R> st;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        st.m[r] = -INFINITY;
+        st.l[r] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < G::E; e++) st.acc[r][e] = 0.0f;
+    }
+    for (int i = 0, t = warp; t < n_tiles; i++, t += DEC_WARPS) {
+        char *stage = wbase + (i & 1) * G::STAGE;
+        dec_wait<1>(); /* this lane's copies of tile i are done; __syncwarp makes everyone's visible */
+        __syncwarp();
+        dec_tile<T, HD, R>(st, stage, qs, group, k0 + t * G::TK, k1, lane);
+        const int tn = t + 2 * DEC_WARPS;
+        if (tn < n_tiles) dec_issue<T, HD>(stage, k0 + tn * G::TK, k1, c, kc, vc, lane);
+        dec_commit();
+    }
+    dec_wait<0>();
+    __syncwarp();
+    /* merge the warps: each leaves (m, l) and its accumulator in its own (now idle) buffers */
+    float *wm = reinterpret_cast<float *>(wbase), *wacc = wm + 16; /* wm[R], wl[R], then [R][HD] at 64 bytes */
+    if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            wm[r] = st.m[r];
+            wm[R + r] = st.l[r];
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int e = 0; e < G::E; e++) wacc[r * HD + lane * G::E + e] = st.acc[r][e];
+    __syncthreads();
+    constexpr int Q4 = HD / 4;
+    const int n4 = group * Q4, h0 = g * group;
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+        const int r = i / Q4, e4 = (i - r * Q4) * 4;
+        float M = -INFINITY, L = 0.0f;
+        float4 A = make_float4(0, 0, 0, 0);
+        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, reinterpret_cast<const float *>(dsm + w * G::WARP_BYTES)[r]);
+        for (int w = 0; w < DEC_WARPS; w++) {
+            const float *b = reinterpret_cast<const float *>(dsm + w * G::WARP_BYTES);
+            if (b[r] == -INFINITY) continue; /* a warp that had no tile */
+            const float f = exp2f(b[r] - M);
+            const float4 a = *reinterpret_cast<const float4 *>(b + 16 + r * HD + e4);
+            L += b[R + r] * f;
+            A.x += a.x * f;
+            A.y += a.y * f;
+            A.z += a.z * f;
+            A.w += a.w * f;
+        }
+        if (n_splits == 1) {
+            const float inv = 1.0f / L;
+            const T o[4] = {ku_from_f32<T>(A.x * inv), ku_from_f32<T>(A.y * inv), ku_from_f32<T>(A.z * inv),
+                            ku_from_f32<T>(A.w * inv)};
+            ku_store<T, 4>(out + (size_t)seq * ldo + (size_t)(h0 + r) * HD + e4, o);
+        } else {
+            const size_t slot = ((size_t)seq * n_head + h0 + r) * splits + split;
+            *reinterpret_cast<float4 *>(pa + slot * HD + e4) = A;
+            if (e4 == 0) {
+                pml[slot * 2] = M;
+                pml[slot * 2 + 1] = L;
+            }
+        }
+    }
+    if (n_splits == 1) return;
+    /* the last split of this (sequence, KV head) to finish combines them all */
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned *cnt = count + (size_t)seq * n_kv_head + g;
+        const bool is_last = atomicAdd(cnt, 1u) == (unsigned)n_splits - 1;
+        if (is_last) *cnt = 0; /* ready for the next launch (graph replays) */
+        *last = is_last;
+    }
+    __syncthreads();
+    if (!*last) return;
+    __threadfence();
+    float *wts = reinterpret_cast<float *>(dsm); /* [group][n_splits]: the warps' buffers are free again */
+    float *row_l = qs;                           /* [group] */
+    for (int r = warp; r < group; r += DEC_WARPS) {
+        const size_t base = ((size_t)seq * n_head + h0 + r) * splits;
+        float M = -INFINITY, L = 0.0f;
+        for (int sp = lane; sp < n_splits; sp += 32) M = fmaxf(M, __ldcg(pml + (base + sp) * 2));
+        M = ku_warp_max(M);
+        for (int sp = lane; sp < n_splits; sp += 32) {
+            const float f = exp2f(__ldcg(pml + (base + sp) * 2) - M); /* every split saw a key: finite */
+            wts[r * n_splits + sp] = f;
+            L += __ldcg(pml + (base + sp) * 2 + 1) * f;
+        }
+        L = ku_warp_sum(L);
+        if (lane == 0) row_l[r] = L;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+        const int r = i / Q4, e4 = (i - r * Q4) * 4;
+        const float *wr = wts + r * n_splits;
+        const float4 *ap = reinterpret_cast<const float4 *>(pa + ((size_t)seq * n_head + h0 + r) * splits * HD + e4);
+        float4 A = make_float4(0, 0, 0, 0);
+#pragma unroll 8
+        for (int sp = 0; sp < n_splits; sp++) {
+            const float4 a = __ldcg(ap + (size_t)sp * Q4);
+            const float f = wr[sp];
+            A.x += a.x * f;
+            A.y += a.y * f;
+            A.z += a.z * f;
+            A.w += a.w * f;
+        }
+        const float inv = 1.0f / row_l[r];
+        const T o[4] = {ku_from_f32<T>(A.x * inv), ku_from_f32<T>(A.y * inv), ku_from_f32<T>(A.z * inv),
+                        ku_from_f32<T>(A.w * inv)};
+        ku_store<T, 4>(out + (size_t)seq * ldo + (size_t)(h0 + r) * HD + e4, o);
+    }
+}
+
+/* ---------------------------------------------------------------- decode, previous kernels (benchmarks) */
+
+/* The decode kernels before dec_kernel, kept as the baseline of bench/llm_attn_bench.c: grid (splits,
+ * KV heads, sequences), a block attends its split with att_tile (lane per key, then one value row per
+ * key in turn), then decode_reduce_kernel combines the splits ([seq][head][split_cap][HD + 2]). */
 template <typename T, int HD>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
-    decode_kernel(const T *__restrict__ qkv, int ldq, T *__restrict__ out, int ldo, const int32_t *__restrict__ ctx_len,
-                  const int32_t *__restrict__ table, int table_stride, const T *__restrict__ kc, const T *__restrict__ vc,
-                  int n_head, int n_kv_head, int bs, float scale, int part, float *__restrict__ partial, int split_cap) {
+    legacy_decode_kernel(const T *__restrict__ qkv, int ldq, T *__restrict__ out, int ldo,
+                         const int32_t *__restrict__ ctx_len, const int32_t *__restrict__ table, int table_stride,
+                         const T *__restrict__ kc, const T *__restrict__ vc, int n_head, int n_kv_head, int bs,
+                         float scale, int part, float *__restrict__ partial, int split_cap) {
     constexpr int E = HD / 32;
     __shared__ __align__(16) float qs[ATT_R][HD];
     __shared__ float wm[ATT_WARPS][ATT_R], wl[ATT_WARPS][ATT_R];
@@ -205,9 +516,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     }
 }
 
-/* One block of HD threads per (head, sequence) whose context took more than one split. */
 template <typename T, int HD>
-__global__ void decode_reduce_kernel(const float *__restrict__ partial, int split_cap, const int32_t *__restrict__ ctx_len,
+__global__ void legacy_reduce_kernel(const float *__restrict__ partial, int split_cap, const int32_t *__restrict__ ctx_len,
                                      int part, T *__restrict__ out, int ldo, int n_head) {
     const int h = blockIdx.x, seq = blockIdx.y, e = threadIdx.x;
     const int n_splits = (ctx_len[seq] + part - 1) / part;
@@ -225,22 +535,113 @@ __global__ void decode_reduce_kernel(const float *__restrict__ partial, int spli
 
 /* ---------------------------------------------------------------- launch */
 
-/* Keys per decode split: at least LLMC_SPLIT_MIN, a multiple of it, and few enough keys that the grid
- * has about two blocks per SM when the context allows. */
-static int decode_part(const kiln_llm_cuda *g, const llmc_step *s) {
-    const int blocks = s->n_seqs * g->cfg.n_kv_head, want = 2 * (g->sm_count > 0 ? g->sm_count : 1);
+/* Keys per split of the previous kernels: at least LLMC_SPLIT_MIN, a multiple of it, and few enough
+ * keys that the grid has about two blocks per SM when the context allows. */
+static int legacy_part(int sm_count, int n_seqs, int n_kv_head, int max_ctx) {
+    const int blocks = n_seqs * n_kv_head, want = 2 * (sm_count > 0 ? sm_count : 1);
     const int splits = blocks >= want ? 1 : (want + blocks - 1) / blocks;
-    const int keys = (s->max_ctx + splits - 1) / splits;
+    const int keys = (max_ctx + splits - 1) / splits;
     const int part = (keys + LLMC_SPLIT_MIN - 1) / LLMC_SPLIT_MIN * LLMC_SPLIT_MIN;
     return part > LLMC_SPLIT_MIN ? part : LLMC_SPLIT_MIN;
+}
+
+extern "C" int llmc_decode_part(int head_dim, int n_seqs, int n_kv_head, int max_ctx, int sm_count, int max_splits) {
+    const int tk = head_dim == 64 ? 32 : 16, gran = DEC_WARPS * tk; /* a tile per warp */
+    const long long base = (long long)(n_seqs > 0 ? n_seqs : 1) * (n_kv_head > 0 ? n_kv_head : 1);
+    const long long slots = (long long)DEC_BLOCKS_PER_SM * (sm_count > 0 ? sm_count : 1);
+    long long splits = (2 * slots + base / 2) / base; /* about two waves of resident blocks */
+    if (splits < 1) splits = 1;
+    long long part = (max_ctx + splits - 1) / splits;
+    part = (part + gran - 1) / gran * gran;
+    if (part < 2 * gran) part = 2 * gran; /* two tiles per warp: a block's buffers all in flight at once */
+    long long cap = max_splits < DEC_MAX_SPLITS ? max_splits : DEC_MAX_SPLITS;
+    if (cap < 1) cap = 1;
+    if ((max_ctx + part - 1) / part > cap) part = ((max_ctx + cap - 1) / cap + gran - 1) / gran * gran;
+    return (int)part;
+}
+
+template <typename T, int HD, int R>
+static kiln_status dec_launch(const llmc_decode_attn *a, int part, int splits, cudaStream_t stream) {
+    const size_t smem = dec_smem_bytes<HD, R>();
+    /* the shared memory beyond 48 KB is opted into once per device, never during a capture */
+    static unsigned long long done; /* bit d: device d */
+    int dev = 0;
+    KILN_CUDA_TRY(cudaGetDevice(&dev));
+    if (dev >= 64 || !(__atomic_load_n(&done, __ATOMIC_ACQUIRE) >> dev & 1)) {
+        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        KILN_CUDA_TRY(cudaStreamIsCapturing(stream, &cs));
+        if (cs == cudaStreamCaptureStatusNone) {
+            KILN_CUDA_TRY(cudaFuncSetAttribute(dec_kernel<T, HD, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            /* all shared memory, no L1 to speak of: DEC_BLOCKS_PER_SM blocks fit (the copies bypass L1) */
+            KILN_CUDA_TRY(cudaFuncSetAttribute(dec_kernel<T, HD, R>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                               cudaSharedmemCarveoutMaxShared));
+            if (dev < 64) __atomic_fetch_or(&done, 1ull << dev, __ATOMIC_RELEASE);
+        }
+    }
+    const float qscale = 1.4426950408889634f / sqrtf((float)HD); /* scores in log2 units: exp2 */
+    float *pa = a->part, *pml = a->part + (size_t)a->n_seqs * a->n_head * splits * HD;
+    dim3 grid((unsigned)splits, (unsigned)a->n_kv_head, (unsigned)a->n_seqs);
+    dec_kernel<T, HD, R><<<grid, DEC_WARPS * 32, smem, stream>>>(
+        (const T *)a->q, a->ldq, (T *)a->out, a->ldo, a->ctx_len, a->table, a->table_stride, (const T *)a->kc,
+        (const T *)a->vc, a->n_head, a->n_kv_head, a->block_size, qscale, part, pa, pml, a->count);
+    KILN_CUDA_LAUNCH_CHECK("dec_kernel");
+    return KILN_OK;
+}
+
+template <typename T, int HD>
+static kiln_status dec_launch_hd(const llmc_decode_attn *a, cudaStream_t stream) {
+    const int group = a->n_head / a->n_kv_head;
+    if (a->legacy) {
+        const int part = a->part_keys > 0 ? a->part_keys : legacy_part(a->sm_count, a->n_seqs, a->n_kv_head, a->max_ctx);
+        const int splits = (a->max_ctx + part - 1) / part;
+        if (splits > a->split_cap)
+            return kiln_error(KILN_ERR_INTERNAL, "decode attention: %d splits of %d keys exceed the %d allocated", splits,
+                              part, a->split_cap);
+        dim3 grid((unsigned)splits, (unsigned)a->n_kv_head, (unsigned)a->n_seqs);
+        legacy_decode_kernel<T, HD><<<grid, ATT_WARPS * 32, 0, stream>>>(
+            (const T *)a->q, a->ldq, (T *)a->out, a->ldo, a->ctx_len, a->table, a->table_stride, (const T *)a->kc,
+            (const T *)a->vc, a->n_head, a->n_kv_head, a->block_size, 1.0f / sqrtf((float)HD), part, a->part,
+            a->split_cap);
+        KILN_CUDA_LAUNCH_CHECK("legacy_decode_kernel");
+        if (splits > 1) {
+            legacy_reduce_kernel<T, HD><<<dim3((unsigned)a->n_head, (unsigned)a->n_seqs), HD, 0, stream>>>(
+                a->part, a->split_cap, a->ctx_len, part, (T *)a->out, a->ldo, a->n_head);
+            KILN_CUDA_LAUNCH_CHECK("legacy_reduce_kernel");
+        }
+        return KILN_OK;
+    }
+    const int part = a->part_keys > 0 ? a->part_keys
+                                      : llmc_decode_part(HD, a->n_seqs, a->n_kv_head, a->max_ctx, a->sm_count, a->split_cap);
+    const int splits = (a->max_ctx + part - 1) / part;
+    if (splits > a->split_cap || splits > DEC_MAX_SPLITS)
+        return kiln_error(KILN_ERR_INTERNAL, "decode attention: %d splits of %d keys exceed the %d allocated", splits, part,
+                          a->split_cap < DEC_MAX_SPLITS ? a->split_cap : DEC_MAX_SPLITS);
+    if (group <= 1) return dec_launch<T, HD, 1>(a, part, splits, stream);
+    if (group <= 2) return dec_launch<T, HD, 2>(a, part, splits, stream);
+    if (group <= 4) return dec_launch<T, HD, 4>(a, part, splits, stream);
+    return dec_launch<T, HD, 8>(a, part, splits, stream);
+}
+
+template <typename T> static kiln_status dec_launch_t(const llmc_decode_attn *a, cudaStream_t stream) {
+    return a->head_dim == 64 ? dec_launch_hd<T, 64>(a, stream) : dec_launch_hd<T, 128>(a, stream);
+}
+
+extern "C" kiln_status llmc_decode_attention(const llmc_decode_attn *a, cudaStream_t stream) {
+    if ((a->head_dim != 64 && a->head_dim != 128) || a->n_kv_head < 1 || a->n_head % a->n_kv_head ||
+        a->n_head / a->n_kv_head > LLMC_MAX_GROUP || a->n_seqs < 1 || a->max_ctx < 1 || a->block_size < 1 ||
+        (a->dtype != KILN_F16 && a->dtype != KILN_BF16))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "decode attention: head_dim %d, %d heads over %d KV heads, %d "
+                          "sequences, max_ctx %d, block_size %d, %s: unsupported", a->head_dim, a->n_head, a->n_kv_head,
+                          a->n_seqs, a->max_ctx, a->block_size, kiln_dtype_name(a->dtype));
+    return LC_DISPATCH(a->dtype, dec_launch_t, a, stream);
 }
 
 template <typename T, int HD>
 static kiln_status launch_attention(kiln_llm_cuda *g, const llmc_step *s, const void *kc, const void *vc, int bs) {
     const kiln_llm_config *c = &g->cfg;
     const int group = c->n_head / c->n_kv_head, ldq = (c->n_head + 2 * c->n_kv_head) * HD, ldo = c->n_head * HD;
-    const float scale = 1.0f / sqrtf((float)HD);
     if (!s->decode) {
+        const float scale = 1.0f / sqrtf((float)HD);
         const int rows_per_block = ATT_WARPS * ATT_R;
         dim3 grid((unsigned)((s->max_new * group + rows_per_block - 1) / rows_per_block), (unsigned)c->n_kv_head,
                   (unsigned)s->n_seqs);
@@ -250,22 +651,31 @@ static kiln_status launch_attention(kiln_llm_cuda *g, const llmc_step *s, const 
         KILN_CUDA_LAUNCH_CHECK("prefill_kernel");
         return KILN_OK;
     }
-    const int part = decode_part(g, s), splits = (s->max_ctx + part - 1) / part;
-    if (splits > g->split_cap)
-        return kiln_error(KILN_ERR_INTERNAL, "decode attention: %d splits of %d keys exceed the %d allocated", splits, part,
-                          g->split_cap);
-    dim3 grid((unsigned)splits, (unsigned)c->n_kv_head, (unsigned)s->n_seqs);
-    decode_kernel<T, HD><<<grid, ATT_WARPS * 32, 0, g->stream>>>((const T *)g->qkv, ldq, (T *)g->att, ldo, s->ctx_len,
-                                                                 s->table, s->table_stride, (const T *)kc, (const T *)vc,
-                                                                 c->n_head, c->n_kv_head, bs, scale, part, g->part,
-                                                                 g->split_cap);
-    KILN_CUDA_LAUNCH_CHECK("decode_kernel");
-    if (splits > 1) {
-        decode_reduce_kernel<T, HD><<<dim3((unsigned)c->n_head, (unsigned)s->n_seqs), HD, 0, g->stream>>>(
-            g->part, g->split_cap, s->ctx_len, part, (T *)g->att, ldo, c->n_head);
-        KILN_CUDA_LAUNCH_CHECK("decode_reduce_kernel");
-    }
-    return KILN_OK;
+    /* the grid is a function of (n_seqs, the context bucket s->max_ctx): what a graph is keyed by */
+    llmc_decode_attn a;
+    memset(&a, 0, sizeof a);
+    a.dtype = g->dtype;
+    a.head_dim = HD;
+    a.n_head = c->n_head;
+    a.n_kv_head = c->n_kv_head;
+    a.n_seqs = s->n_seqs;
+    a.block_size = bs;
+    a.max_ctx = s->max_ctx;
+    a.q = g->qkv;
+    a.ldq = ldq;
+    a.out = g->att;
+    a.ldo = ldo;
+    a.ctx_len = s->ctx_len;
+    a.table = s->table;
+    a.table_stride = s->table_stride;
+    a.kc = kc;
+    a.vc = vc;
+    a.part = g->part;
+    a.split_cap = g->split_cap;
+    a.count = g->att_count;
+    a.sm_count = g->sm_count;
+    a.legacy = g->opt.probe && g->opt.probe->legacy_attention;
+    return dec_launch_hd<T, HD>(&a, g->stream);
 }
 
 template <typename T>

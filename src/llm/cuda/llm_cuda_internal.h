@@ -55,8 +55,9 @@ struct kiln_llm_cuda {
     void *mlp;     /* [max_tokens, d_ff (GPT-2) or 2 d_ff (Llama)] */
     float *logits; /* [max_tokens, vocab] */
     int32_t *ids;  /* [max_tokens] greedy tokens */
-    float *part;   /* split-decode partials [max_seqs][n_head][split_cap][head_dim + 2] */
+    float *part;   /* split-decode partials: max_seqs * n_head * split_cap * (head_dim + 2) floats */
     int split_cap; /* most splits of one sequence's context */
+    unsigned *att_count; /* [max_seqs][n_kv_head] decode splits finished, 0 between launches */
     int last_rows; /* logits rows of the last step, 0 before any */
     /* batch metadata: packed on the host (pinned), copied in one transfer */
     void *meta_host, *meta_dev;
@@ -133,9 +134,40 @@ kiln_status llmc_argmax(kiln_llm_cuda *g, int n_rows);
 kiln_status llmc_fill_random(kiln_llm_cuda *g, void *p, kiln_dtype dtype, size_t n, uint64_t seed, float center,
                              float scale);
 
+/* One decode attention launch (llm_cuda_attn.cu): every sequence's one new token (query heads at
+ * q + seq * ldq, 16-byte aligned rows) attends to its context of ctx_len[seq] <= max_ctx keys in the
+ * paged cache kc/vc (kv_cache.h's layout, one layer), output at out + seq * ldo. The grid (splits of the
+ * context, KV heads, sequences) is a function of (n_seqs, max_ctx, shapes, sm_count) only, so a CUDA
+ * graph captured for a context bucket stays right while the contexts grow inside it. */
+typedef struct llmc_decode_attn {
+    kiln_dtype dtype; /* KILN_F16 or KILN_BF16: queries, cache and output */
+    int head_dim;     /* 64 or 128 */
+    int n_head, n_kv_head, n_seqs, block_size;
+    int max_ctx; /* no context exceeds it (the step's context bucket) */
+    const void *q;
+    int ldq;
+    void *out;
+    int ldo;
+    const int32_t *ctx_len, *table; /* [n_seqs], [n_seqs][table_stride] block ids */
+    int table_stride;
+    const void *kc, *vc;
+    float *part;     /* split partials: at least n_seqs * n_head * split_cap * (head_dim + 2) floats */
+    int split_cap;   /* most splits of one context */
+    unsigned *count; /* [n_seqs][n_kv_head] arrival counters: zero before the first launch, left zero */
+    int sm_count;
+    int part_keys; /* keys per split; 0: llmc_decode_part's choice (the previous kernels': their own) */
+    bool legacy;   /* the previous kernel pair (split kernel + reduction launch), for benchmarks */
+} llmc_decode_attn;
+
+/* Keys per split of the decode attention for these shapes: a multiple of 4 tiles (128 keys at head_dim
+ * 64, 64 at 128), at least 8 tiles, about two waves of resident blocks over the SMs, at most
+ * max_splits splits of max_ctx. */
+int llmc_decode_part(int head_dim, int n_seqs, int n_kv_head, int max_ctx, int sm_count, int max_splits);
+kiln_status llmc_decode_attention(const llmc_decode_attn *a, cudaStream_t stream);
+
 /* llm_cuda_attn.cu: g->att = causal attention of every new token over its sequence's cache (which
- * already holds the step's keys and values) in layer kc/vc: the decode kernel (split over the
- * context, then reduced) when s->decode, else the tiled prefill kernel. */
+ * already holds the step's keys and values) in layer kc/vc: llmc_decode_attention when s->decode, else
+ * the tiled prefill kernel. */
 kiln_status llmc_attention(kiln_llm_cuda *g, const llmc_step *s, const void *kc, const void *vc, int block_size);
 
 #ifdef __cplusplus

@@ -1,0 +1,351 @@
+/* llm_attn_bench.c — the paged decode attention kernel alone (llmc_decode_attention, src/llm/cuda/
+ * llm_cuda_attn.cu) at real shapes: GPT-2 XL (25 heads, head_dim 64, fp16) and Llama-3-8B (32 query
+ * heads over 8 KV heads, head_dim 128, bf16), batch 1, 8, 64 x context 256, 1024, 4096 (every
+ * sequence at that context, which is also the graph bucket), 16-token cache blocks in scrambled order.
+ *
+ * Per case: µs per call and the achieved GB/s of the keys and values one call must read (batch x
+ * context x KV heads x head_dim x 2 x 2 bytes) against H200's 4.8 TB/s, for the current kernel and,
+ * unless --no-old, the previous kernel pair (split kernel + reduction launch). Calls are timed as
+ * CUDA graph replays (as decode steps run), rotating over enough copies of the cache (distinct blocks,
+ * >= 256 MB together) that the reads come from HBM, not L2. Each case first checks both kernels
+ * against a CPU attention on its first and last sequence (max |gpu - cpu| / max |cpu|).
+ *
+ *   llm_attn_bench [--only gpt2-xl,llama3-8b] [--batch 1,8,64] [--ctx 256,1024,4096] [--part N] [--no-old]
+ *   (--part: keys per split of the current kernel instead of its heuristic)
+ * Exits 77 ("skipped: no GPU (...)") without a GPU, 1 on an error. */
+#include "llm/llm_cuda.h"
+
+#include <stdio.h>
+
+#ifndef KILN_HAVE_CUDA
+int main(void) {
+    printf("skipped: no GPU (built without the cuda backend)\n");
+    return 77;
+}
+#else
+#include "core/half.h"
+#include "core/status.h"
+#include "llm/cuda/llm_cuda_internal.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HBM_TBPS 4.8
+#define BS 16
+#define SPLIT_CAP 64 /* 4096 keys / 64 */
+#define ROTATE_BYTES ((double)(256 << 20))
+#define REPLAYS 7
+
+typedef struct shape {
+    const char *name;
+    kiln_dtype dtype;
+    int n_head, n_kv, hd;
+} shape;
+
+static const shape SHAPES[] = {{"gpt2-xl", KILN_F16, 25, 25, 64}, {"llama3-8b", KILN_BF16, 32, 8, 128}};
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "llm_attn_bench: %s: %s\n", #call, cudaGetErrorString(e_));           \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+/* Whether name is one of the comma-separated names in list. */
+static int listed(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = list; *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p))
+        if (!strncmp(p, name, n) && (p[n] == ',' || p[n] == 0)) return 1;
+    return 0;
+}
+
+/* Up to 8 comma-separated ints. */
+static int parse_ints(const char *s, int *v) {
+    int n = 0;
+    while (*s && n < 8) {
+        v[n++] = atoi(s);
+        s = strchr(s, ',') ? strchr(s, ',') + 1 : s + strlen(s);
+    }
+    return n;
+}
+
+static float to_f(uint16_t v, kiln_dtype dt) { return dt == KILN_F16 ? kiln_f16_to_f32(v) : kiln_bf16_to_f32(v); }
+static uint16_t from_f(float v, kiln_dtype dt) { return dt == KILN_F16 ? kiln_f32_to_f16(v) : kiln_f32_to_bf16(v); }
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Device buffers of one case. */
+typedef struct bufs {
+    uint16_t *k, *v, *q, *out;
+    int32_t *ctx, *tables; /* tables: [copies][batch][nb] */
+    float *part;
+    unsigned *count;
+} bufs;
+
+/* max |gpu - cpu| / max |cpu| over sequences 0 and batch - 1 (copy 0's table) of the output on the device. */
+static int check(const shape *sh, int batch, int ctx, int nb, const bufs *d, const int32_t *table, double *err) {
+    const int ldq = (sh->n_head + 2 * sh->n_kv) * sh->hd, ldo = sh->n_head * sh->hd, group = sh->n_head / sh->n_kv;
+    const size_t row_elems = (size_t)sh->hd;
+    uint16_t *out = malloc((size_t)ldo * 2), *q = malloc((size_t)ldq * 2), *krow = malloc(row_elems * 2 * BS);
+    uint16_t *vrow = malloc(row_elems * 2 * BS);
+    double *sc = malloc((size_t)ctx * sizeof *sc), *acc = malloc(row_elems * sizeof *acc), mx = 0, diff = 0;
+    float *kf = malloc((size_t)ctx * row_elems * 4), *vf = malloc((size_t)ctx * row_elems * 4);
+    if (!out || !q || !krow || !vrow || !sc || !acc || !kf || !vf) return 1;
+    for (int s = 0; s < batch; s += batch > 1 ? batch - 1 : 1) {
+        CK(cudaMemcpy(out, d->out + (size_t)s * ldo, (size_t)ldo * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(q, d->q + (size_t)s * ldq, (size_t)ldq * 2, cudaMemcpyDeviceToHost));
+        for (int g = 0; g < sh->n_kv; g++) {
+            for (int b = 0; b < nb; b++) { /* the head's rows of each block: BS contiguous rows */
+                const size_t at = ((size_t)table[(size_t)s * nb + b] * sh->n_kv + g) * BS * row_elems;
+                CK(cudaMemcpy(krow, d->k + at, row_elems * 2 * BS, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(vrow, d->v + at, row_elems * 2 * BS, cudaMemcpyDeviceToHost));
+                for (int j = 0; j < BS && b * BS + j < ctx; j++)
+                    for (size_t e = 0; e < row_elems; e++) {
+                        kf[(size_t)(b * BS + j) * row_elems + e] = to_f(krow[j * row_elems + e], sh->dtype);
+                        vf[(size_t)(b * BS + j) * row_elems + e] = to_f(vrow[j * row_elems + e], sh->dtype);
+                    }
+            }
+            for (int h = g * group; h < (g + 1) * group; h++) {
+                double m = -INFINITY, l = 0;
+                for (int j = 0; j < ctx; j++) {
+                    double t = 0;
+                    for (size_t e = 0; e < row_elems; e++)
+                        t += (double)to_f(q[h * row_elems + e], sh->dtype) * kf[j * row_elems + e];
+                    sc[j] = t / sqrt((double)sh->hd);
+                    m = fmax(m, sc[j]);
+                }
+                for (size_t e = 0; e < row_elems; e++) acc[e] = 0;
+                for (int j = 0; j < ctx; j++) {
+                    const double p = exp(sc[j] - m);
+                    l += p;
+                    for (size_t e = 0; e < row_elems; e++) acc[e] += p * vf[j * row_elems + e];
+                }
+                for (size_t e = 0; e < row_elems; e++) {
+                    const double ref = acc[e] / l, dd = fabs(to_f(out[h * row_elems + e], sh->dtype) - ref);
+                    mx = fmax(mx, fabs(ref));
+                    diff = isnan(dd) ? INFINITY : fmax(diff, dd);
+                }
+            }
+        }
+    }
+    *err = diff / (mx > 0 ? mx : 1);
+    free(out);
+    free(q);
+    free(krow);
+    free(vrow);
+    free(sc);
+    free(acc);
+    free(kf);
+    free(vf);
+    return 0;
+}
+
+/* Times one kernel variant: a graph of `iters` calls rotating over the copies; the median replay. */
+static int time_variant(llmc_decode_attn *a, const bufs *d, int copies, int batch, int nb, cudaStream_t st,
+                        double *us) {
+    const int iters = copies * ((16 + copies - 1) / copies);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    a->table = d->tables;
+    if (llmc_decode_attention(a, st) != KILN_OK) return fprintf(stderr, "llm_attn_bench: %s\n", kiln_last_error()), 1;
+    CK(cudaStreamSynchronize(st)); /* eager first: the kernel's attributes are set outside the capture */
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    kiln_status s = KILN_OK;
+    for (int i = 0; i < iters && s == KILN_OK; i++) {
+        a->table = d->tables + (size_t)(i % copies) * batch * nb;
+        s = llmc_decode_attention(a, st);
+    }
+    cudaError_t ce = cudaStreamEndCapture(st, &graph);
+    if (s != KILN_OK) return fprintf(stderr, "llm_attn_bench: %s\n", kiln_last_error()), 1;
+    CK(ce);
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float ms[REPLAYS];
+    CK(cudaGraphLaunch(exec, st)); /* warm-up */
+    for (int r = 0; r < REPLAYS; r++) {
+        CK(cudaEventRecord(e0, st));
+        CK(cudaGraphLaunch(exec, st));
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&ms[r], e0, e1));
+    }
+    qsort(ms, REPLAYS, sizeof ms[0], cmp_float);
+    *us = ms[REPLAYS / 2] * 1e3 / iters;
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    a->table = d->tables;
+    return 0;
+}
+
+static int run_case(const shape *sh, int batch, int ctx, int force_part, bool old, int sm, cudaStream_t st) {
+    const int nb = (ctx + BS - 1) / BS, ldq = (sh->n_head + 2 * sh->n_kv) * sh->hd, ldo = sh->n_head * sh->hd;
+    const double bytes = (double)batch * ctx * sh->n_kv * sh->hd * 2 * 2;
+    int copies = (int)ceil(ROTATE_BYTES / bytes);
+    copies = copies < 1 ? 1 : copies > 64 ? 64 : copies;
+    const size_t n_blocks = (size_t)copies * batch * nb, block_elems = (size_t)sh->n_kv * BS * sh->hd;
+    const size_t kv_elems = n_blocks * block_elems;
+    bufs d;
+    memset(&d, 0, sizeof d);
+    CK(cudaMalloc((void **)&d.k, kv_elems * 2));
+    CK(cudaMalloc((void **)&d.v, kv_elems * 2));
+    CK(cudaMalloc((void **)&d.q, (size_t)batch * ldq * 2));
+    CK(cudaMalloc((void **)&d.out, (size_t)batch * ldo * 2));
+    CK(cudaMalloc((void **)&d.ctx, (size_t)batch * 4));
+    CK(cudaMalloc((void **)&d.tables, n_blocks * 4));
+    CK(cudaMalloc((void **)&d.part, (size_t)batch * sh->n_head * SPLIT_CAP * (sh->hd + 2) * 4));
+    CK(cudaMalloc((void **)&d.count, (size_t)batch * sh->n_kv * 4));
+    CK(cudaMemset(d.count, 0, (size_t)batch * sh->n_kv * 4));
+    /* random values: a 16 MB pattern repeated over the cache (distinct copies are not needed) */
+    const size_t chunk = (size_t)8 << 20;
+    uint16_t *h = malloc((chunk + 1024) * 2);
+    int32_t *table = malloc(n_blocks * 4), *ctxs = malloc((size_t)batch * 4);
+    if (!h || !table || !ctxs) return fprintf(stderr, "llm_attn_bench: out of memory\n"), 1;
+    uint32_t r = 12345;
+    for (size_t i = 0; i < chunk + 1024; i++) {
+        r = r * 1664525u + 1013904223u;
+        h[i] = from_f((float)((r >> 8) & 0xffff) / 32768.0f - 1.0f, sh->dtype);
+    }
+    for (size_t at = 0; at < kv_elems; at += chunk) {
+        const size_t n = kv_elems - at < chunk ? kv_elems - at : chunk;
+        CK(cudaMemcpy(d.k + at, h, n * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d.v + at, h + 1024, n * 2, cudaMemcpyHostToDevice)); /* shifted: V != K */
+    }
+    CK(cudaMemcpy(d.q, h + 777, (size_t)batch * ldq * 2, cudaMemcpyHostToDevice));
+    for (size_t i = 0; i < n_blocks; i++) table[i] = (int32_t)i;
+    for (size_t i = n_blocks - 1; i > 0; i--) {
+        r = r * 1664525u + 1013904223u;
+        const size_t j = ((size_t)r << 8 ^ (r >> 8)) % (i + 1);
+        const int32_t t = table[i];
+        table[i] = table[j];
+        table[j] = t;
+    }
+    CK(cudaMemcpy(d.tables, table, n_blocks * 4, cudaMemcpyHostToDevice));
+    for (int i = 0; i < batch; i++) ctxs[i] = ctx;
+    CK(cudaMemcpy(d.ctx, ctxs, (size_t)batch * 4, cudaMemcpyHostToDevice));
+    llmc_decode_attn a;
+    memset(&a, 0, sizeof a);
+    a.dtype = sh->dtype;
+    a.head_dim = sh->hd;
+    a.n_head = sh->n_head;
+    a.n_kv_head = sh->n_kv;
+    a.n_seqs = batch;
+    a.block_size = BS;
+    a.max_ctx = ctx;
+    a.q = d.q;
+    a.ldq = ldq;
+    a.out = d.out;
+    a.ldo = ldo;
+    a.ctx_len = d.ctx;
+    a.table = d.tables;
+    a.table_stride = nb;
+    a.kc = d.k;
+    a.vc = d.v;
+    a.part = d.part;
+    a.split_cap = SPLIT_CAP;
+    a.count = d.count;
+    a.sm_count = sm;
+    a.part_keys = force_part;
+    const int part = force_part ? force_part : llmc_decode_part(sh->hd, batch, sh->n_kv, ctx, sm, SPLIT_CAP);
+    double us_new = 0, us_old = 0, err_new = 0, err_old = 0;
+    int rc = 0;
+    if (llmc_decode_attention(&a, st) != KILN_OK) rc = 1;
+    if (rc == 0) CK(cudaStreamSynchronize(st));
+    if (rc == 0) rc = check(sh, batch, ctx, nb, &d, table, &err_new);
+    if (rc == 0) rc = time_variant(&a, &d, copies, batch, nb, st, &us_new);
+    if (rc == 0 && old) {
+        a.legacy = true;
+        a.part_keys = 0;
+        a.split_cap = SPLIT_CAP / 2; /* multiples of 128 keys */
+        CK(cudaMemset(d.out, 0, (size_t)batch * ldo * 2));
+        if (llmc_decode_attention(&a, st) != KILN_OK) rc = 1;
+        if (rc == 0) CK(cudaStreamSynchronize(st));
+        if (rc == 0) rc = check(sh, batch, ctx, nb, &d, table, &err_old);
+        if (rc == 0) rc = time_variant(&a, &d, copies, batch, nb, st, &us_old);
+    }
+    if (rc == 0) {
+        const double gbs = bytes / us_new * 1e-3, floor_us = bytes / (HBM_TBPS * 1e12) * 1e6;
+        printf("%-10s %5d %5d %6d %6d %6.1f %9.2f %8.0f %6.0f%% %9.1e", sh->name, batch, ctx, part,
+               (ctx + part - 1) / part, bytes / 1e6, us_new, gbs, 100.0 * floor_us / us_new, err_new);
+        if (old)
+            printf(" %9.2f %8.0f %6.2fx %9.1e", us_old, bytes / us_old * 1e-3, us_old / us_new, err_old);
+        printf("\n");
+    } else {
+        fprintf(stderr, "llm_attn_bench: %s batch %d ctx %d: %s\n", sh->name, batch, ctx, kiln_last_error());
+    }
+    cudaFree(d.k);
+    cudaFree(d.v);
+    cudaFree(d.q);
+    cudaFree(d.out);
+    cudaFree(d.ctx);
+    cudaFree(d.tables);
+    cudaFree(d.part);
+    cudaFree(d.count);
+    free(h);
+    free(table);
+    free(ctxs);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    const char *only = NULL;
+    int batches[8] = {1, 8, 64}, n_b = 3, ctxs[8] = {256, 1024, 4096}, n_c = 3, part = 0;
+    bool old = true;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+            only = argv[++i];
+        } else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
+            n_b = parse_ints(argv[++i], batches);
+        } else if (!strcmp(argv[i], "--ctx") && i + 1 < argc) {
+            n_c = parse_ints(argv[++i], ctxs);
+        } else if (!strcmp(argv[i], "--part") && i + 1 < argc) {
+            part = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--no-old")) {
+            old = false;
+        } else {
+            fprintf(stderr, "usage: llm_attn_bench [--only gpt2-xl,llama3-8b] [--batch 1,8,64] [--ctx 256,1024,4096] "
+                            "[--part N] [--no-old]\n");
+            return 2;
+        }
+    }
+    for (int i = 0; i < n_c; i++)
+        if (ctxs[i] < 1 || ctxs[i] > SPLIT_CAP * 64) return fprintf(stderr, "llm_attn_bench: ctx 1..%d\n", SPLIT_CAP * 64), 2;
+    char desc[256];
+    if (kiln_llm_cuda_device_check(0, desc, sizeof desc) != KILN_OK) {
+        printf("skipped: no GPU (%s)\n", desc);
+        return 77;
+    }
+    int sm = 0;
+    CK(cudaSetDevice(0));
+    CK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, 0));
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    printf("llm_attn_bench on %s (%d SMs): decode attention alone, graph replays, cache blocks of %d tokens\n", desc, sm,
+           BS);
+    printf("MB = keys + values read per call; %% = of the %.1f TB/s floor; err = max |gpu - cpu| / max |cpu|\n\n",
+           HBM_TBPS);
+    printf("%-10s %5s %5s %6s %6s %6s %9s %8s %7s %9s", "shape", "batch", "ctx", "part", "splits", "MB", "us/call",
+           "GB/s", "floor", "err");
+    if (old) printf(" %9s %8s %7s %9s", "old us", "old GB/s", "speedup", "old err");
+    printf("\n");
+    int rc = 0;
+    for (size_t si = 0; si < sizeof SHAPES / sizeof SHAPES[0]; si++) {
+        if (only && !listed(only, SHAPES[si].name)) continue;
+        for (int bi = 0; bi < n_b; bi++)
+            for (int ci = 0; ci < n_c; ci++)
+                if (run_case(&SHAPES[si], batches[bi], ctxs[ci], part, old, sm, st)) rc = 1;
+    }
+    cudaStreamDestroy(st);
+    return rc;
+}
+#endif
