@@ -1,7 +1,8 @@
 /* builder.c — the build pipeline behind `kiln build`: ONNX frontend -> op resolution -> ordering
  * -> shape inference -> (every intermediate marked as an output, for per-layer comparisons) ->
- * passes -> verification -> per-layer precision -> optimization profiles -> plan -> engine ->
- * auto-tuning (backends with tactics: the fastest algorithm per layer, timed on the device). */
+ * passes (clean-ups, fusions, the channels-last layout where the target wants it) -> verification
+ * -> per-layer precision -> optimization profiles -> plan -> engine -> auto-tuning (backends with
+ * tactics: the fastest algorithm per layer, timed on the device). */
 #include "backends/backend.h"
 #include "core/log.h"
 #include "core/status.h"
@@ -12,6 +13,7 @@
 #include "runtime/profiles.h"
 #include "builder.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -48,12 +50,15 @@ static const pass_step g_fusions[] = {
     {"fuse_elementwise", kiln_pass_fuse_elementwise, g_chain_ops},
 };
 
+/* Lays convolutions out channels-last (after the fusions, which it needs done). */
+static const pass_step g_layout = {"layout_channels_last", kiln_pass_layout_channels_last, g_epilogue_ops};
+
 /* Whether backend b has kernels for every kiln-domain op that step p creates: the cpu backend has
  * them all; another backend says so per op through its runs_fused_op capability. */
-static bool backend_runs_step(const kiln_backend *b, const pass_step *p) {
+static bool backend_runs_step(const kiln_backend *b, const pass_step *p, kiln_precision precision) {
     if (!p->kiln_ops || !strcmp(b->name, "cpu")) return true;
     for (const char *const *op = p->kiln_ops; *op; op++)
-        if (!b->runs_fused_op || !b->runs_fused_op(*op)) return false;
+        if (!b->runs_fused_op || !b->runs_fused_op(*op, precision)) return false;
     return true;
 }
 
@@ -67,25 +72,48 @@ static kiln_status run_step(kiln_graph *g, const pass_step *p, bool *changed) {
     return s == KILN_OK ? s : kiln_error_prefix(s, "pass %s", p->name);
 }
 
+/* Runs the clean-up passes until none changes anything (bounded). */
+static kiln_status cleanup(kiln_graph *g) {
+    for (int pass = 0; pass < 8; pass++) {
+        bool any = false, changed;
+        for (size_t i = 0; i < sizeof g_cleanup / sizeof *g_cleanup; i++) {
+            KILN_TRY(run_step(g, &g_cleanup[i], &changed));
+            any |= changed;
+        }
+        if (!any) break;
+    }
+    return KILN_OK;
+}
+
+/* Whether the build lays convolutions out channels-last: KILN_CHANNELS_LAST=1 forces it on for any
+ * target, =0 off; otherwise on when backend b says its convolutions run faster so
+ * (conv_channels_last) and the build is 16-bit. Never for a target without FusedConv kernels, nor
+ * with every intermediate marked as an output (each value keeps the layout it is compared in). */
+static bool want_channels_last(const kiln_build_options *opts, const kiln_backend *b) {
+    const char *env = getenv("KILN_CHANNELS_LAST");
+    bool forced = env && !strcmp(env, "1"), off = env && !strcmp(env, "0");
+    bool half = opts->precision == KILN_PRECISION_FP16 || opts->precision == KILN_PRECISION_BF16;
+    if (off || !(forced || (b->conv_channels_last && half))) return false;
+    const char *why = opts->mark_all_outputs         ? "every intermediate value is an output"
+                      : !backend_runs_step(b, &g_layout, opts->precision) ? "the target does not run FusedConv"
+                                                         : NULL;
+    if (why) KILN_LOG(KILN_LOG_VERBOSE, "%s skipped: %s", g_layout.name, why);
+    return !why;
+}
+
 /* Runs the clean-up passes to a fixed point, then the fusions, and repeats while the fusions change
- * something (bounded). */
-static kiln_status optimize(kiln_graph *g, const kiln_backend *b) {
+ * something (bounded); then, when the build wants it, the channels-last layout and the clean-up
+ * passes again (which cancel the Transposes between convolutions). */
+static kiln_status optimize(kiln_graph *g, const kiln_build_options *opts, const kiln_backend *b) {
     bool runs[sizeof g_fusions / sizeof *g_fusions];
     for (size_t i = 0; i < sizeof g_fusions / sizeof *g_fusions; i++) {
-        runs[i] = backend_runs_step(b, &g_fusions[i]);
+        runs[i] = backend_runs_step(b, &g_fusions[i], opts->precision);
         if (!runs[i])
             KILN_LOG(KILN_LOG_VERBOSE, "%s skipped: target %s does not run the kiln-domain ops it creates", g_fusions[i].name,
                      b->name);
     }
     for (int round = 0; round < 4; round++) {
-        for (int pass = 0; pass < 8; pass++) {
-            bool any = false, changed;
-            for (size_t i = 0; i < sizeof g_cleanup / sizeof *g_cleanup; i++) {
-                KILN_TRY(run_step(g, &g_cleanup[i], &changed));
-                any |= changed;
-            }
-            if (!any) break;
-        }
+        KILN_TRY(cleanup(g));
         bool fused = false, changed;
         for (size_t i = 0; i < sizeof g_fusions / sizeof *g_fusions; i++) {
             if (!runs[i]) continue;
@@ -94,7 +122,9 @@ static kiln_status optimize(kiln_graph *g, const kiln_backend *b) {
         }
         if (!fused) break;
     }
-    return KILN_OK;
+    bool changed = false;
+    if (want_channels_last(opts, b)) KILN_TRY(run_step(g, &g_layout, &changed));
+    return changed ? cleanup(g) : KILN_OK;
 }
 
 /* Makes every node output a graph output (in node order), so that passes keep each value, under its
@@ -120,7 +150,7 @@ static kiln_status build_graph(kiln_graph *g, const kiln_build_options *opts, co
     KILN_TRY(kiln_graph_verify(g));
     if (opts->mark_all_outputs) KILN_TRY(mark_all_outputs(g));
     int before = g->nnodes;
-    KILN_TRY(optimize(g, b));
+    KILN_TRY(optimize(g, opts, b));
     KILN_TRY(kiln_graph_verify(g));
     KILN_LOG(KILN_LOG_INFO, "optimized: %d nodes -> %d nodes", before, g->nnodes);
     return KILN_OK;

@@ -65,10 +65,14 @@ typedef struct kiln_backend {
                         kiln_tactic *tactics, kiln_tuning_stats *stats);
     /* Optional (NULL: the backend runs none of them; the cpu backend, which runs them all, is the
      * exception the builder knows by name): whether the backend has a kernel for the kiln-domain fused
-     * op op_type (ir/fused_ops.h: "FusedConv", "Attention", ...), i.e. whether the fusion passes that
-     * create it may run for this target. A backend's kernel for it must accept every node the pass
+     * op op_type (ir/fused_ops.h: "FusedConv", "Attention", ...) worth using in a build of the given
+     * precision, i.e. whether the fusion passes that create it may run for this target. A backend's kernel for it must accept every node the pass
      * creates (or its supports check must refuse it, failing the build). */
-    bool (*runs_fused_op)(const char *op_type);
+    bool (*runs_fused_op)(const char *op_type, kiln_precision precision);
+    /* Convolutions run faster channels-last; the builder lays out FusedConv so for 16-bit builds
+     * (fp16 / bf16 precision; pass layout_channels_last, KILN_CHANNELS_LAST in docs/cuda.md). Needs
+     * a FusedConv kernel that takes channels_last = 1. */
+    bool conv_channels_last;
 } kiln_backend;
 
 /* The backend called name (NULL = "cpu"), or NULL. */

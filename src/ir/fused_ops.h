@@ -6,6 +6,9 @@
  * kiln.FusedConv   Y = act(Conv(X, W, B) + Z)
  *     inputs  X, W, B (optional), Z (optional, the residual: exactly Y's shape)
  *     attrs   Conv's own (auto_pad, dilations, group, kernel_shape, pads, strides) + activation
+ *             + channels_last (int, default 0). With channels_last = 1 (2-D only) the tensors are
+ *             laid out channels-last: X [N, H, W, C], W [M, kH, kW, C/group], Z and Y [N, H', W', M];
+ *             B stays [M]; the window attributes keep their (H, W) order.
  * kiln.FusedGemm   Y = act(alpha * A' B' + beta * C + Z)
  *     inputs  A, B, C (optional), Z (optional, exactly Y's shape)
  *     attrs   Gemm's own (alpha, beta, transA, transB) + activation
@@ -38,6 +41,9 @@ extern "C" {
 
 #define KILN_FUSED_DOMAIN "kiln"
 #define KILN_FUSED_OPSET 1
+/* The largest head dims (D, Dv) the attention pass fuses: every backend's kernel takes them; larger
+ * heads stay MatMul -> Softmax -> MatMul. */
+#define KILN_ATTENTION_MAX_HEAD_DIM 128
 
 typedef enum kiln_activation {
     KILN_ACT_NONE,

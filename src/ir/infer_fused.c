@@ -1,6 +1,7 @@
 /* infer_fused.c — shape and type inference for the kiln-domain ops the fusion passes create
  * (semantics in fused_ops.h). FusedConv and FusedMatMul reuse the Conv / MatMul inference of their
- * ONNX counterparts; the epilogue inputs (bias, residual) are checked where their shapes are known. */
+ * ONNX counterparts (a channels-last FusedConv on channels-first views of its shapes); the epilogue
+ * inputs (bias, residual) are checked where their shapes are known. */
 #include "ir/fused_ops.h"
 #include "ir/op_schema.h"
 
@@ -37,8 +38,41 @@ static kiln_status infer_as(kiln_graph *g, kiln_node *n, const char *base) {
     return s->infer(g, n);
 }
 
+/* dims[1..rank) rotated: to_first moves the last dim to position 1 (NHWC -> NCHW order), else
+ * position 1 to the end (NCHW -> NHWC). */
+static void rotate_channels(kiln_dim *dims, int rank, bool to_first) {
+    if (rank < 3) return;
+    kiln_dim t[KILN_MAX_DIMS];
+    memcpy(t, dims, sizeof *t * (size_t)rank);
+    for (int d = 1; d < rank; d++) dims[d] = to_first ? t[d == 1 ? rank - 1 : d - 1] : t[d == rank - 1 ? 1 : d + 1];
+}
+
+/* FusedConv with channels_last = 1: Conv's inference on NCHW views. X's and W's dims are rotated
+ * to channels-first in place for the call and restored after it (whatever it returns); Y's are
+ * rotated back to channels-last. */
+static kiln_status infer_conv_channels_last(kiln_graph *g, kiln_node *n) {
+    kiln_value *x = kiln_node_input(g, n, 0), *w = kiln_node_input(g, n, 1);
+    if (!x || !w) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "FusedConv needs inputs X and W");
+    if ((x->ndim >= 0 && x->ndim != 4) || (w->ndim >= 0 && w->ndim != 4))
+        return kiln_error(KILN_ERR_SHAPE, "FusedConv: channels_last needs 4-D X and W (2-D convolution), has ranks %d "
+                          "and %d", x->ndim, w->ndim);
+    if (x == w) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "FusedConv: X and W are the same value");
+    rotate_channels(x->dims, x->ndim, true);
+    rotate_channels(w->dims, w->ndim, true);
+    kiln_status st = infer_as(g, n, "Conv");
+    rotate_channels(x->dims, x->ndim, false);
+    rotate_channels(w->dims, w->ndim, false);
+    kiln_value *y = kiln_node_output(g, n, 0);
+    if (st == KILN_OK && y) rotate_channels(y->dims, y->ndim, false);
+    return st;
+}
+
+/* FusedConv: Conv's inference, channels-first or (channels_last = 1, fused_ops.h) channels-last. */
 static kiln_status infer_fused_conv(kiln_graph *g, kiln_node *n) {
-    KILN_TRY(infer_as(g, n, "Conv"));
+    int64_t cl = kiln_attr_int(n, "channels_last", 0);
+    if (cl != 0 && cl != 1)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "FusedConv: channels_last must be 0 or 1, is %lld", (long long)cl);
+    KILN_TRY(cl ? infer_conv_channels_last(g, n) : infer_as(g, n, "Conv"));
     return check_epilogue(g, n, 3);
 }
 

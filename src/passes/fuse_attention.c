@@ -234,6 +234,8 @@ static kiln_status try_attention(pass_ctx *c, int id) {
     const kiln_value *q = &g->values[m.q], *kt = &g->values[m.kt], *v = &g->values[m.v];
     if (!pass_is_float(q->dtype) || q->dtype != kt->dtype || q->dtype != v->dtype) return KILN_OK;
     if (q->ndim < 2 || kt->ndim < 2 || v->ndim < 2) return KILN_OK;
+    kiln_dim d = q->dims[q->ndim - 1], dv = v->dims[v->ndim - 1];
+    if (d.sym || dv.sym || d.value > KILN_ATTENTION_MAX_HEAD_DIM || dv.value > KILN_ATTENTION_MAX_HEAD_DIM) return KILN_OK;
     if (m.mask >= 0) {
         const kiln_value *mk = &g->values[m.mask];
         if (mk->ndim < 0 || (m.bool_mask ? mk->dtype != KILN_BOOL : mk->dtype != q->dtype)) return KILN_OK;

@@ -30,5 +30,9 @@ kiln_status kiln_pass_fuse_attention(kiln_graph *g, bool *changed);
 kiln_status kiln_pass_fuse_epilogue(kiln_graph *g, bool *changed);
 /* Chains of float elementwise ops over same-shaped values -> one kiln.ElementwiseChain. */
 kiln_status kiln_pass_fuse_elementwise(kiln_graph *g, bool *changed);
+/* 2-D FusedConv / Conv with constant weights -> kiln.FusedConv channels_last = 1 (weights as new
+ * [M, kH, kW, C/g] constants) between Transposes to NHWC and back; the clean-up passes then cancel
+ * the Transposes between consecutive convolutions. */
+kiln_status kiln_pass_layout_channels_last(kiln_graph *g, bool *changed);
 
 #endif

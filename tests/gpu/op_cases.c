@@ -578,6 +578,26 @@ const op_case kiln_op_cases[] = {
     {"kiln.FusedConv", "f[2,16,7,7] Kf[24,16,1,1] Kf[24]", "activation='HardSwish'", 0, 0},
     {"kiln.FusedConv", "f[1,3,33] Kf[5,3,3] Kf[5]", "pads=[1,1] activation='Sigmoid'", 0, 0},
     {"kiln.FusedConv", "f[2,6,9,9] Kf[4,3,3,3] Kf[4] f[2,4,5,5]", "group=2 strides=[2,2] pads=[1,1,1,1] activation='Gelu'", 0, 0},
+    /* the fused cuDNN call (activation none or Relu): identity with a bias, Relu without one (the
+     * context's zero bias), and a batch of 9 whose explicit-padding staging copy chunks it when
+     * KILN_CUDA_WORKSPACE_MB=1 in f32 (7 images, then 2: both cached calls, Z at an offset) */
+    {"kiln.FusedConv", "f[2,16,9,9] Kf[32,16,1,1] Kf[32]", "", 0, 0},
+    {"kiln.FusedConv", "f[2,8,9,9] Kf[8,8,3,3]", "pads=[1,1,1,1] activation='Relu'", 0, 0},
+    {"kiln.FusedConv", "f[9,16,33,33] Kf[16,16,3,3] Kf[16] f[9,16,32,32]", "pads=[1,1,0,0] activation='Relu'", 0, 0},
+    /* channels_last = 1 (ir/fused_ops.h): X [N,H,W,C], W [M,kH,kW,C/group], Z and Y [N,H',W',M] */
+    {"kiln.FusedConv", "f[2,15,15,8] Kf[16,3,3,8] Kf[16]", "pads=[1,1,1,1] activation='Relu' channels_last=1", 0, 0},
+    {"kiln.FusedConv", "f[1,14,14,16] Kf[16,3,3,16] Kf[16] f[1,14,14,16]", "pads=[1,1,1,1] activation='Relu' channels_last=1", 0, 0},
+    {"kiln.FusedConv", "f[1,7,7,8] Kf[8,1,1,8] - f[1,7,7,8]", "channels_last=1", 0, 0},
+    {"kiln.FusedConv", "f[2,9,9,16] Kf[32,1,1,16] Kf[32]", "channels_last=1", 0, 0},
+    {"kiln.FusedConv", "f[2,9,9,8] Kf[8,3,3,8]", "pads=[1,1,1,1] activation='Relu' channels_last=1", 0, 0},
+    {"kiln.FusedConv", "f[1,9,9,32] Kf[32,3,3,1] Kf[32]", "group=32 pads=[1,1,1,1] activation='Clip' activation_params=[0.0,6.0] channels_last=1", 0, 0},
+    {"kiln.FusedConv", "f[2,9,9,6] Kf[4,3,3,3] Kf[4] f[2,5,5,4]", "group=2 strides=[2,2] pads=[1,1,1,1] activation='Relu' channels_last=1", 0, 0},
+    {"kiln.FusedConv", "f[1,15,13,5] Kf[6,3,3,5] Kf[6]", "dilations=[2,2] pads=[1,0,2,1] activation='Relu' channels_last=1", 0, 0},
+    {"kiln.FusedConv", "f[2,10,10,6] Kf[4,3,3,6] Kf[4] f[2,5,5,4]", "auto_pad='SAME_UPPER' strides=[2,2] channels_last=1", 0, 0},
+    {"kiln.FusedConv", "f[2,11,11,4] Kf[8,3,3,4]", "strides=[2,2] activation='LeakyRelu' activation_params=[0.1] channels_last=1", 0, 0},
+    {"kiln.FusedConv", "f[2,7,9,24] Kf[24,1,1,24] Kf[24] f[2,7,9,24]", "activation='Silu' channels_last=1", 0, 0},
+    {"kiln.FusedConv", "f[1,224,224,3] Kf[64,7,7,3] Kf[64]", "strides=[2,2] pads=[3,3,3,3] activation='Relu' channels_last=1", 0, 0},
+    {"kiln.FusedConv", "f[9,33,33,16] Kf[16,3,3,16] Kf[16] f[9,32,32,16]", "pads=[1,1,0,0] activation='Relu' channels_last=1", 0, 0},
     {"kiln.FusedGemm", "f[33,65] Kf[17,65] Kf[17]", "transB=1 activation='Relu'", 0, 0},
     {"kiln.FusedGemm", "f[33,65] Kf[65,17] Kf[17] f[33,17]", "activation='GeluTanh'", 0, 0},
     {"kiln.FusedGemm", "f[65,33] Kf[65,17] Kf[1,17]", "transA=1 alpha=0.5 beta=2.0 activation='Tanh'", 0, 0},
@@ -607,6 +627,24 @@ const op_case kiln_op_cases[] = {
     {"kiln.Attention", "f[3,2,17,33] f[3,2,17,33] f[3,2,17,127] f[1,2,17,17]", "scale=0.174", 0, 0},
     {"kiln.Attention", "f[50,16] f[70,16] f[70,8] f[70]{-2,0}", "scale=0.25", 0, 0},
     {"kiln.Attention", "f[1,3,20,32] f[2,1,45,32] f[2,1,45,32]", "scale=0.177 kv_repeat=3 causal=1", 0, 0},
+    /* the tensor-core kernel (f16/bf16, D = Dv in {32, 64, 96, 128}; f32 runs these on CUDA cores):
+     * BERT with a padding mask, GPT causal over two query blocks, GQA 4:1 at D 128 with Sq != Sk,
+     * decode (Sq 1) over four key tiles, odd Sq/Sk tails with and without causal, bool masks per query,
+     * a full per-head mask at D 96, a rank-2 mask, many key tiles (the double buffer's both halves) */
+    {"kiln.Attention", "f[2,12,128,64] f[2,12,128,64] f[2,12,128,64] f[2,1,1,128]{-5,0}", "scale=0.125", 0, 0},
+    {"kiln.Attention", "f[1,12,77,64] f[1,12,77,64] f[1,12,77,64]", "scale=0.125 causal=1", 0, 0},
+    {"kiln.Attention", "f[2,16,70,128] f[2,4,150,128] f[2,4,150,128]", "scale=0.0884 kv_repeat=4", 0, 0},
+    {"kiln.Attention", "f[1,16,90,128] f[1,4,130,128] f[1,4,130,128]", "scale=0.0884 kv_repeat=4 causal=1", 0, 0},
+    {"kiln.Attention", "f[2,12,1,64] f[2,12,200,64] f[2,12,200,64]", "scale=0.125", 0, 0},
+    {"kiln.Attention", "f[2,12,1,64] f[2,12,200,64] f[2,12,200,64] f[2,1,1,200]{-5,0}", "scale=0.125 causal=1", 0, 0},
+    {"kiln.Attention", "f[2,3,37,64] f[2,3,53,64] f[2,3,53,64]", "scale=0.125", 0, 0},
+    {"kiln.Attention", "f[2,3,37,128] f[2,3,53,128] f[2,3,53,128]", "scale=0.0884 causal=1", 0, 0},
+    {"kiln.Attention", "f[2,12,64,64] f[2,12,96,64] f[2,12,96,64] b[2,1,64,96]", "scale=0.125 mask_fill=-10000.0", 0, 0},
+    {"kiln.Attention", "f[1,4,53,128] f[1,4,53,128] f[1,4,53,128] b[1,1,1,53]", "scale=0.0884 mask_fill=-3.0", 0, 0},
+    {"kiln.Attention", "f[1,4,65,96] f[1,4,65,96] f[1,4,65,96] f[1,4,65,65]{-2,0}", "scale=0.102", 0, 0},
+    {"kiln.Attention", "f[2,4,50,32] f[2,4,70,32] f[2,4,70,32]", "scale=0.177 causal=1", 0, 0},
+    {"kiln.Attention", "f[2,4,40,64] f[2,4,40,64] f[2,4,40,64] f[40,40]{-3,0}", "scale=0.125", 0, 0},
+    {"kiln.Attention", "f[1,2,300,64] f[1,2,300,64] f[1,2,300,64]", "scale=0.125 causal=1", 0, 0},
     /* x sigmoid(1.702 x) */
     {"kiln.ElementwiseChain", "f[33,1000]", "program=[1,0,1,0,2,0,5,9,5] constants=[1.702]", 0, 0},
     /* relu((x0 + x1) * 0.5); the inputs of a chain have the output's shape or one element (what
@@ -619,7 +657,7 @@ const op_case kiln_op_cases[] = {
 };
 
 /* --perf: bandwidth-bound ops on 4096x4096 (64 MiB in float32), GEMMs at 4096^3 and transformer
- * sizes, ResNet-50 convolutions at batch 32. */
+ * sizes, ResNet-50 convolutions at batch 32 (plain, and as FusedConv in both layouts). */
 const op_case kiln_perf_cases[] = {
     {"Add", "f[4096,4096] f[4096,4096]", "", 0, 0},
     {"Mul", "f[4096,4096] Kf[4096]", "", 0, 0},
@@ -640,6 +678,12 @@ const op_case kiln_perf_cases[] = {
     {"MatMul", "f[1,128,1600] Kf[1600,6400]", "", 0, 0},
     {"MatMul", "f[32,128,768] Kf[768,3072]", "", 0, 0},
     {"MatMul", "f[32,12,128,64] f[32,12,64,128]", "", 0, 0},
+    /* BERT-base attention at batch 32, seq 128: the unfused parts (Q K^T above, softmax, P V) and
+     * kiln.Attention (K, V and the padding mask constants, so that only Q and O cross the bus) */
+    {"Softmax", "f[32,12,128,128]", "", 0, 0},
+    {"MatMul", "f[32,12,128,128] f[32,12,128,64]", "", 0, 0},
+    {"kiln.Attention", "f[32,12,128,64] Kf[32,12,128,64] Kf[32,12,128,64] Kf[32,1,1,128]{-5,0}", "scale=0.125", 0, 0},
+    {"kiln.Attention", "f[32,12,128,64] Kf[32,12,128,64] Kf[32,12,128,64]", "scale=0.125 causal=1", 0, 0},
     {"Gemm", "f[4096,4096] Kf[4096,4096] Kf[4096]", "transB=1", 0, 0},
     {"Gemm", "f[256,2048] Kf[1000,2048] Kf[1000]", "transB=1", 0, 0},
     {"Conv", "f[32,3,224,224] Kf[64,3,7,7] Kf[64]", "strides=[2,2] pads=[3,3,3,3]", 0, 0},
@@ -648,6 +692,10 @@ const op_case kiln_perf_cases[] = {
     {"Conv", "f[32,128,28,28] Kf[128,128,3,3] Kf[128]", "pads=[1,1,1,1]", 0, 0},
     {"Conv", "f[32,512,7,7] Kf[512,512,3,3] Kf[512]", "pads=[1,1,1,1]", 0, 0},
     {"Conv", "f[32,1024,14,14] Kf[2048,1024,1,1]", "strides=[2,2]", 0, 0},
+    {"kiln.FusedConv", "f[32,64,56,56] Kf[64,64,3,3] Kf[64]", "pads=[1,1,1,1] activation='Relu'", 0, 0},
+    {"kiln.FusedConv", "f[32,56,56,64] Kf[64,3,3,64] Kf[64]", "pads=[1,1,1,1] activation='Relu' channels_last=1", 0, 0},
+    {"kiln.FusedConv", "f[32,56,56,64] Kf[256,1,1,64] Kf[256] f[32,56,56,256]", "activation='Relu' channels_last=1", 0, 0},
+    {"kiln.FusedConv", "f[32,14,14,1024] Kf[2048,1,1,1024] Kf[2048]", "strides=[2,2] channels_last=1", 0, 0},
     {"MaxPool", "f[32,64,112,112]", "kernel_shape=[3,3] strides=[2,2] pads=[1,1,1,1]", 0, 0},
     {"GlobalAveragePool", "f[32,2048,7,7]", "", 0, 0},
     {"BatchNormalization", "f[32,64,56,56] Kf[64] Kf[64] Kf[64] Kf[64]{0.5,2}", "", 0, 0},

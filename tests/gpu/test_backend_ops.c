@@ -21,7 +21,7 @@
  * --perf times the engine under test instead, on the large shapes of kiln_perf_cases: the median of
  * --iters kiln_context_run calls after a warm-up. A run includes copying the inputs to the device and
  * the outputs back, so each line also gives the bytes moved (graph inputs + outputs) with the GB/s
- * they imply, and TFLOP/s for MatMul, Gemm, Conv and ConvTranspose. */
+ * they imply, and TFLOP/s for MatMul, Gemm, Conv, kiln.FusedConv and ConvTranspose. */
 #include "backends/backend.h"
 #include "builder.h"
 #include "core/half.h"
@@ -697,10 +697,17 @@ static double case_flops(const parsed_case *pc, const kiln_tensor_desc *out0) {
     const input_spec *a = &pc->in[0], *w = &pc->in[1];
     if (pc->nin < 2) return 0;
     if (!strcmp(op, "MatMul")) return 2 * out * (double)(a->ndim ? a->dims[a->ndim - 1] : 1);
+    if (!strcmp(op, "kiln.Attention") && a->ndim >= 2 && w->ndim >= 2 && out0->ndim >= 1) {
+        /* Q K^T and P V over the visible keys: 2 (D + Dv) per score; causal keeps about half */
+        double d = (double)a->dims[a->ndim - 1], dv = (double)out0->dims[out0->ndim - 1], sk = (double)w->dims[w->ndim - 2];
+        double scores = out / (dv > 0 ? dv : 1) * sk;
+        return 2 * scores * (d + dv) * (attr_int(pc, "causal", 0) ? 0.5 : 1.0);
+    }
     if (!strcmp(op, "Gemm") && a->ndim == 2) return 2 * out * (double)a->dims[attr_int(pc, "transA", 0) ? 0 : 1];
-    if ((!strcmp(op, "Conv") || !strcmp(op, "ConvTranspose")) && w->ndim >= 3) {
+    bool conv = !strcmp(op, "Conv") || !strcmp(op, "kiln.FusedConv"); /* W's dims after the first multiply in either layout */
+    if ((conv || !strcmp(op, "ConvTranspose")) && w->ndim >= 3) {
         double per = (double)kiln_numel(w->ndim - 1, w->dims + 1);
-        return 2 * per * (!strcmp(op, "Conv") ? out : (double)kiln_numel(a->ndim, a->dims));
+        return 2 * per * (conv ? out : (double)kiln_numel(a->ndim, a->dims));
     }
     return 0;
 }

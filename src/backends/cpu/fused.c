@@ -1,6 +1,7 @@
 /* fused.c — the CPU fused family's kernel table, and FusedConv / FusedGemm / FusedMatMul: the
  * existing Conv, Gemm and MatMul kernels compute the product, then the epilogue (bias, residual,
- * activation) runs in place over the output. float32; float16/bfloat16 through float32. The
+ * activation) runs in place over the output; a channels-last FusedConv runs the same Conv on
+ * channels-first copies of its tensors. float32; float16/bfloat16 through float32. The
  * activations use the same vector math as the standalone ops, so a fused node matches the nodes it
  * replaced to rounding. */
 #include "backends/cpu/fused_kernels.h"
@@ -101,8 +102,58 @@ static kiln_status epilogue(const kiln_node *n, kiln_tensor *y, const kiln_tenso
 
 static const kiln_tensor *opt_input(kiln_tensor *const *in, int nin, int i) { return i < nin ? in[i] : NULL; }
 
+/* dst = src (4-D float32) with its axes permuted: dst dim i is src dim perm[i]. */
+static kiln_status permute4(const kiln_tensor *src, const int *perm, kiln_tensor *dst) {
+    int64_t dims[4], sstr[4], st[4];
+    kiln_strides(4, src->dims, sstr);
+    for (int i = 0; i < 4; i++) {
+        dims[i] = src->dims[perm[i]];
+        st[i] = sstr[perm[i]];
+    }
+    KILN_TRY(kiln_tensor_alloc(dst, KILN_F32, 4, dims));
+    const float *s = src->data;
+    float *d = dst->data;
+    for (int64_t a = 0; a < dims[0]; a++)
+        for (int64_t b = 0; b < dims[1]; b++)
+            for (int64_t c = 0; c < dims[2]; c++) {
+                const float *row = s + a * st[0] + b * st[1] + c * st[2];
+                for (int64_t e = 0; e < dims[3]; e++) *d++ = row[e * st[3]];
+            }
+    return KILN_OK;
+}
+
+static const int g_to_first[4] = {0, 3, 1, 2}; /* [N, H, W, C] -> [N, C, H, W]; [M, kH, kW, C/g] -> [M, C/g, kH, kW] */
+static const int g_to_last[4] = {0, 2, 3, 1};  /* [N, M, H', W'] -> [N, H', W', M] */
+
+/* Channels-last FusedConv (fused_ops.h): X and W are transposed to channels-first temporaries, the
+ * NCHW Conv runs into a third, which is transposed into Y; the epilogue then reads Z as it is
+ * (channels-last, like Y). Correct rather than fast: three copies around the convolution. */
+static kiln_status conv_channels_last(const kiln_node *n, kiln_tensor *const *in, int nin, kiln_tensor *y) {
+    KILN_TRY(nn_require_inputs(n, in, nin, 2));
+    KILN_TRY(nn_require_f32(n, in[0], 0));
+    KILN_TRY(nn_require_f32(n, in[1], 1));
+    if (in[0]->ndim != 4 || in[1]->ndim != 4)
+        return kiln_error(KILN_ERR_SHAPE, "%s: channels_last needs 4-D X and W, has ranks %d and %d", n->op_type,
+                          in[0]->ndim, in[1]->ndim);
+    kiln_tensor xt = {0}, wt = {0}, yt = {0};
+    kiln_tensor *cin[3] = {&xt, &wt, nin > 2 ? in[2] : NULL}, *cout[1] = {&yt};
+    kiln_status st = permute4(in[0], g_to_first, &xt);
+    if (st == KILN_OK) st = permute4(in[1], g_to_first, &wt);
+    if (st == KILN_OK) st = kiln_cpu_conv(n, cin, nin > 3 ? 3 : nin, cout, 1);
+    if (st == KILN_OK && yt.ndim != 4) st = kiln_error(KILN_ERR_INTERNAL, "%s: Conv returned rank %d", n->op_type, yt.ndim);
+    if (st == KILN_OK) st = permute4(&yt, g_to_last, y);
+    kiln_tensor_release(&xt);
+    kiln_tensor_release(&wt);
+    kiln_tensor_release(&yt);
+    return st;
+}
+
 static NN_EXEC(fused_conv) {
-    KILN_TRY(kiln_cpu_conv(n, in, nin > 3 ? 3 : nin, out, 1));
+    int64_t cl = kiln_attr_int(n, "channels_last", 0);
+    if (cl != 0 && cl != 1)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: channels_last must be 0 or 1, is %lld", n->op_type, (long long)cl);
+    if (cl) KILN_TRY(conv_channels_last(n, in, nin, out[0]));
+    else KILN_TRY(kiln_cpu_conv(n, in, nin > 3 ? 3 : nin, out, 1));
     return epilogue(n, out[0], NULL, opt_input(in, nin, 3));
 }
 

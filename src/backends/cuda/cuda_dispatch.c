@@ -40,15 +40,15 @@ const kiln_cuda_kernel *kiln_cuda_kernel_find(const char *domain, const char *op
     return NULL;
 }
 
-bool kiln_cuda_runs_fused_op(const char *op_type) {
+bool kiln_cuda_runs_fused_op(const char *op_type, kiln_precision precision) {
     const char *env = getenv("KILN_CUDA_FUSION");
     bool all = env && (!strcmp(env, "all") || !strcmp(env, "1"));
     if (env && (!strcmp(env, "0") || !strcmp(env, "off") || (op_type && strstr(env, op_type)))) return false;
 #ifdef KILN_CUDA_NO_FUSION
-    if (!all) return false;
+    if (!all) return false; /* only KILN_CUDA_FUSION=all (or 1) */
 #endif
-    /* kiln.Attention runs on CUDA cores: on the H200 it made BERT-base slower than MatMul + Softmax +
-     * MatMul through cuBLASLt (docs/cuda.md), so only KILN_CUDA_FUSION=all fuses attention */
-    if (op_type && !strcmp(op_type, "Attention") && !all) return false;
+    /* kiln.Attention by default only in 16-bit builds, which run the tensor-core kernel
+     * (fused_attention.cu); fp32 would run the CUDA-core kernel, slower than cuBLASLt's MatMuls */
+    if (op_type && !strcmp(op_type, "Attention") && precision == KILN_PRECISION_FP32 && !all) return false;
     return kiln_cuda_kernel_find(KILN_FUSED_DOMAIN, op_type) != NULL;
 }

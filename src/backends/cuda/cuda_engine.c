@@ -289,6 +289,62 @@ static void compute_uses(kiln_backend_engine *be) {
     }
 }
 
+/* ---------------------------------------------------------------- views */
+
+/* Ops whose output 0 holds input 0's bytes unchanged (a new shape at most); Dropout is one in
+ * inference (its supports refuses training mode). */
+static bool is_view_op(const kiln_node *n) {
+    static const char *const ops[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", NULL};
+    if (!domain_is_default(n->domain)) return false;
+    for (int i = 0; ops[i]; i++)
+        if (!strcmp(ops[i], n->op_type)) return true;
+    return false;
+}
+
+/* Why the output of view node n cannot share its input's device memory, or NULL when it can. */
+static const char *view_refusal(const kiln_backend_engine *be, const kiln_node *n) {
+    const kiln_graph *g = be->g;
+    int x = n->inputs[0], y = n->outputs[0];
+    if (g->values[y].is_output) return "its output is a graph output (it is written where the download reads)";
+    if (be->kind[x] == KILN_CUDA_HOST) return "its input is computed on the host";
+    if (be->kind[x] == KILN_CUDA_DEVICE && g->values[x].producer < 0 && !g->values[x].is_input)
+        return "its input has no storage";
+    if (be->dev_dtype[x] != be->dev_dtype[y]) return "its input and output have different device dtypes";
+    return NULL;
+}
+
+/* Lets the output of every device view node share its input's storage (alias[], view_node[]) and
+ * extends the liveness of each group's root to the last reader of any member. A chain of views
+ * aliases the first input. KILN_CUDA_VIEWS=0 turns this off (every view copies). */
+static void find_views(kiln_backend_engine *be) {
+    const kiln_graph *g = be->g;
+    for (int v = 0; v < g->nvalues; v++) be->alias[v] = -1;
+    const char *env = getenv("KILN_CUDA_VIEWS");
+    if (env && !strcmp(env, "0")) {
+        KILN_LOG(KILN_LOG_VERBOSE, "cuda: KILN_CUDA_VIEWS=0: view nodes copy their input");
+        return;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (!be->kernels[i] || be->host_exec[i] || !is_view_op(n) || n->ninputs < 1 || n->noutputs < 1 ||
+            n->inputs[0] < 0 || n->outputs[0] < 0)
+            continue;
+        const char *why = view_refusal(be, n);
+        if (why) {
+            KILN_LOG(KILN_LOG_VERBOSE, "cuda: node '%s' (%s) copies its input: %s", n->name, n->op_type, why);
+            continue;
+        }
+        int x = n->inputs[0], y = n->outputs[0];
+        int root = be->alias[x] >= 0 ? be->alias[x] : x;
+        be->alias[y] = root;
+        if (be->last_step[root] < be->last_step[y]) be->last_step[root] = be->last_step[y];
+        bool more = false; /* Dropout's mask: the node still runs, to fill it (the copy is skipped) */
+        for (int k = 1; k < n->noutputs; k++) more |= n->outputs[k] >= 0;
+        be->view_node[i] = !more;
+        be->n_view_nodes += !more;
+    }
+}
+
 /* ---------------------------------------------------------------- constants */
 
 /* Uploads every constant a device node reads (converted to its device dtype) into one allocation. */
@@ -353,6 +409,8 @@ void kiln_cuda_engine_free(kiln_backend_engine *be) {
     free(be->dev_dtype);
     free(be->needs_device);
     free(be->last_step);
+    free(be->alias);
+    free(be->view_node);
     free(be->const_dev);
     free(be->const_typed);
     free(be->tactic_warned);
@@ -384,6 +442,7 @@ static kiln_status plan_static_shapes(kiln_backend_engine *be) {
         if (s == KILN_OK) {
             be->static_peak = p->arena_bytes;
             be->static_naive = p->naive_bytes;
+            be->static_alias = p->alias_bytes;
             kiln_cuda_plan_free(be, p);
         }
     }
@@ -409,10 +468,12 @@ kiln_status kiln_cuda_engine_prepare(const kiln_graph *g, kiln_precision precisi
     be->last_step = calloc(nv, sizeof *be->last_step);
     be->const_dev = calloc(nv, sizeof *be->const_dev);
     be->const_typed = calloc(nv, sizeof *be->const_typed);
+    be->alias = malloc(nv * sizeof *be->alias);
+    be->view_node = calloc(nn, sizeof *be->view_node);
     kiln_value *typed = malloc(nv * sizeof *typed);
     kiln_status s = KILN_OK;
     if (!be->kernels || !be->host_exec || !be->kind || !be->dev_dtype || !be->needs_device || !be->last_step ||
-        !be->const_dev || !be->const_typed || !typed)
+        !be->const_dev || !be->const_typed || !be->alias || !be->view_node || !typed)
         s = kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory preparing the engine");
     if (s == KILN_OK) {
         /* the graph as the kernels' supports checks see it: values in their device dtypes */
@@ -430,6 +491,7 @@ kiln_status kiln_cuda_engine_prepare(const kiln_graph *g, kiln_precision precisi
     free(typed);
     if (s == KILN_OK) {
         compute_uses(be);
+        find_views(be);
         s = plan_static_shapes(be);
     }
     if (s != KILN_OK) {
@@ -457,8 +519,8 @@ kiln_status kiln_cuda_engine_create(const kiln_graph *g, const kiln_engine_meta 
         kiln_cuda_engine_free(be);
         return s;
     }
-    KILN_LOG(KILN_LOG_INFO, "cuda: %d nodes on the device, %d shape-arithmetic nodes on the host", be->n_device_nodes,
-             be->n_host_nodes);
+    KILN_LOG(KILN_LOG_INFO, "cuda: %d nodes on the device (%d of them views sharing their input's memory, no kernel), "
+             "%d shape-arithmetic nodes on the host", be->n_device_nodes, be->n_view_nodes, be->n_host_nodes);
     *out = be;
     return KILN_OK;
 }
@@ -495,11 +557,15 @@ void kiln_cuda_engine_describe(const kiln_backend_engine *be, FILE *f) {
     fprintf(f, "cuda: device %d (sm_%d%d, %d SMs), %s, %d device nodes, %d host-evaluated shape nodes\n", be->device,
             be->cc_major, be->cc_minor, be->sm_count, names[be->precision <= KILN_PRECISION_BF16 ? be->precision : 0],
             be->n_device_nodes, be->n_host_nodes);
+    if (be->n_view_nodes)
+        fprintf(f, "views: %d Reshape/Flatten/Squeeze/Unsqueeze/Identity/Dropout node%s share their input's memory "
+                "(no kernel)\n", be->n_view_nodes, be->n_view_nodes > 1 ? "s" : "");
     if (be->static_inputs) {
-        char a[32], b[32];
+        char a[32], b[32], c[32];
         fprintf(f, "activation memory: %s planned peak vs %s naive sum", human_bytes(be->static_peak, a, sizeof a),
                 human_bytes(be->static_naive, b, sizeof b));
         if (be->static_peak) fprintf(f, " (%.1fx less)", (double)be->static_naive / (double)be->static_peak);
+        if (be->static_alias) fprintf(f, "; views save %s of it", human_bytes(be->static_alias, c, sizeof c));
         fprintf(f, "\n");
     } else {
         fprintf(f, "activation memory: planned per input shape at run time (the inputs have dynamic dims)\n");

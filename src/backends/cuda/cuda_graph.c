@@ -39,7 +39,10 @@ static void fill_tensor(const kiln_backend_context *c, const kiln_cuda_plan *p, 
     bool has_data = kiln_cuda_value_bytes(be, p, v) > 0;
     switch ((kiln_cuda_kind)be->kind[v]) {
     case KILN_CUDA_DEVICE:
-        t->data = has_data && p->off[v] >= 0 ? (char *)c->arena + p->off[v] : NULL;
+        if (be->alias[v] >= 0 && be->kind[be->alias[v]] == KILN_CUDA_CONST) /* a view of a constant */
+            t->data = has_data ? be->const_dev[be->alias[v]] : NULL;
+        else
+            t->data = has_data && p->off[v] >= 0 ? (char *)c->arena + p->off[v] : NULL;
         break;
     case KILN_CUDA_CONST:
         t->data = be->const_dev[v];
@@ -62,8 +65,10 @@ static kiln_status run_node(kiln_backend_context *c, const kiln_cuda_plan *p, in
     for (int k = 0; k < n->noutputs; k++) fill_tensor(c, p, n->outputs[k], &out[k]);
     c->kc.tactic = be->tactics && be->tactics[i].kind != KILN_TACTIC_HEURISTIC ? &be->tactics[i] : NULL;
     c->kc.tactic_warned = be->tactic_warned ? &be->tactic_warned[i] : NULL;
+    c->kc.state = &c->node_state[i];
     kiln_status s = be->kernels[i]->exec(n, in, n->ninputs, out, n->noutputs, &c->kc);
     c->kc.tactic = NULL;
+    c->kc.state = NULL;
     if (s != KILN_OK) return kiln_error_prefix(s, "node '%s' (%s)", n->name, n->op_type);
     return KILN_OK;
 }
@@ -89,7 +94,7 @@ static kiln_status enqueue_plan(kiln_backend_context *c, const kiln_cuda_plan *p
     }
     if (sync_each) KILN_TRY(sync_checked(c, "uploading the inputs"));
     for (int i = 0; i < g->nnodes; i++) {
-        if (!be->kernels[i] || be->host_exec[i]) continue;
+        if (!be->kernels[i] || be->host_exec[i] || be->view_node[i]) continue; /* views: their output is their input */
         kiln_cuda_timing_node(c, i, false);
         KILN_TRY(run_node(c, p, i));
         kiln_cuda_timing_node(c, i, true);

@@ -4,7 +4,12 @@
  * captured CUDA graph) and the per-context resources (stream, library handles, arena, staging).
  *
  * Execution steps: step 0 is the input boundary (upload, casts to the device dtype), node i is step
- * i + 1, step nnodes + 1 is the output boundary (casts back, download). Liveness is counted in steps. */
+ * i + 1, step nnodes + 1 is the output boundary (casts back, download). Liveness is counted in steps.
+ *
+ * Views: the output of a data-preserving op (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout)
+ * shares its input's device memory when it can (be->alias); the group's storage is one buffer, live
+ * until the last reader of any member, and the node runs no kernel. No kernel writes into its inputs,
+ * so sharing is safe. */
 #ifndef KILN_CUDA_INTERNAL_H
 #define KILN_CUDA_INTERNAL_H
 
@@ -17,7 +22,9 @@
 
 #define KILN_CUDA_ALIGN 256                      /* every device buffer starts on this boundary */
 #define KILN_CUDA_MAX_PLANS 16                   /* shape plans cached per context (LRU) */
-#define KILN_CUDA_WORKSPACE_BYTES ((size_t)64 << 20)
+/* Workspace per context (and for the tuner): cuDNN's fast convolution algorithms at batch 256 need
+ * more than 64 MiB; KILN_CUDA_WORKSPACE_MB overrides (kiln_cuda_workspace_bytes). */
+#define KILN_CUDA_WORKSPACE_BYTES ((size_t)256 << 20)
 #define KILN_CUDA_HOST_SMALL 4096                /* host-evaluated outputs up to this many elements */
 
 /* Where a value lives. */
@@ -38,7 +45,13 @@ struct kiln_backend_engine {
     uint8_t *kind;                      /* [nvalues]: kiln_cuda_kind */
     kiln_dtype *dev_dtype;              /* [nvalues]: dtype of the value in device memory */
     bool *needs_device;                 /* [nvalues]: a host/const value that a device node reads */
-    int *last_step;                     /* [nvalues]: last step that reads a device value's data */
+    int *last_step;                     /* [nvalues]: last step that reads a device value's data (for the
+                                         * root of a view group: that any member's data is read) */
+    int *alias;                         /* [nvalues]: a view value sharing storage: its root (a device
+                                         * value with its own place, or a constant); else -1 */
+    bool *view_node;                    /* [nnodes]: a view node (Reshape...) whose output aliases its
+                                         * input: it runs nothing (cuda_engine.c find_views) */
+    int n_view_nodes;
     void *const_mem;                    /* one device allocation holding every needed constant */
     void **const_dev;                   /* [nvalues]: device copy of a constant, or NULL */
     bool *const_typed;                  /* [nvalues]: a constant's dev_dtype came from a node precision */
@@ -46,6 +59,7 @@ struct kiln_backend_engine {
     int n_host_nodes, n_device_nodes;
     bool static_inputs;                 /* every input shape is static: static_* below are set */
     size_t static_peak, static_naive;   /* activation arena: planned vs one buffer per value */
+    size_t static_alias;                /* of static_naive, the bytes of view values (no storage) */
     size_t const_bytes;                 /* the device allocation holding the constants */
     const kiln_tactic *tactics;         /* [nnodes] chosen at build time (meta->tactics), or NULL */
     unsigned char *tactic_warned;       /* [nnodes]: a rejected tactic was reported (cuda_tuning.c) */
@@ -58,12 +72,14 @@ typedef struct kiln_cuda_plan {
     int sig_len;
     kiln_value *vals;            /* [nvalues]: the resolved value table (host values are constants) */
     kiln_tensor *host;           /* [nvalues]: results of host nodes (owned) */
-    int64_t *off;                /* [nvalues]: device values: arena offset; host values: offset in
-                                  * host_dev; -1 when the value has no device storage */
+    int64_t *off;                /* [nvalues]: device values: arena offset (a view value: its root's);
+                                  * host values: offset in host_dev; -1 when the value has no device
+                                  * storage (also a view of a constant: see be->alias) */
     int64_t *in_stage;           /* [ninputs]: arena offset of the declared-dtype upload buffer, or -1 */
     int64_t *out_stage;          /* [noutputs]: arena offset of the declared-dtype download buffer, or -1 */
     size_t *in_pin, *out_pin;    /* [ninputs], [noutputs]: offsets in the pinned staging buffers */
     size_t arena_bytes, naive_bytes, host_dev_bytes, pin_in_bytes, pin_out_bytes;
+    size_t alias_bytes;          /* view values' bytes: in naive_bytes, not in the arena */
     void *host_dev;              /* device copies of host values that device nodes read */
     cudaGraphExec_t exec;        /* the captured plan, or NULL */
     void *exec_arena;            /* the arena base the capture used */
@@ -89,6 +105,8 @@ struct kiln_backend_context {
     kiln_cuda_tensor *args;      /* [2 * max_args]: one node's inputs then outputs */
     unsigned timing;             /* KILN_TIMING_* flags (kiln bench); 0 = off */
     struct kiln_cuda_timing *tm; /* events and results while timing is on (cuda_timing.c) */
+    kiln_cuda_node_state **node_state; /* [nnodes]: what exec functions keep per node (kc.state) */
+    void *zero;                  /* kc.zero: zeroed device memory, kc.zero_bytes long */
 };
 
 static inline bool kiln_cuda_is_float(kiln_dtype t) {
@@ -110,6 +128,13 @@ void kiln_cuda_engine_describe(const kiln_backend_engine *be, FILE *f);
 /* cuda_engine.c — host-side conversion of n elements between the float types F32/F64/F16/BF16 (same
  * type: a copy). Other pairs must be equal types. */
 void kiln_cuda_host_convert(const void *src, kiln_dtype st, void *dst, kiln_dtype dt, int64_t n);
+
+/* cuda_runtime.c — the workspace bytes of a context or the tuner: KILN_CUDA_WORKSPACE_MB (1..65536)
+ * when set, else KILN_CUDA_WORKSPACE_BYTES. */
+size_t kiln_cuda_workspace_bytes(void);
+/* cuda_runtime.c — the bytes of zeros a context (or the tuner) keeps for be's nodes (kc.zero): a
+ * bias of the most output channels of any kiln.FusedConv, in float32, at least 64 KiB. */
+size_t kiln_cuda_zero_bytes(const kiln_backend_engine *be);
 
 /* cuda_tuning.c — the backend's tune hook (backend.h): times the candidate tactics of every MatMul,
  * Gemm and Conv at the engine's shapes, records the winners in tactics[] and points be->tactics at

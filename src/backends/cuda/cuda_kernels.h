@@ -35,6 +35,13 @@
  *    heuristic's choice, with one warning per node (kiln_cuda_tactic_rejected); while tuning
  *    (ctx->tactic_strict) the call fails instead. With ctx->candidates set, the exec function enqueues
  *    no library call: it records the heuristic's candidates for its first library call and returns.
+ *  - Per-node state: ctx->state points at this node's slot in the context (NULL while tuning, where
+ *    nothing persists). An exec function may keep host-side state there across the context's runs
+ *    (cuDNN descriptors, the chosen algorithm per shape: conv.cu), made on its first run and reused
+ *    after, so that later eager runs and captures repeat no library query; the context destroys it
+ *    (its destroy function) when it is freed. A context runs on one thread at a time, so the state
+ *    needs no lock; state shared by the contexts of an engine must not live there.
+ *  - ctx->zero holds ctx->zero_bytes zero bytes (an absent bias for library calls that need one).
  *  - Graph capture: the runtime runs each input-shape plan once eagerly (so lazy one-time set-up, such
  *    as module loading or cudaFuncSetAttribute, happens outside any capture), then captures the same
  *    calls into a CUDA graph and replays it. So an exec function must enqueue the same work for the
@@ -74,6 +81,14 @@ typedef struct kiln_cuda_candidates {
     kiln_tactic list[KILN_CUDA_MAX_CANDIDATES];
 } kiln_cuda_candidates;
 
+/* State an exec function keeps for one node in one context (see the contract above): embed this as
+ * the first member; owner tells the kernel its own state, destroy frees it and all it holds. */
+typedef struct kiln_cuda_node_state kiln_cuda_node_state;
+struct kiln_cuda_node_state {
+    const char *owner;
+    void (*destroy)(kiln_cuda_node_state *s);
+};
+
 typedef struct kiln_cuda_ctx {
     cudaStream_t stream;
     cublasLtHandle_t lt;
@@ -86,6 +101,9 @@ typedef struct kiln_cuda_ctx {
     unsigned char *tactic_warned; /* per node: a rejection was already reported (NULL: never report) */
     bool tactic_strict;          /* tuning: a rejected tactic fails the call */
     kiln_cuda_candidates *candidates; /* tuning: record candidates instead of running */
+    kiln_cuda_node_state **state; /* the node's state slot in the context, or NULL (see the contract) */
+    const void *zero;            /* zero_bytes of zeros (device memory), or NULL */
+    size_t zero_bytes;
 } kiln_cuda_ctx;
 
 typedef kiln_status (*kiln_cuda_exec_fn)(const kiln_node *n, const kiln_cuda_tensor *in, int nin,
@@ -112,17 +130,29 @@ typedef struct kiln_cuda_kernel {
 const kiln_cuda_kernel *kiln_cuda_kernel_find(const char *domain, const char *op_type);
 
 /* The backend's runs_fused_op capability (backend.h): whether there is a kernel for the kiln-domain
- * op op_type and fusion is not switched off. Default: every fused op but Attention. Switches (env):
- * KILN_CUDA_FUSION=all (or 1) adds Attention; 0 (or "off") turns every fusion into kiln-domain ops
- * off for cuda; a list of op names (KILN_CUDA_FUSION=ElementwiseChain,FusedConv) turns off those
- * named; a build compiled with -DKILN_CUDA_NO_FUSION (e.g. -DCMAKE_C_FLAGS=-DKILN_CUDA_NO_FUSION)
- * is off unless KILN_CUDA_FUSION=all. (cuda_dispatch.c) */
-bool kiln_cuda_runs_fused_op(const char *op_type);
+ * op op_type and fusion is not switched off. Default: every fused op; Attention in fp16/bf16 builds
+ * only (their tensor-core kernel; KILN_CUDA_FUSION=all fuses it in fp32 too). Switches
+ * (env): KILN_CUDA_FUSION=0 (or "off") turns every fusion into kiln-domain ops off for cuda; a list
+ * of op names (KILN_CUDA_FUSION=Attention,FusedConv) turns off those named; a build compiled with
+ * -DKILN_CUDA_NO_FUSION (e.g. -DCMAKE_C_FLAGS=-DKILN_CUDA_NO_FUSION) is off unless
+ * KILN_CUDA_FUSION=all (or 1). (cuda_dispatch.c) */
+bool kiln_cuda_runs_fused_op(const char *op_type, kiln_precision precision);
 
 /* For exec functions: ctx->tactic cannot run this call (why says the library's reason). With
  * ctx->tactic_strict returns KILN_ERR_UNSUPPORTED naming the node; otherwise warns once per node
  * that the heuristic's choice runs instead and returns KILN_OK. (cuda_tuning.c) */
 kiln_status kiln_cuda_tactic_rejected(const kiln_node *n, kiln_cuda_ctx *ctx, const char *why);
+
+/* conv.cu — kiln.FusedConv whole (in: X, W, B, Z as the node has them; y: Y): act(Conv(X, W, B) + Z)
+ * through cudnnConvolutionBiasActivationForward where it applies, else the convolution and then
+ * kiln_cuda_fused_epilogue; channels_last per ir/fused_ops.h. */
+kiln_status kiln_cuda_fused_conv(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *y,
+                                 kiln_cuda_ctx *ctx);
+/* fused_epilogue.cu — y = act((y + bias[col]) + z) in place over y (bias: Y's last dim of values, z:
+ * exactly y's elements; either NULL or absent), the activation from n's attributes; enqueues nothing
+ * when nothing is left to apply. */
+kiln_status kiln_cuda_fused_epilogue(const kiln_node *n, const kiln_cuda_tensor *y, const kiln_cuda_tensor *bias,
+                                     const kiln_cuda_tensor *z, kiln_cuda_ctx *ctx);
 
 /* Error helpers: turn a failed call into a kiln_status naming the call and where. */
 kiln_status kiln_cuda_error(cudaError_t e, const char *call, const char *file, int line);

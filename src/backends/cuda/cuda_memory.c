@@ -1,7 +1,9 @@
 /* cuda_memory.c — shape plans: for one set of input shapes, the resolved shapes (cuda_shapes.c) and
  * where every device buffer lives. Device values share one activation arena by liveness: a buffer is
  * live from the step that writes it to the last step that reads it, and buffers whose lifetimes
- * overlap get disjoint places (first fit, largest first, as ggml's graph allocator does). Host values
+ * overlap get disjoint places (first fit, largest first, as ggml's graph allocator does). A view value
+ * (be->alias: the output of a Reshape-like node) takes no place of its own: it sits at its root's
+ * offset, and the root's lifetime already covers every member's readers (cuda_engine.c). Host values
  * that device nodes read get their own small device area per plan (they are the same on every run of
  * the plan, so they are uploaded once). Everything here is host-side arithmetic. */
 #include "backends/cuda/cuda_internal.h"
@@ -141,6 +143,10 @@ static kiln_status place_arena(const kiln_backend_engine *be, kiln_cuda_plan *p)
         const kiln_value *val = &g->values[v];
         size_t bytes = kiln_cuda_value_bytes(be, p, v);
         if (be->kind[v] != KILN_CUDA_DEVICE || !bytes || (val->producer < 0 && !val->is_input)) continue;
+        if (be->alias[v] >= 0) {
+            p->alias_bytes += kiln_cuda_align(bytes);
+            continue;
+        }
         iv[n] = (kiln_cuda_interval){bytes, val->is_input ? 0 : val->producer + 1, be->last_step[v], 0};
         owner[n++] = v;
     }
@@ -166,6 +172,12 @@ static kiln_status place_arena(const kiln_backend_engine *be, kiln_cuda_plan *p)
         else p->off[o] = (int64_t)iv[j].offset;
         p->has_device_work |= o < 0 || o >= g->nvalues;
     }
+    /* views sit at their root's place (a view of a constant reads the constant: no arena offset) */
+    for (int v = 0; s == KILN_OK && v < g->nvalues; v++) {
+        int root = be->alias[v];
+        if (root >= 0 && be->kind[root] == KILN_CUDA_DEVICE) p->off[v] = p->off[root];
+    }
+    p->naive_bytes += p->alias_bytes; /* naive: one buffer per value, views included */
     free(iv);
     free(owner);
     return s;
@@ -217,7 +229,7 @@ kiln_status kiln_cuda_plan_create(kiln_backend_engine *be, const kiln_tensor *in
     for (int v = 0; v < g->nvalues; v++) p->off[v] = -1;
     for (int k = 0; k < g->ninputs; k++) p->in_stage[k] = -1;
     for (int k = 0; k < g->noutputs; k++) p->out_stage[k] = -1;
-    p->has_device_work = be->n_device_nodes > 0;
+    p->has_device_work = be->n_device_nodes > be->n_view_nodes;
     kiln_status s = kiln_cuda_resolve_shapes(be, inputs, p->vals, p->host);
     if (s == KILN_OK) s = check_sizes(be, p);
     if (s == KILN_OK) s = place_arena(be, p);

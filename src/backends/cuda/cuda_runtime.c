@@ -1,7 +1,9 @@
 /* cuda_runtime.c — the CUDA backend (target "cuda"): device description, execution contexts and runs.
  *
- * A context owns one non-blocking stream, a cuBLASLt and a cuDNN handle bound to it, a 64 MiB
- * workspace, the activation arena and pinned staging buffers, and a small LRU of shape plans (one per
+ * A context owns one non-blocking stream, a cuBLASLt and a cuDNN handle bound to it, a 256 MiB
+ * workspace (KILN_CUDA_WORKSPACE_MB), a small zeroed buffer (absent conv biases), the per-node state of
+ * the exec functions (cuda_kernels.h: cached cuDNN descriptors and algorithms), the activation arena
+ * and pinned staging buffers, and a small LRU of shape plans (one per
  * distinct set of input shapes; cuda_memory.c). A run: find or make the plan (growing the arena and
  * staging only when a new plan needs more, so a seen shape allocates nothing), copy the inputs into
  * pinned memory and upload them, execute the plan (cuda_graph.c: eagerly the first time, then as a
@@ -40,11 +42,42 @@ static bool cuda_supports_precision(kiln_precision p) {
 
 /* ---------------------------------------------------------------- contexts */
 
+size_t kiln_cuda_workspace_bytes(void) {
+    const char *env = getenv("KILN_CUDA_WORKSPACE_MB");
+    if (env && *env) {
+        char *end = NULL;
+        long mb = strtol(env, &end, 10);
+        if (end && !*end && mb >= 1 && mb <= 65536) return (size_t)mb << 20;
+        KILN_LOG(KILN_LOG_WARN, "cuda: KILN_CUDA_WORKSPACE_MB='%s' is not a number of MiB in 1..65536; using %zu MiB", env,
+                 KILN_CUDA_WORKSPACE_BYTES >> 20);
+    }
+    return KILN_CUDA_WORKSPACE_BYTES;
+}
+
+size_t kiln_cuda_zero_bytes(const kiln_backend_engine *be) {
+    const kiln_graph *g = be->g;
+    int64_t most = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (!be->kernels || !be->kernels[i] || strcmp(n->op_type, "FusedConv") || n->ninputs < 2 || n->inputs[1] < 0) continue;
+        const kiln_value *w = &g->values[n->inputs[1]];
+        if (w->ndim >= 1 && w->dims[0].sym == 0 && w->dims[0].value > most) most = w->dims[0].value;
+    }
+    size_t bytes = kiln_cuda_align((size_t)most * sizeof(float));
+    return bytes < ((size_t)64 << 10) ? (size_t)64 << 10 : bytes;
+}
+
 static void cuda_context_free(kiln_backend_context *c) {
     if (!c) return;
     cudaSetDevice(c->be->device);
     if (c->kc.stream) cudaStreamSynchronize(c->kc.stream);
     kiln_cuda_timing_free(c);
+    if (c->node_state) {
+        for (int i = 0; i < c->be->g->nnodes; i++)
+            if (c->node_state[i]) c->node_state[i]->destroy(c->node_state[i]);
+        free(c->node_state);
+    }
+    if (c->zero) cudaFree(c->zero);
     for (int i = 0; i < c->nplans; i++) kiln_cuda_plan_free(c->be, c->plans[i]);
     if (c->arena) cudaFree(c->arena);
     if (c->kc.workspace) cudaFree(c->kc.workspace);
@@ -64,8 +97,13 @@ static kiln_status init_context(kiln_backend_context *c) {
     KILN_CUBLAS_TRY(cublasLtCreate(&c->kc.lt));
     KILN_CUDNN_TRY(cudnnCreate(&c->kc.dnn));
     KILN_CUDNN_TRY(cudnnSetStream(c->kc.dnn, c->kc.stream));
-    KILN_CUDA_TRY(cudaMalloc(&c->kc.workspace, KILN_CUDA_WORKSPACE_BYTES));
-    c->kc.workspace_bytes = KILN_CUDA_WORKSPACE_BYTES;
+    size_t ws = kiln_cuda_workspace_bytes(), zb = kiln_cuda_zero_bytes(be);
+    KILN_CUDA_TRY(cudaMalloc(&c->kc.workspace, ws));
+    c->kc.workspace_bytes = ws;
+    KILN_CUDA_TRY(cudaMalloc(&c->zero, zb));
+    KILN_CUDA_TRY(cudaMemsetAsync(c->zero, 0, zb, c->kc.stream)); /* ordered before every run on the stream */
+    c->kc.zero = c->zero;
+    c->kc.zero_bytes = zb;
     c->kc.sm_count = be->sm_count;
     c->kc.cc_major = be->cc_major;
     c->kc.cc_minor = be->cc_minor;
@@ -79,7 +117,8 @@ static kiln_status cuda_context_create(kiln_backend_engine *be, kiln_backend_con
     if (!c) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     c->be = be;
     c->args = calloc(2 * (size_t)be->max_args + 1, sizeof *c->args);
-    kiln_status s = c->args ? init_context(c) : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    c->node_state = calloc((size_t)be->g->nnodes + 1, sizeof *c->node_state);
+    kiln_status s = c->args && c->node_state ? init_context(c) : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     if (s != KILN_OK) {
         cuda_context_free(c);
         return s;
@@ -288,4 +327,5 @@ const kiln_backend kiln_backend_cuda = {
     .context_last_timing = kiln_cuda_last_timing,
     .tune = kiln_cuda_tune,
     .runs_fused_op = kiln_cuda_runs_fused_op,
+    .conv_channels_last = true,
 };

@@ -74,12 +74,14 @@ void kiln_cuda_tactic_str(const kiln_tactic *t, char *buf, size_t cap) {
 
 /* ---------------------------------------------------------------- set-up */
 
-/* MatMul, Gemm and Conv, and the fused GEMMs (fused_epilogue.cu runs matmul.cu's kernel first, with
- * the same tactic, then its epilogue). kiln.FusedConv keeps cuDNN's heuristic choice: tuning cuDNN
- * tactics inside the fused conv has not been checked on a GPU yet. */
+/* MatMul, Gemm and Conv, the fused GEMMs (fused_epilogue.cu runs matmul.cu's kernel first, with
+ * the same tactic, then its epilogue) and kiln.FusedConv (conv.cu: the candidates are the algorithms
+ * of the call the node makes, cudnnConvolutionBiasActivationForward for activation none or Relu; an
+ * identity FusedConv fuses only with IMPLICIT_PRECOMP_GEMM, so its other candidates time the
+ * convolution plus the bias/epilogue kernels, and the fastest whole wins). */
 static bool tunable(const kiln_node *n) {
     if (n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN))
-        return !strcmp(n->op_type, "FusedMatMul") || !strcmp(n->op_type, "FusedGemm");
+        return !strcmp(n->op_type, "FusedMatMul") || !strcmp(n->op_type, "FusedGemm") || !strcmp(n->op_type, "FusedConv");
     if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx")) return false;
     return !strcmp(n->op_type, "MatMul") || !strcmp(n->op_type, "Gemm") || !strcmp(n->op_type, "Conv");
 }
@@ -97,8 +99,15 @@ static kiln_status tuner_open(tuner *t) {
     KILN_CUBLAS_TRY(cublasLtCreate(&t->kc.lt));
     KILN_CUDNN_TRY(cudnnCreate(&t->kc.dnn));
     KILN_CUDNN_TRY(cudnnSetStream(t->kc.dnn, t->kc.stream));
-    KILN_CUDA_TRY(cudaMalloc(&t->kc.workspace, KILN_CUDA_WORKSPACE_BYTES));
-    t->kc.workspace_bytes = KILN_CUDA_WORKSPACE_BYTES;
+    /* the runtime's sizes: a tactic timed here fits a context's workspace, and fuses where it would */
+    size_t ws = kiln_cuda_workspace_bytes(), zb = kiln_cuda_zero_bytes(t->be);
+    KILN_CUDA_TRY(cudaMalloc(&t->kc.workspace, ws));
+    t->kc.workspace_bytes = ws;
+    void *zero = NULL;
+    KILN_CUDA_TRY(cudaMalloc(&zero, zb));
+    t->kc.zero = zero;
+    t->kc.zero_bytes = zb;
+    KILN_CUDA_TRY(cudaMemsetAsync(zero, 0, zb, t->kc.stream));
     t->kc.sm_count = t->be->sm_count;
     t->kc.cc_major = t->be->cc_major;
     t->kc.cc_minor = t->be->cc_minor;
@@ -112,6 +121,7 @@ static void tuner_close(tuner *t) {
     if (t->ev[0]) cudaEventDestroy(t->ev[0]);
     if (t->ev[1]) cudaEventDestroy(t->ev[1]);
     if (t->kc.workspace) cudaFree(t->kc.workspace);
+    if (t->kc.zero) cudaFree((void *)t->kc.zero);
     if (t->kc.dnn) cudnnDestroy(t->kc.dnn);
     if (t->kc.lt) cublasLtDestroy(t->kc.lt);
     if (t->kc.stream) cudaStreamDestroy(t->kc.stream);

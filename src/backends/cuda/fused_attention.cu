@@ -1,15 +1,26 @@
-/* fused_attention.cu — kiln.Attention (ir/fused_ops.h) on the GPU: a flash-attention-style kernel on
- * CUDA cores. A block of 4 warps takes 16 query rows of one output batch index (4 rows per warp) into
- * shared memory, then walks the keys in tiles of 32: K and V tiles go through shared memory (float32),
- * lane j of a warp scores key j against each of its rows (scale, the mask, the causal limit), and an
- * online softmax in float32 (running max and sum per row) rescales the row's accumulators, which
- * each lane keeps for head dims lane, lane + 32, ... . The score matrix is never stored.
+/* fused_attention.cu — kiln.Attention (ir/fused_ops.h) on the GPU, two kernels:
+ *
+ *  - fa_kernel (float16 / bfloat16 with D = Dv in {32, 64, 96, 128}, compute capability >= 8.0):
+ *    FlashAttention-2 on the tensor cores (mma.sync m16n8k16, float32 accumulation). A block of 4
+ *    warps takes 64 query rows of one output batch index, each warp 16 of them; K and V go through
+ *    shared memory in tiles of 64 keys, double-buffered by cp.async (tile j + 1 loads while tile j is
+ *    used). Per tile a warp computes its 16 x 64 scores S = Q K^T in registers, applies scale, mask
+ *    and the causal limit, runs the online softmax in float32 (running max and sum per row), packs
+ *    the probabilities P to the storage type and adds P V into its 16 x D float32 accumulators. A
+ *    causal block stops at its last visible key tile. Tails (Sq, Sk not multiples of 64) are zero
+ *    rows in shared memory, keys past Sk score -inf, rows past Sq are not written.
+ *  - at_kernel (everything else: float32, other head dims up to AT_DMAX, D != Dv, older GPUs,
+ *    unaligned tensors): on CUDA cores. A block of 4 warps takes 16 query rows of one output batch
+ *    index (4 rows per warp) into shared memory, then walks the keys in tiles of 32: K and V tiles go
+ *    through shared memory (float32), lane j of a warp scores key j against each of its rows, and an
+ *    online softmax in float32 rescales the row's accumulators, which each lane keeps for head dims
+ *    lane, lane + 32, ... .
  *
  * Semantics follow the CPU kernel (src/backends/cpu/attention.c): batch dims broadcast like numpy,
  * K/V's head axis (batch dim -1) is read through kv_repeat (grouped-query attention, no copies), a
  * float mask is added to the scaled score, a bool mask puts mask_fill where false, then causal sets
- * key j > i + Sk - Sq to -inf. A row whose keys are all -inf gives NaN, as on the CPU.
- * Head dims (D of Q/K, Dv of V) up to AT_DMAX; larger ones are refused at build time. */
+ * key j > i + Sk - Sq to -inf. A row whose keys are all -inf gives NaN, as on the CPU. The score
+ * matrix is never stored. Head dims above AT_DMAX are refused at build time. */
 #include "backends/cuda/kernel_util.cuh"
 #include "ir/fused_ops.h"
 
@@ -47,6 +58,8 @@ static __device__ __forceinline__ int64_t at_offset(const at_view &v, int nb, co
     }
     return off;
 }
+
+/* ---------------------------------------------------------------- CUDA cores: at_kernel */
 
 template <typename T>
 __global__ void __launch_bounds__(AT_WARPS * 32) at_kernel(const at_args a, const T *__restrict__ qd, const T *__restrict__ kd,
@@ -132,6 +145,276 @@ __global__ void __launch_bounds__(AT_WARPS * 32) at_kernel(const at_args a, cons
     }
 }
 
+/* ---------------------------------------------------------------- tensor cores: fa_kernel */
+
+#define FA_WARPS 4
+#define FA_BQ (FA_WARPS * 16) /* query rows per block: 16 per warp (the mma's M) */
+#define FA_BK 64              /* keys per shared-memory tile */
+
+/* Fragments of mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16} (PTX ISA, "Matrix Fragments for
+ * mma.m16n8k16 with floating point type"). Lane l of the warp, g = l / 4 (groupID), q = l % 4
+ * (threadID_in_group); each .b32 register holds two 16-bit elements, the lower column index in the
+ * low half.
+ *   A (16 x 16, row-major)  a[0] = A[g][2q, 2q+1]      a[1] = A[g+8][2q, 2q+1]
+ *                           a[2] = A[g][2q+8, 2q+9]    a[3] = A[g+8][2q+8, 2q+9]
+ *   B (16 x 8, K x N)       b[0] = B[2q, 2q+1][g]      b[1] = B[2q+8, 2q+9][g]
+ *   C, D (16 x 8, float32)  c[0], c[1] = C[g][2q, 2q+1]    c[2], c[3] = C[g+8][2q, 2q+1]
+ * ldmatrix.m8n8.x4: lanes 8m..8m+7 give the row addresses of 8 x 8 matrix m (16 bytes a row) and
+ * register m receives that matrix's row l / 4, columns 2q, 2q+1; with .trans its column l / 4, rows
+ * 2q, 2q+1. So
+ *   - Q (A operand, rows r0.., cols k0..): lane l points at row r0 + l % 16, col k0 + 8 (l / 16):
+ *     matrices (rows 0-7, k0), (rows 8-15, k0), (rows 0-7, k0+8), (rows 8-15, k0+8) = a[0..3].
+ *   - K (B operand of S = Q K^T: B[d][key] = K[key][d], K rows are keys): lane l points at key
+ *     n0 + l % 8 + 8 (l / 16), col k0 + 8 ((l / 8) % 2): registers 0, 1 = b[0], b[1] of keys
+ *     n0..n0+7, registers 2, 3 = those of keys n0+8..n0+15.
+ *   - V (B operand of O = P V: B[key][dv] = V[key][dv], V rows are keys), .trans: lane l points at
+ *     key k0 + l % 8 + 8 ((l / 8) % 2), col n0 + 8 (l / 16): registers 0, 1 = b[0], b[1] of dv
+ *     n0..n0+7, registers 2, 3 = those of dv n0+8..n0+15.
+ *   - P (A operand of P V) is the score accumulators themselves: keys 16k..16k+15 are the C tiles
+ *     2k and 2k+1, and C tile 2k's (c[0], c[1]) / (c[2], c[3]) are a[0] / a[1], tile 2k+1's a[2] / a[3].
+ * Each row's values are spread over the 4 lanes of its group (same g): row reductions are
+ * __shfl_xor over lane bits 0 and 1. */
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800 /* the device helpers exist where fa_kernel has a body */
+template <typename T> struct fa_mma;
+template <> struct fa_mma<__half> {
+    static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __half2 h = __floats2half2_rn(lo, hi); /* .x (low half) = lo */
+        uint32_t r;
+        memcpy(&r, &h, 4);
+        return r;
+    }
+};
+template <> struct fa_mma<bf16> {
+    static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        uint32_t r;
+        memcpy(&r, &h, 4);
+        return r;
+    }
+};
+
+static __device__ __forceinline__ void fa_ldsm_x4(uint32_t (&r)[4], const void *p) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+static __device__ __forceinline__ void fa_ldsm_x4_trans(uint32_t (&r)[4], const void *p) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+/* 16 bytes global -> shared without passing through registers; zeros when !valid (src not read). */
+static __device__ __forceinline__ void fa_cp16(void *smem, const void *gmem, bool valid) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
+}
+static __device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> static __device__ __forceinline__ void fa_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* rows [r0, r0 + R) of an [n, d] matrix at src (d <= D, a multiple of 8) into dst ([R][D + 8],
+ * 16-byte chunks spread over the block); rows at or past n and columns at or past d become zeros (so
+ * that padded head dims add nothing and 0-probability keys never meet NaN garbage in V). */
+template <typename T, int D, int R>
+static __device__ __forceinline__ void fa_load_rows(T *dst, const T *src, int64_t r0, int64_t n, int d) {
+    constexpr int LD = D + 8, CH = D / 8; /* elements per row in shared memory, 16-byte chunks per row */
+    for (int e = threadIdx.x; e < R * CH; e += FA_WARPS * 32) {
+        int r = e / CH, c = (e - r * CH) * 8;
+        bool ok = r0 + r < n && c < d;
+        fa_cp16(dst + r * LD + c, ok ? src + (r0 + r) * d + c : src, ok);
+    }
+}
+
+#endif
+
+/* Shared memory of fa_kernel<T, D>: Q [64][D + 8], K and V [2][64][D + 8] each (the 16-byte row pad
+ * makes the 8 rows of an ldmatrix hit 8 distinct bank quads). */
+template <int D> static constexpr size_t fa_smem_bytes() { return (size_t)(FA_BQ + 4 * FA_BK) * (D + 8) * 2; }
+
+/* O [batch, Sq, d] = attention of Q [.., Sq, d], K [.., Sk, d], V [.., Sk, d] (views in a, d = a.d =
+ * a.dv, a multiple of 8 and at most D: the head dim is zero-padded to D in shared memory); T is
+ * __half or bf16, the mask T (added) or bool. Grid: x over 64-row query blocks, y over batch indices
+ * (grid-stride). Needs fa_smem_bytes<D>() of dynamic shared memory and sm_80+. */
+template <typename T, int D>
+__global__ void __launch_bounds__(FA_WARPS * 32) fa_kernel(const at_args a, const T *__restrict__ qd, const T *__restrict__ kd,
+                                                          const T *__restrict__ vd, const void *__restrict__ md,
+                                                          T *__restrict__ od) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    constexpr int LD = D + 8, KS = D / 16, NT = FA_BK / 8; /* k-steps over D, 8-key score tiles per tile */
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    T *qs = reinterpret_cast<T *>(fa_smem), *ks = qs + FA_BQ * LD, *vs = ks + 2 * FA_BK * LD;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q4 = lane & 3;
+    const int64_t row0 = (int64_t)blockIdx.x * FA_BQ;
+    const int64_t rows[2] = {row0 + warp * 16 + g, row0 + warp * 16 + g + 8}; /* this lane's query rows */
+    const float NEG_INF = -INFINITY;
+    const int d = (int)a.d;
+    for (int64_t t = blockIdx.y; t < a.batch; t += gridDim.y) {
+        const T *qb = qd + at_offset(a.q, a.nb, a.bdims, t), *kb = kd + at_offset(a.k, a.nb, a.bdims, t);
+        const T *vb = vd + at_offset(a.v, a.nb, a.bdims, t);
+        const int64_t mo = a.mask_kind ? at_offset(a.m, a.nb, a.bdims, t) : 0;
+        /* keys this block can see: causal row i sees keys j <= i + Sk - Sq */
+        int64_t kend = a.sk;
+        if (a.causal && row0 + FA_BQ + a.sk - a.sq < kend) kend = row0 + FA_BQ + a.sk - a.sq;
+        const int64_t ntiles = kend > 0 ? (kend + FA_BK - 1) / FA_BK : 0;
+        __syncthreads(); /* the previous batch index is done with the shared tiles */
+        if (ntiles > 0) {
+            fa_load_rows<T, D, FA_BQ>(qs, qb, row0, a.sq, d);
+            fa_load_rows<T, D, FA_BK>(ks, kb, 0, a.sk, d);
+            fa_load_rows<T, D, FA_BK>(vs, vb, 0, a.sk, d);
+        }
+        fa_commit();
+        float o[D / 8][4], mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.0f, 0.0f};
+        for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+        uint32_t qf[KS][4];
+        for (int64_t it = 0; it < ntiles; it++) {
+            const int buf = (int)(it & 1);
+            if (it + 1 < ntiles) { /* prefetch the next tile into the other buffer (freed by the last sync) */
+                fa_load_rows<T, D, FA_BK>(ks + (buf ^ 1) * FA_BK * LD, kb, (it + 1) * FA_BK, a.sk, d);
+                fa_load_rows<T, D, FA_BK>(vs + (buf ^ 1) * FA_BK * LD, vb, (it + 1) * FA_BK, a.sk, d);
+                fa_commit();
+                fa_wait<1>(); /* all but the prefetch: this tile (and Q) landed */
+            } else {
+                fa_wait<0>();
+            }
+            __syncthreads();
+            if (it == 0)
+                for (int kk = 0; kk < KS; kk++)
+                    fa_ldsm_x4(qf[kk], qs + (warp * 16 + (lane & 15)) * LD + kk * 16 + ((lane >> 4) << 3));
+            const T *kt = ks + buf * FA_BK * LD, *vt = vs + buf * FA_BK * LD;
+            /* S = Q K^T: s[n] holds keys j0 + 8n .. j0 + 8n + 7 */
+            float s[NT][4];
+            for (int n = 0; n < NT; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+            for (int kk = 0; kk < KS; kk++)
+                for (int n2 = 0; n2 < NT / 2; n2++) {
+                    uint32_t b[4];
+                    fa_ldsm_x4(b, kt + (n2 * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + kk * 16 + (((lane >> 3) & 1) << 3));
+                    fa_mma<T>::run(s[2 * n2], qf[kk], b[0], b[1]);
+                    fa_mma<T>::run(s[2 * n2 + 1], qf[kk], b[2], b[3]);
+                }
+            /* scale, mask, causal limit, key tail: element (n, e) is row rows[e / 2], key j0 + 8n + 2q + e % 2 */
+            const int64_t j0 = it * FA_BK;
+            for (int n = 0; n < NT; n++)
+                for (int e = 0; e < 4; e++) {
+                    const int64_t i = rows[e >> 1], key = j0 + n * 8 + 2 * q4 + (e & 1);
+                    float x = s[n][e] * a.scale;
+                    if (key >= a.sk) {
+                        x = NEG_INF;
+                    } else {
+                        if (a.mask_kind && i < a.sq) {
+                            int64_t mi = mo + (a.mq == 1 ? 0 : i * a.mk) + (a.mk == 1 ? 0 : key);
+                            if (a.mask_kind == 2) {
+                                if (!((const uint8_t *)md)[mi]) x = a.fill;
+                            } else {
+                                x += ku_f32(((const T *)md)[mi]);
+                            }
+                        }
+                        if (a.causal && key > i + a.sk - a.sq) x = NEG_INF;
+                    }
+                    s[n][e] = x;
+                }
+            /* online softmax: rows r = 0 (g) and 1 (g + 8), each over the 4 lanes of the group */
+            float corr[2], msub[2];
+            for (int r = 0; r < 2; r++) {
+                float mx = mrow[r];
+                for (int n = 0; n < NT; n++) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                msub[r] = mx == NEG_INF ? 0.0f : mx; /* no visible key yet: every exp below is 0 */
+                corr[r] = __expf(mrow[r] - msub[r]);
+                mrow[r] = mx;
+            }
+            float ls[2] = {0.0f, 0.0f};
+            for (int n = 0; n < NT; n++)
+                for (int e = 0; e < 4; e++) {
+                    s[n][e] = __expf(s[n][e] - msub[e >> 1]);
+                    ls[e >> 1] += s[n][e];
+                }
+            for (int r = 0; r < 2; r++) lrow[r] = lrow[r] * corr[r] + ls[r]; /* this lane's part of the row sum */
+            for (int j = 0; j < D / 8; j++) {
+                o[j][0] *= corr[0];
+                o[j][1] *= corr[0];
+                o[j][2] *= corr[1];
+                o[j][3] *= corr[1];
+            }
+            /* O += P V, P rounded to T */
+            for (int kk = 0; kk < FA_BK / 16; kk++) {
+                uint32_t pa[4] = {fa_mma<T>::pack(s[2 * kk][0], s[2 * kk][1]), fa_mma<T>::pack(s[2 * kk][2], s[2 * kk][3]),
+                                  fa_mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                  fa_mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+                for (int dn = 0; dn < D / 16; dn++) {
+                    uint32_t b[4];
+                    fa_ldsm_x4_trans(b, vt + (kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3)) * LD + dn * 16 + ((lane >> 4) << 3));
+                    fa_mma<T>::run(o[2 * dn], pa, b[0], b[1]);
+                    fa_mma<T>::run(o[2 * dn + 1], pa, b[2], b[3]);
+                }
+            }
+            __syncthreads(); /* this buffer is refilled by the next iteration's prefetch */
+        }
+        fa_wait<0>(); /* nothing in flight when no tile ran */
+        for (int r = 0; r < 2; r++) {
+            float l = lrow[r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const int64_t i = rows[r];
+            if (i >= a.sq) continue;
+            const float inv = 1.0f / l; /* l = 0 (no visible key) gives NaN, as on the CPU */
+            T *orow = od + (t * a.sq + i) * d + 2 * q4;
+            for (int j = 0; j < D / 8; j++)
+                if (j * 8 < d) /* d is a multiple of 8: a whole 8-column tile is in or out */
+                    *reinterpret_cast<uint32_t *>(orow + j * 8) = fa_mma<T>::pack(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+        }
+    }
+#endif
+}
+
+/* Launches fa_kernel<T, D>, raising its dynamic shared memory limit first when it needs more than
+ * 48 KB (once per device: the runtime runs every plan eagerly before capturing it). */
+template <typename T, int D>
+static kiln_status fa_launch(const at_args &a, dim3 grid, const kiln_cuda_tensor *q, const kiln_cuda_tensor *k,
+                             const kiln_cuda_tensor *v, const void *mp, const kiln_cuda_tensor *y, kiln_cuda_ctx *ctx) {
+    constexpr size_t smem = fa_smem_bytes<D>();
+    if (smem > 48 * 1024) {
+        static unsigned long long raised; /* bit per device */
+        int dev = 0;
+        KILN_CUDA_TRY(cudaGetDevice(&dev));
+        unsigned long long bit = dev < 64 ? 1ull << dev : 0;
+        if (!bit || !(__atomic_load_n(&raised, __ATOMIC_ACQUIRE) & bit)) {
+            KILN_CUDA_TRY(cudaFuncSetAttribute(fa_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            __atomic_fetch_or(&raised, bit, __ATOMIC_ACQ_REL);
+        }
+    }
+    fa_kernel<T, D><<<grid, FA_WARPS * 32, smem, ctx->stream>>>(a, (const T *)q->data, (const T *)k->data,
+                                                                (const T *)v->data, mp, (T *)y->data);
+    KILN_CUDA_LAUNCH_CHECK("fa_kernel");
+    return KILN_OK;
+}
+
+/* Whether fa_kernel takes this call: 16-bit storage, D = Dv a multiple of 8 up to 128 (run padded to
+ * 32, 64, 96 or 128), sm_80+ (mma.sync bf16, cp.async, ldmatrix), Q, K, V 16-byte aligned (every
+ * row then is) and the output 4-byte aligned. */
+static bool fa_takes(const at_args *a, kiln_dtype t, const kiln_cuda_tensor *q, const kiln_cuda_tensor *k,
+                     const kiln_cuda_tensor *v, const kiln_cuda_tensor *y, const kiln_cuda_ctx *ctx) {
+    if (t != KILN_F16 && t != KILN_BF16) return false;
+    if (a->d != a->dv || a->d % 8 != 0 || a->d < 8 || a->d > 128) return false;
+    if (ctx->cc_major < 8) return false;
+    return ku_aligned16(q->data) && ku_aligned16(k->data) && ku_aligned16(v->data) && ((uintptr_t)y->data & 3) == 0;
+}
+
 /* Lays x (rank >= 2; the mask padded with leading 1s to rank 2) over nb batch dims like the CPU's
  * view_of: strides of its own dims (mat elements per matrix), 0 where its dim is 1; its head axis
  * (times rep) merges into bdims. Fails on a batch dim that does not broadcast. */
@@ -207,10 +490,20 @@ static kiln_status exec_attention(const kiln_node *n, const kiln_cuda_tensor *in
                           (long long)(a.batch * a.sq * a.dv));
     if (a.batch * a.sq * a.dv == 0) return KILN_OK;
     if (a.sk == 0) return kiln_error(KILN_ERR_UNSUPPORTED, "Attention (cuda): no keys");
+    const void *mp = m ? m->data : NULL;
+    if (fa_takes(&a, q->dtype, q, k, v, y, ctx)) {
+        dim3 fgrid((unsigned)((a.sq + FA_BQ - 1) / FA_BQ), (unsigned)(a.batch < 65535 ? a.batch : 65535));
+        bool h = q->dtype == KILN_F16;
+        switch ((a.d + 31) / 32 * 32) { /* the head dim padded up to the next instantiation */
+        case 32: return h ? fa_launch<__half, 32>(a, fgrid, q, k, v, mp, y, ctx) : fa_launch<bf16, 32>(a, fgrid, q, k, v, mp, y, ctx);
+        case 64: return h ? fa_launch<__half, 64>(a, fgrid, q, k, v, mp, y, ctx) : fa_launch<bf16, 64>(a, fgrid, q, k, v, mp, y, ctx);
+        case 96: return h ? fa_launch<__half, 96>(a, fgrid, q, k, v, mp, y, ctx) : fa_launch<bf16, 96>(a, fgrid, q, k, v, mp, y, ctx);
+        default: return h ? fa_launch<__half, 128>(a, fgrid, q, k, v, mp, y, ctx) : fa_launch<bf16, 128>(a, fgrid, q, k, v, mp, y, ctx);
+        }
+    }
     int64_t qblocks = (a.sq + AT_BQ - 1) / AT_BQ;
     if (qblocks > INT32_MAX) return kiln_error(KILN_ERR_UNSUPPORTED, "Attention (cuda): %lld queries", (long long)a.sq);
     dim3 grid((unsigned)qblocks, (unsigned)(a.batch < 65535 ? a.batch : 65535));
-    const void *mp = m ? m->data : NULL;
     switch (q->dtype) {
     case KILN_F32:
         at_kernel<float><<<grid, AT_WARPS * 32, 0, ctx->stream>>>(a, (const float *)q->data, (const float *)k->data,

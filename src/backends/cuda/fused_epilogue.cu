@@ -1,9 +1,12 @@
-/* fused_epilogue.cu — kiln.FusedGemm, kiln.FusedMatMul and kiln.FusedConv (ir/fused_ops.h) on the GPU:
- * the product or convolution runs through the plain op's kernel (matmul.cu's cuBLASLt path with its
- * bias epilogue and tactics, conv.cu's cuDNN path with its bias), then one elementwise kernel applies
- * the rest in place: y = act((y + bias[col]) + z), in float32 whatever the storage type, with the
- * formulas of the CPU kernels (src/backends/cpu/fused.c). When there is nothing left to apply (no
- * activation, no residual, no extra bias) no kernel runs. */
+/* fused_epilogue.cu — kiln.FusedGemm, kiln.FusedMatMul and kiln.FusedConv (ir/fused_ops.h) on the GPU.
+ * FusedGemm / FusedMatMul: the product runs through the plain op's kernel (matmul.cu's cuBLASLt path
+ * with its bias epilogue and tactics), then one elementwise kernel applies the rest in place:
+ * y = act((y + bias[col]) + z), in float32 whatever the storage type, with the formulas of the CPU
+ * kernels (src/backends/cpu/fused.c). When there is nothing left to apply (no activation, no residual,
+ * no extra bias) no kernel runs. FusedConv belongs to conv.cu (kiln_cuda_fused_conv: one
+ * cudnnConvolutionBiasActivationForward call for activation none or Relu, NCHW or channels-last),
+ * which uses the same epilogue (kiln_cuda_fused_epilogue) per batch chunk for the other activations
+ * and when cuDNN refuses the fused call. */
 #include "backends/cuda/kernel_util.cuh"
 #include "ir/fused_ops.h"
 
@@ -102,12 +105,16 @@ static kiln_status exec_fused_matmul(const kiln_node *n, const kiln_cuda_tensor 
     return fe_epilogue(n, &out[0], fe_input(in, nin, 2), fe_input(in, nin, 3), ctx);
 }
 
-/* kiln.FusedConv: Conv(X, W, B) (conv.cu), then act(y + Z). */
+/* kiln.FusedConv: conv.cu runs it whole (the fused cuDNN call, or the convolution then this file's
+ * epilogue through kiln_cuda_fused_epilogue). */
 static kiln_status exec_fused_conv(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
                                    int nout, kiln_cuda_ctx *ctx) {
-    KILN_TRY(fe_plain("Conv", n, in, nin, 3, out, nout, ctx));
-    if (ctx->candidates) return KILN_OK;
-    return fe_epilogue(n, &out[0], NULL, fe_input(in, nin, 3), ctx);
+    return kiln_cuda_fused_conv(n, in, nin, &out[0], ctx);
+}
+
+extern "C" kiln_status kiln_cuda_fused_epilogue(const kiln_node *n, const kiln_cuda_tensor *y, const kiln_cuda_tensor *bias,
+                                                const kiln_cuda_tensor *z, kiln_cuda_ctx *ctx) {
+    return fe_epilogue(n, y, bias, z, ctx);
 }
 
 /* The plain op's supports check, then: a known activation, and float inputs of Y's dtype. */

@@ -1,0 +1,138 @@
+/* layout_channels_last.c — lays 2-D convolutions out channels-last (NHWC), for backends whose
+ * convolutions run faster that way (tensor-core kernels want C innermost). Each kiln.FusedConv still
+ * channels-first, and each plain Conv, with a 4-D X and constant weights becomes a FusedConv with
+ * channels_last = 1 (ir/fused_ops.h):
+ *     X -> Transpose(0,2,3,1) -> FusedConv(W' = W as [M, kH, kW, C/g], B, Z -> Transpose(0,2,3,1))
+ *       -> Transpose(0,3,1,2) -> Y
+ * Y keeps its name and every reader, so the graph's interface and the layout everything else sees
+ * are unchanged. The pass leaves the Transposes between consecutive convolutions to the clean-up
+ * passes: eliminate_noops cancels each inverse pair (one per reader of a value that fans out) and
+ * cse merges the equal Transposes of one value, so what is left sits at the boundaries of the
+ * convolution regions (the graph's input and output, a pooling layer, a reshape). The weights become
+ * new constants (the old ones may be shared, or read-only memory of a loaded engine). */
+#include "passes/passes.h"
+
+#include "core/status.h"
+#include "ir/fused_ops.h"
+#include "passes/pass_util.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const int64_t g_to_last[4] = {0, 2, 3, 1};  /* NCHW -> NHWC */
+static const int64_t g_to_first[4] = {0, 3, 1, 2}; /* NHWC -> NCHW */
+
+static bool is_fused_conv(const kiln_node *n) {
+    return pass_alive(n) && !strcmp(n->domain, KILN_FUSED_DOMAIN) && !strcmp(n->op_type, "FusedConv");
+}
+
+/* Whether node n is a convolution this pass lays out: a channels-first FusedConv or a Conv, with a
+ * 4-D X and float constant 4-D weights. */
+static bool candidate(const kiln_graph *g, const kiln_node *n) {
+    bool fused = is_fused_conv(n);
+    if (!fused && !pass_is_op(n, "Conv")) return false;
+    if (fused && kiln_attr_int(n, "channels_last", 0) != 0) return false;
+    const kiln_value *x = kiln_node_input(g, n, 0), *w = kiln_node_input(g, n, 1);
+    if (!x || !w || !kiln_node_output(g, n, 0) || x->ndim != 4 || !w->constant) return false;
+    return w->constant->ndim == 4 && pass_is_float(w->constant->dtype);
+}
+
+/* out = w [M, C/g, kH, kW] as [M, kH, kW, C/g], same dtype. */
+static kiln_status weights_channels_last(const kiln_tensor *w, kiln_tensor *out) {
+    int64_t m = w->dims[0], cg = w->dims[1], kh = w->dims[2], kw = w->dims[3];
+    int64_t dims[4] = {m, kh, kw, cg};
+    KILN_TRY(kiln_tensor_alloc(out, w->dtype, 4, dims));
+    size_t es = kiln_dtype_size(w->dtype);
+    const char *s = w->data;
+    char *d = out->data;
+    for (int64_t o = 0; o < m; o++)
+        for (int64_t c = 0; c < cg; c++)
+            for (int64_t y = 0; y < kh; y++)
+                for (int64_t x = 0; x < kw; x++)
+                    memcpy(d + (size_t)(((o * kh + y) * kw + x) * cg + c) * es,
+                           s + (size_t)(((o * cg + c) * kh + y) * kw + x) * es, es);
+    return KILN_OK;
+}
+
+/* Appends Transpose(src, perm) named `name` writing value dst (-1: a new value named from src);
+ * *out receives the value it writes. */
+static kiln_status add_transpose(pass_ctx *c, int src, int dst, const int64_t *perm, const char *name, int *out) {
+    kiln_graph *g = c->g;
+    if (dst < 0) {
+        char hint[300];
+        snprintf(hint, sizeof hint, "%.280s_%s", g->values[src].name, perm == g_to_last ? "nhwc" : "nchw");
+        KILN_TRY(pass_new_value(c, hint, &dst));
+    }
+    int id;
+    KILN_TRY(pass_add_node(c, "", "Transpose", pass_onnx_opset(g, 13), name, 1, &src, dst, &id));
+    *out = dst;
+    return pass_attr_ints(g, &g->nodes[id], "perm", perm, 4);
+}
+
+/* The new constant holding node id's weights channels-last; its value id into *wid. */
+static kiln_status new_weights(pass_ctx *c, int id, int *wid) {
+    kiln_graph *g = c->g;
+    int w = g->nodes[id].inputs[1];
+    kiln_tensor t = {0};
+    KILN_TRY(weights_channels_last(g->values[w].constant, &t));
+    char hint[300];
+    snprintf(hint, sizeof hint, "%.280s_nhwc", g->values[w].name);
+    kiln_status st = pass_new_constant(c, hint, &t, wid);
+    kiln_tensor_release(&t);
+    return st;
+}
+
+/* Sets node n's channels_last attribute to 1 (it is absent or 0). */
+static kiln_status set_channels_last(kiln_graph *g, kiln_node *n) {
+    for (int k = 0; k < n->nattrs; k++)
+        if (!strcmp(n->attrs[k].name, "channels_last")) {
+            n->attrs[k].type = KILN_ATTR_INT;
+            n->attrs[k].i = 1;
+            return KILN_OK;
+        }
+    return pass_attr_int(g, n, "channels_last", 1);
+}
+
+/* Lays convolution node id out channels-last (the pattern in the file comment). */
+static kiln_status lay_out(pass_ctx *c, int id) {
+    kiln_graph *g = c->g;
+    const char *conv = g->nodes[id].name;
+    const int *in = g->nodes[id].inputs;
+    int nin = g->nodes[id].ninputs, y = g->nodes[id].outputs[0];
+    int ins[4] = {in[0], -1, nin > 2 ? in[2] : -1, nin > 3 ? in[3] : -1}; /* X, W', B, Z */
+    char name[300], detail[480];
+    KILN_TRY(pass_use_kiln_domain(c));
+    KILN_TRY(new_weights(c, id, &ins[1]));
+    snprintf(name, sizeof name, "%.280s_x_nhwc", conv);
+    KILN_TRY(add_transpose(c, ins[0], -1, g_to_last, name, &ins[0]));
+    if (ins[3] >= 0) {
+        snprintf(name, sizeof name, "%.280s_z_nhwc", conv);
+        KILN_TRY(add_transpose(c, ins[3], -1, g_to_last, name, &ins[3]));
+    }
+    int yl;
+    snprintf(name, sizeof name, "%.280s_nhwc", g->values[y].name);
+    KILN_TRY(pass_new_value(c, name, &yl));
+    snprintf(detail, sizeof detail, "channels-last between Transposes, weights '%.200s' -> '%.200s'",
+             g->values[g->nodes[id].inputs[1]].name, g->values[ins[1]].name);
+    int set[1] = {id};
+    kiln_node *n;
+    KILN_TRY(pass_rewrite(c, set, 1, id, KILN_FUSED_DOMAIN, "FusedConv", KILN_FUSED_OPSET, conv,
+                          ins[3] >= 0 ? 4 : (ins[2] >= 0 ? 3 : 2), ins, id, detail, &n));
+    KILN_TRY(set_channels_last(g, n));
+    n->outputs[0] = yl;
+    g->values[yl].producer = id;
+    g->values[y].producer = -1;
+    snprintf(name, sizeof name, "%.280s_y_nchw", conv);
+    int out;
+    return add_transpose(c, yl, y, g_to_first, name, &out);
+}
+
+kiln_status kiln_pass_layout_channels_last(kiln_graph *g, bool *changed) {
+    pass_ctx c;
+    KILN_TRY(pass_begin(&c, g, "layout_channels_last"));
+    kiln_status st = KILN_OK;
+    int count = g->nnodes; /* the Transposes it appends are no candidates */
+    for (int i = 0; i < count && st == KILN_OK; i++)
+        if (candidate(g, &g->nodes[i])) st = lay_out(&c, i);
+    return pass_end(&c, st, changed);
+}

@@ -1,0 +1,533 @@
+/* test_layout.c — unit tests of the channels-last layout (pass layout_channels_last, the
+ * channels-last FusedConv's shape inference and CPU kernel, the builder's KILN_CHANNELS_LAST switch)
+ * and of eliminate_noops on a Transpose whose output fans out.
+ *
+ * Graphs are built with the IR API twice: one copy stays as built (the reference, run op by op on
+ * the CPU kernels), the other goes through the passes. Checks: node and Transpose counts before and
+ * after, the channels_last attribute, equal outputs on the same random inputs. The main graph is a
+ * small ResNet: a stem Conv+BN+Relu, MaxPool, Conv+BN+Relu, a bottleneck block (1x1, 3x3 group conv
+ * with auto_pad SAME_UPPER, 1x1 + identity residual), a downsampling block (3x3 stride 2 with
+ * asymmetric pads, 3x3, residual from a 1x1 stride-2 downsample conv), GlobalAveragePool, Flatten,
+ * Gemm. The bottleneck's input (a conv's output) fans out to its first conv, its residual and the
+ * downsample conv. After the layout and the clean-up passes only the Transposes at the region
+ * boundaries may remain: 4 (into the stem, out of it to the MaxPool, out of the MaxPool, out of the
+ * last block into the GlobalAveragePool).
+ *
+ * Tolerance: max |laid out - reference| / max |reference| <= 1e-5 (float32: BN folding reorders a
+ * few operations; the layout itself only moves data, so laid out vs not laid out must agree to it). */
+#include "backends/cpu/cpu_kernels.h"
+#include "builder.h"
+#include "core/status.h"
+#include "ir/fused_ops.h"
+#include "ir/graph.h"
+#include "passes/passes.h"
+#include "runtime/engine_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL_F32 1e-5
+#define MAX_IO 4
+#define RESNET_TRANSPOSES 4
+#define RESNET_CONVS 8
+
+static int failures, cases;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);               \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+#define REQUIRE_OK(expr)                                                                           \
+    do {                                                                                           \
+        kiln_status s_ = (expr);                                                                   \
+        if (s_ != KILN_OK) {                                                                       \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, kiln_last_error()); \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* ------------------------------------------------------------------------------ graph building */
+
+static kiln_graph *G; /* the graph being built */
+static unsigned g_seed;
+
+static float frand(void) {
+    g_seed = g_seed * 1664525u + 1013904223u;
+    return (float)((g_seed >> 8) & 0xFFFFFF) / (float)0x1000000 * 2.0f - 1.0f;
+}
+
+static void begin(void) {
+    G = kiln_graph_create();
+    REQUIRE_OK(G ? KILN_OK : KILN_ERR_OUT_OF_MEMORY);
+    G->opsets = kiln_graph_alloc(G, sizeof *G->opsets);
+    G->opsets[0].domain = "";
+    G->opsets[0].version = 17;
+    G->nopsets = 1;
+    g_seed = 12345;
+}
+
+static int input(const char *name, int ndim, const int64_t *dims) {
+    int id;
+    REQUIRE_OK(kiln_graph_value(G, name, &id));
+    kiln_value *v = &G->values[id];
+    v->dtype = KILN_F32;
+    v->ndim = ndim;
+    for (int d = 0; d < ndim; d++) v->dims[d] = kiln_dim_static(dims[d]);
+    REQUIRE_OK(kiln_graph_add_input(G, id));
+    return id;
+}
+
+/* A float32 constant, uniform random in [lo, hi). */
+static int constant(int ndim, const int64_t *dims, double lo, double hi) {
+    kiln_tensor t = {0};
+    REQUIRE_OK(kiln_tensor_alloc(&t, KILN_F32, ndim, dims));
+    for (int64_t i = 0; i < kiln_tensor_numel(&t); i++) kiln_tensor_set_f64(&t, i, lo + (hi - lo) * (frand() + 1.0) / 2.0);
+    int id;
+    REQUIRE_OK(kiln_graph_new_value(G, "const", &id));
+    REQUIRE_OK(kiln_graph_set_constant(G, id, &t));
+    return id;
+}
+
+static kiln_node *last_node(void) { return &G->nodes[G->nnodes - 1]; }
+
+/* Adds node op (domain "" or "kiln") reading ins[0..nin) (-1 = absent); returns its output's id. */
+static int node_in(const char *domain, const char *op, int nin, const int *ins) {
+    int out;
+    REQUIRE_OK(kiln_graph_new_value(G, op, &out));
+    char name[64];
+    snprintf(name, sizeof name, "%s_%d", op, G->nnodes);
+    REQUIRE_OK(kiln_graph_add_node(G, op, domain, name, nin, ins, 1, &out, NULL));
+    return out;
+}
+
+static int op1(const char *op, int a) { return node_in("", op, 1, &a); }
+static int op2(const char *op, int a, int b) { return node_in("", op, 2, (int[]){a, b}); }
+
+static void attr_int(const char *name, int64_t v) { kiln_node_add_attr(G, last_node(), name, KILN_ATTR_INT)->i = v; }
+static void attr_ints(const char *name, int n, const int64_t *v) {
+    kiln_attr *a = kiln_node_add_attr(G, last_node(), name, KILN_ATTR_INTS);
+    a->ints = kiln_graph_alloc(G, sizeof *a->ints * (size_t)n);
+    memcpy(a->ints, v, sizeof *a->ints * (size_t)n);
+    a->n = n;
+}
+static void attr_string(const char *name, const char *s) {
+    kiln_attr *a = kiln_node_add_attr(G, last_node(), name, KILN_ATTR_STRING);
+    a->s = kiln_graph_strdup(G, s);
+    a->s_len = strlen(s);
+}
+
+static int transpose(int x, const int64_t *perm) {
+    int y = op1("Transpose", x);
+    attr_ints("perm", 4, perm);
+    return y;
+}
+
+static void output(int v) { REQUIRE_OK(kiln_graph_add_output(G, v)); }
+
+/* Resolves, orders and infers the graph being built; returns it. */
+static kiln_graph *finish(void) {
+    REQUIRE_OK(kiln_graph_resolve_ops(G, NULL));
+    REQUIRE_OK(kiln_graph_toposort(G));
+    REQUIRE_OK(kiln_graph_infer_shapes(G));
+    REQUIRE_OK(kiln_graph_verify(G));
+    return G;
+}
+
+/* A k x k Conv from c to m channels (group g, stride s) with random constant weights and bias. pads
+ * NULL: auto_pad SAME_UPPER. */
+static int conv(int x, int c, int m, int k, int g, int s, const int64_t *pads) {
+    int64_t wd[4] = {m, c / g, k, k}, bd[1] = {m};
+    int y = node_in("", "Conv", 3, (int[]){x, constant(4, wd, -0.5, 0.5), constant(1, bd, -0.2, 0.2)});
+    attr_ints("kernel_shape", 2, (int64_t[]){k, k});
+    attr_ints("strides", 2, (int64_t[]){s, s});
+    if (g > 1) attr_int("group", g);
+    if (pads) attr_ints("pads", 4, pads);
+    else attr_string("auto_pad", "SAME_UPPER");
+    return y;
+}
+
+/* Conv + inference BatchNormalization (random parameters). */
+static int conv_bn(int x, int c, int m, int k, int g, int s, const int64_t *pads) {
+    int64_t md[1] = {m};
+    int in[5] = {conv(x, c, m, k, g, s, pads), constant(1, md, 0.5, 1.5), constant(1, md, -0.5, 0.5),
+                 constant(1, md, -0.5, 0.5), constant(1, md, 0.5, 1.5)};
+    return node_in("", "BatchNormalization", 5, in);
+}
+
+static const int64_t P1[4] = {1, 1, 1, 1}, P0[4] = {0, 0, 0, 0}, PASYM[4] = {0, 1, 1, 0};
+static const int64_t XRES[4] = {2, 3, 16, 16};
+
+/* The small ResNet of the file comment: x [2, 3, 16, 16] -> [2, 5]. */
+static void b_resnet(void) {
+    begin();
+    int x = input("x", 4, XRES);
+    int stem = op1("Relu", conv_bn(x, 3, 8, 3, 1, 1, P1));
+    int x0 = op1("MaxPool", stem);
+    attr_ints("kernel_shape", 2, (int64_t[]){2, 2});
+    attr_ints("strides", 2, (int64_t[]){2, 2});
+    int x1 = op1("Relu", conv_bn(x0, 8, 8, 3, 1, 1, P1));
+    /* bottleneck: x1 feeds a1, the residual and the downsample conv of the next block */
+    int a1 = op1("Relu", conv_bn(x1, 8, 4, 1, 1, 1, P0));
+    int a2 = op1("Relu", conv_bn(a1, 4, 4, 3, 2, 1, NULL));
+    int xa = op1("Relu", op2("Add", conv_bn(a2, 4, 8, 1, 1, 1, P0), x1));
+    /* downsampling block */
+    int b1 = op1("Relu", conv_bn(xa, 8, 16, 3, 1, 2, PASYM));
+    int b2 = conv_bn(b1, 16, 16, 3, 1, 1, P1);
+    int ds = conv_bn(x1, 8, 16, 1, 1, 2, P0);
+    int xb = op1("Relu", op2("Add", b2, ds));
+    int f = op1("Flatten", op1("GlobalAveragePool", xb));
+    int64_t wd[2] = {16, 5}, bd[1] = {5};
+    output(node_in("", "Gemm", 3, (int[]){f, constant(2, wd, -1, 1), constant(1, bd, -1, 1)}));
+}
+
+/* One FusedConv (kiln domain, written directly) with bias, residual and Relu; weights constant or an
+ * input; rank 4 or (one_d) 3. */
+static void fused_conv_graph(bool const_w, bool one_d) {
+    begin();
+    kiln_opset_import *ops = kiln_graph_alloc(G, 2 * sizeof *ops);
+    ops[0] = G->opsets[0];
+    ops[1] = (kiln_opset_import){KILN_FUSED_DOMAIN, KILN_FUSED_OPSET};
+    G->opsets = ops;
+    G->nopsets = 2;
+    int nd = one_d ? 3 : 4;
+    int64_t xd[4] = {2, 6, 7, 6}, wd[4] = {6, 3, 3, 2}, zd[4] = {2, 6, 4, 5}, bd[1] = {6};
+    int x = input("x", nd, xd), z = input("z", nd, zd);
+    int w = const_w ? constant(nd, wd, -0.5, 0.5) : input("w", nd, wd);
+    int y = node_in(KILN_FUSED_DOMAIN, "FusedConv", 4, (int[]){x, w, constant(1, bd, -1, 1), z});
+    attr_int("group", 2);
+    attr_ints("kernel_shape", nd - 2, (int64_t[]){3, 2});
+    attr_ints("strides", nd - 2, (int64_t[]){2, 1});
+    attr_ints("pads", 2 * (nd - 2), one_d ? (int64_t[]){1, 1} : (int64_t[]){1, 0, 1, 0});
+    attr_string("activation", "Relu");
+    output(y);
+}
+
+static void b_fused_conv(void) { fused_conv_graph(true, false); }
+static void b_fused_conv_input_w(void) { fused_conv_graph(false, false); }
+static void b_fused_conv_1d(void) { fused_conv_graph(true, true); }
+
+/* eliminate_noops on a Transpose read by several Transposes: every reader's perm composes to the
+ * identity (all), or one reader of the NCHW value is a Relu (mixed). */
+static void transpose_fanout(bool mixed) {
+    begin();
+    int64_t xd[4] = {2, 4, 5, 3};
+    int64_t to_first[4] = {0, 3, 1, 2}, to_last[4] = {0, 2, 3, 1};
+    int m = transpose(input("x", 4, xd), to_first);
+    output(op1("Sigmoid", transpose(m, to_last)));
+    output(op1("Tanh", transpose(m, to_last)));
+    if (mixed) output(op1("Relu", m));
+}
+
+static void b_fanout_all(void) { transpose_fanout(false); }
+static void b_fanout_mixed(void) { transpose_fanout(true); }
+
+/* ------------------------------------------------------------------------------ running */
+
+/* Runs g on the CPU kernels node by node: outs[k] receives a copy of graph output k. */
+static kiln_status run_graph(const kiln_graph *g, const kiln_tensor *inputs, kiln_tensor *outs) {
+    kiln_tensor *vals = calloc((size_t)g->nvalues + 1, sizeof *vals);
+    kiln_tensor **ptr = calloc((size_t)g->nvalues + 1, sizeof *ptr);
+    kiln_status st = KILN_OK;
+    for (int v = 0; v < g->nvalues; v++) ptr[v] = g->values[v].constant;
+    for (int k = 0; k < g->ninputs; k++) ptr[g->inputs[k]] = (kiln_tensor *)&inputs[k];
+    for (int i = 0; i < g->nnodes && st == KILN_OK; i++) {
+        const kiln_node *n = &g->nodes[i];
+        const kiln_cpu_kernel *kern = kiln_cpu_kernel_find(n->domain, n->op_type);
+        if (!kern) {
+            st = kiln_error(KILN_ERR_UNSUPPORTED, "no CPU kernel for %s", n->op_type);
+            break;
+        }
+        kiln_tensor *in[16] = {0}, *out[8] = {0};
+        for (int k = 0; k < n->ninputs; k++) in[k] = n->inputs[k] >= 0 ? ptr[n->inputs[k]] : NULL;
+        for (int k = 0; k < n->noutputs; k++) out[k] = n->outputs[k] >= 0 ? &vals[n->outputs[k]] : NULL;
+        st = kern->exec(n, in, n->ninputs, out, n->noutputs);
+        if (st != KILN_OK) kiln_error_prefix(st, "node '%s' (%s)", n->name, n->op_type);
+        for (int k = 0; k < n->noutputs; k++)
+            if (n->outputs[k] >= 0) ptr[n->outputs[k]] = &vals[n->outputs[k]];
+    }
+    for (int k = 0; k < g->noutputs && st == KILN_OK; k++) st = kiln_tensor_copy(&outs[k], ptr[g->outputs[k]]);
+    for (int v = 0; v < g->nvalues; v++) kiln_tensor_release(&vals[v]);
+    free(vals);
+    free(ptr);
+    return st;
+}
+
+/* Random inputs in [-1, 1) for g's declared (static) input types. */
+static void make_inputs(const kiln_graph *g, kiln_tensor *inputs) {
+    g_seed = 777;
+    for (int k = 0; k < g->ninputs; k++) {
+        const kiln_value *v = &g->values[g->inputs[k]];
+        int64_t dims[KILN_MAX_DIMS];
+        for (int d = 0; d < v->ndim; d++) dims[d] = v->dims[d].value;
+        memset(&inputs[k], 0, sizeof inputs[k]);
+        REQUIRE_OK(kiln_tensor_alloc(&inputs[k], v->dtype, v->ndim, dims));
+        for (int64_t i = 0; i < kiln_tensor_numel(&inputs[k]); i++) kiln_tensor_set_f64(&inputs[k], i, frand());
+    }
+}
+
+/* max |a - b| / max |b| over float tensors of the same shape (inf when shapes differ). */
+static double rel_error(const kiln_tensor *a, const kiln_tensor *b) {
+    if (a->dtype != b->dtype || a->ndim != b->ndim || memcmp(a->dims, b->dims, sizeof *a->dims * (size_t)a->ndim))
+        return INFINITY;
+    double num = 0, den = 1e-30;
+    for (int64_t i = 0; i < kiln_tensor_numel(a); i++) {
+        double x = kiln_tensor_get_f64(a, i), y = kiln_tensor_get_f64(b, i);
+        if (isnan(x) || isnan(y)) return INFINITY;
+        num = fmax(num, fabs(x - y));
+        den = fmax(den, fabs(y));
+    }
+    return num / den;
+}
+
+static int count_op(const kiln_graph *g, const char *op) {
+    int c = 0;
+    for (int i = 0; i < g->nnodes; i++) c += !strcmp(g->nodes[i].op_type, op);
+    return c;
+}
+
+/* How many FusedConv nodes of g have channels_last = 1. */
+static int count_channels_last(const kiln_graph *g) {
+    int c = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        c += !strcmp(g->nodes[i].op_type, "FusedConv") && kiln_attr_int(&g->nodes[i], "channels_last", 0) == 1;
+    return c;
+}
+
+/* Requires opt's outputs on random inputs to equal ref's within TOL_F32. */
+static void check_same_outputs(const char *label, const kiln_graph *ref, const kiln_graph *opt) {
+    kiln_tensor in[MAX_IO], out_ref[MAX_IO] = {{0}}, out_opt[MAX_IO] = {{0}};
+    REQUIRE_OK(ref->ninputs <= MAX_IO && ref->noutputs <= MAX_IO ? KILN_OK : KILN_ERR_INTERNAL);
+    make_inputs(ref, in);
+    REQUIRE_OK(run_graph(ref, in, out_ref));
+    kiln_status st = run_graph(opt, in, out_opt);
+    CHECK(st == KILN_OK, "%s: the laid-out graph does not run: %s", label, kiln_last_error());
+    for (int k = 0; st == KILN_OK && k < ref->noutputs; k++) {
+        double e = rel_error(&out_opt[k], &out_ref[k]);
+        CHECK(e <= TOL_F32, "%s: output %d differs from the reference by %.3g", label, k, e);
+    }
+    for (int k = 0; k < ref->ninputs; k++) kiln_tensor_release(&in[k]);
+    for (int k = 0; k < ref->noutputs; k++) {
+        kiln_tensor_release(&out_ref[k]);
+        kiln_tensor_release(&out_opt[k]);
+    }
+}
+
+typedef kiln_status (*pass_fn)(kiln_graph *g, bool *changed);
+
+/* Runs pass on g, then shape inference and verification; returns its changed flag. */
+static bool run_pass(const char *label, kiln_graph *g, pass_fn pass) {
+    bool changed = false;
+    kiln_status st = pass(g, &changed);
+    CHECK(st == KILN_OK, "%s: the pass failed: %s", label, kiln_last_error());
+    REQUIRE_OK(kiln_graph_infer_shapes(g));
+    REQUIRE_OK(kiln_graph_verify(g));
+    return changed;
+}
+
+/* The clean-up passes of the builder, to a fixed point. */
+static void cleanup(const char *label, kiln_graph *g) {
+    static const pass_fn passes[] = {kiln_pass_fold_constants, kiln_pass_eliminate_noops, kiln_pass_cse,
+                                     kiln_pass_remove_dead};
+    for (int round = 0; round < 8; round++) {
+        bool any = false;
+        for (size_t i = 0; i < sizeof passes / sizeof *passes; i++) any |= run_pass(label, g, passes[i]);
+        if (!any) return;
+    }
+}
+
+/* ------------------------------------------------------------------------------ cases */
+
+/* The layout pass alone on one FusedConv with a residual: + 3 Transposes, W laid out, same outputs,
+ * and a second run changes nothing. */
+static void test_single(void) {
+    cases++;
+    b_fused_conv();
+    kiln_graph *ref = finish();
+    b_fused_conv();
+    kiln_graph *g = finish();
+    CHECK(run_pass("single", g, kiln_pass_layout_channels_last), "single: changed is false");
+    CHECK(g->nnodes == 4 && count_op(g, "Transpose") == 3 && count_channels_last(g) == 1,
+          "single: %d nodes, %d Transposes, %d channels-last FusedConv (expected 4, 3, 1)", g->nnodes,
+          count_op(g, "Transpose"), count_channels_last(g));
+    for (int i = 0; i < g->nnodes; i++) {
+        if (strcmp(g->nodes[i].op_type, "FusedConv")) continue;
+        const kiln_value *w = kiln_node_input(g, &g->nodes[i], 1), *y = kiln_node_output(g, &g->nodes[i], 0);
+        CHECK(w->constant && w->ndim == 4 && w->dims[1].value == 3 && w->dims[2].value == 2 && w->dims[3].value == 3,
+              "single: the weights are not [M, kH, kW, C/g] = [6, 3, 2, 3]");
+        CHECK(y->ndim == 4 && y->dims[1].value == 4 && y->dims[2].value == 5 && y->dims[3].value == 6,
+              "single: the inferred output is not [N, H', W', M] = [2, 4, 5, 6]");
+    }
+    check_same_outputs("single", ref, g);
+    CHECK(!run_pass("single, second run", g, kiln_pass_layout_channels_last), "single: a second run changed the graph");
+    CHECK(g->nnodes == 4, "single: a second run left %d nodes", g->nnodes);
+    kiln_graph_free(ref);
+    kiln_graph_free(g);
+}
+
+/* Left alone: weights that are an input, a 1-D convolution. */
+static void test_negative(const char *label, void (*build)(void)) {
+    cases++;
+    build();
+    kiln_graph *g = finish();
+    CHECK(!run_pass(label, g, kiln_pass_layout_channels_last), "%s: changed", label);
+    CHECK(g->nnodes == 1 && count_channels_last(g) == 0, "%s: %d nodes after the pass", label, g->nnodes);
+    kiln_graph_free(g);
+}
+
+/* Shape inference refuses channels_last on a 1-D convolution and values other than 0 and 1. */
+static void test_infer_errors(void) {
+    cases++;
+    b_fused_conv_1d();
+    attr_int("channels_last", 1);
+    REQUIRE_OK(kiln_graph_resolve_ops(G, NULL));
+    REQUIRE_OK(kiln_graph_toposort(G));
+    kiln_status st = kiln_graph_infer_shapes(G);
+    CHECK(st != KILN_OK && strstr(kiln_last_error(), "channels_last needs 4-D"), "1-D channels_last: %s",
+          st == KILN_OK ? "accepted" : kiln_last_error());
+    kiln_graph_free(G);
+    b_fused_conv();
+    attr_int("channels_last", 2);
+    REQUIRE_OK(kiln_graph_resolve_ops(G, NULL));
+    REQUIRE_OK(kiln_graph_toposort(G));
+    st = kiln_graph_infer_shapes(G);
+    CHECK(st != KILN_OK && strstr(kiln_last_error(), "must be 0 or 1"), "channels_last = 2: %s",
+          st == KILN_OK ? "accepted" : kiln_last_error());
+    kiln_graph_free(G);
+}
+
+/* eliminate_noops on a fanned-out Transpose: nodes before and after. */
+static void test_fanout(const char *label, void (*build)(void), int before, int after) {
+    cases++;
+    build();
+    kiln_graph *ref = finish();
+    build();
+    kiln_graph *g = finish();
+    CHECK(g->nnodes == before, "%s: %d nodes built, expected %d", label, g->nnodes, before);
+    CHECK(run_pass(label, g, kiln_pass_eliminate_noops), "%s: unchanged", label);
+    CHECK(g->nnodes == after, "%s: %d nodes after eliminate_noops, expected %d", label, g->nnodes, after);
+    check_same_outputs(label, ref, g);
+    kiln_graph_free(ref);
+    kiln_graph_free(g);
+}
+
+/* The ResNet through the passes the builder runs (fusions, layout, clean-up), on the interpreter. */
+static void test_resnet_passes(void) {
+    cases++;
+    b_resnet();
+    kiln_graph *ref = finish();
+    b_resnet();
+    kiln_graph *g = finish();
+    cleanup("resnet", g);
+    run_pass("resnet", g, kiln_pass_fuse_conv_bn);
+    run_pass("resnet", g, kiln_pass_fuse_epilogue);
+    cleanup("resnet", g);
+    int convs = count_op(g, "FusedConv") + count_op(g, "Conv"), before = g->nnodes;
+    CHECK(convs == RESNET_CONVS && count_op(g, "Transpose") == 0, "resnet: %d convolutions, %d Transposes before the "
+          "layout", convs, count_op(g, "Transpose"));
+    CHECK(run_pass("resnet", g, kiln_pass_layout_channels_last), "resnet: the layout changed nothing");
+    /* one X and one Y Transpose per convolution, one Z Transpose per residual (2) */
+    CHECK(g->nnodes == before + 2 * RESNET_CONVS + 2 && count_channels_last(g) == RESNET_CONVS, "resnet: %d -> %d "
+          "nodes, %d channels-last", before, g->nnodes, count_channels_last(g));
+    cleanup("resnet", g);
+    int left = count_op(g, "Transpose");
+    printf("test_layout: resnet: %d Transposes left after the clean-up (%d nodes)\n", left, g->nnodes);
+    CHECK(left == RESNET_TRANSPOSES, "resnet: %d Transposes left, expected %d", left, RESNET_TRANSPOSES);
+    check_same_outputs("resnet passes", ref, g);
+    kiln_graph_free(ref);
+    kiln_graph_free(g);
+}
+
+/* Counts the layout pass's verbose lines and its "skipped" line. */
+static void count_layout(kiln_log_level level, const char *msg, void *user) {
+    int *seen = user;
+    if (level != KILN_LOG_VERBOSE) return;
+    seen[0] += strstr(msg, "layout_channels_last: ") && strstr(msg, "-> FusedConv ") && strstr(msg, "channels-last");
+    seen[1] += strstr(msg, "layout_channels_last skipped") != NULL;
+}
+
+/* Builds the ResNet for the cpu with KILN_CHANNELS_LAST = env (NULL: unset) and mark_all; checks
+ * the Transposes and channels-last convolutions of the engine and its outputs against the reference. */
+static void test_build(const char *env, bool mark_all, int transposes, int laid_out) {
+    cases++;
+    char label[96];
+    snprintf(label, sizeof label, "build KILN_CHANNELS_LAST=%s%s", env ? env : "(unset)", mark_all ? " mark-all" : "");
+    b_resnet();
+    kiln_graph *ref = finish();
+    b_resnet();
+    if (env) setenv("KILN_CHANNELS_LAST", env, 1);
+    else unsetenv("KILN_CHANNELS_LAST");
+    int seen[2] = {0, 0};
+    kiln_log_set_callback(count_layout, seen);
+    kiln_build_options opts = {.target = "cpu", .verbose = true, .mark_all_outputs = mark_all};
+    kiln_engine *e = NULL;
+    kiln_status st = kiln_build_graph(G, "test_layout", &opts, &e);
+    kiln_log_set_callback(NULL, NULL);
+    unsetenv("KILN_CHANNELS_LAST");
+    CHECK(st == KILN_OK, "%s: build failed: %s", label, kiln_last_error());
+    if (st != KILN_OK) {
+        kiln_graph_free(ref);
+        return;
+    }
+    int t = count_op(e->g, "Transpose"), cl = count_channels_last(e->g);
+    CHECK(t == transposes && cl == laid_out, "%s: %d Transposes, %d channels-last convolutions (expected %d, %d)", label,
+          t, cl, transposes, laid_out);
+    CHECK(seen[0] == laid_out, "%s: the verbose log reports %d layouts", label, seen[0]);
+    CHECK(seen[1] == (mark_all ? 1 : 0), "%s: the verbose log reports %d skips", label, seen[1]);
+    kiln_tensor in[MAX_IO], out_ref[MAX_IO] = {{0}};
+    make_inputs(ref, in);
+    REQUIRE_OK(run_graph(ref, in, out_ref));
+    kiln_context *ctx;
+    REQUIRE_OK(kiln_context_create(e, &ctx));
+    for (int k = 0; k < ref->ninputs; k++)
+        REQUIRE_OK(kiln_context_set_input(ctx, ref->values[ref->inputs[k]].name, in[k].dtype, in[k].ndim, in[k].dims,
+                                          in[k].data));
+    REQUIRE_OK(kiln_context_run(ctx));
+    for (int k = 0; k < ref->noutputs; k++) {
+        int v = kiln_graph_find_value(e->g, ref->values[ref->outputs[k]].name), at = -1;
+        for (int j = 0; j < e->g->noutputs; j++) /* with mark_all the model's output is one of many */
+            if (e->g->outputs[j] == v) at = j;
+        CHECK(at >= 0, "%s: the engine has no output '%s'", label, ref->values[ref->outputs[k]].name);
+        if (at < 0) continue;
+        kiln_tensor_desc d;
+        const void *data;
+        REQUIRE_OK(kiln_context_output(ctx, at, &d, &data));
+        kiln_tensor got;
+        kiln_tensor_view(&got, d.dtype, d.ndim, d.dims, (void *)data);
+        double err = rel_error(&got, &out_ref[k]);
+        CHECK(err <= TOL_F32, "%s: output %d differs from the reference by %.3g", label, k, err);
+        kiln_tensor_release(&out_ref[k]);
+    }
+    for (int k = 0; k < ref->ninputs; k++) kiln_tensor_release(&in[k]);
+    kiln_context_free(ctx);
+    kiln_engine_free(e);
+    kiln_graph_free(ref);
+}
+
+int main(void) {
+    if (getenv("KILN_TEST_VERBOSE")) kiln_log_set_level(KILN_LOG_VERBOSE);
+    test_single();
+    test_negative("weights are an input", b_fused_conv_input_w);
+    test_negative("1-D convolution", b_fused_conv_1d);
+    test_infer_errors();
+    test_fanout("transpose fan-out, all readers inverse", b_fanout_all, 5, 2);
+    test_fanout("transpose fan-out, mixed readers", b_fanout_mixed, 6, 4);
+    test_resnet_passes();
+    test_build(NULL, false, 0, 0);
+    test_build("0", false, 0, 0);
+    test_build("1", false, RESNET_TRANSPOSES, RESNET_CONVS);
+    test_build("1", true, 0, 0);
+    if (failures) {
+        fprintf(stderr, "test_layout: %d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("test_layout: %d cases passed\n", cases);
+    return 0;
+}
