@@ -594,11 +594,13 @@ static kiln_status conv_forward(const kiln_node *n, const kiln_cuda_tensor *in, 
             KILN_TRY(conv_run_shift(ctx, es, xs, ctx->workspace, &shift, nhwc ? cnt : cnt * C));
             xs = ctx->workspace;
         }
+        /* cuDNN gets all the workspace left (key.avail), not the heuristic's estimate of the
+         * algorithm's need, which for some NHWC configurations is below what the call then asks */
         void *wsp = (char *)ctx->workspace + used;
         if (cl->fused) {
             /* y = act(conv(x) + alpha2 z + bias); without a residual z is y itself, scaled by 0 */
             cudnnStatus_t fs = cudnnConvolutionBiasActivationForward(
-                ctx->dnn, &one, cl->d.x, xs, cl->d.w, w->data, cl->d.c, cl->perf.algo, wsp, cl->perf.memory, &alpha2, cl->d.y,
+                ctx->dnn, &one, cl->d.x, xs, cl->d.w, w->data, cl->d.c, cl->perf.algo, wsp, key.avail, &alpha2, cl->d.y,
                 zs ? zs : ys, cl->d.b, bp ? bp : ctx->zero, cl->d.act, cl->d.y, ys);
             if (fs == CUDNN_STATUS_SUCCESS) continue;
             (void)cudaGetLastError(); /* a launch error cuDNN may have left must not fail our next launch check */
@@ -611,7 +613,7 @@ static kiln_status conv_forward(const kiln_node *n, const kiln_cuda_tensor *in, 
             KILN_TRY(conv_call_get(n, ctx, st, &key, &cl));
         }
         cudnnStatus_t cs = cudnnConvolutionForward(ctx->dnn, &one, cl->d.x, xs, cl->d.w, w->data, cl->d.c, cl->perf.algo, wsp,
-                                                   cl->perf.memory, &zero, cl->d.y, ys);
+                                                   key.avail, &zero, cl->d.y, ys);
         if (cs != CUDNN_STATUS_SUCCESS && cl->from_tactic) { /* cuDNN refused the tactic only when asked to run it */
             char why[256];
             snprintf(why, sizeof why, "cudnnConvolutionForward: %s", cudnnGetErrorString(cs));
@@ -619,7 +621,7 @@ static kiln_status conv_forward(const kiln_node *n, const kiln_cuda_tensor *in, 
             KILN_CUDNN_TRY(cudnnSetConvolutionMathType(cl->d.c, x->dtype == KILN_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
             KILN_TRY(conv_pick_fwd(n, ctx, &cl->d, x->dtype, key.avail, false, false, &cl->perf, &cl->from_tactic));
             cs = cudnnConvolutionForward(ctx->dnn, &one, cl->d.x, xs, cl->d.w, w->data, cl->d.c, cl->perf.algo, wsp,
-                                         cl->perf.memory, &zero, cl->d.y, ys);
+                                         key.avail, &zero, cl->d.y, ys);
         }
         if (cs != CUDNN_STATUS_SUCCESS) return kiln_cudnn_error(cs, "cudnnConvolutionForward(...)", __FILE__, __LINE__);
         /* the rest of an unfused call, on this chunk */
@@ -739,7 +741,7 @@ static kiln_status conv_transpose(const kiln_node *n, const kiln_cuda_tensor *in
             set_for = cnt;
         }
         KILN_CUDNN_TRY(cudnnConvolutionBackwardData(ctx->dnn, &one, d->w, w->data, d->y, xs, d->c, perf.algo,
-                                                    (char *)ctx->workspace + used, perf.memory, &zero, d->x, dst));
+                                                    (char *)ctx->workspace + used, ctx->workspace_bytes - used, &zero, d->x, dst));
         if (!direct) KILN_TRY(conv_run_shift(ctx, es, dst, ys, &crop, cnt * M));
     }
     if (nin > 2 && in[2].ndim >= 0) KILN_TRY(conv_add_bias(ctx, x->dtype, y->data, in[2].data, N, M, plane));
