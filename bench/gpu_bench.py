@@ -199,6 +199,7 @@ def kiln_build(kiln, onnx_path, engine, timing_cache=None):
                        capture_output=True, text=True, env=kiln_env(kiln))
     if r.returncode != 0:
         raise RuntimeError("kiln build: " + short(r.stderr + r.stdout))
+    print("".join(l + "\n" for l in r.stdout.splitlines() if l.startswith(("built", "tuning"))), end="", flush=True)
     return time.time() - t0
 
 

@@ -13,9 +13,26 @@
 #include "runtime/profiles.h"
 #include "builder.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* Monotonic milliseconds, for the stage times of a verbose build. */
+static double build_now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* Logs how long build stage `what` took, at verbose level when the build is verbose. */
+static void log_stage(const kiln_build_options *opts, const char *what, double ms) {
+    if (!opts || !opts->verbose) return;
+    kiln_log_level saved = kiln_log_level_current;
+    kiln_log_set_level(KILN_LOG_VERBOSE);
+    KILN_LOG(KILN_LOG_VERBOSE, "build stage: %s %.1f ms", what, ms);
+    kiln_log_set_level(saved);
+}
 
 /* One pass of the pipeline; kiln_ops: the kiln-domain fused ops (ir/fused_ops.h) it creates (NULL
  * for none), which only targets with kernels for all of them may receive. */
@@ -238,9 +255,12 @@ kiln_status kiln_build_graph(kiln_graph *g, const char *source, const kiln_build
     memset(&meta, 0, sizeof meta);
     kiln_log_level saved = kiln_log_level_current;
     if (opts->verbose) kiln_log_set_level(KILN_LOG_VERBOSE);
+    double t0 = build_now_ms();
     s = build_graph(g, opts, b);
     if (s == KILN_OK) s = finish_graph(g, opts, &meta);
+    double t1 = build_now_ms();
     kiln_log_set_level(saved);
+    log_stage(opts, "graph passes, precisions and profiles", t1 - t0);
     if (s != KILN_OK) {
         kiln_error_prefix(s, "%s", source);
         kiln_graph_free(g);
@@ -259,7 +279,10 @@ kiln_status kiln_build_graph(kiln_graph *g, const char *source, const kiln_build
     snprintf(meta.source, sizeof meta.source, "%s", base ? base + 1 : source);
     meta.created_unix = (uint64_t)time(NULL);
     s = kiln_engine_from_graph(g, &meta, out);
+    double t2 = build_now_ms();
     if (s == KILN_OK) s = tune_engine(*out, opts);
+    log_stage(opts, "engine (plans, weights to the device)", t2 - t1);
+    log_stage(opts, "auto-tuning", build_now_ms() - t2);
     if (s != KILN_OK) {
         kiln_engine_free(*out);
         *out = NULL;
@@ -271,6 +294,8 @@ kiln_status kiln_build_onnx(const char *onnx_path, const kiln_build_options *opt
     if (!onnx_path || !out) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_build_onnx: path and out are required");
     *out = NULL;
     kiln_graph *g;
+    double t0 = build_now_ms();
     KILN_TRY(kiln_onnx_import(onnx_path, &g));
+    log_stage(opts, "ONNX import", build_now_ms() - t0);
     return kiln_build_graph(g, onnx_path, opts, out);
 }

@@ -93,6 +93,7 @@ int kiln_cmd_build(int argc, char **argv) {
     kiln_status s = kiln_build_onnx(model, &b.o, &e);
     double t1 = cli_now_ms();
     if (s == KILN_OK) s = kiln_engine_save(e, output);
+    double t2 = cli_now_ms();
     if (s != KILN_OK) {
         kiln_engine_free(e);
         cli_build_opts_free(&b);
@@ -100,7 +101,8 @@ int kiln_cmd_build(int argc, char **argv) {
     }
     struct stat st;
     long long size = stat(output, &st) == 0 ? (long long)st.st_size : -1;
-    printf("built %s -> %s (target %s) in %.1f ms, %.2f MB\n", model, output, b.o.target, t1 - t0, (double)size / 1e6);
+    printf("built %s -> %s (target %s) in %.1f ms, saved in %.1f ms, %.2f MB\n", model, output, b.o.target, t1 - t0,
+           t2 - t1, (double)size / 1e6);
     if (tuning.layers)
         printf("tuning: %d of %d layers tuned in %.1f ms; timing cache: %d hits, %d misses, %d tactics timed\n",
                tuning.tuned, tuning.layers, tuning.ms, tuning.cache_hits, tuning.cache_misses, tuning.tactics_timed);
