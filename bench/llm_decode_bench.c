@@ -13,11 +13,14 @@
  * each row, unless --no-breakdown, a profiled breakdown of 3 more steps: GPU ms of the layers' weight
  * products, attention, the small kernels (norms, RoPE + KV write, activation, embedding) and the
  * logits (final norm + lm_head), each timed between CUDA events with the launches queued before the
- * GPU starts; and the timed step minus their sum (metadata upload, launch overhead, gaps).
+ * GPU starts; and the timed step minus their sum (metadata upload, launch overhead, gaps). After both
+ * batches, a line per GEMV product shape: the configuration chosen and its time next to split-K's.
  *
  *   llm_decode_bench [--only gpt2,gpt2-xl,llama3-8b] [--gemv N] [--graphs 0|1] [--gemv-old] [--attn-old]
  *                    [--no-autotune] [--breakdown | --no-breakdown]
- *   (N: gemv_max_tokens, default 8; --gemv-old: the warp-per-row GEMV kernel instead of split-K;
+ *   (N: gemv_max_tokens, default 8; --gemv-old: the warp-per-row GEMV kernel instead of the one
+ *   chosen per shape; KILN_LLM_GEMV=split in the environment: the earlier split-K kernel, =0..7 one
+ *   configuration of the family;
  *   --attn-old: the previous decode attention kernels, for before/after; bench/llm_attn_bench.c times
  *   the attention kernel alone)
  * Exits 77 ("skipped: no GPU (...)") without a GPU, 1 on an error. */
@@ -175,6 +178,23 @@ static int breakdown(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, seqs *s, kiln_llm_c
     return rc;
 }
 
+/* The GEMV configuration chosen for each product shape the model ran (one line per shape). */
+static void print_gemv_picks(const kiln_llm_cuda *g, const char *name) {
+    char line[320];
+    const int n = kiln_llm_cuda_gemv_picks(g, -1, line, 0);
+    if (n == 0) {
+        printf("  GEMV %s: no configuration chosen (forced by KILN_LLM_GEMV or --gemv-old, or no GEMV product)\n\n",
+               name);
+        return;
+    }
+    printf("  GEMV %s, configuration per shape (timed once, weights from HBM):\n", name);
+    for (int i = 0; i < n; i++) {
+        kiln_llm_cuda_gemv_picks(g, i, line, sizeof line);
+        printf("    %s\n", line);
+    }
+    printf("\n");
+}
+
 /* One batch size on a fresh cache: prefill, decode, print a row. */
 static int run_batch(const bench_model *bm, kiln_llm_cuda *g, kiln_llm_cuda_probe *pr, int batch, int warm, int steps,
                      int max_tokens) {
@@ -260,8 +280,10 @@ int main(int argc, char **argv) {
         printf("skipped: no GPU (%s)\n", desc);
         return 77;
     }
-    printf("llm_decode_bench on %s, random weights, context %d + decode, gemv_max_tokens %d, %s GEMV, CUDA graphs %s, "
-           "cuBLASLt autotune %s, %s decode attention\n", desc, PROMPT, gemv, gemv_old ? "warp-per-row" : "split-K",
+    const char *gemv_env = getenv("KILN_LLM_GEMV");
+    const char *gemv_kind = gemv_old ? "warp-per-row" : gemv_env && *gemv_env ? gemv_env : "tuned";
+    printf("llm_decode_bench on %s, random weights, context %d + decode, gemv_max_tokens %d, %s GEMV (KILN_LLM_GEMV), "
+           "CUDA graphs %s, GEMV + cuBLASLt autotune %s, %s decode attention\n", desc, PROMPT, gemv, gemv_kind,
            graphs ? "on" : "off", autotune ? "on" : "off", attn_old ? "previous" : "cp.async");
     printf("floor = weight bytes / %.1f TB/s per step; GB/s = weight bytes / median step time\n\n", HBM_TBPS);
     printf("%-10s %-5s %7s %5s %9s %-13s %11s %9s %9s %8s\n", "model", "dtype", "GB", "batch", "ms/step", "(p10-p90)",
@@ -296,6 +318,7 @@ int main(int argc, char **argv) {
         probe.eager = !graphs;
         probe.legacy_attention = attn_old != 0;
         if (run_batch(&bm[i], g, &probe, 64, 5, 30, o.max_tokens)) rc = 1;
+        print_gemv_picks(g, bm[i].name);
         kiln_llm_cuda_free(g);
     }
     return rc;

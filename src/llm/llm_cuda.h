@@ -38,9 +38,11 @@ typedef struct kiln_llm_cuda_options {
                           * bandwidth-bound GEMV kernel, larger ones with cuBLASLt (0..8; 0: cuBLASLt only) */
     bool use_graphs;     /* replay decode steps (every sequence one new token) from CUDA graphs, captured
                           * per (number of sequences, context bucket) on the second step of that shape */
-    bool gemv_legacy;    /* the GEMV kernel: false: split-K over a block per 4 rows; true: one warp per row */
+    bool gemv_legacy;    /* the GEMV kernel: false: the configuration chosen per shape (env KILN_LLM_GEMV=split
+                          * forces the earlier split-K kernel, =0..7 one configuration); true: one warp per row */
     bool gemm_autotune;  /* cuBLASLt products of at most 256 token rows: time the heuristic's first 8
-                          * algorithms on the first product of each shape and keep the fastest (else its first) */
+                          * algorithms on the first product of each shape and keep the fastest (else its first);
+                          * GEMV products: time the 8 kernel configurations likewise (else a rule by shape) */
     struct kiln_llm_cuda_probe *probe; /* NULL, or caller-owned switches and timings (benchmarks) */
 } kiln_llm_cuda_options;
 
@@ -84,6 +86,11 @@ void kiln_llm_cuda_free(kiln_llm_cuda *g); /* accepts NULL; free its caches firs
 const kiln_llm_config *kiln_llm_cuda_config(const kiln_llm_cuda *g);
 /* Bytes of weights on the device (what one decode step streams at least once). */
 uint64_t kiln_llm_cuda_weight_bytes(const kiln_llm_cuda *g);
+/* The GEMV configurations chosen so far (benchmarks): returns how many product shapes (N, K, token
+ * rows, output type) have one; for 0 <= i < that count also writes shape i's as one line into line
+ * (its kernel geometry and, when timed, its time and GB/s next to the split-K kernel's). 0 when the
+ * GEMV kernel is forced (KILN_LLM_GEMV, gemv_legacy) or none ran yet. */
+int kiln_llm_cuda_gemv_picks(const kiln_llm_cuda *g, int i, char *line, size_t cap);
 
 typedef struct kiln_llm_cuda_kv_options {
     int block_size;      /* tokens per block (16 unless told) */

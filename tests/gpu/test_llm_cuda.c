@@ -2,16 +2,18 @@
  * oracle, itself tested against transformers) on tiny random models: GPT-2 (head_dim 64, tied
  * embeddings, odd vocabulary), Llama with head_dim 128, 2 query heads per KV head and dynamic NTK RoPE,
  * Llama with head_dim 64, 4 query heads per KV head and Llama 3 RoPE, and Llama with head_dim 128 and
- * 8 query heads per KV head. First, the decode attention kernel alone against a CPU attention
- * (test_decode_kernel below: splits, GQA 1-8, hd 64/128, batches 1/3/33, graph replays).
+ * 8 query heads per KV head. First, every GEMV kernel configuration alone against a CPU product
+ * (test_gemv_kernels below: fp16/bf16, n 1/3/5/8, decode shapes, ragged N, bias, FP32 out), and the
+ * decode attention kernel alone against a CPU attention (test_decode_kernel below: splits, GQA 1-8,
+ * hd 64/128, batches 1/3/33, graph replays).
  *
  * Every model runs the same schedule on both: three sequences (prompts of 37, 5 and 150 tokens) in
  * scrambled cache blocks of 16 tokens; step 0 prefills the first two whole and the third's first 64
  * tokens with all_logits; steps 1-2 decode the first two while the third's prompt continues in chunks
  * of 64 and 22; then 32 decode steps of all three (the third's context reaches 182 tokens: two
  * splits of the decode attention). Decode tokens are the CPU's greedy choices, fed to both.
- * The GPU runs in fp16 and bf16, each with the split-K GEMV kernel for small steps, with the older
- * warp-per-row GEMV, and with cuBLASLt only; each runs the schedule twice on one model and cache,
+ * The GPU runs in fp16 and bf16, each with the GEMV kernel for small steps (its configuration timed
+ * per shape on first use), with the older warp-per-row GEMV, and with cuBLASLt only; each runs the schedule twice on one model and cache,
  * without and then with CUDA graphs for the decode steps, whose logits must equal the eager pass's
  * (relative difference <= 1e-6) and which must have been captured and replayed.
  *
@@ -26,7 +28,7 @@
 #include "llm/llm_random.h"
 #ifdef KILN_HAVE_CUDA
 #include "core/half.h"
-#include "llm/cuda/llm_cuda_internal.h" /* the decode attention launcher, tested alone */
+#include "llm/cuda/llm_cuda_internal.h" /* the decode attention and GEMV launchers, tested alone */
 #endif
 
 #include <math.h>
@@ -556,6 +558,143 @@ done:
     free(vf);
     free(qf);
 }
+
+/* ---------------------------------------------------------------- the GEMV kernels alone */
+
+/* Every GEMV configuration (llmc_gemv_launch: the 8 of the tuned family, the split-K and the
+ * warp-per-row kernels) against a double-precision CPU product over the same 16-bit values, so that a
+ * wrong configuration cannot hide behind the autotune (which may never pick it here): fp16 and bf16;
+ * n = 1, 3, 5 (the 8-row kernel with rows masked) and 8 token rows; GPT-2 124M/XL and Llama-3-8B
+ * shapes (K 768, 1600, 4096, 6400; N 2304, 4800, 6400, 1600, 14336) and N not a multiple of any
+ * configuration's rows per block (301, 1001); x with a row stride past K, y with one past N; bias on
+ * and off; 16-bit and FP32 (logits) output. y starts as NaN: every output must be written, and the
+ * stride padding and the rows past n must stay NaN (nothing written out of place).
+ * Error: max |gpu - cpu| / max |cpu| <= 1e-4 (FP32 out), 1.5e-3 (fp16), 1e-2 (bf16 out). */
+typedef struct kg_shape {
+    int K, N;
+} kg_shape;
+
+static void test_gemv_kernels(void) {
+    static const kg_shape shapes[] = {{768, 2304}, {768, 301},   {1600, 4800}, {1600, 6400},
+                                      {6400, 1600}, {1600, 1001}, {4096, 14336}, {4096, 1600}};
+    static const int ns[] = {1, 3, 5, 8};
+    const int n_shapes = (int)(sizeof shapes / sizeof shapes[0]), n_ns = (int)(sizeof ns / sizeof ns[0]);
+    const int max_k = 6400, max_wk = 4096 * 14336, max_n = 14336, pad = 8, n_cfg = LLMC_GEMV_CONFIGS + 2;
+    cudaStream_t stream = NULL;
+    void *d_x = NULL, *d_w = NULL, *d_b = NULL, *d_y = NULL;
+    uint16_t *w16 = malloc((size_t)max_wk * 2), *x16 = malloc((size_t)LLMC_GEMV_MAX * (max_k + pad) * 2);
+    uint16_t *b16 = malloc((size_t)max_n * 2);
+    float *wf = malloc((size_t)max_wk * 4), *xf = malloc((size_t)LLMC_GEMV_MAX * max_k * 4), *bf = malloc((size_t)max_n * 4);
+    double *ref = malloc((size_t)LLMC_GEMV_MAX * max_n * sizeof *ref);
+    const size_t y_bytes = (size_t)LLMC_GEMV_MAX * (max_n + pad) * 4;
+    unsigned char *yh = malloc(y_bytes);
+    int fails = 0, runs = 0;
+    double worst[2][2] = {{0}}; /* [dtype][fp32 out] */
+    if (!w16 || !x16 || !b16 || !wf || !xf || !bf || !ref || !yh) {
+        EXPECT(0, "out of memory");
+        goto done;
+    }
+    KT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    KT_CUDA(cudaMalloc(&d_w, (size_t)max_wk * 2));
+    KT_CUDA(cudaMalloc(&d_x, (size_t)LLMC_GEMV_MAX * (max_k + pad) * 2));
+    KT_CUDA(cudaMalloc(&d_b, (size_t)max_n * 2));
+    KT_CUDA(cudaMalloc(&d_y, y_bytes));
+    uint32_t rng = 777;
+    for (int di = 0; di < 2; di++) {
+        const kiln_dtype dt = di ? KILN_BF16 : KILN_F16;
+        for (int si = 0; si < n_shapes; si++) {
+            const int K = shapes[si].K, N = shapes[si].N, ldx = K + pad, ldy = N + pad;
+            for (size_t i = 0; i < (size_t)N * K; i++) {
+                rng = rng * 1664525u + 1013904223u;
+                w16[i] = kt_from_f((float)((rng >> 8) * (2.0 / 16777216.0) - 1.0), dt);
+                wf[i] = kt_to_f(w16[i], dt);
+            }
+            for (int t = 0; t < LLMC_GEMV_MAX; t++)
+                for (int k = 0; k < ldx; k++) {
+                    rng = rng * 1664525u + 1013904223u;
+                    /* the stride padding holds huge values: a kernel reading it shows */
+                    const float v = k < K ? (float)((rng >> 8) * (2.0 / 16777216.0) - 1.0) : 30000.0f;
+                    x16[(size_t)t * ldx + k] = kt_from_f(v, dt);
+                    if (k < K) xf[(size_t)t * K + k] = kt_to_f(x16[(size_t)t * ldx + k], dt);
+                }
+            for (int j = 0; j < N; j++) {
+                rng = rng * 1664525u + 1013904223u;
+                b16[j] = kt_from_f((float)((rng >> 8) * (2.0 / 16777216.0) - 1.0), dt);
+                bf[j] = kt_to_f(b16[j], dt);
+            }
+            KT_CUDA(cudaMemcpy(d_w, w16, (size_t)N * K * 2, cudaMemcpyHostToDevice));
+            KT_CUDA(cudaMemcpy(d_x, x16, (size_t)LLMC_GEMV_MAX * ldx * 2, cudaMemcpyHostToDevice));
+            KT_CUDA(cudaMemcpy(d_b, b16, (size_t)N * 2, cudaMemcpyHostToDevice));
+            for (int t = 0; t < LLMC_GEMV_MAX; t++) /* the products without bias, all rows */
+                for (int j = 0; j < N; j++) {
+                    double s = 0;
+                    const float *xr = xf + (size_t)t * K, *wr = wf + (size_t)j * K;
+                    for (int k = 0; k < K; k++) s += (double)xr[k] * wr[k];
+                    ref[(size_t)t * N + j] = s;
+                }
+            for (int ni = 0; ni < n_ns; ni++) {
+                const int n = ns[ni];
+                for (int ci = 0; ci < n_cfg; ci++) {
+                    const int cfg = ci < LLMC_GEMV_CONFIGS ? ci : ci == LLMC_GEMV_CONFIGS ? LLMC_GEMV_SPLIT : LLMC_GEMV_WARP;
+                    for (int v = 0; v < 3; v++) { /* bias + 16-bit out, 16-bit out, FP32 out */
+                        const bool bias = v == 0, f32 = v == 2;
+                        const size_t es = f32 ? 4 : 2;
+                        KT_CUDA(cudaMemsetAsync(d_y, 0xff, (size_t)LLMC_GEMV_MAX * ldy * es, stream)); /* NaN */
+                        const kiln_status st = llmc_gemv_launch(dt, stream, cfg, d_x, ldx, n, K, d_w, bias ? d_b : NULL,
+                                                                N, d_y, ldy, f32);
+                        if (st != KILN_OK) {
+                            EXPECT(0, "gemv %s: %s", llmc_gemv_config_name(cfg), kiln_last_error());
+                            goto done;
+                        }
+                        KT_CUDA(cudaStreamSynchronize(stream));
+                        KT_CUDA(cudaMemcpy(yh, d_y, (size_t)LLMC_GEMV_MAX * ldy * es, cudaMemcpyDeviceToHost));
+                        double mx = 0, diff = 0;
+                        int stray = 0;
+                        for (int t = 0; t < LLMC_GEMV_MAX; t++)
+                            for (int j = 0; j < ldy; j++) {
+                                const size_t at = (size_t)t * ldy + j;
+                                const double got = f32 ? ((const float *)yh)[at] : kt_to_f(((const uint16_t *)yh)[at], dt);
+                                if (t >= n || j >= N) {
+                                    stray += !isnan(got); /* must still be the NaN poison */
+                                    continue;
+                                }
+                                const double want = ref[(size_t)t * N + j] + (bias ? bf[j] : 0.0);
+                                mx = fmax(mx, fabs(want));
+                                const double d = fabs(got - want);
+                                diff = isnan(d) ? INFINITY : fmax(diff, d);
+                            }
+                        const double err = diff / (mx > 0 ? mx : 1), tol = f32 ? 1e-4 : di ? 1e-2 : 1.5e-3;
+                        worst[di][f32] = fmax(worst[di][f32], err);
+                        runs++;
+                        if (!(err <= tol) || stray) {
+                            fails++;
+                            EXPECT(0, "gemv %s %s K %d N %d n %d%s%s: max rel err %.3e (tol %.0e), %d values written "
+                                   "outside [n, N]", llmc_gemv_config_name(cfg), di ? "bf16" : "fp16", K, N, n,
+                                   bias ? " bias" : "", f32 ? " fp32 out" : "", err, tol, stray);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    printf("GEMV kernels: %d configurations x %d shapes x n {1,3,5,8} x {bias, no bias, fp32 out} x {fp16, bf16}: "
+           "%d runs, %d failed; worst rel err fp16 %.1e (fp32 out %.1e), bf16 %.1e (fp32 out %.1e) %s\n\n", n_cfg,
+           n_shapes, runs, fails, worst[0][0], worst[0][1], worst[1][0], worst[1][1], fails ? "FAIL" : "ok");
+done:
+    cudaFree(d_x);
+    cudaFree(d_w);
+    cudaFree(d_b);
+    cudaFree(d_y);
+    if (stream) cudaStreamDestroy(stream);
+    free(w16);
+    free(x16);
+    free(b16);
+    free(wf);
+    free(xf);
+    free(bf);
+    free(ref);
+    free(yh);
+}
 #endif
 
 typedef struct model_case {
@@ -594,6 +733,7 @@ int main(void) {
     }
     printf("test_llm_cuda on %s\n\n", desc);
 #ifdef KILN_HAVE_CUDA
+    test_gemv_kernels();
     test_decode_kernel();
 #endif
     printf("%-30s %-5s %-14s %-8s %5s %10s %7s %-16s %s\n", "model", "dtype", "products", "phase", "rows", "max rel err",
@@ -616,7 +756,7 @@ int main(void) {
         for (int di = 0; di < 2; di++) {
             const kiln_dtype dt = di ? KILN_BF16 : KILN_F16;
             const double tol = di ? 5e-2 : 2e-2;
-            /* products: the split-K GEMV, the warp-per-row GEMV, cuBLASLt only; each run without, then
+            /* products: the tuned GEMV, the warp-per-row GEMV, cuBLASLt only; each run without, then
              * with CUDA graphs for the decode steps, whose logits must equal the eager pass's */
             static const char *const prod_name[3] = {"gemv", "gemv-old", "cublasLt"};
             for (int gi = 0; gi < 3; gi++) {

@@ -236,6 +236,7 @@ static size_t meta_bytes(const kiln_llm_cuda *g) {
 
 /* Everything but the weights' values. */
 static kiln_status create_common(kiln_llm_cuda *g) {
+    KILN_TRY(llmc_gemv_mode_from_env(&g->gemv_force));
     KILN_CUDA_TRY(cudaSetDevice(g->opt.device));
     KILN_CUDA_TRY(cudaDeviceGetAttribute(&g->sm_count, cudaDevAttrMultiProcessorCount, g->opt.device));
     KILN_CUDA_TRY(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));

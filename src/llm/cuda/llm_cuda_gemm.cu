@@ -1,10 +1,14 @@
 /* llm_cuda_gemm.cu — the products with the weights, y[n, N] = x[n, K] W^T (+ bias), W [N, K] row-major
  * (nn.Linear's layout), FP16/BF16 in, FP32 accumulation:
  *
- *  - few token rows (decode): gemv_split_kernel (below; all threads of a block per 4 output features
- *    split K), or with options.gemv_legacy gemv_kernel, one warp per output feature streaming its weight row once
- *    with 16-byte loads (four in flight per lane) against every token row, FP32 sums reduced across
- *    the warp, the bias added in FP32. Bandwidth-bound, as batch-1 decode is.
+ *  - few token rows (decode): gemv_tpl_kernel, one template over its launch geometry (threads per
+ *    row group, groups per block, rows per group, 16-byte loads in flight), in LLMC_GEMV_CONFIGS
+ *    configurations; the first product of each shape outside a capture times them all and the
+ *    fastest is kept per shape (g->gemv_picks). KILN_LLM_GEMV=split forces the earlier
+ *    gemv_split_kernel (all threads of a block per 4 output features split K) and options.gemv_legacy
+ *    gemv_kernel, one warp per output feature streaming its weight row once with 16-byte loads (four
+ *    in flight per lane) against every token row. FP32 sums, the bias added in FP32. Bandwidth-bound,
+ *    as batch-1 decode is.
  *  - otherwise cuBLASLt. Its interface is column-major, and a row-major [r, c] array is the
  *    column-major [c, r] one with the same memory, so:
  *        W  [N, K] row-major = Wc [K, N] column-major (ld K)
@@ -17,6 +21,11 @@
  *    fastest of its first LT_CANDIDATES, timed once) are cached per shape (g->plans, LLMC_PLANS entries,
  *    replaced round-robin), so a step does no heuristic queries once its shapes were seen. */
 #include "llm/cuda/llm_cuda_util.cuh"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #define GEMV_THREADS 256 /* 8 warps: 8 output features per block */
 #define GEMV_UNROLL 4    /* 16-byte weight loads in flight per lane */
@@ -71,35 +80,35 @@ __global__ void __launch_bounds__(GEMV_THREADS)
 }
 
 template <typename T, typename OutT, int NT>
-static kiln_status gemv_nt(kiln_llm_cuda *g, const void *x, int ldx, const void *w, const void *bias, int N, void *y,
+static kiln_status gemv_nt(cudaStream_t stream, const void *x, int ldx, const void *w, const void *bias, int N, void *y,
                            int ldy, int K) {
     const unsigned blocks = (unsigned)((N + GEMV_THREADS / 32 - 1) / (GEMV_THREADS / 32));
-    gemv_kernel<T, OutT, NT><<<blocks, GEMV_THREADS, 0, g->stream>>>((const T *)x, ldx, (const T *)w, (const T *)bias,
+    gemv_kernel<T, OutT, NT><<<blocks, GEMV_THREADS, 0, stream>>>((const T *)x, ldx, (const T *)w, (const T *)bias,
                                                                      (OutT *)y, ldy, N, K);
     KILN_CUDA_LAUNCH_CHECK("gemv_kernel");
     return KILN_OK;
 }
 
 template <typename T, typename OutT>
-static kiln_status gemv_out(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const void *bias,
+static kiln_status gemv_out(cudaStream_t stream, const void *x, int ldx, int n, int K, const void *w, const void *bias,
                             int N, void *y, int ldy) {
     switch (n) {
-    case 1: return gemv_nt<T, OutT, 1>(g, x, ldx, w, bias, N, y, ldy, K);
-    case 2: return gemv_nt<T, OutT, 2>(g, x, ldx, w, bias, N, y, ldy, K);
-    case 3: return gemv_nt<T, OutT, 3>(g, x, ldx, w, bias, N, y, ldy, K);
-    case 4: return gemv_nt<T, OutT, 4>(g, x, ldx, w, bias, N, y, ldy, K);
-    case 5: return gemv_nt<T, OutT, 5>(g, x, ldx, w, bias, N, y, ldy, K);
-    case 6: return gemv_nt<T, OutT, 6>(g, x, ldx, w, bias, N, y, ldy, K);
-    case 7: return gemv_nt<T, OutT, 7>(g, x, ldx, w, bias, N, y, ldy, K);
-    default: return gemv_nt<T, OutT, 8>(g, x, ldx, w, bias, N, y, ldy, K);
+    case 1: return gemv_nt<T, OutT, 1>(stream, x, ldx, w, bias, N, y, ldy, K);
+    case 2: return gemv_nt<T, OutT, 2>(stream, x, ldx, w, bias, N, y, ldy, K);
+    case 3: return gemv_nt<T, OutT, 3>(stream, x, ldx, w, bias, N, y, ldy, K);
+    case 4: return gemv_nt<T, OutT, 4>(stream, x, ldx, w, bias, N, y, ldy, K);
+    case 5: return gemv_nt<T, OutT, 5>(stream, x, ldx, w, bias, N, y, ldy, K);
+    case 6: return gemv_nt<T, OutT, 6>(stream, x, ldx, w, bias, N, y, ldy, K);
+    case 7: return gemv_nt<T, OutT, 7>(stream, x, ldx, w, bias, N, y, ldy, K);
+    default: return gemv_nt<T, OutT, 8>(stream, x, ldx, w, bias, N, y, ldy, K);
     }
 }
 
 template <typename T>
-static kiln_status gemv(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const void *bias, int N,
+static kiln_status gemv(cudaStream_t stream, const void *x, int ldx, int n, int K, const void *w, const void *bias, int N,
                         void *y, int ldy, bool out_f32) {
-    return out_f32 ? gemv_out<T, float>(g, x, ldx, n, K, w, bias, N, y, ldy)
-                   : gemv_out<T, T>(g, x, ldx, n, K, w, bias, N, y, ldy);
+    return out_f32 ? gemv_out<T, float>(stream, x, ldx, n, K, w, bias, N, y, ldy)
+                   : gemv_out<T, T>(stream, x, ldx, n, K, w, bias, N, y, ldy);
 }
 
 /* ---------------------------------------------------------------- split-K GEMV */
@@ -177,36 +186,188 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
 }
 
 template <typename T, typename OutT, int NT>
-static kiln_status gemv_split_nt(kiln_llm_cuda *g, const void *x, int ldx, const void *w, const void *bias, int N,
+static kiln_status gemv_split_nt(cudaStream_t stream, const void *x, int ldx, const void *w, const void *bias, int N,
                                  void *y, int ldy, int K) {
     const int k8 = K / 8, threads = k8 >= SPLIT_THREADS ? SPLIT_THREADS : (k8 + 31) / 32 * 32;
     const unsigned blocks = (unsigned)((N + SPLIT_ROWS - 1) / SPLIT_ROWS);
-    gemv_split_kernel<T, OutT, NT><<<blocks, threads > 0 ? threads : 32, 0, g->stream>>>(
+    gemv_split_kernel<T, OutT, NT><<<blocks, threads > 0 ? threads : 32, 0, stream>>>(
         (const T *)x, ldx, (const T *)w, (const T *)bias, (OutT *)y, ldy, N, K);
     KILN_CUDA_LAUNCH_CHECK("gemv_split_kernel");
     return KILN_OK;
 }
 
 template <typename T, typename OutT>
-static kiln_status gemv_split_out(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const void *bias,
+static kiln_status gemv_split_out(cudaStream_t stream, const void *x, int ldx, int n, int K, const void *w, const void *bias,
                                   int N, void *y, int ldy) {
     switch (n) {
-    case 1: return gemv_split_nt<T, OutT, 1>(g, x, ldx, w, bias, N, y, ldy, K);
-    case 2: return gemv_split_nt<T, OutT, 2>(g, x, ldx, w, bias, N, y, ldy, K);
-    case 3: return gemv_split_nt<T, OutT, 3>(g, x, ldx, w, bias, N, y, ldy, K);
-    case 4: return gemv_split_nt<T, OutT, 4>(g, x, ldx, w, bias, N, y, ldy, K);
-    case 5: return gemv_split_nt<T, OutT, 5>(g, x, ldx, w, bias, N, y, ldy, K);
-    case 6: return gemv_split_nt<T, OutT, 6>(g, x, ldx, w, bias, N, y, ldy, K);
-    case 7: return gemv_split_nt<T, OutT, 7>(g, x, ldx, w, bias, N, y, ldy, K);
-    default: return gemv_split_nt<T, OutT, 8>(g, x, ldx, w, bias, N, y, ldy, K);
+    case 1: return gemv_split_nt<T, OutT, 1>(stream, x, ldx, w, bias, N, y, ldy, K);
+    case 2: return gemv_split_nt<T, OutT, 2>(stream, x, ldx, w, bias, N, y, ldy, K);
+    case 3: return gemv_split_nt<T, OutT, 3>(stream, x, ldx, w, bias, N, y, ldy, K);
+    case 4: return gemv_split_nt<T, OutT, 4>(stream, x, ldx, w, bias, N, y, ldy, K);
+    case 5: return gemv_split_nt<T, OutT, 5>(stream, x, ldx, w, bias, N, y, ldy, K);
+    case 6: return gemv_split_nt<T, OutT, 6>(stream, x, ldx, w, bias, N, y, ldy, K);
+    case 7: return gemv_split_nt<T, OutT, 7>(stream, x, ldx, w, bias, N, y, ldy, K);
+    default: return gemv_split_nt<T, OutT, 8>(stream, x, ldx, w, bias, N, y, ldy, K);
     }
 }
 
 template <typename T>
-static kiln_status gemv_split(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const void *bias,
+static kiln_status gemv_split(cudaStream_t stream, const void *x, int ldx, int n, int K, const void *w, const void *bias,
                               int N, void *y, int ldy, bool out_f32) {
-    return out_f32 ? gemv_split_out<T, float>(g, x, ldx, n, K, w, bias, N, y, ldy)
-                   : gemv_split_out<T, T>(g, x, ldx, n, K, w, bias, N, y, ldy);
+    return out_f32 ? gemv_split_out<T, float>(stream, x, ldx, n, K, w, bias, N, y, ldy)
+                   : gemv_split_out<T, T>(stream, x, ldx, n, K, w, bias, N, y, ldy);
+}
+
+/* ---------------------------------------------------------------- the GEMV family */
+
+/* One kernel template over its launch geometry: a block is GROUPS groups of TPR threads (TPR a
+ * multiple of 32: one warp or several split K); a group owns R consecutive output rows and its
+ * threads take the 16-byte chunks g, g + TPR, ... of each of them (g: the thread's index in the
+ * group), U chunks of every row in flight per round (R * U loads per thread), streamed with __ldcs
+ * (each weight is read once per product). The 8 values of each token row under a chunk are loaded
+ * once (through L1: x is small and shared by every block) and used for all R rows, which is what
+ * keeps x's traffic below the weights' at NT = 8. FP32 sums reduce over the warp by shuffles, then
+ * (TPR > 32 only) over the group's warps through shared memory; bias added in FP32.
+ * NT: token rows compiled for; NT <= 4 runs with n == NT, NT = 8 with any n <= 8 (rows past n
+ * repeat row n - 1 and are not stored). Rows past N are neither loaded nor stored. */
+template <typename T, typename OutT, int NT, int TPR, int GROUPS, int R, int U>
+__global__ void __launch_bounds__(TPR *GROUPS)
+    gemv_tpl_kernel(const T *__restrict__ x, int ldx, int n, const T *__restrict__ w, const T *__restrict__ bias,
+                    OutT *__restrict__ y, int ldy, int N, int K) {
+    constexpr int WPR = TPR / 32; /* warps per group */
+    static_assert(TPR % 32 == 0 && WPR >= 1, "TPR: a multiple of 32");
+    static_assert(WPR == 1 || R * NT <= TPR, "the cross-warp sum takes one thread per (row, token row)");
+    static_assert(WPR > 1 || R * NT <= 32, "one lane stores each (row, token row)");
+    const int tid = threadIdx.x, grp = tid / TPR, gi = tid - grp * TPR, lane = tid & 31;
+    const int row0 = (blockIdx.x * GROUPS + grp) * R, rows = min(R, N - row0), K8 = K >> 3; /* rows <= 0: idle */
+    const uint4 *wr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) wr[r] = reinterpret_cast<const uint4 *>(w + (size_t)min(row0 + r, N - 1) * K);
+    const T *xr[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) xr[t] = x + (size_t)(NT <= 4 ? t : min(t, n - 1)) * ldx;
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    if (rows > 0) {
+        for (int c0 = gi; c0 < K8; c0 += TPR * U) {
+            uint4 wv[U][R];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * TPR;
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    wv[u][r] = c < K8 && r < rows ? __ldcs(wr[r] + c) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * TPR;
+                if (c >= K8) break;
+                float wf[R][8];
+#pragma unroll
+                for (int r = 0; r < R; r++) lc_unpack8<T>(wv[u][r], wf[r]);
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    float xf[8];
+                    lc_load8<T>(xr[t] + (size_t)c * 8, xf);
+#pragma unroll
+                    for (int r = 0; r < R; r++)
+#pragma unroll
+                        for (int e = 0; e < 8; e++) acc[r][t] += wf[r][e] * xf[e];
+                }
+            }
+        }
+    }
+    if constexpr (WPR == 1) {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const float v = ku_warp_sum(acc[r][t]); /* every lane has it: lane r * NT + t stores */
+                if (lane == r * NT + t && r < rows && t < n)
+                    gemv_store<OutT>(y + (size_t)t * ldy + row0 + r, v + (bias ? ku_f32(bias[row0 + r]) : 0.0f));
+            }
+    } else {
+        __shared__ float red[GROUPS][WPR][R * NT];
+        const int wg = gi >> 5;
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const float v = ku_warp_sum(acc[r][t]);
+                if (lane == 0) red[grp][wg][r * NT + t] = v;
+            }
+        __syncthreads();
+        if (gi < R * NT) {
+            const int r = gi / NT, t = gi - r * NT;
+            if (r < rows && t < n) {
+                float v = 0.0f;
+#pragma unroll
+                for (int wi = 0; wi < WPR; wi++) v += red[grp][wi][gi];
+                if (bias) v += ku_f32(bias[row0 + r]);
+                gemv_store<OutT>(y + (size_t)t * ldy + row0 + r, v);
+            }
+        }
+    }
+}
+
+/* The candidates: threads per row group, groups per block, rows per group, chunks per row in flight.
+ * Chosen to span the shapes of decode: a warp per row with every chunk of a K <= 2048 row in flight
+ * at once (0), warps on 2 or 4 rows sharing x (1, 2), 2-8 warps splitting long rows (3-7; 6 is the
+ * split-K kernel's geometry). Every one is checked against the CPU in tests/gpu/test_llm_cuda.c. */
+#define GEMV_CONFIG_LIST(X)                                                                        \
+    X(0, 32, 4, 1, 8)                                                                              \
+    X(1, 32, 4, 2, 4)                                                                              \
+    X(2, 32, 8, 4, 2)                                                                              \
+    X(3, 64, 2, 2, 4)                                                                              \
+    X(4, 128, 1, 1, 8)                                                                             \
+    X(5, 128, 2, 2, 4)                                                                             \
+    X(6, 256, 1, 4, 2)                                                                             \
+    X(7, 256, 1, 2, 4)
+
+static const struct {
+    int tpr, groups, r, u;
+    const char *name;
+} GEMV_CFG[LLMC_GEMV_CONFIGS] = {
+#define X(i, tpr, gr, r, u) {tpr, gr, r, u, "#" #i ": " #tpr " thr/row x " #r " rows, " #gr " groups, " #u " loads/row"},
+    GEMV_CONFIG_LIST(X)
+#undef X
+};
+
+template <typename T, typename OutT, int NT, int TPR, int GROUPS, int R, int U>
+static kiln_status gemv_tpl_nt(cudaStream_t stream, const void *x, int ldx, int n, const void *w, const void *bias,
+                               int N, void *y, int ldy, int K) {
+    const unsigned blocks = (unsigned)((N + GROUPS * R - 1) / (GROUPS * R));
+    gemv_tpl_kernel<T, OutT, NT, TPR, GROUPS, R, U><<<blocks, TPR * GROUPS, 0, stream>>>(
+        (const T *)x, ldx, n, (const T *)w, (const T *)bias, (OutT *)y, ldy, N, K);
+    KILN_CUDA_LAUNCH_CHECK("gemv_tpl_kernel");
+    return KILN_OK;
+}
+
+template <typename T, typename OutT, int TPR, int GROUPS, int R, int U>
+static kiln_status gemv_tpl_n(cudaStream_t stream, const void *x, int ldx, int n, const void *w, const void *bias, int N,
+                              void *y, int ldy, int K) {
+    switch (n) {
+    case 1: return gemv_tpl_nt<T, OutT, 1, TPR, GROUPS, R, U>(stream, x, ldx, n, w, bias, N, y, ldy, K);
+    case 2: return gemv_tpl_nt<T, OutT, 2, TPR, GROUPS, R, U>(stream, x, ldx, n, w, bias, N, y, ldy, K);
+    case 3: return gemv_tpl_nt<T, OutT, 3, TPR, GROUPS, R, U>(stream, x, ldx, n, w, bias, N, y, ldy, K);
+    case 4: return gemv_tpl_nt<T, OutT, 4, TPR, GROUPS, R, U>(stream, x, ldx, n, w, bias, N, y, ldy, K);
+    default: return gemv_tpl_nt<T, OutT, 8, TPR, GROUPS, R, U>(stream, x, ldx, n, w, bias, N, y, ldy, K);
+    }
+}
+
+template <typename T, typename OutT>
+static kiln_status gemv_tpl_cfg(cudaStream_t stream, int cfg, const void *x, int ldx, int n, const void *w,
+                                const void *bias, int N, void *y, int ldy, int K) {
+    switch (cfg) {
+#define X(i, tpr, gr, r, u)                                                                        \
+    case i: return gemv_tpl_n<T, OutT, tpr, gr, r, u>(stream, x, ldx, n, w, bias, N, y, ldy, K);
+        GEMV_CONFIG_LIST(X)
+#undef X
+    default: return kiln_error(KILN_ERR_INTERNAL, "llm cuda: no GEMV configuration %d", cfg);
+    }
 }
 
 /* ---------------------------------------------------------------- cuBLASLt */
@@ -388,14 +549,229 @@ static kiln_status lt_linear(kiln_llm_cuda *g, const void *x, int ldx, int n, in
     return KILN_OK;
 }
 
+/* ---------------------------------------------------------------- GEMV choice */
+
+#define GEMV_TUNE_BYTES (128.0 * (1 << 20)) /* weight bytes a candidate streams while timed: past L2 */
+#define GEMV_TUNE_MIN_REPS 3
+#define GEMV_TUNE_MAX_REPS 24 /* (9 kernels x reps launches queue behind the gate) */
+#define GEMV_GATE_MS 200.0
+
+template <typename T>
+static kiln_status gemv_any(cudaStream_t stream, int cfg, const void *x, int ldx, int n, int K, const void *w,
+                            const void *bias, int N, void *y, int ldy, bool out_f32) {
+    if (cfg == LLMC_GEMV_SPLIT) return gemv_split<T>(stream, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
+    if (cfg == LLMC_GEMV_WARP) return gemv<T>(stream, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
+    return out_f32 ? gemv_tpl_cfg<T, float>(stream, cfg, x, ldx, n, w, bias, N, y, ldy, K)
+                   : gemv_tpl_cfg<T, T>(stream, cfg, x, ldx, n, w, bias, N, y, ldy, K);
+}
+
+extern "C" kiln_status llmc_gemv_launch(kiln_dtype dtype, cudaStream_t stream, int cfg, const void *x, int ldx, int n,
+                                        int K, const void *w, const void *bias, int N, void *y, int ldy,
+                                        bool out_f32) {
+    if (dtype != KILN_F16 && dtype != KILN_BF16)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "llm cuda GEMV: dtype %s", kiln_dtype_name(dtype));
+    if (n < 1 || n > LLMC_GEMV_MAX || N < 1 || K < 8 || K % 8 || ldx % 8 || ldx < K || ldy < N || !ku_aligned16(x) ||
+        !ku_aligned16(w))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "llm cuda GEMV: n %d (1..%d), N %d, K %d, ldx %d, ldy %d (K and "
+                          "ldx multiples of 8, x and w 16-byte aligned)", n, LLMC_GEMV_MAX, N, K, ldx, ldy);
+    if (cfg < LLMC_GEMV_WARP || cfg >= LLMC_GEMV_CONFIGS)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "llm cuda GEMV: no configuration %d", cfg);
+    return LC_DISPATCH(dtype, gemv_any, stream, cfg, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
+}
+
+extern "C" const char *llmc_gemv_config_name(int cfg) {
+    if (cfg == LLMC_GEMV_SPLIT) return "split-K (256 thr x 4 rows)";
+    if (cfg == LLMC_GEMV_WARP) return "warp-per-row";
+    return cfg >= 0 && cfg < LLMC_GEMV_CONFIGS ? GEMV_CFG[cfg].name : "?";
+}
+
+extern "C" int llmc_gemv_rows_per_block(int cfg) {
+    return cfg >= 0 && cfg < LLMC_GEMV_CONFIGS ? GEMV_CFG[cfg].groups * GEMV_CFG[cfg].r : 0;
+}
+
+extern "C" kiln_status llmc_gemv_mode_from_env(int *mode) {
+    const char *v = getenv("KILN_LLM_GEMV");
+    *mode = LLMC_GEMV_AUTO;
+    if (!v || !*v || !strcmp(v, "auto")) return KILN_OK;
+    if (!strcmp(v, "split")) {
+        *mode = LLMC_GEMV_SPLIT;
+        return KILN_OK;
+    }
+    if (!strcmp(v, "warp")) {
+        *mode = LLMC_GEMV_WARP;
+        return KILN_OK;
+    }
+    if (v[0] >= '0' && v[0] < '0' + LLMC_GEMV_CONFIGS && !v[1]) {
+        *mode = v[0] - '0';
+        return KILN_OK;
+    }
+    return kiln_error(KILN_ERR_INVALID_ARGUMENT, "KILN_LLM_GEMV=%s (auto, split, warp or 0..%d)", v,
+                      LLMC_GEMV_CONFIGS - 1);
+}
+
+/* The configuration of a shape that is not timed (autotune off, or first seen inside a capture):
+ * a warp per row for rows of at most 256 chunks, else 2 or 8 warps per row; rows share x from 3
+ * token rows on. */
+static int gemv_rule(int n, int K) {
+    const int k8 = K / 8;
+    if (k8 <= 256) return n <= 2 ? 0 : 1;
+    if (k8 <= 1024) return n <= 2 ? 3 : 5;
+    return n <= 2 ? 7 : 6;
+}
+
+static double gemv_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Holds the stream until *flag is set (or GEMV_GATE_MS passed: a full launch queue cannot
+ * deadlock), so that the timed kernels run back to back instead of at the host's launch rate. */
+static void CUDART_CB gemv_gate_fn(void *p) {
+    volatile int *flag = (volatile int *)p;
+    const double t0 = gemv_now_ms();
+    while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE) && gemv_now_ms() - t0 < GEMV_GATE_MS) {
+    }
+}
+
+/* Enqueues the timed launches of every candidate (index LLMC_GEMV_CONFIGS: the split-K kernel, timed
+ * for the report only) between ev[2c] and ev[2c + 1], reps each. Each launch reads its own N x K
+ * window of the model's weight allocation (consecutive windows, on past the previous candidate's), so
+ * the weights come from HBM as in a step, not from L2; when the allocation holds one window only, w
+ * itself. y gets garbage (the caller's own product follows). */
+static kiln_status gemv_tune_enqueue(kiln_llm_cuda *g, cudaEvent_t *ev, int reps, const void *x, int ldx, int n, int K,
+                                     const void *w, const void *bias, int N, void *y, int ldy, bool out_f32) {
+    const size_t mat = (size_t)N * K * 2, stride = (mat + LLMC_ALIGN - 1) / LLMC_ALIGN * LLMC_ALIGN;
+    const size_t slots = g->weights && g->weight_bytes >= mat ? (g->weight_bytes - mat) / stride + 1 : 1;
+    size_t next = 0;
+    for (int c = 0; c <= LLMC_GEMV_CONFIGS; c++) {
+        const int cfg = c < LLMC_GEMV_CONFIGS ? c : LLMC_GEMV_SPLIT;
+        KILN_CUDA_TRY(cudaEventRecord(ev[2 * c], g->stream));
+        for (int r = 0; r < reps; r++, next++) {
+            const void *wr = slots > 1 ? (const void *)((const char *)g->weights + next % slots * stride) : w;
+            KILN_TRY(LC_DISPATCH(g->dtype, gemv_any, g->stream, cfg, x, ldx, n, K, wr, bias, N, y, ldy, out_f32));
+        }
+        KILN_CUDA_TRY(cudaEventRecord(ev[2 * c + 1], g->stream));
+    }
+    return KILN_OK;
+}
+
+/* Times every candidate on this product (one untimed launch each first: module loading, warm-up)
+ * and sets p->cfg to the fastest, p->us and p->split_us to the times per product; p->timed stays
+ * false (p->cfg the rule's) when the events could not be made or timed. Only outside capture. */
+static kiln_status gemv_tune(kiln_llm_cuda *g, llmc_gemv_pick *p, const void *x, int ldx, const void *w,
+                             const void *bias, void *y, int ldy) {
+    const int N = p->N, K = p->K, n = p->n, NE = 2 * (LLMC_GEMV_CONFIGS + 1);
+    const bool out_f32 = p->out_f32;
+    for (int c = 0; c <= LLMC_GEMV_CONFIGS; c++)
+        KILN_TRY(LC_DISPATCH(g->dtype, gemv_any, g->stream, c < LLMC_GEMV_CONFIGS ? c : LLMC_GEMV_SPLIT, x, ldx, n, K,
+                             w, bias, N, y, ldy, out_f32));
+    const double mat = (double)N * K * 2;
+    int reps = (int)(GEMV_TUNE_BYTES / mat);
+    reps = reps < GEMV_TUNE_MIN_REPS ? GEMV_TUNE_MIN_REPS : reps > GEMV_TUNE_MAX_REPS ? GEMV_TUNE_MAX_REPS : reps;
+    cudaEvent_t ev[2 * (LLMC_GEMV_CONFIGS + 1)];
+    memset(ev, 0, sizeof ev);
+    bool ok = true;
+    for (int i = 0; i < NE && ok; i++) ok = cudaEventCreate(&ev[i]) == cudaSuccess;
+    kiln_status st = KILN_OK;
+    if (ok) {
+        __atomic_store_n(&g->gemv_gate, 0, __ATOMIC_RELEASE);
+        const bool gated = cudaLaunchHostFunc(g->stream, gemv_gate_fn, &g->gemv_gate) == cudaSuccess;
+        if (!gated) (void)cudaGetLastError(); /* runs ungated, and untimed */
+        st = gemv_tune_enqueue(g, ev, reps, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
+        __atomic_store_n(&g->gemv_gate, 1, __ATOMIC_RELEASE);
+        /* whatever was enqueued has finished before the gate flag or the events go away */
+        ok = gated && st == KILN_OK && cudaStreamSynchronize(g->stream) == cudaSuccess;
+        if (st != KILN_OK) (void)cudaStreamSynchronize(g->stream);
+    }
+    float best = 0.0f, split = 0.0f;
+    int pick = -1;
+    for (int c = 0; ok && c <= LLMC_GEMV_CONFIGS; c++) {
+        float ms = 0.0f;
+        ok = cudaEventElapsedTime(&ms, ev[2 * c], ev[2 * c + 1]) == cudaSuccess;
+        if (c == LLMC_GEMV_CONFIGS) {
+            split = ms;
+        } else if (ok && (pick < 0 || ms < best)) {
+            pick = c;
+            best = ms;
+        }
+    }
+    for (int i = 0; i < NE; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    KILN_TRY(st);
+    if (!ok || pick < 0) {
+        (void)cudaGetLastError(); /* untimed: the rule's choice stands */
+        return KILN_OK;
+    }
+    p->cfg = pick;
+    p->timed = true;
+    p->us = best * 1e3f / reps;
+    p->split_us = split * 1e3f / reps;
+    return KILN_OK;
+}
+
+/* The configuration for this product: the remembered one of its shape; else, outside capture, one
+ * chosen now (timed when options.gemm_autotune) and remembered; inside a capture the rule's (not
+ * remembered: a graph is captured only after an eager step of its shapes, so this is rare). */
+static kiln_status gemv_choose(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const void *bias,
+                               int N, void *y, int ldy, bool out_f32, int *cfg) {
+    for (int i = 0; i < g->n_gemv_picks; i++) {
+        const llmc_gemv_pick *p = &g->gemv_picks[i];
+        if (p->N == N && p->K == K && p->n == n && p->out_f32 == out_f32) {
+            *cfg = p->cfg;
+            return KILN_OK;
+        }
+    }
+    *cfg = gemv_rule(n, K);
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(g->stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
+        (void)cudaGetLastError();
+        return KILN_OK;
+    }
+    llmc_gemv_pick p;
+    memset(&p, 0, sizeof p);
+    p.N = N;
+    p.K = K;
+    p.n = n;
+    p.out_f32 = out_f32;
+    p.cfg = *cfg;
+    if (g->opt.gemm_autotune) KILN_TRY(gemv_tune(g, &p, x, ldx, w, bias, y, ldy));
+    llmc_gemv_pick *slot;
+    if (g->n_gemv_picks < LLMC_GEMV_PICKS) {
+        slot = &g->gemv_picks[g->n_gemv_picks++];
+    } else {
+        slot = &g->gemv_picks[g->next_gemv_pick];
+        g->next_gemv_pick = (g->next_gemv_pick + 1) % LLMC_GEMV_PICKS;
+    }
+    *slot = p;
+    *cfg = p.cfg;
+    return KILN_OK;
+}
+
+extern "C" int kiln_llm_cuda_gemv_picks(const kiln_llm_cuda *g, int i, char *line, size_t cap) {
+    if (i >= 0 && i < g->n_gemv_picks && cap > 0) {
+        const llmc_gemv_pick *p = &g->gemv_picks[i];
+        const double gb = (double)p->N * p->K * 2 * 1e-3; /* bytes / us * 1e-3 = GB/s */
+        const char *dt = g->dtype == KILN_F16 ? "fp16" : "bf16";
+        if (p->timed)
+            snprintf(line, cap, "N %5d K %5d n %d %s->%s: %s; %.2f us, %.0f GB/s (split-K %.2f us, %.0f GB/s)", p->N,
+                     p->K, p->n, dt, p->out_f32 ? "fp32" : dt, llmc_gemv_config_name(p->cfg), p->us, gb / p->us,
+                     p->split_us, p->split_us > 0 ? gb / p->split_us : 0.0);
+        else
+            snprintf(line, cap, "N %5d K %5d n %d %s->%s: %s (shape rule, not timed)", p->N, p->K, p->n, dt,
+                     p->out_f32 ? "fp32" : dt, llmc_gemv_config_name(p->cfg));
+    }
+    return g->n_gemv_picks;
+}
+
 /* ---------------------------------------------------------------- dispatch */
 
 extern "C" kiln_status llmc_linear(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const void *bias,
                                    int N, void *y, int ldy, bool out_f32) {
-    const bool gemv_ok = n <= g->opt.gemv_max_tokens && n <= LLMC_GEMV_MAX && K % 8 == 0 && ldx % 8 == 0 &&
-                         ku_aligned16(x) && ku_aligned16(w);
-    if (gemv_ok && !g->opt.gemv_legacy)
-        return LC_DISPATCH(g->dtype, gemv_split, g, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
-    if (gemv_ok) return LC_DISPATCH(g->dtype, gemv, g, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
-    return lt_linear(g, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
+    const bool gemv_ok = n >= 1 && n <= g->opt.gemv_max_tokens && n <= LLMC_GEMV_MAX && K >= 8 && K % 8 == 0 &&
+                         ldx % 8 == 0 && ku_aligned16(x) && ku_aligned16(w);
+    if (!gemv_ok) return lt_linear(g, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
+    int cfg = g->opt.gemv_legacy ? LLMC_GEMV_WARP : g->gemv_force;
+    if (cfg == LLMC_GEMV_AUTO) KILN_TRY(gemv_choose(g, x, ldx, n, K, w, bias, N, y, ldy, out_f32, &cfg));
+    return LC_DISPATCH(g->dtype, gemv_any, g->stream, cfg, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
 }

@@ -31,6 +31,23 @@ typedef struct llmc_layer {
 
 typedef struct llmc_plan llmc_plan; /* a cached cuBLASLt product (llm_cuda_gemm.cu) */
 
+/* The GEMV kernels of llm_cuda_gemm.cu: configurations 0 .. LLMC_GEMV_CONFIGS - 1 of the templated
+ * family (llmc_gemv_config_name says which geometry), or the two earlier kernels. */
+#define LLMC_GEMV_CONFIGS 8
+#define LLMC_GEMV_SPLIT (-1) /* the split-K kernel of a block per 4 rows (KILN_LLM_GEMV=split) */
+#define LLMC_GEMV_WARP (-2)  /* one warp per row (options.gemv_legacy, KILN_LLM_GEMV=warp) */
+#define LLMC_GEMV_AUTO (-3)  /* g->gemv_force: the configuration timed per shape (the default) */
+#define LLMC_GEMV_PICKS 64   /* shapes whose configuration g remembers (replaced round-robin) */
+
+/* The configuration used for the GEMV products of one shape, and how it was chosen. */
+typedef struct llmc_gemv_pick {
+    int N, K, n;
+    bool out_f32;
+    int cfg;         /* 0 .. LLMC_GEMV_CONFIGS - 1 */
+    bool timed;      /* chosen by timing every configuration (else by the shape rule, not timed) */
+    float us, split_us; /* its time and the split-K kernel's per product (timed picks), weights from HBM */
+} llmc_gemv_pick;
+
 struct kiln_llm_cuda {
     kiln_llm_config cfg;
     kiln_dtype dtype; /* KILN_F16 or KILN_BF16 */
@@ -66,6 +83,11 @@ struct kiln_llm_cuda {
     /* cuBLASLt plans, keyed by shape */
     llmc_plan *plans;
     int n_plans, next_plan;
+    /* GEMV configurations, keyed by shape (llm_cuda_gemm.cu) */
+    int gemv_force; /* LLMC_GEMV_AUTO, else the kernel of every GEMV product (KILN_LLM_GEMV) */
+    llmc_gemv_pick gemv_picks[LLMC_GEMV_PICKS];
+    int n_gemv_picks, next_gemv_pick;
+    int gemv_gate; /* the host gate of the GEMV timing (set: release the stream) */
     /* CUDA graphs of decode steps (llm_cuda_forward.c) */
     struct llmc_graph *graphs; /* [LLMC_GRAPHS] */
     int n_graphs;
@@ -113,6 +135,18 @@ void llmc_kv_layer(const kiln_llm_cuda_kv *kv, int layer, void **k, void **v);
 kiln_status llmc_linear(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const void *bias,
                         int N, void *y, int ldy, bool out_f32);
 void llmc_plans_free(kiln_llm_cuda *g);
+/* The GEMV kernel cfg (0 .. LLMC_GEMV_CONFIGS - 1, LLMC_GEMV_SPLIT or LLMC_GEMV_WARP) on stream:
+ * llmc_linear's product for 1 <= n <= LLMC_GEMV_MAX token rows, weights in dtype (KILN_F16 or
+ * KILN_BF16); needs K % 8 == 0, ldx % 8 == 0 and x, w 16-byte aligned (refused otherwise). For tests. */
+kiln_status llmc_gemv_launch(kiln_dtype dtype, cudaStream_t stream, int cfg, const void *x, int ldx, int n, int K,
+                             const void *w, const void *bias, int N, void *y, int ldy, bool out_f32);
+/* "tpr 32 x 4 rows/block, 8 loads" and the like; "split-K", "warp-per-row"; "?" for others. */
+const char *llmc_gemv_config_name(int cfg);
+/* Output rows per block of configuration cfg (0 .. LLMC_GEMV_CONFIGS - 1), else 0. */
+int llmc_gemv_rows_per_block(int cfg);
+/* g->gemv_force from the environment: KILN_LLM_GEMV unset, "" or "auto": LLMC_GEMV_AUTO; "split",
+ * "warp", or a configuration number 0..LLMC_GEMV_CONFIGS-1; anything else is refused. */
+kiln_status llmc_gemv_mode_from_env(int *mode);
 
 /* llm_cuda_ops.cu */
 /* x[t] = tok_emb[tokens[t]] (+ pos_emb[positions[t]]) in FP32. */
