@@ -433,9 +433,11 @@ static void test_resnet_passes(void) {
     CHECK(convs == RESNET_CONVS && count_op(g, "Transpose") == 0, "resnet: %d convolutions, %d Transposes before the "
           "layout", convs, count_op(g, "Transpose"));
     CHECK(run_pass("resnet", g, kiln_pass_layout_channels_last), "resnet: the layout changed nothing");
-    /* one X and one Y Transpose per convolution, one Z Transpose per residual (2) */
-    CHECK(g->nnodes == before + 2 * RESNET_CONVS + 2 && count_channels_last(g) == RESNET_CONVS, "resnet: %d -> %d "
-          "nodes, %d channels-last", before, g->nnodes, count_channels_last(g));
+    /* one X and one Y Transpose per convolution, one Z Transpose per residual (2), one channel Pad
+     * per convolution without groups whose input channels are not a multiple of 8 (the RGB stem) */
+    int pads = count_op(g, "Pad");
+    CHECK(pads >= 1 && g->nnodes == before + 2 * RESNET_CONVS + 2 + pads && count_channels_last(g) == RESNET_CONVS,
+          "resnet: %d -> %d nodes, %d channel Pads, %d channels-last", before, g->nnodes, pads, count_channels_last(g));
     cleanup("resnet", g);
     int left = count_op(g, "Transpose");
     printf("test_layout: resnet: %d Transposes left after the clean-up (%d nodes)\n", left, g->nnodes);

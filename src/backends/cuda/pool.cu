@@ -7,7 +7,9 @@
  * src/ir/nn_window.c, the same code the shape inference and the CPU kernels use, so the three
  * agree exactly. The windowed kernel gives each output element one thread, which walks the taps of
  * its window that lie inside the input in row-major order (the CPU's order: the first maximum wins,
- * and sums accumulate in the same sequence). The global pools give each plane one warp (small
+ * and sums accumulate in the same sequence). 2-D MaxPool / AveragePool without dilation whose sizes
+ * fit in 32 bits take pool2d_kernel instead: the same taps and order, 32-bit index arithmetic and
+ * read-only-cache loads (ResNet's stem pool). The global pools give each plane one warp (small
  * planes) or one block (large planes). */
 #include "backends/cuda/kernel_util.cuh"
 
@@ -147,6 +149,126 @@ static kiln_status pool_launch(kiln_cuda_ctx *ctx, int nsp, const void *x, void 
     }
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * 2-D fast path: MaxPool / AveragePool over (N, C, H, W) without dilation, every size in 32 bits.
+ * ------------------------------------------------------------------------------------------- */
+
+/* The 2-D window in 32-bit ints: input and output plane sizes, kernel, stride, padding before and
+ * after (h then w); total = planes * oh * ow output elements. pool2d_geom_from checks that every
+ * value the kernel forms fits. */
+typedef struct pool2d_geom {
+    int h, w, oh, ow, kh, kw, sh, sw, ph, pw, peh, pew;
+    int total;
+    bool cip, col;
+} pool2d_geom;
+
+/* *p through the read-only data cache (the 16-bit types as their bits, for any CUDA version). */
+static __device__ __forceinline__ float pool_ldg(const float *p) { return __ldg(p); }
+static __device__ __forceinline__ float pool_ldg(const __half *p) {
+    unsigned short b = __ldg(reinterpret_cast<const unsigned short *>(p));
+    __half v;
+    memcpy(&v, &b, sizeof v);
+    return __half2float(v);
+}
+static __device__ __forceinline__ float pool_ldg(const bf16 *p) {
+    unsigned short b = __ldg(reinterpret_cast<const unsigned short *>(p));
+    bf16 v;
+    memcpy(&v, &b, sizeof v);
+    return __bfloat162float(v);
+}
+
+/* pool_window_kernel for NSP = 2, dilation 1, MODE max or average, one thread per output element
+ * and 32-bit index arithmetic: the same taps in the same (row-major) order, the same comparisons
+ * (a NaN never beats the running maximum, except as the first tap when IDX), the same count and
+ * division, and the same Indices. */
+template <typename T, int MODE, bool IDX>
+__global__ void __launch_bounds__(KU_THREADS)
+pool2d_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t *__restrict__ ind, pool2d_geom g) {
+    unsigned i = blockIdx.x * (unsigned)blockDim.x + threadIdx.x;
+    if (i >= (unsigned)g.total) return;
+    unsigned q = i / (unsigned)g.ow, pl = q / (unsigned)g.oh;
+    int ox = (int)(i - q * (unsigned)g.ow), oy = (int)(q - pl * (unsigned)g.oh);
+    int ys = oy * g.sh - g.ph, xs = ox * g.sw - g.pw;
+    int y0 = max(ys, 0), y1 = min(ys + g.kh, g.h);
+    int x0 = max(xs, 0), x1 = min(xs + g.kw, g.w);
+    unsigned plane = (unsigned)g.h * (unsigned)g.w;
+    const T *xp = x + (size_t)pl * plane;
+    float acc = MODE == POOL_MAX ? -INFINITY : 0.0f;
+    int best = -1;
+    for (int r = y0; r < y1; r++) {
+        const T *row = xp + r * g.w;
+        for (int c = x0; c < x1; c++) {
+            float v = pool_ldg(row + c);
+            if (MODE == POOL_MAX) {
+                if (v > acc || (IDX && best < 0)) {
+                    acc = v;
+                    if (IDX) best = r * g.w + c;
+                }
+            } else {
+                acc += v;
+            }
+        }
+    }
+    float res = acc;
+    if (MODE == POOL_AVG) {
+        int ch, cw;
+        if (g.cip) {
+            ch = min(max(g.h + g.peh - ys, 0), g.kh);
+            cw = min(max(g.w + g.pew - xs, 0), g.kw);
+        } else {
+            ch = max(y1 - y0, 0);
+            cw = max(x1 - x0, 0);
+        }
+        int64_t cnt = (int64_t)ch * cw;
+        res = cnt > 0 ? acc / (float)cnt : NAN;
+    }
+    y[i] = ku_from_f32<T>(res);
+    if (IDX) {
+        int off = 0;
+        if (best >= 0) off = g.col ? (best % g.w) * g.h + best / g.w : best;
+        ind[i] = (int64_t)pl * plane + off;
+    }
+}
+
+/* Fills *f from g when the 2-D fast path applies: 2 spatial dims, dilation 1, and every size and
+ * every intermediate the kernel forms (window starts and ends, padded extents, plane offsets, the
+ * output count) within int32. */
+static bool pool2d_geom_from(int nsp, const pool_geom *g, pool2d_geom *f) {
+    if (nsp != 2 || g->d[0] != 1 || g->d[1] != 1) return false;
+    for (int i = 0; i < 2; i++) {
+        const int64_t v[6] = {g->in[i], g->out[i], g->k[i], g->s[i], g->pb[i], g->pe[i]};
+        for (int j = 0; j < 6; j++)
+            if (v[j] < 0 || v[j] > INT32_MAX) return false;
+        if (g->out[i] < 1 || g->s[i] < 1 || g->k[i] < 1) return false;
+        /* bounds |ys|, ys + k and in + pe - ys */
+        if ((g->out[i] - 1) * g->s[i] + g->k[i] + g->pb[i] + g->pe[i] + g->in[i] > INT32_MAX) return false;
+    }
+    if (g->in_size > INT32_MAX || g->out_size > INT32_MAX || g->planes > INT32_MAX / g->out_size) return false;
+    f->h = (int)g->in[0], f->w = (int)g->in[1];
+    f->oh = (int)g->out[0], f->ow = (int)g->out[1];
+    f->kh = (int)g->k[0], f->kw = (int)g->k[1];
+    f->sh = (int)g->s[0], f->sw = (int)g->s[1];
+    f->ph = (int)g->pb[0], f->pw = (int)g->pb[1];
+    f->peh = (int)g->pe[0], f->pew = (int)g->pe[1];
+    f->total = (int)(g->planes * g->out_size);
+    f->cip = g->cip;
+    f->col = g->col;
+    return true;
+}
+
+template <typename T>
+static kiln_status pool2d_launch(kiln_cuda_ctx *ctx, const void *x, void *y, int64_t *ind, const pool2d_geom *f, int mode) {
+    unsigned blocks = (unsigned)(((int64_t)f->total + KU_THREADS - 1) / KU_THREADS);
+    const T *xs = (const T *)x;
+    T *ys = (T *)y;
+    cudaStream_t st = ctx->stream;
+    if (mode == POOL_AVG) pool2d_kernel<T, POOL_AVG, false><<<blocks, KU_THREADS, 0, st>>>(xs, ys, NULL, *f);
+    else if (ind) pool2d_kernel<T, POOL_MAX, true><<<blocks, KU_THREADS, 0, st>>>(xs, ys, ind, *f);
+    else pool2d_kernel<T, POOL_MAX, false><<<blocks, KU_THREADS, 0, st>>>(xs, ys, NULL, *f);
+    KILN_CUDA_LAUNCH_CHECK("pool2d_kernel");
+    return KILN_OK;
+}
+
 /* Resolves the window of node n for input x (N, C, in...) and checks it against output y. */
 static kiln_status pool_setup(const kiln_node *n, const kiln_cuda_tensor *x, const kiln_cuda_tensor *y, pool_geom *g,
                               int *nsp_out) {
@@ -218,6 +340,15 @@ static kiln_status pool_exec(const kiln_node *n, const kiln_cuda_tensor *in, con
                           kiln_dtype_name(x->dtype));
     if (g.planes * g.out_size == 0) return KILN_OK;
     if (g.in_size == 0) return kiln_error(KILN_ERR_SHAPE, "%s: empty spatial input", n->op_type);
+    pool2d_geom f;
+    if (mode != POOL_LP && pool2d_geom_from(nsp, &g, &f)) {
+        switch (x->dtype) {
+        case KILN_F32: return pool2d_launch<float>(ctx, x->data, y->data, ind, &f, mode);
+        case KILN_F16: return pool2d_launch<__half>(ctx, x->data, y->data, ind, &f, mode);
+        case KILN_BF16: return pool2d_launch<bf16>(ctx, x->data, y->data, ind, &f, mode);
+        default: break;
+        }
+    }
     switch (x->dtype) {
     case KILN_F32: return pool_launch<float>(ctx, nsp, x->data, y->data, ind, &g, mode);
     case KILN_F16: return pool_launch<__half>(ctx, nsp, x->data, y->data, ind, &g, mode);
