@@ -150,6 +150,9 @@ __global__ void __launch_bounds__(AT_WARPS * 32) at_kernel(const at_args a, cons
 #define FA_WARPS 4
 #define FA_BQ (FA_WARPS * 16) /* query rows per block: 16 per warp (the mma's M) */
 #define FA_BK 64              /* keys per shared-memory tile */
+#ifndef FA_MINB /* blocks per SM the registers must allow (D = 64: 4 blocks of 45 KB shared memory fit) */
+#define FA_MINB(D) ((D) <= 64 ? 4 : 2)
+#endif
 
 /* Fragments of mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16} (PTX ISA, "Matrix Fragments for
  * mma.m16n8k16 with floating point type"). Lane l of the warp, g = l / 4 (groupID), q = l % 4
@@ -183,6 +186,7 @@ template <> struct fa_mma<__half> {
                      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
     }
+    static __device__ __forceinline__ __half from_bits(unsigned short b) { return __ushort_as_half(b); }
     static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
         __half2 h = __floats2half2_rn(lo, hi); /* .x (low half) = lo */
         uint32_t r;
@@ -197,6 +201,7 @@ template <> struct fa_mma<bf16> {
                      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
     }
+    static __device__ __forceinline__ bf16 from_bits(unsigned short b) { return __ushort_as_bfloat16(b); }
     static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
         __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
         uint32_t r;
@@ -244,6 +249,29 @@ static __device__ __forceinline__ void fa_load_rows(T *dst, const T *src, int64_
 
 /* Shared memory of fa_kernel<T, D>: Q [64][D + 8], K and V [2][64][D + 8] each (the 16-byte row pad
  * makes the 8 rows of an ldmatrix hit 8 distinct bank quads). */
+/* The element offsets of Q, K, V and the mask for output batch index t (at_offset for each view, from one
+ * decomposition of t in 32-bit arithmetic where it fits: 64-bit division is a long software routine). */
+static __device__ __forceinline__ void fa_offsets(const at_args &a, int64_t t, int64_t (&off)[4]) {
+    off[0] = off[1] = off[2] = off[3] = 0;
+    const bool narrow = a.batch <= 0xffffffffll;
+    for (int i = a.nb - 1; i >= 0; i--) {
+        int64_t c;
+        if (narrow) {
+            const uint32_t tt = (uint32_t)t, b = (uint32_t)a.bdims[i];
+            c = tt % b;
+            t = tt / b;
+        } else {
+            c = t % a.bdims[i];
+            t /= a.bdims[i];
+        }
+        const bool last = i == a.nb - 1;
+        off[0] += c * a.q.strides[i];
+        off[1] += (last && a.k.rep > 1 ? c / a.k.rep : c) * a.k.strides[i];
+        off[2] += (last && a.v.rep > 1 ? c / a.v.rep : c) * a.v.strides[i];
+        off[3] += c * a.m.strides[i]; /* the mask's rep is 1 */
+    }
+}
+
 template <int D> static constexpr size_t fa_smem_bytes() { return (size_t)(FA_BQ + 4 * FA_BK) * (D + 8) * 2; }
 
 /* O [batch, Sq, d] = attention of Q [.., Sq, d], K [.., Sk, d], V [.., Sk, d] (views in a, d = a.d =
@@ -251,7 +279,7 @@ template <int D> static constexpr size_t fa_smem_bytes() { return (size_t)(FA_BQ
  * __half or bf16, the mask T (added) or bool. Grid: x over 64-row query blocks, y over batch indices
  * (grid-stride). Needs fa_smem_bytes<D>() of dynamic shared memory and sm_80+. */
 template <typename T, int D>
-__global__ void __launch_bounds__(FA_WARPS * 32) fa_kernel(const at_args a, const T *__restrict__ qd, const T *__restrict__ kd,
+__global__ void __launch_bounds__(FA_WARPS * 32, FA_MINB(D)) fa_kernel(const at_args a, const T *__restrict__ qd, const T *__restrict__ kd,
                                                           const T *__restrict__ vd, const void *__restrict__ md,
                                                           T *__restrict__ od) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -263,10 +291,19 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_kernel(const at_args a, cons
     const int64_t rows[2] = {row0 + warp * 16 + g, row0 + warp * 16 + g + 8}; /* this lane's query rows */
     const float NEG_INF = -INFINITY;
     const int d = (int)a.d;
+    /* the mask, per lane: a byte pointer to each of its two rows' mask rows (rows past Sq read row
+     * Sq - 1: their results are never written), the byte step per key (0 for a [.., Sq, 1] mask) and
+     * whether both rows read the same mask row (a [.., 1, Sk] padding mask: half the loads) */
+    const int mesz = a.mask_kind == 2 ? 1 : (int)sizeof(T), mstep = a.mk == 1 ? 0 : mesz;
+    const bool mshared = a.mq == 1;
+    int64_t mrow_off[2];
+    for (int r = 0; r < 2; r++) mrow_off[r] = a.mq == 1 ? 0 : (rows[r] < a.sq ? rows[r] : a.sq - 1) * a.mk * mesz;
     for (int64_t t = blockIdx.y; t < a.batch; t += gridDim.y) {
-        const T *qb = qd + at_offset(a.q, a.nb, a.bdims, t), *kb = kd + at_offset(a.k, a.nb, a.bdims, t);
-        const T *vb = vd + at_offset(a.v, a.nb, a.bdims, t);
-        const int64_t mo = a.mask_kind ? at_offset(a.m, a.nb, a.bdims, t) : 0;
+        int64_t off[4];
+        fa_offsets(a, t, off);
+        const T *qb = qd + off[0], *kb = kd + off[1], *vb = vd + off[2];
+        const unsigned char *mb[2] = {(const unsigned char *)md + off[3] * mesz + mrow_off[0],
+                                      (const unsigned char *)md + off[3] * mesz + mrow_off[1]};
         /* keys this block can see: causal row i sees keys j <= i + Sk - Sq */
         int64_t kend = a.sk;
         if (a.causal && row0 + FA_BQ + a.sk - a.sq < kend) kend = row0 + FA_BQ + a.sk - a.sq;
@@ -283,6 +320,45 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_kernel(const at_args a, cons
         uint32_t qf[KS][4];
         for (int64_t it = 0; it < ntiles; it++) {
             const int buf = (int)(it & 1);
+            const int64_t j0 = it * FA_BK;
+            /* keys of this tile that exist (klim) and that row r sees (vlim[r], <= 0: none); key j0 + c
+             * of row r is visible when c < vlim[r] */
+            const int klim = (int)(a.sk - j0 < FA_BK ? a.sk - j0 : FA_BK);
+            int vlim[2];
+            for (int r = 0; r < 2; r++) {
+                int64_t v = klim;
+                if (a.causal) {
+                    const int64_t c = rows[r] + a.sk - a.sq + 1 - j0;
+                    if (c < v) v = c < -1 ? -1 : c;
+                }
+                vlim[r] = (int)v;
+            }
+            /* this tile's mask values, loaded before the wait and the Q K^T mma cover their latency,
+             * raw (16-bit T or bool byte) two to a register: mv[n][r] holds row r's keys
+             * j0 + 8n + 2q (low half) and + 1 (high half); keys past Sk read key Sk - 1 (they score -inf) */
+            uint32_t mv[NT][2];
+            if (a.mask_kind) {
+                const unsigned char *mt[2] = {mb[0] + j0 * mstep, mb[1] + j0 * mstep};
+                for (int n = 0; n < NT; n++)
+                    for (int r = 0; r < 2; r++) {
+                        if (mshared && r == 1) {
+                            mv[n][1] = mv[n][0];
+                            continue;
+                        }
+                        const int c0 = n * 8 + 2 * q4, c1 = c0 + 1;
+                        const unsigned char *p0 = mt[r] + (c0 < klim ? c0 : klim - 1) * mstep;
+                        const unsigned char *p1 = mt[r] + (c1 < klim ? c1 : klim - 1) * mstep;
+                        uint32_t lo, hi;
+                        if (a.mask_kind == 2) {
+                            lo = *p0;
+                            hi = *p1;
+                        } else {
+                            lo = *reinterpret_cast<const unsigned short *>(p0);
+                            hi = *reinterpret_cast<const unsigned short *>(p1);
+                        }
+                        mv[n][r] = lo | hi << 16;
+                    }
+            }
             if (it + 1 < ntiles) { /* prefetch the next tile into the other buffer (freed by the last sync) */
                 fa_load_rows<T, D, FA_BK>(ks + (buf ^ 1) * FA_BK * LD, kb, (it + 1) * FA_BK, a.sk, d);
                 fa_load_rows<T, D, FA_BK>(vs + (buf ^ 1) * FA_BK * LD, vb, (it + 1) * FA_BK, a.sk, d);
@@ -307,25 +383,13 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_kernel(const at_args a, cons
                     fa_mma<T>::run(s[2 * n2 + 1], qf[kk], b[2], b[3]);
                 }
             /* scale, mask, causal limit, key tail: element (n, e) is row rows[e / 2], key j0 + 8n + 2q + e % 2 */
-            const int64_t j0 = it * FA_BK;
             for (int n = 0; n < NT; n++)
                 for (int e = 0; e < 4; e++) {
-                    const int64_t i = rows[e >> 1], key = j0 + n * 8 + 2 * q4 + (e & 1);
                     float x = s[n][e] * a.scale;
-                    if (key >= a.sk) {
-                        x = NEG_INF;
-                    } else {
-                        if (a.mask_kind && i < a.sq) {
-                            int64_t mi = mo + (a.mq == 1 ? 0 : i * a.mk) + (a.mk == 1 ? 0 : key);
-                            if (a.mask_kind == 2) {
-                                if (!((const uint8_t *)md)[mi]) x = a.fill;
-                            } else {
-                                x += ku_f32(((const T *)md)[mi]);
-                            }
-                        }
-                        if (a.causal && key > i + a.sk - a.sq) x = NEG_INF;
-                    }
-                    s[n][e] = x;
+                    const unsigned short mraw = (unsigned short)(mv[n][e >> 1] >> (16 * (e & 1)));
+                    if (a.mask_kind == 1) x += ku_f32(fa_mma<T>::from_bits(mraw));
+                    else if (a.mask_kind == 2 && mraw == 0) x = a.fill;
+                    s[n][e] = n * 8 + 2 * q4 + (e & 1) < vlim[e >> 1] ? x : NEG_INF;
                 }
             /* online softmax: rows r = 0 (g) and 1 (g + 8), each over the 4 lanes of the group */
             float corr[2], msub[2];

@@ -13,7 +13,9 @@
  * contiguous row (LayerNorm: dims [axis, rank) of one index of the outer dims; InstanceNorm: one
  * (n, c) plane; GroupNorm: the channels of one (n, group)), one block per row, the row cached in
  * shared memory (as float) when it fits; mean, then variance from the deviations (two passes, as
- * the CPU does), then the affine output. Only the scale/bias indexing differs between the ops. */
+ * the CPU does), then the affine output. Only the scale/bias indexing differs between the ops.
+ * LayerNorm / RMSNorm rows of at most 8192 elements with an aligned, vectorizable layout and
+ * per-element or scalar scale/bias take norm_rows_fast instead (same formulas, row in registers). */
 #include "backends/cuda/kernel_util.cuh"
 
 #include <math.h>
@@ -317,7 +319,120 @@ template <typename T> __global__ void __launch_bounds__(512) norm_rows(norm_args
     }
 }
 
+/* Fast path (LayerNorm / RMSNorm over contiguous rows, the common case): rows of at most
+ * NORM_FAST_MAX elements, held in registers (at most NORM_FAST_ELEMS floats per thread), moved in
+ * 16-byte vectors, 32-bit index math inside a row. One warp per row (BLOCK = false: rows up to
+ * 32 * NORM_FAST_ELEMS elements, 8 rows per 256-thread block) or one block per row (BLOCK = true:
+ * blockDim.x = ceil(len / NORM_FAST_ELEMS) rounded up to 32, at most 256). Same statistics as
+ * norm_rows: mean = sum / len, var = sum of squared deviations / len (RMS: sum of squares / len),
+ * is = 1 / sqrtf(var + eps), y = ((x - mean) * is) * scale + bias. Scale and bias are A_NONE,
+ * A_SCALAR or A_ELEM (then 16-byte aligned); x, y 16-byte aligned and len a multiple of the vector
+ * length (so every row starts aligned); rows <= INT32_MAX (the grid covers the rows). */
+#define NORM_FAST_MAX 8192
+#define NORM_FAST_ELEMS 32
+
+template <typename T, bool BLOCK> __global__ void __launch_bounds__(256) norm_rows_fast(norm_args a, int len) {
+    const int V = ku_vec<T>::n, VPT = NORM_FAST_ELEMS / V;
+    __shared__ float red[32];
+    int t, nt;
+    unsigned r;
+    if (BLOCK) {
+        r = blockIdx.x;
+        t = threadIdx.x;
+        nt = blockDim.x;
+    } else {
+        r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+        t = threadIdx.x & 31;
+        nt = 32;
+        if (r >= (unsigned)a.rows) return; /* the whole warp leaves together */
+    }
+    const int nvec = len / V;
+    const T *x = (const T *)a.x + (size_t)r * (unsigned)len;
+    T *y = (T *)a.y + (size_t)r * (unsigned)len;
+    float v[VPT][V];
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < VPT; k++) {
+        int vi = t + k * nt;
+        if (vi < nvec) {
+            T e[V];
+            ku_load(e, x + vi * V);
+#pragma unroll
+            for (int q = 0; q < V; q++) {
+                v[k][q] = ku_f32(e[q]);
+                s += a.rms ? v[k][q] * v[k][q] : v[k][q];
+            }
+        } else {
+#pragma unroll
+            for (int q = 0; q < V; q++) v[k][q] = 0.0f;
+        }
+    }
+    s = BLOCK ? ku_block_sum(s, red) : ku_warp_sum(s);
+    float mean = 0.0f, var;
+    if (a.rms) {
+        var = s / (float)len;
+    } else {
+        mean = s / (float)len;
+        float d2 = 0.0f;
+#pragma unroll
+        for (int k = 0; k < VPT; k++) {
+            if (t + k * nt < nvec) {
+#pragma unroll
+                for (int q = 0; q < V; q++) {
+                    float d = v[k][q] - mean;
+                    d2 += d * d;
+                }
+            }
+        }
+        d2 = BLOCK ? ku_block_sum(d2, red) : ku_warp_sum(d2);
+        var = d2 / (float)len;
+    }
+    float is = 1.0f / sqrtf(var + a.eps);
+    const T *sc = (const T *)a.scale, *bi = (const T *)a.bias;
+    float s0 = a.smode == A_SCALAR ? ku_f32(sc[0]) : 1.0f, b0 = a.bmode == A_SCALAR ? ku_f32(bi[0]) : 0.0f;
+#pragma unroll
+    for (int k = 0; k < VPT; k++) {
+        int vi = t + k * nt;
+        if (vi < nvec) {
+            T sv[V], bv[V], o[V];
+            if (a.smode == A_ELEM) ku_load(sv, sc + vi * V);
+            if (a.bmode == A_ELEM) ku_load(bv, bi + vi * V);
+#pragma unroll
+            for (int q = 0; q < V; q++) {
+                float w = (v[k][q] - mean) * is;
+                if (a.smode != A_NONE) w *= a.smode == A_ELEM ? ku_f32(sv[q]) : s0;
+                if (a.bmode != A_NONE) w += a.bmode == A_ELEM ? ku_f32(bv[q]) : b0;
+                o[q] = ku_from_f32<T>(w);
+            }
+            ku_store(y + vi * V, o);
+        }
+    }
+    if (t == 0) {
+        if (a.mean) store_float(a.mean, a.mean_t, r, mean);
+        if (a.invstd) store_float(a.invstd, a.invstd_t, r, is);
+    }
+}
+
+/* Whether scale or bias (mode m, data p) suits norm_rows_fast. */
+static bool norm_fast_affine(int m, const void *p) {
+    return m == A_NONE || m == A_SCALAR || (m == A_ELEM && ku_aligned16(p));
+}
+
 template <typename T> static kiln_status norm_go(const norm_args &a, kiln_cuda_ctx *ctx) {
+    const int V = ku_vec<T>::n;
+    if (a.len > 0 && a.len <= NORM_FAST_MAX && a.len % V == 0 && a.rows <= 0x7fffffff && ku_aligned16(a.x) &&
+        ku_aligned16(a.y) && norm_fast_affine(a.smode, a.scale) && norm_fast_affine(a.bmode, a.bias)) {
+        int len = (int)a.len;
+        if (len <= 32 * NORM_FAST_ELEMS) {
+            unsigned blocks = (unsigned)((a.rows + 7) / 8);
+            norm_rows_fast<T, false><<<blocks, 256, 0, ctx->stream>>>(a, len);
+        } else {
+            int threads = ((len + NORM_FAST_ELEMS - 1) / NORM_FAST_ELEMS + 31) / 32 * 32;
+            norm_rows_fast<T, true><<<(unsigned)a.rows, threads, 0, ctx->stream>>>(a, len);
+        }
+        KILN_CUDA_LAUNCH_CHECK("norm_rows_fast");
+        return KILN_OK;
+    }
     int64_t per = (a.len + 3) / 4;
     int threads = (int)(per < 32 ? 32 : per > 512 ? 512 : (per + 31) / 32 * 32);
     bool cached = a.len <= NORM_SMEM_FLOATS;
