@@ -22,6 +22,7 @@ Targets (the CUDA issue): ResNet-50 b1 <= 0.40 ms, b256 >= 35,000 img/s; BERT b1
 b32 >= 18,000 seq/s; GPT-2 XL prefill faster than torch.compile. A failing step (export, build, run,
 compile) is reported in its cell and the run goes on.
 
+env: KILN_BUILD_ARGS, extra `kiln build` arguments (e.g. --verbose, whose stage times are printed)
 usage: gpu_bench.py [--kiln PATH] [--quick] [--gpt2-xl] [--only KEYS] [--impls eager,compile,kiln]
                     [--repeats N] [--warmup N] [--workdir DIR] [--json FILE] [--dry-run]
   --only: comma-separated workload keys (resnet50_b1, resnet50_b256, bert_b1, bert_b32, gpt2xl_prefill;
@@ -195,11 +196,14 @@ def kiln_build(kiln, onnx_path, engine, timing_cache=None):
     timing-cache file); returns the wall seconds."""
     t0 = time.time()
     cache = ["--timing-cache", timing_cache] if timing_cache else []
-    r = subprocess.run([kiln, "build", onnx_path, "-o", engine, "--target", "cuda", "--fp16", *cache],
+    extra = os.environ.get("KILN_BUILD_ARGS", "").split()  # e.g. --verbose: the build's stage times
+    r = subprocess.run([kiln, "build", onnx_path, "-o", engine, "--target", "cuda", "--fp16", *cache, *extra],
                        capture_output=True, text=True, env=kiln_env(kiln))
     if r.returncode != 0:
         raise RuntimeError("kiln build: " + short(r.stderr + r.stdout))
-    print("".join(l + "\n" for l in r.stdout.splitlines() if l.startswith(("built", "tuning"))), end="", flush=True)
+    lines = [l for l in r.stdout.splitlines() if l.startswith(("built", "tuning"))]
+    lines += [l for l in r.stderr.splitlines() if "build stage" in l]
+    print("".join(l + "\n" for l in lines), end="", flush=True)
     return time.time() - t0
 
 

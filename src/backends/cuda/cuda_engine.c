@@ -8,8 +8,10 @@
 #include "core/log.h"
 #include "core/status.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Ops cheap enough to evaluate on the host when their inputs are known there (shape arithmetic). */
 static const char *const g_host_ops[] = {
@@ -70,12 +72,19 @@ static float load_float(const void *p, kiln_dtype t, int64_t i) {
     }
 }
 
-void kiln_cuda_host_convert(const void *src, kiln_dtype st, void *dst, kiln_dtype dt, int64_t n) {
-    if (st == dt) {
-        memcpy(dst, src, (size_t)n * kiln_dtype_size(st));
+/* Converts elements [i0, i1) (see kiln_cuda_host_convert); float32 -> 16-bit, the weights' case, in
+ * a loop of its own. */
+static void convert_range(const void *src, kiln_dtype st, void *dst, kiln_dtype dt, int64_t i0, int64_t i1) {
+    if (st == KILN_F32 && (dt == KILN_F16 || dt == KILN_BF16)) {
+        const float *s = src;
+        uint16_t *d = dst;
+        if (dt == KILN_F16)
+            for (int64_t i = i0; i < i1; i++) d[i] = kiln_f32_to_f16(s[i]);
+        else
+            for (int64_t i = i0; i < i1; i++) d[i] = kiln_f32_to_bf16(s[i]);
         return;
     }
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = i0; i < i1; i++) {
         float f = load_float(src, st, i);
         switch (dt) {
         case KILN_F16: ((uint16_t *)dst)[i] = kiln_f32_to_f16(f); break;
@@ -84,6 +93,51 @@ void kiln_cuda_host_convert(const void *src, kiln_dtype st, void *dst, kiln_dtyp
         default: ((float *)dst)[i] = f; break;
         }
     }
+}
+
+typedef struct convert_job {
+    const void *src;
+    void *dst;
+    kiln_dtype st, dt;
+    int64_t i0, i1;
+} convert_job;
+
+static void *convert_worker(void *arg) {
+    const convert_job *j = arg;
+    convert_range(j->src, j->st, j->dst, j->dt, j->i0, j->i1);
+    return NULL;
+}
+
+#define CONVERT_THREADS 16
+#define CONVERT_MIN_PER_THREAD ((int64_t)1 << 21)
+
+/* Large conversions (a model's weights: GPT-2 XL has 1.6 G of them) are split over up to
+ * CONVERT_THREADS threads, which also read the (often mmap'd, not yet paged-in) source in parallel;
+ * a thread that cannot start leaves its share to the caller's thread. */
+void kiln_cuda_host_convert(const void *src, kiln_dtype st, void *dst, kiln_dtype dt, int64_t n) {
+    if (st == dt) {
+        memcpy(dst, src, (size_t)n * kiln_dtype_size(st));
+        return;
+    }
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int64_t parts = n / CONVERT_MIN_PER_THREAD;
+    if (parts > CONVERT_THREADS) parts = CONVERT_THREADS;
+    if (parts > cpus) parts = cpus;
+    if (parts < 2) {
+        convert_range(src, st, dst, dt, 0, n);
+        return;
+    }
+    convert_job jobs[CONVERT_THREADS];
+    pthread_t th[CONVERT_THREADS];
+    bool started[CONVERT_THREADS];
+    for (int64_t k = 0; k < parts; k++) {
+        jobs[k] = (convert_job){src, dst, st, dt, n * k / parts, n * (k + 1) / parts};
+        started[k] = k > 0 && pthread_create(&th[k], NULL, convert_worker, &jobs[k]) == 0;
+    }
+    for (int64_t k = 0; k < parts; k++)
+        if (!started[k]) convert_worker(&jobs[k]);
+    for (int64_t k = 1; k < parts; k++)
+        if (started[k]) pthread_join(th[k], NULL);
 }
 
 static kiln_dtype precision_dtype(kiln_precision p) {
