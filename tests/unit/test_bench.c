@@ -5,6 +5,7 @@
  * one replaced, a missing file, a malformed one). */
 #include "bench/bench.h"
 
+#include "check.h"
 #include "core/status.h"
 
 #include <math.h>
@@ -12,25 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static int failures;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);               \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-#define CHECK_NEAR(a, b, tol)                                                                      \
-    do {                                                                                           \
-        double a_ = (a), b_ = (b);                                                                 \
-        if (!(fabs(a_ - b_) <= (tol))) {                                                           \
-            fprintf(stderr, "%s:%d: %s == %.17g, expected %.17g\n", __FILE__, __LINE__, #a, a_, b_); \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 /* A value with static dims (ndim < 0: unknown rank). */
 static kiln_value val(kiln_dtype t, int ndim, const int64_t *dims) {
@@ -265,10 +247,5 @@ int main(void) {
     test_compare();
     test_throttle();
     test_ceilings_file();
-    if (failures) {
-        fprintf(stderr, "test_bench: %d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("test_bench: all checks passed\n");
-    return 0;
+    return checks_report("test_bench");
 }

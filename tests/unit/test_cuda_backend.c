@@ -9,6 +9,7 @@
  *     two threads at once give the right outputs, and a saved and reloaded engine gives the same bits.
  * Without a GPU (or without the cuda backend) it prints why and exits 77, which CTest reports as
  * skipped. usage: test_cuda_backend [REPO_DIR] (default: $KILN_SOURCE_DIR, else .) */
+#include "check.h"
 #include "core/half.h"
 #include "kiln/kiln.h"
 
@@ -21,15 +22,13 @@
 
 #define MAX_IO 8
 
-static int g_failures;
-
 #define EXPECT(cond, ...)                                                                          \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
             fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
             fprintf(stderr, __VA_ARGS__);                                                          \
             fprintf(stderr, "\n");                                                                 \
-            g_failures++;                                                                          \
+            failures++;                                                                            \
         }                                                                                          \
     } while (0)
 
@@ -383,15 +382,15 @@ int main(int argc, char **argv) {
                 EXPECT(0, "%s %s: cuda build: %s", m->file, g_precision_names[p], kiln_last_error());
                 continue;
             }
-            int before = g_failures;
+            int before = failures;
             check_engine(m, cpu, gpu, (kiln_precision)p, workdir);
-            checked += g_failures == before;
+            checked += failures == before;
             kiln_engine_free(gpu);
         }
         kiln_engine_free(cpu);
     }
-    if (g_failures) {
-        fprintf(stderr, "test_cuda_backend: %d check(s) failed\n", g_failures);
+    if (failures) {
+        fprintf(stderr, "test_cuda_backend: %d check(s) failed\n", failures);
         return 1;
     }
     printf("cuda backend: %d model x precision engines agree with the cpu backend\n", checked);

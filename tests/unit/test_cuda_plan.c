@@ -14,22 +14,12 @@
  * Dropout with a mask (shares, still runs), and KILN_CUDA_VIEWS=0.
  * usage: test_cuda_plan [REPO_DIR] (default: $KILN_SOURCE_DIR, else .) */
 #include "backends/cuda/cuda_internal.h"
+#include "check.h"
 #include "runtime/engine_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define REQUIRE_OK(expr)                                                                           \
-    do {                                                                                           \
-        kiln_status s_ = (expr);                                                                   \
-        if (s_ != KILN_OK) {                                                                       \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, kiln_last_error()); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-static int g_failures;
 
 #define EXPECT(cond, ...)                                                                          \
     do {                                                                                           \
@@ -37,7 +27,7 @@ static int g_failures;
             fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
             fprintf(stderr, __VA_ARGS__);                                                          \
             fprintf(stderr, " [%s]\n", kiln_last_error());                                         \
-            g_failures++;                                                                          \
+            failures++;                                                                            \
         }                                                                                          \
     } while (0)
 
@@ -450,7 +440,7 @@ int main(int argc, char **argv) {
     check_view_outlives_source();
     check_view_boundaries();
     check_view_precision_dropout();
-    if (g_failures) fprintf(stderr, "test_cuda_plan: view checks failed\n");
+    if (failures) fprintf(stderr, "test_cuda_plan: view checks failed\n");
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", root, models[i]);
@@ -473,8 +463,8 @@ int main(int argc, char **argv) {
         }
         kiln_engine_free(cpu);
     }
-    if (g_failures) {
-        fprintf(stderr, "test_cuda_plan: %d check(s) failed\n", g_failures);
+    if (failures) {
+        fprintf(stderr, "test_cuda_plan: %d check(s) failed\n", failures);
         return 1;
     }
     printf("cuda plans: all checks passed\n");

@@ -3,6 +3,7 @@
  * from a buffer) and compared field by field; constants must be 64-byte aligned views into the
  * read-only mapping; every truncation and every single-byte corruption of the file must fail cleanly
  * (and corruptions with resealed checksums must never crash); mismatch messages are checked. */
+#include "check.h"
 #include "core/checksum.h"
 #include "core/status.h"
 #include "engine/engine_format.h"
@@ -15,26 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static int failures;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);               \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
 /* Setup steps the rest depends on: stop the test when they fail. */
-#define REQUIRE_OK(expr)                                                                           \
-    do {                                                                                           \
-        kiln_status s_ = (expr);                                                                   \
-        if (s_ != KILN_OK) {                                                                       \
-            fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #expr,               \
-                    kiln_status_name(s_), kiln_last_error());                                      \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 /* Checks that expr fails with status want and a message containing each of the given substrings. */
 static void check_error(int line, kiln_status got, kiln_status want, const char *sub1, const char *sub2) {
@@ -781,10 +763,5 @@ int main(int argc, char **argv) {
     unlink(path_b);
     unlink(path_tmp);
     rmdir(dir);
-    if (failures) {
-        fprintf(stderr, "test_engine_format: %d failures\n", failures);
-        return 1;
-    }
-    printf("test_engine_format: all passed\n");
-    return 0;
+    return checks_report("test_engine_format");
 }

@@ -1,20 +1,11 @@
 /* test_kv_cache.c — the paged KV cache (src/llm/kv_cache.c): budget arithmetic, invalid shapes,
  * handing out and taking back every block, and that the key and value storage of every (layer,
  * block) is distinct, of the stated size and writable. Exit 0 = pass. */
+#include "check.h"
 #include "llm/kv_cache.h"
 
 #include <stdio.h>
 #include <string.h>
-
-static int failures;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                        \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 int main(void) {
     kiln_kv_cache_config c = {.n_layer = 3, .n_kv_head = 2, .head_dim = 8, .block_size = 4, .n_blocks = 5,
@@ -61,7 +52,5 @@ int main(void) {
     CHECK(kiln_kv_cache_free_blocks(kv) == 5);
     kiln_kv_cache_free(kv);
     kiln_kv_cache_free(NULL);
-    if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
-    else printf("test_kv_cache: all checks passed\n");
-    return failures ? 1 : 0;
+    return checks_report("test_kv_cache");
 }

@@ -3,6 +3,7 @@
  * own precision), a rule that matches nothing, the rewritten graph computing the same outputs on the
  * CPU, and (with the cuda backend) the device dtypes the cuda engine's host side gives each value.
  * Usage: test_layer_precision REPO_ROOT */
+#include "check.h"
 #include "frontends/onnx/onnx_import.h"
 #include "layer_precision.h"
 #include "runtime/engine_internal.h"
@@ -14,23 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-#define CHECK(cond)                                                                                                    \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);                                   \
-            failures++;                                                                                                \
-        }                                                                                                              \
-    } while (0)
-#define REQUIRE_OK(expr)                                                                                               \
-    do {                                                                                                               \
-        kiln_status s_ = (expr);                                                                                       \
-        if (s_ != KILN_OK) {                                                                                           \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, kiln_last_error());                   \
-            exit(1);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
 
 static char model[4096];
 
@@ -179,10 +163,5 @@ int main(int argc, char **argv) {
     test_glob();
     test_rewrite();
     test_uniform_and_errors();
-    if (failures) {
-        fprintf(stderr, "test_layer_precision: %d failures\n", failures);
-        return 1;
-    }
-    printf("test_layer_precision: all passed\n");
-    return 0;
+    return checks_report("test_layer_precision");
 }

@@ -17,7 +17,9 @@
  * few operations; the layout itself only moves data, so laid out vs not laid out must agree to it). */
 #include "backends/cpu/cpu_kernels.h"
 #include "builder.h"
+#include "check.h"
 #include "core/status.h"
+#include "graph_build.h"
 #include "ir/fused_ops.h"
 #include "ir/graph.h"
 #include "passes/passes.h"
@@ -33,119 +35,15 @@
 #define RESNET_TRANSPOSES 4
 #define RESNET_CONVS 8
 
-static int failures, cases;
+static int cases;
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);               \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-#define REQUIRE_OK(expr)                                                                           \
-    do {                                                                                           \
-        kiln_status s_ = (expr);                                                                   \
-        if (s_ != KILN_OK) {                                                                       \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, kiln_last_error()); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-/* ------------------------------------------------------------------------------ graph building */
-
-static kiln_graph *G; /* the graph being built */
-static unsigned g_seed;
-
-static float frand(void) {
-    g_seed = g_seed * 1664525u + 1013904223u;
-    return (float)((g_seed >> 8) & 0xFFFFFF) / (float)0x1000000 * 2.0f - 1.0f;
-}
-
-static void begin(void) {
-    G = kiln_graph_create();
-    REQUIRE_OK(G ? KILN_OK : KILN_ERR_OUT_OF_MEMORY);
-    G->opsets = kiln_graph_alloc(G, sizeof *G->opsets);
-    G->opsets[0].domain = "";
-    G->opsets[0].version = 17;
-    G->nopsets = 1;
-    g_seed = 12345;
-}
-
-static int input(const char *name, int ndim, const int64_t *dims) {
-    int id;
-    REQUIRE_OK(kiln_graph_value(G, name, &id));
-    kiln_value *v = &G->values[id];
-    v->dtype = KILN_F32;
-    v->ndim = ndim;
-    for (int d = 0; d < ndim; d++) v->dims[d] = kiln_dim_static(dims[d]);
-    REQUIRE_OK(kiln_graph_add_input(G, id));
-    return id;
-}
-
-/* A float32 constant, uniform random in [lo, hi). */
-static int constant(int ndim, const int64_t *dims, double lo, double hi) {
-    kiln_tensor t = {0};
-    REQUIRE_OK(kiln_tensor_alloc(&t, KILN_F32, ndim, dims));
-    for (int64_t i = 0; i < kiln_tensor_numel(&t); i++) kiln_tensor_set_f64(&t, i, lo + (hi - lo) * (frand() + 1.0) / 2.0);
-    int id;
-    REQUIRE_OK(kiln_graph_new_value(G, "const", &id));
-    REQUIRE_OK(kiln_graph_set_constant(G, id, &t));
-    return id;
-}
-
-static kiln_node *last_node(void) { return &G->nodes[G->nnodes - 1]; }
-
-/* Adds node op (domain "" or "kiln") reading ins[0..nin) (-1 = absent); returns its output's id. */
-static int node_in(const char *domain, const char *op, int nin, const int *ins) {
-    int out;
-    REQUIRE_OK(kiln_graph_new_value(G, op, &out));
-    char name[64];
-    snprintf(name, sizeof name, "%s_%d", op, G->nnodes);
-    REQUIRE_OK(kiln_graph_add_node(G, op, domain, name, nin, ins, 1, &out, NULL));
-    return out;
-}
-
-static int op1(const char *op, int a) { return node_in("", op, 1, &a); }
-static int op2(const char *op, int a, int b) { return node_in("", op, 2, (int[]){a, b}); }
-
-static void attr_int(const char *name, int64_t v) { kiln_node_add_attr(G, last_node(), name, KILN_ATTR_INT)->i = v; }
-static void attr_ints(const char *name, int n, const int64_t *v) {
-    kiln_attr *a = kiln_node_add_attr(G, last_node(), name, KILN_ATTR_INTS);
-    a->ints = kiln_graph_alloc(G, sizeof *a->ints * (size_t)n);
-    memcpy(a->ints, v, sizeof *a->ints * (size_t)n);
-    a->n = n;
-}
-static void attr_string(const char *name, const char *s) {
-    kiln_attr *a = kiln_node_add_attr(G, last_node(), name, KILN_ATTR_STRING);
-    a->s = kiln_graph_strdup(G, s);
-    a->s_len = strlen(s);
-}
-
-static int transpose(int x, const int64_t *perm) {
-    int y = op1("Transpose", x);
-    attr_ints("perm", 4, perm);
-    return y;
-}
-
-static void output(int v) { REQUIRE_OK(kiln_graph_add_output(G, v)); }
-
-/* Resolves, orders and infers the graph being built; returns it. */
-static kiln_graph *finish(void) {
-    REQUIRE_OK(kiln_graph_resolve_ops(G, NULL));
-    REQUIRE_OK(kiln_graph_toposort(G));
-    REQUIRE_OK(kiln_graph_infer_shapes(G));
-    REQUIRE_OK(kiln_graph_verify(G));
-    return G;
-}
+/* ------------------------------------------------------------------------------ test graphs */
 
 /* A k x k Conv from c to m channels (group g, stride s) with random constant weights and bias. pads
  * NULL: auto_pad SAME_UPPER. */
 static int conv(int x, int c, int m, int k, int g, int s, const int64_t *pads) {
     int64_t wd[4] = {m, c / g, k, k}, bd[1] = {m};
-    int y = node_in("", "Conv", 3, (int[]){x, constant(4, wd, -0.5, 0.5), constant(1, bd, -0.2, 0.2)});
+    int y = node_in("", "Conv", 3, (int[]){x, constant(KILN_F32, 4, wd, NULL, -0.5, 0.5), constant(KILN_F32, 1, bd, NULL, -0.2, 0.2)});
     attr_ints("kernel_shape", 2, (int64_t[]){k, k});
     attr_ints("strides", 2, (int64_t[]){s, s});
     if (g > 1) attr_int("group", g);
@@ -157,8 +55,8 @@ static int conv(int x, int c, int m, int k, int g, int s, const int64_t *pads) {
 /* Conv + inference BatchNormalization (random parameters). */
 static int conv_bn(int x, int c, int m, int k, int g, int s, const int64_t *pads) {
     int64_t md[1] = {m};
-    int in[5] = {conv(x, c, m, k, g, s, pads), constant(1, md, 0.5, 1.5), constant(1, md, -0.5, 0.5),
-                 constant(1, md, -0.5, 0.5), constant(1, md, 0.5, 1.5)};
+    int in[5] = {conv(x, c, m, k, g, s, pads), constant(KILN_F32, 1, md, NULL, 0.5, 1.5), constant(KILN_F32, 1, md, NULL, -0.5, 0.5),
+                 constant(KILN_F32, 1, md, NULL, -0.5, 0.5), constant(KILN_F32, 1, md, NULL, 0.5, 1.5)};
     return node_in("", "BatchNormalization", 5, in);
 }
 
@@ -167,8 +65,8 @@ static const int64_t XRES[4] = {2, 3, 16, 16};
 
 /* The small ResNet of the file comment: x [2, 3, 16, 16] -> [2, 5]. */
 static void b_resnet(void) {
-    begin();
-    int x = input("x", 4, XRES);
+    begin(17);
+    int x = input("x", KILN_F32, 4, XRES);
     int stem = op1("Relu", conv_bn(x, 3, 8, 3, 1, 1, P1));
     int x0 = op1("MaxPool", stem);
     attr_ints("kernel_shape", 2, (int64_t[]){2, 2});
@@ -185,13 +83,13 @@ static void b_resnet(void) {
     int xb = op1("Relu", op2("Add", b2, ds));
     int f = op1("Flatten", op1("GlobalAveragePool", xb));
     int64_t wd[2] = {16, 5}, bd[1] = {5};
-    output(node_in("", "Gemm", 3, (int[]){f, constant(2, wd, -1, 1), constant(1, bd, -1, 1)}));
+    output(node_in("", "Gemm", 3, (int[]){f, constant(KILN_F32, 2, wd, NULL, -1, 1), constant(KILN_F32, 1, bd, NULL, -1, 1)}));
 }
 
 /* One FusedConv (kiln domain, written directly) with bias, residual and Relu; weights constant or an
  * input; rank 4 or (one_d) 3. */
 static void fused_conv_graph(bool const_w, bool one_d) {
-    begin();
+    begin(17);
     kiln_opset_import *ops = kiln_graph_alloc(G, 2 * sizeof *ops);
     ops[0] = G->opsets[0];
     ops[1] = (kiln_opset_import){KILN_FUSED_DOMAIN, KILN_FUSED_OPSET};
@@ -199,9 +97,9 @@ static void fused_conv_graph(bool const_w, bool one_d) {
     G->nopsets = 2;
     int nd = one_d ? 3 : 4;
     int64_t xd[4] = {2, 6, 7, 6}, wd[4] = {6, 3, 3, 2}, zd[4] = {2, 6, 4, 5}, bd[1] = {6};
-    int x = input("x", nd, xd), z = input("z", nd, zd);
-    int w = const_w ? constant(nd, wd, -0.5, 0.5) : input("w", nd, wd);
-    int y = node_in(KILN_FUSED_DOMAIN, "FusedConv", 4, (int[]){x, w, constant(1, bd, -1, 1), z});
+    int x = input("x", KILN_F32, nd, xd), z = input("z", KILN_F32, nd, zd);
+    int w = const_w ? constant(KILN_F32, nd, wd, NULL, -0.5, 0.5) : input("w", KILN_F32, nd, wd);
+    int y = node_in(KILN_FUSED_DOMAIN, "FusedConv", 4, (int[]){x, w, constant(KILN_F32, 1, bd, NULL, -1, 1), z});
     attr_int("group", 2);
     attr_ints("kernel_shape", nd - 2, (int64_t[]){3, 2});
     attr_ints("strides", nd - 2, (int64_t[]){2, 1});
@@ -217,12 +115,12 @@ static void b_fused_conv_1d(void) { fused_conv_graph(true, true); }
 /* eliminate_noops on a Transpose read by several Transposes: every reader's perm composes to the
  * identity (all), or one reader of the NCHW value is a Relu (mixed). */
 static void transpose_fanout(bool mixed) {
-    begin();
+    begin(17);
     int64_t xd[4] = {2, 4, 5, 3};
     int64_t to_first[4] = {0, 3, 1, 2}, to_last[4] = {0, 2, 3, 1};
-    int m = transpose(input("x", 4, xd), to_first);
-    output(op1("Sigmoid", transpose(m, to_last)));
-    output(op1("Tanh", transpose(m, to_last)));
+    int m = transpose(input("x", KILN_F32, 4, xd), 4, to_first);
+    output(op1("Sigmoid", transpose(m, 4, to_last)));
+    output(op1("Tanh", transpose(m, 4, to_last)));
     if (mixed) output(op1("Relu", m));
 }
 
@@ -230,68 +128,6 @@ static void b_fanout_all(void) { transpose_fanout(false); }
 static void b_fanout_mixed(void) { transpose_fanout(true); }
 
 /* ------------------------------------------------------------------------------ running */
-
-/* Runs g on the CPU kernels node by node: outs[k] receives a copy of graph output k. */
-static kiln_status run_graph(const kiln_graph *g, const kiln_tensor *inputs, kiln_tensor *outs) {
-    kiln_tensor *vals = calloc((size_t)g->nvalues + 1, sizeof *vals);
-    kiln_tensor **ptr = calloc((size_t)g->nvalues + 1, sizeof *ptr);
-    kiln_status st = KILN_OK;
-    for (int v = 0; v < g->nvalues; v++) ptr[v] = g->values[v].constant;
-    for (int k = 0; k < g->ninputs; k++) ptr[g->inputs[k]] = (kiln_tensor *)&inputs[k];
-    for (int i = 0; i < g->nnodes && st == KILN_OK; i++) {
-        const kiln_node *n = &g->nodes[i];
-        const kiln_cpu_kernel *kern = kiln_cpu_kernel_find(n->domain, n->op_type);
-        if (!kern) {
-            st = kiln_error(KILN_ERR_UNSUPPORTED, "no CPU kernel for %s", n->op_type);
-            break;
-        }
-        kiln_tensor *in[16] = {0}, *out[8] = {0};
-        for (int k = 0; k < n->ninputs; k++) in[k] = n->inputs[k] >= 0 ? ptr[n->inputs[k]] : NULL;
-        for (int k = 0; k < n->noutputs; k++) out[k] = n->outputs[k] >= 0 ? &vals[n->outputs[k]] : NULL;
-        st = kern->exec(n, in, n->ninputs, out, n->noutputs);
-        if (st != KILN_OK) kiln_error_prefix(st, "node '%s' (%s)", n->name, n->op_type);
-        for (int k = 0; k < n->noutputs; k++)
-            if (n->outputs[k] >= 0) ptr[n->outputs[k]] = &vals[n->outputs[k]];
-    }
-    for (int k = 0; k < g->noutputs && st == KILN_OK; k++) st = kiln_tensor_copy(&outs[k], ptr[g->outputs[k]]);
-    for (int v = 0; v < g->nvalues; v++) kiln_tensor_release(&vals[v]);
-    free(vals);
-    free(ptr);
-    return st;
-}
-
-/* Random inputs in [-1, 1) for g's declared (static) input types. */
-static void make_inputs(const kiln_graph *g, kiln_tensor *inputs) {
-    g_seed = 777;
-    for (int k = 0; k < g->ninputs; k++) {
-        const kiln_value *v = &g->values[g->inputs[k]];
-        int64_t dims[KILN_MAX_DIMS];
-        for (int d = 0; d < v->ndim; d++) dims[d] = v->dims[d].value;
-        memset(&inputs[k], 0, sizeof inputs[k]);
-        REQUIRE_OK(kiln_tensor_alloc(&inputs[k], v->dtype, v->ndim, dims));
-        for (int64_t i = 0; i < kiln_tensor_numel(&inputs[k]); i++) kiln_tensor_set_f64(&inputs[k], i, frand());
-    }
-}
-
-/* max |a - b| / max |b| over float tensors of the same shape (inf when shapes differ). */
-static double rel_error(const kiln_tensor *a, const kiln_tensor *b) {
-    if (a->dtype != b->dtype || a->ndim != b->ndim || memcmp(a->dims, b->dims, sizeof *a->dims * (size_t)a->ndim))
-        return INFINITY;
-    double num = 0, den = 1e-30;
-    for (int64_t i = 0; i < kiln_tensor_numel(a); i++) {
-        double x = kiln_tensor_get_f64(a, i), y = kiln_tensor_get_f64(b, i);
-        if (isnan(x) || isnan(y)) return INFINITY;
-        num = fmax(num, fabs(x - y));
-        den = fmax(den, fabs(y));
-    }
-    return num / den;
-}
-
-static int count_op(const kiln_graph *g, const char *op) {
-    int c = 0;
-    for (int i = 0; i < g->nnodes; i++) c += !strcmp(g->nodes[i].op_type, op);
-    return c;
-}
 
 /* How many FusedConv nodes of g have channels_last = 1. */
 static int count_channels_last(const kiln_graph *g) {
@@ -301,32 +137,13 @@ static int count_channels_last(const kiln_graph *g) {
     return c;
 }
 
-/* Requires opt's outputs on random inputs to equal ref's within TOL_F32. */
-static void check_same_outputs(const char *label, const kiln_graph *ref, const kiln_graph *opt) {
-    kiln_tensor in[MAX_IO], out_ref[MAX_IO] = {{0}}, out_opt[MAX_IO] = {{0}};
-    REQUIRE_OK(ref->ninputs <= MAX_IO && ref->noutputs <= MAX_IO ? KILN_OK : KILN_ERR_INTERNAL);
-    make_inputs(ref, in);
-    REQUIRE_OK(run_graph(ref, in, out_ref));
-    kiln_status st = run_graph(opt, in, out_opt);
-    CHECK(st == KILN_OK, "%s: the laid-out graph does not run: %s", label, kiln_last_error());
-    for (int k = 0; st == KILN_OK && k < ref->noutputs; k++) {
-        double e = rel_error(&out_opt[k], &out_ref[k]);
-        CHECK(e <= TOL_F32, "%s: output %d differs from the reference by %.3g", label, k, e);
-    }
-    for (int k = 0; k < ref->ninputs; k++) kiln_tensor_release(&in[k]);
-    for (int k = 0; k < ref->noutputs; k++) {
-        kiln_tensor_release(&out_ref[k]);
-        kiln_tensor_release(&out_opt[k]);
-    }
-}
-
 typedef kiln_status (*pass_fn)(kiln_graph *g, bool *changed);
 
 /* Runs pass on g, then shape inference and verification; returns its changed flag. */
 static bool run_pass(const char *label, kiln_graph *g, pass_fn pass) {
     bool changed = false;
     kiln_status st = pass(g, &changed);
-    CHECK(st == KILN_OK, "%s: the pass failed: %s", label, kiln_last_error());
+    CHECKF(st == KILN_OK, "%s: the pass failed: %s", label, kiln_last_error());
     REQUIRE_OK(kiln_graph_infer_shapes(g));
     REQUIRE_OK(kiln_graph_verify(g));
     return changed;
@@ -353,21 +170,21 @@ static void test_single(void) {
     kiln_graph *ref = finish();
     b_fused_conv();
     kiln_graph *g = finish();
-    CHECK(run_pass("single", g, kiln_pass_layout_channels_last), "single: changed is false");
-    CHECK(g->nnodes == 4 && count_op(g, "Transpose") == 3 && count_channels_last(g) == 1,
+    CHECKF(run_pass("single", g, kiln_pass_layout_channels_last), "single: changed is false");
+    CHECKF(g->nnodes == 4 && count_op(g, "Transpose") == 3 && count_channels_last(g) == 1,
           "single: %d nodes, %d Transposes, %d channels-last FusedConv (expected 4, 3, 1)", g->nnodes,
           count_op(g, "Transpose"), count_channels_last(g));
     for (int i = 0; i < g->nnodes; i++) {
         if (strcmp(g->nodes[i].op_type, "FusedConv")) continue;
         const kiln_value *w = kiln_node_input(g, &g->nodes[i], 1), *y = kiln_node_output(g, &g->nodes[i], 0);
-        CHECK(w->constant && w->ndim == 4 && w->dims[1].value == 3 && w->dims[2].value == 2 && w->dims[3].value == 3,
+        CHECKF(w->constant && w->ndim == 4 && w->dims[1].value == 3 && w->dims[2].value == 2 && w->dims[3].value == 3,
               "single: the weights are not [M, kH, kW, C/g] = [6, 3, 2, 3]");
-        CHECK(y->ndim == 4 && y->dims[1].value == 4 && y->dims[2].value == 5 && y->dims[3].value == 6,
+        CHECKF(y->ndim == 4 && y->dims[1].value == 4 && y->dims[2].value == 5 && y->dims[3].value == 6,
               "single: the inferred output is not [N, H', W', M] = [2, 4, 5, 6]");
     }
-    check_same_outputs("single", ref, g);
-    CHECK(!run_pass("single, second run", g, kiln_pass_layout_channels_last), "single: a second run changed the graph");
-    CHECK(g->nnodes == 4, "single: a second run left %d nodes", g->nnodes);
+    check_same_outputs("single", ref, "reference", g, "laid-out graph", TOL_F32);
+    CHECKF(!run_pass("single, second run", g, kiln_pass_layout_channels_last), "single: a second run changed the graph");
+    CHECKF(g->nnodes == 4, "single: a second run left %d nodes", g->nnodes);
     kiln_graph_free(ref);
     kiln_graph_free(g);
 }
@@ -377,8 +194,8 @@ static void test_negative(const char *label, void (*build)(void)) {
     cases++;
     build();
     kiln_graph *g = finish();
-    CHECK(!run_pass(label, g, kiln_pass_layout_channels_last), "%s: changed", label);
-    CHECK(g->nnodes == 1 && count_channels_last(g) == 0, "%s: %d nodes after the pass", label, g->nnodes);
+    CHECKF(!run_pass(label, g, kiln_pass_layout_channels_last), "%s: changed", label);
+    CHECKF(g->nnodes == 1 && count_channels_last(g) == 0, "%s: %d nodes after the pass", label, g->nnodes);
     kiln_graph_free(g);
 }
 
@@ -390,7 +207,7 @@ static void test_infer_errors(void) {
     REQUIRE_OK(kiln_graph_resolve_ops(G, NULL));
     REQUIRE_OK(kiln_graph_toposort(G));
     kiln_status st = kiln_graph_infer_shapes(G);
-    CHECK(st != KILN_OK && strstr(kiln_last_error(), "channels_last needs 4-D"), "1-D channels_last: %s",
+    CHECKF(st != KILN_OK && strstr(kiln_last_error(), "channels_last needs 4-D"), "1-D channels_last: %s",
           st == KILN_OK ? "accepted" : kiln_last_error());
     kiln_graph_free(G);
     b_fused_conv();
@@ -398,7 +215,7 @@ static void test_infer_errors(void) {
     REQUIRE_OK(kiln_graph_resolve_ops(G, NULL));
     REQUIRE_OK(kiln_graph_toposort(G));
     st = kiln_graph_infer_shapes(G);
-    CHECK(st != KILN_OK && strstr(kiln_last_error(), "must be 0 or 1"), "channels_last = 2: %s",
+    CHECKF(st != KILN_OK && strstr(kiln_last_error(), "must be 0 or 1"), "channels_last = 2: %s",
           st == KILN_OK ? "accepted" : kiln_last_error());
     kiln_graph_free(G);
 }
@@ -410,10 +227,10 @@ static void test_fanout(const char *label, void (*build)(void), int before, int 
     kiln_graph *ref = finish();
     build();
     kiln_graph *g = finish();
-    CHECK(g->nnodes == before, "%s: %d nodes built, expected %d", label, g->nnodes, before);
-    CHECK(run_pass(label, g, kiln_pass_eliminate_noops), "%s: unchanged", label);
-    CHECK(g->nnodes == after, "%s: %d nodes after eliminate_noops, expected %d", label, g->nnodes, after);
-    check_same_outputs(label, ref, g);
+    CHECKF(g->nnodes == before, "%s: %d nodes built, expected %d", label, g->nnodes, before);
+    CHECKF(run_pass(label, g, kiln_pass_eliminate_noops), "%s: unchanged", label);
+    CHECKF(g->nnodes == after, "%s: %d nodes after eliminate_noops, expected %d", label, g->nnodes, after);
+    check_same_outputs(label, ref, "reference", g, "laid-out graph", TOL_F32);
     kiln_graph_free(ref);
     kiln_graph_free(g);
 }
@@ -430,19 +247,19 @@ static void test_resnet_passes(void) {
     run_pass("resnet", g, kiln_pass_fuse_epilogue);
     cleanup("resnet", g);
     int convs = count_op(g, "FusedConv") + count_op(g, "Conv"), before = g->nnodes;
-    CHECK(convs == RESNET_CONVS && count_op(g, "Transpose") == 0, "resnet: %d convolutions, %d Transposes before the "
+    CHECKF(convs == RESNET_CONVS && count_op(g, "Transpose") == 0, "resnet: %d convolutions, %d Transposes before the "
           "layout", convs, count_op(g, "Transpose"));
-    CHECK(run_pass("resnet", g, kiln_pass_layout_channels_last), "resnet: the layout changed nothing");
+    CHECKF(run_pass("resnet", g, kiln_pass_layout_channels_last), "resnet: the layout changed nothing");
     /* one X and one Y Transpose per convolution, one Z Transpose per residual (2), one channel Pad
      * per convolution without groups whose input channels are not a multiple of 8 (the RGB stem) */
     int pads = count_op(g, "Pad");
-    CHECK(pads >= 1 && g->nnodes == before + 2 * RESNET_CONVS + 2 + pads && count_channels_last(g) == RESNET_CONVS,
+    CHECKF(pads >= 1 && g->nnodes == before + 2 * RESNET_CONVS + 2 + pads && count_channels_last(g) == RESNET_CONVS,
           "resnet: %d -> %d nodes, %d channel Pads, %d channels-last", before, g->nnodes, pads, count_channels_last(g));
     cleanup("resnet", g);
     int left = count_op(g, "Transpose");
     printf("test_layout: resnet: %d Transposes left after the clean-up (%d nodes)\n", left, g->nnodes);
-    CHECK(left == RESNET_TRANSPOSES, "resnet: %d Transposes left, expected %d", left, RESNET_TRANSPOSES);
-    check_same_outputs("resnet passes", ref, g);
+    CHECKF(left == RESNET_TRANSPOSES, "resnet: %d Transposes left, expected %d", left, RESNET_TRANSPOSES);
+    check_same_outputs("resnet passes", ref, "reference", g, "laid-out graph", TOL_F32);
     kiln_graph_free(ref);
     kiln_graph_free(g);
 }
@@ -473,16 +290,16 @@ static void test_build(const char *env, bool mark_all, int transposes, int laid_
     kiln_status st = kiln_build_graph(G, "test_layout", &opts, &e);
     kiln_log_set_callback(NULL, NULL);
     unsetenv("KILN_CHANNELS_LAST");
-    CHECK(st == KILN_OK, "%s: build failed: %s", label, kiln_last_error());
+    CHECKF(st == KILN_OK, "%s: build failed: %s", label, kiln_last_error());
     if (st != KILN_OK) {
         kiln_graph_free(ref);
         return;
     }
     int t = count_op(e->g, "Transpose"), cl = count_channels_last(e->g);
-    CHECK(t == transposes && cl == laid_out, "%s: %d Transposes, %d channels-last convolutions (expected %d, %d)", label,
+    CHECKF(t == transposes && cl == laid_out, "%s: %d Transposes, %d channels-last convolutions (expected %d, %d)", label,
           t, cl, transposes, laid_out);
-    CHECK(seen[0] == laid_out, "%s: the verbose log reports %d layouts", label, seen[0]);
-    CHECK(seen[1] == (mark_all ? 1 : 0), "%s: the verbose log reports %d skips", label, seen[1]);
+    CHECKF(seen[0] == laid_out, "%s: the verbose log reports %d layouts", label, seen[0]);
+    CHECKF(seen[1] == (mark_all ? 1 : 0), "%s: the verbose log reports %d skips", label, seen[1]);
     kiln_tensor in[MAX_IO], out_ref[MAX_IO] = {{0}};
     make_inputs(ref, in);
     REQUIRE_OK(run_graph(ref, in, out_ref));
@@ -496,7 +313,7 @@ static void test_build(const char *env, bool mark_all, int transposes, int laid_
         int v = kiln_graph_find_value(e->g, ref->values[ref->outputs[k]].name), at = -1;
         for (int j = 0; j < e->g->noutputs; j++) /* with mark_all the model's output is one of many */
             if (e->g->outputs[j] == v) at = j;
-        CHECK(at >= 0, "%s: the engine has no output '%s'", label, ref->values[ref->outputs[k]].name);
+        CHECKF(at >= 0, "%s: the engine has no output '%s'", label, ref->values[ref->outputs[k]].name);
         if (at < 0) continue;
         kiln_tensor_desc d;
         const void *data;
@@ -504,7 +321,7 @@ static void test_build(const char *env, bool mark_all, int transposes, int laid_
         kiln_tensor got;
         kiln_tensor_view(&got, d.dtype, d.ndim, d.dims, (void *)data);
         double err = rel_error(&got, &out_ref[k]);
-        CHECK(err <= TOL_F32, "%s: output %d differs from the reference by %.3g", label, k, err);
+        CHECKF(err <= TOL_F32, "%s: output %d differs from the reference by %.3g", label, k, err);
         kiln_tensor_release(&out_ref[k]);
     }
     for (int k = 0; k < ref->ninputs; k++) kiln_tensor_release(&in[k]);

@@ -3,6 +3,7 @@
  * position and one byte at a time (the results must not depend on how the bytes arrive), every
  * truncation and byte flip of valid input (errors, never crashes), the Prometheus text scan, and
  * the argument parsers (durations, SLO, sweep, stop rule, length distributions). Exit 0 = pass. */
+#include "check.h"
 #include "load/http1.h"
 #include "core/json_read.h"
 #include "load/load_internal.h"
@@ -12,16 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                        \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 /* ------------------------------------------------------------------ JSON */
 
@@ -265,10 +256,5 @@ int main(void) {
     test_http1();
     test_prometheus();
     test_arguments();
-    if (failures) {
-        fprintf(stderr, "test_load_parsers: %d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("test_load_parsers: all checks passed\n");
-    return 0;
+    return checks_report("test_load_parsers");
 }

@@ -5,6 +5,7 @@
  * copies of each model import to an error or a valid graph, never a crash.
  *
  * Usage: test_onnx_import <tests/data directory> */
+#include "check.h"
 #include "core/file.h"
 #include "core/half.h"
 #include "core/status.h"
@@ -17,25 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int g_failures;
 static const char *g_data;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);               \
-            g_failures++;                                                                          \
-        }                                                                                          \
-    } while (0)
-
-#define CHECK_OK(expr)                                                                             \
-    do {                                                                                           \
-        kiln_status s_ = (expr);                                                                   \
-        if (s_ != KILN_OK) {                                                                       \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, kiln_last_error()); \
-            g_failures++;                                                                          \
-        }                                                                                          \
-    } while (0)
 
 static char *data_path(const char *name) {
     static char buf[4096];
@@ -195,7 +178,7 @@ static uint8_t *read_file(const char *path, size_t *size) {
     kiln_file_map m;
     if (kiln_file_map_open(path, &m) != KILN_OK) {
         fprintf(stderr, "cannot read %s: %s\n", path, kiln_last_error());
-        g_failures++;
+        failures++;
         *size = 0;
         return NULL;
     }
@@ -401,12 +384,12 @@ static void expect(pb *b, kiln_status want, const char *const *fragments, int li
     if (s != want) {
         fprintf(stderr, "%s:%d: expected %s, got %s: %s\n", __FILE__, line, kiln_status_name(want), kiln_status_name(s),
                 kiln_last_error());
-        g_failures++;
+        failures++;
     }
     for (; s != KILN_OK && fragments && *fragments; fragments++)
         if (!strstr(kiln_last_error(), *fragments)) {
             fprintf(stderr, "%s:%d: message lacks '%s': %s\n", __FILE__, line, *fragments, kiln_last_error());
-            g_failures++;
+            failures++;
         }
     CHECK((s == KILN_OK) == (g != NULL));
     kiln_graph_free(g);
@@ -651,7 +634,7 @@ static void test_typed_fields(void) {
             memcpy(&got, (const uint8_t *)v->constant->data + k * cases[i].esize, cases[i].esize);
             if (got != cases[i].want[k]) {
                 fprintf(stderr, "dtype %d element %d: got %llx\n", cases[i].dtype, k, (unsigned long long)got);
-                g_failures++;
+                failures++;
             }
         }
         kiln_graph_free(gr);
@@ -743,10 +726,5 @@ int main(int argc, char **argv) {
     test_robustness("onnx_small.onnx", 3000);
     test_robustness("onnx_if.onnx", 1000);
     test_robustness("onnx_external.onnx", 1000);
-    if (g_failures) {
-        fprintf(stderr, "test_onnx_import: %d check(s) failed\n", g_failures);
-        return 1;
-    }
-    printf("test_onnx_import: all checks passed\n");
-    return 0;
+    return checks_report("test_onnx_import");
 }

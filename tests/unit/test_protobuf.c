@@ -2,22 +2,13 @@
  * their edges, overlong and truncated input, fixed-width values, tags, length-delimited fields,
  * groups (nested, unmatched, too deep), packed repeated fields, and every truncation point and
  * random bytes fed to the field reader (which must return an error, never read out of bounds). */
+#include "check.h"
 #include "frontends/onnx/protobuf.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int g_failures;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);               \
-            g_failures++;                                                                          \
-        }                                                                                          \
-    } while (0)
 
 /* A reader over a heap copy of exactly n bytes, so ASan flags any read past the end. */
 static kiln_pb exact(const void *data, size_t n, uint8_t **owned) {
@@ -395,10 +386,5 @@ int main(void) {
     test_groups();
     test_packed();
     test_random();
-    if (g_failures) {
-        fprintf(stderr, "test_protobuf: %d check(s) failed\n", g_failures);
-        return 1;
-    }
-    printf("test_protobuf: all checks passed\n");
-    return 0;
+    return checks_report("test_protobuf");
 }

@@ -2,6 +2,7 @@
  * cut at every byte and with every header byte flipped (errors, never crashes), on a table of
  * malformed headers (each error names the tensor or the problem), and through a real file; plus the
  * FP32 conversion of F16 / BF16 tensors. Writes its files in the working directory. Exit 0 = pass. */
+#include "check.h"
 #include "core/half.h"
 #include "hf/checkpoint.h"
 #include "hf/safetensors.h"
@@ -9,16 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                        \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 /* A safetensors image: 8-byte length, header, data. Caller frees. */
 static unsigned char *image(const char *header, const void *data, size_t data_len, size_t *len) {
@@ -182,7 +173,5 @@ int main(void) {
     test_good();
     test_bad_headers();
     test_file();
-    if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
-    else printf("test_safetensors: all checks passed\n");
-    return failures ? 1 : 0;
+    return checks_report("test_safetensors");
 }

@@ -3,22 +3,13 @@
  * nucleus, the min-p threshold, penalties change exactly the right logits by the right amounts,
  * log-probabilities, the same seed gives the same tokens, sample frequencies match the processed
  * probabilities (chi-square with a fixed seed), and parameter / input errors. Exit 0 = pass. */
+#include "check.h"
 #include "llm/sampler.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                        \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 #define NEAR(a, b, tol) (fabs((double)(a) - (double)(b)) <= (tol))
 
@@ -299,10 +290,5 @@ int main(void) {
     test_seed();
     test_frequencies();
     test_errors();
-    if (failures) {
-        fprintf(stderr, "test_sampler: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_sampler: all passed\n");
-    return 0;
+    return checks_report("test_sampler");
 }

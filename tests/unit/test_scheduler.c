@@ -9,6 +9,7 @@
  * failing forward step, and invalid requests; and the same scenarios with a sample function
  * (kiln_sample_fn, as the GPU sampler plugs in) that samples the fake's "device" logits and hands back
  * the rows asking for logprobs or holding a NaN. Exit 0 = pass. */
+#include "check.h"
 #include "llm/scheduler.h"
 
 #include "core/status.h"
@@ -17,16 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                        \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 enum { V = 64, EOS = 5, MAX_REQ = 40, MAX_LEN = 256 };
 
@@ -595,10 +586,5 @@ int main(void) {
     test_forward_failure();
     test_sample_fn();
     test_config_errors();
-    if (failures) {
-        fprintf(stderr, "test_scheduler: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_scheduler: all passed\n");
-    return 0;
+    return checks_report("test_scheduler");
 }

@@ -4,6 +4,7 @@
  * value of the exact sorted one), the JSON and CSV writers (exact escaped output, misuse), and the
  * HTML report's structure. `test_stats --write-sample DIR` only writes the sample files of
  * report_sample.c (for tests/e2e/test_report_render.py). */
+#include "check.h"
 #include "stats/histogram.h"
 #include "stats/report.h"
 #include "stats/summary.h"
@@ -18,16 +19,6 @@
 
 kiln_status kiln_test_write_sample(const char *dir); /* report_sample.c */
 
-static int failures;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);               \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
 #define CHECK_EQ_I(a, b)                                                                           \
     do {                                                                                           \
         long long a_ = (long long)(a), b_ = (long long)(b);                                        \
@@ -35,26 +26,6 @@ static int failures;
             fprintf(stderr, "%s:%d: %s == %lld, expected %s == %lld\n", __FILE__, __LINE__, #a, a_, \
                     #b, b_);                                                                       \
             failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-#define CHECK_NEAR(a, b, tol)                                                                      \
-    do {                                                                                           \
-        double a_ = (a), b_ = (b);                                                                 \
-        if (!(fabs(a_ - b_) <= (tol))) {                                                           \
-            fprintf(stderr, "%s:%d: %s == %.17g, expected %.17g (tol %g)\n", __FILE__, __LINE__,   \
-                    #a, a_, b_, (double)(tol));                                                    \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-#define REQUIRE_OK(expr)                                                                           \
-    do {                                                                                           \
-        kiln_status s_ = (expr);                                                                   \
-        if (s_ != KILN_OK) {                                                                       \
-            fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #expr,               \
-                    kiln_status_name(s_), kiln_last_error());                                      \
-            exit(1);                                                                               \
         }                                                                                          \
     } while (0)
 
@@ -619,10 +590,5 @@ int main(int argc, char **argv) {
     } else {
         CHECK(!"mkdtemp failed");
     }
-    if (failures) {
-        fprintf(stderr, "test_stats: %d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("test_stats: all checks passed\n");
-    return 0;
+    return checks_report("test_stats");
 }

@@ -4,6 +4,7 @@
  * version or is not a cache at all, and is updated atomically; the engine's tactics table
  * (engine_write.c / engine_read.c) round-trips and refuses a bad record.
  * usage: test_timing_cache REPO_DIR */
+#include "check.h"
 #include "core/status.h"
 #include "engine/engine_format.h"
 #include "engine/engine_layout.h"
@@ -15,26 +16,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int failures;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);               \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-#define REQUIRE_OK(expr)                                                                           \
-    do {                                                                                           \
-        kiln_status s_ = (expr);                                                                   \
-        if (s_ != KILN_OK) {                                                                       \
-            fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #expr,               \
-                    kiln_status_name(s_), kiln_last_error());                                      \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 #define ENV_A "NVIDIA H200 sm_90, driver 12080, runtime 13000, cublasLt 130000, cudnn 91900"
 #define ENV_B "NVIDIA H100 80GB HBM3 sm_90, driver 12080, runtime 13000, cublasLt 130000, cudnn 91900"
@@ -257,10 +238,5 @@ int main(int argc, char **argv) {
     unlink(path);
     unlink(scratch);
     rmdir(dir);
-    if (failures) {
-        fprintf(stderr, "test_timing_cache: %d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("test_timing_cache: ok\n");
-    return 0;
+    return checks_report("test_timing_cache");
 }

@@ -4,6 +4,7 @@
  * pre-tokenizer pattern and decoder, merges of unknown tokens, every truncation of a valid
  * tokenizer.json and every byte of it replaced (errors or a working tokenizer, never a crash).
  * Writes its files under ./tokenizer_test/ (the test's working directory). Exit 0 = pass. */
+#include "check.h"
 #include "core/status.h"
 #include "llm/tokenizer.h"
 
@@ -11,16 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-static int failures;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                        \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 #define DIR "tokenizer_test"
 
@@ -215,10 +206,5 @@ int main(void) {
     test_config();
     test_bad();
     test_truncations_and_flips();
-    if (failures) {
-        fprintf(stderr, "test_tokenizer: %d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("test_tokenizer: all checks passed\n");
-    return 0;
+    return checks_report("test_tokenizer");
 }
