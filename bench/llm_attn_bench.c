@@ -4,14 +4,13 @@
  * sequence at that context, which is also the graph bucket), 16-token cache blocks in scrambled order.
  *
  * Per case: µs per call and the achieved GB/s of the keys and values one call must read (batch x
- * context x KV heads x head_dim x 2 x 2 bytes) against H200's 4.8 TB/s, for the current kernel and,
- * unless --no-old, the previous kernel pair (split kernel + reduction launch). Calls are timed as
- * CUDA graph replays (as decode steps run), rotating over enough copies of the cache (distinct blocks,
- * >= 256 MB together) that the reads come from HBM, not L2. Each case first checks both kernels
+ * context x KV heads x head_dim x 2 x 2 bytes) against H200's 4.8 TB/s. Calls are timed as CUDA
+ * graph replays (as decode steps run), rotating over enough copies of the cache (distinct blocks,
+ * >= 256 MB together) that the reads come from HBM, not L2. Each case first checks the kernel
  * against a CPU attention on its first and last sequence (max |gpu - cpu| / max |cpu|).
  *
- *   llm_attn_bench [--only gpt2-xl,llama3-8b] [--batch 1,8,64] [--ctx 256,1024,4096] [--part N] [--no-old]
- *   (--part: keys per split of the current kernel instead of its heuristic)
+ *   llm_attn_bench [--only gpt2-xl,llama3-8b] [--batch 1,8,64] [--ctx 256,1024,4096] [--part N]
+ *   (--part: keys per split instead of the kernel's heuristic)
  * Exits 77 ("skipped: no GPU (...)") without a GPU, 1 on an error. */
 #include "llm/llm_cuda.h"
 
@@ -28,7 +27,6 @@ int main(void) {
 #include "llm/cuda/llm_cuda_internal.h"
 
 #include <math.h>
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,7 +145,7 @@ static int check(const shape *sh, int batch, int ctx, int nb, const bufs *d, con
     return 0;
 }
 
-/* Times one kernel variant: a graph of `iters` calls rotating over the copies; the median replay. */
+/* Times the kernel: a graph of `iters` calls rotating over the copies; the median replay. */
 static int time_variant(llmc_decode_attn *a, const bufs *d, int copies, int batch, int nb, cudaStream_t st,
                         double *us) {
     const int iters = copies * ((16 + copies - 1) / copies);
@@ -188,7 +186,7 @@ static int time_variant(llmc_decode_attn *a, const bufs *d, int copies, int batc
     return 0;
 }
 
-static int run_case(const shape *sh, int batch, int ctx, int force_part, bool old, int sm, cudaStream_t st) {
+static int run_case(const shape *sh, int batch, int ctx, int force_part, int sm, cudaStream_t st) {
     const int nb = (ctx + BS - 1) / BS, ldq = (sh->n_head + 2 * sh->n_kv) * sh->hd, ldo = sh->n_head * sh->hd;
     const double bytes = (double)batch * ctx * sh->n_kv * sh->hd * 2 * 2;
     int copies = (int)ceil(ROTATE_BYTES / bytes);
@@ -257,29 +255,16 @@ static int run_case(const shape *sh, int batch, int ctx, int force_part, bool ol
     a.sm_count = sm;
     a.part_keys = force_part;
     const int part = force_part ? force_part : llmc_decode_part(sh->hd, batch, sh->n_kv, ctx, sm, SPLIT_CAP);
-    double us_new = 0, us_old = 0, err_new = 0, err_old = 0;
+    double us_new = 0, err_new = 0;
     int rc = 0;
     if (llmc_decode_attention(&a, st) != KILN_OK) rc = 1;
     if (rc == 0) CK(cudaStreamSynchronize(st));
     if (rc == 0) rc = check(sh, batch, ctx, nb, &d, table, &err_new);
     if (rc == 0) rc = time_variant(&a, &d, copies, batch, nb, st, &us_new);
-    if (rc == 0 && old) {
-        a.legacy = true;
-        a.part_keys = 0;
-        a.split_cap = SPLIT_CAP / 2; /* multiples of 128 keys */
-        CK(cudaMemset(d.out, 0, (size_t)batch * ldo * 2));
-        if (llmc_decode_attention(&a, st) != KILN_OK) rc = 1;
-        if (rc == 0) CK(cudaStreamSynchronize(st));
-        if (rc == 0) rc = check(sh, batch, ctx, nb, &d, table, &err_old);
-        if (rc == 0) rc = time_variant(&a, &d, copies, batch, nb, st, &us_old);
-    }
     if (rc == 0) {
         const double gbs = bytes / us_new * 1e-3, floor_us = bytes / (HBM_TBPS * 1e12) * 1e6;
-        printf("%-10s %5d %5d %6d %6d %6.1f %9.2f %8.0f %6.0f%% %9.1e", sh->name, batch, ctx, part,
+        printf("%-10s %5d %5d %6d %6d %6.1f %9.2f %8.0f %6.0f%% %9.1e\n", sh->name, batch, ctx, part,
                (ctx + part - 1) / part, bytes / 1e6, us_new, gbs, 100.0 * floor_us / us_new, err_new);
-        if (old)
-            printf(" %9.2f %8.0f %6.2fx %9.1e", us_old, bytes / us_old * 1e-3, us_old / us_new, err_old);
-        printf("\n");
     } else {
         fprintf(stderr, "llm_attn_bench: %s batch %d ctx %d: %s\n", sh->name, batch, ctx, kiln_last_error());
     }
@@ -300,7 +285,6 @@ static int run_case(const shape *sh, int batch, int ctx, int force_part, bool ol
 int main(int argc, char **argv) {
     const char *only = NULL;
     int batches[8] = {1, 8, 64}, n_b = 3, ctxs[8] = {256, 1024, 4096}, n_c = 3, part = 0;
-    bool old = true;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             only = argv[++i];
@@ -310,11 +294,9 @@ int main(int argc, char **argv) {
             n_c = parse_ints(argv[++i], ctxs);
         } else if (!strcmp(argv[i], "--part") && i + 1 < argc) {
             part = atoi(argv[++i]);
-        } else if (!strcmp(argv[i], "--no-old")) {
-            old = false;
         } else {
             fprintf(stderr, "usage: llm_attn_bench [--only gpt2-xl,llama3-8b] [--batch 1,8,64] [--ctx 256,1024,4096] "
-                            "[--part N] [--no-old]\n");
+                            "[--part N]\n");
             return 2;
         }
     }
@@ -334,16 +316,14 @@ int main(int argc, char **argv) {
            BS);
     printf("MB = keys + values read per call; %% = of the %.1f TB/s floor; err = max |gpu - cpu| / max |cpu|\n\n",
            HBM_TBPS);
-    printf("%-10s %5s %5s %6s %6s %6s %9s %8s %7s %9s", "shape", "batch", "ctx", "part", "splits", "MB", "us/call",
+    printf("%-10s %5s %5s %6s %6s %6s %9s %8s %7s %9s\n", "shape", "batch", "ctx", "part", "splits", "MB", "us/call",
            "GB/s", "floor", "err");
-    if (old) printf(" %9s %8s %7s %9s", "old us", "old GB/s", "speedup", "old err");
-    printf("\n");
     int rc = 0;
     for (size_t si = 0; si < sizeof SHAPES / sizeof SHAPES[0]; si++) {
         if (only && !listed(only, SHAPES[si].name)) continue;
         for (int bi = 0; bi < n_b; bi++)
             for (int ci = 0; ci < n_c; ci++)
-                if (run_case(&SHAPES[si], batches[bi], ctxs[ci], part, old, sm, st)) rc = 1;
+                if (run_case(&SHAPES[si], batches[bi], ctxs[ci], part, sm, st)) rc = 1;
     }
     cudaStreamDestroy(st);
     return rc;

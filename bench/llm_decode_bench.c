@@ -14,15 +14,13 @@
  * products, attention, the small kernels (norms, RoPE + KV write, activation, embedding) and the
  * logits (final norm + lm_head), each timed between CUDA events with the launches queued before the
  * GPU starts; and the timed step minus their sum (metadata upload, launch overhead, gaps). After both
- * batches, a line per GEMV product shape: the configuration chosen and its time next to split-K's.
+ * batches, a line per GEMV product shape: the configuration chosen and its time.
  *
- *   llm_decode_bench [--only gpt2,gpt2-xl,llama3-8b] [--gemv N] [--graphs 0|1] [--gemv-old] [--attn-old]
- *                    [--no-autotune] [--breakdown | --no-breakdown]
- *   (N: gemv_max_tokens, default 8; --gemv-old: the warp-per-row GEMV kernel instead of the one
- *   chosen per shape; KILN_LLM_GEMV=split in the environment: the earlier split-K kernel, =0..7 one
- *   configuration of the family;
- *   --attn-old: the previous decode attention kernels, for before/after; bench/llm_attn_bench.c times
- *   the attention kernel alone)
+ *   llm_decode_bench [--only gpt2,gpt2-xl,llama3-8b] [--gemv N] [--graphs 0|1] [--no-autotune]
+ *                    [--breakdown | --no-breakdown]
+ *   (N: gemv_max_tokens, default 8; KILN_LLM_GEMV=0..7 in the environment: one configuration of the
+ *   GEMV family for every shape instead of the one chosen per shape; bench/llm_attn_bench.c times the
+ *   decode attention kernel alone)
  * Exits 77 ("skipped: no GPU (...)") without a GPU, 1 on an error. */
 #include "llm/llm_cuda.h"
 #include "llm/llm_random.h"
@@ -156,7 +154,6 @@ static int breakdown(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, seqs *s, kiln_llm_c
     const kiln_llm_cuda_probe keep = *pr;
     memset(pr, 0, sizeof *pr);
     pr->profile = true;
-    pr->legacy_attention = keep.legacy_attention;
     int rc = decode(g, kv, s, 0, PROFILE_STEPS, ms);
     pr->profile = false;
     if (rc == 0 && pr->steps > 0) {
@@ -183,7 +180,7 @@ static void print_gemv_picks(const kiln_llm_cuda *g, const char *name) {
     char line[320];
     const int n = kiln_llm_cuda_gemv_picks(g, -1, line, 0);
     if (n == 0) {
-        printf("  GEMV %s: no configuration chosen (forced by KILN_LLM_GEMV or --gemv-old, or no GEMV product)\n\n",
+        printf("  GEMV %s: no configuration chosen (forced by KILN_LLM_GEMV, or no GEMV product)\n\n",
                name);
         return;
     }
@@ -251,7 +248,7 @@ static int run_batch(const bench_model *bm, kiln_llm_cuda *g, kiln_llm_cuda_prob
 
 int main(int argc, char **argv) {
     const char *only = NULL;
-    int gemv = 8, graphs = 1, gemv_old = 0, autotune = 1, attn_old = 0;
+    int gemv = 8, graphs = 1, autotune = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             only = argv[++i];
@@ -259,10 +256,6 @@ int main(int argc, char **argv) {
             gemv = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--graphs") && i + 1 < argc) {
             graphs = atoi(argv[++i]);
-        } else if (!strcmp(argv[i], "--gemv-old")) {
-            gemv_old = 1;
-        } else if (!strcmp(argv[i], "--attn-old")) {
-            attn_old = 1;
         } else if (!strcmp(argv[i], "--no-autotune")) {
             autotune = 0;
         } else if (!strcmp(argv[i], "--breakdown")) {
@@ -271,7 +264,7 @@ int main(int argc, char **argv) {
             g_breakdown = false;
         } else {
             fprintf(stderr, "usage: llm_decode_bench [--only gpt2,gpt2-xl,llama3-8b] [--gemv N] [--graphs 0|1] "
-                            "[--gemv-old] [--attn-old] [--no-autotune] [--breakdown | --no-breakdown]\n");
+                            "[--no-autotune] [--breakdown | --no-breakdown]\n");
             return 2;
         }
     }
@@ -281,10 +274,10 @@ int main(int argc, char **argv) {
         return 77;
     }
     const char *gemv_env = getenv("KILN_LLM_GEMV");
-    const char *gemv_kind = gemv_old ? "warp-per-row" : gemv_env && *gemv_env ? gemv_env : "tuned";
+    const char *gemv_kind = gemv_env && *gemv_env ? gemv_env : "tuned";
     printf("llm_decode_bench on %s, random weights, context %d + decode, gemv_max_tokens %d, %s GEMV (KILN_LLM_GEMV), "
-           "CUDA graphs %s, GEMV + cuBLASLt autotune %s, %s decode attention\n", desc, PROMPT, gemv, gemv_kind,
-           graphs ? "on" : "off", autotune ? "on" : "off", attn_old ? "previous" : "cp.async");
+           "CUDA graphs %s, GEMV + cuBLASLt autotune %s\n", desc, PROMPT, gemv, gemv_kind, graphs ? "on" : "off",
+           autotune ? "on" : "off");
     printf("floor = weight bytes / %.1f TB/s per step; GB/s = weight bytes / median step time\n\n", HBM_TBPS);
     printf("%-10s %-5s %7s %5s %9s %-13s %11s %9s %9s %8s\n", "model", "dtype", "GB", "batch", "ms/step", "(p10-p90)",
            "tokens/s", "floor ms", "of floor", "GB/s");
@@ -300,7 +293,6 @@ int main(int argc, char **argv) {
         o.max_context = 1024;
         o.gemv_max_tokens = gemv;
         o.use_graphs = graphs != 0;
-        o.gemv_legacy = gemv_old != 0;
         o.gemm_autotune = autotune != 0;
         kiln_llm_cuda_probe probe;
         memset(&probe, 0, sizeof probe);
@@ -312,11 +304,9 @@ int main(int argc, char **argv) {
             continue;
         }
         probe.eager = !graphs;
-        probe.legacy_attention = attn_old != 0;
         if (run_batch(&bm[i], g, &probe, 1, 10, 100, o.max_tokens)) rc = 1;
         memset(&probe, 0, sizeof probe);
         probe.eager = !graphs;
-        probe.legacy_attention = attn_old != 0;
         if (run_batch(&bm[i], g, &probe, 64, 5, 30, o.max_tokens)) rc = 1;
         print_gemv_picks(g, bm[i].name);
         kiln_llm_cuda_free(g);

@@ -38,11 +38,10 @@ typedef struct kiln_llm_cuda_options {
                           * bandwidth-bound GEMV kernel, larger ones with cuBLASLt (0..8; 0: cuBLASLt only) */
     bool use_graphs;     /* replay decode steps (every sequence one new token) from CUDA graphs, captured
                           * per (number of sequences, context bucket) on the second step of that shape */
-    bool gemv_legacy;    /* the GEMV kernel: false: the configuration chosen per shape (env KILN_LLM_GEMV=split
-                          * forces the earlier split-K kernel, =0..7 one configuration); true: one warp per row */
     bool gemm_autotune;  /* cuBLASLt products of at most 256 token rows: time the heuristic's first 8
                           * algorithms on the first product of each shape and keep the fastest (else its first);
-                          * GEMV products: time the 8 kernel configurations likewise (else a rule by shape) */
+                          * GEMV products: time the 8 kernel configurations likewise (else a rule by shape;
+                          * env KILN_LLM_GEMV=0..7 forces one configuration for every shape) */
     struct kiln_llm_cuda_probe *probe; /* NULL, or caller-owned switches and timings (benchmarks) */
 } kiln_llm_cuda_options;
 
@@ -58,12 +57,10 @@ typedef struct kiln_llm_cuda_probe {
     double enqueue_ms; /* out: host ms to check, stage and enqueue the step (launch overhead, no graph) */
     int graphs_captured, graph_replays; /* out: decode graphs made, steps run from one (any step) */
     char graph_error[200];              /* out: why the last failed capture failed ("" if none did) */
-    bool legacy_attention; /* in: decode attention by the previous kernel pair (split, then a reduction
-                            * launch) instead of the cp.async one; for before/after benchmarks */
 } kiln_llm_cuda_probe;
 
 /* device 0, max_tokens 2048, max_seqs 256, max_context 4096, gemv_max_tokens 8, use_graphs true,
- * gemv_legacy false, gemm_autotune true, probe NULL. */
+ * gemm_autotune true, probe NULL. */
 void kiln_llm_cuda_options_default(kiln_llm_cuda_options *o);
 
 /* KILN_OK when the device exists, with a description of it in desc ("NVIDIA H200 (sm_90, 132 SMs,
@@ -88,8 +85,8 @@ const kiln_llm_config *kiln_llm_cuda_config(const kiln_llm_cuda *g);
 uint64_t kiln_llm_cuda_weight_bytes(const kiln_llm_cuda *g);
 /* The GEMV configurations chosen so far (benchmarks): returns how many product shapes (N, K, token
  * rows, output type) have one; for 0 <= i < that count also writes shape i's as one line into line
- * (its kernel geometry and, when timed, its time and GB/s next to the split-K kernel's). 0 when the
- * GEMV kernel is forced (KILN_LLM_GEMV, gemv_legacy) or none ran yet. */
+ * (its kernel geometry and, when timed, its time and GB/s). 0 when the GEMV configuration is forced
+ * (KILN_LLM_GEMV) or none ran yet. */
 int kiln_llm_cuda_gemv_picks(const kiln_llm_cuda *g, int i, char *line, size_t cap);
 
 typedef struct kiln_llm_cuda_kv_options {

@@ -13,7 +13,7 @@
  * of 64 and 22; then 32 decode steps of all three (the third's context reaches 182 tokens: two
  * splits of the decode attention). Decode tokens are the CPU's greedy choices, fed to both.
  * The GPU runs in fp16 and bf16, each with the GEMV kernel for small steps (its configuration timed
- * per shape on first use), with the older warp-per-row GEMV, and with cuBLASLt only; each runs the schedule twice on one model and cache,
+ * per shape on first use) and with cuBLASLt only; each runs the schedule twice on one model and cache,
  * without and then with CUDA graphs for the decode steps, whose logits must equal the eager pass's
  * (relative difference <= 1e-6) and which must have been captured and replayed.
  *
@@ -182,7 +182,7 @@ static size_t schedule_rows(const schedule *sc) {
  * captured and replayed); both compared with the CPU, res[pass][0..2]: prefill (step 0), chunked
  * (1-2), decode. *same_err: the largest |pass 1 - pass 0| over all logits / max |pass 0|. The probe's
  * graph counters come back in *probe. */
-static int run_gpu(const kiln_llm_model *m, const schedule *sc, kiln_dtype dt, int gemv, bool legacy, double tol,
+static int run_gpu(const kiln_llm_model *m, const schedule *sc, kiln_dtype dt, int gemv, double tol,
                    phase_result res[2][3], double *same_err, kiln_llm_cuda_probe *probe) {
     const kiln_llm_config *c = kiln_llm_model_config(m);
     kiln_llm_cuda_options o;
@@ -191,7 +191,6 @@ static int run_gpu(const kiln_llm_model *m, const schedule *sc, kiln_dtype dt, i
     o.max_seqs = 8;
     o.max_context = MAX_BLOCKS * BLOCK;
     o.gemv_max_tokens = gemv;
-    o.gemv_legacy = legacy;
     o.use_graphs = true;
     memset(probe, 0, sizeof *probe);
     o.probe = probe;
@@ -421,8 +420,8 @@ static void test_decode_kernel(void) {
                 }
                 if (b == 1) ctx[0] = si % 2 ? 1000 : 777;
                 KT_CUDA(cudaMemcpy(d_ctx, ctx, (size_t)b * 4, cudaMemcpyHostToDevice));
-                /* keys per split: heuristic (device SMs, 8 SMs), 16, 48, one split; the previous kernels */
-                const int variants = 6;
+                /* keys per split: heuristic (device SMs, 8 SMs), 16, 48, one split */
+                const int variants = 5;
                 for (int vi = 0; vi < variants; vi++) {
                     llmc_decode_attn a;
                     memset(&a, 0, sizeof a);
@@ -448,11 +447,8 @@ static void test_decode_kernel(void) {
                     sm = vi == 1 ? 8 : dev_sm;
                     a.sm_count = sm;
                     a.part_keys = vi == 2 ? 16 : vi == 3 ? 48 : vi == 4 ? KT_CTX : 0;
-                    a.legacy = vi == 5;
-                    if (a.legacy) a.split_cap = KT_CTX / 128; /* its partials: [seq][head][split_cap][hd + 2] */
                     const int part = a.part_keys ? a.part_keys
-                                     : a.legacy ? 0
-                                                : llmc_decode_part(sh->hd, b, sh->n_kv, KT_CTX, sm, split_cap);
+                                                 : llmc_decode_part(sh->hd, b, sh->n_kv, KT_CTX, sm, split_cap);
                     KT_CUDA(cudaMemsetAsync(d_out, 0xff, out_elems * 2, stream)); /* NaN poison */
                     const kiln_status st = llmc_decode_attention(&a, stream);
                     EXPECT(st == KILN_OK, "decode attention: %s", kiln_last_error());
@@ -460,11 +456,8 @@ static void test_decode_kernel(void) {
                     KT_CUDA(cudaMemcpy(out, d_out, (size_t)b * ldo * 2, cudaMemcpyDeviceToHost));
                     const double err = kt_compare(sh, dt, b, ctx, table, table_stride, qf, ldq, kf, vf, out, ldo);
                     char what[40], name[32];
-                    if (a.legacy)
-                        snprintf(what, sizeof what, "previous kernels");
-                    else
-                        snprintf(what, sizeof what, "%d (%d splits%s)", part, (KT_CTX + part - 1) / part,
-                                 vi == 0 ? ", auto" : vi == 1 ? ", auto 8 SMs" : "");
+                    snprintf(what, sizeof what, "%d (%d splits%s)", part, (KT_CTX + part - 1) / part,
+                             vi == 0 ? ", auto" : vi == 1 ? ", auto 8 SMs" : "");
                     snprintf(name, sizeof name, "hd %d, %d/%d heads", sh->hd, sh->n_head, sh->n_kv);
                     const bool ok = st == KILN_OK && err <= tol;
                     if (!ok || vi == 0 || bi == 2)
@@ -561,9 +554,9 @@ done:
 
 /* ---------------------------------------------------------------- the GEMV kernels alone */
 
-/* Every GEMV configuration (llmc_gemv_launch: the 8 of the tuned family, the split-K and the
- * warp-per-row kernels) against a double-precision CPU product over the same 16-bit values, so that a
- * wrong configuration cannot hide behind the autotune (which may never pick it here): fp16 and bf16;
+/* Every GEMV configuration (llmc_gemv_launch: the 8 of the tuned family) against a double-precision
+ * CPU product over the same 16-bit values, so that a wrong configuration cannot hide behind the
+ * autotune (which may never pick it here): fp16 and bf16;
  * n = 1, 3, 5 (the 8-row kernel with rows masked) and 8 token rows; GPT-2 124M/XL and Llama-3-8B
  * shapes (K 768, 1600, 4096, 6400; N 2304, 4800, 6400, 1600, 14336) and N not a multiple of any
  * configuration's rows per block (301, 1001); x with a row stride past K, y with one past N; bias on
@@ -579,7 +572,7 @@ static void test_gemv_kernels(void) {
                                       {6400, 1600}, {1600, 1001}, {4096, 14336}, {4096, 1600}};
     static const int ns[] = {1, 3, 5, 8};
     const int n_shapes = (int)(sizeof shapes / sizeof shapes[0]), n_ns = (int)(sizeof ns / sizeof ns[0]);
-    const int max_k = 6400, max_wk = 4096 * 14336, max_n = 14336, pad = 8, n_cfg = LLMC_GEMV_CONFIGS + 2;
+    const int max_k = 6400, max_wk = 4096 * 14336, max_n = 14336, pad = 8, n_cfg = LLMC_GEMV_CONFIGS;
     cudaStream_t stream = NULL;
     void *d_x = NULL, *d_w = NULL, *d_b = NULL, *d_y = NULL;
     uint16_t *w16 = malloc((size_t)max_wk * 2), *x16 = malloc((size_t)LLMC_GEMV_MAX * (max_k + pad) * 2);
@@ -635,7 +628,7 @@ static void test_gemv_kernels(void) {
             for (int ni = 0; ni < n_ns; ni++) {
                 const int n = ns[ni];
                 for (int ci = 0; ci < n_cfg; ci++) {
-                    const int cfg = ci < LLMC_GEMV_CONFIGS ? ci : ci == LLMC_GEMV_CONFIGS ? LLMC_GEMV_SPLIT : LLMC_GEMV_WARP;
+                    const int cfg = ci;
                     for (int v = 0; v < 3; v++) { /* bias + 16-bit out, 16-bit out, FP32 out */
                         const bool bias = v == 0, f32 = v == 2;
                         const size_t es = f32 ? 4 : 2;
@@ -756,15 +749,15 @@ int main(void) {
         for (int di = 0; di < 2; di++) {
             const kiln_dtype dt = di ? KILN_BF16 : KILN_F16;
             const double tol = di ? 5e-2 : 2e-2;
-            /* products: the tuned GEMV, the warp-per-row GEMV, cuBLASLt only; each run without, then
-             * with CUDA graphs for the decode steps, whose logits must equal the eager pass's */
-            static const char *const prod_name[3] = {"gemv", "gemv-old", "cublasLt"};
-            for (int gi = 0; gi < 3; gi++) {
+            /* products: the tuned GEMV, cuBLASLt only; each run without, then with CUDA graphs for the
+             * decode steps, whose logits must equal the eager pass's */
+            static const char *const prod_name[2] = {"gemv", "cublasLt"};
+            for (int gi = 0; gi < 2; gi++) {
                 phase_result res[2][3];
                 kiln_llm_cuda_probe probe;
                 double same_err = 0;
                 const int before = g_failures;
-                run_gpu(m, &sc, dt, gi == 2 ? 0 : 8, gi == 1, tol, res, &same_err, &probe);
+                run_gpu(m, &sc, dt, gi == 1 ? 0 : 8, tol, res, &same_err, &probe);
                 /* 32 decode steps of 3 sequences, all in the context bucket 256 (longest context 151..182):
                  * run eagerly once, captured on the second, replayed from then on */
                 const bool used = probe.graphs_captured >= 1 && probe.graph_replays >= 20;

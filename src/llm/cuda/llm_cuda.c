@@ -20,7 +20,6 @@ void kiln_llm_cuda_options_default(kiln_llm_cuda_options *o) {
     o->max_context = 4096;
     o->gemv_max_tokens = LLMC_GEMV_MAX;
     o->use_graphs = true;
-    o->gemv_legacy = false;
     o->gemm_autotune = true;
     o->probe = NULL;
 }

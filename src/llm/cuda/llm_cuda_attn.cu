@@ -2,7 +2,7 @@
  * keys and values are already written), flash-attention style: scores, an online softmax and the
  * weighted sum of values in FP32, never materializing the score matrix.
  *
- * The shared core (att_tile): a warp holds up to ATT_R query rows (FP32, pre-scaled by 1/sqrt(hd), in
+ * The prefill core (att_tile): a warp holds up to ATT_R query rows (FP32, pre-scaled by 1/sqrt(hd), in
  * shared memory) and attends them to a tile of 32 keys, lane j scoring key j against every row
  * (16-byte loads of the key), then updating each row's running max m, sum l and output accumulator;
  * lane i owns output dims [i * hd/32, (i + 1) * hd/32). Rows of one warp share the keys they read:
@@ -18,9 +18,7 @@
  *    is computed), scores from there (a lane per key, two at hd 128), and accumulates its output dims
  *    over the value rows; the warps merge through shared memory. With one split the block writes the
  *    output; with several the last block of a (sequence, KV head) to finish (an atomic counter, left at
- *    zero for the next launch) combines the splits, so a decode attention is one launch.
- *  - legacy_decode_kernel + legacy_reduce_kernel: the previous decode path (att_tile per split, then a
- *    reduction launch), kept as the baseline of bench/llm_attn_bench.c and the probe's switch. */
+ *    zero for the next launch) combines the splits, so a decode attention is one launch. */
 #include "llm/cuda/llm_cuda_util.cuh"
 
 #include <math.h>
@@ -451,99 +449,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, DEC_BLOCKS_PER_SM)
     }
 }
 
-/* ---------------------------------------------------------------- decode, previous kernels (benchmarks) */
-
-/* The decode kernels before dec_kernel, kept as the baseline of bench/llm_attn_bench.c: grid (splits,
- * KV heads, sequences), a block attends its split with att_tile (lane per key, then one value row per
- * key in turn), then decode_reduce_kernel combines the splits ([seq][head][split_cap][HD + 2]). */
-template <typename T, int HD>
-__global__ void __launch_bounds__(ATT_WARPS * 32)
-    legacy_decode_kernel(const T *__restrict__ qkv, int ldq, T *__restrict__ out, int ldo,
-                         const int32_t *__restrict__ ctx_len, const int32_t *__restrict__ table, int table_stride,
-                         const T *__restrict__ kc, const T *__restrict__ vc, int n_head, int n_kv_head, int bs,
-                         float scale, int part, float *__restrict__ partial, int split_cap) {
-    constexpr int E = HD / 32;
-    __shared__ __align__(16) float qs[ATT_R][HD];
-    __shared__ float wm[ATT_WARPS][ATT_R], wl[ATT_WARPS][ATT_R];
-    __shared__ float wacc[ATT_WARPS][ATT_R][HD];
-    const int seq = blockIdx.z, g = blockIdx.y, split = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int group = n_head / n_kv_head, ctx = ctx_len[seq], k0 = split * part;
-    if (k0 >= ctx) return; /* the whole block: before any __syncthreads */
-    const int k1 = min(ctx, k0 + part), n_splits = (ctx + part - 1) / part;
-    const T *q = qkv + (size_t)seq * ldq + (size_t)g * group * HD; /* token index == sequence index */
-    for (int i = threadIdx.x; i < ATT_R * HD; i += blockDim.x) {
-        const int r = i / HD;
-        qs[r][i - r * HD] = r < group ? ku_f32(q[i]) * scale : 0.0f;
-    }
-    __syncthreads();
-    int limit[ATT_R];
-#pragma unroll
-    for (int r = 0; r < ATT_R; r++) limit[r] = r < group ? ctx - 1 : -1;
-    const att_cache c = {table + (size_t)seq * table_stride, bs, (size_t)n_kv_head * bs * HD, (size_t)g * bs * HD};
-    att_state<E> st;
-    att_init(st);
-    for (int j0 = k0 + warp * 32; j0 < k1; j0 += ATT_WARPS * 32) att_tile<T, HD>(st, &qs[0][0], limit, j0, k1, kc, vc, c);
-#pragma unroll
-    for (int r = 0; r < ATT_R; r++) {
-        if (lane == 0) {
-            wm[warp][r] = st.m[r];
-            wl[warp][r] = st.l[r];
-        }
-#pragma unroll
-        for (int e = 0; e < E; e++) wacc[warp][r][lane * E + e] = st.acc[r][e];
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
-        const int r = i / HD, e = i - r * HD, h = g * group + r;
-        float M = -INFINITY, L = 0.0f, A = 0.0f;
-        for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, wm[w][r]);
-        for (int w = 0; w < ATT_WARPS; w++) {
-            if (wm[w][r] == -INFINITY) continue; /* a warp that saw no key */
-            const float f = __expf(wm[w][r] - M);
-            L += wl[w][r] * f;
-            A += wacc[w][r][e] * f;
-        }
-        if (n_splits == 1) {
-            out[(size_t)seq * ldo + (size_t)h * HD + e] = ku_from_f32<T>(A / L);
-        } else {
-            float *pp = partial + (((size_t)seq * n_head + h) * split_cap + split) * (HD + 2);
-            pp[e] = A;
-            if (e == 0) {
-                pp[HD] = M;
-                pp[HD + 1] = L;
-            }
-        }
-    }
-}
-
-template <typename T, int HD>
-__global__ void legacy_reduce_kernel(const float *__restrict__ partial, int split_cap, const int32_t *__restrict__ ctx_len,
-                                     int part, T *__restrict__ out, int ldo, int n_head) {
-    const int h = blockIdx.x, seq = blockIdx.y, e = threadIdx.x;
-    const int n_splits = (ctx_len[seq] + part - 1) / part;
-    if (n_splits <= 1) return;
-    const float *base = partial + ((size_t)seq * n_head + h) * split_cap * (HD + 2);
-    float M = -INFINITY, L = 0.0f, A = 0.0f;
-    for (int s = 0; s < n_splits; s++) M = fmaxf(M, base[s * (HD + 2) + HD]);
-    for (int s = 0; s < n_splits; s++) {
-        const float *pp = base + s * (HD + 2), f = __expf(pp[HD] - M);
-        L += pp[HD + 1] * f;
-        A += pp[e] * f;
-    }
-    out[(size_t)seq * ldo + (size_t)h * HD + e] = ku_from_f32<T>(A / L);
-}
-
 /* ---------------------------------------------------------------- launch */
-
-/* Keys per split of the previous kernels: at least LLMC_SPLIT_MIN, a multiple of it, and few enough
- * keys that the grid has about two blocks per SM when the context allows. */
-static int legacy_part(int sm_count, int n_seqs, int n_kv_head, int max_ctx) {
-    const int blocks = n_seqs * n_kv_head, want = 2 * (sm_count > 0 ? sm_count : 1);
-    const int splits = blocks >= want ? 1 : (want + blocks - 1) / blocks;
-    const int keys = (max_ctx + splits - 1) / splits;
-    const int part = (keys + LLMC_SPLIT_MIN - 1) / LLMC_SPLIT_MIN * LLMC_SPLIT_MIN;
-    return part > LLMC_SPLIT_MIN ? part : LLMC_SPLIT_MIN;
-}
 
 extern "C" int llmc_decode_part(int head_dim, int n_seqs, int n_kv_head, int max_ctx, int sm_count, int max_splits) {
     const int tk = head_dim == 64 ? 32 : 16, gran = DEC_WARPS * tk; /* a tile per warp */
@@ -591,25 +497,6 @@ static kiln_status dec_launch(const llmc_decode_attn *a, int part, int splits, c
 template <typename T, int HD>
 static kiln_status dec_launch_hd(const llmc_decode_attn *a, cudaStream_t stream) {
     const int group = a->n_head / a->n_kv_head;
-    if (a->legacy) {
-        const int part = a->part_keys > 0 ? a->part_keys : legacy_part(a->sm_count, a->n_seqs, a->n_kv_head, a->max_ctx);
-        const int splits = (a->max_ctx + part - 1) / part;
-        if (splits > a->split_cap)
-            return kiln_error(KILN_ERR_INTERNAL, "decode attention: %d splits of %d keys exceed the %d allocated", splits,
-                              part, a->split_cap);
-        dim3 grid((unsigned)splits, (unsigned)a->n_kv_head, (unsigned)a->n_seqs);
-        legacy_decode_kernel<T, HD><<<grid, ATT_WARPS * 32, 0, stream>>>(
-            (const T *)a->q, a->ldq, (T *)a->out, a->ldo, a->ctx_len, a->table, a->table_stride, (const T *)a->kc,
-            (const T *)a->vc, a->n_head, a->n_kv_head, a->block_size, 1.0f / sqrtf((float)HD), part, a->part,
-            a->split_cap);
-        KILN_CUDA_LAUNCH_CHECK("legacy_decode_kernel");
-        if (splits > 1) {
-            legacy_reduce_kernel<T, HD><<<dim3((unsigned)a->n_head, (unsigned)a->n_seqs), HD, 0, stream>>>(
-                a->part, a->split_cap, a->ctx_len, part, (T *)a->out, a->ldo, a->n_head);
-            KILN_CUDA_LAUNCH_CHECK("legacy_reduce_kernel");
-        }
-        return KILN_OK;
-    }
     const int part = a->part_keys > 0 ? a->part_keys
                                       : llmc_decode_part(HD, a->n_seqs, a->n_kv_head, a->max_ctx, a->sm_count, a->split_cap);
     const int splits = (a->max_ctx + part - 1) / part;
@@ -674,7 +561,6 @@ static kiln_status launch_attention(kiln_llm_cuda *g, const llmc_step *s, const 
     a.split_cap = g->split_cap;
     a.count = g->att_count;
     a.sm_count = g->sm_count;
-    a.legacy = g->opt.probe && g->opt.probe->legacy_attention;
     return dec_launch_hd<T, HD>(&a, g->stream);
 }
 

@@ -4,11 +4,8 @@
  *  - few token rows (decode): gemv_tpl_kernel, one template over its launch geometry (threads per
  *    row group, groups per block, rows per group, 16-byte loads in flight), in LLMC_GEMV_CONFIGS
  *    configurations; the first product of each shape outside a capture times them all and the
- *    fastest is kept per shape (g->gemv_picks). KILN_LLM_GEMV=split forces the earlier
- *    gemv_split_kernel (all threads of a block per 4 output features split K) and options.gemv_legacy
- *    gemv_kernel, one warp per output feature streaming its weight row once with 16-byte loads (four
- *    in flight per lane) against every token row. FP32 sums, the bias added in FP32. Bandwidth-bound,
- *    as batch-1 decode is.
+ *    fastest is kept per shape (g->gemv_picks); KILN_LLM_GEMV=0..7 forces one configuration for
+ *    every shape. FP32 sums, the bias added in FP32. Bandwidth-bound, as batch-1 decode is.
  *  - otherwise cuBLASLt. Its interface is column-major, and a row-major [r, c] array is the
  *    column-major [c, r] one with the same memory, so:
  *        W  [N, K] row-major = Wc [K, N] column-major (ld K)
@@ -27,8 +24,6 @@
 #include <string.h>
 #include <time.h>
 
-#define GEMV_THREADS 256 /* 8 warps: 8 output features per block */
-#define GEMV_UNROLL 4    /* 16-byte weight loads in flight per lane */
 #define LLMC_PLANS 64
 #define LT_CANDIDATES 8  /* algorithms timed per small product (options.gemm_autotune) */
 #define LT_TUNE_MAX_N 256 /* products of at most this many token rows are timed */
@@ -37,186 +32,6 @@
 /* ---------------------------------------------------------------- GEMV */
 
 template <typename T> static __device__ __forceinline__ void gemv_store(T *p, float v) { *p = ku_from_f32<T>(v); }
-
-/* NT token rows. K % 8 == 0, x rows and W 16-byte aligned (the launcher checks). */
-template <typename T, typename OutT, int NT>
-__global__ void __launch_bounds__(GEMV_THREADS)
-    gemv_kernel(const T *__restrict__ x, int ldx, const T *__restrict__ w, const T *__restrict__ bias,
-                OutT *__restrict__ y, int ldy, int N, int K) {
-    const int row = blockIdx.x * (GEMV_THREADS / 32) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (row >= N) return;
-    const T *wr = w + (size_t)row * K;
-    float acc[NT];
-#pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-    for (int k0 = lane * 8; k0 < K; k0 += 32 * 8 * GEMV_UNROLL) {
-        uint4 wv[GEMV_UNROLL];
-#pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; u++) {
-            const int k = k0 + u * 32 * 8;
-            wv[u] = k < K ? __ldcs(reinterpret_cast<const uint4 *>(wr + k)) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; u++) {
-            const int k = k0 + u * 32 * 8;
-            if (k >= K) break;
-            float wf[8];
-            lc_unpack8<T>(wv[u], wf);
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                float xf[8];
-                lc_load8<T>(x + (size_t)t * ldx + k, xf);
-#pragma unroll
-                for (int e = 0; e < 8; e++) acc[t] += wf[e] * xf[e];
-            }
-        }
-    }
-    const float b = bias ? ku_f32(bias[row]) : 0.0f;
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        const float v = ku_warp_sum(acc[t]);
-        if (lane == 0) gemv_store<OutT>(y + (size_t)t * ldy + row, v + b);
-    }
-}
-
-template <typename T, typename OutT, int NT>
-static kiln_status gemv_nt(cudaStream_t stream, const void *x, int ldx, const void *w, const void *bias, int N, void *y,
-                           int ldy, int K) {
-    const unsigned blocks = (unsigned)((N + GEMV_THREADS / 32 - 1) / (GEMV_THREADS / 32));
-    gemv_kernel<T, OutT, NT><<<blocks, GEMV_THREADS, 0, stream>>>((const T *)x, ldx, (const T *)w, (const T *)bias,
-                                                                     (OutT *)y, ldy, N, K);
-    KILN_CUDA_LAUNCH_CHECK("gemv_kernel");
-    return KILN_OK;
-}
-
-template <typename T, typename OutT>
-static kiln_status gemv_out(cudaStream_t stream, const void *x, int ldx, int n, int K, const void *w, const void *bias,
-                            int N, void *y, int ldy) {
-    switch (n) {
-    case 1: return gemv_nt<T, OutT, 1>(stream, x, ldx, w, bias, N, y, ldy, K);
-    case 2: return gemv_nt<T, OutT, 2>(stream, x, ldx, w, bias, N, y, ldy, K);
-    case 3: return gemv_nt<T, OutT, 3>(stream, x, ldx, w, bias, N, y, ldy, K);
-    case 4: return gemv_nt<T, OutT, 4>(stream, x, ldx, w, bias, N, y, ldy, K);
-    case 5: return gemv_nt<T, OutT, 5>(stream, x, ldx, w, bias, N, y, ldy, K);
-    case 6: return gemv_nt<T, OutT, 6>(stream, x, ldx, w, bias, N, y, ldy, K);
-    case 7: return gemv_nt<T, OutT, 7>(stream, x, ldx, w, bias, N, y, ldy, K);
-    default: return gemv_nt<T, OutT, 8>(stream, x, ldx, w, bias, N, y, ldy, K);
-    }
-}
-
-template <typename T>
-static kiln_status gemv(cudaStream_t stream, const void *x, int ldx, int n, int K, const void *w, const void *bias, int N,
-                        void *y, int ldy, bool out_f32) {
-    return out_f32 ? gemv_out<T, float>(stream, x, ldx, n, K, w, bias, N, y, ldy)
-                   : gemv_out<T, T>(stream, x, ldx, n, K, w, bias, N, y, ldy);
-}
-
-/* ---------------------------------------------------------------- split-K GEMV */
-
-/* A block per SPLIT_ROWS output features; all its threads split K: thread i takes the 16-byte chunks
- * i, i + blockDim, ... of each of the block's rows (SPLIT_UNROLL chunks of every row in flight per
- * round), loads the matching 8 values of each token row once for all SPLIT_ROWS weight rows, and
- * accumulates in FP32; the partial sums are reduced over the warp by shuffles, then over the warps in
- * shared memory. So narrow matrices (K = 1600) still put several loads in flight on every SM, and
- * there are N / SPLIT_ROWS blocks to spread. blockDim: a multiple of 32, at most SPLIT_THREADS. */
-#define SPLIT_THREADS 256
-#define SPLIT_ROWS 4
-#define SPLIT_UNROLL 2
-
-template <typename T, typename OutT, int NT>
-__global__ void __launch_bounds__(SPLIT_THREADS)
-    gemv_split_kernel(const T *__restrict__ x, int ldx, const T *__restrict__ w, const T *__restrict__ bias,
-                      OutT *__restrict__ y, int ldy, int N, int K) {
-    constexpr int R = SPLIT_ROWS, U = SPLIT_UNROLL;
-    __shared__ float red[SPLIT_THREADS / 32][R * NT];
-    const int row0 = blockIdx.x * R, K8 = K >> 3, tid = threadIdx.x, nthr = blockDim.x;
-    const uint4 *wr[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) /* rows past N read row N - 1 (in bounds) and are not stored */
-        wr[r] = reinterpret_cast<const uint4 *>(w + (size_t)min(row0 + r, N - 1) * K);
-    float acc[R][NT];
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
-    for (int c0 = tid; c0 < K8; c0 += nthr * U) {
-        uint4 wv[U][R];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int c = c0 + u * nthr;
-#pragma unroll
-            for (int r = 0; r < R; r++) wv[u][r] = c < K8 ? __ldcs(wr[r] + c) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int c = c0 + u * nthr;
-            if (c >= K8) break;
-            float wf[R][8];
-#pragma unroll
-            for (int r = 0; r < R; r++) lc_unpack8<T>(wv[u][r], wf[r]);
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                float xf[8];
-                lc_load8<T>(x + (size_t)t * ldx + (size_t)c * 8, xf);
-#pragma unroll
-                for (int r = 0; r < R; r++)
-#pragma unroll
-                    for (int e = 0; e < 8; e++) acc[r][t] += wf[r][e] * xf[e];
-            }
-        }
-    }
-    const int lane = tid & 31, warp = tid >> 5;
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            const float v = ku_warp_sum(acc[r][t]);
-            if (lane == 0) red[warp][r * NT + t] = v;
-        }
-    __syncthreads();
-    if (tid < R * NT) {
-        const int r = tid / NT, t = tid - r * NT, row = row0 + r;
-        if (row < N) {
-            float v = 0.0f;
-            for (int wi = 0; wi < nthr / 32; wi++) v += red[wi][tid];
-            if (bias) v += ku_f32(bias[row]);
-            gemv_store<OutT>(y + (size_t)t * ldy + row, v);
-        }
-    }
-}
-
-template <typename T, typename OutT, int NT>
-static kiln_status gemv_split_nt(cudaStream_t stream, const void *x, int ldx, const void *w, const void *bias, int N,
-                                 void *y, int ldy, int K) {
-    const int k8 = K / 8, threads = k8 >= SPLIT_THREADS ? SPLIT_THREADS : (k8 + 31) / 32 * 32;
-    const unsigned blocks = (unsigned)((N + SPLIT_ROWS - 1) / SPLIT_ROWS);
-    gemv_split_kernel<T, OutT, NT><<<blocks, threads > 0 ? threads : 32, 0, stream>>>(
-        (const T *)x, ldx, (const T *)w, (const T *)bias, (OutT *)y, ldy, N, K);
-    KILN_CUDA_LAUNCH_CHECK("gemv_split_kernel");
-    return KILN_OK;
-}
-
-template <typename T, typename OutT>
-static kiln_status gemv_split_out(cudaStream_t stream, const void *x, int ldx, int n, int K, const void *w, const void *bias,
-                                  int N, void *y, int ldy) {
-    switch (n) {
-    case 1: return gemv_split_nt<T, OutT, 1>(stream, x, ldx, w, bias, N, y, ldy, K);
-    case 2: return gemv_split_nt<T, OutT, 2>(stream, x, ldx, w, bias, N, y, ldy, K);
-    case 3: return gemv_split_nt<T, OutT, 3>(stream, x, ldx, w, bias, N, y, ldy, K);
-    case 4: return gemv_split_nt<T, OutT, 4>(stream, x, ldx, w, bias, N, y, ldy, K);
-    case 5: return gemv_split_nt<T, OutT, 5>(stream, x, ldx, w, bias, N, y, ldy, K);
-    case 6: return gemv_split_nt<T, OutT, 6>(stream, x, ldx, w, bias, N, y, ldy, K);
-    case 7: return gemv_split_nt<T, OutT, 7>(stream, x, ldx, w, bias, N, y, ldy, K);
-    default: return gemv_split_nt<T, OutT, 8>(stream, x, ldx, w, bias, N, y, ldy, K);
-    }
-}
-
-template <typename T>
-static kiln_status gemv_split(cudaStream_t stream, const void *x, int ldx, int n, int K, const void *w, const void *bias,
-                              int N, void *y, int ldy, bool out_f32) {
-    return out_f32 ? gemv_split_out<T, float>(stream, x, ldx, n, K, w, bias, N, y, ldy)
-                   : gemv_split_out<T, T>(stream, x, ldx, n, K, w, bias, N, y, ldy);
-}
 
 /* ---------------------------------------------------------------- the GEMV family */
 
@@ -316,7 +131,8 @@ __global__ void __launch_bounds__(TPR *GROUPS)
 /* The candidates: threads per row group, groups per block, rows per group, chunks per row in flight.
  * Chosen to span the shapes of decode: a warp per row with every chunk of a K <= 2048 row in flight
  * at once (0), warps on 2 or 4 rows sharing x (1, 2), 2-8 warps splitting long rows (3-7; 6 is the
- * split-K kernel's geometry). Every one is checked against the CPU in tests/gpu/test_llm_cuda.c. */
+ * geometry of the split-K kernel the family replaced). Every one is checked against the CPU in
+ * tests/gpu/test_llm_cuda.c. */
 #define GEMV_CONFIG_LIST(X)                                                                        \
     X(0, 32, 4, 1, 8)                                                                              \
     X(1, 32, 4, 2, 4)                                                                              \
@@ -553,14 +369,12 @@ static kiln_status lt_linear(kiln_llm_cuda *g, const void *x, int ldx, int n, in
 
 #define GEMV_TUNE_BYTES (128.0 * (1 << 20)) /* weight bytes a candidate streams while timed: past L2 */
 #define GEMV_TUNE_MIN_REPS 3
-#define GEMV_TUNE_MAX_REPS 24 /* (9 kernels x reps launches queue behind the gate) */
+#define GEMV_TUNE_MAX_REPS 24 /* (8 kernels x reps launches queue behind the gate) */
 #define GEMV_GATE_MS 200.0
 
 template <typename T>
 static kiln_status gemv_any(cudaStream_t stream, int cfg, const void *x, int ldx, int n, int K, const void *w,
                             const void *bias, int N, void *y, int ldy, bool out_f32) {
-    if (cfg == LLMC_GEMV_SPLIT) return gemv_split<T>(stream, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
-    if (cfg == LLMC_GEMV_WARP) return gemv<T>(stream, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
     return out_f32 ? gemv_tpl_cfg<T, float>(stream, cfg, x, ldx, n, w, bias, N, y, ldy, K)
                    : gemv_tpl_cfg<T, T>(stream, cfg, x, ldx, n, w, bias, N, y, ldy, K);
 }
@@ -574,14 +388,12 @@ extern "C" kiln_status llmc_gemv_launch(kiln_dtype dtype, cudaStream_t stream, i
         !ku_aligned16(w))
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "llm cuda GEMV: n %d (1..%d), N %d, K %d, ldx %d, ldy %d (K and "
                           "ldx multiples of 8, x and w 16-byte aligned)", n, LLMC_GEMV_MAX, N, K, ldx, ldy);
-    if (cfg < LLMC_GEMV_WARP || cfg >= LLMC_GEMV_CONFIGS)
+    if (cfg < 0 || cfg >= LLMC_GEMV_CONFIGS)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "llm cuda GEMV: no configuration %d", cfg);
     return LC_DISPATCH(dtype, gemv_any, stream, cfg, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
 }
 
 extern "C" const char *llmc_gemv_config_name(int cfg) {
-    if (cfg == LLMC_GEMV_SPLIT) return "split-K (256 thr x 4 rows)";
-    if (cfg == LLMC_GEMV_WARP) return "warp-per-row";
     return cfg >= 0 && cfg < LLMC_GEMV_CONFIGS ? GEMV_CFG[cfg].name : "?";
 }
 
@@ -593,19 +405,11 @@ extern "C" kiln_status llmc_gemv_mode_from_env(int *mode) {
     const char *v = getenv("KILN_LLM_GEMV");
     *mode = LLMC_GEMV_AUTO;
     if (!v || !*v || !strcmp(v, "auto")) return KILN_OK;
-    if (!strcmp(v, "split")) {
-        *mode = LLMC_GEMV_SPLIT;
-        return KILN_OK;
-    }
-    if (!strcmp(v, "warp")) {
-        *mode = LLMC_GEMV_WARP;
-        return KILN_OK;
-    }
     if (v[0] >= '0' && v[0] < '0' + LLMC_GEMV_CONFIGS && !v[1]) {
         *mode = v[0] - '0';
         return KILN_OK;
     }
-    return kiln_error(KILN_ERR_INVALID_ARGUMENT, "KILN_LLM_GEMV=%s (auto, split, warp or 0..%d)", v,
+    return kiln_error(KILN_ERR_INVALID_ARGUMENT, "KILN_LLM_GEMV=%s (auto or 0..%d)", v,
                       LLMC_GEMV_CONFIGS - 1);
 }
 
@@ -634,42 +438,39 @@ static void CUDART_CB gemv_gate_fn(void *p) {
     }
 }
 
-/* Enqueues the timed launches of every candidate (index LLMC_GEMV_CONFIGS: the split-K kernel, timed
- * for the report only) between ev[2c] and ev[2c + 1], reps each. Each launch reads its own N x K
- * window of the model's weight allocation (consecutive windows, on past the previous candidate's), so
- * the weights come from HBM as in a step, not from L2; when the allocation holds one window only, w
- * itself. y gets garbage (the caller's own product follows). */
+/* Enqueues the timed launches of every configuration c between ev[2c] and ev[2c + 1], reps each.
+ * Each launch reads its own N x K window of the model's weight allocation (consecutive windows, on
+ * past the previous candidate's), so the weights come from HBM as in a step, not from L2; when the
+ * allocation holds one window only, w itself. y gets garbage (the caller's own product follows). */
 static kiln_status gemv_tune_enqueue(kiln_llm_cuda *g, cudaEvent_t *ev, int reps, const void *x, int ldx, int n, int K,
                                      const void *w, const void *bias, int N, void *y, int ldy, bool out_f32) {
     const size_t mat = (size_t)N * K * 2, stride = (mat + LLMC_ALIGN - 1) / LLMC_ALIGN * LLMC_ALIGN;
     const size_t slots = g->weights && g->weight_bytes >= mat ? (g->weight_bytes - mat) / stride + 1 : 1;
     size_t next = 0;
-    for (int c = 0; c <= LLMC_GEMV_CONFIGS; c++) {
-        const int cfg = c < LLMC_GEMV_CONFIGS ? c : LLMC_GEMV_SPLIT;
+    for (int c = 0; c < LLMC_GEMV_CONFIGS; c++) {
         KILN_CUDA_TRY(cudaEventRecord(ev[2 * c], g->stream));
         for (int r = 0; r < reps; r++, next++) {
             const void *wr = slots > 1 ? (const void *)((const char *)g->weights + next % slots * stride) : w;
-            KILN_TRY(LC_DISPATCH(g->dtype, gemv_any, g->stream, cfg, x, ldx, n, K, wr, bias, N, y, ldy, out_f32));
+            KILN_TRY(LC_DISPATCH(g->dtype, gemv_any, g->stream, c, x, ldx, n, K, wr, bias, N, y, ldy, out_f32));
         }
         KILN_CUDA_TRY(cudaEventRecord(ev[2 * c + 1], g->stream));
     }
     return KILN_OK;
 }
 
-/* Times every candidate on this product (one untimed launch each first: module loading, warm-up)
- * and sets p->cfg to the fastest, p->us and p->split_us to the times per product; p->timed stays
+/* Times every configuration on this product (one untimed launch each first: module loading, warm-up)
+ * and sets p->cfg to the fastest, p->us to its time per product; p->timed stays
  * false (p->cfg the rule's) when the events could not be made or timed. Only outside capture. */
 static kiln_status gemv_tune(kiln_llm_cuda *g, llmc_gemv_pick *p, const void *x, int ldx, const void *w,
                              const void *bias, void *y, int ldy) {
-    const int N = p->N, K = p->K, n = p->n, NE = 2 * (LLMC_GEMV_CONFIGS + 1);
+    const int N = p->N, K = p->K, n = p->n, NE = 2 * LLMC_GEMV_CONFIGS;
     const bool out_f32 = p->out_f32;
-    for (int c = 0; c <= LLMC_GEMV_CONFIGS; c++)
-        KILN_TRY(LC_DISPATCH(g->dtype, gemv_any, g->stream, c < LLMC_GEMV_CONFIGS ? c : LLMC_GEMV_SPLIT, x, ldx, n, K,
-                             w, bias, N, y, ldy, out_f32));
+    for (int c = 0; c < LLMC_GEMV_CONFIGS; c++)
+        KILN_TRY(LC_DISPATCH(g->dtype, gemv_any, g->stream, c, x, ldx, n, K, w, bias, N, y, ldy, out_f32));
     const double mat = (double)N * K * 2;
     int reps = (int)(GEMV_TUNE_BYTES / mat);
     reps = reps < GEMV_TUNE_MIN_REPS ? GEMV_TUNE_MIN_REPS : reps > GEMV_TUNE_MAX_REPS ? GEMV_TUNE_MAX_REPS : reps;
-    cudaEvent_t ev[2 * (LLMC_GEMV_CONFIGS + 1)];
+    cudaEvent_t ev[2 * LLMC_GEMV_CONFIGS];
     memset(ev, 0, sizeof ev);
     bool ok = true;
     for (int i = 0; i < NE && ok; i++) ok = cudaEventCreate(&ev[i]) == cudaSuccess;
@@ -684,14 +485,12 @@ static kiln_status gemv_tune(kiln_llm_cuda *g, llmc_gemv_pick *p, const void *x,
         ok = gated && st == KILN_OK && cudaStreamSynchronize(g->stream) == cudaSuccess;
         if (st != KILN_OK) (void)cudaStreamSynchronize(g->stream);
     }
-    float best = 0.0f, split = 0.0f;
+    float best = 0.0f;
     int pick = -1;
-    for (int c = 0; ok && c <= LLMC_GEMV_CONFIGS; c++) {
+    for (int c = 0; ok && c < LLMC_GEMV_CONFIGS; c++) {
         float ms = 0.0f;
         ok = cudaEventElapsedTime(&ms, ev[2 * c], ev[2 * c + 1]) == cudaSuccess;
-        if (c == LLMC_GEMV_CONFIGS) {
-            split = ms;
-        } else if (ok && (pick < 0 || ms < best)) {
+        if (ok && (pick < 0 || ms < best)) {
             pick = c;
             best = ms;
         }
@@ -706,7 +505,6 @@ static kiln_status gemv_tune(kiln_llm_cuda *g, llmc_gemv_pick *p, const void *x,
     p->cfg = pick;
     p->timed = true;
     p->us = best * 1e3f / reps;
-    p->split_us = split * 1e3f / reps;
     return KILN_OK;
 }
 
@@ -754,9 +552,8 @@ extern "C" int kiln_llm_cuda_gemv_picks(const kiln_llm_cuda *g, int i, char *lin
         const double gb = (double)p->N * p->K * 2 * 1e-3; /* bytes / us * 1e-3 = GB/s */
         const char *dt = g->dtype == KILN_F16 ? "fp16" : "bf16";
         if (p->timed)
-            snprintf(line, cap, "N %5d K %5d n %d %s->%s: %s; %.2f us, %.0f GB/s (split-K %.2f us, %.0f GB/s)", p->N,
-                     p->K, p->n, dt, p->out_f32 ? "fp32" : dt, llmc_gemv_config_name(p->cfg), p->us, gb / p->us,
-                     p->split_us, p->split_us > 0 ? gb / p->split_us : 0.0);
+            snprintf(line, cap, "N %5d K %5d n %d %s->%s: %s; %.2f us, %.0f GB/s", p->N, p->K, p->n, dt,
+                     p->out_f32 ? "fp32" : dt, llmc_gemv_config_name(p->cfg), p->us, gb / p->us);
         else
             snprintf(line, cap, "N %5d K %5d n %d %s->%s: %s (shape rule, not timed)", p->N, p->K, p->n, dt,
                      p->out_f32 ? "fp32" : dt, llmc_gemv_config_name(p->cfg));
@@ -771,7 +568,7 @@ extern "C" kiln_status llmc_linear(kiln_llm_cuda *g, const void *x, int ldx, int
     const bool gemv_ok = n >= 1 && n <= g->opt.gemv_max_tokens && n <= LLMC_GEMV_MAX && K >= 8 && K % 8 == 0 &&
                          ldx % 8 == 0 && ku_aligned16(x) && ku_aligned16(w);
     if (!gemv_ok) return lt_linear(g, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
-    int cfg = g->opt.gemv_legacy ? LLMC_GEMV_WARP : g->gemv_force;
+    int cfg = g->gemv_force;
     if (cfg == LLMC_GEMV_AUTO) KILN_TRY(gemv_choose(g, x, ldx, n, K, w, bias, N, y, ldy, out_f32, &cfg));
     return LC_DISPATCH(g->dtype, gemv_any, g->stream, cfg, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
 }

@@ -31,12 +31,10 @@ typedef struct llmc_layer {
 
 typedef struct llmc_plan llmc_plan; /* a cached cuBLASLt product (llm_cuda_gemm.cu) */
 
-/* The GEMV kernels of llm_cuda_gemm.cu: configurations 0 .. LLMC_GEMV_CONFIGS - 1 of the templated
- * family (llmc_gemv_config_name says which geometry), or the two earlier kernels. */
+/* The GEMV kernel of llm_cuda_gemm.cu: configurations 0 .. LLMC_GEMV_CONFIGS - 1 of the templated
+ * family (llmc_gemv_config_name says which geometry). */
 #define LLMC_GEMV_CONFIGS 8
-#define LLMC_GEMV_SPLIT (-1) /* the split-K kernel of a block per 4 rows (KILN_LLM_GEMV=split) */
-#define LLMC_GEMV_WARP (-2)  /* one warp per row (options.gemv_legacy, KILN_LLM_GEMV=warp) */
-#define LLMC_GEMV_AUTO (-3)  /* g->gemv_force: the configuration timed per shape (the default) */
+#define LLMC_GEMV_AUTO (-1)  /* g->gemv_force: the configuration timed per shape (the default) */
 #define LLMC_GEMV_PICKS 64   /* shapes whose configuration g remembers (replaced round-robin) */
 
 /* The configuration used for the GEMV products of one shape, and how it was chosen. */
@@ -45,7 +43,7 @@ typedef struct llmc_gemv_pick {
     bool out_f32;
     int cfg;         /* 0 .. LLMC_GEMV_CONFIGS - 1 */
     bool timed;      /* chosen by timing every configuration (else by the shape rule, not timed) */
-    float us, split_us; /* its time and the split-K kernel's per product (timed picks), weights from HBM */
+    float us;        /* its time per product (timed picks), weights from HBM */
 } llmc_gemv_pick;
 
 struct kiln_llm_cuda {
@@ -84,7 +82,7 @@ struct kiln_llm_cuda {
     llmc_plan *plans;
     int n_plans, next_plan;
     /* GEMV configurations, keyed by shape (llm_cuda_gemm.cu) */
-    int gemv_force; /* LLMC_GEMV_AUTO, else the kernel of every GEMV product (KILN_LLM_GEMV) */
+    int gemv_force; /* LLMC_GEMV_AUTO, else the configuration of every GEMV product (KILN_LLM_GEMV) */
     llmc_gemv_pick gemv_picks[LLMC_GEMV_PICKS];
     int n_gemv_picks, next_gemv_pick;
     int gemv_gate; /* the host gate of the GEMV timing (set: release the stream) */
@@ -135,17 +133,17 @@ void llmc_kv_layer(const kiln_llm_cuda_kv *kv, int layer, void **k, void **v);
 kiln_status llmc_linear(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const void *bias,
                         int N, void *y, int ldy, bool out_f32);
 void llmc_plans_free(kiln_llm_cuda *g);
-/* The GEMV kernel cfg (0 .. LLMC_GEMV_CONFIGS - 1, LLMC_GEMV_SPLIT or LLMC_GEMV_WARP) on stream:
+/* The GEMV kernel in configuration cfg (0 .. LLMC_GEMV_CONFIGS - 1) on stream:
  * llmc_linear's product for 1 <= n <= LLMC_GEMV_MAX token rows, weights in dtype (KILN_F16 or
  * KILN_BF16); needs K % 8 == 0, ldx % 8 == 0 and x, w 16-byte aligned (refused otherwise). For tests. */
 kiln_status llmc_gemv_launch(kiln_dtype dtype, cudaStream_t stream, int cfg, const void *x, int ldx, int n, int K,
                              const void *w, const void *bias, int N, void *y, int ldy, bool out_f32);
-/* "tpr 32 x 4 rows/block, 8 loads" and the like; "split-K", "warp-per-row"; "?" for others. */
+/* "#0: 32 thr/row x 1 rows, 4 groups, 8 loads/row" and the like; "?" for others. */
 const char *llmc_gemv_config_name(int cfg);
 /* Output rows per block of configuration cfg (0 .. LLMC_GEMV_CONFIGS - 1), else 0. */
 int llmc_gemv_rows_per_block(int cfg);
-/* g->gemv_force from the environment: KILN_LLM_GEMV unset, "" or "auto": LLMC_GEMV_AUTO; "split",
- * "warp", or a configuration number 0..LLMC_GEMV_CONFIGS-1; anything else is refused. */
+/* g->gemv_force from the environment: KILN_LLM_GEMV unset, "" or "auto": LLMC_GEMV_AUTO; a configuration
+ * number 0..LLMC_GEMV_CONFIGS-1; anything else is refused. */
 kiln_status llmc_gemv_mode_from_env(int *mode);
 
 /* llm_cuda_ops.cu */
@@ -189,8 +187,7 @@ typedef struct llmc_decode_attn {
     int split_cap;   /* most splits of one context */
     unsigned *count; /* [n_seqs][n_kv_head] arrival counters: zero before the first launch, left zero */
     int sm_count;
-    int part_keys; /* keys per split; 0: llmc_decode_part's choice (the previous kernels': their own) */
-    bool legacy;   /* the previous kernel pair (split kernel + reduction launch), for benchmarks */
+    int part_keys; /* keys per split; 0: llmc_decode_part's choice */
 } llmc_decode_attn;
 
 /* Keys per split of the decode attention for these shapes: a multiple of 4 tiles (128 keys at head_dim
