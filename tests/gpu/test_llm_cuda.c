@@ -342,6 +342,20 @@ static double kt_compare(const kt_shape *sh, kiln_dtype dt, int n_seqs, const in
         }                                                                                          \
     } while (0)
 
+/* The decode attention call over the test's buffers (bufs: every field but the shape's) for dtype dt,
+ * shape sh and b sequences, q and out packed per sequence. */
+static llmc_decode_attn kt_attn(const llmc_decode_attn *bufs, kiln_dtype dt, const kt_shape *sh, int b) {
+    llmc_decode_attn a = *bufs;
+    a.dtype = dt;
+    a.head_dim = sh->hd;
+    a.n_head = sh->n_head;
+    a.n_kv_head = sh->n_kv;
+    a.n_seqs = b;
+    a.ldq = (sh->n_head + 2 * sh->n_kv) * sh->hd;
+    a.ldo = sh->n_head * sh->hd;
+    return a;
+}
+
 static void test_decode_kernel(void) {
     static const kt_shape shapes[] = {{64, 4, 4}, {64, 6, 2}, {64, 16, 2}, {128, 2, 2}, {128, 8, 2}, {128, 8, 1}};
     static const int batches[] = {1, 3, 33};
@@ -376,6 +390,9 @@ static void test_decode_kernel(void) {
     KT_CUDA(cudaMalloc((void **)&d_part, (size_t)max_seqs * 16 * split_cap * (128 + 2) * 4));
     KT_CUDA(cudaMalloc((void **)&d_count, sizeof counts));
     KT_CUDA(cudaMemset(d_count, 0, sizeof counts));
+    const llmc_decode_attn bufs = {.block_size = KT_BS, .max_ctx = KT_CTX, .q = d_q, .out = d_out, .ctx_len = d_ctx,
+                                   .table = d_table, .table_stride = table_stride, .kc = d_k, .vc = d_v, .part = d_part,
+                                   .split_cap = split_cap, .count = d_count};
     /* scrambled blocks: sequence s, block b -> a permutation of 0..n_blocks-1 */
     for (int i = 0; i < n_blocks; i++) table[i] = i;
     uint32_t rng = 4242;
@@ -423,27 +440,7 @@ static void test_decode_kernel(void) {
                 /* keys per split: heuristic (device SMs, 8 SMs), 16, 48, one split */
                 const int variants = 5;
                 for (int vi = 0; vi < variants; vi++) {
-                    llmc_decode_attn a;
-                    memset(&a, 0, sizeof a);
-                    a.dtype = dt;
-                    a.head_dim = sh->hd;
-                    a.n_head = sh->n_head;
-                    a.n_kv_head = sh->n_kv;
-                    a.n_seqs = b;
-                    a.block_size = KT_BS;
-                    a.max_ctx = KT_CTX;
-                    a.q = d_q;
-                    a.ldq = ldq;
-                    a.out = d_out;
-                    a.ldo = ldo;
-                    a.ctx_len = d_ctx;
-                    a.table = d_table;
-                    a.table_stride = table_stride;
-                    a.kc = d_k;
-                    a.vc = d_v;
-                    a.part = d_part;
-                    a.split_cap = split_cap;
-                    a.count = d_count;
+                    llmc_decode_attn a = kt_attn(&bufs, dt, sh, b);
                     sm = vi == 1 ? 8 : dev_sm;
                     a.sm_count = sm;
                     a.part_keys = vi == 2 ? 16 : vi == 3 ? 48 : vi == 4 ? KT_CTX : 0;
@@ -474,27 +471,7 @@ static void test_decode_kernel(void) {
         {
             const kt_shape *sh = &shapes[4];
             const int b = 33, ldq = (sh->n_head + 2 * sh->n_kv) * sh->hd, ldo = sh->n_head * sh->hd;
-            llmc_decode_attn a;
-            memset(&a, 0, sizeof a);
-            a.dtype = dt;
-            a.head_dim = sh->hd;
-            a.n_head = sh->n_head;
-            a.n_kv_head = sh->n_kv;
-            a.n_seqs = b;
-            a.block_size = KT_BS;
-            a.max_ctx = KT_CTX;
-            a.q = d_q;
-            a.ldq = ldq;
-            a.out = d_out;
-            a.ldo = ldo;
-            a.ctx_len = d_ctx;
-            a.table = d_table;
-            a.table_stride = table_stride;
-            a.kc = d_k;
-            a.vc = d_v;
-            a.part = d_part;
-            a.split_cap = split_cap;
-            a.count = d_count;
+            llmc_decode_attn a = kt_attn(&bufs, dt, sh, b);
             a.sm_count = dev_sm;
             a.part_keys = 128; /* 8 splits */
             for (int s = 0; s < b; s++) ctx[s] = 500 + 13 * s;
