@@ -6,17 +6,10 @@
 #include "bench/bench_internal.h"
 
 #include "core/status.h"
+#include "ir/op_schema.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-/* Whether op_type is one of the data-preserving view ops (the cuda backend runs them as no kernel). */
-static bool is_view_op(const char *op_type) {
-    static const char *const views[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"};
-    for (size_t k = 0; k < sizeof views / sizeof *views; k++)
-        if (!strcmp(op_type, views[k])) return true;
-    return false;
-}
 
 /* The tactic text of node i: where and by what it ran (a cuda node that was not timed ran no kernel:
  * a view of its input's memory, or shape arithmetic on the host). */
@@ -24,7 +17,7 @@ static void tactic(const kiln_engine *e, const kiln_backend_timing *t, int i, ch
     const kiln_node *n = &e->g->nodes[i];
     bool fused = n->domain && n->domain[0];
     if (!strcmp(e->backend->name, "cuda") && t->node_ms && t->node_ms[i] < 0)
-        snprintf(buf, cap, "%s", !fused && is_view_op(n->op_type) ? "view (no kernel)" : "host (shape arithmetic)");
+        snprintf(buf, cap, "%s", kiln_op_is_view(n->domain, n->op_type) ? "view (no kernel)" : "host (shape arithmetic)");
     else snprintf(buf, cap, "%s %skernel", e->backend->name, fused ? "fused " : "");
 }
 

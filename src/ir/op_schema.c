@@ -23,6 +23,14 @@ static bool same_domain(const char *a, const char *b) {
     return !strcmp(a, b);
 }
 
+bool kiln_op_is_view(const char *domain, const char *op_type) {
+    static const char *const ops[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", NULL};
+    if (!domain_is_default(domain) || !op_type) return false;
+    for (int i = 0; ops[i]; i++)
+        if (!strcmp(ops[i], op_type)) return true;
+    return false;
+}
+
 const kiln_op_schema *kiln_op_schema_find(const char *domain, const char *op_type) {
     for (size_t f = 0; f < sizeof g_families / sizeof *g_families; f++)
         for (const kiln_op_schema *s = g_families[f]; s->op_type; s++)

@@ -33,6 +33,9 @@ typedef struct kiln_op_schema {
 const kiln_op_schema *kiln_op_schema_find(const char *domain, const char *op_type);
 /* Calls fn for every known schema (for coverage listings). */
 void kiln_op_schema_each(void (*fn)(const kiln_op_schema *s, void *user), void *user);
+/* Whether op (domain, op_type) is a view: its output 0 holds input 0's bytes unchanged, a new shape
+ * at most (Reshape, Flatten, Squeeze, Unsqueeze, Identity, and Dropout in inference). */
+bool kiln_op_is_view(const char *domain, const char *op_type);
 
 /* ---- helpers for infer functions ---- */
 

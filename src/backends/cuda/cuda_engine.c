@@ -7,6 +7,7 @@
 #include "core/half.h"
 #include "core/log.h"
 #include "core/status.h"
+#include "ir/op_schema.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -345,16 +346,6 @@ static void compute_uses(kiln_backend_engine *be) {
 
 /* ---------------------------------------------------------------- views */
 
-/* Ops whose output 0 holds input 0's bytes unchanged (a new shape at most); Dropout is one in
- * inference (its supports refuses training mode). */
-static bool is_view_op(const kiln_node *n) {
-    static const char *const ops[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", NULL};
-    if (!domain_is_default(n->domain)) return false;
-    for (int i = 0; ops[i]; i++)
-        if (!strcmp(ops[i], n->op_type)) return true;
-    return false;
-}
-
 /* Why the output of view node n cannot share its input's device memory, or NULL when it can. */
 static const char *view_refusal(const kiln_backend_engine *be, const kiln_node *n) {
     const kiln_graph *g = be->g;
@@ -380,7 +371,7 @@ static void find_views(kiln_backend_engine *be) {
     }
     for (int i = 0; i < g->nnodes; i++) {
         const kiln_node *n = &g->nodes[i];
-        if (!be->kernels[i] || be->host_exec[i] || !is_view_op(n) || n->ninputs < 1 || n->noutputs < 1 ||
+        if (!be->kernels[i] || be->host_exec[i] || !kiln_op_is_view(n->domain, n->op_type) || n->ninputs < 1 || n->noutputs < 1 ||
             n->inputs[0] < 0 || n->outputs[0] < 0)
             continue;
         const char *why = view_refusal(be, n);
