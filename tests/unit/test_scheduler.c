@@ -451,13 +451,9 @@ static void test_too_large_and_limits(void) {
     world_close(&w);
 }
 
-static void test_forward_failure(void) {
-    world w;
-    make_requests(reqs, 6, 9, 5, 20, 20);
-    world_open(&w, &(setup){.n_blocks = 128, .block_size = 4, .budget = 64, .max_seqs = 2}, reqs, 6);
-    w.fake.fail_at_call = 3;
-    for (int i = 0; i < 6; i++) add_request(&w, i);
-    CHECK(run_to_end(&w) == KILN_ERR_BACKEND);
+/* After an injected failure (forward or sample function) in a run of the 6 requests of reqs: each
+ * ended once; one or two (the failed batch) with the message, the others with all their tokens. */
+static void check_failed_batch(void) {
     int errors = 0;
     for (int i = 0; i < 6; i++) {
         req *r = &reqs[i];
@@ -470,14 +466,20 @@ static void test_forward_failure(void) {
         }
     }
     CHECK(errors >= 1 && errors <= 2);
-    world_close(&w);
-    /* NaN logits end that request alone: those that sample at context 25 */
+}
+
+/* NaN logits at context 25 (sampled on the host, or on_device through the sample function, which
+ * hands those rows back): the requests that sample there end alone with the error, the others
+ * finish. */
+static void check_nan_requests(bool on_device) {
+    world w;
     make_requests(reqs, 12, 11, 5, 20, 20);
-    world_open(&w, &(setup){.n_blocks = 128, .block_size = 4, .budget = 64, .max_seqs = 4}, reqs, 12);
+    world_open(&w, &(setup){.n_blocks = 128, .block_size = 4, .budget = 64, .max_seqs = 4, .on_device = on_device},
+               reqs, 12);
     w.fake.nan_ctx_len = 25;
     for (int i = 0; i < 12; i++) add_request(&w, i);
     CHECK(run_to_end(&w) == KILN_OK);
-    errors = 0;
+    int errors = 0;
     for (int i = 0; i < 12; i++) {
         req *r = &reqs[i];
         int k = r->n_prompt + r->n_want > 25 ? 25 - r->n_prompt : r->n_want; /* tokens before the NaN */
@@ -488,6 +490,19 @@ static void test_forward_failure(void) {
     }
     CHECK(errors > 0 && errors < 12);
     world_close(&w);
+}
+
+static void test_forward_failure(void) {
+    world w;
+    make_requests(reqs, 6, 9, 5, 20, 20);
+    world_open(&w, &(setup){.n_blocks = 128, .block_size = 4, .budget = 64, .max_seqs = 2}, reqs, 6);
+    w.fake.fail_at_call = 3;
+    for (int i = 0; i < 6; i++) add_request(&w, i);
+    CHECK(run_to_end(&w) == KILN_ERR_BACKEND);
+    check_failed_batch();
+    world_close(&w);
+    /* NaN logits end that request alone: those that sample at context 25 */
+    check_nan_requests(false);
 }
 
 /* The sample function (kiln_sample_fn): the same tokens as host sampling with every row sampled by
@@ -518,40 +533,14 @@ static void test_sample_fn(void) {
     check_as_alone(&w);
     world_close(&w);
     /* NaN logits, handed back: the host sampler ends those requests alone */
-    make_requests(reqs, 12, 11, 5, 20, 20);
-    world_open(&w, &(setup){.n_blocks = 128, .block_size = 4, .budget = 64, .max_seqs = 4, .on_device = true}, reqs, 12);
-    w.fake.nan_ctx_len = 25;
-    for (int i = 0; i < 12; i++) add_request(&w, i);
-    CHECK(run_to_end(&w) == KILN_OK);
-    int errors = 0;
-    for (int i = 0; i < 12; i++) {
-        req *r = &reqs[i];
-        int k = r->n_prompt + r->n_want > 25 ? 25 - r->n_prompt : r->n_want;
-        CHECK(r->n_final == 1 && r->n_out == k && !memcmp(r->out, r->want, (size_t)k * sizeof *r->out));
-        CHECK((r->finish == KILN_FINISH_ERROR) == (k < r->n_want));
-        if (r->finish == KILN_FINISH_ERROR) CHECK(strstr(r->message, "is nan") != NULL);
-        errors += r->finish == KILN_FINISH_ERROR;
-    }
-    CHECK(errors > 0 && errors < 12);
-    world_close(&w);
+    check_nan_requests(true);
     /* a failing sample function ends the requests of its batch; the others go on */
     make_requests(reqs, 6, 9, 5, 20, 20);
     world_open(&w, &(setup){.n_blocks = 128, .block_size = 4, .budget = 64, .max_seqs = 2, .on_device = true}, reqs, 6);
     w.fake.fail_sample_at_call = 3;
     for (int i = 0; i < 6; i++) add_request(&w, i);
     CHECK(run_to_end(&w) == KILN_ERR_BACKEND);
-    errors = 0;
-    for (int i = 0; i < 6; i++) {
-        req *r = &reqs[i];
-        CHECK(r->n_final == 1);
-        if (r->finish == KILN_FINISH_ERROR) {
-            errors++;
-            CHECK(strstr(r->message, "injected failure") != NULL);
-        } else {
-            CHECK(r->n_out == r->n_want && !memcmp(r->out, r->want, (size_t)r->n_want * sizeof *r->out));
-        }
-    }
-    CHECK(errors >= 1 && errors <= 2);
+    check_failed_batch();
     world_close(&w);
 }
 
