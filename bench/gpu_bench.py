@@ -113,7 +113,7 @@ def build_models(group):
         timed.load_state_dict(export.state_dict())
         return export, timed, ["input_ids"], ["hidden"], False
     from transformers import GPT2Config, GPT2LMHeadModel
-    L, d, h = {"gpt2-tiny": (2, 128, 2), "gpt2-xl": (48, 1600, 25)}[group]
+    L, d, h = {"gpt2-tiny": (2, 128, 2), "gpt2-xl": (48, 1600, 25), "gpt2-xl-4": (4, 1600, 25)}[group]
 
     class Logits(nn.Module):
         def __init__(s, attn):

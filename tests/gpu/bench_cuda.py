@@ -11,7 +11,7 @@ and prints one table with the agreement ratio bench compute / run latency. Runs 
 (scripts/gpu-run kbench); exits 77 (skipped) without a GPU, 1 when a kiln command fails or the two
 measurements disagree by more than 1.5x, else 0.
 
-usage: bench_cuda.py [--kiln PATH] [--quick] [--only KEYS] [--duration S] [--workdir DIR] [--json FILE]
+usage: bench_cuda.py [--kiln PATH] [--quick] [--gpt2-xl-4] [--only KEYS] [--duration S] [--workdir DIR] [--json FILE]
 """
 import argparse
 import json
@@ -76,6 +76,8 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default="")
     ap.add_argument("--duration", type=float, default=2.0)
+    ap.add_argument("--gpt2-xl-4", action="store_true",
+                    help="also GPT-2 XL's widths with 4 of its 48 layers (prefill 128): its per-layer profile")
     ap.add_argument("--workdir")
     ap.add_argument("--json")
     a = ap.parse_args()
@@ -87,6 +89,9 @@ def main():
         print(f"bench_cuda: skipped: no GPU ({e})")
         return 77
     rows = gpu_bench.workloads(a.quick, False)
+    if a.gpt2_xl_4:
+        rows.append(gpu_bench.Workload("gpt2xl4_prefill", "gpt2-xl-4", "GPT-2 XL widths, 4 layers, prefill 128 b1", 1, 128,
+                                       "latency", "tok/s", "-", lambda k, c: None))
     if a.only:
         rows = [w for w in rows if w.key in a.only.split(",")]
     results, failed = [], False

@@ -6,15 +6,16 @@
  * Capture rules this relies on (cuda_kernels.h states them for the kernels): between BeginCapture and
  * EndCapture nothing allocates, synchronizes, copies synchronously or registers host memory; cuBLASLt
  * gets its workspace explicitly, cuDNN had its stream set when the context was made. The capture is
- * relaxed (cuDNN queries the device while it plans a convolution, which stricter modes forbid), so
- * other contexts may allocate and synchronize meanwhile. A capture that fails (a
- * kernel doing something capture forbids) is not fatal: the plan then runs eagerly, with a warning.
+ * relaxed (cuDNN queries the device while it plans a convolution, which stricter modes forbid). A
+ * capture that fails (a kernel doing something capture forbids) is not fatal: the plan then runs
+ * eagerly, with a warning.
  *
- * First runs and captures of all contexts of the process take turns (setup_lock): a first run loads
- * library kernels lazily (cuDNN's, cuBLASLt's) while another thread may be capturing. Replays do not
- * take the lock. Known open problem: with two contexts on two threads, a cuDNN implicit-GEMM
- * convolution still fails now and then with CUDNN_STATUS_EXECUTION_FAILED during one context's
- * capture (and its eager retry); tests/unit/test_cuda_backend.c's two-thread check shows it. */
+ * Relaxed also means that nothing stops another thread from breaking the capture: a cudaFree, a
+ * cudaMallocHost or a library handle made or destroyed while it runs invalidates it (cuDNN then
+ * reports "operation failed due to a previous error during capture"). So captures hold the
+ * process-wide setup lock (kiln_cuda_setup_lock), and so does every such call in the backend: first
+ * runs (which load library kernels lazily), contexts made and freed, arenas grown, host values
+ * uploaded. Replays and eager runs of a known plan do not take it. */
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/cuda_launchers.h"
 
@@ -25,6 +26,9 @@
 #include <string.h>
 
 static pthread_mutex_t setup_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void kiln_cuda_setup_lock(void) { pthread_mutex_lock(&setup_lock); }
+void kiln_cuda_setup_unlock(void) { pthread_mutex_unlock(&setup_lock); }
 
 /* The kernel's view of value v (v < 0: absent). */
 static void fill_tensor(const kiln_backend_context *c, const kiln_cuda_plan *p, int v, kiln_cuda_tensor *t) {
@@ -128,10 +132,10 @@ void kiln_cuda_plan_drop_graph(kiln_cuda_plan *p) {
  * and the plan was not enqueued); an error only for a failure outside the capture itself. */
 static kiln_status capture(kiln_backend_context *c, kiln_cuda_plan *p) {
     cudaStream_t st = c->kc.stream;
-    pthread_mutex_lock(&setup_lock);
+    kiln_cuda_setup_lock();
     cudaError_t begin = cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed);
     if (begin != cudaSuccess) {
-        pthread_mutex_unlock(&setup_lock);
+        kiln_cuda_setup_unlock();
         return kiln_error(KILN_ERR_BACKEND, "cudaStreamBeginCapture: %s", cudaGetErrorString(begin));
     }
     kiln_status s = enqueue_plan(c, p, false);
@@ -139,7 +143,7 @@ static kiln_status capture(kiln_backend_context *c, kiln_cuda_plan *p) {
     if (s != KILN_OK) snprintf(why, sizeof why, "%s", kiln_last_error());
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamEndCapture(st, &graph);
-    pthread_mutex_unlock(&setup_lock);
+    kiln_cuda_setup_unlock();
     if (s == KILN_OK && e != cudaSuccess) snprintf(why, sizeof why, "cudaStreamEndCapture: %s", cudaGetErrorString(e));
     if (s == KILN_OK && e == cudaSuccess) {
         e = cudaGraphInstantiate(&p->exec, graph, 0);
@@ -168,9 +172,9 @@ static kiln_status capture(kiln_backend_context *c, kiln_cuda_plan *p) {
 kiln_status kiln_cuda_plan_execute(kiln_backend_context *c, kiln_cuda_plan *p) {
     if (!p->has_device_work) return KILN_OK;
     if (p->runs == 0) {
-        pthread_mutex_lock(&setup_lock);
+        kiln_cuda_setup_lock();
         kiln_status s = enqueue_plan(c, p, true);
-        pthread_mutex_unlock(&setup_lock);
+        kiln_cuda_setup_unlock();
         return s;
     }
     if (p->no_graph && p->capture_failures == 1 && p->runs >= 2) p->no_graph = false; /* the retry */

@@ -67,8 +67,8 @@ size_t kiln_cuda_zero_bytes(const kiln_backend_engine *be) {
     return bytes < ((size_t)64 << 10) ? (size_t)64 << 10 : bytes;
 }
 
-static void cuda_context_free(kiln_backend_context *c) {
-    if (!c) return;
+/* Frees the context's device resources; the caller holds the setup lock. */
+static void free_context_locked(kiln_backend_context *c) {
     cudaSetDevice(c->be->device);
     if (c->kc.stream) cudaStreamSynchronize(c->kc.stream);
     kiln_cuda_timing_free(c);
@@ -88,6 +88,13 @@ static void cuda_context_free(kiln_backend_context *c) {
     if (c->kc.stream) cudaStreamDestroy(c->kc.stream);
     free(c->args);
     free(c);
+}
+
+static void cuda_context_free(kiln_backend_context *c) {
+    if (!c) return;
+    kiln_cuda_setup_lock();
+    free_context_locked(c);
+    kiln_cuda_setup_unlock();
 }
 
 static kiln_status init_context(kiln_backend_context *c) {
@@ -118,23 +125,25 @@ static kiln_status cuda_context_create(kiln_backend_engine *be, kiln_backend_con
     c->be = be;
     c->args = calloc(2 * (size_t)be->max_args + 1, sizeof *c->args);
     c->node_state = calloc((size_t)be->g->nnodes + 1, sizeof *c->node_state);
-    kiln_status s = c->args && c->node_state ? init_context(c) : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    if (s != KILN_OK) {
-        cuda_context_free(c);
-        return s;
+    if (!c->args || !c->node_state) {
+        free(c->args);
+        free(c->node_state);
+        free(c);
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     }
+    kiln_cuda_setup_lock();
+    kiln_status s = init_context(c);
+    if (s != KILN_OK) free_context_locked(c);
+    kiln_cuda_setup_unlock();
+    if (s != KILN_OK) return s;
     *out = c;
     return KILN_OK;
 }
 
 /* ---------------------------------------------------------------- shape plans of a context */
 
-/* Makes room for plan p: grows the arena and the pinned buffers if it needs more (after the stream is
- * idle; captured graphs of other plans then point at freed memory and are recaptured on their next
- * run). Called for every run, so that a growth that failed half way is retried, never run on. */
-static kiln_status ensure_capacity(kiln_backend_context *c, const kiln_cuda_plan *p) {
-    if (p->arena_bytes <= c->arena_bytes && p->pin_in_bytes <= c->pin_in_bytes && p->pin_out_bytes <= c->pin_out_bytes)
-        return KILN_OK;
+/* The growth of ensure_capacity; the caller holds the setup lock. */
+static kiln_status grow_locked(kiln_backend_context *c, const kiln_cuda_plan *p) {
     KILN_CUDA_TRY(cudaStreamSynchronize(c->kc.stream));
     if (p->arena_bytes > c->arena_bytes) {
         for (int i = 0; i < c->nplans; i++) kiln_cuda_plan_drop_graph(c->plans[i]);
@@ -159,6 +168,18 @@ static kiln_status ensure_capacity(kiln_backend_context *c, const kiln_cuda_plan
         c->pin_out_bytes = p->pin_out_bytes;
     }
     return KILN_OK;
+}
+
+/* Makes room for plan p: grows the arena and the pinned buffers if it needs more (after the stream is
+ * idle; captured graphs of other plans then point at freed memory and are recaptured on their next
+ * run). Called for every run, so that a growth that failed half way is retried, never run on. */
+static kiln_status ensure_capacity(kiln_backend_context *c, const kiln_cuda_plan *p) {
+    if (p->arena_bytes <= c->arena_bytes && p->pin_in_bytes <= c->pin_in_bytes && p->pin_out_bytes <= c->pin_out_bytes)
+        return KILN_OK;
+    kiln_cuda_setup_lock();
+    kiln_status s = grow_locked(c, p);
+    kiln_cuda_setup_unlock();
+    return s;
 }
 
 /* Uploads, once per plan, the host values that device nodes read (converted to their device dtype). */
@@ -208,9 +229,11 @@ static kiln_status get_plan(kiln_backend_context *c, const kiln_tensor *inputs, 
         }
     kiln_cuda_plan *p;
     KILN_TRY(kiln_cuda_plan_create(be, inputs, &p));
+    kiln_cuda_setup_lock();
     kiln_status s = upload_host_values(c, p);
     if (s != KILN_OK) {
         kiln_cuda_plan_free(be, p);
+        kiln_cuda_setup_unlock();
         return s;
     }
     if (c->nplans == KILN_CUDA_MAX_PLANS) {
@@ -221,6 +244,7 @@ static kiln_status get_plan(kiln_backend_context *c, const kiln_tensor *inputs, 
         kiln_cuda_plan_free(be, c->plans[lru]);
         c->plans[lru] = c->plans[--c->nplans];
     }
+    kiln_cuda_setup_unlock();
     p->last_used = ++c->tick;
     c->plans[c->nplans++] = p;
     KILN_LOG(KILN_LOG_VERBOSE, "cuda: new shape plan: activations %.2f MB planned vs %.2f MB naive, %.2f MB of host values",
