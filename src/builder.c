@@ -67,8 +67,13 @@ static const pass_step g_fusions[] = {
     {"fuse_elementwise", kiln_pass_fuse_elementwise, g_chain_ops},
 };
 
-/* Lays convolutions out channels-last (after the fusions, which it needs done). */
-static const pass_step g_layout = {"layout_channels_last", kiln_pass_layout_channels_last, g_epilogue_ops};
+/* Lays convolutions, and the pools next to them, out channels-last (after the fusions, which it
+ * needs done). */
+static const char *const g_layout_ops[] = {"FusedConv", "FusedPool", NULL};
+static const pass_step g_layout = {"layout_channels_last", kiln_pass_layout_channels_last, g_layout_ops};
+/* Pads constant MatMul operands to whole 16-byte rows (after the fusions: a MatMul that took an
+ * epilogue keeps its shape). */
+static const pass_step g_align = {"align_matmul", kiln_pass_align_matmul, NULL};
 
 /* Whether backend b has kernels for every kiln-domain op that step p creates: the cpu backend has
  * them all; another backend says so per op through its runs_fused_op capability. */
@@ -104,23 +109,25 @@ static kiln_status cleanup(kiln_graph *g) {
 
 /* Whether the build lays convolutions out channels-last: KILN_CHANNELS_LAST=1 forces it on for any
  * target, =0 off; otherwise on when backend b says its convolutions run faster so
- * (conv_channels_last) and the build is 16-bit. Never for a target without FusedConv kernels, nor
- * with every intermediate marked as an output (each value keeps the layout it is compared in). */
+ * (conv_channels_last) and the build is 16-bit. Never for a target without FusedConv and FusedPool
+ * kernels, nor with every intermediate marked as an output (each value keeps the layout it is
+ * compared in). */
 static bool want_channels_last(const kiln_build_options *opts, const kiln_backend *b) {
     const char *env = getenv("KILN_CHANNELS_LAST");
     bool forced = env && !strcmp(env, "1"), off = env && !strcmp(env, "0");
     bool half = opts->precision == KILN_PRECISION_FP16 || opts->precision == KILN_PRECISION_BF16;
     if (off || !(forced || (b->conv_channels_last && half))) return false;
     const char *why = opts->mark_all_outputs         ? "every intermediate value is an output"
-                      : !backend_runs_step(b, &g_layout, opts->precision) ? "the target does not run FusedConv"
+                      : !backend_runs_step(b, &g_layout, opts->precision) ? "the target lacks FusedConv or FusedPool"
                                                          : NULL;
     if (why) KILN_LOG(KILN_LOG_VERBOSE, "%s skipped: %s", g_layout.name, why);
     return !why;
 }
 
 /* Runs the clean-up passes to a fixed point, then the fusions, and repeats while the fusions change
- * something (bounded); then, when the build wants it, the channels-last layout and the clean-up
- * passes again (which cancel the Transposes between convolutions). */
+ * something (bounded); then, when the build wants them, the channels-last layout and the aligned
+ * MatMul operands (16-bit builds for targets that ask), and the clean-up passes again (which cancel
+ * the Transposes between convolutions). */
 static kiln_status optimize(kiln_graph *g, const kiln_build_options *opts, const kiln_backend *b) {
     bool runs[sizeof g_fusions / sizeof *g_fusions];
     for (size_t i = 0; i < sizeof g_fusions / sizeof *g_fusions; i++) {
@@ -139,9 +146,11 @@ static kiln_status optimize(kiln_graph *g, const kiln_build_options *opts, const
         }
         if (!fused) break;
     }
-    bool changed = false;
+    bool changed = false, aligned = false;
     if (want_channels_last(opts, b)) KILN_TRY(run_step(g, &g_layout, &changed));
-    return changed ? cleanup(g) : KILN_OK;
+    bool half = opts->precision == KILN_PRECISION_FP16 || opts->precision == KILN_PRECISION_BF16;
+    if (b->matmul_aligned_columns && half && !opts->mark_all_outputs) KILN_TRY(run_step(g, &g_align, &aligned));
+    return changed || aligned ? cleanup(g) : KILN_OK;
 }
 
 /* Makes every node output a graph output (in node order), so that passes keep each value, under its

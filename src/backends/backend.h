@@ -73,6 +73,9 @@ typedef struct kiln_backend {
      * (fp16 / bf16 precision; pass layout_channels_last, KILN_CHANNELS_LAST in docs/cuda.md). Needs
      * a FusedConv kernel that takes channels_last = 1. */
     bool conv_channels_last;
+    /* 16-bit GEMMs want rows of whole 16-byte units; the builder pads constant MatMul operands whose
+     * column count is not a multiple of 8 for 16-bit builds (pass align_matmul). */
+    bool matmul_aligned_columns;
 } kiln_backend;
 
 /* The backend called name (NULL = "cpu"), or NULL. */

@@ -53,8 +53,8 @@ static double node_flops(const kiln_node *n, const kiln_value *vals) {
         double w = numel(b), cin = dim(b, 0), x = numel(a);
         if (w >= 0 && cin > 0 && x >= 0) r = 2 * x * (w / cin);
     } else if (is_op(n, NULL, "Attention")) {
-        const kiln_value *k = b;
-        double dq = dim(a, -1), sk = dim(k, -2), dv = dim(y, -1);
+        int64_t layout = kiln_attr_int(n, "layout", 0); /* 1, 2: [B, S, H, D]; 2: K is in QKV [B, S, 3, H, D] */
+        double dq = dim(a, -1), sk = layout == 0 ? dim(b, -2) : dim(layout == 2 ? a : b, 1), dv = dim(y, -1);
         if (dq >= 0 && sk >= 0 && dv > 0) r = 2 * (out / dv) * sk * (dq + dv);
     }
     return r > 0 ? r : 0;

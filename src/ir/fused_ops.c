@@ -1,5 +1,6 @@
 /* fused_ops.c — the helpers every user of the kiln-domain fused ops shares: activation names and
- * their attribute parsing, and the validation of ElementwiseChain programs. */
+ * their attribute parsing, the ONNX pool a FusedPool computes, and the validation of
+ * ElementwiseChain programs. */
 #include "ir/fused_ops.h"
 
 #include "core/status.h"
@@ -48,6 +49,22 @@ kiln_status kiln_fused_activation(const kiln_node *n, kiln_act *out) {
     if (np > 0) out->p0 = p[0];
     if (np > 1) out->p1 = p[1];
     return KILN_OK;
+}
+
+kiln_status kiln_fused_pool_base(const kiln_node *n, kiln_node *base) {
+    static const char *const pools[] = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"};
+    const char *pool = kiln_attr_string(n, "pool", "");
+    for (size_t i = 0; i < sizeof pools / sizeof *pools; i++)
+        if (!strcmp(pool, pools[i])) {
+            *base = *n;
+            base->op_type = pools[i];
+            base->domain = "";
+            base->opset = KILN_FUSED_POOL_ONNX_OPSET;
+            base->schema = NULL;
+            return KILN_OK;
+        }
+    return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: pool must be MaxPool, AveragePool, GlobalAveragePool or "
+                      "GlobalMaxPool, is '%s'", n->op_type, pool);
 }
 
 kiln_status kiln_chain_validate(const int64_t *prog, int nprog, int ninputs, int nconsts) {

@@ -9,6 +9,15 @@
  *             + channels_last (int, default 0). With channels_last = 1 (2-D only) the tensors are
  *             laid out channels-last: X [N, H, W, C], W [M, kH, kW, C/group], Z and Y [N, H', W', M];
  *             B stays [M]; the window attributes keep their (H, W) order.
+ * kiln.FusedPool   Y = pool(X), pool one of MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool
+ *     inputs  X
+ *     attrs   pool (string: the ONNX op it computes) + that op's own attributes, as ONNX opset
+ *             KILN_FUSED_POOL_ONNX_OPSET defines them (AveragePool takes dilations)
+ *             + channels_last (int, default 0). One output: no MaxPool Indices. With
+ *             channels_last = 1 (2-D only) X is [N, H, W, C] and Y [N, H', W', C] (the global
+ *             pools: [N, 1, 1, C]); the window attributes keep their (H, W) order. The
+ *             layout_channels_last pass makes them, so that a pool between channels-last
+ *             convolutions needs no Transposes.
  * kiln.FusedGemm   Y = act(alpha * A' B' + beta * C + Z)
  *     inputs  A, B, C (optional), Z (optional, exactly Y's shape)
  *     attrs   Gemm's own (alpha, beta, transA, transB) + activation
@@ -25,6 +34,12 @@
  *     [broadcast batch..., Sq, Dv]. A float mask is added to the scaled scores; a bool mask keeps the
  *     score where true and puts mask_fill elsewhere. Its last two dims are 1 or Sq / Sk. causal = 1
  *     masks key j for query i when j > i + Sk - Sq. Softmax is over the keys.
+ *     layout (int, default 0): 0 is the above. 1, sequence first (a projection's output split into
+ *     heads without a Transpose): Q [B, Sq, H, D], K [B, Sk, Hk, D], V [B, Sk, Hk, Dv] (H = Hk *
+ *     kv_repeat), O [B, Sq, H, Dv]: layout 0 applied to Q, K, V transposed to [B, H, S, D], with O
+ *     transposed back; the mask broadcasts over [B, H, Sq, Sk] as in layout 0. 2, packed: input 0
+ *     is QKV [B, S, 3, H, D] (Q, K, V of one projection side by side), K and V are absent,
+ *     kv_repeat is 1; otherwise as layout 1, O [B, S, H, D].
  * kiln.ElementwiseChain  Y = a program of elementwise float32 ops over X0..Xn-1 (see below)
  *
  * Activation attributes (FusedConv/FusedGemm/FusedMatMul): activation (string: one of the names
@@ -72,6 +87,17 @@ int kiln_activation_nparams(kiln_activation a);
 /* Reads a fused node's activation attributes; fails (KILN_ERR_INVALID_ARGUMENT, naming the node's op)
  * on an unknown name or a wrong number of params. */
 kiln_status kiln_fused_activation(const kiln_node *n, kiln_act *out);
+
+/* ---- kiln.FusedPool ---- */
+
+/* The ONNX opset whose pooling ops kiln.FusedPool computes. */
+#define KILN_FUSED_POOL_ONNX_OPSET 19
+
+/* The ONNX pooling node that kiln.FusedPool n computes: *base = *n with op_type its pool attribute,
+ * the default domain and opset KILN_FUSED_POOL_ONNX_OPSET (attributes, inputs and outputs shared
+ * with n, channels_last ignored). Fails (KILN_ERR_INVALID_ARGUMENT) when pool is missing or names
+ * another op. */
+kiln_status kiln_fused_pool_base(const kiln_node *n, kiln_node *base);
 
 /* ---- kiln.ElementwiseChain ----
  * A postfix program over a stack of float values, evaluated once per output element. Y has X0's

@@ -1,7 +1,7 @@
 /* infer_fused.c — shape and type inference for the kiln-domain ops the fusion passes create
- * (semantics in fused_ops.h). FusedConv and FusedMatMul reuse the Conv / MatMul inference of their
- * ONNX counterparts (a channels-last FusedConv on channels-first views of its shapes); the epilogue
- * inputs (bias, residual) are checked where their shapes are known. */
+ * (semantics in fused_ops.h). FusedConv, FusedPool and FusedMatMul reuse the Conv / pool / MatMul
+ * inference of their ONNX counterparts (channels-last ones on channels-first views of their
+ * shapes); the epilogue inputs (bias, residual) are checked where their shapes are known. */
 #include "ir/fused_ops.h"
 #include "ir/op_schema.h"
 
@@ -76,6 +76,30 @@ static kiln_status infer_fused_conv(kiln_graph *g, kiln_node *n) {
     return check_epilogue(g, n, 3);
 }
 
+/* FusedPool: the inference of the ONNX pool it computes (kiln_fused_pool_base), on NCHW views of
+ * X and Y when channels_last = 1 (X's dims rotated in place for the call and restored after it). */
+static kiln_status infer_fused_pool(kiln_graph *g, kiln_node *n) {
+    kiln_node base;
+    KILN_TRY(kiln_fused_pool_base(n, &base));
+    int64_t cl = kiln_attr_int(n, "channels_last", 0);
+    if (cl != 0 && cl != 1)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "FusedPool: channels_last must be 0 or 1, is %lld", (long long)cl);
+    if (n->noutputs != 1) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "FusedPool has one output, has %d", n->noutputs);
+    kiln_value *x = kiln_node_input(g, n, 0);
+    if (!x) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "FusedPool needs input X");
+    if (x->dtype != KILN_UNDEFINED && !is_float(x->dtype))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "FusedPool does not accept %s X", kiln_dtype_name(x->dtype));
+    if (!cl) return infer_as(g, &base, base.op_type);
+    if (x->ndim >= 0 && x->ndim != 4)
+        return kiln_error(KILN_ERR_SHAPE, "FusedPool: channels_last needs a 4-D X (2-D pooling), has rank %d", x->ndim);
+    rotate_channels(x->dims, x->ndim, true);
+    kiln_status st = infer_as(g, &base, base.op_type);
+    rotate_channels(x->dims, x->ndim, false);
+    kiln_value *y = kiln_node_output(g, n, 0);
+    if (st == KILN_OK && y) rotate_channels(y->dims, y->ndim, false);
+    return st;
+}
+
 /* FusedGemm: Y [M, N] from A and B (each optionally transposed); C broadcasts to Y. */
 static kiln_status infer_fused_gemm(kiln_graph *g, kiln_node *n) {
     kiln_value *a = kiln_node_input(g, n, 0), *b = kiln_node_input(g, n, 1), *c = kiln_node_input(g, n, 2);
@@ -130,14 +154,54 @@ static kiln_status broadcast_into(const kiln_node *n, kiln_dim *dst, int rank, c
 }
 
 /* Attention: O [broadcast(batch of Q, K', V', mask)..., Sq, Dv]. */
+/* Attention in the sequence-first layouts: layout 1, O [B, Sq, H, Dv] of Q [B, Sq, H, D], K [B, Sk, Hk,
+ * D], V [B, Sk, Hk, Dv]; layout 2, O [B, S, H, D] of QKV [B, S, 3, H, D]. */
+static kiln_status infer_attention_seq_first(kiln_graph *g, kiln_node *n, int64_t layout, int64_t rep) {
+    kiln_value *q = kiln_node_input(g, n, 0), *k = kiln_node_input(g, n, 1), *v = kiln_node_input(g, n, 2);
+    if (layout == 2) {
+        if (rep != 1) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Attention: packed QKV (layout 2) takes no kv_repeat");
+        if (q->ndim < 0) {
+            kiln_infer_set(g, n, 0, q->dtype, -1, NULL);
+            return KILN_OK;
+        }
+        if (q->ndim != 5) return kiln_error(KILN_ERR_SHAPE, "Attention: packed QKV must be [B, S, 3, H, D], has rank %d", q->ndim);
+        KILN_TRY(dims_compatible(n, q->dims[2], kiln_dim_static(3), "packed QKV's axis 2 must be 3"));
+        kiln_dim out[4] = {q->dims[0], q->dims[1], q->dims[3], q->dims[4]};
+        kiln_infer_set(g, n, 0, q->dtype, 4, out);
+        return KILN_OK;
+    }
+    if (!k || !v) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Attention needs inputs Q, K and V");
+    if (q->ndim < 0 || k->ndim < 0 || v->ndim < 0) {
+        kiln_infer_set(g, n, 0, q->dtype, -1, NULL);
+        return KILN_OK;
+    }
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
+        return kiln_error(KILN_ERR_SHAPE, "Attention: layout 1 needs Q, K and V of rank 4 [B, S, H, D]");
+    KILN_TRY(dims_compatible(n, q->dims[3], k->dims[3], "Q and K have different head sizes"));
+    KILN_TRY(dims_compatible(n, k->dims[1], v->dims[1], "K and V have different lengths"));
+    KILN_TRY(dims_compatible(n, k->dims[2], v->dims[2], "K and V have different head counts"));
+    KILN_TRY(dims_compatible(n, q->dims[0], k->dims[0], "Q and K have different batch sizes"));
+    KILN_TRY(dims_compatible(n, q->dims[0], v->dims[0], "Q and V have different batch sizes"));
+    if (k->dims[2].sym == 0) KILN_TRY(dims_compatible(n, q->dims[2], kiln_dim_static(k->dims[2].value * rep),
+                                                     "Q's heads are not K's times kv_repeat"));
+    kiln_dim out[4] = {q->dims[0], q->dims[1], q->dims[2], v->dims[3]};
+    kiln_infer_set(g, n, 0, q->dtype, 4, out);
+    return KILN_OK;
+}
+
+/* Attention: O [broadcast(batch of Q, K', V', mask)..., Sq, Dv]. */
 static kiln_status infer_attention(kiln_graph *g, kiln_node *n) {
     kiln_value *q = kiln_node_input(g, n, 0), *k = kiln_node_input(g, n, 1), *v = kiln_node_input(g, n, 2);
     kiln_value *m = kiln_node_input(g, n, 3);
-    if (!q || !k || !v) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Attention needs inputs Q, K and V");
+    if (!q || ((!k || !v) && kiln_attr_int(n, "layout", 0) != 2))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Attention needs inputs Q, K and V");
     if (q->dtype != KILN_UNDEFINED && !is_float(q->dtype))
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Attention does not accept %s Q", kiln_dtype_name(q->dtype));
     int64_t rep = kiln_attr_int(n, "kv_repeat", 1);
     if (rep < 1) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Attention: kv_repeat must be >= 1, is %lld", (long long)rep);
+    int64_t layout = kiln_attr_int(n, "layout", 0);
+    if (layout < 0 || layout > 2) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Attention: layout %lld is not 0, 1 or 2", (long long)layout);
+    if (layout != 0) return infer_attention_seq_first(g, n, layout, rep);
     if (q->ndim < 0 || k->ndim < 0 || v->ndim < 0 || (m && m->ndim < 0)) {
         kiln_infer_set(g, n, 0, q->dtype, -1, NULL);
         return KILN_OK;
@@ -186,6 +250,7 @@ static kiln_status infer_chain(kiln_graph *g, kiln_node *n) {
 
 const kiln_op_schema kiln_schemas_fused[] = {
     {"FusedConv", KILN_FUSED_DOMAIN, KILN_FUSED_OPSET, KILN_FUSED_OPSET, infer_fused_conv},
+    {"FusedPool", KILN_FUSED_DOMAIN, KILN_FUSED_OPSET, KILN_FUSED_OPSET, infer_fused_pool},
     {"FusedGemm", KILN_FUSED_DOMAIN, KILN_FUSED_OPSET, KILN_FUSED_OPSET, infer_fused_gemm},
     {"FusedMatMul", KILN_FUSED_DOMAIN, KILN_FUSED_OPSET, KILN_FUSED_OPSET, infer_fused_matmul},
     {"Attention", KILN_FUSED_DOMAIN, KILN_FUSED_OPSET, KILN_FUSED_OPSET, infer_attention},

@@ -7,6 +7,7 @@
 #include "core/status.h"
 #include "ir/einsum_eq.h"
 #include "ir/op_schema.h"
+#include "ir/shape_value.h"
 
 #include <math.h>
 #include <string.h>
@@ -203,7 +204,8 @@ static kiln_status infer_trilu(kiln_graph *g, kiln_node *n) {
     return KILN_OK;
 }
 
-/* Range: 1-D of start's type; the length when start, limit and delta are constants. */
+/* Range: 1-D of start's type; the length when start, limit and delta are constants, or symbolic for
+ * Range(0, n, 1) of a symbolic size n. */
 static kiln_status infer_range(kiln_graph *g, kiln_node *n) {
     kiln_value *v[3];
     const char *names[3] = {"start", "limit", "delta"};
@@ -231,6 +233,14 @@ static kiln_status infer_range(kiln_graph *g, kiln_node *n) {
         } else if (!is_int_dtype(t[0]->dtype) && isfinite(c) && c < (double)(INT64_C(1) << 40)) {
             d = kiln_dim_static(c > 0 ? (int64_t)c : 0);
         }
+    } else if (is_int_dtype(dt)) {
+        /* Range(0, n, 1) with n a size read through Shape (positions 0..S-1 in exported
+         * transformers): n elements, symbolic */
+        kiln_dim e[3];
+        int count;
+        bool ok = true;
+        for (int i = 0; i < 3 && ok; i++) ok = kiln_shape_value_input(g, n, i, &e[i], 1, &count) && count == 1;
+        if (ok && e[0].sym == 0 && e[0].value == 0 && e[2].sym == 0 && e[2].value == 1 && e[1].sym > 0) d = e[1];
     }
     kiln_infer_set(g, n, 0, v[0]->dtype, 1, &d);
     return KILN_OK;

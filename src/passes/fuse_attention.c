@@ -10,7 +10,14 @@
  *     from [B, Hkv, S, D] to [B, Hkv * r, S, D] become kv_repeat = r on the unexpanded K and V,
  *   - a constant mask that is exactly causal, which becomes causal = 1.
  * The matched MatMul/scale/mask/Softmax/MatMul values must feed nothing else; the absorbed
- * neighbours are absorbed only when they too feed only the attention (else they stay). */
+ * neighbours are absorbed only when they too feed only the attention (else they stay).
+ *
+ * Then the layouts (ir/fused_ops.h): an Attention whose Q, K, V come from Transposes [B, S, H, D] ->
+ * [B, H, S, D] and whose output goes through the inverse Transpose reads and writes [B, S, H, D]
+ * directly (layout 1: four Transposes fewer); and one whose Q, K and V are the three equal parts of
+ * one Split of a fused QKV projection reads that projection's output (layout 2, packed: the Split
+ * goes too), as does one whose Q, K and V are three projections of one input (BERT's query, key and
+ * value: they become one GEMM over the three weights side by side). */
 #include "passes/passes.h"
 
 #include "core/status.h"
@@ -288,11 +295,237 @@ static kiln_status try_attention(pass_ctx *c, int id) {
     return KILN_OK;
 }
 
+/* ---------------------------------------------------------------- sequence-first layouts */
+
+/* The input of Transpose node t when it swaps axes 1 and 2 of a rank-4 value ([B, S, H, D] <-> [B, H,
+ * S, D]); -1 otherwise. */
+static int swap12_input(const kiln_graph *g, int t) {
+    if (t < 0) return -1;
+    int np = 0;
+    const int64_t *p = kiln_attr_ints(&g->nodes[t], "perm", &np);
+    const kiln_value *x = kiln_node_input(g, &g->nodes[t], 0);
+    if (!p || np != 4 || !x || x->ndim != 4 || p[0] != 0 || p[1] != 2 || p[2] != 1 || p[3] != 3) return -1;
+    return g->nodes[t].inputs[0];
+}
+
+/* Sets the layout attribute of node n (replacing a copied one). */
+static kiln_status set_layout(kiln_graph *g, kiln_node *n, int64_t layout) {
+    for (int k = 0; k < n->nattrs; k++)
+        if (!strcmp(n->attrs[k].name, "layout")) {
+            n->attrs[k].i = layout;
+            return KILN_OK;
+        }
+    return pass_attr_int(g, n, "layout", layout);
+}
+
+/* Attention a (layout 0) whose Q, K and V are each Transpose(0, 2, 1, 3) of a [B, S, H, D] value
+ * read by nothing else, and whose output only a Transpose(0, 2, 1, 3) reads, becomes one layout-1
+ * Attention over the untransposed values, producing that Transpose's output (four Transposes gone). */
+static kiln_status try_sequence_first(pass_ctx *c, int a) {
+    kiln_graph *g = c->g;
+    const kiln_node *n = &g->nodes[a];
+    if (kiln_attr_int(n, "layout", 0) != 0 || n->ninputs < 3) return KILN_OK;
+    int set[5] = {a}, ins[4] = {-1, -1, -1, n->ninputs > 3 ? n->inputs[3] : -1};
+    for (int k = 0; k < 3; k++) {
+        int t = pass_producer(c, n->inputs[k], "Transpose");
+        ins[k] = swap12_input(g, t);
+        if (ins[k] < 0 || pass_sole_consumer(c, n->inputs[k]) != a) return KILN_OK;
+        set[1 + k] = t;
+    }
+    int ot = pass_sole_consumer(c, n->outputs[0]);
+    if (ot < 0 || !pass_is_op(&g->nodes[ot], "Transpose") || swap12_input(g, ot) != n->outputs[0]) return KILN_OK;
+    set[4] = ot;
+    if (ins[3] >= 0 && g->values[ins[3]].ndim > 4) return KILN_OK;
+    if (!pass_closed(c, set, 5, ot)) return KILN_OK;
+    kiln_node *out;
+    KILN_TRY(pass_rewrite(c, set, 5, ot, KILN_FUSED_DOMAIN, "Attention", KILN_FUSED_OPSET, g->nodes[a].name,
+                          ins[3] >= 0 ? 4 : 3, ins, a, "sequence-first layout: Q, K, V and O stay [B, S, H, D]", &out));
+    return set_layout(g, out, 1);
+}
+
+/* A new view *xr = Reshape(x [B, S, 3 H D], [0, 0, 3, H, D]) (0 keeps x's B and S), named after node
+ * `owner`; *shape_id gets the shape constant. */
+static kiln_status packed_view(pass_ctx *c, int x, int64_t h, int64_t d, const char *owner, int *shape_id, int *xr) {
+    kiln_graph *g = c->g;
+    kiln_tensor shape;
+    memset(&shape, 0, sizeof shape);
+    int64_t five = 5;
+    KILN_TRY(kiln_tensor_alloc(&shape, KILN_I64, 1, &five));
+    int64_t *sd = shape.data;
+    sd[0] = sd[1] = 0;
+    sd[2] = 3;
+    sd[3] = h;
+    sd[4] = d;
+    char hint[300];
+    snprintf(hint, sizeof hint, "%.280s_packed_shape", g->values[x].name);
+    KILN_TRY(pass_new_constant(c, hint, &shape, shape_id));
+    snprintf(hint, sizeof hint, "%.280s_packed", g->values[x].name);
+    KILN_TRY(pass_new_value(c, hint, xr));
+    snprintf(hint, sizeof hint, "%.280s/qkv", owner);
+    int rins[2] = {x, *shape_id}, rid;
+    return pass_add_node(c, "", "Reshape", pass_onnx_opset(g, 14), hint, 2, rins, *xr, &rid);
+}
+
+/* Layout-1 Attention a whose Q, K and V are Reshapes to [B, S, H, D] of outputs 0, 1 and 2 of one
+ * Split of X [B, S, 3 H D] into three equal parts along its last axis, each read by nothing else,
+ * becomes a layout-2 Attention reading X reshaped (a view) to [B, S, 3, H, D]. */
+static kiln_status try_packed(pass_ctx *c, int a) {
+    kiln_graph *g = c->g;
+    const kiln_node *n = &g->nodes[a];
+    if (kiln_attr_int(n, "layout", 0) != 1 || kiln_attr_int(n, "kv_repeat", 1) != 1 || n->ninputs < 3) return KILN_OK;
+    int set[5] = {a}, split = -1;
+    for (int k = 0; k < 3; k++) {
+        int r = pass_producer(c, n->inputs[k], "Reshape");
+        if (r < 0 || pass_sole_consumer(c, n->inputs[k]) != a) return KILN_OK;
+        int sv = g->nodes[r].inputs[0], sp = pass_producer(c, sv, "Split");
+        if (sp < 0 || (split >= 0 && sp != split) || g->nodes[sp].noutputs != 3 || g->nodes[sp].outputs[k] != sv ||
+            pass_sole_consumer(c, sv) != r)
+            return KILN_OK;
+        split = sp;
+        set[1 + k] = r;
+    }
+    set[4] = split;
+    const kiln_node *sn = &g->nodes[split];
+    const kiln_value *x = kiln_node_input(g, sn, 0), *q = &g->values[n->inputs[0]];
+    if (!x || x->ndim != 3 || q->ndim != 4) return KILN_OK;
+    int64_t axis = kiln_attr_int(sn, "axis", 0);
+    if (axis != 2 && axis != -1) return KILN_OK;
+    kiln_dim h = q->dims[2], d = q->dims[3], e = x->dims[2];
+    if (h.sym || d.sym || e.sym || e.value != 3 * h.value * d.value) return KILN_OK;
+    for (int k = 0; k < 3; k++) { /* equal thirds, each [B, S, H, D] */
+        const kiln_value *part = &g->values[sn->outputs[k]], *qk = &g->values[n->inputs[k]];
+        if (part->ndim != 3 || part->dims[2].sym || part->dims[2].value != h.value * d.value || !pass_same_shape(qk, q)) return KILN_OK;
+    }
+    if (!pass_same_dim(q->dims[0], x->dims[0]) || !pass_same_dim(q->dims[1], x->dims[1])) return KILN_OK;
+    if (!pass_closed(c, set, 5, a)) return KILN_OK;
+    int shape_id, xr, mask = n->ninputs > 3 ? n->inputs[3] : -1;
+    KILN_TRY(packed_view(c, sn->inputs[0], h.value, d.value, g->nodes[a].name, &shape_id, &xr));
+    int ins[4] = {xr, -1, -1, mask};
+    kiln_node *out;
+    KILN_TRY(pass_rewrite(c, set, 5, a, KILN_FUSED_DOMAIN, "Attention", KILN_FUSED_OPSET, g->nodes[a].name,
+                          mask >= 0 ? 4 : 3, ins, a, "packed QKV: reads the projection's output directly", &out));
+    return set_layout(g, out, 2);
+}
+
+/* The projection behind value v = Reshape(P): the node making P, a MatMul or a FusedMatMul with at
+ * most a bias (X, W [K, N] constant, bias [N] constant), when only the Reshape reads P; *reshape gets
+ * the Reshape. -1 otherwise. */
+static int projection(const pass_ctx *c, int v, int *reshape) {
+    const kiln_graph *g = c->g;
+    int r = pass_producer(c, v, "Reshape");
+    if (r < 0) return -1;
+    int p = g->nodes[r].inputs[0], id = pass_producer(c, p, NULL);
+    if (id < 0 || pass_sole_consumer(c, p) != r) return -1;
+    const kiln_node *n = &g->nodes[id];
+    bool fused = !strcmp(n->domain, KILN_FUSED_DOMAIN) && !strcmp(n->op_type, "FusedMatMul");
+    if (!fused && !pass_is_op(n, "MatMul")) return -1;
+    if (fused && (kiln_attr_string(n, "activation", "")[0] || (n->ninputs > 3 && n->inputs[3] >= 0))) return -1;
+    const kiln_value *w = kiln_node_input(g, n, 1), *b = fused && n->ninputs > 2 ? kiln_node_input(g, n, 2) : NULL;
+    if (!w || !w->constant || w->constant->ndim != 2 || !pass_is_float(w->constant->dtype)) return -1;
+    if (b && (!b->constant || b->constant->ndim != 1 || b->constant->dtype != w->constant->dtype ||
+              b->constant->dims[0] != w->constant->dims[1]))
+        return -1;
+    *reshape = r;
+    return id;
+}
+
+/* out = the 2-D (or 1-D) constants t[0..3) side by side along their last axis. */
+static kiln_status concat_columns(const kiln_tensor *const t[3], kiln_tensor *out) {
+    int r = t[0]->ndim;
+    int64_t rows = r == 2 ? t[0]->dims[0] : 1, cols = t[0]->dims[r - 1], dims[2] = {rows, 3 * cols};
+    KILN_TRY(kiln_tensor_alloc(out, t[0]->dtype, r, r == 2 ? dims : dims + 1));
+    size_t es = kiln_dtype_size(t[0]->dtype), row = (size_t)cols * es;
+    for (int64_t i = 0; i < rows; i++)
+        for (int k = 0; k < 3; k++)
+            memcpy((char *)out->data + (size_t)i * 3 * row + (size_t)k * row, (const char *)t[k]->data + (size_t)i * row, row);
+    return KILN_OK;
+}
+
+/* Layout-1 Attention a whose Q, K and V are Reshapes [B, S, H, D] of three projections of one X
+ * ([B, S, K] x [K, H D], same bias presence, no activation) becomes one projection with the three
+ * weights (and biases) side by side, read by a layout-2 Attention through a view [B, S, 3, H, D]:
+ * one GEMM instead of three (BERT's query, key and value). */
+static kiln_status try_merge_projections(pass_ctx *c, int a) {
+    kiln_graph *g = c->g;
+    const kiln_node *n = &g->nodes[a];
+    if (kiln_attr_int(n, "layout", 0) != 1 || kiln_attr_int(n, "kv_repeat", 1) != 1 || n->ninputs < 3) return KILN_OK;
+    int set[7] = {a}, proj[3], rs[3];
+    for (int k = 0; k < 3; k++) {
+        proj[k] = projection(c, n->inputs[k], &rs[k]);
+        if (proj[k] < 0 || pass_sole_consumer(c, n->inputs[k]) != a) return KILN_OK;
+        set[1 + k] = rs[k];
+        set[4 + k] = proj[k];
+    }
+    const kiln_node *p0 = &g->nodes[proj[0]];
+    const kiln_tensor *w[3], *b[3];
+    bool fused = !strcmp(p0->op_type, "FusedMatMul"), bias = fused && p0->ninputs > 2 && p0->inputs[2] >= 0;
+    for (int k = 0; k < 3; k++) {
+        const kiln_node *pk = &g->nodes[proj[k]];
+        bool bk = !strcmp(pk->op_type, "FusedMatMul") && pk->ninputs > 2 && pk->inputs[2] >= 0;
+        w[k] = g->values[pk->inputs[1]].constant;
+        b[k] = bk ? g->values[pk->inputs[2]].constant : NULL;
+        if (pk->inputs[0] != p0->inputs[0] || bk != bias || w[k]->dtype != w[0]->dtype || w[k]->dims[0] != w[0]->dims[0] ||
+            w[k]->dims[1] != w[0]->dims[1])
+            return KILN_OK;
+    }
+    const kiln_value *x = &g->values[p0->inputs[0]], *q = &g->values[n->inputs[0]], *p = &g->values[p0->outputs[0]];
+    if (x->ndim != 3 || p->ndim != 3 || q->ndim != 4 || q->dims[2].sym || q->dims[3].sym) return KILN_OK;
+    int64_t h = q->dims[2].value, d = q->dims[3].value;
+    if (w[0]->dims[1] != h * d || !pass_same_dim(q->dims[0], p->dims[0]) || !pass_same_dim(q->dims[1], p->dims[1])) return KILN_OK;
+    for (int k = 1; k < 3; k++)
+        if (!pass_same_shape(&g->values[n->inputs[k]], q)) return KILN_OK;
+    if (!pass_closed(c, set, 7, a)) return KILN_OK;
+    char hint[300];
+    int wid, bid = -1, pcat, shape_id, xr, id, mask = n->ninputs > 3 ? n->inputs[3] : -1;
+    kiln_tensor t;
+    memset(&t, 0, sizeof t);
+    KILN_TRY(concat_columns(w, &t));
+    snprintf(hint, sizeof hint, "%.280s_qkv", g->values[p0->inputs[1]].name);
+    KILN_TRY(pass_new_constant(c, hint, &t, &wid));
+    if (bias) {
+        memset(&t, 0, sizeof t);
+        KILN_TRY(concat_columns(b, &t));
+        snprintf(hint, sizeof hint, "%.280s_qkv", g->values[p0->inputs[2]].name);
+        KILN_TRY(pass_new_constant(c, hint, &t, &bid));
+    }
+    snprintf(hint, sizeof hint, "%.280s_qkv", g->values[p0->outputs[0]].name);
+    KILN_TRY(pass_new_value(c, hint, &pcat));
+    snprintf(hint, sizeof hint, "%.280s/qkv", p0->name);
+    int pins[3] = {p0->inputs[0], wid, bid};
+    KILN_TRY(pass_add_node(c, fused ? KILN_FUSED_DOMAIN : "", fused ? "FusedMatMul" : "MatMul",
+                           fused ? KILN_FUSED_OPSET : g->nodes[proj[0]].opset, hint, bias ? 3 : 2, pins, pcat, &id));
+    KILN_TRY(packed_view(c, pcat, h, d, g->nodes[a].name, &shape_id, &xr));
+    int ins[4] = {xr, -1, -1, mask};
+    kiln_node *out;
+    KILN_TRY(pass_rewrite(c, set, 7, a, KILN_FUSED_DOMAIN, "Attention", KILN_FUSED_OPSET, g->nodes[a].name,
+                          mask >= 0 ? 4 : 3, ins, a, "one QKV projection, packed", &out));
+    return set_layout(g, out, 2);
+}
+
+/* Runs try(c, i) on every Attention node. */
+static kiln_status each_attention(pass_ctx *c, kiln_status (*try)(pass_ctx *, int)) {
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < c->g->nnodes && st == KILN_OK; i++) {
+        const kiln_node *n = &c->g->nodes[i];
+        if (pass_alive(n) && !strcmp(n->domain, KILN_FUSED_DOMAIN) && !strcmp(n->op_type, "Attention")) st = try(c, i);
+    }
+    return st;
+}
+
 kiln_status kiln_pass_fuse_attention(kiln_graph *g, bool *changed) {
     pass_ctx c;
     KILN_TRY(pass_begin(&c, g, "fuse_attention"));
     kiln_status st = KILN_OK;
     for (int i = 0; i < g->nnodes && st == KILN_OK; i++)
         if (pass_is_op(&g->nodes[i], "MatMul")) st = try_attention(&c, i);
-    return pass_end(&c, st, changed);
+    KILN_TRY(pass_end(&c, st, changed));
+    /* then the layouts, on the sorted graph (the fusion above appends Transposes for K) */
+    bool more[3] = {false, false, false};
+    kiln_status (*const steps[3])(pass_ctx *, int) = {try_sequence_first, try_packed, try_merge_projections};
+    for (int k = 0; k < 3; k++) {
+        KILN_TRY(pass_begin(&c, g, "fuse_attention"));
+        KILN_TRY(pass_end(&c, each_attention(&c, steps[k]), &more[k]));
+        *changed |= more[k];
+    }
+    return KILN_OK;
 }

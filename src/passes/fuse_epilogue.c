@@ -6,7 +6,11 @@
  *   activation Relu, LeakyRelu, Clip (constant bounds: ReLU6 and friends), Sigmoid, Tanh,
  *             HardSigmoid, HardSwish, Gelu (both forms), and x * Sigmoid(x) (SiLU).
  * The result is a kiln.FusedConv / FusedGemm / FusedMatMul (ir/fused_ops.h), or the plain Conv /
- * Gemm when only a bias was folded. Every folded value must feed nothing but the next step. */
+ * Gemm when only a bias was folded. Every folded value must feed nothing but the next step.
+ * One view (Reshape, Flatten, Squeeze, Unsqueeze) that keeps the last dim may sit anywhere between a
+ * Gemm / MatMul and the rest (GPT-2 exports: Gemm [B*S, N] -> Reshape [B, S, N] -> Gelu or residual
+ * Add): the fused node then keeps the GEMM's output shape, reads a residual through a Reshape to it,
+ * and a copy of the view follows it, writing the value the last folded node wrote. */
 #include "passes/passes.h"
 
 #include "core/status.h"
@@ -29,6 +33,11 @@ typedef struct ep_match {
     bool new_bias;
     int z;        /* residual, or -1 */
     kiln_act act;
+    int view;     /* the view node stepped over (see step_over_view), or -1 */
+    int pre;      /* the value that view reads: the fused node's output in the GEMM's shape */
+    int vin[2];   /* the view's inputs, saved for the copy of it that follows the fused node */
+    int vnin;
+    bool z_view;  /* z was matched after the view: the fused node reads it reshaped to pre's shape */
 } ep_match;
 
 /* The one-element float value of optional input k of n (constant), or dflt when absent; false when
@@ -82,8 +91,8 @@ static bool match_bias(pass_ctx *c, ep_kind kind, const kiln_node *base, int add
     const kiln_value *bv = b >= 0 ? &g->values[b] : NULL, *y = &g->values[m->y];
     if (!bv || !bv->constant || bv->dtype != y->dtype || y->ndim < 1 || bv->ndim > y->ndim) return false;
     const kiln_tensor *t = bv->constant;
-    if (kind == EP_GEMM) {
-        if (base->ninputs > 2 && base->inputs[2] >= 0) return false;
+    if (kind != EP_MATMUL && base->ninputs > 2 && base->inputs[2] >= 0) return false; /* has its Gemm C / Conv B */
+    if (kind == EP_GEMM && m->view < 0) {
         for (int d = 0; d < t->ndim; d++) {
             kiln_dim yd = y->dims[y->ndim - t->ndim + d];
             if (t->dims[d] != 1 && !(yd.sym == 0 && yd.value == t->dims[d])) return false;
@@ -91,41 +100,90 @@ static bool match_bias(pass_ctx *c, ep_kind kind, const kiln_node *base, int add
         m->bias = b;
         return true;
     }
-    /* Conv: channel axis 1 of y; MatMul: the last axis */
+    /* Conv: channel axis 1 of y; MatMul, and a Gemm seen through a view (y is not [M, N] then, but
+     * its last axis is N): the last axis */
     int axis = kind == EP_CONV ? 1 : y->ndim - 1;
-    if (kind == EP_CONV && base->ninputs > 2 && base->inputs[2] >= 0) return false;
     kiln_dim ad = y->dims[axis];
     if (ad.sym != 0 || kiln_tensor_numel(t) != ad.value) return false;
     for (int d = 0; d < t->ndim; d++)
         if (t->dims[d] != 1 && y->ndim - t->ndim + d != axis) return false;
     m->bias = b;
-    m->new_bias = kind == EP_CONV && t->ndim != 1;
+    m->new_bias = kind != EP_MATMUL && t->ndim != 1;
     return true;
 }
 
-/* Walks from base node id through bias, residual and activation; fills m. */
-static void match_epilogue(pass_ctx *c, ep_kind kind, int id, ep_match *m) {
+/* The dims of v for a Reshape constant: static sizes, the one symbolic size (if any) as -1; false
+ * when the rank is unknown, more than one size is not static, or one is 0 (Reshape reads 0 as
+ * "copy this dim of the input"). */
+static bool reshape_dims(const kiln_value *v, int64_t *dims) {
+    int unknown = 0;
+    if (v->ndim < 1) return false;
+    for (int d = 0; d < v->ndim; d++) {
+        dims[d] = v->dims[d].sym == 0 ? v->dims[d].value : -1;
+        unknown += v->dims[d].sym != 0;
+        if (v->dims[d].sym == 0 && v->dims[d].value <= 0) return false;
+    }
+    return unknown <= 1;
+}
+
+/* Steps over node nx, the sole reader of m->y, when it is a view between a Gemm / MatMul and its
+ * epilogue (a GPT-2 export's Gemm [B*S, N] -> Reshape [B, S, N] -> Gelu): a Reshape, Flatten,
+ * Squeeze or Unsqueeze (element order kept) whose output keeps the last dim N, along which a bias
+ * broadcasts, so it only regroups the leading dims; whose output feeds one node and no graph
+ * output; whose attributes are plain ints (the rewrite copies them). At most one view per match.
+ * Returns the node after the view, or nx when it did not step. */
+static int step_over_view(pass_ctx *c, ep_kind kind, int nx, ep_match *m) {
+    const kiln_graph *g = c->g;
+    if (kind == EP_CONV || m->view >= 0 || nx < 0) return nx;
+    const kiln_node *v = &g->nodes[nx];
+    if (!pass_is_op(v, "Reshape") && !pass_is_op(v, "Flatten") && !pass_is_op(v, "Squeeze") && !pass_is_op(v, "Unsqueeze"))
+        return nx;
+    if (v->ninputs < 1 || v->ninputs > 2 || v->inputs[0] != m->y || v->noutputs != 1) return nx;
+    const kiln_value *x = &g->values[m->y], *out = &g->values[v->outputs[0]];
+    if (x->ndim < 1 || out->ndim < 1 || out->dtype != x->dtype ||
+        !pass_same_dim(x->dims[x->ndim - 1], out->dims[out->ndim - 1]))
+        return nx;
+    for (int k = 0; k < v->nattrs; k++)
+        if (v->attrs[k].type != KILN_ATTR_INT && v->attrs[k].type != KILN_ATTR_INTS) return nx;
+    int after = pass_sole_consumer(c, v->outputs[0]);
+    if (after < 0) return nx;
+    m->view = nx;
+    m->pre = m->y;
+    m->vnin = v->ninputs;
+    for (int k = 0; k < v->ninputs; k++) m->vin[k] = v->inputs[k];
+    m->set[m->n++] = nx;
+    m->y = v->outputs[0];
+    return after;
+}
+
+/* Walks from base node id through bias, residual and activation, stepping over one view; fills m. */
+static void match_steps(pass_ctx *c, ep_kind kind, int id, ep_match *m) {
     kiln_graph *g = c->g;
     m->set[m->n++] = id;
     m->anchor = id;
     m->y = g->nodes[id].outputs[0];
-    m->bias = m->z = -1;
-    int nx = pass_sole_consumer(c, m->y);
+    m->bias = m->z = m->view = m->pre = -1;
+    int nx = step_over_view(c, kind, pass_sole_consumer(c, m->y), m);
     if (nx >= 0 && pass_is_op(&g->nodes[nx], "Add") && match_bias(c, kind, &g->nodes[id], nx, m)) {
         m->set[m->n++] = m->anchor = nx;
         m->y = g->nodes[nx].outputs[0];
         nx = pass_sole_consumer(c, m->y);
     }
+    nx = step_over_view(c, kind, nx, m);
+    int64_t dims[KILN_MAX_DIMS];
     if (nx >= 0 && pass_is_op(&g->nodes[nx], "Add")) {
         int z = pass_other_input(&g->nodes[nx], m->y);
+        /* after a view, z (of the view's output shape) is read reshaped to the GEMM's shape */
         if (z >= 0 && z != m->y && pass_same_shape(&g->values[z], &g->values[m->y]) &&
-            g->values[z].dtype == g->values[m->y].dtype) {
+            g->values[z].dtype == g->values[m->y].dtype && (m->view < 0 || reshape_dims(&g->values[m->pre], dims))) {
             m->z = z;
+            m->z_view = m->view >= 0;
             m->set[m->n++] = m->anchor = nx;
             m->y = g->nodes[nx].outputs[0];
             nx = pass_sole_consumer(c, m->y);
         }
     }
+    nx = step_over_view(c, kind, nx, m);
     if (nx >= 0 && as_activation(c, &g->nodes[nx], m->y, &m->act)) {
         m->set[m->n++] = m->anchor = nx;
         return;
@@ -144,7 +202,18 @@ static void match_epilogue(pass_ctx *c, ep_kind kind, int id, ep_match *m) {
     }
 }
 
-/* A 1-D copy of the Conv bias constant b (shaped [M, 1, ...] or [1, M, 1, ...]). */
+/* match_steps, minus a view that nothing after it joined. */
+static void match_epilogue(pass_ctx *c, ep_kind kind, int id, ep_match *m) {
+    match_steps(c, kind, id, m);
+    if (m->view >= 0 && m->set[m->n - 1] == m->view) {
+        m->n--;
+        m->y = m->pre;
+        m->view = m->pre = -1;
+    }
+}
+
+/* A 1-D copy of the bias constant b: a Conv's [M, 1, ...] or [1, M, 1, ...], a Gemm's [1, ..., N]
+ * seen through a view. */
 static kiln_status flat_bias(pass_ctx *c, int b, const char *name, int *out) {
     const kiln_tensor *t = c->g->values[b].constant;
     int64_t count = kiln_tensor_numel(t);
@@ -156,6 +225,46 @@ static kiln_status flat_bias(pass_ctx *c, int b, const char *name, int *out) {
     kiln_status st = pass_new_constant(c, hint, &flat, out);
     kiln_tensor_release(&flat);
     return st;
+}
+
+/* A Reshape of the residual m->z (the view's output shape) to m->pre's shape, the fused node's
+ * output shape, which Z must have (fused_ops.h); the same elements in the same order. */
+static kiln_status residual_view(pass_ctx *c, const ep_match *m, const char *name, int *out) {
+    kiln_graph *g = c->g;
+    int64_t rank = g->values[m->pre].ndim;
+    kiln_tensor t = {0};
+    KILN_TRY(kiln_tensor_alloc(&t, KILN_I64, 1, &rank));
+    bool ok = reshape_dims(&g->values[m->pre], (int64_t *)t.data);
+    KILN_ASSERT(ok); /* match_steps checked it */
+    char hint[300];
+    snprintf(hint, sizeof hint, "%.280s_residual", name);
+    int shape, id;
+    kiln_status st = pass_new_constant(c, hint, &t, &shape);
+    kiln_tensor_release(&t);
+    KILN_TRY(st);
+    KILN_TRY(pass_new_value(c, hint, out));
+    int ins[2] = {m->z, shape};
+    return pass_add_node(c, "", "Reshape", pass_onnx_opset(g, 13), hint, 2, ins, *out, &id);
+}
+
+/* After the rewrite, with a view stepped over: the fused node m->anchor writes m->pre (the GEMM's
+ * shape, free now that its producer and the view are detached) and a copy of the view (op, opset,
+ * inputs, attributes) reads it and writes the fused node's old output, so what follows sees the
+ * same values and shapes. The copy is appended; pass_end sorts it after the fused node. */
+static kiln_status view_after(pass_ctx *c, const ep_match *m) {
+    kiln_graph *g = c->g;
+    int y = g->nodes[m->anchor].outputs[0], ins[2] = {m->pre, m->vin[1]}, id;
+    g->nodes[m->anchor].outputs[0] = m->pre;
+    g->values[m->pre].producer = m->anchor;
+    g->values[y].producer = -1;
+    const kiln_node *v = &g->nodes[m->view];
+    KILN_TRY(pass_add_node(c, v->domain, v->op_type, v->opset, v->name, m->vnin, ins, y, &id));
+    for (int k = 0; k < g->nodes[m->view].nattrs; k++) { /* ints only (step_over_view) */
+        const kiln_attr *a = &g->nodes[m->view].attrs[k];
+        if (a->type == KILN_ATTR_INT) KILN_TRY(pass_attr_int(g, &g->nodes[id], a->name, a->i));
+        else KILN_TRY(pass_attr_ints(g, &g->nodes[id], a->name, a->ints, a->n));
+    }
+    return KILN_OK;
 }
 
 static kiln_status try_fuse(pass_ctx *c, int id) {
@@ -174,8 +283,10 @@ static kiln_status try_fuse(pass_ctx *c, int id) {
     if (m.n == 1 || !pass_closed(c, m.set, m.n, m.anchor)) return KILN_OK;
     int bias = m.bias;
     if (m.new_bias) KILN_TRY(flat_bias(c, m.bias, g->nodes[id].name, &bias));
+    int z = m.z;
+    if (m.z_view) KILN_TRY(residual_view(c, &m, g->nodes[id].name, &z));
     base = &g->nodes[id];
-    int ins[4] = {base->inputs[0], base->inputs[1], base->ninputs > 2 ? base->inputs[2] : -1, m.z};
+    int ins[4] = {base->inputs[0], base->inputs[1], base->ninputs > 2 ? base->inputs[2] : -1, z};
     if (bias >= 0) ins[2] = bias;
     bool plain = m.z < 0 && m.act.kind == KILN_ACT_NONE && kind != EP_MATMUL;
     const char *op = plain ? base->op_type
@@ -185,7 +296,9 @@ static kiln_status try_fuse(pass_ctx *c, int id) {
     int len = 0;
     if (m.bias >= 0) len += snprintf(detail, sizeof detail, "bias");
     if (m.z >= 0) len += snprintf(detail + len, sizeof detail - (size_t)len, "%sresidual", len ? ", " : "");
-    if (m.act.kind) snprintf(detail + len, sizeof detail - (size_t)len, "%s%s", len ? ", " : "", kiln_activation_name(m.act.kind));
+    if (m.act.kind)
+        len += snprintf(detail + len, sizeof detail - (size_t)len, "%s%s", len ? ", " : "", kiln_activation_name(m.act.kind));
+    if (m.view >= 0) snprintf(detail + len, sizeof detail - (size_t)len, "; then %s", g->nodes[m.view].op_type);
     if (!plain) KILN_TRY(pass_use_kiln_domain(c));
     kiln_node *out;
     KILN_TRY(pass_rewrite(c, m.set, m.n, m.anchor, plain ? "" : KILN_FUSED_DOMAIN, op,
@@ -193,11 +306,13 @@ static kiln_status try_fuse(pass_ctx *c, int id) {
     if (kind == EP_GEMM && m.bias >= 0) /* C was absent, so beta did not matter before; it scales C now */
         for (int k = 0; k < out->nattrs; k++)
             if (!strcmp(out->attrs[k].name, "beta")) out->attrs[k].f = 1.0f;
-    if (m.act.kind == KILN_ACT_NONE) return KILN_OK;
-    KILN_TRY(pass_attr_string(g, out, "activation", kiln_activation_name(m.act.kind)));
-    float params[2] = {m.act.p0, m.act.p1};
-    int np = kiln_activation_nparams(m.act.kind);
-    return np ? pass_attr_floats(g, out, "activation_params", params, np) : KILN_OK;
+    if (m.act.kind != KILN_ACT_NONE) {
+        KILN_TRY(pass_attr_string(g, out, "activation", kiln_activation_name(m.act.kind)));
+        float params[2] = {m.act.p0, m.act.p1};
+        int np = kiln_activation_nparams(m.act.kind);
+        if (np) KILN_TRY(pass_attr_floats(g, out, "activation_params", params, np));
+    }
+    return m.view >= 0 ? view_after(c, &m) : KILN_OK;
 }
 
 kiln_status kiln_pass_fuse_epilogue(kiln_graph *g, bool *changed) {

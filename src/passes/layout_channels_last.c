@@ -1,7 +1,7 @@
-/* layout_channels_last.c — lays 2-D convolutions out channels-last (NHWC), for backends whose
- * convolutions run faster that way (tensor-core kernels want C innermost). Each kiln.FusedConv still
- * channels-first, and each plain Conv, with a 4-D X and constant weights becomes a FusedConv with
- * channels_last = 1 (ir/fused_ops.h):
+/* layout_channels_last.c — lays 2-D convolutions, and the pools next to them, out channels-last
+ * (NHWC), for backends whose convolutions run faster that way (tensor-core kernels want C
+ * innermost). Each kiln.FusedConv still channels-first, and each plain Conv, with a 4-D X and
+ * constant weights becomes a FusedConv with channels_last = 1 (ir/fused_ops.h):
  *     X -> Transpose(0,2,3,1) -> FusedConv(W' = W as [M, kH, kW, C/g], B, Z -> Transpose(0,2,3,1))
  *       -> Transpose(0,3,1,2) -> Y
  * Y keeps its name and every reader, so the graph's interface and the layout everything else sees
@@ -10,6 +10,14 @@
  * cse merges the equal Transposes of one value, so what is left sits at the boundaries of the
  * convolution regions (the graph's input and output, a pooling layer, a reshape). The weights become
  * new constants (the old ones may be shared, or read-only memory of a loaded engine).
+ *
+ * A 2-D pool (MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool; float, no MaxPool Indices in
+ * use) whose input such a region writes (a Transpose(0,3,1,2), after the convolutions are laid out)
+ * becomes a kiln.FusedPool with channels_last = 1 between Transposes the same way, so that the
+ * Transposes around a pool between convolutions (ResNet's stem MaxPool) cancel too; a pool at the
+ * end of a region (a GlobalAveragePool before the classifier) moves the region's last Transpose
+ * after itself, onto its smaller output. Pools are not laid out on their own: one between
+ * channels-first ops would only gain two Transposes.
  *
  * A convolution without groups whose input channels C are not a multiple of 8 (an RGB stem: C = 3)
  * also gets its channels zero-padded to the next multiple of 8, a Pad after the input's Transpose and
@@ -168,6 +176,59 @@ static kiln_status lay_out(pass_ctx *c, int id) {
     return add_transpose(c, yl, y, g_to_first, name, &out);
 }
 
+/* The pooling ops laid out channels-last, as kiln.FusedPool (fused_ops.h). */
+static const char *const g_pools[] = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"};
+
+/* Whether value v is written by a Transpose(0,3,1,2): a channels-last region's output, such as a
+ * laid-out convolution's Y. */
+static bool from_channels_last(const pass_ctx *c, int v) {
+    int t = pass_producer(c, v, "Transpose");
+    if (t < 0) return false;
+    int np;
+    const int64_t *perm = kiln_attr_ints(&c->g->nodes[t], "perm", &np);
+    return np == 4 && !memcmp(perm, g_to_first, sizeof g_to_first);
+}
+
+/* Whether node id is a pooling op this pass lays out: one of g_pools with a 4-D float X that comes
+ * from a channels-last region, and no MaxPool Indices in use. */
+static bool pool_candidate(const pass_ctx *c, int id) {
+    const kiln_graph *g = c->g;
+    const kiln_node *n = &g->nodes[id];
+    bool pool = false;
+    for (size_t k = 0; k < sizeof g_pools / sizeof *g_pools; k++) pool = pool || pass_is_op(n, g_pools[k]);
+    if (!pool) return false;
+    const kiln_value *x = kiln_node_input(g, n, 0);
+    if (!x || x->ndim != 4 || !pass_is_float(x->dtype) || !kiln_node_output(g, n, 0)) return false;
+    return pass_closed(c, &id, 1, id) && from_channels_last(c, n->inputs[0]);
+}
+
+/* Lays pooling node id out channels-last: X -> Transpose(0,2,3,1) -> FusedPool(pool = its op,
+ * channels_last = 1) -> Transpose(0,3,1,2) -> Y; the first Transpose cancels against X's. */
+static kiln_status lay_out_pool(pass_ctx *c, int id) {
+    kiln_graph *g = c->g;
+    const char *pool_name = g->nodes[id].name;
+    char name[300], pool[32];
+    snprintf(pool, sizeof pool, "%s", g->nodes[id].op_type);
+    int x = g->nodes[id].inputs[0], y = g->nodes[id].outputs[0], xl, yl;
+    KILN_TRY(pass_use_kiln_domain(c));
+    snprintf(name, sizeof name, "%.280s_x_nhwc", pool_name);
+    KILN_TRY(add_transpose(c, x, -1, g_to_last, name, &xl));
+    snprintf(name, sizeof name, "%.280s_nhwc", g->values[y].name);
+    KILN_TRY(pass_new_value(c, name, &yl));
+    int set[1] = {id};
+    kiln_node *n;
+    KILN_TRY(pass_rewrite(c, set, 1, id, KILN_FUSED_DOMAIN, "FusedPool", KILN_FUSED_OPSET, pool_name, 1, &xl, id,
+                          "channels-last between Transposes", &n));
+    KILN_TRY(pass_attr_string(g, n, "pool", pool));
+    KILN_TRY(set_channels_last(g, n));
+    n->outputs[0] = yl;
+    g->values[yl].producer = id;
+    g->values[y].producer = -1;
+    snprintf(name, sizeof name, "%.280s_y_nchw", pool_name);
+    int out;
+    return add_transpose(c, yl, y, g_to_first, name, &out);
+}
+
 kiln_status kiln_pass_layout_channels_last(kiln_graph *g, bool *changed) {
     pass_ctx c;
     KILN_TRY(pass_begin(&c, g, "layout_channels_last"));
@@ -175,5 +236,8 @@ kiln_status kiln_pass_layout_channels_last(kiln_graph *g, bool *changed) {
     int count = g->nnodes; /* the Transposes it appends are no candidates */
     for (int i = 0; i < count && st == KILN_OK; i++)
         if (candidate(g, &g->nodes[i])) st = lay_out(&c, i);
+    /* then the pools whose input a laid-out convolution (or pool, earlier in node order) writes */
+    for (int i = 0; i < count && st == KILN_OK; i++)
+        if (pool_candidate(&c, i)) st = lay_out_pool(&c, i);
     return pass_end(&c, st, changed);
 }

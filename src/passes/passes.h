@@ -34,5 +34,9 @@ kiln_status kiln_pass_fuse_elementwise(kiln_graph *g, bool *changed);
  * [M, kH, kW, C/g] constants) between Transposes to NHWC and back; the clean-up passes then cancel
  * the Transposes between consecutive convolutions. */
 kiln_status kiln_pass_layout_channels_last(kiln_graph *g, bool *changed);
+/* MatMul with a 2-D float constant right operand of N columns, N >= 64 not a multiple of 8 -> MatMul
+ * with the operand zero-padded to a multiple of 8 columns, then a Slice back to N (16-byte aligned
+ * rows for tensor-core GEMMs). */
+kiln_status kiln_pass_align_matmul(kiln_graph *g, bool *changed);
 
 #endif

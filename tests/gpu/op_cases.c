@@ -561,6 +561,22 @@ const op_case kiln_op_cases[] = {
     {"Pad", "f[2,3,4,5] Ki64[4]=1,1,2,0 - Ki64[2]=1,3", "", 0, 0},
     {"Pad", "i64[7,9]{0,9} Ki64[4]=1,1,1,1 Ki64[]=-1", "", 0, 0},
     {"Pad", "f[2,3,7,7]", "pads=[0,0,1,1,0,0,1,1] value=1.5", 0, 2},
+    /* the CUDA Pad's merged axes and its constant last-axis row kernel (one store of 16, 8, 4 or
+     * element bytes per thread), over several blocks: an NHWC stem channel pad 3 -> 8, odd rows,
+     * a cropped last axis with a constant, leading-axis pads (merged into one axis), 8-byte and
+     * 1-byte data; then the per-element kernel on merged axes in the other modes */
+    {"Pad", "f16[8,30,30,3] Ki64[8]=0,0,0,0,0,0,0,5", "", 0, 0},
+    {"Pad", "f[8,30,30,3] Ki64[8]=0,0,0,0,0,0,0,5", "", 0, 0},
+    {"Pad", "f[37,41,5] Ki64[6]=0,0,2,0,0,3", "", 0, 0},
+    {"Pad", "f16[3,333,7] Ki64[6]=0,0,1,0,0,1", "", 0, 0},
+    {"Pad", "f[65,300,6] Ki64[6]=0,0,-1,0,0,3 Kf[]=0.25", "", 0, 0},
+    {"Pad", "f[5,40,33] Ki64[6]=2,0,0,1,0,0 Kf[]=-2.0", "", 0, 0},
+    {"Pad", "f[6,5,40,9] Ki64[8]=1,0,2,0,0,0,1,0", "", 0, 0},
+    {"Pad", "i64[300,5]{0,9} Ki64[4]=0,1,0,2 Ki64[]=-1", "", 0, 0},
+    {"Pad", "u8[513,3]{0,200} Ki64[4]=0,0,0,5", "", 0, 0},
+    {"Pad", "f[3,5,40,20] Ki64[8]=0,0,0,3,0,0,0,2", "mode='edge'", 0, 0},
+    {"Pad", "f[4,6,30,10] Ki64[8]=0,0,2,2,0,0,2,2", "mode='reflect'", 0, 0},
+    {"Pad", "f[4,6,30,10] Ki64[8]=1,0,0,0,2,0,0,0", "mode='wrap'", 0, 0},
     {"Resize", "f[1,3,7,7] - Kf[4]=1.0,1.0,2.0,2.0", "mode='nearest'", 0, 0},
     {"Resize", "f[2,3,7,9] - Kf[4]=1.0,1.0,2.0,3.0", "mode='linear'", 0, 0},
     {"Resize", "f[1,3,7,7] - Kf[4]=1.0,1.0,2.0,2.0", "mode='linear' coordinate_transformation_mode='align_corners'", 0, 0},
@@ -638,6 +654,26 @@ const op_case kiln_op_cases[] = {
     {"kiln.FusedConv", "f[2,11,11,4] Kf[8,3,3,4]", "strides=[2,2] activation='LeakyRelu' activation_params=[0.1] channels_last=1", 0, 0},
     {"kiln.FusedConv", "f[2,7,9,24] Kf[24,1,1,24] Kf[24] f[2,7,9,24]", "activation='Silu' channels_last=1", 0, 0},
     {"kiln.FusedConv", "f[1,224,224,3] Kf[64,7,7,3] Kf[64]", "strides=[2,2] pads=[3,3,3,3] activation='Relu' channels_last=1", 0, 0},
+    /* kiln.FusedPool channels-last (X [N,H,W,C]): the NHWC kernels with 16 bytes of channels per
+     * thread (C a multiple of 8) and one channel (C = 3, 6, 12: float16 unvectorized), over many
+     * blocks; odd sizes, ceil_mode, dilations, asymmetric and auto pads, NaN; then channels-first */
+    {"kiln.FusedPool", "f[4,28,28,64]", "pool='MaxPool' kernel_shape=[3,3] strides=[2,2] pads=[1,1,1,1] channels_last=1", 0, 0},
+    {"kiln.FusedPool", "f16[2,17,19,16]", "pool='MaxPool' kernel_shape=[3,3] strides=[2,2] pads=[1,1,1,1] channels_last=1", 0, 0},
+    {"kiln.FusedPool", "f[2,17,19,3]", "pool='MaxPool' kernel_shape=[3,3] strides=[2,2] pads=[1,1,1,1] channels_last=1", 0, 0},
+    {"kiln.FusedPool", "f[1,15,13,8]",
+     "pool='MaxPool' kernel_shape=[3,2] strides=[2,1] pads=[0,1,1,0] dilations=[2,1] ceil_mode=1 channels_last=1", 0, 0},
+    {"kiln.FusedPool", "fs[2,17,19,8]", "pool='MaxPool' kernel_shape=[3,3] strides=[2,2] pads=[1,1,1,1] channels_last=1", 0, 0},
+    {"kiln.FusedPool", "f[1,4,5,8]", "pool='MaxPool' kernel_shape=[2,2] pads=[3,3,3,3] channels_last=1", 0, 0},
+    {"kiln.FusedPool", "f[2,17,19,16]", "pool='AveragePool' kernel_shape=[3,4] strides=[2,3] pads=[1,0,2,1] channels_last=1", 0, 0},
+    {"kiln.FusedPool", "f[2,17,19,12]",
+     "pool='AveragePool' kernel_shape=[3,3] strides=[2,2] pads=[1,1,1,1] ceil_mode=1 count_include_pad=1 channels_last=1", 0, 0},
+    {"kiln.FusedPool", "f[1,9,10,8]", "pool='AveragePool' kernel_shape=[4,4] strides=[2,3] auto_pad='SAME_UPPER' channels_last=1", 0, 0},
+    {"kiln.FusedPool", "f[1,4,5,8]", "pool='AveragePool' kernel_shape=[2,2] pads=[3,3,3,3] count_include_pad=1 channels_last=1", 0, 0},
+    {"kiln.FusedPool", "f[4,7,7,256]", "pool='GlobalAveragePool' channels_last=1", 0, 0},
+    {"kiln.FusedPool", "f16[3,5,4,6]", "pool='GlobalAveragePool' channels_last=1", 0, 0},
+    {"kiln.FusedPool", "f[2,7,7,32]", "pool='GlobalMaxPool' channels_last=1", 0, 0},
+    {"kiln.FusedPool", "f[2,3,17,19]", "pool='MaxPool' kernel_shape=[3,3] strides=[2,2] pads=[1,1,1,1]", 0, 0},
+    {"kiln.FusedPool", "f[2,8,7,7]", "pool='GlobalAveragePool'", 0, 0},
     {"kiln.FusedConv", "f[9,33,33,16] Kf[16,3,3,16] Kf[16] f[9,32,32,16]", "pads=[1,1,0,0] activation='Relu' channels_last=1", 0, 0},
     {"kiln.FusedGemm", "f[33,65] Kf[17,65] Kf[17]", "transB=1 activation='Relu'", 0, 0},
     {"kiln.FusedGemm", "f[33,65] Kf[65,17] Kf[17] f[33,17]", "activation='GeluTanh'", 0, 0},
@@ -660,6 +696,13 @@ const op_case kiln_op_cases[] = {
     {"kiln.FusedMatMul", "f[3,17,64] Kf[64,36] Kf[36] f[3,17,36]", "activation='Gelu'", 0, 0},
     {"kiln.FusedMatMul", "f[5,64] Kf[64,103] Kf[103]", "activation='Gelu'", 0, 0},
     {"kiln.FusedGemm", "f[33,64] Kf[64,24] Kf[24] f[33,24]", "activation='Silu'", 0, 0},
+    /* all inside cuBLASLt's epilogue (bias, ReLU, the residual as C): Gemm C as the bias, a residual
+     * alone, bias + residual + ReLU over a batch of rows */
+    {"kiln.FusedGemm", "f[33,64] Kf[64,24] Kf[24] f[33,24]", "", 0, 0},
+    {"kiln.FusedGemm", "f[33,64] Kf[24,64] - f[33,24]", "transB=1 alpha=0.5", 0, 0},
+    {"kiln.FusedMatMul", "f[2,33,64] Kf[64,40] Kf[40]", "activation='Relu'", 0, 0},
+    {"kiln.FusedMatMul", "f[4,17,64] Kf[64,48] Kf[48] f[4,17,48]", "activation='Relu'", 0, 0},
+    {"kiln.FusedMatMul", "f[4,17,64] Kf[64,48] - f[4,17,48]", "", 0, 0},
     {"kiln.Attention", "f[2,4,16,8] f[2,4,16,8] f[2,4,16,8]", "scale=0.35355", 0, 0},
     {"kiln.Attention", "f[2,4,16,8] f[2,4,16,8] f[2,4,16,8]", "scale=0.35355 causal=1", 0, 0},
     {"kiln.Attention", "f[2,4,16,8] f[2,4,16,8] f[2,4,16,8] f[2,1,1,16]{-3,0}", "scale=0.35355", 0, 0},
@@ -694,6 +737,17 @@ const op_case kiln_op_cases[] = {
     {"kiln.Attention", "f[2,4,50,32] f[2,4,70,32] f[2,4,70,32]", "scale=0.177 causal=1", 0, 0},
     {"kiln.Attention", "f[2,4,40,64] f[2,4,40,64] f[2,4,40,64] f[40,40]{-3,0}", "scale=0.125", 0, 0},
     {"kiln.Attention", "f[1,2,300,64] f[1,2,300,64] f[1,2,300,64]", "scale=0.125 causal=1", 0, 0},
+    /* the sequence-first layouts: 1 ([B, S, H, D], row strides H D; GQA, masks per head and padding,
+     * odd heads / lengths, a head dim the tensor-core kernel pads) and 2 (packed QKV [B, S, 3, H, D],
+     * row stride 3 H D: GPT-2's and BERT's shapes, causal and masked) */
+    {"kiln.Attention", "f[2,128,12,64] f[2,128,12,64] f[2,128,12,64] f[2,1,1,128]{-5,0}", "scale=0.125 layout=1", 0, 0},
+    {"kiln.Attention", "f[1,37,8,64] f[1,53,2,64] f[1,53,2,64]", "scale=0.125 kv_repeat=4 causal=1 layout=1", 0, 0},
+    {"kiln.Attention", "f[2,33,3,40] f[2,65,3,40] f[2,65,3,40] b[2,3,33,65]", "scale=0.158 mask_fill=-10000.0 layout=1", 0, 0},
+    {"kiln.Attention", "f[3,17,5,24] f[3,17,5,24] f[3,17,5,16]", "scale=0.2 layout=1", 0, 0},
+    {"kiln.Attention", "f[1,128,3,25,64] - -", "scale=0.125 causal=1 layout=2", 0, 0},
+    {"kiln.Attention", "f[2,77,3,12,64] - - f[2,1,1,77]{-5,0}", "scale=0.125 layout=2", 0, 0},
+    {"kiln.Attention", "f[2,19,3,4,8] - - b[2,1,19,19]", "scale=0.35 mask_fill=-10000.0 layout=2", 0, 0},
+    {"kiln.Attention", "f[1,70,3,2,128] - -", "scale=0.0884 causal=1 layout=2", 0, 0},
     /* x sigmoid(1.702 x) */
     {"kiln.ElementwiseChain", "f[33,1000]", "program=[1,0,1,0,2,0,5,9,5] constants=[1.702]", 0, 0},
     /* relu((x0 + x1) * 0.5); the inputs of a chain have the output's shape or one element (what
@@ -751,7 +805,11 @@ const op_case kiln_perf_cases[] = {
     {"MaxPool", "f[32,64,112,112]", "kernel_shape=[3,3] strides=[2,2] pads=[1,1,1,1]", 0, 0},
     /* ResNet-50's stem pool at batch 256 */
     {"MaxPool", "f[256,64,112,112]", "kernel_shape=[3,3] strides=[2,2] pads=[1,1,1,1]", 0, 0},
+    {"kiln.FusedPool", "f[256,112,112,64]", "pool='MaxPool' kernel_shape=[3,3] strides=[2,2] pads=[1,1,1,1] channels_last=1", 0, 0},
     {"GlobalAveragePool", "f[32,2048,7,7]", "", 0, 0},
+    {"kiln.FusedPool", "f[256,7,7,2048]", "pool='GlobalAveragePool' channels_last=1", 0, 0},
+    /* ResNet-50's stem channel pad (NHWC, 3 -> 8) at batch 256 */
+    {"Pad", "f[256,224,224,3] Ki64[8]=0,0,0,0,0,0,0,5", "", 0, 0},
     {"BatchNormalization", "f[32,64,56,56] Kf[64] Kf[64] Kf[64] Kf[64]{0.5,2}", "", 0, 0},
     {NULL, NULL, NULL, 0, 0},
 };

@@ -1,5 +1,5 @@
 /* test_layout.c — unit tests of the channels-last layout (pass layout_channels_last, the
- * channels-last FusedConv's shape inference and CPU kernel, the builder's KILN_CHANNELS_LAST switch)
+ * channels-last FusedConv's and FusedPool's shape inference and CPU kernels, the builder's KILN_CHANNELS_LAST switch)
  * and of eliminate_noops on a Transpose whose output fans out.
  *
  * Graphs are built with the IR API twice: one copy stays as built (the reference, run op by op on
@@ -9,9 +9,12 @@
  * with auto_pad SAME_UPPER, 1x1 + identity residual), a downsampling block (3x3 stride 2 with
  * asymmetric pads, 3x3, residual from a 1x1 stride-2 downsample conv), GlobalAveragePool, Flatten,
  * Gemm. The bottleneck's input (a conv's output) fans out to its first conv, its residual and the
- * downsample conv. After the layout and the clean-up passes only the Transposes at the region
- * boundaries may remain: 4 (into the stem, out of it to the MaxPool, out of the MaxPool, out of the
- * last block into the GlobalAveragePool).
+ * downsample conv. The layout also makes the MaxPool and the GlobalAveragePool channels-last
+ * FusedPools (their inputs come from laid-out convolutions), so after the layout and the clean-up
+ * passes only the Transposes at the region boundaries remain: 2 (into the stem, out of the
+ * GlobalAveragePool into the Flatten). The pool cases put one pool of each kind between
+ * convolutions, and check that a pool with its Indices in use or on the graph's input is left as
+ * it is.
  *
  * Tolerance: max |laid out - reference| / max |reference| <= 1e-5 (float32: BN folding reorders a
  * few operations; the layout itself only moves data, so laid out vs not laid out must agree to it). */
@@ -32,8 +35,9 @@
 
 #define TOL_F32 1e-5
 #define MAX_IO 4
-#define RESNET_TRANSPOSES 4
+#define RESNET_TRANSPOSES 2
 #define RESNET_CONVS 8
+#define RESNET_POOLS 2
 
 static int cases;
 
@@ -124,6 +128,40 @@ static void transpose_fanout(bool mixed) {
     if (mixed) output(op1("Relu", m));
 }
 
+/* A pool between channels-last convolutions: x [2, 8, 13, 11] -> Conv 3x3 (8 -> 8) -> Relu -> pool
+ * -> Conv 3x3 (8 -> 16) (a windowed pool) or Flatten (a global one). g_pool_op names the pool;
+ * g_pool_variant: 0 ResNet's 3x3 stride-2 window with pads 1; 1 an asymmetric window ([3, 2],
+ * strides [2, 1], pads [0, 1, 1, 0], ceil_mode, with dilations [2, 1] (MaxPool) or
+ * count_include_pad (AveragePool)); 2 variant 0 with the MaxPool's Indices a graph output too; 3
+ * variant 0 on the graph's input instead of the Relu (no channels-last region before it). */
+static const char *g_pool_op;
+static int g_pool_variant;
+
+static void b_pool_chain(void) {
+    begin(19);
+    int64_t xd[4] = {2, 8, 13, 11};
+    int x = input("x", KILN_F32, 4, xd);
+    int a = op1("Relu", conv(x, 8, 8, 3, 1, 1, P1));
+    bool global = !strncmp(g_pool_op, "Global", 6);
+    int p = node_n(g_pool_op, 1, (int[]){g_pool_variant == 3 ? x : a}, g_pool_variant == 2 ? 2 : 1);
+    if (g_pool_variant == 2) output(last_node()->outputs[1]);
+    if (!global && g_pool_variant != 1) {
+        attr_ints("kernel_shape", 2, (int64_t[]){3, 3});
+        attr_ints("strides", 2, (int64_t[]){2, 2});
+        attr_ints("pads", 4, P1);
+    } else if (!global) {
+        attr_ints("kernel_shape", 2, (int64_t[]){3, 2});
+        attr_ints("strides", 2, (int64_t[]){2, 1});
+        attr_ints("pads", 4, (int64_t[]){0, 1, 1, 0});
+        attr_int("ceil_mode", 1);
+        if (!strcmp(g_pool_op, "MaxPool")) attr_ints("dilations", 2, (int64_t[]){2, 1});
+        else attr_int("count_include_pad", 1);
+    }
+    if (global) output(op1("Flatten", p));
+    else output(op1("Relu", conv(p, 8, 16, 3, 1, 1, P1)));
+    if (g_pool_variant == 3) output(a);
+}
+
 static void b_fanout_all(void) { transpose_fanout(false); }
 static void b_fanout_mixed(void) { transpose_fanout(true); }
 
@@ -134,6 +172,14 @@ static int count_channels_last(const kiln_graph *g) {
     int c = 0;
     for (int i = 0; i < g->nnodes; i++)
         c += !strcmp(g->nodes[i].op_type, "FusedConv") && kiln_attr_int(&g->nodes[i], "channels_last", 0) == 1;
+    return c;
+}
+
+/* How many FusedPool nodes of g have channels_last = 1. */
+static int count_pools_last(const kiln_graph *g) {
+    int c = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        c += !strcmp(g->nodes[i].op_type, "FusedPool") && kiln_attr_int(&g->nodes[i], "channels_last", 0) == 1;
     return c;
 }
 
@@ -251,10 +297,13 @@ static void test_resnet_passes(void) {
           "layout", convs, count_op(g, "Transpose"));
     CHECKF(run_pass("resnet", g, kiln_pass_layout_channels_last), "resnet: the layout changed nothing");
     /* one X and one Y Transpose per convolution, one Z Transpose per residual (2), one channel Pad
-     * per convolution without groups whose input channels are not a multiple of 8 (the RGB stem) */
+     * per convolution without groups whose input channels are not a multiple of 8 (the RGB stem), an
+     * X and a Y Transpose per pool */
     int pads = count_op(g, "Pad");
-    CHECKF(pads >= 1 && g->nnodes == before + 2 * RESNET_CONVS + 2 + pads && count_channels_last(g) == RESNET_CONVS,
-          "resnet: %d -> %d nodes, %d channel Pads, %d channels-last", before, g->nnodes, pads, count_channels_last(g));
+    CHECKF(pads >= 1 && g->nnodes == before + 2 * RESNET_CONVS + 2 + pads + 2 * RESNET_POOLS &&
+               count_channels_last(g) == RESNET_CONVS && count_pools_last(g) == RESNET_POOLS,
+          "resnet: %d -> %d nodes, %d channel Pads, %d channels-last convolutions, %d pools", before, g->nnodes, pads,
+          count_channels_last(g), count_pools_last(g));
     cleanup("resnet", g);
     int left = count_op(g, "Transpose");
     printf("test_layout: resnet: %d Transposes left after the clean-up (%d nodes)\n", left, g->nnodes);
@@ -262,6 +311,86 @@ static void test_resnet_passes(void) {
     check_same_outputs("resnet passes", ref, "reference", g, "laid-out graph", TOL_F32);
     kiln_graph_free(ref);
     kiln_graph_free(g);
+}
+
+/* The pool graph (b_pool_chain with op and variant) through the layout and the clean-up passes:
+ * pools channels-last FusedPools, transposes Transposes left, the same outputs as the graph as
+ * built. */
+static void test_pool(const char *op, int variant, int pools, int transposes) {
+    cases++;
+    char label[96];
+    snprintf(label, sizeof label, "pool %s variant %d", op, variant);
+    g_pool_op = op;
+    g_pool_variant = variant;
+    b_pool_chain();
+    kiln_graph *ref = finish();
+    b_pool_chain();
+    kiln_graph *g = finish();
+    cleanup(label, g);
+    run_pass(label, g, kiln_pass_fuse_epilogue); /* the Relus into the convolutions, as the builder does */
+    cleanup(label, g);
+    CHECKF(run_pass(label, g, kiln_pass_layout_channels_last), "%s: the layout changed nothing", label);
+    cleanup(label, g);
+    int p = count_pools_last(g), t = count_op(g, "Transpose");
+    printf("test_layout: %s: %d channels-last pools, %d Transposes left\n", label, p, t);
+    CHECKF(p == pools && t == transposes, "%s: %d channels-last pools, %d Transposes (expected %d, %d)", label, p, t,
+           pools, transposes);
+    CHECKF(count_op(g, op) == 1 - pools, "%s: %d %s nodes left", label, count_op(g, op), op);
+    check_same_outputs(label, ref, "reference", g, "laid-out graph", TOL_F32);
+    kiln_graph_free(ref);
+    kiln_graph_free(g);
+}
+
+/* FusedPool's shape inference: channels-last output shapes, and the errors (an unknown pool, a 3-D
+ * channels-last X, channels_last = 2). */
+static void test_pool_infer(void) {
+    cases++;
+    static const struct {
+        const char *pool;
+        int ndim, cl;
+        const char *error; /* NULL: accepted, Y [2, 4, 3, 5] (windowed) or [2, 1, 1, 5] */
+    } rows[] = {
+        {"MaxPool", 4, 1, NULL},
+        {"AveragePool", 4, 1, NULL},
+        {"GlobalAveragePool", 4, 1, NULL},
+        {"GlobalMaxPool", 4, 1, NULL},
+        {"LpPool", 4, 1, "pool must be"},
+        {"", 4, 1, "pool must be"},
+        {"MaxPool", 3, 1, "channels_last needs a 4-D X"},
+        {"MaxPool", 4, 2, "must be 0 or 1"},
+    };
+    for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
+        begin(19);
+        kiln_opset_import *ops = kiln_graph_alloc(G, 2 * sizeof *ops);
+        ops[0] = G->opsets[0];
+        ops[1] = (kiln_opset_import){KILN_FUSED_DOMAIN, KILN_FUSED_OPSET};
+        G->opsets = ops;
+        G->nopsets = 2;
+        int64_t xd[4] = {2, 7, 6, 5};
+        int y = node_in(KILN_FUSED_DOMAIN, "FusedPool", 1, (int[]){input("x", KILN_F32, rows[r].ndim, xd)});
+        attr_string("pool", rows[r].pool);
+        attr_int("channels_last", rows[r].cl);
+        attr_ints("kernel_shape", rows[r].ndim - 2, (int64_t[]){3, 3});
+        attr_ints("strides", rows[r].ndim - 2, (int64_t[]){2, 2});
+        attr_ints("pads", 2 * (rows[r].ndim - 2), (int64_t[]){1, 1, 1, 1});
+        output(y);
+        REQUIRE_OK(kiln_graph_resolve_ops(G, NULL));
+        REQUIRE_OK(kiln_graph_toposort(G));
+        kiln_status st = kiln_graph_infer_shapes(G);
+        if (rows[r].error) {
+            CHECKF(st != KILN_OK && strstr(kiln_last_error(), rows[r].error), "FusedPool %s rank %d channels_last %d: %s",
+                   rows[r].pool, rows[r].ndim, rows[r].cl, st == KILN_OK ? "accepted" : kiln_last_error());
+        } else {
+            const kiln_value *v = &G->values[y];
+            bool global = !strncmp(rows[r].pool, "Global", 6);
+            int64_t want[4] = {2, global ? 1 : 4, global ? 1 : 3, 5};
+            bool same = st == KILN_OK && v->ndim == 4;
+            for (int d = 0; same && d < 4; d++) same = v->dims[d].sym == 0 && v->dims[d].value == want[d];
+            CHECKF(same, "FusedPool %s channels-last: %s", rows[r].pool,
+                   st == KILN_OK ? "Y is not [N, H', W', C]" : kiln_last_error());
+        }
+        kiln_graph_free(G);
+    }
 }
 
 /* Counts the layout pass's verbose lines and its "skipped" line. */
@@ -339,6 +468,15 @@ int main(void) {
     test_fanout("transpose fan-out, all readers inverse", b_fanout_all, 5, 2);
     test_fanout("transpose fan-out, mixed readers", b_fanout_mixed, 6, 4);
     test_resnet_passes();
+    test_pool("MaxPool", 0, 1, 2);
+    test_pool("MaxPool", 1, 1, 2);
+    test_pool("AveragePool", 0, 1, 2);
+    test_pool("AveragePool", 1, 1, 2);
+    test_pool("GlobalAveragePool", 0, 1, 2);
+    test_pool("GlobalMaxPool", 0, 1, 2);
+    test_pool("MaxPool", 2, 0, 4);
+    test_pool("MaxPool", 3, 0, 4);
+    test_pool_infer();
     test_build(NULL, false, 0, 0);
     test_build("0", false, 0, 0);
     test_build("1", false, RESNET_TRANSPOSES, RESNET_CONVS);

@@ -355,6 +355,43 @@ static void mha(int softmax_axis, bool shared_scores) {
     output(reshape(o, 3, xd));
     if (shared_scores) output(s);
 }
+/* GPT-2-style: one QKV projection [B, S, 3 H D] split into Q, K and V, each -> [B, S, H, D] ->
+ * Transpose; with out_transposed the output goes back to [B, S, H D] (the packed layout applies),
+ * without it the output is read as [B, H, S, D] (layout 0 stays, with its Transposes). */
+static void mha_packed(bool out_transposed) {
+    begin(17);
+    int64_t xd[3] = {AB, AS, 3 * AH * AD}, od[3] = {AB, AS, AH * AD}, md[4] = {AB, 1, 1, AS};
+    int x = input("qkv", KILN_F32, 3, xd), mask = input("mask", KILN_F32, 4, md);
+    int sin[2] = {x, ints(3, (int64_t[]){AH * AD, AH * AD, AH * AD})};
+    node_n("Split", 2, sin, 3);
+    attr_int("axis", -1);
+    int parts[3] = {last_node()->outputs[0], last_node()->outputs[1], last_node()->outputs[2]};
+    int qh = split_heads(parts[0], AH, (int64_t[]){0, 2, 1, 3}), kt = split_heads(parts[1], AH, (int64_t[]){0, 2, 3, 1});
+    int vh = split_heads(parts[2], AH, (int64_t[]){0, 2, 1, 3});
+    int s = op2("Mul", op2("MatMul", qh, kt), scalar(1.0 / sqrt((double)AD)));
+    int p = op1("Softmax", op2("Add", s, mask));
+    attr_int("axis", -1);
+    int o = op2("MatMul", p, vh);
+    output(out_transposed ? reshape(transpose(o, 4, (int64_t[]){0, 2, 1, 3}), 3, od) : o);
+}
+static void b_mha_packed(void) { mha_packed(true); }
+
+/* BERT-style: Q, K and V are three projections X [B, S, 16] x W [16, H D] of one input */
+static void b_mha_projections(void) {
+    begin(17);
+    int64_t xd[3] = {AB, AS, 16}, wd[2] = {16, AH * AD}, od[3] = {AB, AS, AH * AD}, md[4] = {AB, 1, 1, AS};
+    int x = input("x", KILN_F32, 3, xd), mask = input("mask", KILN_F32, 4, md);
+    int pq = op2("MatMul", x, constant(KILN_F32, 2, wd, NULL, -0.5, 0.5));
+    int pk = op2("MatMul", x, constant(KILN_F32, 2, wd, NULL, -0.4, 0.6));
+    int pv = op2("MatMul", x, constant(KILN_F32, 2, wd, NULL, -0.6, 0.4));
+    int qh = split_heads(pq, AH, (int64_t[]){0, 2, 1, 3}), kt = split_heads(pk, AH, (int64_t[]){0, 2, 3, 1});
+    int vh = split_heads(pv, AH, (int64_t[]){0, 2, 1, 3});
+    int s = op2("Div", op2("MatMul", qh, kt), scalar(sqrt((double)AD)));
+    int p = op1("Softmax", op2("Add", s, mask));
+    attr_int("axis", -1);
+    output(reshape(transpose(op2("MatMul", p, vh), 4, (int64_t[]){0, 2, 1, 3}), 3, od));
+}
+static void b_mha_heads_out(void) { mha_packed(false); }
 static void b_mha(void) { mha(-1, false); }
 static void b_mha_axis(void) { mha(2, false); }
 static void b_mha_shared(void) { mha(-1, true); }
@@ -392,6 +429,18 @@ static void b_causal_prescaled(void) {
     attr_int("axis", 3);
     output(op2("MatMul", p, v));
 }
+
+/* ------------------------------------------------------------------------------ align_matmul */
+
+/* A [2, 3, 16] x W [16, n], W constant (an LM head when n is odd) */
+static void matmul_const(int64_t n) {
+    begin(17);
+    int64_t ad[3] = {2, 3, 16}, wd[2] = {16, n};
+    output(op2("MatMul", input("a", KILN_F32, 3, ad), constant(KILN_F32, 2, wd, NULL, -1, 1)));
+}
+static void b_matmul_n100(void) { matmul_const(100); }
+static void b_matmul_n96(void) { matmul_const(96); }
+static void b_matmul_n20(void) { matmul_const(20); }
 
 /* ------------------------------------------------------------------------------ fuse_epilogue */
 
@@ -470,6 +519,77 @@ static void b_epilogue_broadcast(void) {
     int c = conv(x, constant(KILN_F32, 4, WCONV, NULL, -0.5, 0.5), -1);
     int in[3] = {op2("Add", c, z), scalar(0.0), hi};
     output(node_n("Clip", 3, in, 1));
+}
+
+/* Epilogues behind a view, as in GPT-2 exports: Gemm(a [6, 5], W [5, 8], C [8]) [6, 8] -> Reshape
+ * [2, 3, 8] -> epilogue. */
+static const int64_t VA[2] = {6, 5}, VW[2] = {5, 8}, VN[1] = {8}, VO[3] = {2, 3, 8};
+
+static int view_gemm(bool with_c) {
+    int a = input("a", KILN_F32, 2, VA);
+    int in[3] = {a, constant(KILN_F32, 2, VW, NULL, -1, 1), with_c ? constant(KILN_F32, 1, VN, NULL, -1, 1) : -1};
+    int y = node_n("Gemm", with_c ? 3 : 2, in, 1);
+    attr_float("alpha", 0.5f);
+    return y;
+}
+
+/* Gemm (with C) -> Reshape -> Gelu (c_fc) */
+static void b_view_gelu(void) {
+    begin(20);
+    output(op1("Gelu", reshape(view_gemm(true), 3, VO)));
+}
+
+/* Gemm (with C) -> Reshape -> Add(residual, .) (mlp c_proj) */
+static void b_view_residual(void) {
+    begin(20);
+    int z = input("z", KILN_F32, 3, VO);
+    output(op2("Add", z, reshape(view_gemm(true), 3, VO)));
+}
+
+/* Gemm -> Unsqueeze (axes input) -> Add(., residual) -> Tanh (attn c_proj, another view op) */
+static void b_view_unsqueeze_residual(void) {
+    begin(20);
+    int64_t zd[3] = {1, 6, 8};
+    int z = input("z", KILN_F32, 3, zd);
+    output(op1("Tanh", op2("Add", op2("Unsqueeze", view_gemm(false), ints(1, (int64_t[]){0})), z)));
+}
+
+/* Gemm without C -> Reshape -> Add(bias [1, 1, 8]) -> Gelu: the bias becomes C, flattened to [8] */
+static void b_view_bias_gelu(void) {
+    begin(20);
+    int64_t bd[3] = {1, 1, 8};
+    int y = reshape(view_gemm(false), 3, VO);
+    output(op1("Gelu", op2("Add", y, constant(KILN_F32, 3, bd, NULL, -1, 1))));
+}
+
+/* MatMul [2, 3, 4] x [4, 8] -> Reshape [6, 8] -> Add(bias [8]) -> Relu */
+static void b_view_matmul(void) {
+    begin(20);
+    int64_t wd[2] = {4, 8}, od[2] = {6, 8};
+    int x = input("x", KILN_F32, 3, D234);
+    int y = reshape(op2("MatMul", x, constant(KILN_F32, 2, wd, NULL, -1, 1)), 2, od);
+    output(op1("Relu", op2("Add", y, constant(KILN_F32, 1, VN, NULL, -1, 1))));
+}
+
+/* negatives: a Reshape that changes the last dim ([6, 8] -> [2, 24]); a Reshape output with a
+ * second reader; a residual that broadcasts ([1, 3, 8] against [2, 3, 8]) */
+static void b_view_last_dim(void) {
+    begin(20);
+    output(op1("Gelu", reshape(view_gemm(true), 2, (int64_t[]){2, 24})));
+}
+
+static void b_view_shared(void) {
+    begin(20);
+    int r = reshape(view_gemm(true), 3, VO);
+    output(op1("Gelu", r));
+    output(op1("Relu", r));
+}
+
+static void b_view_residual_broadcast(void) {
+    begin(20);
+    int64_t zd[3] = {1, 3, 8};
+    int z = input("z", KILN_F32, 3, zd);
+    output(op2("Add", reshape(view_gemm(true), 3, VO), z));
 }
 
 /* ------------------------------------------------------------------------------ fuse_elementwise */
@@ -579,6 +699,28 @@ static int64_t op_attr_int(const kiln_graph *g, const char *op, const char *name
     return -1;
 }
 
+/* check_pass of fuse_epilogue on a GEMM whose epilogue sits behind a view: besides the counts and
+ * the numbers, no Add or activation is left, the graph output is written by a view op reading the
+ * fused node's output (in the GEMM's shape), and the fused node has a bias (C) when has_bias. */
+static void check_view_epilogue(const char *label, build_fn build, int before, int after, const char *fused,
+                                bool has_bias) {
+    kiln_graph *g = check_pass_tol(label, build, kiln_pass_fuse_epilogue, before, after, fused, TOL_F32);
+    const char *gone[] = {"Add", "Gelu", "Relu", "Tanh"};
+    for (int k = 0; k < 4; k++) CHECKF(count_op(g, gone[k]) == 0, "%s: a %s is left", label, gone[k]);
+    const kiln_value *out = &g->values[g->outputs[0]];
+    const kiln_node *view = out->producer >= 0 ? &g->nodes[out->producer] : NULL;
+    CHECKF(view && kiln_op_is_view(view->domain, view->op_type), "%s: the output is not written by a view", label);
+    int f = view ? g->values[view->inputs[0]].producer : -1;
+    CHECKF(f >= 0 && !strcmp(g->nodes[f].op_type, fused), "%s: the view does not read the %s", label, fused);
+    if (f >= 0) {
+        const kiln_value *y = &g->values[g->nodes[f].outputs[0]];
+        CHECKF(y->ndim >= 2 && y->ndim != out->ndim && y->dims[y->ndim - 1].value == 8,
+               "%s: the %s output is not the GEMM's [..., 8]", label, fused);
+        CHECKF((g->nodes[f].ninputs > 2 && g->nodes[f].inputs[2] >= 0) == has_bias, "%s: bias present = %d", label, !has_bias);
+    }
+    kiln_graph_free(g);
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : ".";
     if (getenv("KILN_TEST_VERBOSE")) kiln_log_set_level(KILN_LOG_VERBOSE);
@@ -620,8 +762,22 @@ int main(int argc, char **argv) {
                                    "RMSNormalization", TOL_F16_RMS));
     check_pass("rmsnorm, keepdims 0", b_rmsnorm_keepdims0, kiln_pass_fuse_norm, 7, 7, NULL);
     /* fuse_attention */
-    g = check_pass_tol("attention (MHA)", b_mha, kiln_pass_fuse_attention, 13, 9, "Attention", TOL_F32);
+    /* the Transposes around it go: Q, K, V and O stay [B, S, H, D] (layout 1) */
+    g = check_pass_tol("attention (MHA)", b_mha, kiln_pass_fuse_attention, 13, 5, "Attention", TOL_F32);
     CHECKF(fabs(op_attr_float(g, "Attention", "scale") - 1.0 / sqrt((double)AD)) < 1e-7, "mha: scale");
+    CHECKF(op_attr_int(g, "Attention", "layout") == 1 && count_op(g, "Transpose") == 0, "mha: layout 1, no Transpose");
+    kiln_graph_free(g);
+    /* one QKV projection split three ways: the Split goes too (layout 2, QKV read as [B, S, 3, H, D]) */
+    g = check_pass_tol("attention (packed QKV)", b_mha_packed, kiln_pass_fuse_attention, 14, 3, "Attention", TOL_F32);
+    CHECKF(op_attr_int(g, "Attention", "layout") == 2 && count_op(g, "Split") == 0, "packed: layout 2, no Split");
+    kiln_graph_free(g);
+    g = check_pass_tol("attention (three projections)", b_mha_projections, kiln_pass_fuse_attention, 16, 4, "Attention",
+                       TOL_F32);
+    CHECKF(op_attr_int(g, "Attention", "layout") == 2 && count_op(g, "MatMul") == 1, "projections: one MatMul, layout 2");
+    kiln_graph_free(g);
+    g = check_pass_tol("attention, output read per head", b_mha_heads_out, kiln_pass_fuse_attention, 12, 8, "Attention",
+                       TOL_F32);
+    CHECKF(op_attr_int(g, "Attention", "layout") == -1, "heads out: no layout attribute (0)");
     kiln_graph_free(g);
     check_pass("attention, softmax over axis 2", b_mha_axis, kiln_pass_fuse_attention, 13, 13, NULL);
     check_pass("attention, scores are a graph output", b_mha_shared, kiln_pass_fuse_attention, 13, 13, NULL);
@@ -633,6 +789,17 @@ int main(int argc, char **argv) {
     CHECKF(op_attr_int(g, "Attention", "causal") == 1, "causal: causal attribute");
     CHECKF(fabs(op_attr_float(g, "Attention", "scale") - 1.0 / sqrt((double)AD)) < 1e-6, "causal: scale");
     kiln_graph_free(g);
+    /* align_matmul: 100 columns padded to 104, then sliced back; 96 and 20 (narrow) stay */
+    g = check_pass_tol("matmul, 100 columns", b_matmul_n100, kiln_pass_align_matmul, 1, 2, "MatMul", TOL_F32);
+    CHECKF(count_op(g, "Slice") == 1, "align: a Slice");
+    for (int i = 0; i < g->nnodes; i++)
+        if (!strcmp(g->nodes[i].op_type, "MatMul")) {
+            const kiln_value *w = kiln_node_input(g, &g->nodes[i], 1);
+            CHECKF(w && w->constant && w->constant->dims[1] == 104, "align: the operand has 104 columns");
+        }
+    kiln_graph_free(g);
+    check_pass("matmul, 96 columns", b_matmul_n96, kiln_pass_align_matmul, 1, 1, NULL);
+    check_pass("matmul, 20 columns", b_matmul_n20, kiln_pass_align_matmul, 1, 1, NULL);
     /* fuse_epilogue */
     check_pass("conv + bias + residual + relu", b_conv_epilogue, kiln_pass_fuse_epilogue, 4, 1, "FusedConv");
     check_pass("conv + clip", b_conv_relu6, kiln_pass_fuse_epilogue, 2, 1, "FusedConv");
@@ -644,6 +811,14 @@ int main(int argc, char **argv) {
     check_pass("matmul + silu", b_matmul_silu, kiln_pass_fuse_epilogue, 3, 1, "FusedMatMul");
     check_pass("epilogue, conv output read twice", b_epilogue_shared, kiln_pass_fuse_epilogue, 3, 3, NULL);
     check_pass("epilogue, broadcast residual, clip bound input", b_epilogue_broadcast, kiln_pass_fuse_epilogue, 3, 3, NULL);
+    check_view_epilogue("gemm + reshape + gelu", b_view_gelu, 3, 2, "FusedGemm", true);
+    check_view_epilogue("gemm (C) + reshape + residual", b_view_residual, 3, 3, "FusedGemm", true); /* + Reshape of Z */
+    check_view_epilogue("gemm + unsqueeze + residual + tanh", b_view_unsqueeze_residual, 4, 3, "FusedGemm", false);
+    check_view_epilogue("gemm + reshape + bias [1, 1, N] + gelu", b_view_bias_gelu, 4, 2, "FusedGemm", true);
+    check_view_epilogue("matmul + reshape + bias + relu", b_view_matmul, 4, 2, "FusedMatMul", true);
+    check_pass("epilogue, reshape changes the last dim", b_view_last_dim, kiln_pass_fuse_epilogue, 3, 3, NULL);
+    check_pass("epilogue, reshape output read twice", b_view_shared, kiln_pass_fuse_epilogue, 4, 4, NULL);
+    check_pass("epilogue, residual behind a reshape broadcasts", b_view_residual_broadcast, kiln_pass_fuse_epilogue, 3, 3, NULL);
     /* fuse_elementwise */
     check_pass("elementwise chain", b_chain, kiln_pass_fuse_elementwise, 8, 1, "ElementwiseChain");
     check_pass("elementwise, broadcast and shared", b_chain_negative, kiln_pass_fuse_elementwise, 3, 3, NULL);

@@ -1,7 +1,9 @@
 /* attention.c — kiln.Attention on the CPU (semantics in ir/fused_ops.h) in float32 (float16 /
  * bfloat16 through float32): for each output batch index, S = scale Q K^T (one sgemm), the mask and
  * the causal limit applied, a softmax per row, O = P V (one sgemm). Batch dims broadcast like numpy;
- * K and V's head axis is read through kv_repeat, so grouped-query K/V are never copied. One Sq x Sk
+ * K and V's head axis is read through kv_repeat, so grouped-query K/V are never copied. The
+ * sequence-first layouts (1: [B, S, H, D], 2: packed QKV) are the same matrices read with a row
+ * stride (the sgemm's leading dimension), so nothing is transposed either. One Sq x Sk
  * score buffer per call; exponentials on 4-lane vectors (elementwise_vmath.h). */
 #include "backends/cpu/fused_kernels.h"
 
@@ -102,76 +104,188 @@ static void add_mask_row(float *row, const float *m, bool scalar, int64_t n) {
     for (; j < n; j++) row[j] += m[scalar ? 0 : j];
 }
 
+/* Where the matrices of one call lie: nb batch dims (odims), per operand a batch view, a base offset
+ * and a row stride (elements between consecutive sequence positions), and the output's. */
+typedef struct attn_geometry {
+    int nb;
+    int64_t odims[KILN_MAX_DIMS];
+    int64_t sq, sk, d, dv;
+    batch_view bq, bk, bv, bo;
+    int64_t kbase, vbase;    /* offsets of K and V in their tensors (packed: in Q's) */
+    int64_t ldq, ldk, ldv, ldo;
+} attn_geometry;
+
+/* Layout 0: matrices [..., S, D], batch dims broadcast like numpy (the output's are their broadcast). */
+static kiln_status geometry_matrices(const kiln_node *n, const kiln_tensor *q, const kiln_tensor *k, const kiln_tensor *v,
+                                     const kiln_tensor *m, int64_t rep, attn_geometry *g) {
+    if (q->ndim < 2 || k->ndim < 2 || v->ndim < 2 || (rep > 1 && (k->ndim < 3 || v->ndim < 3)))
+        return kiln_error(KILN_ERR_SHAPE, "Attention: Q, K, V need rank >= 2 (>= 3 with kv_repeat %lld), have %d, %d, %d",
+                          (long long)rep, q->ndim, k->ndim, v->ndim);
+    g->sq = q->dims[q->ndim - 2];
+    g->d = q->dims[q->ndim - 1];
+    g->sk = k->dims[k->ndim - 2];
+    g->dv = v->dims[v->ndim - 1];
+    if (k->dims[k->ndim - 1] != g->d || v->dims[v->ndim - 2] != g->sk)
+        return kiln_error(KILN_ERR_SHAPE, "Attention: Q [..., %lld, %lld], K [..., %lld, %lld] and V [..., %lld, %lld] do not fit",
+                          (long long)g->sq, (long long)g->d, (long long)g->sk, (long long)k->dims[k->ndim - 1],
+                          (long long)v->dims[v->ndim - 2], (long long)g->dv);
+    int rank = q->ndim;
+    if (k->ndim > rank) rank = k->ndim;
+    if (v->ndim > rank) rank = v->ndim;
+    if (m && m->ndim > rank) rank = m->ndim;
+    g->nb = rank - 2;
+    view_of(q, g->nb, 1, g->sq * g->d, &g->bq);
+    view_of(k, g->nb, rep, g->sk * g->d, &g->bk);
+    view_of(v, g->nb, rep, g->sk * g->dv, &g->bv);
+    for (int i = 0; i < g->nb; i++) g->odims[i] = 1;
+    KILN_TRY(broadcast(n, g->nb, &g->bq, g->odims, "Q"));
+    KILN_TRY(broadcast(n, g->nb, &g->bk, g->odims, "K"));
+    KILN_TRY(broadcast(n, g->nb, &g->bv, g->odims, "V"));
+    int64_t stride = g->sq * g->dv;
+    for (int i = g->nb - 1; i >= 0; i--) {
+        g->bo.dims[i] = g->odims[i];
+        g->bo.strides[i] = stride;
+        stride *= g->odims[i];
+    }
+    g->bo.rep = 1;
+    g->ldq = g->d;
+    g->ldk = g->d;
+    g->ldv = g->dv;
+    g->ldo = g->dv;
+    return KILN_OK;
+}
+
+/* One operand of layout 1 or 2 over batch dims [B, H]: sequence rows ld apart, heads hstride apart. */
+static void seq_view(int64_t b, int64_t h, int64_t s, int64_t ld, int64_t hstride, int64_t rep, batch_view *v) {
+    v->dims[0] = b;
+    v->dims[1] = h * rep;
+    v->strides[0] = s * ld;
+    v->strides[1] = hstride;
+    v->rep = rep;
+}
+
+/* Layouts 1 (Q [B, Sq, H, D], K [B, Sk, Hk, D], V [B, Sk, Hk, Dv]) and 2 (QKV [B, S, 3, H, D]). */
+static kiln_status geometry_sequence_first(int64_t layout, const kiln_tensor *q, const kiln_tensor *k, const kiln_tensor *v,
+                                           int64_t rep, attn_geometry *g) {
+    int64_t b = q->dims[0], h;
+    g->nb = 2;
+    if (layout == 2) {
+        if (q->ndim != 5 || q->dims[2] != 3 || rep != 1)
+            return kiln_error(KILN_ERR_SHAPE, "Attention: packed QKV must be [B, S, 3, H, D] (rank %d) without kv_repeat",
+                              q->ndim);
+        h = q->dims[3];
+        g->sq = g->sk = q->dims[1];
+        g->d = g->dv = q->dims[4];
+        g->ldq = g->ldk = g->ldv = 3 * h * g->d;
+        g->kbase = h * g->d;
+        g->vbase = 2 * h * g->d;
+        seq_view(b, h, g->sq, g->ldq, g->d, 1, &g->bq);
+        g->bk = g->bv = g->bq;
+    } else {
+        if (!k || !v || q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
+            return kiln_error(KILN_ERR_SHAPE, "Attention: layout 1 needs Q, K and V of rank 4 [B, S, H, D]");
+        h = q->dims[2];
+        g->sq = q->dims[1];
+        g->d = q->dims[3];
+        g->sk = k->dims[1];
+        g->dv = v->dims[3];
+        if (k->dims[0] != b || v->dims[0] != b || k->dims[3] != g->d || v->dims[1] != g->sk || k->dims[2] != v->dims[2] ||
+            k->dims[2] * rep != h)
+            return kiln_error(KILN_ERR_SHAPE, "Attention: Q [%lld, %lld, %lld, %lld], K [%lld, %lld, %lld, %lld] and V "
+                              "[%lld, %lld, %lld, %lld] do not fit (kv_repeat %lld)", (long long)b, (long long)g->sq,
+                              (long long)h, (long long)g->d, (long long)k->dims[0], (long long)k->dims[1],
+                              (long long)k->dims[2], (long long)k->dims[3], (long long)v->dims[0], (long long)v->dims[1],
+                              (long long)v->dims[2], (long long)v->dims[3], (long long)rep);
+        g->ldq = h * g->d;
+        g->ldk = k->dims[2] * g->d;
+        g->ldv = k->dims[2] * g->dv;
+        seq_view(b, h, g->sq, g->ldq, g->d, 1, &g->bq);
+        seq_view(b, k->dims[2], g->sk, g->ldk, g->d, rep, &g->bk);
+        seq_view(b, k->dims[2], g->sk, g->ldv, g->dv, rep, &g->bv);
+    }
+    g->odims[0] = b;
+    g->odims[1] = h;
+    g->ldo = h * g->dv;
+    seq_view(b, h, g->sq, g->ldo, g->dv, 1, &g->bo);
+    return KILN_OK;
+}
+
 static NN_EXEC(attention_f32) {
-    KILN_TRY(nn_require_inputs(n, in, nin, 3));
-    const kiln_tensor *q = in[0], *k = in[1], *v = in[2], *m = nin > 3 ? in[3] : NULL;
-    for (int i = 0; i < 3; i++) KILN_TRY(nn_require_f32(n, in[i], i));
+    int64_t layout = kiln_attr_int(n, "layout", 0);
+    KILN_TRY(nn_require_inputs(n, in, nin, layout == 2 ? 1 : 3));
+    const kiln_tensor *q = in[0], *k = layout == 2 ? q : in[1], *v = layout == 2 ? q : in[2], *m = nin > 3 ? in[3] : NULL;
+    for (int i = 0; i < (layout == 2 ? 1 : 3); i++) KILN_TRY(nn_require_f32(n, in[i], i));
     if (m && m->dtype != KILN_F32 && m->dtype != KILN_BOOL)
         return kiln_error(KILN_ERR_UNSUPPORTED, "Attention: the mask must be float32 or bool, not %s", kiln_dtype_name(m->dtype));
+    if (layout < 0 || layout > 2) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Attention: layout %lld is not 0, 1 or 2", (long long)layout);
     int64_t rep = kiln_attr_int(n, "kv_repeat", 1);
     float scale = kiln_attr_float(n, "scale", 1.0f), fill = kiln_attr_float(n, "mask_fill", -INFINITY);
     bool causal = kiln_attr_int(n, "causal", 0) != 0;
-    if (q->ndim < 2 || k->ndim < 2 || v->ndim < 2 || rep < 1 || (rep > 1 && (k->ndim < 3 || v->ndim < 3)))
-        return kiln_error(KILN_ERR_SHAPE, "Attention: Q, K, V need rank >= 2 (>= 3 with kv_repeat %lld), have %d, %d, %d",
-                          (long long)rep, q->ndim, k->ndim, v->ndim);
-    int64_t sq = q->dims[q->ndim - 2], d = q->dims[q->ndim - 1], sk = k->dims[k->ndim - 2];
-    int64_t dv = v->dims[v->ndim - 1];
-    if (k->dims[k->ndim - 1] != d || v->dims[v->ndim - 2] != sk)
-        return kiln_error(KILN_ERR_SHAPE, "Attention: Q [..., %lld, %lld], K [..., %lld, %lld] and V [..., %lld, %lld] do not fit",
-                          (long long)sq, (long long)d, (long long)sk, (long long)k->dims[k->ndim - 1],
-                          (long long)v->dims[v->ndim - 2], (long long)dv);
-    if (sq > INT32_MAX || sk > INT32_MAX || d > INT32_MAX || dv > INT32_MAX)
+    if (rep < 1) return kiln_error(KILN_ERR_SHAPE, "Attention: kv_repeat must be >= 1, is %lld", (long long)rep);
+    attn_geometry g;
+    memset(&g, 0, sizeof g);
+    KILN_TRY(layout == 0 ? geometry_matrices(n, q, k, v, m, rep, &g) : geometry_sequence_first(layout, q, k, v, rep, &g));
+    int64_t sq = g.sq, sk = g.sk, d = g.d, dv = g.dv;
+    if (sq > INT32_MAX || sk > INT32_MAX || d > INT32_MAX || dv > INT32_MAX || g.ldq > INT32_MAX || g.ldk > INT32_MAX ||
+        g.ldv > INT32_MAX || g.ldo > INT32_MAX)
         return kiln_error(KILN_ERR_UNSUPPORTED, "Attention: dimensions beyond 2^31 are not supported");
     /* the mask, padded to rank >= 2: [..., mq, mk] with mq in {1, sq}, mk in {1, sk} */
     kiln_tensor mview;
+    batch_view bm;
+    int64_t mq = 1, mk = 1;
     if (m) {
         int64_t md[KILN_MAX_DIMS] = {1, 1};
         int mr = m->ndim < 2 ? 2 : m->ndim;
         for (int i = 0; i < m->ndim; i++) md[mr - m->ndim + i] = m->dims[i];
         kiln_tensor_view(&mview, m->dtype, mr, md, m->data);
-        int64_t mq = md[mr - 2], mk = md[mr - 1];
+        mq = md[mr - 2];
+        mk = md[mr - 1];
         if ((mq != 1 && mq != sq) || (mk != 1 && mk != sk))
             return kiln_error(KILN_ERR_SHAPE, "Attention: the mask's last dims [%lld, %lld] do not fit the scores [%lld, %lld]",
                               (long long)mq, (long long)mk, (long long)sq, (long long)sk);
+        if (mr - 2 > g.nb) return kiln_error(KILN_ERR_SHAPE, "Attention: the mask has rank %d, more than the scores", mr);
         m = &mview;
+        view_of(m, g.nb, 1, mq * mk, &bm);
+        int64_t want[KILN_MAX_DIMS];
+        memcpy(want, g.odims, sizeof want);
+        KILN_TRY(broadcast(n, g.nb, &bm, want, "the mask"));
+        if (layout != 0 && memcmp(want, g.odims, sizeof want))
+            return kiln_error(KILN_ERR_SHAPE, "Attention: the mask's batch dims do not broadcast to [B, H]");
+        memcpy(g.odims, want, sizeof want);
     }
-    int rank = q->ndim;
-    if (k->ndim > rank) rank = k->ndim;
-    if (v->ndim > rank) rank = v->ndim;
-    if (m && m->ndim > rank) rank = m->ndim;
-    int nb = rank - 2;
-    batch_view bq, bk, bv, bm;
-    view_of(q, nb, 1, sq * d, &bq);
-    view_of(k, nb, rep, sk * d, &bk);
-    view_of(v, nb, rep, sk * dv, &bv);
-    int64_t odims[KILN_MAX_DIMS];
-    for (int i = 0; i < nb; i++) odims[i] = 1;
-    KILN_TRY(broadcast(n, nb, &bq, odims, "Q"));
-    KILN_TRY(broadcast(n, nb, &bk, odims, "K"));
-    KILN_TRY(broadcast(n, nb, &bv, odims, "V"));
-    int64_t mq = 1, mk = 1;
-    if (m) {
-        mq = m->dims[m->ndim - 2];
-        mk = m->dims[m->ndim - 1];
-        view_of(m, nb, 1, mq * mk, &bm);
-        KILN_TRY(broadcast(n, nb, &bm, odims, "the mask"));
+    int nb = g.nb;
+    int64_t odims[KILN_MAX_DIMS + 2];
+    int orank;
+    if (layout == 0) {
+        memcpy(odims, g.odims, sizeof g.odims);
+        odims[nb] = sq;
+        odims[nb + 1] = dv;
+        orank = nb + 2;
+        int64_t stride = sq * dv; /* the mask may have widened the batch */
+        for (int i = nb - 1; i >= 0; i--) {
+            g.bo.dims[i] = g.odims[i];
+            g.bo.strides[i] = stride;
+            stride *= g.odims[i];
+        }
+    } else {
+        int64_t o4[4] = {g.odims[0], sq, g.odims[1], dv};
+        memcpy(odims, o4, sizeof o4);
+        orank = 4;
     }
-    odims[nb] = sq;
-    odims[nb + 1] = dv;
-    KILN_TRY(kiln_tensor_alloc(out[0], KILN_F32, rank, odims));
-    int64_t batch = kiln_numel(nb, odims);
+    KILN_TRY(kiln_tensor_alloc(out[0], KILN_F32, orank, odims));
+    int64_t batch = kiln_numel(nb, g.odims);
     if (batch * sq * dv == 0) return KILN_OK;
     float *s = malloc((size_t)(sq * sk + 1) * sizeof *s);
     if (!s) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Attention: out of memory for %lld x %lld scores", (long long)sq,
                               (long long)sk);
-    const float *qd = q->data, *kd = k->data, *vd = v->data;
+    const float *qd = q->data, *kd = (const float *)k->data + g.kbase, *vd = (const float *)v->data + g.vbase;
     float *od = out[0]->data;
     int64_t idx[KILN_MAX_DIMS] = {0};
     for (int64_t t = 0; t < batch; t++) {
-        const float *qb = qd + offset(&bq, nb, idx), *kb = kd + offset(&bk, nb, idx), *vb = vd + offset(&bv, nb, idx);
+        const float *qb = qd + offset(&g.bq, nb, idx), *kb = kd + offset(&g.bk, nb, idx), *vb = vd + offset(&g.bv, nb, idx);
         if (sk > 0 && d > 0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)sq, (int)sk, (int)d, scale, qb, (int)d, kb, (int)d,
-                        0.0f, s, (int)sk);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)sq, (int)sk, (int)d, scale, qb, (int)g.ldq, kb,
+                        (int)g.ldk, 0.0f, s, (int)sk);
         else
             memset(s, 0, (size_t)(sq * sk) * sizeof *s);
         if (m) {
@@ -195,14 +309,14 @@ static NN_EXEC(attention_f32) {
                     if (j >= 0) row[j] = -INFINITY;
             softmax_row(row, sk);
         }
-        float *ob = od + t * sq * dv;
+        float *ob = od + offset(&g.bo, nb, idx);
         if (sk > 0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)sq, (int)dv, (int)sk, 1.0f, s, (int)sk, vb, (int)dv,
-                        0.0f, ob, (int)dv);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)sq, (int)dv, (int)sk, 1.0f, s, (int)sk, vb,
+                        (int)g.ldv, 0.0f, ob, (int)g.ldo);
         else
-            memset(ob, 0, (size_t)(sq * dv) * sizeof *ob);
+            for (int64_t i = 0; i < sq; i++) memset(ob + i * g.ldo, 0, (size_t)dv * sizeof *ob);
         for (int i = nb - 1; i >= 0; i--) {
-            if (++idx[i] < odims[i]) break;
+            if (++idx[i] < g.odims[i]) break;
             idx[i] = 0;
         }
     }

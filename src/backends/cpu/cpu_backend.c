@@ -217,4 +217,5 @@ const kiln_backend kiln_backend_cpu = {
     .context_set_timing = cpu_context_set_timing,
     .context_last_timing = cpu_context_last_timing,
     .conv_channels_last = false,
+    .matmul_aligned_columns = false,
 };

@@ -1,7 +1,7 @@
 /* fused.c — the CPU fused family's kernel table, and FusedConv / FusedGemm / FusedMatMul: the
  * existing Conv, Gemm and MatMul kernels compute the product, then the epilogue (bias, residual,
  * activation) runs in place over the output; a channels-last FusedConv runs the same Conv on
- * channels-first copies of its tensors. float32; float16/bfloat16 through float32. The
+ * channels-first copies of its tensors, and FusedPool the ONNX pool's kernel the same way. float32; float16/bfloat16 through float32. The
  * activations use the same vector math as the standalone ops, so a fused node matches the nodes it
  * replaced to rounding. */
 #include "backends/cpu/fused_kernels.h"
@@ -157,6 +157,36 @@ static NN_EXEC(fused_conv) {
     return epilogue(n, out[0], NULL, opt_input(in, nin, 3));
 }
 
+/* FusedPool (fused_ops.h): the ONNX pool's CPU kernel on the node as that pool; channels-last, on a
+ * channels-first copy of X, the result transposed into Y (correct rather than fast). */
+static NN_EXEC(fused_pool) {
+    kiln_node base;
+    KILN_TRY(kiln_fused_pool_base(n, &base));
+    int64_t cl = kiln_attr_int(n, "channels_last", 0);
+    if (cl != 0 && cl != 1)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: channels_last must be 0 or 1, is %lld", n->op_type, (long long)cl);
+    KILN_TRY(nn_require_inputs(n, in, nin, 1));
+    KILN_TRY(nn_require_f32(n, in[0], 0));
+    const char *p = base.op_type;
+    kiln_cpu_exec_fn fn = !strcmp(p, "MaxPool")             ? kiln_cpu_max_pool
+                          : !strcmp(p, "AveragePool")       ? kiln_cpu_average_pool
+                          : !strcmp(p, "GlobalAveragePool") ? kiln_cpu_global_average_pool
+                                                            : kiln_cpu_global_max_pool;
+    if (!cl) return fn(&base, in, 1, out, 1);
+    if (in[0]->ndim != 4)
+        return kiln_error(KILN_ERR_SHAPE, "%s: channels_last needs a 4-D X, has rank %d", n->op_type, in[0]->ndim);
+    kiln_tensor xt = {0}, yt = {0};
+    kiln_tensor *pin[1] = {&xt}, *pout[1] = {&yt};
+    kiln_status st = permute4(in[0], g_to_first, &xt);
+    if (st == KILN_OK) st = fn(&base, pin, 1, pout, 1);
+    if (st == KILN_OK && (yt.ndim != 4 || yt.dtype != KILN_F32))
+        st = kiln_error(KILN_ERR_INTERNAL, "%s: %s returned rank %d", n->op_type, p, yt.ndim);
+    if (st == KILN_OK) st = permute4(&yt, g_to_last, out[0]);
+    kiln_tensor_release(&xt);
+    kiln_tensor_release(&yt);
+    return st;
+}
+
 static NN_EXEC(fused_gemm) {
     KILN_TRY(kiln_cpu_gemm(n, in, nin > 3 ? 3 : nin, out, 1));
     return epilogue(n, out[0], NULL, opt_input(in, nin, 3));
@@ -169,11 +199,13 @@ static NN_EXEC(fused_matmul) {
 }
 
 static NN_FLOAT_EXEC(kiln_cpu_fused_conv, fused_conv, 1u)
+static NN_FLOAT_EXEC(kiln_cpu_fused_pool, fused_pool, 1u)
 static NN_FLOAT_EXEC(kiln_cpu_fused_gemm, fused_gemm, 1u)
 static NN_FLOAT_EXEC(kiln_cpu_fused_matmul, fused_matmul, 1u)
 
 const kiln_cpu_kernel kiln_cpu_kernels_fused[] = {
     {"FusedConv", KILN_FUSED_DOMAIN, kiln_cpu_fused_conv},
+    {"FusedPool", KILN_FUSED_DOMAIN, kiln_cpu_fused_pool},
     {"FusedGemm", KILN_FUSED_DOMAIN, kiln_cpu_fused_gemm},
     {"FusedMatMul", KILN_FUSED_DOMAIN, kiln_cpu_fused_matmul},
     {"Attention", KILN_FUSED_DOMAIN, kiln_cpu_attention},

@@ -352,4 +352,5 @@ const kiln_backend kiln_backend_cuda = {
     .tune = kiln_cuda_tune,
     .runs_fused_op = kiln_cuda_runs_fused_op,
     .conv_channels_last = true,
+    .matmul_aligned_columns = true,
 };

@@ -42,8 +42,9 @@ typedef struct at_view {
 typedef struct at_args {
     int nb;
     int64_t bdims[KILN_MAX_DIMS], batch;
-    at_view q, k, v, m;
+    at_view q, k, v, m, o;
     int64_t sq, sk, d, dv, mq, mk;
+    int64_t ldq, ldk, ldv, ldo; /* elements between consecutive rows (sequence positions) of each operand */
     float scale, fill;
     int causal, mask_kind; /* mask_kind: 0 none, 1 float (added), 2 bool (mask_fill where false) */
 } at_args;
@@ -74,11 +75,12 @@ __global__ void __launch_bounds__(AT_WARPS * 32) at_kernel(const at_args a, cons
     for (int64_t t = blockIdx.y; t < a.batch; t += gridDim.y) {
         const T *qb = qd + at_offset(a.q, a.nb, a.bdims, t), *kb = kd + at_offset(a.k, a.nb, a.bdims, t);
         const T *vb = vd + at_offset(a.v, a.nb, a.bdims, t);
+        T *ob = od + at_offset(a.o, a.nb, a.bdims, t);
         int64_t mo = a.mask_kind ? at_offset(a.m, a.nb, a.bdims, t) : 0;
         __syncthreads(); /* the previous batch index is done with qs */
         for (int e = tid; e < AT_BQ * d; e += AT_WARPS * 32) {
             int r = e / d, c = e - r * d;
-            qs[r][c] = row0 + r < a.sq ? ku_f32(qb[(row0 + r) * a.d + c]) : 0.0f;
+            qs[r][c] = row0 + r < a.sq ? ku_f32(qb[(row0 + r) * a.ldq + c]) : 0.0f;
         }
         float mrow[AT_ROWS_PER_WARP], lrow[AT_ROWS_PER_WARP], acc[AT_ROWS_PER_WARP][AT_DMAX / 32];
         for (int r = 0; r < AT_ROWS_PER_WARP; r++) {
@@ -90,11 +92,11 @@ __global__ void __launch_bounds__(AT_WARPS * 32) at_kernel(const at_args a, cons
             __syncthreads(); /* qs written / the previous tile consumed */
             for (int e = tid; e < AT_BK * d; e += AT_WARPS * 32) {
                 int j = e / d, c = e - j * d;
-                ks[j][c] = j0 + j < a.sk ? ku_f32(kb[(j0 + j) * a.d + c]) : 0.0f;
+                ks[j][c] = j0 + j < a.sk ? ku_f32(kb[(j0 + j) * a.ldk + c]) : 0.0f;
             }
             for (int e = tid; e < AT_BK * dv; e += AT_WARPS * 32) {
                 int j = e / dv, c = e - j * dv;
-                vs[j][c] = j0 + j < a.sk ? ku_f32(vb[(j0 + j) * a.dv + c]) : 0.0f;
+                vs[j][c] = j0 + j < a.sk ? ku_f32(vb[(j0 + j) * a.ldv + c]) : 0.0f;
             }
             __syncthreads();
             const int64_t key = j0 + lane;
@@ -137,7 +139,7 @@ __global__ void __launch_bounds__(AT_WARPS * 32) at_kernel(const at_args a, cons
         for (int r = 0; r < AT_ROWS_PER_WARP; r++) {
             const int64_t i = row0 + warp * AT_ROWS_PER_WARP + r;
             if (i >= a.sq) continue;
-            T *orow = od + (t * a.sq + i) * a.dv;
+            T *orow = ob + i * a.ldo;
             float inv = 1.0f / lrow[r];
             for (int c = 0; c < AT_DMAX / 32; c++)
                 if (lane + 32 * c < dv) orow[lane + 32 * c] = ku_from_f32<T>(acc[r][c] * inv);
@@ -232,16 +234,17 @@ template <int N> static __device__ __forceinline__ void fa_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-/* rows [r0, r0 + R) of an [n, d] matrix at src (d <= D, a multiple of 8) into dst ([R][D + 8],
- * 16-byte chunks spread over the block); rows at or past n and columns at or past d become zeros (so
- * that padded head dims add nothing and 0-probability keys never meet NaN garbage in V). */
+/* rows [r0, r0 + R) of an [n, d] matrix at src with rows ld apart (d <= D, d and ld multiples of 8)
+ * into dst ([R][D + 8], 16-byte chunks spread over the block); rows at or past n and columns at or
+ * past d become zeros (so that padded head dims add nothing and 0-probability keys never meet NaN
+ * garbage in V). */
 template <typename T, int D, int R>
-static __device__ __forceinline__ void fa_load_rows(T *dst, const T *src, int64_t r0, int64_t n, int d) {
+static __device__ __forceinline__ void fa_load_rows(T *dst, const T *src, int64_t r0, int64_t n, int d, int64_t ld) {
     constexpr int LD = D + 8, CH = D / 8; /* elements per row in shared memory, 16-byte chunks per row */
     for (int e = threadIdx.x; e < R * CH; e += FA_WARPS * 32) {
         int r = e / CH, c = (e - r * CH) * 8;
         bool ok = r0 + r < n && c < d;
-        fa_cp16(dst + r * LD + c, ok ? src + (r0 + r) * d + c : src, ok);
+        fa_cp16(dst + r * LD + c, ok ? src + (r0 + r) * ld + c : src, ok);
     }
 }
 
@@ -249,10 +252,10 @@ static __device__ __forceinline__ void fa_load_rows(T *dst, const T *src, int64_
 
 /* Shared memory of fa_kernel<T, D>: Q [64][D + 8], K and V [2][64][D + 8] each (the 16-byte row pad
  * makes the 8 rows of an ldmatrix hit 8 distinct bank quads). */
-/* The element offsets of Q, K, V and the mask for output batch index t (at_offset for each view, from one
+/* The element offsets of Q, K, V, the mask and O for output batch index t (at_offset for each view, from one
  * decomposition of t in 32-bit arithmetic where it fits: 64-bit division is a long software routine). */
-static __device__ __forceinline__ void fa_offsets(const at_args &a, int64_t t, int64_t (&off)[4]) {
-    off[0] = off[1] = off[2] = off[3] = 0;
+static __device__ __forceinline__ void fa_offsets(const at_args &a, int64_t t, int64_t (&off)[5]) {
+    off[0] = off[1] = off[2] = off[3] = off[4] = 0;
     const bool narrow = a.batch <= 0xffffffffll;
     for (int i = a.nb - 1; i >= 0; i--) {
         int64_t c;
@@ -269,13 +272,14 @@ static __device__ __forceinline__ void fa_offsets(const at_args &a, int64_t t, i
         off[1] += (last && a.k.rep > 1 ? c / a.k.rep : c) * a.k.strides[i];
         off[2] += (last && a.v.rep > 1 ? c / a.v.rep : c) * a.v.strides[i];
         off[3] += c * a.m.strides[i]; /* the mask's rep is 1 */
+        off[4] += c * a.o.strides[i];
     }
 }
 
 template <int D> static constexpr size_t fa_smem_bytes() { return (size_t)(FA_BQ + 4 * FA_BK) * (D + 8) * 2; }
 
-/* O [batch, Sq, d] = attention of Q [.., Sq, d], K [.., Sk, d], V [.., Sk, d] (views in a, d = a.d =
- * a.dv, a multiple of 8 and at most D: the head dim is zero-padded to D in shared memory); T is
+/* O [batch, Sq, d] = attention of Q [.., Sq, d], K [.., Sk, d], V [.., Sk, d] (views and row strides
+ * in a, d = a.d = a.dv, a multiple of 8 and at most D: the head dim is zero-padded to D in shared memory); T is
  * __half or bf16, the mask T (added) or bool. Grid: x over 64-row query blocks, y over batch indices
  * (grid-stride). Needs fa_smem_bytes<D>() of dynamic shared memory and sm_80+. */
 template <typename T, int D>
@@ -299,9 +303,10 @@ __global__ void __launch_bounds__(FA_WARPS * 32, FA_MINB(D)) fa_kernel(const at_
     int64_t mrow_off[2];
     for (int r = 0; r < 2; r++) mrow_off[r] = a.mq == 1 ? 0 : (rows[r] < a.sq ? rows[r] : a.sq - 1) * a.mk * mesz;
     for (int64_t t = blockIdx.y; t < a.batch; t += gridDim.y) {
-        int64_t off[4];
+        int64_t off[5];
         fa_offsets(a, t, off);
         const T *qb = qd + off[0], *kb = kd + off[1], *vb = vd + off[2];
+        T *ob = od + off[4];
         const unsigned char *mb[2] = {(const unsigned char *)md + off[3] * mesz + mrow_off[0],
                                       (const unsigned char *)md + off[3] * mesz + mrow_off[1]};
         /* keys this block can see: causal row i sees keys j <= i + Sk - Sq */
@@ -310,9 +315,9 @@ __global__ void __launch_bounds__(FA_WARPS * 32, FA_MINB(D)) fa_kernel(const at_
         const int64_t ntiles = kend > 0 ? (kend + FA_BK - 1) / FA_BK : 0;
         __syncthreads(); /* the previous batch index is done with the shared tiles */
         if (ntiles > 0) {
-            fa_load_rows<T, D, FA_BQ>(qs, qb, row0, a.sq, d);
-            fa_load_rows<T, D, FA_BK>(ks, kb, 0, a.sk, d);
-            fa_load_rows<T, D, FA_BK>(vs, vb, 0, a.sk, d);
+            fa_load_rows<T, D, FA_BQ>(qs, qb, row0, a.sq, d, a.ldq);
+            fa_load_rows<T, D, FA_BK>(ks, kb, 0, a.sk, d, a.ldk);
+            fa_load_rows<T, D, FA_BK>(vs, vb, 0, a.sk, d, a.ldv);
         }
         fa_commit();
         float o[D / 8][4], mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.0f, 0.0f};
@@ -360,8 +365,8 @@ __global__ void __launch_bounds__(FA_WARPS * 32, FA_MINB(D)) fa_kernel(const at_
                     }
             }
             if (it + 1 < ntiles) { /* prefetch the next tile into the other buffer (freed by the last sync) */
-                fa_load_rows<T, D, FA_BK>(ks + (buf ^ 1) * FA_BK * LD, kb, (it + 1) * FA_BK, a.sk, d);
-                fa_load_rows<T, D, FA_BK>(vs + (buf ^ 1) * FA_BK * LD, vb, (it + 1) * FA_BK, a.sk, d);
+                fa_load_rows<T, D, FA_BK>(ks + (buf ^ 1) * FA_BK * LD, kb, (it + 1) * FA_BK, a.sk, d, a.ldk);
+                fa_load_rows<T, D, FA_BK>(vs + (buf ^ 1) * FA_BK * LD, vb, (it + 1) * FA_BK, a.sk, d, a.ldv);
                 fa_commit();
                 fa_wait<1>(); /* all but the prefetch: this tile (and Q) landed */
             } else {
@@ -437,7 +442,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32, FA_MINB(D)) fa_kernel(const at_
             const int64_t i = rows[r];
             if (i >= a.sq) continue;
             const float inv = 1.0f / l; /* l = 0 (no visible key) gives NaN, as on the CPU */
-            T *orow = od + (t * a.sq + i) * d + 2 * q4;
+            T *orow = ob + i * a.ldo + 2 * q4;
             for (int j = 0; j < D / 8; j++)
                 if (j * 8 < d) /* d is a multiple of 8: a whole 8-column tile is in or out */
                     *reinterpret_cast<uint32_t *>(orow + j * 8) = fa_mma<T>::pack(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
@@ -469,13 +474,15 @@ static kiln_status fa_launch(const at_args &a, dim3 grid, const kiln_cuda_tensor
 }
 
 /* Whether fa_kernel takes this call: 16-bit storage, D = Dv a multiple of 8 up to 128 (run padded to
- * 32, 64, 96 or 128), sm_80+ (mma.sync bf16, cp.async, ldmatrix), Q, K, V 16-byte aligned (every
- * row then is) and the output 4-byte aligned. */
+ * 32, 64, 96 or 128), sm_80+ (mma.sync bf16, cp.async, ldmatrix), Q, K, V 16-byte aligned with row
+ * strides of whole 16-byte units (every row then is aligned), the output 4-byte aligned with an even
+ * row stride. */
 static bool fa_takes(const at_args *a, kiln_dtype t, const kiln_cuda_tensor *q, const kiln_cuda_tensor *k,
                      const kiln_cuda_tensor *v, const kiln_cuda_tensor *y, const kiln_cuda_ctx *ctx) {
     if (t != KILN_F16 && t != KILN_BF16) return false;
     if (a->d != a->dv || a->d % 8 != 0 || a->d < 8 || a->d > 128) return false;
     if (ctx->cc_major < 8) return false;
+    if (a->ldq % 8 != 0 || a->ldk % 8 != 0 || a->ldv % 8 != 0 || a->ldo % 2 != 0) return false;
     return ku_aligned16(q->data) && ku_aligned16(k->data) && ku_aligned16(v->data) && ((uintptr_t)y->data & 3) == 0;
 }
 
@@ -501,11 +508,88 @@ static kiln_status at_view_of(const kiln_node *n, int ndim, const int64_t *dims,
     return KILN_OK;
 }
 
+/* Layout 0 (matrices [..., S, D] with numpy-broadcast batch dims over a.nb of them): the sizes, the
+ * views of Q, K, V (growing a.bdims) and the row strides. */
+static kiln_status at_geometry_matrices(const kiln_node *n, const kiln_cuda_tensor *q, const kiln_cuda_tensor *k,
+                                        const kiln_cuda_tensor *v, int64_t rep, at_args *a) {
+    if (q->ndim < 2 || k->ndim < 2 || v->ndim < 2 || (rep > 1 && (k->ndim < 3 || v->ndim < 3)))
+        return kiln_error(KILN_ERR_SHAPE, "Attention: Q, K, V need rank >= 2 (>= 3 with kv_repeat %lld), have %d, %d, %d",
+                          (long long)rep, q->ndim, k->ndim, v->ndim);
+    a->sq = q->dims[q->ndim - 2];
+    a->d = q->dims[q->ndim - 1];
+    a->sk = k->dims[k->ndim - 2];
+    a->dv = v->dims[v->ndim - 1];
+    if (k->dims[k->ndim - 1] != a->d || v->dims[v->ndim - 2] != a->sk)
+        return kiln_error(KILN_ERR_SHAPE, "Attention: Q, K and V shapes do not fit");
+    KILN_TRY(at_view_of(n, q->ndim, q->dims, a->nb, 1, a->sq * a->d, &a->q, a->bdims, "Q"));
+    KILN_TRY(at_view_of(n, k->ndim, k->dims, a->nb, rep, a->sk * a->d, &a->k, a->bdims, "K"));
+    KILN_TRY(at_view_of(n, v->ndim, v->dims, a->nb, rep, a->sk * a->dv, &a->v, a->bdims, "V"));
+    a->ldq = a->ldk = a->d;
+    a->ldv = a->dv;
+    return KILN_OK;
+}
+
+/* One operand of layout 1 or 2 over batch dims [B, H]: sequence rows ld apart, heads hstride apart. */
+static void at_seq_view(int64_t s, int64_t ld, int64_t hstride, int64_t rep, at_view *v) {
+    memset(v, 0, sizeof *v);
+    v->strides[0] = s * ld;
+    v->strides[1] = hstride;
+    v->rep = rep;
+}
+
+/* Layouts 1 (Q [B, Sq, H, D], K [B, Sk, Hk, D], V [B, Sk, Hk, Dv]) and 2 (QKV [B, S, 3, H, D]; kp and
+ * vp, copies of it, are moved to K's and V's first element): batch dims [B, H]. */
+static kiln_status at_geometry_seq_first(int64_t layout, const kiln_cuda_tensor *q, kiln_cuda_tensor *kp,
+                                         kiln_cuda_tensor *vp, int64_t rep, at_args *a) {
+    int64_t h;
+    a->nb = 2;
+    if (layout == 2) {
+        if (q->ndim != 5 || q->dims[2] != 3 || rep != 1)
+            return kiln_error(KILN_ERR_SHAPE, "Attention: packed QKV must be [B, S, 3, H, D] (rank %d) without kv_repeat",
+                              q->ndim);
+        h = q->dims[3];
+        a->sq = a->sk = q->dims[1];
+        a->d = a->dv = q->dims[4];
+        a->ldq = a->ldk = a->ldv = 3 * h * a->d;
+        size_t es = kiln_dtype_size(q->dtype);
+        kp->data = (char *)q->data + (size_t)(h * a->d) * es;
+        vp->data = (char *)q->data + (size_t)(2 * h * a->d) * es;
+        at_seq_view(a->sq, a->ldq, a->d, 1, &a->q);
+        a->k = a->v = a->q;
+    } else {
+        const kiln_cuda_tensor *k = kp, *v = vp;
+        if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
+            return kiln_error(KILN_ERR_SHAPE, "Attention: layout 1 needs Q, K and V of rank 4 [B, S, H, D]");
+        h = q->dims[2];
+        a->sq = q->dims[1];
+        a->d = q->dims[3];
+        a->sk = k->dims[1];
+        a->dv = v->dims[3];
+        if (k->dims[0] != q->dims[0] || v->dims[0] != q->dims[0] || k->dims[3] != a->d || v->dims[1] != a->sk ||
+            k->dims[2] != v->dims[2] || k->dims[2] * rep != h)
+            return kiln_error(KILN_ERR_SHAPE, "Attention: Q, K and V shapes do not fit layout 1 (kv_repeat %lld)", (long long)rep);
+        a->ldq = h * a->d;
+        a->ldk = k->dims[2] * a->d;
+        a->ldv = k->dims[2] * a->dv;
+        at_seq_view(a->sq, a->ldq, a->d, 1, &a->q);
+        at_seq_view(a->sk, a->ldk, a->d, rep, &a->k);
+        at_seq_view(a->sk, a->ldv, a->dv, rep, &a->v);
+    }
+    a->bdims[0] = q->dims[0];
+    a->bdims[1] = h;
+    a->ldo = h * a->dv;
+    at_seq_view(a->sq, a->ldo, a->dv, 1, &a->o);
+    return KILN_OK;
+}
+
 static kiln_status exec_attention(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
                                   int nout, kiln_cuda_ctx *ctx) {
-    if (nin < 3) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Attention needs Q, K and V");
-    const kiln_cuda_tensor *q = &in[0], *k = &in[1], *v = &in[2], *m = nin > 3 && !ku_absent(&in[3]) ? &in[3] : NULL;
-    const kiln_cuda_tensor *y = &out[0];
+    const int64_t layout = kiln_attr_int(n, "layout", 0);
+    if (layout < 0 || layout > 2) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Attention: layout %lld is not 0, 1 or 2", (long long)layout);
+    if (nin < (layout == 2 ? 1 : 3)) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Attention needs Q, K and V");
+    const kiln_cuda_tensor *q = &in[0], *m = nin > 3 && !ku_absent(&in[3]) ? &in[3] : NULL;
+    kiln_cuda_tensor kv[2] = {layout == 2 ? in[0] : in[1], layout == 2 ? in[0] : in[2]}; /* packed: moved below */
+    const kiln_cuda_tensor *k = &kv[0], *v = &kv[1], *y = &out[0];
     if (!ku_is_float(q->dtype) || k->dtype != q->dtype || v->dtype != q->dtype || y->dtype != q->dtype)
         return ku_refuse_dtype(n, 0, q->dtype);
     if (m && m->dtype != q->dtype && m->dtype != KILN_BOOL) return ku_refuse_dtype(n, 3, m->dtype);
@@ -515,39 +599,49 @@ static kiln_status exec_attention(const kiln_node *n, const kiln_cuda_tensor *in
     a.scale = kiln_attr_float(n, "scale", 1.0f);
     a.fill = kiln_attr_float(n, "mask_fill", -INFINITY);
     a.causal = kiln_attr_int(n, "causal", 0) != 0;
-    if (q->ndim < 2 || k->ndim < 2 || v->ndim < 2 || rep < 1 || (rep > 1 && (k->ndim < 3 || v->ndim < 3)))
-        return kiln_error(KILN_ERR_SHAPE, "Attention: Q, K, V need rank >= 2 (>= 3 with kv_repeat %lld), have %d, %d, %d",
-                          (long long)rep, q->ndim, k->ndim, v->ndim);
-    a.sq = q->dims[q->ndim - 2];
-    a.d = q->dims[q->ndim - 1];
-    a.sk = k->dims[k->ndim - 2];
-    a.dv = v->dims[v->ndim - 1];
-    if (k->dims[k->ndim - 1] != a.d || v->dims[v->ndim - 2] != a.sk)
-        return kiln_error(KILN_ERR_SHAPE, "Attention: Q, K and V shapes do not fit");
-    if (a.d > AT_DMAX || a.dv > AT_DMAX)
-        return kiln_error(KILN_ERR_UNSUPPORTED, "Attention (cuda): head dims %lld / %lld; at most %d", (long long)a.d,
-                          (long long)a.dv, AT_DMAX);
+    if (rep < 1) return kiln_error(KILN_ERR_SHAPE, "Attention: kv_repeat must be >= 1, is %lld", (long long)rep);
+    /* the mask, padded with leading 1s to rank >= 2 */
     int64_t md[KILN_MAX_DIMS] = {1, 1};
     int mr = 2;
     if (m) {
         mr = m->ndim < 2 ? 2 : m->ndim;
         for (int i = 0; i < m->ndim; i++) md[mr - m->ndim + i] = m->dims[i];
+        a.mask_kind = m->dtype == KILN_BOOL ? 2 : 1;
+    }
+    if (layout == 0) {
+        int rank = q->ndim;
+        if (k->ndim > rank) rank = k->ndim;
+        if (v->ndim > rank) rank = v->ndim;
+        if (mr > rank) rank = mr;
+        a.nb = rank < 2 ? 0 : rank - 2;
+        for (int i = 0; i < a.nb; i++) a.bdims[i] = 1;
+        KILN_TRY(at_geometry_matrices(n, q, k, v, rep, &a));
+    } else {
+        KILN_TRY(at_geometry_seq_first(layout, q, &kv[0], &kv[1], rep, &a));
+        if (mr - 2 > a.nb) return kiln_error(KILN_ERR_SHAPE, "Attention: the mask has rank %d, more than the scores", mr);
+    }
+    if (a.d > AT_DMAX || a.dv > AT_DMAX)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "Attention (cuda): head dims %lld / %lld; at most %d", (long long)a.d,
+                          (long long)a.dv, AT_DMAX);
+    if (m) {
         a.mq = md[mr - 2];
         a.mk = md[mr - 1];
         if ((a.mq != 1 && a.mq != a.sq) || (a.mk != 1 && a.mk != a.sk))
             return kiln_error(KILN_ERR_SHAPE, "Attention: the mask's last dims do not fit the scores");
-        a.mask_kind = m->dtype == KILN_BOOL ? 2 : 1;
+        int64_t before[KILN_MAX_DIMS];
+        memcpy(before, a.bdims, sizeof before);
+        KILN_TRY(at_view_of(n, mr, md, a.nb, 1, a.mq * a.mk, &a.m, a.bdims, "the mask"));
+        if (layout != 0 && memcmp(before, a.bdims, sizeof before))
+            return kiln_error(KILN_ERR_SHAPE, "Attention: the mask's batch dims do not broadcast to [B, H]");
     }
-    int rank = q->ndim;
-    if (k->ndim > rank) rank = k->ndim;
-    if (v->ndim > rank) rank = v->ndim;
-    if (m && mr > rank) rank = mr;
-    a.nb = rank - 2;
-    for (int i = 0; i < a.nb; i++) a.bdims[i] = 1;
-    KILN_TRY(at_view_of(n, q->ndim, q->dims, a.nb, 1, a.sq * a.d, &a.q, a.bdims, "Q"));
-    KILN_TRY(at_view_of(n, k->ndim, k->dims, a.nb, rep, a.sk * a.d, &a.k, a.bdims, "K"));
-    KILN_TRY(at_view_of(n, v->ndim, v->dims, a.nb, rep, a.sk * a.dv, &a.v, a.bdims, "V"));
-    if (m) KILN_TRY(at_view_of(n, mr, md, a.nb, 1, a.mq * a.mk, &a.m, a.bdims, "the mask"));
+    if (layout == 0) { /* O: contiguous matrices over the batch dims */
+        int64_t stride = a.sq * a.dv;
+        for (int i = a.nb - 1; i >= 0; i--) {
+            a.o.strides[i] = stride;
+            stride *= a.bdims[i];
+        }
+        a.ldo = a.dv;
+    }
     a.batch = kiln_numel(a.nb, a.bdims);
     if (ku_numel(y) != a.batch * a.sq * a.dv)
         return kiln_error(KILN_ERR_SHAPE, "Attention: the output has %lld elements, expected %lld", (long long)ku_numel(y),
@@ -586,9 +680,11 @@ static kiln_status exec_attention(const kiln_node *n, const kiln_cuda_tensor *in
     return KILN_OK;
 }
 
-/* Q, K, V float of one dtype, the mask that dtype or bool, head dims (when known) <= AT_DMAX. */
+/* Q, K, V (packed: QKV) float of one dtype, the mask that dtype or bool, head dims (when known) <= AT_DMAX. */
 static kiln_status sup_attention(const kiln_graph *g, const kiln_node *n) {
-    const kiln_value *q = ku_in(g, n, 0), *k = ku_in(g, n, 1), *v = ku_in(g, n, 2), *m = ku_in(g, n, 3);
+    const bool packed = kiln_attr_int(n, "layout", 0) == 2;
+    const kiln_value *q = ku_in(g, n, 0), *k = packed ? q : ku_in(g, n, 1), *v = packed ? q : ku_in(g, n, 2);
+    const kiln_value *m = ku_in(g, n, 3);
     if (!q || !k || !v) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Attention needs Q, K and V");
     if (!ku_is_float(q->dtype) || k->dtype != q->dtype || v->dtype != q->dtype)
         return kiln_error(KILN_ERR_UNSUPPORTED, "Attention (cuda): Q, K, V must share one float dtype");

@@ -1,6 +1,9 @@
 /* fused_epilogue.cu — kiln.FusedGemm, kiln.FusedMatMul and kiln.FusedConv (ir/fused_ops.h) on the GPU.
- * FusedGemm / FusedMatMul: the product runs through the plain op's kernel (matmul.cu's cuBLASLt path
- * with its bias epilogue and tactics), then one elementwise kernel applies the rest in place:
+ * FusedGemm / FusedMatMul: with no activation or ReLU, and a product that is one cuBLASLt call, the
+ * whole node is that call (bias and ReLU in cuBLASLt's epilogue, the residual as its C with beta 1:
+ * matmul.cu's kiln_cuda_product_fused). Otherwise the product runs through the plain op's kernel
+ * (matmul.cu's cuBLASLt path with its bias epilogue and tactics), then one elementwise kernel
+ * applies the rest in place:
  * y = act((y + bias[col]) + z), in float32 whatever the storage type, with the formulas of the CPU
  * kernels (src/backends/cpu/fused.c). When there is nothing left to apply (no activation, no residual,
  * no extra bias) no kernel runs. FusedConv belongs to conv.cu (kiln_cuda_fused_conv: one
@@ -8,6 +11,7 @@
  * which uses the same epilogue (kiln_cuda_fused_epilogue) per batch chunk for the other activations
  * and when cuDNN refuses the fused call. */
 #include "backends/cuda/kernel_util.cuh"
+#include "backends/cuda/matmul.cuh"
 #include "ir/fused_ops.h"
 
 /* act(x) for one of kiln_activation's kinds, p0/p1 its params. */
@@ -124,17 +128,39 @@ static const kiln_cuda_tensor *fe_input(const kiln_cuda_tensor *in, int nin, int
     return i < nin && !ku_absent(&in[i]) ? &in[i] : NULL;
 }
 
-/* kiln.FusedGemm: Gemm(A, B, C) (matmul.cu), then act(y + Z). */
+/* The whole node inside cuBLASLt's epilogue when its activation is none or ReLU and the product is
+ * one call (kiln_cuda_product_fused); *done says whether it ran. */
+static kiln_status fe_in_cublaslt(const kiln_node *n, bool gemm, const kiln_cuda_tensor *in, int nin,
+                                  const kiln_cuda_tensor *y, kiln_cuda_ctx *ctx, bool *done) {
+    *done = false;
+    kiln_act act;
+    KILN_TRY(kiln_fused_activation(n, &act));
+    if (act.kind != KILN_ACT_NONE && act.kind != KILN_ACT_RELU) return KILN_OK;
+    const kiln_cuda_tensor *bias = gemm ? NULL : fe_input(in, nin, 2), *z = fe_input(in, nin, 3);
+    if (bias && (bias->dtype != y->dtype || ku_numel(bias) != (y->ndim > 0 ? y->dims[y->ndim - 1] : 1))) return KILN_OK;
+    if (z && (z->dtype != y->dtype || ku_numel(z) != ku_numel(y))) return KILN_OK;
+    return kiln_cuda_product_fused(n, gemm, in, nin < 3 ? nin : 3, y, bias ? bias->data : NULL, z ? z->data : NULL,
+                                   act.kind == KILN_ACT_RELU, ctx, done);
+}
+
+/* kiln.FusedGemm: in cuBLASLt's epilogue when it can, else Gemm(A, B, C) (matmul.cu), then act(y + Z). */
 static kiln_status exec_fused_gemm(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
                                    int nout, kiln_cuda_ctx *ctx) {
+    bool done;
+    KILN_TRY(fe_in_cublaslt(n, true, in, nin, &out[0], ctx, &done));
+    if (done) return KILN_OK;
     KILN_TRY(fe_plain("Gemm", n, in, nin, 3, out, nout, ctx));
     if (ctx->candidates) return KILN_OK;
     return fe_epilogue(n, &out[0], NULL, fe_input(in, nin, 3), ctx);
 }
 
-/* kiln.FusedMatMul: MatMul(A, B) (matmul.cu), then act(y + bias + Z). */
+/* kiln.FusedMatMul: in cuBLASLt's epilogue when it can, else MatMul(A, B) (matmul.cu), then
+ * act(y + bias + Z). */
 static kiln_status exec_fused_matmul(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
                                      int nout, kiln_cuda_ctx *ctx) {
+    bool done;
+    KILN_TRY(fe_in_cublaslt(n, false, in, nin, &out[0], ctx, &done));
+    if (done) return KILN_OK;
     KILN_TRY(fe_plain("MatMul", n, in, nin, 2, out, nout, ctx));
     if (ctx->candidates) return KILN_OK;
     return fe_epilogue(n, &out[0], fe_input(in, nin, 2), fe_input(in, nin, 3), ctx);

@@ -27,12 +27,13 @@
 #include "backends/cuda/kernel_util.cuh"
 #include "backends/cuda/matmul.cuh"
 
-/* One (possibly strided-batched) row-major product D = alpha op(A) op(B) + beta C (+ bias), where
- * op(A) is M x K, op(B) is K x N, D and C are dense M x N, strides are in elements between batch
- * entries. C == NULL means beta is 0; bias (N values) selects the bias epilogue. */
+/* One (possibly strided-batched) row-major product D = act(alpha op(A) op(B) + beta C (+ bias)),
+ * where op(A) is M x K, op(B) is K x N, D and C are dense M x N, strides are in elements between
+ * batch entries. C == NULL means beta is 0; bias (N values) selects the bias epilogue; relu the ReLU
+ * one (act = max(0, .), else the identity). */
 typedef struct mm_call {
     kiln_dtype dtype;
-    bool ta, tb;
+    bool ta, tb, relu;
     int64_t M, N, K, batch;
     float alpha, beta;
     const void *a, *b, *c, *bias;
@@ -157,10 +158,11 @@ static kiln_status mm_run_descs(const kiln_node *n, kiln_cuda_ctx *ctx, const mm
     int32_t op_lt_a = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_lt_b = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_lt_a, sizeof op_lt_a));
     KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_lt_b, sizeof op_lt_b));
-    if (k->bias) {
-        uint32_t epi = CUBLASLT_EPILOGUE_BIAS;
+    if (k->bias || k->relu) {
+        uint32_t epi = k->bias ? (k->relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS) : CUBLASLT_EPILOGUE_RELU;
         KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-        KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &k->bias, sizeof k->bias));
+        if (k->bias)
+            KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &k->bias, sizeof k->bias));
     }
     /* cuBLASLt's A is our B: stored [K, N] row-major = [N, K] column-major (transposed: [K, N]). */
     KILN_TRY(mm_layout(&d->la, t, k->tb ? k->K : k->N, k->tb ? k->N : k->K, k->batch, k->stride_b));
@@ -173,16 +175,17 @@ static kiln_status mm_run_descs(const kiln_node *n, kiln_cuda_ctx *ctx, const mm
     int64_t sbytes = k->batch > 1 ? 1 : 0;
     uint32_t al_a = mm_align(k->b, sbytes * k->stride_b * (int64_t)es), al_b = mm_align(k->a, sbytes * k->stride_a * (int64_t)es);
     uint32_t al_d = mm_align(k->d, sbytes * k->stride_d * (int64_t)es);
+    uint32_t al_c = k->c ? mm_align(k->c, sbytes * k->stride_d * (int64_t)es) : al_d; /* C has D's layout */
     KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
     KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-    KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
+    KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
     KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
     if (ctx->candidates) return mm_record_candidates(ctx, d, refused);
     float beta = k->c ? k->beta : 0.0f;
     if (ctx->tactic && ctx->tactic->kind == KILN_TACTIC_CUBLASLT) {
         cublasLtMatmulAlgo_t algo;
         memcpy(&algo, ctx->tactic->blob, sizeof algo);
-        uint32_t al[4] = {al_a, al_b, al_d, al_d};
+        uint32_t al[4] = {al_a, al_b, al_c, al_d};
         char why[256];
         if (mm_algo_fits(ctx, d, &algo, al, why, sizeof why)) {
             cublasStatus_t ms = cublasLtMatmul(ctx->lt, d->op, &k->alpha, k->b, d->la, k->a, d->lb, &beta, k->c ? k->c : k->d,
@@ -459,6 +462,74 @@ static kiln_status exec_gemm(const kiln_node *n, const kiln_cuda_tensor *in, int
         k.c = y->data;
     }
     return mm_run_batched(n, ctx, &k);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Products with their epilogue inside cuBLASLt (kiln.FusedMatMul, kiln.FusedGemm)
+ * ------------------------------------------------------------------------------------------- */
+
+/* MatMul A [..., M, K] x B [K, N] (a 2-D B shared by every row: one product of batch * M rows) into
+ * k; false when the product has another form. */
+static bool mm_single_matmul(const kiln_cuda_tensor *a, const kiln_cuda_tensor *b, const kiln_cuda_tensor *y, mm_call *k) {
+    if (a->ndim < 2 || b->ndim != 2 || a->dims[a->ndim - 1] != b->dims[0]) return false;
+    int64_t rows = kiln_numel(a->ndim - 1, a->dims), N = b->dims[1], K = b->dims[0];
+    if (ku_numel(y) != rows * N || rows > INT32_MAX || N > INT32_MAX || K > INT32_MAX || rows * N * K == 0) return false;
+    k->M = rows;
+    k->N = N;
+    k->K = K;
+    k->a = a->data;
+    k->b = b->data;
+    k->alpha = 1.0f;
+    return true;
+}
+
+/* Gemm of 2-D A and B into k, its C only as a row vector [N] / [1, N] with beta 1 (which becomes
+ * the bias); false for another C or shape. */
+static bool mm_single_gemm(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *y, mm_call *k) {
+    const kiln_cuda_tensor *a = &in[0], *b = &in[1], *c = nin > 2 && !ku_absent(&in[2]) ? &in[2] : NULL;
+    if (a->ndim != 2 || b->ndim != 2 || y->ndim != 2) return false;
+    k->ta = kiln_attr_int(n, "transA", 0) != 0;
+    k->tb = kiln_attr_int(n, "transB", 0) != 0;
+    k->alpha = kiln_attr_float(n, "alpha", 1.0f);
+    float beta = kiln_attr_float(n, "beta", 1.0f);
+    k->M = a->dims[k->ta ? 1 : 0];
+    k->K = a->dims[k->ta ? 0 : 1];
+    k->N = b->dims[k->tb ? 0 : 1];
+    if (b->dims[k->tb ? 1 : 0] != k->K || y->dims[0] != k->M || y->dims[1] != k->N || k->M * k->N * k->K == 0) return false;
+    if (k->M > INT32_MAX || k->N > INT32_MAX || k->K > INT32_MAX) return false;
+    if (c && beta != 0.0f && ku_numel(c) > 0) {
+        bool row = (c->ndim == 1 && c->dims[0] == k->N) || (c->ndim == 2 && c->dims[0] == 1 && c->dims[1] == k->N);
+        if (!row || beta != 1.0f) return false;
+        k->bias = c->data;
+    }
+    k->a = a->data;
+    k->b = b->data;
+    return true;
+}
+
+kiln_status kiln_cuda_product_fused(const kiln_node *n, bool gemm, const kiln_cuda_tensor *in, int nin,
+                                    const kiln_cuda_tensor *y, const void *bias, const void *z, bool relu,
+                                    kiln_cuda_ctx *ctx, bool *done) {
+    *done = false;
+    if (nin < 2) return KILN_OK;
+    const kiln_cuda_tensor *a = &in[0], *b = &in[1];
+    if (a->dtype != b->dtype || y->dtype != a->dtype || (a->dtype != KILN_F32 && a->dtype != KILN_F16 && a->dtype != KILN_BF16))
+        return KILN_OK;
+    mm_call k;
+    memset(&k, 0, sizeof k);
+    k.dtype = a->dtype;
+    k.batch = 1;
+    if (!(gemm ? mm_single_gemm(n, in, nin, y, &k) : mm_single_matmul(a, b, y, &k))) return KILN_OK;
+    if (bias && k.bias) return KILN_OK; /* a Gemm's C and a bias: two biases */
+    if (bias) k.bias = bias;
+    k.d = y->data;
+    k.c = z;
+    k.beta = z ? 1.0f : 0.0f;
+    k.relu = relu;
+    bool refused;
+    KILN_TRY(mm_run(n, ctx, &k, &refused));
+    *done = !refused;
+    return KILN_OK;
 }
 
 /* Float operands of one dtype (float32, float16, bfloat16); integer products are not run on the GPU. */

@@ -12,4 +12,14 @@
 kiln_status kiln_cuda_matmul_batched(const kiln_node *n, kiln_cuda_ctx *ctx, kiln_dtype t, int64_t batch, int64_t M,
                                      int64_t N, int64_t K, const void *a, bool ta, const void *b, bool tb, void *d);
 
+/* kiln.FusedMatMul (gemm false: in[0] A, in[1] B) or kiln.FusedGemm (gemm true: in[0..2] A, B, C
+ * and n's Gemm attributes) with its epilogue inside cuBLASLt: y = act(product + bias + z), bias N
+ * values per row (or NULL), z dense in y's shape (or NULL), act ReLU when relu, else none. Runs only a
+ * product that is one cuBLASLt call (MatMul: a 2-D B; Gemm: C absent or a row vector with beta 1,
+ * and then no bias) that cuBLASLt takes with that epilogue; *done says whether it ran (when false,
+ * nothing was enqueued). With ctx->candidates, records the tuning candidates of that call instead. */
+kiln_status kiln_cuda_product_fused(const kiln_node *n, bool gemm, const kiln_cuda_tensor *in, int nin,
+                                    const kiln_cuda_tensor *y, const void *bias, const void *z, bool relu,
+                                    kiln_cuda_ctx *ctx, bool *done);
+
 #endif

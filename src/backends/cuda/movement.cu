@@ -8,7 +8,10 @@
  * contiguous in source and destination, widens contiguous runs to 16/8/4-byte units when sizes and
  * addresses allow, and sends a transpose whose source runs along the destination's second-to-last
  * dim through a 32x32 shared-memory tile kernel; everything else goes through one grid-stride
- * kernel with 32-bit index arithmetic whenever the extents fit.
+ * kernel with 32-bit index arithmetic whenever the extents fit. Pad merges the axes it does not pad
+ * into their neighbours, runs constant padding of the last axis only (an NHWC channel pad) through
+ * a row kernel whose threads each write 16, 8 or 4 bytes of a row with one store, and everything
+ * else through a per-element kernel, both with 32-bit index arithmetic when the sizes fit.
  *
  * Index operands (Gather*, Scatter*) live on the device and are read there: negative indices wrap
  * once, and an index still outside [0, dim) is CLAMPED to the nearest valid one (a kernel cannot
@@ -646,23 +649,27 @@ static kiln_status exec_tile(const kiln_node *n, const kiln_cuda_tensor *in, int
 
 enum { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE, PAD_WRAP };
 
+/* The Pad of one node after mv_pad_merge: rank r, per axis the input and output sizes, the padding
+ * before (negative: cropped) and the input's row-major strides. */
 typedef struct mv_pad {
     int r, mode;
     int64_t in[KILN_MAX_DIMS], out[KILN_MAX_DIMS], pb[KILN_MAX_DIMS], is[KILN_MAX_DIMS];
 } mv_pad;
 
-/* The input index that shifted output index i reads on an axis of size len, or -1 for the constant. */
-__device__ __forceinline__ int64_t pad_map(int mode, int64_t i, int64_t len) {
+/* The input index that shifted output index i reads on an axis of size len, or -1 for the constant
+ * (I: int32_t when every index fits, else int64_t). */
+template <typename I>
+__device__ __forceinline__ I pad_map(int mode, I i, I len) {
     if (i >= 0 && i < len) return i;
     switch (mode) {
     case PAD_EDGE: return i < 0 ? 0 : len - 1;
     case PAD_WRAP: {
-        int64_t m = i % len;
+        I m = i % len;
         return m < 0 ? m + len : m;
     }
     case PAD_REFLECT: {
         if (len == 1) return 0;
-        int64_t p = 2 * (len - 1), m = i % p;
+        I p = 2 * (len - 1), m = i % p;
         if (m < 0) m += p;
         return m >= len ? p - m : m;
     }
@@ -671,22 +678,68 @@ __device__ __forceinline__ int64_t pad_map(int mode, int64_t i, int64_t len) {
 }
 
 /* y (dims p.out, total elements) = x (dims p.in) padded by p.pb before each axis in p.mode; the
- * constant is *cptr when cptr != NULL, else cval. */
-template <typename T>
-__global__ void mv_pad_kernel(const T *__restrict__ x, T *__restrict__ y, mv_pad p, const T *cptr, T cval, int64_t total) {
+ * constant is *cptr when cptr != NULL, else cval. I as in pad_map. */
+template <typename T, typename I>
+__global__ void mv_pad_kernel(const T *__restrict__ x, T *__restrict__ y, mv_pad p, const T *cptr, T cval, I total) {
     T c = cptr ? *cptr : cval;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t rem = i, off = 0;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+        I rem = i, off = 0;
         bool constant = false;
         for (int d = p.r - 1; d >= 0; d--) {
-            int64_t q = rem / p.out[d], o = rem - q * p.out[d];
+            I od = (I)p.out[d], q = rem / od, o = rem - q * od;
             rem = q;
-            int64_t s = pad_map(p.mode, o - p.pb[d], p.in[d]);
+            I s = pad_map<I>(p.mode, o - (I)p.pb[d], (I)p.in[d]);
             if (s < 0) constant = true;
-            else off += s * p.is[d];
+            else off += s * (I)p.is[d];
         }
         y[i] = constant ? c : x[off];
     }
+}
+
+/* Constant padding of the last axis only: x [rows, in_w] -> y [rows, out_w], output column j reads
+ * input column j - pb (the constant outside [0, in_w)). Each thread writes one V (16, 8 or 4 bytes,
+ * or one T) of E = sizeof(V) / sizeof(T) consecutive output elements of one row with a single store
+ * (out_w is a multiple of E and y aligned to V): a row of up to 16 bytes, such as the channel pad of
+ * an NHWC stem (3 -> 8 halves), is one thread and one 16-byte store. */
+template <typename T, typename V, typename I>
+__global__ void mv_pad_rows_kernel(const T *__restrict__ x, V *__restrict__ y, I units, I upr, I in_w, I pb, const T *cptr,
+                                   T cval) {
+    static_assert(sizeof(V) >= sizeof(T) && sizeof(V) % sizeof(T) == 0, "V holds whole elements");
+    const int E = sizeof(V) / sizeof(T);
+    T c = cptr ? *cptr : cval;
+    for (I t = (I)blockIdx.x * blockDim.x + threadIdx.x; t < units; t += (I)gridDim.x * blockDim.x) {
+        I row = upr == 1 ? t : t / upr, col = (t - row * upr) * E - pb;
+        const T *xr = x + row * in_w;
+        union {
+            V v;
+            T e[E];
+        } u;
+#pragma unroll
+        for (int j = 0; j < E; j++) {
+            I k = col + j;
+            u.e[j] = k >= 0 && k < in_w ? xr[k] : c;
+        }
+        y[t] = u.v;
+    }
+}
+
+/* Launches mv_pad_rows_kernel for p (constant mode, r = 1, or r = 2 with axis 0 unpadded) with
+ * store unit V. */
+template <typename T, typename V>
+static kiln_status mv_launch_pad_rows(kiln_cuda_ctx *ctx, const void *x, void *y, const mv_pad *p, const T *cptr, T cval,
+                                      int64_t total) {
+    int64_t ow = p->out[p->r - 1], iw = p->in[p->r - 1], pb = p->pb[p->r - 1];
+    int64_t e = (int64_t)(sizeof(V) / sizeof(T)), units = total / e, upr = ow / e;
+    unsigned blocks = ku_blocks(units, KU_THREADS, ctx);
+    int64_t in_numel = total / ow * iw;
+    if (total < INT32_MAX / 2 && in_numel < INT32_MAX / 2)
+        mv_pad_rows_kernel<T, V, int32_t><<<blocks, KU_THREADS, 0, ctx->stream>>>(
+            (const T *)x, (V *)y, (int32_t)units, (int32_t)upr, (int32_t)iw, (int32_t)pb, cptr, cval);
+    else
+        mv_pad_rows_kernel<T, V, int64_t><<<blocks, KU_THREADS, 0, ctx->stream>>>((const T *)x, (V *)y, units, upr, iw, pb,
+                                                                                  cptr, cval);
+    KILN_CUDA_LAUNCH_CHECK("mv_pad_rows_kernel");
+    return KILN_OK;
 }
 
 template <typename T>
@@ -694,10 +747,52 @@ static kiln_status mv_launch_pad(kiln_cuda_ctx *ctx, const void *x, void *y, con
                                  int64_t total) {
     T cval = T();
     memcpy(&cval, &bits, sizeof cval < sizeof bits ? sizeof cval : sizeof bits);
-    mv_pad_kernel<T><<<ku_blocks(total, KU_THREADS, ctx), KU_THREADS, 0, ctx->stream>>>((const T *)x, (T *)y, *p, (const T *)cptr, cval,
-                                                                            total);
+    const T *cp = (const T *)cptr;
+    if (p->mode == PAD_CONSTANT && (p->r == 1 || (p->r == 2 && p->pb[0] == 0 && p->in[0] == p->out[0]))) {
+        /* the widest store unit that divides a row and y's alignment */
+        uint64_t row = (uint64_t)p->out[p->r - 1] * sizeof(T), at = (uintptr_t)y;
+        if constexpr (sizeof(T) < 16)
+            if (row % 16 == 0 && at % 16 == 0) return mv_launch_pad_rows<T, uint4>(ctx, x, y, p, cp, cval, total);
+        if constexpr (sizeof(T) < 8)
+            if (row % 8 == 0 && at % 8 == 0) return mv_launch_pad_rows<T, uint2>(ctx, x, y, p, cp, cval, total);
+        if constexpr (sizeof(T) < 4)
+            if (row % 4 == 0 && at % 4 == 0) return mv_launch_pad_rows<T, uint32_t>(ctx, x, y, p, cp, cval, total);
+        return mv_launch_pad_rows<T, T>(ctx, x, y, p, cp, cval, total);
+    }
+    int64_t in_numel = kiln_numel(p->r, p->in);
+    unsigned blocks = ku_blocks(total, KU_THREADS, ctx);
+    if (total < INT32_MAX / 2 && in_numel < INT32_MAX / 2)
+        mv_pad_kernel<T, int32_t><<<blocks, KU_THREADS, 0, ctx->stream>>>((const T *)x, (T *)y, *p, cp, cval, (int32_t)total);
+    else
+        mv_pad_kernel<T, int64_t><<<blocks, KU_THREADS, 0, ctx->stream>>>((const T *)x, (T *)y, *p, cp, cval, total);
     KILN_CUDA_LAUNCH_CHECK("mv_pad_kernel");
     return KILN_OK;
+}
+
+/* Merges adjacent axes of p (pe: the padding after each axis) in place: an axis without padding
+ * joins the axis before it (both unpadded: [A, B] -> [A*B]; in constant mode also a padded one:
+ * [A, B] padded by (b, e) on A is [A*B] padded by (b*B, e*B)), so [256,224,224,3] -> [..,8] becomes
+ * [12845056, 3] -> [12845056, 8]. The other modes map an out-of-range index per axis, so there
+ * only unpadded axes merge. */
+static void mv_pad_merge(mv_pad *p, const int64_t *pe) {
+    int k = 0;
+    int64_t pek = 0;
+    for (int i = 0; i < p->r; i++) {
+        bool flat = p->pb[i] == 0 && pe[i] == 0;
+        if (k > 0 && flat && (p->mode == PAD_CONSTANT || (p->pb[k - 1] == 0 && pek == 0))) {
+            p->in[k - 1] *= p->in[i];
+            p->out[k - 1] *= p->in[i];
+            p->pb[k - 1] *= p->in[i];
+            pek *= p->in[i];
+            continue;
+        }
+        p->in[k] = p->in[i];
+        p->out[k] = p->out[i];
+        p->pb[k] = p->pb[i];
+        pek = pe[i];
+        k++;
+    }
+    p->r = k;
 }
 
 static kiln_status exec_pad(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
@@ -722,21 +817,23 @@ static kiln_status exec_pad(const kiln_node *n, const kiln_cuda_tensor *in, int 
     }
     if (np != 2 * na) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Pad: %d pads for %d axes (need %d)", np, na, 2 * na);
     p.r = x->ndim;
-    for (int j = 0; j < na; j++) p.pb[ax[j]] = pads[j];
+    int64_t pe[KILN_MAX_DIMS] = {0};
+    for (int j = 0; j < na; j++) {
+        p.pb[ax[j]] = pads[j];
+        pe[ax[j]] = pads[j + na];
+    }
     for (int i = 0; i < p.r; i++) {
         p.in[i] = x->dims[i];
         p.out[i] = y->dims[i];
-        int64_t pe = 0;
-        for (int j = 0; j < na; j++)
-            if (ax[j] == i) pe = pads[j + na];
-        if (y->ndim != x->ndim || x->dims[i] + p.pb[i] + pe != y->dims[i])
+        if (y->ndim != x->ndim || x->dims[i] + p.pb[i] + pe[i] != y->dims[i])
             return kiln_error(KILN_ERR_SHAPE, "Pad: output dim %d (%lld) is not input %lld + pads %lld + %lld", i,
-                              (long long)y->dims[i], (long long)x->dims[i], (long long)p.pb[i], (long long)pe);
+                              (long long)y->dims[i], (long long)x->dims[i], (long long)p.pb[i], (long long)pe[i]);
         if (p.mode != PAD_CONSTANT && x->dims[i] == 0 && y->dims[i] > 0)
             return kiln_error(KILN_ERR_SHAPE, "Pad: cannot pad empty axis %d in mode '%s'", i, m);
     }
     int64_t total = ku_numel(y);
     if (!total) return KILN_OK;
+    mv_pad_merge(&p, pe);
     kiln_strides(p.r, p.in, p.is);
     size_t es = kiln_dtype_size(x->dtype);
     const void *cptr = NULL;

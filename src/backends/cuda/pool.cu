@@ -10,12 +10,18 @@
  * and sums accumulate in the same sequence). 2-D MaxPool / AveragePool without dilation whose sizes
  * fit in 32 bits take pool2d_kernel instead: the same taps and order, 32-bit index arithmetic and
  * read-only-cache loads (ResNet's stem pool). The global pools give each plane one warp (small
- * planes) or one block (large planes). */
+ * planes) or one block (large planes).
+ *
+ * kiln.FusedPool (ir/fused_ops.h) runs the same kernels channels-first; channels-last (NHWC, the
+ * layout_channels_last pass's pools between convolutions) it has its own windowed and global
+ * kernels, each thread 16 bytes of channels of one output pixel (8 float16 channels, one 16-byte
+ * load per tap). */
 #include "backends/cuda/kernel_util.cuh"
 
 #include <math.h>
 
 extern "C" {
+#include "ir/fused_ops.h"
 #include "ir/nn_window.h"
 }
 
@@ -492,6 +498,223 @@ static kiln_status exec_global_lp_pool(const kiln_node *n, const kiln_cuda_tenso
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * kiln.FusedPool (ir/fused_ops.h): channels-first it is the ONNX pool; channels-last (NHWC) it has
+ * kernels of its own, each thread V consecutive channels of one output pixel: V = 16 bytes of
+ * channels (8 float16/bfloat16, 4 float32) with one 16-byte load per tap when C * element size is
+ * a multiple of 16 and the tensors 16-byte aligned, else V = 1. Adjacent threads read adjacent
+ * channels, so every load of a warp is coalesced.
+ * ------------------------------------------------------------------------------------------- */
+
+/* V elements of T loaded and stored as one unit. */
+template <typename T, int V>
+struct __align__(sizeof(T) * V) pool_vec {
+    T e[V];
+};
+
+/* A 2-D window over X [N, H, W, C] -> Y [N, OH, OW, C]: kernel, stride, dilation, padding before
+ * and after (h then w), count_include_pad. */
+typedef struct pool_nhwc_geom {
+    int64_t n, h, w, c, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw, peh, pew;
+    bool cip;
+} pool_nhwc_geom;
+
+template <typename I>
+__device__ __forceinline__ I pool_ceil_div_i(I a, I b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+
+template <typename I>
+__device__ __forceinline__ I pool_clamp_i(I v, I lo, I hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* The taps [lo, hi) of a window starting at st (may be negative) that lie inside [0, in), and
+ * (cip) the taps inside the padded extent [.., in + pe), for kernel k and dilation d. */
+template <typename I>
+__device__ __forceinline__ void pool_taps(I st, I in, I pe, I k, I d, I *lo, I *hi, I *padded) {
+    *lo = pool_clamp_i<I>(pool_ceil_div_i<I>(-st, d), 0, k);
+    *hi = pool_clamp_i<I>(pool_ceil_div_i<I>(in - st, d), *lo, k);
+    *padded = pool_clamp_i<I>(pool_ceil_div_i<I>(in + pe - st, d), 0, k);
+}
+
+/* acc[e] = max or sum of acc[e] and v's element e, in float32. */
+template <typename T, int V, int MODE>
+__device__ __forceinline__ void pool_vec_step(float *acc, const pool_vec<T, V> &v) {
+#pragma unroll
+    for (int e = 0; e < V; e++) {
+        float f = ku_f32(v.e[e]);
+        if (MODE == POOL_MAX) acc[e] = f > acc[e] ? f : acc[e];
+        else acc[e] += f;
+    }
+}
+
+/* Windowed pooling channels-last; total = N * OH * OW * C / V units of V channels. The taps in
+ * row-major order, max ignoring NaN after -inf (a NaN never beats the running maximum) and the
+ * average's count as in pool_window_kernel, so the results match the channels-first kernels'. I:
+ * int32_t when every offset fits, else int64_t. */
+template <typename T, int V, int MODE, typename I>
+__global__ void __launch_bounds__(KU_THREADS)
+pool_nhwc_kernel(const pool_vec<T, V> *__restrict__ x, pool_vec<T, V> *__restrict__ y, pool_nhwc_geom g, I total) {
+    const I cv = (I)(g.c / V), ow = (I)g.ow, oh = (I)g.oh, h = (I)g.h, w = (I)g.w;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+        I q = i / cv, cc = i - q * cv;
+        I q2 = q / ow, ox = q - q2 * ow;
+        I img = q2 / oh, oy = q2 - img * oh;
+        I ys = oy * (I)g.sh - (I)g.ph, xs = ox * (I)g.sw - (I)g.pw;
+        I r0, r1, rp, c0, c1, cp;
+        pool_taps<I>(ys, h, (I)g.peh, (I)g.kh, (I)g.dh, &r0, &r1, &rp);
+        pool_taps<I>(xs, w, (I)g.pew, (I)g.kw, (I)g.dw, &c0, &c1, &cp);
+        const pool_vec<T, V> *xb = x + img * h * w * cv + cc;
+        float acc[V];
+#pragma unroll
+        for (int e = 0; e < V; e++) acc[e] = MODE == POOL_MAX ? -INFINITY : 0.0f;
+        for (I r = r0; r < r1; r++) {
+            const pool_vec<T, V> *row = xb + (ys + r * (I)g.dh) * w * cv;
+            for (I s = c0; s < c1; s++) pool_vec_step<T, V, MODE>(acc, row[(xs + s * (I)g.dw) * cv]);
+        }
+        pool_vec<T, V> o;
+        int64_t cnt = g.cip ? (int64_t)rp * cp : (int64_t)(r1 - r0) * (c1 - c0);
+#pragma unroll
+        for (int e = 0; e < V; e++)
+            o.e[e] = ku_from_f32<T>(MODE == POOL_MAX ? acc[e] : cnt > 0 ? acc[e] / (float)cnt : NAN);
+        y[i] = o;
+    }
+}
+
+/* Global pooling channels-last: X [N, S, C] -> Y [N, C] (S = H * W); total = N * C / V units. */
+template <typename T, int V, int MODE>
+__global__ void __launch_bounds__(KU_THREADS)
+pool_nhwc_global_kernel(const pool_vec<T, V> *__restrict__ x, pool_vec<T, V> *__restrict__ y, int64_t size, int64_t cv,
+                        int64_t total) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t img = i / cv, cc = i - img * cv;
+        const pool_vec<T, V> *xb = x + img * size * cv + cc;
+        float acc[V];
+#pragma unroll
+        for (int e = 0; e < V; e++) acc[e] = MODE == POOL_MAX ? -INFINITY : 0.0f;
+        for (int64_t s = 0; s < size; s++) {
+            pool_vec<T, V> v = xb[s * cv];
+#pragma unroll
+            for (int e = 0; e < V; e++) acc[e] = pool_step<MODE>(acc[e], ku_f32(v.e[e]), 0.0f);
+        }
+        pool_vec<T, V> o;
+#pragma unroll
+        for (int e = 0; e < V; e++) o.e[e] = ku_from_f32<T>(pool_global_final<MODE>(acc[e], size, 0.0f));
+        y[i] = o;
+    }
+}
+
+/* Launches pool_nhwc_kernel on units of V channels. */
+template <typename T, int V>
+static kiln_status pool_nhwc_launch_window(kiln_cuda_ctx *ctx, const pool_vec<T, V> *xs, pool_vec<T, V> *ys,
+                                           const pool_nhwc_geom *g, int mode) {
+    cudaStream_t st = ctx->stream;
+    int64_t total = g->n * g->oh * g->ow * (g->c / V), in_units = g->n * g->h * g->w * (g->c / V);
+    unsigned blocks = ku_blocks(total, KU_THREADS, ctx);
+    /* 32-bit when the unit counts and every window coordinate the kernel forms (a window start,
+     * its taps' reach, the padded extent) are well inside int32; the offsets it reads stay below
+     * in_units, as only taps inside the input are read */
+    int64_t reach_h = g->h + g->ph + g->peh + g->kh * g->dh + g->oh * g->sh;
+    int64_t reach_w = g->w + g->pw + g->pew + g->kw * g->dw + g->ow * g->sw;
+    if (total < INT32_MAX / 2 && in_units < INT32_MAX / 2 && reach_h < INT32_MAX / 2 && reach_w < INT32_MAX / 2) {
+        if (mode == POOL_MAX) pool_nhwc_kernel<T, V, POOL_MAX, int32_t><<<blocks, KU_THREADS, 0, st>>>(xs, ys, *g, (int32_t)total);
+        else pool_nhwc_kernel<T, V, POOL_AVG, int32_t><<<blocks, KU_THREADS, 0, st>>>(xs, ys, *g, (int32_t)total);
+    } else {
+        if (mode == POOL_MAX) pool_nhwc_kernel<T, V, POOL_MAX, int64_t><<<blocks, KU_THREADS, 0, st>>>(xs, ys, *g, total);
+        else pool_nhwc_kernel<T, V, POOL_AVG, int64_t><<<blocks, KU_THREADS, 0, st>>>(xs, ys, *g, total);
+    }
+    KILN_CUDA_LAUNCH_CHECK("pool_nhwc_kernel");
+    return KILN_OK;
+}
+
+/* Launches the windowed (global = false) or global channels-last kernel with V channels per thread. */
+template <typename T, int V>
+static kiln_status pool_nhwc_launch_v(kiln_cuda_ctx *ctx, const void *x, void *y, const pool_nhwc_geom *g, bool global,
+                                      int mode) {
+    typedef pool_vec<T, V> P;
+    const P *xs = (const P *)x;
+    P *ys = (P *)y;
+    cudaStream_t st = ctx->stream;
+    if (global) {
+        int64_t cv = g->c / V, total = g->n * cv;
+        unsigned blocks = ku_blocks(total, KU_THREADS, ctx);
+        if (mode == POOL_MAX) pool_nhwc_global_kernel<T, V, POOL_MAX><<<blocks, KU_THREADS, 0, st>>>(xs, ys, g->h * g->w, cv, total);
+        else pool_nhwc_global_kernel<T, V, POOL_AVG><<<blocks, KU_THREADS, 0, st>>>(xs, ys, g->h * g->w, cv, total);
+        KILN_CUDA_LAUNCH_CHECK("pool_nhwc_global_kernel");
+        return KILN_OK;
+    }
+    return pool_nhwc_launch_window<T, V>(ctx, xs, ys, g, mode);
+}
+
+/* V = 16 bytes of channels when the channels and both pointers allow, else 1. */
+template <typename T>
+static kiln_status pool_nhwc_launch(kiln_cuda_ctx *ctx, const void *x, void *y, const pool_nhwc_geom *g, bool global,
+                                    int mode) {
+    const int v = 16 / (int)sizeof(T);
+    if (g->c % v == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0)
+        return pool_nhwc_launch_v<T, 16 / sizeof(T)>(ctx, x, y, g, global, mode);
+    return pool_nhwc_launch_v<T, 1>(ctx, x, y, g, global, mode);
+}
+
+/* A channels-last FusedPool: base is the ONNX pool (MaxPool, AveragePool, GlobalAveragePool or
+ * GlobalMaxPool) it computes, x [N, H, W, C], y [N, OH, OW, C]. */
+static kiln_status pool_nhwc_exec(const kiln_node *base, const kiln_cuda_tensor *x, const kiln_cuda_tensor *y,
+                                  kiln_cuda_ctx *ctx) {
+    const char *op = base->op_type;
+    bool global = !strncmp(op, "Global", 6);
+    int mode = strstr(op, "MaxPool") ? POOL_MAX : POOL_AVG;
+    if (x->ndim != 4 || y->ndim != 4)
+        return kiln_error(KILN_ERR_SHAPE, "FusedPool: channels_last needs 4-D X and Y, has ranks %d and %d", x->ndim, y->ndim);
+    if (x->dtype != y->dtype)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "FusedPool: output is %s, input %s", kiln_dtype_name(y->dtype),
+                          kiln_dtype_name(x->dtype));
+    /* channels-first views of the shapes, for the geometry the ONNX pool's code resolves */
+    kiln_cuda_tensor xv = *x, yv = *y;
+    const int64_t to_first[4] = {0, 3, 1, 2};
+    for (int i = 0; i < 4; i++) {
+        xv.dims[i] = x->dims[to_first[i]];
+        yv.dims[i] = y->dims[to_first[i]];
+    }
+    pool_nhwc_geom f;
+    memset(&f, 0, sizeof f);
+    f.n = x->dims[0], f.h = x->dims[1], f.w = x->dims[2], f.c = x->dims[3];
+    if (global) {
+        if (y->dims[0] != f.n || y->dims[1] != 1 || y->dims[2] != 1 || y->dims[3] != f.c)
+            return kiln_error(KILN_ERR_SHAPE, "FusedPool: a channels-last %s output must be [N, 1, 1, C]", op);
+    } else {
+        pool_geom g;
+        int nsp = 0;
+        KILN_TRY(pool_setup(base, &xv, &yv, &g, &nsp));
+        if (mode == POOL_AVG) {
+            int64_t c = kiln_attr_int(base, "count_include_pad", 0);
+            if (c != 0 && c != 1) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "AveragePool count_include_pad must be 0 or 1");
+            f.cip = c == 1;
+        }
+        f.oh = g.out[0], f.ow = g.out[1], f.kh = g.k[0], f.kw = g.k[1], f.sh = g.s[0], f.sw = g.s[1];
+        f.dh = g.d[0], f.dw = g.d[1], f.ph = g.pb[0], f.pw = g.pb[1], f.peh = g.pe[0], f.pew = g.pe[1];
+        if (f.n * f.oh * f.ow * f.c == 0) return KILN_OK;
+        if (f.h * f.w == 0) return kiln_error(KILN_ERR_SHAPE, "%s: empty spatial input", op);
+    }
+    if (f.n * f.c == 0) return KILN_OK;
+    switch (x->dtype) {
+    case KILN_F32: return pool_nhwc_launch<float>(ctx, x->data, y->data, &f, global, mode);
+    case KILN_F16: return pool_nhwc_launch<__half>(ctx, x->data, y->data, &f, global, mode);
+    case KILN_BF16: return pool_nhwc_launch<bf16>(ctx, x->data, y->data, &f, global, mode);
+    default: return kiln_error(KILN_ERR_UNSUPPORTED, "FusedPool: %s input on the CUDA backend", kiln_dtype_name(x->dtype));
+    }
+}
+
+/* kiln.FusedPool: the ONNX pool's kernels channels-first, the NHWC kernels above channels-last. */
+static kiln_status exec_fused_pool(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
+                                   int nout, kiln_cuda_ctx *ctx) {
+    kiln_node base;
+    KILN_TRY(kiln_fused_pool_base(n, &base));
+    int64_t cl = kiln_attr_int(n, "channels_last", 0);
+    if (cl != 0 && cl != 1)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "FusedPool: channels_last must be 0 or 1, is %lld", (long long)cl);
+    if (cl) return pool_nhwc_exec(&base, &in[0], &out[0], ctx);
+    int mode = strstr(base.op_type, "MaxPool") ? POOL_MAX : POOL_AVG;
+    if (!strncmp(base.op_type, "Global", 6)) return global_exec(&base, in, out, ctx, mode);
+    return pool_exec(&base, in, out, 1, ctx, mode);
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Build-time checks
  * ------------------------------------------------------------------------------------------- */
 
@@ -517,6 +740,16 @@ static kiln_status pool_sup(const kiln_graph *g, const kiln_node *n, bool window
 static kiln_status sup_window(const kiln_graph *g, const kiln_node *n) { return pool_sup(g, n, true); }
 static kiln_status sup_global(const kiln_graph *g, const kiln_node *n) { return pool_sup(g, n, false); }
 
+/* FusedPool: its pool's checks on the node as that pool; channels-last needs a 4-D X. */
+static kiln_status sup_fused_pool(const kiln_graph *g, const kiln_node *n) {
+    kiln_node base;
+    KILN_TRY(kiln_fused_pool_base(n, &base));
+    const kiln_value *x = kiln_node_input(g, n, 0);
+    if (kiln_attr_int(n, "channels_last", 0) != 0 && x && x->ndim >= 0 && x->ndim != 4)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "FusedPool: channels-last rank-%d input", x->ndim);
+    return pool_sup(g, &base, strncmp(base.op_type, "Global", 6) != 0);
+}
+
 extern "C" const kiln_cuda_kernel kiln_cuda_kernels_pool[] = {
     {"MaxPool", "", exec_max_pool, sup_window},
     {"AveragePool", "", exec_average_pool, sup_window},
@@ -524,5 +757,6 @@ extern "C" const kiln_cuda_kernel kiln_cuda_kernels_pool[] = {
     {"GlobalAveragePool", "", exec_global_average_pool, sup_global},
     {"GlobalMaxPool", "", exec_global_max_pool, sup_global},
     {"GlobalLpPool", "", exec_global_lp_pool, sup_global},
+    {"FusedPool", KILN_FUSED_DOMAIN, exec_fused_pool, sup_fused_pool},
     {NULL, NULL, NULL, NULL},
 };
