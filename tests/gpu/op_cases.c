@@ -483,6 +483,12 @@ const op_case kiln_op_cases[] = {
     {"Transpose", "f[1024,4097]", "perm=[1,0]", 0, 0},
     {"Transpose", "i64[7,9]{0,9}", "perm=[1,0]", 0, 0},
     {"Transpose", "f[2,12,128,64]", "perm=[0,2,1,3]", 0, 0},
+    /* a few planes interleaved (an RGB image to NHWC: mv_interleave_kernel), C = 2..7, odd sizes */
+    {"Transpose", "f[2,3,37,41]", "perm=[0,2,3,1]", 0, 0},
+    {"Transpose", "f[3,5,1000]", "perm=[0,2,1]", 0, 0},
+    {"Transpose", "f[7,2,33]", "perm=[0,2,1]", 0, 0},
+    {"Transpose", "i64[4,7,65]{0,99}", "perm=[0,2,1]", 0, 0},
+    {"Transpose", "u8[2,3,50,64]{0,255}", "perm=[0,2,3,1]", 0, 0},
     {"Transpose", "b[5,7]", "perm=[1,0]", 0, 0},
     {"Transpose", "f[7]", "", 0, 0},
     {"Concat", "f[33,65] f[7,65]", "axis=0", 0, 0},

@@ -191,6 +191,61 @@ __global__ void mv_tile_kernel(const T *__restrict__ src, T *__restrict__ dst, m
     }
 }
 
+/* Interleaving a few planes (NCHW -> NHWC with small C): for every outer index o (dims b.dims[0..r),
+ * strides b.ss / b.ds) and position p < len, the C = b.dims[r + 1] elements src[o + p + c * cstride]
+ * (each plane contiguous in p) go to dst[o + p * C + c]: one thread per p, reading C coalesced
+ * planes and writing its C elements next to its neighbours'. I: the index type, as for
+ * mv_strided_kernel. */
+template <typename T, typename I, int C>
+__global__ void mv_interleave_kernel(const T *__restrict__ src, T *__restrict__ dst, mv_box b, I outer, I len, I cstride) {
+    const I total = outer * len;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+        I o = i / len, p = i - o * len, so = 0, dof = 0;
+        for (int d = b.r - 1; d >= 0; d--) {
+            I dim = (I)b.dims[d], q = o / dim, c = o - q * dim;
+            so += c * (I)b.ss[d];
+            dof += c * (I)b.ds[d];
+            o = q;
+        }
+        T v[C];
+        for (int c = 0; c < C; c++) v[c] = src[so + p + c * cstride];
+        for (int c = 0; c < C; c++) dst[dof + p * C + c] = v[c];
+    }
+}
+
+/* Launches mv_interleave_kernel on box b, whose last two dims are (len, C) with C in 2..7, the
+ * source contiguous along len and the destination along C. */
+template <typename T>
+static kiln_status mv_launch_interleave(kiln_cuda_ctx *ctx, const void *src, void *dst, const mv_box *b) {
+    mv_box outer_box = *b;
+    outer_box.r = b->r - 2;
+    int64_t len = b->dims[b->r - 2], c = b->dims[b->r - 1], cstride = b->ss[b->r - 1];
+    int64_t outer = kiln_numel(outer_box.r, outer_box.dims), span = outer * len * c + len + c * cstride;
+    for (int d = 0; d < outer_box.r; d++) span += (b->dims[d] - 1) * ((b->ss[d] < 0 ? -b->ss[d] : b->ss[d]) + b->ds[d]);
+    unsigned blocks = ku_blocks(outer * len, KU_THREADS, ctx);
+#define MV_INTERLEAVE(CC)                                                                                              \
+    case CC:                                                                                                           \
+        if (span < INT32_MAX / 2)                                                                                      \
+            mv_interleave_kernel<T, int32_t, CC><<<blocks, KU_THREADS, 0, ctx->stream>>>(                              \
+                (const T *)src, (T *)dst, outer_box, (int32_t)outer, (int32_t)len, (int32_t)cstride);                  \
+        else                                                                                                           \
+            mv_interleave_kernel<T, int64_t, CC><<<blocks, KU_THREADS, 0, ctx->stream>>>((const T *)src, (T *)dst,     \
+                                                                                         outer_box, outer, len, cstride); \
+        break;
+    switch (c) {
+        MV_INTERLEAVE(2)
+        MV_INTERLEAVE(3)
+        MV_INTERLEAVE(4)
+        MV_INTERLEAVE(5)
+        MV_INTERLEAVE(6)
+        MV_INTERLEAVE(7)
+    default: return kiln_error(KILN_ERR_INTERNAL, "mv_launch_interleave: %lld planes", (long long)c);
+    }
+#undef MV_INTERLEAVE
+    KILN_CUDA_LAUNCH_CHECK("mv_interleave_kernel");
+    return KILN_OK;
+}
+
 /* Launches the generic kernel on box b (units of sizeof(T)). */
 template <typename T>
 static kiln_status mv_launch_strided(kiln_cuda_ctx *ctx, const void *src, void *dst, const mv_box *b, int64_t total) {
@@ -260,6 +315,16 @@ static kiln_status mv_copy(kiln_cuda_ctx *ctx, size_t es, int r, const int64_t *
         case 4: return mv_launch_tiled<uint32_t>(ctx, src, dst, &b);
         case 8: return mv_launch_tiled<unsigned long long>(ctx, src, dst, &b);
         default: return mv_launch_tiled<uint4>(ctx, src, dst, &b);
+        }
+    }
+    if (k >= 2 && b.ss[k - 2] == 1 && b.ds[k - 1] == 1 && b.ds[k - 2] == b.dims[k - 1] && b.ss[k - 1] > 1 &&
+        b.dims[k - 1] >= 2 && b.dims[k - 1] < 8 && b.dims[k - 2] >= 32) { /* a few planes interleaved (an RGB image to NHWC) */
+        switch (es) {
+        case 1: return mv_launch_interleave<uint8_t>(ctx, src, dst, &b);
+        case 2: return mv_launch_interleave<uint16_t>(ctx, src, dst, &b);
+        case 4: return mv_launch_interleave<uint32_t>(ctx, src, dst, &b);
+        case 8: return mv_launch_interleave<unsigned long long>(ctx, src, dst, &b);
+        default: return mv_launch_interleave<uint4>(ctx, src, dst, &b);
         }
     }
     size_t unit = es;
