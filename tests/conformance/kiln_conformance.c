@@ -1,6 +1,7 @@
 /* kiln_conformance.c — runs the ONNX project's node test cases (written to disk by
  * gen_onnx_node_tests.py as CASES/<case>/{model.onnx,test_data_set_N/{input,output}_K.pb,
- * tolerance.txt}) through kiln's public API on the CPU target, and prints a per-op coverage table.
+ * tolerance.txt}) through kiln's public API on the CPU target (or another, --target: the cuda
+ * backend's fp32 engines must give the same results), and prints a per-op coverage table.
  *
  * Every case is classified as
  *   pass         built, ran, every output matched (numpy.testing.assert_allclose semantics);
@@ -18,9 +19,11 @@
  * small protobuf scanner here, independently of the importer under test.
  *
  * usage: kiln_conformance CASES_DIR [--filter SUBSTR]... [--verbose] [--list-failures]
- *                         [--required OPS_FILE]
+ *                         [--required OPS_FILE] [--target NAME] [--strict]
  * Exit status: 0; 1 when --required is given and an in-scope case of a required op failed or was
- * unsupported (expanded cases that also use ops outside the required list are listed, not gated);
+ * unsupported (expanded cases that also use ops outside the required list are listed, not gated),
+ * or with --strict when any in-scope case failed (a wrong result, or a build error other than
+ * unsupported: a target may refuse what it does not run, never compute it wrong);
  * 2 on a usage error or an empty case directory; 77 (CTest's "skipped") when CASES_DIR does not
  * exist. A crashing case kills the process after naming the case; a case still running after
  * HANG_CASE_SECONDS ends the run with status 3. */
@@ -804,6 +807,9 @@ static void list_data_sets(const char *case_dir, strlist *out) {
     if (out->n > 1) qsort(out->v, (size_t)out->n, sizeof *out->v, cmp_str);
 }
 
+/* The target every case is built for (--target). */
+static const char *g_target = "cpu";
+
 /* The case now running, for the crash and hang handlers. */
 static const char *volatile g_current_case = "";
 
@@ -832,7 +838,7 @@ static void run_case(const char *cases_dir, case_result *r, const model_info *mi
 
     double rtol, atol;
     read_tolerance(case_dir, &rtol, &atol);
-    kiln_build_options opts = {.target = "cpu", .verbose = false};
+    kiln_build_options opts = {.target = g_target, .verbose = false};
     kiln_engine *e = NULL;
     kiln_status st = kiln_build_onnx(model, &opts, &e);
     if (st != KILN_OK) {
@@ -1063,12 +1069,14 @@ static int check_required(const case_result *res, int n, const strlist *required
 static void usage(void) {
     fprintf(stderr,
             "usage: kiln_conformance CASES_DIR [--filter SUBSTR]... [--verbose] [--list-failures]\n"
-            "                        [--required OPS_FILE]\n"
+            "                        [--required OPS_FILE] [--target NAME] [--strict]\n"
             "  CASES_DIR       ONNX node test cases written by tests/conformance/gen_onnx_node_tests.py\n"
             "  --filter S      only cases whose name contains S (repeatable: any of them)\n"
             "  --verbose       print every case with its result and reason\n"
             "  --list-failures print every failing or unsupported case with its reason\n"
-            "  --required F    op types (one per line) that must fully pass: exit 1 otherwise\n");
+            "  --required F    op types (one per line) that must fully pass: exit 1 otherwise\n"
+            "  --target NAME   build every case for this target (default cpu; cuda: fp32 engines)\n"
+            "  --strict        exit 1 when any in-scope case fails (unsupported cases do not count)\n");
 }
 
 /* Quiet logger: library warnings only show with --verbose. */
@@ -1079,9 +1087,13 @@ static void quiet_log(kiln_log_level level, const char *msg, void *user) {
 int main(int argc, char **argv) {
     const char *cases_dir = NULL, *required_path = NULL;
     strlist filters = {0}, required = {0};
-    bool verbose = false, list_failures = false;
+    bool verbose = false, list_failures = false, strict = false;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--filter") == 0 && i + 1 < argc) {
+        if (strcmp(argv[i], "--target") == 0 && i + 1 < argc) {
+            g_target = argv[++i];
+        } else if (strcmp(argv[i], "--strict") == 0) {
+            strict = true;
+        } else if (strcmp(argv[i], "--filter") == 0 && i + 1 < argc) {
             strlist_push(&filters, xstrdup(argv[++i]));
         } else if (strcmp(argv[i], "--required") == 0 && i + 1 < argc) {
             required_path = argv[++i];
@@ -1158,6 +1170,12 @@ int main(int argc, char **argv) {
     }
 
     int status = required.n ? check_required(res, names.n, &required, rows, nrows, filters.n > 0) : 0;
+    if (strict) {
+        int failed = 0;
+        for (int i = 0; i < names.n; i++) failed += !res[i].out_of_scope && res[i].v == V_FAIL;
+        printf("\n--strict (target %s): %d in-scope case(s) failed\n", g_target, failed);
+        if (failed) status = 1;
+    }
 
     for (int i = 0; i < names.n; i++) free(res[i].op);
     free(res);
