@@ -725,8 +725,9 @@ static int match_name(char *const *names, int n, const char *name, int fallback,
     return (n == expected_n && fallback < n) ? fallback : -1;
 }
 
-/* Runs one data set through a fresh context and compares the outputs. */
-static bool run_data_set(kiln_engine *e, const data_set *ds, double rtol, double atol, char *reason) {
+/* Runs one data set through a fresh context and compares the outputs; *unsupported is set when the
+ * run itself says KILN_ERR_UNSUPPORTED (a target that plans per shape refuses then, not at build). */
+static bool run_data_set(kiln_engine *e, const data_set *ds, double rtol, double atol, char *reason, bool *unsupported) {
     char err[256];
     kiln_context *c = NULL;
     if (kiln_context_create(e, &c) != KILN_OK) {
@@ -757,8 +758,10 @@ static bool run_data_set(kiln_engine *e, const data_set *ds, double rtol, double
         set_reason(reason, "engine has %d outputs, test data has %d", nout, ds->nout);
         ok = false;
     }
-    if (ok && kiln_context_run(c) != KILN_OK) {
+    kiln_status rs = ok ? kiln_context_run(c) : KILN_OK;
+    if (rs != KILN_OK) {
         set_reason(reason, "run: %s", last_error_line(err, sizeof err));
+        *unsupported = rs == KILN_ERR_UNSUPPORTED;
         ok = false;
     }
     for (int i = 0; ok && i < nout; i++) {
@@ -852,10 +855,11 @@ static void run_case(const char *cases_dir, case_result *r, const model_info *mi
         char dir[PATH_CAP];
         xpath(dir, "%s/%s", case_dir, sets.v[s]);
         data_set ds;
-        bool ok = data_set_read(dir, &ds, r->reason) && run_data_set(e, &ds, rtol, atol, r->reason);
+        bool unsupported = false;
+        bool ok = data_set_read(dir, &ds, r->reason) && run_data_set(e, &ds, rtol, atol, r->reason, &unsupported);
         data_set_free(&ds);
         if (!ok) {
-            r->v = V_FAIL;
+            r->v = unsupported ? V_UNSUPPORTED : V_FAIL;
             if (sets.n > 1) {
                 char tmp[REASON_CAP];
                 snprintf(tmp, sizeof tmp, "%s: %s", sets.v[s], r->reason);
