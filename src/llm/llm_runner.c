@@ -29,7 +29,7 @@ struct llm_runner {
     kiln_llm_cuda_sample_row *srows; /* [max_rows] one sampler call's rows */
     int32_t *stokens;                /* [max_rows] its tokens */
     int max_rows;
-    kiln_sampling_params placeholder; /* greedy: the rows of a step that need no token */
+    kiln_sampling_params idle_params; /* greedy: the parameters of a step's rows that need no token */
 };
 
 #define MAX_HISTORY (1 << 22) /* most distinct history tokens of one GPU sampler call (32 MiB) */
@@ -45,7 +45,7 @@ static kiln_status make_sampler(llm_runner *r, const kiln_llm_cuda_options *o, c
     int per_row = o->max_context < r->cfg.vocab ? o->max_context : r->cfg.vocab;
     int64_t hist = (int64_t)o->max_seqs * (per_row > 0 ? per_row : 1);
     r->max_rows = o->max_seqs;
-    r->placeholder = kiln_sampling_defaults();
+    r->idle_params = kiln_sampling_defaults();
     r->srows = malloc((size_t)r->max_rows * sizeof *r->srows);
     r->stokens = malloc((size_t)r->max_rows * sizeof *r->stokens);
     if (!r->srows || !r->stokens) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
@@ -193,7 +193,7 @@ kiln_status llm_runner_sample(void *ctx, int n_rows, const kiln_sched_sample_row
     const int n = rows[n_rows - 1].row + 1; /* the step's logits rows 0 .. the last one asked */
     int on_device = 0;
     kiln_status st = n <= r->max_rows ? KILN_OK : KILN_ERR_INVALID_ARGUMENT;
-    for (int k = 0; st == KILN_OK && k < n; k++) r->srows[k] = (kiln_llm_cuda_sample_row){.params = &r->placeholder};
+    for (int k = 0; st == KILN_OK && k < n; k++) r->srows[k] = (kiln_llm_cuda_sample_row){.params = &r->idle_params};
     for (int i = 0; st == KILN_OK && i < n_rows; i++) {
         const kiln_sched_sample_row *q = &rows[i];
         if (q->params->logprobs) continue; /* the GPU sampler gives no log-probabilities */

@@ -51,8 +51,8 @@ kiln_status llm_runner_forward(void *ctx, kiln_kv_cache *kv, const kiln_llm_batc
  * KILN_LLM_HOST_SAMPLER=1 (read when r was created; for A/B comparisons). */
 kiln_sample_fn llm_runner_sample_fn(const llm_runner *r);
 /* kiln_sample_fn over the runner (ctx) after llm_runner_forward(logits NULL): llm_cuda.h's GPU sampler
- * on the step's device logits, one kernel launch for rows 0 .. the last one asked (rows not asked: a
- * greedy placeholder), and only the tokens come back. Rows asking for logprobs are handed back (their
+ * on the step's device logits, one kernel launch for rows 0 .. the last one asked (rows not asked are
+ * sampled greedily and ignored), and only the tokens come back. Rows asking for logprobs are handed back (their
  * logits copied to host_logits). When the GPU sampler refuses the call (a NaN or +inf logit, more
  * history than it holds) every row is handed back, so that the host sampler's per-request errors and
  * tokens are the outcome. Fails only when the step's logits cannot be read (a CUDA error). */

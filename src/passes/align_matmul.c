@@ -31,16 +31,6 @@ static kiln_status pad_columns(const kiln_tensor *w, int64_t n8, kiln_tensor *ou
     return KILN_OK;
 }
 
-/* A one-element int64 constant holding v. */
-static kiln_status int_constant(pass_ctx *c, const char *hint, int64_t v, int *id) {
-    kiln_tensor t;
-    memset(&t, 0, sizeof t);
-    int64_t one = 1;
-    KILN_TRY(kiln_tensor_alloc(&t, KILN_I64, 1, &one));
-    *(int64_t *)t.data = v;
-    return pass_new_constant(c, hint, &t, id);
-}
-
 static kiln_status try_matmul(pass_ctx *c, int id) {
     kiln_graph *g = c->g;
     const kiln_node *n = &g->nodes[id];
@@ -56,12 +46,15 @@ static kiln_status try_matmul(pass_ctx *c, int id) {
     KILN_TRY(pad_columns(t, n8, &padded));
     int wid, pid, start, end, axis, sid;
     snprintf(hint, sizeof hint, "%.280s_aligned", w->name);
-    KILN_TRY(pass_new_constant(c, hint, &padded, &wid));
+    kiln_status st = pass_new_constant(c, hint, &padded, &wid);
+    kiln_tensor_release(&padded); /* left only when the constant was not made */
+    KILN_TRY(st);
     snprintf(hint, sizeof hint, "%.280s_padded", g->values[n->outputs[0]].name);
     KILN_TRY(pass_new_value(c, hint, &pid));
-    KILN_TRY(int_constant(c, "align_start", 0, &start));
-    KILN_TRY(int_constant(c, "align_end", cols, &end));
-    KILN_TRY(int_constant(c, "align_axis", -1, &axis));
+    const int64_t zero = 0, minus_one = -1;
+    KILN_TRY(pass_new_ints(c, "align_start", &zero, 1, &start));
+    KILN_TRY(pass_new_ints(c, "align_end", &cols, 1, &end));
+    KILN_TRY(pass_new_ints(c, "align_axis", &minus_one, 1, &axis));
     const int a_id = n->inputs[0];
     char name[300];
     snprintf(name, sizeof name, "%.280s/aligned", n->name);

@@ -347,18 +347,10 @@ static kiln_status try_sequence_first(pass_ctx *c, int a) {
  * `owner`; *shape_id gets the shape constant. */
 static kiln_status packed_view(pass_ctx *c, int x, int64_t h, int64_t d, const char *owner, int *shape_id, int *xr) {
     kiln_graph *g = c->g;
-    kiln_tensor shape;
-    memset(&shape, 0, sizeof shape);
-    int64_t five = 5;
-    KILN_TRY(kiln_tensor_alloc(&shape, KILN_I64, 1, &five));
-    int64_t *sd = shape.data;
-    sd[0] = sd[1] = 0;
-    sd[2] = 3;
-    sd[3] = h;
-    sd[4] = d;
+    const int64_t shape[5] = {0, 0, 3, h, d};
     char hint[300];
     snprintf(hint, sizeof hint, "%.280s_packed_shape", g->values[x].name);
-    KILN_TRY(pass_new_constant(c, hint, &shape, shape_id));
+    KILN_TRY(pass_new_ints(c, hint, shape, 5, shape_id));
     snprintf(hint, sizeof hint, "%.280s_packed", g->values[x].name);
     KILN_TRY(pass_new_value(c, hint, xr));
     snprintf(hint, sizeof hint, "%.280s/qkv", owner);
@@ -429,16 +421,20 @@ static int projection(const pass_ctx *c, int v, int *reshape) {
     return id;
 }
 
-/* out = the 2-D (or 1-D) constants t[0..3) side by side along their last axis. */
-static kiln_status concat_columns(const kiln_tensor *const t[3], kiln_tensor *out) {
+/* A new constant (named from hint): the 2-D (or 1-D) constants t[0..3) side by side along their
+ * last axis. */
+static kiln_status concat_constant(pass_ctx *c, const kiln_tensor *const t[3], const char *hint, int *id) {
     int r = t[0]->ndim;
     int64_t rows = r == 2 ? t[0]->dims[0] : 1, cols = t[0]->dims[r - 1], dims[2] = {rows, 3 * cols};
-    KILN_TRY(kiln_tensor_alloc(out, t[0]->dtype, r, r == 2 ? dims : dims + 1));
+    kiln_tensor out = {0};
+    KILN_TRY(kiln_tensor_alloc(&out, t[0]->dtype, r, r == 2 ? dims : dims + 1));
     size_t es = kiln_dtype_size(t[0]->dtype), row = (size_t)cols * es;
     for (int64_t i = 0; i < rows; i++)
         for (int k = 0; k < 3; k++)
-            memcpy((char *)out->data + (size_t)i * 3 * row + (size_t)k * row, (const char *)t[k]->data + (size_t)i * row, row);
-    return KILN_OK;
+            memcpy((char *)out.data + (size_t)i * 3 * row + (size_t)k * row, (const char *)t[k]->data + (size_t)i * row, row);
+    kiln_status st = pass_new_constant(c, hint, &out, id);
+    kiln_tensor_release(&out); /* left only when the constant was not made */
+    return st;
 }
 
 /* Layout-1 Attention a whose Q, K and V are Reshapes [B, S, H, D] of three projections of one X
@@ -477,16 +473,11 @@ static kiln_status try_merge_projections(pass_ctx *c, int a) {
     if (!pass_closed(c, set, 7, a)) return KILN_OK;
     char hint[300];
     int wid, bid = -1, pcat, shape_id, xr, id, mask = n->ninputs > 3 ? n->inputs[3] : -1;
-    kiln_tensor t;
-    memset(&t, 0, sizeof t);
-    KILN_TRY(concat_columns(w, &t));
     snprintf(hint, sizeof hint, "%.280s_qkv", g->values[p0->inputs[1]].name);
-    KILN_TRY(pass_new_constant(c, hint, &t, &wid));
+    KILN_TRY(concat_constant(c, w, hint, &wid));
     if (bias) {
-        memset(&t, 0, sizeof t);
-        KILN_TRY(concat_columns(b, &t));
         snprintf(hint, sizeof hint, "%.280s_qkv", g->values[p0->inputs[2]].name);
-        KILN_TRY(pass_new_constant(c, hint, &t, &bid));
+        KILN_TRY(concat_constant(c, b, hint, &bid));
     }
     snprintf(hint, sizeof hint, "%.280s_qkv", g->values[p0->outputs[0]].name);
     KILN_TRY(pass_new_value(c, hint, &pcat));

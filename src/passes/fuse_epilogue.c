@@ -231,17 +231,13 @@ static kiln_status flat_bias(pass_ctx *c, int b, const char *name, int *out) {
  * output shape, which Z must have (fused_ops.h); the same elements in the same order. */
 static kiln_status residual_view(pass_ctx *c, const ep_match *m, const char *name, int *out) {
     kiln_graph *g = c->g;
-    int64_t rank = g->values[m->pre].ndim;
-    kiln_tensor t = {0};
-    KILN_TRY(kiln_tensor_alloc(&t, KILN_I64, 1, &rank));
-    bool ok = reshape_dims(&g->values[m->pre], (int64_t *)t.data);
+    int64_t dims[KILN_MAX_DIMS];
+    bool ok = reshape_dims(&g->values[m->pre], dims);
     KILN_ASSERT(ok); /* match_steps checked it */
     char hint[300];
     snprintf(hint, sizeof hint, "%.280s_residual", name);
     int shape, id;
-    kiln_status st = pass_new_constant(c, hint, &t, &shape);
-    kiln_tensor_release(&t);
-    KILN_TRY(st);
+    KILN_TRY(pass_new_ints(c, hint, dims, g->values[m->pre].ndim, &shape));
     KILN_TRY(pass_new_value(c, hint, out));
     int ins[2] = {m->z, shape};
     return pass_add_node(c, "", "Reshape", pass_onnx_opset(g, 13), hint, 2, ins, *out, &id);

@@ -79,18 +79,11 @@ static kiln_status weights_channels_last(const kiln_tensor *w, int64_t cp, kiln_
  * receives the padded value. */
 static kiln_status add_channel_pad(pass_ctx *c, int src, int64_t extra, const char *conv, int *out) {
     kiln_graph *g = c->g;
-    kiln_tensor pads = {0};
-    int64_t n = 8;
-    KILN_TRY(kiln_tensor_alloc(&pads, KILN_I64, 1, &n));
-    int64_t *p = pads.data;
-    memset(p, 0, 8 * sizeof *p);
-    p[7] = extra; /* [begin N, H, W, C, end N, H, W, C] */
+    const int64_t pads[8] = {0, 0, 0, 0, 0, 0, 0, extra}; /* [begin N, H, W, C, end N, H, W, C] */
     char name[300];
     int pid;
     snprintf(name, sizeof name, "%.280s_cpad", conv);
-    kiln_status st = pass_new_constant(c, name, &pads, &pid);
-    kiln_tensor_release(&pads);
-    KILN_TRY(st);
+    KILN_TRY(pass_new_ints(c, name, pads, 8, &pid));
     snprintf(name, sizeof name, "%.280s_c8", g->values[src].name);
     KILN_TRY(pass_new_value(c, name, out));
     int ins[2] = {src, pid}, id;
@@ -138,6 +131,21 @@ static kiln_status set_channels_last(kiln_graph *g, kiln_node *n) {
     return pass_attr_int(g, n, "channels_last", 1);
 }
 
+/* The end of a rewrite into a channels-last node n (id; just rewritten, still writing y): marks it
+ * channels_last, makes it write the NHWC value yl instead and appends Transpose(0,3,1,2) from yl to
+ * y (named after `owner`), so that y keeps its name, layout and readers. */
+static kiln_status finish_channels_last(pass_ctx *c, kiln_node *n, int id, int y, int yl, const char *owner) {
+    kiln_graph *g = c->g;
+    KILN_TRY(set_channels_last(g, n));
+    n->outputs[0] = yl;
+    g->values[yl].producer = id;
+    g->values[y].producer = -1;
+    char name[300];
+    snprintf(name, sizeof name, "%.280s_y_nchw", owner);
+    int out;
+    return add_transpose(c, yl, y, g_to_first, name, &out);
+}
+
 /* Lays convolution node id out channels-last (the pattern in the file comment). */
 static kiln_status lay_out(pass_ctx *c, int id) {
     kiln_graph *g = c->g;
@@ -167,13 +175,7 @@ static kiln_status lay_out(pass_ctx *c, int id) {
     kiln_node *n;
     KILN_TRY(pass_rewrite(c, set, 1, id, KILN_FUSED_DOMAIN, "FusedConv", KILN_FUSED_OPSET, conv,
                           ins[3] >= 0 ? 4 : (ins[2] >= 0 ? 3 : 2), ins, id, detail, &n));
-    KILN_TRY(set_channels_last(g, n));
-    n->outputs[0] = yl;
-    g->values[yl].producer = id;
-    g->values[y].producer = -1;
-    snprintf(name, sizeof name, "%.280s_y_nchw", conv);
-    int out;
-    return add_transpose(c, yl, y, g_to_first, name, &out);
+    return finish_channels_last(c, n, id, y, yl, conv);
 }
 
 /* The pooling ops laid out channels-last, as kiln.FusedPool (fused_ops.h). */
@@ -220,13 +222,7 @@ static kiln_status lay_out_pool(pass_ctx *c, int id) {
     KILN_TRY(pass_rewrite(c, set, 1, id, KILN_FUSED_DOMAIN, "FusedPool", KILN_FUSED_OPSET, pool_name, 1, &xl, id,
                           "channels-last between Transposes", &n));
     KILN_TRY(pass_attr_string(g, n, "pool", pool));
-    KILN_TRY(set_channels_last(g, n));
-    n->outputs[0] = yl;
-    g->values[yl].producer = id;
-    g->values[y].producer = -1;
-    snprintf(name, sizeof name, "%.280s_y_nchw", pool_name);
-    int out;
-    return add_transpose(c, yl, y, g_to_first, name, &out);
+    return finish_channels_last(c, n, id, y, yl, pool_name);
 }
 
 kiln_status kiln_pass_layout_channels_last(kiln_graph *g, bool *changed) {

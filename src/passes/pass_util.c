@@ -157,6 +157,16 @@ kiln_status pass_new_constant(pass_ctx *c, const char *hint, kiln_tensor *t, int
     return kiln_graph_set_constant(c->g, *id, t);
 }
 
+kiln_status pass_new_ints(pass_ctx *c, const char *hint, const int64_t *v, int n, int *id) {
+    kiln_tensor t = {0};
+    int64_t len = n;
+    KILN_TRY(kiln_tensor_alloc(&t, KILN_I64, 1, &len));
+    if (n) memcpy(t.data, v, (size_t)n * sizeof *v);
+    kiln_status st = pass_new_constant(c, hint, &t, id);
+    kiln_tensor_release(&t); /* left only when the constant was not made */
+    return st;
+}
+
 void pass_set_input(pass_ctx *c, int node, int k, int v) {
     kiln_node *n = &c->g->nodes[node];
     if (n->inputs[k] >= 0) c->uses[n->inputs[k]]--;

@@ -72,6 +72,8 @@ int pass_onnx_opset(const kiln_graph *g, int min);
 
 /* A new constant value (named from hint) that takes t's storage. */
 kiln_status pass_new_constant(pass_ctx *c, const char *hint, kiln_tensor *t, int *id);
+/* A new 1-D int64 constant (named from hint) holding v[0..n): a shape, pads, Slice bounds. */
+kiln_status pass_new_ints(pass_ctx *c, const char *hint, const int64_t *v, int n, int *id);
 /* A new untyped value named from hint. */
 kiln_status pass_new_value(pass_ctx *c, const char *hint, int *id);
 /* Appends a node (out of order; pass_end sorts) with one output value out; *id is its node id. */
