@@ -11,7 +11,8 @@
  * nodes share their input's memory and which keep their copy: a chain Reshape -> Flatten -> consumer,
  * a view read after its source's own last reader (the source must stay live), views of a graph input
  * and of a constant, a view that is a graph output (copies), a view across precisions (copies),
- * Dropout with a mask (shares, still runs), and KILN_CUDA_VIEWS=0.
+ * Dropout with a mask (shares, still runs), and KILN_CUDA_VIEWS=0; and shape inputs (graph inputs
+ * whose values decide shapes stay on the host and key the plan).
  * usage: test_cuda_plan [REPO_DIR] (default: $KILN_SOURCE_DIR, else .) */
 #include "backends/cuda/cuda_internal.h"
 #include "check.h"
@@ -385,6 +386,69 @@ static void check_view_precision_dropout(void) {
     kiln_graph_free(g);
 }
 
+/* An int64 graph input [n]. */
+static int gb_int_input(const char *name, int64_t n) {
+    int id;
+    REQUIRE_OK(kiln_graph_value(G, name, &id));
+    kiln_value *v = &G->values[id];
+    v->dtype = KILN_I64;
+    v->ndim = 1;
+    v->dims[0] = kiln_dim_static(n);
+    REQUIRE_OK(kiln_graph_add_input(G, id));
+    return id;
+}
+
+/* Shape inputs: 'shape' (Reshape's shape) and 'rows' (through a host Concat into a second Reshape)
+ * stay on the host and key the plan with their values; 'idx' (Gather indices, data) stays on the
+ * device; a plan without the shape inputs' values is refused. */
+static void check_shape_inputs(void) {
+    gb_begin();
+    int x = gb_input("x", 8);
+    int shape = gb_int_input("shape", 2), rows = gb_int_input("rows", 1), idx = gb_int_input("idx", 3);
+    int r = gb_node("Reshape", "r", 2, (int[]){x, shape});
+    int minus1 = gb_const(KILN_I64, 1, (int64_t[]){1});
+    kiln_tensor_set_f64(G->values[minus1].constant, 0, -1);
+    int cat = gb_node("Concat", "cat", 2, (int[]){rows, minus1});
+    kiln_node_add_attr(G, &G->nodes[G->nnodes - 1], "axis", KILN_ATTR_INT)->i = 0;
+    int r2 = gb_node("Reshape", "r2", 2, (int[]){x, cat});
+    int gat = gb_node("Gather", "gat", 2, (int[]){x, idx});
+    REQUIRE_OK(kiln_graph_add_output(G, gb_node("Relu", "y", 1, &r)));
+    REQUIRE_OK(kiln_graph_add_output(G, gb_node("Relu", "y2", 1, &r2)));
+    REQUIRE_OK(kiln_graph_add_output(G, gb_node("Relu", "y3", 1, &gat)));
+    kiln_graph *g = gb_finish();
+    kiln_backend_engine *be;
+    REQUIRE_OK(kiln_cuda_engine_prepare(g, KILN_PRECISION_FP16, NULL, false, &be));
+    shape = g->inputs[1], rows = g->inputs[2], idx = g->inputs[3];
+    EXPECT(be->kind[shape] == KILN_CUDA_HOST && be->kind[rows] == KILN_CUDA_HOST, "shape inputs: kinds %d %d",
+           be->kind[shape], be->kind[rows]);
+    EXPECT(be->kind[idx] == KILN_CUDA_DEVICE, "shape inputs: Gather's indices left the device");
+    EXPECT(be->n_shape_inputs == 2 && !be->static_inputs, "shape inputs: %d, static %d", be->n_shape_inputs,
+           be->static_inputs);
+    EXPECT(be->host_exec[node_named(g, "cat")] != NULL, "shape inputs: Concat of a shape input is not on the host");
+    int64_t shape_v[2] = {256, 32}, rows_v[1] = {64}, idx_v[3] = {0, 1, 2};
+    kiln_tensor in[4] = {0};
+    float xdata[1];
+    kiln_tensor_view(&in[0], KILN_F32, 2, (int64_t[]){8, 1024}, xdata);
+    kiln_tensor_view(&in[1], KILN_I64, 1, (int64_t[]){2}, shape_v);
+    kiln_tensor_view(&in[2], KILN_I64, 1, (int64_t[]){1}, rows_v);
+    kiln_tensor_view(&in[3], KILN_I64, 1, (int64_t[]){3}, idx_v);
+    kiln_cuda_plan *p;
+    REQUIRE_OK(kiln_cuda_plan_create(be, in, &p));
+    r = out_of(g, "r"), r2 = out_of(g, "r2");
+    EXPECT(p->vals[r].dims[0].value == 256 && p->vals[r].dims[1].value == 32, "shape inputs: r is not [256, 32]");
+    EXPECT(p->vals[r2].dims[0].value == 64 && p->vals[r2].dims[1].value == 128, "shape inputs: r2 is not [64, 128]");
+    EXPECT(p->shape_vals_len == 3 * sizeof(int64_t), "shape inputs: %zu key bytes", p->shape_vals_len);
+    EXPECT(p->in_pin[1] == p->in_pin[2] && p->in_pin[2] == p->in_pin[3], "shape inputs: staging room for them");
+    int nplaced, nviews;
+    check_layout("shape inputs", be, p, &nplaced, &nviews);
+    kiln_cuda_plan_free(be, p);
+    in[1].data = NULL;
+    EXPECT(kiln_cuda_plan_create(be, in, &p) == KILN_ERR_INVALID_ARGUMENT &&
+           strstr(kiln_last_error(), "'shape' is a shape input"), "shape inputs: a plan without values was made");
+    kiln_cuda_engine_free(be);
+    kiln_graph_free(g);
+}
+
 /* Checks one plan of be: placement invariants and output shapes against the cpu engine. */
 static void check_plan(const char *name, kiln_engine *cpu, kiln_backend_engine *be, int64_t batch, int64_t seq) {
     const kiln_graph *g = be->g;
@@ -440,6 +504,7 @@ int main(int argc, char **argv) {
     check_view_outlives_source();
     check_view_boundaries();
     check_view_precision_dropout();
+    check_shape_inputs();
     if (failures) fprintf(stderr, "test_cuda_plan: view checks failed\n");
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
         char path[4096];

@@ -38,6 +38,70 @@ static bool reads_only_shape(const kiln_node *n) {
     return domain_is_default(n->domain) && (!strcmp(n->op_type, "Shape") || !strcmp(n->op_type, "Size"));
 }
 
+/* Numel of value v when all its dims are static (saturating at INT64_MAX), else -1. */
+static int64_t static_numel(const kiln_value *v) {
+    if (v->ndim < 0) return -1;
+    int64_t n = 1;
+    for (int d = 0; d < v->ndim; d++)
+        if (v->dims[d].sym != 0) return -1;
+    for (int d = 0; d < v->ndim; d++) {
+        int64_t x = v->dims[d].value;
+        if (x == 0) return 0;
+        n = x > 0 && n > INT64_MAX / x ? INT64_MAX : n * x;
+    }
+    return n;
+}
+
+/* ---------------------------------------------------------------- shape inputs */
+
+/* The input slots whose values decide an op's output shape or its kernel's parameters (bit k: input
+ * k). A graph input that reaches one of them, directly or through host ops, is a shape input. */
+static const struct {
+    const char *op;
+    unsigned slots;
+} g_shape_slots[] = {
+    {"Reshape", 1u << 1}, {"Expand", 1u << 1}, {"Tile", 1u << 1}, {"Squeeze", 1u << 1}, {"Unsqueeze", 1u << 1},
+    {"Slice", 0xfu << 1}, {"Pad", 1u << 1 | 1u << 3}, {"Split", 1u << 1}, {"TopK", 1u << 1}, {"Trilu", 1u << 1},
+    {"Range", 0x7u}, {"ConstantOfShape", 1u}, {"OneHot", 1u << 1}, {"Resize", 0x7u << 1}, {"Upsample", 1u << 1},
+    {"CenterCropPad", 1u << 1}, {"CumSum", 1u << 1}, {"NonZero", 1u},
+};
+
+static unsigned shape_slots(const kiln_node *n) {
+    if (!domain_is_default(n->domain)) return 0;
+    if (!strncmp(n->op_type, "Reduce", 6)) return 1u << 1; /* axes (opset 13 for ReduceSum, 18 for the rest) */
+    for (size_t i = 0; i < sizeof g_shape_slots / sizeof *g_shape_slots; i++)
+        if (!strcmp(n->op_type, g_shape_slots[i].op)) return g_shape_slots[i].slots;
+    return 0;
+}
+
+/* Makes every small, static graph input that some shape slot reads, directly or through host ops
+ * (not Shape/Size, which read only dims), a shape input: kind KILN_CUDA_HOST. */
+static kiln_status mark_shape_inputs(kiln_backend_engine *be) {
+    const kiln_graph *g = be->g;
+    bool *wanted = calloc((size_t)g->nvalues + 1, sizeof *wanted); /* a value whose data shapes something */
+    if (!wanted) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int i = g->nnodes - 1; i >= 0; i--) { /* nodes are in topological order: readers come later */
+        const kiln_node *n = &g->nodes[i];
+        unsigned slots = shape_slots(n);
+        bool feeds = false;
+        for (int k = 0; k < n->noutputs; k++) feeds |= n->outputs[k] >= 0 && wanted[n->outputs[k]];
+        bool through = feeds && is_host_op(n) && !reads_only_shape(n);
+        for (int k = 0; k < n->ninputs; k++)
+            if (n->inputs[k] >= 0 && (through || (k < 32 && slots >> k & 1u))) wanted[n->inputs[k]] = true;
+    }
+    for (int k = 0; k < g->ninputs; k++) {
+        int v = g->inputs[k];
+        int64_t numel = static_numel(&g->values[v]);
+        if (!wanted[v] || numel < 0 || numel > KILN_CUDA_HOST_SMALL) continue;
+        be->kind[v] = KILN_CUDA_HOST;
+        be->n_shape_inputs++;
+        KILN_LOG(KILN_LOG_VERBOSE, "cuda: input '%s' is a shape input: its values stay on the host and join the "
+                 "plan key", g->values[v].name);
+    }
+    free(wanted);
+    return KILN_OK;
+}
+
 /* ---------------------------------------------------------------- host-known values for supports */
 
 /* The graph whose `supports` checks are running on this thread, and where its values live. */
@@ -245,20 +309,6 @@ static kiln_status open_device(kiln_backend_engine *be, const kiln_engine_meta *
 
 /* ---------------------------------------------------------------- node placement */
 
-/* Numel of value v when all its dims are static (saturating at INT64_MAX), else -1. */
-static int64_t static_numel(const kiln_value *v) {
-    if (v->ndim < 0) return -1;
-    int64_t n = 1;
-    for (int d = 0; d < v->ndim; d++)
-        if (v->dims[d].sym != 0) return -1;
-    for (int d = 0; d < v->ndim; d++) {
-        int64_t x = v->dims[d].value;
-        if (x == 0) return 0;
-        n = x > 0 && n > INT64_MAX / x ? INT64_MAX : n * x;
-    }
-    return n;
-}
-
 /* Whether node n is evaluated on the host: a shape-arithmetic op with a CPU kernel whose
  * inputs are all known on the host (Shape/Size: any input), and whose outputs are small, or integer
  * or bool, or have no device kernel that accepts them. */
@@ -463,13 +513,13 @@ void kiln_cuda_engine_free(kiln_backend_engine *be) {
     free(be);
 }
 
-/* When every input shape is static: resolves and plans them now (so that a model the device cannot
- * shape fails at build time) and records the planned and naive activation sizes for inspect. */
+/* When every input shape is static and no input is a shape input: resolves and plans them now (so
+ * that a model the device cannot shape fails at build time) and records the planned and naive activation sizes for inspect. */
 static kiln_status plan_static_shapes(kiln_backend_engine *be) {
     const kiln_graph *g = be->g;
     kiln_tensor *in = calloc((size_t)g->ninputs + 1, sizeof *in);
     if (!in) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    be->static_inputs = true;
+    be->static_inputs = be->n_shape_inputs == 0; /* shape inputs: their values decide the plan */
     for (int k = 0; k < g->ninputs && be->static_inputs; k++) {
         const kiln_value *v = &g->values[g->inputs[k]];
         in[k].dtype = v->dtype;
@@ -528,6 +578,9 @@ kiln_status kiln_cuda_engine_prepare(const kiln_graph *g, kiln_precision precisi
             be->dev_dtype[v] = kiln_cuda_is_float(g->values[v].dtype) ? be->float_dtype : g->values[v].dtype;
         }
         apply_node_precisions(be, node_precision);
+        s = mark_shape_inputs(be);
+    }
+    if (s == KILN_OK) {
         for (int v = 0; v < g->nvalues; v++) typed[v].dtype = be->dev_dtype[v];
         kiln_graph cg = *g;
         cg.values = typed;
@@ -613,7 +666,14 @@ void kiln_cuda_engine_describe(const kiln_backend_engine *be, FILE *f) {
         if (be->static_alias) fprintf(f, "; views save %s of it", human_bytes(be->static_alias, c, sizeof c));
         fprintf(f, "\n");
     } else {
-        fprintf(f, "activation memory: planned per input shape at run time (the inputs have dynamic dims)\n");
+        fprintf(f, "activation memory: planned per input shape at run time (the inputs have %s)\n",
+                be->n_shape_inputs ? "shape inputs" : "dynamic dims");
+    }
+    if (be->n_shape_inputs) {
+        fprintf(f, "shape inputs (kept on the host; new values make a new plan):");
+        for (int k = 0; k < be->g->ninputs; k++)
+            if (be->kind[be->g->inputs[k]] == KILN_CUDA_HOST) fprintf(f, " '%s'", be->g->values[be->g->inputs[k]].name);
+        fprintf(f, "\n");
     }
     describe_tactics(be, f);
 }

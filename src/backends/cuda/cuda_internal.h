@@ -31,8 +31,14 @@
 typedef enum kiln_cuda_kind {
     KILN_CUDA_DEVICE = 0, /* a graph input or a device node's output: in the context's arena */
     KILN_CUDA_CONST = 1,  /* a constant: host data in the graph, device copy in the engine */
-    KILN_CUDA_HOST = 2,   /* computed on the host per shape plan; device copy in the plan */
+    KILN_CUDA_HOST = 2,   /* computed on the host per shape plan, or a shape input (below); device copy
+                           * in the plan */
 } kiln_cuda_kind;
+
+/* Shape inputs: a small graph input with a static shape whose values decide shapes or kernel
+ * parameters (Reshape's shape, Slice's starts, TopK's k, Resize's scales, ... fed by the caller: see
+ * cuda_engine.c) stays on the host, as TensorRT's shape tensors do. Its values join its dims in the
+ * plan key: a run with new values makes (or finds) another plan. */
 
 struct kiln_backend_engine {
     const kiln_graph *g;
@@ -57,6 +63,7 @@ struct kiln_backend_engine {
     bool *const_typed;                  /* [nvalues]: a constant's dev_dtype came from a node precision */
     int max_args;                       /* most inputs or outputs of one node */
     int n_host_nodes, n_device_nodes;
+    int n_shape_inputs;                 /* graph inputs of kind KILN_CUDA_HOST (shape inputs) */
     bool static_inputs;                 /* every input shape is static: static_* below are set */
     size_t static_peak, static_naive;   /* activation arena: planned vs one buffer per value */
     size_t static_alias;                /* of static_naive, the bytes of view values (no storage) */
@@ -68,8 +75,10 @@ struct kiln_backend_engine {
 
 /* One set of concrete input shapes, resolved and planned. */
 typedef struct kiln_cuda_plan {
-    int64_t *sig;                /* input ranks and dims, concatenated: the cache key */
+    int64_t *sig;                /* input ranks and dims, concatenated: the cache key, with... */
     int sig_len;
+    unsigned char *shape_vals;   /* ...the shape inputs' bytes, concatenated */
+    size_t shape_vals_len;
     kiln_value *vals;            /* [nvalues]: the resolved value table (host values are constants) */
     kiln_tensor *host;           /* [nvalues]: results of host nodes (owned) */
     int64_t *off;                /* [nvalues]: device values: arena offset (a view value: its root's);
@@ -144,10 +153,11 @@ kiln_status kiln_cuda_tune(kiln_backend_engine *be, const kiln_engine_meta *meta
 void kiln_cuda_tactic_str(const kiln_tactic *t, char *buf, size_t cap);
 
 /* cuda_shapes.c — resolves the concrete shape of every value for the given input shapes (inputs[k]
- * holds dims for graph input k; data is not read), evaluating host nodes on the CPU. vals gets a copy
- * of the value table with concrete dims (host values become constants pointing into host[]); host[]
- * (nvalues, zeroed by the caller) receives the host results, owned. Every device value must be static,
- * else KILN_ERR_SHAPE naming the node. Takes be->mu. */
+ * holds dims for graph input k; data is read only for shape inputs, which must have it), evaluating
+ * host nodes on the CPU. vals gets a copy of the value table with concrete dims (host values, shape
+ * inputs among them, become constants pointing into host[]); host[] (nvalues, zeroed by the caller)
+ * receives the host results and copies of the shape inputs, owned. Every device value must be static,
+ * else KILN_ERR_UNSUPPORTED naming the node. Takes be->mu. */
 kiln_status kiln_cuda_resolve_shapes(kiln_backend_engine *be, const kiln_tensor *inputs, kiln_value *vals,
                                      kiln_tensor *host);
 
@@ -161,9 +171,12 @@ typedef struct kiln_cuda_interval {
  * Returns the arena size needed; *naive (optional) gets the sum of the aligned sizes. Fails only on
  * out of memory. */
 kiln_status kiln_cuda_place(kiln_cuda_interval *iv, int n, size_t *peak, size_t *naive);
-/* Resolves the shapes for inputs and plans every device buffer (host side only: no device memory is
+/* Resolves the shapes for inputs (and the values of the shape inputs) and plans every device buffer (host side only: no device memory is
  * touched). On success *out is owned by the caller (kiln_cuda_plan_free). */
 kiln_status kiln_cuda_plan_create(kiln_backend_engine *be, const kiln_tensor *inputs, kiln_cuda_plan **out);
+/* Bytes of input k's values in the plan key: its declared size when it is a shape input with data,
+ * else 0. */
+size_t kiln_cuda_shape_value_bytes(const kiln_backend_engine *be, const kiln_tensor *inputs, int k);
 /* Frees the plan's host memory, its CUDA graph and its device copies of host values. Accepts NULL. */
 void kiln_cuda_plan_free(const kiln_backend_engine *be, kiln_cuda_plan *p);
 /* Elements of value v under plan p (0 for none; plans only hold sizes that passed the overflow check). */

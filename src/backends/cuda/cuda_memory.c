@@ -113,6 +113,7 @@ void kiln_cuda_plan_free(const kiln_backend_engine *be, kiln_cuda_plan *p) {
     free(p->vals);
     free(p->off);
     free(p->sig);
+    free(p->shape_vals);
     free(p->in_stage);
     free(p->out_stage);
     free(p->in_pin);
@@ -153,7 +154,7 @@ static kiln_status place_arena(const kiln_backend_engine *be, kiln_cuda_plan *p)
     for (int k = 0; k < g->ninputs; k++) {
         int v = g->inputs[k];
         size_t bytes = declared_bytes(g, p, v);
-        if (!bytes || g->values[v].dtype == be->dev_dtype[v]) continue;
+        if (be->kind[v] != KILN_CUDA_DEVICE || !bytes || g->values[v].dtype == be->dev_dtype[v]) continue;
         iv[n] = (kiln_cuda_interval){bytes, 0, 0, 0};
         owner[n++] = g->nvalues + k;
     }
@@ -194,7 +195,7 @@ static void place_host_side(const kiln_backend_engine *be, kiln_cuda_plan *p) {
     }
     for (int k = 0; k < g->ninputs; k++) {
         p->in_pin[k] = p->pin_in_bytes;
-        p->pin_in_bytes += kiln_cuda_align(declared_bytes(g, p, g->inputs[k]));
+        if (be->kind[g->inputs[k]] == KILN_CUDA_DEVICE) p->pin_in_bytes += kiln_cuda_align(declared_bytes(g, p, g->inputs[k]));
     }
     for (int k = 0; k < g->noutputs; k++) {
         p->out_pin[k] = p->pin_out_bytes;
@@ -202,10 +203,32 @@ static void place_host_side(const kiln_backend_engine *be, kiln_cuda_plan *p) {
     }
 }
 
+size_t kiln_cuda_shape_value_bytes(const kiln_backend_engine *be, const kiln_tensor *inputs, int k) {
+    int v = be->g->inputs[k];
+    if (be->kind[v] != KILN_CUDA_HOST || !inputs[k].data) return 0;
+    return (size_t)kiln_tensor_numel(&inputs[k]) * kiln_dtype_size(be->g->values[v].dtype);
+}
+
+/* The shape inputs' bytes, the second half of the plan key (resolve_shapes checks that they are there). */
+static kiln_status record_shape_values(const kiln_backend_engine *be, const kiln_tensor *inputs, kiln_cuda_plan *p) {
+    const kiln_graph *g = be->g;
+    for (int k = 0; k < g->ninputs; k++) p->shape_vals_len += kiln_cuda_shape_value_bytes(be, inputs, k);
+    p->shape_vals = malloc(p->shape_vals_len + 1);
+    if (!p->shape_vals) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory creating a shape plan");
+    size_t at = 0;
+    for (int k = 0; k < g->ninputs; k++) {
+        size_t bytes = kiln_cuda_shape_value_bytes(be, inputs, k);
+        if (bytes) memcpy(p->shape_vals + at, inputs[k].data, bytes);
+        at += bytes;
+    }
+    return KILN_OK;
+}
+
 kiln_status kiln_cuda_plan_create(kiln_backend_engine *be, const kiln_tensor *inputs, kiln_cuda_plan **out) {
     const kiln_graph *g = be->g;
     *out = NULL;
     kiln_cuda_plan *p = calloc(1, sizeof *p);
+    kiln_status s = KILN_OK;
     if (!p) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     size_t nv = (size_t)g->nvalues + 1, ni = (size_t)g->ninputs + 1, no = (size_t)g->noutputs + 1;
     for (int k = 0; k < g->ninputs; k++) p->sig_len += 1 + inputs[k].ndim;
@@ -226,11 +249,15 @@ kiln_status kiln_cuda_plan_create(kiln_backend_engine *be, const kiln_tensor *in
         p->sig[j++] = inputs[k].ndim;
         for (int d = 0; d < inputs[k].ndim; d++) p->sig[j++] = inputs[k].dims[d];
     }
+    if (be->n_shape_inputs && (s = record_shape_values(be, inputs, p)) != KILN_OK) {
+        kiln_cuda_plan_free(be, p);
+        return s;
+    }
     for (int v = 0; v < g->nvalues; v++) p->off[v] = -1;
     for (int k = 0; k < g->ninputs; k++) p->in_stage[k] = -1;
     for (int k = 0; k < g->noutputs; k++) p->out_stage[k] = -1;
     p->has_device_work = be->n_device_nodes > be->n_view_nodes;
-    kiln_status s = kiln_cuda_resolve_shapes(be, inputs, p->vals, p->host);
+    s = kiln_cuda_resolve_shapes(be, inputs, p->vals, p->host);
     if (s == KILN_OK) s = check_sizes(be, p);
     if (s == KILN_OK) s = place_arena(be, p);
     if (s != KILN_OK) {

@@ -208,21 +208,28 @@ static kiln_status upload_host_values(kiln_backend_context *c, kiln_cuda_plan *p
     return KILN_OK;
 }
 
-static bool plan_matches(const kiln_cuda_plan *p, const kiln_tensor *inputs, int ninputs) {
-    int j = 0;
+static bool plan_matches(const kiln_backend_engine *be, const kiln_cuda_plan *p, const kiln_tensor *inputs) {
+    int j = 0, ninputs = be->g->ninputs;
     for (int k = 0; k < ninputs; k++) {
         if (j >= p->sig_len || p->sig[j++] != inputs[k].ndim) return false;
         for (int d = 0; d < inputs[k].ndim; d++)
             if (j >= p->sig_len || p->sig[j++] != inputs[k].dims[d]) return false;
     }
-    return j == p->sig_len;
+    if (j != p->sig_len) return false;
+    size_t at = 0; /* the dims match, so each shape input's byte count does too */
+    for (int k = 0; be->n_shape_inputs && k < ninputs; k++) {
+        size_t bytes = kiln_cuda_shape_value_bytes(be, inputs, k);
+        if (bytes && (at + bytes > p->shape_vals_len || memcmp(p->shape_vals + at, inputs[k].data, bytes))) return false;
+        at += bytes;
+    }
+    return at == p->shape_vals_len;
 }
 
-/* The plan for these input shapes: cached, or made now (evicting the least recently used). */
+/* The plan for these input shapes (and shape-input values): cached, or made now (evicting the least recently used). */
 static kiln_status get_plan(kiln_backend_context *c, const kiln_tensor *inputs, kiln_cuda_plan **out) {
     kiln_backend_engine *be = c->be;
     for (int i = 0; i < c->nplans; i++)
-        if (plan_matches(c->plans[i], inputs, be->g->ninputs)) {
+        if (plan_matches(be, c->plans[i], inputs)) {
             c->plans[i]->last_used = ++c->tick;
             *out = c->plans[i];
             return KILN_OK;
@@ -260,7 +267,7 @@ static kiln_status upload_inputs(kiln_backend_context *c, const kiln_cuda_plan *
     for (int k = 0; k < g->ninputs; k++) {
         int v = g->inputs[k];
         size_t bytes = (size_t)kiln_cuda_value_numel(p, v) * kiln_dtype_size(g->values[v].dtype);
-        if (!bytes || p->off[v] < 0) continue;
+        if (c->be->kind[v] != KILN_CUDA_DEVICE || !bytes || p->off[v] < 0) continue; /* shape inputs: in the plan */
         unsigned char *pin = c->pin_in + p->in_pin[k];
         memcpy(pin, inputs[k].data, bytes);
         char *dst = (char *)c->arena + (p->in_stage[k] >= 0 ? p->in_stage[k] : p->off[v]);

@@ -2,7 +2,8 @@
  * shape inference: a shallow copy of the graph whose value table is a private copy, with the inputs'
  * dims made static, runs every device node's schema->infer in order; host nodes (shape arithmetic)
  * are evaluated with the CPU kernels and their results enter the copy as constants, so that the
- * inference of the nodes after them (Reshape, Expand, Slice, ...) sees concrete values. */
+ * inference of the nodes after them (Reshape, Expand, Slice, ...) sees concrete values. Shape inputs
+ * (cuda_internal.h) enter the copy as constants too, holding the caller's values. */
 #include "backends/cuda/cuda_internal.h"
 
 #include "core/status.h"
@@ -94,6 +95,18 @@ static kiln_status resolve_nodes(kiln_backend_engine *be, kiln_graph *gc, kiln_t
     return s;
 }
 
+/* A shape input's values, copied into *copy, become the constant of its value v. */
+static kiln_status bind_shape_input(const kiln_tensor *in, kiln_value *v, kiln_tensor *copy) {
+    if (!in->data && kiln_tensor_numel(in) > 0)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "input '%s' is a shape input (its values decide shapes on cuda): "
+                          "planning it needs its values", v->name);
+    KILN_TRY(kiln_tensor_alloc(copy, v->dtype, in->ndim, in->dims));
+    size_t bytes = (size_t)kiln_tensor_numel(in) * kiln_dtype_size(v->dtype);
+    if (bytes) memcpy(copy->data, in->data, bytes);
+    v->constant = copy;
+    return KILN_OK;
+}
+
 kiln_status kiln_cuda_resolve_shapes(kiln_backend_engine *be, const kiln_tensor *inputs, kiln_value *vals,
                                      kiln_tensor *host) {
     const kiln_graph *g = be->g;
@@ -102,6 +115,7 @@ kiln_status kiln_cuda_resolve_shapes(kiln_backend_engine *be, const kiln_tensor 
         kiln_value *v = &vals[g->inputs[k]];
         v->ndim = inputs[k].ndim;
         for (int d = 0; d < inputs[k].ndim; d++) v->dims[d] = kiln_dim_static(inputs[k].dims[d]);
+        if (be->kind[g->inputs[k]] == KILN_CUDA_HOST) KILN_TRY(bind_shape_input(&inputs[k], v, &host[g->inputs[k]]));
     }
     kiln_graph gc = *g;
     gc.values = vals;

@@ -129,13 +129,18 @@ static void tuner_close(tuner *t) {
 }
 
 /* The input shapes to tune at (in[k].dtype/ndim/dims): static dims as they are, dynamic ones from
- * the first profile's opt shape. False, with why, when some dim is fixed by neither. */
+ * the first profile's opt shape. False, with why, when some dim is fixed by neither or an input is a
+ * shape input. */
 static bool tuning_shapes(const kiln_backend_engine *be, const kiln_engine_meta *meta, kiln_tensor *in, char *why,
                           size_t cap) {
     const kiln_graph *g = be->g;
     for (int k = 0; k < g->ninputs; k++) {
         const kiln_value *v = &g->values[g->inputs[k]];
         const kiln_profile_range *r = meta->nprofiles > 0 ? &meta->profiles[k] : NULL;
+        if (be->kind[g->inputs[k]] == KILN_CUDA_HOST) {
+            snprintf(why, cap, "input '%s' is a shape input, and its values are known only at run time", v->name);
+            return false;
+        }
         bool from_profile = r && r->ndim >= 0 && (v->ndim < 0 || r->ndim == v->ndim);
         in[k].dtype = v->dtype;
         in[k].ndim = from_profile ? r->ndim : v->ndim;
