@@ -796,6 +796,9 @@ const op_case kiln_perf_cases[] = {
     {"MatMul", "f[32,12,128,128] f[32,12,128,64]", "", 0, 0},
     {"kiln.Attention", "f[32,12,128,64] Kf[32,12,128,64] Kf[32,12,128,64] Kf[32,1,1,128]{-5,0}", "scale=0.125", 0, 0},
     {"kiln.Attention", "f[32,12,128,64] Kf[32,12,128,64] Kf[32,12,128,64]", "scale=0.125 causal=1", 0, 0},
+    {"kiln.Attention", "f[32,12,128,64] Kf[32,12,128,64] Kf[32,12,128,64]", "scale=0.125", 0, 0},
+    /* as BERT's engine runs it: packed QKV [B, S, 3, H, D] straight from the fused projection */
+    {"kiln.Attention", "f[32,128,3,12,64] - - Kf[32,1,1,128]{-5,0}", "scale=0.125 layout=2", 0, 0},
     {"Gemm", "f[4096,4096] Kf[4096,4096] Kf[4096]", "transB=1", 0, 0},
     {"Gemm", "f[256,2048] Kf[1000,2048] Kf[1000]", "transB=1", 0, 0},
     {"Conv", "f[32,3,224,224] Kf[64,3,7,7] Kf[64]", "strides=[2,2] pads=[3,3,3,3]", 0, 0},

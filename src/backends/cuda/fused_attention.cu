@@ -5,7 +5,9 @@
  *    warps takes 64 query rows of one output batch index, each warp 16 of them; K and V go through
  *    shared memory in tiles of 64 keys, double-buffered by cp.async (tile j + 1 loads while tile j is
  *    used). Per tile a warp computes its 16 x 64 scores S = Q K^T in registers, applies scale, mask
- *    and the causal limit, runs the online softmax in float32 (running max and sum per row), packs
+ *    and the causal limit (scores kept times log2(e), so each probability is one ex2; a whole tile
+ *    of visible keys skips the per-key limit, and a 16-bit padding mask is read a key pair per
+ *    32-bit load), runs the online softmax in float32 (running max and sum per row), packs
  *    the probabilities P to the storage type and adds P V into its 16 x D float32 accumulators. A
  *    causal block stops at its last visible key tile. Tails (Sq, Sk not multiples of 64) are zero
  *    rows in shared memory, keys past Sk score -inf, rows past Sq are not written.
@@ -152,6 +154,7 @@ __global__ void __launch_bounds__(AT_WARPS * 32) at_kernel(const at_args a, cons
 #define FA_WARPS 4
 #define FA_BQ (FA_WARPS * 16) /* query rows per block: 16 per warp (the mma's M) */
 #define FA_BK 64              /* keys per shared-memory tile */
+#define FA_LOG2E 1.4426950408889634f
 #ifndef FA_MINB /* blocks per SM the registers must allow (D = 64: 4 blocks of 45 KB shared memory fit) */
 #define FA_MINB(D) ((D) <= 64 ? 4 : 2)
 #endif
@@ -229,6 +232,12 @@ static __device__ __forceinline__ void fa_cp16(void *smem, const void *gmem, boo
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
 }
+/* 2^x by the SFU (ex2.approx: __expf(x) is this of x * log2(e)). */
+static __device__ __forceinline__ float fa_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
 static __device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> static __device__ __forceinline__ void fa_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
@@ -294,6 +303,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32, FA_MINB(D)) fa_kernel(const at_
     const int64_t row0 = (int64_t)blockIdx.x * FA_BQ;
     const int64_t rows[2] = {row0 + warp * 16 + g, row0 + warp * 16 + g + 8}; /* this lane's query rows */
     const float NEG_INF = -INFINITY;
+    const float scale2 = a.scale * FA_LOG2E, fill2 = a.fill * FA_LOG2E; /* -inf stays -inf */
     const int d = (int)a.d;
     /* the mask, per lane: a byte pointer to each of its two rows' mask rows (rows past Sq read row
      * Sq - 1: their results are never written), the byte step per key (0 for a [.., Sq, 1] mask) and
@@ -342,8 +352,18 @@ __global__ void __launch_bounds__(FA_WARPS * 32, FA_MINB(D)) fa_kernel(const at_
              * raw (16-bit T or bool byte) two to a register: mv[n][r] holds row r's keys
              * j0 + 8n + 2q (low half) and + 1 (high half); keys past Sk read key Sk - 1 (they score -inf) */
             uint32_t mv[NT][2];
-            if (a.mask_kind) {
-                const unsigned char *mt[2] = {mb[0] + j0 * mstep, mb[1] + j0 * mstep};
+            /* a whole tile of visible keys: no per-key limit below; with a 16-bit per-key mask whose
+             * rows are 4-byte aligned, each lane's key pair is one 32-bit load */
+            const bool full = !a.causal && klim == FA_BK;
+            const unsigned char *mt[2] = {mb[0] + j0 * mstep, mb[1] + j0 * mstep};
+            const bool mpairs = full && a.mask_kind == 1 && mstep == 2 && ((uintptr_t)mt[0] & 3) == 0 &&
+                                ((uintptr_t)mt[1] & 3) == 0;
+            if (mpairs) {
+                for (int n = 0; n < NT; n++) {
+                    mv[n][0] = *reinterpret_cast<const uint32_t *>(mt[0] + (n * 8 + 2 * q4) * 2);
+                    mv[n][1] = mshared ? mv[n][0] : *reinterpret_cast<const uint32_t *>(mt[1] + (n * 8 + 2 * q4) * 2);
+                }
+            } else if (a.mask_kind) {
                 for (int n = 0; n < NT; n++)
                     for (int r = 0; r < 2; r++) {
                         if (mshared && r == 1) {
@@ -387,14 +407,16 @@ __global__ void __launch_bounds__(FA_WARPS * 32, FA_MINB(D)) fa_kernel(const at_
                     fa_mma<T>::run(s[2 * n2], qf[kk], b[0], b[1]);
                     fa_mma<T>::run(s[2 * n2 + 1], qf[kk], b[2], b[3]);
                 }
-            /* scale, mask, causal limit, key tail: element (n, e) is row rows[e / 2], key j0 + 8n + 2q + e % 2 */
+            /* scale, mask, causal limit, key tail, in the log2 domain (every score times log2(e), so
+             * that each exponential below is one ex2): element (n, e) is row rows[e / 2], key
+             * j0 + 8n + 2q + e % 2 */
             for (int n = 0; n < NT; n++)
                 for (int e = 0; e < 4; e++) {
-                    float x = s[n][e] * a.scale;
+                    float x = s[n][e] * scale2;
                     const unsigned short mraw = (unsigned short)(mv[n][e >> 1] >> (16 * (e & 1)));
-                    if (a.mask_kind == 1) x += ku_f32(fa_mma<T>::from_bits(mraw));
-                    else if (a.mask_kind == 2 && mraw == 0) x = a.fill;
-                    s[n][e] = n * 8 + 2 * q4 + (e & 1) < vlim[e >> 1] ? x : NEG_INF;
+                    if (a.mask_kind == 1) x = fmaf(ku_f32(fa_mma<T>::from_bits(mraw)), FA_LOG2E, x);
+                    else if (a.mask_kind == 2 && mraw == 0) x = fill2;
+                    s[n][e] = full || n * 8 + 2 * q4 + (e & 1) < vlim[e >> 1] ? x : NEG_INF;
                 }
             /* online softmax: rows r = 0 (g) and 1 (g + 8), each over the 4 lanes of the group */
             float corr[2], msub[2];
@@ -404,13 +426,13 @@ __global__ void __launch_bounds__(FA_WARPS * 32, FA_MINB(D)) fa_kernel(const at_
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 msub[r] = mx == NEG_INF ? 0.0f : mx; /* no visible key yet: every exp below is 0 */
-                corr[r] = __expf(mrow[r] - msub[r]);
+                corr[r] = fa_exp2(mrow[r] - msub[r]);
                 mrow[r] = mx;
             }
             float ls[2] = {0.0f, 0.0f};
             for (int n = 0; n < NT; n++)
                 for (int e = 0; e < 4; e++) {
-                    s[n][e] = __expf(s[n][e] - msub[e >> 1]);
+                    s[n][e] = fa_exp2(s[n][e] - msub[e >> 1]);
                     ls[e >> 1] += s[n][e];
                 }
             for (int r = 0; r < 2; r++) lrow[r] = lrow[r] * corr[r] + ls[r]; /* this lane's part of the row sum */

@@ -32,6 +32,22 @@ static __device__ __forceinline__ float fe_act(float x, int kind, float p0, floa
     }
 }
 
+/* Gelu (erf) for 16-bit storage: erf by Abramowitz & Stegun 7.1.26, erf(|x|) = 1 - t (a1 + t (a2 +
+ * ... a5 t)) exp(-x^2) with t = 1 / (1 + p |x|), absolute error under 1.5e-7 (plus the fast exp and
+ * reciprocal's few ulp): a thousand times below float16's and bfloat16's rounding of the result,
+ * and a quarter of erff's instructions, which made the epilogue compute-bound. Float32 storage keeps
+ * erff (the CPU kernels' formula). */
+static __device__ __forceinline__ float fe_gelu_16bit(float x) {
+    const float a = fabsf(x) * 0.70710678118654752f;
+    const float t = __fdividef(1.0f, fmaf(0.3275911f, a, 1.0f));
+    float poly = fmaf(1.061405429f, t, -1.453152027f);
+    poly = fmaf(poly, t, 1.421413741f);
+    poly = fmaf(poly, t, -0.284496736f);
+    poly = fmaf(poly, t, 0.254829592f);
+    const float erf_abs = 1.0f - poly * t * __expf(-a * a);
+    return 0.5f * x * (1.0f + copysignf(erf_abs, x));
+}
+
 /* y[i] = act((y[i] + bias[i % ncol]) + z[i]) over total elements; bias and z may be NULL. */
 template <typename T>
 __global__ void fe_epilogue_kernel(T *__restrict__ y, const T *__restrict__ bias, int64_t ncol, const T *__restrict__ z,
@@ -46,12 +62,15 @@ __global__ void fe_epilogue_kernel(T *__restrict__ y, const T *__restrict__ bias
 
 /* Fast path of fe_epilogue_kernel: one 16-byte vector of V elements per thread, nvec = total / V
  * vectors (total <= INT32_MAX, so 32-bit index math), ncol a multiple of V (a vector never crosses a
- * row, and bias + col stays aligned); y, bias and z 16-byte aligned. Same arithmetic per element. */
-template <typename T>
+ * row, and bias + col stays aligned); y, bias and z 16-byte aligned. Same arithmetic per element.
+ * KIND >= 0 is the activation fixed at compile time (the common ones: the per-element switch folds
+ * away), -1 takes `kind`; Gelu on 16-bit storage takes fe_gelu_16bit (BERT's FFN). */
+template <typename T, int KIND>
 __global__ void __launch_bounds__(KU_THREADS) fe_epilogue_vec(T *__restrict__ y, const T *__restrict__ bias, int ncol,
                                                               const T *__restrict__ z, int kind, float p0, float p1,
                                                               int nvec) {
     const int V = ku_vec<T>::n;
+    if (KIND >= 0) kind = KIND;
     int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     if (i >= nvec) return;
     int e = i * V;
@@ -64,7 +83,7 @@ __global__ void __launch_bounds__(KU_THREADS) fe_epilogue_vec(T *__restrict__ y,
         float f = ku_f32(v[q]);
         if (bias) f += ku_f32(b[q]);
         if (z) f += ku_f32(zz[q]);
-        v[q] = ku_from_f32<T>(fe_act(f, kind, p0, p1));
+        v[q] = ku_from_f32<T>(KIND == KILN_ACT_GELU && sizeof(T) == 2 ? fe_gelu_16bit(f) : fe_act(f, kind, p0, p1));
     }
     ku_store(y + e, v);
 }
@@ -79,8 +98,18 @@ static kiln_status fe_launch(void *yp, const void *bp, int64_t ncol, const void 
         (!zp || ku_aligned16(zp))) {
         int nvec = (int)(total / V);
         unsigned blocks = (unsigned)((nvec + KU_THREADS - 1) / KU_THREADS);
-        fe_epilogue_vec<T><<<blocks, KU_THREADS, 0, ctx->stream>>>((T *)yp, (const T *)bp, (int)ncol, (const T *)zp,
-                                                                    kind, p0, p1, nvec);
+        T *y = (T *)yp;
+        const T *b = (const T *)bp, *z = (const T *)zp;
+        cudaStream_t st = ctx->stream;
+        switch (kind) {
+        case KILN_ACT_NONE: fe_epilogue_vec<T, KILN_ACT_NONE><<<blocks, KU_THREADS, 0, st>>>(y, b, (int)ncol, z, kind, p0, p1, nvec); break;
+        case KILN_ACT_GELU: fe_epilogue_vec<T, KILN_ACT_GELU><<<blocks, KU_THREADS, 0, st>>>(y, b, (int)ncol, z, kind, p0, p1, nvec); break;
+        case KILN_ACT_GELU_TANH:
+            fe_epilogue_vec<T, KILN_ACT_GELU_TANH><<<blocks, KU_THREADS, 0, st>>>(y, b, (int)ncol, z, kind, p0, p1, nvec);
+            break;
+        case KILN_ACT_SILU: fe_epilogue_vec<T, KILN_ACT_SILU><<<blocks, KU_THREADS, 0, st>>>(y, b, (int)ncol, z, kind, p0, p1, nvec); break;
+        default: fe_epilogue_vec<T, -1><<<blocks, KU_THREADS, 0, st>>>(y, b, (int)ncol, z, kind, p0, p1, nvec); break;
+        }
         KILN_CUDA_LAUNCH_CHECK("fe_epilogue_vec");
         return KILN_OK;
     }
