@@ -249,6 +249,9 @@ const op_case kiln_op_cases[] = {
      * Indices in both storage orders, float16 models */
     {"MaxPool", "f[2,3,17,19]", "kernel_shape=[3,3] strides=[2,2] pads=[1,1,1,1]", 0, 0},
     {"MaxPool", "f[1,8,112,112]", "kernel_shape=[3,3] strides=[2,2] pads=[1,1,1,1] ceil_mode=1", 0, 0},
+    /* int8 / uint8 (opset 12): the 2-D path with Indices, and the n-D path */
+    {"MaxPool", "i8[2,3,17,19]{-128,128}", "kernel_shape=[3,3] strides=[2,2] pads=[1,1,1,1]", 2, 0},
+    {"MaxPool", "u8[1,2,9,9,5]{0,256}", "kernel_shape=[3,2,2] strides=[2,2,1]", 0, 0},
     {"MaxPool", "f[2,3,17,19]", "kernel_shape=[3,4] strides=[2,3] pads=[1,0,2,1] ceil_mode=1", 0, 0},
     {"MaxPool", "f[1,3,9,10]", "kernel_shape=[4,4] strides=[2,3] auto_pad='SAME_LOWER'", 0, 0},
     {"MaxPool", "f[1,2,20,21]", "kernel_shape=[2,3] strides=[4,5]", 0, 0},

@@ -1,7 +1,7 @@
 /* pool.cu — CUDA pooling: MaxPool (with the optional Indices output, either storage order),
  * AveragePool (count_include_pad), LpPool, and the global forms GlobalAveragePool, GlobalMaxPool
- * and GlobalLpPool, for float32, float16 and bfloat16 storage with float32 arithmetic, over 1 to 6
- * spatial dims.
+ * and GlobalLpPool, for float32, float16 and bfloat16 storage with float32 arithmetic (MaxPool also
+ * int8 and uint8), over 1 to 6 spatial dims.
  *
  * The window geometry (pads, auto_pad, ceil_mode, dilations) is resolved on the host by
  * src/ir/nn_window.c, the same code the shape inference and the CPU kernels use, so the three
@@ -30,6 +30,13 @@ extern "C" {
 #define POOL_BLOCK_PLANE 8192
 
 enum { POOL_AVG, POOL_MAX, POOL_LP };
+
+/* MaxPool also takes int8 and uint8 (ONNX, opset 12): their values are exact in float32, and an
+ * empty window's -inf saturates to the type's lowest value, as on the CPU. */
+static __device__ __forceinline__ float ku_f32(int8_t x) { return (float)x; }
+static __device__ __forceinline__ float ku_f32(uint8_t x) { return (float)x; }
+template <> __device__ __forceinline__ int8_t ku_from_f32<int8_t>(float v) { return (int8_t)fminf(fmaxf(v, -128.0f), 127.0f); }
+template <> __device__ __forceinline__ uint8_t ku_from_f32<uint8_t>(float v) { return (uint8_t)fminf(fmaxf(v, 0.0f), 255.0f); }
 
 /* One pooling node for its actual input: per spatial dim the input and output sizes, kernel,
  * stride, dilation, the padding before and after, and the input's row-major strides within a
@@ -135,9 +142,17 @@ static kiln_status pool_launch_nsp(kiln_cuda_ctx *ctx, const void *x, void *y, i
     const T *xs = (const T *)x;
     T *ys = (T *)y;
     cudaStream_t st = ctx->stream;
-    if (mode == POOL_AVG) pool_window_kernel<T, NSP, POOL_AVG, false><<<blocks, KU_THREADS, 0, st>>>(xs, ys, NULL, *g);
-    else if (mode == POOL_LP) pool_window_kernel<T, NSP, POOL_LP, false><<<blocks, KU_THREADS, 0, st>>>(xs, ys, NULL, *g);
-    else if (ind) pool_window_kernel<T, NSP, POOL_MAX, true><<<blocks, KU_THREADS, 0, st>>>(xs, ys, ind, *g);
+    if constexpr (sizeof(T) == 1) { /* 8-bit integers: MaxPool only (pool_exec checks) */
+    } else if (mode == POOL_AVG) {
+        pool_window_kernel<T, NSP, POOL_AVG, false><<<blocks, KU_THREADS, 0, st>>>(xs, ys, NULL, *g);
+        KILN_CUDA_LAUNCH_CHECK("pool_window_kernel");
+        return KILN_OK;
+    } else if (mode == POOL_LP) {
+        pool_window_kernel<T, NSP, POOL_LP, false><<<blocks, KU_THREADS, 0, st>>>(xs, ys, NULL, *g);
+        KILN_CUDA_LAUNCH_CHECK("pool_window_kernel");
+        return KILN_OK;
+    }
+    if (ind) pool_window_kernel<T, NSP, POOL_MAX, true><<<blocks, KU_THREADS, 0, st>>>(xs, ys, ind, *g);
     else pool_window_kernel<T, NSP, POOL_MAX, false><<<blocks, KU_THREADS, 0, st>>>(xs, ys, NULL, *g);
     KILN_CUDA_LAUNCH_CHECK("pool_window_kernel");
     return KILN_OK;
@@ -170,6 +185,8 @@ typedef struct pool2d_geom {
 
 /* *p through the read-only data cache (the 16-bit types as their bits, for any CUDA version). */
 static __device__ __forceinline__ float pool_ldg(const float *p) { return __ldg(p); }
+static __device__ __forceinline__ float pool_ldg(const int8_t *p) { return (float)__ldg(reinterpret_cast<const signed char *>(p)); }
+static __device__ __forceinline__ float pool_ldg(const uint8_t *p) { return (float)__ldg(reinterpret_cast<const unsigned char *>(p)); }
 static __device__ __forceinline__ float pool_ldg(const __half *p) {
     unsigned short b = __ldg(reinterpret_cast<const unsigned short *>(p));
     __half v;
@@ -268,8 +285,13 @@ static kiln_status pool2d_launch(kiln_cuda_ctx *ctx, const void *x, void *y, int
     const T *xs = (const T *)x;
     T *ys = (T *)y;
     cudaStream_t st = ctx->stream;
-    if (mode == POOL_AVG) pool2d_kernel<T, POOL_AVG, false><<<blocks, KU_THREADS, 0, st>>>(xs, ys, NULL, *f);
-    else if (ind) pool2d_kernel<T, POOL_MAX, true><<<blocks, KU_THREADS, 0, st>>>(xs, ys, ind, *f);
+    if constexpr (sizeof(T) == 1) { /* 8-bit integers: MaxPool only */
+    } else if (mode == POOL_AVG) {
+        pool2d_kernel<T, POOL_AVG, false><<<blocks, KU_THREADS, 0, st>>>(xs, ys, NULL, *f);
+        KILN_CUDA_LAUNCH_CHECK("pool2d_kernel");
+        return KILN_OK;
+    }
+    if (ind) pool2d_kernel<T, POOL_MAX, true><<<blocks, KU_THREADS, 0, st>>>(xs, ys, ind, *f);
     else pool2d_kernel<T, POOL_MAX, false><<<blocks, KU_THREADS, 0, st>>>(xs, ys, NULL, *f);
     KILN_CUDA_LAUNCH_CHECK("pool2d_kernel");
     return KILN_OK;
@@ -352,6 +374,8 @@ static kiln_status pool_exec(const kiln_node *n, const kiln_cuda_tensor *in, con
         case KILN_F32: return pool2d_launch<float>(ctx, x->data, y->data, ind, &f, mode);
         case KILN_F16: return pool2d_launch<__half>(ctx, x->data, y->data, ind, &f, mode);
         case KILN_BF16: return pool2d_launch<bf16>(ctx, x->data, y->data, ind, &f, mode);
+        case KILN_I8: if (mode == POOL_MAX) return pool2d_launch<int8_t>(ctx, x->data, y->data, ind, &f, mode); break;
+        case KILN_U8: if (mode == POOL_MAX) return pool2d_launch<uint8_t>(ctx, x->data, y->data, ind, &f, mode); break;
         default: break;
         }
     }
@@ -359,6 +383,12 @@ static kiln_status pool_exec(const kiln_node *n, const kiln_cuda_tensor *in, con
     case KILN_F32: return pool_launch<float>(ctx, nsp, x->data, y->data, ind, &g, mode);
     case KILN_F16: return pool_launch<__half>(ctx, nsp, x->data, y->data, ind, &g, mode);
     case KILN_BF16: return pool_launch<bf16>(ctx, nsp, x->data, y->data, ind, &g, mode);
+    case KILN_I8:
+        if (mode == POOL_MAX) return pool_launch<int8_t>(ctx, nsp, x->data, y->data, ind, &g, mode);
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s: int8 input on the CUDA backend (MaxPool only)", n->op_type);
+    case KILN_U8:
+        if (mode == POOL_MAX) return pool_launch<uint8_t>(ctx, nsp, x->data, y->data, ind, &g, mode);
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s: uint8 input on the CUDA backend (MaxPool only)", n->op_type);
     default: return kiln_error(KILN_ERR_UNSUPPORTED, "%s: %s input on the CUDA backend", n->op_type, kiln_dtype_name(x->dtype));
     }
 }
@@ -718,14 +748,15 @@ static kiln_status exec_fused_pool(const kiln_node *n, const kiln_cuda_tensor *i
  * Build-time checks
  * ------------------------------------------------------------------------------------------- */
 
-/* Input 0 must be float32/float16/bfloat16; when its rank is known, the window attributes must
- * parse and (windowed pools) name a kernel. */
+/* Input 0 must be float32/float16/bfloat16 (MaxPool: also int8/uint8); when its rank is known, the
+ * window attributes must parse and (windowed pools) name a kernel. */
 static kiln_status pool_sup(const kiln_graph *g, const kiln_node *n, bool windowed) {
     const kiln_value *x = kiln_node_input(g, n, 0);
     if (!x) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: input X is missing", n->op_type);
-    if (!ku_is_float(x->dtype))
-        return kiln_error(KILN_ERR_UNSUPPORTED, "%s: %s input is not supported on the CUDA backend (float32/16, bfloat16 only)",
-                          n->op_type, kiln_dtype_name(x->dtype));
+    bool int8_max = (x->dtype == KILN_I8 || x->dtype == KILN_U8) && !strcmp(n->op_type, "MaxPool");
+    if (!ku_is_float(x->dtype) && !int8_max)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s: %s input is not supported on the CUDA backend (float32/16, bfloat16%s)",
+                          n->op_type, kiln_dtype_name(x->dtype), strcmp(n->op_type, "MaxPool") ? "" : "; int8/uint8");
     if (!windowed || x->ndim < 0) return KILN_OK;
     if (x->ndim < 3 || x->ndim - 2 > POOL_MAX_SP)
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s: rank-%d input is not supported on the CUDA backend", n->op_type, x->ndim);
@@ -747,6 +778,8 @@ static kiln_status sup_fused_pool(const kiln_graph *g, const kiln_node *n) {
     const kiln_value *x = kiln_node_input(g, n, 0);
     if (kiln_attr_int(n, "channels_last", 0) != 0 && x && x->ndim >= 0 && x->ndim != 4)
         return kiln_error(KILN_ERR_UNSUPPORTED, "FusedPool: channels-last rank-%d input", x->ndim);
+    if (kiln_attr_int(n, "channels_last", 0) != 0 && x && !ku_is_float(x->dtype))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "FusedPool: channels-last %s input", kiln_dtype_name(x->dtype));
     return pool_sup(g, &base, strncmp(base.op_type, "Global", 6) != 0);
 }
 
