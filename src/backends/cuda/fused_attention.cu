@@ -232,12 +232,6 @@ static __device__ __forceinline__ void fa_cp16(void *smem, const void *gmem, boo
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
 }
-/* 2^x by the SFU (ex2.approx: __expf(x) is this of x * log2(e)). */
-static __device__ __forceinline__ float fa_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
 static __device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> static __device__ __forceinline__ void fa_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
@@ -426,13 +420,13 @@ __global__ void __launch_bounds__(FA_WARPS * 32, FA_MINB(D)) fa_kernel(const at_
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 msub[r] = mx == NEG_INF ? 0.0f : mx; /* no visible key yet: every exp below is 0 */
-                corr[r] = fa_exp2(mrow[r] - msub[r]);
+                corr[r] = ku_exp2_approx(mrow[r] - msub[r]);
                 mrow[r] = mx;
             }
             float ls[2] = {0.0f, 0.0f};
             for (int n = 0; n < NT; n++)
                 for (int e = 0; e < 4; e++) {
-                    s[n][e] = fa_exp2(s[n][e] - msub[e >> 1]);
+                    s[n][e] = ku_exp2_approx(s[n][e] - msub[e >> 1]);
                     ls[e >> 1] += s[n][e];
                 }
             for (int r = 0; r < 2; r++) lrow[r] = lrow[r] * corr[r] + ls[r]; /* this lane's part of the row sum */

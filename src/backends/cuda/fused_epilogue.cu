@@ -32,20 +32,20 @@ static __device__ __forceinline__ float fe_act(float x, int kind, float p0, floa
     }
 }
 
-/* Gelu (erf) for 16-bit storage: erf by Abramowitz & Stegun 7.1.26, erf(|x|) = 1 - t (a1 + t (a2 +
- * ... a5 t)) exp(-x^2) with t = 1 / (1 + p |x|), absolute error under 1.5e-7 (plus the fast exp and
- * reciprocal's few ulp): a thousand times below float16's and bfloat16's rounding of the result,
- * and a quarter of erff's instructions, which made the epilogue compute-bound. Float32 storage keeps
- * erff (the CPU kernels' formula). */
+/* Gelu (erf) for 16-bit storage, x Phi(x): with Abramowitz & Stegun 7.1.26 for erf (absolute error
+ * under 1.5e-7, plus the fast exp2 and reciprocal's few ulp: a thousand times below float16's and
+ * bfloat16's rounding of the result), h = 0.5 erfc(|x| / sqrt 2) = t P(t) exp(-x^2 / 2) with
+ * t = 1 / (1 + p |x| / sqrt 2) and P's coefficients halved, and Phi(x) = 1 - h for x >= 0, h below.
+ * A fifth of erff's instructions: the epilogue was compute-bound. Float32 storage keeps erff (the
+ * CPU kernels' formula). */
 static __device__ __forceinline__ float fe_gelu_16bit(float x) {
-    const float a = fabsf(x) * 0.70710678118654752f;
-    const float t = __fdividef(1.0f, fmaf(0.3275911f, a, 1.0f));
-    float poly = fmaf(1.061405429f, t, -1.453152027f);
-    poly = fmaf(poly, t, 1.421413741f);
-    poly = fmaf(poly, t, -0.284496736f);
-    poly = fmaf(poly, t, 0.254829592f);
-    const float erf_abs = 1.0f - poly * t * __expf(-a * a);
-    return 0.5f * x * (1.0f + copysignf(erf_abs, x));
+    const float t = ku_rcp_approx(fmaf(0.3275911f * 0.70710678118654752f, fabsf(x), 1.0f));
+    float poly = fmaf(0.5f * 1.061405429f, t, 0.5f * -1.453152027f);
+    poly = fmaf(poly, t, 0.5f * 1.421413741f);
+    poly = fmaf(poly, t, 0.5f * -0.284496736f);
+    poly = fmaf(poly, t, 0.5f * 0.254829592f);
+    const float h = poly * t * ku_exp2_approx(x * (x * (-0.5f * 1.4426950408889634f)));
+    return x * (x >= 0.0f ? 1.0f - h : h);
 }
 
 /* y[i] = act((y[i] + bias[i % ncol]) + z[i]) over total elements; bias and z may be NULL. */
@@ -60,32 +60,37 @@ __global__ void fe_epilogue_kernel(T *__restrict__ y, const T *__restrict__ bias
     }
 }
 
-/* Fast path of fe_epilogue_kernel: one 16-byte vector of V elements per thread, nvec = total / V
- * vectors (total <= INT32_MAX, so 32-bit index math), ncol a multiple of V (a vector never crosses a
- * row, and bias + col stays aligned); y, bias and z 16-byte aligned. Same arithmetic per element.
- * KIND >= 0 is the activation fixed at compile time (the common ones: the per-element switch folds
- * away), -1 takes `kind`; Gelu on 16-bit storage takes fe_gelu_16bit (BERT's FFN). */
+/* Fast path of fe_epilogue_kernel: y is rows x ncol, ncol a multiple of V (a vector never crosses a
+ * row, and bias + col stays aligned), ncol / V vectors per row and rows both under 2^31; y, bias and
+ * z 16-byte aligned. One 16-byte vector of V elements per thread: x (block and thread) is the vector
+ * within a row, y the row (striding by the grid), so that the bias column needs no division; a block
+ * of narrow rows takes several of them. Same arithmetic per element. KIND >= 0 is the activation
+ * fixed at compile time (the common ones: the per-element switch folds away), -1 takes `kind`; Gelu
+ * on 16-bit storage takes fe_gelu_16bit (BERT's FFN). */
 template <typename T, int KIND>
 __global__ void __launch_bounds__(KU_THREADS) fe_epilogue_vec(T *__restrict__ y, const T *__restrict__ bias, int ncol,
                                                               const T *__restrict__ z, int kind, float p0, float p1,
-                                                              int nvec) {
+                                                              int rows) {
     const int V = ku_vec<T>::n;
     if (KIND >= 0) kind = KIND;
-    int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-    if (i >= nvec) return;
-    int e = i * V;
-    T v[V], b[V], zz[V];
-    ku_load(v, y + e); /* all loads issued before any use */
-    if (bias) ku_load(b, bias + (unsigned)e % (unsigned)ncol);
-    if (z) ku_load(zz, z + e);
+    const int c = (int)(blockIdx.x * blockDim.x + threadIdx.x) * V;
+    if (c >= ncol) return;
+    T b[V];
+    if (bias) ku_load(b, bias + c);
+    for (int r = (int)(blockIdx.y * blockDim.y + threadIdx.y); r < rows; r += (int)(gridDim.y * blockDim.y)) {
+        const size_t e = (size_t)r * (unsigned)ncol + (unsigned)c;
+        T v[V], zz[V];
+        ku_load(v, y + e); /* all loads issued before any use */
+        if (z) ku_load(zz, z + e);
 #pragma unroll
-    for (int q = 0; q < V; q++) {
-        float f = ku_f32(v[q]);
-        if (bias) f += ku_f32(b[q]);
-        if (z) f += ku_f32(zz[q]);
-        v[q] = ku_from_f32<T>(KIND == KILN_ACT_GELU && sizeof(T) == 2 ? fe_gelu_16bit(f) : fe_act(f, kind, p0, p1));
+        for (int q = 0; q < V; q++) {
+            float f = ku_f32(v[q]);
+            if (bias) f += ku_f32(b[q]);
+            if (z) f += ku_f32(zz[q]);
+            v[q] = ku_from_f32<T>(KIND == KILN_ACT_GELU && sizeof(T) == 2 ? fe_gelu_16bit(f) : fe_act(f, kind, p0, p1));
+        }
+        ku_store(y + e, v);
     }
-    ku_store(y + e, v);
 }
 
 /* Launches the epilogue over y (T): the vector kernel when the layout allows it, else the
@@ -94,21 +99,29 @@ template <typename T>
 static kiln_status fe_launch(void *yp, const void *bp, int64_t ncol, const void *zp, int kind, float p0, float p1,
                              int64_t total, kiln_cuda_ctx *ctx) {
     const int V = ku_vec<T>::n;
-    if (total <= 0x7fffffff && ncol % V == 0 && ku_aligned16(yp) && (!bp || ku_aligned16(bp)) &&
-        (!zp || ku_aligned16(zp))) {
-        int nvec = (int)(total / V);
-        unsigned blocks = (unsigned)((nvec + KU_THREADS - 1) / KU_THREADS);
+    int64_t rows = ncol > 0 ? total / ncol : 0, vrow = ncol / V;
+    if (ncol % V == 0 && vrow > 0 && vrow <= 0x7fffffff / V && rows <= 0x7fffffff && ku_aligned16(yp) &&
+        (!bp || ku_aligned16(bp)) && (!zp || ku_aligned16(zp))) {
+        /* x: a whole row when it fits a block, else the widest of 256, 128, 64, 32 dividing it (BERT's
+         * 3072 columns: 128); y: the rows that fill the block */
+        int tx = (int)vrow;
+        if (vrow > KU_THREADS)
+            for (tx = KU_THREADS; tx > 32 && vrow % tx != 0;) tx /= 2;
+        dim3 threads((unsigned)tx, (unsigned)(KU_THREADS / tx));
+        int64_t yblocks = (rows + threads.y - 1) / threads.y;
+        dim3 grid((unsigned)((vrow + tx - 1) / tx), (unsigned)(yblocks < 65535 ? yblocks : 65535));
         T *y = (T *)yp;
         const T *b = (const T *)bp, *z = (const T *)zp;
         cudaStream_t st = ctx->stream;
+        const int nc = (int)ncol, nr = (int)rows;
         switch (kind) {
-        case KILN_ACT_NONE: fe_epilogue_vec<T, KILN_ACT_NONE><<<blocks, KU_THREADS, 0, st>>>(y, b, (int)ncol, z, kind, p0, p1, nvec); break;
-        case KILN_ACT_GELU: fe_epilogue_vec<T, KILN_ACT_GELU><<<blocks, KU_THREADS, 0, st>>>(y, b, (int)ncol, z, kind, p0, p1, nvec); break;
+        case KILN_ACT_NONE: fe_epilogue_vec<T, KILN_ACT_NONE><<<grid, threads, 0, st>>>(y, b, nc, z, kind, p0, p1, nr); break;
+        case KILN_ACT_GELU: fe_epilogue_vec<T, KILN_ACT_GELU><<<grid, threads, 0, st>>>(y, b, nc, z, kind, p0, p1, nr); break;
         case KILN_ACT_GELU_TANH:
-            fe_epilogue_vec<T, KILN_ACT_GELU_TANH><<<blocks, KU_THREADS, 0, st>>>(y, b, (int)ncol, z, kind, p0, p1, nvec);
+            fe_epilogue_vec<T, KILN_ACT_GELU_TANH><<<grid, threads, 0, st>>>(y, b, nc, z, kind, p0, p1, nr);
             break;
-        case KILN_ACT_SILU: fe_epilogue_vec<T, KILN_ACT_SILU><<<blocks, KU_THREADS, 0, st>>>(y, b, (int)ncol, z, kind, p0, p1, nvec); break;
-        default: fe_epilogue_vec<T, -1><<<blocks, KU_THREADS, 0, st>>>(y, b, (int)ncol, z, kind, p0, p1, nvec); break;
+        case KILN_ACT_SILU: fe_epilogue_vec<T, KILN_ACT_SILU><<<grid, threads, 0, st>>>(y, b, nc, z, kind, p0, p1, nr); break;
+        default: fe_epilogue_vec<T, -1><<<grid, threads, 0, st>>>(y, b, nc, z, kind, p0, p1, nr); break;
         }
         KILN_CUDA_LAUNCH_CHECK("fe_epilogue_vec");
         return KILN_OK;

@@ -35,6 +35,21 @@ template <> __device__ __forceinline__ float ku_from_f32<float>(float v) { retur
 template <> __device__ __forceinline__ __half ku_from_f32<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ bf16 ku_from_f32<bf16>(float v) { return __float2bfloat16_rn(v); }
 
+/* ---------------------------------------------------------------- device: fast math */
+
+/* 2^x and 1/x by the special function unit (ex2.approx / rcp.approx, denormals flushed: a relative
+ * error of about 2^-22), one instruction each, for kernels whose results are rounded far coarser. */
+static __device__ __forceinline__ float ku_exp2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+static __device__ __forceinline__ float ku_rcp_approx(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* Whether T is one of the float storage types (float, __half, bf16) that compute in float32. */
 template <typename T> struct ku_float_type { static const bool value = false; };
 template <> struct ku_float_type<float> { static const bool value = true; };

@@ -607,6 +607,52 @@ pool_nhwc_kernel(const pool_vec<T, V> *__restrict__ x, pool_vec<T, V> *__restric
     }
 }
 
+/* pool_nhwc_kernel for a KH x KW window without dilation (ResNet's 3 x 3 stem pool) in 32-bit
+ * index math: the taps are unrolled, so that a thread issues the loads of all its taps inside the
+ * input before it reduces any (the general kernel's runtime-bounded loop waited on each in turn);
+ * the reduction then visits them in the same row-major order. */
+template <typename T, int V, int MODE, int KH, int KW>
+__global__ void __launch_bounds__(KU_THREADS)
+pool_nhwc_fixed_kernel(const pool_vec<T, V> *__restrict__ x, pool_vec<T, V> *__restrict__ y, pool_nhwc_geom g,
+                       int total) {
+    const int cv = (int)(g.c / V), ow = (int)g.ow, oh = (int)g.oh, h = (int)g.h, w = (int)g.w;
+    for (int i = (int)(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += (int)(gridDim.x * blockDim.x)) {
+        int q = i / cv, cc = i - q * cv;
+        int q2 = q / ow, ox = q - q2 * ow;
+        int img = q2 / oh, oy = q2 - img * oh;
+        int ys = oy * (int)g.sh - (int)g.ph, xs = ox * (int)g.sw - (int)g.pw;
+        const pool_vec<T, V> *xb = x + (img * h * w) * cv + cc;
+        pool_vec<T, V> tap[KH][KW];
+        bool in[KH][KW];
+#pragma unroll
+        for (int r = 0; r < KH; r++)
+#pragma unroll
+            for (int s = 0; s < KW; s++) {
+                in[r][s] = (unsigned)(ys + r) < (unsigned)h && (unsigned)(xs + s) < (unsigned)w;
+                if (in[r][s]) tap[r][s] = xb[((ys + r) * w + xs + s) * cv];
+            }
+        float acc[V];
+#pragma unroll
+        for (int e = 0; e < V; e++) acc[e] = MODE == POOL_MAX ? -INFINITY : 0.0f;
+        int inside = 0;
+#pragma unroll
+        for (int r = 0; r < KH; r++)
+#pragma unroll
+            for (int s = 0; s < KW; s++)
+                if (in[r][s]) {
+                    pool_vec_step<T, V, MODE>(acc, tap[r][s]);
+                    inside++;
+                }
+        int rp = pool_clamp_i<int>(h + (int)g.peh - ys, 0, KH), cp = pool_clamp_i<int>(w + (int)g.pew - xs, 0, KW);
+        int cnt = g.cip ? rp * cp : inside;
+        pool_vec<T, V> o;
+#pragma unroll
+        for (int e = 0; e < V; e++)
+            o.e[e] = ku_from_f32<T>(MODE == POOL_MAX ? acc[e] : cnt > 0 ? acc[e] / (float)cnt : NAN);
+        y[i] = o;
+    }
+}
+
 /* Global pooling channels-last: X [N, S, C] -> Y [N, C] (S = H * W); total = N * C / V units. */
 template <typename T, int V, int MODE>
 __global__ void __launch_bounds__(KU_THREADS)
@@ -642,7 +688,11 @@ static kiln_status pool_nhwc_launch_window(kiln_cuda_ctx *ctx, const pool_vec<T,
      * in_units, as only taps inside the input are read */
     int64_t reach_h = g->h + g->ph + g->peh + g->kh * g->dh + g->oh * g->sh;
     int64_t reach_w = g->w + g->pw + g->pew + g->kw * g->dw + g->ow * g->sw;
-    if (total < INT32_MAX / 2 && in_units < INT32_MAX / 2 && reach_h < INT32_MAX / 2 && reach_w < INT32_MAX / 2) {
+    bool narrow = total < INT32_MAX / 2 && in_units < INT32_MAX / 2 && reach_h < INT32_MAX / 2 && reach_w < INT32_MAX / 2;
+    if (narrow && g->kh == 3 && g->kw == 3 && g->dh == 1 && g->dw == 1) {
+        if (mode == POOL_MAX) pool_nhwc_fixed_kernel<T, V, POOL_MAX, 3, 3><<<blocks, KU_THREADS, 0, st>>>(xs, ys, *g, (int)total);
+        else pool_nhwc_fixed_kernel<T, V, POOL_AVG, 3, 3><<<blocks, KU_THREADS, 0, st>>>(xs, ys, *g, (int)total);
+    } else if (narrow) {
         if (mode == POOL_MAX) pool_nhwc_kernel<T, V, POOL_MAX, int32_t><<<blocks, KU_THREADS, 0, st>>>(xs, ys, *g, (int32_t)total);
         else pool_nhwc_kernel<T, V, POOL_AVG, int32_t><<<blocks, KU_THREADS, 0, st>>>(xs, ys, *g, (int32_t)total);
     } else {
