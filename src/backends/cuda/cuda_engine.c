@@ -1,7 +1,8 @@
 /* cuda_engine.c — prepares a graph to run on a GPU: finds the device, decides for every node whether
  * it runs on the device (a CUDA kernel, checked by its `supports`) or on the host (cheap shape
- * arithmetic evaluated with the CPU kernels once per input-shape plan), gives every value its device
- * dtype (floats in the engine precision), and uploads the constants that device nodes read, once. */
+ * arithmetic evaluated with the CPU kernels once per input-shape plan), finds the shape inputs (graph
+ * inputs kept on the host: cuda_internal.h), gives every value its device dtype (floats in the engine
+ * precision), and uploads the constants that device nodes read, once. */
 #include "backends/cuda/cuda_internal.h"
 
 #include "core/half.h"
@@ -514,7 +515,8 @@ void kiln_cuda_engine_free(kiln_backend_engine *be) {
 }
 
 /* When every input shape is static and no input is a shape input: resolves and plans them now (so
- * that a model the device cannot shape fails at build time) and records the planned and naive activation sizes for inspect. */
+ * that a model the device cannot shape fails at build time) and records the planned and naive
+ * activation sizes for inspect. */
 static kiln_status plan_static_shapes(kiln_backend_engine *be) {
     const kiln_graph *g = be->g;
     kiln_tensor *in = calloc((size_t)g->ninputs + 1, sizeof *in);

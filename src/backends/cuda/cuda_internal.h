@@ -171,8 +171,9 @@ typedef struct kiln_cuda_interval {
  * Returns the arena size needed; *naive (optional) gets the sum of the aligned sizes. Fails only on
  * out of memory. */
 kiln_status kiln_cuda_place(kiln_cuda_interval *iv, int n, size_t *peak, size_t *naive);
-/* Resolves the shapes for inputs (and the values of the shape inputs) and plans every device buffer (host side only: no device memory is
- * touched). On success *out is owned by the caller (kiln_cuda_plan_free). */
+/* Resolves the shapes for inputs (and the values of the shape inputs) and plans every device buffer
+ * (host side only: no device memory is touched). On success *out is owned by the caller
+ * (kiln_cuda_plan_free). */
 kiln_status kiln_cuda_plan_create(kiln_backend_engine *be, const kiln_tensor *inputs, kiln_cuda_plan **out);
 /* Bytes of input k's values in the plan key: its declared size when it is a shape input with data,
  * else 0. */

@@ -195,7 +195,8 @@ static void place_host_side(const kiln_backend_engine *be, kiln_cuda_plan *p) {
     }
     for (int k = 0; k < g->ninputs; k++) {
         p->in_pin[k] = p->pin_in_bytes;
-        if (be->kind[g->inputs[k]] == KILN_CUDA_DEVICE) p->pin_in_bytes += kiln_cuda_align(declared_bytes(g, p, g->inputs[k]));
+        if (be->kind[g->inputs[k]] == KILN_CUDA_DEVICE) /* shape inputs are not uploaded */
+            p->pin_in_bytes += kiln_cuda_align(declared_bytes(g, p, g->inputs[k]));
     }
     for (int k = 0; k < g->noutputs; k++) {
         p->out_pin[k] = p->pin_out_bytes;

@@ -219,13 +219,15 @@ static bool plan_matches(const kiln_backend_engine *be, const kiln_cuda_plan *p,
     size_t at = 0; /* the dims match, so each shape input's byte count does too */
     for (int k = 0; be->n_shape_inputs && k < ninputs; k++) {
         size_t bytes = kiln_cuda_shape_value_bytes(be, inputs, k);
-        if (bytes && (at + bytes > p->shape_vals_len || memcmp(p->shape_vals + at, inputs[k].data, bytes))) return false;
+        if (bytes && (at + bytes > p->shape_vals_len || memcmp(p->shape_vals + at, inputs[k].data, bytes)))
+            return false;
         at += bytes;
     }
     return at == p->shape_vals_len;
 }
 
-/* The plan for these input shapes (and shape-input values): cached, or made now (evicting the least recently used). */
+/* The plan for these input shapes (and shape-input values): cached, or made now (evicting the least
+ * recently used). */
 static kiln_status get_plan(kiln_backend_context *c, const kiln_tensor *inputs, kiln_cuda_plan **out) {
     kiln_backend_engine *be = c->be;
     for (int i = 0; i < c->nplans; i++)
