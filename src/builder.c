@@ -107,6 +107,11 @@ static kiln_status cleanup(kiln_graph *g) {
     return KILN_OK;
 }
 
+/* Whether the build stores floats in 16 bits (fp16 or bf16). */
+static bool is_16bit(const kiln_build_options *opts) {
+    return opts->precision == KILN_PRECISION_FP16 || opts->precision == KILN_PRECISION_BF16;
+}
+
 /* Whether the build lays convolutions out channels-last: KILN_CHANNELS_LAST=1 forces it on for any
  * target, =0 off; otherwise on when backend b says its convolutions run faster so
  * (conv_channels_last) and the build is 16-bit. Never for a target without FusedConv and FusedPool
@@ -115,8 +120,7 @@ static kiln_status cleanup(kiln_graph *g) {
 static bool want_channels_last(const kiln_build_options *opts, const kiln_backend *b) {
     const char *env = getenv("KILN_CHANNELS_LAST");
     bool forced = env && !strcmp(env, "1"), off = env && !strcmp(env, "0");
-    bool half = opts->precision == KILN_PRECISION_FP16 || opts->precision == KILN_PRECISION_BF16;
-    if (off || !(forced || (b->conv_channels_last && half))) return false;
+    if (off || !(forced || (b->conv_channels_last && is_16bit(opts)))) return false;
     const char *why = opts->mark_all_outputs         ? "every intermediate value is an output"
                       : !backend_runs_step(b, &g_layout, opts->precision) ? "the target lacks FusedConv or FusedPool"
                                                          : NULL;
@@ -148,8 +152,7 @@ static kiln_status optimize(kiln_graph *g, const kiln_build_options *opts, const
     }
     bool changed = false, aligned = false;
     if (want_channels_last(opts, b)) KILN_TRY(run_step(g, &g_layout, &changed));
-    bool half = opts->precision == KILN_PRECISION_FP16 || opts->precision == KILN_PRECISION_BF16;
-    if (b->matmul_aligned_columns && half && !opts->mark_all_outputs) KILN_TRY(run_step(g, &g_align, &aligned));
+    if (b->matmul_aligned_columns && is_16bit(opts) && !opts->mark_all_outputs) KILN_TRY(run_step(g, &g_align, &aligned));
     return changed || aligned ? cleanup(g) : KILN_OK;
 }
 

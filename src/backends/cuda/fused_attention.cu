@@ -154,7 +154,6 @@ __global__ void __launch_bounds__(AT_WARPS * 32) at_kernel(const at_args a, cons
 #define FA_WARPS 4
 #define FA_BQ (FA_WARPS * 16) /* query rows per block: 16 per warp (the mma's M) */
 #define FA_BK 64              /* keys per shared-memory tile */
-#define FA_LOG2E 1.4426950408889634f
 #ifndef FA_MINB /* blocks per SM the registers must allow (D = 64: 4 blocks of 45 KB shared memory fit) */
 #define FA_MINB(D) ((D) <= 64 ? 4 : 2)
 #endif
@@ -297,7 +296,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32, FA_MINB(D)) fa_kernel(const at_
     const int64_t row0 = (int64_t)blockIdx.x * FA_BQ;
     const int64_t rows[2] = {row0 + warp * 16 + g, row0 + warp * 16 + g + 8}; /* this lane's query rows */
     const float NEG_INF = -INFINITY;
-    const float scale2 = a.scale * FA_LOG2E, fill2 = a.fill * FA_LOG2E; /* -inf stays -inf */
+    const float scale2 = a.scale * KU_LOG2E, fill2 = a.fill * KU_LOG2E; /* -inf stays -inf */
     const int d = (int)a.d;
     /* the mask, per lane: a byte pointer to each of its two rows' mask rows (rows past Sq read row
      * Sq - 1: their results are never written), the byte step per key (0 for a [.., Sq, 1] mask) and
@@ -408,7 +407,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32, FA_MINB(D)) fa_kernel(const at_
                 for (int e = 0; e < 4; e++) {
                     float x = s[n][e] * scale2;
                     const unsigned short mraw = (unsigned short)(mv[n][e >> 1] >> (16 * (e & 1)));
-                    if (a.mask_kind == 1) x = fmaf(ku_f32(fa_mma<T>::from_bits(mraw)), FA_LOG2E, x);
+                    if (a.mask_kind == 1) x = fmaf(ku_f32(fa_mma<T>::from_bits(mraw)), KU_LOG2E, x);
                     else if (a.mask_kind == 2 && mraw == 0) x = fill2;
                     s[n][e] = full || n * 8 + 2 * q4 + (e & 1) < vlim[e >> 1] ? x : NEG_INF;
                 }

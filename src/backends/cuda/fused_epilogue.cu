@@ -44,7 +44,7 @@ static __device__ __forceinline__ float fe_gelu_16bit(float x) {
     poly = fmaf(poly, t, 0.5f * 1.421413741f);
     poly = fmaf(poly, t, 0.5f * -0.284496736f);
     poly = fmaf(poly, t, 0.5f * 0.254829592f);
-    const float h = poly * t * ku_exp2_approx(x * (x * (-0.5f * 1.4426950408889634f)));
+    const float h = poly * t * ku_exp2_approx(x * (x * (-0.5f * KU_LOG2E)));
     return x * (x >= 0.0f ? 1.0f - h : h);
 }
 

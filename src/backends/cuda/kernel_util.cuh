@@ -37,6 +37,8 @@ template <> __device__ __forceinline__ bf16 ku_from_f32<bf16>(float v) { return 
 
 /* ---------------------------------------------------------------- device: fast math */
 
+#define KU_LOG2E 1.4426950408889634f /* log2(e): exp(x) = 2^(x log2(e)) */
+
 /* 2^x and 1/x by the special function unit (ex2.approx / rcp.approx, denormals flushed: a relative
  * error of about 2^-22), one instruction each, for kernels whose results are rounded far coarser. */
 static __device__ __forceinline__ float ku_exp2_approx(float x) {
