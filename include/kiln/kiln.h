@@ -35,6 +35,7 @@ typedef enum kiln_status {
     KILN_ERR_ENGINE_MISMATCH = -7,  /* an engine built for another version, target or device */
     KILN_ERR_BACKEND = -8,          /* a backend library call failed */
     KILN_ERR_INTERNAL = -9,         /* a bug in kiln: please report it */
+    KILN_ERR_BUSY = -10,            /* a bounded queue is full or the instance is draining: retry later */
 } kiln_status;
 
 /* The message of the calling thread's last error ("" if none). Borrowed; valid until the next

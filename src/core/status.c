@@ -48,6 +48,7 @@ const char *kiln_status_name(kiln_status s) {
     case KILN_ERR_ENGINE_MISMATCH: return "KILN_ERR_ENGINE_MISMATCH";
     case KILN_ERR_BACKEND: return "KILN_ERR_BACKEND";
     case KILN_ERR_INTERNAL: return "KILN_ERR_INTERNAL";
+    case KILN_ERR_BUSY: return "KILN_ERR_BUSY";
     }
     return "KILN_ERR_?";
 }
