@@ -2,7 +2,9 @@
 """gen_chat_template_fixtures.py — writes tests/data/chat_templates/expected.json: every chat template
 of tests/data/chat_templates/*.jinja rendered by transformers' own chat-template renderer (the Jinja
 environment apply_chat_template uses) over a fixed set of conversations, with and without the
-generation prompt. tests/unit/test_chat_template.c checks kiln's renderer against it byte for byte.
+generation prompt, and every one-line template of snippets.txt (one construct or whitespace rule
+each) over a short conversation. tests/unit/test_chat_template.c checks kiln's renderer against it
+byte for byte.
 
 Run once after adding a template or a conversation (needs transformers and jinja2):
     .venv/bin/python scripts/gen_chat_template_fixtures.py
@@ -87,6 +89,29 @@ def render(source, bos, eos, messages, add_generation_prompt):
         return {"error": str(e), "kind": "runtime"}
 
 
+SNIPPET_MESSAGES = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+
+
+def read_snippets():
+    """snippets.txt's templates: one a line, the two-character escapes \\n, \\r and \\t stand for the
+    characters (anything else, Jinja's own string escapes included, is left as written)."""
+    with open(os.path.join(DATA, "snippets.txt"), encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for line in f if line.strip() and not line.startswith("#")]
+    out = []
+    for line in lines:
+        text, i = [], 0
+        while i < len(line):
+            pair = line[i:i + 2]
+            if pair in ("\\n", "\\r", "\\t"):
+                text.append({"\\n": "\n", "\\r": "\r", "\\t": "\t"}[pair])
+                i += 2
+            else:
+                text.append(line[i])
+                i += 1
+        out.append("".join(text))
+    return out
+
+
 def main():
     cases = []
     for name, (bos, eos, source_note) in TEMPLATES.items():
@@ -98,6 +123,11 @@ def main():
                         "add_generation_prompt": agp, "messages": messages}
                 case.update(render(source, bos, eos, messages, agp))
                 cases.append(case)
+    snippets = []
+    for source in read_snippets():
+        case = {"template": source}
+        case.update(render(source, "<s>", "</s>", SNIPPET_MESSAGES, True))
+        snippets.append(case)
     doc = {
         "generator": "scripts/gen_chat_template_fixtures.py",
         "transformers": __import__("transformers").__version__,
@@ -105,12 +135,14 @@ def main():
         "fixed_now": FIXED_NOW.isoformat(),
         "sources": {name: note for name, (_, _, note) in TEMPLATES.items()},
         "cases": cases,
+        "snippet_messages": SNIPPET_MESSAGES,
+        "snippets": snippets,
     }
     with open(os.path.join(DATA, "expected.json"), "w", encoding="utf-8") as f:
         json.dump(doc, f, ensure_ascii=False, indent=1)
         f.write("\n")
     n_err = sum(1 for c in cases if "error" in c)
-    print(f"{len(cases)} cases ({n_err} errors) -> expected.json", file=sys.stderr)
+    print(f"{len(cases)} cases ({n_err} errors), {len(snippets)} snippets -> expected.json", file=sys.stderr)
 
 
 if __name__ == "__main__":

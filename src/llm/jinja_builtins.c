@@ -201,8 +201,8 @@ static jv split(jctx *c, jstr s, const jstr *sep, int64_t maxsplit) {
         jstr rest = strip((jstr){s.len - i, s.p + i}, NULL, true, false).s;
         i = (size_t)(rest.p - s.p);
         if (i >= s.len) break;
-        if (maxsplit >= 0 && (int64_t)l->n >= maxsplit) {
-            jlist_push(c, l, strip((jstr){s.len - i, s.p + i}, NULL, false, true));
+        if (maxsplit >= 0 && (int64_t)l->n >= maxsplit) { /* the rest, trailing whitespace kept */
+            jlist_push(c, l, jv_str(s.p + i, s.len - i));
             break;
         }
         size_t e = i;
@@ -229,16 +229,14 @@ static bool prefix_match(jctx *c, const jnode *at, jstr s, jv prefix, bool at_en
     return memcmp(at_end ? s.p + s.len - p.len : s.p, p.p, p.len) == 0;
 }
 
-/* Jinja's indent filter: every line but the first (unless first) gets the indentation. */
-static jv indent(jctx *c, jstr s, jstr ind, bool first, bool blank) {
-    kiln_strbuf_clear(&c->scratch);
-    kiln_strbuf *b = &c->scratch;
-    if (first) kiln_strbuf_append(b, ind.p, ind.len);
+/* Python's str.splitlines: the lines of s without their line breaks (no empty piece after a final
+ * break). */
+static jlist *splitlines(jctx *c, jstr s) {
+    jlist *l = jlist_new(c, 8);
     size_t i = 0;
-    bool line_start = false;
-    while (i <= s.len) {
+    while (i < s.len) {
         size_t e = i, brk = 0;
-        while (e < s.len) {
+        for (; e < s.len; e++) {
             const unsigned char *q = (const unsigned char *)s.p + e;
             size_t left = s.len - e;
             if (q[0] == '\r' && left > 1 && q[1] == '\n') brk = 2;
@@ -246,17 +244,29 @@ static jv indent(jctx *c, jstr s, jstr ind, bool first, bool blank) {
             else if (left > 1 && q[0] == 0xC2 && q[1] == 0x85) brk = 2;
             else if (left > 2 && q[0] == 0xE2 && q[1] == 0x80 && (q[2] == 0xA8 || q[2] == 0xA9)) brk = 3;
             if (brk) break;
-            e++;
         }
-        if (line_start) {
-            kiln_strbuf_putc(b, '\n');
-            if (e > i || blank) kiln_strbuf_append(b, ind.p, ind.len);
-        }
-        kiln_strbuf_append(b, s.p + i, e - i);
-        if (!brk) break;
+        jlist_push(c, l, jv_str(s.p + i, e - i));
         i = e + brk;
-        line_start = true;
-        if (i == s.len) break; /* splitlines drops the empty piece after a final line break */
+    }
+    return l;
+}
+
+/* Jinja's indent filter, quirks included (it appends a newline before splitting the lines). */
+static jv indent(jctx *c, jstr s, jstr ind, bool first, bool blank) {
+    char *with_nl = jalloc(c, s.len + 2);
+    memcpy(with_nl, s.p, s.len);
+    with_nl[s.len] = '\n';
+    jlist *lines = splitlines(c, (jstr){s.len + 1, with_nl});
+    kiln_strbuf_clear(&c->scratch);
+    kiln_strbuf *b = &c->scratch;
+    if (first) kiln_strbuf_append(b, ind.p, ind.len);
+    for (size_t i = 0; i < lines->n; i++) {
+        jstr line = lines->v[i].s;
+        if (i > 0) {
+            kiln_strbuf_putc(b, '\n');
+            if (blank || line.len) kiln_strbuf_append(b, ind.p, ind.len);
+        }
+        kiln_strbuf_append(b, line.p, line.len);
     }
     if (b->failed) jfail(c, NULL, "out of memory");
     return jv_str_copy(c, b->data ? b->data : "", b->len);

@@ -185,6 +185,11 @@ static jv eval_call(jctx *c, const jnode *n, jmacro *caller) {
             eval_args(c, n, args);
             return jinja_method(c, n, obj, fn->name, args, n->kw, n->nargs);
         }
+        if (obj.type == JV_LOOP && jstr_eq(fn->name, "cycle")) { /* loop.cycle(a, b, ...) */
+            eval_args(c, n, args);
+            if (n->nargs == 0) jfail(c, n, "no items for cycling given");
+            return args[obj.loop->index0 % (size_t)n->nargs];
+        }
     }
     jv callee = eval(c, fn);
     eval_args(c, n, args);

@@ -337,6 +337,7 @@ static void seq_repr(jctx *c, jv v, kiln_strbuf *b, int depth) {
 static void jv_repr(jctx *c, jv v, kiln_strbuf *b, int depth) {
     if (depth > JINJA_MAX_PARSE_DEPTH) jfail(c, NULL, "a value nests too deeply to print");
     if (v.type == JV_STR) str_repr(v.s, b);
+    else if (v.type == JV_UNDEF) kiln_strbuf_puts(b, "Undefined");
     else if (v.type == JV_LIST || v.type == JV_DICT) seq_repr(c, v, b, depth);
     else jv_to_str(c, v, b);
 }

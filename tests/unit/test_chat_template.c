@@ -112,9 +112,38 @@ static int check_fixtures(const char *root, char **sources, int *nsources) {
         }
         free(got);
     }
+    /* the one-construct snippets */
+    const kiln_jnode *smsgs = kiln_jdoc_get(&doc, kiln_jdoc_root(&doc), "snippet_messages");
+    kiln_chat_message sm[4];
+    int nsm = 0;
+    for (const kiln_jnode *x = kiln_jdoc_first(&doc, smsgs); x && nsm < 4; x = kiln_jdoc_next(&doc, x), nsm++) {
+        sm[nsm].role = kiln_jdoc_str(kiln_jdoc_get(&doc, x, "role"));
+        sm[nsm].content = kiln_jdoc_str(kiln_jdoc_get(&doc, x, "content"));
+    }
+    int nsnippets = 0;
+    const kiln_jnode *snippets = kiln_jdoc_get(&doc, kiln_jdoc_root(&doc), "snippets");
+    for (const kiln_jnode *c = kiln_jdoc_first(&doc, snippets); c; c = kiln_jdoc_next(&doc, c), nsnippets++) {
+        const char *source = kiln_jdoc_str(kiln_jdoc_get(&doc, c, "template"));
+        const kiln_jnode *want = kiln_jdoc_get(&doc, c, "output");
+        char *got = NULL;
+        kiln_status s = render(source, "<s>", "</s>", sm, nsm, true, &got);
+        if (want) {
+            CHECKF(s == KILN_OK && strlen(got) == want->len && memcmp(got, want->str, want->len) == 0,
+                   "snippet %s\n--- expected\n%s\n--- got\n%s\n---", source, want->str,
+                   s == KILN_OK ? got : kiln_last_error());
+        } else {
+            const char *msg = kiln_jdoc_str(kiln_jdoc_get(&doc, c, "error"));
+            CHECKF(s == KILN_ERR_INVALID_ARGUMENT, "snippet %s: expected the error '%s', got %s", source, msg,
+                   s == KILN_OK ? got : kiln_status_name(s));
+            if (strcmp(kiln_jdoc_str(kiln_jdoc_get(&doc, c, "kind")), "raise") == 0)
+                CHECKF(strcmp(kiln_last_error(), msg) == 0, "snippet %s: '%s', expected '%s'", source,
+                       kiln_last_error(), msg);
+        }
+        free(got);
+    }
     kiln_jdoc_free(&doc);
     free(text);
-    printf("fixtures: %d cases (%d expected errors)\n", ncases, nerrors);
+    printf("fixtures: %d cases (%d expected errors), %d snippets\n", ncases, nerrors, nsnippets);
     return ncases;
 }
 
