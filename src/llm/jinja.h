@@ -29,6 +29,7 @@
 #define JINJA_MAX_OUTPUT (64u << 20)     /* rendered bytes */
 #define JINJA_MAX_ARENA (256u << 20)     /* bytes of values one render may allocate */
 #define JINJA_MAX_RANGE 100000           /* items of one range() (as Jinja's sandbox) */
+#define JINJA_MAX_WORK 50000000ull       /* evaluation steps and scanned items/bytes in one render */
 
 /* ---------------------------------------------------------------- arena */
 
@@ -198,6 +199,7 @@ typedef struct jctx {
     const struct tm *now;
     int depth;
     size_t iterations;
+    unsigned long long work; /* steps so far (JINJA_MAX_WORK) */
     enum { JC_NONE, JC_BREAK, JC_CONTINUE } control;
     kiln_strbuf scratch;     /* a temporary text buffer (freed when the render ends, also on failure) */
     jmp_buf fail;
@@ -210,6 +212,9 @@ _Noreturn void jfail(jctx *c, const jnode *n, const char *fmt, ...) __attribute_
 _Noreturn void jraise(jctx *c, const char *msg, size_t len);
 
 void *jalloc(jctx *c, size_t n); /* arena memory, or fails the render */
+/* Charges units of work (evaluated nodes, items or bytes scanned); fails past JINJA_MAX_WORK, so that
+ * no template runs for long without allocating (allocation has its own cap). */
+void jwork(jctx *c, const jnode *at, size_t units);
 jv jv_undef(const char *why);
 jv jv_none(void);
 jv jv_bool(bool b);

@@ -157,6 +157,7 @@ static jv replace(jctx *c, jstr s, jstr old, jstr new, int64_t count) {
     if (old.len == 0) { /* Python inserts `new` around every character */
         jlist *chars = jv_iterate(c, NULL, jv_str(s.p, s.len));
         for (size_t k = 0; k <= chars->n; k++) {
+            if (b->len > JINJA_MAX_OUTPUT) jfail(c, NULL, "replace: the result is too large");
             if (count < 0 || done < count) {
                 kiln_strbuf_append(b, new.p, new.len);
                 done++;
@@ -165,6 +166,7 @@ static jv replace(jctx *c, jstr s, jstr old, jstr new, int64_t count) {
         }
     } else {
         while (i < s.len) {
+            if (b->len > JINJA_MAX_OUTPUT) jfail(c, NULL, "replace: the result is too large");
             if ((count < 0 || done < count) && i + old.len <= s.len && memcmp(s.p + i, old.p, old.len) == 0) {
                 kiln_strbuf_append(b, new.p, new.len);
                 i += old.len;
@@ -262,6 +264,7 @@ static jv indent(jctx *c, jstr s, jstr ind, bool first, bool blank) {
     if (first) kiln_strbuf_append(b, ind.p, ind.len);
     for (size_t i = 0; i < lines->n; i++) {
         jstr line = lines->v[i].s;
+        if (b->len + line.len + ind.len > JINJA_MAX_OUTPUT) jfail(c, NULL, "indent: the result is too large");
         if (i > 0) {
             kiln_strbuf_putc(b, '\n');
             if (blank || line.len) kiln_strbuf_append(b, ind.p, ind.len);
@@ -422,7 +425,10 @@ jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, c
         return value;
     }
     if (jstr_eq(name, "length") || jstr_eq(name, "count")) {
-        if (value.type == JV_STR) return jv_int((int64_t)jstr_codepoints(value.s));
+        if (value.type == JV_STR) {
+            jwork(c, at, value.s.len);
+            return jv_int((int64_t)jstr_codepoints(value.s));
+        }
         if (value.type == JV_LIST) return jv_int((int64_t)value.l->n);
         if (value.type == JV_DICT || value.type == JV_NS) return jv_int((int64_t)value.d->n);
         if (value.type == JV_UNDEF) return jv_int(0);
@@ -506,6 +512,7 @@ jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, c
     if (jstr_eq(name, "unique")) {
         jlist *src = jv_iterate(c, at, value), *l = jlist_new(c, src->n);
         for (size_t i = 0; i < src->n; i++) {
+            jwork(c, at, l->n + 1);
             bool seen = false;
             for (size_t k = 0; k < l->n && !seen; k++) seen = jv_equal(l->v[k], src->v[i]);
             if (!seen) jlist_push(c, l, src->v[i]);
@@ -514,6 +521,7 @@ jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, c
     }
     /* the string filters: str() of the value first, as Jinja's soft_str */
     jstr s = jv_stringify(c, value).s;
+    jwork(c, at, s.len);
     if (jstr_eq(name, "string")) return jv_str(s.p, s.len);
     if (jstr_eq(name, "trim")) {
         jv chars;
@@ -605,6 +613,7 @@ bool jinja_test(jctx *c, const jnode *at, jstr name, jv v, const jv *args, int n
 /* ---------------------------------------------------------------- methods */
 
 jv jinja_method(jctx *c, const jnode *at, jv obj, jstr name, const jv *args, const jstr *kw, int nargs) {
+    jwork(c, at, obj.type == JV_STR ? obj.s.len : 1); /* string methods scan their string */
     jv a0 = nargs > 0 ? args[0] : jv_none(), a1 = nargs > 1 ? args[1] : jv_none();
     (void)kw;
     if (obj.type == JV_DICT) {

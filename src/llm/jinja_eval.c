@@ -26,6 +26,7 @@ static jv eval(jctx *c, const jnode *n);
 static void exec_body(jctx *c, jnode *const *body, int n);
 
 static void enter(jctx *c, const jnode *at) {
+    jwork(c, at, 1);
     if (++c->depth > JINJA_MAX_EVAL_DEPTH) jfail(c, at, "the template recurses deeper than %d levels", JINJA_MAX_EVAL_DEPTH);
 }
 

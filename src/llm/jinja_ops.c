@@ -123,6 +123,7 @@ static int order(jctx *c, const jnode *at, jop op, jv a, jv b) {
 }
 
 static bool contains(jctx *c, const jnode *at, jv item, jv seq) {
+    jwork(c, at, seq.type == JV_STR ? seq.s.len : seq.type == JV_LIST ? seq.l->n : 1);
     switch (seq.type) {
     case JV_STR:
         if (item.type != JV_STR) jfail(c, at, "'in <string>' requires string as left operand, not %s", jv_type_name(item));
@@ -186,6 +187,7 @@ jlist *jv_iterate(jctx *c, const jnode *at, jv v) {
         return l;
     }
     case JV_STR: {
+        jwork(c, at, v.s.len);
         jlist *l = jlist_new(c, v.s.len);
         for (size_t i = 0; i < v.s.len;) {
             uint32_t cp;

@@ -61,6 +61,11 @@ void *jalloc(jctx *c, size_t n) {
     return p;
 }
 
+void jwork(jctx *c, const jnode *at, size_t units) {
+    c->work += units;
+    if (c->work > JINJA_MAX_WORK) jfail(c, at, "the render takes more than %llu steps", JINJA_MAX_WORK);
+}
+
 /* ---------------------------------------------------------------- errors */
 
 void jfail(jctx *c, const jnode *n, const char *fmt, ...) {
@@ -334,8 +339,15 @@ static void seq_repr(jctx *c, jv v, kiln_strbuf *b, int depth) {
     kiln_strbuf_putc(b, '}');
 }
 
+/* Fails when text being built would exceed the output limit (checked before each piece). */
+static void check_size(jctx *c, const jnode *at, const kiln_strbuf *b, size_t more) {
+    jwork(c, at, 1);
+    if (b->len + more > JINJA_MAX_OUTPUT) jfail(c, at, "a value's text exceeds %u MiB", JINJA_MAX_OUTPUT >> 20);
+}
+
 static void jv_repr(jctx *c, jv v, kiln_strbuf *b, int depth) {
     if (depth > JINJA_MAX_PARSE_DEPTH) jfail(c, NULL, "a value nests too deeply to print");
+    check_size(c, NULL, b, v.type == JV_STR ? v.s.len : 0);
     if (v.type == JV_STR) str_repr(v.s, b);
     else if (v.type == JV_UNDEF) kiln_strbuf_puts(b, "Undefined");
     else if (v.type == JV_LIST || v.type == JV_DICT) seq_repr(c, v, b, depth);
@@ -350,7 +362,10 @@ void jv_to_str(jctx *c, jv v, kiln_strbuf *b) {
     case JV_BOOL: kiln_strbuf_puts(b, v.b ? "True" : "False"); return;
     case JV_INT: kiln_strbuf_printf(b, "%lld", (long long)v.i); return;
     case JV_FLOAT: jfloat_repr(v.f, num, sizeof num); kiln_strbuf_puts(b, num); return;
-    case JV_STR: kiln_strbuf_append(b, v.s.p, v.s.len); return;
+    case JV_STR:
+        check_size(c, NULL, b, v.s.len);
+        kiln_strbuf_append(b, v.s.p, v.s.len);
+        return;
     case JV_LIST:
     case JV_DICT: seq_repr(c, v, b, 0); return;
     case JV_NS:
@@ -422,6 +437,7 @@ static int key_cmp(const void *x, const void *y) {
 
 static void json_value(jctx *c, const jnode *at, jv v, const json_opts *o, int level, kiln_strbuf *b) {
     if (level > JINJA_MAX_PARSE_DEPTH) jfail(c, at, "tojson: the value nests too deeply");
+    check_size(c, at, b, (v.type == JV_STR ? v.s.len : 0) + (o->indent ? o->indent->len * (size_t)(level + 1) : 0));
     char num[40];
     switch (v.type) {
     case JV_NONE: kiln_strbuf_puts(b, "null"); return;

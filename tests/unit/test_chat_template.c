@@ -233,6 +233,12 @@ static void check_limits(void) {
     expect_render_error("{% for i in range(100000) %}{% for j in range(9) %}{{ 'x' * 100 }}{% endfor %}{% endfor %}",
                         "");
     expect_render_error("{{ 'x' * 1000000000000 }}", "too long");
+    expect_render_error("{% set r = range(100000) %}{% for i in r %}{{ 99999 in r }}{% endfor %}", "steps");
+    expect_render_error("{% set big = 'x' * 1000000 %}{{ ([big] * 100000) | tojson }}", "exceeds");
+    expect_render_error("{% set big = 'x' * 1000000 %}{{ [big] * 100000 }}", "exceeds");
+    expect_render_error("{{ ('a' * 1000000) | replace('a', 'b' * 1000) }}", "too large");
+    expect_render_error("{{ ('a\n' * 1000000) | indent('b' * 1000) }}", "too large");
+    expect_render_error("{{ 9999999999 * 9999999999 }}", "integer overflow");
     /* deep nesting is a parse error, not a stack overflow */
     char deep[8192];
     size_t k = 0;
