@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """gen_chat_template_fixtures.py — writes tests/data/chat_templates/expected.json: every chat template
 of tests/data/chat_templates/*.jinja rendered by transformers' own chat-template renderer (the Jinja
-environment apply_chat_template uses) over a fixed set of conversations, with and without the
-generation prompt, and every one-line template of snippets.txt (one construct or whitespace rule
+environment apply_chat_template uses) over a fixed set of conversations (plain ones, and ones with
+tool definitions and tool calls), with and without the generation prompt, and every one-line template of snippets.txt (one construct or whitespace rule
 each) over a short conversation. tests/unit/test_chat_template.c checks kiln's renderer against it
 byte for byte.
 
@@ -74,12 +74,12 @@ class FixedDatetime(dt.datetime):
         return FIXED_NOW
 
 
-def render(source, bos, eos, messages, add_generation_prompt):
+def render(source, bos, eos, messages, add_generation_prompt, tools=None):
     chat_template_utils.datetime = FixedDatetime
     try:
         out, _ = chat_template_utils.render_jinja_template(
             conversations=[messages], chat_template=source, add_generation_prompt=add_generation_prompt,
-            bos_token=bos, eos_token=eos)
+            tools=tools, bos_token=bos, eos_token=eos)
         return {"output": out[0]}
     except jinja2.exceptions.TemplateError as e:
         # raise_exception raises a plain TemplateError; Jinja's own failures are subclasses of it
@@ -88,6 +88,35 @@ def render(source, bos, eos, messages, add_generation_prompt):
     except (TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
         return {"error": str(e), "kind": "runtime"}
 
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city, now.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "City name, e.g. \"Paris\""},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "required": ["city"]}}}
+CALL = {"id": "call12345", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+CALL_STR = {"id": "call67890", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Zürich\", \"unit\": \"celsius\"}"}}
+# (tools, messages): conversations with OpenAI-shaped tool definitions, tool calls and tool results,
+# which kiln_chat_template_apply_json renders (chat_template_internal.h)
+TOOL_CONVERSATIONS = {
+    "tools_offered": ([WEATHER_TOOL], [SYS, {"role": "user", "content": "Weather in Paris?"}]),
+    "tool_round_trip": ([WEATHER_TOOL], [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "call12345", "name": "get_weather", "content": "{\"temp\": 21}"},
+        {"role": "assistant", "content": "It is 21 degrees."},
+        {"role": "user", "content": "And in Zürich?"}]),
+    "tool_call_string_arguments": ([WEATHER_TOOL], [
+        {"role": "user", "content": "Zürich?"},
+        {"role": "assistant", "content": None, "tool_calls": [CALL_STR]},
+        {"role": "tool", "tool_call_id": "call67890", "name": "get_weather", "content": "cold"}]),
+    "tool_calls_without_tools": (None, [
+        {"role": "user", "content": "Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "call12345", "content": "warm"}]),
+}
 
 SNIPPET_MESSAGES = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
 
@@ -113,7 +142,7 @@ def read_snippets():
 
 
 def main():
-    cases = []
+    cases, tool_cases = [], []
     for name, (bos, eos, source_note) in TEMPLATES.items():
         with open(os.path.join(DATA, name + ".jinja"), encoding="utf-8") as f:
             source = f.read()
@@ -123,6 +152,12 @@ def main():
                         "add_generation_prompt": agp, "messages": messages}
                 case.update(render(source, bos, eos, messages, agp))
                 cases.append(case)
+        for conv_name, (tools, messages) in TOOL_CONVERSATIONS.items():
+            for agp in (False, True):
+                case = {"template": name, "bos_token": bos, "eos_token": eos, "conversation": conv_name,
+                        "add_generation_prompt": agp, "messages": messages, "tools": tools}
+                case.update(render(source, bos, eos, messages, agp, tools))
+                tool_cases.append(case)
     snippets = []
     for source in read_snippets():
         case = {"template": source}
@@ -135,6 +170,7 @@ def main():
         "fixed_now": FIXED_NOW.isoformat(),
         "sources": {name: note for name, (_, _, note) in TEMPLATES.items()},
         "cases": cases,
+        "tool_cases": tool_cases,
         "snippet_messages": SNIPPET_MESSAGES,
         "snippets": snippets,
     }

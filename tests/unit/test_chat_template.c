@@ -1,7 +1,8 @@
 /* test_chat_template.c — kiln's chat templates (kiln_llm.h, src/llm/jinja*.c, chat_template.c):
  *  - every case of tests/data/chat_templates/expected.json (real templates of Llama-3.x, Mistral,
  *    Qwen, Phi-3, Gemma, DeepSeek and kiln-subset.jinja, rendered by transformers) byte for byte,
- *    errors included (raise_exception's message exactly);
+ *    errors included (raise_exception's message exactly), also with tool definitions and tool calls
+ *    (kiln_chat_template_apply_json), and the one-construct snippets of snippets.txt;
  *  - the built-in ChatML template;
  *  - syntax errors and unsupported constructs name line:column; runtime errors are
  *    KILN_ERR_INVALID_ARGUMENT;
@@ -112,6 +113,49 @@ static int check_fixtures(const char *root, char **sources, int *nsources) {
         }
         free(got);
     }
+    /* tool definitions and tool calls, through the JSON entry point */
+    int ntool = 0;
+    const kiln_jnode *tool_cases = kiln_jdoc_get(&doc, kiln_jdoc_root(&doc), "tool_cases");
+    for (const kiln_jnode *c = kiln_jdoc_first(&doc, tool_cases); c; c = kiln_jdoc_next(&doc, c), ntool++) {
+        const char *name = kiln_jdoc_str(kiln_jdoc_get(&doc, c, "template"));
+        const char *conv = kiln_jdoc_str(kiln_jdoc_get(&doc, c, "conversation"));
+        snprintf(path, sizeof path, "%s/tests/data/chat_templates/%s.jinja", root, name);
+        char *src = read_file(path, NULL);
+        kiln_chat_template *t = NULL;
+        if (!src || kiln_chat_template_create(src, kiln_jdoc_str(kiln_jdoc_get(&doc, c, "bos_token")),
+                                              kiln_jdoc_str(kiln_jdoc_get(&doc, c, "eos_token")), &t) != KILN_OK) {
+            CHECKF(false, "%s: %s", name, kiln_last_error());
+            free(src);
+            continue;
+        }
+        kiln_strbuf mjson = {0}, tjson = {0};
+        const kiln_jnode *tools = kiln_jdoc_get(&doc, c, "tools");
+        kiln_jdoc_write(&doc, kiln_jdoc_get(&doc, c, "messages"), &mjson);
+        if (tools->type != KILN_JNODE_NULL) kiln_jdoc_write(&doc, tools, &tjson);
+        bool agp = kiln_jdoc_get(&doc, c, "add_generation_prompt")->type == KILN_JNODE_TRUE;
+        char *got = NULL;
+        size_t n;
+        kiln_status s = kiln_chat_template_apply_json(t, mjson.data, tjson.data, agp, &FIXED_NOW, &got, &n);
+        const kiln_jnode *want = kiln_jdoc_get(&doc, c, "output");
+        if (want) {
+            CHECKF(s == KILN_OK && n == want->len && memcmp(got, want->str, n) == 0,
+                   "%s / %s / agp=%d\n--- expected\n%s\n--- got\n%s\n---", name, conv, agp, want->str,
+                   s == KILN_OK ? got : kiln_last_error());
+        } else {
+            const char *msg = kiln_jdoc_str(kiln_jdoc_get(&doc, c, "error"));
+            CHECKF(s == KILN_ERR_INVALID_ARGUMENT, "%s / %s: expected the error '%s', got %s", name, conv, msg,
+                   kiln_status_name(s));
+            if (strcmp(kiln_jdoc_str(kiln_jdoc_get(&doc, c, "kind")), "raise") == 0)
+                CHECKF(strcmp(kiln_last_error(), msg) == 0, "%s / %s: '%s', expected '%s'", name, conv,
+                       kiln_last_error(), msg);
+        }
+        free(got);
+        kiln_strbuf_free(&mjson);
+        kiln_strbuf_free(&tjson);
+        kiln_chat_template_free(t);
+        free(src);
+    }
+
     /* the one-construct snippets */
     const kiln_jnode *smsgs = kiln_jdoc_get(&doc, kiln_jdoc_root(&doc), "snippet_messages");
     kiln_chat_message sm[4];
@@ -143,7 +187,8 @@ static int check_fixtures(const char *root, char **sources, int *nsources) {
     }
     kiln_jdoc_free(&doc);
     free(text);
-    printf("fixtures: %d cases (%d expected errors), %d snippets\n", ncases, nerrors, nsnippets);
+    printf("fixtures: %d cases (%d expected errors), %d with tools, %d snippets\n", ncases, nerrors, ntool,
+           nsnippets);
     return ncases;
 }
 
