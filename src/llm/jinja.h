@@ -26,7 +26,7 @@
 #define JINJA_MAX_PARSE_DEPTH 200        /* nested expressions and blocks */
 #define JINJA_MAX_EVAL_DEPTH 400         /* nested evaluation, macro calls included */
 #define JINJA_MAX_ITERATIONS 1000000     /* loop iterations in one render */
-#define JINJA_MAX_OUTPUT (64u << 20)     /* rendered bytes */
+#define JINJA_MAX_OUTPUT (16u << 20)     /* rendered bytes (and the text of one value) */
 #define JINJA_MAX_ARENA (256u << 20)     /* bytes of values one render may allocate */
 #define JINJA_MAX_RANGE 100000           /* items of one range() (as Jinja's sandbox) */
 #define JINJA_MAX_WORK 50000000ull       /* evaluation steps and scanned items/bytes in one render */
@@ -125,15 +125,18 @@ struct jnode {
     jop op;                /* BINARY */
     int line, col;         /* where the construct starts (1-based) */
     jv lit;                /* LIT; TEXT (a string) */
-    jstr name;             /* NAME, ATTR, FILTER, TEST, MACRO; SET: the namespace attribute (if any) */
-    jnode *a, *b, *c;      /* operands: ATTR/ITEM/FILTER/TEST/CALL object a (ITEM key b); COND a if b else c;
-                            * IF condition a; FOR iterable a, condition b; SET value a (target name in
-                            * targets[0], or namespace a... see jinja_parse.c); CALL_BLOCK call a */
-    jnode **args;          /* call / filter / test arguments; LIST/TUPLE items; DICT key,value pairs;
-                            * SLICE start, stop, step (NULL when omitted); MACRO parameter defaults */
+    jstr name;             /* NAME, ATTR, FILTER, TEST, MACRO; SET of a namespace attribute: the attribute */
+    jnode *a, *b, *c;      /* ATTR / FILTER / TEST / CALL / SLICE: the object a; ITEM: a[b]; NEG / POS / NOT:
+                            * a; AND / OR / BINARY: a op b; COND: a if b else c (c may be NULL); OUTPUT and
+                            * IF: a; FOR: iterable a, filter b (may be NULL); SET: value b, and the
+                            * namespace a for `set ns.attr`; CALL_BLOCK: the call a; FILTER_BLOCK: the
+                            * filter chain a (each FILTER's a is the previous, the first's NULL) */
+    jnode **args;          /* call / filter / test arguments; LIST / TUPLE items; DICT key, value pairs;
+                            * SLICE start, stop, step (NULL when omitted); MACRO / CALL_BLOCK parameter
+                            * defaults (NULL when none) */
     jstr *kw;              /* kw[i].p != NULL: args[i] is the keyword argument kw[i] */
     int nargs;
-    jstr *targets;         /* FOR / SET / MACRO / CALL_BLOCK: names bound */
+    jstr *targets;         /* FOR / SET / SET_BLOCK / MACRO / CALL_BLOCK: the names bound */
     int ntargets;
     jnode **body;          /* IF / FOR / SET_BLOCK / MACRO / CALL_BLOCK / FILTER_BLOCK / GENERATION */
     int nbody;

@@ -69,6 +69,7 @@ static _Noreturn void undefined_use(jctx *c, const jnode *at, jv v) {
     jfail(c, at, "use of an undefined value");
 }
 
+/* An Undefined whose message is fmt with two strings (%.*s each). */
 static jv undef_fmt(jctx *c, const char *fmt, jstr a, jstr b) {
     size_t cap = strlen(fmt) + a.len + b.len + 1;
     char *p = jalloc(c, cap);
@@ -90,7 +91,7 @@ static jv loop_attr(jctx *c, const jloop *L, jstr name) {
     if (jstr_eq(name, "depth0")) return jv_int(0);
     if (jstr_eq(name, "previtem")) return i > 0 ? L->items->v[i - 1] : jv_undef("there is no previous item");
     if (jstr_eq(name, "nextitem")) return i + 1 < n ? L->items->v[i + 1] : jv_undef("there is no next item");
-    return undef_fmt(c, "'LoopContext' object has no attribute '%.*s'%.*s", name, (jstr){0, ""});
+    return undef_fmt(c, "'%.*s' object has no attribute '%.*s'", (jstr){11, "LoopContext"}, name);
 }
 
 /* Jinja's getattr (obj.name): a namespace's or dict's key, the loop's attributes; else Undefined. */
@@ -101,7 +102,7 @@ static jv get_attr(jctx *c, const jnode *at, jv obj, jstr name) {
     case JV_NS: {
         jv *v = jdict_find(obj.d, name.p, name.len);
         if (v) return *v;
-        return undef_fmt(c, "'dict object' has no attribute '%.*s'%.*s", name, (jstr){0, ""});
+        return undef_fmt(c, "'%.*s object' has no attribute '%.*s'", (jstr){4, "dict"}, name);
     }
     case JV_LOOP: return loop_attr(c, obj.loop, name);
     default: {

@@ -86,7 +86,7 @@ static size_t skip_space(const lexer *L, size_t at) {
 }
 
 /* Decodes a string literal's escapes as Python's unicode-escape codec (what Jinja applies). */
-static bool decode_string(lexer *L, size_t at, size_t end, char quote, jstr *out) {
+static bool decode_string(lexer *L, size_t at, size_t end, jstr *out) {
     char *p = jarena_alloc(L->arena, end - at + 1);
     if (!p) return fail(L, KILN_ERR_OUT_OF_MEMORY, at, "out of memory");
     size_t o = 0;
@@ -133,7 +133,6 @@ static bool decode_string(lexer *L, size_t at, size_t end, char quote, jstr *out
             o += (size_t)kiln_utf8_put(v, p + o);
         }
     }
-    (void)quote;
     *out = (jstr){o, p};
     return true;
 }
@@ -202,7 +201,7 @@ static bool lex_tag(lexer *L, bool block) {
             while (k < left && s[k] != s[0]) k += s[k] == '\\' && k + 1 < left ? 2 : 1;
             if (k >= left) return fail(L, KILN_ERR_PARSE, at, "unterminated string");
             if (!(t = push(L, JT_STRING, at))) return fail(L, KILN_ERR_OUT_OF_MEMORY, at, "out of memory");
-            if (!decode_string(L, at, at + k + 1, s[0], &t->text)) return false;
+            if (!decode_string(L, at, at + k + 1, &t->text)) return false;
             advance_to(L, at + k + 1);
         } else {
             size_t k = 0;
