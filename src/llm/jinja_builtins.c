@@ -295,13 +295,33 @@ static bool listed(const char *const *names, jstr name) {
 bool jinja_has_filter(jstr name) { return listed(FILTERS, name); }
 bool jinja_has_test(jstr name) { return listed(TESTS, name); }
 
+/* item's attribute as map / selectattr / join see it: a dotted path of keys and list indices
+ * ("function.name", "0"). Undefined when a step is missing. */
 static jv attribute_of(jctx *c, jv item, jstr attr) {
-    if (item.type == JV_DICT || item.type == JV_NS) {
-        jv *v = jdict_find(item.d, attr.p, attr.len);
-        return v ? *v : jv_undef(NULL);
+    size_t i = 0;
+    for (;;) {
+        size_t e = i;
+        while (e < attr.len && attr.p[e] != '.') e++;
+        jstr part = {e - i, attr.p + i};
+        bool digits = part.len > 0 && part.len < 10;
+        size_t index = 0;
+        for (size_t k = 0; k < part.len && digits; k++) {
+            digits = isdigit((unsigned char)part.p[k]) != 0;
+            index = index * 10 + (size_t)(part.p[k] - '0');
+        }
+        jwork(c, NULL, 1);
+        if (item.type == JV_DICT || item.type == JV_NS) {
+            jv *v = jdict_find(item.d, part.p, part.len);
+            if (!v) return jv_undef(NULL);
+            item = *v;
+        } else if (item.type == JV_LIST && digits && index < item.l->n) {
+            item = item.l->v[index];
+        } else {
+            return jv_undef(NULL);
+        }
+        if (e >= attr.len) return item;
+        i = e + 1;
     }
-    (void)c;
-    return jv_undef(NULL);
 }
 
 /* selectattr / rejectattr / select / reject. */
@@ -671,6 +691,20 @@ jv jinja_method(jctx *c, const jnode *at, jv obj, jstr name, const jv *args, con
         for (size_t i = 0; i + sub.len <= s.len; i++)
             if (memcmp(s.p + i, sub.p, sub.len) == 0) return jv_int((int64_t)jstr_codepoints((jstr){i, s.p}));
         return jv_int(-1);
+    }
+    if (jstr_eq(name, "count")) {
+        jstr sub = need_str(c, at, a0, "count's argument");
+        if (sub.len == 0) return jv_int((int64_t)jstr_codepoints(s) + 1);
+        int64_t k = 0;
+        for (size_t i = 0; i + sub.len <= s.len;) {
+            if (memcmp(s.p + i, sub.p, sub.len) == 0) {
+                k++;
+                i += sub.len;
+            } else {
+                i++;
+            }
+        }
+        return jv_int(k);
     }
     if (jstr_eq(name, "join")) return jinja_filter(c, at, (jstr){4, "join"}, a0, &obj, (jstr[]){{0, NULL}}, 1);
     jfail(c, at, "'str object' has no method '%.*s'", (int)name.len, name.p);
