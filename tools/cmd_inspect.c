@@ -12,7 +12,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 static const char *USAGE =
     "usage: kiln inspect ENGINE.kiln|MODEL.onnx [--no-layers]\n"
@@ -117,11 +116,9 @@ static int inspect_engine(const char *path, bool layers) {
     kiln_engine *e;
     if (kiln_engine_load(path, &e) != KILN_OK) return cli_fail();
     const kiln_engine_meta *m = &e->meta;
-    time_t t = (time_t)m->created_unix;
-    char when[64];
-    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", gmtime(&t));
+    char when[96];
     printf("engine: %s\n", path);
-    printf("built by: kiln %s on %s from %s\n", m->kiln_version, when, m->source);
+    printf("built by: kiln %s on %s from %s\n", m->kiln_version, cli_utc_time(m->created_unix, when, sizeof when), m->source);
     printf("target: %s (%s)\n", m->target, m->device);
     printf("build options: %s\n", m->build_options);
     if (e->backend->describe) e->backend->describe(e->be, stdout);
