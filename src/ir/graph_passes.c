@@ -2,6 +2,7 @@
  * unsupported nodes), topological ordering, shape inference, verification, compaction and printing. */
 #include "ir/graph.h"
 
+#include "core/ckd.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "ir/op_schema.h"
@@ -128,12 +129,37 @@ done:
     return st;
 }
 
+/* Fails when a fully static output of n has a negative dim or holds more than
+ * KILN_MAX_TENSOR_ELEMENTS elements: no run could allocate it, so the build says so, naming it. */
+static kiln_status check_output_sizes(const kiln_graph *g, const kiln_node *n) {
+    for (int k = 0; k < n->noutputs; k++) {
+        if (n->outputs[k] < 0) continue;
+        const kiln_value *v = &g->values[n->outputs[k]];
+        bool static_shape = v->ndim >= 0, empty = false, negative = false;
+        for (int d = 0; d < v->ndim && static_shape; d++) {
+            static_shape = kiln_dim_is_static(v->dims[d]);
+            empty |= v->dims[d].value == 0;
+            negative |= v->dims[d].value < 0;
+        }
+        int64_t count = 1;
+        for (int d = 0; d < v->ndim && static_shape && !empty && !negative && count <= KILN_MAX_TENSOR_ELEMENTS; d++)
+            if (!kiln_mul_i64_ok(count, v->dims[d].value, &count)) count = INT64_MAX;
+        if (static_shape && (negative || (!empty && count > KILN_MAX_TENSOR_ELEMENTS))) {
+            char type[512];
+            return kiln_error(KILN_ERR_SHAPE, "output '%s' would be %s, %s", v->name, kiln_value_type_str(g, v, type, sizeof type),
+                              negative ? "a negative size" : "more than 2^40 elements");
+        }
+    }
+    return KILN_OK;
+}
+
 kiln_status kiln_graph_infer_shapes(kiln_graph *g) {
     for (int i = 0; i < g->nnodes; i++) {
         kiln_node *n = &g->nodes[i];
         if (!n->schema) n->schema = kiln_op_schema_find(n->domain, n->op_type);
         if (!n->schema || !n->schema->infer) continue;
         kiln_status s = n->schema->infer(g, n);
+        if (s == KILN_OK) s = check_output_sizes(g, n);
         if (s != KILN_OK) return kiln_error_prefix(s, "node '%s' (%s)", n->name, n->op_type);
     }
     return KILN_OK;

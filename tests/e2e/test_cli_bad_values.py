@@ -1,17 +1,21 @@
-"""Values at and beyond their limits through the `kiln` CLI: engine headers with fields no calendar or
-build can hold, and the messages a user meets for them. Every case must end cleanly (no signal, no
+"""Values at and beyond their limits through the `kiln` CLI: engine headers with fields no calendar
+holds, model attributes whose sizes overflow 64 bits, a KV cache larger than the host, and the
+messages a user meets for them. Every case must end cleanly (no signal, no
 sanitizer report; this file also runs in the sanitizer build) with a message naming what is wrong.
 
 Run:  KILN_BIN=build/kiln python -m pytest tests/e2e/test_cli_bad_values.py
 """
 import struct
 
+import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
-from conftest import assert_error, assert_ok, run_kiln
+from conftest import assert_error, assert_ok, read_outputs, run_kiln, write_inputs
 from llm_checkpoints import make_gpt2
-from test_cli_errors import HEADER_CRC_OFFSET, resealed, tiny_model
+from test_cli_errors import resealed, tiny_model
+from test_generate import VOCAB, write_tokenizer
 
 CREATED_OFFSET = 24         # u64 creation time (docs/engine-format.md, "Header")
 FORMAT_VERSION_OFFSET = 8   # u32 format version
@@ -47,3 +51,87 @@ def test_inspect_creation_time_beyond_the_calendar(kiln, engines, tmp_path, engi
     assert str(created) in line or "UTC" in line, proc.stdout
     if created >= 1 << 62:
         assert f"invalid date ({created} seconds since 1970)" in line, proc.stdout
+
+
+# ------------------------------------------------------------------ sizes beyond 64 bits
+
+BIG = 1 << 62
+
+
+def one_node_model(path, op, attrs=None, consts=(), x_shape=(1, 1, 4, 4), n_out=1, opset=17):
+    """y = op(x, *consts) with x float [x_shape] (dims may be names) and int64 or float initializers."""
+    names = ["x"] + [c.name for c in consts]
+    outs = ["y"] + [f"y{k}" for k in range(1, n_out)]
+    node = helper.make_node(op, names, outs, name=f"/{op}", **(attrs or {}))
+    graph = helper.make_graph([node], op, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs],
+                              initializer=list(consts))
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.save(m, path)
+    return path
+
+
+def i64(name, values):
+    return numpy_helper.from_array(np.array(values, dtype=np.int64), name)
+
+
+W3 = numpy_helper.from_array(np.ones([1, 1, 3, 3], np.float32), "W")
+OVERFLOWING = {
+    # Conv with pads of 2^40: each output dim is 2^41, their product wrapped before the size check
+    "conv_pads": ("Conv", dict(pads=[1 << 40] * 4), [W3]),
+    "conv_pads_2^62": ("Conv", dict(pads=[BIG] * 4), [W3]),
+    "conv_dilations": ("Conv", dict(dilations=[BIG, BIG]), [W3]),
+    "conv_transpose_strides": ("ConvTranspose", dict(strides=[BIG, BIG]), [W3]),
+    "max_pool": ("MaxPool", dict(kernel_shape=[BIG, BIG], pads=[BIG] * 4, strides=[BIG, BIG], ceil_mode=1), []),
+    "depth_to_space": ("DepthToSpace", dict(blocksize=1 << 32), []),
+    "space_to_depth": ("SpaceToDepth", dict(blocksize=1 << 32), []),
+    "expand": ("Expand", {}, [i64("s", [BIG, BIG, 1, 1])]),
+    "tile": ("Tile", {}, [i64("r", [1, 1, BIG, BIG])]),
+    "pad": ("Pad", {}, [i64("p", [0, 0, BIG, BIG, 0, 0, BIG, BIG])]),
+    "resize_scales": ("Resize", {}, [numpy_helper.from_array(np.array([], np.float32), "roi"),
+                                     numpy_helper.from_array(np.array([1, 1, 1e30, 1e30], np.float32), "sc")]),
+    "reshape": ("Reshape", {}, [i64("s", [BIG, BIG, -1])]),
+}
+
+
+@pytest.mark.parametrize("shapes", ["static", "dynamic"])
+@pytest.mark.parametrize("case", sorted(OVERFLOWING))
+def test_sizes_beyond_64_bits(kiln, tmp_path, case, shapes):
+    """Attributes and constant inputs whose sizes overflow int64 (UBSan's signed overflow in the Conv
+    and Slice kernels and shape inference, SIGFPE for a blocksize of 2^32): a clean error naming the
+    node, at build time when the shapes are static, at run time otherwise."""
+    op, attrs, consts = OVERFLOWING[case]
+    x_shape, dims = ((1, 1, 4, 4), []) if shapes == "static" else ((1, 1, "h", "w"), ["--dim", "h=4", "--dim", "w=4"])
+    model = one_node_model(tmp_path / f"{case}.onnx", op, attrs, consts, x_shape)
+    proc = run_kiln(kiln, "run", model, *dims, "--output-dir", tmp_path / "o")
+    assert_error(proc, mentions=[f"/{op}"])
+
+
+def test_slice_with_extreme_starts_and_steps(kiln, tmp_path):
+    """Slice with starts 2^62, ends -2^62 and steps -2^63 is valid: one element per sliced axis (the
+    kernel's stride is_i * step overflowed)."""
+    model = one_node_model(tmp_path / "slice.onnx", "Slice", {},
+                           [i64("st", [BIG, BIG]), i64("en", [-BIG, -BIG]), i64("ax", [2, 3]),
+                            i64("sp", [-(1 << 63), -(1 << 63)])], x_shape=(1, 1, "h", "w"))
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    assert_ok(run_kiln(kiln, "run", model, *write_inputs(tmp_path / "in", {"x": x}), "--output-dir", tmp_path / "o"))
+    got = read_outputs(tmp_path / "o", ["y"])["y"]
+    np.testing.assert_array_equal(got, x[:, :, BIG:-BIG:-(1 << 63), BIG:-BIG:-(1 << 63)])
+
+
+def test_static_output_too_large_is_refused_at_build(kiln, tmp_path):
+    """A static output of more than 2^40 elements can never run: the build says which node and output."""
+    model = one_node_model(tmp_path / "cos.onnx", "Expand", {}, [i64("s", [1 << 20, 1 << 20, 4, 4])])
+    assert_error(run_kiln(kiln, "build", model, "-o", tmp_path / "e.kiln"),
+                 mentions=["/Expand", "output 'y'", "[1048576,1048576,4,4]", "2^40"])
+    assert not (tmp_path / "e.kiln").exists()
+
+
+def test_kv_budget_beyond_the_host(kiln, tmp_path):
+    """--kv-budget-mb 1000000000 (a petabyte) asked calloc for 0x1fffffffc000 bytes (ASan: allocation
+    size too big); now refused, saying how much it needs and what the host has."""
+    make_gpt2(tmp_path, vocab=VOCAB, n_positions=32)
+    write_tokenizer(tmp_path)
+    proc = run_kiln(kiln, "generate", tmp_path, "--prompt", "the cat", "--max-tokens", 2, "--kv-budget-mb", 1000000000)
+    assert_error(proc, mentions=["KV cache", "GiB", "host"])
