@@ -135,3 +135,40 @@ def test_kv_budget_beyond_the_host(kiln, tmp_path):
     write_tokenizer(tmp_path)
     proc = run_kiln(kiln, "generate", tmp_path, "--prompt", "the cat", "--max-tokens", 2, "--kv-budget-mb", 1000000000)
     assert_error(proc, mentions=["KV cache", "GiB", "host"])
+
+
+# ------------------------------------------------------------------ input options naming what exists
+
+@pytest.mark.parametrize("cmd", ["run", "compare"])
+@pytest.mark.parametrize("args,mentions", [
+    (["--shapes", "bogus:1x4"], ["bogus", "'pixel_values'", "'scale_factor'"]),
+    (["--shapes", "pixel_values:2x4,bogus:1"], ["bogus", "'pixel_values'"]),
+    (["--dim", "nosuch=3"], ["nosuch", "'batch'"]),
+    (["--input", "nosuch=x.npy"], ["nosuch", "'pixel_values'"]),
+])
+def test_input_options_name_what_exists(kiln, engines, cmd, args, mentions):
+    """--shapes, --dim and --input naming an input or dim the model lacks were silently ignored."""
+    assert_error(run_kiln(kiln, cmd, engines / "tiny.onnx", *args), mentions=mentions)
+
+
+@pytest.mark.parametrize("args,mentions", [
+    (["--shapes", "pixel_values:2000000000x1000"], ["'pixel_values'", "[2000000000,1000]", "2^40"]),
+    (["--dim", "batch=1099511627776"], ["'pixel_values'", "2^40"]),
+])
+def test_input_too_large_names_the_input(kiln, engines, args, mentions):
+    """"tensor of > 2^40 elements" named no input."""
+    assert_error(run_kiln(kiln, "run", engines / "tiny.onnx", *args, "-q"), mentions=mentions)
+
+
+@pytest.mark.parametrize("args,mentions", [
+    (["--iterations", "0"], ["--iterations", "1 to 100000000"]),
+    (["--iterations", "-3"], ["--iterations", "1 to 100000000"]),
+    (["--iterations", "1000000000000"], ["--iterations", "1 to 100000000"]),
+    (["--warmup", "1000000000000"], ["--warmup", "0 to 100000000"]),
+    (["--dim", "batch=99999999999999999999"], ["--dim batch", "0 to 2^40"]),
+    (["--dim", "batch=-1"], ["--dim batch", "0 to 2^40"]),
+    (["--seed", "99999999999999999999"], ["--seed", "from 0 to"]),
+])
+def test_run_numbers_out_of_range_say_the_range(kiln, engines, args, mentions):
+    """0, negative and huge counts are refused with the accepted range, not a type error."""
+    assert_error(run_kiln(kiln, "run", engines / "tiny.onnx", *args), mentions=mentions, code=2)
