@@ -172,3 +172,27 @@ def test_input_too_large_names_the_input(kiln, engines, args, mentions):
 def test_run_numbers_out_of_range_say_the_range(kiln, engines, args, mentions):
     """0, negative and huge counts are refused with the accepted range, not a type error."""
     assert_error(run_kiln(kiln, "run", engines / "tiny.onnx", *args), mentions=mentions, code=2)
+
+
+# ------------------------------------------------------------------ what the messages tell a user to do
+
+@pytest.mark.parametrize("field,fmt,value,mentions", [
+    (FORMAT_VERSION_OFFSET, "<I", 2, ["format version 2", "kiln build --hf DIR -o"]),
+    (64, "32s", b"9.8.0", ["kiln 9.8.0", "kiln build --hf gpt2 -o"]),
+], ids=["format-version", "kiln-version"])
+def test_llm_engine_mismatch_says_to_rebuild_with_hf(kiln, engines, tmp_path, field, fmt, value, mentions):
+    """An LLM engine of another version was told to rebuild with `kiln build MODEL.onnx`."""
+    path = patched(engines / "llm.kiln", tmp_path / "old.kiln", field, fmt, value)
+    for cmd in (["generate", path, "--prompt", "x"], ["inspect", path]):
+        err = assert_error(run_kiln(kiln, *cmd), mentions=mentions)
+        assert "MODEL.onnx" not in err
+
+
+def test_build_hf_help(kiln):
+    """`kiln build --help` advertises `kiln build --hf --help`: it prints the --hf usage."""
+    proc = run_kiln(kiln, "build", "--help")
+    assert_ok(proc)
+    assert "kiln build --hf --help" in proc.stdout
+    proc = run_kiln(kiln, "build", "--hf", "--help")
+    assert_ok(proc)
+    assert proc.stdout.startswith("usage: kiln build --hf DIR"), proc.stdout
