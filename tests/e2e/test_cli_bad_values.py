@@ -196,3 +196,26 @@ def test_build_hf_help(kiln):
     proc = run_kiln(kiln, "build", "--hf", "--help")
     assert_ok(proc)
     assert proc.stdout.startswith("usage: kiln build --hf DIR"), proc.stdout
+
+
+@pytest.mark.parametrize("kind,mentions", [
+    ("engine", ["this is a kiln engine, not an ONNX model", "kiln run"]),
+    ("safetensors", ["this is a safetensors file", "not an ONNX model", "kiln build --hf"]),
+    ("npy", ["NumPy", "not an ONNX model"]),
+])
+def test_other_formats_given_as_onnx(kiln, engines, tmp_path, kind, mentions):
+    """A kiln engine, a safetensors file or a .npy array named *.onnx got protobuf wording ("wire type
+    ... at byte 3"); the format is recognised by its first bytes instead."""
+    path = tmp_path / f"{kind}.onnx"
+    if kind == "engine":
+        path.write_bytes((engines / "tiny.kiln").read_bytes())
+    elif kind == "safetensors":
+        path.write_bytes((engines / "gpt2" / "model.safetensors").read_bytes())
+    else:
+        np.save(tmp_path / "a.npy", np.ones([2, 2], np.float32))
+        path.write_bytes((tmp_path / "a.npy").read_bytes())
+    assert_error(run_kiln(kiln, "build", path, "-o", tmp_path / "x.kiln"), mentions=[path.name, *mentions])
+    if kind == "engine":  # run and inspect recognise an engine by its magic and read it as one
+        assert_ok(run_kiln(kiln, "inspect", path))
+    else:
+        assert_error(run_kiln(kiln, "inspect", path), mentions=[path.name, *mentions])
