@@ -42,6 +42,39 @@ kiln_status kiln_graph_resolve_ops(kiln_graph *g, FILE *report) {
                       bad > 12 ? "\n  ... (`kiln inspect MODEL` lists all)" : "");
 }
 
+/* The error for a graph Kahn's algorithm could not finish: pending[i] > 0 for the nodes left, each of
+ * which reads an output of another node left. Walking from one of them to such a producer, again and
+ * again, must come back to a node already met: those nodes form a cycle, named in the message in
+ * execution order ("'/Add' (Add) -> '/Relu' (Relu) -> '/Add' (Add)"). step and walk ([nnodes]) are
+ * scratch. */
+static kiln_status cycle_error(const kiln_graph *g, const int *pending, int *step, int *walk) {
+    int i = 0, n = 0;
+    while (!pending[i]) i++;
+    for (int k = 0; k < g->nnodes; k++) step[k] = -1;
+    while (step[i] < 0) {
+        step[i] = n;
+        walk[n++] = i;
+        const kiln_node *node = &g->nodes[i];
+        for (int k = 0; k < node->ninputs; k++) {
+            int v = node->inputs[k], p = v >= 0 ? g->values[v].producer : -1;
+            if (p >= 0 && pending[p]) {
+                i = p;
+                break;
+            }
+        }
+    }
+    /* walk[s + 1] produces an input of walk[s]; the cycle is walk[first..n), and i = walk[first] produces
+     * an input of walk[n - 1]: in execution order i, walk[n - 1], ..., walk[first + 1], i. */
+    int first = step[i], len = n - first;
+    char path[1536];
+    size_t used = (size_t)snprintf(path, sizeof path, "'%s' (%s)", g->nodes[i].name, g->nodes[i].op_type);
+    for (int s = n - 1; s >= first && used < sizeof path; s--) {
+        const kiln_node *node = &g->nodes[s > first ? walk[s] : i];
+        used += (size_t)snprintf(path + used, sizeof path - used, " -> '%s' (%s)", node->name, node->op_type);
+    }
+    return kiln_error(KILN_ERR_PARSE, "the graph has a cycle of %d node%s: %s", len, len == 1 ? "" : "s", path);
+}
+
 kiln_status kiln_graph_toposort(kiln_graph *g) {
     int nn = g->nnodes;
     if (!nn) return KILN_OK;
@@ -105,12 +138,7 @@ kiln_status kiln_graph_toposort(kiln_graph *g) {
     free(cons);
     free(fill);
     if (tail != nn) {
-        for (int i = 0; i < nn; i++)
-            if (pending[i]) {
-                st = kiln_error(KILN_ERR_PARSE, "the graph has a cycle through node '%s' (%s)", g->nodes[i].name,
-                                g->nodes[i].op_type);
-                break;
-            }
+        st = cycle_error(g, pending, newid, order);
         goto done;
     }
     for (int k = 0; k < nn; k++) {

@@ -219,3 +219,29 @@ def test_other_formats_given_as_onnx(kiln, engines, tmp_path, kind, mentions):
         assert_ok(run_kiln(kiln, "inspect", path))
     else:
         assert_error(run_kiln(kiln, "inspect", path), mentions=[path.name, *mentions])
+
+
+def cyclic_model(path, loop):
+    """x -> /Pre (Neg) -> the nodes of loop in a ring (each reads /Pre's output and its predecessor's
+    output; a ring of one reads itself) -> out."""
+    nodes = [helper.make_node("Neg", ["x"], ["pre"], name="/Pre")]
+    for k, name in enumerate(loop):
+        nodes.append(helper.make_node("Add", ["pre", f"v{(k - 1) % len(loop)}"], [f"v{k}"], name=name))
+    graph = helper.make_graph(nodes, "cyclic", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info(f"v{len(loop) - 1}", TensorProto.FLOAT, [2])])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, path)
+    return path
+
+
+@pytest.mark.parametrize("loop", [["/Self"], ["/A", "/B"], ["/A", "/B", "/C"]], ids=["self", "two", "three"])
+def test_inspect_reports_a_cycle(kiln, tmp_path, loop):
+    """kiln inspect called a cyclic graph runnable ("none: kiln can run every node", exit 0); now it
+    names the nodes of the cycle in order and exits 1, as kiln build does."""
+    path = cyclic_model(tmp_path / "cyclic.onnx", loop)
+    ring = " -> ".join(f"'{n}' (Add)" for n in loop + loop[:1])
+    proc = run_kiln(kiln, "inspect", path)
+    assert_error(proc, mentions=[f"a cycle of {len(loop)} node", ring])
+    assert "can run every node" not in proc.stdout and "cannot run" in proc.stdout, proc.stdout
+    assert_error(run_kiln(kiln, "build", path, "-o", tmp_path / "c.kiln"), mentions=[ring])
