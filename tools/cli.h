@@ -57,7 +57,7 @@ void cli_build_opts_free(cli_build_opts *b);
 int cli_build_opts_parse(cli_build_opts *b, const char *cmd, int argc, char **argv, int *i);
 /* Parses "fp32" / "fp16" / "bf16". */
 bool cli_parse_precision(const char *s, kiln_precision *p);
-/* Parses "AxBxC" (at most KILN_MAX_DIMS dims, each >= 0; "" or "scalar" is rank 0) up to the end of
+/* Parses "AxBxC" (at most KILN_MAX_DIMS dims, each in 0..2^40; "" or "scalar" is rank 0) up to the end of
  * s or the first character of stop; returns the rank or -1. *end (optional) gets where it stopped. */
 int cli_parse_dims(const char *s, const char *stop, int64_t *dims, const char **end);
 

@@ -85,7 +85,7 @@ int cli_parse_dims(const char *s, const char *stop, int64_t *dims, const char **
     while (*s && !strchr(stop, *s)) {
         char *e;
         long long v = strtoll(s, &e, 10);
-        if (e == s || v < 0 || n == KILN_MAX_DIMS || (*e && *e != 'x' && !strchr(stop, *e))) return -1;
+        if (e == s || v < 0 || v > KILN_MAX_TENSOR_ELEMENTS || n == KILN_MAX_DIMS || (*e && *e != 'x' && !strchr(stop, *e))) return -1;
         dims[n++] = v;
         s = *e == 'x' ? e + 1 : e;
         if (*e == 'x' && (!*s || strchr(stop, *s))) return -1;

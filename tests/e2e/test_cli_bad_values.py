@@ -245,3 +245,19 @@ def test_inspect_reports_a_cycle(kiln, tmp_path, loop):
     assert_error(proc, mentions=[f"a cycle of {len(loop)} node", ring])
     assert "can run every node" not in proc.stdout and "cannot run" in proc.stdout, proc.stdout
     assert_error(run_kiln(kiln, "build", path, "-o", tmp_path / "c.kiln"), mentions=[ring])
+
+
+@pytest.mark.parametrize("args,mentions", [
+    (["bench", "{onnx}", "--iterations", "0"], ["--iterations", "from 1 to"]),
+    (["bench", "{onnx}", "--streams", "1000"], ["--streams", "from 1 to 256"]),
+    (["bench", "{onnx}", "--batch", "1e18"], ["--batch", "from 1 to"]),
+    (["bench", "{onnx}", "--duration", "1e12"], ["--duration", "from 0 to"]),
+    (["build", "{onnx}", "--device", "5000"], ["--device", "from 0 to 1024", "5000"]),
+    (["build", "{onnx}", "--profile", "pixel_values:99999999999999999999x4"], ["--profile", "0 to 2^40"]),
+    (["compare", "{onnx}", "--atol", ""], ["--atol", "finite non-negative number"]),
+    (["compare", "{onnx}", "--rtol", "-1"], ["--rtol", "finite non-negative number"]),
+], ids=lambda v: "-".join(v[:3]) if isinstance(v, list) else None)
+def test_numbers_out_of_range_say_the_range(kiln, engines, args, mentions):
+    """Every subcommand's counts refuse 0, negative and huge values with the accepted range."""
+    args = [str(engines / "tiny.onnx") if a == "{onnx}" else a for a in args]
+    assert_error(run_kiln(kiln, *args), mentions=mentions, code=2)
