@@ -50,7 +50,7 @@ static int parse_profile(cli_build_opts *b, const char *cmd, const char *val) {
         const char *end;
         int nd = cli_parse_dims(p, ",", parts[nparts], &end);
         if (nd < 0 || (nparts && nd != r->ndim))
-            return cli_usage_error(cmd, "--profile '%s': shapes must be AxBxC of one rank, as MIN,OPT,MAX", val);
+            return cli_usage_error(cmd, "--profile '%s': shapes must be AxBxC (each dim from 0 to 2^40) of one rank, as MIN,OPT,MAX", val);
         r->ndim = nd;
         nparts++;
         more = *end == ',';
@@ -98,7 +98,8 @@ int cli_build_opts_parse(cli_build_opts *b, const char *cmd, int argc, char **ar
     } else if (!strcmp(a, "--device")) {
         char *end;
         long n = strtol(val, &end, 10);
-        if (n < 0 || n > 1024 || *end || end == val) return cli_usage_error(cmd, "--device needs a GPU number");
+        if (n < 0 || n > 1024 || *end || end == val)
+            return cli_usage_error(cmd, "--device expects a GPU number from 0 to 1024, got '%s'", val);
         b->o.device = (int)n;
     } else if (!strcmp(a, "--tuning-level")) {
         if (strlen(val) != 1 || val[0] < '0' || val[0] > '3')

@@ -57,9 +57,10 @@ static int parse_args(int argc, char **argv, run_args *a) {
             char *end;
             errno = 0;
             long long n = strtoll(val, &end, 10);
-            if (*end || errno || n < 0 || n > 100000000)
-                return cli_usage_error("run ", "%s expects a non-negative integer, got '%s'", s, val);
-            if (!strcmp(s, "--iterations")) a->iterations = n ? (int)n : 1;
+            bool iterations = !strcmp(s, "--iterations");
+            if (*end || end == val || errno || n < (iterations ? 1 : 0) || n > 100000000)
+                return cli_usage_error("run ", "%s expects an integer from %d to 100000000, got '%s'", s, iterations ? 1 : 0, val);
+            if (iterations) a->iterations = (int)n;
             else a->warmup = (int)n;
         } else if (!strcmp(s, "--output-dir")) {
             a->output_dir = val;

@@ -23,8 +23,11 @@ kiln_status kiln_tensor_alloc(kiln_tensor *t, kiln_dtype dtype, int ndim, const 
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) {
         if (dims[i] < 0) return kiln_error(KILN_ERR_SHAPE, "negative dimension %lld", (long long)dims[i]);
-        if (dims[i] && n > (INT64_C(1) << 40) / dims[i])
-            return kiln_error(KILN_ERR_OUT_OF_MEMORY, "tensor of %s elements is too large", "> 2^40");
+        if (dims[i] && n > KILN_MAX_TENSOR_ELEMENTS / dims[i]) {
+            char shape[256];
+            return kiln_error(KILN_ERR_OUT_OF_MEMORY, "a tensor of shape %s has more than 2^40 elements",
+                              kiln_shape_str(shape, sizeof shape, ndim, dims));
+        }
         n *= dims[i];
     }
     t->dtype = dtype;

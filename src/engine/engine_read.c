@@ -30,10 +30,12 @@ static kiln_status corrupt(const char *fmt, ...) {
 
 /* ---- header ---- */
 
-/* The command that rebuilds this engine, with the model and engine names when they are known. */
-static const char *rebuild_hint(char *buf, size_t cap, const char *source, const char *path) {
-    snprintf(buf, cap, "rebuild it with `kiln build %s -o %s`", source && source[0] ? source : "MODEL.onnx",
-             path ? path : "ENGINE.kiln");
+/* The command that rebuilds this engine (kind: its header's), with the model (or checkpoint) and
+ * engine names when they are known. */
+static const char *rebuild_hint(char *buf, size_t cap, uint32_t kind, const char *source, const char *path) {
+    bool llm = kind == KILN_ENGINE_KIND_LLM;
+    snprintf(buf, cap, "rebuild it with `kiln build %s%s -o %s`", llm ? "--hf " : "",
+             source && source[0] ? source : llm ? "DIR" : "MODEL.onnx", path ? path : "ENGINE.kiln");
     return buf;
 }
 
@@ -71,9 +73,11 @@ static kiln_status check_header_frame(const uint8_t *d, size_t size, const char 
     }
     if (size < 16) return kiln_error(KILN_ERR_PARSE, "engine file is truncated: %zu bytes", size);
     uint32_t version = kiln_le32(d + KILN_EH_FORMAT_VERSION);
-    if (version != KILN_ENGINE_FORMAT_VERSION)
+    if (version != KILN_ENGINE_FORMAT_VERSION) {
+        uint32_t kind = size >= KILN_EH_KIND + 4 ? kiln_le32(d + KILN_EH_KIND) : KILN_ENGINE_KIND_GRAPH;
         return kiln_error(KILN_ERR_ENGINE_MISMATCH, "engine format version %u, this kiln reads %d: %s", version,
-                          KILN_ENGINE_FORMAT_VERSION, rebuild_hint(hint, sizeof hint, NULL, path));
+                          KILN_ENGINE_FORMAT_VERSION, rebuild_hint(hint, sizeof hint, kind, NULL, path));
+    }
     uint32_t header_size = kiln_le32(d + KILN_EH_HEADER_SIZE);
     if (header_size != KILN_ENGINE_HEADER_SIZE)
         return corrupt("header size %u, format version %d has %d", header_size, KILN_ENGINE_FORMAT_VERSION,
@@ -158,11 +162,11 @@ kiln_status kiln_engine_check_image(const uint8_t *d, size_t size, uint32_t kind
     if (major != KILN_VERSION_MAJOR || minor != KILN_VERSION_MINOR)
         return kiln_error(KILN_ERR_ENGINE_MISMATCH, "engine built by kiln %s, this is kiln %s (an engine is read only by the "
                           "kiln major.minor version that built it): %s", meta->kiln_version, KILN_VERSION_STRING,
-                          rebuild_hint(hint, sizeof hint, meta->source, path));
+                          rebuild_hint(hint, sizeof hint, got_kind, meta->source, path));
     if (got_kind != kind) return kind_mismatch(got_kind);
     if (expected_target && strcmp(expected_target, meta->target) != 0)
         return kiln_error(KILN_ERR_ENGINE_MISMATCH, "engine built for target '%s' (%s), this needs target '%s': %s",
-                          meta->target, meta->device, expected_target, rebuild_hint(hint, sizeof hint, meta->source, path));
+                          meta->target, meta->device, expected_target, rebuild_hint(hint, sizeof hint, got_kind, meta->source, path));
     KILN_TRY(check_sections(d, size, ids, n, secs));
     meta->graph_bytes = n > 1 ? secs[0].bytes : 0;
     meta->weights_bytes = secs[n - 1].bytes;

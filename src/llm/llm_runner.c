@@ -132,7 +132,7 @@ kiln_status llm_runner_make_cache(llm_runner *r, int n_blocks, int block_size, k
     kiln_llm_cuda_kv_free(r->gkv);
     r->gkv = NULL;
     uint64_t block_bytes = 2ull * (uint64_t)c->n_layer * (uint64_t)c->n_kv_head * (uint64_t)block_size * (uint64_t)c->head_dim * 2;
-    kiln_llm_cuda_kv_options ko = {.block_size = block_size, .mem_fraction = 0.9, .max_bytes = block_bytes * (uint64_t)(n_blocks + 1)};
+    kiln_llm_cuda_kv_options ko = {.block_size = block_size, .mem_fraction = 0.9, .max_bytes = block_bytes * ((uint64_t)n_blocks + 1)};
     KILN_TRY(kiln_llm_cuda_kv_create(r->g, &ko, &r->gkv));
     kc = (kiln_kv_cache_config){.n_layer = 1, .n_kv_head = 1, .head_dim = 1, .block_size = block_size,
                                 .n_blocks = kiln_llm_cuda_kv_blocks(r->gkv), .dtype = KILN_F32};

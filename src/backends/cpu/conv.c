@@ -5,6 +5,7 @@
  * runs a direct loop. A "line" is one position over all spatial dims but the last. */
 #include "backends/cpu/nn_kernels.h"
 
+#include "core/ckd.h"
 #include "core/status.h"
 #include "ir/nn_window.h"
 
@@ -148,6 +149,10 @@ static void add_bias(float *y, const float *bias, int64_t batch, int64_t channel
         }
 }
 
+static kiln_status too_large(const kiln_node *n) {
+    return kiln_error(KILN_ERR_UNSUPPORTED, "%s: a spatial plane or kernel matrix above 2^31 elements", n->op_type);
+}
+
 /* Checks X [N, C, ...], W and the optional bias, parses the window and fills the geometry that
  * Conv (transpose = false) or ConvTranspose computes; *out_channels and the output dims in odims. */
 static kiln_status conv_setup(const kiln_node *n, kiln_tensor *const *in, int nin, bool transpose, conv_geom *g,
@@ -169,9 +174,10 @@ static kiln_status conv_setup(const kiln_node *n, kiln_tensor *const *in, int ni
         if (w->dims[0] != C)
             return kiln_error(KILN_ERR_SHAPE, "ConvTranspose: weight dim 0 is %lld, input has %lld channels",
                               (long long)w->dims[0], (long long)C);
-        *out_channels = w->dims[1] * *group;
+        if (!kiln_mul_i64_ok(w->dims[1], *group, out_channels)) return too_large(n);
     } else {
-        if (w->dims[1] * *group != C || w->dims[0] % *group)
+        int64_t wc;
+        if (!kiln_mul_i64_ok(w->dims[1], *group, &wc) || wc != C || w->dims[0] % *group)
             return kiln_error(KILN_ERR_SHAPE, "Conv: weights [%lld, %lld, ...] do not fit %lld input channels in %lld groups",
                               (long long)w->dims[0], (long long)w->dims[1], (long long)C, (long long)*group);
         *out_channels = w->dims[0];
@@ -191,13 +197,14 @@ static kiln_status conv_setup(const kiln_node *n, kiln_tensor *const *in, int ni
         g->d[i] = win.dilation[i];
         if (transpose) KILN_TRY(kiln_window_out_transpose(&win, i, g->in[i], &g->out[i], &g->pb[i]));
         else KILN_TRY(kiln_window_out(&win, i, g->in[i], &g->out[i], &g->pb[i], &pe));
-        g->in_size *= g->in[i];
-        g->out_size *= g->out[i];
-        g->k_size *= g->k[i];
+        if (!kiln_mul_i64_ok(g->in_size, g->in[i], &g->in_size) || !kiln_mul_i64_ok(g->out_size, g->out[i], &g->out_size) ||
+            !kiln_mul_i64_ok(g->k_size, g->k[i], &g->k_size))
+            return too_large(n);
     }
-    if (g->in_size > INT32_MAX || g->out_size > INT32_MAX || C * g->k_size > INT32_MAX ||
-        *out_channels * g->k_size > INT32_MAX)
-        return kiln_error(KILN_ERR_UNSUPPORTED, "%s: a spatial plane or kernel matrix above 2^31 elements", n->op_type);
+    int64_t in_rows, out_rows;
+    if (g->in_size > INT32_MAX || g->out_size > INT32_MAX || !kiln_mul_i64_ok(C, g->k_size, &in_rows) ||
+        !kiln_mul_i64_ok(*out_channels, g->k_size, &out_rows) || in_rows > INT32_MAX || out_rows > INT32_MAX)
+        return too_large(n);
     odims[0] = x->dims[0];
     odims[1] = *out_channels;
     memcpy(odims + 2, g->out, (size_t)nsp * sizeof *odims);

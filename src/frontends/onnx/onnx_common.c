@@ -4,6 +4,7 @@
 #include "frontends/onnx/onnx_internal.h"
 
 #include "core/status.h"
+#include "engine/engine_format.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -49,6 +50,20 @@ kiln_status onnx_fail(onnx_ctx *c, kiln_status s, const char *fmt, ...) {
     va_end(ap);
     if (c->wlen) return kiln_error(s, "%s: %s: %s", c->file, c->where, msg);
     return kiln_error(s, "%s: %s", c->file, msg);
+}
+
+kiln_status onnx_refuse_other_formats(onnx_ctx *c, const uint8_t *d, size_t size) {
+    if (size >= 8 && !memcmp(d, KILN_ENGINE_MAGIC, 8))
+        return onnx_fail(c, KILN_ERR_PARSE, "this is a kiln engine, not an ONNX model (run it with `kiln run`, describe "
+                         "it with `kiln inspect`)");
+    if (size >= 6 && !memcmp(d, "\x93NUMPY", 6))
+        return onnx_fail(c, KILN_ERR_PARSE, "this is a NumPy .npy array, not an ONNX model");
+    uint64_t header = 0; /* safetensors: u64 little-endian header size, then the JSON header */
+    for (int i = 7; size >= 10 && i >= 0; i--) header = header << 8 | d[i];
+    if (size >= 10 && d[8] == '{' && header >= 2 && header <= size - 8)
+        return onnx_fail(c, KILN_ERR_PARSE, "this is a safetensors file (weights without a graph), not an ONNX model; for "
+                         "a Hugging Face checkpoint, build its directory with `kiln build --hf DIR`");
+    return KILN_OK;
 }
 
 kiln_status onnx_prefix(onnx_ctx *c, kiln_status s) {

@@ -55,6 +55,9 @@ static inline void onnx_where_pop(onnx_ctx *c, size_t saved) {
 
 /* Sets the error "<file>: <where>: <message>" and returns s. */
 kiln_status onnx_fail(onnx_ctx *c, kiln_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Fails (KILN_ERR_PARSE, naming the format) when d starts like a file that is not ONNX but is given
+ * as one: a kiln engine, a NumPy array or a safetensors file; otherwise returns KILN_OK. */
+kiln_status onnx_refuse_other_formats(onnx_ctx *c, const uint8_t *d, size_t size);
 /* Prefixes the current error message (set by another module) with "<file>: <where>" and returns s. */
 kiln_status onnx_prefix(onnx_ctx *c, kiln_status s);
 /* A wire-format error at byte `at` of the buffer (KILN_ERR_PARSE). */
