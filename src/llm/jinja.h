@@ -258,11 +258,22 @@ jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, c
 bool jinja_test(jctx *c, const jnode *at, jstr name, jv value, const jv *args, int nargs);
 jv jinja_method(jctx *c, const jnode *at, jv obj, jstr name, const jv *args, const jstr *kw, int nargs);
 jv jinja_call_func(jctx *c, const jnode *at, jfunc fn, const jv *args, const jstr *kw, int nargs);
+/* Argument pos (or keyword name) of a call: true and *out when given. */
+bool jinja_arg(const jv *args, const jstr *kw, int nargs, int pos, const char *name, jv *out);
+/* item's attribute as map / selectattr / sort see it: a dotted path of keys and list indices
+ * ("function.name", "0"); Undefined when a step is missing. */
+jv jinja_attribute(jctx *c, jv item, jstr attr);
+/* The ordering filters (jinja_sort.c): sort, dictsort, reverse, sum, min, max, round. False when
+ * name is none of them. */
+bool jinja_list_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, const jstr *kw, int nargs,
+                       jv *out);
 /* Whether a filter / test of that name exists (the parser checks names up front). */
 bool jinja_has_filter(jstr name);
 bool jinja_has_test(jstr name);
-/* Applies a binary operator (jinja_ops in jinja_value.c). */
+/* Applies a binary operator (jinja_ops.c). */
 jv jinja_binary(jctx *c, const jnode *at, jop op, jv a, jv b);
+/* Python's ordering of a and b (<0, 0, >0); fails for types Python does not order. */
+int jinja_compare(jctx *c, const jnode *at, jv a, jv b);
 /* Python-style slicing of a list or string by code point; start/stop/step may be NONE. */
 jv jinja_slice(jctx *c, const jnode *at, jv obj, jv start, jv stop, jv step);
 

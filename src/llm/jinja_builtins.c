@@ -15,8 +15,7 @@
 
 /* ---------------------------------------------------------------- arguments */
 
-/* Argument pos (or keyword name): true and *out when given. */
-static bool arg(const jv *args, const jstr *kw, int nargs, int pos, const char *name, jv *out) {
+bool jinja_arg(const jv *args, const jstr *kw, int nargs, int pos, const char *name, jv *out) {
     int p = 0;
     for (int i = 0; i < nargs; i++) {
         if (kw[i].p) {
@@ -280,7 +279,8 @@ static jv indent(jctx *c, jstr s, jstr ind, bool first, bool blank) {
 static const char *const FILTERS[] = {"trim", "length", "count", "tojson", "upper", "lower", "capitalize", "title",
                                       "replace", "join", "first", "last", "default", "d", "items", "string", "int",
                                       "float", "list", "selectattr", "rejectattr", "select", "reject", "map",
-                                      "safe", "indent", "abs", "unique", NULL};
+                                      "safe", "indent", "abs", "unique", "dictsort", "sort", "reverse", "sum",
+                                      "min", "max", "round", NULL};
 static const char *const TESTS[] = {"defined", "undefined", "none", "string", "number", "integer", "float",
                                     "boolean", "true", "false", "mapping", "iterable", "sequence", "callable",
                                     "equalto", "eq", "==", "ne", "!=", "lt", "<", "le", "<=", "gt", ">", "ge",
@@ -295,9 +295,7 @@ static bool listed(const char *const *names, jstr name) {
 bool jinja_has_filter(jstr name) { return listed(FILTERS, name); }
 bool jinja_has_test(jstr name) { return listed(TESTS, name); }
 
-/* item's attribute as map / selectattr / join see it: a dotted path of keys and list indices
- * ("function.name", "0"). Undefined when a step is missing. */
-static jv attribute_of(jctx *c, jv item, jstr attr) {
+jv jinja_attribute(jctx *c, jv item, jstr attr) {
     size_t i = 0;
     for (;;) {
         size_t e = i;
@@ -334,7 +332,7 @@ static jv select_items(jctx *c, const jnode *at, jv seq, const jv *args, int nar
         attr = need_str(c, at, args[0], "the attribute name");
     }
     for (size_t i = 0; i < items->n; i++) {
-        jv v = by_attr ? attribute_of(c, items->v[i], attr) : items->v[i];
+        jv v = by_attr ? jinja_attribute(c, items->v[i], attr) : items->v[i];
         bool ok;
         if (nargs > first_test_arg) {
             jstr test = need_str(c, at, args[first_test_arg], "the test name");
@@ -380,10 +378,10 @@ static jv to_int(jctx *c, jv v, jv dflt) {
 
 static jv filter_tojson(jctx *c, const jnode *at, jv value, const jv *args, const jstr *kw, int nargs) {
     jv ensure_ascii = jv_bool(false), ind = jv_none(), seps = jv_none(), sort = jv_bool(false);
-    arg(args, kw, nargs, 0, "ensure_ascii", &ensure_ascii);
-    arg(args, kw, nargs, 1, "indent", &ind);
-    arg(args, kw, nargs, 2, "separators", &seps);
-    arg(args, kw, nargs, 3, "sort_keys", &sort);
+    jinja_arg(args, kw, nargs, 0, "ensure_ascii", &ensure_ascii);
+    jinja_arg(args, kw, nargs, 1, "indent", &ind);
+    jinja_arg(args, kw, nargs, 2, "separators", &seps);
+    jinja_arg(args, kw, nargs, 3, "sort_keys", &sort);
     jstr indent_str, *indent = NULL;
     if (ind.type == JV_INT || ind.type == JV_BOOL) {
         int64_t n = need_int(c, at, ind, "indent");
@@ -414,12 +412,12 @@ static jv filter_tojson(jctx *c, const jnode *at, jv value, const jv *args, cons
 static jv filter_map(jctx *c, const jnode *at, jv value, const jv *args, const jstr *kw, int nargs) {
     jlist *items = jv_iterate(c, at, value), *out = jlist_new(c, items->n);
     jv attr, dflt = jv_undef(NULL);
-    bool by_attr = arg(args, kw, nargs, -1, "attribute", &attr);
-    arg(args, kw, nargs, -1, "default", &dflt);
+    bool by_attr = jinja_arg(args, kw, nargs, -1, "attribute", &attr);
+    jinja_arg(args, kw, nargs, -1, "default", &dflt);
     if (by_attr) {
         jstr name = need_str(c, at, attr, "map's attribute");
         for (size_t i = 0; i < items->n; i++) {
-            jv v = attribute_of(c, items->v[i], name);
+            jv v = jinja_attribute(c, items->v[i], name);
             jlist_push(c, out, v.type == JV_UNDEF ? dflt : v);
         }
         return list_value(out);
@@ -433,14 +431,15 @@ static jv filter_map(jctx *c, const jnode *at, jv value, const jv *args, const j
 }
 
 jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, const jstr *kw, int nargs) {
-    jv a0, a1;
+    jv a0, a1, listed_result;
+    if (jinja_list_filter(c, at, name, value, args, kw, nargs, &listed_result)) return listed_result;
     bool has0 = nargs > 0 && !kw[0].p;
     a0 = has0 ? args[0] : jv_undef(NULL);
     if (jstr_eq(name, "safe")) return value;
     if (jstr_eq(name, "default") || jstr_eq(name, "d")) {
         jv dflt = jv_str("", 0), boolean = jv_bool(false);
-        arg(args, kw, nargs, 0, "default_value", &dflt);
-        arg(args, kw, nargs, 1, "boolean", &boolean);
+        jinja_arg(args, kw, nargs, 0, "default_value", &dflt);
+        jinja_arg(args, kw, nargs, 1, "boolean", &boolean);
         if (value.type == JV_UNDEF || (jv_truthy(boolean) && !jv_truthy(value))) return dflt;
         return value;
     }
@@ -481,14 +480,14 @@ jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, c
     if (jstr_eq(name, "map")) return filter_map(c, at, value, args, kw, nargs);
     if (jstr_eq(name, "join")) {
         jv sep = jv_str("", 0), attr;
-        arg(args, kw, nargs, 0, "d", &sep);
-        bool by_attr = arg(args, kw, nargs, 1, "attribute", &attr);
+        jinja_arg(args, kw, nargs, 0, "d", &sep);
+        bool by_attr = jinja_arg(args, kw, nargs, 1, "attribute", &attr);
         jstr s = need_str(c, at, sep, "join's separator");
         jlist *items = jv_iterate(c, at, value);
         jv *parts = jalloc(c, (items->n + 1) * sizeof *parts);
         size_t total = 0;
         for (size_t i = 0; i < items->n; i++) {
-            jv v = by_attr ? attribute_of(c, items->v[i], need_str(c, at, attr, "join's attribute")) : items->v[i];
+            jv v = by_attr ? jinja_attribute(c, items->v[i], need_str(c, at, attr, "join's attribute")) : items->v[i];
             parts[i] = jv_stringify(c, v);
             total += parts[i].s.len + s.len;
         }
@@ -505,7 +504,7 @@ jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, c
     }
     if (jstr_eq(name, "int")) {
         jv dflt = jv_int(0);
-        arg(args, kw, nargs, 0, "default", &dflt);
+        jinja_arg(args, kw, nargs, 0, "default", &dflt);
         return to_int(c, value, dflt);
     }
     if (jstr_eq(name, "float")) {
@@ -545,7 +544,7 @@ jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, c
     if (jstr_eq(name, "string")) return jv_str(s.p, s.len);
     if (jstr_eq(name, "trim")) {
         jv chars;
-        if (arg(args, kw, nargs, 0, "chars", &chars) && chars.type != JV_NONE) {
+        if (jinja_arg(args, kw, nargs, 0, "chars", &chars) && chars.type != JV_NONE) {
             jstr cs = need_str(c, at, chars, "trim's characters");
             return strip(s, &cs, true, true);
         }
@@ -557,17 +556,17 @@ jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, c
     if (jstr_eq(name, "title")) return map_case(c, s, CASE_TITLE_JINJA);
     if (jstr_eq(name, "replace")) {
         jv count = jv_none();
-        if (!arg(args, kw, nargs, 0, "old", &a0) || !arg(args, kw, nargs, 1, "new", &a1))
+        if (!jinja_arg(args, kw, nargs, 0, "old", &a0) || !jinja_arg(args, kw, nargs, 1, "new", &a1))
             jfail(c, at, "replace needs the old and the new text");
-        arg(args, kw, nargs, 2, "count", &count);
+        jinja_arg(args, kw, nargs, 2, "count", &count);
         jstr old = jv_stringify(c, a0).s, new = jv_stringify(c, a1).s;
         return replace(c, s, old, new, count.type == JV_NONE ? -1 : need_int(c, at, count, "replace's count"));
     }
     if (jstr_eq(name, "indent")) {
         jv width = jv_int(4), first = jv_bool(false), blank = jv_bool(false);
-        arg(args, kw, nargs, 0, "width", &width);
-        arg(args, kw, nargs, 1, "first", &first);
-        arg(args, kw, nargs, 2, "blank", &blank);
+        jinja_arg(args, kw, nargs, 0, "width", &width);
+        jinja_arg(args, kw, nargs, 1, "first", &first);
+        jinja_arg(args, kw, nargs, 2, "blank", &blank);
         jstr ind;
         if (width.type == JV_STR) {
             ind = width.s;

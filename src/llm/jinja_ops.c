@@ -142,6 +142,8 @@ static bool contains(jctx *c, const jnode *at, jv item, jv seq) {
     }
 }
 
+int jinja_compare(jctx *c, const jnode *at, jv a, jv b) { return order(c, at, JOP_LT, a, b); }
+
 jv jinja_binary(jctx *c, const jnode *at, jop op, jv a, jv b) {
     switch (op) {
     case JOP_EQ: return jv_bool(jv_equal(a, b));
