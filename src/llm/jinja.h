@@ -72,6 +72,7 @@ typedef enum jfunc { JF_RAISE_EXCEPTION, JF_STRFTIME_NOW, JF_NAMESPACE, JF_RANGE
 
 struct jv {
     jtype type;
+    bool safe; /* STR: a Markup (from |safe): `markup + str` HTML-escapes the str, as Python's Markup does */
     union {
         bool b;
         int64_t i;
@@ -89,11 +90,13 @@ struct jlist {
     size_t n, cap;
     jv *v;
     bool tuple;
+    bool lazy; /* what Jinja returns as a generator or iterator (map, select..., items, unique, reverse):
+                * always true, no len(), no indexing, not JSON: templates that rely on it fail as there */
 };
 
 struct jdict {
     size_t n, cap;
-    jstr *k; /* keys in insertion order */
+    jv *k; /* keys in insertion order: strings, or (in dict literals) numbers, booleans, none */
     jv *v;
 };
 
@@ -229,8 +232,10 @@ jv jv_str_copy(jctx *c, const char *p, size_t len);
 jlist *jlist_new(jctx *c, size_t cap);
 void jlist_push(jctx *c, jlist *l, jv v);
 jdict *jdict_new(jctx *c, size_t cap);
-void jdict_set(jctx *c, jdict *d, jstr key, jv v);
-jv *jdict_find(const jdict *d, const char *key, size_t len);
+void jdict_set(jctx *c, jdict *d, jstr key, jv v);   /* a string key */
+void jdict_put(jctx *c, jdict *d, jv key, jv v);     /* any hashable key */
+jv *jdict_find(const jdict *d, const char *key, size_t len); /* the value of a string key, or NULL */
+jv *jdict_get(const jdict *d, jv key);                /* the value of key (Python's 1 == 1.0 == True), or NULL */
 
 bool jv_truthy(jv v);
 bool jv_equal(jv a, jv b);

@@ -44,6 +44,12 @@ static int64_t need_int(jctx *c, const jnode *at, jv v, const char *what) {
 
 static jv list_value(jlist *l) { return (jv){.type = JV_LIST, .l = l}; }
 
+/* What Jinja returns as a generator. */
+static jv lazy_value(jlist *l) {
+    l->lazy = true;
+    return list_value(l);
+}
+
 /* ---------------------------------------------------------------- string helpers */
 
 static bool in_chars(uint32_t cp, const jstr *chars) {
@@ -324,6 +330,7 @@ jv jinja_attribute(jctx *c, jv item, jstr attr) {
 
 /* selectattr / rejectattr / select / reject. */
 static jv select_items(jctx *c, const jnode *at, jv seq, const jv *args, int nargs, bool by_attr, bool keep) {
+    if (!jv_truthy(seq)) return lazy_value(jlist_new(c, 1)); /* Jinja yields nothing from a false value */
     jlist *items = jv_iterate(c, at, seq), *out = jlist_new(c, items->n);
     int first_test_arg = by_attr ? 1 : 0;
     jstr attr = {0};
@@ -343,10 +350,11 @@ static jv select_items(jctx *c, const jnode *at, jv seq, const jv *args, int nar
         }
         if (ok == keep) jlist_push(c, out, items->v[i]);
     }
-    return list_value(out);
+    return lazy_value(out);
 }
 
 static jv first_or_last(jctx *c, const jnode *at, jv v, bool last) {
+    if (last && v.type == JV_LIST && v.l->lazy) jfail(c, at, "'generator' object is not reversible");
     jlist *items = jv_iterate(c, at, v);
     if (items->n == 0) return jv_undef("No first item, sequence was empty.");
     return items->v[last ? items->n - 1 : 0];
@@ -410,6 +418,7 @@ static jv filter_tojson(jctx *c, const jnode *at, jv value, const jv *args, cons
 }
 
 static jv filter_map(jctx *c, const jnode *at, jv value, const jv *args, const jstr *kw, int nargs) {
+    if (!jv_truthy(value)) return lazy_value(jlist_new(c, 1)); /* Jinja yields nothing from a false value */
     jlist *items = jv_iterate(c, at, value), *out = jlist_new(c, items->n);
     jv attr, dflt = jv_undef(NULL);
     bool by_attr = jinja_arg(args, kw, nargs, -1, "attribute", &attr);
@@ -420,14 +429,14 @@ static jv filter_map(jctx *c, const jnode *at, jv value, const jv *args, const j
             jv v = jinja_attribute(c, items->v[i], name);
             jlist_push(c, out, v.type == JV_UNDEF ? dflt : v);
         }
-        return list_value(out);
+        return lazy_value(out);
     }
     if (nargs < 1 || kw[0].p) jfail(c, at, "map needs a filter name or attribute=");
     jstr filter = need_str(c, at, args[0], "map's filter name");
     if (!jinja_has_filter(filter) || jstr_eq(filter, "map")) jfail(c, at, "map: unknown filter '%.*s'", (int)filter.len, filter.p);
     for (size_t i = 0; i < items->n; i++)
         jlist_push(c, out, jinja_filter(c, at, filter, items->v[i], args + 1, kw + 1, nargs - 1));
-    return list_value(out);
+    return lazy_value(out);
 }
 
 jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, const jstr *kw, int nargs) {
@@ -435,7 +444,11 @@ jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, c
     if (jinja_list_filter(c, at, name, value, args, kw, nargs, &listed_result)) return listed_result;
     bool has0 = nargs > 0 && !kw[0].p;
     a0 = has0 ? args[0] : jv_undef(NULL);
-    if (jstr_eq(name, "safe")) return value;
+    if (jstr_eq(name, "safe")) {
+        jv s = jv_stringify(c, value);
+        s.safe = true;
+        return s;
+    }
     if (jstr_eq(name, "default") || jstr_eq(name, "d")) {
         jv dflt = jv_str("", 0), boolean = jv_bool(false);
         jinja_arg(args, kw, nargs, 0, "default_value", &dflt);
@@ -448,6 +461,7 @@ jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, c
             jwork(c, at, value.s.len);
             return jv_int((int64_t)jstr_codepoints(value.s));
         }
+        if (value.type == JV_LIST && value.l->lazy) jfail(c, at, "object of type 'generator' has no len()");
         if (value.type == JV_LIST) return jv_int((int64_t)value.l->n);
         if (value.type == JV_DICT || value.type == JV_NS) return jv_int((int64_t)value.d->n);
         if (value.type == JV_UNDEF) return jv_int(0);
@@ -455,17 +469,17 @@ jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, c
     }
     if (jstr_eq(name, "tojson")) return filter_tojson(c, at, value, args, kw, nargs);
     if (jstr_eq(name, "items")) {
-        if (value.type == JV_UNDEF) return list_value(jlist_new(c, 1));
+        if (value.type == JV_UNDEF) return lazy_value(jlist_new(c, 1));
         if (value.type != JV_DICT) jfail(c, at, "items: expected a mapping, got %s", jv_type_name(value));
         jlist *l = jlist_new(c, value.d->n);
         for (size_t i = 0; i < value.d->n; i++) {
             jlist *pair = jlist_new(c, 2);
-            jlist_push(c, pair, jv_str(value.d->k[i].p, value.d->k[i].len));
+            jlist_push(c, pair, value.d->k[i]);
             jlist_push(c, pair, value.d->v[i]);
             pair->tuple = true;
             jlist_push(c, l, list_value(pair));
         }
-        return list_value(l);
+        return lazy_value(l);
     }
     if (jstr_eq(name, "list")) {
         jlist *src = jv_iterate(c, at, value), *l = jlist_new(c, src->n);
@@ -536,7 +550,7 @@ jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, c
             for (size_t k = 0; k < l->n && !seen; k++) seen = jv_equal(l->v[k], src->v[i]);
             if (!seen) jlist_push(c, l, src->v[i]);
         }
-        return list_value(l);
+        return lazy_value(l);
     }
     /* the string filters: str() of the value first, as Jinja's soft_str */
     jstr s = jv_stringify(c, value).s;
@@ -599,7 +613,8 @@ bool jinja_test(jctx *c, const jnode *at, jstr name, jv v, const jv *args, int n
     if (jstr_eq(name, "false")) return v.type == JV_BOOL && !v.b;
     if (jstr_eq(name, "mapping")) return v.type == JV_DICT;
     if (jstr_eq(name, "iterable") || jstr_eq(name, "sequence"))
-        return v.type == JV_LIST || v.type == JV_DICT || v.type == JV_STR || v.type == JV_UNDEF;
+        return (v.type == JV_LIST && !(v.l->lazy && name.p[0] == 's')) || v.type == JV_DICT || v.type == JV_STR ||
+               v.type == JV_UNDEF;
     if (jstr_eq(name, "callable")) return v.type == JV_MACRO || v.type == JV_FUNC;
     if (jstr_eq(name, "lower") || jstr_eq(name, "upper")) {
         if (v.type != JV_STR) return false;
@@ -637,11 +652,14 @@ jv jinja_method(jctx *c, const jnode *at, jv obj, jstr name, const jv *args, con
     (void)kw;
     if (obj.type == JV_DICT) {
         if (jstr_eq(name, "get")) {
-            jstr key = need_str(c, at, a0, "get's key");
-            jv *v = jdict_find(obj.d, key.p, key.len);
+            jv *v = jdict_get(obj.d, a0);
             return v ? *v : a1;
         }
-        if (jstr_eq(name, "items")) return jinja_filter(c, at, (jstr){5, "items"}, obj, NULL, NULL, 0);
+        if (jstr_eq(name, "items")) { /* a view, not a generator: it has a length */
+            jv items = jinja_filter(c, at, (jstr){5, "items"}, obj, NULL, NULL, 0);
+            items.l->lazy = false;
+            return items;
+        }
         if (jstr_eq(name, "keys")) return (jv){.type = JV_LIST, .l = jv_iterate(c, at, obj)};
         if (jstr_eq(name, "values")) {
             jlist *l = jlist_new(c, obj.d->n);
@@ -735,7 +753,7 @@ jv jinja_call_func(jctx *c, const jnode *at, jfunc fn, const jv *args, const jst
                 if (fn == JF_NAMESPACE && kw[i].p[0] == '_') jfail(c, at, "namespace attributes cannot start with '_'");
                 jdict_set(c, d, kw[i], args[i]);
             } else if (args[i].type == JV_DICT) {
-                for (size_t k = 0; k < args[i].d->n; k++) jdict_set(c, d, args[i].d->k[k], args[i].d->v[k]);
+                for (size_t k = 0; k < args[i].d->n; k++) jdict_put(c, d, args[i].d->k[k], args[i].d->v[k]);
             } else {
                 jfail(c, at, "%s() takes keyword arguments or a dict", fn == JF_DICT ? "dict" : "namespace");
             }

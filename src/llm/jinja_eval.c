@@ -115,6 +115,7 @@ static jv get_attr(jctx *c, const jnode *at, jv obj, jstr name) {
 /* Jinja's getitem (obj[key]). */
 static jv get_item(jctx *c, const jnode *at, jv obj, jv key) {
     if (obj.type == JV_UNDEF) undefined_use(c, at, obj);
+    if (obj.type == JV_LIST && obj.l->lazy) return jv_undef("'generator' object is not subscriptable");
     if ((obj.type == JV_LIST || obj.type == JV_STR) && (key.type == JV_INT || key.type == JV_BOOL)) {
         int64_t i = key.type == JV_BOOL ? key.b : key.i;
         jlist *items = obj.type == JV_LIST ? obj.l : jv_iterate(c, at, obj);
@@ -127,7 +128,10 @@ static jv get_item(jctx *c, const jnode *at, jv obj, jv key) {
         return jv_undef(jv_str_copy(c, why, strlen(why)).s.p);
     }
     if (key.type == JV_STR) return get_attr(c, at, obj, key.s);
-    if (obj.type == JV_DICT) return jv_undef("dict object has no such key");
+    if (obj.type == JV_DICT) {
+        jv *v = jdict_get(obj.d, key);
+        return v ? *v : jv_undef("dict object has no such key");
+    }
     return jv_undef(NULL);
 }
 
@@ -233,8 +237,9 @@ static jv eval(jctx *c, const jnode *n) {
         jdict *d = jdict_new(c, (size_t)n->nargs / 2);
         for (int i = 0; i < n->nargs; i += 2) {
             jv k = eval(c, n->args[i]);
-            if (k.type != JV_STR) jfail(c, n->args[i], "dict keys must be strings, not %s", jv_type_name(k));
-            jdict_set(c, d, k.s, eval(c, n->args[i + 1]));
+            if (k.type != JV_STR && k.type != JV_INT && k.type != JV_FLOAT && k.type != JV_BOOL && k.type != JV_NONE)
+                jfail(c, n->args[i], "unhashable type: '%s'", jv_type_name(k));
+            jdict_put(c, d, k, eval(c, n->args[i + 1]));
         }
         r = (jv){.type = JV_DICT, .d = d};
         break;

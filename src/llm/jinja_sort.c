@@ -99,7 +99,7 @@ bool jinja_list_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *
         for (size_t i = 0; i < n; i++) {
             if (dict) {
                 jlist *pair = jlist_new(c, 2);
-                jlist_push(c, pair, jv_str(value.d->k[i].p, value.d->k[i].len));
+                jlist_push(c, pair, value.d->k[i]);
                 jlist_push(c, pair, value.d->v[i]);
                 pair->tuple = true;
                 items[i].value = (jv){.type = JV_LIST, .l = pair};
@@ -115,7 +115,8 @@ bool jinja_list_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *
     if (jstr_eq(name, "reverse")) {
         jlist *src = jv_iterate(c, at, value), *l = jlist_new(c, src->n);
         for (size_t i = src->n; i > 0; i--) jlist_push(c, l, src->v[i - 1]);
-        if (value.type != JV_STR) {
+        if (value.type != JV_STR) { /* a list's reversed() iterator; a generator is listed first */
+            l->lazy = !(value.type == JV_LIST && value.l->lazy);
             *out = (jv){.type = JV_LIST, .l = l};
             return true;
         }
