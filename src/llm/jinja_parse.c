@@ -9,6 +9,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct parser {
@@ -719,13 +720,23 @@ kiln_status jinja_parse(const char *source, size_t len, jtemplate *t) {
     jtoken *toks;
     int ntoks;
     KILN_TRY(jinja_lex(source, len, &t->arena, &toks, &ntoks));
-    parser P = {.t = toks, .n = ntoks, .arena = &t->arena};
-    if (setjmp(P.fail)) return P.status;
-    nodes body = {0};
-    parse_body(&P, &body, NULL, NULL);
-    t->body = body.v;
-    t->nbody = body.n;
-    return KILN_OK;
+    /* on the heap: what longjmp returns to must not live in this frame's (indeterminate) locals */
+    parser *P = calloc(1, sizeof *P);
+    if (!P) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "chat template: out of memory");
+    P->t = toks;
+    P->n = ntoks;
+    P->arena = &t->arena;
+    kiln_status s = KILN_OK;
+    if (setjmp(P->fail)) {
+        s = P->status;
+    } else {
+        nodes body = {0};
+        parse_body(P, &body, NULL, NULL);
+        t->body = body.v;
+        t->nbody = body.n;
+    }
+    free(P);
+    return s;
 }
 
 void jinja_template_free(jtemplate *t) {
