@@ -6,6 +6,7 @@
  *  - the built-in ChatML template;
  *  - syntax errors and unsupported constructs name line:column; runtime errors are
  *    KILN_ERR_INVALID_ARGUMENT;
+ *  - one template rendered from four threads at once;
  *  - hostile templates: huge loops, deep recursion, big outputs end with a clear error; every
  *    truncation of every fixture template parses or fails cleanly, and renders or fails cleanly.
  * usage: test_chat_template [REPO_DIR] (default: $KILN_SOURCE_DIR, else .) */
@@ -14,6 +15,7 @@
 #include "kiln/kiln_llm.h"
 #include "llm/chat_template_internal.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -311,6 +313,56 @@ static void check_truncations(char **sources, int nsources) {
     printf("truncations: %d prefixes, %d parsed\n", total, parsed);
 }
 
+/* One parsed template rendered by several threads at once gives every thread the same text. */
+typedef struct render_job {
+    const kiln_chat_template *t;
+    const char *want;
+    int mismatches;
+} render_job;
+
+static void *render_many(void *arg) {
+    render_job *job = arg;
+    kiln_chat_message m[] = {{"system", "S"}, {"user", "question"}, {"assistant", "answer"}, {"user", "again"}};
+    for (int i = 0; i < 200; i++) {
+        char *out = NULL;
+        size_t len;
+        if (kiln_chat_template_apply_at(job->t, m, 4, true, &FIXED_NOW, &out, &len) != KILN_OK ||
+            strcmp(out, job->want) != 0)
+            job->mismatches++;
+        free(out);
+    }
+    return NULL;
+}
+
+static void check_threads(const char *root) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/data/chat_templates/llama-3.1-instruct.jinja", root);
+    char *source = read_file(path, NULL);
+    kiln_chat_template *t = NULL;
+    if (!source || kiln_chat_template_create(source, "<|begin_of_text|>", "<|eot_id|>", &t) != KILN_OK) {
+        CHECKF(false, "llama-3.1-instruct: %s", kiln_last_error());
+        free(source);
+        return;
+    }
+    kiln_chat_message m[] = {{"system", "S"}, {"user", "question"}, {"assistant", "answer"}, {"user", "again"}};
+    char *want = NULL;
+    size_t len;
+    REQUIRE_OK(kiln_chat_template_apply_at(t, m, 4, true, &FIXED_NOW, &want, &len));
+    render_job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (render_job){t, want, 0};
+        CHECK(pthread_create(&th[i], NULL, render_many, &jobs[i]) == 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CHECKF(jobs[i].mismatches == 0, "thread %d: %d renders differ", i, jobs[i].mismatches);
+    }
+    free(want);
+    kiln_chat_template_free(t);
+    free(source);
+}
+
 int main(int argc, char **argv) {
     const char *root = argc > 1 ? argv[1] : getenv("KILN_SOURCE_DIR") ? getenv("KILN_SOURCE_DIR") : ".";
     char *sources[128];
@@ -319,6 +371,7 @@ int main(int argc, char **argv) {
     check_chatml();
     check_errors();
     check_limits();
+    check_threads(root);
     check_truncations(sources, nsources);
     for (int i = 0; i < nsources; i++) free(sources[i]);
     return checks_report("test_chat_template");
