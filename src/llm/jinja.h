@@ -104,6 +104,7 @@ struct jdict {
 typedef struct jloop {
     jlist *items;
     size_t index0;
+    jv changed_last; /* loop.changed()'s previous arguments (UNDEF before the first call) */
 } jloop;
 
 /* ---------------------------------------------------------------- AST */
@@ -114,7 +115,7 @@ typedef enum jkind {
     JN_NEG, JN_POS, JN_NOT, JN_AND, JN_OR, JN_BINARY, JN_COND,
     /* statements */
     JN_TEXT, JN_OUTPUT, JN_IF, JN_FOR, JN_SET, JN_SET_BLOCK, JN_MACRO, JN_CALL_BLOCK, JN_FILTER_BLOCK,
-    JN_BREAK, JN_CONTINUE, JN_GENERATION,
+    JN_BREAK, JN_CONTINUE, JN_GENERATION, JN_WITH,
 } jkind;
 
 typedef enum jop {
@@ -139,9 +140,10 @@ struct jnode {
                             * defaults (NULL when none) */
     jstr *kw;              /* kw[i].p != NULL: args[i] is the keyword argument kw[i] */
     int nargs;
-    jstr *targets;         /* FOR / SET / SET_BLOCK / MACRO / CALL_BLOCK: the names bound */
+    jstr *targets;         /* FOR / SET / SET_BLOCK / MACRO / CALL_BLOCK / WITH: the names bound (WITH: to
+                            * the values args[i]) */
     int ntargets;
-    jnode **body;          /* IF / FOR / SET_BLOCK / MACRO / CALL_BLOCK / FILTER_BLOCK / GENERATION */
+    jnode **body;          /* IF / FOR / SET_BLOCK / MACRO / CALL_BLOCK / FILTER_BLOCK / GENERATION / WITH */
     int nbody;
     jnode **orelse;        /* IF: elif/else; FOR: else */
     int norelse;
@@ -243,6 +245,8 @@ const char *jv_type_name(jv v);
 bool jstr_eq(jstr s, const char *z);
 /* Python's str(v) appended to b (Undefined as ""). */
 void jv_to_str(jctx *c, jv v, kiln_strbuf *b);
+/* Python's repr(v) appended to b. */
+void jv_to_repr(jctx *c, jv v, kiln_strbuf *b);
 /* str(v) as a value (strings as they are). */
 jv jv_stringify(jctx *c, jv v);
 /* json.dumps(v, ensure_ascii, indent (NULL: none), separators, sort_keys) appended to b. */
@@ -279,6 +283,9 @@ bool jinja_has_test(jstr name);
 jv jinja_binary(jctx *c, const jnode *at, jop op, jv a, jv b);
 /* Python's ordering of a and b (<0, 0, >0); fails for types Python does not order. */
 int jinja_compare(jctx *c, const jnode *at, jv a, jv b);
+/* Python's printf-style formatting, fmt % args (jinja_format.c): %s %r %a %d %i %u %f %F %e %E %g %G
+ * %x %X %o %c %%, with flags, width, precision and %(key)s. */
+jv jinja_percent_format(jctx *c, const jnode *at, jstr fmt, jv args);
 /* Python-style slicing of a list or string by code point; start/stop/step may be NONE. */
 jv jinja_slice(jctx *c, const jnode *at, jv obj, jv start, jv stop, jv step);
 

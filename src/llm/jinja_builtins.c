@@ -286,7 +286,7 @@ static const char *const FILTERS[] = {"trim", "length", "count", "tojson", "uppe
                                       "replace", "join", "first", "last", "default", "d", "items", "string", "int",
                                       "float", "list", "selectattr", "rejectattr", "select", "reject", "map",
                                       "safe", "indent", "abs", "unique", "dictsort", "sort", "reverse", "sum",
-                                      "min", "max", "round", NULL};
+                                      "min", "max", "round", "format", "attr", NULL};
 static const char *const TESTS[] = {"defined", "undefined", "none", "string", "number", "integer", "float",
                                     "boolean", "true", "false", "mapping", "iterable", "sequence", "callable",
                                     "equalto", "eq", "==", "ne", "!=", "lt", "<", "le", "<=", "gt", ">", "ge",
@@ -552,6 +552,11 @@ jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, c
         }
         return lazy_value(l);
     }
+    if (jstr_eq(name, "attr")) { /* getattr only: a dict's keys are not its attributes */
+        jstr attr = need_str(c, at, a0, "attr's name");
+        jv *v = value.type == JV_NS ? jdict_find(value.d, attr.p, attr.len) : NULL;
+        return v ? *v : jv_undef(NULL);
+    }
     /* the string filters: str() of the value first, as Jinja's soft_str */
     jstr s = jv_stringify(c, value).s;
     jwork(c, at, s.len);
@@ -568,6 +573,17 @@ jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, c
     if (jstr_eq(name, "lower")) return map_case(c, s, CASE_LOWER);
     if (jstr_eq(name, "capitalize")) return map_case(c, s, CASE_CAPITALIZE);
     if (jstr_eq(name, "title")) return map_case(c, s, CASE_TITLE_JINJA);
+    if (jstr_eq(name, "format")) { /* fmt|format(a, b) is fmt % (a, b); keywords make a mapping */
+        jlist *positional = jlist_new(c, (size_t)nargs + 1);
+        jdict *named = jdict_new(c, 2);
+        for (int i = 0; i < nargs; i++) {
+            if (kw[i].p) jdict_set(c, named, kw[i], args[i]);
+            else jlist_push(c, positional, args[i]);
+        }
+        if (positional->n && named->n) jfail(c, at, "can't handle positional and keyword arguments at the same time");
+        positional->tuple = true;
+        return jinja_percent_format(c, at, s, named->n ? (jv){.type = JV_DICT, .d = named} : list_value(positional));
+    }
     if (jstr_eq(name, "replace")) {
         jv count = jv_none();
         if (!jinja_arg(args, kw, nargs, 0, "old", &a0) || !jinja_arg(args, kw, nargs, 1, "new", &a1))

@@ -196,6 +196,14 @@ static jv eval_call(jctx *c, const jnode *n, jmacro *caller) {
             if (n->nargs == 0) jfail(c, n, "no items for cycling given");
             return args[obj.loop->index0 % (size_t)n->nargs];
         }
+        if (obj.type == JV_LOOP && jstr_eq(fn->name, "changed")) { /* loop.changed(x, ...) */
+            jlist *now = jlist_new(c, (size_t)n->nargs);
+            for (int i = 0; i < n->nargs; i++) jlist_push(c, now, eval(c, n->args[i]));
+            jv value = {.type = JV_LIST, .l = now};
+            bool changed = obj.loop->changed_last.type == JV_UNDEF || !jv_equal(obj.loop->changed_last, value);
+            obj.loop->changed_last = value;
+            return jv_bool(changed);
+        }
     }
     jv callee = eval(c, fn);
     eval_args(c, n, args);
@@ -407,6 +415,16 @@ static void exec_stmt(jctx *c, const jnode *n) {
         break;
     }
     case JN_GENERATION: exec_body(c, n->body, n->nbody); break;
+    case JN_WITH: {
+        jv *values = jalloc(c, (size_t)(n->nargs + 1) * sizeof *values);
+        eval_args(c, n, values);
+        jframe *saved = c->frame;
+        c->frame = push_frame(c, saved);
+        for (int i = 0; i < n->ntargets; i++) jdict_set(c, c->frame->vars, n->targets[i], values[i]);
+        exec_body(c, n->body, n->nbody);
+        c->frame = saved;
+        break;
+    }
     case JN_BREAK: c->control = JC_BREAK; break;
     case JN_CONTINUE: c->control = JC_CONTINUE; break;
     default: jfail(c, n, "an expression where a statement belongs");

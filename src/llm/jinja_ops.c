@@ -195,6 +195,9 @@ jv jinja_binary(jctx *c, const jnode *at, jop op, jv a, jv b) {
             return (jv){.type = JV_LIST, .l = l};
         }
         break;
+    case JOP_MOD:
+        if (a.type == JV_STR) return jinja_percent_format(c, at, a.s, b);
+        break;
     case JOP_MUL:
         if ((a.type == JV_STR || (a.type == JV_LIST && !a.l->lazy)) && is_int(b)) return repeat(c, at, a, to_int(b));
         if ((b.type == JV_STR || (b.type == JV_LIST && !b.l->lazy)) && is_int(a)) return repeat(c, at, b, to_int(a));

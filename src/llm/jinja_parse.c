@@ -636,6 +636,31 @@ static jnode *parse_filter_block(parser *P, jtoken *at) {
     return n;
 }
 
+/* {% with a = x, b = y %} ... {% endwith %}: the values are evaluated outside, bound inside. */
+static jnode *parse_with(parser *P, jtoken *at) {
+    static const char *const ends[] = {"endwith", NULL};
+    jnode *n = node(P, JN_WITH, at);
+    nodes values = {0};
+    jstr names[32];
+    int k = 0;
+    while (cur(P)->type != JT_BLOCK_END) {
+        if (k) expect_op(P, ",");
+        if (k == 32) perr(P, KILN_ERR_UNSUPPORTED, cur(P), "more than 32 names in a with statement");
+        names[k++] = expect_name(P);
+        expect_op(P, "=");
+        nodes_push(P, &values, parse_expr(P), (jstr){0});
+    }
+    n->targets = palloc(P, (size_t)(k ? k : 1) * sizeof *n->targets);
+    memcpy(n->targets, names, (size_t)k * sizeof *names);
+    n->ntargets = k;
+    n->args = values.v;
+    n->nargs = values.n;
+    expect_block_end(P);
+    body_until(P, &n->body, &n->nbody, ends);
+    expect_block_end(P);
+    return n;
+}
+
 static jnode *parse_statement(parser *P) {
     jtoken *at = cur(P);
     jstr kw = expect_name(P);
@@ -645,6 +670,7 @@ static jnode *parse_statement(parser *P) {
     if (jstr_eq(kw, "macro")) return parse_macro(P, at);
     if (jstr_eq(kw, "call")) return parse_call_block(P, at);
     if (jstr_eq(kw, "filter")) return parse_filter_block(P, at);
+    if (jstr_eq(kw, "with")) return parse_with(P, at);
     if (jstr_eq(kw, "generation")) {
         static const char *const ends[] = {"endgeneration", NULL};
         jnode *n = node(P, JN_GENERATION, at);
@@ -658,8 +684,8 @@ static jnode *parse_statement(parser *P) {
         expect_block_end(P);
         return n;
     }
-    static const char *const known[] = {"extends", "block", "include", "import", "from", "with", "autoescape",
-                                        "do", "trans", NULL};
+    static const char *const known[] = {"extends", "block", "include", "import", "from", "autoescape", "do",
+                                        "trans", NULL};
     for (int i = 0; known[i]; i++)
         if (jstr_eq(kw, known[i])) perr(P, KILN_ERR_UNSUPPORTED, at, "{%% %s %%} is not supported", known[i]);
     perr(P, KILN_ERR_PARSE, at, "unknown statement '%.*s'", (int)kw.len > 40 ? 40 : (int)kw.len, kw.p);
@@ -705,7 +731,7 @@ static void parse_body(parser *P, nodes *out, const char *const *ends, jtoken **
                                           jstr_eq(name->text, "else") || jstr_eq(name->text, "elif") ||
                                           jstr_eq(name->text, "endset") || jstr_eq(name->text, "endmacro") ||
                                           jstr_eq(name->text, "endcall") || jstr_eq(name->text, "endfilter") ||
-                                          jstr_eq(name->text, "endgeneration")))
+                                          jstr_eq(name->text, "endgeneration") || jstr_eq(name->text, "endwith")))
                 perr(P, KILN_ERR_PARSE, name, "unexpected {%% %.*s %%}", (int)name->text.len, name->text.p);
             nodes_push(P, out, parse_statement(P), (jstr){0});
         } else {

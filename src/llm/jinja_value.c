@@ -368,6 +368,8 @@ static void jv_repr(jctx *c, jv v, kiln_strbuf *b, int depth) {
     else jv_to_str(c, v, b);
 }
 
+void jv_to_repr(jctx *c, jv v, kiln_strbuf *b) { jv_repr(c, v, b, 0); }
+
 void jv_to_str(jctx *c, jv v, kiln_strbuf *b) {
     char num[40];
     switch (v.type) {
