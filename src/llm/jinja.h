@@ -265,8 +265,19 @@ size_t jstr_codepoints(jstr s);
  * for keyword arguments. */
 jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, const jstr *kw, int nargs);
 bool jinja_test(jctx *c, const jnode *at, jstr name, jv value, const jv *args, int nargs);
-jv jinja_method(jctx *c, const jnode *at, jv obj, jstr name, const jv *args, const jstr *kw, int nargs);
+jv jinja_method(jctx *c, const jnode *at, jv obj, jstr name, const jv *args, const jstr *kw, int nargs); /* strings.c */
 jv jinja_call_func(jctx *c, const jnode *at, jfunc fn, const jv *args, const jstr *kw, int nargs);
+/* v as a string / an int (a bool counts), or fails naming `what`. */
+jstr jv_need_str(jctx *c, const jnode *at, jv v, const char *what);
+int64_t jv_need_int(jctx *c, const jnode *at, jv v, const char *what);
+/* String helpers (jinja_strings.c). jstr_strip: Python's strip / lstrip / rstrip (chars NULL:
+ * whitespace), a view into s. jstr_map_case: upper, lower, capitalize, str.title and Jinja's title
+ * filter. jstr_replace: Python's replace (count < 0: all). jstr_indent: Jinja's indent filter. */
+typedef enum { CASE_UPPER, CASE_LOWER, CASE_CAPITALIZE, CASE_TITLE_PY, CASE_TITLE_JINJA } case_map;
+jv jstr_strip(jstr s, const jstr *chars, bool left, bool right);
+jv jstr_map_case(jctx *c, jstr s, case_map how);
+jv jstr_replace(jctx *c, jstr s, jstr old, jstr new, int64_t count);
+jv jstr_indent(jctx *c, jstr s, jstr ind, bool first, bool blank);
 /* Argument pos (or keyword name) of a call: true and *out when given. */
 bool jinja_arg(const jv *args, const jstr *kw, int nargs, int pos, const char *name, jv *out);
 /* item's attribute as map / selectattr / sort see it: a dotted path of keys and list indices
