@@ -3,8 +3,6 @@
  * ordering filters are in jinja_sort.c, the string methods and helpers in jinja_strings.c. */
 #include "llm/jinja.h"
 
-#include "core/utf8.h"
-
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
