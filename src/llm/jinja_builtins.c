@@ -199,7 +199,8 @@ static jv filter_map(jctx *c, const jnode *at, jv value, const jv *args, const j
     }
     if (nargs < 1 || kw[0].p) jfail(c, at, "map needs a filter name or attribute=");
     jstr filter = jv_need_str(c, at, args[0], "map's filter name");
-    if (!jinja_has_filter(filter) || jstr_eq(filter, "map")) jfail(c, at, "map: unknown filter '%.*s'", (int)filter.len, filter.p);
+    if (!jinja_has_filter(filter) || jstr_eq(filter, "map"))
+        jfail(c, at, "map: unknown filter '%.*s'", (int)filter.len, filter.p);
     for (size_t i = 0; i < items->n; i++)
         jlist_push(c, out, jinja_filter(c, at, filter, items->v[i], args + 1, kw + 1, nargs - 1));
     return lazy_value(out);
@@ -267,7 +268,8 @@ jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, c
         jv *parts = jalloc(c, (items->n + 1) * sizeof *parts);
         size_t total = 0;
         for (size_t i = 0; i < items->n; i++) {
-            jv v = by_attr ? jinja_attribute(c, items->v[i], jv_need_str(c, at, attr, "join's attribute")) : items->v[i];
+            jv v = by_attr ? jinja_attribute(c, items->v[i], jv_need_str(c, at, attr, "join's attribute"))
+                           : items->v[i];
             parts[i] = jv_stringify(c, v);
             total += parts[i].s.len + s.len;
         }
@@ -289,7 +291,8 @@ jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, c
     }
     if (jstr_eq(name, "float")) {
         if (value.type == JV_FLOAT) return value;
-        if (value.type == JV_INT || value.type == JV_BOOL) return jv_float(value.type == JV_INT ? (double)value.i : value.b);
+        if (value.type == JV_INT) return jv_float((double)value.i);
+        if (value.type == JV_BOOL) return jv_float(value.b);
         if (value.type == JV_STR) {
             char buf[64];
             jstr s = jstr_strip(value.s, NULL, true, true).s;

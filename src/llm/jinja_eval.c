@@ -27,7 +27,8 @@ static void exec_body(jctx *c, jnode *const *body, int n);
 
 static void enter(jctx *c, const jnode *at) {
     jwork(c, at, 1);
-    if (++c->depth > JINJA_MAX_EVAL_DEPTH) jfail(c, at, "the template recurses deeper than %d levels", JINJA_MAX_EVAL_DEPTH);
+    if (++c->depth > JINJA_MAX_EVAL_DEPTH)
+        jfail(c, at, "the template recurses deeper than %d levels", JINJA_MAX_EVAL_DEPTH);
 }
 
 static jframe *push_frame(jctx *c, jframe *parent) {
@@ -148,14 +149,20 @@ static jv call_macro(jctx *c, const jnode *at, jmacro *m, const jv *args, const 
     int npos = 0;
     for (int i = 0; i < nargs; i++)
         if (!kw[i].p) npos++;
-    if (npos > def->ntargets) jfail(c, at, "macro '%.*s' takes not more than %d argument(s)", (int)def->name.len, def->name.p, def->ntargets);
+    if (npos > def->ntargets)
+        jfail(c, at, "macro '%.*s' takes not more than %d argument(s)", (int)def->name.len, def->name.p,
+              def->ntargets);
     for (int p = 0, i = 0; i < nargs; i++)
         if (!kw[i].p) jdict_set(c, f->vars, def->targets[p++], args[i]);
     for (int i = 0; i < nargs; i++) {
         if (!kw[i].p) continue;
         int k = 0;
-        while (k < def->ntargets && !(def->targets[k].len == kw[i].len && memcmp(def->targets[k].p, kw[i].p, kw[i].len) == 0)) k++;
-        if (k == def->ntargets) jfail(c, at, "macro '%.*s' has no parameter named '%.*s'", (int)def->name.len, def->name.p, (int)kw[i].len, kw[i].p);
+        while (k < def->ntargets &&
+               !(def->targets[k].len == kw[i].len && memcmp(def->targets[k].p, kw[i].p, kw[i].len) == 0))
+            k++;
+        if (k == def->ntargets)
+            jfail(c, at, "macro '%.*s' has no parameter named '%.*s'", (int)def->name.len, def->name.p,
+                  (int)kw[i].len, kw[i].p);
         jdict_set(c, f->vars, def->targets[k], args[i]);
     }
     c->frame = f;
@@ -164,7 +171,8 @@ static jv call_macro(jctx *c, const jnode *at, jmacro *m, const jv *args, const 
         jv dflt = k < def->nargs && def->args[k] ? eval(c, def->args[k]) : jv_undef(NULL);
         if (dflt.type == JV_UNDEF) {
             char *why = jalloc(c, def->targets[k].len + 40);
-            snprintf(why, def->targets[k].len + 40, "parameter '%.*s' was not provided", (int)def->targets[k].len, def->targets[k].p);
+            snprintf(why, def->targets[k].len + 40, "parameter '%.*s' was not provided", (int)def->targets[k].len,
+                     def->targets[k].p);
             dflt = jv_undef(why);
         }
         jdict_set(c, f->vars, def->targets[k], dflt);
@@ -331,7 +339,8 @@ static void exec_for(jctx *c, const jnode *n) {
         items = jlist_new(c, all->n);
         c->frame = f;
         for (size_t i = 0; i < all->n; i++) {
-            if (++c->iterations > JINJA_MAX_ITERATIONS) jfail(c, n, "more than %d loop iterations", JINJA_MAX_ITERATIONS);
+            if (++c->iterations > JINJA_MAX_ITERATIONS)
+                jfail(c, n, "more than %d loop iterations", JINJA_MAX_ITERATIONS);
             f->vars->n = 0;
             assign(c, n, n->targets, n->ntargets, all->v[i]);
             if (jv_truthy(eval(c, n->b))) jlist_push(c, items, all->v[i]);

@@ -82,7 +82,8 @@ static void put_number(jctx *c, const jnode *at, kiln_strbuf *b, const spec *sp,
 /* The decimal number at fmt[*i] (0 if none), capped at 100000; advances *i past it. */
 static int read_count(jstr fmt, size_t *i) {
     int n = 0;
-    for (; *i < fmt.len && isdigit((unsigned char)fmt.p[*i]); (*i)++) n = n > 10000 ? 100000 : n * 10 + (fmt.p[*i] - '0');
+    for (; *i < fmt.len && isdigit((unsigned char)fmt.p[*i]); (*i)++)
+        n = n > 10000 ? 100000 : n * 10 + (fmt.p[*i] - '0');
     return n;
 }
 

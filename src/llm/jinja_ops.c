@@ -144,7 +144,8 @@ static bool contains(jctx *c, const jnode *at, jv item, jv seq) {
     jwork(c, at, seq.type == JV_STR ? seq.s.len : seq.type == JV_LIST ? seq.l->n : 1);
     switch (seq.type) {
     case JV_STR:
-        if (item.type != JV_STR) jfail(c, at, "'in <string>' requires string as left operand, not %s", jv_type_name(item));
+        if (item.type != JV_STR)
+            jfail(c, at, "'in <string>' requires string as left operand, not %s", jv_type_name(item));
         if (item.s.len == 0) return true;
         for (size_t i = 0; i + item.s.len <= seq.s.len; i++)
             if (memcmp(seq.s.p + i, item.s.p, item.s.len) == 0) return true;

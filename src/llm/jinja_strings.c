@@ -206,7 +206,8 @@ static jlist *splitlines(jctx *c, jstr s) {
             const unsigned char *q = (const unsigned char *)s.p + e;
             size_t left = s.len - e;
             if (q[0] == '\r' && left > 1 && q[1] == '\n') brk = 2;
-            else if (q[0] == '\n' || q[0] == '\r' || q[0] == '\v' || q[0] == '\f' || (q[0] >= 0x1c && q[0] <= 0x1e)) brk = 1;
+            else if (q[0] == '\n' || q[0] == '\r' || q[0] == '\v' || q[0] == '\f' || (q[0] >= 0x1c && q[0] <= 0x1e))
+                brk = 1;
             else if (left > 1 && q[0] == 0xC2 && q[1] == 0x85) brk = 2;
             else if (left > 2 && q[0] == 0xE2 && q[1] == 0x80 && (q[2] == 0xA8 || q[2] == 0xA9)) brk = 3;
             if (brk) break;
@@ -295,7 +296,8 @@ jv jinja_method(jctx *c, const jnode *at, jv obj, jstr name, const jv *args, con
     if (jstr_eq(name, "replace")) {
         if (nargs < 2) jfail(c, at, "replace needs two arguments");
         int64_t count = nargs > 2 ? jv_need_int(c, at, args[2], "replace's count") : -1;
-        return jstr_replace(c, s, jv_need_str(c, at, a0, "replace's argument"), jv_need_str(c, at, a1, "replace's argument"), count);
+        return jstr_replace(c, s, jv_need_str(c, at, a0, "replace's argument"),
+                            jv_need_str(c, at, a1, "replace's argument"), count);
     }
     if (jstr_eq(name, "find")) {
         jstr sub = jv_need_str(c, at, a0, "find's argument");

@@ -199,7 +199,8 @@ static double as_double(jv v) { return v.type == JV_FLOAT ? v.f : v.type == JV_I
 
 bool jv_equal(jv a, jv b) {
     if (is_number(a) && is_number(b)) {
-        if (a.type != JV_FLOAT && b.type != JV_FLOAT) return (a.type == JV_INT ? a.i : a.b) == (b.type == JV_INT ? b.i : b.b);
+        if (a.type != JV_FLOAT && b.type != JV_FLOAT)
+            return (a.type == JV_INT ? a.i : a.b) == (b.type == JV_INT ? b.i : b.b);
         return as_double(a) == as_double(b);
     }
     if (a.type != b.type) return false;

@@ -57,7 +57,8 @@ static kiln_status render(const char *source, const char *bos, const char *eos, 
  * other (tool definitions, tool calls, null contents) through the JSON one. */
 static bool plain_conversation(const kiln_jdoc *doc, const kiln_jnode *conv) {
     if (kiln_jdoc_get(doc, conv, "tools")->type != KILN_JNODE_NULL) return false;
-    for (const kiln_jnode *m = kiln_jdoc_first(doc, kiln_jdoc_get(doc, conv, "messages")); m; m = kiln_jdoc_next(doc, m)) {
+    const kiln_jnode *messages = kiln_jdoc_get(doc, conv, "messages");
+    for (const kiln_jnode *m = kiln_jdoc_first(doc, messages); m; m = kiln_jdoc_next(doc, m)) {
         if (m->count != 2) return false;
         const kiln_jnode *role = kiln_jdoc_get(doc, m, "role"), *content = kiln_jdoc_get(doc, m, "content");
         if (!role || !content || role->type != KILN_JNODE_STRING || content->type != KILN_JNODE_STRING) return false;
@@ -244,7 +245,8 @@ static void check_errors(void) {
     expect_render_error("{{ 'x'.nomethod() }}", "no method 'nomethod'");
     expect_render_error("{% set x = 1 %}{% set x.y = 2 %}", "non-namespace");
     /* what Jinja allows on Undefined */
-    expect_output("[{{ nothing }}][{{ nothing | length }}][{% for x in nothing %}x{% endfor %}][{{ nothing is defined }}]",
+    expect_output("[{{ nothing }}][{{ nothing | length }}][{% for x in nothing %}x{% endfor %}]"
+                  "[{{ nothing is defined }}]",
                   "[][0][][False]");
     expect_output("{% if messages[0].missing is defined %}y{% else %}n{% endif %}{{ messages[0].missing }}", "n");
 }
