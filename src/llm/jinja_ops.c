@@ -258,10 +258,9 @@ static void slice_indices(jctx *c, const jnode *at, jv start, jv stop, jv step, 
 }
 
 jv jinja_slice(jctx *c, const jnode *at, jv obj, jv start, jv stop, jv step) {
-    if ((obj.type != JV_LIST && obj.type != JV_STR) || (obj.type == JV_LIST && obj.l->lazy)) {
-        if (obj.type == JV_UNDEF || obj.type == JV_LIST) return jv_undef("a generator cannot be sliced");
-        jfail(c, at, "'%s' object is not subscriptable", jv_type_name(obj));
-    }
+    if (obj.type == JV_UNDEF) jfail(c, at, "%.*s", (int)obj.s.len, obj.s.len ? obj.s.p : "an undefined value");
+    if (obj.type == JV_LIST && obj.l->lazy) jfail(c, at, "'generator' object is not subscriptable");
+    if (obj.type != JV_LIST && obj.type != JV_STR) return jv_undef(NULL); /* as Jinja's getitem */
     jlist *items = jv_iterate(c, at, obj);
     int64_t b, e, s;
     slice_indices(c, at, start, stop, step, (int64_t)items->n, &b, &e, &s);
