@@ -284,6 +284,8 @@ jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, c
         }
         return jv_str(p, (size_t)(q - p));
     }
+    if ((jstr_eq(name, "int") || jstr_eq(name, "float")) && value.type == JV_UNDEF) /* int(Undefined) fails */
+        jfail(c, at, "%.*s", (int)value.s.len, value.s.len ? value.s.p : "an undefined value");
     if (jstr_eq(name, "int")) {
         jv dflt = jv_int(0);
         jinja_arg(args, kw, nargs, 0, "default", &dflt);
@@ -307,6 +309,7 @@ jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, c
         return jv_float(0.0);
     }
     if (jstr_eq(name, "abs")) {
+        if (value.type == JV_BOOL) return jv_int(value.b);
         if (value.type == JV_INT && value.i != INT64_MIN) return jv_int(value.i < 0 ? -value.i : value.i);
         if (value.type == JV_FLOAT) return jv_float(fabs(value.f));
         jfail(c, at, "bad operand type for abs(): '%s'", jv_type_name(value));
@@ -315,6 +318,8 @@ jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, c
         jlist *src = jv_iterate(c, at, value), *l = jlist_new(c, src->n);
         for (size_t i = 0; i < src->n; i++) {
             jwork(c, at, l->n + 1);
+            if (src->v[i].type == JV_LIST || src->v[i].type == JV_DICT || src->v[i].type == JV_NS)
+                jfail(c, at, "unhashable type: '%s'", jv_type_name(src->v[i]));
             bool seen = false;
             for (size_t k = 0; k < l->n && !seen; k++) seen = jv_equal(l->v[k], src->v[i]);
             if (!seen) jlist_push(c, l, src->v[i]);
@@ -325,6 +330,10 @@ jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, c
         jstr attr = jv_need_str(c, at, a0, "attr's name");
         jv *v = value.type == JV_NS ? jdict_find(value.d, attr.p, attr.len) : NULL;
         return v ? *v : jv_undef(NULL);
+    }
+    if (jstr_eq(name, "indent") && value.type != JV_STR) { /* Jinja appends "\n" to the value itself */
+        if (value.type == JV_UNDEF) jfail(c, at, "%.*s", (int)value.s.len, value.s.len ? value.s.p : "undefined");
+        jfail(c, at, "unsupported operand type(s) for +=: '%s' and 'str'", jv_type_name(value));
     }
     /* the string filters: str() of the value first, as Jinja's soft_str */
     jstr s = jv_stringify(c, value).s;
@@ -401,15 +410,14 @@ bool jinja_test(jctx *c, const jnode *at, jstr name, jv v, const jv *args, int n
         return (v.type == JV_LIST && !(v.l->lazy && name.p[0] == 's')) || v.type == JV_DICT || v.type == JV_STR ||
                v.type == JV_UNDEF;
     if (jstr_eq(name, "callable")) return v.type == JV_MACRO || v.type == JV_FUNC;
-    if (jstr_eq(name, "lower") || jstr_eq(name, "upper")) {
-        if (v.type != JV_STR) return false;
-        bool cased = false;
-        for (size_t i = 0; i < v.s.len; i++) {
-            unsigned char ch = (unsigned char)v.s.p[i];
-            if (jstr_eq(name, "lower") ? isupper(ch) : islower(ch)) return false;
-            cased |= isalpha(ch) != 0;
-        }
-        return cased;
+    if (jstr_eq(name, "lower") || jstr_eq(name, "upper")) { /* str(v).islower() / .isupper() */
+        jstr s = jv_stringify(c, v).s;
+        bool lower = jstr_eq(name, "lower");
+        jstr same = jstr_map_case(c, s, lower ? CASE_LOWER : CASE_UPPER).s;
+        jstr other = jstr_map_case(c, s, lower ? CASE_UPPER : CASE_LOWER).s;
+        bool unchanged = same.len == s.len && memcmp(same.p, s.p, s.len) == 0;
+        bool has_cased = other.len != s.len || memcmp(other.p, s.p, s.len) != 0;
+        return unchanged && has_cased;
     }
     if (nargs < 1 && !jstr_eq(name, "odd") && !jstr_eq(name, "even"))
         jfail(c, at, "test '%.*s' needs an argument", (int)name.len, name.p);
@@ -421,12 +429,9 @@ bool jinja_test(jctx *c, const jnode *at, jstr name, jv v, const jv *args, int n
     if (jstr_eq(name, "gt") || jstr_eq(name, ">")) return jv_truthy(jinja_binary(c, at, JOP_GT, v, a));
     if (jstr_eq(name, "ge") || jstr_eq(name, ">=")) return jv_truthy(jinja_binary(c, at, JOP_GE, v, a));
     if (jstr_eq(name, "in")) return jv_truthy(jinja_binary(c, at, JOP_IN, v, a));
-    int64_t i = jv_need_int(c, at, v, "the tested value");
-    if (jstr_eq(name, "odd")) return i % 2 != 0;
-    if (jstr_eq(name, "even")) return i % 2 == 0;
-    int64_t d = jv_need_int(c, at, a, "divisibleby's argument");
-    if (d == 0) jfail(c, at, "divisibleby 0");
-    return i % d == 0;
+    /* odd: v % 2 == 1, even: v % 2 == 0, divisibleby: v % a == 0, with Python's % (floats too) */
+    jv rem = jinja_binary(c, at, JOP_MOD, v, jstr_eq(name, "divisibleby") ? a : jv_int(2));
+    return jv_equal(rem, jv_int(jstr_eq(name, "odd") ? 1 : 0));
 }
 
 /* ---------------------------------------------------------------- global functions */

@@ -235,6 +235,31 @@ static jv eval_filter(jctx *c, const jnode *n, jv value) {
     return jinja_filter(c, n, n->name, value, args, n->kw, n->nargs);
 }
 
+/* Whether n is made of literals only (what Jinja's optimizer evaluates at compile time). */
+static bool is_constant(const jnode *n) {
+    if (!n) return true;
+    switch (n->kind) {
+    case JN_LIT: return true;
+    case JN_LIST:
+    case JN_TUPLE:
+    case JN_DICT:
+    case JN_SLICE:
+    case JN_ITEM:
+    case JN_NEG:
+    case JN_POS:
+    case JN_NOT:
+    case JN_AND:
+    case JN_OR:
+    case JN_BINARY:
+    case JN_COND:
+        if (!is_constant(n->a) || !is_constant(n->b) || !is_constant(n->c)) return false;
+        for (int i = 0; i < n->nargs; i++)
+            if (!is_constant(n->args[i])) return false;
+        return true;
+    default: return false;
+    }
+}
+
 static jv eval(jctx *c, const jnode *n) {
     enter(c, n);
     jv r;
@@ -269,7 +294,12 @@ static jv eval(jctx *c, const jnode *n) {
     case JN_SLICE: {
         jv obj = eval(c, n->a), parts[3];
         for (int i = 0; i < 3; i++) parts[i] = n->args[i] ? eval(c, n->args[i]) : jv_none();
-        r = jinja_slice(c, n, obj, parts[0], parts[1], parts[2]);
+        /* Jinja folds a slice of constants at compile time through its getitem, which gives Undefined
+         * where Python's own slicing (what runs for anything else) fails */
+        if (obj.type != JV_LIST && obj.type != JV_STR && obj.type != JV_UNDEF && is_constant(n))
+            r = jv_undef(NULL);
+        else
+            r = jinja_slice(c, n, obj, parts[0], parts[1], parts[2]);
         break;
     }
     case JN_CALL: r = eval_call(c, n, NULL); break;

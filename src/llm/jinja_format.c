@@ -146,7 +146,9 @@ jv jinja_percent_format(jctx *c, const jnode *at, jstr fmt, jv args) {
             put_number(c, at, b, &sp, v);
         }
     }
-    if (!used_mapping && next < nargs && !(args.type == JV_DICT && !tuple))
+    /* a non-tuple argument with items (a dict, a list) is taken as a mapping: no leftover check */
+    bool mapping_like = !tuple && (args.type == JV_DICT || args.type == JV_LIST || args.type == JV_UNDEF);
+    if (!used_mapping && next < nargs && !mapping_like)
         jfail(c, at, "not all arguments converted during string formatting");
     if (b->failed) jfail(c, at, "out of memory");
     return jv_str_copy(c, b->data ? b->data : "", b->len);

@@ -155,7 +155,10 @@ static bool contains(jctx *c, const jnode *at, jv item, jv seq) {
             if (jv_equal(seq.l->v[i], item)) return true;
         return false;
     case JV_DICT:
-    case JV_NS: return jdict_get(seq.d, item) != NULL;
+    case JV_NS:
+        if (item.type == JV_LIST || item.type == JV_DICT || item.type == JV_NS)
+            jfail(c, at, "unhashable type: '%s'", jv_type_name(item));
+        return jdict_get(seq.d, item) != NULL;
     case JV_UNDEF: return false;
     default: jfail(c, at, "argument of type '%s' is not iterable", jv_type_name(seq));
     }
@@ -258,9 +261,11 @@ static void slice_indices(jctx *c, const jnode *at, jv start, jv stop, jv step, 
 }
 
 jv jinja_slice(jctx *c, const jnode *at, jv obj, jv start, jv stop, jv step) {
+    /* slices bypass Jinja's getitem: Python's own obj[a:b] and its errors */
     if (obj.type == JV_UNDEF) jfail(c, at, "%.*s", (int)obj.s.len, obj.s.len ? obj.s.p : "an undefined value");
-    if (obj.type == JV_LIST && obj.l->lazy) jfail(c, at, "'generator' object is not subscriptable");
-    if (obj.type != JV_LIST && obj.type != JV_STR) return jv_undef(NULL); /* as Jinja's getitem */
+    if (obj.type == JV_DICT) jfail(c, at, "unhashable type: 'slice'");
+    if ((obj.type != JV_LIST && obj.type != JV_STR) || (obj.type == JV_LIST && obj.l->lazy))
+        jfail(c, at, "'%s' object is not subscriptable", jv_type_name(obj));
     jlist *items = jv_iterate(c, at, obj);
     int64_t b, e, s;
     slice_indices(c, at, start, stop, step, (int64_t)items->n, &b, &e, &s);

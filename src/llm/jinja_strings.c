@@ -265,6 +265,11 @@ jv jinja_method(jctx *c, const jnode *at, jv obj, jstr name, const jv *args, con
         if (v && v->type == JV_MACRO) jfail(c, at, "calling a macro stored in a dict is not supported");
         jfail(c, at, "'dict object' has no method '%.*s'", (int)name.len, name.p);
     }
+    if (obj.type == JV_LIST && jstr_eq(name, "count")) {
+        int64_t k = 0;
+        for (size_t i = 0; i < obj.l->n; i++) k += jv_equal(obj.l->v[i], a0);
+        return jv_int(k);
+    }
     if (obj.type == JV_LIST) jfail(c, at, "'%s object' has no method '%.*s'", jv_type_name(obj), (int)name.len, name.p);
     jstr s = obj.s;
     if (jstr_eq(name, "strip") || jstr_eq(name, "lstrip") || jstr_eq(name, "rstrip")) {

@@ -363,7 +363,11 @@ static void check_size(jctx *c, const jnode *at, const kiln_strbuf *b, size_t mo
 static void jv_repr(jctx *c, jv v, kiln_strbuf *b, int depth) {
     if (depth > JINJA_MAX_PARSE_DEPTH) jfail(c, NULL, "a value nests too deeply to print");
     check_size(c, NULL, b, v.type == JV_STR ? v.s.len : 0);
-    if (v.type == JV_STR) str_repr(v.s, b);
+    if (v.type == JV_STR && v.safe) {
+        kiln_strbuf_puts(b, "Markup(");
+        str_repr(v.s, b);
+        kiln_strbuf_putc(b, ')');
+    } else if (v.type == JV_STR) str_repr(v.s, b);
     else if (v.type == JV_UNDEF) kiln_strbuf_puts(b, "Undefined");
     else if (v.type == JV_LIST || v.type == JV_DICT) seq_repr(c, v, b, depth);
     else jv_to_str(c, v, b);
