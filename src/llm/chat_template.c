@@ -92,22 +92,23 @@ kiln_status kiln_chat_template_apply_at(const kiln_chat_template *t, const kiln_
     if (len) *len = 0;
     for (int i = 0; i < n; i++)
         if (!messages[i].role || !messages[i].content)
-            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_chat_template_apply: message %d has no role or content", i);
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_chat_template_apply: message %d has no role or content",
+                              i);
     jarena arena = {.cap = JINJA_MAX_ARENA};
     /* the messages as a list of {role, content} dicts, borrowing the caller's strings */
     size_t cap = n ? (size_t)n : 1;
     jlist *list = jarena_alloc(&arena, sizeof *list);
     jv *items = jarena_alloc(&arena, cap * sizeof *items);
     jdict *dicts = jarena_alloc(&arena, cap * sizeof *dicts);
-    jstr *keys = jarena_alloc(&arena, 2 * cap * sizeof *keys);
+    jv *keys = jarena_alloc(&arena, 2 * cap * sizeof *keys);
     jv *vals = jarena_alloc(&arena, 2 * cap * sizeof *vals);
     if (!list || !items || !dicts || !keys || !vals) {
         jarena_free(&arena);
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "chat template: out of memory");
     }
     for (int i = 0; i < n; i++) {
-        keys[2 * i] = (jstr){4, "role"};
-        keys[2 * i + 1] = (jstr){7, "content"};
+        keys[2 * i] = jv_str("role", 4);
+        keys[2 * i + 1] = jv_str("content", 7);
         vals[2 * i] = jv_strz(messages[i].role);
         vals[2 * i + 1] = jv_strz(messages[i].content);
         dicts[i] = (jdict){.n = 2, .cap = 2, .k = keys + 2 * i, .v = vals + 2 * i};
@@ -156,7 +157,7 @@ static bool json_to_value(jarena *a, const kiln_jdoc *doc, const kiln_jnode *n, 
                 *slot = v;
                 continue;
             }
-            d->k[d->n] = key;
+            d->k[d->n] = jv_str(key.p, key.len);
             d->v[d->n++] = v;
         }
         *out = (jv){.type = JV_DICT, .d = d};

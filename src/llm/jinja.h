@@ -72,6 +72,7 @@ typedef enum jfunc { JF_RAISE_EXCEPTION, JF_STRFTIME_NOW, JF_NAMESPACE, JF_RANGE
 
 struct jv {
     jtype type;
+    bool safe; /* STR: a Markup (from |safe): `markup + str` HTML-escapes the str, as Python's Markup does */
     union {
         bool b;
         int64_t i;
@@ -89,11 +90,13 @@ struct jlist {
     size_t n, cap;
     jv *v;
     bool tuple;
+    bool lazy; /* what Jinja returns as a generator or iterator (map, select..., items, unique, reverse):
+                * always true, no len(), no indexing, not JSON: templates that rely on it fail as there */
 };
 
 struct jdict {
     size_t n, cap;
-    jstr *k; /* keys in insertion order */
+    jv *k; /* keys in insertion order: strings, or (in dict literals) numbers, booleans, none */
     jv *v;
 };
 
@@ -101,6 +104,7 @@ struct jdict {
 typedef struct jloop {
     jlist *items;
     size_t index0;
+    jv changed_last; /* loop.changed()'s previous arguments (UNDEF before the first call) */
 } jloop;
 
 /* ---------------------------------------------------------------- AST */
@@ -111,7 +115,7 @@ typedef enum jkind {
     JN_NEG, JN_POS, JN_NOT, JN_AND, JN_OR, JN_BINARY, JN_COND,
     /* statements */
     JN_TEXT, JN_OUTPUT, JN_IF, JN_FOR, JN_SET, JN_SET_BLOCK, JN_MACRO, JN_CALL_BLOCK, JN_FILTER_BLOCK,
-    JN_BREAK, JN_CONTINUE, JN_GENERATION,
+    JN_BREAK, JN_CONTINUE, JN_GENERATION, JN_WITH,
 } jkind;
 
 typedef enum jop {
@@ -136,9 +140,10 @@ struct jnode {
                             * defaults (NULL when none) */
     jstr *kw;              /* kw[i].p != NULL: args[i] is the keyword argument kw[i] */
     int nargs;
-    jstr *targets;         /* FOR / SET / SET_BLOCK / MACRO / CALL_BLOCK: the names bound */
+    jstr *targets;         /* FOR / SET / SET_BLOCK / MACRO / CALL_BLOCK / WITH: the names bound (WITH: to
+                            * the values args[i]) */
     int ntargets;
-    jnode **body;          /* IF / FOR / SET_BLOCK / MACRO / CALL_BLOCK / FILTER_BLOCK / GENERATION */
+    jnode **body;          /* IF / FOR / SET_BLOCK / MACRO / CALL_BLOCK / FILTER_BLOCK / GENERATION / WITH */
     int nbody;
     jnode **orelse;        /* IF: elif/else; FOR: else */
     int norelse;
@@ -229,8 +234,10 @@ jv jv_str_copy(jctx *c, const char *p, size_t len);
 jlist *jlist_new(jctx *c, size_t cap);
 void jlist_push(jctx *c, jlist *l, jv v);
 jdict *jdict_new(jctx *c, size_t cap);
-void jdict_set(jctx *c, jdict *d, jstr key, jv v);
-jv *jdict_find(const jdict *d, const char *key, size_t len);
+void jdict_set(jctx *c, jdict *d, jstr key, jv v);   /* a string key */
+void jdict_put(jctx *c, jdict *d, jv key, jv v);     /* any hashable key */
+jv *jdict_find(const jdict *d, const char *key, size_t len); /* the value of a string key, or NULL */
+jv *jdict_get(const jdict *d, jv key);                /* the value of key (Python's 1 == 1.0 == True), or NULL */
 
 bool jv_truthy(jv v);
 bool jv_equal(jv a, jv b);
@@ -238,6 +245,8 @@ const char *jv_type_name(jv v);
 bool jstr_eq(jstr s, const char *z);
 /* Python's str(v) appended to b (Undefined as ""). */
 void jv_to_str(jctx *c, jv v, kiln_strbuf *b);
+/* Python's repr(v) appended to b. */
+void jv_to_repr(jctx *c, jv v, kiln_strbuf *b);
 /* str(v) as a value (strings as they are). */
 jv jv_stringify(jctx *c, jv v);
 /* json.dumps(v, ensure_ascii, indent (NULL: none), separators, sort_keys) appended to b. */
@@ -256,13 +265,38 @@ size_t jstr_codepoints(jstr s);
  * for keyword arguments. */
 jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, const jstr *kw, int nargs);
 bool jinja_test(jctx *c, const jnode *at, jstr name, jv value, const jv *args, int nargs);
-jv jinja_method(jctx *c, const jnode *at, jv obj, jstr name, const jv *args, const jstr *kw, int nargs);
+jv jinja_method(jctx *c, const jnode *at, jv obj, jstr name, const jv *args, const jstr *kw, int nargs); /* strings.c */
 jv jinja_call_func(jctx *c, const jnode *at, jfunc fn, const jv *args, const jstr *kw, int nargs);
+/* v as a string / an int (a bool counts), or fails naming `what`. */
+jstr jv_need_str(jctx *c, const jnode *at, jv v, const char *what);
+int64_t jv_need_int(jctx *c, const jnode *at, jv v, const char *what);
+/* String helpers (jinja_strings.c). jstr_strip: Python's strip / lstrip / rstrip (chars NULL:
+ * whitespace), a view into s. jstr_map_case: upper, lower, capitalize, str.title and Jinja's title
+ * filter. jstr_replace: Python's replace (count < 0: all). jstr_indent: Jinja's indent filter. */
+typedef enum { CASE_UPPER, CASE_LOWER, CASE_CAPITALIZE, CASE_TITLE_PY, CASE_TITLE_JINJA } case_map;
+jv jstr_strip(jstr s, const jstr *chars, bool left, bool right);
+jv jstr_map_case(jctx *c, jstr s, case_map how);
+jv jstr_replace(jctx *c, jstr s, jstr old, jstr new, int64_t count);
+jv jstr_indent(jctx *c, jstr s, jstr ind, bool first, bool blank);
+/* Argument pos (or keyword name) of a call: true and *out when given. */
+bool jinja_arg(const jv *args, const jstr *kw, int nargs, int pos, const char *name, jv *out);
+/* item's attribute as map / selectattr / sort see it: a dotted path of keys and list indices
+ * ("function.name", "0"); Undefined when a step is missing. */
+jv jinja_attribute(jctx *c, jv item, jstr attr);
+/* The ordering filters (jinja_sort.c): sort, dictsort, reverse, sum, min, max, round. False when
+ * name is none of them. */
+bool jinja_list_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, const jstr *kw, int nargs,
+                       jv *out);
 /* Whether a filter / test of that name exists (the parser checks names up front). */
 bool jinja_has_filter(jstr name);
 bool jinja_has_test(jstr name);
-/* Applies a binary operator (jinja_ops in jinja_value.c). */
+/* Applies a binary operator (jinja_ops.c). */
 jv jinja_binary(jctx *c, const jnode *at, jop op, jv a, jv b);
+/* Python's ordering of a and b (<0, 0, >0); fails for types Python does not order. */
+int jinja_compare(jctx *c, const jnode *at, jv a, jv b);
+/* Python's printf-style formatting, fmt % args (jinja_format.c): %s %r %a %d %i %u %f %F %e %E %g %G
+ * %x %X %o %c %%, with flags, width, precision and %(key)s. */
+jv jinja_percent_format(jctx *c, const jnode *at, jstr fmt, jv args);
 /* Python-style slicing of a list or string by code point; start/stop/step may be NONE. */
 jv jinja_slice(jctx *c, const jnode *at, jv obj, jv start, jv stop, jv step);
 

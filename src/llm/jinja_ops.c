@@ -40,6 +40,24 @@ static jv repeat(jctx *c, const jnode *at, jv seq, int64_t times) {
     return (jv){.type = JV_LIST, .l = l};
 }
 
+/* markupsafe's escape of s. */
+static jstr html_escape(jctx *c, jstr s) {
+    size_t n = 0;
+    for (size_t i = 0; i < s.len; i++) n += strchr("&<>\"'", s.p[i]) && s.p[i] ? 5 : 1;
+    char *p = jalloc(c, n + 1), *q = p;
+    for (size_t i = 0; i < s.len; i++) {
+        const char *rep = s.p[i] == '&' ? "&amp;" : s.p[i] == '<' ? "&lt;" : s.p[i] == '>' ? "&gt;"
+                        : s.p[i] == '"' ? "&#34;" : s.p[i] == '\'' ? "&#39;" : NULL;
+        if (rep) {
+            memcpy(q, rep, strlen(rep));
+            q += strlen(rep);
+        } else {
+            *q++ = s.p[i];
+        }
+    }
+    return (jstr){(size_t)(q - p), p};
+}
+
 static jv concat(jctx *c, jstr a, jstr b) {
     char *p = jalloc(c, a.len + b.len + 1);
     memcpy(p, a.p, a.len);
@@ -126,7 +144,8 @@ static bool contains(jctx *c, const jnode *at, jv item, jv seq) {
     jwork(c, at, seq.type == JV_STR ? seq.s.len : seq.type == JV_LIST ? seq.l->n : 1);
     switch (seq.type) {
     case JV_STR:
-        if (item.type != JV_STR) jfail(c, at, "'in <string>' requires string as left operand, not %s", jv_type_name(item));
+        if (item.type != JV_STR)
+            jfail(c, at, "'in <string>' requires string as left operand, not %s", jv_type_name(item));
         if (item.s.len == 0) return true;
         for (size_t i = 0; i + item.s.len <= seq.s.len; i++)
             if (memcmp(seq.s.p + i, item.s.p, item.s.len) == 0) return true;
@@ -136,11 +155,16 @@ static bool contains(jctx *c, const jnode *at, jv item, jv seq) {
             if (jv_equal(seq.l->v[i], item)) return true;
         return false;
     case JV_DICT:
-    case JV_NS: return item.type == JV_STR && jdict_find(seq.d, item.s.p, item.s.len) != NULL;
+    case JV_NS:
+        if (item.type == JV_LIST || item.type == JV_DICT || item.type == JV_NS)
+            jfail(c, at, "unhashable type: '%s'", jv_type_name(item));
+        return jdict_get(seq.d, item) != NULL;
     case JV_UNDEF: return false;
     default: jfail(c, at, "argument of type '%s' is not iterable", jv_type_name(seq));
     }
 }
+
+int jinja_compare(jctx *c, const jnode *at, jv a, jv b) { return order(c, at, JOP_LT, a, b); }
 
 jv jinja_binary(jctx *c, const jnode *at, jop op, jv a, jv b) {
     switch (op) {
@@ -157,8 +181,17 @@ jv jinja_binary(jctx *c, const jnode *at, jop op, jv a, jv b) {
         return concat(c, x.s, y.s);
     }
     case JOP_ADD:
-        if (a.type == JV_STR && b.type == JV_STR) return concat(c, a.s, b.s);
-        if (a.type == JV_LIST && b.type == JV_LIST) {
+        if (a.type == JV_STR && b.type == JV_STR && a.safe != b.safe) { /* Markup + str escapes the str */
+            jv r = concat(c, a.safe ? a.s : html_escape(c, a.s), b.safe ? b.s : html_escape(c, b.s));
+            r.safe = true;
+            return r;
+        }
+        if (a.type == JV_STR && b.type == JV_STR) {
+            jv r = concat(c, a.s, b.s);
+            r.safe = a.safe;
+            return r;
+        }
+        if (a.type == JV_LIST && b.type == JV_LIST && !a.l->lazy && !b.l->lazy) {
             jlist *l = jlist_new(c, a.l->n + b.l->n);
             for (size_t i = 0; i < a.l->n; i++) jlist_push(c, l, a.l->v[i]);
             for (size_t i = 0; i < b.l->n; i++) jlist_push(c, l, b.l->v[i]);
@@ -166,9 +199,12 @@ jv jinja_binary(jctx *c, const jnode *at, jop op, jv a, jv b) {
             return (jv){.type = JV_LIST, .l = l};
         }
         break;
+    case JOP_MOD:
+        if (a.type == JV_STR) return jinja_percent_format(c, at, a.s, b);
+        break;
     case JOP_MUL:
-        if ((a.type == JV_STR || a.type == JV_LIST) && is_int(b)) return repeat(c, at, a, to_int(b));
-        if ((b.type == JV_STR || b.type == JV_LIST) && is_int(a)) return repeat(c, at, b, to_int(a));
+        if ((a.type == JV_STR || (a.type == JV_LIST && !a.l->lazy)) && is_int(b)) return repeat(c, at, a, to_int(b));
+        if ((b.type == JV_STR || (b.type == JV_LIST && !b.l->lazy)) && is_int(a)) return repeat(c, at, b, to_int(a));
         break;
     default: break;
     }
@@ -183,7 +219,7 @@ jlist *jv_iterate(jctx *c, const jnode *at, jv v) {
     case JV_DICT:
     case JV_NS: {
         jlist *l = jlist_new(c, v.d->n);
-        for (size_t i = 0; i < v.d->n; i++) jlist_push(c, l, jv_str(v.d->k[i].p, v.d->k[i].len));
+        for (size_t i = 0; i < v.d->n; i++) jlist_push(c, l, v.d->k[i]);
         return l;
     }
     case JV_STR: {
@@ -225,10 +261,11 @@ static void slice_indices(jctx *c, const jnode *at, jv start, jv stop, jv step, 
 }
 
 jv jinja_slice(jctx *c, const jnode *at, jv obj, jv start, jv stop, jv step) {
-    if (obj.type != JV_LIST && obj.type != JV_STR) {
-        if (obj.type == JV_UNDEF) return obj;
+    /* slices bypass Jinja's getitem: Python's own obj[a:b] and its errors */
+    if (obj.type == JV_UNDEF) jfail(c, at, "%.*s", (int)obj.s.len, obj.s.len ? obj.s.p : "an undefined value");
+    if (obj.type == JV_DICT) jfail(c, at, "unhashable type: 'slice'");
+    if ((obj.type != JV_LIST && obj.type != JV_STR) || (obj.type == JV_LIST && obj.l->lazy))
         jfail(c, at, "'%s' object is not subscriptable", jv_type_name(obj));
-    }
     jlist *items = jv_iterate(c, at, obj);
     int64_t b, e, s;
     slice_indices(c, at, start, stop, step, (int64_t)items->n, &b, &e, &s);

@@ -129,18 +129,27 @@ jdict *jdict_new(jctx *c, size_t cap) {
 
 jv *jdict_find(const jdict *d, const char *key, size_t len) {
     for (size_t i = 0; i < d->n; i++)
-        if (d->k[i].len == len && memcmp(d->k[i].p, key, len) == 0) return &d->v[i];
+        if (d->k[i].type == JV_STR && d->k[i].s.len == len && memcmp(d->k[i].s.p, key, len) == 0) return &d->v[i];
     return NULL;
 }
 
-void jdict_set(jctx *c, jdict *d, jstr key, jv v) {
-    jv *slot = jdict_find(d, key.p, key.len);
+jv *jdict_get(const jdict *d, jv key) {
+    if (key.type == JV_STR) return jdict_find(d, key.s.p, key.s.len);
+    for (size_t i = 0; i < d->n; i++)
+        if (d->k[i].type != JV_STR && jv_equal(d->k[i], key)) return &d->v[i];
+    return NULL;
+}
+
+void jdict_set(jctx *c, jdict *d, jstr key, jv v) { jdict_put(c, d, jv_str(key.p, key.len), v); }
+
+void jdict_put(jctx *c, jdict *d, jv key, jv v) {
+    jv *slot = jdict_get(d, key);
     if (slot) {
         *slot = v;
         return;
     }
     if (d->n == d->cap) {
-        jstr *k2 = jalloc(c, 2 * d->cap * sizeof *k2);
+        jv *k2 = jalloc(c, 2 * d->cap * sizeof *k2);
         jv *v2 = jalloc(c, 2 * d->cap * sizeof *v2);
         memcpy(k2, d->k, d->n * sizeof *k2);
         memcpy(v2, d->v, d->n * sizeof *v2);
@@ -179,7 +188,7 @@ bool jv_truthy(jv v) {
     case JV_INT: return v.i != 0;
     case JV_FLOAT: return v.f != 0.0;
     case JV_STR: return v.s.len != 0;
-    case JV_LIST: return v.l->n != 0;
+    case JV_LIST: return v.l->lazy || v.l->n != 0;
     case JV_DICT: return v.d->n != 0;
     default: return true;
     }
@@ -190,7 +199,8 @@ static double as_double(jv v) { return v.type == JV_FLOAT ? v.f : v.type == JV_I
 
 bool jv_equal(jv a, jv b) {
     if (is_number(a) && is_number(b)) {
-        if (a.type != JV_FLOAT && b.type != JV_FLOAT) return (a.type == JV_INT ? a.i : a.b) == (b.type == JV_INT ? b.i : b.b);
+        if (a.type != JV_FLOAT && b.type != JV_FLOAT)
+            return (a.type == JV_INT ? a.i : a.b) == (b.type == JV_INT ? b.i : b.b);
         return as_double(a) == as_double(b);
     }
     if (a.type != b.type) return false;
@@ -199,6 +209,7 @@ bool jv_equal(jv a, jv b) {
     case JV_NONE: return true;
     case JV_STR: return a.s.len == b.s.len && memcmp(a.s.p, b.s.p, a.s.len) == 0;
     case JV_LIST:
+        if (a.l->lazy || b.l->lazy) return a.l == b.l;
         if (a.l->n != b.l->n) return false;
         for (size_t i = 0; i < a.l->n; i++)
             if (!jv_equal(a.l->v[i], b.l->v[i])) return false;
@@ -208,7 +219,7 @@ bool jv_equal(jv a, jv b) {
         if (a.type == JV_NS) return a.d == b.d;
         if (a.d->n != b.d->n) return false;
         for (size_t i = 0; i < a.d->n; i++) {
-            jv *o = jdict_find(b.d, a.d->k[i].p, a.d->k[i].len);
+            jv *o = jdict_get(b.d, a.d->k[i]);
             if (!o || !jv_equal(a.d->v[i], *o)) return false;
         }
         return true;
@@ -227,7 +238,7 @@ const char *jv_type_name(jv v) {
     case JV_INT: return "int";
     case JV_FLOAT: return "float";
     case JV_STR: return "str";
-    case JV_LIST: return v.l->tuple ? "tuple" : "list";
+    case JV_LIST: return v.l->lazy ? "generator" : v.l->tuple ? "tuple" : "list";
     case JV_DICT: return "dict";
     case JV_NS: return "Namespace";
     case JV_MACRO: return "Macro";
@@ -319,6 +330,10 @@ static void str_repr(jstr s, kiln_strbuf *b) {
 static void jv_repr(jctx *c, jv v, kiln_strbuf *b, int depth);
 
 static void seq_repr(jctx *c, jv v, kiln_strbuf *b, int depth) {
+    if (v.type == JV_LIST && v.l->lazy) {
+        kiln_strbuf_puts(b, "<generator object>");
+        return;
+    }
     if (v.type == JV_LIST) {
         kiln_strbuf_putc(b, v.l->tuple ? '(' : '[');
         for (size_t i = 0; i < v.l->n; i++) {
@@ -332,7 +347,7 @@ static void seq_repr(jctx *c, jv v, kiln_strbuf *b, int depth) {
     kiln_strbuf_putc(b, '{');
     for (size_t i = 0; i < v.d->n; i++) {
         if (i) kiln_strbuf_puts(b, ", ");
-        str_repr(v.d->k[i], b);
+        jv_repr(c, v.d->k[i], b, depth + 1);
         kiln_strbuf_puts(b, ": ");
         jv_repr(c, v.d->v[i], b, depth + 1);
     }
@@ -348,11 +363,17 @@ static void check_size(jctx *c, const jnode *at, const kiln_strbuf *b, size_t mo
 static void jv_repr(jctx *c, jv v, kiln_strbuf *b, int depth) {
     if (depth > JINJA_MAX_PARSE_DEPTH) jfail(c, NULL, "a value nests too deeply to print");
     check_size(c, NULL, b, v.type == JV_STR ? v.s.len : 0);
-    if (v.type == JV_STR) str_repr(v.s, b);
+    if (v.type == JV_STR && v.safe) {
+        kiln_strbuf_puts(b, "Markup(");
+        str_repr(v.s, b);
+        kiln_strbuf_putc(b, ')');
+    } else if (v.type == JV_STR) str_repr(v.s, b);
     else if (v.type == JV_UNDEF) kiln_strbuf_puts(b, "Undefined");
     else if (v.type == JV_LIST || v.type == JV_DICT) seq_repr(c, v, b, depth);
     else jv_to_str(c, v, b);
 }
+
+void jv_to_repr(jctx *c, jv v, kiln_strbuf *b) { jv_repr(c, v, b, 0); }
 
 void jv_to_str(jctx *c, jv v, kiln_strbuf *b) {
     char num[40];
@@ -428,13 +449,6 @@ static void json_newline(const json_opts *o, int level, kiln_strbuf *b) {
     for (int i = 0; i < level; i++) kiln_strbuf_append(b, o->indent->p, o->indent->len);
 }
 
-static int key_cmp(const void *x, const void *y) {
-    const jstr *a = *(const jstr *const *)x, *b = *(const jstr *const *)y;
-    size_t n = a->len < b->len ? a->len : b->len;
-    int r = memcmp(a->p, b->p, n);
-    return r ? r : (a->len > b->len) - (a->len < b->len);
-}
-
 static void json_value(jctx *c, const jnode *at, jv v, const json_opts *o, int level, kiln_strbuf *b) {
     if (level > JINJA_MAX_PARSE_DEPTH) jfail(c, at, "tojson: the value nests too deeply");
     check_size(c, at, b, (v.type == JV_STR ? v.s.len : 0) + (o->indent ? o->indent->len * (size_t)(level + 1) : 0));
@@ -453,6 +467,7 @@ static void json_value(jctx *c, const jnode *at, jv v, const json_opts *o, int l
         return;
     case JV_STR: json_string(v.s, o->ensure_ascii, b); return;
     case JV_LIST:
+        if (v.l->lazy) jfail(c, at, "Object of type generator is not JSON serializable");
         if (v.l->n == 0) {
             kiln_strbuf_puts(b, "[]");
             return;
@@ -471,16 +486,32 @@ static void json_value(jctx *c, const jnode *at, jv v, const json_opts *o, int l
             kiln_strbuf_puts(b, "{}");
             return;
         }
-        const jstr **order = jalloc(c, v.d->n * sizeof *order);
-        for (size_t i = 0; i < v.d->n; i++) order[i] = &v.d->k[i];
-        if (o->sort_keys) qsort(order, v.d->n, sizeof *order, key_cmp);
+        size_t *order = jalloc(c, v.d->n * sizeof *order);
+        for (size_t i = 0; i < v.d->n; i++) { /* insertion sort: stable, and dicts are small */
+            size_t k = i;
+            if (o->sort_keys) {
+                jwork(c, at, i + 1);
+                while (k > 0 && jinja_compare(c, at, v.d->k[i], v.d->k[order[k - 1]]) < 0) {
+                    order[k] = order[k - 1];
+                    k--;
+                }
+            }
+            order[k] = i;
+        }
         kiln_strbuf_putc(b, '{');
         for (size_t i = 0; i < v.d->n; i++) {
+            jv key = v.d->k[order[i]];
             if (i) kiln_strbuf_append(b, o->item_sep.p, o->item_sep.len);
             if (o->indent) json_newline(o, level + 1, b);
-            json_string(*order[i], o->ensure_ascii, b);
+            if (key.type == JV_STR) {
+                json_string(key.s, o->ensure_ascii, b);
+            } else { /* json.dumps turns other keys into strings: 1 -> "1", True -> "true", None -> "null" */
+                kiln_strbuf_putc(b, '"');
+                json_value(c, at, key, o, level + 1, b);
+                kiln_strbuf_putc(b, '"');
+            }
             kiln_strbuf_append(b, o->key_sep.p, o->key_sep.len);
-            json_value(c, at, *jdict_find(v.d, order[i]->p, order[i]->len), o, level + 1, b);
+            json_value(c, at, v.d->v[order[i]], o, level + 1, b);
         }
         if (o->indent) json_newline(o, level, b);
         kiln_strbuf_putc(b, '}');
