@@ -84,6 +84,8 @@ OVERFLOWING = {
     "conv_dilations": ("Conv", dict(dilations=[BIG, BIG]), [W3]),
     "conv_transpose_strides": ("ConvTranspose", dict(strides=[BIG, BIG]), [W3]),
     "max_pool": ("MaxPool", dict(kernel_shape=[BIG, BIG], pads=[BIG] * 4, strides=[BIG, BIG], ceil_mode=1), []),
+    # AveragePool with pads of 2^40: the pooling plan multiplied the 2^41 output dims
+    "average_pool": ("AveragePool", dict(kernel_shape=[2, 2], pads=[1 << 40] * 4, ceil_mode=1), []),
     "depth_to_space": ("DepthToSpace", dict(blocksize=1 << 32), []),
     "space_to_depth": ("SpaceToDepth", dict(blocksize=1 << 32), []),
     "expand": ("Expand", {}, [i64("s", [BIG, BIG, 1, 1])]),
