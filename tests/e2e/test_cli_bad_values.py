@@ -263,3 +263,31 @@ def test_numbers_out_of_range_say_the_range(kiln, engines, args, mentions):
     """Every subcommand's counts refuse 0, negative and huge values with the accepted range."""
     args = [str(engines / "tiny.onnx") if a == "{onnx}" else a for a in args]
     assert_error(run_kiln(kiln, *args), mentions=mentions, code=2)
+
+
+def weights(name, shape):
+    return numpy_helper.from_array(np.ones(shape, np.float32), name)
+
+
+@pytest.mark.parametrize("case", ["conv_group", "conv_transpose_group", "attention_kv_repeat"])
+def test_channel_products_beyond_64_bits(kiln, tmp_path, case):
+    """Shape inference multiplied weight dims by group (2^62) and heads by kv_repeat (2^62) unchecked."""
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 4, 4])]
+    opsets = [helper.make_opsetid("", 17)]
+    if case == "conv_group":
+        node, inits, mentions = helper.make_node("Conv", ["x", "W"], ["y"], name="/Conv", group=BIG), [weights("W", [2, 2, 1, 1])], ["group"]
+    elif case == "conv_transpose_group":
+        inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 0, 4, 4])]
+        node, inits, mentions = (helper.make_node("ConvTranspose", ["x", "W"], ["y"], name="/ConvTranspose", group=BIG),
+                                 [weights("W", [0, 2, 1, 1])], ["group", "overflow"])
+    else:
+        inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 2, h, 8]) for n, h in (("q", 4), ("k", 2), ("v", 2))]
+        node = helper.make_node("Attention", ["q", "k", "v"], ["y"], name="/Attention", domain="kiln", kv_repeat=BIG, layout=1)
+        inits, mentions = [], ["kv_repeat", "from 1 to 65536"]
+        opsets.append(helper.make_opsetid("kiln", 1))
+    graph = helper.make_graph([node], case, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=inits)
+    m = helper.make_model(graph, opset_imports=opsets)
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "m.onnx")
+    assert_error(run_kiln(kiln, "build", tmp_path / "m.onnx", "-o", tmp_path / "m.kiln"), mentions=[node.name, *mentions])
