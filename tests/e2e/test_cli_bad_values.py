@@ -254,6 +254,8 @@ def test_inspect_reports_a_cycle(kiln, tmp_path, loop):
     (["bench", "{onnx}", "--streams", "1000"], ["--streams", "from 1 to 256"]),
     (["bench", "{onnx}", "--batch", "1e18"], ["--batch", "from 1 to"]),
     (["bench", "{onnx}", "--duration", "1e12"], ["--duration", "from 0 to"]),
+    (["bench", "{onnx}", "--sweep", "batch=1,100000000"], ["--sweep batch", "from 1 to 1048576"]),
+    (["generate", "{onnx}", "--prompt", "x", "--seed", "99999999999999999999"], ["--seed", "from 0 to"]),
     (["build", "{onnx}", "--device", "5000"], ["--device", "from 0 to 1024", "5000"]),
     (["build", "{onnx}", "--profile", "pixel_values:99999999999999999999x4"], ["--profile", "0 to 2^40"]),
     (["compare", "{onnx}", "--atol", ""], ["--atol", "finite non-negative number"]),
