@@ -154,12 +154,16 @@ def test_input_options_name_what_exists(kiln, engines, cmd, args, mentions):
 
 
 @pytest.mark.parametrize("args,mentions", [
-    (["--shapes", "pixel_values:2000000000x1000"], ["'pixel_values'", "[2000000000,1000]", "2^40"]),
-    (["--dim", "batch=1099511627776"], ["'pixel_values'", "2^40"]),
+    (["run", "--shapes", "pixel_values:2000000000x1000"], ["'pixel_values'", "[2000000000,1000]", "2^40"]),
+    (["run", "--dim", "batch=1099511627776"], ["'pixel_values'", "2^40"]),
+    (["bench", "--batch", "1000000000000000"], ["'pixel_values'", "[1000000000000000,4]", "2^40"]),
+    (["bench", "--shapes", "pixel_values:99999999999999999999x4"], ["'pixel_values'", "2^40"]),
 ])
 def test_input_too_large_names_the_input(kiln, engines, args, mentions):
     """"tensor of > 2^40 elements" named no input."""
-    assert_error(run_kiln(kiln, "run", engines / "tiny.onnx", *args, "-q"), mentions=mentions)
+    cmd, *rest = args
+    quick = ["-q"] if cmd == "run" else ["--duration", "0", "--warmup", "0", "--iterations", "1"]
+    assert_error(run_kiln(kiln, cmd, engines / "tiny.onnx", *rest, *quick), mentions=mentions)
 
 
 @pytest.mark.parametrize("args,mentions", [
