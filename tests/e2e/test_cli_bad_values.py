@@ -128,6 +128,10 @@ def test_static_output_too_large_is_refused_at_build(kiln, tmp_path):
     assert_error(run_kiln(kiln, "build", model, "-o", tmp_path / "e.kiln"),
                  mentions=["/Expand", "output 'y'", "[1048576,1048576,4,4]", "2^40"])
     assert not (tmp_path / "e.kiln").exists()
+    # inspect printed "none: kiln can run every node" and exited 0 for a graph a build refuses
+    proc = run_kiln(kiln, "inspect", model, "--no-layers")
+    assert_error(proc, mentions=["/Expand", "2^40"])
+    assert "can run every node" not in proc.stdout and "cannot run: shape inference" in proc.stdout, proc.stdout
 
 
 def test_kv_budget_beyond_the_host(kiln, tmp_path):
