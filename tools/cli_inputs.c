@@ -191,6 +191,7 @@ kiln_status cli_inputs_make(const cli_inputs *in, const kiln_engine *e, kiln_ten
     int nin = kiln_engine_num_inputs(e);
     KILN_TRY(check_names(in, e));
     uint64_t rng = in->seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+    kiln_status s;
     for (int i = 0; i < nin; i++) {
         kiln_tensor_desc d;
         KILN_TRY(kiln_engine_input(e, i, &d));
@@ -201,7 +202,7 @@ kiln_status cli_inputs_make(const cli_inputs *in, const kiln_engine *e, kiln_ten
             return kiln_error(KILN_ERR_INVALID_ARGUMENT,
                               "missing input '%s': give every input with --input, or none for random inputs", d.name);
         if (file) KILN_TRY(kiln_npy_read(file, &tensors[i]));
-        else if (make_random(in, &d, &rng, &tensors[i]) != KILN_OK) return kiln_error_prefix(KILN_ERR_INVALID_ARGUMENT, "input '%s'", d.name);
+        else if ((s = make_random(in, &d, &rng, &tensors[i])) != KILN_OK) return kiln_error_prefix(s, "input '%s'", d.name);
     }
     return KILN_OK;
 }

@@ -67,18 +67,20 @@ static int inspect_onnx(const char *path, bool layers) {
     kiln_status s = kiln_graph_resolve_ops(g, stdout);
     int unsupported = 0;
     for (int i = 0; i < g->nnodes; i++) unsupported += g->nodes[i].schema == NULL;
-    kiln_status order = kiln_graph_toposort(g);
+    /* What a build checks next, where it would stop even with every op implemented: a cycle, a shape
+     * inference error (unsupported nodes are skipped, their outputs unknown), a structural fault. */
     char why[1024] = "";
-    if (order != KILN_OK) snprintf(why, sizeof why, "%s", kiln_last_error());
-    if (s == KILN_OK && order == KILN_OK) printf("  none: kiln can run every node\n");
+    if (kiln_graph_toposort(g) != KILN_OK) snprintf(why, sizeof why, "%s", kiln_last_error());
+    else if (kiln_graph_infer_shapes(g) != KILN_OK) snprintf(why, sizeof why, "shape inference: %s", kiln_last_error());
+    else if (kiln_graph_verify(g) != KILN_OK) snprintf(why, sizeof why, "%s", kiln_last_error());
+    if (s == KILN_OK && !why[0]) printf("  none: kiln can run every node\n");
     else if (s == KILN_OK) printf("  none: kiln implements every op, but the graph cannot run\n");
     else printf("  %d of %d nodes cannot run\n", unsupported, g->nnodes);
-    if (order != KILN_OK) printf("cannot run: %s\n", why);
-    else if (kiln_graph_infer_shapes(g) != KILN_OK) printf("shape inference stopped: %s\n", kiln_last_error());
+    if (why[0]) printf("cannot run: %s\n", why);
     print_summary(g, layers);
     kiln_graph_free(g);
-    if (order != KILN_OK) fprintf(stderr, "kiln: error: %s: %s\n", path, why);
-    return unsupported || order != KILN_OK ? 1 : 0;
+    if (why[0]) fprintf(stderr, "kiln: error: %s: %s\n", path, why);
+    return unsupported || why[0] ? 1 : 0;
 }
 
 /* The optimization profiles, one line per profile. */

@@ -84,6 +84,8 @@ OVERFLOWING = {
     "conv_dilations": ("Conv", dict(dilations=[BIG, BIG]), [W3]),
     "conv_transpose_strides": ("ConvTranspose", dict(strides=[BIG, BIG]), [W3]),
     "max_pool": ("MaxPool", dict(kernel_shape=[BIG, BIG], pads=[BIG] * 4, strides=[BIG, BIG], ceil_mode=1), []),
+    # AveragePool with pads of 2^40: the pooling plan multiplied the 2^41 output dims
+    "average_pool": ("AveragePool", dict(kernel_shape=[2, 2], pads=[1 << 40] * 4, ceil_mode=1), []),
     "depth_to_space": ("DepthToSpace", dict(blocksize=1 << 32), []),
     "space_to_depth": ("SpaceToDepth", dict(blocksize=1 << 32), []),
     "expand": ("Expand", {}, [i64("s", [BIG, BIG, 1, 1])]),
@@ -126,6 +128,10 @@ def test_static_output_too_large_is_refused_at_build(kiln, tmp_path):
     assert_error(run_kiln(kiln, "build", model, "-o", tmp_path / "e.kiln"),
                  mentions=["/Expand", "output 'y'", "[1048576,1048576,4,4]", "2^40"])
     assert not (tmp_path / "e.kiln").exists()
+    # inspect printed "none: kiln can run every node" and exited 0 for a graph a build refuses
+    proc = run_kiln(kiln, "inspect", model, "--no-layers")
+    assert_error(proc, mentions=["/Expand", "2^40"])
+    assert "can run every node" not in proc.stdout and "cannot run: shape inference" in proc.stdout, proc.stdout
 
 
 def test_kv_budget_beyond_the_host(kiln, tmp_path):
@@ -152,12 +158,16 @@ def test_input_options_name_what_exists(kiln, engines, cmd, args, mentions):
 
 
 @pytest.mark.parametrize("args,mentions", [
-    (["--shapes", "pixel_values:2000000000x1000"], ["'pixel_values'", "[2000000000,1000]", "2^40"]),
-    (["--dim", "batch=1099511627776"], ["'pixel_values'", "2^40"]),
+    (["run", "--shapes", "pixel_values:2000000000x1000"], ["'pixel_values'", "[2000000000,1000]", "2^40"]),
+    (["run", "--dim", "batch=1099511627776"], ["'pixel_values'", "2^40"]),
+    (["bench", "--batch", "1000000000000000"], ["'pixel_values'", "[1000000000000000,4]", "2^40"]),
+    (["bench", "--shapes", "pixel_values:99999999999999999999x4"], ["'pixel_values'", "2^40"]),
 ])
 def test_input_too_large_names_the_input(kiln, engines, args, mentions):
     """"tensor of > 2^40 elements" named no input."""
-    assert_error(run_kiln(kiln, "run", engines / "tiny.onnx", *args, "-q"), mentions=mentions)
+    cmd, *rest = args
+    quick = ["-q"] if cmd == "run" else ["--duration", "0", "--warmup", "0", "--iterations", "1"]
+    assert_error(run_kiln(kiln, cmd, engines / "tiny.onnx", *rest, *quick), mentions=mentions)
 
 
 @pytest.mark.parametrize("args,mentions", [
@@ -252,6 +262,8 @@ def test_inspect_reports_a_cycle(kiln, tmp_path, loop):
     (["bench", "{onnx}", "--streams", "1000"], ["--streams", "from 1 to 256"]),
     (["bench", "{onnx}", "--batch", "1e18"], ["--batch", "from 1 to"]),
     (["bench", "{onnx}", "--duration", "1e12"], ["--duration", "from 0 to"]),
+    (["bench", "{onnx}", "--sweep", "batch=1,100000000"], ["--sweep batch", "from 1 to 1048576"]),
+    (["generate", "{onnx}", "--prompt", "x", "--seed", "99999999999999999999"], ["--seed", "from 0 to"]),
     (["build", "{onnx}", "--device", "5000"], ["--device", "from 0 to 1024", "5000"]),
     (["build", "{onnx}", "--profile", "pixel_values:99999999999999999999x4"], ["--profile", "0 to 2^40"]),
     (["compare", "{onnx}", "--atol", ""], ["--atol", "finite non-negative number"]),
@@ -261,3 +273,31 @@ def test_numbers_out_of_range_say_the_range(kiln, engines, args, mentions):
     """Every subcommand's counts refuse 0, negative and huge values with the accepted range."""
     args = [str(engines / "tiny.onnx") if a == "{onnx}" else a for a in args]
     assert_error(run_kiln(kiln, *args), mentions=mentions, code=2)
+
+
+def weights(name, shape):
+    return numpy_helper.from_array(np.ones(shape, np.float32), name)
+
+
+@pytest.mark.parametrize("case", ["conv_group", "conv_transpose_group", "attention_kv_repeat"])
+def test_channel_products_beyond_64_bits(kiln, tmp_path, case):
+    """Shape inference multiplied weight dims by group (2^62) and heads by kv_repeat (2^62) unchecked."""
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 4, 4])]
+    opsets = [helper.make_opsetid("", 17)]
+    if case == "conv_group":
+        node, inits, mentions = helper.make_node("Conv", ["x", "W"], ["y"], name="/Conv", group=BIG), [weights("W", [2, 2, 1, 1])], ["group"]
+    elif case == "conv_transpose_group":
+        inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 0, 4, 4])]
+        node, inits, mentions = (helper.make_node("ConvTranspose", ["x", "W"], ["y"], name="/ConvTranspose", group=BIG),
+                                 [weights("W", [0, 2, 1, 1])], ["group", "overflow"])
+    else:
+        inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 2, h, 8]) for n, h in (("q", 4), ("k", 2), ("v", 2))]
+        node = helper.make_node("Attention", ["q", "k", "v"], ["y"], name="/Attention", domain="kiln", kv_repeat=BIG, layout=1)
+        inits, mentions = [], ["kv_repeat", "from 1 to 65536"]
+        opsets.append(helper.make_opsetid("kiln", 1))
+    graph = helper.make_graph([node], case, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=inits)
+    m = helper.make_model(graph, opset_imports=opsets)
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "m.onnx")
+    assert_error(run_kiln(kiln, "build", tmp_path / "m.onnx", "-o", tmp_path / "m.kiln"), mentions=[node.name, *mentions])

@@ -10,6 +10,7 @@
  * inside the input. No per-element bounds checks remain, and the inner loops run along rows. */
 #include "backends/cpu/nn_kernels.h"
 
+#include "core/ckd.h"
 #include "core/status.h"
 #include "ir/nn_window.h"
 
@@ -57,10 +58,13 @@ static kiln_status plan_make(const kiln_node *n, const kiln_tensor *x, pool_plan
         p->s[i] = w.stride[i];
         p->d[i] = w.dilation[i];
         KILN_TRY(kiln_window_out(&w, i, p->in[i], &p->out[i], &p->pb[i], &pe[i]));
-        p->in_size *= p->in[i];
-        p->out_size *= p->out[i];
+        /* the output and the tap tables (sized by the kernel) are bounded like any tensor */
+        if (!kiln_mul_i64_ok(p->in_size, p->in[i], &p->in_size) || !kiln_mul_i64_ok(p->out_size, p->out[i], &p->out_size) ||
+            (i < last && !kiln_mul_i64_ok(outer_taps, p->k[i], &outer_taps)) || p->out_size > KILN_MAX_TENSOR_ELEMENTS ||
+            p->out[i] > KILN_MAX_TENSOR_ELEMENTS || outer_taps > KILN_MAX_TENSOR_ELEMENTS || p->k[i] > KILN_MAX_TENSOR_ELEMENTS)
+            return kiln_error(KILN_ERR_SHAPE, "%s: spatial dimension %d: its output (%lld) or kernel window (%lld) makes more "
+                              "than 2^40 elements", n->op_type, i, (long long)p->out[i], (long long)p->k[i]);
         total += 3 * p->out[i];
-        if (i < last) outer_taps *= p->k[i];
     }
     kiln_strides(nsp, p->in, p->istr);
     p->planes = x->dims[0] * x->dims[1];
