@@ -216,6 +216,9 @@ void kiln_llm_close(kiln_llm *llm) {
     free(llm);
 }
 
+const kiln_llm_config *llm_model_config(const kiln_llm *llm) { return &llm->cfg; }
+const kiln_llm_bundle *llm_model_bundle(const kiln_llm *llm) { return &llm->bundle; }
+
 kiln_status kiln_llm_get_info(const kiln_llm *llm, kiln_llm_info *out) {
     if (!llm || !out) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_llm_get_info: llm and out are required");
     *out = llm->info;

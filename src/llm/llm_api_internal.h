@@ -119,6 +119,11 @@ double llm_now_ms(void);
 void llm_cond_init(pthread_cond_t *c);
 struct timespec llm_deadline(double ms);
 
+/* The model behind llm (kiln bench --llm's report): its config, and what was opened (engine or
+ * directory, stored precision). */
+const kiln_llm_config *llm_model_config(const kiln_llm *llm);
+const kiln_llm_bundle *llm_model_bundle(const kiln_llm *llm);
+
 /* llm_loop.c: starts the engine loop (KILN_ERR_INTERNAL naming the error when the thread cannot start);
  * llm_loop_stop sets closing, wakes the loop and joins it (every request then has its final event). */
 kiln_status llm_loop_start(kiln_llm *llm);
