@@ -225,8 +225,8 @@ kiln_status kiln_llm_cancel(kiln_llm *llm, uint64_t id);
  * token's text generated since the previous read (ev->token the newest, logprobs of the newest only
  * unless the request asked for logprobs, in which case events are never coalesced). Returns KILN_OK
  * with an event, KILN_ERR_BUSY when none arrived in time, KILN_ERR_INVALID_ARGUMENT for an unknown or
- * released id or a callback request. After the final event the caller must still call
- * kiln_llm_release. */
+ * released id, a callback request, or one whose final event was already read. After the final event
+ * the caller must still call kiln_llm_release. */
 kiln_status kiln_llm_next(kiln_llm *llm, uint64_t id, int timeout_ms, kiln_llm_event *ev);
 
 /* The caller is done with polled request id: cancels it if it still runs, and frees its state once

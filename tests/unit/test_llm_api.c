@@ -414,6 +414,7 @@ static void test_logprobs(kiln_llm *llm) {
         if (ev.finish != KILN_LLM_FINISH_NONE) break;
     }
     CHECK(n == 6 && ev.finish == KILN_LLM_FINISH_LENGTH);
+    CHECK(kiln_llm_next(llm, id, -1, &ev) == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_last_error(), "ended"));
     kiln_llm_release(llm, id);
     CHECK(kiln_llm_next(llm, id, 0, &ev) == KILN_ERR_INVALID_ARGUMENT);
 }
