@@ -327,10 +327,15 @@ static void test_admission(void) {
     kiln_llm_close(llm);
 }
 
-/* A request that waits longer than queue_timeout_ms behind a running one ends with FINISH_TIMEOUT. */
+/* A request that waits longer than queue_timeout_ms behind a running one ends with FINISH_TIMEOUT. The
+ * cache is given in bytes: a block of 16 tokens is 2 x 6 layers x 6 heads x 16 x 64 x 4 bytes here. */
 static void test_queue_timeout(void) {
-    kiln_llm_options o = {.max_seqs = 1, .queue_timeout_ms = 30};
+    const uint64_t block_bytes = 2ull * 6 * 6 * 16 * 64 * 4;
+    kiln_llm_options o = {.max_seqs = 1, .queue_timeout_ms = 30, .kv_cache_bytes = 10 * block_bytes + 100};
     kiln_llm *llm = open_model(&o);
+    kiln_llm_info info;
+    CHECK_OK(kiln_llm_get_info(llm, &info));
+    CHECK(info.kv_blocks_total == 10 && info.block_size == 16);
     collect a, b;
     collect_init(&a);
     collect_init(&b);
