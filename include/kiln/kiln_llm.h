@@ -46,7 +46,8 @@ typedef struct kiln_llm_options {
     int max_context;         /* longest prompt + generated text (0, or more than the model's: the model's) */
     /* Admission control: submissions beyond these are refused with KILN_ERR_BUSY (0: unbounded). */
     int max_waiting;               /* requests waiting for their first step */
-    int64_t max_waiting_tokens;    /* prompt tokens of the waiting requests */
+    int64_t max_waiting_tokens;    /* prompt tokens of the waiting requests (a prompt beyond it alone is
+                                    * still taken when nothing waits) */
     /* A request still waiting for its first step after this long ends with KILN_LLM_FINISH_TIMEOUT
      * (0: never). */
     double queue_timeout_ms;
