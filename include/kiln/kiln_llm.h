@@ -33,9 +33,11 @@ typedef struct kiln_llm_options {
     const char *target;  /* "cpu" (NULL) or "cuda" */
     int device;          /* the CUDA device ordinal */
     /* The KV cache: kv_cache_bytes when > 0, else kv_cache_blocks when > 0, else the default: on the
-     * CPU, room for max_seqs sequences of max_context tokens (at most 1 GiB); on CUDA, 90% of the
-     * device's free memory after the weights. A budget given here is all the cache takes, so that
-     * several models can share one GPU. A budget that holds no block is KILN_ERR_INVALID_ARGUMENT. */
+     * CPU, room for max_seqs sequences of max_context tokens (at most 1 GiB); on CUDA, the same room
+     * but at most 90% of the device's free memory after the weights. A budget given here is all the
+     * cache takes (bytes count as the target stores the cache: fp32 on the CPU, 16-bit on CUDA), so
+     * that several models can share one GPU; KILN_ERR_OUT_OF_MEMORY when the device does not have it.
+     * A budget that holds no block is KILN_ERR_INVALID_ARGUMENT. */
     uint64_t kv_cache_bytes;
     int kv_cache_blocks;
     int block_size;          /* tokens per KV-cache block (0: 16) */
@@ -44,7 +46,8 @@ typedef struct kiln_llm_options {
     int max_context;         /* longest prompt + generated text (0, or more than the model's: the model's) */
     /* Admission control: submissions beyond these are refused with KILN_ERR_BUSY (0: unbounded). */
     int max_waiting;               /* requests waiting for their first step */
-    int64_t max_waiting_tokens;    /* prompt tokens of the waiting requests */
+    int64_t max_waiting_tokens;    /* prompt tokens of the waiting requests (a prompt beyond it alone is
+                                    * still taken when nothing waits) */
     /* A request still waiting for its first step after this long ends with KILN_LLM_FINISH_TIMEOUT
      * (0: never). */
     double queue_timeout_ms;
@@ -72,8 +75,10 @@ kiln_status kiln_llm_open_random(const char *shape, kiln_precision precision, ui
                                  const kiln_llm_options *opts, kiln_llm **out);
 
 /* Stops accepting requests (kiln_llm_submit answers KILN_ERR_BUSY "draining") and waits up to
- * timeout_ms for the running and waiting requests to end; those still going then are cancelled.
- * Returns KILN_OK when every request ended by itself. The model stays open (kiln_llm_close frees it). */
+ * timeout_ms for the running and waiting requests to end; those still going then are cancelled (and
+ * their final events delivered before it returns). Returns KILN_OK when every request ended by
+ * itself, else KILN_ERR_BUSY naming how many were cancelled. The model stays open (kiln_llm_close
+ * frees it) and keeps refusing requests. */
 kiln_status kiln_llm_drain(kiln_llm *llm, double timeout_ms);
 
 /* Cancels every request (each gets its final event), stops the engine loop, and frees the model,
@@ -168,6 +173,11 @@ typedef struct kiln_llm_event {
     kiln_llm_finish finish;     /* not NONE: the request's last event */
     const char *message;        /* KILN_LLM_FINISH_ERROR: why; otherwise NULL */
     kiln_llm_usage usage;       /* always filled, as of this event */
+    /* When the engine loop made the event: the end of the forward step that produced it (or of the
+     * loop turn that ended the request), in ms of CLOCK_MONOTONIC; and that forward step's duration
+     * (0 for an event no step produced: a cancel, a timeout). With polling, the newest event's. */
+    double time_ms;
+    double step_ms;
 } kiln_llm_event;
 
 /* Called on the engine-loop thread for every event of a request submitted with it: it must return
@@ -182,7 +192,9 @@ typedef struct kiln_llm_request {
     bool add_special;
     const int32_t *prompt_ids;
     int n_prompt_ids;
-    int max_tokens;                 /* tokens to generate at most; 0: until the context limit */
+    /* Tokens to generate at most; 0: until the context limit, or as many as the whole KV cache holds
+     * after the prompt when that is less. */
+    int max_tokens;
     kiln_sampling_params sampling;
     const char *const *stop;        /* stop strings (copied), n_stop of them; none may be empty */
     int n_stop;
@@ -214,8 +226,8 @@ kiln_status kiln_llm_cancel(kiln_llm *llm, uint64_t id);
  * token's text generated since the previous read (ev->token the newest, logprobs of the newest only
  * unless the request asked for logprobs, in which case events are never coalesced). Returns KILN_OK
  * with an event, KILN_ERR_BUSY when none arrived in time, KILN_ERR_INVALID_ARGUMENT for an unknown or
- * released id or a callback request. After the final event the caller must still call
- * kiln_llm_release. */
+ * released id, a callback request, or one whose final event was already read. After the final event
+ * the caller must still call kiln_llm_release. */
 kiln_status kiln_llm_next(kiln_llm *llm, uint64_t id, int timeout_ms, kiln_llm_event *ev);
 
 /* The caller is done with polled request id: cancels it if it still runs, and frees its state once
@@ -229,7 +241,9 @@ typedef struct kiln_llm_stats {
     uint64_t preemptions, steps;
     uint64_t requests_submitted, requests_finished;
     uint64_t prompt_tokens, generated_tokens;  /* totals since open */
-    double ms_since_heartbeat;       /* since the engine loop last went round (readiness) */
+    double busy_ms;                  /* time spent in forward steps since open (sampling included) */
+    double ms_since_heartbeat;       /* since the engine loop last went round (readiness; an idle loop
+                                      * goes round once a second) */
     bool draining;
 } kiln_llm_stats;
 kiln_status kiln_llm_get_stats(const kiln_llm *llm, kiln_llm_stats *out);
