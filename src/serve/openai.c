@@ -1,14 +1,13 @@
-/* openai.c — the OpenAI-compatible endpoints for LLM models: GET /v1/models, POST /v1/completions
- * and /v1/chat/completions. Errors are {"error":{"message","type","param","code"}}. */
-#include "serve/http.h"
+/* openai.c — the OpenAI-compatible endpoints for LLM models: GET /v1/models, and the front of POST
+ * /v1/completions and /v1/chat/completions (the body parsed, the model found and held; the
+ * generation itself is openai_generate.c). Errors are {"error":{"message","type","param","code"}}. */
+#include "serve/openai.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
-enum MHD_Result serve_openai_error(serve_conn *c, int status, const char *type, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
 enum MHD_Result serve_openai_error(serve_conn *c, int status, const char *type, const char *param, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
@@ -46,7 +45,46 @@ static enum MHD_Result list_models(serve_conn *c) {
     return serve_reply_json(c, 200, j);
 }
 
+static enum MHD_Result generate(serve_conn *c, bool chat) {
+    if (strcmp(c->method, "POST")) return serve_openai_error(c, 405, "invalid_request_error", NULL, "%s takes POST", c->url);
+    cJSON *root = cJSON_ParseWithLength(c->body ? c->body : "", c->body_len);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return serve_openai_error(c, 400, "invalid_request_error", NULL, "the request body is not a JSON object");
+    }
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    enum MHD_Result ok = MHD_NO;
+    serve_version *v = NULL;
+    char msg[768];
+    if (!cJSON_IsString(model)) {
+        ok = serve_openai_error(c, 400, "invalid_request_error", "model", "'model' must be a string naming the model");
+    } else if (!serve_auth_allows(c->key, model->valuestring)) {
+        ok = serve_openai_error(c, 403, "permission_error", "model", "this API key may not use model '%s'", model->valuestring);
+    } else {
+        int status = serve_repo_acquire(c->srv->repo, model->valuestring, NULL, &v, msg, sizeof msg);
+        char number[32] = "";
+        if (v) snprintf(number, sizeof number, "%lld", (long long)v->number);
+        serve_conn_set_model(c, model->valuestring, number);
+        if (status != 200) {
+            ok = serve_openai_error(c, status, status == 404 ? "not_found_error" : "unavailable_error", "model", "%s", msg);
+        } else if (v->llm) {
+#ifdef KILN_SERVE_LLM
+            ok = serve_openai_generate(c, v, chat, root);
+#endif
+        } else {
+            ok = serve_openai_error(c, 400, "invalid_request_error", "model",
+                                    "model '%s' is a tensor model: use /v2/models/%s/infer", model->valuestring,
+                                    model->valuestring);
+            serve_repo_release(c->srv->repo, v);
+        }
+    }
+    cJSON_Delete(root);
+    return ok;
+}
+
 enum MHD_Result serve_openai(serve_conn *c) {
     if (!strcmp(c->url, "/v1/models")) return list_models(c);
+    if (!strcmp(c->url, "/v1/completions")) return generate(c, false);
+    if (!strcmp(c->url, "/v1/chat/completions")) return generate(c, true);
     return serve_openai_error(c, 404, "not_found_error", NULL, "no endpoint %.200s", c->url);
 }
