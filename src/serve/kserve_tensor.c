@@ -100,8 +100,8 @@ static int flatten(const cJSON *v, serve_tensor *t, int64_t n, int64_t *at, int 
     return 0;
 }
 
-static int parse_input(const cJSON *in, serve_tensor *t, const char *bin, size_t bin_len, size_t *bin_at, char *msg,
-                       size_t size) {
+static int parse_input(const cJSON *in, serve_tensor *t, size_t json_len, const char *bin, size_t bin_len, size_t *bin_at,
+                       char *msg, size_t size) {
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(in, "name");
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(in, "datatype");
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(in, "shape");
@@ -124,9 +124,10 @@ static int parse_input(const cJSON *in, serve_tensor *t, const char *bin, size_t
     cJSON_ArrayForEach(d, shape) {
         if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble != floor(d->valuedouble) || d->valuedouble > 1e12)
             return bad(msg, size, "input '%s': every dimension of 'shape' must be a non-negative integer", t->name);
-        t->dims[t->ndim++] = (int64_t)d->valuedouble;
-        n *= (int64_t)d->valuedouble;
-        if (n > (INT64_C(1) << 40)) return bad(msg, size, "input '%s': the shape is too large", t->name);
+        int64_t dim = (int64_t)d->valuedouble;
+        t->dims[t->ndim++] = dim;
+        if (dim > 0 && n > (INT64_C(1) << 40) / dim) return bad(msg, size, "input '%s': the shape is too large", t->name);
+        n *= dim;
     }
     size_t esize = kiln_dtype_size(t->dtype);
     t->bytes = (size_t)n * esize;
@@ -144,7 +145,8 @@ static int parse_input(const cJSON *in, serve_tensor *t, const char *bin, size_t
         return 0;
     }
     if (!cJSON_IsArray(data)) return bad(msg, size, "input '%s' needs a 'data' list (or binary_data_size)", t->name);
-    if (n > (int64_t)1 << 28) return bad(msg, size, "input '%s': too many elements for JSON data", t->name);
+    if (n > (int64_t)json_len) /* every element takes at least a byte of the JSON text */
+        return bad(msg, size, "input '%s': its shape has %lld elements, more than the JSON data can hold", t->name, (long long)n);
     t->data = calloc((size_t)n + 1, esize);
     if (!t->data) return bad(msg, size, "out of memory for input '%s'", t->name);
     int64_t at = 0;
@@ -201,7 +203,7 @@ int kserve_parse_infer(const char *body, size_t len, size_t json_len, serve_infe
     size_t bin_at = 0;
     const cJSON *in;
     if (!st) cJSON_ArrayForEach(in, inputs) {
-        st = parse_input(in, &r->inputs[r->n_inputs++], body + json_len, len - json_len, &bin_at, msg, msg_size);
+        st = parse_input(in, &r->inputs[r->n_inputs++], json_len, body + json_len, len - json_len, &bin_at, msg, msg_size);
         if (st) break;
     }
     if (!st && bin_at != len - json_len)

@@ -156,3 +156,21 @@ def test_metrics_and_status_page(server):
     page = page.decode()
     assert "<svg" in page and "cnn" in page and "broken" in page
     assert "http://" not in page.replace(server.url, "") and "<script" not in page  # no external assets
+
+
+def test_status_page_renders_in_chromium(server, tmp_path):
+    """Headless Chromium loads the status page (no external assets) into a DOM with the rate chart and
+    a latency chart per model."""
+    import shutil
+    import subprocess
+    chromium = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+    if not chromium:
+        pytest.skip("chromium is not installed (apt-get install chromium; `make apt-deps` does it)")
+    req, _ = cnn_request(1)
+    assert server.json("/v2/models/cnn/infer", req)[0] == 200
+    proc = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                           f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", server.url + "/"],
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
+    dom = proc.stdout.decode()
+    assert "<polyline" in dom and dom.count("<svg") >= 2 and "<td>cnn</td>" in dom and "mean" in dom
