@@ -201,3 +201,31 @@ def test_waiting_queue_full_is_429(kiln, server, tmp_path):
         for status, headers, data in results:
             if status == 429:
                 assert headers["Retry-After"] == "1" and json.loads(data)["error"]["type"] == "rate_limit_error"
+
+
+def test_tokens_per_minute_limit(kiln, server, tmp_path):
+    import hashlib
+    shutil.copytree(KJV_GPT2, tmp_path / "repo" / "kjv" / "1")
+    keys = tmp_path / "keys.txt"
+    keys.write_text(hashlib.sha256(b"small").hexdigest() + " name=small tpm=30\n")
+    with serve(kiln, tmp_path / "repo", "--keys", keys) as s:
+        auth = {"Authorization": "Bearer small"}
+        body = {"model": "kjv", "prompt": PROMPT, "max_tokens": 40, "ignore_eos": True}
+        assert s.request("/v1/completions", body, headers=auth)[0] == 200  # charged ~43 tokens of 30
+        status, headers, data = s.request("/v1/completions", body, headers=auth)
+        assert status == 429 and int(headers["Retry-After"]) >= 1
+        assert "tokens per minute" in json.loads(data)["error"]["message"]
+
+
+def test_kiln_load_streams_from_kiln_serve(kiln, server, tmp_path):
+    out = tmp_path / "load.json"
+    p = subprocess.run([kiln, "load", server.url, "--api", "openai-completions", "--model", "kjv", "--stream",
+                        "--sweep", "rate=2,4", "--duration", "2s", "--warmup", "0", "--input-len", "8",
+                        "--output-len", "8", "--ignore-eos", "-H", "Authorization: Bearer sk-test", "--json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    steps = json.loads(out.read_text())["steps"]
+    for st in steps:
+        assert st["failed"] == 0 and st["ok"] == st["scheduled"] > 0, st
+        assert st["latency_ms"]["ttft"]["count"] == st["ok"] and st["out_tokens"] == 8 * st["ok"]
+    assert json.loads(out.read_text())["token_counts"] == "usage"
