@@ -22,7 +22,8 @@ typedef struct serve_server {
     double drain_timeout_s;
     FILE *access_log;         /* NULL: none */
     pthread_mutex_t log_mu;
-    volatile bool stopping;   /* draining: handlers waiting on generation give up at the deadline */
+    volatile bool draining;   /* SIGTERM came: new requests get 503, readiness is false */
+    volatile bool stopping;   /* the drain deadline passed: handlers waiting on generation give up */
     double started_s;         /* wall-clock start, for the status page */
     pthread_mutex_t active_mu;
     int active;               /* requests being answered */

@@ -103,7 +103,7 @@ enum MHD_Result serve_metrics_page(serve_conn *c) {
 }
 
 bool serve_ready(serve_server *s) {
-    if (s->stopping) return false;
+    if (s->draining) return false;
     version_view *v;
     int n = snapshot(s, &v);
     bool ready = v != NULL;

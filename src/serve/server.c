@@ -153,7 +153,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
             c->too_large = true;
             return reply_family_error(c, 413, "invalid_request_error", "the request body is larger than the server's limit");
         }
-        if (s->stopping) return reply_family_error(c, 503, "unavailable_error", "the server is shutting down");
+        if (s->draining) {
+            serve_add_header(c, MHD_HTTP_HEADER_CONNECTION, "close");
+            return reply_family_error(c, 503, "unavailable_error", "the server is shutting down");
+        }
         return MHD_YES;
     }
     if (*upload_data_size) {
@@ -354,6 +357,7 @@ int serve_run(const serve_options *o) {
     int sig = 0;
     sigwait(&sigs, &sig);
     fprintf(stderr, "kiln serve: %s: draining (up to %.0f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", s.drain_timeout_s);
+    s.draining = true;
     MHD_socket listener = MHD_quiesce_daemon(d);
     if (listener != MHD_INVALID_SOCKET) close(listener);
     drain(&s);
