@@ -28,13 +28,16 @@ int kiln_cmd_serve(int argc, char **argv) {
     int rc = -1;
     for (int i = 1; i < argc && rc < 0; i++) {
         const char *a = argv[i];
-        bool has_value = i + 1 < argc;
+        static const char *const takes_value[] = {"--repo", "--host", "--port", "--api-key", "--keys", "--config",
+                                                  "--access-log"};
+        bool wants_value = false;
+        for (size_t k = 0; k < sizeof takes_value / sizeof takes_value[0]; k++) wants_value |= !strcmp(a, takes_value[k]);
         if (cli_is_help(a)) {
             fputs(USAGE, stdout);
             rc = 0;
         } else if (!strcmp(a, "--open-health")) {
             o.open_health = true;
-        } else if (!has_value && a[0] == '-') {
+        } else if (wants_value && i + 1 == argc) {
             rc = cli_usage_error("serve ", "%s needs a value", a);
         } else if (!strcmp(a, "--repo")) {
             o.repo = argv[++i];
