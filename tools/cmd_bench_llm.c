@@ -194,7 +194,7 @@ static int run(llm_args *a) {
     }
     double t0 = cli_now_ms();
     kiln_llm_bundle b = {0};
-    if (!a->shape && kiln_llm_open(a->model, false, &b) != KILN_OK) {
+    if (!a->shape && kiln_llm_bundle_open(a->model, false, &b) != KILN_OK) {
         free(d);
         return cli_fail();
     }

@@ -284,12 +284,12 @@ static kiln_status make_runner_and_cache(gen_run *g) {
     } else {
         kc.n_blocks = total > 1 ? (int)((total - 1 + BLOCK_SIZE - 1) / BLOCK_SIZE) : 1;
     }
-    return llm_runner_make_cache(g->runner, kc.n_blocks, BLOCK_SIZE, &g->kv);
+    return llm_runner_make_cache(g->runner, kc.n_blocks, BLOCK_SIZE, false, &g->kv);
 }
 
 static kiln_status setup(gen_run *g) {
     double t0 = cli_now_ms();
-    KILN_TRY(kiln_llm_open(g->a->dir, true, &g->llm));
+    KILN_TRY(kiln_llm_bundle_open(g->a->dir, true, &g->llm));
     g->model = g->llm.model;
     g->tok = g->llm.tok;
     g->load_ms = cli_now_ms() - t0;

@@ -33,9 +33,11 @@ typedef struct kiln_llm_options {
     const char *target;  /* "cpu" (NULL) or "cuda" */
     int device;          /* the CUDA device ordinal */
     /* The KV cache: kv_cache_bytes when > 0, else kv_cache_blocks when > 0, else the default: on the
-     * CPU, room for max_seqs sequences of max_context tokens (at most 1 GiB); on CUDA, 90% of the
-     * device's free memory after the weights. A budget given here is all the cache takes, so that
-     * several models can share one GPU. A budget that holds no block is KILN_ERR_INVALID_ARGUMENT. */
+     * CPU, room for max_seqs sequences of max_context tokens (at most 1 GiB); on CUDA, the same room
+     * but at most 90% of the device's free memory after the weights. A budget given here is all the
+     * cache takes (bytes count as the target stores the cache: fp32 on the CPU, 16-bit on CUDA), so
+     * that several models can share one GPU; KILN_ERR_OUT_OF_MEMORY when the device does not have it.
+     * A budget that holds no block is KILN_ERR_INVALID_ARGUMENT. */
     uint64_t kv_cache_bytes;
     int kv_cache_blocks;
     int block_size;          /* tokens per KV-cache block (0: 16) */
@@ -72,8 +74,10 @@ kiln_status kiln_llm_open_random(const char *shape, kiln_precision precision, ui
                                  const kiln_llm_options *opts, kiln_llm **out);
 
 /* Stops accepting requests (kiln_llm_submit answers KILN_ERR_BUSY "draining") and waits up to
- * timeout_ms for the running and waiting requests to end; those still going then are cancelled.
- * Returns KILN_OK when every request ended by itself. The model stays open (kiln_llm_close frees it). */
+ * timeout_ms for the running and waiting requests to end; those still going then are cancelled (and
+ * their final events delivered before it returns). Returns KILN_OK when every request ended by
+ * itself, else KILN_ERR_BUSY naming how many were cancelled. The model stays open (kiln_llm_close
+ * frees it) and keeps refusing requests. */
 kiln_status kiln_llm_drain(kiln_llm *llm, double timeout_ms);
 
 /* Cancels every request (each gets its final event), stops the engine loop, and frees the model,
@@ -168,6 +172,11 @@ typedef struct kiln_llm_event {
     kiln_llm_finish finish;     /* not NONE: the request's last event */
     const char *message;        /* KILN_LLM_FINISH_ERROR: why; otherwise NULL */
     kiln_llm_usage usage;       /* always filled, as of this event */
+    /* When the engine loop made the event: the end of the forward step that produced it (or of the
+     * loop turn that ended the request), in ms of CLOCK_MONOTONIC; and that forward step's duration
+     * (0 for an event no step produced: a cancel, a timeout). With polling, the newest event's. */
+    double time_ms;
+    double step_ms;
 } kiln_llm_event;
 
 /* Called on the engine-loop thread for every event of a request submitted with it: it must return
@@ -182,7 +191,9 @@ typedef struct kiln_llm_request {
     bool add_special;
     const int32_t *prompt_ids;
     int n_prompt_ids;
-    int max_tokens;                 /* tokens to generate at most; 0: until the context limit */
+    /* Tokens to generate at most; 0: until the context limit, or as many as the whole KV cache holds
+     * after the prompt when that is less. */
+    int max_tokens;
     kiln_sampling_params sampling;
     const char *const *stop;        /* stop strings (copied), n_stop of them; none may be empty */
     int n_stop;
@@ -229,7 +240,9 @@ typedef struct kiln_llm_stats {
     uint64_t preemptions, steps;
     uint64_t requests_submitted, requests_finished;
     uint64_t prompt_tokens, generated_tokens;  /* totals since open */
-    double ms_since_heartbeat;       /* since the engine loop last went round (readiness) */
+    double busy_ms;                  /* time spent in forward steps since open (sampling included) */
+    double ms_since_heartbeat;       /* since the engine loop last went round (readiness; an idle loop
+                                      * goes round once a second) */
     bool draining;
 } kiln_llm_stats;
 kiln_status kiln_llm_get_stats(const kiln_llm *llm, kiln_llm_stats *out);

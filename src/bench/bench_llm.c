@@ -132,7 +132,7 @@ static kiln_status run_batch(llm_runner *rn, const kiln_llm_config *c, const kil
     samples sm = {0};
     kiln_status st = prompt && reqs ? KILN_OK : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     if (st == KILN_OK) st = alloc_samples(&sm, (size_t)bc->iterations * (size_t)batch, (size_t)bc->iterations);
-    if (st == KILN_OK) st = llm_runner_make_cache(rn, batch * per_seq, BLOCK_SIZE, &kv);
+    if (st == KILN_OK) st = llm_runner_make_cache(rn, batch * per_seq, BLOCK_SIZE, false, &kv);
     if (st == KILN_OK) {
         kiln_scheduler_config sc = {.forward = llm_runner_forward, .sample = llm_runner_sample_fn(rn),
                                     .model = rn, .kv = kv, .vocab = c->vocab,
@@ -255,7 +255,7 @@ static kiln_status run_saturated(llm_runner *rn, const kiln_llm_config *c, const
     out->concurrency = bc->concurrency;
     out->max_num_tokens = bc->max_num_tokens > bc->concurrency ? bc->max_num_tokens : bc->concurrency;
     out->kv_block_size = BLOCK_SIZE;
-    if (st == KILN_OK) st = llm_runner_make_cache(rn, bc->concurrency * per_seq, BLOCK_SIZE, &kv);
+    if (st == KILN_OK) st = llm_runner_make_cache(rn, bc->concurrency * per_seq, BLOCK_SIZE, false, &kv);
     if (st == KILN_OK) {
         kiln_scheduler_config sc = {.forward = llm_runner_forward, .sample = llm_runner_sample_fn(rn),
                                     .model = rn, .kv = kv, .vocab = c->vocab,

@@ -2,8 +2,8 @@
  * tokenizer files (verbatim) and its weights, in the layout the forward step wants and in fp32, fp16
  * or bf16, into a .kiln file of kind llm (docs/engine-format.md). Loading one gives the same
  * kiln_llm_model as kiln_llm_model_load_hf (FP32 for the CPU forward: an fp32 engine's weights are
- * used in place from the mapping, half-precision ones converted). kiln_llm_open takes either a
- * checkpoint directory or an engine, for `kiln generate` and `kiln bench --llm`. */
+ * used in place from the mapping, half-precision ones converted). kiln_llm_bundle_open takes either a
+ * checkpoint directory or an engine, for kiln_llm_open (kiln/kiln_llm.h). */
 #ifndef KILN_LLM_LLM_ENGINE_H
 #define KILN_LLM_LLM_ENGINE_H
 
@@ -35,6 +35,7 @@ typedef struct kiln_llm_engine_info {
     int64_t n_params;
     uint64_t weight_bytes;     /* the tensors' bytes (without alignment padding) */
     uint64_t tokenizer_bytes, tokenizer_config_bytes; /* 0: the checkpoint had no such file */
+    char *tokenizer_config;    /* a NUL-terminated copy of tokenizer_config.json, owned; NULL when none */
 } kiln_llm_engine_info;
 void kiln_llm_engine_info_free(kiln_llm_engine_info *info); /* accepts a zeroed one */
 
@@ -54,23 +55,28 @@ kiln_status kiln_llm_engine_read_info(const char *path, kiln_llm_engine_info *in
  * KILN_ERR_INVALID_ARGUMENT when the engine holds none). info may be NULL. */
 kiln_status kiln_llm_engine_load(const char *path, kiln_llm_engine_info *info, kiln_llm_model **model,
                                  kiln_tokenizer **tok);
+/* The same, but an engine without a tokenizer leaves *tok NULL instead of failing. */
+kiln_status kiln_llm_engine_load_any(const char *path, kiln_llm_engine_info *info, kiln_llm_model **model,
+                                     kiln_tokenizer **tok);
 /* The model alone. */
 kiln_status kiln_llm_model_load_engine(const char *path, kiln_llm_model **out);
 
 /* A model from a checkpoint directory or an LLM engine file, with what generation needs. */
 typedef struct kiln_llm_bundle {
     kiln_llm_model *model;
-    kiln_tokenizer *tok;       /* NULL unless asked for */
+    kiln_tokenizer *tok;       /* NULL unless asked for and present */
+    char *tokenizer_config;    /* tokenizer_config.json's text (NUL-terminated), NULL when absent or not asked for */
     int32_t gen_eos[KILN_LLM_MAX_EOS]; /* generation_config.json's eos_token_id(s) (directory or engine) */
     int n_gen_eos;
     bool from_engine;
     kiln_precision weights;    /* an engine's stored precision; fp32 for a directory (as loaded) */
     int64_t n_params;
 } kiln_llm_bundle;
-/* Opens path: a directory is read with kiln_llm_model_load_hf (+ kiln_tokenizer_load and
- * generation_config.json), anything else as an LLM engine. with_tokenizer: also load the tokenizer.
- * On failure *b is freed and zeroed. */
-kiln_status kiln_llm_open(const char *path, bool with_tokenizer, kiln_llm_bundle *b);
+/* Opens path: a directory is read with kiln_llm_model_load_hf (+ generation_config.json), anything
+ * else as an LLM engine. with_tokenizer: also load the tokenizer (tokenizer.json, or the engine's copy)
+ * and tokenizer_config.json's text, when the model has them (a model without is no error: b->tok
+ * stays NULL). On failure *b is freed and zeroed. */
+kiln_status kiln_llm_bundle_open(const char *path, bool with_tokenizer, kiln_llm_bundle *b);
 void kiln_llm_bundle_free(kiln_llm_bundle *b); /* zeroes it; accepts a zeroed one */
 
 /* generation_config.json's eos_token_id (a number or a list) in dir, into ids[0..*n); *n = 0 when the

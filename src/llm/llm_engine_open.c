@@ -1,7 +1,8 @@
-/* llm_engine_open.c — one way in for the commands that run an LLM: a checkpoint directory (config,
- * safetensors, tokenizer.json, generation_config.json) or an LLM engine built from one. */
+/* llm_engine_open.c — one way in for kiln_llm_open: a checkpoint directory (config, safetensors,
+ * tokenizer.json, tokenizer_config.json, generation_config.json) or an LLM engine built from one. */
 #include "llm/llm_engine_internal.h"
 
+#include "core/file.h"
 #include "core/status.h"
 #include "hf/checkpoint.h"
 
@@ -42,24 +43,50 @@ kiln_status kiln_llm_read_generation_eos(const char *dir, int32_t *ids, int *n) 
     return s;
 }
 
+/* dir/name's text (NUL-terminated) into *out; *out NULL when the file is absent. */
+static kiln_status read_optional_text(const char *dir, const char *name, char **out) {
+    *out = NULL;
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "checkpoint directory path is too long");
+    if (access(path, F_OK)) return KILN_OK;
+    kiln_file_map m = {0};
+    KILN_TRY(kiln_file_map_open(path, &m));
+    if ((*out = malloc(m.size + 1))) {
+        if (m.size) memcpy(*out, m.data, m.size);
+        (*out)[m.size] = 0;
+    }
+    kiln_file_unmap(&m);
+    return *out ? KILN_OK : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory reading %s", path);
+}
+
 static kiln_status open_dir(const char *dir, bool with_tokenizer, kiln_llm_bundle *b) {
     KILN_TRY(kiln_llm_model_load_hf(dir, &b->model));
-    if (with_tokenizer) KILN_TRY(kiln_tokenizer_load(dir, &b->tok));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    if (with_tokenizer && !access(path, F_OK)) {
+        KILN_TRY(kiln_tokenizer_load(dir, &b->tok));
+        KILN_TRY(read_optional_text(dir, "tokenizer_config.json", &b->tokenizer_config));
+    }
     return kiln_llm_read_generation_eos(dir, b->gen_eos, &b->n_gen_eos);
 }
 
 static kiln_status open_engine(const char *path, bool with_tokenizer, kiln_llm_bundle *b) {
     kiln_llm_engine_info info;
-    KILN_TRY(kiln_llm_engine_load(path, &info, &b->model, with_tokenizer ? &b->tok : NULL));
+    KILN_TRY(kiln_llm_engine_load_any(path, &info, &b->model, with_tokenizer ? &b->tok : NULL));
     memcpy(b->gen_eos, info.gen_eos, sizeof b->gen_eos);
     b->n_gen_eos = info.n_gen_eos;
     b->from_engine = true;
     b->weights = info.meta.precision;
+    if (b->tok) {
+        b->tokenizer_config = info.tokenizer_config;
+        info.tokenizer_config = NULL;
+    }
     kiln_llm_engine_info_free(&info);
     return KILN_OK;
 }
 
-kiln_status kiln_llm_open(const char *path, bool with_tokenizer, kiln_llm_bundle *b) {
+kiln_status kiln_llm_bundle_open(const char *path, bool with_tokenizer, kiln_llm_bundle *b) {
     memset(b, 0, sizeof *b);
     struct stat st;
     bool dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
@@ -83,5 +110,6 @@ kiln_status kiln_llm_open(const char *path, bool with_tokenizer, kiln_llm_bundle
 void kiln_llm_bundle_free(kiln_llm_bundle *b) {
     kiln_llm_model_free(b->model);
     kiln_tokenizer_free(b->tok);
+    free(b->tokenizer_config);
     memset(b, 0, sizeof *b);
 }

@@ -171,8 +171,9 @@ static kiln_status load_tokenizer(const char *path, const image *im, const kiln_
                                       info->tokenizer_config_bytes, path, tok);
 }
 
-kiln_status kiln_llm_engine_load(const char *path, kiln_llm_engine_info *info, kiln_llm_model **model,
-                                 kiln_tokenizer **tok) {
+/* kiln_llm_engine_load; an engine without tokenizer is an error only when tok_required. */
+static kiln_status load_engine(const char *path, kiln_llm_engine_info *info, kiln_llm_model **model,
+                               kiln_tokenizer **tok, bool tok_required) {
     kiln_llm_engine_info local;
     if (!info) info = &local;
     memset(info, 0, sizeof *info);
@@ -181,7 +182,15 @@ kiln_status kiln_llm_engine_load(const char *path, kiln_llm_engine_info *info, k
     image im = {0};
     kiln_status s = open_image(path, &im, info);
     if (s == KILN_OK && model) s = fill_weights(&im, info);
-    if (s == KILN_OK && tok) s = load_tokenizer(path, &im, info, tok);
+    if (s == KILN_OK && tok && (tok_required || info->tokenizer_bytes)) s = load_tokenizer(path, &im, info, tok);
+    if (s == KILN_OK && info->tokenizer_config_bytes) {
+        if (!(info->tokenizer_config = malloc(info->tokenizer_config_bytes + 1)))
+            s = kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        else {
+            memcpy(info->tokenizer_config, im.json_cfg, info->tokenizer_config_bytes);
+            info->tokenizer_config[info->tokenizer_config_bytes] = 0;
+        }
+    }
     if (s == KILN_OK && model) {
         *model = im.m;
         im.m = NULL;
@@ -201,6 +210,16 @@ kiln_status kiln_llm_engine_load(const char *path, kiln_llm_engine_info *info, k
     return s;
 }
 
+kiln_status kiln_llm_engine_load(const char *path, kiln_llm_engine_info *info, kiln_llm_model **model,
+                                 kiln_tokenizer **tok) {
+    return load_engine(path, info, model, tok, true);
+}
+
+kiln_status kiln_llm_engine_load_any(const char *path, kiln_llm_engine_info *info, kiln_llm_model **model,
+                                     kiln_tokenizer **tok) {
+    return load_engine(path, info, model, tok, false);
+}
+
 kiln_status kiln_llm_engine_read_info(const char *path, kiln_llm_engine_info *info) {
     return kiln_llm_engine_load(path, info, NULL, NULL);
 }
@@ -211,6 +230,8 @@ kiln_status kiln_llm_model_load_engine(const char *path, kiln_llm_model **out) {
 
 void kiln_llm_engine_info_free(kiln_llm_engine_info *info) {
     free(info->tensors);
+    free(info->tokenizer_config);
     info->tensors = NULL;
+    info->tokenizer_config = NULL;
     info->n_tensors = 0;
 }

@@ -3,8 +3,8 @@
  * blocks of a host kiln_kv_cache; on the GPU that cache is bookkeeping only (one float per token
  * slot), and each host block is mapped to a device block when a step first uses it and given back
  * once the scheduler has released it. On CUDA the scheduler also samples on the GPU
- * (llm_runner_sample over llm_cuda.h's sampler) unless KILN_LLM_HOST_SAMPLER=1: then every step's
- * logits come to the host as on the CPU. */
+ * (llm_runner_sample over llm_cuda.h's sampler) unless the options ask for the host sampler (or the
+ * environment has KILN_LLM_HOST_SAMPLER=1): then every step's logits come to the host as on the CPU. */
 #include "llm/llm_runner.h"
 
 #include "core/status.h"
@@ -25,7 +25,7 @@ struct llm_runner {
     int32_t *table;         /* the remapped block table of one step */
     size_t table_cap;
     kiln_dtype dtype;
-    kiln_llm_cuda_sampler *sampler; /* target cuda, unless KILN_LLM_HOST_SAMPLER=1 */
+    kiln_llm_cuda_sampler *sampler; /* target cuda, unless sampling on the host */
     kiln_llm_cuda_sample_row *srows; /* [max_rows] one sampler call's rows */
     int32_t *stokens;                /* [max_rows] its tokens */
     int max_rows;
@@ -34,12 +34,14 @@ struct llm_runner {
 
 #define MAX_HISTORY (1 << 22) /* most distinct history tokens of one GPU sampler call (32 MiB) */
 
-/* The GPU sampler for o's limits, unless the environment has KILN_LLM_HOST_SAMPLER=1. desc gets which. */
-static kiln_status make_sampler(llm_runner *r, const kiln_llm_cuda_options *o, char *desc, size_t cap) {
+/* The GPU sampler for o's limits, unless host_sampler or the environment has KILN_LLM_HOST_SAMPLER=1.
+ * desc gets which. */
+static kiln_status make_sampler(llm_runner *r, const kiln_llm_cuda_options *o, bool host_sampler, char *desc,
+                                size_t cap) {
     const char *env = getenv("KILN_LLM_HOST_SAMPLER");
     size_t len = strlen(desc);
-    if (env && !strcmp(env, "1")) {
-        snprintf(desc + len, cap - len, "; sampling on the host (KILN_LLM_HOST_SAMPLER=1)");
+    if (host_sampler || (env && !strcmp(env, "1"))) {
+        snprintf(desc + len, cap - len, "; sampling on the host%s", host_sampler ? "" : " (KILN_LLM_HOST_SAMPLER=1)");
         return KILN_OK;
     }
     int per_row = o->max_context < r->cfg.vocab ? o->max_context : r->cfg.vocab;
@@ -84,7 +86,7 @@ kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options 
     r->dtype = ro->bf16 ? KILN_BF16 : KILN_F16;
     KILN_TRY(kiln_llm_cuda_create(m, r->dtype, &o, &r->g));
     snprintf(desc, cap, "CUDA forward (%s): %s", r->dtype == KILN_BF16 ? "bf16" : "fp16", dev);
-    return make_sampler(r, &o, desc, cap);
+    return make_sampler(r, &o, ro->host_sampler, desc, cap);
 }
 
 kiln_status llm_runner_create_random(const kiln_llm_config *c, uint64_t seed, const llm_runner_options *ro,
@@ -106,7 +108,7 @@ kiln_status llm_runner_create_random(const kiln_llm_config *c, uint64_t seed, co
     KILN_TRY(kiln_llm_cuda_create_random(c, r->dtype, &o, seed, &r->g));
     snprintf(desc, cap, "CUDA forward (%s), random weights made on the device: %s", r->dtype == KILN_BF16 ? "bf16" : "fp16",
              dev);
-    return make_sampler(r, &o, desc, cap);
+    return make_sampler(r, &o, ro->host_sampler, desc, cap);
 }
 
 const kiln_llm_config *llm_runner_config(const llm_runner *r) { return &r->cfg; }
@@ -124,18 +126,29 @@ void llm_runner_free(llm_runner *r) {
     free(r);
 }
 
-kiln_status llm_runner_make_cache(llm_runner *r, int n_blocks, int block_size, kiln_kv_cache **kv) {
+uint64_t llm_runner_block_bytes(const llm_runner *r, int block_size) {
+    const kiln_llm_config *c = &r->cfg;
+    const uint64_t elem = r->g ? 2 : sizeof(float);
+    return 2ull * (uint64_t)c->n_layer * (uint64_t)c->n_kv_head * (uint64_t)block_size * (uint64_t)c->head_dim * elem;
+}
+
+kiln_status llm_runner_make_cache(llm_runner *r, int n_blocks, int block_size, bool exact, kiln_kv_cache **kv) {
     const kiln_llm_config *c = &r->cfg;
     kiln_kv_cache_config kc = {.n_layer = c->n_layer, .n_kv_head = c->n_kv_head, .head_dim = c->head_dim,
                                .block_size = block_size, .n_blocks = n_blocks, .dtype = KILN_F32};
     if (!r->g) return kiln_kv_cache_create(&kc, kv);
     kiln_llm_cuda_kv_free(r->gkv);
     r->gkv = NULL;
-    uint64_t block_bytes = 2ull * (uint64_t)c->n_layer * (uint64_t)c->n_kv_head * (uint64_t)block_size * (uint64_t)c->head_dim * 2;
-    kiln_llm_cuda_kv_options ko = {.block_size = block_size, .mem_fraction = 0.9, .max_bytes = block_bytes * (uint64_t)(n_blocks + 1)};
+    const uint64_t block_bytes = llm_runner_block_bytes(r, block_size);
+    kiln_llm_cuda_kv_options ko = {.block_size = block_size, .mem_fraction = exact ? 1.0 : 0.9,
+                                   .max_bytes = block_bytes * (uint64_t)(exact ? n_blocks : n_blocks + 1)};
     KILN_TRY(kiln_llm_cuda_kv_create(r->g, &ko, &r->gkv));
+    if (exact && kiln_llm_cuda_kv_blocks(r->gkv) < n_blocks)
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "the KV-cache budget of %d blocks (%llu bytes) does not fit in the "
+                          "device's free memory (%d blocks do)", n_blocks,
+                          (unsigned long long)(block_bytes * (uint64_t)n_blocks), kiln_llm_cuda_kv_blocks(r->gkv));
     kc = (kiln_kv_cache_config){.n_layer = 1, .n_kv_head = 1, .head_dim = 1, .block_size = block_size,
-                                .n_blocks = kiln_llm_cuda_kv_blocks(r->gkv), .dtype = KILN_F32};
+                                .n_blocks = exact ? n_blocks : kiln_llm_cuda_kv_blocks(r->gkv), .dtype = KILN_F32};
     free(r->map);
     r->n_blocks = kc.n_blocks;
     if (!(r->map = malloc((size_t)kc.n_blocks * sizeof *r->map))) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");

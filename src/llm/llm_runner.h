@@ -1,6 +1,6 @@
 /* llm_runner.h — the forward step that the scheduler (scheduler.h) is driven with, on the CPU or on
- * CUDA, behind one kiln_forward_fn (and, on CUDA, the GPU sampler behind one kiln_sample_fn): kiln
- * generate and kiln bench --llm choose it with --target. */
+ * CUDA, behind one kiln_forward_fn (and, on CUDA, the GPU sampler behind one kiln_sample_fn):
+ * kiln_llm_open (kiln/kiln_llm.h) chooses it with kiln_llm_options.target. */
 #ifndef KILN_LLM_RUNNER_H
 #define KILN_LLM_RUNNER_H
 
@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct llm_runner llm_runner;
 
@@ -20,6 +21,7 @@ typedef struct llm_runner_options {
     int max_tokens;     /* cuda: most tokens in one step */
     int max_context;    /* cuda: longest context (prompt + generated) */
     bool bf16;          /* cuda: weights and KV cache in bf16 (else fp16) */
+    bool host_sampler;  /* cuda: sample on the host (also when the environment has KILN_LLM_HOST_SAMPLER=1) */
 } llm_runner_options;
 
 /* The forward for ro->target: the CPU always; cuda through llm_cuda.h (the model uploaded in bf16 or
@@ -39,16 +41,21 @@ kiln_status llm_runner_create_random(const kiln_llm_config *c, uint64_t seed, co
 void llm_runner_free(llm_runner *r); /* accepts NULL */
 /* The model's config (borrowed; valid while r lives). */
 const kiln_llm_config *llm_runner_config(const llm_runner *r);
-/* A KV cache of n_blocks blocks for the scheduler (on the GPU: bookkeeping over a device cache that
- * replaces the previous one, of n_blocks blocks when 90% of the device's free memory holds them, else
- * of as many as it holds: the scheduler then preempts). The caller frees *kv before the runner. */
-kiln_status llm_runner_make_cache(llm_runner *r, int n_blocks, int block_size, kiln_kv_cache **kv);
+/* The bytes one KV-cache block of block_size tokens takes where the runner keeps it (fp32 on the host,
+ * 16-bit on the GPU). */
+uint64_t llm_runner_block_bytes(const llm_runner *r, int block_size);
+/* A KV cache of n_blocks blocks for the scheduler. On the GPU it is bookkeeping over a device cache
+ * that replaces the previous one: with `exact`, of exactly n_blocks blocks (KILN_ERR_OUT_OF_MEMORY
+ * naming the sizes when the device's free memory does not hold them); else of n_blocks blocks when
+ * 90% of the device's free memory holds them, else of as many as it holds (the scheduler then
+ * preempts). The caller frees *kv before the runner. */
+kiln_status llm_runner_make_cache(llm_runner *r, int n_blocks, int block_size, bool exact, kiln_kv_cache **kv);
 /* kiln_forward_fn over the runner (ctx). On CUDA, logits == NULL only enqueues the step (its logits
  * stay on the device for llm_runner_sample). */
 kiln_status llm_runner_forward(void *ctx, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits);
 /* The scheduler's kiln_scheduler_config.sample for r: llm_runner_sample on CUDA, NULL (the logits come
- * to the host and the scheduler samples there) on the CPU or when the environment has
- * KILN_LLM_HOST_SAMPLER=1 (read when r was created; for A/B comparisons). */
+ * to the host and the scheduler samples there) on the CPU or with llm_runner_options.host_sampler (or
+ * the environment's KILN_LLM_HOST_SAMPLER=1, read when r was created: a test override). */
 kiln_sample_fn llm_runner_sample_fn(const llm_runner *r);
 /* kiln_sample_fn over the runner (ctx) after llm_runner_forward(logits NULL): llm_cuda.h's GPU sampler
  * on the step's device logits, one kernel launch for rows 0 .. the last one asked (rows not asked are

@@ -10,6 +10,7 @@
 #define KILN_LLM_SAMPLER_H
 
 #include "kiln/kiln.h"
+#include "kiln/kiln_llm.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -18,35 +19,11 @@
 extern "C" {
 #endif
 
-#define KILN_MAX_TOP_LOGPROBS 20 /* OpenAI's limit on top_logprobs */
-
-typedef struct kiln_sampling_params {
-    float temperature;        /* 0 = greedy (argmax, lowest id on ties); otherwise logits / T */
-    int top_k;                /* keep the k most likely tokens (ties: lowest id first); 0 = off */
-    float top_p;              /* keep the smallest set of most likely tokens with mass >= p; 1 = off */
-    float min_p;              /* drop tokens below min_p * (probability of the most likely); 0 = off */
-    float repetition_penalty; /* HF: over prompt + generated tokens, positive logits / r, negative * r; 1 = off */
-    float frequency_penalty;  /* OpenAI: over generated tokens, logit -= count * f; 0 = off */
-    float presence_penalty;   /* OpenAI: over generated tokens, logit -= p once per token present; 0 = off */
-    uint64_t seed;            /* the request's random stream */
-    bool logprobs;            /* report the chosen token's log-probability */
-    int top_logprobs;         /* and that many most likely alternatives (0..KILN_MAX_TOP_LOGPROBS) */
-} kiln_sampling_params;
-
-/* Greedy, no penalties, no truncation, seed 0, no logprobs. */
-kiln_sampling_params kiln_sampling_defaults(void);
-/* KILN_ERR_INVALID_ARGUMENT naming the first parameter out of range: temperature < 0 or not finite,
- * top_k < 0, top_p outside (0, 1], min_p outside [0, 1], repetition_penalty <= 0, frequency or
- * presence penalty outside [-2, 2], top_logprobs outside [0, KILN_MAX_TOP_LOGPROBS]. */
-kiln_status kiln_sampling_validate(const kiln_sampling_params *p);
+/* kiln_sampling_params, KILN_MAX_TOP_LOGPROBS, kiln_token_logprob, kiln_sampling_defaults and
+ * kiln_sampling_validate are public: kiln/kiln_llm.h. */
 
 /* The n-th number in [0, 1) of the stream named by seed (splitmix64: a hash of seed + n * gamma). */
 double kiln_sample_uniform(uint64_t seed, uint64_t n);
-
-typedef struct kiln_token_logprob {
-    int32_t token;
-    float logprob;
-} kiln_token_logprob;
 
 typedef struct kiln_sample {
     int32_t token;

@@ -130,7 +130,8 @@ void sched_end(kiln_scheduler *s, sched_req *r, const char *message) {
 }
 
 kiln_sched_event sched_event(const sched_req *r, const kiln_sample *sample, kiln_finish_reason why) {
-    kiln_sched_event ev = {.id = r->id, .user = r->user, .n_generated = r->n_tokens - r->n_prompt, .finish = why};
+    kiln_sched_event ev = {.id = r->id, .user = r->user, .n_generated = r->n_tokens - r->n_prompt,
+                           .preemptions = r->preemptions, .finish = why};
     if (sample) ev.sample = *sample;
     else ev.sample.token = -1;
     if (why == KILN_FINISH_ERROR) ev.message = r->message;

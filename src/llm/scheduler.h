@@ -61,6 +61,9 @@ typedef struct kiln_scheduler_config {
     int max_model_len;          /* a sequence's context limit (prompt + generated), e.g. the model's max_pos */
     int max_num_batched_tokens; /* tokens in one step (0: 2048); at least max_num_seqs */
     int max_num_seqs;           /* running sequences (0: 256) */
+    /* Optional: called during step, with the request's user pointer, when a request is first admitted
+     * into a batch (not again after a preemption), before the forward step runs. */
+    void (*on_admit)(void *user);
 } kiln_scheduler_config;
 
 typedef struct kiln_request_params {
@@ -90,6 +93,7 @@ typedef struct kiln_sched_event {
     void *user;
     kiln_sample sample;        /* the new token and its log-probabilities; sample.token == -1 when none */
     int n_generated;           /* tokens generated so far, including this one */
+    int preemptions;           /* times the request was preempted so far */
     kiln_finish_reason finish; /* not NONE: the request's last event; it is gone after this step */
     const char *message;       /* KILN_FINISH_ERROR: why; otherwise NULL */
 } kiln_sched_event;

@@ -20,6 +20,8 @@ typedef struct sched_req {
     int chunk;          /* tokens scheduled in the step being built; 0 = not scheduled */
     bool ended;         /* moved to the done list during this step */
     bool delivered;     /* its final event was returned by a step: freed at the next one */
+    bool admitted;      /* it has been in a batch (on_admit was called) */
+    int preemptions;    /* times it was preempted */
     char message[256];  /* KILN_FINISH_ERROR's message */
 } sched_req;
 

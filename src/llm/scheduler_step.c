@@ -36,6 +36,7 @@ static void preempt(kiln_scheduler *s, int j) {
     s->waiting[0] = r;
     s->n_waiting++;
     s->preemptions++;
+    r->preemptions++;
     s->preempted = true;
 }
 
@@ -89,6 +90,8 @@ static void admit_waiting(kiln_scheduler *s, int *budget) {
         s->n_waiting--;
         s->running[s->n_running++] = r;
         schedule(s, r, chunk);
+        if (!r->admitted && s->cfg.on_admit) s->cfg.on_admit(r->user);
+        r->admitted = true;
         *budget -= chunk;
     }
 }

@@ -217,7 +217,7 @@ static kiln_status sched_run(sched_ctx *c, const kiln_llm_config *cfg, const sch
     c->steps = 0;
     kiln_kv_cache *kv = NULL;
     kiln_scheduler *s = NULL;
-    kiln_status st = llm_runner_make_cache(c->rn, SCHED_BLOCKS, SCHED_BLOCK, &kv);
+    kiln_status st = llm_runner_make_cache(c->rn, SCHED_BLOCKS, SCHED_BLOCK, false, &kv);
     kiln_scheduler_config sc = {.forward = sched_forward, .sample = gpu ? sched_sample : NULL, .model = c, .kv = kv,
                                 .vocab = cfg->vocab, .max_model_len = cfg->max_pos,
                                 .max_num_batched_tokens = SCHED_BUDGET, .max_num_seqs = SCHED_SEQS};

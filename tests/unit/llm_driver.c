@@ -223,7 +223,7 @@ static int run(opts *o, kiln_llm_model **m, llm_runner **rn, kiln_kv_cache **kv,
                                  .max_context = max_len, .bf16 = o->bf16 != 0};
         char desc[256] = "";
         if (llm_runner_create(*m, &ro, desc, sizeof desc, rn) != KILN_OK) return fail(kiln_last_error());
-        if (llm_runner_make_cache(*rn, n_blocks, o->block_size, kv) != KILN_OK) return fail(kiln_last_error());
+        if (llm_runner_make_cache(*rn, n_blocks, o->block_size, false, kv) != KILN_OK) return fail(kiln_last_error());
         fprintf(stderr, "llm_driver: %s\n", desc);
     } else {
         kiln_kv_cache_config kc = {c->n_layer, c->n_kv_head, c->head_dim, o->block_size, n_blocks, o->kv_dtype};
