@@ -38,9 +38,7 @@ static int snapshot(serve_server *s, version_view **out) {
             v[k].number = sv->number;
             v[k].llm = sv->llm != NULL;
             if (sv->pool) serve_pool_get_stats(sv->pool, &v[k].pool);
-#ifdef KILN_SERVE_LLM
             if (sv->llm) kiln_llm_get_stats(sv->llm, &v[k].llm_stats);
-#endif
         }
     pthread_mutex_unlock(&r->mu);
     *out = v;

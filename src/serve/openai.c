@@ -68,9 +68,7 @@ static enum MHD_Result generate(serve_conn *c, bool chat) {
         if (status != 200) {
             ok = serve_openai_error(c, status, status == 404 ? "not_found_error" : "unavailable_error", "model", "%s", msg);
         } else if (v->llm) {
-#ifdef KILN_SERVE_LLM
             ok = serve_openai_generate(c, v, chat, root);
-#endif
         } else {
             ok = serve_openai_error(c, 400, "invalid_request_error", "model",
                                     "model '%s' is a tensor model: use /v2/models/%s/infer", model->valuestring,

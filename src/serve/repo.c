@@ -69,9 +69,7 @@ static void version_free(serve_version *v) {
     if (!v) return;
     serve_pool_free(v->pool);
     kiln_engine_free(v->engine);
-#ifdef KILN_SERVE_LLM
     kiln_llm_close(v->llm);
-#endif
     free(v);
 }
 
@@ -103,14 +101,10 @@ static bool has_safetensors(const char *dir) {
 }
 
 static kiln_status open_llm(const char *path, const serve_model_config *c, serve_version *v) {
-#ifdef KILN_SERVE_LLM
     kiln_llm_options o = c->llm;
     o.target = c->target;
     o.device = c->device;
     return kiln_llm_open(path, &o, &v->llm);
-#else
-    return kiln_error(KILN_ERR_UNSUPPORTED, "%s: this build of kiln has no public LLM runtime (kiln_llm.h)", path);
-#endif
 }
 
 static kiln_status start_tensor(const serve_model_config *c, serve_version *v) {
