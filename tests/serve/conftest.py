@@ -21,6 +21,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SAMPLE_CNN = os.path.join(ROOT, "models", "sample_cnn.onnx")
 KJV_GPT2 = os.path.join(ROOT, "models", "kjv-gpt2")
 START_TIMEOUT_S = 60
+CRASH_MARKERS = ("AddressSanitizer", "LeakSanitizer", "UndefinedBehaviorSanitizer", "runtime error:", "Segmentation",
+                 "Aborted", "assertion failed")
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1 only, never a proxy
 
 
@@ -107,6 +109,9 @@ def serve(kiln, repo, *args, env=None):
         server.log.extend(proc.stderr.read().splitlines(keepends=True))
         proc.stdout.close()
         proc.stderr.close()
+    log = "".join(server.log)
+    for marker in CRASH_MARKERS:
+        assert marker not in log, f"kiln serve reported {marker!r}:\n{log[-6000:]}"
 
 
 def tensor_model(repo, name="cnn", config=None, version=1):
