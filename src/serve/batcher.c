@@ -155,7 +155,10 @@ static bool form_batch(const serve_pool *p, double now, int *n, int64_t *rows, d
     }
     if (blocked || *rows >= p->cfg.max_batch || is_preferred(&p->cfg, *rows)) return true;
     *wake_us = p->head->arrival_us + (double)p->cfg.max_queue_delay_us;
-    return now >= *wake_us;
+    if (now >= *wake_us) return true;
+    for (r = p->head; r; r = r->next) /* wake for the first deadline too, to answer it on time */
+        if (r->deadline_us > 0 && r->deadline_us < *wake_us) *wake_us = r->deadline_us;
+    return false;
 }
 
 static kiln_status bind_inputs(instance *in, serve_infer **batch, int n, int64_t rows) {
@@ -260,6 +263,7 @@ static void complete(instance *in, serve_infer **batch, int n, int64_t rows, kil
         r->queue_us = t0 - r->arrival_us;
         r->compute_us = t1 - t0;
         r->batch_rows = (int)rows;
+        r->first_of_run = k == 0;
         if (!st) finish(r, 200, "ok");
         else if (request_fault) finish(r, 400, "%s", kiln_last_error());
         else finish(r, 503, "instance %d failed: %s", in->index, kiln_last_error());
@@ -473,7 +477,9 @@ void serve_pool_infer(serve_pool *p, serve_infer *r) {
     r->done = false;
     r->next = NULL;
     r->arrival_us = now_us();
-    r->deadline_us = p->cfg.timeout_us > 0 ? r->arrival_us + (double)p->cfg.timeout_us : 0;
+    int64_t timeout = p->cfg.timeout_us;
+    if (r->timeout_us > 0 && (timeout == 0 || r->timeout_us < timeout)) timeout = r->timeout_us;
+    r->deadline_us = timeout > 0 ? r->arrival_us + (double)timeout : 0;
     pthread_mutex_lock(&p->mu);
     if (p->stopping) {
         finish(r, 503, "the model is being unloaded");

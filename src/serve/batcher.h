@@ -42,6 +42,7 @@ typedef struct serve_infer {
     serve_tensor *inputs;
     int n_inputs;
     int64_t rows;              /* dims[0] of the inputs when the model batches, else 1 */
+    int64_t timeout_us;        /* the request's own deadline from arrival (0: the model's timeout_us) */
     /* results, valid after serve_pool_infer returns */
     int http_status;           /* 200, or 400 / 429 / 500 / 503 with message */
     char message[512];
@@ -49,6 +50,7 @@ typedef struct serve_infer {
     int n_outputs;
     double queue_us, compute_us;
     int batch_rows;            /* rows of the run that held it */
+    bool first_of_run;         /* the first request of its run (so that runs are counted once) */
     /* the batcher's */
     double arrival_us, deadline_us;
     bool done;

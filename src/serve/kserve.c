@@ -76,7 +76,7 @@ static void record_infer_metrics(serve_conn *c, const serve_infer *r) {
     serve_metrics_labels(labels, sizeof labels, c->model, c->version);
     serve_metrics_observe(c->srv->metrics, "kiln_queue_duration_seconds", labels, r->queue_us / 1e6);
     serve_metrics_observe(c->srv->metrics, "kiln_compute_duration_seconds", labels, r->compute_us / 1e6);
-    serve_metrics_observe(c->srv->metrics, "kiln_batch_size", labels, r->batch_rows);
+    if (r->first_of_run) serve_metrics_observe(c->srv->metrics, "kiln_batch_size", labels, r->batch_rows);
 }
 
 static enum MHD_Result infer(serve_conn *c, serve_version *v, const char *name) {

@@ -212,6 +212,12 @@ int kserve_parse_infer(const char *body, size_t len, size_t json_len, serve_infe
         for (int k = 0; k < i; k++)
             if (!strcmp(r->inputs[i].name, r->inputs[k].name)) st = bad(msg, msg_size, "input '%s' appears twice", r->inputs[i].name);
     if (!st) st = parse_outputs(root, out, msg, msg_size);
+    const cJSON *timeout = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "parameters"), "timeout");
+    if (!st && timeout) {
+        if (!cJSON_IsNumber(timeout) || timeout->valuedouble < 0 || timeout->valuedouble > 3.6e9)
+            st = bad(msg, msg_size, "parameters.timeout must be microseconds in [0, 3600000000]");
+        else r->timeout_us = (int64_t)timeout->valuedouble;
+    }
     cJSON_Delete(root);
     return st;
 }

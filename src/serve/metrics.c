@@ -30,7 +30,7 @@ static const metric_family FAMILIES[] = {
     {"kiln_queue_duration_seconds", "Time a request waited before its first run.", HISTOGRAM, SECONDS, N_OF(SECONDS)},
     {"kiln_compute_duration_seconds", "Time of the run (tensor models) or of generation after the queue (LLMs).",
      HISTOGRAM, SECONDS, N_OF(SECONDS)},
-    {"kiln_batch_size", "Rows per run of the dynamic batcher.", HISTOGRAM, ROWS, N_OF(ROWS)},
+    {"kiln_batch_size", "Rows per run of the dynamic batcher (one sample per run).", HISTOGRAM, ROWS, N_OF(ROWS)},
     {"kiln_time_to_first_token_seconds", "Time to the first generated token.", HISTOGRAM, SECONDS, N_OF(SECONDS)},
     {"kiln_inter_token_latency_seconds", "Time between consecutive streamed token events.", HISTOGRAM, SECONDS,
      N_OF(SECONDS)},

@@ -110,15 +110,17 @@ def test_dynamic_batcher_joins_concurrent_requests(server):
         assert status == 200
         return np.array(out["outputs"][0]["data"]).reshape(1, 10), x
 
+    label = 'model="cnn",version="1"'
+    before = server.metrics()
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         results = list(pool.map(one, range(32)))
     for got, x in results:  # every request got its own rows back
         np.testing.assert_allclose(got, reference_probs(x), rtol=1e-4, atol=1e-5)
-    m = server.metrics()
-    label = 'model="cnn",version="1"'
-    runs = m[f"kiln_batch_size_count{{{label}}}"]
-    single = m[f'kiln_batch_size_bucket{{{label},le="1"}}']
-    assert single < runs, f"no request shared a run: {single} of {runs} ran alone"
+    after = server.metrics()
+    delta = lambda key: after.get(key, 0) - before.get(key, 0)
+    assert delta(f"kiln_batch_size_sum{{{label}}}") == 32  # every row ran once
+    runs = delta(f"kiln_batch_size_count{{{label}}}")
+    assert runs < 32, f"no request shared a run: 32 requests took {runs} runs"
 
 
 def test_repository_index_load_unload(server):

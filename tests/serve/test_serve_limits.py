@@ -107,3 +107,17 @@ def test_queue_full_is_429_while_queued_requests_succeed(kiln, repo, tmp_path):
         assert all(r[1] == "1" for r in results if r[0] == 429)
         m = s.metrics()
         assert m['kiln_requests_total{model="slow",version="1",status="429"}'] == 7
+
+
+def test_request_timeout_in_queue_is_503(kiln, tmp_path):
+    tensor_model(tmp_path, "slow", {"max_batch": 8, "max_queue_delay_us": 1500000})
+    with serve(kiln, tmp_path) as s:
+        req, _ = cnn_request(1)
+        req["parameters"] = {"timeout": 200000}
+        start = time.time()
+        status, err = s.json("/v2/models/slow/infer", req)
+        assert status == 503 and "past its timeout of 200 ms" in err["error"]
+        assert time.time() - start < 1.4
+        req["parameters"] = {"timeout": "soon"}
+        status, err = s.json("/v2/models/slow/infer", req)
+        assert status == 400 and "parameters.timeout" in err["error"]
