@@ -311,12 +311,44 @@ static serve_model *model_entry(serve_repo *r, const char *name) {
     return m;
 }
 
+static uint64_t fnv(uint64_t h, const void *data, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)data)[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* Folds the names, sizes and modification times of dir's entries (and, depth > 0, of their
+ * subdirectories' entries) into h, in name order. */
+static uint64_t fold_dir(uint64_t h, const char *dir, int depth) {
+    struct dirent **names = NULL;
+    int n = scandir(dir, &names, NULL, alphasort);
+    for (int i = 0; i < n; i++) {
+        char path[4400];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]->d_name);
+        if (names[i]->d_name[0] != '.' && stat(path, &st) == 0) {
+            int64_t facts[3] = {(int64_t)st.st_size, (int64_t)st.st_mtim.tv_sec, (int64_t)st.st_mtim.tv_nsec};
+            h = fnv(h, names[i]->d_name, strlen(names[i]->d_name) + 1);
+            if (S_ISDIR(st.st_mode)) h = depth > 0 ? fold_dir(h, path, depth - 1) : h;
+            else h = fnv(h, facts, sizeof facts);
+        }
+        free(names[i]);
+    }
+    free(names);
+    return h;
+}
+
+/* The signature of a model directory's files (0 when it does not exist). */
+static uint64_t model_signature(const char *mdir) {
+    return is_dir(mdir) ? fold_dir(0xcbf29ce484222325ull, mdir, 1) : 0;
+}
+
 kiln_status serve_repo_load(serve_repo *r, const char *name) {
     if (!valid_model_name(name)) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "'%s' is not a model name", name);
     char mdir[4096], path[4200];
     snprintf(mdir, sizeof mdir, "%s/%s", r->dir, name);
     if (!is_dir(mdir)) return kiln_error(KILN_ERR_IO, "model '%s' is not in the repository (no directory %s)", name, mdir);
     pthread_mutex_lock(&r->admin_mu);
+    uint64_t signature = model_signature(mdir);
     serve_model_config cfg;
     char *json = NULL;
     size_t len = 0;
@@ -336,6 +368,7 @@ kiln_status serve_repo_load(serve_repo *r, const char *name) {
     pthread_mutex_lock(&r->mu);
     serve_model *m = model_entry(r, name);
     if (!m && !st) st = kiln_error(KILN_ERR_OUT_OF_MEMORY, "model '%s'", name);
+    if (m) m->signature = signature;
     if (st) {
         if (m) snprintf(m->reason, sizeof m->reason, "%s", kiln_last_error());
     } else {
@@ -389,6 +422,45 @@ int serve_repo_load_all(serve_repo *r) {
             failed++;
         } else {
             KILN_LOG(KILN_LOG_INFO, "loaded model '%s'", name);
+        }
+    }
+    return failed;
+}
+
+int serve_repo_poll(serve_repo *r) {
+    serve_repo_scan(r);
+    int failed = 0;
+    for (int i = 0;; i++) {
+        char name[SERVE_NAME_MAX], mdir[4096];
+        pthread_mutex_lock(&r->mu);
+        bool more = i < r->n_models;
+        uint64_t seen = 0;
+        bool unloaded = false, loaded = false;
+        if (more) {
+            snprintf(name, sizeof name, "%s", r->models[i].name);
+            seen = r->models[i].signature;
+            unloaded = r->models[i].unloaded;
+            loaded = r->models[i].n_versions > 0;
+        }
+        pthread_mutex_unlock(&r->mu);
+        if (!more) break;
+        snprintf(mdir, sizeof mdir, "%s/%s", r->dir, name);
+        uint64_t now = model_signature(mdir);
+        if (now == seen) continue;
+        if (!now) {
+            if (loaded) {
+                KILN_LOG(KILN_LOG_WARN, "model '%s' left the repository: unloading it", name);
+                serve_repo_unload(r, name);
+            }
+            pthread_mutex_lock(&r->mu);
+            r->models[i].signature = 0;
+            snprintf(r->models[i].reason, sizeof r->models[i].reason, "its directory is gone");
+            pthread_mutex_unlock(&r->mu);
+        } else if (serve_repo_load(r, name)) {
+            KILN_LOG(KILN_LOG_ERROR, "%s", kiln_last_error());
+            failed++;
+        } else {
+            KILN_LOG(KILN_LOG_WARN, "model '%s' changed on disk: reloaded%s", name, unloaded ? " (it had been unloaded)" : "");
         }
     }
     return failed;

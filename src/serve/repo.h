@@ -57,6 +57,7 @@ typedef struct serve_model {
     int n_versions;
     char reason[512];         /* why the last load or unload failed ("" if it did not) */
     bool unloaded;            /* unloaded through the API */
+    uint64_t signature;       /* of the files as the last load attempt saw them (serve_repo_poll) */
 } serve_model;
 
 typedef struct serve_repo {
@@ -80,6 +81,12 @@ int serve_repo_load_all(serve_repo *r);
 kiln_status serve_repo_load(serve_repo *r, const char *name);
 /* Unloads every version of model `name`: KILN_ERR_INVALID_ARGUMENT when unknown. */
 kiln_status serve_repo_unload(serve_repo *r, const char *name);
+
+/* Reloads what changed on disk since the last look: a model directory whose files (config.json,
+ * version directories and their files: names, sizes, modification times) changed is loaded again
+ * (keeping what serves if that fails), a new one is loaded, one that disappeared is unloaded. Models
+ * unloaded through the API stay unloaded until their files change. Returns how many loads failed. */
+int serve_repo_poll(serve_repo *r);
 
 /* Finds model `name` (or an alias) and version (NULL or "": the highest loaded) and holds it for a
  * request. Returns the HTTP status: 200 with *out set, 404 (unknown model or version) or 503 (not

@@ -30,6 +30,7 @@ typedef struct serve_settings {
     double requests_per_second;    /* per-key defaults for plain keys (0: unlimited) */
     double burst;
     double tokens_per_minute;
+    double poll_repository_s;      /* look for changed models this often (0: never) */
 } serve_settings;
 
 /* Defaults, then the JSON text's settings (NULL: defaults). Unknown keys and bad values are

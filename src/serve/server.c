@@ -299,6 +299,44 @@ static kiln_status setup(serve_server *s, const serve_options *o, serve_settings
     return serve_repo_open(o->repo, &s->repo);
 }
 
+typedef struct poller {
+    serve_server *s;
+    double interval_s;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop;
+} poller;
+
+/* Reloads the repository's changed models every interval until stopped. */
+static void *poll_main(void *arg) {
+    poller *p = arg;
+    pthread_mutex_lock(&p->mu);
+    while (!p->stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        double t = (double)until.tv_sec + (double)until.tv_nsec / 1e9 + p->interval_s;
+        until.tv_sec = (time_t)t;
+        until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
+        pthread_cond_timedwait(&p->cv, &p->mu, &until);
+        if (p->stop) break;
+        pthread_mutex_unlock(&p->mu);
+        serve_repo_poll(p->s->repo);
+        pthread_mutex_lock(&p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static void poll_stop(poller *p, bool started) {
+    if (!started) return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = true;
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->thread, NULL);
+}
+
 /* Waits until requests in flight reach zero or the drain deadline passes. */
 static void drain(serve_server *s) {
     double deadline = serve_now_us() + s->drain_timeout_s * 1e6;
@@ -352,12 +390,16 @@ int serve_run(const serve_options *o) {
         goto out;
     }
     const union MHD_DaemonInfo *bound = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    poller poll = {.s = &s, .interval_s = set.poll_repository_s, .mu = PTHREAD_MUTEX_INITIALIZER,
+                   .cv = PTHREAD_COND_INITIALIZER};
+    bool polling = set.poll_repository_s > 0 && pthread_create(&poll.thread, NULL, poll_main, &poll) == 0;
     fprintf(stderr, "kiln serve: listening on http://%s:%d (%d model(s) in %s)\n", o->host,
             bound ? (int)bound->port : o->port, s.repo->n_models, o->repo);
     int sig = 0;
     sigwait(&sigs, &sig);
     fprintf(stderr, "kiln serve: %s: draining (up to %.0f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", s.drain_timeout_s);
     s.draining = true;
+    poll_stop(&poll, polling);
     MHD_socket listener = MHD_quiesce_daemon(d);
     if (listener != MHD_INVALID_SOCKET) close(listener);
     drain(&s);

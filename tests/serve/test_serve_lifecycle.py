@@ -109,3 +109,35 @@ def test_kiln_load_drives_kiln_serve(kiln, tmp_path):
             assert st["failed"] == 0 and st["ok"] == st["scheduled"] > 0, st
         m = s.metrics()
         assert m['kiln_requests_total{model="cnn",version="1",status="200"}'] >= 50
+
+
+def test_repository_changes_are_picked_up(kiln, tmp_path):
+    """With poll_repository_s, a new version is swapped in, a new model is loaded, a broken change
+    keeps the serving version, and a removed model is unloaded."""
+    import shutil
+    repo = tmp_path / "repo"
+    tensor_model(repo, "cnn", {"max_batch": 2})
+    cfg = tmp_path / "server.json"
+    cfg.write_text('{"poll_repository_s": 0.2}')
+
+    def wait_for(check, what):
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            if check():
+                return
+            time.sleep(0.1)
+        pytest.fail(f"the server did not pick up {what}")
+
+    with serve(kiln, repo, "--config", cfg) as s:
+        tensor_model(repo, "cnn", version=2)
+        wait_for(lambda: s.json("/v2/models/cnn")[1].get("versions") == ["2"], "version 2")
+        tensor_model(repo, "fresh", {"max_batch": 2})
+        wait_for(lambda: s.json("/v2/models/fresh/ready")[0] == 200, "a new model")
+        (repo / "cnn" / "3").mkdir()
+        (repo / "cnn" / "3" / "model.onnx").write_bytes(b"garbage")
+        time.sleep(1)
+        req, _ = cnn_request(1)
+        status, out = s.json("/v2/models/cnn/infer", req)
+        assert status == 200 and out["model_version"] == "2"
+        shutil.rmtree(repo / "fresh")
+        wait_for(lambda: s.json("/v2/models/fresh/ready")[0] == 503, "a removed model")
