@@ -141,7 +141,8 @@ static enum MHD_Result models(serve_conn *c, const char *rest) {
     int status = serve_repo_acquire(c->srv->repo, p.model, p.version, &v, msg, sizeof msg);
     char number[32] = "";
     if (v) snprintf(number, sizeof number, "%lld", (long long)v->number);
-    if (!strcmp(p.action, "infer")) serve_conn_set_model(c, p.model, v ? number : p.version);
+    /* unknown names stay out of the metrics' labels, which a client could otherwise grow without bound */
+    if (!strcmp(p.action, "infer") && status != 404) serve_conn_set_model(c, p.model, number);
     enum MHD_Result ok;
     if (!strcmp(p.action, "ready")) {
         cJSON *j = cJSON_CreateObject();

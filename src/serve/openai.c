@@ -64,7 +64,7 @@ static enum MHD_Result generate(serve_conn *c, bool chat) {
         int status = serve_repo_acquire(c->srv->repo, model->valuestring, NULL, &v, msg, sizeof msg);
         char number[32] = "";
         if (v) snprintf(number, sizeof number, "%lld", (long long)v->number);
-        serve_conn_set_model(c, model->valuestring, number);
+        if (status != 404) serve_conn_set_model(c, model->valuestring, number);
         if (status != 200) {
             ok = serve_openai_error(c, status, status == 404 ? "not_found_error" : "unavailable_error", "model", "%s", msg);
         } else if (v->llm) {

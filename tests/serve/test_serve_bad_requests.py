@@ -77,6 +77,7 @@ def test_unknown_model_version_endpoint(server):
     assert status == 404 and b"no endpoint" in data
     status, _, data = server.request("/v1/nowhere")
     assert status == 404 and json.loads(data)["error"]["type"] == "not_found_error"
+    assert not any("nosuch" in k for k in server.metrics())  # unknown names never become label values
 
 
 def test_oversized_body_is_413(server):
