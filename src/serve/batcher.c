@@ -9,6 +9,7 @@
 #include "core/status.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,7 @@ struct serve_pool {
     instance *inst;
     int n_inst;
     uint64_t runs, rows, failures;
+    atomic_int failures_to_inject; /* KILN_SERVE_FAIL_RUNS: the pool's next runs fail (tests of the breaker) */
 };
 
 static double now_us(void) {
@@ -232,6 +234,8 @@ static kiln_status split_outputs(instance *in, serve_infer **batch, int n, int64
 
 /* Runs a batch on the instance; returns the status (the outputs are filled on KILN_OK). */
 static kiln_status run_batch(instance *in, serve_infer **batch, int n, int64_t rows) {
+    if (atomic_load(&in->pool->failures_to_inject) > 0 && atomic_fetch_sub(&in->pool->failures_to_inject, 1) > 0)
+        return kiln_error(KILN_ERR_BACKEND, "injected failure (KILN_SERVE_FAIL_RUNS)");
     kiln_status st = bind_inputs(in, batch, n, rows);
     if (!st) st = kiln_context_run(in->ctx);
     if (!st) st = split_outputs(in, batch, n, rows);
@@ -386,6 +390,8 @@ kiln_status serve_pool_create(kiln_engine *e, const serve_batch_config *cfg, ser
         if (!st) st = kiln_context_create(e, &in->ctx);
         if (!st) st = warm_up(p, in);
     }
+    const char *inject = getenv("KILN_SERVE_FAIL_RUNS");
+    atomic_init(&p->failures_to_inject, inject ? atoi(inject) : 0);
     for (int k = 0; k < p->n_inst && !st; k++) {
         if (pthread_create(&p->inst[k].thread, NULL, instance_main, &p->inst[k]))
             st = kiln_error(KILN_ERR_INTERNAL, "starting the thread of instance %d", k);

@@ -4,7 +4,9 @@
  * back. Requests wait at most max_queue_delay_us for companions (less when a preferred batch size is
  * reached); the queue is bounded (queue full: 429) and every request has a deadline (503 when it
  * expires in the queue). An instance whose runs fail breaker_failures times in a row leaves the
- * rotation for breaker_cooldown_ms, its batch answered 503, and then is probed with the next batch. */
+ * rotation for breaker_cooldown_ms, its batch answered 503, and then is probed with the next batch.
+ * For tests of the breaker, the environment variable KILN_SERVE_FAIL_RUNS=N makes the first N runs
+ * of every pool fail with KILN_ERR_BACKEND. */
 #ifndef KILN_SERVE_BATCHER_H
 #define KILN_SERVE_BATCHER_H
 

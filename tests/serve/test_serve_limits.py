@@ -123,3 +123,22 @@ def test_request_timeout_in_queue_is_503(kiln, tmp_path):
         req["parameters"] = {"timeout": "soon"}
         status, err = s.json("/v2/models/slow/infer", req)
         assert status == 400 and "parameters.timeout" in err["error"]
+
+
+def test_circuit_breaker(kiln, tmp_path):
+    """Failing runs (injected) take the only instance out of rotation: its requests get 503, later ones
+    503 at once without waiting, readiness drops; after the cool-down a probe brings it back."""
+    tensor_model(tmp_path, "cnn", {"max_batch": 1, "breaker_failures": 2, "breaker_cooldown_ms": 1500})
+    with serve(kiln, tmp_path, env={"KILN_SERVE_FAIL_RUNS": "2"}) as s:
+        req, _ = cnn_request(1)
+        for _ in range(2):
+            status, err = s.json("/v2/models/cnn/infer", req)
+            assert status == 503 and "instance 0 failed: injected failure" in err["error"]
+        start = time.time()
+        status, err = s.json("/v2/models/cnn/infer", req)
+        assert status == 503 and "out of rotation" in err["error"] and time.time() - start < 0.5
+        assert s.metrics()['kiln_instances{model="cnn",version="1",state="down"}'] == 1
+        assert s.request("/v2/health/ready")[0] == 503
+        time.sleep(1.7)
+        assert s.json("/v2/models/cnn/infer", req)[0] == 200
+        assert s.request("/v2/health/ready")[0] == 200
