@@ -1,12 +1,12 @@
 /* cmd_bench_llm.c — `kiln bench --llm ENGINE|DIR` or `kiln bench --llm --random SHAPE`: trtllm-bench's
- * measurements of an LLM (src/bench/bench_llm.h does the work): parses the options, loads the model
- * (or makes one of a named shape with random weights: on the GPU for --target cuda), measures every
- * batch size or the saturated run, prints and writes the JSON report. */
+ * measurements of an LLM (src/bench/bench_llm.h does the work, through the public LLM API): parses the
+ * options, checks a random shape against the host, has the model opened (or made with random weights:
+ * on the GPU for --target cuda) and measured for every batch size or the saturated run, prints and
+ * writes the JSON report. */
 #include "cli.h"
 
 #include "bench/bench_llm.h"
 #include "core/status.h"
-#include "llm/llm_engine.h"
 #include "llm/llm_random.h"
 
 #include <errno.h>
@@ -30,7 +30,7 @@ static const char *USAGE =
     "Measures an LLM (an engine from `kiln build --hf`, a Hugging Face checkpoint directory, or random\n"
     "weights of a published shape) the way trtllm-bench does: for each batch size, that many requests\n"
     "of random prompts (seeded) submitted at once, each generating exactly --output-len tokens (eos\n"
-    "ignored), greedy, through the scheduler. Reports prefill time, TTFT, TPOT (time per output token\n"
+    "ignored), greedy, through the LLM API. Reports prefill time, TTFT, TPOT (time per output token\n"
     "after the first), end-to-end latency (p50/p90/p95/p99), output and total tokens/s, the decode\n"
     "bandwidth and the environment. With --saturate / --requests / --concurrency: trtllm-bench's\n"
     "throughput run instead (N requests, at most C in flight, continuous batching).\n"
@@ -192,13 +192,6 @@ static int run(llm_args *a) {
             return rc;
         }
     }
-    double t0 = cli_now_ms();
-    kiln_llm_bundle b = {0};
-    if (!a->shape && kiln_llm_bundle_open(a->model, false, &b) != KILN_OK) {
-        free(d);
-        return cli_fail();
-    }
-    d->load_s = (cli_now_ms() - t0) / 1e3;
     kiln_bench_env env;
     kiln_bench_ceilings ceil;
     char ceil_path[4096];
@@ -212,25 +205,13 @@ static int run(llm_args *a) {
     d->bc = &a->bc;
     d->env = &env;
     d->ceil = &ceil;
-    int rc;
-    if (a->shape) {
-        d->model_path = random_path;
-        d->cfg = &sh.cfg;
-        rc = kiln_bench_llm_run_random(&sh.cfg, a->bc.seed, d) == KILN_OK ? 0 : cli_fail();
-    } else {
-        d->model_path = a->model;
-        d->from_engine = b.from_engine;
-        d->weights = b.weights;
-        d->n_params = b.n_params;
-        d->cfg = kiln_llm_model_config(b.model);
-        rc = kiln_bench_llm_run(b.model, d) == KILN_OK ? 0 : cli_fail();
-    }
+    d->model_path = a->shape ? random_path : a->model;
+    int rc = kiln_bench_llm_run(d) == KILN_OK ? 0 : cli_fail();
     if (!rc) kiln_bench_llm_print(d, stdout);
     if (!rc && a->json) {
         if (kiln_bench_llm_write_json(d, a->json) != KILN_OK) rc = cli_fail();
         else printf("wrote %s\n", a->json);
     }
-    kiln_llm_bundle_free(&b);
     free(d);
     return rc;
 }

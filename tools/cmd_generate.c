@@ -1,21 +1,17 @@
-/* cmd_generate.c — `kiln generate DIR|ENGINE --prompt TEXT`: loads a Hugging Face checkpoint and its
- * tokenizer (or an LLM engine built from one), runs one request through the scheduler (scheduler.h) on the CPU or CUDA
- * forward step (llm_runner.h; on CUDA the tokens are sampled on the GPU unless KILN_LLM_HOST_SAMPLER=1), streams
- * the text to stdout as it is generated (whole UTF-8 characters only, and never a stop string or the
- * start of one), and prints a timing line to stderr. */
+/* cmd_generate.c — `kiln generate DIR|ENGINE --prompt TEXT`: opens a Hugging Face checkpoint or an LLM
+ * engine through the public LLM API (kiln/kiln_llm.h) on the CPU or CUDA, submits one request (the
+ * prompt as given, or with --chat the model's chat template applied to it), streams its text to
+ * stdout as the engine loop delivers it (whole UTF-8 characters, stop strings held back and cut),
+ * and prints a timing line to stderr. */
 #include "cli.h"
 
 #include "core/status.h"
 #include "core/strbuf.h"
-#include "llm/kv_cache.h"
-#include "llm/llm.h"
-#include "llm/llm_runner.h"
-#include "llm/llm_engine.h"
-#include "llm/scheduler.h"
-#include "llm/tokenizer.h"
+#include "kiln/kiln_llm.h"
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +30,10 @@ static const char *USAGE =
     "\n"
     "options:\n"
     "  --prompt TEXT               the prompt (required); the tokenizer's bos is added as it specifies\n"
+    "  --chat                      the prompt is a user message: the model's chat template (tokenizer_config.json's\n"
+    "                              chat_template, else ChatML) turns it into the prompt, with an assistant turn\n"
+    "  --system TEXT               with --chat: a system message before it\n"
+    "  --chat-template FILE        with --chat: this Jinja chat template instead of the model's\n"
     "  --max-tokens N              tokens to generate at most (default 64)\n"
     "  --temperature T             0 = greedy: the most likely token, lowest id on ties (default 0.8)\n"
     "  --top-k K                   sample from the K most likely tokens; 0 = off (default 40)\n"
@@ -45,7 +45,7 @@ static const char *USAGE =
     "  --presence-penalty P        subtract P once from each generated token (OpenAI, -2..2; default 0)\n"
     "  --seed S                    random seed (default: from the clock; printed in the timing line)\n"
     "  --stop STR                  stop before the first occurrence of STR (repeatable)\n"
-    "  --kv-budget-mb N            KV cache size (default: what prompt + max-tokens need)\n"
+    "  --kv-budget-mb N            KV cache size (default: one whole context, at most 1 GiB on the CPU)\n"
     "  --target cpu|cuda           where the model runs (default cpu): cpu computes in fp32; cuda in\n"
     "                              bf16 for a bf16 engine, else fp16\n"
     "  --device N                  the CUDA device (default 0)\n"
@@ -57,14 +57,12 @@ static const char *USAGE =
     "token after the first (and tokens/s); finish reason; load time.\n";
 
 #define MAX_STOPS 16
-#define MAX_STOP_IDS 16
-#define BLOCK_SIZE 16
 
 typedef struct gen_args {
-    const char *dir, *prompt;
+    const char *dir, *prompt, *system, *chat_template_file;
     int max_tokens;
     kiln_sampling_params sp;
-    bool seed_given, print_ids;
+    bool seed_given, print_ids, chat;
     const char *stops[MAX_STOPS];
     int n_stops;
     double kv_budget_mb; /* 0: fit the request */
@@ -99,8 +97,8 @@ static int parse_args(int argc, char **argv, gen_args *a) {
             fputs(USAGE, stdout);
             return 0;
         }
-        if (!strcmp(s, "--print-ids")) {
-            a->print_ids = true;
+        if (!strcmp(s, "--print-ids") || !strcmp(s, "--chat")) {
+            *(s[2] == 'p' ? &a->print_ids : &a->chat) = true;
             continue;
         }
         if (s[0] != '-') {
@@ -111,7 +109,7 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         static const char *const takes_value[] = {"--prompt", "--stop", "--max-tokens", "--temperature", "--top-k",
                                                   "--top-p", "--min-p", "--repetition-penalty", "--frequency-penalty",
                                                   "--presence-penalty", "--seed", "--kv-budget-mb", "--target",
-                                                  "--device"};
+                                                  "--device", "--system", "--chat-template"};
         bool known = false;
         for (size_t k = 0; k < sizeof takes_value / sizeof *takes_value; k++) known |= !strcmp(s, takes_value[k]);
         if (!known) return cli_usage_error("generate ", "unknown option '%s'", s);
@@ -120,6 +118,8 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         int rc = -1;
         i++;
         if (!strcmp(s, "--prompt")) a->prompt = val;
+        else if (!strcmp(s, "--system")) a->system = val;
+        else if (!strcmp(s, "--chat-template")) a->chat_template_file = val;
         else if (!strcmp(s, "--stop")) {
             if (a->n_stops == MAX_STOPS) return cli_usage_error("generate ", "at most %d --stop strings", MAX_STOPS);
             if (!*val) return cli_usage_error("generate ", "--stop needs a non-empty string");
@@ -161,177 +161,141 @@ static int parse_args(int argc, char **argv, gen_args *a) {
     }
     if (!a->dir) return cli_usage_error("generate ", "a checkpoint directory or LLM engine is required");
     if (!a->prompt) return cli_usage_error("generate ", "--prompt is required");
+    if ((a->system || a->chat_template_file) && !a->chat)
+        return cli_usage_error("generate ", "--system and --chat-template go with --chat");
     return -1;
 }
 
-/* One generation: the loaded parts, the text streamed so far and the timings. */
+/* One generation: the model, the request's tokens and text as they come, and the timings. */
 typedef struct gen_run {
     const gen_args *a;
-    kiln_llm_bundle llm;    /* owns model and tok */
-    kiln_llm_model *model;
-    kiln_tokenizer *tok;
-    llm_runner *runner;
-    kiln_kv_cache *kv;
-    kiln_scheduler *sched;
+    kiln_llm *llm;
     int32_t *prompt_ids, *out_ids;
     size_t n_prompt;
-    int n_out;
-    int32_t stop_ids[MAX_STOP_IDS];
-    int n_stop_ids;
-    kiln_tokenizer_stream stream;
-    kiln_strbuf text;   /* everything decoded so far */
-    size_t printed;     /* bytes of text written to stdout */
-    bool stopped;       /* a stop string was found: nothing more is printed */
-    kiln_finish_reason finish;
-    double forward_ms, prefill_ms, t_request, t_first, t_last, load_ms;
+    int n_out, cap_out;
+    pthread_mutex_t mu;
+    pthread_cond_t done_cv;
+    bool done, printed_any, ends_newline;
+    kiln_llm_finish finish;
+    char message[512];
+    double busy0, prefill_ms, t_request, t_first, t_last, load_ms;
 } gen_run;
 
-static kiln_status timed_forward(void *ctx, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits) {
-    gen_run *g = ctx;
-    double t = cli_now_ms();
-    kiln_status st = llm_runner_forward(g->runner, kv, b, logits);
-    g->forward_ms += cli_now_ms() - t;
+/* The engine loop's events: tokens recorded, text printed as it comes. */
+static void on_event(const kiln_llm_event *ev) {
+    gen_run *g = ev->user;
+    if (ev->token >= 0) {
+        if (!g->n_out) {
+            kiln_llm_stats s;
+            g->t_first = ev->time_ms;
+            if (kiln_llm_get_stats(g->llm, &s) == KILN_OK) g->prefill_ms = s.busy_ms - g->busy0;
+        }
+        g->t_last = ev->time_ms;
+        if (g->n_out < g->cap_out) g->out_ids[g->n_out++] = ev->token;
+    }
+    if (ev->text_len) {
+        fwrite(ev->text, 1, ev->text_len, stdout);
+        fflush(stdout);
+        g->printed_any = true;
+        g->ends_newline = ev->text[ev->text_len - 1] == '\n';
+    }
+    if (ev->finish == KILN_LLM_FINISH_NONE) return;
+    pthread_mutex_lock(&g->mu);
+    g->finish = ev->finish;
+    if (ev->message) snprintf(g->message, sizeof g->message, "%s", ev->message);
+    g->done = true;
+    pthread_cond_signal(&g->done_cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static kiln_status read_text_file(const char *path, char **out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return kiln_error(KILN_ERR_IO, "cannot open --chat-template %s: %s", path, strerror(errno));
+    kiln_strbuf b = {0};
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) kiln_strbuf_append(&b, buf, n);
+    const bool bad = ferror(f);
+    fclose(f);
+    kiln_strbuf_append(&b, "", 0);
+    if (bad) {
+        kiln_strbuf_free(&b);
+        return kiln_error(KILN_ERR_IO, "cannot read --chat-template %s", path);
+    }
+    *out = b.data;
+    return kiln_strbuf_status(&b);
+}
+
+/* The prompt's token ids: the text as given, or (--chat) the chat template applied to the user message
+ * (after --system's), whose special tokens the template writes itself. */
+static kiln_status encode_prompt(gen_run *g) {
+    const gen_args *a = g->a;
+    if (!a->chat)
+        return kiln_llm_tokenize(g->llm, a->prompt, strlen(a->prompt), true, &g->prompt_ids, &g->n_prompt);
+    kiln_chat_message m[2];
+    int n = 0;
+    if (a->system) m[n++] = (kiln_chat_message){.role = "system", .content = a->system};
+    m[n++] = (kiln_chat_message){.role = "user", .content = a->prompt};
+    char *text;
+    size_t len;
+    KILN_TRY(kiln_llm_apply_chat_template(g->llm, m, n, true, &text, &len));
+    kiln_status st = kiln_llm_tokenize(g->llm, text, len, false, &g->prompt_ids, &g->n_prompt);
+    free(text);
     return st;
 }
 
-/* The GPU sampler's call (--target cuda): it waits for the step, so its time counts as forward time. */
-static kiln_status timed_sample(void *ctx, int n_rows, const kiln_sched_sample_row *rows, float *host_logits,
-                                int32_t *tokens) {
-    gen_run *g = ctx;
-    double t = cli_now_ms();
-    kiln_status st = llm_runner_sample(g->runner, n_rows, rows, host_logits, tokens);
-    g->forward_ms += cli_now_ms() - t;
-    return st;
-}
-
-static void add_stop_id(gen_run *g, double id) {
-    int vocab = kiln_llm_model_config(g->model)->vocab;
-    if (id < 0 || id >= vocab || id != floor(id) || g->n_stop_ids == MAX_STOP_IDS) return;
-    for (int i = 0; i < g->n_stop_ids; i++)
-        if (g->stop_ids[i] == (int32_t)id) return;
-    g->stop_ids[g->n_stop_ids++] = (int32_t)id;
-}
-
-/* The end-of-sequence ids: the tokenizer's, config.json's, and generation_config.json's eos_token_id
- * (a number or a list; instruction-tuned models name their end-of-turn token there). */
-static void collect_stop_ids(gen_run *g) {
-    add_stop_id(g, kiln_tokenizer_eos_id(g->tok));
-    add_stop_id(g, kiln_llm_model_config(g->model)->eos_id);
-    for (int i = 0; i < g->llm.n_gen_eos; i++) add_stop_id(g, g->llm.gen_eos[i]);
-}
-
-static void print_upto(gen_run *g, size_t upto) {
-    if (upto <= g->printed) return;
-    fwrite(g->text.data + g->printed, 1, upto - g->printed, stdout);
-    fflush(stdout);
-    g->printed = upto;
-}
-
-/* Prints the new text except what could still become a stop string; at a stop string, prints the
- * text before it and ends the request. */
-static kiln_status print_new_text(gen_run *g, uint64_t id) {
-    const char *t = g->text.data ? g->text.data : "";
-    size_t len = g->text.len, first = len, hold = 0;
-    for (int k = 0; k < g->a->n_stops; k++) {
-        const char *hit = strstr(t + g->printed, g->a->stops[k]);
-        if (hit && (size_t)(hit - t) < first) first = (size_t)(hit - t);
-        size_t sl = strlen(g->a->stops[k]);
-        for (size_t n = sl - 1; n > hold; n--) /* longest tail of the text that starts this stop string */
-            if (n <= len - g->printed && !memcmp(t + len - n, g->a->stops[k], n)) {
-                hold = n;
-                break;
-            }
-    }
-    if (first < len) {
-        print_upto(g, first);
-        g->stopped = true;
-        return kiln_scheduler_finish(g->sched, id, KILN_FINISH_STOP_STRING);
-    }
-    print_upto(g, len - hold);
+static kiln_status setup(gen_run *g, char **chat_template) {
+    const gen_args *a = g->a;
+    if (a->chat_template_file) KILN_TRY(read_text_file(a->chat_template_file, chat_template));
+    kiln_llm_options o = {.target = a->target, .device = a->device, .max_seqs = 1, .chat_template = *chat_template,
+                          .kv_cache_bytes = (uint64_t)(a->kv_budget_mb * 1048576.0)};
+    double t0 = cli_now_ms();
+    kiln_status st = kiln_llm_open(a->dir, &o, &g->llm);
+    if (st != KILN_OK && a->kv_budget_mb > 0 && strstr(kiln_last_error(), "kv_cache_bytes"))
+        return kiln_error(st, "--kv-budget-mb %g holds no KV-cache block of this model", a->kv_budget_mb);
+    KILN_TRY(st);
+    g->load_ms = cli_now_ms() - t0;
+    kiln_llm_info info;
+    KILN_TRY(kiln_llm_get_info(g->llm, &info));
+    if (!info.has_tokenizer)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s has no tokenizer (its checkpoint had no tokenizer.json)", a->dir);
+    KILN_TRY(encode_prompt(g));
+    if (!g->n_prompt) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "the prompt encodes to no token");
+    g->cap_out = a->max_tokens;
+    if (!(g->out_ids = malloc((size_t)g->cap_out * sizeof *g->out_ids)))
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for %d tokens", a->max_tokens);
     return KILN_OK;
 }
 
-static kiln_status on_token(gen_run *g, const kiln_sched_event *ev) {
-    double now = cli_now_ms();
-    if (!g->n_out) {
-        g->t_first = now;
-        g->prefill_ms = g->forward_ms;
-    }
-    g->t_last = now;
-    g->out_ids[g->n_out++] = ev->sample.token;
-    if (ev->finish == KILN_FINISH_STOP_TOKEN) return KILN_OK; /* eos prints nothing */
-    KILN_TRY(kiln_tokenizer_stream_push(g->tok, &g->stream, ev->sample.token, true, &g->text));
-    return print_new_text(g, ev->id);
-}
-
-/* The forward for --target, and a KV cache sized by --kv-budget-mb or for the request. */
-static kiln_status make_runner_and_cache(gen_run *g) {
-    const kiln_llm_config *c = kiln_llm_model_config(g->model);
-    int64_t total = (int64_t)g->n_prompt + g->a->max_tokens;
-    if (total > c->max_pos) total = c->max_pos;
-    llm_runner_options ro = {.target = g->a->target, .device = g->a->device, .max_seqs = 1,
-                             .max_tokens = (int)g->n_prompt, .max_context = (int)total,
-                             .bf16 = g->llm.weights == KILN_PRECISION_BF16};
-    char desc[256];
-    KILN_TRY(llm_runner_create(g->model, &ro, desc, sizeof desc, &g->runner));
-    kiln_kv_cache_config kc = {.n_layer = c->n_layer, .n_kv_head = c->n_kv_head, .head_dim = c->head_dim,
-                               .block_size = BLOCK_SIZE, .dtype = KILN_F32};
-    if (g->a->kv_budget_mb > 0) {
-        kc.n_blocks = kiln_kv_cache_blocks_for_budget(&kc, (uint64_t)(g->a->kv_budget_mb * 1048576.0));
-        if (!kc.n_blocks)
-            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--kv-budget-mb %g holds no KV-cache block of this model",
-                              g->a->kv_budget_mb);
-    } else {
-        kc.n_blocks = total > 1 ? (int)((total - 1 + BLOCK_SIZE - 1) / BLOCK_SIZE) : 1;
-    }
-    return llm_runner_make_cache(g->runner, kc.n_blocks, BLOCK_SIZE, false, &g->kv);
-}
-
-static kiln_status setup(gen_run *g) {
-    double t0 = cli_now_ms();
-    KILN_TRY(kiln_llm_bundle_open(g->a->dir, true, &g->llm));
-    g->model = g->llm.model;
-    g->tok = g->llm.tok;
-    g->load_ms = cli_now_ms() - t0;
-    collect_stop_ids(g);
-    KILN_TRY(kiln_tokenizer_encode(g->tok, g->a->prompt, strlen(g->a->prompt), true, &g->prompt_ids, &g->n_prompt));
-    if (!g->n_prompt) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "the prompt encodes to no token");
-    if (!(g->out_ids = malloc((size_t)g->a->max_tokens * sizeof *g->out_ids)))
-        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for %d tokens", g->a->max_tokens);
-    KILN_TRY(make_runner_and_cache(g));
-    const kiln_llm_config *c = kiln_llm_model_config(g->model);
-    kiln_scheduler_config sc = {.forward = timed_forward, .sample = llm_runner_sample_fn(g->runner) ? timed_sample : NULL,
-                                .model = g, .kv = g->kv, .vocab = c->vocab, .max_model_len = c->max_pos,
-                                .max_num_seqs = 1};
-    return kiln_scheduler_create(&sc, &g->sched);
-}
-
 static kiln_status generate(gen_run *g) {
-    KILN_TRY(setup(g));
-    kiln_request_params rp = {.prompt = g->prompt_ids, .n_prompt = (int)g->n_prompt, .max_tokens = g->a->max_tokens,
-                              .sampling = g->a->sp, .stop_ids = g->stop_ids, .n_stop_ids = g->n_stop_ids};
-    uint64_t id;
+    const gen_args *a = g->a;
+    kiln_llm_request q = kiln_llm_request_defaults();
+    q.prompt_ids = g->prompt_ids;
+    q.n_prompt_ids = (int)g->n_prompt;
+    q.max_tokens = a->max_tokens;
+    q.sampling = a->sp;
+    q.stop = a->stops;
+    q.n_stop = a->n_stops;
+    q.user = g;
+    q.on_event = on_event;
+    kiln_llm_stats s;
+    KILN_TRY(kiln_llm_get_stats(g->llm, &s));
+    g->busy0 = s.busy_ms;
     g->t_request = cli_now_ms();
-    KILN_TRY(kiln_scheduler_add(g->sched, &rp, &id));
-    while (kiln_scheduler_has_work(g->sched)) {
-        const kiln_sched_event *ev;
-        int n;
-        kiln_status st = kiln_scheduler_step(g->sched, &ev, &n);
-        for (int i = 0; i < n; i++) {
-            if (ev[i].finish == KILN_FINISH_ERROR)
-                return kiln_error(st != KILN_OK ? st : KILN_ERR_INVALID_ARGUMENT, "%s%s", ev[i].message,
-                                  st == KILN_OK && g->a->kv_budget_mb > 0 ? " (raise --kv-budget-mb)" : "");
-            if (ev[i].sample.token >= 0) KILN_TRY(on_token(g, &ev[i]));
-            if (ev[i].finish != KILN_FINISH_NONE) g->finish = ev[i].finish;
-        }
-        KILN_TRY(st);
+    uint64_t id;
+    kiln_status st = kiln_llm_submit(g->llm, &q, &id);
+    if (st != KILN_OK && a->kv_budget_mb > 0 && strstr(kiln_last_error(), "KV-cache blocks")) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", kiln_last_error());
+        return kiln_error(st, "%s (raise --kv-budget-mb)", why);
     }
-    if (!g->stopped) {
-        kiln_tokenizer_stream_flush(&g->stream, &g->text);
-        print_upto(g, g->text.len);
-    }
-    if (isatty(STDOUT_FILENO) && g->printed && g->text.data[g->printed - 1] != '\n') putchar('\n');
-    return kiln_strbuf_status(&g->text);
+    KILN_TRY(st);
+    pthread_mutex_lock(&g->mu);
+    while (!g->done) pthread_cond_wait(&g->done_cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+    if (isatty(STDOUT_FILENO) && g->printed_any && !g->ends_newline) putchar('\n');
+    if (g->finish == KILN_LLM_FINISH_ERROR) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s", g->message);
+    return KILN_OK;
 }
 
 static void print_ids(const int32_t *ids, int n) {
@@ -346,7 +310,7 @@ static void print_report(const gen_run *g) {
             g->n_prompt, g->prefill_ms, g->prefill_ms > 0 ? g->n_prompt * 1e3 / g->prefill_ms : 0.0, ttft, g->n_out);
     if (g->n_out > 1 && decode > 0)
         fprintf(stderr, ", TPOT %.2f ms (%.1f tok/s)", decode / (g->n_out - 1), (g->n_out - 1) * 1e3 / decode);
-    fprintf(stderr, " | finish %s | load %.0f ms", kiln_finish_reason_name(g->finish), g->load_ms);
+    fprintf(stderr, " | finish %s | load %.0f ms", kiln_llm_finish_name(g->finish), g->load_ms);
     if (g->a->sp.temperature > 0) fprintf(stderr, " | seed %llu", (unsigned long long)g->a->sp.seed);
     fputc('\n', stderr);
     if (!g->a->print_ids) return;
@@ -354,7 +318,7 @@ static void print_report(const gen_run *g) {
     print_ids(g->prompt_ids, (int)g->n_prompt);
     fprintf(stderr, ", \"generated_ids\": ");
     print_ids(g->out_ids, g->n_out);
-    fprintf(stderr, ", \"finish\": \"%s\"}\n", kiln_finish_reason_name(g->finish));
+    fprintf(stderr, ", \"finish\": \"%s\"}\n", kiln_llm_finish_name(g->finish));
 }
 
 int kiln_cmd_generate(int argc, char **argv) {
@@ -364,14 +328,17 @@ int kiln_cmd_generate(int argc, char **argv) {
     if (!a.seed_given) a.sp.seed = (uint64_t)(cli_now_ms() * 1e3) ^ ((uint64_t)getpid() << 32);
     if (kiln_sampling_validate(&a.sp) != KILN_OK) return cli_usage_error("generate ", "%s", kiln_last_error());
     gen_run g = {.a = &a};
-    kiln_status st = generate(&g);
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.done_cv, NULL);
+    char *chat_template = NULL;
+    kiln_status st = setup(&g, &chat_template);
+    if (st == KILN_OK) st = generate(&g);
     if (st == KILN_OK) print_report(&g);
-    kiln_scheduler_free(g.sched);
-    kiln_kv_cache_free(g.kv);
-    llm_runner_free(g.runner);
-    kiln_llm_bundle_free(&g.llm);
+    kiln_llm_close(g.llm);
+    free(chat_template);
     free(g.prompt_ids);
     free(g.out_ids);
-    kiln_strbuf_free(&g.text);
+    pthread_cond_destroy(&g.done_cv);
+    pthread_mutex_destroy(&g.mu);
     return st == KILN_OK ? 0 : cli_fail();
 }

@@ -46,7 +46,8 @@ typedef struct kiln_llm_options {
     int max_context;         /* longest prompt + generated text (0, or more than the model's: the model's) */
     /* Admission control: submissions beyond these are refused with KILN_ERR_BUSY (0: unbounded). */
     int max_waiting;               /* requests waiting for their first step */
-    int64_t max_waiting_tokens;    /* prompt tokens of the waiting requests */
+    int64_t max_waiting_tokens;    /* prompt tokens of the waiting requests (a prompt beyond it alone is
+                                    * still taken when nothing waits) */
     /* A request still waiting for its first step after this long ends with KILN_LLM_FINISH_TIMEOUT
      * (0: never). */
     double queue_timeout_ms;
@@ -225,8 +226,8 @@ kiln_status kiln_llm_cancel(kiln_llm *llm, uint64_t id);
  * token's text generated since the previous read (ev->token the newest, logprobs of the newest only
  * unless the request asked for logprobs, in which case events are never coalesced). Returns KILN_OK
  * with an event, KILN_ERR_BUSY when none arrived in time, KILN_ERR_INVALID_ARGUMENT for an unknown or
- * released id or a callback request. After the final event the caller must still call
- * kiln_llm_release. */
+ * released id, a callback request, or one whose final event was already read. After the final event
+ * the caller must still call kiln_llm_release. */
 kiln_status kiln_llm_next(kiln_llm *llm, uint64_t id, int timeout_ms, kiln_llm_event *ev);
 
 /* The caller is done with polled request id: cancels it if it still runs, and frees its state once

@@ -1,15 +1,18 @@
 /* bench_llm.h — kiln bench --llm, the library side (tools/cmd_bench_llm.c is the command line): for each
  * batch size, as trtllm-bench does, `batch` requests of random prompts (seeded) of input_len tokens
- * submitted at once to the scheduler (scheduler.h), each generating exactly output_len tokens (no
- * stop ids: eos is ignored), greedy; after warm-up iterations, `iterations` measured ones. Per request:
+ * submitted at once through the public LLM API (kiln/kiln_llm.h), each generating exactly output_len
+ * tokens (eos ignored), greedy; after warm-up iterations, `iterations` measured ones. Per request:
  * TTFT (submission to first token), TPOT (mean time per output token after the first), end-to-end
- * latency; per iteration: prefill time (the steps that produced first tokens), output and total
- * tokens/s. The forward step is the CPU one (kiln_llm_forward) or, with target "cuda", llm_cuda.h's. */
+ * latency, from the events' timestamps; per iteration: prefill time (the forward steps that produced
+ * first tokens), output and total tokens/s. The forward is the CPU one or, with target "cuda", the
+ * GPU's. */
 #ifndef KILN_BENCH_LLM_H
 #define KILN_BENCH_LLM_H
 
 #include "bench/bench.h"
 #include "llm/llm.h"
+
+#include <stdio.h>
 
 #define KILN_BENCH_LLM_MAX_BATCHES 16
 
@@ -55,14 +58,14 @@ typedef struct kiln_bench_llm_row {
 
 /* Everything a report shows; pointers borrowed. */
 typedef struct kiln_bench_llm_doc {
-    const char *model_path;
+    const char *model_path;     /* what kiln_bench_llm_run opens (a report label when shape is set) */
     bool from_engine;
     kiln_precision weights;     /* the engine's weights precision (a directory: fp32 as loaded) */
     char compute[32];           /* "fp32 (CPU)", "fp16 (CUDA)" */
-    char device[256];
+    char device[256];           /* what runs the forward (kiln_llm_info.target) */
     int64_t n_params;
-    double load_s;
-    const kiln_llm_config *cfg;
+    double load_s;              /* kiln_llm_open(_random) */
+    kiln_llm_config cfg;
     const kiln_bench_llm_config *bc;
     const kiln_bench_env *env;
     const kiln_bench_ceilings *ceil;
@@ -74,15 +77,14 @@ typedef struct kiln_bench_llm_doc {
     char started_at[32];
 } kiln_bench_llm_doc;
 
-/* Runs every batch size of d->bc on model m, filling d->rows (a batch size that fails records its
- * error and the others go on; the call fails only when none ran). Errors before any run: lengths
- * beyond the model (KILN_ERR_INVALID_ARGUMENT naming max_pos), target cuda unavailable (the reason). */
-kiln_status kiln_bench_llm_run(const kiln_llm_model *m, kiln_bench_llm_doc *d);
-/* The same for a model of config c with random weights from seed (llm_runner_create_random: made on
- * the GPU for target cuda, in bf16 when d->weights is KILN_PRECISION_BF16, else fp16; host fp32 on
- * the CPU); d->load_s gets the time to make them. With bc->concurrency > 0 (either function) the run
- * is the saturated one, into d->sat (errors fail the call). */
-kiln_status kiln_bench_llm_run_random(const kiln_llm_config *c, uint64_t seed, kiln_bench_llm_doc *d);
+/* Opens d->model_path (or, with d->shape set, random weights of that shape in d->weights' precision,
+ * seeded with bc->seed) through kiln_llm_open sized for the workload, fills the model's fields of d
+ * (device, n_params, cfg, load_s; from_engine and weights for a path), then runs every batch size of
+ * d->bc, filling d->rows (a batch size that fails records its error and the others go on; the call
+ * fails only when none ran), or with bc->concurrency > 0 the saturated run into d->sat (errors fail
+ * the call). Errors before any run: the open's, lengths beyond the model (KILN_ERR_INVALID_ARGUMENT
+ * naming max_pos). */
+kiln_status kiln_bench_llm_run(kiln_bench_llm_doc *d);
 
 /* The console report (bench_llm_report.c) and the JSON file (schema in docs/llm.md). */
 void kiln_bench_llm_print(const kiln_bench_llm_doc *d, FILE *f);

@@ -79,7 +79,7 @@ static void print_saturated(const kiln_bench_llm_doc *d, FILE *f) {
 }
 
 void kiln_bench_llm_print(const kiln_bench_llm_doc *d, FILE *f) {
-    const kiln_llm_config *c = d->cfg;
+    const kiln_llm_config *c = &d->cfg;
     fprintf(f, "=== LLM benchmark ===\n");
     fprintf(f, "model: %s (%s, %s, %d layers, d_model %d, vocab %d; %.2f M parameters, %s weights) loaded in %.3f s\n",
             d->model_path, d->shape ? "random weights" : d->from_engine ? "engine" : "checkpoint", c->arch == KILN_LLM_GPT2 ? "gpt2" : "llama",
@@ -161,7 +161,7 @@ kiln_status kiln_bench_llm_write_json(const kiln_bench_llm_doc *d, const char *p
     kiln_json_kv_bool(&j, "engine", d->from_engine);
     kiln_json_kv_string(&j, "random_shape", d->shape);
     kiln_json_kv_string(&j, "mode", d->saturated ? "saturated" : "batch");
-    kiln_json_kv_string(&j, "arch", d->cfg->arch == KILN_LLM_GPT2 ? "gpt2" : "llama");
+    kiln_json_kv_string(&j, "arch", d->cfg.arch == KILN_LLM_GPT2 ? "gpt2" : "llama");
     kiln_json_kv_int(&j, "parameters", d->n_params);
     kiln_json_kv_string(&j, "weights_precision", kiln_precision_name(d->weights));
     kiln_json_kv_string(&j, "target", d->bc->target);

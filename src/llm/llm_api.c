@@ -122,7 +122,6 @@ static kiln_status finish_open(kiln_llm *llm, const kiln_llm_options *o, const l
         .kv_blocks_total = kiln_kv_cache_get_config(llm->kv)->n_blocks, .block_size = bs, .max_seqs = ro->max_seqs,
         .max_batched_tokens = ro->max_tokens};
     KILN_TRY(llm_chat_load(llm, o->chat_template));
-    llm->info.has_chat_template = llm->chat_source != NULL;
     llm->snap = kiln_scheduler_get_stats(llm->sched);
     return llm_loop_start(llm);
 }
@@ -210,14 +209,15 @@ void kiln_llm_close(kiln_llm *llm) {
     kiln_kv_cache_free(llm->kv);
     llm_runner_free(llm->runner);
     kiln_llm_bundle_free(&llm->bundle);
-    free(llm->chat_source);
-    free(llm->chat_bos);
-    free(llm->chat_eos);
+    kiln_chat_template_free(llm->chat);
     pthread_cond_destroy(&llm->wake);
     pthread_cond_destroy(&llm->idle);
     pthread_mutex_destroy(&llm->mu);
     free(llm);
 }
+
+const kiln_llm_config *llm_model_config(const kiln_llm *llm) { return &llm->cfg; }
+const kiln_llm_bundle *llm_model_bundle(const kiln_llm *llm) { return &llm->bundle; }
 
 kiln_status kiln_llm_get_info(const kiln_llm *llm, kiln_llm_info *out) {
     if (!llm || !out) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_llm_get_info: llm and out are required");

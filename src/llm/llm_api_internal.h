@@ -84,7 +84,8 @@ struct kiln_llm {
     int max_waiting;
     int64_t max_waiting_tokens;
     double queue_timeout_ms;
-    char *chat_source, *chat_bos, *chat_eos; /* the chat template's Jinja source and its bos/eos (NULL: ChatML) */
+    kiln_chat_template *chat;       /* NULL when the model's template does not parse: chat_error says why */
+    char chat_error[512];
 
     /* the engine loop */
     pthread_t thread;
@@ -118,6 +119,11 @@ double llm_now_ms(void);
 void llm_cond_init(pthread_cond_t *c);
 struct timespec llm_deadline(double ms);
 
+/* The model behind llm (kiln bench --llm's report): its config, and what was opened (engine or
+ * directory, stored precision). */
+const kiln_llm_config *llm_model_config(const kiln_llm *llm);
+const kiln_llm_bundle *llm_model_bundle(const kiln_llm *llm);
+
 /* llm_loop.c: starts the engine loop (KILN_ERR_INTERNAL naming the error when the thread cannot start);
  * llm_loop_stop sets closing, wakes the loop and joins it (every request then has its final event). */
 kiln_status llm_loop_start(kiln_llm *llm);
@@ -125,10 +131,10 @@ void llm_loop_stop(kiln_llm *llm);
 /* The scheduler's on_admit (user: the llm_req): the request's queue time, and it leaves the waiting totals. */
 void llm_loop_on_admit(void *user);
 
-/* llm_chat_load.c: the chat template's source (override, else tokenizer_config.json's chat_template:
- * a string, or the "default" entry of a list of {name, template}) and its bos_token / eos_token (strings
- * or {"content": ...}) into llm->chat_source / chat_bos / chat_eos; chat_source stays NULL without one
- * (ChatML is used). A tokenizer_config.json that is no JSON object is KILN_ERR_PARSE. */
+/* llm_chat_load.c: parses the chat template (override, else tokenizer_config.json's chat_template: a
+ * string, or the "default" entry of a list of {name, template}; with its bos_token / eos_token, strings
+ * or {"content": ...}; else ChatML) into llm->chat and sets info.has_chat_template. An override that
+ * does not parse is its error; a model's that does not is kept for kiln_llm_apply_chat_template. */
 kiln_status llm_chat_load(kiln_llm *llm, const char *override);
 
 /* llm_request.c */

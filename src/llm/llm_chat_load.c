@@ -1,11 +1,13 @@
-/* llm_chat_load.c — where a kiln_llm's chat template comes from: kiln_llm_options.chat_template, else
+/* llm_chat_load.c — a kiln_llm's chat template: kiln_llm_options.chat_template, else
  * tokenizer_config.json's "chat_template" (from the checkpoint directory or the engine's copy), with
- * that file's bos_token and eos_token as the values the template sees. */
+ * that file's bos_token and eos_token as the values the template sees, else the built-in ChatML;
+ * parsed once at open (chat_template.c), applied by kiln_llm_apply_chat_template from any thread. */
 #include "llm/llm_api_internal.h"
 
 #include "core/json_read.h"
 #include "core/status.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,9 +27,14 @@ static const char *template_text(const kiln_jdoc *doc, const kiln_jnode *v) {
     return NULL;
 }
 
-static kiln_status dup(const char *s, char **out) {
-    if (!s) return KILN_OK;
-    if (!(*out = strdup(s))) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+/* The template of source with bos / eos, or ChatML without a source. A model's template that does not
+ * parse leaves llm->chat NULL and its error in llm->chat_error (the model still serves completions);
+ * an override that does not parse fails the open. */
+static kiln_status prepare(kiln_llm *llm, const char *source, bool override, const char *bos, const char *eos) {
+    kiln_status st = source ? kiln_chat_template_create(source, bos, eos, &llm->chat) : kiln_chat_template_chatml(&llm->chat);
+    if (st == KILN_OK || override) return st == KILN_OK ? st : kiln_error_prefix(st, "chat_template");
+    snprintf(llm->chat_error, sizeof llm->chat_error, "the model's chat template (tokenizer_config.json) does not "
+             "parse: %s", kiln_last_error());
     return KILN_OK;
 }
 
@@ -38,10 +45,18 @@ kiln_status llm_chat_load(kiln_llm *llm, const char *override) {
     if (cfg) st = kiln_jdoc_parse(cfg, strlen(cfg), "tokenizer_config.json", &doc);
     const kiln_jnode *root = cfg && st == KILN_OK ? kiln_jdoc_root(&doc) : NULL;
     if (root && root->type != KILN_JNODE_OBJECT) st = kiln_error(KILN_ERR_PARSE, "tokenizer_config.json is no JSON object");
-    if (st == KILN_OK) st = dup(override ? override : template_text(&doc, kiln_jdoc_get(&doc, root, "chat_template")),
-                                &llm->chat_source);
-    if (st == KILN_OK) st = dup(token_text(&doc, kiln_jdoc_get(&doc, root, "bos_token")), &llm->chat_bos);
-    if (st == KILN_OK) st = dup(token_text(&doc, kiln_jdoc_get(&doc, root, "eos_token")), &llm->chat_eos);
+    const char *source = override ? override : template_text(&doc, kiln_jdoc_get(&doc, root, "chat_template"));
+    llm->info.has_chat_template = source != NULL;
+    if (st == KILN_OK)
+        st = prepare(llm, source, override != NULL, token_text(&doc, kiln_jdoc_get(&doc, root, "bos_token")),
+                     token_text(&doc, kiln_jdoc_get(&doc, root, "eos_token")));
     kiln_jdoc_free(&doc);
     return st;
+}
+
+kiln_status kiln_llm_apply_chat_template(const kiln_llm *llm, const kiln_chat_message *messages, int n,
+                                         bool add_generation_prompt, char **text, size_t *len) {
+    if (!llm) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_llm_apply_chat_template: llm is NULL");
+    if (!llm->chat) return kiln_error(KILN_ERR_UNSUPPORTED, "%s", llm->chat_error);
+    return kiln_chat_template_apply(llm->chat, messages, n, add_generation_prompt, text, len);
 }

@@ -183,7 +183,9 @@ static void on_sched_event(kiln_llm *llm, const kiln_sched_event *e, double now,
     } else if (stop_hit) {
         why = KILN_LLM_FINISH_STOP_STRING;
     }
-    if (why != KILN_LLM_FINISH_NONE && r->in_sched) kiln_scheduler_finish(llm->sched, r->sched_id, KILN_FINISH_STOP_STRING);
+    if (why != KILN_LLM_FINISH_NONE && r->in_sched) /* a stop string, or text that failed: the scheduler lets go now */
+        kiln_scheduler_finish(llm->sched, r->sched_id,
+                              why == KILN_LLM_FINISH_STOP_STRING ? KILN_FINISH_STOP_STRING : KILN_FINISH_ABORTED);
     const bool lp = r->sampling.logprobs && token >= 0;
     kiln_llm_event ev = {.id = r->id, .user = r->user, .token = token, .text = r->delta.data ? r->delta.data : "",
                          .text_len = r->delta.len, .logprob = lp ? e->sample.logprob : 0,

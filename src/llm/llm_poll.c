@@ -28,10 +28,11 @@ kiln_status kiln_llm_next(kiln_llm *llm, uint64_t id, int timeout_ms, kiln_llm_e
     if (timeout_ms != 0 && !r->head) {
         struct timespec deadline = llm_deadline(timeout_ms);
         int e = 0;
-        while (!r->head && e != ETIMEDOUT)
+        while (!r->head && !r->ended && e != ETIMEDOUT)
             e = timeout_ms < 0 ? pthread_cond_wait(&r->cv, &llm->mu) : pthread_cond_timedwait(&r->cv, &llm->mu, &deadline);
     }
     llm_event_rec *rec = r->head;
+    const bool r_ended = r->ended;
     if (rec) {
         r->head = rec->next;
         if (!r->head) r->tail = NULL;
@@ -44,6 +45,9 @@ kiln_status kiln_llm_next(kiln_llm *llm, uint64_t id, int timeout_ms, kiln_llm_e
         kiln_strbuf_free(&old->text);
         free(old);
     }
+    if (!rec && r_ended)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_llm_next: request %llu has ended (its final event was read)",
+                          (unsigned long long)id);
     if (!rec) return kiln_error(KILN_ERR_BUSY, "kiln_llm_next: no event of request %llu within %d ms",
                                 (unsigned long long)id, timeout_ms);
     return KILN_OK;

@@ -156,35 +156,44 @@ static bool enqueue(llm_req *r, const kiln_llm_event *ev) {
     return true;
 }
 
-void llm_req_emit(kiln_llm *llm, llm_req *r, const kiln_llm_event *ev) {
-    const bool final = ev->finish != KILN_LLM_FINISH_NONE;
-    if (final) { /* counted before the caller sees it; `live` drops after, so that drain waits for the callback */
-        r->final_sent = true;
-        pthread_mutex_lock(&llm->mu);
-        llm->finished++;
-        pthread_mutex_unlock(&llm->mu);
-    }
-    if (r->on_event) {
-        r->on_event(ev);
-    } else {
-        pthread_mutex_lock(&llm->mu);
-        if (!r->released && !enqueue(r, ev) && final) {
-            /* out of memory for the final event: the poller still learns that the request ended */
-            kiln_llm_event e = {.id = ev->id, .user = ev->user, .token = -1, .text = "", .finish = KILN_LLM_FINISH_ERROR,
-                                .message = "out of memory for the request's events", .usage = ev->usage,
-                                .time_ms = ev->time_ms};
-            free_recs(r->head);
-            r->head = r->tail = NULL;
-            enqueue(r, &e);
-        }
-        pthread_cond_signal(&r->cv);
-        pthread_mutex_unlock(&llm->mu);
-    }
-    if (!final) return;
-    pthread_mutex_lock(&llm->mu);
+/* The bookkeeping of r's final event (mu held): r ended, out of the waiting totals and the live count. */
+static void ended(kiln_llm *llm, llm_req *r) {
     r->ended = true;
     llm_req_unqueue(llm, r);
     llm->live--;
     pthread_cond_broadcast(&llm->idle);
+}
+
+void llm_req_emit(kiln_llm *llm, llm_req *r, const kiln_llm_event *ev) {
+    const bool final = ev->finish != KILN_LLM_FINISH_NONE;
+    if (final) r->final_sent = true;
+    if (r->on_event) {
+        if (final) { /* counted before the caller sees it; `live` drops after, so that drain waits for the callback */
+            pthread_mutex_lock(&llm->mu);
+            llm->finished++;
+            pthread_mutex_unlock(&llm->mu);
+        }
+        r->on_event(ev);
+        if (!final) return;
+        pthread_mutex_lock(&llm->mu);
+        ended(llm, r);
+        pthread_mutex_unlock(&llm->mu);
+        return;
+    }
+    pthread_mutex_lock(&llm->mu);
+    if (!r->released && !enqueue(r, ev) && final) {
+        /* out of memory for the final event: the poller still learns that the request ended */
+        kiln_llm_event e = {.id = ev->id, .user = ev->user, .token = -1, .text = "", .finish = KILN_LLM_FINISH_ERROR,
+                            .message = "out of memory for the request's events", .usage = ev->usage,
+                            .time_ms = ev->time_ms};
+        free_recs(r->head);
+        r->head = r->tail = NULL;
+        enqueue(r, &e);
+    }
+    if (final) {
+        llm->finished++;
+        ended(llm, r);
+    }
+    pthread_cond_signal(&r->cv);
     pthread_mutex_unlock(&llm->mu);
 }

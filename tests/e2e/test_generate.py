@@ -2,7 +2,7 @@
 byte-level BPE tokenizer.json written here: greedy decoding (plain, and with a repetition or presence
 penalty) gives the tokens of a greedy loop over the NumPy reference forward (llm_reference.py), and
 stdout is their text; stop strings end the text before them; a seed makes sampling reproducible;
-a KV budget that is too small and bad options are clean errors.
+a KV budget that is too small and bad options are clean errors; --chat applies a chat template.
 
 Run:  KILN_BIN=build/kiln python -m pytest tests/e2e/test_generate.py
 """
@@ -194,3 +194,31 @@ def test_errors(kiln, model):
     assert rc == 2 and "unknown option" in err
     rc, _, err, _ = generate(kiln, d.parent / "missing", "--prompt", "x")
     assert rc == 1 and "kiln: error:" in err
+
+
+def test_chat(kiln, model, tmp_path):
+    """--chat renders the user message (after --system's) with the chat template, --chat-template FILE
+    overriding the model's; without a template of its own the model gets ChatML. The prompt is then the
+    rendered text's tokens."""
+    d = model[0]
+    template = tmp_path / "chat.jinja"
+    template.write_text("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+                        "{% if add_generation_prompt %}[assistant] {% endif %}")
+    args = ["--temperature", 0, "--max-tokens", 5]
+    rc, out, err, ids = generate(kiln, d, "--chat", "--chat-template", template, "--system", "be brief",
+                                 "--prompt", "the cat", *args)
+    assert rc == 0, err
+    rc2, out2, err2, ids2 = generate(kiln, d, "--prompt", "[system] be brief\n[user] the cat\n[assistant] ", *args)
+    assert rc2 == 0, err2
+    assert ids["prompt_ids"] == ids2["prompt_ids"] and ids["generated_ids"] == ids2["generated_ids"] and out == out2
+    rc, _, err, ids = generate(kiln, d, "--chat", "--prompt", "the cat", *args)
+    rc2, _, err2, ids2 = generate(kiln, d, "--prompt", "<|im_start|>user\nthe cat<|im_end|>\n<|im_start|>assistant\n",
+                                  *args)
+    assert rc == 0 and rc2 == 0 and ids["prompt_ids"] == ids2["prompt_ids"], err + err2
+    rc, _, err, _ = generate(kiln, d, "--system", "x", "--prompt", "x")
+    assert rc == 2 and "--chat" in err
+    rc, _, err, _ = generate(kiln, d, "--chat", "--chat-template", tmp_path / "missing.jinja", "--prompt", "x")
+    assert rc == 1 and "missing.jinja" in err
+    template.write_text("{% if %}")
+    rc, _, err, _ = generate(kiln, d, "--chat", "--chat-template", template, "--prompt", "x")
+    assert rc == 1 and "chat_template" in err, err

@@ -5,7 +5,8 @@
  * held back while they could still match; admission control (max_waiting and max_waiting_tokens ->
  * KILN_ERR_BUSY while the running request goes on, a request that can never fit ->
  * KILN_ERR_INVALID_ARGUMENT naming the limit, queue_timeout_ms -> FINISH_TIMEOUT); drain; close with
- * requests in flight (leaks show under the sanitizer build); logprobs; bad input. */
+ * requests in flight (leaks show under the sanitizer build); logprobs; bad input; chat templates from
+ * the options and from tokenizer_config.json. */
 #include "kiln/kiln_llm.h"
 
 #include "check.h"
@@ -13,6 +14,8 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char *model_dir;
 
@@ -324,10 +327,15 @@ static void test_admission(void) {
     kiln_llm_close(llm);
 }
 
-/* A request that waits longer than queue_timeout_ms behind a running one ends with FINISH_TIMEOUT. */
+/* A request that waits longer than queue_timeout_ms behind a running one ends with FINISH_TIMEOUT. The
+ * cache is given in bytes: a block of 16 tokens is 2 x 6 layers x 6 heads x 16 x 64 x 4 bytes here. */
 static void test_queue_timeout(void) {
-    kiln_llm_options o = {.max_seqs = 1, .queue_timeout_ms = 30};
+    const uint64_t block_bytes = 2ull * 6 * 6 * 16 * 64 * 4;
+    kiln_llm_options o = {.max_seqs = 1, .queue_timeout_ms = 30, .kv_cache_bytes = 10 * block_bytes + 100};
     kiln_llm *llm = open_model(&o);
+    kiln_llm_info info;
+    CHECK_OK(kiln_llm_get_info(llm, &info));
+    CHECK(info.kv_blocks_total == 10 && info.block_size == 16);
     collect a, b;
     collect_init(&a);
     collect_init(&b);
@@ -411,6 +419,7 @@ static void test_logprobs(kiln_llm *llm) {
         if (ev.finish != KILN_LLM_FINISH_NONE) break;
     }
     CHECK(n == 6 && ev.finish == KILN_LLM_FINISH_LENGTH);
+    CHECK(kiln_llm_next(llm, id, -1, &ev) == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_last_error(), "ended"));
     kiln_llm_release(llm, id);
     CHECK(kiln_llm_next(llm, id, 0, &ev) == KILN_ERR_INVALID_ARGUMENT);
 }
@@ -443,6 +452,73 @@ static void test_bad_input(kiln_llm *llm) {
     kiln_llm_close(NULL);
 }
 
+/* A copy of the model directory (links) whose tokenizer_config.json is `config`. */
+static void write_checkpoint(const char *dir, const char *config) {
+    static const char *const files[] = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"};
+    char src[4096], dst[4096];
+    mkdir(dir, 0755);
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(src, sizeof src, "%s/%s", model_dir, files[i]);
+        snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
+        unlink(dst);
+        if (symlink(src, dst)) fprintf(stderr, "cannot link %s\n", dst);
+    }
+    snprintf(dst, sizeof dst, "%s/tokenizer_config.json", dir);
+    FILE *f = fopen(dst, "w");
+    if (f) {
+        fputs(config, f);
+        fclose(f);
+    }
+}
+
+static void expect_chat(kiln_llm *llm, const char *want) {
+    const kiln_chat_message m[] = {{"system", "Be brief."}, {"user", "Who made light?"}};
+    char *text = NULL;
+    size_t len = 0;
+    CHECK_OK(kiln_llm_apply_chat_template(llm, m, 2, true, &text, &len));
+    CHECKF(text && !strcmp(text, want) && len == strlen(want), "got '%s'", text ? text : "(null)");
+    free(text);
+}
+
+/* The chat template: ChatML when the model has none; the options' override (with the model's bos);
+ * tokenizer_config.json's, also as a list of named templates with {"content": ...} tokens. */
+static void test_chat_templates(kiln_llm *llm, const char *tmp) {
+    kiln_llm_info info;
+    CHECK_OK(kiln_llm_get_info(llm, &info));
+    CHECK(!info.has_chat_template);
+    expect_chat(llm, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWho made light?<|im_end|>\n"
+                     "<|im_start|>assistant\n");
+    kiln_llm_options o = {.chat_template = "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}|"
+                                           "{% endfor %}{% if add_generation_prompt %}>{% endif %}"};
+    kiln_llm *other = open_model(&o);
+    CHECK_OK(kiln_llm_get_info(other, &info));
+    CHECK(info.has_chat_template);
+    expect_chat(other, "<|endoftext|>[system] Be brief.|[user] Who made light?|>");
+    kiln_llm_close(other);
+    o.chat_template = "{% for m in messages %}";
+    CHECK(kiln_llm_open(model_dir, &o, &other) == KILN_ERR_PARSE && strstr(kiln_last_error(), "chat_template"));
+
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/chat_ckpt", tmp);
+    write_checkpoint(dir, "{\"bos_token\": {\"content\": \"<|endoftext|>\", \"lstrip\": false}, \"eos_token\": "
+                          "\"<|endoftext|>\", "
+                          "\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"tools\"}, {\"name\": "
+                          "\"default\", \"template\": \"{{ bos_token }}{{ messages[-1].content }}/{{ eos_token }}\"}]}");
+    REQUIRE_OK(kiln_llm_open(dir, NULL, &other));
+    CHECK_OK(kiln_llm_get_info(other, &info));
+    CHECK(info.has_chat_template);
+    expect_chat(other, "<|endoftext|>Who made light?/<|endoftext|>");
+    kiln_llm_close(other);
+    write_checkpoint(dir, "{\"chat_template\": \"{% if %}\"}");
+    REQUIRE_OK(kiln_llm_open(dir, NULL, &other)); /* completions still run */
+    const kiln_chat_message m = {"user", "x"};
+    char *text = NULL;
+    size_t len;
+    CHECK(kiln_llm_apply_chat_template(other, &m, 1, true, &text, &len) != KILN_OK &&
+          strstr(kiln_last_error(), "does not parse") && !text);
+    kiln_llm_close(other);
+}
+
 /* Random weights: token-id prompts only. */
 static void test_random(void) {
     kiln_llm *llm = NULL;
@@ -466,11 +542,12 @@ static void test_random(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_llm_api MODEL_DIR\n");
+    if (argc < 3) {
+        fprintf(stderr, "usage: test_llm_api MODEL_DIR TMP_DIR\n");
         return 2;
     }
-    model_dir = argv[1];
+    static char abs_dir[4096];
+    model_dir = realpath(argv[1], abs_dir) ? abs_dir : argv[1]; /* the links of write_checkpoint need it absolute */
     kiln_llm_options o = {.max_seqs = 8};
     kiln_llm *llm = open_model(&o);
     kiln_llm_info info;
@@ -483,6 +560,7 @@ int main(int argc, char **argv) {
     test_cancel(llm);
     test_logprobs(llm);
     test_bad_input(llm);
+    test_chat_templates(llm, argv[2]);
     kiln_llm_close(llm);
     test_admission();
     test_queue_timeout();
