@@ -132,19 +132,6 @@ static char *message_text(const cJSON *content) {
     return out;
 }
 
-/* The model's chat template where the LLM runtime applies it, else the built-in ChatML. */
-static kiln_status render_chat(const kiln_llm *llm, const kiln_chat_message *m, int n, char **text, size_t *len) {
-#ifdef KILN_SERVE_MODEL_CHAT_TEMPLATE
-    return kiln_llm_apply_chat_template(llm, m, n, true, text, len);
-#else
-    kiln_chat_template *t;
-    kiln_status st = kiln_chat_template_chatml(&t);
-    if (!st) st = kiln_chat_template_apply(t, m, n, true, text, len);
-    kiln_chat_template_free(t);
-    return st;
-#endif
-}
-
 static int parse_messages(const cJSON *root, const kiln_llm *llm, openai_params *p, const char **param, char *msg,
                           size_t size) {
     const cJSON *messages = cJSON_GetObjectItemCaseSensitive(root, "messages");
@@ -169,7 +156,7 @@ static int parse_messages(const cJSON *root, const kiln_llm *llm, openai_params 
     p->prompts = st ? NULL : calloc(1, sizeof *p->prompts);
     if (!st && !p->prompts) st = bad(param, "messages", msg, size, "out of memory");
     size_t len;
-    if (!st && render_chat(llm, m, n, &p->prompts[0].text, &len))
+    if (!st && kiln_llm_apply_chat_template(llm, m, n, true, &p->prompts[0].text, &len))
         st = bad(param, "messages", msg, size, "the chat template failed: %s", kiln_last_error());
     if (!st) p->n_prompts = 1;
     for (int i = 0; i < k; i++) free((char *)m[i].content);

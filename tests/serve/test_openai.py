@@ -52,6 +52,16 @@ def test_greedy_completion_equals_kiln_generate(kiln, client):
     assert r.object == "text_completion" and r.id.startswith("cmpl-")
 
 
+def test_greedy_chat_equals_kiln_generate_chat(kiln, client):
+    r = client.chat.completions.create(model="kjv", temperature=0, max_tokens=20, messages=[
+        {"role": "system", "content": "Thou art a scribe."}, {"role": "user", "content": "Who begat Enos?"}])
+    p = subprocess.run([kiln, "generate", KJV_GPT2, "--chat", "--system", "Thou art a scribe.", "--prompt",
+                        "Who begat Enos?", "--temperature", "0", "--max-tokens", "20"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert r.choices[0].message.content == p.stdout
+
+
 def test_streamed_completion_equals_plain(client):
     plain = client.completions.create(model="bible", prompt=PROMPT, max_tokens=16, temperature=0)
     chunks = list(client.completions.create(model="bible", prompt=PROMPT, max_tokens=16, temperature=0, stream=True,
