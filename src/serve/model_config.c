@@ -132,7 +132,12 @@ kiln_status serve_model_config_parse(const char *json, size_t len, const char *w
         if (known) continue;
         if (!strcmp(item->string, "version_policy")) st = parse_versions(item, what, c);
         else if (!strcmp(item->string, "preferred_batch_sizes") || !strcmp(item->string, "aliases")) st = parse_list(item, what, c);
-        else if (!strcmp(item->string, "target")) {
+        else if (!strcmp(item->string, "chat_template")) {
+            if (!cJSON_IsString(item) || !item->valuestring[0] || strlen(item->valuestring) >= sizeof c->chat_template ||
+                strstr(item->valuestring, ".."))
+                st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'chat_template' must name a file in the model's directory", what);
+            else snprintf(c->chat_template, sizeof c->chat_template, "%s", item->valuestring);
+        } else if (!strcmp(item->string, "target")) {
             if (!cJSON_IsString(item) || (strcmp(item->valuestring, "cpu") && strcmp(item->valuestring, "cuda")))
                 st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'target' must be \"cpu\" or \"cuda\"", what);
             else snprintf(c->target, sizeof c->target, "%s", item->valuestring);
@@ -141,7 +146,7 @@ kiln_status serve_model_config_parse(const char *json, size_t len, const char *w
                             "%s: unknown key '%s' (known: max_batch, preferred_batch_sizes, max_queue_delay_us, max_queue, "
                             "timeout_us, instances, breaker_failures, breaker_cooldown_ms, version_policy, target, "
                             "device, aliases, kv_cache_bytes, kv_cache_blocks, max_seqs, max_batched_tokens, "
-                            "max_context, max_waiting, max_waiting_tokens, queue_timeout_ms)",
+                            "max_context, max_waiting, max_waiting_tokens, queue_timeout_ms, chat_template)",
                             what, item->string);
         }
         if (st) break;

@@ -100,11 +100,23 @@ static bool has_safetensors(const char *dir) {
     return found;
 }
 
-static kiln_status open_llm(const char *path, const serve_model_config *c, serve_version *v) {
+/* Opens an LLM with the model's options; mdir is the model's directory (for its chat template). */
+static kiln_status open_llm(const char *path, const char *mdir, const serve_model_config *c, serve_version *v) {
     kiln_llm_options o = c->llm;
     o.target = c->target;
     o.device = c->device;
-    return kiln_llm_open(path, &o, &v->llm);
+    char *chat = NULL;
+    size_t len;
+    if (c->chat_template[0]) {
+        char file[4500];
+        snprintf(file, sizeof file, "%s/%s", mdir, c->chat_template);
+        kiln_status st = read_text(file, &chat, &len);
+        if (st) return kiln_error_prefix(st, "chat_template");
+        o.chat_template = chat;
+    }
+    kiln_status st = kiln_llm_open(path, &o, &v->llm);
+    free(chat);
+    return st;
 }
 
 static kiln_status start_tensor(const serve_model_config *c, serve_version *v) {
@@ -112,12 +124,12 @@ static kiln_status start_tensor(const serve_model_config *c, serve_version *v) {
 }
 
 /* model.kiln: a tensor engine, else an LLM engine. */
-static kiln_status load_kiln_file(const char *path, const serve_model_config *c, serve_version *v) {
+static kiln_status load_kiln_file(const char *path, const char *mdir, const serve_model_config *c, serve_version *v) {
     kiln_status st = kiln_engine_load(path, &v->engine);
     if (!st) return start_tensor(c, v);
     char tensor_err[512];
     snprintf(tensor_err, sizeof tensor_err, "%s", kiln_last_error());
-    if (!open_llm(path, c, v)) return KILN_OK;
+    if (!open_llm(path, mdir, c, v)) return KILN_OK;
     return kiln_error(st, "%s opens neither as a tensor engine (%s) nor as an LLM engine (%s)", path, tensor_err,
                       kiln_last_error());
 }
@@ -166,10 +178,10 @@ static kiln_status load_version(const serve_repo *r, const char *mdir, int64_t n
     snprintf(path, sizeof path, "%s/config.json", vdir);
     if (is_file(path) && has_safetensors(vdir)) {
         snprintf(v->source, sizeof v->source, "checkpoint");
-        st = open_llm(vdir, c, v);
+        st = open_llm(vdir, mdir, c, v);
     } else if (snprintf(path, sizeof path, "%s/model.kiln", vdir), is_file(path)) {
         snprintf(v->source, sizeof v->source, "model.kiln");
-        st = load_kiln_file(path, c, v);
+        st = load_kiln_file(path, mdir, c, v);
     } else if ((st = load_variants(vdir, c, v, &found)), found) {
         /* st says whether a variant loaded */
     } else if (snprintf(path, sizeof path, "%s/model.onnx", vdir), is_file(path)) {

@@ -35,6 +35,7 @@ typedef struct serve_model_config {
     char aliases[SERVE_MAX_ALIASES][SERVE_NAME_MAX]; /* further names of the model */
     int n_aliases;
     kiln_llm_options llm;                /* LLMs: KV-cache budget, admission limits (target set from above) */
+    char chat_template[256];             /* LLMs: a Jinja chat template file, relative to the model's directory */
 } serve_model_config;
 
 /* Fills c with the defaults and then the settings of the JSON text (NULL: defaults only). Unknown

@@ -238,3 +238,23 @@ def test_kiln_load_streams_from_kiln_serve(kiln, server, tmp_path):
         assert st["failed"] == 0 and st["ok"] == st["scheduled"] > 0, st
         assert st["latency_ms"]["ttft"]["count"] == st["ok"] and st["out_tokens"] == 8 * st["ok"]
     assert json.loads(out.read_text())["token_counts"] == "usage"
+
+
+def test_model_chat_template_file(kiln, tmp_path):
+    template = ("{% for m in messages %}{{ m['role'] | upper }}: {{ m['content'] }}\n{% endfor %}"
+                "{% if add_generation_prompt %}ANSWER:{% endif %}")
+    shutil.copytree(KJV_GPT2, tmp_path / "kjv" / "1")
+    (tmp_path / "kjv" / "scribe.jinja").write_text(template)
+    (tmp_path / "kjv" / "config.json").write_text(json.dumps({"chat_template": "scribe.jinja"}))
+    with serve(kiln, tmp_path) as s:
+        status, out = s.json("/v1/chat/completions", {"model": "kjv", "temperature": 0, "max_tokens": 12,
+                                                      "messages": [{"role": "user", "content": "Who begat Enos?"}]})
+        assert status == 200, out
+    p = subprocess.run([kiln, "generate", KJV_GPT2, "--chat", "--chat-template", str(tmp_path / "kjv" / "scribe.jinja"),
+                        "--prompt", "Who begat Enos?", "--temperature", "0", "--max-tokens", "12"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert out["choices"][0]["message"]["content"] == p.stdout
+    (tmp_path / "kjv" / "config.json").write_text(json.dumps({"chat_template": "missing.jinja"}))
+    with serve(kiln, tmp_path) as s:
+        assert "chat_template" in "".join(s.log) and "missing.jinja" in "".join(s.log)
