@@ -15,7 +15,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := build
 
-APT_PACKAGES := build-essential cmake pkg-config libopenblas-dev libcurl4-openssl-dev python3-venv clang \
+APT_PACKAGES := build-essential cmake pkg-config libopenblas-dev libcurl4-openssl-dev libmicrohttpd-dev libcjson-dev python3-venv clang \
                 libclang-rt-14-dev chromium
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)

@@ -1,4 +1,4 @@
-/* kiln.c — the `kiln` command: build | run | inspect | compare | load, and --version / --help. */
+/* kiln.c — the `kiln` command: build | run | inspect | compare | load | serve, and --version / --help. */
 #include "cli.h"
 
 #include "engine/engine_format.h"
@@ -19,6 +19,9 @@ static const char *USAGE =
     "  load URL                          load-test an inference server (OpenAI, KServe v2, HTTP)\n"
     "  generate DIR --prompt TEXT        generate text with a Hugging Face checkpoint (CPU)\n"
     "  bench ENGINE.kiln|MODEL.onnx      benchmark an engine (trtexec-style), profile, sweep\n"
+#ifdef KILN_HAVE_SERVE
+    "  serve --repo DIR                  serve a model repository (KServe v2, OpenAI) over HTTP\n"
+#endif
     "\n"
     "  kiln --version                    print the version\n"
     "  kiln <command> --help             options of a command\n";
@@ -123,6 +126,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "compare")) return kiln_cmd_compare(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return kiln_cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "generate")) return cli_fix_blas_cpu_detection(argv), kiln_cmd_generate(argc - 1, argv + 1);
+#ifdef KILN_HAVE_SERVE
+    if (!strcmp(cmd, "serve")) return kiln_cmd_serve(argc - 1, argv + 1);
+#endif
     fprintf(stderr, "kiln: error: unknown command '%s'\n\n%s", cmd, USAGE);
     return 2;
 }

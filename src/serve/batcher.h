@@ -1,0 +1,89 @@
+/* batcher.h — a tensor model's instances and its dynamic batcher: N instance threads, each owning a
+ * kiln_context of one engine, take requests from one queue, join compatible ones along the batch
+ * axis (dimension 0 of every input and output) up to max_batch, run them, and split the outputs
+ * back. Requests wait at most max_queue_delay_us for companions (less when a preferred batch size is
+ * reached); the queue is bounded (queue full: 429) and every request has a deadline (503 when it
+ * expires in the queue). An instance whose runs fail breaker_failures times in a row leaves the
+ * rotation for breaker_cooldown_ms, its batch answered 503, and then is probed with the next batch.
+ * For tests of the breaker, the environment variable KILN_SERVE_FAIL_RUNS=N makes the first N runs
+ * of every pool fail with KILN_ERR_BACKEND. */
+#ifndef KILN_SERVE_BATCHER_H
+#define KILN_SERVE_BATCHER_H
+
+#include "kiln/kiln.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct serve_batch_config {
+    int max_batch;             /* rows per run at most; 0: no batching (each request runs alone) */
+    int preferred[8];          /* batch sizes dispatched without waiting for the delay */
+    int n_preferred;
+    int64_t max_queue_delay_us;
+    int max_queue;             /* requests waiting at most (0: unbounded) */
+    int64_t timeout_us;        /* a request's deadline from its arrival (0: none) */
+    int instances;             /* >= 1 */
+    int breaker_failures;      /* consecutive failed runs that take an instance out (>= 1) */
+    int64_t breaker_cooldown_ms;
+} serve_batch_config;
+
+/* One tensor of a request or response; data owned by whoever filled it (serve_tensor_clear). */
+typedef struct serve_tensor {
+    char name[128];
+    kiln_dtype dtype;
+    int ndim;
+    int64_t dims[KILN_MAX_DIMS];
+    void *data;
+    size_t bytes;
+} serve_tensor;
+void serve_tensor_clear(serve_tensor *t);
+
+/* One inference: the inputs in the engine's input order, validated by serve_pool_check. */
+typedef struct serve_infer {
+    serve_tensor *inputs;
+    int n_inputs;
+    int64_t rows;              /* dims[0] of the inputs when the model batches, else 1 */
+    int64_t timeout_us;        /* the request's own deadline from arrival (0: the model's timeout_us) */
+    /* results, valid after serve_pool_infer returns */
+    int http_status;           /* 200, or 400 / 429 / 500 / 503 with message */
+    char message[512];
+    serve_tensor *outputs;     /* [n_outputs] in the engine's output order (owned: serve_infer_clear) */
+    int n_outputs;
+    double queue_us, compute_us;
+    int batch_rows;            /* rows of the run that held it */
+    bool first_of_run;         /* the first request of its run (so that runs are counted once) */
+    /* the batcher's */
+    double arrival_us, deadline_us;
+    bool done;
+    pthread_cond_t done_cv;
+    struct serve_infer *next;
+} serve_infer;
+/* Frees the outputs (not the inputs, which the caller owns). */
+void serve_infer_clear(serve_infer *r);
+
+typedef struct serve_pool serve_pool;
+
+/* Creates cfg->instances contexts of e (which must outlive the pool), warms each one up at every
+ * batch size 1..max_batch (when every input's other dimensions are static), and starts their
+ * threads. Errors from context creation or warm-up name the instance and batch size. */
+kiln_status serve_pool_create(kiln_engine *e, const serve_batch_config *cfg, serve_pool **out);
+/* Fails every waiting request with 503, stops the threads after their current run, frees the
+ * contexts. Accepts NULL. */
+void serve_pool_free(serve_pool *p);
+
+/* 400 with a message when r's inputs do not fit the engine (names, dtypes, ranks, static
+ * dimensions, equal batch rows, rows <= max_batch); otherwise 0 and r->rows set. */
+int serve_pool_check(const serve_pool *p, serve_infer *r);
+/* Queues a checked request and waits for its result (r->http_status and r->outputs). */
+void serve_pool_infer(serve_pool *p, serve_infer *r);
+
+typedef struct serve_pool_stats {
+    int queue_depth;
+    int instances, instances_up;
+    uint64_t runs, rows, failures;
+} serve_pool_stats;
+void serve_pool_get_stats(serve_pool *p, serve_pool_stats *out);
+const serve_batch_config *serve_pool_config(const serve_pool *p);
+
+#endif

@@ -1,0 +1,85 @@
+/* http.h — what the endpoint handlers of `kiln serve` share: the server, one request's state, and
+ * the helpers that answer it (JSON bodies, KServe and OpenAI error shapes). Handlers run on the
+ * connection's own thread (libmicrohttpd's thread-per-connection mode), so they may block. */
+#ifndef KILN_SERVE_HTTP_H
+#define KILN_SERVE_HTTP_H
+
+#include "serve/auth.h"
+#include "serve/metrics.h"
+#include "serve/repo.h"
+
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+typedef struct serve_server {
+    serve_repo *repo;
+    serve_metrics *metrics;
+    serve_auth auth;
+    bool open_health;         /* the health endpoints, /metrics and / need no key */
+    size_t max_body_bytes;
+    double drain_timeout_s;
+    FILE *access_log;         /* NULL: none */
+    pthread_mutex_t log_mu;
+    volatile bool draining;   /* SIGTERM came: new requests get 503, readiness is false */
+    volatile bool stopping;   /* the drain deadline passed: handlers waiting on generation give up */
+    double started_s;         /* wall-clock start, for the status page */
+    pthread_mutex_t active_mu;
+    int active;               /* requests being answered */
+    int64_t rate_second[60];  /* requests completed per wall-clock second, ring of the last minute */
+    uint32_t rate_count[60];
+} serve_server;
+
+typedef struct serve_conn {
+    serve_server *srv;
+    struct MHD_Connection *mhd;
+    const char *method;
+    const char *url;
+    char *body;
+    size_t body_len, body_cap;
+    bool too_large;
+    bool counted;             /* counted in srv->active */
+    double t_start_us;
+    int status;               /* the status answered (0: none yet) */
+    size_t bytes_out;
+    char model[SERVE_NAME_MAX];
+    char version[32];
+    serve_key *key;           /* the caller's key (NULL: keys not required) */
+    void *stream;             /* an LLM request answered by a content reader (openai.c) */
+    void (*stream_free)(void *stream, bool completed);
+    char headers[4][2][64];   /* extra response headers (serve_add_header) */
+    int n_headers;
+} serve_conn;
+
+/* Queues a response with a copy of body; records the status. Returns MHD_YES or MHD_NO. */
+enum MHD_Result serve_reply(serve_conn *c, int status, const char *content_type, const void *body, size_t len);
+/* Prints json (unformatted), frees it and answers with it. */
+enum MHD_Result serve_reply_json(serve_conn *c, int status, cJSON *json);
+/* KServe's error shape: {"error": "message"}. */
+enum MHD_Result serve_reply_error(serve_conn *c, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Adds a response header to the next serve_reply* of this request (e.g. Retry-After); up to 4. */
+void serve_add_header(serve_conn *c, const char *name, const char *value);
+/* A request header's value, or NULL. */
+const char *serve_header(serve_conn *c, const char *name);
+/* true when the client has closed its side of the connection (checked without reading). */
+bool serve_client_gone(serve_conn *c);
+/* Remembers the model and version of the request for the access log and metrics. */
+void serve_conn_set_model(serve_conn *c, const char *model, const char *version);
+double serve_now_us(void);
+/* Requests completed in each of the last n (<= 60) whole seconds, oldest first. */
+void serve_rate_history(serve_server *s, double *per_second, int n);
+
+/* Endpoint families: each answers the request (returns MHD_YES/MHD_NO as MHD's handler does). */
+enum MHD_Result serve_kserve(serve_conn *c);       /* /v2... */
+enum MHD_Result serve_openai(serve_conn *c);       /* /v1... */
+enum MHD_Result serve_metrics_page(serve_conn *c); /* /metrics */
+enum MHD_Result serve_status_page(serve_conn *c);  /* / */
+/* NVML's GPU gauges (utilization, memory, power, temperature) in Prometheus text, when
+ * libnvidia-ml.so.1 can be opened at run time; nothing otherwise. */
+void serve_gpu_metrics(kiln_strbuf *out);
+/* Whether the server is ready: not draining, and every loaded model's engines alive (LLM engine
+ * loops' heartbeats recent). */
+bool serve_ready(serve_server *s);
+
+#endif

@@ -1,0 +1,160 @@
+/* model_config.c — reads DIR/<model>/config.json of the model repository into a serve_model_config
+ * (keys documented in docs/serve.md). Strict: an unknown key or a value of the wrong type or range
+ * fails the load with a message naming it, so that a typo never goes unnoticed. */
+#include "serve/repo.h"
+
+#include "core/status.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static void defaults(serve_model_config *c) {
+    memset(c, 0, sizeof *c);
+    c->batch = (serve_batch_config){.max_batch = 8, .max_queue_delay_us = 500, .max_queue = 64, .timeout_us = 30000000,
+                                    .instances = 1, .breaker_failures = 3, .breaker_cooldown_ms = 5000};
+    c->version_latest = 1;
+    snprintf(c->target, sizeof c->target, "cpu");
+}
+
+/* The integer value of item in [lo, hi], else an error naming key. */
+static kiln_status int_in(const cJSON *item, const char *what, int64_t lo, int64_t hi, int64_t *out) {
+    double v = cJSON_IsNumber(item) ? item->valuedouble : NAN;
+    if (!cJSON_IsNumber(item) || v != floor(v) || v < (double)lo || v > (double)hi)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: '%s' must be an integer in [%lld, %lld]", what, item->string,
+                          (long long)lo, (long long)hi);
+    *out = (int64_t)v;
+    return KILN_OK;
+}
+
+static kiln_status parse_versions(const cJSON *item, const char *what, serve_model_config *c) {
+    if (cJSON_IsString(item) && !strcmp(item->valuestring, "all")) {
+        c->version_all = true;
+        return KILN_OK;
+    }
+    const cJSON *latest = cJSON_GetObjectItemCaseSensitive(item, "latest");
+    const cJSON *specific = cJSON_GetObjectItemCaseSensitive(item, "specific");
+    if (cJSON_IsObject(item) && cJSON_GetArraySize(item) == 1 && latest) {
+        int64_t n;
+        if (int_in(latest, what, 1, 1000, &n)) return KILN_ERR_INVALID_ARGUMENT;
+        c->version_latest = (int)n;
+        return KILN_OK;
+    }
+    if (cJSON_IsObject(item) && cJSON_GetArraySize(item) == 1 && cJSON_IsArray(specific) &&
+        cJSON_GetArraySize(specific) > 0 && cJSON_GetArraySize(specific) <= SERVE_MAX_SPECIFIC) {
+        const cJSON *v;
+        cJSON_ArrayForEach(v, specific) {
+            int64_t n;
+            if (int_in(v, what, 1, INT64_C(1) << 50, &n)) return KILN_ERR_INVALID_ARGUMENT;
+            c->version_specific[c->n_specific++] = n;
+        }
+        return KILN_OK;
+    }
+    return kiln_error(KILN_ERR_INVALID_ARGUMENT,
+                      "%s: 'version_policy' must be \"all\", {\"latest\": N} or {\"specific\": [v, ...]} (at most %d)",
+                      what, SERVE_MAX_SPECIFIC);
+}
+
+static kiln_status parse_list(const cJSON *item, const char *what, serve_model_config *c) {
+    if (!strcmp(item->string, "preferred_batch_sizes")) {
+        if (!cJSON_IsArray(item) || cJSON_GetArraySize(item) > 8)
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'preferred_batch_sizes' must be a list of at most 8 sizes", what);
+        const cJSON *v;
+        cJSON_ArrayForEach(v, item) {
+            int64_t n;
+            if (int_in(v, what, 1, 1 << 20, &n)) return KILN_ERR_INVALID_ARGUMENT;
+            c->batch.preferred[c->batch.n_preferred++] = (int)n;
+        }
+        return KILN_OK;
+    }
+    if (!cJSON_IsArray(item) || cJSON_GetArraySize(item) > SERVE_MAX_ALIASES)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'aliases' must be a list of at most %d names", what, SERVE_MAX_ALIASES);
+    const cJSON *v;
+    cJSON_ArrayForEach(v, item) {
+        if (!cJSON_IsString(v) || !v->valuestring[0] || strlen(v->valuestring) >= SERVE_NAME_MAX || strchr(v->valuestring, '/'))
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: every alias must be a non-empty name without '/'", what);
+        snprintf(c->aliases[c->n_aliases++], SERVE_NAME_MAX, "%s", v->valuestring);
+    }
+    return KILN_OK;
+}
+
+/* The integer settings: key, range, and where each goes. */
+static kiln_status parse_int(const cJSON *item, const char *what, serve_model_config *c, bool *known) {
+    static const struct { const char *key; int64_t lo, hi; } KEYS[] = {
+        {"max_batch", 0, 4096},         {"max_queue_delay_us", 0, 10000000},  {"max_queue", 0, 1000000},
+        {"timeout_us", 0, INT64_C(3600000000)}, {"instances", 1, 64},       {"breaker_failures", 1, 1000},
+        {"breaker_cooldown_ms", 0, 3600000},    {"device", 0, 64},          {"kv_cache_bytes", 0, INT64_C(1) << 50},
+        {"kv_cache_blocks", 0, 1 << 30},        {"max_seqs", 0, 1 << 20},   {"max_batched_tokens", 0, 1 << 24},
+        {"max_context", 0, 1 << 24},            {"max_waiting", 0, 1 << 24}, {"max_waiting_tokens", 0, INT64_C(1) << 40},
+        {"queue_timeout_ms", 0, 86400000},
+    };
+    for (size_t k = 0; k < sizeof KEYS / sizeof KEYS[0]; k++) {
+        if (strcmp(item->string, KEYS[k].key)) continue;
+        *known = true;
+        int64_t v;
+        if (int_in(item, what, KEYS[k].lo, KEYS[k].hi, &v)) return KILN_ERR_INVALID_ARGUMENT;
+        switch (k) {
+        case 0: c->batch.max_batch = (int)v; break;
+        case 1: c->batch.max_queue_delay_us = v; break;
+        case 2: c->batch.max_queue = (int)v; break;
+        case 3: c->batch.timeout_us = v; break;
+        case 4: c->batch.instances = (int)v; break;
+        case 5: c->batch.breaker_failures = (int)v; break;
+        case 6: c->batch.breaker_cooldown_ms = v; break;
+        case 7: c->device = (int)v; break;
+        case 8: c->llm.kv_cache_bytes = (uint64_t)v; break;
+        case 9: c->llm.kv_cache_blocks = (int)v; break;
+        case 10: c->llm.max_seqs = (int)v; break;
+        case 11: c->llm.max_batched_tokens = (int)v; break;
+        case 12: c->llm.max_context = (int)v; break;
+        case 13: c->llm.max_waiting = (int)v; break;
+        case 14: c->llm.max_waiting_tokens = v; break;
+        default: c->llm.queue_timeout_ms = (double)v; break;
+        }
+    }
+    return KILN_OK;
+}
+
+kiln_status serve_model_config_parse(const char *json, size_t len, const char *what, serve_model_config *c) {
+    defaults(c);
+    if (!json) return KILN_OK;
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return kiln_error(KILN_ERR_PARSE, "%s: not a JSON object", what);
+    }
+    kiln_status st = KILN_OK;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, root) {
+        bool known = false;
+        if ((st = parse_int(item, what, c, &known))) break;
+        if (known) continue;
+        if (!strcmp(item->string, "version_policy")) st = parse_versions(item, what, c);
+        else if (!strcmp(item->string, "preferred_batch_sizes") || !strcmp(item->string, "aliases")) st = parse_list(item, what, c);
+        else if (!strcmp(item->string, "chat_template")) {
+            if (!cJSON_IsString(item) || !item->valuestring[0] || strlen(item->valuestring) >= sizeof c->chat_template ||
+                strstr(item->valuestring, ".."))
+                st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'chat_template' must name a file in the model's directory", what);
+            else snprintf(c->chat_template, sizeof c->chat_template, "%s", item->valuestring);
+        } else if (!strcmp(item->string, "target")) {
+            if (!cJSON_IsString(item) || (strcmp(item->valuestring, "cpu") && strcmp(item->valuestring, "cuda")))
+                st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'target' must be \"cpu\" or \"cuda\"", what);
+            else snprintf(c->target, sizeof c->target, "%s", item->valuestring);
+        } else {
+            st = kiln_error(KILN_ERR_INVALID_ARGUMENT,
+                            "%s: unknown key '%s' (known: max_batch, preferred_batch_sizes, max_queue_delay_us, max_queue, "
+                            "timeout_us, instances, breaker_failures, breaker_cooldown_ms, version_policy, target, "
+                            "device, aliases, kv_cache_bytes, kv_cache_blocks, max_seqs, max_batched_tokens, "
+                            "max_context, max_waiting, max_waiting_tokens, queue_timeout_ms, chat_template)",
+                            what, item->string);
+        }
+        if (st) break;
+    }
+    cJSON_Delete(root);
+    for (int i = 0; !st && i < c->batch.n_preferred; i++)
+        if (c->batch.preferred[i] > c->batch.max_batch)
+            st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: preferred batch size %d is above max_batch %d", what,
+                            c->batch.preferred[i], c->batch.max_batch);
+    return st;
+}

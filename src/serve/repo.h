@@ -1,0 +1,105 @@
+/* repo.h — the model repository of `kiln serve`: DIR/<model>/config.json (optional) and
+ * DIR/<model>/<version>/ holding model.kiln, per-GPU variants model.<gpu>.kiln (the first that loads
+ * on this device wins), model.onnx (built at load, with DIR/timing.cache), or a Hugging Face
+ * checkpoint (config.json + *.safetensors, opened as an LLM; an LLM engine file also works as
+ * model.kiln). Versions are positive integers; the version policy picks which load.
+ *
+ * Loading a model builds its whole new set of versions first and swaps it in only when every
+ * version loaded: a failure leaves the versions that were serving in place (rollback) and records
+ * the reason. Requests hold a version through serve_repo_acquire / _release; an unload waits for
+ * them to finish before freeing the engine, contexts and KV cache. */
+#ifndef KILN_SERVE_REPO_H
+#define KILN_SERVE_REPO_H
+
+#include "kiln/kiln.h"
+#include "kiln/kiln_llm.h"
+#include "serve/batcher.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SERVE_NAME_MAX 128
+#define SERVE_MAX_ALIASES 8
+#define SERVE_MAX_SPECIFIC 16
+
+typedef struct serve_model_config {
+    serve_batch_config batch;
+    int version_latest;                  /* load the N highest versions (default 1) */
+    int64_t version_specific[SERVE_MAX_SPECIFIC]; /* or exactly these (n_specific > 0) */
+    int n_specific;
+    bool version_all;
+    char target[16];                     /* "cpu" (default) or "cuda" */
+    int device;
+    char aliases[SERVE_MAX_ALIASES][SERVE_NAME_MAX]; /* further names of the model */
+    int n_aliases;
+    kiln_llm_options llm;                /* LLMs: KV-cache budget, admission limits (target set from above) */
+    char chat_template[256];             /* LLMs: a Jinja chat template file, relative to the model's directory */
+} serve_model_config;
+
+/* Fills c with the defaults and then the settings of the JSON text (NULL: defaults only). Unknown
+ * keys and wrong types are KILN_ERR_INVALID_ARGUMENT naming the key and `what` (the file). */
+kiln_status serve_model_config_parse(const char *json, size_t len, const char *what, serve_model_config *c);
+
+typedef struct serve_version {
+    int64_t number;
+    char source[256];       /* the file or "checkpoint" it came from */
+    kiln_engine *engine;    /* tensor models */
+    serve_pool *pool;
+    kiln_llm *llm;          /* LLMs */
+    int refs;               /* requests holding it */
+} serve_version;
+
+typedef struct serve_model {
+    char name[SERVE_NAME_MAX];
+    serve_model_config cfg;
+    serve_version **versions; /* loaded, ascending by number */
+    int n_versions;
+    char reason[512];         /* why the last load or unload failed ("" if it did not) */
+    bool unloaded;            /* unloaded through the API */
+    uint64_t signature;       /* of the files as the last load attempt saw them (serve_repo_poll) */
+} serve_model;
+
+typedef struct serve_repo {
+    char *dir;
+    pthread_mutex_t mu;        /* guards models and every version's refs */
+    pthread_cond_t released;   /* a version's refs dropped */
+    pthread_mutex_t admin_mu;  /* one load or unload at a time */
+    serve_model *models;
+    int n_models, cap_models;
+} serve_repo;
+
+/* Opens the repository directory (nothing is loaded yet). KILN_ERR_IO when dir is not a directory. */
+kiln_status serve_repo_open(const char *dir, serve_repo **out);
+/* Unloads every model (waiting for their requests) and frees the repository. Accepts NULL. */
+void serve_repo_close(serve_repo *r);
+
+/* Loads every model directory of the repository; returns how many failed (each logged). */
+int serve_repo_load_all(serve_repo *r);
+/* Loads (or reloads) model `name` from its directory: KILN_OK, or an error with the reason also
+ * recorded in the model (KILN_ERR_IO for a directory that does not exist). */
+kiln_status serve_repo_load(serve_repo *r, const char *name);
+/* Unloads every version of model `name`: KILN_ERR_INVALID_ARGUMENT when unknown. */
+kiln_status serve_repo_unload(serve_repo *r, const char *name);
+
+/* Reloads what changed on disk since the last look: a model directory whose files (config.json,
+ * version directories and their files: names, sizes, modification times) changed is loaded again
+ * (keeping what serves if that fails), a new one is loaded, one that disappeared is unloaded. Models
+ * unloaded through the API stay unloaded until their files change. Returns how many loads failed. */
+int serve_repo_poll(serve_repo *r);
+
+/* Finds model `name` (or an alias) and version (NULL or "": the highest loaded) and holds it for a
+ * request. Returns the HTTP status: 200 with *out set, 404 (unknown model or version) or 503 (not
+ * loaded), with a message in msg. */
+int serve_repo_acquire(serve_repo *r, const char *name, const char *version, serve_version **out, char *msg,
+                       size_t msg_size);
+void serve_repo_release(serve_repo *r, serve_version *v);
+
+/* Registers the model directories of the repository that are not known yet (unloaded). */
+void serve_repo_scan(serve_repo *r);
+
+/* The model of that name or alias, or NULL; the caller holds r->mu. */
+serve_model *serve_repo_find(serve_repo *r, const char *name);
+
+#endif

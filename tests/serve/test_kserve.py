@@ -1,0 +1,178 @@
+"""kiln serve's KServe v2 endpoints on sample_cnn: metadata, health, readiness, inference in JSON and
+binary (raw HTTP and tritonclient), the dynamic batcher joining concurrent requests, the repository
+extension, and the metrics and status page they feed."""
+import concurrent.futures
+import json
+import struct
+
+import numpy as np
+import pytest
+
+from conftest import cnn_request, reference_probs, serve, tensor_model
+
+BATCHING = {"max_batch": 8, "preferred_batch_sizes": [4, 8], "max_queue_delay_us": 20000, "instances": 2}
+
+
+@pytest.fixture(scope="module")
+def server(kiln, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("repo")
+    tensor_model(repo, "cnn", BATCHING)
+    tensor_model(repo, "cnn_v", {"max_batch": 0, "version_policy": {"latest": 2}, "aliases": ["cnn-alias"]}, version=1)
+    tensor_model(repo, "cnn_v", version=3)
+    (repo / "broken" / "1").mkdir(parents=True)
+    (repo / "broken" / "1" / "notes.txt").write_text("no model here")
+    with serve(kiln, repo) as s:
+        yield s
+
+
+def test_server_metadata_and_health(server):
+    status, meta = server.json("/v2")
+    assert status == 200 and meta["name"] == "kiln"
+    assert {"binary_tensor_data", "model_repository"} <= set(meta["extensions"])
+    assert server.json("/v2/health/live") == (200, {"live": True})
+    assert server.json("/v2/health/ready")[0] == 200
+
+
+def test_model_metadata(server):
+    status, meta = server.json("/v2/models/cnn")
+    assert status == 200
+    assert meta["versions"] == ["1"]
+    assert meta["inputs"] == [{"name": "image", "datatype": "FP32", "shape": [-1, 3, 32, 32]}]
+    assert meta["outputs"] == [{"name": "probs", "datatype": "FP32", "shape": [-1, 10]}]
+    assert server.json("/v2/models/cnn/versions/1")[0] == 200
+    assert server.json("/v2/models/cnn/ready") == (200, {"name": "cnn", "ready": True})
+
+
+def test_versions_policy_and_alias(server):
+    status, meta = server.json("/v2/models/cnn_v")
+    assert status == 200 and meta["versions"] == ["1", "3"]
+    req, x = cnn_request(1, seed=3)
+    status, out = server.json("/v2/models/cnn-alias/versions/1/infer", req)
+    assert status == 200 and out["model_version"] == "1"
+    status, out = server.json("/v2/models/cnn_v/infer", req)
+    assert status == 200 and out["model_version"] == "3"
+    status, err = server.json("/v2/models/cnn_v/versions/2/infer", req)
+    assert status == 404 and "version '2'" in err["error"]
+
+
+def test_json_infer_matches_onnxruntime(server):
+    req, x = cnn_request(3, seed=1)
+    req["id"] = "abc"
+    status, out = server.json("/v2/models/cnn/infer", req)
+    assert status == 200, out
+    assert out["model_name"] == "cnn" and out["model_version"] == "1" and out["id"] == "abc"
+    (probs,) = out["outputs"]
+    assert probs["name"] == "probs" and probs["datatype"] == "FP32" and probs["shape"] == [3, 10]
+    np.testing.assert_allclose(np.array(probs["data"]).reshape(3, 10), reference_probs(x), rtol=1e-4, atol=1e-5)
+
+
+def test_nested_json_data(server):
+    req, x = cnn_request(1, seed=2)
+    req["inputs"][0]["data"] = x.tolist()
+    status, out = server.json("/v2/models/cnn/infer", req)
+    assert status == 200
+    np.testing.assert_allclose(np.array(out["outputs"][0]["data"]).reshape(1, 10), reference_probs(x), rtol=1e-4, atol=1e-5)
+
+
+def test_binary_infer_raw(server):
+    x = np.random.default_rng(4).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    header = json.dumps({"inputs": [{"name": "image", "shape": [2, 3, 32, 32], "datatype": "FP32",
+                                     "parameters": {"binary_data_size": x.nbytes}}],
+                         "outputs": [{"name": "probs", "parameters": {"binary_data": True}}]}).encode()
+    status, headers, body = server.request("/v2/models/cnn/infer", header + x.tobytes(), headers={
+        "Inference-Header-Content-Length": str(len(header)), "Content-Type": "application/octet-stream"})
+    assert status == 200
+    jlen = int(headers["Inference-Header-Content-Length"])
+    meta = json.loads(body[:jlen])
+    assert meta["outputs"][0]["parameters"]["binary_data_size"] == 2 * 10 * 4
+    got = np.frombuffer(body[jlen:], dtype=np.float32).reshape(2, 10)
+    np.testing.assert_allclose(got, reference_probs(x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_tritonclient(server, binary):
+    import tritonclient.http as httpclient
+    client = httpclient.InferenceServerClient(server.url.removeprefix("http://"))
+    assert client.is_server_live() and client.is_server_ready() and client.is_model_ready("cnn")
+    x = np.random.default_rng(5).standard_normal((4, 3, 32, 32)).astype(np.float32)
+    inp = httpclient.InferInput("image", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x, binary_data=binary)
+    out = httpclient.InferRequestedOutput("probs", binary_data=binary)
+    result = client.infer("cnn", [inp], outputs=[out])
+    np.testing.assert_allclose(result.as_numpy("probs"), reference_probs(x), rtol=1e-4, atol=1e-5)
+    assert client.get_model_metadata("cnn")["inputs"][0]["name"] == "image"
+
+
+def test_dynamic_batcher_joins_concurrent_requests(server):
+    def one(seed):
+        req, x = cnn_request(1, seed=100 + seed)
+        status, out = server.json("/v2/models/cnn/infer", req)
+        assert status == 200
+        return np.array(out["outputs"][0]["data"]).reshape(1, 10), x
+
+    label = 'model="cnn",version="1"'
+    before = server.metrics()
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(one, range(32)))
+    for got, x in results:  # every request got its own rows back
+        np.testing.assert_allclose(got, reference_probs(x), rtol=1e-4, atol=1e-5)
+    after = server.metrics()
+    delta = lambda key: after.get(key, 0) - before.get(key, 0)
+    assert delta(f"kiln_batch_size_sum{{{label}}}") == 32  # every row ran once
+    runs = delta(f"kiln_batch_size_count{{{label}}}")
+    assert runs < 32, f"no request shared a run: 32 requests took {runs} runs"
+
+
+def test_repository_index_load_unload(server):
+    status, index = server.json("/v2/repository/index", b"", method="POST")
+    assert status == 200
+    by_name = {(e["name"], e.get("version")): e for e in index}
+    assert by_name[("cnn", "1")]["state"] == "READY"
+    assert by_name[("broken", None)]["state"] == "UNAVAILABLE"
+    assert "notes.txt" in by_name[("broken", None)]["reason"]  # the error names what the directory holds
+
+    assert server.json("/v2/repository/models/cnn_v/unload", b"", method="POST")[0] == 200
+    assert server.json("/v2/models/cnn_v/ready")[0] == 503
+    req, _ = cnn_request(1)
+    status, err = server.json("/v2/models/cnn_v/infer", req)
+    assert status == 503 and "not loaded" in err["error"]
+    assert server.json("/v2/repository/models/cnn_v/load", b"", method="POST")[0] == 200
+    assert server.json("/v2/models/cnn_v/infer", req)[0] == 200
+
+    status, err = server.json("/v2/repository/models/broken/load", b"", method="POST")
+    assert status == 400 and "holds no model" in err["error"]
+    status, err = server.json("/v2/repository/models/nosuch/load", b"", method="POST")
+    assert status == 400 and "not in the repository" in err["error"]
+
+
+def test_metrics_and_status_page(server):
+    req, _ = cnn_request(1)
+    assert server.json("/v2/models/cnn/infer", req)[0] == 200
+    m = server.metrics()
+    assert m['kiln_requests_total{model="cnn",version="1",status="200"}'] >= 1
+    assert m['kiln_queue_depth{model="cnn",version="1"}'] == 0
+    assert m['kiln_instances{model="cnn",version="1",state="up"}'] == 2
+    assert 'kiln_compute_duration_seconds_count{model="cnn",version="1"}' in m
+    status, headers, page = server.request("/")
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    page = page.decode()
+    assert "<svg" in page and "cnn" in page and "broken" in page
+    assert "http://" not in page.replace(server.url, "") and "<script" not in page  # no external assets
+
+
+def test_status_page_renders_in_chromium(server, tmp_path):
+    """Headless Chromium loads the status page (no external assets) into a DOM with the rate chart and
+    a latency chart per model."""
+    import shutil
+    import subprocess
+    chromium = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+    if not chromium:
+        pytest.skip("chromium is not installed (apt-get install chromium; `make apt-deps` does it)")
+    req, _ = cnn_request(1)
+    assert server.json("/v2/models/cnn/infer", req)[0] == 200
+    proc = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                           f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", server.url + "/"],
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
+    dom = proc.stdout.decode()
+    assert "<polyline" in dom and dom.count("<svg") >= 2 and "<td>cnn</td>" in dom and "mean" in dom
