@@ -110,12 +110,14 @@ static void pad_plane(const kiln_conv2d *g, const float *x, int64_t PH, int64_t 
     for (int64_t ih = 0; ih < g->H; ih++) {
         float *row = buf + (ih + g->ph) * ld;
         const float *src = x + ih * g->W;
-        if (g->sw == 1) memcpy(row + g->pw, src, (size_t)g->W * sizeof *src);
-        else
-            for (int64_t iw = 0; iw < g->W; iw++) {
-                int64_t q = iw + g->pw;
-                row[(q % g->sw) * lp + q / g->sw] = src[iw];
-            }
+        if (g->sw == 1) {
+            memcpy(row + g->pw, src, (size_t)g->W * sizeof *src);
+            continue;
+        }
+        for (int64_t phase = 0; phase < g->sw; phase++) { /* padded columns q = phase + i * sw, q >= pw */
+            int64_t i = (g->pw - phase + g->sw - 1) / g->sw, q = phase + i * g->sw;
+            for (float *d = row + phase * lp + i; q < g->pw + g->W; q += g->sw) *d++ = src[q - g->pw];
+        }
     }
 }
 

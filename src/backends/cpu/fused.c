@@ -8,6 +8,7 @@
 #include "backends/cpu/fused_kernels.h"
 
 #include "backends/cpu/conv2d.h"
+#include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/elementwise_vmath.h"
 #include "core/status.h"
 #include "ir/fused_ops.h"
@@ -41,6 +42,7 @@ static inline ew_v4f vclamp(ew_v4f v, float lo, float hi) {
 
 static inline ew_v4f vsilu(ew_v4f x) { return x * ew_vsigmoid(x); }
 
+KILN_SIMD_CLONES
 void kiln_cpu_activation_apply(float *y, int64_t n, const kiln_act *a) {
     const float p0 = a->p0, p1 = a->p1;
     const ew_v4f zero = {0};
