@@ -2,13 +2,15 @@
  * ranges: one output plane per task for depthwise Conv, and a chunk of output positions of one
  * image and group per task otherwise. A task's scratch (the padded input plane, or the im2col
  * columns of its chunk) lives in a per-thread buffer that grows and is kept for the thread's life,
- * so steady-state runs allocate nothing. Matrix products are single-threaded OpenBLAS calls inside
- * the tasks (cpu_gemm.c switches OpenBLAS to one thread). */
+ * so steady-state runs allocate nothing. Matrix products run inside the tasks, single-threaded:
+ * the AVX-512 kernel (sgemm_avx512.c) where the processor has it, else OpenBLAS (cpu_gemm.c
+ * switches it to one thread). */
 #include "backends/cpu/conv2d.h"
 
 #include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/fused_kernels.h"
+#include "backends/cpu/sgemm_avx512.h"
 #include "core/status.h"
 #include "core/threadpool.h"
 #include "ir/nn_window.h"
@@ -124,8 +126,10 @@ static void pad_plane(const kiln_conv2d *g, const float *x, int64_t PH, int64_t 
 /* Taps of a depthwise kernel the direct path takes (7x7 and below); larger ones go through im2col. */
 #define DW_MAX_TAPS 64
 
-/* One output plane of depthwise Conv from its padded input plane: 8 outputs at a time, every tap
- * accumulated in a register. off[t]: where tap t of output (0, 0) reads in buf; wk[t] its weight. */
+/* One output plane of depthwise Conv from its padded input plane: 16 outputs at a time (8 at the
+ * end of a row), every tap accumulated in registers. off[t]: where tap t of output (0, 0) reads in
+ * buf; wk[t] its weight. The padded rows have 8 columns of slack, so the last vector may read past
+ * the row's outputs. */
 KILN_SIMD_CLONES
 static void depthwise_plane(const kiln_conv2d *g, const float *buf, int64_t ld, const int64_t *off, const float *wk,
                             float bias, float *y) {
@@ -133,7 +137,18 @@ static void depthwise_plane(const kiln_conv2d *g, const float *buf, int64_t ld, 
     for (int64_t oh = 0; oh < g->OH; oh++) {
         float *yr = y + oh * OW;
         const float *base = buf + oh * g->sh * ld;
-        for (int64_t ow = 0; ow < OW; ow += 8) {
+        int64_t ow = 0;
+        for (; ow + 16 <= OW; ow += 16) {
+            kiln_v8f a0 = kiln_v8_splat(bias), a1 = a0;
+            for (int64_t t = 0; t < taps; t++) {
+                kiln_v8f w = kiln_v8_splat(wk[t]);
+                a0 += w * kiln_v8_load(base + off[t] + ow);
+                a1 += w * kiln_v8_load(base + off[t] + ow + 8);
+            }
+            kiln_v8_store(yr + ow, a0);
+            kiln_v8_store(yr + ow + 8, a1);
+        }
+        for (; ow < OW; ow += 8) {
             kiln_v8f acc = kiln_v8_splat(bias);
             for (int64_t t = 0; t < taps; t++) acc += kiln_v8_splat(wk[t]) * kiln_v8_load(base + off[t] + ow);
             if (ow + 8 <= OW) kiln_v8_store(yr + ow, acc);
@@ -201,11 +216,23 @@ static void im2col_chunk(const kiln_conv2d *g, const float *x, int64_t Cg, int64
             }
 }
 
+/* C [M, N] (ldc) = A [M, K] B [K, N] (ldb), through the AVX-512 kernel where it runs (ws: its
+ * workspace), else single-threaded OpenBLAS. */
+static void product(int64_t M, int64_t N, int64_t K, const float *A, const float *B, int64_t ldb, float *C, int64_t ldc,
+                    float *ws) {
+    if (ws) kiln_sgemm_avx512(M, N, K, A, K, B, ldb, C, ldc, ws);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, A, (int)K, B, (int)ldb,
+                    0.0f, C, (int)ldc);
+}
+
 static void gemm_part(void *ctx, int64_t t0, int64_t t1) {
     conv_job *j = ctx;
     const kiln_conv2d *g = j->g;
-    float *col = NULL;
-    if (!j->pointwise && !(col = thread_scratch((size_t)(j->rows * j->chunk)))) {
+    size_t col_size = j->pointwise ? 0 : (size_t)(j->rows * j->chunk);
+    size_t ws_size = kiln_sgemm_avx512_available() ? kiln_sgemm_avx512_workspace(j->Mg) : 0;
+    float *col = thread_scratch(col_size + ws_size), *ws = ws_size ? col + col_size : NULL;
+    if (!col) {
         atomic_store(&j->oom, true);
         return;
     }
@@ -215,13 +242,10 @@ static void gemm_part(void *ctx, int64_t t0, int64_t t1) {
         const float *xg = j->x + (img * g->C + gr * j->Cg) * j->HW, *wg = j->w + gr * j->Mg * j->rows;
         int64_t ybase = (img * g->M + gr * j->Mg) * j->OHW + p0;
         float *yg = j->y + ybase;
-        if (j->pointwise)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)j->Mg, (int)width, (int)j->Cg, 1.0f, wg,
-                        (int)j->Cg, xg + p0, (int)j->HW, 0.0f, yg, (int)j->OHW);
+        if (j->pointwise) product(j->Mg, width, j->Cg, wg, xg + p0, j->HW, yg, j->OHW, ws);
         else {
             im2col_chunk(g, xg, j->Cg, p0, width, col);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)j->Mg, (int)width, (int)j->rows, 1.0f, wg,
-                        (int)j->rows, col, (int)width, 0.0f, yg, (int)j->OHW);
+            product(j->Mg, width, j->rows, wg, col, width, yg, j->OHW, ws);
         }
         for (int64_t m = 0; m < j->Mg; m++)
             epilogue_row(yg + m * j->OHW, width, j->bias ? j->bias[gr * j->Mg + m] : 0.0f,
