@@ -2,15 +2,13 @@
  * ranges: one output plane per task for depthwise Conv, and a chunk of output positions of one
  * image and group per task otherwise. A task's scratch (the padded input plane, or the im2col
  * columns of its chunk) lives in a per-thread buffer that grows and is kept for the thread's life,
- * so steady-state runs allocate nothing. Matrix products run inside the tasks, single-threaded:
- * the AVX-512 kernel (sgemm_avx512.c) where the processor has it, else OpenBLAS (cpu_gemm.c
- * switches it to one thread). */
+ * so steady-state runs allocate nothing. Matrix products are single-threaded OpenBLAS calls inside
+ * the tasks (cpu_gemm.c switches OpenBLAS to one thread). */
 #include "backends/cpu/conv2d.h"
 
 #include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/fused_kernels.h"
-#include "backends/cpu/sgemm_avx512.h"
 #include "core/status.h"
 #include "core/threadpool.h"
 #include "ir/nn_window.h"
@@ -216,23 +214,18 @@ static void im2col_chunk(const kiln_conv2d *g, const float *x, int64_t Cg, int64
             }
 }
 
-/* C [M, N] (ldc) = A [M, K] B [K, N] (ldb), through the AVX-512 kernel where it runs (ws: its
- * workspace), else single-threaded OpenBLAS. */
-static void product(int64_t M, int64_t N, int64_t K, const float *A, const float *B, int64_t ldb, float *C, int64_t ldc,
-                    float *ws) {
-    if (ws) kiln_sgemm_avx512(M, N, K, A, K, B, ldb, C, ldc, ws);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, A, (int)K, B, (int)ldb,
-                    0.0f, C, (int)ldc);
+/* C [M, N] (ldc) = A [M, K] B [K, N] (ldb), single-threaded OpenBLAS. */
+static void product(int64_t M, int64_t N, int64_t K, const float *A, const float *B, int64_t ldb, float *C,
+                    int64_t ldc) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, A, (int)K, B, (int)ldb, 0.0f, C,
+                (int)ldc);
 }
 
 static void gemm_part(void *ctx, int64_t t0, int64_t t1) {
     conv_job *j = ctx;
     const kiln_conv2d *g = j->g;
-    size_t col_size = j->pointwise ? 0 : (size_t)(j->rows * j->chunk);
-    size_t ws_size = kiln_sgemm_avx512_available() ? kiln_sgemm_avx512_workspace(j->Mg) : 0;
-    float *col = thread_scratch(col_size + ws_size), *ws = ws_size ? col + col_size : NULL;
-    if (!col) {
+    float *col = NULL;
+    if (!j->pointwise && !(col = thread_scratch((size_t)(j->rows * j->chunk)))) {
         atomic_store(&j->oom, true);
         return;
     }
@@ -242,10 +235,10 @@ static void gemm_part(void *ctx, int64_t t0, int64_t t1) {
         const float *xg = j->x + (img * g->C + gr * j->Cg) * j->HW, *wg = j->w + gr * j->Mg * j->rows;
         int64_t ybase = (img * g->M + gr * j->Mg) * j->OHW + p0;
         float *yg = j->y + ybase;
-        if (j->pointwise) product(j->Mg, width, j->Cg, wg, xg + p0, j->HW, yg, j->OHW, ws);
+        if (j->pointwise) product(j->Mg, width, j->Cg, wg, xg + p0, j->HW, yg, j->OHW);
         else {
             im2col_chunk(g, xg, j->Cg, p0, width, col);
-            product(j->Mg, width, j->rows, wg, col, width, yg, j->OHW, ws);
+            product(j->Mg, width, j->rows, wg, col, width, yg, j->OHW);
         }
         for (int64_t m = 0; m < j->Mg; m++)
             epilogue_row(yg + m * j->OHW, width, j->bias ? j->bias[gr * j->Mg + m] : 0.0f,
