@@ -2,10 +2,11 @@
  * spatial dims, groups, strides, dilations and pads. The general path is im2col (resp. col2im)
  * around OpenBLAS sgemm, done in chunks of output (resp. input) lines so the column buffer stays
  * bounded; 1x1 stride-1 unpadded Conv multiplies the input in place, and depthwise 1-D/2-D Conv
- * runs a direct loop. A "line" is one position over all spatial dims but the last. */
+ * runs a direct loop; 2-D Conv goes to the threaded kernels of conv2d.c. A "line" is one position over all spatial dims but the last. */
 #include "backends/cpu/nn_kernels.h"
 
 #include "core/ckd.h"
+#include "backends/cpu/conv2d.h"
 #include "core/status.h"
 #include "ir/nn_window.h"
 
@@ -222,6 +223,11 @@ static NN_EXEC(conv_f32) {
     const float *xd = x->data, *wd = w->data;
     float *yd = out[0]->data;
     if (N * M * g.out_size == 0) return KILN_OK;
+    if (g.nsp == 2) { /* the fast 2-D kernels (conv2d.c) */
+        kiln_conv2d c2 = {N, C, g.in[0], g.in[1], M, g.out[0], g.out[1], g.k[0], g.k[1], group,
+                          g.s[0], g.s[1], g.d[0], g.d[1], g.pb[0], g.pb[1]};
+        return kiln_conv2d_run(&c2, xd, wd, b ? b->data : NULL, NULL, NULL, yd);
+    }
     bool pointwise = true;
     for (int i = 0; i < g.nsp; i++)
         pointwise = pointwise && g.k[i] == 1 && g.s[i] == 1 && g.pb[i] == 0 && g.out[i] == g.in[i];

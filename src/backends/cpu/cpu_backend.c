@@ -1,9 +1,10 @@
 /* cpu_backend.c — the CPU backend: runs the graph node by node with the reference kernels
- * (cpu_dispatch.c), matrix products through OpenBLAS. Intermediate tensors are released after their
- * last reader. With timing on (kiln bench) a run measures its host wall time and, with
+ * (cpu_dispatch.c), matrix products through OpenBLAS, threads from the process's pool
+ * (core/threadpool.h). Intermediate tensors are released after their last reader. With timing on (kiln bench) a run measures its host wall time and, with
  * KILN_TIMING_NODES, every node's time, every value's concrete shape and the peak of live
  * intermediate bytes; with timing off the loop only tests one flag per node. */
 #include "backends/backend.h"
+#include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_plan.h"
 
 #include <cblas.h>
@@ -57,6 +58,7 @@ static kiln_status cpu_engine_create(const kiln_graph *g, const kiln_engine_meta
     kiln_backend_engine *be = calloc(1, sizeof *be);
     if (!be) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     be->g = g;
+    kiln_cpu_gemm_init(); /* OpenBLAS single-threaded before any kernel runs: results never depend on order */
     kiln_status s = kiln_cpu_plan_create(g, &be->plan);
     if (s != KILN_OK) {
         cpu_engine_free(be);
