@@ -232,7 +232,7 @@ static kiln_status tune_engine(kiln_engine *e, const kiln_build_options *opts) {
     memset(&stats, 0, sizeof stats);
     kiln_status s = KILN_OK;
     if (opts->tuning_level > 0 && e->backend->tune && e->g->nnodes > 0) {
-        size_t bytes = (size_t)e->g->nnodes * sizeof(kiln_tactic);
+        size_t bytes = (size_t)kiln_engine_tactic_sets(&e->meta) * (size_t)e->g->nnodes * sizeof(kiln_tactic);
         kiln_tactic *t = kiln_graph_alloc(e->g, bytes);
         if (!t) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for the tactics table");
         memset(t, 0, bytes);
@@ -290,6 +290,10 @@ kiln_status kiln_build_graph(kiln_graph *g, const char *source, const kiln_build
     const char *base = strrchr(source, '/');
     snprintf(meta.source, sizeof meta.source, "%s", base ? base + 1 : source);
     meta.created_unix = (uint64_t)time(NULL);
+    if (b->store_weights && (s = b->store_weights(g, &meta)) != KILN_OK) {
+        kiln_graph_free(g);
+        return s;
+    }
     s = kiln_engine_from_graph(g, &meta, out);
     double t2 = build_now_ms();
     if (s == KILN_OK) s = tune_engine(*out, opts);

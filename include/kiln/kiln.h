@@ -125,12 +125,16 @@ typedef struct kiln_input_range {
 
 /* What auto-tuning did during one build (kiln_build_options.tuning_stats). */
 typedef struct kiln_tuning_stats {
-    int layers;          /* layers with candidate tactics (cuda: MatMul, Gemm, Conv) */
+    int layers;          /* layers with candidate tactics (cuda: MatMul, Gemm, Conv), once per profile */
     int tuned;           /* layers whose tactic was chosen (timed now or found in the timing cache) */
     int skipped;         /* layers left to the heuristic: no known shape, or timing failed */
     int cache_hits;      /* layers found in the timing cache */
     int cache_misses;    /* layers timed now */
     int tactics_timed;   /* candidate tactics timed */
+    int same_as_earlier; /* layers of the same signature as one timed earlier in this build (among the hits) */
+    int dropped;         /* candidates dropped: far slower than the best so far, over the workspace limit,
+                          * far slower on earlier layers of the same kind, or out of budget */
+    int out_of_budget;   /* layers left to the heuristic because the build's tuning budget was spent */
     double ms;           /* time spent tuning */
 } kiln_tuning_stats;
 
@@ -154,10 +158,23 @@ typedef struct kiln_build_options {
     bool mark_all_outputs;
     /* Auto-tuning (target cuda; other targets ignore it): 0 = the libraries' heuristics choose every
      * algorithm, nothing is timed; 1, 2, 3 = the heuristic's first 3 / 8 / all (at most 32)
-     * candidates of every MatMul, Gemm and Conv are timed on the device at the engine's shapes (the
-     * first profile's opt shapes when inputs are dynamic) with 3 / 10 / 20 runs each, and the fastest
-     * is recorded in the engine. 0 unless set; `kiln build` defaults to 2. */
+     * candidates of every MatMul, Gemm and Conv are timed on the device at the engine's shapes (each
+     * profile's opt shapes when inputs are dynamic, a tactic set per profile, which a run of that
+     * profile uses; without profiles, a dynamic first (batch) dimension is tuned at 1, as TensorRT's
+     * default opt shape) with up to 3 / 10 / 20 runs each, and the fastest is recorded in the engine. Layers of the same signature are timed once. 0 unless
+     * set; `kiln build` defaults to 2. */
     int tuning_level;
+    /* Bounds on tuning (0 = the default, -1 = none), in wall-clock milliseconds: once
+     * tuning_budget_ms (default 2500) is spent on the build, the layers left keep the heuristic's
+     * choice; once tuning_layer_budget_ms (default 100) is spent on one layer, its remaining
+     * candidates are dropped and the fastest so far wins (each candidate's timed runs shrink to fit its
+     * share). Candidates are listed and timed within tuning_workspace_mb MiB of workspace (default
+     * 128, at most the context's workspace; -1: all of it), so none needing more is timed. Independently of the bounds, a candidate whose
+     * first timed run is over 4x the best so far is dropped, and one dropped so on two layers of a
+     * kind (convolutions grouped or not) is not tried on later layers of that kind. */
+    int tuning_budget_ms;
+    int tuning_layer_budget_ms;
+    int tuning_workspace_mb;
     /* A timing cache file (NULL: none), borrowed for the call: read before tuning, consulted before
      * timing a layer, rewritten atomically with the new results after it. A missing, corrupt or
      * foreign-version file is ignored with a warning. */

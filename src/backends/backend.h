@@ -36,6 +36,11 @@ typedef struct kiln_backend {
     /* Prepares g (finished, in execution order; it outlives the result) to run: kernel choice, device
      * copies of weights. Fails with KILN_ERR_UNSUPPORTED listing every node it cannot run. */
     kiln_status (*engine_create)(const kiln_graph *g, const kiln_engine_meta *meta, kiln_backend_engine **out);
+    /* Optional (NULL: weights stay as the graph has them): at build time, before engine_create, converts
+     * g's float constants that the backend keeps in another dtype on its device (the weights of a
+     * 16-bit engine) into that dtype in place, so that the engine holds and its file stores them so.
+     * The values keep their declared dtypes; engine_create must accept such constants. */
+    kiln_status (*store_weights)(kiln_graph *g, const kiln_engine_meta *meta);
     void (*engine_free)(kiln_backend_engine *be); /* accepts NULL */
     kiln_status (*context_create)(kiln_backend_engine *be, kiln_backend_context **out);
     void (*context_free)(kiln_backend_context *bc); /* accepts NULL */
@@ -52,6 +57,10 @@ typedef struct kiln_backend {
     void (*context_set_transfers)(kiln_backend_context *bc, bool enabled);
     /* Optional (NULL: no CUDA graphs to switch): whether runs may replay a captured CUDA graph. */
     void (*context_set_graphs)(kiln_backend_context *bc, bool enabled);
+    /* Optional (NULL: runs do not depend on it): the optimization profile the next run's input shapes
+     * fall in (-1: the engine has none), told before each context_run; a backend with per-profile
+     * tactics runs that profile's. */
+    void (*context_set_profile)(kiln_backend_context *bc, int profile);
     /* Optional (NULL: nothing measured): turns timing on (KILN_TIMING_* flags) or off (0, the
      * default, which costs nothing); then context_last_timing describes the last successful run. */
     kiln_status (*context_set_timing)(kiln_backend_context *bc, unsigned flags);

@@ -611,28 +611,33 @@ static kiln_status rd_build_tables(reader *r) {
     return KILN_OK;
 }
 
-/* The tactics table: records of nodes in increasing order, each of a known kind. The blob is opaque
- * here; the backend validates it with its library when the engine is prepared. */
+/* The tactics table (after the profiles, which say how many sets it holds): records of (profile,
+ * node) pairs in increasing order, each of a known kind. The blob is opaque here; the backend validates
+ * it with its library when the engine is prepared. */
 static kiln_status rd_tactics(reader *r) {
     kiln_graph *g = r->g;
     uint32_t n;
+    int64_t sets = kiln_engine_tactic_sets(r->meta), total = sets * g->nnodes;
     KILN_TRY(rd_count(r, &n, KILN_TACTIC_RECORD_BYTES, "tactics"));
-    if (n > (uint32_t)g->nnodes) return corrupt("%u tactics for %d nodes", n, g->nnodes);
+    if (n > total) return corrupt("%u tactics for %d nodes in %lld profile(s)", n, g->nnodes, (long long)sets);
     if (!n) return KILN_OK;
-    kiln_tactic *t = kiln_graph_alloc(g, (size_t)g->nnodes * sizeof *t);
+    kiln_tactic *t = kiln_graph_alloc(g, (size_t)total * sizeof *t);
     if (!t) return oom();
-    memset(t, 0, (size_t)g->nnodes * sizeof *t);
+    memset(t, 0, (size_t)total * sizeof *t);
     int64_t prev = -1;
     for (uint32_t k = 0; k < n; k++) {
-        uint32_t node, f[6];
+        uint32_t profile, node, f[6];
+        KILN_TRY(rd_u32(r, &profile, "a tactic"));
         KILN_TRY(rd_u32(r, &node, "a tactic"));
         for (int j = 0; j < 6; j++) KILN_TRY(rd_u32(r, &f[j], "a tactic"));
-        if ((int64_t)node <= prev || node >= (uint32_t)g->nnodes)
-            return corrupt("tactic %u is for node %u (after node %lld, of %d)", k, node, (long long)prev, g->nnodes);
+        int64_t at = (int64_t)profile * g->nnodes + node;
+        if (profile >= sets || node >= (uint32_t)g->nnodes || at <= prev)
+            return corrupt("tactic %u is for profile %u, node %u (after entry %lld of %lld)", k, profile, node,
+                           (long long)prev, (long long)total);
         if (f[0] != KILN_TACTIC_CUBLASLT && f[0] != KILN_TACTIC_CUDNN)
             return corrupt("node '%s' has tactic kind %u", g->nodes[node].name, f[0]);
-        prev = node;
-        kiln_tactic *d = &t[node];
+        prev = at;
+        kiln_tactic *d = &t[at];
         d->kind = f[0];
         d->algo = (int32_t)f[1];
         d->math = (int32_t)f[2];

@@ -134,6 +134,7 @@ kiln_status kiln_context_run(kiln_context *c) {
     KILN_TRY(check_bindings(c));
     int profile;
     KILN_TRY(kiln_profiles_select(c->e->g, &c->e->meta, c->inputs, &profile));
+    if (c->e->backend->context_set_profile) c->e->backend->context_set_profile(c->bc, profile);
     KILN_TRY(c->e->backend->context_run(c->bc, c->inputs, c->outputs));
     c->ran = true;
     c->profile = profile;

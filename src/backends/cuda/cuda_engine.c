@@ -613,6 +613,7 @@ kiln_status kiln_cuda_engine_create(const kiln_graph *g, const kiln_engine_meta 
     be->cc_major = probe.cc_major;
     be->cc_minor = probe.cc_minor;
     be->tactics = meta->tactics;
+    be->tactic_sets = kiln_engine_tactic_sets(meta);
     be->tactic_warned = calloc((size_t)g->nnodes + 1, 1);
     kiln_status s = be->tactic_warned ? upload_constants(be) : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     if (s != KILN_OK) {
@@ -634,21 +635,26 @@ static const char *human_bytes(size_t n, char *buf, size_t cap) {
     return buf;
 }
 
-/* The tactic of every layer that has one, or a line saying that the heuristics choose. */
+/* The tactic of every layer that has one (under a line per profile when there are several), or a line
+ * saying that the heuristics choose. */
 static void describe_tactics(const kiln_backend_engine *be, FILE *f) {
     const kiln_graph *g = be->g;
-    int n = 0;
-    for (int i = 0; be->tactics && i < g->nnodes; i++) n += be->tactics[i].kind != KILN_TACTIC_HEURISTIC;
+    int total = be->tactics ? be->tactic_sets * g->nnodes : 0, n = 0;
+    for (int i = 0; i < total; i++) n += be->tactics[i].kind != KILN_TACTIC_HEURISTIC;
     if (!n) {
         fprintf(f, "tactics: none recorded (cuBLASLt's and cuDNN's heuristics choose at run time)\n");
         return;
     }
-    fprintf(f, "tactics: %d layer%s tuned at build time (the other layers follow the heuristics)\n", n, n > 1 ? "s" : "");
-    for (int i = 0; i < g->nnodes; i++) {
-        if (be->tactics[i].kind == KILN_TACTIC_HEURISTIC) continue;
+    fprintf(f, "tactics: %d layer%s tuned at build time", n, n > 1 ? "s" : "");
+    if (be->tactic_sets > 1) fprintf(f, " over %d profiles, each at its opt shapes", be->tactic_sets);
+    fprintf(f, " (the other layers follow the heuristics)\n");
+    for (int i = 0; i < total; i++) {
+        const kiln_tactic *t = &be->tactics[i];
+        if (be->tactic_sets > 1 && i % g->nnodes == 0) fprintf(f, "profile %d:\n", i / g->nnodes);
+        if (t->kind == KILN_TACTIC_HEURISTIC) continue;
         char buf[160];
-        kiln_cuda_tactic_str(&be->tactics[i], buf, sizeof buf);
-        fprintf(f, "  %s (%s): %s\n", g->nodes[i].name, g->nodes[i].op_type, buf);
+        kiln_cuda_tactic_str(t, buf, sizeof buf);
+        fprintf(f, "  %s (%s): %s\n", g->nodes[i % g->nnodes].name, g->nodes[i % g->nnodes].op_type, buf);
     }
 }
 

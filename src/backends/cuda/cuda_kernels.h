@@ -140,7 +140,7 @@ bool kiln_cuda_runs_fused_op(const char *op_type, kiln_precision precision);
 
 /* For exec functions: ctx->tactic cannot run this call (why says the library's reason). With
  * ctx->tactic_strict returns KILN_ERR_UNSUPPORTED naming the node; otherwise warns once per node
- * that the heuristic's choice runs instead and returns KILN_OK. (cuda_tuning.c) */
+ * that the heuristic's choice runs instead and returns KILN_OK. (cuda_tactics.c) */
 kiln_status kiln_cuda_tactic_rejected(const kiln_node *n, kiln_cuda_ctx *ctx, const char *why);
 
 /* conv.cu — kiln.FusedConv whole (in: X, W, B, Z as the node has them; y: Y): act(Conv(X, W, B) + Z)

@@ -238,6 +238,7 @@ static kiln_status get_plan(kiln_backend_context *c, const kiln_tensor *inputs, 
         }
     kiln_cuda_plan *p;
     KILN_TRY(kiln_cuda_plan_create(be, inputs, &p));
+    p->profile = c->profile < be->tactic_sets ? c->profile : 0;
     kiln_cuda_setup_lock();
     kiln_status s = upload_host_values(c, p);
     if (s != KILN_OK) {
@@ -344,11 +345,14 @@ static void cuda_context_set_transfers(kiln_backend_context *c, bool enabled) { 
 
 static void cuda_context_set_graphs(kiln_backend_context *c, bool enabled) { c->use_graphs = enabled; }
 
+static void cuda_context_set_profile(kiln_backend_context *c, int profile) { c->profile = profile > 0 ? profile : 0; }
+
 const kiln_backend kiln_backend_cuda = {
     .name = "cuda",
     .device_name = cuda_device_name,
     .supports_precision = cuda_supports_precision,
     .engine_create = kiln_cuda_engine_create,
+    .store_weights = kiln_cuda_store_weights,
     .engine_free = kiln_cuda_engine_free,
     .context_create = cuda_context_create,
     .context_free = cuda_context_free,
@@ -356,6 +360,7 @@ const kiln_backend kiln_backend_cuda = {
     .describe = kiln_cuda_engine_describe,
     .context_set_transfers = cuda_context_set_transfers,
     .context_set_graphs = cuda_context_set_graphs,
+    .context_set_profile = cuda_context_set_profile,
     .context_set_timing = kiln_cuda_timing_set,
     .context_last_timing = kiln_cuda_last_timing,
     .tune = kiln_cuda_tune,
