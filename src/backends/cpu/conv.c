@@ -5,8 +5,8 @@
  * runs a direct loop; 2-D Conv goes to the threaded kernels of conv2d.c. A "line" is one position over all spatial dims but the last. */
 #include "backends/cpu/nn_kernels.h"
 
-#include "core/ckd.h"
 #include "backends/cpu/conv2d.h"
+#include "core/ckd.h"
 #include "core/status.h"
 #include "ir/nn_window.h"
 
