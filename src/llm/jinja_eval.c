@@ -255,6 +255,11 @@ static bool is_constant(const jnode *n) {
     case JN_ATTR:
     case JN_FILTER:
     case JN_TEST:
+        /* filters that take Jinja's context are never evaluated at compile time */
+        if (n->kind == JN_FILTER && (jstr_eq(n->name, "map") || jstr_eq(n->name, "select") ||
+                                     jstr_eq(n->name, "reject") || jstr_eq(n->name, "selectattr") ||
+                                     jstr_eq(n->name, "rejectattr")))
+            return false;
         if (!is_constant(n->a) || !is_constant(n->b) || !is_constant(n->c)) return false;
         for (int i = 0; i < n->nargs; i++)
             if (!is_constant(n->args[i])) return false;
