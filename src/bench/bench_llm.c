@@ -308,6 +308,10 @@ static kiln_status check_lengths(const kiln_llm_config *c, const kiln_bench_llm_
     if ((int64_t)bc->input_len + bc->output_len > c->max_pos)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--input-len %d + --output-len %d exceeds the model's %d positions "
                           "(max_position_embeddings / n_positions)", bc->input_len, bc->output_len, c->max_pos);
+    for (int i = 0; bc->concurrency <= 0 && i < bc->nbatches; i++) /* a batch's prompts are prefilled in one step */
+        if ((int64_t)bc->batches[i] * bc->input_len > INT32_MAX)
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--batch %d x --input-len %d is %lld prompt tokens in one step, more "
+                              "than 2^31 - 1", bc->batches[i], bc->input_len, (long long)bc->batches[i] * bc->input_len);
     return KILN_OK;
 }
 

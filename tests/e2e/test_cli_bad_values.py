@@ -327,3 +327,14 @@ def test_context_length_of_2_31(kiln, tmp_path):
     make_llama(tmp_path, vocab=VOCAB, max_pos=(1 << 31) - 1)
     write_tokenizer(tmp_path)
     assert_ok(run_kiln(kiln, "generate", tmp_path, "--prompt", "the cat", "--max-tokens", 2))
+
+
+@pytest.mark.parametrize("args,mentions", [
+    (["--batch", "4096", "--input-len", "1048576", "--output-len", "8"], ["4294967296 prompt tokens in one step"]),
+    (["--batch", "64", "--input-len", "1048576", "--output-len", "1048576"], ["KV cache", "GiB", "host"]),
+], ids=["prefill-tokens", "kv-cache"])
+def test_bench_llm_workload_beyond_the_host(kiln, tmp_path, args, mentions):
+    """On a model with a 2^31 - 1 context, kiln bench --llm's batch x input length overflowed an int
+    (UBSan), and a KV cache for it is refused as larger than the host."""
+    make_llama(tmp_path, vocab=VOCAB, max_pos=(1 << 31) - 1)
+    assert_error(run_kiln(kiln, "bench", "--llm", tmp_path, *args), mentions=mentions)
