@@ -331,7 +331,8 @@ def test_context_length_of_2_31(kiln, tmp_path):
 
 @pytest.mark.parametrize("args,mentions", [
     (["--batch", "4096", "--input-len", "1048576", "--output-len", "8"], ["4294967296 prompt tokens in one step"]),
-    (["--batch", "64", "--input-len", "1048576", "--output-len", "1048576"], ["KV cache", "GiB", "host"]),
+    # 2047 sequences of 2^21 tokens at 512 bytes each: a 2 TiB KV cache
+    (["--batch", "2047", "--input-len", "1048576", "--output-len", "1048576"], ["KV cache", "GiB", "host"]),
 ], ids=["prefill-tokens", "kv-cache"])
 def test_bench_llm_workload_beyond_the_host(kiln, tmp_path, args, mentions):
     """On a model with a 2^31 - 1 context, kiln bench --llm's batch x input length overflowed an int
