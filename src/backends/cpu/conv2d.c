@@ -235,7 +235,9 @@ static void gemm_part(void *ctx, int64_t t0, int64_t t1) {
         const float *xg = j->x + (img * g->C + gr * j->Cg) * j->HW, *wg = j->w + gr * j->Mg * j->rows;
         int64_t ybase = (img * g->M + gr * j->Mg) * j->OHW + p0;
         float *yg = j->y + ybase;
-        if (j->pointwise) product(j->Mg, width, j->Cg, wg, xg + p0, j->HW, yg, j->OHW);
+        if (j->pointwise && j->OHW == 1) /* one position (squeeze-excitation): a matrix-vector product */
+            kiln_cpu_sgemm(false, true, 1, j->Mg, j->Cg, 1.0f, xg, j->Cg, wg, j->Cg, 0.0f, yg, j->Mg);
+        else if (j->pointwise) product(j->Mg, width, j->Cg, wg, xg + p0, j->HW, yg, j->OHW);
         else {
             im2col_chunk(g, xg, j->Cg, p0, width, col);
             product(j->Mg, width, j->rows, wg, col, width, yg, j->OHW);
