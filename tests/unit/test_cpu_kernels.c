@@ -192,6 +192,7 @@ static void test_conv2d(void) {
     test_conv_case(1, 16, 10, 12, 20, 3, 3, 1, 1, 1, 0, 1, true, true, true);
     test_conv_case(1, 8, 11, 11, 12, 3, 3, 2, 2, 2, 2, 2, true, false, false);
     test_conv_case(1, 256, 30, 30, 8, 3, 3, 1, 1, 1, 1, 1, true, false, true); /* several column chunks */
+    test_conv_case(1, 32, 9, 9, 48, 3, 3, 1, 1, 1, 1, 1, true, true, true); /* narrow: output-channel blocks */
 }
 
 int main(void) {
