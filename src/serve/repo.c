@@ -73,7 +73,7 @@ static void version_free(serve_version *v) {
     free(v);
 }
 
-/* The entries of dir matching a filter, sorted, joined with ", " into buf (for error messages). */
+/* The entries of dir (hidden ones left out), sorted, joined with ", " into buf (for error messages). */
 static void list_dir(const char *dir, char *buf, size_t size) {
     buf[0] = 0;
     struct dirent **names = NULL;
