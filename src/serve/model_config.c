@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void defaults(serve_model_config *c) {
@@ -79,6 +80,23 @@ static kiln_status parse_list(const cJSON *item, const char *what, serve_model_c
     return KILN_OK;
 }
 
+/* {"1": 90, "2": 10}: version -> weight. */
+static kiln_status parse_traffic(const cJSON *item, const char *what, serve_model_config *c) {
+    if (!cJSON_IsObject(item) || cJSON_GetArraySize(item) < 1 || cJSON_GetArraySize(item) > SERVE_MAX_SPECIFIC)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'traffic' must map versions to weights, e.g. {\"1\": 90, \"2\": 10}", what);
+    const cJSON *w;
+    cJSON_ArrayForEach(w, item) {
+        char *end;
+        long long v = strtoll(w->string, &end, 10);
+        if (*end || v < 1 || !cJSON_IsNumber(w) || !(w->valuedouble >= 0) || w->valuedouble > 1e9)
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'traffic' must map versions (\"1\") to weights >= 0, got \"%s\"",
+                              what, w->string);
+        c->traffic_version[c->n_traffic] = v;
+        c->traffic_weight[c->n_traffic++] = w->valuedouble;
+    }
+    return KILN_OK;
+}
+
 /* The integer settings: key, range, and where each goes. */
 static kiln_status parse_int(const cJSON *item, const char *what, serve_model_config *c, bool *known) {
     static const struct { const char *key; int64_t lo, hi; } KEYS[] = {
@@ -132,6 +150,7 @@ kiln_status serve_model_config_parse(const char *json, size_t len, const char *w
         if (known) continue;
         if (!strcmp(item->string, "version_policy")) st = parse_versions(item, what, c);
         else if (!strcmp(item->string, "preferred_batch_sizes") || !strcmp(item->string, "aliases")) st = parse_list(item, what, c);
+        else if (!strcmp(item->string, "traffic")) st = parse_traffic(item, what, c);
         else if (!strcmp(item->string, "chat_template")) {
             if (!cJSON_IsString(item) || !item->valuestring[0] || strlen(item->valuestring) >= sizeof c->chat_template ||
                 strstr(item->valuestring, ".."))
@@ -146,7 +165,7 @@ kiln_status serve_model_config_parse(const char *json, size_t len, const char *w
                             "%s: unknown key '%s' (known: max_batch, preferred_batch_sizes, max_queue_delay_us, max_queue, "
                             "timeout_us, instances, breaker_failures, breaker_cooldown_ms, version_policy, target, "
                             "device, aliases, kv_cache_bytes, kv_cache_blocks, max_seqs, max_batched_tokens, "
-                            "max_context, max_waiting, max_waiting_tokens, queue_timeout_ms, chat_template)",
+                            "max_context, max_waiting, max_waiting_tokens, queue_timeout_ms, chat_template, traffic)",
                             what, item->string);
         }
         if (st) break;

@@ -109,6 +109,8 @@ static void test_configs(void) {
         {"{\"aliases\": [\"a/b\"]}", "without '/'"},
         {"{\"target\": \"tpu\"}", "'target' must be"},
         {"{\"chat_template\": \"../x\"}", "'chat_template'"},
+        {"{\"traffic\": {\"one\": 5}}", "'traffic' must map versions"},
+        {"{\"traffic\": {\"1\": -5}}", "'traffic' must map versions"},
     };
     for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
         kiln_status st = serve_model_config_parse(BAD[i].json, strlen(BAD[i].json), "cfg", &c);
