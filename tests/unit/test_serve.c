@@ -217,6 +217,31 @@ static void test_batcher(kiln_engine *e) {
     run_job(&jobs[2]);
     CHECK(jobs[2].r.http_status == 503 && strstr(jobs[2].r.message, "timeout of 50 ms"));
     serve_pool_free(p);
+
+    /* priorities: B (level 1, a full batch) arrives after A (level 2, waiting for companions) and
+     * runs first; A waits out its delay. Without the level, B would queue behind A. */
+    cfg = (serve_batch_config){.max_batch = 2, .max_queue_delay_us = 300000, .instances = 1, .priority_levels = 2,
+                               .breaker_failures = 1};
+    REQUIRE_OK(serve_pool_create(e, &cfg, &p));
+    static float two_rows[2 * 3 * 32 * 32];
+    job_init(&jobs[0], p, 0);
+    job_init(&jobs[1], p, 1);
+    jobs[1].in.dims[0] = 2;
+    jobs[1].in.data = two_rows;
+    jobs[1].in.bytes = sizeof two_rows;
+    jobs[1].r.priority = 1;
+    pthread_create(&t[0], NULL, run_job, &jobs[0]);
+    usleep(50000);
+    run_job(&jobs[1]);
+    pthread_join(t[0], NULL);
+    CHECK(jobs[0].r.http_status == 200 && jobs[1].r.http_status == 200);
+    CHECKF(jobs[1].r.queue_us < 100000 && jobs[0].r.queue_us > 250000, "level 1 waited %.0f us, level 2 %.0f us",
+           jobs[1].r.queue_us, jobs[0].r.queue_us);
+    job_init(&bad, p, 0);
+    bad.r.priority = 3;
+    CHECK(serve_pool_check(p, &bad.r) == 400 && strstr(bad.r.message, "priority 3"));
+    for (int i = 0; i < 2; i++) serve_infer_clear(&jobs[i].r);
+    serve_pool_free(p);
 }
 
 int main(void) {
