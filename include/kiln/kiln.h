@@ -170,7 +170,10 @@ typedef struct kiln_build_options {
  * On success *out is owned by the caller (kiln_engine_free). */
 kiln_status kiln_build_onnx(const char *onnx_path, const kiln_build_options *opts, kiln_engine **out);
 
-/* Writes the engine to path (atomically: a temporary file renamed over path). */
+/* Writes the engine to path (atomically: a temporary file next to it renamed over it; a symbolic link
+ * at path is written through). KILN_ERR_INVALID_ARGUMENT when path is, or resolves to, a file this
+ * process has read as an input (a model, its external data, a checkpoint, an engine it did not write
+ * itself) or is not a regular file (a directory, device, FIFO or socket). */
 kiln_status kiln_engine_save(const kiln_engine *e, const char *path);
 /* Maps and verifies an engine file. On success *out is owned by the caller. */
 kiln_status kiln_engine_load(const char *path, kiln_engine **out);
