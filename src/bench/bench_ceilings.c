@@ -8,8 +8,8 @@
 
 #include "core/file.h"
 #include "core/json_read.h"
+#include "core/json_write.h"
 #include "core/status.h"
-#include "stats/report.h"
 
 #include <cblas.h>
 #include <errno.h>
