@@ -116,11 +116,18 @@ def test_other_outputs_follow_the_same_rules(kiln, model, tmp_path):
     assert_error(run_kiln(kiln, "run", path, "--output-dir", path, "--quiet"), mentions=["not a directory"])
 
 
+def default_signals():
+    """In the child before exec: SIGINT, SIGTERM and SIGHUP at their default actions (a shell may start
+    the test runner with SIGINT ignored, which kiln then keeps ignoring)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def build_until_writing(kiln, checkpoint_dir, out, sig):
     """Starts `kiln build --hf` into out, sends sig as soon as its temporary file appears and returns
     (exit code, the temporary's path); None when the build finished before the temporary was seen."""
     proc = subprocess.Popen([kiln, "build", "--hf", checkpoint_dir, "-o", out], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=subprocess.DEVNULL, preexec_fn=default_signals)
     tmp = f"{out}.kiln.tmp{proc.pid}"
     deadline = time.monotonic() + 60
     while proc.poll() is None and not os.path.exists(tmp) and time.monotonic() < deadline:
