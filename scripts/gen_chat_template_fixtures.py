@@ -9,8 +9,8 @@ byte for byte.
 Run once after adding a template or a conversation (needs transformers and jinja2):
     .venv/bin/python scripts/gen_chat_template_fixtures.py
 strftime_now sees a fixed clock (FIXED_NOW), as the C test sets it, so that the output is stable. A
-template that raises is recorded with the message (kind "raise" for raise_exception, "runtime" for
-any other template error)."""
+template that raises is recorded with the message (kind "raise" for raise_exception, "syntax" for a
+template Jinja refuses to compile, "runtime" for any other template error)."""
 
 import datetime as dt
 import json
@@ -24,23 +24,38 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "tests", "data", "chat_templates")
 FIXED_NOW = dt.datetime(2025, 3, 4, 15, 6, 7)
 
-# name -> (bos_token, eos_token, where the template text comes from)
+# name -> (bos_token, eos_token, where the template text comes from). The texts are the models'
+# tokenizer_config.json chat_template, taken verbatim from llama.cpp's models/templates (written there
+# by its scripts/get_chat_template.py) or its tests/test-chat-template.cpp.
+LC = "llama.cpp's copy in models/templates"
+LT = "as quoted in llama.cpp's tests/test-chat-template.cpp"
 TEMPLATES = {
-    "llama-3.1-instruct": ("<|begin_of_text|>", "<|eot_id|>", "meta-llama/Llama-3.1-8B-Instruct (same text as Llama-3.3-70B-Instruct)"),
-    "llama-3.2-instruct": ("<|begin_of_text|>", "<|eot_id|>", "meta-llama/Llama-3.2-3B-Instruct"),
-    "llama-3-8b-instruct": ("<|begin_of_text|>", "<|eot_id|>", "meta-llama/Meta-Llama-3-8B-Instruct"),
-    "mistral-7b-instruct-v0.1": ("<s>", "</s>", "mistralai/Mistral-7B-Instruct-v0.1 and v0.2 (the 'v1' template with a system prompt)"),
-    "mistral-7b-instruct-v0.1-legacy": ("<s>", "</s>", "mistralai/Mistral-7B-Instruct-v0.1 (the first published template)"),
-    "mistral-v3": ("<s>", "</s>", "mistralai's 'v3' template (Mistral-7B-Instruct-v0.3 family, Mistral-Large-Instruct-2407)"),
-    "mistral-nemo-instruct-2407": ("<s>", "</s>", "mistralai/Mistral-Nemo-Instruct-2407 ('v3-tekken')"),
-    "qwen2.5-instruct": ("", "<|im_end|>", "Qwen/Qwen2.5-7B-Instruct (ChatML with a tools branch)"),
-    "qwen3": ("", "<|im_end|>", "Qwen/Qwen3-0.6B"),
-    "phi-3.5-mini-instruct": ("<s>", "<|endoftext|>", "microsoft/Phi-3.5-mini-instruct (also Phi-3-mini-4k-instruct's current one)"),
-    "phi-3-mini-4k-instruct-legacy": ("<s>", "<|endoftext|>", "microsoft/Phi-3-mini-4k-instruct (first published template)"),
-    "gemma-2-it": ("<bos>", "<eos>", "google/gemma-2-2b-it"),
-    "gemma-7b-it": ("<bos>", "<eos>", "google/gemma-7b-it"),
-    "deepseek-r1-distill": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B"),
-    "chatml-openhermes": ("<s>", "<|im_end|>", "teknium/OpenHermes-2.5-Mistral-7B (plain ChatML)"),
+    "llama-3.1-instruct": ("<|begin_of_text|>", "<|eot_id|>", "meta-llama/Llama-3.1-8B-Instruct, the same text as Llama-3.3-70B-Instruct; " + LC),
+    "llama-3.2-instruct": ("<|begin_of_text|>", "<|eot_id|>", "meta-llama/Llama-3.2-3B-Instruct; " + LC),
+    "llama-3-8b-instruct": ("<|begin_of_text|>", "<|eot_id|>", "meta-llama/Meta-Llama-3-8B-Instruct; " + LT),
+    "mistral-7b-instruct-v0.1": ("<s>", "</s>", "mistralai/Mistral-7B-Instruct-v0.1 and v0.2, the 'v1' template with a system prompt; " + LT),
+    "mistral-7b-instruct-v0.1-legacy": ("<s>", "</s>", "mistralai/Mistral-7B-Instruct-v0.1's first template; " + LT),
+    "mistral-v3": ("<s>", "</s>", "mistralai's 'v3' template (Mistral-7B-Instruct-v0.3's tokenizer, Mistral-Large-Instruct-2407); " + LT),
+    "mistral-nemo-instruct-2407": ("<s>", "</s>", "mistralai/Mistral-Nemo-Instruct-2407 ('v3-tekken'); " + LC),
+    "mistral-small-3.2-instruct": ("<s>", "</s>", "mistralai/Mistral-Small-3.2-24B-Instruct-2506; " + LC),
+    "qwen2.5-instruct": ("", "<|im_end|>", "Qwen/Qwen2.5-7B-Instruct (ChatML with a tools branch); " + LC),
+    "qwen3": ("", "<|im_end|>", "Qwen/Qwen3-0.6B; " + LC),
+    "qwq-32b": ("", "<|im_end|>", "Qwen/QwQ-32B; " + LC),
+    "phi-3.5-mini-instruct": ("<s>", "<|endoftext|>", "microsoft/Phi-3.5-mini-instruct (also Phi-3-mini-4k-instruct's current one); " + LC),
+    "phi-3-mini-4k-instruct-legacy": ("<s>", "<|endoftext|>", "microsoft/Phi-3-mini-4k-instruct's first template; " + LT),
+    "gemma-2-it": ("<bos>", "<eos>", "google/gemma-2-2b-it; " + LC),
+    "gemma-7b-it": ("<bos>", "<eos>", "google/gemma-7b-it; " + LT),
+    "deepseek-r1-distill": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B; " + LC),
+    "deepseek-v3.1": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "deepseek-ai/DeepSeek-V3.1; " + LC),
+    "gpt-oss": ("<|startoftext|>", "<|return|>", "openai/gpt-oss-120b; " + LC),
+    "hermes-3-llama-3.1-tool-use": ("<|begin_of_text|>", "<|im_end|>", "NousResearch/Hermes-3-Llama-3.1-8B, tool_use variant; " + LC),
+    "granite-3.3-instruct": ("<|end_of_text|>", "<|end_of_text|>", "ibm-granite/granite-3.3-2b-instruct; " + LC),
+    "kimi-k2": ("[BOS]", "[EOS]", "moonshotai/Kimi-K2-Instruct; " + LC),
+    "nemotron-nano-v2": ("<s>", "</s>", "nvidia/NVIDIA-Nemotron-Nano-9B-v2; " + LC),
+    "functionary-medium-v3.1": ("<|begin_of_text|>", "<|eot_id|>", "meetkai/functionary-medium-v3.1 (Markup from |safe); " + LC),
+    "functionary-medium-v3.2": ("<|begin_of_text|>", "<|eot_id|>", "meetkai/functionary-medium-v3.2; " + LC),
+    "seed-oss": ("<seed:bos>", "<seed:eos>", "ByteDance-Seed/Seed-OSS-36B-Instruct (int dict keys, dictsort); " + LC),
+    "chatml-openhermes": ("<s>", "<|im_end|>", "teknium/OpenHermes-2.5-Mistral-7B (plain ChatML); " + LT),
     "kiln-subset": ("<s>", "</s>", "kiln: every construct of the supported subset, on the messages"),
 }
 
@@ -76,6 +91,10 @@ class FixedDatetime(dt.datetime):
 
 def render(source, bos, eos, messages, add_generation_prompt, tools=None):
     chat_template_utils.datetime = FixedDatetime
+    try:
+        chat_template_utils._compile_jinja_template(source)
+    except (jinja2.exceptions.TemplateSyntaxError, SyntaxError) as e:  # SyntaxError: "'break' outside loop"
+        return {"error": str(e), "kind": "syntax"}
     try:
         out, _ = chat_template_utils.render_jinja_template(
             conversations=[messages], chat_template=source, add_generation_prompt=add_generation_prompt,
@@ -142,22 +161,18 @@ def read_snippets():
 
 
 def main():
-    cases, tool_cases = [], []
-    for name, (bos, eos, source_note) in TEMPLATES.items():
+    conversations = {name: {"messages": messages, "tools": None} for name, messages in CONVERSATIONS.items()}
+    conversations.update({name: {"messages": messages, "tools": tools}
+                          for name, (tools, messages) in TOOL_CONVERSATIONS.items()})
+    cases = []
+    for name, (bos, eos, _) in TEMPLATES.items():
         with open(os.path.join(DATA, name + ".jinja"), encoding="utf-8") as f:
             source = f.read()
-        for conv_name, messages in CONVERSATIONS.items():
+        for conv_name, conv in conversations.items():
             for agp in (False, True):
-                case = {"template": name, "bos_token": bos, "eos_token": eos, "conversation": conv_name,
-                        "add_generation_prompt": agp, "messages": messages}
-                case.update(render(source, bos, eos, messages, agp))
+                case = {"template": name, "conversation": conv_name, "add_generation_prompt": agp}
+                case.update(render(source, bos, eos, conv["messages"], agp, conv["tools"]))
                 cases.append(case)
-        for conv_name, (tools, messages) in TOOL_CONVERSATIONS.items():
-            for agp in (False, True):
-                case = {"template": name, "bos_token": bos, "eos_token": eos, "conversation": conv_name,
-                        "add_generation_prompt": agp, "messages": messages, "tools": tools}
-                case.update(render(source, bos, eos, messages, agp, tools))
-                tool_cases.append(case)
     snippets = []
     for source in read_snippets():
         case = {"template": source}
@@ -168,9 +183,10 @@ def main():
         "transformers": __import__("transformers").__version__,
         "jinja2": jinja2.__version__,
         "fixed_now": FIXED_NOW.isoformat(),
-        "sources": {name: note for name, (_, _, note) in TEMPLATES.items()},
+        "templates": {name: {"bos_token": bos, "eos_token": eos, "source": note}
+                      for name, (bos, eos, note) in TEMPLATES.items()},
+        "conversations": conversations,
         "cases": cases,
-        "tool_cases": tool_cases,
         "snippet_messages": SNIPPET_MESSAGES,
         "snippets": snippets,
     }

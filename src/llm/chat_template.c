@@ -92,7 +92,8 @@ kiln_status kiln_chat_template_apply_at(const kiln_chat_template *t, const kiln_
     if (len) *len = 0;
     for (int i = 0; i < n; i++)
         if (!messages[i].role || !messages[i].content)
-            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_chat_template_apply: message %d has no role or content", i);
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_chat_template_apply: message %d has no role or content",
+                              i);
     jarena arena = {.cap = JINJA_MAX_ARENA};
     /* the messages as a list of {role, content} dicts, borrowing the caller's strings */
     size_t cap = n ? (size_t)n : 1;

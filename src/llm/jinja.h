@@ -104,6 +104,7 @@ struct jdict {
 typedef struct jloop {
     jlist *items;
     size_t index0;
+    jv changed_last; /* loop.changed()'s previous arguments (UNDEF before the first call) */
 } jloop;
 
 /* ---------------------------------------------------------------- AST */
@@ -114,7 +115,7 @@ typedef enum jkind {
     JN_NEG, JN_POS, JN_NOT, JN_AND, JN_OR, JN_BINARY, JN_COND,
     /* statements */
     JN_TEXT, JN_OUTPUT, JN_IF, JN_FOR, JN_SET, JN_SET_BLOCK, JN_MACRO, JN_CALL_BLOCK, JN_FILTER_BLOCK,
-    JN_BREAK, JN_CONTINUE, JN_GENERATION,
+    JN_BREAK, JN_CONTINUE, JN_GENERATION, JN_WITH,
 } jkind;
 
 typedef enum jop {
@@ -139,9 +140,10 @@ struct jnode {
                             * defaults (NULL when none) */
     jstr *kw;              /* kw[i].p != NULL: args[i] is the keyword argument kw[i] */
     int nargs;
-    jstr *targets;         /* FOR / SET / SET_BLOCK / MACRO / CALL_BLOCK: the names bound */
+    jstr *targets;         /* FOR / SET / SET_BLOCK / MACRO / CALL_BLOCK / WITH: the names bound (WITH: to
+                            * the values args[i]) */
     int ntargets;
-    jnode **body;          /* IF / FOR / SET_BLOCK / MACRO / CALL_BLOCK / FILTER_BLOCK / GENERATION */
+    jnode **body;          /* IF / FOR / SET_BLOCK / MACRO / CALL_BLOCK / FILTER_BLOCK / GENERATION / WITH */
     int nbody;
     jnode **orelse;        /* IF: elif/else; FOR: else */
     int norelse;
@@ -207,6 +209,7 @@ typedef struct jctx {
     size_t iterations;
     unsigned long long work; /* steps so far (JINJA_MAX_WORK) */
     enum { JC_NONE, JC_BREAK, JC_CONTINUE } control;
+    bool folding;            /* evaluating a {{ }} of literals only, which Jinja computes at compile time */
     kiln_strbuf scratch;     /* a temporary text buffer (freed when the render ends, also on failure) */
     jmp_buf fail;
     kiln_status status;
@@ -243,6 +246,8 @@ const char *jv_type_name(jv v);
 bool jstr_eq(jstr s, const char *z);
 /* Python's str(v) appended to b (Undefined as ""). */
 void jv_to_str(jctx *c, jv v, kiln_strbuf *b);
+/* Python's repr(v) appended to b. */
+void jv_to_repr(jctx *c, jv v, kiln_strbuf *b);
 /* str(v) as a value (strings as they are). */
 jv jv_stringify(jctx *c, jv v);
 /* json.dumps(v, ensure_ascii, indent (NULL: none), separators, sort_keys) appended to b. */
@@ -261,8 +266,19 @@ size_t jstr_codepoints(jstr s);
  * for keyword arguments. */
 jv jinja_filter(jctx *c, const jnode *at, jstr name, jv value, const jv *args, const jstr *kw, int nargs);
 bool jinja_test(jctx *c, const jnode *at, jstr name, jv value, const jv *args, int nargs);
-jv jinja_method(jctx *c, const jnode *at, jv obj, jstr name, const jv *args, const jstr *kw, int nargs);
+jv jinja_method(jctx *c, const jnode *at, jv obj, jstr name, const jv *args, const jstr *kw, int nargs); /* strings.c */
 jv jinja_call_func(jctx *c, const jnode *at, jfunc fn, const jv *args, const jstr *kw, int nargs);
+/* v as a string / an int (a bool counts), or fails naming `what`. */
+jstr jv_need_str(jctx *c, const jnode *at, jv v, const char *what);
+int64_t jv_need_int(jctx *c, const jnode *at, jv v, const char *what);
+/* String helpers (jinja_strings.c). jstr_strip: Python's strip / lstrip / rstrip (chars NULL:
+ * whitespace), a view into s. jstr_map_case: upper, lower, capitalize, str.title and Jinja's title
+ * filter. jstr_replace: Python's replace (count < 0: all). jstr_indent: Jinja's indent filter. */
+typedef enum { CASE_UPPER, CASE_LOWER, CASE_CAPITALIZE, CASE_TITLE_PY, CASE_TITLE_JINJA } case_map;
+jv jstr_strip(jstr s, const jstr *chars, bool left, bool right);
+jv jstr_map_case(jctx *c, jstr s, case_map how);
+jv jstr_replace(jctx *c, jstr s, jstr old, jstr new, int64_t count);
+jv jstr_indent(jctx *c, jstr s, jstr ind, bool first, bool blank);
 /* Argument pos (or keyword name) of a call: true and *out when given. */
 bool jinja_arg(const jv *args, const jstr *kw, int nargs, int pos, const char *name, jv *out);
 /* item's attribute as map / selectattr / sort see it: a dotted path of keys and list indices
@@ -279,6 +295,9 @@ bool jinja_has_test(jstr name);
 jv jinja_binary(jctx *c, const jnode *at, jop op, jv a, jv b);
 /* Python's ordering of a and b (<0, 0, >0); fails for types Python does not order. */
 int jinja_compare(jctx *c, const jnode *at, jv a, jv b);
+/* Python's printf-style formatting, fmt % args (jinja_format.c): %s %r %a %d %i %u %f %F %e %E %g %G
+ * %x %X %o %c %%, with flags, width, precision and %(key)s. */
+jv jinja_percent_format(jctx *c, const jnode *at, jstr fmt, jv args);
 /* Python-style slicing of a list or string by code point; start/stop/step may be NONE. */
 jv jinja_slice(jctx *c, const jnode *at, jv obj, jv start, jv stop, jv step);
 

@@ -27,7 +27,8 @@ static void exec_body(jctx *c, jnode *const *body, int n);
 
 static void enter(jctx *c, const jnode *at) {
     jwork(c, at, 1);
-    if (++c->depth > JINJA_MAX_EVAL_DEPTH) jfail(c, at, "the template recurses deeper than %d levels", JINJA_MAX_EVAL_DEPTH);
+    if (++c->depth > JINJA_MAX_EVAL_DEPTH)
+        jfail(c, at, "the template recurses deeper than %d levels", JINJA_MAX_EVAL_DEPTH);
 }
 
 static jframe *push_frame(jctx *c, jframe *parent) {
@@ -148,14 +149,20 @@ static jv call_macro(jctx *c, const jnode *at, jmacro *m, const jv *args, const 
     int npos = 0;
     for (int i = 0; i < nargs; i++)
         if (!kw[i].p) npos++;
-    if (npos > def->ntargets) jfail(c, at, "macro '%.*s' takes not more than %d argument(s)", (int)def->name.len, def->name.p, def->ntargets);
+    if (npos > def->ntargets)
+        jfail(c, at, "macro '%.*s' takes not more than %d argument(s)", (int)def->name.len, def->name.p,
+              def->ntargets);
     for (int p = 0, i = 0; i < nargs; i++)
         if (!kw[i].p) jdict_set(c, f->vars, def->targets[p++], args[i]);
     for (int i = 0; i < nargs; i++) {
         if (!kw[i].p) continue;
         int k = 0;
-        while (k < def->ntargets && !(def->targets[k].len == kw[i].len && memcmp(def->targets[k].p, kw[i].p, kw[i].len) == 0)) k++;
-        if (k == def->ntargets) jfail(c, at, "macro '%.*s' has no parameter named '%.*s'", (int)def->name.len, def->name.p, (int)kw[i].len, kw[i].p);
+        while (k < def->ntargets &&
+               !(def->targets[k].len == kw[i].len && memcmp(def->targets[k].p, kw[i].p, kw[i].len) == 0))
+            k++;
+        if (k == def->ntargets)
+            jfail(c, at, "macro '%.*s' has no parameter named '%.*s'", (int)def->name.len, def->name.p,
+                  (int)kw[i].len, kw[i].p);
         jdict_set(c, f->vars, def->targets[k], args[i]);
     }
     c->frame = f;
@@ -164,7 +171,8 @@ static jv call_macro(jctx *c, const jnode *at, jmacro *m, const jv *args, const 
         jv dflt = k < def->nargs && def->args[k] ? eval(c, def->args[k]) : jv_undef(NULL);
         if (dflt.type == JV_UNDEF) {
             char *why = jalloc(c, def->targets[k].len + 40);
-            snprintf(why, def->targets[k].len + 40, "parameter '%.*s' was not provided", (int)def->targets[k].len, def->targets[k].p);
+            snprintf(why, def->targets[k].len + 40, "parameter '%.*s' was not provided", (int)def->targets[k].len,
+                     def->targets[k].p);
             dflt = jv_undef(why);
         }
         jdict_set(c, f->vars, def->targets[k], dflt);
@@ -196,6 +204,14 @@ static jv eval_call(jctx *c, const jnode *n, jmacro *caller) {
             if (n->nargs == 0) jfail(c, n, "no items for cycling given");
             return args[obj.loop->index0 % (size_t)n->nargs];
         }
+        if (obj.type == JV_LOOP && jstr_eq(fn->name, "changed")) { /* loop.changed(x, ...) */
+            jlist *now = jlist_new(c, (size_t)n->nargs);
+            for (int i = 0; i < n->nargs; i++) jlist_push(c, now, eval(c, n->args[i]));
+            jv value = {.type = JV_LIST, .l = now};
+            bool changed = obj.loop->changed_last.type == JV_UNDEF || !jv_equal(obj.loop->changed_last, value);
+            obj.loop->changed_last = value;
+            return jv_bool(changed);
+        }
     }
     jv callee = eval(c, fn);
     eval_args(c, n, args);
@@ -217,6 +233,39 @@ static jv eval_filter(jctx *c, const jnode *n, jv value) {
     jv *args = jalloc(c, (size_t)(n->nargs + 1) * sizeof *args);
     eval_args(c, n, args);
     return jinja_filter(c, n, n->name, value, args, n->kw, n->nargs);
+}
+
+/* Whether n is made of literals only (a {{ }} of them Jinja evaluates at compile time). */
+static bool is_constant(const jnode *n) {
+    if (!n) return true;
+    switch (n->kind) {
+    case JN_LIT: return true;
+    case JN_LIST:
+    case JN_TUPLE:
+    case JN_DICT:
+    case JN_SLICE:
+    case JN_ITEM:
+    case JN_NEG:
+    case JN_POS:
+    case JN_NOT:
+    case JN_AND:
+    case JN_OR:
+    case JN_BINARY:
+    case JN_COND:
+    case JN_ATTR:
+    case JN_FILTER:
+    case JN_TEST:
+        /* filters that take Jinja's context are never evaluated at compile time */
+        if (n->kind == JN_FILTER && (jstr_eq(n->name, "map") || jstr_eq(n->name, "select") ||
+                                     jstr_eq(n->name, "reject") || jstr_eq(n->name, "selectattr") ||
+                                     jstr_eq(n->name, "rejectattr")))
+            return false;
+        if (!is_constant(n->a) || !is_constant(n->b) || !is_constant(n->c)) return false;
+        for (int i = 0; i < n->nargs; i++)
+            if (!is_constant(n->args[i])) return false;
+        return true;
+    default: return false;
+    }
 }
 
 static jv eval(jctx *c, const jnode *n) {
@@ -253,7 +302,12 @@ static jv eval(jctx *c, const jnode *n) {
     case JN_SLICE: {
         jv obj = eval(c, n->a), parts[3];
         for (int i = 0; i < 3; i++) parts[i] = n->args[i] ? eval(c, n->args[i]) : jv_none();
-        r = jinja_slice(c, n, obj, parts[0], parts[1], parts[2]);
+        /* Jinja computes a {{ }} of literals at compile time, where slicing goes through its getitem
+         * and gives Undefined where Python's own slicing (what runs otherwise) fails */
+        if (obj.type != JV_LIST && obj.type != JV_STR && obj.type != JV_UNDEF && c->folding)
+            r = jv_undef(NULL);
+        else
+            r = jinja_slice(c, n, obj, parts[0], parts[1], parts[2]);
         break;
     }
     case JN_CALL: r = eval_call(c, n, NULL); break;
@@ -323,7 +377,8 @@ static void exec_for(jctx *c, const jnode *n) {
         items = jlist_new(c, all->n);
         c->frame = f;
         for (size_t i = 0; i < all->n; i++) {
-            if (++c->iterations > JINJA_MAX_ITERATIONS) jfail(c, n, "more than %d loop iterations", JINJA_MAX_ITERATIONS);
+            if (++c->iterations > JINJA_MAX_ITERATIONS)
+                jfail(c, n, "more than %d loop iterations", JINJA_MAX_ITERATIONS);
             f->vars->n = 0;
             assign(c, n, n->targets, n->ntargets, all->v[i]);
             if (jv_truthy(eval(c, n->b))) jlist_push(c, items, all->v[i]);
@@ -366,7 +421,11 @@ static void exec_stmt(jctx *c, const jnode *n) {
     enter(c, n);
     switch (n->kind) {
     case JN_TEXT: emit(c, n->lit.s.p, n->lit.s.len); break;
-    case JN_OUTPUT: emit_value(c, eval(c, n->a)); break;
+    case JN_OUTPUT:
+        c->folding = is_constant(n->a);
+        emit_value(c, eval(c, n->a));
+        c->folding = false;
+        break;
     case JN_IF:
         if (jv_truthy(eval(c, n->a))) exec_body(c, n->body, n->nbody);
         else exec_body(c, n->orelse, n->norelse);
@@ -407,6 +466,16 @@ static void exec_stmt(jctx *c, const jnode *n) {
         break;
     }
     case JN_GENERATION: exec_body(c, n->body, n->nbody); break;
+    case JN_WITH: {
+        jv *values = jalloc(c, (size_t)(n->nargs + 1) * sizeof *values);
+        eval_args(c, n, values);
+        jframe *saved = c->frame;
+        c->frame = push_frame(c, saved);
+        for (int i = 0; i < n->ntargets; i++) jdict_set(c, c->frame->vars, n->targets[i], values[i]);
+        exec_body(c, n->body, n->nbody);
+        c->frame = saved;
+        break;
+    }
     case JN_BREAK: c->control = JC_BREAK; break;
     case JN_CONTINUE: c->control = JC_CONTINUE; break;
     default: jfail(c, n, "an expression where a statement belongs");

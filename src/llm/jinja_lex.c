@@ -125,10 +125,12 @@ static bool decode_string(lexer *L, size_t at, size_t end, jstr *out) {
             uint32_t v = 0;
             for (int k = 1; k <= hex; k++) {
                 char h = i + (size_t)k < end - 1 ? L->s[i + (size_t)k] : 0;
-                if (!isxdigit((unsigned char)h)) return fail(L, KILN_ERR_PARSE, i - 1, "truncated \\x/\\u escape in a string");
+                if (!isxdigit((unsigned char)h))
+                    return fail(L, KILN_ERR_PARSE, i - 1, "truncated \\x/\\u escape in a string");
                 v = v * 16 + (uint32_t)(isdigit((unsigned char)h) ? h - '0' : (tolower((unsigned char)h) - 'a' + 10));
             }
-            if (v >= 0x110000 || (v >= 0xD800 && v < 0xE000)) return fail(L, KILN_ERR_UNSUPPORTED, i - 1, "escape of a code point UTF-8 cannot hold");
+            if (v >= 0x110000 || (v >= 0xD800 && v < 0xE000))
+                return fail(L, KILN_ERR_UNSUPPORTED, i - 1, "escape of a code point UTF-8 cannot hold");
             i += (size_t)hex;
             o += (size_t)kiln_utf8_put(v, p + o);
         }
@@ -154,7 +156,8 @@ static bool lex_tag(lexer *L, bool block) {
             bool minus = left >= 3 && s[0] == '-' && memcmp(s + 1, end, 2) == 0;
             bool plus = block && left >= 3 && s[0] == '+' && memcmp(s + 1, end, 2) == 0;
             if (minus || plus || (left >= 2 && memcmp(s, end, 2) == 0)) {
-                if (!push(L, block ? JT_BLOCK_END : JT_VAR_END, at)) return fail(L, KILN_ERR_OUT_OF_MEMORY, at, "out of memory");
+                if (!push(L, block ? JT_BLOCK_END : JT_VAR_END, at))
+                    return fail(L, KILN_ERR_OUT_OF_MEMORY, at, "out of memory");
                 size_t after = at + 2 + (minus || plus);
                 if (minus) after = skip_space(L, after);
                 else if (block && !plus && after < L->n && L->s[after] == '\n') after++; /* trim_blocks */
@@ -190,11 +193,13 @@ static bool lex_tag(lexer *L, bool block) {
             for (size_t i = 0; i < k && m < sizeof num - 1; i++)
                 if (s[i] != '_') num[m++] = s[i];
             num[m] = 0;
-            if (!(t = push(L, is_float ? JT_FLOAT : JT_INT, at))) return fail(L, KILN_ERR_OUT_OF_MEMORY, at, "out of memory");
+            if (!(t = push(L, is_float ? JT_FLOAT : JT_INT, at)))
+                return fail(L, KILN_ERR_OUT_OF_MEMORY, at, "out of memory");
             errno = 0;
             if (is_float) t->f = strtod(num, NULL);
             else t->i = strtoll(num, NULL, 10);
-            if (errno == ERANGE && !is_float) return fail(L, KILN_ERR_UNSUPPORTED, at, "integer literal beyond 64 bits");
+            if (errno == ERANGE && !is_float)
+                return fail(L, KILN_ERR_UNSUPPORTED, at, "integer literal beyond 64 bits");
             advance_to(L, at + k);
         } else if (s[0] == '\'' || s[0] == '"') {
             size_t k = 1;
@@ -283,7 +288,8 @@ static bool lex_all(lexer *L) {
         if (kind == '#') {
             if (!lex_comment(L)) return false;
         } else {
-            if (kind == '%' && is_raw_tag(L, L->pos)) return fail(L, KILN_ERR_UNSUPPORTED, open, "{% raw %} blocks are not supported");
+            if (kind == '%' && is_raw_tag(L, L->pos))
+                return fail(L, KILN_ERR_UNSUPPORTED, open, "{% raw %} blocks are not supported");
             jtoken *t = push(L, kind == '%' ? JT_BLOCK_BEGIN : JT_VAR_BEGIN, open);
             if (!t) return fail(L, KILN_ERR_OUT_OF_MEMORY, open, "out of memory");
             t->col = col_of(L, open);

@@ -144,7 +144,8 @@ static bool contains(jctx *c, const jnode *at, jv item, jv seq) {
     jwork(c, at, seq.type == JV_STR ? seq.s.len : seq.type == JV_LIST ? seq.l->n : 1);
     switch (seq.type) {
     case JV_STR:
-        if (item.type != JV_STR) jfail(c, at, "'in <string>' requires string as left operand, not %s", jv_type_name(item));
+        if (item.type != JV_STR)
+            jfail(c, at, "'in <string>' requires string as left operand, not %s", jv_type_name(item));
         if (item.s.len == 0) return true;
         for (size_t i = 0; i + item.s.len <= seq.s.len; i++)
             if (memcmp(seq.s.p + i, item.s.p, item.s.len) == 0) return true;
@@ -154,7 +155,10 @@ static bool contains(jctx *c, const jnode *at, jv item, jv seq) {
             if (jv_equal(seq.l->v[i], item)) return true;
         return false;
     case JV_DICT:
-    case JV_NS: return jdict_get(seq.d, item) != NULL;
+    case JV_NS:
+        if (item.type == JV_LIST || item.type == JV_DICT || item.type == JV_NS)
+            jfail(c, at, "unhashable type: '%s'", jv_type_name(item));
+        return jdict_get(seq.d, item) != NULL;
     case JV_UNDEF: return false;
     default: jfail(c, at, "argument of type '%s' is not iterable", jv_type_name(seq));
     }
@@ -194,6 +198,9 @@ jv jinja_binary(jctx *c, const jnode *at, jop op, jv a, jv b) {
             l->tuple = a.l->tuple && b.l->tuple;
             return (jv){.type = JV_LIST, .l = l};
         }
+        break;
+    case JOP_MOD:
+        if (a.type == JV_STR) return jinja_percent_format(c, at, a.s, b);
         break;
     case JOP_MUL:
         if ((a.type == JV_STR || (a.type == JV_LIST && !a.l->lazy)) && is_int(b)) return repeat(c, at, a, to_int(b));
@@ -254,10 +261,11 @@ static void slice_indices(jctx *c, const jnode *at, jv start, jv stop, jv step, 
 }
 
 jv jinja_slice(jctx *c, const jnode *at, jv obj, jv start, jv stop, jv step) {
-    if ((obj.type != JV_LIST && obj.type != JV_STR) || (obj.type == JV_LIST && obj.l->lazy)) {
-        if (obj.type == JV_UNDEF || obj.type == JV_LIST) return jv_undef("a generator cannot be sliced");
+    /* slices bypass Jinja's getitem: Python's own obj[a:b] and its errors */
+    if (obj.type == JV_UNDEF) jfail(c, at, "%.*s", (int)obj.s.len, obj.s.len ? obj.s.p : "an undefined value");
+    if (obj.type == JV_DICT) jfail(c, at, "unhashable type: 'slice'");
+    if ((obj.type != JV_LIST && obj.type != JV_STR) || (obj.type == JV_LIST && obj.l->lazy))
         jfail(c, at, "'%s' object is not subscriptable", jv_type_name(obj));
-    }
     jlist *items = jv_iterate(c, at, obj);
     int64_t b, e, s;
     slice_indices(c, at, start, stop, step, (int64_t)items->n, &b, &e, &s);

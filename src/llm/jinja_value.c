@@ -199,7 +199,8 @@ static double as_double(jv v) { return v.type == JV_FLOAT ? v.f : v.type == JV_I
 
 bool jv_equal(jv a, jv b) {
     if (is_number(a) && is_number(b)) {
-        if (a.type != JV_FLOAT && b.type != JV_FLOAT) return (a.type == JV_INT ? a.i : a.b) == (b.type == JV_INT ? b.i : b.b);
+        if (a.type != JV_FLOAT && b.type != JV_FLOAT)
+            return (a.type == JV_INT ? a.i : a.b) == (b.type == JV_INT ? b.i : b.b);
         return as_double(a) == as_double(b);
     }
     if (a.type != b.type) return false;
@@ -362,11 +363,17 @@ static void check_size(jctx *c, const jnode *at, const kiln_strbuf *b, size_t mo
 static void jv_repr(jctx *c, jv v, kiln_strbuf *b, int depth) {
     if (depth > JINJA_MAX_PARSE_DEPTH) jfail(c, NULL, "a value nests too deeply to print");
     check_size(c, NULL, b, v.type == JV_STR ? v.s.len : 0);
-    if (v.type == JV_STR) str_repr(v.s, b);
+    if (v.type == JV_STR && v.safe) {
+        kiln_strbuf_puts(b, "Markup(");
+        str_repr(v.s, b);
+        kiln_strbuf_putc(b, ')');
+    } else if (v.type == JV_STR) str_repr(v.s, b);
     else if (v.type == JV_UNDEF) kiln_strbuf_puts(b, "Undefined");
     else if (v.type == JV_LIST || v.type == JV_DICT) seq_repr(c, v, b, depth);
     else jv_to_str(c, v, b);
 }
+
+void jv_to_repr(jctx *c, jv v, kiln_strbuf *b) { jv_repr(c, v, b, 0); }
 
 void jv_to_str(jctx *c, jv v, kiln_strbuf *b) {
     char num[40];
