@@ -8,7 +8,7 @@
 #   make build      set-up and build only
 #   make clean      remove build/, build-asan/, build-fuzz/   (make distclean: also .venv/)
 #
-# Variables: JOBS (parallel jobs; default: number of CPUs), FUZZ_SECONDS (default 60),
+# Variables: JOBS (parallel jobs; default: number of CPUs), FUZZ_SECONDS (per target; default 11),
 # PYTHON (the interpreter that creates .venv; default python3).
 
 SHELL := /bin/bash
@@ -20,7 +20,7 @@ APT_PACKAGES := build-essential cmake pkg-config libopenblas-dev libcurl4-openss
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PYTHON ?= python3
-FUZZ_SECONDS ?= 60
+FUZZ_SECONDS ?= 11
 
 VENV := .venv
 VPY := $(CURDIR)/$(VENV)/bin/python
@@ -110,8 +110,9 @@ test-asan: apt-deps $(VENV_STAMP) $(CASES_STAMP)
 	cd $(ASAN_BUILD) && $(SANITIZER_ENV) ctest --output-on-failure -j $(JOBS) -L 'unit|badinput|conformance'
 
 # Only fuzz/'s targets are built (the instrumented library and the fuzzers, not the CLI and tests).
-# Each executable the fuzz/ CMake project builds is a libFuzzer target. New inputs go to
-# build-fuzz/corpus/<target>/; the committed seeds in fuzz/corpus/<target>/ are only read.
+# Each executable the fuzz/ CMake project builds is a libFuzzer target (11 of them: ~2 min in all). New
+# inputs go to build-fuzz/corpus/<target>/; the committed seeds in fuzz/corpus/<target>/ are only read.
+# Long runs (10 million executions per target): scripts/fuzz-long, results in docs/fuzzing.md.
 test-fuzz: apt-deps $(VENV_STAMP)
 ifeq ($(wildcard fuzz/CMakeLists.txt),)
 	@echo "==> fuzz/CMakeLists.txt not found: no fuzz targets, skipping"

@@ -5,8 +5,13 @@ process around kiln_context_run, no process start or file I/O), onnxruntime by t
 InferenceSession.run the same number of times after the same warm-up, both with 2 threads. Both
 report the median. kiln's outputs are also checked against onnxruntime's (max|diff|/max|ref|).
 
-usage: bench_cpu.py [--kiln PATH] [--repeats N] [--warmup N] [--threads N] [--only resnet,bert,gpt2]
-                    [--write]        (--write also writes bench/RESULTS.md)
+The torchvision classifiers (SqueezeNet 1.1 at batch 2, ShuffleNetV2 x0.5, MobileNetV3-Small,
+ResNet-18, EfficientNet-B0 at batch 1, 224x224) come from the graph skeletons in bench/torchvision/
+(written by bench/export_torchvision.py), their weights refilled with seeded normal values of the
+exported statistics, so no torch is needed here.
+
+usage: bench_cpu.py [--kiln PATH] [--repeats N] [--warmup N] [--threads N]
+                    [--only resnet,bert,gpt2,squeezenet1_1,...] [--write]   (--write also writes bench/RESULTS.md)
 """
 import argparse
 import datetime
@@ -37,7 +42,33 @@ CONFIGS = [
     ("gpt2", "GPT-2-style, 4 layers, hidden 256, 4 heads, vocab 1000",
      dict(hidden=256, heads=4, layers=4, vocab=1000, max_pos=256), [(1, 64)]),
 ]
+# (name, description, batch): torchvision exports, graphs in bench/torchvision/
+TORCHVISION = [
+    ("squeezenet1_1", "torchvision SqueezeNet 1.1, 224x224", 2),
+    ("shufflenet_v2_x0_5", "torchvision ShuffleNetV2 x0.5, 224x224", 1),
+    ("mobilenet_v3_small", "torchvision MobileNetV3-Small, 224x224", 1),
+    ("resnet18", "torchvision ResNet-18, 224x224", 1),
+    ("efficientnet_b0", "torchvision EfficientNet-B0, 224x224", 1),
+]
 LATENCY_RE = re.compile(r"latency over (\d+) runs?: median ([0-9.]+) ms")
+
+
+def torchvision_model(name):
+    """The torchvision export `name` from bench/torchvision/: its skeleton graph with every emptied
+    initializer refilled from a seeded normal distribution of the recorded mean and std."""
+    import json
+    from onnx import numpy_helper
+    base = os.path.join(HERE, "torchvision", name)
+    model = onnx.load(base + ".onnx")
+    with open(base + ".json") as f:
+        stats = json.load(f)
+    rng = np.random.default_rng(0)
+    for init in model.graph.initializer:
+        st = stats.get(init.name)
+        if st:
+            arr = rng.normal(st["mean"], st["std"], size=st["dims"]).astype(np.float32)
+            init.CopyFrom(numpy_helper.from_array(arr, init.name))
+    return model
 
 
 def flop_count(model, feeds):
@@ -73,7 +104,8 @@ def bench_kiln(kiln, engine, feeds, workdir, repeats, warmup, threads):
         np.save(path, arr)
         args += ["--input", f"{name}={path}"]
     out_dir = os.path.join(workdir, "out")
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    env = dict(os.environ, KILN_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
+               OMP_NUM_THREADS=str(threads))
     cmd = [kiln, "run", engine, *args, "--iterations", str(repeats), "--warmup", str(warmup), "--quiet",
            "--output-dir", out_dir]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -127,11 +159,13 @@ def cpu_model():
 
 def run(args):
     rows = []
+    configs = CONFIGS + [(name, desc, None, [(batch, None)]) for name, desc, batch in TORCHVISION]
     with tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp:
-        for kind, desc, kwargs, shapes in CONFIGS:
+        for kind, desc, kwargs, shapes in configs:
             if args.only and kind not in args.only:
                 continue
-            model = models.BUILDERS[kind](**kwargs)
+            model = torchvision_model(kind) if kwargs is None else models.BUILDERS[kind](**kwargs)
+            kwargs = kwargs or {}
             model_path = os.path.join(tmp, f"{kind}.onnx")
             engine = os.path.join(tmp, f"{kind}.kiln")
             onnx.save(model, model_path)
@@ -141,8 +175,11 @@ def run(args):
                 raise RuntimeError(f"kiln build {kind} failed (exit {proc.returncode}):\n{proc.stderr}")
             build_s = time.perf_counter() - t0
             for batch, seq in shapes:
-                feeds = models.make_inputs(kind, batch, seq, vocab=kwargs.get("vocab", 100),
-                                           image=kwargs.get("image", 32))
+                if kind in models.BUILDERS:
+                    feeds = models.make_inputs(kind, batch, seq, vocab=kwargs.get("vocab", 100),
+                                               image=kwargs.get("image", 32))
+                else:
+                    feeds = {"image": np.random.default_rng(1).standard_normal((batch, 3, 224, 224), np.float32)}
                 work = os.path.join(tmp, f"{kind}-{batch}-{seq}")
                 os.makedirs(work)
                 k_ms, k_out = bench_kiln(args.kiln, engine, feeds, work, args.repeats, args.warmup, args.threads)
@@ -177,7 +214,7 @@ def results_md(args, text):
   (anything near or above the CPU count means other work shared the CPUs and the times are noisy)
 - versions: {kiln_version}, onnxruntime {ort.__version__}, numpy {np.__version__}
 - command: `{cmd}`
-- settings: {args.threads} threads each (kiln: OPENBLAS_NUM_THREADS; onnxruntime: intra-op threads,
+- settings: {args.threads} threads each (kiln: KILN_NUM_THREADS, its thread pool; onnxruntime: intra-op threads,
   sequential execution, all graph optimizations), {args.warmup} warm-up runs, median of {args.repeats} runs
 
 kiln ms is the engine's latency per run measured inside `kiln run --iterations` (around
@@ -217,7 +254,7 @@ def main():
     p.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
     p.add_argument("--threads", type=int, default=2, help="threads for both (default 2)")
     p.add_argument("--only", type=lambda s: s.split(","), default=None,
-                   help="comma-separated subset of: " + ",".join(c[0] for c in CONFIGS))
+                   help="comma-separated subset of: " + ",".join([c[0] for c in CONFIGS] + [t[0] for t in TORCHVISION]))
     p.add_argument("--write", action="store_true", help="also write bench/RESULTS.md")
     args = p.parse_args()
     if not os.access(args.kiln, os.X_OK):

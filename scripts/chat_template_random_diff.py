@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """chat_template_random_diff.py — compares kiln's chat-template engine with transformers' renderer on
-random expressions (literals, operators, filters, tests, methods, conditionals, slices): it renders
-each `{{ expression }}` with transformers, writes them as the snippets of an expected.json in a
-temporary repository root, and runs test_chat_template on that root, which reports every
-difference. A development aid, not a CI test (needs transformers and jinja2):
-    .venv/bin/python scripts/chat_template_random_diff.py build/tests/test_chat_template [SEED] [COUNT]"""
+random templates: expressions (literals, operators, filters, tests, methods, conditionals, slices)
+and, with --statements, blocks of if / for (else, break, continue, loop.*) / set / block set / macro
+and whitespace control around them. It renders each with transformers, writes them as the snippets
+of an expected.json in a temporary repository root, and runs test_chat_template on that root, which
+reports every difference. A development aid, not a CI test (needs transformers and jinja2):
+    .venv/bin/python scripts/chat_template_random_diff.py [--statements] BINARY [SEED] [COUNT]"""
 
 import importlib.util
 import json
@@ -69,15 +70,56 @@ def expression(rng, depth=0):
     return f"{literal(rng, depth + 1)}[{rng.choice(['', '1', '-1'])}:{rng.choice(['', '2', '-1'])}]"
 
 
+NAMES = ["x", "y", "ns.a", "ns.b"]
+SIMPLE = ["x", "y", "ns.a", "ns.b", "loop.index", "loop.first", "m.role", "m['content']", "i", "1", "'s'",
+          "messages|length", "unset_v"]
+ITERABLES = ["messages", "range(3)", "[1,2]", "messages|selectattr('role','equalto','user')", "'ab'"]
+
+
+def statement(rng, depth):
+    k, s = rng.random(), lambda: rng.choice(SIMPLE)
+    if depth > 3 or k < 0.25:
+        return "{{ " + rng.choice([s(), expression(rng, 2)]) + " }}"
+    if k < 0.35:
+        value = rng.choice([s() + " ~ 'z'", "1 + 1", "'v'", "[1,2]"])
+        return "{% set " + rng.choice(NAMES) + " = " + value + " %}"
+    if k < 0.5:
+        a, b, c = (statements(rng, depth + 1) for _ in range(3))
+        return f"{{% if {s()} %}}{a}{{% elif {s()} %}}{b}{{% else %}}{c}{{% endif %}}"
+    if k < 0.65:
+        target = rng.choice(["m", "i", "x"])
+        return f"{{% for {target} in {rng.choice(ITERABLES)} %}}{statements(rng, depth + 1)}{{% else %}}E{{% endfor %}}"
+    if k < 0.72:
+        body, call = statements(rng, depth + 1), rng.choice(["1", "x", "b=3, a=4"])
+        return f"{{% macro mm(a, b=2) %}}[{{{{ a }}}}{{{{ b }}}}{body}]{{% endmacro %}}{{{{ mm({call}) }}}}"
+    if k < 0.78:
+        return f"{{% if {s()} %}}{{% {rng.choice(['break', 'continue'])} %}}{{% endif %}}"
+    if k < 0.84:
+        return "{% set y %}" + statements(rng, depth + 1) + "{% endset %}"
+    if k < 0.9:
+        return "\n  " + statement(rng, depth + 1) + "\n"
+    if k < 0.95:
+        return f"{{%- if {s()} -%}}\n  {statements(rng, depth + 1)}\n{{%- endif %}}"
+    return "{# c #}"
+
+
+def statements(rng, depth):
+    return "".join(statement(rng, depth) for _ in range(rng.randint(1, 3)))
+
+
 def main():
-    if len(sys.argv) < 2:
+    args = [a for a in sys.argv[1:] if a != "--statements"]
+    if not args:
         sys.exit(__doc__)
-    binary, seed = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 1
-    count = int(sys.argv[3]) if len(sys.argv) > 3 else 2000
+    binary, seed = args[0], int(args[1]) if len(args) > 1 else 1
+    count = int(args[2]) if len(args) > 2 else 2000
     rng = random.Random(seed)
     snippets = []
     for _ in range(count):
-        source = "{{ " + expression(rng) + " }}"
+        if "--statements" in sys.argv:
+            source = "{% set ns = namespace(a=0, b='') %}{% set x = 'X' %}" + statements(rng, 0)
+        else:
+            source = "{{ " + expression(rng) + " }}"
         case = {"template": source}
         try:
             case.update(fixtures.render(source, "<s>", "</s>", fixtures.SNIPPET_MESSAGES, True))

@@ -58,7 +58,7 @@ void cli_build_opts_free(cli_build_opts *b);
 int cli_build_opts_parse(cli_build_opts *b, const char *cmd, int argc, char **argv, int *i);
 /* Parses "fp32" / "fp16" / "bf16". */
 bool cli_parse_precision(const char *s, kiln_precision *p);
-/* Parses "AxBxC" (at most KILN_MAX_DIMS dims, each >= 0; "" or "scalar" is rank 0) up to the end of
+/* Parses "AxBxC" (at most KILN_MAX_DIMS dims, each in 0..2^40; "" or "scalar" is rank 0) up to the end of
  * s or the first character of stop; returns the rank or -1. *end (optional) gets where it stopped. */
 int cli_parse_dims(const char *s, const char *stop, int64_t *dims, const char **end);
 
@@ -74,6 +74,9 @@ bool cli_is_engine_file(const char *path);
 /* Loads an engine, or builds one in memory when path is not an engine file (an ONNX model). */
 kiln_status cli_open_engine(const char *path, bool verbose, kiln_engine **out);
 double cli_now_ms(void);
+/* Writes "YYYY-MM-DD HH:MM:SS UTC" for a time read from a file (seconds since 1970), or, for one no
+ * calendar date holds, "an invalid date (N seconds since 1970)"; returns buf. */
+const char *cli_utc_time(uint64_t unix_seconds, char *buf, size_t cap);
 /* Restarts the process with OPENBLAS_CORETYPE set when OpenBLAS fell back to its oldest kernels on a
  * CPU with AVX2/AVX-512 (see blas_env.c). Returns only when no restart is needed or possible. */
 void cli_fix_blas_cpu_detection(char **argv);

@@ -1,6 +1,7 @@
 /* cli_build_opts.c — the build options `kiln build` and `kiln compare` share: --target, --fp16 /
  * --bf16 / --fp32 / --best, --device, --layer-precision PATTERN:PREC, --profile NAME:MIN,OPT,MAX,
- * --tuning-level 0..3 (default 2) and --timing-cache FILE. */
+ * --tuning-level 0..3 (default 2), the tuning bounds --tuning-budget-ms, --tuning-layer-budget-ms and
+ * --tuning-workspace-mb (N or 'none'), and --timing-cache FILE. */
 #include "cli.h"
 
 #include <stdlib.h>
@@ -50,7 +51,7 @@ static int parse_profile(cli_build_opts *b, const char *cmd, const char *val) {
         const char *end;
         int nd = cli_parse_dims(p, ",", parts[nparts], &end);
         if (nd < 0 || (nparts && nd != r->ndim))
-            return cli_usage_error(cmd, "--profile '%s': shapes must be AxBxC of one rank, as MIN,OPT,MAX", val);
+            return cli_usage_error(cmd, "--profile '%s': shapes must be AxBxC (each dim from 0 to 2^40) of one rank, as MIN,OPT,MAX", val);
         r->ndim = nd;
         nparts++;
         more = *end == ',';
@@ -75,6 +76,20 @@ static int parse_profile(cli_build_opts *b, const char *cmd, const char *val) {
     return 0;
 }
 
+/* A tuning bound: a positive number up to max, or "none" (-1 in the options: no bound). */
+static int parse_bound(const char *cmd, const char *flag, const char *val, long max, int *out) {
+    if (!strcmp(val, "none")) {
+        *out = -1;
+        return 0;
+    }
+    char *end;
+    long n = strtol(val, &end, 10);
+    if (end == val || *end || n < 1 || n > max)
+        return cli_usage_error(cmd, "%s expects a number from 1 to %ld, or 'none' for no bound, got '%s'", flag, max, val);
+    *out = (int)n;
+    return 0;
+}
+
 int cli_build_opts_parse(cli_build_opts *b, const char *cmd, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     if (!strcmp(a, "--fp16") || !strcmp(a, "--bf16") || !strcmp(a, "--fp32") || !strcmp(a, "--best")) {
@@ -88,7 +103,9 @@ int cli_build_opts_parse(cli_build_opts *b, const char *cmd, int argc, char **ar
         return 1;
     }
     bool takes = !strcmp(a, "--target") || !strcmp(a, "--device") || !strcmp(a, "--layer-precision") ||
-                 !strcmp(a, "--profile") || !strcmp(a, "--tuning-level") || !strcmp(a, "--timing-cache");
+                 !strcmp(a, "--profile") || !strcmp(a, "--tuning-level") || !strcmp(a, "--timing-cache") ||
+                 !strcmp(a, "--tuning-budget-ms") || !strcmp(a, "--tuning-layer-budget-ms") ||
+                 !strcmp(a, "--tuning-workspace-mb");
     if (!takes) return 0;
     if (*i + 1 >= argc) return cli_usage_error(cmd, "%s needs a value", a);
     const char *val = argv[++*i];
@@ -98,12 +115,19 @@ int cli_build_opts_parse(cli_build_opts *b, const char *cmd, int argc, char **ar
     } else if (!strcmp(a, "--device")) {
         char *end;
         long n = strtol(val, &end, 10);
-        if (n < 0 || n > 1024 || *end || end == val) return cli_usage_error(cmd, "--device needs a GPU number");
+        if (n < 0 || n > 1024 || *end || end == val)
+            return cli_usage_error(cmd, "--device expects a GPU number from 0 to 1024, got '%s'", val);
         b->o.device = (int)n;
     } else if (!strcmp(a, "--tuning-level")) {
         if (strlen(val) != 1 || val[0] < '0' || val[0] > '3')
             return cli_usage_error(cmd, "--tuning-level is 0 (heuristics only), 1, 2 or 3, got '%s'", val);
         b->o.tuning_level = val[0] - '0';
+    } else if (!strcmp(a, "--tuning-budget-ms")) {
+        if (parse_bound(cmd, a, val, 86400000, &b->o.tuning_budget_ms)) return 2;
+    } else if (!strcmp(a, "--tuning-layer-budget-ms")) {
+        if (parse_bound(cmd, a, val, 86400000, &b->o.tuning_layer_budget_ms)) return 2;
+    } else if (!strcmp(a, "--tuning-workspace-mb")) {
+        if (parse_bound(cmd, a, val, 65536, &b->o.tuning_workspace_mb)) return 2;
     } else if (!strcmp(a, "--timing-cache")) {
         b->o.timing_cache = val;
     } else if (!strcmp(a, "--layer-precision")) {

@@ -7,6 +7,7 @@
 #include "core/status.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,9 +30,12 @@ int cli_inputs_parse(cli_inputs *in, const char *cmd, int argc, char **argv, int
         in->shape_specs[in->nshapes++] = val;
     } else if (!strcmp(s, "--dim")) {
         const char *eq = strchr(val, '=');
-        char *end;
+        char *end = NULL;
+        errno = 0;
         long long n = eq ? strtoll(eq + 1, &end, 10) : -1;
-        if (!eq || eq == val || n < 0 || *end) return cli_usage_error(cmd, "--dim expects SYMBOL=N, got '%s'", val);
+        if (!eq || eq == val || end == eq + 1 || *end) return cli_usage_error(cmd, "--dim expects SYMBOL=N, got '%s'", val);
+        if (errno || n < 0 || n > KILN_MAX_TENSOR_ELEMENTS)
+            return cli_usage_error(cmd, "--dim %.*s: the size must be from 0 to 2^40, got '%s'", (int)(eq - val), val, eq + 1);
         if (in->ndims == CLI_MAX_ARGS) return cli_usage_error(cmd, "too many --dim options");
         in->dim_names[in->ndims] = strndup(val, (size_t)(eq - val));
         in->dim_values[in->ndims++] = n;
@@ -39,8 +43,8 @@ int cli_inputs_parse(cli_inputs *in, const char *cmd, int argc, char **argv, int
         char *end;
         errno = 0;
         long long n = strtoll(val, &end, 10);
-        if (*end || errno || n < 0 || end == val)
-            return cli_usage_error(cmd, "--seed expects a non-negative integer, got '%s'", val);
+        if (*end || end == val) return cli_usage_error(cmd, "--seed expects a non-negative integer, got '%s'", val);
+        if (errno || n < 0) return cli_usage_error(cmd, "--seed expects an integer from 0 to %lld, got '%s'", LLONG_MAX, val);
         in->seed = (uint64_t)n;
     }
     return 1;
@@ -74,9 +78,13 @@ static kiln_status random_shape(const cli_inputs *in, const kiln_tensor_desc *d,
                 const char *q = colon + 1;
                 while (q && *q && *q != ',') {
                     char *end;
+                    errno = 0;
                     long long v = strtoll(q, &end, 10);
-                    if (end == q || v < 0 || *ndim == KILN_MAX_DIMS)
-                        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--shapes: malformed shape for '%s'", d->name);
+                    if (end == q || *ndim == KILN_MAX_DIMS || (*end && *end != 'x' && *end != ','))
+                        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--shapes: malformed shape for '%s' (expected AxBxC)", d->name);
+                    if (errno || v < 0 || v > KILN_MAX_TENSOR_ELEMENTS)
+                        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--shapes: dimension %.*s of '%s' is outside 0..2^40",
+                                          (int)(end - q), q, d->name);
                     dims[(*ndim)++] = v;
                     q = (*end == 'x') ? end + 1 : end;
                 }
@@ -110,23 +118,80 @@ static kiln_status make_random(const cli_inputs *in, const kiln_tensor_desc *d, 
     return KILN_OK;
 }
 
+/* True when the engine has an input named name[0..len). */
+static bool has_input(const kiln_engine *e, const char *name, size_t len) {
+    kiln_tensor_desc d;
+    for (int i = 0; i < kiln_engine_num_inputs(e); i++)
+        if (kiln_engine_input(e, i, &d) == KILN_OK && strlen(d.name) == len && !strncmp(d.name, name, len)) return true;
+    return false;
+}
+
+/* The name of symbolic dim k of an input description, or NULL. */
+static const char *symbol_of(const kiln_tensor_desc *d, int k) { return d->dims[k] < 0 ? d->dim_names[k] : NULL; }
+
+/* True when an input of the engine has a symbolic dim named sym. */
+static bool has_symbol(const kiln_engine *e, const char *sym) {
+    kiln_tensor_desc d;
+    for (int i = 0; i < kiln_engine_num_inputs(e); i++)
+        for (int k = 0; kiln_engine_input(e, i, &d) == KILN_OK && k < d.ndim; k++)
+            if (symbol_of(&d, k) && !strcmp(symbol_of(&d, k), sym)) return true;
+    return false;
+}
+
+/* "'batch', 'seq'" (or a note that there are none): the distinct symbolic dims, for messages. */
+static const char *symbol_list(const kiln_engine *e, char *list, size_t cap) {
+    size_t n = 0;
+    kiln_tensor_desc d;
+    list[0] = 0;
+    for (int i = 0; i < kiln_engine_num_inputs(e); i++)
+        for (int k = 0; kiln_engine_input(e, i, &d) == KILN_OK && k < d.ndim && n < cap; k++) {
+            char quoted[160];
+            snprintf(quoted, sizeof quoted, "'%s'", symbol_of(&d, k) ? symbol_of(&d, k) : "");
+            if (symbol_of(&d, k) && !strstr(list, quoted)) n += (size_t)snprintf(list + n, cap - n, "%s%s", n ? ", " : "", quoted);
+        }
+    return n ? list : "none, every input shape is static";
+}
+
+/* "'x', 'mask'" (or "none"): the engine's input names, for messages. */
+static const char *input_list(const kiln_engine *e, char *list, size_t cap) {
+    size_t n = 0;
+    kiln_tensor_desc d;
+    list[0] = 0;
+    for (int i = 0; i < kiln_engine_num_inputs(e) && n < cap; i++)
+        if (kiln_engine_input(e, i, &d) == KILN_OK) n += (size_t)snprintf(list + n, cap - n, "%s'%s'", i ? ", " : "", d.name);
+    return n ? list : "none";
+}
+
+/* Every name that --input, --shapes and --dim give must exist in the engine: a misspelt one would
+ * otherwise be ignored without a word. */
+static kiln_status check_names(const cli_inputs *in, const kiln_engine *e) {
+    char list[1024];
+    for (int k = 0; k < in->nfiles; k++)
+        if (!has_input(e, in->names[k], strlen(in->names[k])))
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--input '%s': the engine has no input '%s' (its inputs: %s)",
+                              in->names[k], in->names[k], input_list(e, list, sizeof list));
+    for (int k = 0; k < in->nshapes; k++)
+        for (const char *p = in->shape_specs[k]; p && *p;) {
+            const char *colon = strchr(p, ':'), *next = strchr(p, ',');
+            if (!colon || (next && next < colon))
+                return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--shapes expects NAME:AxBxC[,NAME:...], got '%s'", in->shape_specs[k]);
+            if (!has_input(e, p, (size_t)(colon - p)))
+                return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--shapes: the engine has no input '%.*s' (its inputs: %s)",
+                                  (int)(colon - p), p, input_list(e, list, sizeof list));
+            p = next ? next + 1 : NULL;
+        }
+    for (int k = 0; k < in->ndims; k++)
+        if (!has_symbol(e, in->dim_names[k]))
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--dim %s: no input has a dimension named '%s' (symbolic dims: %s)",
+                              in->dim_names[k], in->dim_names[k], symbol_list(e, list, sizeof list));
+    return KILN_OK;
+}
+
 kiln_status cli_inputs_make(const cli_inputs *in, const kiln_engine *e, kiln_tensor *tensors) {
     int nin = kiln_engine_num_inputs(e);
-    for (int k = 0; k < in->nfiles; k++) {
-        bool known = false;
-        kiln_tensor_desc d;
-        for (int i = 0; i < nin; i++) known |= kiln_engine_input(e, i, &d) == KILN_OK && !strcmp(d.name, in->names[k]);
-        if (!known) {
-            char list[1024] = "";
-            size_t n = 0;
-            for (int i = 0; i < nin && n < sizeof list; i++)
-                if (kiln_engine_input(e, i, &d) == KILN_OK)
-                    n += (size_t)snprintf(list + n, sizeof list - n, "%s'%s'", i ? ", " : "", d.name);
-            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--input '%s': the engine has no input '%s' (its inputs: %s)",
-                              in->names[k], in->names[k], nin ? list : "none");
-        }
-    }
+    KILN_TRY(check_names(in, e));
     uint64_t rng = in->seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+    kiln_status s;
     for (int i = 0; i < nin; i++) {
         kiln_tensor_desc d;
         KILN_TRY(kiln_engine_input(e, i, &d));
@@ -136,7 +201,8 @@ kiln_status cli_inputs_make(const cli_inputs *in, const kiln_engine *e, kiln_ten
         if (!file && in->nfiles > 0)
             return kiln_error(KILN_ERR_INVALID_ARGUMENT,
                               "missing input '%s': give every input with --input, or none for random inputs", d.name);
-        KILN_TRY(file ? kiln_npy_read(file, &tensors[i]) : make_random(in, &d, &rng, &tensors[i]));
+        if (file) KILN_TRY(kiln_npy_read(file, &tensors[i]));
+        else if ((s = make_random(in, &d, &rng, &tensors[i])) != KILN_OK) return kiln_error_prefix(s, "input '%s'", d.name);
     }
     return KILN_OK;
 }

@@ -71,7 +71,7 @@ static bool parse_number(const char *s, double lo, double hi, double *out) {
 static int parse_value(bench_args *a, const char *s, const char *val) {
     double v;
     if (!strcmp(s, "--warmup") || !strcmp(s, "--duration")) {
-        if (!parse_number(val, 0, 1e7, &v)) return cli_usage_error("bench ", "%s expects a non-negative number, got '%s'", s, val);
+        if (!parse_number(val, 0, 1e7, &v)) return cli_usage_error("bench ", "%s expects a number from 0 to 10000000, got '%s'", s, val);
         if (s[2] == 'w') a->cfg.warmup_ms = v;
         else a->cfg.duration_s = v;
     } else if (!strcmp(s, "--iterations") || !strcmp(s, "--streams") || !strcmp(s, "--batch") || !strcmp(s, "--device") ||
@@ -79,7 +79,7 @@ static int parse_value(bench_args *a, const char *s, const char *val) {
         bool zero_ok = !strcmp(s, "--device") || !strcmp(s, "--seed");
         double hi = !strcmp(s, "--streams") ? 256 : 1e15;
         if (!parse_number(val, zero_ok ? 0 : 1, hi, &v) || v != floor(v))
-            return cli_usage_error("bench ", "%s expects an integer %s%s, got '%s'", s, zero_ok ? ">= 0" : ">= 1", hi == 256 ? " up to 256" : "", val);
+            return cli_usage_error("bench ", "%s expects an integer from %d to %.0f, got '%s'", s, zero_ok ? 0 : 1, hi, val);
         if (s[2] == 'i') a->cfg.iterations = (int64_t)v;
         else if (s[3] == 't') a->cfg.streams = (int)v;
         else if (s[2] == 'b') a->cfg.batch = (int64_t)v;

@@ -1,6 +1,8 @@
 /* cmd_build.c — `kiln build MODEL.onnx -o ENGINE.kiln`; `kiln build --hf DIR` goes to cmd_build_llm.c. */
 #include "cli.h"
 
+#include "core/file.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +36,16 @@ static const char *USAGE =
     "  --device N          the GPU to build for (default 0)\n"
     "  --tuning-level N    target cuda: time the library's candidate algorithms of every MatMul, Gemm and\n"
     "                      Conv on the GPU and keep the fastest: 0 heuristics only (no timing), 1 the\n"
-    "                      top 3 candidates, 2 (default) the top 8, 3 all of them (up to 32)\n"
+    "                      top 3 candidates, 2 (default) the top 8, 3 all of them (up to 32). Without\n"
+    "                      --profile, a dynamic batch dimension is tuned at batch 1\n"
+    "  --tuning-budget-ms N|none\n"
+    "                      stop timing once tuning took N ms of the build (default 2500); the layers\n"
+    "                      left follow the heuristics\n"
+    "  --tuning-layer-budget-ms N|none\n"
+    "                      at most N ms of timing per layer (default 100): fewer runs per candidate,\n"
+    "                      then fewer candidates\n"
+    "  --tuning-workspace-mb N|none\n"
+    "                      time only candidates that need at most N MiB of workspace (default 128)\n"
     "  --timing-cache FILE reuse and extend the timings in FILE (per GPU, driver and library versions):\n"
     "                      a second build of the same layers times nothing\n"
     "  --verbose           log every graph change the build makes\n"
@@ -83,6 +94,14 @@ int kiln_cmd_build(int argc, char **argv) {
         snprintf(dflt, sizeof dflt, "%.*s.kiln", (int)n, model);
         output = dflt;
     }
+    /* refuse a bad output now rather than after the build (the writer checks again, external data included) */
+    kiln_status s = kiln_file_note_input(model);
+    if (s == KILN_OK) s = kiln_file_check_output(output);
+    if (s == KILN_OK && b.o.timing_cache) s = kiln_file_check_output(b.o.timing_cache);
+    if (s != KILN_OK) {
+        cli_build_opts_free(&b);
+        return cli_fail();
+    }
     if (b.o.verbose) kiln_log_set_level(KILN_LOG_VERBOSE);
     if (b.best) fprintf(stderr, "kiln: --best: fp16, with fp32 accumulation in normalizations, softmax, reductions "
                                 "and dot products\n");
@@ -90,7 +109,7 @@ int kiln_cmd_build(int argc, char **argv) {
     kiln_engine *e = NULL;
     kiln_tuning_stats tuning = {0};
     b.o.tuning_stats = &tuning;
-    kiln_status s = kiln_build_onnx(model, &b.o, &e);
+    s = kiln_build_onnx(model, &b.o, &e);
     double t1 = cli_now_ms();
     if (s == KILN_OK) s = kiln_engine_save(e, output);
     double t2 = cli_now_ms();
@@ -104,8 +123,10 @@ int kiln_cmd_build(int argc, char **argv) {
     printf("built %s -> %s (target %s) in %.1f ms, saved in %.1f ms, %.2f MB\n", model, output, b.o.target, t1 - t0,
            t2 - t1, (double)size / 1e6);
     if (tuning.layers)
-        printf("tuning: %d of %d layers tuned in %.1f ms; timing cache: %d hits, %d misses, %d tactics timed\n",
-               tuning.tuned, tuning.layers, tuning.ms, tuning.cache_hits, tuning.cache_misses, tuning.tactics_timed);
+        printf("tuning: %d of %d layers tuned in %.1f ms; timing cache: %d hits (%d same as an earlier layer), %d misses, "
+               "%d tactics timed, %d dropped%s\n", tuning.tuned, tuning.layers, tuning.ms, tuning.cache_hits,
+               tuning.same_as_earlier, tuning.cache_misses, tuning.tactics_timed, tuning.dropped,
+               tuning.out_of_budget ? " (the budget was spent: the layers left follow the heuristics)" : "");
     kiln_engine_free(e);
     cli_build_opts_free(&b);
     return 0;

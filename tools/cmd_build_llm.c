@@ -36,6 +36,10 @@ int kiln_cmd_build_llm(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--hf") || !strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (++i >= argc) return cli_usage_error("build ", "%s needs a value", a);
+            if (cli_is_help(argv[i])) { /* `kiln build --hf --help`, as `kiln build --help` advertises */
+                fputs(USAGE, stdout);
+                return 0;
+            }
             if (a[1] == 'o' || a[2] == 'o') output = argv[i];
             else if (dir) return cli_usage_error("build ", "--hf given twice");
             else dir = argv[i];

@@ -67,8 +67,8 @@ static int parse_args(int argc, char **argv, compare_args *a) {
             char *end;
             errno = 0;
             double x = i + 1 < argc ? strtod(argv[i + 1], &end) : -1;
-            if (i + 1 >= argc || *end || errno || !(x >= 0) || isinf(x))
-                return cli_usage_error("compare ", "%s expects a non-negative number", s);
+            if (i + 1 >= argc || end == argv[i + 1] || *end || errno || !(x >= 0) || isinf(x))
+                return cli_usage_error("compare ", "%s expects a finite non-negative number, got '%s'", s, i + 1 < argc ? argv[i + 1] : "");
             *(s[2] == 'a' ? &a->atol : &a->rtol) = x;
             i++;
         } else if (!strcmp(s, "--per-layer")) {

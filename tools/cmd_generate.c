@@ -145,7 +145,7 @@ static int parse_args(int argc, char **argv, gen_args *a) {
             errno = 0;
             unsigned long long seed = strtoull(val, &end, 10);
             if (end == val || *end || errno || val[0] == '-')
-                return cli_usage_error("generate ", "--seed expects a non-negative integer, got '%s'", val);
+                return cli_usage_error("generate ", "--seed expects an integer from 0 to 18446744073709551615, got '%s'", val);
             a->sp.seed = seed;
             a->seed_given = true;
         } else if (!strcmp(s, "--kv-budget-mb")) {

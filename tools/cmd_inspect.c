@@ -12,7 +12,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 static const char *USAGE =
     "usage: kiln inspect ENGINE.kiln|MODEL.onnx [--no-layers]\n"
@@ -68,13 +67,20 @@ static int inspect_onnx(const char *path, bool layers) {
     kiln_status s = kiln_graph_resolve_ops(g, stdout);
     int unsupported = 0;
     for (int i = 0; i < g->nnodes; i++) unsupported += g->nodes[i].schema == NULL;
-    if (s == KILN_OK) printf("  none: kiln can run every node\n");
+    /* What a build checks next, where it would stop even with every op implemented: a cycle, a shape
+     * inference error (unsupported nodes are skipped, their outputs unknown), a structural fault. */
+    char why[1024] = "";
+    if (kiln_graph_toposort(g) != KILN_OK) snprintf(why, sizeof why, "%s", kiln_last_error());
+    else if (kiln_graph_infer_shapes(g) != KILN_OK) snprintf(why, sizeof why, "shape inference: %s", kiln_last_error());
+    else if (kiln_graph_verify(g) != KILN_OK) snprintf(why, sizeof why, "%s", kiln_last_error());
+    if (s == KILN_OK && !why[0]) printf("  none: kiln can run every node\n");
+    else if (s == KILN_OK) printf("  none: kiln implements every op, but the graph cannot run\n");
     else printf("  %d of %d nodes cannot run\n", unsupported, g->nnodes);
-    if (kiln_graph_toposort(g) == KILN_OK && kiln_graph_infer_shapes(g) != KILN_OK)
-        printf("shape inference stopped: %s\n", kiln_last_error());
+    if (why[0]) printf("cannot run: %s\n", why);
     print_summary(g, layers);
     kiln_graph_free(g);
-    return unsupported ? 1 : 0;
+    if (why[0]) fprintf(stderr, "kiln: error: %s: %s\n", path, why);
+    return unsupported || why[0] ? 1 : 0;
 }
 
 /* The optimization profiles, one line per profile. */
@@ -117,11 +123,9 @@ static int inspect_engine(const char *path, bool layers) {
     kiln_engine *e;
     if (kiln_engine_load(path, &e) != KILN_OK) return cli_fail();
     const kiln_engine_meta *m = &e->meta;
-    time_t t = (time_t)m->created_unix;
-    char when[64];
-    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", gmtime(&t));
+    char when[96];
     printf("engine: %s\n", path);
-    printf("built by: kiln %s on %s from %s\n", m->kiln_version, when, m->source);
+    printf("built by: kiln %s on %s from %s\n", m->kiln_version, cli_utc_time(m->created_unix, when, sizeof when), m->source);
     printf("target: %s (%s)\n", m->target, m->device);
     printf("build options: %s\n", m->build_options);
     if (e->backend->describe) e->backend->describe(e->be, stdout);

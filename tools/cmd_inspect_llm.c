@@ -7,7 +7,6 @@
 #include "llm/llm_engine.h"
 
 #include <stdio.h>
-#include <time.h>
 
 static const char *const ROPE_NAMES[] = {"none", "linear", "dynamic", "llama3"};
 
@@ -52,11 +51,9 @@ int cli_inspect_llm(const char *path, bool layers) {
     kiln_llm_engine_info info;
     if (kiln_llm_engine_read_info(path, &info) != KILN_OK) return cli_fail();
     const kiln_engine_meta *m = &info.meta;
-    time_t t = (time_t)m->created_unix;
-    char when[64];
-    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", gmtime(&t));
+    char when[96];
     printf("engine: %s (LLM)\n", path);
-    printf("built by: kiln %s on %s from %s\n", m->kiln_version, when, m->source);
+    printf("built by: kiln %s on %s from %s\n", m->kiln_version, cli_utc_time(m->created_unix, when, sizeof when), m->source);
     printf("build options: %s\n", m->build_options);
     print_config(&info.cfg);
     print_ids("eos ids (generation_config.json): ", info.gen_eos, info.n_gen_eos);

@@ -1,6 +1,7 @@
 /* cmd_run.c — `kiln run ENGINE`: bind .npy (or random) inputs, run, print and save the outputs, time it. */
 #include "cli.h"
 
+#include "core/file.h"
 #include "core/npy.h"
 
 #include <errno.h>
@@ -57,9 +58,10 @@ static int parse_args(int argc, char **argv, run_args *a) {
             char *end;
             errno = 0;
             long long n = strtoll(val, &end, 10);
-            if (*end || errno || n < 0 || n > 100000000)
-                return cli_usage_error("run ", "%s expects a non-negative integer, got '%s'", s, val);
-            if (!strcmp(s, "--iterations")) a->iterations = n ? (int)n : 1;
+            bool iterations = !strcmp(s, "--iterations");
+            if (*end || end == val || errno || n < (iterations ? 1 : 0) || n > 100000000)
+                return cli_usage_error("run ", "%s expects an integer from %d to 100000000, got '%s'", s, iterations ? 1 : 0, val);
+            if (iterations) a->iterations = (int)n;
             else a->warmup = (int)n;
         } else if (!strcmp(s, "--output-dir")) {
             a->output_dir = val;
@@ -136,7 +138,7 @@ static int run(const run_args *a) {
         if (kiln_context_run(c) != KILN_OK) goto fail;
         times[it] = cli_now_ms() - t0;
     }
-    if (a->output_dir) mkdir(a->output_dir, 0777);
+    if (a->output_dir && kiln_file_output_dir(a->output_dir) != KILN_OK) goto fail;
     for (int i = 0; i < kiln_engine_num_outputs(e); i++) {
         kiln_tensor_desc d;
         const void *data;

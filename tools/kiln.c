@@ -66,6 +66,14 @@ kiln_status cli_open_engine(const char *path, bool verbose, kiln_engine **out) {
     return kiln_engine_load(path, out);
 }
 
+const char *cli_utc_time(uint64_t unix_seconds, char *buf, size_t cap) {
+    time_t t = (time_t)unix_seconds;
+    struct tm tm;
+    if (unix_seconds > (uint64_t)INT64_MAX || !gmtime_r(&t, &tm) || !strftime(buf, cap, "%Y-%m-%d %H:%M:%S UTC", &tm))
+        snprintf(buf, cap, "an invalid date (%llu seconds since 1970)", (unsigned long long)unix_seconds);
+    return buf;
+}
+
 bool cli_parse_precision(const char *s, kiln_precision *p) {
     if (!strcmp(s, "fp32")) *p = KILN_PRECISION_FP32;
     else if (!strcmp(s, "fp16")) *p = KILN_PRECISION_FP16;
@@ -80,7 +88,7 @@ int cli_parse_dims(const char *s, const char *stop, int64_t *dims, const char **
     while (*s && !strchr(stop, *s)) {
         char *e;
         long long v = strtoll(s, &e, 10);
-        if (e == s || v < 0 || n == KILN_MAX_DIMS || (*e && *e != 'x' && !strchr(stop, *e))) return -1;
+        if (e == s || v < 0 || v > KILN_MAX_TENSOR_ELEMENTS || n == KILN_MAX_DIMS || (*e && *e != 'x' && !strchr(stop, *e))) return -1;
         dims[n++] = v;
         s = *e == 'x' ? e + 1 : e;
         if (*e == 'x' && (!*s || strchr(stop, *s))) return -1;

@@ -99,7 +99,8 @@ kiln_status kiln_bench_make_inputs(const kiln_engine *e, const kiln_bench_config
             return kiln_error(KILN_ERR_SHAPE, "--batch %lld: input '%s' has a static batch of %lld (build the engine from a model with a dynamic batch)",
                               (long long)cfg->batch, d.name, (long long)d.dims[0]);
         if (i == 0 && ndim > 0) *batch = dims[0];
-        KILN_TRY(kiln_tensor_alloc(&inputs[i], d.dtype, ndim, dims));
+        kiln_status s = kiln_tensor_alloc(&inputs[i], d.dtype, ndim, dims);
+        if (s != KILN_OK) return kiln_error_prefix(s, "input '%s'", d.name);
         int64_t n = kiln_tensor_numel(&inputs[i]);
         bool is_float = d.dtype == KILN_F32 || d.dtype == KILN_F64 || d.dtype == KILN_F16 || d.dtype == KILN_BF16;
         for (int64_t j = 0; j < n; j++) {

@@ -46,8 +46,8 @@ kiln_status kiln_bench_sweep_parse(kiln_bench_sweep *s, const char *spec) {
             if ((int)pr < 0) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--sweep precision: '%.*s' is not fp32, fp16 or bf16", (int)n, p);
             s->precisions[(*count)++] = pr;
         } else if (!parse_int(p, end, key == 1 ? 1 << 20 : 256, &v)) {
-            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--sweep %.*s: '%.*s' is not a positive integer%s", (int)klen, spec, (int)(end - p), p,
-                              key == 2 ? " up to 256" : "");
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--sweep %.*s: '%.*s' is not an integer from 1 to %d", (int)klen, spec,
+                              (int)(end - p), p, key == 1 ? 1 << 20 : 256);
         } else if (key == 1) {
             s->batches[(*count)++] = v;
         } else {

@@ -4,6 +4,7 @@
 #include "core/file.h"
 #include "core/status.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,19 @@ static const char *dict_find(const char *h, const char *key) {
     p++;
     while (*p == ' ') p++;
     return p;
+}
+
+/* The bytes of an array of dtype and dims[0..ndim) (non-negative), or UINT64_MAX when the product
+ * overflows (computed without overflow whatever the dims). */
+static uint64_t array_bytes(kiln_dtype dtype, int ndim, const int64_t *dims) {
+    for (int i = 0; i < ndim; i++)
+        if (dims[i] == 0) return 0;
+    uint64_t bytes = kiln_dtype_size(dtype);
+    for (int i = 0; i < ndim; i++) {
+        if (bytes > UINT64_MAX / (uint64_t)dims[i]) return UINT64_MAX;
+        bytes *= (uint64_t)dims[i];
+    }
+    return bytes;
 }
 
 kiln_status kiln_npy_parse(const void *buf, size_t size, const char *what, kiln_tensor *out) {
@@ -94,14 +108,19 @@ kiln_status kiln_npy_parse(const void *buf, size_t size, const char *what, kiln_
         p = end;
         if (*p == 'L') p++;
     }
-    st = kiln_tensor_alloc(out, dtype, ndim, dims);
-    if (st != KILN_OK) goto out;
-    if (out->nbytes > size - hoff - hlen) {
-        st = kiln_error(KILN_ERR_PARSE, "%s: .npy data is truncated (%zu bytes expected, %zu present)", what,
-                        out->nbytes, size - hoff - hlen);
-        kiln_tensor_release(out);
+    size_t present = size - hoff - hlen;
+    uint64_t expected = array_bytes(dtype, ndim, dims);
+    if (expected > present) { /* checked before allocating: the shape is the file's word, its size a fact */
+        if (expected == UINT64_MAX)
+            st = kiln_error(KILN_ERR_PARSE, "%s: .npy data is truncated (over 2^64 bytes expected, %zu present)", what,
+                            present);
+        else
+            st = kiln_error(KILN_ERR_PARSE, "%s: .npy data is truncated (%llu bytes expected, %zu present)", what,
+                            (unsigned long long)expected, present);
         goto out;
     }
+    st = kiln_tensor_alloc(out, dtype, ndim, dims);
+    if (st != KILN_OK) goto out;
     if (out->nbytes) memcpy(out->data, b + hoff + hlen, out->nbytes);
 out:
     free(h);

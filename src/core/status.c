@@ -11,15 +11,19 @@ const char *kiln_last_error(void) { return g_message; }
 void kiln_error_clear(void) { g_message[0] = 0; }
 
 kiln_status kiln_error(kiln_status s, const char *fmt, ...) {
+    /* Formatted apart first: an argument may be kiln_last_error() itself, and vsnprintf into the
+     * buffer it reads from would overwrite the text before reading it. */
+    char message[sizeof g_message];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_message, sizeof g_message, fmt, ap);
+    vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
+    memcpy(g_message, message, strlen(message) + 1);
     return s;
 }
 
 kiln_status kiln_error_prefix(kiln_status s, const char *fmt, ...) {
-    char prefix[512], old[sizeof g_message];
+    char prefix[512], old[sizeof g_message]; /* prefix apart too: its arguments may read g_message */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);

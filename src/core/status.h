@@ -12,7 +12,8 @@
 extern "C" {
 #endif
 
-/* Formats the calling thread's error message and returns s (so `return kiln_error(...)` reads well). */
+/* Formats the calling thread's error message and returns s (so `return kiln_error(...)` reads well).
+ * The arguments may include kiln_last_error(), to wrap the current message in a new one. */
 kiln_status kiln_error(kiln_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prefixes the current error message with "context: " (for adding the node or file name on the way
  * up) and returns s. */

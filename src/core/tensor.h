@@ -22,14 +22,21 @@ typedef struct kiln_tensor {
     bool owned;    /* data was allocated by kiln_tensor_alloc and is freed by kiln_tensor_release */
 } kiln_tensor;
 
+/* The most elements one tensor may hold (2^40): a larger shape, static or met at run time, is refused
+ * as too large before anything is allocated or multiplied past it. */
+#define KILN_MAX_TENSOR_ELEMENTS (INT64_C(1) << 40)
+
 /* Product of dims (1 for a scalar). */
 int64_t kiln_numel(int ndim, const int64_t *dims);
 static inline int64_t kiln_tensor_numel(const kiln_tensor *t) { return kiln_numel(t->ndim, t->dims); }
 
 /* Sets t's dtype and shape and allocates zeroed, 64-byte aligned storage (owned by t). Fails with
- * KILN_ERR_OUT_OF_MEMORY or, for a negative dim or ndim > KILN_MAX_DIMS, KILN_ERR_SHAPE. Any data t
- * owned before is released first. */
+ * KILN_ERR_OUT_OF_MEMORY (a shape above KILN_MAX_TENSOR_ELEMENTS: "a tensor of shape [...] has more
+ * than 2^40 elements", which callers prefix with the tensor's name) or, for a negative dim or
+ * ndim > KILN_MAX_DIMS, KILN_ERR_SHAPE. Any data t owned before is released first. */
 kiln_status kiln_tensor_alloc(kiln_tensor *t, kiln_dtype dtype, int ndim, const int64_t *dims);
+/* kiln_tensor_alloc without the zeroing, for kernels that write every element of the result. */
+kiln_status kiln_tensor_alloc_uninit(kiln_tensor *t, kiln_dtype dtype, int ndim, const int64_t *dims);
 /* Makes t a view of borrowed data (not owned; nothing is freed). */
 void kiln_tensor_view(kiln_tensor *t, kiln_dtype dtype, int ndim, const int64_t *dims, void *data);
 /* Frees owned data and resets t to an empty tensor. */

@@ -8,7 +8,7 @@
 #include "ir/graph.h"
 
 #define KILN_ENGINE_MAGIC "KILNENG1"   /* 8 bytes at offset 0 */
-#define KILN_ENGINE_FORMAT_VERSION 3
+#define KILN_ENGINE_FORMAT_VERSION 4
 
 /* What an engine file holds (header field `kind`). */
 typedef enum kiln_engine_kind {
@@ -56,12 +56,17 @@ typedef struct kiln_engine_meta {
     /* The precision each node computes in ([g->nnodes] kiln_precision values), or NULL: every node in
      * `precision`. Set by --layer-precision. */
     uint8_t *node_precision;
-    /* The tactic of each node ([g->nnodes]; kind KILN_TACTIC_HEURISTIC where none was chosen), or NULL:
-     * every node as the libraries' heuristics choose. Set by auto-tuning at build time. */
+    /* The tactic of each node in each profile ([kiln_engine_tactic_sets(meta) * g->nnodes], profile-major:
+     * profile p's tactic of node i at p * g->nnodes + i; kind KILN_TACTIC_HEURISTIC where none was
+     * chosen), or NULL: every node as the libraries' heuristics choose. Set by auto-tuning at build
+     * time, which tunes each profile at its opt shapes. */
     kiln_tactic *tactics;
     /* profiles, node_precision and tactics live in the memory of the engine's graph (kiln_graph_alloc): they
      * are valid as long as that graph, and a copy of the meta shares them. */
 } kiln_engine_meta;
+
+/* The number of tactic sets an engine with meta m has: one per profile, one without profiles. */
+static inline int kiln_engine_tactic_sets(const kiln_engine_meta *m) { return m->nprofiles > 0 ? m->nprofiles : 1; }
 
 /* Writes g (nodes in their current order, which is the execution order) and meta to path, atomically.
  * An empty meta->kiln_version records this kiln's version. Fails (KILN_ERR_UNSUPPORTED) for what the

@@ -50,7 +50,7 @@ enum {
 };
 
 /* Bytes of one record of the tactics table: node, kind, algo, math, heuristic index, two times, blob. */
-enum { KILN_TACTIC_RECORD_BYTES = 7 * 4 + 64 };
+enum { KILN_TACTIC_RECORD_BYTES = 8 * 4 + 64 };
 
 /* Value record flags. */
 enum {

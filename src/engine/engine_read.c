@@ -30,10 +30,12 @@ static kiln_status corrupt(const char *fmt, ...) {
 
 /* ---- header ---- */
 
-/* The command that rebuilds this engine, with the model and engine names when they are known. */
-static const char *rebuild_hint(char *buf, size_t cap, const char *source, const char *path) {
-    snprintf(buf, cap, "rebuild it with `kiln build %s -o %s`", source && source[0] ? source : "MODEL.onnx",
-             path ? path : "ENGINE.kiln");
+/* The command that rebuilds this engine (kind: its header's), with the model (or checkpoint) and
+ * engine names when they are known. */
+static const char *rebuild_hint(char *buf, size_t cap, uint32_t kind, const char *source, const char *path) {
+    bool llm = kind == KILN_ENGINE_KIND_LLM;
+    snprintf(buf, cap, "rebuild it with `kiln build %s%s -o %s`", llm ? "--hf " : "",
+             source && source[0] ? source : llm ? "DIR" : "MODEL.onnx", path ? path : "ENGINE.kiln");
     return buf;
 }
 
@@ -71,9 +73,11 @@ static kiln_status check_header_frame(const uint8_t *d, size_t size, const char 
     }
     if (size < 16) return kiln_error(KILN_ERR_PARSE, "engine file is truncated: %zu bytes", size);
     uint32_t version = kiln_le32(d + KILN_EH_FORMAT_VERSION);
-    if (version != KILN_ENGINE_FORMAT_VERSION)
+    if (version != KILN_ENGINE_FORMAT_VERSION) {
+        uint32_t kind = size >= KILN_EH_KIND + 4 ? kiln_le32(d + KILN_EH_KIND) : KILN_ENGINE_KIND_GRAPH;
         return kiln_error(KILN_ERR_ENGINE_MISMATCH, "engine format version %u, this kiln reads %d: %s", version,
-                          KILN_ENGINE_FORMAT_VERSION, rebuild_hint(hint, sizeof hint, NULL, path));
+                          KILN_ENGINE_FORMAT_VERSION, rebuild_hint(hint, sizeof hint, kind, NULL, path));
+    }
     uint32_t header_size = kiln_le32(d + KILN_EH_HEADER_SIZE);
     if (header_size != KILN_ENGINE_HEADER_SIZE)
         return corrupt("header size %u, format version %d has %d", header_size, KILN_ENGINE_FORMAT_VERSION,
@@ -158,11 +162,11 @@ kiln_status kiln_engine_check_image(const uint8_t *d, size_t size, uint32_t kind
     if (major != KILN_VERSION_MAJOR || minor != KILN_VERSION_MINOR)
         return kiln_error(KILN_ERR_ENGINE_MISMATCH, "engine built by kiln %s, this is kiln %s (an engine is read only by the "
                           "kiln major.minor version that built it): %s", meta->kiln_version, KILN_VERSION_STRING,
-                          rebuild_hint(hint, sizeof hint, meta->source, path));
+                          rebuild_hint(hint, sizeof hint, got_kind, meta->source, path));
     if (got_kind != kind) return kind_mismatch(got_kind);
     if (expected_target && strcmp(expected_target, meta->target) != 0)
         return kiln_error(KILN_ERR_ENGINE_MISMATCH, "engine built for target '%s' (%s), this needs target '%s': %s",
-                          meta->target, meta->device, expected_target, rebuild_hint(hint, sizeof hint, meta->source, path));
+                          meta->target, meta->device, expected_target, rebuild_hint(hint, sizeof hint, got_kind, meta->source, path));
     KILN_TRY(check_sections(d, size, ids, n, secs));
     meta->graph_bytes = n > 1 ? secs[0].bytes : 0;
     meta->weights_bytes = secs[n - 1].bytes;
@@ -607,28 +611,33 @@ static kiln_status rd_build_tables(reader *r) {
     return KILN_OK;
 }
 
-/* The tactics table: records of nodes in increasing order, each of a known kind. The blob is opaque
- * here; the backend validates it with its library when the engine is prepared. */
+/* The tactics table (after the profiles, which say how many sets it holds): records of (profile,
+ * node) pairs in increasing order, each of a known kind. The blob is opaque here; the backend validates
+ * it with its library when the engine is prepared. */
 static kiln_status rd_tactics(reader *r) {
     kiln_graph *g = r->g;
     uint32_t n;
+    int64_t sets = kiln_engine_tactic_sets(r->meta), total = sets * g->nnodes;
     KILN_TRY(rd_count(r, &n, KILN_TACTIC_RECORD_BYTES, "tactics"));
-    if (n > (uint32_t)g->nnodes) return corrupt("%u tactics for %d nodes", n, g->nnodes);
+    if (n > total) return corrupt("%u tactics for %d nodes in %lld profile(s)", n, g->nnodes, (long long)sets);
     if (!n) return KILN_OK;
-    kiln_tactic *t = kiln_graph_alloc(g, (size_t)g->nnodes * sizeof *t);
+    kiln_tactic *t = kiln_graph_alloc(g, (size_t)total * sizeof *t);
     if (!t) return oom();
-    memset(t, 0, (size_t)g->nnodes * sizeof *t);
+    memset(t, 0, (size_t)total * sizeof *t);
     int64_t prev = -1;
     for (uint32_t k = 0; k < n; k++) {
-        uint32_t node, f[6];
+        uint32_t profile, node, f[6];
+        KILN_TRY(rd_u32(r, &profile, "a tactic"));
         KILN_TRY(rd_u32(r, &node, "a tactic"));
         for (int j = 0; j < 6; j++) KILN_TRY(rd_u32(r, &f[j], "a tactic"));
-        if ((int64_t)node <= prev || node >= (uint32_t)g->nnodes)
-            return corrupt("tactic %u is for node %u (after node %lld, of %d)", k, node, (long long)prev, g->nnodes);
+        int64_t at = (int64_t)profile * g->nnodes + node;
+        if (profile >= sets || node >= (uint32_t)g->nnodes || at <= prev)
+            return corrupt("tactic %u is for profile %u, node %u (after entry %lld of %lld)", k, profile, node,
+                           (long long)prev, (long long)total);
         if (f[0] != KILN_TACTIC_CUBLASLT && f[0] != KILN_TACTIC_CUDNN)
             return corrupt("node '%s' has tactic kind %u", g->nodes[node].name, f[0]);
-        prev = node;
-        kiln_tactic *d = &t[node];
+        prev = at;
+        kiln_tactic *d = &t[at];
         d->kind = f[0];
         d->algo = (int32_t)f[1];
         d->math = (int32_t)f[2];

@@ -337,18 +337,21 @@ static kiln_status put_nodes(writer *w, uint32_t *next_tensor) {
     return KILN_OK;
 }
 
-/* The tactics table: the nodes whose tactic was chosen at build time, in node order (docs/engine-format.md). */
+/* The tactics table: the (profile, node) pairs whose tactic was chosen at build time, in profile then
+ * node order (docs/engine-format.md). */
 static void put_tactics(writer *w) {
     const kiln_tactic *t = w->meta->tactics;
+    int nn = w->g->nnodes, total = kiln_engine_tactic_sets(w->meta) * nn;
     uint32_t count = 0;
-    for (int i = 0; t && i < w->g->nnodes; i++) count += t[i].kind != KILN_TACTIC_HEURISTIC;
+    for (int i = 0; t && i < total; i++) count += t[i].kind != KILN_TACTIC_HEURISTIC;
     wb_u32(&w->body, count);
-    for (int i = 0; count && i < w->g->nnodes; i++) {
+    for (int i = 0; count && i < total; i++) {
         if (t[i].kind == KILN_TACTIC_HEURISTIC) continue;
         uint32_t times[2];
         memcpy(&times[0], &t[i].time_ms, 4);
         memcpy(&times[1], &t[i].heuristic_ms, 4);
-        wb_u32(&w->body, (uint32_t)i);
+        wb_u32(&w->body, (uint32_t)(i / nn));
+        wb_u32(&w->body, (uint32_t)(i % nn));
         wb_u32(&w->body, t[i].kind);
         wb_u32(&w->body, (uint32_t)t[i].algo);
         wb_u32(&w->body, (uint32_t)t[i].math);

@@ -27,7 +27,8 @@
  *     attrs   activation
  * kiln.Attention   O = softmax(scale * Q K'^T [+ mask | where(mask, ., mask_fill)] [causal]) V'
  *     inputs  Q [..., Sq, D], K [..., Sk, D], V [..., Sk, Dv], mask (optional)
- *     attrs   scale (float), kv_repeat (int, default 1), causal (int, default 0), mask_fill (float)
+ *     attrs   scale (float), kv_repeat (int, 1..KILN_MAX_KV_REPEAT, default 1), causal (int, default 0),
+ *             mask_fill (float)
  *     K' and V' are K and V with their head axis (-3) repeated kv_repeat times, each head
  *     kv_repeat times in a row (grouped-query attention: query head h reads kv head h / kv_repeat).
  *     The leading (batch) dims of Q, K', V' and the mask broadcast like numpy; O is
@@ -59,6 +60,9 @@ extern "C" {
 /* The largest head dims (D, Dv) the attention pass fuses: every backend's kernel takes them; larger
  * heads stay MatMul -> Softmax -> MatMul. */
 #define KILN_ATTENTION_MAX_HEAD_DIM 128
+/* The largest kiln.Attention kv_repeat (grouped-query attention repeats each KV head a few times; a
+ * bound keeps heads x kv_repeat far from overflow). */
+#define KILN_MAX_KV_REPEAT 65536
 
 typedef enum kiln_activation {
     KILN_ACT_NONE,

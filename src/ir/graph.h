@@ -178,7 +178,8 @@ kiln_status kiln_graph_resolve_ops(kiln_graph *g, FILE *report);
 /* Orders nodes so that every node comes after the producers of its inputs; fails on a cycle or an
  * input that nothing produces. Node ids change; value->producer is updated. */
 kiln_status kiln_graph_toposort(kiln_graph *g);
-/* Runs every node's shape inference in order (after resolve_ops and toposort). */
+/* Runs every node's shape inference in order (after resolve_ops and toposort). Fails naming the node when
+ * one fails, or when a static output shape holds more than KILN_MAX_TENSOR_ELEMENTS elements. */
 kiln_status kiln_graph_infer_shapes(kiln_graph *g);
 /* Structural checks: ids in range, single producer per value, producers precede consumers,
  * outputs produced, inputs untyped nowhere. Fails with KILN_ERR_INTERNAL naming the problem. */

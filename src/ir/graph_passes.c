@@ -2,6 +2,7 @@
  * unsupported nodes), topological ordering, shape inference, verification, compaction and printing. */
 #include "ir/graph.h"
 
+#include "core/ckd.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "ir/op_schema.h"
@@ -39,6 +40,39 @@ kiln_status kiln_graph_resolve_ops(kiln_graph *g, FILE *report) {
     if (!bad) return KILN_OK;
     return kiln_error(KILN_ERR_UNSUPPORTED, "%d node%s cannot run:%s%s", bad, bad > 1 ? "s" : "", list,
                       bad > 12 ? "\n  ... (`kiln inspect MODEL` lists all)" : "");
+}
+
+/* The error for a graph Kahn's algorithm could not finish: pending[i] > 0 for the nodes left, each of
+ * which reads an output of another node left. Walking from one of them to such a producer, again and
+ * again, must come back to a node already met: those nodes form a cycle, named in the message in
+ * execution order ("'/Add' (Add) -> '/Relu' (Relu) -> '/Add' (Add)"). step and walk ([nnodes]) are
+ * scratch. */
+static kiln_status cycle_error(const kiln_graph *g, const int *pending, int *step, int *walk) {
+    int i = 0, n = 0;
+    while (!pending[i]) i++;
+    for (int k = 0; k < g->nnodes; k++) step[k] = -1;
+    while (step[i] < 0) {
+        step[i] = n;
+        walk[n++] = i;
+        const kiln_node *node = &g->nodes[i];
+        for (int k = 0; k < node->ninputs; k++) {
+            int v = node->inputs[k], p = v >= 0 ? g->values[v].producer : -1;
+            if (p >= 0 && pending[p]) {
+                i = p;
+                break;
+            }
+        }
+    }
+    /* walk[s + 1] produces an input of walk[s]; the cycle is walk[first..n), and i = walk[first] produces
+     * an input of walk[n - 1]: in execution order i, walk[n - 1], ..., walk[first + 1], i. */
+    int first = step[i], len = n - first;
+    char path[1536];
+    size_t used = (size_t)snprintf(path, sizeof path, "'%s' (%s)", g->nodes[i].name, g->nodes[i].op_type);
+    for (int s = n - 1; s >= first && used < sizeof path; s--) {
+        const kiln_node *node = &g->nodes[s > first ? walk[s] : i];
+        used += (size_t)snprintf(path + used, sizeof path - used, " -> '%s' (%s)", node->name, node->op_type);
+    }
+    return kiln_error(KILN_ERR_PARSE, "the graph has a cycle of %d node%s: %s", len, len == 1 ? "" : "s", path);
 }
 
 kiln_status kiln_graph_toposort(kiln_graph *g) {
@@ -104,12 +138,7 @@ kiln_status kiln_graph_toposort(kiln_graph *g) {
     free(cons);
     free(fill);
     if (tail != nn) {
-        for (int i = 0; i < nn; i++)
-            if (pending[i]) {
-                st = kiln_error(KILN_ERR_PARSE, "the graph has a cycle through node '%s' (%s)", g->nodes[i].name,
-                                g->nodes[i].op_type);
-                break;
-            }
+        st = cycle_error(g, pending, newid, order);
         goto done;
     }
     for (int k = 0; k < nn; k++) {
@@ -128,12 +157,37 @@ done:
     return st;
 }
 
+/* Fails when a fully static output of n has a negative dim or holds more than
+ * KILN_MAX_TENSOR_ELEMENTS elements: no run could allocate it, so the build says so, naming it. */
+static kiln_status check_output_sizes(const kiln_graph *g, const kiln_node *n) {
+    for (int k = 0; k < n->noutputs; k++) {
+        if (n->outputs[k] < 0) continue;
+        const kiln_value *v = &g->values[n->outputs[k]];
+        bool static_shape = v->ndim >= 0, empty = false, negative = false;
+        for (int d = 0; d < v->ndim && static_shape; d++) {
+            static_shape = kiln_dim_is_static(v->dims[d]);
+            empty |= v->dims[d].value == 0;
+            negative |= v->dims[d].value < 0;
+        }
+        int64_t count = 1;
+        for (int d = 0; d < v->ndim && static_shape && !empty && !negative && count <= KILN_MAX_TENSOR_ELEMENTS; d++)
+            if (!kiln_mul_i64_ok(count, v->dims[d].value, &count)) count = INT64_MAX;
+        if (static_shape && (negative || (!empty && count > KILN_MAX_TENSOR_ELEMENTS))) {
+            char type[512];
+            return kiln_error(KILN_ERR_SHAPE, "output '%s' would be %s, %s", v->name, kiln_value_type_str(g, v, type, sizeof type),
+                              negative ? "a negative size" : "more than 2^40 elements");
+        }
+    }
+    return KILN_OK;
+}
+
 kiln_status kiln_graph_infer_shapes(kiln_graph *g) {
     for (int i = 0; i < g->nnodes; i++) {
         kiln_node *n = &g->nodes[i];
         if (!n->schema) n->schema = kiln_op_schema_find(n->domain, n->op_type);
         if (!n->schema || !n->schema->infer) continue;
         kiln_status s = n->schema->infer(g, n);
+        if (s == KILN_OK) s = check_output_sizes(g, n);
         if (s != KILN_OK) return kiln_error_prefix(s, "node '%s' (%s)", n->name, n->op_type);
     }
     return KILN_OK;

@@ -5,6 +5,7 @@
 #include "ir/fused_ops.h"
 #include "ir/op_schema.h"
 
+#include "core/ckd.h"
 #include "core/status.h"
 
 #include <string.h>
@@ -128,10 +129,8 @@ static kiln_status infer_fused_matmul(kiln_graph *g, kiln_node *n) {
     if (bias && y && y->ndim >= 1 && bias->ndim >= 0) {
         int64_t count = 1;
         bool known = true;
-        for (int d = 0; d < bias->ndim; d++) {
-            known = known && bias->dims[d].sym == 0;
-            count *= bias->dims[d].value;
-        }
+        for (int d = 0; d < bias->ndim && known; d++)
+            known = bias->dims[d].sym == 0 && kiln_mul_i64_ok(count, bias->dims[d].value, &count);
         kiln_dim last = y->dims[y->ndim - 1];
         if (known && last.sym == 0 && count != last.value)
             return kiln_error(KILN_ERR_SHAPE, "FusedMatMul: the bias has %lld elements, the output rows %lld",
@@ -182,8 +181,12 @@ static kiln_status infer_attention_seq_first(kiln_graph *g, kiln_node *n, int64_
     KILN_TRY(dims_compatible(n, k->dims[2], v->dims[2], "K and V have different head counts"));
     KILN_TRY(dims_compatible(n, q->dims[0], k->dims[0], "Q and K have different batch sizes"));
     KILN_TRY(dims_compatible(n, q->dims[0], v->dims[0], "Q and V have different batch sizes"));
-    if (k->dims[2].sym == 0) KILN_TRY(dims_compatible(n, q->dims[2], kiln_dim_static(k->dims[2].value * rep),
-                                                     "Q's heads are not K's times kv_repeat"));
+    int64_t heads;
+    if (k->dims[2].sym == 0 && !kiln_mul_i64_ok(k->dims[2].value, rep, &heads))
+        return kiln_error(KILN_ERR_SHAPE, "Attention: kv_repeat %lld times %lld heads overflows", (long long)rep,
+                          (long long)k->dims[2].value);
+    if (k->dims[2].sym == 0)
+        KILN_TRY(dims_compatible(n, q->dims[2], kiln_dim_static(heads), "Q's heads are not K's times kv_repeat"));
     kiln_dim out[4] = {q->dims[0], q->dims[1], q->dims[2], v->dims[3]};
     kiln_infer_set(g, n, 0, q->dtype, 4, out);
     return KILN_OK;
@@ -198,7 +201,9 @@ static kiln_status infer_attention(kiln_graph *g, kiln_node *n) {
     if (q->dtype != KILN_UNDEFINED && !is_float(q->dtype))
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Attention does not accept %s Q", kiln_dtype_name(q->dtype));
     int64_t rep = kiln_attr_int(n, "kv_repeat", 1);
-    if (rep < 1) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Attention: kv_repeat must be >= 1, is %lld", (long long)rep);
+    if (rep < 1 || rep > KILN_MAX_KV_REPEAT)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Attention: kv_repeat must be from 1 to %d, is %lld", KILN_MAX_KV_REPEAT,
+                          (long long)rep);
     int64_t layout = kiln_attr_int(n, "layout", 0);
     if (layout < 0 || layout > 2) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Attention: layout %lld is not 0, 1 or 2", (long long)layout);
     if (layout != 0) return infer_attention_seq_first(g, n, layout, rep);
@@ -217,8 +222,9 @@ static kiln_status infer_attention(kiln_graph *g, kiln_node *n) {
     memcpy(vb, v->dims, sizeof vb);
     if (rep > 1) {
         kiln_dim *hk = &kb[k->ndim - 3], *hv = &vb[v->ndim - 3];
-        *hk = hk->sym == 0 ? kiln_dim_static(hk->value * rep) : KILN_DIM_UNKNOWN;
-        *hv = hv->sym == 0 ? kiln_dim_static(hv->value * rep) : KILN_DIM_UNKNOWN;
+        int64_t nk, nv;
+        *hk = hk->sym == 0 && kiln_mul_i64_ok(hk->value, rep, &nk) ? kiln_dim_static(nk) : KILN_DIM_UNKNOWN;
+        *hv = hv->sym == 0 && kiln_mul_i64_ok(hv->value, rep, &nv) ? kiln_dim_static(nv) : KILN_DIM_UNKNOWN;
     }
     int rank = q->ndim;
     if (k->ndim > rank) rank = k->ndim;

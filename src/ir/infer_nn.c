@@ -1,6 +1,7 @@
 /* infer_nn.c — shape and type inference for the nn op family: convolutions, pooling, Gemm/MatMul,
  * the normalizations, the softmax family and LRN. Window geometry comes from nn_window.c so that
  * these shapes are exactly the ones the kernels produce. */
+#include "core/ckd.h"
 #include "core/status.h"
 #include "ir/nn_window.h"
 #include "ir/op_schema.h"
@@ -78,8 +79,9 @@ static kiln_status infer_conv(kiln_graph *g, kiln_node *n) {
     kiln_dim out[KILN_MAX_DIMS];
     out[0] = x->ndim >= 0 ? x->dims[0] : KILN_DIM_UNKNOWN;
     out[1] = w->ndim >= 0 ? w->dims[0] : KILN_DIM_UNKNOWN;
+    int64_t wc;
     if (x->ndim >= 0 && w->ndim >= 0 && x->dims[1].sym == 0 && w->dims[1].sym == 0 &&
-        x->dims[1].value != w->dims[1].value * group)
+        (!kiln_mul_i64_ok(w->dims[1].value, group, &wc) || x->dims[1].value != wc))
         return kiln_error(KILN_ERR_SHAPE, "Conv input has %lld channels but weights expect %lld x group %lld",
                           (long long)x->dims[1].value, (long long)w->dims[1].value, (long long)group);
     if (out[1].sym == 0 && out[1].value % group)
@@ -134,7 +136,11 @@ static kiln_status infer_conv_transpose(kiln_graph *g, kiln_node *n) {
         if (w->dims[0].sym == 0 && w->dims[0].value % group)
             return kiln_error(KILN_ERR_SHAPE, "ConvTranspose input channels %lld are not divisible by group %lld",
                               (long long)w->dims[0].value, (long long)group);
-        if (w->dims[1].sym == 0) out[1] = kiln_dim_static(w->dims[1].value * group);
+        int64_t oc;
+        if (w->dims[1].sym == 0 && !kiln_mul_i64_ok(w->dims[1].value, group, &oc))
+            return kiln_error(KILN_ERR_SHAPE, "ConvTranspose: %lld output channels per group x group %lld overflow",
+                              (long long)w->dims[1].value, (long long)group);
+        if (w->dims[1].sym == 0) out[1] = kiln_dim_static(oc);
         else if (group == 1) out[1] = w->dims[1];
     }
     if (b && b->ndim >= 0) {

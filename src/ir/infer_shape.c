@@ -478,7 +478,8 @@ static kiln_status infer_depth_space(kiln_graph *g, kiln_node *n) {
     kiln_value *x = kiln_node_input(g, n, 0);
     bool d2s = !strcmp(n->op_type, "DepthToSpace");
     int64_t b = kiln_attr_int(n, "blocksize", 0);
-    if (b <= 0) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: blocksize must be positive, got %lld", n->op_type, (long long)b);
+    if (b <= 0 || b > INT32_MAX) /* so that b * b fits */
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: blocksize %lld is outside 1..2^31-1", n->op_type, (long long)b);
     KILN_TRY(check_mode(n, kiln_attr_string(n, "mode", "DCR")));
     kiln_dim out[4];
     for (int i = 0; i < 4; i++) out[i] = KILN_DIM_UNKNOWN;

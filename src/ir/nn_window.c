@@ -1,6 +1,7 @@
 /* nn_window.c — sliding-window geometry of Conv, ConvTranspose and pooling (see nn_window.h). */
 #include "ir/nn_window.h"
 
+#include "core/ckd.h"
 #include "core/status.h"
 
 #include <string.h>
@@ -78,16 +79,32 @@ kiln_status kiln_window_parse(const kiln_node *n, int nsp, const int64_t *weight
     return KILN_OK;
 }
 
+/* The dilated kernel extent (kernel - 1) * dilation + 1 of spatial dimension i, or false when it
+ * overflows (kernel >= 1 and dilation >= 1 are checked by kiln_window_parse). */
+static bool dilated_kernel(const kiln_window *w, int i, int64_t *dk) {
+    return kiln_mul_i64_ok(w->kernel[i] - 1, w->dilation[i], dk) && kiln_add_i64_ok(*dk, 1, dk);
+}
+
+/* The error for window attributes whose sizes overflow 64 bits. */
+static kiln_status too_large(const kiln_window *w, int i) {
+    return kiln_error(KILN_ERR_SHAPE,
+                      "spatial dimension %d: kernel %lld, stride %lld, dilation %lld and pads %lld+%lld give sizes beyond "
+                      "64 bits", i, (long long)w->kernel[i], (long long)w->stride[i], (long long)w->dilation[i],
+                      (long long)w->pads[i], (long long)w->pads[w->nsp + i]);
+}
+
 kiln_status kiln_window_out(const kiln_window *w, int i, int64_t in, int64_t *out, int64_t *pad_begin,
                             int64_t *pad_end) {
     KILN_ASSERT(w->has_kernel && i >= 0 && i < w->nsp);
-    int64_t s = w->stride[i], dk = (w->kernel[i] - 1) * w->dilation[i] + 1;
+    int64_t s = w->stride[i], dk;
     int64_t o, pb = 0, pe = 0;
+    if (!dilated_kernel(w, i, &dk)) return too_large(w, i);
     switch (w->auto_pad) {
     case KILN_AUTO_PAD_SAME_UPPER:
     case KILN_AUTO_PAD_SAME_LOWER: {
-        o = (in + s - 1) / s;
-        int64_t total = (o - 1) * s + dk - in;
+        o = in / s + (in % s != 0);
+        int64_t total;
+        if (!kiln_mul_i64_ok(o - 1, s, &total) || !kiln_add_i64_ok(total, dk - in, &total)) return too_large(w, i);
         if (total < 0) total = 0;
         pb = w->auto_pad == KILN_AUTO_PAD_SAME_UPPER ? total / 2 : total - total / 2;
         pe = total - pb;
@@ -100,13 +117,16 @@ kiln_status kiln_window_out(const kiln_window *w, int i, int64_t in, int64_t *ou
     default: {
         pb = w->pads[i];
         pe = w->pads[w->nsp + i];
-        int64_t span = in + pb + pe - dk;
+        int64_t span;
+        if (!kiln_add_i64_ok(in, pb, &span) || !kiln_add_i64_ok(span, pe, &span)) return too_large(w, i);
+        if (!kiln_sub_i64_ok(span, dk, &span)) return too_large(w, i);
         if (span < 0) goto too_small;
         o = span / s + 1;
         if (w->ceil_mode && span % s) {
             o++;
             /* a window that would start in the end padding is dropped */
-            if ((o - 1) * s >= in + pb) o--;
+            int64_t start;
+            if (!kiln_mul_i64_ok(o - 1, s, &start) || start >= in + pb) o--;
         }
         break;
     }
@@ -124,12 +144,15 @@ too_small:
 kiln_status kiln_window_out_transpose(const kiln_window *w, int i, int64_t in, int64_t *out,
                                       int64_t *pad_begin) {
     KILN_ASSERT(w->has_kernel && i >= 0 && i < w->nsp);
-    int64_t s = w->stride[i], dk = (w->kernel[i] - 1) * w->dilation[i] + 1;
-    int64_t full = s * (in - 1) + w->out_pad[i] + dk; /* the uncropped transposed extent */
-    if (in == 0) full = 0;
+    int64_t s = w->stride[i], dk, full = 0; /* full: the uncropped transposed extent */
+    if (!dilated_kernel(w, i, &dk)) return too_large(w, i);
+    if (in > 0 && (!kiln_mul_i64_ok(s, in - 1, &full) || !kiln_add_i64_ok(full, w->out_pad[i], &full) ||
+                   !kiln_add_i64_ok(full, dk, &full)))
+        return too_large(w, i);
     bool same = w->auto_pad == KILN_AUTO_PAD_SAME_UPPER || w->auto_pad == KILN_AUTO_PAD_SAME_LOWER;
     if (w->has_out_shape || same) {
-        int64_t o = w->has_out_shape ? w->out_shape[i] : in * s;
+        int64_t o = w->out_shape[i];
+        if (!w->has_out_shape && !kiln_mul_i64_ok(in, s, &o)) return too_large(w, i);
         int64_t total = full - o;
         if (total < 0) total = 0; /* a larger requested output is extended at the end */
         *pad_begin = w->auto_pad == KILN_AUTO_PAD_SAME_UPPER ? total / 2 : total - total / 2;
@@ -138,7 +161,8 @@ kiln_status kiln_window_out_transpose(const kiln_window *w, int i, int64_t in, i
     }
     int64_t pb = w->auto_pad == KILN_AUTO_PAD_VALID ? 0 : w->pads[i];
     int64_t pe = w->auto_pad == KILN_AUTO_PAD_VALID ? 0 : w->pads[w->nsp + i];
-    int64_t o = full - pb - pe;
+    int64_t o;
+    if (!kiln_sub_i64_ok(full, pb, &o) || !kiln_sub_i64_ok(o, pe, &o)) return too_large(w, i);
     if (o < 0)
         return kiln_error(KILN_ERR_SHAPE, "spatial dimension %d: pads %lld+%lld exceed the transposed size %lld", i,
                           (long long)pb, (long long)pe, (long long)full);

@@ -387,6 +387,7 @@ static void exec_for(jctx *c, const jnode *n) {
     }
     jloop *L = jalloc(c, sizeof *L);
     L->items = items;
+    bool completed = false;
     jstr loop_name = {4, "loop"};
     for (size_t i = 0; i < items->n; i++) {
         if (++c->iterations > JINJA_MAX_ITERATIONS) jfail(c, n, "more than %d loop iterations", JINJA_MAX_ITERATIONS);
@@ -397,6 +398,7 @@ static void exec_for(jctx *c, const jnode *n) {
         assign(c, n, n->targets, n->ntargets, items->v[i]);
         exec_body(c, n->body, n->nbody);
         c->frame = saved;
+        if (c->control == JC_NONE) completed = true;
         if (c->control == JC_BREAK) {
             c->control = JC_NONE;
             break;
@@ -404,7 +406,9 @@ static void exec_for(jctx *c, const jnode *n) {
         c->control = JC_NONE;
     }
     c->frame = saved;
-    if (items->n == 0) exec_body(c, n->orelse, n->norelse);
+    /* as Jinja's: the else runs unless some iteration ran to the end of the body (so also when every
+     * iteration ended in continue, or the first one in break) */
+    if (!completed) exec_body(c, n->orelse, n->norelse);
 }
 
 /* Renders body into a string instead of the output. */

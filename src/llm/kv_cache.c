@@ -3,12 +3,14 @@
  * per-block flag that catches a block released twice. */
 #include "llm/kv_cache.h"
 
+#include "core/ckd.h"
 #include "core/status.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct kiln_kv_cache {
     kiln_kv_cache_config cfg;
@@ -33,6 +35,13 @@ int kiln_kv_cache_blocks_for_budget(const kiln_kv_cache_config *shape, uint64_t 
     return n > INT32_MAX ? INT32_MAX : (int)n;
 }
 
+/* The host's physical memory: no cache larger than it can be used (an overcommitting calloc may still
+ * succeed for it), and asking for one is a mistake to report, not to try. */
+static uint64_t host_memory_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
+}
+
 kiln_status kiln_kv_cache_create(const kiln_kv_cache_config *cfg, kiln_kv_cache **out) {
     *out = NULL;
     uint64_t bb = block_bytes(cfg);
@@ -42,14 +51,17 @@ kiln_status kiln_kv_cache_create(const kiln_kv_cache_config *cfg, kiln_kv_cache 
                           "dtype %s; dims must be positive and dtype F32, F16 or BF16)",
                           cfg->n_layer, cfg->n_kv_head, cfg->head_dim, cfg->block_size, cfg->n_blocks,
                           kiln_dtype_name(cfg->dtype));
-    uint64_t total = bb * 2 * (uint64_t)cfg->n_layer;
-    if (total > SIZE_MAX / (uint64_t)cfg->n_blocks)
-        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "KV cache: %d blocks do not fit in memory", cfg->n_blocks);
+    uint64_t total = bb * 2 * (uint64_t)cfg->n_layer, bytes;
+    if (!kiln_mul_u64_ok(total, (uint64_t)cfg->n_blocks, &bytes) || bytes > host_memory_bytes())
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY,
+                          "KV cache: %d blocks of %llu bytes need %.1f GiB, more than this host's %.1f GiB of memory",
+                          cfg->n_blocks, (unsigned long long)total, (double)total * cfg->n_blocks / 1073741824.0,
+                          (double)host_memory_bytes() / 1073741824.0);
     kiln_kv_cache *kv = calloc(1, sizeof *kv);
     if (kv) {
         kv->cfg = *cfg;
         kv->block_bytes = (size_t)bb;
-        kv->data = calloc((size_t)(total * (uint64_t)cfg->n_blocks), 1);
+        kv->data = calloc((size_t)bytes, 1);
         kv->free_stack = malloc((size_t)cfg->n_blocks * sizeof *kv->free_stack);
         kv->taken = calloc((size_t)cfg->n_blocks, sizeof *kv->taken);
     }

@@ -1,8 +1,9 @@
-/* llm_cpu_ops.c — FP32 kernels of the CPU LLM forward: norms, matrix products through OpenBLAS,
- * GELU(tanh) and SwiGLU, RoPE, and paged attention (keys and values of a sequence gathered from
+/* llm_cpu_ops.c — FP32 kernels of the CPU LLM forward: norms, matrix products through
+ * kiln_cpu_sgemm (threaded, matrix-vector for a decode step), GELU(tanh) and SwiGLU, RoPE, and paged attention (keys and values of a sequence gathered from
  * their blocks into FP32, then two products per head with a masked FP32 softmax between them). */
 #include "llm/llm_cpu_ops.h"
 
+#include "backends/cpu/cpu_gemm.h"
 #include "core/half.h"
 
 #include <cblas.h>
@@ -33,8 +34,7 @@ void kiln_llm_linear(const float *x, int ldx, int n, int in, const float *w, con
             for (int o = 0; o < out; o++) yr[o] = accumulate ? yr[o] + bias[o] : bias[o];
         }
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, ldx, w, in,
-                bias || accumulate ? 1.0f : 0.0f, y, ldy);
+    kiln_cpu_sgemm(false, true, n, out, in, 1.0f, x, ldx, w, in, bias || accumulate ? 1.0f : 0.0f, y, ldy);
 }
 
 void kiln_llm_gelu_tanh(float *x, size_t count) {

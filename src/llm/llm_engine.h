@@ -58,6 +58,11 @@ kiln_status kiln_llm_engine_load(const char *path, kiln_llm_engine_info *info, k
 /* The same, but an engine without a tokenizer leaves *tok NULL instead of failing. */
 kiln_status kiln_llm_engine_load_any(const char *path, kiln_llm_engine_info *info, kiln_llm_model **model,
                                      kiln_tokenizer **tok);
+/* Verifies the LLM engine image data[0..size) as kiln_llm_engine_read_info verifies a file (the same
+ * errors, naming `what`) and fills *info; when tok is not NULL, also loads the tokenizer it holds
+ * (*tok, as kiln_llm_engine_load). Nothing points into data afterwards. No weights are read. */
+kiln_status kiln_llm_engine_buffer_read(const void *data, size_t size, const char *what, kiln_llm_engine_info *info,
+                                        kiln_tokenizer **tok);
 /* The model alone. */
 kiln_status kiln_llm_model_load_engine(const char *path, kiln_llm_model **out);
 

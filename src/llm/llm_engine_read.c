@@ -92,6 +92,25 @@ static kiln_status read_tensor(const uint8_t *p, uint64_t n, uint64_t *pos, int 
     return KILN_OK;
 }
 
+/* The fewest bytes of one llm tensors record: name length, dtype, rank, one dimension, offset, bytes. */
+#define LLM_TENSOR_RECORD_MIN (4 + 4 + 4 + 8 + 8 + 8)
+
+/* The llm tensors section can hold the records the config cfg implies: checked before anything is
+ * allocated per layer or per tensor, so that a config's sizes (up to 2^24 layers) cannot make a small
+ * file allocate gigabytes. Every layer has at least one tensor, which bounds the count's cost. */
+static kiln_status check_tensor_count(const image *im, const kiln_llm_config *cfg) {
+    uint64_t n = im->sec[2].bytes, room = n < 4 ? 0 : (n - 4) / LLM_TENSOR_RECORD_MIN;
+    if ((uint64_t)cfg->n_layer > room)
+        return corrupt("the llm tensors section (%llu bytes) is too short for the config's %d layers",
+                       (unsigned long long)n, cfg->n_layer);
+    kiln_llm_model probe = {.cfg = *cfg};
+    int expected = kiln_llm_weights_list(&probe, NULL);
+    if ((uint64_t)expected > room)
+        return corrupt("the llm tensors section (%llu bytes) is too short for the %d tensors the config needs",
+                       (unsigned long long)n, expected);
+    return KILN_OK;
+}
+
 /* The tensor table: exactly the weights the config implies, in their order. */
 static kiln_status read_tensor_section(image *im, kiln_llm_engine_info *info) {
     const uint8_t *p = im->map->data + im->sec[2].offset;
@@ -117,17 +136,18 @@ static kiln_status read_tensor_section(image *im, kiln_llm_engine_info *info) {
     return KILN_OK;
 }
 
-/* Maps and verifies path into *im and info (everything but the weights' values). */
-static kiln_status open_image(const char *path, image *im, kiln_llm_engine_info *info) {
-    KILN_TRY(kiln_file_map_new(path, &im->map));
+/* Verifies the image in im->map (named `what` in messages) into im and info (everything but the
+ * weights' values). */
+static kiln_status check_image(const char *what, image *im, kiln_llm_engine_info *info) {
     static const uint32_t ids[4] = {KILN_SECTION_LLM_CONFIG, KILN_SECTION_TOKENIZER, KILN_SECTION_LLM_TENSORS,
                                     KILN_SECTION_WEIGHTS};
-    KILN_TRY(kiln_engine_check_image(im->map->data, im->map->size, KILN_ENGINE_KIND_LLM, NULL, path, ids, 4, im->sec,
+    KILN_TRY(kiln_engine_check_image(im->map->data, im->map->size, KILN_ENGINE_KIND_LLM, NULL, what, ids, 4, im->sec,
                                      &info->meta));
     info->meta.graph_bytes = 0;
     KILN_TRY(kiln_llm_config_decode(im->map->data + im->sec[0].offset, im->sec[0].bytes, &info->cfg, info->gen_eos,
                                     &info->n_gen_eos));
     KILN_TRY(read_tokenizer_section(im, info));
+    KILN_TRY(check_tensor_count(im, &info->cfg));
     if (!(im->m = calloc(1, sizeof *im->m)) || !(im->m->layers = calloc((size_t)info->cfg.n_layer, sizeof *im->m->layers)))
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     im->m->cfg = info->cfg;
@@ -171,6 +191,22 @@ static kiln_status load_tokenizer(const char *path, const image *im, const kiln_
                                       info->tokenizer_config_bytes, path, tok);
 }
 
+/* Frees what im holds but its mapping (the model only when not handed out), and on failure info
+ * (unless NULL) and *tok; returns s, its message prefixed with `what` unless it already names it. */
+static kiln_status finish(kiln_status s, const char *what, image *im, kiln_llm_engine_info *info, kiln_tokenizer **tok) {
+    kiln_llm_model_free(im->m);
+    free(im->w);
+    free(im->offsets);
+    if (s == KILN_OK) return s;
+    if (info) kiln_llm_engine_info_free(info);
+    if (tok) {
+        kiln_tokenizer_free(*tok);
+        *tok = NULL;
+    }
+    if (strstr(kiln_last_error(), what) == NULL) return kiln_error_prefix(s, "%s", what);
+    return s;
+}
+
 /* kiln_llm_engine_load; an engine without tokenizer is an error only when tok_required. */
 static kiln_status load_engine(const char *path, kiln_llm_engine_info *info, kiln_llm_model **model,
                                kiln_tokenizer **tok, bool tok_required) {
@@ -180,7 +216,8 @@ static kiln_status load_engine(const char *path, kiln_llm_engine_info *info, kil
     if (model) *model = NULL;
     if (tok) *tok = NULL;
     image im = {0};
-    kiln_status s = open_image(path, &im, info);
+    kiln_status s = kiln_file_map_new(path, &im.map);
+    if (s == KILN_OK) s = check_image(path, &im, info);
     if (s == KILN_OK && model) s = fill_weights(&im, info);
     if (s == KILN_OK && tok && (tok_required || info->tokenizer_bytes)) s = load_tokenizer(path, &im, info, tok);
     if (s == KILN_OK && info->tokenizer_config_bytes) {
@@ -195,19 +232,20 @@ static kiln_status load_engine(const char *path, kiln_llm_engine_info *info, kil
         *model = im.m;
         im.m = NULL;
     }
-    kiln_llm_model_free(im.m);
     kiln_file_map_free(im.map);
-    free(im.w);
-    free(im.offsets);
-    if (s != KILN_OK || info == &local) kiln_llm_engine_info_free(info);
-    if (s != KILN_OK) {
-        if (tok) {
-            kiln_tokenizer_free(*tok);
-            *tok = NULL;
-        }
-        if (strstr(kiln_last_error(), path) == NULL) return kiln_error_prefix(s, "%s", path);
-    }
-    return s;
+    if (info == &local) kiln_llm_engine_info_free(&local);
+    return finish(s, path, &im, info == &local ? NULL : info, tok);
+}
+
+kiln_status kiln_llm_engine_buffer_read(const void *data, size_t size, const char *what, kiln_llm_engine_info *info,
+                                        kiln_tokenizer **tok) {
+    memset(info, 0, sizeof *info);
+    if (tok) *tok = NULL;
+    kiln_file_map view = {data, size};
+    image im = {.map = &view};
+    kiln_status s = check_image(what, &im, info);
+    if (s == KILN_OK && tok) s = load_tokenizer(what, &im, info, tok);
+    return finish(s, what, &im, info, tok);
 }
 
 kiln_status kiln_llm_engine_load(const char *path, kiln_llm_engine_info *info, kiln_llm_model **model,

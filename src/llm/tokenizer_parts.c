@@ -198,7 +198,8 @@ static kiln_status template_ids(const kiln_tokenizer *tok, const kiln_jdoc *d, c
     for (const kiln_jnode *v = kiln_jdoc_first(d, list); v; v = kiln_jdoc_next(d, v)) {
         int32_t id;
         KILN_TRY(kiln_tok_id_of(v, "post_processor special token id", path, &id));
-        if (id >= tok->nids) return kiln_error(KILN_ERR_PARSE, "%s: post_processor id %d names no token", path, id);
+        if (id >= tok->nids || tok->tok_off[id] < 0) /* encode would hand out an id that decodes to nothing */
+            return kiln_error(KILN_ERR_PARSE, "%s: post_processor id %d names no token", path, id);
         if (*n == KILN_TOK_MAX_TEMPLATE)
             return kiln_error(KILN_ERR_UNSUPPORTED, "%s: more than %d template tokens", path, KILN_TOK_MAX_TEMPLATE);
         ids[(*n)++] = id;

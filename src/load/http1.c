@@ -127,28 +127,32 @@ static kiln_http1_result feed_head(kiln_http1_parser *p, const char *buf, size_t
     return r;
 }
 
-/* Reads a CRLF-terminated line into p->line (false while incomplete); *used counts consumed bytes. */
-static bool take_line(kiln_http1_parser *p, const char *buf, size_t n, size_t *used, bool *too_long) {
+/* Reads a line up to its LF: its first sizeof p->line - 1 bytes into p->line, all of them counted in
+ * p->linelen (so that what is known of a line does not depend on how its bytes were split), its last byte
+ * before the LF in p->line_last. False while incomplete; *used counts consumed bytes. */
+static bool take_line(kiln_http1_parser *p, const char *buf, size_t n, size_t *used) {
     for (size_t i = 0; i < n; i++) {
         char c = buf[i];
         if (c == '\n') {
             *used = i + 1;
             return true;
         }
-        if (p->linelen + 1 < sizeof p->line) p->line[p->linelen++] = c;
-        else *too_long = true;
+        if (p->linelen < sizeof p->line - 1) p->line[p->linelen] = c;
+        p->linelen++;
+        p->line_last = c;
     }
     *used = n;
     return false;
 }
 
-/* Parses the chunk-size line in p->line (hex, optional extensions); false if malformed. */
+/* Parses the chunk-size line taken by take_line: hex digits (at most 15), then CRLF or ';' and chunk
+ * extensions of any length (ignored) before the CRLF; false if malformed. */
 static bool chunk_size(kiln_http1_parser *p, int64_t *out) {
-    size_t n = p->linelen;
-    if (n == 0 || p->line[n - 1] != '\r') return false;
+    if (p->linelen == 0 || p->line_last != '\r') return false;
+    size_t cr = p->linelen - 1; /* the digits end at ';' or at the CR */
     int64_t x = 0;
     size_t i = 0;
-    for (; i + 1 < n && p->line[i] != ';'; i++) {
+    for (; i < cr && p->line[i] != ';'; i++) { /* i < 15 < sizeof p->line - 1: inside what was kept */
         char c = p->line[i];
         int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
         if (d < 0 || i >= 15) return false;
@@ -163,7 +167,6 @@ kiln_http1_result kiln_http1_feed(kiln_http1_parser *p, const char *buf, size_t 
     p->seen += n;
     while (pos < n && p->state != S_DONE) {
         size_t used = 0;
-        bool too_long = false;
         switch (p->state) {
         case S_HEAD: {
             kiln_http1_result r = feed_head(p, buf + pos, n - pos, &used);
@@ -183,17 +186,17 @@ kiln_http1_result kiln_http1_feed(kiln_http1_parser *p, const char *buf, size_t 
             if (++p->linelen == 2) p->linelen = 0, p->state = S_CHUNK_SIZE;
             break;
         case S_CHUNK_SIZE:
-            if (take_line(p, buf + pos, n - pos, &used, &too_long)) {
+            if (take_line(p, buf + pos, n - pos, &used)) {
                 int64_t size;
-                if (too_long || !chunk_size(p, &size)) return fail(p, "a bad chunk size line");
+                if (!chunk_size(p, &size)) return fail(p, "a bad chunk size line");
                 p->linelen = 0;
                 p->remaining = size;
                 p->state = size ? S_CHUNK_DATA : S_TRAILER;
             }
             break;
         case S_TRAILER: /* trailer fields are not needed: wait for the blank line */
-            if (take_line(p, buf + pos, n - pos, &used, &too_long)) {
-                bool blank = !too_long && p->linelen == 1 && p->line[0] == '\r';
+            if (take_line(p, buf + pos, n - pos, &used)) {
+                bool blank = p->linelen == 1 && p->line_last == '\r';
                 if (p->linelen == 0) return fail(p, "a trailer line without CRLF");
                 p->linelen = 0;
                 if (blank) p->state = S_DONE;

@@ -29,8 +29,9 @@ typedef struct kiln_http1_parser {
     bool keep_alive;          /* the connection may carry another request after this response */
     int64_t infer_header_len; /* KServe Inference-Header-Content-Length, or -1 */
     int64_t remaining;        /* bytes left in the body (Content-Length) or current chunk */
-    char line[40];            /* a chunk-size line being assembled */
-    size_t linelen;
+    char line[40];            /* the start of a chunk-size or trailer line being assembled */
+    size_t linelen;           /* the bytes of that line so far (possibly more than line holds) */
+    char line_last;           /* its last byte so far (CR when a complete line ends in CRLF) */
     bool head_request;        /* the request was HEAD: no body follows */
     uint64_t seen;            /* bytes fed so far */
     char error[120];

@@ -28,11 +28,17 @@ kiln_status load_http_get(const char *url, const struct curl_slist *headers, dou
     curl_easy_setopt(h, CURLOPT_WRITEDATA, body);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(timeout_s * 1000));
+    char why[CURL_ERROR_SIZE] = ""; /* curl's detail ("... port 9: Connection refused") */
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, why);
     CURLcode rc = curl_easy_perform(h);
     *status = 0;
+    long os_errno = 0; /* the system's reason, which the detail may leave out ("Connection refused") */
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+    curl_easy_getinfo(h, CURLINFO_OS_ERRNO, &os_errno);
     curl_easy_cleanup(h);
-    if (rc != CURLE_OK) return kiln_error(KILN_ERR_IO, "GET %s: %s", url, curl_easy_strerror(rc));
+    if (rc != CURLE_OK)
+        return kiln_error(KILN_ERR_IO, "GET %s: %s%s%s%s", url, why[0] ? why : curl_easy_strerror(rc), os_errno ? " (" : "",
+                          os_errno ? strerror((int)os_errno) : "", os_errno ? ")" : "");
     return kiln_strbuf_status(body);
 }
 
@@ -105,8 +111,9 @@ static kiln_status discover_model(load_target *t, const char *root, const char *
     if (st == KILN_OK && status == 200 && kiln_jdoc_parse(body.data ? body.data : "", body.len, url, &d) == KILN_OK)
         id = kiln_jdoc_str(kiln_jdoc_get(&d, kiln_jdoc_at(&d, kiln_jdoc_get(&d, kiln_jdoc_root(&d), "data"), 0), "id"));
     if (id) snprintf(t->model, sizeof t->model, "%s", id);
-    else st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "no --model given, and %s did not name one (%s): pass --model NAME", url,
-                         st != KILN_OK ? kiln_last_error() : status != 200 ? "HTTP error" : "no data[0].id");
+    else if (st != KILN_OK) st = kiln_error(st, "no --model given, and asking the server for one failed: %s", kiln_last_error());
+    else if (status != 200) st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "no --model given, and %s answered HTTP %ld: pass --model NAME", url, status);
+    else st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "no --model given, and %s did not name one (no data[0].id): pass --model NAME", url);
     kiln_jdoc_free(&d);
     kiln_strbuf_free(&body);
     return st;

@@ -3,7 +3,9 @@
  * twice at level 2 with one timing cache. The first tuned build must time tactics and tune layers;
  * the second must time nothing (every layer a cache hit); the second engine, saved and reloaded,
  * must give exactly the first's outputs; tuned engines must agree with the CPU backend. Prints the
- * build time of each level. Exits 77 ("skipped: no GPU") without a GPU or the cuda backend.
+ * build time of each level. Then the bounds: the sample CNN without a profile (a dynamic batch) is
+ * tuned at batch 1; with a 1 ms build budget it tunes nothing, says so, and still runs as the CPU
+ * does; with two profiles it is tuned once per profile, and runs in each agree with the CPU. Exits 77 ("skipped: no GPU") without a GPU or the cuda backend.
  * usage: test_tuning [REPO_DIR] */
 #include "kiln/kiln.h"
 
@@ -192,6 +194,8 @@ static void check_model(const char *root, const model *m, const char *dir) {
            s1.tactics_timed, s1.cache_hits, s1.cache_misses);
     EXPECT(s2.tactics_timed == 0 && s2.cache_hits == s1.tuned && s2.tuned == s1.tuned, "%s: warm cache: %d tactics timed, "
            "%d hits (%d layers tuned the first time)", m->file, s2.tactics_timed, s2.cache_hits, s1.tuned);
+    EXPECT(s1.same_as_earlier == s1.cache_hits && s2.same_as_earlier == 0, "%s: hits from this build: %d of %d cold, "
+           "%d of %d warm", m->file, s1.same_as_earlier, s1.cache_hits, s2.same_as_earlier, s2.cache_hits);
     printf("%-44s level 0 build %7.1f ms | level 2, cold cache %7.1f ms (%d of %d layers tuned, %d tactics timed) | "
            "warm cache %7.1f ms (%d hits, %d timed)\n", m->file, ms0, ms1, s1.tuned, s1.layers, s1.tactics_timed, ms2,
            s2.cache_hits, s2.tactics_timed);
@@ -226,6 +230,70 @@ done:
     unlink(cache);
 }
 
+/* The sample CNN (dynamic batch) built without a profile: tuned at batch 1 by default; with a 1 ms
+ * budget, every layer follows the heuristics and the engine still agrees with the CPU backend. */
+static void check_bounds(const char *root) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/models/sample_cnn.onnx", root);
+    kiln_engine *cpu = NULL, *dflt = NULL, *tight = NULL;
+    kiln_tuning_stats sd = {0}, st = {0};
+    kiln_build_options o = {.target = "cuda", .tuning_level = 2, .tuning_stats = &sd};
+    EXPECT(kiln_build_onnx(path, NULL, &cpu) == KILN_OK, "sample_cnn: cpu build: %s", kiln_last_error());
+    EXPECT(kiln_build_onnx(path, &o, &dflt) == KILN_OK, "sample_cnn: cuda build: %s", kiln_last_error());
+    o.tuning_budget_ms = 1;
+    o.tuning_stats = &st;
+    EXPECT(kiln_build_onnx(path, &o, &tight) == KILN_OK, "sample_cnn: cuda build, 1 ms budget: %s", kiln_last_error());
+    EXPECT(sd.tuned > 0 && sd.out_of_budget == 0, "sample_cnn without a profile: %d of %d layers tuned", sd.tuned, sd.layers);
+    EXPECT(st.tuned == 0 && st.out_of_budget == st.layers && st.layers > 0, "sample_cnn, 1 ms budget: %d tuned, %d of %d "
+           "layers out of budget", st.tuned, st.out_of_budget, st.layers);
+    printf("%-44s no profile: %d of %d layers tuned (%.1f ms, %d dropped); 1 ms budget: %d of %d out of budget\n",
+           "models/sample_cnn.onnx", sd.tuned, sd.layers, sd.ms, sd.dropped, st.out_of_budget, st.layers);
+    if (cpu && tight) {
+        io in, want, got;
+        make_inputs(cpu, &in);
+        kiln_status rc = run(cpu, &in, &want), rt = run(tight, &in, &got);
+        EXPECT(rc == KILN_OK && rt == KILN_OK, "sample_cnn, 1 ms budget: runs: %s", kiln_last_error());
+        if (rc == KILN_OK && rt == KILN_OK) EXPECT(rel_error(&got, &want) <= 1e-3, "sample_cnn, 1 ms budget: vs cpu %.3g",
+                                                   rel_error(&got, &want));
+        io_free(&in);
+        io_free(&want);
+        io_free(&got);
+    }
+    kiln_engine_free(dflt);
+    kiln_engine_free(tight);
+    /* two profiles: batch 1..2 (opt 1) and 3..8 (opt 8), a tactic set each */
+    kiln_input_range r[2] = {{.profile = 0, .input = "image", .ndim = 4, .min = {1, 3, 32, 32}, .opt = {1, 3, 32, 32},
+                              .max = {2, 3, 32, 32}},
+                             {.profile = 1, .input = "image", .ndim = 4, .min = {3, 3, 32, 32}, .opt = {8, 3, 32, 32},
+                              .max = {8, 3, 32, 32}}};
+    kiln_tuning_stats sp = {0};
+    kiln_build_options op = {.target = "cuda", .tuning_level = 2, .tuning_stats = &sp, .ranges = r, .nranges = 2};
+    kiln_engine *two = NULL;
+    EXPECT(kiln_build_onnx(path, &op, &two) == KILN_OK, "sample_cnn, two profiles: %s", kiln_last_error());
+    EXPECT(sp.layers == 2 * sd.layers && sp.tuned > sd.layers, "sample_cnn, two profiles: %d of %d layers tuned (%d "
+           "layers a profile)", sp.tuned, sp.layers, sd.layers);
+    for (int batch = 2; cpu && two && batch <= 6; batch += 4) {
+        io in, want, got;
+        make_inputs(cpu, &in);
+        in.dims[0][0] = batch; /* make_inputs sized batch 2: grow the buffer for 6 */
+        in.bytes[0] = in.bytes[0] / 2 * (size_t)batch;
+        free(in.data[0]);
+        in.data[0] = calloc(1, in.bytes[0]);
+        for (size_t j = 0; j < in.bytes[0] / 4; j++) ((float *)in.data[0])[j] = (float)((j * 37 % 101) / 50.0 - 1.0);
+        kiln_status rc = run(cpu, &in, &want), rt = run(two, &in, &got);
+        EXPECT(rc == KILN_OK && rt == KILN_OK, "sample_cnn, two profiles, batch %d: %s", batch, kiln_last_error());
+        if (rc == KILN_OK && rt == KILN_OK)
+            EXPECT(rel_error(&got, &want) <= 1e-3, "sample_cnn, two profiles, batch %d: vs cpu %.3g", batch,
+                   rel_error(&got, &want));
+        io_free(&in);
+        io_free(&want);
+        io_free(&got);
+    }
+    printf("%-44s two profiles: %d of %d layers tuned\n", "models/sample_cnn.onnx", sp.tuned, sp.layers);
+    kiln_engine_free(two);
+    kiln_engine_free(cpu);
+}
+
 int main(int argc, char **argv) {
     const char *root = argc > 1 ? argv[1] : getenv("KILN_SOURCE_DIR") ? getenv("KILN_SOURCE_DIR") : ".";
     char probe[4096];
@@ -252,6 +320,7 @@ int main(int argc, char **argv) {
         {"tests/data/torch/bert_torchscript.onnx", {"input_ids", "attention_mask"}, {1, 1}, {2, 16}, {4, 64}},
     };
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) check_model(root, &models[i], dir);
+    check_bounds(root);
     rmdir(dir);
     if (g_failures) {
         fprintf(stderr, "test_tuning: %d check(s) failed\n", g_failures);

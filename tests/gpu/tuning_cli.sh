@@ -23,8 +23,14 @@ fail() { echo "FAIL: $*"; exit 1; }
   fail "second level 2 build: $(cat "$work/b.txt")"
 grep -h '^built\|^tuning' "$work/l0.txt" "$work/a.txt" "$work/b.txt"
 grep 'tuned node' "$work/a.txt" | head -5
-grep -q 'timing cache: 0 hits, [1-9][0-9]* misses, [1-9][0-9]* tactics timed' "$work/a.txt" || fail "the cold build timed nothing"
-grep -Eq 'timing cache: [1-9][0-9]* hits, [0-9]+ misses, 0 tactics timed' "$work/b.txt" || fail "the warm build timed tactics"
+grep -Eq 'timing cache: ([0-9]+) hits \(\1 same as an earlier layer\), [1-9][0-9]* misses, [1-9][0-9]* tactics timed' \
+  "$work/a.txt" || fail "the cold build timed nothing"
+grep -Eq 'timing cache: [1-9][0-9]* hits \(0 same as an earlier layer\), [0-9]+ misses, 0 tactics timed' "$work/b.txt" ||
+  fail "the warm build timed tactics"
+grep -q 'tuning level 2: up to 8 candidates a layer, up to 10 timed runs each; budget 2500 ms for the build' "$work/a.txt" ||
+  fail "--verbose does not state the tuning budget"
+"$kiln" build "$model" --target cuda --tuning-budget-ms 0 -o "$work/x.kiln" >/dev/null 2>&1
+[ $? -eq 2 ] || fail "--tuning-budget-ms 0 is not a usage error"
 "$kiln" inspect "$work/b.kiln" >"$work/inspect.txt" 2>&1 || fail "inspect: $(cat "$work/inspect.txt")"
 grep -A4 '^tactics:' "$work/inspect.txt"
 grep -Eq '^  .*: (cublasLt algo|cudnn) ' "$work/inspect.txt" || fail "inspect lists no tactic"

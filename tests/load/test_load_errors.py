@@ -141,3 +141,15 @@ def test_help_documents_every_flag(kiln):
                  "--binary", "--transport", "--scrape", "--metrics-url", "--metrics-match", "--scrape-interval", "--json", "--csv",
                  "--report", "--quiet", "compare"):
         assert flag in proc.stdout, f"{flag} is not documented in kiln load --help"
+
+
+def test_model_discovery_failure_keeps_the_cause(kiln, tmp_path):
+    """Without --model, kiln load asks GET /v1/models; when the server refuses the connection the
+    message says so once, with curl's reason, and exits 1 (not a usage error)."""
+    port = free_port()
+    proc, doc = run_load(kiln, tmp_path, f"http://127.0.0.1:{port}/v1/chat/completions", "--api", "openai-chat",
+                         "--requests", 1, expect_rc=1)
+    err = proc.stderr
+    assert err.count("no --model given") == 1, describe(proc)
+    assert f"127.0.0.1:{port}/v1/models" in err and "refused" in err.lower(), describe(proc)
+    assert doc is None

@@ -1,8 +1,9 @@
 /* test_llm_engine.c — LLM engines (src/llm/llm_engine*.c): a tiny GPT-2 and a tiny Llama checkpoint
  * written here are built into fp32, fp16 and bf16 engines; the fp32 engine gives logits identical to
  * the checkpoint's, the half ones within their rounding; the generation eos ids and the absence of a
- * tokenizer survive; ONNX and LLM readers refuse each other's engines; and every truncation and every
- * single-byte change of an engine file (with and without recomputed checksums) fails cleanly. With an
+ * tokenizer survive; ONNX and LLM readers refuse each other's engines; the in-memory reader agrees with
+ * the file reader; and every truncation and every single-byte change of an engine file (with and
+ * without recomputed checksums) and a config claiming 2^24 layers fail cleanly. With an
  * argument (models/kjv-gpt2) the same identity is checked on the bundled model. */
 #include "core/status.h"
 #include "engine/engine_format.h"
@@ -244,6 +245,35 @@ static void test_corruption(const char *engine) {
     free(mut);
 }
 
+/* The in-memory reader agrees with the file reader; a config claiming 2^24 layers with a tensor count
+ * to match (resealed) is refused from the size of the llm tensors section, before a 16 GB table is
+ * allocated (found by fuzz/fuzz_llm_engine.c). */
+static void test_buffer_and_huge_counts(const char *engine) {
+    size_t n;
+    uint8_t *img = read_all(engine, &n);
+    kiln_llm_engine_info a, b;
+    CHECK(kiln_llm_engine_read_info(engine, &a) == KILN_OK);
+    CHECK(kiln_llm_engine_buffer_read(img, n, "image", &b, NULL) == KILN_OK);
+    CHECK(a.n_tensors == b.n_tensors && a.weight_bytes == b.weight_bytes && !memcmp(&a.cfg, &b.cfg, sizeof a.cfg));
+    kiln_llm_engine_info_free(&a);
+    kiln_llm_engine_info_free(&b);
+    const uint8_t *cfg_entry = img + KILN_EH_SECTIONS, *table_entry = img + KILN_EH_SECTIONS + 2 * KILN_ES_SIZE;
+    CHECK(kiln_le32(cfg_entry + KILN_ES_ID) == KILN_SECTION_LLM_CONFIG &&
+          kiln_le32(table_entry + KILN_ES_ID) == KILN_SECTION_LLM_TENSORS);
+    uint8_t *cfg = img + kiln_le64(cfg_entry + KILN_ES_OFFSET), *table = img + kiln_le64(table_entry + KILN_ES_OFFSET);
+    uint32_t layers = kiln_le32(cfg + 4), count = kiln_le32(table), per_layer = (count - 4) / layers; /* GPT-2, tied */
+    kiln_put_le32(cfg + 4, 1u << 24);
+    kiln_put_le32(table, 4 + per_layer * (1u << 24));
+    kiln_engine_reseal(img, n);
+    kiln_status s = kiln_llm_engine_buffer_read(img, n, "image", &b, NULL);
+    CHECK(s == KILN_ERR_PARSE && strstr(kiln_last_error(), "too short for the config's 16777216 layers"));
+    char tmp[128];
+    snprintf(tmp, sizeof tmp, "%s/huge.kiln", dir);
+    CHECK(load_image(img, n, tmp) == KILN_ERR_PARSE && strstr(kiln_last_error(), "16777216 layers"));
+    unlink(tmp);
+    free(img);
+}
+
 /* Readers refuse the other kind; the no-tokenizer engine says so. */
 static void test_kinds(const char *llm_engine) {
     kiln_graph *g = NULL;
@@ -304,6 +334,7 @@ int main(int argc, char **argv) {
     }
     printf("engine kinds:\n");
     test_kinds(e32);
+    test_buffer_and_huge_counts(e32);
     printf("corruption (%s):\n", e32);
     test_corruption(e32);
     printf("corruption (%s):\n", ell);

@@ -1,7 +1,8 @@
 /* test_safetensors.c — the safetensors reader (src/hf/safetensors.c) on a valid image, on that image
  * cut at every byte and with every header byte flipped (errors, never crashes), on a table of
- * malformed headers (each error names the tensor or the problem), and through a real file; plus the
- * FP32 conversion of F16 / BF16 tensors. Writes its files in the working directory. Exit 0 = pass. */
+ * malformed headers (each error names the tensor or the problem), on a header of 200,000 tensors (with
+ * and without a duplicate name), and through a real file; plus the FP32 conversion of F16 / BF16
+ * tensors. Writes its files in the working directory. Exit 0 = pass. */
 #include "check.h"
 #include "core/half.h"
 #include "hf/checkpoint.h"
@@ -169,9 +170,38 @@ static void test_file(void) {
     free(img);
 }
 
+/* A header of 200,000 empty tensors loads, and the same with its last name repeated is refused
+ * naming it: names are checked for duplicates by sorting (a check per entry against all earlier ones
+ * took 2e10 comparisons here, and a 100 MB header could hold 1.8 million entries). */
+static void test_many_tensors(void) {
+    enum { N = 200000 };
+    const char *entry = "\"t%06d\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]},";
+    size_t cap = (size_t)N * 64 + 64, len;
+    char *hdr = malloc(cap);
+    size_t n = (size_t)snprintf(hdr, cap, "{"), last = 0;
+    for (int i = 0; i < N; i++) {
+        last = n;
+        n += (size_t)snprintf(hdr + n, cap - n, entry, i);
+    }
+    snprintf(hdr + n - 1, cap - n + 1, "}");
+    unsigned char *img = image(hdr, NULL, 0, &len);
+    kiln_safetensors st;
+    CHECK_OK(kiln_safetensors_parse(img, len, "many", &st));
+    CHECK(st.n_tensors == N && kiln_safetensors_find(&st, "t199999") == &st.tensors[N - 1]);
+    kiln_safetensors_close(&st);
+    free(img);
+    memcpy(hdr + last + 2, "000007", 6); /* the last entry's name becomes a second "t000007" */
+    img = image(hdr, NULL, 0, &len);
+    CHECK(kiln_safetensors_parse(img, len, "many", &st) == KILN_ERR_PARSE &&
+          strstr(kiln_last_error(), "tensor 't000007' appears twice"));
+    free(img);
+    free(hdr);
+}
+
 int main(void) {
     test_good();
     test_bad_headers();
+    test_many_tensors();
     test_file();
     return checks_report("test_safetensors");
 }

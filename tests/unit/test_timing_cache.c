@@ -151,7 +151,7 @@ static void test_atomic_update(const char *path, const char *dir) {
     REQUIRE_OK(kiln_timing_cache_save(&c, path));
     kiln_timing_cache_free(&c);
     char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    snprintf(tmp, sizeof tmp, "%s.kiln.tmp%d", path, (int)getpid());
     CHECK(access(tmp, F_OK) != 0);
     REQUIRE_OK(kiln_timing_cache_load(&c, path));
     CHECK(c.n == 4 && same_tactic(kiln_timing_cache_find(&c, ENV_B LAYER_CONV), &t));
@@ -168,7 +168,7 @@ static void test_atomic_update(const char *path, const char *dir) {
 }
 
 /* An engine written with tactics on two nodes reads them back; one without reads back none; a tactic
- * of an unknown kind is refused. */
+ * of an unknown kind is refused; an engine of two profiles keeps a tactic set for each. */
 static void test_engine_tactics(const char *repo, const char *dir) {
     char model[4200], path[4200];
     snprintf(model, sizeof model, "%s/models/sample_cnn.onnx", repo);
@@ -194,10 +194,10 @@ static void test_engine_tactics(const char *repo, const char *dir) {
 
     size_t size;
     unsigned char *img = read_all(path, &size);
-    /* the last record's kind: the graph section ends with it (kind at record byte 4, blob last) */
+    /* the last record's kind: the graph section ends with it (kind at record byte 8, blob last) */
     kiln_engine_meta m2;
     uint64_t gend = KILN_ENGINE_HEADER_SIZE + kiln_le64(img + KILN_EH_SECTIONS + KILN_ES_BYTES);
-    size_t kind_at = (size_t)gend - KILN_TACTIC_RECORD_BYTES + 4;
+    size_t kind_at = (size_t)gend - KILN_TACTIC_RECORD_BYTES + 8;
     CHECK(kiln_le32(img + kind_at) == KILN_TACTIC_CUBLASLT);
     kiln_put_le32(img + kind_at, 7);
     kiln_engine_reseal(img, size);
@@ -212,6 +212,24 @@ static void test_engine_tactics(const char *repo, const char *dir) {
     REQUIRE_OK(kiln_engine_file_read(path, NULL, &r, &rm));
     CHECK(rm.tactics == NULL);
     kiln_graph_free(r);
+
+    /* two profiles (the input unconstrained in both), a tactic set each: node 0 in profile 1 only */
+    kiln_profile_range ranges[2];
+    memset(ranges, 0, sizeof ranges);
+    ranges[0].ndim = ranges[1].ndim = -1;
+    CHECK(g->ninputs == 1);
+    meta.nprofiles = 2;
+    meta.profiles = ranges;
+    kiln_tactic *t2 = calloc(2 * (size_t)g->nnodes, sizeof *t2);
+    t2[g->nnodes - 1] = make_tactic(KILN_TACTIC_CUBLASLT, 23, 0.01f, 2);
+    t2[g->nnodes] = make_tactic(KILN_TACTIC_CUDNN, 6, 0.5f, 3);
+    meta.tactics = t2;
+    REQUIRE_OK(kiln_engine_file_write(g, &meta, path));
+    REQUIRE_OK(kiln_engine_file_read(path, NULL, &r, &rm));
+    CHECK(rm.nprofiles == 2 && rm.tactics != NULL);
+    for (int i = 0; rm.tactics && i < 2 * g->nnodes; i++) CHECK(same_tactic(&rm.tactics[i], &t2[i]));
+    kiln_graph_free(r);
+    free(t2);
     unlink(path);
     free(t);
     kiln_graph_free(g);

@@ -166,6 +166,35 @@ static void test_bad(void) {
     check_bad("\"version\"", "\"version\" \"", KILN_ERR_PARSE, "invalid JSON");
 }
 
+/* Writes DIR/hole.json: GOOD with its added token moved from id 7 to 11 (so that no token has id 7 or
+ * 10) and a TemplateProcessing post-processor whose one special token "<s>" has id template_id. */
+static void write_template_variant(int template_id) {
+    const char *added = strstr(GOOD, "\"id\": 7"), *post = strstr(GOOD, "\"post_processor\": null");
+    CHECK(added && post && added < post);
+    if (!added || !post) return;
+    char buf[sizeof GOOD + 512];
+    snprintf(buf, sizeof buf,
+             "%.*s\"id\": 11%.*s\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": "
+             "{\"id\": \"<s>\"}}, {\"Sequence\": {\"id\": \"A\"}}], \"special_tokens\": {\"<s>\": {\"ids\": [%d]}}}%s",
+             (int)(added - GOOD), GOOD, (int)(post - added - 7), added + 7, template_id,
+             post + strlen("\"post_processor\": null"));
+    write_file(DIR "/hole.json", buf, strlen(buf));
+}
+
+/* A template naming an id inside the id range that no token has is refused: encode would hand the
+ * id out and decode refuse it (found by fuzz/fuzz_tokenizer.c). The moved token itself is fine. */
+static void test_template_names_a_hole(void) {
+    kiln_tokenizer *tok = NULL;
+    write_template_variant(7);
+    CHECK(kiln_tokenizer_load(DIR "/hole.json", &tok) == KILN_ERR_PARSE && tok == NULL);
+    CHECK(strstr(kiln_last_error(), "post_processor id 7 names no token") != NULL);
+    kiln_tokenizer_free(tok);
+    write_template_variant(11);
+    CHECK(kiln_tokenizer_load(DIR "/hole.json", &tok) == KILN_OK);
+    if (tok) check_encode(tok, "abc", true, (const int32_t[]){11, 5}, 2);
+    kiln_tokenizer_free(tok);
+}
+
 /* Every truncation fails cleanly; every byte replaced by another loads or fails, never crashes, and a
  * tokenizer that loads still encodes and decodes. */
 static void test_truncations_and_flips(void) {
@@ -205,6 +234,7 @@ int main(void) {
     test_good();
     test_config();
     test_bad();
+    test_template_names_a_hole();
     test_truncations_and_flips();
     return checks_report("test_tokenizer");
 }

@@ -9,6 +9,7 @@
 
 #include "backends/cpu/elementwise_vmath.h"
 #include "core/status.h"
+#include "ir/fused_ops.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -221,7 +222,8 @@ static NN_EXEC(attention_f32) {
     int64_t rep = kiln_attr_int(n, "kv_repeat", 1);
     float scale = kiln_attr_float(n, "scale", 1.0f), fill = kiln_attr_float(n, "mask_fill", -INFINITY);
     bool causal = kiln_attr_int(n, "causal", 0) != 0;
-    if (rep < 1) return kiln_error(KILN_ERR_SHAPE, "Attention: kv_repeat must be >= 1, is %lld", (long long)rep);
+    if (rep < 1 || rep > KILN_MAX_KV_REPEAT)
+        return kiln_error(KILN_ERR_SHAPE, "Attention: kv_repeat must be from 1 to %d, is %lld", KILN_MAX_KV_REPEAT, (long long)rep);
     attn_geometry g;
     memset(&g, 0, sizeof g);
     KILN_TRY(layout == 0 ? geometry_matrices(n, q, k, v, m, rep, &g) : geometry_sequence_first(layout, q, k, v, rep, &g));

@@ -2,9 +2,11 @@
  * spatial dims, groups, strides, dilations and pads. The general path is im2col (resp. col2im)
  * around OpenBLAS sgemm, done in chunks of output (resp. input) lines so the column buffer stays
  * bounded; 1x1 stride-1 unpadded Conv multiplies the input in place, and depthwise 1-D/2-D Conv
- * runs a direct loop. A "line" is one position over all spatial dims but the last. */
+ * runs a direct loop; 2-D Conv goes to the threaded kernels of conv2d.c. A "line" is one position over all spatial dims but the last. */
 #include "backends/cpu/nn_kernels.h"
 
+#include "backends/cpu/conv2d.h"
+#include "core/ckd.h"
 #include "core/status.h"
 #include "ir/nn_window.h"
 
@@ -148,6 +150,11 @@ static void add_bias(float *y, const float *bias, int64_t batch, int64_t channel
         }
 }
 
+/* The error for sizes beyond what the im2col/col2im path indexes (or beyond 64 bits). */
+static kiln_status too_large(const kiln_node *n) {
+    return kiln_error(KILN_ERR_UNSUPPORTED, "%s: a spatial plane or kernel matrix above 2^31 elements", n->op_type);
+}
+
 /* Checks X [N, C, ...], W and the optional bias, parses the window and fills the geometry that
  * Conv (transpose = false) or ConvTranspose computes; *out_channels and the output dims in odims. */
 static kiln_status conv_setup(const kiln_node *n, kiln_tensor *const *in, int nin, bool transpose, conv_geom *g,
@@ -169,9 +176,10 @@ static kiln_status conv_setup(const kiln_node *n, kiln_tensor *const *in, int ni
         if (w->dims[0] != C)
             return kiln_error(KILN_ERR_SHAPE, "ConvTranspose: weight dim 0 is %lld, input has %lld channels",
                               (long long)w->dims[0], (long long)C);
-        *out_channels = w->dims[1] * *group;
+        if (!kiln_mul_i64_ok(w->dims[1], *group, out_channels)) return too_large(n);
     } else {
-        if (w->dims[1] * *group != C || w->dims[0] % *group)
+        int64_t wc;
+        if (!kiln_mul_i64_ok(w->dims[1], *group, &wc) || wc != C || w->dims[0] % *group)
             return kiln_error(KILN_ERR_SHAPE, "Conv: weights [%lld, %lld, ...] do not fit %lld input channels in %lld groups",
                               (long long)w->dims[0], (long long)w->dims[1], (long long)C, (long long)*group);
         *out_channels = w->dims[0];
@@ -191,13 +199,14 @@ static kiln_status conv_setup(const kiln_node *n, kiln_tensor *const *in, int ni
         g->d[i] = win.dilation[i];
         if (transpose) KILN_TRY(kiln_window_out_transpose(&win, i, g->in[i], &g->out[i], &g->pb[i]));
         else KILN_TRY(kiln_window_out(&win, i, g->in[i], &g->out[i], &g->pb[i], &pe));
-        g->in_size *= g->in[i];
-        g->out_size *= g->out[i];
-        g->k_size *= g->k[i];
+        if (!kiln_mul_i64_ok(g->in_size, g->in[i], &g->in_size) || !kiln_mul_i64_ok(g->out_size, g->out[i], &g->out_size) ||
+            !kiln_mul_i64_ok(g->k_size, g->k[i], &g->k_size))
+            return too_large(n);
     }
-    if (g->in_size > INT32_MAX || g->out_size > INT32_MAX || C * g->k_size > INT32_MAX ||
-        *out_channels * g->k_size > INT32_MAX)
-        return kiln_error(KILN_ERR_UNSUPPORTED, "%s: a spatial plane or kernel matrix above 2^31 elements", n->op_type);
+    int64_t in_rows, out_rows;
+    if (g->in_size > INT32_MAX || g->out_size > INT32_MAX || !kiln_mul_i64_ok(C, g->k_size, &in_rows) ||
+        !kiln_mul_i64_ok(*out_channels, g->k_size, &out_rows) || in_rows > INT32_MAX || out_rows > INT32_MAX)
+        return too_large(n);
     odims[0] = x->dims[0];
     odims[1] = *out_channels;
     memcpy(odims + 2, g->out, (size_t)nsp * sizeof *odims);
@@ -215,6 +224,11 @@ static NN_EXEC(conv_f32) {
     const float *xd = x->data, *wd = w->data;
     float *yd = out[0]->data;
     if (N * M * g.out_size == 0) return KILN_OK;
+    if (g.nsp == 2) { /* the fast 2-D kernels (conv2d.c) */
+        kiln_conv2d c2 = {N, C, g.in[0], g.in[1], M, g.out[0], g.out[1], g.k[0], g.k[1], group,
+                          g.s[0], g.s[1], g.d[0], g.d[1], g.pb[0], g.pb[1]};
+        return kiln_conv2d_run(&c2, xd, wd, b ? b->data : NULL, NULL, NULL, yd);
+    }
     bool pointwise = true;
     for (int i = 0; i < g.nsp; i++)
         pointwise = pointwise && g.k[i] == 1 && g.s[i] == 1 && g.pb[i] == 0 && g.out[i] == g.in[i];

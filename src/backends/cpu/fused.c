@@ -1,11 +1,14 @@
 /* fused.c — the CPU fused family's kernel table, and FusedConv / FusedGemm / FusedMatMul: the
  * existing Conv, Gemm and MatMul kernels compute the product, then the epilogue (bias, residual,
- * activation) runs in place over the output; a channels-last FusedConv runs the same Conv on
+ * activation) runs in place over the output (a channels-first 2-D FusedConv runs conv2d.c, which
+ * applies it inside each part of the convolution); a channels-last FusedConv runs the same Conv on
  * channels-first copies of its tensors, and FusedPool the ONNX pool's kernel the same way. float32; float16/bfloat16 through float32. The
  * activations use the same vector math as the standalone ops, so a fused node matches the nodes it
  * replaced to rounding. */
 #include "backends/cpu/fused_kernels.h"
 
+#include "backends/cpu/conv2d.h"
+#include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/elementwise_vmath.h"
 #include "core/status.h"
 #include "ir/fused_ops.h"
@@ -39,7 +42,9 @@ static inline ew_v4f vclamp(ew_v4f v, float lo, float hi) {
 
 static inline ew_v4f vsilu(ew_v4f x) { return x * ew_vsigmoid(x); }
 
-/* y[i] = act(y[i]) for i in [0, n), with the formulas of the standalone ops. */
+/* y[i] = act(y[i]) for i in [0, n): kiln_cpu_activation_apply's body, in AVX2+FMA and baseline
+ * clones (a static function: Clang 14 emits no clone dispatcher for an external one). */
+KILN_SIMD_CLONES
 static void apply_activation(float *y, int64_t n, const kiln_act *a) {
     const float p0 = a->p0, p1 = a->p1;
     const ew_v4f zero = {0};
@@ -58,6 +63,8 @@ static void apply_activation(float *y, int64_t n, const kiln_act *a) {
     case KILN_ACT_COUNT: break;
     }
 }
+
+void kiln_cpu_activation_apply(float *y, int64_t n, const kiln_act *a) { apply_activation(y, n, a); }
 
 /* y[i] += x[i] for i in [0, n) on 4-lane vectors. */
 static void add_into(float *y, const float *x, int64_t n) {
@@ -96,7 +103,7 @@ static kiln_status epilogue(const kiln_node *n, kiln_tensor *y, const kiln_tenso
         }
         add_into(yd, z->data, count);
     }
-    apply_activation(yd, count, &act);
+    kiln_cpu_activation_apply(yd, count, &act);
     return KILN_OK;
 }
 
@@ -148,10 +155,31 @@ static kiln_status conv_channels_last(const kiln_node *n, kiln_tensor *const *in
     return st;
 }
 
+/* Channels-first FusedConv on 4-D float32 tensors: conv2d.c with the epilogue fused into its parts. */
+static kiln_status conv2d_fused(const kiln_node *n, kiln_tensor *const *in, int nin, kiln_tensor *y) {
+    const kiln_tensor *x = in[0], *w = in[1], *b = opt_input(in, nin, 2), *z = opt_input(in, nin, 3);
+    for (int i = 0; i < nin && i < 4; i++)
+        if (in[i]) KILN_TRY(nn_require_f32(n, in[i], i));
+    kiln_conv2d g;
+    kiln_act act;
+    KILN_TRY(kiln_conv2d_geometry(n, x, w, b, &g));
+    KILN_TRY(kiln_fused_activation(n, &act));
+    int64_t dims[4] = {g.N, g.M, g.OH, g.OW};
+    if (z && (z->ndim != 4 || memcmp(z->dims, dims, sizeof dims))) {
+        char a[96], c[96];
+        return kiln_error(KILN_ERR_SHAPE, "%s: the residual is %s but the output is %s", n->op_type,
+                          kiln_shape_str(a, sizeof a, z->ndim, z->dims), kiln_shape_str(c, sizeof c, 4, dims));
+    }
+    KILN_TRY(kiln_tensor_alloc_uninit(y, KILN_F32, 4, dims)); /* conv2d writes every element */
+    return kiln_conv2d_run(&g, x->data, w->data, b ? b->data : NULL, z ? z->data : NULL, &act, y->data);
+}
+
 static NN_EXEC(fused_conv) {
     int64_t cl = kiln_attr_int(n, "channels_last", 0);
     if (cl != 0 && cl != 1)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: channels_last must be 0 or 1, is %lld", n->op_type, (long long)cl);
+    KILN_TRY(nn_require_inputs(n, in, nin, 2));
+    if (!cl && in[0]->ndim == 4 && in[1]->ndim == 4) return conv2d_fused(n, in, nin, out[0]);
     if (cl) KILN_TRY(conv_channels_last(n, in, nin, out[0]));
     else KILN_TRY(kiln_cpu_conv(n, in, nin > 3 ? 3 : nin, out, 1));
     return epilogue(n, out[0], NULL, opt_input(in, nin, 3));

@@ -5,6 +5,10 @@
 #define KILN_CPU_FUSED_KERNELS_H
 
 #include "backends/cpu/nn_kernels.h"
+#include "ir/fused_ops.h"
+
+/* fused.c: y[i] = act(y[i]) for i in [0, n), with the formulas of the standalone ops (in place). */
+void kiln_cpu_activation_apply(float *y, int64_t n, const kiln_act *a);
 
 /* attention.c */
 NN_EXEC(kiln_cpu_attention);

@@ -1,9 +1,10 @@
-/* gemm.c — CPU Gemm and MatMul. float32 and float64 go through OpenBLAS (sgemm / dgemm; MatMul
- * batches that share one right operand become a single product), integer types through a plain
+/* gemm.c — CPU Gemm and MatMul. float32 goes through kiln_cpu_sgemm (cpu_gemm.h), float64 through
+ * OpenBLAS dgemm (MatMul batches that share one right operand become a single product), integer types through a plain
  * loop that wraps like numpy (accumulated modulo 2^64, then narrowed), float16/bfloat16 through
  * float32. */
 #include "backends/cpu/nn_kernels.h"
 
+#include "backends/cpu/cpu_gemm.h"
 #include "core/status.h"
 
 #include <cblas.h>
@@ -85,7 +86,7 @@ static void blas_mm(kiln_dtype t, bool ta, bool tb, int64_t m, int64_t n, int64_
     int lda = (int)(ta ? m : k), ldb = (int)(tb ? k : n);
     CBLAS_TRANSPOSE at = ta ? CblasTrans : CblasNoTrans, bt = tb ? CblasTrans : CblasNoTrans;
     if (t == KILN_F32)
-        cblas_sgemm(CblasRowMajor, at, bt, (int)m, (int)n, (int)k, (float)alpha, a, lda, b, ldb, (float)beta, y, (int)n);
+        kiln_cpu_sgemm(ta, tb, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, y, n);
     else
         cblas_dgemm(CblasRowMajor, at, bt, (int)m, (int)n, (int)k, alpha, a, lda, b, ldb, beta, y, (int)n);
 }

@@ -55,7 +55,7 @@ kiln_status kiln_cpu_shape_slice(const kiln_node *n, kiln_tensor *const *in, int
     int64_t base = 0;
     for (int i = 0; i < x->ndim; i++) {
         base += first[i] * is[i];
-        ss[i] = is[i] * step[i];
+        ss[i] = od[i] > 1 ? is[i] * step[i] : 0; /* od > 1 bounds |step| by the dim; a huge step takes one element */
     }
     kiln_cpu_copy_strided(es, x->ndim, od, (const char *)x->data + base * (int64_t)es, ss, out[0]->data, ds);
     return KILN_OK;

@@ -6,6 +6,7 @@
  * destination, so a Transpose that keeps an inner block together or an Expand of a row copies whole
  * runs with memcpy; a plain 2-D transpose is tiled for the cache. */
 #include "backends/cpu/shape_util.h"
+#include "core/ckd.h"
 
 #include <stdlib.h>
 
@@ -121,6 +122,11 @@ kiln_status kiln_cpu_shape_transpose(const kiln_node *n, kiln_tensor *const *in,
     return KILN_OK;
 }
 
+/* The error for a blocksize whose output dims do not fit 64 bits. */
+static kiln_status depth_space_too_large(const kiln_node *n, int64_t b) {
+    return kiln_error(KILN_ERR_SHAPE, "%s: blocksize %lld makes the output's dims overflow", n->op_type, (long long)b);
+}
+
 /* DepthToSpace and SpaceToDepth as a 6-D transpose of a reshaped view. */
 kiln_status kiln_cpu_shape_depth_space(const kiln_node *n, kiln_tensor *const *in, int nin, kiln_tensor *const *out, int nout) {
     const kiln_tensor *x = in[0];
@@ -131,7 +137,8 @@ kiln_status kiln_cpu_shape_depth_space(const kiln_node *n, kiln_tensor *const *i
     bool crd = !strcmp(mode, "CRD");
     if (!crd && strcmp(mode, "DCR"))
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: mode must be DCR or CRD, got '%s'", n->op_type, mode);
-    if (b <= 0) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: blocksize must be positive", n->op_type);
+    if (b <= 0 || b > INT32_MAX) /* so that b * b fits */
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: blocksize %lld is outside 1..2^31-1", n->op_type, (long long)b);
     if (x->ndim != 4) return kiln_error(KILN_ERR_SHAPE, "%s: input must have rank 4, got %d", n->op_type, x->ndim);
     int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3], view[6], od[4];
     int perm[6];
@@ -144,7 +151,8 @@ kiln_status kiln_cpu_shape_depth_space(const kiln_node *n, kiln_tensor *const *i
         int p_dcr[6] = {0, 3, 4, 1, 5, 2}, p_crd[6] = {0, 1, 4, 2, 5, 3};
         memcpy(view, crd ? v_crd : v_dcr, sizeof view);
         memcpy(perm, crd ? p_crd : p_dcr, sizeof perm);
-        od[0] = N, od[1] = c, od[2] = H * b, od[3] = W * b;
+        od[0] = N, od[1] = c;
+        if (!kiln_mul_i64_ok(H, b, &od[2]) || !kiln_mul_i64_ok(W, b, &od[3])) return depth_space_too_large(n, b);
     } else {
         if (H % b || W % b)
             return kiln_error(KILN_ERR_SHAPE, "SpaceToDepth: spatial dims %lldx%lld not divisible by blocksize %lld",
@@ -153,7 +161,8 @@ kiln_status kiln_cpu_shape_depth_space(const kiln_node *n, kiln_tensor *const *i
         int p_dcr[6] = {0, 3, 5, 1, 2, 4}, p_crd[6] = {0, 1, 3, 5, 2, 4};
         memcpy(view, v, sizeof view);
         memcpy(perm, crd ? p_crd : p_dcr, sizeof perm);
-        od[0] = N, od[1] = C * b * b, od[2] = H / b, od[3] = W / b;
+        od[0] = N, od[2] = H / b, od[3] = W / b;
+        if (!kiln_mul_i64_ok(C, b * b, &od[1])) return depth_space_too_large(n, b);
     }
     KILN_TRY(kiln_tensor_alloc(out[0], x->dtype, 4, od));
     if (out[0]->nbytes) kiln_cpu_transpose(kiln_dtype_size(x->dtype), 6, view, perm, x->data, out[0]->data);

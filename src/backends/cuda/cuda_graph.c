@@ -22,13 +22,7 @@
 #include "core/log.h"
 #include "core/status.h"
 
-#include <pthread.h>
 #include <string.h>
-
-static pthread_mutex_t setup_lock = PTHREAD_MUTEX_INITIALIZER;
-
-void kiln_cuda_setup_lock(void) { pthread_mutex_lock(&setup_lock); }
-void kiln_cuda_setup_unlock(void) { pthread_mutex_unlock(&setup_lock); }
 
 /* The kernel's view of value v (v < 0: absent). */
 static void fill_tensor(const kiln_backend_context *c, const kiln_cuda_plan *p, int v, kiln_cuda_tensor *t) {
@@ -69,7 +63,8 @@ static kiln_status run_node(kiln_backend_context *c, const kiln_cuda_plan *p, in
     kiln_cuda_tensor *in = c->args, *out = c->args + be->max_args;
     for (int k = 0; k < n->ninputs; k++) fill_tensor(c, p, n->inputs[k], &in[k]);
     for (int k = 0; k < n->noutputs; k++) fill_tensor(c, p, n->outputs[k], &out[k]);
-    c->kc.tactic = be->tactics && be->tactics[i].kind != KILN_TACTIC_HEURISTIC ? &be->tactics[i] : NULL;
+    const kiln_tactic *t = be->tactics ? &be->tactics[(size_t)p->profile * (size_t)be->g->nnodes + (size_t)i] : NULL;
+    c->kc.tactic = t && t->kind != KILN_TACTIC_HEURISTIC ? t : NULL;
     c->kc.tactic_warned = be->tactic_warned ? &be->tactic_warned[i] : NULL;
     c->kc.state = &c->node_state[i];
     kiln_status s = be->kernels[i]->exec(n, in, n->ninputs, out, n->noutputs, &c->kc);
@@ -120,12 +115,6 @@ static kiln_status enqueue_plan(kiln_backend_context *c, const kiln_cuda_plan *p
     }
     if (sync_each) KILN_TRY(sync_checked(c, "casting the outputs"));
     return KILN_OK;
-}
-
-void kiln_cuda_plan_drop_graph(kiln_cuda_plan *p) {
-    if (p->exec) cudaGraphExecDestroy(p->exec);
-    p->exec = NULL;
-    p->exec_arena = NULL;
 }
 
 /* Captures the plan into p->exec. KILN_OK also when capturing is impossible (p->no_graph is set then

@@ -22,8 +22,8 @@
 
 #define KILN_CUDA_ALIGN 256                      /* every device buffer starts on this boundary */
 #define KILN_CUDA_MAX_PLANS 16                   /* shape plans cached per context (LRU) */
-/* Workspace per context (and for the tuner): cuDNN's fast convolution algorithms at batch 256 need
- * more than 64 MiB; KILN_CUDA_WORKSPACE_MB overrides (kiln_cuda_workspace_bytes). */
+/* Workspace per context (and for the tuner) by default: cuDNN's fast convolution algorithms at batch
+ * 256 need more than 64 MiB; kiln_build_options.cuda_workspace_mb overrides (be->workspace_bytes). */
 #define KILN_CUDA_WORKSPACE_BYTES ((size_t)256 << 20)
 #define KILN_CUDA_HOST_SMALL 4096                /* host-evaluated outputs up to this many elements */
 
@@ -58,6 +58,8 @@ struct kiln_backend_engine {
     bool *view_node;                    /* [nnodes]: a view node (Reshape...) whose output aliases its
                                          * input: it runs nothing (cuda_engine.c find_views) */
     int n_view_nodes;
+    bool share_views;                   /* kiln_build_options.cuda_views not OFF: find_views runs */
+    size_t workspace_bytes;             /* of each context and of the tuner (cuda_workspace_mb) */
     void *const_mem;                    /* one device allocation holding every needed constant */
     void **const_dev;                   /* [nvalues]: device copy of a constant, or NULL */
     bool *const_typed;                  /* [nvalues]: a constant's dev_dtype came from a node precision */
@@ -68,8 +70,9 @@ struct kiln_backend_engine {
     size_t static_peak, static_naive;   /* activation arena: planned vs one buffer per value */
     size_t static_alias;                /* of static_naive, the bytes of view values (no storage) */
     size_t const_bytes;                 /* the device allocation holding the constants */
-    const kiln_tactic *tactics;         /* [nnodes] chosen at build time (meta->tactics), or NULL */
-    unsigned char *tactic_warned;       /* [nnodes]: a rejected tactic was reported (cuda_tuning.c) */
+    const kiln_tactic *tactics;         /* [profiles x nnodes] chosen at build time (meta->tactics), or NULL */
+    int tactic_sets;                    /* the sets in tactics: kiln_engine_tactic_sets(meta) */
+    unsigned char *tactic_warned;       /* [nnodes]: a rejected tactic was reported (cuda_tactics.c) */
     pthread_mutex_t mu;                 /* serializes shape resolution (it may allocate in the graph) */
 };
 
@@ -95,6 +98,7 @@ typedef struct kiln_cuda_plan {
     bool no_graph;               /* capture failed: run eagerly (after a second failure, always) */
     int capture_failures;        /* failed capture attempts (one retry: see cuda_graph.c) */
     bool has_device_work;        /* some node or boundary cast runs on the device */
+    int profile;                 /* the tactic set its nodes run with: the profile its shapes fall in */
     uint64_t runs, last_used;
 } kiln_cuda_plan;
 
@@ -107,8 +111,9 @@ struct kiln_backend_context {
     size_t pin_in_bytes, pin_out_bytes;
     kiln_cuda_plan *plans[KILN_CUDA_MAX_PLANS];
     int nplans;
+    int profile;                 /* the next run's profile (context_set_profile; 0 without profiles) */
     uint64_t tick;
-    bool use_graphs;             /* KILN_CUDA_GRAPHS=0 turns CUDA graphs off */
+    bool use_graphs;             /* kiln_context_options.cuda_graphs not OFF */
     bool no_transfers;           /* kiln_context_set_transfers(false): see backend.h */
     kiln_cuda_plan *last_plan;   /* the plan of the previous successful run */
     kiln_cuda_tensor *args;      /* [2 * max_args]: one node's inputs then outputs */
@@ -125,31 +130,37 @@ static inline size_t kiln_cuda_align(size_t n) { return (n + KILN_CUDA_ALIGN - 1
 
 /* cuda_engine.c — the host side of engine_create, without touching a device: places every node
  * (device or host), gives values their device dtypes (node_precision: the precision of each node, or
- * NULL for `precision` everywhere), computes liveness and, for static input shapes, the static plan. With require_kernels, fails listing every node the device cannot run; without,
- * such nodes stay device nodes with kernels[i] == NULL (for planning only: such an engine cannot run).
- * On success *out is owned by the caller (kiln_cuda_engine_free). */
+ * NULL for `precision` everywhere), lets view nodes share their input's storage when share_views,
+ * computes liveness and, for static input shapes, the static plan. With require_kernels, fails
+ * listing every node the device cannot run; without, such nodes stay device nodes with
+ * kernels[i] == NULL (for planning only: such an engine cannot run). On success *out is owned by the
+ * caller (kiln_cuda_engine_free). */
 kiln_status kiln_cuda_engine_prepare(const kiln_graph *g, kiln_precision precision, const uint8_t *node_precision,
-                                     bool require_kernels, kiln_backend_engine **out);
+                                     bool require_kernels, bool share_views, kiln_backend_engine **out);
 /* cuda_engine.c — the backend's engine_create / engine_free / describe. */
-kiln_status kiln_cuda_engine_create(const kiln_graph *g, const kiln_engine_meta *meta, kiln_backend_engine **out);
+kiln_status kiln_cuda_engine_create(const kiln_graph *g, const kiln_engine_meta *meta, const kiln_build_options *opts,
+                                    kiln_backend_engine **out);
 void kiln_cuda_engine_free(kiln_backend_engine *be);
 void kiln_cuda_engine_describe(const kiln_backend_engine *be, FILE *f);
 /* cuda_engine.c — host-side conversion of n elements between the float types F32/F64/F16/BF16 (same
  * type: a copy). Other pairs must be equal types. */
 void kiln_cuda_host_convert(const void *src, kiln_dtype st, void *dst, kiln_dtype dt, int64_t n);
 
-/* cuda_runtime.c — the workspace bytes of a context or the tuner: KILN_CUDA_WORKSPACE_MB (1..65536)
- * when set, else KILN_CUDA_WORKSPACE_BYTES. */
-size_t kiln_cuda_workspace_bytes(void);
 /* cuda_runtime.c — the bytes of zeros a context (or the tuner) keeps for be's nodes (kc.zero): a
  * bias of the most output channels of any kiln.FusedConv, in float32, at least 64 KiB. */
 size_t kiln_cuda_zero_bytes(const kiln_backend_engine *be);
 
+/* cuda_weights.c — the backend's store_weights hook (backend.h): the float constants that only the
+ * device reads, of at least 1024 elements, converted in g to the dtype the device keeps them in. */
+kiln_status kiln_cuda_store_weights(kiln_graph *g, const kiln_engine_meta *meta);
+
 /* cuda_tuning.c — the backend's tune hook (backend.h): times the candidate tactics of every MatMul,
  * Gemm and Conv at the engine's shapes, records the winners in tactics[] and points be->tactics at
- * them. Describes a tactic for inspect ("cublasLt algo 23 (tuned, 1.18x vs heuristic)") into buf. */
+ * them. */
 kiln_status kiln_cuda_tune(kiln_backend_engine *be, const kiln_engine_meta *meta, const kiln_build_options *opts,
                            kiln_tactic *tactics, kiln_tuning_stats *stats);
+/* cuda_tactics.c — describes a tactic for inspect ("cublasLt algo 23 (tuned, 1.18x vs heuristic)")
+ * into buf. */
 void kiln_cuda_tactic_str(const kiln_tactic *t, char *buf, size_t cap);
 
 /* cuda_shapes.c — resolves the concrete shape of every value for the given input shapes (inputs[k]
@@ -180,12 +191,14 @@ kiln_status kiln_cuda_plan_create(kiln_backend_engine *be, const kiln_tensor *in
 size_t kiln_cuda_shape_value_bytes(const kiln_backend_engine *be, const kiln_tensor *inputs, int k);
 /* Frees the plan's host memory, its CUDA graph and its device copies of host values. Accepts NULL. */
 void kiln_cuda_plan_free(const kiln_backend_engine *be, kiln_cuda_plan *p);
+/* Destroys p's CUDA graph (after the arena moved, or when the plan is freed). */
+void kiln_cuda_plan_drop_graph(kiln_cuda_plan *p);
 /* Elements of value v under plan p (0 for none; plans only hold sizes that passed the overflow check). */
 int64_t kiln_cuda_value_numel(const kiln_cuda_plan *p, int v);
 /* Bytes of value v on the device under plan p (0 when it has no elements). */
 size_t kiln_cuda_value_bytes(const kiln_backend_engine *be, const kiln_cuda_plan *p, int v);
 
-/* cuda_graph.c — the process-wide setup lock. A CUDA graph capture must not overlap a call from
+/* cuda_setup_lock.c — the process-wide setup lock. A CUDA graph capture must not overlap a call from
  * another thread that may synchronize the device or change its memory map (cudaMalloc, cudaFree,
  * cudaMallocHost, cudaFreeHost, library handles made or destroyed, library kernels loaded lazily by a
  * first run): under the relaxed capture mode such a call breaks the capture. Captures, plans' first
@@ -199,8 +212,6 @@ void kiln_cuda_setup_unlock(void);
  * name the node); later runs replay a CUDA graph captured on the second run (unless disabled or the
  * capture failed, then eagerly without per-node synchronization). Uploads/downloads are the caller's. */
 kiln_status kiln_cuda_plan_execute(kiln_backend_context *c, kiln_cuda_plan *p);
-/* Destroys p's CUDA graph (after the arena moved, or when the plan is freed). */
-void kiln_cuda_plan_drop_graph(kiln_cuda_plan *p);
 
 /* cuda_timing.c — kiln bench's timing hooks (backend.h). Stage marks (0 before the upload, 1 after it,
  * 2 after the plan, 3 after the download) and node marks record CUDA events on the context's stream

@@ -103,6 +103,12 @@ static size_t declared_bytes(const kiln_graph *g, const kiln_cuda_plan *p, int v
     return n > 0 ? (size_t)n * kiln_dtype_size(g->values[v].dtype) : 0;
 }
 
+void kiln_cuda_plan_drop_graph(kiln_cuda_plan *p) {
+    if (p->exec) cudaGraphExecDestroy(p->exec);
+    p->exec = NULL;
+    p->exec_arena = NULL;
+}
+
 void kiln_cuda_plan_free(const kiln_backend_engine *be, kiln_cuda_plan *p) {
     if (!p) return;
     kiln_cuda_plan_drop_graph(p);

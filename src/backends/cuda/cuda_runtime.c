@@ -1,10 +1,10 @@
 /* cuda_runtime.c — the CUDA backend (target "cuda"): device description, execution contexts and runs.
  *
  * A context owns one non-blocking stream, a cuBLASLt and a cuDNN handle bound to it, a 256 MiB
- * workspace (KILN_CUDA_WORKSPACE_MB), a small zeroed buffer (absent conv biases), the per-node state of
- * the exec functions (cuda_kernels.h: cached cuDNN descriptors and algorithms), the activation arena
- * and pinned staging buffers, and a small LRU of shape plans (one per
- * distinct set of input shapes; cuda_memory.c). A run: find or make the plan (growing the arena and
+ * workspace (kiln_build_options.cuda_workspace_mb), a small zeroed buffer (absent conv biases), the
+ * per-node state of the exec functions (cuda_kernels.h: cached cuDNN descriptors and algorithms), the
+ * activation arena and pinned staging buffers, and a small LRU of shape plans (one per distinct set
+ * of input shapes; cuda_memory.c). A run: find or make the plan (growing the arena and
  * staging only when a new plan needs more, so a seen shape allocates nothing), copy the inputs into
  * pinned memory and upload them, execute the plan (cuda_graph.c: eagerly the first time, then as a
  * CUDA graph), download the outputs into pinned memory and wait. Contexts of one engine share its
@@ -41,18 +41,6 @@ static bool cuda_supports_precision(kiln_precision p) {
 }
 
 /* ---------------------------------------------------------------- contexts */
-
-size_t kiln_cuda_workspace_bytes(void) {
-    const char *env = getenv("KILN_CUDA_WORKSPACE_MB");
-    if (env && *env) {
-        char *end = NULL;
-        long mb = strtol(env, &end, 10);
-        if (end && !*end && mb >= 1 && mb <= 65536) return (size_t)mb << 20;
-        KILN_LOG(KILN_LOG_WARN, "cuda: KILN_CUDA_WORKSPACE_MB='%s' is not a number of MiB in 1..65536; using %zu MiB", env,
-                 KILN_CUDA_WORKSPACE_BYTES >> 20);
-    }
-    return KILN_CUDA_WORKSPACE_BYTES;
-}
 
 size_t kiln_cuda_zero_bytes(const kiln_backend_engine *be) {
     const kiln_graph *g = be->g;
@@ -104,7 +92,7 @@ static kiln_status init_context(kiln_backend_context *c) {
     KILN_CUBLAS_TRY(cublasLtCreate(&c->kc.lt));
     KILN_CUDNN_TRY(cudnnCreate(&c->kc.dnn));
     KILN_CUDNN_TRY(cudnnSetStream(c->kc.dnn, c->kc.stream));
-    size_t ws = kiln_cuda_workspace_bytes(), zb = kiln_cuda_zero_bytes(be);
+    size_t ws = be->workspace_bytes, zb = kiln_cuda_zero_bytes(be);
     KILN_CUDA_TRY(cudaMalloc(&c->kc.workspace, ws));
     c->kc.workspace_bytes = ws;
     KILN_CUDA_TRY(cudaMalloc(&c->zero, zb));
@@ -114,15 +102,15 @@ static kiln_status init_context(kiln_backend_context *c) {
     c->kc.sm_count = be->sm_count;
     c->kc.cc_major = be->cc_major;
     c->kc.cc_minor = be->cc_minor;
-    const char *env = getenv("KILN_CUDA_GRAPHS");
-    c->use_graphs = !(env && !strcmp(env, "0"));
     return KILN_OK;
 }
 
-static kiln_status cuda_context_create(kiln_backend_engine *be, kiln_backend_context **out) {
+static kiln_status cuda_context_create(kiln_backend_engine *be, const kiln_context_options *opts,
+                                       kiln_backend_context **out) {
     kiln_backend_context *c = calloc(1, sizeof *c);
     if (!c) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     c->be = be;
+    c->use_graphs = opts->cuda_graphs != KILN_SWITCH_OFF;
     c->args = calloc(2 * (size_t)be->max_args + 1, sizeof *c->args);
     c->node_state = calloc((size_t)be->g->nnodes + 1, sizeof *c->node_state);
     if (!c->args || !c->node_state) {
@@ -238,6 +226,7 @@ static kiln_status get_plan(kiln_backend_context *c, const kiln_tensor *inputs, 
         }
     kiln_cuda_plan *p;
     KILN_TRY(kiln_cuda_plan_create(be, inputs, &p));
+    p->profile = c->profile < be->tactic_sets ? c->profile : 0;
     kiln_cuda_setup_lock();
     kiln_status s = upload_host_values(c, p);
     if (s != KILN_OK) {
@@ -344,11 +333,14 @@ static void cuda_context_set_transfers(kiln_backend_context *c, bool enabled) { 
 
 static void cuda_context_set_graphs(kiln_backend_context *c, bool enabled) { c->use_graphs = enabled; }
 
+static void cuda_context_set_profile(kiln_backend_context *c, int profile) { c->profile = profile > 0 ? profile : 0; }
+
 const kiln_backend kiln_backend_cuda = {
     .name = "cuda",
     .device_name = cuda_device_name,
     .supports_precision = cuda_supports_precision,
     .engine_create = kiln_cuda_engine_create,
+    .store_weights = kiln_cuda_store_weights,
     .engine_free = kiln_cuda_engine_free,
     .context_create = cuda_context_create,
     .context_free = cuda_context_free,
@@ -356,6 +348,7 @@ const kiln_backend kiln_backend_cuda = {
     .describe = kiln_cuda_engine_describe,
     .context_set_transfers = cuda_context_set_transfers,
     .context_set_graphs = cuda_context_set_graphs,
+    .context_set_profile = cuda_context_set_profile,
     .context_set_timing = kiln_cuda_timing_set,
     .context_last_timing = kiln_cuda_last_timing,
     .tune = kiln_cuda_tune,

@@ -4,6 +4,7 @@
 #include "frontends/onnx/onnx_internal.h"
 
 #include "core/status.h"
+#include "engine/engine_format.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -51,6 +52,20 @@ kiln_status onnx_fail(onnx_ctx *c, kiln_status s, const char *fmt, ...) {
     return kiln_error(s, "%s: %s", c->file, msg);
 }
 
+kiln_status onnx_refuse_other_formats(onnx_ctx *c, const uint8_t *d, size_t size) {
+    if (size >= 8 && !memcmp(d, KILN_ENGINE_MAGIC, 8))
+        return onnx_fail(c, KILN_ERR_PARSE, "this is a kiln engine, not an ONNX model (run it with `kiln run`, describe "
+                         "it with `kiln inspect`)");
+    if (size >= 6 && !memcmp(d, "\x93NUMPY", 6))
+        return onnx_fail(c, KILN_ERR_PARSE, "this is a NumPy .npy array, not an ONNX model");
+    uint64_t header = 0; /* safetensors: u64 little-endian header size, then the JSON header */
+    for (int i = 7; size >= 10 && i >= 0; i--) header = header << 8 | d[i];
+    if (size >= 10 && d[8] == '{' && header >= 2 && header <= size - 8)
+        return onnx_fail(c, KILN_ERR_PARSE, "this is a safetensors file (weights without a graph), not an ONNX model; for "
+                         "a Hugging Face checkpoint, build its directory with `kiln build --hf DIR`");
+    return KILN_OK;
+}
+
 kiln_status onnx_prefix(onnx_ctx *c, kiln_status s) {
     if (c->wlen) return kiln_error_prefix(s, "%s: %s", c->file, c->where);
     return kiln_error_prefix(s, "%s", c->file);
@@ -81,12 +96,6 @@ kiln_status onnx_want(onnx_ctx *c, const kiln_pb_field *f, kiln_pb_wire w, const
 kiln_status onnx_next(onnx_ctx *c, kiln_pb *r, kiln_pb_field *f) {
     kiln_pb_err e = kiln_pb_next(r, f);
     return e ? onnx_pb_fail(c, e, r->p) : KILN_OK;
-}
-
-kiln_status onnx_check_message(onnx_ctx *c, kiln_pb msg) {
-    kiln_pb_field f;
-    while (!kiln_pb_done(&msg)) KILN_TRY(onnx_next(c, &msg, &f));
-    return KILN_OK;
 }
 
 onnx_str onnx_peek_string(kiln_pb msg, uint32_t number) {

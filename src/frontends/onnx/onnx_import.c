@@ -847,7 +847,8 @@ static kiln_status import_common(const char *label, const void *data, size_t siz
         }
     }
     onnx_ctx c = {.file = label, .base = data, .base_dir = base_dir, .root = g};
-    kiln_status s = import_model(&c, kiln_pb_make(data, size), g);
+    kiln_status s = onnx_refuse_other_formats(&c, data, size);
+    if (s == KILN_OK) s = import_model(&c, kiln_pb_make(data, size), g);
     onnx_ctx_release(&c);
     if (s != KILN_OK) {
         kiln_graph_free(g);

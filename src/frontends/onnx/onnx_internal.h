@@ -55,6 +55,9 @@ static inline void onnx_where_pop(onnx_ctx *c, size_t saved) {
 
 /* Sets the error "<file>: <where>: <message>" and returns s. */
 kiln_status onnx_fail(onnx_ctx *c, kiln_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Fails (KILN_ERR_PARSE, naming the format) when d starts like a file that is not ONNX but is given
+ * as one: a kiln engine, a NumPy array or a safetensors file; otherwise returns KILN_OK. */
+kiln_status onnx_refuse_other_formats(onnx_ctx *c, const uint8_t *d, size_t size);
 /* Prefixes the current error message (set by another module) with "<file>: <where>" and returns s. */
 kiln_status onnx_prefix(onnx_ctx *c, kiln_status s);
 /* A wire-format error at byte `at` of the buffer (KILN_ERR_PARSE). */
@@ -64,8 +67,6 @@ kiln_status onnx_want(onnx_ctx *c, const kiln_pb_field *f, kiln_pb_wire w, const
 
 /* Reads the next field of r, turning a wire error into a status. */
 kiln_status onnx_next(onnx_ctx *c, kiln_pb *r, kiln_pb_field *f);
-/* Validates the framing of every field of msg (so later passes over it cannot fail on the wire). */
-kiln_status onnx_check_message(onnx_ctx *c, kiln_pb msg);
 /* The last LEN value of field `number` in msg, stopping quietly at the first malformed byte (used
  * only to label error messages before the message is read for real). */
 onnx_str onnx_peek_string(kiln_pb msg, uint32_t number);

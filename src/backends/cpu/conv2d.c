@@ -1,0 +1,295 @@
+/* conv2d.c — kiln_conv2d_run (conv2d.h). Work is cut into tasks that the pool runs in contiguous
+ * ranges: one output plane per task for depthwise Conv, and a chunk of output positions of one
+ * image and group per task otherwise. A task's scratch (the padded input plane, or the im2col
+ * columns of its chunk) lives in a per-thread buffer that grows and is kept for the thread's life,
+ * so steady-state runs allocate nothing. Matrix products are single-threaded OpenBLAS calls inside
+ * the tasks (cpu_gemm.c switches OpenBLAS to one thread). */
+#include "backends/cpu/conv2d.h"
+
+#include "backends/cpu/cpu_gemm.h"
+#include "backends/cpu/cpu_simd.h"
+#include "backends/cpu/fused_kernels.h"
+#include "core/status.h"
+#include "core/threadpool.h"
+#include "ir/nn_window.h"
+
+#include <cblas.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Floats of im2col columns one task builds (512 KiB: half of a core's L2), unless that leaves
+ * fewer than 256 columns. */
+#define COL_BUDGET (INT64_C(1) << 17)
+
+kiln_status kiln_conv2d_geometry(const kiln_node *n, const kiln_tensor *x, const kiln_tensor *w, const kiln_tensor *b,
+                                 kiln_conv2d *g) {
+    if (x->ndim != 4 || w->ndim != 4)
+        return kiln_error(KILN_ERR_SHAPE, "%s: a 2-D convolution needs 4-D X and W (got ranks %d and %d)", n->op_type,
+                          x->ndim, w->ndim);
+    memset(g, 0, sizeof *g);
+    g->N = x->dims[0];
+    g->C = x->dims[1];
+    g->H = x->dims[2];
+    g->W = x->dims[3];
+    g->M = w->dims[0];
+    g->KH = w->dims[2];
+    g->KW = w->dims[3];
+    g->group = kiln_attr_int(n, "group", 1);
+    if (g->group < 1 || g->C % g->group || w->dims[1] * g->group != g->C || g->M % g->group)
+        return kiln_error(KILN_ERR_SHAPE, "%s: weights [%lld, %lld, ...] do not fit %lld input channels in %lld groups",
+                          n->op_type, (long long)w->dims[0], (long long)w->dims[1], (long long)g->C,
+                          (long long)g->group);
+    if (b && (b->ndim != 1 || b->dims[0] != g->M))
+        return kiln_error(KILN_ERR_SHAPE, "%s: bias must be [%lld]", n->op_type, (long long)g->M);
+    kiln_window win;
+    KILN_TRY(kiln_window_parse(n, 2, w->dims + 2, &win));
+    int64_t pe;
+    KILN_TRY(kiln_window_out(&win, 0, g->H, &g->OH, &g->ph, &pe));
+    KILN_TRY(kiln_window_out(&win, 1, g->W, &g->OW, &g->pw, &pe));
+    g->sh = win.stride[0];
+    g->sw = win.stride[1];
+    g->dh = win.dilation[0];
+    g->dw = win.dilation[1];
+    int64_t lim = INT32_MAX, taps = g->KH * g->KW > 0 ? g->KH * g->KW : 1;
+    if (g->H > lim / (g->W ? g->W : 1) || g->OH > lim / (g->OW ? g->OW : 1) || g->KH > lim / (g->KW ? g->KW : 1) ||
+        g->C > lim / taps || g->M > lim / taps)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s: a spatial plane or kernel matrix above 2^31 elements", n->op_type);
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ per-thread scratch */
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+typedef struct scratch {
+    size_t cap;
+    float data[];
+} scratch;
+static void scratch_key_make(void) { pthread_key_create(&g_scratch_key, free); }
+
+/* This thread's scratch of at least count floats (kept for the thread's life), NULL on out of memory. */
+static float *thread_scratch(size_t count) {
+    pthread_once(&g_scratch_once, scratch_key_make);
+    scratch *s = pthread_getspecific(g_scratch_key);
+    if (s && s->cap >= count) return s->data;
+    free(s);
+    s = malloc(sizeof *s + count * sizeof(float));
+    pthread_setspecific(g_scratch_key, s);
+    if (!s) return NULL;
+    s->cap = count;
+    return s->data;
+}
+
+/* ------------------------------------------------------------------ epilogue */
+/* p[0, len) = act(p + bias + z) (z may be NULL), for one output channel. */
+static void epilogue_row(float *p, int64_t len, float bias, const float *z, const kiln_act *act) {
+    if (bias != 0.0f)
+        for (int64_t i = 0; i < len; i++) p[i] += bias;
+    if (z)
+        for (int64_t i = 0; i < len; i++) p[i] += z[i];
+    if (act && act->kind != KILN_ACT_NONE) kiln_cpu_activation_apply(p, len, act);
+}
+
+typedef struct conv_job {
+    const kiln_conv2d *g;
+    const float *x, *w, *bias, *z;
+    const kiln_act *act;
+    float *y;
+    int64_t Cg, Mg, HW, OHW, rows;  /* rows: Cg * KH * KW */
+    int64_t chunk, chunks;           /* output positions per task, column chunks per (image, group) */
+    int64_t mblocks;                 /* blocks of output channels per column chunk */
+    bool pointwise;
+    atomic_bool oom;
+} conv_job;
+
+/* ------------------------------------------------------------------ depthwise */
+/* The padded input plane in "phase" layout: padded row r, column q is at
+ * buf[r * ld + (q % s) * lp + q / s] (lp = phase length), so tap kw of output ow reads phase
+ * (kw * dw) % sw at index ow + (kw * dw) / sw: contiguous in ow for any stride. */
+static void pad_plane(const kiln_conv2d *g, const float *x, int64_t PH, int64_t ld, int64_t lp, float *buf) {
+    memset(buf, 0, (size_t)(PH * ld) * sizeof *buf);
+    for (int64_t ih = 0; ih < g->H; ih++) {
+        float *row = buf + (ih + g->ph) * ld;
+        const float *src = x + ih * g->W;
+        if (g->sw == 1) {
+            memcpy(row + g->pw, src, (size_t)g->W * sizeof *src);
+            continue;
+        }
+        for (int64_t phase = 0; phase < g->sw; phase++) { /* padded columns q = phase + i * sw, q >= pw */
+            int64_t i = (g->pw - phase + g->sw - 1) / g->sw, q = phase + i * g->sw;
+            for (float *d = row + phase * lp + i; q < g->pw + g->W; q += g->sw) *d++ = src[q - g->pw];
+        }
+    }
+}
+
+/* Taps of a depthwise kernel the direct path takes (7x7 and below); larger ones go through im2col. */
+#define DW_MAX_TAPS 64
+
+/* One output plane of depthwise Conv from its padded input plane: 16 outputs at a time (8 at the
+ * end of a row), every tap accumulated in registers. off[t]: where tap t of output (0, 0) reads in
+ * buf; wk[t] its weight. The padded rows have 8 columns of slack, so the last vector may read past
+ * the row's outputs. */
+KILN_SIMD_CLONES
+static void depthwise_plane(const kiln_conv2d *g, const float *buf, int64_t ld, const int64_t *off, const float *wk,
+                            float bias, float *y) {
+    const int64_t taps = g->KH * g->KW, OW = g->OW;
+    for (int64_t oh = 0; oh < g->OH; oh++) {
+        float *yr = y + oh * OW;
+        const float *base = buf + oh * g->sh * ld;
+        int64_t ow = 0;
+        for (; ow + 16 <= OW; ow += 16) {
+            kiln_v8f a0 = kiln_v8_splat(bias), a1 = a0;
+            for (int64_t t = 0; t < taps; t++) {
+                kiln_v8f w = kiln_v8_splat(wk[t]);
+                a0 += w * kiln_v8_load(base + off[t] + ow);
+                a1 += w * kiln_v8_load(base + off[t] + ow + 8);
+            }
+            kiln_v8_store(yr + ow, a0);
+            kiln_v8_store(yr + ow + 8, a1);
+        }
+        for (; ow < OW; ow += 8) {
+            kiln_v8f acc = kiln_v8_splat(bias);
+            for (int64_t t = 0; t < taps; t++) acc += kiln_v8_splat(wk[t]) * kiln_v8_load(base + off[t] + ow);
+            if (ow + 8 <= OW) kiln_v8_store(yr + ow, acc);
+            else
+                for (int64_t i = 0; ow + i < OW; i++) yr[ow + i] = acc[i];
+        }
+    }
+}
+
+static void depthwise_part(void *ctx, int64_t t0, int64_t t1) {
+    conv_job *j = ctx;
+    const kiln_conv2d *g = j->g;
+    int64_t rows_read = (g->OH - 1) * g->sh + (g->KH - 1) * g->dh + 1;
+    int64_t PH = g->H + g->ph > rows_read ? g->H + g->ph : rows_read;
+    int64_t lp_in = (g->W + g->pw) / g->sw + 1, lp_read = g->OW + 8 + (g->KW - 1) * g->dw / g->sw + 1;
+    int64_t lp = lp_in > lp_read ? lp_in : lp_read, ld = lp * g->sw, off[DW_MAX_TAPS];
+    float *buf = thread_scratch((size_t)(PH * ld));
+    if (!buf) {
+        atomic_store(&j->oom, true);
+        return;
+    }
+    for (int64_t kh = 0; kh < g->KH; kh++)
+        for (int64_t kw = 0; kw < g->KW; kw++) {
+            int64_t c = kw * g->dw;
+            off[kh * g->KW + kw] = kh * g->dh * ld + (c % g->sw) * lp + c / g->sw;
+        }
+    int64_t prev_in = -1;
+    for (int64_t t = t0; t < t1; t++) { /* t = image * M + output channel */
+        int64_t m = t % g->M, img = t / g->M, cin = img * g->C + m / j->Mg;
+        if (cin != prev_in) pad_plane(g, j->x + cin * j->HW, PH, ld, lp, buf);
+        prev_in = cin;
+        float *y = j->y + t * j->OHW;
+        depthwise_plane(g, buf, ld, off, j->w + m * g->KH * g->KW, j->bias ? j->bias[m] : 0.0f, y);
+        if (j->z || (j->act && j->act->kind != KILN_ACT_NONE))
+            epilogue_row(y, j->OHW, 0.0f, j->z ? j->z + t * j->OHW : NULL, j->act);
+    }
+}
+
+/* ------------------------------------------------------------------ im2col / pointwise */
+/* col[r * width + (p - p0)] for output positions p in [p0, p0 + width) and rows r = (c, kh, kw) of
+ * the group's Cg channels starting at x: the input under that tap, 0 in the padding. */
+static void im2col_chunk(const kiln_conv2d *g, const float *x, int64_t Cg, int64_t p0, int64_t width, float *col) {
+    const int64_t OW = g->OW, HW = g->H * g->W;
+    for (int64_t c = 0; c < Cg; c++)
+        for (int64_t kh = 0; kh < g->KH; kh++)
+            for (int64_t kw = 0; kw < g->KW; kw++) {
+                float *dst = col + ((c * g->KH + kh) * g->KW + kw) * width;
+                const float *xc = x + c * HW;
+                for (int64_t p = p0; p < p0 + width;) {
+                    int64_t oh = p / OW, ow0 = p % OW, ow1 = OW - ow0 < p0 + width - p ? OW : ow0 + (p0 + width - p);
+                    int64_t ih = oh * g->sh - g->ph + kh * g->dh, n = ow1 - ow0;
+                    float *d = dst + (p - p0);
+                    int64_t lo = ow0, hi = ow1, first = kw * g->dw - g->pw; /* iw = ow * sw + first */
+                    while (lo < hi && lo * g->sw + first < 0) lo++;
+                    while (hi > lo && (hi - 1) * g->sw + first >= g->W) hi--;
+                    if (ih < 0 || ih >= g->H) lo = hi = ow0;
+                    memset(d, 0, (size_t)(lo - ow0) * sizeof *d);
+                    const float *xr = xc + ih * g->W + first;
+                    if (g->sw == 1 && hi > lo) memcpy(d + (lo - ow0), xr + lo, (size_t)(hi - lo) * sizeof *d);
+                    else
+                        for (int64_t ow = lo; ow < hi; ow++) d[ow - ow0] = xr[ow * g->sw];
+                    memset(d + (hi - ow0), 0, (size_t)(ow1 - hi) * sizeof *d);
+                    p += n;
+                }
+            }
+}
+
+/* C [M, N] (ldc) = A [M, K] B [K, N] (ldb), single-threaded OpenBLAS. */
+static void product(int64_t M, int64_t N, int64_t K, const float *A, const float *B, int64_t ldb, float *C,
+                    int64_t ldc) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, A, (int)K, B, (int)ldb, 0.0f, C,
+                (int)ldc);
+}
+
+static void gemm_part(void *ctx, int64_t t0, int64_t t1) {
+    conv_job *j = ctx;
+    const kiln_conv2d *g = j->g;
+    float *col = NULL;
+    if (!j->pointwise && !(col = thread_scratch((size_t)(j->rows * j->chunk)))) {
+        atomic_store(&j->oom, true);
+        return;
+    }
+    for (int64_t t = t0; t < t1; t++) { /* t = ((image * group + gr) * chunks + chunk) * mblocks + mblock */
+        int64_t mb = t % j->mblocks, ck = t / j->mblocks % j->chunks, ig = t / j->mblocks / j->chunks;
+        int64_t gr = ig % g->group, img = ig / g->group;
+        int64_t m0 = j->Mg * mb / j->mblocks, m1 = j->Mg * (mb + 1) / j->mblocks;
+        int64_t p0 = ck * j->chunk, width = j->OHW - p0 < j->chunk ? j->OHW - p0 : j->chunk;
+        const float *xg = j->x + (img * g->C + gr * j->Cg) * j->HW, *wg = j->w + (gr * j->Mg + m0) * j->rows;
+        int64_t ybase = (img * g->M + gr * j->Mg + m0) * j->OHW + p0;
+        float *yg = j->y + ybase;
+        if (j->pointwise && j->OHW == 1) /* one position (squeeze-excitation): a matrix-vector product */
+            kiln_cpu_sgemm(false, true, 1, m1 - m0, j->Cg, 1.0f, xg, j->Cg, wg, j->Cg, 0.0f, yg, m1 - m0);
+        else if (j->pointwise) product(m1 - m0, width, j->Cg, wg, xg + p0, j->HW, yg, j->OHW);
+        else {
+            im2col_chunk(g, xg, j->Cg, p0, width, col);
+            product(m1 - m0, width, j->rows, wg, col, width, yg, j->OHW);
+        }
+        for (int64_t m = m0; m < m1; m++)
+            epilogue_row(yg + (m - m0) * j->OHW, width, j->bias ? j->bias[gr * j->Mg + m] : 0.0f,
+                         j->z ? j->z + ybase + (m - m0) * j->OHW : NULL, j->act);
+    }
+}
+
+kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w, const float *bias,
+                            const float *residual, const kiln_act *act, float *y) {
+    conv_job j = {.g = g, .x = x, .w = w, .bias = bias, .z = residual, .act = act, .y = y};
+    j.Cg = g->C / g->group;
+    j.Mg = g->M / g->group;
+    j.HW = g->H * g->W;
+    j.OHW = g->OH * g->OW;
+    j.rows = j.Cg * g->KH * g->KW;
+    atomic_init(&j.oom, false);
+    if (g->N * g->M * j.OHW == 0) return KILN_OK;
+    kiln_cpu_gemm_init();
+    int threads = kiln_threadpool_size();
+    if (j.Cg == 1 && j.Mg <= 8 && g->group > 1 && g->KH * g->KW <= DW_MAX_TAPS) {
+        int64_t tasks = g->N * g->M;
+        kiln_parallel_for(tasks, tasks * j.OHW * g->KH * g->KW < 16384 ? tasks : 1, depthwise_part, &j);
+    } else {
+        j.pointwise = g->KH == 1 && g->KW == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
+                      g->OH == g->H && g->OW == g->W;
+        /* Wide outputs are cut into column chunks (within the im2col budget, never narrower than 256
+         * columns, so the weights are not repacked for a handful of columns); narrow ones, late in a
+         * network, give each thread a block of output channels instead. */
+        int64_t per_image = g->N * g->group, want = (threads + per_image - 1) / per_image;
+        int64_t narrow = 128 * (int64_t)threads, floor_w = j.OHW < 256 ? j.OHW : 256;
+        int64_t chunk = j.OHW >= narrow ? (j.OHW + want - 1) / want : j.OHW;
+        int64_t budget = COL_BUDGET / (j.rows > 0 ? j.rows : 1);
+        if (!j.pointwise && chunk > budget) chunk = budget > floor_w ? budget : floor_w;
+        j.chunk = chunk;
+        j.chunks = (j.OHW + chunk - 1) / chunk;
+        j.mblocks = 1;
+        if (per_image * j.chunks < threads && j.OHW > 1) {
+            j.mblocks = j.Mg / 16 < threads ? j.Mg / 16 : threads;
+            if (j.mblocks < 1) j.mblocks = 1;
+        }
+        int64_t tasks = per_image * j.chunks * j.mblocks;
+        bool small = g->N * g->M * j.OHW * (j.rows > 0 ? j.rows : 1) < 32768;
+        kiln_parallel_for(tasks, small ? tasks : 1, gemm_part, &j);
+    }
+    if (atomic_load(&j.oom))
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Conv: out of memory for the per-thread scratch");
+    return KILN_OK;
+}

@@ -1,0 +1,32 @@
+/* conv2d.h — the CPU backend's fast 2-D Conv (float32, NCHW): a direct depthwise kernel, 1x1
+ * convolutions as matrix products straight on the input, and im2col in cache-sized column chunks
+ * for the rest, all split over the thread pool, each part applying the epilogue (bias, residual,
+ * activation) to its outputs while they are still in cache. Conv (conv.c) and FusedConv (fused.c)
+ * both run through it. */
+#ifndef KILN_CPU_CONV2D_H
+#define KILN_CPU_CONV2D_H
+
+#include "backends/cpu/nn_kernels.h"
+#include "ir/fused_ops.h"
+
+#include <stdint.h>
+
+/* The geometry of one 2-D convolution: X [N, C, H, W] (*) W [M, C / group, KH, KW] -> Y [N, M, OH, OW]
+ * with strides sh, sw, dilations dh, dw and leading pads ph, pw (trailing pads are implied by OH, OW). */
+typedef struct kiln_conv2d {
+    int64_t N, C, H, W, M, OH, OW, KH, KW, group;
+    int64_t sh, sw, dh, dw, ph, pw;
+} kiln_conv2d;
+
+/* Fills g for Conv node n on 4-D X and W (only shapes are read), checking what the Conv kernel
+ * checks: channels and groups agree, the optional bias is [M], the window fits, planes and kernel
+ * matrices stay below 2^31 elements. */
+kiln_status kiln_conv2d_geometry(const kiln_node *n, const kiln_tensor *x, const kiln_tensor *w, const kiln_tensor *b,
+                                 kiln_conv2d *g);
+
+/* y = act(conv(x, w) + bias + residual), all float32 in the shapes of g; bias, residual and act may
+ * be NULL; y aliases neither x nor residual. Fails only with KILN_ERR_OUT_OF_MEMORY (scratch). */
+kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w, const float *bias,
+                            const float *residual, const kiln_act *act, float *y);
+
+#endif

@@ -1,0 +1,203 @@
+/* test_cpu_kernels.c — the CPU backend's fast kernels against naive double-precision loops written
+ * here: the thread pool's parallel-for (every index once, nesting runs serially), kiln_cpu_sgemm
+ * over odd shapes, both transposes and alpha/beta (its matrix-vector and split-OpenBLAS paths), and
+ * the Conv kernels (depthwise, pointwise, general) with odd shapes, strides, pads, dilations and
+ * groups, each with and without the fused epilogue. */
+#include "check.h"
+
+#include "backends/cpu/conv2d.h"
+#include "backends/cpu/cpu_gemm.h"
+#include "core/threadpool.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+static uint32_t g_rng = 12345;
+static float frand(void) {
+    g_rng = g_rng * 1664525u + 1013904223u;
+    return (float)((g_rng >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+static void fill(float *p, int64_t n) {
+    for (int64_t i = 0; i < n; i++) p[i] = frand();
+}
+
+/* ------------------------------------------------------------------ thread pool */
+typedef struct count_ctx {
+    atomic_int *hits;
+    atomic_int calls;
+} count_ctx;
+
+static void count_range(void *ctx, int64_t b, int64_t e) {
+    count_ctx *c = ctx;
+    atomic_fetch_add(&c->calls, 1);
+    for (int64_t i = b; i < e; i++) atomic_fetch_add(&c->hits[i], 1);
+}
+
+static void nested_range(void *ctx, int64_t b, int64_t e) {
+    count_ctx *c = ctx;
+    for (int64_t i = b; i < e; i++) kiln_parallel_for(1, 1, count_range, &c[1 + i]);
+}
+
+static void test_threadpool(void) {
+    CHECK(kiln_threadpool_size() >= 1);
+    static atomic_int hits[1000];
+    const int64_t sizes[] = {1, 2, 3, 7, 64, 999, 1000};
+    for (int rep = 0; rep < 50; rep++)
+        for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+            int64_t n = sizes[s];
+            count_ctx c = {hits, 0};
+            for (int64_t i = 0; i < n; i++) atomic_store(&hits[i], 0);
+            kiln_parallel_for(n, 1, count_range, &c);
+            int bad = 0;
+            for (int64_t i = 0; i < n; i++) bad += atomic_load(&hits[i]) != 1;
+            CHECKF(bad == 0, "n %lld: %d indices not visited exactly once", (long long)n, bad);
+            CHECK(atomic_load(&c.calls) <= 4 * kiln_threadpool_size()); /* at most four chunks per thread */
+        }
+    count_ctx big = {hits, 0};
+    for (int64_t i = 0; i < 10; i++) atomic_store(&hits[i], 0);
+    kiln_parallel_for(10, 100, count_range, &big); /* min_chunk above n: one call */
+    CHECK(atomic_load(&big.calls) == 1);
+    static atomic_int inner_hits[4][1];
+    count_ctx nest[5] = {{NULL, 0}};
+    for (int i = 0; i < 4; i++) {
+        atomic_store(&inner_hits[i][0], 0);
+        nest[1 + i] = (count_ctx){inner_hits[i], 0};
+    }
+    kiln_parallel_for(4, 1, nested_range, nest);
+    for (int i = 0; i < 4; i++) CHECK(atomic_load(&inner_hits[i][0]) == 1);
+}
+
+/* ------------------------------------------------------------------ sgemm */
+static void test_sgemm_case(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
+    int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+    float *A = malloc(sizeof(float) * (size_t)((ta ? K : M) * lda)), *B = malloc(sizeof(float) * (size_t)((tb ? N : K) * ldb));
+    float *C = malloc(sizeof(float) * (size_t)(M * ldc)), *C0 = malloc(sizeof(float) * (size_t)(M * ldc));
+    fill(A, (ta ? K : M) * lda);
+    fill(B, (tb ? N : K) * ldb);
+    fill(C, M * ldc);
+    memcpy(C0, C, sizeof(float) * (size_t)(M * ldc));
+    kiln_cpu_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    double worst = 0;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double s = 0;
+            for (int64_t k = 0; k < K; k++) s += (double)A[ta ? k * lda + i : i * lda + k] * B[tb ? j * ldb + k : k * ldb + j];
+            double want = alpha * s + (beta == 0.0f ? 0.0 : beta * (double)C0[i * ldc + j]);
+            double err = fabs(C[i * ldc + j] - want) / (1.0 + fabs(want));
+            if (err > worst) worst = err;
+        }
+    for (int64_t i = 0; i < M; i++) /* the padding between rows is never written */
+        for (int64_t j = N; j < ldc; j++) CHECK(C[i * ldc + j] == C0[i * ldc + j]);
+    CHECKF(worst < 1e-5, "sgemm ta %d tb %d M %lld N %lld K %lld alpha %g beta %g: relative error %g", ta, tb,
+           (long long)M, (long long)N, (long long)K, alpha, beta, worst);
+    free(A);
+    free(B);
+    free(C);
+    free(C0);
+}
+
+static void test_sgemm(void) {
+    const int64_t Ms[] = {1, 2, 3, 4, 5, 17, 64}, Ns[] = {1, 7, 33, 130, 1000}, Ks[] = {1, 9, 100, 385};
+    for (int t = 0; t < 4; t++)
+        for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
+            for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
+                for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++) {
+                    float beta = (a + b + c) % 3 == 0 ? 0.0f : (a + c) % 2 ? 1.0f : 0.5f;
+                    test_sgemm_case(t & 1, t & 2, Ms[a], Ns[b], Ks[c], c % 2 ? 1.0f : 0.75f, beta);
+                }
+}
+
+/* ------------------------------------------------------------------ conv2d */
+/* Naive act(conv + bias + z) in double, ReLU or none. */
+static void conv_reference(const kiln_conv2d *g, const float *x, const float *w, const float *b, const float *z,
+                           bool relu, double *y) {
+    int64_t Cg = g->C / g->group, Mg = g->M / g->group;
+    for (int64_t n = 0; n < g->N; n++)
+        for (int64_t m = 0; m < g->M; m++)
+            for (int64_t oh = 0; oh < g->OH; oh++)
+                for (int64_t ow = 0; ow < g->OW; ow++) {
+                    double s = b ? b[m] : 0.0;
+                    for (int64_t c = 0; c < Cg; c++)
+                        for (int64_t kh = 0; kh < g->KH; kh++)
+                            for (int64_t kw = 0; kw < g->KW; kw++) {
+                                int64_t ih = oh * g->sh - g->ph + kh * g->dh, iw = ow * g->sw - g->pw + kw * g->dw;
+                                if (ih < 0 || ih >= g->H || iw < 0 || iw >= g->W) continue;
+                                int64_t ci = (m / Mg) * Cg + c;
+                                s += (double)x[((n * g->C + ci) * g->H + ih) * g->W + iw] *
+                                     w[((m * Cg + c) * g->KH + kh) * g->KW + kw];
+                            }
+                    int64_t o = ((n * g->M + m) * g->OH + oh) * g->OW + ow;
+                    if (z) s += z[o];
+                    y[o] = relu && s < 0 ? 0.0 : s;
+                }
+}
+
+/* One case: sizes, then kernel, stride, dilation, pad (square), then groups and the epilogue. */
+static void test_conv_case(int64_t N, int64_t C, int64_t H, int64_t W, int64_t M, int64_t KH, int64_t KW, int64_t s,
+                           int64_t d, int64_t ph, int64_t pw, int64_t group, bool bias, bool residual, bool relu) {
+    kiln_conv2d g = {N, C, H, W, M, 0, 0, KH, KW, group, s, s, d, d, ph, pw};
+    g.OH = (H + 2 * ph - d * (KH - 1) - 1) / s + 1;
+    g.OW = (W + 2 * pw - d * (KW - 1) - 1) / s + 1;
+    int64_t nx = N * C * H * W, nw = M * (C / group) * KH * KW, ny = N * M * g.OH * g.OW;
+    float *x = malloc(sizeof(float) * (size_t)nx), *w = malloc(sizeof(float) * (size_t)nw);
+    float *b = malloc(sizeof(float) * (size_t)M), *z = malloc(sizeof(float) * (size_t)ny);
+    float *y = malloc(sizeof(float) * (size_t)ny);
+    double *want = malloc(sizeof(double) * (size_t)ny);
+    fill(x, nx);
+    fill(w, nw);
+    fill(b, M);
+    fill(z, ny);
+    kiln_act act = {relu ? KILN_ACT_RELU : KILN_ACT_NONE, 0, 0};
+    CHECK_OK(kiln_conv2d_run(&g, x, w, bias ? b : NULL, residual ? z : NULL, &act, y));
+    conv_reference(&g, x, w, bias ? b : NULL, residual ? z : NULL, relu, want);
+    double worst = 0;
+    for (int64_t i = 0; i < ny; i++) {
+        double err = fabs(y[i] - want[i]) / (1.0 + fabs(want[i]));
+        if (!(err <= worst)) worst = err;
+    }
+    double tol = 2e-6 * sqrt((double)(C / group * KH * KW)); /* float32 sums of that many products */
+    CHECKF(worst < tol,
+           "conv N%lld C%lld %lldx%lld M%lld k%lldx%lld s%lld d%lld p%lld,%lld g%lld bias %d res %d relu %d: error %g",
+           (long long)N, (long long)C, (long long)H, (long long)W, (long long)M, (long long)KH, (long long)KW,
+           (long long)s, (long long)d, (long long)ph, (long long)pw, (long long)group, bias, residual, relu, worst);
+    free(x);
+    free(w);
+    free(b);
+    free(z);
+    free(y);
+    free(want);
+}
+
+static void test_conv2d(void) {
+    /* depthwise: odd planes, strides 1-3, dilations, pads, 3x3 / 5x5 / 1x7, channel multiplier 2 */
+    test_conv_case(1, 5, 7, 9, 5, 3, 3, 1, 1, 1, 1, 5, true, false, true);
+    test_conv_case(2, 6, 13, 11, 6, 3, 3, 2, 1, 1, 1, 6, true, true, false);
+    test_conv_case(1, 3, 17, 10, 3, 5, 5, 2, 1, 2, 2, 3, false, false, true);
+    test_conv_case(1, 4, 9, 21, 4, 3, 3, 1, 2, 2, 2, 4, true, true, true);
+    test_conv_case(1, 3, 8, 8, 6, 3, 3, 3, 1, 0, 1, 3, true, false, false);
+    test_conv_case(1, 2, 5, 30, 2, 1, 7, 1, 1, 0, 3, 2, true, false, true);
+    test_conv_case(3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, true, true, true);
+    /* a depthwise kernel larger than the direct path takes (im2col) */
+    test_conv_case(1, 2, 12, 12, 2, 9, 9, 1, 1, 4, 4, 2, true, false, false);
+    /* pointwise: batch, groups, a residual */
+    test_conv_case(2, 16, 7, 7, 24, 1, 1, 1, 1, 0, 0, 1, true, true, true);
+    test_conv_case(1, 12, 5, 9, 8, 1, 1, 1, 1, 0, 0, 4, true, false, true);
+    test_conv_case(1, 64, 14, 14, 33, 1, 1, 1, 1, 0, 0, 1, false, false, false);
+    test_conv_case(2, 40, 1, 1, 10, 1, 1, 1, 1, 0, 0, 1, true, false, true); /* squeeze-excitation: 1x1 planes */
+    test_conv_case(3, 12, 1, 1, 6, 1, 1, 1, 1, 0, 0, 3, true, true, false);
+    /* general: strided 1x1, 3x3 / 7x7, pads on one side only, dilation, groups */
+    test_conv_case(1, 8, 9, 9, 16, 1, 1, 2, 1, 0, 0, 1, true, false, false);
+    test_conv_case(2, 3, 23, 19, 8, 7, 7, 2, 1, 3, 3, 1, true, false, true);
+    test_conv_case(1, 16, 10, 12, 20, 3, 3, 1, 1, 1, 0, 1, true, true, true);
+    test_conv_case(1, 8, 11, 11, 12, 3, 3, 2, 2, 2, 2, 2, true, false, false);
+    test_conv_case(1, 256, 30, 30, 8, 3, 3, 1, 1, 1, 1, 1, true, false, true); /* several column chunks */
+    test_conv_case(1, 32, 9, 9, 48, 3, 3, 1, 1, 1, 1, 1, true, true, true); /* narrow: output-channel blocks */
+}
+
+int main(void) {
+    test_threadpool();
+    test_sgemm();
+    test_conv2d();
+    return checks_report("test_cpu_kernels");
+}
