@@ -22,7 +22,7 @@ typedef struct kiln_tensor {
     bool owned;    /* data was allocated by kiln_tensor_alloc and is freed by kiln_tensor_release */
 } kiln_tensor;
 
-/* Product of dims (1 for a scalar). */
+/* Product of dims (1 for a scalar; 0 when any dim is 0, whatever the others: no overflow then). */
 int64_t kiln_numel(int ndim, const int64_t *dims);
 static inline int64_t kiln_tensor_numel(const kiln_tensor *t) { return kiln_numel(t->ndim, t->dims); }
 
