@@ -9,6 +9,8 @@
 #include <string.h>
 
 int64_t kiln_numel(int ndim, const int64_t *dims) {
+    for (int i = 0; i < ndim; i++) /* an empty tensor may have huge other dims: their product never forms */
+        if (dims[i] == 0) return 0;
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) n *= dims[i];
     return n;

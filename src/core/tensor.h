@@ -26,7 +26,7 @@ typedef struct kiln_tensor {
  * as too large before anything is allocated or multiplied past it. */
 #define KILN_MAX_TENSOR_ELEMENTS (INT64_C(1) << 40)
 
-/* Product of dims (1 for a scalar). */
+/* Product of dims (1 for a scalar; 0 when any dim is 0, whatever the others: no overflow then). */
 int64_t kiln_numel(int ndim, const int64_t *dims);
 static inline int64_t kiln_tensor_numel(const kiln_tensor *t) { return kiln_numel(t->ndim, t->dims); }
 

@@ -657,6 +657,26 @@ static void test_typed_fields(void) {
     free(m.p);
 }
 
+/* An empty initializer whose other dims are huge imports as an empty tensor: its element count is 0
+ * without the product of the others ever being formed (that overflowed int64: UBSan, found by
+ * fuzz/fuzz_onnx.c). */
+static void test_empty_tensor_huge_dims(void) {
+    pb g = {0}, t = {0};
+    put_int(&t, 1, 4177917);
+    put_int(&t, 1, 0);
+    put_int(&t, 1, 8796093022207);
+    put_int(&t, 2, KILN_F32);
+    put_str(&t, 8, "e");
+    put_msg(&g, 5, &t);
+    pb m = make_model(&g);
+    kiln_graph *gr = NULL;
+    CHECK_OK(kiln_onnx_import_buffer(m.p, m.n, NULL, &gr));
+    const kiln_value *v = gr ? value(gr, "e") : NULL;
+    CHECK(v && v->constant && v->constant->nbytes == 0 && kiln_tensor_numel(v->constant) == 0);
+    kiln_graph_free(gr);
+    free(m.p);
+}
+
 /* ---------------------------------------------------------------- robustness */
 
 /* Imports a heap copy of exactly n bytes (so ASan sees any over-read); checks the outcome is an
@@ -723,6 +743,7 @@ int main(int argc, char **argv) {
     test_tensor_files();
     test_errors();
     test_typed_fields();
+    test_empty_tensor_huge_dims();
     test_robustness("onnx_small.onnx", 3000);
     test_robustness("onnx_if.onnx", 1000);
     test_robustness("onnx_external.onnx", 1000);
