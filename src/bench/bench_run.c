@@ -1,5 +1,6 @@
 /* bench_run.c — kiln bench's measurement loop, after trtexec's: every stream (a thread with its own
- * context on the shared engine and its own copy of the inputs) warms up for cfg->warmup_ms, all wait
+ * context on the shared engine and its own copy of the inputs and outputs in page-locked host memory,
+ * kiln_host_alloc, as trtexec's buffers are) warms up for cfg->warmup_ms, all wait
  * at a barrier, then each runs queries back to back until cfg->duration_s has passed and, together,
  * at least cfg->iterations queries were measured. Each query records its host latency (around
  * kiln_context_run) and, where the backend measures them (timing hooks, backend.h), its enqueue,
@@ -36,6 +37,7 @@ typedef struct stream {
     int index;
     kiln_context *c;
     kiln_tensor *inputs;
+    void **host_bufs;           /* [num inputs + num outputs]: the page-locked copies bound to c */
     kiln_bench_query *q;
     size_t nq, cap;
     int64_t warmup;
@@ -43,17 +45,39 @@ typedef struct stream {
     char error[512];
 } stream;
 
-/* Binds the inputs and applies the switches (transfers, graphs, stage timing). */
+/* Binds page-locked copies of the inputs, and page-locked buffers for the outputs (sized by one run). */
+static kiln_status bind_host_buffers(stream *s) {
+    kiln_engine *e = s->sh->e;
+    int nin = kiln_engine_num_inputs(e), nout = kiln_engine_num_outputs(e);
+    s->host_bufs = calloc((size_t)(nin + nout) + 1, sizeof *s->host_bufs);
+    if (!s->host_bufs) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int i = 0; i < nin; i++) {
+        kiln_tensor_desc d;
+        kiln_engine_input(e, i, &d);
+        const kiln_tensor *t = &s->inputs[i];
+        KILN_TRY(kiln_host_alloc(t->nbytes ? t->nbytes : 1, &s->host_bufs[i]));
+        if (t->nbytes) memcpy(s->host_bufs[i], t->data, t->nbytes);
+        KILN_TRY(kiln_context_set_input(s->c, d.name, t->dtype, t->ndim, t->dims, s->host_bufs[i]));
+    }
+    KILN_TRY(kiln_context_run(s->c));
+    for (int i = 0; i < nout; i++) {
+        kiln_tensor_desc d;
+        const void *data;
+        KILN_TRY(kiln_context_output(s->c, i, &d, &data));
+        size_t bytes = (size_t)kiln_numel(d.ndim, d.dims) * kiln_dtype_size(d.dtype);
+        if (!bytes) continue;
+        KILN_TRY(kiln_host_alloc(bytes, &s->host_bufs[nin + i]));
+        KILN_TRY(kiln_context_set_output_buffer(s->c, d.name, s->host_bufs[nin + i], bytes));
+    }
+    return KILN_OK;
+}
+
+/* Binds the inputs and outputs and applies the switches (transfers, graphs, stage timing). */
 static kiln_status setup(stream *s) {
     kiln_engine *e = s->sh->e;
     const kiln_bench_config *cfg = s->sh->cfg;
     KILN_TRY(kiln_context_create(e, &s->c));
-    for (int i = 0; i < kiln_engine_num_inputs(e); i++) {
-        kiln_tensor_desc d;
-        kiln_engine_input(e, i, &d);
-        const kiln_tensor *t = &s->inputs[i];
-        KILN_TRY(kiln_context_set_input(s->c, d.name, t->dtype, t->ndim, t->dims, t->data));
-    }
+    KILN_TRY(bind_host_buffers(s));
     kiln_backend_context *bc = kiln_context_backend(s->c);
     if (cfg->graphs >= 0 && e->backend->context_set_graphs) e->backend->context_set_graphs(bc, cfg->graphs == 1);
     if (e->backend->context_set_timing) KILN_TRY(e->backend->context_set_timing(bc, KILN_TIMING_STAGES));
@@ -242,8 +266,11 @@ kiln_status kiln_bench_run(kiln_engine *e, const kiln_bench_config *cfg, kiln_be
             if (ss[i].status != KILN_OK) s = kiln_error(ss[i].status, "%s", ss[i].error);
         if (s == KILN_OK) s = collect(e, cfg, ss, r);
     }
+    int nout = kiln_engine_num_outputs(e);
     for (int i = 0; ss && i < cfg->streams; i++) {
         kiln_context_free(ss[i].c);
+        for (int k = 0; ss[i].host_bufs && k < nin + nout; k++) kiln_host_free(ss[i].host_bufs[k]);
+        free(ss[i].host_bufs);
         free(ss[i].q);
     }
     for (int i = 0; inputs && i < cfg->streams * (nin + 1); i++) kiln_tensor_release(&inputs[i]);
