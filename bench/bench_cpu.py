@@ -104,7 +104,8 @@ def bench_kiln(kiln, engine, feeds, workdir, repeats, warmup, threads):
         np.save(path, arr)
         args += ["--input", f"{name}={path}"]
     out_dir = os.path.join(workdir, "out")
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    env = dict(os.environ, KILN_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
+               OMP_NUM_THREADS=str(threads))
     cmd = [kiln, "run", engine, *args, "--iterations", str(repeats), "--warmup", str(warmup), "--quiet",
            "--output-dir", out_dir]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -213,7 +214,7 @@ def results_md(args, text):
   (anything near or above the CPU count means other work shared the CPUs and the times are noisy)
 - versions: {kiln_version}, onnxruntime {ort.__version__}, numpy {np.__version__}
 - command: `{cmd}`
-- settings: {args.threads} threads each (kiln: OPENBLAS_NUM_THREADS; onnxruntime: intra-op threads,
+- settings: {args.threads} threads each (kiln: KILN_NUM_THREADS, its thread pool; onnxruntime: intra-op threads,
   sequential execution, all graph optimizations), {args.warmup} warm-up runs, median of {args.repeats} runs
 
 kiln ms is the engine's latency per run measured inside `kiln run --iterations` (around

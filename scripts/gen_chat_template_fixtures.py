@@ -9,8 +9,8 @@ byte for byte.
 Run once after adding a template or a conversation (needs transformers and jinja2):
     .venv/bin/python scripts/gen_chat_template_fixtures.py
 strftime_now sees a fixed clock (FIXED_NOW), as the C test sets it, so that the output is stable. A
-template that raises is recorded with the message (kind "raise" for raise_exception, "runtime" for
-any other template error)."""
+template that raises is recorded with the message (kind "raise" for raise_exception, "syntax" for a
+template Jinja refuses to compile, "runtime" for any other template error)."""
 
 import datetime as dt
 import json
@@ -91,6 +91,10 @@ class FixedDatetime(dt.datetime):
 
 def render(source, bos, eos, messages, add_generation_prompt, tools=None):
     chat_template_utils.datetime = FixedDatetime
+    try:
+        chat_template_utils._compile_jinja_template(source)
+    except (jinja2.exceptions.TemplateSyntaxError, SyntaxError) as e:  # SyntaxError: "'break' outside loop"
+        return {"error": str(e), "kind": "syntax"}
     try:
         out, _ = chat_template_utils.render_jinja_template(
             conversations=[messages], chat_template=source, add_generation_prompt=add_generation_prompt,

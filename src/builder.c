@@ -10,6 +10,7 @@
 #include "layer_precision.h"
 #include "passes/passes.h"
 #include "runtime/engine_internal.h"
+#include "runtime/env_overrides.h"
 #include "runtime/profiles.h"
 #include "builder.h"
 
@@ -75,12 +76,23 @@ static const pass_step g_layout = {"layout_channels_last", kiln_pass_layout_chan
  * epilogue keeps its shape). */
 static const pass_step g_align = {"align_matmul", kiln_pass_align_matmul, NULL};
 
-/* Whether backend b has kernels for every kiln-domain op that step p creates: the cpu backend has
- * them all; another backend says so per op through its runs_fused_op capability. */
-static bool backend_runs_step(const kiln_backend *b, const pass_step *p, kiln_precision precision) {
-    if (!p->kiln_ops || !strcmp(b->name, "cpu")) return true;
+/* Whether the comma-separated list names op. */
+static bool listed(const char *list, const char *op) {
+    size_t n = strlen(op);
+    for (const char *p = list; p && *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
+        while (*p == ' ') p++;
+        if (!strncmp(p, op, n) && (p[n] == ',' || p[n] == ' ' || !p[n])) return true;
+    }
+    return false;
+}
+
+/* Whether step p may run: the options allow every kiln-domain op it creates (fusion not OFF, none in
+ * unfused_ops) and backend b has kernels for them, as its runs_fused_op capability says per op. */
+static bool backend_runs_step(const kiln_backend *b, const pass_step *p, const kiln_build_options *opts) {
+    if (!p->kiln_ops) return true;
+    if (opts->fusion == KILN_SWITCH_OFF) return false;
     for (const char *const *op = p->kiln_ops; *op; op++)
-        if (!b->runs_fused_op || !b->runs_fused_op(*op, precision)) return false;
+        if (listed(opts->unfused_ops, *op) || !b->runs_fused_op || !b->runs_fused_op(*op, opts)) return false;
     return true;
 }
 
@@ -112,18 +124,17 @@ static bool is_16bit(const kiln_build_options *opts) {
     return opts->precision == KILN_PRECISION_FP16 || opts->precision == KILN_PRECISION_BF16;
 }
 
-/* Whether the build lays convolutions out channels-last: KILN_CHANNELS_LAST=1 forces it on for any
- * target, =0 off; otherwise on when backend b says its convolutions run faster so
- * (conv_channels_last) and the build is 16-bit. Never for a target without FusedConv and FusedPool
- * kernels, nor with every intermediate marked as an output (each value keeps the layout it is
- * compared in). */
+/* Whether the build lays convolutions out channels-last: opts->channels_last ON forces it on for any
+ * target, OFF off; AUTO turns it on when backend b says its convolutions run faster so
+ * (conv_channels_last) and the build is 16-bit. Never for a build without FusedConv and FusedPool
+ * (the target's kernels or the fusion options), nor with every intermediate marked as an output
+ * (each value keeps the layout it is compared in). */
 static bool want_channels_last(const kiln_build_options *opts, const kiln_backend *b) {
-    const char *env = getenv("KILN_CHANNELS_LAST");
-    bool forced = env && !strcmp(env, "1"), off = env && !strcmp(env, "0");
+    bool forced = opts->channels_last == KILN_SWITCH_ON, off = opts->channels_last == KILN_SWITCH_OFF;
     if (off || !(forced || (b->conv_channels_last && is_16bit(opts)))) return false;
-    const char *why = opts->mark_all_outputs         ? "every intermediate value is an output"
-                      : !backend_runs_step(b, &g_layout, opts->precision) ? "the target lacks FusedConv or FusedPool"
-                                                         : NULL;
+    const char *why = opts->mark_all_outputs                     ? "every intermediate value is an output"
+                      : !backend_runs_step(b, &g_layout, opts) ? "the build creates no FusedConv or FusedPool"
+                                                                 : NULL;
     if (why) KILN_LOG(KILN_LOG_VERBOSE, "%s skipped: %s", g_layout.name, why);
     return !why;
 }
@@ -135,10 +146,10 @@ static bool want_channels_last(const kiln_build_options *opts, const kiln_backen
 static kiln_status optimize(kiln_graph *g, const kiln_build_options *opts, const kiln_backend *b) {
     bool runs[sizeof g_fusions / sizeof *g_fusions];
     for (size_t i = 0; i < sizeof g_fusions / sizeof *g_fusions; i++) {
-        runs[i] = backend_runs_step(b, &g_fusions[i], opts->precision);
+        runs[i] = backend_runs_step(b, &g_fusions[i], opts);
         if (!runs[i])
-            KILN_LOG(KILN_LOG_VERBOSE, "%s skipped: target %s does not run the kiln-domain ops it creates", g_fusions[i].name,
-                     b->name);
+            KILN_LOG(KILN_LOG_VERBOSE, "%s skipped: the options or target %s rule out the kiln-domain ops it creates",
+                     g_fusions[i].name, b->name);
     }
     for (int round = 0; round < 4; round++) {
         KILN_TRY(cleanup(g));
@@ -246,10 +257,11 @@ static kiln_status tune_engine(kiln_engine *e, const kiln_build_options *opts) {
     return s;
 }
 
-kiln_status kiln_build_graph(kiln_graph *g, const char *source, const kiln_build_options *opts, kiln_engine **out) {
+kiln_status kiln_build_graph(kiln_graph *g, const char *source, const kiln_build_options *given, kiln_engine **out) {
     *out = NULL;
-    kiln_build_options dflt = {0};
-    if (!opts) opts = &dflt;
+    kiln_build_options resolved = given ? *given : (kiln_build_options){0};
+    kiln_build_options_apply_env(&resolved);
+    const kiln_build_options *opts = &resolved;
     const char *target = opts->target ? opts->target : "cpu";
     const kiln_backend *b = kiln_backend_find(target);
     if (!b) {
@@ -294,7 +306,7 @@ kiln_status kiln_build_graph(kiln_graph *g, const char *source, const kiln_build
         kiln_graph_free(g);
         return s;
     }
-    s = kiln_engine_from_graph(g, &meta, out);
+    s = kiln_engine_from_graph(g, &meta, opts, out);
     double t2 = build_now_ms();
     if (s == KILN_OK) s = tune_engine(*out, opts);
     log_stage(opts, "engine (plans, weights to the device)", t2 - t1);

@@ -1,6 +1,8 @@
 /* cmd_build.c — `kiln build MODEL.onnx -o ENGINE.kiln`; `kiln build --hf DIR` goes to cmd_build_llm.c. */
 #include "cli.h"
 
+#include "core/file.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +94,14 @@ int kiln_cmd_build(int argc, char **argv) {
         snprintf(dflt, sizeof dflt, "%.*s.kiln", (int)n, model);
         output = dflt;
     }
+    /* refuse a bad output now rather than after the build (the writer checks again, external data included) */
+    kiln_status s = kiln_file_note_input(model);
+    if (s == KILN_OK) s = kiln_file_check_output(output);
+    if (s == KILN_OK && b.o.timing_cache) s = kiln_file_check_output(b.o.timing_cache);
+    if (s != KILN_OK) {
+        cli_build_opts_free(&b);
+        return cli_fail();
+    }
     if (b.o.verbose) kiln_log_set_level(KILN_LOG_VERBOSE);
     if (b.best) fprintf(stderr, "kiln: --best: fp16, with fp32 accumulation in normalizations, softmax, reductions "
                                 "and dot products\n");
@@ -99,7 +109,7 @@ int kiln_cmd_build(int argc, char **argv) {
     kiln_engine *e = NULL;
     kiln_tuning_stats tuning = {0};
     b.o.tuning_stats = &tuning;
-    kiln_status s = kiln_build_onnx(model, &b.o, &e);
+    s = kiln_build_onnx(model, &b.o, &e);
     double t1 = cli_now_ms();
     if (s == KILN_OK) s = kiln_engine_save(e, output);
     double t2 = cli_now_ms();

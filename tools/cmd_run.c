@@ -1,6 +1,7 @@
 /* cmd_run.c — `kiln run ENGINE`: bind .npy (or random) inputs, run, print and save the outputs, time it. */
 #include "cli.h"
 
+#include "core/file.h"
 #include "core/npy.h"
 
 #include <errno.h>
@@ -137,7 +138,7 @@ static int run(const run_args *a) {
         if (kiln_context_run(c) != KILN_OK) goto fail;
         times[it] = cli_now_ms() - t0;
     }
-    if (a->output_dir) mkdir(a->output_dir, 0777);
+    if (a->output_dir && kiln_file_output_dir(a->output_dir) != KILN_OK) goto fail;
     for (int i = 0; i < kiln_engine_num_outputs(e); i++) {
         kiln_tensor_desc d;
         const void *data;

@@ -4,9 +4,9 @@
 #include "cli.h"
 
 #include "core/json_read.h"
+#include "core/json_write.h"
 #include "core/status.h"
 #include "llm/tokenizer.h"
-#include "stats/report.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -123,6 +123,14 @@ typedef struct kiln_input_range {
     int64_t min[KILN_MAX_DIMS], opt[KILN_MAX_DIMS], max[KILN_MAX_DIMS];
 } kiln_input_range;
 
+/* A setting kiln chooses by itself (the zero value, so zero-initialised options get it) or that the
+ * caller forces on or off. */
+typedef enum kiln_switch {
+    KILN_SWITCH_AUTO = 0,
+    KILN_SWITCH_ON = 1,
+    KILN_SWITCH_OFF = 2,
+} kiln_switch;
+
 /* What auto-tuning did during one build (kiln_build_options.tuning_stats). */
 typedef struct kiln_tuning_stats {
     int layers;          /* layers with candidate tactics (cuda: MatMul, Gemm, Conv), once per profile */
@@ -181,13 +189,37 @@ typedef struct kiln_build_options {
     const char *timing_cache;
     /* Optional (NULL: not reported): receives what tuning did; zeroed when nothing was tuned. */
     kiln_tuning_stats *tuning_stats;
+    /* The fusion passes (docs/passes.md): AUTO creates the fused ops the target picks for the build's
+     * precision (cuda: Attention only in fp16/bf16 builds), ON every fused op the target has a kernel
+     * for, OFF none (nor the channels-last layout, which needs FusedConv and FusedPool). Tests
+     * override it for target cuda with the environment variable KILN_CUDA_FUSION=all|1 or 0|off. */
+    kiln_switch fusion;
+    /* Comma-separated kiln-domain ops (ir/fused_ops.h) the build never creates, e.g.
+     * "Attention,ElementwiseChain" (NULL: none); borrowed for the call. Tests override it for target
+     * cuda with KILN_CUDA_FUSION=NAMES. */
+    const char *unfused_ops;
+    /* Channels-last convolutions and the pools next to them (pass layout_channels_last): AUTO when the
+     * target's convolutions run faster so and the build is 16-bit (cuda fp16/bf16), ON for any target
+     * and precision, OFF never. Tests override it with KILN_CHANNELS_LAST=1 or 0. */
+    kiln_switch channels_last;
+    /* Target cuda, for the engine this build returns (an engine loaded from a file gets the defaults):
+     * view nodes (Reshape, Squeeze, Flatten, ...) share their input's device memory (AUTO, ON) or
+     * copy it (OFF); tests override it with KILN_CUDA_VIEWS=0. */
+    kiln_switch cuda_views;
+    /* Target cuda: the cuBLASLt / cuDNN workspace of each context and of the tuner, in MiB (1..65536;
+     * 0: 256), for the engine this build returns (a loaded engine gets 256). Tests override it with
+     * KILN_CUDA_WORKSPACE_MB=N. */
+    int cuda_workspace_mb;
 } kiln_build_options;
 
 /* Imports an ONNX model and compiles it into an engine for opts->target. opts may be NULL.
  * On success *out is owned by the caller (kiln_engine_free). */
 kiln_status kiln_build_onnx(const char *onnx_path, const kiln_build_options *opts, kiln_engine **out);
 
-/* Writes the engine to path (atomically: a temporary file renamed over path). */
+/* Writes the engine to path (atomically: a temporary file next to it renamed over it; a symbolic link
+ * at path is written through). KILN_ERR_INVALID_ARGUMENT when path is, or resolves to, a file this
+ * process has read as an input (a model, its external data, a checkpoint, an engine it did not write
+ * itself) or is not a regular file (a directory, device, FIFO or socket). */
 kiln_status kiln_engine_save(const kiln_engine *e, const char *path);
 /* Maps and verifies an engine file. On success *out is owned by the caller. */
 kiln_status kiln_engine_load(const char *path, kiln_engine **out);
@@ -231,6 +263,16 @@ void kiln_host_free(void *p);
 /* An execution context: per-run state for one engine (which must outlive it). *out is owned by the
  * caller (kiln_context_free). Several contexts of one engine may run concurrently. */
 kiln_status kiln_context_create(kiln_engine *e, kiln_context **out);
+
+/* How a context runs; zero-initialised: the defaults. */
+typedef struct kiln_context_options {
+    /* Target cuda: each run replays a CUDA graph captured once per input shape (AUTO, ON), or launches
+     * every kernel (OFF). Tests override it with KILN_CUDA_GRAPHS=0. */
+    kiln_switch cuda_graphs;
+} kiln_context_options;
+
+/* kiln_context_create with options (NULL: the defaults). */
+kiln_status kiln_context_create_with_options(kiln_engine *e, const kiln_context_options *opts, kiln_context **out);
 void kiln_context_free(kiln_context *c);
 
 /* Binds input `name` to host data of the given dtype and shape. The data is borrowed until the

@@ -1,6 +1,6 @@
-/* backend.h — the interface every execution backend implements (ARCHITECTURE.md §7). The runtime
- * validates bindings and hands the backend host tensors; the backend owns everything about how the
- * graph runs (kernels, memory, streams). */
+/* backend.h — the interface every execution backend implements (docs/architecture.md, "Backends own
+ * execution"). The runtime validates bindings and hands the backend host tensors; the backend owns
+ * everything about how the graph runs (kernels, memory, streams). */
 #ifndef KILN_BACKEND_H
 #define KILN_BACKEND_H
 
@@ -40,15 +40,19 @@ typedef struct kiln_backend {
     /* Whether the backend computes floating-point tensors in precision p. */
     bool (*supports_precision)(kiln_precision p);
     /* Prepares g (finished, in execution order; it outlives the result) to run: kernel choice, device
-     * copies of weights. Fails with KILN_ERR_UNSUPPORTED listing every node it cannot run. */
-    kiln_status (*engine_create)(const kiln_graph *g, const kiln_engine_meta *meta, kiln_backend_engine **out);
+     * copies of weights, as opts say (never NULL: the build's options, or the defaults for an engine
+     * loaded from a file; environment overrides applied). Fails with KILN_ERR_UNSUPPORTED listing
+     * every node it cannot run. */
+    kiln_status (*engine_create)(const kiln_graph *g, const kiln_engine_meta *meta, const kiln_build_options *opts,
+                                 kiln_backend_engine **out);
     /* Optional (NULL: weights stay as the graph has them): at build time, before engine_create, converts
      * g's float constants that the backend keeps in another dtype on its device (the weights of a
      * 16-bit engine) into that dtype in place, so that the engine holds and its file stores them so.
      * The values keep their declared dtypes; engine_create must accept such constants. */
     kiln_status (*store_weights)(kiln_graph *g, const kiln_engine_meta *meta);
     void (*engine_free)(kiln_backend_engine *be); /* accepts NULL */
-    kiln_status (*context_create)(kiln_backend_engine *be, kiln_backend_context **out);
+    /* A context of be, run as opts say (never NULL; environment overrides applied). */
+    kiln_status (*context_create)(kiln_backend_engine *be, const kiln_context_options *opts, kiln_backend_context **out);
     void (*context_free)(kiln_backend_context *bc); /* accepts NULL */
     /* Runs on host inputs (g->ninputs tensors in g->inputs order, already checked against the
      * declared types). On success outputs[i] (g->noutputs) describe host data owned by the context,
@@ -92,12 +96,13 @@ typedef struct kiln_backend {
      * timing fails keeps the heuristic's tactic, with a warning: that is not an error. */
     kiln_status (*tune)(kiln_backend_engine *be, const kiln_engine_meta *meta, const kiln_build_options *opts,
                         kiln_tactic *tactics, kiln_tuning_stats *stats);
-    /* Optional (NULL: the backend runs none of them; the cpu backend, which runs them all, is the
-     * exception the builder knows by name): whether the backend has a kernel for the kiln-domain fused
-     * op op_type (ir/fused_ops.h: "FusedConv", "Attention", ...) worth using in a build of the given
-     * precision, i.e. whether the fusion passes that create it may run for this target. A backend's kernel for it must accept every node the pass
-     * creates (or its supports check must refuse it, failing the build). */
-    bool (*runs_fused_op)(const char *op_type, kiln_precision precision);
+    /* Optional (NULL: the backend runs none of them): whether the backend has a kernel for the
+     * kiln-domain fused op op_type (ir/fused_ops.h: "FusedConv", "Attention", ...) worth using in a
+     * build with these options (opts->precision; opts->fusion ON: every op it has a kernel for), i.e.
+     * whether the fusion passes that create it may run for this target. A backend's kernel for it
+     * must accept every node the pass creates (or its supports check must refuse it, failing the
+     * build). */
+    bool (*runs_fused_op)(const char *op_type, const kiln_build_options *opts);
     /* Convolutions run faster channels-last; the builder lays out FusedConv so for 16-bit builds
      * (fp16 / bf16 precision; pass layout_channels_last, KILN_CHANNELS_LAST in docs/cuda.md). Needs
      * a FusedConv kernel that takes channels_last = 1. */

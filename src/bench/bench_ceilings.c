@@ -8,8 +8,8 @@
 
 #include "core/file.h"
 #include "core/json_read.h"
+#include "core/json_write.h"
 #include "core/status.h"
-#include "stats/report.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -31,7 +31,7 @@ static kiln_status read_doc(const char *path, kiln_jdoc *doc, bool *found) {
     struct stat st;
     if (stat(path, &st) != 0) return KILN_OK;
     kiln_file_map m;
-    KILN_TRY(kiln_file_map_open(path, &m));
+    KILN_TRY(kiln_file_map_open_for_update(path, &m));
     kiln_status s = kiln_jdoc_parse((const char *)m.data, m.size, path, doc);
     kiln_file_unmap(&m);
     if (s == KILN_OK) *found = true;

@@ -3,8 +3,8 @@
  * docs/bench.schema.json (described in docs/bench.md); absent measurements are null, never left out. */
 #include "bench/bench_internal.h"
 
+#include "core/json_write.h"
 #include "core/status.h"
-#include "stats/report.h"
 
 #include <math.h>
 #include <string.h>

@@ -145,6 +145,15 @@ static kiln_status run_saturated(bench_llm_run *run, kiln_bench_llm_sat *out) {
     return st;
 }
 
+/* A batch's prompts are prefilled in one step: batch x input length must fit an int. */
+static kiln_status check_step_tokens(const kiln_bench_llm_config *bc) {
+    for (int i = 0; bc->concurrency <= 0 && i < bc->nbatches; i++)
+        if ((int64_t)bc->batches[i] * bc->input_len > INT32_MAX)
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--batch %d x --input-len %d is %lld prompt tokens in one step, more "
+                              "than 2^31 - 1", bc->batches[i], bc->input_len, (long long)bc->batches[i] * bc->input_len);
+    return KILN_OK;
+}
+
 /* The instance's limits for the workload: the largest batch (prefilled in one step) or, saturated, the
  * concurrency and the step budget; contexts of input + output tokens. The CPU cache holds them all
  * exactly; on CUDA the default (the same, at most 90% of the free memory: the scheduler then preempts). */
@@ -194,6 +203,7 @@ static kiln_status run_all(kiln_llm *llm, kiln_bench_llm_doc *d) {
 }
 
 kiln_status kiln_bench_llm_run(kiln_bench_llm_doc *d) {
+    KILN_TRY(check_step_tokens(d->bc));
     const kiln_llm_options o = options_for(d);
     kiln_llm *llm = NULL;
     const double t0 = kiln_bench_now_ms();

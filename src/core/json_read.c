@@ -3,9 +3,9 @@
  * input's size holds them all and their pointers stay valid while nodes are added. */
 #include "core/json_read.h"
 
+#include "core/json_write.h"
 #include "core/status.h"
 #include "core/utf8.h"
-#include "stats/report.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * tokenizer files, safetensors headers, OpenAI and KServe v2 responses and stream chunks, JSONL prompt
  * files, and kiln's own JSON results. The whole text is parsed into a tree of nodes held in one
  * document; strings are decoded (escapes, \u surrogate pairs to UTF-8) and NUL-terminated.
- * kiln_jdoc_write writes a parsed value back out. JSON is written with the writer of stats/report.h. */
+ * kiln_jdoc_write writes a parsed value back out. JSON is written with the writer of core/json_write.h. */
 #ifndef KILN_CORE_JSON_READ_H
 #define KILN_CORE_JSON_READ_H
 

@@ -2,9 +2,9 @@
  * errors, so writers can append freely and check once). */
 #include "core/strbuf.h"
 
+#include "core/file.h"
 #include "core/status.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,12 +85,7 @@ kiln_status kiln_strbuf_status(const kiln_strbuf *b) {
 
 kiln_status kiln_strbuf_write_file(const kiln_strbuf *b, const char *path) {
     KILN_TRY(kiln_strbuf_status(b));
-    FILE *f = fopen(path, "wb");
-    if (!f) return kiln_error(KILN_ERR_IO, "cannot create %s: %s", path, strerror(errno));
-    size_t wrote = b->len ? fwrite(b->data, 1, b->len, f) : 0;
-    int err = wrote == b->len ? 0 : errno;
-    if (fclose(f) != 0 && !err) err = errno;
-    if (wrote != b->len || err)
-        return kiln_error(KILN_ERR_IO, "cannot write %s: %s", path, strerror(err ? err : EIO));
-    return KILN_OK;
+    const void *chunks[1] = {b->data};
+    size_t sizes[1] = {b->len};
+    return kiln_file_write_atomic(path, chunks, sizes, 1);
 }

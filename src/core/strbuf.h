@@ -33,8 +33,9 @@ void kiln_strbuf_putc(kiln_strbuf *b, char c);
 void kiln_strbuf_printf(kiln_strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* KILN_OK, or KILN_ERR_OUT_OF_MEMORY (with a message) when an append failed. */
 kiln_status kiln_strbuf_status(const kiln_strbuf *b);
-/* Writes the contents to `path` (created or truncated). Errors: KILN_ERR_OUT_OF_MEMORY when the
- * contents are incomplete (nothing is written), KILN_ERR_IO naming the path and the reason. */
+/* Writes the contents to `path` with kiln_file_write_atomic (its output rules apply). Errors:
+ * KILN_ERR_OUT_OF_MEMORY when the contents are incomplete (nothing is written), else those of
+ * kiln_file_write_atomic. */
 kiln_status kiln_strbuf_write_file(const kiln_strbuf *b, const char *path);
 
 #endif

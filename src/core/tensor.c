@@ -14,7 +14,7 @@ int64_t kiln_numel(int ndim, const int64_t *dims) {
     return n;
 }
 
-kiln_status kiln_tensor_alloc(kiln_tensor *t, kiln_dtype dtype, int ndim, const int64_t *dims) {
+kiln_status kiln_tensor_alloc_uninit(kiln_tensor *t, kiln_dtype dtype, int ndim, const int64_t *dims) {
     kiln_tensor_release(t);
     if (ndim < 0 || ndim > KILN_MAX_DIMS)
         return kiln_error(KILN_ERR_SHAPE, "tensor rank %d is outside 0..%d", ndim, KILN_MAX_DIMS);
@@ -38,8 +38,13 @@ kiln_status kiln_tensor_alloc(kiln_tensor *t, kiln_dtype dtype, int ndim, const 
     t->data = cap ? aligned_alloc(64, cap) : NULL;
     if (cap && !t->data)
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory allocating %zu bytes", t->nbytes);
-    if (cap) memset(t->data, 0, cap);
     t->owned = cap != 0;
+    return KILN_OK;
+}
+
+kiln_status kiln_tensor_alloc(kiln_tensor *t, kiln_dtype dtype, int ndim, const int64_t *dims) {
+    KILN_TRY(kiln_tensor_alloc_uninit(t, dtype, ndim, dims));
+    if (t->data) memset(t->data, 0, (t->nbytes + 63) & ~(size_t)63);
     return KILN_OK;
 }
 

@@ -35,6 +35,8 @@ static inline int64_t kiln_tensor_numel(const kiln_tensor *t) { return kiln_nume
  * than 2^40 elements", which callers prefix with the tensor's name) or, for a negative dim or
  * ndim > KILN_MAX_DIMS, KILN_ERR_SHAPE. Any data t owned before is released first. */
 kiln_status kiln_tensor_alloc(kiln_tensor *t, kiln_dtype dtype, int ndim, const int64_t *dims);
+/* kiln_tensor_alloc without the zeroing, for kernels that write every element of the result. */
+kiln_status kiln_tensor_alloc_uninit(kiln_tensor *t, kiln_dtype dtype, int ndim, const int64_t *dims);
 /* Makes t a view of borrowed data (not owned; nothing is freed). */
 void kiln_tensor_view(kiln_tensor *t, kiln_dtype dtype, int ndim, const int64_t *dims, void *data);
 /* Frees owned data and resets t to an empty tensor. */

@@ -154,7 +154,7 @@ kiln_status kiln_timing_cache_load(kiln_timing_cache *c, const char *path) {
         return KILN_OK;
     }
     kiln_file_map m;
-    kiln_status s = kiln_file_map_open(path, &m);
+    kiln_status s = kiln_file_map_open_for_update(path, &m);
     if (s == KILN_OK) {
         s = kiln_timing_cache_parse(c, m.data, m.size, path);
         kiln_file_unmap(&m);

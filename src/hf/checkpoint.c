@@ -2,6 +2,7 @@
  * index and its shards), name lookup with the hub's prefix variants, and FP32 conversion. */
 #include "hf/checkpoint.h"
 
+#include "core/file.h"
 #include "core/half.h"
 #include "core/status.h"
 
@@ -118,7 +119,8 @@ kiln_status kiln_hf_checkpoint_open(const char *dir, kiln_hf_checkpoint **out) {
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     }
     char *cfg = join(dir, "config.json");
-    kiln_status s = cfg ? kiln_hf_read_json(cfg, "the model's config.json", &ck->config)
+    kiln_status s = kiln_file_note_inputs_in_dir(dir); /* the whole directory is the user's checkpoint */
+    if (s == KILN_OK) s = cfg ? kiln_hf_read_json(cfg, "the model's config.json", &ck->config)
                         : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     free(cfg);
     if (s == KILN_OK) s = open_weights(ck);

@@ -209,6 +209,7 @@ typedef struct jctx {
     size_t iterations;
     unsigned long long work; /* steps so far (JINJA_MAX_WORK) */
     enum { JC_NONE, JC_BREAK, JC_CONTINUE } control;
+    bool folding;            /* evaluating a {{ }} of literals only, which Jinja computes at compile time */
     kiln_strbuf scratch;     /* a temporary text buffer (freed when the render ends, also on failure) */
     jmp_buf fail;
     kiln_status status;

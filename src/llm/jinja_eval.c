@@ -235,7 +235,7 @@ static jv eval_filter(jctx *c, const jnode *n, jv value) {
     return jinja_filter(c, n, n->name, value, args, n->kw, n->nargs);
 }
 
-/* Whether n is made of literals only (what Jinja's optimizer evaluates at compile time). */
+/* Whether n is made of literals only (a {{ }} of them Jinja evaluates at compile time). */
 static bool is_constant(const jnode *n) {
     if (!n) return true;
     switch (n->kind) {
@@ -252,6 +252,14 @@ static bool is_constant(const jnode *n) {
     case JN_OR:
     case JN_BINARY:
     case JN_COND:
+    case JN_ATTR:
+    case JN_FILTER:
+    case JN_TEST:
+        /* filters that take Jinja's context are never evaluated at compile time */
+        if (n->kind == JN_FILTER && (jstr_eq(n->name, "map") || jstr_eq(n->name, "select") ||
+                                     jstr_eq(n->name, "reject") || jstr_eq(n->name, "selectattr") ||
+                                     jstr_eq(n->name, "rejectattr")))
+            return false;
         if (!is_constant(n->a) || !is_constant(n->b) || !is_constant(n->c)) return false;
         for (int i = 0; i < n->nargs; i++)
             if (!is_constant(n->args[i])) return false;
@@ -294,9 +302,9 @@ static jv eval(jctx *c, const jnode *n) {
     case JN_SLICE: {
         jv obj = eval(c, n->a), parts[3];
         for (int i = 0; i < 3; i++) parts[i] = n->args[i] ? eval(c, n->args[i]) : jv_none();
-        /* Jinja folds a slice of constants at compile time through its getitem, which gives Undefined
-         * where Python's own slicing (what runs for anything else) fails */
-        if (obj.type != JV_LIST && obj.type != JV_STR && obj.type != JV_UNDEF && is_constant(n))
+        /* Jinja computes a {{ }} of literals at compile time, where slicing goes through its getitem
+         * and gives Undefined where Python's own slicing (what runs otherwise) fails */
+        if (obj.type != JV_LIST && obj.type != JV_STR && obj.type != JV_UNDEF && c->folding)
             r = jv_undef(NULL);
         else
             r = jinja_slice(c, n, obj, parts[0], parts[1], parts[2]);
@@ -379,6 +387,7 @@ static void exec_for(jctx *c, const jnode *n) {
     }
     jloop *L = jalloc(c, sizeof *L);
     L->items = items;
+    bool completed = false;
     jstr loop_name = {4, "loop"};
     for (size_t i = 0; i < items->n; i++) {
         if (++c->iterations > JINJA_MAX_ITERATIONS) jfail(c, n, "more than %d loop iterations", JINJA_MAX_ITERATIONS);
@@ -389,6 +398,7 @@ static void exec_for(jctx *c, const jnode *n) {
         assign(c, n, n->targets, n->ntargets, items->v[i]);
         exec_body(c, n->body, n->nbody);
         c->frame = saved;
+        if (c->control == JC_NONE) completed = true;
         if (c->control == JC_BREAK) {
             c->control = JC_NONE;
             break;
@@ -396,7 +406,9 @@ static void exec_for(jctx *c, const jnode *n) {
         c->control = JC_NONE;
     }
     c->frame = saved;
-    if (items->n == 0) exec_body(c, n->orelse, n->norelse);
+    /* as Jinja's: the else runs unless some iteration ran to the end of the body (so also when every
+     * iteration ended in continue, or the first one in break) */
+    if (!completed) exec_body(c, n->orelse, n->norelse);
 }
 
 /* Renders body into a string instead of the output. */
@@ -413,7 +425,11 @@ static void exec_stmt(jctx *c, const jnode *n) {
     enter(c, n);
     switch (n->kind) {
     case JN_TEXT: emit(c, n->lit.s.p, n->lit.s.len); break;
-    case JN_OUTPUT: emit_value(c, eval(c, n->a)); break;
+    case JN_OUTPUT:
+        c->folding = is_constant(n->a);
+        emit_value(c, eval(c, n->a));
+        c->folding = false;
+        break;
     case JN_IF:
         if (jv_truthy(eval(c, n->a))) exec_body(c, n->body, n->nbody);
         else exec_body(c, n->orelse, n->norelse);

@@ -70,8 +70,10 @@ static jnode *parse_for(parser *P, jtoken *at) {
     if (accept_name(P, "if")) n->b = jp_expr_noif(P);
     if (is_name(cur(P), "recursive")) jp_fail(P, KILN_ERR_UNSUPPORTED, cur(P), "recursive loops are not supported");
     expect_block_end(P);
+    P->loops++;
     jtoken *end = body_until(P, &n->body, &n->nbody, ends);
-    if (jstr_eq(end->text, "else")) {
+    P->loops--;
+    if (jstr_eq(end->text, "else")) { /* outside the loop: no break there */
         static const char *const endfor[] = {"endfor", NULL};
         expect_block_end(P);
         body_until(P, &n->orelse, &n->norelse, endfor);
@@ -146,7 +148,10 @@ static jnode *parse_macro(parser *P, jtoken *at) {
     n->name = jp_expect_name(P);
     parse_params(P, n);
     expect_block_end(P);
+    int loops = P->loops; /* a macro's body is outside any loop around its definition */
+    P->loops = 0;
     body_until(P, &n->body, &n->nbody, ends);
+    P->loops = loops;
     expect_block_end(P);
     return n;
 }
@@ -158,7 +163,10 @@ static jnode *parse_call_block(parser *P, jtoken *at) {
     n->a = jp_expr(P);
     if (n->a->kind != JN_CALL) jp_fail(P, KILN_ERR_PARSE, at, "a call block needs a call expression");
     expect_block_end(P);
+    int loops = P->loops; /* the caller's body runs as a macro: outside any loop */
+    P->loops = 0;
     body_until(P, &n->body, &n->nbody, ends);
+    P->loops = loops;
     expect_block_end(P);
     return n;
 }
@@ -218,6 +226,7 @@ static jnode *parse_statement(parser *P) {
         return n;
     }
     if (jstr_eq(kw, "break") || jstr_eq(kw, "continue")) {
+        if (P->loops == 0) jp_fail(P, KILN_ERR_PARSE, at, "'%.*s' outside loop", (int)kw.len, kw.p);
         jnode *n = jp_node(P, jstr_eq(kw, "break") ? JN_BREAK : JN_CONTINUE, at);
         expect_block_end(P);
         return n;

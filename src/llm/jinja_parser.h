@@ -11,6 +11,7 @@
 typedef struct parser {
     jtoken *t;
     int n, pos, depth;
+    int loops; /* for bodies around the statement being parsed (break / continue need one) */
     jarena *arena;
     jmp_buf fail;
     kiln_status status;

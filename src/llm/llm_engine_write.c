@@ -170,7 +170,10 @@ kiln_status kiln_llm_engine_build(const char *dir, const kiln_llm_build_options 
     if (!info) info = &local;
     memset(info, 0, sizeof *info);
     build b = {0};
-    kiln_status s = build_engine(&b, dir, o, path, info);
+    /* refuse an output inside the checkpoint (or any other bad output) before the work */
+    kiln_status s = kiln_file_note_inputs_in_dir(dir);
+    if (s == KILN_OK) s = kiln_file_check_output(path);
+    if (s == KILN_OK) s = build_engine(&b, dir, o, path, info);
     for (int i = 0; b.owned && i < b.n; i++) free(b.owned[i]);
     free(b.w);
     free(b.data);

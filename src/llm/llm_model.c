@@ -45,6 +45,14 @@ static kiln_status convert(const loader *L, const kiln_st_tensor *t, float *dst)
     return s == KILN_OK ? s : kiln_error_prefix(s, "%s", kiln_hf_checkpoint_dir(L->ck));
 }
 
+/* Checks that matrix `name` is in the checkpoint with the shape config.json implies (load_mat_into's
+ * layouts), before anything is allocated for it: the sizes come from config.json, and only a tensor
+ * the file holds bounds them. */
+static kiln_status check_mat(const loader *L, const char *name, int64_t rows, int64_t cols, bool conv1d) {
+    const kiln_st_tensor *t;
+    return find(L, name, conv1d ? cols : rows, conv1d ? rows : cols, &t);
+}
+
 /* malloc'd n floats into *out. */
 static kiln_status alloc_f32(size_t n, float **out) {
     *out = malloc(n * sizeof(float));
@@ -75,6 +83,7 @@ static kiln_status load_mat_into(const loader *L, const char *name, int64_t rows
 }
 
 static kiln_status load_mat(const loader *L, const char *name, int64_t rows, int64_t cols, bool conv1d, float **out) {
+    KILN_TRY(check_mat(L, name, rows, cols, conv1d));
     KILN_TRY(alloc_f32((size_t)(rows * cols), out));
     return load_mat_into(L, name, rows, cols, conv1d, *out);
 }
@@ -106,12 +115,17 @@ static kiln_status load_llama_layer(const loader *L, int i, kiln_llm_layer *y) {
     char n[128];
 #define NAME(suffix) (snprintf(n, sizeof n, "model.layers.%d.%s", i, suffix), n)
     KILN_TRY(load_vec(L, NAME("input_layernorm.weight"), d, &y->norm1_w));
+    KILN_TRY(check_mat(L, NAME("self_attn.q_proj.weight"), qd, d, false));
+    KILN_TRY(check_mat(L, NAME("self_attn.k_proj.weight"), kvd, d, false));
+    KILN_TRY(check_mat(L, NAME("self_attn.v_proj.weight"), kvd, d, false));
     KILN_TRY(alloc_f32((size_t)((qd + 2 * kvd) * d), &y->qkv_w));
     KILN_TRY(load_mat_into(L, NAME("self_attn.q_proj.weight"), qd, d, false, y->qkv_w));
     KILN_TRY(load_mat_into(L, NAME("self_attn.k_proj.weight"), kvd, d, false, y->qkv_w + qd * d));
     KILN_TRY(load_mat_into(L, NAME("self_attn.v_proj.weight"), kvd, d, false, y->qkv_w + (qd + kvd) * d));
     KILN_TRY(load_mat(L, NAME("self_attn.o_proj.weight"), d, qd, false, &y->o_w));
     KILN_TRY(load_vec(L, NAME("post_attention_layernorm.weight"), d, &y->norm2_w));
+    KILN_TRY(check_mat(L, NAME("mlp.gate_proj.weight"), ff, d, false));
+    KILN_TRY(check_mat(L, NAME("mlp.up_proj.weight"), ff, d, false));
     KILN_TRY(alloc_f32((size_t)(2 * ff * d), &y->up_w));
     KILN_TRY(load_mat_into(L, NAME("mlp.gate_proj.weight"), ff, d, false, y->up_w));
     KILN_TRY(load_mat_into(L, NAME("mlp.up_proj.weight"), ff, d, false, y->up_w + ff * d));
@@ -123,6 +137,10 @@ static kiln_status load_weights(const loader *L) {
     kiln_llm_model *m = L->m;
     const kiln_llm_config *c = &m->cfg;
     const bool gpt2 = c->arch == KILN_LLM_GPT2;
+    char last[128]; /* n_layer too is only config.json's word: its last layer must be in the file */
+    snprintf(last, sizeof last, gpt2 ? "transformer.h.%d.ln_1.weight" : "model.layers.%d.input_layernorm.weight", c->n_layer - 1);
+    const kiln_st_tensor *t;
+    KILN_TRY(find(L, last, c->d_model, 0, &t));
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
     if (!m->layers) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     KILN_TRY(load_mat(L, gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight", c->vocab, c->d_model, false,

@@ -22,7 +22,7 @@ const char *kiln_finish_reason_name(kiln_finish_reason r) {
     return "?";
 }
 
-static int blocks_for(int tokens, int block_size) { return (tokens + block_size - 1) / block_size; }
+static int blocks_for(int tokens, int block_size) { return tokens / block_size + (tokens % block_size != 0); }
 
 static kiln_status check_config(const kiln_scheduler_config *c) {
     if (!c->forward || !c->kv) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "scheduler: forward and kv are required");

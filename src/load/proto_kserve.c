@@ -7,11 +7,11 @@
  * of named tensors whose binary sizes fit the body. */
 #include "load/load_internal.h"
 
+#include "core/json_read.h"
+#include "core/json_write.h"
 #include "core/npy.h"
 #include "core/status.h"
 #include "core/tensor.h"
-#include "core/json_read.h"
-#include "stats/report.h"
 
 #include <inttypes.h>
 #include <stdio.h>

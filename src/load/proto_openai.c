@@ -5,7 +5,7 @@
 #include "load/load_internal.h"
 
 #include "core/json_read.h"
-#include "stats/report.h"
+#include "core/json_write.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -2,6 +2,7 @@
  * dimensions bound consistently, and against its optimization profiles) and caller-owned output
  * buffers, run them on the engine's backend (enqueue, then wait), hand out the outputs. */
 #include "runtime/engine_internal.h"
+#include "runtime/env_overrides.h"
 #include "runtime/profiles.h"
 
 #include "core/status.h"
@@ -24,7 +25,13 @@ struct kiln_context {
 };
 
 kiln_status kiln_context_create(kiln_engine *e, kiln_context **out) {
+    return kiln_context_create_with_options(e, NULL, out);
+}
+
+kiln_status kiln_context_create_with_options(kiln_engine *e, const kiln_context_options *given, kiln_context **out) {
     if (!e || !out) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_context_create: engine and out are required");
+    kiln_context_options opts = given ? *given : (kiln_context_options){0};
+    kiln_context_options_apply_env(&opts);
     *out = NULL;
     kiln_context *c = calloc(1, sizeof *c);
     if (!c) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
@@ -38,7 +45,7 @@ kiln_status kiln_context_create(kiln_engine *e, kiln_context **out) {
         kiln_context_free(c);
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     }
-    kiln_status s = e->backend->context_create(e->be, &c->bc);
+    kiln_status s = e->backend->context_create(e->be, &opts, &c->bc);
     if (s != KILN_OK) {
         kiln_context_free(c);
         return s;

@@ -2,12 +2,19 @@
 #include "runtime/engine_internal.h"
 
 #include "core/status.h"
+#include "runtime/env_overrides.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-kiln_status kiln_engine_from_graph(kiln_graph *g, const kiln_engine_meta *meta, kiln_engine **out) {
+kiln_status kiln_engine_from_graph(kiln_graph *g, const kiln_engine_meta *meta, const kiln_build_options *opts,
+                                   kiln_engine **out) {
     *out = NULL;
+    kiln_build_options loaded = {.target = meta->target};
+    if (!opts) {
+        kiln_build_options_apply_env(&loaded);
+        opts = &loaded;
+    }
     kiln_engine *e = calloc(1, sizeof *e);
     if (!e) {
         kiln_graph_free(g);
@@ -23,7 +30,7 @@ kiln_status kiln_engine_from_graph(kiln_graph *g, const kiln_engine_meta *meta, 
                           kiln_backend_names());
     }
     e->backend = b;
-    kiln_status s = b->engine_create(g, &e->meta, &e->be);
+    kiln_status s = b->engine_create(g, &e->meta, opts, &e->be);
     if (s != KILN_OK) {
         kiln_engine_free(e);
         return s;
@@ -50,7 +57,7 @@ kiln_status kiln_engine_load(const char *path, kiln_engine **out) {
     kiln_graph *g;
     kiln_engine_meta meta;
     KILN_TRY(kiln_engine_file_read(path, NULL, &g, &meta));
-    kiln_status s = kiln_engine_from_graph(g, &meta, out);
+    kiln_status s = kiln_engine_from_graph(g, &meta, NULL, out);
     if (s != KILN_OK) return kiln_error_prefix(s, "%s", path);
     return KILN_OK;
 }

@@ -14,8 +14,11 @@ struct kiln_engine {
     kiln_backend_engine *be;      /* owned */
 };
 
-/* Wraps a finished graph (taking ownership of g, also on failure) into an engine for meta->target. */
-kiln_status kiln_engine_from_graph(kiln_graph *g, const kiln_engine_meta *meta, kiln_engine **out);
+/* Wraps a finished graph (taking ownership of g, also on failure) into an engine for meta->target,
+ * prepared as opts say (the build's options with the environment applied; NULL: an engine loaded
+ * from a file, which gets the defaults and the environment's overrides). */
+kiln_status kiln_engine_from_graph(kiln_graph *g, const kiln_engine_meta *meta, const kiln_build_options *opts,
+                                   kiln_engine **out);
 
 /* The backend state of a context (for kiln bench's timing hooks, backend.h). Borrowed. */
 kiln_backend_context *kiln_context_backend(kiln_context *c);

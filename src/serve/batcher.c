@@ -359,6 +359,7 @@ kiln_status serve_pool_create(kiln_engine *e, const serve_batch_config *cfg, ser
     p->cfg = *cfg;
     if (p->cfg.instances < 1) p->cfg.instances = 1;
     if (p->cfg.breaker_failures < 1) p->cfg.breaker_failures = 1;
+    if (p->cfg.priority_levels < 1) p->cfg.priority_levels = 1;
     p->batched = p->cfg.max_batch > 0 && engine_is_batched(e);
     if (!p->batched) p->cfg.max_batch = 0;
     p->n_in = kiln_engine_num_inputs(e);
@@ -469,6 +470,8 @@ int serve_pool_check(const serve_pool *p, serve_infer *r) {
                               d->name, (long long)t->dims[0], p->in_desc[0].name, (long long)r->rows);
         }
     }
+    if (r->priority < 0 || r->priority > p->cfg.priority_levels)
+        return reject(r, "priority %d is not a level of the model (1..%d)", r->priority, p->cfg.priority_levels);
     if (p->batched && (r->rows < 1 || r->rows > p->cfg.max_batch))
         return reject(r, "a batch of %lld rows is outside the model's 1..%d (max_batch)", (long long)r->rows, p->cfg.max_batch);
     return 0;
@@ -494,9 +497,13 @@ void serve_pool_infer(serve_pool *p, serve_infer *r) {
     } else if (p->cfg.max_queue > 0 && p->depth >= p->cfg.max_queue) {
         finish(r, 429, "the model's queue is full (%d requests waiting, max_queue %d); retry later", p->depth, p->cfg.max_queue);
     } else {
-        if (p->tail) p->tail->next = r;
-        else p->head = r;
-        p->tail = r;
+        /* after every request of its level or a higher one: FIFO within a level */
+        if (!r->priority) r->priority = p->cfg.priority_levels;
+        serve_infer **link = &p->head;
+        while (*link && (*link)->priority <= r->priority) link = &(*link)->next;
+        r->next = *link;
+        *link = r;
+        if (!r->next) p->tail = r;
         p->depth++;
         pthread_cond_broadcast(&p->work_cv);
     }

@@ -24,6 +24,7 @@ typedef struct serve_batch_config {
     int max_queue;             /* requests waiting at most (0: unbounded) */
     int64_t timeout_us;        /* a request's deadline from its arrival (0: none) */
     int instances;             /* >= 1 */
+    int priority_levels;       /* requests of level 1 are served before level 2, ... (>= 1) */
     int breaker_failures;      /* consecutive failed runs that take an instance out (>= 1) */
     int64_t breaker_cooldown_ms;
 } serve_batch_config;
@@ -45,6 +46,7 @@ typedef struct serve_infer {
     int n_inputs;
     int64_t rows;              /* dims[0] of the inputs when the model batches, else 1 */
     int64_t timeout_us;        /* the request's own deadline from arrival (0: the model's timeout_us) */
+    int priority;              /* 1 = first served; 0: the model's default (its lowest level) */
     /* results, valid after serve_pool_infer returns */
     int http_status;           /* 200, or 400 / 429 / 500 / 503 with message */
     char message[512];
@@ -73,7 +75,8 @@ kiln_status serve_pool_create(kiln_engine *e, const serve_batch_config *cfg, ser
 void serve_pool_free(serve_pool *p);
 
 /* 400 with a message when r's inputs do not fit the engine (names, dtypes, ranks, static
- * dimensions, equal batch rows, rows <= max_batch); otherwise 0 and r->rows set. */
+ * dimensions, equal batch rows, rows <= max_batch) or its priority is not a level of the model;
+ * otherwise 0 and r->rows set. */
 int serve_pool_check(const serve_pool *p, serve_infer *r);
 /* Queues a checked request and waits for its result (r->http_status and r->outputs). */
 void serve_pool_infer(serve_pool *p, serve_infer *r);

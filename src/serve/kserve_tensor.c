@@ -212,6 +212,13 @@ int kserve_parse_infer(const char *body, size_t len, size_t json_len, serve_infe
         for (int k = 0; k < i; k++)
             if (!strcmp(r->inputs[i].name, r->inputs[k].name)) st = bad(msg, msg_size, "input '%s' appears twice", r->inputs[i].name);
     if (!st) st = parse_outputs(root, out, msg, msg_size);
+    const cJSON *priority = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "parameters"), "priority");
+    if (!st && priority) {
+        if (!cJSON_IsNumber(priority) || priority->valuedouble != floor(priority->valuedouble) || priority->valuedouble < 1 ||
+            priority->valuedouble > 16)
+            st = bad(msg, msg_size, "parameters.priority must be an integer level from 1 (first served)");
+        else r->priority = (int)priority->valuedouble;
+    }
     const cJSON *timeout = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "parameters"), "timeout");
     if (!st && timeout) {
         if (!cJSON_IsNumber(timeout) || timeout->valuedouble < 0 || timeout->valuedouble > 3.6e9)

@@ -8,12 +8,14 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void defaults(serve_model_config *c) {
     memset(c, 0, sizeof *c);
     c->batch = (serve_batch_config){.max_batch = 8, .max_queue_delay_us = 500, .max_queue = 64, .timeout_us = 30000000,
-                                    .instances = 1, .breaker_failures = 3, .breaker_cooldown_ms = 5000};
+                                    .instances = 1, .priority_levels = 1, .breaker_failures = 3,
+                                    .breaker_cooldown_ms = 5000};
     c->version_latest = 1;
     snprintf(c->target, sizeof c->target, "cpu");
 }
@@ -79,6 +81,23 @@ static kiln_status parse_list(const cJSON *item, const char *what, serve_model_c
     return KILN_OK;
 }
 
+/* {"1": 90, "2": 10}: version -> weight. */
+static kiln_status parse_traffic(const cJSON *item, const char *what, serve_model_config *c) {
+    if (!cJSON_IsObject(item) || cJSON_GetArraySize(item) < 1 || cJSON_GetArraySize(item) > SERVE_MAX_SPECIFIC)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'traffic' must map versions to weights, e.g. {\"1\": 90, \"2\": 10}", what);
+    const cJSON *w;
+    cJSON_ArrayForEach(w, item) {
+        char *end;
+        long long v = strtoll(w->string, &end, 10);
+        if (*end || v < 1 || !cJSON_IsNumber(w) || !(w->valuedouble >= 0) || w->valuedouble > 1e9)
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'traffic' must map versions (\"1\") to weights >= 0, got \"%s\"",
+                              what, w->string);
+        c->traffic_version[c->n_traffic] = v;
+        c->traffic_weight[c->n_traffic++] = w->valuedouble;
+    }
+    return KILN_OK;
+}
+
 /* The integer settings: key, range, and where each goes. */
 static kiln_status parse_int(const cJSON *item, const char *what, serve_model_config *c, bool *known) {
     static const struct { const char *key; int64_t lo, hi; } KEYS[] = {
@@ -87,7 +106,7 @@ static kiln_status parse_int(const cJSON *item, const char *what, serve_model_co
         {"breaker_cooldown_ms", 0, 3600000},    {"device", 0, 64},          {"kv_cache_bytes", 0, INT64_C(1) << 50},
         {"kv_cache_blocks", 0, 1 << 30},        {"max_seqs", 0, 1 << 20},   {"max_batched_tokens", 0, 1 << 24},
         {"max_context", 0, 1 << 24},            {"max_waiting", 0, 1 << 24}, {"max_waiting_tokens", 0, INT64_C(1) << 40},
-        {"queue_timeout_ms", 0, 86400000},
+        {"queue_timeout_ms", 0, 86400000},      {"priority_levels", 1, 16},
     };
     for (size_t k = 0; k < sizeof KEYS / sizeof KEYS[0]; k++) {
         if (strcmp(item->string, KEYS[k].key)) continue;
@@ -110,7 +129,8 @@ static kiln_status parse_int(const cJSON *item, const char *what, serve_model_co
         case 12: c->llm.max_context = (int)v; break;
         case 13: c->llm.max_waiting = (int)v; break;
         case 14: c->llm.max_waiting_tokens = v; break;
-        default: c->llm.queue_timeout_ms = (double)v; break;
+        case 15: c->llm.queue_timeout_ms = (double)v; break;
+        default: c->batch.priority_levels = (int)v; break;
         }
     }
     return KILN_OK;
@@ -132,6 +152,7 @@ kiln_status serve_model_config_parse(const char *json, size_t len, const char *w
         if (known) continue;
         if (!strcmp(item->string, "version_policy")) st = parse_versions(item, what, c);
         else if (!strcmp(item->string, "preferred_batch_sizes") || !strcmp(item->string, "aliases")) st = parse_list(item, what, c);
+        else if (!strcmp(item->string, "traffic")) st = parse_traffic(item, what, c);
         else if (!strcmp(item->string, "chat_template")) {
             if (!cJSON_IsString(item) || !item->valuestring[0] || strlen(item->valuestring) >= sizeof c->chat_template ||
                 strstr(item->valuestring, ".."))
@@ -146,7 +167,7 @@ kiln_status serve_model_config_parse(const char *json, size_t len, const char *w
                             "%s: unknown key '%s' (known: max_batch, preferred_batch_sizes, max_queue_delay_us, max_queue, "
                             "timeout_us, instances, breaker_failures, breaker_cooldown_ms, version_policy, target, "
                             "device, aliases, kv_cache_bytes, kv_cache_blocks, max_seqs, max_batched_tokens, "
-                            "max_context, max_waiting, max_waiting_tokens, queue_timeout_ms, chat_template)",
+                            "max_context, max_waiting, max_waiting_tokens, queue_timeout_ms, chat_template, traffic, priority_levels)",
                             what, item->string);
         }
         if (st) break;

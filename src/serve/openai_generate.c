@@ -229,7 +229,6 @@ static void gen_free(gen *g) {
 
 static enum MHD_Result reply_plain(gen *g) {
     serve_conn *c = g->conn;
-    const kiln_llm *llm = g->v->llm;
     int done = 0;
     while (done < g->n_ch) {
         bool any = false;
@@ -248,7 +247,6 @@ static enum MHD_Result reply_plain(gen *g) {
             return MHD_NO; /* gen_free releases (cancels) the requests */
         }
     }
-    (void)llm;
     for (int i = 0; i < g->n_ch; i++) {
         choice *ch = &g->ch[i];
         if (!failed(ch->finish)) continue;
@@ -291,10 +289,8 @@ static void sse(gen *g, cJSON *j) {
 
 /* The chunk of one event of choice ch. */
 static void stream_event(gen *g, choice *ch, const kiln_llm_event *ev) {
-    cJSON *lp = NULL;
-    size_t unused_offset = ch->text_offset;
-    add_logprobs(g, &lp, &unused_offset, ev);
-    ch->text_offset = unused_offset;
+    cJSON *lp = NULL; /* this event's logprobs only: each chunk carries its own */
+    add_logprobs(g, &lp, &ch->text_offset, ev);
     note_event(g, ch, ev);
     if (failed(ch->finish)) {
         cJSON *j = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(j, "error");

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 static bool is_dir(const char *path) {
     struct stat st;
@@ -73,7 +74,7 @@ static void version_free(serve_version *v) {
     free(v);
 }
 
-/* The entries of dir matching a filter, sorted, joined with ", " into buf (for error messages). */
+/* The entries of dir (hidden ones left out), sorted, joined with ", " into buf (for error messages). */
 static void list_dir(const char *dir, char *buf, size_t size) {
     buf[0] = 0;
     struct dirent **names = NULL;
@@ -508,6 +509,29 @@ serve_model *serve_repo_find(serve_repo *r, const char *name) {
     return NULL;
 }
 
+/* The version a request without one goes to: drawn by the traffic weights among the loaded
+ * versions that have one, else the highest loaded. The caller holds mu. */
+static serve_version *pick_by_traffic(const serve_model *m) {
+    double total = 0, w[SERVE_MAX_SPECIFIC] = {0};
+    serve_version *v[SERVE_MAX_SPECIFIC] = {0};
+    for (int i = 0; i < m->cfg.n_traffic; i++)
+        for (int k = 0; k < m->n_versions; k++)
+            if (m->versions[k]->number == m->cfg.traffic_version[i]) v[i] = m->versions[k], w[i] = m->cfg.traffic_weight[i];
+    for (int i = 0; i < m->cfg.n_traffic; i++) total += w[i];
+    if (total <= 0) return m->versions[m->n_versions - 1];
+    static _Thread_local uint64_t state;
+    if (!state) state = (uint64_t)(uintptr_t)&state ^ (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull;
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17; /* xorshift64 */
+    double x = (double)(state >> 11) / 9007199254740992.0 * total;
+    for (int i = 0; i < m->cfg.n_traffic; i++) {
+        if (x < w[i]) return v[i];
+        x -= w[i];
+    }
+    for (int i = m->cfg.n_traffic - 1; i >= 0; i--)
+        if (v[i] && w[i] > 0) return v[i];
+    return m->versions[m->n_versions - 1];
+}
+
 int serve_repo_acquire(serve_repo *r, const char *name, const char *version, serve_version **out, char *msg,
                        size_t msg_size) {
     *out = NULL;
@@ -521,7 +545,7 @@ int serve_repo_acquire(serve_repo *r, const char *name, const char *version, ser
         snprintf(msg, msg_size, "model '%s' is not loaded%s%s", name, m->reason[0] ? ": " : "", m->reason);
         status = 503;
     } else if (!version || !version[0]) {
-        *out = m->versions[m->n_versions - 1];
+        *out = pick_by_traffic(m);
     } else {
         int64_t want = version_number(version);
         for (int i = 0; i < m->n_versions; i++)

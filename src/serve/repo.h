@@ -30,6 +30,11 @@ typedef struct serve_model_config {
     int64_t version_specific[SERVE_MAX_SPECIFIC]; /* or exactly these (n_specific > 0) */
     int n_specific;
     bool version_all;
+    /* Canary / A-B: requests that name no version go to version traffic_version[i] with weight
+     * traffic_weight[i] (among those loaded); none: the highest loaded version. */
+    int64_t traffic_version[SERVE_MAX_SPECIFIC];
+    double traffic_weight[SERVE_MAX_SPECIFIC];
+    int n_traffic;
     char target[16];                     /* "cpu" (default) or "cuda" */
     int device;
     char aliases[SERVE_MAX_ALIASES][SERVE_NAME_MAX]; /* further names of the model */

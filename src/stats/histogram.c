@@ -213,9 +213,6 @@ kiln_status kiln_hist_merge(kiln_hist *dst, const kiln_hist *src) {
     return KILN_OK;
 }
 
-int64_t kiln_hist_lowest_trackable(const kiln_hist *h) { return h->lowest; }
-int64_t kiln_hist_highest_trackable(const kiln_hist *h) { return h->highest; }
-int kiln_hist_sig_digits(const kiln_hist *h) { return h->sig_digits; }
 int64_t kiln_hist_count(const kiln_hist *h) { return h->total; }
 int64_t kiln_hist_overflow(const kiln_hist *h) { return h->overflow; }
 int64_t kiln_hist_underflow(const kiln_hist *h) { return h->underflow; }

@@ -68,11 +68,6 @@ void kiln_hist_record_corrected(kiln_hist *h, int64_t value, int64_t expected_in
  * sig_digits); otherwise KILN_ERR_INVALID_ARGUMENT and dst is unchanged. src may not be dst. */
 kiln_status kiln_hist_merge(kiln_hist *dst, const kiln_hist *src);
 
-/* Configuration, as given to kiln_hist_create. */
-int64_t kiln_hist_lowest_trackable(const kiln_hist *h);
-int64_t kiln_hist_highest_trackable(const kiln_hist *h);
-int kiln_hist_sig_digits(const kiln_hist *h);
-
 /* Number of recorded values (including clamped ones). */
 int64_t kiln_hist_count(const kiln_hist *h);
 /* Number of recorded values that were above `highest` (recorded as `highest`). */

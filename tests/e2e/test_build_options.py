@@ -75,16 +75,21 @@ def test_bad_profiles_fail_the_build(kiln, tmp_path, spec, mentions):
                                   ["--profile", "image:1x3,1x3x4,2x3"], ["--profile", "image:1xx3"],
                                   ["--layer-precision", "softmax"], ["--layer-precision", "softmax:fp8"],
                                   ["--tuning-level", "4"], ["--tuning-level", "-1"], ["--tuning-level", "two"],
-                                  ["--tuning-level", "22"], ["--tuning-level"], ["--timing-cache"]])
+                                  ["--tuning-level", "22"], ["--tuning-level"], ["--timing-cache"],
+                                  ["--tuning-budget-ms", "0"], ["--tuning-budget-ms", "-5"], ["--tuning-budget-ms", "1s"],
+                                  ["--tuning-budget-ms"], ["--tuning-layer-budget-ms", "unbounded"],
+                                  ["--tuning-workspace-mb", "65537"], ["--tuning-workspace-mb", ""]])
 def test_bad_option_syntax_exits_2(kiln, tmp_path, args):
     assert_error(run_kiln(kiln, "build", SAMPLE, "-o", tmp_path / "x.kiln", *args), code=2)
 
 
 def test_tuning_options_leave_cpu_engines_as_they_were(kiln, tmp_path):
-    """The cpu target has no tactics: --tuning-level and --timing-cache change nothing it builds or shows."""
+    """The cpu target has no tactics: --tuning-level, --timing-cache and the tuning bounds change nothing it
+    builds or shows."""
     plain, tuned, cache = tmp_path / "plain.kiln", tmp_path / "tuned.kiln", tmp_path / "timing.cache"
     assert_ok(run_kiln(kiln, "build", SAMPLE, "-o", plain))
-    proc = run_kiln(kiln, "build", SAMPLE, "-o", tuned, "--tuning-level", "3", "--timing-cache", cache)
+    proc = run_kiln(kiln, "build", SAMPLE, "-o", tuned, "--tuning-level", "3", "--timing-cache", cache,
+                    "--tuning-budget-ms", "none", "--tuning-layer-budget-ms", "50", "--tuning-workspace-mb", "64")
     assert_ok(proc)
     assert "\ntuning:" not in proc.stdout and "timing cache:" not in proc.stdout, describe(proc)
     assert not cache.exists()

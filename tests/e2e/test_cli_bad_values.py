@@ -1,10 +1,12 @@
 """Values at and beyond their limits through the `kiln` CLI: engine headers with fields no calendar
-holds, model attributes whose sizes overflow 64 bits, a KV cache larger than the host, and the
-messages a user meets for them. Every case must end cleanly (no signal, no
-sanitizer report; this file also runs in the sanitizer build) with a message naming what is wrong.
+holds, model attributes and checkpoint configs whose sizes overflow or exceed what the file holds, a
+KV cache larger than the host, out-of-range options, and the messages a user meets for them. Every
+case must end cleanly (no signal, no sanitizer report; this file also runs in the sanitizer build)
+with a message naming what is wrong.
 
 Run:  KILN_BIN=build/kiln python -m pytest tests/e2e/test_cli_bad_values.py
 """
+import json
 import struct
 
 import numpy as np
@@ -13,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import assert_error, assert_ok, read_outputs, run_kiln, write_inputs
-from llm_checkpoints import make_gpt2
+from llm_checkpoints import make_gpt2, make_llama
 from test_cli_errors import resealed, tiny_model
 from test_generate import VOCAB, write_tokenizer
 
@@ -301,3 +303,39 @@ def test_channel_products_beyond_64_bits(kiln, tmp_path, case):
     m.ir_version = 8
     onnx.save(m, tmp_path / "m.onnx")
     assert_error(run_kiln(kiln, "build", tmp_path / "m.onnx", "-o", tmp_path / "m.kiln"), mentions=[node.name, *mentions])
+
+
+@pytest.mark.parametrize("key,mentions", [
+    ("vocab_size", ["transformer.wte.weight", "expected shape [2147483647, 64]"]),
+    ("n_positions", ["transformer.wpe.weight", "expected shape [2147483647, 64]"]),
+    ("n_inner", ["mlp.c_fc.weight", "2147483647"]),
+    ("n_layer", ["transformer.h.2147483646.ln_1.weight", "missing"]),
+])
+def test_checkpoint_config_sizes_beyond_the_weights(kiln, tmp_path, key, mentions):
+    """config.json sizes of 2^31 - 1 were allocated for (ASan: 0x7fffffff00 bytes) before the tensors'
+    shapes were checked against them; the weights in the file bound them now."""
+    make_gpt2(tmp_path, vocab=VOCAB, n_positions=32, n_embd=64)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg[key] = (1 << 31) - 1
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert_error(run_kiln(kiln, "build", "--hf", tmp_path, "-o", tmp_path / "m.kiln"), mentions=mentions)
+
+
+def test_context_length_of_2_31(kiln, tmp_path):
+    """A Llama max_position_embeddings of 2^31 - 1 (RoPE: no table to bound it) is a valid context
+    length; the scheduler's block count overflowed on it (UBSan)."""
+    make_llama(tmp_path, vocab=VOCAB, max_pos=(1 << 31) - 1)
+    write_tokenizer(tmp_path)
+    assert_ok(run_kiln(kiln, "generate", tmp_path, "--prompt", "the cat", "--max-tokens", 2))
+
+
+@pytest.mark.parametrize("args,mentions", [
+    (["--batch", "4096", "--input-len", "1048576", "--output-len", "8"], ["4294967296 prompt tokens in one step"]),
+    # 2047 sequences of 2^21 tokens at 512 bytes each: a 2 TiB KV cache
+    (["--batch", "2047", "--input-len", "1048576", "--output-len", "1048576"], ["KV cache", "GiB", "host"]),
+], ids=["prefill-tokens", "kv-cache"])
+def test_bench_llm_workload_beyond_the_host(kiln, tmp_path, args, mentions):
+    """On a model with a 2^31 - 1 context, kiln bench --llm's batch x input length overflowed an int
+    (UBSan), and a KV cache for it is refused as larger than the host."""
+    make_llama(tmp_path, vocab=VOCAB, max_pos=(1 << 31) - 1)
+    assert_error(run_kiln(kiln, "bench", "--llm", tmp_path, *args), mentions=mentions)

@@ -141,3 +141,16 @@ def test_repository_changes_are_picked_up(kiln, tmp_path):
         assert status == 200 and out["model_version"] == "2"
         shutil.rmtree(repo / "fresh")
         wait_for(lambda: s.json("/v2/models/fresh/ready")[0] == 503, "a removed model")
+
+
+def test_traffic_weights_split_unversioned_requests(kiln, engine, tmp_path):
+    for v in (1, 2):
+        (tmp_path / "cnn" / str(v)).mkdir(parents=True)
+        os.symlink(engine, tmp_path / "cnn" / str(v) / "model.kiln")
+    (tmp_path / "cnn" / "config.json").write_text(json.dumps(
+        {"max_batch": 0, "version_policy": "all", "traffic": {"1": 80, "2": 20}}))
+    with serve(kiln, tmp_path) as s:
+        req, _ = cnn_request(1)
+        versions = [s.json("/v2/models/cnn/infer", req)[1]["model_version"] for _ in range(200)]
+        assert 20 <= versions.count("2") <= 60, versions.count("2")  # 40 expected
+        assert s.json("/v2/models/cnn/versions/2/infer", req)[1]["model_version"] == "2"

@@ -184,12 +184,15 @@ static void test_conv2d(void) {
     test_conv_case(2, 16, 7, 7, 24, 1, 1, 1, 1, 0, 0, 1, true, true, true);
     test_conv_case(1, 12, 5, 9, 8, 1, 1, 1, 1, 0, 0, 4, true, false, true);
     test_conv_case(1, 64, 14, 14, 33, 1, 1, 1, 1, 0, 0, 1, false, false, false);
+    test_conv_case(2, 40, 1, 1, 10, 1, 1, 1, 1, 0, 0, 1, true, false, true); /* squeeze-excitation: 1x1 planes */
+    test_conv_case(3, 12, 1, 1, 6, 1, 1, 1, 1, 0, 0, 3, true, true, false);
     /* general: strided 1x1, 3x3 / 7x7, pads on one side only, dilation, groups */
     test_conv_case(1, 8, 9, 9, 16, 1, 1, 2, 1, 0, 0, 1, true, false, false);
     test_conv_case(2, 3, 23, 19, 8, 7, 7, 2, 1, 3, 3, 1, true, false, true);
     test_conv_case(1, 16, 10, 12, 20, 3, 3, 1, 1, 1, 0, 1, true, true, true);
     test_conv_case(1, 8, 11, 11, 12, 3, 3, 2, 2, 2, 2, 2, true, false, false);
     test_conv_case(1, 256, 30, 30, 8, 3, 3, 1, 1, 1, 1, 1, true, false, true); /* several column chunks */
+    test_conv_case(1, 32, 9, 9, 48, 3, 3, 1, 1, 1, 1, 1, true, true, true); /* narrow: output-channel blocks */
 }
 
 int main(void) {

@@ -11,7 +11,7 @@
  * nodes share their input's memory and which keep their copy: a chain Reshape -> Flatten -> consumer,
  * a view read after its source's own last reader (the source must stay live), views of a graph input
  * and of a constant, a view that is a graph output (copies), a view across precisions (copies),
- * Dropout with a mask (shares, still runs), and KILN_CUDA_VIEWS=0; and shape inputs (graph inputs
+ * Dropout with a mask (shares, still runs), and views off; and shape inputs (graph inputs
  * whose values decide shapes stay on the host and key the plan).
  * usage: test_cuda_plan [REPO_DIR] (default: $KILN_SOURCE_DIR, else .) */
 #include "backends/cuda/cuda_internal.h"
@@ -239,7 +239,7 @@ static void check_view_chain(void) {
     REQUIRE_OK(kiln_graph_add_output(G, y));
     kiln_graph *g = gb_finish();
     kiln_backend_engine *be;
-    REQUIRE_OK(kiln_cuda_engine_prepare(g, KILN_PRECISION_FP32, NULL, false, &be));
+    REQUIRE_OK(kiln_cuda_engine_prepare(g, KILN_PRECISION_FP32, NULL, false, true, &be));
     a = out_of(g, "a"), r1 = out_of(g, "r1"), r2 = out_of(g, "r2"), y = out_of(g, "y");
     EXPECT(be->alias[r1] == a && be->alias[r2] == a, "chain: r1 -> %d, r2 -> %d, want %d", be->alias[r1], be->alias[r2], a);
     EXPECT(be->view_node[node_named(g, "r1")] && be->view_node[node_named(g, "r2")], "chain: the views run a kernel");
@@ -256,14 +256,12 @@ static void check_view_chain(void) {
     EXPECT(p->alias_bytes == 2 * kiln_cuda_align(8 * 1024 * 4), "chain: alias bytes %zu", p->alias_bytes);
     kiln_cuda_plan_free(be, p);
     kiln_cuda_engine_free(be);
-    /* KILN_CUDA_VIEWS=0: every view copies */
-    setenv("KILN_CUDA_VIEWS", "0", 1);
-    REQUIRE_OK(kiln_cuda_engine_prepare(g, KILN_PRECISION_FP32, NULL, false, &be));
-    unsetenv("KILN_CUDA_VIEWS");
-    EXPECT(be->n_view_nodes == 0 && be->alias[r1] < 0 && be->alias[r2] < 0, "KILN_CUDA_VIEWS=0: views remain");
-    EXPECT(be->last_step[a] == step_of(g, "r1"), "KILN_CUDA_VIEWS=0: a lives until %d", be->last_step[a]);
+    /* views off (kiln_build_options.cuda_views, KILN_CUDA_VIEWS=0): every view copies */
+    REQUIRE_OK(kiln_cuda_engine_prepare(g, KILN_PRECISION_FP32, NULL, false, false, &be));
+    EXPECT(be->n_view_nodes == 0 && be->alias[r1] < 0 && be->alias[r2] < 0, "views off: views remain");
+    EXPECT(be->last_step[a] == step_of(g, "r1"), "views off: a lives until %d", be->last_step[a]);
     p = plan_at("chain, no views", be, 8);
-    EXPECT(p->alias_bytes == 0, "KILN_CUDA_VIEWS=0: alias bytes %zu", p->alias_bytes);
+    EXPECT(p->alias_bytes == 0, "views off: alias bytes %zu", p->alias_bytes);
     kiln_cuda_plan_free(be, p);
     kiln_cuda_engine_free(be);
     kiln_graph_free(g);
@@ -284,7 +282,7 @@ static void check_view_outlives_source(void) {
     REQUIRE_OK(kiln_graph_add_output(G, y));
     kiln_graph *g = gb_finish();
     kiln_backend_engine *be;
-    REQUIRE_OK(kiln_cuda_engine_prepare(g, KILN_PRECISION_FP16, NULL, false, &be));
+    REQUIRE_OK(kiln_cuda_engine_prepare(g, KILN_PRECISION_FP16, NULL, false, true, &be));
     a = out_of(g, "a"), v = out_of(g, "v"), c = out_of(g, "c"), d = out_of(g, "d"), e = out_of(g, "e");
     EXPECT(be->alias[v] == a && be->view_node[node_named(g, "v")], "outlives: v is not a view of a");
     EXPECT(be->last_step[a] == step_of(g, "e"), "outlives: a lives until step %d, want %d (e reads v)", be->last_step[a],
@@ -323,7 +321,7 @@ static void check_view_boundaries(void) {
     REQUIRE_OK(kiln_graph_add_output(G, o2));
     kiln_graph *g = gb_finish();
     kiln_backend_engine *be;
-    REQUIRE_OK(kiln_cuda_engine_prepare(g, KILN_PRECISION_FP32, NULL, false, &be));
+    REQUIRE_OK(kiln_cuda_engine_prepare(g, KILN_PRECISION_FP32, NULL, false, true, &be));
     x = g->inputs[0], x2 = g->inputs[1], w = g->nodes[node_named(g, "vw")].inputs[0];
     vx = out_of(g, "vx"), vw = out_of(g, "vw"), c = out_of(g, "c"), d = out_of(g, "d"), sum = out_of(g, "sum");
     o1 = out_of(g, "o1"), o2 = out_of(g, "o2");
@@ -368,7 +366,7 @@ static void check_view_precision_dropout(void) {
     prec[node_named(g, "r")] = KILN_PRECISION_FP16;
     prec[node_named(g, "b")] = KILN_PRECISION_FP16;
     kiln_backend_engine *be;
-    REQUIRE_OK(kiln_cuda_engine_prepare(g, KILN_PRECISION_FP32, prec, false, &be));
+    REQUIRE_OK(kiln_cuda_engine_prepare(g, KILN_PRECISION_FP32, prec, false, true, &be));
     a = out_of(g, "a"), r = out_of(g, "r");
     int dmo = out_of(g, "dm"), dzo = out_of(g, "dz");
     EXPECT(be->dev_dtype[a] == KILN_F32 && be->dev_dtype[r] == KILN_F16, "precision: dtypes %s -> %s",
@@ -417,7 +415,7 @@ static void check_shape_inputs(void) {
     REQUIRE_OK(kiln_graph_add_output(G, gb_node("Relu", "y3", 1, &gat)));
     kiln_graph *g = gb_finish();
     kiln_backend_engine *be;
-    REQUIRE_OK(kiln_cuda_engine_prepare(g, KILN_PRECISION_FP16, NULL, false, &be));
+    REQUIRE_OK(kiln_cuda_engine_prepare(g, KILN_PRECISION_FP16, NULL, false, true, &be));
     shape = g->inputs[1], rows = g->inputs[2], idx = g->inputs[3];
     EXPECT(be->kind[shape] == KILN_CUDA_HOST && be->kind[rows] == KILN_CUDA_HOST, "shape inputs: kinds %d %d",
            be->kind[shape], be->kind[rows]);
@@ -498,7 +496,6 @@ int main(int argc, char **argv) {
         "tests/data/torch/gpt2_dynamo.onnx",
         "tests/data/torch/llama_dynamo.onnx",
     };
-    unsetenv("KILN_CUDA_VIEWS"); /* the view checks expect views on */
     check_first_fit();
     check_view_chain();
     check_view_outlives_source();
@@ -517,7 +514,7 @@ int main(int argc, char **argv) {
         const char *name = strrchr(models[i], '/') + 1;
         for (int prec = KILN_PRECISION_FP32; prec <= KILN_PRECISION_FP16; prec++) {
             kiln_backend_engine *be;
-            kiln_status s = kiln_cuda_engine_prepare(cpu->g, (kiln_precision)prec, NULL, false, &be);
+            kiln_status s = kiln_cuda_engine_prepare(cpu->g, (kiln_precision)prec, NULL, false, true, &be);
             EXPECT(s == KILN_OK, "%s: prepare", models[i]);
             if (s != KILN_OK) continue;
             if (prec == KILN_PRECISION_FP32)

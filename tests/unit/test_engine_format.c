@@ -556,6 +556,7 @@ static void test_messages(void) {
 
     kiln_graph *src = make_graph();
     kiln_engine_meta m = test_meta();
+    unlink(path_tmp); /* written by hand above and read as an input: kiln would not replace it */
     const char *versions[] = {"0.2.0", "1.1.0", "0.0.9"};
     for (int i = 0; i < 3; i++) {
         snprintf(m.kiln_version, sizeof m.kiln_version, "%s", versions[i]);

@@ -81,7 +81,7 @@ static void run_cpu(kiln_graph *g, float *out) {
     memset(&meta, 0, sizeof meta);
     snprintf(meta.target, sizeof meta.target, "cpu");
     kiln_engine *e;
-    REQUIRE_OK(kiln_engine_from_graph(g, &meta, &e));
+    REQUIRE_OK(kiln_engine_from_graph(g, &meta, NULL, &e));
     kiln_context *c;
     REQUIRE_OK(kiln_context_create(e, &c));
     static float x[2 * 3 * 32 * 32];
@@ -118,7 +118,7 @@ static void test_rewrite(void) {
 #ifdef KILN_HAVE_CUDA
     /* the cuda engine's host side stores each value in its producer's precision */
     kiln_backend_engine *be;
-    REQUIRE_OK(kiln_cuda_engine_prepare(g, KILN_PRECISION_FP16, prec, false, &be));
+    REQUIRE_OK(kiln_cuda_engine_prepare(g, KILN_PRECISION_FP16, prec, false, true, &be));
     for (int i = 0; i < g->nnodes; i++) {
         int v = g->nodes[i].outputs[0];
         if (!is_float(g->values[v].dtype) || be->kind[v] != KILN_CUDA_DEVICE) continue;

@@ -1,6 +1,7 @@
 /* test_layout.c — unit tests of the channels-last layout (pass layout_channels_last, the
- * channels-last FusedConv's and FusedPool's shape inference and CPU kernels, the builder's KILN_CHANNELS_LAST switch)
- * and of eliminate_noops on a Transpose whose output fans out.
+ * channels-last FusedConv's and FusedPool's shape inference and CPU kernels, the builder's
+ * channels_last / fusion / unfused_ops options and their KILN_CHANNELS_LAST override) and of
+ * eliminate_noops on a Transpose whose output fans out.
  *
  * Graphs are built with the IR API twice: one copy stays as built (the reference, run op by op on
  * the CPU kernels), the other goes through the passes. Checks: node and Transpose counts before and
@@ -401,12 +402,23 @@ static void count_layout(kiln_log_level level, const char *msg, void *user) {
     seen[1] += strstr(msg, "layout_channels_last skipped") != NULL;
 }
 
-/* Builds the ResNet for the cpu with KILN_CHANNELS_LAST = env (NULL: unset) and mark_all; checks
- * the Transposes and channels-last convolutions of the engine and its outputs against the reference. */
-static void test_build(const char *env, bool mark_all, int transposes, int laid_out) {
+/* The options of one test_build. */
+typedef struct layout_options {
+    kiln_switch channels_last, fusion;
+    const char *unfused_ops;
+    bool mark_all;
+} layout_options;
+
+/* Builds the ResNet for the cpu with KILN_CHANNELS_LAST = env (NULL: unset) and the options lo; checks
+ * the Transposes and channels-last convolutions of the engine, the layout pass's skip lines in the
+ * log, and the engine's outputs against the reference. */
+static void test_build(const char *env, layout_options lo, int transposes, int laid_out, int skips) {
     cases++;
-    char label[96];
-    snprintf(label, sizeof label, "build KILN_CHANNELS_LAST=%s%s", env ? env : "(unset)", mark_all ? " mark-all" : "");
+    bool mark_all = lo.mark_all;
+    char label[160];
+    snprintf(label, sizeof label, "build KILN_CHANNELS_LAST=%s channels_last=%d fusion=%d unfused=%s%s",
+             env ? env : "(unset)", (int)lo.channels_last, (int)lo.fusion, lo.unfused_ops ? lo.unfused_ops : "-",
+             mark_all ? " mark-all" : "");
     b_resnet();
     kiln_graph *ref = finish();
     b_resnet();
@@ -414,7 +426,8 @@ static void test_build(const char *env, bool mark_all, int transposes, int laid_
     else unsetenv("KILN_CHANNELS_LAST");
     int seen[2] = {0, 0};
     kiln_log_set_callback(count_layout, seen);
-    kiln_build_options opts = {.target = "cpu", .verbose = true, .mark_all_outputs = mark_all};
+    kiln_build_options opts = {.target = "cpu", .verbose = true, .mark_all_outputs = mark_all,
+                               .channels_last = lo.channels_last, .fusion = lo.fusion, .unfused_ops = lo.unfused_ops};
     kiln_engine *e = NULL;
     kiln_status st = kiln_build_graph(G, "test_layout", &opts, &e);
     kiln_log_set_callback(NULL, NULL);
@@ -428,7 +441,7 @@ static void test_build(const char *env, bool mark_all, int transposes, int laid_
     CHECKF(t == transposes && cl == laid_out, "%s: %d Transposes, %d channels-last convolutions (expected %d, %d)", label,
           t, cl, transposes, laid_out);
     CHECKF(seen[0] == laid_out, "%s: the verbose log reports %d layouts", label, seen[0]);
-    CHECKF(seen[1] == (mark_all ? 1 : 0), "%s: the verbose log reports %d skips", label, seen[1]);
+    CHECKF(seen[1] == skips, "%s: the verbose log reports %d skips", label, seen[1]);
     kiln_tensor in[MAX_IO], out_ref[MAX_IO] = {{0}};
     make_inputs(ref, in);
     REQUIRE_OK(run_graph(ref, in, out_ref));
@@ -477,10 +490,16 @@ int main(void) {
     test_pool("MaxPool", 2, 0, 4);
     test_pool("MaxPool", 3, 0, 4);
     test_pool_infer();
-    test_build(NULL, false, 0, 0);
-    test_build("0", false, 0, 0);
-    test_build("1", false, RESNET_TRANSPOSES, RESNET_CONVS);
-    test_build("1", true, 0, 0);
+    const kiln_switch AUTO = KILN_SWITCH_AUTO, ON = KILN_SWITCH_ON, OFF = KILN_SWITCH_OFF;
+    test_build(NULL, (layout_options){AUTO, AUTO, NULL, false}, 0, 0, 0);
+    test_build("0", (layout_options){AUTO, AUTO, NULL, false}, 0, 0, 0);
+    test_build("1", (layout_options){AUTO, AUTO, NULL, false}, RESNET_TRANSPOSES, RESNET_CONVS, 0);
+    test_build("1", (layout_options){AUTO, AUTO, NULL, true}, 0, 0, 1);
+    /* the option, which the environment overrides; fusion off, or FusedPool left out, rule it out */
+    test_build(NULL, (layout_options){ON, AUTO, NULL, false}, RESNET_TRANSPOSES, RESNET_CONVS, 0);
+    test_build("0", (layout_options){ON, AUTO, NULL, false}, 0, 0, 0);
+    test_build(NULL, (layout_options){ON, OFF, NULL, false}, 0, 0, 1);
+    test_build(NULL, (layout_options){ON, AUTO, "FusedGemm, FusedPool", false}, 0, 0, 1);
     if (failures) {
         fprintf(stderr, "test_layout: %d check(s) failed\n", failures);
         return 1;

@@ -158,6 +158,22 @@ static void test_stop_strings(kiln_llm *llm) {
     collect_free(&c);
 }
 
+/* A stop token (here the request's own, with the model's eos ignored) ends the request; its text is not
+ * sent. */
+static void test_stop_token(kiln_llm *llm) {
+    collect c;
+    collect_init(&c);
+    kiln_llm_request q = text_request("In the beginning", 24, &c);
+    const int32_t comma = REFS[0].ids[3];
+    q.stop_ids = &comma;
+    q.n_stop_ids = 1;
+    q.ignore_eos = true;
+    CHECK_OK(run(llm, &q, &c));
+    CHECK(c.finish == KILN_LLM_FINISH_STOP_TOKEN && c.n_tokens == 4 && c.tokens[3] == comma);
+    CHECKF(!strcmp(c.text, " of the month"), "got '%s'", c.text);
+    collect_free(&c);
+}
+
 /* 8 threads submit at once: half by callback, half by polling; every request ends with its greedy
  * reference tokens and text and the right usage. */
 typedef struct worker {
@@ -556,6 +572,7 @@ int main(int argc, char **argv) {
           info.kv_blocks_total > 0 && info.eos_id >= 0 && strstr(info.target, "CPU"));
     test_greedy_matches_generate(llm);
     test_stop_strings(llm);
+    test_stop_token(llm);
     test_threads(llm);
     test_cancel(llm);
     test_logprobs(llm);

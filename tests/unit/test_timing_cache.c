@@ -151,7 +151,7 @@ static void test_atomic_update(const char *path, const char *dir) {
     REQUIRE_OK(kiln_timing_cache_save(&c, path));
     kiln_timing_cache_free(&c);
     char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    snprintf(tmp, sizeof tmp, "%s.kiln.tmp%d", path, (int)getpid());
     CHECK(access(tmp, F_OK) != 0);
     REQUIRE_OK(kiln_timing_cache_load(&c, path));
     CHECK(c.n == 4 && same_tactic(kiln_timing_cache_find(&c, ENV_B LAYER_CONV), &t));

@@ -150,6 +150,7 @@ static void add_bias(float *y, const float *bias, int64_t batch, int64_t channel
         }
 }
 
+/* The error for sizes beyond what the im2col/col2im path indexes (or beyond 64 bits). */
 static kiln_status too_large(const kiln_node *n) {
     return kiln_error(KILN_ERR_UNSUPPORTED, "%s: a spatial plane or kernel matrix above 2^31 elements", n->op_type);
 }

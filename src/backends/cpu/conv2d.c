@@ -19,7 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Floats of im2col columns one task builds (512 KiB: half of a core's L2). */
+/* Floats of im2col columns one task builds (512 KiB: half of a core's L2), unless that leaves
+ * fewer than 256 columns. */
 #define COL_BUDGET (INT64_C(1) << 17)
 
 kiln_status kiln_conv2d_geometry(const kiln_node *n, const kiln_tensor *x, const kiln_tensor *w, const kiln_tensor *b,
@@ -96,7 +97,8 @@ typedef struct conv_job {
     const kiln_act *act;
     float *y;
     int64_t Cg, Mg, HW, OHW, rows;  /* rows: Cg * KH * KW */
-    int64_t chunk, chunks;           /* output positions per task, tasks per (image, group) */
+    int64_t chunk, chunks;           /* output positions per task, column chunks per (image, group) */
+    int64_t mblocks;                 /* blocks of output channels per column chunk */
     bool pointwise;
     atomic_bool oom;
 } conv_job;
@@ -229,20 +231,24 @@ static void gemm_part(void *ctx, int64_t t0, int64_t t1) {
         atomic_store(&j->oom, true);
         return;
     }
-    for (int64_t t = t0; t < t1; t++) { /* t = (image * group + gr) * chunks + chunk */
-        int64_t ck = t % j->chunks, ig = t / j->chunks, gr = ig % g->group, img = ig / g->group;
+    for (int64_t t = t0; t < t1; t++) { /* t = ((image * group + gr) * chunks + chunk) * mblocks + mblock */
+        int64_t mb = t % j->mblocks, ck = t / j->mblocks % j->chunks, ig = t / j->mblocks / j->chunks;
+        int64_t gr = ig % g->group, img = ig / g->group;
+        int64_t m0 = j->Mg * mb / j->mblocks, m1 = j->Mg * (mb + 1) / j->mblocks;
         int64_t p0 = ck * j->chunk, width = j->OHW - p0 < j->chunk ? j->OHW - p0 : j->chunk;
-        const float *xg = j->x + (img * g->C + gr * j->Cg) * j->HW, *wg = j->w + gr * j->Mg * j->rows;
-        int64_t ybase = (img * g->M + gr * j->Mg) * j->OHW + p0;
+        const float *xg = j->x + (img * g->C + gr * j->Cg) * j->HW, *wg = j->w + (gr * j->Mg + m0) * j->rows;
+        int64_t ybase = (img * g->M + gr * j->Mg + m0) * j->OHW + p0;
         float *yg = j->y + ybase;
-        if (j->pointwise) product(j->Mg, width, j->Cg, wg, xg + p0, j->HW, yg, j->OHW);
+        if (j->pointwise && j->OHW == 1) /* one position (squeeze-excitation): a matrix-vector product */
+            kiln_cpu_sgemm(false, true, 1, m1 - m0, j->Cg, 1.0f, xg, j->Cg, wg, j->Cg, 0.0f, yg, m1 - m0);
+        else if (j->pointwise) product(m1 - m0, width, j->Cg, wg, xg + p0, j->HW, yg, j->OHW);
         else {
             im2col_chunk(g, xg, j->Cg, p0, width, col);
-            product(j->Mg, width, j->rows, wg, col, width, yg, j->OHW);
+            product(m1 - m0, width, j->rows, wg, col, width, yg, j->OHW);
         }
-        for (int64_t m = 0; m < j->Mg; m++)
-            epilogue_row(yg + m * j->OHW, width, j->bias ? j->bias[gr * j->Mg + m] : 0.0f,
-                         j->z ? j->z + ybase + m * j->OHW : NULL, j->act);
+        for (int64_t m = m0; m < m1; m++)
+            epilogue_row(yg + (m - m0) * j->OHW, width, j->bias ? j->bias[gr * j->Mg + m] : 0.0f,
+                         j->z ? j->z + ybase + (m - m0) * j->OHW : NULL, j->act);
     }
 }
 
@@ -264,14 +270,22 @@ kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w
     } else {
         j.pointwise = g->KH == 1 && g->KW == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
                       g->OH == g->H && g->OW == g->W;
-        /* chunks: at least one per thread when the image gives few tasks, within the column budget */
+        /* Wide outputs are cut into column chunks (within the im2col budget, never narrower than 256
+         * columns, so the weights are not repacked for a handful of columns); narrow ones, late in a
+         * network, give each thread a block of output channels instead. */
         int64_t per_image = g->N * g->group, want = (threads + per_image - 1) / per_image;
-        int64_t chunk = (j.OHW + want - 1) / want, budget = COL_BUDGET / (j.rows > 0 ? j.rows : 1);
-        if (!j.pointwise && chunk > budget) chunk = budget;
-        if (chunk < 16) chunk = j.OHW < 16 ? j.OHW : 16;
+        int64_t narrow = 128 * (int64_t)threads, floor_w = j.OHW < 256 ? j.OHW : 256;
+        int64_t chunk = j.OHW >= narrow ? (j.OHW + want - 1) / want : j.OHW;
+        int64_t budget = COL_BUDGET / (j.rows > 0 ? j.rows : 1);
+        if (!j.pointwise && chunk > budget) chunk = budget > floor_w ? budget : floor_w;
         j.chunk = chunk;
         j.chunks = (j.OHW + chunk - 1) / chunk;
-        int64_t tasks = per_image * j.chunks;
+        j.mblocks = 1;
+        if (per_image * j.chunks < threads && j.OHW > 1) {
+            j.mblocks = j.Mg / 16 < threads ? j.Mg / 16 : threads;
+            if (j.mblocks < 1) j.mblocks = 1;
+        }
+        int64_t tasks = per_image * j.chunks * j.mblocks;
         bool small = g->N * g->M * j.OHW * (j.rows > 0 ? j.rows : 1) < 32768;
         kiln_parallel_for(tasks, small ? tasks : 1, gemm_part, &j);
     }

@@ -5,7 +5,9 @@
  * intermediate bytes; with timing off the loop only tests one flag per node. */
 #include "backends/backend.h"
 #include "backends/cpu/cpu_gemm.h"
+#include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_plan.h"
+#include "ir/fused_ops.h"
 
 #include <cblas.h>
 #include <stdio.h>
@@ -47,13 +49,19 @@ static kiln_status cpu_device_name(int device, char *buf, size_t cap) {
 
 static bool cpu_supports_precision(kiln_precision p) { return p == KILN_PRECISION_FP32; }
 
+/* Every kiln-domain fused op with a kernel in the cpu tables (fused.c), at the one precision it builds. */
+static bool cpu_runs_fused_op(const char *op_type, const kiln_build_options *opts) {
+    return kiln_cpu_kernel_find(KILN_FUSED_DOMAIN, op_type) != NULL;
+}
+
 static void cpu_engine_free(kiln_backend_engine *be) {
     if (!be) return;
     kiln_cpu_plan_free(&be->plan);
     free(be);
 }
 
-static kiln_status cpu_engine_create(const kiln_graph *g, const kiln_engine_meta *meta, kiln_backend_engine **out) {
+static kiln_status cpu_engine_create(const kiln_graph *g, const kiln_engine_meta *meta, const kiln_build_options *opts,
+                                     kiln_backend_engine **out) {
     (void)meta;
     kiln_backend_engine *be = calloc(1, sizeof *be);
     if (!be) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
@@ -85,7 +93,8 @@ static void cpu_context_free(kiln_backend_context *c) {
     free(c);
 }
 
-static kiln_status cpu_context_create(kiln_backend_engine *be, kiln_backend_context **out) {
+static kiln_status cpu_context_create(kiln_backend_engine *be, const kiln_context_options *opts,
+                                      kiln_backend_context **out) {
     const kiln_graph *g = be->g;
     int max_args = 0;
     for (int i = 0; i < g->nnodes; i++) {
@@ -218,6 +227,7 @@ const kiln_backend kiln_backend_cpu = {
     .context_run = cpu_context_run,
     .context_set_timing = cpu_context_set_timing,
     .context_last_timing = cpu_context_last_timing,
+    .runs_fused_op = cpu_runs_fused_op,
     .conv_channels_last = false,
     .matmul_aligned_columns = false,
 };

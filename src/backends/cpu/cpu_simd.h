@@ -13,20 +13,26 @@
 #define KILN_SIMD_CLONES
 #endif
 
-/* The helpers below pass 8-lane vectors by value; inlined, no call crosses the clones' ABIs. */
-#pragma GCC diagnostic ignored "-Wpsabi"
-
 typedef float kiln_v8f __attribute__((vector_size(32)));
 
-static inline kiln_v8f kiln_v8_load(const float *p) {
-    kiln_v8f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-static inline void kiln_v8_store(float *p, kiln_v8f v) { memcpy(p, &v, sizeof v); }
-static inline kiln_v8f kiln_v8_splat(float x) { return (kiln_v8f){x, x, x, x, x, x, x, x}; }
-static inline float kiln_v8_sum(kiln_v8f v) {
-    return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
-}
+/* Macros rather than functions: passing 8-lane vectors by value between a baseline function and an
+ * x86-64-v3 clone would change the ABI (an error under Clang). GNU statement expressions. */
+#define kiln_v8_load(p)                                                                            \
+    ({                                                                                             \
+        kiln_v8f v_;                                                                               \
+        memcpy(&v_, (p), sizeof v_);                                                               \
+        v_;                                                                                        \
+    })
+#define kiln_v8_store(p, v)                                                                        \
+    do {                                                                                           \
+        kiln_v8f s_ = (v);                                                                         \
+        memcpy((p), &s_, sizeof s_);                                                               \
+    } while (0)
+#define kiln_v8_splat(x) ((kiln_v8f){0} + (float)(x))
+#define kiln_v8_sum(v)                                                                             \
+    ({                                                                                             \
+        kiln_v8f h_ = (v);                                                                         \
+        ((h_[0] + h_[4]) + (h_[1] + h_[5])) + ((h_[2] + h_[6]) + (h_[3] + h_[7]));                 \
+    })
 
 #endif

@@ -7,11 +7,13 @@
  * the window taps over the outer dims that land inside the input give a list of input row
  * offsets; each such row and each tap k of the last dim then updates the whole output line at
  * once, y[ow] op= x[row + ow * stride + k * dilation - pad] over the ow range where that tap is
- * inside the input. No per-element bounds checks remain, and the inner loops run along rows. */
+ * inside the input. No per-element bounds checks remain, and the inner loops run along rows. The
+ * global forms reduce each plane on its own, planes split over the thread pool. */
 #include "backends/cpu/nn_kernels.h"
 
 #include "core/ckd.h"
 #include "core/status.h"
+#include "core/threadpool.h"
 #include "ir/nn_window.h"
 
 #include <math.h>
@@ -311,6 +313,48 @@ static NN_EXEC(lp_pool) {
 }
 
 /* Global pools: X [N, C, D...] -> Y [N, C, 1...]; kind 'a' average, 'm' max, 'l' Lp. */
+typedef struct global_job {
+    const float *x;
+    float *y;
+    int64_t size;
+    float lp;
+    char kind;
+} global_job;
+
+/* Sum of p[0, n) in double, four independent partial sums (the adds pipeline). */
+static double sum_f64(const float *p, int64_t n) {
+    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        a0 += p[i];
+        a1 += p[i + 1];
+        a2 += p[i + 2];
+        a3 += p[i + 3];
+    }
+    for (; i < n; i++) a0 += p[i];
+    return (a0 + a1) + (a2 + a3);
+}
+
+/* Planes [b, e) of a global pool (kiln_parallel_fn). */
+static void global_part(void *ctx, int64_t b, int64_t e) {
+    const global_job *j = ctx;
+    for (int64_t pl = b; pl < e; pl++) {
+        const float *xp = j->x + pl * j->size;
+        if (j->kind == 'm') {
+            float m = j->size ? xp[0] : -INFINITY;
+            for (int64_t i = 1; i < j->size; i++) m = xp[i] > m ? xp[i] : m;
+            j->y[pl] = m;
+        } else if (j->kind == 'a') {
+            j->y[pl] = j->size ? (float)(sum_f64(xp, j->size) / (double)j->size) : NAN;
+        } else {
+            double acc = 0.0;
+            for (int64_t i = 0; i < j->size; i++)
+                acc += j->lp == 2.0f ? (double)xp[i] * xp[i] : pow(fabs((double)xp[i]), j->lp);
+            j->y[pl] = (float)pow(acc, 1.0 / j->lp);
+        }
+    }
+}
+
 static kiln_status global_pool(const kiln_node *n, kiln_tensor *const *in, int nin, kiln_tensor *const *out, char kind) {
     KILN_TRY(nn_require_inputs(n, in, nin, 1));
     const kiln_tensor *x = in[0];
@@ -322,24 +366,10 @@ static kiln_status global_pool(const kiln_node *n, kiln_tensor *const *in, int n
     for (int i = 0; i < x->ndim; i++) odims[i] = i < 2 ? x->dims[i] : 1;
     KILN_TRY(kiln_tensor_alloc(out[0], KILN_F32, x->ndim, odims));
     int64_t planes = x->dims[0] * x->dims[1], size = kiln_tensor_numel(x) / (planes ? planes : 1);
-    const float *xd = x->data;
-    float *yd = out[0]->data;
-    for (int64_t pl = 0; pl < planes; pl++) {
-        const float *xp = xd + pl * size;
-        if (kind == 'm') {
-            float m = size ? xp[0] : -INFINITY;
-            for (int64_t i = 1; i < size; i++) m = xp[i] > m ? xp[i] : m;
-            yd[pl] = m;
-        } else if (kind == 'a') {
-            double acc = 0.0;
-            for (int64_t i = 0; i < size; i++) acc += xp[i];
-            yd[pl] = size ? (float)(acc / (double)size) : NAN;
-        } else {
-            double acc = 0.0;
-            for (int64_t i = 0; i < size; i++) acc += lp == 2.0f ? (double)xp[i] * xp[i] : pow(fabs((double)xp[i]), lp);
-            yd[pl] = (float)pow(acc, 1.0 / lp);
-        }
-    }
+    global_job j = {x->data, out[0]->data, size, lp, kind};
+    /* planes in chunks of at least 16 K elements: below that a thread costs more than it saves */
+    int64_t per = size > 0 ? (INT64_C(1) << 14) / size : planes;
+    kiln_parallel_for(planes, per > 1 ? per : 1, global_part, &j);
     return KILN_OK;
 }
 

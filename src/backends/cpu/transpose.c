@@ -122,11 +122,12 @@ kiln_status kiln_cpu_shape_transpose(const kiln_node *n, kiln_tensor *const *in,
     return KILN_OK;
 }
 
-/* DepthToSpace and SpaceToDepth as a 6-D transpose of a reshaped view. */
+/* The error for a blocksize whose output dims do not fit 64 bits. */
 static kiln_status depth_space_too_large(const kiln_node *n, int64_t b) {
     return kiln_error(KILN_ERR_SHAPE, "%s: blocksize %lld makes the output's dims overflow", n->op_type, (long long)b);
 }
 
+/* DepthToSpace and SpaceToDepth as a 6-D transpose of a reshaped view. */
 kiln_status kiln_cpu_shape_depth_space(const kiln_node *n, kiln_tensor *const *in, int nin, kiln_tensor *const *out, int nout) {
     const kiln_tensor *x = in[0];
     KILN_TRY(kiln_cpu_shape_check_dtype(n, x));

@@ -13,6 +13,8 @@ extern const kiln_cuda_kernel kiln_cuda_kernels_matmul[];
 extern const kiln_cuda_kernel kiln_cuda_kernels_conv[];
 extern const kiln_cuda_kernel kiln_cuda_kernels_pool[];
 extern const kiln_cuda_kernel kiln_cuda_kernels_movement[];
+extern const kiln_cuda_kernel kiln_cuda_kernels_pad_slice[];
+extern const kiln_cuda_kernel kiln_cuda_kernels_gather_scatter[];
 extern const kiln_cuda_kernel kiln_cuda_kernels_resize[];
 extern const kiln_cuda_kernel kiln_cuda_kernels_einsum[];
 extern const kiln_cuda_kernel kiln_cuda_kernels_generate[];
@@ -23,7 +25,8 @@ extern const kiln_cuda_kernel kiln_cuda_kernels_fused_attention[];
 
 static const kiln_cuda_kernel *const g_families[] = {
     kiln_cuda_kernels_elementwise, kiln_cuda_kernels_reduce, kiln_cuda_kernels_norm, kiln_cuda_kernels_matmul,
-    kiln_cuda_kernels_conv,        kiln_cuda_kernels_pool,   kiln_cuda_kernels_movement,
+    kiln_cuda_kernels_conv,        kiln_cuda_kernels_pool,   kiln_cuda_kernels_movement, kiln_cuda_kernels_pad_slice,
+    kiln_cuda_kernels_gather_scatter,
     kiln_cuda_kernels_resize,      kiln_cuda_kernels_einsum, kiln_cuda_kernels_generate, kiln_cuda_kernels_lrn_hardmax,
     kiln_cuda_kernels_fused_epilogue, kiln_cuda_kernels_fused_chain, kiln_cuda_kernels_fused_attention,
 };
@@ -40,15 +43,13 @@ const kiln_cuda_kernel *kiln_cuda_kernel_find(const char *domain, const char *op
     return NULL;
 }
 
-bool kiln_cuda_runs_fused_op(const char *op_type, kiln_precision precision) {
-    const char *env = getenv("KILN_CUDA_FUSION");
-    bool all = env && (!strcmp(env, "all") || !strcmp(env, "1"));
-    if (env && (!strcmp(env, "0") || !strcmp(env, "off") || (op_type && strstr(env, op_type)))) return false;
+bool kiln_cuda_runs_fused_op(const char *op_type, const kiln_build_options *opts) {
+    bool all = opts->fusion == KILN_SWITCH_ON;
 #ifdef KILN_CUDA_NO_FUSION
-    if (!all) return false; /* only KILN_CUDA_FUSION=all (or 1) */
+    if (!all) return false; /* only with fusion ON (KILN_CUDA_FUSION=all or 1) */
 #endif
     /* kiln.Attention by default only in 16-bit builds, which run the tensor-core kernel
      * (fused_attention.cu); fp32 would run the CUDA-core kernel, slower than cuBLASLt's MatMuls */
-    if (op_type && !strcmp(op_type, "Attention") && precision == KILN_PRECISION_FP32 && !all) return false;
+    if (op_type && !strcmp(op_type, "Attention") && opts->precision == KILN_PRECISION_FP32 && !all) return false;
     return kiln_cuda_kernel_find(KILN_FUSED_DOMAIN, op_type) != NULL;
 }

@@ -411,13 +411,12 @@ static const char *view_refusal(const kiln_backend_engine *be, const kiln_node *
 
 /* Lets the output of every device view node share its input's storage (alias[], view_node[]) and
  * extends the liveness of each group's root to the last reader of any member. A chain of views
- * aliases the first input. KILN_CUDA_VIEWS=0 turns this off (every view copies). */
+ * aliases the first input. Without be->share_views (cuda_views OFF) every view copies. */
 static void find_views(kiln_backend_engine *be) {
     const kiln_graph *g = be->g;
     for (int v = 0; v < g->nvalues; v++) be->alias[v] = -1;
-    const char *env = getenv("KILN_CUDA_VIEWS");
-    if (env && !strcmp(env, "0")) {
-        KILN_LOG(KILN_LOG_VERBOSE, "cuda: KILN_CUDA_VIEWS=0: view nodes copy their input");
+    if (!be->share_views) {
+        KILN_LOG(KILN_LOG_VERBOSE, "cuda: views off: view nodes copy their input");
         return;
     }
     for (int i = 0; i < g->nnodes; i++) {
@@ -548,7 +547,7 @@ static kiln_status plan_static_shapes(kiln_backend_engine *be) {
 }
 
 kiln_status kiln_cuda_engine_prepare(const kiln_graph *g, kiln_precision precision, const uint8_t *node_precision,
-                                     bool require_kernels, kiln_backend_engine **out) {
+                                     bool require_kernels, bool share_views, kiln_backend_engine **out) {
     *out = NULL;
     kiln_backend_engine *be = calloc(1, sizeof *be);
     if (!be) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
@@ -556,6 +555,7 @@ kiln_status kiln_cuda_engine_prepare(const kiln_graph *g, kiln_precision precisi
     be->g = g;
     be->precision = precision;
     be->float_dtype = precision_dtype(precision);
+    be->share_views = share_views;
     size_t nv = (size_t)g->nvalues + 1, nn = (size_t)g->nnodes + 1;
     be->kernels = calloc(nn, sizeof *be->kernels);
     be->host_exec = calloc(nn, sizeof *be->host_exec);
@@ -602,12 +602,15 @@ kiln_status kiln_cuda_engine_prepare(const kiln_graph *g, kiln_precision precisi
     return KILN_OK;
 }
 
-kiln_status kiln_cuda_engine_create(const kiln_graph *g, const kiln_engine_meta *meta, kiln_backend_engine **out) {
+kiln_status kiln_cuda_engine_create(const kiln_graph *g, const kiln_engine_meta *meta, const kiln_build_options *opts,
+                                    kiln_backend_engine **out) {
     *out = NULL;
     kiln_backend_engine probe = {.device = 0};
     KILN_TRY(open_device(&probe, meta));
     kiln_backend_engine *be;
-    KILN_TRY(kiln_cuda_engine_prepare(g, meta->precision, meta->node_precision, true, &be));
+    KILN_TRY(kiln_cuda_engine_prepare(g, meta->precision, meta->node_precision, true,
+                                      opts->cuda_views != KILN_SWITCH_OFF, &be));
+    be->workspace_bytes = opts->cuda_workspace_mb > 0 ? (size_t)opts->cuda_workspace_mb << 20 : KILN_CUDA_WORKSPACE_BYTES;
     be->device = probe.device;
     be->sm_count = probe.sm_count;
     be->cc_major = probe.cc_major;

@@ -22,8 +22,8 @@
 
 #define KILN_CUDA_ALIGN 256                      /* every device buffer starts on this boundary */
 #define KILN_CUDA_MAX_PLANS 16                   /* shape plans cached per context (LRU) */
-/* Workspace per context (and for the tuner): cuDNN's fast convolution algorithms at batch 256 need
- * more than 64 MiB; KILN_CUDA_WORKSPACE_MB overrides (kiln_cuda_workspace_bytes). */
+/* Workspace per context (and for the tuner) by default: cuDNN's fast convolution algorithms at batch
+ * 256 need more than 64 MiB; kiln_build_options.cuda_workspace_mb overrides (be->workspace_bytes). */
 #define KILN_CUDA_WORKSPACE_BYTES ((size_t)256 << 20)
 #define KILN_CUDA_HOST_SMALL 4096                /* host-evaluated outputs up to this many elements */
 
@@ -58,6 +58,8 @@ struct kiln_backend_engine {
     bool *view_node;                    /* [nnodes]: a view node (Reshape...) whose output aliases its
                                          * input: it runs nothing (cuda_engine.c find_views) */
     int n_view_nodes;
+    bool share_views;                   /* kiln_build_options.cuda_views not OFF: find_views runs */
+    size_t workspace_bytes;             /* of each context and of the tuner (cuda_workspace_mb) */
     void *const_mem;                    /* one device allocation holding every needed constant */
     void **const_dev;                   /* [nvalues]: device copy of a constant, or NULL */
     bool *const_typed;                  /* [nvalues]: a constant's dev_dtype came from a node precision */
@@ -111,7 +113,7 @@ struct kiln_backend_context {
     int nplans;
     int profile;                 /* the next run's profile (context_set_profile; 0 without profiles) */
     uint64_t tick;
-    bool use_graphs;             /* KILN_CUDA_GRAPHS=0 turns CUDA graphs off */
+    bool use_graphs;             /* kiln_context_options.cuda_graphs not OFF */
     bool no_transfers;           /* kiln_context_set_transfers(false): see backend.h */
     kiln_cuda_plan *last_plan;   /* the plan of the previous successful run */
     kiln_cuda_plan *pending_plan; /* the plan of the run enqueued and not yet waited for, or NULL */
@@ -132,22 +134,22 @@ static inline size_t kiln_cuda_align(size_t n) { return (n + KILN_CUDA_ALIGN - 1
 
 /* cuda_engine.c — the host side of engine_create, without touching a device: places every node
  * (device or host), gives values their device dtypes (node_precision: the precision of each node, or
- * NULL for `precision` everywhere), computes liveness and, for static input shapes, the static plan. With require_kernels, fails listing every node the device cannot run; without,
- * such nodes stay device nodes with kernels[i] == NULL (for planning only: such an engine cannot run).
- * On success *out is owned by the caller (kiln_cuda_engine_free). */
+ * NULL for `precision` everywhere), lets view nodes share their input's storage when share_views,
+ * computes liveness and, for static input shapes, the static plan. With require_kernels, fails
+ * listing every node the device cannot run; without, such nodes stay device nodes with
+ * kernels[i] == NULL (for planning only: such an engine cannot run). On success *out is owned by the
+ * caller (kiln_cuda_engine_free). */
 kiln_status kiln_cuda_engine_prepare(const kiln_graph *g, kiln_precision precision, const uint8_t *node_precision,
-                                     bool require_kernels, kiln_backend_engine **out);
+                                     bool require_kernels, bool share_views, kiln_backend_engine **out);
 /* cuda_engine.c — the backend's engine_create / engine_free / describe. */
-kiln_status kiln_cuda_engine_create(const kiln_graph *g, const kiln_engine_meta *meta, kiln_backend_engine **out);
+kiln_status kiln_cuda_engine_create(const kiln_graph *g, const kiln_engine_meta *meta, const kiln_build_options *opts,
+                                    kiln_backend_engine **out);
 void kiln_cuda_engine_free(kiln_backend_engine *be);
 void kiln_cuda_engine_describe(const kiln_backend_engine *be, FILE *f);
 /* cuda_engine.c — host-side conversion of n elements between the float types F32/F64/F16/BF16 (same
  * type: a copy). Other pairs must be equal types. */
 void kiln_cuda_host_convert(const void *src, kiln_dtype st, void *dst, kiln_dtype dt, int64_t n);
 
-/* cuda_runtime.c — the workspace bytes of a context or the tuner: KILN_CUDA_WORKSPACE_MB (1..65536)
- * when set, else KILN_CUDA_WORKSPACE_BYTES. */
-size_t kiln_cuda_workspace_bytes(void);
 /* cuda_runtime.c — the bytes of zeros a context (or the tuner) keeps for be's nodes (kc.zero): a
  * bias of the most output channels of any kiln.FusedConv, in float32, at least 64 KiB. */
 size_t kiln_cuda_zero_bytes(const kiln_backend_engine *be);

@@ -130,13 +130,11 @@ typedef struct kiln_cuda_kernel {
 const kiln_cuda_kernel *kiln_cuda_kernel_find(const char *domain, const char *op_type);
 
 /* The backend's runs_fused_op capability (backend.h): whether there is a kernel for the kiln-domain
- * op op_type and fusion is not switched off. Default: every fused op; Attention in fp16/bf16 builds
- * only (their tensor-core kernel; KILN_CUDA_FUSION=all fuses it in fp32 too). Switches
- * (env): KILN_CUDA_FUSION=0 (or "off") turns every fusion into kiln-domain ops off for cuda; a list
- * of op names (KILN_CUDA_FUSION=Attention,FusedConv) turns off those named; a build compiled with
- * -DKILN_CUDA_NO_FUSION (e.g. -DCMAKE_C_FLAGS=-DKILN_CUDA_NO_FUSION) is off unless
- * KILN_CUDA_FUSION=all (or 1). (cuda_dispatch.c) */
-bool kiln_cuda_runs_fused_op(const char *op_type, kiln_precision precision);
+ * op op_type worth using with these build options. Default (opts->fusion AUTO): every fused op;
+ * Attention in fp16/bf16 builds only (their tensor-core kernel); fusion ON fuses it in fp32 too. The
+ * builder applies fusion OFF and unfused_ops itself. A kiln compiled with -DKILN_CUDA_NO_FUSION
+ * (e.g. -DCMAKE_C_FLAGS=-DKILN_CUDA_NO_FUSION) fuses nothing unless fusion is ON. (cuda_dispatch.c) */
+bool kiln_cuda_runs_fused_op(const char *op_type, const kiln_build_options *opts);
 
 /* For exec functions: ctx->tactic cannot run this call (why says the library's reason). With
  * ctx->tactic_strict returns KILN_ERR_UNSUPPORTED naming the node; otherwise warns once per node

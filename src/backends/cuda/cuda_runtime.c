@@ -1,17 +1,17 @@
 /* cuda_runtime.c — the CUDA backend (target "cuda"): device description, execution contexts and runs.
  *
  * A context owns one non-blocking stream, a cuBLASLt and a cuDNN handle bound to it, a 256 MiB
- * workspace (KILN_CUDA_WORKSPACE_MB), a small zeroed buffer (absent conv biases), the per-node state of
- * the exec functions (cuda_kernels.h: cached cuDNN descriptors and algorithms), the activation arena
- * and pinned staging buffers, and a small LRU of shape plans (one per
- * distinct set of input shapes; cuda_memory.c). A run is enqueued: find or make the plan (growing the
- * arena and staging only when a new plan needs more, so a seen shape allocates nothing), upload the
- * inputs (straight from page-locked caller memory, else through the pinned staging buffer), execute
- * the plan (cuda_graph.c: eagerly the first time, then as a CUDA graph), download the outputs
- * (straight into a page-locked caller buffer, else into pinned staging); then waited for (the
- * stream's synchronization). Contexts of one engine share its weights and run concurrently, each on
- * its own stream, so two contexts enqueued alternately overlap transfers with computation. The
- * backend also hands out page-locked host memory (kiln_host_alloc). */
+ * workspace (kiln_build_options.cuda_workspace_mb), a small zeroed buffer (absent conv biases), the
+ * per-node state of the exec functions (cuda_kernels.h: cached cuDNN descriptors and algorithms), the
+ * activation arena and pinned staging buffers, and a small LRU of shape plans (one per distinct set
+ * of input shapes; cuda_memory.c). A run is enqueued: find or make the plan (growing the arena and
+ * staging only when a new plan needs more, so a seen shape allocates nothing), upload the inputs
+ * (straight from page-locked caller memory, else through the pinned staging buffer), execute the plan
+ * (cuda_graph.c: eagerly the first time, then as a CUDA graph), download the outputs (straight into a
+ * page-locked caller buffer, else into pinned staging); then waited for (the stream's
+ * synchronization). Contexts of one engine share its weights and run concurrently, each on its own
+ * stream, so two contexts enqueued alternately overlap transfers with computation. The backend also
+ * hands out page-locked host memory (kiln_host_alloc). */
 #include "backends/cuda/cuda_internal.h"
 
 #include "core/log.h"
@@ -44,18 +44,6 @@ static bool cuda_supports_precision(kiln_precision p) {
 }
 
 /* ---------------------------------------------------------------- contexts */
-
-size_t kiln_cuda_workspace_bytes(void) {
-    const char *env = getenv("KILN_CUDA_WORKSPACE_MB");
-    if (env && *env) {
-        char *end = NULL;
-        long mb = strtol(env, &end, 10);
-        if (end && !*end && mb >= 1 && mb <= 65536) return (size_t)mb << 20;
-        KILN_LOG(KILN_LOG_WARN, "cuda: KILN_CUDA_WORKSPACE_MB='%s' is not a number of MiB in 1..65536; using %zu MiB", env,
-                 KILN_CUDA_WORKSPACE_BYTES >> 20);
-    }
-    return KILN_CUDA_WORKSPACE_BYTES;
-}
 
 size_t kiln_cuda_zero_bytes(const kiln_backend_engine *be) {
     const kiln_graph *g = be->g;
@@ -108,7 +96,7 @@ static kiln_status init_context(kiln_backend_context *c) {
     KILN_CUBLAS_TRY(cublasLtCreate(&c->kc.lt));
     KILN_CUDNN_TRY(cudnnCreate(&c->kc.dnn));
     KILN_CUDNN_TRY(cudnnSetStream(c->kc.dnn, c->kc.stream));
-    size_t ws = kiln_cuda_workspace_bytes(), zb = kiln_cuda_zero_bytes(be);
+    size_t ws = be->workspace_bytes, zb = kiln_cuda_zero_bytes(be);
     KILN_CUDA_TRY(cudaMalloc(&c->kc.workspace, ws));
     c->kc.workspace_bytes = ws;
     KILN_CUDA_TRY(cudaMalloc(&c->zero, zb));
@@ -118,15 +106,15 @@ static kiln_status init_context(kiln_backend_context *c) {
     c->kc.sm_count = be->sm_count;
     c->kc.cc_major = be->cc_major;
     c->kc.cc_minor = be->cc_minor;
-    const char *env = getenv("KILN_CUDA_GRAPHS");
-    c->use_graphs = !(env && !strcmp(env, "0"));
     return KILN_OK;
 }
 
-static kiln_status cuda_context_create(kiln_backend_engine *be, kiln_backend_context **out) {
+static kiln_status cuda_context_create(kiln_backend_engine *be, const kiln_context_options *opts,
+                                       kiln_backend_context **out) {
     kiln_backend_context *c = calloc(1, sizeof *c);
     if (!c) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     c->be = be;
+    c->use_graphs = opts->cuda_graphs != KILN_SWITCH_OFF;
     c->args = calloc(2 * (size_t)be->max_args + 1, sizeof *c->args);
     c->node_state = calloc((size_t)be->g->nnodes + 1, sizeof *c->node_state);
     c->out_direct = calloc((size_t)be->g->noutputs + 1, sizeof *c->out_direct);

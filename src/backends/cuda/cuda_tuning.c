@@ -71,7 +71,7 @@ static kiln_status tuner_open(kiln_cuda_tuner *t) {
     KILN_CUDNN_TRY(cudnnCreate(&t->kc.dnn));
     KILN_CUDNN_TRY(cudnnSetStream(t->kc.dnn, t->kc.stream));
     /* the runtime's sizes: a tactic timed here fits a context's workspace, and fuses where it would */
-    size_t ws = kiln_cuda_workspace_bytes(), zb = kiln_cuda_zero_bytes(t->be);
+    size_t ws = t->be->workspace_bytes, zb = kiln_cuda_zero_bytes(t->be);
     KILN_CUDA_TRY(cudaMalloc(&t->kc.workspace, ws));
     t->kc.workspace_bytes = ws;
     void *zero = NULL;

@@ -4,13 +4,15 @@
  * converted once (into memory the graph owns), with the conversion the upload would make. The engine then
  * uploads it as it is, and its file stores half the bytes; the value keeps its declared dtype
  * (docs/engine-format.md). Small constants and those a host node or a kernel's host copy may read
- * stay as they are. */
+ * stay as they are. The converted weights share one anonymous mapping, populated when it is made:
+ * gigabytes faulted in page by page cost seconds under some hypervisors (gVisor). */
 #include "backends/cuda/cuda_internal.h"
 
 #include "core/log.h"
 #include "core/status.h"
 
 #include <stdlib.h>
+#include <sys/mman.h>
 
 /* Constants of fewer elements stay in their declared dtype: scalars and small tables (Resize scales,
  * Pad and Clip values) that kernels read from their host copies. */
@@ -38,6 +40,35 @@ static bool converts(const kiln_backend_engine *be, const bool *on_host, int v) 
            kiln_cuda_is_float(t->dtype) && be->dev_dtype[v] != t->dtype && kiln_tensor_numel(t) >= STORE_MIN_ELEMENTS;
 }
 
+/* The mapping that holds the converted weights, released with the graph. */
+typedef struct weight_block {
+    void *p;
+    size_t bytes;
+} weight_block;
+
+static void weight_block_release(void *ptr) {
+    weight_block *b = ptr;
+    munmap(b->p, b->bytes);
+    free(b);
+}
+
+/* A populated anonymous mapping of bytes (> 0) that g keeps alive; NULL when out of memory. */
+static void *weight_block_new(kiln_graph *g, size_t bytes) {
+    weight_block *b = malloc(sizeof *b);
+    if (!b) return NULL;
+    b->bytes = bytes;
+    b->p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (b->p == MAP_FAILED) {
+        free(b);
+        return NULL;
+    }
+    if (kiln_graph_keep_alive(g, b, weight_block_release) != KILN_OK) {
+        weight_block_release(b);
+        return NULL;
+    }
+    return b->p;
+}
+
 kiln_status kiln_cuda_store_weights(kiln_graph *g, const kiln_engine_meta *meta) {
     if (meta->precision == KILN_PRECISION_FP32 && !meta->node_precision) return KILN_OK;
     kiln_backend_engine *be = NULL;
@@ -45,18 +76,25 @@ kiln_status kiln_cuda_store_weights(kiln_graph *g, const kiln_engine_meta *meta)
     bool *on_host = host_read(be);
     kiln_status s = on_host ? KILN_OK : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory storing the weights");
     size_t before = 0, after = 0;
-    for (int v = 0; v < g->nvalues && s == KILN_OK; v++) {
+    for (int v = 0; s == KILN_OK && v < g->nvalues; v++)
+        if (converts(be, on_host, v))
+            after += kiln_cuda_align((size_t)kiln_tensor_numel(g->values[v].constant) * kiln_dtype_size(be->dev_dtype[v]));
+    char *block = s == KILN_OK && after ? weight_block_new(g, after) : NULL;
+    if (after && !block && s == KILN_OK)
+        s = kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for %zu bytes of 16-bit weights", after);
+    size_t off = 0;
+    for (int v = 0; v < g->nvalues && block; v++) {
         if (!converts(be, on_host, v)) continue;
         kiln_tensor *t = g->values[v].constant;
         int64_t n = kiln_tensor_numel(t);
-        kiln_tensor converted = {0};
-        s = kiln_tensor_alloc(&converted, be->dev_dtype[v], t->ndim, t->dims);
-        if (s != KILN_OK) break;
-        kiln_cuda_host_convert(t->data, t->dtype, converted.data, converted.dtype, n);
+        kiln_dtype dt = be->dev_dtype[v];
+        kiln_cuda_host_convert(t->data, t->dtype, block + off, dt, n);
         before += t->nbytes;
+        kiln_tensor converted;
+        kiln_tensor_view(&converted, dt, t->ndim, t->dims, block + off);
         kiln_tensor_release(t);
         *t = converted;
-        after += t->nbytes;
+        off += kiln_cuda_align(t->nbytes);
     }
     free(on_host);
     kiln_cuda_engine_free(be);

@@ -98,12 +98,6 @@ kiln_status onnx_next(onnx_ctx *c, kiln_pb *r, kiln_pb_field *f) {
     return e ? onnx_pb_fail(c, e, r->p) : KILN_OK;
 }
 
-kiln_status onnx_check_message(onnx_ctx *c, kiln_pb msg) {
-    kiln_pb_field f;
-    while (!kiln_pb_done(&msg)) KILN_TRY(onnx_next(c, &msg, &f));
-    return KILN_OK;
-}
-
 onnx_str onnx_peek_string(kiln_pb msg, uint32_t number) {
     onnx_str s = {NULL, 0};
     kiln_pb_field f;

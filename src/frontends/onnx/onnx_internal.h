@@ -67,8 +67,6 @@ kiln_status onnx_want(onnx_ctx *c, const kiln_pb_field *f, kiln_pb_wire w, const
 
 /* Reads the next field of r, turning a wire error into a status. */
 kiln_status onnx_next(onnx_ctx *c, kiln_pb *r, kiln_pb_field *f);
-/* Validates the framing of every field of msg (so later passes over it cannot fail on the wire). */
-kiln_status onnx_check_message(onnx_ctx *c, kiln_pb msg);
 /* The last LEN value of field `number` in msg, stopping quietly at the first malformed byte (used
  * only to label error messages before the message is read for real). */
 onnx_str onnx_peek_string(kiln_pb msg, uint32_t number);

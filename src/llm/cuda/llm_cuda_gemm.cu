@@ -397,10 +397,6 @@ extern "C" const char *llmc_gemv_config_name(int cfg) {
     return cfg >= 0 && cfg < LLMC_GEMV_CONFIGS ? GEMV_CFG[cfg].name : "?";
 }
 
-extern "C" int llmc_gemv_rows_per_block(int cfg) {
-    return cfg >= 0 && cfg < LLMC_GEMV_CONFIGS ? GEMV_CFG[cfg].groups * GEMV_CFG[cfg].r : 0;
-}
-
 extern "C" kiln_status llmc_gemv_mode_from_env(int *mode) {
     const char *v = getenv("KILN_LLM_GEMV");
     *mode = LLMC_GEMV_AUTO;

@@ -140,8 +140,6 @@ kiln_status llmc_gemv_launch(kiln_dtype dtype, cudaStream_t stream, int cfg, con
                              const void *w, const void *bias, int N, void *y, int ldy, bool out_f32);
 /* "#0: 32 thr/row x 1 rows, 4 groups, 8 loads/row" and the like; "?" for others. */
 const char *llmc_gemv_config_name(int cfg);
-/* Output rows per block of configuration cfg (0 .. LLMC_GEMV_CONFIGS - 1), else 0. */
-int llmc_gemv_rows_per_block(int cfg);
 /* g->gemv_force from the environment: KILN_LLM_GEMV unset, "" or "auto": LLMC_GEMV_AUTO; a configuration
  * number 0..LLMC_GEMV_CONFIGS-1; anything else is refused. */
 kiln_status llmc_gemv_mode_from_env(int *mode);

@@ -1,8 +1,9 @@
-/* report_json.c — the streaming JSON writer and the CSV writer of report.h, and the shortest
- * round-trip number formatting they share with the HTML report. */
-#include "stats/report.h"
+/* json_write.c — the streaming JSON writer of json_write.h, and the shortest round-trip number
+ * formatting it shares with the CSV and HTML report writers (stats/report.h). */
+#include "core/json_write.h"
 
 #include "core/status.h"
+#include "core/utf8.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -22,41 +23,16 @@ char *kiln_format_double(char buf[32], double v) {
     return buf;
 }
 
-/* ------------------------------------------------------------------ JSON */
-
-/* Length of the valid UTF-8 sequence starting at s[0] (s has n >= 1 bytes), or 0 if invalid.
- * Rejects overlong forms, surrogates and code points above U+10FFFF. */
-static size_t utf8_sequence(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    size_t len;
-    unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else
-        return 0;
-    if (n < len || s[1] < lo || s[1] > hi) return 0;
-    for (size_t i = 2; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80) return 0;
-    return len;
-}
-
 void kiln_json_escape(kiln_strbuf *out, const char *str, size_t n) {
     const unsigned char *s = (const unsigned char *)str;
     kiln_strbuf_putc(out, '"');
     size_t run = 0; /* start of the pending run of bytes that need no escaping */
     for (size_t i = 0; i < n;) {
         unsigned c = s[i];
-        size_t len = c >= 0x20 && c != '"' && c != '\\' ? utf8_sequence(s + i, n - i) : 0;
-        if (len) {
-            i += len;
+        uint32_t cp = 0;
+        int len = c >= 0x20 && c != '"' && c != '\\' ? kiln_utf8_next(s + i, n - i, &cp) : 0;
+        if (len && cp != 0xFFFFFFFFu) { /* a valid sequence: copied as it is */
+            i += (size_t)len;
             continue;
         }
         kiln_strbuf_append(out, s + run, i - run);
@@ -244,54 +220,4 @@ kiln_status kiln_json_finish(kiln_json *j) {
     if (!j->done) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "JSON writer misuse: no value written");
     kiln_strbuf_putc(j->out, '\n');
     return kiln_strbuf_status(j->out);
-}
-
-/* ------------------------------------------------------------------ CSV */
-
-void kiln_csv_init(kiln_csv *c, kiln_strbuf *out) {
-    c->out = out;
-    c->col = 0;
-}
-
-/* The separator before a cell that is not the first of its row. */
-static void csv_separator(kiln_csv *c) {
-    if (c->col++ > 0) kiln_strbuf_putc(c->out, ',');
-}
-
-void kiln_csv_string(kiln_csv *c, const char *s) {
-    csv_separator(c);
-    if (!s || !*s) return;
-    size_t n = strlen(s);
-    bool quote = strpbrk(s, ",\"\r\n") || s[0] == ' ' || s[n - 1] == ' ';
-    if (!quote) {
-        kiln_strbuf_append(c->out, s, n);
-        return;
-    }
-    kiln_strbuf_putc(c->out, '"');
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == '"') kiln_strbuf_putc(c->out, '"');
-        kiln_strbuf_putc(c->out, s[i]);
-    }
-    kiln_strbuf_putc(c->out, '"');
-}
-
-void kiln_csv_number(kiln_csv *c, double v) {
-    csv_separator(c);
-    char buf[32];
-    if (isfinite(v)) kiln_strbuf_puts(c->out, kiln_format_double(buf, v));
-}
-
-void kiln_csv_int(kiln_csv *c, int64_t v) {
-    csv_separator(c);
-    kiln_strbuf_printf(c->out, "%" PRId64, v);
-}
-
-void kiln_csv_end_row(kiln_csv *c) {
-    kiln_strbuf_putc(c->out, '\n');
-    c->col = 0;
-}
-
-void kiln_csv_row(kiln_csv *c, const char *const *cells, int n) {
-    for (int i = 0; i < n; i++) kiln_csv_string(c, cells[i]);
-    kiln_csv_end_row(c);
 }

@@ -1,0 +1,259 @@
+/* test_serve.c — kiln serve's parts without HTTP (src/serve/): the Prometheus registry's text, API
+ * keys and their token buckets, config.json and --config parsing (good and bad), and the dynamic
+ * batcher on sample_cnn (concurrent requests joined into runs and split back exactly, shape checks,
+ * a full queue, deadlines). Runs in the sanitizer build too. */
+#include "check.h"
+
+#include "serve/auth.h"
+#include "serve/batcher.h"
+#include "serve/metrics.h"
+#include "serve/repo.h"
+#include "serve/serve.h"
+
+#include "core/sha256.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+static void test_metrics(void) {
+    serve_metrics *m = serve_metrics_create();
+    char labels[128];
+    serve_metrics_labels(labels, sizeof labels, "a\"b\\c\n", "1");
+    CHECKF(!strcmp(labels, "model=\"a\\\"b\\\\c\\n\",version=\"1\""), "%s", labels);
+    serve_metrics_labels(labels, sizeof labels, "cnn", "2");
+    serve_metrics_add(m, "kiln_requests_total", "model=\"cnn\",version=\"2\",status=\"200\"", 1);
+    serve_metrics_add(m, "kiln_requests_total", "model=\"cnn\",version=\"2\",status=\"200\"", 2);
+    serve_metrics_add(m, "no_such_family", labels, 1);
+    serve_metrics_observe(m, "kiln_batch_size", labels, 1);
+    serve_metrics_observe(m, "kiln_batch_size", labels, 3);
+    serve_metrics_observe(m, "kiln_batch_size", labels, 1e9);
+    CHECK(serve_metrics_value(m, "kiln_requests_total", "model=\"cnn\",version=\"2\",status=\"200\"") == 3);
+    uint64_t counts[32], count;
+    double bounds[32], sum;
+    int n = serve_metrics_histogram(m, "kiln_batch_size", labels, counts, bounds, 32, &sum, &count);
+    CHECK(n == 11 && counts[0] == 1 && counts[2] == 1 && counts[10] == 1 && count == 3 && sum == 4 + 1e9);
+    kiln_strbuf b = {0};
+    serve_metrics_render(m, &b);
+    CHECK(strstr(b.data, "# TYPE kiln_requests_total counter\n"));
+    CHECK(strstr(b.data, "kiln_requests_total{model=\"cnn\",version=\"2\",status=\"200\"} 3\n"));
+    CHECK(strstr(b.data, "kiln_batch_size_bucket{model=\"cnn\",version=\"2\",le=\"1\"} 1\n"));
+    CHECK(strstr(b.data, "kiln_batch_size_bucket{model=\"cnn\",version=\"2\",le=\"4\"} 2\n")); /* cumulative */
+    CHECK(strstr(b.data, "kiln_batch_size_bucket{model=\"cnn\",version=\"2\",le=\"+Inf\"} 3\n"));
+    CHECK(strstr(b.data, "kiln_batch_size_count{model=\"cnn\",version=\"2\"} 3\n"));
+    CHECK(!strstr(b.data, "no_such_family"));
+    kiln_strbuf_free(&b);
+    serve_metrics_free(m);
+}
+
+static void test_keys(void) {
+    serve_auth a;
+    serve_auth_init(&a);
+    a.default_rps = 10, a.default_burst = 2;
+    CHECK_OK(serve_auth_add_plain(&a, "plain"));
+    CHECK(serve_auth_add_plain(&a, "") == KILN_ERR_INVALID_ARGUMENT);
+    char path[] = "/tmp/kiln_test_keys_XXXXXX", hash[65], msg[256];
+    int fd = mkstemp(path);
+    kiln_sha256_hex("team", 4, hash);
+    dprintf(fd, "# comment\n\n%s name=team models=cnn,llm tpm=60\n", hash);
+    close(fd);
+    CHECK_OK(serve_auth_load_file(&a, path));
+    serve_key *k = NULL;
+    CHECK(serve_auth_check(&a, NULL, &k, msg, sizeof msg) == 401 && strstr(msg, "missing"));
+    CHECK(serve_auth_check(&a, "Bearer nope", &k, msg, sizeof msg) == 401 && strstr(msg, "invalid"));
+    CHECK(serve_auth_check(&a, "Basic plain", &k, msg, sizeof msg) == 401);
+    CHECK(serve_auth_check(&a, "Bearer plain", &k, msg, sizeof msg) == 200 && k && serve_auth_allows(k, "anything"));
+    double retry = 0;
+    CHECK(serve_auth_admit(&a, k, &retry, msg, sizeof msg) == 200);
+    CHECK(serve_auth_admit(&a, k, &retry, msg, sizeof msg) == 200);
+    CHECK(serve_auth_admit(&a, k, &retry, msg, sizeof msg) == 429 && retry > 0 && retry <= 0.1 + 1e-9);
+    usleep(120000); /* 10/s refills one request in 100 ms */
+    CHECK(serve_auth_admit(&a, k, &retry, msg, sizeof msg) == 200);
+    CHECK(serve_auth_check(&a, "bearer team", &k, msg, sizeof msg) == 200 && !strcmp(k->name, "team"));
+    CHECK(serve_auth_allows(k, "cnn") && serve_auth_allows(k, "llm") && !serve_auth_allows(k, "cn") && !serve_auth_allows(k, "cnn,llm"));
+    CHECK(serve_auth_admit(&a, k, &retry, msg, sizeof msg) == 200);
+    serve_auth_charge_tokens(&a, k, 61);
+    CHECK(serve_auth_admit(&a, k, &retry, msg, sizeof msg) == 429 && strstr(msg, "tokens per minute") && retry > 0);
+    static const char *const BAD[] = {"zz\n", "%s rps=-1\n", "%s colour=red\n", "%s rps\n"};
+    for (int i = 0; i < 4; i++) {
+        fd = open(path, O_WRONLY | O_TRUNC);
+        dprintf(fd, BAD[i], hash);
+        close(fd);
+        CHECKF(serve_auth_load_file(&a, path) == KILN_ERR_PARSE && strstr(kiln_last_error(), ":1:"), "%s", BAD[i]);
+    }
+    unlink(path);
+    CHECK(serve_auth_load_file(&a, path) == KILN_ERR_IO);
+    serve_auth_free(&a);
+}
+
+static void test_configs(void) {
+    serve_model_config c;
+    CHECK_OK(serve_model_config_parse(NULL, 0, "none", &c));
+    CHECK(c.batch.max_batch == 8 && c.version_latest == 1 && !strcmp(c.target, "cpu"));
+    const char *good = "{\"max_batch\": 16, \"preferred_batch_sizes\": [4, 16], \"max_queue_delay_us\": 100, "
+                       "\"version_policy\": {\"specific\": [3, 1]}, \"aliases\": [\"x\"], \"kv_cache_bytes\": 1048576, "
+                       "\"max_waiting\": 4, \"target\": \"cuda\", \"device\": 1}";
+    CHECK_OK(serve_model_config_parse(good, strlen(good), "good", &c));
+    CHECK(c.batch.max_batch == 16 && c.batch.n_preferred == 2 && c.n_specific == 2 && c.version_specific[0] == 3);
+    CHECK(c.n_aliases == 1 && c.llm.kv_cache_bytes == 1048576 && c.llm.max_waiting == 4 && c.device == 1);
+    static const struct { const char *json, *message; } BAD[] = {
+        {"[1]", "not a JSON object"},
+        {"{\"max_bach\": 2}", "unknown key 'max_bach'"},
+        {"{\"max_batch\": \"8\"}", "'max_batch' must be an integer"},
+        {"{\"max_batch\": 2.5}", "'max_batch' must be an integer"},
+        {"{\"instances\": 0}", "'instances' must be an integer in [1, 64]"},
+        {"{\"max_batch\": 4, \"preferred_batch_sizes\": [8]}", "preferred batch size 8 is above max_batch 4"},
+        {"{\"version_policy\": {\"latest\": 1, \"specific\": [1]}}", "'version_policy' must be"},
+        {"{\"version_policy\": \"newest\"}", "'version_policy' must be"},
+        {"{\"aliases\": [\"a/b\"]}", "without '/'"},
+        {"{\"target\": \"tpu\"}", "'target' must be"},
+        {"{\"chat_template\": \"../x\"}", "'chat_template'"},
+        {"{\"traffic\": {\"one\": 5}}", "'traffic' must map versions"},
+        {"{\"traffic\": {\"1\": -5}}", "'traffic' must map versions"},
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        kiln_status st = serve_model_config_parse(BAD[i].json, strlen(BAD[i].json), "cfg", &c);
+        CHECKF(st != KILN_OK && strstr(kiln_last_error(), BAD[i].message), "%s: %s", BAD[i].json, kiln_last_error());
+    }
+    serve_settings s;
+    const char *settings = "{\"max_body_bytes\": 4096, \"poll_repository_s\": 0.5}";
+    CHECK_OK(serve_settings_parse(settings, strlen(settings), "--config", &s));
+    CHECK(s.max_body_bytes == 4096 && s.poll_repository_s == 0.5 && s.connection_timeout_s == 30);
+    CHECK(serve_settings_parse("{\"max_body_bytes\": 1}", 21, "--config", &s) == KILN_ERR_INVALID_ARGUMENT);
+    CHECK(serve_settings_parse("{\"x\": 1}", 8, "--config", &s) == KILN_ERR_INVALID_ARGUMENT);
+}
+
+/* ---------------------------------------------------------------- the batcher on sample_cnn */
+
+typedef struct job {
+    serve_pool *pool;
+    serve_infer r;
+    serve_tensor in;
+    float x[3 * 32 * 32];
+} job;
+
+static void job_init(job *j, serve_pool *p, int rows_seed) {
+    memset(j, 0, sizeof *j);
+    j->pool = p;
+    for (int i = 0; i < 3 * 32 * 32; i++) j->x[i] = (float)((i * 7 + rows_seed * 13) % 17) / 17.0f;
+    j->in = (serve_tensor){.name = "image", .dtype = KILN_F32, .ndim = 4, .dims = {1, 3, 32, 32}, .data = j->x,
+                           .bytes = sizeof j->x};
+    j->r.inputs = &j->in;
+    j->r.n_inputs = 1;
+}
+
+static void *run_job(void *arg) {
+    job *j = arg;
+    if (serve_pool_check(j->pool, &j->r) == 0) serve_pool_infer(j->pool, &j->r);
+    return NULL;
+}
+
+static void test_batcher(kiln_engine *e) {
+    serve_batch_config cfg = {.max_batch = 4, .max_queue_delay_us = 200000, .instances = 2, .breaker_failures = 3};
+    serve_pool *p;
+    REQUIRE_OK(serve_pool_create(e, &cfg, &p));
+    /* references, one at a time (each waits out the delay alone) */
+    enum { N = 8 };
+    static job ref[N], jobs[N];
+    for (int i = 0; i < 2; i++) {
+        job_init(&ref[i], p, i);
+        run_job(&ref[i]);
+        CHECK(ref[i].r.http_status == 200 && ref[i].r.batch_rows == 1 && ref[i].r.n_outputs == 1);
+        CHECK(ref[i].r.outputs[0].dims[0] == 1 && ref[i].r.outputs[0].dims[1] == 10);
+    }
+    float apart = 0; /* the two inputs' outputs differ, so a swapped row would show */
+    for (int k = 0; k < 10; k++)
+        apart = fmaxf(apart, fabsf(((float *)ref[0].r.outputs[0].data)[k] - ((float *)ref[1].r.outputs[0].data)[k]));
+    CHECK(apart > 1e-3f);
+    pthread_t t[N];
+    for (int i = 0; i < N; i++) job_init(&jobs[i], p, i % 2), pthread_create(&t[i], NULL, run_job, &jobs[i]);
+    for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+    int shared = 0;
+    for (int i = 0; i < N; i++) {
+        CHECK(jobs[i].r.http_status == 200 && jobs[i].r.outputs[0].bytes == 40);
+        const float *got = jobs[i].r.outputs[0].data, *want = ref[i % 2].r.outputs[0].data;
+        for (int k = 0; k < 10; k++) /* a batch of 4 may round differently from a batch of 1, not more */
+            CHECKF(fabsf(got[k] - want[k]) <= 1e-5f, "request %d output %d: %g, alone %g", i, k, got[k], want[k]);
+        shared += jobs[i].r.batch_rows > 1;
+    }
+    CHECKF(shared > 0, "8 concurrent requests never shared a run");
+    serve_pool_stats st;
+    serve_pool_get_stats(p, &st);
+    CHECK(st.instances == 2 && st.instances_up == 2 && st.queue_depth == 0 && st.rows == 2 + N && st.runs < 2 + N);
+    /* requests the engine cannot take are refused before queueing */
+    job bad;
+    job_init(&bad, p, 0);
+    bad.in.dims[2] = 16;
+    CHECK(serve_pool_check(p, &bad.r) == 400 && strstr(bad.r.message, "dimension 2 is 32"));
+    job_init(&bad, p, 0);
+    snprintf(bad.in.name, sizeof bad.in.name, "pixels");
+    CHECK(serve_pool_check(p, &bad.r) == 400 && strstr(bad.r.message, "'image'"));
+    job_init(&bad, p, 0);
+    bad.in.dtype = KILN_I64;
+    CHECK(serve_pool_check(p, &bad.r) == 400 && strstr(bad.r.message, "float32"));
+    job_init(&bad, p, 0);
+    bad.in.dims[0] = 5;
+    CHECK(serve_pool_check(p, &bad.r) == 400 && strstr(bad.r.message, "1..4"));
+    for (int i = 0; i < N; i++) serve_infer_clear(&jobs[i].r);
+    for (int i = 0; i < 2; i++) serve_infer_clear(&ref[i].r);
+    serve_pool_free(p);
+
+    /* a queue of one: the second waiting request is refused; a short deadline expires in the queue */
+    cfg = (serve_batch_config){.max_batch = 4, .max_queue_delay_us = 300000, .max_queue = 1, .instances = 1,
+                               .breaker_failures = 1};
+    REQUIRE_OK(serve_pool_create(e, &cfg, &p));
+    job_init(&jobs[0], p, 0);
+    job_init(&jobs[1], p, 1);
+    pthread_create(&t[0], NULL, run_job, &jobs[0]);
+    usleep(50000);
+    run_job(&jobs[1]);
+    CHECK(jobs[1].r.http_status == 429 && strstr(jobs[1].r.message, "queue is full"));
+    pthread_join(t[0], NULL);
+    CHECK(jobs[0].r.http_status == 200);
+    serve_infer_clear(&jobs[0].r);
+    job_init(&jobs[2], p, 0);
+    jobs[2].r.timeout_us = 50000;
+    run_job(&jobs[2]);
+    CHECK(jobs[2].r.http_status == 503 && strstr(jobs[2].r.message, "timeout of 50 ms"));
+    serve_pool_free(p);
+
+    /* priorities: B (level 1, a full batch) arrives after A (level 2, waiting for companions) and
+     * runs first; A waits out its delay. Without the level, B would queue behind A. */
+    cfg = (serve_batch_config){.max_batch = 2, .max_queue_delay_us = 300000, .instances = 1, .priority_levels = 2,
+                               .breaker_failures = 1};
+    REQUIRE_OK(serve_pool_create(e, &cfg, &p));
+    static float two_rows[2 * 3 * 32 * 32];
+    job_init(&jobs[0], p, 0);
+    job_init(&jobs[1], p, 1);
+    jobs[1].in.dims[0] = 2;
+    jobs[1].in.data = two_rows;
+    jobs[1].in.bytes = sizeof two_rows;
+    jobs[1].r.priority = 1;
+    pthread_create(&t[0], NULL, run_job, &jobs[0]);
+    usleep(50000);
+    run_job(&jobs[1]);
+    pthread_join(t[0], NULL);
+    CHECK(jobs[0].r.http_status == 200 && jobs[1].r.http_status == 200);
+    CHECKF(jobs[1].r.queue_us < 100000 && jobs[0].r.queue_us > 250000, "level 1 waited %.0f us, level 2 %.0f us",
+           jobs[1].r.queue_us, jobs[0].r.queue_us);
+    job_init(&bad, p, 0);
+    bad.r.priority = 3;
+    CHECK(serve_pool_check(p, &bad.r) == 400 && strstr(bad.r.message, "priority 3"));
+    for (int i = 0; i < 2; i++) serve_infer_clear(&jobs[i].r);
+    serve_pool_free(p);
+}
+
+int main(void) {
+    test_metrics();
+    test_keys();
+    test_configs();
+    const char *root = getenv("KILN_SOURCE_DIR");
+    char model[4096];
+    snprintf(model, sizeof model, "%s/models/sample_cnn.onnx", root ? root : ".");
+    kiln_engine *e;
+    REQUIRE_OK(kiln_build_onnx(model, NULL, &e));
+    test_batcher(e);
+    kiln_engine_free(e);
+    return checks_report("test_serve");
+}
