@@ -305,6 +305,10 @@ kiln_status kiln_context_enqueue(kiln_context *c);
 /* Waits for the run kiln_context_enqueue started and makes its outputs available
  * (kiln_context_output). Fails with KILN_ERR_INVALID_ARGUMENT when no run is in flight. */
 kiln_status kiln_context_wait(kiln_context *c);
+/* Whether the run kiln_context_enqueue started has finished (*done), without blocking: once it is
+ * true, kiln_context_wait returns at once. Fails with KILN_ERR_INVALID_ARGUMENT when no run is in
+ * flight; an error of the queued work is reported by kiln_context_wait, with *done true. */
+kiln_status kiln_context_query(kiln_context *c, bool *done);
 /* Runs the engine on the bound inputs: kiln_context_enqueue then kiln_context_wait. */
 kiln_status kiln_context_run(kiln_context *c);
 /* The optimization profile the last successful run used (the first whose ranges hold every bound

@@ -67,6 +67,9 @@ typedef struct kiln_backend {
      * outputs as context_run does (data may then be the caller's buffer). */
     kiln_status (*context_enqueue)(kiln_backend_context *bc, const kiln_tensor *inputs, const kiln_host_buffer *out_bufs);
     kiln_status (*context_wait)(kiln_backend_context *bc, kiln_tensor *outputs);
+    /* Required with context_enqueue: whether the enqueued run has finished (also when it failed),
+     * without blocking. */
+    bool (*context_query)(kiln_backend_context *bc);
     /* Optional (NULL: the backend has no device memory to offer): page-locked host memory for inputs
      * and outputs (kiln_host_alloc). host_alloc fails (no device) without side effects; host_free
      * frees what host_alloc returned. */

@@ -225,6 +225,14 @@ kiln_status kiln_context_wait(kiln_context *c) {
     return KILN_OK;
 }
 
+kiln_status kiln_context_query(kiln_context *c, bool *done) {
+    if (!c || !done) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_context_query: context and done are required");
+    if (!c->pending) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_context_query: no run is in flight (kiln_context_enqueue first)");
+    const kiln_backend *b = c->e->backend;
+    *done = c->pending_done || b->context_query(c->bc);
+    return KILN_OK;
+}
+
 kiln_status kiln_context_run(kiln_context *c) {
     if (!c) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_context_run: context is NULL");
     KILN_TRY(kiln_context_enqueue(c));

@@ -2,7 +2,8 @@
  * fp32 and fp16) run from page-locked inputs (kiln_host_alloc) into page-locked and ordinary output
  * buffers gives the bits of a plain kiln_context_run; two contexts enqueued alternately over 8
  * different batches (each wait after the other context's enqueue, so uploads, computation and
- * downloads of consecutive batches overlap) give every batch's bits; a too small output buffer fails
+ * downloads of consecutive batches overlap; kiln_context_query polled until the run is done) give
+ * every batch's bits; a too small output buffer fails
  * the run with KILN_ERR_SHAPE. The time of the 8 batches run one by one and pipelined is printed (not
  * checked: it varies). Exits 77 (skipped) without a GPU or without the cuda backend.
  * usage: test_tensor_io_cuda [REPO_DIR] (default: $KILN_SOURCE_DIR, else .) */
@@ -90,6 +91,11 @@ static void check_engine(kiln_engine *e, const char *label) {
     for (int b = 0; b < NBATCHES + 2; b++) {
         kiln_context *x = c[b % 2];
         if (b >= 2) {
+            bool done = false;
+            kiln_status q = KILN_OK;
+            for (int spin = 0; spin < 10000000 && !done && q == KILN_OK; spin++) q = kiln_context_query(x, &done);
+            CHECK_OK(q);
+            CHECK(done);
             CHECK_OK(kiln_context_wait(x));
             CHECKF(!memcmp(out[b - 2], want[b - 2], sizeof want[0]), "%s: pipelined batch %d differs", label, b - 2);
         }

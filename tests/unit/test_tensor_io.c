@@ -1,7 +1,7 @@
 /* test_tensor_io.c — the tensor API's I/O additions on the cpu backend: kiln_host_alloc / free,
  * caller-owned output buffers (results equal to the context's own, too small buffers refused with the
- * bytes named, at bind time for static outputs and at run time for dynamic ones), enqueue / wait
- * semantics (kiln_context_run = enqueue + wait, misuse refused), and the ranges of every profile of an
+ * bytes named, at bind time for static outputs and at run time for dynamic ones), enqueue / query /
+ * wait semantics (kiln_context_run = enqueue + wait, misuse refused), and the ranges of every profile of an
  * engine built with profiles. Usage: test_tensor_io SOURCE_DIR */
 #include "check.h"
 
@@ -51,8 +51,12 @@ static void test_static_outputs(const char *src) {
 
     /* enqueue / wait: wait before enqueue, a second enqueue and outputs while in flight are refused */
     CHECK(kiln_context_wait(c) == KILN_ERR_INVALID_ARGUMENT);
+    bool done = false;
+    CHECK(kiln_context_query(c, &done) == KILN_ERR_INVALID_ARGUMENT);
     buf[8] = -7.0f;
     CHECK_OK(kiln_context_enqueue(c));
+    CHECK_OK(kiln_context_query(c, &done));
+    CHECK(done); /* the cpu backend runs within the enqueue */
     CHECK(kiln_context_enqueue(c) == KILN_ERR_INVALID_ARGUMENT);
     CHECKF(strstr(kiln_last_error(), "kiln_context_wait") != NULL, "%s", kiln_last_error());
     CHECK(kiln_context_output(c, 0, &d, &own) == KILN_ERR_INVALID_ARGUMENT);

@@ -369,6 +369,8 @@ static kiln_status cuda_context_wait(kiln_backend_context *c, kiln_tensor *outpu
     return c->timing ? kiln_cuda_timing_finish(c, p, c->pending_enqueue_ms) : KILN_OK;
 }
 
+static bool cuda_context_query(kiln_backend_context *c) { return cudaStreamQuery(c->kc.stream) != cudaErrorNotReady; }
+
 static kiln_status cuda_context_run(kiln_backend_context *c, const kiln_tensor *inputs, kiln_tensor *outputs) {
     KILN_TRY(cuda_context_enqueue(c, inputs, NULL));
     return cuda_context_wait(c, outputs);
@@ -417,6 +419,7 @@ const kiln_backend kiln_backend_cuda = {
     .context_run = cuda_context_run,
     .context_enqueue = cuda_context_enqueue,
     .context_wait = cuda_context_wait,
+    .context_query = cuda_context_query,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
     .describe = kiln_cuda_engine_describe,
