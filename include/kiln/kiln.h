@@ -277,7 +277,8 @@ void kiln_context_free(kiln_context *c);
 
 /* Binds input `name` to host data of the given dtype and shape. The data is borrowed until the
  * next kiln_context_run (or kiln_context_wait) returns; data in page-locked memory (kiln_host_alloc)
- * is uploaded from where it lies, other data through the context's page-locked staging buffer. Fails with a message giving the expected dtype/shape. */
+ * is uploaded from where it lies, other data through the context's page-locked staging buffer.
+ * Fails with a message giving the expected dtype/shape. */
 kiln_status kiln_context_set_input(kiln_context *c, const char *name, kiln_dtype dtype, int ndim,
                                    const int64_t *dims, const void *data);
 /* Benchmarking switch (trtexec's --noDataTransfers): with enabled == false, a run whose input shapes
@@ -299,8 +300,9 @@ kiln_status kiln_context_set_output_buffer(kiln_context *c, const char *name, vo
  * to completion here). Until kiln_context_wait returns, the bound input data and output buffers are
  * in use: the caller must not change or free them, and the context accepts no other enqueue. Two
  * contexts of one engine, enqueued alternately, overlap one batch's uploads with the other's
- * computation and downloads. Errors found before anything is queued (shapes, profiles, a too small
- * output buffer) are returned here; errors of the queued work by kiln_context_wait. */
+ * computation and downloads. Errors found before anything is queued (bindings, shapes, profiles) are
+ * returned here; errors of the queued work, and an output buffer too small for a run-time shape, by
+ * kiln_context_wait. */
 kiln_status kiln_context_enqueue(kiln_context *c);
 /* Waits for the run kiln_context_enqueue started and makes its outputs available
  * (kiln_context_output). Fails with KILN_ERR_INVALID_ARGUMENT when no run is in flight. */
