@@ -302,7 +302,7 @@ kiln_status kiln_build_graph(kiln_graph *g, const char *source, const kiln_build
     const char *base = strrchr(source, '/');
     snprintf(meta.source, sizeof meta.source, "%s", base ? base + 1 : source);
     meta.created_unix = (uint64_t)time(NULL);
-    if (b->store_weights && (s = b->store_weights(g, &meta)) != KILN_OK) {
+    if (b->store_weights && (s = b->store_weights(g, &meta, opts)) != KILN_OK) {
         kiln_graph_free(g);
         return s;
     }

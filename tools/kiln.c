@@ -128,6 +128,12 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) return cli_fix_blas_cpu_detection(argv), kiln_cmd_generate(argc - 1, argv + 1);
 #ifdef KILN_HAVE_SERVE
     if (!strcmp(cmd, "serve")) return kiln_cmd_serve(argc - 1, argv + 1);
+#else
+    if (!strcmp(cmd, "serve")) {
+        fprintf(stderr, "kiln: error: this kiln was built without `kiln serve`: libmicrohttpd and cJSON were not found "
+                        "at configure time (apt-get install libmicrohttpd-dev libcjson-dev, then configure again)\n");
+        return 2;
+    }
 #endif
     fprintf(stderr, "kiln: error: unknown command '%s'\n\n%s", cmd, USAGE);
     return 2;

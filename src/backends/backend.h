@@ -48,8 +48,9 @@ typedef struct kiln_backend {
     /* Optional (NULL: weights stay as the graph has them): at build time, before engine_create, converts
      * g's float constants that the backend keeps in another dtype on its device (the weights of a
      * 16-bit engine) into that dtype in place, so that the engine holds and its file stores them so.
-     * The values keep their declared dtypes; engine_create must accept such constants. */
-    kiln_status (*store_weights)(kiln_graph *g, const kiln_engine_meta *meta);
+     * The values keep their declared dtypes; engine_create must accept such constants. opts: the
+     * build's options, as engine_create gets them. */
+    kiln_status (*store_weights)(kiln_graph *g, const kiln_engine_meta *meta, const kiln_build_options *opts);
     void (*engine_free)(kiln_backend_engine *be); /* accepts NULL */
     /* A context of be, run as opts say (never NULL; environment overrides applied). */
     kiln_status (*context_create)(kiln_backend_engine *be, const kiln_context_options *opts, kiln_backend_context **out);

@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -519,10 +520,13 @@ static serve_version *pick_by_traffic(const serve_model *m) {
             if (m->versions[k]->number == m->cfg.traffic_version[i]) v[i] = m->versions[k], w[i] = m->cfg.traffic_weight[i];
     for (int i = 0; i < m->cfg.n_traffic; i++) total += w[i];
     if (total <= 0) return m->versions[m->n_versions - 1];
-    static _Thread_local uint64_t state;
-    if (!state) state = (uint64_t)(uintptr_t)&state ^ (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull;
-    state ^= state << 13, state ^= state >> 7, state ^= state << 17; /* xorshift64 */
-    double x = (double)(state >> 11) / 9007199254740992.0 * total;
+    /* splitmix64 over a process-wide sequence: connections come and go with their threads */
+    static atomic_ullong sequence;
+    uint64_t z = atomic_fetch_add(&sequence, 1) * 0x9e3779b97f4a7c15ull + (uint64_t)time(NULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    double x = (double)(z >> 11) / 9007199254740992.0 * total;
     for (int i = 0; i < m->cfg.n_traffic; i++) {
         if (x < w[i]) return v[i];
         x -= w[i];

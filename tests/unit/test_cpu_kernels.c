@@ -71,7 +71,8 @@ static void test_threadpool(void) {
 /* ------------------------------------------------------------------ sgemm */
 static void test_sgemm_case(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
     int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
-    float *A = malloc(sizeof(float) * (size_t)((ta ? K : M) * lda)), *B = malloc(sizeof(float) * (size_t)((tb ? N : K) * ldb));
+    float *A = malloc(sizeof(float) * (size_t)((ta ? K : M) * lda));
+    float *B = malloc(sizeof(float) * (size_t)((tb ? N : K) * ldb));
     float *C = malloc(sizeof(float) * (size_t)(M * ldc)), *C0 = malloc(sizeof(float) * (size_t)(M * ldc));
     fill(A, (ta ? K : M) * lda);
     fill(B, (tb ? N : K) * ldb);
@@ -82,7 +83,8 @@ static void test_sgemm_case(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) {
             double s = 0;
-            for (int64_t k = 0; k < K; k++) s += (double)A[ta ? k * lda + i : i * lda + k] * B[tb ? j * ldb + k : k * ldb + j];
+            for (int64_t k = 0; k < K; k++)
+                s += (double)A[ta ? k * lda + i : i * lda + k] * B[tb ? j * ldb + k : k * ldb + j];
             double want = alpha * s + (beta == 0.0f ? 0.0 : beta * (double)C0[i * ldc + j]);
             double err = fabs(C[i * ldc + j] - want) / (1.0 + fabs(want));
             if (err > worst) worst = err;

@@ -31,7 +31,8 @@ static void check_precision(const char *path, kiln_precision p) {
     kiln_engine_meta meta;
     memset(&meta, 0, sizeof meta);
     meta.precision = p;
-    REQUIRE_OK(kiln_cuda_store_weights(g, &meta));
+    const kiln_build_options opts = {0};
+    REQUIRE_OK(kiln_cuda_store_weights(g, &meta, &opts));
     kiln_dtype half = p == KILN_PRECISION_BF16 ? KILN_BF16 : KILN_F16;
     int converted = 0;
     for (int v = 0; v < g->nvalues; v++) {

@@ -219,8 +219,8 @@ static void im2col_chunk(const kiln_conv2d *g, const float *x, int64_t Cg, int64
 /* C [M, N] (ldc) = A [M, K] B [K, N] (ldb), single-threaded OpenBLAS. */
 static void product(int64_t M, int64_t N, int64_t K, const float *A, const float *B, int64_t ldb, float *C,
                     int64_t ldc) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, A, (int)K, B, (int)ldb, 0.0f, C,
-                (int)ldc);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, A, (int)K, B, (int)ldb, 0.0f,
+                C, (int)ldc);
 }
 
 static void gemm_part(void *ctx, int64_t t0, int64_t t1) {

@@ -8,7 +8,7 @@
  * offsets; each such row and each tap k of the last dim then updates the whole output line at
  * once, y[ow] op= x[row + ow * stride + k * dilation - pad] over the ow range where that tap is
  * inside the input. No per-element bounds checks remain, and the inner loops run along rows. The
- * global forms reduce each plane on its own, planes split over the thread pool. */
+ * global forms and float32 MaxPool without indices split their planes over the thread pool. */
 #include "backends/cpu/nn_kernels.h"
 
 #include "core/ckd.h"
@@ -200,6 +200,31 @@ DEFINE_MAXPOOL(double, -INFINITY)
 DEFINE_MAXPOOL(int8_t, INT8_MIN)
 DEFINE_MAXPOOL(uint8_t, 0)
 
+/* Outer taps a line of the plan can read at most (the size p->rows needs). */
+static int64_t outer_taps(const pool_plan *p) {
+    int64_t t = 1;
+    for (int i = 0; i < p->nsp - 1; i++) t *= p->k[i];
+    return t;
+}
+
+#define POOL_PART_ROWS 64
+typedef struct maxpool_job {
+    const pool_plan *p;
+    const float *x;
+    float *y;
+} maxpool_job;
+
+/* Planes [b, e) of a float32 MaxPool without indices (kiln_parallel_fn): the plan with its own row
+ * scratch, on those planes. */
+static void maxpool_f32_part(void *ctx, int64_t b, int64_t e) {
+    const maxpool_job *j = ctx;
+    int64_t rows[POOL_PART_ROWS];
+    pool_plan local = *j->p;
+    local.rows = rows;
+    local.planes = e - b;
+    maxpool_float(&local, j->x + b * local.in_size, j->y + b * local.out_size, NULL, false);
+}
+
 /* MaxPool: X [N, C, in...] -> Y [N, C, out...], Indices (int64, same shape) when requested. */
 static NN_EXEC(max_pool) {
     KILN_TRY(nn_require_inputs(n, in, nin, 1));
@@ -223,8 +248,14 @@ static NN_EXEC(max_pool) {
         plan_free(&p);
         return st;
     }
+    maxpool_job job = {&p, x->data, y->data};
+    int64_t per = p.out_size > 0 ? (INT64_C(1) << 13) / p.out_size : p.planes; /* 8 K outputs a chunk */
     switch (x->dtype) {
-    case KILN_F32: maxpool_float(&p, x->data, y->data, ind, order == 1); break;
+    case KILN_F32:
+        if (!ind && outer_taps(&p) <= POOL_PART_ROWS)
+            kiln_parallel_for(p.planes, per > 1 ? per : 1, maxpool_f32_part, &job);
+        else maxpool_float(&p, x->data, y->data, ind, order == 1);
+        break;
     case KILN_F64: maxpool_double(&p, x->data, y->data, ind, order == 1); break;
     case KILN_I8: maxpool_int8_t(&p, x->data, y->data, ind, order == 1); break;
     default: maxpool_uint8_t(&p, x->data, y->data, ind, order == 1); break;

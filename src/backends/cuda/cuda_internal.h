@@ -156,7 +156,7 @@ size_t kiln_cuda_zero_bytes(const kiln_backend_engine *be);
 
 /* cuda_weights.c — the backend's store_weights hook (backend.h): the float constants that only the
  * device reads, of at least 1024 elements, converted in g to the dtype the device keeps them in. */
-kiln_status kiln_cuda_store_weights(kiln_graph *g, const kiln_engine_meta *meta);
+kiln_status kiln_cuda_store_weights(kiln_graph *g, const kiln_engine_meta *meta, const kiln_build_options *opts);
 
 /* cuda_tuning.c — the backend's tune hook (backend.h): times the candidate tactics of every MatMul,
  * Gemm and Conv at the engine's shapes, records the winners in tactics[] and points be->tactics at

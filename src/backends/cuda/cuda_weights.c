@@ -69,10 +69,11 @@ static void *weight_block_new(kiln_graph *g, size_t bytes) {
     return b->p;
 }
 
-kiln_status kiln_cuda_store_weights(kiln_graph *g, const kiln_engine_meta *meta) {
+kiln_status kiln_cuda_store_weights(kiln_graph *g, const kiln_engine_meta *meta, const kiln_build_options *opts) {
     if (meta->precision == KILN_PRECISION_FP32 && !meta->node_precision) return KILN_OK;
     kiln_backend_engine *be = NULL;
-    KILN_TRY(kiln_cuda_engine_prepare(g, meta->precision, meta->node_precision, false, &be));
+    KILN_TRY(kiln_cuda_engine_prepare(g, meta->precision, meta->node_precision, false,
+                                      opts->cuda_views != KILN_SWITCH_OFF, &be));
     bool *on_host = host_read(be);
     kiln_status s = on_host ? KILN_OK : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory storing the weights");
     size_t before = 0, after = 0;
