@@ -241,6 +241,22 @@ kiln_status kiln_engine_input(const kiln_engine *e, int i, kiln_tensor_desc *out
 kiln_status kiln_engine_output(const kiln_engine *e, int i, kiln_tensor_desc *out);
 /* The number of optimization profiles the engine was built with (0: any shape its dims allow). */
 int kiln_engine_num_profiles(const kiln_engine *e);
+/* The shapes input `input` (0 <= input < kiln_engine_num_inputs) accepts in profile `profile`
+ * (0 <= profile < kiln_engine_num_profiles): out->profile, input (borrowed from the engine), ndim and
+ * min / opt / max. An input the profile does not constrain gets ndim == -1. Fails with
+ * KILN_ERR_INVALID_ARGUMENT naming the index out of range. */
+kiln_status kiln_engine_profile_range(const kiln_engine *e, int profile, int input, kiln_input_range *out);
+
+/* ---------------------------------------------------------------- host memory */
+
+/* Allocates `bytes` (>= 1) of host memory for run inputs and outputs, 256-byte aligned. When a CUDA
+ * device is present it is page-locked (cudaHostAlloc), so that inputs bound from it and outputs bound
+ * into it (kiln_context_set_output_buffer) move between host and device by DMA at full PCIe speed,
+ * without a staging copy; otherwise it is ordinary memory. *out is owned by the caller
+ * (kiln_host_free). Page-locked memory is a scarce system resource: allocate it once and reuse it. */
+kiln_status kiln_host_alloc(size_t bytes, void **out);
+/* Frees memory from kiln_host_alloc (NULL: nothing). Any run reading or writing it must be over. */
+void kiln_host_free(void *p);
 
 /* ---------------------------------------------------------------- run */
 
@@ -260,7 +276,9 @@ kiln_status kiln_context_create_with_options(kiln_engine *e, const kiln_context_
 void kiln_context_free(kiln_context *c);
 
 /* Binds input `name` to host data of the given dtype and shape. The data is borrowed until the
- * next kiln_context_run returns. Fails with a message giving the expected dtype/shape. */
+ * next kiln_context_run (or kiln_context_wait) returns; data in page-locked memory (kiln_host_alloc)
+ * is uploaded from where it lies, other data through the context's page-locked staging buffer.
+ * Fails with a message giving the expected dtype/shape. */
 kiln_status kiln_context_set_input(kiln_context *c, const char *name, kiln_dtype dtype, int ndim,
                                    const int64_t *dims, const void *data);
 /* Benchmarking switch (trtexec's --noDataTransfers): with enabled == false, a run whose input shapes
@@ -268,14 +286,40 @@ kiln_status kiln_context_set_input(kiln_context *c, const char *name, kiln_dtype
  * it times the computation alone; its outputs are then those of the last run with transfers. No
  * effect on the CPU backend. Transfers are on by default. */
 kiln_status kiln_context_set_transfers(kiln_context *c, bool enabled);
-/* Runs the engine on the bound inputs; every input must be bound. */
+/* Binds output `name` to a caller-owned buffer of `bytes` bytes that every later run writes the output
+ * into (the device copies straight into it when it is page-locked memory, kiln_host_alloc); then
+ * kiln_context_output hands out this buffer. data == NULL unbinds (outputs in the context's memory
+ * again). Fails with KILN_ERR_SHAPE when bytes is less than the output needs at its declared shape
+ * (an output with run-time dimensions is checked at each run, which fails the same way, giving the
+ * bytes needed, when the buffer is too small). The buffer is borrowed until unbound or
+ * kiln_context_free. Binding or unbinding drops the outputs of the previous run (kiln_context_output
+ * fails until the next run). */
+kiln_status kiln_context_set_output_buffer(kiln_context *c, const char *name, void *data, size_t bytes);
+/* Starts a run on the bound inputs (every input must be bound) and returns once its copies and
+ * kernels are queued on the context's stream, possibly before they finish (cuda; the cpu backend runs
+ * to completion here). Until kiln_context_wait returns, the bound input data and output buffers are
+ * in use: the caller must not change or free them, and the context accepts no other enqueue. Two
+ * contexts of one engine, enqueued alternately, overlap one batch's uploads with the other's
+ * computation and downloads. Errors found before anything is queued (bindings, shapes, profiles) are
+ * returned here; errors of the queued work, and an output buffer too small for a run-time shape, by
+ * kiln_context_wait. */
+kiln_status kiln_context_enqueue(kiln_context *c);
+/* Waits for the run kiln_context_enqueue started and makes its outputs available
+ * (kiln_context_output). Fails with KILN_ERR_INVALID_ARGUMENT when no run is in flight. */
+kiln_status kiln_context_wait(kiln_context *c);
+/* Whether the run kiln_context_enqueue started has finished (*done), without blocking: once it is
+ * true, kiln_context_wait returns at once. Fails with KILN_ERR_INVALID_ARGUMENT when no run is in
+ * flight; an error of the queued work is reported by kiln_context_wait, with *done true. */
+kiln_status kiln_context_query(kiln_context *c, bool *done);
+/* Runs the engine on the bound inputs: kiln_context_enqueue then kiln_context_wait. */
 kiln_status kiln_context_run(kiln_context *c);
 /* The optimization profile the last successful run used (the first whose ranges hold every bound
  * input's shape), or -1 (no run yet, or an engine without profiles). A run whose shapes lie outside
  * every profile fails with KILN_ERR_SHAPE and a message giving the ranges. */
 int kiln_context_profile(const kiln_context *c);
-/* After a successful run: output i's dtype, shape and data. The data is borrowed from the context and
- * valid until the next run or kiln_context_free. */
+/* After a successful run: output i's dtype, shape and data. The data is borrowed from the context (or
+ * is the caller's buffer bound with kiln_context_set_output_buffer) and valid until the next run or
+ * kiln_context_free. */
 kiln_status kiln_context_output(kiln_context *c, int i, kiln_tensor_desc *desc, const void **data);
 
 #ifdef __cplusplus

@@ -22,6 +22,12 @@ const kiln_backend *kiln_backend_find(const char *name) {
     return NULL;
 }
 
+const kiln_backend *kiln_backend_host_memory(void) {
+    for (size_t i = 0; i < sizeof g_backends / sizeof *g_backends; i++)
+        if (g_backends[i]->host_alloc) return g_backends[i];
+    return NULL;
+}
+
 const char *kiln_backend_names(void) {
 #ifdef KILN_HAVE_CUDA
     return "cpu, cuda";

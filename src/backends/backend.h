@@ -26,6 +26,12 @@ typedef struct kiln_backend_timing {
     size_t staging_bytes;       /* pinned host staging buffers */
 } kiln_backend_timing;
 
+/* A caller-owned host buffer an output is written into (kiln_context_set_output_buffer). */
+typedef struct kiln_host_buffer {
+    void *data;
+    size_t bytes;
+} kiln_host_buffer;
+
 typedef struct kiln_backend {
     const char *name; /* the engine target: "cpu", "cuda" */
     /* A description of device `device` ("x86_64 CPU, 2 cores, OpenBLAS 0.3.21") into buf; fails when
@@ -53,6 +59,23 @@ typedef struct kiln_backend {
      * declared types). On success outputs[i] (g->noutputs) describe host data owned by the context,
      * valid until the next run or context_free. */
     kiln_status (*context_run)(kiln_backend_context *bc, const kiln_tensor *inputs, kiln_tensor *outputs);
+    /* Optional (NULL: the runtime calls context_run, which finishes before it returns): context_run in
+     * two halves. context_enqueue queues the run on the context's stream(s) and returns; inputs' data
+     * stays borrowed until context_wait returns. out_bufs[k] (g->noutputs entries) is the caller's
+     * buffer for output k ({NULL, 0}: none), which the backend may write output k into directly when it
+     * holds the output's bytes; it must never write past out_bufs[k].bytes. On failure nothing stays in
+     * flight. context_wait (only after a successful context_enqueue) waits for the run and fills
+     * outputs as context_run does (data may then be the caller's buffer). */
+    kiln_status (*context_enqueue)(kiln_backend_context *bc, const kiln_tensor *inputs, const kiln_host_buffer *out_bufs);
+    kiln_status (*context_wait)(kiln_backend_context *bc, kiln_tensor *outputs);
+    /* Required with context_enqueue: whether the enqueued run has finished (also when it failed),
+     * without blocking. */
+    bool (*context_query)(kiln_backend_context *bc);
+    /* Optional (NULL: the backend has no device memory to offer): page-locked host memory for inputs
+     * and outputs (kiln_host_alloc). host_alloc fails (no device) without side effects; host_free
+     * frees what host_alloc returned. */
+    kiln_status (*host_alloc)(size_t bytes, void **out);
+    void (*host_free)(void *p);
     /* Optional (NULL: nothing to add): writes what `kiln inspect` should show about a prepared engine
      * beyond the graph (placement, planned memory), one line per fact. */
     void (*describe)(const kiln_backend_engine *be, FILE *out);
@@ -95,6 +118,8 @@ typedef struct kiln_backend {
 
 /* The backend called name (NULL = "cpu"), or NULL. */
 const kiln_backend *kiln_backend_find(const char *name);
+/* The backend offering page-locked host memory (host_alloc), or NULL (a build without cuda). */
+const kiln_backend *kiln_backend_host_memory(void);
 /* "cpu" or "cpu, cuda": the targets this kiln was built with. */
 const char *kiln_backend_names(void);
 

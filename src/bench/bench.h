@@ -76,6 +76,7 @@ typedef struct kiln_bench_result {
     double flops, bytes;    /* estimate per query (sum over layers) */
     kiln_bench_memory mem;
     bool graphs_available;  /* the backend can switch CUDA graphs */
+    int contexts_per_stream; /* 2 where queries overlap (cuda with transfers: bench_run.c), else 1 */
     kiln_tensor *outputs;   /* [noutputs]: the outputs of one query on the seeded inputs (owned) */
     int noutputs;
 } kiln_bench_result;

@@ -111,6 +111,7 @@ static void header(kiln_json *j, const kiln_bench_doc *d) {
     kiln_json_kv_number(j, "duration_s", c->duration_s);
     kiln_json_kv_int(j, "iterations", c->iterations);
     kiln_json_kv_int(j, "streams", c->streams);
+    if (d->res) kiln_json_kv_int(j, "contexts_per_stream", d->res->contexts_per_stream);
     kiln_json_kv_string(j, "graphs", c->graphs < 0 ? "default" : c->graphs ? "on" : "off");
     kiln_json_kv_bool(j, "transfers", !c->no_transfers);
     kiln_json_kv_bool(j, "profile", c->profile);

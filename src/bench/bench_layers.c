@@ -66,6 +66,6 @@ kiln_status kiln_bench_layers(kiln_engine *e, kiln_context *c, const kiln_bench_
     m->activations = t.activation_bytes;
     m->workspace = t.workspace_bytes;
     m->staging = t.staging_bytes;
-    m->total = m->weights + (size_t)cfg->streams * (m->activations + m->workspace + m->staging);
+    m->total = m->weights + (size_t)cfg->streams * (size_t)r->contexts_per_stream * (m->activations + m->workspace + m->staging);
     return KILN_OK;
 }

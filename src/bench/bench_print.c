@@ -66,7 +66,7 @@ static void print_memory_roofline(const kiln_bench_doc *d, FILE *f) {
     const kiln_bench_memory *m = &r->mem;
     char a[32], b[32], c[32], e[32], t[32];
     fprintf(f, "=== Memory (%s) ===\n", m->device ? "device" : "host");
-    fprintf(f, "weights %s, activations %s per stream (peak), workspace %s, pinned staging %s; total %s for %d stream%s\n",
+    fprintf(f, "weights %s, activations %s per context (peak), workspace %s, pinned staging %s; total %s for %d stream%s\n",
             kiln_bench_bytes_text((double)m->weights, a, 32), kiln_bench_bytes_text((double)m->activations, b, 32),
             kiln_bench_bytes_text((double)m->workspace, c, 32), kiln_bench_bytes_text((double)m->staging, e, 32),
             kiln_bench_bytes_text((double)m->total, t, 32), d->cfg->streams, d->cfg->streams == 1 ? "" : "s");
@@ -140,9 +140,11 @@ void kiln_bench_print(const kiln_bench_doc *d, FILE *f) {
     const kiln_bench_result *r = d->res;
     const kiln_bench_config *c = d->cfg;
     fprintf(f, "inputs: %s (batch %lld)%s%s\n", r->inputs, (long long)r->batch, r->notes[0] ? "; " : "", r->notes);
-    fprintf(f, "method: warm-up %.0f ms (%lld queries), then >= %g s and >= %lld queries on %d stream%s; CUDA graphs %s; transfers %s\n",
+    fprintf(f, "method: warm-up %.0f ms (%lld queries), then >= %g s and >= %lld queries on %d stream%s%s; CUDA graphs %s; transfers %s\n",
             c->warmup_ms, (long long)r->warmup_queries, c->duration_s, (long long)c->iterations, c->streams, c->streams == 1 ? "" : "s",
-            !r->graphs_available ? "n/a (cpu)" : c->graphs == 0 ? "off" : "on", c->no_transfers ? "off (--no-transfers)" : "on");
+            r->contexts_per_stream > 1 ? " (2 contexts each, transfers overlapping computation)" : "",
+            !r->graphs_available ? "n/a (cpu)" : c->graphs == 0 ? "off" : "on",
+            c->no_transfers ? "off (--no-transfers)" : "on");
     fprintf(f, "=== Performance summary ===\n");
     fprintf(f, "Throughput: %.4g qps, %.4g items/s (batch %lld)\n", r->qps, r->items_per_s, (long long)r->batch);
     kiln_bench_print_stats(f, "Latency", &r->latency);

@@ -1,9 +1,12 @@
 /* bench_run.c — kiln bench's measurement loop, after trtexec's: every stream (a thread with its own
- * context on the shared engine and its own copy of the inputs) warms up for cfg->warmup_ms, all wait
+ * context on the shared engine and its own copy of the inputs and outputs in page-locked host memory,
+ * kiln_host_alloc, as trtexec's buffers are) warms up for cfg->warmup_ms, all wait
  * at a barrier, then each runs queries back to back until cfg->duration_s has passed and, together,
- * at least cfg->iterations queries were measured. Each query records its host latency (around
- * kiln_context_run) and, where the backend measures them (timing hooks, backend.h), its enqueue,
- * upload, compute and download times. Throughput is queries / (last end - first start). */
+ * at least cfg->iterations queries were measured. Where runs are asynchronous (cuda) and transfers
+ * are on, each stream keeps two contexts and two queries in flight (pump), as trtexec overlaps one
+ * query's transfers with another's computation. Each query records its host latency (from its
+ * kiln_context_enqueue to the end of its kiln_context_wait) and, where the backend measures them
+ * (timing hooks, backend.h), its enqueue, upload, compute and download times. Throughput is queries / (last end - first start). */
 #include "bench/bench_internal.h"
 
 #include "core/status.h"
@@ -28,14 +31,16 @@ typedef struct shared {
     bool go;
     pthread_barrier_t barrier;  /* between warm-up and measurement, for the streams that started */
     double t0;                  /* measurement start (set by stream 0 after the barrier) */
+    int depth;                  /* contexts per stream, queries in flight per stream (1 or 2) */
     atomic_llong measured;      /* queries measured by all streams */
 } shared;
 
 typedef struct stream {
     shared *sh;
     int index;
-    kiln_context *c;
+    kiln_context *c[2];         /* c[0]; c[1] too when queries overlap (depth 2) */
     kiln_tensor *inputs;
+    void **host_bufs;           /* [depth x (num inputs + num outputs)]: the page-locked copies bound to c */
     kiln_bench_query *q;
     size_t nq, cap;
     int64_t warmup;
@@ -43,28 +48,55 @@ typedef struct stream {
     char error[512];
 } stream;
 
-/* Binds the inputs and applies the switches (transfers, graphs, stage timing). */
-static kiln_status setup(stream *s) {
+/* Binds to context c page-locked copies of the inputs, and page-locked buffers for the outputs (sized
+ * by one run), into bufs[0 .. num inputs + num outputs). */
+static kiln_status bind_host_buffers(stream *s, kiln_context *c, void **bufs) {
     kiln_engine *e = s->sh->e;
-    const kiln_bench_config *cfg = s->sh->cfg;
-    KILN_TRY(kiln_context_create(e, &s->c));
-    for (int i = 0; i < kiln_engine_num_inputs(e); i++) {
+    int nin = kiln_engine_num_inputs(e), nout = kiln_engine_num_outputs(e);
+    for (int i = 0; i < nin; i++) {
         kiln_tensor_desc d;
         kiln_engine_input(e, i, &d);
         const kiln_tensor *t = &s->inputs[i];
-        KILN_TRY(kiln_context_set_input(s->c, d.name, t->dtype, t->ndim, t->dims, t->data));
+        KILN_TRY(kiln_host_alloc(t->nbytes ? t->nbytes : 1, &bufs[i]));
+        if (t->nbytes) memcpy(bufs[i], t->data, t->nbytes);
+        KILN_TRY(kiln_context_set_input(c, d.name, t->dtype, t->ndim, t->dims, bufs[i]));
     }
-    kiln_backend_context *bc = kiln_context_backend(s->c);
-    if (cfg->graphs >= 0 && e->backend->context_set_graphs) e->backend->context_set_graphs(bc, cfg->graphs == 1);
-    if (e->backend->context_set_timing) KILN_TRY(e->backend->context_set_timing(bc, KILN_TIMING_STAGES));
-    if (cfg->no_transfers) { /* one run with transfers puts the inputs on the device */
-        KILN_TRY(kiln_context_run(s->c));
-        KILN_TRY(kiln_context_set_transfers(s->c, false));
+    KILN_TRY(kiln_context_run(c));
+    for (int i = 0; i < nout; i++) {
+        kiln_tensor_desc d;
+        const void *data;
+        KILN_TRY(kiln_context_output(c, i, &d, &data));
+        size_t bytes = (size_t)kiln_numel(d.ndim, d.dims) * kiln_dtype_size(d.dtype);
+        if (!bytes) continue;
+        KILN_TRY(kiln_host_alloc(bytes, &bufs[nin + i]));
+        KILN_TRY(kiln_context_set_output_buffer(c, d.name, bufs[nin + i], bytes));
     }
     return KILN_OK;
 }
 
-static kiln_status record(stream *s, double start, double end) {
+/* Creates the stream's contexts, binds their inputs and outputs and applies the switches (transfers,
+ * graphs, stage timing). */
+static kiln_status setup(stream *s) {
+    kiln_engine *e = s->sh->e;
+    const kiln_bench_config *cfg = s->sh->cfg;
+    int nio = kiln_engine_num_inputs(e) + kiln_engine_num_outputs(e);
+    s->host_bufs = calloc((size_t)(s->sh->depth * nio) + 1, sizeof *s->host_bufs);
+    if (!s->host_bufs) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int k = 0; k < s->sh->depth; k++) {
+        KILN_TRY(kiln_context_create(e, &s->c[k]));
+        KILN_TRY(bind_host_buffers(s, s->c[k], s->host_bufs + k * nio));
+        kiln_backend_context *bc = kiln_context_backend(s->c[k]);
+        if (cfg->graphs >= 0 && e->backend->context_set_graphs) e->backend->context_set_graphs(bc, cfg->graphs == 1);
+        if (e->backend->context_set_timing) KILN_TRY(e->backend->context_set_timing(bc, KILN_TIMING_STAGES));
+        if (cfg->no_transfers) { /* one run with transfers puts the inputs on the device */
+            KILN_TRY(kiln_context_run(s->c[k]));
+            KILN_TRY(kiln_context_set_transfers(s->c[k], false));
+        }
+    }
+    return KILN_OK;
+}
+
+static kiln_status record(stream *s, kiln_context *c, double start, double end) {
     if (s->nq == s->cap) {
         size_t cap = s->cap ? 2 * s->cap : 1024;
         kiln_bench_query *q = realloc(s->q, cap * sizeof *q);
@@ -77,7 +109,7 @@ static kiln_status record(stream *s, double start, double end) {
     kiln_engine *e = s->sh->e;
     if (e->backend->context_last_timing) {
         kiln_backend_timing t;
-        e->backend->context_last_timing(kiln_context_backend(s->c), &t);
+        e->backend->context_last_timing(kiln_context_backend(c), &t);
         q->enqueue_ms = t.enqueue_ms;
         q->h2d_ms = t.h2d_ms;
         q->compute_ms = t.compute_ms;
@@ -86,28 +118,53 @@ static kiln_status record(stream *s, double start, double end) {
     return KILN_OK;
 }
 
+/* Runs queries back to back, query n on context n % depth: query n is enqueued before query n - 1 is
+ * waited for, so with depth 2 one query's transfers overlap the other's computation. Stops enqueueing
+ * once `until` has passed and (measuring) the streams' measured and in-flight queries reach
+ * cfg->iterations, or (warming up) one query was issued, or after a failure; returns with nothing in
+ * flight. Measured queries are recorded from enqueue to the end of their wait. */
+static kiln_status pump(stream *s, double until, bool measuring) {
+    const kiln_bench_config *cfg = s->sh->cfg;
+    int depth = s->sh->depth;
+    double start[2] = {0, 0};
+    int64_t issued = 0, finished = 0;
+    kiln_status st = KILN_OK;
+    for (;;) {
+        double now = kiln_bench_now_ms();
+        bool done = now >= until && (measuring ? atomic_load(&s->sh->measured) + (issued - finished) >= cfg->iterations : issued > 0);
+        bool more = st == KILN_OK && !done;
+        if (more) {
+            int k = (int)(issued % depth);
+            start[k] = now;
+            st = kiln_context_enqueue(s->c[k]);
+            if (st == KILN_OK) issued++;
+            more = st == KILN_OK;
+        }
+        if (finished == issued) return st;
+        if (more && issued - finished < depth) continue;
+        int k = (int)(finished % depth);
+        kiln_status w = kiln_context_wait(s->c[k]);
+        double end = kiln_bench_now_ms();
+        finished++;
+        if (measuring) {
+            if (w == KILN_OK) w = record(s, s->c[k], start[k], end);
+            atomic_fetch_add(&s->sh->measured, 1);
+        } else {
+            s->warmup++;
+        }
+        if (st == KILN_OK) st = w;
+    }
+}
+
 static kiln_status measure(stream *s) {
     const kiln_bench_config *cfg = s->sh->cfg;
     kiln_status st = setup(s);
-    double until = kiln_bench_now_ms() + cfg->warmup_ms;
-    while (st == KILN_OK) { /* warm-up: at least one query */
-        st = kiln_context_run(s->c);
-        s->warmup++;
-        if (kiln_bench_now_ms() >= until) break;
-    }
+    if (st == KILN_OK) st = pump(s, kiln_bench_now_ms() + cfg->warmup_ms, false);
     /* every stream reaches the barrier, also after a failure (then it measures nothing) */
     pthread_barrier_wait(&s->sh->barrier);
     if (s->index == 0) s->sh->t0 = kiln_bench_now_ms();
     pthread_barrier_wait(&s->sh->barrier);
-    until = s->sh->t0 + cfg->duration_s * 1e3;
-    while (st == KILN_OK) {
-        double start = kiln_bench_now_ms();
-        if (start >= until && atomic_load(&s->sh->measured) >= cfg->iterations) break;
-        st = kiln_context_run(s->c);
-        double end = kiln_bench_now_ms();
-        if (st == KILN_OK) st = record(s, start, end);
-        atomic_fetch_add(&s->sh->measured, 1);
-    }
+    if (st == KILN_OK) st = pump(s, s->sh->t0 + cfg->duration_s * 1e3, true);
     return st;
 }
 
@@ -205,8 +262,8 @@ static kiln_status collect(kiln_engine *e, const kiln_bench_config *cfg, stream 
     }
     qsort(r->queries, r->nqueries, sizeof *r->queries, by_start);
     KILN_TRY(summarize(r));
-    if (e->backend->context_set_timing) KILN_TRY(kiln_bench_layers(e, ss[0].c, cfg, r));
-    return keep_outputs(e, ss[0].c, r);
+    if (e->backend->context_set_timing) KILN_TRY(kiln_bench_layers(e, ss[0].c[0], cfg, r));
+    return keep_outputs(e, ss[0].c[0], r);
 }
 
 kiln_status kiln_bench_run(kiln_engine *e, const kiln_bench_config *cfg, kiln_bench_result *r) {
@@ -216,7 +273,11 @@ kiln_status kiln_bench_run(kiln_engine *e, const kiln_bench_config *cfg, kiln_be
     kiln_tensor *inputs = calloc((size_t)cfg->streams * (size_t)(nin + 1), sizeof *inputs);
     stream *ss = calloc((size_t)cfg->streams, sizeof *ss);
     pthread_t *th = calloc((size_t)cfg->streams, sizeof *th);
-    shared sh = {.e = e, .cfg = cfg, .mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    /* trtexec overlaps the transfers of one query with the computation of the next; so do two contexts
+     * per stream where runs are asynchronous (cuda) and there are transfers */
+    int depth = !cfg->no_transfers && e->backend->context_enqueue ? 2 : 1;
+    r->contexts_per_stream = depth;
+    shared sh = {.e = e, .cfg = cfg, .mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .depth = depth};
     kiln_status s = inputs && ss && th ? KILN_OK : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     if (s == KILN_OK) s = kiln_bench_make_inputs(e, cfg, inputs, r->inputs, sizeof r->inputs, r->notes, sizeof r->notes, &r->batch);
     for (int i = 1; s == KILN_OK && i < cfg->streams; i++)
@@ -242,8 +303,12 @@ kiln_status kiln_bench_run(kiln_engine *e, const kiln_bench_config *cfg, kiln_be
             if (ss[i].status != KILN_OK) s = kiln_error(ss[i].status, "%s", ss[i].error);
         if (s == KILN_OK) s = collect(e, cfg, ss, r);
     }
+    int nout = kiln_engine_num_outputs(e);
     for (int i = 0; ss && i < cfg->streams; i++) {
-        kiln_context_free(ss[i].c);
+        kiln_context_free(ss[i].c[0]);
+        kiln_context_free(ss[i].c[1]);
+        for (int k = 0; ss[i].host_bufs && k < depth * (nin + nout); k++) kiln_host_free(ss[i].host_bufs[k]);
+        free(ss[i].host_bufs);
         free(ss[i].q);
     }
     for (int i = 0; inputs && i < cfg->streams * (nin + 1); i++) kiln_tensor_release(&inputs[i]);

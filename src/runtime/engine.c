@@ -93,3 +93,22 @@ kiln_status kiln_engine_output(const kiln_engine *e, int i, kiln_tensor_desc *ou
     describe(e->g, e->g->outputs[i], out);
     return KILN_OK;
 }
+
+kiln_status kiln_engine_profile_range(const kiln_engine *e, int profile, int input, kiln_input_range *out) {
+    if (!e || !out) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_engine_profile_range: engine and out are required");
+    if (profile < 0 || profile >= e->meta.nprofiles)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "profile %d is out of range (the engine has %d)", profile, e->meta.nprofiles);
+    if (input < 0 || input >= e->g->ninputs)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "input index %d is out of range (the engine has %d)", input, e->g->ninputs);
+    const kiln_profile_range *r = &e->meta.profiles[(size_t)profile * (size_t)e->g->ninputs + (size_t)input];
+    memset(out, 0, sizeof *out);
+    out->profile = profile;
+    out->input = e->g->values[e->g->inputs[input]].name;
+    out->ndim = r->ndim;
+    for (int d = 0; d < r->ndim && d < KILN_MAX_DIMS; d++) {
+        out->min[d] = r->min[d];
+        out->opt[d] = r->opt[d];
+        out->max[d] = r->max[d];
+    }
+    return KILN_OK;
+}

@@ -116,6 +116,10 @@ struct kiln_backend_context {
     bool use_graphs;             /* kiln_context_options.cuda_graphs not OFF */
     bool no_transfers;           /* kiln_context_set_transfers(false): see backend.h */
     kiln_cuda_plan *last_plan;   /* the plan of the previous successful run */
+    kiln_cuda_plan *pending_plan; /* the plan of the run enqueued and not yet waited for, or NULL */
+    double pending_enqueue_ms;   /* its host enqueue time (with timing on) */
+    void **out_direct;           /* [noutputs]: the caller's page-locked buffer the last download of
+                                  * output k went straight into, or NULL (then: pin_out) */
     kiln_cuda_tensor *args;      /* [2 * max_args]: one node's inputs then outputs */
     unsigned timing;             /* KILN_TIMING_* flags (kiln bench); 0 = off */
     struct kiln_cuda_timing *tm; /* events and results while timing is on (cuda_timing.c) */

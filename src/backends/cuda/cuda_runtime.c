@@ -4,11 +4,14 @@
  * workspace (kiln_build_options.cuda_workspace_mb), a small zeroed buffer (absent conv biases), the
  * per-node state of the exec functions (cuda_kernels.h: cached cuDNN descriptors and algorithms), the
  * activation arena and pinned staging buffers, and a small LRU of shape plans (one per distinct set
- * of input shapes; cuda_memory.c). A run: find or make the plan (growing the arena and
- * staging only when a new plan needs more, so a seen shape allocates nothing), copy the inputs into
- * pinned memory and upload them, execute the plan (cuda_graph.c: eagerly the first time, then as a
- * CUDA graph), download the outputs into pinned memory and wait. Contexts of one engine share its
- * weights and run concurrently, each on its own stream. */
+ * of input shapes; cuda_memory.c). A run is enqueued: find or make the plan (growing the arena and
+ * staging only when a new plan needs more, so a seen shape allocates nothing), upload the inputs
+ * (straight from page-locked caller memory, else through the pinned staging buffer), execute the plan
+ * (cuda_graph.c: eagerly the first time, then as a CUDA graph), download the outputs (straight into a
+ * page-locked caller buffer, else into pinned staging); then waited for (the stream's
+ * synchronization). Contexts of one engine share its weights and run concurrently, each on its own
+ * stream, so two contexts enqueued alternately overlap transfers with computation. The backend also
+ * hands out page-locked host memory (kiln_host_alloc). */
 #include "backends/cuda/cuda_internal.h"
 
 #include "core/log.h"
@@ -75,6 +78,7 @@ static void free_context_locked(kiln_backend_context *c) {
     if (c->kc.lt) cublasLtDestroy(c->kc.lt);
     if (c->kc.stream) cudaStreamDestroy(c->kc.stream);
     free(c->args);
+    free(c->out_direct);
     free(c);
 }
 
@@ -113,9 +117,11 @@ static kiln_status cuda_context_create(kiln_backend_engine *be, const kiln_conte
     c->use_graphs = opts->cuda_graphs != KILN_SWITCH_OFF;
     c->args = calloc(2 * (size_t)be->max_args + 1, sizeof *c->args);
     c->node_state = calloc((size_t)be->g->nnodes + 1, sizeof *c->node_state);
-    if (!c->args || !c->node_state) {
+    c->out_direct = calloc((size_t)be->g->noutputs + 1, sizeof *c->out_direct);
+    if (!c->args || !c->node_state || !c->out_direct) {
         free(c->args);
         free(c->node_state);
+        free(c->out_direct);
         free(c);
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     }
@@ -253,34 +259,56 @@ static kiln_status get_plan(kiln_backend_context *c, const kiln_tensor *inputs, 
 
 /* ---------------------------------------------------------------- runs */
 
+/* Whether p is page-locked host memory (kiln_host_alloc, cudaHostAlloc, cudaHostRegister), which copies
+ * can read and write by DMA without staging. */
+static bool is_page_locked(const void *p) {
+    struct cudaPointerAttributes a;
+    if (!p || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError(); /* clears the (non-sticky) error of a pointer CUDA does not know */
+        return false;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+
 static kiln_status upload_inputs(kiln_backend_context *c, const kiln_cuda_plan *p, const kiln_tensor *inputs) {
     const kiln_graph *g = c->be->g;
     for (int k = 0; k < g->ninputs; k++) {
         int v = g->inputs[k];
         size_t bytes = (size_t)kiln_cuda_value_numel(p, v) * kiln_dtype_size(g->values[v].dtype);
         if (c->be->kind[v] != KILN_CUDA_DEVICE || !bytes || p->off[v] < 0) continue; /* shape inputs: in the plan */
-        unsigned char *pin = c->pin_in + p->in_pin[k];
-        memcpy(pin, inputs[k].data, bytes);
+        const void *src = inputs[k].data;
+        if (!is_page_locked(src)) {
+            unsigned char *pin = c->pin_in + p->in_pin[k];
+            memcpy(pin, src, bytes);
+            src = pin;
+        }
         char *dst = (char *)c->arena + (p->in_stage[k] >= 0 ? p->in_stage[k] : p->off[v]);
-        KILN_CUDA_TRY(cudaMemcpyAsync(dst, pin, bytes, cudaMemcpyHostToDevice, c->kc.stream));
+        KILN_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->kc.stream));
     }
     return KILN_OK;
 }
 
-static kiln_status download_outputs(kiln_backend_context *c, const kiln_cuda_plan *p) {
+/* Downloads every device output: into the caller's buffer out_bufs[k] when it is page-locked and holds
+ * the output (recorded in c->out_direct), else into pinned staging. */
+static kiln_status download_outputs(kiln_backend_context *c, const kiln_cuda_plan *p, const kiln_host_buffer *out_bufs) {
     const kiln_backend_engine *be = c->be;
     const kiln_graph *g = be->g;
     for (int k = 0; k < g->noutputs; k++) {
         int v = g->outputs[k];
         size_t bytes = (size_t)kiln_cuda_value_numel(p, v) * kiln_dtype_size(g->values[v].dtype);
+        c->out_direct[k] = NULL;
         if (be->kind[v] != KILN_CUDA_DEVICE || !bytes) continue;
+        const kiln_host_buffer *b = out_bufs ? &out_bufs[k] : NULL;
+        if (b && b->data && b->bytes >= bytes && is_page_locked(b->data)) c->out_direct[k] = b->data;
+        void *dst = c->out_direct[k] ? c->out_direct[k] : c->pin_out + p->out_pin[k];
         const char *src = (const char *)c->arena + (p->out_stage[k] >= 0 ? p->out_stage[k] : p->off[v]);
-        KILN_CUDA_TRY(cudaMemcpyAsync(c->pin_out + p->out_pin[k], src, bytes, cudaMemcpyDeviceToHost, c->kc.stream));
+        KILN_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->kc.stream));
     }
     return KILN_OK;
 }
 
-/* outputs[k]: the pinned copy of a device output, or the host copy of a host-evaluated/constant one. */
+/* outputs[k]: the downloaded copy of a device output (caller buffer or pinned staging), or the host copy
+ * of a host-evaluated/constant one. */
 static void bind_outputs(const kiln_backend_context *c, const kiln_cuda_plan *p, kiln_tensor *outputs) {
     const kiln_backend_engine *be = c->be;
     const kiln_graph *g = be->g;
@@ -290,7 +318,8 @@ static void bind_outputs(const kiln_backend_context *c, const kiln_cuda_plan *p,
         int64_t dims[KILN_MAX_DIMS];
         for (int d = 0; d < val->ndim; d++) dims[d] = val->dims[d].value;
         if (be->kind[v] == KILN_CUDA_DEVICE) {
-            kiln_tensor_view(&outputs[k], g->values[v].dtype, val->ndim, dims, c->pin_out ? c->pin_out + p->out_pin[k] : NULL);
+            void *data = c->out_direct[k] ? c->out_direct[k] : c->pin_out ? c->pin_out + p->out_pin[k] : NULL;
+            kiln_tensor_view(&outputs[k], g->values[v].dtype, val->ndim, dims, data);
         } else {
             const kiln_tensor *t = be->kind[v] == KILN_CUDA_HOST ? &p->host[v] : g->values[v].constant;
             kiln_tensor_view(&outputs[k], t->dtype, t->ndim, t->dims, t->data);
@@ -304,7 +333,7 @@ static double host_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static kiln_status cuda_context_run(kiln_backend_context *c, const kiln_tensor *inputs, kiln_tensor *outputs) {
+static kiln_status cuda_context_enqueue(kiln_backend_context *c, const kiln_tensor *inputs, const kiln_host_buffer *out_bufs) {
     double t0 = c->timing ? host_ms() : 0;
     KILN_CUDA_TRY(cudaSetDevice(c->be->device));
     kiln_cuda_plan *p;
@@ -317,16 +346,59 @@ static kiln_status cuda_context_run(kiln_backend_context *c, const kiln_tensor *
     kiln_cuda_timing_stage(c, 1);
     if (s == KILN_OK) s = kiln_cuda_plan_execute(c, p);
     kiln_cuda_timing_stage(c, 2);
-    if (s == KILN_OK && transfer) s = download_outputs(c, p);
+    if (s == KILN_OK && transfer) s = download_outputs(c, p, out_bufs);
     kiln_cuda_timing_stage(c, 3);
-    double enqueue_ms = c->timing ? host_ms() - t0 : 0;
-    cudaError_t e = cudaStreamSynchronize(c->kc.stream); /* also after a failure: nothing may stay in flight */
-    if (s != KILN_OK) return s;
+    c->pending_enqueue_ms = c->timing ? host_ms() - t0 : 0;
+    if (s != KILN_OK) {
+        cudaStreamSynchronize(c->kc.stream); /* nothing may stay in flight */
+        return s;
+    }
+    c->pending_plan = p;
+    return KILN_OK;
+}
+
+static kiln_status cuda_context_wait(kiln_backend_context *c, kiln_tensor *outputs) {
+    kiln_cuda_plan *p = c->pending_plan;
+    c->pending_plan = NULL;
+    if (!p) return kiln_error(KILN_ERR_INTERNAL, "cuda: wait without an enqueued run");
+    cudaError_t e = cudaStreamSynchronize(c->kc.stream);
     if (e != cudaSuccess) return kiln_error_prefix(kiln_cuda_error(e, "cudaStreamSynchronize", __FILE__, __LINE__), "running on cuda");
     p->runs++;
     c->last_plan = p;
     bind_outputs(c, p, outputs);
-    return c->timing ? kiln_cuda_timing_finish(c, p, enqueue_ms) : KILN_OK;
+    return c->timing ? kiln_cuda_timing_finish(c, p, c->pending_enqueue_ms) : KILN_OK;
+}
+
+static bool cuda_context_query(kiln_backend_context *c) { return cudaStreamQuery(c->kc.stream) != cudaErrorNotReady; }
+
+static kiln_status cuda_context_run(kiln_backend_context *c, const kiln_tensor *inputs, kiln_tensor *outputs) {
+    KILN_TRY(cuda_context_enqueue(c, inputs, NULL));
+    return cuda_context_wait(c, outputs);
+}
+
+/* Page-locked host memory, portable across devices; the setup lock keeps it out of other threads'
+ * graph captures. */
+static kiln_status cuda_host_alloc(size_t bytes, void **out) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        cudaGetLastError();
+        return kiln_error(KILN_ERR_BACKEND, "no CUDA device, so no page-locked memory");
+    }
+    kiln_cuda_setup_lock();
+    e = cudaHostAlloc(out, bytes, cudaHostAllocPortable);
+    kiln_cuda_setup_unlock();
+    if (e != cudaSuccess) {
+        *out = NULL;
+        return kiln_cuda_error(e, "cudaHostAlloc", __FILE__, __LINE__);
+    }
+    return KILN_OK;
+}
+
+static void cuda_host_free(void *p) {
+    kiln_cuda_setup_lock();
+    cudaFreeHost(p);
+    kiln_cuda_setup_unlock();
 }
 
 static void cuda_context_set_transfers(kiln_backend_context *c, bool enabled) { c->no_transfers = !enabled; }
@@ -345,6 +417,11 @@ const kiln_backend kiln_backend_cuda = {
     .context_create = cuda_context_create,
     .context_free = cuda_context_free,
     .context_run = cuda_context_run,
+    .context_enqueue = cuda_context_enqueue,
+    .context_wait = cuda_context_wait,
+    .context_query = cuda_context_query,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
     .describe = kiln_cuda_engine_describe,
     .context_set_transfers = cuda_context_set_transfers,
     .context_set_graphs = cuda_context_set_graphs,
