@@ -1,0 +1,288 @@
+/* openai_embeddings.c — POST /v1/embeddings for encoder tensor models: a model whose inputs are
+ * input_ids [batch, seq] (int32 or int64) and optionally attention_mask and token_type_ids (filled
+ * with ones over the tokens and zeros), and whose first float output is [batch, seq, hidden] (mean
+ * pooled over the attention mask) or [batch, hidden] (used as is). Inputs are token ids, or text
+ * when the version directory holds a tokenizer.json that kiln loads. Each input runs as one row
+ * through the model's batcher; a static sequence length is reached by padding with id 0 under a
+ * zero mask (which needs an attention_mask input). */
+#include "serve/openai.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EMBED_MAX_INPUTS 2048 /* OpenAI's own limit on inputs per request */
+
+/* Where the encoder's tensors are among the engine's inputs and outputs. */
+typedef struct encoder_shape {
+    int ids, mask, types; /* input indices, -1 when absent (ids never is) */
+    int output;           /* the float output's index */
+    bool pooled;          /* output [batch, hidden] rather than [batch, seq, hidden] */
+    int64_t seq;          /* input_ids' static sequence length, or -1 */
+} encoder_shape;
+
+typedef struct token_list {
+    int32_t *ids;
+    size_t n;
+} token_list;
+
+/* Fills s when engine e looks like an encoder, else 0 is returned and why says what does not fit. */
+static bool find_encoder(const kiln_engine *e, encoder_shape *s, char *why, size_t size) {
+    *s = (encoder_shape){.ids = -1, .mask = -1, .types = -1, .output = -1, .seq = -1};
+    kiln_tensor_desc d;
+    for (int i = 0; i < kiln_engine_num_inputs(e); i++) {
+        if (kiln_engine_input(e, i, &d)) return snprintf(why, size, "input %d has no description", i), false;
+        int *slot = !strcmp(d.name, "input_ids") ? &s->ids
+                    : !strcmp(d.name, "attention_mask") ? &s->mask
+                    : !strcmp(d.name, "token_type_ids") ? &s->types
+                                                        : NULL;
+        if (!slot)
+            return snprintf(why, size, "input '%s' is none of input_ids, attention_mask, token_type_ids", d.name), false;
+        if ((d.dtype != KILN_I64 && d.dtype != KILN_I32) || d.ndim != 2 || (d.dims[0] >= 0 && d.dims[0] != 1))
+            return snprintf(why, size, "input '%s' is not an int32 or int64 [batch, seq] tensor", d.name), false;
+        *slot = i;
+        if (slot == &s->ids) s->seq = d.dims[1];
+    }
+    if (s->ids < 0) return snprintf(why, size, "it has no input_ids input"), false;
+    for (int i = 0; i < kiln_engine_num_outputs(e) && s->output < 0; i++)
+        if (!kiln_engine_output(e, i, &d) && d.dtype == KILN_F32 && (d.ndim == 2 || d.ndim == 3)) {
+            s->output = i;
+            s->pooled = d.ndim == 2;
+        }
+    if (s->output < 0) return snprintf(why, size, "it has no float32 [batch, seq, hidden] or [batch, hidden] output"), false;
+    return true;
+}
+
+static void free_lists(token_list *lists, int n) {
+    for (int i = 0; i < n; i++) free(lists[i].ids);
+    free(lists);
+}
+
+/* One token list from a JSON array of integer ids (0 on success, else a message). */
+static int parse_ids(const cJSON *a, token_list *t, int index, char *msg, size_t size) {
+    int n = cJSON_GetArraySize(a);
+    if (!n) return snprintf(msg, size, "input %d is an empty list of token ids", index), 400;
+    t->ids = malloc((size_t)n * sizeof *t->ids);
+    if (!t->ids) return snprintf(msg, size, "out of memory for input %d", index), 500;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, a) {
+        if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > INT32_MAX || x->valuedouble != (int32_t)x->valuedouble)
+            return snprintf(msg, size, "input %d: token ids must be integers in 0..%d", index, INT32_MAX), 400;
+        t->ids[t->n++] = (int32_t)x->valuedouble;
+    }
+    return 0;
+}
+
+static int tokenize(const kiln_tokenizer *tok, const char *text, token_list *t, int index, char *msg, size_t size) {
+    if (!*text) return snprintf(msg, size, "input %d is an empty string", index), 400;
+    if (kiln_tokenizer_encode(tok, text, strlen(text), true, &t->ids, &t->n))
+        return snprintf(msg, size, "input %d: %s", index, kiln_last_error()), 500;
+    if (!t->n) return snprintf(msg, size, "input %d encodes to no tokens", index), 400;
+    return 0;
+}
+
+/* 'input' (string | [string] | [int] | [[int]]) into *lists[*count]: 0, or an HTTP status and msg. */
+static int parse_input(const cJSON *input, const kiln_tokenizer *tok, const char *model, token_list **lists, int *count,
+                       char *msg, size_t size) {
+    *lists = NULL, *count = 0;
+    int n = cJSON_IsString(input) ? 1 : cJSON_IsArray(input) ? cJSON_GetArraySize(input) : 0;
+    const cJSON *first = cJSON_IsArray(input) ? cJSON_GetArrayItem(input, 0) : input;
+    bool one_id_list = cJSON_IsArray(input) && cJSON_IsNumber(first);
+    if (one_id_list) n = 1;
+    if (!n || n > EMBED_MAX_INPUTS || !(cJSON_IsString(first) || cJSON_IsNumber(first) || cJSON_IsArray(first)))
+        return snprintf(msg, size, "'input' must be a string, a list of 1..%d strings, a list of token ids or a list of "
+                                   "lists of token ids", EMBED_MAX_INPUTS), 400;
+    if (cJSON_IsString(first) && !tok)
+        return snprintf(msg, size, "model '%s' has no tokenizer.json that kiln loads: it takes token ids only "
+                                   "('input' as [int] or [[int]])", model), 400;
+    *lists = calloc((size_t)n, sizeof **lists);
+    if (!*lists) return snprintf(msg, size, "out of memory for %d inputs", n), 500;
+    *count = n;
+    if (one_id_list) return parse_ids(input, &(*lists)[0], 0, msg, size);
+    if (cJSON_IsString(input)) return tokenize(tok, input->valuestring, &(*lists)[0], 0, msg, size);
+    int i = 0, status = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, input) {
+        if (cJSON_IsString(first) && cJSON_IsString(x)) status = tokenize(tok, x->valuestring, &(*lists)[i], i, msg, size);
+        else if (cJSON_IsArray(first) && cJSON_IsArray(x)) status = parse_ids(x, &(*lists)[i], i, msg, size);
+        else status = 400, snprintf(msg, size, "input %d: the inputs of one request must all be strings or all lists of token ids", i);
+        if (status) return status;
+        i++;
+    }
+    return 0;
+}
+
+/* A [1, len] tensor named like engine input `index`, of its dtype: the ids (padded with 0), the
+ * mask (1 over the tokens, 0 over the padding) or zeros. */
+static int fill_input(const kiln_engine *e, int index, const encoder_shape *s, const token_list *t, int64_t len,
+                      serve_tensor *out) {
+    kiln_tensor_desc d;
+    kiln_engine_input(e, index, &d);
+    snprintf(out->name, sizeof out->name, "%s", d.name);
+    out->dtype = d.dtype, out->ndim = 2, out->dims[0] = 1, out->dims[1] = len;
+    size_t elem = d.dtype == KILN_I64 ? 8 : 4;
+    out->bytes = (size_t)len * elem;
+    out->data = calloc((size_t)len, elem);
+    if (!out->data) return 500;
+    for (int64_t k = 0; k < (int64_t)t->n; k++) {
+        int64_t v = index == s->ids ? t->ids[k] : index == s->mask ? 1 : 0;
+        if (elem == 8) ((int64_t *)out->data)[k] = v;
+        else ((int32_t *)out->data)[k] = (int32_t)v;
+    }
+    return 0;
+}
+
+/* Runs one input through the pool and leaves its embedding in *vec[*hidden] (malloc'ed). */
+static int embed_one(const serve_version *v, const encoder_shape *s, const token_list *t, int index, float **vec,
+                     int64_t *hidden, char *msg, size_t size) {
+    int64_t len = s->seq >= 0 ? s->seq : (int64_t)t->n;
+    if ((int64_t)t->n > len)
+        return snprintf(msg, size, "input %d has %zu tokens, the model takes at most %lld", index, t->n, (long long)len), 400;
+    if ((int64_t)t->n < len && s->mask < 0)
+        return snprintf(msg, size, "input %d has %zu tokens, the model takes exactly %lld (it has no attention_mask to pad with)",
+                        index, t->n, (long long)len), 400;
+    serve_tensor ins[3] = {0};
+    int n_in = kiln_engine_num_inputs(v->engine), status = 0;
+    for (int i = 0; i < n_in && !status; i++) status = fill_input(v->engine, i, s, t, len, &ins[i]);
+    serve_infer r = {.inputs = ins, .n_inputs = n_in};
+    if (status) snprintf(msg, size, "out of memory for input %d", index);
+    else if ((status = serve_pool_check(v->pool, &r))) snprintf(msg, size, "input %d: %s", index, r.message);
+    else {
+        serve_pool_infer(v->pool, &r);
+        status = r.http_status == 200 ? 0 : r.http_status;
+        if (status) snprintf(msg, size, "input %d: %s", index, r.message);
+    }
+    const serve_tensor *o = status ? NULL : &r.outputs[s->output];
+    if (o && (o->dtype != KILN_F32 || o->ndim != (s->pooled ? 2 : 3) || o->dims[0] != 1 || (!s->pooled && o->dims[1] != len))) {
+        status = 500;
+        snprintf(msg, size, "the model's output '%s' has a shape that does not follow its %lld input tokens", o->name, (long long)len);
+    }
+    if (!status) {
+        int64_t h = o->dims[o->ndim - 1];
+        const float *x = o->data;
+        *vec = malloc((size_t)(h > 0 ? h : 1) * sizeof **vec);
+        if (!*vec) status = 500, snprintf(msg, size, "out of memory for embedding %d", index);
+        for (int64_t j = 0; *vec && j < h; j++) {
+            double sum = 0;
+            int64_t rows = s->pooled ? 1 : (int64_t)t->n;
+            for (int64_t k = 0; k < rows; k++) sum += x[k * h + j];
+            (*vec)[j] = (float)(sum / (double)rows);
+        }
+        *hidden = h;
+    }
+    serve_infer_clear(&r);
+    for (int i = 0; i < n_in; i++) serve_tensor_clear(&ins[i]);
+    return status;
+}
+
+/* n bytes as standard base64 (malloc'ed, NUL-terminated), or NULL when out of memory. */
+static char *base64(const unsigned char *p, size_t n) {
+    static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *out = malloc((n + 2) / 3 * 4 + 1), *w = out;
+    if (!out) return NULL;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+        *w++ = digits[v >> 18 & 63];
+        *w++ = digits[v >> 12 & 63];
+        *w++ = i + 1 < n ? digits[v >> 6 & 63] : '=';
+        *w++ = i + 2 < n ? digits[v & 63] : '=';
+    }
+    *w = 0;
+    return out;
+}
+
+/* The embedding as OpenAI gives it: a list of numbers, or base64 of little-endian float32 bytes. */
+static cJSON *embedding_json(const float *vec, int64_t hidden, bool as_base64) {
+    if (as_base64) {
+        char *text = base64((const unsigned char *)vec, (size_t)hidden * sizeof *vec);
+        cJSON *j = text ? cJSON_CreateString(text) : NULL;
+        free(text);
+        return j;
+    }
+    cJSON *a = cJSON_CreateArray();
+    for (int64_t j = 0; a && j < hidden; j++) cJSON_AddItemToArray(a, cJSON_CreateNumber(vec[j]));
+    return a;
+}
+
+static enum MHD_Result reply_embeddings(serve_conn *c, const char *model, float **vecs, int n, int64_t hidden,
+                                        bool as_base64, size_t tokens) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(j, "data");
+    for (int i = 0; i < n; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "object", "embedding");
+        cJSON_AddNumberToObject(e, "index", i);
+        cJSON_AddItemToObject(e, "embedding", embedding_json(vecs[i], hidden, as_base64));
+        cJSON_AddItemToArray(data, e);
+    }
+    cJSON_AddStringToObject(j, "model", model);
+    cJSON *usage = cJSON_AddObjectToObject(j, "usage");
+    cJSON_AddNumberToObject(usage, "prompt_tokens", (double)tokens);
+    cJSON_AddNumberToObject(usage, "total_tokens", (double)tokens);
+    return serve_reply_json(c, 200, j);
+}
+
+/* Checks the request's options: encoding_format into *as_base64, dimensions into *dimensions (0: not
+ * given). 0, or 400 with msg and *param naming the field. */
+static int parse_options(const cJSON *root, bool *as_base64, int64_t *dimensions, const char **param, char *msg, size_t size) {
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "encoding_format");
+    const cJSON *dims = cJSON_GetObjectItemCaseSensitive(root, "dimensions");
+    *as_base64 = cJSON_IsString(format) && !strcmp(format->valuestring, "base64");
+    *dimensions = 0;
+    if (format && !cJSON_IsNull(format) && !*as_base64 && !(cJSON_IsString(format) && !strcmp(format->valuestring, "float"))) {
+        *param = "encoding_format";
+        return snprintf(msg, size, "'encoding_format' must be \"float\" or \"base64\""), 400;
+    }
+    if (dims && !cJSON_IsNull(dims)) {
+        if (!cJSON_IsNumber(dims) || dims->valuedouble < 1 || dims->valuedouble != (double)(int64_t)dims->valuedouble) {
+            *param = "dimensions";
+            return snprintf(msg, size, "'dimensions' must be a positive integer"), 400;
+        }
+        *dimensions = (int64_t)dims->valuedouble;
+    }
+    return 0;
+}
+
+enum MHD_Result serve_openai_embeddings(serve_conn *c, serve_version *v, const char *model, const cJSON *root) {
+    char msg[768], why[256];
+    const char *param = NULL;
+    encoder_shape s;
+    token_list *lists = NULL;
+    int n = 0, status = 0;
+    bool as_base64;
+    int64_t dimensions, hidden = 0;
+    float **vecs = NULL;
+    size_t tokens = 0;
+    if (!find_encoder(v->engine, &s, why, sizeof why)) {
+        status = 400, param = "model";
+        snprintf(msg, sizeof msg, "model '%s' is not an encoder (%s): /v1/embeddings needs input_ids [batch, seq] and a "
+                                  "float [batch, seq, hidden] or [batch, hidden] output", model, why);
+    }
+    if (!status) status = parse_options(root, &as_base64, &dimensions, &param, msg, sizeof msg);
+    if (!status && (status = parse_input(cJSON_GetObjectItemCaseSensitive(root, "input"), v->tokenizer, model, &lists,
+                                         &n, msg, sizeof msg)))
+        param = "input";
+    if (!status && !(vecs = calloc((size_t)n, sizeof *vecs))) status = 500, snprintf(msg, sizeof msg, "out of memory");
+    for (int i = 0; i < n && !status; i++) {
+        int64_t h = 0;
+        status = embed_one(v, &s, &lists[i], i, &vecs[i], &h, msg, sizeof msg);
+        if (!status && i && h != hidden) status = 500, snprintf(msg, sizeof msg, "the model's embeddings differ in size");
+        hidden = h, tokens += lists[i].n;
+    }
+    if (!status && dimensions && dimensions != hidden) {
+        status = 400, param = "dimensions";
+        snprintf(msg, sizeof msg, "model '%s' gives %lld dimensions and does not shorten them: 'dimensions' must be %lld or left out",
+                 model, (long long)hidden, (long long)hidden);
+    }
+    enum MHD_Result ok = status ? serve_openai_error(c, status, status == 400 ? "invalid_request_error" : status == 429
+                                                     ? "rate_limit_error" : status == 503 ? "unavailable_error" : "server_error",
+                                                     param, "%s", msg)
+                                : reply_embeddings(c, model, vecs, n, hidden, as_base64, tokens);
+    for (int i = 0; vecs && i < n; i++) free(vecs[i]);
+    free(vecs);
+    free_lists(lists, n);
+    serve_repo_release(c->srv->repo, v);
+    return ok;
+}
