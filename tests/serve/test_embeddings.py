@@ -15,13 +15,13 @@ VOCAB, HIDDEN = 8256, 8  # kjv-gpt2's tokenizer has ids below 8256
 TABLE = np.random.default_rng(7).standard_normal((VOCAB, HIDDEN)).astype(np.float32)
 
 
-def encoder_onnx(path, pooled):
-    """pooled False: input_ids, attention_mask, token_type_ids (int64 [batch, seq]) ->
+def encoder_onnx(path, pooled, seq="seq"):
+    """seq: the sequence dimension (a name, or a static length); pooled False: input_ids, attention_mask, token_type_ids (int64 [batch, seq]) ->
     (TABLE[input_ids] + token_type_ids) * attention_mask [batch, seq, hidden];
     pooled True: input_ids (int32 [batch, seq]) -> sum over seq of TABLE[input_ids] [batch, hidden]."""
     from onnx import TensorProto, helper, numpy_helper, save
     ids_type = TensorProto.INT32 if pooled else TensorProto.INT64
-    inputs = [helper.make_tensor_value_info("input_ids", ids_type, ["batch", "seq"])]
+    inputs = [helper.make_tensor_value_info("input_ids", ids_type, ["batch", seq])]
     inits = [numpy_helper.from_array(TABLE, "table"), numpy_helper.from_array(np.array([2], np.int64), "axis2")]
     nodes = [helper.make_node("Gather", ["table", "input_ids"], ["emb"], axis=0)]
     if pooled:
@@ -29,7 +29,7 @@ def encoder_onnx(path, pooled):
         nodes.append(helper.make_node("ReduceSum", ["emb", "axis1"], ["out"], keepdims=0))
         out = helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", HIDDEN])
     else:
-        inputs += [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "seq"])
+        inputs += [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", seq])
                    for n in ("attention_mask", "token_type_ids")]
         nodes += [helper.make_node("Cast", ["attention_mask"], ["mask_f"], to=TensorProto.FLOAT),
                   helper.make_node("Unsqueeze", ["mask_f", "axis2"], ["mask3"]),
@@ -37,7 +37,7 @@ def encoder_onnx(path, pooled):
                   helper.make_node("Unsqueeze", ["types_f", "axis2"], ["types3"]),
                   helper.make_node("Add", ["emb", "types3"], ["typed"]),
                   helper.make_node("Mul", ["typed", "mask3"], ["out"])]
-        out = helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", "seq", HIDDEN])
+        out = helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", seq, HIDDEN])
     graph = helper.make_graph(nodes, "encoder", inputs, [out], inits)
     save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
 
@@ -50,6 +50,10 @@ def server(kiln, tmp_path_factory):
     shutil.copy(f"{KJV_GPT2}/tokenizer.json", repo / "enc" / "1" / "tokenizer.json")
     (repo / "pooled" / "1").mkdir(parents=True)
     encoder_onnx(repo / "pooled" / "1" / "model.onnx", pooled=True)
+    (repo / "fixed" / "1").mkdir(parents=True)
+    encoder_onnx(repo / "fixed" / "1" / "model.onnx", pooled=False, seq=6)
+    (repo / "fixed_nomask" / "1").mkdir(parents=True)
+    encoder_onnx(repo / "fixed_nomask" / "1" / "model.onnx", pooled=True, seq=4)
     tensor_model(str(repo), "cnn")
     shutil.copytree(KJV_GPT2, repo / "kjv" / "1")
     with serve(kiln, repo) as s:
@@ -109,6 +113,14 @@ def test_pooled_output_used_as_is_and_dimensions(client, server):
     assert status == 400 and out["error"]["param"] == "dimensions" and "8" in out["error"]["message"]
 
 
+def test_static_sequence_is_padded_under_the_mask(client):
+    r = client.embeddings.create(model="fixed", input=[[4, 5, 6], [1, 2, 3, 4, 5, 6]])
+    np.testing.assert_allclose(r.data[0].embedding, mean_pooled([4, 5, 6]), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(r.data[1].embedding, mean_pooled([1, 2, 3, 4, 5, 6]), rtol=1e-6, atol=1e-7)
+    r = client.embeddings.create(model="fixed_nomask", input=[1, 2, 3, 4])
+    np.testing.assert_allclose(r.data[0].embedding, TABLE[[1, 2, 3, 4]].sum(axis=0), rtol=1e-6, atol=1e-6)
+
+
 def error(server, body, status):
     got, out = server.json("/v1/embeddings", body)
     assert got == status, out
@@ -127,3 +139,6 @@ def test_errors(server):
     assert "'input'" in error(server, {"model": "enc", "input": {"text": "x"}}, 400)
     assert "all be strings" in error(server, {"model": "enc", "input": ["a", [1]]}, 400)
     assert error(server, {"model": "enc", "input": []}, 400)
+    assert "out of range" in error(server, {"model": "enc", "input": [1, VOCAB]}, 400)
+    assert "at most 6" in error(server, {"model": "fixed", "input": [1] * 7}, 400)
+    assert "exactly 4" in error(server, {"model": "fixed_nomask", "input": [1, 2]}, 400)
