@@ -2,9 +2,10 @@
  * input_ids [batch, seq] (int32 or int64) and optionally attention_mask and token_type_ids (filled
  * with ones over the tokens and zeros), and whose first float output is [batch, seq, hidden] (mean
  * pooled over the attention mask) or [batch, hidden] (used as is). Inputs are token ids, or text
- * when the version directory holds a tokenizer.json that kiln loads. Each input runs as one row
- * through the model's batcher; a static sequence length is reached by padding with id 0 under a
- * zero mask (which needs an attention_mask input). */
+ * when the version directory holds a tokenizer.json that kiln loads. Consecutive inputs of one
+ * length run together as rows of one batch (up to the model's max_batch) through its batcher; a
+ * static sequence length is reached by padding with id 0 under a zero mask (which needs an
+ * attention_mask input). */
 #include "serve/openai.h"
 
 #include <stdint.h>
@@ -20,6 +21,7 @@ typedef struct encoder_shape {
     int output;           /* the float output's index */
     bool pooled;          /* output [batch, hidden] rather than [batch, seq, hidden] */
     int64_t seq;          /* input_ids' static sequence length, or -1 */
+    bool batch_dynamic;   /* every input's batch dimension is dynamic (else it is 1) */
 } encoder_shape;
 
 typedef struct token_list {
@@ -29,7 +31,7 @@ typedef struct token_list {
 
 /* Fills s when engine e looks like an encoder, else 0 is returned and why says what does not fit. */
 static bool find_encoder(const kiln_engine *e, encoder_shape *s, char *why, size_t size) {
-    *s = (encoder_shape){.ids = -1, .mask = -1, .types = -1, .output = -1, .seq = -1};
+    *s = (encoder_shape){.ids = -1, .mask = -1, .types = -1, .output = -1, .seq = -1, .batch_dynamic = true};
     kiln_tensor_desc d;
     for (int i = 0; i < kiln_engine_num_inputs(e); i++) {
         if (kiln_engine_input(e, i, &d)) return snprintf(why, size, "input %d has no description", i), false;
@@ -42,6 +44,7 @@ static bool find_encoder(const kiln_engine *e, encoder_shape *s, char *why, size
         if ((d.dtype != KILN_I64 && d.dtype != KILN_I32) || d.ndim != 2 || (d.dims[0] >= 0 && d.dims[0] != 1))
             return snprintf(why, size, "input '%s' is not an int32 or int64 [batch, seq] tensor", d.name), false;
         *slot = i;
+        if (d.dims[0] >= 0) s->batch_dynamic = false;
         if (slot == &s->ids) s->seq = d.dims[1];
     }
     if (s->ids < 0) return snprintf(why, size, "it has no input_ids input"), false;
@@ -113,64 +116,87 @@ static int parse_input(const cJSON *input, const kiln_tokenizer *tok, const char
     return 0;
 }
 
-/* A [1, len] tensor named like engine input `index`, of its dtype: the ids (padded with 0), the
- * mask (1 over the tokens, 0 over the padding) or zeros. */
-static int fill_input(const kiln_engine *e, int index, const encoder_shape *s, const token_list *t, int64_t len,
+/* A [rows, len] tensor named like engine input `index`, of its dtype, for the token lists t[0..rows):
+ * the ids (padded with 0), the mask (1 over the tokens, 0 over the padding) or zeros. */
+static int fill_input(const kiln_engine *e, int index, const encoder_shape *s, const token_list *t, int rows, int64_t len,
                       serve_tensor *out) {
     kiln_tensor_desc d;
     kiln_engine_input(e, index, &d);
     snprintf(out->name, sizeof out->name, "%s", d.name);
-    out->dtype = d.dtype, out->ndim = 2, out->dims[0] = 1, out->dims[1] = len;
+    out->dtype = d.dtype, out->ndim = 2, out->dims[0] = rows, out->dims[1] = len;
     size_t elem = d.dtype == KILN_I64 ? 8 : 4;
-    out->bytes = (size_t)len * elem;
-    out->data = calloc((size_t)len, elem);
+    out->bytes = (size_t)(rows * len) * elem;
+    out->data = calloc((size_t)(rows * len), elem);
     if (!out->data) return 500;
-    for (int64_t k = 0; k < (int64_t)t->n; k++) {
-        int64_t v = index == s->ids ? t->ids[k] : index == s->mask ? 1 : 0;
-        if (elem == 8) ((int64_t *)out->data)[k] = v;
-        else ((int32_t *)out->data)[k] = (int32_t)v;
+    for (int r = 0; r < rows; r++)
+        for (int64_t k = 0; k < (int64_t)t[r].n; k++) {
+            int64_t v = index == s->ids ? t[r].ids[k] : index == s->mask ? 1 : 0;
+            if (elem == 8) ((int64_t *)out->data)[r * len + k] = v;
+            else ((int32_t *)out->data)[r * len + k] = (int32_t)v;
+        }
+    return 0;
+}
+
+/* The sequence length that token list t runs at. */
+static int64_t run_length(const encoder_shape *s, const token_list *t) {
+    return s->seq >= 0 ? s->seq : (int64_t)t->n;
+}
+
+/* How many of the token lists t[0..n) from the first on run together: those of the same run length,
+ * up to max_rows. */
+static int group_size(const encoder_shape *s, const token_list *t, int n, int max_rows) {
+    int rows = 1;
+    while (rows < n && rows < max_rows && run_length(s, &t[rows]) == run_length(s, &t[0])) rows++;
+    return rows;
+}
+
+/* Pools output o of a run of `rows` token lists t into vec[0..rows), each malloc'ed, *hidden long. */
+static int pool_rows(const encoder_shape *s, const serve_tensor *o, const token_list *t, int rows, int64_t len,
+                     float **vec, int64_t *hidden, char *msg, size_t size) {
+    if (o->dtype != KILN_F32 || o->ndim != (s->pooled ? 2 : 3) || o->dims[0] != rows || (!s->pooled && o->dims[1] != len))
+        return snprintf(msg, size, "the model's output '%s' has a shape that does not follow its [%d, %lld] input", o->name,
+                        rows, (long long)len), 500;
+    int64_t h = o->dims[o->ndim - 1];
+    *hidden = h;
+    for (int r = 0; r < rows; r++) {
+        const float *x = (const float *)o->data + r * (s->pooled ? 1 : len) * h;
+        int64_t tokens = s->pooled ? 1 : (int64_t)t[r].n;
+        if (!(vec[r] = malloc((size_t)(h > 0 ? h : 1) * sizeof **vec))) return snprintf(msg, size, "out of memory"), 500;
+        for (int64_t j = 0; j < h; j++) {
+            double sum = 0;
+            for (int64_t k = 0; k < tokens; k++) sum += x[k * h + j];
+            vec[r][j] = (float)(sum / (double)tokens);
+        }
     }
     return 0;
 }
 
-/* Runs one input through the pool and leaves its embedding in *vec[*hidden] (malloc'ed). */
-static int embed_one(const serve_version *v, const encoder_shape *s, const token_list *t, int index, float **vec,
-                     int64_t *hidden, char *msg, size_t size) {
-    int64_t len = s->seq >= 0 ? s->seq : (int64_t)t->n;
-    if ((int64_t)t->n > len)
-        return snprintf(msg, size, "input %d has %zu tokens, the model takes at most %lld", index, t->n, (long long)len), 400;
-    if ((int64_t)t->n < len && s->mask < 0)
-        return snprintf(msg, size, "input %d has %zu tokens, the model takes exactly %lld (it has no attention_mask to pad with)",
-                        index, t->n, (long long)len), 400;
+/* Runs the token lists t[0..rows) (of one run length; request inputs first..) as one batch through
+ * the pool and leaves their embeddings in vec[0..rows) (malloc'ed), *hidden long. */
+static int embed_rows(const serve_version *v, const encoder_shape *s, const token_list *t, int rows, int first,
+                      float **vec, int64_t *hidden, char *msg, size_t size) {
+    int64_t len = run_length(s, &t[0]);
+    for (int r = 0; r < rows; r++) {
+        if ((int64_t)t[r].n > len)
+            return snprintf(msg, size, "input %d has %zu tokens, the model takes at most %lld", first + r, t[r].n,
+                            (long long)len), 400;
+        if ((int64_t)t[r].n < len && s->mask < 0)
+            return snprintf(msg, size, "input %d has %zu tokens, the model takes exactly %lld (it has no attention_mask to "
+                                       "pad with)", first + r, t[r].n, (long long)len), 400;
+    }
     serve_tensor ins[3] = {0};
     int n_in = kiln_engine_num_inputs(v->engine), status = 0;
-    for (int i = 0; i < n_in && !status; i++) status = fill_input(v->engine, i, s, t, len, &ins[i]);
+    for (int i = 0; i < n_in && !status; i++) status = fill_input(v->engine, i, s, t, rows, len, &ins[i]);
     serve_infer r = {.inputs = ins, .n_inputs = n_in};
-    if (status) snprintf(msg, size, "out of memory for input %d", index);
-    else if ((status = serve_pool_check(v->pool, &r))) snprintf(msg, size, "input %d: %s", index, r.message);
+    if (status) snprintf(msg, size, "out of memory for input %d", first);
+    else if ((status = serve_pool_check(v->pool, &r))) snprintf(msg, size, "input %d: %s", first, r.message);
     else {
         serve_pool_infer(v->pool, &r);
         status = r.http_status == 200 ? 0 : r.http_status;
-        if (status) snprintf(msg, size, "input %d: %s", index, r.message);
+        if (status && rows > 1) snprintf(msg, size, "inputs %d..%d: %s", first, first + rows - 1, r.message);
+        else if (status) snprintf(msg, size, "input %d: %s", first, r.message);
     }
-    const serve_tensor *o = status ? NULL : &r.outputs[s->output];
-    if (o && (o->dtype != KILN_F32 || o->ndim != (s->pooled ? 2 : 3) || o->dims[0] != 1 || (!s->pooled && o->dims[1] != len))) {
-        status = 500;
-        snprintf(msg, size, "the model's output '%s' has a shape that does not follow its %lld input tokens", o->name, (long long)len);
-    }
-    if (!status) {
-        int64_t h = o->dims[o->ndim - 1];
-        const float *x = o->data;
-        *vec = malloc((size_t)(h > 0 ? h : 1) * sizeof **vec);
-        if (!*vec) status = 500, snprintf(msg, size, "out of memory for embedding %d", index);
-        for (int64_t j = 0; *vec && j < h; j++) {
-            double sum = 0;
-            int64_t rows = s->pooled ? 1 : (int64_t)t->n;
-            for (int64_t k = 0; k < rows; k++) sum += x[k * h + j];
-            (*vec)[j] = (float)(sum / (double)rows);
-        }
-        *hidden = h;
-    }
+    if (!status) status = pool_rows(s, &r.outputs[s->output], t, rows, len, vec, hidden, msg, size);
     serve_infer_clear(&r);
     for (int i = 0; i < n_in; i++) serve_tensor_clear(&ins[i]);
     return status;
@@ -265,11 +291,14 @@ enum MHD_Result serve_openai_embeddings(serve_conn *c, serve_version *v, const c
                                          &n, msg, sizeof msg)))
         param = "input";
     if (!status && !(vecs = calloc((size_t)n, sizeof *vecs))) status = 500, snprintf(msg, sizeof msg, "out of memory");
-    for (int i = 0; i < n && !status; i++) {
+    int max_rows = s.batch_dynamic && serve_pool_config(v->pool)->max_batch > 1 ? serve_pool_config(v->pool)->max_batch : 1;
+    for (int i = 0, rows; i < n && !status; i += rows) {
         int64_t h = 0;
-        status = embed_one(v, &s, &lists[i], i, &vecs[i], &h, msg, sizeof msg);
+        rows = group_size(&s, &lists[i], n - i, max_rows);
+        status = embed_rows(v, &s, &lists[i], rows, i, &vecs[i], &h, msg, sizeof msg);
         if (!status && i && h != hidden) status = 500, snprintf(msg, sizeof msg, "the model's embeddings differ in size");
-        hidden = h, tokens += lists[i].n;
+        hidden = h;
+        for (int k = 0; k < rows; k++) tokens += lists[i + k].n;
     }
     if (!status && dimensions && dimensions != hidden) {
         status = 400, param = "dimensions";

@@ -71,13 +71,13 @@ def mean_pooled(ids):
 
 
 def test_client_token_ids_batch_mean_pooled(client):
-    inputs = [[1, 2, 3], [5, 6], [8191]]
+    inputs = [[1, 2, 3], [5, 6], [8191], [7, 8], [9, 10], [11, 12, 13]]  # equal lengths run as one batch
     r = client.embeddings.create(model="enc", input=inputs)
-    assert r.object == "list" and r.model == "enc" and len(r.data) == 3
+    assert r.object == "list" and r.model == "enc" and len(r.data) == len(inputs)
     for i, ids in enumerate(inputs):
         assert r.data[i].index == i and r.data[i].object == "embedding"
         np.testing.assert_allclose(r.data[i].embedding, mean_pooled(ids), rtol=1e-6, atol=1e-7)
-    assert r.usage.prompt_tokens == 6 and r.usage.total_tokens == 6
+    assert r.usage.prompt_tokens == 13 and r.usage.total_tokens == 13
 
 
 def test_client_text_uses_the_tokenizer(client):
