@@ -271,6 +271,12 @@ static int parse_options(const cJSON *root, bool *as_base64, int64_t *dimensions
     return 0;
 }
 
+/* OpenAI's error type for an HTTP status of this endpoint. */
+static const char *error_type(int status) {
+    return status == 400 ? "invalid_request_error" : status == 429 ? "rate_limit_error" : status == 503 ? "unavailable_error"
+                                                                                                        : "server_error";
+}
+
 enum MHD_Result serve_openai_embeddings(serve_conn *c, serve_version *v, const char *model, const cJSON *root) {
     char msg[768], why[256];
     const char *param = NULL;
@@ -305,9 +311,8 @@ enum MHD_Result serve_openai_embeddings(serve_conn *c, serve_version *v, const c
         snprintf(msg, sizeof msg, "model '%s' gives %lld dimensions and does not shorten them: 'dimensions' must be %lld or left out",
                  model, (long long)hidden, (long long)hidden);
     }
-    enum MHD_Result ok = status ? serve_openai_error(c, status, status == 400 ? "invalid_request_error" : status == 429
-                                                     ? "rate_limit_error" : status == 503 ? "unavailable_error" : "server_error",
-                                                     param, "%s", msg)
+    if (status == 429) serve_add_header(c, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    enum MHD_Result ok = status ? serve_openai_error(c, status, error_type(status), param, "%s", msg)
                                 : reply_embeddings(c, model, vecs, n, hidden, as_base64, tokens);
     for (int i = 0; vecs && i < n; i++) free(vecs[i]);
     free(vecs);
