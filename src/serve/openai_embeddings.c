@@ -171,10 +171,31 @@ static int pool_rows(const encoder_shape *s, const serve_tensor *o, const token_
     return 0;
 }
 
+/* What the runs of one request share: the connection (for metrics), the held version, its encoder
+ * shape, and where a failure's message goes. */
+typedef struct embed_request {
+    serve_conn *c;
+    const serve_version *v;
+    const encoder_shape *s;
+    char *msg;
+    size_t msg_size;
+} embed_request;
+
+/* The queue and compute times of a run, and its batch size once per run, as the KServe path does. */
+static void record_run(serve_conn *c, const serve_infer *r) {
+    char labels[400];
+    serve_metrics_labels(labels, sizeof labels, c->model, c->version);
+    serve_metrics_observe(c->srv->metrics, "kiln_queue_duration_seconds", labels, r->queue_us / 1e6);
+    serve_metrics_observe(c->srv->metrics, "kiln_compute_duration_seconds", labels, r->compute_us / 1e6);
+    if (r->first_of_run) serve_metrics_observe(c->srv->metrics, "kiln_batch_size", labels, r->batch_rows);
+}
+
 /* Runs the token lists t[0..rows) (of one run length; request inputs first..) as one batch through
  * the pool and leaves their embeddings in vec[0..rows) (malloc'ed), *hidden long. */
-static int embed_rows(const serve_version *v, const encoder_shape *s, const token_list *t, int rows, int first,
-                      float **vec, int64_t *hidden, char *msg, size_t size) {
+static int embed_rows(const embed_request *q, const token_list *t, int rows, int first, float **vec, int64_t *hidden) {
+    const encoder_shape *s = q->s;
+    char *msg = q->msg;
+    size_t size = q->msg_size;
     int64_t len = run_length(s, &t[0]);
     for (int r = 0; r < rows; r++) {
         if ((int64_t)t[r].n > len)
@@ -185,16 +206,17 @@ static int embed_rows(const serve_version *v, const encoder_shape *s, const toke
                                        "pad with)", first + r, t[r].n, (long long)len), 400;
     }
     serve_tensor ins[3] = {0};
-    int n_in = kiln_engine_num_inputs(v->engine), status = 0;
-    for (int i = 0; i < n_in && !status; i++) status = fill_input(v->engine, i, s, t, rows, len, &ins[i]);
+    int n_in = kiln_engine_num_inputs(q->v->engine), status = 0;
+    for (int i = 0; i < n_in && !status; i++) status = fill_input(q->v->engine, i, s, t, rows, len, &ins[i]);
     serve_infer r = {.inputs = ins, .n_inputs = n_in};
     if (status) snprintf(msg, size, "out of memory for input %d", first);
-    else if ((status = serve_pool_check(v->pool, &r))) snprintf(msg, size, "input %d: %s", first, r.message);
+    else if ((status = serve_pool_check(q->v->pool, &r))) snprintf(msg, size, "input %d: %s", first, r.message);
     else {
-        serve_pool_infer(v->pool, &r);
+        serve_pool_infer(q->v->pool, &r);
         status = r.http_status == 200 ? 0 : r.http_status;
         if (status && rows > 1) snprintf(msg, size, "inputs %d..%d: %s", first, first + rows - 1, r.message);
         else if (status) snprintf(msg, size, "input %d: %s", first, r.message);
+        else record_run(q->c, &r);
     }
     if (!status) status = pool_rows(s, &r.outputs[s->output], t, rows, len, vec, hidden, msg, size);
     serve_infer_clear(&r);
@@ -297,11 +319,12 @@ enum MHD_Result serve_openai_embeddings(serve_conn *c, serve_version *v, const c
                                          &n, msg, sizeof msg)))
         param = "input";
     if (!status && !(vecs = calloc((size_t)n, sizeof *vecs))) status = 500, snprintf(msg, sizeof msg, "out of memory");
+    const embed_request q = {.c = c, .v = v, .s = &s, .msg = msg, .msg_size = sizeof msg};
     int max_rows = s.batch_dynamic && serve_pool_config(v->pool)->max_batch > 1 ? serve_pool_config(v->pool)->max_batch : 1;
     for (int i = 0, rows; i < n && !status; i += rows) {
         int64_t h = 0;
         rows = group_size(&s, &lists[i], n - i, max_rows);
-        status = embed_rows(v, &s, &lists[i], rows, i, &vecs[i], &h, msg, sizeof msg);
+        status = embed_rows(&q, &lists[i], rows, i, &vecs[i], &h);
         if (!status && i && h != hidden) status = 500, snprintf(msg, sizeof msg, "the model's embeddings differ in size");
         hidden = h;
         for (int k = 0; k < rows; k++) tokens += lists[i + k].n;

@@ -70,7 +70,7 @@ def mean_pooled(ids):
     return TABLE[np.array(ids)].mean(axis=0)
 
 
-def test_client_token_ids_batch_mean_pooled(client):
+def test_client_token_ids_batch_mean_pooled(client, server):
     inputs = [[1, 2, 3], [5, 6], [8191], [7, 8], [9, 10], [11, 12, 13]]  # equal lengths run as one batch
     r = client.embeddings.create(model="enc", input=inputs)
     assert r.object == "list" and r.model == "enc" and len(r.data) == len(inputs)
@@ -78,6 +78,10 @@ def test_client_token_ids_batch_mean_pooled(client):
         assert r.data[i].index == i and r.data[i].object == "embedding"
         np.testing.assert_allclose(r.data[i].embedding, mean_pooled(ids), rtol=1e-6, atol=1e-7)
     assert r.usage.prompt_tokens == 13 and r.usage.total_tokens == 13
+    m = server.metrics()  # runs: [1, 2, 3] | [5, 6] | [8191] | [7, 8], [9, 10] | [11, 12, 13]
+    assert m['kiln_compute_duration_seconds_count{model="enc",version="1"}'] == 5
+    assert m['kiln_batch_size_count{model="enc",version="1"}'] == 5
+    assert m['kiln_batch_size_sum{model="enc",version="1"}'] == 6
 
 
 def test_client_text_uses_the_tokenizer(client):
