@@ -13,11 +13,13 @@
  * add_bos_token and add_eos_token. Anything else is refused with KILN_ERR_UNSUPPORTED naming it;
  * truncation and padding settings are ignored.
  *
- * A loaded tokenizer is immutable: any number of threads may encode and decode with it at once. */
+ * A loaded tokenizer is immutable: any number of threads may encode and decode with it at once.
+ * kiln_tokenizer_load, _free and _encode are public (include/kiln/kiln_tokenizer.h). */
 #ifndef KILN_LLM_TOKENIZER_H
 #define KILN_LLM_TOKENIZER_H
 
 #include "kiln/kiln.h"
+#include "kiln/kiln_tokenizer.h"
 #include "core/strbuf.h"
 
 #include <stdbool.h>
@@ -28,28 +30,10 @@
 extern "C" {
 #endif
 
-typedef struct kiln_tokenizer kiln_tokenizer;
-
-/* Loads path_or_dir: a tokenizer.json file, or a directory holding one. tokenizer_config.json in the
- * same directory is read when present. Errors: KILN_ERR_IO (file missing or unreadable),
- * KILN_ERR_PARSE (bad JSON, a missing or mistyped field, a merge of unknown tokens),
- * KILN_ERR_UNSUPPORTED (a model, normalizer, pre-tokenizer, pattern, decoder or post-processor kiln
- * does not implement), KILN_ERR_OUT_OF_MEMORY; each message names the file and the field. On
- * success the caller owns *out (kiln_tokenizer_free). */
-kiln_status kiln_tokenizer_load(const char *path_or_dir, kiln_tokenizer **out);
 /* The same from texts in memory: tokenizer.json (json[0..json_len)) and, unless config is NULL,
  * tokenizer_config.json; `what` names them in errors (e.g. the engine file they came from). */
 kiln_status kiln_tokenizer_load_memory(const char *json, size_t json_len, const char *config, size_t config_len,
                                        const char *what, kiln_tokenizer **out);
-/* Frees a tokenizer; accepts NULL. */
-void kiln_tokenizer_free(kiln_tokenizer *tok);
-
-/* Encodes text[0..len) (UTF-8; invalid bytes are encoded as their own bytes) into *ids (malloc'ed,
- * the caller frees it; may be NULL when *n is 0). add_special applies the post-processor (e.g. the
- * bos token of Llama-3), as `tokenizers`' add_special_tokens=True. Errors: KILN_ERR_OUT_OF_MEMORY. */
-kiln_status kiln_tokenizer_encode(const kiln_tokenizer *tok, const char *text, size_t len, bool add_special,
-                                  int32_t **ids, size_t *n);
-
 /* Decodes ids[0..n) into *text (malloc'ed, NUL-terminated, the caller frees it) of *len bytes, as
  * `tokenizers`' decode: the ByteLevel decoder's bytes, with every invalid UTF-8 sequence replaced by
  * U+FFFD; with skip_special, special tokens are left out. Errors: KILN_ERR_INVALID_ARGUMENT for an

@@ -1,6 +1,6 @@
-/* openai.c — the OpenAI-compatible endpoints for LLM models: GET /v1/models, and the front of POST
- * /v1/completions and /v1/chat/completions (the body parsed, the model found and held; the
- * generation itself is openai_generate.c). Errors are {"error":{"message","type","param","code"}}. */
+/* openai.c — the OpenAI-compatible endpoints: GET /v1/models, and the front of POST /v1/completions,
+ * /v1/chat/completions (LLM models) and /v1/embeddings (encoder tensor models): the body parsed, the
+ * model found and held; the work itself is openai_generate.c and openai_embeddings.c. Errors are {"error":{"message","type","param","code"}}. */
 #include "serve/openai.h"
 
 #include <stdarg.h>
@@ -45,7 +45,9 @@ static enum MHD_Result list_models(serve_conn *c) {
     return serve_reply_json(c, 200, j);
 }
 
-static enum MHD_Result generate(serve_conn *c, bool chat) {
+typedef enum openai_endpoint { OPENAI_COMPLETIONS, OPENAI_CHAT, OPENAI_EMBEDDINGS } openai_endpoint;
+
+static enum MHD_Result model_request(serve_conn *c, openai_endpoint endpoint) {
     if (strcmp(c->method, "POST")) return serve_openai_error(c, 405, "invalid_request_error", NULL, "%s takes POST", c->url);
     cJSON *root = cJSON_ParseWithLength(c->body ? c->body : "", c->body_len);
     if (!cJSON_IsObject(root)) {
@@ -67,8 +69,14 @@ static enum MHD_Result generate(serve_conn *c, bool chat) {
         if (status != 404) serve_conn_set_model(c, model->valuestring, number);
         if (status != 200) {
             ok = serve_openai_error(c, status, status == 404 ? "not_found_error" : "unavailable_error", "model", "%s", msg);
+        } else if (v->llm && endpoint == OPENAI_EMBEDDINGS) {
+            ok = serve_openai_error(c, 400, "invalid_request_error", "model",
+                                    "model '%s' is an LLM: /v1/embeddings serves encoder tensor models", model->valuestring);
+            serve_repo_release(c->srv->repo, v);
         } else if (v->llm) {
-            ok = serve_openai_generate(c, v, chat, root);
+            ok = serve_openai_generate(c, v, endpoint == OPENAI_CHAT, root);
+        } else if (endpoint == OPENAI_EMBEDDINGS) {
+            ok = serve_openai_embeddings(c, v, model->valuestring, root);
         } else {
             ok = serve_openai_error(c, 400, "invalid_request_error", "model",
                                     "model '%s' is a tensor model: use /v2/models/%s/infer", model->valuestring,
@@ -82,7 +90,8 @@ static enum MHD_Result generate(serve_conn *c, bool chat) {
 
 enum MHD_Result serve_openai(serve_conn *c) {
     if (!strcmp(c->url, "/v1/models")) return list_models(c);
-    if (!strcmp(c->url, "/v1/completions")) return generate(c, false);
-    if (!strcmp(c->url, "/v1/chat/completions")) return generate(c, true);
+    if (!strcmp(c->url, "/v1/completions")) return model_request(c, OPENAI_COMPLETIONS);
+    if (!strcmp(c->url, "/v1/chat/completions")) return model_request(c, OPENAI_CHAT);
+    if (!strcmp(c->url, "/v1/embeddings")) return model_request(c, OPENAI_EMBEDDINGS);
     return serve_openai_error(c, 404, "not_found_error", NULL, "no endpoint %.200s", c->url);
 }

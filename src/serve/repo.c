@@ -71,6 +71,7 @@ static void version_free(serve_version *v) {
     if (!v) return;
     serve_pool_free(v->pool);
     kiln_engine_free(v->engine);
+    kiln_tokenizer_free(v->tokenizer);
     kiln_llm_close(v->llm);
     free(v);
 }
@@ -168,6 +169,16 @@ static kiln_status load_variants(const char *vdir, const serve_model_config *c, 
     return st;
 }
 
+/* vdir/tokenizer.json, when there is one, for /v1/embeddings of text; one that does not load is
+ * logged and left out (the model then takes token ids only). */
+static void load_tokenizer(const char *vdir, serve_version *v) {
+    char path[4300];
+    snprintf(path, sizeof path, "%s/tokenizer.json", vdir);
+    if (!is_file(path)) return;
+    if (kiln_tokenizer_load(path, &v->tokenizer))
+        KILN_LOG(KILN_LOG_WARN, "%s does not load (%s): /v1/embeddings takes token ids only", path, kiln_last_error());
+}
+
 static kiln_status load_version(const serve_repo *r, const char *mdir, int64_t number, const serve_model_config *c,
                                 serve_version **out) {
     char vdir[4200], path[4500];
@@ -206,6 +217,7 @@ static kiln_status load_version(const serve_repo *r, const char *mdir, int64_t n
         version_free(v);
         return kiln_error_prefix(st, "version %lld", (long long)number);
     }
+    if (v->engine) load_tokenizer(vdir, v);
     *out = v;
     return KILN_OK;
 }

@@ -2,7 +2,8 @@
  * DIR/<model>/<version>/ holding model.kiln, per-GPU variants model.<gpu>.kiln (the first that loads
  * on this device wins), model.onnx (built at load, with DIR/timing.cache), or a Hugging Face
  * checkpoint (config.json + *.safetensors, opened as an LLM; an LLM engine file also works as
- * model.kiln). Versions are positive integers; the version policy picks which load.
+ * model.kiln). A tensor model's version directory may hold a tokenizer.json (for /v1/embeddings of
+ * text). Versions are positive integers; the version policy picks which load.
  *
  * Loading a model builds its whole new set of versions first and swaps it in only when every
  * version loaded: a failure leaves the versions that were serving in place (rollback) and records
@@ -13,6 +14,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/kiln_llm.h"
+#include "kiln/kiln_tokenizer.h"
 #include "serve/batcher.h"
 
 #include <pthread.h>
@@ -52,6 +54,7 @@ typedef struct serve_version {
     char source[256];       /* the file or "checkpoint" it came from */
     kiln_engine *engine;    /* tensor models */
     serve_pool *pool;
+    kiln_tokenizer *tokenizer; /* tensor models: the version directory's tokenizer.json, if it loads */
     kiln_llm *llm;          /* LLMs */
     int refs;               /* requests holding it */
 } serve_version;
