@@ -90,7 +90,7 @@ static kiln_status make_cache(kiln_llm *llm, const kiln_llm_options *o, const ll
         blocks = o->kv_cache_blocks;
     } else {
         exact = false;
-        blocks = (int64_t)ro->max_seqs * ((ro->max_context - 1 + bs - 1) / bs);
+        blocks = (int64_t)ro->max_seqs * (((int64_t)ro->max_context - 1 + bs - 1) / bs);
         if (strcmp(ro->target, "cuda") && (uint64_t)blocks * block_bytes > CPU_DEFAULT_KV_BYTES)
             blocks = (int64_t)(CPU_DEFAULT_KV_BYTES / block_bytes);
         if (blocks < 1) blocks = 1;
