@@ -83,6 +83,12 @@ int kiln_cmd_build(int argc, char **argv) {
         }
     }
     if (!rc && !model) rc = cli_usage_error("build ", "a model file is required");
+    char hf_config[4096];
+    struct stat config_st;
+    snprintf(hf_config, sizeof hf_config, "%s/config.json", model ? model : "");
+    if (!rc && stat(hf_config, &config_st) == 0) /* a Hugging Face checkpoint directory */
+        rc = cli_usage_error("build ", "'%s' is a directory: a Hugging Face checkpoint is built with "
+                             "kiln build --hf %s -o ENGINE.kiln", model, model);
     if (rc) {
         cli_build_opts_free(&b);
         return rc;

@@ -1126,6 +1126,8 @@ int main(int argc, char **argv) {
     if (!d) {
         fprintf(stderr, "kiln_conformance: SKIPPED: cannot open %s (generate the cases with "
                         "python tests/conformance/gen_onnx_node_tests.py %s)\n", cases_dir, cases_dir);
+        strlist_free(&required);
+        strlist_free(&filters);
         return 77;
     }
     struct dirent *de;
@@ -1140,6 +1142,9 @@ int main(int argc, char **argv) {
     closedir(d);
     if (names.n == 0) {
         fprintf(stderr, "kiln_conformance: no cases in %s%s\n", cases_dir, filters.n ? " match the filters" : "");
+        strlist_free(&required);
+        strlist_free(&filters);
+        strlist_free(&names);
         return 2;
     }
     qsort(names.v, (size_t)names.n, sizeof *names.v, cmp_str);

@@ -339,3 +339,10 @@ def test_bench_llm_workload_beyond_the_host(kiln, tmp_path, args, mentions):
     (UBSan), and a KV cache for it is refused as larger than the host."""
     make_llama(tmp_path, vocab=VOCAB, max_pos=(1 << 31) - 1)
     assert_error(run_kiln(kiln, "bench", "--llm", tmp_path, *args), mentions=mentions)
+
+
+def test_build_of_a_checkpoint_directory_points_to_hf(kiln, engines, tmp_path):
+    """`kiln build DIR` on a Hugging Face checkpoint says how it is built instead of "is a directory"."""
+    r = run_kiln(kiln, "build", engines / "gpt2", "-o", tmp_path / "x.kiln")
+    assert_error(r, ("is a directory", "kiln build --hf"), code=2)
+    assert not (tmp_path / "x.kiln").exists()
