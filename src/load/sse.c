@@ -20,6 +20,8 @@ void kiln_sse_free(kiln_sse *s) {
     kiln_sse_init(s);
 }
 
+bool kiln_sse_pending(const kiln_sse *s) { return s->has_data || s->line.len > 0; }
+
 /* Handles one complete line (without its terminator): a blank line dispatches the event. */
 static kiln_status end_line(kiln_sse *s, const char *line, size_t n, kiln_sse_event_fn fn, void *user) {
     if (n == 0) {

@@ -34,5 +34,7 @@ void kiln_sse_free(kiln_sse *s);
 /* Feeds n bytes. Errors: what `fn` returned; KILN_ERR_PARSE for a line over KILN_SSE_MAX_LINE;
  * KILN_ERR_OUT_OF_MEMORY. */
 kiln_status kiln_sse_feed(kiln_sse *s, const char *buf, size_t n, kiln_sse_event_fn fn, void *user);
+/* True when the stream ended inside an event (data seen but no blank line yet) or inside a line. */
+bool kiln_sse_pending(const kiln_sse *s);
 
 #endif
