@@ -270,13 +270,12 @@ typedef struct kiln_chat_message {
     const char *content;
 } kiln_chat_message;
 
-/* A parsed chat template: the subset of Jinja2 that Hugging Face chat templates use (statements
- * if/elif/else, for with loop.* and else, set (also namespace()), macro/call, raise_exception; string,
- * list, dict literals; filters trim, length, tojson, upper, lower, capitalize, title, replace, join,
- * first, last, default, items, string, int, list, selectattr/rejectattr, map; tests defined, none,
- * string, number, mapping, iterable, equalto; whitespace control and trim_blocks/lstrip_blocks as
- * transformers sets them), rendered byte for byte as transformers' apply_chat_template. Immutable
- * once created: any number of threads may render with it. */
+/* A parsed chat template: the subset of Jinja2 that Hugging Face chat templates use (statements if,
+ * for with loop.* and else, break/continue, set and namespace(), macro/call, with; literals,
+ * operators, string/list/dict methods, Jinja's filters and tests, raise_exception, strftime_now;
+ * whitespace control and trim_blocks/lstrip_blocks as transformers sets them: docs/llm.md lists it
+ * all and the few differences), rendered byte for byte as transformers' apply_chat_template.
+ * Immutable once created: any number of threads may render with it. */
 typedef struct kiln_chat_template kiln_chat_template;
 
 /* Parses source (a template's text). bos_token / eos_token are the values the template sees (NULL:
