@@ -6,11 +6,9 @@
  * fuzz/corpus/fuzz_engine/ are written by `test_engine_format --write-seeds DIR`; any engine file
  * (`kiln build MODEL.onnx -o seed.kiln`) is a good seed too. */
 #include "engine/engine_format.h"
-#include "engine/engine_layout.h"
+#include "fuzz_engine_util.h"
 
 #include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -27,15 +25,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         kiln_log_set_level(KILN_LOG_ERROR);
         quiet = 1;
     }
-    read_once(data, size);
-    if (size < KILN_ENGINE_HEADER_SIZE) return 0;
-    uint8_t *copy = malloc(size);
-    if (!copy) return 0;
-    memcpy(copy, data, size);
-    memset(copy + KILN_EH_KILN_VERSION, 0, KILN_EH_TARGET - KILN_EH_KILN_VERSION);
-    memcpy(copy + KILN_EH_KILN_VERSION, KILN_VERSION_STRING, strlen(KILN_VERSION_STRING));
-    kiln_engine_reseal(copy, size);
-    read_once(copy, size);
-    free(copy);
+    fuzz_read_engine_twice(data, size, read_once);
     return 0;
 }

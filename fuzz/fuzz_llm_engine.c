@@ -6,12 +6,11 @@
  * reach the sections' decoding. Seeds: fuzz/corpus/fuzz_llm_engine/ (tiny GPT-2 and Llama engines,
  * fp32 / fp16 / bf16, with and without a tokenizer, from fuzz/make_seeds.py --kiln). */
 #include "llm/llm_engine.h"
-#include "engine/engine_layout.h" /* after llm_engine.h, which gives it kiln.h and the engine meta */
+#include "fuzz_engine_util.h" /* after llm_engine.h, which gives it kiln.h and the engine meta */
 #include "fuzz_util.h"
 
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -29,15 +28,6 @@ static void read_once(const uint8_t *image, size_t size) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_silence_log();
-    read_once(data, size);
-    if (size < KILN_ENGINE_HEADER_SIZE) return 0;
-    uint8_t *copy = malloc(size);
-    if (!copy) return 0;
-    memcpy(copy, data, size);
-    memset(copy + KILN_EH_KILN_VERSION, 0, KILN_EH_TARGET - KILN_EH_KILN_VERSION);
-    memcpy(copy + KILN_EH_KILN_VERSION, KILN_VERSION_STRING, strlen(KILN_VERSION_STRING));
-    kiln_engine_reseal(copy, size);
-    read_once(copy, size);
-    free(copy);
+    fuzz_read_engine_twice(data, size, read_once);
     return 0;
 }

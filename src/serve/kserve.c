@@ -71,14 +71,6 @@ static enum MHD_Result model_metadata(serve_conn *c, serve_version *v, const cha
     return serve_reply_json(c, 200, j);
 }
 
-static void record_infer_metrics(serve_conn *c, const serve_infer *r) {
-    char labels[400];
-    serve_metrics_labels(labels, sizeof labels, c->model, c->version);
-    serve_metrics_observe(c->srv->metrics, "kiln_queue_duration_seconds", labels, r->queue_us / 1e6);
-    serve_metrics_observe(c->srv->metrics, "kiln_compute_duration_seconds", labels, r->compute_us / 1e6);
-    if (r->first_of_run) serve_metrics_observe(c->srv->metrics, "kiln_batch_size", labels, r->batch_rows);
-}
-
 static enum MHD_Result infer(serve_conn *c, serve_version *v, const char *name) {
     if (strcmp(c->method, "POST")) return serve_reply_error(c, 405, "infer takes POST");
     if (v->llm) return serve_reply_error(c, 400, "model '%s' is an LLM: use /v1/completions or /v1/chat/completions", name);
@@ -102,7 +94,9 @@ static enum MHD_Result infer(serve_conn *c, serve_version *v, const char *name) 
         serve_pool_infer(v->pool, &r);
         status = r.http_status;
         snprintf(msg, sizeof msg, "%s", r.message);
-        if (status == 200) record_infer_metrics(c, &r);
+        if (status == 200)
+            serve_metrics_record_run(c->srv->metrics, c->model, c->version, r.queue_us / 1e6, r.compute_us / 1e6,
+                                     r.first_of_run ? r.batch_rows : 0);
     }
     enum MHD_Result ok;
     if (status == 200) {

@@ -204,3 +204,12 @@ void serve_metrics_labels(char *buf, size_t size, const char *model, const char 
     buf[at++] = '"';
     buf[at] = 0;
 }
+
+void serve_metrics_record_run(serve_metrics *m, const char *model, const char *version, double queue_s,
+                              double compute_s, int batch_rows) {
+    char labels[400];
+    serve_metrics_labels(labels, sizeof labels, model, version);
+    serve_metrics_observe(m, "kiln_queue_duration_seconds", labels, queue_s);
+    serve_metrics_observe(m, "kiln_compute_duration_seconds", labels, compute_s);
+    if (batch_rows > 0) serve_metrics_observe(m, "kiln_batch_size", labels, batch_rows);
+}

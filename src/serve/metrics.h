@@ -33,5 +33,9 @@ void serve_metrics_render(serve_metrics *m, kiln_strbuf *out);
 
 /* Writes `model="<name>",version="<v>"` into buf with Prometheus escaping (\\, \", \n). */
 void serve_metrics_labels(char *buf, size_t size, const char *model, const char *version);
+/* One request's part of a tensor model's run: its queue and compute seconds, and the run's batch size
+ * when batch_rows > 0 (given by the first request of each run only, so that every run counts once). */
+void serve_metrics_record_run(serve_metrics *m, const char *model, const char *version, double queue_s,
+                              double compute_s, int batch_rows);
 
 #endif

@@ -181,14 +181,6 @@ typedef struct embed_request {
     size_t msg_size;
 } embed_request;
 
-/* The queue and compute times of a run, and its batch size once per run, as the KServe path does. */
-static void record_run(serve_conn *c, const serve_infer *r) {
-    char labels[400];
-    serve_metrics_labels(labels, sizeof labels, c->model, c->version);
-    serve_metrics_observe(c->srv->metrics, "kiln_queue_duration_seconds", labels, r->queue_us / 1e6);
-    serve_metrics_observe(c->srv->metrics, "kiln_compute_duration_seconds", labels, r->compute_us / 1e6);
-    if (r->first_of_run) serve_metrics_observe(c->srv->metrics, "kiln_batch_size", labels, r->batch_rows);
-}
 
 /* Runs the token lists t[0..rows) (of one run length; request inputs first..) as one batch through
  * the pool and leaves their embeddings in vec[0..rows) (malloc'ed), *hidden long. */
@@ -216,7 +208,9 @@ static int embed_rows(const embed_request *q, const token_list *t, int rows, int
         status = r.http_status == 200 ? 0 : r.http_status;
         if (status && rows > 1) snprintf(msg, size, "inputs %d..%d: %s", first, first + rows - 1, r.message);
         else if (status) snprintf(msg, size, "input %d: %s", first, r.message);
-        else record_run(q->c, &r);
+        else
+            serve_metrics_record_run(q->c->srv->metrics, q->c->model, q->c->version, r.queue_us / 1e6,
+                                     r.compute_us / 1e6, r.first_of_run ? r.batch_rows : 0);
     }
     if (!status) status = pool_rows(s, &r.outputs[s->output], t, rows, len, vec, hidden, msg, size);
     serve_infer_clear(&r);
