@@ -1,5 +1,5 @@
 /* llm_attn_bench.c — the paged decode attention kernel alone (llmc_decode_attention, src/llm/cuda/
- * llm_cuda_attn.cu) at real shapes: GPT-2 XL (25 heads, head_dim 64, fp16) and Llama-3-8B (32 query
+ * llm_cuda_decode.cu) at real shapes: GPT-2 XL (25 heads, head_dim 64, fp16) and Llama-3-8B (32 query
  * heads over 8 KV heads, head_dim 128, bf16), batch 1, 8, 64 x context 256, 1024, 4096 (every
  * sequence at that context, which is also the graph bucket), 16-token cache blocks in scrambled order.
  *
