@@ -15,7 +15,7 @@
  *  - residual add + LayerNorm / RMSNorm (llmc_add_norm_launch) vs kiln_llm_norm: widths 8..12288, with
  *    and without the residual, stored or not, gathered rows: h <= 4e-3 (fp16), 1.6e-2 (bf16) of the
  *    largest |h|; the FP32 residual exact.
- *  - the GEMV family (llmc_gemv_launch, every configuration) vs kiln_llm_linear: K 64..4096, N 1..2048,
+ *  - the GEMV family (llmc_gemv_launch, every configuration) vs kiln_llm_linear: K 64..4096, N 5..2304,
  *    1, 3 and 8 rows, bias or not, 16-bit or FP32 out: <= 1.5e-3 (fp16), 1e-2 (bf16), 1e-4 (FP32 out).
  *  - sampling: the greedy argmax kernel (llmc_argmax_launch) vs a CPU argmax (ties to the lowest id,
  *    NaN never wins) and the GPU sampler (kiln_llm_cuda_sample) vs kiln_sample_next (greedy,
@@ -616,7 +616,7 @@ done:
 }
 
 static void test_gemv(void) {
-    static const int shapes[][3] = {{64, 1, 1}, {256, 7, 3}, {1000, 301, 8}, {4096, 2048, 1}, {768, 2304, 3}};
+    static const int shapes[][3] = {{64, 5, 2}, {256, 7, 3}, {1000, 301, 8}, {4096, 2048, 1}, {768, 2304, 3}};
     for (int di = 0; di < 2; di++)
         for (int i = 0; i < 5; i++) gemv_case(shapes[i][0], shapes[i][1], shapes[i][2], di ? KILN_BF16 : KILN_F16);
 }
