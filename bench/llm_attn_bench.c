@@ -11,7 +11,8 @@
  * >= 256 MB together) that the reads come from HBM, not L2. Each case first checks the kernel
  * against a CPU attention on its first and last sequence (max |gpu - cpu| / max |cpu|).
  *
- *   llm_attn_bench [--only gpt2-xl,llama3-8b,phi-2,phi-3-mini,gemma-7b,falcon-7b] [--batch 1,8,64] [--ctx 256,1024,4096] [--part N]
+ *   llm_attn_bench [--only gpt2-xl,llama3-8b,phi-2,phi-3-mini,gemma-7b,falcon-7b] [--batch 1,8,64]
+ *                  [--ctx 256,1024,4096] [--part N]
  *   (--part: keys per split instead of the kernel's heuristic)
  * Exits 77 ("skipped: no GPU (...)") without a GPU, 1 on an error. */
 #include "llm/llm_cuda.h"
