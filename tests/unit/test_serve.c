@@ -244,6 +244,35 @@ static void test_batcher(kiln_engine *e) {
     serve_pool_free(p);
 }
 
+/* One instance keeps two runs in flight: requests queued behind a running batch are enqueued on the
+ * instance's second context before the first run is waited for, and every request still gets its
+ * own rows back (compared with the same input run alone). */
+static void test_runs_in_flight(kiln_engine *e) {
+    serve_batch_config cfg = {.max_batch = 2, .max_queue_delay_us = 0, .instances = 1, .breaker_failures = 3};
+    serve_pool *p;
+    REQUIRE_OK(serve_pool_create(e, &cfg, &p));
+    enum { N = 16 };
+    static job ref[2], jobs[N];
+    for (int i = 0; i < 2; i++) job_init(&ref[i], p, i), run_job(&ref[i]);
+    serve_pool_stats st = {0};
+    for (int round = 0; round < 10 && !st.overlapped_runs; round++) { /* the threads' arrival is up to the scheduler */
+        pthread_t t[N];
+        for (int i = 0; i < N; i++) job_init(&jobs[i], p, i % 2), pthread_create(&t[i], NULL, run_job, &jobs[i]);
+        for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+        for (int i = 0; i < N; i++) {
+            CHECK(jobs[i].r.http_status == 200 && jobs[i].r.n_outputs == 1);
+            const float *got = jobs[i].r.outputs[0].data, *want = ref[i % 2].r.outputs[0].data;
+            for (int k = 0; k < 10; k++)
+                CHECKF(fabsf(got[k] - want[k]) <= 1e-5f, "request %d output %d: %g, alone %g", i, k, got[k], want[k]);
+            serve_infer_clear(&jobs[i].r);
+        }
+        serve_pool_get_stats(p, &st);
+    }
+    CHECKF(st.overlapped_runs > 0, "no run was enqueued while another was in flight (%llu runs)", (unsigned long long)st.runs);
+    for (int i = 0; i < 2; i++) serve_infer_clear(&ref[i].r);
+    serve_pool_free(p);
+}
+
 int main(void) {
     test_metrics();
     test_keys();
@@ -254,6 +283,7 @@ int main(void) {
     kiln_engine *e;
     REQUIRE_OK(kiln_build_onnx(model, NULL, &e));
     test_batcher(e);
+    test_runs_in_flight(e);
     kiln_engine_free(e);
     return checks_report("test_serve");
 }
