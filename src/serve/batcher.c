@@ -8,7 +8,11 @@
  * page-locked input staging (rows of a batch are joined there, so uploads go by DMA) and output
  * buffers. The thread enqueues the next batch on a free slot before it waits for the oldest run, so
  * on a GPU one batch's upload and computation overlap another's computation and download. Runs
- * complete in the order they were enqueued. */
+ * complete in the order they were enqueued.
+ *
+ * Joining a large batch (PARALLEL_JOIN_BYTES or more) is a memory copy one thread would spend
+ * milliseconds on; the requests' own threads, idle while they wait, copy their rows into the
+ * staging instead, all at once, and the instance enqueues the run when the last one is done. */
 #include "serve/batcher.h"
 
 #include "core/log.h"
@@ -22,6 +26,7 @@
 #include <time.h>
 
 #define RUNS_IN_FLIGHT 2
+#define PARALLEL_JOIN_BYTES (1u << 20)
 
 /* One run of an instance: its context, buffers, and the batch it holds while in flight. */
 typedef struct run_slot {
@@ -30,6 +35,7 @@ typedef struct run_slot {
     size_t *staging_cap;
     void **outputs;       /* [n_out] bound output buffers (kiln_host_alloc), NULL where unbound */
     serve_infer **batch;  /* [max_batch or 1] */
+    char **copy_to;       /* [max_batch][n_in]: where request k's input i goes in the staging */
     int n;
     int64_t rows;
     double t0;
@@ -46,6 +52,8 @@ typedef struct instance {
     bool started;
     int consecutive_failures;
     double out_until_us;  /* > now: out of rotation (circuit open) */
+    int copies_left;      /* requests still copying their rows into the batch being joined */
+    pthread_cond_t copied_cv; /* signalled when copies_left reaches 0 */
 } instance;
 
 struct serve_pool {
@@ -196,21 +204,45 @@ static kiln_status reserve_staging(run_slot *rs, int i, size_t bytes) {
     return KILN_OK;
 }
 
-/* Joins the batch's rows of every input in the slot's staging and binds them. */
-static kiln_status bind_inputs(serve_pool *p, run_slot *rs) {
+/* Copies request r's inputs to where its rows go in a batch (copy_to[i] for input i). */
+static void copy_rows(const serve_infer *r, char *const *copy_to) {
+    for (int i = 0; i < r->n_inputs; i++) memcpy(copy_to[i], r->inputs[i].data, r->inputs[i].bytes);
+}
+
+/* Joins the batch's rows of every input in the slot's staging (by the requests' threads when the
+ * batch is large) and binds them. */
+static kiln_status bind_inputs(instance *in, run_slot *rs) {
+    serve_pool *p = in->pool;
+    size_t all = 0;
+    for (int i = 0; i < p->n_in; i++) {
+        size_t total = 0;
+        for (int k = 0; k < rs->n; k++) total += rs->batch[k]->inputs[i].bytes;
+        KILN_TRY(reserve_staging(rs, i, total));
+        char *at = rs->staging[i];
+        for (int k = 0; k < rs->n; k++) {
+            rs->copy_to[k * p->n_in + i] = at;
+            at += rs->batch[k]->inputs[i].bytes;
+        }
+        all += total;
+    }
+    if (rs->n > 1 && all >= PARALLEL_JOIN_BYTES) {
+        pthread_mutex_lock(&p->mu);
+        in->copies_left = rs->n;
+        for (int k = 0; k < rs->n; k++) {
+            rs->batch[k]->copy_to = &rs->copy_to[k * p->n_in];
+            rs->batch[k]->joining = in;
+            pthread_cond_signal(&rs->batch[k]->done_cv);
+        }
+        while (in->copies_left) pthread_cond_wait(&in->copied_cv, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+    } else {
+        for (int k = 0; k < rs->n; k++) copy_rows(rs->batch[k], &rs->copy_to[k * p->n_in]);
+    }
     for (int i = 0; i < p->n_in; i++) {
         const serve_tensor *t0 = &rs->batch[0]->inputs[i];
         int64_t dims[KILN_MAX_DIMS];
         memcpy(dims, t0->dims, sizeof dims);
         if (p->batched) dims[0] = rs->rows;
-        size_t total = 0;
-        for (int k = 0; k < rs->n; k++) total += rs->batch[k]->inputs[i].bytes;
-        KILN_TRY(reserve_staging(rs, i, total));
-        size_t at = 0;
-        for (int k = 0; k < rs->n; k++) {
-            memcpy((char *)rs->staging[i] + at, rs->batch[k]->inputs[i].data, rs->batch[k]->inputs[i].bytes);
-            at += rs->batch[k]->inputs[i].bytes;
-        }
         KILN_TRY(kiln_context_set_input(rs->ctx, p->in_desc[i].name, t0->dtype, t0->ndim, dims, rs->staging[i]));
     }
     return KILN_OK;
@@ -273,7 +305,7 @@ static void start_run(instance *in, run_slot *rs) {
         slot_failed(rs, kiln_error(KILN_ERR_BACKEND, "injected failure (KILN_SERVE_FAIL_RUNS)"));
         return;
     }
-    kiln_status st = bind_inputs(p, rs);
+    kiln_status st = bind_inputs(in, rs);
     if (!st) st = kiln_context_enqueue(rs->ctx);
     if (st) slot_failed(rs, st);
 }
@@ -409,7 +441,9 @@ static kiln_status slot_create(serve_pool *p, run_slot *rs) {
     rs->staging_cap = calloc((size_t)p->n_in + 1, sizeof(size_t));
     rs->outputs = calloc((size_t)p->n_out + 1, sizeof(void *));
     rs->batch = calloc((size_t)rows, sizeof(serve_infer *));
-    if (!rs->staging || !rs->staging_cap || !rs->outputs || !rs->batch) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "run slots");
+    rs->copy_to = calloc((size_t)rows * (size_t)p->n_in + 1, sizeof(char *));
+    if (!rs->staging || !rs->staging_cap || !rs->outputs || !rs->batch || !rs->copy_to)
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "run slots");
     KILN_TRY(kiln_context_create(p->engine, &rs->ctx));
     if (static_inputs(p))
         for (int i = 0; i < p->n_in; i++) KILN_TRY(reserve_staging(rs, i, bytes_at(&p->in_desc[i], p->batched, rows)));
@@ -430,6 +464,7 @@ static void slot_free(serve_pool *p, run_slot *rs) {
     free(rs->staging_cap);
     free(rs->outputs);
     free(rs->batch);
+    free(rs->copy_to);
 }
 
 /* Runs every batch size once on each of the instance's contexts with zero inputs (from its staging),
@@ -482,6 +517,7 @@ kiln_status serve_pool_create(kiln_engine *e, const serve_batch_config *cfg, ser
     p->in_desc = calloc((size_t)p->n_in + 1, sizeof(kiln_tensor_desc));
     p->out_desc = calloc((size_t)p->n_out + 1, sizeof(kiln_tensor_desc));
     p->inst = calloc((size_t)p->cfg.instances, sizeof(instance));
+    for (int k = 0; p->inst && k < p->cfg.instances; k++) pthread_cond_init(&p->inst[k].copied_cv, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -531,6 +567,7 @@ void serve_pool_free(serve_pool *p) {
         if (in->started) pthread_join(in->thread, NULL);
         for (int s = 0; s < RUNS_IN_FLIGHT; s++) slot_free(p, &in->slots[s]);
     }
+    for (int k = 0; p->inst && k < p->cfg.instances; k++) pthread_cond_destroy(&p->inst[k].copied_cv);
     pthread_cond_destroy(&p->work_cv);
     pthread_mutex_destroy(&p->mu);
     free(p->inst);
@@ -595,6 +632,8 @@ void serve_pool_infer(serve_pool *p, serve_infer *r) {
     pthread_condattr_destroy(&ca);
     r->done = false;
     r->next = NULL;
+    r->copy_to = NULL;
+    r->joining = NULL;
     r->arrival_us = now_us();
     int64_t timeout = p->cfg.timeout_us;
     if (r->timeout_us > 0 && (timeout == 0 || r->timeout_us < timeout)) timeout = r->timeout_us;
@@ -617,7 +656,19 @@ void serve_pool_infer(serve_pool *p, serve_infer *r) {
         p->depth++;
         pthread_cond_broadcast(&p->work_cv);
     }
-    while (!r->done) pthread_cond_wait(&r->done_cv, &p->mu);
+    while (!r->done) {
+        if (!r->copy_to) {
+            pthread_cond_wait(&r->done_cv, &p->mu);
+            continue;
+        }
+        char **to = r->copy_to;
+        instance *in = r->joining;
+        r->copy_to = NULL;
+        pthread_mutex_unlock(&p->mu);
+        copy_rows(r, to);
+        pthread_mutex_lock(&p->mu);
+        if (--in->copies_left == 0) pthread_cond_signal(&in->copied_cv);
+    }
     pthread_mutex_unlock(&p->mu);
     pthread_cond_destroy(&r->done_cv);
 }

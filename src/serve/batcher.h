@@ -64,6 +64,9 @@ typedef struct serve_infer {
     bool done;
     pthread_cond_t done_cv;
     struct serve_infer *next;
+    char **copy_to;            /* set while the request's own thread is to copy its inputs into a batch: [n_inputs] */
+    struct instance *joining;  /* the instance waiting for that copy */
+
 } serve_infer;
 /* Frees the outputs (not the inputs, which the caller owns). */
 void serve_infer_clear(serve_infer *r);
