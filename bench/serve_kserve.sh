@@ -82,13 +82,12 @@ for ct in $LOADS; do
   if [ $((SECONDS + DUR + 12)) -gt "$BUDGET_S" ]; then log "skipped concurrency $c threads $t: time budget"; continue; fi
   log "kiln load kserve binary 8x$ROW, concurrency $c, threads $t"
   timeout $((DUR + 30)) "$K" load "http://127.0.0.1:$PORT" --api kserve --model model --shape "$IN=8x$ROW" --binary \
-    --concurrency "$c" --threads "$t" --duration "${DUR}s" --warmup 1s -q --json "$O/load_c${c}_t$t.json" \
+    --concurrency "$c" --threads "$t" --duration "${DUR}s" --warmup 1s --scrape -q --json "$O/load_c${c}_t$t.json" \
     > "$O/load_c${c}_t$t.txt" 2>&1
   grep -E "^(requests|rate|  e2e|errors)" "$O/load_c${c}_t$t.txt" | tee -a "$O/serve_kserve.log"
   LOADED+=("load_c${c}_t$t.json")
 done
-curl -s "localhost:$PORT/metrics" | grep -E "^kiln_(batch_size|queue_duration|compute_duration)_seconds?_(sum|count)|^kiln_batch_size_(sum|count)" \
-  >> "$O/serve_kserve.log"
+curl -s "localhost:$PORT/metrics" > "$O/metrics.txt"
 
 log "tiny model: kiln load kserve binary, concurrency 1"
 timeout $((TINY_DUR + 30)) "$K" load "http://127.0.0.1:$PORT" --api kserve --model tiny --binary --concurrency 1 \
@@ -115,8 +114,8 @@ print("| kiln bench (transfers) | img/s |\n|---|---:|")
 for (b, s), v in sorted(bench.items()):
     print(f"| batch {b}, {s} stream{'s' if s > 1 else ''} | {v:,.0f} |")
 ref1, ref2 = bench.get((256, 1)), bench.get((256, 2))
-print("\n| kiln serve + kiln load (KServe binary, 8 images/request) | req/s | img/s | p50 ms | p99 ms | failed |"
-      " / bench b256 1 stream | / bench b256 2 streams |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+print("\n| kiln serve + kiln load (KServe binary, 8 images/request) | req/s | img/s | p50 ms | p99 ms | failed | GPU util % |"
+      " / bench b256 1 stream | / bench b256 2 streams |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 best = 0
 for name in loads:
     d = read(name)
@@ -127,11 +126,26 @@ for name in loads:
     best = max(best, img)
     e2e = s["latency_ms"]["e2e"]
     ratio = lambda ref: f"{img / ref:.3f}" if ref else "-"
+    util = [m["mean"] for m in s.get("server_metrics") or []]
+    util = f"{sum(util) / len(util):.0f}" if util else "-"
     print(f"| concurrency {s['concurrency']}, --threads {d['config']['threads']} | {s['completed_rate']:,.1f} | {img:,.0f} |"
-          f" {e2e['p50']:.2f} | {e2e['p99']:.2f} | {s['failed']} | {ratio(ref1)} | {ratio(ref2)} |")
+          f" {e2e['p50']:.2f} | {e2e['p99']:.2f} | {s['failed']} | {util} | {ratio(ref1)} | {ratio(ref2)} |")
 if ref1:
     print(f"\nbest serving {best:,.0f} img/s = {best / ref1:.3f} of kiln bench b256 (1 stream)"
           + (f", {best / ref2:.3f} of 2 streams" if ref2 else "") + "; target >= 0.95")
+series = {}
+try:
+    for line in open(os.path.join(out, "metrics.txt")):
+        if line.startswith("kiln_") and 'model="model"' in line:
+            name, value = line.rsplit(" ", 1)
+            series[name.split("{")[0]] = float(value)
+except OSError:
+    pass
+runs, reqs = series.get("kiln_batch_size_count", 0), series.get("kiln_queue_duration_seconds_count", 0)
+if runs and reqs:
+    print(f"server, over every load run: {runs:.0f} runs of {series['kiln_batch_size_sum'] / runs:.1f} images on average;"
+          f" a request waited {series['kiln_queue_duration_seconds_sum'] / reqs * 1e3:.2f} ms in the queue and"
+          f" {series['kiln_compute_duration_seconds_sum'] / reqs * 1e3:.2f} ms from its run's start to its outputs (mean)")
 tiny, tb = read("load_tiny.json"), read("bench_tiny.json")
 if tiny and tb:
     p50 = tiny["steps"][0]["latency_ms"]["e2e"]["p50"]
