@@ -143,7 +143,12 @@ static kiln_status run_one(const kiln_load_config *c, load_target *t, double rat
     if (threads < 1) threads = 1;
     loop_job *jobs = calloc((size_t)threads, sizeof *jobs);
     pthread_t *tids = calloc((size_t)threads, sizeof *tids);
-    kiln_status st = jobs && tids ? KILN_OK : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for %d event loops", threads);
+    if (!jobs || !tids) {
+        free(jobs);
+        free(tids);
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for %d event loops", threads);
+    }
+    kiln_status st = KILN_OK;
     for (int i = 0; i < threads && st == KILN_OK; i++) {
         st = load_step_init(&jobs[i].step);
         if (st == KILN_OK) st = load_engine_init(&jobs[i].e, c, t, slots / threads + (i < slots % threads), i, threads);
@@ -152,19 +157,21 @@ static kiln_status run_one(const kiln_load_config *c, load_target *t, double rat
     }
     int started = 0;
     int64_t t0 = load_now_ns();
-    for (int i = 0; i < threads && st == KILN_OK; i++, started++) {
+    for (int i = 0; i < threads && st == KILN_OK; i++) {
         jobs[i].t0_ns = t0;
         if (threads == 1) loop_main(&jobs[i]); /* no thread for a single loop */
         else if (pthread_create(&tids[i], NULL, loop_main, &jobs[i]))
             st = kiln_error(KILN_ERR_INTERNAL, "cannot start event loop thread %d of %d", i + 1, threads);
+        if (st == KILN_OK) started++;
     }
     for (int i = 0; i < started && threads > 1; i++) pthread_join(tids[i], NULL);
     for (int i = 0; i < started && st == KILN_OK; i++)
         if (jobs[i].st) st = kiln_error(jobs[i].st, "%s", jobs[i].error);
-    *step = jobs ? jobs[0].step : (kiln_load_step){0};
-    if (jobs) jobs[0].step = (kiln_load_step){0};
+    *step = jobs[0].step; /* loop 0's result, with the others' merged into it */
+    jobs[0].step = (kiln_load_step){0};
     for (int i = 1; i < threads && st == KILN_OK; i++) st = load_step_merge(step, &jobs[i].step);
-    for (int i = 0; jobs && i < threads; i++) {
+    step->rate = rate; /* the sum of the loops' shares, without their rounding */
+    for (int i = 0; i < threads; i++) {
         if (jobs[i].ready) load_engine_free(&jobs[i].e);
         load_step_free(&jobs[i].step);
     }
