@@ -20,6 +20,7 @@ TARGET=${TARGET:-cuda}
 QUICK=${QUICK:-0}
 PORT=${PORT:-8123}
 BUDGET_S=${BUDGET_S:-280}           # load runs that would end past this are skipped
+CONN_MEM=${CONN_MEM:-}              # kiln serve's connection_memory_bytes (default: the server's, 256 KiB)
 W=$(mktemp -d)
 SP=""
 cleanup() {
@@ -70,7 +71,8 @@ cat > "$W/repo/model/config.json" <<EOF
 EOF
 timeout 60 "$K" build models/sample_cnn.onnx --target "$TARGET" -o "$W/repo/tiny/1/model.kiln" >> "$O/serve_kserve.log" 2>&1
 echo "{\"target\":\"$TARGET\",\"max_batch\":0}" > "$W/repo/tiny/config.json"
-"$K" serve --repo "$W/repo" --port "$PORT" > "$O/serve.log" 2>&1 &
+echo "{${CONN_MEM:+\"connection_memory_bytes\": $CONN_MEM}}" > "$W/server.json"
+"$K" serve --repo "$W/repo" --port "$PORT" --config "$W/server.json" > "$O/serve.log" 2>&1 &
 SP=$!
 for i in $(seq 1 240); do curl -sf "localhost:$PORT/v2/health/ready" > /dev/null && break; sleep 0.5; done
 log "ready after ~$((i / 2)) s (warm-up of every batch size on every context)"

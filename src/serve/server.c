@@ -18,13 +18,11 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Each connection's memory pool (headers and the read buffer): libmicrohttpd's default of 32 KiB
- * hands a body of megabytes (binary tensors) to on_request in hundreds of small pieces; 256 KiB
- * reads it in large ones (the server spent about a third less CPU per 4.8 MB request). Larger
- * costs every request: libmicrohttpd zeroes the whole pool between the requests of a connection.
- * The read buffer grows in steps of CONNECTION_READ_INCREMENT_BYTES. */
-#define CONNECTION_MEMORY_BYTES (256u << 10)
-#define CONNECTION_READ_INCREMENT_BYTES (32u << 10)
+/* Each connection's memory pool (headers and the read buffer) is the setting connection_memory_bytes:
+ * libmicrohttpd's default of 32 KiB hands a body of megabytes (binary tensors) to on_request in
+ * hundreds of small pieces; 256 KiB reads it in pieces of about 100 KB (the server spent about a
+ * third less CPU per 4.8 MB request). Larger costs every request: libmicrohttpd zeroes the whole
+ * pool between the requests of a connection. The read buffer grows in steps of an eighth of it. */
 
 double serve_now_us(void) {
     struct timespec ts;
@@ -399,8 +397,8 @@ int serve_run(const serve_options *o) {
     d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
                              MHD_USE_ERROR_LOG,
                          (uint16_t)o->port, NULL, NULL, on_request, &s, MHD_OPTION_SOCK_ADDR, &addr,
-                         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY_BYTES,
-                         MHD_OPTION_CONNECTION_MEMORY_INCREMENT, (size_t)CONNECTION_READ_INCREMENT_BYTES,
+                         MHD_OPTION_CONNECTION_MEMORY_LIMIT, set.connection_memory_bytes,
+                         MHD_OPTION_CONNECTION_MEMORY_INCREMENT, set.connection_memory_bytes / 8,
                          MHD_OPTION_CONNECTION_TIMEOUT, set.connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
                          set.max_connections, MHD_OPTION_NOTIFY_COMPLETED, on_completed, &s,
                          MHD_OPTION_EXTERNAL_LOGGER, quiet_mhd_log, NULL, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1,

@@ -120,6 +120,11 @@ static void test_configs(void) {
     const char *settings = "{\"max_body_bytes\": 4096, \"poll_repository_s\": 0.5}";
     CHECK_OK(serve_settings_parse(settings, strlen(settings), "--config", &s));
     CHECK(s.max_body_bytes == 4096 && s.poll_repository_s == 0.5 && s.connection_timeout_s == 30);
+    CHECK(s.connection_memory_bytes == 256 << 10);
+    settings = "{\"connection_memory_bytes\": 1048576}";
+    CHECK_OK(serve_settings_parse(settings, strlen(settings), "--config", &s));
+    CHECK(s.connection_memory_bytes == 1 << 20);
+    CHECK(serve_settings_parse("{\"connection_memory_bytes\": 1000}", 33, "--config", &s) == KILN_ERR_INVALID_ARGUMENT);
     CHECK(serve_settings_parse("{\"max_body_bytes\": 1}", 21, "--config", &s) == KILN_ERR_INVALID_ARGUMENT);
     CHECK(serve_settings_parse("{\"x\": 1}", 8, "--config", &s) == KILN_ERR_INVALID_ARGUMENT);
 }
