@@ -39,6 +39,9 @@ static const char *USAGE =
     "  --concurrency N        closed loop with N requests in flight (the default: 1)\n"
     "  --connections N        open loop: at most N requests in flight (default 256); requests beyond\n"
     "                         wait, keeping their intended send time\n"
+    "  --threads N            N event loops on N threads, each with its share of the connections\n"
+    "                         (or concurrency), rate and requests; results merged (default 1). More\n"
+    "                         when one loop cannot keep up (large bodies: binary tensors)\n"
     "  --duration D           measured window, e.g. 30s (default 10s unless --requests is given)\n"
     "  --requests N           measured requests (with --duration, whichever ends first)\n"
     "  --warmup D             warm-up before each measured window, not counted (default 1s; 0: none)\n"
@@ -195,6 +198,7 @@ static bool option(args *a, kiln_load_config *c, outputs *o) {
     else if (!strcmp(name, "--rate")) { if (!number(name, v, 1e-3, 1e7, false, &c->rate)) return false; o->have_rate = true; }
     else if (!strcmp(name, "--concurrency")) { if (!number(name, v, 1, 100000, true, &d)) return false; c->concurrency = (int)d; o->have_conc = true; }
     else if (!strcmp(name, "--connections")) { if (!number(name, v, 1, 100000, true, &d)) return false; c->connections = (int)d; }
+    else if (!strcmp(name, "--threads")) { if (!number(name, v, 1, KILN_LOAD_MAX_THREADS, true, &d)) return false; c->threads = (int)d; }
     else if (!strcmp(name, "--duration")) return seconds(name, v, false, &c->duration_s);
     else if (!strcmp(name, "--requests")) { if (!number(name, v, 1, 1e12, true, &d)) return false; c->requests = (int64_t)d; }
     else if (!strcmp(name, "--warmup")) return seconds(name, v, true, &c->warmup_s);

@@ -116,7 +116,7 @@ static bool open_conn(load_engine *e, load_slot *s, int k) {
         load_engine_finish(e, s, KILN_LOADERR_RESOLVE, 0, t->resolve_error);
         return false;
     }
-    int a = (t->preferred + k) % t->naddrs;
+    int a = (e->preferred_addr + k) % t->naddrs;
     s->addr_try = k;
     s->addr_index = a;
     s->fd = socket(t->addrs[a].ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -129,7 +129,7 @@ static bool open_conn(load_engine *e, load_slot *s, int k) {
     s->reused = false;
     if (connect(s->fd, (const struct sockaddr *)&t->addrs[a], t->addrlens[a]) == 0) {
         s->connecting = false;
-        t->preferred = a;
+        e->preferred_addr = a;
         watch(e, s, false, EPOLL_CTL_ADD);
         return true;
     }
@@ -275,7 +275,7 @@ void load_native_event(load_engine *e, load_slot *s, uint32_t events) {
             return;
         }
         s->connecting = false;
-        e->tgt->preferred = s->addr_index;
+        e->preferred_addr = s->addr_index;
         send_more(e, s);
         return;
     }

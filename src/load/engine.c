@@ -110,13 +110,18 @@ static kiln_status slot_setup(load_engine *e, load_slot *s) {
     return KILN_OK;
 }
 
-kiln_status load_engine_init(load_engine *e, const kiln_load_config *cfg, load_target *t, int nslots) {
+kiln_status load_engine_init(load_engine *e, const kiln_load_config *cfg, load_target *t, int nslots, int thread_index,
+                             int threads) {
     memset(e, 0, sizeof *e);
     e->cfg = cfg;
     e->tgt = t;
+    e->thread_index = thread_index;
+    e->threads = threads;
+    e->requests = cfg->requests / threads + (thread_index < cfg->requests % threads);
+    e->next_prompt = thread_index; /* the loops take prompts in turn from different places */
     e->epfd = e->tfd = -1;
     e->curl_deadline_ns = e->armed_ns = -1;
-    kiln_rng_seed(&e->rng, cfg->seed);
+    kiln_rng_seed(&e->rng, cfg->seed + (uint64_t)thread_index);
     e->epfd = epoll_create1(EPOLL_CLOEXEC);
     e->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     if (e->epfd < 0 || e->tfd < 0) {
@@ -240,9 +245,7 @@ static bool queue_push(load_engine *e, int64_t t) {
 
 /* True when the measured window is over for a request scheduled (or started) at t. */
 static bool window_closed(load_engine *e, int64_t t) {
-    const kiln_load_config *c = e->cfg;
-    return t >= e->window_start_ns &&
-           (t >= e->window_end_ns || (c->requests > 0 && e->step->scheduled >= c->requests));
+    return t >= e->window_start_ns && (t >= e->window_end_ns || (e->requests > 0 && e->step->scheduled >= e->requests));
 }
 
 /* Counts a newly scheduled request in its phase. */
@@ -265,7 +268,7 @@ static void open_loop_advance(load_engine *e, int64_t now) {
         count_scheduled(e, t);
         if (!queue_push(e, t)) load_record_not_sent(e, t); /* out of memory: counted, not lost */
         if (e->cfg->poisson) e->next_ns = t + (int64_t)kiln_rng_exponential(&e->rng, e->mean_gap_ns);
-        else e->next_ns = e->t0_ns + (int64_t)llround((double)e->issued * e->mean_gap_ns);
+        else e->next_ns = e->first_ns + (int64_t)llround((double)e->issued * e->mean_gap_ns);
     }
     while (e->qcount > 0 && e->nfree > 0) {
         int64_t t = e->queue[e->qhead];
@@ -337,9 +340,11 @@ static void arm_timer(load_engine *e, int64_t deadline) {
 static void progress(load_engine *e, int64_t now) {
     const kiln_load_step *st = e->step;
     double t = (double)(now - e->window_start_ns) / 1e9;
-    fprintf(stderr, "kiln load: %s %6.1f s  scheduled %lld  ok %lld  failed %lld  in flight %d  queued %lld\n",
+    char share[48] = "";
+    if (e->threads > 1) snprintf(share, sizeof share, "  (event loop 1 of %d)", e->threads);
+    fprintf(stderr, "kiln load: %s %6.1f s  scheduled %lld  ok %lld  failed %lld  in flight %d  queued %lld%s\n",
             t < 0 ? "warm-up" : "measure", t < 0 ? -t : t, (long long)st->scheduled, (long long)st->ok,
-            (long long)st->failed, e->nslots - e->nfree, (long long)e->qcount);
+            (long long)st->failed, e->nslots - e->nfree, (long long)e->qcount, share);
 }
 
 /* One pass of waiting and dispatching socket events and curl's timeout. */
@@ -373,18 +378,19 @@ static void poll_once(load_engine *e, int64_t deadline) {
     reap(e);
 }
 
-kiln_status load_engine_run_step(load_engine *e, double rate, int concurrency, kiln_load_step *step) {
+kiln_status load_engine_run_step(load_engine *e, double rate, int64_t t0_ns, kiln_load_step *step) {
     const kiln_load_config *c = e->cfg;
     e->step = step;
     e->open_loop = rate > 0;
     step->open_loop = e->open_loop;
     step->poisson = e->open_loop && c->poisson;
-    step->rate = rate;
-    step->concurrency = e->open_loop ? 0 : concurrency;
+    step->rate = rate / e->threads;
+    step->concurrency = e->open_loop ? 0 : e->nslots;
     step->warmup_s = c->warmup_s;
-    e->mean_gap_ns = e->open_loop ? 1e9 / rate : 0;
-    e->t0_ns = load_now_ns();
-    e->next_ns = e->t0_ns;
+    e->mean_gap_ns = e->open_loop ? 1e9 * e->threads / rate : 0;
+    e->t0_ns = t0_ns;
+    e->first_ns = e->t0_ns + (e->open_loop ? (int64_t)llround(1e9 / rate * e->thread_index) : 0);
+    e->next_ns = e->first_ns;
     e->window_start_ns = e->t0_ns + (int64_t)(c->warmup_s * 1e9);
     e->window_end_ns = c->duration_s > 0 ? e->window_start_ns + (int64_t)(c->duration_s * 1e9) : INT64_MAX;
     e->next_scrape_ns = e->t0_ns;
@@ -405,15 +411,15 @@ kiln_status load_engine_run_step(load_engine *e, double rate, int concurrency, k
             next_timeout_scan = now + 10000000;
         }
         load_scrape_maybe_start(e, now);
-        if (c->progress && now >= next_progress) {
+        if (c->progress && e->thread_index == 0 && now >= next_progress) {
             progress(e, now);
             next_progress += 1000000000;
         }
         int64_t dl = e->curl_deadline_ns >= 0 ? e->curl_deadline_ns : INT64_MAX;
         if (!e->sched_done) dl = e->open_loop ? (e->next_ns < dl ? e->next_ns : dl) : (e->window_end_ns < dl ? e->window_end_ns : dl);
         if (e->qcount > 0 && drain_deadline < dl) dl = drain_deadline;
-        if (e->tgt->metrics_url[0] && !e->scrape_busy && e->next_scrape_ns < dl) dl = e->next_scrape_ns;
-        if (c->progress && next_progress < dl) dl = next_progress;
+        if (e->tgt->metrics_url[0] && e->thread_index == 0 && !e->scrape_busy && e->next_scrape_ns < dl) dl = e->next_scrape_ns;
+        if (c->progress && e->thread_index == 0 && next_progress < dl) dl = next_progress;
         if (e->tgt->native && inflight && next_timeout_scan < dl) dl = next_timeout_scan;
         poll_once(e, dl);
     }

@@ -30,6 +30,7 @@
 #define KILN_LOAD_MAX_STOPS 8    /* conditions in one --stop-when */
 #define KILN_LOAD_MAX_HEADERS 32
 #define KILN_LOAD_MAX_INPUTS 32  /* --input NAME=FILE.npy / --shape NAME=DIMS */
+#define KILN_LOAD_MAX_THREADS 64 /* --threads */
 
 typedef enum kiln_load_api {
     KILN_LOAD_API_HTTP,
@@ -96,6 +97,7 @@ typedef struct kiln_load_config {
     bool poisson;          /* Poisson arrivals instead of constant spacing */
     int concurrency;       /* closed loop: requests in flight */
     int connections;       /* open loop: most requests in flight (connection pool size) */
+    int threads;           /* event loops (threads) sharing the connections and the rate (default 1) */
     double duration_s;     /* measured window (0 = bounded by `requests` only) */
     int64_t requests;      /* measured requests (0 = bounded by duration only) */
     double warmup_s;

@@ -12,7 +12,8 @@
 #include <curl/curl.h>
 #include <sys/socket.h>
 
-/* What every request of a run shares, prepared once before any load is sent. */
+/* What every request of a run shares, prepared once before any load is sent (read-only while the
+ * event loops run, which may be several threads). */
 typedef struct load_target {
     const kiln_load_config *cfg;
     char url[2048];         /* the request URL */
@@ -28,7 +29,6 @@ typedef struct load_target {
     struct sockaddr_storage addrs[4]; /* the server's addresses, resolved once */
     socklen_t addrlens[4];
     int naddrs;             /* 0 when the name did not resolve (every request then fails "resolve") */
-    int preferred;          /* the address that last accepted a connection */
     char resolve_error[256];
     kiln_strbuf request_head; /* "METHOD /path HTTP/1.1", Host, headers; ends before Content-Length */
     bool head_method;       /* requests are HEAD: responses have no body */
@@ -71,10 +71,15 @@ typedef struct load_slot {
 /* epoll event tags: data.u64 = (index << 2) | tag. */
 enum { LOAD_TAG_TIMER = 0, LOAD_TAG_CURL = 1, LOAD_TAG_NATIVE = 2 };
 
-/* The single-threaded engine: native connections and/or one curl multi handle, driven by epoll. */
+/* One event loop: native connections and/or one curl multi handle, driven by epoll, on one thread.
+ * With --threads N, each of N loops runs its share of a step (thread_index of threads): rate / N,
+ * its part of the connections or concurrency and of --requests; only loop 0 scrapes /metrics and
+ * prints progress. */
 typedef struct load_engine {
     const kiln_load_config *cfg;
     load_target *tgt;
+    int thread_index, threads;
+    int preferred_addr;       /* native: the target's address that last accepted a connection */
     CURLM *multi;
     int epfd, tfd;
     int64_t curl_deadline_ns; /* -1: curl wants no timeout */
@@ -89,9 +94,11 @@ typedef struct load_engine {
     kiln_load_step *step;
     bool open_loop;
     int64_t t0_ns, window_start_ns, window_end_ns; /* window_end: INT64_MAX when bounded by count */
+    int64_t first_ns;         /* open loop: this loop's first intended send (t0, offset among the loops) */
     int64_t next_ns;          /* next intended send (open loop) */
     double mean_gap_ns;
     int64_t issued;           /* requests scheduled so far, warm-up included */
+    int64_t requests;         /* this loop's share of cfg->requests (0: bounded by duration only) */
     bool sched_done;
     int64_t sched_end_ns;     /* when scheduling stopped (open loop: the first unscheduled time) */
     int64_t *queue;           /* open loop backlog: intended times of requests waiting for a slot */
@@ -146,16 +153,24 @@ void load_slot_body(load_slot *s, const char *data, size_t n);
 /* Ends slot s's request: err < 0 when the transport delivered a complete response with `status`,
  * else a kiln_load_err with `detail`; records it and frees the slot. */
 void load_engine_finish(load_engine *e, load_slot *s, int err, long status, const char *detail);
-kiln_status load_engine_init(load_engine *e, const kiln_load_config *cfg, load_target *t, int nslots);
+/* Prepares loop thread_index of `threads` with nslots connections (its share). */
+kiln_status load_engine_init(load_engine *e, const kiln_load_config *cfg, load_target *t, int nslots, int thread_index,
+                             int threads);
 void load_engine_free(load_engine *e);
-/* Runs one step into *step (allocated by the caller with load_step_init): open loop at `rate` when
- * rate > 0, else closed loop with `concurrency`. */
-kiln_status load_engine_run_step(load_engine *e, double rate, int concurrency, kiln_load_step *step);
+/* Runs this loop's share of one step into *step (allocated by the caller with load_step_init),
+ * starting at t0_ns (the same for every loop of the step, so that their per-second series line
+ * up): open loop at rate / threads when rate > 0 (constant spacing interleaved with the other
+ * loops'), else closed loop with the loop's nslots requests in flight. */
+kiln_status load_engine_run_step(load_engine *e, double rate, int64_t t0_ns, kiln_load_step *step);
 int64_t load_now_ns(void);
 
 /* ---- recording (record.c) */
 kiln_status load_step_init(kiln_load_step *s);
 void load_step_free(kiln_load_step *s);
+/* Adds step `from` (one loop's share) into `into`: counts, histograms, per-second series; the
+ * window and elapsed time are the longest, scrapes and the first error the first loop's that has
+ * them. Errors: KILN_ERR_OUT_OF_MEMORY. */
+kiln_status load_step_merge(kiln_load_step *into, const kiln_load_step *from);
 /* Records the outcome of a finished request of slot s (measured or not) at time done_ns: err < 0
  * for a complete response with HTTP `status`, else a kiln_load_err described by `detail`. */
 void load_record_done(load_engine *e, load_slot *s, int64_t done_ns, int err, long status, const char *detail);

@@ -14,6 +14,7 @@ void kiln_load_config_defaults(kiln_load_config *c) {
     c->api = KILN_LOAD_API_HTTP;
     c->concurrency = 1;
     c->connections = 256;
+    c->threads = 1;
     c->warmup_s = 1;
     c->timeout_s = 60;
     c->seed = 1;

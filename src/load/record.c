@@ -34,6 +34,55 @@ void load_step_free(kiln_load_step *s) {
     memset(s, 0, sizeof *s);
 }
 
+kiln_status load_step_merge(kiln_load_step *into, const kiln_load_step *from) {
+    into->rate += from->rate;
+    into->concurrency += from->concurrency;
+    if (from->window_s > into->window_s) into->window_s = from->window_s;
+    if (from->elapsed_s > into->elapsed_s) into->elapsed_s = from->elapsed_s;
+    into->scheduled += from->scheduled;
+    into->sent += from->sent;
+    into->ok += from->ok;
+    into->failed += from->failed;
+    into->late += from->late;
+    into->warmup_requests += from->warmup_requests;
+    for (int k = 0; k < KILN_LOADERR_COUNT; k++) into->err[k] += from->err[k];
+    for (int k = 0; k < 600; k++) into->status_counts[k] += from->status_counts[k];
+    for (int m = 0; m < KILN_METRIC_COUNT; m++) KILN_TRY(kiln_hist_merge(into->hist[m], from->hist[m]));
+    into->in_tokens += from->in_tokens;
+    into->out_tokens += from->out_tokens;
+    into->tokens_from_usage += from->tokens_from_usage;
+    into->tokens_estimated += from->tokens_estimated;
+    into->good += from->good;
+    if (from->nticks > into->nticks) {
+        kiln_load_tick *tk = realloc(into->ticks, (size_t)from->nticks * sizeof *tk);
+        if (!tk) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory merging the per-second series");
+        memset(tk + into->nticks, 0, (size_t)(from->nticks - into->nticks) * sizeof *tk);
+        into->ticks = tk;
+        into->nticks = from->nticks;
+    }
+    for (int i = 0; i < from->nticks; i++) {
+        kiln_load_tick *a = &into->ticks[i];
+        const kiln_load_tick *b = &from->ticks[i];
+        a->sent += b->sent;
+        a->ok += b->ok;
+        a->failed += b->failed;
+        a->e2e_sum_us += b->e2e_sum_us;
+        if (b->e2e_max_us > a->e2e_max_us) a->e2e_max_us = b->e2e_max_us;
+        a->out_tokens += b->out_tokens;
+    }
+    if (!into->nscrapes && from->nscrapes) {
+        kiln_load_scrape *sc = malloc((size_t)from->nscrapes * sizeof *sc);
+        if (!sc) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory merging the scrapes");
+        memcpy(sc, from->scrapes, (size_t)from->nscrapes * sizeof *sc);
+        free(into->scrapes);
+        into->scrapes = sc;
+        into->nscrapes = from->nscrapes;
+    }
+    into->scrape_failures += from->scrape_failures;
+    if (!into->first_error[0]) memcpy(into->first_error, from->first_error, sizeof into->first_error);
+    return KILN_OK;
+}
+
 /* The per-second bucket holding time t (NULL when it cannot be grown). */
 static kiln_load_tick *tick_at(load_engine *e, int64_t t) {
     kiln_load_step *st = e->step;

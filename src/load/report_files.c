@@ -55,6 +55,7 @@ static void json_config(kiln_json *j, const kiln_load_config *c, const kiln_load
     kiln_json_kv_number(j, "rate", c->rate);
     kiln_json_kv_int(j, "concurrency", c->concurrency);
     kiln_json_kv_int(j, "connections", c->connections);
+    kiln_json_kv_int(j, "threads", c->threads);
     kiln_json_kv_number(j, "duration_s", c->duration_s);
     kiln_json_kv_int(j, "requests", c->requests);
     kiln_json_kv_number(j, "warmup_s", c->warmup_s);

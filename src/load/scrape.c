@@ -74,7 +74,7 @@ static size_t scrape_sink(char *data, size_t size, size_t nmemb, void *userp) {
 }
 
 void load_scrape_maybe_start(load_engine *e, int64_t now_ns) {
-    if (!e->tgt->metrics_url[0] || e->scrape_busy || now_ns < e->next_scrape_ns) return;
+    if (!e->tgt->metrics_url[0] || e->thread_index != 0 || e->scrape_busy || now_ns < e->next_scrape_ns) return;
     if (!e->scrape_h) {
         e->scrape_h = curl_easy_init();
         if (!e->scrape_h) return;

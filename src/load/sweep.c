@@ -7,6 +7,7 @@
 #include "core/status.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,8 @@ static kiln_status check_config(const kiln_load_config *c) {
     if (c->rate == 0 && c->sweep != KILN_SWEEP_RATE && c->concurrency < 1)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--concurrency must be at least 1");
     if (c->connections < 1) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--connections must be at least 1");
+    if (c->threads < 1 || c->threads > KILN_LOAD_MAX_THREADS)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--threads must be in 1..%d", KILN_LOAD_MAX_THREADS);
     if (c->duration_s <= 0 && c->requests <= 0) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "give --duration and/or --requests (the run must be bounded)");
     if (!(c->warmup_s >= 0) || !(c->timeout_s > 0)) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--warmup must be >= 0 and --timeout > 0");
     if (!(c->goodput_share > 0 && c->goodput_share <= 1)) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--goodput must be in (0, 100] %%");
@@ -113,15 +116,67 @@ static void plan_capacity(const kiln_load_config *c, kiln_load_result *r) {
     if (c->target_rate > 0 && r->capacity_rate > 0) r->servers_needed = (int)ceil(c->target_rate / r->capacity_rate - 1e-9);
 }
 
-/* Runs step k (rate > 0: open loop; else closed loop with `conc`). */
-static kiln_status run_one(const kiln_load_config *c, load_target *t, double rate, int conc, kiln_load_step *step) {
-    KILN_TRY(load_step_init(step));
+/* One event loop's part of a step, run on its own thread. */
+typedef struct loop_job {
     load_engine e;
-    kiln_status st = load_engine_init(&e, c, t, rate > 0 ? c->connections : conc);
-    if (st == KILN_OK) {
-        st = load_engine_run_step(&e, rate, conc, step);
-        load_engine_free(&e);
+    bool ready;               /* e initialised */
+    kiln_load_step step;
+    double rate;
+    int64_t t0_ns;
+    kiln_status st;
+    char error[512];          /* the thread's kiln_last_error when st != KILN_OK */
+} loop_job;
+
+static void *loop_main(void *arg) {
+    loop_job *j = arg;
+    j->st = load_engine_run_step(&j->e, j->rate, j->t0_ns, &j->step);
+    if (j->st) snprintf(j->error, sizeof j->error, "%s", kiln_last_error());
+    return NULL;
+}
+
+/* Runs step k (rate > 0: open loop; else closed loop with `conc`) on min(--threads, connections)
+ * event loops, each with its share of the connections, and merges their results into *step. */
+static kiln_status run_one(const kiln_load_config *c, load_target *t, double rate, int conc, kiln_load_step *step) {
+    int slots = rate > 0 ? c->connections : conc;
+    int threads = c->threads < slots ? c->threads : slots;
+    if (c->requests > 0 && c->requests < threads) threads = (int)c->requests; /* every loop has requests to send */
+    if (threads < 1) threads = 1;
+    loop_job *jobs = calloc((size_t)threads, sizeof *jobs);
+    pthread_t *tids = calloc((size_t)threads, sizeof *tids);
+    if (!jobs || !tids) {
+        free(jobs);
+        free(tids);
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for %d event loops", threads);
     }
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < threads && st == KILN_OK; i++) {
+        st = load_step_init(&jobs[i].step);
+        if (st == KILN_OK) st = load_engine_init(&jobs[i].e, c, t, slots / threads + (i < slots % threads), i, threads);
+        jobs[i].ready = st == KILN_OK;
+        jobs[i].rate = rate;
+    }
+    int started = 0;
+    int64_t t0 = load_now_ns();
+    for (int i = 0; i < threads && st == KILN_OK; i++) {
+        jobs[i].t0_ns = t0;
+        if (threads == 1) loop_main(&jobs[i]); /* no thread for a single loop */
+        else if (pthread_create(&tids[i], NULL, loop_main, &jobs[i]))
+            st = kiln_error(KILN_ERR_INTERNAL, "cannot start event loop thread %d of %d", i + 1, threads);
+        if (st == KILN_OK) started++;
+    }
+    for (int i = 0; i < started && threads > 1; i++) pthread_join(tids[i], NULL);
+    for (int i = 0; i < started && st == KILN_OK; i++)
+        if (jobs[i].st) st = kiln_error(jobs[i].st, "%s", jobs[i].error);
+    *step = jobs[0].step; /* loop 0's result, with the others' merged into it */
+    jobs[0].step = (kiln_load_step){0};
+    for (int i = 1; i < threads && st == KILN_OK; i++) st = load_step_merge(step, &jobs[i].step);
+    step->rate = rate; /* the sum of the loops' shares, without their rounding */
+    for (int i = 0; i < threads; i++) {
+        if (jobs[i].ready) load_engine_free(&jobs[i].e);
+        load_step_free(&jobs[i].step);
+    }
+    free(jobs);
+    free(tids);
     return st;
 }
 

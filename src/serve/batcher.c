@@ -2,7 +2,17 @@
  *
  * One mutex guards the queue, the instances' rotation state and the counters; instance threads
  * hold it only to pick a batch and to hand results back, never while a context runs. A request's
- * thread sleeps on its own condition variable until an instance marks it done. */
+ * thread sleeps on its own condition variable until an instance marks it done.
+ *
+ * Each instance keeps RUNS_IN_FLIGHT runs going: a run slot is a context of the engine with its own
+ * page-locked input staging (rows of a batch are joined there, so uploads go by DMA) and output
+ * buffers. The thread enqueues the next batch on a free slot before it waits for the oldest run, so
+ * on a GPU one batch's upload and computation overlap another's computation and download. Runs
+ * complete in the order they were enqueued.
+ *
+ * Joining a large batch (PARALLEL_JOIN_BYTES or more) is a memory copy one thread would spend
+ * milliseconds on; the requests' own threads, idle while they wait, copy their rows into the
+ * staging instead, all at once, and the instance enqueues the run when the last one is done. */
 #include "serve/batcher.h"
 
 #include "core/log.h"
@@ -15,16 +25,35 @@
 #include <string.h>
 #include <time.h>
 
+#define RUNS_IN_FLIGHT 2
+#define PARALLEL_JOIN_BYTES (1u << 20)
+
+/* One run of an instance: its context, buffers, and the batch it holds while in flight. */
+typedef struct run_slot {
+    kiln_context *ctx;
+    void **staging;       /* [n_in] joined inputs of a batch (kiln_host_alloc) */
+    size_t *staging_cap;
+    void **outputs;       /* [n_out] bound output buffers (kiln_host_alloc), NULL where unbound */
+    serve_infer **batch;  /* [max_batch or 1] */
+    char **copy_to;       /* [max_batch][n_in]: where request k's input i goes in the staging */
+    int n;
+    int64_t rows;
+    double t0;
+    kiln_status st;       /* of the run so far */
+    char error[512];      /* its message when st != KILN_OK */
+} run_slot;
+
 typedef struct instance {
     serve_pool *pool;
     int index;
-    kiln_context *ctx;
+    run_slot slots[RUNS_IN_FLIGHT];
+    int oldest, in_flight; /* runs in flight: slots[oldest], slots[oldest + 1], ... (mod RUNS_IN_FLIGHT) */
     pthread_t thread;
     bool started;
     int consecutive_failures;
     double out_until_us;  /* > now: out of rotation (circuit open) */
-    void **staging;       /* [n_in] joined inputs of a batch */
-    size_t *staging_cap;
+    int copies_left;      /* requests still copying their rows into the batch being joined */
+    pthread_cond_t copied_cv; /* signalled when copies_left reaches 0 */
 } instance;
 
 struct serve_pool {
@@ -40,7 +69,7 @@ struct serve_pool {
     bool stopping;
     instance *inst;
     int n_inst;
-    uint64_t runs, rows, failures;
+    uint64_t runs, rows, failures, overlapped_runs;
     atomic_int failures_to_inject; /* KILN_SERVE_FAIL_RUNS: the pool's next runs fail (tests of the breaker) */
 };
 
@@ -59,9 +88,10 @@ static void wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double until_us)
 }
 
 void serve_tensor_clear(serve_tensor *t) {
-    free(t->data);
+    if (!t->borrowed) free(t->data);
     t->data = NULL;
     t->bytes = 0;
+    t->borrowed = false;
 }
 
 void serve_infer_clear(serve_infer *r) {
@@ -163,39 +193,66 @@ static bool form_batch(const serve_pool *p, double now, int *n, int64_t *rows, d
     return false;
 }
 
-static kiln_status bind_inputs(instance *in, serve_infer **batch, int n, int64_t rows) {
+/* Makes sure staging buffer i of slot rs holds bytes (page-locked memory, reused across runs). */
+static kiln_status reserve_staging(run_slot *rs, int i, size_t bytes) {
+    if (bytes <= rs->staging_cap[i]) return KILN_OK;
+    kiln_host_free(rs->staging[i]);
+    rs->staging[i] = NULL;
+    rs->staging_cap[i] = 0;
+    KILN_TRY(kiln_host_alloc(bytes ? bytes : 1, &rs->staging[i]));
+    rs->staging_cap[i] = bytes;
+    return KILN_OK;
+}
+
+/* Copies request r's inputs to where its rows go in a batch (copy_to[i] for input i). */
+static void copy_rows(const serve_infer *r, char *const *copy_to) {
+    for (int i = 0; i < r->n_inputs; i++) memcpy(copy_to[i], r->inputs[i].data, r->inputs[i].bytes);
+}
+
+/* Joins the batch's rows of every input in the slot's staging (by the requests' threads when the
+ * batch is large) and binds them. */
+static kiln_status bind_inputs(instance *in, run_slot *rs) {
     serve_pool *p = in->pool;
+    size_t all = 0;
     for (int i = 0; i < p->n_in; i++) {
-        const serve_tensor *t0 = &batch[0]->inputs[i];
+        size_t total = 0;
+        for (int k = 0; k < rs->n; k++) total += rs->batch[k]->inputs[i].bytes;
+        KILN_TRY(reserve_staging(rs, i, total));
+        char *at = rs->staging[i];
+        for (int k = 0; k < rs->n; k++) {
+            rs->copy_to[k * p->n_in + i] = at;
+            at += rs->batch[k]->inputs[i].bytes;
+        }
+        all += total;
+    }
+    if (rs->n > 1 && all >= PARALLEL_JOIN_BYTES) {
+        pthread_mutex_lock(&p->mu);
+        in->copies_left = rs->n;
+        for (int k = 0; k < rs->n; k++) {
+            rs->batch[k]->copy_to = &rs->copy_to[k * p->n_in];
+            rs->batch[k]->joining = in;
+            pthread_cond_signal(&rs->batch[k]->done_cv);
+        }
+        while (in->copies_left) pthread_cond_wait(&in->copied_cv, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+    } else {
+        for (int k = 0; k < rs->n; k++) copy_rows(rs->batch[k], &rs->copy_to[k * p->n_in]);
+    }
+    for (int i = 0; i < p->n_in; i++) {
+        const serve_tensor *t0 = &rs->batch[0]->inputs[i];
         int64_t dims[KILN_MAX_DIMS];
         memcpy(dims, t0->dims, sizeof dims);
-        const void *data = t0->data;
-        if (n > 1) {
-            size_t total = 0;
-            for (int k = 0; k < n; k++) total += batch[k]->inputs[i].bytes;
-            if (total > in->staging_cap[i]) {
-                void *grown = realloc(in->staging[i], total);
-                if (!grown) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "joining a batch of %lld rows", (long long)rows);
-                in->staging[i] = grown;
-                in->staging_cap[i] = total;
-            }
-            size_t at = 0;
-            for (int k = 0; k < n; k++) {
-                memcpy((char *)in->staging[i] + at, batch[k]->inputs[i].data, batch[k]->inputs[i].bytes);
-                at += batch[k]->inputs[i].bytes;
-            }
-            data = in->staging[i];
-            dims[0] = rows;
-        }
-        kiln_status st = kiln_context_set_input(in->ctx, p->in_desc[i].name, t0->dtype, t0->ndim, dims, data);
-        if (st) return st;
+        if (p->batched) dims[0] = rs->rows;
+        KILN_TRY(kiln_context_set_input(rs->ctx, p->in_desc[i].name, t0->dtype, t0->ndim, dims, rs->staging[i]));
     }
     return KILN_OK;
 }
 
 /* Copies output j's rows of every request out of the context. */
-static kiln_status split_outputs(instance *in, serve_infer **batch, int n, int64_t rows) {
-    serve_pool *p = in->pool;
+static kiln_status split_outputs(serve_pool *p, run_slot *rs) {
+    serve_infer **batch = rs->batch;
+    int n = rs->n;
+    int64_t rows = rs->rows;
     for (int k = 0; k < n; k++) {
         batch[k]->outputs = calloc((size_t)p->n_out, sizeof(serve_tensor));
         if (!batch[k]->outputs) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "output tensors");
@@ -204,7 +261,7 @@ static kiln_status split_outputs(instance *in, serve_infer **batch, int n, int64
     for (int j = 0; j < p->n_out; j++) {
         kiln_tensor_desc d;
         const void *data;
-        kiln_status st = kiln_context_output(in->ctx, j, &d, &data);
+        kiln_status st = kiln_context_output(rs->ctx, j, &d, &data);
         if (st) return st;
         size_t bytes = (size_t)elements(d.ndim, d.dims) * kiln_dtype_size(d.dtype);
         if (p->batched && (d.ndim < 1 || d.dims[0] != rows))
@@ -232,23 +289,44 @@ static kiln_status split_outputs(instance *in, serve_infer **batch, int n, int64
     return KILN_OK;
 }
 
-/* Runs a batch on the instance; returns the status (the outputs are filled on KILN_OK). */
-static kiln_status run_batch(instance *in, serve_infer **batch, int n, int64_t rows) {
-    if (atomic_load(&in->pool->failures_to_inject) > 0 && atomic_fetch_sub(&in->pool->failures_to_inject, 1) > 0)
-        return kiln_error(KILN_ERR_BACKEND, "injected failure (KILN_SERVE_FAIL_RUNS)");
-    kiln_status st = bind_inputs(in, batch, n, rows);
-    if (!st) st = kiln_context_run(in->ctx);
-    if (!st) st = split_outputs(in, batch, n, rows);
-    if (st)
-        for (int k = 0; k < n; k++) serve_infer_clear(batch[k]);
-    return st;
+/* Keeps a failed run's status and message in its slot (the thread's last error is overwritten by
+ * the runs that complete before this one is handed back). */
+static void slot_failed(run_slot *rs, kiln_status st) {
+    rs->st = st;
+    snprintf(rs->error, sizeof rs->error, "%s", kiln_last_error());
 }
 
-/* Hands a finished batch back and keeps the instance's breaker; the caller holds the mutex. */
-static void complete(instance *in, serve_infer **batch, int n, int64_t rows, kiln_status st, double t0, double t1) {
+/* Joins and binds the slot's batch and enqueues its run; a failure is kept in the slot. */
+static void start_run(instance *in, run_slot *rs) {
     serve_pool *p = in->pool;
+    rs->t0 = now_us();
+    rs->st = KILN_OK;
+    if (atomic_load(&p->failures_to_inject) > 0 && atomic_fetch_sub(&p->failures_to_inject, 1) > 0) {
+        slot_failed(rs, kiln_error(KILN_ERR_BACKEND, "injected failure (KILN_SERVE_FAIL_RUNS)"));
+        return;
+    }
+    kiln_status st = bind_inputs(in, rs);
+    if (!st) st = kiln_context_enqueue(rs->ctx);
+    if (st) slot_failed(rs, st);
+}
+
+/* Waits for the slot's run and splits its outputs to the requests (cleared again on failure). */
+static void finish_run(instance *in, run_slot *rs) {
+    if (!rs->st) {
+        kiln_status st = kiln_context_wait(rs->ctx);
+        if (!st) st = split_outputs(in->pool, rs);
+        if (st) slot_failed(rs, st);
+    }
+    if (rs->st)
+        for (int k = 0; k < rs->n; k++) serve_infer_clear(rs->batch[k]);
+}
+
+/* Hands a finished run back and keeps the instance's breaker; the caller holds the mutex. */
+static void complete(instance *in, run_slot *rs, double t1) {
+    serve_pool *p = in->pool;
+    kiln_status st = rs->st;
     p->runs++;
-    p->rows += (uint64_t)rows;
+    p->rows += (uint64_t)rs->rows;
     bool request_fault = st == KILN_ERR_SHAPE || st == KILN_ERR_INVALID_ARGUMENT;
     if (st && !request_fault) {
         p->failures++;
@@ -257,86 +335,158 @@ static void complete(instance *in, serve_infer **batch, int n, int64_t rows, kil
             in->out_until_us = t1 + (double)p->cfg.breaker_cooldown_ms * 1e3;
             in->consecutive_failures = p->cfg.breaker_failures - 1; /* one more failure after the probe trips it */
             KILN_LOG(KILN_LOG_WARN, "instance %d failed %d runs in a row (%s): out of rotation for %lld ms",
-                     in->index, p->cfg.breaker_failures, kiln_last_error(), (long long)p->cfg.breaker_cooldown_ms);
+                     in->index, p->cfg.breaker_failures, rs->error, (long long)p->cfg.breaker_cooldown_ms);
         }
     } else if (!st) {
         in->consecutive_failures = 0;
     }
-    for (int k = 0; k < n; k++) {
-        serve_infer *r = batch[k];
-        r->queue_us = t0 - r->arrival_us;
-        r->compute_us = t1 - t0;
-        r->batch_rows = (int)rows;
+    for (int k = 0; k < rs->n; k++) {
+        serve_infer *r = rs->batch[k];
+        r->queue_us = rs->t0 - r->arrival_us;
+        r->compute_us = t1 - rs->t0;
+        r->batch_rows = (int)rs->rows;
         r->first_of_run = k == 0;
         if (!st) finish(r, 200, "ok");
-        else if (request_fault) finish(r, 400, "%s", kiln_last_error());
-        else finish(r, 503, "instance %d failed: %s", in->index, kiln_last_error());
+        else if (request_fault) finish(r, 400, "%s", rs->error);
+        else finish(r, 503, "instance %d failed: %s", in->index, rs->error);
     }
     if (instances_up(p, t1) == 0) fail_queue(p, 503, "every instance of the model is out of rotation after failures");
+}
+
+/* Takes the next batch off the queue into a free run slot and enqueues it, when one is due now
+ * (true); the caller holds the mutex, which is released while the run is started. false with the
+ * time to look again in *wake_us (0: when work arrives). */
+static bool start_next(instance *in, double now, double *wake_us) {
+    serve_pool *p = in->pool;
+    *wake_us = 0;
+    if (in->out_until_us > now) {
+        *wake_us = in->out_until_us;
+        return false;
+    }
+    expire(p, now);
+    if (!p->head) return false;
+    run_slot *rs = &in->slots[(in->oldest + in->in_flight) % RUNS_IN_FLIGHT];
+    if (!form_batch(p, now, &rs->n, &rs->rows, wake_us)) return false;
+    for (int k = 0; k < rs->n; k++) {
+        rs->batch[k] = p->head;
+        p->head = p->head->next;
+    }
+    if (!p->head) p->tail = NULL;
+    p->depth -= rs->n;
+    if (in->in_flight) p->overlapped_runs++;
+    in->in_flight++;
+    pthread_mutex_unlock(&p->mu);
+    start_run(in, rs);
+    pthread_mutex_lock(&p->mu);
+    return true;
+}
+
+/* Waits for the oldest run in flight and hands it back; the caller holds the mutex, which is
+ * released meanwhile. */
+static void complete_oldest(instance *in) {
+    serve_pool *p = in->pool;
+    run_slot *rs = &in->slots[in->oldest];
+    pthread_mutex_unlock(&p->mu);
+    finish_run(in, rs);
+    double t1 = now_us();
+    pthread_mutex_lock(&p->mu);
+    complete(in, rs, t1);
+    in->oldest = (in->oldest + 1) % RUNS_IN_FLIGHT;
+    in->in_flight--;
 }
 
 static void *instance_main(void *arg) {
     instance *in = arg;
     serve_pool *p = in->pool;
-    serve_infer **batch = malloc(sizeof(serve_infer *) * (size_t)(p->cfg.max_batch > 0 ? p->cfg.max_batch : 1));
     pthread_mutex_lock(&p->mu);
-    while (!p->stopping && batch) {
-        double now = now_us();
-        if (in->out_until_us > now) {
-            wait_until(&p->work_cv, &p->mu, in->out_until_us);
+    while (!p->stopping) {
+        double wake;
+        if (in->in_flight < RUNS_IN_FLIGHT && start_next(in, now_us(), &wake)) continue;
+        if (in->in_flight) { /* nothing to start now: finish the oldest run, then look again */
+            complete_oldest(in);
             continue;
         }
-        expire(p, now);
-        if (!p->head) {
-            pthread_cond_wait(&p->work_cv, &p->mu);
-            continue;
-        }
-        int n;
-        int64_t rows;
-        double wake = now;
-        if (!form_batch(p, now, &n, &rows, &wake)) {
-            wait_until(&p->work_cv, &p->mu, wake);
-            continue;
-        }
-        for (int k = 0; k < n; k++) {
-            batch[k] = p->head;
-            p->head = p->head->next;
-        }
-        if (!p->head) p->tail = NULL;
-        p->depth -= n;
-        pthread_mutex_unlock(&p->mu);
-        double t0 = now_us();
-        kiln_status st = run_batch(in, batch, n, rows);
-        double t1 = now_us();
-        pthread_mutex_lock(&p->mu);
-        complete(in, batch, n, rows, st, t0, t1);
+        if (wake > 0) wait_until(&p->work_cv, &p->mu, wake);
+        else pthread_cond_wait(&p->work_cv, &p->mu);
     }
+    while (in->in_flight) complete_oldest(in); /* their requests are waiting for an answer */
     pthread_mutex_unlock(&p->mu);
-    free(batch);
     return NULL;
 }
 
-/* Runs every batch size once on the instance with zero inputs, so that no request pays for a plan. */
-static kiln_status warm_up(serve_pool *p, instance *in) {
+/* Whether every input's dimensions but the batch axis are known before any request comes. */
+static bool static_inputs(const serve_pool *p) {
     for (int i = 0; i < p->n_in; i++)
         for (int d = p->batched ? 1 : 0; d < p->in_desc[i].ndim; d++)
-            if (p->in_desc[i].dims[d] < 0 || kiln_dtype_size(p->in_desc[i].dtype) == 0) return KILN_OK;
+            if (p->in_desc[i].dims[d] < 0 || kiln_dtype_size(p->in_desc[i].dtype) == 0) return false;
+    return true;
+}
+
+/* The bytes of tensor d with `rows` along a dynamic batch axis; 0 when another dimension is dynamic. */
+static size_t bytes_at(const kiln_tensor_desc *d, bool batched, int64_t rows) {
+    int64_t dims[KILN_MAX_DIMS];
+    memcpy(dims, d->dims, sizeof dims);
+    if (batched && d->ndim > 0) dims[0] = rows;
+    for (int k = 0; k < d->ndim; k++)
+        if (dims[k] < 0) return 0;
+    return (size_t)elements(d->ndim, dims) * kiln_dtype_size(d->dtype);
+}
+
+/* Creates the slot's context and buffers: page-locked staging for max_batch rows of every input
+ * (when their shapes are static; else it grows with the requests), and bound page-locked buffers
+ * for every output whose size max_batch rows fix. */
+static kiln_status slot_create(serve_pool *p, run_slot *rs) {
+    int rows = p->batched ? p->cfg.max_batch : 1;
+    rs->staging = calloc((size_t)p->n_in + 1, sizeof(void *));
+    rs->staging_cap = calloc((size_t)p->n_in + 1, sizeof(size_t));
+    rs->outputs = calloc((size_t)p->n_out + 1, sizeof(void *));
+    rs->batch = calloc((size_t)rows, sizeof(serve_infer *));
+    rs->copy_to = calloc((size_t)rows * (size_t)p->n_in + 1, sizeof(char *));
+    if (!rs->staging || !rs->staging_cap || !rs->outputs || !rs->batch || !rs->copy_to)
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "run slots");
+    KILN_TRY(kiln_context_create(p->engine, &rs->ctx));
+    if (static_inputs(p))
+        for (int i = 0; i < p->n_in; i++) KILN_TRY(reserve_staging(rs, i, bytes_at(&p->in_desc[i], p->batched, rows)));
+    for (int j = 0; j < p->n_out; j++) {
+        size_t bytes = bytes_at(&p->out_desc[j], p->batched, rows);
+        if (!bytes) continue;
+        KILN_TRY(kiln_host_alloc(bytes, &rs->outputs[j]));
+        KILN_TRY(kiln_context_set_output_buffer(rs->ctx, p->out_desc[j].name, rs->outputs[j], bytes));
+    }
+    return KILN_OK;
+}
+
+static void slot_free(serve_pool *p, run_slot *rs) {
+    kiln_context_free(rs->ctx);
+    for (int i = 0; rs->staging && i < p->n_in; i++) kiln_host_free(rs->staging[i]);
+    for (int j = 0; rs->outputs && j < p->n_out; j++) kiln_host_free(rs->outputs[j]);
+    free(rs->staging);
+    free(rs->staging_cap);
+    free(rs->outputs);
+    free(rs->batch);
+    free(rs->copy_to);
+}
+
+/* Runs every batch size once on each of the instance's contexts with zero inputs (from its staging),
+ * so that no request pays for a plan. */
+static kiln_status warm_up(serve_pool *p, instance *in) {
+    if (!static_inputs(p)) return KILN_OK;
     int sizes = p->batched ? p->cfg.max_batch : 1;
-    for (int b = 1; b <= sizes; b++) {
-        void **bufs = calloc((size_t)p->n_in, sizeof(void *));
-        kiln_status st = bufs ? KILN_OK : kiln_error(KILN_ERR_OUT_OF_MEMORY, "warm-up inputs");
-        for (int i = 0; i < p->n_in && !st; i++) {
-            int64_t dims[KILN_MAX_DIMS];
-            memcpy(dims, p->in_desc[i].dims, sizeof dims);
-            if (p->batched) dims[0] = b;
-            bufs[i] = calloc((size_t)elements(p->in_desc[i].ndim, dims) + 1, kiln_dtype_size(p->in_desc[i].dtype));
-            if (!bufs[i]) st = kiln_error(KILN_ERR_OUT_OF_MEMORY, "warm-up input '%s'", p->in_desc[i].name);
-            else st = kiln_context_set_input(in->ctx, p->in_desc[i].name, p->in_desc[i].dtype, p->in_desc[i].ndim, dims, bufs[i]);
+    for (int s = 0; s < RUNS_IN_FLIGHT; s++) {
+        run_slot *rs = &in->slots[s];
+        for (int i = 0; i < p->n_in; i++) memset(rs->staging[i], 0, rs->staging_cap[i]);
+        for (int b = 1; b <= sizes; b++) {
+            kiln_status st = KILN_OK;
+            for (int i = 0; i < p->n_in && !st; i++) {
+                int64_t dims[KILN_MAX_DIMS];
+                memcpy(dims, p->in_desc[i].dims, sizeof dims);
+                if (p->batched) dims[0] = b;
+                st = kiln_context_set_input(rs->ctx, p->in_desc[i].name, p->in_desc[i].dtype, p->in_desc[i].ndim, dims,
+                                            rs->staging[i]);
+            }
+            if (!st) st = kiln_context_run(rs->ctx);
+            if (st) return kiln_error_prefix(st, "warming up instance %d (context %d) at batch size %d", in->index, s, b);
         }
-        if (!st) st = kiln_context_run(in->ctx);
-        for (int i = 0; bufs && i < p->n_in; i++) free(bufs[i]);
-        free(bufs);
-        if (st) return kiln_error_prefix(st, "warming up instance %d at batch size %d", in->index, b);
     }
     return KILN_OK;
 }
@@ -367,6 +517,7 @@ kiln_status serve_pool_create(kiln_engine *e, const serve_batch_config *cfg, ser
     p->in_desc = calloc((size_t)p->n_in + 1, sizeof(kiln_tensor_desc));
     p->out_desc = calloc((size_t)p->n_out + 1, sizeof(kiln_tensor_desc));
     p->inst = calloc((size_t)p->cfg.instances, sizeof(instance));
+    for (int k = 0; p->inst && k < p->cfg.instances; k++) pthread_cond_init(&p->inst[k].copied_cv, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -385,10 +536,8 @@ kiln_status serve_pool_create(kiln_engine *e, const serve_batch_config *cfg, ser
         in->pool = p;
         in->index = k;
         p->n_inst = k + 1;
-        in->staging = calloc((size_t)p->n_in + 1, sizeof(void *));
-        in->staging_cap = calloc((size_t)p->n_in + 1, sizeof(size_t));
-        if (!in->staging || !in->staging_cap) st = kiln_error(KILN_ERR_OUT_OF_MEMORY, "instance %d", k);
-        if (!st) st = kiln_context_create(e, &in->ctx);
+        for (int s = 0; s < RUNS_IN_FLIGHT && !st; s++) st = slot_create(p, &in->slots[s]);
+        if (st) st = kiln_error_prefix(st, "instance %d", k);
         if (!st) st = warm_up(p, in);
     }
     const char *inject = getenv("KILN_SERVE_FAIL_RUNS");
@@ -416,11 +565,9 @@ void serve_pool_free(serve_pool *p) {
     for (int k = 0; k < p->n_inst; k++) {
         instance *in = &p->inst[k];
         if (in->started) pthread_join(in->thread, NULL);
-        kiln_context_free(in->ctx);
-        for (int i = 0; in->staging && i < p->n_in; i++) free(in->staging[i]);
-        free(in->staging);
-        free(in->staging_cap);
+        for (int s = 0; s < RUNS_IN_FLIGHT; s++) slot_free(p, &in->slots[s]);
     }
+    for (int k = 0; p->inst && k < p->cfg.instances; k++) pthread_cond_destroy(&p->inst[k].copied_cv);
     pthread_cond_destroy(&p->work_cv);
     pthread_mutex_destroy(&p->mu);
     free(p->inst);
@@ -485,6 +632,8 @@ void serve_pool_infer(serve_pool *p, serve_infer *r) {
     pthread_condattr_destroy(&ca);
     r->done = false;
     r->next = NULL;
+    r->copy_to = NULL;
+    r->joining = NULL;
     r->arrival_us = now_us();
     int64_t timeout = p->cfg.timeout_us;
     if (r->timeout_us > 0 && (timeout == 0 || r->timeout_us < timeout)) timeout = r->timeout_us;
@@ -507,7 +656,19 @@ void serve_pool_infer(serve_pool *p, serve_infer *r) {
         p->depth++;
         pthread_cond_broadcast(&p->work_cv);
     }
-    while (!r->done) pthread_cond_wait(&r->done_cv, &p->mu);
+    while (!r->done) {
+        if (!r->copy_to) {
+            pthread_cond_wait(&r->done_cv, &p->mu);
+            continue;
+        }
+        char **to = r->copy_to;
+        instance *in = r->joining;
+        r->copy_to = NULL;
+        pthread_mutex_unlock(&p->mu);
+        copy_rows(r, to);
+        pthread_mutex_lock(&p->mu);
+        if (--in->copies_left == 0) pthread_cond_signal(&in->copied_cv);
+    }
     pthread_mutex_unlock(&p->mu);
     pthread_cond_destroy(&r->done_cv);
 }
@@ -520,6 +681,7 @@ void serve_pool_get_stats(serve_pool *p, serve_pool_stats *out) {
     out->runs = p->runs;
     out->rows = p->rows;
     out->failures = p->failures;
+    out->overlapped_runs = p->overlapped_runs;
     pthread_mutex_unlock(&p->mu);
 }
 

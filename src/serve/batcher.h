@@ -1,5 +1,6 @@
-/* batcher.h — a tensor model's instances and its dynamic batcher: N instance threads, each owning a
- * kiln_context of one engine, take requests from one queue, join compatible ones along the batch
+/* batcher.h — a tensor model's instances and its dynamic batcher: N instance threads, each owning
+ * two kiln_contexts of one engine (so that two runs are in flight: page-locked staging, uploads,
+ * computation and downloads of consecutive batches overlap), take requests from one queue, join compatible ones along the batch
  * axis (dimension 0 of every input and output) up to max_batch, run them, and split the outputs
  * back. Requests wait at most max_queue_delay_us for companions (less when a preferred batch size is
  * reached); the queue is bounded (queue full: 429) and every request has a deadline (503 when it
@@ -29,7 +30,8 @@ typedef struct serve_batch_config {
     int64_t breaker_cooldown_ms;
 } serve_batch_config;
 
-/* One tensor of a request or response; data owned by whoever filled it (serve_tensor_clear). */
+/* One tensor of a request or response; data owned by whoever filled it (serve_tensor_clear), or
+ * borrowed (a binary input read where it lies in the request body). */
 typedef struct serve_tensor {
     char name[128];
     kiln_dtype dtype;
@@ -37,7 +39,9 @@ typedef struct serve_tensor {
     int64_t dims[KILN_MAX_DIMS];
     void *data;
     size_t bytes;
+    bool borrowed;             /* data belongs to someone else: serve_tensor_clear only forgets it */
 } serve_tensor;
+/* Frees t's data (unless borrowed) and empties t. */
 void serve_tensor_clear(serve_tensor *t);
 
 /* One inference: the inputs in the engine's input order, validated by serve_pool_check. */
@@ -60,15 +64,19 @@ typedef struct serve_infer {
     bool done;
     pthread_cond_t done_cv;
     struct serve_infer *next;
+    char **copy_to;            /* set while the request's own thread is to copy its inputs into a batch: [n_inputs] */
+    struct instance *joining;  /* the instance waiting for that copy */
+
 } serve_infer;
 /* Frees the outputs (not the inputs, which the caller owns). */
 void serve_infer_clear(serve_infer *r);
 
 typedef struct serve_pool serve_pool;
 
-/* Creates cfg->instances contexts of e (which must outlive the pool), warms each one up at every
- * batch size 1..max_batch (when every input's other dimensions are static), and starts their
- * threads. Errors from context creation or warm-up name the instance and batch size. */
+/* Creates cfg->instances instances of e (which must outlive the pool), each with two contexts and
+ * their page-locked buffers, warms each context up at every batch size 1..max_batch (when every
+ * input's other dimensions are static), and starts their threads. Errors from context creation or
+ * warm-up name the instance and batch size. */
 kiln_status serve_pool_create(kiln_engine *e, const serve_batch_config *cfg, serve_pool **out);
 /* Fails every waiting request with 503, stops the threads after their current run, frees the
  * contexts. Accepts NULL. */
@@ -85,6 +93,7 @@ typedef struct serve_pool_stats {
     int queue_depth;
     int instances, instances_up;
     uint64_t runs, rows, failures;
+    uint64_t overlapped_runs;  /* runs enqueued while their instance had another in flight */
 } serve_pool_stats;
 void serve_pool_get_stats(serve_pool *p, serve_pool_stats *out);
 const serve_batch_config *serve_pool_config(const serve_pool *p);

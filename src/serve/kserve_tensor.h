@@ -25,7 +25,8 @@ void kserve_output_request_free(kserve_output_request *o);
 
 /* Parses body[0..len): its first json_len bytes are JSON (json_len == len without the binary
  * extension), the rest the binary tensors in input order. Fills r->inputs (owned: the caller frees
- * each with serve_tensor_clear and the array with free) and *out. Returns 0, or 400 with a message
+ * each with serve_tensor_clear and the array with free; binary inputs point into body, which must
+ * outlive them) and *out. Returns 0, or 400 with a message
  * naming the field. */
 int kserve_parse_infer(const char *body, size_t len, size_t json_len, serve_infer *r, kserve_output_request *out,
                        char *msg, size_t msg_size);

@@ -45,6 +45,7 @@ typedef struct gen {
     size_t out_at;
     bool finished;              /* the last choice ended and the closing events are in out */
     double start_us;
+    double next_gone_check_us;  /* when to look at the client's socket again (should_stop) */
 } gen;
 
 static atomic_ullong next_seed = 0x9e3779b97f4a7c15ull, next_id;
@@ -225,6 +226,17 @@ static void gen_free(gen *g) {
     free(g);
 }
 
+/* Whether generation should stop: the client closed its side of the connection (a close or a
+ * half-close look the same to the server before it writes) or the server stops. The socket is
+ * looked at every POLL_MS at most, whether tokens flow or not, so that a client gone in the middle of
+ * a long generation frees its KV blocks within POLL_MS. */
+static bool should_stop(gen *g) {
+    double now = serve_now_us();
+    if (now < g->next_gone_check_us) return false;
+    g->next_gone_check_us = now + POLL_MS * 1e3;
+    return serve_client_gone(g->conn) || g->srv->stopping;
+}
+
 /* ---------------------------------------------------------------- plain responses */
 
 static enum MHD_Result reply_plain(gen *g) {
@@ -242,7 +254,7 @@ static enum MHD_Result reply_plain(gen *g) {
             note_event(g, ch, &ev);
             done += ch->done;
         }
-        if (!any && (serve_client_gone(c) || g->srv->stopping)) {
+        if (should_stop(g)) {
             c->status = 499;
             return MHD_NO; /* gen_free releases (cancels) the requests */
         }
@@ -352,7 +364,7 @@ static bool stream_poll(gen *g) {
         g->conn->status = 200;
         return true;
     }
-    return any || !(serve_client_gone(g->conn) || g->srv->stopping);
+    return !should_stop(g);
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {

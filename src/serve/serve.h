@@ -31,6 +31,7 @@ typedef struct serve_settings {
     double burst;
     double tokens_per_minute;
     double poll_repository_s;      /* look for changed models this often (0: never) */
+    size_t connection_memory_bytes; /* each connection's libmicrohttpd memory (headers, read buffer): 256 KiB */
 } serve_settings;
 
 /* Defaults, then the JSON text's settings (NULL: defaults). Unknown keys and bad values are

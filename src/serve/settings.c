@@ -8,7 +8,7 @@
 
 kiln_status serve_settings_parse(const char *json, size_t len, const char *what, serve_settings *s) {
     *s = (serve_settings){.max_body_bytes = 64u << 20, .connection_timeout_s = 30, .max_connections = 512,
-                          .drain_timeout_s = 30};
+                          .drain_timeout_s = 30, .connection_memory_bytes = 256u << 10};
     if (!json) return KILN_OK;
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (!cJSON_IsObject(root)) {
@@ -18,7 +18,7 @@ kiln_status serve_settings_parse(const char *json, size_t len, const char *what,
     static const struct { const char *key; double lo, hi; } KEYS[] = {
         {"max_body_bytes", 1024, 1e12},      {"connection_timeout_s", 1, 86400}, {"max_connections", 1, 100000},
         {"drain_timeout_s", 0, 86400},       {"requests_per_second", 0, 1e9},    {"burst", 0, 1e9},
-        {"tokens_per_minute", 0, 1e12},      {"poll_repository_s", 0, 86400},
+        {"tokens_per_minute", 0, 1e12},      {"poll_repository_s", 0, 86400},    {"connection_memory_bytes", 65536, 1 << 26},
     };
     kiln_status st = KILN_OK;
     const cJSON *item;
@@ -29,7 +29,8 @@ kiln_status serve_settings_parse(const char *json, size_t len, const char *what,
         if (k < 0) {
             st = kiln_error(KILN_ERR_INVALID_ARGUMENT,
                             "%s: unknown key '%s' (known: max_body_bytes, connection_timeout_s, max_connections, "
-                            "drain_timeout_s, requests_per_second, burst, tokens_per_minute, poll_repository_s)",
+                            "drain_timeout_s, requests_per_second, burst, tokens_per_minute, poll_repository_s, "
+                            "connection_memory_bytes)",
                             what, item->string);
             break;
         }
@@ -47,7 +48,8 @@ kiln_status serve_settings_parse(const char *json, size_t len, const char *what,
         case 4: s->requests_per_second = v; break;
         case 5: s->burst = v; break;
         case 6: s->tokens_per_minute = v; break;
-        default: s->poll_repository_s = v; break;
+        case 7: s->poll_repository_s = v; break;
+        default: s->connection_memory_bytes = (size_t)v; break;
         }
     }
     cJSON_Delete(root);

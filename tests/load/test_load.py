@@ -140,6 +140,24 @@ def test_kserve_input_from_npy(kiln, server, tmp_path):
     assert doc["steps"][0]["ok"] == 5
 
 
+def test_threads_share_the_load_and_merge_the_results(kiln, server, tmp_path):
+    # open loop on 3 event loops: together they keep the rate and the per-second series; loop 0 scrapes
+    _, doc = run_load(kiln, tmp_path, f"{server}/delay?ms=1", "--rate", 200, "--duration", 2, "--warmup", 0,
+                      "--threads", 3, "--scrape", name="open")
+    step = doc["steps"][0]
+    assert doc["config"]["threads"] == 3 and step["rate"] == 200
+    assert step["scheduled"] == 400 and step["ok"] == 400 and step["failed"] == 0
+    assert abs(step["scheduled_rate"] - 200) <= 0.02 * 200, step["scheduled_rate"]
+    assert sum(t["ok"] for t in step["timeline"]) == 400
+    assert step["server_metrics"], "loop 0 scraped nothing"
+    # closed loop: 5 in flight over 2 loops (3 + 2), 41 requests (21 + 20), KServe binary bodies
+    _, doc = run_load(kiln, tmp_path, server, "--api", "kserve", "--model", "m", "--shape", "x=3x4", "--binary",
+                      "--concurrency", 5, "--requests", 41, "--warmup", 0, "--threads", 2, name="closed")
+    step = doc["steps"][0]
+    assert step["concurrency"] == 5 and step["ok"] == 41 and step["failed"] == 0
+    assert step["latency_ms"]["e2e"]["count"] == 41
+
+
 @pytest.fixture(scope="module")
 def sweep(kiln, server, tmp_path_factory):
     """A rate sweep against a single-worker server saturating at 200 req/s (5 ms per request): 20 and

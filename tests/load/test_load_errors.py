@@ -100,6 +100,9 @@ BAD_ARGS = [
     (["--api", "openai-chat", "--model", "m", "--extra", "[1]"], "--extra must be a JSON object"),
     (["--shape", "x"], "--shape"),
     (["--transport", "quic"], "--transport"),
+    (["--threads", "0"], "--threads"),
+    (["--threads", "65"], "--threads"),
+    (["--threads", "2.5"], "--threads"),
 ]
 
 
@@ -135,7 +138,7 @@ def test_help_documents_every_flag(kiln):
     proc = subprocess.run([kiln, "load", "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
     for flag in ("--api", "--model", "--model-version", "--stream", "--header", "--method", "--data", "--body",
-                 "--rate", "--poisson", "--concurrency", "--connections", "--duration", "--requests", "--warmup",
+                 "--rate", "--poisson", "--concurrency", "--connections", "--threads", "--duration", "--requests", "--warmup",
                  "--timeout", "--seed", "--sweep", "--stop-when", "--slo", "--goodput", "--target-rate",
                  "--input-len", "--output-len", "--prompts", "--ignore-eos", "--extra", "--input", "--shape",
                  "--binary", "--transport", "--scrape", "--metrics-url", "--metrics-match", "--scrape-interval", "--json", "--csv",

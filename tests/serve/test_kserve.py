@@ -1,9 +1,12 @@
 """kiln serve's KServe v2 endpoints on sample_cnn: metadata, health, readiness, inference in JSON and
 binary (raw HTTP and tritonclient), the dynamic batcher joining concurrent requests, the repository
-extension, and the metrics and status page they feed."""
+extension, and the metrics and status page they feed; on a model with 600 KB rows: batches of
+megabytes split back to their requests, and a client that half-closes its socket mid-request."""
 import concurrent.futures
 import json
+import socket
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -121,6 +124,100 @@ def test_dynamic_batcher_joins_concurrent_requests(server):
     assert delta(f"kiln_batch_size_sum{{{label}}}") == 32  # every row ran once
     runs = delta(f"kiln_batch_size_count{{{label}}}")
     assert runs < 32, f"no request shared a run: 32 requests took {runs} runs"
+
+
+def pool_model(repo, config):
+    """repo/pool/1/model.onnx: GlobalAveragePool of rows x 3 x 224 x 224 floats (600 KB a row, little
+    computation: the server's byte path is what it exercises) and repo/pool/config.json."""
+    import onnx
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 3, 224, 224])
+    y = helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 3, 1, 1])
+    graph = helper.make_graph([helper.make_node("GlobalAveragePool", ["input"], ["output"])], "pool", [x], [y])
+    (repo / "pool" / "1").mkdir(parents=True)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), repo / "pool" / "1" / "model.onnx")
+    (repo / "pool" / "config.json").write_text(json.dumps(config))
+
+
+def binary_request(x):
+    header = json.dumps({"inputs": [{"name": "input", "shape": list(x.shape), "datatype": "FP32",
+                                     "parameters": {"binary_data_size": x.nbytes}}],
+                         "outputs": [{"name": "output", "parameters": {"binary_data": True}}]}).encode()
+    return header, header + x.tobytes()
+
+
+@pytest.fixture(scope="module")
+def pool_server(kiln, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("pool_repo")
+    pool_model(repo, {"max_batch": 8, "max_queue_delay_us": 20000, "instances": 1})
+    with serve(kiln, repo, "--access-log", str(repo / "access.log")) as s:
+        s.access_log = repo / "access.log"
+        yield s
+
+
+def test_large_binary_requests_batched_back_to_their_rows(pool_server):
+    # batches of megabytes: the requests' threads copy their rows into the batch, two runs in flight
+    def one(seed):
+        x = np.random.default_rng(seed).standard_normal((2, 3, 224, 224)).astype(np.float32)
+        header, body = binary_request(x)
+        status, headers, data = pool_server.request("/v2/models/pool/infer", body, headers={
+            "Inference-Header-Content-Length": str(len(header))})
+        assert status == 200, data[:300]
+        jlen = int(headers["Inference-Header-Content-Length"])
+        return np.frombuffer(data[jlen:], dtype=np.float32).reshape(2, 3, 1, 1), x
+
+    label = 'model="pool",version="1"'
+    before = pool_server.metrics()
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        results = list(pool.map(one, range(24)))
+    for got, x in results:
+        np.testing.assert_allclose(got, x.mean(axis=(2, 3), keepdims=True), rtol=1e-4, atol=1e-5)
+    after = pool_server.metrics()
+    runs = after[f"kiln_batch_size_count{{{label}}}"] - before.get(f"kiln_batch_size_count{{{label}}}", 0)
+    assert after[f"kiln_batch_size_sum{{{label}}}"] - before.get(f"kiln_batch_size_sum{{{label}}}", 0) == 48
+    assert runs < 24, f"no request shared a run: 24 requests took {runs} runs"
+
+
+def test_half_closed_request_is_a_disconnect(pool_server):
+    host, port = pool_server.url.removeprefix("http://").split(":")
+    x = np.zeros((1, 3, 224, 224), np.float32)
+    header, body = binary_request(x)
+    head = b"POST /v2/models/pool/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: %d\r\n" \
+           b"Content-Length: %d\r\n\r\n" % (len(header), len(body))
+    # the client stops writing a third of the way into the body: the server closes at once (not after
+    # its idle timeout), answers nothing, and logs the request as not completed
+    s = socket.create_connection((host, int(port)))
+    s.sendall(head + body[:len(body) // 3])
+    s.shutdown(socket.SHUT_WR)
+    s.settimeout(10)
+    t0 = time.time()
+    assert s.recv(65536) == b"", "a request cut short by its client got an answer"
+    assert time.time() - t0 < 5
+    s.close()
+    # a client that half-closes after its whole request still gets the answer
+    s = socket.create_connection((host, int(port)))
+    s.sendall(head + body)
+    s.shutdown(socket.SHUT_WR)
+    s.settimeout(30)
+    reply = b""
+    while chunk := s.recv(65536):
+        reply += chunk
+    s.close()
+    assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
+    assert pool_server.json("/v2/health/ready")[0] == 200
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        lines = [json.loads(line) for line in pool_server.access_log.read_text().splitlines()]
+        cut = [r for r in lines if r["path"] == "/v2/models/pool/infer" and not r["completed"]]
+        if cut:
+            break
+        time.sleep(0.05)
+    assert cut and cut[0]["bytes_in"] < len(body), lines[-3:]
+
+
+def test_openai_models_list_no_tensor_models(pool_server):
+    status, listing = pool_server.json("/v1/models")
+    assert status == 200 and listing == {"object": "list", "data": []}
 
 
 def test_repository_index_load_unload(server):

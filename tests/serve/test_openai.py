@@ -200,6 +200,36 @@ def test_client_disconnect_frees_kv_blocks(server):
         assert m[f'kiln_requests_total{{{label},status="499"}}'] >= 1
 
 
+def test_half_close_during_generation_is_a_disconnect(server):
+    # the client sends its whole request, then shuts its sending side while tokens flow (to the
+    # server a close and a half-close look the same): the request is cancelled, its KV blocks freed
+    # and status 499 recorded (not 200 after its last token), plain or streamed
+    host, port = server.url.removeprefix("http://").split(":")
+    label = 'model="kjv",version="1"'
+    for stream in (False, True):
+        before = server.metrics().get(f'kiln_requests_total{{{label},status="499"}}', 0)
+        body = json.dumps({"model": "kjv", "prompt": PROMPT, "max_tokens": 250, "ignore_eos": True,
+                           "stream": stream}).encode()
+        s = socket.create_connection((host, int(port)))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-test\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        deadline = time.time() + 20
+        while server.metrics()[f"kiln_kv_cache_blocks_used{{{label}}}"] == 0 and time.time() < deadline:
+            time.sleep(0.05)
+        s.shutdown(socket.SHUT_WR)
+        deadline = time.time() + 5
+        while time.time() < deadline:
+            m = server.metrics()
+            if (m[f"kiln_kv_cache_blocks_used{{{label}}}"] == 0
+                    and m.get(f'kiln_requests_total{{{label},status="499"}}', 0) > before):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"a half-closed request (stream={stream}) still holds KV blocks or was not recorded as "
+                        f"499 5 s later: {m}")
+        s.close()
+
+
 def test_waiting_queue_full_is_429(kiln, tmp_path):
     shutil.copytree(KJV_GPT2, tmp_path / "kjv" / "1")
     (tmp_path / "kjv" / "config.json").write_text(json.dumps({"max_seqs": 1, "max_waiting": 1}))

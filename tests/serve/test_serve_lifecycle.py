@@ -100,7 +100,8 @@ def test_kiln_load_drives_kiln_serve(kiln, tmp_path):
     with serve(kiln, tmp_path) as s:
         out = tmp_path / "load.json"
         p = subprocess.run([kiln, "load", s.url, "--api", "kserve", "--model", "cnn", "--binary",
-                            "--sweep", "rate=20,40", "--duration", "2s", "--warmup", "0.5s", "--json", str(out)],
+                            "--sweep", "rate=20,40", "--duration", "2s", "--warmup", "0.5s", "--threads", "2",
+                            "--json", str(out)],
                            capture_output=True, text=True, timeout=120)
         assert p.returncode == 0, p.stdout + p.stderr
         steps = json.loads(out.read_text())["steps"]

@@ -2,7 +2,8 @@
  * the Server-Sent Events parser and the HTTP/1.1 response parser fed whole, split at every byte
  * position and one byte at a time (the results must not depend on how the bytes arrive), every
  * truncation and byte flip of valid input (errors, never crashes), the Prometheus text scan, and
- * the argument parsers (durations, SLO, sweep, stop rule, length distributions). Exit 0 = pass. */
+ * the argument parsers (durations, SLO, sweep, stop rule, length distributions), and the merge of
+ * the event loops' steps (--threads). Exit 0 = pass. */
 #include "check.h"
 #include "load/http1.h"
 #include "core/json_read.h"
@@ -263,11 +264,42 @@ static void test_arguments(void) {
     CHECK(fabs(gaps / 100000 - 5.0) < 0.1);
 }
 
+/* The steps of --threads' event loops merge into one: counts and errors add up, histograms hold
+ * every sample, per-second series add up second by second (the longer one extends the shorter),
+ * the window is the longest, and the first error and the scrapes are the first loop's that has them. */
+static void test_step_merge(void) {
+    kiln_load_step a, b;
+    REQUIRE_OK(load_step_init(&a));
+    REQUIRE_OK(load_step_init(&b));
+    a.rate = 10, b.rate = 10;
+    a.window_s = 2.0, b.window_s = 2.1;
+    a.ok = 3, b.ok = 4, b.failed = 1, b.err[KILN_LOADERR_HTTP] = 1, b.status_counts[503] = 1;
+    snprintf(b.first_error, sizeof b.first_error, "http: HTTP status 503");
+    for (int v = 1; v <= 3; v++) kiln_hist_record(a.hist[KILN_METRIC_E2E], v * 1000);
+    for (int v = 4; v <= 7; v++) kiln_hist_record(b.hist[KILN_METRIC_E2E], v * 1000);
+    a.ticks = calloc(1, sizeof *a.ticks), a.nticks = 1, a.ticks[0].ok = 3, a.ticks[0].e2e_max_us = 3000;
+    b.ticks = calloc(2, sizeof *b.ticks), b.nticks = 2, b.ticks[0].ok = 2, b.ticks[1].ok = 2, b.ticks[0].e2e_max_us = 5000;
+    b.scrapes = calloc(1, sizeof *b.scrapes), b.nscrapes = 1, b.scrapes[0].mean = 42;
+    if (!a.ticks || !b.ticks || !b.scrapes) {
+        fprintf(stderr, "test_step_merge: out of memory\n");
+        exit(1);
+    }
+    CHECK_OK(load_step_merge(&a, &b));
+    CHECK(a.rate == 20 && a.window_s == 2.1 && a.ok == 7 && a.failed == 1);
+    CHECK(a.err[KILN_LOADERR_HTTP] == 1 && a.status_counts[503] == 1 && strstr(a.first_error, "503"));
+    CHECK(kiln_hist_count(a.hist[KILN_METRIC_E2E]) == 7 && kiln_hist_max(a.hist[KILN_METRIC_E2E]) >= 7000);
+    CHECK(a.nticks == 2 && a.ticks[0].ok == 5 && a.ticks[1].ok == 2 && a.ticks[0].e2e_max_us == 5000);
+    CHECK(a.nscrapes == 1 && a.scrapes[0].mean == 42);
+    load_step_free(&a);
+    load_step_free(&b);
+}
+
 int main(void) {
     test_json();
     test_sse();
     test_http1();
     test_prometheus();
     test_arguments();
+    test_step_merge();
     return checks_report("test_load_parsers");
 }

@@ -125,6 +125,11 @@ static void test_configs(void) {
     const char *settings = "{\"max_body_bytes\": 4096, \"poll_repository_s\": 0.5}";
     CHECK_OK(serve_settings_parse(settings, strlen(settings), "--config", &s));
     CHECK(s.max_body_bytes == 4096 && s.poll_repository_s == 0.5 && s.connection_timeout_s == 30);
+    CHECK(s.connection_memory_bytes == 256 << 10);
+    settings = "{\"connection_memory_bytes\": 1048576}";
+    CHECK_OK(serve_settings_parse(settings, strlen(settings), "--config", &s));
+    CHECK(s.connection_memory_bytes == 1 << 20);
+    CHECK(serve_settings_parse("{\"connection_memory_bytes\": 1000}", 33, "--config", &s) == KILN_ERR_INVALID_ARGUMENT);
     CHECK(serve_settings_parse("{\"max_body_bytes\": 1}", 21, "--config", &s) == KILN_ERR_INVALID_ARGUMENT);
     CHECK(serve_settings_parse("{\"x\": 1}", 8, "--config", &s) == KILN_ERR_INVALID_ARGUMENT);
 }
@@ -249,6 +254,73 @@ static void test_batcher(kiln_engine *e) {
     serve_pool_free(p);
 }
 
+/* One instance keeps two runs in flight: requests queued behind a running batch are enqueued on the
+ * instance's second context before the first run is waited for, and every request still gets its
+ * own rows back (compared with the same input run alone). */
+static void test_runs_in_flight(kiln_engine *e) {
+    serve_batch_config cfg = {.max_batch = 2, .max_queue_delay_us = 0, .instances = 1, .breaker_failures = 3};
+    serve_pool *p;
+    REQUIRE_OK(serve_pool_create(e, &cfg, &p));
+    enum { N = 16 };
+    static job ref[2], jobs[N];
+    for (int i = 0; i < 2; i++) job_init(&ref[i], p, i), run_job(&ref[i]);
+    serve_pool_stats st = {0};
+    for (int round = 0; round < 10 && !st.overlapped_runs; round++) { /* the threads' arrival is up to the scheduler */
+        pthread_t t[N];
+        for (int i = 0; i < N; i++) job_init(&jobs[i], p, i % 2), pthread_create(&t[i], NULL, run_job, &jobs[i]);
+        for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+        for (int i = 0; i < N; i++) {
+            CHECK(jobs[i].r.http_status == 200 && jobs[i].r.n_outputs == 1);
+            const float *got = jobs[i].r.outputs[0].data, *want = ref[i % 2].r.outputs[0].data;
+            for (int k = 0; k < 10; k++)
+                CHECKF(fabsf(got[k] - want[k]) <= 1e-5f, "request %d output %d: %g, alone %g", i, k, got[k], want[k]);
+            serve_infer_clear(&jobs[i].r);
+        }
+        serve_pool_get_stats(p, &st);
+    }
+    CHECKF(st.overlapped_runs > 0, "no run was enqueued while another was in flight (%llu runs)", (unsigned long long)st.runs);
+    for (int i = 0; i < 2; i++) serve_infer_clear(&ref[i].r);
+    serve_pool_free(p);
+}
+
+/* Batches of a megabyte or more are joined by the requests' own threads: 4 requests of 64 rows
+ * (768 KiB each) with room for two per run get their own rows back, computed as when they ran alone. */
+static void test_parallel_join(kiln_engine *e) {
+    enum { ROWS = 64, ROW = 3 * 32 * 32, N = 4 };
+    serve_batch_config cfg = {.max_batch = 2 * ROWS, .max_queue_delay_us = 200000, .instances = 1, .breaker_failures = 3};
+    serve_pool *p;
+    REQUIRE_OK(serve_pool_create(e, &cfg, &p));
+    static float x[N][ROWS * ROW];
+    static job ref[N], jobs[N];
+    for (int i = 0; i < N; i++) {
+        for (int k = 0; k < ROWS * ROW; k++) x[i][k] = (float)((k * 7 + i * 13) % 17) / 17.0f;
+        for (job *j = &ref[i]; j; j = j == &ref[i] ? &jobs[i] : NULL) {
+            job_init(j, p, i);
+            j->in.dims[0] = ROWS;
+            j->in.data = x[i];
+            j->in.bytes = sizeof x[i];
+        }
+        run_job(&ref[i]);
+        CHECK(ref[i].r.http_status == 200 && ref[i].r.batch_rows == ROWS);
+    }
+    pthread_t t[N];
+    for (int i = 0; i < N; i++) pthread_create(&t[i], NULL, run_job, &jobs[i]);
+    for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+    int shared = 0;
+    for (int i = 0; i < N; i++) {
+        CHECK(jobs[i].r.http_status == 200 && jobs[i].r.outputs[0].dims[0] == ROWS);
+        const float *got = jobs[i].r.outputs[0].data, *want = ref[i].r.outputs[0].data;
+        float worst = 0;
+        for (int k = 0; k < ROWS * 10; k++) worst = fmaxf(worst, fabsf(got[k] - want[k]));
+        CHECKF(worst <= 1e-5f, "request %d: outputs differ from its run alone by %g", i, worst);
+        shared += jobs[i].r.batch_rows == 2 * ROWS;
+        serve_infer_clear(&jobs[i].r);
+        serve_infer_clear(&ref[i].r);
+    }
+    CHECKF(shared >= 2, "no two requests of 768 KiB shared a run (%d did)", shared);
+    serve_pool_free(p);
+}
+
 int main(void) {
     test_metrics();
     test_keys();
@@ -259,6 +331,8 @@ int main(void) {
     kiln_engine *e;
     REQUIRE_OK(kiln_build_onnx(model, NULL, &e));
     test_batcher(e);
+    test_runs_in_flight(e);
+    test_parallel_join(e);
     kiln_engine_free(e);
     return checks_report("test_serve");
 }
