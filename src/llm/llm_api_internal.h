@@ -148,7 +148,8 @@ void llm_req_free(llm_req *r);
 void llm_req_unqueue(kiln_llm *llm, llm_req *r);
 /* Appends token's text to r (loop): into r->delta the text that can be sent now (all of it when
  * final), without any stop string or what follows it; *stop_hit tells that one was found (r->delta
- * then ends before it). token < 0 or a stop token (no_text) adds no text. */
+ * then ends before it). token < 0, a stop token (no_text) or an id the tokenizer does not name (a
+ * model whose vocabulary is larger than its tokenizer's) adds no text, as transformers' decode. */
 kiln_status llm_req_text(kiln_llm *llm, llm_req *r, int32_t token, bool no_text, bool final, bool *stop_hit);
 /* Sends r's event (loop): to its callback, or into its poll queue (coalesced unless r asks for
  * logprobs). A final event marks r ended and wakes drain. */
