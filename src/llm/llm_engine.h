@@ -74,14 +74,16 @@ typedef struct kiln_llm_bundle {
     int32_t gen_eos[KILN_LLM_MAX_EOS]; /* generation_config.json's eos_token_id(s) (directory or engine) */
     int n_gen_eos;
     bool from_engine;
-    kiln_precision weights;    /* an engine's stored precision; fp32 for a directory (as loaded) */
+    kiln_precision weights;    /* an engine's stored precision; a directory's as opened: its checkpoint's
+                                * with device_weights, else fp32 */
     int64_t n_params;
 } kiln_llm_bundle;
-/* Opens path: a directory is read with kiln_llm_model_load_hf (+ generation_config.json), anything
- * else as an LLM engine. with_tokenizer: also load the tokenizer (tokenizer.json, or the engine's copy)
- * and tokenizer_config.json's text, when the model has them (a model without is no error: b->tok
- * stays NULL). On failure *b is freed and zeroed. */
-kiln_status kiln_llm_bundle_open(const char *path, bool with_tokenizer, kiln_llm_bundle *b);
+/* Opens path: a directory is read with kiln_llm_model_load_hf (+ generation_config.json), or with
+ * kiln_llm_model_load_hf_deferred when device_weights (the model is for a GPU upload: no FP32 host
+ * copy; the CPU forward cannot run it), anything else as an LLM engine. with_tokenizer: also load
+ * the tokenizer (tokenizer.json, or the engine's copy) and tokenizer_config.json's text, when the
+ * model has them (a model without is no error: b->tok stays NULL). On failure *b is freed and zeroed. */
+kiln_status kiln_llm_bundle_open(const char *path, bool with_tokenizer, bool device_weights, kiln_llm_bundle *b);
 void kiln_llm_bundle_free(kiln_llm_bundle *b); /* zeroes it; accepts a zeroed one */
 
 /* generation_config.json's eos_token_id (a number or a list) in dir, into ids[0..*n); *n = 0 when the
