@@ -10,8 +10,8 @@ library only, so it runs on the GPU host as it is).
       so the load reads the disk.
   summary --out DIR
       Reads DIR/cold_*.json, DIR/bench_llm.json (kiln bench --llm --export-json) and DIR/sweep.json
-      (kiln load --json), prints the comparison of the server's saturated output tokens/s with
-      `kiln bench --llm --saturate`, the TTFT / TPOT / goodput curve against the rate and the capacity
+      (kiln load --json), prints the comparison of the server's saturated output tokens/s (the best
+      step's tokens completed inside its measured window, per second) with `kiln bench --llm --saturate`, the TTFT / TPOT / goodput curve against the rate and the capacity
       answer ("p99 TTFT <= 500 ms at R req/s per GPU"), and writes DIR/summary.json.
 """
 import argparse
@@ -100,10 +100,10 @@ def summary(a):
     print(f"{'rate':>6} {'done req/s':>10} {'ttft p50':>9} {'ttft p99':>9} {'tpot p50':>9} {'tpot p99':>9} "
           f"{'goodput':>8} {'out tok/s':>10} {'failed':>6}")
     for st in steps:
-        row = {"rate": st["rate"], "completed_rate": st["completed_rate"], "ttft_p50_ms": ms(st, "ttft", "p50"),
+        row = {"rate": st["rate"], "completed_rate": st["window_completed_rate"], "ttft_p50_ms": ms(st, "ttft", "p50"),
                "ttft_p99_ms": ms(st, "ttft", "p99"), "tpot_p50_ms": ms(st, "tpot", "p50"),
                "tpot_p99_ms": ms(st, "tpot", "p99"), "goodput": st["goodput"],
-               "output_tokens_per_s": st["output_token_rate"], "failed": st["failed"]}
+               "output_tokens_per_s": st["window_output_token_rate"], "failed": st["failed"]}
         rows.append(row)
         print(f"{row['rate']:6g} {row['completed_rate']:10.2f} {row['ttft_p50_ms']:9.1f} {row['ttft_p99_ms']:9.1f} "
               f"{row['tpot_p50_ms']:9.2f} {row['tpot_p99_ms']:9.2f} {row['goodput'] * 100:7.2f}% "
