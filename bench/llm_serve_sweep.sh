@@ -15,10 +15,11 @@
 #   6. with time left, the cold start again with the checkpoint evicted from the page cache.
 # Output in $OUT (default /tmp/kiln-llm-sweep): job.log (everything, the summary last), summary.json,
 # bench_llm.json, sweep.json / sweep.csv / sweep.html, serve.log, cold_*.json.
-# Settings (environment): SHAPE (llama3-8b; tiny-llama with TARGET=cpu checks the flags on a CPU machine),
-# TARGET (cuda), RATES (req/s per step, default 8,16,32,48,64,80,96,112), STEP_S (measured seconds per
-# step, 8), WARMUP_S (per step, 2), KILN_BIN (default dist/gpu/bin/kiln), WORK (/tmp/kiln-llm-sweep-work),
-# PORT (8124), BUDGET_S (400: the disk-cold start is skipped when it would not fit).
+# Settings (environment): SHAPE (llama3-8b; tiny-llama with TARGET=cpu checks the flags on a CPU
+# machine), TARGET (cuda), RATES (req/s per step, default 8,16,32,48,64,80,96,112), STEP_S (measured
+# seconds per step, 8), WARMUP_S (per step, 4: longer than one 128-token stream, so that the window sees
+# steady completions), KILN_BIN (default dist/gpu/bin/kiln), WORK (/tmp/kiln-llm-sweep-work), PORT
+# (8124), BUDGET_S (400: the disk-cold start is skipped when it would not fit).
 set -u
 cd "$(dirname "$0")/.." || exit 2
 R=$(pwd)
@@ -27,7 +28,7 @@ mkdir -p "$O"
 export LD_LIBRARY_PATH="$R/dist/gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" KILN_SOURCE_DIR=$R PYTHONUNBUFFERED=1
 K=${KILN_BIN:-$R/dist/gpu/bin/kiln}
 SHAPE=${SHAPE:-llama3-8b} TARGET=${TARGET:-cuda} RATES=${RATES:-8,16,32,48,64,80,96,112}
-STEP_S=${STEP_S:-8} WARMUP_S=${WARMUP_S:-2} PORT=${PORT:-8124} BUDGET_S=${BUDGET_S:-400}
+STEP_S=${STEP_S:-8} WARMUP_S=${WARMUP_S:-4} PORT=${PORT:-8124} BUDGET_S=${BUDGET_S:-400}
 W=${WORK:-/tmp/kiln-llm-sweep-work}
 REPO=$W/repo
 CK=$REPO/llama/1

@@ -6,11 +6,14 @@
 #include "core/status.h"
 #include "llm/llm_internal.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #define SLOT_ALIGN 16 /* floats: 64 bytes */
+#define READ_MAX_THREADS 16
+#define READ_MIN_PART ((size_t)1 << 20) /* values per thread, at least */
 
 /* One checkpoint tensor placed in the layout: slots [dst, dst + rows * cols) hold it. */
 typedef struct piece {
@@ -161,6 +164,47 @@ kiln_status kiln_llm_model_read16(const kiln_llm_model *m, const float *src, siz
         size_t k = left < n - done ? left : n - done;
         read_piece(p, from, k, dtype, dst + done);
         done += k;
+    }
+    return KILN_OK;
+}
+
+/* One thread's share of kiln_llm_model_read16_threads. */
+typedef struct read_part {
+    const kiln_llm_model *m;
+    const float *src;
+    size_t n;
+    kiln_dtype dtype;
+    uint16_t *dst;
+    kiln_status st;
+} read_part;
+
+static void *read_part_run(void *arg) {
+    read_part *p = arg;
+    p->st = kiln_llm_model_read16(p->m, p->src, p->n, p->dtype, p->dst);
+    return NULL;
+}
+
+kiln_status kiln_llm_model_read16_threads(const kiln_llm_model *m, const float *src, size_t n, kiln_dtype dtype,
+                                          uint16_t *dst, int threads) {
+    if (threads > READ_MAX_THREADS) threads = READ_MAX_THREADS;
+    if (threads < 1) threads = 1;
+    size_t per = (n + (size_t)threads - 1) / (size_t)threads;
+    if (per < READ_MIN_PART) per = READ_MIN_PART;
+    read_part parts[READ_MAX_THREADS];
+    pthread_t tid[READ_MAX_THREADS];
+    bool started[READ_MAX_THREADS] = {false};
+    int np = 0;
+    for (size_t off = 0; off < n; off += per, np++)
+        parts[np] = (read_part){m, src + off, n - off < per ? n - off : per, dtype, dst + off, KILN_OK};
+    for (int i = 1; i < np; i++) started[i] = pthread_create(&tid[i], NULL, read_part_run, &parts[i]) == 0;
+    for (int i = 0; i < np; i++)
+        if (!started[i]) read_part_run(&parts[i]); /* part 0, and any part whose thread did not start */
+    for (int i = 1; i < np; i++)
+        if (started[i]) pthread_join(tid[i], NULL);
+    for (int i = 0; i < np; i++) {
+        if (parts[i].st == KILN_OK) continue;
+        if (started[i]) read_part_run(&parts[i]); /* a worker's message stays in its thread: read it again here */
+        return parts[i].st;
     }
     return KILN_OK;
 }

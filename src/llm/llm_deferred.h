@@ -52,5 +52,9 @@ kiln_dtype kiln_llm_model_stored_dtype(const kiln_llm_model *m);
  * dtype); otherwise src is read as FP32. KILN_ERR_INTERNAL when part of a deferred range holds no
  * tensor. */
 kiln_status kiln_llm_model_read16(const kiln_llm_model *m, const float *src, size_t n, kiln_dtype dtype, uint16_t *dst);
+/* The same, split over up to `threads` threads (pieces of at least 1 Mi values; at most 16 threads):
+ * copying out of the mapping, and faulting its pages in, scales with cores. */
+kiln_status kiln_llm_model_read16_threads(const kiln_llm_model *m, const float *src, size_t n, kiln_dtype dtype,
+                                          uint16_t *dst, int threads);
 
 #endif

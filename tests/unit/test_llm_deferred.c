@@ -3,8 +3,8 @@
  * tensors in reverse name order so that stacked pieces are not adjacent in the file; for every weight
  * array, kiln_llm_model_read16 of the deferred model gives the same bits as of the FP32 model, whole
  * and in uneven pieces that cross tensor boundaries; a BF16 tensor read as BF16 is its file's bytes;
- * the stored dtype and kiln_llm_bundle_open's precision follow the checkpoint; a missing or misshapen
- * tensor fails as in the FP32 load, without leaks. */
+ * the stored dtype and kiln_llm_bundle_open's precision follow the checkpoint; the threaded read equals
+ * the plain one; a missing or misshapen tensor fails as in the FP32 load, without leaks. */
 #include "core/half.h"
 #include "core/status.h"
 #include "llm/llm_deferred.h"
@@ -102,11 +102,11 @@ static void make_gpt2(const char *dir, const char *dtype, const char *skip) {
                                    "\"n_positions\":16}");
 }
 
-/* A 2-layer Llama: vocab 24, d 16, 2 heads of 8, 1 kv head, d_ff 20, untied lm_head. */
-static void make_llama(const char *dir, const char *dtype, const char *skip) {
+/* A 2-layer Llama: vocab `vocab`, d 16, 2 heads of 8, 1 kv head, d_ff 20, untied lm_head. */
+static void make_llama_vocab(const char *dir, const char *dtype, const char *skip, int vocab) {
     tens t[32];
     int n = 0;
-    add(t, &n, "model.embed_tokens.weight", 24, 16);
+    add(t, &n, "model.embed_tokens.weight", vocab, 16);
     for (int l = 0; l < 2; l++) {
         char nm[96];
 #define L(s, a, b) (snprintf(nm, sizeof nm, "model.layers.%d.%s", l, s), add(t, &n, nm, a, b))
@@ -117,11 +117,39 @@ static void make_llama(const char *dir, const char *dtype, const char *skip) {
 #undef L
     }
     add(t, &n, "model.norm.weight", 16, 0);
-    add(t, &n, "lm_head.weight", 24, 16);
+    add(t, &n, "lm_head.weight", vocab, 16);
     write_safetensors(dir, t, n, dtype, skip);
-    write_text(dir, "config.json", "{\"model_type\":\"llama\",\"vocab_size\":24,\"hidden_size\":16,\"intermediate_size\":20,"
-                                   "\"num_hidden_layers\":2,\"num_attention_heads\":2,\"num_key_value_heads\":1,"
-                                   "\"max_position_embeddings\":32}");
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "{\"model_type\":\"llama\",\"vocab_size\":%d,\"hidden_size\":16,\"intermediate_size\":20,"
+             "\"num_hidden_layers\":2,\"num_attention_heads\":2,\"num_key_value_heads\":1,"
+             "\"max_position_embeddings\":32}", vocab);
+    write_text(dir, "config.json", cfg);
+}
+
+static void make_llama(const char *dir, const char *dtype, const char *skip) { make_llama_vocab(dir, dtype, skip, 24); }
+
+/* kiln_llm_model_read16_threads over an embedding of 3 Mi values (3 threads' parts) gives
+ * kiln_llm_model_read16's values, for the deferred and the FP32 model. */
+static void check_threads(const char *dir) {
+    make_llama_vocab(dir, "BF16", NULL, 3 << 16);
+    kiln_llm_model *models[2] = {NULL, NULL};
+    CHECK(kiln_llm_model_load_hf_deferred(dir, &models[0]) == KILN_OK);
+    CHECK(kiln_llm_model_load_hf(dir, &models[1]) == KILN_OK);
+    const size_t numel = (size_t)3 << 20;
+    uint16_t *a = malloc(numel * 2), *b = malloc(numel * 2);
+    for (int k = 0; k < 2 && models[0] && models[1]; k++) {
+        kiln_llm_weight w[64];
+        kiln_llm_weights_list(models[k], w);
+        CHECK(!strcmp(w[0].name, "tok_emb") && (size_t)(w[0].dims[0] * w[0].dims[1]) == numel);
+        CHECK(kiln_llm_model_read16(models[k], *w[0].slot, numel, KILN_BF16, a) == KILN_OK);
+        memset(b, 0, numel * 2);
+        CHECK(kiln_llm_model_read16_threads(models[k], *w[0].slot, numel, KILN_BF16, b, 4) == KILN_OK);
+        CHECK(!memcmp(a, b, numel * 2));
+    }
+    free(a);
+    free(b);
+    kiln_llm_model_free(models[0]);
+    kiln_llm_model_free(models[1]);
 }
 
 /* Every weight array of the deferred model reads, in both 16-bit dtypes, as the FP32 model's does. */
@@ -223,6 +251,10 @@ int main(void) {
     CHECK(kiln_llm_bundle_open(ck, false, false, &b) == KILN_OK && b.weights == KILN_PRECISION_FP32 &&
           b.n_params == params);
     kiln_llm_bundle_free(&b);
+
+    snprintf(ck, sizeof ck, "%s/wide", dir);
+    mkdir(ck, 0700);
+    check_threads(ck);
 
     snprintf(ck, sizeof ck, "%s/missing", dir);
     mkdir(ck, 0700);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void kiln_llm_cuda_options_default(kiln_llm_cuda_options *o) {
     o->device = 0;
@@ -141,13 +142,15 @@ static void layout_acts(kiln_llm_cuda *g, carver *cv) {
  * copy to the device runs. */
 typedef struct staging {
     const kiln_llm_model *m;
+    int threads; /* that fill a chunk */
     uint16_t *chunk[2];
     cudaEvent_t copied[2]; /* chunk i's last copy has finished */
     int next;
 } staging;
 
 static kiln_status staging_create(const kiln_llm_model *m, staging *st) {
-    *st = (staging){.m = m};
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    *st = (staging){.m = m, .threads = cpus > 8 ? 8 : cpus > 1 ? (int)cpus : 1};
     for (int i = 0; i < 2; i++) {
         KILN_CUDA_TRY(cudaMallocHost((void **)&st->chunk[i], STAGING_VALUES * sizeof(uint16_t)));
         KILN_CUDA_TRY(cudaEventCreateWithFlags(&st->copied[i], cudaEventDisableTiming));
@@ -165,15 +168,15 @@ static void staging_free(staging *st) {
     }
 }
 
-/* n values of the model's array from src on, in g's dtype, to dst (kiln_llm_model_read16 fills each
- * chunk); the copies are queued on g's stream. */
+/* n values of the model's array from src on, in g's dtype, to dst (kiln_llm_model_read16_threads fills
+ * each chunk); the copies are queued on g's stream. */
 static kiln_status upload16(kiln_llm_cuda *g, void *dst, const float *src, size_t n, staging *st) {
     for (size_t off = 0; off < n; off += STAGING_VALUES) {
         const size_t k = n - off < STAGING_VALUES ? n - off : STAGING_VALUES;
         const int i = st->next;
         st->next ^= 1;
         KILN_CUDA_TRY(cudaEventSynchronize(st->copied[i]));
-        KILN_TRY(kiln_llm_model_read16(st->m, src + off, k, g->dtype, st->chunk[i]));
+        KILN_TRY(kiln_llm_model_read16_threads(st->m, src + off, k, g->dtype, st->chunk[i], st->threads));
         KILN_CUDA_TRY(cudaMemcpyAsync((uint16_t *)dst + off, st->chunk[i], k * 2, cudaMemcpyHostToDevice, g->stream));
         KILN_CUDA_TRY(cudaEventRecord(st->copied[i], g->stream));
     }
