@@ -2,6 +2,7 @@
  * and kiln_llm_model_read16, which reads any weight range of any model in 16 bits. */
 #include "llm/llm_deferred.h"
 
+#include "core/file.h"
 #include "core/half.h"
 #include "core/status.h"
 #include "llm/llm_internal.h"
@@ -25,25 +26,26 @@ typedef struct piece {
 } piece;
 
 struct llm_deferred {
-    kiln_hf_checkpoint *ck;
+    kiln_hf_checkpoint *ck;     /* the checkpoint, or ... */
+    void *map;                  /* ... the engine's kiln_file_map the pieces point into */
     char *base;                 /* the reservation */
     size_t floats, used;
     piece *pieces;              /* sorted by dst, not overlapping */
     int n, cap;
 };
 
-kiln_status llm_deferred_create(kiln_hf_checkpoint *ck, llm_deferred **out) {
+/* The reservation for `values` values of `tensors` tensors, owning ck or map (also on failure). */
+static kiln_status create(kiln_hf_checkpoint *ck, void *map, size_t values, int tensors, llm_deferred **out) {
     *out = NULL;
     llm_deferred *d = calloc(1, sizeof *d);
     if (!d) {
         kiln_hf_checkpoint_free(ck);
+        kiln_file_map_free(map);
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     }
     d->ck = ck;
-    int64_t values;
-    int tensors;
-    kiln_hf_checkpoint_extent(ck, &values, &tensors);
-    d->floats = (size_t)values + (size_t)tensors * SLOT_ALIGN + SLOT_ALIGN;
+    d->map = map;
+    d->floats = values + (size_t)tensors * SLOT_ALIGN + SLOT_ALIGN;
     void *p = mmap(NULL, d->floats * sizeof(float), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         const size_t floats = d->floats;
@@ -55,12 +57,24 @@ kiln_status llm_deferred_create(kiln_hf_checkpoint *ck, llm_deferred **out) {
     return KILN_OK;
 }
 
+kiln_status llm_deferred_create(kiln_hf_checkpoint *ck, llm_deferred **out) {
+    int64_t values;
+    int tensors;
+    kiln_hf_checkpoint_extent(ck, &values, &tensors);
+    return create(ck, NULL, (size_t)values, tensors, out);
+}
+
+kiln_status llm_deferred_create_mapped(void *map, size_t values, int tensors, llm_deferred **out) {
+    return create(NULL, map, values, tensors, out);
+}
+
 const kiln_hf_checkpoint *llm_deferred_checkpoint(const llm_deferred *d) { return d->ck; }
 
 void llm_deferred_free(llm_deferred *d) {
     if (!d) return;
     if (d->base) munmap(d->base, d->floats * sizeof(float));
     kiln_hf_checkpoint_free(d->ck);
+    kiln_file_map_free(d->map);
     free(d->pieces);
     free(d);
 }

@@ -1,5 +1,6 @@
-/* llm_deferred.h — a model opened for a device (kiln_llm_model_load_hf_deferred): its matrices are not
- * converted to FP32 on the host but stay in the memory-mapped checkpoint, in their own dtype. The
+/* llm_deferred.h — a model opened for a device (kiln_llm_model_load_hf_deferred, or an LLM engine read
+ * by kiln_llm_engine_load_for_device): its matrices are not converted to FP32 on the host but stay in
+ * the memory-mapped checkpoint or engine, in their own dtype. The
  * loader (llm_model.c) lays the model out as for the CPU, but each matrix array is an address range
  * in a reservation of address space that no memory backs (PROT_NONE), and each checkpoint tensor
  * placed in it is recorded as a piece: where in the layout it goes, its bytes in the mapping, and
@@ -25,9 +26,12 @@ typedef struct llm_deferred llm_deferred;
  * the checkpoint holds, each tensor aligned), which owns ck from then on (also on failure). Caller
  * frees *out (llm_deferred_free). */
 kiln_status llm_deferred_create(kiln_hf_checkpoint *ck, llm_deferred **out);
-/* The checkpoint d reads (borrowed; valid while d lives). */
+/* The same for the matrices of an engine mapped at map (a kiln_file_map_new one, which d owns from
+ * then on, also on failure): `values` slots for its `tensors` tensors. */
+kiln_status llm_deferred_create_mapped(void *map, size_t values, int tensors, llm_deferred **out);
+/* The checkpoint d reads (borrowed; valid while d lives; NULL for an engine's). */
 const kiln_hf_checkpoint *llm_deferred_checkpoint(const llm_deferred *d);
-void llm_deferred_free(llm_deferred *d); /* accepts NULL; releases the reservation and the checkpoint */
+void llm_deferred_free(llm_deferred *d); /* accepts NULL; releases the reservation and the checkpoint or map */
 
 /* The next n slots of the reservation (64-byte aligned) into *out; KILN_ERR_INTERNAL when the
  * reservation is exhausted (the loader sized it too small). */

@@ -58,6 +58,10 @@ kiln_status kiln_llm_engine_load(const char *path, kiln_llm_engine_info *info, k
 /* The same, but an engine without a tokenizer leaves *tok NULL instead of failing. */
 kiln_status kiln_llm_engine_load_any(const char *path, kiln_llm_engine_info *info, kiln_llm_model **model,
                                      kiln_tokenizer **tok);
+/* As kiln_llm_engine_load_any, but the model is for a GPU upload: deferred (llm_deferred.h), its
+ * matrices left in the engine's mapping in the engine's precision (the CPU forward cannot run it). */
+kiln_status kiln_llm_engine_load_for_device(const char *path, kiln_llm_engine_info *info, kiln_llm_model **model,
+                                            kiln_tokenizer **tok);
 /* Verifies the LLM engine image data[0..size) as kiln_llm_engine_read_info verifies a file (the same
  * errors, naming `what`) and fills *info; when tok is not NULL, also loads the tokenizer it holds
  * (*tok, as kiln_llm_engine_load). Nothing points into data afterwards. No weights are read. */
@@ -80,7 +84,8 @@ typedef struct kiln_llm_bundle {
 } kiln_llm_bundle;
 /* Opens path: a directory is read with kiln_llm_model_load_hf (+ generation_config.json), or with
  * kiln_llm_model_load_hf_deferred when device_weights (the model is for a GPU upload: no FP32 host
- * copy; the CPU forward cannot run it), anything else as an LLM engine. with_tokenizer: also load
+ * copy; the CPU forward cannot run it), anything else as an LLM engine (kiln_llm_engine_load_any,
+ * or kiln_llm_engine_load_for_device when device_weights). with_tokenizer: also load
  * the tokenizer (tokenizer.json, or the engine's copy) and tokenizer_config.json's text, when the
  * model has them (a model without is no error: b->tok stays NULL). On failure *b is freed and zeroed. */
 kiln_status kiln_llm_bundle_open(const char *path, bool with_tokenizer, bool device_weights, kiln_llm_bundle *b);

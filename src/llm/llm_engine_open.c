@@ -79,9 +79,11 @@ static kiln_status open_dir(const char *dir, bool with_tokenizer, bool device_we
     return kiln_llm_read_generation_eos(dir, b->gen_eos, &b->n_gen_eos);
 }
 
-static kiln_status open_engine(const char *path, bool with_tokenizer, kiln_llm_bundle *b) {
+static kiln_status open_engine(const char *path, bool with_tokenizer, bool device_weights, kiln_llm_bundle *b) {
     kiln_llm_engine_info info;
-    KILN_TRY(kiln_llm_engine_load_any(path, &info, &b->model, with_tokenizer ? &b->tok : NULL));
+    kiln_tokenizer **tok = with_tokenizer ? &b->tok : NULL;
+    KILN_TRY(device_weights ? kiln_llm_engine_load_for_device(path, &info, &b->model, tok)
+                            : kiln_llm_engine_load_any(path, &info, &b->model, tok));
     memcpy(b->gen_eos, info.gen_eos, sizeof b->gen_eos);
     b->n_gen_eos = info.n_gen_eos;
     b->from_engine = true;
@@ -98,7 +100,8 @@ kiln_status kiln_llm_bundle_open(const char *path, bool with_tokenizer, bool dev
     memset(b, 0, sizeof *b);
     struct stat st;
     bool dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-    kiln_status s = dir ? open_dir(path, with_tokenizer, device_weights, b) : open_engine(path, with_tokenizer, b);
+    kiln_status s = dir ? open_dir(path, with_tokenizer, device_weights, b)
+                        : open_engine(path, with_tokenizer, device_weights, b);
     if (s != KILN_OK) {
         kiln_llm_bundle_free(b);
         return s;

@@ -3,7 +3,8 @@
  * tensors in reverse name order so that stacked pieces are not adjacent in the file; for every weight
  * array, kiln_llm_model_read16 of the deferred model gives the same bits as of the FP32 model, whole
  * and in uneven pieces that cross tensor boundaries; a BF16 tensor read as BF16 is its file's bytes;
- * the stored dtype and kiln_llm_bundle_open's precision follow the checkpoint; the threaded read equals
+ * the stored dtype and kiln_llm_bundle_open's precision follow the checkpoint; engines of them in fp32,
+ * fp16 and bf16 loaded for a device read as their FP32 models do; the threaded read equals
  * the plain one; a missing or misshapen tensor fails as in the FP32 load, without leaks. */
 #include "core/half.h"
 #include "core/status.h"
@@ -220,6 +221,39 @@ static void check_raw_bytes(const char *dir) {
     kiln_llm_model_free(def);
 }
 
+/* Engines of checkpoint ck (stored in ck_dtype) in fp32, fp16 and bf16 (in dir): loaded for a device,
+ * every weight reads as from the engine's FP32 model; the engine in ck_dtype's as from the checkpoint
+ * itself, deferred too; and kiln_llm_bundle_open takes the bf16 one with its precision. */
+static void check_engines(const char *ck, kiln_dtype ck_dtype, const char *dir) {
+    static const kiln_precision precs[] = {KILN_PRECISION_FP32, KILN_PRECISION_FP16, KILN_PRECISION_BF16};
+    static const kiln_dtype stored[] = {KILN_F32, KILN_F16, KILN_BF16};
+    char path[256];
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/e%d.kiln", dir, i);
+        kiln_llm_build_options o = {.precision = (int)precs[i]};
+        CHECK(kiln_llm_engine_build(ck, &o, path, NULL) == KILN_OK);
+        kiln_llm_model *full = NULL, *def = NULL, *ckdef = NULL;
+        kiln_llm_engine_info info;
+        CHECK(kiln_llm_model_load_engine(path, &full) == KILN_OK);
+        CHECK(kiln_llm_engine_load_for_device(path, &info, &def, NULL) == KILN_OK);
+        kiln_llm_engine_info_free(&info);
+        if (full && def) {
+            CHECK(kiln_llm_model_stored_dtype(def) == stored[i]);
+            check_same_weights(full, def);
+        }
+        if (stored[i] == ck_dtype && def) {
+            CHECK(kiln_llm_model_load_hf_deferred(ck, &ckdef) == KILN_OK);
+            if (ckdef) check_same_weights(ckdef, def);
+        }
+        kiln_llm_model_free(full);
+        kiln_llm_model_free(def);
+        kiln_llm_model_free(ckdef);
+    }
+    kiln_llm_bundle b;
+    CHECK(kiln_llm_bundle_open(path, false, true, &b) == KILN_OK && b.from_engine && b.weights == KILN_PRECISION_BF16);
+    kiln_llm_bundle_free(&b);
+}
+
 /* The deferred load fails where the FP32 one does, with the same status, naming `what`. */
 static void check_refused(const char *dir, const char *what) {
     kiln_llm_model *m = NULL;
@@ -244,6 +278,10 @@ int main(void) {
     }
     snprintf(ck, sizeof ck, "%s/c2", dir); /* the BF16 Llama */
     check_raw_bytes(ck);
+    check_engines(ck, KILN_BF16, dir);
+    snprintf(ck, sizeof ck, "%s/c1", dir); /* the F16 GPT-2 */
+    check_engines(ck, KILN_F16, dir);
+    snprintf(ck, sizeof ck, "%s/c2", dir);
     kiln_llm_bundle b;
     CHECK(kiln_llm_bundle_open(ck, false, true, &b) == KILN_OK && b.weights == KILN_PRECISION_BF16 && b.n_params > 0);
     int64_t params = b.n_params;
