@@ -2,7 +2,8 @@
  * tokenizer files (verbatim) and its weights, in the layout the forward step wants and in fp32, fp16
  * or bf16, into a .kiln file of kind llm (docs/engine-format.md). Loading one gives the same
  * kiln_llm_model as kiln_llm_model_load_hf (FP32 for the CPU forward: an fp32 engine's weights are
- * used in place from the mapping, half-precision ones converted). kiln_llm_bundle_open takes either a
+ * used in place from the mapping, half-precision ones converted; for a GPU the matrices stay in the
+ * mapping as they are, llm_deferred.h). kiln_llm_bundle_open takes either a
  * checkpoint directory or an engine, for kiln_llm_open (kiln/kiln_llm.h). */
 #ifndef KILN_LLM_LLM_ENGINE_H
 #define KILN_LLM_LLM_ENGINE_H
