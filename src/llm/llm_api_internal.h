@@ -72,7 +72,8 @@ typedef struct llm_req {
 
 struct kiln_llm {
     /* the model, fixed once open */
-    kiln_llm_bundle bundle;         /* model and tokenizer (none for random weights) */
+    kiln_llm_bundle bundle;         /* model and tokenizer (none for random weights); on cuda the model is
+                                       released once on the device (bundle.model NULL) */
     llm_runner *runner;
     kiln_kv_cache *kv;
     kiln_scheduler *sched;          /* loop */
@@ -120,7 +121,7 @@ void llm_cond_init(pthread_cond_t *c);
 struct timespec llm_deadline(double ms);
 
 /* The model behind llm (kiln bench --llm's report): its config, and what was opened (engine or
- * directory, stored precision). */
+ * directory, stored precision; the weights themselves only on the CPU). */
 const kiln_llm_config *llm_model_config(const kiln_llm *llm);
 const kiln_llm_bundle *llm_model_bundle(const kiln_llm *llm);
 
