@@ -32,7 +32,7 @@ STEP_S=${STEP_S:-8} WARMUP_S=${WARMUP_S:-4} PORT=${PORT:-8124} BUDGET_S=${BUDGET
 W=${WORK:-/tmp/kiln-llm-sweep-work}
 REPO=$W/repo
 CK=$REPO/llama/1
-REPORT="python3 $R/bench/llm_sweep_report.py"
+REPORT=$R/bench/llm_sweep_report.py
 T0=$(date +%s)
 : >"$O/job.log"
 log() { echo "== [$(($(date +%s) - T0)) s] $*" | tee -a "$O/job.log"; }
@@ -48,7 +48,7 @@ run timeout 200 python3 "$R/bench/make_llm_checkpoint.py" "$CK" --shape "$SHAPE"
 echo "{\"target\":\"$TARGET\",\"max_seqs\":256,\"max_batched_tokens\":8192,\"max_context\":1024}" >"$REPO/llama/config.json"
 
 log "cold process to first token (page cache warm: the checkpoint was just written)"
-run timeout 90 $REPORT timed --json "$O/cold_warm.json" --weights "$CK/model.safetensors" -- \
+run timeout 90 python3 "$REPORT" timed --json "$O/cold_warm.json" --weights "$CK/model.safetensors" -- \
   "$K" generate "$CK" --target "$TARGET" --prompt "the of and" --max-tokens 1 --temperature 0
 
 log "kiln bench --llm --saturate (384 requests of 128 in / 128 out, 256 in flight)"
@@ -63,29 +63,32 @@ for i in $(seq 1 240); do
   kill -0 $SP 2>/dev/null || break
   sleep 0.5
 done
-if ! curl -sf "localhost:$PORT/v1/models" >>"$O/job.log"; then
-  log "the server did not come up"; tail -20 "$O/serve.log" | tee -a "$O/job.log"; kill $SP 2>/dev/null; exit 1
+if curl -sf "localhost:$PORT/v1/models" >>"$O/job.log"; then
+  echo >>"$O/job.log"
+  log "ready after ~$((i / 2)) s; kiln load sweep rate=$RATES (${WARMUP_S} s warm-up + ${STEP_S} s per step)"
+  run timeout 300 "$K" load "http://127.0.0.1:$PORT" --api openai-completions --model llama --stream \
+    --input-len 128 --output-len 128 --ignore-eos --sweep "rate=$RATES" --duration "${STEP_S}s" \
+    --warmup "${WARMUP_S}s" --connections 1024 --timeout 120s --slo ttft=500ms --goodput 99 \
+    --stop-when "ttft_p99>20s,errors>5%" --scrape --json "$O/sweep.json" --csv "$O/sweep.csv" \
+    --report "$O/sweep.html" -q | sed -n '/^---- sweep/,$p'
+  curl -s "localhost:$PORT/metrics" | grep -E "^kiln_(num_preemptions_total|kv_cache_blocks_total|batch_size_count)" >>"$O/job.log"
+else
+  log "the server did not come up"
+  tail -20 "$O/serve.log" | tee -a "$O/job.log"
 fi
-echo >>"$O/job.log"
-log "ready after ~$((i / 2)) s; kiln load sweep rate=$RATES (${WARMUP_S} s warm-up + ${STEP_S} s per step)"
-run timeout 300 "$K" load "http://127.0.0.1:$PORT" --api openai-completions --model llama --stream \
-  --input-len 128 --output-len 128 --ignore-eos --sweep "rate=$RATES" --duration "${STEP_S}s" --warmup "${WARMUP_S}s" \
-  --connections 1024 --timeout 120s --slo ttft=500ms --goodput 99 --stop-when "ttft_p99>20s,errors>5%" \
-  --scrape --json "$O/sweep.json" --csv "$O/sweep.csv" --report "$O/sweep.html" -q | sed -n '/^---- sweep/,$p'
-curl -s "localhost:$PORT/metrics" | grep -E "^kiln_(num_preemptions_total|kv_cache_blocks_total|batch_size_count)" >>"$O/job.log"
-kill -TERM $SP
+kill -TERM $SP 2>/dev/null
 wait $SP
 log "serve exit $?"
 
 if (($(date +%s) - T0 < BUDGET_S - 60)); then
   log "cold process to first token, the checkpoint evicted from the page cache (reads the disk)"
-  run timeout 60 $REPORT timed --evict --json "$O/cold_disk.json" --weights "$CK/model.safetensors" -- \
+  run timeout 60 python3 "$REPORT" timed --evict --json "$O/cold_disk.json" --weights "$CK/model.safetensors" -- \
     "$K" generate "$CK" --target "$TARGET" --prompt "the of and" --max-tokens 1 --temperature 0
 else
   log "no time left for the disk-cold start"
 fi
 
 log "summary"
-run $REPORT summary --out "$O"
+run python3 "$REPORT" summary --out "$O"
 rm -rf "$W"
 log "done"
