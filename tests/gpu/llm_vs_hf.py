@@ -2,9 +2,10 @@
 """kiln's LLM forward against Hugging Face transformers, on the GPU (scripts/gpu-run's llm stage).
 
 Tiny random models are made here with transformers (no network): GPT-2 (2 layers, n_embd 256, 4 heads:
-head_dim 64, what kiln's CUDA attention takes), Llama (hidden 256, 4 heads / 2 kv heads, head_dim 64,
-rope theta 10000) and the same Llama with llama3 rope scaling; each saved with save_pretrained in fp16
-and in bf16 (safetensors), next to a byte-level BPE tokenizer.json trained here with `tokenizers`.
+head_dim 64), GPT-2 with n_embd 64 (head_dim 16), Llama (hidden 256, 4 heads / 2 kv heads, head_dim 64,
+rope theta 10000), the same Llama with llama3 rope scaling, and Llama with 12 heads of 80 over one kv
+head (gqa12-hd80); each saved with save_pretrained in fp16 and in bf16 (safetensors), next to a
+byte-level BPE tokenizer.json trained here with `tokenizers`.
 
 For every model and dtype:
   logits  llm_driver --target cuda --dtype f16|bf16 (tests/unit/llm_driver.c through llm_runner.h) on two
@@ -23,7 +24,7 @@ For every model and dtype:
 Prints a table; exit 1 on a real mismatch, 77 when the GPU (or torch) is missing.
 
 usage: llm_vs_hf.py [--driver BIN] [--kiln BIN] [--device cuda|cpu] [--target cuda|cpu] [--tokens 64]
-                    [--models gpt2,llama,llama3] [--workdir DIR]
+                    [--models gpt2,gpt2-hd16,llama,llama3,gqa12-hd80] [--workdir DIR]
 --device cpu --target cpu runs the whole thing here (kiln's CPU forward is fp32: a plumbing check).
 """
 import argparse
@@ -69,8 +70,9 @@ def train_tokenizer(d, tokenizers):
 
 
 def make_model(name, vocab, eos, transformers, torch):
-    if name == "gpt2":
-        cfg = transformers.GPT2Config(vocab_size=vocab, n_layer=2, n_embd=256, n_head=4, n_positions=256,
+    if name.startswith("gpt2"):
+        cfg = transformers.GPT2Config(vocab_size=vocab, n_layer=2, n_embd=64 if name == "gpt2-hd16" else 256,
+                                      n_head=4, n_positions=256,
                                       bos_token_id=eos, eos_token_id=eos, tie_word_embeddings=True)
         model = transformers.GPT2LMHeadModel(cfg)
     else:
@@ -78,8 +80,9 @@ def make_model(name, vocab, eos, transformers, torch):
         if name == "llama3":
             rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                     "original_max_position_embeddings": 32}
+        heads, kv_heads, head_dim = (12, 1, 80) if name == "gqa12-hd80" else (4, 2, 64)
         cfg = transformers.LlamaConfig(vocab_size=vocab, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                                       num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                                       num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
                                        max_position_embeddings=256, rope_theta=10000.0, rope_scaling=rope,
                                        bos_token_id=eos, eos_token_id=eos, tie_word_embeddings=False)
         model = transformers.LlamaForCausalLM(cfg)
@@ -168,7 +171,7 @@ def main():
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="where transformers runs")
     ap.add_argument("--target", default="cuda", choices=["cuda", "cpu"], help="where kiln runs")
     ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--models", default="gpt2,llama,llama3")
+    ap.add_argument("--models", default="gpt2,gpt2-hd16,llama,llama3,gqa12-hd80")
     ap.add_argument("--dtypes", default="f16,bf16")
     ap.add_argument("--workdir")
     a = ap.parse_args()

@@ -1,9 +1,11 @@
 /* test_llm_cuda.c — the LLM forward on CUDA (src/llm/cuda/, llm_cuda.h) against the CPU forward (the
  * oracle, itself tested against transformers) on tiny random models: GPT-2 (head_dim 64, tied
  * embeddings, odd vocabulary), Llama with head_dim 128, 2 query heads per KV head and dynamic NTK RoPE,
- * Llama with head_dim 64, 4 query heads per KV head and Llama 3 RoPE, and Llama with head_dim 128 and
- * 8 query heads per KV head. First, every GEMV kernel configuration alone against a CPU product
- * (test_gemv_kernels below: fp16/bf16, n 1/3/5/8, decode shapes, ragged N, bias, FP32 out), and the
+ * Llama with head_dim 64, 4 query heads per KV head and Llama 3 RoPE, Llama with head_dim 128 and
+ * 8 query heads per KV head, GPT-2 with head_dim 16, and Llama with head_dim 256 and 12 query heads
+ * per KV head (the decode attention in two chunks of heads). First, every GEMV kernel configuration
+ * alone against a CPU product (test_gemv_kernels below: fp16/bf16, n 1/3/5/8, decode shapes, ragged N,
+ * bias, FP32 out), and the
  * decode attention kernel alone against a CPU attention (test_decode_kernel below: splits, GQA 1-8,
  * hd 64/128, batches 1/3/33, graph replays).
  *
@@ -43,6 +45,7 @@
 #define DECODE 32
 #define MAX_STEPS 40
 #define MAX_TOKENS 256
+#define N_MODELS 6
 
 static int g_failures;
 
@@ -277,7 +280,7 @@ done:
 /* ---------------------------------------------------------------- the decode attention kernel alone */
 
 #ifdef KILN_HAVE_CUDA
-/* llmc_decode_attention (src/llm/cuda/llm_cuda_attn.cu) against a double-precision CPU attention over
+/* llmc_decode_attention (src/llm/cuda/llm_cuda_decode.cu) against a double-precision CPU attention over
  * the same 16-bit values: head_dim 64 and 128, GQA groups 1, 3, 4 and 8, batches 1, 3 and 33, contexts
  * of 1..max_ctx that are mostly not multiples of the cache's 16-token blocks, scrambled blocks, and
  * keys per split from the heuristic (with the device's SMs and with 8 SMs), forced small (16 or 48
@@ -693,6 +696,11 @@ static void make_cases(model_case *mc) {
     mc[3].name = "llama (hd 128, gqa 8)";
     kiln_llm_config_init(&mc[3].cfg, KILN_LLM_LLAMA, 2, 256, 8, 1, 384, 512, 1024);
     mc[3].cfg.head_dim = 128;
+    mc[4].name = "gpt2 (hd 16)";
+    kiln_llm_config_init(&mc[4].cfg, KILN_LLM_GPT2, 2, 64, 4, 4, 256, 301, 256);
+    mc[5].name = "llama (hd 256, gqa 12)";
+    kiln_llm_config_init(&mc[5].cfg, KILN_LLM_LLAMA, 2, 256, 12, 1, 384, 512, 1024);
+    mc[5].cfg.head_dim = 256;
 }
 
 int main(void) {
@@ -709,9 +717,9 @@ int main(void) {
     printf("%-30s %-5s %-14s %-8s %5s %10s %7s %-16s %s\n", "model", "dtype", "products", "phase", "rows", "max rel err",
            "tol", "argmax = cpu", "result");
     static const char *const phase_name[3] = {"prefill", "chunked", "decode"};
-    model_case mc[4];
+    model_case mc[N_MODELS];
     make_cases(mc);
-    for (int mi = 0; mi < 4; mi++) {
+    for (int mi = 0; mi < N_MODELS; mi++) {
         kiln_llm_model *m;
         if (kiln_llm_model_random(&mc[mi].cfg, 1234 + (uint64_t)mi, &m) != KILN_OK) {
             EXPECT(0, "%s: %s", mc[mi].name, kiln_last_error());
