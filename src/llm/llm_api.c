@@ -133,12 +133,17 @@ kiln_status kiln_llm_open(const char *path, const kiln_llm_options *opts, kiln_l
     const kiln_llm_options none = {0}, *o = opts ? opts : &none;
     kiln_llm *llm;
     KILN_TRY(new_llm(o, &llm));
-    kiln_status st = kiln_llm_bundle_open(path, true, &llm->bundle);
+    const bool cuda = o->target && !strcmp(o->target, "cuda");
+    kiln_status st = kiln_llm_bundle_open(path, true, cuda, &llm->bundle);
     llm_runner_options ro = {0};
     if (st == KILN_OK) {
         llm->cfg = *kiln_llm_model_config(llm->bundle.model);
         ro = runner_options(o, &llm->cfg, llm->bundle.weights == KILN_PRECISION_BF16);
         st = llm_runner_create(llm->bundle.model, &ro, llm->target, sizeof llm->target, &llm->runner);
+    }
+    if (st == KILN_OK && cuda) { /* the weights are on the device: release the host copy or mapping */
+        kiln_llm_model_free(llm->bundle.model);
+        llm->bundle.model = NULL;
     }
     if (st == KILN_OK) st = finish_open(llm, o, &ro, llm->bundle.n_params);
     if (st != KILN_OK) {

@@ -26,6 +26,8 @@ struct kiln_llm_model {
     kiln_llm_layer *layers;     /* [n_layer] */
     void *mapping;              /* an fp32 engine's kiln_file_map the arrays point into (not freed one by one),
                                    or NULL: every array is malloc'd */
+    struct llm_deferred *deferred; /* a model opened for a device (llm_deferred.h): its matrices are ranges of
+                                   this reservation (not freed one by one), or NULL */
 };
 
 /* config.json's document into *out (`what` names the file in messages). Errors as

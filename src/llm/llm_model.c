@@ -1,11 +1,14 @@
 /* llm_model.c — kiln_llm_model_load_hf: a GPT-2 or Llama checkpoint's weights, each checked for
  * presence and shape, converted to FP32 and laid out as llm_internal.h says (GPT-2's Conv1D matrices
- * transposed to [out, in]; Llama's q/k/v and gate/up projections stacked for one product each). */
+ * transposed to [out, in]; Llama's q/k/v and gate/up projections stacked for one product each);
+ * kiln_llm_model_load_hf_deferred: the same layout with the matrices left in the mapped checkpoint
+ * (llm_deferred.h). */
 #include "llm/llm_internal.h"
 
 #include "core/status.h"
 #include "core/file.h"
 #include "hf/checkpoint.h"
+#include "llm/llm_deferred.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +17,7 @@
 typedef struct loader {
     const kiln_hf_checkpoint *ck;
     kiln_llm_model *m;
+    llm_deferred *def; /* deferred loading: matrices are placed, not converted; NULL otherwise */
 } loader;
 
 /* "[a, b]" of a checkpoint tensor's shape into buf. */
@@ -59,6 +63,11 @@ static kiln_status alloc_f32(size_t n, float **out) {
     return *out ? KILN_OK : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory (%zu floats of weights)", n);
 }
 
+/* A matrix of n values into *out: FP32 memory, or slots of the reservation when deferred. */
+static kiln_status alloc_mat(const loader *L, size_t n, float **out) {
+    return L->def ? llm_deferred_reserve(L->def, n, out) : alloc_f32(n, out);
+}
+
 /* Loads vector `name` of n elements into a new array. */
 static kiln_status load_vec(const loader *L, const char *name, int64_t n, float **out) {
     const kiln_st_tensor *t;
@@ -72,6 +81,7 @@ static kiln_status load_vec(const loader *L, const char *name, int64_t n, float 
 static kiln_status load_mat_into(const loader *L, const char *name, int64_t rows, int64_t cols, bool conv1d, float *dst) {
     const kiln_st_tensor *t;
     KILN_TRY(find(L, name, conv1d ? cols : rows, conv1d ? rows : cols, &t));
+    if (llm_deferred_owns(L->def, dst)) return llm_deferred_place(L->def, dst, t, conv1d);
     if (!conv1d) return convert(L, t, dst);
     float *tmp;
     KILN_TRY(alloc_f32((size_t)(rows * cols), &tmp));
@@ -84,7 +94,7 @@ static kiln_status load_mat_into(const loader *L, const char *name, int64_t rows
 
 static kiln_status load_mat(const loader *L, const char *name, int64_t rows, int64_t cols, bool conv1d, float **out) {
     KILN_TRY(check_mat(L, name, rows, cols, conv1d));
-    KILN_TRY(alloc_f32((size_t)(rows * cols), out));
+    KILN_TRY(alloc_mat(L, (size_t)(rows * cols), out));
     return load_mat_into(L, name, rows, cols, conv1d, *out);
 }
 
@@ -118,7 +128,7 @@ static kiln_status load_llama_layer(const loader *L, int i, kiln_llm_layer *y) {
     KILN_TRY(check_mat(L, NAME("self_attn.q_proj.weight"), qd, d, false));
     KILN_TRY(check_mat(L, NAME("self_attn.k_proj.weight"), kvd, d, false));
     KILN_TRY(check_mat(L, NAME("self_attn.v_proj.weight"), kvd, d, false));
-    KILN_TRY(alloc_f32((size_t)((qd + 2 * kvd) * d), &y->qkv_w));
+    KILN_TRY(alloc_mat(L, (size_t)((qd + 2 * kvd) * d), &y->qkv_w));
     KILN_TRY(load_mat_into(L, NAME("self_attn.q_proj.weight"), qd, d, false, y->qkv_w));
     KILN_TRY(load_mat_into(L, NAME("self_attn.k_proj.weight"), kvd, d, false, y->qkv_w + qd * d));
     KILN_TRY(load_mat_into(L, NAME("self_attn.v_proj.weight"), kvd, d, false, y->qkv_w + (qd + kvd) * d));
@@ -126,7 +136,7 @@ static kiln_status load_llama_layer(const loader *L, int i, kiln_llm_layer *y) {
     KILN_TRY(load_vec(L, NAME("post_attention_layernorm.weight"), d, &y->norm2_w));
     KILN_TRY(check_mat(L, NAME("mlp.gate_proj.weight"), ff, d, false));
     KILN_TRY(check_mat(L, NAME("mlp.up_proj.weight"), ff, d, false));
-    KILN_TRY(alloc_f32((size_t)(2 * ff * d), &y->up_w));
+    KILN_TRY(alloc_mat(L, (size_t)(2 * ff * d), &y->up_w));
     KILN_TRY(load_mat_into(L, NAME("mlp.gate_proj.weight"), ff, d, false, y->up_w));
     KILN_TRY(load_mat_into(L, NAME("mlp.up_proj.weight"), ff, d, false, y->up_w + ff * d));
     return load_mat(L, NAME("mlp.down_proj.weight"), d, ff, false, &y->down_w);
@@ -157,7 +167,8 @@ static kiln_status load_weights(const loader *L) {
     return load_mat(L, "lm_head.weight", c->vocab, c->d_model, false, &m->lm_head);
 }
 
-kiln_status kiln_llm_model_load_hf(const char *dir, kiln_llm_model **out) {
+/* The model of checkpoint dir; deferred: its matrices stay in the mapping, which the model keeps. */
+static kiln_status load_hf(const char *dir, bool deferred, kiln_llm_model **out) {
     *out = NULL;
     kiln_hf_checkpoint *ck;
     KILN_TRY(kiln_hf_checkpoint_open(dir, &ck));
@@ -168,8 +179,12 @@ kiln_status kiln_llm_model_load_hf(const char *dir, kiln_llm_model **out) {
         snprintf(what, sizeof what, "%s/config.json", dir);
         s = kiln_llm_config_parse(kiln_hf_checkpoint_config(ck), what, &m->cfg);
     }
+    if (s == KILN_OK && deferred) {
+        s = llm_deferred_create(ck, &m->deferred);
+        ck = NULL;
+    }
     if (s == KILN_OK) {
-        loader L = {ck, m};
+        loader L = {m->deferred ? llm_deferred_checkpoint(m->deferred) : ck, m, m->deferred};
         s = load_weights(&L);
     }
     kiln_hf_checkpoint_free(ck);
@@ -179,6 +194,15 @@ kiln_status kiln_llm_model_load_hf(const char *dir, kiln_llm_model **out) {
     }
     *out = m;
     return KILN_OK;
+}
+
+kiln_status kiln_llm_model_load_hf(const char *dir, kiln_llm_model **out) { return load_hf(dir, false, out); }
+
+kiln_status kiln_llm_model_load_hf_deferred(const char *dir, kiln_llm_model **out) { return load_hf(dir, true, out); }
+
+/* Frees one of m's arrays unless a deferred model's reservation holds it. */
+static void free_array(const kiln_llm_model *m, float *p) {
+    if (!llm_deferred_owns(m->deferred, p)) free(p);
 }
 
 void kiln_llm_model_free(kiln_llm_model *m) {
@@ -193,14 +217,15 @@ void kiln_llm_model_free(kiln_llm_model *m) {
         kiln_llm_layer *y = &m->layers[i];
         float *all[] = {y->norm1_w, y->norm1_b, y->qkv_w, y->qkv_b, y->o_w,    y->o_b,
                         y->norm2_w, y->norm2_b, y->up_w,  y->up_b,  y->down_w, y->down_b};
-        for (size_t j = 0; j < sizeof all / sizeof *all; j++) free(all[j]);
+        for (size_t j = 0; j < sizeof all / sizeof *all; j++) free_array(m, all[j]);
     }
     free(m->layers);
-    if (m->lm_head != m->tok_emb) free(m->lm_head);
-    free(m->tok_emb);
-    free(m->pos_emb);
-    free(m->norm_f_w);
-    free(m->norm_f_b);
+    if (m->lm_head != m->tok_emb) free_array(m, m->lm_head);
+    free_array(m, m->tok_emb);
+    free_array(m, m->pos_emb);
+    free_array(m, m->norm_f_w);
+    free_array(m, m->norm_f_b);
+    llm_deferred_free(m->deferred);
     free(m);
 }
 

@@ -13,7 +13,8 @@ For every model and dtype:
           cache), against transformers in fp32 on the same (rounded) weights; transformers' own run in
           the file's dtype is shown next to it. err = max|kiln - hf32| / max|hf32|. Passes when
           err <= TOL (fp16 2e-2, bf16 5e-2), or err <= 2 x transformers' own error in that dtype.
-  greedy  kiln generate DIR (fp16; bf16: an engine from kiln build --hf --bf16) --temperature 0
+  greedy  kiln generate DIR (fp16; bf16: an engine from kiln build --hf --bf16; both stream to the GPU
+          in their own precision) --temperature 0
           --max-tokens 64 --print-ids --target cuda, against a greedy loop of transformers in fp32 on
           kiln's prompt ids (kiln's prompt ids must also equal `tokenizers`'). Passes when identical;
           at a first divergence, only when transformers' top-2 gap there is a near-tie:
@@ -255,7 +256,7 @@ def main():
                 bad.append(f"{tag}: {e}")
             try:
                 src = d
-                if dt == "bf16":  # a directory runs in fp16 on cuda: bf16 through a bf16 engine
+                if dt == "bf16":  # the fp16 directory runs as it is; bf16 through a bf16 engine (kiln build --hf)
                     src = os.path.join(work, f"{name}_{dt}.kiln")
                     p = run([kiln, "build", "--hf", d, "-o", src, "--bf16"])
                     if p.returncode != 0:

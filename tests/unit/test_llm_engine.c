@@ -304,7 +304,7 @@ static void test_kinds(const char *llm_engine) {
     s = kiln_llm_engine_load(llm_engine, NULL, &m, &tok);
     CHECK(s == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_last_error(), "holds no tokenizer") && !m && !tok);
     kiln_llm_bundle b;
-    CHECK(kiln_llm_bundle_open(llm_engine, false, &b) == KILN_OK && b.from_engine && b.n_gen_eos == 1 && b.n_params > 0);
+    CHECK(kiln_llm_bundle_open(llm_engine, false, false, &b) == KILN_OK && b.from_engine && b.n_gen_eos == 1 && b.n_params > 0);
     kiln_llm_bundle_free(&b);
 }
 
