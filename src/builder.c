@@ -47,6 +47,11 @@ static const char *const g_attention_ops[] = {"Attention", NULL};
 static const char *const g_epilogue_ops[] = {"FusedConv", "FusedGemm", "FusedMatMul", NULL};
 static const char *const g_chain_ops[] = {"ElementwiseChain", NULL};
 
+/* Folds explicitly quantized layers into integer ones, first: constant folding would turn the
+ * weights' DequantizeLinear into float32 constants. */
+static const char *const g_qdq_ops[] = {"QConv", "QMatMul", NULL};
+static const pass_step g_qdq = {"fuse_qdq", kiln_pass_fuse_qdq, g_qdq_ops};
+
 /* Clean-up passes, repeated until none changes anything. */
 static const pass_step g_cleanup[] = {
     {"fold_constants", kiln_pass_fold_constants, NULL},
@@ -139,8 +144,8 @@ static bool want_channels_last(const kiln_build_options *opts, const kiln_backen
     return !why;
 }
 
-/* Runs the clean-up passes to a fixed point, then the fusions, and repeats while the fusions change
- * something (bounded); then, when the build wants them, the channels-last layout and the aligned
+/* Folds Q/DQ patterns into integer layers (when the target runs them), runs the clean-up passes to a
+ * fixed point, then the fusions, and repeats while the fusions change something (bounded); then, when the build wants them, the channels-last layout and the aligned
  * MatMul operands (16-bit builds for targets that ask), and the clean-up passes again (which cancel
  * the Transposes between convolutions). */
 static kiln_status optimize(kiln_graph *g, const kiln_build_options *opts, const kiln_backend *b) {
@@ -151,6 +156,10 @@ static kiln_status optimize(kiln_graph *g, const kiln_build_options *opts, const
             KILN_LOG(KILN_LOG_VERBOSE, "%s skipped: the options or target %s rule out the kiln-domain ops it creates",
                      g_fusions[i].name, b->name);
     }
+    bool folded_qdq;
+    if (backend_runs_step(b, &g_qdq, opts)) KILN_TRY(run_step(g, &g_qdq, &folded_qdq));
+    else KILN_LOG(KILN_LOG_VERBOSE, "%s skipped: the options or target %s rule out kiln.QConv / kiln.QMatMul", g_qdq.name,
+                  b->name);
     for (int round = 0; round < 4; round++) {
         KILN_TRY(cleanup(g));
         bool fused = false, changed;

@@ -219,3 +219,145 @@ def test_onnxruntime_quantized_model(kiln, tmp_path, quantized, kind, method):
             err = relative_error(got[name], r)
             assert err <= MODEL_TOLERANCE, \
                 f"{name}: max|kiln-ort|/max|ort| = {err:.3g} > {MODEL_TOLERANCE:g} (onnxruntime {label})"
+
+
+# ------------------------------------------------------------------ Q/DQ folded into integer layers
+
+# Folded layers compute act(x_scale * w_scale * sum + bias) in float32 and round once, where
+# onnxruntime (as written) sums dequantized floats, or (optimized) requantizes with one multiplier:
+# an output within half a unit of a rounding boundary may land one unit apart.
+FOLDED_MAX_UNITS = 1
+FOLDED_MAX_OFF_FRACTION = 0.005
+
+
+def folded_layers(kiln, path, tmp_path):
+    """Builds path into an engine with --verbose; returns (engine path, [lines of fuse_qdq folds])."""
+    engine = tmp_path / "model.kiln"
+    proc = run_kiln(kiln, "build", path, "-o", engine, "--verbose")
+    assert_ok(proc)
+    return engine, [l for l in proc.stderr.splitlines() if "fuse_qdq:" in l and " nodes -> " not in l]
+
+
+def qdq_layer_model(kind, dtype, act):
+    """x (float) -> Q -> DQ -> Conv / MatMul (int8 per-channel weights, Conv: an int32 bias through
+    DQ) [-> act] -> Q -> DQ -> y, plus the layer's float result as a second output when act is None
+    (which blocks the output fold: the layer then writes float32)."""
+    rng = np.random.default_rng(9)
+    qt = NP_TO_ONNX[np.dtype(dtype)]
+    if kind == "conv":
+        x_shape, w = [2, 8, 10, 10], rng.integers(-127, 128, [16, 8, 3, 3]).astype(np.int8)
+        M, axis = 16, 0
+    else:
+        x_shape, w = [2, 5, 48], rng.integers(-127, 128, [48, 24]).astype(np.int8)
+        M, axis = 24, 1
+    xs, ws = 0.05, rng.uniform(0.002, 0.01, [M]).astype(np.float32)
+    inits = [numpy_helper.from_array(a, n) for n, a in {
+        "xs": np.array(xs, np.float32), "xz": np.array(3 if dtype == np.int8 else 128, dtype), "w": w, "ws": ws,
+        "wz": np.zeros([M], np.int8), "ys": np.array(0.3, np.float32), "yz": np.array(-2 if dtype == np.int8 else 120, dtype),
+        "b": rng.integers(-3000, 3000, [M]).astype(np.int32), "bs": (ws * xs).astype(np.float32),
+        "lo": np.array(0.0, np.float32), "hi": np.array(6.0, np.float32)}.items()]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=axis)]
+    if kind == "conv":
+        nodes += [helper.make_node("DequantizeLinear", ["b", "bs"], ["bd"], axis=0),
+                  helper.make_node("Conv", ["xd", "wd", "bd"], ["l"], pads=[1, 1, 1, 1])]
+    else:
+        nodes += [helper.make_node("MatMul", ["xd", "wd"], ["l"])]
+    last = "l"
+    if act == "relu":
+        nodes.append(helper.make_node("Relu", ["l"], ["a"]))
+        last = "a"
+    elif act == "clip":
+        nodes.append(helper.make_node("Clip", ["l", "lo", "hi"], ["a"]))
+        last = "a"
+    nodes += [helper.make_node("QuantizeLinear", [last, "ys", "yz"], ["yq"]),
+              helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if act is None:
+        outputs.append(helper.make_tensor_value_info("l", TensorProto.FLOAT, None))
+    graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)], outputs,
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    feeds = {"x": (rng.standard_normal(x_shape) * 2).astype(np.float32)}
+    return model, feeds, qt
+
+
+def assert_within_units(name, got, ref, unit):
+    """got and ref (dequantized values of one scale `unit`) differ by at most FOLDED_MAX_UNITS units,
+    and in at most FOLDED_MAX_OFF_FRACTION of the elements."""
+    units = np.abs(got.astype(np.float64) - ref.astype(np.float64)) / unit
+    assert units.max() <= FOLDED_MAX_UNITS + 1e-3, f"{name}: {units.max():.2f} units apart"
+    off = float(np.mean(units > 1e-3))
+    assert off <= FOLDED_MAX_OFF_FRACTION, f"{name}: {off:.2%} of the elements differ"
+
+
+@pytest.mark.parametrize("act", [None, "relu", "clip"])
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+@pytest.mark.parametrize("kind", ["conv", "matmul"])
+def test_folded_layer(kiln, tmp_path, kind, dtype, act):
+    model, feeds, _ = qdq_layer_model(kind, dtype, act)
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    engine, folds = folded_layers(kiln, path, tmp_path)
+    op = "QConv" if kind == "conv" else "QMatMul"
+    assert len(folds) == 1 and f"-> {op}" in folds[0], f"expected one {op} fold, the build logged {folds}"
+    assert ("float32 output" in folds[0]) == (act is None), folds[0]
+    if act:
+        assert {"relu": "Relu", "clip": "Clip"}[act] in folds[0], folds[0]
+    proc = run_kiln(kiln, "run", engine, *write_inputs(tmp_path / "in", feeds), "--output-dir", tmp_path / "out")
+    assert_ok(proc)
+    for label, ref in (("as written", ort_run(path, feeds)), ("optimized", ort_optimized_run(path, feeds))):
+        got = read_outputs(tmp_path / "out", list(ref))
+        assert_within_units(f"y ({label})", got["y"], ref["y"], 0.3)
+        if "l" in ref:
+            err = relative_error(got["l"], ref["l"])
+            assert err <= 1e-5, f"the float32 layer output differs from onnxruntime ({label}) by {err:.3g}"
+
+
+@pytest.fixture(scope="module")
+def preprocessed_qdq(tmp_path_factory):
+    """The ResNet-style model after onnxruntime's quantization pre-processing (BatchNormalization
+    folded into the convolutions) quantized QDQ per channel, with uint8 and with symmetric int8
+    activations: {activation dtype name: path}."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+    d = tmp_path_factory.mktemp("preprocessed")
+    onnx.save(models.build_resnet(), d / "resnet.onnx")
+    quant_pre_process(str(d / "resnet.onnx"), str(d / "resnet_pre.onnx"), skip_symbolic_shape=True)
+    out = {}
+    for name, qtype, sym in (("uint8", QuantType.QUInt8, False), ("int8", QuantType.QInt8, True)):
+        out[name] = d / f"resnet_{name}.onnx"
+        quantize_static(str(d / "resnet_pre.onnx"), str(out[name]), _Reader("resnet"), quant_format=QuantFormat.QDQ,
+                        per_channel=True, activation_type=qtype, extra_options={"ActivationSymmetric": sym})
+    return out
+
+
+@pytest.mark.parametrize("activations", ["uint8", "int8"])
+def test_folded_resnet(kiln, tmp_path, preprocessed_qdq, activations):
+    path = preprocessed_qdq[activations]
+    engine, folds = folded_layers(kiln, path, tmp_path)
+    convs = sum(1 for n in onnx.load(path).graph.node if n.op_type == "Conv")
+    assert sum("-> QConv" in l and f"{activations} output" in l for l in folds) == convs, \
+        f"expected all {convs} convolutions folded with {activations} outputs, the build logged {folds}"
+    feeds = models.make_inputs("resnet", 3, seed=5)
+    proc = run_kiln(kiln, "run", engine, *write_inputs(tmp_path / "in", feeds), "--output-dir", tmp_path / "out")
+    assert_ok(proc)
+    for label, ref in (("as written", ort_run(path, feeds)), ("optimized", ort_optimized_run(path, feeds))):
+        got = read_outputs(tmp_path / "out", list(ref))
+        err = relative_error(got["output"], ref["output"])
+        assert err <= MODEL_TOLERANCE, f"max|kiln-ort|/max|ort| = {err:.3g} > {MODEL_TOLERANCE:g} (onnxruntime {label})"
+
+
+def test_folded_bert(kiln, tmp_path, quantized):
+    path = quantized["bert", "static-qdq"]
+    engine, folds = folded_layers(kiln, path, tmp_path)
+    assert sum("-> QMatMul" in l for l in folds) == 12, f"expected the 12 weight MatMuls folded, got {folds}"
+    feeds = models.make_inputs("bert", 3, 17, seed=5)
+    proc = run_kiln(kiln, "run", engine, *write_inputs(tmp_path / "in", feeds), "--output-dir", tmp_path / "out")
+    assert_ok(proc)
+    for label, ref in (("as written", ort_run(path, feeds)), ("optimized", ort_optimized_run(path, feeds))):
+        got = read_outputs(tmp_path / "out", list(ref))
+        for name, r in ref.items():
+            err = relative_error(got[name], r)
+            assert err <= MODEL_TOLERANCE, f"{name}: {err:.3g} > {MODEL_TOLERANCE:g} (onnxruntime {label})"
