@@ -9,6 +9,7 @@
 #include "frontends/onnx/onnx_import.h"
 #include "layer_precision.h"
 #include "passes/passes.h"
+#include "quant/calibrate.h"
 #include "runtime/engine_internal.h"
 #include "runtime/env_overrides.h"
 #include "runtime/profiles.h"
@@ -192,11 +193,23 @@ static kiln_status mark_all_outputs(kiln_graph *g) {
     return KILN_OK;
 }
 
-static kiln_status build_graph(kiln_graph *g, const kiln_build_options *opts, const kiln_backend *b) {
+/* Calibrates g (from the ONNX model at source) for an --int8 build, which needs a target with
+ * integer layers. */
+static kiln_status quantize_int8(kiln_graph *g, const char *source, const kiln_build_options *opts,
+                                 const kiln_backend *b) {
+    if (!backend_runs_step(b, &g_qdq, opts))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "--int8: target %s has no integer layers (kiln.QConv, kiln.QMatMul) yet; "
+                          "use --target cpu", b->name);
+    return kiln_calibrate_int8(g, source, opts);
+}
+
+static kiln_status build_graph(kiln_graph *g, const char *source, const kiln_build_options *opts,
+                               const kiln_backend *b) {
     KILN_TRY(kiln_graph_resolve_ops(g, NULL));
     KILN_TRY(kiln_graph_toposort(g));
     KILN_TRY(kiln_graph_infer_shapes(g));
     KILN_TRY(kiln_graph_verify(g));
+    if (opts->int8) KILN_TRY(quantize_int8(g, source, opts, b));
     if (opts->mark_all_outputs) KILN_TRY(mark_all_outputs(g));
     int before = g->nnodes;
     KILN_TRY(optimize(g, opts, b));
@@ -240,6 +253,8 @@ static void options_text(const kiln_build_options *opts, const kiln_backend *b, 
                               kiln_precision_name(opts->layer_precisions[i].precision));
     if (opts->nranges && n < cap) n += (size_t)snprintf(buf + n, cap - n, " --profile ... (%d ranges)", opts->nranges);
     if (opts->mark_all_outputs && n < cap) n += (size_t)snprintf(buf + n, cap - n, " --mark-all-outputs");
+    if (opts->int8 && n < cap)
+        n += (size_t)snprintf(buf + n, cap - n, " --int8 --calibrator %s", opts->calibrator ? opts->calibrator : "entropy");
     if (b->tune && n < cap) n += (size_t)snprintf(buf + n, cap - n, " --tuning-level %d", opts->tuning_level);
     if (opts->verbose && n < cap) snprintf(buf + n, cap - n, " --verbose");
 }
@@ -289,7 +304,7 @@ kiln_status kiln_build_graph(kiln_graph *g, const char *source, const kiln_build
     kiln_log_level saved = kiln_log_level_current;
     if (opts->verbose) kiln_log_set_level(KILN_LOG_VERBOSE);
     double t0 = build_now_ms();
-    s = build_graph(g, opts, b);
+    s = build_graph(g, source, opts, b);
     if (s == KILN_OK) s = finish_graph(g, opts, &meta);
     double t1 = build_now_ms();
     kiln_log_set_level(saved);
