@@ -194,12 +194,17 @@ static kiln_status mark_all_outputs(kiln_graph *g) {
 }
 
 /* Calibrates g (from the ONNX model at source) for an --int8 build, which needs a target with
- * integer layers. */
+ * integer layers. The weights quantized are those the engine holds: constants folded and
+ * BatchNormalization folded into its Conv first. */
 static kiln_status quantize_int8(kiln_graph *g, const char *source, const kiln_build_options *opts,
                                  const kiln_backend *b) {
     if (!backend_runs_step(b, &g_qdq, opts))
         return kiln_error(KILN_ERR_UNSUPPORTED, "--int8: target %s has no integer layers (kiln.QConv, kiln.QMatMul) yet; "
                           "use --target cpu", b->name);
+    static const pass_step conv_bn = {"fuse_conv_bn", kiln_pass_fuse_conv_bn, NULL};
+    bool changed;
+    KILN_TRY(cleanup(g));
+    KILN_TRY(run_step(g, &conv_bn, &changed));
     return kiln_calibrate_int8(g, source, opts);
 }
 
