@@ -48,7 +48,7 @@ static const char *USAGE =
     "                      time only candidates that need at most N MiB of workspace (default 128)\n"
     "  --timing-cache FILE reuse and extend the timings in FILE (per GPU, driver and library versions):\n"
     "                      a second build of the same layers times nothing\n"
-    "  --int8              quantize every Conv and MatMul with constant weights to int8 (target cpu):\n"
+    "  --int8              quantize every Conv, MatMul and Gemm with constant weights to int8 (cpu):\n"
     "                      symmetric scales, activations per tensor from calibration, weights per\n"
     "                      channel (docs/quantization.md). Needs --calib or an existing --calib-cache\n"
     "  --calib DIR         calibration batches: DIR/<input>.<k>.npy, or (one input) any DIR/*.npy, one\n"

@@ -1,14 +1,16 @@
-/* fuse_qdq.c — folds the DequantizeLinear -> Conv / MatMul -> QuantizeLinear patterns of explicitly
- * quantized (QDQ) models into kiln's integer layers kiln.QConv / kiln.QMatMul (ir/quant_ops.h):
+/* fuse_qdq.c — folds the DequantizeLinear -> Conv / MatMul / Gemm -> QuantizeLinear patterns of
+ * explicitly quantized (QDQ) models into kiln's integer layers kiln.QConv / kiln.QMatMul
+ * (ir/quant_ops.h):
  *
  *   x_q -> DequantizeLinear ---------------\
- *   W_q (constant) -> DequantizeLinear ----- Conv / MatMul [-> activation] [-> QuantizeLinear] -> y
- *   B (Conv only: a float32 constant, or DequantizeLinear of constants) -/
+ *   W_q (constant) -> DequantizeLinear ----- Conv / MatMul / Gemm [-> activation] [-> QuantizeLinear] -> y
+ *   B (Conv, Gemm: a float32 constant, or DequantizeLinear of constants) -/
  *
  * becomes one node reading x_q and W_q that sums x_q * W_q exactly in int32 and requantizes in its
  * epilogue (bias, activation, output scale). It fires when the input's scale and zero point are
  * per-tensor constants, the weight's are per-tensor or per output channel (Conv: axis 0; MatMul:
- * axis 1 of a 2-D B), both are 8-bit, and nothing else reads what the pattern removes. Without a
+ * axis 1 of a 2-D B; Gemm: its N axis, the weights transposed to [K, N] when transB), both are 8-bit
+ * (Gemm: transA 0, alpha and beta 1, A 2-D), and nothing else reads what the pattern removes. Without a
  * following QuantizeLinear (or when the result has other readers) the layer writes float32. The
  * activation is Relu or Clip with constant bounds, taken only when it is the layer's sole reader.
  * Every DequantizeLinear / QuantizeLinear outside these patterns stays and runs as written.
@@ -68,9 +70,9 @@ static int64_t dq_zp(const dq_match *m, int64_t i) {
     return m->zp ? kiln_tensor_get_i64(m->zp, m->ns == 1 ? 0 : i) : 0;
 }
 
-/* The float32 bias of Conv input B (value v, M entries): a float32 constant, or the dequantized
- * values of a DequantizeLinear of constants; written into out[M]. */
-static bool conv_bias(const pass_ctx *c, int v, int64_t M, float *out) {
+/* The float32 bias of a Conv's B or a Gemm's C (value v, M entries): a float32 constant, or the
+ * dequantized values of a DequantizeLinear of constants; written into out[M]. */
+static bool layer_bias(const pass_ctx *c, int v, int64_t M, float *out) {
     const kiln_tensor *t = const_of(c->g, v);
     if (t) {
         if (t->dtype != KILN_F32 || kiln_tensor_numel(t) != M) return false;
@@ -127,21 +129,50 @@ static bool match_q(const pass_ctx *c, int node, float *scale, int64_t *zp, kiln
     return isfinite(*scale) && *scale > 0.0f;
 }
 
-/* Folds the pattern around Conv (conv) or MatMul node `layer` when it holds. */
-static kiln_status try_fold(pass_ctx *c, int layer, bool conv) {
+typedef enum { L_CONV, L_MATMUL, L_GEMM } layer_kind;
+
+/* Whether Gemm node n computes A B' + C with A 2-D: transA 0, alpha 1, beta 1 (or no C). */
+static bool plain_gemm(const pass_ctx *c, const kiln_node *n) {
+    const kiln_value *a = kiln_node_input(c->g, n, 0);
+    bool has_c = n->ninputs > 2 && n->inputs[2] >= 0;
+    return a && a->ndim == 2 && kiln_attr_int(n, "transA", 0) == 0 && kiln_attr_float(n, "alpha", 1.0f) == 1.0f &&
+           (!has_c || kiln_attr_float(n, "beta", 1.0f) == 1.0f);
+}
+
+/* The int8/uint8 [K, N] transpose of constant w [N, K], as a new constant of the pass. */
+static kiln_status transposed_weights(pass_ctx *c, int w, int *id) {
+    const kiln_tensor *t = c->g->values[w].constant;
+    int64_t N = t->dims[0], K = t->dims[1], dims[2] = {K, N};
+    kiln_tensor tt = {0};
+    KILN_TRY(kiln_tensor_alloc(&tt, t->dtype, 2, dims));
+    const uint8_t *src = t->data;
+    uint8_t *dst = tt.data;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) dst[k * N + n] = src[n * K + k];
+    char hint[300];
+    snprintf(hint, sizeof hint, "%.280s_t", c->g->values[w].name);
+    kiln_status s = pass_new_constant(c, hint, &tt, id);
+    kiln_tensor_release(&tt);
+    return s;
+}
+
+/* Folds the pattern around Conv, MatMul or Gemm node `layer` when it holds. */
+static kiln_status try_fold(pass_ctx *c, int layer, layer_kind kind) {
     kiln_graph *g = c->g;
     const kiln_node *n = &g->nodes[layer];
-    if (n->ninputs < 2) return KILN_OK;
+    if (n->ninputs < 2 || (kind == L_GEMM && !plain_gemm(c, n))) return KILN_OK;
     dq_match dx, dw;
     if (!match_dq(c, n->inputs[0], &dx) || dx.ns != 1 || !match_dq(c, n->inputs[1], &dw)) return KILN_OK;
     const kiln_value *wv = &g->values[dw.q];
-    if (!wv->constant || (conv ? wv->ndim < 3 : wv->ndim != 2)) return KILN_OK;
-    int64_t M = wv->constant->dims[conv ? 0 : 1];
-    if (dw.ns != 1 && (dw.ns != M || dw.axis != (conv ? 0 : 1))) return KILN_OK;
+    if (!wv->constant || (kind == L_CONV ? wv->ndim < 3 : wv->ndim != 2)) return KILN_OK;
+    /* the output-channel axis of the weights: Conv's M, MatMul's N, Gemm's N (axis 0 when transB) */
+    int axis = kind == L_CONV || (kind == L_GEMM && kiln_attr_int(n, "transB", 0)) ? 0 : 1;
+    int64_t M = wv->constant->dims[axis];
+    if (dw.ns != 1 && (dw.ns != M || dw.axis != axis)) return KILN_OK;
     float *bias = NULL;
-    if (conv && n->ninputs > 2 && n->inputs[2] >= 0) {
+    if (kind != L_MATMUL && n->ninputs > 2 && n->inputs[2] >= 0) {
         if (!(bias = malloc((size_t)M * sizeof *bias))) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "fuse_qdq: out of memory");
-        if (!conv_bias(c, n->inputs[2], M, bias)) {
+        if (!layer_bias(c, n->inputs[2], M, bias)) {
             free(bias);
             return KILN_OK;
         }
@@ -181,6 +212,8 @@ static kiln_status try_fold(pass_ctx *c, int layer, bool conv) {
     }
     free(bias);
     KILN_TRY(st);
+    int wq = dw.q;
+    if (axis == 0 && kind == L_GEMM) KILN_TRY(transposed_weights(c, dw.q, &wq));
     KILN_TRY(pass_use_kiln_domain(c));
     /* the parameters, read before the rewrite moves anything */
     float xs = *(const float *)dx.scale->data;
@@ -195,14 +228,14 @@ static kiln_status try_fold(pass_ctx *c, int layer, bool conv) {
         wsc[i] = ((const float *)dw.scale->data)[i];
         wzp[i] = dq_zp(&dw, i);
     }
-    int ins[3] = {dx.q, dw.q, bid};
+    int ins[3] = {dx.q, wq, bid};
     char detail[96];
     snprintf(detail, sizeof detail, "%s weights, %s output", dw.ns == 1 ? "per-tensor" : "per-channel",
              kiln_dtype_name(yt));
     kiln_node *q;
     const char *name = g->nodes[layer].name;
-    st = pass_rewrite(c, set, nset, set[nset - 1], KILN_FUSED_DOMAIN, conv ? "QConv" : "QMatMul", KILN_FUSED_OPSET,
-                      name, bid >= 0 ? 3 : 2, ins, conv ? layer : -1, detail, &q);
+    st = pass_rewrite(c, set, nset, set[nset - 1], KILN_FUSED_DOMAIN, kind == L_CONV ? "QConv" : "QMatMul",
+                      KILN_FUSED_OPSET, name, bid >= 0 ? 3 : 2, ins, kind == L_CONV ? layer : -1, detail, &q);
     if (st == KILN_OK) st = pass_attr_float(g, q, "x_scale", xs);
     if (st == KILN_OK) st = pass_attr_int(g, q, "x_zero_point", xz);
     if (st == KILN_OK) st = pass_attr_floats(g, q, "w_scale", wsc, (int)dw.ns);
@@ -223,8 +256,9 @@ kiln_status kiln_pass_fuse_qdq(kiln_graph *g, bool *changed) {
     kiln_status st = KILN_OK;
     for (int i = 0; i < g->nnodes && st == KILN_OK; i++) {
         const kiln_node *n = &g->nodes[i];
-        if (pass_is_op(n, "Conv")) st = try_fold(&c, i, true);
-        else if (pass_is_op(n, "MatMul")) st = try_fold(&c, i, false);
+        if (pass_is_op(n, "Conv")) st = try_fold(&c, i, L_CONV);
+        else if (pass_is_op(n, "MatMul")) st = try_fold(&c, i, L_MATMUL);
+        else if (pass_is_op(n, "Gemm")) st = try_fold(&c, i, L_GEMM);
     }
     return pass_end(&c, st, changed);
 }

@@ -30,14 +30,24 @@ static bool is_default_op(const kiln_node *n, const char *op) {
     return (!n->domain[0] || !strcmp(n->domain, "ai.onnx")) && !strcmp(n->op_type, op);
 }
 
-/* Whether node n is a Conv / MatMul the calibration quantizes: float32 activation input 0 that is
- * not a constant, constant float32 weights (Conv: rank >= 3; MatMul: 2-D). */
+/* Whether node n is a layer the calibration quantizes: a Conv, MatMul or Gemm (transA 0, alpha and
+ * beta 1) with a float32 activation input 0 that is not a constant and constant float32 weights
+ * (Conv: rank >= 3; MatMul, Gemm: 2-D). */
 static bool quantizable(const kiln_graph *g, const kiln_node *n) {
-    bool conv = is_default_op(n, "Conv"), mm = is_default_op(n, "MatMul");
-    if ((!conv && !mm) || n->ninputs < 2 || n->inputs[0] < 0 || n->inputs[1] < 0) return false;
+    bool conv = is_default_op(n, "Conv"), mm = is_default_op(n, "MatMul"), gemm = is_default_op(n, "Gemm");
+    if ((!conv && !mm && !gemm) || n->ninputs < 2 || n->inputs[0] < 0 || n->inputs[1] < 0) return false;
+    if (gemm && (kiln_attr_int(n, "transA", 0) || kiln_attr_float(n, "alpha", 1.0f) != 1.0f ||
+                 kiln_attr_float(n, "beta", 1.0f) != 1.0f))
+        return false;
     const kiln_value *x = &g->values[n->inputs[0]], *w = &g->values[n->inputs[1]];
     if (x->constant || x->dtype != KILN_F32 || !w->constant || w->constant->dtype != KILN_F32) return false;
     return conv ? w->constant->ndim >= 3 : w->constant->ndim == 2;
+}
+
+/* The output-channel axis of layer n's weights: Conv 0, MatMul 1, Gemm 1 (0 with transB). */
+static int weight_axis(const kiln_node *n) {
+    if (is_default_op(n, "Conv")) return 0;
+    return is_default_op(n, "Gemm") && kiln_attr_int(n, "transB", 0) ? 0 : 1;
 }
 
 static kiln_status plan_make(const kiln_graph *g, calib_plan *p) {
@@ -233,13 +243,12 @@ static kiln_status insert_act_qdq(kiln_graph *g, int x, double threshold, int *d
 }
 
 /* Replaces layer's float32 weights (input 1) with DequantizeLinear of int8 weights quantized
- * symmetrically per output channel (Conv: axis 0; MatMul: axis 1). */
+ * symmetrically per output channel (weight_axis). */
 static kiln_status insert_weight_dq(kiln_graph *g, int layer) {
-    bool conv = is_default_op(&g->nodes[layer], "Conv");
-    int wid = g->nodes[layer].inputs[1];
+    int axis = weight_axis(&g->nodes[layer]), wid = g->nodes[layer].inputs[1];
+    bool channel_major = axis == 0; /* [C, rest...] rather than [K, C] */
     const kiln_tensor *w = g->values[wid].constant;
-    int axis = conv ? 0 : 1;
-    int64_t C = w->dims[axis], numel = kiln_tensor_numel(w), inner = conv ? numel / (C ? C : 1) : 1;
+    int64_t C = w->dims[axis], numel = kiln_tensor_numel(w), inner = channel_major ? numel / (C ? C : 1) : 1;
     kiln_tensor wq = {0}, sc = {0};
     KILN_TRY(kiln_tensor_alloc(&wq, KILN_I8, w->ndim, w->dims));
     kiln_status st = kiln_tensor_alloc(&sc, KILN_F32, 1, &C);
@@ -249,12 +258,12 @@ static kiln_status insert_weight_dq(kiln_graph *g, int layer) {
     for (int64_t c = 0; st == KILN_OK && c < C; c++) {
         float amax = 0.0f;
         for (int64_t i = 0; i < numel / (C ? C : 1); i++) {
-            float v = fabsf(conv ? wd[c * inner + i] : wd[i * C + c]);
+            float v = fabsf(channel_major ? wd[c * inner + i] : wd[i * C + c]);
             if (v > amax) amax = v;
         }
         s[c] = amax > 0.0f ? amax / 127.0f : 1.0f;
         for (int64_t i = 0; i < numel / (C ? C : 1); i++) {
-            int64_t at = conv ? c * inner + i : i * C + c;
+            int64_t at = channel_major ? c * inner + i : i * C + c;
             float r = rintf(wd[at] / s[c]);
             q[at] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : r);
         }
@@ -297,7 +306,7 @@ kiln_status kiln_calibrate_int8(kiln_graph *g, const char *model_path, const kil
     calib_plan p;
     KILN_TRY(plan_make(g, &p));
     if (p.nlayers == 0) {
-        KILN_LOG(KILN_LOG_INFO, "int8: no Conv or MatMul with constant float32 weights: nothing to quantize");
+        KILN_LOG(KILN_LOG_INFO, "int8: no Conv, MatMul or Gemm with constant float32 weights: nothing to quantize");
         plan_free(&p);
         return KILN_OK;
     }

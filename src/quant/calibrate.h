@@ -1,7 +1,7 @@
 /* calibrate.h — INT8 post-training calibration of a float32 graph (`kiln build --int8`,
- * docs/quantization.md): choose the layers to quantize (Conv and MatMul with constant float32
- * weights), find each one's input activation threshold — from the calibration cache when it holds
- * this model's, else by running the float32 model on the CPU over the calibration batches (a
+ * docs/quantization.md): choose the layers to quantize (Conv, MatMul and Gemm with constant
+ * float32 weights), find each one's input activation threshold — from the calibration cache when it
+ * holds this model's, else by running the float32 model on the CPU over the calibration batches (a
  * histogram per tensor, then the chosen calibrator, calib_hist.h) and writing the cache — and insert
  * QuantizeLinear / DequantizeLinear with symmetric int8 scales (activations per tensor, T / 127;
  * weights per output channel, max|w| / 127), which the fuse_qdq pass then folds into integer layers. */

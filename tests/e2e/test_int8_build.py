@@ -4,7 +4,7 @@ model in onnxruntime on held-out inputs, the calibration cache (a rebuild from i
 gives the same engine; another model's cache is refused) and the option errors.
 
 Accuracy bounds (measured values in docs/quantization.md): ResNet cosine similarity >= 0.9995, max
-error <= 3% of max|fp32|, top-1 agreement >= 7 of 8; BERT cosine >= 0.998 per output, max error <=
+error <= 5% of max|fp32|, top-1 agreement >= 7 of 8; BERT cosine >= 0.998 per output, max error <=
 20% of max|fp32| (a few hidden units of a random-weight model)."""
 import os
 
@@ -15,10 +15,10 @@ import pytest
 import models
 from conftest import assert_error, assert_ok, ort_run, read_outputs, run_kiln, write_inputs
 
-BOUNDS = {"resnet": {"cosine": 0.9995, "max_rel": 0.03},
+BOUNDS = {"resnet": {"cosine": 0.9995, "max_rel": 0.05},
           "bert": {"cosine": 0.998, "max_rel": 0.20}}
 HELD_OUT = {"resnet": dict(batch=8, seq=None), "bert": dict(batch=4, seq=16)}
-LAYERS = {"resnet": ("QConv", 6), "bert": ("QMatMul", 12)}
+LAYERS = {"resnet": {"QConv": 6, "QMatMul": 1}, "bert": {"QMatMul": 13}}  # the Gemm heads are QMatMul too
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +64,8 @@ def test_int8_accuracy(kiln, tmp_path, calibrated, kind, calibrator):
     model, calib = calibrated[kind]
     engine = tmp_path / "int8.kiln"
     build(kiln, model, engine, "--calib", calib, "--calibrator", calibrator)
-    op, count = LAYERS[kind]
-    assert integer_layers(kiln, engine, op) == count, f"expected {count} {op} layers in the engine"
+    for op, count in LAYERS[kind].items():
+        assert integer_layers(kiln, engine, op) == count, f"expected {count} {op} layers in the engine"
     feeds = models.make_inputs(kind, HELD_OUT[kind]["batch"], HELD_OUT[kind]["seq"], seed=999)
     ref = ort_run(model, feeds)
     got = read_outputs(run_engine(kiln, engine, feeds, tmp_path), list(ref))

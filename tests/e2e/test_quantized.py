@@ -239,14 +239,17 @@ def folded_layers(kiln, path, tmp_path):
 
 
 def qdq_layer_model(kind, dtype, act):
-    """x (float) -> Q -> DQ -> Conv / MatMul (int8 per-channel weights, Conv: an int32 bias through
-    DQ) [-> act] -> Q -> DQ -> y, plus the layer's float result as a second output when act is None
+    """x (float) -> Q -> DQ -> Conv / MatMul / Gemm (int8 per-channel weights; Conv, Gemm: an int32
+    bias through DQ) [-> act] -> Q -> DQ -> y, plus the layer's float result as a second output when act is None
     (which blocks the output fold: the layer then writes float32)."""
     rng = np.random.default_rng(9)
     qt = NP_TO_ONNX[np.dtype(dtype)]
     if kind == "conv":
         x_shape, w = [2, 8, 10, 10], rng.integers(-127, 128, [16, 8, 3, 3]).astype(np.int8)
         M, axis = 16, 0
+    elif kind == "gemm":  # transB: weights [N, K], per-channel along axis 0
+        x_shape, w = [6, 48], rng.integers(-127, 128, [24, 48]).astype(np.int8)
+        M, axis = 24, 0
     else:
         x_shape, w = [2, 5, 48], rng.integers(-127, 128, [48, 24]).astype(np.int8)
         M, axis = 24, 1
@@ -262,6 +265,9 @@ def qdq_layer_model(kind, dtype, act):
     if kind == "conv":
         nodes += [helper.make_node("DequantizeLinear", ["b", "bs"], ["bd"], axis=0),
                   helper.make_node("Conv", ["xd", "wd", "bd"], ["l"], pads=[1, 1, 1, 1])]
+    elif kind == "gemm":
+        nodes += [helper.make_node("DequantizeLinear", ["b", "bs"], ["bd"], axis=0),
+                  helper.make_node("Gemm", ["xd", "wd", "bd"], ["l"], transB=1)]
     else:
         nodes += [helper.make_node("MatMul", ["xd", "wd"], ["l"])]
     last = "l"
@@ -294,7 +300,7 @@ def assert_within_units(name, got, ref, unit):
 
 @pytest.mark.parametrize("act", [None, "relu", "clip"])
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8])
-@pytest.mark.parametrize("kind", ["conv", "matmul"])
+@pytest.mark.parametrize("kind", ["conv", "matmul", "gemm"])
 def test_folded_layer(kiln, tmp_path, kind, dtype, act):
     model, feeds, _ = qdq_layer_model(kind, dtype, act)
     path = tmp_path / "model.onnx"
@@ -352,7 +358,8 @@ def test_folded_resnet(kiln, tmp_path, preprocessed_qdq, activations):
 def test_folded_bert(kiln, tmp_path, quantized):
     path = quantized["bert", "static-qdq"]
     engine, folds = folded_layers(kiln, path, tmp_path)
-    assert sum("-> QMatMul" in l for l in folds) == 12, f"expected the 12 weight MatMuls folded, got {folds}"
+    assert sum("-> QMatMul" in l for l in folds) == 13, \
+        f"expected the 12 weight MatMuls and the pooler's Gemm folded, got {folds}"
     feeds = models.make_inputs("bert", 3, 17, seed=5)
     proc = run_kiln(kiln, "run", engine, *write_inputs(tmp_path / "in", feeds), "--output-dir", tmp_path / "out")
     assert_ok(proc)
