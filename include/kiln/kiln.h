@@ -211,11 +211,12 @@ typedef struct kiln_build_options {
      * KILN_CUDA_WORKSPACE_MB=N. */
     int cuda_workspace_mb;
     /* INT8 post-training calibration (docs/quantization.md): the build runs the float32 model on the
-     * CPU over the batches of calib_dir (.npy files: `<input>.<k>.npy`, or one batch per file for a
-     * model with one input; at most calib_batches of them when > 0), or reads the thresholds from
-     * calib_cache when it exists and was made for this model, then quantizes every Conv, MatMul and
-     * Gemm with constant weights (symmetric int8: activations per tensor, weights per channel) into
-     * integer layers; calib_cache is written after a calibration. calibrator: "entropy" (NULL),
+     * CPU over the batches of calib_dir (a directory of .npy files or a .npz: `<input>.<k>.npy`,
+     * or one batch per array for a model with one input; at most calib_batches of them when > 0),
+     * or reads the thresholds from calib_cache when it exists and was made for this model, then
+     * quantizes every Conv, MatMul and Gemm with constant weights (symmetric int8: activations per
+     * tensor, weights per channel) into integer layers; calib_cache is written after a
+     * calibration. calibrator: "entropy" (NULL),
      * "minmax", "percentile" or "percentile:P" (P in (0, 100], default 99.99). Strings borrowed. */
     bool int8;
     const char *calib_dir;

@@ -1,8 +1,10 @@
-/* calib_io.c — calibration batches from a directory of .npy files, and the calibration cache
- * (calib_io.h). */
+/* calib_io.c — calibration batches from a directory of .npy files or a .npz archive, and the
+ * calibration cache (calib_io.h). */
 #include "quant/calib_io.h"
 
 #include "core/file.h"
+#include "core/npy.h"
+#include "core/npz.h"
 #include "core/sha256.h"
 #include "core/status.h"
 #include "core/strbuf.h"
@@ -49,6 +51,22 @@ static kiln_status list_npy(const char *dir, char ***names, int *count) {
     return s;
 }
 
+/* The sorted .npy member names of the mapped archive b->npz (caller frees each and the array). */
+static kiln_status list_npz(const char *path, kiln_calib_batches *b, char ***names, int *count) {
+    *names = NULL;
+    *count = 0;
+    KILN_TRY(kiln_file_map_open(path, &b->npz));
+    KILN_TRY(kiln_npz_members(b->npz.data, b->npz.size, path, &b->members, &b->nmembers));
+    if (!(*names = calloc((size_t)b->nmembers + 1, sizeof **names))) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int i = 0; i < b->nmembers; i++) {
+        if (!ends_with(b->members[i].name, ".npy")) continue;
+        if (!((*names)[*count] = strdup(b->members[i].name))) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        ++*count;
+    }
+    if (*count > 1) qsort(*names, (size_t)*count, sizeof **names, cmp_str);
+    return KILN_OK;
+}
+
 /* k when file is "<input>.<k>.npy" for this input (k decimal), else -1. */
 static long batch_index(const char *file, const char *input) {
     size_t n = strlen(input);
@@ -69,15 +87,19 @@ void kiln_calib_batches_free(kiln_calib_batches *b) {
     if (b->paths)
         for (int i = 0; i < b->nbatches * b->ninputs; i++) free(b->paths[i]);
     free(b->paths);
+    kiln_npz_members_free(b->members, b->nmembers);
+    kiln_file_unmap(&b->npz);
     memset(b, 0, sizeof *b);
 }
 
 kiln_status kiln_calib_batches_find(const char *dir, int ninputs, const char *const *names, int max_batches,
                                     kiln_calib_batches *out) {
     memset(out, 0, sizeof *out);
-    char **files;
-    int nfiles;
-    kiln_status s = list_npy(dir, &files, &nfiles);
+    char **files = NULL;
+    int nfiles = 0;
+    bool npz = ends_with(dir, ".npz");
+    kiln_status s = npz ? list_npz(dir, out, &files, &nfiles) : list_npy(dir, &files, &nfiles);
+    const char *kind = npz ? "calibration archive" : "calibration directory";
     /* batches named per input: the largest k + 1 of input 0 */
     long nb = 0;
     for (int f = 0; s == KILN_OK && f < nfiles; f++) {
@@ -87,13 +109,13 @@ kiln_status kiln_calib_batches_find(const char *dir, int ninputs, const char *co
     bool per_input = nb > 0;
     if (!per_input) {
         if (ninputs != 1 && s == KILN_OK)
-            s = kiln_error(KILN_ERR_INVALID_ARGUMENT, "calibration directory '%s' has no '%s.0.npy': a model with %d "
-                           "inputs needs <input>.<k>.npy for each input", dir, names[0], ninputs);
+            s = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s '%s' has no '%s.0.npy': a model with %d inputs needs "
+                           "<input>.<k>.npy for each input", kind, dir, names[0], ninputs);
         nb = nfiles;
     }
-    if (s == KILN_OK && nb == 0) s = kiln_error(KILN_ERR_INVALID_ARGUMENT, "calibration directory '%s' has no .npy files", dir);
+    if (s == KILN_OK && nb == 0) s = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s '%s' has no .npy arrays", kind, dir);
     if (max_batches > 0 && nb > max_batches) nb = max_batches;
-    if (s == KILN_OK && !(out->paths = calloc((size_t)(nb * ninputs), sizeof *out->paths)))
+    if (s == KILN_OK && !(out->paths = calloc((size_t)(nb * ninputs) + 1, sizeof *out->paths)))
         s = kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     if (s == KILN_OK) {
         out->nbatches = (int)nb;
@@ -103,17 +125,26 @@ kiln_status kiln_calib_batches_find(const char *dir, int ninputs, const char *co
         for (int i = 0; i < ninputs; i++) {
             long k = per_input ? batch_index(files[f], names[i]) : f;
             if (k < 0 || k >= nb || out->paths[k * ninputs + i]) continue;
-            if (!(out->paths[k * ninputs + i] = join(dir, files[f]))) s = kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+            out->paths[k * ninputs + i] = npz ? strdup(files[f]) : join(dir, files[f]);
+            if (!out->paths[k * ninputs + i]) s = kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
         }
     for (long k = 0; s == KILN_OK && k < nb; k++)
         for (int i = 0; i < ninputs; i++)
             if (!out->paths[k * ninputs + i])
-                s = kiln_error(KILN_ERR_INVALID_ARGUMENT, "calibration directory '%s' has no '%s.%ld.npy' for batch %ld",
-                               dir, names[i], k, k);
+                s = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s '%s' has no '%s.%ld.npy' for batch %ld", kind, dir,
+                               names[i], k, k);
     for (int f = 0; f < nfiles; f++) free(files[f]);
     free(files);
     if (s != KILN_OK) kiln_calib_batches_free(out);
     return s;
+}
+
+kiln_status kiln_calib_batch_load(const kiln_calib_batches *b, int batch, int input, kiln_tensor *out) {
+    const char *name = b->paths[batch * b->ninputs + input];
+    if (!b->npz.data) return kiln_npy_read(name, out);
+    for (int i = 0; i < b->nmembers; i++)
+        if (!strcmp(b->members[i].name, name)) return kiln_npy_parse(b->members[i].data, b->members[i].size, name, out);
+    return kiln_error(KILN_ERR_INTERNAL, "calibration archive member '%s' vanished", name);
 }
 
 kiln_status kiln_calib_model_digest(const char *path, char out[65]) {

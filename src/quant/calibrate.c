@@ -3,7 +3,6 @@
 #include "quant/calibrate.h"
 
 #include "core/log.h"
-#include "core/npy.h"
 #include "core/status.h"
 #include "quant/calib_hist.h"
 #include "quant/calib_io.h"
@@ -98,7 +97,7 @@ static kiln_status run_batch(kiln_engine *e, kiln_context *c, const kiln_calib_b
         kiln_tensor_desc d;
         KILN_TRY(kiln_engine_input(e, i, &d));
         const char *path = bs->paths[b * bs->ninputs + i];
-        KILN_TRY(kiln_npy_read(path, &inputs[i]));
+        KILN_TRY(kiln_calib_batch_load(bs, b, i, &inputs[i]));
         kiln_status s = kiln_context_set_input(c, d.name, inputs[i].dtype, inputs[i].ndim, inputs[i].dims, inputs[i].data);
         if (s != KILN_OK) return kiln_error_prefix(s, "calibration batch '%s'", path);
     }

@@ -1,12 +1,13 @@
 """`kiln build --int8`: post-training calibration of the ResNet-style CNN and the BERT-style encoder
 (tests/e2e/models.py, written with onnx.helper) on the CPU, the engine's accuracy against the float32
 model in onnxruntime on held-out inputs, the calibration cache (a rebuild from it needs no data and
-gives the same engine; another model's cache is refused) and the option errors.
+gives the same engine; another model's cache is refused), batches in a .npz, and the option errors.
 
 Accuracy bounds (measured values in docs/quantization.md): ResNet cosine similarity >= 0.9995, max
 error <= 5% of max|fp32|, top-1 agreement >= 7 of 8; BERT cosine >= 0.998 per output, max error <=
 20% of max|fp32| (a few hidden units of a random-weight model)."""
 import os
+import shutil
 
 import numpy as np
 import onnx
@@ -108,7 +109,24 @@ def test_option_errors(kiln, tmp_path, calibrated):
     assert_error(run_kiln(kiln, "build", model, "-o", out, "--int8", "--calib", tmp_path / "missing"),
                  mentions=["calibration directory"])
     bert, bert_calib = calibrated["bert"]
-    os.remove(bert_calib / "token_type_ids.3.npy")
-    assert_error(run_kiln(kiln, "build", bert, "-o", out, "--int8", "--calib", bert_calib),
+    partial = tmp_path / "partial"
+    shutil.copytree(bert_calib, partial)
+    os.remove(partial / "token_type_ids.3.npy")
+    assert_error(run_kiln(kiln, "build", bert, "-o", out, "--int8", "--calib", partial),
                  mentions=["token_type_ids.3.npy"])
     assert not out.exists()
+
+
+def test_npz_batches(kiln, tmp_path, calibrated):
+    """The same batches in one .npz give the same thresholds as the directory; a compressed .npz is
+    refused with a message saying how to write it."""
+    model, calib = calibrated["bert"]
+    arrays = {p.name[:-4]: np.load(p) for p in sorted(calib.glob("*.npy"))}
+    np.savez(tmp_path / "batches.npz", **arrays)
+    build(kiln, model, tmp_path / "dir.kiln", "--calib", calib, "--calib-cache", tmp_path / "dir.calib")
+    build(kiln, model, tmp_path / "npz.kiln", "--calib", tmp_path / "batches.npz", "--calib-cache", tmp_path / "npz.calib")
+    thresholds = lambda p: p.read_text().splitlines()[3:]  # after the magic, digest and calibrator lines
+    assert thresholds(tmp_path / "dir.calib") == thresholds(tmp_path / "npz.calib")
+    np.savez_compressed(tmp_path / "packed.npz", **arrays)
+    assert_error(run_kiln(kiln, "build", model, "-o", tmp_path / "x.kiln", "--int8", "--calib", tmp_path / "packed.npz"),
+                 mentions=["compressed", "np.savez"])
