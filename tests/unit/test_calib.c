@@ -3,10 +3,13 @@
  * a Gaussian with far outliers lands a few sigma out, far below the outliers, and a uniform
  * distribution is hardly clipped; ReLU's spike of zeros does not drag it to 0), the calibrator
  * names, the cache (round trip, a foreign model's cache refused, a missing tensor refused, an absent
- * file not an error) and the discovery of calibration batches in a directory. */
+ * file not an error), the discovery of calibration batches in a directory, and the .npz member
+ * listing (a stored member found; every truncation and bit flip refused or kept inside the image;
+ * a compressed member refused). */
 #include "check.h"
 
 #include "core/npy.h"
+#include "core/npz.h"
 #include "quant/calib_hist.h"
 #include "quant/calib_io.h"
 
@@ -152,6 +155,60 @@ static void test_batches(const char *dir) {
     rmdir(sub);
 }
 
+/* ------------------------------------------------------------------ .npz archives */
+
+static void put16(unsigned char *p, unsigned v) { p[0] = (unsigned char)v, p[1] = (unsigned char)(v >> 8); }
+static void put32(unsigned char *p, uint32_t v) { put16(p, v & 0xFFFF), put16(p + 2, v >> 16); }
+
+/* A ZIP image of one stored member `name` holding data[0..n) (the layout np.savez writes, without
+ * ZIP64 fields) into buf; returns its size. method: 0 stored, 8 deflated (only the header says so). */
+static size_t make_zip(unsigned char *buf, const char *name, const void *data, size_t n, unsigned method) {
+    size_t nl = strlen(name), at = 0;
+    memset(buf, 0, 30 + nl + n + 46 + nl + 22);
+    put32(buf, 0x04034b50), put16(buf + 8, method), put32(buf + 18, (uint32_t)n), put32(buf + 22, (uint32_t)n);
+    put16(buf + 26, (unsigned)nl);
+    memcpy(buf + 30, name, nl), memcpy(buf + 30 + nl, data, n);
+    at = 30 + nl + n;
+    unsigned char *cd = buf + at;
+    put32(cd, 0x02014b50), put16(cd + 10, method), put32(cd + 20, (uint32_t)n), put32(cd + 24, (uint32_t)n);
+    put16(cd + 28, (unsigned)nl), put32(cd + 42, 0), memcpy(cd + 46, name, nl);
+    unsigned char *eocd = cd + 46 + nl;
+    put32(eocd, 0x06054b50), put16(eocd + 8, 1), put16(eocd + 10, 1), put32(eocd + 12, (uint32_t)(46 + nl));
+    put32(eocd + 16, (uint32_t)at);
+    return at + 46 + nl + 22;
+}
+
+static void test_npz(void) {
+    static unsigned char zip[512], cut[512];
+    const char payload[] = "not really npy";
+    size_t n = make_zip(zip, "x.0.npy", payload, sizeof payload, 0);
+    kiln_npz_member *m;
+    int count;
+    CHECK_OK(kiln_npz_members(zip, n, "t.npz", &m, &count));
+    CHECK(count == 1 && !strcmp(m[0].name, "x.0.npy") && m[0].size == sizeof payload &&
+          !memcmp(m[0].data, payload, sizeof payload));
+    kiln_npz_members_free(m, count);
+    /* every truncation and every single-bit flip: an error or a member inside the image, never a crash */
+    for (size_t len = 0; len < n; len++) {
+        memcpy(cut, zip, len);
+        if (kiln_npz_members(cut, len, "cut.npz", &m, &count) == KILN_OK) {
+            for (int i = 0; i < count; i++) CHECK(m[i].data >= cut && m[i].data + m[i].size <= cut + len);
+            kiln_npz_members_free(m, count);
+        }
+    }
+    for (size_t bit = 0; bit < 8 * n; bit++) {
+        memcpy(cut, zip, n);
+        cut[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+        if (kiln_npz_members(cut, n, "flip.npz", &m, &count) == KILN_OK) {
+            for (int i = 0; i < count; i++) CHECK(m[i].data >= cut && m[i].data + m[i].size <= cut + n);
+            kiln_npz_members_free(m, count);
+        }
+    }
+    n = make_zip(zip, "x.npy", payload, sizeof payload, 8);
+    CHECK(kiln_npz_members(zip, n, "packed.npz", &m, &count) == KILN_ERR_UNSUPPORTED);
+    CHECKF(strstr(kiln_last_error(), "np.savez_compressed") != NULL, "%s", kiln_last_error());
+}
+
 int main(void) {
     char dir[] = "/tmp/kiln_test_calib_XXXXXX";
     REQUIRE_OK(mkdtemp(dir) ? KILN_OK : KILN_ERR_IO);
@@ -159,6 +216,7 @@ int main(void) {
     test_thresholds();
     test_cache(dir);
     test_batches(dir);
+    test_npz();
     rmdir(dir);
     return checks_report("test_calib");
 }
