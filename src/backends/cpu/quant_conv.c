@@ -4,10 +4,10 @@
  *   QLinearConv   8-bit Y = saturate(round((conv + B[m]) * x_scale * w_scale[m] / y_scale) + y_zero_point),
  *                 B int32 (optional);
  *   kiln.QConv    ir/quant_ops.h (the folded DequantizeLinear -> Conv -> QuantizeLinear).
- * Per image and group: the input is unfolded (im2col) into int16 rows [P, C/group * k] of
- * differences from x_zero_point (padding contributes 0), the weights are packed once as int16 rows
- * [M, C/group * k] minus their zero points, quant_igemm forms the exact int32 sums [M/group, P], and
- * the epilogue writes each output channel. */
+ * Per image: the input becomes channels-last int16 differences from x_zero_point; per group it is
+ * unfolded (im2col) into rows [P, k * C/group] (tap-major, padding contributing 0), the weights are
+ * packed once as int16 rows [M, k * C/group] minus their zero points, quant_igemm forms the exact
+ * int32 sums [M/group, P], and the epilogue writes each output channel. */
 #include "backends/cpu/quant_kernels.h"
 
 #include "core/status.h"
@@ -76,17 +76,33 @@ static void decode(int m, const int64_t *dims, int64_t f, int64_t *idx) {
     }
 }
 
-/* col[p * Kc + c * ksize + kk] = x[c0 + c] at tap kk of output position p, minus zx, or 0 in the
- * padding; x points at one image (all channels). */
-static void im2col(const qconv_geom *g, const void *x, kiln_dtype xt, int64_t c0, int32_t zx, int16_t *col) {
+/* x_hwc[pos * C + c] = x[c * in_size + pos] - zx for one image x [C, in...]: channels-last int16, so
+ * that each tap of the unfolding below is one contiguous run of channels. */
+static void image_to_hwc(const qconv_geom *g, const void *x, kiln_dtype xt, int32_t zx, int16_t *x_hwc) {
+    for (int64_t c = 0; c < g->C; c++) {
+        int16_t *dst = x_hwc + c;
+        if (xt == KILN_I8) {
+            const int8_t *src = (const int8_t *)x + c * g->in_size;
+            for (int64_t pos = 0; pos < g->in_size; pos++) dst[pos * g->C] = (int16_t)(src[pos] - zx);
+        } else {
+            const uint8_t *src = (const uint8_t *)x + c * g->in_size;
+            for (int64_t pos = 0; pos < g->in_size; pos++) dst[pos * g->C] = (int16_t)(src[pos] - zx);
+        }
+    }
+}
+
+/* col[p * Kc + kk * Cg + c] = x_hwc at tap kk of output position p, channel c0 + c, or 0 in the
+ * padding (x's zero point, once subtracted). */
+static void im2col(const qconv_geom *g, const int16_t *x_hwc, int64_t c0, int16_t *col) {
     int nsp = g->nsp;
     int64_t oidx[KILN_MAX_DIMS], kidx[KILN_MAX_DIMS], istr[KILN_MAX_DIMS];
     kiln_strides(nsp, g->in, istr);
+    size_t run = (size_t)g->Cg * sizeof *col;
     for (int64_t p = 0; p < g->P; p++) {
         decode(nsp, g->out, p, oidx);
         int16_t *row = col + p * g->Kc;
+        for (int i = 0; i < nsp; i++) kidx[i] = 0;
         for (int64_t kk = 0; kk < g->ksize; kk++) {
-            decode(nsp, g->k, kk, kidx);
             int64_t off = 0;
             bool inside = true;
             for (int i = 0; i < nsp && inside; i++) {
@@ -94,9 +110,9 @@ static void im2col(const qconv_geom *g, const void *x, kiln_dtype xt, int64_t c0
                 inside = pos >= 0 && pos < g->in[i];
                 off += pos * istr[i];
             }
-            for (int64_t c = 0; c < g->Cg; c++)
-                row[c * g->ksize + kk] =
-                    inside ? (int16_t)(quant_load(x, xt, (c0 + c) * g->in_size + off) - zx) : 0;
+            if (inside) memcpy(row + kk * g->Cg, x_hwc + off * g->C + c0, run);
+            else memset(row + kk * g->Cg, 0, run);
+            for (int i = nsp - 1; i >= 0 && ++kidx[i] == g->k[i]; i--) kidx[i] = 0;
         }
     }
 }
@@ -119,21 +135,26 @@ static kiln_status qconv_run(const kiln_node *n, const qconv_args *q, kiln_tenso
     KILN_TRY(kiln_tensor_alloc_uninit(y, q->ep ? q->ep->y_dtype : KILN_I32, g.ndim, g.odims));
     if (g.N * g.M * g.P == 0) return KILN_OK;
     int16_t *wp = malloc((size_t)(g.M * g.Kc + 1) * sizeof *wp), *col = malloc((size_t)(g.P * g.Kc + 1) * sizeof *col);
+    int16_t *x_hwc = malloc((size_t)(g.C * g.in_size + 1) * sizeof *x_hwc);
     int32_t *acc = malloc((size_t)(g.Mg * g.P) * sizeof *acc);
     float *scratch = malloc((size_t)g.P * sizeof *scratch);
-    if (!wp || !col || !acc || !scratch) {
-        free(wp), free(col), free(acc), free(scratch);
+    if (!wp || !col || !x_hwc || !acc || !scratch) {
+        free(wp), free(col), free(x_hwc), free(acc), free(scratch);
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "%s: out of memory for the unfolded input", n->op_type);
     }
+    /* weights as rows [m][kk * Cg + c], the order of the unfolded input */
     for (int64_t m = 0; m < g.M; m++) {
         int32_t z = quant_zp_at(&q->zw, m);
-        for (int64_t i = 0; i < g.Kc; i++) wp[m * g.Kc + i] = (int16_t)(quant_load(q->w->data, q->w->dtype, m * g.Kc + i) - z);
+        for (int64_t c = 0; c < g.Cg; c++)
+            for (int64_t kk = 0; kk < g.ksize; kk++)
+                wp[m * g.Kc + kk * g.Cg + c] =
+                    (int16_t)(quant_load(q->w->data, q->w->dtype, (m * g.Cg + c) * g.ksize + kk) - z);
     }
     size_t xes = kiln_dtype_size(q->x->dtype);
     for (int64_t b = 0; b < g.N; b++) {
-        const char *xb = (const char *)q->x->data + (size_t)(b * g.C * g.in_size) * xes;
+        image_to_hwc(&g, (const char *)q->x->data + (size_t)(b * g.C * g.in_size) * xes, q->x->dtype, q->zx, x_hwc);
         for (int64_t gi = 0; gi < g.group; gi++) {
-            im2col(&g, xb, q->x->dtype, gi * g.Cg, q->zx, col);
+            im2col(&g, x_hwc, gi * g.Cg, col);
             quant_igemm(g.Mg, g.P, g.Kc, wp + gi * g.Mg * g.Kc, col, acc, g.P);
             for (int64_t m = 0; m < g.Mg; m++) {
                 int64_t ch = gi * g.Mg + m, at = (b * g.M + ch) * g.P;
@@ -142,7 +163,7 @@ static kiln_status qconv_run(const kiln_node *n, const qconv_args *q, kiln_tenso
             }
         }
     }
-    free(wp), free(col), free(acc), free(scratch);
+    free(wp), free(col), free(x_hwc), free(acc), free(scratch);
     return KILN_OK;
 }
 
