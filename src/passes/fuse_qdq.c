@@ -122,7 +122,8 @@ static bool match_q(const pass_ctx *c, int node, float *scale, int64_t *zp, kiln
     const kiln_tensor *s = const_of(c->g, n->inputs[1]), *z = n->ninputs > 2 ? const_of(c->g, n->inputs[2]) : NULL;
     if (!s || s->dtype != KILN_F32 || kiln_tensor_numel(s) != 1) return false;
     if (n->ninputs > 2 && n->inputs[2] >= 0 && (!z || kiln_tensor_numel(z) != 1)) return false;
-    *dt = z ? z->dtype : (kiln_dtype)kiln_attr_int(n, "output_dtype", KILN_U8);
+    int64_t od = kiln_attr_int(n, "output_dtype", 0); /* 0: the zero point's type, else uint8 */
+    *dt = z ? z->dtype : od ? (kiln_dtype)od : KILN_U8;
     if (!is_8bit(*dt)) return false;
     *scale = *(const float *)s->data;
     *zp = z ? kiln_tensor_get_i64(z, 0) : 0;

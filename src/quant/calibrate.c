@@ -182,6 +182,10 @@ static kiln_status collect(const char *model_path, const kiln_build_options *opt
         for (int a = 0; s == KILN_OK && a < p->nacts; a++) kiln_calib_hist_init(&hists[a], amax[a]);
         if (s == KILN_OK) s = calib_pass(e, c, &bs, p, where, NULL, hists);
     }
+    for (int a = 0; s == KILN_OK && a < p->nacts; a++)
+        if (!isfinite(amax[a]))
+            s = kiln_error(KILN_ERR_INVALID_ARGUMENT, "calibration: tensor '%s' has infinite values on the calibration "
+                           "data; it cannot be quantized", p->names[a]);
     for (int a = 0; s == KILN_OK && a < p->nacts; a++) {
         kiln_calib_hist h;
         if (!hists) {

@@ -2,7 +2,7 @@
  * answers: QuantizeLinear rounds half to even and saturates (int8, uint8), DequantizeLinear of
  * int32, DynamicQuantizeLinear of an all-zero input (scale 1, no NaN), exact int32 sums at the
  * extremes of uint8 x int8, QLinearMatMul saturation; refusals with clear messages (a per-axis
- * scale of the wrong length, a bad kiln.QConv attribute); and fuse_qdq: DequantizeLinear -> Conv ->
+ * scale of the wrong length, a bad kiln.QConv attribute, a zero point outside its operand's range); and fuse_qdq: DequantizeLinear -> Conv ->
  * Relu -> QuantizeLinear becomes one kiln.QConv whose results equal the unfolded graph's, and a
  * pattern whose input scale is not a constant stays as it is. */
 #include "check.h"
@@ -123,9 +123,21 @@ static void test_qconv_attributes_checked(void) {
     REQUIRE_OK(ws->floats ? KILN_OK : KILN_ERR_OUT_OF_MEMORY);
     ws->floats[0] = 0.01f;
     ws->n = 1;
-    kiln_node_add_attr(g_nodes, n, "y_dtype", KILN_ATTR_INT)->i = KILN_I16;
+    kiln_attr *yd = kiln_node_add_attr(g_nodes, n, "y_dtype", KILN_ATTR_INT);
+    yd->i = KILN_I16;
     CHECK(kiln_quant_layer_read(n, &q) == KILN_ERR_INVALID_ARGUMENT);
     CHECKF(strstr(kiln_last_error(), "y_dtype") != NULL, "message: %s", kiln_last_error());
+    /* a zero point outside its operand's range (which would let an int32 sum overflow) is refused */
+    yd->i = KILN_F32;
+    kiln_node_add_attr(g_nodes, n, "x_zero_point", KILN_ATTR_INT)->i = 200;
+    int64_t xd[4] = {1, 1, 3, 3}, wd[4] = {1, 1, 1, 1};
+    kiln_tensor x = {0}, w = {0}, y = {0};
+    REQUIRE_OK(kiln_tensor_alloc(&x, KILN_I8, 4, xd));
+    REQUIRE_OK(kiln_tensor_alloc(&w, KILN_I8, 4, wd));
+    kiln_tensor *in[2] = {&x, &w}, *out[1] = {&y};
+    CHECK(exec(n, in, 2, out, 1) == KILN_ERR_INVALID_ARGUMENT);
+    CHECKF(strstr(kiln_last_error(), "x_zero_point") != NULL, "message: %s", kiln_last_error());
+    kiln_tensor_release(&x), kiln_tensor_release(&w), kiln_tensor_release(&y);
 }
 
 /* x -> Q -> DQ -> Conv(DQ(W int8 per channel), B) -> Relu -> Q -> DQ -> y. xs_const: whether the input

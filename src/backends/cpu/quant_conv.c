@@ -236,6 +236,7 @@ NN_EXEC(kiln_cpu_kiln_qconv) {
     kiln_quant_layer ql;
     KILN_TRY(kiln_quant_layer_read(n, &ql));
     int64_t M = w->ndim > 0 ? w->dims[0] : 0;
+    KILN_TRY(quant_layer_zero_points_check(n, ql.x_zero_point, x->dtype, ql.w_zero_point, ql.nwzp, w->dtype));
     if (ql.nw != 1 && ql.nw != M)
         return kiln_error(KILN_ERR_SHAPE, "QConv: %d weight scales for %lld output channels", ql.nw, (long long)M);
     if (bias && (bias->dtype != KILN_F32 || kiln_tensor_numel(bias) != M))

@@ -111,6 +111,21 @@ kiln_status quant_param_check(const kiln_node *n, const kiln_tensor *t, const ch
     return KILN_OK;
 }
 
+kiln_status quant_layer_zero_points_check(const kiln_node *n, int32_t x_zero_point, kiln_dtype xt,
+                                          const int64_t *w_zero_point, int count, kiln_dtype wt) {
+    int32_t lo, hi;
+    quant_range(xt, &lo, &hi);
+    if (x_zero_point < lo || x_zero_point > hi)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: x_zero_point %d is outside %s's range", n->op_type,
+                          (int)x_zero_point, kiln_dtype_name(xt));
+    quant_range(wt, &lo, &hi);
+    for (int i = 0; i < count; i++)
+        if (w_zero_point[i] < lo || w_zero_point[i] > hi)
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: w_zero_point[%d] %lld is outside %s's range", n->op_type, i,
+                              (long long)w_zero_point[i], kiln_dtype_name(wt));
+    return KILN_OK;
+}
+
 kiln_status quant_zp_from_tensor(const kiln_tensor *t, quant_zp *z) {
     z->n = 0;
     z->v = NULL;

@@ -57,6 +57,11 @@ void quant_epilogue_run(const quant_epilogue *ep, int64_t c, const int32_t *acc,
 kiln_status quant_param_check(const kiln_node *n, const kiln_tensor *t, const char *what, kiln_dtype want,
                               int64_t count);
 
+/* Fails unless the layer parameters' zero points lie in their operands' ranges (x_zero_point in
+ * xt's, every w_zero_point in wt's), which bounds every difference by 255 and so every int32 sum. */
+kiln_status quant_layer_zero_points_check(const kiln_node *n, int32_t x_zero_point, kiln_dtype xt,
+                                          const int64_t *w_zero_point, int count, kiln_dtype wt);
+
 /* Zero points as int32: n = 0 (all zero), 1 (one for all) or one per channel / row / column. */
 typedef struct quant_zp {
     int64_t n;

@@ -200,6 +200,7 @@ NN_EXEC(kiln_cpu_kiln_qmatmul) {
     kiln_quant_layer ql;
     KILN_TRY(kiln_quant_layer_read(n, &ql));
     int64_t N = b->dims[1];
+    KILN_TRY(quant_layer_zero_points_check(n, ql.x_zero_point, a->dtype, ql.w_zero_point, ql.nwzp, b->dtype));
     if (ql.nw != 1 && ql.nw != N)
         return kiln_error(KILN_ERR_SHAPE, "QMatMul: %d weight scales for %lld columns", ql.nw, (long long)N);
     if (bias && (bias->dtype != KILN_F32 || kiln_tensor_numel(bias) != N))
