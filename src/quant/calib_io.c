@@ -11,6 +11,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,7 +191,7 @@ kiln_status kiln_calib_cache_read(const char *path, const char *digest, int n, c
     while (s == KILN_OK && next_line(f, &line, &cap)) {
         char *sp = strchr(line, ' '), *end;
         double t = sp ? strtod(line, &end) : 0.0;
-        if (!sp || end != sp || !(t > 0.0)) {
+        if (!sp || end != sp || !(t > 0.0) || !isfinite(t)) {
             s = kiln_error(KILN_ERR_INVALID_ARGUMENT, "calibration cache '%s': bad line '%.80s'", path, line);
             break;
         }
