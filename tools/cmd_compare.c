@@ -4,7 +4,7 @@
 #include "cli.h"
 
 #include "compare/compare.h"
-#include "ir/fused_ops.h"
+#include "ir/quant_ops.h"
 #include "layer_precision.h"
 #include "runtime/engine_internal.h"
 
@@ -112,18 +112,8 @@ static void print_row(const kiln_compare_item *it, int w) {
     printf("\n");
 }
 
-/* How many integer layers (kiln.QConv, kiln.QMatMul: an --int8 build or a QDQ model) e runs. */
-static int int8_layers(const kiln_engine *e) {
-    int n = 0;
-    for (int i = 0; i < e->g->nnodes; i++) {
-        const kiln_node *node = &e->g->nodes[i];
-        n += !strcmp(node->domain, KILN_FUSED_DOMAIN) && (!strcmp(node->op_type, "QConv") || !strcmp(node->op_type, "QMatMul"));
-    }
-    return n;
-}
-
 static const char *engine_text(const kiln_engine *e, char *buf, size_t cap) {
-    int q = int8_layers(e);
+    int q = kiln_graph_int8_layers(e->g); /* an --int8 build or a QDQ model */
     int n = snprintf(buf, cap, "target %s, %s%s", e->meta.target, kiln_precision_name(e->meta.precision),
                      e->meta.node_precision ? " with per-layer precisions" : "");
     if (q && n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, ", %d int8 layer%s", q, q > 1 ? "s" : "");

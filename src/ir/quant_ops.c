@@ -57,3 +57,13 @@ kiln_status kiln_quant_layer_read(const kiln_node *n, kiln_quant_layer *q) {
     q->y_zero_point = (int32_t)yzp;
     return KILN_OK;
 }
+
+int kiln_graph_int8_layers(const kiln_graph *g) {
+    int n = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const kiln_node *node = &g->nodes[i];
+        n += node->domain && !strcmp(node->domain, KILN_FUSED_DOMAIN) &&
+             (!strcmp(node->op_type, "QConv") || !strcmp(node->op_type, "QMatMul"));
+    }
+    return n;
+}

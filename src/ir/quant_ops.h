@@ -47,6 +47,9 @@ typedef struct kiln_quant_layer {
  * naming the attribute when one is missing, out of range or of the wrong length. */
 kiln_status kiln_quant_layer_read(const kiln_node *n, kiln_quant_layer *q);
 
+/* How many integer layers (kiln.QConv, kiln.QMatMul) graph g holds. */
+int kiln_graph_int8_layers(const kiln_graph *g);
+
 /* Whether QuantizeLinear / DequantizeLinear compute in type t (int8, uint8, int16, uint16). */
 bool kiln_quant_dtype_ok(kiln_dtype t);
 

@@ -130,3 +130,17 @@ def test_npz_batches(kiln, tmp_path, calibrated):
     np.savez_compressed(tmp_path / "packed.npz", **arrays)
     assert_error(run_kiln(kiln, "build", model, "-o", tmp_path / "x.kiln", "--int8", "--calib", tmp_path / "packed.npz"),
                  mentions=["compressed", "np.savez"])
+
+
+def test_compare_and_inspect(kiln, tmp_path, calibrated):
+    """kiln compare builds the INT8 engine and reports its error against the float32 reference;
+    kiln inspect counts the integer layers."""
+    model, calib = calibrated["resnet"]
+    proc = run_kiln(kiln, "compare", model, "--int8", "--calib", calib, "--atol", "0.1")
+    assert_ok(proc)
+    assert "7 int8 layers" in proc.stdout and "PASS" in proc.stdout, proc.stdout
+    engine = tmp_path / "int8.kiln"
+    build(kiln, model, engine, "--calib", calib)
+    proc = run_kiln(kiln, "inspect", engine)
+    assert_ok(proc)
+    assert "int8: 7 integer layers" in proc.stdout, proc.stdout
