@@ -7,6 +7,7 @@
  * (opset 21 block_size: the input's rank, axis dimension ceil(D / block_size)). */
 #include "backends/cpu/quant_kernels.h"
 
+#include "backends/cpu/cpu_simd.h"
 #include "core/status.h"
 #include "ir/quant_ops.h"
 
@@ -100,6 +101,21 @@ static kiln_status q_layout_make(const kiln_node *n, const kiln_tensor *x, const
     return KILN_OK;
 }
 
+/* y[i] = saturate(round_half_even(x[i] / s) + zp) into [lo, hi] for 8-bit T (NaN gives lo): the
+ * per-tensor float32 case, vectorized. */
+#define DEFINE_QUANTIZE_RUN(T)                                                                     \
+    KILN_SIMD_CLONES QUANT_VECTORIZE static void quantize_run_##T(const float *x, int64_t n, float s,  \
+                                                                  float zp, float lo, float hi, T *y) { \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            float v = __builtin_rintf(x[i] / s) + zp;                                              \
+            v = v >= lo ? v : lo;                                                                  \
+            v = v <= hi ? v : hi;                                                                  \
+            y[i] = (T)v;                                                                           \
+        }                                                                                          \
+    }
+DEFINE_QUANTIZE_RUN(int8_t)
+DEFINE_QUANTIZE_RUN(uint8_t)
+
 /* QuantizeLinear: x (float32 or int32), y_scale, y_zero_point (optional). */
 NN_EXEC(kiln_cpu_quantize_linear) {
     (void)nout;
@@ -123,6 +139,12 @@ NN_EXEC(kiln_cpu_quantize_linear) {
     const float *sc = s->data, *xf = x->data;
     const int32_t *xi = x->data;
     void *y = out[0]->data;
+    float z0 = zp ? (float)quant_load(zp->data, yt, 0) : 0.0f;
+    if (L.outer == 1 && L.dim == 1 && x->dtype == KILN_F32 && (yt == KILN_I8 || yt == KILN_U8)) {
+        if (yt == KILN_I8) quantize_run_int8_t(xf, L.inner, sc[0], z0, (float)lo, (float)hi, y);
+        else quantize_run_uint8_t(xf, L.inner, sc[0], z0, (float)lo, (float)hi, y);
+        return KILN_OK;
+    }
     int64_t step = L.blocked ? 1 : 0, i = 0;
     for (int64_t o = 0; o < L.outer; o++)
         for (int64_t a = 0; a < L.dim; a++) {

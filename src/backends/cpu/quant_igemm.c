@@ -21,16 +21,8 @@ typedef struct igemm_job {
     int32_t *C;
 } igemm_job;
 
-/* GCC vectorizes at -O3 only; the widening multiply-add of these loops becomes vpmaddwd there.
- * Clang vectorizes them at -O2 already. */
-#if defined(__GNUC__) && !defined(__clang__)
-#define IGEMM_VECTORIZE __attribute__((optimize("tree-vectorize")))
-#else
-#define IGEMM_VECTORIZE
-#endif
-
 /* out[c] = sum_k a[k] * b[c * K + k] for the ncols (1..4) columns c, each load of a shared by them. */
-KILN_SIMD_CLONES IGEMM_VECTORIZE
+KILN_SIMD_CLONES QUANT_VECTORIZE
 static void dot_cols_s16(const int16_t *restrict a, const int16_t *restrict b, int64_t K, int ncols,
                          int32_t *restrict out) {
     const int16_t *b0 = b, *b1 = ncols > 1 ? b + K : b, *b2 = ncols > 2 ? b + 2 * K : b, *b3 = ncols > 3 ? b + 3 * K : b;

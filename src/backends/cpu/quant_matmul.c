@@ -55,20 +55,34 @@ static kiln_status qmm_shape_make(const kiln_node *n, const kiln_tensor *a, cons
     return KILN_OK;
 }
 
+/* dst[r * K + k] = src[r * rs + k * ks] - z(r) for r < R, k < K: an 8-bit matrix (row stride rs,
+ * element stride ks) as int16 rows minus a zero point per row. */
+#define DEFINE_PACK(T)                                                                             \
+    static void pack_##T(const T *src, int64_t R, int64_t K, int64_t rs, int64_t ks, const quant_zp *z, \
+                         int16_t *dst) {                                                           \
+        for (int64_t r = 0; r < R; r++) {                                                          \
+            int32_t zr = quant_zp_at(z, r);                                                        \
+            for (int64_t k = 0; k < K; k++) dst[r * K + k] = (int16_t)(src[r * rs + k * ks] - zr); \
+        }                                                                                          \
+    }
+DEFINE_PACK(int8_t)
+DEFINE_PACK(uint8_t)
+
+/* Packs t's elements from offset off as int16 rows [R, K] (row stride rs, element stride ks). */
+static void pack(const kiln_tensor *t, int64_t off, int64_t R, int64_t K, int64_t rs, int64_t ks, const quant_zp *z,
+                 int16_t *dst) {
+    if (t->dtype == KILN_I8) pack_int8_t((const int8_t *)t->data + off, R, K, rs, ks, z, dst);
+    else pack_uint8_t((const uint8_t *)t->data + off, R, K, rs, ks, z, dst);
+}
+
 /* Packs A's matrix at element offset off as int16 rows [M, K] minus the row zero points. */
 static void pack_a(const qmm_args *q, const qmm_shape *s, int64_t off, int16_t *p) {
-    for (int64_t i = 0; i < s->M; i++) {
-        int32_t z = quant_zp_at(&q->za, i);
-        for (int64_t k = 0; k < s->K; k++) p[i * s->K + k] = (int16_t)(quant_load(q->a->data, q->a->dtype, off + i * s->K + k) - z);
-    }
+    pack(q->a, off, s->M, s->K, s->K, 1, &q->za, p);
 }
 
 /* Packs B's matrix at element offset off transposed, as int16 rows [N, K] minus the column zero points. */
 static void pack_b(const qmm_args *q, const qmm_shape *s, int64_t off, int16_t *p) {
-    for (int64_t j = 0; j < s->N; j++) {
-        int32_t z = quant_zp_at(&q->zb, j);
-        for (int64_t k = 0; k < s->K; k++) p[j * s->K + k] = (int16_t)(quant_load(q->b->data, q->b->dtype, off + k * s->N + j) - z);
-    }
+    pack(q->b, off, s->N, s->K, 1, s->N, &q->zb, p);
 }
 
 /* Checks the zero-point counts against the shape: za 0, 1 or M values, zb 0, 1 or N. */
