@@ -52,8 +52,8 @@ void kiln_calib_hist_add(kiln_calib_hist *h, const float *x, int64_t n) {
         float a = fabsf(x[i]);
         if (isnan(a)) continue;
         if (a > h->amax) h->amax = a;
-        double b = (double)a * per_bin;
-        h->counts[b >= KILN_CALIB_BINS ? KILN_CALIB_BINS - 1 : (int)b]++;
+        double b = a > 0.0f ? (double)a * per_bin : 0.0; /* 0 * inf (a tiny range) would be NaN */
+        h->counts[b < KILN_CALIB_BINS ? (int)b : KILN_CALIB_BINS - 1]++;
     }
 }
 

@@ -72,8 +72,8 @@ void quant_epilogue_run(const quant_epilogue *ep, int64_t c, const int32_t *acc,
         int64_t ib = ep->ibias ? ep->ibias[c] : 0;
         for (int64_t i = 0; i < count; i++) {
             double v = (double)((int64_t)acc[i] + ib) * mult + (double)ep->y_zero_point;
-            double r = __builtin_rint(v);
-            quant_store(y, ep->y_dtype, at + i * stride, r < lo ? lo : r > hi ? hi : (int32_t)r);
+            double r = __builtin_rint(v); /* NaN (a NaN or infinite scale) saturates to lo */
+            quant_store(y, ep->y_dtype, at + i * stride, !(r >= lo) ? lo : r > hi ? hi : (int32_t)r);
         }
         return;
     }
