@@ -262,10 +262,13 @@ static kiln_status insert_weight_dq(kiln_graph *g, int layer) {
         float amax = 0.0f;
         for (int64_t i = 0; i < numel / (C ? C : 1); i++) {
             float v = fabsf(channel_major ? wd[c * inner + i] : wd[i * C + c]);
+            if (!isfinite(v) && st == KILN_OK)
+                st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "--int8: the weights of layer '%s' hold a non-finite value",
+                                g->nodes[layer].name);
             if (v > amax) amax = v;
         }
         s[c] = amax > 0.0f ? amax / 127.0f : 1.0f;
-        for (int64_t i = 0; i < numel / (C ? C : 1); i++) {
+        for (int64_t i = 0; st == KILN_OK && i < numel / (C ? C : 1); i++) {
             int64_t at = channel_major ? c * inner + i : i * C + c;
             float r = rintf(wd[at] / s[c]);
             q[at] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : r);
