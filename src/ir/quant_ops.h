@@ -12,9 +12,9 @@
  *     inputs  A (int8 / uint8, [..., M, K]), B (int8 / uint8, 2-D [K, N]), bias (optional, float32 [N])
  *     attrs   none of its own
  * Common attributes:
- *     x_scale (float > 0), x_zero_point (int, default 0): the input's quantization;
- *     w_scale (floats, 1 or M / N values > 0), w_zero_point (ints, absent or 1 or as many as w_scale):
- *             per-tensor or per-output-channel weight quantization;
+ *     x_scale (float > 0), x_zero_point (int, default 0, within X's type): the input's quantization;
+ *     w_scale (floats, 1 or M / N values > 0), w_zero_point (ints, absent or 1 or as many as w_scale,
+ *             within W's type): per-tensor or per-output-channel weight quantization;
  *     activation, activation_params: as in fused_ops.h (applied in float32 to the scaled sum);
  *     y_dtype (int, an ONNX dtype: 1 float32, 2 uint8, 3 int8; default 1): with float32 the result is
  *             that float; otherwise out(v) = saturate(round_half_even(v / y_scale) + y_zero_point) of

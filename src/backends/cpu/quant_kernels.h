@@ -40,8 +40,8 @@ void quant_igemm(int64_t M, int64_t N, int64_t K, const int16_t *A, const int16_
  *       y = saturate(round(v) + y_zero_point);
  *   otherwise (kiln.QConv / kiln.QMatMul): v = act(acc * x_scale * w_scale[c] + bias[c]), then
  *       y = v for a float32 output, else saturate(round(v / y_scale) + y_zero_point).
- * c is the output channel (Conv) or column (MatMul); w_scale and the biases have 1 or C entries
- * (nw = 1 broadcasts). */
+ * c is the output channel (Conv) or column (MatMul); w_scale has 1 (for every channel) or C entries,
+ * the biases C. */
 typedef struct quant_epilogue {
     bool qlinear;
     float x_scale;
