@@ -306,9 +306,22 @@ static kiln_status insert_qdq(kiln_graph *g, const calib_plan *p) {
     return kiln_graph_verify(g);
 }
 
+/* Fails when g is already quantized (it holds a quantization op): its own scales apply, not ours. */
+static kiln_status require_float_model(const kiln_graph *g) {
+    static const char *const ops[] = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
+                                      "QLinearMatMul", "ConvInteger", "MatMulInteger", NULL};
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; ops[k]; k++)
+            if (is_default_op(&g->nodes[i], ops[k]))
+                return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--int8: the model is already quantized (node '%s' is %s); "
+                                  "build it without --int8 and its own scales are used", g->nodes[i].name, ops[k]);
+    return KILN_OK;
+}
+
 kiln_status kiln_calibrate_int8(kiln_graph *g, const char *model_path, const kiln_build_options *opts) {
     kiln_calib_method m;
     KILN_TRY(kiln_calib_method_parse(opts->calibrator, &m));
+    KILN_TRY(require_float_model(g));
     calib_plan p;
     KILN_TRY(plan_make(g, &p));
     if (p.nlayers == 0) {

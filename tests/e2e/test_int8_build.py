@@ -12,6 +12,7 @@ import shutil
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 import models
 from conftest import assert_error, assert_ok, ort_run, read_outputs, run_kiln, write_inputs
@@ -114,6 +115,13 @@ def test_option_errors(kiln, tmp_path, calibrated):
     os.remove(partial / "token_type_ids.3.npy")
     assert_error(run_kiln(kiln, "build", bert, "-o", out, "--int8", "--calib", partial),
                  mentions=["token_type_ids.3.npy"])
+    qdq = tmp_path / "qdq.onnx"  # an explicitly quantized model keeps its own scales
+    graph = helper.make_graph(
+        [helper.make_node("QuantizeLinear", ["x", "s"], ["q"]), helper.make_node("DequantizeLinear", ["q", "s"], ["y"])],
+        "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(np.array(0.1, np.float32), "s")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), qdq)
+    assert_error(run_kiln(kiln, "build", qdq, "-o", out, "--int8", "--calib", calib), mentions=["already quantized"])
     assert not out.exists()
 
 
