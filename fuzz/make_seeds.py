@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """make_seeds.py — writes the seed corpora of the fuzz targets that read files and streams:
-fuzz/corpus/<target>/ for fuzz_safetensors, fuzz_hf_config, fuzz_tokenizer, fuzz_npy, fuzz_json,
+fuzz/corpus/<target>/ for fuzz_safetensors, fuzz_hf_config, fuzz_tokenizer, fuzz_npy, fuzz_npz, fuzz_json,
 fuzz_load_http, fuzz_load_sse, fuzz_load_prometheus and fuzz_llm_engine. Seeds are small on purpose
 (the fuzzer's speed falls with input size): slices of models/kjv-gpt2, the hand-made tokenizer of
 tests/unit/test_tokenizer.c, files numpy and safetensors write, and hand-written wire traffic. The LLM
@@ -212,6 +212,18 @@ def npy_seeds(out):
     put(out, "fuzz_npy", "f32_v2.npy", b.getvalue())
 
 
+def npz_seeds(out):
+    """Archives np.savez writes (stored members with ZIP64 local fields): one batch, several per input."""
+    import io
+    rng = np.random.default_rng(4)
+    for name, arrays in {"one": {"input": rng.standard_normal((2, 3)).astype(np.float32)},
+                         "per_input": {"ids.0": np.arange(4, dtype=np.int64), "ids.1": np.arange(4, dtype=np.int64),
+                                       "mask.0": np.ones(4, np.int64), "mask.1": np.zeros(4, np.int64)}}.items():
+        b = io.BytesIO()
+        np.savez(b, **arrays)
+        put(out, "fuzz_npz", name + ".npz", b.getvalue())
+
+
 # ----------------------------------------------------------------------------- JSON and wire traffic
 
 def json_seeds(out):
@@ -336,6 +348,7 @@ def main():
     safetensors_bf16(a.out)
     safetensors_seeds(a.out)
     npy_seeds(a.out)
+    npz_seeds(a.out)
     json_seeds(a.out)
     wire(a.out)
     if a.kiln:
