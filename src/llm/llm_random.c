@@ -15,6 +15,7 @@ void kiln_llm_config_init(kiln_llm_config *c, kiln_llm_arch arch, int n_layer, i
                           int d_ff, int vocab, int max_pos) {
     memset(c, 0, sizeof *c);
     c->arch = arch;
+    c->family = arch == KILN_LLM_GPT2 ? KILN_FAMILY_GPT2 : KILN_FAMILY_LLAMA;
     c->n_layer = n_layer;
     c->d_model = d_model;
     c->n_head = n_head;
@@ -63,6 +64,7 @@ static kiln_status random_layer(const kiln_llm_config *c, uint64_t *rng, kiln_ll
     KILN_TRY(random_matrix(d, qd, rng, &y->o_w));
     KILN_TRY(random_matrix(up_rows, d, rng, &y->up_w));
     KILN_TRY(random_matrix(d, ff, rng, &y->down_w));
+    if (c->qkv_bias) KILN_TRY(random_array(qd + 2 * kvd, 0.0f, 0.1f, rng, &y->qkv_b));
     if (!gpt2) return KILN_OK;
     KILN_TRY(random_array(d, 0.0f, 0.1f, rng, &y->norm1_b));
     KILN_TRY(random_array(d, 0.0f, 0.1f, rng, &y->norm2_b));
@@ -125,6 +127,7 @@ int64_t kiln_llm_config_params(const kiln_llm_config *c) {
     const bool gpt2 = c->arch == KILN_LLM_GPT2;
     int64_t layer = 2 * d + (qd + 2 * kvd) * d + d * qd + (gpt2 ? ff : 2 * ff) * d + d * ff;
     if (gpt2) layer += 2 * d + (qd + 2 * kvd) + d + ff + d;
+    else if (c->qkv_bias) layer += qd + 2 * kvd;
     int64_t n = (int64_t)c->vocab * d + (int64_t)c->n_layer * layer + d;
     if (gpt2) n += (int64_t)c->max_pos * d + d;
     if (!c->tied_embeddings) n += (int64_t)c->vocab * d;

@@ -13,8 +13,9 @@
 extern "C" {
 #endif
 
-/* Fills the fields a config.json would, for arch and the given shape: head_dim = d_model / n_head,
- * max_pos, norm_eps 1e-5, rope_theta 10000 without scaling, untied embeddings, no BOS/EOS ids. */
+/* Fills the fields a config.json would, for arch and the given shape: family gpt2 or llama (no other
+ * family's features), head_dim = d_model / n_head, max_pos, norm_eps 1e-5, rope_theta 10000 without
+ * scaling, untied embeddings, no BOS/EOS ids. */
 void kiln_llm_config_init(kiln_llm_config *c, kiln_llm_arch arch, int n_layer, int d_model, int n_head, int n_kv_head,
                           int d_ff, int vocab, int max_pos);
 

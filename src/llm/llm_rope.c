@@ -1,13 +1,14 @@
-/* llm_rope.c — RoPE inverse frequencies for Llama as transformers' modeling_rope_utils computes them:
- * default, linear (frequencies divided by the factor), dynamic NTK (the base grows with the sequence
- * beyond max_position_embeddings) and Llama 3.1's band-wise scaling. Computed in double; transformers
+/* llm_rope.c — RoPE inverse frequencies for the Llama-like families as transformers'
+ * modeling_rope_utils computes them: default, linear (frequencies divided by the factor), dynamic NTK
+ * (the base grows with the sequence beyond max_position_embeddings) and Llama 3.1's band-wise scaling,
+ * over the rotated dims only (Phi-3's partial rotary). Computed in double; transformers
  * uses float32, which differs by far less than the forward's tolerance. */
 #include "llm/llm_internal.h"
 
 #include <math.h>
 
 void kiln_llm_rope_inv_freq(const kiln_llm_config *c, int seq_len, double *inv_freq) {
-    const int dim = c->head_dim, half = dim / 2;
+    const int dim = kiln_llm_rope_dim(c), half = dim / 2;
     double base = c->rope_theta;
     if (c->rope_scaling == KILN_ROPE_DYNAMIC && dim > 2) {
         double len = seq_len > c->max_pos ? seq_len : c->max_pos, f = c->rope_factor;

@@ -65,7 +65,7 @@ static kiln_status check_batch(const kiln_llm_cuda *g, const kiln_llm_cuda_kv *k
  * finished), copies it to g->meta_dev, and points s at the device copy. */
 static kiln_status stage_meta(kiln_llm_cuda *g, const kiln_llm_batch *b, llmc_step *s) {
     const kiln_llm_config *c = &g->cfg;
-    const int n = b->n_tokens, ns = b->n_seqs, half = c->head_dim / 2;
+    const int n = b->n_tokens, ns = b->n_seqs, half = kiln_llm_rope_dim(c) / 2;
     KILN_CUDA_TRY(cudaEventSynchronize(g->meta_done));
     int32_t *hi = (int32_t *)g->meta_host;
     const int32_t *di = (const int32_t *)g->meta_dev;
