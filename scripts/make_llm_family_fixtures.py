@@ -13,7 +13,7 @@ A seed is kept only when the continuation has no near tie (top-two gap >= GAP x 
 step), so that kiln's greedy tokens are well defined at the tolerance of a 16-bit forward.
 
 Needs torch and transformers (the GPU host has them; CI does not: the fixtures are committed).
-usage: make_llm_family_fixtures.py [OUTDIR] (default tests/data/llm_families)
+usage: make_llm_family_fixtures.py [OUTDIR [NAME...]] (default tests/data/llm_families, every fixture)
 """
 import copy
 import json
@@ -65,6 +65,16 @@ FIXTURES = {
                           num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
                           original_max_position_embeddings=64, partial_rotary_factor=0.5, bos_token_id=1,
                           eos_token_id=2, pad_token_id=0, tie_word_embeddings=False), torch.bfloat16),
+    # LongRoPE (Phi-3.5, the 128k Phi-3s): the prompt passes original_max_position_embeddings, so the long
+    # factors and the attention factor sqrt(1 + ln(32 / 8) / ln 8) apply
+    "phi3_longrope": (transformers.Phi3Config, transformers.Phi3ForCausalLM,
+                      dict(vocab_size=VOCAB, hidden_size=128, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32,
+                           original_max_position_embeddings=8, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                           tie_word_embeddings=False,
+                           rope_scaling={"rope_type": "longrope",
+                                         "short_factor": [1.0 + 0.02 * i for i in range(32)],
+                                         "long_factor": [1.0 + 0.25 * i for i in range(32)]}), torch.bfloat16),
     "gemma": (transformers.GemmaConfig, transformers.GemmaForCausalLM,
               common(head_dim=256, hidden_act="gelu_pytorch_tanh"), torch.bfloat16),
 }
@@ -125,8 +135,9 @@ def make(name, outdir):
 
 def main():
     outdir = sys.argv[1] if len(sys.argv) > 1 else "tests/data/llm_families"
+    names = sys.argv[2:] or list(FIXTURES)  # fixtures to (re)make; the default: all
     torch.set_grad_enabled(False)
-    for name in FIXTURES:
+    for name in names:
         make(name, outdir)
     with open(os.path.join(outdir, "versions.json"), "w") as f:
         json.dump({"transformers": transformers.__version__, "torch": torch.__version__}, f, indent=2)

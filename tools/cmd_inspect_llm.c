@@ -8,7 +8,7 @@
 
 #include <stdio.h>
 
-static const char *const ROPE_NAMES[] = {"none", "linear", "dynamic", "llama3"};
+static const char *const ROPE_NAMES[] = {"none", "linear", "dynamic", "llama3", "longrope"};
 
 static void print_ids(const char *label, const int32_t *ids, int n) {
     printf("%s", label);
@@ -23,7 +23,11 @@ static void print_config(const kiln_llm_config *c) {
     printf("norm eps %g", c->norm_eps);
     if (c->arch == KILN_LLM_LLAMA) {
         printf(", rope theta %g, rope scaling %s", c->rope_theta, ROPE_NAMES[c->rope_scaling]);
-        if (c->rope_scaling != KILN_ROPE_NONE) printf(" (factor %g)", c->rope_factor);
+        if (c->rope_scaling == KILN_ROPE_LONGROPE)
+            printf(" (factor %g, attention factor %g, original context %d)", c->rope_factor, c->rope_attn_factor,
+                   c->rope_original_max_pos);
+        else if (c->rope_scaling != KILN_ROPE_NONE)
+            printf(" (factor %g)", c->rope_factor);
     }
     printf(", tied embeddings %s, bos %d\n", c->tied_embeddings ? "yes" : "no", c->bos_id);
     if (c->arch == KILN_LLM_LLAMA) {

@@ -54,7 +54,10 @@ typedef enum kiln_rope_scaling {
     KILN_ROPE_LINEAR,  /* positions divided by factor */
     KILN_ROPE_DYNAMIC, /* NTK-aware base growth beyond the original context */
     KILN_ROPE_LLAMA3,  /* Llama 3.1 frequency-band scaling */
+    KILN_ROPE_LONGROPE, /* Phi-3's LongRoPE: per-frequency short / long factors, cos and sin scaled */
 } kiln_rope_scaling;
+
+#define KILN_LLM_MAX_ROPE_FACTORS 128 /* LongRoPE factors: one per rotated pair, head_dim 256 at most */
 
 /* The shape of a model, from config.json. The feature fields after `family` are zero for GPT-2 and
  * Llama, so a config made by kiln_llm_config_init (llm_random.h) is a plain one of its arch. */
@@ -73,6 +76,11 @@ typedef struct kiln_llm_config {
     kiln_rope_scaling rope_scaling;
     float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_pos;
+    /* LongRoPE: frequency i is divided by rope_long[i] when the context passes rope_original_max_pos,
+     * else by rope_short[i] (i < kiln_llm_rope_dim / 2); cos and sin are scaled by rope_attn_factor (0,
+     * unused, with the other scalings) */
+    float rope_attn_factor;
+    float rope_short[KILN_LLM_MAX_ROPE_FACTORS], rope_long[KILN_LLM_MAX_ROPE_FACTORS];
     bool tied_embeddings; /* lm_head shares the token embedding */
     int bos_id, eos_id;   /* -1 when the config names none; eos_id is eos_ids[0] */
     int n_eos;            /* every end-of-sequence id (Llama 3 configs list several) */

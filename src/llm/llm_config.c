@@ -119,6 +119,42 @@ static kiln_status parse_gpt2(const cfg_reader *r, kiln_llm_config *c) {
     return get_special_ids(r, c);
 }
 
+/* `key` of r: a list of exactly n positive numbers into out (LongRoPE's factors, one per rotated pair). */
+static kiln_status get_factors(const cfg_reader *r, const char *key, int n, float *out) {
+    const kiln_jnode *v = member(r, key);
+    if (!v || v->type != KILN_JNODE_ARRAY || v->count != n)
+        return kiln_error(KILN_ERR_PARSE, "%s: \"%s%s\" must be a list of %d numbers (one per rotated pair)", r->what,
+                          r->scope, key, n);
+    int i = 0;
+    for (const kiln_jnode *e = kiln_jdoc_first(r->doc, v); e; e = kiln_jdoc_next(r->doc, e)) {
+        double d;
+        if (!kiln_jdoc_num(e, &d) || !(d > 0) || !isfinite(d))
+            return kiln_error(KILN_ERR_PARSE, "%s: \"%s%s\" must hold positive numbers", r->what, r->scope, key);
+        out[i++] = (float)d;
+    }
+    return KILN_OK;
+}
+
+/* LongRoPE's keys (r: the rope object; top: config.json's root, whose original_max_position_embeddings
+ * Phi-3 keeps at the top level), with transformers' defaults: factor max_position_embeddings /
+ * original_max_position_embeddings, attention_factor sqrt(1 + ln(factor) / ln(original)) (1 when the
+ * factor is at most 1). The factor lists hold one entry per rotated pair. */
+static kiln_status parse_longrope(const cfg_reader *top, const cfg_reader *r, kiln_llm_config *c) {
+    int orig;
+    KILN_TRY(get_int(top, "original_max_position_embeddings", false, c->max_pos, 2, &orig));
+    KILN_TRY(get_int(r, "original_max_position_embeddings", false, orig, 2, &c->rope_original_max_pos));
+    KILN_TRY(get_num(r, "factor", false, (double)c->max_pos / c->rope_original_max_pos, &c->rope_factor));
+    const double f = c->rope_factor;
+    KILN_TRY(get_num(r, "attention_factor", false, f <= 1.0 ? 1.0 : sqrt(1.0 + log(f) / log(c->rope_original_max_pos)),
+                     &c->rope_attn_factor));
+    const int n = kiln_llm_rope_dim(c) / 2;
+    if (n > KILN_LLM_MAX_ROPE_FACTORS)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s: LongRoPE over %d rotated pairs (at most %d)", r->what, n,
+                          KILN_LLM_MAX_ROPE_FACTORS);
+    KILN_TRY(get_factors(r, "short_factor", n, c->rope_short));
+    return get_factors(r, "long_factor", n, c->rope_long);
+}
+
 /* rope_scaling (or transformers 5's rope_parameters) of a Llama config. */
 static kiln_status parse_rope(const cfg_reader *top, kiln_llm_config *c) {
     const kiln_jnode *rp = member(top, "rope_parameters");
@@ -139,9 +175,11 @@ static kiln_status parse_rope(const cfg_reader *top, kiln_llm_config *c) {
     if (!strcmp(type, "linear")) c->rope_scaling = KILN_ROPE_LINEAR;
     else if (!strcmp(type, "dynamic")) c->rope_scaling = KILN_ROPE_DYNAMIC;
     else if (!strcmp(type, "llama3")) c->rope_scaling = KILN_ROPE_LLAMA3;
+    else if (!strcmp(type, "longrope") || !strcmp(type, "su")) c->rope_scaling = KILN_ROPE_LONGROPE;
     else
-        return kiln_error(KILN_ERR_UNSUPPORTED, "%s: RoPE scaling type '%s' is not supported (linear, dynamic, llama3)",
-                          r.what, type);
+        return kiln_error(KILN_ERR_UNSUPPORTED,
+                          "%s: RoPE scaling type '%s' is not supported (linear, dynamic, llama3, longrope)", r.what, type);
+    if (c->rope_scaling == KILN_ROPE_LONGROPE) return parse_longrope(top, &r, c);
     KILN_TRY(get_num(&r, "factor", true, 1.0, &c->rope_factor));
     if (c->rope_scaling != KILN_ROPE_LLAMA3) return KILN_OK;
     KILN_TRY(get_num(&r, "low_freq_factor", true, 1.0, &c->rope_low_freq_factor));
@@ -228,8 +266,8 @@ static kiln_status parse_llama(const cfg_reader *r, kiln_llm_family family, kiln
     c->qkv_bias = family == KILN_FAMILY_QWEN2; /* Qwen2's q/k/v projections always have biases */
     c->scale_emb = family == KILN_FAMILY_GEMMA;
     KILN_TRY(parse_window(r, c));
+    if (family == KILN_FAMILY_PHI3) KILN_TRY(parse_partial_rotary(r, c)); /* before the RoPE: LongRoPE's lists */
     KILN_TRY(parse_rope(r, c));
-    if (family == KILN_FAMILY_PHI3) KILN_TRY(parse_partial_rotary(r, c));
     KILN_TRY(get_bool(r, "tie_word_embeddings", family == KILN_FAMILY_GEMMA, &c->tied_embeddings));
     return get_special_ids(r, c);
 }

@@ -72,13 +72,14 @@ static void embed(const kiln_llm_model *m, const kiln_llm_batch *b, step_mem *sm
     }
     if (c->arch != KILN_LLM_LLAMA) return;
     const int half = kiln_llm_rope_dim(c) / 2;
+    const double rs = kiln_llm_rope_scale(c);
     for (int i = 0; i < b->n_seqs; i++) {
         kiln_llm_rope_inv_freq(c, b->ctx_len[i], sm->inv_freq);
         for (int t = b->seq_start[i]; t < b->seq_start[i + 1]; t++)
             for (int j = 0; j < half; j++) {
                 double a = b->positions[t] * sm->inv_freq[j];
-                sm->rope_cos[(size_t)t * half + j] = (float)cos(a);
-                sm->rope_sin[(size_t)t * half + j] = (float)sin(a);
+                sm->rope_cos[(size_t)t * half + j] = (float)(cos(a) * rs);
+                sm->rope_sin[(size_t)t * half + j] = (float)(sin(a) * rs);
             }
     }
 }

@@ -42,8 +42,14 @@ static inline float kiln_llm_norm_offset(const kiln_llm_config *c) {
 /* The dims of each head that RoPE rotates: rotary_dim, or all head_dim when it is 0. */
 static inline int kiln_llm_rope_dim(const kiln_llm_config *c) { return c->rotary_dim ? c->rotary_dim : c->head_dim; }
 
+/* What RoPE's cos and sin are multiplied by: LongRoPE's attention factor, else 1. */
+static inline float kiln_llm_rope_scale(const kiln_llm_config *c) {
+    return c->rope_scaling == KILN_ROPE_LONGROPE ? c->rope_attn_factor : 1.0f;
+}
+
 /* RoPE inverse frequencies [kiln_llm_rope_dim(c) / 2] as transformers computes them for the config's
- * scaling; seq_len (the step's largest position + 1) matters only for dynamic NTK scaling. */
+ * scaling; seq_len (the step's largest position + 1) matters only for dynamic NTK scaling and
+ * LongRoPE (the long factors beyond rope_original_max_pos). */
 void kiln_llm_rope_inv_freq(const kiln_llm_config *c, int seq_len, double *inv_freq);
 
 #endif

@@ -69,6 +69,7 @@ FAMILIES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data"
     ("qwen2", "qwen2", ["SwiGLU", "q/k/v biases", "layers.0.qkv.bias"]),
     ("gemma", "gemma", ["GeGLU (gelu tanh)", "embeddings scaled by sqrt(d_model)", "head dim 256"]),
     ("phi3_partial", "phi3", ["RoPE on 32 of 64 head dims"]),
+    ("phi3_longrope", "phi3", ["rope scaling longrope (factor 4, attention factor 1.29", "original context 8)"]),
     ("mistral_window", "mistral", ["sliding window 6"]),
 ])
 def test_inspect_names_the_family(kiln, tmp_path, name, family, features):

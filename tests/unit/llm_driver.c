@@ -111,7 +111,7 @@ static int parse_args(int argc, char **argv, opts *o) {
 }
 
 static void print_config(const kiln_llm_config *c) {
-    static const char *const scaling[] = {"none", "linear", "dynamic", "llama3"};
+    static const char *const scaling[] = {"none", "linear", "dynamic", "llama3", "longrope"};
     printf("arch=%s\nn_layer=%d\nd_model=%d\nn_head=%d\nn_kv_head=%d\nhead_dim=%d\nd_ff=%d\nvocab=%d\nmax_pos=%d\n",
            c->arch == KILN_LLM_GPT2 ? "gpt2" : "llama", c->n_layer, c->d_model, c->n_head, c->n_kv_head, c->head_dim,
            c->d_ff, c->vocab, c->max_pos);

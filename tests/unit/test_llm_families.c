@@ -2,7 +2,7 @@
  * random checkpoints of tests/data/llm_families/ (made once by scripts/make_llm_family_fixtures.py:
  * GPT-2; Llama 2 untied; Llama 3 tied with llama3 RoPE; Llama with linear and with dynamic RoPE;
  * Mistral with a sliding window shorter than the prompt; Qwen2 with q/k/v biases; Phi-3 with fused
- * projections and partial RoPE; Gemma with head dim 256, GeGLU, scaled embeddings and 1 + w norms).
+ * projections and partial RoPE, and with LongRoPE (the prompt past its original context); Gemma with head dim 256, GeGLU, scaled embeddings and 1 + w norms).
  *
  * Each fixture holds transformers' logits for its prompt and for the steps of its greedy continuation,
  * and the greedy tokens. The test feeds the prompt and then the continuation token by token through
@@ -13,8 +13,8 @@
  *                                                  and of the engine `kiln build --hf` makes of it
  *                                                  (same logits; family and features in its config);
  *                                                  the prompt also in chunks of 5 (but with dynamic
- *                                                  RoPE, whose base follows each step's context, not
- *                                                  the whole prompt's as in transformers). Also: the config of
+ *                                                  RoPE and LongRoPE, which follow each step's context,
+ *                                                  not the whole prompt's as in transformers). Also: the config of
  *                                                  every fixture, and an unknown family refused.
  *   test_llm_families DATA_DIR WORK_DIR --cuda     the CUDA forward in fp16 and bf16; exits 77
  *                                                  without a GPU. A fixture the CUDA forward refuses
@@ -62,6 +62,7 @@ static const fixture FIXTURES[] = {
     {"mistral_window", KILN_FAMILY_MISTRAL, 64, 0, 6, false, false, false, KILN_GATE_SILU, KILN_ROPE_NONE},
     {"qwen2", KILN_FAMILY_QWEN2, 64, 0, 0, true, false, true, KILN_GATE_SILU, KILN_ROPE_NONE},
     {"phi3_partial", KILN_FAMILY_PHI3, 64, 32, 0, false, false, false, KILN_GATE_SILU, KILN_ROPE_NONE},
+    {"phi3_longrope", KILN_FAMILY_PHI3, 64, 0, 0, false, false, false, KILN_GATE_SILU, KILN_ROPE_LONGROPE},
     {"gemma", KILN_FAMILY_GEMMA, 256, 0, 0, false, true, true, KILN_GATE_GELU_TANH, KILN_ROPE_NONE},
 };
 #define N_FIXTURES (int)(sizeof FIXTURES / sizeof *FIXTURES)
@@ -236,8 +237,8 @@ static void cpu_fixture(const fixture *f, const char *dir, const char *work, con
     check_config(f, kiln_llm_model_config(m), what);
     float *one = cpu_check(m, r, r->n_prompt, what);
     snprintf(what, sizeof what, "%s cpu, prompt in 5s", f->name);
-    /* dynamic NTK RoPE takes its base from each step's context, transformers' from the whole prompt */
-    if (f->rope != KILN_ROPE_DYNAMIC) free(cpu_check(m, r, 5, what));
+    /* dynamic NTK RoPE and LongRoPE follow each step's context, transformers' the whole prompt's */
+    if (f->rope != KILN_ROPE_DYNAMIC && f->rope != KILN_ROPE_LONGROPE) free(cpu_check(m, r, 5, what));
     kiln_llm_model_free(m);
 
     char path[4096];

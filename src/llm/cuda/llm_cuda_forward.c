@@ -98,8 +98,8 @@ static kiln_status stage_meta(kiln_llm_cuda *g, const kiln_llm_batch *b, llmc_st
 #undef PUT
     size_t bytes = (off * 4 + 7) / 8 * 8;
     if (c->arch == KILN_LLM_LLAMA) {
-        /* dynamic NTK scaling depends on each sequence's length; the others share one table */
-        const bool per_seq = c->rope_scaling == KILN_ROPE_DYNAMIC;
+        /* dynamic NTK scaling and LongRoPE depend on each sequence's length; the others share one table */
+        const bool per_seq = c->rope_scaling == KILN_ROPE_DYNAMIC || c->rope_scaling == KILN_ROPE_LONGROPE;
         double *hd = (double *)((char *)g->meta_host + bytes);
         for (int i = 0; i < (per_seq ? ns : 1); i++) kiln_llm_rope_inv_freq(c, b->ctx_len[i], hd + (size_t)i * half);
         s->inv_freq = (const double *)((const char *)g->meta_dev + bytes);

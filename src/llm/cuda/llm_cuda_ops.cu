@@ -81,22 +81,22 @@ extern "C" kiln_status llmc_add_norm(kiln_llm_cuda *g, int n_rows, const int32_t
 /* ---------------------------------------------------------------- RoPE + KV cache write */
 
 /* One block per token. With inv_freq (not GPT-2) the first rot dims of its q and k heads are rotated in
- * place by HF's rotate_half convention over those dims (cos/sin of position * inv_freq computed in
- * double, rounded to FP32, as the CPU does); then its k and v heads go to slot (pos % bs) of block
+ * place by HF's rotate_half convention over those dims (cos/sin of position * inv_freq, times rscale
+ * (LongRoPE's attention factor, else 1), computed in double, rounded to FP32, as the CPU does); then its k and v heads go to slot (pos % bs) of block
  * table[pos / bs]. */
 template <typename T>
 __global__ void rope_kv_kernel(T *__restrict__ qkv, int ldq, const int32_t *__restrict__ positions,
                                const int32_t *__restrict__ tok_seq, const double *__restrict__ inv_freq, int freq_stride,
                                const int32_t *__restrict__ table, int table_stride, T *__restrict__ kc,
-                               T *__restrict__ vc, int n_head, int n_kv_head, int hd, int rot, int bs) {
+                               T *__restrict__ vc, int n_head, int n_kv_head, int hd, int rot, double rscale, int bs) {
     extern __shared__ float cs[]; /* [rot / 2] cos, then [rot / 2] sin */
     const int t = blockIdx.x, pos = positions[t], seq = tok_seq[t], half = rot / 2;
     T *q = qkv + (size_t)t * ldq, *k = q + (size_t)n_head * hd, *v = k + (size_t)n_kv_head * hd;
     if (inv_freq) {
         for (int i = threadIdx.x; i < half; i += blockDim.x) {
             double a = (double)pos * inv_freq[(size_t)seq * freq_stride + i];
-            cs[i] = (float)cos(a);
-            cs[half + i] = (float)sin(a);
+            cs[i] = (float)(cos(a) * rscale);
+            cs[half + i] = (float)(sin(a) * rscale);
         }
         __syncthreads();
         for (int idx = threadIdx.x; idx < (n_head + n_kv_head) * half; idx += blockDim.x) {
@@ -123,7 +123,7 @@ static kiln_status launch_rope_kv(kiln_llm_cuda *g, const llmc_step *s, void *kc
     const int ldq = (c->n_head + 2 * c->n_kv_head) * c->head_dim;
     rope_kv_kernel<T><<<s->n_tokens, OPS_THREADS, (size_t)c->head_dim * sizeof(float), g->stream>>>(
         (T *)g->qkv, ldq, s->positions, s->tok_seq, s->inv_freq, s->inv_freq_stride, s->table, s->table_stride, (T *)kc,
-        (T *)vc, c->n_head, c->n_kv_head, c->head_dim, kiln_llm_rope_dim(c), bs);
+        (T *)vc, c->n_head, c->n_kv_head, c->head_dim, kiln_llm_rope_dim(c), (double)kiln_llm_rope_scale(c), bs);
     KILN_CUDA_LAUNCH_CHECK("rope_kv_kernel");
     return KILN_OK;
 }
