@@ -1,8 +1,9 @@
 /* test_llm_cuda.c — the LLM forward on CUDA (src/llm/cuda/, llm_cuda.h) against the CPU forward (the
  * oracle, itself tested against transformers) on tiny random models: GPT-2 (head_dim 64, tied
  * embeddings, odd vocabulary), Llama with head_dim 128, 2 query heads per KV head and dynamic NTK RoPE,
- * Llama with head_dim 64, 4 query heads per KV head and Llama 3 RoPE, and Llama with head_dim 128 and
- * 8 query heads per KV head. First, every GEMV kernel configuration alone against a CPU product
+ * Llama with head_dim 64, 4 query heads per KV head and Llama 3 RoPE, Llama with head_dim 128 and
+ * 8 query heads per KV head, and a head_dim 128 model with every other family's feature (GeGLU,
+ * embedding scale, 1 + w norms, q/k/v biases, partial RoPE with LongRoPE). First, every GEMV kernel configuration alone against a CPU product
  * (test_gemv_kernels below: fp16/bf16, n 1/3/5/8, decode shapes, ragged N, bias, FP32 out), and the
  * decode attention kernel alone against a CPU attention (test_decode_kernel below: splits, GQA 1-8,
  * hd 64/128, batches 1/3/33, graph replays).
@@ -693,6 +694,23 @@ static void make_cases(model_case *mc) {
     mc[3].name = "llama (hd 128, gqa 8)";
     kiln_llm_config_init(&mc[3].cfg, KILN_LLM_LLAMA, 2, 256, 8, 1, 384, 512, 1024);
     mc[3].cfg.head_dim = 128;
+    /* the other families' features at once (no real model has them all): Gemma's GeGLU, embedding scale
+     * and 1 + w norms, Qwen2's q/k/v biases, Phi-3's partial RoPE with LongRoPE's factors */
+    mc[4].name = "families (hd 128, all feats)";
+    kiln_llm_config_init(&mc[4].cfg, KILN_LLM_LLAMA, 2, 256, 4, 2, 352, 512, 1024);
+    mc[4].cfg.head_dim = 128;
+    mc[4].cfg.family = KILN_FAMILY_GEMMA;
+    mc[4].cfg.gate_act = KILN_GATE_GELU_TANH;
+    mc[4].cfg.scale_emb = true;
+    mc[4].cfg.qkv_bias = true;
+    mc[4].cfg.rotary_dim = 64;
+    mc[4].cfg.rope_scaling = KILN_ROPE_LONGROPE;
+    mc[4].cfg.rope_original_max_pos = 96; /* the third sequence passes it: long factors */
+    mc[4].cfg.rope_attn_factor = 1.2f;
+    for (int i = 0; i < 32; i++) {
+        mc[4].cfg.rope_short[i] = 1.0f + 0.03f * (float)i;
+        mc[4].cfg.rope_long[i] = 1.0f + 0.4f * (float)i;
+    }
 }
 
 int main(void) {
@@ -709,9 +727,9 @@ int main(void) {
     printf("%-30s %-5s %-14s %-8s %5s %10s %7s %-16s %s\n", "model", "dtype", "products", "phase", "rows", "max rel err",
            "tol", "argmax = cpu", "result");
     static const char *const phase_name[3] = {"prefill", "chunked", "decode"};
-    model_case mc[4];
+    model_case mc[5];
     make_cases(mc);
-    for (int mi = 0; mi < 4; mi++) {
+    for (int mi = 0; mi < 5; mi++) {
         kiln_llm_model *m;
         if (kiln_llm_model_random(&mc[mi].cfg, 1234 + (uint64_t)mi, &m) != KILN_OK) {
             EXPECT(0, "%s: %s", mc[mi].name, kiln_last_error());
