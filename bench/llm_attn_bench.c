@@ -1,6 +1,8 @@
 /* llm_attn_bench.c — the paged decode attention kernel alone (llmc_decode_attention, src/llm/cuda/
- * llm_cuda_attn.cu) at real shapes: GPT-2 XL (25 heads, head_dim 64, fp16) and Llama-3-8B (32 query
- * heads over 8 KV heads, head_dim 128, bf16), batch 1, 8, 64 x context 256, 1024, 4096 (every
+ * llm_cuda_decode.cu) at real shapes: GPT-2 XL (25 heads, head_dim 64, fp16), Llama-3-8B (32 query
+ * heads over 8 KV heads, head_dim 128, bf16), Phi-2 (head_dim 80), Phi-3-mini (head_dim 96), Gemma-7B
+ * (head_dim 256) and Falcon-7B (71 query heads over one KV head: 9 chunks of heads), batch 1, 8, 64 x
+ * context 256, 1024, 4096 (every
  * sequence at that context, which is also the graph bucket), 16-token cache blocks in scrambled order.
  *
  * Per case: µs per call and the achieved GB/s of the keys and values one call must read (batch x
@@ -9,7 +11,8 @@
  * >= 256 MB together) that the reads come from HBM, not L2. Each case first checks the kernel
  * against a CPU attention on its first and last sequence (max |gpu - cpu| / max |cpu|).
  *
- *   llm_attn_bench [--only gpt2-xl,llama3-8b] [--batch 1,8,64] [--ctx 256,1024,4096] [--part N]
+ *   llm_attn_bench [--only gpt2-xl,llama3-8b,phi-2,phi-3-mini,gemma-7b,falcon-7b] [--batch 1,8,64]
+ *                  [--ctx 256,1024,4096] [--part N]
  *   (--part: keys per split instead of the kernel's heuristic)
  * Exits 77 ("skipped: no GPU (...)") without a GPU, 1 on an error. */
 #include "llm/llm_cuda.h"
@@ -42,7 +45,9 @@ typedef struct shape {
     int n_head, n_kv, hd;
 } shape;
 
-static const shape SHAPES[] = {{"gpt2-xl", KILN_F16, 25, 25, 64}, {"llama3-8b", KILN_BF16, 32, 8, 128}};
+static const shape SHAPES[] = {{"gpt2-xl", KILN_F16, 25, 25, 64},    {"llama3-8b", KILN_BF16, 32, 8, 128},
+                               {"phi-2", KILN_F16, 32, 32, 80},      {"phi-3-mini", KILN_BF16, 32, 32, 96},
+                               {"gemma-7b", KILN_BF16, 16, 16, 256}, {"falcon-7b", KILN_BF16, 71, 1, 64}};
 
 #define CK(call)                                                                                   \
     do {                                                                                           \
@@ -202,8 +207,9 @@ static int run_case(const shape *sh, int batch, int ctx, int force_part, int sm,
     CK(cudaMalloc((void **)&d.ctx, (size_t)batch * 4));
     CK(cudaMalloc((void **)&d.tables, n_blocks * 4));
     CK(cudaMalloc((void **)&d.part, (size_t)batch * sh->n_head * SPLIT_CAP * (sh->hd + 2) * 4));
-    CK(cudaMalloc((void **)&d.count, (size_t)batch * sh->n_kv * 4));
-    CK(cudaMemset(d.count, 0, (size_t)batch * sh->n_kv * 4));
+    const size_t counters = (size_t)batch * llmc_decode_counters(sh->n_head, sh->n_kv);
+    CK(cudaMalloc((void **)&d.count, counters * 4));
+    CK(cudaMemset(d.count, 0, counters * 4));
     /* random values: a 16 MB pattern repeated over the cache (distinct copies are not needed) */
     const size_t chunk = (size_t)8 << 20;
     uint16_t *h = malloc((chunk + 1024) * 2);

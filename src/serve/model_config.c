@@ -30,6 +30,14 @@ static kiln_status int_in(const cJSON *item, const char *what, int64_t lo, int64
     return KILN_OK;
 }
 
+/* Whether an earlier member of parent has item's key (JSON leaves duplicates to the reader; a
+ * config that names a setting twice is refused rather than read one way or the other). */
+static bool key_seen_before(const cJSON *parent, const cJSON *item) {
+    for (const cJSON *p = parent->child; p && p != item; p = p->next)
+        if (!strcmp(p->string, item->string)) return true;
+    return false;
+}
+
 static kiln_status parse_versions(const cJSON *item, const char *what, serve_model_config *c) {
     if (cJSON_IsString(item) && !strcmp(item->valuestring, "all")) {
         c->version_all = true;
@@ -87,6 +95,8 @@ static kiln_status parse_traffic(const cJSON *item, const char *what, serve_mode
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'traffic' must map versions to weights, e.g. {\"1\": 90, \"2\": 10}", what);
     const cJSON *w;
     cJSON_ArrayForEach(w, item) {
+        if (key_seen_before(item, w))
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'traffic' names version \"%s\" twice", what, w->string);
         char *end;
         long long v = strtoll(w->string, &end, 10);
         if (*end || v < 1 || !cJSON_IsNumber(w) || !(w->valuedouble >= 0) || w->valuedouble > 1e9)
@@ -148,6 +158,10 @@ kiln_status serve_model_config_parse(const char *json, size_t len, const char *w
     const cJSON *item;
     cJSON_ArrayForEach(item, root) {
         bool known = false;
+        if (key_seen_before(root, item)) {
+            st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: key '%s' is given twice", what, item->string);
+            break;
+        }
         if ((st = parse_int(item, what, c, &known))) break;
         if (known) continue;
         if (!strcmp(item->string, "version_policy")) st = parse_versions(item, what, c);

@@ -2,11 +2,12 @@
 """kiln's LLM forward against Hugging Face transformers, on the GPU (scripts/gpu-run's llm stage).
 
 Tiny random models are made here with transformers (no network): GPT-2 (2 layers, n_embd 256, 4 heads:
-head_dim 64, what kiln's CUDA attention takes), Llama (hidden 256, 4 heads / 2 kv heads, head_dim 64,
-rope theta 10000), the same Llama with llama3 rope scaling, and the other families of the same size
-(Mistral with a sliding window of 128, Qwen2 with q/k/v biases, Phi-3 with half-rotary heads, Gemma with
-head dim 256, which kiln's CUDA attention refuses until it takes that size: not in the default --models); each saved with save_pretrained in fp16
-and in bf16 (safetensors), next to a byte-level BPE tokenizer.json trained here with `tokenizers`.
+head_dim 64), GPT-2 with n_embd 64 (head_dim 16), Llama (hidden 256, 4 heads / 2 kv heads, head_dim 64,
+rope theta 10000), the same Llama with llama3 rope scaling, Llama with 12 heads of 80 over one kv
+head (gqa12-hd80), and the other families of the Llama's size (Mistral with a sliding window of 128,
+Qwen2 with q/k/v biases, Phi-3 with half-rotary heads, Gemma with 2 heads of 256 over one kv head);
+each saved with save_pretrained in fp16 and in bf16 (safetensors), next to a
+byte-level BPE tokenizer.json trained here with `tokenizers`.
 
 For every model and dtype:
   logits  llm_driver --target cuda --dtype f16|bf16 (tests/unit/llm_driver.c through llm_runner.h) on two
@@ -24,7 +25,7 @@ For every model and dtype:
 Prints a table; exit 1 on a real mismatch, 77 when the GPU (or torch) is missing.
 
 usage: llm_vs_hf.py [--driver BIN] [--kiln BIN] [--device cuda|cpu] [--target cuda|cpu] [--tokens 64]
-                    [--models gpt2,llama,llama3,mistral,qwen2,phi3,gemma] [--workdir DIR]
+                    [--models gpt2,gpt2-hd16,llama,llama3,gqa12-hd80,mistral,qwen2,phi3,gemma] [--workdir DIR]
 --device cpu --target cpu runs the whole thing here (kiln's CPU forward is fp32: a plumbing check).
 """
 import argparse
@@ -54,9 +55,6 @@ PROMPT = "the cat sat on the mat and then"
 SEQ_A, SEQ_B = 40, 29
 
 
-FAMILIES = ("gpt2", "llama", "llama3", "mistral", "qwen2", "phi3", "gemma")
-
-
 def find_bin(explicit, env, candidates):
     for p in [explicit, os.environ.get(env)] + candidates:
         if p and os.access(p, os.X_OK):
@@ -72,37 +70,46 @@ def train_tokenizer(d, tokenizers):
     return tok.get_vocab_size(), tok.token_to_id("<|endoftext|>")
 
 
-def make_model(name, vocab, eos, transformers, torch):
-    """A tiny random model of family `name` (FAMILIES)."""
+def family_model(name, vocab, eos, transformers):
+    """The tiny random Mistral, Qwen2, Phi-3 or Gemma (None for another name)."""
     common = dict(vocab_size=vocab, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, rope_theta=10000.0,
                   bos_token_id=eos, eos_token_id=eos)
-    if name == "gpt2":
-        cfg = transformers.GPT2Config(vocab_size=vocab, n_layer=2, n_embd=256, n_head=4, n_positions=256,
+    if name == "mistral":  # a window longer than the prompts: CUDA runs the context within it
+        return transformers.MistralForCausalLM(transformers.MistralConfig(**common, head_dim=64, sliding_window=128,
+                                                                          tie_word_embeddings=False))
+    if name == "qwen2":  # q/k/v biases
+        return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common, tie_word_embeddings=True))
+    if name == "phi3":  # fused qkv_proj / gate_up_proj, RoPE on half of each head
+        return transformers.Phi3ForCausalLM(transformers.Phi3Config(**common, partial_rotary_factor=0.5,
+                                                                    pad_token_id=eos, tie_word_embeddings=False))
+    if name == "gemma":  # head dim 256, GeGLU, scaled embeddings, 1 + w norms
+        return transformers.GemmaForCausalLM(transformers.GemmaConfig(
+            **dict(common, num_attention_heads=2, num_key_value_heads=1), head_dim=256,
+            hidden_act="gelu_pytorch_tanh", pad_token_id=eos))
+    return None
+
+
+def make_model(name, vocab, eos, transformers, torch):
+    model = family_model(name, vocab, eos, transformers)
+    if model is not None:
+        pass
+    elif name.startswith("gpt2"):
+        cfg = transformers.GPT2Config(vocab_size=vocab, n_layer=2, n_embd=64 if name == "gpt2-hd16" else 256,
+                                      n_head=4, n_positions=256,
                                       bos_token_id=eos, eos_token_id=eos, tie_word_embeddings=True)
         model = transformers.GPT2LMHeadModel(cfg)
-    elif name in ("llama", "llama3"):
+    else:
         rope = None
         if name == "llama3":
             rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                     "original_max_position_embeddings": 32}
-        cfg = transformers.LlamaConfig(**common, head_dim=64, rope_scaling=rope, tie_word_embeddings=False)
+        heads, kv_heads, head_dim = (12, 1, 80) if name == "gqa12-hd80" else (4, 2, 64)
+        cfg = transformers.LlamaConfig(vocab_size=vocab, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                       num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
+                                       max_position_embeddings=256, rope_theta=10000.0, rope_scaling=rope,
+                                       bos_token_id=eos, eos_token_id=eos, tie_word_embeddings=False)
         model = transformers.LlamaForCausalLM(cfg)
-    elif name == "mistral":  # a window longer than the prompts: CUDA runs the context within it
-        cfg = transformers.MistralConfig(**common, head_dim=64, sliding_window=128, tie_word_embeddings=False)
-        model = transformers.MistralForCausalLM(cfg)
-    elif name == "qwen2":  # q/k/v biases
-        cfg = transformers.Qwen2Config(**common, tie_word_embeddings=True)
-        model = transformers.Qwen2ForCausalLM(cfg)
-    elif name == "phi3":  # fused qkv_proj / gate_up_proj, RoPE on half of each head
-        cfg = transformers.Phi3Config(**common, partial_rotary_factor=0.5, pad_token_id=eos, tie_word_embeddings=False)
-        model = transformers.Phi3ForCausalLM(cfg)
-    elif name == "gemma":  # head dim 256, GeGLU, scaled embeddings, 1 + w norms
-        cfg = transformers.GemmaConfig(**dict(common, num_attention_heads=2, num_key_value_heads=1), head_dim=256,
-                                       hidden_act="gelu_pytorch_tanh", pad_token_id=eos)
-        model = transformers.GemmaForCausalLM(cfg)
-    else:
-        raise ValueError(f"unknown model '{name}' (models: {', '.join(FAMILIES)})")
     # weights of a useful scale (the default init gives near-zero logits): norms near 1, the rest N(0, 0.15)
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
@@ -189,8 +196,7 @@ def main():
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="where transformers runs")
     ap.add_argument("--target", default="cuda", choices=["cuda", "cpu"], help="where kiln runs")
     ap.add_argument("--tokens", type=int, default=64)
-    # gemma (head dim 256) is left out of the default until kiln's CUDA attention takes that head size
-    ap.add_argument("--models", default=",".join(f for f in FAMILIES if f != "gemma"))
+    ap.add_argument("--models", default="gpt2,gpt2-hd16,llama,llama3,gqa12-hd80,mistral,qwen2,phi3,gemma")
     ap.add_argument("--dtypes", default="f16,bf16")
     ap.add_argument("--workdir")
     a = ap.parse_args()

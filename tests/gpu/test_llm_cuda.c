@@ -2,9 +2,11 @@
  * oracle, itself tested against transformers) on tiny random models: GPT-2 (head_dim 64, tied
  * embeddings, odd vocabulary), Llama with head_dim 128, 2 query heads per KV head and dynamic NTK RoPE,
  * Llama with head_dim 64, 4 query heads per KV head and Llama 3 RoPE, Llama with head_dim 128 and
- * 8 query heads per KV head, and a head_dim 128 model with every other family's feature (GeGLU,
- * embedding scale, 1 + w norms, q/k/v biases, partial RoPE with LongRoPE). First, every GEMV kernel configuration alone against a CPU product
- * (test_gemv_kernels below: fp16/bf16, n 1/3/5/8, decode shapes, ragged N, bias, FP32 out), and the
+ * 8 query heads per KV head, GPT-2 with head_dim 16, Llama with head_dim 256 and 12 query heads
+ * per KV head (the decode attention in two chunks of heads), and a head_dim 128 model with every other
+ * family's feature (GeGLU, embedding scale, 1 + w norms, q/k/v biases, partial RoPE with LongRoPE). First, every GEMV kernel configuration
+ * alone against a CPU product (test_gemv_kernels below: fp16/bf16, n 1/3/5/8, decode shapes, ragged N,
+ * bias, FP32 out), and the
  * decode attention kernel alone against a CPU attention (test_decode_kernel below: splits, GQA 1-8,
  * hd 64/128, batches 1/3/33, graph replays).
  *
@@ -44,6 +46,7 @@
 #define DECODE 32
 #define MAX_STEPS 40
 #define MAX_TOKENS 256
+#define N_MODELS 7
 
 static int g_failures;
 
@@ -278,7 +281,7 @@ done:
 /* ---------------------------------------------------------------- the decode attention kernel alone */
 
 #ifdef KILN_HAVE_CUDA
-/* llmc_decode_attention (src/llm/cuda/llm_cuda_attn.cu) against a double-precision CPU attention over
+/* llmc_decode_attention (src/llm/cuda/llm_cuda_decode.cu) against a double-precision CPU attention over
  * the same 16-bit values: head_dim 64 and 128, GQA groups 1, 3, 4 and 8, batches 1, 3 and 33, contexts
  * of 1..max_ctx that are mostly not multiples of the cache's 16-token blocks, scrambled blocks, and
  * keys per split from the heuristic (with the device's SMs and with 8 SMs), forced small (16 or 48
@@ -694,22 +697,27 @@ static void make_cases(model_case *mc) {
     mc[3].name = "llama (hd 128, gqa 8)";
     kiln_llm_config_init(&mc[3].cfg, KILN_LLM_LLAMA, 2, 256, 8, 1, 384, 512, 1024);
     mc[3].cfg.head_dim = 128;
+    mc[4].name = "gpt2 (hd 16)";
+    kiln_llm_config_init(&mc[4].cfg, KILN_LLM_GPT2, 2, 64, 4, 4, 256, 301, 256);
+    mc[5].name = "llama (hd 256, gqa 12)";
+    kiln_llm_config_init(&mc[5].cfg, KILN_LLM_LLAMA, 2, 256, 12, 1, 384, 512, 1024);
+    mc[5].cfg.head_dim = 256;
     /* the other families' features at once (no real model has them all): Gemma's GeGLU, embedding scale
      * and 1 + w norms, Qwen2's q/k/v biases, Phi-3's partial RoPE with LongRoPE's factors */
-    mc[4].name = "families (hd 128, all feats)";
-    kiln_llm_config_init(&mc[4].cfg, KILN_LLM_LLAMA, 2, 256, 4, 2, 352, 512, 1024);
-    mc[4].cfg.head_dim = 128;
-    mc[4].cfg.family = KILN_FAMILY_GEMMA;
-    mc[4].cfg.gate_act = KILN_GATE_GELU_TANH;
-    mc[4].cfg.scale_emb = true;
-    mc[4].cfg.qkv_bias = true;
-    mc[4].cfg.rotary_dim = 64;
-    mc[4].cfg.rope_scaling = KILN_ROPE_LONGROPE;
-    mc[4].cfg.rope_original_max_pos = 96; /* the third sequence passes it: long factors */
-    mc[4].cfg.rope_attn_factor = 1.2f;
+    mc[6].name = "families (hd 128, all feats)";
+    kiln_llm_config_init(&mc[6].cfg, KILN_LLM_LLAMA, 2, 256, 4, 2, 352, 512, 1024);
+    mc[6].cfg.head_dim = 128;
+    mc[6].cfg.family = KILN_FAMILY_GEMMA;
+    mc[6].cfg.gate_act = KILN_GATE_GELU_TANH;
+    mc[6].cfg.scale_emb = true;
+    mc[6].cfg.qkv_bias = true;
+    mc[6].cfg.rotary_dim = 64;
+    mc[6].cfg.rope_scaling = KILN_ROPE_LONGROPE;
+    mc[6].cfg.rope_original_max_pos = 96; /* the third sequence passes it: long factors */
+    mc[6].cfg.rope_attn_factor = 1.2f;
     for (int i = 0; i < 32; i++) {
-        mc[4].cfg.rope_short[i] = 1.0f + 0.03f * (float)i;
-        mc[4].cfg.rope_long[i] = 1.0f + 0.4f * (float)i;
+        mc[6].cfg.rope_short[i] = 1.0f + 0.03f * (float)i;
+        mc[6].cfg.rope_long[i] = 1.0f + 0.4f * (float)i;
     }
 }
 
@@ -727,9 +735,9 @@ int main(void) {
     printf("%-30s %-5s %-14s %-8s %5s %10s %7s %-16s %s\n", "model", "dtype", "products", "phase", "rows", "max rel err",
            "tol", "argmax = cpu", "result");
     static const char *const phase_name[3] = {"prefill", "chunked", "decode"};
-    model_case mc[5];
+    model_case mc[N_MODELS];
     make_cases(mc);
-    for (int mi = 0; mi < 5; mi++) {
+    for (int mi = 0; mi < N_MODELS; mi++) {
         kiln_llm_model *m;
         if (kiln_llm_model_random(&mc[mi].cfg, 1234 + (uint64_t)mi, &m) != KILN_OK) {
             EXPECT(0, "%s: %s", mc[mi].name, kiln_last_error());

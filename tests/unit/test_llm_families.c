@@ -18,9 +18,8 @@
  *                                                  every fixture, and an unknown family refused.
  *   test_llm_families DATA_DIR WORK_DIR --cuda     the CUDA forward in fp16 and bf16; exits 77
  *                                                  without a GPU. A fixture the CUDA forward refuses
- *                                                  as unsupported (head dim 256 until the attention
- *                                                  kernels take it; a sliding window shorter than the
- *                                                  context) is reported and skipped.
+ *                                                  as unsupported (a sliding window shorter than the
+ *                                                  context: Mistral's) is reported and skipped.
  *
  * Tolerances: max |kiln - transformers| / max |transformers| over a fixture's rows <= 1e-4 on the CPU,
  * 2e-2 (fp16) or 5e-2 (bf16) on CUDA. Greedy tokens: equal on the CPU; on CUDA a different token

@@ -111,6 +111,11 @@ static void test_configs(void) {
         {"{\"chat_template\": \"../x\"}", "'chat_template'"},
         {"{\"traffic\": {\"one\": 5}}", "'traffic' must map versions"},
         {"{\"traffic\": {\"1\": -5}}", "'traffic' must map versions"},
+        {"{\"traffic\": {\"1\": 5, \"1\": 5}}", "'traffic' names version \"1\" twice"},
+        {"{\"max_batch\": 4, \"max_batch\": 8}", "key 'max_batch' is given twice"},
+        /* a list key repeated until its entries outgrow the list (found by fuzz_serve_request) */
+        {"{\"preferred_batch_sizes\": [1, 2, 3, 4], \"preferred_batch_sizes\": [1, 2, 3, 4], "
+         "\"preferred_batch_sizes\": [1, 2, 3, 4]}", "key 'preferred_batch_sizes' is given twice"},
     };
     for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
         kiln_status st = serve_model_config_parse(BAD[i].json, strlen(BAD[i].json), "cfg", &c);

@@ -150,7 +150,7 @@ void kiln_cuda_engine_describe(const kiln_backend_engine *be, FILE *f);
  * type: a copy). Other pairs must be equal types. */
 void kiln_cuda_host_convert(const void *src, kiln_dtype st, void *dst, kiln_dtype dt, int64_t n);
 
-/* cuda_runtime.c — the bytes of zeros a context (or the tuner) keeps for be's nodes (kc.zero): a
+/* cuda_memory.c — the bytes of zeros a context (or the tuner) keeps for be's nodes (kc.zero): a
  * bias of the most output channels of any kiln.FusedConv, in float32, at least 64 KiB. */
 size_t kiln_cuda_zero_bytes(const kiln_backend_engine *be);
 

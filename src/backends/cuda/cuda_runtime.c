@@ -45,19 +45,6 @@ static bool cuda_supports_precision(kiln_precision p) {
 
 /* ---------------------------------------------------------------- contexts */
 
-size_t kiln_cuda_zero_bytes(const kiln_backend_engine *be) {
-    const kiln_graph *g = be->g;
-    int64_t most = 0;
-    for (int i = 0; i < g->nnodes; i++) {
-        const kiln_node *n = &g->nodes[i];
-        if (!be->kernels || !be->kernels[i] || strcmp(n->op_type, "FusedConv") || n->ninputs < 2 || n->inputs[1] < 0) continue;
-        const kiln_value *w = &g->values[n->inputs[1]];
-        if (w->ndim >= 1 && w->dims[0].sym == 0 && w->dims[0].value > most) most = w->dims[0].value;
-    }
-    size_t bytes = kiln_cuda_align((size_t)most * sizeof(float));
-    return bytes < ((size_t)64 << 10) ? (size_t)64 << 10 : bytes;
-}
-
 /* Frees the context's device resources; the caller holds the setup lock. */
 static void free_context_locked(kiln_backend_context *c) {
     cudaSetDevice(c->be->device);

@@ -55,11 +55,9 @@ static kiln_status check_shape(const kiln_llm_config *c, kiln_dtype dtype, const
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "llm cuda: invalid config (n_layer %d, d_model %d, n_head %d, "
                           "n_kv_head %d, d_ff %d, vocab %d)", c->n_layer, c->d_model, c->n_head, c->n_kv_head, c->d_ff,
                           c->vocab);
-    if (c->head_dim != 64 && c->head_dim != 128)
-        return kiln_error(KILN_ERR_UNSUPPORTED, "llm cuda: head_dim %d (the attention kernels take 64 and 128)", c->head_dim);
-    if (c->n_head / c->n_kv_head > LLMC_MAX_GROUP)
-        return kiln_error(KILN_ERR_UNSUPPORTED, "llm cuda: %d query heads per KV head (at most %d)",
-                          c->n_head / c->n_kv_head, LLMC_MAX_GROUP);
+    if (c->head_dim < 8 || c->head_dim > LLMC_MAX_HEAD_DIM || c->head_dim % 8)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "llm cuda: head_dim %d (the attention kernels take multiples of 8 up "
+                          "to %d)", c->head_dim, LLMC_MAX_HEAD_DIM);
     if (c->d_model > LLMC_MAX_D)
         return kiln_error(KILN_ERR_UNSUPPORTED, "llm cuda: d_model %d (at most %d)", c->d_model, LLMC_MAX_D);
     if (c->sliding_window && c->sliding_window < o->max_context)
@@ -135,7 +133,7 @@ static void layout_acts(kiln_llm_cuda *g, carver *cv) {
     g->logits = carve(cv, n * (size_t)c->vocab * 4);
     g->ids = carve(cv, n * 4);
     g->part = carve(cv, (size_t)g->opt.max_seqs * c->n_head * g->split_cap * (c->head_dim + 2) * 4);
-    g->att_count = carve(cv, (size_t)g->opt.max_seqs * c->n_kv_head * sizeof(unsigned));
+    g->att_count = carve(cv, (size_t)g->opt.max_seqs * llmc_decode_counters(c->n_head, c->n_kv_head) * sizeof(unsigned));
 }
 
 /* ---------------------------------------------------------------- weights */
@@ -263,7 +261,9 @@ static kiln_status create_common(kiln_llm_cuda *g) {
     KILN_CUDA_TRY(cudaMalloc(&g->acts, ca.off));
     ca = (carver){g->acts, 0};
     layout_acts(g, &ca);
-    KILN_CUDA_TRY(cudaMemset(g->att_count, 0, (size_t)g->opt.max_seqs * g->cfg.n_kv_head * sizeof(unsigned)));
+    KILN_CUDA_TRY(cudaMemset(g->att_count, 0,
+                             (size_t)g->opt.max_seqs * llmc_decode_counters(g->cfg.n_head, g->cfg.n_kv_head) *
+                                 sizeof(unsigned)));
     g->meta_bytes = meta_bytes(g);
     KILN_CUDA_TRY(cudaMallocHost(&g->meta_host, g->meta_bytes));
     KILN_CUDA_TRY(cudaMalloc(&g->meta_dev, g->meta_bytes));

@@ -17,7 +17,8 @@ extern "C" {
 
 #define LLMC_ALIGN 256                       /* every device array starts on this boundary */
 #define LLMC_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt workspace */
-#define LLMC_MAX_GROUP 8                     /* query heads per KV head the attention kernels take */
+#define LLMC_MAX_GROUP 8                     /* query heads one attention warp (prefill) or block (decode) takes */
+#define LLMC_MAX_HEAD_DIM 256                /* longest head dim of the attention kernels (a multiple of 8) */
 #define LLMC_SPLIT_MIN 128                   /* fewest keys per split of the decode attention */
 #define LLMC_GEMV_MAX 8                      /* most token rows of the GEMV kernel */
 #define LLMC_MAX_D 12288                     /* widest d_model of the norm kernel (its row in shared memory) */
@@ -73,7 +74,7 @@ struct kiln_llm_cuda {
     int32_t *ids;  /* [max_tokens] greedy tokens */
     float *part;   /* split-decode partials: max_seqs * n_head * split_cap * (head_dim + 2) floats */
     int split_cap; /* most splits of one sequence's context */
-    unsigned *att_count; /* [max_seqs][n_kv_head] decode splits finished, 0 between launches */
+    unsigned *att_count; /* [max_seqs][llmc_decode_counters()] decode splits finished, 0 between launches */
     int last_rows; /* logits rows of the last step, 0 before any */
     /* batch metadata: packed on the host (pinned), copied in one transfer */
     void *meta_host, *meta_dev;
@@ -153,26 +154,65 @@ kiln_status llmc_embed(kiln_llm_cuda *g, const llmc_step *s);
  * (b NULL: RMSNorm), statistics in FP32. */
 kiln_status llmc_add_norm(kiln_llm_cuda *g, int n_rows, const int32_t *rows, const void *delta, bool store,
                           const float *w, const float *b);
+/* llmc_add_norm on plain parameters: x [*, d] FP32 (d <= LLMC_MAX_D), delta [*, d] and h [n_rows, d]
+ * in dtype (KILN_F16 or KILN_BF16), the norm's weight w + w_offset (0, or 1 for Gemma), eps its
+ * epsilon; enqueued on stream. */
+kiln_status llmc_add_norm_launch(kiln_dtype dtype, cudaStream_t stream, float *x, int d, int n_rows,
+                                 const int32_t *rows, const void *delta, bool store, const float *w, float w_offset,
+                                 const float *b, float eps, void *h);
 /* Per token: RoPE on the rotary dims of its q and k heads in g->qkv (not GPT-2), then its k and v
  * heads into the cache slot of its position. */
 kiln_status llmc_rope_kv_write(kiln_llm_cuda *g, const llmc_step *s, void *kc, void *vc, int block_size);
+
+/* llmc_rope_kv_write on plain parameters: for token t < n_tokens (sequence tok_seq[t], position
+ * positions[t]), its n_head q heads, n_kv_head k heads and n_kv_head v heads of head_dim (even, <=
+ * LLMC_MAX_HEAD_DIM) at qkv + t * ldq; with inv_freq ([sequences or 1][rotated dims / 2], row stride
+ * inv_freq_stride, 0: one row for all) the first rot_dim dims of q and k are rotated in place (HF's
+ * rotate_half over them, angles position * inv_freq in double, cos and sin times rope_scale), then k
+ * and v go to slot position % block_size of block table[seq * table_stride + position / block_size]
+ * of kc / vc (kv_cache.h's layout, one layer). */
+typedef struct llmc_rope_kv {
+    kiln_dtype dtype; /* KILN_F16 or KILN_BF16 */
+    int n_tokens, n_head, n_kv_head, head_dim, block_size;
+    int rot_dim;       /* even, <= head_dim; 0: head_dim (Phi-3's partial RoPE rotates fewer) */
+    double rope_scale; /* cos and sin times it (LongRoPE's attention factor); 0: 1 */
+    void *qkv;
+    int ldq;
+    const int32_t *positions, *tok_seq;
+    const double *inv_freq; /* NULL: no rotation (GPT-2) */
+    int inv_freq_stride;
+    const int32_t *table;
+    int table_stride;
+    void *kc, *vc;
+} llmc_rope_kv;
+kiln_status llmc_rope_kv_launch(const llmc_rope_kv *a, cudaStream_t stream);
 /* GPT-2: g->mlp[n, d_ff] = GELU(tanh) in place. The others: the gate half of g->mlp[n, 2 d_ff] becomes
  * SiLU(gate) * up, or GELU(tanh)(gate) * up (cfg.gate_act). */
 kiln_status llmc_activation(kiln_llm_cuda *g, int n);
 /* greedy[r] = argmax of g->logits row r (lowest index on ties), r < n_rows. */
 kiln_status llmc_argmax(kiln_llm_cuda *g, int n_rows);
+/* ids[r] = argmax of logits row r of vocab FP32 values (lowest index on ties; NaN never wins, a row
+ * of NaNs gives 0), r < n_rows, enqueued on stream. */
+kiln_status llmc_argmax_launch(cudaStream_t stream, const float *logits, int n_rows, int vocab, int32_t *ids);
 /* n elements of dtype at p (FP32 or g's dtype) = center + scale * uniform[-1, 1) from (seed, index). */
 kiln_status llmc_fill_random(kiln_llm_cuda *g, void *p, kiln_dtype dtype, size_t n, uint64_t seed, float center,
                              float scale);
 
-/* One decode attention launch (llm_cuda_attn.cu): every sequence's one new token (query heads at
+/* Arrival counters of the decode attention per sequence: one per (KV head, chunk of at most
+ * LLMC_MAX_GROUP of its query heads). */
+static inline int llmc_decode_counters(int n_head, int n_kv_head) {
+    return n_kv_head * ((n_head / n_kv_head + LLMC_MAX_GROUP - 1) / LLMC_MAX_GROUP);
+}
+
+/* One decode attention launch (llm_cuda_decode.cu): every sequence's one new token (query heads at
  * q + seq * ldq, 16-byte aligned rows) attends to its context of ctx_len[seq] <= max_ctx keys in the
- * paged cache kc/vc (kv_cache.h's layout, one layer), output at out + seq * ldo. The grid (splits of the
- * context, KV heads, sequences) is a function of (n_seqs, max_ctx, shapes, sm_count) only, so a CUDA
- * graph captured for a context bucket stays right while the contexts grow inside it. */
+ * paged cache kc/vc (kv_cache.h's layout, one layer, 16-byte aligned), output at out + seq * ldo. The
+ * grid (splits of the context, KV heads x chunks of query heads, sequences) is a function of
+ * (n_seqs, max_ctx, shapes, sm_count) only, so a CUDA graph captured for a context bucket stays right
+ * while the contexts grow inside it. ldq and ldo are multiples of 8. */
 typedef struct llmc_decode_attn {
     kiln_dtype dtype; /* KILN_F16 or KILN_BF16: queries, cache and output */
-    int head_dim;     /* 64 or 128 */
+    int head_dim;     /* a multiple of 8, 8..LLMC_MAX_HEAD_DIM */
     int n_head, n_kv_head, n_seqs, block_size;
     int max_ctx; /* no context exceeds it (the step's context bucket) */
     const void *q;
@@ -184,20 +224,45 @@ typedef struct llmc_decode_attn {
     const void *kc, *vc;
     float *part;     /* split partials: at least n_seqs * n_head * split_cap * (head_dim + 2) floats */
     int split_cap;   /* most splits of one context */
-    unsigned *count; /* [n_seqs][n_kv_head] arrival counters: zero before the first launch, left zero */
+    unsigned *count; /* [n_seqs][llmc_decode_counters()] arrival counters: zero before the first launch, left zero */
     int sm_count;
     int part_keys; /* keys per split; 0: llmc_decode_part's choice */
 } llmc_decode_attn;
 
 /* Keys per split of the decode attention for these shapes: a multiple of 4 tiles (128 keys at head_dim
- * 64, 64 at 128), at least 8 tiles, about two waves of resident blocks over the SMs, at most
- * max_splits splits of max_ctx. */
+ * <= 64, 64 at <= 128, 32 at <= 256), at least 8 tiles, about two waves of resident blocks over the
+ * SMs, at most max_splits splits of max_ctx. */
 int llmc_decode_part(int head_dim, int n_seqs, int n_kv_head, int max_ctx, int sm_count, int max_splits);
+/* Enqueues the decode attention on stream; shapes the kernel does not take are
+ * KILN_ERR_INVALID_ARGUMENT, more splits than split_cap KILN_ERR_INTERNAL. */
 kiln_status llmc_decode_attention(const llmc_decode_attn *a, cudaStream_t stream);
+
+/* One prefill attention launch (llm_cuda_attn.cu): the new tokens of sequence s are tokens
+ * seq_start[s] .. seq_start[s + 1] - 1 (at most max_new of them), at positions ctx_len[s] - n ..
+ * ctx_len[s] - 1 of its context, whose keys and values (theirs included) are in the paged cache
+ * kc/vc (kv_cache.h's layout, one layer, 16-byte aligned); token t's query heads are at q + t * ldq,
+ * its output heads at out + t * ldo (ldq, ldo multiples of 8). Causal: token t sees keys up to its
+ * own position. */
+typedef struct llmc_prefill_attn {
+    kiln_dtype dtype; /* KILN_F16 or KILN_BF16: queries, cache and output */
+    int head_dim;     /* a multiple of 8, 8..LLMC_MAX_HEAD_DIM */
+    int n_head, n_kv_head, n_seqs, block_size;
+    int max_new; /* most new tokens of one sequence */
+    const void *q;
+    int ldq;
+    void *out;
+    int ldo;
+    const int32_t *seq_start, *ctx_len, *table; /* [n_seqs + 1], [n_seqs], [n_seqs][table_stride] */
+    int table_stride;
+    const void *kc, *vc;
+} llmc_prefill_attn;
+
+/* Enqueues the prefill attention on stream; shapes it does not take are KILN_ERR_INVALID_ARGUMENT. */
+kiln_status llmc_prefill_attention(const llmc_prefill_attn *a, cudaStream_t stream);
 
 /* llm_cuda_attn.cu: g->att = causal attention of every new token over its sequence's cache (which
  * already holds the step's keys and values) in layer kc/vc: llmc_decode_attention when s->decode, else
- * the tiled prefill kernel. */
+ * llmc_prefill_attention. */
 kiln_status llmc_attention(kiln_llm_cuda *g, const llmc_step *s, const void *kc, const void *vc, int block_size);
 
 #ifdef __cplusplus

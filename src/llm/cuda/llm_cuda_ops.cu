@@ -1,13 +1,14 @@
 /* llm_cuda_ops.cu — the per-token kernels of the LLM forward on CUDA: embedding (+ GPT-2's learned
  * positions, times Gemma's scale), residual add fused with LayerNorm / RMSNorm (FP32 statistics, two
- * passes over the row kept in shared memory; Gemma's 1 + w), RoPE (whole or partial) fused with the KV
- * cache write, GELU(tanh), SwiGLU and GeGLU, the greedy argmax of the logits, and the random fill of
- * benchmark weights. Each mirrors the CPU op of
+ * passes over the row kept in shared memory; Gemma's 1 + w), RoPE (whole or partial, LongRoPE's scale)
+ * fused with the KV cache write, GELU(tanh), SwiGLU and GeGLU, the greedy argmax of the logits, and
+ * the random fill of benchmark weights. Each mirrors the CPU op of
  * llm_cpu_ops.c on values rounded to the model dtype between kernels. */
 #include "llm/cuda/llm_cuda_util.cuh"
-#include "llm/llm_internal.h" /* kiln_llm_rope_dim, kiln_llm_norm_offset */
+#include "llm/llm_internal.h" /* kiln_llm_rope_dim, kiln_llm_rope_scale, kiln_llm_norm_offset */
 
 #include <math.h>
+#include <string.h>
 
 #define OPS_THREADS 256
 
@@ -64,26 +65,40 @@ __global__ void add_norm_kernel(float *__restrict__ x, const T *__restrict__ del
 }
 
 template <typename T>
-static kiln_status launch_add_norm(kiln_llm_cuda *g, int n_rows, const int32_t *rows, const void *delta, bool store,
-                                   const float *w, const float *b) {
-    const int d = g->cfg.d_model;
-    add_norm_kernel<T><<<n_rows, OPS_THREADS, (size_t)d * sizeof(float), g->stream>>>(
-        g->x, (const T *)delta, rows, d, store ? 1 : 0, w, kiln_llm_norm_offset(&g->cfg), b, g->cfg.norm_eps, (T *)g->h);
+static kiln_status launch_add_norm(cudaStream_t stream, float *x, int d, int n_rows, const int32_t *rows,
+                                   const void *delta, bool store, const float *w, float w_offset, const float *b,
+                                   float eps, void *h) {
+    static unsigned long long done; /* rows of up to LLMC_MAX_D floats: past 48 KB with the static reduction */
+    KILN_TRY(lc_smem_opt_in(add_norm_kernel<T>, (size_t)LLMC_MAX_D * sizeof(float), false, &done, stream));
+    add_norm_kernel<T><<<n_rows, OPS_THREADS, (size_t)d * sizeof(float), stream>>>(x, (const T *)delta, rows, d,
+                                                                                 store ? 1 : 0, w, w_offset, b, eps,
+                                                                                 (T *)h);
     KILN_CUDA_LAUNCH_CHECK("add_norm_kernel");
     return KILN_OK;
 }
 
+extern "C" kiln_status llmc_add_norm_launch(kiln_dtype dtype, cudaStream_t stream, float *x, int d, int n_rows,
+                                            const int32_t *rows, const void *delta, bool store, const float *w,
+                                            float w_offset, const float *b, float eps, void *h) {
+    if ((dtype != KILN_F16 && dtype != KILN_BF16) || d < 1 || d > LLMC_MAX_D || n_rows < 0)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "add + norm: d %d (1..%d), %d rows, %s: unsupported", d, LLMC_MAX_D,
+                          n_rows, kiln_dtype_name(dtype));
+    if (n_rows == 0) return KILN_OK;
+    return LC_DISPATCH(dtype, launch_add_norm, stream, x, d, n_rows, rows, delta, store, w, w_offset, b, eps, h);
+}
+
 extern "C" kiln_status llmc_add_norm(kiln_llm_cuda *g, int n_rows, const int32_t *rows, const void *delta, bool store,
                                      const float *w, const float *b) {
-    return LC_DISPATCH(g->dtype, launch_add_norm, g, n_rows, rows, delta, store, w, b);
+    return llmc_add_norm_launch(g->dtype, g->stream, g->x, g->cfg.d_model, n_rows, rows, delta, store, w,
+                                kiln_llm_norm_offset(&g->cfg), b, g->cfg.norm_eps, g->h);
 }
 
 /* ---------------------------------------------------------------- RoPE + KV cache write */
 
 /* One block per token. With inv_freq (not GPT-2) the first rot dims of its q and k heads are rotated in
  * place by HF's rotate_half convention over those dims (cos/sin of position * inv_freq, times rscale
- * (LongRoPE's attention factor, else 1), computed in double, rounded to FP32, as the CPU does); then its k and v heads go to slot (pos % bs) of block
- * table[pos / bs]. */
+ * (LongRoPE's attention factor, else 1), computed in double, rounded to FP32, as the CPU does); then
+ * its k and v heads go to slot (pos % bs) of block table[pos / bs]. */
 template <typename T>
 __global__ void rope_kv_kernel(T *__restrict__ qkv, int ldq, const int32_t *__restrict__ positions,
                                const int32_t *__restrict__ tok_seq, const double *__restrict__ inv_freq, int freq_stride,
@@ -117,19 +132,50 @@ __global__ void rope_kv_kernel(T *__restrict__ qkv, int ldq, const int32_t *__re
     }
 }
 
-template <typename T>
-static kiln_status launch_rope_kv(kiln_llm_cuda *g, const llmc_step *s, void *kc, void *vc, int bs) {
-    const kiln_llm_config *c = &g->cfg;
-    const int ldq = (c->n_head + 2 * c->n_kv_head) * c->head_dim;
-    rope_kv_kernel<T><<<s->n_tokens, OPS_THREADS, (size_t)c->head_dim * sizeof(float), g->stream>>>(
-        (T *)g->qkv, ldq, s->positions, s->tok_seq, s->inv_freq, s->inv_freq_stride, s->table, s->table_stride, (T *)kc,
-        (T *)vc, c->n_head, c->n_kv_head, c->head_dim, kiln_llm_rope_dim(c), (double)kiln_llm_rope_scale(c), bs);
+template <typename T> static kiln_status launch_rope_kv(const llmc_rope_kv *a, cudaStream_t stream) {
+    rope_kv_kernel<T><<<a->n_tokens, OPS_THREADS, (size_t)a->head_dim * sizeof(float), stream>>>(
+        (T *)a->qkv, a->ldq, a->positions, a->tok_seq, a->inv_freq, a->inv_freq_stride, a->table, a->table_stride,
+        (T *)a->kc, (T *)a->vc, a->n_head, a->n_kv_head, a->head_dim, a->rot_dim ? a->rot_dim : a->head_dim,
+        a->rope_scale ? a->rope_scale : 1.0, a->block_size);
     KILN_CUDA_LAUNCH_CHECK("rope_kv_kernel");
     return KILN_OK;
 }
 
+extern "C" kiln_status llmc_rope_kv_launch(const llmc_rope_kv *a, cudaStream_t stream) {
+    if ((a->dtype != KILN_F16 && a->dtype != KILN_BF16) || a->head_dim < 2 || a->head_dim % 2 ||
+        a->head_dim > LLMC_MAX_HEAD_DIM || a->n_head < 1 || a->n_kv_head < 1 || a->block_size < 1 || a->n_tokens < 0 ||
+        a->rot_dim < 0 || a->rot_dim % 2 || a->rot_dim > a->head_dim || !(a->rope_scale >= 0))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "RoPE + KV write: head_dim %d (rotated %d, scale %g), %d heads, %d "
+                          "KV heads, block_size %d, %d tokens, %s: unsupported", a->head_dim, a->rot_dim,
+                          a->rope_scale, a->n_head, a->n_kv_head, a->block_size, a->n_tokens,
+                          kiln_dtype_name(a->dtype));
+    if (a->n_tokens == 0) return KILN_OK;
+    return LC_DISPATCH(a->dtype, launch_rope_kv, a, stream);
+}
+
 extern "C" kiln_status llmc_rope_kv_write(kiln_llm_cuda *g, const llmc_step *s, void *kc, void *vc, int block_size) {
-    return LC_DISPATCH(g->dtype, launch_rope_kv, g, s, kc, vc, block_size);
+    const kiln_llm_config *c = &g->cfg;
+    llmc_rope_kv a;
+    memset(&a, 0, sizeof a);
+    a.dtype = g->dtype;
+    a.n_tokens = s->n_tokens;
+    a.n_head = c->n_head;
+    a.n_kv_head = c->n_kv_head;
+    a.head_dim = c->head_dim;
+    a.rot_dim = kiln_llm_rope_dim(c);
+    a.rope_scale = kiln_llm_rope_scale(c);
+    a.block_size = block_size;
+    a.qkv = g->qkv;
+    a.ldq = (c->n_head + 2 * c->n_kv_head) * c->head_dim;
+    a.positions = s->positions;
+    a.tok_seq = s->tok_seq;
+    a.inv_freq = s->inv_freq;
+    a.inv_freq_stride = s->inv_freq_stride;
+    a.table = s->table;
+    a.table_stride = s->table_stride;
+    a.kc = kc;
+    a.vc = vc;
+    return llmc_rope_kv_launch(&a, g->stream);
 }
 
 /* ---------------------------------------------------------------- activations */
@@ -224,10 +270,17 @@ __global__ void argmax_kernel(const float *__restrict__ logits, int vocab, int32
     }
 }
 
-extern "C" kiln_status llmc_argmax(kiln_llm_cuda *g, int n_rows) {
-    argmax_kernel<<<n_rows, ARGMAX_THREADS, 0, g->stream>>>(g->logits, g->cfg.vocab, g->ids);
+extern "C" kiln_status llmc_argmax_launch(cudaStream_t stream, const float *logits, int n_rows, int vocab, int32_t *ids) {
+    if (n_rows < 0 || vocab < 1)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "argmax: %d rows of %d logits: unsupported", n_rows, vocab);
+    if (n_rows == 0) return KILN_OK;
+    argmax_kernel<<<n_rows, ARGMAX_THREADS, 0, stream>>>(logits, vocab, ids);
     KILN_CUDA_LAUNCH_CHECK("argmax_kernel");
     return KILN_OK;
+}
+
+extern "C" kiln_status llmc_argmax(kiln_llm_cuda *g, int n_rows) {
+    return llmc_argmax_launch(g->stream, g->logits, n_rows, g->cfg.vocab, g->ids);
 }
 
 /* ---------------------------------------------------------------- random fill */

@@ -1,5 +1,6 @@
 /* llm_cuda_util.cuh — device helpers of the LLM kernels (llm_cuda_*.cu): eight 16-bit floats from one
- * 16-byte load as FP32, and the dtype dispatch of their launchers. */
+ * 16-byte load as FP32, the opt-in to more than 48 KB of shared memory, and the dtype dispatch of
+ * their launchers. */
 #ifndef KILN_LLM_CUDA_UTIL_CUH
 #define KILN_LLM_CUDA_UTIL_CUH
 
@@ -31,6 +32,25 @@ template <> __device__ __forceinline__ void lc_unpack8<bf16>(const uint4 &u, flo
 template <typename T> static __device__ __forceinline__ void lc_load8(const T *p, float (&f)[8]) {
     uint4 u = __ldg(reinterpret_cast<const uint4 *>(p));
     lc_unpack8<T>(u, f);
+}
+
+/* Opts kernel f into `bytes` of dynamic shared memory (and, with max_carveout, all of the SM's
+ * unified memory as shared memory) on the current device, once per device: done is the kernel's own
+ * flag word (bit d: device d, >= 64 every time). Never while stream is being captured (the attributes
+ * are not stream work): then it returns KILN_OK and the first call outside a capture sets them. */
+template <typename K>
+static kiln_status lc_smem_opt_in(K *f, size_t bytes, bool max_carveout, unsigned long long *done, cudaStream_t stream) {
+    int dev = 0;
+    KILN_CUDA_TRY(cudaGetDevice(&dev));
+    if (dev < 64 && (__atomic_load_n(done, __ATOMIC_ACQUIRE) >> dev & 1)) return KILN_OK;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    KILN_CUDA_TRY(cudaStreamIsCapturing(stream, &cs));
+    if (cs != cudaStreamCaptureStatusNone) return KILN_OK;
+    KILN_CUDA_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    if (max_carveout)
+        KILN_CUDA_TRY(cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+    if (dev < 64) __atomic_fetch_or(done, 1ull << dev, __ATOMIC_RELEASE);
+    return KILN_OK;
 }
 
 /* Calls F<__half> or F<bf16> by g's dtype: LC_DISPATCH(g->dtype, launch_x, args...) where launch_x is
