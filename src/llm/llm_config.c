@@ -260,6 +260,7 @@ static kiln_status parse_llama(const cfg_reader *r, kiln_llm_family family, kiln
     bool attn_bias, mlp_bias;
     KILN_TRY(get_bool(r, "attention_bias", false, &attn_bias));
     KILN_TRY(get_bool(r, "mlp_bias", false, &mlp_bias));
+    /* transformers' Qwen2 reads neither key: its q/k/v have biases, its o and MLP none */
     if (family != KILN_FAMILY_QWEN2 && (attn_bias || mlp_bias))
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s: %s true is not supported", r->what,
                           attn_bias ? "attention_bias" : "mlp_bias");
