@@ -158,13 +158,26 @@ LLAMA3 = dict(LLAMA2, vocab_size=128256, num_key_value_heads=8, intermediate_siz
 LLAMA_T5 = dict(LLAMA2, num_key_value_heads=4, head_dim=128, attention_bias=False, mlp_bias=False,
                 rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0})
 LLAMA_DYN = dict(LLAMA2, rope_scaling={"type": "dynamic", "factor": 4.0})
+MISTRAL = dict(LLAMA2, model_type="mistral", num_key_value_heads=8, intermediate_size=14336, sliding_window=4096)
+QWEN2 = dict(LLAMA2, model_type="qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864,
+             num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, rope_theta=1000000.0,
+             use_sliding_window=False, sliding_window=32768, max_window_layers=21, tie_word_embeddings=True)
+PHI3 = dict(LLAMA2, model_type="phi3", vocab_size=32064, hidden_size=3072, intermediate_size=8192,
+            sliding_window=2047, original_max_position_embeddings=4096, partial_rotary_factor=0.75)
+PHI3_LONGROPE = dict(PHI3, max_position_embeddings=131072, partial_rotary_factor=1.0,
+                     rope_scaling={"type": "longrope", "short_factor": [1.0 + 0.01 * i for i in range(48)],
+                                   "long_factor": [1.0 + 0.5 * i for i in range(48)]})
+GEMMA = dict(LLAMA2, model_type="gemma", vocab_size=256000, hidden_size=2048, intermediate_size=16384,
+             num_hidden_layers=18, num_attention_heads=8, num_key_value_heads=1, head_dim=256, hidden_act="gelu",
+             hidden_activation="gelu_pytorch_tanh", max_position_embeddings=8192, tie_word_embeddings=True)
 
 
 def configs(out):
     with open(os.path.join(KJV, "config.json"), "rb") as f:
         put(out, "fuzz_hf_config", "kjv_gpt2.json", f.read())
     for name, cfg in [("gpt2", GPT2), ("llama2", LLAMA2), ("llama3", LLAMA3), ("llama_rope_parameters", LLAMA_T5),
-                      ("llama_dynamic", LLAMA_DYN)]:
+                      ("llama_dynamic", LLAMA_DYN), ("mistral", MISTRAL), ("qwen2", QWEN2), ("phi3", PHI3), ("phi3_longrope", PHI3_LONGROPE),
+                      ("gemma", GEMMA)]:
         put(out, "fuzz_hf_config", name + ".json", json.dumps(cfg, indent=1))
 
 

@@ -55,6 +55,9 @@ static llm_runner_options runner_options(const kiln_llm_options *o, const kiln_l
     ro.max_tokens = o->max_batched_tokens ? o->max_batched_tokens : DEFAULT_MAX_BATCHED_TOKENS;
     if (ro.max_tokens < ro.max_seqs) ro.max_tokens = ro.max_seqs;
     ro.max_context = o->max_context > 0 && o->max_context < c->max_pos ? o->max_context : c->max_pos;
+    /* the CUDA attention has no sliding window: a context within the window needs none */
+    if (cuda && !o->max_context && c->sliding_window && c->sliding_window < ro.max_context)
+        ro.max_context = c->sliding_window;
     return ro;
 }
 
@@ -112,7 +115,7 @@ static kiln_status finish_open(kiln_llm *llm, const kiln_llm_options *o, const l
     llm->max_waiting = o->max_waiting;
     llm->max_waiting_tokens = o->max_waiting_tokens;
     llm->queue_timeout_ms = o->queue_timeout_ms;
-    snprintf(llm->family, sizeof llm->family, "%s", llm->cfg.arch == KILN_LLM_LLAMA ? "llama" : "gpt2");
+    snprintf(llm->family, sizeof llm->family, "%s", kiln_llm_family_name(llm->cfg.family));
     const kiln_tokenizer *tok = llm->bundle.tok;
     llm->info = (kiln_llm_info){
         .family = llm->family, .target = llm->target, .n_params = n_params, .vocab = llm->cfg.vocab,

@@ -62,6 +62,11 @@ static kiln_status check_shape(const kiln_llm_config *c, kiln_dtype dtype, const
                           "to %d)", c->head_dim, LLMC_MAX_HEAD_DIM);
     if (c->d_model > LLMC_MAX_D)
         return kiln_error(KILN_ERR_UNSUPPORTED, "llm cuda: d_model %d (at most %d)", c->d_model, LLMC_MAX_D);
+    if (c->sliding_window && c->sliding_window < o->max_context)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "llm cuda: the %s model's sliding window of %d tokens is shorter than "
+                          "max_context %d (the CUDA attention has no window yet): use a max context of at most %d, "
+                          "or --target cpu", kiln_llm_family_name(c->family), c->sliding_window, o->max_context,
+                          c->sliding_window);
     if (o->max_tokens < 1 || o->max_seqs < 1 || o->max_context < 1 || o->gemv_max_tokens < 0 ||
         o->gemv_max_tokens > LLMC_GEMV_MAX)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "llm cuda: options max_tokens %d, max_seqs %d, max_context %d, "
@@ -104,6 +109,7 @@ static void layout_weights(kiln_llm_cuda *g, carver *cv) {
         y->o_w = carve(cv, d * qd * es);
         y->up_w = carve(cv, up * d * es);
         y->down_w = carve(cv, d * ff * es);
+        if (c->qkv_bias) y->qkv_b = carve(cv, qkv * es);
         if (!gpt2) continue;
         y->norm1_b = carve(cv, d * 4);
         y->norm2_b = carve(cv, d * 4);
@@ -204,6 +210,7 @@ static kiln_status upload_weights(kiln_llm_cuda *g, const kiln_llm_model *m, sta
         KILN_TRY(upload16(g, y->o_w, s->o_w, d * qd, st));
         KILN_TRY(upload16(g, y->up_w, s->up_w, up * d, st));
         KILN_TRY(upload16(g, y->down_w, s->down_w, d * ff, st));
+        if (c->qkv_bias) KILN_TRY(upload16(g, y->qkv_b, s->qkv_b, qkv, st));
         if (c->arch != KILN_LLM_GPT2) continue;
         KILN_TRY(upload32(y->norm1_b, s->norm1_b, d));
         KILN_TRY(upload32(y->norm2_b, s->norm2_b, d));
@@ -239,6 +246,7 @@ static kiln_status random_weights(kiln_llm_cuda *g, uint64_t seed) {
         MAT(y->o_w, d, qd);
         MAT(y->up_w, up, d);
         MAT(y->down_w, d, ff);
+        if (c->qkv_bias) VEC(y->qkv_b, t, qkv, 0.0f, 0.1f);
         if (c->arch != KILN_LLM_GPT2) continue;
         VEC(y->norm1_b, f, d, 0.0f, 0.1f);
         VEC(y->norm2_b, f, d, 0.0f, 0.1f);
