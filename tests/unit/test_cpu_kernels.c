@@ -1,12 +1,15 @@
 /* test_cpu_kernels.c — the CPU backend's fast kernels against naive double-precision loops written
  * here: the thread pool's parallel-for (every index once, nesting runs serially), kiln_cpu_sgemm
- * over odd shapes, both transposes and alpha/beta (its matrix-vector and split-OpenBLAS paths), and
- * the Conv kernels (depthwise, pointwise, general) with odd shapes, strides, pads, dilations and
- * groups, each with and without the fused epilogue. */
+ * over odd shapes, both transposes and alpha/beta (its matrix-vector and split-OpenBLAS paths), the
+ * packed product (kiln_pg_gemm) with every micro-kernel the processor runs over tails of rows,
+ * columns and depth, and the Conv kernels (depthwise, pointwise, general) with odd shapes, strides,
+ * pads, dilations and groups, each with and without the fused epilogue, on plain weights and on
+ * packed weights with every micro-kernel. */
 #include "check.h"
 
 #include "backends/cpu/conv2d.h"
 #include "backends/cpu/cpu_gemm.h"
+#include "backends/cpu/packed_gemm.h"
 #include "core/threadpool.h"
 
 #include <stdatomic.h>
@@ -151,18 +154,30 @@ static void test_conv_case(int64_t N, int64_t C, int64_t H, int64_t W, int64_t M
     fill(b, M);
     fill(z, ny);
     kiln_act act = {relu ? KILN_ACT_RELU : KILN_ACT_NONE, 0, 0};
-    CHECK_OK(kiln_conv2d_run(&g, x, w, bias ? b : NULL, residual ? z : NULL, &act, y));
     conv_reference(&g, x, w, bias ? b : NULL, residual ? z : NULL, relu, want);
-    double worst = 0;
-    for (int64_t i = 0; i < ny; i++) {
-        double err = fabs(y[i] - want[i]) / (1.0 + fabs(want[i]));
-        if (!(err <= worst)) worst = err;
+    kiln_conv2d_weights *packed = NULL;
+    CHECK_OK(kiln_conv2d_weights_pack(w, M, C / group, KH, KW, group, &packed));
+    CHECK(packed == NULL || kiln_conv2d_weights_fit(packed, &g));
+    /* variant 0: OpenBLAS on w; then packed weights with each micro-kernel (none for depthwise) */
+    for (int variant = 0; variant <= KILN_PG_AVX512 + 1; variant++) {
+        if (variant > 0 && (!packed || !kiln_pg_isa_set((kiln_pg_isa)(variant - 1)))) continue;
+        memset(y, 0xff, sizeof(float) * (size_t)ny); /* NaN: every output must be written */
+        CHECK_OK(kiln_conv2d_run(&g, x, w, variant ? packed : NULL, bias ? b : NULL, residual ? z : NULL, &act, y));
+        double worst = 0;
+        for (int64_t i = 0; i < ny; i++) {
+            double err = fabs(y[i] - want[i]) / (1.0 + fabs(want[i]));
+            if (!(err <= worst)) worst = err;
+        }
+        double tol = 2e-6 * sqrt((double)(C / group * KH * KW)); /* float32 sums of that many products */
+        CHECKF(worst < tol,
+               "conv N%lld C%lld %lldx%lld M%lld k%lldx%lld s%lld d%lld p%lld,%lld g%lld bias %d res %d relu %d "
+               "variant %d: error %g",
+               (long long)N, (long long)C, (long long)H, (long long)W, (long long)M, (long long)KH, (long long)KW,
+               (long long)s, (long long)d, (long long)ph, (long long)pw, (long long)group, bias, residual, relu,
+               variant, worst);
     }
-    double tol = 2e-6 * sqrt((double)(C / group * KH * KW)); /* float32 sums of that many products */
-    CHECKF(worst < tol,
-           "conv N%lld C%lld %lldx%lld M%lld k%lldx%lld s%lld d%lld p%lld,%lld g%lld bias %d res %d relu %d: error %g",
-           (long long)N, (long long)C, (long long)H, (long long)W, (long long)M, (long long)KH, (long long)KW,
-           (long long)s, (long long)d, (long long)ph, (long long)pw, (long long)group, bias, residual, relu, worst);
+    kiln_pg_isa_set(kiln_pg_isa_best());
+    kiln_conv2d_weights_free(packed);
     free(x);
     free(w);
     free(b);
@@ -195,11 +210,63 @@ static void test_conv2d(void) {
     test_conv_case(1, 8, 11, 11, 12, 3, 3, 2, 2, 2, 2, 2, true, false, false);
     test_conv_case(1, 256, 30, 30, 8, 3, 3, 1, 1, 1, 1, 1, true, false, true); /* several column chunks */
     test_conv_case(1, 32, 9, 9, 48, 3, 3, 1, 1, 1, 1, 1, true, true, true); /* narrow: output-channel blocks */
+    test_conv_case(1, 40, 3, 5, 70, 3, 3, 1, 1, 1, 1, 1, true, true, true);   /* channel blocks, row tail */
+    test_conv_case(1, 7, 21, 21, 13, 3, 3, 1, 2, 2, 2, 1, false, true, false); /* dilated: row and column tails */
+    test_conv_case(2, 300, 4, 4, 25, 1, 1, 1, 1, 0, 0, 1, true, false, true); /* depth over one packed block */
+}
+
+/* ------------------------------------------------------------------ packed product */
+/* kiln_pg_gemm against a double product for M x K x N (bias or not), each micro-kernel. */
+static void test_packed_case(int64_t M, int64_t K, int64_t N, bool bias) {
+    int64_t ldb = N + 3, ldc = N + 5;
+    float *A = malloc(sizeof(float) * (size_t)(M * K + 1)), *B = malloc(sizeof(float) * (size_t)(K * ldb + 1));
+    float *bv = malloc(sizeof(float) * (size_t)M), *C = malloc(sizeof(float) * (size_t)(M * ldc));
+    float *pa = malloc(sizeof(float) * (size_t)(kiln_pg_packed_a_floats(M, K) + 1));
+    float *scratch = malloc(sizeof(float) * (size_t)(kiln_pg_scratch_floats()));
+    fill(A, M * K);
+    fill(B, K * ldb);
+    fill(bv, M);
+    kiln_pg_pack_a(A, K, M, K, pa);
+    for (int isa = KILN_PG_PORTABLE; isa <= KILN_PG_AVX512; isa++) {
+        if (!kiln_pg_isa_set((kiln_pg_isa)isa)) continue;
+        for (int64_t i = 0; i < M * ldc; i++) C[i] = 7.0f; /* the gaps between rows stay untouched */
+        kiln_pg_gemm(pa, M, K, B, ldb, N, bias ? bv : NULL, C, ldc, scratch);
+        double worst = 0;
+        bool gaps = true;
+        for (int64_t m = 0; m < M; m++) {
+            for (int64_t j = 0; j < N; j++) {
+                double s = bias ? bv[m] : 0.0;
+                for (int64_t k = 0; k < K; k++) s += (double)A[m * K + k] * B[k * ldb + j];
+                double err = fabs(C[m * ldc + j] - s) / (1.0 + fabs(s));
+                if (!(err <= worst)) worst = err;
+            }
+            for (int64_t j = N; j < ldc; j++) gaps = gaps && C[m * ldc + j] == 7.0f;
+        }
+        CHECKF(worst < 2e-6 * sqrt((double)K + 1) && gaps, "packed %lldx%lldx%lld bias %d isa %d: error %g, gaps %d",
+               (long long)M, (long long)K, (long long)N, bias, isa, worst, gaps);
+    }
+    kiln_pg_isa_set(kiln_pg_isa_best());
+    free(A);
+    free(B);
+    free(bv);
+    free(C);
+    free(pa);
+    free(scratch);
+}
+
+static void test_packed_gemm(void) {
+    test_packed_case(12, 8, 32, true);     /* one full tile */
+    test_packed_case(1, 1, 1, true);       /* one element */
+    test_packed_case(13, 17, 33, false);   /* one past a tile each way */
+    test_packed_case(25, 300, 70, true);   /* depth over one block (256) */
+    test_packed_case(37, 520, 300, false); /* columns over one block (256), depth over two */
+    test_packed_case(5, 0, 9, true);       /* no depth: the bias alone */
 }
 
 int main(void) {
     test_threadpool();
     test_sgemm();
+    test_packed_gemm();
     test_conv2d();
     return checks_report("test_cpu_kernels");
 }

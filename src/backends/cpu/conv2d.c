@@ -1,14 +1,16 @@
-/* conv2d.c — kiln_conv2d_run (conv2d.h). Work is cut into tasks that the pool runs in contiguous
- * ranges: one output plane per task for depthwise Conv, and a chunk of output positions of one
- * image and group per task otherwise. A task's scratch (the padded input plane, or the im2col
- * columns of its chunk) lives in a per-thread buffer that grows and is kept for the thread's life,
- * so steady-state runs allocate nothing. Matrix products are single-threaded OpenBLAS calls inside
- * the tasks (cpu_gemm.c switches OpenBLAS to one thread). */
+/* conv2d.c — kiln_conv2d_run (conv2d.h) and its packed weights. Work is cut into tasks that the
+ * pool runs in contiguous ranges: one output plane per task for depthwise Conv, and a chunk of
+ * output positions of one image and group (and a block of output channels) per task otherwise. A
+ * task's scratch (the padded input plane, or the im2col columns of its chunk and the packed block
+ * of the product's right side) lives in a per-thread buffer that grows and is kept for the
+ * thread's life, so steady-state runs allocate nothing. Matrix products are single-threaded inside
+ * the tasks: kiln_pg_gemm on packed weights, else OpenBLAS (cpu_gemm.c switches it to one thread). */
 #include "backends/cpu/conv2d.h"
 
 #include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/fused_kernels.h"
+#include "backends/cpu/packed_gemm.h"
 #include "core/status.h"
 #include "core/threadpool.h"
 #include "ir/nn_window.h"
@@ -59,6 +61,46 @@ kiln_status kiln_conv2d_geometry(const kiln_node *n, const kiln_tensor *x, const
     return KILN_OK;
 }
 
+/* Taps of a depthwise kernel the direct path takes (7x7 and below); larger ones go through im2col. */
+#define DW_MAX_TAPS 64
+
+/* Whether kiln_conv2d_run takes the direct depthwise kernel for weights [M, Cg, KH, KW] in group groups. */
+static bool is_depthwise(int64_t M, int64_t Cg, int64_t KH, int64_t KW, int64_t group) {
+    return Cg == 1 && M / group <= 8 && group > 1 && KH * KW <= DW_MAX_TAPS;
+}
+
+/* ------------------------------------------------------------------ packed weights */
+kiln_status kiln_conv2d_weights_pack(const float *w, int64_t M, int64_t Cg, int64_t KH, int64_t KW, int64_t group,
+                                     kiln_conv2d_weights **out) {
+    *out = NULL;
+    if (group < 1 || M % group || is_depthwise(M, Cg, KH, KW, group) || M * Cg * KH * KW == 0) return KILN_OK;
+    int64_t Mg = M / group, rows = Cg * KH * KW, per = kiln_pg_packed_a_floats(Mg, rows);
+    size_t bytes = ((size_t)(per * group) * sizeof(float) + 63) / 64 * 64;
+    kiln_conv2d_weights *pw = calloc(1, sizeof *pw);
+    float *data = aligned_alloc(64, bytes);
+    if (!pw || !data) {
+        free(pw);
+        free(data);
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Conv: out of memory packing %lld x %lld weights", (long long)M,
+                          (long long)rows);
+    }
+    *pw = (kiln_conv2d_weights){M, Cg, KH, KW, group, per, data};
+    for (int64_t gr = 0; gr < group; gr++) kiln_pg_pack_a(w + gr * Mg * rows, rows, Mg, rows, data + gr * per);
+    *out = pw;
+    return KILN_OK;
+}
+
+void kiln_conv2d_weights_free(kiln_conv2d_weights *pw) {
+    if (!pw) return;
+    free(pw->data);
+    free(pw);
+}
+
+bool kiln_conv2d_weights_fit(const kiln_conv2d_weights *pw, const kiln_conv2d *g) {
+    return pw && pw->M == g->M && pw->Cg * g->group == g->C && pw->KH == g->KH && pw->KW == g->KW &&
+           pw->group == g->group;
+}
+
 /* ------------------------------------------------------------------ per-thread scratch */
 static pthread_key_t g_scratch_key;
 static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
@@ -94,6 +136,7 @@ static void epilogue_row(float *p, int64_t len, float bias, const float *z, cons
 typedef struct conv_job {
     const kiln_conv2d *g;
     const float *x, *w, *bias, *z;
+    const kiln_conv2d_weights *packed; /* NULL: OpenBLAS on w */
     const kiln_act *act;
     float *y;
     int64_t Cg, Mg, HW, OHW, rows;  /* rows: Cg * KH * KW */
@@ -122,9 +165,6 @@ static void pad_plane(const kiln_conv2d *g, const float *x, int64_t PH, int64_t 
         }
     }
 }
-
-/* Taps of a depthwise kernel the direct path takes (7x7 and below); larger ones go through im2col. */
-#define DW_MAX_TAPS 64
 
 /* One output plane of depthwise Conv from its padded input plane: 16 outputs at a time (8 at the
  * end of a row), every tap accumulated in registers. off[t]: where tap t of output (0, 0) reads in
@@ -226,35 +266,59 @@ static void product(int64_t M, int64_t N, int64_t K, const float *A, const float
 static void gemm_part(void *ctx, int64_t t0, int64_t t1) {
     conv_job *j = ctx;
     const kiln_conv2d *g = j->g;
-    float *col = NULL;
-    if (!j->pointwise && !(col = thread_scratch((size_t)(j->rows * j->chunk)))) {
+    int64_t col_floats = j->pointwise ? 0 : j->rows * j->chunk;
+    float *col = thread_scratch((size_t)(col_floats + (j->packed ? kiln_pg_scratch_floats() : 0)) + 1);
+    if (!col) {
         atomic_store(&j->oom, true);
         return;
     }
+    float *tail = col + col_floats; /* kiln_pg_gemm's scratch */
+    int64_t prev_cols = -1; /* the (image, group, chunk) whose im2col columns col holds */
     for (int64_t t = t0; t < t1; t++) { /* t = ((image * group + gr) * chunks + chunk) * mblocks + mblock */
         int64_t mb = t % j->mblocks, ck = t / j->mblocks % j->chunks, ig = t / j->mblocks / j->chunks;
         int64_t gr = ig % g->group, img = ig / g->group;
         int64_t m0 = j->Mg * mb / j->mblocks, m1 = j->Mg * (mb + 1) / j->mblocks;
+        if (j->packed) { /* whole panels of packed rows per block */
+            int64_t panels = (j->Mg + KILN_PG_MR - 1) / KILN_PG_MR;
+            m0 = panels * mb / j->mblocks * KILN_PG_MR;
+            m1 = panels * (mb + 1) / j->mblocks * KILN_PG_MR;
+            if (m1 > j->Mg) m1 = j->Mg;
+        }
         int64_t p0 = ck * j->chunk, width = j->OHW - p0 < j->chunk ? j->OHW - p0 : j->chunk;
         const float *xg = j->x + (img * g->C + gr * j->Cg) * j->HW, *wg = j->w + (gr * j->Mg + m0) * j->rows;
         int64_t ybase = (img * g->M + gr * j->Mg + m0) * j->OHW + p0;
         float *yg = j->y + ybase;
+        const float *bias = j->bias ? j->bias + gr * j->Mg + m0 : NULL;
         if (j->pointwise && j->OHW == 1) /* one position (squeeze-excitation): a matrix-vector product */
             kiln_cpu_sgemm(false, true, 1, m1 - m0, j->Cg, 1.0f, xg, j->Cg, wg, j->Cg, 0.0f, yg, m1 - m0);
-        else if (j->pointwise) product(m1 - m0, width, j->Cg, wg, xg + p0, j->HW, yg, j->OHW);
+        else if (j->packed) {
+            const float *a = j->packed->data + gr * j->packed->group_floats + m0 * j->rows;
+            if (j->pointwise) kiln_pg_gemm(a, m1 - m0, j->rows, xg + p0, j->HW, width, bias, yg, j->OHW, tail);
+            else {
+                if (t / j->mblocks != prev_cols) im2col_chunk(g, xg, j->Cg, p0, width, col);
+                prev_cols = t / j->mblocks;
+                kiln_pg_gemm(a, m1 - m0, j->rows, col, width, width, bias, yg, j->OHW, tail);
+            }
+            if (j->z || (j->act && j->act->kind != KILN_ACT_NONE))
+                for (int64_t m = m0; m < m1; m++)
+                    epilogue_row(yg + (m - m0) * j->OHW, width, 0.0f, j->z ? j->z + ybase + (m - m0) * j->OHW : NULL,
+                                 j->act);
+            continue;
+        } else if (j->pointwise) product(m1 - m0, width, j->Cg, wg, xg + p0, j->HW, yg, j->OHW);
         else {
             im2col_chunk(g, xg, j->Cg, p0, width, col);
             product(m1 - m0, width, j->rows, wg, col, width, yg, j->OHW);
         }
         for (int64_t m = m0; m < m1; m++)
-            epilogue_row(yg + (m - m0) * j->OHW, width, j->bias ? j->bias[gr * j->Mg + m] : 0.0f,
+            epilogue_row(yg + (m - m0) * j->OHW, width, bias ? bias[m - m0] : 0.0f,
                          j->z ? j->z + ybase + (m - m0) * j->OHW : NULL, j->act);
     }
 }
 
-kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w, const float *bias,
-                            const float *residual, const kiln_act *act, float *y) {
-    conv_job j = {.g = g, .x = x, .w = w, .bias = bias, .z = residual, .act = act, .y = y};
+kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w, const kiln_conv2d_weights *packed,
+                            const float *bias, const float *residual, const kiln_act *act, float *y) {
+    if (!kiln_conv2d_weights_fit(packed, g)) packed = NULL;
+    conv_job j = {.g = g, .x = x, .w = w, .packed = packed, .bias = bias, .z = residual, .act = act, .y = y};
     j.Cg = g->C / g->group;
     j.Mg = g->M / g->group;
     j.HW = g->H * g->W;
@@ -264,7 +328,7 @@ kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w
     if (g->N * g->M * j.OHW == 0) return KILN_OK;
     kiln_cpu_gemm_init();
     int threads = kiln_threadpool_size();
-    if (j.Cg == 1 && j.Mg <= 8 && g->group > 1 && g->KH * g->KW <= DW_MAX_TAPS) {
+    if (is_depthwise(g->M, j.Cg, g->KH, g->KW, g->group)) {
         int64_t tasks = g->N * g->M;
         kiln_parallel_for(tasks, tasks * j.OHW * g->KH * g->KW < 16384 ? tasks : 1, depthwise_part, &j);
     } else {
@@ -282,7 +346,8 @@ kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w
         j.chunks = (j.OHW + chunk - 1) / chunk;
         j.mblocks = 1;
         if (per_image * j.chunks < threads && j.OHW > 1) {
-            j.mblocks = j.Mg / 16 < threads ? j.Mg / 16 : threads;
+            int64_t unit = j.packed ? 2 * KILN_PG_MR : 16; /* output channels a block holds at least */
+            j.mblocks = j.Mg / unit < threads ? j.Mg / unit : threads;
             if (j.mblocks < 1) j.mblocks = 1;
         }
         int64_t tasks = per_image * j.chunks * j.mblocks;

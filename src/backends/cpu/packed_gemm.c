@@ -1,0 +1,207 @@
+/* packed_gemm.c — kiln_pg_gemm (packed_gemm.h). B is packed KC rows by NC columns at a time into
+ * NR-column panels ([panel][k][NR], zero past N: contiguous, so the micro-kernel's reads stay on
+ * few pages and prefetch well); within a block every MR-row panel of A (in L1) meets every panel
+ * of the block (in L2). The micro-kernels compute full MR x NR tiles: C = bias + A B on the first
+ * block of K, C += A B on the others; partial tiles at the edges go through a local tile. */
+#include "backends/cpu/packed_gemm.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define PG_X86 1
+#include <immintrin.h>
+#endif
+
+enum { MR = KILN_PG_MR, NR = KILN_PG_NR, KC = 256, NC = 256 };
+
+/* One full tile: c [MR rows, ldc] = (accumulate ? c : bias or 0) + sum_k a[k * MR + r] b[k * ldb + j]. */
+typedef void (*tile_fn)(int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc,
+                        bool accumulate, const float *bias);
+
+#define PG_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+
+#ifdef PG_X86
+/* 12 rows x 32 columns in 24 zmm accumulators: per k, two loads of B and 12 broadcasts of A. */
+__attribute__((target("avx512f"))) static void tile_avx512(int64_t K, const float *a, const float *b, int64_t ldb,
+                                                           float *c, int64_t ldc, bool accumulate,
+                                                           const float *bias) {
+#define DECL(r) __m512 l##r, h##r;
+#define INIT(r)                                                                                    \
+    if (accumulate) {                                                                              \
+        l##r = _mm512_loadu_ps(c + r * ldc);                                                       \
+        h##r = _mm512_loadu_ps(c + r * ldc + 16);                                                  \
+    } else l##r = h##r = bias ? _mm512_set1_ps(bias[r]) : _mm512_setzero_ps();
+#define STEP(r)                                                                                    \
+    {                                                                                              \
+        __m512 a_ = _mm512_set1_ps(a[r]);                                                          \
+        l##r = _mm512_fmadd_ps(a_, b0, l##r);                                                      \
+        h##r = _mm512_fmadd_ps(a_, b1, h##r);                                                      \
+    }
+#define STORE(r)                                                                                   \
+    _mm512_storeu_ps(c + r * ldc, l##r);                                                           \
+    _mm512_storeu_ps(c + r * ldc + 16, h##r);
+    PG_ROWS(DECL)
+    PG_ROWS(INIT)
+    for (int64_t k = 0; k < K; k++, a += MR, b += ldb) {
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        PG_ROWS(STEP)
+    }
+    PG_ROWS(STORE)
+#undef DECL
+#undef INIT
+#undef STEP
+#undef STORE
+}
+
+/* 6 rows x 16 columns in 12 ymm accumulators (a: stride MR, b: stride ldb); four make a tile. */
+__attribute__((target("avx2,fma"))) static void quarter_avx2(int64_t K, const float *a, const float *b, int64_t ldb,
+                                                             float *c, int64_t ldc, bool accumulate,
+                                                             const float *bias) {
+#define Q_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define DECL(r) __m256 l##r, h##r;
+#define INIT(r)                                                                                    \
+    if (accumulate) {                                                                              \
+        l##r = _mm256_loadu_ps(c + r * ldc);                                                       \
+        h##r = _mm256_loadu_ps(c + r * ldc + 8);                                                   \
+    } else l##r = h##r = bias ? _mm256_set1_ps(bias[r]) : _mm256_setzero_ps();
+#define STEP(r)                                                                                    \
+    {                                                                                              \
+        __m256 a_ = _mm256_broadcast_ss(a + r);                                                    \
+        l##r = _mm256_fmadd_ps(a_, b0, l##r);                                                      \
+        h##r = _mm256_fmadd_ps(a_, b1, h##r);                                                      \
+    }
+#define STORE(r)                                                                                   \
+    _mm256_storeu_ps(c + r * ldc, l##r);                                                           \
+    _mm256_storeu_ps(c + r * ldc + 8, h##r);
+    Q_ROWS(DECL)
+    Q_ROWS(INIT)
+    for (int64_t k = 0; k < K; k++, a += MR, b += ldb) {
+        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+        Q_ROWS(STEP)
+    }
+    Q_ROWS(STORE)
+#undef Q_ROWS
+#undef DECL
+#undef INIT
+#undef STEP
+#undef STORE
+}
+
+static void tile_avx2(int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc,
+                      bool accumulate, const float *bias) {
+    for (int r = 0; r < MR; r += 6)
+        for (int j = 0; j < NR; j += 16)
+            quarter_avx2(K, a + r, b + j, ldb, c + r * ldc + j, ldc, accumulate, bias ? bias + r : NULL);
+}
+#endif
+
+/* Any processor: one row of the tile at a time over the whole of K. */
+static void tile_portable(int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc,
+                          bool accumulate, const float *bias) {
+    for (int r = 0; r < MR; r++) {
+        float acc[NR];
+        for (int j = 0; j < NR; j++) acc[j] = accumulate ? c[r * ldc + j] : bias ? bias[r] : 0.0f;
+        for (int64_t k = 0; k < K; k++) {
+            float av = a[k * MR + r];
+            for (int j = 0; j < NR; j++) acc[j] += av * b[k * ldb + j];
+        }
+        memcpy(c + r * ldc, acc, sizeof acc);
+    }
+}
+
+static tile_fn g_tile;
+static pthread_once_t g_tile_once = PTHREAD_ONCE_INIT;
+
+kiln_pg_isa kiln_pg_isa_best(void) {
+#ifdef PG_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return KILN_PG_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return KILN_PG_AVX2;
+#endif
+    return KILN_PG_PORTABLE;
+}
+
+static tile_fn tile_for(kiln_pg_isa isa) {
+#ifdef PG_X86
+    if (isa == KILN_PG_AVX512) return tile_avx512;
+    if (isa == KILN_PG_AVX2) return tile_avx2;
+#endif
+    (void)isa;
+    return tile_portable;
+}
+
+static void tile_pick(void) { g_tile = tile_for(kiln_pg_isa_best()); }
+
+bool kiln_pg_isa_set(kiln_pg_isa isa) {
+    pthread_once(&g_tile_once, tile_pick);
+    if (isa > kiln_pg_isa_best()) return false;
+    g_tile = tile_for(isa);
+    return true;
+}
+
+int64_t kiln_pg_packed_a_floats(int64_t M, int64_t K) { return (M + MR - 1) / MR * MR * K; }
+
+void kiln_pg_pack_a(const float *A, int64_t lda, int64_t M, int64_t K, float *dst) {
+    for (int64_t m0 = 0; m0 < M; m0 += MR) {
+        int64_t rows = M - m0 < MR ? M - m0 : MR;
+        for (int64_t k = 0; k < K; k++, dst += MR)
+            for (int64_t r = 0; r < MR; r++) dst[r] = r < rows ? A[(m0 + r) * lda + k] : 0.0f;
+    }
+}
+
+int64_t kiln_pg_scratch_floats(void) { return (int64_t)KC * NC; }
+
+/* The tile at c of rows x cols (at most MR x NR) through the micro-kernel; edges via a local tile. */
+static void tile(int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc, int64_t rows,
+                 int64_t cols, bool accumulate, const float *bias) {
+    if (rows == MR && cols == NR) {
+        g_tile(K, a, b, ldb, c, ldc, accumulate, bias);
+        return;
+    }
+    float t[MR * NR], tb[MR] = {0};
+    if (bias && !accumulate) {
+        memcpy(tb, bias, (size_t)rows * sizeof *tb);
+        bias = tb;
+    }
+    for (int64_t r = 0; accumulate && r < rows; r++) memcpy(t + r * NR, c + r * ldc, (size_t)cols * sizeof *t);
+    g_tile(K, a, b, ldb, t, NR, accumulate, bias);
+    for (int64_t r = 0; r < rows; r++) memcpy(c + r * ldc, t + r * NR, (size_t)cols * sizeof *t);
+}
+
+/* dst [panel][k][NR] = B [kc, nc] (ldb) in NR-column panels, zero past column nc. */
+static void pack_b(const float *B, int64_t ldb, int64_t kc, int64_t nc, float *dst) {
+    int64_t j0 = 0;
+    for (; j0 + NR <= nc; j0 += NR)
+        for (int64_t k = 0; k < kc; k++, dst += NR) memcpy(dst, B + k * ldb + j0, NR * sizeof *dst);
+    if (j0 < nc)
+        for (int64_t k = 0; k < kc; k++, dst += NR) {
+            memcpy(dst, B + k * ldb + j0, (size_t)(nc - j0) * sizeof *dst);
+            memset(dst + (nc - j0), 0, (size_t)(NR - (nc - j0)) * sizeof *dst);
+        }
+}
+
+void kiln_pg_gemm(const float *packed_a, int64_t M, int64_t K, const float *B, int64_t ldb, int64_t N,
+                  const float *bias, float *C, int64_t ldc, float *scratch) {
+    pthread_once(&g_tile_once, tile_pick);
+    if (K == 0) {
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t j = 0; j < N; j++) C[m * ldc + j] = bias ? bias[m] : 0.0f;
+        return;
+    }
+    for (int64_t n0 = 0; n0 < N; n0 += NC) {
+        int64_t nc = N - n0 < NC ? N - n0 : NC;
+        for (int64_t k0 = 0; k0 < K; k0 += KC) {
+            int64_t kc = K - k0 < KC ? K - k0 : KC;
+            pack_b(B + k0 * ldb + n0, ldb, kc, nc, scratch);
+            for (int64_t m0 = 0; m0 < M; m0 += MR) {
+                const float *a = packed_a + (m0 * K + k0 * MR);
+                const float *bm = bias && k0 == 0 ? bias + m0 : NULL;
+                int64_t rows = M - m0 < MR ? M - m0 : MR;
+                for (int64_t j0 = 0; j0 < nc; j0 += NR)
+                    tile(kc, a, scratch + j0 * kc, NR, C + m0 * ldc + n0 + j0, ldc, rows, nc - j0 < NR ? nc - j0 : NR,
+                         k0 > 0, bm);
+            }
+        }
+    }
+}
