@@ -4,11 +4,13 @@
  * packed product (kiln_pg_gemm) with every micro-kernel the processor runs over tails of rows,
  * columns and depth, and the Conv kernels (depthwise, pointwise, general) with odd shapes, strides,
  * pads, dilations and groups, each with and without the fused epilogue, on plain weights and on
- * packed weights with every micro-kernel. */
+ * packed weights with every micro-kernel; and the epilogue activations (16-lane where the
+ * processor has AVX-512) over tails, extremes and NaN. */
 #include "check.h"
 
 #include "backends/cpu/conv2d.h"
 #include "backends/cpu/cpu_gemm.h"
+#include "backends/cpu/fused_kernels.h"
 #include "backends/cpu/packed_gemm.h"
 #include "core/threadpool.h"
 
@@ -263,9 +265,53 @@ static void test_packed_gemm(void) {
     test_packed_case(5, 0, 9, true);       /* no depth: the bias alone */
 }
 
+/* ------------------------------------------------------------------ activations */
+static double act_reference(const kiln_act *a, double x) {
+    double sig = 1.0 / (1.0 + exp(-x)), c;
+    switch (a->kind) {
+    case KILN_ACT_RELU: return x < 0 ? 0 : x;
+    case KILN_ACT_LEAKY_RELU: return x < 0 ? a->p0 * x : x;
+    case KILN_ACT_CLIP: return x < a->p0 ? a->p0 : x > a->p1 ? a->p1 : x;
+    case KILN_ACT_HARD_SIGMOID: c = a->p0 * x + a->p1; return c < 0 ? 0 : c > 1 ? 1 : c;
+    case KILN_ACT_HARD_SWISH: c = x / 6 + 0.5; return x * (c < 0 ? 0 : c > 1 ? 1 : c);
+    case KILN_ACT_SIGMOID: return sig;
+    case KILN_ACT_SILU: return x * sig;
+    default: return NAN;
+    }
+}
+
+static void test_activations(void) {
+    const kiln_act acts[] = {{KILN_ACT_RELU, 0, 0},         {KILN_ACT_LEAKY_RELU, 0.1f, 0}, {KILN_ACT_CLIP, -1, 2},
+                             {KILN_ACT_HARD_SIGMOID, 0.2f, 0.5f}, {KILN_ACT_HARD_SWISH, 0, 0}, {KILN_ACT_SIGMOID, 0, 0},
+                             {KILN_ACT_SILU, 0, 0}};
+    enum { N = 203 }; /* not a multiple of 16 or 4: both tails */
+    float x[N], y[N];
+    for (int i = 0; i < N; i++) x[i] = -25.0f + 50.0f * (float)i / (N - 5);
+    x[N - 4] = NAN;
+    x[N - 3] = -100.0f;
+    x[N - 2] = 100.0f;
+    x[N - 1] = -0.0f;
+    for (size_t k = 0; k < sizeof acts / sizeof *acts; k++) {
+        memcpy(y, x, sizeof y);
+        kiln_cpu_activation_apply(y, N, &acts[k]);
+        double worst = 0;
+        for (int i = 0; i < N; i++) {
+            if (isnan(x[i])) {
+                CHECKF(isnan(y[i]), "activation %d: NaN in, %g out", acts[k].kind, y[i]);
+                continue;
+            }
+            double want = act_reference(&acts[k], x[i]), err = fabs(y[i] - want) / (1e-30 + fabs(want));
+            if (want == 0) err = fabs(y[i]);
+            if (!(err <= worst)) worst = err;
+        }
+        CHECKF(worst < 2e-6, "activation %d: relative error %g", acts[k].kind, worst);
+    }
+}
+
 int main(void) {
     test_threadpool();
     test_sgemm();
+    test_activations();
     test_packed_gemm();
     test_conv2d();
     return checks_report("test_cpu_kernels");

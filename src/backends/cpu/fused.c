@@ -3,10 +3,11 @@
  * activation) runs in place over the output (a channels-first 2-D FusedConv runs conv2d.c, which
  * applies it inside each part of the convolution); a channels-last FusedConv runs the same Conv on
  * channels-first copies of its tensors, and FusedPool the ONNX pool's kernel the same way. float32; float16/bfloat16 through float32. The
- * activations use the same vector math as the standalone ops, so a fused node matches the nodes it
- * replaced to rounding. */
+ * activations use the same vector math as the standalone ops (16 lanes wide where the processor
+ * has AVX-512: activation_wide.h), so a fused node matches the nodes it replaced to rounding. */
 #include "backends/cpu/fused_kernels.h"
 
+#include "backends/cpu/activation_wide.h"
 #include "backends/cpu/conv2d.h"
 #include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/elementwise_vmath.h"
@@ -64,7 +65,9 @@ static void apply_activation(float *y, int64_t n, const kiln_act *a) {
     }
 }
 
-void kiln_cpu_activation_apply(float *y, int64_t n, const kiln_act *a) { apply_activation(y, n, a); }
+void kiln_cpu_activation_apply(float *y, int64_t n, const kiln_act *a) {
+    if (!kiln_cpu_activation_wide(y, n, a)) apply_activation(y, n, a);
+}
 
 /* y[i] += x[i] for i in [0, n) on 4-lane vectors. */
 static void add_into(float *y, const float *x, int64_t n) {
