@@ -215,6 +215,8 @@ static void test_conv2d(void) {
     test_conv_case(1, 40, 3, 5, 70, 3, 3, 1, 1, 1, 1, 1, true, true, true);   /* channel blocks, row tail */
     test_conv_case(1, 7, 21, 21, 13, 3, 3, 1, 2, 2, 2, 1, false, true, false); /* dilated: row and column tails */
     test_conv_case(2, 300, 4, 4, 25, 1, 1, 1, 1, 0, 0, 1, true, false, true); /* depth over one packed block */
+    test_conv_case(2, 12, 9, 7, 18, 3, 3, 1, 1, 1, 1, 3, true, true, true);  /* stride 1: batch, groups */
+    test_conv_case(1, 5, 40, 3, 30, 5, 3, 1, 1, 2, 0, 1, true, false, true);  /* tall, narrow, one-sided pad */
 }
 
 /* ------------------------------------------------------------------ packed product */
@@ -232,7 +234,7 @@ static void test_packed_case(int64_t M, int64_t K, int64_t N, bool bias) {
     for (int isa = KILN_PG_PORTABLE; isa <= KILN_PG_AVX512; isa++) {
         if (!kiln_pg_isa_set((kiln_pg_isa)isa)) continue;
         for (int64_t i = 0; i < M * ldc; i++) C[i] = 7.0f; /* the gaps between rows stay untouched */
-        kiln_pg_gemm(pa, M, K, B, ldb, N, bias ? bv : NULL, C, ldc, scratch);
+        kiln_pg_gemm(pa, M, K, B, ldb, NULL, N, bias ? bv : NULL, C, ldc, scratch);
         double worst = 0;
         bool gaps = true;
         for (int64_t m = 0; m < M; m++) {

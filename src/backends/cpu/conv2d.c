@@ -4,7 +4,8 @@
  * task's scratch (the padded input plane, or the im2col columns of its chunk and the packed block
  * of the product's right side) lives in a per-thread buffer that grows and is kept for the
  * thread's life, so steady-state runs allocate nothing. Matrix products are single-threaded inside
- * the tasks: kiln_pg_gemm on packed weights, else OpenBLAS (cpu_gemm.c switches it to one thread). */
+ * the tasks: kiln_pg_gemm on packed weights, else OpenBLAS (cpu_gemm.c switches it to one thread).
+ * Stride-1 convolutions on packed weights skip im2col (conv2d_shifted.c). */
 #include "backends/cpu/conv2d.h"
 
 #include "backends/cpu/cpu_gemm.h"
@@ -84,8 +85,23 @@ kiln_status kiln_conv2d_weights_pack(const float *w, int64_t M, int64_t Cg, int6
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Conv: out of memory packing %lld x %lld weights", (long long)M,
                           (long long)rows);
     }
+    float *tap_major = malloc((size_t)(Mg * rows) * sizeof *tap_major);
+    if (!tap_major) {
+        free(pw);
+        free(data);
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Conv: out of memory packing %lld x %lld weights", (long long)M,
+                          (long long)rows);
+    }
     *pw = (kiln_conv2d_weights){M, Cg, KH, KW, group, per, data};
-    for (int64_t gr = 0; gr < group; gr++) kiln_pg_pack_a(w + gr * Mg * rows, rows, Mg, rows, data + gr * per);
+    const int64_t taps = KH * KW;
+    for (int64_t gr = 0; gr < group; gr++) {
+        for (int64_t m = 0; m < Mg; m++)
+            for (int64_t c = 0; c < Cg; c++)
+                for (int64_t t = 0; t < taps; t++)
+                    tap_major[m * rows + t * Cg + c] = w[((gr * Mg + m) * Cg + c) * taps + t];
+        kiln_pg_pack_a(tap_major, rows, Mg, rows, data + gr * per);
+    }
+    free(tap_major);
     *out = pw;
     return KILN_OK;
 }
@@ -102,26 +118,29 @@ bool kiln_conv2d_weights_fit(const kiln_conv2d_weights *pw, const kiln_conv2d *g
 }
 
 /* ------------------------------------------------------------------ per-thread scratch */
-static pthread_key_t g_scratch_key;
+static pthread_key_t g_scratch_keys[KILN_CONV2D_SCRATCH_SLOTS];
 static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
 typedef struct scratch {
     size_t cap;
     float data[];
 } scratch;
-static void scratch_key_make(void) { pthread_key_create(&g_scratch_key, free); }
+static void scratch_keys_make(void) {
+    for (int i = 0; i < KILN_CONV2D_SCRATCH_SLOTS; i++) pthread_key_create(&g_scratch_keys[i], free);
+}
 
-/* This thread's scratch of at least count floats (kept for the thread's life), NULL on out of memory. */
-static float *thread_scratch(size_t count) {
-    pthread_once(&g_scratch_once, scratch_key_make);
-    scratch *s = pthread_getspecific(g_scratch_key);
+float *kiln_conv2d_scratch(int slot, size_t count) {
+    pthread_once(&g_scratch_once, scratch_keys_make);
+    scratch *s = pthread_getspecific(g_scratch_keys[slot]);
     if (s && s->cap >= count) return s->data;
     free(s);
     s = malloc(sizeof *s + count * sizeof(float));
-    pthread_setspecific(g_scratch_key, s);
+    pthread_setspecific(g_scratch_keys[slot], s);
     if (!s) return NULL;
     s->cap = count;
     return s->data;
 }
+
+static float *thread_scratch(size_t count) { return kiln_conv2d_scratch(0, count); }
 
 /* ------------------------------------------------------------------ epilogue */
 /* p[0, len) = act(p + bias + z) (z may be NULL), for one output channel. */
@@ -228,14 +247,17 @@ static void depthwise_part(void *ctx, int64_t t0, int64_t t1) {
 }
 
 /* ------------------------------------------------------------------ im2col / pointwise */
-/* col[r * width + (p - p0)] for output positions p in [p0, p0 + width) and rows r = (c, kh, kw) of
- * the group's Cg channels starting at x: the input under that tap, 0 in the padding. */
-static void im2col_chunk(const kiln_conv2d *g, const float *x, int64_t Cg, int64_t p0, int64_t width, float *col) {
+/* col[r * width + (p - p0)] for output positions p in [p0, p0 + width) and rows r of the group's
+ * Cg channels starting at x: the input under that tap, 0 in the padding. Rows are (c, kh, kw) in
+ * W's order, or (kh, kw, c) when tap_major (the packed weights' order). */
+static void im2col_chunk(const kiln_conv2d *g, const float *x, int64_t Cg, int64_t p0, int64_t width, bool tap_major,
+                         float *col) {
     const int64_t OW = g->OW, HW = g->H * g->W;
     for (int64_t c = 0; c < Cg; c++)
         for (int64_t kh = 0; kh < g->KH; kh++)
             for (int64_t kw = 0; kw < g->KW; kw++) {
-                float *dst = col + ((c * g->KH + kh) * g->KW + kw) * width;
+                int64_t r = tap_major ? (kh * g->KW + kw) * Cg + c : (c * g->KH + kh) * g->KW + kw;
+                float *dst = col + r * width;
                 const float *xc = x + c * HW;
                 for (int64_t p = p0; p < p0 + width;) {
                     int64_t oh = p / OW, ow0 = p % OW, ow1 = OW - ow0 < p0 + width - p ? OW : ow0 + (p0 + width - p);
@@ -293,11 +315,11 @@ static void gemm_part(void *ctx, int64_t t0, int64_t t1) {
             kiln_cpu_sgemm(false, true, 1, m1 - m0, j->Cg, 1.0f, xg, j->Cg, wg, j->Cg, 0.0f, yg, m1 - m0);
         else if (j->packed) {
             const float *a = j->packed->data + gr * j->packed->group_floats + m0 * j->rows;
-            if (j->pointwise) kiln_pg_gemm(a, m1 - m0, j->rows, xg + p0, j->HW, width, bias, yg, j->OHW, tail);
+            if (j->pointwise) kiln_pg_gemm(a, m1 - m0, j->rows, xg + p0, j->HW, NULL, width, bias, yg, j->OHW, tail);
             else {
-                if (t / j->mblocks != prev_cols) im2col_chunk(g, xg, j->Cg, p0, width, col);
+                if (t / j->mblocks != prev_cols) im2col_chunk(g, xg, j->Cg, p0, width, true, col);
                 prev_cols = t / j->mblocks;
-                kiln_pg_gemm(a, m1 - m0, j->rows, col, width, width, bias, yg, j->OHW, tail);
+                kiln_pg_gemm(a, m1 - m0, j->rows, col, width, NULL, width, bias, yg, j->OHW, tail);
             }
             if (j->z || (j->act && j->act->kind != KILN_ACT_NONE))
                 for (int64_t m = m0; m < m1; m++)
@@ -306,7 +328,7 @@ static void gemm_part(void *ctx, int64_t t0, int64_t t1) {
             continue;
         } else if (j->pointwise) product(m1 - m0, width, j->Cg, wg, xg + p0, j->HW, yg, j->OHW);
         else {
-            im2col_chunk(g, xg, j->Cg, p0, width, col);
+            im2col_chunk(g, xg, j->Cg, p0, width, false, col);
             product(m1 - m0, width, j->rows, wg, col, width, yg, j->OHW);
         }
         for (int64_t m = m0; m < m1; m++)
@@ -334,6 +356,8 @@ kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w
     } else {
         j.pointwise = g->KH == 1 && g->KW == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
                       g->OH == g->H && g->OW == g->W;
+        if (packed && !j.pointwise && g->sh == 1 && g->sw == 1)
+            return kiln_conv2d_run_shifted(g, x, packed, bias, residual, act, y);
         /* Wide outputs are cut into column chunks (within the im2col budget, never narrower than 256
          * columns, so the weights are not repacked for a handful of columns); narrow ones, late in a
          * network, give each thread a block of output channels instead. */

@@ -21,7 +21,8 @@ typedef struct kiln_conv2d {
 } kiln_conv2d;
 
 /* Weights [M, Cg, KH, KW] in `group` groups, packed once for the matrix products of kiln_conv2d_run:
- * group gr's [M / group, Cg * KH * KW] matrix in kiln_pg_pack_a's layout at data + gr * group_floats. */
+ * group gr's [M / group, KH * KW * Cg] matrix (tap-major: column (kh * KW + kw) * Cg + c) in
+ * kiln_pg_pack_a's layout at data + gr * group_floats. */
 typedef struct kiln_conv2d_weights {
     int64_t M, Cg, KH, KW, group;
     int64_t group_floats;
@@ -51,5 +52,16 @@ kiln_status kiln_conv2d_geometry(const kiln_node *n, const kiln_tensor *x, const
 kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w, const kiln_conv2d_weights *packed,
                             const float *bias,
                             const float *residual, const kiln_act *act, float *y);
+
+/* Internal to the 2-D Conv kernels (conv2d.c, conv2d_shifted.c). */
+#define KILN_CONV2D_SCRATCH_SLOTS 2
+/* The calling thread's scratch number slot (< KILN_CONV2D_SCRATCH_SLOTS) of at least count floats,
+ * kept and grown for the thread's life; NULL on out of memory. Slot 0 is a task's own, slot 1 what
+ * a run shares with its tasks (on the thread that starts the run). */
+float *kiln_conv2d_scratch(int slot, size_t count);
+
+/* kiln_conv2d_run for a stride-1, non-pointwise g on packed weights that fit it (conv2d_shifted.c). */
+kiln_status kiln_conv2d_run_shifted(const kiln_conv2d *g, const float *x, const kiln_conv2d_weights *packed,
+                                    const float *bias, const float *residual, const kiln_act *act, float *y);
 
 #endif

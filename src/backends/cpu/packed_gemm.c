@@ -169,20 +169,23 @@ static void tile(int64_t K, const float *a, const float *b, int64_t ldb, float *
     for (int64_t r = 0; r < rows; r++) memcpy(c + r * ldc, t + r * NR, (size_t)cols * sizeof *t);
 }
 
-/* dst [panel][k][NR] = B [kc, nc] (ldb) in NR-column panels, zero past column nc. */
-static void pack_b(const float *B, int64_t ldb, int64_t kc, int64_t nc, float *dst) {
+/* dst [panel][k][NR] = rows [0, kc) of B, columns [0, nc), in NR-column panels, zero past column
+ * nc; row k at B + k * ldb, or at B + row_off[k] when row_off is not NULL. */
+static void pack_b(const float *B, int64_t ldb, const int64_t *row_off, int64_t kc, int64_t nc, float *dst) {
     int64_t j0 = 0;
+#define ROW(k) (B + (row_off ? row_off[k] : (k) * ldb))
     for (; j0 + NR <= nc; j0 += NR)
-        for (int64_t k = 0; k < kc; k++, dst += NR) memcpy(dst, B + k * ldb + j0, NR * sizeof *dst);
+        for (int64_t k = 0; k < kc; k++, dst += NR) memcpy(dst, ROW(k) + j0, NR * sizeof *dst);
     if (j0 < nc)
         for (int64_t k = 0; k < kc; k++, dst += NR) {
-            memcpy(dst, B + k * ldb + j0, (size_t)(nc - j0) * sizeof *dst);
+            memcpy(dst, ROW(k) + j0, (size_t)(nc - j0) * sizeof *dst);
             memset(dst + (nc - j0), 0, (size_t)(NR - (nc - j0)) * sizeof *dst);
         }
+#undef ROW
 }
 
-void kiln_pg_gemm(const float *packed_a, int64_t M, int64_t K, const float *B, int64_t ldb, int64_t N,
-                  const float *bias, float *C, int64_t ldc, float *scratch) {
+void kiln_pg_gemm(const float *packed_a, int64_t M, int64_t K, const float *B, int64_t ldb, const int64_t *row_off,
+                  int64_t N, const float *bias, float *C, int64_t ldc, float *scratch) {
     pthread_once(&g_tile_once, tile_pick);
     if (K == 0) {
         for (int64_t m = 0; m < M; m++)
@@ -193,7 +196,8 @@ void kiln_pg_gemm(const float *packed_a, int64_t M, int64_t K, const float *B, i
         int64_t nc = N - n0 < NC ? N - n0 : NC;
         for (int64_t k0 = 0; k0 < K; k0 += KC) {
             int64_t kc = K - k0 < KC ? K - k0 : KC;
-            pack_b(B + k0 * ldb + n0, ldb, kc, nc, scratch);
+            if (row_off) pack_b(B + n0, 0, row_off + k0, kc, nc, scratch);
+            else pack_b(B + k0 * ldb + n0, ldb, NULL, kc, nc, scratch);
             for (int64_t m0 = 0; m0 < M; m0 += MR) {
                 const float *a = packed_a + (m0 * K + k0 * MR);
                 const float *bm = bias && k0 == 0 ? bias + m0 : NULL;

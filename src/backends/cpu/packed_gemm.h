@@ -32,10 +32,11 @@ void kiln_pg_pack_a(const float *A, int64_t lda, int64_t M, int64_t K, float *ds
 int64_t kiln_pg_scratch_floats(void);
 
 /* C [M, N] (leading dimension ldc) = A B + bias, where A is rows [0, M) of a packed [*, K] matrix
- * starting at a panel (kiln_pg_pack_a's output at panel offset), B is [K, N] row-major with leading
- * dimension ldb, and bias (may be NULL) holds one value per row of C. scratch:
- * kiln_pg_scratch_floats() floats, not aliasing anything else. */
-void kiln_pg_gemm(const float *packed_a, int64_t M, int64_t K, const float *B, int64_t ldb, int64_t N,
-                  const float *bias, float *C, int64_t ldc, float *scratch);
+ * starting at a panel (kiln_pg_pack_a's output at panel offset), B is [K, N] with row k at
+ * B + k * ldb, or at B + row_off[k] when row_off is not NULL (rows may overlap), and bias (may be
+ * NULL) holds one value per row of C. scratch: kiln_pg_scratch_floats() floats, not aliasing
+ * anything else. */
+void kiln_pg_gemm(const float *packed_a, int64_t M, int64_t K, const float *B, int64_t ldb, const int64_t *row_off,
+                  int64_t N, const float *bias, float *C, int64_t ldc, float *scratch);
 
 #endif
