@@ -1,19 +1,20 @@
 /* activation_wide.c — kiln_cpu_activation_wide (activation_wide.h): GCC/Clang vector extensions of
  * 16 floats in functions compiled for AVX-512F, chosen once from the processor; the tail goes
- * through a zero-padded vector. */
+ * through a zero-padded vector. exp is ew_vexp's range reduction and polynomial, with 2^k applied
+ * by vscalefps, which also gives 0 far below and inf far above. */
 #include "backends/cpu/activation_wide.h"
 
 #include "backends/cpu/elementwise_vmath.h"
 
+#include <immintrin.h>
 #include <pthread.h>
 #include <string.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KILN_NO_SIMD_CLONES)
-#define WIDE __attribute__((target("avx512f"))) static inline
+#define WIDE __attribute__((target("avx512f"), always_inline)) static inline
 
 typedef float v16f __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
-typedef uint32_t v16u __attribute__((vector_size(64)));
 
 WIDE v16f splat(float x) { return (v16f){0} + x; }
 WIDE v16f select16(v16i m, v16f a, v16f b) { return (v16f)((m & (v16i)a) | (~m & (v16i)b)); }
@@ -22,21 +23,17 @@ WIDE v16f clamp16(v16f v, float lo, float hi) {
     return select16(v > hi, splat(hi), v);
 }
 
-/* ew_vexp (elementwise_vmath.h) on 16 lanes: the same range reduction and polynomial. */
-WIDE v16f exp16(v16f in) {
-    v16i nan = in != in;
-    v16f x = select16(nan, splat(0.0f), in);
-    x = select16(x < -87.0f, splat(-87.0f), x);
-    x = select16(x > 88.0f, splat(88.0f), x);
-    v16f k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+/* e^x: x = k ln2 + r with |r| <= ln2/2, e^r by ew_vexp's polynomial, times 2^k by vscalefps (0 and
+ * inf beyond the float range, NaN through). */
+WIDE v16f exp16(v16f x) {
+    /* clamped where e^x is 0 or inf anyway (infinities would make r NaN); vmaxps/vminps return
+     * their second operand, x, when it is NaN */
+    x = (v16f)_mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)x));
+    v16f k = (v16f)_mm512_roundscale_ps((__m512)(x * 1.44269504088896341f), _MM_FROUND_TO_NEAREST_INT);
     v16f r = (x - k * 0.693145751953125f) - k * 1.428606765330187e-06f;
-    v16u e = (v16u)(__builtin_convertvector(k, v16i) + 127) << 23;
     v16f p = splat(EW_EXP_POLY[EW_NCOEF(EW_EXP_POLY) - 1]);
     for (int i = EW_NCOEF(EW_EXP_POLY) - 2; i >= 0; i--) p = p * r + EW_EXP_POLY[i];
-    v16f y = p * (v16f)e;
-    y = select16(in < -87.0f, splat(0.0f), y);
-    y = select16(in > 88.0f, splat(__builtin_inff()), y);
-    return select16(nan, in, y);
+    return (v16f)_mm512_scalef_ps((__m512)p, (__m512)k);
 }
 
 WIDE v16f sigmoid16(v16f x) { return 1.0f / (1.0f + exp16(-x)); }

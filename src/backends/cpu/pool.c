@@ -7,9 +7,12 @@
  * the window taps over the outer dims that land inside the input give a list of input row
  * offsets; each such row and each tap k of the last dim then updates the whole output line at
  * once, y[ow] op= x[row + ow * stride + k * dilation - pad] over the ow range where that tap is
- * inside the input. No per-element bounds checks remain, and the inner loops run along rows. The
- * global forms and float32 MaxPool without indices split their planes over the thread pool. */
+ * inside the input. No per-element bounds checks remain, and the inner loops run along rows (on
+ * 8-lane vectors for float32 MaxPool with strides 1 and 2). The global forms and float32 MaxPool
+ * without indices split their planes over the thread pool. */
 #include "backends/cpu/nn_kernels.h"
+
+#include "backends/cpu/cpu_simd.h"
 
 #include "core/ckd.h"
 #include "core/status.h"
@@ -157,6 +160,33 @@ static int64_t col_major(const pool_plan *p, int64_t off) {
     return r;
 }
 
+/* y[j] = x[j * s] > y[j] ? x[j * s] : y[j] for j in [0, n): one tap of MaxPool over an output line. */
+#define DEFINE_MAX_ROW(T)                                                                          \
+    static void max_row_##T(T *y, const T *x, int64_t n, int64_t s) {                              \
+        for (int64_t j = 0; j < n; j++) y[j] = x[j * s] > y[j] ? x[j * s] : y[j];                  \
+    }
+DEFINE_MAX_ROW(double)
+DEFINE_MAX_ROW(int8_t)
+DEFINE_MAX_ROW(uint8_t)
+
+/* max_row for float32, 8 lanes at a time for strides 1 and 2 (the even lanes of two vectors). */
+KILN_SIMD_CLONES
+static void max_row_float(float *y, const float *x, int64_t n, int64_t s) {
+    typedef int32_t v8i __attribute__((vector_size(32)));
+    int64_t j = 0;
+    if (s <= 2)
+        for (; j + 8 <= n; j += 8) {
+            kiln_v8f xv = kiln_v8_load(x + j * s), yv = kiln_v8_load(y + j);
+            if (s == 2) {
+                kiln_v8f hi = kiln_v8_load(x + j * 2 + 8);
+                xv = __builtin_shufflevector(xv, hi, 0, 2, 4, 6, 8, 10, 12, 14);
+            }
+            v8i m = xv > yv;
+            kiln_v8_store(y + j, (kiln_v8f)((m & (v8i)xv) | (~m & (v8i)yv)));
+        }
+    for (; j < n; j++) y[j] = x[j * s] > y[j] ? x[j * s] : y[j];
+}
+
 /* Max over each window for element type T; ind (may be NULL) gets the flat input index of the
  * first maximum in window order. An empty window (only with huge pads) yields LOWEST. */
 #define DEFINE_MAXPOOL(T, LOWEST)                                                                  \
@@ -177,8 +207,8 @@ static int64_t col_major(const pool_plan *p, int64_t off) {
                     for (int64_t k = 0; k < kl; k++) {                                             \
                         int64_t base = p->rows[r] + p->koff[k];                                    \
                         if (!yi) {                                                                 \
-                            for (int64_t j = p->klo[k]; j < p->khi[k]; j++)                        \
-                                y[j] = xp[base + j * s] > y[j] ? xp[base + j * s] : y[j];          \
+                            int64_t lo_ = p->klo[k];                                               \
+                            max_row_##T(y + lo_, xp + base + lo_ * s, p->khi[k] - lo_, s);         \
                         } else {                                                                   \
                             for (int64_t j = p->klo[k]; j < p->khi[k]; j++)                        \
                                 if (yi[j] < 0 || xp[base + j * s] > y[j]) {                        \
