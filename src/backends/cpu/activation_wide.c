@@ -38,6 +38,34 @@ WIDE v16f exp16(v16f x) {
 
 WIDE v16f sigmoid16(v16f x) { return 1.0f / (1.0f + exp16(-x)); }
 
+WIDE v16f abs16(v16f x) { return (v16f)((v16i)x & INT32_MAX); }
+/* |mag| with the sign of s. */
+WIDE v16f copysign16(v16f mag, v16f s) { return (v16f)(((v16i)mag & INT32_MAX) | ((v16i)s & INT32_MIN)); }
+WIDE v16f poly16(const float *c, int n, v16f t) {
+    v16f r = splat(c[n - 1]);
+    for (int k = n - 2; k >= 0; k--) r = r * t + c[k];
+    return r;
+}
+
+/* The 16-lane forms of ew_vtanh, ew_verfc_ge1 and ew_vgelu_erf (elementwise_vmath.h). */
+WIDE v16f tanh16(v16f x) {
+    v16f a = abs16(x);
+    v16f small = x * poly16(EW_TANH_SMALL, EW_NCOEF(EW_TANH_SMALL), x * x);
+    v16f big = copysign16(1.0f - 2.0f / (exp16(2.0f * a) + 1.0f), x);
+    return select16(a < 0.55f, small, big);
+}
+WIDE v16f erfc_ge1_16(v16f a) {
+    v16f r = exp16(-(a * a)) * poly16(EW_ERFCX_U, EW_NCOEF(EW_ERFCX_U), 1.0f / a);
+    return select16(a >= 10.0f, splat(0.0f), r);
+}
+WIDE v16f gelu_erf16(v16f x) {
+    v16f z = x * 0.70710678118654752f, a = abs16(z);
+    v16f small = z * poly16(EW_ERF_SMALL, EW_NCOEF(EW_ERF_SMALL), z * z);
+    v16f erfc_a = erfc_ge1_16(a);
+    v16f erf = select16(a < 1.0f, small, copysign16(1.0f - erfc_a, z));
+    return select16(z > -1.0f, 0.5f * x * (1.0f + erf), 0.5f * x * erfc_a);
+}
+
 /* One vector through the activation (kind checked by the caller). */
 WIDE v16f act16(v16f v, kiln_activation kind, float p0, float p1) {
     switch (kind) {
@@ -48,6 +76,9 @@ WIDE v16f act16(v16f v, kiln_activation kind, float p0, float p1) {
     case KILN_ACT_HARD_SWISH: return v * clamp16(v / 6.0f + 0.5f, 0.0f, 1.0f);
     case KILN_ACT_SIGMOID: return sigmoid16(v);
     case KILN_ACT_SILU: return v * sigmoid16(v);
+    case KILN_ACT_TANH: return tanh16(v);
+    case KILN_ACT_GELU: return gelu_erf16(v);
+    case KILN_ACT_GELU_TANH: return v * sigmoid16(1.5957691216057308f * (v + 0.044715f * v * v * v));
     default: return v;
     }
 }
@@ -79,6 +110,9 @@ __attribute__((target("avx512f"))) static void apply_wide(float *y, int64_t n, k
     case KILN_ACT_HARD_SWISH: WIDE_LOOP(KILN_ACT_HARD_SWISH); break;
     case KILN_ACT_SIGMOID: WIDE_LOOP(KILN_ACT_SIGMOID); break;
     case KILN_ACT_SILU: WIDE_LOOP(KILN_ACT_SILU); break;
+    case KILN_ACT_TANH: WIDE_LOOP(KILN_ACT_TANH); break;
+    case KILN_ACT_GELU: WIDE_LOOP(KILN_ACT_GELU); break;
+    case KILN_ACT_GELU_TANH: WIDE_LOOP(KILN_ACT_GELU_TANH); break;
     default: break;
     }
 }
@@ -92,12 +126,7 @@ static void probe(void) {
 
 bool kiln_cpu_activation_wide(float *y, int64_t n, const kiln_act *a) {
     pthread_once(&g_once, probe);
-    switch (a->kind) {
-    case KILN_ACT_RELU: case KILN_ACT_LEAKY_RELU: case KILN_ACT_CLIP: case KILN_ACT_HARD_SIGMOID:
-    case KILN_ACT_HARD_SWISH: case KILN_ACT_SIGMOID: case KILN_ACT_SILU: break;
-    default: return false;
-    }
-    if (!g_avx512) return false;
+    if (!g_avx512 || a->kind <= KILN_ACT_NONE || a->kind >= KILN_ACT_COUNT) return false;
     apply_wide(y, n, a->kind, a->p0, a->p1);
     return true;
 }

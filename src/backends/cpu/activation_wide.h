@@ -1,7 +1,7 @@
 /* activation_wide.h — the epilogue activations on 16-lane AVX-512 vectors where the processor has
- * them: ReLU, LeakyRelu, Clip, HardSigmoid, HardSwish, Sigmoid and SiLU, with the formulas (and,
- * for Sigmoid and SiLU, the exp polynomial) of the 4-lane versions in fused.c and
- * elementwise_vmath.h, four times as many lanes per instruction. */
+ * them: every activation of fused_ops.h (ReLU, LeakyRelu, Clip, HardSigmoid, HardSwish, Sigmoid,
+ * SiLU, Tanh, GELU in both forms), with the formulas and polynomials of the 4-lane versions in
+ * fused.c and elementwise_vmath.h, four times as many lanes per instruction. */
 #ifndef KILN_CPU_ACTIVATION_WIDE_H
 #define KILN_CPU_ACTIVATION_WIDE_H
 
@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 /* y[i] = act(y[i]) for i in [0, n) in place and true, or false (y untouched) when the processor
- * lacks AVX-512 or a's kind is not one of the above. */
+ * lacks AVX-512 or a's kind is KILN_ACT_NONE. */
 bool kiln_cpu_activation_wide(float *y, int64_t n, const kiln_act *a);
 
 #endif
