@@ -1,8 +1,8 @@
 /* test_cpu_kernels.c — the CPU backend's fast kernels against naive double-precision loops written
  * here: the thread pool's parallel-for (every index once, nesting runs serially), kiln_cpu_sgemm
  * over odd shapes, both transposes and alpha/beta (its matrix-vector and split-OpenBLAS paths), the
- * packed product (kiln_pg_gemm) with every micro-kernel the processor runs over tails of rows,
- * columns and depth, and the Conv kernels (depthwise, pointwise, general) with odd shapes, strides,
+ * packed products (kiln_pg_gemm, kiln_pg_gemm_packed_b) with every micro-kernel the processor
+ * runs over tails of rows, columns and depth, and the Conv kernels (depthwise, pointwise, general) with odd shapes, strides,
  * pads, dilations and groups, each with and without the fused epilogue, on plain weights and on
  * packed weights with every micro-kernel; and the epilogue activations (16-lane where the
  * processor has AVX-512) over tails, extremes and NaN. */
@@ -258,7 +258,48 @@ static void test_packed_case(int64_t M, int64_t K, int64_t N, bool bias) {
     free(scratch);
 }
 
+/* kiln_pg_gemm_packed_b against a double product for M x K x N, B given as [K, N] or as the
+ * transpose of [N, K], each micro-kernel. */
+static void test_packed_b_case(int64_t M, int64_t K, int64_t N, bool transposed) {
+    int64_t lda = K + 2, ldc = N + 3;
+    float *A = malloc(sizeof(float) * (size_t)(M * lda + 1)), *B = malloc(sizeof(float) * (size_t)(K * N + 1));
+    float *C = malloc(sizeof(float) * (size_t)(M * ldc + 1));
+    float *pb = malloc(sizeof(float) * (size_t)(kiln_pg_packed_b_floats(K, N) + 1));
+    float *scratch = malloc(sizeof(float) * (size_t)kiln_pg_scratch_b_floats());
+    fill(A, M * lda);
+    fill(B, K * N);
+    kiln_pg_pack_b(B, transposed ? 1 : N, transposed ? K : 1, K, N, pb);
+    for (int isa = KILN_PG_PORTABLE; isa <= KILN_PG_AVX512; isa++) {
+        if (!kiln_pg_isa_set((kiln_pg_isa)isa)) continue;
+        for (int64_t i = 0; i < M * ldc; i++) C[i] = 7.0f;
+        kiln_pg_gemm_packed_b(A, lda, M, K, pb, N, C, ldc, scratch);
+        double worst = 0;
+        bool gaps = true;
+        for (int64_t m = 0; m < M; m++) {
+            for (int64_t j = 0; j < N; j++) {
+                double s = 0;
+                for (int64_t k = 0; k < K; k++) s += (double)A[m * lda + k] * (transposed ? B[j * K + k] : B[k * N + j]);
+                double err = fabs(C[m * ldc + j] - s) / (1.0 + fabs(s));
+                if (isnan(err) || err > worst) worst = isnan(err) ? INFINITY : err;
+            }
+            for (int64_t j = N; j < ldc; j++) gaps = gaps && C[m * ldc + j] == 7.0f;
+        }
+        CHECKF(worst < 2e-6 * sqrt((double)K + 1) && gaps, "packed B %lldx%lldx%lld transposed %d isa %d: error %g, gaps %d",
+               (long long)M, (long long)K, (long long)N, transposed, isa, worst, gaps);
+    }
+    kiln_pg_isa_set(kiln_pg_isa_best());
+    free(A);
+    free(B);
+    free(C);
+    free(pb);
+    free(scratch);
+}
+
 static void test_packed_gemm(void) {
+    test_packed_b_case(12, 8, 32, false);    /* one full tile */
+    test_packed_b_case(5, 3, 7, true);       /* below a tile each way */
+    test_packed_b_case(130, 300, 70, false); /* rows over a block (120), depth over one (256) */
+    test_packed_b_case(37, 520, 65, true);   /* depth over two blocks, a partial panel */
     test_packed_case(12, 8, 32, true);     /* one full tile */
     test_packed_case(1, 1, 1, true);       /* one element */
     test_packed_case(13, 17, 33, false);   /* one past a tile each way */

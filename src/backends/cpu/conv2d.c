@@ -2,13 +2,14 @@
  * pool runs in contiguous ranges: one output plane per task for depthwise Conv, and a chunk of
  * output positions of one image and group (and a block of output channels) per task otherwise. A
  * task's scratch (the padded input plane, or the im2col columns of its chunk and the packed block
- * of the product's right side) lives in a per-thread buffer that grows and is kept for the
+ * of the product's right side) lives in a per-thread buffer (cpu_scratch.h) that grows and is kept for the
  * thread's life, so steady-state runs allocate nothing. Matrix products are single-threaded inside
  * the tasks: kiln_pg_gemm on packed weights, else OpenBLAS (cpu_gemm.c switches it to one thread).
  * Stride-1 convolutions on packed weights skip im2col (conv2d_shifted.c). */
 #include "backends/cpu/conv2d.h"
 
 #include "backends/cpu/cpu_gemm.h"
+#include "backends/cpu/cpu_scratch.h"
 #include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/fused_kernels.h"
 #include "backends/cpu/packed_gemm.h"
@@ -17,7 +18,6 @@
 #include "ir/nn_window.h"
 
 #include <cblas.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,30 +117,7 @@ bool kiln_conv2d_weights_fit(const kiln_conv2d_weights *pw, const kiln_conv2d *g
            pw->group == g->group;
 }
 
-/* ------------------------------------------------------------------ per-thread scratch */
-static pthread_key_t g_scratch_keys[KILN_CONV2D_SCRATCH_SLOTS];
-static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
-typedef struct scratch {
-    size_t cap;
-    float data[];
-} scratch;
-static void scratch_keys_make(void) {
-    for (int i = 0; i < KILN_CONV2D_SCRATCH_SLOTS; i++) pthread_key_create(&g_scratch_keys[i], free);
-}
-
-float *kiln_conv2d_scratch(int slot, size_t count) {
-    pthread_once(&g_scratch_once, scratch_keys_make);
-    scratch *s = pthread_getspecific(g_scratch_keys[slot]);
-    if (s && s->cap >= count) return s->data;
-    free(s);
-    s = malloc(sizeof *s + count * sizeof(float));
-    pthread_setspecific(g_scratch_keys[slot], s);
-    if (!s) return NULL;
-    s->cap = count;
-    return s->data;
-}
-
-static float *thread_scratch(size_t count) { return kiln_conv2d_scratch(0, count); }
+static float *thread_scratch(size_t count) { return kiln_cpu_scratch(KILN_SCRATCH_TASK, count); }
 
 /* ------------------------------------------------------------------ epilogue */
 /* p[0, len) = act(p + bias + z) (z may be NULL), for one output channel. */

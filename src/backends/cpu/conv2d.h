@@ -53,14 +53,7 @@ kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w
                             const float *bias,
                             const float *residual, const kiln_act *act, float *y);
 
-/* Internal to the 2-D Conv kernels (conv2d.c, conv2d_shifted.c). */
-#define KILN_CONV2D_SCRATCH_SLOTS 2
-/* The calling thread's scratch number slot (< KILN_CONV2D_SCRATCH_SLOTS) of at least count floats,
- * kept and grown for the thread's life; NULL on out of memory. Slot 0 is a task's own, slot 1 what
- * a run shares with its tasks (on the thread that starts the run). */
-float *kiln_conv2d_scratch(int slot, size_t count);
-
-/* kiln_conv2d_run for a stride-1, non-pointwise g on packed weights that fit it (conv2d_shifted.c). */
+/* Internal to the 2-D Conv kernels: kiln_conv2d_run for a stride-1, non-pointwise g on packed weights that fit it (conv2d_shifted.c). */
 kiln_status kiln_conv2d_run_shifted(const kiln_conv2d *g, const float *x, const kiln_conv2d_weights *packed,
                                     const float *bias, const float *residual, const kiln_act *act, float *y);
 

@@ -9,6 +9,7 @@
  * runs while it is in cache. */
 #include "backends/cpu/conv2d.h"
 
+#include "backends/cpu/cpu_scratch.h"
 #include "backends/cpu/fused_kernels.h"
 #include "backends/cpu/packed_gemm.h"
 #include "core/status.h"
@@ -59,7 +60,7 @@ static void block_part(void *ctx, int64_t t0, int64_t t1) {
     const int64_t panels = (j->Mg + KILN_PG_MR - 1) / KILN_PG_MR;
     const int64_t max_rows = (panels + j->mblocks - 1) / j->mblocks * KILN_PG_MR;
     /* scratch: the row offsets [K], the product's block [max_rows][N], kiln_pg_gemm's scratch */
-    float *s = kiln_conv2d_scratch(0, (size_t)(2 * j->K + max_rows * N + kiln_pg_scratch_floats()));
+    float *s = kiln_cpu_scratch(KILN_SCRATCH_TASK, (size_t)(2 * j->K + max_rows * N + kiln_pg_scratch_floats()));
     if (!s) {
         atomic_store(&j->oom, true);
         return;
@@ -104,7 +105,7 @@ kiln_status kiln_conv2d_run_shifted(const kiln_conv2d *g, const float *x, const 
     j.Hp = g->OH + (g->KH - 1) * g->dh + 1; /* one more row: the last block's dropped columns read into it */
     j.plane = j.Hp * j.Wp;
     atomic_init(&j.oom, false);
-    j.xp = kiln_conv2d_scratch(1, (size_t)(g->N * g->C * j.plane));
+    j.xp = kiln_cpu_scratch(KILN_SCRATCH_SHARED, (size_t)(g->N * g->C * j.plane));
     if (!j.xp) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Conv: out of memory for the padded input");
     kiln_parallel_for(g->N * g->C, 16, pad_part, &j);
     int threads = kiln_threadpool_size();

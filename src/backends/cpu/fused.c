@@ -248,6 +248,21 @@ kiln_status kiln_cpu_fused_conv_prepared(const kiln_node *n, const void *state, 
     return fused_conv_run(n, in, nin, out, state);
 }
 
+kiln_status kiln_cpu_fused_gemm_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
+                                         kiln_tensor *const *out, int nout) {
+    if (nn_has_half_input(in, nin)) return kiln_cpu_fused_gemm(n, in, nin, out, nout);
+    KILN_TRY(kiln_cpu_gemm_prepared(n, state, in, nin > 3 ? 3 : nin, out, 1));
+    return epilogue(n, out[0], NULL, opt_input(in, nin, 3));
+}
+
+kiln_status kiln_cpu_fused_matmul_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
+                                           kiln_tensor *const *out, int nout) {
+    if (nn_has_half_input(in, nin)) return kiln_cpu_fused_matmul(n, in, nin, out, nout);
+    KILN_TRY(nn_require_inputs(n, in, nin, 2));
+    KILN_TRY(kiln_cpu_matmul_prepared(n, state, in, 2, out, 1));
+    return epilogue(n, out[0], opt_input(in, nin, 2), opt_input(in, nin, 3));
+}
+
 const kiln_cpu_kernel kiln_cpu_kernels_fused[] = {
     {"FusedConv", KILN_FUSED_DOMAIN, kiln_cpu_fused_conv},
     {"FusedPool", KILN_FUSED_DOMAIN, kiln_cpu_fused_pool},

@@ -55,6 +55,19 @@ NN_EXEC(kiln_cpu_global_lp_pool);
 /* gemm.c */
 NN_EXEC(kiln_cpu_gemm);
 NN_EXEC(kiln_cpu_matmul);
+/* gemm_packed.c: the prepared MatMul and Gemm (cpu_kernels.h), for FusedMatMul and FusedGemm too:
+ * a float32 constant 2-D right operand (Gemm: without transA, alpha 1) gets packed; the fused
+ * execs are in fused.c. */
+kiln_status kiln_cpu_matmul_prepare(const kiln_graph *g, const kiln_node *n, void **state);
+kiln_status kiln_cpu_matmul_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
+                                     kiln_tensor *const *out, int nout);
+kiln_status kiln_cpu_gemm_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
+                                   kiln_tensor *const *out, int nout);
+kiln_status kiln_cpu_fused_matmul_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
+                                           kiln_tensor *const *out, int nout);
+kiln_status kiln_cpu_fused_gemm_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
+                                         kiln_tensor *const *out, int nout);
+void kiln_cpu_matmul_state_free(void *state);
 /* norm.c */
 NN_EXEC(kiln_cpu_batchnorm);
 NN_EXEC(kiln_cpu_instancenorm);

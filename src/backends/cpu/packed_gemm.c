@@ -1,4 +1,4 @@
-/* packed_gemm.c — kiln_pg_gemm (packed_gemm.h). B is packed KC rows by NC columns at a time into
+/* packed_gemm.c — kiln_pg_gemm and kiln_pg_gemm_packed_b (packed_gemm.h). B is packed KC rows by NC columns at a time into
  * NR-column panels ([panel][k][NR], zero past N: contiguous, so the micro-kernel's reads stay on
  * few pages and prefetch well); within a block every MR-row panel of A (in L1) meets every panel
  * of the block (in L2). The micro-kernels compute full MR x NR tiles: C = bias + A B on the first
@@ -13,7 +13,7 @@
 #include <immintrin.h>
 #endif
 
-enum { MR = KILN_PG_MR, NR = KILN_PG_NR, KC = 256, NC = 256 };
+enum { MR = KILN_PG_MR, NR = KILN_PG_NR, KC = 256, NC = 256, MC = 120 };
 
 /* One full tile: c [MR rows, ldc] = (accumulate ? c : bias or 0) + sum_k a[k * MR + r] b[k * ldb + j]. */
 typedef void (*tile_fn)(int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc,
@@ -205,6 +205,42 @@ void kiln_pg_gemm(const float *packed_a, int64_t M, int64_t K, const float *B, i
                 for (int64_t j0 = 0; j0 < nc; j0 += NR)
                     tile(kc, a, scratch + j0 * kc, NR, C + m0 * ldc + n0 + j0, ldc, rows, nc - j0 < NR ? nc - j0 : NR,
                          k0 > 0, bm);
+            }
+        }
+    }
+}
+
+int64_t kiln_pg_packed_b_floats(int64_t K, int64_t N) { return (N + NR - 1) / NR * NR * K; }
+
+void kiln_pg_pack_b(const float *B, int64_t rs, int64_t cs, int64_t K, int64_t N, float *dst) {
+    for (int64_t j0 = 0; j0 < N; j0 += NR) {
+        int64_t cols = N - j0 < NR ? N - j0 : NR;
+        for (int64_t k = 0; k < K; k++, dst += NR)
+            for (int64_t j = 0; j < NR; j++) dst[j] = j < cols ? B[k * rs + (j0 + j) * cs] : 0.0f;
+    }
+}
+
+int64_t kiln_pg_scratch_b_floats(void) { return (int64_t)MC * KC; }
+
+/* A block of MC rows by KC columns of A is packed (in L2); every NR-column panel of B's block (in
+ * L1) then meets every MR-row panel of it. */
+void kiln_pg_gemm_packed_b(const float *A, int64_t lda, int64_t M, int64_t K, const float *packed_b, int64_t N,
+                           float *C, int64_t ldc, float *scratch) {
+    pthread_once(&g_tile_once, tile_pick);
+    if (K == 0) {
+        for (int64_t m = 0; m < M; m++) memset(C + m * ldc, 0, (size_t)N * sizeof *C);
+        return;
+    }
+    for (int64_t m0 = 0; m0 < M; m0 += MC) {
+        int64_t mc = M - m0 < MC ? M - m0 : MC;
+        for (int64_t k0 = 0; k0 < K; k0 += KC) {
+            int64_t kc = K - k0 < KC ? K - k0 : KC;
+            kiln_pg_pack_a(A + m0 * lda + k0, lda, mc, kc, scratch);
+            for (int64_t j0 = 0; j0 < N; j0 += NR) {
+                const float *b = packed_b + (j0 / NR * K + k0) * NR;
+                for (int64_t i0 = 0; i0 < mc; i0 += MR)
+                    tile(kc, scratch + i0 * kc, b, NR, C + (m0 + i0) * ldc + j0, ldc, mc - i0 < MR ? mc - i0 : MR,
+                         N - j0 < NR ? N - j0 : NR, k0 > 0, NULL);
             }
         }
     }

@@ -1,8 +1,10 @@
-/* packed_gemm.h — kiln's own float32 matrix product for a constant left operand (convolution
- * weights): the left matrix is packed once into panels of KILN_PG_MR rows, the right one per call into
- * panels of KILN_PG_NR columns, a cache-sized block at a time; a register-blocked micro-kernel computes each MR x NR tile with the bias added in
- * registers, over cache-sized blocks. The micro-kernel is picked once from the processor: AVX-512,
- * AVX2 + FMA, or portable C. Single-threaded: callers split the work. */
+/* packed_gemm.h — kiln's own float32 matrix product for a constant operand, packed once: constant
+ * left operands (convolution weights) into panels of KILN_PG_MR rows, with the right side packed
+ * per call into panels of KILN_PG_NR columns (kiln_pg_gemm); constant right operands (MatMul and
+ * Gemm weights) into panels of NR columns, with the left side packed per call into panels of MR
+ * rows (kiln_pg_gemm_packed_b). Both run over cache-sized blocks through one register-blocked
+ * micro-kernel for MR x NR tiles, picked once from the processor: AVX-512, AVX2 + FMA, or portable
+ * C. Single-threaded: callers split the work. */
 #ifndef KILN_CPU_PACKED_GEMM_H
 #define KILN_CPU_PACKED_GEMM_H
 
@@ -38,5 +40,22 @@ int64_t kiln_pg_scratch_floats(void);
  * anything else. */
 void kiln_pg_gemm(const float *packed_a, int64_t M, int64_t K, const float *B, int64_t ldb, const int64_t *row_off,
                   int64_t N, const float *bias, float *C, int64_t ldc, float *scratch);
+
+/* Floats that kiln_pg_pack_b writes for a K x N matrix (N rounded up to whole panels). */
+int64_t kiln_pg_packed_b_floats(int64_t K, int64_t N);
+
+/* Packs B (K x N, element (k, n) at B[k * rs + n * cs]: rs = N, cs = 1 for a row-major [K, N];
+ * rs = 1, cs = K for the transpose of a row-major [N, K]) into dst: panel p holds columns
+ * [p * NR, p * NR + NR) as dst[(p * K + k) * NR + j], zero past column N. */
+void kiln_pg_pack_b(const float *B, int64_t rs, int64_t cs, int64_t K, int64_t N, float *dst);
+
+/* Floats of scratch kiln_pg_gemm_packed_b needs (one packed block of A, whatever the sizes). */
+int64_t kiln_pg_scratch_b_floats(void);
+
+/* C [M, N] (leading dimension ldc) = A B, where A is [M, K] row-major with leading dimension lda
+ * and B is columns [0, N) of a packed [K, *] matrix starting at a panel (kiln_pg_pack_b's output
+ * at panel offset). scratch: kiln_pg_scratch_b_floats() floats, not aliasing anything else. */
+void kiln_pg_gemm_packed_b(const float *A, int64_t lda, int64_t M, int64_t K, const float *packed_b, int64_t N,
+                           float *C, int64_t ldc, float *scratch);
 
 #endif
