@@ -160,11 +160,12 @@ static void test_conv_case(int64_t N, int64_t C, int64_t H, int64_t W, int64_t M
     kiln_conv2d_weights *packed = NULL;
     CHECK_OK(kiln_conv2d_weights_pack(w, M, C / group, KH, KW, group, &packed));
     CHECK(packed == NULL || kiln_conv2d_weights_fit(packed, &g));
-    /* variant 0: OpenBLAS on w; then packed weights with each micro-kernel (none for depthwise) */
-    for (int variant = 0; variant <= KILN_PG_AVX512 + 1; variant++) {
-        if (variant > 0 && (!packed || !kiln_pg_isa_set((kiln_pg_isa)(variant - 1)))) continue;
+    /* each instruction set the processor runs: plain weights (the depthwise kernel or OpenBLAS), then
+     * packed weights (none for depthwise) */
+    for (int variant = 0; variant < 2 * (KILN_PG_AVX512 + 1); variant++) {
+        if ((variant % 2 && !packed) || !kiln_pg_isa_set((kiln_pg_isa)(variant / 2))) continue;
         memset(y, 0xff, sizeof(float) * (size_t)ny); /* NaN: every output must be written */
-        CHECK_OK(kiln_conv2d_run(&g, x, w, variant ? packed : NULL, bias ? b : NULL, residual ? z : NULL, &act, y));
+        CHECK_OK(kiln_conv2d_run(&g, x, w, variant % 2 ? packed : NULL, bias ? b : NULL, residual ? z : NULL, &act, y));
         double worst = 0;
         for (int64_t i = 0; i < ny; i++) {
             double err = fabs(y[i] - want[i]) / (1.0 + fabs(want[i]));

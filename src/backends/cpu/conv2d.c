@@ -64,6 +64,8 @@ kiln_status kiln_conv2d_geometry(const kiln_node *n, const kiln_tensor *x, const
 
 /* Taps of a depthwise kernel the direct path takes (7x7 and below); larger ones go through im2col. */
 #define DW_MAX_TAPS 64
+/* Columns past a padded row's outputs that a depthwise vector may read (one 16-lane vector). */
+#define DW_SLACK 16
 
 /* Whether kiln_conv2d_run takes the direct depthwise kernel for weights [M, Cg, KH, KW] in group groups. */
 static bool is_depthwise(int64_t M, int64_t Cg, int64_t KH, int64_t KW, int64_t group) {
@@ -139,6 +141,7 @@ typedef struct conv_job {
     int64_t chunk, chunks;           /* output positions per task, column chunks per (image, group) */
     int64_t mblocks;                 /* blocks of output channels per column chunk */
     bool pointwise;
+    bool wide; /* depthwise on 16-lane AVX-512 vectors */
     atomic_bool oom;
 } conv_job;
 
@@ -164,8 +167,8 @@ static void pad_plane(const kiln_conv2d *g, const float *x, int64_t PH, int64_t 
 
 /* One output plane of depthwise Conv from its padded input plane: 16 outputs at a time (8 at the
  * end of a row), every tap accumulated in registers. off[t]: where tap t of output (0, 0) reads in
- * buf; wk[t] its weight. The padded rows have 8 columns of slack, so the last vector may read past
- * the row's outputs. */
+ * buf; wk[t] its weight. The padded rows have DW_SLACK columns of slack, so the last vector may
+ * read past the row's outputs. */
 KILN_SIMD_CLONES
 static void depthwise_plane(const kiln_conv2d *g, const float *buf, int64_t ld, const int64_t *off, const float *wk,
                             float bias, float *y) {
@@ -194,12 +197,48 @@ static void depthwise_plane(const kiln_conv2d *g, const float *buf, int64_t ld, 
     }
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KILN_NO_SIMD_CLONES)
+typedef float dw_v16f __attribute__((vector_size(64)));
+
+/* depthwise_plane on 16-lane AVX-512 vectors: 32 outputs at a time, then 16. */
+__attribute__((target("avx512f"))) static void depthwise_plane_wide(const kiln_conv2d *g, const float *buf, int64_t ld,
+                                                                    const int64_t *off, const float *wk, float bias,
+                                                                    float *y) {
+    const int64_t taps = g->KH * g->KW, OW = g->OW;
+    for (int64_t oh = 0; oh < g->OH; oh++) {
+        float *yr = y + oh * OW;
+        const float *base = buf + oh * g->sh * ld;
+        int64_t ow = 0;
+        for (; ow + 32 <= OW; ow += 32) {
+            dw_v16f a0 = (dw_v16f){0} + bias, a1 = a0, x0, x1;
+            for (int64_t t = 0; t < taps; t++) {
+                memcpy(&x0, base + off[t] + ow, sizeof x0);
+                memcpy(&x1, base + off[t] + ow + 16, sizeof x1);
+                a0 += wk[t] * x0;
+                a1 += wk[t] * x1;
+            }
+            memcpy(yr + ow, &a0, sizeof a0);
+            memcpy(yr + ow + 16, &a1, sizeof a1);
+        }
+        for (; ow < OW; ow += 16) {
+            dw_v16f acc = (dw_v16f){0} + bias, x0;
+            for (int64_t t = 0; t < taps; t++) {
+                memcpy(&x0, base + off[t] + ow, sizeof x0);
+                acc += wk[t] * x0;
+            }
+            memcpy(yr + ow, &acc, (size_t)(OW - ow < 16 ? OW - ow : 16) * sizeof(float));
+        }
+    }
+}
+#define DW_WIDE 1
+#endif
+
 static void depthwise_part(void *ctx, int64_t t0, int64_t t1) {
     conv_job *j = ctx;
     const kiln_conv2d *g = j->g;
     int64_t rows_read = (g->OH - 1) * g->sh + (g->KH - 1) * g->dh + 1;
     int64_t PH = g->H + g->ph > rows_read ? g->H + g->ph : rows_read;
-    int64_t lp_in = (g->W + g->pw) / g->sw + 1, lp_read = g->OW + 8 + (g->KW - 1) * g->dw / g->sw + 1;
+    int64_t lp_in = (g->W + g->pw) / g->sw + 1, lp_read = g->OW + DW_SLACK + (g->KW - 1) * g->dw / g->sw + 1;
     int64_t lp = lp_in > lp_read ? lp_in : lp_read, ld = lp * g->sw, off[DW_MAX_TAPS];
     float *buf = thread_scratch((size_t)(PH * ld));
     if (!buf) {
@@ -217,7 +256,11 @@ static void depthwise_part(void *ctx, int64_t t0, int64_t t1) {
         if (cin != prev_in) pad_plane(g, j->x + cin * j->HW, PH, ld, lp, buf);
         prev_in = cin;
         float *y = j->y + t * j->OHW;
-        depthwise_plane(g, buf, ld, off, j->w + m * g->KH * g->KW, j->bias ? j->bias[m] : 0.0f, y);
+#ifdef DW_WIDE
+        if (j->wide) depthwise_plane_wide(g, buf, ld, off, j->w + m * g->KH * g->KW, j->bias ? j->bias[m] : 0.0f, y);
+        else
+#endif
+            depthwise_plane(g, buf, ld, off, j->w + m * g->KH * g->KW, j->bias ? j->bias[m] : 0.0f, y);
         if (j->z || (j->act && j->act->kind != KILN_ACT_NONE))
             epilogue_row(y, j->OHW, 0.0f, j->z ? j->z + t * j->OHW : NULL, j->act);
     }
@@ -328,6 +371,7 @@ kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w
     kiln_cpu_gemm_init();
     int threads = kiln_threadpool_size();
     if (is_depthwise(g->M, j.Cg, g->KH, g->KW, g->group)) {
+        j.wide = kiln_pg_isa_current() == KILN_PG_AVX512;
         int64_t tasks = g->N * g->M;
         kiln_parallel_for(tasks, tasks * j.OHW * g->KH * g->KW < 16384 ? tasks : 1, depthwise_part, &j);
     } else {

@@ -111,6 +111,7 @@ static void tile_portable(int64_t K, const float *a, const float *b, int64_t ldb
 }
 
 static tile_fn g_tile;
+static kiln_pg_isa g_isa;
 static pthread_once_t g_tile_once = PTHREAD_ONCE_INIT;
 
 kiln_pg_isa kiln_pg_isa_best(void) {
@@ -131,13 +132,22 @@ static tile_fn tile_for(kiln_pg_isa isa) {
     return tile_portable;
 }
 
-static void tile_pick(void) { g_tile = tile_for(kiln_pg_isa_best()); }
+static void tile_pick(void) {
+    g_isa = kiln_pg_isa_best();
+    g_tile = tile_for(g_isa);
+}
 
 bool kiln_pg_isa_set(kiln_pg_isa isa) {
     pthread_once(&g_tile_once, tile_pick);
     if (isa > kiln_pg_isa_best()) return false;
+    g_isa = isa;
     g_tile = tile_for(isa);
     return true;
+}
+
+kiln_pg_isa kiln_pg_isa_current(void) {
+    pthread_once(&g_tile_once, tile_pick);
+    return g_isa;
 }
 
 int64_t kiln_pg_packed_a_floats(int64_t M, int64_t K) { return (M + MR - 1) / MR * MR * K; }

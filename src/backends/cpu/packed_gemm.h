@@ -19,9 +19,13 @@ typedef enum kiln_pg_isa { KILN_PG_PORTABLE, KILN_PG_AVX2, KILN_PG_AVX512 } kiln
 /* The widest micro-kernel this processor runs. */
 kiln_pg_isa kiln_pg_isa_best(void);
 
-/* Makes every later product use the micro-kernel of isa (tests compare them); false, changing
- * nothing, when the processor does not run it. Not thread-safe against running products. */
+/* Makes every later product (and the other kernels that ask kiln_pg_isa_current) use the
+ * instructions of isa (tests compare them); false, changing nothing, when the processor does not
+ * run them. Not thread-safe against running kernels. */
 bool kiln_pg_isa_set(kiln_pg_isa isa);
+
+/* The instruction set the kernels use now: kiln_pg_isa_best() unless kiln_pg_isa_set chose another. */
+kiln_pg_isa kiln_pg_isa_current(void);
 
 /* Floats that kiln_pg_pack_a writes for an M x K matrix (M rounded up to whole panels). */
 int64_t kiln_pg_packed_a_floats(int64_t M, int64_t K);
