@@ -36,7 +36,13 @@ WIDE v16f exp16(v16f x) {
     return (v16f)_mm512_scalef_ps((__m512)p, (__m512)k);
 }
 
-WIDE v16f sigmoid16(v16f x) { return 1.0f / (1.0f + exp16(-x)); }
+/* 1 / (1 + e^-x) by vrcp14ps and one Newton step (no division); 0 below -87, where the true value
+ * falls under FLT_MIN (and e^-x would overflow the reciprocal's range). */
+WIDE v16f sigmoid16(v16f x) {
+    v16f d = 1.0f + exp16(-x), r = (v16f)_mm512_rcp14_ps((__m512)d);
+    r = r * (2.0f - d * r);
+    return select16(x < -87.0f, splat(0.0f), r);
+}
 
 WIDE v16f abs16(v16f x) { return (v16f)((v16i)x & INT32_MAX); }
 /* |mag| with the sign of s. */

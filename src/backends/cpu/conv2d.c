@@ -305,6 +305,21 @@ static void product(int64_t M, int64_t N, int64_t K, const float *A, const float
                 C, (int)ldc);
 }
 
+/* The residual (z, rows ldz apart, may be NULL) and activation of a part's packed product. */
+typedef struct block_epilogue {
+    const float *z;
+    int64_t ldz;
+    const kiln_act *act;
+} block_epilogue;
+
+/* kiln_pg_epilogue's fn: rows are output channels from the part's first, columns output positions
+ * from its first. */
+static void epilogue_block(void *ctx, float *c, int64_t ldc, int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
+    const block_epilogue *e = ctx;
+    for (int64_t r = 0; r < rows; r++)
+        epilogue_row(c + r * ldc, cols, 0.0f, e->z ? e->z + (r0 + r) * e->ldz + c0 : NULL, e->act);
+}
+
 static void gemm_part(void *ctx, int64_t t0, int64_t t1) {
     conv_job *j = ctx;
     const kiln_conv2d *g = j->g;
@@ -335,16 +350,15 @@ static void gemm_part(void *ctx, int64_t t0, int64_t t1) {
             kiln_cpu_sgemm(false, true, 1, m1 - m0, j->Cg, 1.0f, xg, j->Cg, wg, j->Cg, 0.0f, yg, m1 - m0);
         else if (j->packed) {
             const float *a = j->packed->data + gr * j->packed->group_floats + m0 * j->rows;
-            if (j->pointwise) kiln_pg_gemm(a, m1 - m0, j->rows, xg + p0, j->HW, NULL, width, bias, yg, j->OHW, tail);
+            block_epilogue be = {j->z ? j->z + ybase : NULL, j->OHW, j->act};
+            kiln_pg_epilogue ep = {epilogue_block, &be};
+            const kiln_pg_epilogue *epp = j->z || (j->act && j->act->kind != KILN_ACT_NONE) ? &ep : NULL;
+            if (j->pointwise) kiln_pg_gemm(a, m1 - m0, j->rows, xg + p0, j->HW, NULL, width, bias, yg, j->OHW, epp, tail);
             else {
                 if (t / j->mblocks != prev_cols) im2col_chunk(g, xg, j->Cg, p0, width, true, col);
                 prev_cols = t / j->mblocks;
-                kiln_pg_gemm(a, m1 - m0, j->rows, col, width, NULL, width, bias, yg, j->OHW, tail);
+                kiln_pg_gemm(a, m1 - m0, j->rows, col, width, NULL, width, bias, yg, j->OHW, epp, tail);
             }
-            if (j->z || (j->act && j->act->kind != KILN_ACT_NONE))
-                for (int64_t m = m0; m < m1; m++)
-                    epilogue_row(yg + (m - m0) * j->OHW, width, 0.0f, j->z ? j->z + ybase + (m - m0) * j->OHW : NULL,
-                                 j->act);
             continue;
         } else if (j->pointwise) product(m1 - m0, width, j->Cg, wg, xg + p0, j->HW, yg, j->OHW);
         else {

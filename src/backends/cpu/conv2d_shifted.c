@@ -81,7 +81,7 @@ static void block_part(void *ctx, int64_t t0, int64_t t1) {
         int64_t n = nrows * j->Wp;
         const float *a = j->packed->data + gr * j->packed->group_floats + m0 * j->K;
         const float *b = j->xp + (img * g->C + gr * j->Cg) * j->plane + oh0 * j->Wp;
-        kiln_pg_gemm(a, m1 - m0, j->K, b, 0, row_off, n, j->bias ? j->bias + gr * j->Mg + m0 : NULL, tmp, n, pg);
+        kiln_pg_gemm(a, m1 - m0, j->K, b, 0, row_off, n, j->bias ? j->bias + gr * j->Mg + m0 : NULL, tmp, n, NULL, pg);
         bool epilogue = j->z || (j->act && j->act->kind != KILN_ACT_NONE);
         for (int64_t m = m0; m < m1; m++) {
             int64_t at = (img * g->M + gr * j->Mg + m) * OHW + oh0 * OW;

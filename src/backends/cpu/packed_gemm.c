@@ -195,11 +195,13 @@ static void pack_b(const float *B, int64_t ldb, const int64_t *row_off, int64_t 
 }
 
 void kiln_pg_gemm(const float *packed_a, int64_t M, int64_t K, const float *B, int64_t ldb, const int64_t *row_off,
-                  int64_t N, const float *bias, float *C, int64_t ldc, float *scratch) {
+                  int64_t N, const float *bias, float *C, int64_t ldc, const kiln_pg_epilogue *epilogue,
+                  float *scratch) {
     pthread_once(&g_tile_once, tile_pick);
     if (K == 0) {
         for (int64_t m = 0; m < M; m++)
             for (int64_t j = 0; j < N; j++) C[m * ldc + j] = bias ? bias[m] : 0.0f;
+        if (epilogue && M * N > 0) epilogue->fn(epilogue->ctx, C, ldc, 0, M, 0, N);
         return;
     }
     for (int64_t n0 = 0; n0 < N; n0 += NC) {
@@ -215,6 +217,8 @@ void kiln_pg_gemm(const float *packed_a, int64_t M, int64_t K, const float *B, i
                 for (int64_t j0 = 0; j0 < nc; j0 += NR)
                     tile(kc, a, scratch + j0 * kc, NR, C + m0 * ldc + n0 + j0, ldc, rows, nc - j0 < NR ? nc - j0 : NR,
                          k0 > 0, bm);
+                if (epilogue && k0 + kc == K) /* these rows of the block are final, and in L1 */
+                    epilogue->fn(epilogue->ctx, C + m0 * ldc + n0, ldc, m0, rows, n0, nc);
             }
         }
     }

@@ -37,13 +37,21 @@ void kiln_pg_pack_a(const float *A, int64_t lda, int64_t M, int64_t K, float *ds
 /* Floats of scratch kiln_pg_gemm needs (one packed block of B, whatever the sizes). */
 int64_t kiln_pg_scratch_floats(void);
 
+/* What kiln_pg_gemm calls on each finished block of C while it is in cache: rows [r0, r0 + rows)
+ * and columns [c0, c0 + cols) of C, the block starting at c (leading dimension ldc). */
+typedef struct kiln_pg_epilogue {
+    void (*fn)(void *ctx, float *c, int64_t ldc, int64_t r0, int64_t rows, int64_t c0, int64_t cols);
+    void *ctx;
+} kiln_pg_epilogue;
+
 /* C [M, N] (leading dimension ldc) = A B + bias, where A is rows [0, M) of a packed [*, K] matrix
  * starting at a panel (kiln_pg_pack_a's output at panel offset), B is [K, N] with row k at
  * B + k * ldb, or at B + row_off[k] when row_off is not NULL (rows may overlap), and bias (may be
- * NULL) holds one value per row of C. scratch: kiln_pg_scratch_floats() floats, not aliasing
- * anything else. */
+ * NULL) holds one value per row of C; then epilogue (may be NULL) on every block of C, each
+ * element once. scratch: kiln_pg_scratch_floats() floats, not aliasing anything else. */
 void kiln_pg_gemm(const float *packed_a, int64_t M, int64_t K, const float *B, int64_t ldb, const int64_t *row_off,
-                  int64_t N, const float *bias, float *C, int64_t ldc, float *scratch);
+                  int64_t N, const float *bias, float *C, int64_t ldc, const kiln_pg_epilogue *epilogue,
+                  float *scratch);
 
 /* Floats that kiln_pg_pack_b writes for a K x N matrix (N rounded up to whole panels). */
 int64_t kiln_pg_packed_b_floats(int64_t K, int64_t N);
