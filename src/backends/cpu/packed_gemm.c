@@ -1,5 +1,6 @@
-/* packed_gemm.c — kiln_pg_gemm and kiln_pg_gemm_packed_b (packed_gemm.h). B is packed KC rows by NC columns at a time into
- * NR-column panels ([panel][k][NR], zero past N: contiguous, so the micro-kernel's reads stay on
+/* packed_gemm.c — kiln_pg_gemm and kiln_pg_gemm_packed_b (packed_gemm.h). Tiles are 8 x 48: rows
+ * in multiples of 8 (channel counts mostly are) leave no panel part empty, and 24 accumulators
+ * fill the AVX-512 registers. B is packed KC rows by NC columns at a time into NR-column panels ([panel][k][NR], zero past N: contiguous, so the micro-kernel's reads stay on
  * few pages and prefetch well); within a block every MR-row panel of A (in L1) meets every panel
  * of the block (in L2). The micro-kernels compute full MR x NR tiles: C = bias + A B on the first
  * block of K, C += A B on the others; partial tiles at the edges go through a local tile. */
@@ -13,38 +14,41 @@
 #include <immintrin.h>
 #endif
 
-enum { MR = KILN_PG_MR, NR = KILN_PG_NR, KC = 256, NC = 256, MC = 120 };
+enum { MR = KILN_PG_MR, NR = KILN_PG_NR, KC = 256, NC = 6 * NR, MC = 15 * MR };
 
 /* One full tile: c [MR rows, ldc] = (accumulate ? c : bias or 0) + sum_k a[k * MR + r] b[k * ldb + j]. */
 typedef void (*tile_fn)(int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc,
                         bool accumulate, const float *bias);
 
-#define PG_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define PG_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 
 #ifdef PG_X86
-/* 12 rows x 32 columns in 24 zmm accumulators: per k, two loads of B and 12 broadcasts of A. */
+/* 8 rows x 48 columns in 24 zmm accumulators: per k, three loads of B and 8 broadcasts of A. */
 __attribute__((target("avx512f"))) static void tile_avx512(int64_t K, const float *a, const float *b, int64_t ldb,
                                                            float *c, int64_t ldc, bool accumulate,
                                                            const float *bias) {
-#define DECL(r) __m512 l##r, h##r;
+#define DECL(r) __m512 p##r, q##r, s##r;
 #define INIT(r)                                                                                    \
     if (accumulate) {                                                                              \
-        l##r = _mm512_loadu_ps(c + r * ldc);                                                       \
-        h##r = _mm512_loadu_ps(c + r * ldc + 16);                                                  \
-    } else l##r = h##r = bias ? _mm512_set1_ps(bias[r]) : _mm512_setzero_ps();
+        p##r = _mm512_loadu_ps(c + r * ldc);                                                       \
+        q##r = _mm512_loadu_ps(c + r * ldc + 16);                                                  \
+        s##r = _mm512_loadu_ps(c + r * ldc + 32);                                                  \
+    } else p##r = q##r = s##r = bias ? _mm512_set1_ps(bias[r]) : _mm512_setzero_ps();
 #define STEP(r)                                                                                    \
     {                                                                                              \
         __m512 a_ = _mm512_set1_ps(a[r]);                                                          \
-        l##r = _mm512_fmadd_ps(a_, b0, l##r);                                                      \
-        h##r = _mm512_fmadd_ps(a_, b1, h##r);                                                      \
+        p##r = _mm512_fmadd_ps(a_, b0, p##r);                                                      \
+        q##r = _mm512_fmadd_ps(a_, b1, q##r);                                                      \
+        s##r = _mm512_fmadd_ps(a_, b2, s##r);                                                      \
     }
 #define STORE(r)                                                                                   \
-    _mm512_storeu_ps(c + r * ldc, l##r);                                                           \
-    _mm512_storeu_ps(c + r * ldc + 16, h##r);
+    _mm512_storeu_ps(c + r * ldc, p##r);                                                           \
+    _mm512_storeu_ps(c + r * ldc + 16, q##r);                                                      \
+    _mm512_storeu_ps(c + r * ldc + 32, s##r);
     PG_ROWS(DECL)
     PG_ROWS(INIT)
     for (int64_t k = 0; k < K; k++, a += MR, b += ldb) {
-        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
         PG_ROWS(STEP)
     }
     PG_ROWS(STORE)
@@ -54,30 +58,33 @@ __attribute__((target("avx512f"))) static void tile_avx512(int64_t K, const floa
 #undef STORE
 }
 
-/* 6 rows x 16 columns in 12 ymm accumulators (a: stride MR, b: stride ldb); four make a tile. */
+/* 4 rows x 24 columns in 12 ymm accumulators (a: stride MR, b: stride ldb); four make a tile. */
 __attribute__((target("avx2,fma"))) static void quarter_avx2(int64_t K, const float *a, const float *b, int64_t ldb,
                                                              float *c, int64_t ldc, bool accumulate,
                                                              const float *bias) {
-#define Q_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
-#define DECL(r) __m256 l##r, h##r;
+#define Q_ROWS(X) X(0) X(1) X(2) X(3)
+#define DECL(r) __m256 p##r, q##r, s##r;
 #define INIT(r)                                                                                    \
     if (accumulate) {                                                                              \
-        l##r = _mm256_loadu_ps(c + r * ldc);                                                       \
-        h##r = _mm256_loadu_ps(c + r * ldc + 8);                                                   \
-    } else l##r = h##r = bias ? _mm256_set1_ps(bias[r]) : _mm256_setzero_ps();
+        p##r = _mm256_loadu_ps(c + r * ldc);                                                       \
+        q##r = _mm256_loadu_ps(c + r * ldc + 8);                                                   \
+        s##r = _mm256_loadu_ps(c + r * ldc + 16);                                                  \
+    } else p##r = q##r = s##r = bias ? _mm256_set1_ps(bias[r]) : _mm256_setzero_ps();
 #define STEP(r)                                                                                    \
     {                                                                                              \
         __m256 a_ = _mm256_broadcast_ss(a + r);                                                    \
-        l##r = _mm256_fmadd_ps(a_, b0, l##r);                                                      \
-        h##r = _mm256_fmadd_ps(a_, b1, h##r);                                                      \
+        p##r = _mm256_fmadd_ps(a_, b0, p##r);                                                      \
+        q##r = _mm256_fmadd_ps(a_, b1, q##r);                                                      \
+        s##r = _mm256_fmadd_ps(a_, b2, s##r);                                                      \
     }
 #define STORE(r)                                                                                   \
-    _mm256_storeu_ps(c + r * ldc, l##r);                                                           \
-    _mm256_storeu_ps(c + r * ldc + 8, h##r);
+    _mm256_storeu_ps(c + r * ldc, p##r);                                                           \
+    _mm256_storeu_ps(c + r * ldc + 8, q##r);                                                       \
+    _mm256_storeu_ps(c + r * ldc + 16, s##r);
     Q_ROWS(DECL)
     Q_ROWS(INIT)
     for (int64_t k = 0; k < K; k++, a += MR, b += ldb) {
-        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8), b2 = _mm256_loadu_ps(b + 16);
         Q_ROWS(STEP)
     }
     Q_ROWS(STORE)
@@ -90,8 +97,8 @@ __attribute__((target("avx2,fma"))) static void quarter_avx2(int64_t K, const fl
 
 static void tile_avx2(int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc,
                       bool accumulate, const float *bias) {
-    for (int r = 0; r < MR; r += 6)
-        for (int j = 0; j < NR; j += 16)
+    for (int r = 0; r < MR; r += 4)
+        for (int j = 0; j < NR; j += 24)
             quarter_avx2(K, a + r, b + j, ldb, c + r * ldc + j, ldc, accumulate, bias ? bias + r : NULL);
 }
 #endif

@@ -11,8 +11,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define KILN_PG_MR 12
-#define KILN_PG_NR 32
+#define KILN_PG_MR 8
+#define KILN_PG_NR 48
 
 typedef enum kiln_pg_isa { KILN_PG_PORTABLE, KILN_PG_AVX2, KILN_PG_AVX512 } kiln_pg_isa;
 
