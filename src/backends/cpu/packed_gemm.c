@@ -15,7 +15,7 @@
 #include <immintrin.h>
 #endif
 
-enum { MR = KILN_PG_MR, NR = KILN_PG_NR, KC = 256, NC = 6 * NR, MC = 15 * MR };
+enum { MR = KILN_PG_MR, NR = KILN_PG_NR, KC = 512, NC = 6 * NR, MC = 15 * MR };
 
 /* One full tile: c [MR rows, ldc] = (accumulate ? c : bias or 0) + sum_k a[k * MR + r] b[k * ldb + j]. */
 typedef void (*tile_fn)(int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc,
