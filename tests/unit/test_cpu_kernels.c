@@ -157,15 +157,20 @@ static void test_conv_case(int64_t N, int64_t C, int64_t H, int64_t W, int64_t M
     fill(z, ny);
     kiln_act act = {relu ? KILN_ACT_RELU : KILN_ACT_NONE, 0, 0};
     conv_reference(&g, x, w, bias ? b : NULL, residual ? z : NULL, relu, want);
-    kiln_conv2d_weights *packed = NULL;
-    CHECK_OK(kiln_conv2d_weights_pack(w, M, C / group, KH, KW, group, &packed));
-    CHECK(packed == NULL || kiln_conv2d_weights_fit(packed, &g));
+    kiln_conv2d_weights *packed = NULL, *by_columns = NULL;
+    CHECK_OK(kiln_conv2d_weights_pack(w, M, C / group, KH, KW, group, 0, &packed));
+    CHECK(packed == NULL || (kiln_conv2d_weights_fit(packed, &g) && !packed->by_columns));
+    if (g.OH * g.OW <= KILN_CONV2D_SMALL_OUTPUT) { /* also the transposed product of small outputs */
+        CHECK_OK(kiln_conv2d_weights_pack(w, M, C / group, KH, KW, group, g.OH * g.OW, &by_columns));
+        CHECK(by_columns == NULL || (kiln_conv2d_weights_fit(by_columns, &g) && by_columns->by_columns));
+    }
     /* each instruction set the processor runs: plain weights (the depthwise kernel or OpenBLAS), then
-     * packed weights (none for depthwise) */
-    for (int variant = 0; variant < 2 * (KILN_PG_AVX512 + 1); variant++) {
-        if ((variant % 2 && !packed) || !kiln_pg_isa_set((kiln_pg_isa)(variant / 2))) continue;
+     * packed weights (none for depthwise), then packed by columns (small outputs) */
+    const kiln_conv2d_weights *weights[3] = {NULL, packed, by_columns};
+    for (int variant = 0; variant < 3 * (KILN_PG_AVX512 + 1); variant++) {
+        if ((variant % 3 && !weights[variant % 3]) || !kiln_pg_isa_set((kiln_pg_isa)(variant / 3))) continue;
         memset(y, 0xff, sizeof(float) * (size_t)ny); /* NaN: every output must be written */
-        CHECK_OK(kiln_conv2d_run(&g, x, w, variant % 2 ? packed : NULL, bias ? b : NULL, residual ? z : NULL, &act, y));
+        CHECK_OK(kiln_conv2d_run(&g, x, w, weights[variant % 3], bias ? b : NULL, residual ? z : NULL, &act, y));
         double worst = 0;
         for (int64_t i = 0; i < ny; i++) {
             double err = fabs(y[i] - want[i]) / (1.0 + fabs(want[i]));
@@ -181,6 +186,7 @@ static void test_conv_case(int64_t N, int64_t C, int64_t H, int64_t W, int64_t M
     }
     kiln_pg_isa_set(kiln_pg_isa_best());
     kiln_conv2d_weights_free(packed);
+    kiln_conv2d_weights_free(by_columns);
     free(x);
     free(w);
     free(b);
@@ -218,6 +224,9 @@ static void test_conv2d(void) {
     test_conv_case(2, 300, 4, 4, 25, 1, 1, 1, 1, 0, 0, 1, true, false, true); /* depth over one packed block */
     test_conv_case(2, 12, 9, 7, 18, 3, 3, 1, 1, 1, 1, 3, true, true, true);  /* stride 1: batch, groups */
     test_conv_case(1, 5, 40, 3, 30, 5, 3, 1, 1, 2, 0, 1, true, false, true);  /* tall, narrow, one-sided pad */
+    test_conv_case(2, 40, 7, 7, 100, 3, 3, 1, 1, 1, 1, 2, true, true, true); /* small output: batch, groups */
+    test_conv_case(1, 24, 9, 9, 50, 3, 3, 2, 1, 1, 1, 1, true, false, true); /* small output, stride 2 */
+    test_conv_case(1, 600, 3, 3, 20, 1, 1, 1, 1, 0, 0, 1, true, true, false); /* small pointwise, deep */
 }
 
 /* ------------------------------------------------------------------ packed product */

@@ -289,8 +289,12 @@ kiln_status kiln_cpu_conv_prepare(const kiln_graph *g, const kiln_node *n, void 
     const kiln_tensor *w = g->values[n->inputs[1]].constant;
     if (!w || w->dtype != KILN_F32 || w->ndim != 4) return KILN_OK;
     kiln_conv2d_weights *pw;
+    const kiln_value *yv = n->noutputs > 0 && n->outputs[0] >= 0 ? &g->values[n->outputs[0]] : NULL;
+    int64_t positions = 0; /* the output's OH * OW where shape inference knows it */
+    if (yv && yv->ndim == 4 && kiln_dim_is_static(yv->dims[2]) && kiln_dim_is_static(yv->dims[3]))
+        positions = yv->dims[2].value * yv->dims[3].value;
     KILN_TRY(kiln_conv2d_weights_pack(w->data, w->dims[0], w->dims[1], w->dims[2], w->dims[3],
-                                      kiln_attr_int(n, "group", 1), &pw));
+                                      kiln_attr_int(n, "group", 1), positions, &pw));
     *state = pw;
     return KILN_OK;
 }

@@ -5,7 +5,8 @@
  * of the product's right side) lives in a per-thread buffer (cpu_scratch.h) that grows and is kept for the
  * thread's life, so steady-state runs allocate nothing. Matrix products are single-threaded inside
  * the tasks: kiln_pg_gemm on packed weights, else OpenBLAS (cpu_gemm.c switches it to one thread).
- * Stride-1 convolutions on packed weights skip im2col (conv2d_shifted.c). */
+ * Stride-1 convolutions on packed weights skip im2col (conv2d_shifted.c); outputs of few positions
+ * run transposed (conv2d_small.c). */
 #include "backends/cpu/conv2d.h"
 
 #include "backends/cpu/cpu_gemm.h"
@@ -74,10 +75,12 @@ static bool is_depthwise(int64_t M, int64_t Cg, int64_t KH, int64_t KW, int64_t 
 
 /* ------------------------------------------------------------------ packed weights */
 kiln_status kiln_conv2d_weights_pack(const float *w, int64_t M, int64_t Cg, int64_t KH, int64_t KW, int64_t group,
-                                     kiln_conv2d_weights **out) {
+                                     int64_t out_positions, kiln_conv2d_weights **out) {
     *out = NULL;
     if (group < 1 || M % group || is_depthwise(M, Cg, KH, KW, group) || M * Cg * KH * KW == 0) return KILN_OK;
-    int64_t Mg = M / group, rows = Cg * KH * KW, per = kiln_pg_packed_a_floats(Mg, rows);
+    bool by_columns = out_positions > 0 && out_positions <= KILN_CONV2D_SMALL_OUTPUT;
+    int64_t Mg = M / group, rows = Cg * KH * KW;
+    int64_t per = by_columns ? kiln_pg_packed_b_floats(rows, Mg) : kiln_pg_packed_a_floats(Mg, rows);
     size_t bytes = ((size_t)(per * group) * sizeof(float) + 63) / 64 * 64;
     kiln_conv2d_weights *pw = calloc(1, sizeof *pw);
     float *data = aligned_alloc(64, bytes);
@@ -94,14 +97,15 @@ kiln_status kiln_conv2d_weights_pack(const float *w, int64_t M, int64_t Cg, int6
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Conv: out of memory packing %lld x %lld weights", (long long)M,
                           (long long)rows);
     }
-    *pw = (kiln_conv2d_weights){M, Cg, KH, KW, group, per, data};
+    *pw = (kiln_conv2d_weights){M, Cg, KH, KW, group, per, by_columns, data};
     const int64_t taps = KH * KW;
     for (int64_t gr = 0; gr < group; gr++) {
         for (int64_t m = 0; m < Mg; m++)
             for (int64_t c = 0; c < Cg; c++)
                 for (int64_t t = 0; t < taps; t++)
                     tap_major[m * rows + t * Cg + c] = w[((gr * Mg + m) * Cg + c) * taps + t];
-        kiln_pg_pack_a(tap_major, rows, Mg, rows, data + gr * per);
+        if (by_columns) kiln_pg_pack_b(tap_major, 1, rows, rows, Mg, data + gr * per); /* (k, m) at m * rows + k */
+        else kiln_pg_pack_a(tap_major, rows, Mg, rows, data + gr * per);
     }
     free(tap_major);
     *out = pw;
@@ -116,7 +120,7 @@ void kiln_conv2d_weights_free(kiln_conv2d_weights *pw) {
 
 bool kiln_conv2d_weights_fit(const kiln_conv2d_weights *pw, const kiln_conv2d *g) {
     return pw && pw->M == g->M && pw->Cg * g->group == g->C && pw->KH == g->KH && pw->KW == g->KW &&
-           pw->group == g->group;
+           pw->group == g->group && (!pw->by_columns || g->OH * g->OW <= KILN_CONV2D_SMALL_OUTPUT);
 }
 
 static float *thread_scratch(size_t count) { return kiln_cpu_scratch(KILN_SCRATCH_TASK, count); }
@@ -385,13 +389,17 @@ kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w
     kiln_cpu_gemm_init();
     int threads = kiln_threadpool_size();
     if (is_depthwise(g->M, j.Cg, g->KH, g->KW, g->group)) {
-        j.wide = kiln_pg_isa_current() == KILN_PG_AVX512;
+        j.wide = kiln_pg_isa_current() == KILN_PG_AVX512 && g->OW > 8; /* narrower rows: 8 lanes waste less */
         int64_t tasks = g->N * g->M;
         kiln_parallel_for(tasks, tasks * j.OHW * g->KH * g->KW < 16384 ? tasks : 1, depthwise_part, &j);
     } else {
         j.pointwise = g->KH == 1 && g->KW == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
                       g->OH == g->H && g->OW == g->W;
-        if (packed && !j.pointwise && g->sh == 1 && g->sw == 1)
+        if (packed && packed->by_columns) {
+            if (!(j.pointwise && j.OHW == 1)) return kiln_conv2d_run_small(g, x, packed, bias, residual, act, y);
+            j.packed = NULL; /* one position: the matrix-vector product on w */
+        }
+        if (j.packed && !j.pointwise && g->sh == 1 && g->sw == 1)
             return kiln_conv2d_run_shifted(g, x, packed, bias, residual, act, y);
         /* Wide outputs are cut into column chunks (within the im2col budget, never narrower than 256
          * columns, so the weights are not repacked for a handful of columns); narrow ones, late in a
