@@ -153,6 +153,23 @@ typedef struct conv_job {
 /* The padded input plane in "phase" layout: padded row r, column q is at
  * buf[r * ld + (q % s) * lp + q / s] (lp = phase length), so tap kw of output ow reads phase
  * (kw * dw) % sw at index ow + (kw * dw) / sw: contiguous in ow for any stride. */
+/* d[i] = s[i * stride] for i in [0, n): the even lanes of two 8-lane vectors at a time for stride 2
+ * (the strided convolutions' copies), memcpy for stride 1. */
+KILN_SIMD_CLONES
+static void copy_strided(float *restrict d, const float *restrict s, int64_t n, int64_t stride) {
+    if (stride == 1) {
+        memcpy(d, s, (size_t)n * sizeof *d);
+        return;
+    }
+    int64_t i = 0;
+    if (stride == 2)
+        for (; i + 8 <= n && 2 * i + 16 <= 2 * n - 1; i += 8) { /* the second vector stays inside s[0, 2n - 1) */
+            kiln_v8f lo = kiln_v8_load(s + 2 * i), hi = kiln_v8_load(s + 2 * i + 8);
+            kiln_v8_store(d + i, __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14));
+        }
+    for (; i < n; i++) d[i] = s[i * stride];
+}
+
 static void pad_plane(const kiln_conv2d *g, const float *x, int64_t PH, int64_t ld, int64_t lp, float *buf) {
     memset(buf, 0, (size_t)(PH * ld) * sizeof *buf);
     for (int64_t ih = 0; ih < g->H; ih++) {
@@ -164,7 +181,8 @@ static void pad_plane(const kiln_conv2d *g, const float *x, int64_t PH, int64_t 
         }
         for (int64_t phase = 0; phase < g->sw; phase++) { /* padded columns q = phase + i * sw, q >= pw */
             int64_t i = (g->pw - phase + g->sw - 1) / g->sw, q = phase + i * g->sw;
-            for (float *d = row + phase * lp + i; q < g->pw + g->W; q += g->sw) *d++ = src[q - g->pw];
+            if (q < g->pw + g->W)
+                copy_strided(row + phase * lp + i, src + (q - g->pw), (g->pw + g->W - q + g->sw - 1) / g->sw, g->sw);
         }
     }
 }
@@ -293,9 +311,7 @@ static void im2col_chunk(const kiln_conv2d *g, const float *x, int64_t Cg, int64
                     if (ih < 0 || ih >= g->H) lo = hi = ow0;
                     memset(d, 0, (size_t)(lo - ow0) * sizeof *d);
                     const float *xr = xc + ih * g->W + first;
-                    if (g->sw == 1 && hi > lo) memcpy(d + (lo - ow0), xr + lo, (size_t)(hi - lo) * sizeof *d);
-                    else
-                        for (int64_t ow = lo; ow < hi; ow++) d[ow - ow0] = xr[ow * g->sw];
+                    if (hi > lo) copy_strided(d + (lo - ow0), xr + lo * g->sw, hi - lo, g->sw);
                     memset(d + (hi - ow0), 0, (size_t)(ow1 - hi) * sizeof *d);
                     p += n;
                 }
