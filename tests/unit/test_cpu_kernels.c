@@ -1,7 +1,7 @@
 /* test_cpu_kernels.c — the CPU backend's fast kernels against naive double-precision loops written
  * here: the thread pool's parallel-for (every index once, nesting runs serially), kiln_cpu_sgemm
  * over odd shapes, both transposes and alpha/beta (its matrix-vector and split-OpenBLAS paths), the
- * packed products (kiln_pg_gemm, kiln_pg_gemm_packed_b) with every micro-kernel the processor
+ * packed products (kiln_pg_gemm, kiln_pg_gemm_packed_b, _ab) with every micro-kernel the processor
  * runs over tails of rows, columns and depth, and the Conv kernels (depthwise, pointwise, general) with odd shapes, strides,
  * pads, dilations and groups, each with and without the fused epilogue, on plain weights and on
  * packed weights with every micro-kernel; and the epilogue activations (16-lane where the
@@ -281,8 +281,8 @@ static void test_packed_case(int64_t M, int64_t K, int64_t N, bool bias) {
 }
 
 /* kiln_pg_gemm_packed_b against a double product for M x K x N, B given as [K, N] or as the
- * transpose of [N, K], each micro-kernel. */
-static void test_packed_b_case(int64_t M, int64_t K, int64_t N, bool transposed) {
+ * transpose of [N, K], each micro-kernel; both: kiln_pg_gemm_packed_ab on A packed too. */
+static void test_packed_b_case(int64_t M, int64_t K, int64_t N, bool transposed, bool both) {
     int64_t lda = K + 2, ldc = N + 3;
     float *A = malloc(sizeof(float) * (size_t)(M * lda + 1)), *B = malloc(sizeof(float) * (size_t)(K * N + 1));
     float *C = malloc(sizeof(float) * (size_t)(M * ldc + 1));
@@ -290,11 +290,14 @@ static void test_packed_b_case(int64_t M, int64_t K, int64_t N, bool transposed)
     float *scratch = malloc(sizeof(float) * (size_t)kiln_pg_scratch_b_floats());
     fill(A, M * lda);
     fill(B, K * N);
+    float *pa = malloc(sizeof(float) * (size_t)(kiln_pg_packed_a_floats(M, K) + 1));
     kiln_pg_pack_b(B, transposed ? 1 : N, transposed ? K : 1, K, N, pb);
+    kiln_pg_pack_a(A, lda, M, K, pa);
     for (int isa = KILN_PG_PORTABLE; isa <= KILN_PG_AVX512; isa++) {
         if (!kiln_pg_isa_set((kiln_pg_isa)isa)) continue;
         for (int64_t i = 0; i < M * ldc; i++) C[i] = 7.0f;
-        kiln_pg_gemm_packed_b(A, lda, M, K, pb, N, C, ldc, scratch);
+        if (both) kiln_pg_gemm_packed_ab(pa, M, K, pb, N, C, ldc);
+        else kiln_pg_gemm_packed_b(A, lda, M, K, pb, N, C, ldc, scratch);
         double worst = 0;
         bool gaps = true;
         for (int64_t m = 0; m < M; m++) {
@@ -306,10 +309,12 @@ static void test_packed_b_case(int64_t M, int64_t K, int64_t N, bool transposed)
             }
             for (int64_t j = N; j < ldc; j++) gaps = gaps && C[m * ldc + j] == 7.0f;
         }
-        CHECKF(worst < 2e-6 * sqrt((double)K + 1) && gaps, "packed B %lldx%lldx%lld transposed %d isa %d: error %g, gaps %d",
-               (long long)M, (long long)K, (long long)N, transposed, isa, worst, gaps);
+        CHECKF(worst < 2e-6 * sqrt((double)K + 1) && gaps,
+               "packed B %lldx%lldx%lld transposed %d both %d isa %d: error %g, gaps %d", (long long)M, (long long)K,
+               (long long)N, transposed, both, isa, worst, gaps);
     }
     kiln_pg_isa_set(kiln_pg_isa_best());
+    free(pa);
     free(A);
     free(B);
     free(C);
@@ -318,16 +323,18 @@ static void test_packed_b_case(int64_t M, int64_t K, int64_t N, bool transposed)
 }
 
 static void test_packed_gemm(void) {
-    test_packed_b_case(12, 8, 32, false);    /* one full tile */
-    test_packed_b_case(5, 3, 7, true);       /* below a tile each way */
-    test_packed_b_case(130, 300, 70, false); /* rows over a block (120), depth over one (256) */
-    test_packed_b_case(37, 520, 65, true);   /* depth over two blocks, a partial panel */
-    test_packed_case(12, 8, 32, true);     /* one full tile */
-    test_packed_case(1, 1, 1, true);       /* one element */
-    test_packed_case(13, 17, 33, false);   /* one past a tile each way */
-    test_packed_case(25, 300, 70, true);   /* depth over one block (256) */
-    test_packed_case(37, 520, 300, false); /* columns over one block (256), depth over two */
-    test_packed_case(5, 0, 9, true);       /* no depth: the bias alone */
+    for (int both = 0; both < 2; both++) {
+        test_packed_b_case(8, 8, 48, false, both);     /* one full tile */
+        test_packed_b_case(5, 3, 7, true, both);       /* below a tile each way */
+        test_packed_b_case(130, 300, 70, false, both); /* rows over a block (120) */
+        test_packed_b_case(37, 1030, 65, true, both);  /* depth over two blocks (512), a partial panel */
+    }
+    test_packed_case(8, 8, 48, true);       /* one full tile */
+    test_packed_case(1, 1, 1, true);        /* one element */
+    test_packed_case(9, 17, 49, false);     /* one past a tile each way */
+    test_packed_case(25, 600, 70, true);    /* depth over one block (512) */
+    test_packed_case(37, 1030, 300, false); /* columns over one block (288), depth over two */
+    test_packed_case(5, 0, 9, true);        /* no depth: the bias alone */
 }
 
 /* ------------------------------------------------------------------ activations */

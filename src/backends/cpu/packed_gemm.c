@@ -267,3 +267,19 @@ void kiln_pg_gemm_packed_b(const float *A, int64_t lda, int64_t M, int64_t K, co
         }
     }
 }
+
+void kiln_pg_gemm_packed_ab(const float *packed_a, int64_t M, int64_t K, const float *packed_b, int64_t N, float *C,
+                            int64_t ldc) {
+    pthread_once(&g_tile_once, tile_pick);
+    if (K == 0) {
+        for (int64_t m = 0; m < M; m++) memset(C + m * ldc, 0, (size_t)N * sizeof *C);
+        return;
+    }
+    for (int64_t k0 = 0; k0 < K; k0 += KC) {
+        int64_t kc = K - k0 < KC ? K - k0 : KC;
+        for (int64_t j0 = 0; j0 < N; j0 += NR)
+            for (int64_t i0 = 0; i0 < M; i0 += MR)
+                tile(kc, packed_a + (i0 * K + k0 * MR), packed_b + (j0 / NR * K + k0) * NR, NR, C + i0 * ldc + j0, ldc,
+                     M - i0 < MR ? M - i0 : MR, N - j0 < NR ? N - j0 : NR, k0 > 0, NULL);
+    }
+}

@@ -64,6 +64,11 @@ void kiln_pg_pack_b(const float *B, int64_t rs, int64_t cs, int64_t K, int64_t N
 /* Floats of scratch kiln_pg_gemm_packed_b needs (one packed block of A, whatever the sizes). */
 int64_t kiln_pg_scratch_b_floats(void);
 
+/* C [M, N] (leading dimension ldc) = A B with both operands packed: A a whole kiln_pg_pack_a
+ * output for M x K, B columns [0, N) of a packed [K, *] matrix starting at a panel. */
+void kiln_pg_gemm_packed_ab(const float *packed_a, int64_t M, int64_t K, const float *packed_b, int64_t N, float *C,
+                            int64_t ldc);
+
 /* C [M, N] (leading dimension ldc) = A B, where A is [M, K] row-major with leading dimension lda
  * and B is columns [0, N) of a packed [K, *] matrix starting at a panel (kiln_pg_pack_b's output
  * at panel offset). scratch: kiln_pg_scratch_b_floats() floats, not aliasing anything else. */
