@@ -4,13 +4,15 @@
  * packed products (kiln_pg_gemm, kiln_pg_gemm_packed_b, _ab) with every micro-kernel the processor
  * runs over tails of rows, columns and depth, and the Conv kernels (depthwise, pointwise, general) with odd shapes, strides,
  * pads, dilations and groups, each with and without the fused epilogue, on plain weights and on
- * packed weights with every micro-kernel; and the epilogue activations (16-lane where the
+ * packed weights with every micro-kernel; 2-D MaxPool over strides, dilations, pads and ceil mode;
+ * and the epilogue activations (16-lane where the
  * processor has AVX-512) over tails, extremes and NaN. */
 #include "check.h"
 
 #include "backends/cpu/conv2d.h"
 #include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/fused_kernels.h"
+#include "backends/cpu/nn_kernels.h"
 #include "backends/cpu/packed_gemm.h"
 #include "core/threadpool.h"
 
@@ -337,6 +339,56 @@ static void test_packed_gemm(void) {
     test_packed_case(5, 0, 9, true);        /* no depth: the bias alone */
 }
 
+/* ------------------------------------------------------------------ MaxPool */
+/* One 2-D float32 MaxPool (kiln_cpu_max_pool) on [2, 3, H, W] against the window maximum computed
+ * here (NaN never taken, as the kernel does): square kernel k, stride s, dilation d, pads p on both
+ * sides, ceil_mode. */
+static void test_maxpool_case(int64_t H, int64_t W, int64_t k, int64_t s, int64_t d, int64_t p, int64_t ceil) {
+    int64_t ks[2] = {k, k}, st[2] = {s, s}, dl[2] = {d, d}, pads[4] = {p, p, p, p};
+    kiln_attr attrs[5] = {{.name = "kernel_shape", .type = KILN_ATTR_INTS, .n = 2, .ints = ks},
+                          {.name = "strides", .type = KILN_ATTR_INTS, .n = 2, .ints = st},
+                          {.name = "dilations", .type = KILN_ATTR_INTS, .n = 2, .ints = dl},
+                          {.name = "pads", .type = KILN_ATTR_INTS, .n = 4, .ints = pads},
+                          {.name = "ceil_mode", .type = KILN_ATTR_INT, .i = ceil}};
+    kiln_node node = {.name = "pool", .op_type = "MaxPool", .domain = "", .opset = 12, .nattrs = 5, .attrs = attrs};
+    kiln_tensor x = {0}, y = {0};
+    kiln_tensor *in[1] = {&x}, *out[1] = {&y};
+    CHECK_OK(kiln_tensor_alloc(&x, KILN_F32, 4, (int64_t[]){2, 3, H, W}));
+    float *xd = x.data;
+    fill(xd, 6 * H * W);
+    xd[H * W + 1] = NAN;
+    CHECK_OK(kiln_cpu_max_pool(&node, in, 1, out, 1));
+    int64_t OH = y.dims[2], OW = y.dims[3];
+    const float *yd = y.data;
+    int64_t bad = 0;
+    for (int64_t pl = 0; pl < 6; pl++)
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                float m = -INFINITY;
+                for (int64_t kh = 0; kh < k; kh++)
+                    for (int64_t kw = 0; kw < k; kw++) {
+                        int64_t ih = oh * s - p + kh * d, iw = ow * s - p + kw * d;
+                        if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                        float v = xd[(pl * H + ih) * W + iw];
+                        if (v > m) m = v;
+                    }
+                bad += yd[(pl * OH + oh) * OW + ow] != m;
+            }
+    CHECKF(bad == 0 && y.ndim == 4, "maxpool %lldx%lld k%lld s%lld d%lld p%lld ceil %lld: %lld outputs differ",
+           (long long)H, (long long)W, (long long)k, (long long)s, (long long)d, (long long)p, (long long)ceil,
+           (long long)bad);
+    kiln_tensor_release(&x);
+    kiln_tensor_release(&y);
+}
+
+static void test_maxpool(void) {
+    test_maxpool_case(9, 11, 3, 2, 1, 1, 1);   /* the classifiers' 3x3 stride 2, ceil mode */
+    test_maxpool_case(7, 40, 3, 1, 1, 1, 0);   /* stride 1, rows over 8-lane vectors */
+    test_maxpool_case(10, 13, 2, 2, 1, 0, 0);  /* 2x2 stride 2, odd width */
+    test_maxpool_case(12, 9, 3, 3, 2, 2, 1);   /* stride 3 (scalar columns), dilation 2 */
+    test_maxpool_case(5, 37, 3, 2, 1, 0, 1);   /* ceil mode without pads: a window past the end */
+}
+
 /* ------------------------------------------------------------------ activations */
 static double act_reference(const kiln_act *a, double x) {
     double sig = 1.0 / (1.0 + exp(-x)), c;
@@ -393,6 +445,7 @@ static void test_activations(void) {
 int main(void) {
     test_threadpool();
     test_sgemm();
+    test_maxpool();
     test_activations();
     test_packed_gemm();
     test_conv2d();

@@ -8,10 +8,12 @@
  * offsets; each such row and each tap k of the last dim then updates the whole output line at
  * once, y[ow] op= x[row + ow * stride + k * dilation - pad] over the ow range where that tap is
  * inside the input. No per-element bounds checks remain, and the inner loops run along rows (on
- * 8-lane vectors for float32 MaxPool with strides 1 and 2). The global forms and float32 MaxPool
- * without indices split their planes over the thread pool. */
+ * 8-lane vectors for float32 MaxPool with strides 1 and 2; 2-D float32 MaxPool takes each output
+ * row's input rows first, then its columns). The global forms and float32 MaxPool without indices
+ * split their planes over the thread pool. */
 #include "backends/cpu/nn_kernels.h"
 
+#include "backends/cpu/cpu_scratch.h"
 #include "backends/cpu/cpu_simd.h"
 
 #include "core/ckd.h"
@@ -244,10 +246,34 @@ typedef struct maxpool_job {
     float *y;
 } maxpool_job;
 
-/* Planes [b, e) of a float32 MaxPool without indices (kiln_parallel_fn): the plan with its own row
- * scratch, on those planes. */
+/* One plane of a 2-D float32 MaxPool without indices: each output row takes the maximum over its
+ * window's input rows first (whole rows, into r: in[1] floats of scratch), then over the window's
+ * columns of that one row. The same comparisons as maxpool_float (NaN is never taken), in fewer
+ * passes over short rows. */
+static void maxpool2d_plane(const pool_plan *p, const float *x, float *y, float *r) {
+    const int64_t W = p->in[1], L = p->L, s = p->s[1];
+    for (int64_t oh = 0; oh < p->out[0]; oh++) {
+        float *yr = y + oh * L;
+        for (int64_t j = 0; j < L; j++) yr[j] = -INFINITY;
+        int64_t lo = p->lo[0][oh], hi = p->hi[0][oh];
+        if (lo >= hi) continue;
+        for (int64_t j = 0; j < W; j++) r[j] = -INFINITY;
+        for (int64_t t = lo; t < hi; t++) max_row_float(r, x + (oh * p->s[0] - p->pb[0] + t * p->d[0]) * W, W, 1);
+        for (int64_t k = 0; k < p->k[1]; k++)
+            max_row_float(yr + p->klo[k], r + p->klo[k] * s + p->koff[k], p->khi[k] - p->klo[k], s);
+    }
+}
+
+/* Planes [b, e) of a float32 MaxPool without indices (kiln_parallel_fn): 2-D planes one by one,
+ * others through the plan with its own row scratch. */
 static void maxpool_f32_part(void *ctx, int64_t b, int64_t e) {
     const maxpool_job *j = ctx;
+    float *r = j->p->nsp == 2 ? kiln_cpu_scratch(KILN_SCRATCH_TASK, (size_t)j->p->in[1] + 1) : NULL;
+    if (r) {
+        for (int64_t pl = b; pl < e; pl++)
+            maxpool2d_plane(j->p, j->x + pl * j->p->in_size, j->y + pl * j->p->out_size, r);
+        return;
+    }
     int64_t rows[POOL_PART_ROWS];
     pool_plan local = *j->p;
     local.rows = rows;
