@@ -220,10 +220,11 @@ static void depthwise_plane(const kiln_conv2d *g, const float *buf, int64_t ld, 
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KILN_NO_SIMD_CLONES)
+#include <immintrin.h>
 typedef float dw_v16f __attribute__((vector_size(64)));
 
 /* depthwise_plane on 16-lane AVX-512 vectors: 32 outputs at a time, then 16. */
-__attribute__((target("avx512f"))) static void depthwise_plane_wide(const kiln_conv2d *g, const float *buf, int64_t ld,
+__attribute__((target("avx512f,fma"))) static void depthwise_plane_wide(const kiln_conv2d *g, const float *buf, int64_t ld,
                                                                     const int64_t *off, const float *wk, float bias,
                                                                     float *y) {
     const int64_t taps = g->KH * g->KW, OW = g->OW;
@@ -236,8 +237,8 @@ __attribute__((target("avx512f"))) static void depthwise_plane_wide(const kiln_c
             for (int64_t t = 0; t < taps; t++) {
                 memcpy(&x0, base + off[t] + ow, sizeof x0);
                 memcpy(&x1, base + off[t] + ow + 16, sizeof x1);
-                a0 += wk[t] * x0;
-                a1 += wk[t] * x1;
+                a0 = (dw_v16f)_mm512_fmadd_ps(_mm512_set1_ps(wk[t]), (__m512)x0, (__m512)a0);
+                a1 = (dw_v16f)_mm512_fmadd_ps(_mm512_set1_ps(wk[t]), (__m512)x1, (__m512)a1);
             }
             memcpy(yr + ow, &a0, sizeof a0);
             memcpy(yr + ow + 16, &a1, sizeof a1);
@@ -246,7 +247,7 @@ __attribute__((target("avx512f"))) static void depthwise_plane_wide(const kiln_c
             dw_v16f acc = (dw_v16f){0} + bias, x0;
             for (int64_t t = 0; t < taps; t++) {
                 memcpy(&x0, base + off[t] + ow, sizeof x0);
-                acc += wk[t] * x0;
+                acc = (dw_v16f)_mm512_fmadd_ps(_mm512_set1_ps(wk[t]), (__m512)x0, (__m512)acc);
             }
             memcpy(yr + ow, &acc, (size_t)(OW - ow < 16 ? OW - ow : 16) * sizeof(float));
         }
