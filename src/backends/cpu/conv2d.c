@@ -23,6 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KILN_NO_SIMD_CLONES)
+#include <immintrin.h>
+#endif
+
 /* Floats of im2col columns one task builds (512 KiB: half of a core's L2), unless that leaves
  * fewer than 256 columns. */
 #define COL_BUDGET (INT64_C(1) << 17)
@@ -220,7 +224,6 @@ static void depthwise_plane(const kiln_conv2d *g, const float *buf, int64_t ld, 
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KILN_NO_SIMD_CLONES)
-#include <immintrin.h>
 typedef float dw_v16f __attribute__((vector_size(64)));
 
 /* depthwise_plane on 16-lane AVX-512 vectors: 32 outputs at a time, then 16. */
