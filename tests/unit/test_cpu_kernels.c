@@ -4,7 +4,8 @@
  * packed products (kiln_pg_gemm, kiln_pg_gemm_packed_b, _ab) with every micro-kernel the processor
  * runs over tails of rows, columns and depth, and the Conv kernels (depthwise, pointwise, general) with odd shapes, strides,
  * pads, dilations and groups, each with and without the fused epilogue, on plain weights and on
- * packed weights with every micro-kernel; 2-D MaxPool over strides, dilations, pads and ceil mode;
+ * packed weights with every micro-kernel; 2-D MaxPool over strides, dilations, pads and ceil mode,
+ * GlobalAveragePool;
  * and the epilogue activations (16-lane where the
  * processor has AVX-512) over tails, extremes and NaN. */
 #include "check.h"
@@ -381,12 +382,37 @@ static void test_maxpool_case(int64_t H, int64_t W, int64_t k, int64_t s, int64_
     kiln_tensor_release(&y);
 }
 
+/* GlobalAveragePool (kiln_cpu_global_average_pool) on [2, 3, H, W] against a mean in double. */
+static void test_global_average_case(int64_t H, int64_t W) {
+    kiln_node node = {.name = "gap", .op_type = "GlobalAveragePool", .domain = "", .opset = 12};
+    kiln_tensor x = {0}, y = {0};
+    kiln_tensor *in[1] = {&x}, *out[1] = {&y};
+    CHECK_OK(kiln_tensor_alloc(&x, KILN_F32, 4, (int64_t[]){2, 3, H, W}));
+    float *xd = x.data;
+    fill(xd, 6 * H * W);
+    CHECK_OK(kiln_cpu_global_average_pool(&node, in, 1, out, 1));
+    double worst = 0;
+    for (int64_t pl = 0; pl < 6; pl++) {
+        double sum = 0;
+        for (int64_t i = 0; i < H * W; i++) sum += xd[pl * H * W + i];
+        double err = fabs(((const float *)y.data)[pl] - sum / (double)(H * W));
+        if (isnan(err) || err > worst) worst = isnan(err) ? INFINITY : err;
+    }
+    CHECKF(worst < 1e-6 && kiln_tensor_numel(&y) == 6, "global average %lldx%lld: error %g", (long long)H, (long long)W,
+           worst);
+    kiln_tensor_release(&x);
+    kiln_tensor_release(&y);
+}
+
 static void test_maxpool(void) {
     test_maxpool_case(9, 11, 3, 2, 1, 1, 1);   /* the classifiers' 3x3 stride 2, ceil mode */
     test_maxpool_case(7, 40, 3, 1, 1, 1, 0);   /* stride 1, rows over 8-lane vectors */
     test_maxpool_case(10, 13, 2, 2, 1, 0, 0);  /* 2x2 stride 2, odd width */
     test_maxpool_case(12, 9, 3, 3, 2, 2, 1);   /* stride 3 (scalar columns), dilation 2 */
     test_maxpool_case(5, 37, 3, 2, 1, 0, 1);   /* ceil mode without pads: a window past the end */
+    test_global_average_case(7, 9);             /* 63: vectors of 8 and a tail */
+    test_global_average_case(1, 1);
+    test_global_average_case(56, 56);
 }
 
 /* ------------------------------------------------------------------ activations */

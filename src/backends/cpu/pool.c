@@ -408,18 +408,25 @@ typedef struct global_job {
     char kind;
 } global_job;
 
-/* Sum of p[0, n) in double, four independent partial sums (the adds pipeline). */
+/* Sum of p[0, n) in double: eight partial sums in two 4-lane vectors (the adds pipeline), lane j
+ * of vector v summing the elements 8 i + 4 v + j. */
+KILN_SIMD_CLONES
 static double sum_f64(const float *p, int64_t n) {
-    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    typedef double v4d __attribute__((vector_size(32)));
+    typedef float v4f __attribute__((vector_size(16)));
+    v4d a0 = {0}, a1 = {0};
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        a0 += p[i];
-        a1 += p[i + 1];
-        a2 += p[i + 2];
-        a3 += p[i + 3];
+    for (; i + 8 <= n; i += 8) {
+        v4f lo, hi;
+        memcpy(&lo, p + i, sizeof lo);
+        memcpy(&hi, p + i + 4, sizeof hi);
+        a0 += __builtin_convertvector(lo, v4d);
+        a1 += __builtin_convertvector(hi, v4d);
     }
-    for (; i < n; i++) a0 += p[i];
-    return (a0 + a1) + (a2 + a3);
+    v4d a = a0 + a1;
+    double s = (a[0] + a[1]) + (a[2] + a[3]);
+    for (; i < n; i++) s += p[i];
+    return s;
 }
 
 /* Planes [b, e) of a global pool (kiln_parallel_fn). */
