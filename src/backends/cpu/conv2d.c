@@ -87,17 +87,11 @@ kiln_status kiln_conv2d_weights_pack(const float *w, int64_t M, int64_t Cg, int6
     int64_t per = by_columns ? kiln_pg_packed_b_floats(rows, Mg) : kiln_pg_packed_a_floats(Mg, rows);
     size_t bytes = ((size_t)(per * group) * sizeof(float) + 63) / 64 * 64;
     kiln_conv2d_weights *pw = calloc(1, sizeof *pw);
-    float *data = aligned_alloc(64, bytes);
-    if (!pw || !data) {
+    float *data = aligned_alloc(64, bytes), *tap_major = malloc((size_t)(Mg * rows) * sizeof *tap_major);
+    if (!pw || !data || !tap_major) {
         free(pw);
         free(data);
-        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Conv: out of memory packing %lld x %lld weights", (long long)M,
-                          (long long)rows);
-    }
-    float *tap_major = malloc((size_t)(Mg * rows) * sizeof *tap_major);
-    if (!tap_major) {
-        free(pw);
-        free(data);
+        free(tap_major);
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Conv: out of memory packing %lld x %lld weights", (long long)M,
                           (long long)rows);
     }
