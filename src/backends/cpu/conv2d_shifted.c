@@ -19,7 +19,7 @@
 #include <string.h>
 
 /* Padded output positions (columns of the product) a task aims at. */
-#define BLOCK_COLUMNS 384
+#define BLOCK_COLUMNS 768
 
 typedef struct shifted_job {
     const kiln_conv2d *g;
@@ -109,9 +109,12 @@ kiln_status kiln_conv2d_run_shifted(const kiln_conv2d *g, const float *x, const 
     if (!j.xp) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Conv: out of memory for the padded input");
     kiln_parallel_for(g->N * g->C, 16, pad_part, &j);
     int threads = kiln_threadpool_size();
-    j.rows_per = BLOCK_COLUMNS / j.Wp > 0 ? BLOCK_COLUMNS / j.Wp : 1;
-    int64_t per_image = g->N * g->group, want = (threads + per_image - 1) / per_image;
-    if (want > 1 && (g->OH + want - 1) / want < j.rows_per) j.rows_per = (g->OH + want - 1) / want;
+    /* blocks of whole rows near BLOCK_COLUMNS columns, as many rows in each (the last one too) */
+    int64_t blocks = (g->OH * j.Wp + BLOCK_COLUMNS - 1) / BLOCK_COLUMNS, per_image = g->N * g->group;
+    int64_t want = (threads + per_image - 1) / per_image; /* blocks an image needs to give every thread one */
+    if (blocks < want && j.Mg < 4 * KILN_PG_MR * want) blocks = want; /* too few channels to split them */
+    if (blocks > g->OH) blocks = g->OH;
+    j.rows_per = (g->OH + blocks - 1) / blocks;
     j.chunks = (g->OH + j.rows_per - 1) / j.rows_per;
     j.mblocks = 1;
     if (per_image * j.chunks < threads) {
