@@ -1,12 +1,20 @@
 /* test_cpu_kernels.c — the CPU backend's fast kernels against naive double-precision loops written
  * here: the thread pool's parallel-for (every index once, nesting runs serially), kiln_cpu_sgemm
- * over odd shapes, both transposes and alpha/beta (its matrix-vector and split-OpenBLAS paths), and
- * the Conv kernels (depthwise, pointwise, general) with odd shapes, strides, pads, dilations and
- * groups, each with and without the fused epilogue. */
+ * over odd shapes, both transposes and alpha/beta (its matrix-vector and split-OpenBLAS paths), the
+ * packed products (kiln_pg_gemm, kiln_pg_gemm_packed_b, _ab) with every micro-kernel the processor
+ * runs over tails of rows, columns and depth, and the Conv kernels (depthwise, pointwise, general) with odd shapes, strides,
+ * pads, dilations and groups, each with and without the fused epilogue, on plain weights and on
+ * packed weights with every micro-kernel; 2-D MaxPool over strides, dilations, pads and ceil mode,
+ * GlobalAveragePool;
+ * and the epilogue activations (16-lane where the
+ * processor has AVX-512) over tails, extremes and NaN. */
 #include "check.h"
 
 #include "backends/cpu/conv2d.h"
 #include "backends/cpu/cpu_gemm.h"
+#include "backends/cpu/fused_kernels.h"
+#include "backends/cpu/nn_kernels.h"
+#include "backends/cpu/packed_gemm.h"
 #include "core/threadpool.h"
 
 #include <stdatomic.h>
@@ -151,18 +159,37 @@ static void test_conv_case(int64_t N, int64_t C, int64_t H, int64_t W, int64_t M
     fill(b, M);
     fill(z, ny);
     kiln_act act = {relu ? KILN_ACT_RELU : KILN_ACT_NONE, 0, 0};
-    CHECK_OK(kiln_conv2d_run(&g, x, w, bias ? b : NULL, residual ? z : NULL, &act, y));
     conv_reference(&g, x, w, bias ? b : NULL, residual ? z : NULL, relu, want);
-    double worst = 0;
-    for (int64_t i = 0; i < ny; i++) {
-        double err = fabs(y[i] - want[i]) / (1.0 + fabs(want[i]));
-        if (!(err <= worst)) worst = err;
+    kiln_conv2d_weights *packed = NULL, *by_columns = NULL;
+    CHECK_OK(kiln_conv2d_weights_pack(w, M, C / group, KH, KW, group, 0, &packed));
+    CHECK(packed == NULL || (kiln_conv2d_weights_fit(packed, &g) && !packed->by_columns));
+    if (g.OH * g.OW <= KILN_CONV2D_SMALL_OUTPUT) { /* also the transposed product of small outputs */
+        CHECK_OK(kiln_conv2d_weights_pack(w, M, C / group, KH, KW, group, g.OH * g.OW, &by_columns));
+        CHECK(by_columns == NULL || (kiln_conv2d_weights_fit(by_columns, &g) && by_columns->by_columns));
     }
-    double tol = 2e-6 * sqrt((double)(C / group * KH * KW)); /* float32 sums of that many products */
-    CHECKF(worst < tol,
-           "conv N%lld C%lld %lldx%lld M%lld k%lldx%lld s%lld d%lld p%lld,%lld g%lld bias %d res %d relu %d: error %g",
-           (long long)N, (long long)C, (long long)H, (long long)W, (long long)M, (long long)KH, (long long)KW,
-           (long long)s, (long long)d, (long long)ph, (long long)pw, (long long)group, bias, residual, relu, worst);
+    /* each instruction set the processor runs: plain weights (the depthwise kernel or OpenBLAS), then
+     * packed weights (none for depthwise), then packed by columns (small outputs) */
+    const kiln_conv2d_weights *weights[3] = {NULL, packed, by_columns};
+    for (int variant = 0; variant < 3 * (KILN_PG_AVX512 + 1); variant++) {
+        if ((variant % 3 && !weights[variant % 3]) || !kiln_pg_isa_set((kiln_pg_isa)(variant / 3))) continue;
+        memset(y, 0xff, sizeof(float) * (size_t)ny); /* NaN: every output must be written */
+        CHECK_OK(kiln_conv2d_run(&g, x, w, weights[variant % 3], bias ? b : NULL, residual ? z : NULL, &act, y));
+        double worst = 0;
+        for (int64_t i = 0; i < ny; i++) {
+            double err = fabs(y[i] - want[i]) / (1.0 + fabs(want[i]));
+            if (isnan(err) || err > worst) worst = isnan(err) ? INFINITY : err; /* NaN: an output left unwritten */
+        }
+        double tol = 2e-6 * sqrt((double)(C / group * KH * KW)); /* float32 sums of that many products */
+        CHECKF(worst < tol,
+               "conv N%lld C%lld %lldx%lld M%lld k%lldx%lld s%lld d%lld p%lld,%lld g%lld bias %d res %d relu %d "
+               "variant %d: error %g",
+               (long long)N, (long long)C, (long long)H, (long long)W, (long long)M, (long long)KH, (long long)KW,
+               (long long)s, (long long)d, (long long)ph, (long long)pw, (long long)group, bias, residual, relu,
+               variant, worst);
+    }
+    kiln_pg_isa_set(kiln_pg_isa_best());
+    kiln_conv2d_weights_free(packed);
+    kiln_conv2d_weights_free(by_columns);
     free(x);
     free(w);
     free(b);
@@ -195,11 +222,258 @@ static void test_conv2d(void) {
     test_conv_case(1, 8, 11, 11, 12, 3, 3, 2, 2, 2, 2, 2, true, false, false);
     test_conv_case(1, 256, 30, 30, 8, 3, 3, 1, 1, 1, 1, 1, true, false, true); /* several column chunks */
     test_conv_case(1, 32, 9, 9, 48, 3, 3, 1, 1, 1, 1, 1, true, true, true); /* narrow: output-channel blocks */
+    test_conv_case(1, 40, 3, 5, 70, 3, 3, 1, 1, 1, 1, 1, true, true, true);   /* channel blocks, row tail */
+    test_conv_case(1, 7, 21, 21, 13, 3, 3, 1, 2, 2, 2, 1, false, true, false); /* dilated: row and column tails */
+    test_conv_case(2, 300, 4, 4, 25, 1, 1, 1, 1, 0, 0, 1, true, false, true); /* depth over one packed block */
+    test_conv_case(2, 12, 9, 7, 18, 3, 3, 1, 1, 1, 1, 3, true, true, true);  /* stride 1: batch, groups */
+    test_conv_case(1, 5, 40, 3, 30, 5, 3, 1, 1, 2, 0, 1, true, false, true);  /* tall, narrow, one-sided pad */
+    test_conv_case(2, 40, 7, 7, 100, 3, 3, 1, 1, 1, 1, 2, true, true, true); /* small output: batch, groups */
+    test_conv_case(1, 24, 9, 9, 50, 3, 3, 2, 1, 1, 1, 1, true, false, true); /* small output, stride 2 */
+    test_conv_case(1, 600, 3, 3, 20, 1, 1, 1, 1, 0, 0, 1, true, true, false); /* small pointwise, deep */
+}
+
+/* ------------------------------------------------------------------ packed product */
+/* A kiln_pg_epilogue: c = 2 c + 1 over the block. */
+static void twice_plus_one(void *ctx, float *c, int64_t ldc, int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
+    (void)ctx;
+    (void)r0;
+    (void)c0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < cols; j++) c[r * ldc + j] = 2 * c[r * ldc + j] + 1;
+}
+
+/* kiln_pg_gemm against a double product for M x K x N, each micro-kernel; with a bias also an
+ * epilogue. */
+static void test_packed_case(int64_t M, int64_t K, int64_t N, bool bias) {
+    int64_t ldb = N + 3, ldc = N + 5;
+    float *A = malloc(sizeof(float) * (size_t)(M * K + 1)), *B = malloc(sizeof(float) * (size_t)(K * ldb + 1));
+    float *bv = malloc(sizeof(float) * (size_t)M), *C = malloc(sizeof(float) * (size_t)(M * ldc));
+    float *pa = malloc(sizeof(float) * (size_t)(kiln_pg_packed_a_floats(M, K) + 1));
+    float *scratch = malloc(sizeof(float) * (size_t)(kiln_pg_scratch_floats()));
+    fill(A, M * K);
+    fill(B, K * ldb);
+    fill(bv, M);
+    kiln_pg_pack_a(A, K, M, K, pa);
+    for (int isa = KILN_PG_PORTABLE; isa <= KILN_PG_AVX512; isa++) {
+        if (!kiln_pg_isa_set((kiln_pg_isa)isa)) continue;
+        for (int64_t i = 0; i < M * ldc; i++) C[i] = 7.0f; /* the gaps between rows stay untouched */
+        kiln_pg_epilogue ep = {twice_plus_one, NULL}; /* with a bias: each element once */
+        kiln_pg_gemm(pa, M, K, B, ldb, NULL, N, bias ? bv : NULL, C, ldc, bias ? &ep : NULL, scratch);
+        double worst = 0;
+        bool gaps = true;
+        for (int64_t m = 0; m < M; m++) {
+            for (int64_t j = 0; j < N; j++) {
+                double s = bias ? bv[m] : 0.0;
+                for (int64_t k = 0; k < K; k++) s += (double)A[m * K + k] * B[k * ldb + j];
+                if (bias) s = 2 * s + 1;
+                double err = fabs(C[m * ldc + j] - s) / (1.0 + fabs(s));
+                if (isnan(err) || err > worst) worst = isnan(err) ? INFINITY : err;
+            }
+            for (int64_t j = N; j < ldc; j++) gaps = gaps && C[m * ldc + j] == 7.0f;
+        }
+        CHECKF(worst < 2e-6 * sqrt((double)K + 1) && gaps, "packed %lldx%lldx%lld bias %d isa %d: error %g, gaps %d",
+               (long long)M, (long long)K, (long long)N, bias, isa, worst, gaps);
+    }
+    kiln_pg_isa_set(kiln_pg_isa_best());
+    free(A);
+    free(B);
+    free(bv);
+    free(C);
+    free(pa);
+    free(scratch);
+}
+
+/* kiln_pg_gemm_packed_b against a double product for M x K x N, B given as [K, N] or as the
+ * transpose of [N, K], each micro-kernel; both: kiln_pg_gemm_packed_ab on A packed too. */
+static void test_packed_b_case(int64_t M, int64_t K, int64_t N, bool transposed, bool both) {
+    int64_t lda = K + 2, ldc = N + 3;
+    float *A = malloc(sizeof(float) * (size_t)(M * lda + 1)), *B = malloc(sizeof(float) * (size_t)(K * N + 1));
+    float *C = malloc(sizeof(float) * (size_t)(M * ldc + 1));
+    float *pb = malloc(sizeof(float) * (size_t)(kiln_pg_packed_b_floats(K, N) + 1));
+    float *scratch = malloc(sizeof(float) * (size_t)kiln_pg_scratch_b_floats());
+    fill(A, M * lda);
+    fill(B, K * N);
+    float *pa = malloc(sizeof(float) * (size_t)(kiln_pg_packed_a_floats(M, K) + 1));
+    kiln_pg_pack_b(B, transposed ? 1 : N, transposed ? K : 1, K, N, pb);
+    kiln_pg_pack_a(A, lda, M, K, pa);
+    for (int isa = KILN_PG_PORTABLE; isa <= KILN_PG_AVX512; isa++) {
+        if (!kiln_pg_isa_set((kiln_pg_isa)isa)) continue;
+        for (int64_t i = 0; i < M * ldc; i++) C[i] = 7.0f;
+        if (both) kiln_pg_gemm_packed_ab(pa, M, K, pb, N, C, ldc);
+        else kiln_pg_gemm_packed_b(A, lda, M, K, pb, N, C, ldc, scratch);
+        double worst = 0;
+        bool gaps = true;
+        for (int64_t m = 0; m < M; m++) {
+            for (int64_t j = 0; j < N; j++) {
+                double s = 0;
+                for (int64_t k = 0; k < K; k++) s += (double)A[m * lda + k] * (transposed ? B[j * K + k] : B[k * N + j]);
+                double err = fabs(C[m * ldc + j] - s) / (1.0 + fabs(s));
+                if (isnan(err) || err > worst) worst = isnan(err) ? INFINITY : err;
+            }
+            for (int64_t j = N; j < ldc; j++) gaps = gaps && C[m * ldc + j] == 7.0f;
+        }
+        CHECKF(worst < 2e-6 * sqrt((double)K + 1) && gaps,
+               "packed B %lldx%lldx%lld transposed %d both %d isa %d: error %g, gaps %d", (long long)M, (long long)K,
+               (long long)N, transposed, both, isa, worst, gaps);
+    }
+    kiln_pg_isa_set(kiln_pg_isa_best());
+    free(pa);
+    free(A);
+    free(B);
+    free(C);
+    free(pb);
+    free(scratch);
+}
+
+static void test_packed_gemm(void) {
+    for (int both = 0; both < 2; both++) {
+        test_packed_b_case(8, 8, 48, false, both);     /* one full tile */
+        test_packed_b_case(5, 3, 7, true, both);       /* below a tile each way */
+        test_packed_b_case(130, 300, 70, false, both); /* rows over a block (120) */
+        test_packed_b_case(37, 1030, 65, true, both);  /* depth over two blocks (512), a partial panel */
+    }
+    test_packed_case(8, 8, 48, true);       /* one full tile */
+    test_packed_case(1, 1, 1, true);        /* one element */
+    test_packed_case(9, 17, 49, false);     /* one past a tile each way */
+    test_packed_case(25, 600, 70, true);    /* depth over one block (512) */
+    test_packed_case(37, 1030, 300, false); /* columns over one block (288), depth over two */
+    test_packed_case(5, 0, 9, true);        /* no depth: the bias alone */
+}
+
+/* ------------------------------------------------------------------ MaxPool */
+/* One 2-D float32 MaxPool (kiln_cpu_max_pool) on [2, 3, H, W] against the window maximum computed
+ * here (NaN never taken, as the kernel does): square kernel k, stride s, dilation d, pads p on both
+ * sides, ceil_mode. */
+static void test_maxpool_case(int64_t H, int64_t W, int64_t k, int64_t s, int64_t d, int64_t p, int64_t ceil) {
+    int64_t ks[2] = {k, k}, st[2] = {s, s}, dl[2] = {d, d}, pads[4] = {p, p, p, p};
+    kiln_attr attrs[5] = {{.name = "kernel_shape", .type = KILN_ATTR_INTS, .n = 2, .ints = ks},
+                          {.name = "strides", .type = KILN_ATTR_INTS, .n = 2, .ints = st},
+                          {.name = "dilations", .type = KILN_ATTR_INTS, .n = 2, .ints = dl},
+                          {.name = "pads", .type = KILN_ATTR_INTS, .n = 4, .ints = pads},
+                          {.name = "ceil_mode", .type = KILN_ATTR_INT, .i = ceil}};
+    kiln_node node = {.name = "pool", .op_type = "MaxPool", .domain = "", .opset = 12, .nattrs = 5, .attrs = attrs};
+    kiln_tensor x = {0}, y = {0};
+    kiln_tensor *in[1] = {&x}, *out[1] = {&y};
+    CHECK_OK(kiln_tensor_alloc(&x, KILN_F32, 4, (int64_t[]){2, 3, H, W}));
+    float *xd = x.data;
+    fill(xd, 6 * H * W);
+    xd[H * W + 1] = NAN;
+    CHECK_OK(kiln_cpu_max_pool(&node, in, 1, out, 1));
+    int64_t OH = y.dims[2], OW = y.dims[3];
+    const float *yd = y.data;
+    int64_t bad = 0;
+    for (int64_t pl = 0; pl < 6; pl++)
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                float m = -INFINITY;
+                for (int64_t kh = 0; kh < k; kh++)
+                    for (int64_t kw = 0; kw < k; kw++) {
+                        int64_t ih = oh * s - p + kh * d, iw = ow * s - p + kw * d;
+                        if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                        float v = xd[(pl * H + ih) * W + iw];
+                        if (v > m) m = v;
+                    }
+                bad += yd[(pl * OH + oh) * OW + ow] != m;
+            }
+    CHECKF(bad == 0 && y.ndim == 4, "maxpool %lldx%lld k%lld s%lld d%lld p%lld ceil %lld: %lld outputs differ",
+           (long long)H, (long long)W, (long long)k, (long long)s, (long long)d, (long long)p, (long long)ceil,
+           (long long)bad);
+    kiln_tensor_release(&x);
+    kiln_tensor_release(&y);
+}
+
+/* GlobalAveragePool (kiln_cpu_global_average_pool) on [2, 3, H, W] against a mean in double. */
+static void test_global_average_case(int64_t H, int64_t W) {
+    kiln_node node = {.name = "gap", .op_type = "GlobalAveragePool", .domain = "", .opset = 12};
+    kiln_tensor x = {0}, y = {0};
+    kiln_tensor *in[1] = {&x}, *out[1] = {&y};
+    CHECK_OK(kiln_tensor_alloc(&x, KILN_F32, 4, (int64_t[]){2, 3, H, W}));
+    float *xd = x.data;
+    fill(xd, 6 * H * W);
+    CHECK_OK(kiln_cpu_global_average_pool(&node, in, 1, out, 1));
+    double worst = 0;
+    for (int64_t pl = 0; pl < 6; pl++) {
+        double sum = 0;
+        for (int64_t i = 0; i < H * W; i++) sum += xd[pl * H * W + i];
+        double err = fabs(((const float *)y.data)[pl] - sum / (double)(H * W));
+        if (isnan(err) || err > worst) worst = isnan(err) ? INFINITY : err;
+    }
+    CHECKF(worst < 1e-6 && kiln_tensor_numel(&y) == 6, "global average %lldx%lld: error %g", (long long)H, (long long)W,
+           worst);
+    kiln_tensor_release(&x);
+    kiln_tensor_release(&y);
+}
+
+static void test_maxpool(void) {
+    test_maxpool_case(9, 11, 3, 2, 1, 1, 1);   /* the classifiers' 3x3 stride 2, ceil mode */
+    test_maxpool_case(7, 40, 3, 1, 1, 1, 0);   /* stride 1, rows over 8-lane vectors */
+    test_maxpool_case(10, 13, 2, 2, 1, 0, 0);  /* 2x2 stride 2, odd width */
+    test_maxpool_case(12, 9, 3, 3, 2, 2, 1);   /* stride 3 (scalar columns), dilation 2 */
+    test_maxpool_case(5, 37, 3, 2, 1, 0, 1);   /* ceil mode without pads: a window past the end */
+    test_global_average_case(7, 9);             /* 63: vectors of 8 and a tail */
+    test_global_average_case(1, 1);
+    test_global_average_case(56, 56);
+}
+
+/* ------------------------------------------------------------------ activations */
+static double act_reference(const kiln_act *a, double x) {
+    double sig = 1.0 / (1.0 + exp(-x)), c;
+    switch (a->kind) {
+    case KILN_ACT_RELU: return x < 0 ? 0 : x;
+    case KILN_ACT_LEAKY_RELU: return x < 0 ? a->p0 * x : x;
+    case KILN_ACT_CLIP: return x < a->p0 ? a->p0 : x > a->p1 ? a->p1 : x;
+    case KILN_ACT_HARD_SIGMOID: c = a->p0 * x + a->p1; return c < 0 ? 0 : c > 1 ? 1 : c;
+    case KILN_ACT_HARD_SWISH: c = x / 6 + 0.5; return x * (c < 0 ? 0 : c > 1 ? 1 : c);
+    case KILN_ACT_SIGMOID: return sig;
+    case KILN_ACT_SILU: return x * sig;
+    case KILN_ACT_TANH: return tanh(x);
+    case KILN_ACT_GELU: return 0.5 * x * erfc(-x / sqrt(2.0));
+    case KILN_ACT_GELU_TANH: /* 0.5 x (1 + tanh(u)) as x sigmoid(2u): no cancellation in double either */
+        return x / (1 + exp(-1.5957691216057308 * (x + 0.044715 * x * x * x)));
+    default: return NAN;
+    }
+}
+
+static void test_activations(void) {
+    const kiln_act acts[] = {{KILN_ACT_RELU, 0, 0},         {KILN_ACT_LEAKY_RELU, 0.1f, 0}, {KILN_ACT_CLIP, -1, 2},
+                             {KILN_ACT_HARD_SIGMOID, 0.2f, 0.5f}, {KILN_ACT_HARD_SWISH, 0, 0}, {KILN_ACT_SIGMOID, 0, 0},
+                             {KILN_ACT_SILU, 0, 0},         {KILN_ACT_TANH, 0, 0},     {KILN_ACT_GELU, 0, 0},
+                             {KILN_ACT_GELU_TANH, 0, 0}};
+    enum { N = 203 }; /* not a multiple of 16 or 4: both tails */
+    float x[N], y[N];
+    for (int i = 0; i < N; i++) x[i] = -25.0f + 50.0f * (float)i / (N - 5);
+    x[N - 6] = -INFINITY;
+    x[N - 5] = INFINITY;
+    x[N - 4] = NAN;
+    x[N - 3] = -100.0f;
+    x[N - 2] = 100.0f;
+    x[N - 1] = -0.0f;
+    for (size_t k = 0; k < sizeof acts / sizeof *acts; k++) {
+        memcpy(y, x, sizeof y);
+        kiln_cpu_activation_apply(y, N, &acts[k]);
+        double worst = 0;
+        for (int i = 0; i < N; i++) {
+            double want = act_reference(&acts[k], x[i]); /* NaN for NaN, and for -inf * 0 (SiLU, HardSwish) */
+            if (isnan(want) || isinf(want)) {
+                CHECKF(isnan(want) ? isnan(y[i]) : y[i] == want, "activation %d at %g: %g, not %g", acts[k].kind,
+                       x[i], y[i], want);
+                continue;
+            }
+            double err = fabs(y[i] - want) / (fabs(want) + 1e-30); /* values far below FLT_MIN may be 0 */
+            if (isnan(err) || err > worst) worst = isnan(err) ? INFINITY : err;
+        }
+        /* a few float ulp; the GELUs carry more (erfc polynomial, rounded x^3: elementwise_vmath.h) */
+        double tol = acts[k].kind == KILN_ACT_GELU || acts[k].kind == KILN_ACT_GELU_TANH ? 1e-5 : 2e-6;
+        CHECKF(worst < tol, "activation %d: relative error %g", acts[k].kind, worst);
+    }
 }
 
 int main(void) {
     test_threadpool();
     test_sgemm();
+    test_maxpool();
+    test_activations();
+    test_packed_gemm();
     test_conv2d();
     return checks_report("test_cpu_kernels");
 }

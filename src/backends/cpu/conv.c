@@ -213,8 +213,10 @@ static kiln_status conv_setup(const kiln_node *n, kiln_tensor *const *in, int ni
     return KILN_OK;
 }
 
-/* Conv: X [N, C, in...] (*) W [M, C/group, k...] + B [M] -> Y [N, M, out...]. */
-static NN_EXEC(conv_f32) {
+/* Conv: X [N, C, in...] (*) W [M, C/group, k...] + B [M] -> Y [N, M, out...]; packed: W packed for
+ * the 2-D kernels, or NULL. */
+static kiln_status conv_run(const kiln_node *n, kiln_tensor *const *in, int nin, kiln_tensor *const *out,
+                            const kiln_conv2d_weights *packed) {
     conv_geom g;
     int64_t group, M, odims[KILN_MAX_DIMS];
     KILN_TRY(conv_setup(n, in, nin, false, &g, &group, &M, odims));
@@ -227,7 +229,7 @@ static NN_EXEC(conv_f32) {
     if (g.nsp == 2) { /* the fast 2-D kernels (conv2d.c) */
         kiln_conv2d c2 = {N, C, g.in[0], g.in[1], M, g.out[0], g.out[1], g.k[0], g.k[1], group,
                           g.s[0], g.s[1], g.d[0], g.d[1], g.pb[0], g.pb[1]};
-        return kiln_conv2d_run(&c2, xd, wd, b ? b->data : NULL, NULL, NULL, yd);
+        return kiln_conv2d_run(&c2, xd, wd, packed, b ? b->data : NULL, NULL, NULL, yd);
     }
     bool pointwise = true;
     for (int i = 0; i < g.nsp; i++)
@@ -275,6 +277,35 @@ static NN_EXEC(conv_f32) {
     if (b) add_bias(yd, b->data, N, M, g.out_size);
     return KILN_OK;
 }
+
+static NN_EXEC(conv_f32) {
+    (void)nout;
+    return conv_run(n, in, nin, out, NULL);
+}
+
+kiln_status kiln_cpu_conv_prepare(const kiln_graph *g, const kiln_node *n, void **state) {
+    *state = NULL;
+    if (n->ninputs < 2 || n->inputs[1] < 0 || kiln_attr_int(n, "channels_last", 0) != 0) return KILN_OK;
+    const kiln_tensor *w = g->values[n->inputs[1]].constant;
+    if (!w || w->dtype != KILN_F32 || w->ndim != 4) return KILN_OK;
+    kiln_conv2d_weights *pw;
+    const kiln_value *yv = n->noutputs > 0 && n->outputs[0] >= 0 ? &g->values[n->outputs[0]] : NULL;
+    int64_t positions = 0; /* the output's OH * OW where shape inference knows it */
+    if (yv && yv->ndim == 4 && kiln_dim_is_static(yv->dims[2]) && kiln_dim_is_static(yv->dims[3]))
+        positions = yv->dims[2].value * yv->dims[3].value;
+    KILN_TRY(kiln_conv2d_weights_pack(w->data, w->dims[0], w->dims[1], w->dims[2], w->dims[3],
+                                      kiln_attr_int(n, "group", 1), positions, &pw));
+    *state = pw;
+    return KILN_OK;
+}
+
+kiln_status kiln_cpu_conv_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
+                                   kiln_tensor *const *out, int nout) {
+    if (nn_has_half_input(in, nin)) return kiln_cpu_conv(n, in, nin, out, nout);
+    return conv_run(n, in, nin, out, state);
+}
+
+void kiln_cpu_conv_state_free(void *state) { kiln_conv2d_weights_free(state); }
 
 /* Scatter-adds col[(m * k_size + kk) * width + j] (input positions of lines [l0, l1)) into
  * y [channels, out...] at the output position each tap kk of that input position reaches. */

@@ -1,23 +1,31 @@
-/* conv2d.c — kiln_conv2d_run (conv2d.h). Work is cut into tasks that the pool runs in contiguous
- * ranges: one output plane per task for depthwise Conv, and a chunk of output positions of one
- * image and group per task otherwise. A task's scratch (the padded input plane, or the im2col
- * columns of its chunk) lives in a per-thread buffer that grows and is kept for the thread's life,
- * so steady-state runs allocate nothing. Matrix products are single-threaded OpenBLAS calls inside
- * the tasks (cpu_gemm.c switches OpenBLAS to one thread). */
+/* conv2d.c — kiln_conv2d_run (conv2d.h) and its packed weights. Work is cut into tasks that the
+ * pool runs in contiguous ranges: one output plane per task for depthwise Conv, and a chunk of
+ * output positions of one image and group (and a block of output channels) per task otherwise. A
+ * task's scratch (the padded input plane, or the im2col columns of its chunk and the packed block
+ * of the product's right side) lives in a per-thread buffer (cpu_scratch.h) that grows and is kept for the
+ * thread's life, so steady-state runs allocate nothing. Matrix products are single-threaded inside
+ * the tasks: kiln_pg_gemm on packed weights, else OpenBLAS (cpu_gemm.c switches it to one thread).
+ * Stride-1 convolutions on packed weights skip im2col (conv2d_shifted.c); outputs of few positions
+ * run transposed (conv2d_small.c). */
 #include "backends/cpu/conv2d.h"
 
 #include "backends/cpu/cpu_gemm.h"
+#include "backends/cpu/cpu_scratch.h"
 #include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/fused_kernels.h"
+#include "backends/cpu/packed_gemm.h"
 #include "core/status.h"
 #include "core/threadpool.h"
 #include "ir/nn_window.h"
 
 #include <cblas.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KILN_NO_SIMD_CLONES)
+#include <immintrin.h>
+#endif
 
 /* Floats of im2col columns one task builds (512 KiB: half of a core's L2), unless that leaves
  * fewer than 256 columns. */
@@ -59,27 +67,61 @@ kiln_status kiln_conv2d_geometry(const kiln_node *n, const kiln_tensor *x, const
     return KILN_OK;
 }
 
-/* ------------------------------------------------------------------ per-thread scratch */
-static pthread_key_t g_scratch_key;
-static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
-typedef struct scratch {
-    size_t cap;
-    float data[];
-} scratch;
-static void scratch_key_make(void) { pthread_key_create(&g_scratch_key, free); }
+/* Taps of a depthwise kernel the direct path takes (7x7 and below); larger ones go through im2col. */
+#define DW_MAX_TAPS 64
+/* Columns past a padded row's outputs that a depthwise vector may read (one 16-lane vector). */
+#define DW_SLACK 16
 
-/* This thread's scratch of at least count floats (kept for the thread's life), NULL on out of memory. */
-static float *thread_scratch(size_t count) {
-    pthread_once(&g_scratch_once, scratch_key_make);
-    scratch *s = pthread_getspecific(g_scratch_key);
-    if (s && s->cap >= count) return s->data;
-    free(s);
-    s = malloc(sizeof *s + count * sizeof(float));
-    pthread_setspecific(g_scratch_key, s);
-    if (!s) return NULL;
-    s->cap = count;
-    return s->data;
+/* Whether kiln_conv2d_run takes the direct depthwise kernel for weights [M, Cg, KH, KW] in group groups. */
+static bool is_depthwise(int64_t M, int64_t Cg, int64_t KH, int64_t KW, int64_t group) {
+    return Cg == 1 && M / group <= 8 && group > 1 && KH * KW <= DW_MAX_TAPS;
 }
+
+/* ------------------------------------------------------------------ packed weights */
+kiln_status kiln_conv2d_weights_pack(const float *w, int64_t M, int64_t Cg, int64_t KH, int64_t KW, int64_t group,
+                                     int64_t out_positions, kiln_conv2d_weights **out) {
+    *out = NULL;
+    if (group < 1 || M % group || is_depthwise(M, Cg, KH, KW, group) || M * Cg * KH * KW == 0) return KILN_OK;
+    bool by_columns = out_positions > 0 && out_positions <= KILN_CONV2D_SMALL_OUTPUT;
+    int64_t Mg = M / group, rows = Cg * KH * KW;
+    int64_t per = by_columns ? kiln_pg_packed_b_floats(rows, Mg) : kiln_pg_packed_a_floats(Mg, rows);
+    size_t bytes = ((size_t)(per * group) * sizeof(float) + 63) / 64 * 64;
+    kiln_conv2d_weights *pw = calloc(1, sizeof *pw);
+    float *data = aligned_alloc(64, bytes), *tap_major = malloc((size_t)(Mg * rows) * sizeof *tap_major);
+    if (!pw || !data || !tap_major) {
+        free(pw);
+        free(data);
+        free(tap_major);
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Conv: out of memory packing %lld x %lld weights", (long long)M,
+                          (long long)rows);
+    }
+    *pw = (kiln_conv2d_weights){M, Cg, KH, KW, group, per, by_columns, data};
+    const int64_t taps = KH * KW;
+    for (int64_t gr = 0; gr < group; gr++) {
+        for (int64_t m = 0; m < Mg; m++)
+            for (int64_t c = 0; c < Cg; c++)
+                for (int64_t t = 0; t < taps; t++)
+                    tap_major[m * rows + t * Cg + c] = w[((gr * Mg + m) * Cg + c) * taps + t];
+        if (by_columns) kiln_pg_pack_b(tap_major, 1, rows, rows, Mg, data + gr * per); /* (k, m) at m * rows + k */
+        else kiln_pg_pack_a(tap_major, rows, Mg, rows, data + gr * per);
+    }
+    free(tap_major);
+    *out = pw;
+    return KILN_OK;
+}
+
+void kiln_conv2d_weights_free(kiln_conv2d_weights *pw) {
+    if (!pw) return;
+    free(pw->data);
+    free(pw);
+}
+
+bool kiln_conv2d_weights_fit(const kiln_conv2d_weights *pw, const kiln_conv2d *g) {
+    return pw && pw->M == g->M && pw->Cg * g->group == g->C && pw->KH == g->KH && pw->KW == g->KW &&
+           pw->group == g->group && (!pw->by_columns || g->OH * g->OW <= KILN_CONV2D_SMALL_OUTPUT);
+}
+
+static float *thread_scratch(size_t count) { return kiln_cpu_scratch(KILN_SCRATCH_TASK, count); }
 
 /* ------------------------------------------------------------------ epilogue */
 /* p[0, len) = act(p + bias + z) (z may be NULL), for one output channel. */
@@ -94,12 +136,14 @@ static void epilogue_row(float *p, int64_t len, float bias, const float *z, cons
 typedef struct conv_job {
     const kiln_conv2d *g;
     const float *x, *w, *bias, *z;
+    const kiln_conv2d_weights *packed; /* NULL: OpenBLAS on w */
     const kiln_act *act;
     float *y;
     int64_t Cg, Mg, HW, OHW, rows;  /* rows: Cg * KH * KW */
     int64_t chunk, chunks;           /* output positions per task, column chunks per (image, group) */
     int64_t mblocks;                 /* blocks of output channels per column chunk */
     bool pointwise;
+    bool wide; /* depthwise on 16-lane AVX-512 vectors */
     atomic_bool oom;
 } conv_job;
 
@@ -107,6 +151,23 @@ typedef struct conv_job {
 /* The padded input plane in "phase" layout: padded row r, column q is at
  * buf[r * ld + (q % s) * lp + q / s] (lp = phase length), so tap kw of output ow reads phase
  * (kw * dw) % sw at index ow + (kw * dw) / sw: contiguous in ow for any stride. */
+/* d[i] = s[i * stride] for i in [0, n): the even lanes of two 8-lane vectors at a time for stride 2
+ * (the strided convolutions' copies), memcpy for stride 1. */
+KILN_SIMD_CLONES
+static void copy_strided(float *restrict d, const float *restrict s, int64_t n, int64_t stride) {
+    if (stride == 1) {
+        memcpy(d, s, (size_t)n * sizeof *d);
+        return;
+    }
+    int64_t i = 0;
+    if (stride == 2)
+        for (; i + 8 <= n && 2 * i + 16 <= 2 * n - 1; i += 8) { /* the second vector stays inside s[0, 2n - 1) */
+            kiln_v8f lo = kiln_v8_load(s + 2 * i), hi = kiln_v8_load(s + 2 * i + 8);
+            kiln_v8_store(d + i, __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14));
+        }
+    for (; i < n; i++) d[i] = s[i * stride];
+}
+
 static void pad_plane(const kiln_conv2d *g, const float *x, int64_t PH, int64_t ld, int64_t lp, float *buf) {
     memset(buf, 0, (size_t)(PH * ld) * sizeof *buf);
     for (int64_t ih = 0; ih < g->H; ih++) {
@@ -118,18 +179,16 @@ static void pad_plane(const kiln_conv2d *g, const float *x, int64_t PH, int64_t 
         }
         for (int64_t phase = 0; phase < g->sw; phase++) { /* padded columns q = phase + i * sw, q >= pw */
             int64_t i = (g->pw - phase + g->sw - 1) / g->sw, q = phase + i * g->sw;
-            for (float *d = row + phase * lp + i; q < g->pw + g->W; q += g->sw) *d++ = src[q - g->pw];
+            if (q < g->pw + g->W)
+                copy_strided(row + phase * lp + i, src + (q - g->pw), (g->pw + g->W - q + g->sw - 1) / g->sw, g->sw);
         }
     }
 }
 
-/* Taps of a depthwise kernel the direct path takes (7x7 and below); larger ones go through im2col. */
-#define DW_MAX_TAPS 64
-
 /* One output plane of depthwise Conv from its padded input plane: 16 outputs at a time (8 at the
  * end of a row), every tap accumulated in registers. off[t]: where tap t of output (0, 0) reads in
- * buf; wk[t] its weight. The padded rows have 8 columns of slack, so the last vector may read past
- * the row's outputs. */
+ * buf; wk[t] its weight. The padded rows have DW_SLACK columns of slack, so the last vector may
+ * read past the row's outputs. */
 KILN_SIMD_CLONES
 static void depthwise_plane(const kiln_conv2d *g, const float *buf, int64_t ld, const int64_t *off, const float *wk,
                             float bias, float *y) {
@@ -158,12 +217,48 @@ static void depthwise_plane(const kiln_conv2d *g, const float *buf, int64_t ld, 
     }
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KILN_NO_SIMD_CLONES)
+typedef float dw_v16f __attribute__((vector_size(64)));
+
+/* depthwise_plane on 16-lane AVX-512 vectors: 32 outputs at a time, then 16. */
+__attribute__((target("avx512f,fma"))) static void depthwise_plane_wide(const kiln_conv2d *g, const float *buf, int64_t ld,
+                                                                    const int64_t *off, const float *wk, float bias,
+                                                                    float *y) {
+    const int64_t taps = g->KH * g->KW, OW = g->OW;
+    for (int64_t oh = 0; oh < g->OH; oh++) {
+        float *yr = y + oh * OW;
+        const float *base = buf + oh * g->sh * ld;
+        int64_t ow = 0;
+        for (; ow + 32 <= OW; ow += 32) {
+            dw_v16f a0 = (dw_v16f){0} + bias, a1 = a0, x0, x1;
+            for (int64_t t = 0; t < taps; t++) {
+                memcpy(&x0, base + off[t] + ow, sizeof x0);
+                memcpy(&x1, base + off[t] + ow + 16, sizeof x1);
+                a0 = (dw_v16f)_mm512_fmadd_ps(_mm512_set1_ps(wk[t]), (__m512)x0, (__m512)a0);
+                a1 = (dw_v16f)_mm512_fmadd_ps(_mm512_set1_ps(wk[t]), (__m512)x1, (__m512)a1);
+            }
+            memcpy(yr + ow, &a0, sizeof a0);
+            memcpy(yr + ow + 16, &a1, sizeof a1);
+        }
+        for (; ow < OW; ow += 16) {
+            dw_v16f acc = (dw_v16f){0} + bias, x0;
+            for (int64_t t = 0; t < taps; t++) {
+                memcpy(&x0, base + off[t] + ow, sizeof x0);
+                acc = (dw_v16f)_mm512_fmadd_ps(_mm512_set1_ps(wk[t]), (__m512)x0, (__m512)acc);
+            }
+            memcpy(yr + ow, &acc, (size_t)(OW - ow < 16 ? OW - ow : 16) * sizeof(float));
+        }
+    }
+}
+#define DW_WIDE 1
+#endif
+
 static void depthwise_part(void *ctx, int64_t t0, int64_t t1) {
     conv_job *j = ctx;
     const kiln_conv2d *g = j->g;
     int64_t rows_read = (g->OH - 1) * g->sh + (g->KH - 1) * g->dh + 1;
     int64_t PH = g->H + g->ph > rows_read ? g->H + g->ph : rows_read;
-    int64_t lp_in = (g->W + g->pw) / g->sw + 1, lp_read = g->OW + 8 + (g->KW - 1) * g->dw / g->sw + 1;
+    int64_t lp_in = (g->W + g->pw) / g->sw + 1, lp_read = g->OW + DW_SLACK + (g->KW - 1) * g->dw / g->sw + 1;
     int64_t lp = lp_in > lp_read ? lp_in : lp_read, ld = lp * g->sw, off[DW_MAX_TAPS];
     float *buf = thread_scratch((size_t)(PH * ld));
     if (!buf) {
@@ -181,21 +276,28 @@ static void depthwise_part(void *ctx, int64_t t0, int64_t t1) {
         if (cin != prev_in) pad_plane(g, j->x + cin * j->HW, PH, ld, lp, buf);
         prev_in = cin;
         float *y = j->y + t * j->OHW;
-        depthwise_plane(g, buf, ld, off, j->w + m * g->KH * g->KW, j->bias ? j->bias[m] : 0.0f, y);
+#ifdef DW_WIDE
+        if (j->wide) depthwise_plane_wide(g, buf, ld, off, j->w + m * g->KH * g->KW, j->bias ? j->bias[m] : 0.0f, y);
+        else
+#endif
+            depthwise_plane(g, buf, ld, off, j->w + m * g->KH * g->KW, j->bias ? j->bias[m] : 0.0f, y);
         if (j->z || (j->act && j->act->kind != KILN_ACT_NONE))
             epilogue_row(y, j->OHW, 0.0f, j->z ? j->z + t * j->OHW : NULL, j->act);
     }
 }
 
 /* ------------------------------------------------------------------ im2col / pointwise */
-/* col[r * width + (p - p0)] for output positions p in [p0, p0 + width) and rows r = (c, kh, kw) of
- * the group's Cg channels starting at x: the input under that tap, 0 in the padding. */
-static void im2col_chunk(const kiln_conv2d *g, const float *x, int64_t Cg, int64_t p0, int64_t width, float *col) {
+/* col[r * width + (p - p0)] for output positions p in [p0, p0 + width) and rows r of the group's
+ * Cg channels starting at x: the input under that tap, 0 in the padding. Rows are (c, kh, kw) in
+ * W's order, or (kh, kw, c) when tap_major (the packed weights' order). */
+static void im2col_chunk(const kiln_conv2d *g, const float *x, int64_t Cg, int64_t p0, int64_t width, bool tap_major,
+                         float *col) {
     const int64_t OW = g->OW, HW = g->H * g->W;
     for (int64_t c = 0; c < Cg; c++)
         for (int64_t kh = 0; kh < g->KH; kh++)
             for (int64_t kw = 0; kw < g->KW; kw++) {
-                float *dst = col + ((c * g->KH + kh) * g->KW + kw) * width;
+                int64_t r = tap_major ? (kh * g->KW + kw) * Cg + c : (c * g->KH + kh) * g->KW + kw;
+                float *dst = col + r * width;
                 const float *xc = x + c * HW;
                 for (int64_t p = p0; p < p0 + width;) {
                     int64_t oh = p / OW, ow0 = p % OW, ow1 = OW - ow0 < p0 + width - p ? OW : ow0 + (p0 + width - p);
@@ -207,9 +309,7 @@ static void im2col_chunk(const kiln_conv2d *g, const float *x, int64_t Cg, int64
                     if (ih < 0 || ih >= g->H) lo = hi = ow0;
                     memset(d, 0, (size_t)(lo - ow0) * sizeof *d);
                     const float *xr = xc + ih * g->W + first;
-                    if (g->sw == 1 && hi > lo) memcpy(d + (lo - ow0), xr + lo, (size_t)(hi - lo) * sizeof *d);
-                    else
-                        for (int64_t ow = lo; ow < hi; ow++) d[ow - ow0] = xr[ow * g->sw];
+                    if (hi > lo) copy_strided(d + (lo - ow0), xr + lo * g->sw, hi - lo, g->sw);
                     memset(d + (hi - ow0), 0, (size_t)(ow1 - hi) * sizeof *d);
                     p += n;
                 }
@@ -223,38 +323,76 @@ static void product(int64_t M, int64_t N, int64_t K, const float *A, const float
                 C, (int)ldc);
 }
 
+/* The residual (z, rows ldz apart, may be NULL) and activation of a part's packed product. */
+typedef struct block_epilogue {
+    const float *z;
+    int64_t ldz;
+    const kiln_act *act;
+} block_epilogue;
+
+/* kiln_pg_epilogue's fn: rows are output channels from the part's first, columns output positions
+ * from its first. */
+static void epilogue_block(void *ctx, float *c, int64_t ldc, int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
+    const block_epilogue *e = ctx;
+    for (int64_t r = 0; r < rows; r++)
+        epilogue_row(c + r * ldc, cols, 0.0f, e->z ? e->z + (r0 + r) * e->ldz + c0 : NULL, e->act);
+}
+
 static void gemm_part(void *ctx, int64_t t0, int64_t t1) {
     conv_job *j = ctx;
     const kiln_conv2d *g = j->g;
-    float *col = NULL;
-    if (!j->pointwise && !(col = thread_scratch((size_t)(j->rows * j->chunk)))) {
+    int64_t col_floats = j->pointwise ? 0 : j->rows * j->chunk;
+    float *col = thread_scratch((size_t)(col_floats + (j->packed ? kiln_pg_scratch_floats() : 0)) + 1);
+    if (!col) {
         atomic_store(&j->oom, true);
         return;
     }
+    float *tail = col + col_floats; /* kiln_pg_gemm's scratch */
+    int64_t prev_cols = -1; /* the (image, group, chunk) whose im2col columns col holds */
     for (int64_t t = t0; t < t1; t++) { /* t = ((image * group + gr) * chunks + chunk) * mblocks + mblock */
         int64_t mb = t % j->mblocks, ck = t / j->mblocks % j->chunks, ig = t / j->mblocks / j->chunks;
         int64_t gr = ig % g->group, img = ig / g->group;
         int64_t m0 = j->Mg * mb / j->mblocks, m1 = j->Mg * (mb + 1) / j->mblocks;
+        if (j->packed) { /* whole panels of packed rows per block */
+            int64_t panels = (j->Mg + KILN_PG_MR - 1) / KILN_PG_MR;
+            m0 = panels * mb / j->mblocks * KILN_PG_MR;
+            m1 = panels * (mb + 1) / j->mblocks * KILN_PG_MR;
+            if (m1 > j->Mg) m1 = j->Mg;
+        }
         int64_t p0 = ck * j->chunk, width = j->OHW - p0 < j->chunk ? j->OHW - p0 : j->chunk;
         const float *xg = j->x + (img * g->C + gr * j->Cg) * j->HW, *wg = j->w + (gr * j->Mg + m0) * j->rows;
         int64_t ybase = (img * g->M + gr * j->Mg + m0) * j->OHW + p0;
         float *yg = j->y + ybase;
+        const float *bias = j->bias ? j->bias + gr * j->Mg + m0 : NULL;
         if (j->pointwise && j->OHW == 1) /* one position (squeeze-excitation): a matrix-vector product */
             kiln_cpu_sgemm(false, true, 1, m1 - m0, j->Cg, 1.0f, xg, j->Cg, wg, j->Cg, 0.0f, yg, m1 - m0);
-        else if (j->pointwise) product(m1 - m0, width, j->Cg, wg, xg + p0, j->HW, yg, j->OHW);
+        else if (j->packed) {
+            const float *a = j->packed->data + gr * j->packed->group_floats + m0 * j->rows;
+            block_epilogue be = {j->z ? j->z + ybase : NULL, j->OHW, j->act};
+            kiln_pg_epilogue ep = {epilogue_block, &be};
+            const kiln_pg_epilogue *epp = j->z || (j->act && j->act->kind != KILN_ACT_NONE) ? &ep : NULL;
+            if (j->pointwise) kiln_pg_gemm(a, m1 - m0, j->rows, xg + p0, j->HW, NULL, width, bias, yg, j->OHW, epp, tail);
+            else {
+                if (t / j->mblocks != prev_cols) im2col_chunk(g, xg, j->Cg, p0, width, true, col);
+                prev_cols = t / j->mblocks;
+                kiln_pg_gemm(a, m1 - m0, j->rows, col, width, NULL, width, bias, yg, j->OHW, epp, tail);
+            }
+            continue;
+        } else if (j->pointwise) product(m1 - m0, width, j->Cg, wg, xg + p0, j->HW, yg, j->OHW);
         else {
-            im2col_chunk(g, xg, j->Cg, p0, width, col);
+            im2col_chunk(g, xg, j->Cg, p0, width, false, col);
             product(m1 - m0, width, j->rows, wg, col, width, yg, j->OHW);
         }
         for (int64_t m = m0; m < m1; m++)
-            epilogue_row(yg + (m - m0) * j->OHW, width, j->bias ? j->bias[gr * j->Mg + m] : 0.0f,
+            epilogue_row(yg + (m - m0) * j->OHW, width, bias ? bias[m - m0] : 0.0f,
                          j->z ? j->z + ybase + (m - m0) * j->OHW : NULL, j->act);
     }
 }
 
-kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w, const float *bias,
-                            const float *residual, const kiln_act *act, float *y) {
-    conv_job j = {.g = g, .x = x, .w = w, .bias = bias, .z = residual, .act = act, .y = y};
+kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w, const kiln_conv2d_weights *packed,
+                            const float *bias, const float *residual, const kiln_act *act, float *y) {
+    if (!kiln_conv2d_weights_fit(packed, g)) packed = NULL;
+    conv_job j = {.g = g, .x = x, .w = w, .packed = packed, .bias = bias, .z = residual, .act = act, .y = y};
     j.Cg = g->C / g->group;
     j.Mg = g->M / g->group;
     j.HW = g->H * g->W;
@@ -264,12 +402,19 @@ kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w
     if (g->N * g->M * j.OHW == 0) return KILN_OK;
     kiln_cpu_gemm_init();
     int threads = kiln_threadpool_size();
-    if (j.Cg == 1 && j.Mg <= 8 && g->group > 1 && g->KH * g->KW <= DW_MAX_TAPS) {
+    if (is_depthwise(g->M, j.Cg, g->KH, g->KW, g->group)) {
+        j.wide = kiln_pg_isa_current() == KILN_PG_AVX512 && g->OW > 8; /* narrower rows: 8 lanes waste less */
         int64_t tasks = g->N * g->M;
         kiln_parallel_for(tasks, tasks * j.OHW * g->KH * g->KW < 16384 ? tasks : 1, depthwise_part, &j);
     } else {
         j.pointwise = g->KH == 1 && g->KW == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
                       g->OH == g->H && g->OW == g->W;
+        if (packed && packed->by_columns) {
+            if (!(j.pointwise && j.OHW == 1)) return kiln_conv2d_run_small(g, x, packed, bias, residual, act, y);
+            j.packed = NULL; /* one position: the matrix-vector product on w */
+        }
+        if (j.packed && !j.pointwise && g->sh == 1 && g->sw == 1)
+            return kiln_conv2d_run_shifted(g, x, packed, bias, residual, act, y);
         /* Wide outputs are cut into column chunks (within the im2col budget, never narrower than 256
          * columns, so the weights are not repacked for a handful of columns); narrow ones, late in a
          * network, give each thread a block of output channels instead. */
@@ -282,7 +427,8 @@ kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w
         j.chunks = (j.OHW + chunk - 1) / chunk;
         j.mblocks = 1;
         if (per_image * j.chunks < threads && j.OHW > 1) {
-            j.mblocks = j.Mg / 16 < threads ? j.Mg / 16 : threads;
+            int64_t unit = j.packed ? 2 * KILN_PG_MR : 16; /* output channels a block holds at least */
+            j.mblocks = j.Mg / unit < threads ? j.Mg / unit : threads;
             if (j.mblocks < 1) j.mblocks = 1;
         }
         int64_t tasks = per_image * j.chunks * j.mblocks;

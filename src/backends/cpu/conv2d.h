@@ -1,14 +1,16 @@
 /* conv2d.h — the CPU backend's fast 2-D Conv (float32, NCHW): a direct depthwise kernel, 1x1
  * convolutions as matrix products straight on the input, and im2col in cache-sized column chunks
  * for the rest, all split over the thread pool, each part applying the epilogue (bias, residual,
- * activation) to its outputs while they are still in cache. Conv (conv.c) and FusedConv (fused.c)
- * both run through it. */
+ * activation) to its outputs while they are still in cache. The matrix products run on weights
+ * packed once per engine (packed_gemm.h) when the caller has them, else through OpenBLAS. Conv
+ * (conv.c) and FusedConv (fused.c) both run through it. */
 #ifndef KILN_CPU_CONV2D_H
 #define KILN_CPU_CONV2D_H
 
 #include "backends/cpu/nn_kernels.h"
 #include "ir/fused_ops.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* The geometry of one 2-D convolution: X [N, C, H, W] (*) W [M, C / group, KH, KW] -> Y [N, M, OH, OW]
@@ -18,15 +20,51 @@ typedef struct kiln_conv2d {
     int64_t sh, sw, dh, dw, ph, pw;
 } kiln_conv2d;
 
+/* Weights [M, Cg, KH, KW] in `group` groups, packed once for the matrix products of kiln_conv2d_run:
+ * group gr's [M / group, KH * KW * Cg] matrix (tap-major: column (kh * KW + kw) * Cg + c) in
+ * kiln_pg_pack_a's layout at data + gr * group_floats. */
+typedef struct kiln_conv2d_weights {
+    int64_t M, Cg, KH, KW, group;
+    int64_t group_floats;
+    bool by_columns; /* the transpose [KH * KW * Cg, M / group] per group, in kiln_pg_pack_b's layout */
+    float *data;
+} kiln_conv2d_weights;
+
+/* Outputs of at most this many positions are multiplied transposed (conv2d_small.c). */
+#define KILN_CONV2D_SMALL_OUTPUT 64
+
+/* Packs w [M, Cg, KH, KW] (float32, group groups; M a multiple of group) into *out, which the
+ * caller frees with kiln_conv2d_weights_free; by columns when out_positions (OH * OW where the
+ * graph knows it, else 0) is at most KILN_CONV2D_SMALL_OUTPUT. *out is NULL, with KILN_OK, when
+ * kiln_conv2d_run would not use packed weights for this shape (depthwise convolutions run a direct
+ * kernel). Fails only with KILN_ERR_OUT_OF_MEMORY. */
+kiln_status kiln_conv2d_weights_pack(const float *w, int64_t M, int64_t Cg, int64_t KH, int64_t KW, int64_t group,
+                                     int64_t out_positions, kiln_conv2d_weights **out);
+void kiln_conv2d_weights_free(kiln_conv2d_weights *pw);
+
+/* Whether pw (may be NULL: false) was packed from weights of the shape and groups of g (and, by
+ * columns, for an output of at most KILN_CONV2D_SMALL_OUTPUT positions). */
+bool kiln_conv2d_weights_fit(const kiln_conv2d_weights *pw, const kiln_conv2d *g);
+
 /* Fills g for Conv node n on 4-D X and W (only shapes are read), checking what the Conv kernel
  * checks: channels and groups agree, the optional bias is [M], the window fits, planes and kernel
  * matrices stay below 2^31 elements. */
 kiln_status kiln_conv2d_geometry(const kiln_node *n, const kiln_tensor *x, const kiln_tensor *w, const kiln_tensor *b,
                                  kiln_conv2d *g);
 
-/* y = act(conv(x, w) + bias + residual), all float32 in the shapes of g; bias, residual and act may
- * be NULL; y aliases neither x nor residual. Fails only with KILN_ERR_OUT_OF_MEMORY (scratch). */
-kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w, const float *bias,
-                            const float *residual, const kiln_act *act, float *y);
+/* y = act(conv(x, w) + bias + residual), all float32 in the shapes of g; packed (may be NULL) is w
+ * packed by kiln_conv2d_weights_pack, used when it fits g (else OpenBLAS runs on w); bias,
+ * residual and act may be NULL; y aliases neither x nor residual. Fails only with
+ * KILN_ERR_OUT_OF_MEMORY (scratch). */
+kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w, const kiln_conv2d_weights *packed,
+                            const float *bias, const float *residual, const kiln_act *act, float *y);
+
+/* Internal to the 2-D Conv kernels, kiln_conv2d_run on packed weights that fit g: for a stride-1,
+ * non-pointwise g on weights packed by rows (conv2d_shifted.c), and on weights packed by columns
+ * (conv2d_small.c). */
+kiln_status kiln_conv2d_run_shifted(const kiln_conv2d *g, const float *x, const kiln_conv2d_weights *packed,
+                                    const float *bias, const float *residual, const kiln_act *act, float *y);
+kiln_status kiln_conv2d_run_small(const kiln_conv2d *g, const float *x, const kiln_conv2d_weights *packed,
+                                  const float *bias, const float *residual, const kiln_act *act, float *y);
 
 #endif

@@ -159,7 +159,8 @@ static kiln_status cpu_context_run(kiln_backend_context *c, const kiln_tensor *i
         const kiln_node *n = &g->nodes[i];
         for (int k = 0; k < n->ninputs; k++) c->in_ptrs[k] = n->inputs[k] >= 0 ? &c->vals[n->inputs[k]] : NULL;
         for (int k = 0; k < n->noutputs; k++) c->out_ptrs[k] = n->outputs[k] >= 0 ? &c->vals[n->outputs[k]] : NULL;
-        kiln_status s = p->kernels[i](n, c->in_ptrs, n->ninputs, c->out_ptrs, n->noutputs);
+        kiln_status s = p->state[i] ? p->prepared[i]->exec(n, p->state[i], c->in_ptrs, n->ninputs, c->out_ptrs, n->noutputs)
+                                    : p->kernels[i](n, c->in_ptrs, n->ninputs, c->out_ptrs, n->noutputs);
         for (int k = 0; s == KILN_OK && k < n->noutputs; k++)
             if (n->outputs[k] >= 0 && c->vals[n->outputs[k]].dtype == KILN_UNDEFINED)
                 s = kiln_error(KILN_ERR_INTERNAL, "output %d was not produced", k);

@@ -1,5 +1,9 @@
-/* cpu_dispatch.c — finds the CPU kernel for an op (one table per op family). */
+/* cpu_dispatch.c — finds the CPU kernel for an op (one table per op family), and the prepared
+ * kernel of the few ops that have one. */
 #include "backends/cpu/cpu_kernels.h"
+
+#include "backends/cpu/nn_kernels.h"
+#include "ir/fused_ops.h"
 
 #include <string.h>
 
@@ -24,5 +28,24 @@ const kiln_cpu_kernel *kiln_cpu_kernel_find(const char *domain, const char *op_t
                                                     : (domain && !strcmp(k->domain, domain));
             if (dom && !strcmp(k->op_type, op_type)) return k;
         }
+    return NULL;
+}
+
+static const kiln_cpu_prepared_kernel g_prepared[] = {
+    {"Conv", "", kiln_cpu_conv_prepare, kiln_cpu_conv_prepared, kiln_cpu_conv_state_free},
+    {"FusedConv", KILN_FUSED_DOMAIN, kiln_cpu_conv_prepare, kiln_cpu_fused_conv_prepared, kiln_cpu_conv_state_free},
+    {"MatMul", "", kiln_cpu_matmul_prepare, kiln_cpu_matmul_prepared, kiln_cpu_matmul_state_free},
+    {"Gemm", "", kiln_cpu_matmul_prepare, kiln_cpu_gemm_prepared, kiln_cpu_matmul_state_free},
+    {"FusedMatMul", KILN_FUSED_DOMAIN, kiln_cpu_matmul_prepare, kiln_cpu_fused_matmul_prepared,
+     kiln_cpu_matmul_state_free},
+    {"FusedGemm", KILN_FUSED_DOMAIN, kiln_cpu_matmul_prepare, kiln_cpu_fused_gemm_prepared, kiln_cpu_matmul_state_free},
+};
+
+const kiln_cpu_prepared_kernel *kiln_cpu_prepared_find(const char *domain, const char *op_type) {
+    for (size_t i = 0; i < sizeof g_prepared / sizeof *g_prepared; i++) {
+        const kiln_cpu_prepared_kernel *k = &g_prepared[i];
+        bool dom = domain_is_default(k->domain) ? domain_is_default(domain) : (domain && !strcmp(k->domain, domain));
+        if (dom && !strcmp(k->op_type, op_type)) return k;
+    }
     return NULL;
 }

@@ -35,6 +35,23 @@ typedef struct kiln_cpu_kernel {
 
 const kiln_cpu_kernel *kiln_cpu_kernel_find(const char *domain, const char *op_type);
 
+/* A kernel that prepares state for its node once per engine (weights packed from the graph's
+ * constants) and then runs with it. prepare sets *state to NULL when there is nothing to prepare
+ * for that node (the plain exec function runs it) and fails only for a reason that must stop the
+ * engine (out of memory); exec has the exec contract above, with the state read-only (contexts
+ * run concurrently); free_state releases a non-NULL state. */
+typedef struct kiln_cpu_prepared_kernel {
+    const char *op_type;
+    const char *domain;
+    kiln_status (*prepare)(const kiln_graph *g, const kiln_node *n, void **state);
+    kiln_status (*exec)(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
+                        kiln_tensor *const *out, int nout);
+    void (*free_state)(void *state);
+} kiln_cpu_prepared_kernel;
+
+/* The prepared kernel for an op, or NULL when the op has none. */
+const kiln_cpu_prepared_kernel *kiln_cpu_prepared_find(const char *domain, const char *op_type);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,10 +3,11 @@
  * activation) runs in place over the output (a channels-first 2-D FusedConv runs conv2d.c, which
  * applies it inside each part of the convolution); a channels-last FusedConv runs the same Conv on
  * channels-first copies of its tensors, and FusedPool the ONNX pool's kernel the same way. float32; float16/bfloat16 through float32. The
- * activations use the same vector math as the standalone ops, so a fused node matches the nodes it
- * replaced to rounding. */
+ * activations use the same vector math as the standalone ops (16 lanes wide where the processor
+ * has AVX-512: activation_wide.h), so a fused node matches the nodes it replaced to rounding. */
 #include "backends/cpu/fused_kernels.h"
 
+#include "backends/cpu/activation_wide.h"
 #include "backends/cpu/conv2d.h"
 #include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/elementwise_vmath.h"
@@ -64,7 +65,9 @@ static void apply_activation(float *y, int64_t n, const kiln_act *a) {
     }
 }
 
-void kiln_cpu_activation_apply(float *y, int64_t n, const kiln_act *a) { apply_activation(y, n, a); }
+void kiln_cpu_activation_apply(float *y, int64_t n, const kiln_act *a) {
+    if (!kiln_cpu_activation_wide(y, n, a)) apply_activation(y, n, a);
+}
 
 /* y[i] += x[i] for i in [0, n) on 4-lane vectors. */
 static void add_into(float *y, const float *x, int64_t n) {
@@ -156,7 +159,8 @@ static kiln_status conv_channels_last(const kiln_node *n, kiln_tensor *const *in
 }
 
 /* Channels-first FusedConv on 4-D float32 tensors: conv2d.c with the epilogue fused into its parts. */
-static kiln_status conv2d_fused(const kiln_node *n, kiln_tensor *const *in, int nin, kiln_tensor *y) {
+static kiln_status conv2d_fused(const kiln_node *n, kiln_tensor *const *in, int nin, kiln_tensor *y,
+                                const kiln_conv2d_weights *packed) {
     const kiln_tensor *x = in[0], *w = in[1], *b = opt_input(in, nin, 2), *z = opt_input(in, nin, 3);
     for (int i = 0; i < nin && i < 4; i++)
         if (in[i]) KILN_TRY(nn_require_f32(n, in[i], i));
@@ -171,18 +175,25 @@ static kiln_status conv2d_fused(const kiln_node *n, kiln_tensor *const *in, int 
                           kiln_shape_str(a, sizeof a, z->ndim, z->dims), kiln_shape_str(c, sizeof c, 4, dims));
     }
     KILN_TRY(kiln_tensor_alloc_uninit(y, KILN_F32, 4, dims)); /* conv2d writes every element */
-    return kiln_conv2d_run(&g, x->data, w->data, b ? b->data : NULL, z ? z->data : NULL, &act, y->data);
+    return kiln_conv2d_run(&g, x->data, w->data, packed, b ? b->data : NULL, z ? z->data : NULL, &act, y->data);
 }
 
-static NN_EXEC(fused_conv) {
+/* FusedConv; packed: W packed for the channels-first 2-D kernels, or NULL. */
+static kiln_status fused_conv_run(const kiln_node *n, kiln_tensor *const *in, int nin, kiln_tensor *const *out,
+                                  const kiln_conv2d_weights *packed) {
     int64_t cl = kiln_attr_int(n, "channels_last", 0);
     if (cl != 0 && cl != 1)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: channels_last must be 0 or 1, is %lld", n->op_type, (long long)cl);
     KILN_TRY(nn_require_inputs(n, in, nin, 2));
-    if (!cl && in[0]->ndim == 4 && in[1]->ndim == 4) return conv2d_fused(n, in, nin, out[0]);
+    if (!cl && in[0]->ndim == 4 && in[1]->ndim == 4) return conv2d_fused(n, in, nin, out[0], packed);
     if (cl) KILN_TRY(conv_channels_last(n, in, nin, out[0]));
     else KILN_TRY(kiln_cpu_conv(n, in, nin > 3 ? 3 : nin, out, 1));
     return epilogue(n, out[0], NULL, opt_input(in, nin, 3));
+}
+
+static NN_EXEC(fused_conv) {
+    (void)nout;
+    return fused_conv_run(n, in, nin, out, NULL);
 }
 
 /* FusedPool (fused_ops.h): the ONNX pool's CPU kernel on the node as that pool; channels-last, on a
@@ -230,6 +241,27 @@ static NN_FLOAT_EXEC(kiln_cpu_fused_conv, fused_conv, 1u)
 static NN_FLOAT_EXEC(kiln_cpu_fused_pool, fused_pool, 1u)
 static NN_FLOAT_EXEC(kiln_cpu_fused_gemm, fused_gemm, 1u)
 static NN_FLOAT_EXEC(kiln_cpu_fused_matmul, fused_matmul, 1u)
+
+kiln_status kiln_cpu_fused_conv_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
+                                         kiln_tensor *const *out, int nout) {
+    if (nn_has_half_input(in, nin)) return kiln_cpu_fused_conv(n, in, nin, out, nout);
+    return fused_conv_run(n, in, nin, out, state);
+}
+
+kiln_status kiln_cpu_fused_gemm_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
+                                         kiln_tensor *const *out, int nout) {
+    if (nn_has_half_input(in, nin)) return kiln_cpu_fused_gemm(n, in, nin, out, nout);
+    KILN_TRY(kiln_cpu_gemm_prepared(n, state, in, nin > 3 ? 3 : nin, out, 1));
+    return epilogue(n, out[0], NULL, opt_input(in, nin, 3));
+}
+
+kiln_status kiln_cpu_fused_matmul_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
+                                           kiln_tensor *const *out, int nout) {
+    if (nn_has_half_input(in, nin)) return kiln_cpu_fused_matmul(n, in, nin, out, nout);
+    KILN_TRY(nn_require_inputs(n, in, nin, 2));
+    KILN_TRY(kiln_cpu_matmul_prepared(n, state, in, 2, out, 1));
+    return epilogue(n, out[0], opt_input(in, nin, 2), opt_input(in, nin, 3));
+}
 
 const kiln_cpu_kernel kiln_cpu_kernels_fused[] = {
     {"FusedConv", KILN_FUSED_DOMAIN, kiln_cpu_fused_conv},

@@ -37,6 +37,14 @@ kiln_status nn_require_inputs(const kiln_node *n, kiln_tensor *const *in, int ni
 /* conv.c */
 NN_EXEC(kiln_cpu_conv);
 NN_EXEC(kiln_cpu_conv_transpose);
+/* The prepared Conv and FusedConv (cpu_kernels.h): a 2-D channels-first node whose W is a float32
+ * graph constant gets its weights packed (conv2d.h); the FusedConv exec is in fused.c. */
+kiln_status kiln_cpu_conv_prepare(const kiln_graph *g, const kiln_node *n, void **state);
+kiln_status kiln_cpu_conv_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
+                                   kiln_tensor *const *out, int nout);
+kiln_status kiln_cpu_fused_conv_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
+                                         kiln_tensor *const *out, int nout);
+void kiln_cpu_conv_state_free(void *state);
 /* pool.c */
 NN_EXEC(kiln_cpu_max_pool);
 NN_EXEC(kiln_cpu_average_pool);
@@ -47,6 +55,19 @@ NN_EXEC(kiln_cpu_global_lp_pool);
 /* gemm.c */
 NN_EXEC(kiln_cpu_gemm);
 NN_EXEC(kiln_cpu_matmul);
+/* gemm_packed.c: the prepared MatMul and Gemm (cpu_kernels.h), for FusedMatMul and FusedGemm too:
+ * a float32 constant 2-D right operand (Gemm: without transA, alpha 1) gets packed; the fused
+ * execs are in fused.c. */
+kiln_status kiln_cpu_matmul_prepare(const kiln_graph *g, const kiln_node *n, void **state);
+kiln_status kiln_cpu_matmul_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
+                                     kiln_tensor *const *out, int nout);
+kiln_status kiln_cpu_gemm_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
+                                   kiln_tensor *const *out, int nout);
+kiln_status kiln_cpu_fused_matmul_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
+                                           kiln_tensor *const *out, int nout);
+kiln_status kiln_cpu_fused_gemm_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
+                                         kiln_tensor *const *out, int nout);
+void kiln_cpu_matmul_state_free(void *state);
 /* norm.c */
 NN_EXEC(kiln_cpu_batchnorm);
 NN_EXEC(kiln_cpu_instancenorm);

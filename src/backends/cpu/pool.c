@@ -7,9 +7,14 @@
  * the window taps over the outer dims that land inside the input give a list of input row
  * offsets; each such row and each tap k of the last dim then updates the whole output line at
  * once, y[ow] op= x[row + ow * stride + k * dilation - pad] over the ow range where that tap is
- * inside the input. No per-element bounds checks remain, and the inner loops run along rows. The
- * global forms and float32 MaxPool without indices split their planes over the thread pool. */
+ * inside the input. No per-element bounds checks remain, and the inner loops run along rows (on
+ * 8-lane vectors for float32 MaxPool with strides 1 and 2; 2-D float32 MaxPool takes each output
+ * row's input rows first, then its columns). The global forms and float32 MaxPool without indices
+ * split their planes over the thread pool. */
 #include "backends/cpu/nn_kernels.h"
+
+#include "backends/cpu/cpu_scratch.h"
+#include "backends/cpu/cpu_simd.h"
 
 #include "core/ckd.h"
 #include "core/status.h"
@@ -157,6 +162,33 @@ static int64_t col_major(const pool_plan *p, int64_t off) {
     return r;
 }
 
+/* y[j] = x[j * s] > y[j] ? x[j * s] : y[j] for j in [0, n): one tap of MaxPool over an output line. */
+#define DEFINE_MAX_ROW(T)                                                                          \
+    static void max_row_##T(T *y, const T *x, int64_t n, int64_t s) {                              \
+        for (int64_t j = 0; j < n; j++) y[j] = x[j * s] > y[j] ? x[j * s] : y[j];                  \
+    }
+DEFINE_MAX_ROW(double)
+DEFINE_MAX_ROW(int8_t)
+DEFINE_MAX_ROW(uint8_t)
+
+/* max_row for float32, 8 lanes at a time for strides 1 and 2 (the even lanes of two vectors). */
+KILN_SIMD_CLONES
+static void max_row_float(float *y, const float *x, int64_t n, int64_t s) {
+    typedef int32_t v8i __attribute__((vector_size(32)));
+    int64_t j = 0;
+    if (s <= 2)
+        for (; j + 8 <= n; j += 8) {
+            kiln_v8f xv = kiln_v8_load(x + j * s), yv = kiln_v8_load(y + j);
+            if (s == 2) {
+                kiln_v8f hi = kiln_v8_load(x + j * 2 + 8);
+                xv = __builtin_shufflevector(xv, hi, 0, 2, 4, 6, 8, 10, 12, 14);
+            }
+            v8i m = xv > yv;
+            kiln_v8_store(y + j, (kiln_v8f)((m & (v8i)xv) | (~m & (v8i)yv)));
+        }
+    for (; j < n; j++) y[j] = x[j * s] > y[j] ? x[j * s] : y[j];
+}
+
 /* Max over each window for element type T; ind (may be NULL) gets the flat input index of the
  * first maximum in window order. An empty window (only with huge pads) yields LOWEST. */
 #define DEFINE_MAXPOOL(T, LOWEST)                                                                  \
@@ -177,8 +209,8 @@ static int64_t col_major(const pool_plan *p, int64_t off) {
                     for (int64_t k = 0; k < kl; k++) {                                             \
                         int64_t base = p->rows[r] + p->koff[k];                                    \
                         if (!yi) {                                                                 \
-                            for (int64_t j = p->klo[k]; j < p->khi[k]; j++)                        \
-                                y[j] = xp[base + j * s] > y[j] ? xp[base + j * s] : y[j];          \
+                            int64_t lo_ = p->klo[k];                                               \
+                            max_row_##T(y + lo_, xp + base + lo_ * s, p->khi[k] - lo_, s);         \
                         } else {                                                                   \
                             for (int64_t j = p->klo[k]; j < p->khi[k]; j++)                        \
                                 if (yi[j] < 0 || xp[base + j * s] > y[j]) {                        \
@@ -214,10 +246,34 @@ typedef struct maxpool_job {
     float *y;
 } maxpool_job;
 
-/* Planes [b, e) of a float32 MaxPool without indices (kiln_parallel_fn): the plan with its own row
- * scratch, on those planes. */
+/* One plane of a 2-D float32 MaxPool without indices: each output row takes the maximum over its
+ * window's input rows first (whole rows, into r: in[1] floats of scratch), then over the window's
+ * columns of that one row. The same comparisons as maxpool_float (NaN is never taken), in fewer
+ * passes over short rows. */
+static void maxpool2d_plane(const pool_plan *p, const float *x, float *y, float *r) {
+    const int64_t W = p->in[1], L = p->L, s = p->s[1];
+    for (int64_t oh = 0; oh < p->out[0]; oh++) {
+        float *yr = y + oh * L;
+        for (int64_t j = 0; j < L; j++) yr[j] = -INFINITY;
+        int64_t lo = p->lo[0][oh], hi = p->hi[0][oh];
+        if (lo >= hi) continue;
+        for (int64_t j = 0; j < W; j++) r[j] = -INFINITY;
+        for (int64_t t = lo; t < hi; t++) max_row_float(r, x + (oh * p->s[0] - p->pb[0] + t * p->d[0]) * W, W, 1);
+        for (int64_t k = 0; k < p->k[1]; k++)
+            max_row_float(yr + p->klo[k], r + p->klo[k] * s + p->koff[k], p->khi[k] - p->klo[k], s);
+    }
+}
+
+/* Planes [b, e) of a float32 MaxPool without indices (kiln_parallel_fn): 2-D planes one by one,
+ * others through the plan with its own row scratch. */
 static void maxpool_f32_part(void *ctx, int64_t b, int64_t e) {
     const maxpool_job *j = ctx;
+    float *r = j->p->nsp == 2 ? kiln_cpu_scratch(KILN_SCRATCH_TASK, (size_t)j->p->in[1] + 1) : NULL;
+    if (r) {
+        for (int64_t pl = b; pl < e; pl++)
+            maxpool2d_plane(j->p, j->x + pl * j->p->in_size, j->y + pl * j->p->out_size, r);
+        return;
+    }
     int64_t rows[POOL_PART_ROWS];
     pool_plan local = *j->p;
     local.rows = rows;
@@ -352,18 +408,25 @@ typedef struct global_job {
     char kind;
 } global_job;
 
-/* Sum of p[0, n) in double, four independent partial sums (the adds pipeline). */
+/* Sum of p[0, n) in double: eight partial sums in two 4-lane vectors (the adds pipeline), lane j
+ * of vector v summing the elements 8 i + 4 v + j. */
+KILN_SIMD_CLONES
 static double sum_f64(const float *p, int64_t n) {
-    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    typedef double v4d __attribute__((vector_size(32)));
+    typedef float v4f __attribute__((vector_size(16)));
+    v4d a0 = {0}, a1 = {0};
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        a0 += p[i];
-        a1 += p[i + 1];
-        a2 += p[i + 2];
-        a3 += p[i + 3];
+    for (; i + 8 <= n; i += 8) {
+        v4f lo, hi;
+        memcpy(&lo, p + i, sizeof lo);
+        memcpy(&hi, p + i + 4, sizeof hi);
+        a0 += __builtin_convertvector(lo, v4d);
+        a1 += __builtin_convertvector(hi, v4d);
     }
-    for (; i < n; i++) a0 += p[i];
-    return (a0 + a1) + (a2 + a3);
+    v4d a = a0 + a1;
+    double s = (a[0] + a[1]) + (a[2] + a[3]);
+    for (; i < n; i++) s += p[i];
+    return s;
 }
 
 /* Planes [b, e) of a global pool (kiln_parallel_fn). */

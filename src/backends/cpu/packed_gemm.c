@@ -1,0 +1,285 @@
+/* packed_gemm.c — kiln_pg_gemm and kiln_pg_gemm_packed_b (packed_gemm.h). Tiles are 8 x 48: rows
+ * in multiples of 8 (channel counts mostly are) leave no panel part empty, and 24 accumulators
+ * fill the AVX-512 registers. kiln_pg_gemm packs B KC rows by NC columns at a time into NR-column
+ * panels ([panel][k][NR], zero past N: contiguous, so the micro-kernel's reads stay on few pages
+ * and prefetch well); within a block every MR-row panel of A (in L1) meets every panel of the
+ * block (in L2). The micro-kernels compute full MR x NR tiles: C = bias + A B on the first block
+ * of K, C += A B on the others; partial tiles at the edges go through a local tile. */
+#include "backends/cpu/packed_gemm.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define PG_X86 1
+#include <immintrin.h>
+#endif
+
+enum { MR = KILN_PG_MR, NR = KILN_PG_NR, KC = 512, NC = 6 * NR, MC = 15 * MR };
+
+/* One full tile: c [MR rows, ldc] = (accumulate ? c : bias or 0) + sum_k a[k * MR + r] b[k * ldb + j]. */
+typedef void (*tile_fn)(int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc,
+                        bool accumulate, const float *bias);
+
+#define PG_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+
+#ifdef PG_X86
+/* 8 rows x 48 columns in 24 zmm accumulators: per k, three loads of B and 8 broadcasts of A. */
+__attribute__((target("avx512f"))) static void tile_avx512(int64_t K, const float *a, const float *b, int64_t ldb,
+                                                           float *c, int64_t ldc, bool accumulate,
+                                                           const float *bias) {
+#define DECL(r) __m512 p##r, q##r, s##r;
+#define INIT(r)                                                                                    \
+    if (accumulate) {                                                                              \
+        p##r = _mm512_loadu_ps(c + r * ldc);                                                       \
+        q##r = _mm512_loadu_ps(c + r * ldc + 16);                                                  \
+        s##r = _mm512_loadu_ps(c + r * ldc + 32);                                                  \
+    } else p##r = q##r = s##r = bias ? _mm512_set1_ps(bias[r]) : _mm512_setzero_ps();
+#define STEP(r)                                                                                    \
+    {                                                                                              \
+        __m512 a_ = _mm512_set1_ps(a[r]);                                                          \
+        p##r = _mm512_fmadd_ps(a_, b0, p##r);                                                      \
+        q##r = _mm512_fmadd_ps(a_, b1, q##r);                                                      \
+        s##r = _mm512_fmadd_ps(a_, b2, s##r);                                                      \
+    }
+#define STORE(r)                                                                                   \
+    _mm512_storeu_ps(c + r * ldc, p##r);                                                           \
+    _mm512_storeu_ps(c + r * ldc + 16, q##r);                                                      \
+    _mm512_storeu_ps(c + r * ldc + 32, s##r);
+    PG_ROWS(DECL)
+    PG_ROWS(INIT)
+    for (int64_t k = 0; k < K; k++, a += MR, b += ldb) {
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
+        PG_ROWS(STEP)
+    }
+    PG_ROWS(STORE)
+#undef DECL
+#undef INIT
+#undef STEP
+#undef STORE
+}
+
+/* 4 rows x 24 columns in 12 ymm accumulators (a: stride MR, b: stride ldb); four make a tile. */
+__attribute__((target("avx2,fma"))) static void quarter_avx2(int64_t K, const float *a, const float *b, int64_t ldb,
+                                                             float *c, int64_t ldc, bool accumulate,
+                                                             const float *bias) {
+#define Q_ROWS(X) X(0) X(1) X(2) X(3)
+#define DECL(r) __m256 p##r, q##r, s##r;
+#define INIT(r)                                                                                    \
+    if (accumulate) {                                                                              \
+        p##r = _mm256_loadu_ps(c + r * ldc);                                                       \
+        q##r = _mm256_loadu_ps(c + r * ldc + 8);                                                   \
+        s##r = _mm256_loadu_ps(c + r * ldc + 16);                                                  \
+    } else p##r = q##r = s##r = bias ? _mm256_set1_ps(bias[r]) : _mm256_setzero_ps();
+#define STEP(r)                                                                                    \
+    {                                                                                              \
+        __m256 a_ = _mm256_broadcast_ss(a + r);                                                    \
+        p##r = _mm256_fmadd_ps(a_, b0, p##r);                                                      \
+        q##r = _mm256_fmadd_ps(a_, b1, q##r);                                                      \
+        s##r = _mm256_fmadd_ps(a_, b2, s##r);                                                      \
+    }
+#define STORE(r)                                                                                   \
+    _mm256_storeu_ps(c + r * ldc, p##r);                                                           \
+    _mm256_storeu_ps(c + r * ldc + 8, q##r);                                                       \
+    _mm256_storeu_ps(c + r * ldc + 16, s##r);
+    Q_ROWS(DECL)
+    Q_ROWS(INIT)
+    for (int64_t k = 0; k < K; k++, a += MR, b += ldb) {
+        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8), b2 = _mm256_loadu_ps(b + 16);
+        Q_ROWS(STEP)
+    }
+    Q_ROWS(STORE)
+#undef Q_ROWS
+#undef DECL
+#undef INIT
+#undef STEP
+#undef STORE
+}
+
+static void tile_avx2(int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc,
+                      bool accumulate, const float *bias) {
+    for (int r = 0; r < MR; r += 4)
+        for (int j = 0; j < NR; j += 24)
+            quarter_avx2(K, a + r, b + j, ldb, c + r * ldc + j, ldc, accumulate, bias ? bias + r : NULL);
+}
+#endif
+
+/* Any processor: one row of the tile at a time over the whole of K. */
+static void tile_portable(int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc,
+                          bool accumulate, const float *bias) {
+    for (int r = 0; r < MR; r++) {
+        float acc[NR];
+        for (int j = 0; j < NR; j++) acc[j] = accumulate ? c[r * ldc + j] : bias ? bias[r] : 0.0f;
+        for (int64_t k = 0; k < K; k++) {
+            float av = a[k * MR + r];
+            for (int j = 0; j < NR; j++) acc[j] += av * b[k * ldb + j];
+        }
+        memcpy(c + r * ldc, acc, sizeof acc);
+    }
+}
+
+static tile_fn g_tile;
+static kiln_pg_isa g_isa;
+static pthread_once_t g_tile_once = PTHREAD_ONCE_INIT;
+
+kiln_pg_isa kiln_pg_isa_best(void) {
+#ifdef PG_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return KILN_PG_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return KILN_PG_AVX2;
+#endif
+    return KILN_PG_PORTABLE;
+}
+
+static tile_fn tile_for(kiln_pg_isa isa) {
+#ifdef PG_X86
+    if (isa == KILN_PG_AVX512) return tile_avx512;
+    if (isa == KILN_PG_AVX2) return tile_avx2;
+#endif
+    (void)isa;
+    return tile_portable;
+}
+
+static void tile_pick(void) {
+    g_isa = kiln_pg_isa_best();
+    g_tile = tile_for(g_isa);
+}
+
+bool kiln_pg_isa_set(kiln_pg_isa isa) {
+    pthread_once(&g_tile_once, tile_pick);
+    if (isa > kiln_pg_isa_best()) return false;
+    g_isa = isa;
+    g_tile = tile_for(isa);
+    return true;
+}
+
+kiln_pg_isa kiln_pg_isa_current(void) {
+    pthread_once(&g_tile_once, tile_pick);
+    return g_isa;
+}
+
+int64_t kiln_pg_packed_a_floats(int64_t M, int64_t K) { return (M + MR - 1) / MR * MR * K; }
+
+void kiln_pg_pack_a(const float *A, int64_t lda, int64_t M, int64_t K, float *dst) {
+    for (int64_t m0 = 0; m0 < M; m0 += MR) {
+        int64_t rows = M - m0 < MR ? M - m0 : MR;
+        for (int64_t k = 0; k < K; k++, dst += MR)
+            for (int64_t r = 0; r < MR; r++) dst[r] = r < rows ? A[(m0 + r) * lda + k] : 0.0f;
+    }
+}
+
+int64_t kiln_pg_scratch_floats(void) { return (int64_t)KC * NC; }
+
+/* The tile at c of rows x cols (at most MR x NR) through the micro-kernel; edges via a local tile. */
+static void tile(int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc, int64_t rows,
+                 int64_t cols, bool accumulate, const float *bias) {
+    if (rows == MR && cols == NR) {
+        g_tile(K, a, b, ldb, c, ldc, accumulate, bias);
+        return;
+    }
+    float t[MR * NR], tb[MR] = {0};
+    if (bias && !accumulate) {
+        memcpy(tb, bias, (size_t)rows * sizeof *tb);
+        bias = tb;
+    }
+    for (int64_t r = 0; accumulate && r < rows; r++) memcpy(t + r * NR, c + r * ldc, (size_t)cols * sizeof *t);
+    g_tile(K, a, b, ldb, t, NR, accumulate, bias);
+    for (int64_t r = 0; r < rows; r++) memcpy(c + r * ldc, t + r * NR, (size_t)cols * sizeof *t);
+}
+
+/* dst [panel][k][NR] = rows [0, kc) of B, columns [0, nc), in NR-column panels, zero past column
+ * nc; row k at B + k * ldb, or at B + row_off[k] when row_off is not NULL. */
+static void pack_b(const float *B, int64_t ldb, const int64_t *row_off, int64_t kc, int64_t nc, float *dst) {
+    int64_t j0 = 0;
+#define ROW(k) (B + (row_off ? row_off[k] : (k) * ldb))
+    for (; j0 + NR <= nc; j0 += NR)
+        for (int64_t k = 0; k < kc; k++, dst += NR) memcpy(dst, ROW(k) + j0, NR * sizeof *dst);
+    if (j0 < nc)
+        for (int64_t k = 0; k < kc; k++, dst += NR) {
+            memcpy(dst, ROW(k) + j0, (size_t)(nc - j0) * sizeof *dst);
+            memset(dst + (nc - j0), 0, (size_t)(NR - (nc - j0)) * sizeof *dst);
+        }
+#undef ROW
+}
+
+void kiln_pg_gemm(const float *packed_a, int64_t M, int64_t K, const float *B, int64_t ldb, const int64_t *row_off,
+                  int64_t N, const float *bias, float *C, int64_t ldc, const kiln_pg_epilogue *epilogue,
+                  float *scratch) {
+    pthread_once(&g_tile_once, tile_pick);
+    if (K == 0) {
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t j = 0; j < N; j++) C[m * ldc + j] = bias ? bias[m] : 0.0f;
+        if (epilogue && M * N > 0) epilogue->fn(epilogue->ctx, C, ldc, 0, M, 0, N);
+        return;
+    }
+    for (int64_t n0 = 0; n0 < N; n0 += NC) {
+        int64_t nc = N - n0 < NC ? N - n0 : NC;
+        for (int64_t k0 = 0; k0 < K; k0 += KC) {
+            int64_t kc = K - k0 < KC ? K - k0 : KC;
+            if (row_off) pack_b(B + n0, 0, row_off + k0, kc, nc, scratch);
+            else pack_b(B + k0 * ldb + n0, ldb, NULL, kc, nc, scratch);
+            for (int64_t m0 = 0; m0 < M; m0 += MR) {
+                const float *a = packed_a + (m0 * K + k0 * MR);
+                const float *bm = bias && k0 == 0 ? bias + m0 : NULL;
+                int64_t rows = M - m0 < MR ? M - m0 : MR;
+                for (int64_t j0 = 0; j0 < nc; j0 += NR)
+                    tile(kc, a, scratch + j0 * kc, NR, C + m0 * ldc + n0 + j0, ldc, rows, nc - j0 < NR ? nc - j0 : NR,
+                         k0 > 0, bm);
+                if (epilogue && k0 + kc == K) /* these rows of the block are final, and in L1 */
+                    epilogue->fn(epilogue->ctx, C + m0 * ldc + n0, ldc, m0, rows, n0, nc);
+            }
+        }
+    }
+}
+
+int64_t kiln_pg_packed_b_floats(int64_t K, int64_t N) { return (N + NR - 1) / NR * NR * K; }
+
+void kiln_pg_pack_b(const float *B, int64_t rs, int64_t cs, int64_t K, int64_t N, float *dst) {
+    for (int64_t j0 = 0; j0 < N; j0 += NR) {
+        int64_t cols = N - j0 < NR ? N - j0 : NR;
+        for (int64_t k = 0; k < K; k++, dst += NR)
+            for (int64_t j = 0; j < NR; j++) dst[j] = j < cols ? B[k * rs + (j0 + j) * cs] : 0.0f;
+    }
+}
+
+int64_t kiln_pg_scratch_b_floats(void) { return (int64_t)MC * KC; }
+
+/* A block of MC rows by KC columns of A is packed (in L2); every NR-column panel of B's block (in
+ * L1) then meets every MR-row panel of it. */
+void kiln_pg_gemm_packed_b(const float *A, int64_t lda, int64_t M, int64_t K, const float *packed_b, int64_t N,
+                           float *C, int64_t ldc, float *scratch) {
+    pthread_once(&g_tile_once, tile_pick);
+    if (K == 0) {
+        for (int64_t m = 0; m < M; m++) memset(C + m * ldc, 0, (size_t)N * sizeof *C);
+        return;
+    }
+    for (int64_t m0 = 0; m0 < M; m0 += MC) {
+        int64_t mc = M - m0 < MC ? M - m0 : MC;
+        for (int64_t k0 = 0; k0 < K; k0 += KC) {
+            int64_t kc = K - k0 < KC ? K - k0 : KC;
+            kiln_pg_pack_a(A + m0 * lda + k0, lda, mc, kc, scratch);
+            for (int64_t j0 = 0; j0 < N; j0 += NR) {
+                const float *b = packed_b + (j0 / NR * K + k0) * NR;
+                for (int64_t i0 = 0; i0 < mc; i0 += MR)
+                    tile(kc, scratch + i0 * kc, b, NR, C + (m0 + i0) * ldc + j0, ldc, mc - i0 < MR ? mc - i0 : MR,
+                         N - j0 < NR ? N - j0 : NR, k0 > 0, NULL);
+            }
+        }
+    }
+}
+
+void kiln_pg_gemm_packed_ab(const float *packed_a, int64_t M, int64_t K, const float *packed_b, int64_t N, float *C,
+                            int64_t ldc) {
+    pthread_once(&g_tile_once, tile_pick);
+    if (K == 0) {
+        for (int64_t m = 0; m < M; m++) memset(C + m * ldc, 0, (size_t)N * sizeof *C);
+        return;
+    }
+    for (int64_t k0 = 0; k0 < K; k0 += KC) {
+        int64_t kc = K - k0 < KC ? K - k0 : KC;
+        for (int64_t j0 = 0; j0 < N; j0 += NR)
+            for (int64_t i0 = 0; i0 < M; i0 += MR)
+                tile(kc, packed_a + (i0 * K + k0 * MR), packed_b + (j0 / NR * K + k0) * NR, NR, C + i0 * ldc + j0, ldc,
+                     M - i0 < MR ? M - i0 : MR, N - j0 < NR ? N - j0 : NR, k0 > 0, NULL);
+    }
+}
