@@ -1,0 +1,126 @@
+"""Which layers an INT8 build quantizes: `--layer-precision PATTERN:int8` (also without --int8) and
+float rules keeping layers out of --int8; `--keep-sensitive N` ranking the layers by the output error
+each adds when quantized alone and keeping the N worst, and the first and last, in float (the ranking
+checked against onnxruntime: the layer it puts first hurts the fp32 output most when quantized alone);
+`--quantize-ends`; and the errors for FP8 and 16-bit fallback on the CPU target, which computes
+neither."""
+import re
+
+import numpy as np
+import onnx
+import pytest
+
+import models
+from conftest import assert_error, assert_ok, ort_run, read_outputs, run_kiln, write_inputs
+
+
+@pytest.fixture(scope="module")
+def resnet(tmp_path_factory):
+    """The ResNet-style CNN (7 quantizable layers) and 4 calibration batches of 4 images."""
+    d = tmp_path_factory.mktemp("int8_keep")
+    model = d / "resnet.onnx"
+    onnx.save(models.BUILDERS["resnet"](), model)
+    calib = d / "calib"
+    calib.mkdir()
+    for k in range(4):
+        np.save(calib / f"batch{k}.npy", models.make_inputs("resnet", 4, seed=300 + k)["input"])
+    return model, calib
+
+
+def layers(kiln, engine):
+    """{node name: op} of the engine's convolution and matrix layers, from kiln inspect."""
+    proc = run_kiln(kiln, "inspect", engine)
+    assert_ok(proc)
+    out = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) > 2 and parts[1] in ("QConv", "QMatMul", "FusedConv", "Conv", "Gemm", "MatMul"):
+            out[parts[2]] = parts[1]
+    return out
+
+
+def quantized(kiln, engine):
+    return sorted(n for n, op in layers(kiln, engine).items() if op.startswith("Q"))
+
+
+def test_layer_precision_rules(kiln, tmp_path, resnet):
+    model, calib = resnet
+    engine = tmp_path / "e.kiln"
+    # float rule in an --int8 build: the stem stays float, the 6 others quantize
+    assert_ok(run_kiln(kiln, "build", model, "-o", engine, "--int8", "--calib", calib,
+                       "--layer-precision", "/stem/*:fp32"))
+    q = quantized(kiln, engine)
+    assert len(q) == 6 and "/stem/conv/Conv" not in q, q
+    # int8 rules alone quantize only what they match; later rules win
+    assert_ok(run_kiln(kiln, "build", model, "-o", engine, "--calib", calib, "--layer-precision", "/layer2.0/*:int8",
+                       "--layer-precision", "/layer2.0/down/*:fp32"))
+    assert quantized(kiln, engine) == ["/layer2.0/a/conv/Conv", "/layer2.0/b/conv/Conv"]
+    # a rule forcing one layer back into int8 after a catch-all float rule
+    assert_ok(run_kiln(kiln, "build", model, "-o", engine, "--int8", "--calib", calib, "--layer-precision", "*:fp32",
+                       "--layer-precision", "/fc/*:int8"))
+    assert quantized(kiln, engine) == ["/fc/Gemm"]
+    assert_error(run_kiln(kiln, "build", model, "-o", engine, "--calib", calib, "--layer-precision", "/nope*:int8"),
+                 mentions=["nope*:int8", "matches no layer"])
+    assert_error(run_kiln(kiln, "build", model, "-o", engine, "--layer-precision", "/fc/*:int8"), mentions=["--calib"])
+
+
+def ranking(stderr):
+    """[(name, error, kept)] from the build's sensitivity log, most sensitive first."""
+    rows = re.findall(r"^\[kiln\]\[I\]\s+\d+\. (\S+)\s+(\S+)(  kept in float)?$", stderr, re.M)
+    return [(name, float(err), bool(kept)) for name, err, kept in rows]
+
+
+def test_keep_sensitive(kiln, tmp_path, resnet):
+    model, calib = resnet
+    engine = tmp_path / "keep.kiln"
+    proc = run_kiln(kiln, "build", model, "-o", engine, "--int8", "--calib", calib, "--keep-sensitive", "2", "--verbose")
+    assert_ok(proc)
+    rows = ranking(proc.stderr)
+    assert len(rows) == 7, proc.stderr
+    errors = [e for _, e, _ in rows]
+    assert errors == sorted(errors, reverse=True) and errors[0] > 0
+    kept = {name for name, _, k in rows if k}
+    assert kept == {rows[0][0], rows[1][0], "/stem/conv/Conv", "/fc/Gemm"}, rows
+    assert "kept in float (--keep-sensitive 2, and the first and last layer)" in proc.stderr
+    q = quantized(kiln, engine)
+    assert set(q) == {name for name, _, _ in rows} - kept
+    # the ends may go to int8 when asked: exactly the 2 most sensitive stay float
+    ends = tmp_path / "ends.kiln"
+    assert_ok(run_kiln(kiln, "build", model, "-o", ends, "--int8", "--calib", calib, "--keep", "2", "--quantize-ends"))
+    assert set(quantized(kiln, ends)) == {name for name, _, _ in rows} - {rows[0][0], rows[1][0]}
+    # keeping the most sensitive layer out lowers the error against fp32 on held-out images
+    all_int8 = tmp_path / "all.kiln"
+    assert_ok(run_kiln(kiln, "build", model, "-o", all_int8, "--int8", "--calib", calib))
+    feeds = models.make_inputs("resnet", 8, seed=999)
+    ref = ort_run(model, feeds)["output"]
+
+    def err(e):
+        out = tmp_path / e.stem
+        assert_ok(run_kiln(kiln, "run", e, *write_inputs(out / "in", feeds), "--output-dir", out / "out"))
+        return float(((read_outputs(out / "out", ["output"])["output"] - ref) ** 2).sum() / (ref ** 2).sum())
+    assert err(engine) < err(all_int8)
+
+
+def test_keep_errors(kiln, tmp_path, resnet):
+    model, calib = resnet
+    out = tmp_path / "x.kiln"
+    assert_error(run_kiln(kiln, "build", model, "-o", out, "--keep", "2"), mentions=["--int8"], code=2)
+    assert_error(run_kiln(kiln, "build", model, "-o", out, "--int8", "--calib", calib, "--keep", "x"),
+                 mentions=["--keep"], code=2)
+    cache = tmp_path / "c.calib"
+    assert_ok(run_kiln(kiln, "build", model, "-o", out, "--int8", "--calib", calib, "--calib-cache", cache))
+    assert_error(run_kiln(kiln, "build", model, "-o", out, "--int8", "--calib-cache", cache, "--keep", "1"),
+                 mentions=["sensitivity", "--calib"])
+
+
+def test_fp8_and_16bit_on_cpu(kiln, tmp_path, resnet):
+    model, calib = resnet
+    out = tmp_path / "x.kiln"
+    assert_error(run_kiln(kiln, "build", model, "-o", out, "--fp8"), mentions=["--fp8", "target cpu", "cuda"])
+    assert_error(run_kiln(kiln, "build", model, "-o", out, "--layer-precision", "/fc/*:fp8"),
+                 mentions=["--fp8", "target cpu"])
+    assert_error(run_kiln(kiln, "build", model, "-o", out, "--int8", "--fp16", "--calib", calib),
+                 mentions=["--int8 --fp16", "target cpu", "--int8 alone"])
+    assert_error(run_kiln(kiln, "build", model, "-o", out, "--layer-precision", "/fc/*:int9"),
+                 mentions=["int8|fp8"], code=2)
+    assert not out.exists()
