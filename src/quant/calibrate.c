@@ -352,6 +352,12 @@ static kiln_status insert_qdq(kiln_graph *g, const calib_plan *p) {
     return kiln_graph_verify(g);
 }
 
+static kiln_status load_batch(void *ctx, int batch, int input, kiln_tensor *out) {
+    const kiln_calib_batches *bs = ctx;
+    kiln_status s = kiln_calib_batch_load(bs, batch, input, out);
+    return s == KILN_OK ? s : kiln_error_prefix(s, "calibration batch '%s'", bs->paths[batch * bs->ninputs + input]);
+}
+
 /* --keep-sensitive: measures every planned layer's sensitivity with the thresholds in the cache at
  * cache_path, logs the ranking, and drops the most sensitive layers (and the ends) from p. */
 static kiln_status keep_sensitive(const kiln_graph *g, const char *model_path, const kiln_build_options *opts,
@@ -362,7 +368,19 @@ static kiln_status keep_sensitive(const kiln_graph *g, const char *model_path, c
     bool *kept = malloc(((size_t)p->nlayers + 1) * sizeof *kept);
     kiln_status s = names && error && order && kept ? KILN_OK : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     for (int l = 0; s == KILN_OK && l < p->nlayers; l++) names[l] = g->nodes[p->layers[l]].name;
-    if (s == KILN_OK) s = kiln_quant_sensitivity_measure(model_path, opts, cache_path, p->nlayers, names, error);
+    kiln_calib_batches bs = {0};
+    const char **in_names = malloc(((size_t)g->ninputs + 1) * sizeof *in_names);
+    if (s == KILN_OK && !in_names) s = kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int i = 0; s == KILN_OK && i < g->ninputs; i++) in_names[i] = g->values[g->inputs[i]].name;
+    if (s == KILN_OK && !opts->calib_dir)
+        s = kiln_error(KILN_ERR_INVALID_ARGUMENT, "--keep-sensitive ranks the layers by their sensitivity on calibration "
+                       "data: give --calib DIR");
+    if (s == KILN_OK) s = kiln_calib_batches_find(opts->calib_dir, g->ninputs, in_names, opts->calib_batches, &bs);
+    kiln_quant_feed feed = {bs.nbatches, load_batch, &bs};
+    if (s == KILN_OK)
+        s = kiln_quant_sensitivity_measure(model_path, cache_path, opts->calibrator, &feed, p->nlayers, names, error);
+    kiln_calib_batches_free(&bs);
+    free(in_names);
     if (s == KILN_OK) {
         int n = kiln_quant_keep_select(p->nlayers, error, opts->keep_sensitive, !opts->quantize_ends, kept);
         kiln_quant_rank(p->nlayers, error, order);

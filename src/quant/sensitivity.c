@@ -3,8 +3,6 @@
 
 #include "core/log.h"
 #include "core/status.h"
-#include "core/tensor.h"
-#include "quant/calib_io.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -56,18 +54,18 @@ static void reference_free(reference *r) {
 }
 
 /* Loads batch b into context c (which borrows the data until the run ends) and runs it. */
-static kiln_status run_batch(kiln_engine *e, kiln_context *c, const kiln_calib_batches *bs, int b) {
-    kiln_tensor *inputs = calloc((size_t)bs->ninputs + 1, sizeof *inputs);
+static kiln_status run_batch(kiln_engine *e, kiln_context *c, const kiln_quant_feed *feed, int b) {
+    int nin = kiln_engine_num_inputs(e);
+    kiln_tensor *inputs = calloc((size_t)nin + 1, sizeof *inputs);
     kiln_status s = inputs ? KILN_OK : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    for (int i = 0; s == KILN_OK && i < bs->ninputs; i++) {
+    for (int i = 0; s == KILN_OK && i < nin; i++) {
         kiln_tensor_desc d;
         s = kiln_engine_input(e, i, &d);
-        if (s == KILN_OK) s = kiln_calib_batch_load(bs, b, i, &inputs[i]);
+        if (s == KILN_OK) s = feed->load(feed->ctx, b, i, &inputs[i]);
         if (s == KILN_OK) s = kiln_context_set_input(c, d.name, inputs[i].dtype, inputs[i].ndim, inputs[i].dims, inputs[i].data);
-        if (s != KILN_OK) kiln_error_prefix(s, "calibration batch '%s'", bs->paths[b * bs->ninputs + i]);
     }
     if (s == KILN_OK) s = kiln_context_run(c);
-    for (int i = 0; inputs && i < bs->ninputs; i++) kiln_tensor_release(&inputs[i]);
+    for (int i = 0; inputs && i < nin; i++) kiln_tensor_release(&inputs[i]);
     free(inputs);
     return s;
 }
@@ -80,16 +78,16 @@ static kiln_status build_quiet(const char *model_path, const kiln_build_options 
     return s;
 }
 
-static kiln_status reference_run(kiln_engine *e, const kiln_calib_batches *bs, reference *r) {
+static kiln_status reference_run(kiln_engine *e, const kiln_quant_feed *feed, reference *r) {
     kiln_context *c = NULL;
-    r->nbatches = bs->nbatches;
+    r->nbatches = feed->nbatches;
     r->noutputs = kiln_engine_num_outputs(e);
     size_t n = (size_t)r->nbatches * (size_t)r->noutputs;
     r->data = calloc(n + 1, sizeof *r->data);
     r->numel = calloc(n + 1, sizeof *r->numel);
     kiln_status s = r->data && r->numel ? kiln_context_create(e, &c) : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     for (int b = 0; s == KILN_OK && b < r->nbatches; b++) {
-        s = run_batch(e, c, bs, b);
+        s = run_batch(e, c, feed, b);
         for (int o = 0; s == KILN_OK && o < r->noutputs; o++) {
             kiln_tensor_desc d;
             const void *data;
@@ -108,12 +106,12 @@ static kiln_status reference_run(kiln_engine *e, const kiln_calib_batches *bs, r
 }
 
 /* The relative squared error of engine e's outputs against the reference, over every batch. */
-static kiln_status layer_error(kiln_engine *e, const kiln_calib_batches *bs, const reference *r, double *error) {
+static kiln_status layer_error(kiln_engine *e, const kiln_quant_feed *feed, const reference *r, double *error) {
     kiln_context *c = NULL;
     double err2 = 0.0, ref2 = 0.0;
     kiln_status s = kiln_context_create(e, &c);
     for (int b = 0; s == KILN_OK && b < r->nbatches; b++) {
-        s = run_batch(e, c, bs, b);
+        s = run_batch(e, c, feed, b);
         for (int o = 0; s == KILN_OK && o < r->noutputs; o++) {
             size_t k = (size_t)b * (size_t)r->noutputs + (size_t)o;
             kiln_tensor_desc d;
@@ -134,40 +132,26 @@ static kiln_status layer_error(kiln_engine *e, const kiln_calib_batches *bs, con
     return s;
 }
 
-kiln_status kiln_quant_sensitivity_measure(const char *model_path, const kiln_build_options *opts, const char *cache_path,
-                                           int n, const char *const *names, double *error) {
-    if (!opts->calib_dir)
-        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "ranking layers by sensitivity needs calibration data (--calib DIR)");
+kiln_status kiln_quant_sensitivity_measure(const char *model_path, const char *cache_path, const char *calibrator,
+                                           const kiln_quant_feed *feed, int n, const char *const *names,
+                                           double *error) {
     kiln_build_options fo = {.target = "cpu"};
     kiln_engine *ref_engine = NULL;
-    kiln_calib_batches bs = {0};
     reference r = {0};
-    const char **in_names = NULL;
     kiln_status s = build_quiet(model_path, &fo, &ref_engine);
-    int nin = ref_engine ? kiln_engine_num_inputs(ref_engine) : 0;
-    if (s == KILN_OK && !(in_names = calloc((size_t)nin + 1, sizeof *in_names)))
-        s = kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    for (int i = 0; s == KILN_OK && i < nin; i++) {
-        kiln_tensor_desc d;
-        s = kiln_engine_input(ref_engine, i, &d);
-        in_names[i] = d.name;
-    }
-    if (s == KILN_OK) s = kiln_calib_batches_find(opts->calib_dir, nin, in_names, opts->calib_batches, &bs);
-    if (s == KILN_OK) s = reference_run(ref_engine, &bs, &r);
+    if (s == KILN_OK) s = reference_run(ref_engine, feed, &r);
     for (int l = 0; s == KILN_OK && l < n; l++) {
         kiln_layer_precision only = {names[l], KILN_PRECISION_INT8};
         kiln_build_options qo = {.target = "cpu", .layer_precisions = &only, .nlayer_precisions = 1,
-                                 .calib_cache = cache_path, .calibrator = opts->calibrator};
+                                 .calib_cache = cache_path, .calibrator = calibrator};
         kiln_engine *e = NULL;
         s = build_quiet(model_path, &qo, &e);
-        if (s == KILN_OK) s = layer_error(e, &bs, &r, &error[l]);
+        if (s == KILN_OK) s = layer_error(e, feed, &r, &error[l]);
         if (s != KILN_OK) kiln_error_prefix(s, "sensitivity of layer '%s'", names[l]);
         else KILN_LOG(KILN_LOG_VERBOSE, "int8: sensitivity of '%s': %.3g", names[l], error[l]);
         kiln_engine_free(e);
     }
     reference_free(&r);
-    kiln_calib_batches_free(&bs);
-    free(in_names);
     kiln_engine_free(ref_engine);
     return s;
 }

@@ -124,3 +124,28 @@ def test_fp8_and_16bit_on_cpu(kiln, tmp_path, resnet):
     assert_error(run_kiln(kiln, "build", model, "-o", out, "--layer-precision", "/fc/*:int9"),
                  mentions=["int8|fp8"], code=2)
     assert not out.exists()
+
+
+def test_compare_int8(kiln, tmp_path, resnet, monkeypatch):
+    """kiln compare on an INT8 build: errors and top-1 agreement on held-out inputs, --per-layer ranks
+    the 7 int8 layers by the error each adds, and calibration batches are refused as inputs."""
+    model, calib = resnet
+    held_out = tmp_path / "held_out.npy"
+    np.save(held_out, models.make_inputs("resnet", 8, seed=999)["input"])
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))  # where the temporary calibration cache goes
+    proc = run_kiln(kiln, "compare", model, "--int8", "--calib", calib, "--atol", "0.2", "--input", f"input={held_out}",
+                    "--per-layer")
+    assert_ok(proc)
+    assert "7 int8 layers" in proc.stdout and "PASS" in proc.stdout, proc.stdout
+    agree = re.search(r"top-1 agreement 'output': (\d+) of 8 rows", proc.stdout)
+    assert agree and int(agree.group(1)) >= 7, proc.stdout
+    rows = re.findall(r"^\s+(\d+)  (\S+)\s+(QConv|QMatMul)\s+(\S+)$", proc.stdout, re.M)
+    assert [int(r[0]) for r in rows] == list(range(1, 8)), proc.stdout
+    errors = [float(r[3]) for r in rows]
+    assert errors == sorted(errors, reverse=True) and errors[0] > 0
+    assert {r[1] for r in rows} >= {"/stem/conv/Conv", "/fc/Gemm"}
+    assert not list(scratch.iterdir())  # the temporary cache is gone
+    assert_error(run_kiln(kiln, "compare", model, "--int8", "--calib", calib, "--input", f"input={calib / 'batch0.npy'}"),
+                 mentions=["calibration data"], code=2)
