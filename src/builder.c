@@ -237,6 +237,13 @@ static kiln_status check_precisions(const kiln_backend *b, const kiln_build_opti
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "engine precision %d is not fp32, fp16 or bf16 (int8 and fp8 are "
                           "layer precisions: --int8, --fp8, --layer-precision)", (int)opts->precision);
     const char *engine_prec = kiln_precision_name(opts->precision);
+    bool fp8 = opts->fp8 || has_rule(opts, KILN_PRECISION_FP8);
+    if (fp8 && strcmp(b->name, "cuda"))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "--fp8: target %s has no FP8 (E4M3) kernels; FP8 needs --target cuda on a "
+                          "GPU of compute capability 8.9 or newer", b->name);
+    if (fp8)
+        KILN_LOG(KILN_LOG_WARN, "fp8: this kiln has no FP8 kernels yet: the layers asked for in fp8 compute in %s",
+                 engine_prec);
     if (opts->precision != KILN_PRECISION_FP32 && !b->supports_precision(opts->precision)) {
         if (opts->int8)
             return kiln_error(KILN_ERR_UNSUPPORTED, "--int8 --%s: target %s has no %s kernels for the layers that stay out "
@@ -246,13 +253,6 @@ static kiln_status check_precisions(const kiln_backend *b, const kiln_build_opti
     if (opts->keep_sensitive < 0 || (opts->keep_sensitive > 0 && !opts->int8))
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--keep-sensitive %d: give a count >= 1 with --int8",
                           opts->keep_sensitive);
-    bool fp8 = opts->fp8 || has_rule(opts, KILN_PRECISION_FP8);
-    if (fp8 && strcmp(b->name, "cuda"))
-        return kiln_error(KILN_ERR_UNSUPPORTED, "--fp8: target %s has no FP8 (E4M3) kernels; FP8 needs --target cuda on a "
-                          "GPU of compute capability 8.9 or newer", b->name);
-    if (fp8)
-        KILN_LOG(KILN_LOG_WARN, "fp8: this kiln has no FP8 kernels yet: the layers asked for in fp8 compute in %s",
-                 engine_prec);
     for (int i = 0; i < opts->nlayer_precisions; i++) {
         const kiln_layer_precision *r = &opts->layer_precisions[i];
         if (!r->pattern || !r->pattern[0] || (unsigned)r->precision > KILN_PRECISION_FP8)

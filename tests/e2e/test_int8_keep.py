@@ -4,6 +4,7 @@ each adds when quantized alone and keeping the N worst, and the first and last, 
 checked against onnxruntime: the layer it puts first hurts the fp32 output most when quantized alone);
 `--quantize-ends`; and the errors for FP8 and 16-bit fallback on the CPU target, which computes
 neither."""
+import json
 import re
 
 import numpy as np
@@ -149,3 +150,30 @@ def test_compare_int8(kiln, tmp_path, resnet, monkeypatch):
     assert not list(scratch.iterdir())  # the temporary cache is gone
     assert_error(run_kiln(kiln, "compare", model, "--int8", "--calib", calib, "--input", f"input={calib / 'batch0.npy'}"),
                  mentions=["calibration data"], code=2)
+
+
+def test_bench_sweep_precisions(kiln, tmp_path, resnet):
+    """kiln bench --sweep precision=fp32,fp16,int8,fp8 on the CPU: fp32 and int8 rows measured, with
+    int8's accuracy against fp32 in the same table and JSON; fp16 and fp8 rows say why they are
+    skipped; without --calib the int8 row calibrates on random inputs and says so."""
+    model, calib = resnet
+    short = ["--duration", "0.2", "--warmup", "20", "--iterations", "3", "--batch", "8"]
+    out = tmp_path / "sweep.json"
+    proc = run_kiln(kiln, "bench", model, *short, "--sweep", "precision=fp32,fp16,int8,fp8", "--calib", calib,
+                    "--export-json", out)
+    assert_ok(proc)
+    rows = {r["precision"]: r for r in json.loads(out.read_text())["sweep"]["rows"]}
+    assert rows["fp32"]["cosine"] == pytest.approx(1.0) and rows["fp32"]["top1_agree"] == 8
+    int8 = rows["int8"]
+    assert int8["status"] == "ok" and int8["qps"] > 0 and int8["build_s"] > 0
+    assert int8["engine_bytes"] < rows["fp32"]["engine_bytes"]  # int8 weights
+    assert int8["cosine"] >= 0.9995 and 0 < int8["max_rel_err"] <= 0.05 and int8["top1_agree"] >= 7
+    assert rows["fp16"]["status"] == "unsupported" and "fp16" in rows["fp16"]["error"]
+    assert rows["fp8"]["status"] == "unsupported" and "FP8" in rows["fp8"]["error"]
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("int8 "))
+    assert re.search(r"0\.999\d+\s+\d/8$", line), line
+    assert "calibrated on random inputs" not in proc.stdout
+    proc = run_kiln(kiln, "bench", model, *short, "--sweep", "precision=fp32,int8")
+    assert_ok(proc)
+    assert "calibrated on random inputs" in proc.stdout and "random batches" in proc.stderr
+    assert_error(run_kiln(kiln, "bench", model, "--calib", calib), mentions=["--calib", "int8"], code=2)
