@@ -10,6 +10,7 @@
 #include "layer_precision.h"
 #include "passes/passes.h"
 #include "quant/calibrate.h"
+#include "quant/fp8.h"
 #include "runtime/engine_internal.h"
 #include "runtime/env_overrides.h"
 #include "runtime/profiles.h"
@@ -230,6 +231,22 @@ static kiln_status build_graph(kiln_graph *g, const char *source, const kiln_bui
     return KILN_OK;
 }
 
+/* Logs why the layers asked for in fp8 compute in precision prec on GPU `device` of backend b: a GPU
+ * without FP8 (compute capability below 8.9), or, on one with it, the FP8 kernels kiln lacks. */
+static void log_fp8_fallback(const kiln_backend *b, int device, const char *prec) {
+    char desc[256];
+    int major, minor;
+    if (b->device_name(device, desc, sizeof desc) != KILN_OK) {
+        kiln_error_clear(); /* the build reports a missing GPU itself */
+        snprintf(desc, sizeof desc, "GPU %d", device);
+    }
+    if (kiln_fp8_parse_sm(desc, &major, &minor) && !kiln_fp8_capable(major, minor))
+        KILN_LOG(KILN_LOG_WARN, "fp8: %s has no FP8 tensor cores (compute capability %d.%d; FP8 needs 8.9 or newer): the "
+                 "fp8 layers compute in %s", desc, major, minor, prec);
+    else
+        KILN_LOG(KILN_LOG_WARN, "fp8: this kiln has no FP8 kernels yet: the fp8 layers compute in %s on %s", prec, desc);
+}
+
 /* Fails unless backend b computes in every precision the options ask for. INT8 layers are checked
  * when they are made (quantize_int8); FP8 needs target cuda, where it falls back (no FP8 kernels). */
 static kiln_status check_precisions(const kiln_backend *b, const kiln_build_options *opts) {
@@ -241,9 +258,7 @@ static kiln_status check_precisions(const kiln_backend *b, const kiln_build_opti
     if (fp8 && strcmp(b->name, "cuda"))
         return kiln_error(KILN_ERR_UNSUPPORTED, "--fp8: target %s has no FP8 (E4M3) kernels; FP8 needs --target cuda on a "
                           "GPU of compute capability 8.9 or newer", b->name);
-    if (fp8)
-        KILN_LOG(KILN_LOG_WARN, "fp8: this kiln has no FP8 kernels yet: the layers asked for in fp8 compute in %s",
-                 engine_prec);
+    if (fp8) log_fp8_fallback(b, opts->device, engine_prec);
     if (opts->precision != KILN_PRECISION_FP32 && !b->supports_precision(opts->precision)) {
         if (opts->int8)
             return kiln_error(KILN_ERR_UNSUPPORTED, "--int8 --%s: target %s has no %s kernels for the layers that stay out "

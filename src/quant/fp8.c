@@ -2,6 +2,7 @@
 #include "quant/fp8.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 float kiln_e4m3_to_f32(uint8_t c) {
@@ -39,4 +40,15 @@ double kiln_fp8_scale(double threshold) { return threshold / KILN_E4M3_MAX; }
 
 double kiln_fp8_scale_calibrated(const kiln_calib_hist *h, const kiln_calib_method *m) {
     return kiln_fp8_scale(kiln_calib_threshold(h, m));
+}
+
+bool kiln_fp8_capable(int major, int minor) { return major > 8 || (major == 8 && minor >= 9); }
+
+bool kiln_fp8_parse_sm(const char *desc, int *major, int *minor) {
+    const char *p = desc ? strstr(desc, "sm_") : NULL;
+    if (!p || p[3] < '1' || p[3] > '9' || p[4] < '0' || p[4] > '9') return false;
+    bool three = p[5] >= '0' && p[5] <= '9'; /* sm_100 and later: two digits of major */
+    *major = three ? (p[3] - '0') * 10 + (p[4] - '0') : p[3] - '0';
+    *minor = three ? p[5] - '0' : p[4] - '0';
+    return true;
 }

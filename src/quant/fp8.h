@@ -9,6 +9,7 @@
 
 #include "quant/calib_hist.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define KILN_E4M3_MAX 448.0f
@@ -31,5 +32,12 @@ double kiln_fp8_scale(double threshold);
 /* The per-tensor FP8 scale that method m picks from histogram h (kiln_calib_threshold over 448).
  * minmax suits FP8 best: its levels are logarithmic, so clipping gains less than for int8. */
 double kiln_fp8_scale_calibrated(const kiln_calib_hist *h, const kiln_calib_method *m);
+
+/* Whether a GPU of compute capability major.minor has FP8 tensor cores: 8.9 (Ada) and newer. */
+bool kiln_fp8_capable(int major, int minor);
+
+/* The compute capability in a device description holding "sm_XY" (as the cuda backend describes a
+ * GPU: "NVIDIA H200 (sm_90, ...)"): *major = X, *minor = Y; false when there is none. */
+bool kiln_fp8_parse_sm(const char *desc, int *major, int *minor);
 
 #endif

@@ -2,7 +2,8 @@
  * (known anchors, NaN only at 0x7f / 0xff, monotone positive codes), every finite code round trips,
  * every midpoint between neighbouring codes rounds to the even one and its neighbouring floats to
  * the nearer code, saturation to +-448 (large values, infinities), NaN kept, a brute-force
- * nearest-code search agreeing on a wide sweep of floats, and the calibrated per-tensor scale. */
+ * nearest-code search agreeing on a wide sweep of floats, the calibrated per-tensor scale, and which
+ * GPUs have FP8 (compute capability from the cuda backend's device description). */
 #include "check.h"
 
 #include "quant/fp8.h"
@@ -130,7 +131,20 @@ static void test_quantize_and_scale(void) {
     CHECK(kiln_f32_to_e4m3(-3.5f / (float)s) == 0xfe);
 }
 
+static void test_device_capability(void) {
+    int major = 0, minor = 0;
+    CHECK(kiln_fp8_parse_sm("NVIDIA H200 (sm_90, 132 SMs, 139 GiB), driver 12.8", &major, &minor) && major == 9 && minor == 0);
+    CHECK(kiln_fp8_capable(major, minor));
+    CHECK(kiln_fp8_parse_sm("NVIDIA L4 (sm_89, 58 SMs)", &major, &minor) && kiln_fp8_capable(major, minor));
+    CHECK(kiln_fp8_parse_sm("NVIDIA A100 (sm_80, 108 SMs)", &major, &minor) && !kiln_fp8_capable(major, minor));
+    CHECK(kiln_fp8_parse_sm("NVIDIA B200 (sm_100, 148 SMs)", &major, &minor) && major == 10 && minor == 0);
+    CHECK(kiln_fp8_capable(10, 0) && !kiln_fp8_capable(8, 6) && !kiln_fp8_capable(7, 5));
+    CHECK(!kiln_fp8_parse_sm("x86_64 CPU, 2 cores", &major, &minor));
+    CHECK(!kiln_fp8_parse_sm("sm_", &major, &minor) && !kiln_fp8_parse_sm(NULL, &major, &minor));
+}
+
 int main(void) {
+    test_device_capability();
     test_decode();
     test_round_trip_and_midpoints();
     test_saturation_and_nan();
