@@ -92,9 +92,11 @@ kiln_status compare_int8_rank(const char *model, const kiln_build_options *o, co
         printf("per-layer (int8): each int8 layer quantized alone on these inputs, ranked by the error it adds to the "
                "outputs (sum |y - y_fp32|^2 / sum |y_fp32|^2); `kiln build --keep-sensitive N` keeps the top N in "
                "float\n");
-        printf("  %4s  %-40s %-8s %12s\n", "rank", "layer", "op", "rel sq error");
+        int w = 24;
+        for (int i = 0; i < n; i++) w = (int)strlen(names[i]) > w ? (int)strlen(names[i]) : w;
+        printf("  %4s  %-*s %-8s %12s\n", "rank", w, "layer", "op", "rel sq error");
         for (int r = 0; r < n; r++)
-            printf("  %4d  %-40s %-8s %12.3g\n", r + 1, names[order[r]], ops[order[r]], error[order[r]]);
+            printf("  %4d  %-*s %-8s %12.3g\n", r + 1, w, names[order[r]], ops[order[r]], error[order[r]]);
     }
     free(names), free(ops), free(error), free(order);
     return s;

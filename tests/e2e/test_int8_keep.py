@@ -177,3 +177,32 @@ def test_bench_sweep_precisions(kiln, tmp_path, resnet):
     assert_ok(proc)
     assert "calibrated on random inputs" in proc.stdout and "random batches" in proc.stderr
     assert_error(run_kiln(kiln, "bench", model, "--calib", calib), mentions=["--calib", "int8"], code=2)
+
+
+def test_encoder_three_inputs(kiln, tmp_path):
+    """The BERT-style encoder (3 inputs, 13 quantizable MatMul / Gemm layers): --keep-sensitive feeds
+    every input of the calibration batches, and compare --per-layer ranks all 13 int8 layers on
+    held-out token ids."""
+    model = tmp_path / "bert.onnx"
+    onnx.save(models.BUILDERS["bert"](), model)
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    for k in range(2):
+        for name, arr in models.make_inputs("bert", 2, 16, seed=300 + k).items():
+            np.save(calib / f"{name}.{k}.npy", arr)
+    engine = tmp_path / "bert.kiln"
+    proc = run_kiln(kiln, "build", model, "-o", engine, "--int8", "--calib", calib, "--keep-sensitive", "3", "--verbose")
+    assert_ok(proc)
+    rows = ranking(proc.stderr)
+    kept = {name for name, _, k in rows if k}
+    assert len(rows) == 13 and {r[0] for r in rows[:3]} <= kept and 3 < len(kept) <= 5, rows
+    assert set(quantized(kiln, engine)) == {name for name, _, _ in rows} - kept
+    held = {}
+    for name, arr in models.make_inputs("bert", 2, 16, seed=999).items():
+        held[name] = tmp_path / f"{name}.npy"
+        np.save(held[name], arr)
+    proc = run_kiln(kiln, "compare", model, "--int8", "--calib", calib, "--atol", "1", "--per-layer",
+                    *[a for name, path in held.items() for a in ("--input", f"{name}={path}")])
+    assert_ok(proc)
+    rows = re.findall(r"^\s+(\d+)  (\S+)\s+QMatMul\s+(\S+)$", proc.stdout, re.M)
+    assert len(rows) == 13, proc.stdout
