@@ -195,7 +195,7 @@ def test_encoder_three_inputs(kiln, tmp_path):
     assert_ok(proc)
     rows = ranking(proc.stderr)
     kept = {name for name, _, k in rows if k}
-    assert len(rows) == 13 and {r[0] for r in rows[:3]} <= kept and 3 < len(kept) <= 5, rows
+    assert len(rows) == 13 and {r[0] for r in rows[:3]} <= kept and 3 <= len(kept) <= 5, rows
     assert set(quantized(kiln, engine)) == {name for name, _, _ in rows} - kept
     held = {}
     for name, arr in models.make_inputs("bert", 2, 16, seed=999).items():
