@@ -10,6 +10,7 @@
 #include "layer_precision.h"
 #include "passes/passes.h"
 #include "quant/calibrate.h"
+#include "quant/fp8.h"
 #include "runtime/engine_internal.h"
 #include "runtime/env_overrides.h"
 #include "runtime/profiles.h"
@@ -193,6 +194,13 @@ static kiln_status mark_all_outputs(kiln_graph *g) {
     return KILN_OK;
 }
 
+/* Whether a --layer-precision rule asks for precision p. */
+static bool has_rule(const kiln_build_options *opts, kiln_precision p) {
+    for (int i = 0; i < opts->nlayer_precisions; i++)
+        if (opts->layer_precisions[i].precision == p) return true;
+    return false;
+}
+
 /* Calibrates g (from the ONNX model at source) for an --int8 build, which needs a target with
  * integer layers. The weights quantized are those the engine holds: constants folded and
  * BatchNormalization folded into its Conv first. */
@@ -214,7 +222,7 @@ static kiln_status build_graph(kiln_graph *g, const char *source, const kiln_bui
     KILN_TRY(kiln_graph_toposort(g));
     KILN_TRY(kiln_graph_infer_shapes(g));
     KILN_TRY(kiln_graph_verify(g));
-    if (opts->int8) KILN_TRY(quantize_int8(g, source, opts, b));
+    if (opts->int8 || has_rule(opts, KILN_PRECISION_INT8)) KILN_TRY(quantize_int8(g, source, opts, b));
     if (opts->mark_all_outputs) KILN_TRY(mark_all_outputs(g));
     int before = g->nnodes;
     KILN_TRY(optimize(g, opts, b));
@@ -223,16 +231,48 @@ static kiln_status build_graph(kiln_graph *g, const char *source, const kiln_bui
     return KILN_OK;
 }
 
-/* Fails unless backend b computes in every precision the options ask for. */
+/* Logs why the layers asked for in fp8 compute in precision prec on GPU `device` of backend b: a GPU
+ * without FP8 (compute capability below 8.9), or, on one with it, the FP8 kernels kiln lacks. */
+static void log_fp8_fallback(const kiln_backend *b, int device, const char *prec) {
+    char desc[256];
+    int major, minor;
+    if (b->device_name(device, desc, sizeof desc) != KILN_OK) {
+        kiln_error_clear(); /* the build reports a missing GPU itself */
+        snprintf(desc, sizeof desc, "GPU %d", device);
+    }
+    if (kiln_fp8_parse_sm(desc, &major, &minor) && !kiln_fp8_capable(major, minor))
+        KILN_LOG(KILN_LOG_WARN, "fp8: %s has no FP8 tensor cores (compute capability %d.%d; FP8 needs 8.9 or newer): the "
+                 "fp8 layers compute in %s", desc, major, minor, prec);
+    else
+        KILN_LOG(KILN_LOG_WARN, "fp8: this kiln has no FP8 kernels yet: the fp8 layers compute in %s on %s", prec, desc);
+}
+
+/* Fails unless backend b computes in every precision the options ask for. INT8 layers are checked
+ * when they are made (quantize_int8); FP8 needs target cuda, where it falls back (no FP8 kernels). */
 static kiln_status check_precisions(const kiln_backend *b, const kiln_build_options *opts) {
-    if (opts->precision != KILN_PRECISION_FP32 && !b->supports_precision(opts->precision))
-        return kiln_error(KILN_ERR_UNSUPPORTED, "target %s does not compute in %s (use --target cuda)", b->name,
-                          kiln_precision_name(opts->precision));
+    if (opts->precision > KILN_PRECISION_BF16)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "engine precision %d is not fp32, fp16 or bf16 (int8 and fp8 are "
+                          "layer precisions: --int8, --fp8, --layer-precision)", (int)opts->precision);
+    const char *engine_prec = kiln_precision_name(opts->precision);
+    bool fp8 = opts->fp8 || has_rule(opts, KILN_PRECISION_FP8);
+    if (fp8 && strcmp(b->name, "cuda"))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "--fp8: target %s has no FP8 (E4M3) kernels; FP8 needs --target cuda on a "
+                          "GPU of compute capability 8.9 or newer", b->name);
+    if (fp8) log_fp8_fallback(b, opts->device, engine_prec);
+    if (opts->precision != KILN_PRECISION_FP32 && !b->supports_precision(opts->precision)) {
+        if (opts->int8)
+            return kiln_error(KILN_ERR_UNSUPPORTED, "--int8 --%s: target %s has no %s kernels for the layers that stay out "
+                              "of int8; build with --int8 alone (they compute in fp32)", engine_prec, b->name, engine_prec);
+        return kiln_error(KILN_ERR_UNSUPPORTED, "target %s does not compute in %s (use --target cuda)", b->name, engine_prec);
+    }
+    if (opts->keep_sensitive < 0 || (opts->keep_sensitive > 0 && !opts->int8))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--keep-sensitive %d: give a count >= 1 with --int8",
+                          opts->keep_sensitive);
     for (int i = 0; i < opts->nlayer_precisions; i++) {
         const kiln_layer_precision *r = &opts->layer_precisions[i];
-        if (!r->pattern || !r->pattern[0] || (unsigned)r->precision > KILN_PRECISION_BF16)
+        if (!r->pattern || !r->pattern[0] || (unsigned)r->precision > KILN_PRECISION_FP8)
             return kiln_error(KILN_ERR_INVALID_ARGUMENT, "layer precision rule %d has no pattern or an unknown precision", i);
-        if (r->precision != KILN_PRECISION_FP32 && !b->supports_precision(r->precision))
+        if (r->precision <= KILN_PRECISION_BF16 && r->precision != KILN_PRECISION_FP32 && !b->supports_precision(r->precision))
             return kiln_error(KILN_ERR_UNSUPPORTED, "--layer-precision '%s:%s': target %s does not compute in %s (use "
                               "--target cuda)", r->pattern, kiln_precision_name(r->precision), b->name,
                               kiln_precision_name(r->precision));
@@ -242,9 +282,15 @@ static kiln_status check_precisions(const kiln_backend *b, const kiln_build_opti
 
 /* The per-layer precisions and profiles of the finished graph, into meta. */
 static kiln_status finish_graph(kiln_graph *g, const kiln_build_options *opts, kiln_engine_meta *meta) {
-    if (opts->nlayer_precisions > 0)
-        KILN_TRY(kiln_layer_precision_apply(g, opts->precision, opts->layer_precisions, opts->nlayer_precisions,
-                                            &meta->node_precision));
+    /* the float rules; int8 rules were the calibration's, fp8 ones fall back to the engine precision */
+    kiln_layer_precision *rules = malloc(((size_t)opts->nlayer_precisions + 1) * sizeof *rules);
+    if (!rules) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    int n = 0;
+    for (int i = 0; i < opts->nlayer_precisions; i++)
+        if (opts->layer_precisions[i].precision <= KILN_PRECISION_BF16) rules[n++] = opts->layer_precisions[i];
+    kiln_status s = n > 0 ? kiln_layer_precision_apply(g, opts->precision, rules, n, &meta->node_precision) : KILN_OK;
+    free(rules);
+    KILN_TRY(s);
     return kiln_profiles_build(g, opts->ranges, opts->nranges, &meta->nprofiles, &meta->profiles);
 }
 
@@ -260,6 +306,10 @@ static void options_text(const kiln_build_options *opts, const kiln_backend *b, 
     if (opts->mark_all_outputs && n < cap) n += (size_t)snprintf(buf + n, cap - n, " --mark-all-outputs");
     if (opts->int8 && n < cap)
         n += (size_t)snprintf(buf + n, cap - n, " --int8 --calibrator %s", opts->calibrator ? opts->calibrator : "entropy");
+    if (opts->int8 && opts->keep_sensitive && n < cap)
+        n += (size_t)snprintf(buf + n, cap - n, " --keep-sensitive %d%s", opts->keep_sensitive,
+                              opts->quantize_ends ? " --quantize-ends" : "");
+    if (opts->fp8 && n < cap) n += (size_t)snprintf(buf + n, cap - n, " --fp8");
     if (b->tune && n < cap) n += (size_t)snprintf(buf + n, cap - n, " --tuning-level %d", opts->tuning_level);
     if (opts->verbose && n < cap) snprintf(buf + n, cap - n, " --verbose");
 }

@@ -14,7 +14,8 @@
 #include <string.h>
 
 const char *kiln_precision_name(kiln_precision p) {
-    return p == KILN_PRECISION_FP16 ? "fp16" : p == KILN_PRECISION_BF16 ? "bf16" : "fp32";
+    static const char *const names[] = {"fp32", "fp16", "bf16", "int8", "fp8"};
+    return (unsigned)p < sizeof names / sizeof *names ? names[p] : "fp32";
 }
 
 bool kiln_glob_match(const char *pat, const char *s) {
@@ -37,7 +38,7 @@ bool kiln_glob_match(const char *pat, const char *s) {
     return !*pat;
 }
 
-static bool rule_matches(const kiln_layer_precision *r, const kiln_node *n) {
+bool kiln_layer_rule_matches(const kiln_layer_precision *r, const kiln_node *n) {
     if (!strncmp(r->pattern, "op:", 3)) return kiln_glob_match(r->pattern + 3, n->op_type);
     return kiln_glob_match(r->pattern, n->name);
 }
@@ -172,7 +173,7 @@ static kiln_status match_rules(rewrite *rw, kiln_precision engine, const kiln_la
     for (int r = 0; r < nrules; r++) {
         int hits = 0;
         for (int i = 0; i < g->nnodes; i++) {
-            if (!rule_matches(&rules[r], &g->nodes[i])) continue;
+            if (!kiln_layer_rule_matches(&rules[r], &g->nodes[i])) continue;
             rw->prec[i] = (uint8_t)rules[r].precision;
             hits++;
         }

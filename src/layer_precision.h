@@ -6,11 +6,14 @@
 #include "ir/graph.h"
 #include "kiln/kiln.h"
 
-/* "fp32", "fp16", "bf16" */
+/* "fp32", "fp16", "bf16", "int8", "fp8" */
 const char *kiln_precision_name(kiln_precision p);
 
 /* True when s matches the glob pat: `*` any run of characters (also none), `?` one character. */
 bool kiln_glob_match(const char *pat, const char *s);
+
+/* Whether rule r names node n (its pattern over n's name, or "op:GLOB" over its op type). */
+bool kiln_layer_rule_matches(const kiln_layer_precision *r, const kiln_node *n);
 
 /* Gives every node of g (optimized, in execution order) a precision: `engine` unless a rule matches
  * it (rules[i].pattern: a glob over node names, or "op:GLOB" over op types; later rules win). When

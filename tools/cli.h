@@ -81,4 +81,17 @@ const char *cli_utc_time(uint64_t unix_seconds, char *buf, size_t cap);
  * CPU with AVX2/AVX-512 (see blas_env.c). Returns only when no restart is needed or possible. */
 void cli_fix_blas_cpu_detection(char **argv);
 
+/* compare_int8.c — `kiln compare` on INT8 builds. Whether build options o make int8 layers (--int8 or
+ * an int8 --layer-precision rule). */
+bool compare_int8_build(const kiln_build_options *o);
+/* 0, or 2 after a usage error naming an --input file that is (in) o's calibration data. */
+int compare_int8_check_inputs(const cli_inputs *in, const kiln_build_options *o);
+/* *path: a fresh, absent temporary file name for a calibration cache (the caller unlinks and frees). */
+kiln_status compare_int8_temp_cache(char **path);
+/* Prints the int8 layers of test (built from model with options o, its thresholds in the calibration
+ * cache at cache) ranked by the output error each adds when quantized alone, run on inputs (the
+ * reference engine's input order). */
+kiln_status compare_int8_rank(const char *model, const kiln_build_options *o, const char *cache, const kiln_engine *test,
+                              const kiln_tensor *inputs);
+
 #endif

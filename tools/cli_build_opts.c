@@ -2,7 +2,9 @@
  * --bf16 / --fp32 / --best, --device, --layer-precision PATTERN:PREC, --profile NAME:MIN,OPT,MAX,
  * --tuning-level 0..3 (default 2), the tuning bounds --tuning-budget-ms, --tuning-layer-budget-ms and
  * --tuning-workspace-mb (N or 'none'), --timing-cache FILE, and INT8 calibration: --int8, --calib DIR,
- * --calib-cache FILE, --calibrator NAME, --calib-batches N. */
+ * --calib-cache FILE, --calibrator NAME, --calib-batches N, --keep / --keep-sensitive N (the N most
+ * sensitive layers, and the first and last, out of int8), --quantize-ends (the first and last in int8
+ * too); FP8: --fp8 (target cuda). */
 #include "cli.h"
 
 #include <stdlib.h>
@@ -22,13 +24,21 @@ void cli_build_opts_free(cli_build_opts *b) {
     b->o.nlayer_precisions = b->o.nranges = 0;
 }
 
+/* A layer precision: an engine precision (cli_parse_precision), int8 or fp8. */
+static bool parse_layer_precision(const char *s, kiln_precision *p) {
+    if (!strcmp(s, "int8")) *p = KILN_PRECISION_INT8;
+    else if (!strcmp(s, "fp8")) *p = KILN_PRECISION_FP8;
+    else return cli_parse_precision(s, p);
+    return true;
+}
+
 /* --layer-precision PATTERN:PREC (the last ':' separates, so "op:Softmax:fp32" works). */
 static int parse_rule(cli_build_opts *b, const char *cmd, const char *val) {
     const char *colon = strrchr(val, ':');
     kiln_precision p;
-    if (!colon || colon == val || !cli_parse_precision(colon + 1, &p))
-        return cli_usage_error(cmd, "--layer-precision expects PATTERN:fp32|fp16|bf16 (e.g. 'op:Softmax:fp32'), got '%s'",
-                               val);
+    if (!colon || colon == val || !parse_layer_precision(colon + 1, &p))
+        return cli_usage_error(cmd, "--layer-precision expects PATTERN:fp32|fp16|bf16|int8|fp8 (e.g. 'op:Softmax:fp32'), "
+                               "got '%s'", val);
     if (b->o.nlayer_precisions == CLI_MAX_ARGS) return cli_usage_error(cmd, "too many --layer-precision options");
     b->rules[b->o.nlayer_precisions].pattern = strndup(val, (size_t)(colon - val));
     b->rules[b->o.nlayer_precisions++].precision = p;
@@ -103,8 +113,8 @@ int cli_build_opts_parse(cli_build_opts *b, const char *cmd, int argc, char **ar
         b->o.verbose = true;
         return 1;
     }
-    if (!strcmp(a, "--int8")) {
-        b->o.int8 = true;
+    if (!strcmp(a, "--int8") || !strcmp(a, "--fp8") || !strcmp(a, "--quantize-ends")) {
+        *(a[2] == 'i' ? &b->o.int8 : a[2] == 'f' ? &b->o.fp8 : &b->o.quantize_ends) = true;
         b->given = true;
         return 1;
     }
@@ -112,7 +122,8 @@ int cli_build_opts_parse(cli_build_opts *b, const char *cmd, int argc, char **ar
                  !strcmp(a, "--profile") || !strcmp(a, "--tuning-level") || !strcmp(a, "--timing-cache") ||
                  !strcmp(a, "--tuning-budget-ms") || !strcmp(a, "--tuning-layer-budget-ms") ||
                  !strcmp(a, "--tuning-workspace-mb") || !strcmp(a, "--calib") || !strcmp(a, "--calib-cache") ||
-                 !strcmp(a, "--calibrator") || !strcmp(a, "--calib-batches");
+                 !strcmp(a, "--calibrator") || !strcmp(a, "--calib-batches") || !strcmp(a, "--keep") ||
+                 !strcmp(a, "--keep-sensitive");
     if (!takes) return 0;
     if (*i + 1 >= argc) return cli_usage_error(cmd, "%s needs a value", a);
     const char *val = argv[++*i];
@@ -149,6 +160,12 @@ int cli_build_opts_parse(cli_build_opts *b, const char *cmd, int argc, char **ar
         if (end == val || *end || n < 1 || n > 1000000)
             return cli_usage_error(cmd, "--calib-batches expects a number from 1 to 1000000, got '%s'", val);
         b->o.calib_batches = (int)n;
+    } else if (!strcmp(a, "--keep") || !strcmp(a, "--keep-sensitive")) {
+        char *end;
+        long n = strtol(val, &end, 10);
+        if (end == val || *end || n < 0 || n > 1000000)
+            return cli_usage_error(cmd, "%s expects a number of layers from 0 to 1000000, got '%s'", a, val);
+        b->o.keep_sensitive = (int)n;
     } else if (!strcmp(a, "--layer-precision")) {
         if (parse_rule(b, cmd, val)) return 2;
     } else if (parse_profile(b, cmd, val)) {

@@ -43,8 +43,11 @@ static const char *USAGE =
     "  --profile               per-layer times (separate runs after the measurement)\n"
     "  --export-json FILE      every measurement and every query's times (schema: docs/bench.md)\n"
     "  --report FILE.html      a self-contained HTML report with charts\n"
-    "  --sweep KEY=V1,V2,...   precision=fp32,fp16,bf16 | batch=1,8,64 | streams=1,2 (repeatable):\n"
-    "                          one engine and run per configuration, one comparison table\n"
+    "  --sweep KEY=V1,V2,...   precision=fp32,fp16,bf16,int8,fp8 | batch=1,8,64 | streams=1,2 (repeatable):\n"
+    "                          one engine and run per configuration, one comparison table with the\n"
+    "                          accuracy against fp32 (errors, cosine, top-1)\n"
+    "  --calib DIR|FILE.npz    calibration batches of the int8 rows (as `kiln build --calib`); without\n"
+    "                          it they calibrate on random inputs, with a warning\n"
     "  --ceilings              measure the device's bandwidth and GEMM throughput and store them\n"
     "  --ceilings-file FILE    where ceilings are kept (default ~/.cache/kiln/ceilings.json)\n"
     "  -h, --help              this help\n";
@@ -98,6 +101,8 @@ static int parse_value(bench_args *a, const char *s, const char *val) {
     } else if (!strcmp(s, "--sweep")) {
         if (kiln_bench_sweep_parse(&a->sweep, val) != KILN_OK) return cli_usage_error("bench ", "%s", kiln_last_error());
         a->sweeping = true;
+    } else if (!strcmp(s, "--calib")) {
+        a->sweep.calib_dir = val;
     } else if (!strcmp(s, "--export-json")) {
         a->json = val;
     } else if (!strcmp(s, "--report")) {
@@ -113,7 +118,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     a->target = NULL;
     a->cfg = (kiln_bench_config){.warmup_ms = 200, .duration_s = 3, .iterations = 10, .streams = 1, .graphs = -1};
     static const char *const TAKES[] = {"--warmup", "--duration", "--iterations", "--streams", "--graph", "--shapes", "--batch",
-                                        "--seed", "--target", "--device", "--export-json", "--report", "--sweep", "--ceilings-file"};
+                                        "--seed", "--target", "--device", "--export-json", "--report", "--sweep", "--ceilings-file",
+                                        "--calib"};
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (cli_is_help(s)) {
@@ -149,6 +155,10 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     if (a->model && cli_is_engine_file(a->model) && (a->precision_given || a->target))
         return cli_usage_error("bench ", "%s applies to ONNX models; an engine keeps the target and precision it was built with",
                                a->precision_given ? (a->precision == KILN_PRECISION_FP16 ? "--fp16" : "--bf16") : "--target");
+    bool int8_row = false;
+    for (int i = 0; i < a->sweep.nprecisions; i++) int8_row |= a->sweep.precisions[i] == KILN_PRECISION_INT8;
+    if (a->sweep.calib_dir && !int8_row)
+        return cli_usage_error("bench ", "--calib goes with --sweep precision=...,int8 (it calibrates the int8 rows)");
     if (a->sweeping && a->sweep.nprecisions && a->precision_given)
         return cli_usage_error("bench ", "--sweep precision=... replaces --fp16/--bf16: give one of them");
     if (a->sweeping && a->sweep.nbatches && a->cfg.batch)

@@ -23,11 +23,13 @@ static const char *USAGE =
     "  --best              the fastest precision kiln picks by itself: today --fp16 with the fp32\n"
     "                      accumulation above (no per-layer timing of fp16 against bf16); combine with\n"
     "                      --layer-precision to keep more layers in fp32\n"
-    "  --layer-precision PATTERN:fp32|fp16|bf16\n"
+    "  --layer-precision PATTERN:fp32|fp16|bf16|int8|fp8\n"
     "                      compute the matching layers in that precision (repeatable, later rules win).\n"
     "                      PATTERN is a glob (* and ?) over the optimized graph's node names (as\n"
     "                      `kiln inspect` lists them), or op:GLOB over op types: 'op:Softmax:fp32'.\n"
-    "                      Casts are inserted where precisions meet\n"
+    "                      Casts are inserted where precisions meet. int8 quantizes the matching Conv,\n"
+    "                      MatMul and Gemm layers (by model name; with --calib, also without --int8);\n"
+    "                      with --int8 a float rule keeps a layer out of int8. fp8: target cuda\n"
     "  --profile NAME:MIN,OPT,MAX\n"
     "                      an optimization profile range for input NAME, shapes as AxB (e.g.\n"
     "                      input_ids:1x1,1x256,8x1024; NAME:AxB alone fixes the shape). Repeat it for\n"
@@ -61,6 +63,13 @@ static const char *USAGE =
     "  --calib-cache FILE  read the thresholds from FILE when it exists (no data needed; a cache made\n"
     "                      for another model is refused), else write them there after calibrating\n"
     "  --calib-batches N   use at most N calibration batches\n"
+    "  --keep-sensitive N, --keep N\n"
+    "                      with --int8: quantize each layer alone over the calibration batches, rank\n"
+    "                      the layers by the output error each adds (--verbose logs the ranking) and\n"
+    "                      keep the N worst, and the first and last layer, in float\n"
+    "  --quantize-ends     with --keep-sensitive: the first and last layer may be int8 too\n"
+    "  --fp8               FP8 (E4M3) layers, target cuda only; kiln has no FP8 kernels yet, so the\n"
+    "                      build logs that they compute in the engine's float precision\n"
     "  --verbose           log every graph change the build makes\n"
     "  -h, --help          this help\n"
     "\n"
@@ -96,8 +105,13 @@ int kiln_cmd_build(int argc, char **argv) {
         }
     }
     if (!rc && !model) rc = cli_usage_error("build ", "a model file is required");
-    if (!rc && !b.o.int8 && (b.o.calib_dir || b.o.calib_cache || b.o.calibrator || b.o.calib_batches))
-        rc = cli_usage_error("build ", "--calib, --calib-cache, --calibrator and --calib-batches go with --int8");
+    bool int8_rule = false;
+    for (int i = 0; i < b.o.nlayer_precisions; i++) int8_rule |= b.o.layer_precisions[i].precision == KILN_PRECISION_INT8;
+    if (!rc && !b.o.int8 && !int8_rule && (b.o.calib_dir || b.o.calib_cache || b.o.calibrator || b.o.calib_batches))
+        rc = cli_usage_error("build ", "--calib, --calib-cache, --calibrator and --calib-batches go with --int8 (or a "
+                             "--layer-precision PATTERN:int8 rule)");
+    if (!rc && !b.o.int8 && (b.o.keep_sensitive || b.o.quantize_ends))
+        rc = cli_usage_error("build ", "--keep-sensitive and --quantize-ends go with --int8");
     char hf_config[4096];
     struct stat config_st;
     snprintf(hf_config, sizeof hf_config, "%s/config.json", model ? model : "");

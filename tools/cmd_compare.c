@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *USAGE =
     "usage: kiln compare MODEL.onnx [ENGINE.kiln|OTHER.onnx] [options]\n"
@@ -32,7 +33,9 @@ static const char *USAGE =
     "                            every intermediate marked as an output, which blocks fusions: this\n"
     "                            compares the unfused graph. It needs the build options instead of an\n"
     "                            engine file (an engine holds only its own outputs), e.g.\n"
-    "                            `kiln compare model.onnx --target cuda --fp16 --per-layer`\n"
+    "                            `kiln compare model.onnx --target cuda --fp16 --per-layer`.\n"
+    "                            With --int8: ranks the int8 layers instead, each quantized alone on\n"
+    "                            these inputs, by the output error it adds (the --keep-sensitive order)\n"
     "  --input NAME=FILE.npy     bind input NAME to a NumPy file (repeatable; then give every input)\n"
     "  --shapes NAME:AxBxC,...   shapes of random inputs (for dynamic dims)\n"
     "  --dim SYMBOL=N            size of a symbolic dimension for random inputs (default 1)\n"
@@ -42,7 +45,10 @@ static const char *USAGE =
     "\n"
     "build options of the engine under test (not with ENGINE.kiln; see `kiln build --help`):\n"
     "  --target cpu|cuda, --fp16, --bf16, --best, --layer-precision PATTERN:PREC,\n"
-    "  --profile NAME:MIN,OPT,MAX, --device N\n";
+    "  --profile NAME:MIN,OPT,MAX, --device N, --int8 --calib DIR [--calibrator ...] [--keep-sensitive N]\n"
+    "\n"
+    "For classifier-shaped outputs ([rows, classes]) the top-1 agreement with the reference is shown.\n"
+    "INT8 engines are measured on the inputs given here, which must not be the calibration batches.\n";
 
 typedef struct compare_args {
     const char *model, *engine;
@@ -93,6 +99,7 @@ static int parse_args(int argc, char **argv, compare_args *a) {
         return cli_usage_error("compare ", "--per-layer needs the ONNX model and the build options instead of an "
                                "engine file (an engine holds only its own outputs): e.g. `kiln compare %s --target "
                                "cuda --fp16 --per-layer`", a->model);
+    if (compare_int8_check_inputs(&a->in, &a->b.o)) return 2;
     if (engine_file && a->b.given)
         return cli_usage_error("compare ", "build options describe the engine under test when no engine file is "
                                "given; '%s' was built already", a->engine);
@@ -146,6 +153,10 @@ static int report(const compare_args *a, const kiln_engine *test, const kiln_com
     int shown = a->per_layer && r->first_failed >= 0 ? r->first_failed + 1 : r->nitems;
     for (int i = 0; i < shown; i++) print_row(&r->items[i], w);
     if (shown < r->nitems) printf("  ... %d values after it not shown\n", r->nitems - shown);
+    for (int i = 0; !a->per_layer && i < r->nitems; i++)
+        if (r->items[i].st.rows > 0)
+            printf("  top-1 agreement '%s': %lld of %lld rows\n", r->items[i].name, (long long)r->items[i].st.top1,
+                   (long long)r->items[i].st.rows);
     if (!r->nfailed) {
         printf("PASS: %d %s within tolerance\n", r->nitems, a->per_layer ? "values" : r->nitems > 1 ? "outputs" : "output");
         return 0;
@@ -176,6 +187,13 @@ static int compare(compare_args *a) {
     kiln_compare_result r = {0};
     int rc = 1, nin = 0;
     if (a->b.o.verbose) kiln_log_set_level(KILN_LOG_VERBOSE);
+    char *cache = NULL; /* --per-layer --int8: the thresholds the sensitivity builds reuse */
+    bool rank = a->per_layer && !a->engine && compare_int8_build(&a->b.o);
+    if (rank) {
+        a->per_layer = false;
+        if (!a->b.o.calib_cache && compare_int8_temp_cache(&cache) != KILN_OK) return cli_fail();
+        if (cache) a->b.o.calib_cache = cache;
+    }
     kiln_build_options ro = {.target = "cpu", .verbose = a->b.o.verbose, .mark_all_outputs = a->per_layer};
     a->b.o.mark_all_outputs = a->per_layer;
     if (kiln_build_onnx(a->model, &ro, &ref) != KILN_OK) goto fail;
@@ -198,6 +216,7 @@ static int compare(compare_args *a) {
         goto done;
     }
     rc = report(a, test, &r, atol, rtol, default_tol);
+    if (rank && compare_int8_rank(a->model, &a->b.o, a->b.o.calib_cache, test, inputs) != KILN_OK) goto fail;
     goto done;
 fail:
     rc = cli_fail();
@@ -205,6 +224,8 @@ done:
     for (int i = 0; inputs && i < nin; i++) kiln_tensor_release(&inputs[i]);
     free(inputs);
     kiln_compare_result_free(&r);
+    if (cache) unlink(cache);
+    free(cache);
     kiln_engine_free(test);
     kiln_engine_free(ref);
     return rc;

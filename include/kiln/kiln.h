@@ -97,17 +97,23 @@ typedef struct kiln_engine kiln_engine;
 typedef struct kiln_context kiln_context;
 
 /* The precision an engine computes floating-point tensors in. Inputs and outputs keep the model's
- * types; FP16/BF16 engines accumulate reductions, normalizations and softmax in FP32. */
+ * types; FP16/BF16 engines accumulate reductions, normalizations and softmax in FP32. INT8 and FP8
+ * are layer precisions only (kiln_layer_precision rules; --int8, --fp8), never an engine's. */
 typedef enum kiln_precision {
     KILN_PRECISION_FP32 = 0,
     KILN_PRECISION_FP16 = 1,
     KILN_PRECISION_BF16 = 2,
+    KILN_PRECISION_INT8 = 3,
+    KILN_PRECISION_FP8 = 4,
 } kiln_precision;
 
 /* A per-layer precision rule (`kiln build --layer-precision PATTERN:fp32`). pattern is a glob (`*`
  * any run of characters, `?` one) over the names of the optimized graph's nodes, or "op:GLOB" over
  * their op types ("op:Softmax"). Rules apply in order, a later one overriding an earlier one; a rule
- * that matches no node fails the build. */
+ * that matches no node fails the build. INT8 rules match the layers int8 calibration can quantize
+ * (Conv, MatMul, Gemm with constant weights, by their model names) and quantize them, also without
+ * --int8 (calibration data needed then too); in an --int8 build a float rule matching such a layer
+ * keeps it out of int8. FP8 rules need target cuda. */
 typedef struct kiln_layer_precision {
     const char *pattern;
     kiln_precision precision;
@@ -223,6 +229,14 @@ typedef struct kiln_build_options {
     const char *calib_cache;
     const char *calibrator;
     int calib_batches;
+    /* With int8: keeps the keep_sensitive layers whose int8 adds the most output error (each layer
+     * quantized alone over the calibration batches, docs/quantization.md) in float, and the first and
+     * last quantizable layer too unless quantize_ends; 0: none kept. Needs calib_dir. */
+    int keep_sensitive;
+    bool quantize_ends;
+    /* FP8 (E4M3) layers: target cuda only (another target fails the build). kiln has no FP8 kernels
+     * yet, so a cuda build logs that its layers compute in the engine's float precision instead. */
+    bool fp8;
 } kiln_build_options;
 
 /* Imports an ONNX model and compiles it into an engine for opts->target. opts may be NULL.

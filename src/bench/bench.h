@@ -197,6 +197,9 @@ const char *kiln_bench_bound_name(kiln_bench_bound b);
  * the built engine saved to a temporary file), -1 when unknown. *out is owned by the caller. */
 kiln_status kiln_bench_open(const char *path, bool is_engine, const char *target, kiln_precision precision, int device,
                             kiln_engine **out, double *build_s, int64_t *engine_bytes);
+/* The same for an ONNX model built with options o (an INT8 or FP8 build of the sweep). */
+kiln_status kiln_bench_open_options(const char *path, const kiln_build_options *o, kiln_engine **out, double *build_s,
+                                    int64_t *engine_bytes);
 
 /* The target ("cpu", "cuda") and precision an engine was built for, and its backend's description
  * of GPU `device` (or of the CPU) into device[0..cap). */
@@ -221,6 +224,8 @@ typedef struct kiln_bench_sweep_row {
     double memory_mb;          /* kiln_bench_memory.total */
     double gpu_util_pct, gpu_mem_peak_mb; /* NVML, < 0 absent */
     double max_abs_err, max_rel_err; /* vs the fp32 row of the same batch; NaN absent */
+    double cosine;             /* the least cosine similarity of a float output to fp32's; NaN absent */
+    int64_t top1, top1_rows;   /* classifier-shaped outputs: rows whose top-1 class is fp32's, of rows */
 } kiln_bench_sweep_row;
 
 typedef struct kiln_bench_sweep {
@@ -232,9 +237,13 @@ typedef struct kiln_bench_sweep {
     int nstreams;
     kiln_bench_sweep_row rows[KILN_BENCH_SWEEP_MAX];
     int nrows;
+    /* int8 rows: the calibration batches (`kiln bench --calib DIR`); NULL: random batches (seeds
+     * apart from the benchmark's), which the run notes in random_calib, as their accuracy means little */
+    const char *calib_dir;
+    bool random_calib;
 } kiln_bench_sweep;
 
-/* Parses one --sweep KEY=V1,V2 (precision=fp32,fp16,bf16 | batch=1,8 | streams=1,2) into s.
+/* Parses one --sweep KEY=V1,V2 (precision=fp32,fp16,bf16,int8,fp8 | batch=1,8 | streams=1,2) into s.
  * Errors: KILN_ERR_INVALID_ARGUMENT naming the key or value. */
 kiln_status kiln_bench_sweep_parse(kiln_bench_sweep *s, const char *spec);
 /* Runs every configuration (the product of the lists; missing lists take base's values and

@@ -180,14 +180,15 @@ static kiln_status layer_section(kiln_report *rp, const kiln_bench_result *r) {
 
 static kiln_status sweep_section(kiln_report *rp, const kiln_bench_sweep *sw) {
     static const char *const H[] = {"precision", "batch", "streams", "status", "build s", "engine MB", "qps", "items/s", "p50 ms",
-                                    "p95 ms", "p99 ms", "memory MB", "GPU util %", "max abs err", "max rel err"};
+                                    "p95 ms", "p99 ms", "memory MB", "GPU util %", "max abs err", "max rel err", "cosine",
+                                    "top-1"};
     KILN_TRY(kiln_report_heading(rp, "Sweep"));
-    KILN_TRY(kiln_report_table_begin(rp, "one row per configuration", 15, H));
+    KILN_TRY(kiln_report_table_begin(rp, "one row per configuration", 17, H));
     double x[KILN_BENCH_SWEEP_MAX], p50[KILN_BENCH_SWEEP_MAX], p99[KILN_BENCH_SWEEP_MAX];
     size_t np = 0;
     for (int i = 0; i < sw->nrows; i++) {
         const kiln_bench_sweep_row *r = &sw->rows[i];
-        char c[15][64] = {{0}};
+        char c[17][64] = {{0}};
         snprintf(c[0], 64, "%s", kiln_bench_precision_name(r->precision));
         snprintf(c[1], 64, "%lld", (long long)r->batch);
         snprintf(c[2], 64, "%d", r->streams);
@@ -205,12 +206,14 @@ static kiln_status sweep_section(kiln_report *rp, const kiln_bench_sweep *sw) {
             if (r->gpu_util_pct >= 0) snprintf(c[12], 64, "%.0f", r->gpu_util_pct);
             if (!isnan(r->max_abs_err)) snprintf(c[13], 64, "%.3g", r->max_abs_err);
             if (!isnan(r->max_rel_err)) snprintf(c[14], 64, "%.3g", r->max_rel_err);
+            if (!isnan(r->cosine)) snprintf(c[15], 64, "%.6f", r->cosine);
+            if (r->top1_rows > 0) snprintf(c[16], 64, "%lld/%lld", (long long)r->top1, (long long)r->top1_rows);
             x[np] = r->items_per_s;
             p50[np] = r->p50_ms;
             p99[np++] = r->p99_ms;
         }
-        const char *row[15];
-        for (int k = 0; k < 15; k++) row[k] = c[k];
+        const char *row[17];
+        for (int k = 0; k < 17; k++) row[k] = c[k];
         KILN_TRY(kiln_report_table_row(rp, row));
     }
     KILN_TRY(kiln_report_table_end(rp));

@@ -16,6 +16,16 @@
 kiln_status kiln_bench_make_inputs(const kiln_engine *e, const kiln_bench_config *cfg, kiln_tensor *inputs,
                                    char *desc, size_t desc_cap, char *notes, size_t notes_cap, int64_t *batch);
 
+/* bench_sweep_quant.c — the build options of a sweep row in precision p (int8: fp32 with --int8 and
+ * calib_dir; fp8: fp16 with --fp8; others: that precision). */
+kiln_build_options kiln_bench_sweep_options(kiln_precision p, const char *target, int device, const char *calib_dir);
+/* Random calibration batches for the model at model (inputs as the benchmark makes them, at base's
+ * shapes and batch, seeds apart from base->seed) in a new temporary directory *dir (owned; remove it
+ * with kiln_bench_random_calib_remove, which also frees it). Logs a warning that int8 accuracy
+ * measured so means little. */
+kiln_status kiln_bench_random_calib(const char *model, const kiln_bench_config *base, char **dir);
+void kiln_bench_random_calib_remove(char *dir);
+
 /* bench_layers.c — runs context c (inputs bound) with node timing: once without cfg->profile (shapes,
  * FLOPs, bytes, activation memory), else repeatedly (at least 10 runs and 0.5 s) for the mean time of
  * every layer. Fills r->layers, nlayers, profile_runs, flops, bytes and r->mem (streams contexts). */

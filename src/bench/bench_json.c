@@ -257,6 +257,11 @@ static void sweep(kiln_json *j, const kiln_bench_sweep *s) {
         num_or_null(j, "gpu_mem_peak_mb", r->gpu_mem_peak_mb);
         num_or_null(j, "max_abs_err", isnan(r->max_abs_err) ? -1 : r->max_abs_err);
         num_or_null(j, "max_rel_err", isnan(r->max_rel_err) ? -1 : r->max_rel_err);
+        kiln_json_key(j, "cosine"); /* may be negative: null only when absent */
+        if (isnan(r->cosine)) kiln_json_null(j);
+        else kiln_json_number(j, r->cosine);
+        num_or_null(j, "top1_agree", r->top1_rows > 0 ? (double)r->top1 : -1);
+        num_or_null(j, "top1_rows", r->top1_rows > 0 ? (double)r->top1_rows : -1);
         kiln_json_object_end(j);
     }
     kiln_json_array_end(j);

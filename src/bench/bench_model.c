@@ -21,8 +21,16 @@ kiln_status kiln_bench_open(const char *path, bool is_engine, const char *target
         return KILN_OK;
     }
     kiln_build_options o = {.target = target, .precision = precision, .device = device};
+    return kiln_bench_open_options(path, &o, out, build_s, engine_bytes);
+}
+
+kiln_status kiln_bench_open_options(const char *path, const kiln_build_options *o, kiln_engine **out, double *build_s,
+                                    int64_t *engine_bytes) {
+    struct stat st;
+    *build_s = -1;
+    *engine_bytes = -1;
     double t0 = kiln_bench_now_ms();
-    KILN_TRY(kiln_build_onnx(path, &o, out));
+    KILN_TRY(kiln_build_onnx(path, o, out));
     *build_s = (kiln_bench_now_ms() - t0) / 1e3;
     const char *tmp = getenv("TMPDIR");
     char name[4096];

@@ -104,8 +104,9 @@ static void print_profile(const kiln_bench_result *r, FILE *f) {
 
 static void print_sweep(const kiln_bench_sweep *s, FILE *f) {
     fprintf(f, "=== Sweep (%d configurations) ===\n", s->nrows);
-    fprintf(f, "%-9s %6s %7s %8s %10s %11s %12s %9s %9s %9s %10s %8s %11s %11s\n", "precision", "batch", "streams", "build s", "engine MB",
-            "qps", "items/s", "p50 ms", "p95 ms", "p99 ms", "memory MB", "GPU %", "max abs err", "max rel err");
+    fprintf(f, "%-9s %6s %7s %8s %10s %11s %12s %9s %9s %9s %10s %8s %11s %11s %9s %9s\n", "precision", "batch", "streams", "build s",
+            "engine MB", "qps", "items/s", "p50 ms", "p95 ms", "p99 ms", "memory MB", "GPU %", "max abs err", "max rel err", "cosine",
+            "top-1");
     for (int i = 0; i < s->nrows; i++) {
         const kiln_bench_sweep_row *r = &s->rows[i];
         fprintf(f, "%-9s %6lld %7d ", kiln_bench_precision_name(r->precision), (long long)r->batch, r->streams);
@@ -113,17 +114,24 @@ static void print_sweep(const kiln_bench_sweep *s, FILE *f) {
             fprintf(f, "%s\n", r->error);
             continue;
         }
-        char build[16] = "-", eng[16] = "-", util[16] = "absent", ea[16] = "absent", er[16] = "absent";
+        char build[16] = "-", eng[16] = "-", util[16] = "absent", ea[16] = "absent", er[16] = "absent", cos[16] = "absent",
+             top1[48] = "-";
         if (r->build_s >= 0) snprintf(build, sizeof build, "%.2f", r->build_s);
         if (r->engine_bytes >= 0) snprintf(eng, sizeof eng, "%.2f", (double)r->engine_bytes / 1e6);
         if (r->gpu_util_pct >= 0) snprintf(util, sizeof util, "%.0f", r->gpu_util_pct);
         if (!isnan(r->max_abs_err)) snprintf(ea, sizeof ea, "%.3g", r->max_abs_err);
         if (!isnan(r->max_rel_err)) snprintf(er, sizeof er, "%.3g", r->max_rel_err);
-        fprintf(f, "%8s %10s %11.1f %12.1f %9.4f %9.4f %9.4f %10.2f %8s %11s %11s\n", build, eng, r->qps, r->items_per_s, r->p50_ms, r->p95_ms,
-                r->p99_ms, r->memory_mb, util, ea, er);
+        if (!isnan(r->cosine)) snprintf(cos, sizeof cos, "%.6f", r->cosine);
+        if (r->top1_rows > 0) snprintf(top1, sizeof top1, "%lld/%lld", (long long)r->top1, (long long)r->top1_rows);
+        fprintf(f, "%8s %10s %11.1f %12.1f %9.4f %9.4f %9.4f %10.2f %8s %11s %11s %9s %9s\n", build, eng, r->qps, r->items_per_s, r->p50_ms,
+                r->p95_ms, r->p99_ms, r->memory_mb, util, ea, er, cos, top1);
     }
     fprintf(f, "accuracy: against the fp32 configuration of the same batch on the same seeded inputs "
-               "(max |out - ref|, and that over max |ref|)\n");
+               "(max |out - ref|, and that over max |ref|; the least cosine similarity of an output; top-1: rows of "
+               "[rows, classes] outputs whose top class is fp32's)\n");
+    if (s->random_calib)
+        fprintf(f, "int8: calibrated on random inputs (no --calib): its accuracy means little; give --calib DIR with "
+                   "real data\n");
 }
 
 void kiln_bench_print(const kiln_bench_doc *d, FILE *f) {

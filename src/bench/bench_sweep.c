@@ -1,4 +1,4 @@
-/* bench_sweep.c — kiln bench's stress-test matrix: --sweep precision=fp32,fp16,bf16 --sweep batch=1,8
+/* bench_sweep.c — kiln bench's stress-test matrix: --sweep precision=fp32,fp16,bf16,int8,fp8 --sweep batch=1,8
  * [--sweep streams=1,2] builds one engine per precision (from the ONNX model), runs the benchmark for
  * every batch x streams, and compares each configuration's outputs on the seeded inputs with those of
  * the fp32 configuration of the same batch (fp32 runs first for that). A configuration that cannot
@@ -6,6 +6,7 @@
  * support), and the sweep goes on. */
 #include "bench/bench_internal.h"
 
+#include "compare/compare.h"
 #include "core/status.h"
 
 #include <math.h>
@@ -13,7 +14,8 @@
 #include <string.h>
 
 const char *kiln_bench_precision_name(kiln_precision p) {
-    return p == KILN_PRECISION_FP16 ? "fp16" : p == KILN_PRECISION_BF16 ? "bf16" : "fp32";
+    static const char *const names[] = {"fp32", "fp16", "bf16", "int8", "fp8"};
+    return (unsigned)p < sizeof names / sizeof *names ? names[p] : "fp32";
 }
 
 /* Parses a positive integer list item [p, end). */
@@ -41,9 +43,12 @@ kiln_status kiln_bench_sweep_parse(kiln_bench_sweep *s, const char *spec) {
         int64_t v = 0;
         if (key == 0) {
             size_t n = (size_t)(end - p);
-            kiln_precision pr = n == 4 && !strncmp(p, "fp32", 4) ? KILN_PRECISION_FP32 : n == 4 && !strncmp(p, "fp16", 4) ? KILN_PRECISION_FP16
-                              : n == 4 && !strncmp(p, "bf16", 4) ? KILN_PRECISION_BF16 : (kiln_precision)-1;
-            if ((int)pr < 0) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--sweep precision: '%.*s' is not fp32, fp16 or bf16", (int)n, p);
+            kiln_precision pr = (kiln_precision)-1;
+            for (int k = KILN_PRECISION_FP32; k <= KILN_PRECISION_FP8; k++)
+                if (strlen(kiln_bench_precision_name((kiln_precision)k)) == n && !strncmp(p, kiln_bench_precision_name((kiln_precision)k), n))
+                    pr = (kiln_precision)k;
+            if ((int)pr < 0)
+                return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--sweep precision: '%.*s' is not fp32, fp16, bf16, int8 or fp8", (int)n, p);
             s->precisions[(*count)++] = pr;
         } else if (!parse_int(p, end, key == 1 ? 1 << 20 : 256, &v)) {
             return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--sweep %.*s: '%.*s' is not an integer from 1 to %d", (int)klen, spec,
@@ -80,6 +85,20 @@ void kiln_bench_compare_outputs(const kiln_tensor *a, const kiln_tensor *ref, in
     *max_rel = any ? (scale > 0 ? diff / scale : diff > 0 ? INFINITY : 0) : NAN;
 }
 
+/* The row's cosine similarity (the least over float outputs) and top-1 agreement against ref. */
+static void accuracy(const kiln_tensor *a, const kiln_tensor *ref, int n, kiln_bench_sweep_row *row) {
+    for (int i = 0; i < n; i++) {
+        kiln_dtype t = ref[i].dtype;
+        if (t != KILN_F32 && t != KILN_F16 && t != KILN_BF16 && t != KILN_F64) continue;
+        kiln_compare_stats st;
+        kiln_compare_tensors(&a[i], &ref[i], 0.0, 0.0, &st);
+        if (!st.shape_ok) continue;
+        row->cosine = isnan(row->cosine) ? st.cosine : fmin(row->cosine, st.cosine);
+        row->top1 += st.top1;
+        row->top1_rows += st.rows;
+    }
+}
+
 /* The row's error text for a failed status. */
 static void row_error(kiln_bench_sweep_row *row, kiln_status st) {
     snprintf(row->error, sizeof row->error, "%s: %s", st == KILN_ERR_UNSUPPORTED ? "unsupported" : "failed", kiln_last_error());
@@ -111,8 +130,10 @@ static void run_row(kiln_engine *e, const kiln_bench_config *cfg, kiln_bench_env
         r.outputs = NULL;
         r.noutputs = 0;
         row->max_abs_err = row->max_rel_err = 0;
+        accuracy(*ref, *ref, *nref, row);
     } else if (*ref && *nref == r.noutputs) {
         kiln_bench_compare_outputs(r.outputs, *ref, r.noutputs, &row->max_abs_err, &row->max_rel_err);
+        accuracy(r.outputs, *ref, r.noutputs, row);
     }
     kiln_bench_result_free(&r);
 }
@@ -131,11 +152,22 @@ kiln_status kiln_bench_sweep_run(kiln_bench_sweep *s, const char *model, bool is
     kiln_tensor *refs[16] = {0};
     int nrefs[16] = {0};
     s->nrows = 0;
+    char *random_calib = NULL; /* int8 rows without --calib */
+    kiln_status calib_st = KILN_OK;
+    for (int pi = 0; !is_engine && !s->calib_dir && pi < s->nprecisions; pi++)
+        if (s->precisions[pi] == KILN_PRECISION_INT8 && !random_calib && calib_st == KILN_OK) {
+            calib_st = kiln_bench_random_calib(model, base, &random_calib);
+            s->random_calib = calib_st == KILN_OK;
+        }
     for (int pi = 0; pi < s->nprecisions; pi++) {
         kiln_engine *e = NULL;
         double build_s;
         int64_t bytes;
-        kiln_status st = kiln_bench_open(model, is_engine, target, s->precisions[pi], device, &e, &build_s, &bytes);
+        kiln_build_options o = kiln_bench_sweep_options(s->precisions[pi], target, device,
+                                                        s->calib_dir ? s->calib_dir : random_calib);
+        kiln_status st = is_engine ? kiln_bench_open(model, true, target, s->precisions[pi], device, &e, &build_s, &bytes)
+                       : s->precisions[pi] == KILN_PRECISION_INT8 && calib_st != KILN_OK ? calib_st
+                       : kiln_bench_open_options(model, &o, &e, &build_s, &bytes);
         if (st == KILN_OK && is_engine && s->precisions[pi] != KILN_PRECISION_FP32)
             st = kiln_error(KILN_ERR_UNSUPPORTED, "an engine file has the precision it was built with; give the ONNX model to sweep precision");
         for (int bi = 0; bi < s->nbatches; bi++) {
@@ -143,7 +175,7 @@ kiln_status kiln_bench_sweep_run(kiln_bench_sweep *s, const char *model, bool is
                 kiln_bench_sweep_row *row = &s->rows[s->nrows++];
                 *row = (kiln_bench_sweep_row){.precision = s->precisions[pi], .batch = s->batches[bi], .streams = s->streams[si],
                                               .build_s = build_s, .engine_bytes = bytes, .gpu_util_pct = -1, .gpu_mem_peak_mb = -1,
-                                              .max_abs_err = NAN, .max_rel_err = NAN};
+                                              .max_abs_err = NAN, .max_rel_err = NAN, .cosine = NAN};
                 if (st != KILN_OK) {
                     row_error(row, st);
                     continue;
@@ -160,5 +192,6 @@ kiln_status kiln_bench_sweep_run(kiln_bench_sweep *s, const char *model, bool is
         for (int k = 0; refs[bi] && k < nrefs[bi]; k++) kiln_tensor_release(&refs[bi][k]);
         free(refs[bi]);
     }
+    kiln_bench_random_calib_remove(random_calib);
     return KILN_OK;
 }

@@ -14,6 +14,8 @@ typedef struct kiln_compare_stats {
     double max_rel;  /* max |test - ref| / |ref| over elements with |ref| > atol (0 when there are none) */
     double mean_abs; /* mean |test - ref| */
     double cosine;   /* cosine similarity of the two as vectors (1 when both are all zeros) */
+    int64_t rows;    /* classifier-shaped outputs ([rows, classes], classes >= 2, float): rows compared */
+    int64_t top1;    /* of them, the rows whose largest element (first on ties) is at the same class */
     bool shape_ok;   /* same shape (dtypes may differ: values are compared as float64) */
     bool pass;       /* shape_ok and no failing element */
 } kiln_compare_stats;

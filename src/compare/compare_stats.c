@@ -18,6 +18,27 @@ static bool element_ok(double t, double r, double atol, double rtol) {
     return fabs(t - r) <= atol + rtol * fabs(r);
 }
 
+static bool is_float(kiln_dtype t) { return t == KILN_F32 || t == KILN_F16 || t == KILN_BF16 || t == KILN_F64; }
+
+/* The class of row r's largest element (the first on ties; NaNs never win). */
+static int64_t argmax_row(const kiln_tensor *t, int64_t r, int64_t classes) {
+    int64_t best = 0;
+    double v = -INFINITY;
+    for (int64_t c = 0; c < classes; c++) {
+        double x = kiln_tensor_get_f64(t, r * classes + c);
+        if (x > v) v = x, best = c;
+    }
+    return best;
+}
+
+/* Top-1 agreement of a [rows, classes] float output. */
+static void top1(const kiln_tensor *test, const kiln_tensor *ref, kiln_compare_stats *out) {
+    if (ref->ndim != 2 || ref->dims[1] < 2 || !is_float(ref->dtype) || !is_float(test->dtype)) return;
+    out->rows = ref->dims[0];
+    for (int64_t r = 0; r < out->rows; r++)
+        out->top1 += argmax_row(test, r, ref->dims[1]) == argmax_row(ref, r, ref->dims[1]);
+}
+
 void kiln_compare_tensors(const kiln_tensor *test, const kiln_tensor *ref, double atol, double rtol,
                           kiln_compare_stats *out) {
     memset(out, 0, sizeof *out);
@@ -49,4 +70,5 @@ void kiln_compare_tensors(const kiln_tensor *test, const kiln_tensor *ref, doubl
     out->mean_abs = n ? sum_abs / (double)n : 0;
     out->cosine = nt == 0 && nr == 0 ? 1.0 : nt == 0 || nr == 0 ? 0.0 : dot / (sqrt(nt) * sqrt(nr));
     out->pass = out->failing == 0;
+    top1(test, ref, out);
 }

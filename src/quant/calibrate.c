@@ -6,11 +6,14 @@
 #include "core/status.h"
 #include "quant/calib_hist.h"
 #include "quant/calib_io.h"
+#include "quant/sensitivity.h"
+#include "layer_precision.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The layers to quantize and the distinct activation values they read. */
 typedef struct calib_plan {
@@ -49,8 +52,39 @@ static int weight_axis(const kiln_node *n) {
     return is_default_op(n, "Gemm") && kiln_attr_int(n, "transB", 0) ? 0 : 1;
 }
 
-static kiln_status plan_make(const kiln_graph *g, calib_plan *p) {
+/* Whether quantizable layer n goes to int8: with --int8 unless a later float rule names it, without
+ * only when an int8 rule is the last rule naming it. */
+static bool selected(const kiln_node *n, const kiln_build_options *opts) {
+    bool q = opts->int8;
+    for (int r = 0; r < opts->nlayer_precisions; r++)
+        if (kiln_layer_rule_matches(&opts->layer_precisions[r], n))
+            q = opts->layer_precisions[r].precision == KILN_PRECISION_INT8;
+    return q;
+}
+
+/* Adds layer node id to p (its input among the distinct activations). */
+static void plan_add(const kiln_graph *g, calib_plan *p, int id) {
+    const kiln_node *n = &g->nodes[id];
+    p->layers[p->nlayers++] = id;
+    int a = 0;
+    while (a < p->nacts && p->acts[a] != n->inputs[0]) a++;
+    if (a == p->nacts) {
+        p->acts[p->nacts] = n->inputs[0];
+        p->names[p->nacts++] = g->values[n->inputs[0]].name;
+    }
+}
+
+/* The layers opts select (selected()); fails naming an int8 rule that matches no quantizable layer. */
+static kiln_status plan_make(const kiln_graph *g, const kiln_build_options *opts, calib_plan *p) {
     memset(p, 0, sizeof *p);
+    for (int r = 0; r < opts->nlayer_precisions; r++) {
+        const kiln_layer_precision *rule = &opts->layer_precisions[r];
+        bool any = rule->precision != KILN_PRECISION_INT8;
+        for (int i = 0; !any && i < g->nnodes; i++) any = quantizable(g, &g->nodes[i]) && kiln_layer_rule_matches(rule, &g->nodes[i]);
+        if (!any)
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--layer-precision '%s:int8' matches no layer int8 can quantize (a "
+                              "Conv, MatMul or Gemm with constant float32 weights, by its model name)", rule->pattern);
+    }
     p->layers = malloc(((size_t)g->nnodes + 1) * sizeof *p->layers);
     p->acts = malloc(((size_t)g->nnodes + 1) * sizeof *p->acts);
     p->names = malloc(((size_t)g->nnodes + 1) * sizeof *p->names);
@@ -59,17 +93,29 @@ static kiln_status plan_make(const kiln_graph *g, calib_plan *p) {
         plan_free(p);
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory planning the calibration");
     }
-    for (int i = 0; i < g->nnodes; i++) {
-        const kiln_node *n = &g->nodes[i];
-        if (!quantizable(g, n)) continue;
-        p->layers[p->nlayers++] = i;
-        int a = 0;
-        while (a < p->nacts && p->acts[a] != n->inputs[0]) a++;
-        if (a == p->nacts) {
-            p->acts[p->nacts] = n->inputs[0];
-            p->names[p->nacts++] = g->values[n->inputs[0]].name;
-        }
+    for (int i = 0; i < g->nnodes; i++)
+        if (quantizable(g, &g->nodes[i]) && selected(&g->nodes[i], opts)) plan_add(g, p, i);
+    return KILN_OK;
+}
+
+/* Drops the layers with kept[l] from p, and the activations only they read (thresholds follow). */
+static kiln_status plan_drop(const kiln_graph *g, calib_plan *p, const bool *kept) {
+    int nlayers = p->nlayers, nacts = p->nacts;
+    double *thresholds = malloc(((size_t)nacts + 1) * sizeof *thresholds);
+    int *acts = malloc(((size_t)nacts + 1) * sizeof *acts);
+    if (!thresholds || !acts) {
+        free(thresholds), free(acts);
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     }
+    memcpy(thresholds, p->thresholds, (size_t)nacts * sizeof *thresholds);
+    memcpy(acts, p->acts, (size_t)nacts * sizeof *acts);
+    p->nlayers = p->nacts = 0;
+    for (int l = 0; l < nlayers; l++)
+        if (!kept[l]) plan_add(g, p, p->layers[l]); /* compacts in place: p->nlayers <= l */
+    for (int a = 0; a < p->nacts; a++)
+        for (int k = 0; k < nacts; k++)
+            if (acts[k] == p->acts[a]) p->thresholds[a] = thresholds[k];
+    free(thresholds), free(acts);
     return KILN_OK;
 }
 
@@ -306,6 +352,65 @@ static kiln_status insert_qdq(kiln_graph *g, const calib_plan *p) {
     return kiln_graph_verify(g);
 }
 
+static kiln_status load_batch(void *ctx, int batch, int input, kiln_tensor *out) {
+    const kiln_calib_batches *bs = ctx;
+    kiln_status s = kiln_calib_batch_load(bs, batch, input, out);
+    return s == KILN_OK ? s : kiln_error_prefix(s, "calibration batch '%s'", bs->paths[batch * bs->ninputs + input]);
+}
+
+/* --keep-sensitive: measures every planned layer's sensitivity with the thresholds in the cache at
+ * cache_path, logs the ranking, and drops the most sensitive layers (and the ends) from p. */
+static kiln_status keep_sensitive(const kiln_graph *g, const char *model_path, const kiln_build_options *opts,
+                                  const char *cache_path, calib_plan *p) {
+    const char **names = malloc(((size_t)p->nlayers + 1) * sizeof *names);
+    double *error = malloc(((size_t)p->nlayers + 1) * sizeof *error);
+    int *order = malloc(((size_t)p->nlayers + 1) * sizeof *order);
+    bool *kept = malloc(((size_t)p->nlayers + 1) * sizeof *kept);
+    kiln_status s = names && error && order && kept ? KILN_OK : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int l = 0; s == KILN_OK && l < p->nlayers; l++) names[l] = g->nodes[p->layers[l]].name;
+    kiln_calib_batches bs = {0};
+    const char **in_names = malloc(((size_t)g->ninputs + 1) * sizeof *in_names);
+    if (s == KILN_OK && !in_names) s = kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int i = 0; s == KILN_OK && i < g->ninputs; i++) in_names[i] = g->values[g->inputs[i]].name;
+    if (s == KILN_OK && !opts->calib_dir)
+        s = kiln_error(KILN_ERR_INVALID_ARGUMENT, "--keep-sensitive ranks the layers by their sensitivity on calibration "
+                       "data: give --calib DIR");
+    if (s == KILN_OK) s = kiln_calib_batches_find(opts->calib_dir, g->ninputs, in_names, opts->calib_batches, &bs);
+    kiln_quant_feed feed = {bs.nbatches, load_batch, &bs};
+    if (s == KILN_OK)
+        s = kiln_quant_sensitivity_measure(model_path, cache_path, opts->calibrator, &feed, p->nlayers, names, error);
+    kiln_calib_batches_free(&bs);
+    free(in_names);
+    if (s == KILN_OK) {
+        int n = kiln_quant_keep_select(p->nlayers, error, opts->keep_sensitive, !opts->quantize_ends, kept);
+        kiln_quant_rank(p->nlayers, error, order);
+        KILN_LOG(KILN_LOG_INFO, "int8: layer sensitivity (relative squared output error when quantized alone), most "
+                 "sensitive first:");
+        for (int r = 0; r < p->nlayers; r++)
+            KILN_LOG(KILN_LOG_INFO, "  %2d. %-40s %.3g%s", r + 1, names[order[r]], error[order[r]],
+                     kept[order[r]] ? "  kept in float" : "");
+        KILN_LOG(KILN_LOG_INFO, "int8: %d of %d layers kept in float (--keep-sensitive %d%s)", n, p->nlayers,
+                 opts->keep_sensitive, opts->quantize_ends ? "" : ", and the first and last layer");
+        s = plan_drop(g, p, kept);
+    }
+    free(names), free(error), free(order), free(kept);
+    return s;
+}
+
+/* A temporary calibration cache for the sensitivity builds (their thresholds), in TMPDIR; *path is
+ * owned by the caller, who removes the file. */
+static kiln_status temp_cache(const char *digest, const char *method, const calib_plan *p, char **path) {
+    const char *dir = getenv("TMPDIR");
+    size_t n = strlen(dir && *dir ? dir : "/tmp") + 32;
+    *path = malloc(n);
+    if (!*path) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    snprintf(*path, n, "%s/kiln-calib-XXXXXX", dir && *dir ? dir : "/tmp");
+    int fd = mkstemp(*path);
+    if (fd < 0) return kiln_error(KILN_ERR_IO, "cannot create a temporary file in '%s'", dir && *dir ? dir : "/tmp");
+    close(fd);
+    return kiln_calib_cache_write(*path, digest, method, p->nacts, p->names, p->thresholds);
+}
+
 /* Fails when g is already quantized (it holds a quantization op): its own scales apply, not ours. */
 static kiln_status require_float_model(const kiln_graph *g) {
     static const char *const ops[] = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
@@ -323,7 +428,7 @@ kiln_status kiln_calibrate_int8(kiln_graph *g, const char *model_path, const kil
     KILN_TRY(kiln_calib_method_parse(opts->calibrator, &m));
     KILN_TRY(require_float_model(g));
     calib_plan p;
-    KILN_TRY(plan_make(g, &p));
+    KILN_TRY(plan_make(g, opts, &p));
     if (p.nlayers == 0) {
         KILN_LOG(KILN_LOG_INFO, "int8: no Conv, MatMul or Gemm with constant float32 weights: nothing to quantize");
         plan_free(&p);
@@ -342,6 +447,12 @@ kiln_status kiln_calibrate_int8(kiln_graph *g, const char *model_path, const kil
     if (s == KILN_OK && !cached) s = collect(model_path, opts, &m, &p);
     if (s == KILN_OK && !cached && opts->calib_cache)
         s = kiln_calib_cache_write(opts->calib_cache, digest, method, p.nacts, p.names, p.thresholds);
+    char *tmp_cache = NULL;
+    if (s == KILN_OK && opts->keep_sensitive > 0 && !opts->calib_cache) s = temp_cache(digest, method, &p, &tmp_cache);
+    if (s == KILN_OK && opts->keep_sensitive > 0)
+        s = keep_sensitive(g, model_path, opts, tmp_cache ? tmp_cache : opts->calib_cache, &p);
+    if (tmp_cache) unlink(tmp_cache);
+    free(tmp_cache);
     if (s == KILN_OK) s = insert_qdq(g, &p);
     if (s == KILN_OK)
         KILN_LOG(KILN_LOG_INFO, "int8: %d layers quantized (%s activations per tensor, weights per channel)", p.nlayers,

@@ -73,7 +73,7 @@ def test_bad_profiles_fail_the_build(kiln, tmp_path, spec, mentions):
 
 @pytest.mark.parametrize("args", [["--profile"], ["--profile", "image"], ["--profile", "image:1x3,1x3"],
                                   ["--profile", "image:1x3,1x3x4,2x3"], ["--profile", "image:1xx3"],
-                                  ["--layer-precision", "softmax"], ["--layer-precision", "softmax:fp8"],
+                                  ["--layer-precision", "softmax"], ["--layer-precision", "softmax:fp4"],
                                   ["--tuning-level", "4"], ["--tuning-level", "-1"], ["--tuning-level", "two"],
                                   ["--tuning-level", "22"], ["--tuning-level"], ["--timing-cache"],
                                   ["--tuning-budget-ms", "0"], ["--tuning-budget-ms", "-5"], ["--tuning-budget-ms", "1s"],
