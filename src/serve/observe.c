@@ -83,6 +83,23 @@ enum MHD_Result serve_metrics_page(serve_conn *c) {
     for (int i = 0; i < n; i++)
         if (v[i].llm)
             kiln_strbuf_printf(&b, "kiln_num_preemptions_total{%s} %llu\n", v[i].labels, (unsigned long long)v[i].llm_stats.preemptions);
+    gauge_head(&b, "kiln_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.");
+    for (int i = 0; i < n; i++)
+        if (v[i].llm)
+            kiln_strbuf_printf(&b, "kiln_prefix_cache_queries_total{%s} %llu\n", v[i].labels,
+                               (unsigned long long)v[i].llm_stats.prefix_cache_queries);
+    gauge_head(&b, "kiln_prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache (not recomputed).");
+    for (int i = 0; i < n; i++)
+        if (v[i].llm)
+            kiln_strbuf_printf(&b, "kiln_prefix_cache_hits_total{%s} %llu\n", v[i].labels,
+                               (unsigned long long)v[i].llm_stats.prefix_cache_hits);
+    gauge_head(&b, "kiln_prefix_cache_hit_ratio", "gauge", "Prefix-cache hits / queries since start (0..1; 0 before any).");
+    for (int i = 0; i < n; i++)
+        if (v[i].llm)
+            kiln_strbuf_printf(&b, "kiln_prefix_cache_hit_ratio{%s} %.6f\n", v[i].labels,
+                               v[i].llm_stats.prefix_cache_queries ? (double)v[i].llm_stats.prefix_cache_hits /
+                                                                         (double)v[i].llm_stats.prefix_cache_queries
+                                                                   : 0);
     gauge_head(&b, "kiln_engine_heartbeat_age_seconds", "gauge", "Time since the LLM engine loop last went round.");
     for (int i = 0; i < n; i++)
         if (v[i].llm)
