@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """make_seeds.py — writes the seed corpora of the fuzz targets that read files and streams:
-fuzz/corpus/<target>/ for fuzz_safetensors, fuzz_hf_config, fuzz_tokenizer, fuzz_npy, fuzz_json,
+fuzz/corpus/<target>/ for fuzz_safetensors, fuzz_hf_config, fuzz_tokenizer, fuzz_npy, fuzz_npz, fuzz_json,
 fuzz_load_http, fuzz_load_sse, fuzz_load_prometheus and fuzz_llm_engine. Seeds are small on purpose
 (the fuzzer's speed falls with input size): slices of models/kjv-gpt2, the hand-made tokenizer of
 tests/unit/test_tokenizer.c, files numpy and safetensors write, and hand-written wire traffic. The LLM
@@ -158,13 +158,26 @@ LLAMA3 = dict(LLAMA2, vocab_size=128256, num_key_value_heads=8, intermediate_siz
 LLAMA_T5 = dict(LLAMA2, num_key_value_heads=4, head_dim=128, attention_bias=False, mlp_bias=False,
                 rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0})
 LLAMA_DYN = dict(LLAMA2, rope_scaling={"type": "dynamic", "factor": 4.0})
+MISTRAL = dict(LLAMA2, model_type="mistral", num_key_value_heads=8, intermediate_size=14336, sliding_window=4096)
+QWEN2 = dict(LLAMA2, model_type="qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864,
+             num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, rope_theta=1000000.0,
+             use_sliding_window=False, sliding_window=32768, max_window_layers=21, tie_word_embeddings=True)
+PHI3 = dict(LLAMA2, model_type="phi3", vocab_size=32064, hidden_size=3072, intermediate_size=8192,
+            sliding_window=2047, original_max_position_embeddings=4096, partial_rotary_factor=0.75)
+PHI3_LONGROPE = dict(PHI3, max_position_embeddings=131072, partial_rotary_factor=1.0,
+                     rope_scaling={"type": "longrope", "short_factor": [1.0 + 0.01 * i for i in range(48)],
+                                   "long_factor": [1.0 + 0.5 * i for i in range(48)]})
+GEMMA = dict(LLAMA2, model_type="gemma", vocab_size=256000, hidden_size=2048, intermediate_size=16384,
+             num_hidden_layers=18, num_attention_heads=8, num_key_value_heads=1, head_dim=256, hidden_act="gelu",
+             hidden_activation="gelu_pytorch_tanh", max_position_embeddings=8192, tie_word_embeddings=True)
 
 
 def configs(out):
     with open(os.path.join(KJV, "config.json"), "rb") as f:
         put(out, "fuzz_hf_config", "kjv_gpt2.json", f.read())
     for name, cfg in [("gpt2", GPT2), ("llama2", LLAMA2), ("llama3", LLAMA3), ("llama_rope_parameters", LLAMA_T5),
-                      ("llama_dynamic", LLAMA_DYN)]:
+                      ("llama_dynamic", LLAMA_DYN), ("mistral", MISTRAL), ("qwen2", QWEN2), ("phi3", PHI3), ("phi3_longrope", PHI3_LONGROPE),
+                      ("gemma", GEMMA)]:
         put(out, "fuzz_hf_config", name + ".json", json.dumps(cfg, indent=1))
 
 
@@ -210,6 +223,18 @@ def npy_seeds(out):
     b = io.BytesIO()
     np.lib.format.write_array(b, np.arange(6, dtype=np.float32).reshape(2, 3), version=(2, 0))
     put(out, "fuzz_npy", "f32_v2.npy", b.getvalue())
+
+
+def npz_seeds(out):
+    """Archives np.savez writes (stored members with ZIP64 local fields): one batch, several per input."""
+    import io
+    rng = np.random.default_rng(4)
+    for name, arrays in {"one": {"input": rng.standard_normal((2, 3)).astype(np.float32)},
+                         "per_input": {"ids.0": np.arange(4, dtype=np.int64), "ids.1": np.arange(4, dtype=np.int64),
+                                       "mask.0": np.ones(4, np.int64), "mask.1": np.zeros(4, np.int64)}}.items():
+        b = io.BytesIO()
+        np.savez(b, **arrays)
+        put(out, "fuzz_npz", name + ".npz", b.getvalue())
 
 
 # ----------------------------------------------------------------------------- JSON and wire traffic
@@ -336,6 +361,7 @@ def main():
     safetensors_bf16(a.out)
     safetensors_seeds(a.out)
     npy_seeds(a.out)
+    npz_seeds(a.out)
     json_seeds(a.out)
     wire(a.out)
     if a.kiln:

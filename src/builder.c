@@ -9,6 +9,7 @@
 #include "frontends/onnx/onnx_import.h"
 #include "layer_precision.h"
 #include "passes/passes.h"
+#include "quant/calibrate.h"
 #include "runtime/engine_internal.h"
 #include "runtime/env_overrides.h"
 #include "runtime/profiles.h"
@@ -46,6 +47,11 @@ typedef struct pass_step {
 static const char *const g_attention_ops[] = {"Attention", NULL};
 static const char *const g_epilogue_ops[] = {"FusedConv", "FusedGemm", "FusedMatMul", NULL};
 static const char *const g_chain_ops[] = {"ElementwiseChain", NULL};
+
+/* Folds explicitly quantized layers into integer ones, first: constant folding would turn the
+ * weights' DequantizeLinear into float32 constants. */
+static const char *const g_qdq_ops[] = {"QConv", "QMatMul", NULL};
+static const pass_step g_qdq = {"fuse_qdq", kiln_pass_fuse_qdq, g_qdq_ops};
 
 /* Clean-up passes, repeated until none changes anything. */
 static const pass_step g_cleanup[] = {
@@ -139,8 +145,8 @@ static bool want_channels_last(const kiln_build_options *opts, const kiln_backen
     return !why;
 }
 
-/* Runs the clean-up passes to a fixed point, then the fusions, and repeats while the fusions change
- * something (bounded); then, when the build wants them, the channels-last layout and the aligned
+/* Folds Q/DQ patterns into integer layers (when the target runs them), runs the clean-up passes to a
+ * fixed point, then the fusions, and repeats while the fusions change something (bounded); then, when the build wants them, the channels-last layout and the aligned
  * MatMul operands (16-bit builds for targets that ask), and the clean-up passes again (which cancel
  * the Transposes between convolutions). */
 static kiln_status optimize(kiln_graph *g, const kiln_build_options *opts, const kiln_backend *b) {
@@ -151,6 +157,10 @@ static kiln_status optimize(kiln_graph *g, const kiln_build_options *opts, const
             KILN_LOG(KILN_LOG_VERBOSE, "%s skipped: the options or target %s rule out the kiln-domain ops it creates",
                      g_fusions[i].name, b->name);
     }
+    bool folded_qdq;
+    if (backend_runs_step(b, &g_qdq, opts)) KILN_TRY(run_step(g, &g_qdq, &folded_qdq));
+    else KILN_LOG(KILN_LOG_VERBOSE, "%s skipped: the options or target %s rule out kiln.QConv / kiln.QMatMul", g_qdq.name,
+                  b->name);
     for (int round = 0; round < 4; round++) {
         KILN_TRY(cleanup(g));
         bool fused = false, changed;
@@ -183,11 +193,28 @@ static kiln_status mark_all_outputs(kiln_graph *g) {
     return KILN_OK;
 }
 
-static kiln_status build_graph(kiln_graph *g, const kiln_build_options *opts, const kiln_backend *b) {
+/* Calibrates g (from the ONNX model at source) for an --int8 build, which needs a target with
+ * integer layers. The weights quantized are those the engine holds: constants folded and
+ * BatchNormalization folded into its Conv first. */
+static kiln_status quantize_int8(kiln_graph *g, const char *source, const kiln_build_options *opts,
+                                 const kiln_backend *b) {
+    if (!backend_runs_step(b, &g_qdq, opts))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "--int8: target %s has no integer layers (kiln.QConv, kiln.QMatMul) yet; "
+                          "use --target cpu", b->name);
+    static const pass_step conv_bn = {"fuse_conv_bn", kiln_pass_fuse_conv_bn, NULL};
+    bool changed;
+    KILN_TRY(cleanup(g));
+    KILN_TRY(run_step(g, &conv_bn, &changed));
+    return kiln_calibrate_int8(g, source, opts);
+}
+
+static kiln_status build_graph(kiln_graph *g, const char *source, const kiln_build_options *opts,
+                               const kiln_backend *b) {
     KILN_TRY(kiln_graph_resolve_ops(g, NULL));
     KILN_TRY(kiln_graph_toposort(g));
     KILN_TRY(kiln_graph_infer_shapes(g));
     KILN_TRY(kiln_graph_verify(g));
+    if (opts->int8) KILN_TRY(quantize_int8(g, source, opts, b));
     if (opts->mark_all_outputs) KILN_TRY(mark_all_outputs(g));
     int before = g->nnodes;
     KILN_TRY(optimize(g, opts, b));
@@ -231,6 +258,8 @@ static void options_text(const kiln_build_options *opts, const kiln_backend *b, 
                               kiln_precision_name(opts->layer_precisions[i].precision));
     if (opts->nranges && n < cap) n += (size_t)snprintf(buf + n, cap - n, " --profile ... (%d ranges)", opts->nranges);
     if (opts->mark_all_outputs && n < cap) n += (size_t)snprintf(buf + n, cap - n, " --mark-all-outputs");
+    if (opts->int8 && n < cap)
+        n += (size_t)snprintf(buf + n, cap - n, " --int8 --calibrator %s", opts->calibrator ? opts->calibrator : "entropy");
     if (b->tune && n < cap) n += (size_t)snprintf(buf + n, cap - n, " --tuning-level %d", opts->tuning_level);
     if (opts->verbose && n < cap) snprintf(buf + n, cap - n, " --verbose");
 }
@@ -280,7 +309,7 @@ kiln_status kiln_build_graph(kiln_graph *g, const char *source, const kiln_build
     kiln_log_level saved = kiln_log_level_current;
     if (opts->verbose) kiln_log_set_level(KILN_LOG_VERBOSE);
     double t0 = build_now_ms();
-    s = build_graph(g, opts, b);
+    s = build_graph(g, source, opts, b);
     if (s == KILN_OK) s = finish_graph(g, opts, &meta);
     double t1 = build_now_ms();
     kiln_log_set_level(saved);

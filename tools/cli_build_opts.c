@@ -1,7 +1,8 @@
 /* cli_build_opts.c — the build options `kiln build` and `kiln compare` share: --target, --fp16 /
  * --bf16 / --fp32 / --best, --device, --layer-precision PATTERN:PREC, --profile NAME:MIN,OPT,MAX,
  * --tuning-level 0..3 (default 2), the tuning bounds --tuning-budget-ms, --tuning-layer-budget-ms and
- * --tuning-workspace-mb (N or 'none'), and --timing-cache FILE. */
+ * --tuning-workspace-mb (N or 'none'), --timing-cache FILE, and INT8 calibration: --int8, --calib DIR,
+ * --calib-cache FILE, --calibrator NAME, --calib-batches N. */
 #include "cli.h"
 
 #include <stdlib.h>
@@ -102,10 +103,16 @@ int cli_build_opts_parse(cli_build_opts *b, const char *cmd, int argc, char **ar
         b->o.verbose = true;
         return 1;
     }
+    if (!strcmp(a, "--int8")) {
+        b->o.int8 = true;
+        b->given = true;
+        return 1;
+    }
     bool takes = !strcmp(a, "--target") || !strcmp(a, "--device") || !strcmp(a, "--layer-precision") ||
                  !strcmp(a, "--profile") || !strcmp(a, "--tuning-level") || !strcmp(a, "--timing-cache") ||
                  !strcmp(a, "--tuning-budget-ms") || !strcmp(a, "--tuning-layer-budget-ms") ||
-                 !strcmp(a, "--tuning-workspace-mb");
+                 !strcmp(a, "--tuning-workspace-mb") || !strcmp(a, "--calib") || !strcmp(a, "--calib-cache") ||
+                 !strcmp(a, "--calibrator") || !strcmp(a, "--calib-batches");
     if (!takes) return 0;
     if (*i + 1 >= argc) return cli_usage_error(cmd, "%s needs a value", a);
     const char *val = argv[++*i];
@@ -130,6 +137,18 @@ int cli_build_opts_parse(cli_build_opts *b, const char *cmd, int argc, char **ar
         if (parse_bound(cmd, a, val, 65536, &b->o.tuning_workspace_mb)) return 2;
     } else if (!strcmp(a, "--timing-cache")) {
         b->o.timing_cache = val;
+    } else if (!strcmp(a, "--calib")) {
+        b->o.calib_dir = val;
+    } else if (!strcmp(a, "--calib-cache")) {
+        b->o.calib_cache = val;
+    } else if (!strcmp(a, "--calibrator")) {
+        b->o.calibrator = val;
+    } else if (!strcmp(a, "--calib-batches")) {
+        char *end;
+        long n = strtol(val, &end, 10);
+        if (end == val || *end || n < 1 || n > 1000000)
+            return cli_usage_error(cmd, "--calib-batches expects a number from 1 to 1000000, got '%s'", val);
+        b->o.calib_batches = (int)n;
     } else if (!strcmp(a, "--layer-precision")) {
         if (parse_rule(b, cmd, val)) return 2;
     } else if (parse_profile(b, cmd, val)) {

@@ -48,6 +48,19 @@ static const char *USAGE =
     "                      time only candidates that need at most N MiB of workspace (default 128)\n"
     "  --timing-cache FILE reuse and extend the timings in FILE (per GPU, driver and library versions):\n"
     "                      a second build of the same layers times nothing\n"
+    "  --int8              quantize every Conv, MatMul and Gemm with constant weights to int8 (cpu):\n"
+    "                      symmetric scales, activations per tensor from calibration, weights per\n"
+    "                      channel (docs/quantization.md). Needs --calib or an existing --calib-cache\n"
+    "  --calib DIR|FILE.npz\n"
+    "                      calibration batches: DIR/<input>.<k>.npy, or (one input) any DIR/*.npy, one\n"
+    "                      batch per file; or the same arrays in one .npz (np.savez). The float32 model\n"
+    "                      runs over them on the CPU\n"
+    "  --calibrator entropy|minmax|percentile[:P]\n"
+    "                      how activation thresholds are chosen (default entropy: least KL divergence;\n"
+    "                      percentile default P 99.99)\n"
+    "  --calib-cache FILE  read the thresholds from FILE when it exists (no data needed; a cache made\n"
+    "                      for another model is refused), else write them there after calibrating\n"
+    "  --calib-batches N   use at most N calibration batches\n"
     "  --verbose           log every graph change the build makes\n"
     "  -h, --help          this help\n"
     "\n"
@@ -83,6 +96,8 @@ int kiln_cmd_build(int argc, char **argv) {
         }
     }
     if (!rc && !model) rc = cli_usage_error("build ", "a model file is required");
+    if (!rc && !b.o.int8 && (b.o.calib_dir || b.o.calib_cache || b.o.calibrator || b.o.calib_batches))
+        rc = cli_usage_error("build ", "--calib, --calib-cache, --calibrator and --calib-batches go with --int8");
     char hf_config[4096];
     struct stat config_st;
     snprintf(hf_config, sizeof hf_config, "%s/config.json", model ? model : "");
@@ -104,6 +119,7 @@ int kiln_cmd_build(int argc, char **argv) {
     kiln_status s = kiln_file_note_input(model);
     if (s == KILN_OK) s = kiln_file_check_output(output);
     if (s == KILN_OK && b.o.timing_cache) s = kiln_file_check_output(b.o.timing_cache);
+    if (s == KILN_OK && b.o.calib_cache) s = kiln_file_check_output(b.o.calib_cache);
     if (s != KILN_OK) {
         cli_build_opts_free(&b);
         return cli_fail();

@@ -4,6 +4,7 @@
 #include "cli.h"
 
 #include "compare/compare.h"
+#include "ir/quant_ops.h"
 #include "layer_precision.h"
 #include "runtime/engine_internal.h"
 
@@ -112,8 +113,10 @@ static void print_row(const kiln_compare_item *it, int w) {
 }
 
 static const char *engine_text(const kiln_engine *e, char *buf, size_t cap) {
-    snprintf(buf, cap, "target %s, %s%s", e->meta.target, kiln_precision_name(e->meta.precision),
-             e->meta.node_precision ? " with per-layer precisions" : "");
+    int q = kiln_graph_int8_layers(e->g); /* an --int8 build or a QDQ model */
+    int n = snprintf(buf, cap, "target %s, %s%s", e->meta.target, kiln_precision_name(e->meta.precision),
+                     e->meta.node_precision ? " with per-layer precisions" : "");
+    if (q && n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, ", %d int8 layer%s", q, q > 1 ? "s" : "");
     return buf;
 }
 

@@ -48,7 +48,7 @@ static const char *USAGE =
     "  --kv-budget-mb N            KV cache size (default: one whole context, at most 1 GiB on the CPU)\n"
     "  --no-prefix-cache           turn automatic prefix caching off (on by default; the same tokens either way)\n"
     "  --target cpu|cuda           where the model runs (default cpu): cpu computes in fp32; cuda in\n"
-    "                              bf16 for a bf16 engine, else fp16\n"
+    "                              bf16 for a bf16 engine or checkpoint, else fp16\n"
     "  --device N                  the CUDA device (default 0)\n"
     "  --print-ids                 print {\"prompt_ids\", \"generated_ids\", \"finish\"} to stderr at the end\n"
     "  -h, --help                  this help\n"

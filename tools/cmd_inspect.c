@@ -6,6 +6,7 @@
 #include "engine/engine_format.h"
 #include "frontends/onnx/onnx_import.h"
 #include "ir/op_schema.h"
+#include "ir/quant_ops.h"
 #include "layer_precision.h"
 #include "runtime/engine_internal.h"
 #include "runtime/profiles.h"
@@ -108,6 +109,8 @@ static void print_precisions(const kiln_engine *e, bool layers) {
     const uint8_t *np = e->meta.node_precision;
     int count[3] = {0, 0, 0};
     for (int i = 0; i < g->nnodes; i++) count[np ? np[i] % 3 : e->meta.precision]++;
+    int q = kiln_graph_int8_layers(g);
+    if (q) printf("int8: %d integer layer%s (kiln.QConv, kiln.QMatMul; docs/quantization.md)\n", q, q > 1 ? "s" : "");
     if (count[e->meta.precision] == g->nnodes) {
         printf("precision: %s, every layer\n", kiln_precision_name(e->meta.precision));
         return;

@@ -1,6 +1,6 @@
-/* cmd_inspect_llm.c — `kiln inspect ENGINE.kiln` for an LLM engine: the header, the model's config,
- * the weights' precision, parameter count and bytes, the tokenizer, and (unless --no-layers) every
- * weight tensor with its dtype and shape. */
+/* cmd_inspect_llm.c — `kiln inspect ENGINE.kiln` for an LLM engine: the header, the model's family,
+ * config and family features, the weights' precision, parameter count and bytes, the tokenizer, and
+ * (unless --no-layers) every weight tensor with its dtype and shape. */
 #include "cli.h"
 
 #include "layer_precision.h"
@@ -8,7 +8,7 @@
 
 #include <stdio.h>
 
-static const char *const ROPE_NAMES[] = {"none", "linear", "dynamic", "llama3"};
+static const char *const ROPE_NAMES[] = {"none", "linear", "dynamic", "llama3", "longrope"};
 
 static void print_ids(const char *label, const int32_t *ids, int n) {
     printf("%s", label);
@@ -18,14 +18,26 @@ static void print_ids(const char *label, const int32_t *ids, int n) {
 
 static void print_config(const kiln_llm_config *c) {
     printf("model: %s, %d layers, d_model %d, %d heads (%d kv heads, head dim %d), d_ff %d, vocab %d, max positions %d\n",
-           c->arch == KILN_LLM_GPT2 ? "gpt2" : "llama", c->n_layer, c->d_model, c->n_head, c->n_kv_head, c->head_dim,
+           kiln_llm_family_name(c->family), c->n_layer, c->d_model, c->n_head, c->n_kv_head, c->head_dim,
            c->d_ff, c->vocab, c->max_pos);
     printf("norm eps %g", c->norm_eps);
     if (c->arch == KILN_LLM_LLAMA) {
         printf(", rope theta %g, rope scaling %s", c->rope_theta, ROPE_NAMES[c->rope_scaling]);
-        if (c->rope_scaling != KILN_ROPE_NONE) printf(" (factor %g)", c->rope_factor);
+        if (c->rope_scaling == KILN_ROPE_LONGROPE)
+            printf(" (factor %g, attention factor %g, original context %d)", c->rope_factor, c->rope_attn_factor,
+                   c->rope_original_max_pos);
+        else if (c->rope_scaling != KILN_ROPE_NONE)
+            printf(" (factor %g)", c->rope_factor);
     }
     printf(", tied embeddings %s, bos %d\n", c->tied_embeddings ? "yes" : "no", c->bos_id);
+    if (c->arch == KILN_LLM_LLAMA) {
+        printf("mlp %s", c->gate_act == KILN_GATE_GELU_TANH ? "GeGLU (gelu tanh)" : "SwiGLU");
+        if (c->qkv_bias) printf(", q/k/v biases");
+        if (c->scale_emb) printf(", embeddings scaled by sqrt(d_model)");
+        if (c->rotary_dim) printf(", RoPE on %d of %d head dims", c->rotary_dim, c->head_dim);
+        if (c->sliding_window) printf(", sliding window %d", c->sliding_window);
+        printf("\n");
+    }
     print_ids("eos ids (config.json): ", c->eos_ids, c->n_eos);
 }
 

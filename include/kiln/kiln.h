@@ -210,6 +210,19 @@ typedef struct kiln_build_options {
      * 0: 256), for the engine this build returns (a loaded engine gets 256). Tests override it with
      * KILN_CUDA_WORKSPACE_MB=N. */
     int cuda_workspace_mb;
+    /* INT8 post-training calibration (docs/quantization.md): the build runs the float32 model on the
+     * CPU over the batches of calib_dir (a directory of .npy files or a .npz: `<input>.<k>.npy`,
+     * or one batch per array for a model with one input; at most calib_batches of them when > 0),
+     * or reads the thresholds from calib_cache when it exists and was made for this model, then
+     * quantizes every Conv, MatMul and Gemm with constant weights (symmetric int8: activations per
+     * tensor, weights per channel) into integer layers; calib_cache is written after a
+     * calibration. calibrator: "entropy" (NULL),
+     * "minmax", "percentile" or "percentile:P" (P in (0, 100], default 99.99). Strings borrowed. */
+    bool int8;
+    const char *calib_dir;
+    const char *calib_cache;
+    const char *calibrator;
+    int calib_batches;
 } kiln_build_options;
 
 /* Imports an ONNX model and compiles it into an engine for opts->target. opts may be NULL.

@@ -43,7 +43,8 @@ typedef struct kiln_llm_options {
     int block_size;          /* tokens per KV-cache block (0: 16) */
     int max_seqs;            /* sequences running at once (0: 256 on CUDA, 16 on the CPU) */
     int max_batched_tokens;  /* tokens in one forward step (0: 2048; raised to max_seqs) */
-    int max_context;         /* longest prompt + generated text (0, or more than the model's: the model's) */
+    int max_context;         /* longest prompt + generated text (0, or more than the model's: the model's; 0 on
+                                cuda with a sliding-window model: its window, as the CUDA attention has none) */
     /* Admission control: submissions beyond these are refused with KILN_ERR_BUSY (0: unbounded). */
     int max_waiting;               /* requests waiting for their first step */
     int64_t max_waiting_tokens;    /* prompt tokens of the waiting requests (a prompt beyond it alone is

@@ -95,7 +95,7 @@ void kiln_bench_llm_print(const kiln_bench_llm_doc *d, FILE *f) {
     const kiln_llm_config *c = &d->cfg;
     fprintf(f, "=== LLM benchmark ===\n");
     fprintf(f, "model: %s (%s, %s, %d layers, d_model %d, vocab %d; %.2f M parameters, %s weights) loaded in %.3f s\n",
-            d->model_path, d->shape ? "random weights" : d->from_engine ? "engine" : "checkpoint", c->arch == KILN_LLM_GPT2 ? "gpt2" : "llama",
+            d->model_path, d->shape ? "random weights" : d->from_engine ? "engine" : "checkpoint", kiln_llm_family_name(c->family),
             c->n_layer, c->d_model, c->vocab, (double)d->n_params / 1e6, kiln_precision_name(d->weights), d->load_s);
     fprintf(f, "forward: %s; compute %s\n", d->device, d->compute);
     if (d->saturated)
@@ -179,6 +179,7 @@ kiln_status kiln_bench_llm_write_json(const kiln_bench_llm_doc *d, const char *p
     kiln_json_kv_string(&j, "random_shape", d->shape);
     kiln_json_kv_string(&j, "mode", d->saturated ? "saturated" : "batch");
     kiln_json_kv_string(&j, "arch", d->cfg.arch == KILN_LLM_GPT2 ? "gpt2" : "llama");
+    kiln_json_kv_string(&j, "family", kiln_llm_family_name(d->cfg.family));
     kiln_json_kv_int(&j, "parameters", d->n_params);
     kiln_json_kv_string(&j, "weights_precision", kiln_precision_name(d->weights));
     kiln_json_kv_string(&j, "target", d->bc->target);

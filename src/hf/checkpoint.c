@@ -168,6 +168,17 @@ const kiln_st_tensor *kiln_hf_checkpoint_find(const kiln_hf_checkpoint *ck, cons
     return t;
 }
 
+void kiln_hf_checkpoint_extent(const kiln_hf_checkpoint *ck, int64_t *values, int *tensors) {
+    *values = 0;
+    *tensors = 0;
+    for (int i = 0; i < ck->n_shards; i++)
+        for (int j = 0; j < ck->shards[i].n_tensors; j++) {
+            const kiln_st_tensor *t = &ck->shards[i].tensors[j];
+            *values += (int64_t)(t->nbytes / kiln_dtype_size(t->dtype));
+            ++*tensors;
+        }
+}
+
 kiln_status kiln_hf_tensor_to_f32(const kiln_st_tensor *t, float *dst) {
     const unsigned char *src = t->data;
     size_t n = t->nbytes / kiln_dtype_size(t->dtype);

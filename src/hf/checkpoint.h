@@ -30,6 +30,9 @@ const char *kiln_hf_checkpoint_dir(const kiln_hf_checkpoint *ck);
  * else with one of those prefixes added; NULL when none exists. Borrowed, valid while ck lives. */
 const kiln_st_tensor *kiln_hf_checkpoint_find(const kiln_hf_checkpoint *ck, const char *name);
 
+/* The number of values (elements) of all the checkpoint's tensors together, and of tensors. */
+void kiln_hf_checkpoint_extent(const kiln_hf_checkpoint *ck, int64_t *values, int *tensors);
+
 /* Converts an F32, F16 or BF16 tensor to numel floats at dst; KILN_ERR_UNSUPPORTED naming the tensor
  * for other dtypes. */
 kiln_status kiln_hf_tensor_to_f32(const kiln_st_tensor *t, float *dst);

@@ -9,11 +9,13 @@
 extern const kiln_op_schema kiln_schemas_elementwise[];
 extern const kiln_op_schema kiln_schemas_fused[];
 extern const kiln_op_schema kiln_schemas_nn[];
+extern const kiln_op_schema kiln_schemas_quant[];
 extern const kiln_op_schema kiln_schemas_reduce[];
 extern const kiln_op_schema kiln_schemas_shape[];
 
 static const kiln_op_schema *const g_families[] = {
     kiln_schemas_elementwise, kiln_schemas_nn, kiln_schemas_reduce, kiln_schemas_shape, kiln_schemas_fused,
+    kiln_schemas_quant,
 };
 
 static bool domain_is_default(const char *d) { return !d || !d[0] || !strcmp(d, "ai.onnx"); }

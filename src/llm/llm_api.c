@@ -55,6 +55,9 @@ static llm_runner_options runner_options(const kiln_llm_options *o, const kiln_l
     ro.max_tokens = o->max_batched_tokens ? o->max_batched_tokens : DEFAULT_MAX_BATCHED_TOKENS;
     if (ro.max_tokens < ro.max_seqs) ro.max_tokens = ro.max_seqs;
     ro.max_context = o->max_context > 0 && o->max_context < c->max_pos ? o->max_context : c->max_pos;
+    /* the CUDA attention has no sliding window: a context within the window needs none */
+    if (cuda && !o->max_context && c->sliding_window && c->sliding_window < ro.max_context)
+        ro.max_context = c->sliding_window;
     return ro;
 }
 
@@ -113,7 +116,7 @@ static kiln_status finish_open(kiln_llm *llm, const kiln_llm_options *o, const l
     llm->max_waiting = o->max_waiting;
     llm->max_waiting_tokens = o->max_waiting_tokens;
     llm->queue_timeout_ms = o->queue_timeout_ms;
-    snprintf(llm->family, sizeof llm->family, "%s", llm->cfg.arch == KILN_LLM_LLAMA ? "llama" : "gpt2");
+    snprintf(llm->family, sizeof llm->family, "%s", kiln_llm_family_name(llm->cfg.family));
     const kiln_tokenizer *tok = llm->bundle.tok;
     llm->info = (kiln_llm_info){
         .family = llm->family, .target = llm->target, .n_params = n_params, .vocab = llm->cfg.vocab,
@@ -134,12 +137,17 @@ kiln_status kiln_llm_open(const char *path, const kiln_llm_options *opts, kiln_l
     const kiln_llm_options none = {0}, *o = opts ? opts : &none;
     kiln_llm *llm;
     KILN_TRY(new_llm(o, &llm));
-    kiln_status st = kiln_llm_bundle_open(path, true, &llm->bundle);
+    const bool cuda = o->target && !strcmp(o->target, "cuda");
+    kiln_status st = kiln_llm_bundle_open(path, true, cuda, &llm->bundle);
     llm_runner_options ro = {0};
     if (st == KILN_OK) {
         llm->cfg = *kiln_llm_model_config(llm->bundle.model);
         ro = runner_options(o, &llm->cfg, llm->bundle.weights == KILN_PRECISION_BF16);
         st = llm_runner_create(llm->bundle.model, &ro, llm->target, sizeof llm->target, &llm->runner);
+    }
+    if (st == KILN_OK && cuda) { /* the weights are on the device: release the host copy or mapping */
+        kiln_llm_model_free(llm->bundle.model);
+        llm->bundle.model = NULL;
     }
     if (st == KILN_OK) st = finish_open(llm, o, &ro, llm->bundle.n_params);
     if (st != KILN_OK) {

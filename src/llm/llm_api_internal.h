@@ -72,7 +72,8 @@ typedef struct llm_req {
 
 struct kiln_llm {
     /* the model, fixed once open */
-    kiln_llm_bundle bundle;         /* model and tokenizer (none for random weights) */
+    kiln_llm_bundle bundle;         /* model and tokenizer (none for random weights); on cuda the model is
+                                       released once on the device (bundle.model NULL) */
     llm_runner *runner;
     kiln_kv_cache *kv;
     kiln_scheduler *sched;          /* loop */
@@ -120,7 +121,7 @@ void llm_cond_init(pthread_cond_t *c);
 struct timespec llm_deadline(double ms);
 
 /* The model behind llm (kiln bench --llm's report): its config, and what was opened (engine or
- * directory, stored precision). */
+ * directory, stored precision; the weights themselves only on the CPU). */
 const kiln_llm_config *llm_model_config(const kiln_llm *llm);
 const kiln_llm_bundle *llm_model_bundle(const kiln_llm *llm);
 
@@ -148,7 +149,8 @@ void llm_req_free(llm_req *r);
 void llm_req_unqueue(kiln_llm *llm, llm_req *r);
 /* Appends token's text to r (loop): into r->delta the text that can be sent now (all of it when
  * final), without any stop string or what follows it; *stop_hit tells that one was found (r->delta
- * then ends before it). token < 0 or a stop token (no_text) adds no text. */
+ * then ends before it). token < 0, a stop token (no_text) or an id the tokenizer does not name (a
+ * model whose vocabulary is larger than its tokenizer's) adds no text, as transformers' decode. */
 kiln_status llm_req_text(kiln_llm *llm, llm_req *r, int32_t token, bool no_text, bool final, bool *stop_hit);
 /* Sends r's event (loop): to its callback, or into its poll queue (coalesced unless r asks for
  * logprobs). A final event marks r ended and wakes drain. */

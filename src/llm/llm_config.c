@@ -1,5 +1,7 @@
-/* llm_config.c — config.json of a Hugging Face GPT-2 or Llama checkpoint into kiln_llm_config, with
- * transformers' defaults for optional keys and errors naming missing, malformed or unsupported ones. */
+/* llm_config.c — config.json of a Hugging Face checkpoint of a family kiln runs (GPT-2, Llama,
+ * Mistral, Qwen2, Phi-3, Gemma) into kiln_llm_config, with transformers' defaults for optional keys
+ * and errors naming missing, malformed or unsupported ones (an unknown model_type names the families
+ * kiln runs). */
 #include "llm/llm_internal.h"
 
 #include "core/status.h"
@@ -87,6 +89,7 @@ static kiln_status get_special_ids(const cfg_reader *r, kiln_llm_config *c) {
 
 static kiln_status parse_gpt2(const cfg_reader *r, kiln_llm_config *c) {
     c->arch = KILN_LLM_GPT2;
+    c->family = KILN_FAMILY_GPT2;
     KILN_TRY(get_int(r, "vocab_size", true, 0, 1, &c->vocab));
     KILN_TRY(get_int(r, "n_layer", true, 0, 1, &c->n_layer));
     KILN_TRY(get_int(r, "n_embd", true, 0, 1, &c->d_model));
@@ -116,6 +119,42 @@ static kiln_status parse_gpt2(const cfg_reader *r, kiln_llm_config *c) {
     return get_special_ids(r, c);
 }
 
+/* `key` of r: a list of exactly n positive numbers into out (LongRoPE's factors, one per rotated pair). */
+static kiln_status get_factors(const cfg_reader *r, const char *key, int n, float *out) {
+    const kiln_jnode *v = member(r, key);
+    if (!v || v->type != KILN_JNODE_ARRAY || v->count != n)
+        return kiln_error(KILN_ERR_PARSE, "%s: \"%s%s\" must be a list of %d numbers (one per rotated pair)", r->what,
+                          r->scope, key, n);
+    int i = 0;
+    for (const kiln_jnode *e = kiln_jdoc_first(r->doc, v); e; e = kiln_jdoc_next(r->doc, e)) {
+        double d;
+        if (!kiln_jdoc_num(e, &d) || !(d > 0) || !isfinite(d))
+            return kiln_error(KILN_ERR_PARSE, "%s: \"%s%s\" must hold positive numbers", r->what, r->scope, key);
+        out[i++] = (float)d;
+    }
+    return KILN_OK;
+}
+
+/* LongRoPE's keys (r: the rope object; top: config.json's root, whose original_max_position_embeddings
+ * Phi-3 keeps at the top level), with transformers' defaults: factor max_position_embeddings /
+ * original_max_position_embeddings, attention_factor sqrt(1 + ln(factor) / ln(original)) (1 when the
+ * factor is at most 1). The factor lists hold one entry per rotated pair. */
+static kiln_status parse_longrope(const cfg_reader *top, const cfg_reader *r, kiln_llm_config *c) {
+    int orig;
+    KILN_TRY(get_int(top, "original_max_position_embeddings", false, c->max_pos, 2, &orig));
+    KILN_TRY(get_int(r, "original_max_position_embeddings", false, orig, 2, &c->rope_original_max_pos));
+    KILN_TRY(get_num(r, "factor", false, (double)c->max_pos / c->rope_original_max_pos, &c->rope_factor));
+    const double f = c->rope_factor;
+    KILN_TRY(get_num(r, "attention_factor", false, f <= 1.0 ? 1.0 : sqrt(1.0 + log(f) / log(c->rope_original_max_pos)),
+                     &c->rope_attn_factor));
+    const int n = kiln_llm_rope_dim(c) / 2;
+    if (n > KILN_LLM_MAX_ROPE_FACTORS)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s: LongRoPE over %d rotated pairs (at most %d)", r->what, n,
+                          KILN_LLM_MAX_ROPE_FACTORS);
+    KILN_TRY(get_factors(r, "short_factor", n, c->rope_short));
+    return get_factors(r, "long_factor", n, c->rope_long);
+}
+
 /* rope_scaling (or transformers 5's rope_parameters) of a Llama config. */
 static kiln_status parse_rope(const cfg_reader *top, kiln_llm_config *c) {
     const kiln_jnode *rp = member(top, "rope_parameters");
@@ -136,9 +175,11 @@ static kiln_status parse_rope(const cfg_reader *top, kiln_llm_config *c) {
     if (!strcmp(type, "linear")) c->rope_scaling = KILN_ROPE_LINEAR;
     else if (!strcmp(type, "dynamic")) c->rope_scaling = KILN_ROPE_DYNAMIC;
     else if (!strcmp(type, "llama3")) c->rope_scaling = KILN_ROPE_LLAMA3;
+    else if (!strcmp(type, "longrope") || !strcmp(type, "su")) c->rope_scaling = KILN_ROPE_LONGROPE;
     else
-        return kiln_error(KILN_ERR_UNSUPPORTED, "%s: RoPE scaling type '%s' is not supported (linear, dynamic, llama3)",
-                          r.what, type);
+        return kiln_error(KILN_ERR_UNSUPPORTED,
+                          "%s: RoPE scaling type '%s' is not supported (linear, dynamic, llama3, longrope)", r.what, type);
+    if (c->rope_scaling == KILN_ROPE_LONGROPE) return parse_longrope(top, &r, c);
     KILN_TRY(get_num(&r, "factor", true, 1.0, &c->rope_factor));
     if (c->rope_scaling != KILN_ROPE_LLAMA3) return KILN_OK;
     KILN_TRY(get_num(&r, "low_freq_factor", true, 1.0, &c->rope_low_freq_factor));
@@ -149,8 +190,59 @@ static kiln_status parse_rope(const cfg_reader *top, kiln_llm_config *c) {
     return KILN_OK;
 }
 
-static kiln_status parse_llama(const cfg_reader *r, kiln_llm_config *c) {
+/* The gate activation of a Llama-like family: hidden_act (Gemma: hidden_activation first, and its
+ * legacy "gelu" means the tanh approximation, as transformers reads it). */
+static kiln_status parse_gate_act(const cfg_reader *r, kiln_llm_config *c) {
+    const bool gemma = c->family == KILN_FAMILY_GEMMA;
+    const kiln_jnode *act = gemma ? member(r, "hidden_activation") : NULL;
+    if (!act) act = member(r, "hidden_act");
+    const char *a = act ? kiln_jdoc_str(act) : gemma ? "gelu_pytorch_tanh" : "silu";
+    if (a && !strcmp(a, "silu")) {
+        c->gate_act = KILN_GATE_SILU;
+    } else if (a && (!strcmp(a, "gelu_pytorch_tanh") || !strcmp(a, "gelu_new") || !strcmp(a, "gelu_fast") ||
+                     (gemma && !strcmp(a, "gelu")))) {
+        c->gate_act = KILN_GATE_GELU_TANH;
+    } else {
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (silu, gelu_pytorch_tanh%s)",
+                          r->what, a ? a : "(not a string)", gemma ? ", gelu" : "");
+    }
+    return KILN_OK;
+}
+
+/* The attention window: Mistral's and Phi-3's sliding_window (an integer or null); Qwen2's only when
+ * use_sliding_window is true, which kiln refuses (transformers then windows only some layers). */
+static kiln_status parse_window(const cfg_reader *r, kiln_llm_config *c) {
+    if (c->family == KILN_FAMILY_QWEN2) {
+        bool use;
+        KILN_TRY(get_bool(r, "use_sliding_window", false, &use));
+        if (use) return kiln_error(KILN_ERR_UNSUPPORTED, "%s: use_sliding_window true is not supported", r->what);
+        return KILN_OK;
+    }
+    if (c->family != KILN_FAMILY_MISTRAL && c->family != KILN_FAMILY_PHI3) return KILN_OK;
+    return get_int(r, "sliding_window", false, 0, 1, &c->sliding_window);
+}
+
+/* Phi-3's partial_rotary_factor (in rope_parameters or at the top level): RoPE on the first
+ * int(head_dim * factor) dims of each head. */
+static kiln_status parse_partial_rotary(const cfg_reader *r, kiln_llm_config *c) {
+    const kiln_jnode *rp = member(r, "rope_parameters");
+    const cfg_reader in = {r->doc, rp, r->what, "rope_parameters."};
+    const cfg_reader *src = rp && rp->type == KILN_JNODE_OBJECT && member(&in, "partial_rotary_factor") ? &in : r;
+    float f;
+    KILN_TRY(get_num(src, "partial_rotary_factor", false, 1.0, &f));
+    if (f > 1.0f) return kiln_error(KILN_ERR_PARSE, "%s: %spartial_rotary_factor %g is above 1", r->what, src->scope, f);
+    const int dim = (int)((double)c->head_dim * f);
+    if (dim < 2 || dim % 2)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g gives %d rotary dims (an even number >= 2 "
+                          "is needed)", r->what, f, dim);
+    c->rotary_dim = dim == c->head_dim ? 0 : dim;
+    return KILN_OK;
+}
+
+/* Llama and the families that share its layout (kiln_llm_family says how each differs). */
+static kiln_status parse_llama(const cfg_reader *r, kiln_llm_family family, kiln_llm_config *c) {
     c->arch = KILN_LLM_LLAMA;
+    c->family = family;
     KILN_TRY(get_int(r, "vocab_size", true, 0, 1, &c->vocab));
     KILN_TRY(get_int(r, "hidden_size", true, 0, 1, &c->d_model));
     KILN_TRY(get_int(r, "intermediate_size", true, 0, 1, &c->d_ff));
@@ -164,19 +256,20 @@ static kiln_status parse_llama(const cfg_reader *r, kiln_llm_config *c) {
         return kiln_error(KILN_ERR_PARSE, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
                           r->what, c->n_head, c->n_kv_head);
     if (c->head_dim % 2) return kiln_error(KILN_ERR_PARSE, "%s: head_dim %d is odd (RoPE needs pairs)", r->what, c->head_dim);
-    const kiln_jnode *act = member(r, "hidden_act");
-    const char *a = act ? kiln_jdoc_str(act) : "silu";
-    if (!a || strcmp(a, "silu"))
-        return kiln_error(KILN_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (silu)", r->what,
-                          a ? a : "(not a string)");
+    KILN_TRY(parse_gate_act(r, c));
     bool attn_bias, mlp_bias;
     KILN_TRY(get_bool(r, "attention_bias", false, &attn_bias));
     KILN_TRY(get_bool(r, "mlp_bias", false, &mlp_bias));
-    if (attn_bias || mlp_bias)
+    /* transformers' Qwen2 reads neither key: its q/k/v have biases, its o and MLP none */
+    if (family != KILN_FAMILY_QWEN2 && (attn_bias || mlp_bias))
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s: %s true is not supported", r->what,
                           attn_bias ? "attention_bias" : "mlp_bias");
+    c->qkv_bias = family == KILN_FAMILY_QWEN2; /* Qwen2's q/k/v projections always have biases */
+    c->scale_emb = family == KILN_FAMILY_GEMMA;
+    KILN_TRY(parse_window(r, c));
+    if (family == KILN_FAMILY_PHI3) KILN_TRY(parse_partial_rotary(r, c)); /* before the RoPE: LongRoPE's lists */
     KILN_TRY(parse_rope(r, c));
-    KILN_TRY(get_bool(r, "tie_word_embeddings", false, &c->tied_embeddings));
+    KILN_TRY(get_bool(r, "tie_word_embeddings", family == KILN_FAMILY_GEMMA, &c->tied_embeddings));
     return get_special_ids(r, c);
 }
 
@@ -188,8 +281,15 @@ kiln_status kiln_llm_config_parse(const kiln_jdoc *doc, const char *what, kiln_l
     const char *type = kiln_jdoc_str(mt);
     if (!type) return kiln_error(KILN_ERR_PARSE, "%s: \"model_type\" must be a string", what);
     if (!strcmp(type, "gpt2")) return parse_gpt2(&r, out);
-    if (!strcmp(type, "llama")) return parse_llama(&r, out);
-    return kiln_error(KILN_ERR_UNSUPPORTED, "%s: model_type '%s' is not supported (gpt2, llama)", what, type);
+    for (int f = KILN_FAMILY_LLAMA; f <= KILN_LLM_FAMILY_LAST; f++)
+        if (!strcmp(type, kiln_llm_family_name((kiln_llm_family)f))) return parse_llama(&r, (kiln_llm_family)f, out);
+    return kiln_error(KILN_ERR_UNSUPPORTED, "%s: model family (model_type) '%s' is not supported: kiln runs %s", what,
+                      type, KILN_LLM_FAMILY_LIST);
+}
+
+const char *kiln_llm_family_name(kiln_llm_family f) {
+    static const char *const names[] = {"unknown", "gpt2", "llama", "mistral", "qwen2", "phi3", "gemma"};
+    return f >= KILN_FAMILY_GPT2 && f <= KILN_LLM_FAMILY_LAST ? names[f] : names[0];
 }
 
 kiln_status kiln_llm_config_load_hf(const char *dir, kiln_llm_config *out) {

@@ -1,6 +1,7 @@
 /* llm_cpu_ops.c — FP32 kernels of the CPU LLM forward: norms, matrix products through
- * kiln_cpu_sgemm (threaded, matrix-vector for a decode step), GELU(tanh) and SwiGLU, RoPE, and paged attention (keys and values of a sequence gathered from
- * their blocks into FP32, then two products per head with a masked FP32 softmax between them). */
+ * kiln_cpu_sgemm (threaded, matrix-vector for a decode step), GELU(tanh), SwiGLU and GeGLU, RoPE (whole
+ * or partial), and paged attention (keys and values of a sequence gathered from their blocks into
+ * FP32, then two products per head with a causal, optionally windowed, FP32 softmax between them). */
 #include "llm/llm_cpu_ops.h"
 
 #include "backends/cpu/cpu_gemm.h"
@@ -10,7 +11,8 @@
 #include <math.h>
 #include <string.h>
 
-void kiln_llm_norm(const float *x, int n, int d, const float *w, const float *b, float eps, float *y) {
+void kiln_llm_norm(const float *x, int n, int d, const float *w, float w_offset, const float *b, float eps,
+                   float *y) {
     for (int t = 0; t < n; t++) {
         const float *xr = x + (size_t)t * d;
         float *yr = y + (size_t)t * d;
@@ -21,7 +23,7 @@ void kiln_llm_norm(const float *x, int n, int d, const float *w, const float *b,
         }
         for (int i = 0; i < d; i++) var += (xr[i] - mean) * (xr[i] - mean);
         float r = (float)(1.0 / sqrt(var / d + eps));
-        for (int i = 0; i < d; i++) yr[i] = (float)(xr[i] - mean) * r * w[i] + (b ? b[i] : 0.0f);
+        for (int i = 0; i < d; i++) yr[i] = (float)(xr[i] - mean) * r * (w[i] + w_offset) + (b ? b[i] : 0.0f);
     }
 }
 
@@ -37,23 +39,27 @@ void kiln_llm_linear(const float *x, int ldx, int n, int in, const float *w, con
     kiln_cpu_sgemm(false, true, n, out, in, 1.0f, x, ldx, w, in, bias || accumulate ? 1.0f : 0.0f, y, ldy);
 }
 
-void kiln_llm_gelu_tanh(float *x, size_t count) {
+static float gelu_tanh(float v) {
     const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
-    for (size_t i = 0; i < count; i++) {
-        float v = x[i];
-        x[i] = 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
-    }
+    return 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
 }
 
-void kiln_llm_swiglu(float *gu, int n, int ff) {
+void kiln_llm_gelu_tanh(float *x, size_t count) {
+    for (size_t i = 0; i < count; i++) x[i] = gelu_tanh(x[i]);
+}
+
+void kiln_llm_gated(float *gu, int n, int ff, kiln_llm_gate_act act) {
     for (int t = 0; t < n; t++) {
         float *g = gu + (size_t)t * 2 * ff, *u = g + ff;
-        for (int i = 0; i < ff; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        if (act == KILN_GATE_GELU_TANH)
+            for (int i = 0; i < ff; i++) g[i] = gelu_tanh(g[i]) * u[i];
+        else
+            for (int i = 0; i < ff; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
     }
 }
 
-void kiln_llm_rope(float *x, int n_heads, int head_dim, const float *cos, const float *sin) {
-    const int half = head_dim / 2;
+void kiln_llm_rope(float *x, int n_heads, int head_dim, int rot_dim, const float *cos, const float *sin) {
+    const int half = rot_dim / 2;
     for (int h = 0; h < n_heads; h++) {
         float *a = x + (size_t)h * head_dim, *b = a + half;
         for (int i = 0; i < half; i++) {
@@ -100,41 +106,47 @@ void kiln_llm_kv_write(const kiln_llm_seq_kv *s, int pos, const float *k, const 
     }
 }
 
-/* Row t of scores (positions 0..ctx-1) becomes softmax over positions 0..limit, zeros after. */
-static void masked_softmax(float *row, int ctx, int limit, float scale) {
+/* A row of scores over keys 0..width-1 becomes the softmax over keys lo..hi, zeros elsewhere. */
+static void masked_softmax(float *row, int width, int lo, int hi, float scale) {
     float mx = -INFINITY;
-    for (int j = 0; j <= limit; j++) {
+    for (int j = lo; j <= hi; j++) {
         row[j] *= scale;
         if (row[j] > mx) mx = row[j];
     }
     float sum = 0;
-    for (int j = 0; j <= limit; j++) {
+    for (int j = lo; j <= hi; j++) {
         row[j] = expf(row[j] - mx);
         sum += row[j];
     }
-    for (int j = 0; j <= limit; j++) row[j] /= sum;
-    for (int j = limit + 1; j < ctx; j++) row[j] = 0;
+    for (int j = lo; j <= hi; j++) row[j] /= sum;
+    for (int j = 0; j < lo; j++) row[j] = 0;
+    for (int j = hi + 1; j < width; j++) row[j] = 0;
 }
 
-void kiln_llm_attention(const kiln_llm_seq_kv *s, int n, int ctx_len, int n_head, const float *q, int ldq, float *out,
-                        int ldo, float *scratch) {
+void kiln_llm_attention(const kiln_llm_seq_kv *s, int n, int ctx_len, int window, int n_head, const float *q, int ldq,
+                        float *out, int ldo, float *scratch) {
     const kiln_kv_cache_config *c = kiln_kv_cache_get_config(s->kv);
-    const int hd = c->head_dim, group = n_head / c->n_kv_head;
+    const int hd = c->head_dim, group = n_head / c->n_kv_head, first = ctx_len - n; /* first new position */
+    /* keys from j0 on: the oldest any new token sees */
+    const int j0 = window > 0 && first - window + 1 > 0 ? first - window + 1 : 0, width = ctx_len - j0;
     const float scale = 1.0f / sqrtf((float)hd);
-    float *K = scratch, *V = K + (size_t)ctx_len * hd, *S = V + (size_t)ctx_len * hd;
+    float *K = scratch, *V = K + (size_t)width * hd, *S = V + (size_t)width * hd;
     for (int g = 0; g < c->n_kv_head; g++) {
-        for (int j = 0; j < ctx_len; j++) {
+        for (int j = j0; j < ctx_len; j++) {
             int block;
             size_t off = slot_offset(c, s->blocks, g, j, &block);
-            load_row(kiln_kv_cache_keys(s->kv, s->layer, block), off, c->dtype, hd, K + (size_t)j * hd);
-            load_row(kiln_kv_cache_values(s->kv, s->layer, block), off, c->dtype, hd, V + (size_t)j * hd);
+            load_row(kiln_kv_cache_keys(s->kv, s->layer, block), off, c->dtype, hd, K + (size_t)(j - j0) * hd);
+            load_row(kiln_kv_cache_values(s->kv, s->layer, block), off, c->dtype, hd, V + (size_t)(j - j0) * hd);
         }
         for (int h = g * group; h < (g + 1) * group; h++) {
-            /* S[n, ctx] = Q_h K^T; causal softmax; out_h = S V */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, ctx_len, hd, 1.0f, q + (size_t)h * hd, ldq, K, hd,
-                        0.0f, S, ctx_len);
-            for (int t = 0; t < n; t++) masked_softmax(S + (size_t)t * ctx_len, ctx_len, ctx_len - n + t, scale);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, ctx_len, 1.0f, S, ctx_len, V, hd, 0.0f,
+            /* S[n, width] = Q_h K^T; causal (windowed) softmax; out_h = S V */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, width, hd, 1.0f, q + (size_t)h * hd, ldq, K, hd,
+                        0.0f, S, width);
+            for (int t = 0; t < n; t++) {
+                const int pos = first + t, lo = window > 0 && pos - window + 1 > j0 ? pos - window + 1 : j0;
+                masked_softmax(S + (size_t)t * width, width, lo - j0, pos - j0, scale);
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, width, 1.0f, S, width, V, hd, 0.0f,
                         out + (size_t)h * hd, ldo);
         }
     }

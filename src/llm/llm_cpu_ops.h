@@ -5,11 +5,13 @@
 #define KILN_LLM_LLM_CPU_OPS_H
 
 #include "llm/kv_cache.h"
+#include "llm/llm.h"
 
 #include <stdint.h>
 
-/* y[n, d] = LayerNorm(x) * w + b (b NULL: RMSNorm, x / sqrt(mean(x^2) + eps) * w). */
-void kiln_llm_norm(const float *x, int n, int d, const float *w, const float *b, float eps, float *y);
+/* y[n, d] = LayerNorm(x) * (w + w_offset) + b (b NULL: RMSNorm, x / sqrt(mean(x^2) + eps) * (w + w_offset));
+ * w_offset is 0, or 1 for Gemma's RMSNorm. */
+void kiln_llm_norm(const float *x, int n, int d, const float *w, float w_offset, const float *b, float eps, float *y);
 
 /* y[n, out] (row stride ldy) = x[n, in] (row stride ldx) W^T + bias, W [out, in]; bias may be NULL.
  * With accumulate, adds to y instead (bias included). */
@@ -19,12 +21,14 @@ void kiln_llm_linear(const float *x, int ldx, int n, int in, const float *w, con
 /* In place: x = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) over count elements. */
 void kiln_llm_gelu_tanh(float *x, size_t count);
 
-/* Rows [gate | up] of width 2 ff: gate = SiLU(gate) * up, in place (the up half is left as is). */
-void kiln_llm_swiglu(float *gu, int n, int ff);
+/* Rows [gate | up] of width 2 ff: gate = act(gate) * up, in place (the up half is left as is); act is
+ * SiLU (SwiGLU) or GELU(tanh) (GeGLU). */
+void kiln_llm_gated(float *gu, int n, int ff, kiln_llm_gate_act act);
 
-/* Rotates each of n_heads head vectors (head_dim apart) of one token by HF's rotate_half convention:
- * x[i] * cos[i] - x[i + half] * sin[i] and x[i + half] * cos[i] + x[i] * sin[i] for i < head_dim/2. */
-void kiln_llm_rope(float *x, int n_heads, int head_dim, const float *cos, const float *sin);
+/* Rotates the first rot_dim dims of each of n_heads head vectors (head_dim apart) of one token by HF's
+ * rotate_half convention, half = rot_dim / 2: x[i] * cos[i] - x[i + half] * sin[i] and
+ * x[i + half] * cos[i] + x[i] * sin[i] for i < half; dims from rot_dim on are left as they are. */
+void kiln_llm_rope(float *x, int n_heads, int head_dim, int rot_dim, const float *cos, const float *sin);
 
 /* The paged-cache view of one sequence in one layer. */
 typedef struct kiln_llm_seq_kv {
@@ -38,9 +42,10 @@ typedef struct kiln_llm_seq_kv {
 void kiln_llm_kv_write(const kiln_llm_seq_kv *s, int pos, const float *k, const float *v);
 
 /* Causal attention of one sequence's n new tokens, at positions ctx_len - n .. ctx_len - 1, over its
- * ctx_len cached keys and values. q: row t of the new tokens at q + t * ldq (n_head heads of
+ * ctx_len cached keys and values; with window > 0, the token at position p sees only positions
+ * p - window + 1 .. p (a sliding window). q: row t of the new tokens at q + t * ldq (n_head heads of
  * head_dim); out: row t at out + t * ldo. scratch holds (2 * head_dim + n) * ctx_len floats. */
-void kiln_llm_attention(const kiln_llm_seq_kv *s, int n, int ctx_len, int n_head, const float *q, int ldq, float *out,
-                        int ldo, float *scratch);
+void kiln_llm_attention(const kiln_llm_seq_kv *s, int n, int ctx_len, int window, int n_head, const float *q, int ldq,
+                        float *out, int ldo, float *scratch);
 
 #endif

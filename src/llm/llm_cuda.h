@@ -69,8 +69,10 @@ void kiln_llm_cuda_options_default(kiln_llm_cuda_options *o);
 kiln_status kiln_llm_cuda_device_check(int device, char *desc, size_t cap);
 
 /* Uploads m's weights converted to dtype (KILN_F16 or KILN_BF16) and allocates the step buffers for o
- * (NULL: defaults). m is not needed afterwards. KILN_ERR_UNSUPPORTED names a shape the kernels do not
- * take (head_dim not a multiple of 8 in 8..256, d_model beyond 12288).
+ * (NULL: defaults). m may be deferred (llm_deferred.h): its matrices then stream from the mapped
+ * checkpoint through pinned chunks, byte for byte when stored in dtype. m is not needed afterwards.
+ * KILN_ERR_UNSUPPORTED names a shape the kernels do not take (head_dim not a multiple of 8 in
+ * 8..256, d_model beyond 12288).
  * Caller owns *out (kiln_llm_cuda_free). */
 kiln_status kiln_llm_cuda_create(const kiln_llm_model *m, kiln_dtype dtype, const kiln_llm_cuda_options *o,
                                  kiln_llm_cuda **out);

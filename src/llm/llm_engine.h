@@ -2,7 +2,8 @@
  * tokenizer files (verbatim) and its weights, in the layout the forward step wants and in fp32, fp16
  * or bf16, into a .kiln file of kind llm (docs/engine-format.md). Loading one gives the same
  * kiln_llm_model as kiln_llm_model_load_hf (FP32 for the CPU forward: an fp32 engine's weights are
- * used in place from the mapping, half-precision ones converted). kiln_llm_bundle_open takes either a
+ * used in place from the mapping, half-precision ones converted; for a GPU the matrices stay in the
+ * mapping as they are, llm_deferred.h). kiln_llm_bundle_open takes either a
  * checkpoint directory or an engine, for kiln_llm_open (kiln/kiln_llm.h). */
 #ifndef KILN_LLM_LLM_ENGINE_H
 #define KILN_LLM_LLM_ENGINE_H
@@ -58,6 +59,10 @@ kiln_status kiln_llm_engine_load(const char *path, kiln_llm_engine_info *info, k
 /* The same, but an engine without a tokenizer leaves *tok NULL instead of failing. */
 kiln_status kiln_llm_engine_load_any(const char *path, kiln_llm_engine_info *info, kiln_llm_model **model,
                                      kiln_tokenizer **tok);
+/* As kiln_llm_engine_load_any, but the model is for a GPU upload: deferred (llm_deferred.h), its
+ * matrices left in the engine's mapping in the engine's precision (the CPU forward cannot run it). */
+kiln_status kiln_llm_engine_load_for_device(const char *path, kiln_llm_engine_info *info, kiln_llm_model **model,
+                                            kiln_tokenizer **tok);
 /* Verifies the LLM engine image data[0..size) as kiln_llm_engine_read_info verifies a file (the same
  * errors, naming `what`) and fills *info; when tok is not NULL, also loads the tokenizer it holds
  * (*tok, as kiln_llm_engine_load). Nothing points into data afterwards. No weights are read. */
@@ -74,14 +79,17 @@ typedef struct kiln_llm_bundle {
     int32_t gen_eos[KILN_LLM_MAX_EOS]; /* generation_config.json's eos_token_id(s) (directory or engine) */
     int n_gen_eos;
     bool from_engine;
-    kiln_precision weights;    /* an engine's stored precision; fp32 for a directory (as loaded) */
+    kiln_precision weights;    /* an engine's stored precision; a directory's as opened: its checkpoint's
+                                * with device_weights, else fp32 */
     int64_t n_params;
 } kiln_llm_bundle;
-/* Opens path: a directory is read with kiln_llm_model_load_hf (+ generation_config.json), anything
- * else as an LLM engine. with_tokenizer: also load the tokenizer (tokenizer.json, or the engine's copy)
- * and tokenizer_config.json's text, when the model has them (a model without is no error: b->tok
- * stays NULL). On failure *b is freed and zeroed. */
-kiln_status kiln_llm_bundle_open(const char *path, bool with_tokenizer, kiln_llm_bundle *b);
+/* Opens path: a directory is read with kiln_llm_model_load_hf (+ generation_config.json), or with
+ * kiln_llm_model_load_hf_deferred when device_weights (the model is for a GPU upload: no FP32 host
+ * copy; the CPU forward cannot run it), anything else as an LLM engine (kiln_llm_engine_load_any,
+ * or kiln_llm_engine_load_for_device when device_weights). with_tokenizer: also load
+ * the tokenizer (tokenizer.json, or the engine's copy) and tokenizer_config.json's text, when the
+ * model has them (a model without is no error: b->tok stays NULL). On failure *b is freed and zeroed. */
+kiln_status kiln_llm_bundle_open(const char *path, bool with_tokenizer, bool device_weights, kiln_llm_bundle *b);
 void kiln_llm_bundle_free(kiln_llm_bundle *b); /* zeroes it; accepts a zeroed one */
 
 /* generation_config.json's eos_token_id (a number or a list) in dir, into ids[0..*n); *n = 0 when the

@@ -19,8 +19,9 @@ typedef struct kiln_llm_weight {
 /* The weight arrays m->cfg implies, in engine order, into out[0..count) (out may be NULL to count
  * them); m->layers must hold cfg.n_layer entries when out is not NULL. Returns the count. Names:
  * tok_emb, pos_emb (GPT-2), layers.N.{norm1,qkv,o,norm2,up,down}.{weight,bias} (biases and norm
- * shifts GPT-2 only), norm_f.weight, norm_f.bias (GPT-2), lm_head (untied only). Matrices are in the
- * layout of llm_internal.h ([out, in]; Llama's q/k/v and gate/up stacked). */
+ * shifts GPT-2 only, but qkv.bias also with cfg.qkv_bias), norm_f.weight, norm_f.bias (GPT-2),
+ * lm_head (untied only). Matrices are in the layout of llm_internal.h ([out, in]; q/k/v and gate/up
+ * stacked). */
 int kiln_llm_weights_list(kiln_llm_model *m, kiln_llm_weight *out);
 
 /* The llm config section: cfg and the generation eos ids, little-endian, no padding. */

@@ -5,6 +5,7 @@
 #include "core/file.h"
 #include "core/status.h"
 #include "hf/checkpoint.h"
+#include "llm/llm_deferred.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -60,8 +61,15 @@ static kiln_status read_optional_text(const char *dir, const char *name, char **
     return *out ? KILN_OK : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory reading %s", path);
 }
 
-static kiln_status open_dir(const char *dir, bool with_tokenizer, kiln_llm_bundle *b) {
-    KILN_TRY(kiln_llm_model_load_hf(dir, &b->model));
+/* The precision a directory's weights are in as opened: a deferred model's checkpoint dtype, else fp32. */
+static kiln_precision stored_precision(const kiln_llm_model *m) {
+    kiln_dtype t = kiln_llm_model_stored_dtype(m);
+    return t == KILN_BF16 ? KILN_PRECISION_BF16 : t == KILN_F16 ? KILN_PRECISION_FP16 : KILN_PRECISION_FP32;
+}
+
+static kiln_status open_dir(const char *dir, bool with_tokenizer, bool device_weights, kiln_llm_bundle *b) {
+    KILN_TRY(device_weights ? kiln_llm_model_load_hf_deferred(dir, &b->model) : kiln_llm_model_load_hf(dir, &b->model));
+    b->weights = stored_precision(b->model);
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     if (with_tokenizer && !access(path, F_OK)) {
@@ -71,9 +79,11 @@ static kiln_status open_dir(const char *dir, bool with_tokenizer, kiln_llm_bundl
     return kiln_llm_read_generation_eos(dir, b->gen_eos, &b->n_gen_eos);
 }
 
-static kiln_status open_engine(const char *path, bool with_tokenizer, kiln_llm_bundle *b) {
+static kiln_status open_engine(const char *path, bool with_tokenizer, bool device_weights, kiln_llm_bundle *b) {
     kiln_llm_engine_info info;
-    KILN_TRY(kiln_llm_engine_load_any(path, &info, &b->model, with_tokenizer ? &b->tok : NULL));
+    kiln_tokenizer **tok = with_tokenizer ? &b->tok : NULL;
+    KILN_TRY(device_weights ? kiln_llm_engine_load_for_device(path, &info, &b->model, tok)
+                            : kiln_llm_engine_load_any(path, &info, &b->model, tok));
     memcpy(b->gen_eos, info.gen_eos, sizeof b->gen_eos);
     b->n_gen_eos = info.n_gen_eos;
     b->from_engine = true;
@@ -86,11 +96,12 @@ static kiln_status open_engine(const char *path, bool with_tokenizer, kiln_llm_b
     return KILN_OK;
 }
 
-kiln_status kiln_llm_bundle_open(const char *path, bool with_tokenizer, kiln_llm_bundle *b) {
+kiln_status kiln_llm_bundle_open(const char *path, bool with_tokenizer, bool device_weights, kiln_llm_bundle *b) {
     memset(b, 0, sizeof *b);
     struct stat st;
     bool dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-    kiln_status s = dir ? open_dir(path, with_tokenizer, b) : open_engine(path, with_tokenizer, b);
+    kiln_status s = dir ? open_dir(path, with_tokenizer, device_weights, b)
+                        : open_engine(path, with_tokenizer, device_weights, b);
     if (s != KILN_OK) {
         kiln_llm_bundle_free(b);
         return s;

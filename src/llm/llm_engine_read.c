@@ -1,13 +1,15 @@
 /* llm_engine_read.c — loading an LLM engine (docs/engine-format.md, "LLM engines"): the header and
  * section checks shared with ONNX engines (kiln_engine_check_image), then the llm config, the
  * tokenizer section's two files and the tensor table, each tensor checked against the name and shape
- * the config implies. An fp32 engine's weights stay in the mapping; fp16 / bf16 ones are converted. */
+ * the config implies. An fp32 engine's weights stay in the mapping; fp16 / bf16 ones are converted;
+ * for a device, the matrices stay in the mapping in any precision (llm_deferred.h). */
 #include "llm/llm_engine_internal.h"
 
 #include "core/file.h"
 #include "core/half.h"
 #include "core/status.h"
 #include "engine/engine_layout.h"
+#include "llm/llm_deferred.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -154,14 +156,35 @@ static kiln_status check_image(const char *what, image *im, kiln_llm_engine_info
     return read_tensor_section(im, info);
 }
 
-/* Points the model's arrays into the mapping (fp32), or converts each into a new FP32 array. */
-static kiln_status fill_weights(image *im, const kiln_llm_engine_info *info) {
+/* For a device: a deferred model owning the mapping, each matrix placed where it lies in it. */
+static kiln_status defer_matrices(image *im, const kiln_llm_engine_info *info) {
     const uint8_t *base = im->map->data + im->sec[3].offset;
+    kiln_status s = llm_deferred_create_mapped(im->map, (size_t)info->n_params, info->n_tensors, &im->m->deferred);
+    im->map = NULL; /* the deferred model's now (freed with it), or already freed */
+    KILN_TRY(s);
+    for (int i = 0; i < info->n_tensors; i++) {
+        const kiln_llm_weight *w = &im->w[i];
+        if (w->ndim != 2) continue;
+        const kiln_st_tensor t = {.name = w->name, .dtype = info->tensors[i].dtype, .ndim = 2,
+                                  .dims = {w->dims[0], w->dims[1]}, .data = base + im->offsets[i],
+                                  .nbytes = (size_t)(w->dims[0] * w->dims[1]) * kiln_dtype_size(info->tensors[i].dtype)};
+        KILN_TRY(llm_deferred_reserve(im->m->deferred, (size_t)(w->dims[0] * w->dims[1]), w->slot));
+        KILN_TRY(llm_deferred_place(im->m->deferred, *w->slot, &t, false));
+    }
+    return KILN_OK;
+}
+
+/* Points the model's arrays into the mapping (fp32), or converts each into a new FP32 array; with
+ * device, the matrices are deferred first and only the vectors converted. */
+static kiln_status fill_weights(image *im, const kiln_llm_engine_info *info, bool device) {
+    const uint8_t *base = im->map->data + im->sec[3].offset;
+    if (device) KILN_TRY(defer_matrices(im, info)); /* the model owns the mapping from here on */
     for (int i = 0; i < info->n_tensors; i++) {
         const kiln_llm_weight *w = &im->w[i];
         size_t numel = (size_t)w->dims[0] * (size_t)(w->ndim == 2 ? w->dims[1] : 1);
         const uint8_t *src = base + im->offsets[i];
-        if (info->tensors[i].dtype == KILN_F32) {
+        if (device && w->ndim == 2) continue;
+        if (info->tensors[i].dtype == KILN_F32 && !device) {
             *w->slot = (float *)(uintptr_t)src; /* read-only mapping: the forward never writes weights */
             continue;
         }
@@ -169,11 +192,13 @@ static kiln_status fill_weights(image *im, const kiln_llm_engine_info *info) {
         if (!dst) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for weight '%s'", w->name);
         *w->slot = dst;
         const uint16_t *h = (const uint16_t *)src; /* 64-byte aligned */
-        for (size_t k = 0; k < numel; k++)
-            dst[k] = info->tensors[i].dtype == KILN_F16 ? kiln_f16_to_f32(h[k]) : kiln_bf16_to_f32(h[k]);
+        if (info->tensors[i].dtype == KILN_F32) memcpy(dst, src, numel * sizeof *dst);
+        else
+            for (size_t k = 0; k < numel; k++)
+                dst[k] = info->tensors[i].dtype == KILN_F16 ? kiln_f16_to_f32(h[k]) : kiln_bf16_to_f32(h[k]);
     }
     if (im->m->cfg.tied_embeddings) im->m->lm_head = im->m->tok_emb;
-    if (info->meta.precision == KILN_PRECISION_FP32) {
+    if (!device && info->meta.precision == KILN_PRECISION_FP32) {
         im->m->mapping = im->map; /* the model keeps the mapping alive */
         im->map = NULL;
     }
@@ -207,9 +232,10 @@ static kiln_status finish(kiln_status s, const char *what, image *im, kiln_llm_e
     return s;
 }
 
-/* kiln_llm_engine_load; an engine without tokenizer is an error only when tok_required. */
+/* kiln_llm_engine_load; an engine without tokenizer is an error only when tok_required; device: the
+ * model deferred. */
 static kiln_status load_engine(const char *path, kiln_llm_engine_info *info, kiln_llm_model **model,
-                               kiln_tokenizer **tok, bool tok_required) {
+                               kiln_tokenizer **tok, bool tok_required, bool device) {
     kiln_llm_engine_info local;
     if (!info) info = &local;
     memset(info, 0, sizeof *info);
@@ -218,7 +244,7 @@ static kiln_status load_engine(const char *path, kiln_llm_engine_info *info, kil
     image im = {0};
     kiln_status s = kiln_file_map_new(path, &im.map);
     if (s == KILN_OK) s = check_image(path, &im, info);
-    if (s == KILN_OK && model) s = fill_weights(&im, info);
+    if (s == KILN_OK && model) s = fill_weights(&im, info, device);
     if (s == KILN_OK && tok && (tok_required || info->tokenizer_bytes)) s = load_tokenizer(path, &im, info, tok);
     if (s == KILN_OK && info->tokenizer_config_bytes) {
         if (!(info->tokenizer_config = malloc(info->tokenizer_config_bytes + 1)))
@@ -250,12 +276,17 @@ kiln_status kiln_llm_engine_buffer_read(const void *data, size_t size, const cha
 
 kiln_status kiln_llm_engine_load(const char *path, kiln_llm_engine_info *info, kiln_llm_model **model,
                                  kiln_tokenizer **tok) {
-    return load_engine(path, info, model, tok, true);
+    return load_engine(path, info, model, tok, true, false);
 }
 
 kiln_status kiln_llm_engine_load_any(const char *path, kiln_llm_engine_info *info, kiln_llm_model **model,
                                      kiln_tokenizer **tok) {
-    return load_engine(path, info, model, tok, false);
+    return load_engine(path, info, model, tok, false, false);
+}
+
+kiln_status kiln_llm_engine_load_for_device(const char *path, kiln_llm_engine_info *info, kiln_llm_model **model,
+                                            kiln_tokenizer **tok) {
+    return load_engine(path, info, model, tok, false, true);
 }
 
 kiln_status kiln_llm_engine_read_info(const char *path, kiln_llm_engine_info *info) {

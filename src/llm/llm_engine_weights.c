@@ -32,7 +32,7 @@ static void add_layer(lister *l, const kiln_llm_config *c, int i, kiln_llm_layer
     ADD("norm1.weight", d, 0, norm1_w);
     if (gpt2) ADD("norm1.bias", d, 0, norm1_b);
     ADD("qkv.weight", qd + 2 * kvd, d, qkv_w);
-    if (gpt2) ADD("qkv.bias", qd + 2 * kvd, 0, qkv_b);
+    if (gpt2 || c->qkv_bias) ADD("qkv.bias", qd + 2 * kvd, 0, qkv_b);
     ADD("o.weight", d, qd, o_w);
     if (gpt2) ADD("o.bias", d, 0, o_b);
     ADD("norm2.weight", d, 0, norm2_w);

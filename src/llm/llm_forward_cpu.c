@@ -1,7 +1,8 @@
 /* llm_forward_cpu.c — kiln_llm_forward on the CPU in FP32: checks the ragged batch against the model
- * and the cache, then runs embeddings, the decoder layers (norm, fused QKV product over all tokens,
- * RoPE, cache write, per-sequence paged attention, output product + residual, MLP + residual) and the
- * final norm and lm_head over the rows whose logits are wanted. */
+ * and the cache, then runs embeddings (scaled for Gemma), the decoder layers (norm, fused QKV product
+ * over all tokens, RoPE, cache write, per-sequence paged attention with the sliding window when the
+ * model has one, output product + residual, MLP + residual) and the final norm and lm_head over the
+ * rows whose logits are wanted. */
 #include "llm/llm_internal.h"
 
 #include "core/status.h"
@@ -55,25 +56,30 @@ static kiln_status step_alloc(const kiln_llm_config *c, const kiln_llm_batch *b,
     return KILN_OK;
 }
 
-/* Token embeddings (+ learned positions for GPT-2) into x; RoPE cos/sin tables for Llama. */
+/* Token embeddings (+ learned positions for GPT-2, times sqrt(d_model) for Gemma) into x; RoPE cos/sin
+ * tables for the others. */
 static void embed(const kiln_llm_model *m, const kiln_llm_batch *b, step_mem *sm) {
     const kiln_llm_config *c = &m->cfg;
     const size_t d = (size_t)c->d_model;
+    const float scale = sqrtf((float)c->d_model);
     for (int t = 0; t < b->n_tokens; t++) {
         float *xr = sm->x + t * d;
         memcpy(xr, m->tok_emb + (size_t)b->tokens[t] * d, d * sizeof(float));
         if (m->pos_emb)
             for (size_t i = 0; i < d; i++) xr[i] += m->pos_emb[(size_t)b->positions[t] * d + i];
+        if (c->scale_emb)
+            for (size_t i = 0; i < d; i++) xr[i] *= scale;
     }
     if (c->arch != KILN_LLM_LLAMA) return;
-    const int half = c->head_dim / 2;
+    const int half = kiln_llm_rope_dim(c) / 2;
+    const double rs = kiln_llm_rope_scale(c);
     for (int i = 0; i < b->n_seqs; i++) {
         kiln_llm_rope_inv_freq(c, b->ctx_len[i], sm->inv_freq);
         for (int t = b->seq_start[i]; t < b->seq_start[i + 1]; t++)
             for (int j = 0; j < half; j++) {
                 double a = b->positions[t] * sm->inv_freq[j];
-                sm->rope_cos[(size_t)t * half + j] = (float)cos(a);
-                sm->rope_sin[(size_t)t * half + j] = (float)sin(a);
+                sm->rope_cos[(size_t)t * half + j] = (float)(cos(a) * rs);
+                sm->rope_sin[(size_t)t * half + j] = (float)(sin(a) * rs);
             }
     }
 }
@@ -82,9 +88,9 @@ static void embed(const kiln_llm_model *m, const kiln_llm_batch *b, step_mem *sm
 static void attention_block(const kiln_llm_model *m, int l, kiln_kv_cache *kv, const kiln_llm_batch *b, step_mem *sm) {
     const kiln_llm_config *c = &m->cfg;
     const kiln_llm_layer *y = &m->layers[l];
-    const int n = b->n_tokens, d = c->d_model, hd = c->head_dim, half = hd / 2;
+    const int n = b->n_tokens, d = c->d_model, hd = c->head_dim, rot = kiln_llm_rope_dim(c), half = rot / 2;
     const int qd = c->n_head * hd, kvd = c->n_kv_head * hd, ldq = qd + 2 * kvd;
-    kiln_llm_norm(sm->x, n, d, y->norm1_w, y->norm1_b, c->norm_eps, sm->h);
+    kiln_llm_norm(sm->x, n, d, y->norm1_w, kiln_llm_norm_offset(c), y->norm1_b, c->norm_eps, sm->h);
     kiln_llm_linear(sm->h, d, n, d, y->qkv_w, y->qkv_b, ldq, sm->qkv, ldq, 0);
     for (int i = 0; i < b->n_seqs; i++) {
         kiln_llm_seq_kv s = {kv, l, b->block_table + (size_t)i * b->max_blocks_per_seq};
@@ -93,13 +99,13 @@ static void attention_block(const kiln_llm_model *m, int l, kiln_kv_cache *kv, c
             float *q = sm->qkv + (size_t)t * ldq;
             if (c->arch == KILN_LLM_LLAMA) {
                 const float *cs = sm->rope_cos + (size_t)t * half, *sn = sm->rope_sin + (size_t)t * half;
-                kiln_llm_rope(q, c->n_head, hd, cs, sn);
-                kiln_llm_rope(q + qd, c->n_kv_head, hd, cs, sn);
+                kiln_llm_rope(q, c->n_head, hd, rot, cs, sn);
+                kiln_llm_rope(q + qd, c->n_kv_head, hd, rot, cs, sn);
             }
             kiln_llm_kv_write(&s, b->positions[t], q + qd, q + qd + kvd);
         }
-        kiln_llm_attention(&s, ni, b->ctx_len[i], c->n_head, sm->qkv + (size_t)s0 * ldq, ldq, sm->att + (size_t)s0 * qd,
-                           qd, sm->attn_scratch);
+        kiln_llm_attention(&s, ni, b->ctx_len[i], c->sliding_window, c->n_head, sm->qkv + (size_t)s0 * ldq, ldq,
+                           sm->att + (size_t)s0 * qd, qd, sm->attn_scratch);
     }
     kiln_llm_linear(sm->att, qd, n, qd, y->o_w, y->o_b, d, sm->x, d, 1);
 }
@@ -109,14 +115,14 @@ static void mlp_block(const kiln_llm_model *m, int l, int n, step_mem *sm) {
     const kiln_llm_config *c = &m->cfg;
     const kiln_llm_layer *y = &m->layers[l];
     const int d = c->d_model, ff = c->d_ff;
-    kiln_llm_norm(sm->x, n, d, y->norm2_w, y->norm2_b, c->norm_eps, sm->h);
+    kiln_llm_norm(sm->x, n, d, y->norm2_w, kiln_llm_norm_offset(c), y->norm2_b, c->norm_eps, sm->h);
     if (c->arch == KILN_LLM_GPT2) {
         kiln_llm_linear(sm->h, d, n, d, y->up_w, y->up_b, ff, sm->mlp, ff, 0);
         kiln_llm_gelu_tanh(sm->mlp, (size_t)n * ff);
         kiln_llm_linear(sm->mlp, ff, n, ff, y->down_w, y->down_b, d, sm->x, d, 1);
     } else {
         kiln_llm_linear(sm->h, d, n, d, y->up_w, NULL, 2 * ff, sm->mlp, 2 * ff, 0);
-        kiln_llm_swiglu(sm->mlp, n, ff);
+        kiln_llm_gated(sm->mlp, n, ff, c->gate_act);
         kiln_llm_linear(sm->mlp, 2 * ff, n, ff, y->down_w, NULL, d, sm->x, d, 1);
     }
 }
@@ -138,7 +144,7 @@ kiln_status kiln_llm_forward(const kiln_llm_model *m, kiln_kv_cache *kv, const k
         int t = b->all_logits ? r : b->seq_start[r + 1] - 1;
         memcpy(sm.h + r * d, sm.x + t * d, d * sizeof(float));
     }
-    kiln_llm_norm(sm.h, n_out, c->d_model, m->norm_f_w, m->norm_f_b, c->norm_eps, sm.h);
+    kiln_llm_norm(sm.h, n_out, c->d_model, m->norm_f_w, kiln_llm_norm_offset(c), m->norm_f_b, c->norm_eps, sm.h);
     kiln_llm_linear(sm.h, c->d_model, n_out, c->d_model, m->lm_head, NULL, c->vocab, logits, c->vocab, 0);
     free(sm.block);
     return KILN_OK;

@@ -7,13 +7,15 @@
 #include "llm/llm.h"
 
 /* One decoder layer. Every matrix is [out, in] row-major (nn.Linear's layout; GPT-2's Conv1D weights
- * are transposed at load) so that y = x W^T + b. Biases and the LayerNorm shifts are NULL for Llama. */
+ * are transposed at load) so that y = x W^T + b. Biases and the LayerNorm shifts are NULL for the
+ * Llama-like families, but for qkv_b when cfg.qkv_bias (Qwen2). Norm weights are as the checkpoint
+ * stores them: Gemma's RMSNorm scales by 1 + w (kiln_llm_norm_offset). */
 typedef struct kiln_llm_layer {
     float *norm1_w, *norm1_b; /* [d_model] */
     float *qkv_w, *qkv_b;     /* [q_dim + 2 kv_dim, d_model]: rows of q, then k, then v */
     float *o_w, *o_b;         /* [d_model, q_dim] */
     float *norm2_w, *norm2_b; /* [d_model] */
-    float *up_w, *up_b;       /* GPT-2: c_fc [d_ff, d_model]; Llama: gate rows then up rows [2 d_ff, d_model] */
+    float *up_w, *up_b;       /* GPT-2: c_fc [d_ff, d_model]; others: gate rows then up rows [2 d_ff, d_model] */
     float *down_w, *down_b;   /* [d_model, d_ff] */
 } kiln_llm_layer;
 
@@ -26,14 +28,30 @@ struct kiln_llm_model {
     kiln_llm_layer *layers;     /* [n_layer] */
     void *mapping;              /* an fp32 engine's kiln_file_map the arrays point into (not freed one by one),
                                    or NULL: every array is malloc'd */
+    struct llm_deferred *deferred; /* a model opened for a device (llm_deferred.h): its matrices are ranges of
+                                   this reservation (not freed one by one), or NULL */
 };
 
 /* config.json's document into *out (`what` names the file in messages). Errors as
  * kiln_llm_config_load_hf says. */
 kiln_status kiln_llm_config_parse(const kiln_jdoc *doc, const char *what, kiln_llm_config *out);
 
-/* RoPE inverse frequencies [head_dim / 2] as transformers computes them for the config's scaling;
- * seq_len (the step's largest position + 1) matters only for dynamic NTK scaling. */
+/* What the forward adds to every RMSNorm weight: 1 for Gemma (its RMSNorm scales by 1 + w), else 0. */
+static inline float kiln_llm_norm_offset(const kiln_llm_config *c) {
+    return c->family == KILN_FAMILY_GEMMA ? 1.0f : 0.0f;
+}
+
+/* The dims of each head that RoPE rotates: rotary_dim, or all head_dim when it is 0. */
+static inline int kiln_llm_rope_dim(const kiln_llm_config *c) { return c->rotary_dim ? c->rotary_dim : c->head_dim; }
+
+/* What RoPE's cos and sin are multiplied by: LongRoPE's attention factor, else 1. */
+static inline float kiln_llm_rope_scale(const kiln_llm_config *c) {
+    return c->rope_scaling == KILN_ROPE_LONGROPE ? c->rope_attn_factor : 1.0f;
+}
+
+/* RoPE inverse frequencies [kiln_llm_rope_dim(c) / 2] as transformers computes them for the config's
+ * scaling; seq_len (the step's largest position + 1) matters only for dynamic NTK scaling and
+ * LongRoPE (the long factors beyond rope_original_max_pos). */
 void kiln_llm_rope_inv_freq(const kiln_llm_config *c, int seq_len, double *inv_freq);
 
 #endif

@@ -1,11 +1,14 @@
-/* llm_model.c — kiln_llm_model_load_hf: a GPT-2 or Llama checkpoint's weights, each checked for
- * presence and shape, converted to FP32 and laid out as llm_internal.h says (GPT-2's Conv1D matrices
- * transposed to [out, in]; Llama's q/k/v and gate/up projections stacked for one product each). */
+/* llm_model.c — kiln_llm_model_load_hf: a checkpoint's weights, each checked for presence and shape,
+ * converted to FP32 and laid out as llm_internal.h says: GPT-2's Conv1D matrices transposed to
+ * [out, in]; the q/k/v and gate/up projections of the Llama-like families stacked for one product
+ * each (Phi-3 stores them so already), with Qwen2's q/k/v biases stacked alike; kiln_llm_model_load_hf_deferred: the same layout
+ * with the matrices left in the mapped checkpoint (llm_deferred.h). */
 #include "llm/llm_internal.h"
 
 #include "core/status.h"
 #include "core/file.h"
 #include "hf/checkpoint.h"
+#include "llm/llm_deferred.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +17,7 @@
 typedef struct loader {
     const kiln_hf_checkpoint *ck;
     kiln_llm_model *m;
+    llm_deferred *def; /* deferred loading: matrices are placed, not converted; NULL otherwise */
 } loader;
 
 /* "[a, b]" of a checkpoint tensor's shape into buf. */
@@ -59,6 +63,11 @@ static kiln_status alloc_f32(size_t n, float **out) {
     return *out ? KILN_OK : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory (%zu floats of weights)", n);
 }
 
+/* A matrix of n values into *out: FP32 memory, or slots of the reservation when deferred. */
+static kiln_status alloc_mat(const loader *L, size_t n, float **out) {
+    return L->def ? llm_deferred_reserve(L->def, n, out) : alloc_f32(n, out);
+}
+
 /* Loads vector `name` of n elements into a new array. */
 static kiln_status load_vec(const loader *L, const char *name, int64_t n, float **out) {
     const kiln_st_tensor *t;
@@ -67,11 +76,19 @@ static kiln_status load_vec(const loader *L, const char *name, int64_t n, float 
     return convert(L, t, *out);
 }
 
+/* Loads vector `name` of n elements into dst. */
+static kiln_status load_vec_into(const loader *L, const char *name, int64_t n, float *dst) {
+    const kiln_st_tensor *t;
+    KILN_TRY(find(L, name, n, 0, &t));
+    return convert(L, t, dst);
+}
+
 /* Loads matrix `name` as [rows, cols] into dst: stored [rows, cols] (nn.Linear), or [cols, rows] and
  * transposed when conv1d (GPT-2's Conv1D). */
 static kiln_status load_mat_into(const loader *L, const char *name, int64_t rows, int64_t cols, bool conv1d, float *dst) {
     const kiln_st_tensor *t;
     KILN_TRY(find(L, name, conv1d ? cols : rows, conv1d ? rows : cols, &t));
+    if (llm_deferred_owns(L->def, dst)) return llm_deferred_place(L->def, dst, t, conv1d);
     if (!conv1d) return convert(L, t, dst);
     float *tmp;
     KILN_TRY(alloc_f32((size_t)(rows * cols), &tmp));
@@ -84,7 +101,7 @@ static kiln_status load_mat_into(const loader *L, const char *name, int64_t rows
 
 static kiln_status load_mat(const loader *L, const char *name, int64_t rows, int64_t cols, bool conv1d, float **out) {
     KILN_TRY(check_mat(L, name, rows, cols, conv1d));
-    KILN_TRY(alloc_f32((size_t)(rows * cols), out));
+    KILN_TRY(alloc_mat(L, (size_t)(rows * cols), out));
     return load_mat_into(L, name, rows, cols, conv1d, *out);
 }
 
@@ -108,27 +125,55 @@ static kiln_status load_gpt2_layer(const loader *L, int i, kiln_llm_layer *y) {
 #undef NAME
 }
 
+/* The q/k/v projections (and Qwen2's biases) stacked into y->qkv_w (y->qkv_b): Phi-3's fused
+ * qkv_proj as it is, the others' q_proj, k_proj and v_proj one after the other. */
+static kiln_status load_llama_qkv(const loader *L, int i, kiln_llm_layer *y) {
+    const kiln_llm_config *c = &L->m->cfg;
+    const int64_t d = c->d_model, qd = (int64_t)c->n_head * c->head_dim, kvd = (int64_t)c->n_kv_head * c->head_dim;
+    char n[128];
+#define NAME(suffix) (snprintf(n, sizeof n, "model.layers.%d.self_attn.%s", i, suffix), n)
+    if (c->family == KILN_FAMILY_PHI3) return load_mat(L, NAME("qkv_proj.weight"), qd + 2 * kvd, d, false, &y->qkv_w);
+    KILN_TRY(check_mat(L, NAME("q_proj.weight"), qd, d, false));
+    KILN_TRY(check_mat(L, NAME("k_proj.weight"), kvd, d, false));
+    KILN_TRY(check_mat(L, NAME("v_proj.weight"), kvd, d, false));
+    KILN_TRY(alloc_mat(L, (size_t)((qd + 2 * kvd) * d), &y->qkv_w));
+    KILN_TRY(load_mat_into(L, NAME("q_proj.weight"), qd, d, false, y->qkv_w));
+    KILN_TRY(load_mat_into(L, NAME("k_proj.weight"), kvd, d, false, y->qkv_w + qd * d));
+    KILN_TRY(load_mat_into(L, NAME("v_proj.weight"), kvd, d, false, y->qkv_w + (qd + kvd) * d));
+    if (!c->qkv_bias) return KILN_OK;
+    KILN_TRY(alloc_f32((size_t)(qd + 2 * kvd), &y->qkv_b));
+    KILN_TRY(load_vec_into(L, NAME("q_proj.bias"), qd, y->qkv_b));
+    KILN_TRY(load_vec_into(L, NAME("k_proj.bias"), kvd, y->qkv_b + qd));
+    return load_vec_into(L, NAME("v_proj.bias"), kvd, y->qkv_b + qd + kvd);
+#undef NAME
+}
+
+/* The gate and up projections stacked into y->up_w: Phi-3's fused gate_up_proj (gate rows first) as
+ * it is, the others' gate_proj then up_proj. */
+static kiln_status load_llama_gate_up(const loader *L, int i, kiln_llm_layer *y) {
+    const kiln_llm_config *c = &L->m->cfg;
+    const int64_t d = c->d_model, ff = c->d_ff;
+    char n[128];
+#define NAME(suffix) (snprintf(n, sizeof n, "model.layers.%d.mlp.%s", i, suffix), n)
+    if (c->family == KILN_FAMILY_PHI3) return load_mat(L, NAME("gate_up_proj.weight"), 2 * ff, d, false, &y->up_w);
+    KILN_TRY(check_mat(L, NAME("gate_proj.weight"), ff, d, false));
+    KILN_TRY(check_mat(L, NAME("up_proj.weight"), ff, d, false));
+    KILN_TRY(alloc_mat(L, (size_t)(2 * ff * d), &y->up_w));
+    KILN_TRY(load_mat_into(L, NAME("gate_proj.weight"), ff, d, false, y->up_w));
+    return load_mat_into(L, NAME("up_proj.weight"), ff, d, false, y->up_w + ff * d);
+#undef NAME
+}
+
 static kiln_status load_llama_layer(const loader *L, int i, kiln_llm_layer *y) {
     const kiln_llm_config *c = &L->m->cfg;
-    const int64_t d = c->d_model, ff = c->d_ff, qd = (int64_t)c->n_head * c->head_dim,
-                  kvd = (int64_t)c->n_kv_head * c->head_dim;
+    const int64_t d = c->d_model, ff = c->d_ff, qd = (int64_t)c->n_head * c->head_dim;
     char n[128];
 #define NAME(suffix) (snprintf(n, sizeof n, "model.layers.%d.%s", i, suffix), n)
     KILN_TRY(load_vec(L, NAME("input_layernorm.weight"), d, &y->norm1_w));
-    KILN_TRY(check_mat(L, NAME("self_attn.q_proj.weight"), qd, d, false));
-    KILN_TRY(check_mat(L, NAME("self_attn.k_proj.weight"), kvd, d, false));
-    KILN_TRY(check_mat(L, NAME("self_attn.v_proj.weight"), kvd, d, false));
-    KILN_TRY(alloc_f32((size_t)((qd + 2 * kvd) * d), &y->qkv_w));
-    KILN_TRY(load_mat_into(L, NAME("self_attn.q_proj.weight"), qd, d, false, y->qkv_w));
-    KILN_TRY(load_mat_into(L, NAME("self_attn.k_proj.weight"), kvd, d, false, y->qkv_w + qd * d));
-    KILN_TRY(load_mat_into(L, NAME("self_attn.v_proj.weight"), kvd, d, false, y->qkv_w + (qd + kvd) * d));
+    KILN_TRY(load_llama_qkv(L, i, y));
     KILN_TRY(load_mat(L, NAME("self_attn.o_proj.weight"), d, qd, false, &y->o_w));
     KILN_TRY(load_vec(L, NAME("post_attention_layernorm.weight"), d, &y->norm2_w));
-    KILN_TRY(check_mat(L, NAME("mlp.gate_proj.weight"), ff, d, false));
-    KILN_TRY(check_mat(L, NAME("mlp.up_proj.weight"), ff, d, false));
-    KILN_TRY(alloc_f32((size_t)(2 * ff * d), &y->up_w));
-    KILN_TRY(load_mat_into(L, NAME("mlp.gate_proj.weight"), ff, d, false, y->up_w));
-    KILN_TRY(load_mat_into(L, NAME("mlp.up_proj.weight"), ff, d, false, y->up_w + ff * d));
+    KILN_TRY(load_llama_gate_up(L, i, y));
     return load_mat(L, NAME("mlp.down_proj.weight"), d, ff, false, &y->down_w);
 #undef NAME
 }
@@ -157,7 +202,8 @@ static kiln_status load_weights(const loader *L) {
     return load_mat(L, "lm_head.weight", c->vocab, c->d_model, false, &m->lm_head);
 }
 
-kiln_status kiln_llm_model_load_hf(const char *dir, kiln_llm_model **out) {
+/* The model of checkpoint dir; deferred: its matrices stay in the mapping, which the model keeps. */
+static kiln_status load_hf(const char *dir, bool deferred, kiln_llm_model **out) {
     *out = NULL;
     kiln_hf_checkpoint *ck;
     KILN_TRY(kiln_hf_checkpoint_open(dir, &ck));
@@ -168,8 +214,12 @@ kiln_status kiln_llm_model_load_hf(const char *dir, kiln_llm_model **out) {
         snprintf(what, sizeof what, "%s/config.json", dir);
         s = kiln_llm_config_parse(kiln_hf_checkpoint_config(ck), what, &m->cfg);
     }
+    if (s == KILN_OK && deferred) {
+        s = llm_deferred_create(ck, &m->deferred);
+        ck = NULL;
+    }
     if (s == KILN_OK) {
-        loader L = {ck, m};
+        loader L = {m->deferred ? llm_deferred_checkpoint(m->deferred) : ck, m, m->deferred};
         s = load_weights(&L);
     }
     kiln_hf_checkpoint_free(ck);
@@ -179,6 +229,15 @@ kiln_status kiln_llm_model_load_hf(const char *dir, kiln_llm_model **out) {
     }
     *out = m;
     return KILN_OK;
+}
+
+kiln_status kiln_llm_model_load_hf(const char *dir, kiln_llm_model **out) { return load_hf(dir, false, out); }
+
+kiln_status kiln_llm_model_load_hf_deferred(const char *dir, kiln_llm_model **out) { return load_hf(dir, true, out); }
+
+/* Frees one of m's arrays unless a deferred model's reservation holds it. */
+static void free_array(const kiln_llm_model *m, float *p) {
+    if (!llm_deferred_owns(m->deferred, p)) free(p);
 }
 
 void kiln_llm_model_free(kiln_llm_model *m) {
@@ -193,14 +252,15 @@ void kiln_llm_model_free(kiln_llm_model *m) {
         kiln_llm_layer *y = &m->layers[i];
         float *all[] = {y->norm1_w, y->norm1_b, y->qkv_w, y->qkv_b, y->o_w,    y->o_b,
                         y->norm2_w, y->norm2_b, y->up_w,  y->up_b,  y->down_w, y->down_b};
-        for (size_t j = 0; j < sizeof all / sizeof *all; j++) free(all[j]);
+        for (size_t j = 0; j < sizeof all / sizeof *all; j++) free_array(m, all[j]);
     }
     free(m->layers);
-    if (m->lm_head != m->tok_emb) free(m->lm_head);
-    free(m->tok_emb);
-    free(m->pos_emb);
-    free(m->norm_f_w);
-    free(m->norm_f_b);
+    if (m->lm_head != m->tok_emb) free_array(m, m->lm_head);
+    free_array(m, m->tok_emb);
+    free_array(m, m->pos_emb);
+    free_array(m, m->norm_f_w);
+    free_array(m, m->norm_f_b);
+    llm_deferred_free(m->deferred);
     free(m);
 }
 

@@ -15,6 +15,7 @@ void kiln_llm_config_init(kiln_llm_config *c, kiln_llm_arch arch, int n_layer, i
                           int d_ff, int vocab, int max_pos) {
     memset(c, 0, sizeof *c);
     c->arch = arch;
+    c->family = arch == KILN_LLM_GPT2 ? KILN_FAMILY_GPT2 : KILN_FAMILY_LLAMA;
     c->n_layer = n_layer;
     c->d_model = d_model;
     c->n_head = n_head;
@@ -63,6 +64,7 @@ static kiln_status random_layer(const kiln_llm_config *c, uint64_t *rng, kiln_ll
     KILN_TRY(random_matrix(d, qd, rng, &y->o_w));
     KILN_TRY(random_matrix(up_rows, d, rng, &y->up_w));
     KILN_TRY(random_matrix(d, ff, rng, &y->down_w));
+    if (c->qkv_bias) KILN_TRY(random_array(qd + 2 * kvd, 0.0f, 0.1f, rng, &y->qkv_b));
     if (!gpt2) return KILN_OK;
     KILN_TRY(random_array(d, 0.0f, 0.1f, rng, &y->norm1_b));
     KILN_TRY(random_array(d, 0.0f, 0.1f, rng, &y->norm2_b));
@@ -125,13 +127,16 @@ int64_t kiln_llm_config_params(const kiln_llm_config *c) {
     const bool gpt2 = c->arch == KILN_LLM_GPT2;
     int64_t layer = 2 * d + (qd + 2 * kvd) * d + d * qd + (gpt2 ? ff : 2 * ff) * d + d * ff;
     if (gpt2) layer += 2 * d + (qd + 2 * kvd) + d + ff + d;
+    else if (c->qkv_bias) layer += qd + 2 * kvd;
     int64_t n = (int64_t)c->vocab * d + (int64_t)c->n_layer * layer + d;
     if (gpt2) n += (int64_t)c->max_pos * d + d;
     if (!c->tied_embeddings) n += (int64_t)c->vocab * d;
     return n;
 }
 
-/* name, dtype, arch, n_layer, d_model, n_head, n_kv_head, d_ff, vocab, max_pos, tied, rope_theta */
+/* name, dtype, arch, n_layer, d_model, n_head, n_kv_head, d_ff, vocab, max_pos, tied, rope_theta, and
+ * for the other families: family (with its features: Qwen2's q/k/v biases, Gemma's GeGLU and scaled
+ * embeddings), head_dim (0: d_model / n_head) */
 static const struct {
     const char *name;
     kiln_dtype dtype;
@@ -139,18 +144,25 @@ static const struct {
     int n_layer, d_model, n_head, n_kv_head, d_ff, vocab, max_pos;
     bool tied;
     float rope_theta;
+    kiln_llm_family family;
+    int head_dim;
 } SHAPES[] = {
-    {"gpt2", KILN_F16, KILN_LLM_GPT2, 12, 768, 12, 12, 3072, 50257, 1024, true, 10000.0f},
-    {"gpt2-medium", KILN_F16, KILN_LLM_GPT2, 24, 1024, 16, 16, 4096, 50257, 1024, true, 10000.0f},
-    {"gpt2-large", KILN_F16, KILN_LLM_GPT2, 36, 1280, 20, 20, 5120, 50257, 1024, true, 10000.0f},
-    {"gpt2-xl", KILN_F16, KILN_LLM_GPT2, 48, 1600, 25, 25, 6400, 50257, 1024, true, 10000.0f},
-    {"llama3-8b", KILN_BF16, KILN_LLM_LLAMA, 32, 4096, 32, 8, 14336, 128256, 8192, false, 500000.0f},
-    {"tiny-gpt2", KILN_F16, KILN_LLM_GPT2, 2, 128, 2, 2, 512, 512, 1024, true, 10000.0f},
-    {"tiny-llama", KILN_BF16, KILN_LLM_LLAMA, 2, 128, 2, 1, 384, 512, 1024, false, 10000.0f},
+    {"gpt2", KILN_F16, KILN_LLM_GPT2, 12, 768, 12, 12, 3072, 50257, 1024, true, 10000.0f, 0, 0},
+    {"gpt2-medium", KILN_F16, KILN_LLM_GPT2, 24, 1024, 16, 16, 4096, 50257, 1024, true, 10000.0f, 0, 0},
+    {"gpt2-large", KILN_F16, KILN_LLM_GPT2, 36, 1280, 20, 20, 5120, 50257, 1024, true, 10000.0f, 0, 0},
+    {"gpt2-xl", KILN_F16, KILN_LLM_GPT2, 48, 1600, 25, 25, 6400, 50257, 1024, true, 10000.0f, 0, 0},
+    {"llama3-8b", KILN_BF16, KILN_LLM_LLAMA, 32, 4096, 32, 8, 14336, 128256, 8192, false, 500000.0f, 0, 0},
+    {"tiny-gpt2", KILN_F16, KILN_LLM_GPT2, 2, 128, 2, 2, 512, 512, 1024, true, 10000.0f, 0, 0},
+    {"tiny-llama", KILN_BF16, KILN_LLM_LLAMA, 2, 128, 2, 1, 384, 512, 1024, false, 10000.0f, 0, 0},
+    {"qwen2.5-7b", KILN_BF16, KILN_LLM_LLAMA, 28, 3584, 28, 4, 18944, 152064, 32768, false, 1000000.0f,
+     KILN_FAMILY_QWEN2, 0},
+    {"gemma-7b", KILN_BF16, KILN_LLM_LLAMA, 28, 3072, 16, 16, 24576, 256000, 8192, true, 10000.0f, KILN_FAMILY_GEMMA,
+     256},
+    {"tiny-gemma", KILN_BF16, KILN_LLM_LLAMA, 2, 128, 2, 1, 384, 512, 1024, true, 10000.0f, KILN_FAMILY_GEMMA, 256},
 };
 
 const char *kiln_llm_shape_names(void) {
-    return "gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama3-8b, tiny-gpt2, tiny-llama";
+    return "gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama3-8b, tiny-gpt2, tiny-llama, qwen2.5-7b, gemma-7b, tiny-gemma";
 }
 
 kiln_status kiln_llm_shape_find(const char *name, kiln_llm_shape *out) {
@@ -162,6 +174,12 @@ kiln_status kiln_llm_shape_find(const char *name, kiln_llm_shape *out) {
                              SHAPES[i].n_kv_head, SHAPES[i].d_ff, SHAPES[i].vocab, SHAPES[i].max_pos);
         out->cfg.tied_embeddings = SHAPES[i].tied;
         out->cfg.rope_theta = SHAPES[i].rope_theta;
+        if (SHAPES[i].head_dim) out->cfg.head_dim = SHAPES[i].head_dim;
+        if (!SHAPES[i].family) return KILN_OK;
+        out->cfg.family = SHAPES[i].family;
+        out->cfg.qkv_bias = SHAPES[i].family == KILN_FAMILY_QWEN2;
+        out->cfg.scale_emb = SHAPES[i].family == KILN_FAMILY_GEMMA;
+        out->cfg.gate_act = SHAPES[i].family == KILN_FAMILY_GEMMA ? KILN_GATE_GELU_TANH : KILN_GATE_SILU;
         return KILN_OK;
     }
     return kiln_error(KILN_ERR_INVALID_ARGUMENT, "unknown shape '%s' (shapes: %s)", name, kiln_llm_shape_names());

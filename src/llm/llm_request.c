@@ -85,7 +85,8 @@ kiln_status llm_req_text(kiln_llm *llm, llm_req *r, int32_t token, bool no_text,
     *stop_hit = false;
     kiln_strbuf_clear(&r->delta);
     const kiln_tokenizer *tok = llm->bundle.tok;
-    if (tok && token >= 0 && !no_text)
+    size_t named_len;
+    if (tok && token >= 0 && !no_text && kiln_tokenizer_token_text(tok, token, &named_len))
         KILN_TRY(kiln_tokenizer_stream_push(tok, &r->stream, token, !r->keep_special, &r->held));
     if (final) kiln_tokenizer_stream_flush(&r->stream, &r->held);
     KILN_TRY(kiln_strbuf_status(&r->held));

@@ -164,6 +164,8 @@ typedef struct kiln_load_step {
     int64_t status_counts[600]; /* HTTP status of failed requests */
     kiln_hist *hist[KILN_METRIC_COUNT];
     int64_t in_tokens, out_tokens;
+    int64_t window_ok, window_out_tokens; /* good responses (warm-up ones too) completed inside the measured
+                                  window, and their output tokens: what the server delivered in that time */
     int64_t tokens_from_usage, tokens_estimated; /* requests whose counts came from usage / estimate */
     int64_t good;          /* ok and within every SLO term */
     kiln_load_tick *ticks;
@@ -206,9 +208,11 @@ bool kiln_load_step_meets_slo(const kiln_load_config *cfg, const kiln_load_step 
 double kiln_load_step_goodput(const kiln_load_step *s);
 /* A step's rates (per second): scheduled and sent over the measured window; completed (ok),
  * good (within the SLO) and output tokens over window start -> last completion (or the window,
- * when that is longer). */
+ * when that is longer); window_completed and window_out_tokens over the window: the server's steady
+ * rates (the others also count the drain after the window, when the server runs below them: with
+ * requests of seconds, as LLM streams are, they fall well short of the rate the server sustained). */
 typedef struct kiln_load_rates {
-    double scheduled, sent, completed, good, out_tokens;
+    double scheduled, sent, completed, good, out_tokens, window_completed, window_out_tokens;
 } kiln_load_rates;
 void kiln_load_step_rates(const kiln_load_step *s, kiln_load_rates *out);
 

@@ -189,6 +189,18 @@ static void record_stream(load_engine *e, load_slot *s, int64_t out_tokens, int6
     }
 }
 
+/* Output tokens of a good OpenAI response: the server's usage, else ~4 bytes of content per token
+ * (*estimated set). */
+static int64_t output_tokens(const load_slot *s, bool *estimated) {
+    *estimated = s->usage_out < 0;
+    return *estimated ? (int64_t)((s->content_bytes + 3) / 4) : s->usage_out;
+}
+
+/* True when a completion at t falls inside the measured window (which ends where scheduling ends). */
+static bool in_window(const load_engine *e, int64_t t) {
+    return t >= e->window_start_ns && t < e->window_end_ns && !(e->sched_done && t >= e->sched_end_ns);
+}
+
 void load_record_done(load_engine *e, load_slot *s, int64_t done_ns, int err, long status, const char *transport_detail) {
     kiln_load_step *st = e->step;
     bool ok = false;
@@ -213,6 +225,13 @@ void load_record_done(load_engine *e, load_slot *s, int64_t done_ns, int err, lo
     } else if (tk) {
         tk->failed++;
     }
+    const bool openai = e->cfg->api == KILN_LOAD_API_OPENAI_CHAT || e->cfg->api == KILN_LOAD_API_OPENAI_COMPLETIONS;
+    bool estimated = false;
+    const int64_t out = ok && openai ? output_tokens(s, &estimated) : 0;
+    if (ok && in_window(e, done_ns)) {
+        st->window_ok++;
+        st->window_out_tokens += out;
+    }
     if (!s->measured) return;
     if (done_ns > e->last_done_ns) e->last_done_ns = done_ns;
     st->sent++;
@@ -226,15 +245,10 @@ void load_record_done(load_engine *e, load_slot *s, int64_t done_ns, int err, lo
     st->ok++;
     int64_t e2e = (done_ns - s->intended_ns) / 1000;
     kiln_hist_record(st->hist[KILN_METRIC_E2E], e2e);
-    int64_t out = 0, ttft = -1, tpot = -1, max_itl = -1;
-    if (e->cfg->api == KILN_LOAD_API_OPENAI_CHAT || e->cfg->api == KILN_LOAD_API_OPENAI_COMPLETIONS) {
-        if (s->usage_out >= 0) {
-            out = s->usage_out;
-            st->tokens_from_usage++;
-        } else {
-            out = (int64_t)((s->content_bytes + 3) / 4);
-            st->tokens_estimated++;
-        }
+    int64_t ttft = -1, tpot = -1, max_itl = -1;
+    if (openai) {
+        if (estimated) st->tokens_estimated++;
+        else st->tokens_from_usage++;
         st->out_tokens += out;
         st->in_tokens += s->usage_in >= 0 ? s->usage_in : s->input_tokens;
         if (tk) tk->out_tokens += out;

@@ -58,14 +58,17 @@ static void print_step(const kiln_load_config *c, const kiln_load_result *r, con
             (long long)s->warmup_requests);
     fprintf(f, "requests      %lld scheduled, %lld sent, %lld ok, %lld failed; %lld sent late (> %d ms behind schedule)\n",
             (long long)s->scheduled, (long long)s->sent, (long long)s->ok, (long long)s->failed, (long long)s->late, KILN_LOAD_LATE_US / 1000);
-    fprintf(f, "rate          scheduled %.2f req/s, completed %.2f req/s%s\n", rt.scheduled, rt.completed,
-            s->open_loop && rt.scheduled > 0 && rt.completed < 0.98 * rt.scheduled ? "  (server is not keeping up)" : "");
+    const double kept = rt.completed > rt.window_completed ? rt.completed : rt.window_completed;
+    fprintf(f, "rate          scheduled %.2f req/s, completed %.2f req/s (%.2f req/s inside the window)%s\n", rt.scheduled,
+            rt.completed, rt.window_completed,
+            s->open_loop && rt.scheduled > 0 && kept < 0.98 * rt.scheduled ? "  (server is not keeping up)" : "");
     if (c->api == KILN_LOAD_API_OPENAI_CHAT || c->api == KILN_LOAD_API_OPENAI_COMPLETIONS)
-        fprintf(f, "tokens        %lld in, %lld out (%s), %.1f output tokens/s\n", (long long)s->in_tokens, (long long)s->out_tokens,
+        fprintf(f, "tokens        %lld in, %lld out (%s), %.1f output tokens/s; %.1f/s completed in the window\n",
+                (long long)s->in_tokens, (long long)s->out_tokens,
                 s->tokens_estimated ? (s->tokens_from_usage ? "partly estimated: ~4 bytes/token where the server sent no usage"
                                                             : "ESTIMATED: ~4 bytes/token, the server sent no usage")
                                     : "from the server's usage",
-                rt.out_tokens);
+                rt.out_tokens, rt.window_out_tokens);
     fprintf(f, "latency (ms)         p50        p90        p95        p99      p99.9        max       mean     count\n");
     static const char *const labels[KILN_METRIC_COUNT] = {"e2e", "ttft", "itl", "tpot", "send lag"};
     for (int m = 0; m < KILN_METRIC_COUNT; m++) pct_line(f, labels[m], s->hist[m]);

@@ -156,6 +156,10 @@ static void json_step(kiln_json *j, const kiln_load_config *c, const kiln_load_s
     kiln_json_kv_int(j, "in_tokens", s->in_tokens);
     kiln_json_kv_int(j, "out_tokens", s->out_tokens);
     kiln_json_kv_number(j, "output_token_rate", rt.out_tokens);
+    kiln_json_kv_int(j, "window_ok", s->window_ok);
+    kiln_json_kv_number(j, "window_completed_rate", rt.window_completed);
+    kiln_json_kv_int(j, "window_out_tokens", s->window_out_tokens);
+    kiln_json_kv_number(j, "window_output_token_rate", rt.window_out_tokens);
     kiln_json_kv_int(j, "tokens_from_usage", s->tokens_from_usage);
     kiln_json_kv_int(j, "tokens_estimated", s->tokens_estimated);
     kiln_json_key(j, "latency_ms");
@@ -215,7 +219,8 @@ kiln_status kiln_load_write_json(const kiln_load_config *c, const kiln_load_resu
 
 kiln_status kiln_load_write_csv(const kiln_load_config *c, const kiln_load_result *r, const char *path) {
     static const char *const HEAD[] = {"step", "mode", "rate", "concurrency", "window_s", "scheduled", "sent", "ok", "failed", "late",
-                                       "scheduled_rate", "completed_rate", "goodput", "meets_slo", "output_token_rate"};
+                                       "scheduled_rate", "completed_rate", "goodput", "meets_slo", "output_token_rate",
+                                       "window_output_token_rate"};
     static const kiln_load_metric MS[] = {KILN_METRIC_E2E, KILN_METRIC_TTFT, KILN_METRIC_ITL, KILN_METRIC_TPOT};
     kiln_strbuf b = {0};
     kiln_csv v;
@@ -250,6 +255,7 @@ kiln_status kiln_load_write_csv(const kiln_load_config *c, const kiln_load_resul
         kiln_csv_number(&v, kiln_load_step_goodput(s));
         kiln_csv_string(&v, kiln_load_has_slo(c) ? (kiln_load_step_meets_slo(c, s) ? "yes" : "no") : NULL);
         kiln_csv_number(&v, rt.out_tokens);
+        kiln_csv_number(&v, rt.window_out_tokens);
         for (size_t m = 0; m < 4; m++) {
             const kiln_hist *h = s->hist[MS[m]];
             for (int p = 0; p < KILN_LOAD_NPCT; p++) {

@@ -23,6 +23,8 @@ void kiln_load_step_rates(const kiln_load_step *s, kiln_load_rates *o) {
     o->completed = el > 0 ? (double)s->ok / el : 0;
     o->good = el > 0 ? (double)s->good / el : 0;
     o->out_tokens = el > 0 ? (double)s->out_tokens / el : 0;
+    o->window_completed = w > 0 ? (double)s->window_ok / w : 0;
+    o->window_out_tokens = w > 0 ? (double)s->window_out_tokens / w : 0;
 }
 
 int64_t kiln_load_pct_us(const kiln_hist *h, double p) {

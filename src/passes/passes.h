@@ -26,6 +26,9 @@ kiln_status kiln_pass_fuse_norm(kiln_graph *g, bool *changed);
 /* MatMul -> scale -> mask -> Softmax -> MatMul (with the K transpose and GQA expansion around it)
  * -> kiln.Attention. */
 kiln_status kiln_pass_fuse_attention(kiln_graph *g, bool *changed);
+/* DequantizeLinear -> Conv / MatMul (+ bias, Relu / Clip) -> QuantizeLinear -> kiln.QConv / kiln.QMatMul
+ * (ir/quant_ops.h); runs before constant folding. */
+kiln_status kiln_pass_fuse_qdq(kiln_graph *g, bool *changed);
 /* Conv / Gemm / MatMul + bias + residual Add + activation -> kiln.FusedConv / FusedGemm / FusedMatMul. */
 kiln_status kiln_pass_fuse_epilogue(kiln_graph *g, bool *changed);
 /* Chains of float elementwise ops over same-shaped values -> one kiln.ElementwiseChain. */

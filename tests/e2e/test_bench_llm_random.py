@@ -9,10 +9,11 @@ import pytest
 
 from conftest import assert_error, run_kiln
 
-SHAPES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama3-8b", "tiny-gpt2", "tiny-llama")
+SHAPES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama3-8b", "tiny-gpt2", "tiny-llama", "qwen2.5-7b",
+          "gemma-7b", "tiny-gemma")
 
 
-@pytest.mark.parametrize("shape", ["tiny-gpt2", "tiny-llama"])
+@pytest.mark.parametrize("shape", ["tiny-gpt2", "tiny-llama", "tiny-gemma"])
 def test_random_batch_mode(kiln, shape, tmp_path):
     out = tmp_path / "b.json"
     proc = run_kiln(kiln, "bench", "--llm", "--random", shape, "--target", "cpu", "--batch", "1,4", "--input-len", "16",

@@ -1,7 +1,8 @@
 """Malformed Hugging Face checkpoints and batches through tests/unit/llm_driver.c: each fails cleanly
 (exit 1, "kiln: error:", no crash or sanitizer report) with a message naming what is wrong: a
 missing tensor, a wrong shape, a truncated or corrupt safetensors file, a bad or unsupported
-config.json, missing files, a broken shard index, a token outside the vocabulary, a position past
+config.json (a family kiln does not run, or a family's unsupported feature), a missing fused
+projection, missing files, a broken shard index, a token outside the vocabulary, a position past
 GPT-2's table. Also runs in the sanitizer build (the file name has "bad").
 """
 import json
@@ -156,6 +157,43 @@ def test_bad_llama_config(tmp_path, changes, mentions):
     make_llama(d)
     edit_config(d, **changes)
     load_fails(d, mentions)
+
+
+FAMILIES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "llm_families")
+
+
+@pytest.mark.parametrize("family, changes, mentions", [
+    ("gpt2", dict(model_type="falcon"), ["'falcon'", "not supported", "gpt2, llama, mistral, qwen2, phi3, gemma"]),
+    ("qwen2", dict(use_sliding_window=True), ["use_sliding_window", "not supported"]),
+    ("mistral_window", dict(sliding_window=0), ["sliding_window"]),
+    ("phi3_partial", dict(rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0]}),
+     ["rope_parameters.short_factor", "list of 16 numbers"]),
+    ("phi3_longrope", dict(rope_parameters={"rope_type": "longrope", "short_factor": [1.0] * 32,
+                                            "long_factor": [1.0] * 31 + [-2.0]}),
+     ["rope_parameters.long_factor", "positive numbers"]),
+    ("phi3_longrope", dict(rope_parameters={"rope_type": "yarn", "factor": 4.0}), ["yarn", "not supported"]),
+    ("phi3_partial", dict(partial_rotary_factor=0.01, rope_parameters=None), ["partial_rotary_factor", "rotary dims"]),
+    ("phi3_partial", dict(rope_parameters={"rope_type": "default", "partial_rotary_factor": 1.5}),
+     ["rope_parameters.partial_rotary_factor", "above 1"]),
+    ("gemma", dict(hidden_act="relu"), ["hidden_act", "relu"]),
+    ("llama2_untied", dict(hidden_act="gelu"), ["hidden_act", "gelu"]),  # exact GELU: only Gemma reads it as tanh
+])
+def test_bad_family_config(tmp_path, family, changes, mentions):
+    """A fixture of tests/data/llm_families with a feature kiln does not run: refused by name."""
+    d = tmp_path / family
+    d.mkdir()
+    for f in ("config.json", "model.safetensors"):
+        (d / f).write_bytes(open(os.path.join(FAMILIES, family, f), "rb").read())
+    edit_config(d, **changes)
+    load_fails(d, mentions)
+
+
+def test_missing_fused_projection(tmp_path):
+    """A Phi-3 checkpoint without its fused qkv_proj names the tensor."""
+    d = tmp_path / "phi3"
+    make_llama(d)
+    edit_config(d, model_type="phi3")
+    load_fails(d, ["model.layers.0.self_attn.qkv_proj.weight", "missing"])
 
 
 def test_missing_files(tmp_path):

@@ -1,12 +1,13 @@
 """LLM engines end to end: `kiln build --hf` on tiny random GPT-2 and Llama checkpoints (with the
 tokenizer of test_generate.py), `kiln generate` from the engine equals generation from the directory
-token for token (greedy; fp32 engine), an fp16 engine generates, `kiln inspect` describes it, `kiln run`
-refuses it; `kiln bench --llm` reports every statistic with exact token counts and writes its JSON; bad
+token for token (greedy; fp32 engine), an fp16 engine generates, `kiln inspect` describes it (and
+names the family and its features for the fixtures of tests/data/llm_families), `kiln run` refuses it; `kiln bench --llm` reports every statistic with exact token counts and writes its JSON; bad
 options exit 2.
 
 Run:  KILN_BIN=build/kiln python -m pytest tests/e2e/test_llm_engine.py
 """
 import json
+import os
 
 import pytest
 
@@ -59,6 +60,25 @@ def test_inspect_and_kind_mismatch(kiln, ckpt, tmp_path):
                  "tok_emb"):
         assert text in proc.stdout, proc.stdout
     assert_error(run_kiln(kiln, "run", engine), mentions=("an LLM engine", "kiln generate"))
+
+
+FAMILIES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "llm_families")
+
+
+@pytest.mark.parametrize("name,family,features", [
+    ("qwen2", "qwen2", ["SwiGLU", "q/k/v biases", "layers.0.qkv.bias"]),
+    ("gemma", "gemma", ["GeGLU (gelu tanh)", "embeddings scaled by sqrt(d_model)", "head dim 256"]),
+    ("phi3_partial", "phi3", ["RoPE on 32 of 64 head dims"]),
+    ("phi3_longrope", "phi3", ["rope scaling longrope (factor 4, attention factor 1.29", "original context 8)"]),
+    ("mistral_window", "mistral", ["sliding window 6"]),
+])
+def test_inspect_names_the_family(kiln, tmp_path, name, family, features):
+    """An engine of each family (tests/data/llm_families) names it and its features in kiln inspect."""
+    engine = build(kiln, os.path.join(FAMILIES, name), tmp_path / "f.kiln")
+    proc = run_kiln(kiln, "inspect", engine)
+    assert proc.returncode == 0, proc.stderr
+    for text in [f"model: {family},"] + features:
+        assert text in proc.stdout, proc.stdout
 
 
 def test_truncated_engine_is_a_clean_error(kiln, ckpt, tmp_path):

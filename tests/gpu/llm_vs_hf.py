@@ -3,8 +3,10 @@
 
 Tiny random models are made here with transformers (no network): GPT-2 (2 layers, n_embd 256, 4 heads:
 head_dim 64), GPT-2 with n_embd 64 (head_dim 16), Llama (hidden 256, 4 heads / 2 kv heads, head_dim 64,
-rope theta 10000), the same Llama with llama3 rope scaling, and Llama with 12 heads of 80 over one kv
-head (gqa12-hd80); each saved with save_pretrained in fp16 and in bf16 (safetensors), next to a
+rope theta 10000), the same Llama with llama3 rope scaling, Llama with 12 heads of 80 over one kv
+head (gqa12-hd80), and the other families of the Llama's size (Mistral with a sliding window of 128,
+Qwen2 with q/k/v biases, Phi-3 with half-rotary heads, Gemma with 2 heads of 256 over one kv head);
+each saved with save_pretrained in fp16 and in bf16 (safetensors), next to a
 byte-level BPE tokenizer.json trained here with `tokenizers`.
 
 For every model and dtype:
@@ -13,7 +15,8 @@ For every model and dtype:
           cache), against transformers in fp32 on the same (rounded) weights; transformers' own run in
           the file's dtype is shown next to it. err = max|kiln - hf32| / max|hf32|. Passes when
           err <= TOL (fp16 2e-2, bf16 5e-2), or err <= 2 x transformers' own error in that dtype.
-  greedy  kiln generate DIR (fp16; bf16: an engine from kiln build --hf --bf16) --temperature 0
+  greedy  kiln generate DIR (fp16; bf16: an engine from kiln build --hf --bf16; both stream to the GPU
+          in their own precision) --temperature 0
           --max-tokens 64 --print-ids --target cuda, against a greedy loop of transformers in fp32 on
           kiln's prompt ids (kiln's prompt ids must also equal `tokenizers`'). Passes when identical;
           at a first divergence, only when transformers' top-2 gap there is a near-tie:
@@ -23,7 +26,7 @@ For every model and dtype:
 Prints a table; exit 1 on a real mismatch, 77 when the GPU (or torch) is missing.
 
 usage: llm_vs_hf.py [--driver BIN] [--kiln BIN] [--device cuda|cpu] [--target cuda|cpu] [--tokens 64]
-                    [--models gpt2,gpt2-hd16,llama,llama3,gqa12-hd80] [--workdir DIR]
+                    [--models gpt2,gpt2-hd16,llama,llama3,gqa12-hd80,mistral,qwen2,phi3,gemma] [--workdir DIR]
 --device cpu --target cpu runs the whole thing here (kiln's CPU forward is fp32: a plumbing check).
 """
 import argparse
@@ -68,8 +71,31 @@ def train_tokenizer(d, tokenizers):
     return tok.get_vocab_size(), tok.token_to_id("<|endoftext|>")
 
 
+def family_model(name, vocab, eos, transformers):
+    """The tiny random Mistral, Qwen2, Phi-3 or Gemma (None for another name)."""
+    common = dict(vocab_size=vocab, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, rope_theta=10000.0,
+                  bos_token_id=eos, eos_token_id=eos)
+    if name == "mistral":  # a window longer than the prompts: CUDA runs the context within it
+        return transformers.MistralForCausalLM(transformers.MistralConfig(**common, head_dim=64, sliding_window=128,
+                                                                          tie_word_embeddings=False))
+    if name == "qwen2":  # q/k/v biases
+        return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common, tie_word_embeddings=True))
+    if name == "phi3":  # fused qkv_proj / gate_up_proj, RoPE on half of each head
+        return transformers.Phi3ForCausalLM(transformers.Phi3Config(**common, partial_rotary_factor=0.5,
+                                                                    pad_token_id=eos, tie_word_embeddings=False))
+    if name == "gemma":  # head dim 256, GeGLU, scaled embeddings, 1 + w norms
+        return transformers.GemmaForCausalLM(transformers.GemmaConfig(
+            **dict(common, num_attention_heads=2, num_key_value_heads=1), head_dim=256,
+            hidden_act="gelu_pytorch_tanh", pad_token_id=eos))
+    return None
+
+
 def make_model(name, vocab, eos, transformers, torch):
-    if name.startswith("gpt2"):
+    model = family_model(name, vocab, eos, transformers)
+    if model is not None:
+        pass
+    elif name.startswith("gpt2"):
         cfg = transformers.GPT2Config(vocab_size=vocab, n_layer=2, n_embd=64 if name == "gpt2-hd16" else 256,
                                       n_head=4, n_positions=256,
                                       bos_token_id=eos, eos_token_id=eos, tie_word_embeddings=True)
@@ -91,7 +117,8 @@ def make_model(name, vocab, eos, transformers, torch):
         for pname, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=g)
             is_norm = ("ln" in pname or "norm" in pname) and pname.endswith("weight")
-            p.copy_(1 + 0.1 * noise if is_norm else 0.15 * noise)
+            center = 0.0 if name == "gemma" else 1.0  # Gemma's RMSNorm scales by 1 + w
+            p.copy_(center + 0.1 * noise if is_norm else 0.15 * noise)
     return model.eval()
 
 
@@ -170,7 +197,7 @@ def main():
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="where transformers runs")
     ap.add_argument("--target", default="cuda", choices=["cuda", "cpu"], help="where kiln runs")
     ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--models", default="gpt2,gpt2-hd16,llama,llama3,gqa12-hd80")
+    ap.add_argument("--models", default="gpt2,gpt2-hd16,llama,llama3,gqa12-hd80,mistral,qwen2,phi3,gemma")
     ap.add_argument("--dtypes", default="f16,bf16")
     ap.add_argument("--workdir")
     a = ap.parse_args()
@@ -255,7 +282,7 @@ def main():
                 bad.append(f"{tag}: {e}")
             try:
                 src = d
-                if dt == "bf16":  # a directory runs in fp16 on cuda: bf16 through a bf16 engine
+                if dt == "bf16":  # the fp16 directory runs as it is; bf16 through a bf16 engine (kiln build --hf)
                     src = os.path.join(work, f"{name}_{dt}.kiln")
                     p = run([kiln, "build", "--hf", d, "-o", src, "--bf16"])
                     if p.returncode != 0:

@@ -2,8 +2,9 @@
  * oracle, itself tested against transformers) on tiny random models: GPT-2 (head_dim 64, tied
  * embeddings, odd vocabulary), Llama with head_dim 128, 2 query heads per KV head and dynamic NTK RoPE,
  * Llama with head_dim 64, 4 query heads per KV head and Llama 3 RoPE, Llama with head_dim 128 and
- * 8 query heads per KV head, GPT-2 with head_dim 16, and Llama with head_dim 256 and 12 query heads
- * per KV head (the decode attention in two chunks of heads). First, every GEMV kernel configuration
+ * 8 query heads per KV head, GPT-2 with head_dim 16, Llama with head_dim 256 and 12 query heads
+ * per KV head (the decode attention in two chunks of heads), and a head_dim 128 model with every other
+ * family's feature (GeGLU, embedding scale, 1 + w norms, q/k/v biases, partial RoPE with LongRoPE). First, every GEMV kernel configuration
  * alone against a CPU product (test_gemv_kernels below: fp16/bf16, n 1/3/5/8, decode shapes, ragged N,
  * bias, FP32 out), and the
  * decode attention kernel alone against a CPU attention (test_decode_kernel below: splits, GQA 1-8,
@@ -45,7 +46,7 @@
 #define DECODE 32
 #define MAX_STEPS 40
 #define MAX_TOKENS 256
-#define N_MODELS 6
+#define N_MODELS 7
 
 static int g_failures;
 
@@ -701,6 +702,23 @@ static void make_cases(model_case *mc) {
     mc[5].name = "llama (hd 256, gqa 12)";
     kiln_llm_config_init(&mc[5].cfg, KILN_LLM_LLAMA, 2, 256, 12, 1, 384, 512, 1024);
     mc[5].cfg.head_dim = 256;
+    /* the other families' features at once (no real model has them all): Gemma's GeGLU, embedding scale
+     * and 1 + w norms, Qwen2's q/k/v biases, Phi-3's partial RoPE with LongRoPE's factors */
+    mc[6].name = "families (hd 128, all feats)";
+    kiln_llm_config_init(&mc[6].cfg, KILN_LLM_LLAMA, 2, 256, 4, 2, 352, 512, 1024);
+    mc[6].cfg.head_dim = 128;
+    mc[6].cfg.family = KILN_FAMILY_GEMMA;
+    mc[6].cfg.gate_act = KILN_GATE_GELU_TANH;
+    mc[6].cfg.scale_emb = true;
+    mc[6].cfg.qkv_bias = true;
+    mc[6].cfg.rotary_dim = 64;
+    mc[6].cfg.rope_scaling = KILN_ROPE_LONGROPE;
+    mc[6].cfg.rope_original_max_pos = 96; /* the third sequence passes it: long factors */
+    mc[6].cfg.rope_attn_factor = 1.2f;
+    for (int i = 0; i < 32; i++) {
+        mc[6].cfg.rope_short[i] = 1.0f + 0.03f * (float)i;
+        mc[6].cfg.rope_long[i] = 1.0f + 0.4f * (float)i;
+    }
 }
 
 int main(void) {

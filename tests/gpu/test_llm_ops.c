@@ -169,7 +169,7 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, int batc
         for (int i = 0; i < ldo; i++) qf[(size_t)t * ldo + i] = h2f(q16[(size_t)t * ldq + i], dt);
     for (int s = 0; s < batch; s++) {
         const kiln_llm_seq_kv skv = {kv, 0, table + s * table_stride};
-        kiln_llm_attention(&skv, n_new[s], ctx[s], sh->n_head, qf + (size_t)seq_start[s] * ldo, ldo,
+        kiln_llm_attention(&skv, n_new[s], ctx[s], 0, sh->n_head, qf + (size_t)seq_start[s] * ldo, ldo,
                            ref + (size_t)seq_start[s] * ldo, ldo, scratch);
     }
     CK(cudaMalloc(&d_q, (size_t)n_tok * ldq * 2));
@@ -411,7 +411,7 @@ static void rope_case(int hd, int n_head, int n_kv, bool rotate, kiln_dtype dt) 
                 cs[i] = (float)cos(ang);
                 cs[half + i] = (float)sin(ang);
             }
-            kiln_llm_rope(row, n_head + n_kv, hd, cs, cs + half);
+            kiln_llm_rope(row, n_head + n_kv, hd, hd, cs, cs + half);
         }
         const kiln_llm_seq_kv skv = {kv, 0, table + seq[t] * table_stride};
         kiln_llm_kv_write(&skv, pos[t], row + (size_t)n_head * hd, row + (size_t)(n_head + n_kv) * hd);
@@ -503,7 +503,8 @@ static void norm_case(int d, int n_rows, bool layer, bool with_delta, bool store
     CK(cudaMemcpy(d_rows, rows_idx, sizeof rows_idx, cudaMemcpyHostToDevice));
     CK(cudaMemset(d_h, 0xff, (size_t)n_rows * d * 2));
     const kiln_status st = llmc_add_norm_launch(dt, NULL, d_x, d, n_rows, gather ? d_rows : NULL,
-                                                with_delta ? d_delta : NULL, store, d_w, layer ? d_b : NULL, eps, d_h);
+                                                with_delta ? d_delta : NULL, store, d_w, 0.0f, layer ? d_b : NULL, eps,
+                                                d_h);
     EXPECT(st == KILN_OK, "norm %s: %s", shape, kiln_last_error());
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(h, d_h, (size_t)n_rows * d * 2, cudaMemcpyDeviceToHost));
@@ -515,7 +516,7 @@ static void norm_case(int d, int n_rows, bool layer, bool with_delta, bool store
         const int t = gather ? rows_idx[r] : r;
         touched[t] = true;
         for (int i = 0; i < d; i++) v[i] = x[(size_t)t * d + i] + (with_delta ? h2f(delta[(size_t)t * d + i], dt) : 0.0f);
-        kiln_llm_norm(v, 1, d, w, layer ? b : NULL, eps, y);
+        kiln_llm_norm(v, 1, d, w, 0.0f, layer ? b : NULL, eps, y);
         for (int i = 0; i < d; i++) {
             mx = fmax(mx, fabs(y[i]));
             const double dd = fabs((double)h2f(h[(size_t)r * d + i], dt) - y[i]);

@@ -94,6 +94,20 @@ def test_streaming_ttft_and_itl_match_the_planted_timings(kiln, server, tmp_path
     assert 240 <= lat(step, "e2e", "p50") <= 260  # 100 + 7 * 20
 
 
+def test_window_rates_are_the_steady_rates_of_long_streams(kiln, server, tmp_path):
+    """20 req/s of 10 tokens 100 ms apart: each stream lasts ~0.9 s, so the rates over the window and the
+    drain after it fall short of what the server sustains; the rates of what completed inside the
+    window (warm-up requests included) are the sustained ones."""
+    proc, doc = run_load(kiln, tmp_path, server, "--api", "openai-completions", "--stream", "--rate", 20,
+                         "--duration", "3s", "--warmup", "1s", "--output-len", 10, "--extra", '{"itl_ms": 100}')
+    step = doc["steps"][0]
+    assert step["ok"] == 60 and step["out_tokens"] == 600
+    assert 180 <= step["window_output_token_rate"] <= 220, step["window_output_token_rate"]
+    assert 18 <= step["window_completed_rate"] <= 22 and step["window_ok"] * 10 == step["window_out_tokens"]
+    assert step["output_token_rate"] < 180 and step["completed_rate"] < 18  # over 3 s + the ~0.9 s drain
+    assert "not keeping up" not in proc.stdout
+
+
 def test_token_counts_without_usage_are_labelled_estimates(kiln, server, tmp_path):
     proc, doc = run_load(kiln, tmp_path, server, "--api", "openai-completions", "--requests", 4, "--warmup", 0,
                          "--output-len", 6, "--extra", '{"usage": false}', "--concurrency", 2)

@@ -111,7 +111,7 @@ static int parse_args(int argc, char **argv, opts *o) {
 }
 
 static void print_config(const kiln_llm_config *c) {
-    static const char *const scaling[] = {"none", "linear", "dynamic", "llama3"};
+    static const char *const scaling[] = {"none", "linear", "dynamic", "llama3", "longrope"};
     printf("arch=%s\nn_layer=%d\nd_model=%d\nn_head=%d\nn_kv_head=%d\nhead_dim=%d\nd_ff=%d\nvocab=%d\nmax_pos=%d\n",
            c->arch == KILN_LLM_GPT2 ? "gpt2" : "llama", c->n_layer, c->d_model, c->n_head, c->n_kv_head, c->head_dim,
            c->d_ff, c->vocab, c->max_pos);
@@ -120,7 +120,9 @@ static void print_config(const kiln_llm_config *c) {
     printf("rope_high_freq_factor=%g\nrope_original_max_pos=%d\ntied=%d\nbos_id=%d\neos_id=%d\neos_ids=",
            c->rope_high_freq_factor, c->rope_original_max_pos, c->tied_embeddings, c->bos_id, c->eos_id);
     for (int i = 0; i < c->n_eos; i++) printf(i ? ",%d" : "%d", c->eos_ids[i]);
-    printf("\n");
+    printf("\nfamily=%s\ngate_act=%s\nqkv_bias=%d\nscale_emb=%d\nrotary_dim=%d\nsliding_window=%d\n",
+           kiln_llm_family_name(c->family), c->gate_act == KILN_GATE_GELU_TANH ? "gelu_tanh" : "silu", c->qkv_bias,
+           c->scale_emb, c->rotary_dim, c->sliding_window);
 }
 
 /* Gives every sequence the blocks it needs, in allocation order or shuffled. */

@@ -6,7 +6,8 @@
  * KILN_ERR_BUSY while the running request goes on, a request that can never fit ->
  * KILN_ERR_INVALID_ARGUMENT naming the limit, queue_timeout_ms -> FINISH_TIMEOUT); drain; close with
  * requests in flight (leaks show under the sanitizer build); logprobs; bad input; chat templates from
- * the options and from tokenizer_config.json. */
+ * the options and from tokenizer_config.json; a tokenizer smaller than the model's vocabulary (the
+ * ids it does not name add no text). */
 #include "kiln/kiln_llm.h"
 
 #include "check.h"
@@ -535,6 +536,43 @@ static void test_chat_templates(kiln_llm *llm, const char *tmp) {
     kiln_llm_close(other);
 }
 
+/* The model with a byte-level tokenizer of printable ASCII and the space only (95 ids): greedy ids the
+ * tokenizer does not name add no text, and the request ends by length, not by error. */
+static void test_small_tokenizer(const char *tmp) {
+    char dir[4096], src[4096], dst[4096];
+    snprintf(dir, sizeof dir, "%s/small_tok", tmp);
+    mkdir(dir, 0755);
+    static const char *const files[] = {"config.json", "model.safetensors"};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(src, sizeof src, "%s/%s", model_dir, files[i]);
+        snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
+        unlink(dst);
+        if (symlink(src, dst)) fprintf(stderr, "cannot link %s\n", dst);
+    }
+    snprintf(dst, sizeof dst, "%s/tokenizer.json", dir);
+    FILE *f = fopen(dst, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs("{\"model\": {\"type\": \"BPE\", \"merges\": [], \"vocab\": {", f);
+    for (int c = '!'; c <= '~'; c++) fprintf(f, "\"%s%c\": %d, ", c == '"' || c == '\\' ? "\\" : "", c, c - '!');
+    fputs("\"\\u0120\": 94}}, \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false}, "
+          "\"decoder\": {\"type\": \"ByteLevel\"}}", f);
+    fclose(f);
+    kiln_llm *llm = NULL;
+    REQUIRE_OK(kiln_llm_open(dir, NULL, &llm));
+    collect c;
+    collect_init(&c);
+    kiln_llm_request q = text_request("In the beginning", 24, &c);
+    CHECK_OK(run(llm, &q, &c));
+    int beyond = 0, named = 0;
+    for (int i = 0; i < c.n_tokens; i++) beyond += c.tokens[i] >= 95, named += c.tokens[i] < 95;
+    CHECKF(c.finish == KILN_LLM_FINISH_LENGTH && c.n_tokens == 24 && beyond > 0, "finish %s, %d tokens, %d beyond",
+           kiln_llm_finish_name(c.finish), c.n_tokens, beyond);
+    CHECKF(c.len == (size_t)named, "%d named ids gave %zu bytes of text", named, c.len);
+    collect_free(&c);
+    kiln_llm_close(llm);
+}
+
 /* Random weights: token-id prompts only. */
 static void test_random(void) {
     kiln_llm *llm = NULL;
@@ -579,6 +617,7 @@ int main(int argc, char **argv) {
     test_bad_input(llm);
     test_chat_templates(llm, argv[2]);
     kiln_llm_close(llm);
+    test_small_tokenizer(argv[2]);
     test_admission();
     test_queue_timeout();
     test_drain_and_close();

@@ -261,8 +261,9 @@ static void test_buffer_and_huge_counts(const char *engine) {
     CHECK(kiln_le32(cfg_entry + KILN_ES_ID) == KILN_SECTION_LLM_CONFIG &&
           kiln_le32(table_entry + KILN_ES_ID) == KILN_SECTION_LLM_TENSORS);
     uint8_t *cfg = img + kiln_le64(cfg_entry + KILN_ES_OFFSET), *table = img + kiln_le64(table_entry + KILN_ES_OFFSET);
-    uint32_t layers = kiln_le32(cfg + 4), count = kiln_le32(table), per_layer = (count - 4) / layers; /* GPT-2, tied */
-    kiln_put_le32(cfg + 4, 1u << 24);
+    const size_t n_layer_at = 7 * 4; /* after u32 arch and the six family words (docs/engine-format.md) */
+    uint32_t layers = kiln_le32(cfg + n_layer_at), count = kiln_le32(table), per_layer = (count - 4) / layers; /* GPT-2, tied */
+    kiln_put_le32(cfg + n_layer_at, 1u << 24);
     kiln_put_le32(table, 4 + per_layer * (1u << 24));
     kiln_engine_reseal(img, n);
     kiln_status s = kiln_llm_engine_buffer_read(img, n, "image", &b, NULL);
@@ -304,7 +305,7 @@ static void test_kinds(const char *llm_engine) {
     s = kiln_llm_engine_load(llm_engine, NULL, &m, &tok);
     CHECK(s == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_last_error(), "holds no tokenizer") && !m && !tok);
     kiln_llm_bundle b;
-    CHECK(kiln_llm_bundle_open(llm_engine, false, &b) == KILN_OK && b.from_engine && b.n_gen_eos == 1 && b.n_params > 0);
+    CHECK(kiln_llm_bundle_open(llm_engine, false, false, &b) == KILN_OK && b.from_engine && b.n_gen_eos == 1 && b.n_params > 0);
     kiln_llm_bundle_free(&b);
 }
 

@@ -6,12 +6,13 @@
 extern const kiln_cpu_kernel kiln_cpu_kernels_elementwise[];
 extern const kiln_cpu_kernel kiln_cpu_kernels_fused[];
 extern const kiln_cpu_kernel kiln_cpu_kernels_nn[];
+extern const kiln_cpu_kernel kiln_cpu_kernels_quant[];
 extern const kiln_cpu_kernel kiln_cpu_kernels_reduce[];
 extern const kiln_cpu_kernel kiln_cpu_kernels_shape[];
 
 static const kiln_cpu_kernel *const g_families[] = {
     kiln_cpu_kernels_elementwise, kiln_cpu_kernels_nn, kiln_cpu_kernels_reduce, kiln_cpu_kernels_shape,
-    kiln_cpu_kernels_fused,
+    kiln_cpu_kernels_fused, kiln_cpu_kernels_quant,
 };
 
 static bool domain_is_default(const char *d) { return !d || !d[0] || !strcmp(d, "ai.onnx"); }

@@ -1,17 +1,19 @@
 /* llm_cuda.c — creating and freeing a kiln_llm_cuda: checks that the kernels take the model's shape,
- * lays out the weights in one device allocation (uploaded from a kiln_llm_model converted to the
- * dtype on the host, or filled with random values on the device) and the step buffers in another,
- * and makes the stream, the cuBLASLt handle and workspace and the pinned metadata staging. */
+ * lays out the weights in one device allocation (uploaded from a kiln_llm_model through two pinned
+ * chunks — a deferred model's mapped checkpoint bytes as they are when the dtype matches, else
+ * converted on the host — or filled with random values on the device) and the step buffers in
+ * another, and makes the stream, the cuBLASLt handle and workspace and the pinned metadata staging. */
 #include "llm/cuda/llm_cuda_internal.h"
 
-#include "core/half.h"
 #include "core/status.h"
+#include "llm/llm_deferred.h"
 #include "llm/llm_internal.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void kiln_llm_cuda_options_default(kiln_llm_cuda_options *o) {
     o->device = 0;
@@ -60,6 +62,11 @@ static kiln_status check_shape(const kiln_llm_config *c, kiln_dtype dtype, const
                           "to %d)", c->head_dim, LLMC_MAX_HEAD_DIM);
     if (c->d_model > LLMC_MAX_D)
         return kiln_error(KILN_ERR_UNSUPPORTED, "llm cuda: d_model %d (at most %d)", c->d_model, LLMC_MAX_D);
+    if (c->sliding_window && c->sliding_window < o->max_context)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "llm cuda: the %s model's sliding window of %d tokens is shorter than "
+                          "max_context %d (the CUDA attention has no window yet): use a max context of at most %d, "
+                          "or --target cpu", kiln_llm_family_name(c->family), c->sliding_window, o->max_context,
+                          c->sliding_window);
     if (o->max_tokens < 1 || o->max_seqs < 1 || o->max_context < 1 || o->gemv_max_tokens < 0 ||
         o->gemv_max_tokens > LLMC_GEMV_MAX)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "llm cuda: options max_tokens %d, max_seqs %d, max_context %d, "
@@ -102,6 +109,7 @@ static void layout_weights(kiln_llm_cuda *g, carver *cv) {
         y->o_w = carve(cv, d * qd * es);
         y->up_w = carve(cv, up * d * es);
         y->down_w = carve(cv, d * ff * es);
+        if (c->qkv_bias) y->qkv_b = carve(cv, qkv * es);
         if (!gpt2) continue;
         y->norm1_b = carve(cv, d * 4);
         y->norm2_b = carve(cv, d * 4);
@@ -132,10 +140,50 @@ static void layout_acts(kiln_llm_cuda *g, carver *cv) {
 
 /* ---------------------------------------------------------------- weights */
 
-/* n FP32 values converted to g's dtype, copied to dst; staging holds n 16-bit values. */
-static kiln_status upload16(kiln_llm_cuda *g, void *dst, const float *src, size_t n, uint16_t *staging) {
-    for (size_t i = 0; i < n; i++) staging[i] = g->dtype == KILN_F16 ? kiln_f32_to_f16(src[i]) : kiln_f32_to_bf16(src[i]);
-    KILN_CUDA_TRY(cudaMemcpy(dst, staging, n * 2, cudaMemcpyHostToDevice));
+#define STAGING_VALUES (32u << 20) /* 16-bit values per pinned chunk (64 MiB) */
+
+/* Two pinned chunks the 16-bit weights pass through: one is filled from the model while the other's
+ * copy to the device runs. */
+typedef struct staging {
+    const kiln_llm_model *m;
+    int threads; /* that fill a chunk */
+    uint16_t *chunk[2];
+    cudaEvent_t copied[2]; /* chunk i's last copy has finished */
+    int next;
+} staging;
+
+static kiln_status staging_create(const kiln_llm_model *m, staging *st) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    *st = (staging){.m = m, .threads = cpus > 8 ? 8 : cpus > 1 ? (int)cpus : 1};
+    for (int i = 0; i < 2; i++) {
+        KILN_CUDA_TRY(cudaMallocHost((void **)&st->chunk[i], STAGING_VALUES * sizeof(uint16_t)));
+        KILN_CUDA_TRY(cudaEventCreateWithFlags(&st->copied[i], cudaEventDisableTiming));
+    }
+    return KILN_OK;
+}
+
+static void staging_free(staging *st) {
+    for (int i = 0; i < 2; i++) {
+        if (st->copied[i]) {
+            cudaEventSynchronize(st->copied[i]);
+            cudaEventDestroy(st->copied[i]);
+        }
+        if (st->chunk[i]) cudaFreeHost(st->chunk[i]);
+    }
+}
+
+/* n values of the model's array from src on, in g's dtype, to dst (kiln_llm_model_read16_threads fills
+ * each chunk); the copies are queued on g's stream. */
+static kiln_status upload16(kiln_llm_cuda *g, void *dst, const float *src, size_t n, staging *st) {
+    for (size_t off = 0; off < n; off += STAGING_VALUES) {
+        const size_t k = n - off < STAGING_VALUES ? n - off : STAGING_VALUES;
+        const int i = st->next;
+        st->next ^= 1;
+        KILN_CUDA_TRY(cudaEventSynchronize(st->copied[i]));
+        KILN_TRY(kiln_llm_model_read16_threads(st->m, src + off, k, g->dtype, st->chunk[i], st->threads));
+        KILN_CUDA_TRY(cudaMemcpyAsync((uint16_t *)dst + off, st->chunk[i], k * 2, cudaMemcpyHostToDevice, g->stream));
+        KILN_CUDA_TRY(cudaEventRecord(st->copied[i], g->stream));
+    }
     return KILN_OK;
 }
 
@@ -144,7 +192,7 @@ static kiln_status upload32(void *dst, const float *src, size_t n) {
     return KILN_OK;
 }
 
-static kiln_status upload_weights(kiln_llm_cuda *g, const kiln_llm_model *m, uint16_t *st) {
+static kiln_status upload_weights(kiln_llm_cuda *g, const kiln_llm_model *m, staging *st) {
     const kiln_llm_config *c = &g->cfg;
     const size_t d = (size_t)c->d_model, ff = (size_t)c->d_ff, qd = (size_t)c->n_head * c->head_dim,
                  qkv = qd + 2 * (size_t)c->n_kv_head * c->head_dim, up = c->arch == KILN_LLM_GPT2 ? ff : 2 * ff;
@@ -162,6 +210,7 @@ static kiln_status upload_weights(kiln_llm_cuda *g, const kiln_llm_model *m, uin
         KILN_TRY(upload16(g, y->o_w, s->o_w, d * qd, st));
         KILN_TRY(upload16(g, y->up_w, s->up_w, up * d, st));
         KILN_TRY(upload16(g, y->down_w, s->down_w, d * ff, st));
+        if (c->qkv_bias) KILN_TRY(upload16(g, y->qkv_b, s->qkv_b, qkv, st));
         if (c->arch != KILN_LLM_GPT2) continue;
         KILN_TRY(upload32(y->norm1_b, s->norm1_b, d));
         KILN_TRY(upload32(y->norm2_b, s->norm2_b, d));
@@ -170,17 +219,8 @@ static kiln_status upload_weights(kiln_llm_cuda *g, const kiln_llm_model *m, uin
         KILN_TRY(upload16(g, y->up_b, s->up_b, ff, st));
         KILN_TRY(upload16(g, y->down_b, s->down_b, d, st));
     }
+    KILN_CUDA_TRY(cudaStreamSynchronize(g->stream));
     return KILN_OK;
-}
-
-/* Largest array of 16-bit weights (the host staging of upload_weights). */
-static size_t largest_weight(const kiln_llm_config *c) {
-    const size_t d = (size_t)c->d_model, ff = (size_t)c->d_ff, qkv = (size_t)(c->n_head + 2 * c->n_kv_head) * c->head_dim;
-    const size_t cand[] = {(size_t)c->vocab * d, (size_t)c->max_pos * d, qkv * d, d * (size_t)c->n_head * c->head_dim,
-                           2 * ff * d};
-    size_t mx = 0;
-    for (size_t i = 0; i < sizeof cand / sizeof *cand; i++) mx = cand[i] > mx ? cand[i] : mx;
-    return mx;
 }
 
 /* Random weights on the device with llm_random.h's scales (each array its own seed). */
@@ -206,6 +246,7 @@ static kiln_status random_weights(kiln_llm_cuda *g, uint64_t seed) {
         MAT(y->o_w, d, qd);
         MAT(y->up_w, up, d);
         MAT(y->down_w, d, ff);
+        if (c->qkv_bias) VEC(y->qkv_b, t, qkv, 0.0f, 0.1f);
         if (c->arch != KILN_LLM_GPT2) continue;
         VEC(y->norm1_b, f, d, 0.0f, 0.1f);
         VEC(y->norm2_b, f, d, 0.0f, 0.1f);
@@ -281,9 +322,10 @@ static kiln_status create(const kiln_llm_config *c, kiln_dtype dtype, const kiln
     g->opt = *o;
     kiln_status s = create_common(g);
     if (s == KILN_OK && m) {
-        uint16_t *staging = malloc(largest_weight(c) * 2);
-        s = staging ? upload_weights(g, m, staging) : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
-        free(staging);
+        staging st;
+        s = staging_create(m, &st);
+        if (s == KILN_OK) s = upload_weights(g, m, &st);
+        staging_free(&st);
     } else if (s == KILN_OK) {
         s = random_weights(g, seed);
     }

@@ -65,7 +65,7 @@ static kiln_status check_batch(const kiln_llm_cuda *g, const kiln_llm_cuda_kv *k
  * finished), copies it to g->meta_dev, and points s at the device copy. */
 static kiln_status stage_meta(kiln_llm_cuda *g, const kiln_llm_batch *b, llmc_step *s) {
     const kiln_llm_config *c = &g->cfg;
-    const int n = b->n_tokens, ns = b->n_seqs, half = c->head_dim / 2;
+    const int n = b->n_tokens, ns = b->n_seqs, half = kiln_llm_rope_dim(c) / 2;
     KILN_CUDA_TRY(cudaEventSynchronize(g->meta_done));
     int32_t *hi = (int32_t *)g->meta_host;
     const int32_t *di = (const int32_t *)g->meta_dev;
@@ -98,8 +98,8 @@ static kiln_status stage_meta(kiln_llm_cuda *g, const kiln_llm_batch *b, llmc_st
 #undef PUT
     size_t bytes = (off * 4 + 7) / 8 * 8;
     if (c->arch == KILN_LLM_LLAMA) {
-        /* dynamic NTK scaling depends on each sequence's length; the others share one table */
-        const bool per_seq = c->rope_scaling == KILN_ROPE_DYNAMIC;
+        /* dynamic NTK scaling and LongRoPE depend on each sequence's length; the others share one table */
+        const bool per_seq = c->rope_scaling == KILN_ROPE_DYNAMIC || c->rope_scaling == KILN_ROPE_LONGROPE;
         double *hd = (double *)((char *)g->meta_host + bytes);
         for (int i = 0; i < (per_seq ? ns : 1); i++) kiln_llm_rope_inv_freq(c, b->ctx_len[i], hd + (size_t)i * half);
         s->inv_freq = (const double *)((const char *)g->meta_dev + bytes);

@@ -24,7 +24,8 @@ extern "C" {
 #define LLMC_MAX_D 12288                     /* widest d_model of the norm kernel (its row in shared memory) */
 
 /* One decoder layer on the device: norm parameters in FP32, matrices ([out, in] row-major, as
- * llm_internal.h) and biases in the model dtype. Biases and norm shifts are NULL for Llama. */
+ * llm_internal.h) and biases in the model dtype. Biases and norm shifts are NULL for the Llama-like
+ * families, but qkv_b with cfg.qkv_bias (Qwen2). */
 typedef struct llmc_layer {
     float *norm1_w, *norm1_b, *norm2_w, *norm2_b;
     void *qkv_w, *qkv_b, *o_w, *o_b, *up_w, *up_b, *down_w, *down_b;
@@ -122,7 +123,7 @@ typedef struct llmc_step {
     int table_stride;            /* block table row length on the device */
     int inv_freq_stride;         /* 0: one RoPE table for all sequences, else head_dim / 2 */
     const int32_t *tokens, *positions, *tok_seq, *out_rows, *seq_start, *ctx_len, *table;
-    const double *inv_freq;      /* [n_seqs or 1][head_dim / 2]; NULL for GPT-2 */
+    const double *inv_freq;      /* [n_seqs or 1][rotary dims / 2]; NULL for GPT-2 */
 } llmc_step;
 
 /* Keys and values of layer l. */
@@ -146,31 +147,35 @@ const char *llmc_gemv_config_name(int cfg);
 kiln_status llmc_gemv_mode_from_env(int *mode);
 
 /* llm_cuda_ops.cu */
-/* x[t] = tok_emb[tokens[t]] (+ pos_emb[positions[t]]) in FP32. */
+/* x[t] = tok_emb[tokens[t]] (+ pos_emb[positions[t]]) in FP32, times sqrt(d_model) with cfg.scale_emb. */
 kiln_status llmc_embed(kiln_llm_cuda *g, const llmc_step *s);
 /* For output row r of n_rows, t = rows ? rows[r] : r: v = x[t] (+ delta[t], a g->dtype [*, d_model]
- * array, when not NULL), stored back into x[t] when store; h[r] = norm(v) with w and b (b NULL:
- * RMSNorm), statistics in FP32. */
+ * array, when not NULL), stored back into x[t] when store; h[r] = norm(v) with w (+ 1 for Gemma) and b
+ * (b NULL: RMSNorm), statistics in FP32. */
 kiln_status llmc_add_norm(kiln_llm_cuda *g, int n_rows, const int32_t *rows, const void *delta, bool store,
                           const float *w, const float *b);
 /* llmc_add_norm on plain parameters: x [*, d] FP32 (d <= LLMC_MAX_D), delta [*, d] and h [n_rows, d]
- * in dtype (KILN_F16 or KILN_BF16), eps the norm's epsilon; enqueued on stream. */
+ * in dtype (KILN_F16 or KILN_BF16), the norm's weight w + w_offset (0, or 1 for Gemma), eps its
+ * epsilon; enqueued on stream. */
 kiln_status llmc_add_norm_launch(kiln_dtype dtype, cudaStream_t stream, float *x, int d, int n_rows,
-                                 const int32_t *rows, const void *delta, bool store, const float *w, const float *b,
-                                 float eps, void *h);
-/* Per token: RoPE on its q and k heads in g->qkv (Llama), then its k and v heads into the cache slot
- * of its position. */
+                                 const int32_t *rows, const void *delta, bool store, const float *w, float w_offset,
+                                 const float *b, float eps, void *h);
+/* Per token: RoPE on the rotary dims of its q and k heads in g->qkv (not GPT-2), then its k and v
+ * heads into the cache slot of its position. */
 kiln_status llmc_rope_kv_write(kiln_llm_cuda *g, const llmc_step *s, void *kc, void *vc, int block_size);
 
 /* llmc_rope_kv_write on plain parameters: for token t < n_tokens (sequence tok_seq[t], position
  * positions[t]), its n_head q heads, n_kv_head k heads and n_kv_head v heads of head_dim (even, <=
- * LLMC_MAX_HEAD_DIM) at qkv + t * ldq; with inv_freq ([sequences or 1][head_dim / 2], row stride
- * inv_freq_stride, 0: one row for all) q and k are rotated in place (HF's rotate_half, angles
- * position * inv_freq in double), then k and v go to slot position % block_size of block
- * table[seq * table_stride + position / block_size] of kc / vc (kv_cache.h's layout, one layer). */
+ * LLMC_MAX_HEAD_DIM) at qkv + t * ldq; with inv_freq ([sequences or 1][rotated dims / 2], row stride
+ * inv_freq_stride, 0: one row for all) the first rot_dim dims of q and k are rotated in place (HF's
+ * rotate_half over them, angles position * inv_freq in double, cos and sin times rope_scale), then k
+ * and v go to slot position % block_size of block table[seq * table_stride + position / block_size]
+ * of kc / vc (kv_cache.h's layout, one layer). */
 typedef struct llmc_rope_kv {
     kiln_dtype dtype; /* KILN_F16 or KILN_BF16 */
     int n_tokens, n_head, n_kv_head, head_dim, block_size;
+    int rot_dim;       /* even, <= head_dim; 0: head_dim (Phi-3's partial RoPE rotates fewer) */
+    double rope_scale; /* cos and sin times it (LongRoPE's attention factor); 0: 1 */
     void *qkv;
     int ldq;
     const int32_t *positions, *tok_seq;
@@ -181,8 +186,8 @@ typedef struct llmc_rope_kv {
     void *kc, *vc;
 } llmc_rope_kv;
 kiln_status llmc_rope_kv_launch(const llmc_rope_kv *a, cudaStream_t stream);
-/* GPT-2: g->mlp[n, d_ff] = GELU(tanh) in place. Llama: the gate half of g->mlp[n, 2 d_ff] becomes
- * SiLU(gate) * up. */
+/* GPT-2: g->mlp[n, d_ff] = GELU(tanh) in place. The others: the gate half of g->mlp[n, 2 d_ff] becomes
+ * SiLU(gate) * up, or GELU(tanh)(gate) * up (cfg.gate_act). */
 kiln_status llmc_activation(kiln_llm_cuda *g, int n);
 /* greedy[r] = argmax of g->logits row r (lowest index on ties), r < n_rows. */
 kiln_status llmc_argmax(kiln_llm_cuda *g, int n_rows);

@@ -1,9 +1,11 @@
 /* llm_cuda_ops.cu — the per-token kernels of the LLM forward on CUDA: embedding (+ GPT-2's learned
- * positions), residual add fused with LayerNorm / RMSNorm (FP32 statistics, two passes over the row
- * kept in shared memory), RoPE fused with the KV cache write, GELU(tanh) and SwiGLU, the greedy
- * argmax of the logits, and the random fill of benchmark weights. Each mirrors the CPU op of
+ * positions, times Gemma's scale), residual add fused with LayerNorm / RMSNorm (FP32 statistics, two
+ * passes over the row kept in shared memory; Gemma's 1 + w), RoPE (whole or partial, LongRoPE's scale)
+ * fused with the KV cache write, GELU(tanh), SwiGLU and GeGLU, the greedy argmax of the logits, and
+ * the random fill of benchmark weights. Each mirrors the CPU op of
  * llm_cpu_ops.c on values rounded to the model dtype between kernels. */
 #include "llm/cuda/llm_cuda_util.cuh"
+#include "llm/llm_internal.h" /* kiln_llm_rope_dim, kiln_llm_rope_scale, kiln_llm_norm_offset */
 
 #include <math.h>
 #include <string.h>
@@ -12,19 +14,22 @@
 
 /* ---------------------------------------------------------------- embedding */
 
+/* scale: 1, or sqrt(d_model) for Gemma (exact for 1, so the other families' values are unchanged). */
 template <typename T>
 __global__ void embed_kernel(float *__restrict__ x, const T *__restrict__ tok, const T *__restrict__ pos,
-                             const int32_t *__restrict__ tokens, const int32_t *__restrict__ positions, int d) {
+                             const int32_t *__restrict__ tokens, const int32_t *__restrict__ positions, int d,
+                             float scale) {
     const int t = blockIdx.x;
     const T *e = tok + (size_t)tokens[t] * d;
     const T *p = pos ? pos + (size_t)positions[t] * d : NULL;
     float *xr = x + (size_t)t * d;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) xr[i] = ku_f32(e[i]) + (p ? ku_f32(p[i]) : 0.0f);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) xr[i] = (ku_f32(e[i]) + (p ? ku_f32(p[i]) : 0.0f)) * scale;
 }
 
 template <typename T> static kiln_status launch_embed(kiln_llm_cuda *g, const llmc_step *s) {
+    const float scale = g->cfg.scale_emb ? sqrtf((float)g->cfg.d_model) : 1.0f;
     embed_kernel<T><<<s->n_tokens, OPS_THREADS, 0, g->stream>>>(g->x, (const T *)g->tok_emb, (const T *)g->pos_emb,
-                                                              s->tokens, s->positions, g->cfg.d_model);
+                                                              s->tokens, s->positions, g->cfg.d_model, scale);
     KILN_CUDA_LAUNCH_CHECK("embed_kernel");
     return KILN_OK;
 }
@@ -36,8 +41,8 @@ extern "C" kiln_status llmc_embed(kiln_llm_cuda *g, const llmc_step *s) { return
 /* One block per output row; the row's d values live in shared memory between the passes. */
 template <typename T>
 __global__ void add_norm_kernel(float *__restrict__ x, const T *__restrict__ delta, const int32_t *__restrict__ rows,
-                                int d, int store, const float *__restrict__ w, const float *__restrict__ b, float eps,
-                                T *__restrict__ h) {
+                                int d, int store, const float *__restrict__ w, float w_offset,
+                                const float *__restrict__ b, float eps, T *__restrict__ h) {
     extern __shared__ float row[];
     __shared__ float red[32];
     const int r = blockIdx.x, t = rows ? rows[r] : r;
@@ -55,54 +60,58 @@ __global__ void add_norm_kernel(float *__restrict__ x, const T *__restrict__ del
     for (int i = threadIdx.x; i < d; i += blockDim.x) sq += (row[i] - mean) * (row[i] - mean);
     const float rs = rsqrtf(ku_block_sum(sq, red) / (float)d + eps);
     T *hr = h + (size_t)r * d;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) hr[i] = ku_from_f32<T>((row[i] - mean) * rs * w[i] + (b ? b[i] : 0.0f));
+    for (int i = threadIdx.x; i < d; i += blockDim.x)
+        hr[i] = ku_from_f32<T>((row[i] - mean) * rs * (w[i] + w_offset) + (b ? b[i] : 0.0f));
 }
 
 template <typename T>
 static kiln_status launch_add_norm(cudaStream_t stream, float *x, int d, int n_rows, const int32_t *rows,
-                                   const void *delta, bool store, const float *w, const float *b, float eps, void *h) {
+                                   const void *delta, bool store, const float *w, float w_offset, const float *b,
+                                   float eps, void *h) {
     static unsigned long long done; /* rows of up to LLMC_MAX_D floats: past 48 KB with the static reduction */
     KILN_TRY(lc_smem_opt_in(add_norm_kernel<T>, (size_t)LLMC_MAX_D * sizeof(float), false, &done, stream));
     add_norm_kernel<T><<<n_rows, OPS_THREADS, (size_t)d * sizeof(float), stream>>>(x, (const T *)delta, rows, d,
-                                                                                 store ? 1 : 0, w, b, eps, (T *)h);
+                                                                                 store ? 1 : 0, w, w_offset, b, eps,
+                                                                                 (T *)h);
     KILN_CUDA_LAUNCH_CHECK("add_norm_kernel");
     return KILN_OK;
 }
 
 extern "C" kiln_status llmc_add_norm_launch(kiln_dtype dtype, cudaStream_t stream, float *x, int d, int n_rows,
                                             const int32_t *rows, const void *delta, bool store, const float *w,
-                                            const float *b, float eps, void *h) {
+                                            float w_offset, const float *b, float eps, void *h) {
     if ((dtype != KILN_F16 && dtype != KILN_BF16) || d < 1 || d > LLMC_MAX_D || n_rows < 0)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "add + norm: d %d (1..%d), %d rows, %s: unsupported", d, LLMC_MAX_D,
                           n_rows, kiln_dtype_name(dtype));
     if (n_rows == 0) return KILN_OK;
-    return LC_DISPATCH(dtype, launch_add_norm, stream, x, d, n_rows, rows, delta, store, w, b, eps, h);
+    return LC_DISPATCH(dtype, launch_add_norm, stream, x, d, n_rows, rows, delta, store, w, w_offset, b, eps, h);
 }
 
 extern "C" kiln_status llmc_add_norm(kiln_llm_cuda *g, int n_rows, const int32_t *rows, const void *delta, bool store,
                                      const float *w, const float *b) {
-    return llmc_add_norm_launch(g->dtype, g->stream, g->x, g->cfg.d_model, n_rows, rows, delta, store, w, b,
-                                g->cfg.norm_eps, g->h);
+    return llmc_add_norm_launch(g->dtype, g->stream, g->x, g->cfg.d_model, n_rows, rows, delta, store, w,
+                                kiln_llm_norm_offset(&g->cfg), b, g->cfg.norm_eps, g->h);
 }
 
 /* ---------------------------------------------------------------- RoPE + KV cache write */
 
-/* One block per token. With inv_freq (Llama) its q and k heads are rotated in place by HF's
- * rotate_half convention (cos/sin of position * inv_freq computed in double, rounded to FP32, as the
- * CPU does); then its k and v heads go to slot (pos % bs) of block table[pos / bs]. */
+/* One block per token. With inv_freq (not GPT-2) the first rot dims of its q and k heads are rotated in
+ * place by HF's rotate_half convention over those dims (cos/sin of position * inv_freq, times rscale
+ * (LongRoPE's attention factor, else 1), computed in double, rounded to FP32, as the CPU does); then
+ * its k and v heads go to slot (pos % bs) of block table[pos / bs]. */
 template <typename T>
 __global__ void rope_kv_kernel(T *__restrict__ qkv, int ldq, const int32_t *__restrict__ positions,
                                const int32_t *__restrict__ tok_seq, const double *__restrict__ inv_freq, int freq_stride,
                                const int32_t *__restrict__ table, int table_stride, T *__restrict__ kc,
-                               T *__restrict__ vc, int n_head, int n_kv_head, int hd, int bs) {
-    extern __shared__ float cs[]; /* [hd / 2] cos, then [hd / 2] sin */
-    const int t = blockIdx.x, pos = positions[t], seq = tok_seq[t], half = hd / 2;
+                               T *__restrict__ vc, int n_head, int n_kv_head, int hd, int rot, double rscale, int bs) {
+    extern __shared__ float cs[]; /* [rot / 2] cos, then [rot / 2] sin */
+    const int t = blockIdx.x, pos = positions[t], seq = tok_seq[t], half = rot / 2;
     T *q = qkv + (size_t)t * ldq, *k = q + (size_t)n_head * hd, *v = k + (size_t)n_kv_head * hd;
     if (inv_freq) {
         for (int i = threadIdx.x; i < half; i += blockDim.x) {
             double a = (double)pos * inv_freq[(size_t)seq * freq_stride + i];
-            cs[i] = (float)cos(a);
-            cs[half + i] = (float)sin(a);
+            cs[i] = (float)(cos(a) * rscale);
+            cs[half + i] = (float)(sin(a) * rscale);
         }
         __syncthreads();
         for (int idx = threadIdx.x; idx < (n_head + n_kv_head) * half; idx += blockDim.x) {
@@ -126,17 +135,20 @@ __global__ void rope_kv_kernel(T *__restrict__ qkv, int ldq, const int32_t *__re
 template <typename T> static kiln_status launch_rope_kv(const llmc_rope_kv *a, cudaStream_t stream) {
     rope_kv_kernel<T><<<a->n_tokens, OPS_THREADS, (size_t)a->head_dim * sizeof(float), stream>>>(
         (T *)a->qkv, a->ldq, a->positions, a->tok_seq, a->inv_freq, a->inv_freq_stride, a->table, a->table_stride,
-        (T *)a->kc, (T *)a->vc, a->n_head, a->n_kv_head, a->head_dim, a->block_size);
+        (T *)a->kc, (T *)a->vc, a->n_head, a->n_kv_head, a->head_dim, a->rot_dim ? a->rot_dim : a->head_dim,
+        a->rope_scale ? a->rope_scale : 1.0, a->block_size);
     KILN_CUDA_LAUNCH_CHECK("rope_kv_kernel");
     return KILN_OK;
 }
 
 extern "C" kiln_status llmc_rope_kv_launch(const llmc_rope_kv *a, cudaStream_t stream) {
     if ((a->dtype != KILN_F16 && a->dtype != KILN_BF16) || a->head_dim < 2 || a->head_dim % 2 ||
-        a->head_dim > LLMC_MAX_HEAD_DIM || a->n_head < 1 || a->n_kv_head < 1 || a->block_size < 1 || a->n_tokens < 0)
-        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "RoPE + KV write: head_dim %d, %d heads, %d KV heads, block_size "
-                          "%d, %d tokens, %s: unsupported", a->head_dim, a->n_head, a->n_kv_head, a->block_size,
-                          a->n_tokens, kiln_dtype_name(a->dtype));
+        a->head_dim > LLMC_MAX_HEAD_DIM || a->n_head < 1 || a->n_kv_head < 1 || a->block_size < 1 || a->n_tokens < 0 ||
+        a->rot_dim < 0 || a->rot_dim % 2 || a->rot_dim > a->head_dim || !(a->rope_scale >= 0))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "RoPE + KV write: head_dim %d (rotated %d, scale %g), %d heads, %d "
+                          "KV heads, block_size %d, %d tokens, %s: unsupported", a->head_dim, a->rot_dim,
+                          a->rope_scale, a->n_head, a->n_kv_head, a->block_size, a->n_tokens,
+                          kiln_dtype_name(a->dtype));
     if (a->n_tokens == 0) return KILN_OK;
     return LC_DISPATCH(a->dtype, launch_rope_kv, a, stream);
 }
@@ -150,6 +162,8 @@ extern "C" kiln_status llmc_rope_kv_write(kiln_llm_cuda *g, const llmc_step *s, 
     a.n_head = c->n_head;
     a.n_kv_head = c->n_kv_head;
     a.head_dim = c->head_dim;
+    a.rot_dim = kiln_llm_rope_dim(c);
+    a.rope_scale = kiln_llm_rope_scale(c);
     a.block_size = block_size;
     a.qkv = g->qkv;
     a.ldq = (c->n_head + 2 * c->n_kv_head) * c->head_dim;
@@ -174,13 +188,15 @@ template <typename T> __global__ void gelu_kernel(T *__restrict__ x, size_t coun
     }
 }
 
-/* Rows [gate | up] of width 2 ff: gate = SiLU(gate) * up. */
-template <typename T> __global__ void swiglu_kernel(T *__restrict__ gu, int ff, size_t count) {
+/* Rows [gate | up] of width 2 ff: gate = SiLU(gate) * up, or GELU(tanh)(gate) * up with GELU. */
+template <typename T, bool GELU> __global__ void gated_kernel(T *__restrict__ gu, int ff, size_t count) {
+    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
         const size_t t = i / (size_t)ff, j = i - t * (size_t)ff;
         T *gp = gu + t * 2 * (size_t)ff + j;
         float gv = ku_f32(gp[0]), uv = ku_f32(gp[ff]);
-        gp[0] = ku_from_f32<T>(gv / (1.0f + expf(-gv)) * uv);
+        const float act = GELU ? 0.5f * gv * (1.0f + tanhf(k * (gv + 0.044715f * gv * gv * gv))) : gv / (1.0f + expf(-gv));
+        gp[0] = ku_from_f32<T>(act * uv);
     }
 }
 
@@ -192,9 +208,12 @@ template <typename T> static kiln_status launch_activation(kiln_llm_cuda *g, int
     if (g->cfg.arch == KILN_LLM_GPT2) {
         gelu_kernel<T><<<(unsigned)blocks, OPS_THREADS, 0, g->stream>>>((T *)g->mlp, count);
         KILN_CUDA_LAUNCH_CHECK("gelu_kernel");
+    } else if (g->cfg.gate_act == KILN_GATE_GELU_TANH) {
+        gated_kernel<T, true><<<(unsigned)blocks, OPS_THREADS, 0, g->stream>>>((T *)g->mlp, g->cfg.d_ff, count);
+        KILN_CUDA_LAUNCH_CHECK("gated_kernel (GeGLU)");
     } else {
-        swiglu_kernel<T><<<(unsigned)blocks, OPS_THREADS, 0, g->stream>>>((T *)g->mlp, g->cfg.d_ff, count);
-        KILN_CUDA_LAUNCH_CHECK("swiglu_kernel");
+        gated_kernel<T, false><<<(unsigned)blocks, OPS_THREADS, 0, g->stream>>>((T *)g->mlp, g->cfg.d_ff, count);
+        KILN_CUDA_LAUNCH_CHECK("gated_kernel (SwiGLU)");
     }
     return KILN_OK;
 }

@@ -1,0 +1,59 @@
+/* quant_ops.h — kiln's integer layers: the contract between the Q/DQ folding pass
+ * (passes/fuse_qdq.c), shape inference (ir/infer_quant.c) and every backend's kernels. They live in
+ * the "kiln" domain (opset 1) next to the float fused ops (ir/fused_ops.h), and every parameter is an
+ * ordinary attribute (FLOAT, INT, FLOATS, INTS, STRING), so an engine stores them as they are and a
+ * GPU backend reads them at plan time; the tensors are the quantized ones.
+ *
+ * kiln.QConv    Y = out(act(x_scale * w_scale[m] * sum (X - x_zero_point)(W - w_zero_point[m]) + B[m]))
+ *     inputs  X (int8 / uint8, [N, C, D1..Dk]), W (int8 / uint8, [M, C/group, k1..kk]), B (optional,
+ *             float32 [M], added in float after the scaling)
+ *     attrs   Conv's window attributes (auto_pad, dilations, group, kernel_shape, pads, strides)
+ * kiln.QMatMul  Y = out(act(x_scale * w_scale[j] * sum_k (A[.., k] - x_zero_point)(B[k, j] - w_zero_point[j]) + bias[j]))
+ *     inputs  A (int8 / uint8, [..., M, K]), B (int8 / uint8, 2-D [K, N]), bias (optional, float32 [N])
+ *     attrs   none of its own
+ * Common attributes:
+ *     x_scale (float > 0), x_zero_point (int, default 0, within X's type): the input's quantization;
+ *     w_scale (floats, 1 or M / N values > 0), w_zero_point (ints, absent or 1 or as many as w_scale,
+ *             within W's type): per-tensor or per-output-channel weight quantization;
+ *     activation, activation_params: as in fused_ops.h (applied in float32 to the scaled sum);
+ *     y_dtype (int, an ONNX dtype: 1 float32, 2 uint8, 3 int8; default 1): with float32 the result is
+ *             that float; otherwise out(v) = saturate(round_half_even(v / y_scale) + y_zero_point) of
+ *             y_dtype, with y_scale (float > 0) and y_zero_point (int, default 0).
+ * The sum is exact (int32 accumulation); scaling, bias and activation are float32. */
+#ifndef KILN_IR_QUANT_OPS_H
+#define KILN_IR_QUANT_OPS_H
+
+#include "ir/fused_ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The parameters of one kiln.QConv / kiln.QMatMul node (arrays borrowed from its attributes). */
+typedef struct kiln_quant_layer {
+    float x_scale;
+    int32_t x_zero_point;
+    int nw;                       /* entries of w_scale (1: per-tensor) */
+    const float *w_scale;
+    int nwzp;                     /* entries of w_zero_point: 0 (all zero), 1 or nw */
+    const int64_t *w_zero_point;
+    kiln_act act;
+    kiln_dtype y_dtype;           /* KILN_F32, KILN_U8 or KILN_I8 */
+    float y_scale;                /* when y_dtype is an integer type */
+    int32_t y_zero_point;
+} kiln_quant_layer;
+
+/* Reads and checks node n's quantization attributes (above). Fails with KILN_ERR_INVALID_ARGUMENT
+ * naming the attribute when one is missing, out of range or of the wrong length. */
+kiln_status kiln_quant_layer_read(const kiln_node *n, kiln_quant_layer *q);
+
+/* How many integer layers (kiln.QConv, kiln.QMatMul) graph g holds. */
+int kiln_graph_int8_layers(const kiln_graph *g);
+
+/* Whether QuantizeLinear / DequantizeLinear compute in type t (int8, uint8, int16, uint16). */
+bool kiln_quant_dtype_ok(kiln_dtype t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,351 @@
+/* calibrate.c — INT8 post-training calibration (calibrate.h): layer selection, the calibration runs
+ * of the float32 model, and the insertion of Q/DQ nodes. */
+#include "quant/calibrate.h"
+
+#include "core/log.h"
+#include "core/status.h"
+#include "quant/calib_hist.h"
+#include "quant/calib_io.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The layers to quantize and the distinct activation values they read. */
+typedef struct calib_plan {
+    int nlayers, *layers;   /* node ids */
+    int nacts, *acts;       /* value ids, distinct */
+    const char **names;     /* acts' names */
+    double *thresholds;     /* per act */
+} calib_plan;
+
+static void plan_free(calib_plan *p) {
+    free(p->layers), free(p->acts), free(p->names), free(p->thresholds);
+    memset(p, 0, sizeof *p);
+}
+
+static bool is_default_op(const kiln_node *n, const char *op) {
+    return (!n->domain[0] || !strcmp(n->domain, "ai.onnx")) && !strcmp(n->op_type, op);
+}
+
+/* Whether node n is a layer the calibration quantizes: a Conv, MatMul or Gemm (transA 0, alpha and
+ * beta 1) with a float32 activation input 0 that is not a constant and constant float32 weights
+ * (Conv: rank >= 3; MatMul, Gemm: 2-D). */
+static bool quantizable(const kiln_graph *g, const kiln_node *n) {
+    bool conv = is_default_op(n, "Conv"), mm = is_default_op(n, "MatMul"), gemm = is_default_op(n, "Gemm");
+    if ((!conv && !mm && !gemm) || n->ninputs < 2 || n->inputs[0] < 0 || n->inputs[1] < 0) return false;
+    if (gemm && (kiln_attr_int(n, "transA", 0) || kiln_attr_float(n, "alpha", 1.0f) != 1.0f ||
+                 kiln_attr_float(n, "beta", 1.0f) != 1.0f))
+        return false;
+    const kiln_value *x = &g->values[n->inputs[0]], *w = &g->values[n->inputs[1]];
+    if (x->constant || x->dtype != KILN_F32 || !w->constant || w->constant->dtype != KILN_F32) return false;
+    return conv ? w->constant->ndim >= 3 : w->constant->ndim == 2;
+}
+
+/* The output-channel axis of layer n's weights: Conv 0, MatMul 1, Gemm 1 (0 with transB). */
+static int weight_axis(const kiln_node *n) {
+    if (is_default_op(n, "Conv")) return 0;
+    return is_default_op(n, "Gemm") && kiln_attr_int(n, "transB", 0) ? 0 : 1;
+}
+
+static kiln_status plan_make(const kiln_graph *g, calib_plan *p) {
+    memset(p, 0, sizeof *p);
+    p->layers = malloc(((size_t)g->nnodes + 1) * sizeof *p->layers);
+    p->acts = malloc(((size_t)g->nnodes + 1) * sizeof *p->acts);
+    p->names = malloc(((size_t)g->nnodes + 1) * sizeof *p->names);
+    p->thresholds = calloc((size_t)g->nnodes + 1, sizeof *p->thresholds);
+    if (!p->layers || !p->acts || !p->names || !p->thresholds) {
+        plan_free(p);
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory planning the calibration");
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        if (!quantizable(g, n)) continue;
+        p->layers[p->nlayers++] = i;
+        int a = 0;
+        while (a < p->nacts && p->acts[a] != n->inputs[0]) a++;
+        if (a == p->nacts) {
+            p->acts[p->nacts] = n->inputs[0];
+            p->names[p->nacts++] = g->values[n->inputs[0]].name;
+        }
+    }
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ calibration runs */
+
+/* Where each activation is read in the float32 engine: output index, or -(input index + 1). */
+static kiln_status locate(kiln_engine *e, const calib_plan *p, int *where) {
+    for (int a = 0; a < p->nacts; a++) {
+        where[a] = INT32_MIN;
+        kiln_tensor_desc d;
+        for (int i = 0; i < kiln_engine_num_outputs(e) && where[a] == INT32_MIN; i++)
+            if (kiln_engine_output(e, i, &d) == KILN_OK && !strcmp(d.name, p->names[a])) where[a] = i;
+        for (int i = 0; i < kiln_engine_num_inputs(e) && where[a] == INT32_MIN; i++)
+            if (kiln_engine_input(e, i, &d) == KILN_OK && !strcmp(d.name, p->names[a])) where[a] = -(i + 1);
+        if (where[a] == INT32_MIN)
+            return kiln_error(KILN_ERR_INTERNAL, "calibration: tensor '%s' is not visible in the float32 model",
+                              p->names[a]);
+    }
+    return KILN_OK;
+}
+
+/* Runs batch b through context c; inputs[] receives the batch (owned, released by the caller). */
+static kiln_status run_batch(kiln_engine *e, kiln_context *c, const kiln_calib_batches *bs, int b, kiln_tensor *inputs) {
+    for (int i = 0; i < bs->ninputs; i++) {
+        kiln_tensor_desc d;
+        KILN_TRY(kiln_engine_input(e, i, &d));
+        const char *path = bs->paths[b * bs->ninputs + i];
+        KILN_TRY(kiln_calib_batch_load(bs, b, i, &inputs[i]));
+        kiln_status s = kiln_context_set_input(c, d.name, inputs[i].dtype, inputs[i].ndim, inputs[i].dims, inputs[i].data);
+        if (s != KILN_OK) return kiln_error_prefix(s, "calibration batch '%s'", path);
+    }
+    return kiln_context_run(c);
+}
+
+/* The float32 data and element count of activation a after a run (where: locate's). */
+static kiln_status act_data(kiln_context *c, const kiln_tensor *inputs, int where, const float **x, int64_t *n) {
+    if (where < 0) {
+        const kiln_tensor *t = &inputs[-where - 1];
+        *x = t->data;
+        *n = kiln_tensor_numel(t);
+        return KILN_OK;
+    }
+    kiln_tensor_desc d;
+    const void *data;
+    KILN_TRY(kiln_context_output(c, where, &d, &data));
+    *x = data;
+    *n = kiln_numel(d.ndim, d.dims);
+    return KILN_OK;
+}
+
+/* One pass over the batches: hists == NULL gathers each activation's max |x| into amax[], else adds
+ * to hists[]. */
+static kiln_status calib_pass(kiln_engine *e, kiln_context *c, const kiln_calib_batches *bs, const calib_plan *p,
+                              const int *where, float *amax, kiln_calib_hist *hists) {
+    kiln_status s = KILN_OK;
+    kiln_tensor *inputs = calloc((size_t)bs->ninputs, sizeof *inputs);
+    if (!inputs) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int b = 0; s == KILN_OK && b < bs->nbatches; b++) {
+        s = run_batch(e, c, bs, b, inputs);
+        for (int a = 0; s == KILN_OK && a < p->nacts; a++) {
+            const float *x;
+            int64_t n;
+            s = act_data(c, inputs, where[a], &x, &n);
+            if (s != KILN_OK) break;
+            if (hists) {
+                kiln_calib_hist_add(&hists[a], x, n);
+                continue;
+            }
+            for (int64_t i = 0; i < n; i++)
+                if (fabsf(x[i]) > amax[a]) amax[a] = fabsf(x[i]);
+        }
+        for (int i = 0; i < bs->ninputs; i++) kiln_tensor_release(&inputs[i]);
+    }
+    free(inputs);
+    return s;
+}
+
+/* Runs the float32 model over the batches of opts->calib_dir and fills p->thresholds. */
+static kiln_status collect(const char *model_path, const kiln_build_options *opts, const kiln_calib_method *m,
+                           calib_plan *p) {
+    kiln_build_options fo = {0};
+    fo.target = "cpu";
+    fo.mark_all_outputs = true;
+    kiln_engine *e = NULL;
+    kiln_context *c = NULL;
+    kiln_calib_batches bs = {0};
+    int *where = malloc((size_t)p->nacts * sizeof *where);
+    float *amax = calloc((size_t)p->nacts, sizeof *amax);
+    kiln_calib_hist *hists = NULL;
+    const char **in_names = NULL;
+    kiln_status s = where && amax ? KILN_OK : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    kiln_log_level saved = kiln_log_level_current;
+    kiln_log_set_level(KILN_LOG_WARN); /* the float32 build's own log is not the user's build */
+    if (s == KILN_OK) s = kiln_build_onnx(model_path, &fo, &e);
+    kiln_log_set_level(saved);
+    if (s == KILN_OK) s = kiln_context_create(e, &c);
+    if (s == KILN_OK) s = locate(e, p, where);
+    int nin = e ? kiln_engine_num_inputs(e) : 0;
+    if (s == KILN_OK && !(in_names = calloc((size_t)nin + 1, sizeof *in_names)))
+        s = kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int i = 0; s == KILN_OK && i < nin; i++) {
+        kiln_tensor_desc d;
+        s = kiln_engine_input(e, i, &d);
+        in_names[i] = d.name;
+    }
+    if (s == KILN_OK) s = kiln_calib_batches_find(opts->calib_dir, nin, in_names, opts->calib_batches, &bs);
+    if (s == KILN_OK) s = calib_pass(e, c, &bs, p, where, amax, NULL);
+    if (s == KILN_OK && m->kind != KILN_CALIB_MINMAX) {
+        if (!(hists = malloc((size_t)p->nacts * sizeof *hists))) s = kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        for (int a = 0; s == KILN_OK && a < p->nacts; a++) kiln_calib_hist_init(&hists[a], amax[a]);
+        if (s == KILN_OK) s = calib_pass(e, c, &bs, p, where, NULL, hists);
+    }
+    for (int a = 0; s == KILN_OK && a < p->nacts; a++)
+        if (!isfinite(amax[a]))
+            s = kiln_error(KILN_ERR_INVALID_ARGUMENT, "calibration: tensor '%s' has infinite values on the calibration "
+                           "data; it cannot be quantized", p->names[a]);
+    for (int a = 0; s == KILN_OK && a < p->nacts; a++) {
+        kiln_calib_hist h;
+        if (!hists) {
+            kiln_calib_hist_init(&h, amax[a]);
+            h.amax = amax[a];
+        }
+        p->thresholds[a] = kiln_calib_threshold(hists ? &hists[a] : &h, m);
+        KILN_LOG(KILN_LOG_VERBOSE, "int8: '%s' max |x| %g, threshold %g", p->names[a], amax[a], p->thresholds[a]);
+    }
+    if (s == KILN_OK) KILN_LOG(KILN_LOG_INFO, "int8: calibrated %d tensors over %d batches", p->nacts, bs.nbatches);
+    kiln_calib_batches_free(&bs);
+    free(in_names), free(where), free(amax), free(hists);
+    kiln_context_free(c);
+    kiln_engine_free(e);
+    return s;
+}
+
+/* ------------------------------------------------------------------ Q/DQ insertion */
+
+/* A new constant of t (taken), named from hint. */
+static kiln_status add_const(kiln_graph *g, const char *hint, kiln_tensor *t, int *id) {
+    KILN_TRY(kiln_graph_new_value(g, hint, id));
+    return kiln_graph_set_constant(g, *id, t);
+}
+
+static kiln_status scalar_const(kiln_graph *g, const char *hint, kiln_dtype dt, double v, int *id) {
+    kiln_tensor t = {0};
+    KILN_TRY(kiln_tensor_alloc(&t, dt, 0, NULL));
+    kiln_tensor_set_f64(&t, 0, v);
+    kiln_status s = add_const(g, hint, &t, id);
+    kiln_tensor_release(&t);
+    return s;
+}
+
+/* Adds node op (default domain, opset >= 13) reading ins[0..nin) into a new value named from hint. */
+static kiln_status add_node(kiln_graph *g, const char *op, const char *hint, int nin, const int *ins, int *out,
+                            int *node) {
+    KILN_TRY(kiln_graph_new_value(g, hint, out));
+    KILN_TRY(kiln_graph_add_node(g, op, "", g->values[*out].name, nin, ins, 1, out, node));
+    int64_t opset = kiln_graph_opset(g, "");
+    g->nodes[*node].opset = opset > 13 ? (int)opset : 13;
+    return KILN_OK;
+}
+
+/* x -> QuantizeLinear -> DequantizeLinear with scale threshold / 127 and int8 zero point 0; *dq is
+ * the dequantized value. */
+static kiln_status insert_act_qdq(kiln_graph *g, int x, double threshold, int *dq) {
+    char hint[300];
+    int s, z, q, node;
+    snprintf(hint, sizeof hint, "%.280s_scale", g->values[x].name);
+    KILN_TRY(scalar_const(g, hint, KILN_F32, threshold / 127.0, &s));
+    snprintf(hint, sizeof hint, "%.280s_zero_point", g->values[x].name);
+    KILN_TRY(scalar_const(g, hint, KILN_I8, 0.0, &z));
+    snprintf(hint, sizeof hint, "%.280s_quantized", g->values[x].name);
+    KILN_TRY(add_node(g, "QuantizeLinear", hint, 3, (int[]){x, s, z}, &q, &node));
+    snprintf(hint, sizeof hint, "%.280s_dequantized", g->values[x].name);
+    return add_node(g, "DequantizeLinear", hint, 3, (int[]){q, s, z}, dq, &node);
+}
+
+/* Replaces layer's float32 weights (input 1) with DequantizeLinear of int8 weights quantized
+ * symmetrically per output channel (weight_axis). */
+static kiln_status insert_weight_dq(kiln_graph *g, int layer) {
+    int axis = weight_axis(&g->nodes[layer]), wid = g->nodes[layer].inputs[1];
+    bool channel_major = axis == 0; /* [C, rest...] rather than [K, C] */
+    const kiln_tensor *w = g->values[wid].constant;
+    int64_t C = w->dims[axis], numel = kiln_tensor_numel(w), inner = channel_major ? numel / (C ? C : 1) : 1;
+    kiln_tensor wq = {0}, sc = {0};
+    KILN_TRY(kiln_tensor_alloc(&wq, KILN_I8, w->ndim, w->dims));
+    kiln_status st = kiln_tensor_alloc(&sc, KILN_F32, 1, &C);
+    const float *wd = w->data;
+    int8_t *q = wq.data;
+    float *s = sc.data;
+    for (int64_t c = 0; st == KILN_OK && c < C; c++) {
+        float amax = 0.0f;
+        for (int64_t i = 0; i < numel / (C ? C : 1); i++) {
+            float v = fabsf(channel_major ? wd[c * inner + i] : wd[i * C + c]);
+            if (!isfinite(v) && st == KILN_OK)
+                st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "--int8: the weights of layer '%s' hold a non-finite value",
+                                g->nodes[layer].name);
+            if (v > amax) amax = v;
+        }
+        s[c] = amax > 0.0f ? amax / 127.0f : 1.0f;
+        for (int64_t i = 0; st == KILN_OK && i < numel / (C ? C : 1); i++) {
+            int64_t at = channel_major ? c * inner + i : i * C + c;
+            float r = rintf(wd[at] / s[c]);
+            q[at] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : r);
+        }
+    }
+    char hint[300];
+    int qid = -1, sid = -1, dq, node;
+    snprintf(hint, sizeof hint, "%.280s_int8", g->values[wid].name);
+    if (st == KILN_OK) st = add_const(g, hint, &wq, &qid);
+    snprintf(hint, sizeof hint, "%.280s_scale", g->values[wid].name);
+    if (st == KILN_OK) st = add_const(g, hint, &sc, &sid);
+    kiln_tensor_release(&wq);
+    kiln_tensor_release(&sc);
+    snprintf(hint, sizeof hint, "%.280s_dequantized", g->values[wid].name);
+    if (st == KILN_OK) st = add_node(g, "DequantizeLinear", hint, 2, (int[]){qid, sid}, &dq, &node);
+    if (st != KILN_OK) return st;
+    kiln_attr *a = kiln_node_add_attr(g, &g->nodes[node], "axis", KILN_ATTR_INT);
+    if (!a) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    a->i = axis;
+    g->nodes[layer].inputs[1] = dq;
+    return KILN_OK;
+}
+
+static kiln_status insert_qdq(kiln_graph *g, const calib_plan *p) {
+    for (int a = 0; a < p->nacts; a++) {
+        int dq;
+        KILN_TRY(insert_act_qdq(g, p->acts[a], p->thresholds[a], &dq));
+        for (int l = 0; l < p->nlayers; l++)
+            if (g->nodes[p->layers[l]].inputs[0] == p->acts[a]) g->nodes[p->layers[l]].inputs[0] = dq;
+    }
+    for (int l = 0; l < p->nlayers; l++) KILN_TRY(insert_weight_dq(g, p->layers[l]));
+    KILN_TRY(kiln_graph_resolve_ops(g, NULL));
+    KILN_TRY(kiln_graph_toposort(g));
+    KILN_TRY(kiln_graph_infer_shapes(g));
+    return kiln_graph_verify(g);
+}
+
+/* Fails when g is already quantized (it holds a quantization op): its own scales apply, not ours. */
+static kiln_status require_float_model(const kiln_graph *g) {
+    static const char *const ops[] = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
+                                      "QLinearMatMul", "ConvInteger", "MatMulInteger", NULL};
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; ops[k]; k++)
+            if (is_default_op(&g->nodes[i], ops[k]))
+                return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--int8: the model is already quantized (node '%s' is %s); "
+                                  "build it without --int8 and its own scales are used", g->nodes[i].name, ops[k]);
+    return KILN_OK;
+}
+
+kiln_status kiln_calibrate_int8(kiln_graph *g, const char *model_path, const kiln_build_options *opts) {
+    kiln_calib_method m;
+    KILN_TRY(kiln_calib_method_parse(opts->calibrator, &m));
+    KILN_TRY(require_float_model(g));
+    calib_plan p;
+    KILN_TRY(plan_make(g, &p));
+    if (p.nlayers == 0) {
+        KILN_LOG(KILN_LOG_INFO, "int8: no Conv, MatMul or Gemm with constant float32 weights: nothing to quantize");
+        plan_free(&p);
+        return KILN_OK;
+    }
+    char digest[65], method[32];
+    kiln_calib_method_name(&m, method, sizeof method);
+    bool cached = false;
+    kiln_status s = kiln_calib_model_digest(model_path, digest);
+    if (s == KILN_OK && opts->calib_cache)
+        s = kiln_calib_cache_read(opts->calib_cache, digest, p.nacts, p.names, p.thresholds, &cached);
+    if (s == KILN_OK && cached)
+        KILN_LOG(KILN_LOG_INFO, "int8: %d activation thresholds from the calibration cache '%s'", p.nacts, opts->calib_cache);
+    if (s == KILN_OK && !cached && !opts->calib_dir)
+        s = kiln_error(KILN_ERR_INVALID_ARGUMENT, "--int8 needs calibration data (--calib DIR) or an existing --calib-cache");
+    if (s == KILN_OK && !cached) s = collect(model_path, opts, &m, &p);
+    if (s == KILN_OK && !cached && opts->calib_cache)
+        s = kiln_calib_cache_write(opts->calib_cache, digest, method, p.nacts, p.names, p.thresholds);
+    if (s == KILN_OK) s = insert_qdq(g, &p);
+    if (s == KILN_OK)
+        KILN_LOG(KILN_LOG_INFO, "int8: %d layers quantized (%s activations per tensor, weights per channel)", p.nlayers,
+                 cached ? "cached" : method);
+    plan_free(&p);
+    return s;
+}

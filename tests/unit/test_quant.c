@@ -1,0 +1,194 @@
+/* test_quant.c — the CPU quantization kernels and the Q/DQ folding pass on small cases with known
+ * answers: QuantizeLinear rounds half to even and saturates (int8, uint8), DequantizeLinear of
+ * int32, DynamicQuantizeLinear of an all-zero input (scale 1, no NaN), exact int32 sums at the
+ * extremes of uint8 x int8, QLinearMatMul saturation; refusals with clear messages (a per-axis
+ * scale of the wrong length, a bad kiln.QConv attribute, a zero point outside its operand's range); and fuse_qdq: DequantizeLinear -> Conv ->
+ * Relu -> QuantizeLinear becomes one kiln.QConv whose results equal the unfolded graph's, and a
+ * pattern whose input scale is not a constant stays as it is. */
+#include "check.h"
+#include "graph_build.h"
+
+#include "ir/quant_ops.h"
+#include "passes/passes.h"
+
+#include <string.h>
+
+/* A tensor of dtype dt, shape dims, with values v (converted). */
+static kiln_tensor make(kiln_dtype dt, int ndim, const int64_t *dims, const double *v) {
+    kiln_tensor t = {0};
+    REQUIRE_OK(kiln_tensor_alloc(&t, dt, ndim, dims));
+    for (int64_t i = 0; i < kiln_tensor_numel(&t); i++) kiln_tensor_set_f64(&t, i, v[i]);
+    return t;
+}
+
+/* A node (of a throw-away graph) for op in domain: attributes are added to it by the caller. */
+static kiln_graph *g_nodes;
+static kiln_node *make_node(const char *domain, const char *op, int nin, int nout) {
+    int ins[8], outs[4], id;
+    for (int i = 0; i < nin; i++) REQUIRE_OK(kiln_graph_new_value(g_nodes, "in", &ins[i]));
+    for (int i = 0; i < nout; i++) REQUIRE_OK(kiln_graph_new_value(g_nodes, "out", &outs[i]));
+    REQUIRE_OK(kiln_graph_add_node(g_nodes, op, domain, op, nin, ins, nout, outs, &id));
+    g_nodes->nodes[id].opset = 21;
+    return &g_nodes->nodes[id];
+}
+
+static kiln_status exec(const kiln_node *n, kiln_tensor **in, int nin, kiln_tensor **out, int nout) {
+    const kiln_cpu_kernel *k = kiln_cpu_kernel_find(n->domain, n->op_type);
+    REQUIRE_OK(k ? KILN_OK : KILN_ERR_UNSUPPORTED);
+    return k->exec(n, in, nin, out, nout);
+}
+
+static void test_quantize_rounding(void) {
+    const double xv[] = {0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 300.0, -300.0, 3.49};
+    const double want_i8[] = {0, 2, 2, 0, -2, -2, 127, -128, 3};
+    const double want_u8[] = {10, 12, 12, 10, 8, 8, 255, 0, 13}; /* zero point 10 */
+    int64_t n = 9;
+    kiln_tensor x = make(KILN_F32, 1, &n, xv), s = make(KILN_F32, 0, NULL, (double[]){1.0});
+    kiln_tensor z8 = make(KILN_I8, 0, NULL, (double[]){0}), zu = make(KILN_U8, 0, NULL, (double[]){10});
+    kiln_node *q = make_node("", "QuantizeLinear", 3, 1);
+    for (int pass = 0; pass < 2; pass++) {
+        kiln_tensor y = {0};
+        kiln_tensor *in[3] = {&x, &s, pass ? &zu : &z8}, *out[1] = {&y};
+        CHECK_OK(exec(q, in, 3, out, 1));
+        CHECK(y.dtype == (pass ? KILN_U8 : KILN_I8));
+        for (int64_t i = 0; i < n && y.data; i++)
+            CHECKF(kiln_tensor_get_i64(&y, i) == (int64_t)(pass ? want_u8 : want_i8)[i], "%s x=%g: got %lld",
+                   pass ? "uint8" : "int8", xv[i], (long long)kiln_tensor_get_i64(&y, i));
+        kiln_tensor_release(&y);
+    }
+    /* a per-axis scale of the wrong length is refused, naming the problem */
+    int64_t three = 3;
+    kiln_tensor s3 = make(KILN_F32, 1, &three, (double[]){1, 2, 3}), z3 = make(KILN_I8, 1, &three, (double[]){0, 0, 0});
+    kiln_node *qa = make_node("", "QuantizeLinear", 3, 1);
+    kiln_node_add_attr(g_nodes, qa, "axis", KILN_ATTR_INT)->i = 0;
+    kiln_tensor y = {0};
+    kiln_tensor *in[3] = {&x, &s3, &z3}, *out[1] = {&y};
+    CHECK(exec(qa, in, 3, out, 1) == KILN_ERR_SHAPE);
+    CHECKF(strstr(kiln_last_error(), "per-axis") != NULL, "message: %s", kiln_last_error());
+    kiln_tensor_release(&y);
+    kiln_tensor_release(&x), kiln_tensor_release(&s), kiln_tensor_release(&z8), kiln_tensor_release(&zu);
+    kiln_tensor_release(&s3), kiln_tensor_release(&z3);
+}
+
+static void test_dequantize_and_dynamic(void) {
+    int64_t n = 3;
+    kiln_tensor x = make(KILN_I32, 1, &n, (double[]){-2000000000.0, 7, 0}), s = make(KILN_F32, 0, NULL, (double[]){0.5});
+    kiln_tensor y = {0};
+    kiln_tensor *in[2] = {&x, &s}, *out[1] = {&y};
+    CHECK_OK(exec(make_node("", "DequantizeLinear", 2, 1), in, 2, out, 1));
+    CHECK_NEAR(kiln_tensor_get_f64(&y, 0), -1e9, 0);
+    CHECK_NEAR(kiln_tensor_get_f64(&y, 1), 3.5, 0);
+    kiln_tensor_release(&y);
+    kiln_tensor zeros = make(KILN_F32, 1, &n, (double[]){0, 0, 0}), yq = {0}, ys = {0}, yz = {0};
+    kiln_tensor *din[1] = {&zeros}, *dout[3] = {&yq, &ys, &yz};
+    CHECK_OK(exec(make_node("", "DynamicQuantizeLinear", 1, 3), din, 1, dout, 3));
+    CHECK_NEAR(kiln_tensor_get_f64(&ys, 0), 1.0, 0); /* an empty range: scale 1, as onnxruntime */
+    CHECK(kiln_tensor_get_i64(&yz, 0) == 0);
+    CHECK(kiln_tensor_get_i64(&yq, 2) == 0);
+    kiln_tensor_release(&yq), kiln_tensor_release(&ys), kiln_tensor_release(&yz);
+    kiln_tensor_release(&x), kiln_tensor_release(&s), kiln_tensor_release(&zeros);
+}
+
+/* uint8 255 x int8 -128 over K = 32768 (the most the kernels accept): -1069547520, exact in int32. */
+static void test_integer_sum_extremes(void) {
+    enum { K = 32768 };
+    int64_t ad[2] = {1, K}, bd[2] = {K, 1};
+    kiln_tensor a = {0}, b = {0}, y = {0};
+    REQUIRE_OK(kiln_tensor_alloc(&a, KILN_U8, 2, ad));
+    REQUIRE_OK(kiln_tensor_alloc(&b, KILN_I8, 2, bd));
+    memset(a.data, 255, K);
+    memset(b.data, 0x80, K);
+    kiln_tensor *in[2] = {&a, &b}, *out[1] = {&y};
+    CHECK_OK(exec(make_node("", "MatMulInteger", 2, 1), in, 2, out, 1));
+    CHECK(y.dtype == KILN_I32 && kiln_tensor_get_i64(&y, 0) == INT64_C(255) * -128 * K);
+    kiln_tensor_release(&y);
+    /* QLinearMatMul saturates the same sum to int8's low end */
+    kiln_tensor as = make(KILN_F32, 0, NULL, (double[]){1}), az = make(KILN_U8, 0, NULL, (double[]){0});
+    kiln_tensor bz = make(KILN_I8, 0, NULL, (double[]){0}), yz = make(KILN_I8, 0, NULL, (double[]){5});
+    kiln_tensor *qin[8] = {&a, &as, &az, &b, &as, &bz, &as, &yz};
+    CHECK_OK(exec(make_node("", "QLinearMatMul", 8, 1), qin, 8, out, 1));
+    CHECK(y.dtype == KILN_I8 && kiln_tensor_get_i64(&y, 0) == -128);
+    kiln_tensor_release(&y);
+    kiln_tensor_release(&a), kiln_tensor_release(&b), kiln_tensor_release(&as), kiln_tensor_release(&az);
+    kiln_tensor_release(&bz), kiln_tensor_release(&yz);
+}
+
+static void test_qconv_attributes_checked(void) {
+    kiln_node *n = make_node(KILN_FUSED_DOMAIN, "QConv", 2, 1);
+    kiln_quant_layer q;
+    CHECK(kiln_quant_layer_read(n, &q) == KILN_ERR_INVALID_ARGUMENT); /* no x_scale */
+    kiln_node_add_attr(g_nodes, n, "x_scale", KILN_ATTR_FLOAT)->f = 0.1f;
+    kiln_attr *ws = kiln_node_add_attr(g_nodes, n, "w_scale", KILN_ATTR_FLOATS);
+    ws->floats = kiln_graph_alloc(g_nodes, sizeof *ws->floats);
+    REQUIRE_OK(ws->floats ? KILN_OK : KILN_ERR_OUT_OF_MEMORY);
+    ws->floats[0] = 0.01f;
+    ws->n = 1;
+    kiln_attr *yd = kiln_node_add_attr(g_nodes, n, "y_dtype", KILN_ATTR_INT);
+    yd->i = KILN_I16;
+    CHECK(kiln_quant_layer_read(n, &q) == KILN_ERR_INVALID_ARGUMENT);
+    CHECKF(strstr(kiln_last_error(), "y_dtype") != NULL, "message: %s", kiln_last_error());
+    /* a zero point outside its operand's range (which would let an int32 sum overflow) is refused */
+    yd->i = KILN_F32;
+    kiln_node_add_attr(g_nodes, n, "x_zero_point", KILN_ATTR_INT)->i = 200;
+    int64_t xd[4] = {1, 1, 3, 3}, wd[4] = {1, 1, 1, 1};
+    kiln_tensor x = {0}, w = {0}, y = {0};
+    REQUIRE_OK(kiln_tensor_alloc(&x, KILN_I8, 4, xd));
+    REQUIRE_OK(kiln_tensor_alloc(&w, KILN_I8, 4, wd));
+    kiln_tensor *in[2] = {&x, &w}, *out[1] = {&y};
+    CHECK(exec(n, in, 2, out, 1) == KILN_ERR_INVALID_ARGUMENT);
+    CHECKF(strstr(kiln_last_error(), "x_zero_point") != NULL, "message: %s", kiln_last_error());
+    kiln_tensor_release(&x), kiln_tensor_release(&w), kiln_tensor_release(&y);
+}
+
+/* x -> Q -> DQ -> Conv(DQ(W int8 per channel), B) -> Relu -> Q -> DQ -> y. xs_const: whether the input
+ * scale of the first DequantizeLinear is a constant (else a graph input: the pattern cannot fold). */
+static kiln_graph *qdq_conv_graph(bool xs_const) {
+    begin(21);
+    int64_t xd[4] = {1, 3, 6, 6}, wd[4] = {4, 3, 3, 3}, m = 4, one = 1;
+    int x = input("x", KILN_F32, 4, xd);
+    int xs = xs_const ? scalar(0.02) : input("xs", KILN_F32, 1, &one);
+    int xz = constant(KILN_I8, 0, NULL, (double[]){0}, 0, 0);
+    int xq = node_n("QuantizeLinear", 3, (int[]){x, xs, xz}, 1);
+    int xdq = node_n("DequantizeLinear", 3, (int[]){xq, xs, xz}, 1);
+    int w = constant(KILN_I8, 4, wd, NULL, -127, 127);
+    int wsc = constant(KILN_F32, 1, &m, NULL, 0.01, 0.02), wz = constant(KILN_I8, 1, &m, (double[]){0, 0, 0, 0}, 0, 0);
+    int wdq = node_n("DequantizeLinear", 3, (int[]){w, wsc, wz}, 1);
+    attr_int("axis", 0);
+    int b = constant(KILN_F32, 1, &m, NULL, -0.5, 0.5);
+    int c = node_n("Conv", 3, (int[]){xdq, wdq, b}, 1);
+    attr_ints("pads", 4, (int64_t[]){1, 1, 1, 1});
+    int r = op1("Relu", c);
+    int ys = scalar(0.05), yz = constant(KILN_U8, 0, NULL, (double[]){0}, 0, 0);
+    int yq = node_n("QuantizeLinear", 3, (int[]){r, ys, yz}, 1);
+    output(node_n("DequantizeLinear", 3, (int[]){yq, ys, yz}, 1));
+    return finish();
+}
+
+static void test_fuse_qdq(void) {
+    kiln_graph *ref = qdq_conv_graph(true), *opt = qdq_conv_graph(true);
+    bool changed = false;
+    REQUIRE_OK(kiln_pass_fuse_qdq(opt, &changed));
+    REQUIRE_OK(kiln_graph_infer_shapes(opt));
+    CHECK(changed && count_op(opt, "QConv") == 1 && count_op(opt, "Conv") == 0 && count_op(opt, "Relu") == 0);
+    /* the folded layer rounds once from float32 sums of exact integer products: equal here */
+    check_same_outputs("fuse_qdq conv", ref, "unfolded graph", opt, "folded graph", 1e-6);
+    kiln_graph_free(ref);
+    kiln_graph_free(opt);
+    kiln_graph *dyn = qdq_conv_graph(false);
+    changed = true;
+    REQUIRE_OK(kiln_pass_fuse_qdq(dyn, &changed));
+    CHECK(!changed && count_op(dyn, "Conv") == 1);
+    kiln_graph_free(dyn);
+}
+
+int main(void) {
+    g_nodes = kiln_graph_create();
+    REQUIRE_OK(g_nodes ? KILN_OK : KILN_ERR_OUT_OF_MEMORY);
+    test_quantize_rounding();
+    test_dequantize_and_dynamic();
+    test_integer_sum_extremes();
+    test_qconv_attributes_checked();
+    test_fuse_qdq();
+    kiln_graph_free(g_nodes);
+    return checks_report("test_quant");
+}
