@@ -312,6 +312,8 @@ def test_prefix_cache_metrics_and_off(kiln, tmp_path):
             queries, hits = m[f"kiln_prefix_cache_queries_total{{{label}}}"], m[f"kiln_prefix_cache_hits_total{{{label}}}"]
             if cache:  # the second prompt finds the first one's full blocks of the shared text
                 assert queries > hits >= 16 and m[f"kiln_prefix_cache_hit_ratio{{{label}}}"] == pytest.approx(hits / queries, abs=1e-5)
+                status, _, page = s.request("/")  # the status page shows the hit rate
+                assert status == 200 and f"prefix cache {100 * hits / queries:.1f}% of {queries:.0f} prompt tokens" in page.decode()
             else:
                 assert queries == hits == 0 and m[f"kiln_prefix_cache_hit_ratio{{{label}}}"] == 0
     assert all(len(t) == 1 for t in texts.values()), texts  # the same text with and without the cache
