@@ -48,6 +48,9 @@ static const char *USAGE =
     "  --iterations N         measured iterations per batch size (default 3)\n"
     "  --warmup N             unmeasured iterations first (default 1)\n"
     "  --seed N               seed of the random prompts (and of --random's weights; default 0)\n"
+    "  --prefix-len N         the first N of the --input-len tokens of every prompt are one shared system\n"
+    "                         prompt (cached by the warm-up: TTFT then shows the cached prefill; default 0)\n"
+    "  --no-prefix-cache      turn automatic prefix caching off (on by default)\n"
     "  --saturate             the saturated throughput run: --requests 512 --concurrency 256 unless given\n"
     "  --requests N           saturated run: requests in all (default 512)\n"
     "  --concurrency C        saturated run: most requests in flight, the scheduler's max_num_seqs\n"
@@ -101,12 +104,17 @@ static int parse_args(int argc, char **argv, llm_args *a) {
                                     .iterations = 3, .warmup = 1, .target = "cpu"};
     static const char *const TAKES[] = {"--llm", "--batch", "--input-len", "--output-len", "--iterations", "--warmup",
                                         "--seed", "--target", "--device", "--export-json", "--ceilings-file",
-                                        "--random", "--dtype", "--requests", "--concurrency", "--max-num-tokens"};
+                                        "--random", "--dtype", "--requests", "--concurrency", "--max-num-tokens",
+                                        "--prefix-len"};
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (cli_is_help(s)) {
             fputs(USAGE, stdout);
             return 0;
+        }
+        if (!strcmp(s, "--no-prefix-cache")) {
+            a->bc.no_prefix_cache = true;
+            continue;
         }
         if (!strcmp(s, "--saturate")) {
             a->saturate = true;
@@ -130,6 +138,7 @@ static int parse_args(int argc, char **argv, llm_args *a) {
         } else if (!strcmp(s, "--requests")) rc = parse_int(s, val, 1, 1 << 24, &a->bc.requests);
         else if (!strcmp(s, "--concurrency")) rc = parse_int(s, val, 1, 1 << 16, &a->bc.concurrency);
         else if (!strcmp(s, "--max-num-tokens")) rc = parse_int(s, val, 1, 1 << 20, &a->bc.max_num_tokens);
+        else if (!strcmp(s, "--prefix-len")) rc = parse_int(s, val, 0, 1 << 20, &a->bc.prefix_len);
         else if (!strcmp(s, "--random")) a->shape = val;
         else if (!strcmp(s, "--dtype")) {
             if (strcmp(val, "fp16") && strcmp(val, "bf16")) return cli_usage_error("bench ", "--dtype expects fp16 or bf16, got '%s'", val);
@@ -148,6 +157,9 @@ static int parse_args(int argc, char **argv, llm_args *a) {
     if (!a->model && !a->shape)
         return cli_usage_error("bench ", "--llm needs an LLM engine or checkpoint directory, or --random SHAPE");
     if (a->model && a->shape) return cli_usage_error("bench ", "--llm takes a model or --random SHAPE, not both");
+    if (a->bc.prefix_len >= a->bc.input_len)
+        return cli_usage_error("bench ", "--prefix-len %d must be below --input-len %d (each prompt ends with its own "
+                               "tokens)", a->bc.prefix_len, a->bc.input_len);
     if (a->dtype && !a->shape) return cli_usage_error("bench ", "--dtype goes with --random (an engine keeps its precision)");
     if (a->saturate || a->bc.requests || a->bc.concurrency || a->bc.max_num_tokens) {
         if (!a->bc.requests) a->bc.requests = SATURATE_REQUESTS;

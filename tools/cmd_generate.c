@@ -46,6 +46,7 @@ static const char *USAGE =
     "  --seed S                    random seed (default: from the clock; printed in the timing line)\n"
     "  --stop STR                  stop before the first occurrence of STR (repeatable)\n"
     "  --kv-budget-mb N            KV cache size (default: one whole context, at most 1 GiB on the CPU)\n"
+    "  --no-prefix-cache           turn automatic prefix caching off (on by default; the same tokens either way)\n"
     "  --target cpu|cuda           where the model runs (default cpu): cpu computes in fp32; cuda in\n"
     "                              bf16 for a bf16 engine or checkpoint, else fp16\n"
     "  --device N                  the CUDA device (default 0)\n"
@@ -62,7 +63,7 @@ typedef struct gen_args {
     const char *dir, *prompt, *system, *chat_template_file;
     int max_tokens;
     kiln_sampling_params sp;
-    bool seed_given, print_ids, chat;
+    bool seed_given, print_ids, chat, no_prefix_cache;
     const char *stops[MAX_STOPS];
     int n_stops;
     double kv_budget_mb; /* 0: fit the request */
@@ -96,6 +97,10 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         if (cli_is_help(s)) {
             fputs(USAGE, stdout);
             return 0;
+        }
+        if (!strcmp(s, "--no-prefix-cache")) {
+            a->no_prefix_cache = true;
+            continue;
         }
         if (!strcmp(s, "--print-ids") || !strcmp(s, "--chat")) {
             *(s[2] == 'p' ? &a->print_ids : &a->chat) = true;
@@ -248,7 +253,8 @@ static kiln_status setup(gen_run *g, char **chat_template) {
     const gen_args *a = g->a;
     if (a->chat_template_file) KILN_TRY(read_text_file(a->chat_template_file, chat_template));
     kiln_llm_options o = {.target = a->target, .device = a->device, .max_seqs = 1, .chat_template = *chat_template,
-                          .kv_cache_bytes = (uint64_t)(a->kv_budget_mb * 1048576.0)};
+                          .kv_cache_bytes = (uint64_t)(a->kv_budget_mb * 1048576.0),
+                          .no_prefix_cache = a->no_prefix_cache};
     double t0 = cli_now_ms();
     kiln_status st = kiln_llm_open(a->dir, &o, &g->llm);
     if (st != KILN_OK && a->kv_budget_mb > 0 && strstr(kiln_last_error(), "kv_cache_bytes"))

@@ -57,6 +57,11 @@ typedef struct kiln_llm_options {
     const char *chat_template;
     /* CUDA: sample on the host instead of the GPU (for A/B comparisons; slower). */
     bool host_sampler;
+    /* Automatic prefix caching is on unless this is set: full KV-cache blocks are kept, keyed by a hash
+     * of their tokens and prefix, after their request ends, and a request whose prompt starts with
+     * cached blocks (a shared system prompt) computes only the rest; cached blocks are evicted, least
+     * recently used first, only when the cache has no other free block. Tokens are the same either way. */
+    bool no_prefix_cache;
 } kiln_llm_options;
 
 /* Opens path: an LLM engine file (`kiln build --hf`) or a Hugging Face checkpoint directory
@@ -242,6 +247,9 @@ typedef struct kiln_llm_stats {
     uint64_t preemptions, steps;
     uint64_t requests_submitted, requests_finished;
     uint64_t prompt_tokens, generated_tokens;  /* totals since open */
+    /* prefix caching since open: prompt (and, after a preemption, generated) tokens of the requests
+     * that started a prefill, and how many of them were found cached (hit ratio = hits / queries) */
+    uint64_t prefix_cache_queries, prefix_cache_hits;
     double busy_ms;                  /* time spent in forward steps since open (sampling included) */
     double ms_since_heartbeat;       /* since the engine loop last went round (readiness; an idle loop
                                       * goes round once a second) */

@@ -85,6 +85,8 @@ static kiln_status run_batch(bench_llm_run *run, int batch, kiln_bench_llm_row *
     if (st == KILN_OK) {
         row->steps = s1.steps - s0.steps;
         row->preemptions = s1.preemptions - s0.preemptions;
+        row->prefix_queries = s1.prefix_cache_queries - s0.prefix_cache_queries;
+        row->prefix_hits = s1.prefix_cache_hits - s0.prefix_cache_hits;
         row->requests = (int64_t)bc->iterations * batch;
         row->input_tokens = row->requests * bc->input_len;
         row->output_tokens = row->requests * bc->output_len;
@@ -120,6 +122,8 @@ static kiln_status run_saturated(bench_llm_run *run, kiln_bench_llm_sat *out) {
         out->peak_kv_blocks = run->peak_kv_blocks;
         out->steps = s1.steps - s0.steps;
         out->preemptions = s1.preemptions - s0.preemptions;
+        out->prefix_queries = s1.prefix_cache_queries - s0.prefix_cache_queries;
+        out->prefix_hits = s1.prefix_cache_hits - s0.prefix_cache_hits;
         out->requests = bc->requests;
         out->input_tokens = out->requests * bc->input_len;
         out->output_tokens = out->requests * bc->output_len;
@@ -168,7 +172,8 @@ static kiln_llm_options options_for(const kiln_bench_llm_doc *d) {
         tokens = seqs * bc->input_len;
     }
     kiln_llm_options o = {.target = bc->target, .device = bc->device, .block_size = BLOCK_SIZE, .max_seqs = seqs,
-                          .max_batched_tokens = tokens, .max_context = bc->input_len + bc->output_len};
+                          .max_batched_tokens = tokens, .max_context = bc->input_len + bc->output_len,
+                          .no_prefix_cache = bc->no_prefix_cache};
     if (strcmp(bc->target, "cuda")) o.kv_cache_blocks = seqs * ((bc->input_len + bc->output_len + BLOCK_SIZE - 1) / BLOCK_SIZE);
     return o;
 }

@@ -4,7 +4,8 @@
  * tokens (eos ignored), greedy; after warm-up iterations, `iterations` measured ones. Per request:
  * TTFT (submission to first token), TPOT (mean time per output token after the first), end-to-end
  * latency, from the events' timestamps; per iteration: prefill time (the forward steps that produced
- * first tokens), output and total tokens/s. The forward is the CPU one or, with target "cuda", the
+ * first tokens), output and total tokens/s, and the prefix cache's hits (a shared prompt prefix is
+ * cached by the warm-up, so that TTFT shows the cached prefill). The forward is the CPU one or, with target "cuda", the
  * GPU's. */
 #ifndef KILN_BENCH_LLM_H
 #define KILN_BENCH_LLM_H
@@ -29,6 +30,10 @@ typedef struct kiln_bench_llm_config {
      * a scheduler of max_num_seqs = concurrency and a step budget of max_num_tokens tokens (at least
      * concurrency), after `warmup` unmeasured warm-up requests. */
     int requests, concurrency, max_num_tokens;
+    /* Prefix caching: the first prefix_len (< input_len) tokens of every prompt are one shared random
+     * "system prompt" (0: every prompt random throughout), and no_prefix_cache turns the cache off. */
+    int prefix_len;
+    bool no_prefix_cache;
 } kiln_bench_llm_config;
 
 /* The measurements of a saturated run; times in ms, throughputs in tokens/s. */
@@ -36,6 +41,7 @@ typedef struct kiln_bench_llm_sat {
     int64_t requests, input_tokens, output_tokens; /* measured requests only; output exact */
     int concurrency, max_num_tokens;
     uint64_t steps, preemptions;
+    uint64_t prefix_queries, prefix_hits; /* prefix cache: prompt tokens looked up, found */
     int peak_running;              /* most sequences in one step */
     int peak_kv_blocks, kv_blocks; /* most KV blocks in use at once; blocks in the cache */
     int kv_block_size;
@@ -50,6 +56,7 @@ typedef struct kiln_bench_llm_row {
     char error[320];            /* "" = ran */
     int64_t requests, input_tokens, output_tokens; /* measured iterations only; output exact */
     uint64_t steps, preemptions;
+    uint64_t prefix_queries, prefix_hits; /* prefix cache: prompt tokens looked up, found */
     double wall_s;              /* sum of the measured iterations' durations */
     kiln_bench_stats prefill;   /* per iteration */
     kiln_bench_stats ttft, tpot, e2e; /* per request */

@@ -16,6 +16,17 @@ static double step_bytes(const kiln_bench_llm_doc *d) {
     return (double)d->n_params * per;
 }
 
+/* "prefix cache: H of Q prompt tokens cached (P%)", or that it is off. */
+static void print_prefix(const kiln_bench_llm_doc *d, uint64_t queries, uint64_t hits, FILE *f) {
+    if (d->bc->no_prefix_cache) {
+        fprintf(f, "prefix cache: off\n");
+        return;
+    }
+    fprintf(f, "prefix cache: %llu of %llu prompt tokens cached (%.1f%%; shared prefix %d tokens)\n",
+            (unsigned long long)hits, (unsigned long long)queries, queries ? 100.0 * (double)hits / (double)queries : 0,
+            d->bc->prefix_len);
+}
+
 static void print_row(const kiln_bench_llm_doc *d, const kiln_bench_llm_row *r, FILE *f) {
     fprintf(f, "=== Batch %d ===\n", r->batch);
     if (r->error[0]) {
@@ -26,6 +37,7 @@ static void print_row(const kiln_bench_llm_doc *d, const kiln_bench_llm_row *r, 
                "steps %llu, preemptions %llu, %.3f s\n", (long long)r->requests, d->bc->iterations, r->batch,
             (long long)r->input_tokens, (long long)r->output_tokens, d->bc->output_len, (unsigned long long)r->steps,
             (unsigned long long)r->preemptions, r->wall_s);
+    print_prefix(d, r->prefix_queries, r->prefix_hits, f);
     kiln_bench_print_stats(f, "Prefill Time (per iteration)", &r->prefill);
     kiln_bench_print_stats(f, "TTFT", &r->ttft);
     kiln_bench_print_stats(f, "TPOT", &r->tpot);
@@ -70,6 +82,7 @@ static void print_saturated(const kiln_bench_llm_doc *d, FILE *f) {
     fprintf(f, "scheduler: max_num_seqs %d, max_num_batched_tokens %d; peak running sequences %d; KV blocks: peak %d "
                "of %d in use (%d tokens each)\n", r->concurrency, r->max_num_tokens, r->peak_running, r->peak_kv_blocks,
             r->kv_blocks, r->kv_block_size);
+    print_prefix(d, r->prefix_queries, r->prefix_hits, f);
     kiln_bench_print_stats(f, "TTFT", &r->ttft);
     kiln_bench_print_stats(f, "TPOT", &r->tpot);
     kiln_bench_print_stats(f, "E2E Latency", &r->e2e);
@@ -115,6 +128,8 @@ static void row_json(kiln_json *j, const kiln_bench_llm_row *r) {
         kiln_json_kv_int(j, "output_tokens", r->output_tokens);
         kiln_json_kv_int(j, "steps", (int64_t)r->steps);
         kiln_json_kv_int(j, "preemptions", (int64_t)r->preemptions);
+        kiln_json_kv_int(j, "prefix_cache_queries", (int64_t)r->prefix_queries);
+        kiln_json_kv_int(j, "prefix_cache_hits", (int64_t)r->prefix_hits);
         kiln_json_kv_number(j, "walltime_s", r->wall_s);
         kiln_bench_json_stats(j, "prefill_ms", &r->prefill);
         kiln_bench_json_stats(j, "ttft_ms", &r->ttft);
@@ -135,6 +150,8 @@ static void saturated_json(kiln_json *j, const kiln_bench_llm_sat *r) {
     kiln_json_kv_int(j, "output_tokens", r->output_tokens);
     kiln_json_kv_int(j, "steps", (int64_t)r->steps);
     kiln_json_kv_int(j, "preemptions", (int64_t)r->preemptions);
+    kiln_json_kv_int(j, "prefix_cache_queries", (int64_t)r->prefix_queries);
+    kiln_json_kv_int(j, "prefix_cache_hits", (int64_t)r->prefix_hits);
     kiln_json_kv_int(j, "peak_running", r->peak_running);
     kiln_json_kv_int(j, "kv_blocks_peak", r->peak_kv_blocks);
     kiln_json_kv_int(j, "kv_blocks_total", r->kv_blocks);
@@ -176,6 +193,8 @@ kiln_status kiln_bench_llm_write_json(const kiln_bench_llm_doc *d, const char *p
     kiln_json_kv_int(&j, "iterations", d->bc->iterations);
     kiln_json_kv_int(&j, "warmup", d->bc->warmup);
     kiln_json_kv_int(&j, "seed", (int64_t)d->bc->seed);
+    kiln_json_kv_int(&j, "prefix_len", d->bc->prefix_len);
+    kiln_json_kv_bool(&j, "prefix_cache", !d->bc->no_prefix_cache);
     if (d->saturated) {
         kiln_json_kv_int(&j, "requests", d->bc->requests);
         kiln_json_kv_int(&j, "concurrency", d->bc->concurrency);

@@ -1,4 +1,5 @@
 /* bench_llm_requests.c — kiln bench --llm's rounds of requests (bench_llm_requests.h): random prompts
+ * (after a shared prefix of bc->prefix_len tokens)
  * submitted to the kiln_llm (eos ignored, greedy, exactly output_len tokens), the events' timestamps
  * recorded on the engine loop's thread, a new request submitted from the callback as one ends when
  * the round bounds the requests in flight. */
@@ -17,8 +18,9 @@ static void on_event(const kiln_llm_event *ev);
 /* Submits request i of the round (r->mu held). */
 static kiln_status submit(bench_llm_run *r, int i) {
     const kiln_bench_llm_config *bc = r->bc;
-    for (int k = 0; k < bc->input_len; k++) {
-        int32_t t = (int32_t)(kiln_sample_uniform(bc->seed, r->pos++) * r->vocab);
+    for (int k = 0; k < bc->input_len; k++) { /* the shared prefix: its own stream, the same each time */
+        int32_t t = (int32_t)(k < bc->prefix_len ? kiln_sample_uniform(~bc->seed, (uint64_t)k) * r->vocab
+                                                 : kiln_sample_uniform(bc->seed, r->pos++) * r->vocab);
         r->prompt[k] = t < r->vocab ? t : r->vocab - 1;
     }
     kiln_llm_request q = kiln_llm_request_defaults();

@@ -1,6 +1,8 @@
 /* kv_cache.c — the paged KV cache of kv_cache.h: one allocation laid out
- * [layer][keys | values][block][n_kv_head][block_size][head_dim], a stack of free block ids, and a
- * per-block flag that catches a block released twice. */
+ * [layer][keys | values][block][n_kv_head][block_size][head_dim], a reference count per block (which
+ * catches a block released twice), a stack of never-published free block ids, and the prefix cache:
+ * published blocks chained in hash buckets, with their tokens and parent hash to confirm a hit, and
+ * the idle ones on a doubly linked LRU list (evicted from its head). */
 #include "llm/kv_cache.h"
 
 #include "core/ckd.h"
@@ -16,9 +18,18 @@ struct kiln_kv_cache {
     kiln_kv_cache_config cfg;
     unsigned char *data;
     size_t block_bytes; /* one block of keys (or values) of one layer */
-    int *free_stack;    /* [n_blocks]; the top is free_stack[n_free - 1] */
+    int *free_stack;    /* [n_blocks] never-published free blocks; the top is free_stack[n_free - 1] */
     int n_free;
-    bool *taken;        /* [n_blocks] */
+    int *refs;          /* [n_blocks] references; 0 = free or cached */
+    /* the prefix cache */
+    bool *published;     /* [n_blocks] */
+    uint64_t *hash, *parent; /* [n_blocks] of published blocks */
+    int32_t *tokens;     /* [n_blocks * block_size] of published blocks */
+    int *bucket;         /* [n_buckets] first published block of each hash bucket, -1 none */
+    int *chain;          /* [n_blocks] next published block in the same bucket */
+    int n_buckets;       /* a power of two */
+    int *lru_prev, *lru_next; /* [n_blocks] the idle cached blocks, head = least recently released */
+    int lru_head, lru_tail, n_cached, n_published;
 };
 
 /* Bytes of one block's keys or values in one layer, or 0 for an invalid shape. */
@@ -62,10 +73,22 @@ kiln_status kiln_kv_cache_create(const kiln_kv_cache_config *cfg, kiln_kv_cache 
         kv->cfg = *cfg;
         kv->block_bytes = (size_t)bb;
         kv->data = calloc((size_t)bytes, 1);
-        kv->free_stack = malloc((size_t)cfg->n_blocks * sizeof *kv->free_stack);
-        kv->taken = calloc((size_t)cfg->n_blocks, sizeof *kv->taken);
+        size_t n = (size_t)cfg->n_blocks;
+        kv->n_buckets = 1;
+        while (kv->n_buckets < cfg->n_blocks && kv->n_buckets < (1 << 30)) kv->n_buckets *= 2;
+        kv->free_stack = malloc(n * sizeof *kv->free_stack);
+        kv->refs = calloc(n, sizeof *kv->refs);
+        kv->published = calloc(n, sizeof *kv->published);
+        kv->hash = malloc(n * sizeof *kv->hash);
+        kv->parent = malloc(n * sizeof *kv->parent);
+        kv->tokens = malloc(n * (size_t)cfg->block_size * sizeof *kv->tokens);
+        kv->bucket = malloc((size_t)kv->n_buckets * sizeof *kv->bucket);
+        kv->chain = malloc(n * sizeof *kv->chain);
+        kv->lru_prev = malloc(n * sizeof *kv->lru_prev);
+        kv->lru_next = malloc(n * sizeof *kv->lru_next);
     }
-    if (!kv || !kv->data || !kv->free_stack || !kv->taken) {
+    if (!kv || !kv->data || !kv->free_stack || !kv->refs || !kv->published || !kv->hash || !kv->parent || !kv->tokens ||
+        !kv->bucket || !kv->chain || !kv->lru_prev || !kv->lru_next) {
         kiln_kv_cache_free(kv);
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "KV cache: out of memory for %d blocks of %llu bytes", cfg->n_blocks,
                           (unsigned long long)total);
@@ -73,6 +96,8 @@ kiln_status kiln_kv_cache_create(const kiln_kv_cache_config *cfg, kiln_kv_cache 
     /* lowest ids on top, so a fresh cache hands out 0, 1, 2, ... */
     for (int i = 0; i < cfg->n_blocks; i++) kv->free_stack[i] = cfg->n_blocks - 1 - i;
     kv->n_free = cfg->n_blocks;
+    for (int i = 0; i < kv->n_buckets; i++) kv->bucket[i] = -1;
+    kv->lru_head = kv->lru_tail = -1;
     *out = kv;
     return KILN_OK;
 }
@@ -81,30 +106,125 @@ void kiln_kv_cache_free(kiln_kv_cache *kv) {
     if (!kv) return;
     free(kv->data);
     free(kv->free_stack);
-    free(kv->taken);
+    free(kv->refs);
+    free(kv->published);
+    free(kv->hash);
+    free(kv->parent);
+    free(kv->tokens);
+    free(kv->bucket);
+    free(kv->chain);
+    free(kv->lru_prev);
+    free(kv->lru_next);
     free(kv);
 }
 
 const kiln_kv_cache_config *kiln_kv_cache_get_config(const kiln_kv_cache *kv) { return &kv->cfg; }
 
+static int bucket_of(const kiln_kv_cache *kv, uint64_t hash) { return (int)(hash & (uint64_t)(kv->n_buckets - 1)); }
+
+static void lru_remove(kiln_kv_cache *kv, int b) {
+    int p = kv->lru_prev[b], n = kv->lru_next[b];
+    if (p >= 0) kv->lru_next[p] = n;
+    else kv->lru_head = n;
+    if (n >= 0) kv->lru_prev[n] = p;
+    else kv->lru_tail = p;
+    kv->n_cached--;
+}
+
+static void lru_append(kiln_kv_cache *kv, int b) {
+    kv->lru_prev[b] = kv->lru_tail;
+    kv->lru_next[b] = -1;
+    if (kv->lru_tail >= 0) kv->lru_next[kv->lru_tail] = b;
+    else kv->lru_head = b;
+    kv->lru_tail = b;
+    kv->n_cached++;
+}
+
+/* Takes published block b out of its hash bucket. */
+static void unpublish(kiln_kv_cache *kv, int b) {
+    int *link = &kv->bucket[bucket_of(kv, kv->hash[b])];
+    while (*link != b) link = &kv->chain[*link];
+    *link = kv->chain[b];
+    kv->published[b] = false;
+    kv->n_published--;
+}
+
 int kiln_kv_cache_alloc_block(kiln_kv_cache *kv) {
-    if (!kv->n_free) return -1;
-    int b = kv->free_stack[--kv->n_free];
-    kv->taken[b] = true;
+    int b;
+    if (kv->n_free) {
+        b = kv->free_stack[--kv->n_free];
+    } else if (kv->lru_head >= 0) {
+        b = kv->lru_head;
+        lru_remove(kv, b);
+        unpublish(kv, b);
+    } else {
+        return -1;
+    }
+    kv->refs[b] = 1;
     return b;
 }
 
 void kiln_kv_cache_release_block(kiln_kv_cache *kv, int block) {
-    KILN_ASSERT(block >= 0 && block < kv->cfg.n_blocks && kv->taken[block]);
-    kv->taken[block] = false;
-    kv->free_stack[kv->n_free++] = block;
+    KILN_ASSERT(block >= 0 && block < kv->cfg.n_blocks && kv->refs[block] > 0);
+    if (--kv->refs[block]) return;
+    if (kv->published[block]) lru_append(kv, block);
+    else kv->free_stack[kv->n_free++] = block;
 }
 
-int kiln_kv_cache_free_blocks(const kiln_kv_cache *kv) { return kv->n_free; }
+int kiln_kv_cache_free_blocks(const kiln_kv_cache *kv) { return kv->n_free + kv->n_cached; }
 
 bool kiln_kv_cache_block_taken(const kiln_kv_cache *kv, int block) {
-    return block >= 0 && block < kv->cfg.n_blocks && kv->taken[block];
+    return block >= 0 && block < kv->cfg.n_blocks && kv->refs[block] > 0;
 }
+
+bool kiln_kv_cache_block_live(const kiln_kv_cache *kv, int block) {
+    return kiln_kv_cache_block_taken(kv, block) || (block >= 0 && block < kv->cfg.n_blocks && kv->published[block]);
+}
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+uint64_t kiln_kv_block_hash(uint64_t parent, const int32_t *tokens, int block_size) {
+    uint64_t h = mix64(parent ^ 0x9E3779B97F4A7C15ull);
+    for (int i = 0; i < block_size; i++) h = mix64(h ^ ((uint64_t)(uint32_t)tokens[i] + 0x632BE59BD9B4E019ull));
+    return h;
+}
+
+int kiln_kv_cache_lookup(const kiln_kv_cache *kv, uint64_t hash, uint64_t parent, const int32_t *tokens) {
+    const size_t bs = (size_t)kv->cfg.block_size;
+    for (int b = kv->bucket[bucket_of(kv, hash)]; b >= 0; b = kv->chain[b])
+        if (kv->hash[b] == hash && kv->parent[b] == parent && !memcmp(kv->tokens + (size_t)b * bs, tokens, bs * sizeof *tokens))
+            return b;
+    return -1;
+}
+
+bool kiln_kv_cache_block_cached_idle(const kiln_kv_cache *kv, int block) {
+    return block >= 0 && block < kv->cfg.n_blocks && kv->published[block] && !kv->refs[block];
+}
+
+void kiln_kv_cache_share_block(kiln_kv_cache *kv, int block) {
+    KILN_ASSERT(block >= 0 && block < kv->cfg.n_blocks && (kv->refs[block] > 0 || kv->published[block]));
+    if (!kv->refs[block]++) lru_remove(kv, block);
+}
+
+void kiln_kv_cache_publish_block(kiln_kv_cache *kv, int block, uint64_t hash, uint64_t parent, const int32_t *tokens) {
+    KILN_ASSERT(block >= 0 && block < kv->cfg.n_blocks && kv->refs[block] > 0);
+    if (kv->published[block] || kiln_kv_cache_lookup(kv, hash, parent, tokens) >= 0) return;
+    const size_t bs = (size_t)kv->cfg.block_size;
+    memcpy(kv->tokens + (size_t)block * bs, tokens, bs * sizeof *tokens);
+    kv->hash[block] = hash;
+    kv->parent[block] = parent;
+    int *head = &kv->bucket[bucket_of(kv, hash)];
+    kv->chain[block] = *head;
+    *head = block;
+    kv->published[block] = true;
+    kv->n_published++;
+}
+
+int kiln_kv_cache_published_blocks(const kiln_kv_cache *kv) { return kv->n_published; }
 
 /* Start of keys (which 0) or values (1) of block in layer. */
 static void *block_ptr(kiln_kv_cache *kv, int layer, int block, int which) {

@@ -1,6 +1,13 @@
 /* kv_cache.h — the paged KV cache: fixed-size blocks of keys and values for every layer, handed out
  * to sequences through block tables (vLLM's PagedAttention layout). The cache never grows; the
- * scheduler admits and preempts sequences by its free-block count. */
+ * scheduler admits and preempts sequences by its free-block count.
+ *
+ * Prefix caching (vLLM's automatic prefix caching): a full block can be published under a hash of the
+ * tokens it holds and of its prefix (the parent block's hash). Blocks are reference-counted: several
+ * sequences may share a published block, and when its last reference goes it stays cached (its keys
+ * and values intact) on an LRU list, so that a later sequence with the same prefix takes it back
+ * instead of recomputing it. Cached blocks count as free: a block is evicted (forgotten, least
+ * recently released first) only when an allocation finds no never-published free block left. */
 #ifndef KILN_LLM_KV_CACHE_H
 #define KILN_LLM_KV_CACHE_H
 
@@ -29,13 +36,37 @@ kiln_status kiln_kv_cache_create(const kiln_kv_cache_config *cfg, kiln_kv_cache 
 void kiln_kv_cache_free(kiln_kv_cache *kv); /* accepts NULL */
 const kiln_kv_cache_config *kiln_kv_cache_get_config(const kiln_kv_cache *kv);
 
-/* Takes a free block; -1 when none is free. */
+/* Takes a free block (reference count 1): a never-published one, else the least recently released
+ * cached one, which is evicted (unpublished); -1 when none is free. */
 int kiln_kv_cache_alloc_block(kiln_kv_cache *kv);
-/* Returns a block taken by alloc (freeing a free block is a bug and aborts). */
+/* Drops one reference to a taken block (releasing a block that is not taken is a bug and aborts). At
+ * zero references a published block becomes cached (the most recently released), others free. */
 void kiln_kv_cache_release_block(kiln_kv_cache *kv, int block);
+/* Blocks that alloc can hand out: never-published free ones plus cached ones. */
 int kiln_kv_cache_free_blocks(const kiln_kv_cache *kv);
-/* Whether block is a valid id currently taken by alloc (the forward refuses blocks that are not). */
+/* Whether block is a valid id with at least one reference (the forward refuses blocks that are not). */
 bool kiln_kv_cache_block_taken(const kiln_kv_cache *kv, int block);
+/* Whether block's contents matter: taken, or cached with zero references (a device copy of the cache
+ * must keep such a block's keys and values). */
+bool kiln_kv_cache_block_live(const kiln_kv_cache *kv, int block);
+
+/* The hash of a full block of block_size tokens after the prefix whose last block hashed to parent
+ * (0 for the first block of a sequence). */
+uint64_t kiln_kv_block_hash(uint64_t parent, const int32_t *tokens, int block_size);
+/* The published block holding `tokens` after prefix `parent` (hash = kiln_kv_block_hash(parent,
+ * tokens)), or -1. The tokens and parent are compared, so a hash collision is never a hit. Takes no
+ * reference: kiln_kv_cache_share_block does. */
+int kiln_kv_cache_lookup(const kiln_kv_cache *kv, uint64_t hash, uint64_t parent, const int32_t *tokens);
+/* Whether block is cached with zero references (taking it back uses up one free block). */
+bool kiln_kv_cache_block_cached_idle(const kiln_kv_cache *kv, int block);
+/* Takes one more reference to a block that lookup returned (taken, or cached: it leaves the LRU). */
+void kiln_kv_cache_share_block(kiln_kv_cache *kv, int block);
+/* Publishes a taken block whose block_size tokens are all written, under hash (from parent and
+ * tokens, as for lookup). A no-op when that hash is already published (by another block: this one
+ * stays private and is freed on release) or the block already is. */
+void kiln_kv_cache_publish_block(kiln_kv_cache *kv, int block, uint64_t hash, uint64_t parent, const int32_t *tokens);
+/* Published blocks (taken or cached). */
+int kiln_kv_cache_published_blocks(const kiln_kv_cache *kv);
 
 /* Keys / values of one block of one layer: [n_kv_head][block_size][head_dim] elements of cfg.dtype. */
 void *kiln_kv_cache_keys(kiln_kv_cache *kv, int layer, int block);

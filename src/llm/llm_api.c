@@ -109,7 +109,8 @@ static kiln_status finish_open(kiln_llm *llm, const kiln_llm_options *o, const l
     kiln_scheduler_config sc = {.forward = llm_runner_forward, .sample = llm_runner_sample_fn(llm->runner),
                                 .model = llm->runner, .kv = llm->kv, .vocab = llm->cfg.vocab,
                                 .max_model_len = ro->max_context, .max_num_batched_tokens = ro->max_tokens,
-                                .max_num_seqs = ro->max_seqs, .on_admit = llm_loop_on_admit};
+                                .max_num_seqs = ro->max_seqs, .on_admit = llm_loop_on_admit,
+                                .no_prefix_cache = o->no_prefix_cache};
     KILN_TRY(kiln_scheduler_create(&sc, &llm->sched));
     collect_eos(llm);
     llm->max_waiting = o->max_waiting;
@@ -241,6 +242,7 @@ kiln_status kiln_llm_get_stats(const kiln_llm *cllm, kiln_llm_stats *out) {
     *out = (kiln_llm_stats){.running = s->running, .waiting = s->waiting + llm->n_inbox,
                             .waiting_tokens = llm->queued_tokens, .kv_blocks_used = s->kv_blocks_used,
                             .kv_blocks_total = s->kv_blocks_total, .preemptions = s->preemptions, .steps = s->steps,
+                            .prefix_cache_queries = s->prefix_cache_queries, .prefix_cache_hits = s->prefix_cache_hits,
                             .requests_submitted = llm->submitted, .requests_finished = llm->finished,
                             .prompt_tokens = llm->prompt_tokens, .generated_tokens = llm->generated_snap, .busy_ms = llm->busy_snap,
                             .ms_since_heartbeat = llm_now_ms() - llm->heartbeat_ms, .draining = llm->draining};

@@ -2,9 +2,10 @@
  * CPU one (kiln_llm_forward over a host KV cache) or llm_cuda.h's (a device KV cache). The scheduler hands out
  * blocks of a host kiln_kv_cache; on the GPU that cache is bookkeeping only (one float per token
  * slot), and each host block is mapped to a device block when a step first uses it and given back
- * once the scheduler has released it. On CUDA the scheduler also samples on the GPU
- * (llm_runner_sample over llm_cuda.h's sampler) unless the options ask for the host sampler (or the
- * environment has KILN_LLM_HOST_SAMPLER=1): then every step's logits come to the host as on the CPU. */
+ * once the scheduler has released it and the prefix cache no longer holds it. On CUDA the scheduler
+ * also samples on the GPU (llm_runner_sample over llm_cuda.h's sampler) unless the options ask for the
+ * host sampler (or the environment has KILN_LLM_HOST_SAMPLER=1): then every step's logits come to the
+ * host as on the CPU. */
 #include "llm/llm_runner.h"
 
 #include "core/status.h"
@@ -159,7 +160,7 @@ kiln_status llm_runner_make_cache(llm_runner *r, int n_blocks, int block_size, b
 /* The batch with its block table moved to device blocks (taking new ones, giving back released ones). */
 static kiln_status remap(llm_runner *r, kiln_kv_cache *kv, const kiln_llm_batch *b, kiln_llm_batch *out) {
     for (int i = 0; i < r->n_blocks; i++)
-        if (r->map[i] >= 0 && !kiln_kv_cache_block_taken(kv, i)) {
+        if (r->map[i] >= 0 && !kiln_kv_cache_block_live(kv, i)) {
             kiln_llm_cuda_kv_release_block(r->gkv, r->map[i]);
             r->map[i] = -1;
         }

@@ -87,6 +87,7 @@ void sched_req_free(sched_req *r) {
     free(r->tokens);
     free(r->stop_ids);
     free(r->blocks);
+    free(r->hashes);
     free(r);
 }
 
@@ -117,9 +118,11 @@ void kiln_scheduler_free(kiln_scheduler *s) {
 }
 
 void sched_release_blocks(kiln_scheduler *s, sched_req *r) {
-    for (int i = 0; i < r->n_blocks; i++) kiln_kv_cache_release_block(s->cfg.kv, r->blocks[i]);
+    /* last block first: a cached prefix's tail is then evicted before its head */
+    for (int i = r->n_blocks - 1; i >= 0; i--) kiln_kv_cache_release_block(s->cfg.kv, r->blocks[i]);
     r->n_blocks = 0;
     r->n_computed = 0;
+    r->n_published = 0;
 }
 
 void sched_end(kiln_scheduler *s, sched_req *r, const char *message) {
@@ -187,8 +190,9 @@ kiln_status kiln_scheduler_add(kiln_scheduler *s, const kiln_request_params *p, 
         r->tokens = malloc((size_t)r->max_total * sizeof *r->tokens);
         r->stop_ids = malloc((size_t)(p->n_stop_ids ? p->n_stop_ids : 1) * sizeof *r->stop_ids);
         r->blocks = malloc((size_t)r->max_blocks * sizeof *r->blocks);
+        r->hashes = malloc((size_t)(r->max_blocks ? r->max_blocks : 1) * sizeof *r->hashes);
     }
-    if (!r || !r->tokens || !r->stop_ids || !r->blocks) {
+    if (!r || !r->tokens || !r->stop_ids || !r->blocks || !r->hashes) {
         sched_req_free(r);
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "request: out of memory for %lld tokens", (long long)total);
     }
@@ -252,5 +256,8 @@ kiln_scheduler_stats kiln_scheduler_get_stats(const kiln_scheduler *s) {
         .kv_blocks_total = kc->n_blocks,
         .preemptions = s->preemptions,
         .steps = s->steps,
+        .prefix_cache_queries = s->prefix_queries,
+        .prefix_cache_hits = s->prefix_hits,
+        .kv_blocks_cached = kiln_kv_cache_published_blocks(s->cfg.kv),
     };
 }

@@ -5,7 +5,8 @@
  * blocks for their chunk; blocks are taken as sequences grow. When a running sequence needs a block and
  * none is free, the most recently admitted sequence is preempted by recomputation: its blocks are
  * freed and it returns to the front of the waiting queue with the tokens it generated, so its next
- * prefill covers prompt + generated. After the forward step every sequence whose context is complete
+ * prefill covers prompt + generated. With prefix caching (kv_cache.h), an admitted request shares the
+ * cached blocks of its longest cached prefix and computes from there. After the forward step every sequence whose context is complete
  * is sampled (sampler.h; on the host, or where the forward ran through kiln_sample_fn) and the step
  * reports events: a token, and the end of a request with its
  * reason. No request is ever lost: each one ends with exactly one final event.
@@ -64,6 +65,10 @@ typedef struct kiln_scheduler_config {
     /* Optional: called during step, with the request's user pointer, when a request is first admitted
      * into a batch (not again after a preemption), before the forward step runs. */
     void (*on_admit)(void *user);
+    /* Prefix caching (kv_cache.h) is on unless this is set: a request admitted from the waiting queue
+     * starts after the longest run of its full blocks that the cache holds (published by earlier
+     * requests, or by itself before a preemption), and its blocks are published as they fill. */
+    bool no_prefix_cache;
 } kiln_scheduler_config;
 
 typedef struct kiln_request_params {
@@ -103,6 +108,10 @@ typedef struct kiln_scheduler_stats {
     int kv_blocks_used, kv_blocks_total;
     uint64_t preemptions; /* sequences preempted since creation */
     uint64_t steps;       /* forward steps run */
+    /* prefix caching: tokens of the requests admitted from the waiting queue (again after a
+     * preemption), and how many of those were found in the cache */
+    uint64_t prefix_cache_queries, prefix_cache_hits;
+    int kv_blocks_cached; /* published blocks (in use or idle; the idle ones count as free) */
 } kiln_scheduler_stats;
 
 typedef struct kiln_scheduler kiln_scheduler;

@@ -17,6 +17,9 @@ typedef struct sched_req {
     int n_computed;     /* tokens whose keys and values are in the cache */
     int32_t *blocks;    /* [max_blocks] cache blocks of tokens [0, n_blocks * block_size) */
     int n_blocks, max_blocks;
+    uint64_t *hashes;   /* [max_blocks] prefix-cache hashes of its first n_hashed full blocks */
+    int n_hashed;
+    int n_published;    /* its first blocks that are published (or were shared from the cache) */
     int chunk;          /* tokens scheduled in the step being built; 0 = not scheduled */
     bool ended;         /* moved to the done list during this step */
     bool delivered;     /* its final event was returned by a step: freed at the next one */
@@ -30,6 +33,7 @@ struct kiln_scheduler {
     int block_size;
     kiln_sampler *sampler;
     uint64_t next_id, preemptions, steps;
+    uint64_t prefix_queries, prefix_hits; /* tokens of admitted requests / of those found cached */
 
     /* Every live request is in exactly one list. `cap` bounds the live requests that the lists,
      * pending and events can hold, so that step and finish never allocate. */
@@ -61,6 +65,15 @@ void sched_release_blocks(kiln_scheduler *s, sched_req *r);
 /* Ends r (already out of the running and waiting lists, or about to leave running): frees its blocks,
  * keeps `message` (KILN_FINISH_ERROR's; NULL otherwise) and moves it to the done list. */
 void sched_end(kiln_scheduler *s, sched_req *r, const char *message);
+/* Prefix caching (scheduler_prefix.c). The blocks of r (waiting, nothing computed) cached for its
+ * first tokens, at most all but its last token: their count, stored in r->blocks but not yet taken;
+ * *idle gets how many of them are cached with no reference (taking them uses up free blocks). 0 when
+ * prefix caching is off. */
+int sched_prefix_match(kiln_scheduler *s, sched_req *r, int *idle);
+/* Takes the first `hit` blocks that sched_prefix_match found: r starts with them computed. */
+void sched_prefix_take(kiln_scheduler *s, sched_req *r, int hit);
+/* Publishes r's full blocks computed since the last call (no-op when prefix caching is off). */
+void sched_prefix_publish(kiln_scheduler *s, sched_req *r);
 /* r's event: the sampled token (sample NULL: none, token -1) and why it ended (KILN_FINISH_NONE: it
  * goes on). The message points into r, which lives until the step after the event is returned. */
 kiln_sched_event sched_event(const sched_req *r, const kiln_sample *sample, kiln_finish_reason why);

@@ -1,6 +1,6 @@
 /* scheduler_step.c — one scheduler step: build the batch (decodes, then prefill chunks of running
  * sequences, then admissions from the waiting queue), take KV blocks as sequences grow and preempt by
- * recomputation when none are left, run the forward step, sample every sequence whose context is
+ * recomputation when none are left (admissions start after their cached prefix), run the forward step, sample every sequence whose context is
  * complete (on the host, or through the config's sample function where the forward ran), and end the
  * ones that reached a stop token or their length (stop tokens are checked here, on the host). */
 #include "llm/scheduler_internal.h"
@@ -79,12 +79,14 @@ static void schedule_running(kiln_scheduler *s, bool decodes, int *budget) {
 }
 
 /* Admits waiting requests first come, first served while there is budget, a sequence slot, and free
- * blocks for the whole chunk. */
+ * blocks for the whole chunk (after the cached prefix, whose idle blocks count against the free ones). */
 static void admit_waiting(kiln_scheduler *s, int *budget) {
     while (s->n_waiting && s->n_running < s->cfg.max_num_seqs && *budget > 0) {
         sched_req *r = s->waiting[0];
-        int chunk = min_int(r->n_tokens - r->n_computed, *budget);
-        if ((chunk + s->block_size - 1) / s->block_size > kiln_kv_cache_free_blocks(s->cfg.kv)) break;
+        int idle, hit = sched_prefix_match(s, r, &idle);
+        int chunk = min_int(r->n_tokens - hit * s->block_size, *budget);
+        if ((chunk + s->block_size - 1) / s->block_size + idle > kiln_kv_cache_free_blocks(s->cfg.kv)) break;
+        sched_prefix_take(s, r, hit);
         take_blocks(s, r, chunk);
         memmove(s->waiting, s->waiting + 1, (size_t)(s->n_waiting - 1) * sizeof *s->waiting);
         s->n_waiting--;
@@ -213,6 +215,7 @@ static kiln_status run_batch(kiln_scheduler *s) {
             continue;
         }
         r->n_computed += chunk;
+        sched_prefix_publish(s, r);
         if (r->n_computed != r->n_tokens) continue;
         const float *row = s->logits + (size_t)k * s->cfg.vocab;
         if (on_device) take_token(s, r, s->sampled[i++], row);

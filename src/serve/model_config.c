@@ -172,6 +172,9 @@ kiln_status serve_model_config_parse(const char *json, size_t len, const char *w
                 strstr(item->valuestring, ".."))
                 st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'chat_template' must name a file in the model's directory", what);
             else snprintf(c->chat_template, sizeof c->chat_template, "%s", item->valuestring);
+        } else if (!strcmp(item->string, "prefix_cache")) {
+            if (!cJSON_IsBool(item)) st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'prefix_cache' must be true or false", what);
+            else c->llm.no_prefix_cache = cJSON_IsFalse(item);
         } else if (!strcmp(item->string, "target")) {
             if (!cJSON_IsString(item) || (strcmp(item->valuestring, "cpu") && strcmp(item->valuestring, "cuda")))
                 st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'target' must be \"cpu\" or \"cuda\"", what);
@@ -181,7 +184,8 @@ kiln_status serve_model_config_parse(const char *json, size_t len, const char *w
                             "%s: unknown key '%s' (known: max_batch, preferred_batch_sizes, max_queue_delay_us, max_queue, "
                             "timeout_us, instances, breaker_failures, breaker_cooldown_ms, version_policy, target, "
                             "device, aliases, kv_cache_bytes, kv_cache_blocks, max_seqs, max_batched_tokens, "
-                            "max_context, max_waiting, max_waiting_tokens, queue_timeout_ms, chat_template, traffic, priority_levels)",
+                            "max_context, max_waiting, max_waiting_tokens, queue_timeout_ms, prefix_cache, chat_template, traffic, "
+                            "priority_levels)",
                             what, item->string);
         }
         if (st) break;

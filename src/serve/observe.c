@@ -83,6 +83,23 @@ enum MHD_Result serve_metrics_page(serve_conn *c) {
     for (int i = 0; i < n; i++)
         if (v[i].llm)
             kiln_strbuf_printf(&b, "kiln_num_preemptions_total{%s} %llu\n", v[i].labels, (unsigned long long)v[i].llm_stats.preemptions);
+    gauge_head(&b, "kiln_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.");
+    for (int i = 0; i < n; i++)
+        if (v[i].llm)
+            kiln_strbuf_printf(&b, "kiln_prefix_cache_queries_total{%s} %llu\n", v[i].labels,
+                               (unsigned long long)v[i].llm_stats.prefix_cache_queries);
+    gauge_head(&b, "kiln_prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache (not recomputed).");
+    for (int i = 0; i < n; i++)
+        if (v[i].llm)
+            kiln_strbuf_printf(&b, "kiln_prefix_cache_hits_total{%s} %llu\n", v[i].labels,
+                               (unsigned long long)v[i].llm_stats.prefix_cache_hits);
+    gauge_head(&b, "kiln_prefix_cache_hit_ratio", "gauge", "Prefix-cache hits / queries since start (0..1; 0 before any).");
+    for (int i = 0; i < n; i++)
+        if (v[i].llm)
+            kiln_strbuf_printf(&b, "kiln_prefix_cache_hit_ratio{%s} %.6f\n", v[i].labels,
+                               v[i].llm_stats.prefix_cache_queries ? (double)v[i].llm_stats.prefix_cache_hits /
+                                                                         (double)v[i].llm_stats.prefix_cache_queries
+                                                                   : 0);
     gauge_head(&b, "kiln_engine_heartbeat_age_seconds", "gauge", "Time since the LLM engine loop last went round.");
     for (int i = 0; i < n; i++)
         if (v[i].llm)
@@ -175,9 +192,14 @@ enum MHD_Result serve_status_page(serve_conn *c) {
         html_escape(&b, v[i].model);
         kiln_strbuf_printf(&b, "</td><td>%lld</td>", (long long)v[i].number);
         if (v[i].llm)
-            kiln_strbuf_printf(&b, "<td>LLM</td><td>1 engine loop</td><td>%d waiting / %d running, KV %d of %d blocks</td>",
+            kiln_strbuf_printf(&b, "<td>LLM</td><td>1 engine loop</td><td>%d waiting / %d running, KV %d of %d blocks, "
+                                   "prefix cache %.1f%% of %llu prompt tokens</td>",
                                v[i].llm_stats.waiting, v[i].llm_stats.running, v[i].llm_stats.kv_blocks_used,
-                               v[i].llm_stats.kv_blocks_total);
+                               v[i].llm_stats.kv_blocks_total,
+                               v[i].llm_stats.prefix_cache_queries ? 100.0 * (double)v[i].llm_stats.prefix_cache_hits /
+                                                                         (double)v[i].llm_stats.prefix_cache_queries
+                                                                   : 0.0,
+                               (unsigned long long)v[i].llm_stats.prefix_cache_queries);
         else
             kiln_strbuf_printf(&b, "<td>tensor</td><td>%d up of %d</td><td>%d queued, %llu runs</td>", v[i].pool.instances_up,
                                v[i].pool.instances, v[i].pool.queue_depth, (unsigned long long)v[i].pool.runs);

@@ -1,7 +1,7 @@
 """`kiln bench --llm --random SHAPE`: benchmarks of published LLM shapes with random weights and no
 checkpoint (tiny shapes on the CPU here), in batch mode and in the saturated mode (N requests, at most
 C in flight, continuous batching), with exact token counts; bad shapes and shapes too large for the CPU
-are refused clearly.
+are refused clearly; a shared prompt prefix (--prefix-len) is found in the prefix cache.
 """
 import json
 
@@ -74,6 +74,26 @@ def test_unknown_shape(kiln):
 def test_cpu_refuses_llama3_8b(kiln):
     assert_error(run_kiln(kiln, "bench", "--llm", "--random", "llama3-8b", "--target", "cpu"), code=2,
                  mentions=("llama3-8b", "too large for --target cpu", "--target cuda"))
+
+
+def test_shared_prefix_is_cached(kiln, tmp_path):
+    # --prefix-len: every prompt starts with the same 40 tokens; the warm-up caches them, so each
+    # measured request finds 2 blocks of 16 (32 of its 48 tokens); --no-prefix-cache finds none
+    rows = {}
+    for flag in ((), ("--no-prefix-cache",)):
+        out = tmp_path / f"p{len(flag)}.json"
+        proc = run_kiln(kiln, "bench", "--llm", "--random", "tiny-llama", "--target", "cpu", "--batch", "1",
+                        "--input-len", "48", "--prefix-len", "40", "--output-len", "4", "--iterations", "3",
+                        "--warmup", "1", "--export-json", out, *flag)
+        assert proc.returncode == 0, proc.stderr
+        assert ("prefix cache: off" if flag else "prefix cache: 96 of 144 prompt tokens cached") in proc.stdout
+        doc = json.loads(out.read_text())
+        assert doc["workload"]["prefix_len"] == 40 and doc["workload"]["prefix_cache"] == (not flag)
+        rows[bool(flag)] = doc["results"][0]
+    assert rows[False]["prefix_cache_hits"] == 96 and rows[False]["prefix_cache_queries"] == 144
+    assert rows[True]["prefix_cache_hits"] == 0 and rows[True]["prefix_cache_queries"] == 0
+    assert_error(run_kiln(kiln, "bench", "--llm", "--random", "tiny-llama", "--input-len", "16", "--prefix-len",
+                          "16"), code=2, mentions=("--prefix-len 16 must be below --input-len 16",))
 
 
 @pytest.mark.parametrize("args", [("--random", "tiny-gpt2", "--dtype", "fp8"),

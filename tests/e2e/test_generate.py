@@ -180,6 +180,15 @@ def test_seeded_sampling_is_reproducible(kiln, model):
     assert other[3]["generated_ids"] != runs[0][3]["generated_ids"]
 
 
+def test_no_prefix_cache_changes_nothing(kiln, model):
+    d = model[0]
+    args = ["--prompt", PROMPT, "--temperature", 1.5, "--top-k", 0, "--top-p", 1, "--min-p", 0, "--max-tokens", 20,
+            "--seed", 7]
+    on, off = generate(kiln, d, *args), generate(kiln, d, *args, "--no-prefix-cache")
+    assert on[0] == 0 and off[0] == 0, off[2]
+    assert on[1] == off[1] and on[3] == off[3]
+
+
 def test_errors(kiln, model):
     d = model[0]
     rc, _, err, _ = generate(kiln, d, "--prompt", PROMPT, "--max-tokens", 60, "--kv-budget-mb", 0.004)

@@ -7,8 +7,9 @@
  *    split from the heuristic and forced to 48) vs kiln_llm_attention over a paged CPU cache: head dims
  *    8..256 (the fast paths 64, 80, 96, 128, 256 and generic ones), query heads per KV head 1, 2, 3,
  *    8, 12 and 16 (more than 8: chunked), contexts at and around the 16-token block edges up to 600,
- *    batches 1, 3 and 8, chunked prefill (new tokens after a cached prefix); the decode split counters
- *    must be back at zero. Error: max |gpu - cpu| / max |cpu| <= 5e-3 (fp16), 2e-2 (bf16).
+ *    batches 1, 3 and 8, chunked prefill (new tokens after a cached prefix), the same prefill steps
+ *    through the decode kernel's token rows (row_seq, row_pos); the decode split counters must be
+ *    back at zero. Error: max |gpu - cpu| / max |cpu| <= 5e-3 (fp16), 2e-2 (bf16).
  *  - RoPE + KV write (llmc_rope_kv_launch) vs kiln_llm_rope + kiln_llm_kv_write: head dims 8..256,
  *    GQA, with and without rotation, positions at block edges; every q value and every cache slot
  *    (written or not) compared: <= 2e-3 (fp16), 1.6e-2 (bf16) of the largest |value|; values exact.
@@ -105,8 +106,10 @@ static const int decode_ctx[] = {1, 15, 16, 17, 32, 33, 255, 256, 257, 600};
 
 /* One attention case: batch sequences (prefill: new tokens and contexts from prefill_seqs, rotated by
  * rot; decode: one new token, contexts from decode_ctx) over a scrambled paged cache; the GPU kernel
- * (decode: with keys per split part, 0 for the heuristic) against kiln_llm_attention. */
-static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, int batch, int rot, int part, int sm_count) {
+ * (decode: with keys per split part, 0 for the heuristic; prefill with token_rows: the decode kernel,
+ * one row per new token) against kiln_llm_attention. */
+static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, bool token_rows, int batch, int rot, int part,
+                      int sm_count) {
     const int hd = sh->hd, ldq = (sh->n_head + 2 * sh->n_kv) * hd, ldo = sh->n_head * hd;
     int n_new[ATT_MAX_SEQS], ctx[ATT_MAX_SEQS], seq_start[ATT_MAX_SEQS + 1], max_new = 0, max_ctx = 0, n_tok = 0;
     int n_blocks = 0;
@@ -131,6 +134,7 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, int batc
     float *scratch = malloc(((size_t)2 * hd + max_new) * ATT_MAX_CTX * 4);
     int32_t *table = calloc((size_t)batch * table_stride, 4);
     int32_t *perm = malloc((size_t)n_blocks * 4);
+    int32_t *rows = malloc((size_t)2 * n_tok * 4);
     void *d_q = NULL, *d_out = NULL, *d_k = NULL, *d_v = NULL;
     int32_t *d_meta = NULL;
     float *d_part = NULL;
@@ -138,8 +142,8 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, int batc
     const int n_counts = batch * llmc_decode_counters(sh->n_head, sh->n_kv);
     char shape[96];
     snprintf(shape, sizeof shape, "hd %d, %d/%d heads, batch %d%s%s", hd, sh->n_head, sh->n_kv, batch,
-             decode ? (part ? ", part 48" : ", auto split") : "", decode ? "" : ", chunks");
-    if (!q16 || !out16 || !k16 || !v16 || !qf || !ref || !scratch || !table || !perm) {
+             decode ? (part ? ", part 48" : ", auto split") : "", decode ? "" : token_rows ? ", token rows" : ", chunks");
+    if (!q16 || !out16 || !k16 || !v16 || !qf || !ref || !scratch || !table || !perm || !rows) {
         EXPECT(0, "out of memory");
         goto done;
     }
@@ -176,7 +180,7 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, int batc
     CK(cudaMalloc(&d_out, (size_t)n_tok * ldo * 2));
     CK(cudaMalloc(&d_k, cache_elems * 2));
     CK(cudaMalloc(&d_v, cache_elems * 2));
-    CK(cudaMalloc((void **)&d_meta, ((size_t)batch * table_stride + 2 * ATT_MAX_SEQS + 1) * 4));
+    CK(cudaMalloc((void **)&d_meta, ((size_t)batch * table_stride + 2 * ATT_MAX_SEQS + 1 + 2 * (size_t)n_tok) * 4));
     CK(cudaMemcpy(d_q, q16, (size_t)n_tok * ldq * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_k, k16, cache_elems * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_v, v16, cache_elems * 2, cudaMemcpyHostToDevice));
@@ -184,9 +188,16 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, int batc
     CK(cudaMemcpy(d_table, table, (size_t)batch * table_stride * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_ctx, ctx, (size_t)batch * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_start, seq_start, (size_t)(batch + 1) * 4, cudaMemcpyHostToDevice));
+    int32_t *d_row_seq = d_start + ATT_MAX_SEQS + 1; /* token rows: [n_tok] sequences, then [n_tok] positions */
+    for (int s = 0; s < batch; s++)
+        for (int j = 0; j < n_new[s]; j++) {
+            rows[seq_start[s] + j] = s;
+            rows[n_tok + seq_start[s] + j] = ctx[s] - n_new[s] + j;
+        }
+    CK(cudaMemcpy(d_row_seq, rows, (size_t)2 * n_tok * 4, cudaMemcpyHostToDevice));
     CK(cudaMemset(d_out, 0xff, (size_t)n_tok * ldo * 2)); /* NaN poison */
     kiln_status st;
-    if (decode) {
+    if (decode || token_rows) {
         CK(cudaMalloc((void **)&d_part, (size_t)batch * sh->n_head * ATT_SPLIT_CAP * (hd + 2) * 4));
         CK(cudaMalloc((void **)&d_count, (size_t)n_counts * sizeof(unsigned)));
         CK(cudaMemset(d_count, 0, (size_t)n_counts * sizeof(unsigned)));
@@ -196,7 +207,7 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, int batc
         a.head_dim = hd;
         a.n_head = sh->n_head;
         a.n_kv_head = sh->n_kv;
-        a.n_seqs = batch;
+        a.n_seqs = token_rows ? n_tok : batch;
         a.block_size = BS;
         a.max_ctx = ATT_MAX_CTX;
         a.q = d_q;
@@ -212,7 +223,11 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, int batc
         a.split_cap = ATT_SPLIT_CAP;
         a.count = d_count;
         a.sm_count = sm_count;
-        a.part_keys = part;
+        a.part_keys = token_rows ? -1 : part;
+        if (token_rows) {
+            a.row_seq = d_row_seq;
+            a.row_pos = d_row_seq + n_tok;
+        }
         st = llmc_decode_attention(&a, NULL);
     } else {
         llmc_prefill_attn a;
@@ -247,7 +262,7 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, int batc
     }
     const double err = diff / (mx > 0 ? mx : 1), tol = dt == KILN_F16 ? 5e-3 : 2e-2;
     bool counters_zero = true;
-    if (decode) {
+    if (decode || token_rows) {
         counts = malloc((size_t)n_counts * sizeof *counts);
         if (!counts) {
             EXPECT(0, "out of memory");
@@ -257,7 +272,8 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, int batc
         for (int i = 0; i < n_counts; i++) counters_zero = counters_zero && counts[i] == 0;
         EXPECT(counters_zero, "%s: a split counter was not left at zero", shape);
     }
-    report(decode ? "decode" : "prefill", shape, dt, err, tol, st == KILN_OK && err <= tol && counters_zero);
+    report(decode ? "decode" : token_rows ? "token rows" : "prefill", shape, dt, err, tol,
+           st == KILN_OK && err <= tol && counters_zero);
 done:
     kiln_kv_cache_free(kv);
     cudaFree(d_q);
@@ -277,6 +293,7 @@ done:
     free(scratch);
     free(table);
     free(perm);
+    free(rows);
 }
 
 static void test_attention(int sm_count) {
@@ -289,9 +306,10 @@ static void test_attention(int sm_count) {
                 const int gi = (hi + 2 * k) % n_gqa; /* three GQA shapes per head dim, every shape over the table */
                 const attn_shape sh = {attn_hds[hi], attn_gqa[gi][0], attn_gqa[gi][1]};
                 const int batch = batches[(hi + k) % 3], rot = hi + k;
-                attn_case(&sh, dt, false, batch, rot, 0, sm_count);
-                attn_case(&sh, dt, true, batch, rot, 0, sm_count);
-                attn_case(&sh, dt, true, batch, rot, 48, sm_count);
+                attn_case(&sh, dt, false, false, batch, rot, 0, sm_count);
+                attn_case(&sh, dt, false, true, batch, rot, 0, sm_count);
+                attn_case(&sh, dt, true, false, batch, rot, 0, sm_count);
+                attn_case(&sh, dt, true, false, batch, rot, 48, sm_count);
             }
     }
     /* what the kernels refuse: a head dim not a multiple of 8, one past 256, heads not a multiple */

@@ -1,7 +1,8 @@
 """kiln serve's OpenAI endpoints on models/kjv-gpt2 (CPU), through the official `openai` client and
 raw HTTP: completions and chat, plain and streamed, greedy output equal to `kiln generate
 --temperature 0`, sampling parameters, logprobs, stop strings, n, usage, errors in OpenAI's shape,
-admission control (429 with Retry-After) and a disconnecting client freeing its KV blocks."""
+admission control (429 with Retry-After), a disconnecting client freeing its KV blocks, and prefix
+caching (the /metrics counters, the same text with "prefix_cache": false)."""
 import json
 import os
 import shutil
@@ -292,3 +293,30 @@ def test_model_chat_template_file(kiln, tmp_path):
     (tmp_path / "kjv" / "config.json").write_text(json.dumps({"chat_template": "missing.jinja"}))
     with serve(kiln, tmp_path) as s:
         assert "chat_template" in "".join(s.log) and "missing.jinja" in "".join(s.log)
+
+
+def test_prefix_cache_metrics_and_off(kiln, tmp_path):
+    system = "And God said, Let there be light: and there was light. And God saw the light, that it was good: " * 2
+    prompts = [system + "and God divided the light", system + "And the evening and the morning"]
+    label = 'model="kjv",version="1"'
+    texts = {}
+    for cache in (True, False):
+        shutil.copytree(KJV_GPT2, tmp_path / str(cache) / "kjv" / "1")
+        (tmp_path / str(cache) / "kjv" / "config.json").write_text(json.dumps({"prefix_cache": cache}))
+        with serve(kiln, tmp_path / str(cache)) as s:
+            for p in prompts:
+                status, out = s.json("/v1/completions", {"model": "kjv", "prompt": p, "max_tokens": 16, "temperature": 0})
+                assert status == 200, out
+                texts.setdefault(p, set()).add(out["choices"][0]["text"])
+            m = s.metrics()
+            queries, hits = m[f"kiln_prefix_cache_queries_total{{{label}}}"], m[f"kiln_prefix_cache_hits_total{{{label}}}"]
+            if cache:  # the second prompt finds the first one's full blocks of the shared text
+                assert queries > hits >= 16 and m[f"kiln_prefix_cache_hit_ratio{{{label}}}"] == pytest.approx(hits / queries, abs=1e-5)
+                status, _, page = s.request("/")  # the status page shows the hit rate
+                assert status == 200 and f"prefix cache {100 * hits / queries:.1f}% of {queries:.0f} prompt tokens" in page.decode()
+            else:
+                assert queries == hits == 0 and m[f"kiln_prefix_cache_hit_ratio{{{label}}}"] == 0
+    assert all(len(t) == 1 for t in texts.values()), texts  # the same text with and without the cache
+    (tmp_path / "True" / "kjv" / "config.json").write_text(json.dumps({"prefix_cache": "no"}))
+    with serve(kiln, tmp_path / "True") as s:
+        assert "'prefix_cache' must be true or false" in "".join(s.log)

@@ -1,13 +1,61 @@
 /* test_kv_cache.c — the paged KV cache (src/llm/kv_cache.c): budget arithmetic, invalid shapes,
- * handing out and taking back every block, and that the key and value storage of every (layer,
- * block) is distinct, of the stated size and writable. Exit 0 = pass. */
+ * handing out and taking back every block, that the key and value storage of every (layer, block) is
+ * distinct, of the stated size and writable; and the prefix cache: publishing, lookups that confirm
+ * tokens and parent, shared references, idle cached blocks counted free, eviction only when no
+ * never-published block is free and least recently released first, a duplicate hash left private.
+ * Exit 0 = pass. */
 #include "check.h"
 #include "llm/kv_cache.h"
 
 #include <stdio.h>
 #include <string.h>
 
+static void test_prefix_cache(void) {
+    kiln_kv_cache_config c = {.n_layer = 1, .n_kv_head = 1, .head_dim = 2, .block_size = 4, .n_blocks = 4,
+                              .dtype = KILN_F32};
+    kiln_kv_cache *kv;
+    CHECK(kiln_kv_cache_create(&c, &kv) == KILN_OK);
+    const int32_t t1[4] = {1, 2, 3, 4}, t2[4] = {5, 6, 7, 8}, t1x[4] = {1, 2, 3, 5};
+    const uint64_t h1 = kiln_kv_block_hash(0, t1, 4), h2 = kiln_kv_block_hash(h1, t2, 4);
+    CHECK(h1 != h2 && h1 != kiln_kv_block_hash(0, t1x, 4) && h2 != kiln_kv_block_hash(0, t2, 4));
+    int a = kiln_kv_cache_alloc_block(kv), b = kiln_kv_cache_alloc_block(kv);
+    CHECK(kiln_kv_cache_lookup(kv, h1, 0, t1) == -1);
+    kiln_kv_cache_publish_block(kv, a, h1, 0, t1);
+    kiln_kv_cache_publish_block(kv, b, h2, h1, t2);
+    CHECK(kiln_kv_cache_published_blocks(kv) == 2);
+    CHECK(kiln_kv_cache_lookup(kv, h1, 0, t1) == a && kiln_kv_cache_lookup(kv, h2, h1, t2) == b);
+    CHECK(kiln_kv_cache_lookup(kv, h1, 0, t1x) == -1 && kiln_kv_cache_lookup(kv, h2, 0, t2) == -1); /* no false hit */
+    /* shared, then idle: still cached, counted free, its contents live */
+    kiln_kv_cache_share_block(kv, a);
+    kiln_kv_cache_release_block(kv, a);
+    CHECK(kiln_kv_cache_block_taken(kv, a) && !kiln_kv_cache_block_cached_idle(kv, a));
+    kiln_kv_cache_release_block(kv, a);
+    kiln_kv_cache_release_block(kv, b);
+    CHECK(!kiln_kv_cache_block_taken(kv, a) && kiln_kv_cache_block_live(kv, a) && kiln_kv_cache_block_cached_idle(kv, a));
+    CHECK(kiln_kv_cache_free_blocks(kv) == 4 && kiln_kv_cache_lookup(kv, h1, 0, t1) == a);
+    /* taking an idle block back uses up a free one */
+    kiln_kv_cache_share_block(kv, b);
+    CHECK(kiln_kv_cache_block_taken(kv, b) && kiln_kv_cache_free_blocks(kv) == 3);
+    kiln_kv_cache_release_block(kv, b); /* now b was released after a: a is the least recent */
+    /* the two never-published blocks go first; then a, then b are evicted */
+    int c1 = kiln_kv_cache_alloc_block(kv), c2 = kiln_kv_cache_alloc_block(kv);
+    CHECK(c1 != a && c1 != b && c2 != a && c2 != b && kiln_kv_cache_published_blocks(kv) == 2);
+    CHECK(kiln_kv_cache_alloc_block(kv) == a && kiln_kv_cache_lookup(kv, h1, 0, t1) == -1);
+    CHECK(kiln_kv_cache_lookup(kv, h2, h1, t2) == b && kiln_kv_cache_published_blocks(kv) == 1);
+    CHECK(kiln_kv_cache_alloc_block(kv) == b && kiln_kv_cache_published_blocks(kv) == 0);
+    CHECK(kiln_kv_cache_alloc_block(kv) == -1 && !kiln_kv_cache_block_live(kv, 4));
+    /* a hash already published by another block: the second stays private and is freed on release */
+    kiln_kv_cache_publish_block(kv, c1, h1, 0, t1);
+    kiln_kv_cache_publish_block(kv, c2, h1, 0, t1);
+    CHECK(kiln_kv_cache_published_blocks(kv) == 1 && kiln_kv_cache_lookup(kv, h1, 0, t1) == c1);
+    kiln_kv_cache_release_block(kv, c2);
+    CHECK(!kiln_kv_cache_block_live(kv, c2) && kiln_kv_cache_free_blocks(kv) == 1);
+    CHECK(kiln_kv_cache_alloc_block(kv) == c2 && kiln_kv_cache_published_blocks(kv) == 1);
+    kiln_kv_cache_free(kv);
+}
+
 int main(void) {
+    test_prefix_cache();
     kiln_kv_cache_config c = {.n_layer = 3, .n_kv_head = 2, .head_dim = 8, .block_size = 4, .n_blocks = 5,
                               .dtype = KILN_F16};
     const size_t block = 2 * 4 * 8 * 2; /* keys of one block of one layer, in bytes */

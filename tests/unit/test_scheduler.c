@@ -6,9 +6,12 @@
  * logits and the sampler (the request alone), and checks the final events and that every block is
  * free at the end: many concurrent requests of different lengths, a tiny cache (preemption), a small
  * token budget (chunked prefill), aborts, a request too large for the cache, the context limit, a
- * failing forward step, and invalid requests; and the same scenarios with a sample function
- * (kiln_sample_fn, as the GPU sampler plugs in) that samples the fake's "device" logits and hands back
- * the rows asking for logprobs or holding a NaN. Exit 0 = pass. */
+ * failing forward step, and invalid requests; prefix caching (requests sharing system prompts of
+ * lengths around block boundaries, prompts entirely cached, through preemption, aborts and eviction:
+ * the same tokens as without it, the exact hit counts, every block free or cached at the end); and
+ * the same scenarios with a sample function (kiln_sample_fn, as the GPU sampler plugs in) that
+ * samples the fake's "device" logits and hands back the rows asking for logprobs or holding a NaN.
+ * Exit 0 = pass. */
 #include "check.h"
 #include "llm/scheduler.h"
 
@@ -29,6 +32,7 @@ typedef struct fake_model {
     int calls, fail_at_call;       /* the forward fails on call number fail_at_call (0: never) */
     int nan_ctx_len;               /* logits of contexts this long are NaN (0: never) */
     int max_step_tokens, max_step_seqs;
+    long computed;                 /* tokens run through the forward in all */
     /* "device" sampling (fake_sample): the forward keeps its logits here when given none */
     bool on_device;
     float dev[FAKE_MAX_SEQS * V];
@@ -59,19 +63,29 @@ static kiln_status fake_forward(void *model, kiln_kv_cache *kv, const kiln_llm_b
     f->last_seqs = b->n_seqs;
     const kiln_kv_cache_config *kc = kiln_kv_cache_get_config(kv);
     int bs = kc->block_size;
+    f->computed += b->n_tokens;
     if (b->n_tokens > f->max_step_tokens) f->max_step_tokens = b->n_tokens;
     if (b->n_seqs > f->max_step_seqs) f->max_step_seqs = b->n_seqs;
     if (b->seq_start[0] != 0 || b->seq_start[b->n_seqs] != b->n_tokens || b->all_logits)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "fake forward: bad batch layout");
-    static int owner[4096];
-    for (int i = 0; i < kc->n_blocks; i++) owner[i] = -1;
-    for (int i = 0; i < b->n_seqs; i++) { /* blocks are valid and no two sequences share one */
+    /* blocks are taken, and a block written in this step belongs to its writer alone (sequences share
+     * cached prefix blocks, which nobody writes) */
+    static int writer[4096];
+    for (int i = 0; i < kc->n_blocks; i++) writer[i] = -1;
+    for (int i = 0; i < b->n_seqs; i++) {
         const int32_t *row = b->block_table + (size_t)i * b->max_blocks_per_seq;
+        int first = b->ctx_len[i] - (b->seq_start[i + 1] - b->seq_start[i]);
         for (int j = 0; j < (b->ctx_len[i] + bs - 1) / bs; j++) {
-            if (j >= b->max_blocks_per_seq || row[j] < 0 || row[j] >= kc->n_blocks || owner[row[j]] >= 0)
-                return kiln_error(KILN_ERR_INVALID_ARGUMENT, "fake forward: seq %d block %d invalid or shared", i, j);
-            owner[row[j]] = i;
+            if (j >= b->max_blocks_per_seq || !kiln_kv_cache_block_taken(kv, row[j]))
+                return kiln_error(KILN_ERR_INVALID_ARGUMENT, "fake forward: seq %d block %d invalid", i, j);
+            if ((j + 1) * bs > first) writer[row[j]] = writer[row[j]] < 0 || writer[row[j]] == i ? i : -2;
         }
+    }
+    for (int i = 0; i < b->n_seqs; i++) {
+        const int32_t *row = b->block_table + (size_t)i * b->max_blocks_per_seq;
+        for (int j = 0; j < (b->ctx_len[i] + bs - 1) / bs; j++)
+            if (writer[row[j]] != -1 && writer[row[j]] != i)
+                return kiln_error(KILN_ERR_INVALID_ARGUMENT, "fake forward: seq %d block %d is written by another", i, j);
     }
     for (int i = 0; i < b->n_seqs; i++) { /* write the new tokens */
         const int32_t *row = b->block_table + (size_t)i * b->max_blocks_per_seq;
@@ -204,6 +218,7 @@ static void make_requests(req *r, int n, uint64_t seed, int min_prompt, int max_
 typedef struct setup {
     int n_blocks, block_size, budget, max_seqs, max_model_len;
     bool on_device; /* sample through fake_sample */
+    bool no_prefix_cache;
 } setup;
 
 typedef struct world {
@@ -221,7 +236,8 @@ static void world_open(world *w, const setup *su, req *reqs, int n) {
     kiln_scheduler_config sc = {.forward = fake_forward, .sample = su->on_device ? fake_sample : NULL,
                                 .model = &w->fake, .vocab = V,
                                 .max_model_len = su->max_model_len ? su->max_model_len : MAX_LEN,
-                                .max_num_batched_tokens = su->budget, .max_num_seqs = su->max_seqs};
+                                .max_num_batched_tokens = su->budget, .max_num_seqs = su->max_seqs,
+                                .no_prefix_cache = su->no_prefix_cache};
     w->fake.on_device = su->on_device;
     if (kiln_kv_cache_create(&kc, &w->kv) != KILN_OK) exit(1);
     sc.kv = w->kv;
@@ -544,6 +560,156 @@ static void test_sample_fn(void) {
     world_close(&w);
 }
 
+/* ------------------------------------------------------------------ prefix caching */
+
+/* Gives requests [0, n) the first shared[i % n_shared] tokens of one of two system prompts (by i % 2,
+ * prompt lengths kept), so that they share cached prefixes of lengths around block boundaries. */
+static void share_prefixes(req *r, int n, const int *shared, int n_shared) {
+    int32_t sys[2][MAX_LEN];
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < MAX_LEN; j++) sys[k][j] = (int32_t)(mix64((uint64_t)(k * MAX_LEN + j) + 77) % V);
+    for (int i = 0; i < n; i++) {
+        int len = shared[i % n_shared];
+        if (r[i].n_prompt < len + 1) r[i].n_prompt = len + 1 + i % 3;
+        memcpy(r[i].prompt, sys[i % 2], (size_t)len * sizeof *r[i].prompt);
+    }
+}
+
+/* Adds request i every `every` steps (all at once with every 0) and runs to the end. */
+static void run_staggered(world *w, int every) {
+    int added = 0;
+    for (int steps = 0; added < w->n || kiln_scheduler_has_work(w->s); steps++) {
+        while (added < w->n && (!every || steps % every == 0)) {
+            add_request(w, added++);
+            if (every) break;
+        }
+        const kiln_sched_event *ev;
+        int n;
+        CHECK(kiln_scheduler_step(w->s, &ev, &n) == KILN_OK);
+        take_events(ev, n);
+    }
+}
+
+/* One request after another: the exact hits, a prompt entirely cached still computes its last
+ * block, and the forward runs only what was not cached. */
+static void test_prefix_hits(void) {
+    world w;
+    make_requests(reqs, 5, 20, 40, 40, 1);
+    for (int i = 0; i < 5; i++) reqs[i].max_tokens = 6, reqs[i].stop = -1;
+    memcpy(reqs[1].prompt, reqs[0].prompt, 40 * sizeof(int32_t)); /* all 5 blocks of 8 cached: 4 used */
+    memcpy(reqs[2].prompt, reqs[0].prompt, 24 * sizeof(int32_t)); /* 3 blocks */
+    memcpy(reqs[3].prompt, reqs[0].prompt, 23 * sizeof(int32_t)); /* 2 blocks */
+    memcpy(reqs[4].prompt, reqs[0].prompt, 40 * sizeof(int32_t)); /* prompt 0 and 5 generated tokens */
+    memcpy(reqs[4].prompt + 40, reqs[0].want, 5 * sizeof(int32_t));
+    reqs[4].n_prompt = 45; /* 5 of its blocks were published as request 0 generated */
+    world_open(&w, &(setup){.n_blocks = 64, .block_size = 8, .budget = 64, .max_seqs = 4}, reqs, 5);
+    const int hits[5] = {0, 32, 24, 16, 40};
+    long want_computed = 0;
+    uint64_t queries = 0, hit_tokens = 0;
+    for (int i = 0; i < 5; i++) {
+        long before = w.fake.computed;
+        add_request(&w, i);
+        CHECK(run_to_end(&w) == KILN_OK);
+        kiln_scheduler_stats st = kiln_scheduler_get_stats(w.s);
+        queries += (uint64_t)reqs[i].n_prompt;
+        hit_tokens += (uint64_t)hits[i];
+        CHECK(st.prefix_cache_queries == queries && st.prefix_cache_hits == hit_tokens);
+        CHECK(w.fake.computed - before == reqs[i].n_prompt - hits[i] + reqs[i].n_out - 1);
+        CHECK(st.kv_blocks_used == 0 && st.kv_blocks_cached > 0);
+        want_computed += reqs[i].n_prompt - hits[i] + reqs[i].n_out - 1;
+    }
+    CHECK(w.fake.computed == want_computed);
+    check_as_alone(&w);
+    world_close(&w);
+    /* turned off: nothing is found, everything is computed */
+    for (int i = 0; i < 5; i++) reqs[i].n_out = reqs[i].n_final = 0;
+    world_open(&w, &(setup){.n_blocks = 64, .block_size = 8, .budget = 64, .max_seqs = 4, .no_prefix_cache = true},
+               reqs, 5);
+    for (int i = 0; i < 5; i++) add_request(&w, i);
+    CHECK(run_to_end(&w) == KILN_OK);
+    kiln_scheduler_stats st = kiln_scheduler_get_stats(w.s);
+    CHECK(st.prefix_cache_queries == 0 && st.prefix_cache_hits == 0 && st.kv_blocks_cached == 0);
+    check_as_alone(&w);
+    world_close(&w);
+}
+
+/* Many requests sharing system prompts (greedy and seeded sampling, logprobs), arriving over time,
+ * with and without prefix caching, host and device sampling: the reference tokens every time. */
+static void test_prefix_shared_prompts(void) {
+    const int shared[] = {7, 8, 9, 15, 16, 17, 31, 32, 33, 48, 64};
+    for (int mode = 0; mode < 3; mode++) {
+        world w;
+        make_requests(reqs, MAX_REQ, 21, 1, 80, 20);
+        share_prefixes(reqs, MAX_REQ, shared, 11);
+        world_open(&w, &(setup){.n_blocks = 512, .block_size = 8, .budget = 96, .max_seqs = 8,
+                                .on_device = mode == 2, .no_prefix_cache = mode == 1}, reqs, MAX_REQ);
+        run_staggered(&w, 2);
+        check_as_alone(&w);
+        kiln_scheduler_stats st = kiln_scheduler_get_stats(w.s);
+        if (mode != 1) CHECK(st.prefix_cache_hits > 0 && st.prefix_cache_hits < st.prefix_cache_queries);
+        else CHECK(st.prefix_cache_hits == 0);
+        printf("shared prompts (%s): %llu of %llu tokens cached, %ld computed\n",
+               mode == 1 ? "off" : mode == 2 ? "on, device sampling" : "on", (unsigned long long)st.prefix_cache_hits,
+               (unsigned long long)st.prefix_cache_queries, w.fake.computed);
+        world_close(&w);
+    }
+}
+
+/* Shared blocks through preemption (a tiny cache that also evicts), aborts of requests sharing a
+ * prefix, and chunked prefill after a cached prefix: the reference tokens, no block leaked. */
+static void test_prefix_pressure(void) {
+    const int shared[] = {4, 8, 11, 12, 13, 20};
+    world w;
+    make_requests(reqs, 24, 22, 4, 30, 40);
+    share_prefixes(reqs, 24, shared, 6);
+    world_open(&w, &(setup){.n_blocks = 24, .block_size = 4, .budget = 64, .max_seqs = 8}, reqs, 24);
+    run_staggered(&w, 3);
+    check_as_alone(&w);
+    kiln_scheduler_stats st = kiln_scheduler_get_stats(w.s);
+    CHECK(st.preemptions > 0 && st.prefix_cache_hits > 0 && st.kv_blocks_cached <= 24);
+    printf("prefix cache under pressure: %llu preemptions, %llu of %llu tokens cached\n",
+           (unsigned long long)st.preemptions, (unsigned long long)st.prefix_cache_hits,
+           (unsigned long long)st.prefix_cache_queries);
+    world_close(&w);
+    /* chunked prefill after the cached prefix */
+    make_requests(reqs, 12, 23, 30, 60, 10);
+    share_prefixes(reqs, 12, shared, 6);
+    world_open(&w, &(setup){.n_blocks = 128, .block_size = 4, .budget = 5, .max_seqs = 4}, reqs, 12);
+    run_staggered(&w, 4);
+    check_as_alone(&w);
+    CHECK(kiln_scheduler_get_stats(w.s).prefix_cache_hits > 0);
+    world_close(&w);
+    /* aborts: the first request publishes its prompt, four more share it; two are aborted mid-way */
+    make_requests(reqs, 5, 24, 30, 30, 1);
+    for (int i = 0; i < 5; i++) {
+        memcpy(reqs[i].prompt, reqs[0].prompt, 28 * sizeof(int32_t));
+        reqs[i].max_tokens = 30, reqs[i].stop = -1;
+    }
+    world_open(&w, &(setup){.n_blocks = 64, .block_size = 4, .budget = 128, .max_seqs = 8}, reqs, 5);
+    add_request(&w, 0);
+    const kiln_sched_event *ev;
+    int n;
+    CHECK(kiln_scheduler_step(w.s, &ev, &n) == KILN_OK);
+    take_events(ev, n);
+    for (int i = 1; i < 5; i++) add_request(&w, i);
+    for (int k = 0; k < 3; k++) {
+        CHECK(kiln_scheduler_step(w.s, &ev, &n) == KILN_OK);
+        take_events(ev, n);
+    }
+    CHECK(kiln_scheduler_get_stats(w.s).prefix_cache_hits == 4 * 28);
+    CHECK(kiln_scheduler_finish(w.s, reqs[0].id, KILN_FINISH_ABORTED) == KILN_OK);
+    CHECK(kiln_scheduler_finish(w.s, reqs[2].id, KILN_FINISH_ABORTED) == KILN_OK);
+    CHECK(run_to_end(&w) == KILN_OK);
+    for (int i = 0; i < 5; i++) {
+        req *r = &reqs[i];
+        bool aborted = i == 0 || i == 2;
+        CHECK(r->n_final == 1 && r->finish == (aborted ? KILN_FINISH_ABORTED : r->want_finish));
+        CHECK(aborted ? r->n_out < r->n_want : r->n_out == r->n_want);
+        CHECK(!memcmp(r->out, r->want, (size_t)r->n_out * sizeof *r->out));
+    }
+    world_close(&w);
+}
+
 static void test_config_errors(void) {
     kiln_kv_cache_config kc = {.n_layer = 1, .n_kv_head = 1, .head_dim = 2, .block_size = 4, .n_blocks = 4,
                                .dtype = KILN_F32};
@@ -574,6 +740,9 @@ int main(void) {
     test_too_large_and_limits();
     test_forward_failure();
     test_sample_fn();
+    test_prefix_hits();
+    test_prefix_shared_prompts();
+    test_prefix_pressure();
     test_config_errors();
     return checks_report("test_scheduler");
 }

@@ -167,7 +167,10 @@ extern "C" kiln_status llmc_prefill_attention(const llmc_prefill_attn *a, cudaSt
 extern "C" kiln_status llmc_attention(kiln_llm_cuda *g, const llmc_step *s, const void *kc, const void *vc, int block_size) {
     const kiln_llm_config *c = &g->cfg;
     const int hd = c->head_dim, ldq = (c->n_head + 2 * c->n_kv_head) * hd, ldo = c->n_head * hd;
-    if (!s->decode) {
+    /* few new tokens over a long context (a prompt after a cached prefix): the prefill kernel would
+     * give a few warps the whole context each; the decode kernel takes every token as a row */
+    const bool token_rows = !s->decode && s->max_new <= LLMC_TOKEN_ROWS_MAX_NEW && s->max_ctx >= 4 * s->max_new;
+    if (!s->decode && !token_rows) {
         llmc_prefill_attn a;
         memset(&a, 0, sizeof a);
         a.dtype = g->dtype;
@@ -189,14 +192,14 @@ extern "C" kiln_status llmc_attention(kiln_llm_cuda *g, const llmc_step *s, cons
         a.vc = vc;
         return llmc_prefill_attention(&a, g->stream);
     }
-    /* the grid is a function of (n_seqs, the context bucket s->max_ctx): what a graph is keyed by */
+    /* decode: the grid is a function of (n_seqs, the context bucket s->max_ctx): what a graph is keyed by */
     llmc_decode_attn a;
     memset(&a, 0, sizeof a);
     a.dtype = g->dtype;
     a.head_dim = hd;
     a.n_head = c->n_head;
     a.n_kv_head = c->n_kv_head;
-    a.n_seqs = s->n_seqs;
+    a.n_seqs = token_rows ? s->n_tokens : s->n_seqs;
     a.block_size = block_size;
     a.max_ctx = s->max_ctx;
     a.q = g->qkv;
@@ -212,5 +215,10 @@ extern "C" kiln_status llmc_attention(kiln_llm_cuda *g, const llmc_step *s, cons
     a.split_cap = g->split_cap;
     a.count = g->att_count;
     a.sm_count = g->sm_count;
+    if (token_rows) {
+        a.part_keys = -1;
+        a.row_seq = s->tok_seq;
+        a.row_pos = s->positions;
+    }
     return llmc_decode_attention(&a, g->stream);
 }

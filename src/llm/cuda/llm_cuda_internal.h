@@ -226,7 +226,11 @@ typedef struct llmc_decode_attn {
     int split_cap;   /* most splits of one context */
     unsigned *count; /* [n_seqs][llmc_decode_counters()] arrival counters: zero before the first launch, left zero */
     int sm_count;
-    int part_keys; /* keys per split; 0: llmc_decode_part's choice */
+    int part_keys; /* keys per split; 0: llmc_decode_part's choice; -1: one split of the whole context */
+    /* Rows that are the new tokens of a ragged step (NULL: row z is sequence z, context ctx_len[z]):
+     * row z is token z of sequence row_seq[z] (its block table row), at position row_pos[z], seeing
+     * keys 0 .. row_pos[z]. Only with part_keys -1 (no partials, no counters: rows may outnumber them). */
+    const int32_t *row_seq, *row_pos;
 } llmc_decode_attn;
 
 /* Keys per split of the decode attention for these shapes: a multiple of 4 tiles (128 keys at head_dim
@@ -261,8 +265,10 @@ typedef struct llmc_prefill_attn {
 kiln_status llmc_prefill_attention(const llmc_prefill_attn *a, cudaStream_t stream);
 
 /* llm_cuda_attn.cu: g->att = causal attention of every new token over its sequence's cache (which
- * already holds the step's keys and values) in layer kc/vc: llmc_decode_attention when s->decode, else
- * llmc_prefill_attention. */
+ * already holds the step's keys and values) in layer kc/vc: llmc_decode_attention when s->decode; a
+ * step of few new tokens per sequence over long contexts (a prompt after a cached prefix) through it
+ * too, one row per token (llmc_decode_attn.row_seq); else llmc_prefill_attention. */
+#define LLMC_TOKEN_ROWS_MAX_NEW 64 /* most new tokens of one sequence for the decode kernel's token rows */
 kiln_status llmc_attention(kiln_llm_cuda *g, const llmc_step *s, const void *kc, const void *vc, int block_size);
 
 #ifdef __cplusplus
