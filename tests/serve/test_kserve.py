@@ -1,8 +1,7 @@
 """kiln serve's KServe v2 endpoints on sample_cnn: metadata, health, readiness, inference in JSON and
 binary (raw HTTP and tritonclient), the dynamic batcher joining concurrent requests, the repository
 extension, and the metrics and status page they feed; on a model with 600 KB rows: batches of
-megabytes split back to their requests, and a client that half-closes its socket mid-request or
-while its request is queued."""
+megabytes split back to their requests, and a client that half-closes its socket mid-request."""
 import concurrent.futures
 import json
 import socket
@@ -195,19 +194,6 @@ def test_half_closed_request_is_a_disconnect(pool_server):
     assert s.recv(65536) == b"", "a request cut short by its client got an answer"
     assert time.time() - t0 < 5
     s.close()
-    # a client that half-closes after its whole request looks, before the server writes, like one
-    # that closed: its request leaves the batcher's queue unrun and gets no answer (as an LLM request)
-    label = 'model="pool",version="1"'
-    before = pool_server.metrics()
-    s = socket.create_connection((host, int(port)))
-    s.sendall(head + body)
-    s.shutdown(socket.SHUT_WR)
-    s.settimeout(30)
-    assert s.recv(65536) == b"", "a request whose client half-closed was answered"
-    s.close()
-    after = pool_server.metrics()
-    assert after[f"kiln_queue_abandoned_total{{{label}}}"] == before[f"kiln_queue_abandoned_total{{{label}}}"] + 1
-    assert after.get(f"kiln_batch_size_count{{{label}}}") == before.get(f"kiln_batch_size_count{{{label}}}")
     assert pool_server.json("/v2/health/ready")[0] == 200
     deadline = time.time() + 5
     while time.time() < deadline:

@@ -9,6 +9,7 @@ import socket
 import time
 
 import numpy as np
+import pytest
 
 from conftest import cnn_request, reference_probs, serve, tensor_model
 
@@ -45,9 +46,11 @@ def test_one_instance_set_per_device(kiln, tmp_path):
         assert b"instance 3 on device 1: up" in page and b"4 up of 4" in page
 
 
-def test_client_gone_while_queued_is_not_run(kiln, tmp_path):
-    """The client closes its socket while its request waits 1.5 s for companions: the request leaves
-    the queue within the server's look at the socket (20 ms), unrun, and is counted as 499."""
+@pytest.mark.parametrize("how", ["close", "half-close"])
+def test_client_gone_while_queued_is_not_run(kiln, tmp_path, how):
+    """The client closes its socket (or half-closes it: before it writes, the server cannot tell the
+    two apart) while its request waits 1.5 s for companions: the request leaves the queue within the
+    server's look at the socket (20 ms), unrun, unanswered, and counted as 499."""
     tensor_model(tmp_path, "slow", {"max_batch": 8, "max_queue_delay_us": 1500000})
     with serve(kiln, tmp_path) as s:
         host, port = s.url.removeprefix("http://").split(":")
@@ -60,11 +63,18 @@ def test_client_gone_while_queued_is_not_run(kiln, tmp_path):
         while s.metrics().get(f"kiln_queue_depth{{{label}}}") != 1 and time.time() < deadline:
             time.sleep(0.02)
         assert s.metrics()[f"kiln_queue_depth{{{label}}}"] == 1
-        conn.close()
         gone_at = time.time()
+        if how == "close":
+            conn.close()
+        else:
+            conn.shutdown(socket.SHUT_WR)
         while s.metrics().get(f"kiln_queue_abandoned_total{{{label}}}") != 1 and time.time() < deadline:
             time.sleep(0.01)
         left_after = time.time() - gone_at
+        if how == "half-close":
+            conn.settimeout(10)
+            assert conn.recv(65536) == b"", "a request whose client half-closed was answered"
+            conn.close()
         m = s.metrics()
         assert m[f"kiln_queue_abandoned_total{{{label}}}"] == 1
         assert left_after < 0.5, f"the request left the queue {left_after:.2f} s after its client"
