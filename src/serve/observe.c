@@ -106,6 +106,11 @@ enum MHD_Result serve_metrics_page(serve_conn *c) {
                                    "kiln_llm_device_requests{%s,device=\"%d\",state=\"waiting\"} %d\n",
                                v[i].labels, v[i].llm_devices[k], v[i].llm_device[k].running, v[i].labels,
                                v[i].llm_devices[k], v[i].llm_device[k].waiting);
+    gauge_head(&b, "kiln_llm_device_requests_submitted_total", "counter", "LLM requests each device's engine was given.");
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < v[i].n_llms; k++)
+            kiln_strbuf_printf(&b, "kiln_llm_device_requests_submitted_total{%s,device=\"%d\"} %llu\n", v[i].labels,
+                               v[i].llm_devices[k], (unsigned long long)v[i].llm_device[k].requests_submitted);
     gauge_head(&b, "kiln_num_requests_running", "gauge", "LLM requests in the running batch.");
     for (int i = 0; i < n; i++)
         if (v[i].llm) kiln_strbuf_printf(&b, "kiln_num_requests_running{%s} %d\n", v[i].labels, v[i].llm_stats.running);

@@ -1,17 +1,20 @@
 """kiln serve's instances across devices and its clients that leave early, on sample_cnn (CPU): a
 "devices" list refused for a cpu model, one instance set per entry of "devices" (with the test hook
-KILN_SERVE_CPU_DEVICES=1, all on the CPU) shown per device in /metrics and on the status page, and a
+KILN_SERVE_CPU_DEVICES=1, all on the CPU) shown per device in /metrics and on the status page, an
+LLM engine per device with each request sent to the least loaded one, and a
 KServe request whose client closes its socket while the request waits in the batcher's queue taken
 out unrun."""
 import concurrent.futures
 import json
+import shutil
 import socket
+import threading
 import time
 
 import numpy as np
 import pytest
 
-from conftest import cnn_request, reference_probs, serve, tensor_model
+from conftest import KJV_GPT2, cnn_request, reference_probs, serve, tensor_model
 
 
 def test_devices_list_is_refused_for_a_cpu_model(kiln, tmp_path):
@@ -84,3 +87,39 @@ def test_client_gone_while_queued_is_not_run(kiln, tmp_path, how):
         # the model still serves (a request waits out the delay alone)
         status, _ = s.json("/v2/models/slow/infer", cnn_request(1)[0])
         assert status == 200
+
+
+def test_llm_request_goes_to_the_least_loaded_device(kiln, tmp_path):
+    """kjv-gpt2 on two (CPU) devices: while a long stream runs on the first device's engine, the next
+    request goes to the second's; with both idle again, the next goes to the first."""
+    shutil.copytree(KJV_GPT2, tmp_path / "kjv" / "1")
+    (tmp_path / "kjv" / "config.json").write_text(json.dumps({"devices": [0, 1], "max_seqs": 2}))
+    with serve(kiln, tmp_path, env={"KILN_SERVE_CPU_DEVICES": "1"}) as s:
+        label = 'model="kjv",version="1"'
+
+        def submitted():
+            m = s.metrics()
+            return [m[f'kiln_llm_device_requests_submitted_total{{{label},device="{d}"}}'] for d in (0, 1)]
+
+        long_req = {"model": "kjv", "prompt": "In the beginning", "max_tokens": 240, "ignore_eos": True,
+                    "temperature": 0}
+        result = {}
+        t = threading.Thread(target=lambda: result.setdefault("long", s.json("/v1/completions", long_req, timeout=120)))
+        t.start()
+        deadline = time.time() + 30
+        while submitted() != [1, 0] and time.time() < deadline:
+            time.sleep(0.02)
+        assert submitted() == [1, 0]
+        short = {"model": "kjv", "prompt": "And God said", "max_tokens": 4, "temperature": 0}
+        status, body = s.json("/v1/completions", short)
+        assert status == 200 and body["usage"]["completion_tokens"] == 4
+        assert submitted() == [1, 1], "the second request did not go to the idle device"
+        m = s.metrics()
+        assert m[f'kiln_llm_device_requests{{{label},device="0",state="running"}}'] + \
+            m[f'kiln_llm_device_requests{{{label},device="0",state="waiting"}}'] == 1
+        t.join()
+        assert result["long"][0] == 200 and result["long"][1]["usage"]["completion_tokens"] == 240
+        assert s.json("/v1/completions", short)[0] == 200
+        assert submitted() == [2, 1]
+        _, _, page = s.request("/")
+        assert b"2 engine loops" in page and b"device 1: 0 waiting / 0 running" in page
