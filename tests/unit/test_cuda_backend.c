@@ -6,7 +6,8 @@
  *   - replays: the 2nd and 3rd runs (captured / replayed CUDA graphs) are bit-identical to the 1st;
  *   - shape changes: batch 1 -> 3 -> 1 on one context, each right, the second batch-1 run identical;
  *   - fp32 only: a context with KILN_CUDA_GRAPHS=0 matches the graph runs bit for bit, two contexts on
- *     two threads at once give the right outputs, and a saved and reloaded engine gives the same bits.
+ *     two threads at once give the right outputs, and a saved and reloaded engine gives the same bits,
+ *     loaded on device 0 by kiln_engine_load_with too; on a device that does not exist it is refused.
  * Without a GPU (or without the cuda backend) it prints why and exits 77, which CTest reports as
  * skipped. usage: test_cuda_backend [REPO_DIR] (default: $KILN_SOURCE_DIR, else .)
  * env: KILN_TEST_MODELS (check only the models whose file name contains it), KILN_TEST_THREAD_ROUNDS

@@ -1,5 +1,6 @@
 /* test_roundtrip.c — engine round trip: build -> run in memory; save -> load -> run; the outputs must
- * be bit-identical, for random inputs and every symbolic size given.
+ * be bit-identical, for random inputs and every symbolic size given; a cpu engine ignores
+ * kiln_engine_load_with's device override and a negative device is refused.
  * usage: test_roundtrip MODEL.onnx WORKDIR */
 #include "kiln/kiln.h"
 
