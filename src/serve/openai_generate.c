@@ -47,6 +47,8 @@ typedef struct gen {
     double start_us;
     double next_gone_check_us;  /* when to look at the client's socket again (should_stop) */
     kiln_llm *llm;              /* the version's LLM (one per device) its choices run on */
+    int llm_index;              /* its index in the version's llms, counted in (serve_version_take_llm) */
+    bool llm_taken;
 } gen;
 
 static atomic_ullong next_seed = 0x9e3779b97f4a7c15ull, next_id;
@@ -188,7 +190,9 @@ static int submit_all(gen *g, char *msg, size_t size) {
     openai_params *p = &g->params;
     int status = check_context(g, msg, size);
     if (status != 200) return status;
-    g->llm = serve_version_pick_llm(g->v);
+    g->llm_index = serve_version_take_llm(g->v, g->n_ch);
+    g->llm_taken = true;
+    g->llm = g->v->llms[g->llm_index];
     for (int i = 0; i < g->n_ch; i++) {
         const openai_prompt *op = &p->prompts[i / p->n];
         kiln_llm_request r = p->req;
@@ -214,6 +218,7 @@ static void release_all(gen *g) {
 
 static void gen_free(gen *g) {
     release_all(g);
+    if (g->llm_taken) serve_version_llm_done(g->v, g->llm_index, g->n_ch);
     int tokens = 0;
     for (int i = 0; i < g->n_ch; i++) {
         tokens += g->ch[i].usage.completion_tokens + (i % g->params.n == 0 ? g->ch[i].usage.prompt_tokens : 0);

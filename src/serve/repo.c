@@ -626,14 +626,12 @@ void serve_repo_release(serve_repo *r, serve_version *v) {
     pthread_mutex_unlock(&r->mu);
 }
 
-kiln_llm *serve_version_pick_llm(serve_version *v) {
-    kiln_llm *best = v->llm;
-    int best_load = -1;
-    for (int k = 0; k < v->n_llms; k++) {
-        kiln_llm_stats st;
-        if (kiln_llm_get_stats(v->llms[k], &st)) continue;
-        int load = st.waiting + st.running;
-        if (best_load < 0 || load < best_load) best = v->llms[k], best_load = load;
-    }
+int serve_version_take_llm(serve_version *v, int n) {
+    int best = 0;
+    for (int k = 1; k < v->n_llms; k++)
+        if (atomic_load(&v->llm_live[k]) < atomic_load(&v->llm_live[best])) best = k;
+    atomic_fetch_add(&v->llm_live[best], n);
     return best;
 }
+
+void serve_version_llm_done(serve_version *v, int k, int n) { atomic_fetch_sub(&v->llm_live[k], n); }

@@ -18,6 +18,7 @@
 #include "serve/batcher.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -66,6 +67,7 @@ typedef struct serve_version {
     kiln_llm *llm;          /* LLMs: the one on the first device (tokenizer, info) */
     kiln_llm *llms[SERVE_MAX_DEVICES]; /* LLMs: one per device of the model's config (llms[0] == llm) */
     int llm_devices[SERVE_MAX_DEVICES];
+    atomic_int llm_live[SERVE_MAX_DEVICES]; /* sequences submitted to llms[k] and not yet released */
     int n_llms;
     int refs;               /* requests holding it */
 } serve_version;
@@ -115,9 +117,13 @@ int serve_repo_acquire(serve_repo *r, const char *name, const char *version, ser
                        size_t msg_size);
 void serve_repo_release(serve_repo *r, serve_version *v);
 
-/* The LLM of v (one per device) that a new request goes to: the one with the fewest requests
- * waiting and running (the first of equals). */
-kiln_llm *serve_version_pick_llm(serve_version *v);
+/* Picks the LLM of v (one per device) for a new request of n sequences and counts them in: the
+ * one with the fewest sequences waiting and running (those submitted to it and not yet released,
+ * counted here rather than read from kiln_llm_get_stats, which lags a request on its way from the
+ * inbox into the scheduler), the first of equals. Returns its index in v->llms. */
+int serve_version_take_llm(serve_version *v, int n);
+/* Counts n sequences of v->llms[k] out (their request released). */
+void serve_version_llm_done(serve_version *v, int k, int n);
 
 /* Registers the model directories of the repository that are not known yet (unloaded). */
 void serve_repo_scan(serve_repo *r);
