@@ -1,7 +1,8 @@
 /* test_serve.c — kiln serve's parts without HTTP (src/serve/): the Prometheus registry's text, API
  * keys and their token buckets, config.json and --config parsing (good and bad), and the dynamic
  * batcher on sample_cnn (concurrent requests joined into runs and split back exactly, shape checks,
- * a full queue, deadlines, instances on several devices sharing one queue, a client that leaves
+ * a full queue, deadlines, instances on several devices sharing one queue, an LLM request sent to
+ * the least loaded device, a client that leaves
  * while its request is queued or running). Runs in the sanitizer build too. */
 #include "check.h"
 
@@ -472,10 +473,28 @@ static void test_client_gone(kiln_engine *e) {
     serve_pool_free(p);
 }
 
+/* An LLM request goes to the device with the fewest live sequences (the first of equals), and its
+ * sequences count there until released. */
+static void test_llm_balance(void) {
+    static serve_version v;
+    v.n_llms = 3;
+    CHECK(serve_version_take_llm(&v, 2) == 0);  /* 0 0 0 -> the first */
+    CHECK(serve_version_take_llm(&v, 1) == 1);  /* 2 0 0 */
+    CHECK(serve_version_take_llm(&v, 1) == 2);  /* 2 1 0 */
+    CHECK(serve_version_take_llm(&v, 4) == 1);  /* 2 1 1 -> the first of the least */
+    serve_version_llm_done(&v, 0, 2);           /* 0 5 1 */
+    CHECK(serve_version_take_llm(&v, 1) == 0);
+    CHECK(serve_version_take_llm(&v, 1) == 0);  /* 1 5 1 -> 0 again (first of equals) */
+    serve_version_llm_done(&v, 1, 5);           /* 2 0 1 */
+    CHECK(serve_version_take_llm(&v, 1) == 1);
+    CHECK(atomic_load(&v.llm_live[0]) == 2 && atomic_load(&v.llm_live[1]) == 1 && atomic_load(&v.llm_live[2]) == 1);
+}
+
 int main(void) {
     test_metrics();
     test_keys();
     test_configs();
+    test_llm_balance();
     const char *root = getenv("KILN_SOURCE_DIR");
     char model[4096];
     snprintf(model, sizeof model, "%s/models/sample_cnn.onnx", root ? root : ".");
