@@ -1,9 +1,9 @@
 /* test_serve.c — kiln serve's parts without HTTP (src/serve/): the Prometheus registry's text, API
  * keys and their token buckets, config.json and --config parsing (good and bad), and the dynamic
  * batcher on sample_cnn (concurrent requests joined into runs and split back exactly, shape checks,
- * a full queue, deadlines, instances on several devices sharing one queue, an LLM request sent to
- * the least loaded device, a client that leaves
- * while its request is queued or running). Runs in the sanitizer build too. */
+ * a full queue, deadlines, instances on several devices sharing one queue, a client that leaves
+ * while its request is queued or running), and the choice of an LLM request's device (the least
+ * loaded). Runs in the sanitizer build too. */
 #include "check.h"
 
 #include "serve/auth.h"
