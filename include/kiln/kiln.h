@@ -250,6 +250,20 @@ kiln_status kiln_build_onnx(const char *onnx_path, const kiln_build_options *opt
 kiln_status kiln_engine_save(const kiln_engine *e, const char *path);
 /* Maps and verifies an engine file. On success *out is owned by the caller. */
 kiln_status kiln_engine_load(const char *path, kiln_engine **out);
+
+/* How kiln_engine_load_with loads an engine file; zero-initialized: as kiln_engine_load does. */
+typedef struct kiln_engine_load_options {
+    /* Target cuda: when set_device, run on GPU ordinal `device` instead of the one the engine was
+     * built for (its "--device N"). That GPU must exist and be of the engine's architecture (the
+     * sm_XY it was built for), else KILN_ERR_ENGINE_MISMATCH naming the device. Engines of other
+     * targets ignore it. */
+    bool set_device;
+    int device;
+} kiln_engine_load_options;
+
+/* kiln_engine_load with options (NULL: none), e.g. one engine file loaded once per GPU of a host
+ * with several GPUs of the same kind. On success *out is owned by the caller. */
+kiln_status kiln_engine_load_with(const char *path, const kiln_engine_load_options *opts, kiln_engine **out);
 void kiln_engine_free(kiln_engine *e);
 
 /* A tensor as the API exchanges it: dims[i] < 0 means a dimension that is only known at run time. */

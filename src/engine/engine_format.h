@@ -61,6 +61,10 @@ typedef struct kiln_engine_meta {
      * chosen), or NULL: every node as the libraries' heuristics choose. Set by auto-tuning at build
      * time, which tunes each profile at its opt shapes. */
     kiln_tactic *tactics;
+    /* Not stored in the file: the GPU to run on instead of the one built for (kiln_engine_load_with),
+     * when run_device_set. */
+    bool run_device_set;
+    int run_device;
     /* profiles, node_precision and tactics live in the memory of the engine's graph (kiln_graph_alloc): they
      * are valid as long as that graph, and a copy of the meta shares them. */
 } kiln_engine_meta;

@@ -51,12 +51,20 @@ kiln_status kiln_engine_save(const kiln_engine *e, const char *path) {
     return kiln_engine_file_write(e->g, &e->meta, path);
 }
 
-kiln_status kiln_engine_load(const char *path, kiln_engine **out) {
+kiln_status kiln_engine_load(const char *path, kiln_engine **out) { return kiln_engine_load_with(path, NULL, out); }
+
+kiln_status kiln_engine_load_with(const char *path, const kiln_engine_load_options *opts, kiln_engine **out) {
     if (!path || !out) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_engine_load: path and out are required");
     *out = NULL;
+    if (opts && opts->set_device && opts->device < 0)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_engine_load_with: device %d is not a GPU ordinal", opts->device);
     kiln_graph *g;
     kiln_engine_meta meta;
     KILN_TRY(kiln_engine_file_read(path, NULL, &g, &meta));
+    if (opts && opts->set_device) {
+        meta.run_device_set = true;
+        meta.run_device = opts->device;
+    }
     kiln_status s = kiln_engine_from_graph(g, &meta, NULL, out);
     if (s != KILN_OK) return kiln_error_prefix(s, "%s", path);
     return KILN_OK;

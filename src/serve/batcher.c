@@ -46,6 +46,9 @@ typedef struct run_slot {
 typedef struct instance {
     serve_pool *pool;
     int index;
+    kiln_engine *engine;  /* of its device */
+    int device;
+    uint64_t runs;
     run_slot slots[RUNS_IN_FLIGHT];
     int oldest, in_flight; /* runs in flight: slots[oldest], slots[oldest + 1], ... (mod RUNS_IN_FLIGHT) */
     pthread_t thread;
@@ -57,7 +60,6 @@ typedef struct instance {
 } instance;
 
 struct serve_pool {
-    kiln_engine *engine;
     serve_batch_config cfg;
     int n_in, n_out;
     kiln_tensor_desc *in_desc, *out_desc;
@@ -68,8 +70,9 @@ struct serve_pool {
     int depth;
     bool stopping;
     instance *inst;
-    int n_inst;
-    uint64_t runs, rows, failures, overlapped_runs;
+    int n_inst_total;     /* cfg.instances per device times the devices */
+    int n_inst;           /* of them created so far */
+    uint64_t runs, rows, failures, overlapped_runs, abandoned;
     atomic_int failures_to_inject; /* KILN_SERVE_FAIL_RUNS: the pool's next runs fail (tests of the breaker) */
 };
 
@@ -135,6 +138,16 @@ static void fail_queue(serve_pool *p, int status, const char *why) {
     }
     p->tail = NULL;
     p->depth = 0;
+}
+
+/* Takes r, which waits in the queue, out of it; the caller holds the mutex. */
+static void leave_queue(serve_pool *p, serve_infer *r) {
+    serve_infer **link = &p->head, *prev = NULL;
+    while (*link && *link != r) prev = *link, link = &(*link)->next;
+    if (!*link) return;
+    *link = r->next;
+    if (p->tail == r) p->tail = prev;
+    p->depth--;
 }
 
 /* Answers 503 to queued requests whose deadline has passed. */
@@ -326,6 +339,7 @@ static void complete(instance *in, run_slot *rs, double t1) {
     serve_pool *p = in->pool;
     kiln_status st = rs->st;
     p->runs++;
+    in->runs++;
     p->rows += (uint64_t)rs->rows;
     bool request_fault = st == KILN_ERR_SHAPE || st == KILN_ERR_INVALID_ARGUMENT;
     if (st && !request_fault) {
@@ -334,8 +348,8 @@ static void complete(instance *in, run_slot *rs, double t1) {
         if (in->consecutive_failures >= p->cfg.breaker_failures) {
             in->out_until_us = t1 + (double)p->cfg.breaker_cooldown_ms * 1e3;
             in->consecutive_failures = p->cfg.breaker_failures - 1; /* one more failure after the probe trips it */
-            KILN_LOG(KILN_LOG_WARN, "instance %d failed %d runs in a row (%s): out of rotation for %lld ms",
-                     in->index, p->cfg.breaker_failures, rs->error, (long long)p->cfg.breaker_cooldown_ms);
+            KILN_LOG(KILN_LOG_WARN, "instance %d (device %d) failed %d runs in a row (%s): out of rotation for %lld ms",
+                     in->index, in->device, p->cfg.breaker_failures, rs->error, (long long)p->cfg.breaker_cooldown_ms);
         }
     } else if (!st) {
         in->consecutive_failures = 0;
@@ -348,7 +362,7 @@ static void complete(instance *in, run_slot *rs, double t1) {
         r->first_of_run = k == 0;
         if (!st) finish(r, 200, "ok");
         else if (request_fault) finish(r, 400, "%s", rs->error);
-        else finish(r, 503, "instance %d failed: %s", in->index, rs->error);
+        else finish(r, 503, "instance %d failed: %s (device %d)", in->index, rs->error, in->device);
     }
     if (instances_up(p, t1) == 0) fail_queue(p, 503, "every instance of the model is out of rotation after failures");
 }
@@ -369,6 +383,7 @@ static bool start_next(instance *in, double now, double *wake_us) {
     if (!form_batch(p, now, &rs->n, &rs->rows, wake_us)) return false;
     for (int k = 0; k < rs->n; k++) {
         rs->batch[k] = p->head;
+        p->head->taken = true;
         p->head = p->head->next;
     }
     if (!p->head) p->tail = NULL;
@@ -435,7 +450,7 @@ static size_t bytes_at(const kiln_tensor_desc *d, bool batched, int64_t rows) {
 /* Creates the slot's context and buffers: page-locked staging for max_batch rows of every input
  * (when their shapes are static; else it grows with the requests), and bound page-locked buffers
  * for every output whose size max_batch rows fix. */
-static kiln_status slot_create(serve_pool *p, run_slot *rs) {
+static kiln_status slot_create(serve_pool *p, const instance *in, run_slot *rs) {
     int rows = p->batched ? p->cfg.max_batch : 1;
     rs->staging = calloc((size_t)p->n_in + 1, sizeof(void *));
     rs->staging_cap = calloc((size_t)p->n_in + 1, sizeof(size_t));
@@ -444,7 +459,7 @@ static kiln_status slot_create(serve_pool *p, run_slot *rs) {
     rs->copy_to = calloc((size_t)rows * (size_t)p->n_in + 1, sizeof(char *));
     if (!rs->staging || !rs->staging_cap || !rs->outputs || !rs->batch || !rs->copy_to)
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "run slots");
-    KILN_TRY(kiln_context_create(p->engine, &rs->ctx));
+    KILN_TRY(kiln_context_create(in->engine, &rs->ctx));
     if (static_inputs(p))
         for (int i = 0; i < p->n_in; i++) KILN_TRY(reserve_staging(rs, i, bytes_at(&p->in_desc[i], p->batched, rows)));
     for (int j = 0; j < p->n_out; j++) {
@@ -485,7 +500,9 @@ static kiln_status warm_up(serve_pool *p, instance *in) {
                                             rs->staging[i]);
             }
             if (!st) st = kiln_context_run(rs->ctx);
-            if (st) return kiln_error_prefix(st, "warming up instance %d (context %d) at batch size %d", in->index, s, b);
+            if (st)
+                return kiln_error_prefix(st, "warming up instance %d (device %d, context %d) at batch size %d", in->index,
+                                         in->device, s, b);
         }
     }
     return KILN_OK;
@@ -501,13 +518,19 @@ static bool engine_is_batched(const kiln_engine *e) {
     return n_in > 0;
 }
 
-kiln_status serve_pool_create(kiln_engine *e, const serve_batch_config *cfg, serve_pool **out) {
+kiln_status serve_pool_create(kiln_engine *const *engines, const int *devices, int n_devices, const serve_batch_config *cfg,
+                              serve_pool **out) {
     *out = NULL;
+    int per_device = cfg->instances < 1 ? 1 : cfg->instances;
+    if (n_devices < 1 || (int64_t)per_device * n_devices > SERVE_POOL_MAX_INSTANCES)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%d instances on each of %d devices: between 1 and %d instances in all",
+                          per_device, n_devices, SERVE_POOL_MAX_INSTANCES);
+    kiln_engine *e = engines[0];
     serve_pool *p = calloc(1, sizeof *p);
     if (!p) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "model instances");
-    p->engine = e;
     p->cfg = *cfg;
-    if (p->cfg.instances < 1) p->cfg.instances = 1;
+    p->cfg.instances = per_device;
+    p->n_inst_total = per_device * n_devices;
     if (p->cfg.breaker_failures < 1) p->cfg.breaker_failures = 1;
     if (p->cfg.priority_levels < 1) p->cfg.priority_levels = 1;
     p->batched = p->cfg.max_batch > 0 && engine_is_batched(e);
@@ -516,8 +539,8 @@ kiln_status serve_pool_create(kiln_engine *e, const serve_batch_config *cfg, ser
     p->n_out = kiln_engine_num_outputs(e);
     p->in_desc = calloc((size_t)p->n_in + 1, sizeof(kiln_tensor_desc));
     p->out_desc = calloc((size_t)p->n_out + 1, sizeof(kiln_tensor_desc));
-    p->inst = calloc((size_t)p->cfg.instances, sizeof(instance));
-    for (int k = 0; p->inst && k < p->cfg.instances; k++) pthread_cond_init(&p->inst[k].copied_cv, NULL);
+    p->inst = calloc((size_t)p->n_inst_total, sizeof(instance));
+    for (int k = 0; p->inst && k < p->n_inst_total; k++) pthread_cond_init(&p->inst[k].copied_cv, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -531,13 +554,15 @@ kiln_status serve_pool_create(kiln_engine *e, const serve_batch_config *cfg, ser
     for (int i = 0; i < p->n_in; i++) kiln_engine_input(e, i, &p->in_desc[i]);
     for (int i = 0; i < p->n_out; i++) kiln_engine_output(e, i, &p->out_desc[i]);
     kiln_status st = KILN_OK;
-    for (int k = 0; k < p->cfg.instances && !st; k++) {
+    for (int k = 0; k < p->n_inst_total && !st; k++) {
         instance *in = &p->inst[k];
         in->pool = p;
         in->index = k;
+        in->engine = engines[k % n_devices];
+        in->device = devices[k % n_devices];
         p->n_inst = k + 1;
-        for (int s = 0; s < RUNS_IN_FLIGHT && !st; s++) st = slot_create(p, &in->slots[s]);
-        if (st) st = kiln_error_prefix(st, "instance %d", k);
+        for (int s = 0; s < RUNS_IN_FLIGHT && !st; s++) st = slot_create(p, in, &in->slots[s]);
+        if (st) st = kiln_error_prefix(st, "instance %d (device %d)", k, in->device);
         if (!st) st = warm_up(p, in);
     }
     const char *inject = getenv("KILN_SERVE_FAIL_RUNS");
@@ -567,7 +592,7 @@ void serve_pool_free(serve_pool *p) {
         if (in->started) pthread_join(in->thread, NULL);
         for (int s = 0; s < RUNS_IN_FLIGHT; s++) slot_free(p, &in->slots[s]);
     }
-    for (int k = 0; p->inst && k < p->cfg.instances; k++) pthread_cond_destroy(&p->inst[k].copied_cv);
+    for (int k = 0; p->inst && k < p->n_inst_total; k++) pthread_cond_destroy(&p->inst[k].copied_cv);
     pthread_cond_destroy(&p->work_cv);
     pthread_mutex_destroy(&p->mu);
     free(p->inst);
@@ -631,6 +656,7 @@ void serve_pool_infer(serve_pool *p, serve_infer *r) {
     pthread_cond_init(&r->done_cv, &ca);
     pthread_condattr_destroy(&ca);
     r->done = false;
+    r->taken = false;
     r->next = NULL;
     r->copy_to = NULL;
     r->joining = NULL;
@@ -656,7 +682,24 @@ void serve_pool_infer(serve_pool *p, serve_infer *r) {
         p->depth++;
         pthread_cond_broadcast(&p->work_cv);
     }
+    double next_look_us = r->arrival_us;
     while (!r->done) {
+        if (!r->copy_to && r->client_gone && !r->taken) {
+            if (now_us() >= next_look_us) {
+                next_look_us = now_us() + SERVE_GONE_POLL_MS * 1e3;
+                pthread_mutex_unlock(&p->mu);
+                bool gone = r->client_gone(r->client_arg);
+                pthread_mutex_lock(&p->mu);
+                if (gone && !r->done && !r->taken) {
+                    leave_queue(p, r);
+                    p->abandoned++;
+                    finish(r, 499, "the client closed the connection while the request waited in the queue");
+                    break;
+                }
+            }
+            if (!r->done && !r->copy_to) wait_until(&r->done_cv, &p->mu, next_look_us);
+            continue;
+        }
         if (!r->copy_to) {
             pthread_cond_wait(&r->done_cv, &p->mu);
             continue;
@@ -677,11 +720,16 @@ void serve_pool_get_stats(serve_pool *p, serve_pool_stats *out) {
     pthread_mutex_lock(&p->mu);
     out->queue_depth = p->depth;
     out->instances = p->n_inst;
-    out->instances_up = instances_up(p, now_us());
+    double now = now_us();
+    out->instances_up = instances_up(p, now);
+    for (int k = 0; k < p->n_inst; k++)
+        out->instance[k] = (serve_instance_stats){.device = p->inst[k].device, .up = p->inst[k].out_until_us <= now,
+                                                  .runs = p->inst[k].runs};
     out->runs = p->runs;
     out->rows = p->rows;
     out->failures = p->failures;
     out->overlapped_runs = p->overlapped_runs;
+    out->abandoned = p->abandoned;
     pthread_mutex_unlock(&p->mu);
 }
 

@@ -1,6 +1,8 @@
-/* batcher.h — a tensor model's instances and its dynamic batcher: N instance threads, each owning
- * two kiln_contexts of one engine (so that two runs are in flight: page-locked staging, uploads,
- * computation and downloads of consecutive batches overlap), take requests from one queue, join compatible ones along the batch
+/* batcher.h — a tensor model's instances and its dynamic batcher: N instance threads per device
+ * (one engine per device, e.g. per GPU), each owning two kiln_contexts of its device's engine (so that two runs are in flight: page-locked staging, uploads,
+ * computation and downloads of consecutive batches overlap), take requests from one queue (so
+ * that an idle instance, on whichever device, takes the next batch: requests balance by queue depth
+ * across devices), join compatible ones along the batch
  * axis (dimension 0 of every input and output) up to max_batch, run them, and split the outputs
  * back. Requests wait at most max_queue_delay_us for companions (less when a preferred batch size is
  * reached); the queue is bounded (queue full: 429) and every request has a deadline (503 when it
@@ -24,7 +26,7 @@ typedef struct serve_batch_config {
     int64_t max_queue_delay_us;
     int max_queue;             /* requests waiting at most (0: unbounded) */
     int64_t timeout_us;        /* a request's deadline from its arrival (0: none) */
-    int instances;             /* >= 1 */
+    int instances;             /* per device, >= 1 */
     int priority_levels;       /* requests of level 1 are served before level 2, ... (>= 1) */
     int breaker_failures;      /* consecutive failed runs that take an instance out (>= 1) */
     int64_t breaker_cooldown_ms;
@@ -51,6 +53,11 @@ typedef struct serve_infer {
     int64_t rows;              /* dims[0] of the inputs when the model batches, else 1 */
     int64_t timeout_us;        /* the request's own deadline from arrival (0: the model's timeout_us) */
     int priority;              /* 1 = first served; 0: the model's default (its lowest level) */
+    /* Looked at every SERVE_GONE_POLL_MS while the request waits in the queue (NULL: never): when it
+     * returns true, the request leaves the queue unrun with status 499. A request already in a run
+     * finishes (its answer is the caller's to drop). */
+    bool (*client_gone)(void *arg);
+    void *client_arg;
     /* results, valid after serve_pool_infer returns */
     int http_status;           /* 200, or 400 / 429 / 500 / 503 with message */
     char message[512];
@@ -62,6 +69,7 @@ typedef struct serve_infer {
     /* the batcher's */
     double arrival_us, deadline_us;
     bool done;
+    bool taken;                /* in a run (no longer in the queue) */
     pthread_cond_t done_cv;
     struct serve_infer *next;
     char **copy_to;            /* set while the request's own thread is to copy its inputs into a batch: [n_inputs] */
@@ -73,11 +81,16 @@ void serve_infer_clear(serve_infer *r);
 
 typedef struct serve_pool serve_pool;
 
-/* Creates cfg->instances instances of e (which must outlive the pool), each with two contexts and
- * their page-locked buffers, warms each context up at every batch size 1..max_batch (when every
- * input's other dimensions are static), and starts their threads. Errors from context creation or
- * warm-up name the instance and batch size. */
-kiln_status serve_pool_create(kiln_engine *e, const serve_batch_config *cfg, serve_pool **out);
+#define SERVE_GONE_POLL_MS 20
+
+/* Creates cfg->instances instances on each of the n_devices devices: instance k runs engines[k %
+ * n_devices] (the engine loaded for devices[k % n_devices]; the engines must outlive the pool and
+ * have the same inputs and outputs), each with two contexts and their page-locked buffers, warms
+ * each context up at every batch size 1..max_batch (when every input's other dimensions are
+ * static), and starts their threads. Errors from context creation or warm-up name the instance,
+ * its device and the batch size. */
+kiln_status serve_pool_create(kiln_engine *const *engines, const int *devices, int n_devices, const serve_batch_config *cfg,
+                              serve_pool **out);
 /* Fails every waiting request with 503, stops the threads after their current run, frees the
  * contexts. Accepts NULL. */
 void serve_pool_free(serve_pool *p);
@@ -89,11 +102,22 @@ int serve_pool_check(const serve_pool *p, serve_infer *r);
 /* Queues a checked request and waits for its result (r->http_status and r->outputs). */
 void serve_pool_infer(serve_pool *p, serve_infer *r);
 
+#define SERVE_POOL_MAX_INSTANCES 1024
+
+/* One instance as the stats see it. */
+typedef struct serve_instance_stats {
+    int device;
+    bool up;                   /* in rotation */
+    uint64_t runs;
+} serve_instance_stats;
+
 typedef struct serve_pool_stats {
     int queue_depth;
     int instances, instances_up;
+    serve_instance_stats instance[SERVE_POOL_MAX_INSTANCES]; /* [instances] */
     uint64_t runs, rows, failures;
     uint64_t overlapped_runs;  /* runs enqueued while their instance had another in flight */
+    uint64_t abandoned;        /* requests whose client left while they waited in the queue (not run) */
 } serve_pool_stats;
 void serve_pool_get_stats(serve_pool *p, serve_pool_stats *out);
 const serve_batch_config *serve_pool_config(const serve_pool *p);

@@ -64,6 +64,8 @@ void serve_add_header(serve_conn *c, const char *name, const char *value);
 const char *serve_header(serve_conn *c, const char *name);
 /* true when the client has closed its side of the connection (checked without reading). */
 bool serve_client_gone(serve_conn *c);
+/* serve_client_gone with the connection as a void pointer (a serve_infer's client_gone). */
+bool serve_client_gone_arg(void *conn);
 /* Remembers the model and version of the request for the access log and metrics. */
 void serve_conn_set_model(serve_conn *c, const char *model, const char *version);
 double serve_now_us(void);

@@ -91,6 +91,8 @@ static enum MHD_Result infer(serve_conn *c, serve_version *v, const char *name) 
     if (!status) status = serve_pool_check(v->pool, &r);
     if (status == 400 && r.message[0]) snprintf(msg, sizeof msg, "%s", r.message);
     if (!status) {
+        r.client_gone = serve_client_gone_arg;
+        r.client_arg = c;
         serve_pool_infer(v->pool, &r);
         status = r.http_status;
         snprintf(msg, sizeof msg, "%s", r.message);
@@ -114,6 +116,9 @@ static enum MHD_Result infer(serve_conn *c, serve_version *v, const char *name) 
         } else {
             ok = serve_reply_error(c, status, "%s", msg);
         }
+    } else if (status == 499) { /* the client left while the request waited in the queue: no answer */
+        c->status = 499;
+        ok = MHD_NO;
     } else {
         if (status == 429) serve_add_header(c, MHD_HTTP_HEADER_RETRY_AFTER, "1");
         ok = serve_reply_error(c, status, "%s", msg);

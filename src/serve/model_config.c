@@ -18,6 +18,7 @@ static void defaults(serve_model_config *c) {
                                     .breaker_cooldown_ms = 5000};
     c->version_latest = 1;
     snprintf(c->target, sizeof c->target, "cpu");
+    c->n_devices = 1;
 }
 
 /* The integer value of item in [lo, hi], else an error naming key. */
@@ -64,6 +65,39 @@ static kiln_status parse_versions(const cJSON *item, const char *what, serve_mod
     return kiln_error(KILN_ERR_INVALID_ARGUMENT,
                       "%s: 'version_policy' must be \"all\", {\"latest\": N} or {\"specific\": [v, ...]} (at most %d)",
                       what, SERVE_MAX_SPECIFIC);
+}
+
+/* "devices": [0, 1]: distinct GPU ordinals. */
+static kiln_status parse_devices(const cJSON *item, const char *what, serve_model_config *c) {
+    if (!cJSON_IsArray(item) || cJSON_GetArraySize(item) < 1 || cJSON_GetArraySize(item) > SERVE_MAX_DEVICES)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'devices' must be a list of 1 to %d GPU ordinals, e.g. [0, 1]",
+                          what, SERVE_MAX_DEVICES);
+    c->n_devices = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, item) {
+        int64_t d;
+        if (int_in(v, what, 0, 64, &d)) return KILN_ERR_INVALID_ARGUMENT;
+        for (int k = 0; k < c->n_devices; k++)
+            if (c->devices[k] == d) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'devices' names GPU %d twice", what, (int)d);
+        c->devices[c->n_devices++] = (int)d;
+    }
+    return KILN_OK;
+}
+
+/* Settles the devices: "devices" and "device" exclude each other; without a list, the model runs
+ * on "device" alone; a list is for target "cuda" (or, in tests, KILN_SERVE_CPU_DEVICES=1). */
+static kiln_status settle_devices(const cJSON *root, const char *what, serve_model_config *c) {
+    bool listed = cJSON_GetObjectItemCaseSensitive(root, "devices") != NULL;
+    if (listed && cJSON_GetObjectItemCaseSensitive(root, "device"))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: give either 'device' (one GPU) or 'devices' (a list), not both", what);
+    const char *cpu_devices = getenv("KILN_SERVE_CPU_DEVICES");
+    if (listed && strcmp(c->target, "cuda") && !(cpu_devices && !strcmp(cpu_devices, "1")))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'devices' applies to target \"cuda\" (this model's target is "
+                          "\"%s\"): set \"target\": \"cuda\" or remove 'devices'", what, c->target);
+    if (!listed) c->devices[0] = c->device, c->n_devices = 1;
+    c->devices_listed = listed;
+    c->device = c->devices[0];
+    return KILN_OK;
 }
 
 static kiln_status parse_list(const cJSON *item, const char *what, serve_model_config *c) {
@@ -175,6 +209,8 @@ kiln_status serve_model_config_parse(const char *json, size_t len, const char *w
         } else if (!strcmp(item->string, "prefix_cache")) {
             if (!cJSON_IsBool(item)) st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'prefix_cache' must be true or false", what);
             else c->llm.no_prefix_cache = cJSON_IsFalse(item);
+        } else if (!strcmp(item->string, "devices")) {
+            st = parse_devices(item, what, c);
         } else if (!strcmp(item->string, "target")) {
             if (!cJSON_IsString(item) || (strcmp(item->valuestring, "cpu") && strcmp(item->valuestring, "cuda")))
                 st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'target' must be \"cpu\" or \"cuda\"", what);
@@ -183,13 +219,14 @@ kiln_status serve_model_config_parse(const char *json, size_t len, const char *w
             st = kiln_error(KILN_ERR_INVALID_ARGUMENT,
                             "%s: unknown key '%s' (known: max_batch, preferred_batch_sizes, max_queue_delay_us, max_queue, "
                             "timeout_us, instances, breaker_failures, breaker_cooldown_ms, version_policy, target, "
-                            "device, aliases, kv_cache_bytes, kv_cache_blocks, max_seqs, max_batched_tokens, "
+                            "device, devices, aliases, kv_cache_bytes, kv_cache_blocks, max_seqs, max_batched_tokens, "
                             "max_context, max_waiting, max_waiting_tokens, queue_timeout_ms, prefix_cache, chat_template, traffic, "
                             "priority_levels)",
                             what, item->string);
         }
         if (st) break;
     }
+    if (!st) st = settle_devices(root, what, c);
     cJSON_Delete(root);
     for (int i = 0; !st && i < c->batch.n_preferred; i++)
         if (c->batch.preferred[i] > c->batch.max_batch)

@@ -17,8 +17,28 @@ typedef struct version_view {
     int64_t number;
     bool llm;
     serve_pool_stats pool;
-    kiln_llm_stats llm_stats;
+    kiln_llm_stats llm_stats;            /* summed over its devices' LLMs */
+    int n_llms;
+    int llm_devices[SERVE_MAX_DEVICES];
+    kiln_llm_stats llm_device[SERVE_MAX_DEVICES]; /* each device's LLM */
 } version_view;
+
+/* Sums the LLM statistics the pages show (heartbeat age: the oldest) of v's devices into v->llm_stats. */
+static void sum_llm_stats(version_view *v) {
+    kiln_llm_stats *t = &v->llm_stats;
+    for (int k = 0; k < v->n_llms; k++) {
+        const kiln_llm_stats *d = &v->llm_device[k];
+        t->running += d->running;
+        t->waiting += d->waiting;
+        t->kv_blocks_used += d->kv_blocks_used;
+        t->kv_blocks_total += d->kv_blocks_total;
+        t->preemptions += d->preemptions;
+        t->prefix_cache_queries += d->prefix_cache_queries;
+        t->prefix_cache_hits += d->prefix_cache_hits;
+        if (d->running + d->waiting > 0 && d->ms_since_heartbeat > t->ms_since_heartbeat)
+            t->ms_since_heartbeat = d->ms_since_heartbeat;
+    }
+}
 
 /* Copies what the pages need of every loaded version; the caller frees *out. */
 static int snapshot(serve_server *s, version_view **out) {
@@ -38,7 +58,12 @@ static int snapshot(serve_server *s, version_view **out) {
             v[k].number = sv->number;
             v[k].llm = sv->llm != NULL;
             if (sv->pool) serve_pool_get_stats(sv->pool, &v[k].pool);
-            if (sv->llm) kiln_llm_get_stats(sv->llm, &v[k].llm_stats);
+            v[k].n_llms = sv->n_llms;
+            for (int d = 0; d < sv->n_llms; d++) {
+                v[k].llm_devices[d] = sv->llm_devices[d];
+                kiln_llm_get_stats(sv->llms[d], &v[k].llm_device[d]);
+            }
+            sum_llm_stats(&v[k]);
         }
     pthread_mutex_unlock(&r->mu);
     *out = v;
@@ -57,11 +82,37 @@ enum MHD_Result serve_metrics_page(serve_conn *c) {
     gauge_head(&b, "kiln_queue_depth", "gauge", "Requests waiting in a tensor model's batcher queue.");
     for (int i = 0; i < n; i++)
         if (!v[i].llm) kiln_strbuf_printf(&b, "kiln_queue_depth{%s} %d\n", v[i].labels, v[i].pool.queue_depth);
+    gauge_head(&b, "kiln_queue_abandoned_total", "counter", "Requests taken out of a tensor model's queue unrun: their client left.");
+    for (int i = 0; i < n; i++)
+        if (!v[i].llm)
+            kiln_strbuf_printf(&b, "kiln_queue_abandoned_total{%s} %llu\n", v[i].labels, (unsigned long long)v[i].pool.abandoned);
     gauge_head(&b, "kiln_instances", "gauge", "Instances of a tensor model, in rotation (up) or out after failures.");
     for (int i = 0; i < n; i++)
         if (!v[i].llm)
             kiln_strbuf_printf(&b, "kiln_instances{%s,state=\"up\"} %d\nkiln_instances{%s,state=\"down\"} %d\n", v[i].labels,
                                v[i].pool.instances_up, v[i].labels, v[i].pool.instances - v[i].pool.instances_up);
+    gauge_head(&b, "kiln_instance_up", "gauge", "Each instance of a tensor model and its device: 1 in rotation, 0 out after failures.");
+    for (int i = 0; i < n; i++)
+        for (int k = 0; !v[i].llm && k < v[i].pool.instances; k++)
+            kiln_strbuf_printf(&b, "kiln_instance_up{%s,instance=\"%d\",device=\"%d\"} %d\n", v[i].labels, k,
+                               v[i].pool.instance[k].device, v[i].pool.instance[k].up);
+    gauge_head(&b, "kiln_instance_runs_total", "counter", "Runs (batches) of each instance of a tensor model, by device.");
+    for (int i = 0; i < n; i++)
+        for (int k = 0; !v[i].llm && k < v[i].pool.instances; k++)
+            kiln_strbuf_printf(&b, "kiln_instance_runs_total{%s,instance=\"%d\",device=\"%d\"} %llu\n", v[i].labels, k,
+                               v[i].pool.instance[k].device, (unsigned long long)v[i].pool.instance[k].runs);
+    gauge_head(&b, "kiln_llm_device_requests", "gauge", "LLM requests running or waiting on each device's engine.");
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < v[i].n_llms; k++)
+            kiln_strbuf_printf(&b, "kiln_llm_device_requests{%s,device=\"%d\",state=\"running\"} %d\n"
+                                   "kiln_llm_device_requests{%s,device=\"%d\",state=\"waiting\"} %d\n",
+                               v[i].labels, v[i].llm_devices[k], v[i].llm_device[k].running, v[i].labels,
+                               v[i].llm_devices[k], v[i].llm_device[k].waiting);
+    gauge_head(&b, "kiln_llm_device_requests_submitted_total", "counter", "LLM requests each device's engine was given.");
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < v[i].n_llms; k++)
+            kiln_strbuf_printf(&b, "kiln_llm_device_requests_submitted_total{%s,device=\"%d\"} %llu\n", v[i].labels,
+                               v[i].llm_devices[k], (unsigned long long)v[i].llm_device[k].requests_submitted);
     gauge_head(&b, "kiln_num_requests_running", "gauge", "LLM requests in the running batch.");
     for (int i = 0; i < n; i++)
         if (v[i].llm) kiln_strbuf_printf(&b, "kiln_num_requests_running{%s} %d\n", v[i].labels, v[i].llm_stats.running);
@@ -191,18 +242,26 @@ enum MHD_Result serve_status_page(serve_conn *c) {
         kiln_strbuf_puts(&b, "<tr><td>");
         html_escape(&b, v[i].model);
         kiln_strbuf_printf(&b, "</td><td>%lld</td>", (long long)v[i].number);
-        if (v[i].llm)
-            kiln_strbuf_printf(&b, "<td>LLM</td><td>1 engine loop</td><td>%d waiting / %d running, KV %d of %d blocks, "
-                                   "prefix cache %.1f%% of %llu prompt tokens</td>",
+        if (v[i].llm) {
+            kiln_strbuf_printf(&b, "<td>LLM</td><td>%d engine loop%s:", v[i].n_llms, v[i].n_llms > 1 ? "s" : "");
+            for (int k = 0; k < v[i].n_llms; k++)
+                kiln_strbuf_printf(&b, "<br>device %d: %d waiting / %d running", v[i].llm_devices[k],
+                                   v[i].llm_device[k].waiting, v[i].llm_device[k].running);
+            kiln_strbuf_printf(&b, "</td><td>%d waiting / %d running, KV %d of %d blocks, prefix cache %.1f%% of %llu prompt tokens</td>",
                                v[i].llm_stats.waiting, v[i].llm_stats.running, v[i].llm_stats.kv_blocks_used,
                                v[i].llm_stats.kv_blocks_total,
                                v[i].llm_stats.prefix_cache_queries ? 100.0 * (double)v[i].llm_stats.prefix_cache_hits /
                                                                          (double)v[i].llm_stats.prefix_cache_queries
                                                                    : 0.0,
                                (unsigned long long)v[i].llm_stats.prefix_cache_queries);
-        else
-            kiln_strbuf_printf(&b, "<td>tensor</td><td>%d up of %d</td><td>%d queued, %llu runs</td>", v[i].pool.instances_up,
-                               v[i].pool.instances, v[i].pool.queue_depth, (unsigned long long)v[i].pool.runs);
+        } else {
+            kiln_strbuf_printf(&b, "<td>tensor</td><td>%d up of %d:", v[i].pool.instances_up, v[i].pool.instances);
+            for (int k = 0; k < v[i].pool.instances; k++)
+                kiln_strbuf_printf(&b, "<br>instance %d on device %d: %s, %llu runs", k, v[i].pool.instance[k].device,
+                                   v[i].pool.instance[k].up ? "up" : "out", (unsigned long long)v[i].pool.instance[k].runs);
+            kiln_strbuf_printf(&b, "</td><td>%d queued, %llu runs</td>", v[i].pool.queue_depth,
+                               (unsigned long long)v[i].pool.runs);
+        }
         kiln_strbuf_puts(&b, "<td>");
         latency_chart(s, &b, v[i].labels);
         kiln_strbuf_puts(&b, "</td></tr>");

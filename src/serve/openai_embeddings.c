@@ -200,7 +200,7 @@ static int embed_rows(const embed_request *q, const token_list *t, int rows, int
     serve_tensor ins[3] = {0};
     int n_in = kiln_engine_num_inputs(q->v->engine), status = 0;
     for (int i = 0; i < n_in && !status; i++) status = fill_input(q->v->engine, i, s, t, rows, len, &ins[i]);
-    serve_infer r = {.inputs = ins, .n_inputs = n_in};
+    serve_infer r = {.inputs = ins, .n_inputs = n_in, .client_gone = serve_client_gone_arg, .client_arg = q->c};
     if (status) snprintf(msg, size, "out of memory for input %d", first);
     else if ((status = serve_pool_check(q->v->pool, &r))) snprintf(msg, size, "input %d: %s", first, r.message);
     else {
@@ -299,8 +299,8 @@ enum MHD_Result serve_openai_embeddings(serve_conn *c, serve_version *v, const c
     encoder_shape s;
     token_list *lists = NULL;
     int n = 0, status = 0;
-    bool as_base64;
-    int64_t dimensions, hidden = 0;
+    bool as_base64 = false;
+    int64_t dimensions = 0, hidden = 0;
     float **vecs = NULL;
     size_t tokens = 0;
     if (!find_encoder(v->engine, &s, why, sizeof why)) {
@@ -329,7 +329,8 @@ enum MHD_Result serve_openai_embeddings(serve_conn *c, serve_version *v, const c
                  model, (long long)hidden, (long long)hidden);
     }
     if (status == 429) serve_add_header(c, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-    enum MHD_Result ok = status ? serve_openai_error(c, status, error_type(status), param, "%s", msg)
+    if (status == 499) c->status = 499; /* the client left while its rows waited in the queue: no answer */
+    enum MHD_Result ok = status == 499 ? MHD_NO : status ? serve_openai_error(c, status, error_type(status), param, "%s", msg)
                                 : reply_embeddings(c, model, vecs, n, hidden, as_base64, tokens);
     for (int i = 0; vecs && i < n; i++) free(vecs[i]);
     free(vecs);

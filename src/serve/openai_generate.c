@@ -46,6 +46,9 @@ typedef struct gen {
     bool finished;              /* the last choice ended and the closing events are in out */
     double start_us;
     double next_gone_check_us;  /* when to look at the client's socket again (should_stop) */
+    kiln_llm *llm;              /* the version's LLM (one per device) its choices run on */
+    int llm_index;              /* its index in the version's llms, counted in (serve_version_take_llm) */
+    bool llm_taken;
 } gen;
 
 static atomic_ullong next_seed = 0x9e3779b97f4a7c15ull, next_id;
@@ -187,6 +190,9 @@ static int submit_all(gen *g, char *msg, size_t size) {
     openai_params *p = &g->params;
     int status = check_context(g, msg, size);
     if (status != 200) return status;
+    g->llm_index = serve_version_take_llm(g->v, g->n_ch);
+    g->llm_taken = true;
+    g->llm = g->v->llms[g->llm_index];
     for (int i = 0; i < g->n_ch; i++) {
         const openai_prompt *op = &p->prompts[i / p->n];
         kiln_llm_request r = p->req;
@@ -195,7 +201,7 @@ static int submit_all(gen *g, char *msg, size_t size) {
         r.n_prompt_ids = op->n_ids;
         r.sampling.seed = p->seed_given ? p->req.sampling.seed + (uint64_t)(i % p->n) : atomic_fetch_add(&next_seed, 0x9e3779b97f4a7c15ull);
         g->ch[i].index = i;
-        kiln_status st = kiln_llm_submit(g->v->llm, &r, &g->ch[i].id);
+        kiln_status st = kiln_llm_submit(g->llm, &r, &g->ch[i].id);
         if (st) {
             g->ch[i].id = 0;
             snprintf(msg, size, "%s", kiln_last_error());
@@ -207,11 +213,12 @@ static int submit_all(gen *g, char *msg, size_t size) {
 
 static void release_all(gen *g) {
     for (int i = 0; i < g->n_ch; i++)
-        if (g->ch[i].id) kiln_llm_release(g->v->llm, g->ch[i].id), g->ch[i].id = 0;
+        if (g->ch[i].id) kiln_llm_release(g->llm, g->ch[i].id), g->ch[i].id = 0;
 }
 
 static void gen_free(gen *g) {
     release_all(g);
+    if (g->llm_taken) serve_version_llm_done(g->v, g->llm_index, g->n_ch);
     int tokens = 0;
     for (int i = 0; i < g->n_ch; i++) {
         tokens += g->ch[i].usage.completion_tokens + (i % g->params.n == 0 ? g->ch[i].usage.prompt_tokens : 0);
@@ -247,7 +254,7 @@ static enum MHD_Result reply_plain(gen *g) {
         for (int i = 0; i < g->n_ch; i++) {
             choice *ch = &g->ch[i];
             kiln_llm_event ev;
-            if (ch->done || kiln_llm_next(g->v->llm, ch->id, any ? 0 : POLL_MS, &ev)) continue;
+            if (ch->done || kiln_llm_next(g->llm, ch->id, any ? 0 : POLL_MS, &ev)) continue;
             any = true;
             kiln_strbuf_append(&ch->text, ev.text, ev.text_len);
             add_logprobs(g, &ch->logprobs, &ch->text_offset, &ev);
@@ -347,7 +354,7 @@ static bool stream_poll(gen *g) {
         kiln_llm_event ev;
         if (ch->done) continue;
         open++;
-        if (kiln_llm_next(g->v->llm, ch->id, any ? 0 : POLL_MS, &ev)) continue;
+        if (kiln_llm_next(g->llm, ch->id, any ? 0 : POLL_MS, &ev)) continue;
         any = true;
         stream_event(g, ch, &ev);
         open -= ch->done;

@@ -67,12 +67,20 @@ static kiln_status read_text(const char *path, char **out, size_t *len) {
     return KILN_OK;
 }
 
+/* Frees a tensor version's instances and engines (so that another engine file can be tried). */
+static void drop_tensor(serve_version *v) {
+    serve_pool_free(v->pool);
+    v->pool = NULL;
+    for (int k = 0; k < v->n_engines; k++) kiln_engine_free(v->engines[k]), v->engines[k] = NULL;
+    v->n_engines = 0;
+    v->engine = NULL;
+}
+
 static void version_free(serve_version *v) {
     if (!v) return;
-    serve_pool_free(v->pool);
-    kiln_engine_free(v->engine);
+    drop_tensor(v);
     kiln_tokenizer_free(v->tokenizer);
-    kiln_llm_close(v->llm);
+    for (int k = 0; k < v->n_llms; k++) kiln_llm_close(v->llms[k]);
     free(v);
 }
 
@@ -103,11 +111,11 @@ static bool has_safetensors(const char *dir) {
     return found;
 }
 
-/* Opens an LLM with the model's options; mdir is the model's directory (for its chat template). */
+/* Opens the LLM once per device of the model, with the model's options; mdir is the model's
+ * directory (for its chat template). */
 static kiln_status open_llm(const char *path, const char *mdir, const serve_model_config *c, serve_version *v) {
     kiln_llm_options o = c->llm;
     o.target = c->target;
-    o.device = c->device;
     char *chat = NULL;
     size_t len;
     if (c->chat_template[0]) {
@@ -117,24 +125,63 @@ static kiln_status open_llm(const char *path, const char *mdir, const serve_mode
         if (st) return kiln_error_prefix(st, "chat_template");
         o.chat_template = chat;
     }
-    kiln_status st = kiln_llm_open(path, &o, &v->llm);
+    kiln_status st = KILN_OK;
+    for (int k = 0; k < c->n_devices && !st; k++) {
+        o.device = c->devices[k];
+        st = kiln_llm_open(path, &o, &v->llms[k]);
+        if (st && c->n_devices > 1) st = kiln_error_prefix(st, "device %d", c->devices[k]);
+        if (!st) v->llm_devices[v->n_llms++] = c->devices[k];
+    }
+    v->llm = v->llms[0];
     free(chat);
     return st;
 }
 
 static kiln_status start_tensor(const serve_model_config *c, serve_version *v) {
-    return serve_pool_create(v->engine, &c->batch, &v->pool);
+    return serve_pool_create(v->engines, c->devices, v->n_engines, &c->batch, &v->pool);
+}
+
+/* Loads engine file path for device k of the model: on that device when the config lists
+ * "devices", else where it was built. */
+static kiln_status load_engine_on(const char *path, const serve_model_config *c, int k, serve_version *v) {
+    kiln_engine_load_options o = {.set_device = c->devices_listed, .device = c->devices[k]};
+    kiln_status st = kiln_engine_load_with(path, &o, &v->engines[k]);
+    if (st) return c->devices_listed ? kiln_error_prefix(st, "device %d", c->devices[k]) : st;
+    v->n_engines = k + 1;
+    v->engine = v->engines[0];
+    return KILN_OK;
+}
+
+/* The tensor engine file path, already loaded for the first device, on the other devices, then
+ * the instances. */
+static kiln_status start_tensor_file(const char *path, const serve_model_config *c, serve_version *v) {
+    for (int k = 1; k < c->n_devices; k++) KILN_TRY(load_engine_on(path, c, k, v));
+    return start_tensor(c, v);
 }
 
 /* model.kiln: a tensor engine, else an LLM engine. */
 static kiln_status load_kiln_file(const char *path, const char *mdir, const serve_model_config *c, serve_version *v) {
-    kiln_status st = kiln_engine_load(path, &v->engine);
-    if (!st) return start_tensor(c, v);
+    kiln_status st = load_engine_on(path, c, 0, v);
+    if (!st) return start_tensor_file(path, c, v);
     char tensor_err[512];
     snprintf(tensor_err, sizeof tensor_err, "%s", kiln_last_error());
     if (!open_llm(path, mdir, c, v)) return KILN_OK;
     return kiln_error(st, "%s opens neither as a tensor engine (%s) nor as an LLM engine (%s)", path, tensor_err,
                       kiln_last_error());
+}
+
+/* model.onnx built for each device of the model (with the repository's timing cache), then the
+ * instances. */
+static kiln_status build_onnx(const char *path, const char *cache, const serve_model_config *c, serve_version *v) {
+    for (int k = 0; k < c->n_devices; k++) {
+        kiln_build_options o = {.target = c->target, .device = c->devices[k], .timing_cache = cache,
+                                .tuning_level = strcmp(c->target, "cuda") ? 0 : 2};
+        kiln_status st = kiln_build_onnx(path, &o, &v->engines[k]);
+        if (st) return c->n_devices > 1 ? kiln_error_prefix(st, "device %d", c->devices[k]) : st;
+        v->n_engines = k + 1;
+        v->engine = v->engines[0];
+    }
+    return start_tensor(c, v);
 }
 
 /* model.<gpu>.kiln variants: the first (in reverse name order, so newer GPUs first) that loads. */
@@ -152,14 +199,13 @@ static kiln_status load_variants(const char *vdir, const serve_model_config *c, 
             *found = true;
             char path[4500];
             snprintf(path, sizeof path, "%s/%s", vdir, name);
-            st = kiln_engine_load(path, &v->engine);
-            if (!st) st = start_tensor(c, v);
+            st = load_engine_on(path, c, 0, v);
+            if (!st) st = start_tensor_file(path, c, v);
             if (!st) snprintf(v->source, sizeof v->source, "%s", name);
             else {
                 if (at < sizeof errors)
                     at += (size_t)snprintf(errors + at, sizeof errors - at, "%s%s: %s", at ? "; " : "", name, kiln_last_error());
-                serve_pool_free(v->pool), v->pool = NULL;
-                kiln_engine_free(v->engine), v->engine = NULL;
+                drop_tensor(v);
             }
         }
         free(names[i]);
@@ -201,10 +247,7 @@ static kiln_status load_version(const serve_repo *r, const char *mdir, int64_t n
         snprintf(v->source, sizeof v->source, "model.onnx");
         char cache[4200];
         snprintf(cache, sizeof cache, "%s/timing.cache", r->dir);
-        kiln_build_options o = {.target = c->target, .device = c->device, .timing_cache = cache,
-                                .tuning_level = strcmp(c->target, "cuda") ? 0 : 2};
-        st = kiln_build_onnx(path, &o, &v->engine);
-        if (!st) st = start_tensor(c, v);
+        st = build_onnx(path, cache, c, v);
     } else {
         char have[1024];
         list_dir(vdir, have, sizeof have);
@@ -582,3 +625,13 @@ void serve_repo_release(serve_repo *r, serve_version *v) {
     if (--v->refs == 0) pthread_cond_broadcast(&r->released);
     pthread_mutex_unlock(&r->mu);
 }
+
+int serve_version_take_llm(serve_version *v, int n) {
+    int best = 0;
+    for (int k = 1; k < v->n_llms; k++)
+        if (atomic_load(&v->llm_live[k]) < atomic_load(&v->llm_live[best])) best = k;
+    atomic_fetch_add(&v->llm_live[best], n);
+    return best;
+}
+
+void serve_version_llm_done(serve_version *v, int k, int n) { atomic_fetch_sub(&v->llm_live[k], n); }

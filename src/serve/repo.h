@@ -18,6 +18,7 @@
 #include "serve/batcher.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -25,6 +26,7 @@
 #define SERVE_NAME_MAX 128
 #define SERVE_MAX_ALIASES 8
 #define SERVE_MAX_SPECIFIC 16
+#define SERVE_MAX_DEVICES 16
 
 typedef struct serve_model_config {
     serve_batch_config batch;
@@ -38,7 +40,10 @@ typedef struct serve_model_config {
     double traffic_weight[SERVE_MAX_SPECIFIC];
     int n_traffic;
     char target[16];                     /* "cpu" (default) or "cuda" */
-    int device;
+    int device;                          /* the GPU of a one-GPU model ("device"; devices[0] too) */
+    int devices[SERVE_MAX_DEVICES];      /* the GPUs the model runs on ("devices", or just "device") */
+    int n_devices;                       /* >= 1; batch.instances instances (or one LLM) on each */
+    bool devices_listed;                 /* "devices" was given: engine files load on each (else as built) */
     char aliases[SERVE_MAX_ALIASES][SERVE_NAME_MAX]; /* further names of the model */
     int n_aliases;
     kiln_llm_options llm;                /* LLMs: KV-cache budget, admission limits (target set from above) */
@@ -46,16 +51,24 @@ typedef struct serve_model_config {
 } serve_model_config;
 
 /* Fills c with the defaults and then the settings of the JSON text (NULL: defaults only). Unknown
- * keys and wrong types are KILN_ERR_INVALID_ARGUMENT naming the key and `what` (the file). */
+ * keys and wrong types are KILN_ERR_INVALID_ARGUMENT naming the key and `what` (the file), and so is
+ * a "devices" list on a model whose target is not "cuda" (for tests, KILN_SERVE_CPU_DEVICES=1 in the
+ * environment lets a cpu model take one: an instance set per entry, all on the CPU). */
 kiln_status serve_model_config_parse(const char *json, size_t len, const char *what, serve_model_config *c);
 
 typedef struct serve_version {
     int64_t number;
     char source[256];       /* the file or "checkpoint" it came from */
-    kiln_engine *engine;    /* tensor models */
+    kiln_engine *engine;    /* tensor models: the engine of the first device (descriptions) */
+    kiln_engine *engines[SERVE_MAX_DEVICES]; /* tensor models: one per device (engines[0] == engine) */
+    int n_engines;
     serve_pool *pool;
     kiln_tokenizer *tokenizer; /* tensor models: the version directory's tokenizer.json, if it loads */
-    kiln_llm *llm;          /* LLMs */
+    kiln_llm *llm;          /* LLMs: the one on the first device (tokenizer, info) */
+    kiln_llm *llms[SERVE_MAX_DEVICES]; /* LLMs: one per device of the model's config (llms[0] == llm) */
+    int llm_devices[SERVE_MAX_DEVICES];
+    atomic_int llm_live[SERVE_MAX_DEVICES]; /* sequences submitted to llms[k] and not yet released */
+    int n_llms;
     int refs;               /* requests holding it */
 } serve_version;
 
@@ -103,6 +116,14 @@ int serve_repo_poll(serve_repo *r);
 int serve_repo_acquire(serve_repo *r, const char *name, const char *version, serve_version **out, char *msg,
                        size_t msg_size);
 void serve_repo_release(serve_repo *r, serve_version *v);
+
+/* Picks the LLM of v (one per device) for a new request of n sequences and counts them in: the
+ * one with the fewest sequences waiting and running (those submitted to it and not yet released,
+ * counted here rather than read from kiln_llm_get_stats, which lags a request on its way from the
+ * inbox into the scheduler), the first of equals. Returns its index in v->llms. */
+int serve_version_take_llm(serve_version *v, int n);
+/* Counts n sequences of v->llms[k] out (their request released). */
+void serve_version_llm_done(serve_version *v, int k, int n);
 
 /* Registers the model directories of the repository that are not known yet (unloaded). */
 void serve_repo_scan(serve_repo *r);

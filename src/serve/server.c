@@ -80,6 +80,8 @@ bool serve_client_gone(serve_conn *c) {
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
+bool serve_client_gone_arg(void *conn) { return serve_client_gone(conn); }
+
 void serve_conn_set_model(serve_conn *c, const char *model, const char *version) {
     snprintf(c->model, sizeof c->model, "%s", model ? model : "");
     snprintf(c->version, sizeof c->version, "%s", version ? version : "");

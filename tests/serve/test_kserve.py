@@ -194,16 +194,6 @@ def test_half_closed_request_is_a_disconnect(pool_server):
     assert s.recv(65536) == b"", "a request cut short by its client got an answer"
     assert time.time() - t0 < 5
     s.close()
-    # a client that half-closes after its whole request still gets the answer
-    s = socket.create_connection((host, int(port)))
-    s.sendall(head + body)
-    s.shutdown(socket.SHUT_WR)
-    s.settimeout(30)
-    reply = b""
-    while chunk := s.recv(65536):
-        reply += chunk
-    s.close()
-    assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
     assert pool_server.json("/v2/health/ready")[0] == 200
     deadline = time.time() + 5
     while time.time() < deadline:

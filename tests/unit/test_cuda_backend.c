@@ -6,7 +6,8 @@
  *   - replays: the 2nd and 3rd runs (captured / replayed CUDA graphs) are bit-identical to the 1st;
  *   - shape changes: batch 1 -> 3 -> 1 on one context, each right, the second batch-1 run identical;
  *   - fp32 only: a context with KILN_CUDA_GRAPHS=0 matches the graph runs bit for bit, two contexts on
- *     two threads at once give the right outputs, and a saved and reloaded engine gives the same bits.
+ *     two threads at once give the right outputs, and a saved and reloaded engine gives the same bits,
+ *     loaded on device 0 by kiln_engine_load_with too; on a device that does not exist it is refused.
  * Without a GPU (or without the cuda backend) it prints why and exits 77, which CTest reports as
  * skipped. usage: test_cuda_backend [REPO_DIR] (default: $KILN_SOURCE_DIR, else .)
  * env: KILN_TEST_MODELS (check only the models whose file name contains it), KILN_TEST_THREAD_ROUNDS
@@ -243,6 +244,24 @@ static const char *const g_precision_names[] = {"fp32", "fp16", "bf16"};
 static const double g_tolerance[] = {1e-4, 2e-2, 5e-2};
 
 /* Checks one cuda engine of model m against the cpu engine. */
+/* kiln_engine_load_with's device override: on GPU 0 (the one built for) the same bits; on a GPU
+ * ordinal past the last, KILN_ERR_ENGINE_MISMATCH naming it. */
+static void check_device_override(const model *m, const char *epath, const io *in, const io *first) {
+    kiln_engine *e = NULL;
+    io out = {0};
+    kiln_engine_load_options o = {.set_device = true, .device = 0};
+    kiln_status s = kiln_engine_load_with(epath, &o, &e);
+    if (s == KILN_OK) s = run_fresh(e, in, &out);
+    EXPECT(s == KILN_OK, "%s: load on device 0: %s", m->file, kiln_last_error());
+    EXPECT(s != KILN_OK || same_bits(&out, first), "%s: the engine loaded on device 0 gives other bits", m->file);
+    kiln_engine_free(e);
+    io_free(&out);
+    o.device = 64;
+    s = kiln_engine_load_with(epath, &o, &e);
+    EXPECT(s == KILN_ERR_ENGINE_MISMATCH && strstr(kiln_last_error(), "CUDA device 64 does not exist"),
+           "%s: load on device 64: %d %s", m->file, (int)s, kiln_last_error());
+}
+
 static void check_engine(const model *m, kiln_engine *cpu, kiln_engine *gpu, kiln_precision p, const char *workdir) {
     const char *pn = g_precision_names[p];
     double tol = g_tolerance[p];
@@ -342,6 +361,7 @@ static void check_engine(const model *m, kiln_engine *cpu, kiln_engine *gpu, kil
         EXPECT(s == KILN_OK, "%s: save/load/run: %s", m->file, kiln_last_error());
         EXPECT(s != KILN_OK || same_bits(&rel, &first), "%s: the reloaded engine gives other bits", m->file);
         kiln_engine_free(loaded);
+        if (p == KILN_PRECISION_FP32 && s == KILN_OK) check_device_override(m, epath, &in, &first);
         io_free(&rel);
         remove(epath);
     }

@@ -1,5 +1,6 @@
 /* test_roundtrip.c — engine round trip: build -> run in memory; save -> load -> run; the outputs must
- * be bit-identical, for random inputs and every symbolic size given.
+ * be bit-identical, for random inputs and every symbolic size given; a cpu engine ignores
+ * kiln_engine_load_with's device override and a negative device is refused.
  * usage: test_roundtrip MODEL.onnx WORKDIR */
 #include "kiln/kiln.h"
 
@@ -79,6 +80,13 @@ int main(int argc, char **argv) {
     CHECK(kiln_build_onnx(argv[1], NULL, &built) == KILN_OK, "build %s", argv[1]);
     CHECK(kiln_engine_save(built, path) == KILN_OK, "save %s", path);
     CHECK(kiln_engine_load(path, &loaded) == KILN_OK, "load %s", path);
+    /* a device override is for cuda engines: a cpu engine ignores it; a negative ordinal is refused */
+    kiln_engine *moved;
+    kiln_engine_load_options on3 = {.set_device = true, .device = 3}, negative = {.set_device = true, .device = -1};
+    CHECK(kiln_engine_load_with(path, &on3, &moved) == KILN_OK, "load %s with device 3: %s", path, kiln_last_error());
+    kiln_engine_free(moved);
+    CHECK(kiln_engine_load_with(path, &negative, &moved) == KILN_ERR_INVALID_ARGUMENT && !moved &&
+          strstr(kiln_last_error(), "device -1 is not a GPU ordinal"), "device -1: %s", kiln_last_error());
     CHECK(kiln_engine_num_inputs(built) == kiln_engine_num_inputs(loaded), "input count");
     CHECK(kiln_engine_num_outputs(built) == kiln_engine_num_outputs(loaded), "output count");
     int checked = 0;

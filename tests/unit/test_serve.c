@@ -1,7 +1,9 @@
 /* test_serve.c — kiln serve's parts without HTTP (src/serve/): the Prometheus registry's text, API
  * keys and their token buckets, config.json and --config parsing (good and bad), and the dynamic
  * batcher on sample_cnn (concurrent requests joined into runs and split back exactly, shape checks,
- * a full queue, deadlines). Runs in the sanitizer build too. */
+ * a full queue, deadlines, instances on several devices sharing one queue, a client that leaves
+ * while its request is queued or running), and the choice of an LLM request's device (the least
+ * loaded). Runs in the sanitizer build too. */
 #include "check.h"
 
 #include "serve/auth.h"
@@ -14,7 +16,9 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static void test_metrics(void) {
@@ -87,6 +91,40 @@ static void test_keys(void) {
     serve_auth_free(&a);
 }
 
+/* "devices" (a list of GPUs) against "device" (one), and the target they apply to. */
+static void test_device_configs(void) {
+    serve_model_config c;
+    CHECK_OK(serve_model_config_parse(NULL, 0, "none", &c));
+    CHECK(c.n_devices == 1 && c.devices[0] == 0 && !c.devices_listed);
+    const char *one = "{\"target\": \"cuda\", \"device\": 1, \"instances\": 2}";
+    CHECK_OK(serve_model_config_parse(one, strlen(one), "one", &c));
+    CHECK(c.n_devices == 1 && c.devices[0] == 1 && c.device == 1 && !c.devices_listed && c.batch.instances == 2);
+    const char *two = "{\"target\": \"cuda\", \"devices\": [1, 0], \"instances\": 3}";
+    CHECK_OK(serve_model_config_parse(two, strlen(two), "two", &c));
+    CHECK(c.n_devices == 2 && c.devices[0] == 1 && c.devices[1] == 0 && c.device == 1 && c.devices_listed);
+    CHECK(c.batch.instances == 3);
+    static const struct { const char *json, *message; } BAD[] = {
+        {"{\"devices\": [0, 1]}", "'devices' applies to target \"cuda\" (this model's target is \"cpu\")"},
+        {"{\"target\": \"cpu\", \"devices\": [0]}", "'devices' applies to target \"cuda\""},
+        {"{\"target\": \"cuda\", \"devices\": []}", "'devices' must be a list of 1 to 16 GPU ordinals"},
+        {"{\"target\": \"cuda\", \"devices\": 1}", "'devices' must be a list"},
+        {"{\"target\": \"cuda\", \"devices\": [0, \"1\"]}", "must be an integer in [0, 64]"},
+        {"{\"target\": \"cuda\", \"devices\": [0, -1]}", "must be an integer in [0, 64]"},
+        {"{\"target\": \"cuda\", \"devices\": [1, 0, 1]}", "'devices' names GPU 1 twice"},
+        {"{\"target\": \"cuda\", \"device\": 0, \"devices\": [0, 1]}", "either 'device' (one GPU) or 'devices'"},
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        kiln_status st = serve_model_config_parse(BAD[i].json, strlen(BAD[i].json), "cfg", &c);
+        CHECKF(st == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_last_error(), BAD[i].message), "%s: %s", BAD[i].json,
+               kiln_last_error());
+    }
+    /* the test hook: a cpu model takes a list (one instance set per entry, all on the CPU) */
+    setenv("KILN_SERVE_CPU_DEVICES", "1", 1);
+    CHECK_OK(serve_model_config_parse(BAD[0].json, strlen(BAD[0].json), "hook", &c));
+    CHECK(c.n_devices == 2 && c.devices[1] == 1);
+    unsetenv("KILN_SERVE_CPU_DEVICES");
+}
+
 static void test_configs(void) {
     serve_model_config c;
     CHECK_OK(serve_model_config_parse(NULL, 0, "none", &c));
@@ -121,6 +159,7 @@ static void test_configs(void) {
         kiln_status st = serve_model_config_parse(BAD[i].json, strlen(BAD[i].json), "cfg", &c);
         CHECKF(st != KILN_OK && strstr(kiln_last_error(), BAD[i].message), "%s: %s", BAD[i].json, kiln_last_error());
     }
+    test_device_configs();
     serve_settings s;
     const char *settings = "{\"max_body_bytes\": 4096, \"poll_repository_s\": 0.5}";
     CHECK_OK(serve_settings_parse(settings, strlen(settings), "--config", &s));
@@ -135,6 +174,8 @@ static void test_configs(void) {
 }
 
 /* ---------------------------------------------------------------- the batcher on sample_cnn */
+
+static const int ONE_DEVICE[1] = {0};
 
 typedef struct job {
     serve_pool *pool;
@@ -162,7 +203,7 @@ static void *run_job(void *arg) {
 static void test_batcher(kiln_engine *e) {
     serve_batch_config cfg = {.max_batch = 4, .max_queue_delay_us = 200000, .instances = 2, .breaker_failures = 3};
     serve_pool *p;
-    REQUIRE_OK(serve_pool_create(e, &cfg, &p));
+    REQUIRE_OK(serve_pool_create(&e, ONE_DEVICE, 1, &cfg, &p));
     /* references, one at a time (each waits out the delay alone) */
     enum { N = 8 };
     static job ref[N], jobs[N];
@@ -212,7 +253,7 @@ static void test_batcher(kiln_engine *e) {
     /* a queue of one: the second waiting request is refused; a short deadline expires in the queue */
     cfg = (serve_batch_config){.max_batch = 4, .max_queue_delay_us = 300000, .max_queue = 1, .instances = 1,
                                .breaker_failures = 1};
-    REQUIRE_OK(serve_pool_create(e, &cfg, &p));
+    REQUIRE_OK(serve_pool_create(&e, ONE_DEVICE, 1, &cfg, &p));
     job_init(&jobs[0], p, 0);
     job_init(&jobs[1], p, 1);
     pthread_create(&t[0], NULL, run_job, &jobs[0]);
@@ -232,7 +273,7 @@ static void test_batcher(kiln_engine *e) {
      * runs first; A waits out its delay. Without the level, B would queue behind A. */
     cfg = (serve_batch_config){.max_batch = 2, .max_queue_delay_us = 300000, .instances = 1, .priority_levels = 2,
                                .breaker_failures = 1};
-    REQUIRE_OK(serve_pool_create(e, &cfg, &p));
+    REQUIRE_OK(serve_pool_create(&e, ONE_DEVICE, 1, &cfg, &p));
     static float two_rows[2 * 3 * 32 * 32];
     job_init(&jobs[0], p, 0);
     job_init(&jobs[1], p, 1);
@@ -260,7 +301,7 @@ static void test_batcher(kiln_engine *e) {
 static void test_runs_in_flight(kiln_engine *e) {
     serve_batch_config cfg = {.max_batch = 2, .max_queue_delay_us = 0, .instances = 1, .breaker_failures = 3};
     serve_pool *p;
-    REQUIRE_OK(serve_pool_create(e, &cfg, &p));
+    REQUIRE_OK(serve_pool_create(&e, ONE_DEVICE, 1, &cfg, &p));
     enum { N = 16 };
     static job ref[2], jobs[N];
     for (int i = 0; i < 2; i++) job_init(&ref[i], p, i), run_job(&ref[i]);
@@ -289,7 +330,7 @@ static void test_parallel_join(kiln_engine *e) {
     enum { ROWS = 64, ROW = 3 * 32 * 32, N = 4 };
     serve_batch_config cfg = {.max_batch = 2 * ROWS, .max_queue_delay_us = 200000, .instances = 1, .breaker_failures = 3};
     serve_pool *p;
-    REQUIRE_OK(serve_pool_create(e, &cfg, &p));
+    REQUIRE_OK(serve_pool_create(&e, ONE_DEVICE, 1, &cfg, &p));
     static float x[N][ROWS * ROW];
     static job ref[N], jobs[N];
     for (int i = 0; i < N; i++) {
@@ -321,10 +362,139 @@ static void test_parallel_join(kiln_engine *e) {
     serve_pool_free(p);
 }
 
+/* Instances on several devices pull from one queue: 2 instances on each of two devices (fake
+ * ordinals 3 and 5, each with its own engine) all run batches under concurrent load, every request
+ * gets its own rows back, and the stats name each instance's device. */
+static void test_devices(kiln_engine *e3, kiln_engine *e5) {
+    kiln_engine *engines[2] = {e3, e5};
+    const int devices[2] = {3, 5};
+    serve_batch_config cfg = {.max_batch = 1, .max_queue_delay_us = 0, .instances = 2, .breaker_failures = 3};
+    serve_pool *p;
+    REQUIRE_OK(serve_pool_create(engines, devices, 2, &cfg, &p));
+    serve_pool_stats st;
+    serve_pool_get_stats(p, &st);
+    CHECK(st.instances == 4 && st.instances_up == 4 && serve_pool_config(p)->instances == 2);
+    int on3 = 0, on5 = 0;
+    for (int k = 0; k < st.instances; k++) on3 += st.instance[k].device == 3, on5 += st.instance[k].device == 5;
+    CHECK(on3 == 2 && on5 == 2);
+    enum { N = 32 };
+    static job ref[2], jobs[N];
+    for (int i = 0; i < 2; i++) job_init(&ref[i], p, i), run_job(&ref[i]);
+    uint64_t runs3 = 0, runs5 = 0;
+    for (int round = 0; round < 20 && (!runs3 || !runs5); round++) { /* which thread wakes first is the scheduler's */
+        pthread_t t[N];
+        for (int i = 0; i < N; i++) job_init(&jobs[i], p, i % 2), pthread_create(&t[i], NULL, run_job, &jobs[i]);
+        for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+        for (int i = 0; i < N; i++) {
+            CHECK(jobs[i].r.http_status == 200 && jobs[i].r.n_outputs == 1);
+            const float *got = jobs[i].r.outputs[0].data, *want = ref[i % 2].r.outputs[0].data;
+            for (int k = 0; k < 10; k++)
+                CHECKF(fabsf(got[k] - want[k]) <= 1e-5f, "request %d output %d: %g, alone %g", i, k, got[k], want[k]);
+            serve_infer_clear(&jobs[i].r);
+        }
+        serve_pool_get_stats(p, &st);
+        runs3 = runs5 = 0;
+        for (int k = 0; k < st.instances; k++) *(st.instance[k].device == 3 ? &runs3 : &runs5) += st.instance[k].runs;
+    }
+    CHECKF(runs3 > 0 && runs5 > 0, "one device took every run (device 3: %llu, device 5: %llu)",
+           (unsigned long long)runs3, (unsigned long long)runs5);
+    CHECK(runs3 + runs5 == st.runs && st.queue_depth == 0);
+    for (int i = 0; i < 2; i++) serve_infer_clear(&ref[i].r);
+    serve_pool_free(p);
+    /* no device, or more instances than a pool holds */
+    CHECK(serve_pool_create(engines, devices, 0, &cfg, &p) == KILN_ERR_INVALID_ARGUMENT && !p);
+    cfg.instances = 600;
+    CHECK(serve_pool_create(engines, devices, 2, &cfg, &p) == KILN_ERR_INVALID_ARGUMENT &&
+          strstr(kiln_last_error(), "600 instances on each of 2 devices"));
+}
+
+static atomic_bool client_left;
+static bool client_gone(void *arg) { return arg == &client_left && atomic_load(&client_left); }
+/* A client that is found gone 100 ms after the first look, by when an idle instance has taken its request. */
+static bool client_gone_late(void *arg) {
+    (void)arg;
+    usleep(100000);
+    return true;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A request whose client leaves while it waits in the queue is taken out unrun (499, counted as
+ * abandoned); one already in a run finishes and keeps its answer (the server drops it). */
+static void test_client_gone(kiln_engine *e) {
+    serve_batch_config cfg = {.max_batch = 4, .max_queue_delay_us = 400000, .instances = 1, .breaker_failures = 3};
+    serve_pool *p;
+    REQUIRE_OK(serve_pool_create(&e, ONE_DEVICE, 1, &cfg, &p));
+    static job waiting, other;
+    job_init(&waiting, p, 0);
+    waiting.r.client_gone = client_gone;
+    waiting.r.client_arg = &client_left;
+    job_init(&other, p, 1);
+    atomic_store(&client_left, false);
+    pthread_t t[2];
+    pthread_create(&t[0], NULL, run_job, &waiting);
+    usleep(30000);
+    pthread_create(&t[1], NULL, run_job, &other); /* queued behind it, waiting for the same delay */
+    usleep(30000);
+    double t0 = now_s();
+    atomic_store(&client_left, true);
+    pthread_join(t[0], NULL);
+    double left_after = now_s() - t0;
+    CHECKF(waiting.r.http_status == 499 && strstr(waiting.r.message, "closed the connection while the request waited"),
+           "%d %s", waiting.r.http_status, waiting.r.message);
+    CHECKF(left_after < 0.2, "the request left the queue %.3f s after its client", left_after);
+    CHECK(waiting.r.n_outputs == 0);
+    pthread_join(t[1], NULL);
+    CHECK(other.r.http_status == 200 && other.r.batch_rows == 1);
+    serve_pool_stats st;
+    serve_pool_get_stats(p, &st);
+    CHECK(st.abandoned == 1 && st.runs == 1 && st.rows == 1 && st.queue_depth == 0);
+    serve_infer_clear(&other.r);
+    serve_pool_free(p);
+
+    /* taken into a run before the client leaves: it runs to the end */
+    cfg = (serve_batch_config){.max_batch = 2, .max_queue_delay_us = 0, .instances = 1, .breaker_failures = 3};
+    REQUIRE_OK(serve_pool_create(&e, ONE_DEVICE, 1, &cfg, &p));
+    static float rows[2 * 3 * 32 * 32];
+    job_init(&waiting, p, 0);
+    waiting.in.dims[0] = 2;
+    waiting.in.data = rows;
+    waiting.in.bytes = sizeof rows;
+    waiting.r.client_gone = client_gone_late;
+    run_job(&waiting);
+    CHECK(waiting.r.http_status == 200 && waiting.r.n_outputs == 1);
+    serve_pool_get_stats(p, &st);
+    CHECK(st.abandoned == 0 && st.runs == 1);
+    serve_infer_clear(&waiting.r);
+    serve_pool_free(p);
+}
+
+/* An LLM request goes to the device with the fewest live sequences (the first of equals), and its
+ * sequences count there until released. */
+static void test_llm_balance(void) {
+    static serve_version v;
+    v.n_llms = 3;
+    CHECK(serve_version_take_llm(&v, 2) == 0);  /* 0 0 0 -> the first */
+    CHECK(serve_version_take_llm(&v, 1) == 1);  /* 2 0 0 */
+    CHECK(serve_version_take_llm(&v, 1) == 2);  /* 2 1 0 */
+    CHECK(serve_version_take_llm(&v, 4) == 1);  /* 2 1 1 -> the first of the least */
+    serve_version_llm_done(&v, 0, 2);           /* 0 5 1 */
+    CHECK(serve_version_take_llm(&v, 1) == 0);
+    CHECK(serve_version_take_llm(&v, 1) == 0);  /* 1 5 1 -> 0 again (first of equals) */
+    serve_version_llm_done(&v, 1, 5);           /* 2 0 1 */
+    CHECK(serve_version_take_llm(&v, 1) == 1);
+    CHECK(atomic_load(&v.llm_live[0]) == 2 && atomic_load(&v.llm_live[1]) == 1 && atomic_load(&v.llm_live[2]) == 1);
+}
+
 int main(void) {
     test_metrics();
     test_keys();
     test_configs();
+    test_llm_balance();
     const char *root = getenv("KILN_SOURCE_DIR");
     char model[4096];
     snprintf(model, sizeof model, "%s/models/sample_cnn.onnx", root ? root : ".");
@@ -333,6 +503,11 @@ int main(void) {
     test_batcher(e);
     test_runs_in_flight(e);
     test_parallel_join(e);
+    test_client_gone(e);
+    kiln_engine *e5;
+    REQUIRE_OK(kiln_build_onnx(model, NULL, &e5));
+    test_devices(e, e5);
+    kiln_engine_free(e5);
     kiln_engine_free(e);
     return checks_report("test_serve");
 }

@@ -286,7 +286,10 @@ static kiln_status open_device(kiln_backend_engine *be, const kiln_engine_meta *
         return kiln_error(KILN_ERR_ENGINE_MISMATCH, "this engine targets cuda (%.*s) but no CUDA device is available: "
                           "cudaGetDeviceCount: %s", name_len, meta->device,
                           e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    be->device = meta_device(meta);
+    be->device = meta->run_device_set ? meta->run_device : meta_device(meta);
+    if (meta->run_device_set && (be->device < 0 || be->device >= count))
+        return kiln_error(KILN_ERR_ENGINE_MISMATCH, "CUDA device %d does not exist: this host has %d CUDA device%s "
+                          "(0..%d)", be->device, count, count > 1 ? "s" : "", count - 1);
     if (be->device < 0 || be->device >= count)
         return kiln_error(KILN_ERR_ENGINE_MISMATCH, "this engine targets CUDA device %d (%s) but only %d device%s "
                           "available: rebuild it with --device", be->device, meta->device, count, count > 1 ? "s are" : " is");
