@@ -1,10 +1,13 @@
-/* llm_cpu_ops.c — FP32 kernels of the CPU LLM forward: norms, matrix products through
- * kiln_cpu_sgemm (threaded, matrix-vector for a decode step), GELU(tanh) and SwiGLU, RoPE, and paged attention (keys and values of a sequence gathered from
- * their blocks into FP32, then two products per head with a masked FP32 softmax between them). */
+/* llm_cpu_ops.c — FP32 kernels of the CPU LLM forward: norms, matrix products (a decode step's few
+ * rows through llm_gemv.h with the bias, residual and GELU fused in, more rows through
+ * kiln_cpu_sgemm), GELU(tanh) and SwiGLU, RoPE, and paged attention (keys and values of a sequence
+ * gathered from their blocks into FP32, then two products per head with a masked FP32 softmax
+ * between them). */
 #include "llm/llm_cpu_ops.h"
 
 #include "backends/cpu/cpu_gemm.h"
 #include "core/half.h"
+#include "llm/llm_gemv.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -28,6 +31,11 @@ void kiln_llm_norm(const float *x, int n, int d, const float *w, const float *b,
 void kiln_llm_linear(const float *x, int ldx, int n, int in, const float *w, const float *bias, int out, float *y,
                      int ldy, int accumulate) {
     if (n == 0) return;
+    if (n <= KILN_LLM_GEMV_ROWS) {
+        kiln_llm_gemv_args a = {x, ldx, n, in, w, bias, out, y, ldy, accumulate != 0, false};
+        kiln_llm_gemv(&a);
+        return;
+    }
     if (bias) {
         for (int t = 0; t < n; t++) {
             float *yr = y + (size_t)t * ldy;
@@ -35,6 +43,18 @@ void kiln_llm_linear(const float *x, int ldx, int n, int in, const float *w, con
         }
     }
     kiln_cpu_sgemm(false, true, n, out, in, 1.0f, x, ldx, w, in, bias || accumulate ? 1.0f : 0.0f, y, ldy);
+}
+
+void kiln_llm_linear_gelu(const float *x, int ldx, int n, int in, const float *w, const float *bias, int out,
+                          float *y, int ldy) {
+    if (n == 0) return;
+    if (n <= KILN_LLM_GEMV_ROWS) {
+        kiln_llm_gemv_args a = {x, ldx, n, in, w, bias, out, y, ldy, false, true};
+        kiln_llm_gemv(&a);
+        return;
+    }
+    kiln_llm_linear(x, ldx, n, in, w, bias, out, y, ldy, 0);
+    for (int t = 0; t < n; t++) kiln_llm_gelu_tanh(y + (size_t)t * ldy, (size_t)out);
 }
 
 void kiln_llm_gelu_tanh(float *x, size_t count) {

@@ -16,6 +16,11 @@ void kiln_llm_norm(const float *x, int n, int d, const float *w, const float *b,
 void kiln_llm_linear(const float *x, int ldx, int n, int in, const float *w, const float *bias, int out, float *y,
                      int ldy, int accumulate);
 
+/* y[n, out] (row stride ldy) = GELU(tanh)(x W^T + bias), as kiln_llm_linear then kiln_llm_gelu_tanh
+ * on each row, bit for bit. */
+void kiln_llm_linear_gelu(const float *x, int ldx, int n, int in, const float *w, const float *bias, int out,
+                          float *y, int ldy);
+
 /* In place: x = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) over count elements. */
 void kiln_llm_gelu_tanh(float *x, size_t count);
 

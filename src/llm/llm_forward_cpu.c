@@ -111,8 +111,7 @@ static void mlp_block(const kiln_llm_model *m, int l, int n, step_mem *sm) {
     const int d = c->d_model, ff = c->d_ff;
     kiln_llm_norm(sm->x, n, d, y->norm2_w, y->norm2_b, c->norm_eps, sm->h);
     if (c->arch == KILN_LLM_GPT2) {
-        kiln_llm_linear(sm->h, d, n, d, y->up_w, y->up_b, ff, sm->mlp, ff, 0);
-        kiln_llm_gelu_tanh(sm->mlp, (size_t)n * ff);
+        kiln_llm_linear_gelu(sm->h, d, n, d, y->up_w, y->up_b, ff, sm->mlp, ff);
         kiln_llm_linear(sm->mlp, ff, n, ff, y->down_w, y->down_b, d, sm->x, d, 1);
     } else {
         kiln_llm_linear(sm->h, d, n, d, y->up_w, NULL, 2 * ff, sm->mlp, 2 * ff, 0);

@@ -1,0 +1,104 @@
+/* test_llm_cpu_ops.c — the CPU LLM forward's decode kernels (src/llm/llm_gemv.c, llm_cpu_ops.c):
+ * kiln_llm_gemv over 1-4 token rows, odd and even sizes, with and without bias, residual add and
+ * GELU, against a float64 product (relative error) and against a scalar model of the summation
+ * order it promises (bit for bit: the order is what keeps a model's greedy text unchanged); the
+ * output padding between rows is never written. Exit 0 = pass. */
+#include "check.h"
+#include "core/threadpool.h"
+#include "llm/llm_cpu_ops.h"
+#include "llm/llm_gemv.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint32_t g_seed = 12345;
+
+static void fill(float *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        g_seed = g_seed * 1664525u + 1013904223u;
+        p[i] = (float)((g_seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+    }
+}
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF /* products rounded before they are added, as in the kernel */
+#endif
+
+/* x . w in the promised order: one row, lane i (16 lanes) of k = i mod 16 while 16 remain, lanes
+ * i and i + 8 added, summed as ((0+4)+(1+5))+((2+6)+(3+7)), then the tail; several rows, 8 lanes
+ * of k = i mod 8, summed the same way, plus the tail summed on its own. */
+static float ordered_dot(const float *x, const float *w, int K, int rows) {
+    float lane[16] = {0}, h[8], tail = 0;
+    const int width = rows == 1 ? 16 : 8, main_k = K / width * width;
+    for (int k = 0; k < main_k; k++) lane[k % width] += w[k] * x[k];
+    for (int i = 0; i < 8; i++) h[i] = width == 16 ? lane[i] + lane[i + 8] : lane[i];
+    float s = ((h[0] + h[4]) + (h[1] + h[5])) + ((h[2] + h[6]) + (h[3] + h[7]));
+    if (rows == 1) {
+        for (int k = main_k; k < K; k++) s += x[k] * w[k];
+        return s;
+    }
+    for (int k = main_k; k < K; k++) tail += w[k] * x[k];
+    return s + tail;
+}
+
+static void gemv_case(int n, int in, int out, bool bias, bool accumulate, bool gelu) {
+    const int ldx = in + 3, ldy = out + 2;
+    float *x = malloc(sizeof(float) * (size_t)n * ldx), *w = malloc(sizeof(float) * (size_t)out * in);
+    float *b = malloc(sizeof(float) * (size_t)out), *y = malloc(sizeof(float) * (size_t)n * ldy);
+    float *y0 = malloc(sizeof(float) * (size_t)n * ldy), *want = malloc(sizeof(float) * (size_t)n * ldy);
+    fill(x, (size_t)n * ldx);
+    fill(w, (size_t)out * in);
+    fill(b, (size_t)out);
+    fill(y, (size_t)n * ldy);
+    memcpy(y0, y, sizeof(float) * (size_t)n * ldy);
+    kiln_llm_gemv_args a = {x, ldx, n, in, w, bias ? b : NULL, out, y, ldy, accumulate, gelu};
+    kiln_llm_gemv(&a);
+    double worst = 0;
+    int mismatched = 0;
+    for (int t = 0; t < n; t++) {
+        for (int o = 0; o < out; o++) {
+            const float *xr = x + (size_t)t * ldx, *wr = w + (size_t)o * in;
+            double s = 0;
+            for (int k = 0; k < in; k++) s += (double)xr[k] * wr[k];
+            float old = y0[(size_t)t * ldy + o], add = bias ? b[o] : 0.0f;
+            double ref = s + (bias ? add : 0.0) + (accumulate ? old : 0.0);
+            float v = ordered_dot(xr, wr, in, n), *wv = &want[(size_t)t * ldy + o];
+            *wv = accumulate ? v + (bias ? old + add : old) : bias ? v + add : v;
+            if (gelu) {
+                ref = 0.5 * ref * (1.0 + tanh(0.7978845608028654 * (ref + 0.044715 * ref * ref * ref)));
+                kiln_llm_gelu_tanh(wv, 1);
+            }
+            double got = y[(size_t)t * ldy + o], err = fabs(got - ref) / (1.0 + fabs(ref));
+            if (err > worst) worst = err;
+            if (memcmp(&y[(size_t)t * ldy + o], wv, sizeof(float)) != 0) mismatched++;
+        }
+        for (int o = out; o < ldy; o++) CHECK(y[(size_t)t * ldy + o] == y0[(size_t)t * ldy + o]);
+    }
+    CHECKF(worst < 1e-5, "gemv n %d in %d out %d bias %d acc %d gelu %d: relative error %g", n, in, out, bias,
+           accumulate, gelu, worst);
+    CHECKF(mismatched == 0, "gemv n %d in %d out %d bias %d acc %d gelu %d: %d outputs differ from the promised order",
+               n, in, out, bias, accumulate, gelu, mismatched);
+    free(x);
+    free(w);
+    free(b);
+    free(y);
+    free(y0);
+    free(want);
+}
+
+static void test_gemv(void) {
+    const int ins[] = {1, 5, 16, 37, 384}, outs[] = {1, 3, 4, 7, 66, 1000};
+    for (int n = 1; n <= KILN_LLM_GEMV_ROWS; n++)
+        for (size_t i = 0; i < sizeof ins / sizeof *ins; i++)
+            for (size_t o = 0; o < sizeof outs / sizeof *outs; o++)
+                for (int mode = 0; mode < 4; mode++) /* plain, bias, bias + residual, bias + GELU */
+                    gemv_case(n, ins[i], outs[o], mode > 0, mode == 2, mode == 3);
+}
+
+int main(void) {
+    test_gemv();
+    return checks_report("test_llm_cpu_ops");
+}
