@@ -2,7 +2,7 @@
  * rows through llm_gemv.h with the bias, residual and GELU fused in, more rows through
  * kiln_cpu_sgemm), GELU(tanh) and SwiGLU, RoPE, and paged attention (keys and values of a sequence
  * gathered from their blocks into FP32, then two products per head with a masked FP32 softmax
- * between them). */
+ * between them; a decode step over an FP32 cache in llm_decode_attention.c). */
 #include "llm/llm_cpu_ops.h"
 
 #include "backends/cpu/cpu_gemm.h"
@@ -139,6 +139,10 @@ static void masked_softmax(float *row, int ctx, int limit, float scale) {
 void kiln_llm_attention(const kiln_llm_seq_kv *s, int n, int ctx_len, int n_head, const float *q, int ldq, float *out,
                         int ldo, float *scratch) {
     const kiln_kv_cache_config *c = kiln_kv_cache_get_config(s->kv);
+    if (n == 1 && c->dtype == KILN_F32) {
+        kiln_llm_attention_decode(s, ctx_len, n_head, q, out, scratch);
+        return;
+    }
     const int hd = c->head_dim, group = n_head / c->n_kv_head;
     const float scale = 1.0f / sqrtf((float)hd);
     float *K = scratch, *V = K + (size_t)ctx_len * hd, *S = V + (size_t)ctx_len * hd;

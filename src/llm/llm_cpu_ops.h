@@ -44,8 +44,17 @@ void kiln_llm_kv_write(const kiln_llm_seq_kv *s, int pos, const float *k, const 
 
 /* Causal attention of one sequence's n new tokens, at positions ctx_len - n .. ctx_len - 1, over its
  * ctx_len cached keys and values. q: row t of the new tokens at q + t * ldq (n_head heads of
- * head_dim); out: row t at out + t * ldo. scratch holds (2 * head_dim + n) * ctx_len floats. */
+ * head_dim); out: row t at out + t * ldo. scratch holds KILN_LLM_ATTN_SCRATCH(...) floats. One new
+ * token over an FP32 cache goes to kiln_llm_attention_decode. */
+#define KILN_LLM_ATTN_SCRATCH(n, ctx_len, n_head, head_dim)                                        \
+    ((size_t)((2 * (head_dim) + (n)) > (n_head) ? 2 * (head_dim) + (n) : (n_head)) * (size_t)(ctx_len))
 void kiln_llm_attention(const kiln_llm_seq_kv *s, int n, int ctx_len, int n_head, const float *q, int ldq, float *out,
                         int ldo, float *scratch);
+
+/* The attention of one new token (position ctx_len - 1) over an FP32 cache, read from the blocks in
+ * place, the heads split over the thread pool. q, out: n_head heads of head_dim; scratch holds
+ * n_head * ctx_len floats. */
+void kiln_llm_attention_decode(const kiln_llm_seq_kv *s, int ctx_len, int n_head, const float *q, float *out,
+                               float *scratch);
 
 #endif

@@ -38,7 +38,8 @@ static kiln_status step_alloc(const kiln_llm_config *c, const kiln_llm_batch *b,
     size_t attn = 0;
     for (int i = 0; i < b->n_seqs; i++) {
         size_t ni = (size_t)(b->seq_start[i + 1] - b->seq_start[i]), ctx = (size_t)b->ctx_len[i];
-        if ((2 * hd + ni) * ctx > attn) attn = (2 * hd + ni) * ctx;
+        size_t need = KILN_LLM_ATTN_SCRATCH(ni, ctx, (size_t)c->n_head, hd);
+        if (need > attn) attn = need;
     }
     const size_t sizes[] = {n * d, n * d, n * qkv_w, n * qd, n * mlp_w, n * half, n * half, attn};
     float **slots[] = {&sm->x, &sm->h, &sm->qkv, &sm->att, &sm->mlp, &sm->rope_cos, &sm->rope_sin, &sm->attn_scratch};

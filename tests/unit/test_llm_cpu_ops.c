@@ -1,11 +1,14 @@
-/* test_llm_cpu_ops.c — the CPU LLM forward's decode kernels (src/llm/llm_gemv.c, llm_cpu_ops.c):
- * kiln_llm_gemv over 1-4 token rows, odd and even sizes, with and without bias, residual add and
- * GELU, against a float64 product (relative error) and against a scalar model of the summation
- * order it promises (bit for bit: the order is what keeps a model's greedy text unchanged); the
- * output padding between rows is never written. Exit 0 = pass. */
+/* test_llm_cpu_ops.c — the CPU LLM forward's decode kernels (src/llm/llm_gemv.c,
+ * llm_decode_attention.c, llm_cpu_ops.c): kiln_llm_gemv over 1-4 token rows, odd and even sizes,
+ * with and without bias, residual add and GELU, against a float64 product (relative error) and
+ * against a scalar model of the summation order it promises (bit for bit: the order is what keeps a
+ * model's greedy text unchanged), the output padding between rows never written; the attention of
+ * one new token over a paged FP32 cache (scattered blocks, grouped-query heads, contexts inside one
+ * block and across several, odd head sizes) against a float64 attention. Exit 0 = pass. */
 #include "check.h"
 #include "core/threadpool.h"
 #include "llm/llm_cpu_ops.h"
+#include "llm/kv_cache.h"
 #include "llm/llm_gemv.h"
 
 #include <math.h>
@@ -98,7 +101,71 @@ static void test_gemv(void) {
                     gemv_case(n, ins[i], outs[o], mode > 0, mode == 2, mode == 3);
 }
 
+/* One new token's attention over ctx positions of a cache whose blocks are handed out in a shuffled
+ * order, against float64. */
+static void attention_case(int n_head, int n_kv_head, int hd, int ctx) {
+    const int bs = 4, n_blocks = (ctx + bs - 1) / bs + 3;
+    kiln_kv_cache_config kc = {.n_layer = 2, .n_kv_head = n_kv_head, .head_dim = hd, .block_size = bs,
+                               .n_blocks = n_blocks, .dtype = KILN_F32};
+    kiln_kv_cache *kv;
+    REQUIRE_OK(kiln_kv_cache_create(&kc, &kv));
+    int32_t blocks[64];
+    for (int i = 0; i < n_blocks; i++) blocks[i] = kiln_kv_cache_alloc_block(kv);
+    for (int i = n_blocks - 1; i > 0; i--) { /* the table's blocks out of order */
+        int r = (int)(g_seed % (uint32_t)(i + 1)), t = blocks[i];
+        g_seed = g_seed * 1664525u + 1013904223u;
+        blocks[i] = blocks[r];
+        blocks[r] = t;
+    }
+    const size_t kvd = (size_t)n_kv_head * hd, qd = (size_t)n_head * hd;
+    float *k = malloc(sizeof(float) * ctx * kvd), *v = malloc(sizeof(float) * ctx * kvd);
+    float *q = malloc(sizeof(float) * qd), *out = malloc(sizeof(float) * qd);
+    float *scratch = malloc(sizeof(float) * KILN_LLM_ATTN_SCRATCH(1, ctx, n_head, hd));
+    fill(k, ctx * kvd);
+    fill(v, ctx * kvd);
+    fill(q, qd);
+    kiln_llm_seq_kv s = {kv, 1, blocks};
+    for (int p = 0; p < ctx; p++) kiln_llm_kv_write(&s, p, k + p * kvd, v + p * kvd);
+    kiln_llm_attention(&s, 1, ctx, n_head, q, (int)qd, out, (int)qd, scratch);
+    double worst = 0, *sc = malloc(sizeof(double) * ctx);
+    for (int h = 0; h < n_head; h++) {
+        const int g = h / (n_head / n_kv_head);
+        double mx = -INFINITY, sum = 0;
+        for (int p = 0; p < ctx; p++) {
+            double d = 0;
+            for (int i = 0; i < hd; i++) d += (double)q[h * hd + i] * k[p * kvd + g * hd + i];
+            sc[p] = d / sqrt((double)hd);
+            if (sc[p] > mx) mx = sc[p];
+        }
+        for (int p = 0; p < ctx; p++) sum += sc[p] = exp(sc[p] - mx);
+        for (int i = 0; i < hd; i++) {
+            double want = 0;
+            for (int p = 0; p < ctx; p++) want += sc[p] / sum * v[p * kvd + g * hd + i];
+            double err = fabs(out[h * hd + i] - want);
+            if (err > worst) worst = err;
+        }
+    }
+    CHECKF(worst < 1e-5, "decode attention heads %d/%d hd %d ctx %d: error %g", n_head, n_kv_head, hd, ctx, worst);
+    free(sc);
+    free(k);
+    free(v);
+    free(q);
+    free(out);
+    free(scratch);
+    kiln_kv_cache_free(kv);
+}
+
+static void test_decode_attention(void) {
+    const int ctxs[] = {1, 3, 4, 5, 17, 130};
+    for (size_t i = 0; i < sizeof ctxs / sizeof *ctxs; i++) {
+        attention_case(4, 4, 64, ctxs[i]);
+        attention_case(8, 2, 16, ctxs[i]);
+        attention_case(3, 1, 20, ctxs[i]);
+    }
+}
+
 int main(void) {
     test_gemv();
+    test_decode_attention();
     return checks_report("test_llm_cpu_ops");
 }

@@ -1,0 +1,114 @@
+/* llm_decode_attention.c — kiln_llm_attention_decode (llm_cpu_ops.h): the attention of one new token
+ * over an FP32 paged cache, read in place from its blocks (no gathering copy), the heads split over
+ * the thread pool in one dispatch. Per head: the scores q . k_j (16-lane dot products), the softmax
+ * as kiln_llm_attention computes it (scaled, max subtracted, expf, each term divided by the sum),
+ * then the probability-weighted sum of the value rows. */
+#include "llm/llm_cpu_ops.h"
+
+#include "core/threadpool.h"
+
+#include <math.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__linux__) && !defined(KILN_NO_SIMD_CLONES)
+#define ATTN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define ATTN_CLONES
+#endif
+
+/* Below this many multiply-adds (heads x context x head size) the heads run on the calling thread. */
+#define PARALLEL_MACS (1 << 14)
+
+typedef float v16f __attribute__((vector_size(64)));
+
+#define LOAD16(p)                                                                                  \
+    ({                                                                                             \
+        v16f v_;                                                                                   \
+        memcpy(&v_, (p), sizeof v_);                                                               \
+        v_;                                                                                        \
+    })
+
+typedef struct decode_job {
+    const kiln_llm_seq_kv *s;
+    const kiln_kv_cache_config *c;
+    int ctx, group;
+    float scale;
+    const float *q;
+    float *out, *scores; /* scores: [n_head, ctx] */
+} decode_job;
+
+/* a . b over n elements. */
+static inline float dot(const float *a, const float *b, int n) {
+    v16f acc = {0};
+    int k = 0;
+    for (; k + 16 <= n; k += 16) acc += LOAD16(a + k) * LOAD16(b + k);
+    float s = 0;
+    for (int i = 0; i < 16; i++) s += acc[i];
+    for (; k < n; k++) s += a[k] * b[k];
+    return s;
+}
+
+/* y[0, n) += p * v[0, n). */
+static inline void axpy(float *y, float p, const float *v, int n) {
+    int k = 0;
+    for (; k + 16 <= n; k += 16) {
+        v16f r = LOAD16(y + k) + p * LOAD16(v + k);
+        memcpy(y + k, &r, sizeof r);
+    }
+    for (; k < n; k++) y[k] += p * v[k];
+}
+
+/* Asks for the cache lines of p[0, n). */
+static inline void prefetch_rows(const float *p, int n) {
+    for (int i = 0; i < n; i += 16) __builtin_prefetch(p + i);
+}
+
+/* Head h (the helpers above are inlined into each clone). */
+ATTN_CLONES
+static void head_attention(const decode_job *j, int h) {
+    const kiln_kv_cache_config *c = j->c;
+    const int hd = c->head_dim, bs = c->block_size;
+    kiln_kv_cache *kv = j->s->kv;
+    const int g = h / j->group;
+    const float *q = j->q + h * hd;
+    float *S = j->scores + h * j->ctx, *out = j->out + h * hd, mx = -INFINITY, sum = 0;
+    for (int b0 = 0; b0 < j->ctx; b0 += bs) {
+        const int block = j->s->blocks[b0 / bs], rows = j->ctx - b0 < bs ? j->ctx - b0 : bs;
+        const float *k = (const float *)kiln_kv_cache_keys(kv, j->s->layer, block) + (size_t)g * bs * hd;
+        /* the cache is cold (a step's weights went through the caches since): this block's values
+         * and the next block's keys are fetched while these keys are read */
+        prefetch_rows((const float *)kiln_kv_cache_values(kv, j->s->layer, block) + (size_t)g * bs * hd, rows * hd);
+        if (b0 + bs < j->ctx) {
+            const int next = j->s->blocks[b0 / bs + 1], next_rows = j->ctx - b0 - bs < bs ? j->ctx - b0 - bs : bs;
+            prefetch_rows((const float *)kiln_kv_cache_keys(kv, j->s->layer, next) + (size_t)g * bs * hd,
+                          next_rows * hd);
+        }
+        for (int r = 0; r < rows; r++) {
+            float v = dot(q, k + (size_t)r * hd, hd) * j->scale;
+            S[b0 + r] = v;
+            if (v > mx) mx = v;
+        }
+    }
+    for (int t = 0; t < j->ctx; t++) {
+        S[t] = expf(S[t] - mx);
+        sum += S[t];
+    }
+    memset(out, 0, (size_t)hd * sizeof(float));
+    for (int b0 = 0; b0 < j->ctx; b0 += bs) {
+        const int block = j->s->blocks[b0 / bs], rows = j->ctx - b0 < bs ? j->ctx - b0 : bs;
+        const float *v = (const float *)kiln_kv_cache_values(kv, j->s->layer, block) + (size_t)g * bs * hd;
+        for (int r = 0; r < rows; r++) axpy(out, S[b0 + r] / sum, v + (size_t)r * hd, hd);
+    }
+}
+
+static void heads_part(void *ctx, int64_t h0, int64_t h1) {
+    for (int64_t h = h0; h < h1; h++) head_attention(ctx, (int)h);
+}
+
+void kiln_llm_attention_decode(const kiln_llm_seq_kv *s, int ctx_len, int n_head, const float *q, float *out,
+                               float *scratch) {
+    const kiln_kv_cache_config *c = kiln_kv_cache_get_config(s->kv);
+    decode_job j = {s, c, ctx_len, n_head / c->n_kv_head, 1.0f / sqrtf((float)c->head_dim), q, out, scratch};
+    const bool serial = (int64_t)n_head * ctx_len * c->head_dim < PARALLEL_MACS;
+    kiln_parallel_for(n_head, serial ? n_head : 1, heads_part, &j);
+}
