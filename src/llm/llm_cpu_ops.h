@@ -57,4 +57,13 @@ void kiln_llm_attention(const kiln_llm_seq_kv *s, int n, int ctx_len, int n_head
 void kiln_llm_attention_decode(const kiln_llm_seq_kv *s, int ctx_len, int n_head, const float *q, float *out,
                                float *scratch);
 
+/* One decode step's attention from its normalized input, over an FP32 cache, in one pool dispatch:
+ * qkv = x W^T + bias (W [q_dim + 2 kv_dim, d], as kiln_llm_linear), RoPE on q and k with
+ * rope_cos/rope_sin (head_dim / 2 each; NULL: none), k and v written at position pos, then out =
+ * the attention over positions 0..pos (kiln_llm_attention_decode). The same results, bit for bit,
+ * as those steps one after the other. scratch holds n_head * (pos + 1) floats. */
+void kiln_llm_decode_qkv_attention(const kiln_llm_seq_kv *s, int pos, int n_head, const float *x, int d,
+                                   const float *w, const float *bias, const float *rope_cos, const float *rope_sin,
+                                   float *qkv, float *out, float *scratch);
+
 #endif

@@ -1,11 +1,14 @@
-/* llm_decode_attention.c — kiln_llm_attention_decode (llm_cpu_ops.h): the attention of one new token
- * over an FP32 paged cache, read in place from its blocks (no gathering copy), the heads split over
- * the thread pool in one dispatch. Per head: the scores q . k_j (16-lane dot products), the softmax
- * as kiln_llm_attention computes it (scaled, max subtracted, expf, each term divided by the sum),
- * then the probability-weighted sum of the value rows. */
+/* llm_decode_attention.c — the attention of one new token over an FP32 paged cache, read in place
+ * from its blocks (no gathering copy): kiln_llm_attention_decode (the heads split over the thread
+ * pool) and kiln_llm_decode_qkv_attention (llm_cpu_ops.h), which also computes the token's q, k and
+ * v rows, RoPE and the cache write in the same pool dispatch, each part owning whole KV-head
+ * groups, so that a decode step has one barrier fewer per layer. Per head: the scores q . k_j
+ * (16-lane dot products), the softmax as kiln_llm_attention computes it (scaled, max subtracted,
+ * expf, each term divided by the sum), then the probability-weighted sum of the value rows. */
 #include "llm/llm_cpu_ops.h"
 
 #include "core/threadpool.h"
+#include "llm/llm_gemv.h"
 
 #include <math.h>
 #include <string.h>
@@ -111,4 +114,46 @@ void kiln_llm_attention_decode(const kiln_llm_seq_kv *s, int ctx_len, int n_head
     decode_job j = {s, c, ctx_len, n_head / c->n_kv_head, 1.0f / sqrtf((float)c->head_dim), q, out, scratch};
     const bool serial = (int64_t)n_head * ctx_len * c->head_dim < PARALLEL_MACS;
     kiln_parallel_for(n_head, serial ? n_head : 1, heads_part, &j);
+}
+
+/* One token's q, k, v, RoPE, cache write and attention, split by KV-head group. */
+typedef struct qkv_job {
+    kiln_llm_gemv_args qkv; /* the token's row of the fused QKV product */
+    const float *rope_cos, *rope_sin;
+    const kiln_llm_seq_kv *s;
+    int pos, n_head;
+    decode_job attn;
+} qkv_job;
+
+/* KV-head groups [g0, g1). */
+static void groups_part(void *ctx, int64_t g0, int64_t g1) {
+    const qkv_job *j = ctx;
+    const kiln_kv_cache_config *c = j->attn.c;
+    const int hd = c->head_dim, group = j->attn.group, qd = j->n_head * hd, kvd = c->n_kv_head * hd;
+    float *q = j->qkv.y;
+    for (int g = (int)g0; g < (int)g1; g++) {
+        float *k = q + qd + g * hd, *v = k + kvd;
+        kiln_llm_gemv_rows(&j->qkv, g * group * hd, (g + 1) * group * hd);
+        kiln_llm_gemv_rows(&j->qkv, qd + g * hd, qd + (g + 1) * hd);
+        kiln_llm_gemv_rows(&j->qkv, qd + kvd + g * hd, qd + kvd + (g + 1) * hd);
+        if (j->rope_cos) {
+            kiln_llm_rope(q + g * group * hd, group, hd, j->rope_cos, j->rope_sin);
+            kiln_llm_rope(k, 1, hd, j->rope_cos, j->rope_sin);
+        }
+        const int block = j->s->blocks[j->pos / c->block_size];
+        const size_t off = ((size_t)g * c->block_size + (size_t)(j->pos % c->block_size)) * hd;
+        memcpy((float *)kiln_kv_cache_keys(j->s->kv, j->s->layer, block) + off, k, (size_t)hd * sizeof(float));
+        memcpy((float *)kiln_kv_cache_values(j->s->kv, j->s->layer, block) + off, v, (size_t)hd * sizeof(float));
+        for (int h = g * group; h < (g + 1) * group; h++) head_attention(&j->attn, h);
+    }
+}
+
+void kiln_llm_decode_qkv_attention(const kiln_llm_seq_kv *s, int pos, int n_head, const float *x, int d,
+                                   const float *w, const float *bias, const float *rope_cos, const float *rope_sin,
+                                   float *qkv, float *out, float *scratch) {
+    const kiln_kv_cache_config *c = kiln_kv_cache_get_config(s->kv);
+    const int hd = c->head_dim, ldq = (n_head + 2 * c->n_kv_head) * hd;
+    qkv_job j = {{x, d, 1, d, w, bias, ldq, qkv, ldq, false, false}, rope_cos, rope_sin, s, pos, n_head,
+                 {s, c, pos + 1, n_head / c->n_kv_head, 1.0f / sqrtf((float)hd), qkv, out, scratch}};
+    kiln_parallel_for(c->n_kv_head, 1, groups_part, &j);
 }

@@ -1,7 +1,8 @@
 /* llm_forward_cpu.c — kiln_llm_forward on the CPU in FP32: checks the ragged batch against the model
  * and the cache, then runs embeddings, the decoder layers (norm, fused QKV product over all tokens,
  * RoPE, cache write, per-sequence paged attention, output product + residual, MLP + residual) and the
- * final norm and lm_head over the rows whose logits are wanted. */
+ * final norm and lm_head over the rows whose logits are wanted. A single decode token over an FP32
+ * cache runs its QKV product, RoPE, cache write and attention as one pool dispatch. */
 #include "llm/llm_internal.h"
 
 #include "core/status.h"
@@ -86,6 +87,15 @@ static void attention_block(const kiln_llm_model *m, int l, kiln_kv_cache *kv, c
     const int n = b->n_tokens, d = c->d_model, hd = c->head_dim, half = hd / 2;
     const int qd = c->n_head * hd, kvd = c->n_kv_head * hd, ldq = qd + 2 * kvd;
     kiln_llm_norm(sm->x, n, d, y->norm1_w, y->norm1_b, c->norm_eps, sm->h);
+    if (n == 1 && kiln_kv_cache_get_config(kv)->dtype == KILN_F32) { /* one decode token: one dispatch */
+        kiln_llm_seq_kv s = {kv, l, b->block_table};
+        const bool rope = c->arch == KILN_LLM_LLAMA;
+        kiln_llm_decode_qkv_attention(&s, b->positions[0], c->n_head, sm->h, d, y->qkv_w, y->qkv_b,
+                                      rope ? sm->rope_cos : NULL, rope ? sm->rope_sin : NULL, sm->qkv, sm->att,
+                                      sm->attn_scratch);
+        kiln_llm_linear(sm->att, qd, n, qd, y->o_w, y->o_b, d, sm->x, d, 1);
+        return;
+    }
     kiln_llm_linear(sm->h, d, n, d, y->qkv_w, y->qkv_b, ldq, sm->qkv, ldq, 0);
     for (int i = 0; i < b->n_seqs; i++) {
         kiln_llm_seq_kv s = {kv, l, b->block_table + (size_t)i * b->max_blocks_per_seq};

@@ -99,14 +99,17 @@ static void gemv_few(const kiln_llm_gemv_args *a, int o0, int o1) {
     }
 }
 
-/* Groups [g0, g1) of output rows, then their epilogue's GELU while they are in cache. */
-static void gemv_part(void *ctx, int64_t g0, int64_t g1) {
-    const kiln_llm_gemv_args *a = ctx;
-    int o0 = (int)g0 * GROUP, o1 = (int)g1 * GROUP < a->out ? (int)g1 * GROUP : a->out;
+void kiln_llm_gemv_rows(const kiln_llm_gemv_args *a, int o0, int o1) {
     if (a->n == 1) gemv_one(a, o0, o1);
     else gemv_few(a, o0, o1);
-    if (a->gelu)
+    if (a->gelu) /* while the rows are in cache */
         for (int t = 0; t < a->n; t++) kiln_llm_gelu_tanh(a->y + (size_t)t * a->ldy + o0, (size_t)(o1 - o0));
+}
+
+/* Groups [g0, g1) of output rows. */
+static void gemv_part(void *ctx, int64_t g0, int64_t g1) {
+    const kiln_llm_gemv_args *a = ctx;
+    kiln_llm_gemv_rows(a, (int)g0 * GROUP, (int)g1 * GROUP < a->out ? (int)g1 * GROUP : a->out);
 }
 
 void kiln_llm_gemv(const kiln_llm_gemv_args *a) {

@@ -27,4 +27,8 @@ typedef struct kiln_llm_gemv_args {
 /* Computes a's product (1 <= n <= KILN_LLM_GEMV_ROWS; y must not overlap x or w). */
 void kiln_llm_gemv(const kiln_llm_gemv_args *a);
 
+/* Output rows [o0, o1) of a's product, epilogue included, on the calling thread alone (for callers
+ * that split a step's work over the pool themselves); the same results as kiln_llm_gemv's. */
+void kiln_llm_gemv_rows(const kiln_llm_gemv_args *a, int o0, int o1);
+
 #endif

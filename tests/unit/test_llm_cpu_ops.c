@@ -4,7 +4,9 @@
  * against a scalar model of the summation order it promises (bit for bit: the order is what keeps a
  * model's greedy text unchanged), the output padding between rows never written; the attention of
  * one new token over a paged FP32 cache (scattered blocks, grouped-query heads, contexts inside one
- * block and across several, odd head sizes) against a float64 attention. Exit 0 = pass. */
+ * block and across several, odd head sizes) against a float64 attention; the one-dispatch decode
+ * step (QKV product, RoPE, cache write, attention) against those steps run one by one, bit for
+ * bit. Exit 0 = pass. */
 #include "check.h"
 #include "core/threadpool.h"
 #include "llm/llm_cpu_ops.h"
@@ -164,8 +166,81 @@ static void test_decode_attention(void) {
     }
 }
 
+/* kiln_llm_decode_qkv_attention against kiln_llm_linear, kiln_llm_rope, kiln_llm_kv_write and
+ * kiln_llm_attention one after the other, each on its own cache holding the same earlier tokens. */
+static void decode_step_case(int n_head, int n_kv_head, int hd, int pos, bool rope) {
+    const int d = 40, bs = 4, n_blocks = pos / bs + 1, qkv_rows = (n_head + 2 * n_kv_head) * hd;
+    const size_t kvd = (size_t)n_kv_head * hd, qd = (size_t)n_head * hd;
+    kiln_kv_cache_config kc = {.n_layer = 1, .n_kv_head = n_kv_head, .head_dim = hd, .block_size = bs,
+                               .n_blocks = n_blocks, .dtype = KILN_F32};
+    kiln_kv_cache *kv[2];
+    int32_t blocks[64];
+    REQUIRE_OK(kiln_kv_cache_create(&kc, &kv[0]));
+    REQUIRE_OK(kiln_kv_cache_create(&kc, &kv[1]));
+    for (int i = 0; i < n_blocks; i++) {
+        blocks[n_blocks - 1 - i] = kiln_kv_cache_alloc_block(kv[0]);
+        CHECK(kiln_kv_cache_alloc_block(kv[1]) == blocks[n_blocks - 1 - i]);
+    }
+    float *x = malloc(sizeof(float) * d), *w = malloc(sizeof(float) * qkv_rows * d), *b = malloc(sizeof(float) * qkv_rows);
+    float *early = malloc(sizeof(float) * 2 * kvd), *cs = malloc(sizeof(float) * hd), *sn = cs + hd / 2;
+    float *qkv[2], *out[2], *scratch = malloc(sizeof(float) * KILN_LLM_ATTN_SCRATCH(1, pos + 1, n_head, hd));
+    fill(x, d);
+    fill(w, (size_t)qkv_rows * d);
+    fill(b, qkv_rows);
+    fill(cs, hd);
+    kiln_llm_seq_kv s[2] = {{kv[0], 0, blocks}, {kv[1], 0, blocks}};
+    for (int p = 0; p < pos; p++) {
+        fill(early, 2 * kvd);
+        for (int i = 0; i < 2; i++) kiln_llm_kv_write(&s[i], p, early, early + kvd);
+    }
+    for (int i = 0; i < 2; i++) {
+        qkv[i] = malloc(sizeof(float) * qkv_rows);
+        out[i] = malloc(sizeof(float) * qd);
+    }
+    kiln_llm_decode_qkv_attention(&s[0], pos, n_head, x, d, w, b, rope ? cs : NULL, rope ? sn : NULL, qkv[0], out[0],
+                                  scratch);
+    kiln_llm_linear(x, d, 1, d, w, b, qkv_rows, qkv[1], qkv_rows, 0);
+    if (rope) {
+        kiln_llm_rope(qkv[1], n_head, hd, cs, sn);
+        kiln_llm_rope(qkv[1] + qd, n_kv_head, hd, cs, sn);
+    }
+    kiln_llm_kv_write(&s[1], pos, qkv[1] + qd, qkv[1] + qd + kvd);
+    kiln_llm_attention(&s[1], 1, pos + 1, n_head, qkv[1], (int)qd, out[1], (int)qd, scratch);
+    CHECKF(memcmp(qkv[0], qkv[1], sizeof(float) * qkv_rows) == 0 && memcmp(out[0], out[1], sizeof(float) * qd) == 0,
+           "decode step heads %d/%d hd %d pos %d rope %d: differs from the steps one by one", n_head, n_kv_head, hd, pos,
+           rope);
+    const size_t block_floats = (size_t)n_kv_head * bs * hd;
+    for (int i = 0; i < n_blocks; i++)
+        CHECK(memcmp(kiln_kv_cache_keys(kv[0], 0, blocks[i]), kiln_kv_cache_keys(kv[1], 0, blocks[i]),
+                     block_floats * sizeof(float)) == 0 &&
+              memcmp(kiln_kv_cache_values(kv[0], 0, blocks[i]), kiln_kv_cache_values(kv[1], 0, blocks[i]),
+                     block_floats * sizeof(float)) == 0);
+    for (int i = 0; i < 2; i++) {
+        free(qkv[i]);
+        free(out[i]);
+        kiln_kv_cache_free(kv[i]);
+    }
+    free(x);
+    free(w);
+    free(b);
+    free(early);
+    free(cs);
+    free(scratch);
+}
+
+static void test_decode_step(void) {
+    const int positions[] = {0, 3, 4, 21, 100};
+    for (size_t i = 0; i < sizeof positions / sizeof *positions; i++)
+        for (int rope = 0; rope < 2; rope++) {
+            decode_step_case(6, 6, 16, positions[i], rope);
+            decode_step_case(8, 2, 32, positions[i], rope);
+            decode_step_case(4, 1, 8, positions[i], rope);
+        }
+}
+
 int main(void) {
     test_gemv();
     test_decode_attention();
+    test_decode_step();
     return checks_report("test_llm_cpu_ops");
 }
