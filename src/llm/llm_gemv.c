@@ -1,9 +1,9 @@
 /* llm_gemv.c — kiln_llm_gemv (llm_gemv.h). The pool's unit of work is a group of four output rows.
- * One token row: a 16-lane accumulator per weight row, whose lane i sums elements i, i+16, ... as
- * the two 8-lane accumulators of kiln_cpu_sgemm's dot product do; the final reduction adds the
- * halves and sums in the same tree, which keeps the results bit-identical. Two to four token rows:
- * 8-lane accumulators per token row, in kiln_cpu_sgemm's order. The weights are read ahead with
- * software prefetches (the stream is at memory speed: 55 MB of GPT-2 weights per token). */
+ * One token row: a 16-lane accumulator per weight row, whose lane i sums elements i, i+16, ... (as
+ * the two 8-lane accumulators of kiln_cpu_sgemm's dot product did); the final reduction adds the
+ * halves, then sums ((0+4)+(1+5))+((2+6)+(3+7)), then the tail. Two to four token rows: an 8-lane
+ * accumulator per token row, the same tree, the tail summed apart. The weights are read ahead with
+ * software prefetches (the stream runs at memory speed: 55 MB of GPT-2 weights per token). */
 #include "llm/llm_gemv.h"
 
 #include "core/threadpool.h"
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF /* products rounded before they are added, as kiln_cpu_sgemm's are under GCC */
+#pragma STDC FP_CONTRACT OFF /* products rounded before they are added, as GCC's ISO C mode does */
 #endif
 
 #if defined(__x86_64__) && defined(__linux__) && !defined(KILN_NO_SIMD_CLONES)

@@ -3,8 +3,9 @@
  * thread pool in chunks of output rows, with AVX-512 (AVX2 or SSE where the processor lacks it) and
  * prefetching ahead of the stream; the epilogue (bias, residual add, GELU) runs on each chunk while
  * it is still in cache, in the same pool dispatch.
- * The sums are formed in the same order as kiln_cpu_sgemm's matrix-vector path, so the results are
- * bit-identical to that product followed by separate bias, residual and GELU steps. */
+ * The sums are formed in a fixed order, the one the forward's products had before they moved here
+ * (kiln_cpu_sgemm's matrix-vector path followed by separate bias, residual and GELU steps), so the
+ * CPU forward's results did not change by a bit; tests/unit/test_llm_cpu_ops.c models that order. */
 #ifndef KILN_LLM_LLM_GEMV_H
 #define KILN_LLM_LLM_GEMV_H
 

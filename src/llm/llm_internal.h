@@ -26,6 +26,9 @@ struct kiln_llm_model {
     kiln_llm_layer *layers;     /* [n_layer] */
     void *mapping;              /* an fp32 engine's kiln_file_map the arrays point into (not freed one by one),
                                    or NULL: every array is malloc'd */
+    void *arena;                /* the block of huge pages every array was moved into
+                                   (kiln_llm_model_weights_to_hugepages), or NULL */
+    size_t arena_bytes;
 };
 
 /* config.json's document into *out (`what` names the file in messages). Errors as
@@ -35,5 +38,10 @@ kiln_status kiln_llm_config_parse(const kiln_jdoc *doc, const char *what, kiln_l
 /* RoPE inverse frequencies [head_dim / 2] as transformers computes them for the config's scaling;
  * seq_len (the step's largest position + 1) matters only for dynamic NTK scaling. */
 void kiln_llm_rope_inv_freq(const kiln_llm_config *c, int seq_len, double *inv_freq);
+
+/* Moves every weight array of m into one block of transparent huge pages (the CPU forward reads them
+ * all once per decode step; huge pages make that stream faster), freeing malloc'd originals. Does
+ * nothing when already done, or when the block cannot be had (the arrays stay where they are). */
+void kiln_llm_model_weights_to_hugepages(kiln_llm_model *m);
 
 #endif

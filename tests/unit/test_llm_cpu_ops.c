@@ -6,12 +6,15 @@
  * one new token over a paged FP32 cache (scattered blocks, grouped-query heads, contexts inside one
  * block and across several, odd head sizes) against a float64 attention; the one-dispatch decode
  * step (QKV product, RoPE, cache write, attention) against those steps run one by one, bit for
- * bit. Exit 0 = pass. */
+ * bit; a model's weights moved into huge pages (llm_weights_hugepages.c): every array unchanged and
+ * inside the block, a tied lm_head still the embedding, freed without a leak. Exit 0 = pass. */
 #include "check.h"
 #include "core/threadpool.h"
 #include "llm/llm_cpu_ops.h"
 #include "llm/kv_cache.h"
+#include "llm/llm_engine_internal.h"
 #include "llm/llm_gemv.h"
+#include "llm/llm_random.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -238,8 +241,44 @@ static void test_decode_step(void) {
         }
 }
 
+/* A random model's arrays, moved, against a second copy from the same seed. */
+static void hugepages_case(kiln_llm_arch arch, bool tied) {
+    kiln_llm_config c;
+    kiln_llm_config_init(&c, arch, 2, 32, 4, arch == KILN_LLM_GPT2 ? 4 : 2, 48, 50, 16);
+    c.tied_embeddings = tied;
+    kiln_llm_model *m, *ref;
+    REQUIRE_OK(kiln_llm_model_random(&c, 7, &m));
+    REQUIRE_OK(kiln_llm_model_random(&c, 7, &ref));
+    kiln_llm_model_weights_to_hugepages(m);
+    kiln_llm_model_weights_to_hugepages(m); /* a second call changes nothing */
+    const int n = kiln_llm_weights_list(m, NULL);
+    kiln_llm_weight *a = malloc(sizeof *a * (size_t)n), *b = malloc(sizeof *b * (size_t)n);
+    kiln_llm_weights_list(m, a);
+    kiln_llm_weights_list(ref, b);
+    const unsigned char *lo = m->arena, *hi = lo + m->arena_bytes;
+    CHECK(m->arena != NULL);
+    for (int i = 0; i < n; i++) {
+        const size_t bytes = sizeof(float) * (size_t)a[i].dims[0] * (size_t)(a[i].ndim == 2 ? a[i].dims[1] : 1);
+        const unsigned char *p = (const unsigned char *)*a[i].slot;
+        CHECKF(p >= lo && p + bytes <= hi && (uintptr_t)p % 64 == 0, "%s is outside the block", a[i].name);
+        CHECKF(memcmp(*a[i].slot, *b[i].slot, bytes) == 0, "%s changed in the move", a[i].name);
+    }
+    CHECK(tied ? m->lm_head == m->tok_emb : m->lm_head != m->tok_emb);
+    if (!tied) CHECK(memcmp(m->lm_head, ref->lm_head, sizeof(float) * (size_t)c.vocab * c.d_model) == 0);
+    free(a);
+    free(b);
+    kiln_llm_model_free(m);
+    kiln_llm_model_free(ref);
+}
+
+static void test_hugepages(void) {
+    hugepages_case(KILN_LLM_GPT2, true);
+    hugepages_case(KILN_LLM_LLAMA, false);
+}
+
 int main(void) {
     test_gemv();
+    test_hugepages();
     test_decode_attention();
     test_decode_step();
     return checks_report("test_llm_cpu_ops");
