@@ -2,7 +2,8 @@
  * from its blocks (no gathering copy): kiln_llm_attention_decode (the heads split over the thread
  * pool) and kiln_llm_decode_qkv_attention (llm_cpu_ops.h), which also computes the token's q, k and
  * v rows, RoPE and the cache write in the same pool dispatch, each part owning whole KV-head
- * groups, so that a decode step has one barrier fewer per layer. Per head: the scores q . k_j
+ * groups, so that a decode step has one barrier fewer per layer (when the groups share out evenly
+ * over the threads; else the steps run one after the other). Per head: the scores q . k_j
  * (16-lane dot products), the softmax as kiln_llm_attention computes it (scaled, max subtracted,
  * expf, each term divided by the sum), then the probability-weighted sum of the value rows. */
 #include "llm/llm_cpu_ops.h"
@@ -125,25 +126,30 @@ typedef struct qkv_job {
     decode_job attn;
 } qkv_job;
 
-/* KV-head groups [g0, g1). */
-static void groups_part(void *ctx, int64_t g0, int64_t g1) {
-    const qkv_job *j = ctx;
+/* RoPE on the q heads and the k head of KV-head group g, then its k and v into the cache. */
+static void finish_group(const qkv_job *j, int g) {
     const kiln_kv_cache_config *c = j->attn.c;
     const int hd = c->head_dim, group = j->attn.group, qd = j->n_head * hd, kvd = c->n_kv_head * hd;
-    float *q = j->qkv.y;
+    float *q = j->qkv.y, *k = q + qd + g * hd, *v = k + kvd;
+    if (j->rope_cos) {
+        kiln_llm_rope(q + g * group * hd, group, hd, j->rope_cos, j->rope_sin);
+        kiln_llm_rope(k, 1, hd, j->rope_cos, j->rope_sin);
+    }
+    const int block = j->s->blocks[j->pos / c->block_size];
+    const size_t off = ((size_t)g * c->block_size + (size_t)(j->pos % c->block_size)) * hd;
+    memcpy((float *)kiln_kv_cache_keys(j->s->kv, j->s->layer, block) + off, k, (size_t)hd * sizeof(float));
+    memcpy((float *)kiln_kv_cache_values(j->s->kv, j->s->layer, block) + off, v, (size_t)hd * sizeof(float));
+}
+
+/* KV-head groups [g0, g1): their q, k and v rows, RoPE, cache write and heads. */
+static void groups_part(void *ctx, int64_t g0, int64_t g1) {
+    const qkv_job *j = ctx;
+    const int hd = j->attn.c->head_dim, group = j->attn.group, qd = j->n_head * hd, kvd = j->attn.c->n_kv_head * hd;
     for (int g = (int)g0; g < (int)g1; g++) {
-        float *k = q + qd + g * hd, *v = k + kvd;
         kiln_llm_gemv_rows(&j->qkv, g * group * hd, (g + 1) * group * hd);
         kiln_llm_gemv_rows(&j->qkv, qd + g * hd, qd + (g + 1) * hd);
         kiln_llm_gemv_rows(&j->qkv, qd + kvd + g * hd, qd + kvd + (g + 1) * hd);
-        if (j->rope_cos) {
-            kiln_llm_rope(q + g * group * hd, group, hd, j->rope_cos, j->rope_sin);
-            kiln_llm_rope(k, 1, hd, j->rope_cos, j->rope_sin);
-        }
-        const int block = j->s->blocks[j->pos / c->block_size];
-        const size_t off = ((size_t)g * c->block_size + (size_t)(j->pos % c->block_size)) * hd;
-        memcpy((float *)kiln_kv_cache_keys(j->s->kv, j->s->layer, block) + off, k, (size_t)hd * sizeof(float));
-        memcpy((float *)kiln_kv_cache_values(j->s->kv, j->s->layer, block) + off, v, (size_t)hd * sizeof(float));
+        finish_group(j, g);
         for (int h = g * group; h < (g + 1) * group; h++) head_attention(&j->attn, h);
     }
 }
@@ -152,8 +158,15 @@ void kiln_llm_decode_qkv_attention(const kiln_llm_seq_kv *s, int pos, int n_head
                                    const float *w, const float *bias, const float *rope_cos, const float *rope_sin,
                                    float *qkv, float *out, float *scratch) {
     const kiln_kv_cache_config *c = kiln_kv_cache_get_config(s->kv);
-    const int hd = c->head_dim, ldq = (n_head + 2 * c->n_kv_head) * hd;
+    const int hd = c->head_dim, ldq = (n_head + 2 * c->n_kv_head) * hd, threads = kiln_threadpool_size();
     qkv_job j = {{x, d, 1, d, w, bias, ldq, qkv, ldq, false, false}, rope_cos, rope_sin, s, pos, n_head,
                  {s, c, pos + 1, n_head / c->n_kv_head, 1.0f / sqrtf((float)hd), qkv, out, scratch}};
-    kiln_parallel_for(c->n_kv_head, 1, groups_part, &j);
+    if (c->n_kv_head % threads == 0 || c->n_kv_head >= 4 * threads) {
+        kiln_parallel_for(c->n_kv_head, 1, groups_part, &j);
+        return;
+    }
+    /* too few groups to share out evenly over the threads: the steps one after the other */
+    kiln_llm_gemv(&j.qkv);
+    for (int g = 0; g < c->n_kv_head; g++) finish_group(&j, g);
+    kiln_llm_attention_decode(s, pos + 1, n_head, qkv, out, scratch);
 }

@@ -277,6 +277,8 @@ static void test_hugepages(void) {
 }
 
 int main(void) {
+    setenv("KILN_NUM_THREADS", "2", 1); /* before the pool starts: the decode step's groups of 6 and 2 KV
+                                           heads share out over 2 threads (one dispatch), 1 does not */
     test_gemv();
     test_hugepages();
     test_decode_attention();
