@@ -9,9 +9,8 @@
  * bit; a model's weights moved into huge pages (llm_weights_hugepages.c): every array unchanged and
  * inside the block, a tied lm_head still the embedding, freed without a leak. Exit 0 = pass. */
 #include "check.h"
-#include "core/threadpool.h"
-#include "llm/llm_cpu_ops.h"
 #include "llm/kv_cache.h"
+#include "llm/llm_cpu_ops.h"
 #include "llm/llm_engine_internal.h"
 #include "llm/llm_gemv.h"
 #include "llm/llm_random.h"
