@@ -46,8 +46,8 @@ static inline float dot(const float *a, const float *b, int n) {
     v16f acc = {0};
     int k = 0;
     for (; k + 16 <= n; k += 16) acc += LOAD16(a + k) * LOAD16(b + k);
-    float s = 0;
-    for (int i = 0; i < 16; i++) s += acc[i];
+    float s = (((acc[0] + acc[8]) + (acc[4] + acc[12])) + ((acc[2] + acc[10]) + (acc[6] + acc[14]))) +
+              (((acc[1] + acc[9]) + (acc[5] + acc[13])) + ((acc[3] + acc[11]) + (acc[7] + acc[15])));
     for (; k < n; k++) s += a[k] * b[k];
     return s;
 }
