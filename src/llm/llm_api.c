@@ -2,6 +2,7 @@
  * weights, size the KV cache and the scheduler from the options, gather the end-of-sequence ids,
  * start the engine loop; drain, close; information and statistics. */
 #include "llm/llm_api_internal.h"
+#include "llm/llm_internal.h"
 
 #include "core/status.h"
 #include "llm/llm_random.h"
@@ -143,6 +144,7 @@ kiln_status kiln_llm_open(const char *path, const kiln_llm_options *opts, kiln_l
     if (st == KILN_OK) {
         llm->cfg = *kiln_llm_model_config(llm->bundle.model);
         ro = runner_options(o, &llm->cfg, llm->bundle.weights == KILN_PRECISION_BF16);
+        if (!cuda) kiln_llm_model_weights_to_hugepages(llm->bundle.model); /* the CPU forward streams them */
         st = llm_runner_create(llm->bundle.model, &ro, llm->target, sizeof llm->target, &llm->runner);
     }
     if (st == KILN_OK && cuda) { /* the weights are on the device: release the host copy or mapping */

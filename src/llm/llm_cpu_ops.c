@@ -1,11 +1,14 @@
-/* llm_cpu_ops.c — FP32 kernels of the CPU LLM forward: norms, matrix products through
- * kiln_cpu_sgemm (threaded, matrix-vector for a decode step), GELU(tanh), SwiGLU and GeGLU, RoPE (whole
- * or partial), and paged attention (keys and values of a sequence gathered from their blocks into
- * FP32, then two products per head with a causal, optionally windowed, FP32 softmax between them). */
+/* llm_cpu_ops.c — FP32 kernels of the CPU LLM forward: norms, matrix products (a decode step's few
+ * rows through llm_gemv.h with the bias, residual and GELU fused in, more rows through
+ * kiln_cpu_sgemm), GELU(tanh), SwiGLU and GeGLU, RoPE (whole or partial), and paged attention (keys
+ * and values of a sequence gathered from their blocks into FP32, then two products per head with a
+ * causal, optionally windowed, FP32 softmax between them; a decode step over an FP32 cache in
+ * llm_decode_attention.c). */
 #include "llm/llm_cpu_ops.h"
 
 #include "backends/cpu/cpu_gemm.h"
 #include "core/half.h"
+#include "llm/llm_gemv.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -30,6 +33,11 @@ void kiln_llm_norm(const float *x, int n, int d, const float *w, float w_offset,
 void kiln_llm_linear(const float *x, int ldx, int n, int in, const float *w, const float *bias, int out, float *y,
                      int ldy, int accumulate) {
     if (n == 0) return;
+    if (n <= KILN_LLM_GEMV_ROWS) {
+        kiln_llm_gemv_args a = {x, ldx, n, in, w, bias, out, y, ldy, accumulate != 0, false};
+        kiln_llm_gemv(&a);
+        return;
+    }
     if (bias) {
         for (int t = 0; t < n; t++) {
             float *yr = y + (size_t)t * ldy;
@@ -37,6 +45,18 @@ void kiln_llm_linear(const float *x, int ldx, int n, int in, const float *w, con
         }
     }
     kiln_cpu_sgemm(false, true, n, out, in, 1.0f, x, ldx, w, in, bias || accumulate ? 1.0f : 0.0f, y, ldy);
+}
+
+void kiln_llm_linear_gelu(const float *x, int ldx, int n, int in, const float *w, const float *bias, int out,
+                          float *y, int ldy) {
+    if (n == 0) return;
+    if (n <= KILN_LLM_GEMV_ROWS) {
+        kiln_llm_gemv_args a = {x, ldx, n, in, w, bias, out, y, ldy, false, true};
+        kiln_llm_gemv(&a);
+        return;
+    }
+    kiln_llm_linear(x, ldx, n, in, w, bias, out, y, ldy, 0);
+    for (int t = 0; t < n; t++) kiln_llm_gelu_tanh(y + (size_t)t * ldy, (size_t)out);
 }
 
 static float gelu_tanh(float v) {
@@ -126,6 +146,10 @@ static void masked_softmax(float *row, int width, int lo, int hi, float scale) {
 void kiln_llm_attention(const kiln_llm_seq_kv *s, int n, int ctx_len, int window, int n_head, const float *q, int ldq,
                         float *out, int ldo, float *scratch) {
     const kiln_kv_cache_config *c = kiln_kv_cache_get_config(s->kv);
+    if (n == 1 && c->dtype == KILN_F32) {
+        kiln_llm_attention_decode(s, ctx_len, window, n_head, q, out, scratch);
+        return;
+    }
     const int hd = c->head_dim, group = n_head / c->n_kv_head, first = ctx_len - n; /* first new position */
     /* keys from j0 on: the oldest any new token sees */
     const int j0 = window > 0 && first - window + 1 > 0 ? first - window + 1 : 0, width = ctx_len - j0;

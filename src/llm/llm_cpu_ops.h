@@ -18,6 +18,11 @@ void kiln_llm_norm(const float *x, int n, int d, const float *w, float w_offset,
 void kiln_llm_linear(const float *x, int ldx, int n, int in, const float *w, const float *bias, int out, float *y,
                      int ldy, int accumulate);
 
+/* y[n, out] (row stride ldy) = GELU(tanh)(x W^T + bias), as kiln_llm_linear then kiln_llm_gelu_tanh
+ * on each row, bit for bit. */
+void kiln_llm_linear_gelu(const float *x, int ldx, int n, int in, const float *w, const float *bias, int out,
+                          float *y, int ldy);
+
 /* In place: x = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) over count elements. */
 void kiln_llm_gelu_tanh(float *x, size_t count);
 
@@ -44,8 +49,36 @@ void kiln_llm_kv_write(const kiln_llm_seq_kv *s, int pos, const float *k, const 
 /* Causal attention of one sequence's n new tokens, at positions ctx_len - n .. ctx_len - 1, over its
  * ctx_len cached keys and values; with window > 0, the token at position p sees only positions
  * p - window + 1 .. p (a sliding window). q: row t of the new tokens at q + t * ldq (n_head heads of
- * head_dim); out: row t at out + t * ldo. scratch holds (2 * head_dim + n) * ctx_len floats. */
+ * head_dim); out: row t at out + t * ldo. scratch holds KILN_LLM_ATTN_SCRATCH(...) floats. One new
+ * token over an FP32 cache goes to kiln_llm_attention_decode. */
+#define KILN_LLM_ATTN_SCRATCH(n, ctx_len, n_head, head_dim)                                        \
+    ((size_t)((2 * (head_dim) + (n)) > (n_head) ? 2 * (head_dim) + (n) : (n_head)) * (size_t)(ctx_len))
 void kiln_llm_attention(const kiln_llm_seq_kv *s, int n, int ctx_len, int window, int n_head, const float *q, int ldq,
                         float *out, int ldo, float *scratch);
+
+/* The attention of one new token (position ctx_len - 1) over an FP32 cache, read from the blocks in
+ * place, the heads split over the thread pool; window as kiln_llm_attention's. q, out: n_head heads of
+ * head_dim; scratch holds n_head * ctx_len floats. */
+void kiln_llm_attention_decode(const kiln_llm_seq_kv *s, int ctx_len, int window, int n_head, const float *q,
+                               float *out, float *scratch);
+
+/* One decode token's attention from its normalized input (kiln_llm_decode_qkv_attention). */
+typedef struct kiln_llm_decode_qkv {
+    const float *x; /* [d], the normalized input */
+    int d;
+    const float *w, *bias; /* the fused QKV product: W [q_dim + 2 kv_dim, d], bias [q_dim + 2 kv_dim] or NULL */
+    int rot_dim;           /* RoPE rotates the first rot_dim dims of each q and k head (kiln_llm_rope) */
+    const float *rope_cos, *rope_sin; /* rot_dim / 2 each (LongRoPE's factor already in); NULL: no RoPE */
+    int window;                       /* the sliding window (kiln_llm_attention); 0: none */
+    float *qkv;                       /* [q_dim + 2 kv_dim]: the product, roped */
+    float *out;                       /* [q_dim]: the attention */
+    float *scratch;                   /* n_head * (pos + 1) floats */
+} kiln_llm_decode_qkv;
+
+/* One decode step's attention over an FP32 cache, in one pool dispatch: a->qkv = a->x W^T + bias (as
+ * kiln_llm_linear), RoPE on q and k, k and v written at position pos, then a->out = the attention
+ * over positions 0..pos within the window (kiln_llm_attention_decode). The same results, bit for bit,
+ * as those steps one after the other. */
+void kiln_llm_decode_qkv_attention(const kiln_llm_seq_kv *s, int pos, int n_head, const kiln_llm_decode_qkv *a);
 
 #endif

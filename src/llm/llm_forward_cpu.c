@@ -2,7 +2,8 @@
  * and the cache, then runs embeddings (scaled for Gemma), the decoder layers (norm, fused QKV product
  * over all tokens, RoPE, cache write, per-sequence paged attention with the sliding window when the
  * model has one, output product + residual, MLP + residual) and the final norm and lm_head over the
- * rows whose logits are wanted. */
+ * rows whose logits are wanted. A single decode token over an FP32 cache runs its QKV product (biases
+ * included), RoPE (partial or LongRoPE too), cache write and windowed attention as one pool dispatch. */
 #include "llm/llm_internal.h"
 
 #include "core/status.h"
@@ -39,7 +40,8 @@ static kiln_status step_alloc(const kiln_llm_config *c, const kiln_llm_batch *b,
     size_t attn = 0;
     for (int i = 0; i < b->n_seqs; i++) {
         size_t ni = (size_t)(b->seq_start[i + 1] - b->seq_start[i]), ctx = (size_t)b->ctx_len[i];
-        if ((2 * hd + ni) * ctx > attn) attn = (2 * hd + ni) * ctx;
+        size_t need = KILN_LLM_ATTN_SCRATCH(ni, ctx, (size_t)c->n_head, hd);
+        if (need > attn) attn = need;
     }
     const size_t sizes[] = {n * d, n * d, n * qkv_w, n * qd, n * mlp_w, n * half, n * half, attn};
     float **slots[] = {&sm->x, &sm->h, &sm->qkv, &sm->att, &sm->mlp, &sm->rope_cos, &sm->rope_sin, &sm->attn_scratch};
@@ -91,6 +93,17 @@ static void attention_block(const kiln_llm_model *m, int l, kiln_kv_cache *kv, c
     const int n = b->n_tokens, d = c->d_model, hd = c->head_dim, rot = kiln_llm_rope_dim(c), half = rot / 2;
     const int qd = c->n_head * hd, kvd = c->n_kv_head * hd, ldq = qd + 2 * kvd;
     kiln_llm_norm(sm->x, n, d, y->norm1_w, kiln_llm_norm_offset(c), y->norm1_b, c->norm_eps, sm->h);
+    if (n == 1 && kiln_kv_cache_get_config(kv)->dtype == KILN_F32) { /* one decode token: one dispatch */
+        kiln_llm_seq_kv s = {kv, l, b->block_table};
+        const bool rope = c->arch == KILN_LLM_LLAMA;
+        const kiln_llm_decode_qkv a = {.x = sm->h, .d = d, .w = y->qkv_w, .bias = y->qkv_b, .rot_dim = rot,
+                                       .rope_cos = rope ? sm->rope_cos : NULL, .rope_sin = rope ? sm->rope_sin : NULL,
+                                       .window = c->sliding_window, .qkv = sm->qkv, .out = sm->att,
+                                       .scratch = sm->attn_scratch};
+        kiln_llm_decode_qkv_attention(&s, b->positions[0], c->n_head, &a);
+        kiln_llm_linear(sm->att, qd, n, qd, y->o_w, y->o_b, d, sm->x, d, 1);
+        return;
+    }
     kiln_llm_linear(sm->h, d, n, d, y->qkv_w, y->qkv_b, ldq, sm->qkv, ldq, 0);
     for (int i = 0; i < b->n_seqs; i++) {
         kiln_llm_seq_kv s = {kv, l, b->block_table + (size_t)i * b->max_blocks_per_seq};
@@ -117,8 +130,7 @@ static void mlp_block(const kiln_llm_model *m, int l, int n, step_mem *sm) {
     const int d = c->d_model, ff = c->d_ff;
     kiln_llm_norm(sm->x, n, d, y->norm2_w, kiln_llm_norm_offset(c), y->norm2_b, c->norm_eps, sm->h);
     if (c->arch == KILN_LLM_GPT2) {
-        kiln_llm_linear(sm->h, d, n, d, y->up_w, y->up_b, ff, sm->mlp, ff, 0);
-        kiln_llm_gelu_tanh(sm->mlp, (size_t)n * ff);
+        kiln_llm_linear_gelu(sm->h, d, n, d, y->up_w, y->up_b, ff, sm->mlp, ff);
         kiln_llm_linear(sm->mlp, ff, n, ff, y->down_w, y->down_b, d, sm->x, d, 1);
     } else {
         kiln_llm_linear(sm->h, d, n, d, y->up_w, NULL, 2 * ff, sm->mlp, 2 * ff, 0);

@@ -30,6 +30,9 @@ struct kiln_llm_model {
                                    or NULL: every array is malloc'd */
     struct llm_deferred *deferred; /* a model opened for a device (llm_deferred.h): its matrices are ranges of
                                    this reservation (not freed one by one), or NULL */
+    void *arena;                /* the block of huge pages every array was moved into
+                                   (kiln_llm_model_weights_to_hugepages), or NULL; never with deferred */
+    size_t arena_bytes;
 };
 
 /* config.json's document into *out (`what` names the file in messages). Errors as
@@ -53,5 +56,11 @@ static inline float kiln_llm_rope_scale(const kiln_llm_config *c) {
  * scaling; seq_len (the step's largest position + 1) matters only for dynamic NTK scaling and
  * LongRoPE (the long factors beyond rope_original_max_pos). */
 void kiln_llm_rope_inv_freq(const kiln_llm_config *c, int seq_len, double *inv_freq);
+
+/* Moves every weight array of m into one block of transparent huge pages (the CPU forward reads them
+ * all once per decode step; huge pages make that stream faster), freeing malloc'd originals. Does
+ * nothing when already done, for a deferred model (its matrices belong to the device upload), or when
+ * the block cannot be had (the arrays stay where they are). */
+void kiln_llm_model_weights_to_hugepages(kiln_llm_model *m);
 
 #endif

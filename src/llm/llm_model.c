@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 typedef struct loader {
     const kiln_hf_checkpoint *ck;
@@ -242,8 +243,9 @@ static void free_array(const kiln_llm_model *m, float *p) {
 
 void kiln_llm_model_free(kiln_llm_model *m) {
     if (!m) return;
-    if (m->mapping) {
-        kiln_file_map_free(m->mapping);
+    if (m->arena) munmap(m->arena, m->arena_bytes);
+    if (m->mapping || m->arena) {
+        if (m->mapping) kiln_file_map_free(m->mapping);
         free(m->layers);
         free(m);
         return;

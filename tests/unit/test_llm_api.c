@@ -539,7 +539,7 @@ static void test_chat_templates(kiln_llm *llm, const char *tmp) {
 /* The model with a byte-level tokenizer of printable ASCII and the space only (95 ids): greedy ids the
  * tokenizer does not name add no text, and the request ends by length, not by error. */
 static void test_small_tokenizer(const char *tmp) {
-    char dir[4096], src[4096], dst[4096];
+    char dir[2048], src[4096], dst[4096]; /* dir leaves room for the names joined to it */
     snprintf(dir, sizeof dir, "%s/small_tok", tmp);
     mkdir(dir, 0755);
     static const char *const files[] = {"config.json", "model.safetensors"};

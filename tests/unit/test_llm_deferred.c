@@ -5,7 +5,9 @@
  * and in uneven pieces that cross tensor boundaries; a BF16 tensor read as BF16 is its file's bytes;
  * the stored dtype and kiln_llm_bundle_open's precision follow the checkpoint; engines of them in fp32,
  * fp16 and bf16 loaded for a device read as their FP32 models do; the threaded read equals
- * the plain one; a missing or misshapen tensor fails as in the FP32 load, without leaks. */
+ * the plain one; the move of the weights into huge pages leaves a deferred model alone (and the FP32
+ * model, moved, still reads the same); a missing or misshapen tensor fails as in the FP32 load,
+ * without leaks. */
 #include "core/half.h"
 #include "core/status.h"
 #include "llm/llm_deferred.h"
@@ -193,6 +195,12 @@ static void check_model(const char *dir, kiln_dtype stored) {
     if (full && def) {
         CHECK(kiln_llm_model_stored_dtype(def) == stored);
         CHECK(kiln_llm_model_stored_dtype(full) == KILN_F32);
+        /* the CPU forward's move into huge pages: the FP32 model's arrays move, the deferred model's
+         * reservation stays as it is */
+        const float *def_qkv = def->layers[0].qkv_w;
+        kiln_llm_model_weights_to_hugepages(full);
+        kiln_llm_model_weights_to_hugepages(def);
+        CHECK(def->arena == NULL && def->layers[0].qkv_w == def_qkv);
         check_same_weights(full, def);
     }
     kiln_llm_model_free(full);

@@ -3,12 +3,16 @@
  * the causal limit applied, a softmax per row, O = P V (one sgemm). Batch dims broadcast like numpy;
  * K and V's head axis is read through kv_repeat, so grouped-query K/V are never copied. The
  * sequence-first layouts (1: [B, S, H, D], 2: packed QKV) are the same matrices read with a row
- * stride (the sgemm's leading dimension), so nothing is transposed either. One Sq x Sk
- * score buffer per call; exponentials on 4-lane vectors (elementwise_vmath.h). */
+ * stride (the sgemm's leading dimension), so nothing is transposed either. The batch of matrices
+ * (batch x heads) is split over the thread pool, one Sq x Sk score buffer per part, OpenBLAS
+ * single-threaded inside; exponentials on 4-lane vectors (elementwise_vmath.h). */
 #include "backends/cpu/fused_kernels.h"
 
+#include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/elementwise_vmath.h"
+#include "core/ckd.h"
 #include "core/status.h"
+#include "core/threadpool.h"
 #include "ir/fused_ops.h"
 
 #include <cblas.h>
@@ -211,6 +215,78 @@ static kiln_status geometry_sequence_first(int64_t layout, const kiln_tensor *q,
     return KILN_OK;
 }
 
+/* One call's work: the geometry, the mask and its view, and the batch of score matrices split into
+ * parts (each with its own sq x sk score buffer) over the thread pool. */
+typedef struct attn_job {
+    const attn_geometry *g;
+    const kiln_tensor *m; /* NULL: no mask */
+    const batch_view *bm;
+    int64_t mq, mk;
+    float scale, fill;
+    bool causal;
+    const float *qd, *kd, *vd; /* K and V at their base offsets */
+    float *od;
+    int64_t batch, parts;
+    float *scores; /* parts x (sq * sk + 1) */
+} attn_job;
+
+/* Output batch index t of the matrices: S = scale Q K^T, mask, causal limit, softmax, O = P V,
+ * with s as the score buffer. */
+static void attend(const attn_job *j, int64_t t, float *s) {
+    const attn_geometry *g = j->g;
+    const int nb = g->nb;
+    const int64_t sq = g->sq, sk = g->sk, d = g->d, dv = g->dv;
+    int64_t idx[KILN_MAX_DIMS] = {0};
+    for (int i = nb - 1; i >= 0; i--) {
+        idx[i] = t % g->odims[i];
+        t /= g->odims[i];
+    }
+    const float *qb = j->qd + offset(&g->bq, nb, idx), *kb = j->kd + offset(&g->bk, nb, idx),
+                *vb = j->vd + offset(&g->bv, nb, idx);
+    if (sk > 0 && d > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)sq, (int)sk, (int)d, j->scale, qb, (int)g->ldq, kb,
+                    (int)g->ldk, 0.0f, s, (int)sk);
+    else
+        memset(s, 0, (size_t)(sq * sk) * sizeof *s);
+    if (j->m) {
+        int64_t mo = offset(j->bm, nb, idx);
+        for (int64_t i = 0; i < sq; i++) {
+            float *row = s + i * sk;
+            int64_t base = mo + (j->mq == 1 ? 0 : i * j->mk);
+            if (j->m->dtype == KILN_BOOL) {
+                const uint8_t *mb = j->m->data;
+                for (int64_t c = 0; c < sk; c++)
+                    if (!mb[base + (j->mk == 1 ? 0 : c)]) row[c] = j->fill;
+            } else {
+                add_mask_row(row, (const float *)j->m->data + base, j->mk == 1, sk);
+            }
+        }
+    }
+    for (int64_t i = 0; i < sq; i++) {
+        float *row = s + i * sk;
+        if (j->causal)
+            for (int64_t c = i + sk - sq + 1; c < sk; c++)
+                if (c >= 0) row[c] = -INFINITY;
+        softmax_row(row, sk);
+    }
+    float *ob = j->od + offset(&g->bo, nb, idx);
+    if (sk > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)sq, (int)dv, (int)sk, 1.0f, s, (int)sk, vb,
+                    (int)g->ldv, 0.0f, ob, (int)g->ldo);
+    else
+        for (int64_t i = 0; i < sq; i++) memset(ob + i * g->ldo, 0, (size_t)dv * sizeof *ob);
+}
+
+/* Parts [p0, p1): part p takes batch indices [p * batch / parts, (p + 1) * batch / parts) with
+ * score buffer p. */
+static void attend_parts(void *ctx, int64_t p0, int64_t p1) {
+    const attn_job *j = ctx;
+    for (int64_t p = p0; p < p1; p++) {
+        float *s = j->scores + p * (j->g->sq * j->g->sk + 1);
+        for (int64_t t = p * j->batch / j->parts; t < (p + 1) * j->batch / j->parts; t++) attend(j, t, s);
+    }
+}
+
 static NN_EXEC(attention_f32) {
     int64_t layout = kiln_attr_int(n, "layout", 0);
     KILN_TRY(nn_require_inputs(n, in, nin, layout == 2 ? 1 : 3));
@@ -277,51 +353,18 @@ static NN_EXEC(attention_f32) {
     KILN_TRY(kiln_tensor_alloc(out[0], KILN_F32, orank, odims));
     int64_t batch = kiln_numel(nb, g.odims);
     if (batch * sq * dv == 0) return KILN_OK;
-    float *s = malloc((size_t)(sq * sk + 1) * sizeof *s);
-    if (!s) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Attention: out of memory for %lld x %lld scores", (long long)sq,
-                              (long long)sk);
-    const float *qd = q->data, *kd = (const float *)k->data + g.kbase, *vd = (const float *)v->data + g.vbase;
-    float *od = out[0]->data;
-    int64_t idx[KILN_MAX_DIMS] = {0};
-    for (int64_t t = 0; t < batch; t++) {
-        const float *qb = qd + offset(&g.bq, nb, idx), *kb = kd + offset(&g.bk, nb, idx), *vb = vd + offset(&g.bv, nb, idx);
-        if (sk > 0 && d > 0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)sq, (int)sk, (int)d, scale, qb, (int)g.ldq, kb,
-                        (int)g.ldk, 0.0f, s, (int)sk);
-        else
-            memset(s, 0, (size_t)(sq * sk) * sizeof *s);
-        if (m) {
-            int64_t mo = offset(&bm, nb, idx);
-            for (int64_t i = 0; i < sq; i++) {
-                float *row = s + i * sk;
-                int64_t base = mo + (mq == 1 ? 0 : i * mk);
-                if (m->dtype == KILN_BOOL) {
-                    const uint8_t *mb = m->data;
-                    for (int64_t j = 0; j < sk; j++)
-                        if (!mb[base + (mk == 1 ? 0 : j)]) row[j] = fill;
-                } else {
-                    add_mask_row(row, (const float *)m->data + base, mk == 1, sk);
-                }
-            }
-        }
-        for (int64_t i = 0; i < sq; i++) {
-            float *row = s + i * sk;
-            if (causal)
-                for (int64_t j = i + sk - sq + 1; j < sk; j++)
-                    if (j >= 0) row[j] = -INFINITY;
-            softmax_row(row, sk);
-        }
-        float *ob = od + offset(&g.bo, nb, idx);
-        if (sk > 0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)sq, (int)dv, (int)sk, 1.0f, s, (int)sk, vb,
-                        (int)g.ldv, 0.0f, ob, (int)g.ldo);
-        else
-            for (int64_t i = 0; i < sq; i++) memset(ob + i * g.ldo, 0, (size_t)dv * sizeof *ob);
-        for (int i = nb - 1; i >= 0; i--) {
-            if (++idx[i] < g.odims[i]) break;
-            idx[i] = 0;
-        }
-    }
+    kiln_cpu_gemm_init(); /* OpenBLAS on one thread inside the pool's parts */
+    int64_t parts = batch < kiln_threadpool_size() ? batch : kiln_threadpool_size();
+    size_t per_part, floats, bytes;
+    float *s = kiln_mul_size_ok((size_t)sq, (size_t)sk, &per_part) && kiln_add_size_ok(per_part, 1, &per_part) &&
+                       kiln_mul_size_ok(per_part, (size_t)parts, &floats) && kiln_mul_size_ok(floats, sizeof *s, &bytes)
+                   ? malloc(bytes)
+                   : NULL;
+    if (!s) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Attention: out of memory for %lld x %lld x %lld scores",
+                              (long long)parts, (long long)sq, (long long)sk);
+    attn_job j = {&g, m, m ? &bm : NULL, mq, mk, scale, fill, causal, q->data, (const float *)k->data + g.kbase,
+                  (const float *)v->data + g.vbase, out[0]->data, batch, parts, s};
+    kiln_parallel_for(parts, 1, attend_parts, &j);
     free(s);
     return KILN_OK;
 }

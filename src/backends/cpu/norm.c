@@ -1,14 +1,19 @@
 /* norm.c — CPU normalizations in float32 (float16/bfloat16 through float32): BatchNormalization
  * (inference form only), InstanceNormalization, GroupNormalization, LayerNormalization and
  * RMSNormalization. Means and variances are accumulated in double, two passes (mean, then squared
- * deviations), so large offsets do not cancel. */
+ * deviations), so large offsets do not cancel. LayerNormalization and RMSNormalization split their
+ * rows over the thread pool. */
 #include "backends/cpu/nn_kernels.h"
 
 #include "core/status.h"
+#include "core/threadpool.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Elements a part of a threaded row loop gets at least (smaller normalizations stay on one thread). */
+#define ROWS_PARALLEL_ELEMS 16384
 
 /* The row helpers below are written in blocks of 8 independent lanes over restrict pointers so
  * that GCC's -O2 vectorizer takes them; sums use 8 double accumulators. */
@@ -236,6 +241,37 @@ static kiln_status bcast_rows(const kiln_node *n, const kiln_tensor *t, int inpu
     return KILN_OK;
 }
 
+/* The rows of a LayerNormalization or RMSNormalization: x and y [outer, inner], scale and bias rows
+ * (stride 0: one row for all), the stashed mean and 1/std outputs (NULL: not wanted). */
+typedef struct rows_job {
+    const float *x;
+    float *y;
+    int64_t inner;
+    const float *scale;
+    int64_t scale_stride;
+    const float *bias; /* NULL: none */
+    int64_t bias_stride;
+    double eps;
+    bool rms;
+    kiln_tensor *mean, *invstd;
+} rows_job;
+
+/* Rows [r0, r1) of j (a part of the thread pool's split). */
+static void norm_rows(void *ctx, int64_t r0, int64_t r1) {
+    const rows_job *j = ctx;
+    const int64_t inner = j->inner;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = j->x + r * inner, *s = j->scale + r * j->scale_stride;
+        const float *b = j->bias ? j->bias + r * j->bias_stride : NULL;
+        double m = 0.0, is;
+        if (j->rms) is = 1.0 / sqrt((inner ? row_sum(xr, inner, true, 0.0) / (double)inner : 0.0) + j->eps);
+        else mean_invstd(xr, inner, j->eps, &m, &is);
+        row_norm_affine(j->y + r * inner, xr, inner, (float)m, (float)is, s, b);
+        if (j->mean) kiln_tensor_set_f64(j->mean, r, m);
+        if (j->invstd) kiln_tensor_set_f64(j->invstd, r, is);
+    }
+}
+
 /* LayerNormalization (rms = false) or RMSNormalization (rms = true) over dims [axis, rank). */
 static kiln_status layer_or_rms(const kiln_node *n, kiln_tensor *const *in, int nin, kiln_tensor *const *out, int nout,
                                 bool rms) {
@@ -266,18 +302,8 @@ static kiln_status layer_or_rms(const kiln_node *n, kiln_tensor *const *in, int 
         free(bbuf);
         return st;
     }
-    const float *xd = x->data;
-    float *yd = out[0]->data;
-    for (int64_t r = 0; r < outer; r++) {
-        const float *xr = xd + r * inner, *s = sp + r * sstr, *b = bp ? bp + r * bstr : NULL;
-        float *yr = yd + r * inner;
-        double m = 0.0, is;
-        if (rms) is = 1.0 / sqrt((inner ? row_sum(xr, inner, true, 0.0) / (double)inner : 0.0) + eps);
-        else mean_invstd(xr, inner, eps, &m, &is);
-        row_norm_affine(yr, xr, inner, (float)m, (float)is, s, b);
-        if (mean_t) kiln_tensor_set_f64(mean_t, r, m);
-        if (inv_t) kiln_tensor_set_f64(inv_t, r, is);
-    }
+    rows_job j = {x->data, out[0]->data, inner, sp, sstr, bp, bstr, eps, rms, mean_t, inv_t};
+    kiln_parallel_for(outer, inner >= ROWS_PARALLEL_ELEMS ? 1 : ROWS_PARALLEL_ELEMS / (inner ? inner : 1), norm_rows, &j);
     free(sbuf);
     free(bbuf);
     return KILN_OK;

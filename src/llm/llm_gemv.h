@@ -1,0 +1,35 @@
+/* llm_gemv.h — the decode-step matrix product of the CPU LLM forward: y = x W^T + bias for at most
+ * KILN_LLM_GEMV_ROWS token rows, W [out, in] row-major streamed once from memory, split over the
+ * thread pool in chunks of output rows, with AVX-512 (AVX2 or SSE where the processor lacks it) and
+ * prefetching ahead of the stream; the epilogue (bias, residual add, GELU) runs on each chunk while
+ * it is still in cache, in the same pool dispatch.
+ * The sums are formed in a fixed order, the one the forward's products had before they moved here
+ * (kiln_cpu_sgemm's matrix-vector path followed by separate bias, residual and GELU steps), so the
+ * CPU forward's results did not change by a bit; tests/unit/test_llm_cpu_ops.c models that order. */
+#ifndef KILN_LLM_LLM_GEMV_H
+#define KILN_LLM_LLM_GEMV_H
+
+#include <stdbool.h>
+
+#define KILN_LLM_GEMV_ROWS 4
+
+typedef struct kiln_llm_gemv_args {
+    const float *x; /* [n, in], row stride ldx */
+    int ldx, n, in;
+    const float *w;    /* [out, in], rows contiguous */
+    const float *bias; /* [out] or NULL */
+    int out;
+    float *y; /* [n, out], row stride ldy */
+    int ldy;
+    bool accumulate; /* y += x W^T + bias instead of y = x W^T + bias */
+    bool gelu;       /* then y = GELU(tanh)(y), as kiln_llm_gelu_tanh; only without accumulate */
+} kiln_llm_gemv_args;
+
+/* Computes a's product (1 <= n <= KILN_LLM_GEMV_ROWS; y must not overlap x or w). */
+void kiln_llm_gemv(const kiln_llm_gemv_args *a);
+
+/* Output rows [o0, o1) of a's product, epilogue included, on the calling thread alone (for callers
+ * that split a step's work over the pool themselves); the same results as kiln_llm_gemv's. */
+void kiln_llm_gemv_rows(const kiln_llm_gemv_args *a, int o0, int o1);
+
+#endif
