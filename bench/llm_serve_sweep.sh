@@ -8,7 +8,8 @@
 #   3. `kiln bench --llm --saturate` on the same checkpoint: 384 requests of 128 in / 128 out, 256 in
 #      flight (scripts/gpu-run's llm stage runs the same on --random weights);
 #   4. `kiln serve --repo` with that model (256 sequences, 8192 tokens a step, as the bench) and a
-#      `kiln load` open-loop sweep of streaming completions (128 in / 128 out, eos ignored) over
+#      `kiln load` open-loop sweep of streaming completions (128 in / 128 out, eos ignored, greedy as the
+#      bench: temperature 0; OpenAI's default of 1 would sample) over
 #      $RATES, with the SLO p99 TTFT <= 500 ms;
 #   5. the comparison (the server's best output tok/s against the bench's), the TTFT / TPOT / goodput
 #      curve and the capacity answer (bench/llm_sweep_report.py summary);
@@ -67,7 +68,7 @@ if curl -sf "localhost:$PORT/v1/models" >>"$O/job.log"; then
   echo >>"$O/job.log"
   log "ready after ~$((i / 2)) s; kiln load sweep rate=$RATES (${WARMUP_S} s warm-up + ${STEP_S} s per step)"
   run timeout 300 "$K" load "http://127.0.0.1:$PORT" --api openai-completions --model llama --stream \
-    --input-len 128 --output-len 128 --ignore-eos --sweep "rate=$RATES" --duration "${STEP_S}s" \
+    --input-len 128 --output-len 128 --ignore-eos --extra '{"temperature":0}' --sweep "rate=$RATES" --duration "${STEP_S}s" \
     --warmup "${WARMUP_S}s" --connections 1024 --timeout 120s --slo ttft=500ms --goodput 99 \
     --stop-when "ttft_p99>20s,errors>5%" --scrape --json "$O/sweep.json" --csv "$O/sweep.csv" \
     --report "$O/sweep.html" -q | sed -n '/^---- sweep/,$p'
