@@ -169,7 +169,10 @@ static void test_sweep_parse(void) {
     memset(&s, 0, sizeof s);
     CHECK(kiln_bench_sweep_parse(&s, "colour=red") == KILN_ERR_INVALID_ARGUMENT);
     CHECK(strstr(kiln_last_error(), "colour") != NULL);
-    CHECK(kiln_bench_sweep_parse(&s, "precision=fp8") == KILN_ERR_INVALID_ARGUMENT);
+    CHECK(kiln_bench_sweep_parse(&s, "precision=fp4") == KILN_ERR_INVALID_ARGUMENT);
+    memset(&s, 0, sizeof s);
+    CHECK(kiln_bench_sweep_parse(&s, "precision=fp32,int8,fp8") == KILN_OK);
+    CHECK(s.nprecisions == 3 && s.precisions[1] == KILN_PRECISION_INT8 && s.precisions[2] == KILN_PRECISION_FP8);
     CHECK(kiln_bench_sweep_parse(&s, "batch=0") == KILN_ERR_INVALID_ARGUMENT);
     CHECK(kiln_bench_sweep_parse(&s, "batch=1,,2") == KILN_ERR_INVALID_ARGUMENT);
     CHECK(kiln_bench_sweep_parse(&s, "streams=300") == KILN_ERR_INVALID_ARGUMENT);
