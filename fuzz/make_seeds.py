@@ -101,6 +101,18 @@ def llama3_style():
     }
 
 
+def qwen2_style():
+    """A Qwen2 style tokenizer: the Llama-3 style one with the NFC normalizer, Qwen2's regex (single
+    digits) and no template."""
+    t = llama3_style()
+    t["normalizer"] = {"type": "NFC"}
+    t["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = (
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+        "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+    t["post_processor"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    return t
+
+
 # The tokenizer of tests/unit/test_tokenizer.c ("GOOD").
 TEST_TOKENIZER = {
     "version": "1.0", "truncation": None, "padding": None,
@@ -132,6 +144,7 @@ def tokenizers(out):
     put(out, "fuzz_tokenizer", "llama3_style", compact(llama) + "\0" +
         compact({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "add_bos_token": True,
                  "add_eos_token": False}))
+    put(out, "fuzz_tokenizer", "qwen2_style", compact(qwen2_style()))
     fallback = dict(TEST_TOKENIZER)
     fallback["model"] = dict(TEST_TOKENIZER["model"], byte_fallback=True, unk_token="<unk>", fuse_unk=True,
                              vocab=dict(TEST_TOKENIZER["model"]["vocab"], **{"<unk>": 10, "<0x41>": 11, "<0xE2>": 12}))

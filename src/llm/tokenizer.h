@@ -1,13 +1,13 @@
 /* tokenizer.h — byte-level BPE tokenizers as a Hugging Face tokenizer.json describes them (GPT-2,
- * Llama-3, and the ones `tokenizers` trains with ByteLevelBPETokenizer or models.BPE +
+ * Llama-3, Qwen2 / Qwen2.5, and the ones `tokenizers` trains with ByteLevelBPETokenizer or models.BPE +
  * pre_tokenizers.ByteLevel): encode text to token ids and decode ids back, with the same ids as
  * `tokenizers` gives.
  *
  * What is read: model BPE (vocab; merges as "a b" strings or [a, b] pairs; ignore_merges;
  * byte_fallback; unk_token, fuse_unk), added_tokens (matched in the text before pre-tokenization,
- * special or not, with lstrip / rstrip / single_word), normalizer null (or an empty Sequence),
+ * special or not, with lstrip / rstrip / single_word), normalizer null or NFC (or a Sequence of them),
  * pre_tokenizer ByteLevel (add_prefix_space, use_regex with GPT-2's pattern) or a Sequence of Split
- * (the GPT-2 or Llama-3 regex, behavior Isolated, invert false) and ByteLevel stages, decoder
+ * (the GPT-2, Llama-3 or Qwen2 regex, behavior Isolated, invert false) and ByteLevel stages, decoder
  * ByteLevel, post_processor null / ByteLevel / TemplateProcessing (its single-sequence template) or a
  * Sequence of them. An optional tokenizer_config.json next to it gives bos_token, eos_token,
  * add_bos_token and add_eos_token. Anything else is refused with KILN_ERR_UNSUPPORTED naming it;

@@ -49,6 +49,7 @@ int kiln_tok_char_byte(uint32_t cp) {
 
 void kiln_tok_work_free(kiln_tok_work *w) {
     kiln_strbuf_free(&w->mapped);
+    kiln_strbuf_free(&w->normalized);
     for (int i = 0; i < KILN_TOK_MAX_STAGES; i++) kiln_strbuf_free(&w->stage_text[i]);
     free(w->syms);
     free(w->heap);

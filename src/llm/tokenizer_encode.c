@@ -1,12 +1,13 @@
 /* tokenizer_encode.c — kiln_tokenizer_encode: the text is first cut at the added tokens (those with
- * normalized false over the whole text, then those with normalized true in what is left, as
- * `tokenizers` does; with no normalizer both see the raw text), each match leftmost-longest; the
+ * normalized false over the whole text, then, in each piece left after the normalizer (NFC or none),
+ * those with normalized true, as `tokenizers` does), each match leftmost-longest; the
  * pieces between them go through the pre-tokenizer stages, each resulting word through BPE. Pieces
  * stream through the stages depth-first, so no list of pieces is ever built. */
 #include "llm/tokenizer_internal.h"
 
 #include "core/status.h"
 #include "llm/unicode_class.h"
+#include "llm/unicode_norm.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -76,11 +77,21 @@ static const kiln_tok_added *added_at(const kiln_tokenizer *tok, const char *s, 
 
 static void encode_segment(const kiln_tokenizer *tok, kiln_tok_work *w, const char *s, size_t len, bool normalized);
 
-/* The text between added tokens: the normalized added tokens next, or the pre-tokenizer. */
+/* The text between added tokens: normalized, then cut at the normalized added tokens; or, between
+ * those, the pre-tokenizer. */
 static void encode_gap(const kiln_tokenizer *tok, kiln_tok_work *w, const char *s, size_t len, bool normalized) {
     if (len == 0) return;
-    if (!normalized) encode_segment(tok, w, s, len, true);
-    else run_stages(tok, w, 0, s, len);
+    if (normalized) {
+        run_stages(tok, w, 0, s, len);
+        return;
+    }
+    if (!tok->nfc) {
+        encode_segment(tok, w, s, len, true);
+        return;
+    }
+    kiln_strbuf_clear(&w->normalized);
+    if (!kiln_un_nfc(s, len, &w->normalized)) w->oom = true;
+    else encode_segment(tok, w, w->normalized.data, w->normalized.len, true);
 }
 
 /* Cuts s[0..len) at the added tokens whose normalized flag is `normalized` (lstrip / rstrip take the

@@ -57,6 +57,8 @@ struct kiln_tokenizer {
     int nadded;
     int added_start[257];  /* the added tokens starting with byte b are [added_start[b], added_start[b+1]) */
 
+    bool nfc; /* the normalizer is NFC (unicode_norm.h) */
+
     kiln_tok_stage stages[KILN_TOK_MAX_STAGES];
     int nstages;
 
@@ -73,7 +75,7 @@ size_t kiln_tok_keep_text(kiln_tokenizer *tok, const char *s, size_t len);
 /* ------------------------------------------------------------------------ tokenizer_parts.c
  * Each reads one part of tokenizer.json (`root`) into tok; `path` names the file in messages. */
 kiln_status kiln_tok_read_added(kiln_tokenizer *tok, const kiln_jdoc *d, const kiln_jnode *root, const char *path);
-kiln_status kiln_tok_read_normalizer(const kiln_jdoc *d, const kiln_jnode *root, const char *path);
+kiln_status kiln_tok_read_normalizer(kiln_tokenizer *tok, const kiln_jdoc *d, const kiln_jnode *root, const char *path);
 kiln_status kiln_tok_read_pre_tokenizer(kiln_tokenizer *tok, const kiln_jdoc *d, const kiln_jnode *root,
                                         const char *path);
 kiln_status kiln_tok_read_decoder(const kiln_jdoc *d, const kiln_jnode *root, const char *path);
@@ -97,6 +99,7 @@ int kiln_tok_char_byte(uint32_t cp);
 /* Scratch memory of one encode call. */
 typedef struct kiln_tok_work {
     kiln_strbuf mapped; /* a word in its byte-level form */
+    kiln_strbuf normalized; /* a text between non-normalized added tokens, normalized */
     kiln_strbuf stage_text[KILN_TOK_MAX_STAGES]; /* a piece with its prefix space, per stage */
     struct kiln_tok_sym *syms;
     struct kiln_tok_heap_ent *heap;

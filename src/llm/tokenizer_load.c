@@ -245,7 +245,7 @@ static kiln_status read_tokenizer(kiln_tokenizer *tok, const kiln_jdoc *d, const
     if (root->type != KILN_JNODE_OBJECT) return kiln_error(KILN_ERR_PARSE, "%s: not a JSON object", path);
     KILN_TRY(read_model(tok, d, root, path));
     KILN_TRY(kiln_tok_read_added(tok, d, root, path));
-    KILN_TRY(kiln_tok_read_normalizer(d, root, path));
+    KILN_TRY(kiln_tok_read_normalizer(tok, d, root, path));
     KILN_TRY(kiln_tok_read_pre_tokenizer(tok, d, root, path));
     KILN_TRY(kiln_tok_read_decoder(d, root, path));
     KILN_TRY(kiln_tok_read_post_processor(tok, d, root, path));

@@ -89,15 +89,28 @@ kiln_status kiln_tok_read_added(kiln_tokenizer *tok, const kiln_jdoc *d, const k
 
 /* ------------------------------------------------------------------------ normalizer, decoder */
 
-kiln_status kiln_tok_read_normalizer(const kiln_jdoc *d, const kiln_jnode *root, const char *path) {
-    const kiln_jnode *v = kiln_jdoc_get(d, root, "normalizer");
-    if (!v || v->type == KILN_JNODE_NULL) return KILN_OK;
-    const char *type;
-    KILN_TRY(kiln_tok_get_str(d, v, "type", &type, path));
+/* One normalizer (a Sequence recursively): NFC, which is idempotent, so any number of them is one. */
+static kiln_status read_norm(kiln_tokenizer *tok, const kiln_jdoc *d, const kiln_jnode *v, const char *path) {
+    const char *type = NULL;
+    if (v->type == KILN_JNODE_OBJECT) KILN_TRY(kiln_tok_get_str(d, v, "type", &type, path));
+    if (!type) return kiln_error(KILN_ERR_PARSE, "%s: a normalizer has no \"type\"", path);
+    if (!strcmp(type, "NFC")) {
+        tok->nfc = true;
+        return KILN_OK;
+    }
     const kiln_jnode *list = kiln_jdoc_get(d, v, "normalizers");
-    if (type && !strcmp(type, "Sequence") && list && list->type == KILN_JNODE_ARRAY && list->count == 0) return KILN_OK;
-    return kiln_error(KILN_ERR_UNSUPPORTED, "%s: normalizer \"%s\" is not supported (kiln supports none: null)", path,
-                      type ? type : "?");
+    if (!strcmp(type, "Sequence") && list && list->type == KILN_JNODE_ARRAY) {
+        for (const kiln_jnode *n = kiln_jdoc_first(d, list); n; n = kiln_jdoc_next(d, n))
+            KILN_TRY(read_norm(tok, d, n, path));
+        return KILN_OK;
+    }
+    return kiln_error(KILN_ERR_UNSUPPORTED, "%s: normalizer \"%s\" is not supported (kiln implements NFC and Sequence)",
+                      path, type);
+}
+
+kiln_status kiln_tok_read_normalizer(kiln_tokenizer *tok, const kiln_jdoc *d, const kiln_jnode *root, const char *path) {
+    const kiln_jnode *v = kiln_jdoc_get(d, root, "normalizer");
+    return v && v->type != KILN_JNODE_NULL ? read_norm(tok, d, v, path) : KILN_OK;
 }
 
 kiln_status kiln_tok_read_decoder(const kiln_jdoc *d, const kiln_jnode *root, const char *path) {
@@ -132,7 +145,7 @@ static kiln_status read_split(kiln_tokenizer *tok, const kiln_jdoc *d, const kil
     kiln_pretok_pattern p = kiln_pretok_pattern_of(regex);
     if (p == KILN_PRETOK_NONE)
         return kiln_error(KILN_ERR_UNSUPPORTED,
-                          "%s: Split pattern %s is not supported (kiln knows GPT-2's and Llama-3's patterns)", path, regex);
+                          "%s: Split pattern %s is not supported (kiln knows GPT-2's, Llama-3's and Qwen2's patterns)", path, regex);
     KILN_TRY(kiln_tok_get_str(d, v, "behavior", &behavior, path));
     KILN_TRY(kiln_tok_get_bool(d, v, "invert", false, &invert, path));
     if (!behavior || strcmp(behavior, "Isolated") || invert)
