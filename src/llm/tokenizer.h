@@ -36,7 +36,9 @@ kiln_status kiln_tokenizer_load_memory(const char *json, size_t json_len, const 
                                        const char *what, kiln_tokenizer **out);
 /* Decodes ids[0..n) into *text (malloc'ed, NUL-terminated, the caller frees it) of *len bytes, as
  * `tokenizers`' decode: the ByteLevel decoder's bytes, with every invalid UTF-8 sequence replaced by
- * U+FFFD; with skip_special, special tokens are left out. Errors: KILN_ERR_INVALID_ARGUMENT for an
+ * U+FFFD; or, SentencePiece style, the tokens' texts with the decoder's Replace, each run of
+ * ByteFallback tokens as its bytes (one U+FFFD per token when they are not valid UTF-8), and the
+ * Strip of leading spaces; with skip_special, special tokens are left out. Errors: KILN_ERR_INVALID_ARGUMENT for an
  * id that names no token; KILN_ERR_OUT_OF_MEMORY. */
 kiln_status kiln_tokenizer_decode(const kiln_tokenizer *tok, const int32_t *ids, size_t n, bool skip_special,
                                   char **text, size_t *len);
@@ -60,11 +62,20 @@ bool kiln_tokenizer_is_special(const kiln_tokenizer *tok, int32_t id);
 
 /* Streaming decode for generation, one token at a time: each push appends to `out` the text that
  * is complete so far (UTF-8 characters split across tokens are held back until their last byte
- * arrives). The concatenation of every push and the final flush equals kiln_tokenizer_decode of the
- * same ids. Zero-initialise (or kiln_tokenizer_stream_init) before the first push. */
+ * arrives; with the ByteFallback decoder a run of "<0xXX>" tokens is held until it ends, as its
+ * text depends on all of it). The concatenation of every push and the final flush equals
+ * kiln_tokenizer_decode of the same ids, except after a run of more than KILN_TOK_STREAM_RUN byte
+ * tokens that is valid UTF-8 so far (it is then let out, as if it ended there). Zero-initialise (or
+ * kiln_tokenizer_stream_init) before the first push. */
+#define KILN_TOK_STREAM_RUN 64
 typedef struct kiln_tokenizer_stream {
-    unsigned char pending[4]; /* the start of an incomplete UTF-8 character */
+    unsigned char pending[KILN_TOK_STREAM_RUN]; /* an incomplete UTF-8 character, or a ByteFallback run */
     int npending;
+    bool byte_run;    /* pending is a ByteFallback run (invalid: U+FFFD per byte) */
+    bool run_broken;  /* the current run is invalid already: each further byte token is one U+FFFD */
+    bool past_start;  /* text other than stripped leading spaces has been let out */
+    int strip_left;   /* leading spaces the decoder's Strip still removes, once set_strip is true */
+    bool set_strip;
 } kiln_tokenizer_stream;
 
 void kiln_tokenizer_stream_init(kiln_tokenizer_stream *s);

@@ -1,6 +1,6 @@
 /* tokenizer_encode.c — kiln_tokenizer_encode: the text is first cut at the added tokens (those with
- * normalized false over the whole text, then, in each piece left after the normalizer (NFC or none),
- * those with normalized true, as `tokenizers` does), each match leftmost-longest; the
+ * normalized false over the whole text, then, in each piece left after the normalizer steps (NFC,
+ * Prepend, Replace), those with normalized true, as `tokenizers` does), each match leftmost-longest; the
  * pieces between them go through the pre-tokenizer stages, each resulting word through BPE. Pieces
  * stream through the stages depth-first, so no list of pieces is ever built. */
 #include "llm/tokenizer_internal.h"
@@ -12,13 +12,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void run_metaspace(const kiln_tokenizer *tok, kiln_tok_work *w, int k, const char *s, size_t len, bool first);
+
 /* Runs stages[k..] over the piece s[0..len) (len >= 1), then BPE on each word. */
 static void run_stages(const kiln_tokenizer *tok, kiln_tok_work *w, int k, const char *s, size_t len) {
+    bool first = w->at_start;
+    w->at_start = false;
     if (k == tok->nstages) {
         kiln_tok_bpe_word(tok, s, len, w);
         return;
     }
     const kiln_tok_stage *st = &tok->stages[k];
+    if (st->kind == KILN_TOK_METASPACE) {
+        run_metaspace(tok, w, k, s, len, first);
+        return;
+    }
     if (st->kind == KILN_TOK_PREFIX_SPACE) {
         if (s[0] == ' ') {
             run_stages(tok, w, k + 1, s, len);
@@ -77,6 +85,57 @@ static const kiln_tok_added *added_at(const kiln_tokenizer *tok, const char *s, 
 
 static void encode_segment(const kiln_tokenizer *tok, kiln_tok_work *w, const char *s, size_t len, bool normalized);
 
+/* Appends every from in s[0..len) replaced by to (from is not empty). */
+static void replace_all(const char *s, size_t len, const char *from, const char *to, kiln_strbuf *out) {
+    size_t fl = strlen(from), done = 0;
+    for (size_t i = 0; i + fl <= len;) {
+        if (memcmp(s + i, from, fl)) { i++; continue; }
+        kiln_strbuf_append(out, s + done, i - done);
+        kiln_strbuf_puts(out, to);
+        done = i += fl;
+    }
+    kiln_strbuf_append(out, s + done, len - done);
+}
+
+/* Appends one normalizer step's result on s[0..len) (len >= 1) to out. */
+static void normalize(const kiln_tok_norm *n, const char *s, size_t len, kiln_strbuf *out) {
+    if (n->kind == KILN_TOK_NORM_NFC) {
+        kiln_un_nfc(s, len, out);
+    } else if (n->kind == KILN_TOK_NORM_PREPEND) {
+        kiln_strbuf_puts(out, n->to);
+        kiln_strbuf_append(out, s, len);
+    } else {
+        replace_all(s, len, n->from, n->to, out);
+    }
+}
+
+/* Metaspace on the piece s[0..len): spaces become the replacement, which is prepended per the
+ * scheme (`first`: only at the start of the text); then the next stages, on the whole piece or, with
+ * split, on each part that starts at a replacement. */
+static void run_metaspace(const kiln_tokenizer *tok, kiln_tok_work *w, int k, const char *s, size_t len, bool first) {
+    const kiln_tok_stage *st = &tok->stages[k];
+    size_t rl = strlen(st->replacement);
+    kiln_strbuf *b = &w->stage_text[k];
+    kiln_strbuf_clear(b);
+    bool starts = len >= rl && !memcmp(s, st->replacement, rl);
+    if (!starts && len > 0 && s[0] == ' ') starts = true; /* the space becomes the replacement */
+    if (!starts && (st->prepend == KILN_TOK_PREPEND_ALWAYS || (st->prepend == KILN_TOK_PREPEND_FIRST && first)))
+        kiln_strbuf_puts(b, st->replacement);
+    replace_all(s, len, " ", st->replacement, b);
+    if (b->failed) { w->oom = true; return; }
+    if (!st->split) {
+        run_stages(tok, w, k + 1, b->data, b->len);
+        return;
+    }
+    size_t start = 0;
+    for (size_t i = rl; i + rl <= b->len && !w->oom; i++) {
+        if (memcmp(b->data + i, st->replacement, rl)) continue;
+        run_stages(tok, w, k + 1, b->data + start, i - start);
+        start = i;
+    }
+    if (b->len > start) run_stages(tok, w, k + 1, b->data + start, b->len - start);
+}
+
 /* The text between added tokens: normalized, then cut at the normalized added tokens; or, between
  * those, the pre-tokenizer. */
 static void encode_gap(const kiln_tokenizer *tok, kiln_tok_work *w, const char *s, size_t len, bool normalized) {
@@ -85,13 +144,14 @@ static void encode_gap(const kiln_tokenizer *tok, kiln_tok_work *w, const char *
         run_stages(tok, w, 0, s, len);
         return;
     }
-    if (!tok->nfc) {
-        encode_segment(tok, w, s, len, true);
-        return;
+    for (int k = 0; k < tok->nnorms; k++) {
+        kiln_strbuf *b = &w->normalized[k % 2];
+        kiln_strbuf_clear(b);
+        normalize(&tok->norms[k], s, len, b);
+        if (b->failed) { w->oom = true; return; }
+        s = b->data, len = b->len;
     }
-    kiln_strbuf_clear(&w->normalized);
-    if (!kiln_un_nfc(s, len, &w->normalized)) w->oom = true;
-    else encode_segment(tok, w, w->normalized.data, w->normalized.len, true);
+    encode_segment(tok, w, s, len, true);
 }
 
 /* Cuts s[0..len) at the added tokens whose normalized flag is `normalized` (lstrip / rstrip take the
@@ -112,6 +172,7 @@ static void encode_segment(const kiln_tokenizer *tok, kiln_tok_work *w, const ch
         }
         encode_gap(tok, w, s + done, start - done, normalized);
         kiln_tok_emit(w, a->id);
+        w->at_start = false;
         done = i = end;
     }
     encode_gap(tok, w, s + done, len - done, normalized);
@@ -119,7 +180,7 @@ static void encode_segment(const kiln_tokenizer *tok, kiln_tok_work *w, const ch
 
 kiln_status kiln_tokenizer_encode(const kiln_tokenizer *tok, const char *text, size_t len, bool add_special,
                                   int32_t **ids, size_t *n) {
-    kiln_tok_work w = {0};
+    kiln_tok_work w = {.at_start = true};
     *ids = NULL;
     *n = 0;
     for (int i = 0; add_special && i < tok->nprefix; i++) kiln_tok_emit(&w, tok->prefix[i]);
