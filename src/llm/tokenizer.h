@@ -64,8 +64,8 @@ bool kiln_tokenizer_is_special(const kiln_tokenizer *tok, int32_t id);
  * is complete so far (UTF-8 characters split across tokens are held back until their last byte
  * arrives; with the ByteFallback decoder a run of "<0xXX>" tokens is held until it ends, as its
  * text depends on all of it). The concatenation of every push and the final flush equals
- * kiln_tokenizer_decode of the same ids, except after a run of more than KILN_TOK_STREAM_RUN byte
- * tokens that is valid UTF-8 so far (it is then let out, as if it ended there). Zero-initialise (or
+ * kiln_tokenizer_decode of the same ids, except when a run of more than KILN_TOK_STREAM_RUN byte
+ * tokens, valid UTF-8 up to there (its whole characters are then let out), turns invalid later. Zero-initialise (or
  * kiln_tokenizer_stream_init) before the first push. */
 #define KILN_TOK_STREAM_RUN 64
 typedef struct kiln_tokenizer_stream {

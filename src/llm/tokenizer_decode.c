@@ -196,8 +196,13 @@ static kiln_status stream_push_chars(const kiln_tokenizer *tok, kiln_tokenizer_s
     if (state == UTF8_INVALID) {
         stream_end_run(s, out);
         s->run_broken = true;
-    } else if (s->npending == KILN_TOK_STREAM_RUN) {
-        stream_end_run(s, out);
+    } else if (s->npending == KILN_TOK_STREAM_RUN) { /* let the whole characters out, keep a cut one */
+        size_t n = (size_t)s->npending, p = n - 1;
+        while (state == UTF8_CUT && p > 0 && (s->pending[p] & 0xC0) == 0x80) p--;
+        size_t keep = state == UTF8_CUT ? n - p : 0;
+        stream_emit(s, (const char *)s->pending, n - keep, out);
+        memmove(s->pending, s->pending + n - keep, keep);
+        s->npending = (int)keep;
     }
     return kiln_strbuf_status(out);
 }

@@ -13,11 +13,13 @@ fuse_unk and "<unk>", and
   llama2_unk     llama2_style with some byte tokens taken out: characters needing them become <unk>
                  (fused)
 Ids, decode and the streaming decode must equal `tokenizers`' on the corpus of test_tokenizer.py, and
-decode(encode(s)) must give s back (less the leading space) where every byte has a token.
+the fixtures of scripts/make_tokenizer_fixtures.py (Llama 2 and Gemma forms) must load and run
+`kiln generate` from text.
 
 Run:  KILN_BIN=build/kiln python -m pytest tests/e2e/test_tokenizer_spm.py
 """
 import json
+import os
 
 import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -150,3 +152,22 @@ def test_spm_unsupported_parts_are_refused(kiln, spm_dir, tmp_path):
         bad = tmp_path / "bad.json"
         bad.write_text(json.dumps(data), encoding="utf-8")
         assert_error(run_kiln(kiln, "tokenize", bad, "--info"), mentions=mentions)
+
+
+FAMILIES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "llm_families")
+
+
+@pytest.mark.parametrize("name", ["llama2_untied", "gemma"])
+def test_family_fixtures_generate_from_text(kiln, tmp_path, name):
+    """The tokenizers of scripts/make_tokenizer_fixtures.py: kiln's ids equal `tokenizers`' and `kiln generate`
+    runs the fixture from a text prompt (its prompt, bos included, counted as `tokenizers` counts it)."""
+    d = os.path.join(FAMILIES, name)
+    ref = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    strings = ["the quick brown fox", " hello  world ", "Zebra \u00e9\u00e9 \U0001F600!", "", "<s>x</s>"]
+    for row, s in zip(kiln_jsonl(kiln, d, strings, tmp_path), strings):
+        assert row["ids"] == ref.encode(s).ids, s
+        assert row["text"] == row["stream"] == ref.decode(row["ids"], skip_special_tokens=False), s
+    prompt = "the lazy dog writes"
+    proc = run_kiln(kiln, "generate", d, "--prompt", prompt, "--max-tokens", "6", "--temperature", "0")
+    assert_ok(proc)
+    assert f"prompt {len(ref.encode(prompt).ids)} tokens" in proc.stderr
