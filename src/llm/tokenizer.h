@@ -1,14 +1,16 @@
-/* tokenizer.h — byte-level BPE tokenizers as a Hugging Face tokenizer.json describes them (GPT-2,
+/* tokenizer.h — BPE tokenizers as a Hugging Face tokenizer.json describes them, byte-level (GPT-2,
  * Llama-3, Qwen2 / Qwen2.5, and the ones `tokenizers` trains with ByteLevelBPETokenizer or models.BPE +
- * pre_tokenizers.ByteLevel): encode text to token ids and decode ids back, with the same ids as
- * `tokenizers` gives.
+ * pre_tokenizers.ByteLevel) and SentencePiece style (Llama 2, Mistral, Phi-3, Gemma): encode text to
+ * token ids and decode ids back, with the same ids as `tokenizers` gives.
  *
  * What is read: model BPE (vocab; merges as "a b" strings or [a, b] pairs; ignore_merges;
  * byte_fallback; unk_token, fuse_unk), added_tokens (matched in the text before pre-tokenization,
- * special or not, with lstrip / rstrip / single_word), normalizer null or NFC (or a Sequence of them),
- * pre_tokenizer ByteLevel (add_prefix_space, use_regex with GPT-2's pattern) or a Sequence of Split
- * (the GPT-2, Llama-3 or Qwen2 regex, behavior Isolated, invert false) and ByteLevel stages, decoder
- * ByteLevel, post_processor null / ByteLevel / TemplateProcessing (its single-sequence template) or a
+ * special or not, with lstrip / rstrip / single_word), normalizer null, NFC, Prepend, Replace of a
+ * string (or a Sequence of them), pre_tokenizer ByteLevel (add_prefix_space, use_regex with GPT-2's
+ * pattern) or a Sequence of Split (the GPT-2, Llama-3 or Qwen2 regex, behavior Isolated, invert false)
+ * and ByteLevel stages, with decoder ByteLevel; or, without ByteLevel (the BPE then works on UTF-8
+ * characters), pre_tokenizer null / Metaspace / Split and a decoder Sequence of Replace, ByteFallback,
+ * Fuse and a final Strip of leading spaces; post_processor null / ByteLevel / TemplateProcessing (its single-sequence template) or a
  * Sequence of them. An optional tokenizer_config.json next to it gives bos_token, eos_token,
  * add_bos_token and add_eos_token. Anything else is refused with KILN_ERR_UNSUPPORTED naming it;
  * truncation and padding settings are ignored.
