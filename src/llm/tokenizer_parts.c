@@ -182,12 +182,28 @@ static kiln_status read_spm_decoder_step(kiln_tokenizer *tok, const kiln_jdoc *d
                       "Fuse and Strip in a Sequence)", path, type);
 }
 
+/* The Metaspace decoder: the replacement back to ' ' in every token, and the first token's leading
+ * space dropped unless prepend_scheme is "never": a Strip of one leading space of the whole text
+ * (the same but after a first token that decodes to nothing). "<0xXX>" tokens stay as they are. */
+static kiln_status read_metaspace_decoder(kiln_tokenizer *tok, const kiln_jdoc *d, const kiln_jnode *v,
+                                          const char *path) {
+    KILN_TRY(get_affix(d, v, "replacement", "decoder Metaspace", tok->dec_from, path));
+    strcpy(tok->dec_to, " ");
+    const char *scheme;
+    bool add_prefix = true;
+    KILN_TRY(kiln_tok_get_str(d, v, "prepend_scheme", &scheme, path));
+    KILN_TRY(kiln_tok_get_bool(d, v, "add_prefix_space", true, &add_prefix, path));
+    tok->dec_strip = (scheme ? strcmp(scheme, "never") != 0 : add_prefix) ? 1 : 0;
+    return KILN_OK;
+}
+
 kiln_status kiln_tok_read_decoder(kiln_tokenizer *tok, const kiln_jdoc *d, const kiln_jnode *root, const char *path) {
     const kiln_jnode *v = kiln_jdoc_get(d, root, "decoder");
     const char *type = NULL;
     if (v && v->type == KILN_JNODE_OBJECT) KILN_TRY(kiln_tok_get_str(d, v, "type", &type, path));
     const kiln_jnode *list = type && !strcmp(type, "Sequence") ? kiln_jdoc_get(d, v, "decoders") : NULL;
     if (tok->byte_level && type && !strcmp(type, "ByteLevel")) return KILN_OK;
+    if (!tok->byte_level && type && !strcmp(type, "Metaspace")) return read_metaspace_decoder(tok, d, v, path);
     if (!tok->byte_level && list && list->type == KILN_JNODE_ARRAY) {
         for (const kiln_jnode *s = kiln_jdoc_first(d, list); s; s = kiln_jdoc_next(d, s))
             KILN_TRY(read_spm_decoder_step(tok, d, s, !kiln_jdoc_next(d, s), path));
@@ -195,7 +211,7 @@ kiln_status kiln_tok_read_decoder(kiln_tokenizer *tok, const kiln_jdoc *d, const
     }
     return kiln_error(KILN_ERR_UNSUPPORTED,
                       "%s: decoder \"%s\" is not supported with %s (kiln implements ByteLevel with a ByteLevel "
-                      "pre-tokenizer, else a Sequence of Replace, ByteFallback, Fuse and Strip)", path,
+                      "pre-tokenizer, else Metaspace or a Sequence of Replace, ByteFallback, Fuse and Strip)", path,
                       type ? type : "null", tok->byte_level ? "a ByteLevel pre-tokenizer" : "no ByteLevel pre-tokenizer");
 }
 

@@ -8,6 +8,7 @@ fuse_unk and "<unk>", and
   mistral_style  no normalizer, pre-tokenizer Metaspace(prepend_scheme "first", split false), the same
                  decoder (Mistral v0.3 and later conversions)
   metaspace_split  Metaspace(prepend_scheme "always", split true)
+  metaspace_decoder  mistral_style with the Metaspace decoder (byte tokens then decode as their text)
   gemma_style    normalizer Replace(" ", "▁") only, decoder without Strip, "<bos>" template and
                  <start_of_turn> / <end_of_turn> special tokens (Gemma)
   llama2_unk     llama2_style with some byte tokens taken out: characters needing them become <unk>
@@ -51,14 +52,14 @@ def train(specials, vocab_size=900):
     return data
 
 
-def finish(data, normalizer, pre_tokenizer, strip, bos, drop_bytes=()):
+def finish(data, normalizer, pre_tokenizer, strip, bos, drop_bytes=(), decoder=None):
     """data with the given parts (`tokenizers` objects) and a "bos $A" template."""
     for t in drop_bytes:
         del data["model"]["vocab"][t]
     tok = Tokenizer.from_str(json.dumps(data))
     tok.normalizer = normalizer
     tok.pre_tokenizer = pre_tokenizer
-    tok.decoder = spm_decoder(strip)
+    tok.decoder = decoder or spm_decoder(strip)
     tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, tok.token_to_id(bos))])
     return tok
 
@@ -75,6 +76,9 @@ def make_all(root):
         "metaspace_split": finish(json.loads(json.dumps(llama)), None,
                                   pre_tokenizers.Metaspace(replacement=SPACE, prepend_scheme="always", split=True),
                                   True, "<s>"),
+        "metaspace_decoder": finish(json.loads(json.dumps(llama)), None,
+                                    pre_tokenizers.Metaspace(replacement=SPACE, prepend_scheme="first", split=False),
+                                    True, "<s>", decoder=decoders.Metaspace(replacement=SPACE, prepend_scheme="first")),
         "gemma_style": finish(gemma, normalizers.Replace(" ", SPACE), None, False, "<bos>"),
         "llama2_unk": finish(json.loads(json.dumps(llama)), legacy, None, True, "<s>",
                              drop_bytes=["<0xF0>", "<0x9F>", "<0xE2>"]),
@@ -93,7 +97,7 @@ def spm_dir(tmp_path_factory):
     return make_all(tmp_path_factory.mktemp("spm"))
 
 
-NAMES = ["llama2_style", "mistral_style", "metaspace_split", "gemma_style", "llama2_unk"]
+NAMES = ["llama2_style", "mistral_style", "metaspace_split", "metaspace_decoder", "gemma_style", "llama2_unk"]
 EXTRA = ["<s>Hello</s>", "<s> Hello", "x<s>y", "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n",
          "<bos><bos>", " leading", "  two leading", "trailing ", "\u2581already", "a\u2581b", "<unk>", "<0x41>",
          "\U0001F600\U0001F600 \u2603\u2603", "\u00e9t\u00e9 \u00fcber \u00df", "\u4e2d\u6587\u5b57 \u65e5\u672c"]
@@ -140,6 +144,7 @@ def test_spm_unsupported_parts_are_refused(kiln, spm_dir, tmp_path):
     cases = [
         (("decoder",), {"type": "ByteLevel"}, ["not supported", "ByteLevel"]),
         (("decoder", "decoders", 0), {"type": "CTC"}, ["not supported", "CTC"]),
+        (("decoder", "decoders", 3), {"type": "Strip", "content": " ", "start": 0, "stop": 1}, ["Strip"]),
         (("normalizer", "normalizers", 1, "pattern"), {"Regex": " +"}, ["not supported", "Replace"]),
         (("normalizer", "normalizers", 0), {"type": "Lowercase"}, ["not supported", "Lowercase"]),
     ]
