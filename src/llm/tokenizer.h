@@ -45,8 +45,9 @@ kiln_status kiln_tokenizer_load_memory(const char *json, size_t json_len, const 
 kiln_status kiln_tokenizer_decode(const kiln_tokenizer *tok, const int32_t *ids, size_t n, bool skip_special,
                                   char **text, size_t *len);
 
-/* The bytes one token decodes to (possibly part of a UTF-8 character), *len of them; NULL (and *len
- * 0) for an id that names no token. Valid while tok lives. */
+/* The bytes one token decodes to (possibly part of a UTF-8 character: a ByteFallback "<0xXX>" token
+ * gives its byte), *len of them, before any Strip of leading spaces; NULL (and *len 0) for an id that
+ * names no token. Valid while tok lives. */
 const char *kiln_tokenizer_token_text(const kiln_tokenizer *tok, int32_t id, size_t *len);
 
 /* One past the largest token id (the model vocabulary and the added tokens). */

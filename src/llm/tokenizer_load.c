@@ -180,7 +180,7 @@ static int fallback_byte(const char *t, size_t len) {
 }
 
 /* Without ByteLevel: every token's text with the decoder's Replace applied (which may lengthen it,
- * hence the size bound), and the byte of each ByteFallback token. */
+ * hence the size bound), and the byte of each ByteFallback token (which is also its text). */
 static kiln_status build_decoded_chars(kiln_tokenizer *tok) {
     size_t n = (size_t)tok->nids, fl = strlen(tok->dec_from), tl = strlen(tok->dec_to);
     size_t grow = fl && tl > fl ? (tl + fl - 1) / fl : 1;
@@ -197,6 +197,10 @@ static kiln_status build_decoded_chars(kiln_tokenizer *tok) {
         const char *t = tok->text + tok->tok_off[id];
         size_t len = tok->tok_len[id];
         if (tok->dec_byte_fallback) tok->byte_of[id] = (int16_t)fallback_byte(t, len);
+        if (tok->byte_of[id] >= 0) { /* its byte, as kiln_tokenizer_token_text promises */
+            tok->dec[pos++] = (char)tok->byte_of[id];
+            continue;
+        }
         for (size_t k = 0; k < len;) {
             if (fl && k + fl <= len && !memcmp(t + k, tok->dec_from, fl)) {
                 memcpy(tok->dec + pos, tok->dec_to, tl);

@@ -4,7 +4,7 @@
  * ByteFallback runs (valid UTF-8, invalid: one U+FFFD per token, cut off), the leading-space Strip with
  * and without special tokens, and the streaming decode equal to decode on each, including a run
  * longer than the stream holds back. The ids and texts expected are those `tokenizers` 0.23 gives for
- * the same file. Exit 0 = pass. */
+ * the same file; each token's own bytes (kiln_tokenizer_token_text). Exit 0 = pass. */
 #include "check.h"
 #include "core/status.h"
 #include "llm/tokenizer.h"
@@ -69,6 +69,11 @@ int main(void) {
     kiln_tokenizer *tok = NULL;
     REQUIRE_OK(kiln_tokenizer_load_memory(SPM, sizeof SPM - 1, NULL, 0, "spm test", &tok));
     CHECK(kiln_tokenizer_vocab_size(tok) == 21 && kiln_tokenizer_bos_id(tok) == 1);
+    size_t tl;
+    const char *t = kiln_tokenizer_token_text(tok, 5, &tl); /* <0xE6>: its byte */
+    CHECK(t && tl == 1 && (unsigned char)t[0] == 0xE6);
+    t = kiln_tokenizer_token_text(tok, 20, &tl); /* ▁hello: the Replace applied */
+    CHECK(t && tl == 6 && !memcmp(t, " hello", 6));
 
     expect_ids(tok, "hello", IDS(1, 20));
     expect_ids(tok, " hello  ahello", IDS(1, 8, 20, 8, 15, 19));
