@@ -9,7 +9,8 @@
  * string (or a Sequence of them), pre_tokenizer ByteLevel (add_prefix_space, use_regex with GPT-2's
  * pattern) or a Sequence of Split (the GPT-2, Llama-3 or Qwen2 regex, behavior Isolated, invert false)
  * and ByteLevel stages, with decoder ByteLevel; or, without ByteLevel (the BPE then works on UTF-8
- * characters), pre_tokenizer null / Metaspace / Split and decoder Metaspace or a Sequence of Replace,
+ * characters), pre_tokenizer null / Metaspace / Split (also on a string, with any behavior but invert)
+ * and decoder Metaspace or a Sequence of Replace,
  * ByteFallback, Fuse and a final Strip of leading spaces; post_processor null / ByteLevel / TemplateProcessing (its single-sequence template) or a
  * Sequence of them. An optional tokenizer_config.json next to it gives bos_token, eos_token,
  * add_bos_token and add_eos_token. Anything else is refused with KILN_ERR_UNSUPPORTED naming it;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 static void run_metaspace(const kiln_tokenizer *tok, kiln_tok_work *w, int k, const char *s, size_t len, bool first);
+static void run_split_string(const kiln_tokenizer *tok, kiln_tok_work *w, int k, const char *s, size_t len);
 
 /* Runs stages[k..] over the piece s[0..len) (len >= 1), then BPE on each word. */
 static void run_stages(const kiln_tokenizer *tok, kiln_tok_work *w, int k, const char *s, size_t len) {
@@ -25,6 +26,10 @@ static void run_stages(const kiln_tokenizer *tok, kiln_tok_work *w, int k, const
     const kiln_tok_stage *st = &tok->stages[k];
     if (st->kind == KILN_TOK_METASPACE) {
         run_metaspace(tok, w, k, s, len, first);
+        return;
+    }
+    if (st->kind == KILN_TOK_SPLIT_STRING) {
+        run_split_string(tok, w, k, s, len);
         return;
     }
     if (st->kind == KILN_TOK_PREFIX_SPACE) {
@@ -107,6 +112,40 @@ static void normalize(const kiln_tok_norm *n, const char *s, size_t len, kiln_st
     } else {
         replace_all(s, len, n->from, n->to, out);
     }
+}
+
+/* Runs the next stages on s[0..len) unless it is empty. */
+static void next_piece(const kiln_tokenizer *tok, kiln_tok_work *w, int k, const char *s, size_t len) {
+    if (len > 0 && !w->oom) run_stages(tok, w, k + 1, s, len);
+}
+
+/* A string Split of the piece s[0..len): the pieces between occurrences (left to right, not
+ * overlapping) and the occurrences themselves, kept, dropped or joined per the behavior. */
+static void run_split_string(const kiln_tokenizer *tok, kiln_tok_work *w, int k, const char *s, size_t len) {
+    const kiln_tok_stage *st = &tok->stages[k];
+    size_t pl = strlen(st->replacement), start = 0; /* s[start, ...) is not cut yet */
+    for (size_t i = 0; i + pl <= len;) {
+        if (memcmp(s + i, st->replacement, pl)) { i++; continue; }
+        size_t end = i + pl;
+        switch (st->behavior) {
+        case KILN_TOK_SPLIT_REMOVED: next_piece(tok, w, k, s + start, i - start); start = end; break;
+        case KILN_TOK_SPLIT_MERGED_PREV: next_piece(tok, w, k, s + start, end - start); start = end; break;
+        case KILN_TOK_SPLIT_MERGED_NEXT: next_piece(tok, w, k, s + start, i - start); start = i; break;
+        case KILN_TOK_SPLIT_ISOLATED:
+            next_piece(tok, w, k, s + start, i - start);
+            next_piece(tok, w, k, s + i, pl);
+            start = end;
+            break;
+        case KILN_TOK_SPLIT_CONTIGUOUS:
+            next_piece(tok, w, k, s + start, i - start);
+            while (end + pl <= len && !memcmp(s + end, st->replacement, pl)) end += pl;
+            next_piece(tok, w, k, s + i, end - i);
+            start = end;
+            break;
+        }
+        i = end;
+    }
+    next_piece(tok, w, k, s + start, len - start);
 }
 
 /* Metaspace on the piece s[0..len): spaces become the replacement, which is prepended per the

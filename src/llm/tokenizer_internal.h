@@ -43,7 +43,17 @@ typedef enum kiln_tok_stage_kind {
     KILN_TOK_PREFIX_SPACE, /* ByteLevel add_prefix_space: prepend ' ' unless the piece starts with one */
     KILN_TOK_SPLIT,        /* split into the pattern's matches (Split Isolated, ByteLevel use_regex) */
     KILN_TOK_METASPACE,    /* ' ' -> replacement, prepended per prepend_scheme, split before each one */
+    KILN_TOK_SPLIT_STRING, /* split at each occurrence of a string (Split {"String": ...}) */
 } kiln_tok_stage_kind;
+
+/* What a string Split does with each occurrence (SplitDelimiterBehavior). */
+typedef enum kiln_tok_split_behavior {
+    KILN_TOK_SPLIT_REMOVED,
+    KILN_TOK_SPLIT_ISOLATED,
+    KILN_TOK_SPLIT_MERGED_PREV, /* the occurrence ends the piece before it */
+    KILN_TOK_SPLIT_MERGED_NEXT, /* the occurrence starts the piece after it */
+    KILN_TOK_SPLIT_CONTIGUOUS,  /* adjacent occurrences form one isolated piece */
+} kiln_tok_split_behavior;
 
 /* Metaspace's prepend_scheme: when the replacement goes before a piece that does not start with it. */
 typedef enum kiln_tok_prepend {
@@ -55,7 +65,8 @@ typedef enum kiln_tok_prepend {
 typedef struct kiln_tok_stage {
     kiln_tok_stage_kind kind;
     kiln_pretok_pattern pattern; /* KILN_TOK_SPLIT */
-    char replacement[KILN_TOK_MAX_AFFIX + 1]; /* KILN_TOK_METASPACE */
+    char replacement[KILN_TOK_MAX_AFFIX + 1]; /* KILN_TOK_METASPACE; the string of KILN_TOK_SPLIT_STRING */
+    kiln_tok_split_behavior behavior;         /* KILN_TOK_SPLIT_STRING */
     kiln_tok_prepend prepend;                 /* KILN_TOK_METASPACE */
     bool split;                               /* KILN_TOK_METASPACE */
 } kiln_tok_stage;

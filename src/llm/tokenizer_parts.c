@@ -224,6 +224,24 @@ static kiln_status add_stage(kiln_tokenizer *tok, kiln_tok_stage st, const char 
     return KILN_OK;
 }
 
+/* Split on a string: any behavior, invert false. */
+static kiln_status read_split_string(kiln_tokenizer *tok, const kiln_jdoc *d, const kiln_jnode *v, const char *path) {
+    static const char *const names[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"};
+    kiln_tok_stage st = {.kind = KILN_TOK_SPLIT_STRING};
+    KILN_TRY(get_affix(d, kiln_jdoc_get(d, v, "pattern"), "String", "pre_tokenizer Split", st.replacement, path));
+    const char *behavior;
+    bool invert = false;
+    KILN_TRY(kiln_tok_get_str(d, v, "behavior", &behavior, path));
+    KILN_TRY(kiln_tok_get_bool(d, v, "invert", false, &invert, path));
+    int b = 0;
+    while (behavior && b < 5 && strcmp(behavior, names[b])) b++;
+    if (!behavior || b == 5 || invert)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s: Split behavior %s%s is not supported", path,
+                          behavior ? behavior : "null", invert ? " with invert" : "");
+    st.behavior = (kiln_tok_split_behavior)b;
+    return add_stage(tok, st, path);
+}
+
 /* Split: a regex kiln knows, behavior Isolated, invert false. */
 static kiln_status read_split(kiln_tokenizer *tok, const kiln_jdoc *d, const kiln_jnode *v, const char *path) {
     const kiln_jnode *pat = kiln_jdoc_get(d, v, "pattern");
@@ -233,7 +251,7 @@ static kiln_status read_split(kiln_tokenizer *tok, const kiln_jdoc *d, const kil
         KILN_TRY(kiln_tok_get_str(d, pat, "Regex", &regex, path));
         KILN_TRY(kiln_tok_get_str(d, pat, "String", &literal, path));
     }
-    if (literal) return kiln_error(KILN_ERR_UNSUPPORTED, "%s: Split on the string \"%s\" is not supported", path, literal);
+    if (literal) return read_split_string(tok, d, v, path);
     if (!regex) return kiln_error(KILN_ERR_PARSE, "%s: Split has no pattern {\"Regex\": ...}", path);
     kiln_pretok_pattern p = kiln_pretok_pattern_of(regex);
     if (p == KILN_PRETOK_NONE)

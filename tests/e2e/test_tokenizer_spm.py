@@ -9,8 +9,9 @@ fuse_unk and "<unk>", and
                  decoder (Mistral v0.3 and later conversions)
   metaspace_split  Metaspace(prepend_scheme "always", split true)
   metaspace_decoder  mistral_style with the Metaspace decoder (byte tokens then decode as their text)
-  gemma_style    normalizer Replace(" ", "▁") only, decoder without Strip, "<bos>" template and
-                 <start_of_turn> / <end_of_turn> special tokens (Gemma)
+  gemma_style    normalizer Replace(" ", "▁") only, pre-tokenizer Split(" ", MergedWithPrevious), decoder
+                 without Strip, "<bos>" template and <start_of_turn> / <end_of_turn> special tokens (Gemma)
+  split_*        no normalizer, Split on the string " " with each behavior
   llama2_unk     llama2_style with some byte tokens taken out: characters needing them become <unk>
                  (fused)
 Ids, decode and the streaming decode must equal `tokenizers`' on the corpus of test_tokenizer.py, and
@@ -79,10 +80,14 @@ def make_all(root):
         "metaspace_decoder": finish(json.loads(json.dumps(llama)), None,
                                     pre_tokenizers.Metaspace(replacement=SPACE, prepend_scheme="first", split=False),
                                     True, "<s>", decoder=decoders.Metaspace(replacement=SPACE, prepend_scheme="first")),
-        "gemma_style": finish(gemma, normalizers.Replace(" ", SPACE), None, False, "<bos>"),
+        "gemma_style": finish(gemma, normalizers.Replace(" ", SPACE),
+                              pre_tokenizers.Split(" ", behavior="merged_with_previous"), False, "<bos>"),
         "llama2_unk": finish(json.loads(json.dumps(llama)), legacy, None, True, "<s>",
                              drop_bytes=["<0xF0>", "<0x9F>", "<0xE2>"]),
     }
+    for behavior in ("removed", "isolated", "merged_with_previous", "merged_with_next", "contiguous"):
+        made[f"split_{behavior}"] = finish(json.loads(json.dumps(llama)), None,
+                                           pre_tokenizers.Split(" ", behavior=behavior), False, "<s>")
     out = {}
     for name, tok in made.items():
         d = root / name
@@ -97,7 +102,8 @@ def spm_dir(tmp_path_factory):
     return make_all(tmp_path_factory.mktemp("spm"))
 
 
-NAMES = ["llama2_style", "mistral_style", "metaspace_split", "metaspace_decoder", "gemma_style", "llama2_unk"]
+NAMES = ["llama2_style", "mistral_style", "metaspace_split", "metaspace_decoder", "gemma_style", "llama2_unk",
+         "split_removed", "split_isolated", "split_merged_with_previous", "split_merged_with_next", "split_contiguous"]
 EXTRA = ["<s>Hello</s>", "<s> Hello", "x<s>y", "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n",
          "<bos><bos>", " leading", "  two leading", "trailing ", "\u2581already", "a\u2581b", "<unk>", "<0x41>",
          "\U0001F600\U0001F600 \u2603\u2603", "\u00e9t\u00e9 \u00fcber \u00df", "\u4e2d\u6587\u5b57 \u65e5\u672c"]
