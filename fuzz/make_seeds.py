@@ -178,6 +178,12 @@ def tokenizers(out):
     put(out, "fuzz_tokenizer", "llama2_style", compact(sentencepiece_style(False)) + "\0" +
         compact({"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": True}))
     put(out, "fuzz_tokenizer", "mistral_metaspace", compact(sentencepiece_style(True)))
+    gemma = sentencepiece_style(False)
+    gemma["normalizer"] = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+    gemma["pre_tokenizer"] = {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious",
+                              "invert": False}
+    gemma["decoder"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}
+    put(out, "fuzz_tokenizer", "gemma_split", compact(gemma))
     fallback = dict(TEST_TOKENIZER)
     fallback["model"] = dict(TEST_TOKENIZER["model"], byte_fallback=True, unk_token="<unk>", fuse_unk=True,
                              vocab=dict(TEST_TOKENIZER["model"]["vocab"], **{"<unk>": 10, "<0x41>": 11, "<0xE2>": 12}))
