@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make_tokenizer_fixtures.py — writes tokenizer.json and tokenizer_config.json into two fixtures of
+"""make_tokenizer_fixtures.py — writes tokenizer.json and tokenizer_config.json into three fixtures of
 tests/data/llm_families, so that `kiln generate` runs them from text: SentencePiece-style BPE
 tokenizers trained here with Hugging Face `tokenizers`, in the form of the published files of their
 families, with exactly the fixtures' 128 ids (every id the model can sample decodes):
@@ -8,6 +8,7 @@ families, with exactly the fixtures' 128 ids (every id the model can sample deco
                  fuse_unk (the vocabulary is too small for the 256 "<0xXX>" tokens, so characters
                  outside it become <unk>); decoder Sequence[Replace("▁", " "), ByteFallback, Fuse,
                  Strip(" ", 1, 0)]; post-processor TemplateProcessing "<s> $A"
+  phi3_partial   Phi-3: the Llama 2 form with its chat tokens <|user|> <|assistant|> <|end|> (special)
   gemma          Gemma: <pad> <bos> <eos> <unk> <start_of_turn> <end_of_turn> (bos 1 and eos 2, as the
                  fixture's config.json says); normalizer Replace(" ", "▁") alone; the decoder without
                  Strip; template "<bos> $A"
@@ -33,6 +34,9 @@ TEXT = [
 FAMILIES = {
     "llama2_untied": {"specials": ["<unk>", "<s>", "</s>"], "bos": "<s>", "eos": "</s>", "strip": True,
                       "normalizer": normalizers.Sequence([normalizers.Prepend(SPACE), normalizers.Replace(" ", SPACE)])},
+    "phi3_partial": {"specials": ["<unk>", "<s>", "</s>", "<|user|>", "<|assistant|>", "<|end|>"], "bos": "<s>",
+                     "eos": "</s>", "strip": True,
+                     "normalizer": normalizers.Sequence([normalizers.Prepend(SPACE), normalizers.Replace(" ", SPACE)])},
     "gemma": {"specials": ["<pad>", "<bos>", "<eos>", "<unk>", "<start_of_turn>", "<end_of_turn>"], "bos": "<bos>",
               "eos": "<eos>", "strip": False, "normalizer": normalizers.Replace(" ", SPACE)},
 }

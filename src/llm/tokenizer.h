@@ -58,8 +58,8 @@ int32_t kiln_tokenizer_vocab_size(const kiln_tokenizer *tok);
  * convention) when that token exists. -1 when unknown. */
 int32_t kiln_tokenizer_bos_id(const kiln_tokenizer *tok);
 int32_t kiln_tokenizer_eos_id(const kiln_tokenizer *tok);
-/* The id of the token whose text is `token` (an added token, else a vocabulary entry in its
- * byte-level form, e.g. "Ġthe"), or -1. */
+/* The id of the token whose text is `token` (an added token, else a vocabulary entry as the
+ * vocabulary spells it: byte-level "Ġthe", SentencePiece style "▁the"), or -1. */
 int32_t kiln_tokenizer_find(const kiln_tokenizer *tok, const char *token);
 /* True when id is a special added token (skipped by decode's skip_special). */
 bool kiln_tokenizer_is_special(const kiln_tokenizer *tok, int32_t id);

@@ -15,7 +15,7 @@ fuse_unk and "<unk>", and
   llama2_unk     llama2_style with some byte tokens taken out: characters needing them become <unk>
                  (fused)
 Ids, decode and the streaming decode must equal `tokenizers`' on the corpus of test_tokenizer.py, and
-the fixtures of scripts/make_tokenizer_fixtures.py (Llama 2 and Gemma forms) must load and run
+the fixtures of scripts/make_tokenizer_fixtures.py (Llama 2, Phi-3 and Gemma forms) must load and run
 `kiln generate` from text.
 
 Run:  KILN_BIN=build/kiln python -m pytest tests/e2e/test_tokenizer_spm.py
@@ -168,13 +168,14 @@ def test_spm_unsupported_parts_are_refused(kiln, spm_dir, tmp_path):
 FAMILIES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "llm_families")
 
 
-@pytest.mark.parametrize("name", ["llama2_untied", "gemma"])
+@pytest.mark.parametrize("name", ["llama2_untied", "phi3_partial", "gemma"])
 def test_family_fixtures_generate_from_text(kiln, tmp_path, name):
     """The tokenizers of scripts/make_tokenizer_fixtures.py: kiln's ids equal `tokenizers`' and `kiln generate`
     runs the fixture from a text prompt (its prompt, bos included, counted as `tokenizers` counts it)."""
     d = os.path.join(FAMILIES, name)
     ref = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
-    strings = ["the quick brown fox", " hello  world ", "Zebra \u00e9\u00e9 \U0001F600!", "", "<s>x</s>"]
+    strings = ["the quick brown fox", " hello  world ", "Zebra \u00e9\u00e9 \U0001F600!", "", "<s>x</s>",
+               "<|user|>\nhi<|end|>\n<|assistant|>", "<start_of_turn>user\nhi<end_of_turn>"]
     for row, s in zip(kiln_jsonl(kiln, d, strings, tmp_path), strings):
         assert row["ids"] == ref.encode(s).ids, s
         assert row["text"] == row["stream"] == ref.decode(row["ids"], skip_special_tokens=False), s
