@@ -1,6 +1,6 @@
-/* tokenizer_internal.h — the loaded form of a byte-level BPE tokenizer, shared by its loader
- * (tokenizer_load.c, tokenizer_parts.c), encoder (tokenizer_encode.c, tokenizer_bpe.c) and decoder
- * (tokenizer_decode.c). */
+/* tokenizer_internal.h — the loaded form of a BPE tokenizer (byte-level or SentencePiece style),
+ * shared by its loader (tokenizer_load.c, tokenizer_parts.c, tokenizer_norm_dec.c), encoder
+ * (tokenizer_encode.c, tokenizer_bpe.c) and decoder (tokenizer_decode.c). */
 #ifndef KILN_LLM_TOKENIZER_INTERNAL_H
 #define KILN_LLM_TOKENIZER_INTERNAL_H
 
@@ -118,8 +118,9 @@ struct kiln_tokenizer {
 /* Copies s[0..len) into the tokenizer's text (sized for every token at load) and returns its offset. */
 size_t kiln_tok_keep_text(kiln_tokenizer *tok, const char *s, size_t len);
 
-/* ------------------------------------------------------------------------ tokenizer_parts.c
- * Each reads one part of tokenizer.json (`root`) into tok; `path` names the file in messages. */
+/* ------------------------------------------------------------------------ tokenizer_parts.c,
+ * tokenizer_norm_dec.c: each reads one part of tokenizer.json (`root`) into tok; `path` names the file
+ * in messages. */
 kiln_status kiln_tok_read_added(kiln_tokenizer *tok, const kiln_jdoc *d, const kiln_jnode *root, const char *path);
 kiln_status kiln_tok_read_normalizer(kiln_tokenizer *tok, const kiln_jdoc *d, const kiln_jnode *root, const char *path);
 kiln_status kiln_tok_read_pre_tokenizer(kiln_tokenizer *tok, const kiln_jdoc *d, const kiln_jnode *root,
@@ -133,6 +134,10 @@ kiln_status kiln_tok_get_bool(const kiln_jdoc *d, const kiln_jnode *obj, const c
 /* A string member, or NULL when missing or null; KILN_ERR_PARSE when mistyped. */
 kiln_status kiln_tok_get_str(const kiln_jdoc *d, const kiln_jnode *obj, const char *key, const char **out,
                              const char *path);
+/* Copies the string member `key` of v (`what` names v in messages) into out: KILN_ERR_PARSE when it is
+ * missing or empty, KILN_ERR_UNSUPPORTED when longer than KILN_TOK_MAX_AFFIX bytes. */
+kiln_status kiln_tok_get_affix(const kiln_jdoc *d, const kiln_jnode *v, const char *key, const char *what, char *out,
+                               const char *path);
 /* A token id member (an integer in [0, KILN_TOK_MAX_ID)); KILN_ERR_PARSE otherwise. */
 kiln_status kiln_tok_id_of(const kiln_jnode *v, const char *what, const char *path, int32_t *out);
 
