@@ -1,5 +1,5 @@
 /* fuzz_tokenizer.c — libFuzzer target for the tokenizer loader (llm/tokenizer_load.c and
- * tokenizer_parts.c: tokenizer.json's BPE model, added tokens, pre-tokenizer, decoder and
+ * tokenizer_parts.c: tokenizer.json's BPE model, added tokens, normalizer, pre-tokenizer, decoder and
  * post-processor; tokenizer_config.json's bos / eos settings), which reads the files of any downloaded
  * checkpoint and the copies an LLM engine carries. The input is tokenizer.json, then optionally a NUL
  * byte and tokenizer_config.json (kiln_tokenizer_load_memory, as an engine's are loaded). A tokenizer
@@ -8,7 +8,8 @@
  * back with and without skipping them, and the same ids decoded one at a time by the streaming
  * decoder must give the same text as the whole decode. Seeds: fuzz/corpus/fuzz_tokenizer/ (small
  * byte-level BPE tokenizers: a slice of models/kjv-gpt2's, the one of tests/unit/test_tokenizer.c, a
- * Llama-3 style one with a Split pre-tokenizer and a template). */
+ * Llama-3 style one with a Split pre-tokenizer and a template, a Qwen2 style one with NFC, and
+ * SentencePiece-style ones in the Llama 2 and Metaspace forms). */
 #include "fuzz_util.h"
 #include "llm/tokenizer.h"
 
@@ -24,6 +25,8 @@ static const char *const g_texts[] = {
     "caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x8e\x89 I've we'll",
     "\xff\xfe broken \xc3 utf-8 \xe2\x82",
     "<|endoftext|>text<|endoftext|> <s></s>",
+    " hello  ahello\n\xe6\x97\xa5 A <s>hello</s> z", /* SentencePiece style: merges, byte fallback, unk */
+    "e\xcc\x81 \xe2\x84\xab q\xcc\x87\xcc\xa3 \xe1\x84\x80\xe1\x85\xa1 12345", /* to normalize (NFC) */
 };
 
 /* Decodes ids[0..n) whole and token by token; the two must agree. */

@@ -101,6 +101,48 @@ def llama3_style():
     }
 
 
+def qwen2_style():
+    """A Qwen2 style tokenizer: the Llama-3 style one with the NFC normalizer, Qwen2's regex (single
+    digits) and no template."""
+    t = llama3_style()
+    t["normalizer"] = {"type": "NFC"}
+    t["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = (
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+        "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+    t["post_processor"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    return t
+
+
+def sentencepiece_style(metaspace):
+    """A SentencePiece-style tokenizer (Llama 2 form, or Mistral v0.3's Metaspace form): character BPE
+    with byte_fallback over a few "<0xXX>" tokens, fuse_unk, the Replace / ByteFallback / Fuse / Strip
+    decoder and a "<s> $A" template."""
+    sp = "\u2581"
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "<0x0A>": 3, "<0x41>": 4, "<0xE6>": 5, "<0x97>": 6, "<0xA5>": 7}
+    for t in [sp, "a", "b", "h", "e", "l", "o", sp + "a", "he", "ll", "hell", "hello", sp + "hello"]:
+        vocab[t] = len(vocab)
+    merges = [[sp, "a"], ["h", "e"], ["l", "l"], ["he", "ll"], ["hell", "o"], [sp, "hello"]]
+    special = lambda i, c: {"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+                            "normalized": False, "special": True}
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [special(0, "<unk>"), special(1, "<s>"), special(2, "</s>")],
+        "normalizer": None if metaspace else {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": sp}, {"type": "Replace", "pattern": {"String": " "}, "content": sp}]},
+        "pre_tokenizer": {"type": "Metaspace", "replacement": sp, "prepend_scheme": "first", "split": False}
+        if metaspace else None,
+        "post_processor": {"type": "TemplateProcessing",
+                           "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                           "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": sp}, "content": " "}, {"type": "ByteFallback"},
+            {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+                  "vocab": vocab, "merges": merges},
+    }
+
+
 # The tokenizer of tests/unit/test_tokenizer.c ("GOOD").
 TEST_TOKENIZER = {
     "version": "1.0", "truncation": None, "padding": None,
@@ -132,6 +174,16 @@ def tokenizers(out):
     put(out, "fuzz_tokenizer", "llama3_style", compact(llama) + "\0" +
         compact({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "add_bos_token": True,
                  "add_eos_token": False}))
+    put(out, "fuzz_tokenizer", "qwen2_style", compact(qwen2_style()))
+    put(out, "fuzz_tokenizer", "llama2_style", compact(sentencepiece_style(False)) + "\0" +
+        compact({"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": True}))
+    put(out, "fuzz_tokenizer", "mistral_metaspace", compact(sentencepiece_style(True)))
+    gemma = sentencepiece_style(False)
+    gemma["normalizer"] = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+    gemma["pre_tokenizer"] = {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious",
+                              "invert": False}
+    gemma["decoder"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}
+    put(out, "fuzz_tokenizer", "gemma_split", compact(gemma))
     fallback = dict(TEST_TOKENIZER)
     fallback["model"] = dict(TEST_TOKENIZER["model"], byte_fallback=True, unk_token="<unk>", fuse_unk=True,
                              vocab=dict(TEST_TOKENIZER["model"]["vocab"], **{"<unk>": 10, "<0x41>": 11, "<0xE2>": 12}))

@@ -1,4 +1,4 @@
-/* pretokenize.c — the GPT-2 and Llama-3 split patterns of pretokenize.h as direct matchers. Each
+/* pretokenize.c — the GPT-2, Llama-3 and Qwen2 split patterns of pretokenize.h as direct matchers. Each
  * alternative of a pattern is tried in order, as a backtracking regex engine would, and the greedy
  * runs with their lookahead / backtracking are resolved in one scan. */
 #include "llm/pretokenize.h"
@@ -14,10 +14,14 @@ static const char GPT2_REGEX[] =
 static const char LLAMA3_REGEX[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char QWEN2_REGEX[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 kiln_pretok_pattern kiln_pretok_pattern_of(const char *regex) {
     if (!strcmp(regex, GPT2_REGEX)) return KILN_PRETOK_GPT2;
     if (!strcmp(regex, LLAMA3_REGEX)) return KILN_PRETOK_LLAMA3;
+    if (!strcmp(regex, QWEN2_REGEX)) return KILN_PRETOK_QWEN2;
     return KILN_PRETOK_NONE;
 }
 
@@ -89,8 +93,9 @@ static size_t match_gpt2(const unsigned char *s, size_t n) {
 }
 
 /* Llama-3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
- *          ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
-static size_t match_llama3(const unsigned char *s, size_t n) {
+ *          ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * and Qwen2, the same with \p{N} for \p{N}{1,3}: digit runs of at most max_digits. */
+static size_t match_llama3(const unsigned char *s, size_t n, size_t max_digits) {
     size_t c = s[0] == '\'' ? contraction(s, n, true) : 0;
     if (c) return c;
     size_t next, next2;
@@ -100,7 +105,7 @@ static size_t match_llama3(const unsigned char *s, size_t n) {
     if (c0 == KILN_UC_LETTER) return run_end(s, n, 0, KILN_UC_LETTER, SIZE_MAX);
     if (c0 != KILN_UC_NUMBER && cp0 != '\r' && cp0 != '\n' && next < n && c1 == KILN_UC_LETTER)
         return run_end(s, n, next, KILN_UC_LETTER, SIZE_MAX);
-    if (c0 == KILN_UC_NUMBER) return run_end(s, n, 0, KILN_UC_NUMBER, 3);
+    if (c0 == KILN_UC_NUMBER) return run_end(s, n, 0, KILN_UC_NUMBER, max_digits);
     size_t start = SIZE_MAX;
     if (s[0] == ' ' && next < n && c1 == KILN_UC_OTHER) start = next;
     else if (c0 == KILN_UC_OTHER) start = 0;
@@ -114,5 +119,7 @@ static size_t match_llama3(const unsigned char *s, size_t n) {
 
 size_t kiln_pretok_match(kiln_pretok_pattern p, const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
-    return p == KILN_PRETOK_LLAMA3 ? match_llama3(u, n) : match_gpt2(u, n);
+    if (p == KILN_PRETOK_LLAMA3) return match_llama3(u, n, 3);
+    if (p == KILN_PRETOK_QWEN2) return match_llama3(u, n, 1);
+    return match_gpt2(u, n);
 }

@@ -1,6 +1,6 @@
 /* pretokenize.h — the pre-tokenizer split patterns of byte-level BPE tokenizers, as hand-written
- * matchers: kiln recognizes the exact regex strings of GPT-2 and Llama-3 in a tokenizer.json and
- * runs an equivalent matcher instead of a regex engine. Both patterns match at every position (the
+ * matchers: kiln recognizes the exact regex strings of GPT-2, Llama-3 and Qwen2 in a tokenizer.json and
+ * runs an equivalent matcher instead of a regex engine. All of them match at every position (the
  * last alternatives take any single character), so splitting a text with one of them ("Isolated":
  * every match is a piece) is: match at the start, cut, repeat. */
 #ifndef KILN_LLM_PRETOKENIZE_H
@@ -15,6 +15,8 @@ typedef enum kiln_pretok_pattern {
     /* (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
      * \s*[\r\n]+|\s+(?!\S)|\s+ */
     KILN_PRETOK_LLAMA3,
+    /* Llama-3's with \p{N} for \p{N}{1,3} (Qwen2, Qwen2.5): every digit alone */
+    KILN_PRETOK_QWEN2,
 } kiln_pretok_pattern;
 
 /* The pattern whose regex string is exactly `regex`, or KILN_PRETOK_NONE. */

@@ -1,6 +1,7 @@
-/* tokenizer_bpe.c — the byte-level BPE model: GPT-2's bytes-to-unicode table, and one word's merges
- * as `tokenizers` applies them: start from one symbol per byte (its mapped character's id, else the
- * "<0xXX>" byte-fallback ids, else unk), then repeatedly merge the adjacent pair of lowest merge rank
+/* tokenizer_bpe.c — the BPE model: GPT-2's bytes-to-unicode table, and one word's merges as
+ * `tokenizers` applies them: start from one symbol per byte (byte-level: its mapped character's id)
+ * or per UTF-8 character (SentencePiece style: the character's id), else the "<0xXX>" byte-fallback
+ * ids, else unk, then repeatedly merge the adjacent pair of lowest merge rank
  * (leftmost first among equal ranks), with a heap of candidate pairs so a long word stays
  * O(n log n). With ignore_merges, a word that is itself in the vocabulary is one token. */
 #include "llm/tokenizer_internal.h"
@@ -49,6 +50,8 @@ int kiln_tok_char_byte(uint32_t cp) {
 
 void kiln_tok_work_free(kiln_tok_work *w) {
     kiln_strbuf_free(&w->mapped);
+    kiln_strbuf_free(&w->normalized[0]);
+    kiln_strbuf_free(&w->normalized[1]);
     for (int i = 0; i < KILN_TOK_MAX_STAGES; i++) kiln_strbuf_free(&w->stage_text[i]);
     free(w->syms);
     free(w->heap);
@@ -117,6 +120,34 @@ static int32_t initial_symbols(const kiln_tokenizer *tok, const unsigned char *w
     return n;
 }
 
+/* The same for a tokenizer without ByteLevel: one symbol per UTF-8 character (a byte that is not
+ * valid UTF-8 counts as a character of its own), with the same fallbacks on the character's bytes. */
+static int32_t initial_char_symbols(const kiln_tokenizer *tok, const unsigned char *word, size_t len,
+                                    kiln_tok_sym *syms) {
+    int32_t n = 0;
+    bool unk = false;
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        size_t cl = (size_t)kiln_utf8_next(word + i, len - i, &cp);
+        int32_t id = kiln_tok_strmap_get(&tok->vocab, (const char *)word + i, cl);
+        bool fallback = tok->byte_fallback;
+        for (size_t k = 0; k < cl && fallback; k++) fallback = tok->fallback_id[word[i + k]] >= 0;
+        if (id >= 0) {
+            if (unk) add_sym(syms, &n, tok->unk_id);
+            unk = false;
+            add_sym(syms, &n, id);
+        } else if (fallback) {
+            for (size_t k = 0; k < cl; k++) add_sym(syms, &n, tok->fallback_id[word[i + k]]);
+        } else if (tok->unk_id >= 0) {
+            if (unk && !tok->fuse_unk) add_sym(syms, &n, tok->unk_id);
+            unk = true;
+        }
+        i += cl;
+    }
+    if (unk) add_sym(syms, &n, tok->unk_id);
+    return n;
+}
+
 static bool heap_less(const kiln_tok_heap_ent *a, const kiln_tok_heap_ent *b) {
     return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
 }
@@ -175,6 +206,7 @@ static void merge_all(const kiln_tokenizer *tok, kiln_tok_sym *syms, int32_t n, 
 
 /* With ignore_merges: the id of the whole word in its byte-level form, or -1. */
 static int32_t whole_word_id(const kiln_tokenizer *tok, const unsigned char *word, size_t len, kiln_tok_work *w) {
+    if (!tok->byte_level) return kiln_tok_strmap_get(&tok->vocab, (const char *)word, len);
     kiln_strbuf_clear(&w->mapped);
     for (size_t i = 0; i < len; i++) kiln_strbuf_puts(&w->mapped, tok->byte_char[word[i]]);
     if (w->mapped.failed) { w->oom = true; return -1; }
@@ -189,7 +221,7 @@ void kiln_tok_bpe_word(const kiln_tokenizer *tok, const char *word, size_t len, 
         if (id >= 0) { kiln_tok_emit(w, id); return; }
     }
     if (!reserve(w, len)) { w->oom = true; return; }
-    int32_t n = initial_symbols(tok, u, len, w->syms);
+    int32_t n = tok->byte_level ? initial_symbols(tok, u, len, w->syms) : initial_char_symbols(tok, u, len, w->syms);
     merge_all(tok, w->syms, n, w->heap);
     /* symbol 0 never dies: a merge keeps its left symbol */
     for (int32_t i = n > 0 ? 0 : -1; i >= 0; i = w->syms[i].next) kiln_tok_emit(w, w->syms[i].id);

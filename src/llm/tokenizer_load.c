@@ -1,6 +1,6 @@
 /* tokenizer_load.c — kiln_tokenizer_load: finds tokenizer.json (and tokenizer_config.json), reads the
  * BPE model (vocabulary, merges, byte tables), lets tokenizer_parts.c read the other parts, and
- * builds the per-id tables (text, decoded bytes, special flag). Also the small lookups of the API. */
+ * builds the per-id tables (text, decoded bytes, special flag, ByteFallback bytes). Also the small lookups of the API. */
 #include "llm/tokenizer_internal.h"
 
 #include "core/file.h"
@@ -166,9 +166,58 @@ static kiln_status read_model(kiln_tokenizer *tok, const kiln_jdoc *d, const kil
     return read_byte_tables(tok, d, model, path);
 }
 
-/* The ByteLevel decoder's bytes for every token: each character mapped back to its byte, or the
+/* The byte of a ByteFallback token "<0xXX>" (either case of hex digit), else -1. */
+static int fallback_byte(const char *t, size_t len) {
+    if (len != 6 || memcmp(t, "<0x", 3) || t[5] != '>') return -1;
+    int v = 0;
+    for (int k = 3; k < 5; k++) {
+        char c = t[k];
+        int h = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (h < 0) return -1;
+        v = v * 16 + h;
+    }
+    return v;
+}
+
+/* Without ByteLevel: every token's text with the decoder's Replace applied (which may lengthen it,
+ * hence the size bound), and the byte of each ByteFallback token (which is also its text). */
+static kiln_status build_decoded_chars(kiln_tokenizer *tok) {
+    size_t n = (size_t)tok->nids, fl = strlen(tok->dec_from), tl = strlen(tok->dec_to);
+    size_t grow = fl && tl > fl ? (tl + fl - 1) / fl : 1;
+    tok->dec = malloc(tok->text_used * grow + 1);
+    tok->dec_off = malloc((n + 1) * sizeof *tok->dec_off);
+    tok->byte_of = malloc((n ? n : 1) * sizeof *tok->byte_of);
+    if (!tok->dec || !tok->dec_off || !tok->byte_of)
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory decoding the vocabulary");
+    size_t pos = 0;
+    for (size_t id = 0; id < n; id++) {
+        tok->dec_off[id] = pos;
+        tok->byte_of[id] = -1;
+        if (tok->tok_off[id] < 0) continue;
+        const char *t = tok->text + tok->tok_off[id];
+        size_t len = tok->tok_len[id];
+        if (tok->dec_byte_fallback) tok->byte_of[id] = (int16_t)fallback_byte(t, len);
+        if (tok->byte_of[id] >= 0) { /* its byte, as kiln_tokenizer_token_text promises */
+            tok->dec[pos++] = (char)tok->byte_of[id];
+            continue;
+        }
+        for (size_t k = 0; k < len;) {
+            if (fl && k + fl <= len && !memcmp(t + k, tok->dec_from, fl)) {
+                memcpy(tok->dec + pos, tok->dec_to, tl);
+                pos += tl, k += fl;
+            } else {
+                tok->dec[pos++] = t[k++];
+            }
+        }
+    }
+    tok->dec_off[n] = pos;
+    return KILN_OK;
+}
+
+/* The decoder's bytes for every token. ByteLevel: each character mapped back to its byte, or the
  * token's own text when one of its characters is not in the byte table. */
 static kiln_status build_decoded(kiln_tokenizer *tok) {
+    if (!tok->byte_level) return build_decoded_chars(tok);
     size_t n = (size_t)tok->nids;
     tok->dec = malloc(tok->text_used + 1);
     tok->dec_off = malloc((n + 1) * sizeof *tok->dec_off);
@@ -245,9 +294,9 @@ static kiln_status read_tokenizer(kiln_tokenizer *tok, const kiln_jdoc *d, const
     if (root->type != KILN_JNODE_OBJECT) return kiln_error(KILN_ERR_PARSE, "%s: not a JSON object", path);
     KILN_TRY(read_model(tok, d, root, path));
     KILN_TRY(kiln_tok_read_added(tok, d, root, path));
-    KILN_TRY(kiln_tok_read_normalizer(d, root, path));
+    KILN_TRY(kiln_tok_read_normalizer(tok, d, root, path));
     KILN_TRY(kiln_tok_read_pre_tokenizer(tok, d, root, path));
-    KILN_TRY(kiln_tok_read_decoder(d, root, path));
+    KILN_TRY(kiln_tok_read_decoder(tok, d, root, path));
     KILN_TRY(kiln_tok_read_post_processor(tok, d, root, path));
     return build_decoded(tok);
 }
@@ -326,6 +375,7 @@ void kiln_tokenizer_free(kiln_tokenizer *tok) {
     free(tok->dec);
     free(tok->dec_off);
     free(tok->special);
+    free(tok->byte_of);
     free(tok->added);
     free(tok);
 }

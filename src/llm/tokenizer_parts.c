@@ -1,5 +1,6 @@
-/* tokenizer_parts.c — the parts of tokenizer.json around the BPE model: added_tokens, normalizer,
- * pre_tokenizer (into the stage list of tokenizer_internal.h), decoder and post_processor. Each
+/* tokenizer_parts.c — the parts of tokenizer.json around the BPE model: added_tokens, pre_tokenizer
+ * (into the stage list of tokenizer_internal.h) and post_processor (tokenizer_norm_dec.c reads the
+ * normalizer and decoder). Each
  * accepts exactly what kiln implements and names anything else in a KILN_ERR_UNSUPPORTED. */
 #include "llm/tokenizer_internal.h"
 
@@ -87,28 +88,6 @@ kiln_status kiln_tok_read_added(kiln_tokenizer *tok, const kiln_jdoc *d, const k
     return KILN_OK;
 }
 
-/* ------------------------------------------------------------------------ normalizer, decoder */
-
-kiln_status kiln_tok_read_normalizer(const kiln_jdoc *d, const kiln_jnode *root, const char *path) {
-    const kiln_jnode *v = kiln_jdoc_get(d, root, "normalizer");
-    if (!v || v->type == KILN_JNODE_NULL) return KILN_OK;
-    const char *type;
-    KILN_TRY(kiln_tok_get_str(d, v, "type", &type, path));
-    const kiln_jnode *list = kiln_jdoc_get(d, v, "normalizers");
-    if (type && !strcmp(type, "Sequence") && list && list->type == KILN_JNODE_ARRAY && list->count == 0) return KILN_OK;
-    return kiln_error(KILN_ERR_UNSUPPORTED, "%s: normalizer \"%s\" is not supported (kiln supports none: null)", path,
-                      type ? type : "?");
-}
-
-kiln_status kiln_tok_read_decoder(const kiln_jdoc *d, const kiln_jnode *root, const char *path) {
-    const kiln_jnode *v = kiln_jdoc_get(d, root, "decoder");
-    const char *type = NULL;
-    if (v && v->type == KILN_JNODE_OBJECT) KILN_TRY(kiln_tok_get_str(d, v, "type", &type, path));
-    if (type && !strcmp(type, "ByteLevel")) return KILN_OK;
-    return kiln_error(KILN_ERR_UNSUPPORTED, "%s: decoder \"%s\" is not supported (kiln implements ByteLevel)", path,
-                      type ? type : "null");
-}
-
 /* ------------------------------------------------------------------------ pre_tokenizer */
 
 static kiln_status add_stage(kiln_tokenizer *tok, kiln_tok_stage st, const char *path) {
@@ -116,6 +95,24 @@ static kiln_status add_stage(kiln_tokenizer *tok, kiln_tok_stage st, const char 
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s: more than %d pre-tokenizer steps", path, KILN_TOK_MAX_STAGES);
     tok->stages[tok->nstages++] = st;
     return KILN_OK;
+}
+
+/* Split on a string: any behavior, invert false. */
+static kiln_status read_split_string(kiln_tokenizer *tok, const kiln_jdoc *d, const kiln_jnode *v, const char *path) {
+    static const char *const names[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"};
+    kiln_tok_stage st = {.kind = KILN_TOK_SPLIT_STRING};
+    KILN_TRY(kiln_tok_get_affix(d, kiln_jdoc_get(d, v, "pattern"), "String", "pre_tokenizer Split", st.replacement, path));
+    const char *behavior;
+    bool invert = false;
+    KILN_TRY(kiln_tok_get_str(d, v, "behavior", &behavior, path));
+    KILN_TRY(kiln_tok_get_bool(d, v, "invert", false, &invert, path));
+    int b = 0;
+    while (behavior && b < 5 && strcmp(behavior, names[b])) b++;
+    if (!behavior || b == 5 || invert)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s: Split behavior %s%s is not supported", path,
+                          behavior ? behavior : "null", invert ? " with invert" : "");
+    st.behavior = (kiln_tok_split_behavior)b;
+    return add_stage(tok, st, path);
 }
 
 /* Split: a regex kiln knows, behavior Isolated, invert false. */
@@ -127,12 +124,12 @@ static kiln_status read_split(kiln_tokenizer *tok, const kiln_jdoc *d, const kil
         KILN_TRY(kiln_tok_get_str(d, pat, "Regex", &regex, path));
         KILN_TRY(kiln_tok_get_str(d, pat, "String", &literal, path));
     }
-    if (literal) return kiln_error(KILN_ERR_UNSUPPORTED, "%s: Split on the string \"%s\" is not supported", path, literal);
+    if (literal) return read_split_string(tok, d, v, path);
     if (!regex) return kiln_error(KILN_ERR_PARSE, "%s: Split has no pattern {\"Regex\": ...}", path);
     kiln_pretok_pattern p = kiln_pretok_pattern_of(regex);
     if (p == KILN_PRETOK_NONE)
         return kiln_error(KILN_ERR_UNSUPPORTED,
-                          "%s: Split pattern %s is not supported (kiln knows GPT-2's and Llama-3's patterns)", path, regex);
+                          "%s: Split pattern %s is not supported (kiln knows GPT-2's, Llama-3's and Qwen2's patterns)", path, regex);
     KILN_TRY(kiln_tok_get_str(d, v, "behavior", &behavior, path));
     KILN_TRY(kiln_tok_get_bool(d, v, "invert", false, &invert, path));
     if (!behavior || strcmp(behavior, "Isolated") || invert)
@@ -152,6 +149,25 @@ static kiln_status read_byte_level(kiln_tokenizer *tok, const kiln_jdoc *d, cons
     return KILN_OK;
 }
 
+/* Metaspace: replacement, prepend_scheme ("always", "first", "never"; older files say
+ * add_prefix_space instead), split. */
+static kiln_status read_metaspace(kiln_tokenizer *tok, const kiln_jdoc *d, const kiln_jnode *v, const char *path) {
+    kiln_tok_stage st = {.kind = KILN_TOK_METASPACE, .prepend = KILN_TOK_PREPEND_ALWAYS};
+    KILN_TRY(kiln_tok_get_affix(d, v, "replacement", "pre_tokenizer Metaspace", st.replacement, path));
+    const char *scheme;
+    bool add_prefix = true;
+    KILN_TRY(kiln_tok_get_str(d, v, "prepend_scheme", &scheme, path));
+    KILN_TRY(kiln_tok_get_bool(d, v, "add_prefix_space", true, &add_prefix, path));
+    KILN_TRY(kiln_tok_get_bool(d, v, "split", true, &st.split, path));
+    if (!scheme) st.prepend = add_prefix ? KILN_TOK_PREPEND_ALWAYS : KILN_TOK_PREPEND_NEVER;
+    else if (!strcmp(scheme, "first")) st.prepend = KILN_TOK_PREPEND_FIRST;
+    else if (!strcmp(scheme, "never")) st.prepend = KILN_TOK_PREPEND_NEVER;
+    else if (strcmp(scheme, "always"))
+        return kiln_error(KILN_ERR_PARSE, "%s: Metaspace prepend_scheme \"%s\" is none of always, first, never", path,
+                          scheme);
+    return add_stage(tok, st, path);
+}
+
 /* One pre-tokenizer (a Sequence recursively); *byte_level is set once the ByteLevel step was read. */
 static kiln_status read_pretok(kiln_tokenizer *tok, const kiln_jdoc *d, const kiln_jnode *v, bool *byte_level,
                                const char *path) {
@@ -161,6 +177,7 @@ static kiln_status read_pretok(kiln_tokenizer *tok, const kiln_jdoc *d, const ki
     if (*byte_level)
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s: pre_tokenizer %s after ByteLevel is not supported", path, type);
     if (!strcmp(type, "Split")) return read_split(tok, d, v, path);
+    if (!strcmp(type, "Metaspace")) return read_metaspace(tok, d, v, path);
     if (!strcmp(type, "ByteLevel")) {
         *byte_level = true;
         return read_byte_level(tok, d, v, path);
@@ -172,17 +189,14 @@ static kiln_status read_pretok(kiln_tokenizer *tok, const kiln_jdoc *d, const ki
         return KILN_OK;
     }
     return kiln_error(KILN_ERR_UNSUPPORTED,
-                      "%s: pre_tokenizer \"%s\" is not supported (kiln implements ByteLevel, Split and Sequence)", path, type);
+                      "%s: pre_tokenizer \"%s\" is not supported (kiln implements ByteLevel, Split, Metaspace and "
+                      "Sequence)", path, type);
 }
 
 kiln_status kiln_tok_read_pre_tokenizer(kiln_tokenizer *tok, const kiln_jdoc *d, const kiln_jnode *root,
                                         const char *path) {
     const kiln_jnode *v = kiln_jdoc_get(d, root, "pre_tokenizer");
-    bool byte_level = false;
-    if (v && v->type != KILN_JNODE_NULL) KILN_TRY(read_pretok(tok, d, v, &byte_level, path));
-    if (!byte_level)
-        return kiln_error(KILN_ERR_UNSUPPORTED,
-                          "%s: the pre_tokenizer has no ByteLevel step (kiln implements byte-level BPE only)", path);
+    if (v && v->type != KILN_JNODE_NULL) KILN_TRY(read_pretok(tok, d, v, &tok->byte_level, path));
     return KILN_OK;
 }
 
