@@ -221,6 +221,7 @@ void kiln_llm_close(kiln_llm *llm) {
     llm_runner_free(llm->runner);
     kiln_llm_bundle_free(&llm->bundle);
     kiln_chat_template_free(llm->chat);
+    free(llm->batch);
     pthread_cond_destroy(&llm->wake);
     pthread_cond_destroy(&llm->idle);
     pthread_mutex_destroy(&llm->mu);

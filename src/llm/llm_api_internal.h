@@ -32,6 +32,12 @@ typedef struct llm_event_rec {
     char message[256];
 } llm_event_rec;
 
+/* A polled request's event of the step being delivered (its text in the request's delta). */
+typedef struct llm_step_event {
+    struct llm_req *r;
+    kiln_llm_event ev;
+} llm_step_event;
+
 typedef struct llm_req {
     kiln_llm *llm;
     uint64_t id;
@@ -62,6 +68,7 @@ typedef struct llm_req {
     kiln_strbuf held;               /* decoded text not sent yet (it could start a stop string) */
     kiln_strbuf delta;              /* the text of the event being made */
     kiln_llm_usage usage;
+    bool pending;                   /* its event of this step waits in the step's batch (polled) */
 
     /* mu */
     bool cancel_requested, released, ended, loop_done, queued; /* queued: counted in the waiting totals */
@@ -94,6 +101,8 @@ struct kiln_llm {
     llm_req *live_head, *live_tail; /* loop */
     uint64_t generated;             /* loop: tokens generated since open */
     double busy;                    /* loop: ms in forward steps since open */
+    llm_step_event *batch;          /* loop: the step's polled events, queued under one lock */
+    int n_batch, batch_cap;
 
     pthread_mutex_t mu;
     pthread_cond_t wake;            /* the loop waits on it */
@@ -155,5 +164,9 @@ kiln_status llm_req_text(kiln_llm *llm, llm_req *r, int32_t token, bool no_text,
 /* Sends r's event (loop): to its callback, or into its poll queue (coalesced unless r asks for
  * logprobs). A final event marks r ended and wakes drain. */
 void llm_req_emit(kiln_llm *llm, llm_req *r, const kiln_llm_event *ev);
+/* Sends the polled events of llm->batch (loop; final_sent already set for the final ones) as
+ * llm_req_emit would, under one lock for all, each poller woken after the lock is let go; empties the
+ * batch (n_batch 0, its entries left readable until the next event is added). */
+void llm_req_emit_batch(kiln_llm *llm);
 
 #endif

@@ -1,7 +1,8 @@
 /* llm_loop.c — the engine loop of one kiln_llm, on its own thread: it takes new requests and cancels
  * from the inbox (under the mutex, never held during a forward step), ends the requests that were
  * cancelled or waited past queue_timeout_ms, runs one scheduler step, and turns the step's events into
- * the requests' events (text deltas, stop strings, usage). It sleeps while there is nothing to do,
+ * the requests' events (text deltas, stop strings, usage), those of polled requests sent together once
+ * per step (one lock, the pollers woken after it). It sleeps while there is nothing to do,
  * waking once a second to beat its heartbeat, and exits once closing and every request has ended. */
 #include "llm/llm_api_internal.h"
 
@@ -64,7 +65,7 @@ static void publish(kiln_llm *llm) {
 /* Leaves the loop once its final event went out and the scheduler let go of it; freed now unless a
  * poller still has to release it. */
 static void retire(kiln_llm *llm, llm_req *r) {
-    if (!r->final_sent || r->in_sched) return;
+    if (!r->final_sent || r->in_sched || r->pending) return;
     live_unlink(llm, r);
     pthread_mutex_lock(&llm->mu);
     r->loop_done = true;
@@ -155,7 +156,33 @@ static kiln_llm_finish map_finish(kiln_finish_reason f) {
     return KILN_LLM_FINISH_ERROR;
 }
 
-/* One scheduler event: the request's token, text and end. */
+/* Sends the step's batch of polled events and retires the requests that ended. */
+static void flush_batch(kiln_llm *llm) {
+    const int n = llm->n_batch;
+    llm_req_emit_batch(llm);
+    for (int i = 0; i < n; i++) retire(llm, llm->batch[i].r);
+}
+
+/* Adds a polled request's event to the step's batch (sent now when the batch cannot grow). */
+static void batch_event(kiln_llm *llm, llm_req *r, const kiln_llm_event *ev) {
+    if (r->pending) flush_batch(llm); /* a second event of r this step: its delta is about to change */
+    if (llm->n_batch == llm->batch_cap) {
+        const int cap = llm->batch_cap ? 2 * llm->batch_cap : 64;
+        llm_step_event *grown = realloc(llm->batch, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            llm_req_emit(llm, r, ev);
+            retire(llm, r);
+            return;
+        }
+        llm->batch = grown;
+        llm->batch_cap = cap;
+    }
+    if (ev->finish != KILN_LLM_FINISH_NONE) r->final_sent = true;
+    r->pending = true;
+    llm->batch[llm->n_batch++] = (llm_step_event){.r = r, .ev = *ev};
+}
+
+/* One scheduler event: the request's token, text and end (a polled request's into the step's batch). */
 static void on_sched_event(kiln_llm *llm, const kiln_sched_event *e, double now, double step_ms) {
     llm_req *r = e->user;
     if (e->finish != KILN_FINISH_NONE) r->in_sched = false;
@@ -192,6 +219,10 @@ static void on_sched_event(kiln_llm *llm, const kiln_sched_event *e, double now,
                          .n_top = lp ? e->sample.n_top : 0, .top = lp && e->sample.n_top ? e->sample.top : NULL,
                          .finish = why, .message = why == KILN_LLM_FINISH_ERROR ? message : NULL, .usage = r->usage,
                          .time_ms = now, .step_ms = step_ms};
+    if (!r->on_event) {
+        batch_event(llm, r, &ev);
+        return;
+    }
     llm_req_emit(llm, r, &ev);
     retire(llm, r);
 }
@@ -209,6 +240,7 @@ static void step(kiln_llm *llm) {
     for (int i = 0; i < n; i++) llm->generated += ev[i].sample.token >= 0;
     publish(llm);
     for (int i = 0; i < n; i++) on_sched_event(llm, &ev[i], t1, ev[i].sample.token >= 0 ? step_ms : 0);
+    flush_batch(llm);
 }
 
 static void *loop_main(void *arg) {

@@ -165,6 +165,24 @@ static void ended(kiln_llm *llm, llm_req *r) {
     pthread_cond_broadcast(&llm->idle);
 }
 
+/* Queues r's event for its poller (mu held): out of memory for a final event still tells the poller
+ * that r ended; a final event does the bookkeeping of the end. */
+static void queue_polled(kiln_llm *llm, llm_req *r, const kiln_llm_event *ev) {
+    const bool final = ev->finish != KILN_LLM_FINISH_NONE;
+    if (!r->released && !enqueue(r, ev) && final) {
+        kiln_llm_event e = {.id = ev->id, .user = ev->user, .token = -1, .text = "", .finish = KILN_LLM_FINISH_ERROR,
+                            .message = "out of memory for the request's events", .usage = ev->usage,
+                            .time_ms = ev->time_ms};
+        free_recs(r->head);
+        r->head = r->tail = NULL;
+        enqueue(r, &e);
+    }
+    if (final) {
+        llm->finished++;
+        ended(llm, r);
+    }
+}
+
 void llm_req_emit(kiln_llm *llm, llm_req *r, const kiln_llm_event *ev) {
     const bool final = ev->finish != KILN_LLM_FINISH_NONE;
     if (final) r->final_sent = true;
@@ -182,19 +200,21 @@ void llm_req_emit(kiln_llm *llm, llm_req *r, const kiln_llm_event *ev) {
         return;
     }
     pthread_mutex_lock(&llm->mu);
-    if (!r->released && !enqueue(r, ev) && final) {
-        /* out of memory for the final event: the poller still learns that the request ended */
-        kiln_llm_event e = {.id = ev->id, .user = ev->user, .token = -1, .text = "", .finish = KILN_LLM_FINISH_ERROR,
-                            .message = "out of memory for the request's events", .usage = ev->usage,
-                            .time_ms = ev->time_ms};
-        free_recs(r->head);
-        r->head = r->tail = NULL;
-        enqueue(r, &e);
-    }
-    if (final) {
-        llm->finished++;
-        ended(llm, r);
-    }
+    queue_polled(llm, r, ev);
     pthread_cond_signal(&r->cv);
     pthread_mutex_unlock(&llm->mu);
+}
+
+void llm_req_emit_batch(kiln_llm *llm) {
+    if (!llm->n_batch) return;
+    pthread_mutex_lock(&llm->mu);
+    for (int i = 0; i < llm->n_batch; i++) queue_polled(llm, llm->batch[i].r, &llm->batch[i].ev);
+    pthread_mutex_unlock(&llm->mu);
+    /* r stays allocated until the loop retires it (loop_done), so its condition variable outlives this;
+     * a poller that had not started waiting sees the queued event under the lock */
+    for (int i = 0; i < llm->n_batch; i++) {
+        pthread_cond_signal(&llm->batch[i].r->cv);
+        llm->batch[i].r->pending = false;
+    }
+    llm->n_batch = 0;
 }
