@@ -182,7 +182,8 @@ static void batch_event(kiln_llm *llm, llm_req *r, const kiln_llm_event *ev) {
     llm->batch[llm->n_batch++] = (llm_step_event){.r = r, .ev = *ev};
 }
 
-/* One scheduler event: the request's token, text and end (a polled request's into the step's batch). */
+/* One scheduler event: the request's token, text and end (a polled request's into the step's batch,
+ * unless it carries an error message). */
 static void on_sched_event(kiln_llm *llm, const kiln_sched_event *e, double now, double step_ms) {
     llm_req *r = e->user;
     if (e->finish != KILN_FINISH_NONE) r->in_sched = false;
@@ -219,10 +220,11 @@ static void on_sched_event(kiln_llm *llm, const kiln_sched_event *e, double now,
                          .n_top = lp ? e->sample.n_top : 0, .top = lp && e->sample.n_top ? e->sample.top : NULL,
                          .finish = why, .message = why == KILN_LLM_FINISH_ERROR ? message : NULL, .usage = r->usage,
                          .time_ms = now, .step_ms = step_ms};
-    if (!r->on_event) {
+    if (!r->on_event && !ev.message) { /* a message may live on this stack: such an event goes now */
         batch_event(llm, r, &ev);
         return;
     }
+    if (r->pending) flush_batch(llm);
     llm_req_emit(llm, r, &ev);
     retire(llm, r);
 }
