@@ -63,20 +63,23 @@ static void store(kiln_dtype t, void *data, int64_t i, double v) {
     }
 }
 
+/* Element i of data as a double. data may be a binary input read where it lies in the request body,
+ * aligned to nothing: each element is copied out before it is read. */
 static double load(kiln_dtype t, const void *data, int64_t i) {
+    const char *p = (const char *)data + (size_t)i * kiln_dtype_size(t);
     switch (t) {
-    case KILN_BOOL: case KILN_U8: return ((const uint8_t *)data)[i];
-    case KILN_U16: return ((const uint16_t *)data)[i];
-    case KILN_U32: return ((const uint32_t *)data)[i];
-    case KILN_U64: return (double)((const uint64_t *)data)[i];
-    case KILN_I8: return ((const int8_t *)data)[i];
-    case KILN_I16: return ((const int16_t *)data)[i];
-    case KILN_I32: return ((const int32_t *)data)[i];
-    case KILN_I64: return (double)((const int64_t *)data)[i];
-    case KILN_F16: return kiln_f16_to_f32(((const uint16_t *)data)[i]);
-    case KILN_BF16: return kiln_bf16_to_f32(((const uint16_t *)data)[i]);
-    case KILN_F32: return ((const float *)data)[i];
-    default: return ((const double *)data)[i];
+    case KILN_BOOL: case KILN_U8: { uint8_t v; memcpy(&v, p, sizeof v); return v; }
+    case KILN_U16: { uint16_t v; memcpy(&v, p, sizeof v); return v; }
+    case KILN_U32: { uint32_t v; memcpy(&v, p, sizeof v); return v; }
+    case KILN_U64: { uint64_t v; memcpy(&v, p, sizeof v); return (double)v; }
+    case KILN_I8: { int8_t v; memcpy(&v, p, sizeof v); return v; }
+    case KILN_I16: { int16_t v; memcpy(&v, p, sizeof v); return v; }
+    case KILN_I32: { int32_t v; memcpy(&v, p, sizeof v); return v; }
+    case KILN_I64: { int64_t v; memcpy(&v, p, sizeof v); return (double)v; }
+    case KILN_F16: { uint16_t v; memcpy(&v, p, sizeof v); return kiln_f16_to_f32(v); }
+    case KILN_BF16: { uint16_t v; memcpy(&v, p, sizeof v); return kiln_bf16_to_f32(v); }
+    case KILN_F32: { float v; memcpy(&v, p, sizeof v); return v; }
+    default: { double v; memcpy(&v, p, sizeof v); return v; }
     }
 }
 
