@@ -5,8 +5,10 @@
 #include "core/half.h"
 
 #include <cjson/cJSON.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +85,24 @@ static double load(kiln_dtype t, const void *data, int64_t i) {
     }
 }
 
+/* Whether v converts to an element of type t without leaving its range (the conversion is undefined
+ * behaviour outside it): integers truncate toward zero, floats round; NaN only into floating types. */
+static bool fits(kiln_dtype t, double v) {
+    switch (t) {
+    case KILN_BOOL: return true; /* stored as v != 0 */
+    case KILN_U8: return v > -1.0 && v < 256.0;
+    case KILN_U16: return v > -1.0 && v < 65536.0;
+    case KILN_U32: return v > -1.0 && v < 4294967296.0;
+    case KILN_U64: return v > -1.0 && v < 18446744073709551616.0;
+    case KILN_I8: return v > -129.0 && v < 128.0;
+    case KILN_I16: return v > -32769.0 && v < 32768.0;
+    case KILN_I32: return v > -2147483649.0 && v < 2147483648.0;
+    case KILN_I64: return v >= -9223372036854775808.0 && v < 9223372036854775808.0;
+    case KILN_F16: case KILN_BF16: case KILN_F32: return isnan(v) || fabs(v) <= FLT_MAX;
+    default: return true;
+    }
+}
+
 /* Walks nested arrays of numbers (or booleans) into t->data; *at counts the elements seen. */
 static int flatten(const cJSON *v, serve_tensor *t, int64_t n, int64_t *at, int depth, char *msg, size_t size) {
     if (depth > KILN_MAX_DIMS + 1) return bad(msg, size, "input '%s': 'data' is nested too deeply", t->name);
@@ -98,6 +118,9 @@ static int flatten(const cJSON *v, serve_tensor *t, int64_t n, int64_t *at, int 
     if (cJSON_IsNumber(v)) x = v->valuedouble;
     else if (cJSON_IsBool(v) && t->dtype == KILN_BOOL) x = cJSON_IsTrue(v);
     else return bad(msg, size, "input '%s': element %lld of 'data' is not a number", t->name, (long long)*at);
+    if (!fits(t->dtype, x))
+        return bad(msg, size, "input '%s': element %lld of 'data' (%g) is outside the range of %s", t->name,
+                   (long long)*at, x, kiln_dtype_name(t->dtype));
     if (*at < n) store(t->dtype, t->data, *at, x); /* more are counted for the message */
     (*at)++;
     return 0;

@@ -46,6 +46,7 @@ def good():
     (lambda r: {**r, "inputs": [{**r["inputs"][0], "shape": "1x3x32x32"}]}, "'shape' list"),
     (lambda r: {**r, "inputs": [{**r["inputs"][0], "data": ["a"] * 3072}]}, "not a number"),
     (lambda r: {**r, "inputs": [{**r["inputs"][0], "data": 5}]}, "'data' list"),
+    (lambda r: {**r, "inputs": [{**r["inputs"][0], "data": [1e300] * 3072}]}, "(1e+300) is outside the range of"),
     (lambda r: {**r, "inputs": [{**r["inputs"][0], "name": "pixels"}]}, "input 'image' of the model is missing"),
     (lambda r: {**r, "inputs": r["inputs"] * 2}, "appears twice"),
     (lambda r: {**r, "outputs": [{"name": "logits"}]}, "no output 'logits'"),
