@@ -5,7 +5,8 @@
  * top-k finds the k-th best (value, id) with a radix select on the values and takes the lowest ids
  * among the ties; top-p sorts the survivors by (probability desc, id asc) with a bitonic sort (in
  * shared memory when they fit, else in the row's global scratch); every double sum and the draw walk
- * run on one thread in the CPU's order. The exponential and the uniform draw are sample_math.h's. */
+ * run on one thread in the CPU's order (the total only once without top-p, the walk resumed from the
+ * partial sum of the chunk where it ends). The exponential and the uniform draw are sample_math.h's. */
 #include "llm/cuda/llm_cuda_internal.h"
 #include "llm/sample_math.h"
 
@@ -18,6 +19,8 @@
 #define SAMPLE_THREADS 1024
 #define SAMPLE_WARPS (SAMPLE_THREADS / 32)
 #define SHARED_SORT 4096 /* most keys sorted in shared memory */
+#define DRAW_CHUNK 1024  /* candidates per partial sum the draw keeps (doubled while more than DRAW_MARKS) */
+#define DRAW_MARKS 256
 
 /* One row's parameters as the kernel reads them. */
 typedef struct srow {
@@ -112,11 +115,12 @@ static __device__ void bitonic_sort(unsigned long long *a, int n) {
         }
 }
 
-/* Walks the running double sum of p[0, n) in order, one thread (values loaded 16 ahead): returns the
- * first j whose running sum reaches t (sum >= t when inclusive, else sum > t), or -1 with *total the
- * whole sum. */
-static __device__ int running_sum_reach(const float *p, int n, double t, bool inclusive, double *total) {
-    double acc = 0;
+/* Walks the running double sum start + p[0] + ... of p[0, n) in order, one thread (values loaded 16
+ * ahead): returns the first j whose running sum reaches t (sum >= t when inclusive, else sum > t), or
+ * -1 with *total the whole sum. A walk that starts from an earlier walk's partial sum continues that
+ * walk's sums bit for bit. */
+static __device__ int running_sum_reach(const float *p, int n, double start, double t, bool inclusive, double *total) {
+    double acc = start;
     for (int j0 = 0; j0 < n; j0 += 16) {
         float buf[16];
 #pragma unroll
@@ -143,6 +147,7 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
     __shared__ unsigned s_hist[256];
     __shared__ int s_bad, s_sel, s_krem, s_n;
     __shared__ double s_z;
+    __shared__ double s_marks[DRAW_MARKS];
     __shared__ unsigned long long s_keys[SHARED_SORT];
     const int tid = threadIdx.x, T = blockDim.x, row = blockIdx.x;
     const srow P = rows[row];
@@ -269,16 +274,16 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
     vmax = block_max(vmax, s_f);
     for (int j = tid; j < m; j += T) cp[j] = kiln_sample_exp(__fsub_rn(cp[j], vmax));
     __syncthreads();
-    if (tid == 0) {
-        double z = 0;
-        running_sum_reach(cp, m, INFINITY, false, &z);
-        s_z = z;
-    }
-    __syncthreads();
 
     /* top-p: drop what lies surely outside the nucleus, sort by (p desc, id asc), cut where the
      * cumulative mass first reaches top_p of the total */
     if (P.top_p < 1.0f) {
+        if (tid == 0) {
+            double z = 0;
+            running_sum_reach(cp, m, 0, INFINITY, false, &z);
+            s_z = z;
+        }
+        __syncthreads();
         const double drop = __ddiv_rn(__dmul_rn(__dsub_rn(1.0, (double)P.top_p), s_z), (double)m);
         int m2 = 0;
         for (int c0 = 0; c0 < m; c0 += T) {
@@ -304,7 +309,7 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
         __syncthreads();
         if (tid == 0) {
             double cum;
-            const int j = running_sum_reach(cp, m2, __dmul_rn((double)P.top_p, s_z), true, &cum);
+            const int j = running_sum_reach(cp, m2, 0, __dmul_rn((double)P.top_p, s_z), true, &cum);
             s_n = j < 0 ? m2 : j + 1; /* rounding left the sum just short: keep every survivor */
         }
         __syncthreads();
@@ -331,12 +336,25 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
         __syncthreads();
     }
 
-    /* the draw: u * z against the running sum, in order */
+    /* the draw: u * z against the running sum, in order. The pass that sums z keeps the partial sum at
+     * the start of each chunk, so that the walk to u * z resumes in the one chunk where the sum passes
+     * it instead of summing the candidates again from the first. */
     if (tid == 0) {
-        double z = 0, acc;
-        running_sum_reach(cp, m, INFINITY, false, &z);
-        const int j = running_sum_reach(cp, m, __dmul_rn(kiln_sample_uniform_at(P.seed, P.counter), z), false, &acc);
-        out[row] = ci[j < 0 ? m - 1 : j];
+        int chunk = DRAW_CHUNK;
+        while ((m + chunk - 1) / chunk > DRAW_MARKS) chunk <<= 1;
+        double z = 0;
+        int n_chunks = 0;
+        for (int c0 = 0; c0 < m; c0 += chunk) {
+            s_marks[n_chunks++] = z;
+            running_sum_reach(cp + c0, min(chunk, m - c0), z, INFINITY, false, &z);
+        }
+        const double t = __dmul_rn(kiln_sample_uniform_at(P.seed, P.counter), z);
+        int c = 0; /* the first chunk whose end sum exceeds t (sums never fall: every p >= 0), else the last */
+        while (c + 1 < n_chunks && !(s_marks[c + 1] > t)) c++;
+        double acc;
+        const int j = n_chunks ? running_sum_reach(cp + c * chunk, min(chunk, m - c * chunk), s_marks[c], t, false, &acc)
+                               : -1;
+        out[row] = ci[j < 0 ? m - 1 : c * chunk + j];
     }
 }
 
