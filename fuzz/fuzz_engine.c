@@ -3,9 +3,10 @@
  * kiln_engine_reseal has recomputed its checksums, so that mutations reach the decoding of the graph
  * section (counts, string and tensor indices, dims, attribute payloads, weight ranges); that copy
  * also gets this kiln's version, so seeds stay useful across releases. A graph that loads has the
- * packed-weights tag of each node checked as the cpu backend checks it at load (packed_weights.h). The seeds in
- * fuzz/corpus/fuzz_engine/ are written by `test_engine_format --write-seeds DIR`; any engine file
- * (`kiln build MODEL.onnx -o seed.kiln`) is a good seed too. */
+ * packed-weights tag of each node checked as the cpu backend checks it at load (packed_weights.h).
+ * The seeds in fuzz/corpus/fuzz_engine/ are written by `test_engine_format --write-seeds DIR` and
+ * (packed.seed) `test_packed_weights --write-seed DIR`; any engine file (`kiln build MODEL.onnx -o
+ * seed.kiln`) is a good seed too. */
 #include "backends/cpu/packed_weights.h"
 #include "engine/engine_format.h"
 #include "fuzz_engine_util.h"

@@ -4,7 +4,8 @@
  * weights (same kernels) in memory and after a save/load round trip; an engine whose panels were
  * cut to another width on another ISA (a faked tag) is re-cut at load and still gives them; a tag
  * that disagrees with its constant or its node, and a truncated file, are refused with clear errors.
- * usage: test_packed_weights WORKDIR */
+ * usage: test_packed_weights WORKDIR; test_packed_weights --write-seed DIR writes the fuzzer's seed
+ * engine with packed weights (DIR/packed.seed, for fuzz/corpus/fuzz_engine/). */
 #include "check.h"
 #include "graph_build.h"
 
@@ -162,7 +163,26 @@ static void check_refused(const char *path, kiln_status want, const char *says) 
     kiln_engine_free(e);
 }
 
+/* A tiny packed engine for the fuzzer (small seeds fuzz fast): X [1, 1, 2, 2] -> Conv 1x1 [2, 1]
+ * (column panels) -> GlobalAveragePool -> Flatten -> Gemm [2, 2] (matmul panels). */
+static int write_seed(const char *dir) {
+    begin(17);
+    int64_t xd[4] = {1, 1, 2, 2}, wd[4] = {2, 1, 1, 1}, gd[2] = {2, 2};
+    int y = op2("Conv", input("x", KILN_F32, 4, xd), constant(KILN_F32, 4, wd, NULL, -1, 1));
+    y = op1("Flatten", op1("GlobalAveragePool", y));
+    output(op2("Gemm", y, constant(KILN_F32, 2, gd, NULL, -1, 1)));
+    kiln_build_options opts = {.target = "cpu"};
+    kiln_engine *e = NULL;
+    REQUIRE_OK(kiln_build_graph(finish(), "packed_seed", &opts, &e));
+    char path[1024];
+    snprintf(path, sizeof path, "%s/packed.seed", dir);
+    REQUIRE_OK(kiln_engine_save(e, path));
+    kiln_engine_free(e);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--write-seed")) return write_seed(argv[2]);
     REQUIRE_OK(argc == 2 ? KILN_OK : KILN_ERR_INVALID_ARGUMENT);
     char path[1024], foreign[1024], bad[1024];
     snprintf(path, sizeof path, "%s/packed_weights.kiln", argv[1]);

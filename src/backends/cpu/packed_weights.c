@@ -159,8 +159,8 @@ void kiln_cpu_describe_packed(const kiln_graph *g, FILE *out) {
         fprintf(out, "packed weights: none stored (the CPU kernels pack theirs at load)\n");
         return;
     }
-    fprintf(out, "packed weights: %d tensors, %.2f MB, packed on %s in panels of", count, bytes / 1e6,
-            kiln_pg_isa_name((kiln_pg_isa)isa));
+    fprintf(out, "packed weights: %d tensors, %zu bytes (%.2f MB), packed on %s in panels of", count, bytes,
+            (double)bytes / 1e6, kiln_pg_isa_name((kiln_pg_isa)isa));
     for (int k = 0, first = 1; k < 3; k++)
         if (widths[k]) {
             fprintf(out, "%s %lld (%s)", first ? "" : ",", (long long)widths[k], kinds[k]);
