@@ -212,6 +212,10 @@ typedef struct kiln_build_options {
      * view nodes (Reshape, Squeeze, Flatten, ...) share their input's device memory (AUTO, ON) or
      * copy it (OFF); tests override it with KILN_CUDA_VIEWS=0. */
     kiln_switch cuda_views;
+    /* Target cpu: the weights of Conv, MatMul and Gemm stored in the engine packed for the CPU's
+     * matrix products (AUTO, ON), used in place at load, or plain (OFF: packed at every load, a
+     * second copy beside the plain one). Tests override it with KILN_CPU_PACKED_WEIGHTS=1 or 0. */
+    kiln_switch cpu_packed_weights;
     /* Target cuda: the cuBLASLt / cuDNN workspace of each context and of the tuner, in MiB (1..65536;
      * 0: 256), for the engine this build returns (a loaded engine gets 256). Tests override it with
      * KILN_CUDA_WORKSPACE_MB=N. */

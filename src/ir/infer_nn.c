@@ -57,47 +57,16 @@ static kiln_status infer_conv(kiln_graph *g, kiln_node *n) {
     kiln_value *x = kiln_node_input(g, n, 0), *w = kiln_node_input(g, n, 1), *b = kiln_node_input(g, n, 2);
     if (!x || !w) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Conv needs inputs X and W");
     kiln_dtype dt = x->dtype != KILN_UNDEFINED ? x->dtype : w->dtype;
-    int rank = x->ndim >= 0 ? x->ndim : w->ndim;
+    int rank;
+    kiln_dim out[KILN_MAX_DIMS];
+    KILN_TRY(kiln_window_conv_shape(n, x, w, &rank, out));
     if (rank < 0) {
         kiln_infer_set(g, n, 0, dt, -1, NULL);
         return KILN_OK;
     }
-    if (rank < 3) return kiln_error(KILN_ERR_SHAPE, "Conv input must have rank >= 3, has rank %d", rank);
-    if (w->ndim >= 0 && w->ndim != rank)
-        return kiln_error(KILN_ERR_SHAPE, "Conv weights have rank %d but the input has rank %d", w->ndim, rank);
-    int nsp = rank - 2;
-    int64_t group = kiln_attr_int(n, "group", 1);
-    if (group < 1) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Conv group must be >= 1, got %lld", (long long)group);
-    int64_t wk[KILN_MAX_DIMS];
-    bool wk_known = w->ndim == rank;
-    for (int i = 0; wk_known && i < nsp; i++) {
-        wk_known = kiln_dim_is_static(w->dims[2 + i]);
-        wk[i] = w->dims[2 + i].value;
-    }
-    kiln_window win;
-    KILN_TRY(kiln_window_parse(n, nsp, wk_known ? wk : NULL, &win));
-    kiln_dim out[KILN_MAX_DIMS];
-    out[0] = x->ndim >= 0 ? x->dims[0] : KILN_DIM_UNKNOWN;
-    out[1] = w->ndim >= 0 ? w->dims[0] : KILN_DIM_UNKNOWN;
-    int64_t wc;
-    if (x->ndim >= 0 && w->ndim >= 0 && x->dims[1].sym == 0 && w->dims[1].sym == 0 &&
-        (!kiln_mul_i64_ok(w->dims[1].value, group, &wc) || x->dims[1].value != wc))
-        return kiln_error(KILN_ERR_SHAPE, "Conv input has %lld channels but weights expect %lld x group %lld",
-                          (long long)x->dims[1].value, (long long)w->dims[1].value, (long long)group);
-    if (out[1].sym == 0 && out[1].value % group)
-        return kiln_error(KILN_ERR_SHAPE, "Conv output channels %lld are not divisible by group %lld",
-                          (long long)out[1].value, (long long)group);
     if (b && b->ndim >= 0) {
         KILN_TRY(check_rank(g, n, 2, 1));
         KILN_TRY(check_dim_eq(n, b->dims[0], out[1], "bias length differs from the output channels"));
-    }
-    for (int i = 0; i < nsp; i++) {
-        out[2 + i] = KILN_DIM_UNKNOWN;
-        if (x->ndim >= 0 && kiln_dim_is_static(x->dims[2 + i]) && win.has_kernel) {
-            int64_t o, pb, pe;
-            KILN_TRY(kiln_window_out(&win, i, x->dims[2 + i].value, &o, &pb, &pe));
-            out[2 + i] = kiln_dim_static(o);
-        }
     }
     kiln_infer_set(g, n, 0, dt, rank, out);
     return KILN_OK;

@@ -6,7 +6,6 @@
 #include "ir/op_schema.h"
 #include "ir/quant_ops.h"
 
-#include "core/ckd.h"
 #include "core/status.h"
 #include "ir/nn_window.h"
 
@@ -140,42 +139,9 @@ static kiln_status infer_product(kiln_graph *g, kiln_node *n, int a, int b, kiln
 static kiln_status infer_conv_shape(kiln_graph *g, kiln_node *n, int xi, int wi, kiln_dtype out) {
     kiln_value *x = kiln_node_input(g, n, xi), *w = kiln_node_input(g, n, wi);
     if (!x || !w) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s needs inputs x and w", n->op_type);
-    int rank = x->ndim >= 0 ? x->ndim : w->ndim;
-    if (rank < 0) {
-        kiln_infer_set(g, n, 0, out, -1, NULL);
-        return KILN_OK;
-    }
-    if (rank < 3) return kiln_error(KILN_ERR_SHAPE, "%s input must have rank >= 3, has rank %d", n->op_type, rank);
-    if (w->ndim >= 0 && w->ndim != rank)
-        return kiln_error(KILN_ERR_SHAPE, "%s weights have rank %d but the input rank %d", n->op_type, w->ndim, rank);
-    int nsp = rank - 2;
-    int64_t group = kiln_attr_int(n, "group", 1), wk[KILN_MAX_DIMS], wc;
-    if (group < 1) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s group must be >= 1", n->op_type);
-    bool wk_known = w->ndim == rank;
-    for (int i = 0; wk_known && i < nsp; i++) {
-        wk_known = kiln_dim_is_static(w->dims[2 + i]);
-        wk[i] = w->dims[2 + i].value;
-    }
-    kiln_window win;
-    KILN_TRY(kiln_window_parse(n, nsp, wk_known ? wk : NULL, &win));
-    if (x->ndim >= 0 && w->ndim >= 0 && x->dims[1].sym == 0 && w->dims[1].sym == 0 &&
-        (!kiln_mul_i64_ok(w->dims[1].value, group, &wc) || x->dims[1].value != wc))
-        return kiln_error(KILN_ERR_SHAPE, "%s input has %lld channels but weights expect %lld x group %lld", n->op_type,
-                          (long long)x->dims[1].value, (long long)w->dims[1].value, (long long)group);
+    int rank;
     kiln_dim od[KILN_MAX_DIMS];
-    od[0] = x->ndim >= 0 ? x->dims[0] : KILN_DIM_UNKNOWN;
-    od[1] = w->ndim >= 0 ? w->dims[0] : KILN_DIM_UNKNOWN;
-    if (od[1].sym == 0 && od[1].value % group)
-        return kiln_error(KILN_ERR_SHAPE, "%s output channels %lld are not divisible by group %lld", n->op_type,
-                          (long long)od[1].value, (long long)group);
-    for (int i = 0; i < nsp; i++) {
-        od[2 + i] = KILN_DIM_UNKNOWN;
-        if (x->ndim >= 0 && kiln_dim_is_static(x->dims[2 + i]) && win.has_kernel) {
-            int64_t o, pb, pe;
-            KILN_TRY(kiln_window_out(&win, i, x->dims[2 + i].value, &o, &pb, &pe));
-            od[2 + i] = kiln_dim_static(o);
-        }
-    }
+    KILN_TRY(kiln_window_conv_shape(n, x, w, &rank, od));
     kiln_infer_set(g, n, 0, out, rank, od);
     return KILN_OK;
 }

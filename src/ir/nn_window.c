@@ -170,3 +170,42 @@ kiln_status kiln_window_out_transpose(const kiln_window *w, int i, int64_t in, i
     *pad_begin = pb;
     return KILN_OK;
 }
+
+kiln_status kiln_window_conv_shape(const kiln_node *n, const kiln_value *x, const kiln_value *w, int *rank,
+                                   kiln_dim out[KILN_MAX_DIMS]) {
+    *rank = x->ndim >= 0 ? x->ndim : w->ndim;
+    if (*rank < 0) return KILN_OK;
+    if (*rank < 3) return kiln_error(KILN_ERR_SHAPE, "%s input must have rank >= 3, has rank %d", n->op_type, *rank);
+    if (w->ndim >= 0 && w->ndim != *rank)
+        return kiln_error(KILN_ERR_SHAPE, "%s weights have rank %d but the input has rank %d", n->op_type, w->ndim,
+                          *rank);
+    int nsp = *rank - 2;
+    int64_t group = kiln_attr_int(n, "group", 1), wk[KILN_MAX_DIMS], wc;
+    if (group < 1)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s group must be >= 1, got %lld", n->op_type, (long long)group);
+    bool wk_known = w->ndim == *rank;
+    for (int i = 0; wk_known && i < nsp; i++) {
+        wk_known = kiln_dim_is_static(w->dims[2 + i]);
+        wk[i] = w->dims[2 + i].value;
+    }
+    kiln_window win;
+    KILN_TRY(kiln_window_parse(n, nsp, wk_known ? wk : NULL, &win));
+    if (x->ndim >= 0 && w->ndim >= 0 && x->dims[1].sym == 0 && w->dims[1].sym == 0 &&
+        (!kiln_mul_i64_ok(w->dims[1].value, group, &wc) || x->dims[1].value != wc))
+        return kiln_error(KILN_ERR_SHAPE, "%s input has %lld channels but weights expect %lld x group %lld", n->op_type,
+                          (long long)x->dims[1].value, (long long)w->dims[1].value, (long long)group);
+    out[0] = x->ndim >= 0 ? x->dims[0] : KILN_DIM_UNKNOWN;
+    out[1] = w->ndim >= 0 ? w->dims[0] : KILN_DIM_UNKNOWN;
+    if (out[1].sym == 0 && out[1].value % group)
+        return kiln_error(KILN_ERR_SHAPE, "%s output channels %lld are not divisible by group %lld", n->op_type,
+                          (long long)out[1].value, (long long)group);
+    for (int i = 0; i < nsp; i++) {
+        out[2 + i] = KILN_DIM_UNKNOWN;
+        if (x->ndim >= 0 && kiln_dim_is_static(x->dims[2 + i]) && win.has_kernel) {
+            int64_t o, pb, pe;
+            KILN_TRY(kiln_window_out(&win, i, x->dims[2 + i].value, &o, &pb, &pe));
+            out[2 + i] = kiln_dim_static(o);
+        }
+    }
+    return KILN_OK;
+}

@@ -50,4 +50,12 @@ kiln_status kiln_window_out(const kiln_window *w, int i, int64_t in, int64_t *ou
 kiln_status kiln_window_out_transpose(const kiln_window *w, int i, int64_t in, int64_t *out,
                                       int64_t *pad_begin);
 
+/* The output shape of n, a convolution of x [N, C, D1..Dk] by w [M, C/group, k1..kk] under n's
+ * window attributes and group (Conv and its quantized forms): *rank is -1 when neither rank is
+ * known, else out[0..rank) holds [N, M, O1..Ok] with unknown dims where the inputs leave them
+ * unknown. Fails with KILN_ERR_SHAPE / KILN_ERR_INVALID_ARGUMENT, naming n->op_type, when ranks,
+ * group, channel counts or windows disagree. */
+kiln_status kiln_window_conv_shape(const kiln_node *n, const kiln_value *x, const kiln_value *w, int *rank,
+                                   kiln_dim out[KILN_MAX_DIMS]);
+
 #endif

@@ -16,6 +16,7 @@ static kiln_switch switch_from(const char *name, kiln_switch current) {
 
 void kiln_build_options_apply_env(kiln_build_options *o) {
     o->channels_last = switch_from("KILN_CHANNELS_LAST", o->channels_last);
+    o->cpu_packed_weights = switch_from("KILN_CPU_PACKED_WEIGHTS", o->cpu_packed_weights);
     const char *views = getenv("KILN_CUDA_VIEWS");
     if (views && !strcmp(views, "0")) o->cuda_views = KILN_SWITCH_OFF;
     const char *fusion = getenv("KILN_CUDA_FUSION");

@@ -6,6 +6,8 @@
 #include "backends/cpu/nn_kernels.h"
 
 #include "backends/cpu/conv2d.h"
+#include "backends/cpu/packed_gemm.h"
+#include "backends/cpu/packed_weights.h"
 #include "core/ckd.h"
 #include "core/status.h"
 #include "ir/nn_window.h"
@@ -283,9 +285,39 @@ static NN_EXEC(conv_f32) {
     return conv_run(n, in, nin, out, NULL);
 }
 
+/* The stored panels of n (packed_weights.h) into *state, checked against W's declared shape. */
+static kiln_status prepare_stored(const kiln_graph *g, const kiln_node *n, void **state) {
+    kiln_packed_tag tag;
+    const float *panels;
+    float *owned;
+    KILN_TRY(kiln_cpu_stored_panels(g, n, KILN_PACKED_CONV_ROWS, &tag, &panels, &owned));
+    if (!panels) return KILN_OK;
+    const kiln_value *w = &g->values[n->inputs[1]];
+    bool fits = w->ndim == 4 && kiln_attr_int(n, "group", 1) == tag.groups;
+    for (int i = 0; fits && i < 4; i++) fits = kiln_dim_is_static(w->dims[i]);
+    int64_t M = fits ? w->dims[0].value : 0, Cg = fits ? w->dims[1].value : 0;
+    int64_t KH = fits ? w->dims[2].value : 0, KW = fits ? w->dims[3].value : 0, L;
+    fits = fits && M == tag.groups * tag.P && Cg > 0 && KH > 0 && KW > 0 && kiln_mul_i64_ok(Cg, KH, &L) &&
+           kiln_mul_i64_ok(L, KW, &L) && L == tag.L; /* groups * P is bounded by the checked panel size */
+    kiln_conv2d_weights *pw = fits ? calloc(1, sizeof *pw) : NULL;
+    if (!pw) {
+        free(owned);
+        return fits ? kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory")
+                    : kiln_error(KILN_ERR_PARSE, "its packed weights (attribute %s) do not match its declared "
+                                                 "weights (a corrupt engine: rebuild it)", KILN_PACKED_ATTR);
+    }
+    int64_t floats = (tag.P + kiln_packed_width(tag.kind) - 1) / kiln_packed_width(tag.kind) *
+                     kiln_packed_width(tag.kind) * tag.L;
+    *pw = (kiln_conv2d_weights){M, Cg, KH, KW, tag.groups, floats, tag.kind == KILN_PACKED_CONV_COLUMNS,
+                                owned ? owned : (float *)panels, true, owned == NULL};
+    *state = pw;
+    return KILN_OK;
+}
+
 kiln_status kiln_cpu_conv_prepare(const kiln_graph *g, const kiln_node *n, void **state) {
     *state = NULL;
     if (n->ninputs < 2 || n->inputs[1] < 0 || kiln_attr_int(n, "channels_last", 0) != 0) return KILN_OK;
+    if (kiln_node_attr(n, KILN_PACKED_ATTR)) return prepare_stored(g, n, state);
     const kiln_tensor *w = g->values[n->inputs[1]].constant;
     if (!w || w->dtype != KILN_F32 || w->ndim != 4) return KILN_OK;
     kiln_conv2d_weights *pw;
@@ -299,10 +331,36 @@ kiln_status kiln_cpu_conv_prepare(const kiln_graph *g, const kiln_node *n, void 
     return KILN_OK;
 }
 
+bool kiln_cpu_conv_panels(const void *state, kiln_packed_tag *tag, const float **panels) {
+    const kiln_conv2d_weights *pw = state;
+    if (pw->stored) return false;
+    *tag = (kiln_packed_tag){pw->by_columns ? KILN_PACKED_CONV_COLUMNS : KILN_PACKED_CONV_ROWS, kiln_pg_isa_current(),
+                             pw->by_columns ? KILN_PG_NR : KILN_PG_MR, pw->group, pw->M / pw->group,
+                             pw->Cg * pw->KH * pw->KW};
+    *panels = pw->data;
+    return true;
+}
+
+kiln_tensor *const *kiln_cpu_conv_inputs(const void *state, kiln_tensor *const *in, int nin, kiln_tensor *view,
+                                         kiln_tensor **args) {
+    const kiln_conv2d_weights *pw = state;
+    if (!pw->stored || nin < 2 || nin > KILN_CONV_MAX_INPUTS || !in[1]) return in;
+    *view = *in[1];
+    int64_t dims[4] = {pw->M, pw->Cg, pw->KH, pw->KW};
+    view->ndim = 4;
+    memcpy(view->dims, dims, sizeof dims);
+    view->nbytes = (size_t)kiln_numel(4, dims) * sizeof(float); /* the panels hold at least as many floats */
+    view->owned = false;
+    for (int i = 0; i < nin; i++) args[i] = in[i];
+    args[1] = view;
+    return args;
+}
+
 kiln_status kiln_cpu_conv_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
                                    kiln_tensor *const *out, int nout) {
     if (nn_has_half_input(in, nin)) return kiln_cpu_conv(n, in, nin, out, nout);
-    return conv_run(n, in, nin, out, state);
+    kiln_tensor view, *args[KILN_CONV_MAX_INPUTS];
+    return conv_run(n, kiln_cpu_conv_inputs(state, in, nin, &view, args), nin, out, state);
 }
 
 void kiln_cpu_conv_state_free(void *state) { kiln_conv2d_weights_free(state); }

@@ -95,7 +95,7 @@ kiln_status kiln_conv2d_weights_pack(const float *w, int64_t M, int64_t Cg, int6
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Conv: out of memory packing %lld x %lld weights", (long long)M,
                           (long long)rows);
     }
-    *pw = (kiln_conv2d_weights){M, Cg, KH, KW, group, per, by_columns, data};
+    *pw = (kiln_conv2d_weights){M, Cg, KH, KW, group, per, by_columns, data, false, false};
     const int64_t taps = KH * KW;
     for (int64_t gr = 0; gr < group; gr++) {
         for (int64_t m = 0; m < Mg; m++)
@@ -112,7 +112,7 @@ kiln_status kiln_conv2d_weights_pack(const float *w, int64_t M, int64_t Cg, int6
 
 void kiln_conv2d_weights_free(kiln_conv2d_weights *pw) {
     if (!pw) return;
-    free(pw->data);
+    if (!pw->borrowed) free(pw->data);
     free(pw);
 }
 
@@ -364,7 +364,8 @@ static void gemm_part(void *ctx, int64_t t0, int64_t t1) {
         int64_t ybase = (img * g->M + gr * j->Mg + m0) * j->OHW + p0;
         float *yg = j->y + ybase;
         const float *bias = j->bias ? j->bias + gr * j->Mg + m0 : NULL;
-        if (j->pointwise && j->OHW == 1) /* one position (squeeze-excitation): a matrix-vector product */
+        bool gemv = j->pointwise && j->OHW == 1 && !(j->packed && j->packed->stored); /* stored: no plain w */
+        if (gemv) /* one position (squeeze-excitation): a matrix-vector product */
             kiln_cpu_sgemm(false, true, 1, m1 - m0, j->Cg, 1.0f, xg, j->Cg, wg, j->Cg, 0.0f, yg, m1 - m0);
         else if (j->packed) {
             const float *a = j->packed->data + gr * j->packed->group_floats + m0 * j->rows;
@@ -391,6 +392,15 @@ static void gemm_part(void *ctx, int64_t t0, int64_t t1) {
 
 kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w, const kiln_conv2d_weights *packed,
                             const float *bias, const float *residual, const kiln_act *act, float *y) {
+    bool stored_misfit = packed && packed->stored &&
+                         (!kiln_conv2d_weights_fit(packed, g) ||
+                          is_depthwise(g->M, g->C / g->group, g->KH, g->KW, g->group));
+    if (stored_misfit) /* w is no plain copy: nothing else can run */
+        return kiln_error(KILN_ERR_SHAPE,
+                          "Conv: its weights, stored packed (by %s, for outputs of at most %d positions when by "
+                          "columns), do not fit a convolution of %lld channels, groups %lld, output %lld x %lld",
+                          packed->by_columns ? "columns" : "rows", KILN_CONV2D_SMALL_OUTPUT, (long long)g->M,
+                          (long long)g->group, (long long)g->OH, (long long)g->OW);
     if (!kiln_conv2d_weights_fit(packed, g)) packed = NULL;
     conv_job j = {.g = g, .x = x, .w = w, .packed = packed, .bias = bias, .z = residual, .act = act, .y = y};
     j.Cg = g->C / g->group;
@@ -410,8 +420,9 @@ kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w
         j.pointwise = g->KH == 1 && g->KW == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
                       g->OH == g->H && g->OW == g->W;
         if (packed && packed->by_columns) {
-            if (!(j.pointwise && j.OHW == 1)) return kiln_conv2d_run_small(g, x, packed, bias, residual, act, y);
-            j.packed = NULL; /* one position: the matrix-vector product on w */
+            if (!(j.pointwise && j.OHW == 1) || packed->stored)
+                return kiln_conv2d_run_small(g, x, packed, bias, residual, act, y);
+            j.packed = NULL; /* one position: the matrix-vector product on w (stored weights have none) */
         }
         if (j.packed && !j.pointwise && g->sh == 1 && g->sw == 1)
             return kiln_conv2d_run_shifted(g, x, packed, bias, residual, act, y);

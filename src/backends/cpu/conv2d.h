@@ -28,6 +28,8 @@ typedef struct kiln_conv2d_weights {
     int64_t group_floats;
     bool by_columns; /* the transpose [KH * KW * Cg, M / group] per group, in kiln_pg_pack_b's layout */
     float *data;
+    bool stored;     /* the engine file stores them packed (packed_weights.h): W has no plain copy */
+    bool borrowed;   /* data lies in the engine file: kiln_conv2d_weights_free leaves it */
 } kiln_conv2d_weights;
 
 /* Outputs of at most this many positions are multiplied transposed (conv2d_small.c). */
@@ -54,8 +56,9 @@ kiln_status kiln_conv2d_geometry(const kiln_node *n, const kiln_tensor *x, const
 
 /* y = act(conv(x, w) + bias + residual), all float32 in the shapes of g; packed (may be NULL) is w
  * packed by kiln_conv2d_weights_pack, used when it fits g (else OpenBLAS runs on w); bias,
- * residual and act may be NULL; y aliases neither x nor residual. Fails only with
- * KILN_ERR_OUT_OF_MEMORY (scratch). */
+ * residual and act may be NULL; y aliases neither x nor residual. Fails with
+ * KILN_ERR_OUT_OF_MEMORY (scratch), or KILN_ERR_SHAPE when stored weights do not fit g (w is
+ * then no plain copy). */
 kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w, const kiln_conv2d_weights *packed,
                             const float *bias, const float *residual, const kiln_act *act, float *y);
 

@@ -7,6 +7,7 @@
 #include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_plan.h"
+#include "backends/cpu/packed_weights.h"
 #include "ir/fused_ops.h"
 
 #include <cblas.h>
@@ -217,11 +218,15 @@ static void cpu_context_last_timing(kiln_backend_context *c, kiln_backend_timing
     out->activation_bytes = nodes ? c->peak_bytes : 0;
 }
 
+static void cpu_describe(const kiln_backend_engine *be, FILE *out) { kiln_cpu_describe_packed(be->g, out); }
+
 const kiln_backend kiln_backend_cpu = {
     .name = "cpu",
     .device_name = cpu_device_name,
     .supports_precision = cpu_supports_precision,
     .engine_create = cpu_engine_create,
+    .store_weights = kiln_cpu_store_weights,
+    .describe = cpu_describe,
     .engine_free = cpu_engine_free,
     .context_create = cpu_context_create,
     .context_free = cpu_context_free,

@@ -32,13 +32,16 @@ const kiln_cpu_kernel *kiln_cpu_kernel_find(const char *domain, const char *op_t
 }
 
 static const kiln_cpu_prepared_kernel g_prepared[] = {
-    {"Conv", "", kiln_cpu_conv_prepare, kiln_cpu_conv_prepared, kiln_cpu_conv_state_free},
-    {"FusedConv", KILN_FUSED_DOMAIN, kiln_cpu_conv_prepare, kiln_cpu_fused_conv_prepared, kiln_cpu_conv_state_free},
-    {"MatMul", "", kiln_cpu_matmul_prepare, kiln_cpu_matmul_prepared, kiln_cpu_matmul_state_free},
-    {"Gemm", "", kiln_cpu_matmul_prepare, kiln_cpu_gemm_prepared, kiln_cpu_matmul_state_free},
+    {"Conv", "", kiln_cpu_conv_prepare, kiln_cpu_conv_prepared, kiln_cpu_conv_state_free, kiln_cpu_conv_panels},
+    {"FusedConv", KILN_FUSED_DOMAIN, kiln_cpu_conv_prepare, kiln_cpu_fused_conv_prepared, kiln_cpu_conv_state_free,
+     kiln_cpu_conv_panels},
+    {"MatMul", "", kiln_cpu_matmul_prepare, kiln_cpu_matmul_prepared, kiln_cpu_matmul_state_free,
+     kiln_cpu_matmul_panels},
+    {"Gemm", "", kiln_cpu_matmul_prepare, kiln_cpu_gemm_prepared, kiln_cpu_matmul_state_free, kiln_cpu_matmul_panels},
     {"FusedMatMul", KILN_FUSED_DOMAIN, kiln_cpu_matmul_prepare, kiln_cpu_fused_matmul_prepared,
-     kiln_cpu_matmul_state_free},
-    {"FusedGemm", KILN_FUSED_DOMAIN, kiln_cpu_matmul_prepare, kiln_cpu_fused_gemm_prepared, kiln_cpu_matmul_state_free},
+     kiln_cpu_matmul_state_free, kiln_cpu_matmul_panels},
+    {"FusedGemm", KILN_FUSED_DOMAIN, kiln_cpu_matmul_prepare, kiln_cpu_fused_gemm_prepared, kiln_cpu_matmul_state_free,
+     kiln_cpu_matmul_panels},
 };
 
 const kiln_cpu_prepared_kernel *kiln_cpu_prepared_find(const char *domain, const char *op_type) {

@@ -16,6 +16,7 @@
 #ifndef KILN_CPU_KERNELS_H
 #define KILN_CPU_KERNELS_H
 
+#include "backends/cpu/packed_weights.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "ir/graph.h"
@@ -36,9 +37,10 @@ typedef struct kiln_cpu_kernel {
 const kiln_cpu_kernel *kiln_cpu_kernel_find(const char *domain, const char *op_type);
 
 /* A kernel that prepares state for its node once per engine (weights packed from the graph's
- * constants) and then runs with it. prepare sets *state to NULL when there is nothing to prepare
- * for that node (the plain exec function runs it) and fails only for a reason that must stop the
- * engine (out of memory); exec has the exec contract above, with the state read-only (contexts
+ * constants, or taken as the engine file stores them packed) and then runs with it. prepare sets
+ * *state to NULL when there is nothing to prepare for that node (the plain exec function runs it)
+ * and fails only for a reason that must stop the engine (out of memory, stored panels that
+ * disagree with the node); exec has the exec contract above, with the state read-only (contexts
  * run concurrently); free_state releases a non-NULL state. */
 typedef struct kiln_cpu_prepared_kernel {
     const char *op_type;
@@ -47,6 +49,9 @@ typedef struct kiln_cpu_prepared_kernel {
     kiln_status (*exec)(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
                         kiln_tensor *const *out, int nout);
     void (*free_state)(void *state);
+    /* The weights a state packed, for the engine file to store (packed_weights.h): fills *tag and
+     * *panels and returns true, or false when the state's panels came from the engine file. */
+    bool (*panels)(const void *state, kiln_packed_tag *tag, const float **panels);
 } kiln_cpu_prepared_kernel;
 
 /* The prepared kernel for an op, or NULL when the op has none. */

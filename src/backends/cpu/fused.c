@@ -245,7 +245,8 @@ static NN_FLOAT_EXEC(kiln_cpu_fused_matmul, fused_matmul, 1u)
 kiln_status kiln_cpu_fused_conv_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
                                          kiln_tensor *const *out, int nout) {
     if (nn_has_half_input(in, nin)) return kiln_cpu_fused_conv(n, in, nin, out, nout);
-    return fused_conv_run(n, in, nin, out, state);
+    kiln_tensor view, *args[KILN_CONV_MAX_INPUTS];
+    return fused_conv_run(n, kiln_cpu_conv_inputs(state, in, nin, &view, args), nin, out, state);
 }
 
 kiln_status kiln_cpu_fused_gemm_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,

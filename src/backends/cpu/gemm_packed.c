@@ -1,14 +1,17 @@
 /* gemm_packed.c — the prepared MatMul and Gemm (nn_kernels.h): a float32 graph-constant right
- * operand is packed once per engine (kiln_pg_pack_b) and the product runs kiln_pg_gemm_packed_b,
- * split over the thread pool by blocks of rows and of column panels. Whatever else reaches them
- * (float16 inputs, a 1-D left side, shapes that do not match the packed weights, products of at
- * most GEMV_ROWS rows, which cpu_gemm.c's matrix-vector path streams faster) runs the plain
- * kernels of gemm.c, which also report every error. Gemm is prepared only without transA and with
- * alpha 1; its C is added after the product. */
+ * operand is packed once per engine (kiln_pg_pack_b), or taken as the engine file stores it packed
+ * (packed_weights.h), and the product runs kiln_pg_gemm_packed_b, split over the thread pool by
+ * blocks of rows and of column panels. Whatever else reaches weights packed at load (float16
+ * inputs, a 1-D left side, shapes that do not match the packed weights, products of at most
+ * GEMV_ROWS rows, which cpu_gemm.c's matrix-vector path streams faster) runs the plain kernels of
+ * gemm.c, which also report every error. Stored weights have no plain copy: every product of a
+ * matching left side (1-D too, however few its rows) runs the packed kernel. Gemm is prepared only
+ * without transA and with alpha 1; its C is added after the product. */
 #include "backends/cpu/nn_kernels.h"
 
 #include "backends/cpu/cpu_scratch.h"
 #include "backends/cpu/packed_gemm.h"
+#include "backends/cpu/packed_weights.h"
 #include "core/status.h"
 #include "core/threadpool.h"
 
@@ -23,14 +26,41 @@
 
 typedef struct packed_weights {
     int64_t K, N;
-    float *panels; /* kiln_pg_pack_b's layout */
+    const float *panels; /* kiln_pg_pack_b's layout */
+    float *owned;        /* what to free: panels, or NULL when they lie in the engine file */
+    bool stored;         /* the engine file stores them packed: B has no plain copy */
 } packed_weights;
 
 static bool is_gemm(const kiln_node *n) { return !strcmp(n->op_type, "Gemm") || !strcmp(n->op_type, "FusedGemm"); }
 
+/* The stored panels of n (packed_weights.h) into *state, checked against W's declared shape. */
+static kiln_status prepare_stored(const kiln_graph *g, const kiln_node *n, void **state) {
+    kiln_packed_tag tag;
+    const float *panels;
+    float *owned;
+    KILN_TRY(kiln_cpu_stored_panels(g, n, KILN_PACKED_MATMUL, &tag, &panels, &owned));
+    if (!panels) return KILN_OK;
+    const kiln_value *w = &g->values[n->inputs[1]];
+    bool tb = is_gemm(n) && kiln_attr_int(n, "transB", 0) != 0;
+    bool fits = w->ndim == 2 && kiln_dim_is_static(w->dims[0]) && kiln_dim_is_static(w->dims[1]) && tag.groups == 1 &&
+                w->dims[tb ? 1 : 0].value == tag.L && w->dims[tb ? 0 : 1].value == tag.P &&
+                (!is_gemm(n) || (kiln_attr_int(n, "transA", 0) == 0 && kiln_attr_float(n, "alpha", 1.0f) == 1.0f));
+    packed_weights *pw = fits ? calloc(1, sizeof *pw) : NULL;
+    if (!pw) {
+        free(owned);
+        return fits ? kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory")
+                    : kiln_error(KILN_ERR_PARSE, "its packed weights (attribute %s) do not match its declared "
+                                                 "weights (a corrupt engine: rebuild it)", KILN_PACKED_ATTR);
+    }
+    *pw = (packed_weights){tag.L, tag.P, panels, owned, true};
+    *state = pw;
+    return KILN_OK;
+}
+
 kiln_status kiln_cpu_matmul_prepare(const kiln_graph *g, const kiln_node *n, void **state) {
     *state = NULL;
     if (n->ninputs < 2 || n->inputs[1] < 0) return KILN_OK;
+    if (kiln_node_attr(n, KILN_PACKED_ATTR)) return prepare_stored(g, n, state);
     const kiln_tensor *w = g->values[n->inputs[1]].constant;
     if (!w || w->dtype != KILN_F32 || w->ndim != 2) return KILN_OK;
     bool gemm = is_gemm(n), tb = gemm && kiln_attr_int(n, "transB", 0) != 0;
@@ -47,15 +77,23 @@ kiln_status kiln_cpu_matmul_prepare(const kiln_graph *g, const kiln_node *n, voi
                           (long long)K, (long long)N);
     }
     kiln_pg_pack_b(w->data, tb ? 1 : N, tb ? K : 1, K, N, panels);
-    *pw = (packed_weights){K, N, panels};
+    *pw = (packed_weights){K, N, panels, panels, false};
     *state = pw;
     return KILN_OK;
+}
+
+bool kiln_cpu_matmul_panels(const void *state, kiln_packed_tag *tag, const float **panels) {
+    const packed_weights *pw = state;
+    if (pw->stored) return false;
+    *tag = (kiln_packed_tag){KILN_PACKED_MATMUL, kiln_pg_isa_current(), KILN_PG_NR, 1, pw->N, pw->K};
+    *panels = pw->panels;
+    return true;
 }
 
 void kiln_cpu_matmul_state_free(void *state) {
     packed_weights *pw = state;
     if (!pw) return;
-    free(pw->panels);
+    free(pw->owned);
     free(pw);
 }
 
@@ -103,8 +141,9 @@ kiln_status kiln_cpu_matmul_prepared(const kiln_node *n, const void *state, kiln
                                      kiln_tensor *const *out, int nout) {
     const packed_weights *pw = state;
     const kiln_tensor *a = nin > 0 ? in[0] : NULL, *b = nin > 1 ? in[1] : NULL;
-    if (!a || !b || nn_has_half_input(in, nin) || a->dtype != KILN_F32 || a->ndim < 2 || a->dims[a->ndim - 1] != pw->K ||
-        b->ndim != 2 || b->dims[0] != pw->K || b->dims[1] != pw->N || kiln_tensor_numel(a) / pw->K <= GEMV_ROWS)
+    if (!a || !b || nn_has_half_input(in, nin) || a->dtype != KILN_F32 || a->ndim < (pw->stored ? 1 : 2) ||
+        a->dims[a->ndim - 1] != pw->K || (!pw->stored && (b->ndim != 2 || b->dims[0] != pw->K || b->dims[1] != pw->N ||
+                         kiln_tensor_numel(a) / pw->K <= GEMV_ROWS)))
         return kiln_cpu_matmul(n, in, nin, out, nout);
     int64_t dims[KILN_MAX_DIMS];
     memcpy(dims, a->dims, sizeof *dims * (size_t)a->ndim);
@@ -119,7 +158,8 @@ kiln_status kiln_cpu_gemm_prepared(const kiln_node *n, const void *state, kiln_t
     const kiln_tensor *a = nin > 0 ? in[0] : NULL, *b = nin > 1 ? in[1] : NULL, *c = nin > 2 ? in[2] : NULL;
     bool tb = kiln_attr_int(n, "transB", 0) != 0;
     bool fits = a && b && !nn_has_half_input(in, nin) && a->dtype == KILN_F32 && a->ndim == 2 && a->dims[1] == pw->K &&
-                a->dims[0] > GEMV_ROWS && b->ndim == 2 && b->dims[tb ? 1 : 0] == pw->K && b->dims[tb ? 0 : 1] == pw->N;
+                (pw->stored || (a->dims[0] > GEMV_ROWS && b->ndim == 2 && b->dims[tb ? 1 : 0] == pw->K &&
+                                b->dims[tb ? 0 : 1] == pw->N));
     int64_t M = fits ? a->dims[0] : 0, ydims[2] = {M, pw->N}, cstr[2] = {0, 0};
     if (fits && c) {
         fits = c->dtype == KILN_F32 && c->ndim <= 2;

@@ -38,8 +38,18 @@ kiln_status nn_require_inputs(const kiln_node *n, kiln_tensor *const *in, int ni
 NN_EXEC(kiln_cpu_conv);
 NN_EXEC(kiln_cpu_conv_transpose);
 /* The prepared Conv and FusedConv (cpu_kernels.h): a 2-D channels-first node whose W is a float32
- * graph constant gets its weights packed (conv2d.h); the FusedConv exec is in fused.c. */
+ * graph constant gets its weights packed (conv2d.h), or uses those the engine file stores packed
+ * (packed_weights.h); the FusedConv exec is in fused.c. */
 kiln_status kiln_cpu_conv_prepare(const kiln_graph *g, const kiln_node *n, void **state);
+/* The panels of a prepared Conv state for the engine file (the panels hook of cpu_kernels.h). */
+bool kiln_cpu_conv_panels(const void *state, kiln_packed_tag *tag, const float **panels);
+/* The inputs a prepared Conv kernel runs on: in itself, or, when state's weights are stored packed
+ * (the constant W is their 1-D panels), a copy in args[0, nin) whose W is *view, a tensor of W's
+ * declared shape over the panels, so the kernels read W's geometry (never its data: they run on the
+ * panels). Inputs beyond KILN_CONV_MAX_INPUTS are left as they are (the kernels refuse them). */
+#define KILN_CONV_MAX_INPUTS 8
+kiln_tensor *const *kiln_cpu_conv_inputs(const void *state, kiln_tensor *const *in, int nin, kiln_tensor *view,
+                                         kiln_tensor **args);
 kiln_status kiln_cpu_conv_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
                                    kiln_tensor *const *out, int nout);
 kiln_status kiln_cpu_fused_conv_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
@@ -59,6 +69,8 @@ NN_EXEC(kiln_cpu_matmul);
  * a float32 constant 2-D right operand (Gemm: without transA, alpha 1) gets packed; the fused
  * execs are in fused.c. */
 kiln_status kiln_cpu_matmul_prepare(const kiln_graph *g, const kiln_node *n, void **state);
+/* The panels of a prepared MatMul / Gemm state for the engine file (the panels hook of cpu_kernels.h). */
+bool kiln_cpu_matmul_panels(const void *state, kiln_packed_tag *tag, const float **panels);
 kiln_status kiln_cpu_matmul_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,
                                      kiln_tensor *const *out, int nout);
 kiln_status kiln_cpu_gemm_prepared(const kiln_node *n, const void *state, kiln_tensor *const *in, int nin,

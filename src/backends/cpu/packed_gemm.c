@@ -158,6 +158,19 @@ kiln_pg_isa kiln_pg_isa_current(void) {
     return g_isa;
 }
 
+const char *kiln_pg_isa_name(kiln_pg_isa isa) {
+    return isa == KILN_PG_PORTABLE ? "portable" : isa == KILN_PG_AVX2 ? "avx2" : isa == KILN_PG_AVX512 ? "avx512" : "unknown";
+}
+
+void kiln_pg_repack_panels(const float *src, int64_t L, int64_t P, int64_t from_width, int64_t to_width, float *dst) {
+    for (int64_t p0 = 0; p0 < P; p0 += to_width)
+        for (int64_t l = 0; l < L; l++, dst += to_width)
+            for (int64_t j = 0; j < to_width; j++) {
+                int64_t col = p0 + j;
+                dst[j] = col < P ? src[(col / from_width * L + l) * from_width + col % from_width] : 0.0f;
+            }
+}
+
 int64_t kiln_pg_packed_a_floats(int64_t M, int64_t K) { return (M + MR - 1) / MR * MR * K; }
 
 void kiln_pg_pack_a(const float *A, int64_t lda, int64_t M, int64_t K, float *dst) {

@@ -27,6 +27,16 @@ bool kiln_pg_isa_set(kiln_pg_isa isa);
 /* The instruction set the kernels use now: kiln_pg_isa_best() unless kiln_pg_isa_set chose another. */
 kiln_pg_isa kiln_pg_isa_current(void);
 
+/* "portable", "avx2" or "avx512" ("unknown" for another value). */
+const char *kiln_pg_isa_name(kiln_pg_isa isa);
+
+/* dst = the panels of src re-cut to another width: src holds an [L, P] matrix as panels of
+ * from_width columns (src[(p * L + l) * from_width + j] is column p * from_width + j of row l, zero
+ * past column P), dst gets the same matrix as panels of to_width columns, zero past P. With P the
+ * rows of A and L its columns this converts kiln_pg_pack_a's layout between row-panel heights;
+ * with P the columns of B and L its rows, kiln_pg_pack_b's between column-panel widths. */
+void kiln_pg_repack_panels(const float *src, int64_t L, int64_t P, int64_t from_width, int64_t to_width, float *dst);
+
 /* Floats that kiln_pg_pack_a writes for an M x K matrix (M rounded up to whole panels). */
 int64_t kiln_pg_packed_a_floats(int64_t M, int64_t K);
 
