@@ -38,7 +38,9 @@ typedef struct run_slot {
     char **copy_to;       /* [max_batch][n_in]: where request k's input i goes in the staging */
     int n;
     int64_t rows;
-    double t0;
+    double t0;            /* taken off the queue */
+    double t_joined;      /* inputs joined and bound: the run is enqueued */
+    double t_ran;         /* the run waited for (its outputs not yet split) */
     kiln_status st;       /* of the run so far */
     char error[512];      /* its message when st != KILN_OK */
 } run_slot;
@@ -313,20 +315,24 @@ static void slot_failed(run_slot *rs, kiln_status st) {
 static void start_run(instance *in, run_slot *rs) {
     serve_pool *p = in->pool;
     rs->t0 = now_us();
+    rs->t_joined = rs->t0;
     rs->st = KILN_OK;
     if (atomic_load(&p->failures_to_inject) > 0 && atomic_fetch_sub(&p->failures_to_inject, 1) > 0) {
         slot_failed(rs, kiln_error(KILN_ERR_BACKEND, "injected failure (KILN_SERVE_FAIL_RUNS)"));
         return;
     }
     kiln_status st = bind_inputs(in, rs);
+    rs->t_joined = now_us();
     if (!st) st = kiln_context_enqueue(rs->ctx);
     if (st) slot_failed(rs, st);
 }
 
 /* Waits for the slot's run and splits its outputs to the requests (cleared again on failure). */
 static void finish_run(instance *in, run_slot *rs) {
+    rs->t_ran = rs->t_joined;
     if (!rs->st) {
         kiln_status st = kiln_context_wait(rs->ctx);
+        rs->t_ran = now_us();
         if (!st) st = split_outputs(in->pool, rs);
         if (st) slot_failed(rs, st);
     }
@@ -358,6 +364,9 @@ static void complete(instance *in, run_slot *rs, double t1) {
         serve_infer *r = rs->batch[k];
         r->queue_us = rs->t0 - r->arrival_us;
         r->compute_us = t1 - rs->t0;
+        r->run_start_us = rs->t0;
+        r->inputs_joined_us = rs->t_joined;
+        r->run_done_us = rs->t_ran;
         r->batch_rows = (int)rs->rows;
         r->first_of_run = k == 0;
         if (!st) finish(r, 200, "ok");

@@ -64,6 +64,9 @@ typedef struct serve_infer {
     serve_tensor *outputs;     /* [n_outputs] in the engine's output order (owned: serve_infer_clear) */
     int n_outputs;
     double queue_us, compute_us;
+    /* the run's timeline (the clock of serve_now_us, microseconds): taken off the queue, its inputs
+     * joined in the staging (the copy), its run waited for (uploads, computation, downloads) */
+    double run_start_us, inputs_joined_us, run_done_us;
     int batch_rows;            /* rows of the run that held it */
     bool first_of_run;         /* the first request of its run (so that runs are counted once) */
     /* the batcher's */

@@ -31,6 +31,19 @@ typedef struct serve_server {
     uint32_t rate_count[60];
 } serve_server;
 
+/* The stages of a tensor inference as /metrics (kiln_request_stage_duration_seconds) and the access
+ * log show them, in the order they follow one another; their durations add up to the request's. */
+enum {
+    SERVE_STAGE_RECEIVE, /* the request's headers to the last byte of its body */
+    SERVE_STAGE_PARSE,   /* dispatch, keys, the body parsed and checked against the model, until queued */
+    SERVE_STAGE_QUEUE,   /* queued until an instance takes its batch */
+    SERVE_STAGE_INPUT,   /* the batch's inputs copied into the page-locked staging */
+    SERVE_STAGE_COMPUTE, /* the batch's run: uploads, computation, downloads */
+    SERVE_STAGE_OUTPUT,  /* outputs split, the response built and sent */
+    SERVE_STAGES
+};
+extern const char *const SERVE_STAGE_NAMES[SERVE_STAGES];
+
 typedef struct serve_conn {
     serve_server *srv;
     struct MHD_Connection *mhd;
@@ -41,6 +54,9 @@ typedef struct serve_conn {
     bool too_large;
     bool counted;             /* counted in srv->active */
     double t_start_us;
+    double t_body_us;         /* the body's last byte arrived (the request was dispatched) */
+    bool ran;                 /* a tensor inference that ran: queued_us... below are its timeline */
+    double queued_us, run_start_us, inputs_joined_us, run_done_us;
     int status;               /* the status answered (0: none yet) */
     size_t bytes_out;
     char model[SERVE_NAME_MAX];

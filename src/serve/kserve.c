@@ -96,9 +96,15 @@ static enum MHD_Result infer(serve_conn *c, serve_version *v, const char *name) 
         serve_pool_infer(v->pool, &r);
         status = r.http_status;
         snprintf(msg, sizeof msg, "%s", r.message);
-        if (status == 200)
+        if (status == 200) {
             serve_metrics_record_run(c->srv->metrics, c->model, c->version, r.queue_us / 1e6, r.compute_us / 1e6,
                                      r.first_of_run ? r.batch_rows : 0);
+            c->ran = true;
+            c->queued_us = r.arrival_us;
+            c->run_start_us = r.run_start_us;
+            c->inputs_joined_us = r.inputs_joined_us;
+            c->run_done_us = r.run_done_us;
+        }
     }
     enum MHD_Result ok;
     if (status == 200) {

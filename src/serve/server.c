@@ -24,6 +24,8 @@
  * third less CPU per 4.8 MB request). Larger costs every request: libmicrohttpd zeroes the whole
  * pool between the requests of a connection. The read buffer grows in steps of an eighth of it. */
 
+const char *const SERVE_STAGE_NAMES[SERVE_STAGES] = {"receive", "parse", "queue", "input", "compute", "output"};
+
 double serve_now_us(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -201,6 +203,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
         return MHD_YES;
     }
     if (c->status) return MHD_YES;
+    c->t_body_us = serve_now_us();
     if (c->too_large)
         return reply_family_error(c, 413, "invalid_request_error", "the request body is larger than the server's limit");
     return dispatch(c);
@@ -215,7 +218,18 @@ static void json_escape(FILE *f, const char *s) {
     }
 }
 
-static void access_log(serve_server *s, serve_conn *c, double ms, enum MHD_RequestTerminationCode toe) {
+/* The durations of c's stages (SERVE_STAGE_*) in microseconds, when it is a tensor inference that
+ * ran (else false); the output stage ends at end_us, when the request completed. */
+static bool stage_durations(const serve_conn *c, double end_us, double *us) {
+    if (!c->ran) return false;
+    const double marks[SERVE_STAGES + 1] = {c->t_start_us,       c->t_body_us,   c->queued_us, c->run_start_us,
+                                            c->inputs_joined_us, c->run_done_us, end_us};
+    for (int k = 0; k < SERVE_STAGES; k++) us[k] = marks[k + 1] - marks[k];
+    return true;
+}
+
+static void access_log(serve_server *s, serve_conn *c, double ms, const double *stage_us,
+                       enum MHD_RequestTerminationCode toe) {
     if (!s->access_log) return;
     char when[32];
     time_t now = time(NULL);
@@ -237,8 +251,11 @@ static void access_log(serve_server *s, serve_conn *c, double ms, enum MHD_Reque
     json_escape(s->access_log, c->version);
     fprintf(s->access_log, "\",\"key\":\"");
     json_escape(s->access_log, c->key ? c->key->name : "");
-    fprintf(s->access_log, "\",\"bytes_in\":%zu,\"bytes_out\":%zu,\"ms\":%.3f,\"completed\":%s}\n", c->body_len,
+    fprintf(s->access_log, "\",\"bytes_in\":%zu,\"bytes_out\":%zu,\"ms\":%.3f,\"completed\":%s", c->body_len,
             c->bytes_out, ms, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "true" : "false");
+    for (int k = 0; stage_us && k < SERVE_STAGES; k++)
+        fprintf(s->access_log, "%s\"%s\":%.3f", k ? "," : ",\"stages_ms\":{", SERVE_STAGE_NAMES[k], stage_us[k] / 1e3);
+    fputs(stage_us ? "}}\n" : "}\n", s->access_log);
     fflush(s->access_log);
     pthread_mutex_unlock(&s->log_mu);
 }
@@ -250,7 +267,9 @@ static void on_completed(void *cls, struct MHD_Connection *connection, void **co
     if (!c) return;
     *con_cls = NULL;
     if (c->stream) c->stream_free(c->stream, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
-    double ms = (serve_now_us() - c->t_start_us) / 1e3;
+    double end_us = serve_now_us(), ms = (end_us - c->t_start_us) / 1e3;
+    double stage_us[SERVE_STAGES];
+    bool staged = stage_durations(c, end_us, stage_us);
     if (c->model[0]) {
         char labels[400], with_status[440];
         serve_metrics_labels(labels, sizeof labels, c->model, c->version);
@@ -258,8 +277,9 @@ static void on_completed(void *cls, struct MHD_Connection *connection, void **co
                  toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? c->status : 499);
         serve_metrics_add(s->metrics, "kiln_requests_total", with_status, 1);
         serve_metrics_observe(s->metrics, "kiln_request_duration_seconds", labels, ms / 1e3);
+        if (staged) serve_metrics_record_stages(s->metrics, labels, SERVE_STAGE_NAMES, stage_us, SERVE_STAGES);
     }
-    access_log(s, c, ms, toe);
+    access_log(s, c, ms, staged ? stage_us : NULL, toe);
     int64_t second = (int64_t)time(NULL);
     pthread_mutex_lock(&s->active_mu);
     if (c->counted) s->active--;

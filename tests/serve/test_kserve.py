@@ -178,6 +178,48 @@ def test_large_binary_requests_batched_back_to_their_rows(pool_server):
     assert runs < 24, f"no request shared a run: 24 requests took {runs} runs"
 
 
+STAGES = ("receive", "parse", "queue", "input", "compute", "output")
+
+
+def test_stage_durations_add_up(pool_server):
+    """Every tensor inference that ran is timed by stage in /metrics and in its access-log record;
+    the stages follow one another, so their durations add up to the request's."""
+    label = 'model="pool",version="1"'
+    stage = lambda name, k: f'kiln_request_stage_duration_seconds_{k}{{{label},stage="{name}"}}'
+    before = pool_server.metrics()
+    x = np.ones((4, 3, 224, 224), np.float32)
+    header, body = binary_request(x)
+    for _ in range(3):
+        status, _, data = pool_server.request("/v2/models/pool/infer", body, headers={
+            "Inference-Header-Content-Length": str(len(header))})
+        assert status == 200, data[:300]
+    deadline = time.time() + 5  # recorded when each request completes, after its answer went out
+    while True:
+        after = pool_server.metrics()
+        delta = lambda key: after.get(key, 0) - before.get(key, 0)
+        if delta(f"kiln_request_duration_seconds_count{{{label}}}") == 3 or time.time() > deadline:
+            break
+        time.sleep(0.05)
+    assert all(delta(stage(name, "count")) == 3 for name in STAGES), after
+    staged = sum(delta(stage(name, "sum")) for name in STAGES)
+    total = delta(f"kiln_request_duration_seconds_sum{{{label}}}")
+    assert staged == pytest.approx(total, rel=1e-6, abs=1e-6) and total > 0
+    assert delta(stage("receive", "sum")) > 0 and delta(stage("compute", "sum")) > 0
+    status, _, _ = pool_server.request("/v2/models/pool/infer", b"{}")  # refused: no stages to show
+    assert status == 400
+    deadline = time.time() + 5  # a record is written when its connection's request completes
+    while time.time() < deadline:
+        records = [json.loads(line) for line in pool_server.access_log.read_text().splitlines()]
+        if records and records[-1]["status"] == 400:
+            break
+        time.sleep(0.05)
+    last = records[-1]
+    ran = [r for r in records if r["path"] == "/v2/models/pool/infer" and r["status"] == 200][-3:]
+    for r in ran:
+        assert tuple(r["stages_ms"]) == STAGES and min(r["stages_ms"].values()) >= 0
+        assert sum(r["stages_ms"].values()) == pytest.approx(r["ms"], abs=0.01)
+    assert last["status"] == 400 and "stages_ms" not in last
+
 def test_half_closed_request_is_a_disconnect(pool_server):
     host, port = pool_server.url.removeprefix("http://").split(":")
     x = np.zeros((1, 3, 224, 224), np.float32)

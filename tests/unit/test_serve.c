@@ -48,6 +48,15 @@ static void test_metrics(void) {
     CHECK(strstr(b.data, "kiln_batch_size_count{model=\"cnn\",version=\"2\"} 3\n"));
     CHECK(!strstr(b.data, "no_such_family"));
     kiln_strbuf_free(&b);
+    static const char *const stages[] = {"receive", "compute"};
+    const double stage_us[] = {20, 3000};
+    serve_metrics_record_stages(m, labels, stages, stage_us, 2);
+    n = serve_metrics_histogram(m, "kiln_request_stage_duration_seconds", "model=\"cnn\",version=\"2\",stage=\"compute\"",
+                                counts, bounds, 32, &sum, &count);
+    CHECK(n > 0 && count == 1 && sum == 0.003);
+    serve_metrics_render(m, &b);
+    CHECK(strstr(b.data, "kiln_request_stage_duration_seconds_bucket{model=\"cnn\",version=\"2\",stage=\"receive\",le=\"2.5e-05\"} 1\n"));
+    kiln_strbuf_free(&b);
     serve_metrics_free(m);
 }
 
@@ -354,6 +363,11 @@ static void test_parallel_join(kiln_engine *e) {
         float worst = 0;
         for (int k = 0; k < ROWS * 10; k++) worst = fmaxf(worst, fabsf(got[k] - want[k]));
         CHECKF(worst <= 1e-5f, "request %d: outputs differ from its run alone by %g", i, worst);
+        const serve_infer *r = &jobs[i].r; /* the run's timeline: queued, taken, joined, ran, in order */
+        CHECKF(r->arrival_us <= r->run_start_us && r->run_start_us <= r->inputs_joined_us &&
+                   r->inputs_joined_us <= r->run_done_us && r->run_done_us - r->arrival_us <= r->queue_us + r->compute_us,
+               "request %d: timeline %.0f %.0f %.0f %.0f", i, r->arrival_us, r->run_start_us, r->inputs_joined_us,
+               r->run_done_us);
         shared += jobs[i].r.batch_rows == 2 * ROWS;
         serve_infer_clear(&jobs[i].r);
         serve_infer_clear(&ref[i].r);
