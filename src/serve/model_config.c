@@ -211,6 +211,10 @@ kiln_status serve_model_config_parse(const char *json, size_t len, const char *w
             else c->llm.no_prefix_cache = cJSON_IsFalse(item);
         } else if (!strcmp(item->string, "devices")) {
             st = parse_devices(item, what, c);
+        } else if (!strcmp(item->string, "io_format")) {
+            if (!cJSON_IsString(item) || (strcmp(item->valuestring, "fp32") && strcmp(item->valuestring, "fp16")))
+                st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'io_format' must be \"fp32\" or \"fp16\"", what);
+            else c->io_fp16 = !strcmp(item->valuestring, "fp16");
         } else if (!strcmp(item->string, "target")) {
             if (!cJSON_IsString(item) || (strcmp(item->valuestring, "cpu") && strcmp(item->valuestring, "cuda")))
                 st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'target' must be \"cpu\" or \"cuda\"", what);
@@ -219,9 +223,9 @@ kiln_status serve_model_config_parse(const char *json, size_t len, const char *w
             st = kiln_error(KILN_ERR_INVALID_ARGUMENT,
                             "%s: unknown key '%s' (known: max_batch, preferred_batch_sizes, max_queue_delay_us, max_queue, "
                             "timeout_us, instances, breaker_failures, breaker_cooldown_ms, version_policy, target, "
-                            "device, devices, aliases, kv_cache_bytes, kv_cache_blocks, max_seqs, max_batched_tokens, "
-                            "max_context, max_waiting, max_waiting_tokens, queue_timeout_ms, prefix_cache, chat_template, traffic, "
-                            "priority_levels)",
+                            "io_format, device, devices, aliases, kv_cache_bytes, kv_cache_blocks, max_seqs, "
+                            "max_batched_tokens, max_context, max_waiting, max_waiting_tokens, queue_timeout_ms, "
+                            "prefix_cache, chat_template, traffic, priority_levels)",
                             what, item->string);
         }
         if (st) break;

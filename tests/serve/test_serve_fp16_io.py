@@ -1,14 +1,15 @@
-"""kiln serve on an engine built with `kiln build --io-format fp16`: its metadata says FP16, it takes
-FP16 tensors (binary and JSON, through tritonclient) and answers FP16, with the results of the
-float32-I/O engine on the same input within float16 rounding; FP32 data for it is a 400 naming the
-dtypes; `kiln load --api kserve` sends it FP16 (the datatype from the model's metadata)."""
+"""kiln serve on an engine built with `kiln build --io-format fp16` (or from model.onnx with config.json's
+"io_format": "fp16"): its metadata says FP16, it takes FP16 tensors (binary and JSON, through
+tritonclient) and answers FP16, with the results of the float32-I/O engine on the same input within
+float16 rounding; FP32 data for it is a 400 naming the dtypes; `kiln load --api kserve` sends it FP16
+(the datatype from the model's metadata)."""
 import json
 import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import SAMPLE_CNN, serve
+from conftest import SAMPLE_CNN, serve, tensor_model
 
 
 @pytest.fixture(scope="module")
@@ -20,12 +21,14 @@ def server(kiln, tmp_path_factory):
                            capture_output=True, text=True, timeout=120)
         assert p.returncode == 0, p.stderr
         (repo / name / "config.json").write_text(json.dumps({"max_batch": 8, "max_queue_delay_us": 2000}))
+    tensor_model(repo, "cnn16_onnx", {"max_batch": 8, "io_format": "fp16"})  # built at load
     with serve(kiln, repo) as s:
         yield s
 
 
-def test_metadata_says_fp16(server):
-    status, meta = server.json("/v2/models/cnn16")
+@pytest.mark.parametrize("model", ["cnn16", "cnn16_onnx"])
+def test_metadata_says_fp16(server, model):
+    status, meta = server.json(f"/v2/models/{model}")
     assert status == 200
     assert meta["inputs"] == [{"name": "image", "datatype": "FP16", "shape": [-1, 3, 32, 32]}]
     assert meta["outputs"] == [{"name": "probs", "datatype": "FP16", "shape": [-1, 10]}]

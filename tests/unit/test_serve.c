@@ -140,13 +140,14 @@ static void test_configs(void) {
     CHECK(c.batch.max_batch == 8 && c.version_latest == 1 && !strcmp(c.target, "cpu"));
     const char *good = "{\"max_batch\": 16, \"preferred_batch_sizes\": [4, 16], \"max_queue_delay_us\": 100, "
                        "\"version_policy\": {\"specific\": [3, 1]}, \"aliases\": [\"x\"], \"kv_cache_bytes\": 1048576, "
-                       "\"max_waiting\": 4, \"target\": \"cuda\", \"device\": 1}";
+                       "\"max_waiting\": 4, \"target\": \"cuda\", \"device\": 1, \"io_format\": \"fp16\"}";
     CHECK_OK(serve_model_config_parse(good, strlen(good), "good", &c));
     CHECK(c.batch.max_batch == 16 && c.batch.n_preferred == 2 && c.n_specific == 2 && c.version_specific[0] == 3);
-    CHECK(c.n_aliases == 1 && c.llm.kv_cache_bytes == 1048576 && c.llm.max_waiting == 4 && c.device == 1);
+    CHECK(c.n_aliases == 1 && c.llm.kv_cache_bytes == 1048576 && c.llm.max_waiting == 4 && c.device == 1 && c.io_fp16);
     static const struct { const char *json, *message; } BAD[] = {
         {"[1]", "not a JSON object"},
         {"{\"max_bach\": 2}", "unknown key 'max_bach'"},
+        {"{\"io_format\": \"int8\"}", "'io_format' must be \"fp32\" or \"fp16\""},
         {"{\"max_batch\": \"8\"}", "'max_batch' must be an integer"},
         {"{\"max_batch\": 2.5}", "'max_batch' must be an integer"},
         {"{\"instances\": 0}", "'instances' must be an integer in [1, 64]"},
