@@ -49,8 +49,12 @@ typedef struct serve_conn {
     struct MHD_Connection *mhd;
     const char *method;
     const char *url;
-    char *body;
+    char *body;               /* the body as received (only its JSON header when its binary part lands) */
     size_t body_len, body_cap;
+    char *landing;            /* where the binary part of a KServe body lands (the model's landing memory), or NULL */
+    size_t landing_json;      /* its JSON header's length (Inference-Header-Content-Length) */
+    size_t landing_len, landing_got; /* the binary part's announced bytes, and those received */
+    serve_version *landing_v; /* the model version whose landing memory holds it (acquired) */
     bool too_large;
     bool counted;             /* counted in srv->active */
     double t_start_us;
@@ -87,6 +91,13 @@ void serve_conn_set_model(serve_conn *c, const char *model, const char *version)
 double serve_now_us(void);
 /* Requests completed in each of the last n (<= 60) whole seconds, oldest first. */
 void serve_rate_history(serve_server *s, double *per_second, int n);
+
+/* At a request's start (its headers read, its body not yet): for a KServe binary inference of a
+ * model with landing memory, reserves room there for the binary part of the body (Content-Length
+ * `announced` minus Inference-Header-Content-Length), so that it is received straight into it
+ * (c->landing); nothing otherwise. on_completed gives it back (serve_kserve_landing_release). */
+void serve_kserve_landing(serve_conn *c, size_t announced);
+void serve_kserve_landing_release(serve_conn *c);
 
 /* Endpoint families: each answers the request (returns MHD_YES/MHD_NO as MHD's handler does). */
 enum MHD_Result serve_kserve(serve_conn *c);       /* /v2... */

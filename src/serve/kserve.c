@@ -71,23 +71,57 @@ static enum MHD_Result model_metadata(serve_conn *c, serve_version *v, const cha
     return serve_reply_json(c, 200, j);
 }
 
+/* The Inference-Header-Content-Length header's value when it is a length up to `within`; else false. */
+static bool header_length(serve_conn *c, size_t within, size_t *out) {
+    const char *hdr = serve_header(c, "Inference-Header-Content-Length");
+    if (!hdr) return false;
+    char *end;
+    unsigned long long n = strtoull(hdr, &end, 10);
+    if (end == hdr || *end || n > within) return false;
+    *out = (size_t)n;
+    return true;
+}
+
+void serve_kserve_landing(serve_conn *c, size_t announced) {
+    model_path p;
+    size_t json_len;
+    if (strcmp(c->method, "POST") || strncmp(c->url, "/v2/models/", 11) || !parse_model_path(c->url + 11, &p) ||
+        strcmp(p.action, "infer") || !header_length(c, announced, &json_len) || !json_len || json_len == announced)
+        return;
+    serve_version *v;
+    char msg[768];
+    serve_repo_acquire(c->srv->repo, p.model, p.version, &v, msg, sizeof msg);
+    if (!v) return; /* the request is answered with the reason when it is dispatched */
+    c->landing = v->pool ? serve_pool_landing_reserve(v->pool, announced - json_len) : NULL;
+    if (!c->landing) {
+        serve_repo_release(c->srv->repo, v);
+        return;
+    }
+    c->landing_v = v;
+    c->landing_json = json_len;
+    c->landing_len = announced - json_len;
+}
+
+void serve_kserve_landing_release(serve_conn *c) {
+    if (!c->landing) return;
+    serve_pool_landing_release(c->landing_v->pool, c->landing);
+    serve_repo_release(c->srv->repo, c->landing_v);
+    c->landing = NULL;
+}
+
 static enum MHD_Result infer(serve_conn *c, serve_version *v, const char *name) {
     if (strcmp(c->method, "POST")) return serve_reply_error(c, 405, "infer takes POST");
     if (v->llm) return serve_reply_error(c, 400, "model '%s' is an LLM: use /v1/completions or /v1/chat/completions", name);
-    size_t json_len = c->body_len;
-    const char *hdr = serve_header(c, "Inference-Header-Content-Length");
-    if (hdr) {
-        char *end;
-        unsigned long long n = strtoull(hdr, &end, 10);
-        if (end == hdr || *end || n > c->body_len)
-            return serve_reply_error(c, 400, "Inference-Header-Content-Length '%.40s' is not a length within the body's %zu bytes",
-                                     hdr, c->body_len);
-        json_len = (size_t)n;
-    }
+    size_t total = c->body_len + c->landing_got, json_len = total;
+    if (serve_header(c, "Inference-Header-Content-Length") && !header_length(c, total, &json_len))
+        return serve_reply_error(c, 400, "Inference-Header-Content-Length '%.40s' is not a length within the body's %zu bytes",
+                                 serve_header(c, "Inference-Header-Content-Length"), total);
+    /* the binary part: where it landed, or after the JSON in the body */
+    const char *json = c->body ? c->body : "", *bin = c->landing ? c->landing : json + json_len;
     serve_infer r = {0};
     kserve_output_request want;
     char msg[512];
-    int status = kserve_parse_infer(c->body ? c->body : "", c->body_len, json_len, &r, &want, msg, sizeof msg);
+    int status = kserve_parse_infer(json, json_len, bin, total - json_len, &r, &want, msg, sizeof msg);
     if (!status) status = serve_pool_check(v->pool, &r);
     if (status == 400 && r.message[0]) snprintf(msg, sizeof msg, "%s", r.message);
     if (!status) {

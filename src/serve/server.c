@@ -151,6 +151,23 @@ static bool reserve_body(serve_conn *c, size_t cap) {
     return true;
 }
 
+/* Takes a piece of a body whose binary part lands in landing memory: the JSON header into c->body,
+ * the rest where it lands (libmicrohttpd hands over no more than the announced Content-Length). */
+static void land(serve_conn *c, const char *data, size_t n) {
+    if (c->body_len < c->landing_json) {
+        size_t take = n < c->landing_json - c->body_len ? n : c->landing_json - c->body_len;
+        memcpy(c->body + c->body_len, data, take);
+        c->body_len += take;
+        c->body[c->body_len] = 0;
+        data += take;
+        n -= take;
+    }
+    size_t room = c->landing_len - c->landing_got;
+    if (n > room) n = room;
+    memcpy(c->landing + c->landing_got, data, n);
+    c->landing_got += n;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls) {
@@ -175,17 +192,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
             c->too_large = true;
             return reply_family_error(c, 413, "invalid_request_error", "the request body is larger than the server's limit");
         }
-        if (announced && !reserve_body(c, (size_t)announced + 1)) return MHD_NO;
         if (s->draining) {
             serve_add_header(c, MHD_HTTP_HEADER_CONNECTION, "close");
             return reply_family_error(c, 503, "unavailable_error", "the server is shutting down");
         }
+        if (announced) serve_kserve_landing(c, (size_t)announced);
+        size_t buffered = c->landing ? c->landing_json : (size_t)announced;
+        if (announced && !reserve_body(c, buffered + 1)) return MHD_NO;
         return MHD_YES;
     }
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
         if (c->status || c->too_large) return MHD_YES;
+        if (c->landing) {
+            land(c, upload_data, n);
+            return MHD_YES;
+        }
         if (c->body_len + n > s->max_body_bytes) {
             c->too_large = true;
             free(c->body);
@@ -251,7 +274,7 @@ static void access_log(serve_server *s, serve_conn *c, double ms, const double *
     json_escape(s->access_log, c->version);
     fprintf(s->access_log, "\",\"key\":\"");
     json_escape(s->access_log, c->key ? c->key->name : "");
-    fprintf(s->access_log, "\",\"bytes_in\":%zu,\"bytes_out\":%zu,\"ms\":%.3f,\"completed\":%s", c->body_len,
+    fprintf(s->access_log, "\",\"bytes_in\":%zu,\"bytes_out\":%zu,\"ms\":%.3f,\"completed\":%s", c->body_len + c->landing_got,
             c->bytes_out, ms, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "true" : "false");
     for (int k = 0; stage_us && k < SERVE_STAGES; k++)
         fprintf(s->access_log, "%s\"%s\":%.3f", k ? "," : ",\"stages_ms\":{", SERVE_STAGE_NAMES[k], stage_us[k] / 1e3);
@@ -280,6 +303,7 @@ static void on_completed(void *cls, struct MHD_Connection *connection, void **co
         if (staged) serve_metrics_record_stages(s->metrics, labels, SERVE_STAGE_NAMES, stage_us, SERVE_STAGES);
     }
     access_log(s, c, ms, staged ? stage_us : NULL, toe);
+    serve_kserve_landing_release(c);
     int64_t second = (int64_t)time(NULL);
     pthread_mutex_lock(&s->active_mu);
     if (c->counted) s->active--;

@@ -1,7 +1,8 @@
 """kiln serve's KServe v2 endpoints on sample_cnn: metadata, health, readiness, inference in JSON and
 binary (raw HTTP and tritonclient), the dynamic batcher joining concurrent requests, the repository
 extension, and the metrics and status page they feed; on a model with 600 KB rows: batches of
-megabytes split back to their requests, and a client that half-closes its socket mid-request."""
+megabytes split back to their requests, binary bodies received into the model's landing memory and
+run from there, the stage durations, and a client that half-closes its socket mid-request."""
 import concurrent.futures
 import json
 import socket
@@ -246,6 +247,31 @@ def test_half_closed_request_is_a_disconnect(pool_server):
         time.sleep(0.05)
     assert cut and cut[0]["bytes_in"] < len(body), lines[-3:]
 
+
+def test_binary_bodies_land_where_they_run(pool_server):
+    """A binary body's tensor bytes are received straight into the model's landing memory (8 batches
+    of 8 rows here): a request that runs alone runs from there (no copy into the staging) and gets its
+    rows back. Every request gives its room back, the one cut short above too: the ring goes round
+    more than once without a refusal."""
+    label = 'model="pool",version="1"'
+    before = pool_server.metrics()
+    for seed in range(4):
+        x = np.random.default_rng(seed).standard_normal((1, 3, 224, 224)).astype(np.float32)
+        header, body = binary_request(x)
+        status, headers, data = pool_server.request("/v2/models/pool/infer", body, headers={
+            "Inference-Header-Content-Length": str(len(header))})
+        assert status == 200, data[:300]
+        got = np.frombuffer(data[int(headers["Inference-Header-Content-Length"]):], dtype=np.float32)
+        np.testing.assert_allclose(got.reshape(1, 3, 1, 1), x.mean(axis=(2, 3), keepdims=True), rtol=1e-4, atol=1e-5)
+    after = pool_server.metrics()
+    delta = lambda key: after.get(key, 0) - before.get(key, 0)
+    assert delta(f"kiln_batch_size_count{{{label}}}") == 4
+    assert delta(f"kiln_batch_direct_runs_total{{{label}}}") == 4
+    for _ in range(80):  # 80 rows through a ring of 64
+        status, _, data = pool_server.request("/v2/models/pool/infer", body, headers={
+            "Inference-Header-Content-Length": str(len(header))})
+        assert status == 200, data[:300]
+    assert pool_server.metrics()[f"kiln_landing_misses_total{{{label}}}"] == 0
 
 def test_openai_models_list_no_tensor_models(pool_server):
     status, listing = pool_server.json("/v1/models")

@@ -1,6 +1,7 @@
 /* test_serve.c — kiln serve's parts without HTTP (src/serve/): the Prometheus registry's text, API
  * keys and their token buckets, config.json and --config parsing (good and bad), and the dynamic
- * batcher on sample_cnn (concurrent requests joined into runs and split back exactly, shape checks,
+ * batcher on sample_cnn (concurrent requests joined into runs and split back exactly, a batch run
+ * from the landing memory it was received into, the landing ring's reservations, shape checks,
  * a full queue, deadlines, instances on several devices sharing one queue, a client that leaves
  * while its request is queued or running), and the choice of an LLM request's device (the least
  * loaded). Runs in the sanitizer build too. */
@@ -140,10 +141,12 @@ static void test_configs(void) {
     CHECK(c.batch.max_batch == 8 && c.version_latest == 1 && !strcmp(c.target, "cpu"));
     const char *good = "{\"max_batch\": 16, \"preferred_batch_sizes\": [4, 16], \"max_queue_delay_us\": 100, "
                        "\"version_policy\": {\"specific\": [3, 1]}, \"aliases\": [\"x\"], \"kv_cache_bytes\": 1048576, "
-                       "\"max_waiting\": 4, \"target\": \"cuda\", \"device\": 1, \"io_format\": \"fp16\"}";
+                       "\"max_waiting\": 4, \"target\": \"cuda\", \"device\": 1, \"io_format\": \"fp16\", "
+                       "\"landing_batches\": 2}";
     CHECK_OK(serve_model_config_parse(good, strlen(good), "good", &c));
     CHECK(c.batch.max_batch == 16 && c.batch.n_preferred == 2 && c.n_specific == 2 && c.version_specific[0] == 3);
     CHECK(c.n_aliases == 1 && c.llm.kv_cache_bytes == 1048576 && c.llm.max_waiting == 4 && c.device == 1 && c.io_fp16);
+    CHECK(c.batch.landing_batches == 2);
     static const struct { const char *json, *message; } BAD[] = {
         {"[1]", "not a JSON object"},
         {"{\"max_bach\": 2}", "unknown key 'max_bach'"},
@@ -377,6 +380,71 @@ static void test_parallel_join(kiln_engine *e) {
     serve_pool_free(p);
 }
 
+/* Landing memory: reservations lie back to back in the order they are made and wrap around once
+ * the oldest are released; a batch of requests whose inputs landed one after another runs from
+ * there without a copy (direct_runs) and gets its own rows back; a full ring refuses (a miss). */
+static void test_landing(kiln_engine *e) {
+    enum { N = 4, ROW = 3 * 32 * 32 * sizeof(float) };
+    serve_batch_config cfg = {.max_batch = N, .preferred = {N}, .n_preferred = 1, .max_queue_delay_us = 2000000,
+                              .instances = 1, .breaker_failures = 3, .landing_batches = 2};
+    serve_pool *p;
+    REQUIRE_OK(serve_pool_create(&e, ONE_DEVICE, 1, &cfg, &p));
+    char *at[2 * N];
+    for (int k = 0; k < 2 * N; k++) {
+        at[k] = serve_pool_landing_reserve(p, ROW);
+        CHECKF(at[k] && (k == 0 || at[k] == at[k - 1] + ROW), "reservation %d", k);
+    }
+    CHECK(!serve_pool_landing_reserve(p, ROW)); /* full */
+    serve_pool_landing_release(p, at[1]);          /* not the oldest: frees nothing yet */
+    CHECK(!serve_pool_landing_reserve(p, ROW));
+    serve_pool_landing_release(p, at[0]);          /* the two oldest: the ring wraps to its start */
+    char *wrapped = serve_pool_landing_reserve(p, 2 * ROW);
+    CHECK(wrapped == at[0]);
+    serve_pool_landing_release(p, wrapped);
+    for (int k = 2; k < 2 * N; k++) serve_pool_landing_release(p, at[k]);
+    /* N requests landed back to back, queued in that order: one run, bound where they lie */
+    static job ref[N], jobs[N];
+    char *row = serve_pool_landing_reserve(p, N * ROW);
+    if (!row) {
+        CHECK(row != NULL);
+        serve_pool_free(p);
+        return;
+    }
+    serve_pool_landing_release(p, row); /* now the ring is empty: the next reservations start at row */
+    pthread_t t[N];
+    serve_pool_stats st;
+    for (int k = 0; k < N; k++) {
+        job_init(&ref[k], p, k);
+        job_init(&jobs[k], p, k);
+        char *landed = serve_pool_landing_reserve(p, ROW);
+        CHECK(landed == row + (size_t)k * ROW);
+        memcpy(landed, jobs[k].x, ROW);
+        jobs[k].in.data = landed;
+        pthread_create(&t[k], NULL, run_job, &jobs[k]);
+        for (int wait = 0; wait < 2000; wait++) { /* queued before the next one comes */
+            serve_pool_get_stats(p, &st);
+            if (st.queue_depth == k + 1 || k == N - 1) break;
+            usleep(1000);
+        }
+    }
+    for (int k = 0; k < N; k++) pthread_join(t[k], NULL);
+    serve_pool_get_stats(p, &st);
+    CHECKF(st.direct_runs == 1 && st.runs == 1, "%llu direct runs of %llu", (unsigned long long)st.direct_runs,
+           (unsigned long long)st.runs);
+    for (int k = 0; k < N; k++) {
+        run_job(&ref[k]); /* alone, from its own memory */
+        CHECK(jobs[k].r.http_status == 200 && jobs[k].r.batch_rows == N);
+        const float *got = jobs[k].r.outputs[0].data, *want = ref[k].r.outputs[0].data;
+        for (int o = 0; o < 10; o++) CHECKF(fabsf(got[o] - want[o]) <= 1e-5f, "request %d output %d", k, o);
+        serve_pool_landing_release(p, jobs[k].in.data);
+        serve_infer_clear(&jobs[k].r);
+        serve_infer_clear(&ref[k].r);
+    }
+    serve_pool_get_stats(p, &st);
+    CHECK(st.landing_misses == 2);
+    serve_pool_free(p);
+}
+
 /* Instances on several devices pull from one queue: 2 instances on each of two devices (fake
  * ordinals 3 and 5, each with its own engine) all run batches under concurrent load, every request
  * gets its own rows back, and the stats name each instance's device. */
@@ -518,6 +586,7 @@ int main(void) {
     test_batcher(e);
     test_runs_in_flight(e);
     test_parallel_join(e);
+    test_landing(e);
     test_client_gone(e);
     kiln_engine *e5;
     REQUIRE_OK(kiln_build_onnx(model, NULL, &e5));
