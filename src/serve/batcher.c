@@ -457,6 +457,17 @@ static void complete_oldest(instance *in) {
     in->in_flight--;
 }
 
+/* Where r's input lies in the landing ring, counted from the oldest live reservation (so that
+ * earlier reservations come first, across a wrap); SIZE_MAX when it lies elsewhere. The caller holds
+ * the mutex. */
+static size_t landing_order(const serve_pool *p, const serve_infer *r) {
+    const landing_ring *l = &p->landing;
+    const char *at = p->n_in == 1 ? r->inputs[0].data : NULL;
+    if (!l->base || !at || at < l->base || at >= l->base + l->cap || !l->n) return SIZE_MAX;
+    size_t off = (size_t)(at - l->base), oldest = l->live[l->first].at;
+    return off >= oldest ? off - oldest : off + (l->cap - oldest);
+}
+
 static void *instance_main(void *arg) {
     instance *in = arg;
     serve_pool *p = in->pool;
@@ -729,12 +740,21 @@ void serve_pool_infer(serve_pool *p, serve_infer *r) {
     } else if (p->cfg.max_queue > 0 && p->depth >= p->cfg.max_queue) {
         finish(r, 429, "the model's queue is full (%d requests waiting, max_queue %d); retry later", p->depth, p->cfg.max_queue);
     } else {
-        /* after every request of its level or a higher one: FIFO within a level */
+        /* after every request of its level or a higher one: FIFO within a level, except that a
+         * request in the landing ring goes before the ones of its level there that reserved after
+         * it (so that a batch lies back to back more often; none is passed by more than those
+         * that reserved before it) */
         if (!r->priority) r->priority = p->cfg.priority_levels;
         serve_infer **link = &p->head;
-        while (*link && (*link)->priority <= r->priority) link = &(*link)->next;
-        r->next = *link;
-        *link = r;
+        while (*link && (*link)->priority < r->priority) link = &(*link)->next;
+        serve_infer **at = link;
+        size_t mine = landing_order(p, r);
+        for (; *link && (*link)->priority == r->priority; link = &(*link)->next) {
+            size_t theirs = landing_order(p, *link);
+            if (mine == SIZE_MAX || theirs == SIZE_MAX || theirs < mine) at = &(*link)->next;
+        }
+        r->next = *at;
+        *at = r;
         if (!r->next) p->tail = r;
         p->depth++;
         pthread_cond_broadcast(&p->work_cv);

@@ -30,7 +30,7 @@ typedef struct serve_batch_config {
     int priority_levels;       /* requests of level 1 are served before level 2, ... (>= 1) */
     int breaker_failures;      /* consecutive failed runs that take an instance out (>= 1) */
     int64_t breaker_cooldown_ms;
-    int landing_batches;       /* landing memory for this many max_batch batches (0: none; serve_pool_landing_reserve) */
+    int landing_batches;       /* landing memory of this many max_batch batches (0: none; serve_pool_landing_reserve) */
 } serve_batch_config;
 
 /* One tensor of a request or response; data owned by whoever filled it (serve_tensor_clear), or

@@ -380,11 +380,48 @@ static void test_parallel_join(kiln_engine *e) {
     serve_pool_free(p);
 }
 
+/* Lands LANDED one-row requests back to back in p's empty landing ring (at row), queues them in the order
+ * `queued` gives (each waits until the previous one is queued), and checks that they ran as one
+ * batch with their own rows back (against each run alone from its own memory). */
+enum { LANDED = 4, LANDED_ROW = 3 * 32 * 32 * sizeof(float) };
+static void run_landed(serve_pool *p, char *row, const int *queued) {
+    static job ref[LANDED], jobs[LANDED];
+    pthread_t t[LANDED];
+    serve_pool_stats st;
+    for (int k = 0; k < LANDED; k++) {
+        job_init(&ref[k], p, k);
+        job_init(&jobs[k], p, k);
+        char *landed = serve_pool_landing_reserve(p, LANDED_ROW);
+        CHECK(landed == row + (size_t)k * LANDED_ROW);
+        memcpy(landed, jobs[k].x, LANDED_ROW);
+        jobs[k].in.data = landed;
+    }
+    for (int q = 0; q < LANDED; q++) {
+        pthread_create(&t[q], NULL, run_job, &jobs[queued[q]]);
+        for (int wait = 0; wait < 2000 && q < LANDED - 1; wait++) {
+            serve_pool_get_stats(p, &st);
+            if (st.queue_depth == q + 1) break;
+            usleep(1000);
+        }
+    }
+    for (int q = 0; q < LANDED; q++) pthread_join(t[q], NULL);
+    for (int k = 0; k < LANDED; k++) {
+        run_job(&ref[k]);
+        CHECK(jobs[k].r.http_status == 200 && jobs[k].r.batch_rows == LANDED);
+        const float *got = jobs[k].r.outputs[0].data, *want = ref[k].r.outputs[0].data;
+        for (int o = 0; o < 10; o++) CHECKF(fabsf(got[o] - want[o]) <= 1e-5f, "request %d output %d", k, o);
+        serve_pool_landing_release(p, jobs[k].in.data);
+        serve_infer_clear(&jobs[k].r);
+        serve_infer_clear(&ref[k].r);
+    }
+}
+
 /* Landing memory: reservations lie back to back in the order they are made and wrap around once
- * the oldest are released; a batch of requests whose inputs landed one after another runs from
- * there without a copy (direct_runs) and gets its own rows back; a full ring refuses (a miss). */
+ * the oldest are released; a full ring refuses (a miss). A batch of requests that landed one after
+ * another runs from there without a copy (direct_runs), also when they were queued in another order
+ * (the queue puts a landed request before those that reserved after it). */
 static void test_landing(kiln_engine *e) {
-    enum { N = 4, ROW = 3 * 32 * 32 * sizeof(float) };
+    enum { N = LANDED, ROW = LANDED_ROW };
     serve_batch_config cfg = {.max_batch = N, .preferred = {N}, .n_preferred = 1, .max_queue_delay_us = 2000000,
                               .instances = 1, .breaker_failures = 3, .landing_batches = 2};
     serve_pool *p;
@@ -402,46 +439,13 @@ static void test_landing(kiln_engine *e) {
     CHECK(wrapped == at[0]);
     serve_pool_landing_release(p, wrapped);
     for (int k = 2; k < 2 * N; k++) serve_pool_landing_release(p, at[k]);
-    /* N requests landed back to back, queued in that order: one run, bound where they lie */
-    static job ref[N], jobs[N];
-    char *row = serve_pool_landing_reserve(p, N * ROW);
-    if (!row) {
-        CHECK(row != NULL);
-        serve_pool_free(p);
-        return;
-    }
-    serve_pool_landing_release(p, row); /* now the ring is empty: the next reservations start at row */
-    pthread_t t[N];
+    static const int in_order[LANDED] = {0, 1, 2, 3}, reversed[LANDED] = {3, 2, 1, 0};
+    run_landed(p, at[0], in_order);
+    run_landed(p, at[0], reversed);
     serve_pool_stats st;
-    for (int k = 0; k < N; k++) {
-        job_init(&ref[k], p, k);
-        job_init(&jobs[k], p, k);
-        char *landed = serve_pool_landing_reserve(p, ROW);
-        CHECK(landed == row + (size_t)k * ROW);
-        memcpy(landed, jobs[k].x, ROW);
-        jobs[k].in.data = landed;
-        pthread_create(&t[k], NULL, run_job, &jobs[k]);
-        for (int wait = 0; wait < 2000; wait++) { /* queued before the next one comes */
-            serve_pool_get_stats(p, &st);
-            if (st.queue_depth == k + 1 || k == N - 1) break;
-            usleep(1000);
-        }
-    }
-    for (int k = 0; k < N; k++) pthread_join(t[k], NULL);
     serve_pool_get_stats(p, &st);
-    CHECKF(st.direct_runs == 1 && st.runs == 1, "%llu direct runs of %llu", (unsigned long long)st.direct_runs,
-           (unsigned long long)st.runs);
-    for (int k = 0; k < N; k++) {
-        run_job(&ref[k]); /* alone, from its own memory */
-        CHECK(jobs[k].r.http_status == 200 && jobs[k].r.batch_rows == N);
-        const float *got = jobs[k].r.outputs[0].data, *want = ref[k].r.outputs[0].data;
-        for (int o = 0; o < 10; o++) CHECKF(fabsf(got[o] - want[o]) <= 1e-5f, "request %d output %d", k, o);
-        serve_pool_landing_release(p, jobs[k].in.data);
-        serve_infer_clear(&jobs[k].r);
-        serve_infer_clear(&ref[k].r);
-    }
-    serve_pool_get_stats(p, &st);
-    CHECK(st.landing_misses == 2);
+    CHECKF(st.direct_runs == 2 && st.runs == 2 + 2 * N && st.landing_misses == 2, "%llu direct runs of %llu, %llu misses",
+           (unsigned long long)st.direct_runs, (unsigned long long)st.runs, (unsigned long long)st.landing_misses);
     serve_pool_free(p);
 }
 
