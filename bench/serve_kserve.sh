@@ -7,7 +7,8 @@
 # half the bytes), then a tiny model's p50 through the server next to its bench latency (the
 # server's added latency). After each load step the server's stage histograms
 # (kiln_request_stage_duration_seconds: receive, parse, queue, input, compute, output) are scraped
-# and their means over the step printed: where a request's time went. Prints a ratio table (serving
+# and their means over the step printed (where a request's time went), with the runs bound where their
+# requests' bytes landed (kiln_batch_direct_runs_total) and the landing misses. Prints a ratio table (serving
 # img/s / bench img/s of the same engine; issue #14 asks >= 0.95) and keeps every log and JSON.
 #
 #   OUT=/tmp/out bench/serve_kserve.sh        # from the repository root, the bundle in dist/gpu
@@ -103,6 +104,9 @@ def read(path):
         m = re.match(r'kiln_request_stage_duration_seconds_(sum|count)\{model="([^"]*)",version="[^"]*",stage="(\w+)"\} (\S+)', line)
         if m and m.group(2) == sys.argv[3]:
             out[(m.group(3), m.group(1))] = float(m.group(4))
+        m = re.match(r'(kiln_batch_size_count|kiln_batch_direct_runs_total|kiln_landing_misses_total)\{model="([^"]*)",version="[^"]*"\} (\S+)', line)
+        if m and m.group(2) == sys.argv[3]:
+            out[m.group(1)] = float(m.group(3))
     return out
 a, b = read(sys.argv[1]), read(sys.argv[2])
 d = lambda k: b.get(k, 0) - a.get(k, 0)
@@ -114,6 +118,8 @@ if not n:
 means = [d((s, "sum")) / n * 1e3 for s in names]
 print(f"   stages over {n:.0f} requests (warm-up included), mean ms: " + ", ".join(f"{s} {v:.3f}" for s, v in zip(names, means))
       + f" (total {sum(means):.3f})")
+print(f"   runs {d('kiln_batch_size_count'):.0f}, of them {d('kiln_batch_direct_runs_total'):.0f} bound where their"
+      f" requests landed (no copy); {d('kiln_landing_misses_total'):.0f} requests found the landing memory full")
 PY
 }
 
