@@ -80,9 +80,10 @@ log "serve: model max_batch $MAXB, $INSTANCES instance(s); tiny: sample_cnn unba
 mkdir -p "$W/repo/model/1" "$W/repo/model16/1" "$W/repo/tiny/1"
 cp "$W/model.kiln" "$W/repo/model/1/model.kiln"
 cp "$W/model16.kiln" "$W/repo/model16/1/model.kiln"
+# landing memory for 16 batches: the bodies of 256 requests of 8 images in flight land without a miss
 for m in model model16; do
   cat > "$W/repo/$m/config.json" <<EOF
-{"target":"$TARGET","max_batch":$MAXB,"preferred_batch_sizes":[$MAXB],"instances":$INSTANCES,"max_queue":4096,"max_queue_delay_us":2000}
+{"target":"$TARGET","max_batch":$MAXB,"preferred_batch_sizes":[$MAXB],"instances":$INSTANCES,"max_queue":4096,"max_queue_delay_us":2000,"landing_batches":16}
 EOF
 done
 timeout 60 "$K" build models/sample_cnn.onnx --target "$TARGET" -o "$W/repo/tiny/1/model.kiln" >> "$O/serve_kserve.log" 2>&1

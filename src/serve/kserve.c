@@ -175,9 +175,15 @@ static enum MHD_Result models(serve_conn *c, const char *rest) {
     if (!parse_model_path(rest, &p)) return serve_reply_error(c, 404, "no endpoint %.200s", c->url);
     if (!serve_auth_allows(c->key, p.model))
         return serve_reply_error(c, 403, "this API key may not use model '%s'", p.model);
-    serve_version *v;
+    serve_version *v = NULL;
     char msg[768];
-    int status = serve_repo_acquire(c->srv->repo, p.model, p.version, &v, msg, sizeof msg);
+    int status = 0;
+    if (c->landing && !p.version[0]) { /* the version whose landing memory holds the body (no new traffic pick) */
+        char landed[32];
+        snprintf(landed, sizeof landed, "%lld", (long long)c->landing_v->number);
+        status = serve_repo_acquire(c->srv->repo, p.model, landed, &v, msg, sizeof msg);
+    }
+    if (!v) status = serve_repo_acquire(c->srv->repo, p.model, p.version, &v, msg, sizeof msg);
     char number[32] = "";
     if (v) snprintf(number, sizeof number, "%lld", (long long)v->number);
     /* unknown names stay out of the metrics' labels, which a client could otherwise grow without bound */
