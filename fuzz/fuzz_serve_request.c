@@ -20,7 +20,7 @@ static void kserve_body(const uint8_t *data, size_t size) {
     serve_infer r = {0};
     kserve_output_request want;
     char msg[512];
-    if (!kserve_parse_infer(body, len, json_len, &r, &want, msg, sizeof msg)) {
+    if (!kserve_parse_infer(body, json_len, body + json_len, len - json_len, &r, &want, msg, sizeof msg)) {
         /* answer with the inputs as if they were the outputs: the response writer sees every dtype and shape */
         r.outputs = r.inputs;
         r.n_outputs = r.n_inputs;

@@ -223,6 +223,11 @@ static kiln_status build_graph(kiln_graph *g, const char *source, const kiln_bui
     KILN_TRY(kiln_graph_infer_shapes(g));
     KILN_TRY(kiln_graph_verify(g));
     if (opts->int8 || has_rule(opts, KILN_PRECISION_INT8)) KILN_TRY(quantize_int8(g, source, opts, b));
+    if (opts->io_fp16) { /* after calibration, which runs the model on float32 batches */
+        static const pass_step io = {"io_fp16", kiln_pass_io_fp16, NULL};
+        bool changed;
+        KILN_TRY(run_step(g, &io, &changed));
+    }
     if (opts->mark_all_outputs) KILN_TRY(mark_all_outputs(g));
     int before = g->nnodes;
     KILN_TRY(optimize(g, opts, b));
@@ -310,6 +315,7 @@ static void options_text(const kiln_build_options *opts, const kiln_backend *b, 
         n += (size_t)snprintf(buf + n, cap - n, " --keep-sensitive %d%s", opts->keep_sensitive,
                               opts->quantize_ends ? " --quantize-ends" : "");
     if (opts->fp8 && n < cap) n += (size_t)snprintf(buf + n, cap - n, " --fp8");
+    if (opts->io_fp16 && n < cap) n += (size_t)snprintf(buf + n, cap - n, " --io-format fp16");
     if (b->tune && n < cap) n += (size_t)snprintf(buf + n, cap - n, " --tuning-level %d", opts->tuning_level);
     if (opts->verbose && n < cap) snprintf(buf + n, cap - n, " --verbose");
 }

@@ -4,7 +4,7 @@
  * --tuning-workspace-mb (N or 'none'), --timing-cache FILE, and INT8 calibration: --int8, --calib DIR,
  * --calib-cache FILE, --calibrator NAME, --calib-batches N, --keep / --keep-sensitive N (the N most
  * sensitive layers, and the first and last, out of int8), --quantize-ends (the first and last in int8
- * too); FP8: --fp8 (target cuda). */
+ * too); FP8: --fp8 (target cuda); --io-format fp16|fp32 (the engine's float I/O). */
 #include "cli.h"
 
 #include <stdlib.h>
@@ -123,7 +123,7 @@ int cli_build_opts_parse(cli_build_opts *b, const char *cmd, int argc, char **ar
                  !strcmp(a, "--tuning-budget-ms") || !strcmp(a, "--tuning-layer-budget-ms") ||
                  !strcmp(a, "--tuning-workspace-mb") || !strcmp(a, "--calib") || !strcmp(a, "--calib-cache") ||
                  !strcmp(a, "--calibrator") || !strcmp(a, "--calib-batches") || !strcmp(a, "--keep") ||
-                 !strcmp(a, "--keep-sensitive");
+                 !strcmp(a, "--keep-sensitive") || !strcmp(a, "--io-format");
     if (!takes) return 0;
     if (*i + 1 >= argc) return cli_usage_error(cmd, "%s needs a value", a);
     const char *val = argv[++*i];
@@ -168,6 +168,11 @@ int cli_build_opts_parse(cli_build_opts *b, const char *cmd, int argc, char **ar
         b->o.keep_sensitive = (int)n;
     } else if (!strcmp(a, "--layer-precision")) {
         if (parse_rule(b, cmd, val)) return 2;
+    } else if (!strcmp(a, "--io-format")) {
+        if (strcmp(val, "fp16") && strcmp(val, "fp32"))
+            return cli_usage_error(cmd, "--io-format is fp32 (the model's) or fp16 (float inputs and outputs in float16), "
+                                   "got '%s'", val);
+        b->o.io_fp16 = !strcmp(val, "fp16");
     } else if (parse_profile(b, cmd, val)) {
         return 2;
     }

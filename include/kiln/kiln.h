@@ -241,6 +241,10 @@ typedef struct kiln_build_options {
     /* FP8 (E4M3) layers: target cuda only (another target fails the build). kiln has no FP8 kernels
      * yet, so a cuda build logs that its layers compute in the engine's float precision instead. */
     bool fp8;
+    /* The engine's float32 inputs and outputs become float16, keeping their names (`kiln build
+     * --io-format fp16`, trtexec's --inputIOFormats=fp16:chw): Casts at the graph's borders convert
+     * to and from float32 inside, so callers bind and read float16 (half the bytes). */
+    bool io_fp16;
 } kiln_build_options;
 
 /* Imports an ONNX model and compiles it into an engine for opts->target. opts may be NULL.

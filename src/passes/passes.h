@@ -41,5 +41,8 @@ kiln_status kiln_pass_layout_channels_last(kiln_graph *g, bool *changed);
  * with the operand zero-padded to a multiple of 8 columns, then a Slice back to N (16-byte aligned
  * rows for tensor-core GEMMs). */
 kiln_status kiln_pass_align_matmul(kiln_graph *g, bool *changed);
+/* Float32 graph inputs and node-made outputs -> float16 under the same names, with a Cast to float32
+ * after each input and a Cast to float16 before each output (build option io_fp16). */
+kiln_status kiln_pass_io_fp16(kiln_graph *g, bool *changed);
 
 #endif

@@ -12,7 +12,12 @@
  *
  * Joining a large batch (PARALLEL_JOIN_BYTES or more) is a memory copy one thread would spend
  * milliseconds on; the requests' own threads, idle while they wait, copy their rows into the
- * staging instead, all at once, and the instance enqueues the run when the last one is done. */
+ * staging instead, all at once, and the instance enqueues the run when the last one is done. A batch
+ * whose requests' inputs already lie back to back (in the landing ring) is bound where it lies.
+ *
+ * The landing ring: one page-locked buffer; reservations are taken at `head`, after the newest live
+ * one, wrapping to the start when the end is reached and the oldest live one has moved on; a
+ * released reservation frees its bytes once every older one is released too. */
 #include "serve/batcher.h"
 
 #include "core/log.h"
@@ -38,7 +43,9 @@ typedef struct run_slot {
     char **copy_to;       /* [max_batch][n_in]: where request k's input i goes in the staging */
     int n;
     int64_t rows;
-    double t0;
+    double t0;            /* taken off the queue */
+    double t_joined;      /* inputs joined and bound: the run is enqueued */
+    double t_ran;         /* the run waited for (its outputs not yet split) */
     kiln_status st;       /* of the run so far */
     char error[512];      /* its message when st != KILN_OK */
 } run_slot;
@@ -59,6 +66,15 @@ typedef struct instance {
     pthread_cond_t copied_cv; /* signalled when copies_left reaches 0 */
 } instance;
 
+#define LANDING_MAX_LIVE 4096 /* reservations alive at once at most */
+
+typedef struct landing_ring {
+    char *base;           /* kiln_host_alloc; NULL: no landing memory */
+    size_t cap, head;     /* the next reservation starts at head (or at 0 after a wrap) */
+    struct { size_t at, bytes; bool released; } live[LANDING_MAX_LIVE]; /* oldest first, a ring of its own */
+    int first, n;
+} landing_ring;
+
 struct serve_pool {
     serve_batch_config cfg;
     int n_in, n_out;
@@ -72,7 +88,8 @@ struct serve_pool {
     instance *inst;
     int n_inst_total;     /* cfg.instances per device times the devices */
     int n_inst;           /* of them created so far */
-    uint64_t runs, rows, failures, overlapped_runs, abandoned;
+    uint64_t runs, rows, failures, overlapped_runs, abandoned, direct_runs, landing_misses;
+    landing_ring landing; /* guarded by mu */
     atomic_int failures_to_inject; /* KILN_SERVE_FAIL_RUNS: the pool's next runs fail (tests of the breaker) */
 };
 
@@ -222,10 +239,39 @@ static void copy_rows(const serve_infer *r, char *const *copy_to) {
     for (int i = 0; i < r->n_inputs; i++) memcpy(copy_to[i], r->inputs[i].data, r->inputs[i].bytes);
 }
 
+/* Whether the batch's requests' input i lies back to back in memory, in batch order. */
+static bool lies_joined(const run_slot *rs, int i) {
+    for (int k = 1; k < rs->n; k++) {
+        const serve_tensor *a = &rs->batch[k - 1]->inputs[i];
+        if ((const char *)a->data + a->bytes != (const char *)rs->batch[k]->inputs[i].data) return false;
+    }
+    return true;
+}
+
+/* Binds input i of the slot's batch from `data` (all its rows). */
+static kiln_status bind_input(serve_pool *p, run_slot *rs, int i, const void *data) {
+    const serve_tensor *t0 = &rs->batch[0]->inputs[i];
+    int64_t dims[KILN_MAX_DIMS];
+    memcpy(dims, t0->dims, sizeof dims);
+    if (p->batched) dims[0] = rs->rows;
+    return kiln_context_set_input(rs->ctx, p->in_desc[i].name, t0->dtype, t0->ndim, dims, data);
+}
+
 /* Joins the batch's rows of every input in the slot's staging (by the requests' threads when the
- * batch is large) and binds them. */
+ * batch is large) and binds them; a one-input batch that lies back to back in the landing ring is
+ * bound where it lies. */
 static kiln_status bind_inputs(instance *in, run_slot *rs) {
     serve_pool *p = in->pool;
+    const landing_ring *l = &p->landing;
+    const char *first = p->n_in == 1 ? rs->batch[0]->inputs[0].data : NULL;
+    size_t total = 0;
+    for (int k = 0; first && k < rs->n; k++) total += rs->batch[k]->inputs[0].bytes;
+    if (l->base && first >= l->base && first + total <= l->base + l->cap && lies_joined(rs, 0)) {
+        pthread_mutex_lock(&p->mu);
+        p->direct_runs++;
+        pthread_mutex_unlock(&p->mu);
+        return bind_input(p, rs, 0, rs->batch[0]->inputs[0].data);
+    }
     size_t all = 0;
     for (int i = 0; i < p->n_in; i++) {
         size_t total = 0;
@@ -251,13 +297,7 @@ static kiln_status bind_inputs(instance *in, run_slot *rs) {
     } else {
         for (int k = 0; k < rs->n; k++) copy_rows(rs->batch[k], &rs->copy_to[k * p->n_in]);
     }
-    for (int i = 0; i < p->n_in; i++) {
-        const serve_tensor *t0 = &rs->batch[0]->inputs[i];
-        int64_t dims[KILN_MAX_DIMS];
-        memcpy(dims, t0->dims, sizeof dims);
-        if (p->batched) dims[0] = rs->rows;
-        KILN_TRY(kiln_context_set_input(rs->ctx, p->in_desc[i].name, t0->dtype, t0->ndim, dims, rs->staging[i]));
-    }
+    for (int i = 0; i < p->n_in; i++) KILN_TRY(bind_input(p, rs, i, rs->staging[i]));
     return KILN_OK;
 }
 
@@ -313,20 +353,24 @@ static void slot_failed(run_slot *rs, kiln_status st) {
 static void start_run(instance *in, run_slot *rs) {
     serve_pool *p = in->pool;
     rs->t0 = now_us();
+    rs->t_joined = rs->t0;
     rs->st = KILN_OK;
     if (atomic_load(&p->failures_to_inject) > 0 && atomic_fetch_sub(&p->failures_to_inject, 1) > 0) {
         slot_failed(rs, kiln_error(KILN_ERR_BACKEND, "injected failure (KILN_SERVE_FAIL_RUNS)"));
         return;
     }
     kiln_status st = bind_inputs(in, rs);
+    rs->t_joined = now_us();
     if (!st) st = kiln_context_enqueue(rs->ctx);
     if (st) slot_failed(rs, st);
 }
 
 /* Waits for the slot's run and splits its outputs to the requests (cleared again on failure). */
 static void finish_run(instance *in, run_slot *rs) {
+    rs->t_ran = rs->t_joined;
     if (!rs->st) {
         kiln_status st = kiln_context_wait(rs->ctx);
+        rs->t_ran = now_us();
         if (!st) st = split_outputs(in->pool, rs);
         if (st) slot_failed(rs, st);
     }
@@ -358,6 +402,9 @@ static void complete(instance *in, run_slot *rs, double t1) {
         serve_infer *r = rs->batch[k];
         r->queue_us = rs->t0 - r->arrival_us;
         r->compute_us = t1 - rs->t0;
+        r->run_start_us = rs->t0;
+        r->inputs_joined_us = rs->t_joined;
+        r->run_done_us = rs->t_ran;
         r->batch_rows = (int)rs->rows;
         r->first_of_run = k == 0;
         if (!st) finish(r, 200, "ok");
@@ -408,6 +455,17 @@ static void complete_oldest(instance *in) {
     complete(in, rs, t1);
     in->oldest = (in->oldest + 1) % RUNS_IN_FLIGHT;
     in->in_flight--;
+}
+
+/* Where r's input lies in the landing ring, counted from the oldest live reservation (so that
+ * earlier reservations come first, across a wrap); SIZE_MAX when it lies elsewhere. The caller holds
+ * the mutex. */
+static size_t landing_order(const serve_pool *p, const serve_infer *r) {
+    const landing_ring *l = &p->landing;
+    const char *at = p->n_in == 1 ? r->inputs[0].data : NULL;
+    if (!l->base || !at || at < l->base || at >= l->base + l->cap || !l->n) return SIZE_MAX;
+    size_t off = (size_t)(at - l->base), oldest = l->live[l->first].at;
+    return off >= oldest ? off - oldest : off + (l->cap - oldest);
 }
 
 static void *instance_main(void *arg) {
@@ -565,6 +623,15 @@ kiln_status serve_pool_create(kiln_engine *const *engines, const int *devices, i
         if (st) st = kiln_error_prefix(st, "instance %d (device %d)", k, in->device);
         if (!st) st = warm_up(p, in);
     }
+    if (!st && p->batched && p->n_in == 1 && p->cfg.landing_batches > 0 && static_inputs(p)) {
+        size_t bytes = bytes_at(&p->in_desc[0], true, p->cfg.max_batch) * (size_t)p->cfg.landing_batches;
+        void *base = NULL;
+        st = kiln_host_alloc(bytes, &base);
+        if (st) st = kiln_error_prefix(st, "landing memory for %d batches (%zu bytes; config.json landing_batches)",
+                                       p->cfg.landing_batches, bytes);
+        p->landing.base = base;
+        p->landing.cap = bytes;
+    }
     const char *inject = getenv("KILN_SERVE_FAIL_RUNS");
     atomic_init(&p->failures_to_inject, inject ? atoi(inject) : 0);
     for (int k = 0; k < p->n_inst && !st; k++) {
@@ -593,6 +660,7 @@ void serve_pool_free(serve_pool *p) {
         for (int s = 0; s < RUNS_IN_FLIGHT; s++) slot_free(p, &in->slots[s]);
     }
     for (int k = 0; p->inst && k < p->n_inst_total; k++) pthread_cond_destroy(&p->inst[k].copied_cv);
+    kiln_host_free(p->landing.base);
     pthread_cond_destroy(&p->work_cv);
     pthread_mutex_destroy(&p->mu);
     free(p->inst);
@@ -672,12 +740,21 @@ void serve_pool_infer(serve_pool *p, serve_infer *r) {
     } else if (p->cfg.max_queue > 0 && p->depth >= p->cfg.max_queue) {
         finish(r, 429, "the model's queue is full (%d requests waiting, max_queue %d); retry later", p->depth, p->cfg.max_queue);
     } else {
-        /* after every request of its level or a higher one: FIFO within a level */
+        /* after every request of its level or a higher one: FIFO within a level, except that a
+         * request in the landing ring goes before the ones of its level there that reserved after
+         * it (so that a batch lies back to back more often; none is passed by more than those
+         * that reserved before it) */
         if (!r->priority) r->priority = p->cfg.priority_levels;
         serve_infer **link = &p->head;
-        while (*link && (*link)->priority <= r->priority) link = &(*link)->next;
-        r->next = *link;
-        *link = r;
+        while (*link && (*link)->priority < r->priority) link = &(*link)->next;
+        serve_infer **at = link;
+        size_t mine = landing_order(p, r);
+        for (; *link && (*link)->priority == r->priority; link = &(*link)->next) {
+            size_t theirs = landing_order(p, *link);
+            if (mine == SIZE_MAX || theirs == SIZE_MAX || theirs < mine) at = &(*link)->next;
+        }
+        r->next = *at;
+        *at = r;
         if (!r->next) p->tail = r;
         p->depth++;
         pthread_cond_broadcast(&p->work_cv);
@@ -730,7 +807,55 @@ void serve_pool_get_stats(serve_pool *p, serve_pool_stats *out) {
     out->failures = p->failures;
     out->overlapped_runs = p->overlapped_runs;
     out->abandoned = p->abandoned;
+    out->direct_runs = p->direct_runs;
+    out->landing_misses = p->landing_misses;
     pthread_mutex_unlock(&p->mu);
 }
 
 const serve_batch_config *serve_pool_config(const serve_pool *p) { return &p->cfg; }
+
+/* Where a reservation of `bytes` can start in ring l now, or SIZE_MAX. */
+static size_t landing_fit(const landing_ring *l, size_t bytes) {
+    if (!l->n) return bytes <= l->cap ? 0 : SIZE_MAX;
+    size_t oldest = l->live[l->first].at;
+    if (l->head > oldest) { /* free: [head, cap) and then [0, oldest) */
+        if (l->cap - l->head >= bytes) return l->head;
+        return oldest >= bytes ? 0 : SIZE_MAX;
+    }
+    return oldest - l->head >= bytes ? l->head : SIZE_MAX; /* wrapped: free is [head, oldest) */
+}
+
+void *serve_pool_landing_reserve(serve_pool *p, size_t bytes) {
+    if (!p->landing.base || !bytes) return NULL;
+    pthread_mutex_lock(&p->mu);
+    landing_ring *l = &p->landing;
+    size_t at = l->n < LANDING_MAX_LIVE ? landing_fit(l, bytes) : SIZE_MAX;
+    void *out = NULL;
+    if (at != SIZE_MAX) {
+        int slot = (l->first + l->n++) % LANDING_MAX_LIVE;
+        l->live[slot].at = at;
+        l->live[slot].bytes = bytes;
+        l->live[slot].released = false;
+        l->head = at + bytes;
+        out = l->base + at;
+    } else {
+        p->landing_misses++;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return out;
+}
+
+void serve_pool_landing_release(serve_pool *p, void *at) {
+    if (!at) return;
+    pthread_mutex_lock(&p->mu);
+    landing_ring *l = &p->landing;
+    for (int k = 0; k < l->n; k++) {
+        int slot = (l->first + k) % LANDING_MAX_LIVE;
+        if (l->base + l->live[slot].at == at && !l->live[slot].released) {
+            l->live[slot].released = true;
+            break;
+        }
+    }
+    while (l->n && l->live[l->first].released) l->first = (l->first + 1) % LANDING_MAX_LIVE, l->n--;
+    pthread_mutex_unlock(&p->mu);
+}

@@ -30,6 +30,7 @@ typedef struct serve_batch_config {
     int priority_levels;       /* requests of level 1 are served before level 2, ... (>= 1) */
     int breaker_failures;      /* consecutive failed runs that take an instance out (>= 1) */
     int64_t breaker_cooldown_ms;
+    int landing_batches;       /* landing memory of this many max_batch batches (0: none; serve_pool_landing_reserve) */
 } serve_batch_config;
 
 /* One tensor of a request or response; data owned by whoever filled it (serve_tensor_clear), or
@@ -64,6 +65,9 @@ typedef struct serve_infer {
     serve_tensor *outputs;     /* [n_outputs] in the engine's output order (owned: serve_infer_clear) */
     int n_outputs;
     double queue_us, compute_us;
+    /* the run's timeline (the clock of serve_now_us, microseconds): taken off the queue, its inputs
+     * joined in the staging (the copy), its run waited for (uploads, computation, downloads) */
+    double run_start_us, inputs_joined_us, run_done_us;
     int batch_rows;            /* rows of the run that held it */
     bool first_of_run;         /* the first request of its run (so that runs are counted once) */
     /* the batcher's */
@@ -118,8 +122,22 @@ typedef struct serve_pool_stats {
     uint64_t runs, rows, failures;
     uint64_t overlapped_runs;  /* runs enqueued while their instance had another in flight */
     uint64_t abandoned;        /* requests whose client left while they waited in the queue (not run) */
+    uint64_t direct_runs;      /* runs whose inputs lay back to back in landing memory: bound without a copy */
+    uint64_t landing_misses;   /* landing reservations refused (memory in use, or no landing): the body was buffered */
 } serve_pool_stats;
 void serve_pool_get_stats(serve_pool *p, serve_pool_stats *out);
 const serve_batch_config *serve_pool_config(const serve_pool *p);
+
+/* Landing memory: for a batched model of one input with static rows, landing_batches x max_batch
+ * rows of page-locked memory where the binary input of a request is received straight from the
+ * socket. Reservations are handed out back to back in the order they are made (a ring), so that a
+ * batch of requests that arrived one after another lies there as one tensor, which the run binds
+ * where it lies: one copy of the bytes in all (socket -> landing), none when the batch joins. A
+ * batch that does not lie so is joined into the staging as other requests are. Returns where
+ * `bytes` may be written, or NULL when the pool has no landing memory or not that much free now
+ * (the caller buffers the body as before). Each reservation is released once its request is
+ * answered. */
+void *serve_pool_landing_reserve(serve_pool *p, size_t bytes);
+void serve_pool_landing_release(serve_pool *p, void *at);
 
 #endif

@@ -31,16 +31,36 @@ typedef struct serve_server {
     uint32_t rate_count[60];
 } serve_server;
 
+/* The stages of a tensor inference as /metrics (kiln_request_stage_duration_seconds) and the access
+ * log show them, in the order they follow one another; their durations add up to the request's. */
+enum {
+    SERVE_STAGE_RECEIVE, /* the request's headers to the last byte of its body */
+    SERVE_STAGE_PARSE,   /* dispatch, keys, the body parsed and checked against the model, until queued */
+    SERVE_STAGE_QUEUE,   /* queued until an instance takes its batch */
+    SERVE_STAGE_INPUT,   /* the batch's inputs copied into the page-locked staging */
+    SERVE_STAGE_COMPUTE, /* the batch's run: uploads, computation, downloads */
+    SERVE_STAGE_OUTPUT,  /* outputs split, the response built and sent */
+    SERVE_STAGES
+};
+extern const char *const SERVE_STAGE_NAMES[SERVE_STAGES];
+
 typedef struct serve_conn {
     serve_server *srv;
     struct MHD_Connection *mhd;
     const char *method;
     const char *url;
-    char *body;
+    char *body;               /* the body as received (only its JSON header when its binary part lands) */
     size_t body_len, body_cap;
+    char *landing;            /* where the binary part of a KServe body lands (the model's landing memory), or NULL */
+    size_t landing_json;      /* its JSON header's length (Inference-Header-Content-Length) */
+    size_t landing_len, landing_got; /* the binary part's announced bytes, and those received */
+    serve_version *landing_v; /* the model version whose landing memory holds it (acquired) */
     bool too_large;
     bool counted;             /* counted in srv->active */
     double t_start_us;
+    double t_body_us;         /* the body's last byte arrived (the request was dispatched) */
+    bool ran;                 /* a tensor inference that ran: queued_us... below are its timeline */
+    double queued_us, run_start_us, inputs_joined_us, run_done_us;
     int status;               /* the status answered (0: none yet) */
     size_t bytes_out;
     char model[SERVE_NAME_MAX];
@@ -71,6 +91,13 @@ void serve_conn_set_model(serve_conn *c, const char *model, const char *version)
 double serve_now_us(void);
 /* Requests completed in each of the last n (<= 60) whole seconds, oldest first. */
 void serve_rate_history(serve_server *s, double *per_second, int n);
+
+/* At a request's start (its headers read, its body not yet): for a KServe binary inference of a
+ * model with landing memory, reserves room there for the binary part of the body (Content-Length
+ * `announced` minus Inference-Header-Content-Length), so that it is received straight into it
+ * (c->landing); nothing otherwise. on_completed gives it back (serve_kserve_landing_release). */
+void serve_kserve_landing(serve_conn *c, size_t announced);
+void serve_kserve_landing_release(serve_conn *c);
 
 /* Endpoint families: each answers the request (returns MHD_YES/MHD_NO as MHD's handler does). */
 enum MHD_Result serve_kserve(serve_conn *c);       /* /v2... */

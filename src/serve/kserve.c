@@ -71,23 +71,57 @@ static enum MHD_Result model_metadata(serve_conn *c, serve_version *v, const cha
     return serve_reply_json(c, 200, j);
 }
 
+/* The Inference-Header-Content-Length header's value when it is a length up to `within`; else false. */
+static bool header_length(serve_conn *c, size_t within, size_t *out) {
+    const char *hdr = serve_header(c, "Inference-Header-Content-Length");
+    if (!hdr) return false;
+    char *end;
+    unsigned long long n = strtoull(hdr, &end, 10);
+    if (end == hdr || *end || n > within) return false;
+    *out = (size_t)n;
+    return true;
+}
+
+void serve_kserve_landing(serve_conn *c, size_t announced) {
+    model_path p;
+    size_t json_len;
+    if (strcmp(c->method, "POST") || strncmp(c->url, "/v2/models/", 11) || !parse_model_path(c->url + 11, &p) ||
+        strcmp(p.action, "infer") || !header_length(c, announced, &json_len) || !json_len || json_len == announced)
+        return;
+    serve_version *v;
+    char msg[768];
+    serve_repo_acquire(c->srv->repo, p.model, p.version, &v, msg, sizeof msg);
+    if (!v) return; /* the request is answered with the reason when it is dispatched */
+    c->landing = v->pool ? serve_pool_landing_reserve(v->pool, announced - json_len) : NULL;
+    if (!c->landing) {
+        serve_repo_release(c->srv->repo, v);
+        return;
+    }
+    c->landing_v = v;
+    c->landing_json = json_len;
+    c->landing_len = announced - json_len;
+}
+
+void serve_kserve_landing_release(serve_conn *c) {
+    if (!c->landing) return;
+    serve_pool_landing_release(c->landing_v->pool, c->landing);
+    serve_repo_release(c->srv->repo, c->landing_v);
+    c->landing = NULL;
+}
+
 static enum MHD_Result infer(serve_conn *c, serve_version *v, const char *name) {
     if (strcmp(c->method, "POST")) return serve_reply_error(c, 405, "infer takes POST");
     if (v->llm) return serve_reply_error(c, 400, "model '%s' is an LLM: use /v1/completions or /v1/chat/completions", name);
-    size_t json_len = c->body_len;
-    const char *hdr = serve_header(c, "Inference-Header-Content-Length");
-    if (hdr) {
-        char *end;
-        unsigned long long n = strtoull(hdr, &end, 10);
-        if (end == hdr || *end || n > c->body_len)
-            return serve_reply_error(c, 400, "Inference-Header-Content-Length '%.40s' is not a length within the body's %zu bytes",
-                                     hdr, c->body_len);
-        json_len = (size_t)n;
-    }
+    size_t total = c->body_len + c->landing_got, json_len = total;
+    if (serve_header(c, "Inference-Header-Content-Length") && !header_length(c, total, &json_len))
+        return serve_reply_error(c, 400, "Inference-Header-Content-Length '%.40s' is not a length within the body's %zu bytes",
+                                 serve_header(c, "Inference-Header-Content-Length"), total);
+    /* the binary part: where it landed, or after the JSON in the body */
+    const char *json = c->body ? c->body : "", *bin = c->landing ? c->landing : json + json_len;
     serve_infer r = {0};
     kserve_output_request want;
     char msg[512];
-    int status = kserve_parse_infer(c->body ? c->body : "", c->body_len, json_len, &r, &want, msg, sizeof msg);
+    int status = kserve_parse_infer(json, json_len, bin, total - json_len, &r, &want, msg, sizeof msg);
     if (!status) status = serve_pool_check(v->pool, &r);
     if (status == 400 && r.message[0]) snprintf(msg, sizeof msg, "%s", r.message);
     if (!status) {
@@ -96,9 +130,15 @@ static enum MHD_Result infer(serve_conn *c, serve_version *v, const char *name) 
         serve_pool_infer(v->pool, &r);
         status = r.http_status;
         snprintf(msg, sizeof msg, "%s", r.message);
-        if (status == 200)
+        if (status == 200) {
             serve_metrics_record_run(c->srv->metrics, c->model, c->version, r.queue_us / 1e6, r.compute_us / 1e6,
                                      r.first_of_run ? r.batch_rows : 0);
+            c->ran = true;
+            c->queued_us = r.arrival_us;
+            c->run_start_us = r.run_start_us;
+            c->inputs_joined_us = r.inputs_joined_us;
+            c->run_done_us = r.run_done_us;
+        }
     }
     enum MHD_Result ok;
     if (status == 200) {
@@ -135,9 +175,15 @@ static enum MHD_Result models(serve_conn *c, const char *rest) {
     if (!parse_model_path(rest, &p)) return serve_reply_error(c, 404, "no endpoint %.200s", c->url);
     if (!serve_auth_allows(c->key, p.model))
         return serve_reply_error(c, 403, "this API key may not use model '%s'", p.model);
-    serve_version *v;
+    serve_version *v = NULL;
     char msg[768];
-    int status = serve_repo_acquire(c->srv->repo, p.model, p.version, &v, msg, sizeof msg);
+    int status = 0;
+    if (c->landing && !p.version[0]) { /* the version whose landing memory holds the body (no new traffic pick) */
+        char landed[32];
+        snprintf(landed, sizeof landed, "%lld", (long long)c->landing_v->number);
+        status = serve_repo_acquire(c->srv->repo, p.model, landed, &v, msg, sizeof msg);
+    }
+    if (!v) status = serve_repo_acquire(c->srv->repo, p.model, p.version, &v, msg, sizeof msg);
     char number[32] = "";
     if (v) snprintf(number, sizeof number, "%lld", (long long)v->number);
     /* unknown names stay out of the metrics' labels, which a client could otherwise grow without bound */

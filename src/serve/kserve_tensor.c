@@ -208,15 +208,14 @@ static int parse_outputs(const cJSON *root, kserve_output_request *o, char *msg,
     return 0;
 }
 
-int kserve_parse_infer(const char *body, size_t len, size_t json_len, serve_infer *r, kserve_output_request *out,
-                       char *msg, size_t msg_size) {
+int kserve_parse_infer(const char *json, size_t json_len, const char *bin, size_t bin_len, serve_infer *r,
+                       kserve_output_request *out, char *msg, size_t msg_size) {
     memset(out, 0, sizeof *out);
     r->inputs = NULL;
     r->n_inputs = 0;
-    if (json_len > len) return bad(msg, msg_size, "Inference-Header-Content-Length %zu is beyond the body's %zu bytes", json_len, len);
-    cJSON *root = cJSON_ParseWithLength(body, json_len);
+    cJSON *root = cJSON_ParseWithLength(json, json_len);
     if (!root) return bad(msg, msg_size, "the request body is not valid JSON (near byte %zu)",
-                          (size_t)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - body : 0));
+                          (size_t)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - json : 0));
     int st = 0;
     const cJSON *inputs = cJSON_GetObjectItemCaseSensitive(root, "inputs");
     if (!cJSON_IsObject(root) || !cJSON_IsArray(inputs) || cJSON_GetArraySize(inputs) < 1 || cJSON_GetArraySize(inputs) > 1024)
@@ -228,11 +227,11 @@ int kserve_parse_infer(const char *body, size_t len, size_t json_len, serve_infe
     size_t bin_at = 0;
     const cJSON *in;
     if (!st) cJSON_ArrayForEach(in, inputs) {
-        st = parse_input(in, &r->inputs[r->n_inputs++], json_len, body + json_len, len - json_len, &bin_at, msg, msg_size);
+        st = parse_input(in, &r->inputs[r->n_inputs++], json_len, bin, bin_len, &bin_at, msg, msg_size);
         if (st) break;
     }
-    if (!st && bin_at != len - json_len)
-        st = bad(msg, msg_size, "the body has %zu bytes of binary data after the JSON, the inputs take %zu", len - json_len, bin_at);
+    if (!st && bin_at != bin_len)
+        st = bad(msg, msg_size, "the body has %zu bytes of binary data after the JSON, the inputs take %zu", bin_len, bin_at);
     for (int i = 0; !st && i < r->n_inputs; i++)
         for (int k = 0; k < i; k++)
             if (!strcmp(r->inputs[i].name, r->inputs[k].name)) st = bad(msg, msg_size, "input '%s' appears twice", r->inputs[i].name);

@@ -23,13 +23,12 @@ typedef struct kserve_output_request {
 } kserve_output_request;
 void kserve_output_request_free(kserve_output_request *o);
 
-/* Parses body[0..len): its first json_len bytes are JSON (json_len == len without the binary
- * extension), the rest the binary tensors in input order. Fills r->inputs (owned: the caller frees
- * each with serve_tensor_clear and the array with free; binary inputs point into body, which must
- * outlive them) and *out. Returns 0, or 400 with a message
- * naming the field. */
-int kserve_parse_infer(const char *body, size_t len, size_t json_len, serve_infer *r, kserve_output_request *out,
-                       char *msg, size_t msg_size);
+/* Parses a request body: json[0..json_len) is its JSON, bin[0..bin_len) the binary tensors that
+ * followed it in input order (bin_len 0 without the binary extension). Fills r->inputs (owned: the
+ * caller frees each with serve_tensor_clear and the array with free; binary inputs point into bin,
+ * which must outlive them) and *out. Returns 0, or 400 with a message naming the field. */
+int kserve_parse_infer(const char *json, size_t json_len, const char *bin, size_t bin_len, serve_infer *r,
+                       kserve_output_request *out, char *msg, size_t msg_size);
 
 /* The response for a finished request: *body (malloc'ed) of *len bytes whose first *json_len bytes
  * are JSON; binary outputs follow. 0, or 400 when an asked output does not exist. */

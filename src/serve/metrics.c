@@ -2,6 +2,7 @@
 #include "serve/metrics.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -11,6 +12,8 @@ enum { COUNTER, HISTOGRAM };
 
 static const double SECONDS[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                  0.25,   0.5,   1,      2.5,   5,     10,    30,    60};
+static const double STAGE_SECONDS[] = {0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                       0.01,    0.025,    0.05,    0.1,    0.25,    0.5,    1,     2.5,    10};
 static const double TOKENS[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
 static const double ROWS[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
 #define N_OF(a) (int)(sizeof(a) / sizeof((a)[0]))
@@ -27,6 +30,9 @@ static const metric_family FAMILIES[] = {
     {"kiln_prompt_tokens_total", "Prompt tokens processed.", COUNTER, NULL, 0},
     {"kiln_generation_tokens_total", "Tokens generated.", COUNTER, NULL, 0},
     {"kiln_request_duration_seconds", "End-to-end request latency in the server.", HISTOGRAM, SECONDS, N_OF(SECONDS)},
+    {"kiln_request_stage_duration_seconds",
+     "A tensor inference's time by stage (receive, parse, queue, input, compute, output); they add up to "
+     "kiln_request_duration_seconds.", HISTOGRAM, STAGE_SECONDS, N_OF(STAGE_SECONDS)},
     {"kiln_queue_duration_seconds", "Time a request waited before its first run.", HISTOGRAM, SECONDS, N_OF(SECONDS)},
     {"kiln_compute_duration_seconds", "Time of the run (tensor models) or of generation after the queue (LLMs).",
      HISTOGRAM, SECONDS, N_OF(SECONDS)},
@@ -212,4 +218,13 @@ void serve_metrics_record_run(serve_metrics *m, const char *model, const char *v
     serve_metrics_observe(m, "kiln_queue_duration_seconds", labels, queue_s);
     serve_metrics_observe(m, "kiln_compute_duration_seconds", labels, compute_s);
     if (batch_rows > 0) serve_metrics_observe(m, "kiln_batch_size", labels, batch_rows);
+}
+
+void serve_metrics_record_stages(serve_metrics *m, const char *labels, const char *const *stage_names,
+                                 const double *stage_us, int n) {
+    char with_stage[480];
+    for (int k = 0; k < n; k++) {
+        snprintf(with_stage, sizeof with_stage, "%s%sstage=\"%s\"", labels, labels[0] ? "," : "", stage_names[k]);
+        serve_metrics_observe(m, "kiln_request_stage_duration_seconds", with_stage, stage_us[k] / 1e6);
+    }
 }

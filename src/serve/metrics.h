@@ -37,5 +37,9 @@ void serve_metrics_labels(char *buf, size_t size, const char *model, const char 
  * when batch_rows > 0 (given by the first request of each run only, so that every run counts once). */
 void serve_metrics_record_run(serve_metrics *m, const char *model, const char *version, double queue_s,
                               double compute_s, int batch_rows);
+/* A tensor inference's stage durations (stage_us[k] microseconds for stage stage_names[k], k < n)
+ * into kiln_request_stage_duration_seconds, the series of labels plus stage="<name>". */
+void serve_metrics_record_stages(serve_metrics *m, const char *labels, const char *const *stage_names,
+                                 const double *stage_us, int n);
 
 #endif

@@ -15,7 +15,7 @@ static void defaults(serve_model_config *c) {
     memset(c, 0, sizeof *c);
     c->batch = (serve_batch_config){.max_batch = 8, .max_queue_delay_us = 500, .max_queue = 64, .timeout_us = 30000000,
                                     .instances = 1, .priority_levels = 1, .breaker_failures = 3,
-                                    .breaker_cooldown_ms = 5000};
+                                    .breaker_cooldown_ms = 5000, .landing_batches = 8};
     c->version_latest = 1;
     snprintf(c->target, sizeof c->target, "cpu");
     c->n_devices = 1;
@@ -150,7 +150,7 @@ static kiln_status parse_int(const cJSON *item, const char *what, serve_model_co
         {"breaker_cooldown_ms", 0, 3600000},    {"device", 0, 64},          {"kv_cache_bytes", 0, INT64_C(1) << 50},
         {"kv_cache_blocks", 0, 1 << 30},        {"max_seqs", 0, 1 << 20},   {"max_batched_tokens", 0, 1 << 24},
         {"max_context", 0, 1 << 24},            {"max_waiting", 0, 1 << 24}, {"max_waiting_tokens", 0, INT64_C(1) << 40},
-        {"queue_timeout_ms", 0, 86400000},      {"priority_levels", 1, 16},
+        {"queue_timeout_ms", 0, 86400000},      {"priority_levels", 1, 16}, {"landing_batches", 0, 1024},
     };
     for (size_t k = 0; k < sizeof KEYS / sizeof KEYS[0]; k++) {
         if (strcmp(item->string, KEYS[k].key)) continue;
@@ -174,7 +174,8 @@ static kiln_status parse_int(const cJSON *item, const char *what, serve_model_co
         case 13: c->llm.max_waiting = (int)v; break;
         case 14: c->llm.max_waiting_tokens = v; break;
         case 15: c->llm.queue_timeout_ms = (double)v; break;
-        default: c->batch.priority_levels = (int)v; break;
+        case 16: c->batch.priority_levels = (int)v; break;
+        default: c->batch.landing_batches = (int)v; break;
         }
     }
     return KILN_OK;
@@ -211,6 +212,10 @@ kiln_status serve_model_config_parse(const char *json, size_t len, const char *w
             else c->llm.no_prefix_cache = cJSON_IsFalse(item);
         } else if (!strcmp(item->string, "devices")) {
             st = parse_devices(item, what, c);
+        } else if (!strcmp(item->string, "io_format")) {
+            if (!cJSON_IsString(item) || (strcmp(item->valuestring, "fp32") && strcmp(item->valuestring, "fp16")))
+                st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'io_format' must be \"fp32\" or \"fp16\"", what);
+            else c->io_fp16 = !strcmp(item->valuestring, "fp16");
         } else if (!strcmp(item->string, "target")) {
             if (!cJSON_IsString(item) || (strcmp(item->valuestring, "cpu") && strcmp(item->valuestring, "cuda")))
                 st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'target' must be \"cpu\" or \"cuda\"", what);
@@ -219,9 +224,9 @@ kiln_status serve_model_config_parse(const char *json, size_t len, const char *w
             st = kiln_error(KILN_ERR_INVALID_ARGUMENT,
                             "%s: unknown key '%s' (known: max_batch, preferred_batch_sizes, max_queue_delay_us, max_queue, "
                             "timeout_us, instances, breaker_failures, breaker_cooldown_ms, version_policy, target, "
-                            "device, devices, aliases, kv_cache_bytes, kv_cache_blocks, max_seqs, max_batched_tokens, "
-                            "max_context, max_waiting, max_waiting_tokens, queue_timeout_ms, prefix_cache, chat_template, traffic, "
-                            "priority_levels)",
+                            "io_format, device, devices, aliases, kv_cache_bytes, kv_cache_blocks, max_seqs, "
+                            "max_batched_tokens, max_context, max_waiting, max_waiting_tokens, queue_timeout_ms, "
+                            "prefix_cache, chat_template, traffic, priority_levels, landing_batches)",
                             what, item->string);
         }
         if (st) break;

@@ -86,6 +86,18 @@ enum MHD_Result serve_metrics_page(serve_conn *c) {
     for (int i = 0; i < n; i++)
         if (!v[i].llm)
             kiln_strbuf_printf(&b, "kiln_queue_abandoned_total{%s} %llu\n", v[i].labels, (unsigned long long)v[i].pool.abandoned);
+    gauge_head(&b, "kiln_batch_direct_runs_total", "counter",
+               "Runs of a tensor model whose requests' inputs lay back to back in its landing memory: bound without a copy.");
+    for (int i = 0; i < n; i++)
+        if (!v[i].llm)
+            kiln_strbuf_printf(&b, "kiln_batch_direct_runs_total{%s} %llu\n", v[i].labels,
+                               (unsigned long long)v[i].pool.direct_runs);
+    gauge_head(&b, "kiln_landing_misses_total", "counter",
+               "Binary requests of a tensor model that found no room in its landing memory (their body was buffered).");
+    for (int i = 0; i < n; i++)
+        if (!v[i].llm)
+            kiln_strbuf_printf(&b, "kiln_landing_misses_total{%s} %llu\n", v[i].labels,
+                               (unsigned long long)v[i].pool.landing_misses);
     gauge_head(&b, "kiln_instances", "gauge", "Instances of a tensor model, in rotation (up) or out after failures.");
     for (int i = 0; i < n; i++)
         if (!v[i].llm)

@@ -175,7 +175,7 @@ static kiln_status load_kiln_file(const char *path, const char *mdir, const serv
 static kiln_status build_onnx(const char *path, const char *cache, const serve_model_config *c, serve_version *v) {
     for (int k = 0; k < c->n_devices; k++) {
         kiln_build_options o = {.target = c->target, .device = c->devices[k], .timing_cache = cache,
-                                .tuning_level = strcmp(c->target, "cuda") ? 0 : 2};
+                                .tuning_level = strcmp(c->target, "cuda") ? 0 : 2, .io_fp16 = c->io_fp16};
         kiln_status st = kiln_build_onnx(path, &o, &v->engines[k]);
         if (st) return c->n_devices > 1 ? kiln_error_prefix(st, "device %d", c->devices[k]) : st;
         v->n_engines = k + 1;

@@ -40,6 +40,7 @@ typedef struct serve_model_config {
     double traffic_weight[SERVE_MAX_SPECIFIC];
     int n_traffic;
     char target[16];                     /* "cpu" (default) or "cuda" */
+    bool io_fp16;                        /* "io_format": "fp16": model.onnx is built with float16 I/O */
     int device;                          /* the GPU of a one-GPU model ("device"; devices[0] too) */
     int devices[SERVE_MAX_DEVICES];      /* the GPUs the model runs on ("devices", or just "device") */
     int n_devices;                       /* >= 1; batch.instances instances (or one LLM) on each */

@@ -24,6 +24,8 @@
  * third less CPU per 4.8 MB request). Larger costs every request: libmicrohttpd zeroes the whole
  * pool between the requests of a connection. The read buffer grows in steps of an eighth of it. */
 
+const char *const SERVE_STAGE_NAMES[SERVE_STAGES] = {"receive", "parse", "queue", "input", "compute", "output"};
+
 double serve_now_us(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -149,6 +151,23 @@ static bool reserve_body(serve_conn *c, size_t cap) {
     return true;
 }
 
+/* Takes a piece of a body whose binary part lands in landing memory: the JSON header into c->body,
+ * the rest where it lands (libmicrohttpd hands over no more than the announced Content-Length). */
+static void land(serve_conn *c, const char *data, size_t n) {
+    if (c->body_len < c->landing_json) {
+        size_t take = n < c->landing_json - c->body_len ? n : c->landing_json - c->body_len;
+        memcpy(c->body + c->body_len, data, take);
+        c->body_len += take;
+        c->body[c->body_len] = 0;
+        data += take;
+        n -= take;
+    }
+    size_t room = c->landing_len - c->landing_got;
+    if (n > room) n = room;
+    memcpy(c->landing + c->landing_got, data, n);
+    c->landing_got += n;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls) {
@@ -173,17 +192,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
             c->too_large = true;
             return reply_family_error(c, 413, "invalid_request_error", "the request body is larger than the server's limit");
         }
-        if (announced && !reserve_body(c, (size_t)announced + 1)) return MHD_NO;
         if (s->draining) {
             serve_add_header(c, MHD_HTTP_HEADER_CONNECTION, "close");
             return reply_family_error(c, 503, "unavailable_error", "the server is shutting down");
         }
+        if (announced) serve_kserve_landing(c, (size_t)announced);
+        size_t buffered = c->landing ? c->landing_json : (size_t)announced;
+        if (announced && !reserve_body(c, buffered + 1)) return MHD_NO;
         return MHD_YES;
     }
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
         if (c->status || c->too_large) return MHD_YES;
+        if (c->landing) {
+            land(c, upload_data, n);
+            return MHD_YES;
+        }
         if (c->body_len + n > s->max_body_bytes) {
             c->too_large = true;
             free(c->body);
@@ -201,6 +226,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
         return MHD_YES;
     }
     if (c->status) return MHD_YES;
+    c->t_body_us = serve_now_us();
     if (c->too_large)
         return reply_family_error(c, 413, "invalid_request_error", "the request body is larger than the server's limit");
     return dispatch(c);
@@ -215,7 +241,18 @@ static void json_escape(FILE *f, const char *s) {
     }
 }
 
-static void access_log(serve_server *s, serve_conn *c, double ms, enum MHD_RequestTerminationCode toe) {
+/* The durations of c's stages (SERVE_STAGE_*) in microseconds, when it is a tensor inference that
+ * ran (else false); the output stage ends at end_us, when the request completed. */
+static bool stage_durations(const serve_conn *c, double end_us, double *us) {
+    if (!c->ran) return false;
+    const double marks[SERVE_STAGES + 1] = {c->t_start_us,       c->t_body_us,   c->queued_us, c->run_start_us,
+                                            c->inputs_joined_us, c->run_done_us, end_us};
+    for (int k = 0; k < SERVE_STAGES; k++) us[k] = marks[k + 1] - marks[k];
+    return true;
+}
+
+static void access_log(serve_server *s, serve_conn *c, double ms, const double *stage_us,
+                       enum MHD_RequestTerminationCode toe) {
     if (!s->access_log) return;
     char when[32];
     time_t now = time(NULL);
@@ -237,8 +274,11 @@ static void access_log(serve_server *s, serve_conn *c, double ms, enum MHD_Reque
     json_escape(s->access_log, c->version);
     fprintf(s->access_log, "\",\"key\":\"");
     json_escape(s->access_log, c->key ? c->key->name : "");
-    fprintf(s->access_log, "\",\"bytes_in\":%zu,\"bytes_out\":%zu,\"ms\":%.3f,\"completed\":%s}\n", c->body_len,
+    fprintf(s->access_log, "\",\"bytes_in\":%zu,\"bytes_out\":%zu,\"ms\":%.3f,\"completed\":%s", c->body_len + c->landing_got,
             c->bytes_out, ms, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "true" : "false");
+    for (int k = 0; stage_us && k < SERVE_STAGES; k++)
+        fprintf(s->access_log, "%s\"%s\":%.3f", k ? "," : ",\"stages_ms\":{", SERVE_STAGE_NAMES[k], stage_us[k] / 1e3);
+    fputs(stage_us ? "}}\n" : "}\n", s->access_log);
     fflush(s->access_log);
     pthread_mutex_unlock(&s->log_mu);
 }
@@ -250,7 +290,9 @@ static void on_completed(void *cls, struct MHD_Connection *connection, void **co
     if (!c) return;
     *con_cls = NULL;
     if (c->stream) c->stream_free(c->stream, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
-    double ms = (serve_now_us() - c->t_start_us) / 1e3;
+    double end_us = serve_now_us(), ms = (end_us - c->t_start_us) / 1e3;
+    double stage_us[SERVE_STAGES];
+    bool staged = stage_durations(c, end_us, stage_us);
     if (c->model[0]) {
         char labels[400], with_status[440];
         serve_metrics_labels(labels, sizeof labels, c->model, c->version);
@@ -258,8 +300,10 @@ static void on_completed(void *cls, struct MHD_Connection *connection, void **co
                  toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? c->status : 499);
         serve_metrics_add(s->metrics, "kiln_requests_total", with_status, 1);
         serve_metrics_observe(s->metrics, "kiln_request_duration_seconds", labels, ms / 1e3);
+        if (staged) serve_metrics_record_stages(s->metrics, labels, SERVE_STAGE_NAMES, stage_us, SERVE_STAGES);
     }
-    access_log(s, c, ms, toe);
+    access_log(s, c, ms, staged ? stage_us : NULL, toe);
+    serve_kserve_landing_release(c);
     int64_t second = (int64_t)time(NULL);
     pthread_mutex_lock(&s->active_mu);
     if (c->counted) s->active--;

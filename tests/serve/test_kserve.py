@@ -1,7 +1,8 @@
 """kiln serve's KServe v2 endpoints on sample_cnn: metadata, health, readiness, inference in JSON and
 binary (raw HTTP and tritonclient), the dynamic batcher joining concurrent requests, the repository
 extension, and the metrics and status page they feed; on a model with 600 KB rows: batches of
-megabytes split back to their requests, and a client that half-closes its socket mid-request."""
+megabytes split back to their requests, binary bodies received into the model's landing memory and
+run from there, the stage durations, and a client that half-closes its socket mid-request."""
 import concurrent.futures
 import json
 import socket
@@ -178,6 +179,48 @@ def test_large_binary_requests_batched_back_to_their_rows(pool_server):
     assert runs < 24, f"no request shared a run: 24 requests took {runs} runs"
 
 
+STAGES = ("receive", "parse", "queue", "input", "compute", "output")
+
+
+def test_stage_durations_add_up(pool_server):
+    """Every tensor inference that ran is timed by stage in /metrics and in its access-log record;
+    the stages follow one another, so their durations add up to the request's."""
+    label = 'model="pool",version="1"'
+    stage = lambda name, k: f'kiln_request_stage_duration_seconds_{k}{{{label},stage="{name}"}}'
+    before = pool_server.metrics()
+    x = np.ones((4, 3, 224, 224), np.float32)
+    header, body = binary_request(x)
+    for _ in range(3):
+        status, _, data = pool_server.request("/v2/models/pool/infer", body, headers={
+            "Inference-Header-Content-Length": str(len(header))})
+        assert status == 200, data[:300]
+    deadline = time.time() + 5  # recorded when each request completes, after its answer went out
+    while True:
+        after = pool_server.metrics()
+        delta = lambda key: after.get(key, 0) - before.get(key, 0)
+        if delta(f"kiln_request_duration_seconds_count{{{label}}}") == 3 or time.time() > deadline:
+            break
+        time.sleep(0.05)
+    assert all(delta(stage(name, "count")) == 3 for name in STAGES), after
+    staged = sum(delta(stage(name, "sum")) for name in STAGES)
+    total = delta(f"kiln_request_duration_seconds_sum{{{label}}}")
+    assert staged == pytest.approx(total, rel=1e-6, abs=1e-6) and total > 0
+    assert delta(stage("receive", "sum")) > 0 and delta(stage("compute", "sum")) > 0
+    status, _, _ = pool_server.request("/v2/models/pool/infer", b"{}")  # refused: no stages to show
+    assert status == 400
+    deadline = time.time() + 5  # a record is written when its connection's request completes
+    while time.time() < deadline:
+        records = [json.loads(line) for line in pool_server.access_log.read_text().splitlines()]
+        if records and records[-1]["status"] == 400:
+            break
+        time.sleep(0.05)
+    last = records[-1]
+    ran = [r for r in records if r["path"] == "/v2/models/pool/infer" and r["status"] == 200][-3:]
+    for r in ran:
+        assert tuple(r["stages_ms"]) == STAGES and min(r["stages_ms"].values()) >= 0
+        assert sum(r["stages_ms"].values()) == pytest.approx(r["ms"], abs=0.01)
+    assert last["status"] == 400 and "stages_ms" not in last
+
 def test_half_closed_request_is_a_disconnect(pool_server):
     host, port = pool_server.url.removeprefix("http://").split(":")
     x = np.zeros((1, 3, 224, 224), np.float32)
@@ -204,6 +247,31 @@ def test_half_closed_request_is_a_disconnect(pool_server):
         time.sleep(0.05)
     assert cut and cut[0]["bytes_in"] < len(body), lines[-3:]
 
+
+def test_binary_bodies_land_where_they_run(pool_server):
+    """A binary body's tensor bytes are received straight into the model's landing memory (8 batches
+    of 8 rows here): a request that runs alone runs from there (no copy into the staging) and gets its
+    rows back. Every request gives its room back, the one cut short above too: the ring goes round
+    more than once without a refusal."""
+    label = 'model="pool",version="1"'
+    before = pool_server.metrics()
+    for seed in range(4):
+        x = np.random.default_rng(seed).standard_normal((1, 3, 224, 224)).astype(np.float32)
+        header, body = binary_request(x)
+        status, headers, data = pool_server.request("/v2/models/pool/infer", body, headers={
+            "Inference-Header-Content-Length": str(len(header))})
+        assert status == 200, data[:300]
+        got = np.frombuffer(data[int(headers["Inference-Header-Content-Length"]):], dtype=np.float32)
+        np.testing.assert_allclose(got.reshape(1, 3, 1, 1), x.mean(axis=(2, 3), keepdims=True), rtol=1e-4, atol=1e-5)
+    after = pool_server.metrics()
+    delta = lambda key: after.get(key, 0) - before.get(key, 0)
+    assert delta(f"kiln_batch_size_count{{{label}}}") == 4
+    assert delta(f"kiln_batch_direct_runs_total{{{label}}}") == 4
+    for _ in range(80):  # 80 rows through a ring of 64
+        status, _, data = pool_server.request("/v2/models/pool/infer", body, headers={
+            "Inference-Header-Content-Length": str(len(header))})
+        assert status == 200, data[:300]
+    assert pool_server.metrics()[f"kiln_landing_misses_total{{{label}}}"] == 0
 
 def test_openai_models_list_no_tensor_models(pool_server):
     status, listing = pool_server.json("/v1/models")

@@ -1,6 +1,7 @@
 /* test_serve.c — kiln serve's parts without HTTP (src/serve/): the Prometheus registry's text, API
  * keys and their token buckets, config.json and --config parsing (good and bad), and the dynamic
- * batcher on sample_cnn (concurrent requests joined into runs and split back exactly, shape checks,
+ * batcher on sample_cnn (concurrent requests joined into runs and split back exactly, a batch run
+ * from the landing memory it was received into, the landing ring's reservations, shape checks,
  * a full queue, deadlines, instances on several devices sharing one queue, a client that leaves
  * while its request is queued or running), and the choice of an LLM request's device (the least
  * loaded). Runs in the sanitizer build too. */
@@ -47,6 +48,15 @@ static void test_metrics(void) {
     CHECK(strstr(b.data, "kiln_batch_size_bucket{model=\"cnn\",version=\"2\",le=\"+Inf\"} 3\n"));
     CHECK(strstr(b.data, "kiln_batch_size_count{model=\"cnn\",version=\"2\"} 3\n"));
     CHECK(!strstr(b.data, "no_such_family"));
+    kiln_strbuf_free(&b);
+    static const char *const stages[] = {"receive", "compute"};
+    const double stage_us[] = {20, 3000};
+    serve_metrics_record_stages(m, labels, stages, stage_us, 2);
+    n = serve_metrics_histogram(m, "kiln_request_stage_duration_seconds", "model=\"cnn\",version=\"2\",stage=\"compute\"",
+                                counts, bounds, 32, &sum, &count);
+    CHECK(n > 0 && count == 1 && sum == 0.003);
+    serve_metrics_render(m, &b);
+    CHECK(strstr(b.data, "kiln_request_stage_duration_seconds_bucket{model=\"cnn\",version=\"2\",stage=\"receive\",le=\"2.5e-05\"} 1\n"));
     kiln_strbuf_free(&b);
     serve_metrics_free(m);
 }
@@ -131,13 +141,16 @@ static void test_configs(void) {
     CHECK(c.batch.max_batch == 8 && c.version_latest == 1 && !strcmp(c.target, "cpu"));
     const char *good = "{\"max_batch\": 16, \"preferred_batch_sizes\": [4, 16], \"max_queue_delay_us\": 100, "
                        "\"version_policy\": {\"specific\": [3, 1]}, \"aliases\": [\"x\"], \"kv_cache_bytes\": 1048576, "
-                       "\"max_waiting\": 4, \"target\": \"cuda\", \"device\": 1}";
+                       "\"max_waiting\": 4, \"target\": \"cuda\", \"device\": 1, \"io_format\": \"fp16\", "
+                       "\"landing_batches\": 2}";
     CHECK_OK(serve_model_config_parse(good, strlen(good), "good", &c));
     CHECK(c.batch.max_batch == 16 && c.batch.n_preferred == 2 && c.n_specific == 2 && c.version_specific[0] == 3);
-    CHECK(c.n_aliases == 1 && c.llm.kv_cache_bytes == 1048576 && c.llm.max_waiting == 4 && c.device == 1);
+    CHECK(c.n_aliases == 1 && c.llm.kv_cache_bytes == 1048576 && c.llm.max_waiting == 4 && c.device == 1 && c.io_fp16);
+    CHECK(c.batch.landing_batches == 2);
     static const struct { const char *json, *message; } BAD[] = {
         {"[1]", "not a JSON object"},
         {"{\"max_bach\": 2}", "unknown key 'max_bach'"},
+        {"{\"io_format\": \"int8\"}", "'io_format' must be \"fp32\" or \"fp16\""},
         {"{\"max_batch\": \"8\"}", "'max_batch' must be an integer"},
         {"{\"max_batch\": 2.5}", "'max_batch' must be an integer"},
         {"{\"instances\": 0}", "'instances' must be an integer in [1, 64]"},
@@ -354,11 +367,85 @@ static void test_parallel_join(kiln_engine *e) {
         float worst = 0;
         for (int k = 0; k < ROWS * 10; k++) worst = fmaxf(worst, fabsf(got[k] - want[k]));
         CHECKF(worst <= 1e-5f, "request %d: outputs differ from its run alone by %g", i, worst);
+        const serve_infer *r = &jobs[i].r; /* the run's timeline: queued, taken, joined, ran, in order */
+        CHECKF(r->arrival_us <= r->run_start_us && r->run_start_us <= r->inputs_joined_us &&
+                   r->inputs_joined_us <= r->run_done_us && r->run_done_us - r->arrival_us <= r->queue_us + r->compute_us,
+               "request %d: timeline %.0f %.0f %.0f %.0f", i, r->arrival_us, r->run_start_us, r->inputs_joined_us,
+               r->run_done_us);
         shared += jobs[i].r.batch_rows == 2 * ROWS;
         serve_infer_clear(&jobs[i].r);
         serve_infer_clear(&ref[i].r);
     }
     CHECKF(shared >= 2, "no two requests of 768 KiB shared a run (%d did)", shared);
+    serve_pool_free(p);
+}
+
+/* Lands LANDED one-row requests back to back in p's empty landing ring (at row), queues them in the order
+ * `queued` gives (each waits until the previous one is queued), and checks that they ran as one
+ * batch with their own rows back (against each run alone from its own memory). */
+enum { LANDED = 4, LANDED_ROW = 3 * 32 * 32 * sizeof(float) };
+static void run_landed(serve_pool *p, char *row, const int *queued) {
+    static job ref[LANDED], jobs[LANDED];
+    pthread_t t[LANDED];
+    serve_pool_stats st;
+    for (int k = 0; k < LANDED; k++) {
+        job_init(&ref[k], p, k);
+        job_init(&jobs[k], p, k);
+        char *landed = serve_pool_landing_reserve(p, LANDED_ROW);
+        CHECK(landed == row + (size_t)k * LANDED_ROW);
+        memcpy(landed, jobs[k].x, LANDED_ROW);
+        jobs[k].in.data = landed;
+    }
+    for (int q = 0; q < LANDED; q++) {
+        pthread_create(&t[q], NULL, run_job, &jobs[queued[q]]);
+        for (int wait = 0; wait < 2000 && q < LANDED - 1; wait++) {
+            serve_pool_get_stats(p, &st);
+            if (st.queue_depth == q + 1) break;
+            usleep(1000);
+        }
+    }
+    for (int q = 0; q < LANDED; q++) pthread_join(t[q], NULL);
+    for (int k = 0; k < LANDED; k++) {
+        run_job(&ref[k]);
+        CHECK(jobs[k].r.http_status == 200 && jobs[k].r.batch_rows == LANDED);
+        const float *got = jobs[k].r.outputs[0].data, *want = ref[k].r.outputs[0].data;
+        for (int o = 0; o < 10; o++) CHECKF(fabsf(got[o] - want[o]) <= 1e-5f, "request %d output %d", k, o);
+        serve_pool_landing_release(p, jobs[k].in.data);
+        serve_infer_clear(&jobs[k].r);
+        serve_infer_clear(&ref[k].r);
+    }
+}
+
+/* Landing memory: reservations lie back to back in the order they are made and wrap around once
+ * the oldest are released; a full ring refuses (a miss). A batch of requests that landed one after
+ * another runs from there without a copy (direct_runs), also when they were queued in another order
+ * (the queue puts a landed request before those that reserved after it). */
+static void test_landing(kiln_engine *e) {
+    enum { N = LANDED, ROW = LANDED_ROW };
+    serve_batch_config cfg = {.max_batch = N, .preferred = {N}, .n_preferred = 1, .max_queue_delay_us = 2000000,
+                              .instances = 1, .breaker_failures = 3, .landing_batches = 2};
+    serve_pool *p;
+    REQUIRE_OK(serve_pool_create(&e, ONE_DEVICE, 1, &cfg, &p));
+    char *at[2 * N];
+    for (int k = 0; k < 2 * N; k++) {
+        at[k] = serve_pool_landing_reserve(p, ROW);
+        CHECKF(at[k] && (k == 0 || at[k] == at[k - 1] + ROW), "reservation %d", k);
+    }
+    CHECK(!serve_pool_landing_reserve(p, ROW)); /* full */
+    serve_pool_landing_release(p, at[1]);          /* not the oldest: frees nothing yet */
+    CHECK(!serve_pool_landing_reserve(p, ROW));
+    serve_pool_landing_release(p, at[0]);          /* the two oldest: the ring wraps to its start */
+    char *wrapped = serve_pool_landing_reserve(p, 2 * ROW);
+    CHECK(wrapped == at[0]);
+    serve_pool_landing_release(p, wrapped);
+    for (int k = 2; k < 2 * N; k++) serve_pool_landing_release(p, at[k]);
+    static const int in_order[LANDED] = {0, 1, 2, 3}, reversed[LANDED] = {3, 2, 1, 0};
+    run_landed(p, at[0], in_order);
+    run_landed(p, at[0], reversed);
+    serve_pool_stats st;
+    serve_pool_get_stats(p, &st);
+    CHECKF(st.direct_runs == 2 && st.runs == 2 + 2 * N && st.landing_misses == 2, "%llu direct runs of %llu, %llu misses",
+           (unsigned long long)st.direct_runs, (unsigned long long)st.runs, (unsigned long long)st.landing_misses);
     serve_pool_free(p);
 }
 
@@ -503,6 +590,7 @@ int main(void) {
     test_batcher(e);
     test_runs_in_flight(e);
     test_parallel_join(e);
+    test_landing(e);
     test_client_gone(e);
     kiln_engine *e5;
     REQUIRE_OK(kiln_build_onnx(model, NULL, &e5));
