@@ -21,8 +21,9 @@
  * first run (always eager, outside any graph capture: cuda_kernels.h), from their host copies, into
  * one device allocation that the node's state owns (the bias in float32 in 16-bit engines too). A run
  * enqueues only kernels and cuBLASLt calls, split into chunks of rows (QConv: of images) that fit the
- * workspace; the cuBLASLt descriptors and the heuristic's algorithm are cached per chunk shape. The
- * layers have no tactics to tune (cuBLASLt's heuristic picks the IMMA kernel).
+ * workspace and whose int32 D stays in L2 (QG_D_TARGET); the cuBLASLt descriptors and the
+ * heuristic's algorithm are cached per chunk shape. The layers have no tactics to tune (cuBLASLt's
+ * heuristic picks the IMMA kernel).
  *
  * QConv: 1-D and 2-D windows (any pads, strides, dilations, auto_pad, groups: one GEMM per group),
  * NCHW in and out; the im2col rows hold x - 128 for uint8 input and the (shifted) input zero point in
@@ -30,8 +31,6 @@
 #include "backends/cuda/activation.cuh"
 #include "backends/cuda/kernel_util.cuh"
 
-#include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 extern "C" {
@@ -44,6 +43,9 @@ extern "C" {
 #define QG_ALIGN 256                       /* workspace sub-buffers start on this boundary */
 #define QG_LT_WORKSPACE ((size_t)32 << 20) /* at most this much workspace for cuBLASLt itself */
 #define QG_CALLS 2                         /* cached GEMM shapes per node: full chunks and the last one */
+/* A chunk's int32 D is kept to about this size when a chunk of one row (image) allows it, so that the
+ * epilogue reads it back from L2 (50 MiB on Hopper) rather than from memory. */
+#define QG_D_TARGET ((size_t)16 << 20)
 
 static size_t qg_align(size_t b) { return (b + QG_ALIGN - 1) / QG_ALIGN * QG_ALIGN; }
 static int64_t qg_round4(int64_t v) { return (v + 3) / 4 * 4; }
@@ -448,15 +450,17 @@ static size_t qg_chunk_bytes(const qg_state *st, int64_t R, bool copy_rows) {
            qg_align((size_t)R * 4);
 }
 
-/* How many of `units` (rows or images of `per` rows each) fit the workspace with cuBLASLt's share
- * lt_bytes; fails naming the node when not even one does. */
+/* How many of `units` (rows or images of `per` rows each) make a chunk: as many as fit the workspace
+ * with cuBLASLt's share lt_bytes and keep D within QG_D_TARGET, at least one; fails naming the node
+ * when not even one fits the workspace. */
 static kiln_status qg_chunk_units(const kiln_node *n, const qg_state *st, int64_t units, int64_t per, bool copy_rows,
                                   size_t lt_bytes, const kiln_cuda_ctx *ctx, int64_t *out) {
     size_t avail = ctx->workspace_bytes > lt_bytes ? ctx->workspace_bytes - lt_bytes : 0;
     int64_t lo = 0, hi = units;
     while (lo < hi) { /* the largest count that fits */
         int64_t mid = lo + (hi - lo + 1) / 2;
-        if (qg_chunk_bytes(st, mid * per, copy_rows) <= avail) lo = mid;
+        bool d_fits = mid == 1 || (size_t)(mid * per * st->Mp) * 4 <= QG_D_TARGET;
+        if (d_fits && qg_chunk_bytes(st, mid * per, copy_rows) <= avail) lo = mid;
         else hi = mid - 1;
     }
     if (lo < 1)
