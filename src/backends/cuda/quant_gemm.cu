@@ -23,7 +23,8 @@
  * enqueues only kernels and cuBLASLt calls, split into chunks of rows (QConv: of images) that fit the
  * workspace and whose int32 D stays in L2 (QG_D_TARGET); the cuBLASLt descriptors and the
  * heuristic's algorithm are cached per chunk shape. The layers have no tactics to tune (cuBLASLt's
- * heuristic picks the IMMA kernel).
+ * heuristic picks the IMMA kernel); a call cuBLASLt refuses runs a CUDA-core kernel instead, with one
+ * warning per node naming the reason.
  *
  * QConv: 1-D and 2-D windows (any pads, strides, dilations, auto_pad, groups: one GEMM per group),
  * NCHW in and out; the im2col rows hold x - 128 for uint8 input and the (shifted) input zero point in
@@ -181,11 +182,26 @@ __global__ void qg_rowsum_kernel(const int8_t *__restrict__ a, int64_t R, int64_
     }
 }
 
+/* D[r, c] = sum_k x[r * ldb + k] w[c * Kp + k] for r < R, c < Mp, k < Kp (Kp and ldb multiples of
+ * 4, rows 4-byte aligned): the CUDA-core product (4-way int8 dot products) for a shape cuBLASLt's
+ * integer GEMM refuses. */
+__global__ void qg_gemm_fallback_kernel(const int8_t *__restrict__ x, int64_t ldb, const int8_t *__restrict__ w,
+                                        int64_t Kp, int64_t R, int64_t Mp, int32_t *__restrict__ D) {
+    int64_t total = R * Mp;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int *xr = (const int *)(x + (i / Mp) * ldb), *wr = (const int *)(w + (i % Mp) * Kp);
+        int sum = 0;
+        for (int64_t k = 0; k < Kp / 4; k++) sum = __dp4a(xr[k], wr[k], sum);
+        D[i] = sum;
+    }
+}
+
 /* ---------------------------------------------------------------- node state */
 
-/* One cached cuBLASLt call: D[Mp, R] = Wt^T X (ldb the activations' row length). */
+/* One cached cuBLASLt call: D[Mp, R] = Wt^T X (ldb the activations' row length); fallback when
+ * cuBLASLt cannot make it (qg_gemm_fallback_kernel runs it instead). */
 typedef struct qg_call {
-    bool valid;
+    bool valid, fallback;
     int64_t R, ldb;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, ld;
@@ -204,6 +220,7 @@ typedef struct qg_state {
     int x_shift;             /* 128 for uint8 input, else 0 */
     qg_call calls[QG_CALLS];
     int next_call;
+    bool fallback_logged;    /* the CUDA-core product's warning was given */
 } qg_state;
 
 static const char qg_state_owner[] = "quant_gemm.cu";
@@ -375,32 +392,52 @@ static kiln_status qg_call_make(const kiln_node *n, const qg_state *st, int64_t 
     return KILN_OK;
 }
 
-/* The cached call for (R, ldb), or one made now in the next slot. */
-static kiln_status qg_call_get(const kiln_node *n, qg_state *st, int64_t R, int64_t ldb, size_t lt_ws,
-                               kiln_cuda_ctx *ctx, qg_call **out) {
+/* Switches call c to the CUDA-core product, warning once per node with the reason (the last error). */
+static void qg_call_fall_back(const kiln_node *n, qg_state *st, qg_call *c) {
+    if (!st->fallback_logged)
+        KILN_LOG(KILN_LOG_WARN, "cuda: %s '%s': cuBLASLt's int8 GEMM is unavailable (%s); a CUDA-core kernel computes "
+                 "it (slower)", n->op_type, n->name, kiln_last_error());
+    kiln_error_clear();
+    st->fallback_logged = true;
+    c->fallback = true;
+}
+
+/* The cached call for (R, ldb), or one made now in the next slot (a fallback one when cuBLASLt
+ * cannot make it). */
+static qg_call *qg_call_get(const kiln_node *n, qg_state *st, int64_t R, int64_t ldb, size_t lt_ws,
+                            kiln_cuda_ctx *ctx) {
     for (int i = 0; i < QG_CALLS; i++)
-        if (st->calls[i].valid && st->calls[i].R == R && st->calls[i].ldb == ldb) {
-            *out = &st->calls[i];
-            return KILN_OK;
-        }
+        if (st->calls[i].valid && st->calls[i].R == R && st->calls[i].ldb == ldb) return &st->calls[i];
     qg_call *c = &st->calls[st->next_call];
     st->next_call = (st->next_call + 1) % QG_CALLS;
     qg_call_clear(c);
-    kiln_status s = qg_call_make(n, st, R, ldb, lt_ws, ctx, c);
-    if (s != KILN_OK) qg_call_clear(c);
-    *out = c;
-    return s;
+    if (qg_call_make(n, st, R, ldb, lt_ws, ctx, c) != KILN_OK) {
+        qg_call_clear(c);
+        qg_call_fall_back(n, st, c);
+        c->R = R;
+        c->ldb = ldb;
+        c->valid = true;
+    }
+    return c;
 }
 
-/* D[R, Mp] (int32, row-major) = X[R, ldb] (int8 rows) times group g's weights. */
+/* D[R, Mp] (int32, row-major) = X[R, ldb] (int8 rows) times group g's weights: cuBLASLt's IMMA GEMM,
+ * or the CUDA-core kernel where cuBLASLt refuses the call. */
 static kiln_status qg_gemm(const kiln_node *n, qg_state *st, int64_t g, const int8_t *x, int64_t R, int64_t ldb,
                            int32_t *D, void *lt_ws, size_t lt_bytes, kiln_cuda_ctx *ctx) {
-    qg_call *c;
-    KILN_TRY(qg_call_get(n, st, R, ldb, lt_bytes, ctx, &c));
-    const int32_t alpha = 1, beta = 0;
+    qg_call *c = qg_call_get(n, st, R, ldb, lt_bytes, ctx);
     const int8_t *w = st->wt + g * st->Mp * st->Kp;
-    QG_LT(cublasLtMatmul(ctx->lt, c->op, &alpha, w, c->la, x, c->lb, &beta, D, c->ld, D, c->ld, &c->algo, lt_ws, lt_bytes,
-                         ctx->stream));
+    if (!c->fallback) {
+        const int32_t alpha = 1, beta = 0;
+        cublasStatus_t e = cublasLtMatmul(ctx->lt, c->op, &alpha, w, c->la, x, c->lb, &beta, D, c->ld, D, c->ld, &c->algo,
+                                          lt_ws, lt_bytes, ctx->stream);
+        if (e == CUBLAS_STATUS_SUCCESS) return KILN_OK;
+        (void)qg_lt_fail(n, e, "cublasLtMatmul"); /* the reason the warning gives */
+        qg_call_fall_back(n, st, c);
+    }
+    qg_gemm_fallback_kernel<<<ku_blocks(R * st->Mp, KU_THREADS, ctx, 4), KU_THREADS, 0, ctx->stream>>>(x, ldb, w, st->Kp, R,
+                                                                                                     st->Mp, D);
+    KILN_CUDA_LAUNCH_CHECK("qg_gemm_fallback_kernel");
     return KILN_OK;
 }
 
