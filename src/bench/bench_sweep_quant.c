@@ -18,7 +18,8 @@
 kiln_build_options kiln_bench_sweep_options(kiln_precision p, const char *target, int device, const char *calib_dir) {
     kiln_build_options o = {.target = target, .precision = p, .device = device};
     if (p == KILN_PRECISION_INT8) {
-        o.precision = KILN_PRECISION_FP32;
+        /* the layers that stay out of int8 in 16 bits where the target has 16-bit kernels */
+        o.precision = target && !strcmp(target, "cuda") ? KILN_PRECISION_FP16 : KILN_PRECISION_FP32;
         o.int8 = true;
         o.calib_dir = calib_dir;
     } else if (p == KILN_PRECISION_FP8) {

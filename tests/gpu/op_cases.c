@@ -765,6 +765,38 @@ const op_case kiln_op_cases[] = {
     /* (sqrt|x0| + erf x0 - exp(-x0)) * 1 / (|x1| + 1), and tanh x0 / 4, all opcodes */
     {"kiln.ElementwiseChain", "f[2,3,5,7,11] f[1]",
      "program=[1,0,15,12,1,0,14,3,1,0,7,11,4,1,1,15,2,0,3,13,5,1,0,10,2,1,6,3] constants=[1.0,4.0]", 0, 0},
+    /* QuantizeLinear / DequantizeLinear per tensor (quant.cu): ties, saturation, the default uint8 */
+    {"QuantizeLinear", "f[33,65]{-3,3} Kf[]=0.02 Ki8[]=3", "", 0, 0},
+    {"QuantizeLinear", "f[7,1000]{-8,8} Kf[]=0.05 Ku8[]=128", "", 0, 0},
+    {"QuantizeLinear", "fi[2,3,5]{-300,300} Kf[]=2.0", "", 0, 0},
+    {"DequantizeLinear", "i8[33,65]{-128,128} Kf[]=0.02 Ki8[]=-3", "", 0, 0},
+    {"DequantizeLinear", "u8[7,1000]{0,256} Kf[]=0.05 Ku8[]=128", "", 0, 0},
+    {"DequantizeLinear", "i32[5,9]{-100000,100000} Kf[]=0.001", "", 0, 0},
+    /* kiln.QMatMul / kiln.QConv (ir/quant_ops.h): the CUDA IMMA GEMM with its requantizing epilogue
+     * against the CPU integer kernels. int8 A with K a multiple of 4 (read in place), uint8 A and odd K
+     * (copied, shifted by -128), uint8 weights with a zero point (the row-sum correction), per-channel
+     * and per-tensor scales, int8 / uint8 / float outputs, ReLU / Clip / Gelu; convolutions padded,
+     * strided, dilated, grouped, depthwise and 1-D. */
+    {"kiln.QMatMul", "i8[2,7,64]{-128,128} Ki8[64,8]{-127,128} Kf[8]",
+     "x_scale=0.05 w_scale=[0.002,0.003,0.001,0.002,0.004,0.002,0.0015,0.0025] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QMatMul", "u8[33,65]{0,256} Ki8[65,17]{-127,128}",
+     "x_scale=0.05 x_zero_point=128 w_scale=[0.002] y_dtype=2 y_scale=0.05 y_zero_point=128", 0, 0},
+    {"kiln.QMatMul", "i8[5,40]{-128,128} Ku8[40,12]{0,256} Kf[12]",
+     "x_scale=0.05 w_scale=[0.002] w_zero_point=[120] activation='Gelu'", 0, 0},
+    {"kiln.QMatMul", "u8[3,9,33]{0,256} Ki8[33,1000]{-127,128} Kf[1000]",
+     "x_scale=0.02 x_zero_point=3 w_scale=[0.001] y_dtype=3 y_scale=0.02 y_zero_point=-5 activation='Clip' "
+     "activation_params=[-1.0,1.0]", 0, 0},
+    {"kiln.QConv", "i8[2,8,15,15]{-128,128} Ki8[4,8,3,3]{-127,128} Kf[4]",
+     "pads=[1,1,1,1] x_scale=0.05 w_scale=[0.002,0.003,0.001,0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "u8[2,6,11,11]{0,256} Ki8[8,3,3,3]{-127,128} Kf[8]",
+     "group=2 strides=[2,2] pads=[1,0,2,1] x_scale=0.05 x_zero_point=128 w_scale=[0.002] y_dtype=2 y_scale=0.05 "
+     "y_zero_point=128", 0, 0},
+    {"kiln.QConv", "i8[1,16,9,9]{-128,128} Ki8[16,1,3,3]{-127,128} Kf[16]",
+     "group=16 dilations=[2,2] pads=[2,2,2,2] x_scale=0.05 w_scale=[0.01] y_dtype=3 y_scale=0.02", 0, 0},
+    {"kiln.QConv", "u8[2,5,33]{0,256} Ku8[7,5,3]{0,256}",
+     "auto_pad='SAME_UPPER' x_scale=0.05 x_zero_point=100 w_scale=[0.002] w_zero_point=[128] activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[3,3,17,17]{-128,128} Ki8[5,3,7,7]{-127,128} Kf[5]",
+     "strides=[2,2] pads=[3,3,3,3] x_scale=0.05 w_scale=[0.001] activation='Relu'", 0, 0},
     {NULL, NULL, NULL, 0, 0},
 };
 
@@ -823,5 +855,14 @@ const op_case kiln_perf_cases[] = {
     /* ResNet-50's stem channel pad (NHWC, 3 -> 8) at batch 256 */
     {"Pad", "f[256,224,224,3] Ki64[8]=0,0,0,0,0,0,0,5", "", 0, 0},
     {"BatchNormalization", "f[32,64,56,56] Kf[64] Kf[64] Kf[64] Kf[64]{0.5,2}", "", 0, 0},
+    /* integer layers: BERT-base's FFN GEMM at batch 32 x seq 128 (int8 out, and fp out as before a
+     * LayerNorm) and ResNet-50 3x3 / 1x1 convolutions at batch 32 (compare with the float rows above) */
+    {"kiln.QMatMul", "i8[4096,768]{-128,128} Ki8[768,3072]{-127,128} Kf[3072]",
+     "x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Gelu'", 0, 0},
+    {"kiln.QMatMul", "i8[4096,3072]{-128,128} Ki8[3072,768]{-127,128} Kf[768]", "x_scale=0.05 w_scale=[0.002]", 0, 0},
+    {"kiln.QConv", "i8[32,64,56,56]{-128,128} Ki8[64,64,3,3]{-127,128} Kf[64]",
+     "pads=[1,1,1,1] x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[32,256,56,56]{-128,128} Ki8[64,256,1,1]{-127,128} Kf[64]",
+     "x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
     {NULL, NULL, NULL, 0, 0},
 };

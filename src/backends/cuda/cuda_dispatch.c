@@ -22,13 +22,16 @@ extern const kiln_cuda_kernel kiln_cuda_kernels_lrn_hardmax[];
 extern const kiln_cuda_kernel kiln_cuda_kernels_fused_epilogue[];
 extern const kiln_cuda_kernel kiln_cuda_kernels_fused_chain[];
 extern const kiln_cuda_kernel kiln_cuda_kernels_fused_attention[];
+extern const kiln_cuda_kernel kiln_cuda_kernels_quant[];
+extern const kiln_cuda_kernel kiln_cuda_kernels_quantize[];
 
 static const kiln_cuda_kernel *const g_families[] = {
     kiln_cuda_kernels_elementwise, kiln_cuda_kernels_reduce, kiln_cuda_kernels_norm, kiln_cuda_kernels_matmul,
     kiln_cuda_kernels_conv,        kiln_cuda_kernels_pool,   kiln_cuda_kernels_movement, kiln_cuda_kernels_pad_slice,
     kiln_cuda_kernels_gather_scatter,
     kiln_cuda_kernels_resize,      kiln_cuda_kernels_einsum, kiln_cuda_kernels_generate, kiln_cuda_kernels_lrn_hardmax,
-    kiln_cuda_kernels_fused_epilogue, kiln_cuda_kernels_fused_chain, kiln_cuda_kernels_fused_attention,
+    kiln_cuda_kernels_fused_epilogue, kiln_cuda_kernels_fused_chain, kiln_cuda_kernels_fused_attention, kiln_cuda_kernels_quant,
+    kiln_cuda_kernels_quantize,
 };
 
 static bool domain_is_default(const char *d) { return !d || !d[0] || !strcmp(d, "ai.onnx"); }

@@ -10,27 +10,10 @@
  * cudnnConvolutionBiasActivationForward call for activation none or Relu, NCHW or channels-last),
  * which uses the same epilogue (kiln_cuda_fused_epilogue) per batch chunk for the other activations
  * and when cuDNN refuses the fused call. */
+#include "backends/cuda/activation.cuh"
 #include "backends/cuda/kernel_util.cuh"
 #include "backends/cuda/matmul.cuh"
 #include "ir/fused_ops.h"
-
-/* act(x) for one of kiln_activation's kinds, p0/p1 its params. */
-static __device__ __forceinline__ float fe_act(float x, int kind, float p0, float p1) {
-    switch (kind) {
-    case KILN_ACT_RELU: return x < 0.0f ? 0.0f : x;
-    case KILN_ACT_LEAKY_RELU: return x < 0.0f ? x * p0 : x;
-    case KILN_ACT_CLIP: return fminf(fmaxf(x, p0), p1);
-    case KILN_ACT_HARD_SIGMOID: return fminf(fmaxf(p0 * x + p1, 0.0f), 1.0f);
-    case KILN_ACT_HARD_SWISH: return x * fminf(fmaxf(x / 6.0f + 0.5f, 0.0f), 1.0f);
-    case KILN_ACT_SIGMOID: return 1.0f / (1.0f + expf(-x));
-    case KILN_ACT_TANH: return tanhf(x);
-    case KILN_ACT_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case KILN_ACT_GELU_TANH:
-        return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-    case KILN_ACT_SILU: return x / (1.0f + expf(-x));
-    default: return x;
-    }
-}
 
 /* Gelu (erf) for 16-bit storage, x Phi(x): with Abramowitz & Stegun 7.1.26 for erf (absolute error
  * under 1.5e-7, plus the fast exp2 and reciprocal's few ulp: a thousand times below float16's and
@@ -56,7 +39,7 @@ __global__ void fe_epilogue_kernel(T *__restrict__ y, const T *__restrict__ bias
         float v = ku_f32(y[i]);
         if (bias) v += ku_f32(bias[i % ncol]);
         if (z) v += ku_f32(z[i]);
-        y[i] = ku_from_f32<T>(fe_act(v, kind, p0, p1));
+        y[i] = ku_from_f32<T>(kiln_cuda_act(v, kind, p0, p1));
     }
 }
 
@@ -87,7 +70,7 @@ __global__ void __launch_bounds__(KU_THREADS) fe_epilogue_vec(T *__restrict__ y,
             float f = ku_f32(v[q]);
             if (bias) f += ku_f32(b[q]);
             if (z) f += ku_f32(zz[q]);
-            v[q] = ku_from_f32<T>(KIND == KILN_ACT_GELU && sizeof(T) == 2 ? fe_gelu_16bit(f) : fe_act(f, kind, p0, p1));
+            v[q] = ku_from_f32<T>(KIND == KILN_ACT_GELU && sizeof(T) == 2 ? fe_gelu_16bit(f) : kiln_cuda_act(f, kind, p0, p1));
         }
         ku_store(y + e, v);
     }
