@@ -1,6 +1,6 @@
 /* cuda_device.c — the per-device layer of both CUDA runtimes (cuda_device.h): the process-wide setup
- * lock, opening and closing a stream of work with its library handles and workspace, and CUDA graph
- * capture under the setup lock. */
+ * lock, opening and closing a stream of work with its library handles and workspace, CUDA graph
+ * capture under the setup lock, and the environment part of timing-cache keys. */
 #include "backends/cuda/cuda_device.h"
 
 #include "core/status.h"
@@ -43,6 +43,17 @@ void kiln_cuda_ctx_close(kiln_cuda_ctx *kc) {
     kc->workspace_bytes = 0;
     kc->lt = NULL;
     kc->stream = NULL;
+}
+
+kiln_status kiln_cuda_env_key(int device, char *buf, size_t cap) {
+    struct cudaDeviceProp prop;
+    KILN_CUDA_TRY(cudaGetDeviceProperties(&prop, device));
+    int driver = 0, runtime = 0;
+    KILN_CUDA_TRY(cudaDriverGetVersion(&driver));
+    KILN_CUDA_TRY(cudaRuntimeGetVersion(&runtime));
+    snprintf(buf, cap, "%s sm_%d%d, driver %d, runtime %d, cublasLt %zu, cudnn %zu", prop.name, prop.major, prop.minor,
+             driver, runtime, cublasLtGetVersion(), cudnnGetVersion());
+    return KILN_OK;
 }
 
 kiln_status kiln_cuda_capture(cudaStream_t stream, enum cudaStreamCaptureMode mode, kiln_status (*enqueue)(void *arg),

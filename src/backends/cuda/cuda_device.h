@@ -1,7 +1,7 @@
 /* cuda_device.h — the per-device layer that the tensor engine (src/backends/cuda/) and the LLM runtime
  * (src/llm/cuda/) share: opening and closing a stream of work (a non-blocking stream, a cuBLASLt handle
- * and its workspace, optionally a cuDNN handle: a kiln_cuda_ctx), the process-wide setup lock, and
- * CUDA graph capture under that lock. docs/cuda.md ("One CUDA stack") says which struct owns what and
+ * and its workspace, optionally a cuDNN handle: a kiln_cuda_ctx), the process-wide setup lock, CUDA
+ * graph capture under that lock, and the device part of the timing cache's keys. docs/cuda.md ("One CUDA stack") says which struct owns what and
  * who locks what. Included by C and CUDA C. */
 #ifndef KILN_CUDA_DEVICE_H
 #define KILN_CUDA_DEVICE_H
@@ -41,6 +41,11 @@ kiln_status kiln_cuda_ctx_open(int device, size_t workspace_bytes, unsigned what
  * stream: any of them may be absent) and clears those fields; kc->zero and the per-call fields are the
  * owner's. The caller holds the setup lock. */
 void kiln_cuda_ctx_close(kiln_cuda_ctx *kc);
+
+/* The environment part of a timing-cache key (engine/timing_cache.h), the same for both runtimes: the
+ * GPU's name and compute capability, the driver, CUDA runtime, cuBLASLt and cuDNN versions ("NVIDIA
+ * H200 sm_90, driver 12080, runtime 13000, cublasLt 130000, cudnn 91900"). */
+kiln_status kiln_cuda_env_key(int device, char *buf, size_t cap);
 
 /* Captures the work that enqueue(arg) puts on stream into an instantiated CUDA graph, holding the
  * setup lock from BeginCapture to EndCapture. enqueue must not take the setup lock, allocate or

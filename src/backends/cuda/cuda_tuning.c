@@ -59,13 +59,7 @@ static bool tunable(const kiln_node *n) {
 
 static kiln_status tuner_open_locked(kiln_cuda_tuner *t) {
     KILN_CUDA_TRY(cudaSetDevice(t->be->device));
-    struct cudaDeviceProp prop;
-    KILN_CUDA_TRY(cudaGetDeviceProperties(&prop, t->be->device));
-    int driver = 0, runtime = 0;
-    KILN_CUDA_TRY(cudaDriverGetVersion(&driver));
-    KILN_CUDA_TRY(cudaRuntimeGetVersion(&runtime));
-    snprintf(t->env, sizeof t->env, "%s sm_%d%d, driver %d, runtime %d, cublasLt %zu, cudnn %zu", prop.name, prop.major,
-             prop.minor, driver, runtime, cublasLtGetVersion(), cudnnGetVersion());
+    KILN_TRY(kiln_cuda_env_key(t->be->device, t->env, sizeof t->env));
     /* the runtime's sizes: a tactic timed here fits a context's workspace, and fuses where it would */
     KILN_TRY(kiln_cuda_ctx_open(t->be->device, t->be->workspace_bytes, KILN_CUDA_OPEN_BLAS | KILN_CUDA_OPEN_DNN,
                                 &t->kc));
