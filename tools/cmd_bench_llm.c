@@ -59,6 +59,8 @@ static const char *USAGE =
     "                         (--warmup counts warm-up requests in a saturated run, default 2)\n"
     "  --target cpu|cuda      the forward step (default cpu; cuda needs a build with the cuda backend)\n"
     "  --device N             GPU ordinal (default 0)\n"
+    "  --timing-cache FILE    cuda: reuse and extend the product tactics timed in FILE (kiln build's\n"
+    "                         --timing-cache file), so that repeated runs time nothing twice\n"
     "  --export-json FILE     every statistic and the environment (schema: docs/llm.md)\n"
     "  --ceilings-file FILE   measured ceilings (default ~/.cache/kiln/ceilings.json)\n"
     "  -h, --help             this help\n";
@@ -105,7 +107,7 @@ static int parse_args(int argc, char **argv, llm_args *a) {
     static const char *const TAKES[] = {"--llm", "--batch", "--input-len", "--output-len", "--iterations", "--warmup",
                                         "--seed", "--target", "--device", "--export-json", "--ceilings-file",
                                         "--random", "--dtype", "--requests", "--concurrency", "--max-num-tokens",
-                                        "--prefix-len"};
+                                        "--prefix-len", "--timing-cache"};
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (cli_is_help(s)) {
@@ -151,6 +153,7 @@ static int parse_args(int argc, char **argv, llm_args *a) {
             if (strcmp(val, "cpu") && strcmp(val, "cuda")) return cli_usage_error("bench ", "--target expects cpu or cuda, got '%s'", val);
             a->bc.target = val;
         } else if (!strcmp(s, "--export-json")) a->json = val;
+        else if (!strcmp(s, "--timing-cache")) a->bc.timing_cache = val;
         else a->ceilings_file = val;
         if (rc >= 0) return rc;
     }

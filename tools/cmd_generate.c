@@ -50,6 +50,8 @@ static const char *USAGE =
     "  --target cpu|cuda           where the model runs (default cpu): cpu computes in fp32; cuda in\n"
     "                              bf16 for a bf16 engine or checkpoint, else fp16\n"
     "  --device N                  the CUDA device (default 0)\n"
+    "  --timing-cache FILE         cuda: reuse and extend the product tactics timed in FILE (kiln build's\n"
+    "                              --timing-cache file; per GPU, driver and library versions)\n"
     "  --print-ids                 print {\"prompt_ids\", \"generated_ids\", \"finish\"} to stderr at the end\n"
     "  -h, --help                  this help\n"
     "\n"
@@ -69,6 +71,7 @@ typedef struct gen_args {
     double kv_budget_mb; /* 0: fit the request */
     const char *target;  /* "cpu" or "cuda" */
     int device;
+    const char *timing_cache; /* NULL: none */
 } gen_args;
 
 static int parse_number(const char *opt, const char *val, double lo, double hi, bool integer, double *out) {
@@ -114,7 +117,7 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         static const char *const takes_value[] = {"--prompt", "--stop", "--max-tokens", "--temperature", "--top-k",
                                                   "--top-p", "--min-p", "--repetition-penalty", "--frequency-penalty",
                                                   "--presence-penalty", "--seed", "--kv-budget-mb", "--target",
-                                                  "--device", "--system", "--chat-template"};
+                                                  "--device", "--system", "--chat-template", "--timing-cache"};
         bool known = false;
         for (size_t k = 0; k < sizeof takes_value / sizeof *takes_value; k++) known |= !strcmp(s, takes_value[k]);
         if (!known) return cli_usage_error("generate ", "unknown option '%s'", s);
@@ -125,6 +128,7 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         if (!strcmp(s, "--prompt")) a->prompt = val;
         else if (!strcmp(s, "--system")) a->system = val;
         else if (!strcmp(s, "--chat-template")) a->chat_template_file = val;
+        else if (!strcmp(s, "--timing-cache")) a->timing_cache = val;
         else if (!strcmp(s, "--stop")) {
             if (a->n_stops == MAX_STOPS) return cli_usage_error("generate ", "at most %d --stop strings", MAX_STOPS);
             if (!*val) return cli_usage_error("generate ", "--stop needs a non-empty string");
@@ -254,7 +258,7 @@ static kiln_status setup(gen_run *g, char **chat_template) {
     if (a->chat_template_file) KILN_TRY(read_text_file(a->chat_template_file, chat_template));
     kiln_llm_options o = {.target = a->target, .device = a->device, .max_seqs = 1, .chat_template = *chat_template,
                           .kv_cache_bytes = (uint64_t)(a->kv_budget_mb * 1048576.0),
-                          .no_prefix_cache = a->no_prefix_cache};
+                          .no_prefix_cache = a->no_prefix_cache, .timing_cache = a->timing_cache};
     double t0 = cli_now_ms();
     kiln_status st = kiln_llm_open(a->dir, &o, &g->llm);
     if (st != KILN_OK && a->kv_budget_mb > 0 && strstr(kiln_last_error(), "kv_cache_bytes"))

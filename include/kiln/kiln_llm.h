@@ -57,6 +57,10 @@ typedef struct kiln_llm_options {
     const char *chat_template;
     /* CUDA: sample on the host instead of the GPU (for A/B comparisons; slower). */
     bool host_sampler;
+    /* CUDA: a timing cache file (`kiln build --timing-cache`'s): the tactics the runtime times per product
+     * shape on first use (cuBLASLt algorithm, GEMV configuration) are taken from it when recorded for this
+     * GPU and library versions, and the ones timed are added to it (NULL: timed anew at every open). */
+    const char *timing_cache;
     /* Automatic prefix caching is on unless this is set: full KV-cache blocks are kept, keyed by a hash
      * of their tokens and prefix, after their request ends, and a request whose prompt starts with
      * cached blocks (a shared system prompt) computes only the rest; cached blocks are evicted, least

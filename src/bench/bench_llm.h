@@ -34,6 +34,7 @@ typedef struct kiln_bench_llm_config {
      * "system prompt" (0: every prompt random throughout), and no_prefix_cache turns the cache off. */
     int prefix_len;
     bool no_prefix_cache;
+    const char *timing_cache; /* cuda: kiln_llm_options.timing_cache (NULL: none) */
 } kiln_bench_llm_config;
 
 /* The measurements of a saturated run; times in ms, throughputs in tokens/s. */

@@ -51,7 +51,7 @@ static kiln_status new_llm(const kiln_llm_options *o, kiln_llm **out) {
 static llm_runner_options runner_options(const kiln_llm_options *o, const kiln_llm_config *c, bool bf16) {
     const bool cuda = o->target && !strcmp(o->target, "cuda");
     llm_runner_options ro = {.target = cuda ? "cuda" : "cpu", .device = o->device, .bf16 = bf16,
-                             .host_sampler = o->host_sampler};
+                             .host_sampler = o->host_sampler, .timing_cache = o->timing_cache};
     ro.max_seqs = o->max_seqs ? o->max_seqs : cuda ? 256 : 16;
     ro.max_tokens = o->max_batched_tokens ? o->max_batched_tokens : DEFAULT_MAX_BATCHED_TOKENS;
     if (ro.max_tokens < ro.max_seqs) ro.max_tokens = ro.max_seqs;

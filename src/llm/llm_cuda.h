@@ -42,6 +42,10 @@ typedef struct kiln_llm_cuda_options {
                           * algorithms on the first product of each shape and keep the fastest (else its first);
                           * GEMV products: time the 8 kernel configurations likewise (else a rule by shape;
                           * env KILN_LLM_GEMV=0..7 forces one configuration for every shape) */
+    const char *timing_cache; /* NULL, or a timing cache file (kiln build --timing-cache's): the tactics
+                               * gemm_autotune would time (cuBLASLt algorithm, GEMV configuration per
+                               * product shape) are taken from it when recorded there for this GPU and
+                               * library versions, and the ones timed are added to it after their step */
     struct kiln_llm_cuda_probe *probe; /* NULL, or caller-owned switches and timings (benchmarks) */
 } kiln_llm_cuda_options;
 
@@ -57,10 +61,11 @@ typedef struct kiln_llm_cuda_probe {
     double enqueue_ms; /* out: host ms to check, stage and enqueue the step (launch overhead, no graph) */
     int graphs_captured, graph_replays; /* out: decode graphs made, steps run from one (any step) */
     char graph_error[200];              /* out: why the last failed capture failed ("" if none did) */
+    int tactics_timed, tactics_cached;  /* out: product shapes whose tactic was timed / found in the timing cache */
 } kiln_llm_cuda_probe;
 
 /* device 0, max_tokens 2048, max_seqs 256, max_context 4096, gemv_max_tokens 8, use_graphs true,
- * gemm_autotune true, probe NULL. */
+ * gemm_autotune true, timing_cache NULL, probe NULL. */
 void kiln_llm_cuda_options_default(kiln_llm_cuda_options *o);
 
 /* KILN_OK when the device exists, with a description of it in desc ("NVIDIA H200 (sm_90, 132 SMs,

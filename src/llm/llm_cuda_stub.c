@@ -16,6 +16,7 @@ void kiln_llm_cuda_options_default(kiln_llm_cuda_options *o) {
     o->max_seqs = 256;
     o->max_context = 4096;
     o->gemv_max_tokens = 8;
+    o->timing_cache = NULL;
 }
 
 kiln_status kiln_llm_cuda_device_check(int device, char *desc, size_t cap) {

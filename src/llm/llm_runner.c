@@ -67,6 +67,7 @@ static kiln_status cuda_options(const llm_runner_options *ro, kiln_llm_cuda_opti
     o->max_seqs = ro->max_seqs;
     o->max_tokens = ro->max_tokens;
     o->max_context = ro->max_context;
+    o->timing_cache = ro->timing_cache;
     return KILN_OK;
 }
 

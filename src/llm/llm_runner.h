@@ -22,6 +22,7 @@ typedef struct llm_runner_options {
     int max_context;    /* cuda: longest context (prompt + generated) */
     bool bf16;          /* cuda: weights and KV cache in bf16 (else fp16) */
     bool host_sampler;  /* cuda: sample on the host (also when the environment has KILN_LLM_HOST_SAMPLER=1) */
+    const char *timing_cache; /* cuda: kiln_llm_cuda_options.timing_cache (NULL: none) */
 } llm_runner_options;
 
 /* The forward for ro->target: the CPU always; cuda through llm_cuda.h (the model uploaded in bf16 or

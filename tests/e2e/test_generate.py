@@ -189,6 +189,20 @@ def test_no_prefix_cache_changes_nothing(kiln, model):
     assert on[1] == off[1] and on[3] == off[3]
 
 
+def test_timing_cache_on_cpu(kiln, model, tmp_path):
+    """--timing-cache is taken on the CPU too, where there is nothing to time: the same tokens, no file
+    written; without its FILE it is a usage error."""
+    d = model[0]
+    args = ["--prompt", PROMPT, "--temperature", 0, "--max-tokens", 8]
+    cache = tmp_path / "timing.cache"
+    plain, cached = generate(kiln, d, *args), generate(kiln, d, *args, "--timing-cache", cache)
+    assert plain[0] == 0 and cached[0] == 0, cached[2]
+    assert plain[1] == cached[1] and plain[3] == cached[3]
+    assert not cache.exists()
+    rc, _, err, _ = generate(kiln, d, *args, "--timing-cache")
+    assert rc == 2 and "--timing-cache needs a value" in err, err
+
+
 def test_errors(kiln, model):
     d = model[0]
     rc, _, err, _ = generate(kiln, d, "--prompt", PROMPT, "--max-tokens", 60, "--kv-budget-mb", 0.004)

@@ -28,7 +28,7 @@
 #include <stdio.h>
 
 #ifdef KILN_HAVE_CUDA
-#include "core/half.h"
+#include "llm_test_util.h"
 #include "llm/cuda/llm_cuda_internal.h"
 #include "llm/kv_cache.h"
 #include "llm/llm_cpu_ops.h"
@@ -40,51 +40,14 @@
 
 #define BS 16 /* tokens per cache block */
 
-static int g_failures, g_cases;
-
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            g_failures++;                                                                          \
-        }                                                                                          \
-    } while (0)
-
-/* A CUDA call inside a case function: a failure is counted and ends the case (label done). */
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            EXPECT(0, "%s: %s", #call, cudaGetErrorString(e_));                                    \
-            goto done;                                                                             \
-        }                                                                                          \
-    } while (0)
-
+static int g_cases;
 static uint32_t g_rng = 12345;
-/* uniform in [-1, 1) */
-static float urand(void) {
-    g_rng = g_rng * 1664525u + 1013904223u;
-    return (float)((g_rng >> 8) * (2.0 / 16777216.0) - 1.0);
-}
-static float h2f(uint16_t v, kiln_dtype dt) { return dt == KILN_F16 ? kiln_f16_to_f32(v) : kiln_bf16_to_f32(v); }
-static uint16_t f2h(float v, kiln_dtype dt) { return dt == KILN_F16 ? kiln_f32_to_f16(v) : kiln_f32_to_bf16(v); }
-static const char *dt_name(kiln_dtype dt) { return dt == KILN_F16 ? "fp16" : "bf16"; }
-
-/* n random 16-bit values scaled by scale into h, and the same values as floats into f (may be NULL). */
-static void fill16(uint16_t *h, float *f, size_t n, float scale, kiln_dtype dt) {
-    for (size_t i = 0; i < n; i++) {
-        h[i] = f2h(scale * urand(), dt);
-        if (f) f[i] = h2f(h[i], dt);
-    }
-}
 
 /* Records one case: prints its line, counts a failure. */
 static void report(const char *kernel, const char *shape, kiln_dtype dt, double err, double tol, bool ok) {
     g_cases++;
-    printf("%-10s %-44s %-5s %10.2e %8.1e %s\n", kernel, shape, dt_name(dt), err, tol, ok ? "ok" : "FAIL");
-    EXPECT(ok, "%s %s %s: max rel err %.3e (tol %.1e)", kernel, shape, dt_name(dt), err, tol);
+    printf("%-10s %-44s %-5s %10.2e %8.1e %s\n", kernel, shape, lt_dtype_name(dt), err, tol, ok ? "ok" : "FAIL");
+    LT_EXPECT(ok, "%s %s %s: max rel err %.3e (tol %.1e)", kernel, shape, lt_dtype_name(dt), err, tol);
 }
 
 /* ---------------------------------------------------------------- attention */
@@ -144,16 +107,16 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, bool tok
     snprintf(shape, sizeof shape, "hd %d, %d/%d heads, batch %d%s%s", hd, sh->n_head, sh->n_kv, batch,
              decode ? (part ? ", part 48" : ", auto split") : "", decode ? "" : token_rows ? ", token rows" : ", chunks");
     if (!q16 || !out16 || !k16 || !v16 || !qf || !ref || !scratch || !table || !perm || !rows) {
-        EXPECT(0, "out of memory");
+        LT_EXPECT(0, "out of memory");
         goto done;
     }
     if (kiln_kv_cache_create(&kc, &kv) != KILN_OK) {
-        EXPECT(0, "kv cache: %s", kiln_last_error());
+        LT_EXPECT(0, "kv cache: %s", kiln_last_error());
         goto done;
     }
     /* the cache: random keys and values, blocks handed out in a scrambled order */
-    fill16(k16, NULL, cache_elems, 1.0f, dt);
-    fill16(v16, NULL, cache_elems, 1.0f, dt);
+    lt_fill16(&g_rng, k16, NULL, cache_elems, 1.0f, dt);
+    lt_fill16(&g_rng, v16, NULL, cache_elems, 1.0f, dt);
     for (int b = 0; b < n_blocks; b++) {
         memcpy(kiln_kv_cache_keys(kv, 0, b), k16 + (size_t)b * block_elems, block_elems * 2);
         memcpy(kiln_kv_cache_values(kv, 0, b), v16 + (size_t)b * block_elems, block_elems * 2);
@@ -168,39 +131,39 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, bool tok
     for (int s = 0, next = 0; s < batch; s++)
         for (int b = 0; b < (ctx[s] + BS - 1) / BS; b++) table[s * table_stride + b] = perm[next++];
     /* queries: the q part of qkv rows (k and v parts random too: never read as queries) */
-    fill16(q16, NULL, (size_t)n_tok * ldq, 2.0f, dt);
+    lt_fill16(&g_rng, q16, NULL, (size_t)n_tok * ldq, 2.0f, dt);
     for (int t = 0; t < n_tok; t++)
-        for (int i = 0; i < ldo; i++) qf[(size_t)t * ldo + i] = h2f(q16[(size_t)t * ldq + i], dt);
+        for (int i = 0; i < ldo; i++) qf[(size_t)t * ldo + i] = lt_to_f32(q16[(size_t)t * ldq + i], dt);
     for (int s = 0; s < batch; s++) {
         const kiln_llm_seq_kv skv = {kv, 0, table + s * table_stride};
         kiln_llm_attention(&skv, n_new[s], ctx[s], 0, sh->n_head, qf + (size_t)seq_start[s] * ldo, ldo,
                            ref + (size_t)seq_start[s] * ldo, ldo, scratch);
     }
-    CK(cudaMalloc(&d_q, (size_t)n_tok * ldq * 2));
-    CK(cudaMalloc(&d_out, (size_t)n_tok * ldo * 2));
-    CK(cudaMalloc(&d_k, cache_elems * 2));
-    CK(cudaMalloc(&d_v, cache_elems * 2));
-    CK(cudaMalloc((void **)&d_meta, ((size_t)batch * table_stride + 2 * ATT_MAX_SEQS + 1 + 2 * (size_t)n_tok) * 4));
-    CK(cudaMemcpy(d_q, q16, (size_t)n_tok * ldq * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_k, k16, cache_elems * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_v, v16, cache_elems * 2, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMalloc(&d_q, (size_t)n_tok * ldq * 2));
+    LT_CUDA(cudaMalloc(&d_out, (size_t)n_tok * ldo * 2));
+    LT_CUDA(cudaMalloc(&d_k, cache_elems * 2));
+    LT_CUDA(cudaMalloc(&d_v, cache_elems * 2));
+    LT_CUDA(cudaMalloc((void **)&d_meta, ((size_t)batch * table_stride + 2 * ATT_MAX_SEQS + 1 + 2 * (size_t)n_tok) * 4));
+    LT_CUDA(cudaMemcpy(d_q, q16, (size_t)n_tok * ldq * 2, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_k, k16, cache_elems * 2, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_v, v16, cache_elems * 2, cudaMemcpyHostToDevice));
     int32_t *d_table = d_meta, *d_ctx = d_meta + (size_t)batch * table_stride, *d_start = d_ctx + ATT_MAX_SEQS;
-    CK(cudaMemcpy(d_table, table, (size_t)batch * table_stride * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_ctx, ctx, (size_t)batch * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_start, seq_start, (size_t)(batch + 1) * 4, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_table, table, (size_t)batch * table_stride * 4, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_ctx, ctx, (size_t)batch * 4, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_start, seq_start, (size_t)(batch + 1) * 4, cudaMemcpyHostToDevice));
     int32_t *d_row_seq = d_start + ATT_MAX_SEQS + 1; /* token rows: [n_tok] sequences, then [n_tok] positions */
     for (int s = 0; s < batch; s++)
         for (int j = 0; j < n_new[s]; j++) {
             rows[seq_start[s] + j] = s;
             rows[n_tok + seq_start[s] + j] = ctx[s] - n_new[s] + j;
         }
-    CK(cudaMemcpy(d_row_seq, rows, (size_t)2 * n_tok * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemset(d_out, 0xff, (size_t)n_tok * ldo * 2)); /* NaN poison */
+    LT_CUDA(cudaMemcpy(d_row_seq, rows, (size_t)2 * n_tok * 4, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemset(d_out, 0xff, (size_t)n_tok * ldo * 2)); /* NaN poison */
     kiln_status st;
     if (decode || token_rows) {
-        CK(cudaMalloc((void **)&d_part, (size_t)batch * sh->n_head * ATT_SPLIT_CAP * (hd + 2) * 4));
-        CK(cudaMalloc((void **)&d_count, (size_t)n_counts * sizeof(unsigned)));
-        CK(cudaMemset(d_count, 0, (size_t)n_counts * sizeof(unsigned)));
+        LT_CUDA(cudaMalloc((void **)&d_part, (size_t)batch * sh->n_head * ATT_SPLIT_CAP * (hd + 2) * 4));
+        LT_CUDA(cudaMalloc((void **)&d_count, (size_t)n_counts * sizeof(unsigned)));
+        LT_CUDA(cudaMemset(d_count, 0, (size_t)n_counts * sizeof(unsigned)));
         llmc_decode_attn a;
         memset(&a, 0, sizeof a);
         a.dtype = dt;
@@ -251,26 +214,22 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, bool tok
         a.vc = d_v;
         st = llmc_prefill_attention(&a, NULL);
     }
-    EXPECT(st == KILN_OK, "%s: %s", shape, kiln_last_error());
-    CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(out16, d_out, (size_t)n_tok * ldo * 2, cudaMemcpyDeviceToHost));
-    double mx = 0, diff = 0;
-    for (size_t i = 0; i < (size_t)n_tok * ldo; i++) {
-        mx = fmax(mx, fabs(ref[i]));
-        const double d = fabs((double)h2f(out16[i], dt) - ref[i]);
-        diff = isnan(d) ? INFINITY : fmax(diff, d);
-    }
-    const double err = diff / (mx > 0 ? mx : 1), tol = dt == KILN_F16 ? 5e-3 : 2e-2;
+    LT_EXPECT(st == KILN_OK, "%s: %s", shape, kiln_last_error());
+    LT_CUDA(cudaDeviceSynchronize());
+    LT_CUDA(cudaMemcpy(out16, d_out, (size_t)n_tok * ldo * 2, cudaMemcpyDeviceToHost));
+    lt_err er = {0, 0};
+    for (size_t i = 0; i < (size_t)n_tok * ldo; i++) lt_err_add(&er, lt_to_f32(out16[i], dt), ref[i]);
+    const double err = lt_err_rel(&er), tol = dt == KILN_F16 ? 5e-3 : 2e-2;
     bool counters_zero = true;
     if (decode || token_rows) {
         counts = malloc((size_t)n_counts * sizeof *counts);
         if (!counts) {
-            EXPECT(0, "out of memory");
+            LT_EXPECT(0, "out of memory");
             goto done;
         }
-        CK(cudaMemcpy(counts, d_count, (size_t)n_counts * sizeof *counts, cudaMemcpyDeviceToHost));
+        LT_CUDA(cudaMemcpy(counts, d_count, (size_t)n_counts * sizeof *counts, cudaMemcpyDeviceToHost));
         for (int i = 0; i < n_counts; i++) counters_zero = counters_zero && counts[i] == 0;
-        EXPECT(counters_zero, "%s: a split counter was not left at zero", shape);
+        LT_EXPECT(counters_zero, "%s: a split counter was not left at zero", shape);
     }
     report(decode ? "decode" : token_rows ? "token rows" : "prefill", shape, dt, err, tol,
            st == KILN_OK && err <= tol && counters_zero);
@@ -325,7 +284,7 @@ static void test_attention(int sm_count) {
         a.block_size = BS;
         a.max_ctx = 16;
         a.split_cap = 1;
-        EXPECT(llmc_decode_attention(&a, NULL) == KILN_ERR_INVALID_ARGUMENT, "decode attention took hd %d, %d/%d heads",
+        LT_EXPECT(llmc_decode_attention(&a, NULL) == KILN_ERR_INVALID_ARGUMENT, "decode attention took hd %d, %d/%d heads",
                bad[i].hd, bad[i].n_head, bad[i].n_kv);
         llmc_prefill_attn p;
         memset(&p, 0, sizeof p);
@@ -336,7 +295,7 @@ static void test_attention(int sm_count) {
         p.n_seqs = 1;
         p.block_size = BS;
         p.max_new = 1;
-        EXPECT(llmc_prefill_attention(&p, NULL) == KILN_ERR_INVALID_ARGUMENT, "prefill attention took hd %d, %d/%d heads",
+        LT_EXPECT(llmc_prefill_attention(&p, NULL) == KILN_ERR_INVALID_ARGUMENT, "prefill attention took hd %d, %d/%d heads",
                bad[i].hd, bad[i].n_head, bad[i].n_kv);
     }
 }
@@ -364,15 +323,15 @@ static void rope_case(int hd, int n_head, int n_kv, bool rotate, kiln_dtype dt) 
     char shape[96];
     snprintf(shape, sizeof shape, "hd %d, %d/%d heads, %s", hd, n_head, n_kv, rotate ? "rotated" : "no rotation");
     if (!qkv || !got || !k16 || !v16 || !row || !cs || !inv) {
-        EXPECT(0, "out of memory");
+        LT_EXPECT(0, "out of memory");
         goto done;
     }
     if (kiln_kv_cache_create(&kc, &kv) != KILN_OK) {
-        EXPECT(0, "kv cache: %s", kiln_last_error());
+        LT_EXPECT(0, "kv cache: %s", kiln_last_error());
         goto done;
     }
-    fill16(k16, NULL, cache_elems, 1.0f, dt); /* the slots no token writes must keep these */
-    fill16(v16, NULL, cache_elems, 1.0f, dt);
+    lt_fill16(&g_rng, k16, NULL, cache_elems, 1.0f, dt); /* the slots no token writes must keep these */
+    lt_fill16(&g_rng, v16, NULL, cache_elems, 1.0f, dt);
     for (int b = 0; b < n_blocks; b++) {
         memcpy(kiln_kv_cache_keys(kv, 0, b), k16 + (size_t)b * block_elems, block_elems * 2);
         memcpy(kiln_kv_cache_values(kv, 0, b), v16 + (size_t)b * block_elems, block_elems * 2);
@@ -384,19 +343,19 @@ static void rope_case(int hd, int n_head, int n_kv, bool rotate, kiln_dtype dt) 
         seq[t] = t % ROPE_SEQS;
         pos[t] = rope_pos[t / ROPE_SEQS];
     }
-    fill16(qkv, NULL, (size_t)n_tok * ldq, 2.0f, dt);
-    CK(cudaMalloc(&d_qkv, (size_t)n_tok * ldq * 2));
-    CK(cudaMalloc(&d_k, cache_elems * 2));
-    CK(cudaMalloc(&d_v, cache_elems * 2));
-    CK(cudaMalloc((void **)&d_meta, (size_t)(3 * ROPE_SEQS * 8) * 4));
-    CK(cudaMalloc((void **)&d_inv, (size_t)ROPE_SEQS * half * sizeof *inv));
-    CK(cudaMemcpy(d_qkv, qkv, (size_t)n_tok * ldq * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_k, k16, cache_elems * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_v, v16, cache_elems * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_meta, pos, sizeof pos, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_meta + ROPE_SEQS * 8, seq, sizeof seq, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_meta + 2 * ROPE_SEQS * 8, table, sizeof table, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_inv, inv, (size_t)ROPE_SEQS * half * sizeof *inv, cudaMemcpyHostToDevice));
+    lt_fill16(&g_rng, qkv, NULL, (size_t)n_tok * ldq, 2.0f, dt);
+    LT_CUDA(cudaMalloc(&d_qkv, (size_t)n_tok * ldq * 2));
+    LT_CUDA(cudaMalloc(&d_k, cache_elems * 2));
+    LT_CUDA(cudaMalloc(&d_v, cache_elems * 2));
+    LT_CUDA(cudaMalloc((void **)&d_meta, (size_t)(3 * ROPE_SEQS * 8) * 4));
+    LT_CUDA(cudaMalloc((void **)&d_inv, (size_t)ROPE_SEQS * half * sizeof *inv));
+    LT_CUDA(cudaMemcpy(d_qkv, qkv, (size_t)n_tok * ldq * 2, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_k, k16, cache_elems * 2, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_v, v16, cache_elems * 2, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_meta, pos, sizeof pos, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_meta + ROPE_SEQS * 8, seq, sizeof seq, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_meta + 2 * ROPE_SEQS * 8, table, sizeof table, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_inv, inv, (size_t)ROPE_SEQS * half * sizeof *inv, cudaMemcpyHostToDevice));
     llmc_rope_kv a;
     memset(&a, 0, sizeof a);
     a.dtype = dt;
@@ -416,13 +375,13 @@ static void rope_case(int hd, int n_head, int n_kv, bool rotate, kiln_dtype dt) 
     a.kc = d_k;
     a.vc = d_v;
     const kiln_status st = llmc_rope_kv_launch(&a, NULL);
-    EXPECT(st == KILN_OK, "rope %s: %s", shape, kiln_last_error());
-    CK(cudaDeviceSynchronize());
+    LT_EXPECT(st == KILN_OK, "rope %s: %s", shape, kiln_last_error());
+    LT_CUDA(cudaDeviceSynchronize());
     /* the CPU: rotate q and k of each token (in FP32, angles in double as the kernel), write k and v */
-    double mx = 0, diff = 0;
-    CK(cudaMemcpy(got, d_qkv, (size_t)n_tok * ldq * 2, cudaMemcpyDeviceToHost));
+    lt_err er = {0, 0};
+    LT_CUDA(cudaMemcpy(got, d_qkv, (size_t)n_tok * ldq * 2, cudaMemcpyDeviceToHost));
     for (int t = 0; t < n_tok; t++) {
-        for (int i = 0; i < ldq; i++) row[i] = h2f(qkv[(size_t)t * ldq + i], dt);
+        for (int i = 0; i < ldq; i++) row[i] = lt_to_f32(qkv[(size_t)t * ldq + i], dt);
         if (rotate) {
             for (int i = 0; i < half; i++) {
                 const double ang = (double)pos[t] * inv[seq[t] * half + i];
@@ -434,27 +393,23 @@ static void rope_case(int hd, int n_head, int n_kv, bool rotate, kiln_dtype dt) 
         const kiln_llm_seq_kv skv = {kv, 0, table + seq[t] * table_stride};
         kiln_llm_kv_write(&skv, pos[t], row + (size_t)n_head * hd, row + (size_t)(n_head + n_kv) * hd);
         for (int i = 0; i < n_head * hd; i++) { /* q in place (k and v parts of qkv: read only) */
-            const float want = h2f(f2h(row[i], dt), dt);
-            mx = fmax(mx, fabs(want));
-            const double d = fabs((double)h2f(got[(size_t)t * ldq + i], dt) - want);
-            diff = isnan(d) ? INFINITY : fmax(diff, d);
+            const float want = lt_to_f32(lt_from_f32(row[i], dt), dt);
+            lt_err_add(&er, lt_to_f32(got[(size_t)t * ldq + i], dt), want);
         }
     }
-    CK(cudaMemcpy(k16, d_k, cache_elems * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(v16, d_v, cache_elems * 2, cudaMemcpyDeviceToHost));
+    LT_CUDA(cudaMemcpy(k16, d_k, cache_elems * 2, cudaMemcpyDeviceToHost));
+    LT_CUDA(cudaMemcpy(v16, d_v, cache_elems * 2, cudaMemcpyDeviceToHost));
     int v_mismatch = 0;
     for (int b = 0; b < n_blocks; b++) {
         const uint16_t *kw = kiln_kv_cache_keys(kv, 0, b), *vw = kiln_kv_cache_values(kv, 0, b);
         for (size_t i = 0; i < block_elems; i++) {
-            const float want = h2f(kw[i], dt);
-            mx = fmax(mx, fabs(want));
-            const double d = fabs((double)h2f(k16[(size_t)b * block_elems + i], dt) - want);
-            diff = isnan(d) ? INFINITY : fmax(diff, d);
+            const float want = lt_to_f32(kw[i], dt);
+            lt_err_add(&er, lt_to_f32(k16[(size_t)b * block_elems + i], dt), want);
             v_mismatch += vw[i] != v16[(size_t)b * block_elems + i];
         }
     }
-    EXPECT(v_mismatch == 0, "rope %s %s: %d cached values differ", shape, dt_name(dt), v_mismatch);
-    const double err = diff / (mx > 0 ? mx : 1), tol = dt == KILN_F16 ? 2e-3 : 1.6e-2;
+    LT_EXPECT(v_mismatch == 0, "rope %s %s: %d cached values differ", shape, lt_dtype_name(dt), v_mismatch);
+    const double err = lt_err_rel(&er), tol = dt == KILN_F16 ? 2e-3 : 1.6e-2;
     report("rope+kv", shape, dt, err, tol, st == KILN_OK && err <= tol && v_mismatch == 0);
 done:
     kiln_kv_cache_free(kv);
@@ -499,53 +454,51 @@ static void norm_case(int d, int n_rows, bool layer, bool with_delta, bool store
     snprintf(shape, sizeof shape, "d %d, %d rows, %s%s%s%s", d, n_rows, layer ? "LayerNorm" : "RMSNorm",
              with_delta ? " + residual" : "", store ? ", stored" : "", gather ? ", gathered" : "");
     if (!x || !xg || !w || !b || !v || !y || !delta || !h) {
-        EXPECT(0, "out of memory");
+        LT_EXPECT(0, "out of memory");
         goto done;
     }
-    for (size_t i = 0; i < xn; i++) x[i] = 3.0f * urand() + 0.5f;
-    fill16(delta, NULL, xn, 2.0f, dt);
+    for (size_t i = 0; i < xn; i++) x[i] = 3.0f * lt_urand(&g_rng) + 0.5f;
+    lt_fill16(&g_rng, delta, NULL, xn, 2.0f, dt);
     for (int i = 0; i < d; i++) {
-        w[i] = 1.0f + 0.5f * urand();
-        b[i] = 0.5f * urand();
+        w[i] = 1.0f + 0.5f * lt_urand(&g_rng);
+        b[i] = 0.5f * lt_urand(&g_rng);
     }
-    CK(cudaMalloc((void **)&d_x, xn * 4));
-    CK(cudaMalloc((void **)&d_w, (size_t)d * 4));
-    CK(cudaMalloc((void **)&d_b, (size_t)d * 4));
-    CK(cudaMalloc(&d_delta, xn * 2));
-    CK(cudaMalloc(&d_h, (size_t)n_rows * d * 2));
-    CK(cudaMalloc((void **)&d_rows, sizeof rows_idx));
-    CK(cudaMemcpy(d_x, x, xn * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_w, w, (size_t)d * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_b, b, (size_t)d * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_delta, delta, xn * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_rows, rows_idx, sizeof rows_idx, cudaMemcpyHostToDevice));
-    CK(cudaMemset(d_h, 0xff, (size_t)n_rows * d * 2));
+    LT_CUDA(cudaMalloc((void **)&d_x, xn * 4));
+    LT_CUDA(cudaMalloc((void **)&d_w, (size_t)d * 4));
+    LT_CUDA(cudaMalloc((void **)&d_b, (size_t)d * 4));
+    LT_CUDA(cudaMalloc(&d_delta, xn * 2));
+    LT_CUDA(cudaMalloc(&d_h, (size_t)n_rows * d * 2));
+    LT_CUDA(cudaMalloc((void **)&d_rows, sizeof rows_idx));
+    LT_CUDA(cudaMemcpy(d_x, x, xn * 4, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_w, w, (size_t)d * 4, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_b, b, (size_t)d * 4, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_delta, delta, xn * 2, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_rows, rows_idx, sizeof rows_idx, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemset(d_h, 0xff, (size_t)n_rows * d * 2));
     const kiln_status st = llmc_add_norm_launch(dt, NULL, d_x, d, n_rows, gather ? d_rows : NULL,
                                                 with_delta ? d_delta : NULL, store, d_w, 0.0f, layer ? d_b : NULL, eps,
                                                 d_h);
-    EXPECT(st == KILN_OK, "norm %s: %s", shape, kiln_last_error());
-    CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(h, d_h, (size_t)n_rows * d * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(xg, d_x, xn * 4, cudaMemcpyDeviceToHost));
-    double mx = 0, diff = 0;
+    LT_EXPECT(st == KILN_OK, "norm %s: %s", shape, kiln_last_error());
+    LT_CUDA(cudaDeviceSynchronize());
+    LT_CUDA(cudaMemcpy(h, d_h, (size_t)n_rows * d * 2, cudaMemcpyDeviceToHost));
+    LT_CUDA(cudaMemcpy(xg, d_x, xn * 4, cudaMemcpyDeviceToHost));
+    lt_err er = {0, 0};
     int x_wrong = 0;
     bool touched[NORM_XROWS] = {false};
     for (int r = 0; r < n_rows; r++) {
         const int t = gather ? rows_idx[r] : r;
         touched[t] = true;
-        for (int i = 0; i < d; i++) v[i] = x[(size_t)t * d + i] + (with_delta ? h2f(delta[(size_t)t * d + i], dt) : 0.0f);
+        for (int i = 0; i < d; i++) v[i] = x[(size_t)t * d + i] + (with_delta ? lt_to_f32(delta[(size_t)t * d + i], dt) : 0.0f);
         kiln_llm_norm(v, 1, d, w, 0.0f, layer ? b : NULL, eps, y);
         for (int i = 0; i < d; i++) {
-            mx = fmax(mx, fabs(y[i]));
-            const double dd = fabs((double)h2f(h[(size_t)r * d + i], dt) - y[i]);
-            diff = isnan(dd) ? INFINITY : fmax(diff, dd);
+            lt_err_add(&er, lt_to_f32(h[(size_t)r * d + i], dt), y[i]);
             x_wrong += xg[(size_t)t * d + i] != (store ? v[i] : x[(size_t)t * d + i]);
         }
     }
     for (int t = 0; t < NORM_XROWS; t++) /* rows no output reads stay as they were */
         for (int i = 0; i < d && !touched[t]; i++) x_wrong += xg[(size_t)t * d + i] != x[(size_t)t * d + i];
-    EXPECT(x_wrong == 0, "norm %s %s: %d residual values wrong", shape, dt_name(dt), x_wrong);
-    const double err = diff / (mx > 0 ? mx : 1), tol = dt == KILN_F16 ? 4e-3 : 1.6e-2;
+    LT_EXPECT(x_wrong == 0, "norm %s %s: %d residual values wrong", shape, lt_dtype_name(dt), x_wrong);
+    const double err = lt_err_rel(&er), tol = dt == KILN_F16 ? 4e-3 : 1.6e-2;
     report("add+norm", shape, dt, err, tol, st == KILN_OK && err <= tol && x_wrong == 0);
 done:
     cudaFree(d_x);
@@ -582,38 +535,36 @@ static void gemv_case(int K, int N, int n, kiln_dtype dt) {
     void *d_w = NULL, *d_x = NULL, *d_b = NULL, *d_y = NULL;
     char shape[96];
     if (!w16 || !x16 || !b16 || !wf || !xf || !bf || !ref || !refb || !yh) {
-        EXPECT(0, "out of memory");
+        LT_EXPECT(0, "out of memory");
         goto done;
     }
-    fill16(w16, wf, (size_t)N * K, 1.0f, dt);
-    fill16(x16, xf, (size_t)n * K, 1.0f, dt);
-    fill16(b16, bf, (size_t)N, 1.0f, dt);
+    lt_fill16(&g_rng, w16, wf, (size_t)N * K, 1.0f, dt);
+    lt_fill16(&g_rng, x16, xf, (size_t)n * K, 1.0f, dt);
+    lt_fill16(&g_rng, b16, bf, (size_t)N, 1.0f, dt);
     kiln_llm_linear(xf, K, n, K, wf, NULL, N, ref, N, 0);
     kiln_llm_linear(xf, K, n, K, wf, bf, N, refb, N, 0);
-    CK(cudaMalloc(&d_w, (size_t)N * K * 2));
-    CK(cudaMalloc(&d_x, (size_t)n * K * 2));
-    CK(cudaMalloc(&d_b, (size_t)N * 2));
-    CK(cudaMalloc(&d_y, (size_t)n * N * 4));
-    CK(cudaMemcpy(d_w, w16, (size_t)N * K * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_x, x16, (size_t)n * K * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_b, b16, (size_t)N * 2, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMalloc(&d_w, (size_t)N * K * 2));
+    LT_CUDA(cudaMalloc(&d_x, (size_t)n * K * 2));
+    LT_CUDA(cudaMalloc(&d_b, (size_t)N * 2));
+    LT_CUDA(cudaMalloc(&d_y, (size_t)n * N * 4));
+    LT_CUDA(cudaMemcpy(d_w, w16, (size_t)N * K * 2, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_x, x16, (size_t)n * K * 2, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_b, b16, (size_t)N * 2, cudaMemcpyHostToDevice));
     for (int cfg = 0; cfg < LLMC_GEMV_CONFIGS; cfg++)
         for (int v = 0; v < 3; v++) { /* bias + 16-bit out, 16-bit out, FP32 out */
             const bool bias = v == 0, f32 = v == 2;
-            CK(cudaMemset(d_y, 0xff, (size_t)n * N * 4));
+            LT_CUDA(cudaMemset(d_y, 0xff, (size_t)n * N * 4));
             const kiln_status st = llmc_gemv_launch(dt, NULL, cfg, d_x, K, n, K, d_w, bias ? d_b : NULL, N, d_y, N, f32);
-            EXPECT(st == KILN_OK, "gemv: %s", kiln_last_error());
-            CK(cudaDeviceSynchronize());
-            CK(cudaMemcpy(yh, d_y, (size_t)n * N * (f32 ? 4 : 2), cudaMemcpyDeviceToHost));
+            LT_EXPECT(st == KILN_OK, "gemv: %s", kiln_last_error());
+            LT_CUDA(cudaDeviceSynchronize());
+            LT_CUDA(cudaMemcpy(yh, d_y, (size_t)n * N * (f32 ? 4 : 2), cudaMemcpyDeviceToHost));
             const float *want = bias ? refb : ref;
-            double mx = 0, diff = 0;
+            lt_err er = {0, 0};
             for (size_t i = 0; i < (size_t)n * N; i++) {
-                const double got = f32 ? yh[i] : h2f(((const uint16_t *)yh)[i], dt);
-                mx = fmax(mx, fabs(want[i]));
-                const double d = fabs(got - want[i]);
-                diff = isnan(d) ? INFINITY : fmax(diff, d);
+                const double got = f32 ? yh[i] : lt_to_f32(((const uint16_t *)yh)[i], dt);
+                lt_err_add(&er, got, want[i]);
             }
-            const double err = diff / (mx > 0 ? mx : 1), tol = f32 ? 1e-4 : dt == KILN_F16 ? 1.5e-3 : 1e-2;
+            const double err = lt_err_rel(&er), tol = f32 ? 1e-4 : dt == KILN_F16 ? 1.5e-3 : 1e-2;
             snprintf(shape, sizeof shape, "%s, K %d N %d n %d%s%s", llmc_gemv_config_name(cfg), K, N, n,
                      bias ? ", bias" : "", f32 ? ", fp32 out" : "");
             report("gemv", shape, dt, err, tol, st == KILN_OK && err <= tol);
@@ -659,40 +610,40 @@ static void test_sampling(void) {
     kiln_sampler *cpu = NULL;
     kiln_llm_cuda_sampler *gpu = NULL;
     if (!logits) {
-        EXPECT(0, "out of memory");
+        LT_EXPECT(0, "out of memory");
         goto done;
     }
-    CK(cudaMalloc((void **)&d_logits, (size_t)ROWS * 128256 * 4));
-    CK(cudaMalloc((void **)&d_ids, sizeof ids));
+    LT_CUDA(cudaMalloc((void **)&d_logits, (size_t)ROWS * 128256 * 4));
+    LT_CUDA(cudaMalloc((void **)&d_ids, sizeof ids));
     for (int vi = 0; vi < 5; vi++) {
         const int V = vocabs[vi];
         /* rows: random; a tie of the maximum at three ids; NaNs and -inf around a maximum; all NaN */
         for (int r = 0; r < ROWS; r++)
-            for (int i = 0; i < V; i++) logits[(size_t)r * V + i] = 4.0f * urand();
+            for (int i = 0; i < V; i++) logits[(size_t)r * V + i] = 4.0f * lt_urand(&g_rng);
         for (int i = V / 3; i < V; i += V / 3 + 1) logits[(size_t)V + i] = 9.0f;
         for (int i = 0; i < V; i += 3) logits[(size_t)2 * V + i] = i % 2 ? NAN : -INFINITY;
         for (int i = 0; i < V; i++) logits[(size_t)3 * V + i] = NAN;
-        CK(cudaMemcpy(d_logits, logits, (size_t)ROWS * V * 4, cudaMemcpyHostToDevice));
+        LT_CUDA(cudaMemcpy(d_logits, logits, (size_t)ROWS * V * 4, cudaMemcpyHostToDevice));
         const kiln_status st = llmc_argmax_launch(NULL, d_logits, ROWS, V, d_ids);
-        EXPECT(st == KILN_OK, "argmax: %s", kiln_last_error());
-        CK(cudaDeviceSynchronize());
-        CK(cudaMemcpy(ids, d_ids, sizeof ids, cudaMemcpyDeviceToHost));
+        LT_EXPECT(st == KILN_OK, "argmax: %s", kiln_last_error());
+        LT_CUDA(cudaDeviceSynchronize());
+        LT_CUDA(cudaMemcpy(ids, d_ids, sizeof ids, cudaMemcpyDeviceToHost));
         int wrong = 0;
         for (int r = 0; r < ROWS; r++) wrong += ids[r] != cpu_argmax(logits + (size_t)r * V, V);
         char shape[96];
         snprintf(shape, sizeof shape, "vocab %d, %d rows (ties, NaN, -inf)", V, ROWS);
         g_cases++;
         printf("%-10s %-44s %-5s %10d %8d %s\n", "argmax", shape, "fp32", wrong, 0, wrong ? "FAIL" : "ok");
-        EXPECT(wrong == 0, "argmax vocab %d: %d rows differ from the CPU", V, wrong);
+        LT_EXPECT(wrong == 0, "argmax vocab %d: %d rows differ from the CPU", V, wrong);
     }
     /* the sampler: rows of finite logits, four parameter sets, against kiln_sample_next */
     for (int vi = 1; vi < 4; vi++) {
         const int V = vocabs[vi];
         if (kiln_sampler_create(V, &cpu) != KILN_OK || kiln_llm_cuda_sampler_create(0, V, ROWS, 64, &gpu) != KILN_OK) {
-            EXPECT(0, "sampler: %s", kiln_last_error());
+            LT_EXPECT(0, "sampler: %s", kiln_last_error());
             goto done;
         }
-        for (size_t i = 0; i < (size_t)ROWS * V; i++) logits[i] = 4.0f * urand();
+        for (size_t i = 0; i < (size_t)ROWS * V; i++) logits[i] = 4.0f * lt_urand(&g_rng);
         static const int32_t prompt[] = {1, 2, 3, 5}, generated[] = {5, 6, 6};
         kiln_sampling_params p[ROWS];
         for (int r = 0; r < ROWS; r++) {
@@ -718,12 +669,12 @@ static void test_sampling(void) {
         }
         int32_t tokens[ROWS];
         const kiln_status st = kiln_llm_cuda_sample(gpu, NULL, logits, ROWS, rows, tokens);
-        EXPECT(st == KILN_OK, "cuda sample: %s", kiln_last_error());
+        LT_EXPECT(st == KILN_OK, "cuda sample: %s", kiln_last_error());
         int wrong = 0;
         for (int r = 0; r < ROWS && st == KILN_OK; r++) {
             kiln_sample out;
             if (kiln_sample_next(cpu, &p[r], logits + (size_t)r * V, prompt, 4, generated, 3, &out) != KILN_OK) {
-                EXPECT(0, "kiln_sample_next: %s", kiln_last_error());
+                LT_EXPECT(0, "kiln_sample_next: %s", kiln_last_error());
                 wrong++;
                 continue;
             }
@@ -733,7 +684,7 @@ static void test_sampling(void) {
         snprintf(shape, sizeof shape, "vocab %d: greedy, top-k, top-p, min-p+penalties", V);
         g_cases++;
         printf("%-10s %-44s %-5s %10d %8d %s\n", "sample", shape, "fp32", wrong, 0, wrong || st ? "FAIL" : "ok");
-        EXPECT(wrong == 0 && st == KILN_OK, "sampler vocab %d: %d rows differ from kiln_sample_next", V, wrong);
+        LT_EXPECT(wrong == 0 && st == KILN_OK, "sampler vocab %d: %d rows differ from kiln_sample_next", V, wrong);
         kiln_sampler_free(cpu);
         kiln_llm_cuda_sampler_free(gpu);
         cpu = NULL;
@@ -764,8 +715,8 @@ int main(void) {
     test_norm();
     test_gemv();
     test_sampling();
-    printf("\ntest_llm_ops: %d cases, %d failure(s)\n", g_cases, g_failures);
-    return g_failures ? 1 : 0;
+    printf("\ntest_llm_ops: %d cases, %d failure(s)\n", g_cases, lt_failures);
+    return lt_failures ? 1 : 0;
 #else
     return 77;
 #endif

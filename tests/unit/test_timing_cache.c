@@ -21,6 +21,7 @@
 #define ENV_B "NVIDIA H100 80GB HBM3 sm_90, driver 12080, runtime 13000, cublasLt 130000, cudnn 91900"
 #define LAYER_MM " | MatMul level 2 float16[8x128x768] const float16[768x768] float16[8x128x768]"
 #define LAYER_CONV " | Conv level 2 float16[1x3x32x32] const float16[16x3x3x3] float16[1x16x32x32] pads=1,1,1,1"
+#define LLM_GEMV " | llm.gemv | float16 N 2304 K 768 n 3 out float16"
 
 static kiln_tactic make_tactic(uint32_t kind, int algo, float ms, int seed) {
     kiln_tactic t;
@@ -62,25 +63,28 @@ static void write_all(const char *path, const void *data, size_t size) {
     fclose(f);
 }
 
-/* Three records saved and loaded back; keys of another GPU miss. */
+/* Four records (the LLM runtime's GEMV configuration among them) saved and loaded back; keys of another
+ * GPU miss. */
 static void test_round_trip(const char *path) {
     kiln_timing_cache c = {0};
     kiln_tactic mm = make_tactic(KILN_TACTIC_CUBLASLT, 23, 0.0123f, 1), mm_b = make_tactic(KILN_TACTIC_CUBLASLT, 6, 0.02f, 2);
-    kiln_tactic conv = make_tactic(KILN_TACTIC_CUDNN, 1, 0.5f, 3);
+    kiln_tactic conv = make_tactic(KILN_TACTIC_CUDNN, 1, 0.5f, 3), gemv = make_tactic(KILN_TACTIC_LLM_GEMV, 5, 0.004f, 4);
     REQUIRE_OK(kiln_timing_cache_put(&c, ENV_A LAYER_MM, &mm));
     REQUIRE_OK(kiln_timing_cache_put(&c, ENV_B LAYER_MM, &mm_b));
     REQUIRE_OK(kiln_timing_cache_put(&c, ENV_A LAYER_CONV, &conv));
     REQUIRE_OK(kiln_timing_cache_put(&c, ENV_A LAYER_CONV, &conv)); /* replaces */
-    CHECK(c.n == 3);
+    REQUIRE_OK(kiln_timing_cache_put(&c, ENV_A LLM_GEMV, &gemv));
+    CHECK(c.n == 4);
     REQUIRE_OK(kiln_timing_cache_save(&c, path));
     kiln_timing_cache_free(&c);
 
     kiln_timing_cache r = {0};
     REQUIRE_OK(kiln_timing_cache_load(&r, path));
-    CHECK(r.n == 3 && r.added == 0);
+    CHECK(r.n == 4 && r.added == 0);
     CHECK(same_tactic(kiln_timing_cache_find(&r, ENV_A LAYER_MM), &mm));
     CHECK(same_tactic(kiln_timing_cache_find(&r, ENV_B LAYER_MM), &mm_b));
     CHECK(same_tactic(kiln_timing_cache_find(&r, ENV_A LAYER_CONV), &conv));
+    CHECK(same_tactic(kiln_timing_cache_find(&r, ENV_A LLM_GEMV), &gemv));
     /* another GPU, another library version, another tuning level: misses */
     CHECK(!kiln_timing_cache_find(&r, ENV_B LAYER_CONV));
     CHECK(!kiln_timing_cache_find(&r, "NVIDIA H200 sm_90, driver 12080, runtime 13000, cublasLt 130100, cudnn 91900" LAYER_MM));
@@ -124,7 +128,7 @@ static void test_damage(const char *path, const char *scratch) {
     }
     CHECK(accepted == 0);
     kiln_timing_cache c = {0};
-    CHECK(kiln_timing_cache_parse(&c, img, size, "intact") == KILN_OK && c.n == 3);
+    CHECK(kiln_timing_cache_parse(&c, img, size, "intact") == KILN_OK && c.n == 4);
     kiln_timing_cache_free(&c);
 
     kiln_put_le32(img + 8, KILN_TIMING_CACHE_VERSION + 1); /* a foreign format version */
@@ -139,12 +143,12 @@ static void test_damage(const char *path, const char *scratch) {
     free(img);
 }
 
-/* A load, one more record, a save: the file then holds all four, written through a temporary file
+/* A load, one more record, a save: the file then holds all five, written through a temporary file
  * renamed over it (none is left behind); a save that cannot write leaves the old file as it was. */
 static void test_atomic_update(const char *path, const char *dir) {
     kiln_timing_cache c = {0};
     REQUIRE_OK(kiln_timing_cache_load(&c, path));
-    CHECK(c.n == 3);
+    CHECK(c.n == 4);
     kiln_tactic t = make_tactic(KILN_TACTIC_CUBLASLT, 11, 0.3f, 4);
     REQUIRE_OK(kiln_timing_cache_put(&c, ENV_B LAYER_CONV, &t));
     CHECK(c.added == 1);
@@ -154,7 +158,7 @@ static void test_atomic_update(const char *path, const char *dir) {
     snprintf(tmp, sizeof tmp, "%s.kiln.tmp%d", path, (int)getpid());
     CHECK(access(tmp, F_OK) != 0);
     REQUIRE_OK(kiln_timing_cache_load(&c, path));
-    CHECK(c.n == 4 && same_tactic(kiln_timing_cache_find(&c, ENV_B LAYER_CONV), &t));
+    CHECK(c.n == 5 && same_tactic(kiln_timing_cache_find(&c, ENV_B LAYER_CONV), &t));
     size_t before_size, after_size;
     unsigned char *before = read_all(path, &before_size);
     char bad[4200];

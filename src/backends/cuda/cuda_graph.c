@@ -117,36 +117,28 @@ static kiln_status enqueue_plan(kiln_backend_context *c, const kiln_cuda_plan *p
     return KILN_OK;
 }
 
+/* The plan a capture enqueues (kiln_cuda_capture's argument). */
+typedef struct plan_run {
+    kiln_backend_context *c;
+    kiln_cuda_plan *p;
+} plan_run;
+
+static kiln_status enqueue_plan_once(void *arg) {
+    const plan_run *r = arg;
+    return enqueue_plan(r->c, r->p, false);
+}
+
 /* Captures the plan into p->exec. KILN_OK also when capturing is impossible (p->no_graph is set then
  * and the plan was not enqueued); an error only for a failure outside the capture itself. */
 static kiln_status capture(kiln_backend_context *c, kiln_cuda_plan *p) {
-    cudaStream_t st = c->kc.stream;
-    kiln_cuda_setup_lock();
-    cudaError_t begin = cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed);
-    if (begin != cudaSuccess) {
-        kiln_cuda_setup_unlock();
-        return kiln_error(KILN_ERR_BACKEND, "cudaStreamBeginCapture: %s", cudaGetErrorString(begin));
-    }
-    kiln_status s = enqueue_plan(c, p, false);
-    char why[512] = "";
-    if (s != KILN_OK) snprintf(why, sizeof why, "%s", kiln_last_error());
-    cudaGraph_t graph = NULL;
-    cudaError_t e = cudaStreamEndCapture(st, &graph);
-    kiln_cuda_setup_unlock();
-    if (s == KILN_OK && e != cudaSuccess) snprintf(why, sizeof why, "cudaStreamEndCapture: %s", cudaGetErrorString(e));
-    if (s == KILN_OK && e == cudaSuccess) {
-        e = cudaGraphInstantiate(&p->exec, graph, 0);
-        if (e != cudaSuccess) {
-            p->exec = NULL;
-            snprintf(why, sizeof why, "cudaGraphInstantiate: %s", cudaGetErrorString(e));
-        }
-    }
-    if (graph) cudaGraphDestroy(graph);
+    char why[512];
+    plan_run r = {c, p};
+    KILN_TRY(kiln_cuda_capture(c->kc.stream, cudaStreamCaptureModeRelaxed, enqueue_plan_once, &r, &p->exec, why,
+                               sizeof why));
     if (!why[0]) {
         p->exec_arena = c->arena;
         return KILN_OK;
     }
-    (void)cudaGetLastError(); /* capture errors are not sticky: clear them before running eagerly */
     /* A library kernel loaded lazily for the first time during the capture invalidates it; it is
      * loaded now, so one more attempt (on the next run) usually succeeds. */
     if (++p->capture_failures < 2) {

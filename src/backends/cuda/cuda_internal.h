@@ -15,6 +15,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cuda/cuda_device.h"
 #include "backends/cuda/cuda_kernels.h"
 
 #include <pthread.h>
@@ -202,14 +203,8 @@ int64_t kiln_cuda_value_numel(const kiln_cuda_plan *p, int v);
 /* Bytes of value v on the device under plan p (0 when it has no elements). */
 size_t kiln_cuda_value_bytes(const kiln_backend_engine *be, const kiln_cuda_plan *p, int v);
 
-/* cuda_setup_lock.c — the process-wide setup lock. A CUDA graph capture must not overlap a call from
- * another thread that may synchronize the device or change its memory map (cudaMalloc, cudaFree,
- * cudaMallocHost, cudaFreeHost, library handles made or destroyed, library kernels loaded lazily by a
- * first run): under the relaxed capture mode such a call breaks the capture. Captures, plans' first
- * runs, context creation and destruction, arena growth and host-value uploads hold it; replays and
- * eager runs of a known plan do not. Not recursive. */
-void kiln_cuda_setup_lock(void);
-void kiln_cuda_setup_unlock(void);
+/* The setup lock (kiln_cuda_setup_lock) and the opening of a context's stream and handles
+ * (kiln_cuda_ctx_open) are cuda_device.h's, shared with the LLM runtime. */
 
 /* cuda_graph.c — runs plan p on the context's stream: the boundary casts, every device node, the
  * output casts. The plan's first run goes node by node with a synchronization after each (errors

@@ -58,12 +58,9 @@ static void free_context_locked(kiln_backend_context *c) {
     if (c->zero) cudaFree(c->zero);
     for (int i = 0; i < c->nplans; i++) kiln_cuda_plan_free(c->be, c->plans[i]);
     if (c->arena) cudaFree(c->arena);
-    if (c->kc.workspace) cudaFree(c->kc.workspace);
     if (c->pin_in) cudaFreeHost(c->pin_in);
     if (c->pin_out) cudaFreeHost(c->pin_out);
-    if (c->kc.dnn) cudnnDestroy(c->kc.dnn);
-    if (c->kc.lt) cublasLtDestroy(c->kc.lt);
-    if (c->kc.stream) cudaStreamDestroy(c->kc.stream);
+    kiln_cuda_ctx_close(&c->kc);
     free(c->args);
     free(c->out_direct);
     free(c);
@@ -78,21 +75,12 @@ static void cuda_context_free(kiln_backend_context *c) {
 
 static kiln_status init_context(kiln_backend_context *c) {
     const kiln_backend_engine *be = c->be;
-    KILN_CUDA_TRY(cudaSetDevice(be->device));
-    KILN_CUDA_TRY(cudaStreamCreateWithFlags(&c->kc.stream, cudaStreamNonBlocking));
-    KILN_CUBLAS_TRY(cublasLtCreate(&c->kc.lt));
-    KILN_CUDNN_TRY(cudnnCreate(&c->kc.dnn));
-    KILN_CUDNN_TRY(cudnnSetStream(c->kc.dnn, c->kc.stream));
-    size_t ws = be->workspace_bytes, zb = kiln_cuda_zero_bytes(be);
-    KILN_CUDA_TRY(cudaMalloc(&c->kc.workspace, ws));
-    c->kc.workspace_bytes = ws;
+    KILN_TRY(kiln_cuda_ctx_open(be->device, be->workspace_bytes, KILN_CUDA_OPEN_BLAS | KILN_CUDA_OPEN_DNN, &c->kc));
+    const size_t zb = kiln_cuda_zero_bytes(be);
     KILN_CUDA_TRY(cudaMalloc(&c->zero, zb));
     KILN_CUDA_TRY(cudaMemsetAsync(c->zero, 0, zb, c->kc.stream)); /* ordered before every run on the stream */
     c->kc.zero = c->zero;
     c->kc.zero_bytes = zb;
-    c->kc.sm_count = be->sm_count;
-    c->kc.cc_major = be->cc_major;
-    c->kc.cc_minor = be->cc_minor;
     return KILN_OK;
 }
 

@@ -57,45 +57,39 @@ static bool tunable(const kiln_node *n) {
     return !strcmp(n->op_type, "MatMul") || !strcmp(n->op_type, "Gemm") || !strcmp(n->op_type, "Conv");
 }
 
-static kiln_status tuner_open(kiln_cuda_tuner *t) {
+static kiln_status tuner_open_locked(kiln_cuda_tuner *t) {
     KILN_CUDA_TRY(cudaSetDevice(t->be->device));
-    struct cudaDeviceProp prop;
-    KILN_CUDA_TRY(cudaGetDeviceProperties(&prop, t->be->device));
-    int driver = 0, runtime = 0;
-    KILN_CUDA_TRY(cudaDriverGetVersion(&driver));
-    KILN_CUDA_TRY(cudaRuntimeGetVersion(&runtime));
-    snprintf(t->env, sizeof t->env, "%s sm_%d%d, driver %d, runtime %d, cublasLt %zu, cudnn %zu", prop.name, prop.major,
-             prop.minor, driver, runtime, cublasLtGetVersion(), cudnnGetVersion());
-    KILN_CUDA_TRY(cudaStreamCreateWithFlags(&t->kc.stream, cudaStreamNonBlocking));
-    KILN_CUBLAS_TRY(cublasLtCreate(&t->kc.lt));
-    KILN_CUDNN_TRY(cudnnCreate(&t->kc.dnn));
-    KILN_CUDNN_TRY(cudnnSetStream(t->kc.dnn, t->kc.stream));
+    KILN_TRY(kiln_cuda_env_key(t->be->device, t->env, sizeof t->env));
     /* the runtime's sizes: a tactic timed here fits a context's workspace, and fuses where it would */
-    size_t ws = t->be->workspace_bytes, zb = kiln_cuda_zero_bytes(t->be);
-    KILN_CUDA_TRY(cudaMalloc(&t->kc.workspace, ws));
-    t->kc.workspace_bytes = ws;
+    KILN_TRY(kiln_cuda_ctx_open(t->be->device, t->be->workspace_bytes, KILN_CUDA_OPEN_BLAS | KILN_CUDA_OPEN_DNN,
+                                &t->kc));
+    const size_t zb = kiln_cuda_zero_bytes(t->be);
     void *zero = NULL;
     KILN_CUDA_TRY(cudaMalloc(&zero, zb));
     t->kc.zero = zero;
     t->kc.zero_bytes = zb;
     KILN_CUDA_TRY(cudaMemsetAsync(zero, 0, zb, t->kc.stream));
-    t->kc.sm_count = t->be->sm_count;
-    t->kc.cc_major = t->be->cc_major;
-    t->kc.cc_minor = t->be->cc_minor;
     KILN_CUDA_TRY(cudaEventCreate(&t->ev[0]));
     KILN_CUDA_TRY(cudaEventCreate(&t->ev[1]));
     return KILN_OK;
 }
 
+/* Makes the tuner's stream, handles, workspace, zeros and events (under the setup lock, as contexts). */
+static kiln_status tuner_open(kiln_cuda_tuner *t) {
+    kiln_cuda_setup_lock();
+    const kiln_status s = tuner_open_locked(t);
+    kiln_cuda_setup_unlock();
+    return s;
+}
+
 static void tuner_close(kiln_cuda_tuner *t) {
+    kiln_cuda_setup_lock();
     if (t->kc.stream) cudaStreamSynchronize(t->kc.stream);
     if (t->ev[0]) cudaEventDestroy(t->ev[0]);
     if (t->ev[1]) cudaEventDestroy(t->ev[1]);
-    if (t->kc.workspace) cudaFree(t->kc.workspace);
     if (t->kc.zero) cudaFree((void *)t->kc.zero);
-    if (t->kc.dnn) cudnnDestroy(t->kc.dnn);
-    if (t->kc.lt) cublasLtDestroy(t->kc.lt);
-    if (t->kc.stream) cudaStreamDestroy(t->kc.stream);
+    kiln_cuda_ctx_close(&t->kc);
+    kiln_cuda_setup_unlock();
     kiln_timing_cache_free(&t->cache);
 }
 

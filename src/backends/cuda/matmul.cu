@@ -114,14 +114,12 @@ static kiln_status mm_record_candidates(kiln_cuda_ctx *ctx, const mm_descs *d, b
     return KILN_OK;
 }
 
-/* Whether algo may run the call of descriptors d: cublasLtMatmulAlgoCheck accepts it within the
- * workspace, and the operands have the alignment it needs (al: bytes for cuBLASLt's A, B, C, D).
- * Otherwise why gets the reason. */
-static bool mm_algo_fits(kiln_cuda_ctx *ctx, const mm_descs *d, const cublasLtMatmulAlgo_t *algo, const uint32_t *al,
-                         char *why, size_t cap) {
+bool kiln_cuda_lt_algo_fits(const kiln_cuda_ctx *ctx, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
+                            cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t *algo,
+                            const uint32_t *al, char *why, size_t cap) {
     cublasLtMatmulHeuristicResult_t chk;
     memset(&chk, 0, sizeof chk);
-    cublasStatus_t st = cublasLtMatmulAlgoCheck(ctx->lt, d->op, d->la, d->lb, d->ld, d->ld, algo, &chk);
+    cublasStatus_t st = cublasLtMatmulAlgoCheck(ctx->lt, op, la, lb, ld, ld, algo, &chk);
     if (st == CUBLAS_STATUS_SUCCESS) st = chk.state;
     if (st != CUBLAS_STATUS_SUCCESS) {
         snprintf(why, cap, "cublasLtMatmulAlgoCheck: %s", cublasLtGetStatusString(st));
@@ -187,7 +185,7 @@ static kiln_status mm_run_descs(const kiln_node *n, kiln_cuda_ctx *ctx, const mm
         memcpy(&algo, ctx->tactic->blob, sizeof algo);
         uint32_t al[4] = {al_a, al_b, al_c, al_d};
         char why[256];
-        if (mm_algo_fits(ctx, d, &algo, al, why, sizeof why)) {
+        if (kiln_cuda_lt_algo_fits(ctx, d->op, d->la, d->lb, d->ld, &algo, al, why, sizeof why)) {
             cublasStatus_t ms = cublasLtMatmul(ctx->lt, d->op, &k->alpha, k->b, d->la, k->a, d->lb, &beta, k->c ? k->c : k->d,
                                                d->ld, k->d, d->ld, &algo, ctx->workspace, ctx->workspace_bytes, ctx->stream);
             if (ms == CUBLAS_STATUS_SUCCESS) return KILN_OK;

@@ -1,5 +1,6 @@
 /* matmul.cuh — matmul.cu's cuBLASLt product, for the CUDA op families that reduce to one
- * (einsum.cu). Same contract as an exec function: enqueues on ctx->stream, uses ctx->workspace. */
+ * (einsum.cu; same contract as an exec function: enqueues on ctx->stream, uses ctx->workspace), and
+ * its tactic check, shared with the LLM runtime (llm_cuda_gemm.cu). */
 #ifndef KILN_CUDA_MATMUL_CUH
 #define KILN_CUDA_MATMUL_CUH
 
@@ -21,5 +22,13 @@ kiln_status kiln_cuda_matmul_batched(const kiln_node *n, kiln_cuda_ctx *ctx, kil
 kiln_status kiln_cuda_product_fused(const kiln_node *n, bool gemm, const kiln_cuda_tensor *in, int nin,
                                     const kiln_cuda_tensor *y, const void *bias, const void *z, bool relu,
                                     kiln_cuda_ctx *ctx, bool *done);
+
+/* Whether a recorded cuBLASLt algorithm (a tactic) may run the product of descriptors op, la (A), lb
+ * (B), ld (C and D) on ctx: cublasLtMatmulAlgoCheck accepts it within ctx's workspace, and the
+ * operands have the alignment it needs (al: bytes for A, B, C, D). Otherwise why gets the reason.
+ * Host work only. Used by the tensor engine's nodes and the LLM runtime's products alike. */
+bool kiln_cuda_lt_algo_fits(const kiln_cuda_ctx *ctx, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
+                            cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t *algo,
+                            const uint32_t *al, char *why, size_t cap);
 
 #endif

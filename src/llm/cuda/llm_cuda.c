@@ -2,7 +2,8 @@
  * lays out the weights in one device allocation (uploaded from a kiln_llm_model through two pinned
  * chunks — a deferred model's mapped checkpoint bytes as they are when the dtype matches, else
  * converted on the host — or filled with random values on the device) and the step buffers in
- * another, and makes the stream, the cuBLASLt handle and workspace and the pinned metadata staging. */
+ * another, and opens its stream, cuBLASLt handle and workspace (cuda_device.h) and the pinned metadata
+ * staging. Allocations and frees hold the setup lock (cuda_device.h); the weights' upload does not. */
 #include "llm/cuda/llm_cuda_internal.h"
 
 #include "core/status.h"
@@ -23,6 +24,7 @@ void kiln_llm_cuda_options_default(kiln_llm_cuda_options *o) {
     o->gemv_max_tokens = LLMC_GEMV_MAX;
     o->use_graphs = true;
     o->gemm_autotune = true;
+    o->timing_cache = NULL;
     o->probe = NULL;
 }
 
@@ -152,9 +154,7 @@ typedef struct staging {
     int next;
 } staging;
 
-static kiln_status staging_create(const kiln_llm_model *m, staging *st) {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    *st = (staging){.m = m, .threads = cpus > 8 ? 8 : cpus > 1 ? (int)cpus : 1};
+static kiln_status staging_create_locked(staging *st) {
     for (int i = 0; i < 2; i++) {
         KILN_CUDA_TRY(cudaMallocHost((void **)&st->chunk[i], STAGING_VALUES * sizeof(uint16_t)));
         KILN_CUDA_TRY(cudaEventCreateWithFlags(&st->copied[i], cudaEventDisableTiming));
@@ -162,7 +162,18 @@ static kiln_status staging_create(const kiln_llm_model *m, staging *st) {
     return KILN_OK;
 }
 
+/* The chunks are pinned under the setup lock (the upload itself runs without it). */
+static kiln_status staging_create(const kiln_llm_model *m, staging *st) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    *st = (staging){.m = m, .threads = cpus > 8 ? 8 : cpus > 1 ? (int)cpus : 1};
+    kiln_cuda_setup_lock();
+    const kiln_status s = staging_create_locked(st);
+    kiln_cuda_setup_unlock();
+    return s;
+}
+
 static void staging_free(staging *st) {
+    kiln_cuda_setup_lock();
     for (int i = 0; i < 2; i++) {
         if (st->copied[i]) {
             cudaEventSynchronize(st->copied[i]);
@@ -170,6 +181,7 @@ static void staging_free(staging *st) {
         }
         if (st->chunk[i]) cudaFreeHost(st->chunk[i]);
     }
+    kiln_cuda_setup_unlock();
 }
 
 /* n values of the model's array from src on, in g's dtype, to dst (kiln_llm_model_read16_threads fills
@@ -181,8 +193,8 @@ static kiln_status upload16(kiln_llm_cuda *g, void *dst, const float *src, size_
         st->next ^= 1;
         KILN_CUDA_TRY(cudaEventSynchronize(st->copied[i]));
         KILN_TRY(kiln_llm_model_read16_threads(st->m, src + off, k, g->dtype, st->chunk[i], st->threads));
-        KILN_CUDA_TRY(cudaMemcpyAsync((uint16_t *)dst + off, st->chunk[i], k * 2, cudaMemcpyHostToDevice, g->stream));
-        KILN_CUDA_TRY(cudaEventRecord(st->copied[i], g->stream));
+        KILN_CUDA_TRY(cudaMemcpyAsync((uint16_t *)dst + off, st->chunk[i], k * 2, cudaMemcpyHostToDevice, g->kc.stream));
+        KILN_CUDA_TRY(cudaEventRecord(st->copied[i], g->kc.stream));
     }
     return KILN_OK;
 }
@@ -219,7 +231,7 @@ static kiln_status upload_weights(kiln_llm_cuda *g, const kiln_llm_model *m, sta
         KILN_TRY(upload16(g, y->up_b, s->up_b, ff, st));
         KILN_TRY(upload16(g, y->down_b, s->down_b, d, st));
     }
-    KILN_CUDA_TRY(cudaStreamSynchronize(g->stream));
+    KILN_CUDA_TRY(cudaStreamSynchronize(g->kc.stream));
     return KILN_OK;
 }
 
@@ -257,7 +269,7 @@ static kiln_status random_weights(kiln_llm_cuda *g, uint64_t seed) {
     }
 #undef MAT
 #undef VEC
-    KILN_CUDA_TRY(cudaStreamSynchronize(g->stream));
+    KILN_CUDA_TRY(cudaStreamSynchronize(g->kc.stream));
     return KILN_OK;
 }
 
@@ -272,14 +284,10 @@ static size_t meta_bytes(const kiln_llm_cuda *g) {
     return (ints * 4 + 7) / 8 * 8 + s * (size_t)(g->cfg.head_dim / 2) * 8;
 }
 
-/* Everything but the weights' values. */
-static kiln_status create_common(kiln_llm_cuda *g) {
+/* Everything but the weights' values; the caller holds the setup lock. */
+static kiln_status create_common_locked(kiln_llm_cuda *g) {
     KILN_TRY(llmc_gemv_mode_from_env(&g->gemv_force));
-    KILN_CUDA_TRY(cudaSetDevice(g->opt.device));
-    KILN_CUDA_TRY(cudaDeviceGetAttribute(&g->sm_count, cudaDevAttrMultiProcessorCount, g->opt.device));
-    KILN_CUDA_TRY(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
-    KILN_CUBLAS_TRY(cublasLtCreate(&g->lt));
-    KILN_CUDA_TRY(cudaMalloc(&g->workspace, LLMC_WORKSPACE_BYTES));
+    KILN_TRY(kiln_cuda_ctx_open(g->opt.device, LLMC_WORKSPACE_BYTES, KILN_CUDA_OPEN_BLAS, &g->kc));
     g->layers = calloc((size_t)g->cfg.n_layer, sizeof *g->layers);
     if (!g->layers) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     carver cw = {NULL, 0};
@@ -320,14 +328,20 @@ static kiln_status create(const kiln_llm_config *c, kiln_dtype dtype, const kiln
     g->cfg = *c;
     g->dtype = dtype;
     g->opt = *o;
-    kiln_status s = create_common(g);
+    kiln_status s = llmc_tactics_open(g);
+    if (s != KILN_OK) {
+        kiln_llm_cuda_free(g);
+        return s;
+    }
+    kiln_cuda_setup_lock();
+    s = create_common_locked(g);
+    if (s == KILN_OK && !m) s = random_weights(g, seed); /* its kernels' first launches load them */
+    kiln_cuda_setup_unlock();
     if (s == KILN_OK && m) {
         staging st;
         s = staging_create(m, &st);
         if (s == KILN_OK) s = upload_weights(g, m, &st);
         staging_free(&st);
-    } else if (s == KILN_OK) {
-        s = random_weights(g, seed);
     }
     if (s != KILN_OK) {
         kiln_llm_cuda_free(g);
@@ -349,8 +363,9 @@ kiln_status kiln_llm_cuda_create_random(const kiln_llm_config *c, kiln_dtype dty
 
 void kiln_llm_cuda_free(kiln_llm_cuda *g) {
     if (!g) return;
+    kiln_cuda_setup_lock();
     cudaSetDevice(g->opt.device);
-    if (g->stream) cudaStreamSynchronize(g->stream);
+    if (g->kc.stream) cudaStreamSynchronize(g->kc.stream);
     llmc_graphs_free(g);
     llmc_plans_free(g);
     if (g->meta_done) cudaEventDestroy(g->meta_done);
@@ -358,9 +373,9 @@ void kiln_llm_cuda_free(kiln_llm_cuda *g) {
     if (g->meta_host) cudaFreeHost(g->meta_host);
     if (g->acts) cudaFree(g->acts);
     if (g->weights) cudaFree(g->weights);
-    if (g->workspace) cudaFree(g->workspace);
-    if (g->lt) cublasLtDestroy(g->lt);
-    if (g->stream) cudaStreamDestroy(g->stream);
+    kiln_cuda_ctx_close(&g->kc);
+    kiln_cuda_setup_unlock();
+    llmc_tactics_close(g);
     free(g->layers);
     free(g);
 }
@@ -376,7 +391,7 @@ kiln_status kiln_llm_cuda_copy_logits(kiln_llm_cuda *g, int row0, int n_rows, fl
     const size_t vocab = (size_t)g->cfg.vocab;
     KILN_CUDA_TRY(cudaSetDevice(g->opt.device));
     KILN_CUDA_TRY(cudaMemcpyAsync(host, g->logits + (size_t)row0 * vocab, (size_t)n_rows * vocab * sizeof(float),
-                                  cudaMemcpyDeviceToHost, g->stream));
-    KILN_CUDA_TRY(cudaStreamSynchronize(g->stream));
+                                  cudaMemcpyDeviceToHost, g->kc.stream));
+    KILN_CUDA_TRY(cudaStreamSynchronize(g->kc.stream));
     return KILN_OK;
 }

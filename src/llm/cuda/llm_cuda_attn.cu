@@ -190,7 +190,7 @@ extern "C" kiln_status llmc_attention(kiln_llm_cuda *g, const llmc_step *s, cons
         a.table_stride = s->table_stride;
         a.kc = kc;
         a.vc = vc;
-        return llmc_prefill_attention(&a, g->stream);
+        return llmc_prefill_attention(&a, g->kc.stream);
     }
     /* decode: the grid is a function of (n_seqs, the context bucket s->max_ctx): what a graph is keyed by */
     llmc_decode_attn a;
@@ -214,11 +214,11 @@ extern "C" kiln_status llmc_attention(kiln_llm_cuda *g, const llmc_step *s, cons
     a.part = g->part;
     a.split_cap = g->split_cap;
     a.count = g->att_count;
-    a.sm_count = g->sm_count;
+    a.sm_count = g->kc.sm_count;
     if (token_rows) {
         a.part_keys = -1;
         a.row_seq = s->tok_seq;
         a.row_pos = s->positions;
     }
-    return llmc_decode_attention(&a, g->stream);
+    return llmc_decode_attention(&a, g->kc.stream);
 }

@@ -109,8 +109,8 @@ static kiln_status stage_meta(kiln_llm_cuda *g, const kiln_llm_batch *b, llmc_st
     if (bytes > g->meta_bytes)
         return kiln_error(KILN_ERR_INTERNAL, "llm cuda: step metadata of %zu bytes exceeds the %zu staged", bytes,
                           g->meta_bytes);
-    KILN_CUDA_TRY(cudaMemcpyAsync(g->meta_dev, g->meta_host, bytes, cudaMemcpyHostToDevice, g->stream));
-    KILN_CUDA_TRY(cudaEventRecord(g->meta_done, g->stream));
+    KILN_CUDA_TRY(cudaMemcpyAsync(g->meta_dev, g->meta_host, bytes, cudaMemcpyHostToDevice, g->kc.stream));
+    KILN_CUDA_TRY(cudaEventRecord(g->meta_done, g->kc.stream));
     return KILN_OK;
 }
 
@@ -121,7 +121,7 @@ enum { PROF_START, PROF_GEMM, PROF_ATTN, PROF_OTHER, PROF_LOGITS };
 /* With profiling on, records an event after an op of class cls (PROF_START: before the first). */
 static void prof_mark(kiln_llm_cuda *g, int cls) {
     if (!g->prof_on || g->prof_n >= g->prof_cap) return;
-    if (cudaEventRecord(g->prof_ev[g->prof_n], g->stream) != cudaSuccess) {
+    if (cudaEventRecord(g->prof_ev[g->prof_n], g->kc.stream) != cudaSuccess) {
         g->prof_on = false; /* timings lost, the step itself is unaffected */
         return;
     }
@@ -158,7 +158,7 @@ static kiln_status prof_begin(kiln_llm_cuda *g) {
     }
     if (!g->prof_gate || g->prof_cap < 1) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "llm cuda: profiling events unavailable");
     __atomic_store_n(g->prof_gate, 0, __ATOMIC_RELEASE);
-    KILN_CUDA_TRY(cudaLaunchHostFunc(g->stream, prof_gate_fn, g->prof_gate));
+    KILN_CUDA_TRY(cudaLaunchHostFunc(g->kc.stream, prof_gate_fn, g->prof_gate));
     g->prof_n = 0;
     g->prof_on = true;
     prof_mark(g, PROF_START);
@@ -167,7 +167,7 @@ static kiln_status prof_begin(kiln_llm_cuda *g) {
 
 /* Adds the finished step's event intervals to the probe by class. */
 static kiln_status prof_collect(kiln_llm_cuda *g, kiln_llm_cuda_probe *pr) {
-    KILN_CUDA_TRY(cudaStreamSynchronize(g->stream));
+    KILN_CUDA_TRY(cudaStreamSynchronize(g->kc.stream));
     double cls_ms[5] = {0};
     for (int i = 1; i < g->prof_n; i++) {
         float ms = 0.0f;
@@ -246,13 +246,34 @@ void llmc_graphs_free(kiln_llm_cuda *g) {
     g->prof_cap = 0;
 }
 
+/* Runs the step's layers eagerly under the setup lock: a shape not seen before may make cuBLASLt
+ * plans, time GEMV configurations (which synchronizes) or load library kernels (cuda_device.h). */
+static kiln_status run_eager(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const llmc_step *s) {
+    kiln_cuda_setup_lock();
+    const kiln_status st = run_layers(g, kv, s);
+    kiln_cuda_setup_unlock();
+    return st;
+}
+
+/* The step a capture enqueues (kiln_cuda_capture's argument). */
+typedef struct step_run {
+    kiln_llm_cuda *g;
+    kiln_llm_cuda_kv *kv;
+    const llmc_step *s;
+} step_run;
+
+static kiln_status run_layers_once(void *arg) {
+    const step_run *r = arg;
+    return run_layers(r->g, r->kv, r->s);
+}
+
 /* Runs the step's layers: from the step shape's graph when there is one (decode steps with graphs
  * on), else enqueued kernel by kernel. A shape is run eagerly the first time (which also makes its
  * cuBLASLt plans), captured and replayed from the second; a capture that fails leaves the shape
  * eager for good. The metadata transfer is already enqueued before (the graph reads its buffer). */
 static kiln_status run_step(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const llmc_step *s) {
     kiln_llm_cuda_probe *pr = g->opt.probe;
-    if (!s->decode || !g->opt.use_graphs || (pr && (pr->eager || pr->profile))) return run_layers(g, kv, s);
+    if (!s->decode || !g->opt.use_graphs || (pr && (pr->eager || pr->profile))) return run_eager(g, kv, s);
     const int64_t key[GRAPH_KEY] = {s->n_seqs, s->max_ctx, s->table_stride, (int64_t)(uintptr_t)kv->data,
                                     kv->n_blocks, kv->block_size};
     llmc_graph *e = NULL;
@@ -260,49 +281,35 @@ static kiln_status run_step(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const llmc_s
         if (!memcmp(g->graphs[i].key, key, sizeof key)) e = &g->graphs[i];
     if (!e) {
         if (!g->graphs) g->graphs = calloc(LLMC_GRAPHS, sizeof *g->graphs);
-        if (!g->graphs || g->n_graphs >= LLMC_GRAPHS) return run_layers(g, kv, s); /* no room: eager */
+        if (!g->graphs || g->n_graphs >= LLMC_GRAPHS) return run_eager(g, kv, s); /* no room: eager */
         e = &g->graphs[g->n_graphs++];
         memcpy(e->key, key, sizeof key);
         e->state = GRAPH_SEEN;
         e->exec = NULL;
-        return run_layers(g, kv, s);
+        return run_eager(g, kv, s);
     }
     if (e->state == GRAPH_READY) {
-        KILN_CUDA_TRY(cudaGraphLaunch(e->exec, g->stream));
+        KILN_CUDA_TRY(cudaGraphLaunch(e->exec, g->kc.stream));
         if (pr) pr->graph_replays++;
         return KILN_OK;
     }
-    if (e->state == GRAPH_FAILED) return run_layers(g, kv, s);
+    if (e->state == GRAPH_FAILED) return run_eager(g, kv, s);
     /* second sight: capture */
     e->state = GRAPH_FAILED; /* unless all goes well */
-    cudaGraph_t graph = NULL;
-    cudaError_t ce = cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal);
-    if (ce != cudaSuccess) {
-        if (pr) snprintf(pr->graph_error, sizeof pr->graph_error, "cudaStreamBeginCapture: %s", cudaGetErrorString(ce));
-        (void)cudaGetLastError();
-        return run_layers(g, kv, s);
-    }
-    const kiln_status st = run_layers(g, kv, s);
-    if (st != KILN_OK && pr) snprintf(pr->graph_error, sizeof pr->graph_error, "during capture: %s", kiln_last_error());
-    ce = cudaStreamEndCapture(g->stream, &graph);
-    if (ce != cudaSuccess && st == KILN_OK && pr)
-        snprintf(pr->graph_error, sizeof pr->graph_error, "cudaStreamEndCapture: %s", cudaGetErrorString(ce));
+    char why[256];
+    step_run r = {g, kv, s};
     cudaGraphExec_t exec = NULL;
-    if (st == KILN_OK && ce == cudaSuccess && graph) {
-        ce = cudaGraphInstantiate(&exec, graph, 0);
-        if (ce != cudaSuccess && pr)
-            snprintf(pr->graph_error, sizeof pr->graph_error, "cudaGraphInstantiate: %s", cudaGetErrorString(ce));
-    }
-    if (graph) cudaGraphDestroy(graph);
-    if (st != KILN_OK || ce != cudaSuccess || !exec) {
-        if (exec) cudaGraphExecDestroy(exec);
-        (void)cudaGetLastError(); /* the capture's error is not the step's: the step runs eagerly */
-        return run_layers(g, kv, s);
+    if (kiln_cuda_capture(g->kc.stream, cudaStreamCaptureModeThreadLocal, run_layers_once, &r, &exec, why, sizeof why) !=
+        KILN_OK)
+        snprintf(why, sizeof why, "%s", kiln_last_error());
+    if (!exec) {
+        if (pr) snprintf(pr->graph_error, sizeof pr->graph_error, "%s", why);
+        return run_eager(g, kv, s);
     }
     e->exec = exec;
     e->state = GRAPH_READY;
     if (pr) pr->graphs_captured++;
-    KILN_CUDA_TRY(cudaGraphLaunch(e->exec, g->stream));
+    KILN_CUDA_TRY(cudaGraphLaunch(e->exec, g->kc.stream));
     if (pr) pr->graph_replays++;
     return KILN_OK;
 }
@@ -332,15 +339,16 @@ kiln_status kiln_llm_cuda_forward(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const 
     } else {
         KILN_TRY(run_step(g, kv, &s));
     }
+    llmc_tactics_save(g); /* what the step timed */
     g->last_rows = s.n_out;
     const size_t rows = (size_t)s.n_out;
     if (greedy) {
         KILN_TRY(llmc_argmax(g, s.n_out));
-        KILN_CUDA_TRY(cudaMemcpyAsync(greedy, g->ids, rows * 4, cudaMemcpyDeviceToHost, g->stream));
+        KILN_CUDA_TRY(cudaMemcpyAsync(greedy, g->ids, rows * 4, cudaMemcpyDeviceToHost, g->kc.stream));
     }
     if (logits)
         KILN_CUDA_TRY(cudaMemcpyAsync(logits, g->logits, rows * (size_t)g->cfg.vocab * 4, cudaMemcpyDeviceToHost,
-                                      g->stream));
-    if (greedy || logits) KILN_CUDA_TRY(cudaStreamSynchronize(g->stream));
+                                      g->kc.stream));
+    if (greedy || logits) KILN_CUDA_TRY(cudaStreamSynchronize(g->kc.stream));
     return KILN_OK;
 }

@@ -16,7 +16,12 @@
  *    output feature. CUBLAS_COMPUTE_32F with FP32 scale; D is the model dtype or FP32 (logits).
  *    Descriptors and the algorithm (the heuristic's first, or for at most LT_TUNE_MAX_N token rows the
  *    fastest of its first LT_CANDIDATES, timed once) are cached per shape (g->plans, LLMC_PLANS entries,
- *    replaced round-robin), so a step does no heuristic queries once its shapes were seen. */
+ *    replaced round-robin), so a step does no heuristic queries once its shapes were seen.
+ *
+ * Both timed choices go to the timing cache of options.timing_cache (llm_cuda_tactics.c), and a
+ * shape recorded there is not timed again: a cuBLASLt algorithm is taken when it still fits the call
+ * (kiln_cuda_lt_algo_fits, matmul.cu's check of the tensor engine's tactics). */
+#include "backends/cuda/matmul.cuh"
 #include "llm/cuda/llm_cuda_util.cuh"
 
 #include <stdio.h>
@@ -226,7 +231,7 @@ static uint32_t align_of(const void *p, int64_t row_bytes) {
  * between events; y is overwritten, the caller's own product follows) and returns the fastest, or -1
  * when none could be timed. Only outside stream capture. */
 static int plan_tune(kiln_llm_cuda *g, llmc_plan *p, const cublasLtMatmulHeuristicResult_t *res, int got, const void *w,
-                     const void *x, void *y) {
+                     const void *x, void *y, float *best_ms_out, float *first_ms) {
     cudaEvent_t e0 = NULL, e1 = NULL;
     if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
         if (e0) cudaEventDestroy(e0);
@@ -237,20 +242,21 @@ static int plan_tune(kiln_llm_cuda *g, llmc_plan *p, const cublasLtMatmulHeurist
     int best = -1;
     float best_ms = 0.0f;
     for (int i = 0; i < got; i++) {
-        if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > LLMC_WORKSPACE_BYTES) continue;
-        bool ok = cublasLtMatmul(g->lt, p->op, &alpha, w, p->la, x, p->lb, &beta, y, p->ld, y, p->ld, &res[i].algo,
-                                 g->workspace, LLMC_WORKSPACE_BYTES, g->stream) == CUBLAS_STATUS_SUCCESS;
-        ok = ok && cudaEventRecord(e0, g->stream) == cudaSuccess;
+        if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > g->kc.workspace_bytes) continue;
+        bool ok = cublasLtMatmul(g->kc.lt, p->op, &alpha, w, p->la, x, p->lb, &beta, y, p->ld, y, p->ld, &res[i].algo,
+                                 g->kc.workspace, g->kc.workspace_bytes, g->kc.stream) == CUBLAS_STATUS_SUCCESS;
+        ok = ok && cudaEventRecord(e0, g->kc.stream) == cudaSuccess;
         for (int r = 0; ok && r < LT_TUNE_REPS; r++)
-            ok = cublasLtMatmul(g->lt, p->op, &alpha, w, p->la, x, p->lb, &beta, y, p->ld, y, p->ld, &res[i].algo,
-                                g->workspace, LLMC_WORKSPACE_BYTES, g->stream) == CUBLAS_STATUS_SUCCESS;
-        ok = ok && cudaEventRecord(e1, g->stream) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess;
+            ok = cublasLtMatmul(g->kc.lt, p->op, &alpha, w, p->la, x, p->lb, &beta, y, p->ld, y, p->ld, &res[i].algo,
+                                g->kc.workspace, g->kc.workspace_bytes, g->kc.stream) == CUBLAS_STATUS_SUCCESS;
+        ok = ok && cudaEventRecord(e1, g->kc.stream) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess;
         float ms = 0.0f;
         ok = ok && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
         if (!ok) {
             (void)cudaGetLastError();
             continue;
         }
+        if (i == 0) *first_ms = ms / LT_TUNE_REPS;
         if (best < 0 || ms < best_ms) {
             best = i;
             best_ms = ms;
@@ -258,7 +264,49 @@ static int plan_tune(kiln_llm_cuda *g, llmc_plan *p, const cublasLtMatmulHeurist
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
+    *best_ms_out = best_ms / LT_TUNE_REPS;
     return best;
+}
+
+/* The shape of p's product as its timing-cache key says it (llm_cuda_tactics.c). */
+static void plan_shape(const kiln_llm_cuda *g, const llmc_plan *p, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s N %lld n %lld K %lld ldx %lld ldy %lld out %s bias %lld align x %lld y %lld",
+             kiln_dtype_name(g->dtype), (long long)p->key[0], (long long)p->key[1], (long long)p->key[2],
+             (long long)p->key[3], (long long)p->key[4], p->key[5] ? "fp32" : kiln_dtype_name(g->dtype),
+             (long long)p->key[6], (long long)p->key[7], (long long)p->key[8]);
+}
+
+/* p's algorithm from the timing cache when one is recorded for its shape and fits this call
+ * (kiln_cuda_lt_algo_fits); al: the alignments of W, X, Y, Y. */
+static bool plan_from_cache(kiln_llm_cuda *g, llmc_plan *p, const char *shape, const uint32_t *al) {
+    const kiln_tactic *t = llmc_tactic_find(g, "llm.gemm", shape);
+    if (!t || t->kind != KILN_TACTIC_CUBLASLT) return false;
+    cublasLtMatmulAlgo_t algo;
+    static_assert(sizeof algo == sizeof t->blob, "a tactic holds one cublasLtMatmulAlgo_t");
+    memcpy(&algo, t->blob, sizeof algo);
+    char why[160];
+    if (!kiln_cuda_lt_algo_fits(&g->kc, p->op, p->la, p->lb, p->ld, &algo, al, why, sizeof why)) return false;
+    p->algo = algo;
+    return true;
+}
+
+/* Records the timed choice res[pick] of p's shape in the timing cache. */
+static void plan_record(kiln_llm_cuda *g, const char *shape, const cublasLtMatmulHeuristicResult_t *res, int pick,
+                        float ms, float first_ms) {
+    kiln_tactic t;
+    memset(&t, 0, sizeof t);
+    t.kind = KILN_TACTIC_CUBLASLT;
+    t.heuristic_index = pick;
+    t.time_ms = ms;
+    t.heuristic_ms = first_ms;
+    memcpy(t.blob, &res[pick].algo, sizeof res[pick].algo);
+    int32_t id = -1;
+    size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&res[pick].algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &written) !=
+        CUBLAS_STATUS_SUCCESS)
+        id = -1;
+    t.algo = id;
+    llmc_tactic_put(g, "llm.gemm", shape, &t);
 }
 
 static kiln_status plan_make(kiln_llm_cuda *g, llmc_plan *p, const void *bias_ptr, const void *w, const void *x,
@@ -281,7 +329,7 @@ static kiln_status plan_make(kiln_llm_cuda *g, llmc_plan *p, const void *bias_pt
     KILN_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->ld, td, (uint64_t)N, (uint64_t)n, ldy)); /* Yc [N, n] */
     cublasLtMatmulPreference_t pref = NULL;
     KILN_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t ws = LLMC_WORKSPACE_BYTES;
+    const uint64_t ws = g->kc.workspace_bytes;
     const uint32_t al_w = align_of(NULL, K * 2), al_x = (uint32_t)p->key[7], al_y = (uint32_t)p->key[8];
     cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     if (st == CUBLAS_STATUS_SUCCESS)
@@ -296,12 +344,12 @@ static kiln_status plan_make(kiln_llm_cuda *g, llmc_plan *p, const void *bias_pt
      * fastest (options.gemm_autotune; not while the stream is being captured); others take its first. */
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     const bool tune = g->opt.gemm_autotune && n <= LT_TUNE_MAX_N &&
-                      cudaStreamIsCapturing(g->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone;
+                      cudaStreamIsCapturing(g->kc.stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone;
     cublasLtMatmulHeuristicResult_t res[LT_CANDIDATES];
     memset(res, 0, sizeof res);
     int got = 0;
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->la, p->lb, p->ld, p->ld, pref, tune ? LT_CANDIDATES : 1, res,
+        st = cublasLtMatmulAlgoGetHeuristic(g->kc.lt, p->op, p->la, p->lb, p->ld, p->ld, pref, tune ? LT_CANDIDATES : 1, res,
                                             &got);
     cublasLtMatmulPreferenceDestroy(pref);
     KILN_CUBLAS_TRY(st);
@@ -309,10 +357,24 @@ static kiln_status plan_make(kiln_llm_cuda *g, llmc_plan *p, const void *bias_pt
         return kiln_error(KILN_ERR_UNSUPPORTED, "cuBLASLt has no %s algorithm for a [%lld, %lld] x [%lld, %lld]^T product%s",
                           kiln_dtype_name(g->dtype), (long long)n, (long long)K, (long long)N, (long long)K,
                           bias ? " with a bias epilogue" : "");
+    kiln_llm_cuda_probe *pr = g->opt.probe;
     int pick = 0;
     if (tune && got > 1) {
-        const int t = plan_tune(g, p, res, got, w, x, y);
-        if (t >= 0) pick = t;
+        char shape[256];
+        plan_shape(g, p, shape, sizeof shape);
+        const uint32_t al[4] = {al_w, al_x, al_y, al_y};
+        if (plan_from_cache(g, p, shape, al)) {
+            if (pr) pr->tactics_cached++;
+            p->used = true;
+            return KILN_OK;
+        }
+        float ms = 0.0f, first_ms = 0.0f;
+        const int t = plan_tune(g, p, res, got, w, x, y, &ms, &first_ms);
+        if (t >= 0) {
+            pick = t;
+            plan_record(g, shape, res, pick, ms, first_ms);
+            if (pr) pr->tactics_timed++;
+        }
     }
     p->algo = res[pick].algo;
     p->used = true;
@@ -360,8 +422,8 @@ static kiln_status lt_linear(kiln_llm_cuda *g, const void *x, int ldx, int n, in
     if (bias)
         KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     const float alpha = 1.0f, beta = 0.0f;
-    KILN_CUBLAS_TRY(cublasLtMatmul(g->lt, p->op, &alpha, w, p->la, x, p->lb, &beta, y, p->ld, y, p->ld, &p->algo,
-                                   g->workspace, LLMC_WORKSPACE_BYTES, g->stream));
+    KILN_CUBLAS_TRY(cublasLtMatmul(g->kc.lt, p->op, &alpha, w, p->la, x, p->lb, &beta, y, p->ld, y, p->ld, &p->algo,
+                                   g->kc.workspace, g->kc.workspace_bytes, g->kc.stream));
     return KILN_OK;
 }
 
@@ -444,12 +506,12 @@ static kiln_status gemv_tune_enqueue(kiln_llm_cuda *g, cudaEvent_t *ev, int reps
     const size_t slots = g->weights && g->weight_bytes >= mat ? (g->weight_bytes - mat) / stride + 1 : 1;
     size_t next = 0;
     for (int c = 0; c < LLMC_GEMV_CONFIGS; c++) {
-        KILN_CUDA_TRY(cudaEventRecord(ev[2 * c], g->stream));
+        KILN_CUDA_TRY(cudaEventRecord(ev[2 * c], g->kc.stream));
         for (int r = 0; r < reps; r++, next++) {
             const void *wr = slots > 1 ? (const void *)((const char *)g->weights + next % slots * stride) : w;
-            KILN_TRY(LC_DISPATCH(g->dtype, gemv_any, g->stream, c, x, ldx, n, K, wr, bias, N, y, ldy, out_f32));
+            KILN_TRY(LC_DISPATCH(g->dtype, gemv_any, g->kc.stream, c, x, ldx, n, K, wr, bias, N, y, ldy, out_f32));
         }
-        KILN_CUDA_TRY(cudaEventRecord(ev[2 * c + 1], g->stream));
+        KILN_CUDA_TRY(cudaEventRecord(ev[2 * c + 1], g->kc.stream));
     }
     return KILN_OK;
 }
@@ -462,7 +524,7 @@ static kiln_status gemv_tune(kiln_llm_cuda *g, llmc_gemv_pick *p, const void *x,
     const int N = p->N, K = p->K, n = p->n, NE = 2 * LLMC_GEMV_CONFIGS;
     const bool out_f32 = p->out_f32;
     for (int c = 0; c < LLMC_GEMV_CONFIGS; c++)
-        KILN_TRY(LC_DISPATCH(g->dtype, gemv_any, g->stream, c, x, ldx, n, K, w, bias, N, y, ldy, out_f32));
+        KILN_TRY(LC_DISPATCH(g->dtype, gemv_any, g->kc.stream, c, x, ldx, n, K, w, bias, N, y, ldy, out_f32));
     const double mat = (double)N * K * 2;
     int reps = (int)(GEMV_TUNE_BYTES / mat);
     reps = reps < GEMV_TUNE_MIN_REPS ? GEMV_TUNE_MIN_REPS : reps > GEMV_TUNE_MAX_REPS ? GEMV_TUNE_MAX_REPS : reps;
@@ -473,13 +535,13 @@ static kiln_status gemv_tune(kiln_llm_cuda *g, llmc_gemv_pick *p, const void *x,
     kiln_status st = KILN_OK;
     if (ok) {
         __atomic_store_n(&g->gemv_gate, 0, __ATOMIC_RELEASE);
-        const bool gated = cudaLaunchHostFunc(g->stream, gemv_gate_fn, &g->gemv_gate) == cudaSuccess;
+        const bool gated = cudaLaunchHostFunc(g->kc.stream, gemv_gate_fn, &g->gemv_gate) == cudaSuccess;
         if (!gated) (void)cudaGetLastError(); /* runs ungated, and untimed */
         st = gemv_tune_enqueue(g, ev, reps, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
         __atomic_store_n(&g->gemv_gate, 1, __ATOMIC_RELEASE);
         /* whatever was enqueued has finished before the gate flag or the events go away */
-        ok = gated && st == KILN_OK && cudaStreamSynchronize(g->stream) == cudaSuccess;
-        if (st != KILN_OK) (void)cudaStreamSynchronize(g->stream);
+        ok = gated && st == KILN_OK && cudaStreamSynchronize(g->kc.stream) == cudaSuccess;
+        if (st != KILN_OK) (void)cudaStreamSynchronize(g->kc.stream);
     }
     float best = 0.0f;
     int pick = -1;
@@ -504,6 +566,34 @@ static kiln_status gemv_tune(kiln_llm_cuda *g, llmc_gemv_pick *p, const void *x,
     return KILN_OK;
 }
 
+/* gemv_tune's choice for p's shape, taken from the timing cache when it holds one, else timed now
+ * (and recorded there). */
+static kiln_status gemv_pick(kiln_llm_cuda *g, llmc_gemv_pick *p, const void *x, int ldx, const void *w,
+                             const void *bias, void *y, int ldy) {
+    kiln_llm_cuda_probe *pr = g->opt.probe;
+    char shape[128];
+    snprintf(shape, sizeof shape, "%s N %d K %d n %d out %s", kiln_dtype_name(g->dtype), p->N, p->K, p->n,
+             p->out_f32 ? "fp32" : kiln_dtype_name(g->dtype));
+    const kiln_tactic *t = llmc_tactic_find(g, "llm.gemv", shape);
+    if (t && t->kind == KILN_TACTIC_LLM_GEMV && t->algo >= 0 && t->algo < LLMC_GEMV_CONFIGS) {
+        p->cfg = t->algo;
+        p->timed = true;
+        p->us = t->time_ms * 1e3f;
+        if (pr) pr->tactics_cached++;
+        return KILN_OK;
+    }
+    KILN_TRY(gemv_tune(g, p, x, ldx, w, bias, y, ldy));
+    if (!p->timed) return KILN_OK;
+    kiln_tactic rec;
+    memset(&rec, 0, sizeof rec);
+    rec.kind = KILN_TACTIC_LLM_GEMV;
+    rec.algo = p->cfg;
+    rec.time_ms = p->us * 1e-3f;
+    llmc_tactic_put(g, "llm.gemv", shape, &rec);
+    if (pr) pr->tactics_timed++;
+    return KILN_OK;
+}
+
 /* The configuration for this product: the remembered one of its shape; else, outside capture, one
  * chosen now (timed when options.gemm_autotune) and remembered; inside a capture the rule's (not
  * remembered: a graph is captured only after an eager step of its shapes, so this is rare). */
@@ -518,7 +608,7 @@ static kiln_status gemv_choose(kiln_llm_cuda *g, const void *x, int ldx, int n, 
     }
     *cfg = gemv_rule(n, K);
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(g->stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
+    if (cudaStreamIsCapturing(g->kc.stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
         (void)cudaGetLastError();
         return KILN_OK;
     }
@@ -529,7 +619,7 @@ static kiln_status gemv_choose(kiln_llm_cuda *g, const void *x, int ldx, int n, 
     p.n = n;
     p.out_f32 = out_f32;
     p.cfg = *cfg;
-    if (g->opt.gemm_autotune) KILN_TRY(gemv_tune(g, &p, x, ldx, w, bias, y, ldy));
+    if (g->opt.gemm_autotune) KILN_TRY(gemv_pick(g, &p, x, ldx, w, bias, y, ldy));
     llmc_gemv_pick *slot;
     if (g->n_gemv_picks < LLMC_GEMV_PICKS) {
         slot = &g->gemv_picks[g->n_gemv_picks++];
@@ -566,5 +656,5 @@ extern "C" kiln_status llmc_linear(kiln_llm_cuda *g, const void *x, int ldx, int
     if (!gemv_ok) return lt_linear(g, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
     int cfg = g->gemv_force;
     if (cfg == LLMC_GEMV_AUTO) KILN_TRY(gemv_choose(g, x, ldx, n, K, w, bias, N, y, ldy, out_f32, &cfg));
-    return LC_DISPATCH(g->dtype, gemv_any, g->stream, cfg, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
+    return LC_DISPATCH(g->dtype, gemv_any, g->kc.stream, cfg, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
 }

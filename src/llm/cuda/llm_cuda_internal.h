@@ -1,10 +1,11 @@
 /* llm_cuda_internal.h — what the files of src/llm/cuda/ share: the model on the device (weights,
  * step buffers, staging of the batch metadata), the KV cache, one step's device view of its batch,
- * and the kernel launchers of the .cu files (C linkage; each enqueues on g->stream only and checks
+ * and the kernel launchers of the .cu files (C linkage; each enqueues on g->kc.stream only and checks
  * its launch). Included by C and CUDA C. */
 #ifndef KILN_LLM_CUDA_INTERNAL_H
 #define KILN_LLM_CUDA_INTERNAL_H
 
+#include "backends/cuda/cuda_device.h"  /* kiln_cuda_ctx and its opening, the setup lock, graph capture */
 #include "backends/cuda/cuda_kernels.h" /* KILN_CUDA_TRY, KILN_CUBLAS_TRY, KILN_CUDA_LAUNCH_CHECK */
 #include "llm/llm_cuda.h"
 
@@ -52,10 +53,7 @@ struct kiln_llm_cuda {
     kiln_llm_config cfg;
     kiln_dtype dtype; /* KILN_F16 or KILN_BF16 */
     kiln_llm_cuda_options opt;
-    int sm_count;
-    cudaStream_t stream;
-    cublasLtHandle_t lt;
-    void *workspace;
+    kiln_cuda_ctx kc; /* stream, cuBLASLt handle, LLMC_WORKSPACE_BYTES of workspace, SM count (cuda_device.h) */
     /* weights: one allocation */
     void *weights;
     uint64_t weight_bytes;
@@ -88,6 +86,11 @@ struct kiln_llm_cuda {
     llmc_gemv_pick gemv_picks[LLMC_GEMV_PICKS];
     int n_gemv_picks, next_gemv_pick;
     int gemv_gate; /* the host gate of the GEMV timing (set: release the stream) */
+    /* the timing cache of options.timing_cache (llm_cuda_tactics.c) */
+    struct kiln_timing_cache *tcache; /* NULL: none */
+    char *tcache_path;
+    int tcache_saved;                 /* tcache->added when the file was last written */
+    char env[512];                    /* kiln_cuda_env_key: the prefix of every key */
     /* CUDA graphs of decode steps (llm_cuda_forward.c) */
     struct llmc_graph *graphs; /* [LLMC_GRAPHS] */
     int n_graphs;
@@ -128,6 +131,19 @@ typedef struct llmc_step {
 
 /* Keys and values of layer l. */
 void llmc_kv_layer(const kiln_llm_cuda_kv *kv, int layer, void **k, void **v);
+
+/* llm_cuda_tactics.c — the tactics of options.timing_cache. A key is kiln_cuda_env_key's text, " | ",
+ * what ("llm.gemm": a cuBLASLt product, "llm.gemv": a GEMV product), " | " and the product's shape. */
+/* Reads the file options.timing_cache names (none: nothing; a missing or corrupt file: an empty
+ * cache, as for kiln build). */
+kiln_status llmc_tactics_open(kiln_llm_cuda *g);
+void llmc_tactics_close(kiln_llm_cuda *g);
+/* The tactic recorded under (what, shape), or NULL (none, or no cache). Borrowed until the next put. */
+const kiln_tactic *llmc_tactic_find(const kiln_llm_cuda *g, const char *what, const char *shape);
+/* Records t under (what, shape) when there is a cache (a failure is logged: the tactic is only not kept). */
+void llmc_tactic_put(kiln_llm_cuda *g, const char *what, const char *shape, const kiln_tactic *t);
+/* Writes the cache file when records were put since it was last written (a failure is logged). */
+void llmc_tactics_save(kiln_llm_cuda *g);
 
 /* llm_cuda_gemm.cu: y[n, N] (row stride ldy; FP32 when out_f32, else g->dtype) = x[n, K] (row stride
  * ldx) W^T (+ bias [N]), W [N, K] row-major in g->dtype. The GEMV kernel when n <= gemv_max_tokens

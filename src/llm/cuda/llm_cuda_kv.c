@@ -1,7 +1,8 @@
 /* llm_cuda_kv.c — the paged KV cache in device memory: one allocation laid out like kv_cache.c,
  * [layer][keys | values][block][n_kv_head][block_size][head_dim] in the model dtype, sized from a
  * memory budget (a fraction of the device's free memory, capped), and the same host-side block
- * allocator (a stack of free ids, lowest first, and a flag per block that catches a double release). */
+ * allocator (a stack of free ids, lowest first, and a flag per block that catches a double release).
+ * The allocation and its free hold the setup lock (cuda_device.h). */
 #include "llm/cuda/llm_cuda_internal.h"
 
 #include "core/status.h"
@@ -37,8 +38,10 @@ kiln_status kiln_llm_cuda_kv_create(kiln_llm_cuda *g, const kiln_llm_cuda_kv_opt
     kv->block_elems = block_elems;
     kv->free_stack = malloc((size_t)kv->n_blocks * sizeof *kv->free_stack);
     kv->taken = calloc((size_t)kv->n_blocks, sizeof *kv->taken);
+    kiln_cuda_setup_lock();
     cudaError_t e = kv->free_stack && kv->taken ? cudaMalloc(&kv->data, (size_t)per_block * (size_t)kv->n_blocks)
                                                 : cudaErrorMemoryAllocation;
+    kiln_cuda_setup_unlock();
     if (e != cudaSuccess) {
         kiln_status s = kv->free_stack && kv->taken ? kiln_cuda_error(e, "cudaMalloc(KV cache)", __FILE__, __LINE__)
                                                     : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
@@ -54,8 +57,10 @@ kiln_status kiln_llm_cuda_kv_create(kiln_llm_cuda *g, const kiln_llm_cuda_kv_opt
 void kiln_llm_cuda_kv_free(kiln_llm_cuda_kv *kv) {
     if (!kv) return;
     if (kv->data) {
+        kiln_cuda_setup_lock();
         cudaSetDevice(kv->device);
         cudaFree(kv->data);
+        kiln_cuda_setup_unlock();
     }
     free(kv->free_stack);
     free(kv->taken);

@@ -28,7 +28,7 @@ __global__ void embed_kernel(float *__restrict__ x, const T *__restrict__ tok, c
 
 template <typename T> static kiln_status launch_embed(kiln_llm_cuda *g, const llmc_step *s) {
     const float scale = g->cfg.scale_emb ? sqrtf((float)g->cfg.d_model) : 1.0f;
-    embed_kernel<T><<<s->n_tokens, OPS_THREADS, 0, g->stream>>>(g->x, (const T *)g->tok_emb, (const T *)g->pos_emb,
+    embed_kernel<T><<<s->n_tokens, OPS_THREADS, 0, g->kc.stream>>>(g->x, (const T *)g->tok_emb, (const T *)g->pos_emb,
                                                               s->tokens, s->positions, g->cfg.d_model, scale);
     KILN_CUDA_LAUNCH_CHECK("embed_kernel");
     return KILN_OK;
@@ -89,7 +89,7 @@ extern "C" kiln_status llmc_add_norm_launch(kiln_dtype dtype, cudaStream_t strea
 
 extern "C" kiln_status llmc_add_norm(kiln_llm_cuda *g, int n_rows, const int32_t *rows, const void *delta, bool store,
                                      const float *w, const float *b) {
-    return llmc_add_norm_launch(g->dtype, g->stream, g->x, g->cfg.d_model, n_rows, rows, delta, store, w,
+    return llmc_add_norm_launch(g->dtype, g->kc.stream, g->x, g->cfg.d_model, n_rows, rows, delta, store, w,
                                 kiln_llm_norm_offset(&g->cfg), b, g->cfg.norm_eps, g->h);
 }
 
@@ -175,7 +175,7 @@ extern "C" kiln_status llmc_rope_kv_write(kiln_llm_cuda *g, const llmc_step *s, 
     a.table_stride = s->table_stride;
     a.kc = kc;
     a.vc = vc;
-    return llmc_rope_kv_launch(&a, g->stream);
+    return llmc_rope_kv_launch(&a, g->kc.stream);
 }
 
 /* ---------------------------------------------------------------- activations */
@@ -202,17 +202,17 @@ template <typename T, bool GELU> __global__ void gated_kernel(T *__restrict__ gu
 
 template <typename T> static kiln_status launch_activation(kiln_llm_cuda *g, int n) {
     const size_t count = (size_t)n * g->cfg.d_ff;
-    const int64_t sms = g->sm_count > 0 ? g->sm_count : 1;
+    const int64_t sms = g->kc.sm_count > 0 ? g->kc.sm_count : 1;
     int64_t blocks = ((int64_t)count + OPS_THREADS - 1) / OPS_THREADS;
     if (blocks > sms * 8) blocks = sms * 8;
     if (g->cfg.arch == KILN_LLM_GPT2) {
-        gelu_kernel<T><<<(unsigned)blocks, OPS_THREADS, 0, g->stream>>>((T *)g->mlp, count);
+        gelu_kernel<T><<<(unsigned)blocks, OPS_THREADS, 0, g->kc.stream>>>((T *)g->mlp, count);
         KILN_CUDA_LAUNCH_CHECK("gelu_kernel");
     } else if (g->cfg.gate_act == KILN_GATE_GELU_TANH) {
-        gated_kernel<T, true><<<(unsigned)blocks, OPS_THREADS, 0, g->stream>>>((T *)g->mlp, g->cfg.d_ff, count);
+        gated_kernel<T, true><<<(unsigned)blocks, OPS_THREADS, 0, g->kc.stream>>>((T *)g->mlp, g->cfg.d_ff, count);
         KILN_CUDA_LAUNCH_CHECK("gated_kernel (GeGLU)");
     } else {
-        gated_kernel<T, false><<<(unsigned)blocks, OPS_THREADS, 0, g->stream>>>((T *)g->mlp, g->cfg.d_ff, count);
+        gated_kernel<T, false><<<(unsigned)blocks, OPS_THREADS, 0, g->kc.stream>>>((T *)g->mlp, g->cfg.d_ff, count);
         KILN_CUDA_LAUNCH_CHECK("gated_kernel (SwiGLU)");
     }
     return KILN_OK;
@@ -280,7 +280,7 @@ extern "C" kiln_status llmc_argmax_launch(cudaStream_t stream, const float *logi
 }
 
 extern "C" kiln_status llmc_argmax(kiln_llm_cuda *g, int n_rows) {
-    return llmc_argmax_launch(g->stream, g->logits, n_rows, g->cfg.vocab, g->ids);
+    return llmc_argmax_launch(g->kc.stream, g->logits, n_rows, g->cfg.vocab, g->ids);
 }
 
 /* ---------------------------------------------------------------- random fill */
@@ -302,13 +302,13 @@ __global__ void fill_kernel(T *__restrict__ p, size_t n, uint64_t seed, float ce
 
 extern "C" kiln_status llmc_fill_random(kiln_llm_cuda *g, void *p, kiln_dtype dtype, size_t n, uint64_t seed,
                                         float center, float scale) {
-    const unsigned blocks = (unsigned)((g->sm_count > 0 ? g->sm_count : 1) * 8);
+    const unsigned blocks = (unsigned)((g->kc.sm_count > 0 ? g->kc.sm_count : 1) * 8);
     if (dtype == KILN_F32)
-        fill_kernel<float><<<blocks, OPS_THREADS, 0, g->stream>>>((float *)p, n, seed, center, scale);
+        fill_kernel<float><<<blocks, OPS_THREADS, 0, g->kc.stream>>>((float *)p, n, seed, center, scale);
     else if (dtype == KILN_F16)
-        fill_kernel<__half><<<blocks, OPS_THREADS, 0, g->stream>>>((__half *)p, n, seed, center, scale);
+        fill_kernel<__half><<<blocks, OPS_THREADS, 0, g->kc.stream>>>((__half *)p, n, seed, center, scale);
     else
-        fill_kernel<bf16><<<blocks, OPS_THREADS, 0, g->stream>>>((bf16 *)p, n, seed, center, scale);
+        fill_kernel<bf16><<<blocks, OPS_THREADS, 0, g->kc.stream>>>((bf16 *)p, n, seed, center, scale);
     KILN_CUDA_LAUNCH_CHECK("fill_kernel");
     return KILN_OK;
 }

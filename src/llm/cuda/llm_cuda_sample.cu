@@ -32,7 +32,7 @@ typedef struct srow {
 
 struct kiln_llm_cuda_sampler {
     int device, vocab, max_rows, max_hist, pow2; /* pow2: keys per row, the power of two >= vocab */
-    cudaStream_t stream;
+    kiln_cuda_ctx kc; /* its stream only (cuda_device.h) */
     cudaEvent_t logits_ready; /* recorded on the model's stream when sampling its logits */
     float *logits;            /* [max_rows, vocab] host logits uploaded here */
     float *w, *cp;            /* [max_rows, vocab] penalised logits; kept values, then probabilities */
@@ -360,6 +360,28 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
 
 /* ---------------------------------------------------------------- host side */
 
+/* The sampler's stream, event, buffers and kernel; the caller holds the setup lock. */
+static kiln_status sampler_alloc_locked(kiln_llm_cuda_sampler *s) {
+    const size_t cells = (size_t)s->max_rows * (size_t)s->vocab, hist = s->max_hist > 0 ? (size_t)s->max_hist : 1;
+    const int max_rows = s->max_rows;
+    KILN_TRY(kiln_cuda_ctx_open(s->device, 0, 0, &s->kc));
+    KILN_CUDA_TRY(cudaEventCreateWithFlags(&s->logits_ready, cudaEventDisableTiming));
+    KILN_CUDA_TRY(cudaMalloc((void **)&s->logits, cells * sizeof(float)));
+    KILN_CUDA_TRY(cudaMalloc((void **)&s->w, cells * sizeof(float)));
+    KILN_CUDA_TRY(cudaMalloc((void **)&s->cp, cells * sizeof(float)));
+    KILN_CUDA_TRY(cudaMalloc((void **)&s->ci, cells * sizeof(int32_t)));
+    KILN_CUDA_TRY(cudaMalloc((void **)&s->keys, (size_t)max_rows * (size_t)s->pow2 * sizeof(unsigned long long)));
+    KILN_CUDA_TRY(cudaMalloc((void **)&s->rows_d, (size_t)max_rows * sizeof(srow)));
+    KILN_CUDA_TRY(cudaMalloc((void **)&s->hist_d, hist * sizeof(int2)));
+    KILN_CUDA_TRY(cudaMalloc((void **)&s->out_d, (size_t)max_rows * sizeof(int32_t)));
+    KILN_CUDA_TRY(cudaMallocHost((void **)&s->rows_h, (size_t)max_rows * sizeof(srow)));
+    KILN_CUDA_TRY(cudaMallocHost((void **)&s->hist_h, hist * sizeof(int2)));
+    KILN_CUDA_TRY(cudaMallocHost((void **)&s->out_h, (size_t)max_rows * sizeof(int32_t)));
+    struct cudaFuncAttributes attr; /* loads the kernel now, under the lock, not at the first sampling */
+    KILN_CUDA_TRY(cudaFuncGetAttributes(&attr, sample_kernel));
+    return KILN_OK;
+}
+
 kiln_status kiln_llm_cuda_sampler_create(int device, int vocab, int max_rows, int max_history,
                                          kiln_llm_cuda_sampler **out) {
     *out = NULL;
@@ -377,29 +399,18 @@ kiln_status kiln_llm_cuda_sampler_create(int device, int vocab, int max_rows, in
     s->count = (int32_t *)calloc((size_t)vocab, sizeof *s->count);
     s->seen = (unsigned char *)calloc((size_t)vocab, 1);
     if (!s->count || !s->seen) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "cuda sampler: out of memory");
-    const size_t cells = (size_t)max_rows * (size_t)vocab, hist = max_history > 0 ? (size_t)max_history : 1;
-    KILN_CUDA_TRY(cudaSetDevice(device));
-    KILN_CUDA_TRY(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
-    KILN_CUDA_TRY(cudaEventCreateWithFlags(&s->logits_ready, cudaEventDisableTiming));
-    KILN_CUDA_TRY(cudaMalloc((void **)&s->logits, cells * sizeof(float)));
-    KILN_CUDA_TRY(cudaMalloc((void **)&s->w, cells * sizeof(float)));
-    KILN_CUDA_TRY(cudaMalloc((void **)&s->cp, cells * sizeof(float)));
-    KILN_CUDA_TRY(cudaMalloc((void **)&s->ci, cells * sizeof(int32_t)));
-    KILN_CUDA_TRY(cudaMalloc((void **)&s->keys, (size_t)max_rows * (size_t)s->pow2 * sizeof(unsigned long long)));
-    KILN_CUDA_TRY(cudaMalloc((void **)&s->rows_d, (size_t)max_rows * sizeof(srow)));
-    KILN_CUDA_TRY(cudaMalloc((void **)&s->hist_d, hist * sizeof(int2)));
-    KILN_CUDA_TRY(cudaMalloc((void **)&s->out_d, (size_t)max_rows * sizeof(int32_t)));
-    KILN_CUDA_TRY(cudaMallocHost((void **)&s->rows_h, (size_t)max_rows * sizeof(srow)));
-    KILN_CUDA_TRY(cudaMallocHost((void **)&s->hist_h, hist * sizeof(int2)));
-    KILN_CUDA_TRY(cudaMallocHost((void **)&s->out_h, (size_t)max_rows * sizeof(int32_t)));
-    return KILN_OK;
+    kiln_cuda_setup_lock();
+    const kiln_status st = sampler_alloc_locked(s);
+    kiln_cuda_setup_unlock();
+    return st;
 }
 
 void kiln_llm_cuda_sampler_free(kiln_llm_cuda_sampler *s) {
     if (!s) return;
-    if (s->stream) { /* teardown: nothing to report, so the statuses are not kept */
+    kiln_cuda_setup_lock();
+    if (s->kc.stream) { /* teardown: nothing to report, so the statuses are not kept */
         (void)cudaSetDevice(s->device);
-        (void)cudaStreamSynchronize(s->stream);
+        (void)cudaStreamSynchronize(s->kc.stream);
     }
     (void)cudaFree(s->logits);
     (void)cudaFree(s->w);
@@ -413,7 +424,8 @@ void kiln_llm_cuda_sampler_free(kiln_llm_cuda_sampler *s) {
     (void)cudaFreeHost(s->hist_h);
     (void)cudaFreeHost(s->out_h);
     if (s->logits_ready) (void)cudaEventDestroy(s->logits_ready);
-    if (s->stream) (void)cudaStreamDestroy(s->stream);
+    kiln_cuda_ctx_close(&s->kc);
+    kiln_cuda_setup_unlock();
     free(s->count);
     free(s->seen);
     free(s);
@@ -483,20 +495,20 @@ kiln_status kiln_llm_cuda_sample(kiln_llm_cuda_sampler *s, const kiln_llm_cuda *
     const float *logits = s->logits;
     if (host_logits) {
         KILN_CUDA_TRY(cudaMemcpyAsync(s->logits, host_logits, (size_t)n_rows * (size_t)s->vocab * sizeof(float),
-                                      cudaMemcpyHostToDevice, s->stream));
+                                      cudaMemcpyHostToDevice, s->kc.stream));
     } else {
         logits = g->logits;
-        KILN_CUDA_TRY(cudaEventRecord(s->logits_ready, g->stream));
-        KILN_CUDA_TRY(cudaStreamWaitEvent(s->stream, s->logits_ready, 0));
+        KILN_CUDA_TRY(cudaEventRecord(s->logits_ready, g->kc.stream));
+        KILN_CUDA_TRY(cudaStreamWaitEvent(s->kc.stream, s->logits_ready, 0));
     }
-    KILN_CUDA_TRY(cudaMemcpyAsync(s->rows_d, s->rows_h, (size_t)n_rows * sizeof(srow), cudaMemcpyHostToDevice, s->stream));
+    KILN_CUDA_TRY(cudaMemcpyAsync(s->rows_d, s->rows_h, (size_t)n_rows * sizeof(srow), cudaMemcpyHostToDevice, s->kc.stream));
     if (n_hist)
-        KILN_CUDA_TRY(cudaMemcpyAsync(s->hist_d, s->hist_h, (size_t)n_hist * sizeof(int2), cudaMemcpyHostToDevice, s->stream));
-    sample_kernel<<<n_rows, SAMPLE_THREADS, 0, s->stream>>>(logits, s->vocab, s->pow2, s->rows_d, s->hist_d, s->w, s->cp,
+        KILN_CUDA_TRY(cudaMemcpyAsync(s->hist_d, s->hist_h, (size_t)n_hist * sizeof(int2), cudaMemcpyHostToDevice, s->kc.stream));
+    sample_kernel<<<n_rows, SAMPLE_THREADS, 0, s->kc.stream>>>(logits, s->vocab, s->pow2, s->rows_d, s->hist_d, s->w, s->cp,
                                                             s->ci, s->keys, s->out_d);
     KILN_CUDA_LAUNCH_CHECK("sample_kernel");
-    KILN_CUDA_TRY(cudaMemcpyAsync(s->out_h, s->out_d, (size_t)n_rows * sizeof(int32_t), cudaMemcpyDeviceToHost, s->stream));
-    KILN_CUDA_TRY(cudaStreamSynchronize(s->stream));
+    KILN_CUDA_TRY(cudaMemcpyAsync(s->out_h, s->out_d, (size_t)n_rows * sizeof(int32_t), cudaMemcpyDeviceToHost, s->kc.stream));
+    KILN_CUDA_TRY(cudaStreamSynchronize(s->kc.stream));
     for (int r = 0; r < n_rows; r++) {
         const int32_t t = s->out_h[r];
         if (t == -1) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "sampler: row %d: every logit is -inf", r);
