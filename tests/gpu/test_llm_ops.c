@@ -308,6 +308,11 @@ done:
 }
 
 static void test_attention(int sm_count) {
+    /* the tensor-core prefill kernel needs sm_80: before it, its cases run the CUDA-core kernel */
+    int cc_major = 0;
+    if (cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess) cc_major = 0;
+    const int tc = cc_major >= 8 ? LLMC_PREFILL_TENSOR_CORES : LLMC_PREFILL_CUDA_CORES;
+    if (tc != LLMC_PREFILL_TENSOR_CORES) printf("(sm_%d.x: no tensor-core prefill; its cases run on CUDA cores)\n", cc_major);
     const int n_hd = (int)(sizeof attn_hds / sizeof attn_hds[0]), n_gqa = (int)(sizeof attn_gqa / sizeof attn_gqa[0]);
     static const int batches[] = {1, 3, 8};
     for (int di = 0; di < 2; di++) {
@@ -318,7 +323,7 @@ static void test_attention(int sm_count) {
                 const attn_shape sh = {attn_hds[hi], attn_gqa[gi][0], attn_gqa[gi][1]};
                 const int batch = batches[(hi + k) % 3], rot = hi + k;
                 attn_case(&sh, dt, false, false, prefill_seqs, batch, rot, 0, LLMC_PREFILL_CUDA_CORES, sm_count);
-                attn_case(&sh, dt, false, false, prefill_seqs, batch, rot, 0, LLMC_PREFILL_TENSOR_CORES, sm_count);
+                attn_case(&sh, dt, false, false, prefill_seqs, batch, rot, 0, tc, sm_count);
                 attn_case(&sh, dt, false, true, prefill_seqs, batch, rot, 0, 0, sm_count);
                 attn_case(&sh, dt, true, false, NULL, batch, rot, 0, 0, sm_count);
                 attn_case(&sh, dt, true, false, NULL, batch, rot, 48, 0, sm_count);
@@ -330,9 +335,8 @@ static void test_attention(int sm_count) {
         for (int hi = 0; hi < n_chd; hi++)
             for (int gi = 0; gi < n_cgqa; gi++) {
                 const attn_shape sh = {chunk_hds[hi], chunk_gqa[gi][0], chunk_gqa[gi][1]};
-                attn_case(&sh, dt, false, false, chunk_seqs, 1, 2 * gi, 0, LLMC_PREFILL_TENSOR_CORES, sm_count);
-                attn_case(&sh, dt, false, false, chunk_seqs, gi % 2 ? 3 : 1, 2 * gi + 1 + hi, 0,
-                          LLMC_PREFILL_TENSOR_CORES, sm_count);
+                attn_case(&sh, dt, false, false, chunk_seqs, 1, 2 * gi, 0, tc, sm_count);
+                attn_case(&sh, dt, false, false, chunk_seqs, gi % 2 ? 3 : 1, 2 * gi + 1 + hi, 0, tc, sm_count);
             }
         /* the CUDA-core kernel on the long chunks too, at a fast path and a generic head dim */
         for (int i = 0; i < 2; i++) {

@@ -163,13 +163,13 @@ extern "C" kiln_status llmc_prefill_attention(const llmc_prefill_attn *a, cudaSt
                           "heads over %d KV heads, %d sequences, max_new %d, block_size %d, ldq %d, ldo %d, %s, kernel "
                           "%d: unsupported", a->head_dim, LLMC_MAX_HEAD_DIM, a->n_head, a->n_kv_head, a->n_seqs,
                           a->max_new, a->block_size, a->ldq, a->ldo, kiln_dtype_name(a->dtype), a->kernel);
-    const bool aligned = ku_aligned16(a->q) && ku_aligned16(a->kc) && ku_aligned16(a->vc);
+    const bool aligned = ku_aligned16(a->q) && ku_aligned16(a->kc) && ku_aligned16(a->vc) && ku_aligned16(a->out);
     int dev = 0, cc_major = 0;
     KILN_CUDA_TRY(cudaGetDevice(&dev));
     KILN_CUDA_TRY(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev));
     if (a->kernel == LLMC_PREFILL_TENSOR_CORES && (cc_major < 8 || !aligned))
         return kiln_error(KILN_ERR_UNSUPPORTED, "prefill attention on the tensor cores needs sm_80 or later (device "
-                          "%d is sm_%d.x) and 16-byte aligned queries and cache (%s)", dev, cc_major,
+                          "%d is sm_%d.x) and 16-byte aligned queries, cache and output (%s)", dev, cc_major,
                           aligned ? "they are" : "they are not");
     if (a->kernel != LLMC_PREFILL_CUDA_CORES && cc_major >= 8 && aligned) return llmc_prefill_attention_tc(a, stream);
     return a->dtype == KILN_F16 ? att_dispatch_hd<prefill_launcher, __half>(a->head_dim, a, stream)

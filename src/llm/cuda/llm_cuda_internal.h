@@ -263,7 +263,7 @@ typedef struct llmc_prefill_attn {
 } llmc_prefill_attn;
 
 /* llmc_prefill_attn.kernel: AUTO takes the tensor-core kernel (llm_cuda_prefill.cu) on sm_80+ with
- * q, kc and vc 16-byte aligned, else the CUDA-core kernel (llm_cuda_attn.cu); the others force one. */
+ * q, kc, vc and out 16-byte aligned, else the CUDA-core kernel (llm_cuda_attn.cu); the others force one. */
 enum { LLMC_PREFILL_AUTO = 0, LLMC_PREFILL_CUDA_CORES = 1, LLMC_PREFILL_TENSOR_CORES = 2 };
 
 /* Enqueues the prefill attention on stream; shapes it does not take are KILN_ERR_INVALID_ARGUMENT, the
