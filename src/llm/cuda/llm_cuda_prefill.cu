@@ -47,15 +47,19 @@ struct fp_args {
 };
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-/* Keys (or values) j0 .. j0 + BK - 1 of the KV head c addresses, from the cache at base, into dst
- * ([BK][D + 8]); keys at or past kend and dims at or past hd become zeros (not read). */
+/* Keys and values j0 .. j0 + BK - 1 of the KV head c addresses, from the caches kc and vc, into kd and
+ * vd ([BK][D + 8] each; a key and its value share their cache offset); keys at or past kend and dims
+ * at or past hd become zeros (not read). */
 template <typename T, int D, int BK>
-static __device__ __forceinline__ void fp_load_keys(T *dst, const T *base, const att_cache &c, int j0, int kend, int hd) {
+static __device__ __forceinline__ void fp_load_kv(T *kd, T *vd, const T *kc, const T *vc, const att_cache &c, int j0,
+                                                  int kend, int hd) {
     constexpr int LD = D + 8, CH = D / 8;
     for (int e = threadIdx.x; e < BK * CH; e += FP_WARPS * 32) {
         const int r = e / CH, col = (e - r * CH) * 8, j = j0 + r;
         const bool ok = j < kend && col < hd;
-        fa_cp16(dst + r * LD + col, ok ? base + att_slot(c, j, hd) + col : base, ok);
+        const size_t off = ok ? att_slot(c, j, hd) + col : 0;
+        fa_cp16(kd + r * LD + col, kc + off, ok);
+        fa_cp16(vd + r * LD + col, vc + off, ok);
     }
 }
 #endif
@@ -97,8 +101,7 @@ __global__ void __launch_bounds__(FP_WARPS * 32, fp_min_blocks(D)) fp_kernel(con
             fa_cp16(qs + r * LD + col, src, ok);
         }
     }
-    fp_load_keys<T, D, BK>(ks, kc, c, 0, kend, hd);
-    fp_load_keys<T, D, BK>(vs, vc, c, 0, kend, hd);
+    fp_load_kv<T, D, BK>(ks, vs, kc, vc, c, 0, kend, hd);
     fa_commit();
     const float NEG_INF = -INFINITY;
     float o[D / 8][4], mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.0f, 0.0f};
@@ -108,8 +111,7 @@ __global__ void __launch_bounds__(FP_WARPS * 32, fp_min_blocks(D)) fp_kernel(con
     for (int it = 0; it < ntiles; it++) {
         const int buf = it & 1, j0 = it * BK;
         if (it + 1 < ntiles) { /* prefetch the next tile into the other buffer (freed by the last barrier) */
-            fp_load_keys<T, D, BK>(ks + (buf ^ 1) * BK * LD, kc, c, j0 + BK, kend, hd);
-            fp_load_keys<T, D, BK>(vs + (buf ^ 1) * BK * LD, vc, c, j0 + BK, kend, hd);
+            fp_load_kv<T, D, BK>(ks + (buf ^ 1) * BK * LD, vs + (buf ^ 1) * BK * LD, kc, vc, c, j0 + BK, kend, hd);
             fa_commit();
             fa_wait<1>(); /* all but the prefetch: this tile (and Q) landed */
         } else {
