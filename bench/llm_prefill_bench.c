@@ -1,13 +1,15 @@
 /* llm_prefill_bench.c — the paged prefill attention alone (llmc_prefill_attention, src/llm/cuda/),
- * its CUDA-core kernel (llm_cuda_attn.cu) against its tensor-core kernel (llm_cuda_prefill.cu), at
- * real shapes: GPT-2 XL (25 heads, head_dim 64, fp16; a 128-token prompt) and Llama-3-8B (32 query
- * heads over 8 KV heads, head_dim 128, bf16; a 2048-token prompt), batch 1, no cached prefix unless
- * asked; 16-token cache blocks in scrambled order.
+ * its CUDA-core kernel (llm_cuda_attn.cu) against its tensor-core kernel (llm_cuda_prefill.cu) and
+ * the decode kernel with one row per new token (llmc_decode_attn.row_seq: llmc_attention's choice
+ * for at most LLMC_TOKEN_ROWS_MAX_NEW new tokens over a context at least 4x longer), at real shapes:
+ * GPT-2 XL (25 heads, head_dim 64, fp16; a 128-token prompt) and Llama-3-8B (32 query heads over 8 KV
+ * heads, head_dim 128, bf16; a 2048-token prompt), batch 1, no cached prefix unless asked; 16-token
+ * cache blocks in scrambled order.
  *
  * Per case and kernel: µs per call (the median of 7 runs of 20 back-to-back launches, the cache warm
  * in L2 after the first) and TFLOP/s of the causal attention (4 x head_dim flops per visible (query
  * head, key) pair); err = max |gpu - cpu| / max |cpu| over the last new token of the first and last
- * sequence (a double-precision CPU attention), vs cc = max |tc - cc| / max |cc| over every output.
+ * sequence (a double-precision CPU attention), vs cc = max |x - cc| / max |cc| over every output.
  *
  *   llm_prefill_bench [--only gpt2-xl,llama3-8b] [--tokens N] [--prefix P] [--batch B]
  *   (--tokens: new tokens per sequence instead of the shape's prompt; --prefix: cached keys before them)
@@ -109,9 +111,21 @@ static double cpu_err(const host_case *c, const uint16_t *out) {
     return diff / (mx > 0 ? mx : 1);
 }
 
-/* µs per call of a (its kernel field set): the median of RUNS event-timed runs of LAUNCHES calls. */
-static int time_kernel(const llmc_prefill_attn *a, cudaStream_t st, double *us) {
-    if (llmc_prefill_attention(a, st) != KILN_OK) return fprintf(stderr, "llm_prefill_bench: %s\n", kiln_last_error()), 1;
+/* One kernel under test: the prefill attention with its kernel field set (p), or the decode kernel
+ * with one row per new token (d: what llmc_attention takes for few new tokens over long contexts). */
+typedef struct variant {
+    const char *name;
+    const llmc_prefill_attn *p;
+    const llmc_decode_attn *d;
+} variant;
+
+static kiln_status launch(const variant *v, cudaStream_t st) {
+    return v->p ? llmc_prefill_attention(v->p, st) : llmc_decode_attention(v->d, st);
+}
+
+/* µs per call of v: the median of RUNS event-timed runs of LAUNCHES calls. */
+static int time_kernel(const variant *v, cudaStream_t st, double *us) {
+    if (launch(v, st) != KILN_OK) return fprintf(stderr, "llm_prefill_bench: %s\n", kiln_last_error()), 1;
     CK(cudaStreamSynchronize(st));
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
@@ -120,7 +134,7 @@ static int time_kernel(const llmc_prefill_attn *a, cudaStream_t st, double *us) 
     for (int r = 0; r < RUNS; r++) {
         CK(cudaEventRecord(e0, st));
         for (int i = 0; i < LAUNCHES; i++)
-            if (llmc_prefill_attention(a, st) != KILN_OK) return fprintf(stderr, "llm_prefill_bench: %s\n", kiln_last_error()), 1;
+            if (launch(v, st) != KILN_OK) return fprintf(stderr, "llm_prefill_bench: %s\n", kiln_last_error()), 1;
         CK(cudaEventRecord(e1, st));
         CK(cudaEventSynchronize(e1));
         CK(cudaEventElapsedTime(&ms[r], e0, e1));
@@ -132,30 +146,44 @@ static int time_kernel(const llmc_prefill_attn *a, cudaStream_t st, double *us) 
     return 0;
 }
 
-/* Uploads c, runs and times both kernels, prints their two lines. */
+/* Uploads c, runs and times the three kernels, prints their lines. */
 static int run_case(const host_case *c, cudaStream_t st) {
     const shape *sh = c->sh;
     const int hd = sh->hd, ldq = (sh->n_head + 2 * sh->n_kv) * hd, ldo = sh->n_head * hd, n_tok = c->batch * c->n_new;
     const size_t n_blocks = (size_t)c->batch * c->nb, cache = n_blocks * sh->n_kv * BS * hd, outs = (size_t)n_tok * ldo;
-    int32_t *meta = malloc((n_blocks + 2 * (size_t)c->batch + 1) * 4);
-    uint16_t *out[2] = {malloc(outs * 2), malloc(outs * 2)};
+    /* meta: the block table, ctx_len [batch], seq_start [batch + 1], then the token rows' sequences and
+     * positions [n_tok] each */
+    const size_t n_meta = n_blocks + 2 * (size_t)c->batch + 1 + 2 * (size_t)n_tok;
+    const size_t n_counts = (size_t)n_tok * llmc_decode_counters(sh->n_head, sh->n_kv);
+    int32_t *meta = malloc(n_meta * 4);
+    uint16_t *out[3] = {malloc(outs * 2), malloc(outs * 2), malloc(outs * 2)};
     void *d_q = NULL, *d_k = NULL, *d_v = NULL, *d_out = NULL;
     int32_t *d_meta = NULL;
-    if (!meta || !out[0] || !out[1]) return fprintf(stderr, "llm_prefill_bench: out of memory\n"), 1;
+    float *d_part = NULL;
+    unsigned *d_count = NULL;
+    if (!meta || !out[0] || !out[1] || !out[2]) return fprintf(stderr, "llm_prefill_bench: out of memory\n"), 1;
     memcpy(meta, c->table, n_blocks * 4);
+    int32_t *ctx_len = meta + n_blocks, *seq_start = ctx_len + c->batch, *row_seq = seq_start + c->batch + 1;
     for (int s = 0; s <= c->batch; s++) {
-        if (s < c->batch) meta[n_blocks + s] = c->ctx;                 /* ctx_len */
-        meta[n_blocks + c->batch + s] = s * c->n_new;                  /* seq_start */
+        if (s < c->batch) ctx_len[s] = c->ctx;
+        seq_start[s] = s * c->n_new;
+    }
+    for (int t = 0; t < n_tok; t++) {
+        row_seq[t] = t / c->n_new;
+        row_seq[n_tok + t] = c->ctx - c->n_new + t % c->n_new;
     }
     CK(cudaMalloc(&d_q, (size_t)n_tok * ldq * 2));
     CK(cudaMalloc(&d_k, cache * 2));
     CK(cudaMalloc(&d_v, cache * 2));
     CK(cudaMalloc(&d_out, outs * 2));
-    CK(cudaMalloc((void **)&d_meta, (n_blocks + 2 * (size_t)c->batch + 1) * 4));
+    CK(cudaMalloc((void **)&d_meta, n_meta * 4));
+    CK(cudaMalloc((void **)&d_part, (size_t)n_tok * sh->n_head * (hd + 2) * sizeof(float)));
+    CK(cudaMalloc((void **)&d_count, n_counts * sizeof(unsigned)));
+    CK(cudaMemset(d_count, 0, n_counts * sizeof(unsigned)));
     CK(cudaMemcpy(d_q, c->q, (size_t)n_tok * ldq * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_k, c->k, cache * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_v, c->v, cache * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_meta, meta, (n_blocks + 2 * (size_t)c->batch + 1) * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_meta, meta, n_meta * 4, cudaMemcpyHostToDevice));
     llmc_prefill_attn a;
     memset(&a, 0, sizeof a);
     a.dtype = sh->dtype;
@@ -175,32 +203,58 @@ static int run_case(const host_case *c, cudaStream_t st) {
     a.seq_start = d_meta + n_blocks + c->batch;
     a.kc = d_k;
     a.vc = d_v;
+    llmc_prefill_attn a_tc = a;
+    a.kernel = LLMC_PREFILL_CUDA_CORES;
+    a_tc.kernel = LLMC_PREFILL_TENSOR_CORES;
+    llmc_decode_attn r;
+    memset(&r, 0, sizeof r);
+    r.dtype = sh->dtype;
+    r.head_dim = hd;
+    r.n_head = sh->n_head;
+    r.n_kv_head = sh->n_kv;
+    r.n_seqs = n_tok;
+    r.block_size = BS;
+    r.max_ctx = c->ctx;
+    r.q = d_q;
+    r.ldq = ldq;
+    r.out = d_out;
+    r.ldo = ldo;
+    r.ctx_len = a.ctx_len;
+    r.table = d_meta;
+    r.table_stride = c->nb;
+    r.kc = d_k;
+    r.vc = d_v;
+    r.part = d_part;
+    r.split_cap = 1;
+    r.count = d_count;
+    r.sm_count = 132;
+    r.part_keys = -1;
+    r.row_seq = a.seq_start + c->batch + 1;
+    r.row_pos = r.row_seq + n_tok;
+    const variant variants[3] = {{"cuda cores", &a, NULL}, {"tensor", &a_tc, NULL}, {"token rows", NULL, &r}};
     /* causal flops: every (sequence, query head, new token) pair sees prefix + its index + 1 keys */
     const int prefix = c->ctx - c->n_new;
     const double flops = 4.0 * hd * sh->n_head * c->batch * ((double)c->n_new * prefix + (double)c->n_new * (c->n_new + 1) / 2);
-    static const int kernels[2] = {LLMC_PREFILL_CUDA_CORES, LLMC_PREFILL_TENSOR_CORES};
-    static const char *names[2] = {"cuda cores", "tensor"};
     int rc = 0;
-    for (int i = 0; i < 2 && !rc; i++) {
+    for (int i = 0; i < 3 && !rc; i++) {
         double us = 0;
-        a.kernel = kernels[i];
         CK(cudaMemset(d_out, 0xff, outs * 2)); /* NaN poison */
-        if (time_kernel(&a, st, &us)) {
+        if (time_kernel(&variants[i], st, &us)) {
             rc = 1;
             break;
         }
         CK(cudaMemcpy(out[i], d_out, outs * 2, cudaMemcpyDeviceToHost));
         char vs_cc[16] = "-";
-        if (i == 1) {
+        if (i > 0) {
             double mx = 0, diff = 0;
             for (size_t e = 0; e < outs; e++) {
-                const double r = to_f(out[0][e], sh->dtype), d = fabs(to_f(out[1][e], sh->dtype) - r);
-                mx = fmax(mx, fabs(r));
+                const double ref = to_f(out[0][e], sh->dtype), d = fabs(to_f(out[i][e], sh->dtype) - ref);
+                mx = fmax(mx, fabs(ref));
                 diff = isnan(d) ? INFINITY : fmax(diff, d);
             }
             snprintf(vs_cc, sizeof vs_cc, "%.2e", diff / (mx > 0 ? mx : 1));
         }
-        printf("%-10s %5d %6d %6d %-10s %9.1f %8.2f %9.2e %9s\n", sh->name, c->batch, c->n_new, prefix, names[i], us,
+        printf("%-10s %5d %6d %6d %-10s %9.1f %8.2f %9.2e %9s\n", sh->name, c->batch, c->n_new, prefix, variants[i].name, us,
                flops / (us * 1e-6) / 1e12, cpu_err(c, out[i]), vs_cc);
     }
     cudaFree(d_q);
@@ -208,9 +262,10 @@ static int run_case(const host_case *c, cudaStream_t st) {
     cudaFree(d_v);
     cudaFree(d_out);
     cudaFree(d_meta);
+    cudaFree(d_part);
+    cudaFree(d_count);
     free(meta);
-    free(out[0]);
-    free(out[1]);
+    for (int i = 0; i < 3; i++) free(out[i]);
     return rc;
 }
 
@@ -279,7 +334,7 @@ int main(int argc, char **argv) {
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     printf("llm_prefill_bench on %s: prefill attention alone, cache blocks of %d tokens\n", desc, BS);
-    printf("err = max |gpu - cpu| / max |cpu| (last new token); vs cc = max |tc - cc| / max |cc| (every output)\n\n");
+    printf("err = max |gpu - cpu| / max |cpu| (last new token); vs cc = max |x - cc| / max |cc| (every output)\n\n");
     printf("%-10s %5s %6s %6s %-10s %9s %8s %9s %9s\n", "shape", "batch", "new", "prefix", "kernel", "us/call", "TFLOP/s",
            "err", "vs cc");
     int rc = 0;
