@@ -3,13 +3,14 @@
  * fp16 and bf16. The GPU and the CPU see the same 16-bit values (the CPU in FP32); outputs start as a
  * NaN poison, so an output never written shows.
  *
- *  - prefill attention (llmc_prefill_attention) and decode attention (llmc_decode_attention, keys per
- *    split from the heuristic and forced to 48) vs kiln_llm_attention over a paged CPU cache: head dims
- *    8..256 (the fast paths 64, 80, 96, 128, 256 and generic ones), query heads per KV head 1, 2, 3,
- *    8, 12 and 16 (more than 8: chunked), contexts at and around the 16-token block edges up to 600,
- *    batches 1, 3 and 8, chunked prefill (new tokens after a cached prefix), the same prefill steps
- *    through the decode kernel's token rows (row_seq, row_pos); the decode split counters must be
- *    back at zero. Error: max |gpu - cpu| / max |cpu| <= 5e-3 (fp16), 2e-2 (bf16).
+ *  - prefill attention (llmc_prefill_attention, its CUDA-core and its tensor-core kernel) and decode
+ *    attention (llmc_decode_attention, keys per split from the heuristic and forced to 48) vs
+ *    kiln_llm_attention over a paged CPU cache: head dims 8..256 (the fast paths 64, 80, 96, 128, 256
+ *    and generic ones), query heads per KV head 1, 2, 3, 4, 5, 8, 12 and 16 (more than 8: chunked in
+ *    the decode kernel), contexts at and around the 16-token block edges up to 600, batches 1, 3 and
+ *    8, chunked prefill (1..300 new tokens after a cached prefix), the same prefill steps through the
+ *    decode kernel's token rows (row_seq, row_pos); the decode split counters must be back at zero.
+ *    Error: max |gpu - cpu| / max |cpu| <= 5e-3 (fp16), 2e-2 (bf16).
  *  - RoPE + KV write (llmc_rope_kv_launch) vs kiln_llm_rope + kiln_llm_kv_write: head dims 8..256,
  *    GQA, with and without rotation, positions at block edges; every q value and every cache slot
  *    (written or not) compared: <= 2e-3 (fp16), 1.6e-2 (bf16) of the largest |value|; values exact.
@@ -61,24 +62,31 @@ static const int attn_hds[] = {8, 16, 24, 40, 64, 72, 80, 96, 104, 128, 136, 192
 static const int attn_gqa[][2] = {{1, 1}, {4, 2}, {6, 2}, {8, 1}, {12, 1}, {32, 2}};
 /* (new tokens, context) of prefill sequences; decode contexts */
 static const int prefill_seqs[][2] = {{1, 1}, {17, 17}, {16, 40}, {33, 33}, {5, 300}, {64, 100}, {3, 257}, {48, 48}};
+/* chunks of 1..300 new tokens after cached prefixes ending at, before and past block edges (and
+ * past the kernels' 32- and 64-key tiles), whole prompts among them */
+static const int chunk_seqs[][2] = {{300, 300}, {1, 17}, {129, 160}, {64, 64}, {200, 555}, {7, 33}, {100, 600}, {255, 257}};
+/* head dims and (query heads, KV heads) of the chunk cases: the tensor-core instantiations and head
+ * dims padded to them; query heads per KV head 1, 4, 8 and 5 */
+static const int chunk_hds[] = {64, 80, 96, 128, 256, 8, 40, 72, 88, 112, 136, 200};
+static const int chunk_gqa[][2] = {{2, 2}, {8, 2}, {8, 1}, {10, 2}};
 static const int decode_ctx[] = {1, 15, 16, 17, 32, 33, 255, 256, 257, 600};
 
 #define ATT_MAX_SEQS 8
 #define ATT_MAX_CTX 600
 #define ATT_SPLIT_CAP 64
 
-/* One attention case: batch sequences (prefill: new tokens and contexts from prefill_seqs, rotated by
- * rot; decode: one new token, contexts from decode_ctx) over a scrambled paged cache; the GPU kernel
- * (decode: with keys per split part, 0 for the heuristic; prefill with token_rows: the decode kernel,
- * one row per new token) against kiln_llm_attention. */
-static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, bool token_rows, int batch, int rot, int part,
-                      int sm_count) {
+/* One attention case: batch sequences (prefill: new tokens and contexts from seqs, 8 of them, rotated
+ * by rot; decode: one new token, contexts from decode_ctx) over a scrambled paged cache; the GPU kernel
+ * (decode: with keys per split part, 0 for the heuristic; prefill: llmc_prefill_attn.kernel `kernel`,
+ * or with token_rows the decode kernel, one row per new token) against kiln_llm_attention. */
+static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, bool token_rows, const int (*seqs)[2], int batch,
+                      int rot, int part, int kernel, int sm_count) {
     const int hd = sh->hd, ldq = (sh->n_head + 2 * sh->n_kv) * hd, ldo = sh->n_head * hd;
     int n_new[ATT_MAX_SEQS], ctx[ATT_MAX_SEQS], seq_start[ATT_MAX_SEQS + 1], max_new = 0, max_ctx = 0, n_tok = 0;
     int n_blocks = 0;
     for (int s = 0; s < batch; s++) {
-        n_new[s] = decode ? 1 : prefill_seqs[(s + rot) % 8][0];
-        ctx[s] = decode ? decode_ctx[(s * 3 + rot) % 10] : prefill_seqs[(s + rot) % 8][1];
+        n_new[s] = decode ? 1 : seqs[(s + rot) % 8][0];
+        ctx[s] = decode ? decode_ctx[(s * 3 + rot) % 10] : seqs[(s + rot) % 8][1];
         seq_start[s] = n_tok;
         n_tok += n_new[s];
         max_new = n_new[s] > max_new ? n_new[s] : max_new;
@@ -104,8 +112,9 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, bool tok
     unsigned *d_count = NULL, *counts = NULL;
     const int n_counts = batch * llmc_decode_counters(sh->n_head, sh->n_kv);
     char shape[96];
-    snprintf(shape, sizeof shape, "hd %d, %d/%d heads, batch %d%s%s", hd, sh->n_head, sh->n_kv, batch,
-             decode ? (part ? ", part 48" : ", auto split") : "", decode ? "" : token_rows ? ", token rows" : ", chunks");
+    snprintf(shape, sizeof shape, "hd %d, %d/%d heads, batch %d%s%s, max new %d", hd, sh->n_head, sh->n_kv, batch,
+             decode ? (part ? ", part 48" : ", auto split") : "", decode ? "" : token_rows ? ", token rows" : ", chunks",
+             max_new);
     if (!q16 || !out16 || !k16 || !v16 || !qf || !ref || !scratch || !table || !perm || !rows) {
         LT_EXPECT(0, "out of memory");
         goto done;
@@ -212,6 +221,7 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, bool tok
         a.table_stride = table_stride;
         a.kc = d_k;
         a.vc = d_v;
+        a.kernel = kernel;
         st = llmc_prefill_attention(&a, NULL);
     }
     LT_EXPECT(st == KILN_OK, "%s: %s", shape, kiln_last_error());
@@ -231,7 +241,8 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, bool tok
         for (int i = 0; i < n_counts; i++) counters_zero = counters_zero && counts[i] == 0;
         LT_EXPECT(counters_zero, "%s: a split counter was not left at zero", shape);
     }
-    report(decode ? "decode" : token_rows ? "token rows" : "prefill", shape, dt, err, tol,
+    report(decode ? "decode" : token_rows ? "token rows" : kernel == LLMC_PREFILL_CUDA_CORES ? "prefill" : "prefill tc",
+           shape, dt, err, tol,
            st == KILN_OK && err <= tol && counters_zero);
 done:
     kiln_kv_cache_free(kv);
@@ -256,6 +267,11 @@ done:
 }
 
 static void test_attention(int sm_count) {
+    /* the tensor-core prefill kernel needs sm_80: before it, its cases run the CUDA-core kernel */
+    int cc_major = 0;
+    if (cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess) cc_major = 0;
+    const int tc = cc_major >= 8 ? LLMC_PREFILL_TENSOR_CORES : LLMC_PREFILL_CUDA_CORES;
+    if (tc != LLMC_PREFILL_TENSOR_CORES) printf("(sm_%d.x: no tensor-core prefill; its cases run on CUDA cores)\n", cc_major);
     const int n_hd = (int)(sizeof attn_hds / sizeof attn_hds[0]), n_gqa = (int)(sizeof attn_gqa / sizeof attn_gqa[0]);
     static const int batches[] = {1, 3, 8};
     for (int di = 0; di < 2; di++) {
@@ -265,11 +281,27 @@ static void test_attention(int sm_count) {
                 const int gi = (hi + 2 * k) % n_gqa; /* three GQA shapes per head dim, every shape over the table */
                 const attn_shape sh = {attn_hds[hi], attn_gqa[gi][0], attn_gqa[gi][1]};
                 const int batch = batches[(hi + k) % 3], rot = hi + k;
-                attn_case(&sh, dt, false, false, batch, rot, 0, sm_count);
-                attn_case(&sh, dt, false, true, batch, rot, 0, sm_count);
-                attn_case(&sh, dt, true, false, batch, rot, 0, sm_count);
-                attn_case(&sh, dt, true, false, batch, rot, 48, sm_count);
+                attn_case(&sh, dt, false, false, prefill_seqs, batch, rot, 0, LLMC_PREFILL_CUDA_CORES, sm_count);
+                attn_case(&sh, dt, false, false, prefill_seqs, batch, rot, 0, tc, sm_count);
+                attn_case(&sh, dt, false, true, prefill_seqs, batch, rot, 0, 0, sm_count);
+                attn_case(&sh, dt, true, false, NULL, batch, rot, 0, 0, sm_count);
+                attn_case(&sh, dt, true, false, NULL, batch, rot, 48, 0, sm_count);
             }
+        /* chunked prefill on the tensor cores: every chunk head dim with every GQA shape, batch 1 over
+         * sequences 0, 2, 4 and 6 of the table, then batches 1 and 3 from starts rotating with the head dim */
+        const int n_chd = (int)(sizeof chunk_hds / sizeof chunk_hds[0]);
+        const int n_cgqa = (int)(sizeof chunk_gqa / sizeof chunk_gqa[0]);
+        for (int hi = 0; hi < n_chd; hi++)
+            for (int gi = 0; gi < n_cgqa; gi++) {
+                const attn_shape sh = {chunk_hds[hi], chunk_gqa[gi][0], chunk_gqa[gi][1]};
+                attn_case(&sh, dt, false, false, chunk_seqs, 1, 2 * gi, 0, tc, sm_count);
+                attn_case(&sh, dt, false, false, chunk_seqs, gi % 2 ? 3 : 1, 2 * gi + 1 + hi, 0, tc, sm_count);
+            }
+        /* the CUDA-core kernel on the long chunks too, at a fast path and a generic head dim */
+        for (int i = 0; i < 2; i++) {
+            const attn_shape sh = {i ? 72 : 128, 8, 2};
+            attn_case(&sh, dt, false, false, chunk_seqs, 3, 4 * i, 0, LLMC_PREFILL_CUDA_CORES, sm_count);
+        }
     }
     /* what the kernels refuse: a head dim not a multiple of 8, one past 256, heads not a multiple */
     static const attn_shape bad[] = {{12, 2, 2}, {264, 2, 2}, {64, 6, 4}};
@@ -297,6 +329,10 @@ static void test_attention(int sm_count) {
         p.max_new = 1;
         LT_EXPECT(llmc_prefill_attention(&p, NULL) == KILN_ERR_INVALID_ARGUMENT, "prefill attention took hd %d, %d/%d heads",
                bad[i].hd, bad[i].n_head, bad[i].n_kv);
+        p.head_dim = 64;
+        p.n_head = p.n_kv_head = 2;
+        p.kernel = LLMC_PREFILL_TENSOR_CORES + 1 + i;
+        EXPECT(llmc_prefill_attention(&p, NULL) == KILN_ERR_INVALID_ARGUMENT, "prefill attention took kernel %d", p.kernel);
     }
 }
 

@@ -9,7 +9,8 @@
  *    of visible keys skips the per-key limit, and a 16-bit padding mask is read a key pair per
  *    32-bit load), runs the online softmax in float32 (running max and sum per row), packs
  *    the probabilities P to the storage type and adds P V into its 16 x D float32 accumulators. A
- *    causal block stops at its last visible key tile. Tails (Sq, Sk not multiples of 64) are zero
+ *    causal block stops at its last visible key tile (the per-tile core, flash_tile.cuh, is shared
+ *    with the LLM prefill attention). Tails (Sq, Sk not multiples of 64) are zero
  *    rows in shared memory, keys past Sk score -inf, rows past Sq are not written.
  *  - at_kernel (everything else: float32, other head dims up to AT_DMAX, D != Dv, older GPUs,
  *    unaligned tensors): on CUDA cores. A block of 4 warps takes 16 query rows of one output batch
@@ -24,6 +25,7 @@
  * key j > i + Sk - Sq to -inf. A row whose keys are all -inf gives NaN, as on the CPU. The score
  * matrix is never stored. Head dims above AT_DMAX are refused at build time. */
 #include "backends/cuda/kernel_util.cuh"
+#include "backends/cuda/flash_tile.cuh"
 #include "ir/fused_ops.h"
 
 #include <math.h>
@@ -158,84 +160,7 @@ __global__ void __launch_bounds__(AT_WARPS * 32) at_kernel(const at_args a, cons
 #define FA_MINB(D) ((D) <= 64 ? 4 : 2)
 #endif
 
-/* Fragments of mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16} (PTX ISA, "Matrix Fragments for
- * mma.m16n8k16 with floating point type"). Lane l of the warp, g = l / 4 (groupID), q = l % 4
- * (threadID_in_group); each .b32 register holds two 16-bit elements, the lower column index in the
- * low half.
- *   A (16 x 16, row-major)  a[0] = A[g][2q, 2q+1]      a[1] = A[g+8][2q, 2q+1]
- *                           a[2] = A[g][2q+8, 2q+9]    a[3] = A[g+8][2q+8, 2q+9]
- *   B (16 x 8, K x N)       b[0] = B[2q, 2q+1][g]      b[1] = B[2q+8, 2q+9][g]
- *   C, D (16 x 8, float32)  c[0], c[1] = C[g][2q, 2q+1]    c[2], c[3] = C[g+8][2q, 2q+1]
- * ldmatrix.m8n8.x4: lanes 8m..8m+7 give the row addresses of 8 x 8 matrix m (16 bytes a row) and
- * register m receives that matrix's row l / 4, columns 2q, 2q+1; with .trans its column l / 4, rows
- * 2q, 2q+1. So
- *   - Q (A operand, rows r0.., cols k0..): lane l points at row r0 + l % 16, col k0 + 8 (l / 16):
- *     matrices (rows 0-7, k0), (rows 8-15, k0), (rows 0-7, k0+8), (rows 8-15, k0+8) = a[0..3].
- *   - K (B operand of S = Q K^T: B[d][key] = K[key][d], K rows are keys): lane l points at key
- *     n0 + l % 8 + 8 (l / 16), col k0 + 8 ((l / 8) % 2): registers 0, 1 = b[0], b[1] of keys
- *     n0..n0+7, registers 2, 3 = those of keys n0+8..n0+15.
- *   - V (B operand of O = P V: B[key][dv] = V[key][dv], V rows are keys), .trans: lane l points at
- *     key k0 + l % 8 + 8 ((l / 8) % 2), col n0 + 8 (l / 16): registers 0, 1 = b[0], b[1] of dv
- *     n0..n0+7, registers 2, 3 = those of dv n0+8..n0+15.
- *   - P (A operand of P V) is the score accumulators themselves: keys 16k..16k+15 are the C tiles
- *     2k and 2k+1, and C tile 2k's (c[0], c[1]) / (c[2], c[3]) are a[0] / a[1], tile 2k+1's a[2] / a[3].
- * Each row's values are spread over the 4 lanes of its group (same g): row reductions are
- * __shfl_xor over lane bits 0 and 1. */
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800 /* the device helpers exist where fa_kernel has a body */
-template <typename T> struct fa_mma;
-template <> struct fa_mma<__half> {
-    static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-    static __device__ __forceinline__ __half from_bits(unsigned short b) { return __ushort_as_half(b); }
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-        __half2 h = __floats2half2_rn(lo, hi); /* .x (low half) = lo */
-        uint32_t r;
-        memcpy(&r, &h, 4);
-        return r;
-    }
-};
-template <> struct fa_mma<bf16> {
-    static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-    static __device__ __forceinline__ bf16 from_bits(unsigned short b) { return __ushort_as_bfloat16(b); }
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-        uint32_t r;
-        memcpy(&r, &h, 4);
-        return r;
-    }
-};
-
-static __device__ __forceinline__ void fa_ldsm_x4(uint32_t (&r)[4], const void *p) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
-static __device__ __forceinline__ void fa_ldsm_x4_trans(uint32_t (&r)[4], const void *p) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
-/* 16 bytes global -> shared without passing through registers; zeros when !valid (src not read). */
-static __device__ __forceinline__ void fa_cp16(void *smem, const void *gmem, bool valid) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
-}
-static __device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> static __device__ __forceinline__ void fa_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800 /* fa_load_rows exists where fa_kernel has a body */
 /* rows [r0, r0 + R) of an [n, d] matrix at src with rows ld apart (d <= D, d and ld multiples of 8)
  * into dst ([R][D + 8], 16-byte chunks spread over the block); rows at or past n and columns at or
  * past d become zeros (so that padded head dims add nothing and 0-probability keys never meet NaN
@@ -393,13 +318,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32, FA_MINB(D)) fa_kernel(const at_
             /* S = Q K^T: s[n] holds keys j0 + 8n .. j0 + 8n + 7 */
             float s[NT][4];
             for (int n = 0; n < NT; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-            for (int kk = 0; kk < KS; kk++)
-                for (int n2 = 0; n2 < NT / 2; n2++) {
-                    uint32_t b[4];
-                    fa_ldsm_x4(b, kt + (n2 * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + kk * 16 + (((lane >> 3) & 1) << 3));
-                    fa_mma<T>::run(s[2 * n2], qf[kk], b[0], b[1]);
-                    fa_mma<T>::run(s[2 * n2 + 1], qf[kk], b[2], b[3]);
-                }
+            for (int kk = 0; kk < KS; kk++) fa_qk_step<T, D, FA_BK>(s, qf[kk], kt, kk, lane);
             /* scale, mask, causal limit, key tail, in the log2 domain (every score times log2(e), so
              * that each exponential below is one ex2): element (n, e) is row rows[e / 2], key
              * j0 + 8n + 2q + e % 2 */
@@ -411,57 +330,13 @@ __global__ void __launch_bounds__(FA_WARPS * 32, FA_MINB(D)) fa_kernel(const at_
                     else if (a.mask_kind == 2 && mraw == 0) x = fill2;
                     s[n][e] = full || n * 8 + 2 * q4 + (e & 1) < vlim[e >> 1] ? x : NEG_INF;
                 }
-            /* online softmax: rows r = 0 (g) and 1 (g + 8), each over the 4 lanes of the group */
-            float corr[2], msub[2];
-            for (int r = 0; r < 2; r++) {
-                float mx = mrow[r];
-                for (int n = 0; n < NT; n++) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                msub[r] = mx == NEG_INF ? 0.0f : mx; /* no visible key yet: every exp below is 0 */
-                corr[r] = ku_exp2_approx(mrow[r] - msub[r]);
-                mrow[r] = mx;
-            }
-            float ls[2] = {0.0f, 0.0f};
-            for (int n = 0; n < NT; n++)
-                for (int e = 0; e < 4; e++) {
-                    s[n][e] = ku_exp2_approx(s[n][e] - msub[e >> 1]);
-                    ls[e >> 1] += s[n][e];
-                }
-            for (int r = 0; r < 2; r++) lrow[r] = lrow[r] * corr[r] + ls[r]; /* this lane's part of the row sum */
-            for (int j = 0; j < D / 8; j++) {
-                o[j][0] *= corr[0];
-                o[j][1] *= corr[0];
-                o[j][2] *= corr[1];
-                o[j][3] *= corr[1];
-            }
-            /* O += P V, P rounded to T */
-            for (int kk = 0; kk < FA_BK / 16; kk++) {
-                uint32_t pa[4] = {fa_mma<T>::pack(s[2 * kk][0], s[2 * kk][1]), fa_mma<T>::pack(s[2 * kk][2], s[2 * kk][3]),
-                                  fa_mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                  fa_mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-                for (int dn = 0; dn < D / 16; dn++) {
-                    uint32_t b[4];
-                    fa_ldsm_x4_trans(b, vt + (kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3)) * LD + dn * 16 + ((lane >> 4) << 3));
-                    fa_mma<T>::run(o[2 * dn], pa, b[0], b[1]);
-                    fa_mma<T>::run(o[2 * dn + 1], pa, b[2], b[3]);
-                }
-            }
+            fa_softmax_pv<T, D, FA_BK>(s, o, mrow, lrow, vt, lane); /* online softmax, O += P V */
             __syncthreads(); /* this buffer is refilled by the next iteration's prefetch */
         }
         fa_wait<0>(); /* nothing in flight when no tile ran */
-        for (int r = 0; r < 2; r++) {
-            float l = lrow[r];
-            l += __shfl_xor_sync(0xffffffffu, l, 1);
-            l += __shfl_xor_sync(0xffffffffu, l, 2);
-            const int64_t i = rows[r];
-            if (i >= a.sq) continue;
-            const float inv = 1.0f / l; /* l = 0 (no visible key) gives NaN, as on the CPU */
-            T *orow = ob + i * a.ldo + 2 * q4;
-            for (int j = 0; j < D / 8; j++)
-                if (j * 8 < d) /* d is a multiple of 8: a whole 8-column tile is in or out */
-                    *reinterpret_cast<uint32_t *>(orow + j * 8) = fa_mma<T>::pack(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
-        }
+        /* rows past Sq are not written; one with no visible key gives NaN, as on the CPU */
+        T *const orow[2] = {rows[0] < a.sq ? ob + rows[0] * a.ldo : NULL, rows[1] < a.sq ? ob + rows[1] * a.ldo : NULL};
+        fa_store_rows<T, D>(o, lrow, orow, d, lane);
     }
 #endif
 }

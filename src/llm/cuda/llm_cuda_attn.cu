@@ -1,9 +1,11 @@
 /* llm_cuda_attn.cu — causal attention of a step's new tokens over the paged KV cache (the step's own
  * keys and values are already written), flash-attention style: scores, an online softmax and the
  * weighted sum of values in FP32, never materializing the score matrix. This file holds the prefill
- * kernel (any number of new tokens per sequence) and llmc_attention, which picks it or the decode
- * kernel (llm_cuda_decode.cu). Head dims: any multiple of 8 up to 256, fast paths compiled for 64, 80,
- * 96, 128 and 256 (llm_cuda_attn.cuh); any number of query heads per KV head.
+ * kernel on CUDA cores (any number of new tokens per sequence; the fallback of the tensor-core one,
+ * llm_cuda_prefill.cu, before sm_80), llmc_prefill_attention, which picks one of the two, and
+ * llmc_attention, which picks the prefill or the decode attention (llm_cuda_decode.cu). Head dims:
+ * any multiple of 8 up to 256, fast paths compiled for 64, 80, 96, 128 and 256 (llm_cuda_attn.cuh);
+ * any number of query heads per KV head.
  *
  * The prefill core (att_tile): a warp holds up to ATT_R query rows (FP32, pre-scaled by 1/sqrt(hd), in
  * shared memory) and attends them to a tile of 32 keys, lane j scoring key j against every row
@@ -155,11 +157,21 @@ struct prefill_launcher {
 
 extern "C" kiln_status llmc_prefill_attention(const llmc_prefill_attn *a, cudaStream_t stream) {
     if (!att_shape_ok(a->dtype, a->head_dim, a->n_head, a->n_kv_head) || a->n_seqs < 1 || a->max_new < 1 ||
-        a->block_size < 1 || a->ldq % 8 || a->ldo % 8)
+        a->block_size < 1 || a->ldq % 8 || a->ldo % 8 || a->kernel < LLMC_PREFILL_AUTO ||
+        a->kernel > LLMC_PREFILL_TENSOR_CORES)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "prefill attention: head_dim %d (a multiple of 8 up to %d), %d "
-                          "heads over %d KV heads, %d sequences, max_new %d, block_size %d, ldq %d, ldo %d, %s: "
-                          "unsupported", a->head_dim, LLMC_MAX_HEAD_DIM, a->n_head, a->n_kv_head, a->n_seqs,
-                          a->max_new, a->block_size, a->ldq, a->ldo, kiln_dtype_name(a->dtype));
+                          "heads over %d KV heads, %d sequences, max_new %d, block_size %d, ldq %d, ldo %d, %s, kernel "
+                          "%d: unsupported", a->head_dim, LLMC_MAX_HEAD_DIM, a->n_head, a->n_kv_head, a->n_seqs,
+                          a->max_new, a->block_size, a->ldq, a->ldo, kiln_dtype_name(a->dtype), a->kernel);
+    const bool aligned = ku_aligned16(a->q) && ku_aligned16(a->kc) && ku_aligned16(a->vc) && ku_aligned16(a->out);
+    int dev = 0, cc_major = 0;
+    KILN_CUDA_TRY(cudaGetDevice(&dev));
+    KILN_CUDA_TRY(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev));
+    if (a->kernel == LLMC_PREFILL_TENSOR_CORES && (cc_major < 8 || !aligned))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "prefill attention on the tensor cores needs sm_80 or later (device "
+                          "%d is sm_%d.x) and 16-byte aligned queries, cache and output (%s)", dev, cc_major,
+                          aligned ? "they are" : "they are not");
+    if (a->kernel != LLMC_PREFILL_CUDA_CORES && cc_major >= 8 && aligned) return llmc_prefill_attention_tc(a, stream);
     return a->dtype == KILN_F16 ? att_dispatch_hd<prefill_launcher, __half>(a->head_dim, a, stream)
                                 : att_dispatch_hd<prefill_launcher, bf16>(a->head_dim, a, stream);
 }

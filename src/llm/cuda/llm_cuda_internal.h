@@ -275,10 +275,18 @@ typedef struct llmc_prefill_attn {
     const int32_t *seq_start, *ctx_len, *table; /* [n_seqs + 1], [n_seqs], [n_seqs][table_stride] */
     int table_stride;
     const void *kc, *vc;
+    int kernel; /* LLMC_PREFILL_AUTO (0), LLMC_PREFILL_CUDA_CORES or LLMC_PREFILL_TENSOR_CORES */
 } llmc_prefill_attn;
 
-/* Enqueues the prefill attention on stream; shapes it does not take are KILN_ERR_INVALID_ARGUMENT. */
+/* llmc_prefill_attn.kernel: AUTO takes the tensor-core kernel (llm_cuda_prefill.cu) on sm_80+ with
+ * q, kc, vc and out 16-byte aligned, else the CUDA-core kernel (llm_cuda_attn.cu); the others force one. */
+enum { LLMC_PREFILL_AUTO = 0, LLMC_PREFILL_CUDA_CORES = 1, LLMC_PREFILL_TENSOR_CORES = 2 };
+
+/* Enqueues the prefill attention on stream; shapes it does not take are KILN_ERR_INVALID_ARGUMENT, the
+ * tensor-core kernel forced on a device before sm_80 or on unaligned arrays KILN_ERR_UNSUPPORTED. */
 kiln_status llmc_prefill_attention(const llmc_prefill_attn *a, cudaStream_t stream);
+/* The tensor-core kernel of llmc_prefill_attention (llm_cuda_prefill.cu), shapes already checked. */
+kiln_status llmc_prefill_attention_tc(const llmc_prefill_attn *a, cudaStream_t stream);
 
 /* llm_cuda_attn.cu: g->att = causal attention of every new token over its sequence's cache (which
  * already holds the step's keys and values) in layer kc/vc: llmc_decode_attention when s->decode; a
