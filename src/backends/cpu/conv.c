@@ -293,8 +293,15 @@ kiln_status kiln_cpu_conv_prepare(const kiln_graph *g, const kiln_node *n, void 
     int64_t positions = 0; /* the output's OH * OW where shape inference knows it */
     if (yv && yv->ndim == 4 && kiln_dim_is_static(yv->dims[2]) && kiln_dim_is_static(yv->dims[3]))
         positions = yv->dims[2].value * yv->dims[3].value;
+    bool unit_stride = true; /* strides and dilations all 1 (or absent) */
+    const char *names[2] = {"strides", "dilations"};
+    for (int a = 0; a < 2; a++) {
+        int count = 0;
+        const int64_t *v = kiln_attr_ints(n, names[a], &count);
+        for (int i = 0; v && i < count; i++) unit_stride = unit_stride && v[i] == 1;
+    }
     KILN_TRY(kiln_conv2d_weights_pack(w->data, w->dims[0], w->dims[1], w->dims[2], w->dims[3],
-                                      kiln_attr_int(n, "group", 1), positions, &pw));
+                                      kiln_attr_int(n, "group", 1), positions, unit_stride, &pw));
     *state = pw;
     return KILN_OK;
 }

@@ -1,0 +1,273 @@
+/* conv2d_winograd.c — 3x3 stride-1 2-D Conv by Winograd's minimal filtering F(4x4, 3x3): every 4x4
+ * block of outputs (a "tile") comes from the 6x6 input patch under it as Y = A^T [(G g G^T) .
+ * (B^T d B)] A, 36 products per output channel and input channel instead of 144. The weights'
+ * transforms U = G g G^T are made once, when the engine packs them: one [M, C] matrix per position
+ * xi of the 6x6 transform, in kiln_pg_pack_a's layout (kiln_conv2d_weights_pack). Per run, the input
+ * is copied once into zero-padded planes in a 4-phase layout (padded column q at (q % 4) * lp + q / 4),
+ * so the columns of 16 neighbouring tiles under one tap are contiguous; tasks take a block of at most
+ * KILN_PG_NR tiles, transform its patches 16 tiles at a time (B^T d B on 16-lane vectors) straight
+ * into kiln_pg_pack_b's layout, then, for a group of output channels at a time, run the 36 packed
+ * products M_xi = U_xi V_xi and turn them into outputs (A^T M A, bias, residual, activation) while
+ * they are in cache. */
+#include "backends/cpu/conv2d.h"
+
+#include "backends/cpu/cpu_scratch.h"
+#include "backends/cpu/fused_kernels.h"
+#include "backends/cpu/packed_gemm.h"
+#include "core/status.h"
+#include "core/threadpool.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__linux__) && !defined(KILN_NO_SIMD_CLONES)
+#define WINO_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define WINO_CLONES
+#endif
+
+enum { XI = 36, LANES = 16, GROUP_ROWS = 4 * KILN_PG_MR };
+
+typedef float wino_v16 __attribute__((vector_size(64)));
+
+#define V16_LOAD(p)                                                                                \
+    ({                                                                                             \
+        wino_v16 v_;                                                                               \
+        memcpy(&v_, (p), sizeof v_);                                                               \
+        v_;                                                                                        \
+    })
+
+typedef struct wino_job {
+    const kiln_conv2d *g;
+    const kiln_conv2d_weights *packed;
+    const float *bias, *z;
+    const kiln_act *act;
+    const float *x;
+    float *y, *xp; /* xp: the padded input planes [N * C][PH][4 * lp] in phase layout */
+    int64_t TH, TW, tiles;         /* tile rows and columns per image, tiles in all images */
+    int64_t PH, lp, plane;         /* padded rows, phase length, floats per padded plane */
+    int64_t nt, blocks, msplit;    /* tiles per block, tile blocks, blocks of output channels per tile block */
+    atomic_bool oom;
+} wino_job;
+
+/* ------------------------------------------------------------------ weights */
+void kiln_conv2d_winograd_pack(const float *w, int64_t M, int64_t C, float *dst) {
+    static const double G[6][3] = {{1.0 / 4, 0, 0},
+                                   {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                   {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                   {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                   {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                                   {0, 0, 1}};
+    const int64_t per = kiln_pg_packed_a_floats(M, C);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t c = 0; c < C; c++) {
+            const float *k = w + (m * C + c) * 9;
+            double t[6][3];
+            for (int i = 0; i < 6; i++)
+                for (int j = 0; j < 3; j++) t[i][j] = G[i][0] * k[j] + G[i][1] * k[3 + j] + G[i][2] * k[6 + j];
+            for (int i = 0; i < 6; i++)
+                for (int j = 0; j < 6; j++) { /* U_xi at row m, column c of panel m / MR */
+                    double u = t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2];
+                    dst[(i * 6 + j) * per + (m / KILN_PG_MR * C + c) * KILN_PG_MR + m % KILN_PG_MR] = (float)u;
+                }
+        }
+    for (int64_t m = M; m % KILN_PG_MR; m++) /* the last panel's rows past M */
+        for (int xi = 0; xi < XI; xi++)
+            for (int64_t c = 0; c < C; c++) dst[xi * per + (m / KILN_PG_MR * C + c) * KILN_PG_MR + m % KILN_PG_MR] = 0.0f;
+}
+
+/* ------------------------------------------------------------------ input */
+/* Padded planes [b, e): padded row r is input row r - ph, padded column q input column q - pw. */
+static void pad_part(void *ctx, int64_t b, int64_t e) {
+    wino_job *j = ctx;
+    const kiln_conv2d *g = j->g;
+    for (int64_t t = b; t < e; t++) {
+        float *dst = j->xp + t * j->plane;
+        const float *src = j->x + t * g->H * g->W;
+        for (int64_t r = 0; r < j->PH; r++, dst += 4 * j->lp) {
+            int64_t ih = r - g->ph;
+            if (ih < 0 || ih >= g->H) {
+                memset(dst, 0, (size_t)(4 * j->lp) * sizeof *dst);
+                continue;
+            }
+            const float *row = src + ih * g->W;
+            for (int64_t phase = 0; phase < 4; phase++)
+                for (int64_t i = 0; i < j->lp; i++) {
+                    int64_t iw = phase + 4 * i - g->pw;
+                    dst[phase * j->lp + i] = iw >= 0 && iw < g->W ? row[iw] : 0.0f;
+                }
+        }
+    }
+}
+
+/* The six combinations of d[0..5] that B^T applies along one axis. */
+#define BT_ROWS(d, o)                                                                              \
+    do {                                                                                           \
+        o[0] = 4.0f * d[0] - 5.0f * d[2] + d[4];                                                   \
+        o[1] = d[3] + d[4] - 4.0f * (d[1] + d[2]);                                                 \
+        o[2] = d[4] - d[3] + 4.0f * (d[1] - d[2]);                                                 \
+        o[3] = d[4] - d[2] + 2.0f * (d[3] - d[1]);                                                 \
+        o[4] = d[4] - d[2] + 2.0f * (d[1] - d[3]);                                                 \
+        o[5] = 4.0f * d[1] - 5.0f * d[3] + d[5];                                                   \
+    } while (0)
+
+/* V_xi (c, t0 + l) for the 16 tiles (tile row, columns tw..tw + 15) of one padded plane
+ * (rows from the tile row's first): v + xi * vstride + l. */
+WINO_CLONES
+static void input_tiles(const float *plane, int64_t ld, int64_t lp, int64_t tw, float *v, int64_t vstride, int64_t n) {
+    wino_v16 w[6][6];
+    for (int r = 0; r < 6; r++) {
+        const float *row = plane + r * ld + tw;
+        wino_v16 d[6], o[6];
+        for (int s = 0; s < 6; s++) d[s] = V16_LOAD(row + (s % 4) * lp + s / 4);
+        BT_ROWS(d, o);
+        for (int c = 0; c < 6; c++) w[r][c] = o[c];
+    }
+    for (int c = 0; c < 6; c++) {
+        wino_v16 d[6], o[6];
+        for (int r = 0; r < 6; r++) d[r] = w[r][c];
+        BT_ROWS(d, o);
+        for (int i = 0; i < 6; i++) memcpy(v + (i * 6 + c) * vstride, &o[i], (size_t)n * sizeof(float));
+    }
+}
+
+/* ------------------------------------------------------------------ output */
+/* The four combinations of m[0..5] that A^T applies along one axis. */
+#define AT_ROWS(m, o)                                                                              \
+    do {                                                                                           \
+        o[0] = m[0] + (m[1] + m[2]) + (m[3] + m[4]);                                               \
+        o[1] = (m[1] - m[2]) + 2.0f * (m[3] - m[4]);                                               \
+        o[2] = (m[1] + m[2]) + 4.0f * (m[3] + m[4]);                                               \
+        o[3] = (m[1] - m[2]) + 8.0f * (m[3] - m[4]) + m[5];                                        \
+    } while (0)
+
+/* The 4x4 outputs of 16 tiles from their 36 products (m_xi at p + xi * pstride + l) plus bias, as
+ * four rows of 64 positions (out[i * 64 + 4 l + j]: tile l's row i, column j). */
+WINO_CLONES
+static void output_tiles(const float *p, int64_t pstride, float bias, float *out) {
+    wino_v16 t[6][4];
+    for (int r = 0; r < 6; r++) {
+        wino_v16 m[6], o[4];
+        for (int c = 0; c < 6; c++) m[c] = V16_LOAD(p + (r * 6 + c) * pstride);
+        AT_ROWS(m, o);
+        for (int c = 0; c < 4; c++) t[r][c] = o[c];
+    }
+    wino_v16 res[4][4]; /* res[i][c]: row i, column c of the tiles */
+    for (int c = 0; c < 4; c++) {
+        wino_v16 m[6], o[4];
+        for (int r = 0; r < 6; r++) m[r] = t[r][c];
+        AT_ROWS(m, o);
+        for (int i = 0; i < 4; i++) res[i][c] = o[i] + bias;
+    }
+    for (int i = 0; i < 4; i++) { /* interleave the four columns: position 4 l + c */
+        wino_v16 lo02 = __builtin_shufflevector(res[i][0], res[i][2], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+        wino_v16 hi02 = __builtin_shufflevector(res[i][0], res[i][2], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30,
+                                                15, 31);
+        wino_v16 lo13 = __builtin_shufflevector(res[i][1], res[i][3], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+        wino_v16 hi13 = __builtin_shufflevector(res[i][1], res[i][3], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30,
+                                                15, 31);
+        wino_v16 q[4] = {
+            __builtin_shufflevector(lo02, lo13, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23),
+            __builtin_shufflevector(lo02, lo13, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31),
+            __builtin_shufflevector(hi02, hi13, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23),
+            __builtin_shufflevector(hi02, hi13, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31)};
+        memcpy(out + i * 64, q, sizeof q);
+    }
+}
+
+/* ------------------------------------------------------------------ tasks */
+/* Runs the statements that follow for the runs of at most 16 tiles of one tile row that make up
+ * tiles [t0, t1), with img, th, tw (the run's first tile), n (its tiles) and l (its first tile's index
+ * within the block) set. */
+#define FOR_RUNS(j, t0, t1, ...)                                                                  \
+    for (int64_t t_ = (t0); t_ < (t1);) {                                                          \
+        int64_t per_ = (j)->TH * (j)->TW, img = t_ / per_, th = t_ % per_ / (j)->TW, tw = t_ % (j)->TW; \
+        int64_t n = (j)->TW - tw < (t1) - t_ ? (j)->TW - tw : (t1) - t_, l = t_ - (t0);            \
+        if (n > LANES) n = LANES;                                                                  \
+        __VA_ARGS__;                                                                               \
+        t_ += n;                                                                                   \
+    }
+
+static void block_part(void *ctx, int64_t b, int64_t e) {
+    wino_job *j = ctx;
+    const kiln_conv2d *g = j->g;
+    const int64_t C = g->C, M = g->M, OH = g->OH, OW = g->OW, NR = KILN_PG_NR, per = j->packed->group_floats;
+    const int64_t vfloats = XI * C * NR, mfloats = XI * GROUP_ROWS * NR;
+    float *s = kiln_cpu_scratch(KILN_SCRATCH_TASK, (size_t)(vfloats + mfloats + 4 * 64));
+    if (!s) {
+        atomic_store(&j->oom, true);
+        return;
+    }
+    float *v = s, *prod = v + vfloats, *out = prod + mfloats;
+    const bool epilogue = j->z || (j->act && j->act->kind != KILN_ACT_NONE);
+    int64_t have = -1; /* the tile block whose transformed input v holds */
+    for (int64_t task = b; task < e; task++) {
+        int64_t blk = task / j->msplit, part = task % j->msplit;
+        int64_t t0 = blk * j->nt, t1 = t0 + j->nt < j->tiles ? t0 + j->nt : j->tiles, nt = t1 - t0;
+        int64_t panels = (M + KILN_PG_MR - 1) / KILN_PG_MR;
+        int64_t m0 = panels * part / j->msplit * KILN_PG_MR, m1 = panels * (part + 1) / j->msplit * KILN_PG_MR;
+        if (m1 > M) m1 = M;
+        if (blk != have) { /* V_xi [C, nt] in one NR-column panel each: (c, l) at v + xi * C * NR + c * NR + l */
+            for (int64_t c = 0; c < C; c++)
+                FOR_RUNS(j, t0, t1, {
+                    const float *plane = j->xp + (img * C + c) * j->plane + 4 * th * 4 * j->lp;
+                    input_tiles(plane, 4 * j->lp, j->lp, tw, v + c * NR + l, C * NR, n);
+                })
+            if (nt < NR) /* the panels' unused columns: zeros, not whatever the scratch held */
+                for (int64_t k = 0; k < XI * C; k++) memset(v + k * NR + nt, 0, (size_t)(NR - nt) * sizeof *v);
+            have = blk;
+        }
+        for (int64_t g0 = m0; g0 < m1; g0 += GROUP_ROWS) {
+            int64_t rows = m1 - g0 < GROUP_ROWS ? m1 - g0 : GROUP_ROWS;
+            for (int xi = 0; xi < XI; xi++) /* M_xi [rows, nt] at prod + xi * GROUP_ROWS * NR, rows NR apart */
+                kiln_pg_gemm_packed_ab(j->packed->data + xi * per + g0 * C, rows, C, v + xi * C * NR, nt,
+                                       prod + xi * GROUP_ROWS * NR, NR);
+            for (int64_t r = 0; r < rows; r++) {
+                int64_t m = g0 + r;
+                float bias = j->bias ? j->bias[m] : 0.0f;
+                FOR_RUNS(j, t0, t1, {
+                    output_tiles(prod + r * NR + l, GROUP_ROWS * NR, bias, out);
+                    int64_t ow0 = 4 * tw, width = 4 * n < OW - ow0 ? 4 * n : OW - ow0;
+                    for (int64_t i = 0; i < 4 && 4 * th + i < OH; i++) {
+                        int64_t at = ((img * M + m) * OH + 4 * th + i) * OW + ow0;
+                        float *y = j->y + at;
+                        memcpy(y, out + i * 64, (size_t)width * sizeof *y);
+                        if (!epilogue) continue;
+                        if (j->z)
+                            for (int64_t q = 0; q < width; q++) y[q] += j->z[at + q];
+                        if (j->act && j->act->kind != KILN_ACT_NONE) kiln_cpu_activation_apply(y, width, j->act);
+                    }
+                })
+            }
+        }
+    }
+}
+
+kiln_status kiln_conv2d_run_winograd(const kiln_conv2d *g, const float *x, const kiln_conv2d_weights *packed,
+                                     const float *bias, const float *residual, const kiln_act *act, float *y) {
+    wino_job j = {.g = g, .packed = packed, .bias = bias, .z = residual, .act = act, .x = x, .y = y};
+    j.TH = (g->OH + 3) / 4;
+    j.TW = (g->OW + 3) / 4;
+    j.tiles = g->N * j.TH * j.TW;
+    j.PH = 4 * j.TH + 2;
+    j.lp = j.TW + LANES + 1; /* a 16-lane load from tile TW - 1, one further on, stays inside */
+    j.plane = j.PH * 4 * j.lp;
+    atomic_init(&j.oom, false);
+    j.xp = kiln_cpu_scratch(KILN_SCRATCH_SHARED, (size_t)(g->N * g->C * j.plane));
+    if (!j.xp) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Conv: out of memory for the padded input");
+    kiln_parallel_for(g->N * g->C, 16, pad_part, &j);
+    /* blocks of at most NR tiles, as even as possible; output channels split when too few blocks */
+    int threads = kiln_threadpool_size();
+    j.blocks = (j.tiles + KILN_PG_NR - 1) / KILN_PG_NR;
+    j.nt = (j.tiles + j.blocks - 1) / j.blocks;
+    j.blocks = (j.tiles + j.nt - 1) / j.nt;
+    j.msplit = 1;
+    if (j.blocks < threads) {
+        int64_t most = g->M / (2 * KILN_PG_MR);
+        j.msplit = threads < most ? threads : most;
+        if (j.msplit < 1) j.msplit = 1;
+    }
+    kiln_parallel_for(j.blocks * j.msplit, 1, block_part, &j);
+    if (atomic_load(&j.oom)) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Conv: out of memory for the per-thread scratch");
+    return KILN_OK;
+}
