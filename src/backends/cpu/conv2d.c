@@ -84,8 +84,12 @@ kiln_status kiln_conv2d_weights_pack(const float *w, int64_t M, int64_t Cg, int6
     *out = NULL;
     if (group < 1 || M % group || is_depthwise(M, Cg, KH, KW, group) || M * Cg * KH * KW == 0) return KILN_OK;
     bool by_columns = out_positions > 0 && out_positions <= KILN_CONV2D_SMALL_OUTPUT;
+    /* Winograd on few output positions only while its weights (four times the size) stay in cache:
+     * with few tiles its products stream them (ResNet-18's 14x14 layers run as fast either way) */
+    bool few_positions = out_positions > 0 && out_positions < KILN_CONV2D_WINOGRAD_POSITIONS;
     bool winograd = !by_columns && unit_stride && KH == 3 && KW == 3 && group == 1 &&
-                    Cg >= KILN_CONV2D_WINOGRAD_CHANNELS && M >= KILN_CONV2D_WINOGRAD_CHANNELS;
+                    Cg >= KILN_CONV2D_WINOGRAD_CHANNELS && M >= KILN_CONV2D_WINOGRAD_CHANNELS &&
+                    (!few_positions || M * Cg <= KILN_CONV2D_WINOGRAD_CACHED);
     int64_t Mg = M / group, rows = Cg * KH * KW;
     int64_t per = by_columns ? kiln_pg_packed_b_floats(rows, Mg) : kiln_pg_packed_a_floats(Mg, winograd ? Cg : rows);
     size_t bytes = ((size_t)(per * (winograd ? 36 : group)) * sizeof(float) + 63) / 64 * 64;

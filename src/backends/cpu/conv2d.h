@@ -34,14 +34,18 @@ typedef struct kiln_conv2d_weights {
 /* Outputs of at most this many positions are multiplied transposed (conv2d_small.c). */
 #define KILN_CONV2D_SMALL_OUTPUT 64
 
-/* Input and output channels from which a 3x3 stride-1 convolution runs by Winograd's F(4x4, 3x3). */
+/* Input and output channels from which a 3x3 stride-1 convolution runs by Winograd's F(4x4, 3x3);
+ * on outputs of fewer than KILN_CONV2D_WINOGRAD_POSITIONS positions, only while M * Cg is at most
+ * KILN_CONV2D_WINOGRAD_CACHED (the 36 transforms then take at most 2.25 MiB). */
 #define KILN_CONV2D_WINOGRAD_CHANNELS 16
+#define KILN_CONV2D_WINOGRAD_POSITIONS 256
+#define KILN_CONV2D_WINOGRAD_CACHED (64 * 256)
 
 /* Packs w [M, Cg, KH, KW] (float32, group groups; M a multiple of group) into *out, which the
  * caller frees with kiln_conv2d_weights_free; by columns when out_positions (OH * OW where the
  * graph knows it, else 0) is at most KILN_CONV2D_SMALL_OUTPUT; else as Winograd transforms when
- * unit_stride (strides and dilations of 1) and w is 3x3 in one group with at least
- * KILN_CONV2D_WINOGRAD_CHANNELS input and output channels. *out is NULL, with KILN_OK, when
+ * unit_stride (strides and dilations of 1) and w is 3x3 in one group with channels as above. *out
+ * is NULL, with KILN_OK, when
  * kiln_conv2d_run would not use packed weights for this shape (depthwise convolutions run a direct
  * kernel). Fails only with KILN_ERR_OUT_OF_MEMORY. */
 kiln_status kiln_conv2d_weights_pack(const float *w, int64_t M, int64_t Cg, int64_t KH, int64_t KW, int64_t group,

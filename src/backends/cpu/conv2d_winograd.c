@@ -77,25 +77,52 @@ void kiln_conv2d_winograd_pack(const float *w, int64_t M, int64_t C, float *dst)
 }
 
 /* ------------------------------------------------------------------ input */
+/* Columns p, p + 4, ..., p + 60 of the 64 in a, b, c, d (16 each), for phase p. */
+#define PHASE(a, b, c, d, p)                                                                       \
+    __builtin_shufflevector(                                                                       \
+        __builtin_shufflevector(a, b, p, p + 4, p + 8, p + 12, p + 16, p + 20, p + 24, p + 28),    \
+        __builtin_shufflevector(c, d, p, p + 4, p + 8, p + 12, p + 16, p + 20, p + 24, p + 28), 0, \
+        1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+
+/* One padded row from a row of the input (row NULL: a padding row): row's W columns from column
+ * pw of the zero-padded row, split into the four phases (lp columns each, a multiple of 16) at
+ * dst; tmp: 4 lp floats. */
+WINO_CLONES
+static void pad_row(const float *row, int64_t W, int64_t pw, int64_t lp, float *tmp, float *dst) {
+    if (!row) {
+        memset(dst, 0, (size_t)(4 * lp) * sizeof *dst);
+        return;
+    }
+    memset(tmp, 0, (size_t)pw * sizeof *tmp);
+    memcpy(tmp + pw, row, (size_t)W * sizeof *tmp);
+    memset(tmp + pw + W, 0, (size_t)(4 * lp - pw - W) * sizeof *tmp);
+    for (int64_t i = 0; i < lp; i += LANES) {
+        wino_v16 a = V16_LOAD(tmp + 4 * i), b = V16_LOAD(tmp + 4 * i + 16), c = V16_LOAD(tmp + 4 * i + 32),
+                 d = V16_LOAD(tmp + 4 * i + 48);
+        wino_v16 p0 = PHASE(a, b, c, d, 0), p1 = PHASE(a, b, c, d, 1), p2 = PHASE(a, b, c, d, 2),
+                 p3 = PHASE(a, b, c, d, 3);
+        memcpy(dst + i, &p0, sizeof p0);
+        memcpy(dst + lp + i, &p1, sizeof p1);
+        memcpy(dst + 2 * lp + i, &p2, sizeof p2);
+        memcpy(dst + 3 * lp + i, &p3, sizeof p3);
+    }
+}
+
 /* Padded planes [b, e): padded row r is input row r - ph, padded column q input column q - pw. */
 static void pad_part(void *ctx, int64_t b, int64_t e) {
     wino_job *j = ctx;
     const kiln_conv2d *g = j->g;
+    float *tmp = kiln_cpu_scratch(KILN_SCRATCH_TASK, (size_t)(4 * j->lp));
+    if (!tmp) {
+        atomic_store(&j->oom, true);
+        return;
+    }
     for (int64_t t = b; t < e; t++) {
-        float *dst = j->xp + t * j->plane;
         const float *src = j->x + t * g->H * g->W;
-        for (int64_t r = 0; r < j->PH; r++, dst += 4 * j->lp) {
+        for (int64_t r = 0; r < j->PH; r++) {
             int64_t ih = r - g->ph;
-            if (ih < 0 || ih >= g->H) {
-                memset(dst, 0, (size_t)(4 * j->lp) * sizeof *dst);
-                continue;
-            }
-            const float *row = src + ih * g->W;
-            for (int64_t phase = 0; phase < 4; phase++)
-                for (int64_t i = 0; i < j->lp; i++) {
-                    int64_t iw = phase + 4 * i - g->pw;
-                    dst[phase * j->lp + i] = iw >= 0 && iw < g->W ? row[iw] : 0.0f;
-                }
+            pad_row(ih >= 0 && ih < g->H ? src + ih * g->W : NULL, g->W, g->pw, j->lp, tmp,
+                    j->xp + t * j->plane + r * 4 * j->lp);
         }
     }
 }
@@ -111,23 +138,34 @@ static void pad_part(void *ctx, int64_t b, int64_t e) {
         o[5] = 4.0f * d[1] - 5.0f * d[3] + d[5];                                                   \
     } while (0)
 
-/* V_xi (c, t0 + l) for the 16 tiles (tile row, columns tw..tw + 15) of one padded plane
- * (rows from the tile row's first): v + xi * vstride + l. */
+/* V_xi for n <= 16 tiles (tile row, columns tw..tw + n - 1) of one padded plane (rows from the
+ * tile row's first): lane l of xi at v + xi * vstride + l. When full, all 16 lanes are stored
+ * (those past n hold garbage for the caller to overwrite), else n. */
 WINO_CLONES
-static void input_tiles(const float *plane, int64_t ld, int64_t lp, int64_t tw, float *v, int64_t vstride, int64_t n) {
+static void input_tiles(const float *plane, int64_t ld, int64_t lp, int64_t tw, float *v, int64_t vstride, int64_t n,
+                        bool full) {
     wino_v16 w[6][6];
+    #pragma GCC unroll 6
     for (int r = 0; r < 6; r++) {
         const float *row = plane + r * ld + tw;
         wino_v16 d[6], o[6];
+        #pragma GCC unroll 6
         for (int s = 0; s < 6; s++) d[s] = V16_LOAD(row + (s % 4) * lp + s / 4);
         BT_ROWS(d, o);
+        #pragma GCC unroll 6
         for (int c = 0; c < 6; c++) w[r][c] = o[c];
     }
+    #pragma GCC unroll 6
     for (int c = 0; c < 6; c++) {
         wino_v16 d[6], o[6];
+        #pragma GCC unroll 6
         for (int r = 0; r < 6; r++) d[r] = w[r][c];
         BT_ROWS(d, o);
-        for (int i = 0; i < 6; i++) memcpy(v + (i * 6 + c) * vstride, &o[i], (size_t)n * sizeof(float));
+        #pragma GCC unroll 6
+        for (int i = 0; i < 6; i++) {
+            if (full) memcpy(v + (i * 6 + c) * vstride, &o[i], sizeof o[i]);
+            else memcpy(v + (i * 6 + c) * vstride, &o[i], (size_t)n * sizeof(float));
+        }
     }
 }
 
@@ -141,25 +179,49 @@ static void input_tiles(const float *plane, int64_t ld, int64_t lp, int64_t tw, 
         o[3] = (m[1] - m[2]) + 8.0f * (m[3] - m[4]) + m[5];                                        \
     } while (0)
 
-/* The 4x4 outputs of 16 tiles from their 36 products (m_xi at p + xi * pstride + l) plus bias, as
- * four rows of 64 positions (out[i * 64 + 4 l + j]: tile l's row i, column j). */
+typedef int wino_v16i __attribute__((vector_size(64)));
+
+/* Stores v + residual (z may be NULL), ReLU'd when relu, to the first n <= 16 floats of y. */
+static inline __attribute__((always_inline)) void store_out(float *y, const float *z, wino_v16 v, int64_t n, bool relu) {
+    if (z) {
+        wino_v16 r = {0};
+        if (n == LANES) memcpy(&r, z, sizeof r);
+        else memcpy(&r, z, (size_t)n * sizeof(float));
+        v += r;
+    }
+    if (relu) v = (wino_v16)((wino_v16i)v & (v > (wino_v16){0}));
+    if (n == LANES) memcpy(y, &v, sizeof v);
+    else memcpy(y, &v, (size_t)n * sizeof(float));
+}
+
+/* The 4x4 outputs of 16 tiles of one tile row from their 36 products (m_xi at p + xi * pstride +
+ * l) plus bias, plus the residual (z, laid out as y; may be NULL), ReLU'd when relu: the first
+ * rows (<= 4) rows and width (<= 64) columns of the output block at y (rows ldy apart). */
 WINO_CLONES
-static void output_tiles(const float *p, int64_t pstride, float bias, float *out) {
+static void output_tiles(const float *p, int64_t pstride, float bias, float *y, const float *z, int64_t ldy,
+                         int64_t rows, int64_t width, bool relu) {
     wino_v16 t[6][4];
+    #pragma GCC unroll 6
     for (int r = 0; r < 6; r++) {
         wino_v16 m[6], o[4];
+        #pragma GCC unroll 6
         for (int c = 0; c < 6; c++) m[c] = V16_LOAD(p + (r * 6 + c) * pstride);
         AT_ROWS(m, o);
+        #pragma GCC unroll 6
         for (int c = 0; c < 4; c++) t[r][c] = o[c];
     }
     wino_v16 res[4][4]; /* res[i][c]: row i, column c of the tiles */
+    #pragma GCC unroll 6
     for (int c = 0; c < 4; c++) {
         wino_v16 m[6], o[4];
+        #pragma GCC unroll 6
         for (int r = 0; r < 6; r++) m[r] = t[r][c];
         AT_ROWS(m, o);
+        #pragma GCC unroll 6
         for (int i = 0; i < 4; i++) res[i][c] = o[i] + bias;
     }
-    for (int i = 0; i < 4; i++) { /* interleave the four columns: position 4 l + c */
+    #pragma GCC unroll 6
+    for (int i = 0; i < rows; i++) { /* interleave the four columns: position 4 l + c */
         wino_v16 lo02 = __builtin_shufflevector(res[i][0], res[i][2], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
         wino_v16 hi02 = __builtin_shufflevector(res[i][0], res[i][2], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30,
                                                 15, 31);
@@ -171,7 +233,12 @@ static void output_tiles(const float *p, int64_t pstride, float bias, float *out
             __builtin_shufflevector(lo02, lo13, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31),
             __builtin_shufflevector(hi02, hi13, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23),
             __builtin_shufflevector(hi02, hi13, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31)};
-        memcpy(out + i * 64, q, sizeof q);
+        float *yr = y + i * ldy;
+        const float *zr = z ? z + i * ldy : NULL;
+        for (int k = 0; k < 4 && 16 * k < width; k++) {
+            int64_t n = width - 16 * k < LANES ? width - 16 * k : LANES;
+            store_out(yr + 16 * k, zr ? zr + 16 * k : NULL, q[k], n, relu);
+        }
     }
 }
 
@@ -192,14 +259,18 @@ static void block_part(void *ctx, int64_t b, int64_t e) {
     wino_job *j = ctx;
     const kiln_conv2d *g = j->g;
     const int64_t C = g->C, M = g->M, OH = g->OH, OW = g->OW, NR = KILN_PG_NR, per = j->packed->group_floats;
-    const int64_t vfloats = XI * C * NR, mfloats = XI * GROUP_ROWS * NR;
-    float *s = kiln_cpu_scratch(KILN_SCRATCH_TASK, (size_t)(vfloats + mfloats + 4 * 64));
+    /* the 36 matrices of V and of the products, one cache line more than their size apart: at
+     * multiples of 4 KiB, the transforms' 36 loads or stores would all fall into one L1 set */
+    const int64_t vstride = C * NR + LANES, pstride = GROUP_ROWS * NR + LANES;
+    const int64_t vfloats = XI * vstride, mfloats = XI * pstride;
+    float *s = kiln_cpu_scratch(KILN_SCRATCH_TASK, (size_t)(vfloats + mfloats + LANES)); /* slack: output_tiles' loads */
     if (!s) {
         atomic_store(&j->oom, true);
         return;
     }
-    float *v = s, *prod = v + vfloats, *out = prod + mfloats;
-    const bool epilogue = j->z || (j->act && j->act->kind != KILN_ACT_NONE);
+    float *v = s, *prod = v + vfloats;
+    const bool relu = j->act && j->act->kind == KILN_ACT_RELU;
+    const bool other_act = j->act && j->act->kind != KILN_ACT_NONE && !relu;
     int64_t have = -1; /* the tile block whose transformed input v holds */
     for (int64_t task = b; task < e; task++) {
         int64_t blk = task / j->msplit, part = task % j->msplit;
@@ -207,36 +278,32 @@ static void block_part(void *ctx, int64_t b, int64_t e) {
         int64_t panels = (M + KILN_PG_MR - 1) / KILN_PG_MR;
         int64_t m0 = panels * part / j->msplit * KILN_PG_MR, m1 = panels * (part + 1) / j->msplit * KILN_PG_MR;
         if (m1 > M) m1 = M;
-        if (blk != have) { /* V_xi [C, nt] in one NR-column panel each: (c, l) at v + xi * C * NR + c * NR + l */
+        if (blk != have) { /* V_xi [C, nt] in one NR-column panel each: (c, l) at v + xi * vstride + c * NR + l */
             for (int64_t c = 0; c < C; c++)
                 FOR_RUNS(j, t0, t1, {
                     const float *plane = j->xp + (img * C + c) * j->plane + 4 * th * 4 * j->lp;
-                    input_tiles(plane, 4 * j->lp, j->lp, tw, v + c * NR + l, C * NR, n);
+                    input_tiles(plane, 4 * j->lp, j->lp, tw, v + c * NR + l, vstride, n, l + LANES <= NR);
                 })
             if (nt < NR) /* the panels' unused columns: zeros, not whatever the scratch held */
-                for (int64_t k = 0; k < XI * C; k++) memset(v + k * NR + nt, 0, (size_t)(NR - nt) * sizeof *v);
+                for (int xi = 0; xi < XI; xi++)
+                    for (int64_t c = 0; c < C; c++) memset(v + xi * vstride + c * NR + nt, 0, (size_t)(NR - nt) * sizeof *v);
             have = blk;
         }
         for (int64_t g0 = m0; g0 < m1; g0 += GROUP_ROWS) {
             int64_t rows = m1 - g0 < GROUP_ROWS ? m1 - g0 : GROUP_ROWS;
-            for (int xi = 0; xi < XI; xi++) /* M_xi [rows, nt] at prod + xi * GROUP_ROWS * NR, rows NR apart */
-                kiln_pg_gemm_packed_ab(j->packed->data + xi * per + g0 * C, rows, C, v + xi * C * NR, nt,
-                                       prod + xi * GROUP_ROWS * NR, NR);
+            for (int xi = 0; xi < XI; xi++) /* M_xi [rows, nt] at prod + xi * pstride, rows NR apart */
+                kiln_pg_gemm_packed_ab(j->packed->data + xi * per + g0 * C, rows, C, v + xi * vstride, nt,
+                                       prod + xi * pstride, NR);
             for (int64_t r = 0; r < rows; r++) {
                 int64_t m = g0 + r;
                 float bias = j->bias ? j->bias[m] : 0.0f;
                 FOR_RUNS(j, t0, t1, {
-                    output_tiles(prod + r * NR + l, GROUP_ROWS * NR, bias, out);
                     int64_t ow0 = 4 * tw, width = 4 * n < OW - ow0 ? 4 * n : OW - ow0;
-                    for (int64_t i = 0; i < 4 && 4 * th + i < OH; i++) {
-                        int64_t at = ((img * M + m) * OH + 4 * th + i) * OW + ow0;
-                        float *y = j->y + at;
-                        memcpy(y, out + i * 64, (size_t)width * sizeof *y);
-                        if (!epilogue) continue;
-                        if (j->z)
-                            for (int64_t q = 0; q < width; q++) y[q] += j->z[at + q];
-                        if (j->act && j->act->kind != KILN_ACT_NONE) kiln_cpu_activation_apply(y, width, j->act);
-                    }
+                    int64_t rows_out = OH - 4 * th < 4 ? OH - 4 * th : 4, at = ((img * M + m) * OH + 4 * th) * OW + ow0;
+                    output_tiles(prod + r * NR + l, pstride, bias, j->y + at, j->z ? j->z + at : NULL, OW,
+                                 rows_out, width, relu);
+                    if (other_act)
+                        for (int64_t i = 0; i < rows_out; i++) kiln_cpu_activation_apply(j->y + at + i * OW, width, j->act);
                 })
             }
         }
@@ -250,7 +317,9 @@ kiln_status kiln_conv2d_run_winograd(const kiln_conv2d *g, const float *x, const
     j.TW = (g->OW + 3) / 4;
     j.tiles = g->N * j.TH * j.TW;
     j.PH = 4 * j.TH + 2;
-    j.lp = j.TW + LANES + 1; /* a 16-lane load from tile TW - 1, one further on, stays inside */
+    /* a 16-lane load from tile TW - 1, one further on, stays inside; the row's input fits */
+    j.lp = (j.TW + LANES + 1 + LANES - 1) / LANES * LANES;
+    if (4 * j.lp < g->pw + g->W) j.lp = (g->pw + g->W + 4 * LANES - 1) / (4 * LANES) * LANES;
     j.plane = j.PH * 4 * j.lp;
     atomic_init(&j.oom, false);
     j.xp = kiln_cpu_scratch(KILN_SCRATCH_SHARED, (size_t)(g->N * g->C * j.plane));
