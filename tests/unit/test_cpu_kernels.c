@@ -168,7 +168,9 @@ static void test_conv_case(int64_t N, int64_t C, int64_t H, int64_t W, int64_t M
     kiln_conv2d_weights *packed = NULL, *by_columns = NULL, *winograd = NULL;
     CHECK_OK(kiln_conv2d_weights_pack(w, M, C / group, KH, KW, group, 0, false, &packed));
     CHECK(packed == NULL || (kiln_conv2d_weights_fit(packed, &g) && !packed->by_columns && !packed->winograd));
-    CHECK_OK(kiln_conv2d_weights_pack(w, M, C / group, KH, KW, group, 0, s == 1 && d == 1, &winograd));
+    /* Winograd by tiles (for few positions) on every other case */
+    int64_t hint = (C + M) % 2 && g.OH * g.OW > KILN_CONV2D_SMALL_OUTPUT ? g.OH * g.OW : 0;
+    CHECK_OK(kiln_conv2d_weights_pack(w, M, C / group, KH, KW, group, hint, s == 1 && d == 1, &winograd));
     bool want_winograd = KH == 3 && KW == 3 && s == 1 && d == 1 && group == 1 && C >= KILN_CONV2D_WINOGRAD_CHANNELS &&
                          M >= KILN_CONV2D_WINOGRAD_CHANNELS;
     CHECK(want_winograd == (winograd && winograd->winograd));
@@ -177,6 +179,7 @@ static void test_conv_case(int64_t N, int64_t C, int64_t H, int64_t W, int64_t M
         winograd = NULL;
     }
     CHECK(winograd == NULL || kiln_conv2d_weights_fit(winograd, &g));
+    CHECK(winograd == NULL || winograd->winograd_by_tiles == (hint > 0 && hint < KILN_CONV2D_WINOGRAD_POSITIONS));
     if (g.OH * g.OW <= KILN_CONV2D_SMALL_OUTPUT) { /* also the transposed product of small outputs */
         CHECK_OK(kiln_conv2d_weights_pack(w, M, C / group, KH, KW, group, g.OH * g.OW, s == 1 && d == 1, &by_columns));
         CHECK(by_columns == NULL || (kiln_conv2d_weights_fit(by_columns, &g) && by_columns->by_columns));
@@ -253,6 +256,10 @@ static void test_conv2d(void) {
     test_conv_case(3, 24, 11, 6, 40, 3, 3, 1, 1, 0, 0, 1, false, true, false);
     test_conv_case(1, 16, 7, 9, 16, 3, 3, 1, 1, 2, 2, 1, true, false, false);
     test_conv_case(2, 48, 28, 28, 32, 3, 3, 1, 1, 1, 1, 1, true, true, true);
+    /* ... and by tiles (C + M odd): channel blocks of 48 and a partial one, batches */
+    test_conv_case(2, 24, 14, 14, 57, 3, 3, 1, 1, 1, 1, 1, true, true, true);
+    test_conv_case(1, 33, 12, 10, 50, 3, 3, 1, 1, 1, 1, 1, false, false, true);
+    test_conv_case(3, 17, 9, 11, 96, 3, 3, 1, 1, 1, 1, 1, true, true, false);
 }
 
 /* ------------------------------------------------------------------ packed product */

@@ -84,14 +84,12 @@ kiln_status kiln_conv2d_weights_pack(const float *w, int64_t M, int64_t Cg, int6
     *out = NULL;
     if (group < 1 || M % group || is_depthwise(M, Cg, KH, KW, group) || M * Cg * KH * KW == 0) return KILN_OK;
     bool by_columns = out_positions > 0 && out_positions <= KILN_CONV2D_SMALL_OUTPUT;
-    /* Winograd on few output positions only while its weights (four times the size) stay in cache:
-     * with few tiles its products stream them (ResNet-18's 14x14 layers run as fast either way) */
-    bool few_positions = out_positions > 0 && out_positions < KILN_CONV2D_WINOGRAD_POSITIONS;
     bool winograd = !by_columns && unit_stride && KH == 3 && KW == 3 && group == 1 &&
-                    Cg >= KILN_CONV2D_WINOGRAD_CHANNELS && M >= KILN_CONV2D_WINOGRAD_CHANNELS &&
-                    (!few_positions || M * Cg <= KILN_CONV2D_WINOGRAD_CACHED);
+                    Cg >= KILN_CONV2D_WINOGRAD_CHANNELS && M >= KILN_CONV2D_WINOGRAD_CHANNELS;
+    bool by_tiles = winograd && out_positions > 0 && out_positions < KILN_CONV2D_WINOGRAD_POSITIONS;
     int64_t Mg = M / group, rows = Cg * KH * KW;
-    int64_t per = by_columns ? kiln_pg_packed_b_floats(rows, Mg) : kiln_pg_packed_a_floats(Mg, winograd ? Cg : rows);
+    int64_t per = by_columns ? kiln_pg_packed_b_floats(rows, Mg) : kiln_pg_packed_a_floats(Mg, rows);
+    if (winograd) per = kiln_conv2d_winograd_floats(M, Cg, by_tiles) / 36;
     size_t bytes = ((size_t)(per * (winograd ? 36 : group)) * sizeof(float) + 63) / 64 * 64;
     kiln_conv2d_weights *pw = calloc(1, sizeof *pw);
     float *data = aligned_alloc(64, bytes), *tap_major = malloc((size_t)(Mg * rows) * sizeof *tap_major);
@@ -102,9 +100,9 @@ kiln_status kiln_conv2d_weights_pack(const float *w, int64_t M, int64_t Cg, int6
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Conv: out of memory packing %lld x %lld weights", (long long)M,
                           (long long)rows);
     }
-    *pw = (kiln_conv2d_weights){M, Cg, KH, KW, group, per, by_columns, winograd, data};
+    *pw = (kiln_conv2d_weights){M, Cg, KH, KW, group, per, by_columns, winograd, by_tiles, data};
     const int64_t taps = KH * KW;
-    if (winograd) kiln_conv2d_winograd_pack(w, M, Cg, data);
+    if (winograd) kiln_conv2d_winograd_pack(w, M, Cg, by_tiles, data);
     for (int64_t gr = 0; gr < group && !winograd; gr++) {
         for (int64_t m = 0; m < Mg; m++)
             for (int64_t c = 0; c < Cg; c++)

@@ -28,6 +28,7 @@ typedef struct kiln_conv2d_weights {
     int64_t group_floats;
     bool by_columns; /* the transpose [KH * KW * Cg, M / group] per group, in kiln_pg_pack_b's layout */
     bool winograd;   /* 3x3, one group: the 36 Winograd transforms [M, Cg], group_floats apart (conv2d_winograd.c) */
+    bool winograd_by_tiles; /* those transforms transposed, [Cg, M] in kiln_pg_pack_b's layout */
     float *data;
 } kiln_conv2d_weights;
 
@@ -35,11 +36,10 @@ typedef struct kiln_conv2d_weights {
 #define KILN_CONV2D_SMALL_OUTPUT 64
 
 /* Input and output channels from which a 3x3 stride-1 convolution runs by Winograd's F(4x4, 3x3);
- * on outputs of fewer than KILN_CONV2D_WINOGRAD_POSITIONS positions, only while M * Cg is at most
- * KILN_CONV2D_WINOGRAD_CACHED (the 36 transforms then take at most 2.25 MiB). */
+ * on outputs of fewer than KILN_CONV2D_WINOGRAD_POSITIONS positions, its products run with the
+ * tiles in the rows. */
 #define KILN_CONV2D_WINOGRAD_CHANNELS 16
 #define KILN_CONV2D_WINOGRAD_POSITIONS 256
-#define KILN_CONV2D_WINOGRAD_CACHED (64 * 256)
 
 /* Packs w [M, Cg, KH, KW] (float32, group groups; M a multiple of group) into *out, which the
  * caller frees with kiln_conv2d_weights_free; by columns when out_positions (OH * OW where the
@@ -80,9 +80,11 @@ kiln_status kiln_conv2d_run_small(const kiln_conv2d *g, const float *x, const ki
 kiln_status kiln_conv2d_run_winograd(const kiln_conv2d *g, const float *x, const kiln_conv2d_weights *packed,
                                      const float *bias, const float *residual, const kiln_act *act, float *y);
 
-/* Writes the Winograd F(4x4, 3x3) transforms of w [M, C, 3, 3] to dst: for each of the 36
- * positions xi, the [M, C] matrix U_xi in kiln_pg_pack_a's layout at dst + xi *
- * kiln_pg_packed_a_floats(M, C). */
-void kiln_conv2d_winograd_pack(const float *w, int64_t M, int64_t C, float *dst);
+/* Writes the Winograd F(4x4, 3x3) transforms of w [M, C, 3, 3] to dst
+ * (kiln_conv2d_winograd_floats of them): for each of the 36 positions xi, the [M, C] matrix U_xi
+ * in kiln_pg_pack_a's layout, or with tiles_in_rows its transpose [C, M] in kiln_pg_pack_b's
+ * layout, one after the other. */
+void kiln_conv2d_winograd_pack(const float *w, int64_t M, int64_t C, bool tiles_in_rows, float *dst);
+int64_t kiln_conv2d_winograd_floats(int64_t M, int64_t C, bool tiles_in_rows);
 
 #endif

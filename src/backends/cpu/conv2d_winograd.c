@@ -8,10 +8,13 @@
  * KILN_PG_NR tiles, transform its patches 16 tiles at a time (B^T d B on 16-lane vectors) straight
  * into kiln_pg_pack_b's layout, then, for a group of output channels at a time, run the 36 packed
  * products M_xi = U_xi V_xi and turn them into outputs (A^T M A, bias, residual, activation) while
- * they are in cache. */
+ * they are in cache. Few tiles (small images) would fill few of the product's 48 columns: there
+ * the weights are packed by columns and the products run transposed, tiles in the rows
+ * (M_xi^T = V_xi^T U_xi^T), transposed back before the output transform. */
 #include "backends/cpu/conv2d.h"
 
 #include "backends/cpu/cpu_scratch.h"
+#include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/fused_kernels.h"
 #include "backends/cpu/packed_gemm.h"
 #include "core/status.h"
@@ -26,7 +29,7 @@
 #define WINO_CLONES
 #endif
 
-enum { XI = 36, LANES = 16, GROUP_ROWS = 4 * KILN_PG_MR };
+enum { XI = 36, LANES = 16, GROUP = KILN_PG_NR };
 
 typedef float wino_v16 __attribute__((vector_size(64)));
 
@@ -47,33 +50,36 @@ typedef struct wino_job {
     int64_t TH, TW, tiles;         /* tile rows and columns per image, tiles in all images */
     int64_t PH, lp, plane;         /* padded rows, phase length, floats per padded plane */
     int64_t nt, blocks, msplit;    /* tiles per block, tile blocks, blocks of output channels per tile block */
+    int64_t unit;                  /* output channels a block of them holds a multiple of: MR, or NR by tiles */
     atomic_bool oom;
 } wino_job;
 
 /* ------------------------------------------------------------------ weights */
-void kiln_conv2d_winograd_pack(const float *w, int64_t M, int64_t C, float *dst) {
+void kiln_conv2d_winograd_pack(const float *w, int64_t M, int64_t C, bool tiles_in_rows, float *dst) {
     static const double G[6][3] = {{1.0 / 4, 0, 0},
                                    {-1.0 / 6, -1.0 / 6, -1.0 / 6},
                                    {-1.0 / 6, 1.0 / 6, -1.0 / 6},
                                    {1.0 / 24, 1.0 / 12, 1.0 / 6},
                                    {1.0 / 24, -1.0 / 12, 1.0 / 6},
                                    {0, 0, 1}};
-    const int64_t per = kiln_pg_packed_a_floats(M, C);
+    const int64_t per = kiln_conv2d_winograd_floats(M, C, tiles_in_rows) / XI, MR = KILN_PG_MR, NR = KILN_PG_NR;
+    memset(dst, 0, (size_t)(XI * per) * sizeof *dst); /* the last panel's rows or columns past M */
     for (int64_t m = 0; m < M; m++)
         for (int64_t c = 0; c < C; c++) {
             const float *k = w + (m * C + c) * 9;
             double t[6][3];
             for (int i = 0; i < 6; i++)
                 for (int j = 0; j < 3; j++) t[i][j] = G[i][0] * k[j] + G[i][1] * k[3 + j] + G[i][2] * k[6 + j];
+            /* U_xi (m, c): row m of [M, C] in MR-row panels, or column m of [C, M] in NR-column panels */
+            int64_t at = tiles_in_rows ? (m / NR * C + c) * NR + m % NR : (m / MR * C + c) * MR + m % MR;
             for (int i = 0; i < 6; i++)
-                for (int j = 0; j < 6; j++) { /* U_xi at row m, column c of panel m / MR */
-                    double u = t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2];
-                    dst[(i * 6 + j) * per + (m / KILN_PG_MR * C + c) * KILN_PG_MR + m % KILN_PG_MR] = (float)u;
-                }
+                for (int j = 0; j < 6; j++)
+                    dst[(i * 6 + j) * per + at] = (float)(t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2]);
         }
-    for (int64_t m = M; m % KILN_PG_MR; m++) /* the last panel's rows past M */
-        for (int xi = 0; xi < XI; xi++)
-            for (int64_t c = 0; c < C; c++) dst[xi * per + (m / KILN_PG_MR * C + c) * KILN_PG_MR + m % KILN_PG_MR] = 0.0f;
+}
+
+int64_t kiln_conv2d_winograd_floats(int64_t M, int64_t C, bool tiles_in_rows) {
+    return XI * (tiles_in_rows ? kiln_pg_packed_b_floats(C, M) : kiln_pg_packed_a_floats(M, C));
 }
 
 /* ------------------------------------------------------------------ input */
@@ -245,7 +251,7 @@ static void output_tiles(const float *p, int64_t pstride, float bias, float *y, 
 /* ------------------------------------------------------------------ tasks */
 /* Runs the statements that follow for the runs of at most 16 tiles of one tile row that make up
  * tiles [t0, t1), with img, th, tw (the run's first tile), n (its tiles) and l (its first tile's index
- * within the block) set. */
+ * within the block) set (no `continue` in them). */
 #define FOR_RUNS(j, t0, t1, ...)                                                                  \
     for (int64_t t_ = (t0); t_ < (t1);) {                                                          \
         int64_t per_ = (j)->TH * (j)->TW, img = t_ / per_, th = t_ % per_ / (j)->TW, tw = t_ % (j)->TW; \
@@ -255,45 +261,103 @@ static void output_tiles(const float *p, int64_t pstride, float bias, float *y, 
         t_ += n;                                                                                   \
     }
 
+/* The transformed input of tiles [t0, t1) (nt of them): V_xi [C, nt] as one NR-column panel
+ * ((c, l) at v + xi * vstride + c * NR + l), or by tiles, V_xi^T [nt, C] in MR-row panels ((l, c)
+ * at v + xi * vstride + (l / MR * C + c) * MR + l % MR), one channel at a time through lanes
+ * (36 rows of NR floats, then copied a panel row at a time). What the products read past the nt
+ * tiles is finite: zeros, or the transforms of other tiles. */
+static void transform_block(const wino_job *j, int64_t t0, int64_t t1, float *v, int64_t vstride, float *lanes) {
+    const int64_t C = j->g->C, NR = KILN_PG_NR, MR = KILN_PG_MR, nt = t1 - t0;
+    const bool by_tiles = j->packed->winograd_by_tiles;
+    if (by_tiles) memset(lanes, 0, (size_t)(XI * NR) * sizeof *lanes);
+    for (int64_t c = 0; c < C; c++) {
+        float *dst = by_tiles ? lanes : v + c * NR;
+        int64_t dstride = by_tiles ? NR : vstride;
+        FOR_RUNS(j, t0, t1, {
+            const float *plane = j->xp + (img * C + c) * j->plane + 4 * th * 4 * j->lp;
+            input_tiles(plane, 4 * j->lp, j->lp, tw, dst + l, dstride, n, l + LANES <= NR);
+        })
+        if (by_tiles)
+            for (int xi = 0; xi < XI; xi++)
+                for (int64_t p = 0; p * MR < nt; p++)
+                    memcpy(v + xi * vstride + (p * C + c) * MR, lanes + xi * NR + p * MR, MR * sizeof *v);
+    }
+    if (!by_tiles && nt < NR) /* the panel's columns past nt */
+        for (int xi = 0; xi < XI; xi++)
+            for (int64_t c = 0; c < C; c++) memset(v + xi * vstride + c * NR + nt, 0, (size_t)(NR - nt) * sizeof *v);
+}
+
+/* dst [cols][ld] = the transpose of src [rows][ld] (rows, cols: multiples of 8, at most ld), in
+ * 8 x 8 blocks of 8-lane shuffles. */
+KILN_SIMD_CLONES
+static void transpose8(const float *src, int64_t rows, int64_t cols, int64_t ld, float *dst) {
+    for (int64_t r0 = 0; r0 < rows; r0 += 8)
+        for (int64_t c0 = 0; c0 < cols; c0 += 8) {
+            kiln_v8f r[8], t[8], u[8];
+            for (int i = 0; i < 8; i++) r[i] = kiln_v8_load(src + (r0 + i) * ld + c0);
+            for (int i = 0; i < 8; i += 2) {
+                t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+                t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+            }
+            for (int i = 0; i < 8; i += 4) { /* u[i + k]: columns k and k + 4 of rows i..i + 3 */
+                u[i] = __builtin_shufflevector(t[i], t[i + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+                u[i + 1] = __builtin_shufflevector(t[i], t[i + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+                u[i + 2] = __builtin_shufflevector(t[i + 1], t[i + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+                u[i + 3] = __builtin_shufflevector(t[i + 1], t[i + 3], 2, 3, 10, 11, 6, 7, 14, 15);
+            }
+            for (int k = 0; k < 4; k++) {
+                kiln_v8_store(dst + (c0 + k) * ld + r0, __builtin_shufflevector(u[k], u[4 + k], 0, 1, 2, 3, 8, 9, 10, 11));
+                kiln_v8_store(dst + (c0 + k + 4) * ld + r0,
+                              __builtin_shufflevector(u[k], u[4 + k], 4, 5, 6, 7, 12, 13, 14, 15));
+            }
+        }
+}
+
+/* The 36 products for output channels [g0, g0 + rows) of a block of nt tiles: M_xi [rows, nt] at
+ * prod + xi * pstride, rows NR apart; by tiles, through the transpose [nt, rows] in tmp (NR x NR). */
+static void block_products(const wino_job *j, const float *v, int64_t vstride, int64_t nt, int64_t g0, int64_t rows,
+                           float *prod, int64_t pstride, float *tmp) {
+    const int64_t C = j->g->C, NR = KILN_PG_NR, per = j->packed->group_floats;
+    for (int xi = 0; xi < XI; xi++) {
+        const float *u = j->packed->data + xi * per + g0 * C; /* g0: a multiple of MR, or of NR by tiles */
+        if (!j->packed->winograd_by_tiles) {
+            kiln_pg_gemm_packed_ab(u, rows, C, v + xi * vstride, nt, prod + xi * pstride, NR);
+            continue;
+        }
+        kiln_pg_gemm_packed_ab(v + xi * vstride, nt, C, u, rows, tmp, NR);
+        transpose8(tmp, (nt + 7) / 8 * 8, (rows + 7) / 8 * 8, NR, prod + xi * pstride); /* the rest: unread */
+    }
+}
+
 static void block_part(void *ctx, int64_t b, int64_t e) {
     wino_job *j = ctx;
     const kiln_conv2d *g = j->g;
-    const int64_t C = g->C, M = g->M, OH = g->OH, OW = g->OW, NR = KILN_PG_NR, per = j->packed->group_floats;
+    const int64_t C = g->C, M = g->M, OH = g->OH, OW = g->OW, NR = KILN_PG_NR;
     /* the 36 matrices of V and of the products, one cache line more than their size apart: at
      * multiples of 4 KiB, the transforms' 36 loads or stores would all fall into one L1 set */
-    const int64_t vstride = C * NR + LANES, pstride = GROUP_ROWS * NR + LANES;
-    const int64_t vfloats = XI * vstride, mfloats = XI * pstride;
-    float *s = kiln_cpu_scratch(KILN_SCRATCH_TASK, (size_t)(vfloats + mfloats + LANES)); /* slack: output_tiles' loads */
+    const int64_t vstride = C * NR + LANES, pstride = GROUP * NR + LANES;
+    const int64_t vfloats = XI * vstride, mfloats = XI * pstride, lfloats = XI * NR + LANES + NR * NR;
+    /* slack: output_tiles' loads past the last product */
+    float *s = kiln_cpu_scratch(KILN_SCRATCH_TASK, (size_t)(vfloats + mfloats + LANES + lfloats));
     if (!s) {
         atomic_store(&j->oom, true);
         return;
     }
-    float *v = s, *prod = v + vfloats;
+    float *v = s, *prod = v + vfloats, *lanes = prod + mfloats + LANES, *tmp = lanes + XI * NR + LANES;
     const bool relu = j->act && j->act->kind == KILN_ACT_RELU;
     const bool other_act = j->act && j->act->kind != KILN_ACT_NONE && !relu;
     int64_t have = -1; /* the tile block whose transformed input v holds */
     for (int64_t task = b; task < e; task++) {
         int64_t blk = task / j->msplit, part = task % j->msplit;
         int64_t t0 = blk * j->nt, t1 = t0 + j->nt < j->tiles ? t0 + j->nt : j->tiles, nt = t1 - t0;
-        int64_t panels = (M + KILN_PG_MR - 1) / KILN_PG_MR;
-        int64_t m0 = panels * part / j->msplit * KILN_PG_MR, m1 = panels * (part + 1) / j->msplit * KILN_PG_MR;
+        int64_t units = (M + j->unit - 1) / j->unit;
+        int64_t m0 = units * part / j->msplit * j->unit, m1 = units * (part + 1) / j->msplit * j->unit;
         if (m1 > M) m1 = M;
-        if (blk != have) { /* V_xi [C, nt] in one NR-column panel each: (c, l) at v + xi * vstride + c * NR + l */
-            for (int64_t c = 0; c < C; c++)
-                FOR_RUNS(j, t0, t1, {
-                    const float *plane = j->xp + (img * C + c) * j->plane + 4 * th * 4 * j->lp;
-                    input_tiles(plane, 4 * j->lp, j->lp, tw, v + c * NR + l, vstride, n, l + LANES <= NR);
-                })
-            if (nt < NR) /* the panels' unused columns: zeros, not whatever the scratch held */
-                for (int xi = 0; xi < XI; xi++)
-                    for (int64_t c = 0; c < C; c++) memset(v + xi * vstride + c * NR + nt, 0, (size_t)(NR - nt) * sizeof *v);
-            have = blk;
-        }
-        for (int64_t g0 = m0; g0 < m1; g0 += GROUP_ROWS) {
-            int64_t rows = m1 - g0 < GROUP_ROWS ? m1 - g0 : GROUP_ROWS;
-            for (int xi = 0; xi < XI; xi++) /* M_xi [rows, nt] at prod + xi * pstride, rows NR apart */
-                kiln_pg_gemm_packed_ab(j->packed->data + xi * per + g0 * C, rows, C, v + xi * vstride, nt,
-                                       prod + xi * pstride, NR);
+        if (blk != have) transform_block(j, t0, t1, v, vstride, lanes);
+        have = blk;
+        for (int64_t g0 = m0; g0 < m1; g0 += GROUP) {
+            int64_t rows = m1 - g0 < GROUP ? m1 - g0 : GROUP;
+            block_products(j, v, vstride, nt, g0, rows, prod, pstride, tmp);
             for (int64_t r = 0; r < rows; r++) {
                 int64_t m = g0 + r;
                 float bias = j->bias ? j->bias[m] : 0.0f;
@@ -330,9 +394,10 @@ kiln_status kiln_conv2d_run_winograd(const kiln_conv2d *g, const float *x, const
     j.blocks = (j.tiles + KILN_PG_NR - 1) / KILN_PG_NR;
     j.nt = (j.tiles + j.blocks - 1) / j.blocks;
     j.blocks = (j.tiles + j.nt - 1) / j.nt;
+    j.unit = packed->winograd_by_tiles ? KILN_PG_NR : KILN_PG_MR;
     j.msplit = 1;
     if (j.blocks < threads) {
-        int64_t most = g->M / (2 * KILN_PG_MR);
+        int64_t most = (g->M + j.unit - 1) / (packed->winograd_by_tiles ? j.unit : 2 * j.unit);
         j.msplit = threads < most ? threads : most;
         if (j.msplit < 1) j.msplit = 1;
     }
