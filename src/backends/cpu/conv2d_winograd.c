@@ -187,18 +187,22 @@ static void input_tiles(const float *plane, int64_t ld, int64_t lp, int64_t tw, 
 
 typedef int wino_v16i __attribute__((vector_size(64)));
 
-/* Stores v + residual (z may be NULL), ReLU'd when relu, to the first n <= 16 floats of y. */
-static inline __attribute__((always_inline)) void store_out(float *y, const float *z, wino_v16 v, int64_t n, bool relu) {
-    if (z) {
-        wino_v16 r = {0};
-        if (n == LANES) memcpy(&r, z, sizeof r);
-        else memcpy(&r, z, (size_t)n * sizeof(float));
-        v += r;
-    }
-    if (relu) v = (wino_v16)((wino_v16i)v & (v > (wino_v16){0}));
-    if (n == LANES) memcpy(y, &v, sizeof v);
-    else memcpy(y, &v, (size_t)n * sizeof(float));
-}
+/* Stores v + residual (z may be NULL), ReLU'd when relu, to the first n <= 16 floats of y (a
+ * macro: 16-lane vectors cannot be passed to a function of the baseline clone). */
+#define STORE_OUT(y, z, v, n, relu)                                                                \
+    do {                                                                                           \
+        wino_v16 o_ = (v);                                                                         \
+        const float *z_ = (z);                                                                     \
+        if (z_) {                                                                                  \
+            wino_v16 r_ = {0};                                                                     \
+            if ((n) == LANES) memcpy(&r_, z_, sizeof r_);                                          \
+            else memcpy(&r_, z_, (size_t)(n) * sizeof(float));                                     \
+            o_ += r_;                                                                              \
+        }                                                                                          \
+        if (relu) o_ = (wino_v16)((wino_v16i)o_ & (o_ > (wino_v16){0}));                           \
+        if ((n) == LANES) memcpy((y), &o_, sizeof o_);                                             \
+        else memcpy((y), &o_, (size_t)(n) * sizeof(float));                                       \
+    } while (0)
 
 /* The 4x4 outputs of 16 tiles of one tile row from their 36 products (m_xi at p + xi * pstride +
  * l) plus bias, plus the residual (z, laid out as y; may be NULL), ReLU'd when relu: the first
@@ -243,7 +247,7 @@ static void output_tiles(const float *p, int64_t pstride, float bias, float *y, 
         const float *zr = z ? z + i * ldy : NULL;
         for (int k = 0; k < 4 && 16 * k < width; k++) {
             int64_t n = width - 16 * k < LANES ? width - 16 * k : LANES;
-            store_out(yr + 16 * k, zr ? zr + 16 * k : NULL, q[k], n, relu);
+            STORE_OUT(yr + 16 * k, zr ? zr + 16 * k : NULL, q[k], n, relu);
         }
     }
 }
