@@ -143,6 +143,11 @@ static void conv_reference(const kiln_conv2d *g, const float *x, const float *w,
                 }
 }
 
+/* How much further F(4x4, 3x3) may stray than a direct sum: its transforms scale parts of each
+ * product by up to 8 x 8 on the way out and cancel them again (measured: 1.3-1.6 times the direct
+ * tolerance on these cases, 6e-5 for 432-term sums of values in [-1, 1]). */
+#define WINOGRAD_ERROR_FACTOR 4.0
+
 /* One case: sizes, then kernel, stride, dilation, pad (square), then groups and the epilogue. */
 static void test_conv_case(int64_t N, int64_t C, int64_t H, int64_t W, int64_t M, int64_t KH, int64_t KW, int64_t s,
                            int64_t d, int64_t ph, int64_t pw, int64_t group, bool bias, bool residual, bool relu) {
@@ -160,26 +165,40 @@ static void test_conv_case(int64_t N, int64_t C, int64_t H, int64_t W, int64_t M
     fill(z, ny);
     kiln_act act = {relu ? KILN_ACT_RELU : KILN_ACT_NONE, 0, 0};
     conv_reference(&g, x, w, bias ? b : NULL, residual ? z : NULL, relu, want);
-    kiln_conv2d_weights *packed = NULL, *by_columns = NULL;
-    CHECK_OK(kiln_conv2d_weights_pack(w, M, C / group, KH, KW, group, 0, &packed));
-    CHECK(packed == NULL || (kiln_conv2d_weights_fit(packed, &g) && !packed->by_columns));
+    kiln_conv2d_weights *packed = NULL, *by_columns = NULL, *winograd = NULL;
+    CHECK_OK(kiln_conv2d_weights_pack(w, M, C / group, KH, KW, group, 0, false, &packed));
+    CHECK(packed == NULL || (kiln_conv2d_weights_fit(packed, &g) && !packed->by_columns && !packed->winograd));
+    /* Winograd by tiles (for few positions) on every other case */
+    int64_t hint = (C + M) % 2 && g.OH * g.OW > KILN_CONV2D_SMALL_OUTPUT ? g.OH * g.OW : 0;
+    CHECK_OK(kiln_conv2d_weights_pack(w, M, C / group, KH, KW, group, hint, s == 1 && d == 1, &winograd));
+    bool want_winograd = KH == 3 && KW == 3 && s == 1 && d == 1 && group == 1 && C >= KILN_CONV2D_WINOGRAD_CHANNELS &&
+                         M >= KILN_CONV2D_WINOGRAD_CHANNELS;
+    CHECK(want_winograd == (winograd && winograd->winograd));
+    if (winograd && !winograd->winograd) {
+        kiln_conv2d_weights_free(winograd);
+        winograd = NULL;
+    }
+    CHECK(winograd == NULL || kiln_conv2d_weights_fit(winograd, &g));
+    CHECK(winograd == NULL || winograd->winograd_by_tiles == (hint > 0 && hint < KILN_CONV2D_WINOGRAD_POSITIONS));
     if (g.OH * g.OW <= KILN_CONV2D_SMALL_OUTPUT) { /* also the transposed product of small outputs */
-        CHECK_OK(kiln_conv2d_weights_pack(w, M, C / group, KH, KW, group, g.OH * g.OW, &by_columns));
+        CHECK_OK(kiln_conv2d_weights_pack(w, M, C / group, KH, KW, group, g.OH * g.OW, s == 1 && d == 1, &by_columns));
         CHECK(by_columns == NULL || (kiln_conv2d_weights_fit(by_columns, &g) && by_columns->by_columns));
     }
     /* each instruction set the processor runs: plain weights (the depthwise kernel or OpenBLAS), then
-     * packed weights (none for depthwise), then packed by columns (small outputs) */
-    const kiln_conv2d_weights *weights[3] = {NULL, packed, by_columns};
-    for (int variant = 0; variant < 3 * (KILN_PG_AVX512 + 1); variant++) {
-        if ((variant % 3 && !weights[variant % 3]) || !kiln_pg_isa_set((kiln_pg_isa)(variant / 3))) continue;
+     * packed weights (none for depthwise), then packed by columns (small outputs), then Winograd
+     * transforms (3x3, stride 1) */
+    const kiln_conv2d_weights *weights[4] = {NULL, packed, by_columns, winograd};
+    for (int variant = 0; variant < 4 * (KILN_PG_AVX512 + 1); variant++) {
+        if ((variant % 4 && !weights[variant % 4]) || !kiln_pg_isa_set((kiln_pg_isa)(variant / 4))) continue;
         memset(y, 0xff, sizeof(float) * (size_t)ny); /* NaN: every output must be written */
-        CHECK_OK(kiln_conv2d_run(&g, x, w, weights[variant % 3], bias ? b : NULL, residual ? z : NULL, &act, y));
+        CHECK_OK(kiln_conv2d_run(&g, x, w, weights[variant % 4], bias ? b : NULL, residual ? z : NULL, &act, y));
         double worst = 0;
         for (int64_t i = 0; i < ny; i++) {
             double err = fabs(y[i] - want[i]) / (1.0 + fabs(want[i]));
             if (isnan(err) || err > worst) worst = isnan(err) ? INFINITY : err; /* NaN: an output left unwritten */
         }
         double tol = 2e-6 * sqrt((double)(C / group * KH * KW)); /* float32 sums of that many products */
+        if (variant % 4 == 3) tol *= WINOGRAD_ERROR_FACTOR;
         CHECKF(worst < tol,
                "conv N%lld C%lld %lldx%lld M%lld k%lldx%lld s%lld d%lld p%lld,%lld g%lld bias %d res %d relu %d "
                "variant %d: error %g",
@@ -190,6 +209,7 @@ static void test_conv_case(int64_t N, int64_t C, int64_t H, int64_t W, int64_t M
     kiln_pg_isa_set(kiln_pg_isa_best());
     kiln_conv2d_weights_free(packed);
     kiln_conv2d_weights_free(by_columns);
+    kiln_conv2d_weights_free(winograd);
     free(x);
     free(w);
     free(b);
@@ -230,6 +250,16 @@ static void test_conv2d(void) {
     test_conv_case(2, 40, 7, 7, 100, 3, 3, 1, 1, 1, 1, 2, true, true, true); /* small output: batch, groups */
     test_conv_case(1, 24, 9, 9, 50, 3, 3, 2, 1, 1, 1, 1, true, false, true); /* small output, stride 2 */
     test_conv_case(1, 600, 3, 3, 20, 1, 1, 1, 1, 0, 0, 1, true, true, false); /* small pointwise, deep */
+    /* Winograd F(4x4, 3x3): partial tiles, tiles of several images in one block, several blocks */
+    test_conv_case(2, 16, 13, 15, 24, 3, 3, 1, 1, 1, 1, 1, true, true, true);
+    test_conv_case(1, 20, 30, 29, 17, 3, 3, 1, 1, 1, 1, 1, true, false, true);
+    test_conv_case(3, 24, 11, 6, 40, 3, 3, 1, 1, 0, 0, 1, false, true, false);
+    test_conv_case(1, 16, 7, 9, 16, 3, 3, 1, 1, 2, 2, 1, true, false, false);
+    test_conv_case(2, 48, 28, 28, 32, 3, 3, 1, 1, 1, 1, 1, true, true, true);
+    /* ... and by tiles (C + M odd): channel blocks of 48 and a partial one, batches */
+    test_conv_case(2, 24, 14, 14, 57, 3, 3, 1, 1, 1, 1, 1, true, true, true);
+    test_conv_case(1, 33, 12, 10, 50, 3, 3, 1, 1, 1, 1, 1, false, false, true);
+    test_conv_case(3, 17, 9, 11, 96, 3, 3, 1, 1, 1, 1, 1, true, true, false);
 }
 
 /* ------------------------------------------------------------------ packed product */

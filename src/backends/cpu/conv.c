@@ -309,7 +309,7 @@ static kiln_status prepare_stored(const kiln_graph *g, const kiln_node *n, void 
     int64_t floats = (tag.P + kiln_packed_width(tag.kind) - 1) / kiln_packed_width(tag.kind) *
                      kiln_packed_width(tag.kind) * tag.L;
     *pw = (kiln_conv2d_weights){M, Cg, KH, KW, tag.groups, floats, tag.kind == KILN_PACKED_CONV_COLUMNS,
-                                owned ? owned : (float *)panels, true, owned == NULL};
+                                false, false, owned ? owned : (float *)panels, true, owned == NULL};
     *state = pw;
     return KILN_OK;
 }
@@ -325,15 +325,22 @@ kiln_status kiln_cpu_conv_prepare(const kiln_graph *g, const kiln_node *n, void 
     int64_t positions = 0; /* the output's OH * OW where shape inference knows it */
     if (yv && yv->ndim == 4 && kiln_dim_is_static(yv->dims[2]) && kiln_dim_is_static(yv->dims[3]))
         positions = yv->dims[2].value * yv->dims[3].value;
+    bool unit_stride = true; /* strides and dilations all 1 (or absent) */
+    const char *names[2] = {"strides", "dilations"};
+    for (int a = 0; a < 2; a++) {
+        int count = 0;
+        const int64_t *v = kiln_attr_ints(n, names[a], &count);
+        for (int i = 0; v && i < count; i++) unit_stride = unit_stride && v[i] == 1;
+    }
     KILN_TRY(kiln_conv2d_weights_pack(w->data, w->dims[0], w->dims[1], w->dims[2], w->dims[3],
-                                      kiln_attr_int(n, "group", 1), positions, &pw));
+                                      kiln_attr_int(n, "group", 1), positions, unit_stride, &pw));
     *state = pw;
     return KILN_OK;
 }
 
 bool kiln_cpu_conv_panels(const void *state, kiln_packed_tag *tag, const float **panels) {
     const kiln_conv2d_weights *pw = state;
-    if (pw->stored) return false;
+    if (pw->stored || pw->winograd) return false; /* Winograd transforms are made at load from the plain weights */
     *tag = (kiln_packed_tag){pw->by_columns ? KILN_PACKED_CONV_COLUMNS : KILN_PACKED_CONV_ROWS, kiln_pg_isa_current(),
                              pw->by_columns ? KILN_PG_NR : KILN_PG_MR, pw->group, pw->M / pw->group,
                              pw->Cg * pw->KH * pw->KW};

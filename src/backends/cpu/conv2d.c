@@ -5,8 +5,9 @@
  * of the product's right side) lives in a per-thread buffer (cpu_scratch.h) that grows and is kept for the
  * thread's life, so steady-state runs allocate nothing. Matrix products are single-threaded inside
  * the tasks: kiln_pg_gemm on packed weights, else OpenBLAS (cpu_gemm.c switches it to one thread).
- * Stride-1 convolutions on packed weights skip im2col (conv2d_shifted.c); outputs of few positions
- * run transposed (conv2d_small.c). */
+ * Stride-1 convolutions on packed weights skip im2col (conv2d_shifted.c), 3x3 ones with enough
+ * channels run by Winograd's F(4x4, 3x3) (conv2d_winograd.c); outputs of few positions run
+ * transposed (conv2d_small.c). */
 #include "backends/cpu/conv2d.h"
 
 #include "backends/cpu/cpu_gemm.h"
@@ -79,13 +80,17 @@ static bool is_depthwise(int64_t M, int64_t Cg, int64_t KH, int64_t KW, int64_t 
 
 /* ------------------------------------------------------------------ packed weights */
 kiln_status kiln_conv2d_weights_pack(const float *w, int64_t M, int64_t Cg, int64_t KH, int64_t KW, int64_t group,
-                                     int64_t out_positions, kiln_conv2d_weights **out) {
+                                     int64_t out_positions, bool unit_stride, kiln_conv2d_weights **out) {
     *out = NULL;
     if (group < 1 || M % group || is_depthwise(M, Cg, KH, KW, group) || M * Cg * KH * KW == 0) return KILN_OK;
     bool by_columns = out_positions > 0 && out_positions <= KILN_CONV2D_SMALL_OUTPUT;
+    bool winograd = !by_columns && unit_stride && KH == 3 && KW == 3 && group == 1 &&
+                    Cg >= KILN_CONV2D_WINOGRAD_CHANNELS && M >= KILN_CONV2D_WINOGRAD_CHANNELS;
+    bool by_tiles = winograd && out_positions > 0 && out_positions < KILN_CONV2D_WINOGRAD_POSITIONS;
     int64_t Mg = M / group, rows = Cg * KH * KW;
     int64_t per = by_columns ? kiln_pg_packed_b_floats(rows, Mg) : kiln_pg_packed_a_floats(Mg, rows);
-    size_t bytes = ((size_t)(per * group) * sizeof(float) + 63) / 64 * 64;
+    if (winograd) per = kiln_conv2d_winograd_floats(M, Cg, by_tiles) / 36;
+    size_t bytes = ((size_t)(per * (winograd ? 36 : group)) * sizeof(float) + 63) / 64 * 64;
     kiln_conv2d_weights *pw = calloc(1, sizeof *pw);
     float *data = aligned_alloc(64, bytes), *tap_major = malloc((size_t)(Mg * rows) * sizeof *tap_major);
     if (!pw || !data || !tap_major) {
@@ -95,9 +100,10 @@ kiln_status kiln_conv2d_weights_pack(const float *w, int64_t M, int64_t Cg, int6
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Conv: out of memory packing %lld x %lld weights", (long long)M,
                           (long long)rows);
     }
-    *pw = (kiln_conv2d_weights){M, Cg, KH, KW, group, per, by_columns, data, false, false};
+    *pw = (kiln_conv2d_weights){M, Cg, KH, KW, group, per, by_columns, winograd, by_tiles, data, false, false};
     const int64_t taps = KH * KW;
-    for (int64_t gr = 0; gr < group; gr++) {
+    if (winograd) kiln_conv2d_winograd_pack(w, M, Cg, by_tiles, data);
+    for (int64_t gr = 0; gr < group && !winograd; gr++) {
         for (int64_t m = 0; m < Mg; m++)
             for (int64_t c = 0; c < Cg; c++)
                 for (int64_t t = 0; t < taps; t++)
@@ -118,7 +124,8 @@ void kiln_conv2d_weights_free(kiln_conv2d_weights *pw) {
 
 bool kiln_conv2d_weights_fit(const kiln_conv2d_weights *pw, const kiln_conv2d *g) {
     return pw && pw->M == g->M && pw->Cg * g->group == g->C && pw->KH == g->KH && pw->KW == g->KW &&
-           pw->group == g->group && (!pw->by_columns || g->OH * g->OW <= KILN_CONV2D_SMALL_OUTPUT);
+           pw->group == g->group && (!pw->by_columns || g->OH * g->OW <= KILN_CONV2D_SMALL_OUTPUT) &&
+           (!pw->winograd || (g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1));
 }
 
 static float *thread_scratch(size_t count) { return kiln_cpu_scratch(KILN_SCRATCH_TASK, count); }
@@ -424,6 +431,7 @@ kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w
                 return kiln_conv2d_run_small(g, x, packed, bias, residual, act, y);
             j.packed = NULL; /* one position: the matrix-vector product on w (stored weights have none) */
         }
+        if (packed && packed->winograd) return kiln_conv2d_run_winograd(g, x, packed, bias, residual, act, y);
         if (j.packed && !j.pointwise && g->sh == 1 && g->sw == 1)
             return kiln_conv2d_run_shifted(g, x, packed, bias, residual, act, y);
         /* Wide outputs are cut into column chunks (within the im2col budget, never narrower than 256

@@ -27,6 +27,8 @@ typedef struct kiln_conv2d_weights {
     int64_t M, Cg, KH, KW, group;
     int64_t group_floats;
     bool by_columns; /* the transpose [KH * KW * Cg, M / group] per group, in kiln_pg_pack_b's layout */
+    bool winograd;   /* 3x3, one group: the 36 Winograd transforms [M, Cg], group_floats apart (conv2d_winograd.c) */
+    bool winograd_by_tiles; /* those transforms transposed, [Cg, M] in kiln_pg_pack_b's layout */
     float *data;
     bool stored;     /* the engine file stores them packed (packed_weights.h): W has no plain copy */
     bool borrowed;   /* data lies in the engine file: kiln_conv2d_weights_free leaves it */
@@ -35,17 +37,26 @@ typedef struct kiln_conv2d_weights {
 /* Outputs of at most this many positions are multiplied transposed (conv2d_small.c). */
 #define KILN_CONV2D_SMALL_OUTPUT 64
 
+/* Input and output channels from which a 3x3 stride-1 convolution runs by Winograd's F(4x4, 3x3);
+ * on outputs of fewer than KILN_CONV2D_WINOGRAD_POSITIONS positions, its products run with the
+ * tiles in the rows. */
+#define KILN_CONV2D_WINOGRAD_CHANNELS 16
+#define KILN_CONV2D_WINOGRAD_POSITIONS 256
+
 /* Packs w [M, Cg, KH, KW] (float32, group groups; M a multiple of group) into *out, which the
  * caller frees with kiln_conv2d_weights_free; by columns when out_positions (OH * OW where the
- * graph knows it, else 0) is at most KILN_CONV2D_SMALL_OUTPUT. *out is NULL, with KILN_OK, when
+ * graph knows it, else 0) is at most KILN_CONV2D_SMALL_OUTPUT; else as Winograd transforms when
+ * unit_stride (strides and dilations of 1) and w is 3x3 in one group with channels as above. *out
+ * is NULL, with KILN_OK, when
  * kiln_conv2d_run would not use packed weights for this shape (depthwise convolutions run a direct
  * kernel). Fails only with KILN_ERR_OUT_OF_MEMORY. */
 kiln_status kiln_conv2d_weights_pack(const float *w, int64_t M, int64_t Cg, int64_t KH, int64_t KW, int64_t group,
-                                     int64_t out_positions, kiln_conv2d_weights **out);
+                                     int64_t out_positions, bool unit_stride, kiln_conv2d_weights **out);
 void kiln_conv2d_weights_free(kiln_conv2d_weights *pw);
 
 /* Whether pw (may be NULL: false) was packed from weights of the shape and groups of g (and, by
- * columns, for an output of at most KILN_CONV2D_SMALL_OUTPUT positions). */
+ * columns, for an output of at most KILN_CONV2D_SMALL_OUTPUT positions; as Winograd transforms,
+ * for strides and dilations of 1). */
 bool kiln_conv2d_weights_fit(const kiln_conv2d_weights *pw, const kiln_conv2d *g);
 
 /* Fills g for Conv node n on 4-D X and W (only shapes are read), checking what the Conv kernel
@@ -63,11 +74,20 @@ kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w
                             const float *bias, const float *residual, const kiln_act *act, float *y);
 
 /* Internal to the 2-D Conv kernels, kiln_conv2d_run on packed weights that fit g: for a stride-1,
- * non-pointwise g on weights packed by rows (conv2d_shifted.c), and on weights packed by columns
- * (conv2d_small.c). */
+ * non-pointwise g on weights packed by rows (conv2d_shifted.c), on weights packed by columns
+ * (conv2d_small.c), and on Winograd transforms (conv2d_winograd.c). */
 kiln_status kiln_conv2d_run_shifted(const kiln_conv2d *g, const float *x, const kiln_conv2d_weights *packed,
                                     const float *bias, const float *residual, const kiln_act *act, float *y);
 kiln_status kiln_conv2d_run_small(const kiln_conv2d *g, const float *x, const kiln_conv2d_weights *packed,
                                   const float *bias, const float *residual, const kiln_act *act, float *y);
+kiln_status kiln_conv2d_run_winograd(const kiln_conv2d *g, const float *x, const kiln_conv2d_weights *packed,
+                                     const float *bias, const float *residual, const kiln_act *act, float *y);
+
+/* Writes the Winograd F(4x4, 3x3) transforms of w [M, C, 3, 3] to dst
+ * (kiln_conv2d_winograd_floats of them): for each of the 36 positions xi, the [M, C] matrix U_xi
+ * in kiln_pg_pack_a's layout, or with tiles_in_rows its transpose [C, M] in kiln_pg_pack_b's
+ * layout, one after the other. */
+void kiln_conv2d_winograd_pack(const float *w, int64_t M, int64_t C, bool tiles_in_rows, float *dst);
+int64_t kiln_conv2d_winograd_floats(int64_t M, int64_t C, bool tiles_in_rows);
 
 #endif
