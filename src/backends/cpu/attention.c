@@ -8,6 +8,7 @@
  * single-threaded inside; exponentials on 4-lane vectors (elementwise_vmath.h). */
 #include "backends/cpu/fused_kernels.h"
 
+#include "backends/cpu/activation_wide.h"
 #include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/elementwise_vmath.h"
 #include "core/ckd.h"
@@ -65,8 +66,10 @@ static int64_t offset(const batch_view *v, int nb, const int64_t *idx) {
     return off;
 }
 
-/* Softmax of row s[0..n) in place (max-subtracted), on 4-lane vectors; the tail in scalars. */
+/* Softmax of row s[0..n) in place (max-subtracted), on 16-lane vectors where the processor has
+ * them, else on 4-lane vectors with the tail in scalars. */
 static void softmax_row(float *s, int64_t n) {
+    if (kiln_cpu_softmax_wide(s, n)) return;
     ew_v4f vmx = (ew_v4f){0} - INFINITY, v;
     int64_t j = 0;
     for (; j + 4 <= n; j += 4) {
