@@ -6,7 +6,7 @@
  * zeroed. On AVX-512 the plane is computed on 16-lane vectors, 32 outputs at a time, every tap
  * accumulated in registers (3x3 and 5x5 kernels with their weights held in registers), and the
  * epilogue (bias, residual, activation) applied to the accumulators before the one store; the
- * stride-2 copy deinterleaves with vpermt2ps. Elsewhere 8-lane vectors (cpu_simd.h) and the epilogue
+ * padded rows are written by masked loads (stride 2: deinterleaved with vpermt2ps). Elsewhere 8-lane vectors (cpu_simd.h) and the epilogue
  * as a second pass over the plane, which is still in cache. */
 #include "backends/cpu/conv2d.h"
 
@@ -54,27 +54,39 @@ static void copy_strided(float *restrict d, const float *restrict s, int64_t n, 
 #if defined(KILN_V16)
 #define DW_V16 __attribute__((target("avx512f,fma")))
 
-/* d[i] = s[2 i] for i in [0, n), reading s only below s + 2n - 1: the even lanes of two vectors at
- * a time, masked loads at the end. */
-DW_V16 static void copy_stride2_v16(float *restrict d, const float *restrict s, int64_t n) {
+/* The lanes i of a vector whose source column b + i lies in [0, W). */
+KILN_V16_FN __mmask16 in_row16(int64_t b, int64_t W) {
+    const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    return _mm512_cmplt_epu32_mask(_mm512_add_epi32(iota, _mm512_set1_epi32((int32_t)b)), _mm512_set1_epi32((int32_t)W));
+}
+
+/* pad_plane for strides 1 and 2 on 16-lane vectors, without calls: each phase row is written 16
+ * floats at a time, by masked loads that give zeros outside the input row (stride 2: two of them
+ * and their even lanes). A row's last vector may run up to 15 floats past it, always with zeros
+ * (those columns lie past the input), into what the loop writes next or into padding. */
+DW_V16 static void pad_plane16(const dw_job *j, const float *x, float *buf) {
+    const kiln_conv2d *g = j->g;
+    const int64_t ld = j->ld, lp = j->lp, sw = g->sw, W = g->W;
     const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    int64_t i = 0;
-    for (; 2 * i + 32 <= 2 * n - 1; i += 16)
-        _mm512_storeu_ps(d + i, _mm512_permutex2var_ps(_mm512_loadu_ps(s + 2 * i), even, _mm512_loadu_ps(s + 2 * i + 16)));
-    for (; i < n; i += 16) {
-        int64_t left = 2 * n - 1 - 2 * i, m = n - i; /* floats of s still readable, outputs still due */
-        __mmask16 mlo = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
-        __mmask16 mhi = left >= 32 ? 0xffff : left <= 16 ? 0 : (__mmask16)((1u << (left - 16)) - 1);
-        __m512 v = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(mlo, s + 2 * i), even,
-                                          _mm512_maskz_loadu_ps(mhi, s + 2 * i + 16));
-        _mm512_mask_storeu_ps(d + i, m >= 16 ? 0xffff : (__mmask16)((1u << m) - 1), v);
+    memset(buf, 0, (size_t)(g->ph * ld) * sizeof *buf);
+    memset(buf + (g->ph + g->H) * ld, 0, (size_t)((j->PH - g->ph - g->H) * ld + DW_SLACK) * sizeof *buf);
+    for (int64_t ih = 0; ih < g->H; ih++) {
+        const float *src = x + ih * W;
+        for (int64_t phase = 0; phase < sw; phase++) {
+            float *dst = buf + (ih + g->ph) * ld + phase * lp;
+            for (int64_t c = 0, b = phase - g->pw; c < lp; c += 16, b += 16 * sw) { /* b: source column of dst[c] */
+                __m512 v = _mm512_maskz_loadu_ps(in_row16(b, W), src + b);
+                if (sw == 2) v = _mm512_permutex2var_ps(v, even, _mm512_maskz_loadu_ps(in_row16(b + 16, W), src + b + 16));
+                _mm512_storeu_ps(dst + c, v);
+            }
+        }
     }
 }
 #endif
 
 /* The padded plane of input channel x (H x W) into buf (PH x ld floats, phase layout, and
  * DW_SLACK floats past them): every float a tap may read is written, the padding and slack with
- * zeros. */
+ * zeros. The portable form; pad_plane16 the AVX-512 one. */
 static void pad_plane(const dw_job *j, const float *x, float *buf) {
     const kiln_conv2d *g = j->g;
     const int64_t ld = j->ld, lp = j->lp, sw = g->sw;
@@ -87,13 +99,7 @@ static void pad_plane(const dw_job *j, const float *x, float *buf) {
             float *dst = buf + (ih + g->ph) * ld + phase * lp;
             const float *src = x + ih * g->W + (q - g->pw);
             memset(dst, 0, (size_t)i * sizeof *dst);
-            if (n > 0) {
-#if defined(KILN_V16)
-                if (j->wide && sw == 2) copy_stride2_v16(dst + i, src, n);
-                else
-#endif
-                    copy_strided(dst + i, src, n, sw);
-            }
+            if (n > 0) copy_strided(dst + i, src, n, sw);
             memset(dst + i + n, 0, (size_t)(lp - i - n) * sizeof *dst);
         }
     }
@@ -239,7 +245,13 @@ static void depthwise_part(void *ctx, int64_t t0, int64_t t1) {
     int64_t prev_in = -1;
     for (int64_t t = t0; t < t1; t++) { /* t = image * M + output channel */
         int64_t m = t % g->M, img = t / g->M, cin = img * g->C + m / j->Mg;
-        if (cin != prev_in) pad_plane(j, j->x + cin * j->HW, buf);
+        if (cin != prev_in) {
+#if defined(KILN_V16)
+            if (j->wide && g->sw <= 2) pad_plane16(j, j->x + cin * j->HW, buf);
+            else
+#endif
+                pad_plane(j, j->x + cin * j->HW, buf);
+        }
         prev_in = cin;
         float *y = j->y + t * j->OHW;
         const float *z = j->z ? j->z + t * j->OHW : NULL, *wk = j->w + m * taps;
