@@ -85,8 +85,9 @@ KILN_V16_FN v16f act16(v16f v, kiln_activation kind, float p0, float p1) {
     case KILN_ACT_RELU: return select16(v < 0.0f, splat16(0.0f), v);
     case KILN_ACT_LEAKY_RELU: return select16(v < 0.0f, v * p0, v);
     case KILN_ACT_CLIP: return clamp16(v, p0, p1);
-    case KILN_ACT_HARD_SIGMOID: return clamp16(p0 * v + p1, 0.0f, 1.0f);
-    case KILN_ACT_HARD_SWISH: return v * clamp16(v / 6.0f + 0.5f, 0.0f, 1.0f);
+    case KILN_ACT_HARD_SIGMOID: return clamp16(fma16(v, splat16(p0), splat16(p1)), 0.0f, 1.0f);
+    case KILN_ACT_HARD_SWISH: /* ONNX's alpha x + beta, alpha = 1/6: no division */
+        return v * clamp16(fma16(v, splat16(1.0f / 6.0f), splat16(0.5f)), 0.0f, 1.0f);
     case KILN_ACT_SIGMOID: return sigmoid16(v);
     case KILN_ACT_SILU: return v * sigmoid16(v);
     case KILN_ACT_TANH: return tanh16(v);
