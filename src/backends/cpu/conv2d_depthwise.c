@@ -62,11 +62,13 @@ KILN_V16_FN __mmask16 in_row16(int64_t b, int64_t W) {
 
 /* pad_plane for strides 1 and 2 on 16-lane vectors, without calls: each phase row is written 16
  * floats at a time, by masked loads that give zeros outside the input row (stride 2: two of them
- * and their even lanes). A row's last vector may run up to 15 floats past it, always with zeros
- * (those columns lie past the input), into what the loop writes next or into padding. */
+ * and their even lanes), up to the last column an output reads; the columns past it (slack that
+ * only the dropped lanes of a vector read) keep whatever they held. A row's last vector may run
+ * up to 15 floats past that column, into what the loop writes next or into padding. */
 DW_V16 static void pad_plane16(const dw_job *j, const float *x, float *buf) {
     const kiln_conv2d *g = j->g;
     const int64_t ld = j->ld, lp = j->lp, sw = g->sw, W = g->W;
+    const int64_t read = g->OW + (g->KW - 1) * g->dw / sw, need = read < lp ? read : lp; /* columns outputs read */
     const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     memset(buf, 0, (size_t)(g->ph * ld) * sizeof *buf);
     memset(buf + (g->ph + g->H) * ld, 0, (size_t)((j->PH - g->ph - g->H) * ld + DW_SLACK) * sizeof *buf);
@@ -74,7 +76,7 @@ DW_V16 static void pad_plane16(const dw_job *j, const float *x, float *buf) {
         const float *src = x + ih * W;
         for (int64_t phase = 0; phase < sw; phase++) {
             float *dst = buf + (ih + g->ph) * ld + phase * lp;
-            for (int64_t c = 0, b = phase - g->pw; c < lp; c += 16, b += 16 * sw) { /* b: source column of dst[c] */
+            for (int64_t c = 0, b = phase - g->pw; c < need; c += 16, b += 16 * sw) { /* b: source column of dst[c] */
                 __m512 v = _mm512_maskz_loadu_ps(in_row16(b, W), src + b);
                 if (sw == 2) v = _mm512_permutex2var_ps(v, even, _mm512_maskz_loadu_ps(in_row16(b + 16, W), src + b + 16));
                 _mm512_storeu_ps(dst + c, v);
