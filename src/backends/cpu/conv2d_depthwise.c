@@ -23,8 +23,10 @@
 
 /* Taps of a depthwise kernel the direct path takes (8x8 and below); larger ones go through im2col. */
 #define DW_MAX_TAPS 64
-/* Columns past a padded row's outputs that a vector may read (one 16-lane vector). */
+/* Floats past a padded row's outputs that a vector may read (one 16-lane vector), and past the
+ * padded plane that the flattened rows' last block of four vectors may read. */
 #define DW_SLACK 16
+#define DW_FLAT_SLACK 64
 
 bool kiln_conv2d_depthwise_fits(int64_t M, int64_t Cg, int64_t KH, int64_t KW, int64_t group) {
     return Cg == 1 && group > 1 && M / group <= 8 && KH * KW <= DW_MAX_TAPS;
@@ -39,7 +41,7 @@ typedef struct dw_job {
     int64_t PH, lp, ld;      /* padded rows, phase length, padded row length (lp * sw) */
     int64_t off[DW_MAX_TAPS]; /* where tap t of output (0, 0) reads in the padded plane */
     bool wide;               /* 16-lane AVX-512 kernels */
-    bool flat;               /* wide, over the plane's rows as one run of ld-float rows (narrow planes) */
+    bool flat;               /* wide, over the plane's rows as one run of ld-float rows (stride 1, no residual) */
     atomic_bool oom;
 } dw_job;
 
@@ -124,65 +126,76 @@ KILN_V16_FN const float *tap16(const dw_job *j, const float *base, int64_t kh, i
     return base + j->off[kh * KW + kw];
 }
 
-/* One output plane from the padded plane buf, KH x KW taps read as tap16 does with sw (constants
- * where a caller below inlines a kernel size, so the taps unroll and the weights stay in
- * registers): 32 outputs of a row at a time, then 16, the last under a mask (the padded rows'
- * slack covers the loads). z: the plane's residual or NULL; act: NULL for none. */
-KILN_V16_FN void plane16(const dw_job *j, const float *buf, const float *wk, float bias, const float *z,
-                         const kiln_act *act, float *y, const int64_t KH, const int64_t KW, const int sw) {
+/* Output rows [oh, oh + NR) of a plane from the padded plane buf, KH x KW taps read as tap16 does
+ * with sw (constants where a caller below inlines a kernel size, so the taps unroll and the
+ * weights wv stay in registers): 16 outputs of each row at a time, the NR rows' sums independent
+ * (NR chains of FMAs in flight), the last vector of a row under a mask (the padded rows' slack
+ * covers the loads). z: the plane's residual or NULL; act: NULL for none. */
+KILN_V16_FN void rows16(const dw_job *j, const float *buf, const __m512 *wv, float bias, const float *z,
+                        const kiln_act *act, float *y, int64_t oh, const int NR, const int64_t KH, const int64_t KW,
+                        const int sw) {
     const kiln_conv2d *g = j->g;
     const int64_t OW = g->OW, step = g->sh * j->ld;
-    __m512 wv[DW_MAX_TAPS];
-    for (int64_t t = 0; t < KH * KW; t++) wv[t] = _mm512_set1_ps(wk[t]);
-    for (int64_t oh = 0; oh < g->OH; oh++) {
-        const float *base = buf + oh * step;
-        float *yr = y + oh * OW;
-        const float *zr = z ? z + oh * OW : NULL;
-        int64_t ow = 0;
-        for (; ow + 32 <= OW; ow += 32) {
-            __m512 a0 = _mm512_set1_ps(bias), a1 = a0;
+    const float *base = buf + oh * step;
+    for (int64_t ow = 0; ow < OW; ow += 16) {
+        __m512 acc[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) acc[r] = _mm512_set1_ps(bias);
 #pragma GCC unroll 8
-            for (int64_t kh = 0; kh < KH; kh++)
+        for (int64_t kh = 0; kh < KH; kh++)
 #pragma GCC unroll 8
-                for (int64_t kw = 0; kw < KW; kw++) {
-                    const float *p = tap16(j, base, kh, kw, KW, sw) + ow;
-                    a0 = _mm512_fmadd_ps(wv[kh * KW + kw], _mm512_loadu_ps(p), a0);
-                    a1 = _mm512_fmadd_ps(wv[kh * KW + kw], _mm512_loadu_ps(p + 16), a1);
-                }
-            store_epilogue(a0, zr ? zr + ow : NULL, act, 0xffff, yr + ow);
-            store_epilogue(a1, zr ? zr + ow + 16 : NULL, act, 0xffff, yr + ow + 16);
-        }
-        for (; ow < OW; ow += 16) {
-            __m512 a = _mm512_set1_ps(bias);
-#pragma GCC unroll 8
-            for (int64_t kh = 0; kh < KH; kh++)
-#pragma GCC unroll 8
-                for (int64_t kw = 0; kw < KW; kw++)
-                    a = _mm512_fmadd_ps(wv[kh * KW + kw], _mm512_loadu_ps(tap16(j, base, kh, kw, KW, sw) + ow), a);
-            int64_t left = OW - ow;
-            store_epilogue(a, zr ? zr + ow : NULL, act, left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1), yr + ow);
+            for (int64_t kw = 0; kw < KW; kw++) {
+                const float *p = tap16(j, base, kh, kw, KW, sw) + ow;
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++)
+                    acc[r] = _mm512_fmadd_ps(wv[kh * KW + kw], _mm512_loadu_ps(p + r * step), acc[r]);
+            }
+        int64_t left = OW - ow;
+        __mmask16 mask = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            int64_t o = (oh + r) * OW + ow;
+            store_epilogue(acc[r], z ? z + o : NULL, act, mask, y + o);
         }
     }
 }
 
-/* plane16 for a stride-1 plane narrower than its vectors, without residual: the outputs computed
- * on the padded plane's grid, 16 consecutive positions of the flattened rows at a time (the
- * ld - OW columns between rows are computed and dropped), into tmp (OH * ld + 16 floats), whose
- * rows are then copied to y. */
+/* One output plane by rows16, four rows at a time, then one. */
+KILN_V16_FN void plane16(const dw_job *j, const float *buf, const float *wk, float bias, const float *z,
+                         const kiln_act *act, float *y, const int64_t KH, const int64_t KW, const int sw) {
+    __m512 wv[DW_MAX_TAPS];
+    for (int64_t t = 0; t < KH * KW; t++) wv[t] = _mm512_set1_ps(wk[t]);
+    int64_t oh = 0;
+    for (; oh + 4 <= j->g->OH; oh += 4) rows16(j, buf, wv, bias, z, act, y, oh, 4, KH, KW, sw);
+    for (; oh < j->g->OH; oh++) rows16(j, buf, wv, bias, z, act, y, oh, 1, KH, KW, sw);
+}
+
+/* plane16 for a stride-1 plane without residual: the outputs computed on the padded plane's grid,
+ * consecutive positions of the flattened rows (the ld - OW columns between rows are computed and
+ * dropped), four independent vectors at a time, into tmp (OH * ld + 64 floats), whose rows are
+ * then copied to y. */
 KILN_V16_FN void flat16(const dw_job *j, const float *buf, const float *wk, float bias, const kiln_act *act, float *y,
                         float *tmp, const int64_t KH, const int64_t KW, const int sw) {
     const kiln_conv2d *g = j->g;
     const int64_t ld = j->ld, span = (g->OH - 1) * ld + g->OW;
     __m512 wv[DW_MAX_TAPS];
     for (int64_t t = 0; t < KH * KW; t++) wv[t] = _mm512_set1_ps(wk[t]);
-    for (int64_t p = 0; p < span; p += 16) {
-        __m512 a = _mm512_set1_ps(bias);
+    for (int64_t p = 0; p < span; p += 64) {
+        __m512 a0 = _mm512_set1_ps(bias), a1 = a0, a2 = a0, a3 = a0;
 #pragma GCC unroll 8
         for (int64_t kh = 0; kh < KH; kh++)
 #pragma GCC unroll 8
-            for (int64_t kw = 0; kw < KW; kw++)
-                a = _mm512_fmadd_ps(wv[kh * KW + kw], _mm512_loadu_ps(tap16(j, buf, kh, kw, KW, sw) + p), a);
-        store_epilogue(a, NULL, act, 0xffff, tmp + p);
+            for (int64_t kw = 0; kw < KW; kw++) {
+                const float *q = tap16(j, buf, kh, kw, KW, sw) + p;
+                a0 = _mm512_fmadd_ps(wv[kh * KW + kw], _mm512_loadu_ps(q), a0);
+                a1 = _mm512_fmadd_ps(wv[kh * KW + kw], _mm512_loadu_ps(q + 16), a1);
+                a2 = _mm512_fmadd_ps(wv[kh * KW + kw], _mm512_loadu_ps(q + 32), a2);
+                a3 = _mm512_fmadd_ps(wv[kh * KW + kw], _mm512_loadu_ps(q + 48), a3);
+            }
+        store_epilogue(a0, NULL, act, 0xffff, tmp + p);
+        store_epilogue(a1, NULL, act, 0xffff, tmp + p + 16);
+        store_epilogue(a2, NULL, act, 0xffff, tmp + p + 32);
+        store_epilogue(a3, NULL, act, 0xffff, tmp + p + 48);
     }
     for (int64_t oh = 0; oh < g->OH; oh++) memcpy(y + oh * g->OW, tmp + oh * ld, (size_t)g->OW * sizeof *y);
 }
@@ -237,8 +250,8 @@ static void plane8(const dw_job *j, const float *buf, const float *wk, float bia
 static void depthwise_part(void *ctx, int64_t t0, int64_t t1) {
     dw_job *j = ctx;
     const kiln_conv2d *g = j->g;
-    int64_t plane = j->PH * j->ld + DW_SLACK; /* the flat kernel's last vectors read past the rows */
-    float *buf = kiln_cpu_scratch(KILN_SCRATCH_TASK, (size_t)(plane + (j->flat ? g->OH * j->ld + 16 : 0)));
+    int64_t plane = j->PH * j->ld + DW_FLAT_SLACK; /* the flat kernel's last vectors read past the rows */
+    float *buf = kiln_cpu_scratch(KILN_SCRATCH_TASK, (size_t)(plane + (j->flat ? g->OH * j->ld + 64 : 0)));
     if (!buf) {
         atomic_store(&j->oom, true);
         return;
@@ -290,9 +303,9 @@ kiln_status kiln_conv2d_run_depthwise(const kiln_conv2d *g, const float *x, cons
     j->PH = g->H + g->ph > rows_read ? g->H + g->ph : rows_read;
     int64_t lp_in = (g->W + g->pw) / g->sw + 1, lp_read = g->OW + DW_SLACK + (g->KW - 1) * g->dw / g->sw + 1;
     j->lp = lp_in > lp_read ? lp_in : lp_read;
-    /* flat: rows just wide enough for the input and the taps, fewer lanes than plane16's vectors */
+    /* flat: rows just wide enough for the input and the taps */
     int64_t tight = g->W + g->pw > g->OW + (g->KW - 1) * g->dw ? g->W + g->pw : g->OW + (g->KW - 1) * g->dw;
-    j->flat = j->wide && g->sh == 1 && g->sw == 1 && !residual && tight < (g->OW + 15) / 16 * 16;
+    j->flat = j->wide && g->sh == 1 && g->sw == 1 && !residual;
     if (j->flat) j->lp = tight;
     j->ld = j->lp * g->sw;
     for (int64_t kh = 0; kh < g->KH; kh++)
