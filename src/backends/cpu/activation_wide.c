@@ -1,97 +1,15 @@
-/* activation_wide.c — kiln_cpu_activation_wide (activation_wide.h): GCC/Clang vector extensions of
- * 16 floats in functions compiled for AVX-512F, chosen once from the processor; the tail goes
- * through a zero-padded vector. exp is ew_vexp's range reduction and polynomial, with 2^k applied
- * by vscalefps, which also gives 0 far below and inf far above. */
+/* activation_wide.c — kiln_cpu_activation_wide and kiln_cpu_softmax_wide (activation_wide.h): the
+ * 16-lane activations and exp of activation_v16.h over an array, in functions compiled for
+ * AVX-512F, chosen once from the processor; the tail goes through a zero-padded or masked vector. */
 #include "backends/cpu/activation_wide.h"
 
-#include "backends/cpu/elementwise_vmath.h"
+#include "backends/cpu/activation_v16.h"
 
-#include <immintrin.h>
+#include <math.h>
 #include <pthread.h>
 #include <string.h>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KILN_NO_SIMD_CLONES)
-#define WIDE __attribute__((target("avx512f,fma"), always_inline)) static inline
-
-typedef float v16f __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
-
-WIDE v16f splat(float x) { return (v16f){0} + x; }
-/* a b + c in one rounding (kiln compiles ISO C, where GCC does not contract a * b + c itself). */
-WIDE v16f fma16(v16f a, v16f b, v16f c) { return (v16f)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c); }
-WIDE v16f select16(v16i m, v16f a, v16f b) { return (v16f)((m & (v16i)a) | (~m & (v16i)b)); }
-WIDE v16f clamp16(v16f v, float lo, float hi) {
-    v = select16(v < lo, splat(lo), v);
-    return select16(v > hi, splat(hi), v);
-}
-
-/* e^x: x = k ln2 + r with |r| <= ln2/2, e^r by ew_vexp's polynomial, times 2^k by vscalefps (0 and
- * inf beyond the float range, NaN through). */
-WIDE v16f exp16(v16f x) {
-    /* clamped where e^x is 0 or inf anyway (infinities would make r NaN); vmaxps/vminps return
-     * their second operand, x, when it is NaN */
-    x = (v16f)_mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)x));
-    v16f k = (v16f)_mm512_roundscale_ps((__m512)(x * 1.44269504088896341f), _MM_FROUND_TO_NEAREST_INT);
-    v16f r = fma16(k, splat(-0.693145751953125f), x);
-    r = fma16(k, splat(-1.428606765330187e-06f), r);
-    v16f p = splat(EW_EXP_POLY[EW_NCOEF(EW_EXP_POLY) - 1]);
-    for (int i = EW_NCOEF(EW_EXP_POLY) - 2; i >= 0; i--) p = fma16(p, r, splat(EW_EXP_POLY[i]));
-    return (v16f)_mm512_scalef_ps((__m512)p, (__m512)k);
-}
-
-/* 1 / (1 + e^-x) by vrcp14ps and one Newton step (no division); 0 below -87, where the true value
- * falls under FLT_MIN (and e^-x would overflow the reciprocal's range). */
-WIDE v16f sigmoid16(v16f x) {
-    v16f d = 1.0f + exp16(-x), r = (v16f)_mm512_rcp14_ps((__m512)d);
-    r = r * fma16(-d, r, splat(2.0f));
-    return select16(x < -87.0f, splat(0.0f), r);
-}
-
-WIDE v16f abs16(v16f x) { return (v16f)((v16i)x & INT32_MAX); }
-/* |mag| with the sign of s. */
-WIDE v16f copysign16(v16f mag, v16f s) { return (v16f)(((v16i)mag & INT32_MAX) | ((v16i)s & INT32_MIN)); }
-WIDE v16f poly16(const float *c, int n, v16f t) {
-    v16f r = splat(c[n - 1]);
-    for (int k = n - 2; k >= 0; k--) r = fma16(r, t, splat(c[k]));
-    return r;
-}
-
-/* The 16-lane forms of ew_vtanh, ew_verfc_ge1 and ew_vgelu_erf (elementwise_vmath.h). */
-WIDE v16f tanh16(v16f x) {
-    v16f a = abs16(x);
-    v16f small = x * poly16(EW_TANH_SMALL, EW_NCOEF(EW_TANH_SMALL), x * x);
-    v16f big = copysign16(1.0f - 2.0f / (exp16(2.0f * a) + 1.0f), x);
-    return select16(a < 0.55f, small, big);
-}
-WIDE v16f erfc_ge1_16(v16f a) {
-    v16f r = exp16(-(a * a)) * poly16(EW_ERFCX_U, EW_NCOEF(EW_ERFCX_U), 1.0f / a);
-    return select16(a >= 10.0f, splat(0.0f), r);
-}
-WIDE v16f gelu_erf16(v16f x) {
-    v16f z = x * 0.70710678118654752f, a = abs16(z);
-    v16f small = z * poly16(EW_ERF_SMALL, EW_NCOEF(EW_ERF_SMALL), z * z);
-    v16f erfc_a = erfc_ge1_16(a);
-    v16f erf = select16(a < 1.0f, small, copysign16(1.0f - erfc_a, z));
-    return select16(z > -1.0f, 0.5f * x * (1.0f + erf), 0.5f * x * erfc_a);
-}
-
-/* One vector through the activation (kind checked by the caller). */
-WIDE v16f act16(v16f v, kiln_activation kind, float p0, float p1) {
-    switch (kind) {
-    case KILN_ACT_RELU: return select16(v < 0.0f, splat(0.0f), v);
-    case KILN_ACT_LEAKY_RELU: return select16(v < 0.0f, v * p0, v);
-    case KILN_ACT_CLIP: return clamp16(v, p0, p1);
-    case KILN_ACT_HARD_SIGMOID: return clamp16(p0 * v + p1, 0.0f, 1.0f);
-    case KILN_ACT_HARD_SWISH: return v * clamp16(v / 6.0f + 0.5f, 0.0f, 1.0f);
-    case KILN_ACT_SIGMOID: return sigmoid16(v);
-    case KILN_ACT_SILU: return v * sigmoid16(v);
-    case KILN_ACT_TANH: return tanh16(v);
-    case KILN_ACT_GELU: return gelu_erf16(v);
-    case KILN_ACT_GELU_TANH: return v * sigmoid16(1.5957691216057308f * (v + 0.044715f * v * v * v));
-    default: return v;
-    }
-}
-
+#if defined(KILN_V16)
 /* The loop, one instance per kind so the switch leaves the loop. */
 #define WIDE_LOOP(KIND)                                                                            \
     do {                                                                                           \
@@ -126,6 +44,37 @@ __attribute__((target("avx512f,fma"))) static void apply_wide(float *y, int64_t 
     }
 }
 
+/* The 16-lane body of kiln_cpu_softmax_wide: the maximum, e^(x - max) stored with its float sum
+ * per lane (the tail under a mask), then the scale by 1 / sum (the sum of the lanes in double). */
+__attribute__((target("avx512f,fma"))) static void softmax_wide(float *s, int64_t n) {
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + j));
+    __mmask16 tail = (__mmask16)((1u << (n - j)) - 1);
+    if (n > j) mx = _mm512_mask_max_ps(mx, tail, mx, _mm512_maskz_loadu_ps(tail, s + j));
+    v16f m = splat16(_mm512_reduce_max_ps(mx)), acc = splat16(0.0f), v;
+    for (j = 0; j + 16 <= n; j += 16) {
+        memcpy(&v, s + j, sizeof v);
+        v = exp16(v - m);
+        memcpy(s + j, &v, sizeof v);
+        acc += v;
+    }
+    if (n > j) {
+        v = exp16((v16f)_mm512_maskz_loadu_ps(tail, s + j) - m);
+        _mm512_mask_storeu_ps(s + j, tail, (__m512)v);
+        acc = (v16f)_mm512_mask_add_ps((__m512)acc, tail, (__m512)acc, (__m512)v);
+    }
+    double sum = 0.0;
+    for (int k = 0; k < 16; k++) sum += acc[k];
+    v16f inv = splat16((float)(1.0 / sum));
+    for (j = 0; j + 16 <= n; j += 16) {
+        memcpy(&v, s + j, sizeof v);
+        v *= inv;
+        memcpy(s + j, &v, sizeof v);
+    }
+    if (n > j) _mm512_mask_storeu_ps(s + j, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, s + j), (__m512)inv));
+}
+
 static bool g_avx512;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static void probe(void) {
@@ -139,11 +88,24 @@ bool kiln_cpu_activation_wide(float *y, int64_t n, const kiln_act *a) {
     apply_wide(y, n, a->kind, a->p0, a->p1);
     return true;
 }
+
+bool kiln_cpu_softmax_wide(float *s, int64_t n) {
+    pthread_once(&g_once, probe);
+    if (!g_avx512 || n < 1) return false;
+    softmax_wide(s, n);
+    return true;
+}
 #else
 bool kiln_cpu_activation_wide(float *y, int64_t n, const kiln_act *a) {
     (void)y;
     (void)n;
     (void)a;
+    return false;
+}
+
+bool kiln_cpu_softmax_wide(float *s, int64_t n) {
+    (void)s;
+    (void)n;
     return false;
 }
 #endif

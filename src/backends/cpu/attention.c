@@ -1,23 +1,26 @@
 /* attention.c — kiln.Attention on the CPU (semantics in ir/fused_ops.h) in float32 (float16 /
- * bfloat16 through float32): for each output batch index, S = scale Q K^T (one sgemm), the mask and
- * the causal limit applied, a softmax per row, O = P V (one sgemm). Batch dims broadcast like numpy;
- * K and V's head axis is read through kv_repeat, so grouped-query K/V are never copied. The
- * sequence-first layouts (1: [B, S, H, D], 2: packed QKV) are the same matrices read with a row
- * stride (the sgemm's leading dimension), so nothing is transposed either. The batch of matrices
- * (batch x heads) is split over the thread pool, one Sq x Sk score buffer per part, OpenBLAS
- * single-threaded inside; exponentials on 4-lane vectors (elementwise_vmath.h). */
+ * bfloat16 through float32): for each output batch index, S = scale Q K^T, the mask and the causal
+ * limit applied, a softmax per row, O = P V, both products by kiln's packed kernel (packed_gemm.h)
+ * with K^T and V packed per matrix. Batch dims broadcast like numpy; K and V's head axis is read
+ * through kv_repeat, so grouped-query K/V are never copied. The sequence-first layouts (1: [B, S,
+ * H, D], 2: packed QKV) are the same matrices read with a row stride, so nothing is transposed
+ * either. The batch of matrices (batch x heads) is split over the thread pool, each part with a
+ * per-thread buffer (Sq x Sk scores, the packed operand, the product's scratch); exponentials on 16-lane vectors
+ * where the processor has them (activation_wide.h), else on 4-lane ones (elementwise_vmath.h). */
 #include "backends/cpu/fused_kernels.h"
 
-#include "backends/cpu/cpu_gemm.h"
+#include "backends/cpu/activation_wide.h"
+#include "backends/cpu/cpu_scratch.h"
+#include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/elementwise_vmath.h"
+#include "backends/cpu/packed_gemm.h"
 #include "core/ckd.h"
 #include "core/status.h"
 #include "core/threadpool.h"
 #include "ir/fused_ops.h"
 
-#include <cblas.h>
 #include <math.h>
-#include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 /* The batch layout of one operand over the output's nb batch dims: effective dims (the head axis,
@@ -65,8 +68,10 @@ static int64_t offset(const batch_view *v, int nb, const int64_t *idx) {
     return off;
 }
 
-/* Softmax of row s[0..n) in place (max-subtracted), on 4-lane vectors; the tail in scalars. */
+/* Softmax of row s[0..n) in place (max-subtracted), on 16-lane vectors where the processor has
+ * them, else on 4-lane vectors with the tail in scalars. */
 static void softmax_row(float *s, int64_t n) {
+    if (kiln_cpu_softmax_wide(s, n)) return;
     ew_v4f vmx = (ew_v4f){0} - INFINITY, v;
     int64_t j = 0;
     for (; j + 4 <= n; j += 4) {
@@ -94,6 +99,14 @@ static void softmax_row(float *s, int64_t n) {
         memcpy(s + j, &v, sizeof v);
     }
     for (; j < n; j++) s[j] *= inv;
+}
+
+/* x[i] *= scale for i in [0, n). */
+KILN_SIMD_CLONES
+static void scale_all(float *x, float scale, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) kiln_v8_store(x + i, kiln_v8_load(x + i) * scale);
+    for (; i < n; i++) x[i] *= scale;
 }
 
 /* row[j] += m[j] (contiguous) or += m[0] (a broadcast scalar) for j in [0, n). */
@@ -216,7 +229,7 @@ static kiln_status geometry_sequence_first(int64_t layout, const kiln_tensor *q,
 }
 
 /* One call's work: the geometry, the mask and its view, and the batch of score matrices split into
- * parts (each with its own sq x sk score buffer) over the thread pool. */
+ * parts over the thread pool, each part on its thread's scratch (cpu_scratch.h: kept between calls). */
 typedef struct attn_job {
     const attn_geometry *g;
     const kiln_tensor *m; /* NULL: no mask */
@@ -227,12 +240,13 @@ typedef struct attn_job {
     const float *qd, *kd, *vd; /* K and V at their base offsets */
     float *od;
     int64_t batch, parts;
-    float *scores; /* parts x (sq * sk + 1) */
+    int64_t part_floats, packed; /* a part's buffer: scores (sq * sk), packed K^T or V (packed), product scratch */
+    atomic_bool oom;
 } attn_job;
 
 /* Output batch index t of the matrices: S = scale Q K^T, mask, causal limit, softmax, O = P V,
- * with s as the score buffer. */
-static void attend(const attn_job *j, int64_t t, float *s) {
+ * with buf the part's buffer. */
+static void attend(const attn_job *j, int64_t t, float *buf) {
     const attn_geometry *g = j->g;
     const int nb = g->nb;
     const int64_t sq = g->sq, sk = g->sk, d = g->d, dv = g->dv;
@@ -243,11 +257,14 @@ static void attend(const attn_job *j, int64_t t, float *s) {
     }
     const float *qb = j->qd + offset(&g->bq, nb, idx), *kb = j->kd + offset(&g->bk, nb, idx),
                 *vb = j->vd + offset(&g->bv, nb, idx);
-    if (sk > 0 && d > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)sq, (int)sk, (int)d, j->scale, qb, (int)g->ldq, kb,
-                    (int)g->ldk, 0.0f, s, (int)sk);
-    else
+    float *s = buf, *packed = buf + sq * sk, *scratch = packed + j->packed;
+    if (sk > 0 && d > 0) {
+        kiln_pg_pack_b(kb, 1, g->ldk, d, sk, packed); /* K^T: element (i, key) at kb[key * ldk + i] */
+        kiln_pg_gemm_packed_b(qb, g->ldq, sq, d, packed, sk, s, sk, scratch);
+        if (j->scale != 1.0f) scale_all(s, j->scale, sq * sk);
+    } else {
         memset(s, 0, (size_t)(sq * sk) * sizeof *s);
+    }
     if (j->m) {
         int64_t mo = offset(j->bm, nb, idx);
         for (int64_t i = 0; i < sq; i++) {
@@ -270,20 +287,24 @@ static void attend(const attn_job *j, int64_t t, float *s) {
         softmax_row(row, sk);
     }
     float *ob = j->od + offset(&g->bo, nb, idx);
-    if (sk > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)sq, (int)dv, (int)sk, 1.0f, s, (int)sk, vb,
-                    (int)g->ldv, 0.0f, ob, (int)g->ldo);
-    else
+    if (sk > 0) {
+        kiln_pg_pack_b(vb, g->ldv, 1, sk, dv, packed);
+        kiln_pg_gemm_packed_b(s, sk, sq, sk, packed, dv, ob, g->ldo, scratch);
+    } else
         for (int64_t i = 0; i < sq; i++) memset(ob + i * g->ldo, 0, (size_t)dv * sizeof *ob);
 }
 
 /* Parts [p0, p1): part p takes batch indices [p * batch / parts, (p + 1) * batch / parts) with
  * score buffer p. */
 static void attend_parts(void *ctx, int64_t p0, int64_t p1) {
-    const attn_job *j = ctx;
+    attn_job *j = ctx;
+    float *buf = kiln_cpu_scratch(KILN_SCRATCH_TASK, (size_t)j->part_floats);
+    if (!buf) {
+        atomic_store(&j->oom, true);
+        return;
+    }
     for (int64_t p = p0; p < p1; p++) {
-        float *s = j->scores + p * (j->g->sq * j->g->sk + 1);
-        for (int64_t t = p * j->batch / j->parts; t < (p + 1) * j->batch / j->parts; t++) attend(j, t, s);
+        for (int64_t t = p * j->batch / j->parts; t < (p + 1) * j->batch / j->parts; t++) attend(j, t, buf);
     }
 }
 
@@ -353,19 +374,20 @@ static NN_EXEC(attention_f32) {
     KILN_TRY(kiln_tensor_alloc(out[0], KILN_F32, orank, odims));
     int64_t batch = kiln_numel(nb, g.odims);
     if (batch * sq * dv == 0) return KILN_OK;
-    kiln_cpu_gemm_init(); /* OpenBLAS on one thread inside the pool's parts */
     int64_t parts = batch < kiln_threadpool_size() ? batch : kiln_threadpool_size();
-    size_t per_part, floats, bytes;
-    float *s = kiln_mul_size_ok((size_t)sq, (size_t)sk, &per_part) && kiln_add_size_ok(per_part, 1, &per_part) &&
-                       kiln_mul_size_ok(per_part, (size_t)parts, &floats) && kiln_mul_size_ok(floats, sizeof *s, &bytes)
-                   ? malloc(bytes)
-                   : NULL;
-    if (!s) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Attention: out of memory for %lld x %lld x %lld scores",
-                              (long long)parts, (long long)sq, (long long)sk);
+    int64_t pk = kiln_pg_packed_b_floats(g.d, g.sk), pv = kiln_pg_packed_b_floats(g.sk, g.dv);
+    int64_t packed = pk > pv ? pk : pv;
+    size_t per_part;
+    if (!kiln_mul_size_ok((size_t)sq, (size_t)sk, &per_part) ||
+        !kiln_add_size_ok(per_part, (size_t)(packed + kiln_pg_scratch_b_floats()), &per_part))
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Attention: %lld x %lld scores do not fit in memory", (long long)sq,
+                          (long long)sk);
     attn_job j = {&g, m, m ? &bm : NULL, mq, mk, scale, fill, causal, q->data, (const float *)k->data + g.kbase,
-                  (const float *)v->data + g.vbase, out[0]->data, batch, parts, s};
+                  (const float *)v->data + g.vbase, out[0]->data, batch, parts, (int64_t)per_part, packed, false};
     kiln_parallel_for(parts, 1, attend_parts, &j);
-    free(s);
+    if (atomic_load(&j.oom))
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Attention: out of memory for %lld x %lld scores", (long long)sq,
+                          (long long)sk);
     return KILN_OK;
 }
 

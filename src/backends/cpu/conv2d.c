@@ -1,13 +1,12 @@
 /* conv2d.c — kiln_conv2d_run (conv2d.h) and its packed weights. Work is cut into tasks that the
- * pool runs in contiguous ranges: one output plane per task for depthwise Conv, and a chunk of
- * output positions of one image and group (and a block of output channels) per task otherwise. A
- * task's scratch (the padded input plane, or the im2col columns of its chunk and the packed block
+ * pool runs in contiguous ranges: a chunk of output positions of one image and group (and a block
+ * of output channels) per task. A task's scratch (the im2col columns of its chunk and the packed block
  * of the product's right side) lives in a per-thread buffer (cpu_scratch.h) that grows and is kept for the
  * thread's life, so steady-state runs allocate nothing. Matrix products are single-threaded inside
  * the tasks: kiln_pg_gemm on packed weights, else OpenBLAS (cpu_gemm.c switches it to one thread).
  * Stride-1 convolutions on packed weights skip im2col (conv2d_shifted.c), 3x3 ones with enough
  * channels run by Winograd's F(4x4, 3x3) (conv2d_winograd.c); outputs of few positions run
- * transposed (conv2d_small.c). */
+ * transposed (conv2d_small.c); depthwise convolutions run a direct kernel (conv2d_depthwise.c). */
 #include "backends/cpu/conv2d.h"
 
 #include "backends/cpu/cpu_gemm.h"
@@ -23,10 +22,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KILN_NO_SIMD_CLONES)
-#include <immintrin.h>
-#endif
 
 /* Floats of im2col columns one task builds (512 KiB: half of a core's L2), unless that leaves
  * fewer than 256 columns. */
@@ -68,21 +63,11 @@ kiln_status kiln_conv2d_geometry(const kiln_node *n, const kiln_tensor *x, const
     return KILN_OK;
 }
 
-/* Taps of a depthwise kernel the direct path takes (7x7 and below); larger ones go through im2col. */
-#define DW_MAX_TAPS 64
-/* Columns past a padded row's outputs that a depthwise vector may read (one 16-lane vector). */
-#define DW_SLACK 16
-
-/* Whether kiln_conv2d_run takes the direct depthwise kernel for weights [M, Cg, KH, KW] in group groups. */
-static bool is_depthwise(int64_t M, int64_t Cg, int64_t KH, int64_t KW, int64_t group) {
-    return Cg == 1 && M / group <= 8 && group > 1 && KH * KW <= DW_MAX_TAPS;
-}
-
 /* ------------------------------------------------------------------ packed weights */
 kiln_status kiln_conv2d_weights_pack(const float *w, int64_t M, int64_t Cg, int64_t KH, int64_t KW, int64_t group,
                                      int64_t out_positions, bool unit_stride, kiln_conv2d_weights **out) {
     *out = NULL;
-    if (group < 1 || M % group || is_depthwise(M, Cg, KH, KW, group) || M * Cg * KH * KW == 0) return KILN_OK;
+    if (group < 1 || M % group || kiln_conv2d_depthwise_fits(M, Cg, KH, KW, group) || M * Cg * KH * KW == 0) return KILN_OK;
     bool by_columns = out_positions > 0 && out_positions <= KILN_CONV2D_SMALL_OUTPUT;
     bool winograd = !by_columns && unit_stride && KH == 3 && KW == 3 && group == 1 &&
                     Cg >= KILN_CONV2D_WINOGRAD_CHANNELS && M >= KILN_CONV2D_WINOGRAD_CHANNELS;
@@ -150,14 +135,9 @@ typedef struct conv_job {
     int64_t chunk, chunks;           /* output positions per task, column chunks per (image, group) */
     int64_t mblocks;                 /* blocks of output channels per column chunk */
     bool pointwise;
-    bool wide; /* depthwise on 16-lane AVX-512 vectors */
     atomic_bool oom;
 } conv_job;
 
-/* ------------------------------------------------------------------ depthwise */
-/* The padded input plane in "phase" layout: padded row r, column q is at
- * buf[r * ld + (q % s) * lp + q / s] (lp = phase length), so tap kw of output ow reads phase
- * (kw * dw) % sw at index ow + (kw * dw) / sw: contiguous in ow for any stride. */
 /* d[i] = s[i * stride] for i in [0, n): the even lanes of two 8-lane vectors at a time for stride 2
  * (the strided convolutions' copies), memcpy for stride 1. */
 KILN_SIMD_CLONES
@@ -173,124 +153,6 @@ static void copy_strided(float *restrict d, const float *restrict s, int64_t n, 
             kiln_v8_store(d + i, __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14));
         }
     for (; i < n; i++) d[i] = s[i * stride];
-}
-
-static void pad_plane(const kiln_conv2d *g, const float *x, int64_t PH, int64_t ld, int64_t lp, float *buf) {
-    memset(buf, 0, (size_t)(PH * ld) * sizeof *buf);
-    for (int64_t ih = 0; ih < g->H; ih++) {
-        float *row = buf + (ih + g->ph) * ld;
-        const float *src = x + ih * g->W;
-        if (g->sw == 1) {
-            memcpy(row + g->pw, src, (size_t)g->W * sizeof *src);
-            continue;
-        }
-        for (int64_t phase = 0; phase < g->sw; phase++) { /* padded columns q = phase + i * sw, q >= pw */
-            int64_t i = (g->pw - phase + g->sw - 1) / g->sw, q = phase + i * g->sw;
-            if (q < g->pw + g->W)
-                copy_strided(row + phase * lp + i, src + (q - g->pw), (g->pw + g->W - q + g->sw - 1) / g->sw, g->sw);
-        }
-    }
-}
-
-/* One output plane of depthwise Conv from its padded input plane: 16 outputs at a time (8 at the
- * end of a row), every tap accumulated in registers. off[t]: where tap t of output (0, 0) reads in
- * buf; wk[t] its weight. The padded rows have DW_SLACK columns of slack, so the last vector may
- * read past the row's outputs. */
-KILN_SIMD_CLONES
-static void depthwise_plane(const kiln_conv2d *g, const float *buf, int64_t ld, const int64_t *off, const float *wk,
-                            float bias, float *y) {
-    const int64_t taps = g->KH * g->KW, OW = g->OW;
-    for (int64_t oh = 0; oh < g->OH; oh++) {
-        float *yr = y + oh * OW;
-        const float *base = buf + oh * g->sh * ld;
-        int64_t ow = 0;
-        for (; ow + 16 <= OW; ow += 16) {
-            kiln_v8f a0 = kiln_v8_splat(bias), a1 = a0;
-            for (int64_t t = 0; t < taps; t++) {
-                kiln_v8f w = kiln_v8_splat(wk[t]);
-                a0 += w * kiln_v8_load(base + off[t] + ow);
-                a1 += w * kiln_v8_load(base + off[t] + ow + 8);
-            }
-            kiln_v8_store(yr + ow, a0);
-            kiln_v8_store(yr + ow + 8, a1);
-        }
-        for (; ow < OW; ow += 8) {
-            kiln_v8f acc = kiln_v8_splat(bias);
-            for (int64_t t = 0; t < taps; t++) acc += kiln_v8_splat(wk[t]) * kiln_v8_load(base + off[t] + ow);
-            if (ow + 8 <= OW) kiln_v8_store(yr + ow, acc);
-            else
-                for (int64_t i = 0; ow + i < OW; i++) yr[ow + i] = acc[i];
-        }
-    }
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KILN_NO_SIMD_CLONES)
-typedef float dw_v16f __attribute__((vector_size(64)));
-
-/* depthwise_plane on 16-lane AVX-512 vectors: 32 outputs at a time, then 16. */
-__attribute__((target("avx512f,fma"))) static void depthwise_plane_wide(const kiln_conv2d *g, const float *buf, int64_t ld,
-                                                                    const int64_t *off, const float *wk, float bias,
-                                                                    float *y) {
-    const int64_t taps = g->KH * g->KW, OW = g->OW;
-    for (int64_t oh = 0; oh < g->OH; oh++) {
-        float *yr = y + oh * OW;
-        const float *base = buf + oh * g->sh * ld;
-        int64_t ow = 0;
-        for (; ow + 32 <= OW; ow += 32) {
-            dw_v16f a0 = (dw_v16f){0} + bias, a1 = a0, x0, x1;
-            for (int64_t t = 0; t < taps; t++) {
-                memcpy(&x0, base + off[t] + ow, sizeof x0);
-                memcpy(&x1, base + off[t] + ow + 16, sizeof x1);
-                a0 = (dw_v16f)_mm512_fmadd_ps(_mm512_set1_ps(wk[t]), (__m512)x0, (__m512)a0);
-                a1 = (dw_v16f)_mm512_fmadd_ps(_mm512_set1_ps(wk[t]), (__m512)x1, (__m512)a1);
-            }
-            memcpy(yr + ow, &a0, sizeof a0);
-            memcpy(yr + ow + 16, &a1, sizeof a1);
-        }
-        for (; ow < OW; ow += 16) {
-            dw_v16f acc = (dw_v16f){0} + bias, x0;
-            for (int64_t t = 0; t < taps; t++) {
-                memcpy(&x0, base + off[t] + ow, sizeof x0);
-                acc = (dw_v16f)_mm512_fmadd_ps(_mm512_set1_ps(wk[t]), (__m512)x0, (__m512)acc);
-            }
-            memcpy(yr + ow, &acc, (size_t)(OW - ow < 16 ? OW - ow : 16) * sizeof(float));
-        }
-    }
-}
-#define DW_WIDE 1
-#endif
-
-static void depthwise_part(void *ctx, int64_t t0, int64_t t1) {
-    conv_job *j = ctx;
-    const kiln_conv2d *g = j->g;
-    int64_t rows_read = (g->OH - 1) * g->sh + (g->KH - 1) * g->dh + 1;
-    int64_t PH = g->H + g->ph > rows_read ? g->H + g->ph : rows_read;
-    int64_t lp_in = (g->W + g->pw) / g->sw + 1, lp_read = g->OW + DW_SLACK + (g->KW - 1) * g->dw / g->sw + 1;
-    int64_t lp = lp_in > lp_read ? lp_in : lp_read, ld = lp * g->sw, off[DW_MAX_TAPS];
-    float *buf = thread_scratch((size_t)(PH * ld));
-    if (!buf) {
-        atomic_store(&j->oom, true);
-        return;
-    }
-    for (int64_t kh = 0; kh < g->KH; kh++)
-        for (int64_t kw = 0; kw < g->KW; kw++) {
-            int64_t c = kw * g->dw;
-            off[kh * g->KW + kw] = kh * g->dh * ld + (c % g->sw) * lp + c / g->sw;
-        }
-    int64_t prev_in = -1;
-    for (int64_t t = t0; t < t1; t++) { /* t = image * M + output channel */
-        int64_t m = t % g->M, img = t / g->M, cin = img * g->C + m / j->Mg;
-        if (cin != prev_in) pad_plane(g, j->x + cin * j->HW, PH, ld, lp, buf);
-        prev_in = cin;
-        float *y = j->y + t * j->OHW;
-#ifdef DW_WIDE
-        if (j->wide) depthwise_plane_wide(g, buf, ld, off, j->w + m * g->KH * g->KW, j->bias ? j->bias[m] : 0.0f, y);
-        else
-#endif
-            depthwise_plane(g, buf, ld, off, j->w + m * g->KH * g->KW, j->bias ? j->bias[m] : 0.0f, y);
-        if (j->z || (j->act && j->act->kind != KILN_ACT_NONE))
-            epilogue_row(y, j->OHW, 0.0f, j->z ? j->z + t * j->OHW : NULL, j->act);
-    }
 }
 
 /* ------------------------------------------------------------------ im2col / pointwise */
@@ -401,7 +263,7 @@ kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w
                             const float *bias, const float *residual, const kiln_act *act, float *y) {
     bool stored_misfit = packed && packed->stored &&
                          (!kiln_conv2d_weights_fit(packed, g) ||
-                          is_depthwise(g->M, g->C / g->group, g->KH, g->KW, g->group));
+                          kiln_conv2d_depthwise_fits(g->M, g->C / g->group, g->KH, g->KW, g->group));
     if (stored_misfit) /* w is no plain copy: nothing else can run */
         return kiln_error(KILN_ERR_SHAPE,
                           "Conv: its weights, stored packed (by %s, for outputs of at most %d positions when by "
@@ -419,41 +281,37 @@ kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w
     if (g->N * g->M * j.OHW == 0) return KILN_OK;
     kiln_cpu_gemm_init();
     int threads = kiln_threadpool_size();
-    if (is_depthwise(g->M, j.Cg, g->KH, g->KW, g->group)) {
-        j.wide = kiln_pg_isa_current() == KILN_PG_AVX512 && g->OW > 8; /* narrower rows: 8 lanes waste less */
-        int64_t tasks = g->N * g->M;
-        kiln_parallel_for(tasks, tasks * j.OHW * g->KH * g->KW < 16384 ? tasks : 1, depthwise_part, &j);
-    } else {
-        j.pointwise = g->KH == 1 && g->KW == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
-                      g->OH == g->H && g->OW == g->W;
-        if (packed && packed->by_columns) {
-            if (!(j.pointwise && j.OHW == 1) || packed->stored)
-                return kiln_conv2d_run_small(g, x, packed, bias, residual, act, y);
-            j.packed = NULL; /* one position: the matrix-vector product on w (stored weights have none) */
-        }
-        if (packed && packed->winograd) return kiln_conv2d_run_winograd(g, x, packed, bias, residual, act, y);
-        if (j.packed && !j.pointwise && g->sh == 1 && g->sw == 1)
-            return kiln_conv2d_run_shifted(g, x, packed, bias, residual, act, y);
-        /* Wide outputs are cut into column chunks (within the im2col budget, never narrower than 256
-         * columns, so the weights are not repacked for a handful of columns); narrow ones, late in a
-         * network, give each thread a block of output channels instead. */
-        int64_t per_image = g->N * g->group, want = (threads + per_image - 1) / per_image;
-        int64_t narrow = 128 * (int64_t)threads, floor_w = j.OHW < 256 ? j.OHW : 256;
-        int64_t chunk = j.OHW >= narrow ? (j.OHW + want - 1) / want : j.OHW;
-        int64_t budget = COL_BUDGET / (j.rows > 0 ? j.rows : 1);
-        if (!j.pointwise && chunk > budget) chunk = budget > floor_w ? budget : floor_w;
-        j.chunk = chunk;
-        j.chunks = (j.OHW + chunk - 1) / chunk;
-        j.mblocks = 1;
-        if (per_image * j.chunks < threads && j.OHW > 1) {
-            int64_t unit = j.packed ? 2 * KILN_PG_MR : 16; /* output channels a block holds at least */
-            j.mblocks = j.Mg / unit < threads ? j.Mg / unit : threads;
-            if (j.mblocks < 1) j.mblocks = 1;
-        }
-        int64_t tasks = per_image * j.chunks * j.mblocks;
-        bool small = g->N * g->M * j.OHW * (j.rows > 0 ? j.rows : 1) < 32768;
-        kiln_parallel_for(tasks, small ? tasks : 1, gemm_part, &j);
+    if (kiln_conv2d_depthwise_fits(g->M, j.Cg, g->KH, g->KW, g->group))
+        return kiln_conv2d_run_depthwise(g, x, w, bias, residual, act, y);
+    j.pointwise = g->KH == 1 && g->KW == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
+                  g->OH == g->H && g->OW == g->W;
+    if (packed && packed->by_columns) {
+        if (!(j.pointwise && j.OHW == 1) || packed->stored)
+            return kiln_conv2d_run_small(g, x, packed, bias, residual, act, y);
+        j.packed = NULL; /* one position: the matrix-vector product on w (stored weights have none) */
     }
+    if (packed && packed->winograd) return kiln_conv2d_run_winograd(g, x, packed, bias, residual, act, y);
+    if (j.packed && !j.pointwise && g->sh == 1 && g->sw == 1)
+        return kiln_conv2d_run_shifted(g, x, packed, bias, residual, act, y);
+    /* Wide outputs are cut into column chunks (within the im2col budget, never narrower than 256
+     * columns, so the weights are not repacked for a handful of columns); narrow ones, late in a
+     * network, give each thread a block of output channels instead. */
+    int64_t per_image = g->N * g->group, want = (threads + per_image - 1) / per_image;
+    int64_t narrow = 128 * (int64_t)threads, floor_w = j.OHW < 256 ? j.OHW : 256;
+    int64_t chunk = j.OHW >= narrow ? (j.OHW + want - 1) / want : j.OHW;
+    int64_t budget = COL_BUDGET / (j.rows > 0 ? j.rows : 1);
+    if (!j.pointwise && chunk > budget) chunk = budget > floor_w ? budget : floor_w;
+    j.chunk = chunk;
+    j.chunks = (j.OHW + chunk - 1) / chunk;
+    j.mblocks = 1;
+    if (per_image * j.chunks < threads && j.OHW > 1) {
+        int64_t unit = j.packed ? 2 * KILN_PG_MR : 16; /* output channels a block holds at least */
+        j.mblocks = j.Mg / unit < threads ? j.Mg / unit : threads;
+        if (j.mblocks < 1) j.mblocks = 1;
+    }
+    int64_t tasks = per_image * j.chunks * j.mblocks;
+    bool small = g->N * g->M * j.OHW * (j.rows > 0 ? j.rows : 1) < 32768;
+    kiln_parallel_for(tasks, small ? tasks : 1, gemm_part, &j);
     if (atomic_load(&j.oom))
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Conv: out of memory for the per-thread scratch");
     return KILN_OK;

@@ -90,4 +90,14 @@ kiln_status kiln_conv2d_run_winograd(const kiln_conv2d *g, const float *x, const
 void kiln_conv2d_winograd_pack(const float *w, int64_t M, int64_t C, bool tiles_in_rows, float *dst);
 int64_t kiln_conv2d_winograd_floats(int64_t M, int64_t C, bool tiles_in_rows);
 
+/* Whether kiln_conv2d_run takes the direct depthwise kernel for weights [M, Cg, KH, KW] in group
+ * groups: one input channel per group, at most 8 output channels per group, at most 64 taps. */
+bool kiln_conv2d_depthwise_fits(int64_t M, int64_t Cg, int64_t KH, int64_t KW, int64_t group);
+
+/* Internal to the 2-D Conv kernels, kiln_conv2d_run for a g that kiln_conv2d_depthwise_fits (its
+ * contract, weights plain [M, 1, KH, KW]); the epilogue runs on each output vector before it is
+ * stored. */
+kiln_status kiln_conv2d_run_depthwise(const kiln_conv2d *g, const float *x, const float *w, const float *bias,
+                                      const float *residual, const kiln_act *act, float *y);
+
 #endif

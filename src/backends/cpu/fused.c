@@ -69,16 +69,11 @@ void kiln_cpu_activation_apply(float *y, int64_t n, const kiln_act *a) {
     if (!kiln_cpu_activation_wide(y, n, a)) apply_activation(y, n, a);
 }
 
-/* y[i] += x[i] for i in [0, n) on 4-lane vectors. */
+/* y[i] += x[i] for i in [0, n) on 8-lane vectors. */
+KILN_SIMD_CLONES
 static void add_into(float *y, const float *x, int64_t n) {
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        ew_v4f a, b;
-        memcpy(&a, y + i, sizeof a);
-        memcpy(&b, x + i, sizeof b);
-        a += b;
-        memcpy(y + i, &a, sizeof a);
-    }
+    for (; i + 8 <= n; i += 8) kiln_v8_store(y + i, kiln_v8_load(y + i) + kiln_v8_load(x + i));
     for (; i < n; i++) y[i] += x[i];
 }
 

@@ -3,6 +3,7 @@
  * RMSNormalization. Means and variances are accumulated in double, two passes (mean, then squared
  * deviations), so large offsets do not cancel. LayerNormalization and RMSNormalization split their
  * rows over the thread pool. */
+#include "backends/cpu/cpu_simd.h"
 #include "backends/cpu/nn_kernels.h"
 
 #include "core/status.h"
@@ -19,6 +20,7 @@
  * that GCC's -O2 vectorizer takes them; sums use 8 double accumulators. */
 
 /* sum of x[0..n) (sq = false) or of (x - center)^2 (sq = true), in double. */
+KILN_SIMD_CLONES
 static double row_sum(const float *restrict x, int64_t n, bool sq, double center) {
     double acc[8] = {0};
     int64_t j = 0;
