@@ -8,7 +8,7 @@
 #include "ir/graph.h"
 
 #define KILN_ENGINE_MAGIC "KILNENG1"   /* 8 bytes at offset 0 */
-#define KILN_ENGINE_FORMAT_VERSION 5
+#define KILN_ENGINE_FORMAT_VERSION 6
 
 /* What an engine file holds (header field `kind`). */
 typedef enum kiln_engine_kind {

@@ -414,7 +414,7 @@ def test_engine_version_changed(kiln, files, tmp_path, version):
     """The format version field set to another version, with the header checksum recomputed so that
     only the version is wrong: refused as a mismatch that names the version and says to rebuild."""
     data = bytearray(engine_bytes(files))
-    assert struct.unpack_from("<I", data, FORMAT_VERSION_OFFSET)[0] == 5, "format version 5 expected at offset 8"
+    assert struct.unpack_from("<I", data, FORMAT_VERSION_OFFSET)[0] == 6, "format version 6 expected at offset 8"
     assert struct.unpack_from("<I", data, HEADER_CRC_OFFSET)[0] == crc32c(data[:HEADER_CRC_OFFSET]), \
         "the header checksum is not where docs/engine-format.md says"
     struct.pack_into("<I", data, FORMAT_VERSION_OFFSET, version)

@@ -521,19 +521,22 @@ static void test_messages(void) {
 
     memcpy(mut, img, n);
     kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 2); /* before the engine kind */
-    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 2, this kiln reads 5",
+    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 2, this kiln reads 6",
                 "rebuild it");
     kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 3); /* fp32 weights in 16-bit engines, one tactic set */
-    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 3, this kiln reads 5",
+    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 3, this kiln reads 6",
                 "rebuild it with `kiln build MODEL.onnx -o ENGINE.kiln`");
     kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 4); /* LLM engines without the model family */
-    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 4, this kiln reads 5",
+    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 4, this kiln reads 6",
                 "rebuild it with `kiln build MODEL.onnx -o ENGINE.kiln`");
-    kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 6);
-    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 6, this kiln reads 5",
+    kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 5); /* LLM engines without INT8 weights */
+    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 5, this kiln reads 6",
+                "rebuild it with `kiln build MODEL.onnx -o ENGINE.kiln`");
+    kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 7);
+    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 7, this kiln reads 6",
                 "rebuild it with `kiln build MODEL.onnx -o ENGINE.kiln`");
     write_all(path_tmp, mut, n);
-    CHECK_ERROR(kiln_engine_file_read(path_tmp, NULL, &g, NULL), KILN_ERR_ENGINE_MISMATCH, "engine format version 6",
+    CHECK_ERROR(kiln_engine_file_read(path_tmp, NULL, &g, NULL), KILN_ERR_ENGINE_MISMATCH, "engine format version 7",
                 path_tmp);
     memcpy(mut, img, n); /* an engine that says it is an LLM one */
     kiln_put_le32(mut + KILN_EH_KIND, KILN_ENGINE_KIND_LLM);
