@@ -1,7 +1,8 @@
 /* test_llm_gemv_q8.c — the weight-only INT8 product of the CPU LLM forward (src/llm/llm_gemv_q8.c):
  * the quantizer's scales, rounding and clamping, and kiln_llm_gemm_q8 against a float64 product of
  * the dequantized weights for token counts 1..9 and 33 (the four-row passes and their tails), inner
- * sizes not a multiple of 16, output counts across its chunks, with bias, accumulation and GELU. */
+ * sizes not a multiple of 16, output counts across its chunks, with bias, accumulation and GELU, in
+ * every instruction set this processor runs (AVX-512, AVX2, scalar). */
 #include "llm/llm_cpu_ops.h"
 #include "llm/llm_gemv_q8.h"
 
@@ -40,8 +41,8 @@ static void test_quantize(void) {
     CHECK(row[1] == -1.0f && fabsf(row[0] - 0.5f) <= 0.5f / 127);
 }
 
-/* One product of n token rows, in -> out, checked against float64. */
-static void check_product(int n, int in, int out, bool bias, bool accumulate, bool gelu) {
+/* One product of n token rows, in -> out, with isa's kernel, checked against float64. */
+static void check_product(kiln_llm_q8_isa isa, int n, int in, int out, bool bias, bool accumulate, bool gelu) {
     float *x = malloc(sizeof(float) * (size_t)n * in), *w = malloc(sizeof(float) * (size_t)out * in);
     float *b = malloc(sizeof(float) * (size_t)out), *y = malloc(sizeof(float) * (size_t)n * out);
     float *scale = malloc(sizeof(float) * (size_t)out), *y0 = malloc(sizeof(float) * (size_t)n * out);
@@ -53,7 +54,7 @@ static void check_product(int n, int in, int out, bool bias, bool accumulate, bo
     kiln_llm_quantize_rows(w, out, in, q, scale);
     const kiln_llm_q8_args a = {.x = x, .ldx = in, .n = n, .in = in, .w = {q, scale}, .bias = bias ? b : NULL,
                                 .out = out, .y = y, .ldy = out, .accumulate = accumulate, .gelu = gelu};
-    kiln_llm_gemm_q8(&a);
+    CHECK(kiln_llm_gemm_q8_isa(&a, isa));
     double worst = 0;
     for (int t = 0; t < n; t++)
         for (int o = 0; o < out; o++) {
@@ -70,19 +71,26 @@ static void check_product(int n, int in, int out, bool bias, bool accumulate, bo
             worst = err > worst ? err : worst;
         }
     CHECK(worst < 1e-6);
-    if (worst >= 1e-6) fprintf(stderr, "n %d in %d out %d: relative error %.3g\n", n, in, out, worst);
+    if (worst >= 1e-6) fprintf(stderr, "isa %d n %d in %d out %d: relative error %.3g\n", isa, n, in, out, worst);
     free(x), free(w), free(b), free(y), free(scale), free(y0), free(q);
 }
 
 int main(void) {
     test_quantize();
+    CHECK(kiln_llm_q8_isa_supported(KILN_Q8_SCALAR) && kiln_llm_q8_isa_supported(KILN_Q8_AUTO));
     const int ns[] = {1, 2, 3, 4, 5, 8, 9, 33};
-    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
-        check_product(ns[i], 64, 48, true, false, false);
-        check_product(ns[i], 37, 19, false, true, false);
-        check_product(ns[i], 100, 70, true, false, true);
+    for (kiln_llm_q8_isa isa = KILN_Q8_AUTO; isa <= KILN_Q8_SCALAR; isa++) {
+        if (!kiln_llm_q8_isa_supported(isa)) {
+            printf("  instruction set %d: not on this processor, skipped\n", isa);
+            continue;
+        }
+        for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
+            check_product(isa, ns[i], 64, 48, true, false, false);
+            check_product(isa, ns[i], 37, 19, false, true, false);
+            check_product(isa, ns[i], 100, 70, true, false, true);
+        }
+        check_product(isa, 3, 768, 2304, true, true, false); /* large enough to go parallel */
     }
-    check_product(3, 768, 2304, true, true, false); /* large enough to go parallel */
     if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
     else printf("test_llm_gemv_q8: all checks passed\n");
     return failures ? 1 : 0;
