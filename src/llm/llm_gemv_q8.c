@@ -1,8 +1,8 @@
 /* llm_gemv_q8.c — kiln_llm_gemm_q8 and the row quantizer (llm_gemv_q8.h). The pool's unit of work is
  * a chunk of ROWS output rows; within it, token rows go four at a time, each weight row of the chunk
  * (in L1 after the first pass) widened to fp32 a vector at a time (AVX-512: 16 int8 lanes sign-
- * extended and converted, vpmovsxbd + vcvtdq2ps; AVX2: 8 lanes; otherwise one at a time) and
- * multiplied into one accumulator per token row; the row's sum is scaled once by its scale, then bias,
+ * extended and converted, vpmovsxbd + vcvtdq2ps; AVX2: 8 lanes; both with FMA; otherwise one at a
+ * time) and multiplied into one accumulator per token row; the row's sum is scaled once by its scale, then bias,
  * residual and GELU are applied as kiln_llm_gemv does. The instruction set is chosen once, at the
  * first call, from what the processor has. */
 #include "llm/llm_gemv_q8.h"
@@ -42,7 +42,7 @@ static void dot_scalar(const int8_t *w, const float *x, size_t ldx, int K, int n
 #ifdef Q8_X86
 /* One kernel per token count NT (accumulators in registers), for an ISA: VEC lanes of LANES floats,
  * WIDEN(p) the int8 lanes at p as floats, SUM(v) a vector's sum. */
-#define Q8_DOT(ISA, TARGET, VEC, LANES, WIDEN, LOADX, SUM, NT)                                     \
+#define Q8_DOT(ISA, TARGET, VEC, LANES, WIDEN, LOADX, FMA, SUM, NT)                                \
     __attribute__((target(TARGET))) static void dot_##ISA##_##NT(const int8_t *w, const float *x, size_t ldx, \
                                                                  int K, float *r) {                \
         const int KV = K - K % LANES;                                                              \
@@ -51,7 +51,7 @@ static void dot_scalar(const int8_t *w, const float *x, size_t ldx, int K, int n
         for (int k = 0; k < KV; k += LANES) {                                                      \
             __builtin_prefetch(w + k + PREFETCH_BYTES);                                            \
             const VEC wv = WIDEN(w + k);                                                           \
-            for (int t = 0; t < NT; t++) acc[t] += wv * LOADX(x + t * ldx + k);                    \
+            for (int t = 0; t < NT; t++) acc[t] = FMA(wv, LOADX(x + t * ldx + k), acc[t]);         \
         }                                                                                          \
         for (int t = 0; t < NT; t++) {                                                             \
             r[t] = SUM(acc[t]);                                                                    \
@@ -71,30 +71,33 @@ static void dot_scalar(const int8_t *w, const float *x, size_t ldx, int K, int n
 
 #define WIDEN512(p) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))))
 #define LOADX512(p) _mm512_loadu_ps(p)
+#define FMA512(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define SUM512(v) _mm512_reduce_add_ps(v)
 #define WIDEN256(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p))))
 #define LOADX256(p) _mm256_loadu_ps(p)
+#define FMA256(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define SUM256(v)                                                                                  \
     ({                                                                                             \
         __m128 h_ = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps((v), 1));          \
         h_ = _mm_add_ps(h_, _mm_movehl_ps(h_, h_));                                                \
         _mm_cvtss_f32(_mm_add_ss(h_, _mm_movehdup_ps(h_)));                                        \
     })
-#define Q8_ISA(ISA, TARGET, VEC, LANES, WIDEN, LOADX, SUM)                                         \
-    Q8_DOT(ISA, TARGET, VEC, LANES, WIDEN, LOADX, SUM, 1)                                          \
-    Q8_DOT(ISA, TARGET, VEC, LANES, WIDEN, LOADX, SUM, 2)                                          \
-    Q8_DOT(ISA, TARGET, VEC, LANES, WIDEN, LOADX, SUM, 3)                                          \
-    Q8_DOT(ISA, TARGET, VEC, LANES, WIDEN, LOADX, SUM, 4)                                          \
+#define Q8_ISA(ISA, TARGET, VEC, LANES, WIDEN, LOADX, FMA, SUM)                                    \
+    Q8_DOT(ISA, TARGET, VEC, LANES, WIDEN, LOADX, FMA, SUM, 1)                                     \
+    Q8_DOT(ISA, TARGET, VEC, LANES, WIDEN, LOADX, FMA, SUM, 2)                                     \
+    Q8_DOT(ISA, TARGET, VEC, LANES, WIDEN, LOADX, FMA, SUM, 3)                                     \
+    Q8_DOT(ISA, TARGET, VEC, LANES, WIDEN, LOADX, FMA, SUM, 4)                                     \
     Q8_DISPATCH(ISA, TARGET)
-Q8_ISA(avx512, "avx512f", __m512, 16, WIDEN512, LOADX512, SUM512)
-Q8_ISA(avx2, "avx2", __m256, 8, WIDEN256, LOADX256, SUM256)
+Q8_ISA(avx512, "avx512f,fma", __m512, 16, WIDEN512, LOADX512, FMA512, SUM512)
+Q8_ISA(avx2, "avx2,fma", __m256, 8, WIDEN256, LOADX256, FMA256, SUM256)
 #endif
 
 /* isa's kernel, NULL when this processor or build lacks it (KILN_Q8_AUTO: the best one it has). */
 static q8_dot_fn dot_for(kiln_llm_q8_isa isa) {
 #ifdef Q8_X86
     __builtin_cpu_init();
-    const bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2");
+    const bool fma = __builtin_cpu_supports("fma");
+    const bool avx512 = fma && __builtin_cpu_supports("avx512f"), avx2 = fma && __builtin_cpu_supports("avx2");
     if (isa == KILN_Q8_AVX512 || (isa == KILN_Q8_AUTO && avx512)) return avx512 ? dot_avx512 : NULL;
     if (isa == KILN_Q8_AVX2 || (isa == KILN_Q8_AUTO && avx2)) return avx2 ? dot_avx2 : NULL;
 #else
