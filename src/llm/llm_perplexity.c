@@ -94,8 +94,8 @@ kiln_status kiln_llm_perplexity_ids(llm_runner *r, const int32_t *ids, int64_t n
         double sum;
         st = window_nll(r, &wm, ids + begin, len, first, &sum);
         if (st != KILN_OK) break;
-        /* the guide: the window's mean loss times (targets - 1) */
-        nll_sum += sum / (len - first) * (targets - 1);
+        /* the guide: the window's mean loss times (targets - 1); a last window of one token scores none */
+        if (len > first) nll_sum += sum / (len - first) * (targets - 1);
         weights += targets - 1;
         windows++;
         prev_end = end;
