@@ -393,14 +393,15 @@ def tiny_checkpoint(d, arch, tok):
 def engines(out, kiln):
     """Tiny engines named .seed, not .kiln: engine files are git-ignored."""
     with tempfile.TemporaryDirectory() as tmp:
-        for arch, tok, flag in [("gpt2", TEST_TOKENIZER, "--fp32"), ("gpt2", None, "--fp16"),
-                                ("llama", TEST_TOKENIZER, "--bf16")]:
-            ck = os.path.join(tmp, f"{arch}{flag}")
+        for arch, tok, flags in [("gpt2", TEST_TOKENIZER, ["--fp32"]), ("gpt2", None, ["--fp16"]),
+                                 ("llama", TEST_TOKENIZER, ["--bf16"]), ("llama", None, ["--weights", "int8"])]:
+            name = "_".join(f.lstrip("-") for f in flags)
+            ck = os.path.join(tmp, f"{arch}_{name}")
             tiny_checkpoint(ck, arch, tok)
             engine = os.path.join(tmp, "e.kiln")
-            subprocess.run([kiln, "build", "--hf", ck, "-o", engine, flag], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run([kiln, "build", "--hf", ck, "-o", engine, *flags], check=True, stdout=subprocess.DEVNULL)
             with open(engine, "rb") as f:
-                put(out, "fuzz_llm_engine", f"tiny_{arch}{flag.replace('--', '_')}.seed", f.read())
+                put(out, "fuzz_llm_engine", f"tiny_{arch}_{name}.seed", f.read())
 
 
 def main():

@@ -19,6 +19,8 @@ int kiln_cmd_bench(int argc, char **argv);
 int kiln_cmd_compare(int argc, char **argv);
 int kiln_cmd_tokenize(int argc, char **argv); /* hidden: for the tokenizer tests */
 int kiln_cmd_generate(int argc, char **argv);
+int kiln_cmd_perplexity(int argc, char **argv);
+int kiln_cmd_compare_llm(int argc, char **argv); /* kiln compare --llm */
 int kiln_cmd_serve(int argc, char **argv);   /* only with KILN_HAVE_SERVE */
 
 #define CLI_MAX_ARGS 64

@@ -1,5 +1,5 @@
-/* cmd_build_llm.c — `kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16]`: an LLM engine from a
- * Hugging Face checkpoint (src/llm/llm_engine.h). */
+/* cmd_build_llm.c — `kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16|--weights int8]`: an LLM
+ * engine from a Hugging Face checkpoint (src/llm/llm_engine.h). */
 #include "cli.h"
 
 #include "layer_precision.h"
@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 static const char *USAGE =
-    "usage: kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16]\n"
+    "usage: kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16|--weights int8]\n"
     "\n"
     "Writes an LLM engine from the Hugging Face checkpoint in DIR (config.json, *.safetensors, and\n"
     "tokenizer.json, tokenizer_config.json and generation_config.json when present): the config, the\n"
@@ -23,7 +23,32 @@ static const char *USAGE =
     "  --fp32, --fp16, --bf16\n"
     "                        the precision the weights are stored in (default: the checkpoint's when it is\n"
     "                        F16 or BF16, else fp32); the CPU forward computes in fp32 either way\n"
+    "  --weights int8        weight-only INT8: every matrix stored as int8 with one fp32 scale per output\n"
+    "                        row (symmetric, max |w| / 127), the rest fp32; the CPU forward widens the\n"
+    "                        weights inside its products (docs/llm-quantization.md); CPU only for now\n"
+    "  --weights-skip LIST   with --weights int8: keep these fp32, comma-separated: embed (the token\n"
+    "                        embedding), lm_head (a tied lm_head is the embedding: either keeps both)\n"
     "  -h, --help            this help\n";
+
+/* --weights VALUE; -1 to go on, else the exit code. */
+static int parse_weights(const char *v, kiln_llm_build_options *o) {
+    if (strcmp(v, "int8")) return cli_usage_error("build ", "--weights takes int8 (weight-only INT8), got '%s'", v);
+    o->weights_int8 = true;
+    return -1;
+}
+
+/* --weights-skip LIST; -1 to go on, else the exit code. */
+static int parse_skip(const char *list, kiln_llm_build_options *o) {
+    char buf[256];
+    if (snprintf(buf, sizeof buf, "%s", list) >= (int)sizeof buf)
+        return cli_usage_error("build ", "--weights-skip: the list is too long");
+    for (char *save = NULL, *p = buf, *item; (item = strtok_r(p, ",", &save)); p = NULL) {
+        if (!strcmp(item, "embed")) o->int8_skip_embed = true;
+        else if (!strcmp(item, "lm_head")) o->int8_skip_lm_head = true;
+        else return cli_usage_error("build ", "--weights-skip: unknown '%s' (embed, lm_head)", item);
+    }
+    return -1;
+}
 
 int kiln_cmd_build_llm(int argc, char **argv) {
     const char *dir = NULL, *output = NULL;
@@ -49,14 +74,26 @@ int kiln_cmd_build_llm(int argc, char **argv) {
             if (o.precision >= 0 && o.precision != (int)p)
                 return cli_usage_error("build ", "--fp32, --fp16 and --bf16 exclude each other");
             o.precision = (int)p;
-            snprintf(flags, sizeof flags, "--hf %s", a);
+            size_t len = strlen(flags);
+            snprintf(flags + len, sizeof flags - len, "%s%s", len ? " " : "--hf ", a);
+        } else if (!strcmp(a, "--weights") || !strcmp(a, "--weights-skip")) {
+            if (++i >= argc) return cli_usage_error("build ", "%s needs a value", a);
+            int rc = a[9] ? parse_skip(argv[i], &o) : parse_weights(argv[i], &o);
+            if (rc >= 0) return rc;
+            size_t len = strlen(flags);
+            snprintf(flags + len, sizeof flags - len, "%s%s %s", len ? " " : "--hf ", a, argv[i]);
         } else if (a[0] == '-') {
-            return cli_usage_error("build ", "%s does not apply to --hf (options: -o, --fp32, --fp16, --bf16)", a);
+            return cli_usage_error("build ", "%s does not apply to --hf (options: -o, --fp32, --fp16, --bf16, --weights, "
+                                   "--weights-skip)", a);
         } else {
             return cli_usage_error("build ", "unexpected argument '%s' (--hf DIR takes the checkpoint)", a);
         }
     }
     if (!dir) return cli_usage_error("build ", "--hf needs a checkpoint directory");
+    if (o.weights_int8 && o.precision >= 0)
+        return cli_usage_error("build ", "--weights int8 and --fp32/--fp16/--bf16 exclude each other");
+    if (!o.weights_int8 && (o.int8_skip_embed || o.int8_skip_lm_head))
+        return cli_usage_error("build ", "--weights-skip applies only with --weights int8");
     char dflt[4096];
     if (!output) {
         size_t n = strlen(dir);

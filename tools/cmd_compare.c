@@ -17,6 +17,8 @@
 
 static const char *USAGE =
     "usage: kiln compare MODEL.onnx [ENGINE.kiln|OTHER.onnx] [options]\n"
+    "       kiln compare --llm A B --prompts FILE [--max-tokens N]   (two LLMs' greedy agreement:\n"
+    "                                      kiln compare --llm --help)\n"
     "\n"
     "Builds the reference from MODEL.onnx (target cpu, fp32), runs it and the engine under test on the\n"
     "same inputs and reports per output: max abs error, max relative error (|test - ref| / |ref| where\n"
@@ -232,6 +234,8 @@ done:
 }
 
 int kiln_cmd_compare(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--llm")) return kiln_cmd_compare_llm(argc, argv);
     compare_args a;
     memset(&a, 0, sizeof a);
     cli_build_opts_init(&a.b);

@@ -1,5 +1,6 @@
 /* cmd_inspect_llm.c — `kiln inspect ENGINE.kiln` for an LLM engine: the header, the model's family,
- * config and family features, the weights' precision, parameter count and bytes, the tokenizer, and
+ * config and family features, the weights' precision, parameter count and bytes (by stored format),
+ * the tokenizer, and
  * (unless --no-layers) every weight tensor with its dtype and shape. */
 #include "cli.h"
 
@@ -59,6 +60,25 @@ static void print_tokenizer(const char *path, const kiln_llm_engine_info *info) 
     kiln_tokenizer_free(tok);
 }
 
+/* The stored bytes and tensor count of each dtype (an INT8 engine mixes int8 matrices, their fp32
+ * scales and fp32 vectors). */
+static void print_formats(const kiln_llm_engine_info *info) {
+    printf("weights by format:");
+    for (int d = 0; d < KILN_DTYPE_COUNT; d++) {
+        uint64_t bytes = 0;
+        int count = 0;
+        for (int i = 0; i < info->n_tensors; i++) {
+            const kiln_llm_engine_tensor *t = &info->tensors[i];
+            if ((int)t->dtype != d) continue;
+            count++;
+            bytes += (uint64_t)t->dims[0] * (uint64_t)(t->ndim == 2 ? t->dims[1] : 1) * kiln_dtype_size(t->dtype);
+        }
+        if (count) printf(" %s %.2f MB (%d tensor%s)", kiln_dtype_name((kiln_dtype)d), (double)bytes / 1e6, count,
+                          count == 1 ? "" : "s");
+    }
+    printf("\n");
+}
+
 int cli_inspect_llm(const char *path, bool layers) {
     kiln_llm_engine_info info;
     if (kiln_llm_engine_read_info(path, &info) != KILN_OK) return cli_fail();
@@ -69,10 +89,14 @@ int cli_inspect_llm(const char *path, bool layers) {
     printf("build options: %s\n", m->build_options);
     print_config(&info.cfg);
     print_ids("eos ids (generation_config.json): ", info.gen_eos, info.n_gen_eos);
-    printf("precision: %s weights (the CPU forward computes in fp32)\n", kiln_precision_name(m->precision));
+    if (m->precision == KILN_PRECISION_INT8)
+        printf("precision: weight-only int8 (matrices int8 with an fp32 scale per output row, the rest fp32; the CPU "
+               "forward computes in fp32, widening the weights inside its products; CPU only)\n");
+    else printf("precision: %s weights (the CPU forward computes in fp32)\n", kiln_precision_name(m->precision));
     printf("parameters: %lld (%.2f M) in %d tensors, %llu bytes of weights (%.2f MB)\n", (long long)info.n_params,
            (double)info.n_params / 1e6, info.n_tensors, (unsigned long long)info.weight_bytes,
            (double)info.weight_bytes / 1e6);
+    print_formats(&info);
     print_tokenizer(path, &info);
     for (int i = 0; layers && i < info.n_tensors; i++) {
         const kiln_llm_engine_tensor *w = &info.tensors[i];

@@ -19,6 +19,7 @@ static const char *USAGE =
     "  load URL                          load-test an inference server (OpenAI, KServe v2, HTTP)\n"
     "  generate DIR --prompt TEXT        generate text with a Hugging Face checkpoint (CPU)\n"
     "  bench ENGINE.kiln|MODEL.onnx      benchmark an engine (trtexec-style), profile, sweep\n"
+    "  perplexity MODEL --text FILE      perplexity of an LLM (engine or checkpoint) on a text\n"
 #ifdef KILN_HAVE_SERVE
     "  serve --repo DIR                  serve a model repository (KServe v2, OpenAI) over HTTP\n"
 #endif
@@ -126,6 +127,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "compare")) return kiln_cmd_compare(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return kiln_cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "generate")) return cli_fix_blas_cpu_detection(argv), kiln_cmd_generate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "perplexity")) return cli_fix_blas_cpu_detection(argv), kiln_cmd_perplexity(argc - 1, argv + 1);
 #ifdef KILN_HAVE_SERVE
     if (!strcmp(cmd, "serve")) return kiln_cmd_serve(argc - 1, argv + 1);
 #else

@@ -151,10 +151,12 @@ kiln_status kiln_engine_check_image(const uint8_t *d, size_t size, uint32_t kind
     KILN_TRY(get_header_str(d, KILN_EH_SOURCE, meta->source, sizeof meta->source, "source"));
     meta->created_unix = kiln_le64(d + KILN_EH_CREATED);
     uint32_t precision = kiln_le32(d + KILN_EH_PRECISION);
-    if (precision > KILN_PRECISION_BF16) return corrupt("precision %u is unknown", precision);
-    meta->precision = (kiln_precision)precision;
     uint32_t got_kind = kiln_le32(d + KILN_EH_KIND);
     if (got_kind > KILN_ENGINE_KIND_LLM) return corrupt("engine kind %u is unknown", got_kind);
+    /* int8: an LLM engine's weight-only INT8 matrices */
+    if (precision > KILN_PRECISION_BF16 && !(precision == KILN_PRECISION_INT8 && got_kind == KILN_ENGINE_KIND_LLM))
+        return corrupt("precision %u is unknown", precision);
+    meta->precision = (kiln_precision)precision;
 
     int major, minor;
     if (sscanf(meta->kiln_version, "%d.%d", &major, &minor) != 2)

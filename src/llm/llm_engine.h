@@ -14,8 +14,15 @@
 
 typedef struct kiln_llm_build_options {
     int precision;             /* a kiln_precision, or -1: the checkpoint's dtype when F16/BF16, else fp32 */
+    /* Weight-only INT8 (header precision int8): every matrix stored as int8 with one fp32 scale per
+     * output row (tensor NAME then NAME.scale), the vectors and pos_emb fp32; precision is ignored.
+     * The skips keep the token embedding or the lm_head fp32 (a tied lm_head is the embedding). */
+    bool weights_int8, int8_skip_embed, int8_skip_lm_head;
     const char *build_options; /* the flags as text, recorded in the header ("" when NULL) */
 } kiln_llm_build_options;
+
+/* The name suffix of an INT8 matrix's scales tensor. */
+#define KILN_LLM_SCALE_SUFFIX ".scale"
 
 /* One weight of an engine, as its tensor table records it. */
 typedef struct kiln_llm_engine_tensor {

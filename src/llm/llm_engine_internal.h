@@ -14,6 +14,8 @@ typedef struct kiln_llm_weight {
     int ndim;
     int64_t dims[2];
     float **slot;
+    kiln_llm_q8 *q8; /* where the matrix goes when stored as INT8; NULL for vectors, pos_emb, and the layers'
+                        matrices of a model without m->q8 */
 } kiln_llm_weight;
 
 /* The weight arrays m->cfg implies, in engine order, into out[0..count) (out may be NULL to count

@@ -1,8 +1,9 @@
 /* llm_engine_read.c — loading an LLM engine (docs/engine-format.md, "LLM engines"): the header and
  * section checks shared with ONNX engines (kiln_engine_check_image), then the llm config, the
  * tokenizer section's two files and the tensor table, each tensor checked against the name and shape
- * the config implies. An fp32 engine's weights stay in the mapping; fp16 / bf16 ones are converted;
- * for a device, the matrices stay in the mapping in any precision (llm_deferred.h). */
+ * the config implies. An fp32 engine's weights stay in the mapping, and so do an INT8 engine's (its
+ * int8 matrices and their scales, and its fp32 vectors); fp16 / bf16 ones are converted; for a device,
+ * the matrices stay in the mapping in any precision but INT8, which is refused (llm_deferred.h). */
 #include "llm/llm_engine_internal.h"
 
 #include "core/file.h"
@@ -12,6 +13,7 @@
 #include "llm/llm_deferred.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,9 +34,13 @@ typedef struct image {
     kiln_engine_section sec[4]; /* llm config, tokenizer, llm tensors, weights */
     const uint8_t *json, *json_cfg; /* tokenizer.json and tokenizer_config.json (lengths in info) */
     kiln_llm_model *m;          /* cfg and layers; the arrays only once loaded */
-    kiln_llm_weight *w;         /* [info->n_tensors]: the config's weights, in table order */
-    uint64_t *offsets;          /* [info->n_tensors] inside the weights section */
+    kiln_llm_weight *w;         /* [n_weights]: the config's weights, in table order */
+    int n_weights;
+    uint64_t *offsets;          /* [n_weights] inside the weights section (an INT8 matrix's values) */
+    uint64_t *scale_offsets;    /* [n_weights] an INT8 matrix's scales; NO_SCALES for the others */
 } image;
+
+#define NO_SCALES UINT64_MAX
 
 /* The tokenizer section: two files, each u64 length + bytes, and nothing after them. */
 static kiln_status read_tokenizer_section(image *im, kiln_llm_engine_info *info) {
@@ -55,9 +61,11 @@ static kiln_status read_tokenizer_section(image *im, kiln_llm_engine_info *info)
     return KILN_OK;
 }
 
-/* Reads and checks tensor record i against the weight the config needs there (w). */
+/* Reads and checks tensor record i against the weight the config needs there (w): of dtype want, or
+ * also KILN_I8 when allow_i8 (an INT8 engine's matrix). */
 static kiln_status read_tensor(const uint8_t *p, uint64_t n, uint64_t *pos, int i, const kiln_llm_weight *w,
-                               kiln_dtype want, uint64_t weights_size, kiln_llm_engine_tensor *t, uint64_t *offset) {
+                               kiln_dtype want, bool allow_i8, uint64_t weights_size, kiln_llm_engine_tensor *t,
+                               uint64_t *offset) {
     if (n - *pos < 4) return corrupt("the llm tensors section ends in tensor %d", i);
     uint32_t len = kiln_le32(p + *pos);
     *pos += 4;
@@ -69,8 +77,10 @@ static kiln_status read_tensor(const uint8_t *p, uint64_t n, uint64_t *pos, int 
     if (n - *pos < 8) return corrupt("the llm tensors section ends in tensor '%s'", w->name);
     uint32_t dtype = kiln_le32(p + *pos), ndim = kiln_le32(p + *pos + 4);
     *pos += 8;
+    if (allow_i8 && dtype == (uint32_t)KILN_I8) want = KILN_I8;
     if (dtype != (uint32_t)want)
-        return corrupt("tensor '%s' has dtype %u, the header's precision needs %s", w->name, dtype, kiln_dtype_name(want));
+        return corrupt("tensor '%s' has dtype %u, the header's precision needs %s%s", w->name, dtype,
+                       kiln_dtype_name(want), allow_i8 ? " or i8" : "");
     if (ndim != (uint32_t)w->ndim) return corrupt("tensor '%s' has rank %u, the config needs %d", w->name, ndim, w->ndim);
     if (n - *pos < 8 * (uint64_t)ndim + 16) return corrupt("the llm tensors section ends in tensor '%s'", w->name);
     for (int d = 0; d < w->ndim; d++)
@@ -113,27 +123,58 @@ static kiln_status check_tensor_count(const image *im, const kiln_llm_config *cf
     return KILN_OK;
 }
 
-/* The tensor table: exactly the weights the config implies, in their order. */
+/* The scales record that follows INT8 matrix w: "NAME.scale", fp32, [rows]. */
+static kiln_status read_scales(const uint8_t *p, uint64_t n, uint64_t *pos, int rec, const kiln_llm_weight *w,
+                               uint64_t weights_size, kiln_llm_engine_tensor *t, uint64_t *offset) {
+    kiln_llm_weight sw = {.ndim = 1, .dims = {w->dims[0], 0}};
+    if ((size_t)snprintf(sw.name, sizeof sw.name, "%s%s", w->name, KILN_LLM_SCALE_SUFFIX) >= sizeof sw.name)
+        return corrupt("tensor '%s': its scales' name is too long", w->name);
+    return read_tensor(p, n, pos, rec, &sw, KILN_F32, false, weights_size, t, offset);
+}
+
+/* The tensor table: exactly the weights the config implies, in their order; in an INT8 engine each
+ * matrix may be int8 followed by its scales record. */
 static kiln_status read_tensor_section(image *im, kiln_llm_engine_info *info) {
     const uint8_t *p = im->map->data + im->sec[2].offset;
     uint64_t n = im->sec[2].bytes, pos = 4;
+    const bool int8 = info->meta.precision == KILN_PRECISION_INT8;
     kiln_dtype want = info->meta.precision == KILN_PRECISION_FP16 ? KILN_F16
                       : info->meta.precision == KILN_PRECISION_BF16 ? KILN_BF16 : KILN_F32;
-    int expected = kiln_llm_weights_list(im->m, NULL);
+    const int expected = kiln_llm_weights_list(im->m, NULL);
     if (n < 4) return corrupt("the llm tensors section ends early");
-    if (kiln_le32(p) != (uint32_t)expected)
-        return corrupt("%u tensors, the model's config needs %d", kiln_le32(p), expected);
+    const uint32_t records = kiln_le32(p);
+    if (int8 ? records < (uint32_t)expected || records > 2u * (uint32_t)expected : records != (uint32_t)expected)
+        return corrupt("%u tensors, the model's config needs %s%d", records, int8 ? "between " : "", expected);
+    if (int8) {
+        const size_t layers = (size_t)im->m->cfg.n_layer ? (size_t)im->m->cfg.n_layer : 1;
+        if (!(im->m->q8 = calloc(layers, sizeof *im->m->q8))) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    }
     im->w = calloc((size_t)expected, sizeof *im->w);
     im->offsets = calloc((size_t)expected, sizeof *im->offsets);
-    info->tensors = calloc((size_t)expected, sizeof *info->tensors);
-    if (!im->w || !im->offsets || !info->tensors) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    im->scale_offsets = calloc((size_t)expected, sizeof *im->scale_offsets);
+    info->tensors = calloc(records, sizeof *info->tensors);
+    if (!im->w || !im->offsets || !im->scale_offsets || !info->tensors)
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     kiln_llm_weights_list(im->m, im->w);
+    im->n_weights = expected;
+    int rec = 0;
     for (int i = 0; i < expected; i++) {
-        KILN_TRY(read_tensor(p, n, &pos, i, &im->w[i], want, im->sec[3].bytes, &info->tensors[i], &im->offsets[i]));
-        info->n_params += im->w[i].dims[0] * (im->w[i].ndim == 2 ? im->w[i].dims[1] : 1);
-        info->weight_bytes += (uint64_t)(im->w[i].dims[0] * (im->w[i].ndim == 2 ? im->w[i].dims[1] : 1)) * kiln_dtype_size(want);
-        info->n_tensors = i + 1;
+        const kiln_llm_weight *w = &im->w[i];
+        if ((uint32_t)rec == records) return corrupt("%u tensors, the model's config needs more", records);
+        KILN_TRY(read_tensor(p, n, &pos, rec, w, want, int8 && w->q8, im->sec[3].bytes, &info->tensors[rec],
+                             &im->offsets[i]));
+        info->weight_bytes += (uint64_t)(w->dims[0] * (w->ndim == 2 ? w->dims[1] : 1)) * kiln_dtype_size(info->tensors[rec].dtype);
+        im->scale_offsets[i] = NO_SCALES;
+        if (info->tensors[rec++].dtype == KILN_I8) {
+            if ((uint32_t)rec == records) return corrupt("%u tensors: the scales of '%s' are missing", records, w->name);
+            KILN_TRY(read_scales(p, n, &pos, rec, w, im->sec[3].bytes, &info->tensors[rec], &im->scale_offsets[i]));
+            info->weight_bytes += (uint64_t)w->dims[0] * sizeof(float);
+            rec++;
+        }
+        info->n_params += w->dims[0] * (w->ndim == 2 ? w->dims[1] : 1);
+        info->n_tensors = rec;
     }
+    if ((uint32_t)rec != records) return corrupt("%u tensors, the model's config needs %d", records, rec);
     if (pos != n) return corrupt("%llu unread bytes at the end of the llm tensors section", (unsigned long long)(n - pos));
     return KILN_OK;
 }
@@ -156,18 +197,26 @@ static kiln_status check_image(const char *what, image *im, kiln_llm_engine_info
     return read_tensor_section(im, info);
 }
 
+/* The stored dtype of weight i (the engine's precision but for an INT8 engine's matrices). */
+static kiln_dtype dtype_of(const image *im, const kiln_llm_engine_info *info, int i) {
+    if (im->scale_offsets[i] != NO_SCALES) return KILN_I8;
+    return info->meta.precision == KILN_PRECISION_FP16 ? KILN_F16
+           : info->meta.precision == KILN_PRECISION_BF16 ? KILN_BF16 : KILN_F32;
+}
+
 /* For a device: a deferred model owning the mapping, each matrix placed where it lies in it. */
 static kiln_status defer_matrices(image *im, const kiln_llm_engine_info *info) {
     const uint8_t *base = im->map->data + im->sec[3].offset;
     kiln_status s = llm_deferred_create_mapped(im->map, (size_t)info->n_params, info->n_tensors, &im->m->deferred);
     im->map = NULL; /* the deferred model's now (freed with it), or already freed */
     KILN_TRY(s);
-    for (int i = 0; i < info->n_tensors; i++) {
+    for (int i = 0; i < im->n_weights; i++) {
         const kiln_llm_weight *w = &im->w[i];
         if (w->ndim != 2) continue;
-        const kiln_st_tensor t = {.name = w->name, .dtype = info->tensors[i].dtype, .ndim = 2,
-                                  .dims = {w->dims[0], w->dims[1]}, .data = base + im->offsets[i],
-                                  .nbytes = (size_t)(w->dims[0] * w->dims[1]) * kiln_dtype_size(info->tensors[i].dtype)};
+        const kiln_dtype dt = dtype_of(im, info, i);
+        const kiln_st_tensor t = {.name = w->name, .dtype = dt, .ndim = 2, .dims = {w->dims[0], w->dims[1]},
+                                  .data = base + im->offsets[i],
+                                  .nbytes = (size_t)(w->dims[0] * w->dims[1]) * kiln_dtype_size(dt)};
         KILN_TRY(llm_deferred_reserve(im->m->deferred, (size_t)(w->dims[0] * w->dims[1]), w->slot));
         KILN_TRY(llm_deferred_place(im->m->deferred, *w->slot, &t, false));
     }
@@ -178,13 +227,22 @@ static kiln_status defer_matrices(image *im, const kiln_llm_engine_info *info) {
  * device, the matrices are deferred first and only the vectors converted. */
 static kiln_status fill_weights(image *im, const kiln_llm_engine_info *info, bool device) {
     const uint8_t *base = im->map->data + im->sec[3].offset;
+    if (device && info->meta.precision == KILN_PRECISION_INT8)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "this engine's weights are INT8 (weight-only), which kiln runs on the "
+                          "CPU only for now: use --target cpu, or build an fp16/bf16 engine for cuda");
     if (device) KILN_TRY(defer_matrices(im, info)); /* the model owns the mapping from here on */
-    for (int i = 0; i < info->n_tensors; i++) {
+    for (int i = 0; i < im->n_weights; i++) {
         const kiln_llm_weight *w = &im->w[i];
         size_t numel = (size_t)w->dims[0] * (size_t)(w->ndim == 2 ? w->dims[1] : 1);
         const uint8_t *src = base + im->offsets[i];
         if (device && w->ndim == 2) continue;
-        if (info->tensors[i].dtype == KILN_F32 && !device) {
+        if (im->scale_offsets[i] != NO_SCALES) { /* INT8, in place: 64-byte aligned */
+            w->q8->q = (const int8_t *)src;
+            w->q8->scale = (const float *)(const void *)(base + im->scale_offsets[i]);
+            *w->slot = NULL;
+            continue;
+        }
+        if (dtype_of(im, info, i) == KILN_F32 && !device) {
             *w->slot = (float *)(uintptr_t)src; /* read-only mapping: the forward never writes weights */
             continue;
         }
@@ -192,13 +250,16 @@ static kiln_status fill_weights(image *im, const kiln_llm_engine_info *info, boo
         if (!dst) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for weight '%s'", w->name);
         *w->slot = dst;
         const uint16_t *h = (const uint16_t *)src; /* 64-byte aligned */
-        if (info->tensors[i].dtype == KILN_F32) memcpy(dst, src, numel * sizeof *dst);
+        const kiln_dtype dt = dtype_of(im, info, i);
+        if (dt == KILN_F32) memcpy(dst, src, numel * sizeof *dst);
         else
-            for (size_t k = 0; k < numel; k++)
-                dst[k] = info->tensors[i].dtype == KILN_F16 ? kiln_f16_to_f32(h[k]) : kiln_bf16_to_f32(h[k]);
+            for (size_t k = 0; k < numel; k++) dst[k] = dt == KILN_F16 ? kiln_f16_to_f32(h[k]) : kiln_bf16_to_f32(h[k]);
     }
-    if (im->m->cfg.tied_embeddings) im->m->lm_head = im->m->tok_emb;
-    if (!device && info->meta.precision == KILN_PRECISION_FP32) {
+    if (im->m->cfg.tied_embeddings) {
+        im->m->lm_head = im->m->tok_emb;
+        im->m->q8_lm_head = im->m->q8_tok_emb;
+    }
+    if (!device && (info->meta.precision == KILN_PRECISION_FP32 || info->meta.precision == KILN_PRECISION_INT8)) {
         im->m->mapping = im->map; /* the model keeps the mapping alive */
         im->map = NULL;
     }
@@ -222,6 +283,7 @@ static kiln_status finish(kiln_status s, const char *what, image *im, kiln_llm_e
     kiln_llm_model_free(im->m);
     free(im->w);
     free(im->offsets);
+    free(im->scale_offsets);
     if (s == KILN_OK) return s;
     if (info) kiln_llm_engine_info_free(info);
     if (tok) {

@@ -1,6 +1,8 @@
 /* llm_engine_write.c — kiln_llm_engine_build: reads a checkpoint as kiln_llm_model_load_hf does (FP32,
- * the forward's layout), converts every weight array to the engine's precision, and writes the llm
- * config, tokenizer, llm tensors and weights sections (docs/engine-format.md, "LLM engines"). */
+ * the forward's layout), converts every weight array to the engine's precision (or, with
+ * weights_int8, quantizes the matrices to INT8 with per-row scales and keeps the rest fp32), and
+ * writes the llm config, tokenizer, llm tensors and weights sections (docs/engine-format.md, "LLM
+ * engines"). */
 #include "llm/llm_engine_internal.h"
 
 #include "core/file.h"
@@ -8,6 +10,7 @@
 #include "core/status.h"
 #include "engine/engine_layout.h"
 #include "hf/checkpoint.h"
+#include "llm/llm_gemv_q8.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,65 +58,113 @@ static void put_u64(kiln_strbuf *b, uint64_t v) {
     kiln_strbuf_append(b, t, 8);
 }
 
-/* What the build assembles before writing. */
+/* What the build assembles before writing: the records of the tensor table (an INT8 matrix is two:
+ * its int8 values and its scales) and their data. */
 typedef struct build {
     kiln_llm_model *m;
     kiln_llm_weight *w;
-    int n;
+    int n;               /* the model's weight arrays */
+    int n_rec;           /* the table's records (n, plus one per quantized matrix) */
     kiln_dtype dtype;
-    const void **data;   /* [n]: the model's arrays (fp32) or converted copies */
-    void **owned;        /* [n]: the converted copies, freed at the end */
+    const kiln_llm_build_options *o;
+    const void **data;   /* [2n]: the model's arrays (fp32) or converted copies */
+    void **owned;        /* [2n]: the converted copies, freed at the end */
     size_t *bytes;
     uint64_t *offsets;
     uint64_t weights_size;
     kiln_strbuf config, tokenizer, table;
 } build;
 
+/* Whether weight w is stored as INT8: with --weights int8, every matrix but pos_emb and those skipped
+ * (a tied lm_head is the embedding: skipping either keeps it fp32). */
+static bool quantized(const build *b, const kiln_llm_weight *w) {
+    if (!b->o || !b->o->weights_int8 || w->ndim != 2 || !strcmp(w->name, "pos_emb")) return false;
+    const bool tied = b->m->cfg.tied_embeddings;
+    if (!strcmp(w->name, "tok_emb")) return !b->o->int8_skip_embed && !(tied && b->o->int8_skip_lm_head);
+    if (!strcmp(w->name, "lm_head")) return !b->o->int8_skip_lm_head;
+    return true;
+}
+
+/* Appends one record to the table and to info, and lays its data out in the weights section. */
+static void add_record(build *b, kiln_llm_engine_info *info, const char *name, kiln_dtype dt, int ndim,
+                       const int64_t *dims, const void *data, void *owned) {
+    const int i = b->n_rec++;
+    const size_t numel = (size_t)dims[0] * (size_t)(ndim == 2 ? dims[1] : 1);
+    b->data[i] = data;
+    b->owned[i] = owned;
+    b->bytes[i] = numel * kiln_dtype_size(dt);
+    b->offsets[i] = (b->weights_size + KILN_ENGINE_TENSOR_ALIGN - 1) & ~(uint64_t)(KILN_ENGINE_TENSOR_ALIGN - 1);
+    b->weights_size = b->offsets[i] + b->bytes[i];
+    size_t len = strlen(name);
+    put_u32(&b->table, (uint32_t)len);
+    kiln_strbuf_append(&b->table, name, len);
+    put_u32(&b->table, (uint32_t)dt);
+    put_u32(&b->table, (uint32_t)ndim);
+    for (int d = 0; d < ndim; d++) put_u64(&b->table, (uint64_t)dims[d]);
+    put_u64(&b->table, b->offsets[i]);
+    put_u64(&b->table, b->bytes[i]);
+    kiln_llm_engine_tensor *t = &info->tensors[i];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->dtype = dt;
+    t->ndim = ndim;
+    t->dims[0] = dims[0];
+    t->dims[1] = ndim == 2 ? dims[1] : 0;
+    info->weight_bytes += b->bytes[i];
+}
+
+/* Weight w as its INT8 values and scales (two records). */
+static kiln_status add_quantized(build *b, kiln_llm_engine_info *info, const kiln_llm_weight *w) {
+    const size_t numel = (size_t)w->dims[0] * (size_t)w->dims[1];
+    int8_t *q = malloc(numel);
+    float *scale = malloc((size_t)w->dims[0] * sizeof *scale);
+    if (!q || !scale) {
+        free(q);
+        free(scale);
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory quantizing '%s'", w->name);
+    }
+    kiln_llm_quantize_rows(*w->slot, w->dims[0], w->dims[1], q, scale);
+    add_record(b, info, w->name, KILN_I8, 2, w->dims, q, q);
+    char name[64];
+    snprintf(name, sizeof name, "%s%s", w->name, KILN_LLM_SCALE_SUFFIX);
+    add_record(b, info, name, KILN_F32, 1, w->dims, scale, scale);
+    return KILN_OK;
+}
+
 /* Converts (or points at) every weight and lays out the weights section and the tensor table. */
 static kiln_status lay_out_weights(build *b, kiln_llm_engine_info *info) {
     b->n = kiln_llm_weights_list(b->m, NULL);
+    const size_t cap = 2 * (size_t)b->n;
     b->w = calloc((size_t)b->n, sizeof *b->w);
-    b->data = calloc((size_t)b->n, sizeof *b->data);
-    b->owned = calloc((size_t)b->n, sizeof *b->owned);
-    b->bytes = calloc((size_t)b->n, sizeof *b->bytes);
-    b->offsets = calloc((size_t)b->n, sizeof *b->offsets);
-    info->tensors = calloc((size_t)b->n, sizeof *info->tensors);
+    b->data = calloc(cap, sizeof *b->data);
+    b->owned = calloc(cap, sizeof *b->owned);
+    b->bytes = calloc(cap, sizeof *b->bytes);
+    b->offsets = calloc(cap, sizeof *b->offsets);
+    info->tensors = calloc(cap, sizeof *info->tensors);
     if (!b->w || !b->data || !b->owned || !b->bytes || !b->offsets || !info->tensors)
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory building the engine");
     kiln_llm_weights_list(b->m, b->w);
-    put_u32(&b->table, (uint32_t)b->n);
+    int n_rec = 0;
+    for (int i = 0; i < b->n; i++) n_rec += quantized(b, &b->w[i]) ? 2 : 1;
+    put_u32(&b->table, (uint32_t)n_rec);
     for (int i = 0; i < b->n; i++) {
         const kiln_llm_weight *w = &b->w[i];
         size_t numel = (size_t)w->dims[0] * (size_t)(w->ndim == 2 ? w->dims[1] : 1);
-        const float *src = *w->slot;
-        b->bytes[i] = numel * kiln_dtype_size(b->dtype);
-        if (b->dtype == KILN_F32) {
-            b->data[i] = src;
-        } else {
-            uint16_t *h = malloc(b->bytes[i]);
-            if (!h) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory converting '%s'", w->name);
-            for (size_t k = 0; k < numel; k++) h[k] = b->dtype == KILN_F16 ? kiln_f32_to_f16(src[k]) : kiln_f32_to_bf16(src[k]);
-            b->data[i] = b->owned[i] = h;
-        }
-        b->offsets[i] = (b->weights_size + KILN_ENGINE_TENSOR_ALIGN - 1) & ~(uint64_t)(KILN_ENGINE_TENSOR_ALIGN - 1);
-        b->weights_size = b->offsets[i] + b->bytes[i];
-        size_t len = strlen(w->name);
-        put_u32(&b->table, (uint32_t)len);
-        kiln_strbuf_append(&b->table, w->name, len);
-        put_u32(&b->table, (uint32_t)b->dtype);
-        put_u32(&b->table, (uint32_t)w->ndim);
-        for (int d = 0; d < w->ndim; d++) put_u64(&b->table, (uint64_t)w->dims[d]);
-        put_u64(&b->table, b->offsets[i]);
-        put_u64(&b->table, b->bytes[i]);
-        kiln_llm_engine_tensor *t = &info->tensors[i];
-        memcpy(t->name, w->name, sizeof t->name);
-        t->dtype = b->dtype;
-        t->ndim = w->ndim;
-        memcpy(t->dims, w->dims, sizeof t->dims);
         info->n_params += (int64_t)numel;
-        info->weight_bytes += b->bytes[i];
+        if (quantized(b, w)) {
+            KILN_TRY(add_quantized(b, info, w));
+            continue;
+        }
+        const float *src = *w->slot;
+        if (b->dtype == KILN_F32) {
+            add_record(b, info, w->name, KILN_F32, w->ndim, w->dims, src, NULL);
+            continue;
+        }
+        uint16_t *h = malloc(numel * sizeof *h);
+        if (!h) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory converting '%s'", w->name);
+        for (size_t k = 0; k < numel; k++) h[k] = b->dtype == KILN_F16 ? kiln_f32_to_f16(src[k]) : kiln_f32_to_bf16(src[k]);
+        add_record(b, info, w->name, b->dtype, w->ndim, w->dims, h, h);
     }
-    info->n_tensors = b->n;
+    info->n_tensors = b->n_rec;
     return kiln_strbuf_status(&b->table);
 }
 
@@ -135,8 +186,10 @@ static void fill_meta(const char *dir, const kiln_llm_build_options *o, kiln_pre
 static kiln_status build_engine(build *b, const char *dir, const kiln_llm_build_options *o, const char *path,
                                 kiln_llm_engine_info *info) {
     kiln_precision p;
-    if (o && o->precision >= 0) p = (kiln_precision)o->precision;
+    if (o && o->weights_int8) p = KILN_PRECISION_INT8; /* int8 matrices, the rest fp32 */
+    else if (o && o->precision >= 0) p = (kiln_precision)o->precision;
     else KILN_TRY(checkpoint_precision(dir, &p));
+    b->o = o;
     b->dtype = p == KILN_PRECISION_FP16 ? KILN_F16 : p == KILN_PRECISION_BF16 ? KILN_BF16 : KILN_F32;
     KILN_TRY(kiln_llm_model_load_hf(dir, &b->m));
     info->cfg = b->m->cfg;
@@ -159,7 +212,7 @@ static kiln_status build_engine(build *b, const char *dir, const kiln_llm_build_
     const void *data[4] = {b->config.data, b->tokenizer.data, b->table.data, NULL};
     size_t bytes[4] = {b->config.len, b->tokenizer.len, b->table.len, 0};
     KILN_TRY(kiln_engine_write_image(path, &info->meta, KILN_ENGINE_KIND_LLM, ids, data, bytes, 4, b->data, b->bytes,
-                                     b->offsets, (uint32_t)b->n, b->weights_size));
+                                     b->offsets, (uint32_t)b->n_rec, b->weights_size));
     info->meta.weights_bytes = b->weights_size;
     return KILN_OK;
 }
@@ -174,7 +227,7 @@ kiln_status kiln_llm_engine_build(const char *dir, const kiln_llm_build_options 
     kiln_status s = kiln_file_note_inputs_in_dir(dir);
     if (s == KILN_OK) s = kiln_file_check_output(path);
     if (s == KILN_OK) s = build_engine(&b, dir, o, path, info);
-    for (int i = 0; b.owned && i < b.n; i++) free(b.owned[i]);
+    for (int i = 0; b.owned && i < b.n_rec; i++) free(b.owned[i]);
     free(b.w);
     free(b.data);
     free(b.owned);

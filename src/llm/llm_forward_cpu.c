@@ -3,12 +3,14 @@
  * over all tokens, RoPE, cache write, per-sequence paged attention with the sliding window when the
  * model has one, output product + residual, MLP + residual) and the final norm and lm_head over the
  * rows whose logits are wanted. A single decode token over an FP32 cache runs its QKV product (biases
- * included), RoPE (partial or LongRoPE too), cache write and windowed attention as one pool dispatch. */
+ * included), RoPE (partial or LongRoPE too), cache write and windowed attention as one pool dispatch.
+ * An INT8 engine's quantized matrices go through the INT8 product (llm_gemv_q8.h) instead. */
 #include "llm/llm_internal.h"
 
 #include "core/status.h"
 #include "llm/kv_cache.h"
 #include "llm/llm_cpu_ops.h"
+#include "llm/llm_gemv_q8.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -24,6 +26,22 @@ static kiln_status check_batch(const kiln_llm_config *c, const kiln_kv_cache *kv
                           "KV cache shape (n_layer %d, n_kv_head %d, head_dim %d) does not match the model's (%d, %d, %d)",
                           kc->n_layer, kc->n_kv_head, kc->head_dim, c->n_layer, c->n_kv_head, c->head_dim);
     return kiln_llm_batch_check(c, b, kc->block_size, kc->n_blocks, cpu_block_taken, kv);
+}
+
+static const kiln_llm_q8_layer NO_Q8; /* a layer without INT8 matrices */
+
+/* y = x W^T + bias (GELU'd when gelu), W the fp32 w or, when q holds it, the INT8 matrix. */
+static void linear(const float *x, int ldx, int n, int in, const float *w, const kiln_llm_q8 *q, const float *bias,
+                   int out, float *y, int ldy, int accumulate, bool gelu) {
+    if (q->q) {
+        const kiln_llm_q8_args a = {.x = x, .ldx = ldx, .n = n, .in = in, .w = *q, .bias = bias, .out = out, .y = y,
+                                    .ldy = ldy, .accumulate = accumulate, .gelu = gelu};
+        kiln_llm_gemm_q8(&a);
+    } else if (gelu) {
+        kiln_llm_linear_gelu(x, ldx, n, in, w, bias, out, y, ldy);
+    } else {
+        kiln_llm_linear(x, ldx, n, in, w, bias, out, y, ldy, accumulate);
+    }
 }
 
 /* Scratch of one step, carved from one allocation. */
@@ -66,7 +84,8 @@ static void embed(const kiln_llm_model *m, const kiln_llm_batch *b, step_mem *sm
     const float scale = sqrtf((float)c->d_model);
     for (int t = 0; t < b->n_tokens; t++) {
         float *xr = sm->x + t * d;
-        memcpy(xr, m->tok_emb + (size_t)b->tokens[t] * d, d * sizeof(float));
+        if (m->tok_emb) memcpy(xr, m->tok_emb + (size_t)b->tokens[t] * d, d * sizeof(float));
+        else kiln_llm_q8_row(&m->q8_tok_emb, b->tokens[t], (int)d, xr);
         if (m->pos_emb)
             for (size_t i = 0; i < d; i++) xr[i] += m->pos_emb[(size_t)b->positions[t] * d + i];
         if (c->scale_emb)
@@ -90,10 +109,11 @@ static void embed(const kiln_llm_model *m, const kiln_llm_batch *b, step_mem *sm
 static void attention_block(const kiln_llm_model *m, int l, kiln_kv_cache *kv, const kiln_llm_batch *b, step_mem *sm) {
     const kiln_llm_config *c = &m->cfg;
     const kiln_llm_layer *y = &m->layers[l];
+    const kiln_llm_q8_layer *q8 = m->q8 ? &m->q8[l] : &NO_Q8;
     const int n = b->n_tokens, d = c->d_model, hd = c->head_dim, rot = kiln_llm_rope_dim(c), half = rot / 2;
     const int qd = c->n_head * hd, kvd = c->n_kv_head * hd, ldq = qd + 2 * kvd;
     kiln_llm_norm(sm->x, n, d, y->norm1_w, kiln_llm_norm_offset(c), y->norm1_b, c->norm_eps, sm->h);
-    if (n == 1 && kiln_kv_cache_get_config(kv)->dtype == KILN_F32) { /* one decode token: one dispatch */
+    if (n == 1 && !q8->qkv.q && kiln_kv_cache_get_config(kv)->dtype == KILN_F32) { /* one decode token: one dispatch */
         kiln_llm_seq_kv s = {kv, l, b->block_table};
         const bool rope = c->arch == KILN_LLM_LLAMA;
         const kiln_llm_decode_qkv a = {.x = sm->h, .d = d, .w = y->qkv_w, .bias = y->qkv_b, .rot_dim = rot,
@@ -101,10 +121,10 @@ static void attention_block(const kiln_llm_model *m, int l, kiln_kv_cache *kv, c
                                        .window = c->sliding_window, .qkv = sm->qkv, .out = sm->att,
                                        .scratch = sm->attn_scratch};
         kiln_llm_decode_qkv_attention(&s, b->positions[0], c->n_head, &a);
-        kiln_llm_linear(sm->att, qd, n, qd, y->o_w, y->o_b, d, sm->x, d, 1);
+        linear(sm->att, qd, n, qd, y->o_w, &q8->o, y->o_b, d, sm->x, d, 1, false);
         return;
     }
-    kiln_llm_linear(sm->h, d, n, d, y->qkv_w, y->qkv_b, ldq, sm->qkv, ldq, 0);
+    linear(sm->h, d, n, d, y->qkv_w, &q8->qkv, y->qkv_b, ldq, sm->qkv, ldq, 0, false);
     for (int i = 0; i < b->n_seqs; i++) {
         kiln_llm_seq_kv s = {kv, l, b->block_table + (size_t)i * b->max_blocks_per_seq};
         const int s0 = b->seq_start[i], ni = b->seq_start[i + 1] - s0;
@@ -120,22 +140,23 @@ static void attention_block(const kiln_llm_model *m, int l, kiln_kv_cache *kv, c
         kiln_llm_attention(&s, ni, b->ctx_len[i], c->sliding_window, c->n_head, sm->qkv + (size_t)s0 * ldq, ldq,
                            sm->att + (size_t)s0 * qd, qd, sm->attn_scratch);
     }
-    kiln_llm_linear(sm->att, qd, n, qd, y->o_w, y->o_b, d, sm->x, d, 1);
+    linear(sm->att, qd, n, qd, y->o_w, &q8->o, y->o_b, d, sm->x, d, 1, false);
 }
 
 /* MLP block of one layer: x += MLP(norm2(x)). */
 static void mlp_block(const kiln_llm_model *m, int l, int n, step_mem *sm) {
     const kiln_llm_config *c = &m->cfg;
     const kiln_llm_layer *y = &m->layers[l];
+    const kiln_llm_q8_layer *q8 = m->q8 ? &m->q8[l] : &NO_Q8;
     const int d = c->d_model, ff = c->d_ff;
     kiln_llm_norm(sm->x, n, d, y->norm2_w, kiln_llm_norm_offset(c), y->norm2_b, c->norm_eps, sm->h);
     if (c->arch == KILN_LLM_GPT2) {
-        kiln_llm_linear_gelu(sm->h, d, n, d, y->up_w, y->up_b, ff, sm->mlp, ff);
-        kiln_llm_linear(sm->mlp, ff, n, ff, y->down_w, y->down_b, d, sm->x, d, 1);
+        linear(sm->h, d, n, d, y->up_w, &q8->up, y->up_b, ff, sm->mlp, ff, 0, true);
+        linear(sm->mlp, ff, n, ff, y->down_w, &q8->down, y->down_b, d, sm->x, d, 1, false);
     } else {
-        kiln_llm_linear(sm->h, d, n, d, y->up_w, NULL, 2 * ff, sm->mlp, 2 * ff, 0);
+        linear(sm->h, d, n, d, y->up_w, &q8->up, NULL, 2 * ff, sm->mlp, 2 * ff, 0, false);
         kiln_llm_gated(sm->mlp, n, ff, c->gate_act);
-        kiln_llm_linear(sm->mlp, 2 * ff, n, ff, y->down_w, NULL, d, sm->x, d, 1);
+        linear(sm->mlp, 2 * ff, n, ff, y->down_w, &q8->down, NULL, d, sm->x, d, 1, false);
     }
 }
 
@@ -157,7 +178,7 @@ kiln_status kiln_llm_forward(const kiln_llm_model *m, kiln_kv_cache *kv, const k
         memcpy(sm.h + r * d, sm.x + t * d, d * sizeof(float));
     }
     kiln_llm_norm(sm.h, n_out, c->d_model, m->norm_f_w, kiln_llm_norm_offset(c), m->norm_f_b, c->norm_eps, sm.h);
-    kiln_llm_linear(sm.h, c->d_model, n_out, c->d_model, m->lm_head, NULL, c->vocab, logits, c->vocab, 0);
+    linear(sm.h, c->d_model, n_out, c->d_model, m->lm_head, &m->q8_lm_head, NULL, c->vocab, logits, c->vocab, 0, false);
     free(sm.block);
     return KILN_OK;
 }

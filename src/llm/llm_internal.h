@@ -19,6 +19,17 @@ typedef struct kiln_llm_layer {
     float *down_w, *down_b;   /* [d_model, d_ff] */
 } kiln_llm_layer;
 
+/* A weight-only INT8 matrix [out, in]: w[o, k] ~ q[o, k] * scale[o] (symmetric, per output row). */
+typedef struct kiln_llm_q8 {
+    const int8_t *q;     /* [out, in], NULL when the matrix is not quantized */
+    const float *scale;  /* [out] */
+} kiln_llm_q8;
+
+/* The quantized matrices of one layer; a matrix held here has NULL in its kiln_llm_layer field. */
+typedef struct kiln_llm_q8_layer {
+    kiln_llm_q8 qkv, o, up, down;
+} kiln_llm_q8_layer;
+
 struct kiln_llm_model {
     kiln_llm_config cfg;
     float *tok_emb;             /* [vocab, d_model] */
@@ -33,6 +44,11 @@ struct kiln_llm_model {
     void *arena;                /* the block of huge pages every array was moved into
                                    (kiln_llm_model_weights_to_hugepages), or NULL; never with deferred */
     size_t arena_bytes;
+    /* An INT8 engine's quantized matrices (llm_engine_read.c), pointing into its mapping: [n_layer]
+     * layers, and the token embedding and lm_head (tok_emb / lm_head NULL when they are held here; a
+     * tied lm_head is the embedding's). NULL for a model without any. */
+    kiln_llm_q8_layer *q8;
+    kiln_llm_q8 q8_tok_emb, q8_lm_head;
 };
 
 /* config.json's document into *out (`what` names the file in messages). Errors as

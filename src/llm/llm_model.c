@@ -244,6 +244,7 @@ static void free_array(const kiln_llm_model *m, float *p) {
 void kiln_llm_model_free(kiln_llm_model *m) {
     if (!m) return;
     if (m->arena) munmap(m->arena, m->arena_bytes);
+    free(m->q8); /* its matrices live in the mapping */
     if (m->mapping || m->arena) {
         if (m->mapping) kiln_file_map_free(m->mapping);
         free(m->layers);

@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "llm/llm_cuda.h"
+#include "llm/llm_internal.h"
 #include "llm/llm_random.h"
 
 #include <stdlib.h>
@@ -79,9 +80,12 @@ kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options 
     r->cfg = *kiln_llm_model_config(m);
     *out = r;
     if (strcmp(ro->target, "cuda")) {
-        snprintf(desc, cap, "CPU forward (fp32, OpenBLAS)");
+        snprintf(desc, cap, m->q8 ? "CPU forward (fp32, weight-only INT8 matrices)" : "CPU forward (fp32, OpenBLAS)");
         return KILN_OK;
     }
+    if (m->q8)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "the model's weights are INT8 (weight-only), which kiln runs on the CPU "
+                          "only for now: use --target cpu");
     char dev[192];
     kiln_llm_cuda_options o;
     KILN_TRY(cuda_options(ro, &o, dev, sizeof dev));

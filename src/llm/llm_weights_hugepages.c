@@ -24,7 +24,8 @@ static size_t weight_bytes(const kiln_llm_weight *w) {
 }
 
 void kiln_llm_model_weights_to_hugepages(kiln_llm_model *m) {
-    if (m->arena || m->deferred) return; /* a deferred model's matrices are the device upload's */
+    /* a deferred model's matrices are the device upload's; an INT8 model stays in its engine's mapping */
+    if (m->arena || m->deferred || m->q8) return;
     const int n = kiln_llm_weights_list(m, NULL);
     kiln_llm_weight *list = malloc((size_t)n * sizeof *list);
     if (!list) return;

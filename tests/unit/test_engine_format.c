@@ -529,7 +529,7 @@ static void test_messages(void) {
     kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 4); /* LLM engines without the model family */
     CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 4, this kiln reads 6",
                 "rebuild it with `kiln build MODEL.onnx -o ENGINE.kiln`");
-    kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 5); /* cpu weights never stored packed */
+    kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 5); /* neither packed cpu weights nor INT8 LLM engines */
     CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 5, this kiln reads 6",
                 "rebuild it with `kiln build MODEL.onnx -o ENGINE.kiln`");
     kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 7);

@@ -1,6 +1,7 @@
 /* test_llm_engine.c — LLM engines (src/llm/llm_engine*.c): a tiny GPT-2 and a tiny Llama checkpoint
- * written here are built into fp32, fp16 and bf16 engines; the fp32 engine gives logits identical to
- * the checkpoint's, the half ones within their rounding; the generation eos ids and the absence of a
+ * written here are built into fp32, fp16, bf16 and weight-only INT8 engines; the fp32 engine gives logits
+ * identical to the checkpoint's, the others within their rounding (INT8 ones hold each matrix as int8
+ * + scales and are refused for a device); the generation eos ids and the absence of a
  * tokenizer survive; ONNX and LLM readers refuse each other's engines; the in-memory reader agrees with
  * the file reader; and every truncation and every single-byte change of an engine file (with and
  * without recomputed checksums) and a config claiming 2^24 layers fail cleanly. With an
@@ -159,12 +160,12 @@ static float *logits_of(const kiln_llm_model *m, int n) {
     return out;
 }
 
-/* Builds ck at precision p (-1: default) into engine and compares its logits with the checkpoint's:
- * identical for fp32, within tol (relative to the largest logit) otherwise. */
-static void check_engine_logits(const char *ck, int p, const char *engine, double tol, int n) {
-    kiln_llm_build_options o = {.precision = p, .build_options = "test"};
+/* Builds ck with o into engine and compares its logits with the checkpoint's: identical when tol is
+ * 0, else within tol (relative to the largest logit). */
+static void check_built_logits(const char *ck, const kiln_llm_build_options *o, const char *label, const char *engine,
+                               double tol, int n) {
     kiln_llm_engine_info info;
-    CHECK(kiln_llm_engine_build(ck, &o, engine, &info) == KILN_OK);
+    CHECK(kiln_llm_engine_build(ck, o, engine, &info) == KILN_OK);
     kiln_llm_engine_info_free(&info);
     kiln_llm_model *a = NULL, *b = NULL;
     CHECK(kiln_llm_model_load_hf(ck, &a) == KILN_OK);
@@ -180,12 +181,47 @@ static void check_engine_logits(const char *ck, int p, const char *engine, doubl
     }
     if (tol == 0) CHECK(!memcmp(la, lb, (size_t)n * (size_t)vocab * sizeof *la));
     else CHECK(maxabs <= tol * maxref);
-    printf("  %s (%s): max |logit difference| %.3g of max |logit| %.3g\n", engine,
-           p < 0 ? "default" : p == 0 ? "fp32" : p == 1 ? "fp16" : "bf16", maxabs, maxref);
+    printf("  %s (%s): max |logit difference| %.3g of max |logit| %.3g\n", engine, label, maxabs, maxref);
     free(la);
     free(lb);
     kiln_llm_model_free(a);
     kiln_llm_model_free(b);
+}
+
+/* check_built_logits at precision p (-1: default). */
+static void check_engine_logits(const char *ck, int p, const char *engine, double tol, int n) {
+    kiln_llm_build_options o = {.precision = p, .build_options = "test"};
+    check_built_logits(ck, &o, p < 0 ? "default" : p == 0 ? "fp32" : p == 1 ? "fp16" : "bf16", engine, tol, n);
+}
+
+/* Weight-only INT8 engines of ck: every matrix int8 (or the embedding kept fp32), each matrix
+ * followed by its scales in the table, the logits within tol of the checkpoint's; refused for a
+ * device with a message naming INT8. */
+static void check_int8_engine(const char *ck, bool skip_embed, const char *engine, double tol, int n) {
+    kiln_llm_build_options o = {.precision = -1, .weights_int8 = true, .int8_skip_embed = skip_embed,
+                                .build_options = "test"};
+    check_built_logits(ck, &o, skip_embed ? "int8, embed fp32" : "int8", engine, tol, n);
+    kiln_llm_engine_info info;
+    CHECK(kiln_llm_engine_read_info(engine, &info) == KILN_OK);
+    CHECK(info.meta.precision == KILN_PRECISION_INT8);
+    int i8 = 0, scales = 0;
+    for (int i = 0; i < info.n_tensors; i++) {
+        const kiln_llm_engine_tensor *t = &info.tensors[i];
+        if (t->dtype == KILN_I8) {
+            i8++;
+            CHECK(i + 1 < info.n_tensors && strstr(info.tensors[i + 1].name, ".scale") &&
+                  info.tensors[i + 1].dtype == KILN_F32 && info.tensors[i + 1].dims[0] == t->dims[0]);
+        }
+        scales += strstr(t->name, ".scale") != NULL;
+        if (!strcmp(t->name, "tok_emb")) CHECK((t->dtype == KILN_I8) == !skip_embed);
+        if (t->ndim == 1 && !strstr(t->name, ".scale")) CHECK(t->dtype == KILN_F32);
+    }
+    CHECK(i8 > 0 && i8 == scales);
+    kiln_llm_engine_info_free(&info);
+    kiln_llm_model *m = NULL;
+    CHECK(kiln_llm_engine_load_for_device(engine, NULL, &m, NULL) == KILN_ERR_UNSUPPORTED);
+    CHECK(strstr(kiln_last_error(), "INT8") && strstr(kiln_last_error(), "--target cpu"));
+    CHECK(m == NULL);
 }
 
 /* ---- bad files ---- */
@@ -312,7 +348,7 @@ static void test_kinds(const char *llm_engine) {
 int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "/tmp/kiln-test-llm-engine-XXXXXX");
     CHECK(mkdtemp(dir) != NULL);
-    char gpt2[128], llama[128], e32[128], e16[128], ebf[128], ell[128];
+    char gpt2[128], llama[128], e32[128], e16[128], ebf[128], ell[128], e8[128], e8e[128], ell8[128];
     snprintf(gpt2, sizeof gpt2, "%s/gpt2", dir);
     snprintf(llama, sizeof llama, "%s/llama", dir);
     CHECK(mkdir(gpt2, 0700) == 0 && mkdir(llama, 0700) == 0);
@@ -322,11 +358,17 @@ int main(int argc, char **argv) {
     snprintf(e16, sizeof e16, "%s/gpt2-16.kiln", dir);
     snprintf(ebf, sizeof ebf, "%s/gpt2-bf16.kiln", dir);
     snprintf(ell, sizeof ell, "%s/llama.kiln", dir);
+    snprintf(e8, sizeof e8, "%s/gpt2-int8.kiln", dir);
+    snprintf(e8e, sizeof e8e, "%s/gpt2-int8-embed.kiln", dir);
+    snprintf(ell8, sizeof ell8, "%s/llama-int8.kiln", dir);
     printf("logits, engine vs checkpoint:\n");
     check_engine_logits(gpt2, -1, e32, 0, 6);
     check_engine_logits(gpt2, KILN_PRECISION_FP16, e16, 2e-3, 6);
     check_engine_logits(gpt2, KILN_PRECISION_BF16, ebf, 2e-2, 6);
     check_engine_logits(llama, KILN_PRECISION_FP32, ell, 0, 12);
+    check_int8_engine(gpt2, false, e8, 3e-2, 6);
+    check_int8_engine(gpt2, true, e8e, 3e-2, 6);
+    check_int8_engine(llama, false, ell8, 3e-2, 12);
     if (argc > 1) {
         char kjv[128];
         snprintf(kjv, sizeof kjv, "%s/kjv.kiln", dir);
@@ -340,8 +382,10 @@ int main(int argc, char **argv) {
     test_corruption(e32);
     printf("corruption (%s):\n", ell);
     test_corruption(ell);
-    const char *files[] = {e32, e16, ebf, ell};
-    for (int i = 0; i < 4; i++) unlink(files[i]);
+    printf("corruption (%s):\n", ell8);
+    test_corruption(ell8);
+    const char *files[] = {e32, e16, ebf, ell, e8, e8e, ell8};
+    for (int i = 0; i < 7; i++) unlink(files[i]);
     char cmd[256];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0);

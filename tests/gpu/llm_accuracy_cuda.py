@@ -1,0 +1,68 @@
+"""kiln's LLM accuracy tools on the GPU: `kiln perplexity --target cuda` of models/kjv-gpt2 (fp16 and
+bf16 engines) within 1 % of the CPU's fp32 perplexity on a fixed text (every window's logits come back
+from the CUDA forward with all_logits), and `kiln compare --llm` of the fp32 engine on the CPU against
+the 16-bit engines on cuda: first-token agreement at least 90 %. Prints the numbers. Exits 77
+(skipped) when --target cuda is not available.
+
+usage: llm_accuracy_cuda.py KILN REPO_ROOT
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+TEXT = ("In the beginning God created the heaven and the earth. And the earth was without form, and void; and "
+        "darkness was upon the face of the deep. And the Spirit of God moved upon the face of the waters. And God "
+        "said, Let there be light: and there was light. And God saw the light, that it was good: and God divided "
+        "the light from the darkness. And God called the light Day, and the darkness he called Night. And the "
+        "evening and the morning were the first day. ") * 3
+PROMPTS = ["In the beginning", "And God said", "And the earth was", "Let there be light", "And the evening",
+           "And he said unto them", "Blessed are the", "The LORD is my shepherd", "And it came to pass",
+           "Thus saith the LORD"]
+
+
+def kiln(binary, *args):
+    p = subprocess.run([binary, *map(str, args)], capture_output=True, text=True, timeout=600)
+    if p.returncode and "not available" in p.stderr:
+        print("skipped: --target cuda is not available:", p.stderr.strip())
+        sys.exit(77)
+    if p.returncode:
+        sys.exit(f"kiln {' '.join(map(str, args))} failed:\n{p.stderr}")
+    return p.stdout
+
+
+def main():
+    binary, root = sys.argv[1], sys.argv[2]
+    model = os.path.join(root, "models", "kjv-gpt2")
+    failures = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        text = os.path.join(tmp, "text.txt")
+        prompts = os.path.join(tmp, "prompts.txt")
+        with open(text, "w") as f:
+            f.write(TEXT)
+        with open(prompts, "w") as f:
+            f.write("\n".join(PROMPTS) + "\n")
+        engines = {p: os.path.join(tmp, f"{p}.kiln") for p in ("fp32", "fp16", "bf16")}
+        for p, e in engines.items():
+            kiln(binary, "build", "--hf", model, "-o", e, f"--{p}")
+        ppl = lambda out: float(re.search(r"perplexity ([0-9.]+)", out).group(1))
+        ref = ppl(kiln(binary, "perplexity", engines["fp32"], "--text", text, "--ctx", 128, "--stride", 64))
+        print(f"cpu fp32: perplexity {ref:.4f}")
+        for p in ("fp16", "bf16"):
+            got = ppl(kiln(binary, "perplexity", engines[p], "--text", text, "--ctx", 128, "--stride", 64,
+                           "--target", "cuda"))
+            ok = abs(got - ref) <= 0.01 * ref
+            failures += not ok
+            print(f"cuda {p}: perplexity {got:.4f} ({100 * (got - ref) / ref:+.3f} %) {'ok' if ok else 'FAILED'}")
+            out = kiln(binary, "compare", "--llm", engines["fp32"], engines[p], "--prompts", prompts,
+                       "--max-tokens", 32, "--target-b", "cuda")
+            first = re.search(r"first-token agreement: (\d+) / (\d+)", out)
+            ok = int(first.group(1)) >= 0.9 * int(first.group(2))
+            failures += not ok
+            print(f"cuda {p} against cpu fp32:\n{out.strip()}\n{'ok' if ok else 'FAILED'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
