@@ -37,7 +37,7 @@ enum {
     SERVE_STAGE_RECEIVE, /* the request's headers to the last byte of its body */
     SERVE_STAGE_PARSE,   /* dispatch, keys, the body parsed and checked against the model, until queued */
     SERVE_STAGE_QUEUE,   /* queued until an instance takes its batch */
-    SERVE_STAGE_INPUT,   /* the batch's inputs copied into the page-locked staging */
+    SERVE_STAGE_INPUT,   /* the batch's inputs copied into the page-locked staging (or bound where they landed) */
     SERVE_STAGE_COMPUTE, /* the batch's run: uploads, computation, downloads */
     SERVE_STAGE_OUTPUT,  /* outputs split, the response built and sent */
     SERVE_STAGES
