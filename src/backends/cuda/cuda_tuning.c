@@ -46,13 +46,15 @@ static const struct {
 /* ---------------------------------------------------------------- set-up */
 
 /* MatMul, Gemm and Conv, the fused GEMMs (fused_epilogue.cu runs matmul.cu's kernel first, with
- * the same tactic, then its epilogue) and kiln.FusedConv (conv.cu: the candidates are the algorithms
+ * the same tactic, then its epilogue), kiln.QMatMul (quant_gemm.cu: its int8 path against its
+ * float16 one, the faster kept) and kiln.FusedConv (conv.cu: the candidates are the algorithms
  * of the call the node makes, cudnnConvolutionBiasActivationForward for activation none or Relu; an
  * identity FusedConv fuses only with IMPLICIT_PRECOMP_GEMM, so its other candidates time the
  * convolution plus the bias/epilogue kernels, and the fastest whole wins). */
 static bool tunable(const kiln_node *n) {
     if (n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN))
-        return !strcmp(n->op_type, "FusedMatMul") || !strcmp(n->op_type, "FusedGemm") || !strcmp(n->op_type, "FusedConv");
+        return !strcmp(n->op_type, "FusedMatMul") || !strcmp(n->op_type, "FusedGemm") || !strcmp(n->op_type, "FusedConv") ||
+               !strcmp(n->op_type, "QMatMul");
     if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx")) return false;
     return !strcmp(n->op_type, "MatMul") || !strcmp(n->op_type, "Gemm") || !strcmp(n->op_type, "Conv");
 }
