@@ -234,9 +234,15 @@ static void time_candidates(kiln_cuda_tuner *t, int i, const kiln_cuda_tensor *a
     if (*best_c >= 0)
         KILN_LOG(KILN_LOG_VERBOSE, "cuda: node '%s' (%s): %d candidates timed in %.1f ms (algo:ms)%s", n->name, n->op_type,
                  cd->count, kiln_cuda_now_ms() - start, log);
-    if (path_ms[0] >= 0 && path_ms[1] >= 0)
-        KILN_LOG(KILN_LOG_INFO, "cuda: layer '%s': int8 %.3f ms vs fp16 %.3f ms -> %s", n->name, (double)path_ms[0],
-                 (double)path_ms[1], path_ms[1] < path_ms[0] ? "fp16" : "int8");
+    if (*best_c >= 0 && cd->list[*best_c].kind == KILN_TACTIC_PATH) {
+        char ms[2][32];
+        for (int k = 0; k < 2; k++) {
+            if (path_ms[k] >= 0) snprintf(ms[k], sizeof ms[k], "%.3f ms", (double)path_ms[k]);
+            else snprintf(ms[k], sizeof ms[k], "not timed");
+        }
+        KILN_LOG(KILN_LOG_INFO, "cuda: layer '%s': int8 %s vs fp16 %s -> %s", n->name, ms[0], ms[1],
+                 cd->list[*best_c].algo == 1 ? "fp16" : "int8");
+    }
 }
 
 kiln_status kiln_cuda_tune_layer(kiln_cuda_tuner *t, const kiln_cuda_plan *p, int i, kiln_tactic *out) {
