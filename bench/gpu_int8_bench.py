@@ -93,7 +93,7 @@ def tuned_rows(kiln, onnx_path, name, batch, seq, calib, duration, work, key):
     for label, extra in (("fp16 tuned", ["--fp16"]), ("int8 tuned", ["--int8", "--fp16", "--calib", calib])):
         engine = os.path.join(work, f"{key}_{label.replace(' ', '_')}.kiln")
         cmd = [kiln, "build", onnx_path, "-o", engine, "--target", "cuda", *extra, "--profile",
-               f"{name}:{shape},{shape},{shape}"]
+               f"{name}:{shape},{shape},{shape}", "--verbose"]
         print("$", " ".join(cmd), flush=True)
         r = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
         sys.stdout.write("".join(l + "\n" for l in r.stderr.splitlines() if "vs fp16" in l))
