@@ -30,6 +30,7 @@ typedef enum kiln_tactic_kind {
     KILN_TACTIC_CUBLASLT = 1,  /* a cuBLASLt matmul algorithm: blob holds its cublasLtMatmulAlgo_t */
     KILN_TACTIC_CUDNN = 2,     /* a cuDNN forward convolution algorithm (algo) and math type (math) */
     KILN_TACTIC_LLM_GEMV = 3,  /* the LLM runtime's GEMV kernel in configuration algo (timing cache only) */
+    KILN_TACTIC_PATH = 4,      /* an integer layer's path: algo 0 its int8 kernel, 1 its float16 one */
 } kiln_tactic_kind;
 
 typedef struct kiln_tactic {

@@ -636,7 +636,7 @@ static kiln_status rd_tactics(reader *r) {
         if (profile >= sets || node >= (uint32_t)g->nnodes || at <= prev)
             return corrupt("tactic %u is for profile %u, node %u (after entry %lld of %lld)", k, profile, node,
                            (long long)prev, (long long)total);
-        if (f[0] != KILN_TACTIC_CUBLASLT && f[0] != KILN_TACTIC_CUDNN)
+        if (f[0] != KILN_TACTIC_CUBLASLT && f[0] != KILN_TACTIC_CUDNN && f[0] != KILN_TACTIC_PATH)
             return corrupt("node '%s' has tactic kind %u", g->nodes[node].name, f[0]);
         prev = at;
         kiln_tactic *d = &t[at];

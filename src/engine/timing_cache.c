@@ -119,7 +119,8 @@ static kiln_status parse_records(kiln_timing_cache *c, const uint8_t *p, size_t 
         if (memchr(key, 0, len)) return bad(what, "a key holds a NUL byte");
         kiln_tactic t;
         get_tactic(p + pos + len, &t);
-        if (t.kind != KILN_TACTIC_CUBLASLT && t.kind != KILN_TACTIC_CUDNN && t.kind != KILN_TACTIC_LLM_GEMV)
+        if (t.kind != KILN_TACTIC_CUBLASLT && t.kind != KILN_TACTIC_CUDNN && t.kind != KILN_TACTIC_LLM_GEMV &&
+            t.kind != KILN_TACTIC_PATH)
             return bad(what, "a record has an unknown tactic kind");
         KILN_TRY(put(c, key, len, &t));
         pos += (size_t)len + TC_TACTIC_BYTES;

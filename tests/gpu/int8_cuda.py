@@ -12,7 +12,11 @@ Asserted per model and build (exit 1 when one fails):
     and <= 5% (--int8 --fp16: the float layers in float16);
   - against fp32 (onnxruntime): the bounds of tests/e2e/test_int8_build.py (ResNet cosine >= 0.9995,
     max error <= 5%, top-1 >= 7 of 8; BERT cosine >= 0.998, max error <= 20%), looser by the 16-bit
-    rounding for --int8 --fp16 (ResNet cosine >= 0.999, BERT >= 0.995).
+    rounding for --int8 --fp16 (ResNet cosine >= 0.999, BERT >= 0.995);
+  - the --int8 --fp16 build (tuned, `kiln build`'s default level) times the ResNet's QMatMul's int8
+    kernel against its float16 one and logs the choice ("layer 'X': int8 A ms vs fp16 B ms -> P"; a
+    candidate the tuner drops is "not timed"); the table shows every such choice (BERT's dynamic
+    sequence length leaves its layers untuned).
 
 usage: int8_cuda.py [--kiln PATH] [--target cuda] [--workdir DIR] [--json FILE]
 (--target cpu checks this script itself on a machine without a GPU; the --fp16 builds are skipped
@@ -22,6 +26,7 @@ the target build says so).
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -38,6 +43,7 @@ VS_CPU = {"int8": {"cosine": 0.9999, "max_rel": 0.02}, "int8+fp16": {"cosine": 0
 VS_FP32 = {("resnet", "int8"): {"cosine": 0.9995, "max_rel": 0.05}, ("bert", "int8"): {"cosine": 0.998, "max_rel": 0.20},
            ("resnet", "int8+fp16"): {"cosine": 0.999, "max_rel": 0.05},
            ("bert", "int8+fp16"): {"cosine": 0.995, "max_rel": 0.20}}
+PATH_LINE = re.compile(r"layer '(.+)': int8 ([0-9.]+ ms|not timed) vs fp16 ([0-9.]+ ms|not timed) -> (int8|fp16)")
 NO_GPU = ("no CUDA device", "no GPU", "cudaErrorNoDevice", "CUDA driver")
 
 
@@ -111,7 +117,7 @@ def check_model(kiln, target, kind, workdir, failures):
     engines = {"cpu int8": ["--target", "cpu", "--int8", "--calib", os.path.join(d, "calib"), "--calib-cache", cache],
                "int8": ["--target", target, "--int8", "--calib-cache", cache]}
     if target != "cpu":
-        engines["int8+fp16"] = ["--target", target, "--int8", "--fp16", "--calib-cache", cache]
+        engines["int8+fp16"] = ["--target", target, "--int8", "--fp16", "--calib-cache", cache, "--verbose"]
     feeds = models.make_inputs(kind, HELD_OUT[kind]["batch"], HELD_OUT[kind]["seq"], seed=999)
     sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
@@ -133,6 +139,12 @@ def check_model(kiln, target, kind, workdir, failures):
             failures.append(f"{kind} {build}: {e}")
             continue
         row = {"model": kind, "build": build, "layers": counts}
+        if build == "int8+fp16":
+            paths = PATH_LINE.findall(r.stderr)
+            row["paths"] = " ".join(f"{p[3]} ({p[1]} / {p[2]})" for p in paths) or "untuned"
+            if kind == "resnet" and len(paths) != LAYERS[kind]["QMatMul"]:
+                failures.append(f"{kind} {build}: {len(paths)} int8-vs-fp16 choices logged, expected "
+                                f"{LAYERS[kind]['QMatMul']}")
         if counts != LAYERS[kind]:
             failures.append(f"{kind} {build}: integer layers {counts}, expected {LAYERS[kind]}")
         if build != "cpu int8" and "cpu int8" in outs:
@@ -160,14 +172,14 @@ def main():
         for kind in ("resnet", "bert"):
             rows += check_model(a.kiln, a.target, kind, workdir, failures)
     print("| model | build | integer layers | cosine vs cpu int8 | max err vs cpu int8 | cosine vs fp32 | "
-          "max err vs fp32 | top-1 |")
-    print("|---|---|---|---|---|---|---|---|")
+          "max err vs fp32 | top-1 | int8/fp16 choice (int8 / fp16) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         f = lambda k, fmt: format(r[k], fmt) if k in r else "—"
         layers = ", ".join(f"{v} {k}" for k, v in sorted(r["layers"].items()))
         print(f"| {r['model']} | {r['build']} | {layers} | {f('cosine_vs_cpu_int8', '.6f')} | "
               f"{f('max_rel_vs_cpu_int8', '.3g')} | {f('cosine_vs_fp32', '.6f')} | {f('max_rel_vs_fp32', '.3g')} | "
-              f"{f('top1', 'd')} |")
+              f"{f('top1', 'd')} | {r.get('paths', '—')} |")
     for msg in failures:
         print("FAIL", msg)
     print(f"\n{len(rows)} engine(s) checked, {len(failures)} failure(s)")

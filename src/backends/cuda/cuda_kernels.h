@@ -36,7 +36,7 @@
  *    (ctx->tactic_strict) the call fails instead. With ctx->candidates set, the exec function enqueues
  *    no library call: it records the heuristic's candidates for its first library call and returns.
  *  - Per-node state: ctx->state points at this node's slot in the context (NULL while tuning, where
- *    nothing persists). An exec function may keep host-side state there across the context's runs
+ *    nothing persists; kiln.QMatMul gets a slot for its layer's tuning runs: cuda_tuning_layer.c). An exec function may keep host-side state there across the context's runs
  *    (cuDNN descriptors, the chosen algorithm per shape: conv.cu), made on its first run and reused
  *    after, so that later eager runs and captures repeat no library query; the context destroys it
  *    (its destroy function) when it is freed. A context runs on one thread at a time, so the state

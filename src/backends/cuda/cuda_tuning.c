@@ -46,13 +46,16 @@ static const struct {
 /* ---------------------------------------------------------------- set-up */
 
 /* MatMul, Gemm and Conv, the fused GEMMs (fused_epilogue.cu runs matmul.cu's kernel first, with
- * the same tactic, then its epilogue) and kiln.FusedConv (conv.cu: the candidates are the algorithms
+ * the same tactic, then its epilogue), kiln.QMatMul in float16 engines (quant_gemm.cu: its int8 path
+ * against its float16 one, the faster kept; other engines compute no layer in float16) and
+ * kiln.FusedConv (conv.cu: the candidates are the algorithms
  * of the call the node makes, cudnnConvolutionBiasActivationForward for activation none or Relu; an
  * identity FusedConv fuses only with IMPLICIT_PRECOMP_GEMM, so its other candidates time the
  * convolution plus the bias/epilogue kernels, and the fastest whole wins). */
-static bool tunable(const kiln_node *n) {
+static bool tunable(const kiln_backend_engine *be, const kiln_node *n) {
     if (n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN))
-        return !strcmp(n->op_type, "FusedMatMul") || !strcmp(n->op_type, "FusedGemm") || !strcmp(n->op_type, "FusedConv");
+        return !strcmp(n->op_type, "FusedMatMul") || !strcmp(n->op_type, "FusedGemm") || !strcmp(n->op_type, "FusedConv") ||
+               (!strcmp(n->op_type, "QMatMul") && be->float_dtype == KILN_F16);
     if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx")) return false;
     return !strcmp(n->op_type, "MatMul") || !strcmp(n->op_type, "Gemm") || !strcmp(n->op_type, "Conv");
 }
@@ -183,7 +186,7 @@ static kiln_status tune_layers(kiln_cuda_tuner *t, const kiln_cuda_plan *p, kiln
     kiln_status s = KILN_OK;
     for (int i = 0; i < g->nnodes && s == KILN_OK; i++) {
         const kiln_node *n = &g->nodes[i];
-        if (!t->be->kernels[i] || t->be->host_exec[i] || !tunable(n)) continue;
+        if (!t->be->kernels[i] || t->be->host_exec[i] || !tunable(t->be, n)) continue;
         st->layers++;
         bool keyed = layer_key(t, p, n, key, KILN_TIMING_CACHE_MAX_KEY + 1);
         const kiln_tactic *hit = keyed ? kiln_timing_cache_find(&t->cache, key) : NULL;
@@ -239,7 +242,7 @@ static void set_bounds(kiln_cuda_tuner *t, const kiln_build_options *opts, doubl
 static int skip_set(const kiln_backend_engine *be, kiln_tuning_stats *stats) {
     const kiln_graph *g = be->g;
     int n = 0;
-    for (int i = 0; i < g->nnodes; i++) n += be->kernels[i] && !be->host_exec[i] && tunable(&g->nodes[i]);
+    for (int i = 0; i < g->nnodes; i++) n += be->kernels[i] && !be->host_exec[i] && tunable(be, &g->nodes[i]);
     stats->layers += n;
     stats->skipped += n;
     return n;

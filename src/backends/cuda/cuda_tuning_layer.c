@@ -9,6 +9,7 @@
 
 #include "core/log.h"
 #include "core/status.h"
+#include "ir/fused_ops.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -188,7 +189,7 @@ static void time_candidates(kiln_cuda_tuner *t, int i, const kiln_cuda_tensor *a
     *best_c = -1;
     *best = -1;
     *first = 0;
-    float best_probe = -1;
+    float best_probe = -1, path_ms[2] = {-1, -1}; /* an integer layer's int8 and fp16 paths */
     for (int c = 0; c < cd->count && !t->broken; c++) {
         const kiln_tactic *cand = &cd->list[c];
         const char *skip = skip_reason(t, n, cd, c, why, sizeof why);
@@ -222,6 +223,7 @@ static void time_candidates(kiln_cuda_tuner *t, int i, const kiln_cuda_tensor *a
         if (drops) *kept = true;
         if (best_probe < 0 || probe < best_probe) best_probe = probe;
         if (c == 0) *first = ms;
+        if (cand->kind == KILN_TACTIC_PATH && (cand->algo == 0 || cand->algo == 1)) path_ms[cand->algo] = ms;
         if (*best_c < 0 || ms < *best) {
             *best = ms;
             *best_c = c;
@@ -232,6 +234,15 @@ static void time_candidates(kiln_cuda_tuner *t, int i, const kiln_cuda_tensor *a
     if (*best_c >= 0)
         KILN_LOG(KILN_LOG_VERBOSE, "cuda: node '%s' (%s): %d candidates timed in %.1f ms (algo:ms)%s", n->name, n->op_type,
                  cd->count, kiln_cuda_now_ms() - start, log);
+    if (*best_c >= 0 && cd->list[*best_c].kind == KILN_TACTIC_PATH) {
+        char ms[2][32];
+        for (int k = 0; k < 2; k++) {
+            if (path_ms[k] >= 0) snprintf(ms[k], sizeof ms[k], "%.3f ms", (double)path_ms[k]);
+            else snprintf(ms[k], sizeof ms[k], "not timed");
+        }
+        KILN_LOG(KILN_LOG_INFO, "cuda: layer '%s': int8 %s vs fp16 %s -> %s", n->name, ms[0], ms[1],
+                 cd->list[*best_c].algo == 1 ? "fp16" : "int8");
+    }
 }
 
 kiln_status kiln_cuda_tune_layer(kiln_cuda_tuner *t, const kiln_cuda_plan *p, int i, kiln_tactic *out) {
@@ -247,6 +258,10 @@ kiln_status kiln_cuda_tune_layer(kiln_cuda_tuner *t, const kiln_cuda_plan *p, in
     void *mem = NULL;
     kiln_status s = scratch_args(t, p, n, args, &mem);
     cd->max = t->candidates;
+    /* kiln.QMatMul prepares its weights in its node state on its first run (quant_gemm.cu): a slot for
+     * this layer's runs keeps them, so that no timed run repeats that work */
+    kiln_cuda_node_state *slot = NULL;
+    if (n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN) && !strcmp(n->op_type, "QMatMul")) t->kc.state = &slot;
     size_t ws = t->kc.workspace_bytes;
     t->kc.workspace_bytes = t->max_workspace; /* the libraries then offer, and run, only candidates within it */
     if (s == KILN_OK) {
@@ -278,6 +293,8 @@ kiln_status kiln_cuda_tune_layer(kiln_cuda_tuner *t, const kiln_cuda_plan *p, in
         kiln_cuda_tactic_str(out, what, sizeof what);
         KILN_LOG(KILN_LOG_VERBOSE, "cuda: tuned node '%s' (%s): %s, %.4f ms", n->name, n->op_type, what, (double)best);
     }
+    t->kc.state = NULL;
+    if (slot) slot->destroy(slot);
     if (mem) cudaFree(mem);
     free(args);
     free(cd);

@@ -22,15 +22,20 @@
  * one device allocation that the node's state owns (the bias in float32 in 16-bit engines too). A run
  * enqueues only kernels and cuBLASLt calls, split into chunks of rows (QConv: of images) that fit the
  * workspace and whose int32 D stays in L2 (QG_D_TARGET); the cuBLASLt descriptors and the
- * heuristic's algorithm are cached per chunk shape. The layers have no tactics to tune (cuBLASLt's
- * heuristic picks the IMMA kernel); a call cuBLASLt refuses runs a CUDA-core kernel instead, with one
- * warning per node naming the reason.
+ * heuristic's algorithm are cached per chunk shape (cuBLASLt's heuristic picks the IMMA kernel); a
+ * call cuBLASLt refuses runs a CUDA-core kernel instead, with one warning per node naming the reason.
+ *
+ * INT8 against FP16 (the build's tuning, cuda_tuning*.c): a QMatMul lists two candidates, tactics of
+ * kind KILN_TACTIC_PATH — algo 0 the int8 path above, algo 1 a float16 path (A dequantized to
+ * float16, the product by the dequantized weights [K, N] in cuBLASLt through matmul.cuh, then bias,
+ * activation and output conversion) — and runs the one its recorded tactic names (none: int8).
  *
  * QConv: 1-D and 2-D windows (any pads, strides, dilations, auto_pad, groups: one GEMM per group),
  * NCHW in and out; the im2col rows hold x - 128 for uint8 input and the (shifted) input zero point in
  * the padding, so padding contributes nothing after the correction. */
 #include "backends/cuda/activation.cuh"
 #include "backends/cuda/kernel_util.cuh"
+#include "backends/cuda/matmul.cuh"
 
 #include <stdlib.h>
 
@@ -196,6 +201,25 @@ __global__ void qg_gemm_fallback_kernel(const int8_t *__restrict__ x, int64_t ld
     }
 }
 
+/* dst[i] = x_scale * (src[i] - zp) in float16 for i < count: a QMatMul's A for its float16 path. */
+template <typename S>
+__global__ void qg_dequant_kernel(const S *__restrict__ src, int64_t count, int32_t zp, float x_scale,
+                                  __half *__restrict__ dst) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = __float2half_rn(__fmul_rn((float)((int)src[i] - zp), x_scale));
+}
+
+/* y[r, c] = out(act(D[r, c] + bias[c])) for the float16 path's product D [R, N] (float16). */
+template <typename T>
+__global__ void qg_epilogue_f16_kernel(const __half *__restrict__ D, int64_t R, int64_t N, qg_epi e,
+                                       T *__restrict__ y) {
+    int64_t total = R * N;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = __fadd_rn(__half2float(D[i]), e.bias ? e.bias[i % N] : 0.0f);
+        y[i] = qg_out<T>(kiln_cuda_act(v, e.kind, e.p0, e.p1), e);
+    }
+}
+
 /* ---------------------------------------------------------------- node state */
 
 /* One cached cuBLASLt call: D[Mp, R] = Wt^T X (ldb the activations' row length); fallback when
@@ -221,6 +245,8 @@ typedef struct qg_state {
     qg_call calls[QG_CALLS];
     int next_call;
     bool fallback_logged;    /* the CUDA-core product's warning was given */
+    __half *w16;             /* QMatMul's float16 path: w_scale[c] (w - w_zero_point[c]) as [K, N], made on
+                              * its first use */
 } qg_state;
 
 static const char qg_state_owner[] = "quant_gemm.cu";
@@ -237,6 +263,7 @@ static void qg_state_destroy(kiln_cuda_node_state *base) {
     qg_state *st = (qg_state *)base;
     for (int i = 0; i < QG_CALLS; i++) qg_call_clear(&st->calls[i]);
     if (st->dev) cudaFree(st->dev);
+    if (st->w16) cudaFree(st->w16);
     free(st);
 }
 
@@ -345,6 +372,15 @@ static kiln_status qg_state_get(const kiln_node *n, const kiln_quant_layer *ql, 
     if (ctx->state) *ctx->state = &st->base;
     *out = st;
     return KILN_OK;
+}
+
+/* Ends a call with status s: a temporary state (temp) is destroyed once the stream has done its work. */
+static kiln_status qg_finish(qg_state *st, bool temp, kiln_status s, kiln_cuda_ctx *ctx) {
+    if (!temp) return s;
+    cudaError_t e = cudaStreamSynchronize(ctx->stream);
+    if (s == KILN_OK && e != cudaSuccess) s = kiln_cuda_error(e, "cudaStreamSynchronize", __FILE__, __LINE__);
+    qg_state_destroy(&st->base);
+    return s;
 }
 
 /* ---------------------------------------------------------------- the GEMM */
@@ -537,9 +573,111 @@ static bool qg_out_ok(const kiln_quant_layer *ql, kiln_dtype t) {
     return ql->y_dtype == KILN_F32 ? ku_is_float(t) : t == ql->y_dtype;
 }
 
+/* The candidates of a QMatMul for the tuner: its int8 path (the default) and its float16 one. */
+static kiln_status qg_list_paths(kiln_cuda_ctx *ctx) {
+    kiln_cuda_candidates *cd = ctx->candidates;
+    if (cd->done) return KILN_OK;
+    cd->done = true;
+    cd->count = 0;
+    for (int path = 0; path < 2 && cd->count < cd->max; path++) {
+        kiln_tactic *t = &cd->list[cd->count++];
+        memset(t, 0, sizeof *t);
+        t->kind = KILN_TACTIC_PATH;
+        t->algo = path;
+        t->heuristic_index = path;
+    }
+    return KILN_OK;
+}
+
+/* Whether ctx's tactic asks for the float16 path (a tactic of another kind is rejected: the int8 path
+ * runs, or, while tuning, the call fails). */
+static kiln_status qg_wants_f16(const kiln_node *n, kiln_cuda_ctx *ctx, bool *f16) {
+    *f16 = false;
+    if (!ctx->tactic) return KILN_OK;
+    if (ctx->tactic->kind == KILN_TACTIC_PATH && (ctx->tactic->algo == 0 || ctx->tactic->algo == 1)) {
+        *f16 = ctx->tactic->algo == 1;
+        return KILN_OK;
+    }
+    return kiln_cuda_tactic_rejected(n, ctx, "not an integer layer's int8 / fp16 choice");
+}
+
+/* st->w16 from the weights' host copy, once. */
+static kiln_status qg_prepare_f16(const kiln_node *n, const kiln_quant_layer *ql, const qg_host_weights *w, int64_t K,
+                                  qg_state *st) {
+    if (st->w16) return KILN_OK;
+    int64_t N = w->M, w_shift = w->dtype == KILN_U8 ? 128 : 0;
+    uint16_t *host = (uint16_t *)malloc((size_t)(K * N) * sizeof *host + 1);
+    if (!host) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "%s '%s': out of memory for its float16 weights", n->op_type, n->name);
+    for (int64_t c = 0; c < N; c++) {
+        int64_t zp = ql->nwzp == 0 ? 0 : ql->w_zero_point[ql->nwzp == 1 ? 0 : c];
+        float scale = ql->w_scale[ql->nw == 1 ? 0 : c];
+        for (int64_t k = 0; k < K; k++)
+            host[k * N + c] = kiln_f32_to_f16((float)(qg_weight_at(w, K, c, k) - (zp - w_shift)) * scale);
+    }
+    cudaError_t e = cudaMalloc(&st->w16, (size_t)(K * N) * sizeof *host);
+    if (e == cudaSuccess) e = cudaMemcpy(st->w16, host, (size_t)(K * N) * sizeof *host, cudaMemcpyHostToDevice);
+    free(host);
+    if (e != cudaSuccess) return kiln_cuda_error(e, "cudaMalloc/cudaMemcpy of the float16 weights", __FILE__, __LINE__);
+    return KILN_OK;
+}
+
+/* QMatMul's float16 path, the tuner's alternative to its int8 one: A dequantized to float16, the
+ * product by the dequantized weights in cuBLASLt (FP32 accumulation: matmul.cuh), then the bias,
+ * activation and output conversion. Chunks of rows fit the workspace with cuBLASLt's share. */
+static kiln_status qg_run_f16(const kiln_node *n, const kiln_quant_layer *ql, const qg_state *st,
+                              const kiln_cuda_tensor *a, int64_t K, int64_t N, const kiln_cuda_tensor *y,
+                              kiln_cuda_ctx *ctx) {
+    int64_t rows = K > 0 ? ku_numel(a) / K : 0;
+    size_t lt_bytes = qg_lt_bytes(ctx), per_row = (size_t)(K + N) * 2;
+    size_t avail = ctx->workspace_bytes > lt_bytes + 2 * QG_ALIGN ? ctx->workspace_bytes - lt_bytes - 2 * QG_ALIGN : 0;
+    int64_t chunk = (int64_t)(avail / per_row);
+    if (rows > 0 && chunk < 1)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': %zu bytes of workspace do not hold one row of its float16 path",
+                          n->op_type, n->name, ctx->workspace_bytes);
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        int64_t R = rows - r0 < chunk ? rows - r0 : chunk;
+        unsigned char *ws = (unsigned char *)ctx->workspace;
+        __half *a16 = (__half *)ws, *d16 = (__half *)(ws + qg_align((size_t)(R * K) * 2));
+        size_t used = qg_align((size_t)(R * K) * 2) + qg_align((size_t)(R * N) * 2);
+        unsigned blocks = ku_blocks(R * K, KU_THREADS, ctx, 4);
+        if (a->dtype == KILN_U8)
+            qg_dequant_kernel<uint8_t><<<blocks, KU_THREADS, 0, ctx->stream>>>((const uint8_t *)a->data + r0 * K, R * K,
+                                                                               ql->x_zero_point, ql->x_scale, a16);
+        else
+            qg_dequant_kernel<int8_t><<<blocks, KU_THREADS, 0, ctx->stream>>>((const int8_t *)a->data + r0 * K, R * K,
+                                                                              ql->x_zero_point, ql->x_scale, a16);
+        KILN_CUDA_LAUNCH_CHECK("qg_dequant_kernel");
+        kiln_cuda_ctx sub = *ctx; /* cuBLASLt's workspace after the buffers; no tactic of its own */
+        sub.workspace = ws + used;
+        sub.workspace_bytes = ctx->workspace_bytes - used;
+        sub.tactic = NULL;
+        sub.tactic_strict = false;
+        sub.candidates = NULL;
+        sub.state = NULL;
+        KILN_TRY(kiln_cuda_matmul_batched(n, &sub, KILN_F16, 1, R, N, K, a16, false, st->w16, false, d16));
+        unsigned char *yb = (unsigned char *)y->data + (size_t)(r0 * N) * kiln_dtype_size(y->dtype);
+        unsigned eblocks = ku_blocks(R * N, KU_THREADS, ctx, 4);
+#define QG_EPI16(T) qg_epilogue_f16_kernel<T><<<eblocks, KU_THREADS, 0, ctx->stream>>>(d16, R, N, st->epi, (T *)yb)
+        switch (y->dtype) {
+        case KILN_I8: QG_EPI16(int8_t); break;
+        case KILN_U8: QG_EPI16(uint8_t); break;
+        case KILN_F32: QG_EPI16(float); break;
+        case KILN_F16: QG_EPI16(__half); break;
+        case KILN_BF16: QG_EPI16(bf16); break;
+        default: return ku_refuse_dtype(n, 0, y->dtype);
+        }
+#undef QG_EPI16
+        KILN_CUDA_LAUNCH_CHECK("qg_epilogue_f16_kernel");
+    }
+    return KILN_OK;
+}
+
 static kiln_status exec_qmatmul(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
                                 int nout, kiln_cuda_ctx *ctx) {
     (void)nout;
+    if (ctx->candidates) return qg_list_paths(ctx);
+    bool f16;
+    KILN_TRY(qg_wants_f16(n, ctx, &f16));
     const kiln_cuda_tensor *a = &in[0], *w = &in[1], *y = &out[0];
     kiln_quant_layer ql;
     KILN_TRY(kiln_quant_layer_read(n, &ql));
@@ -557,6 +695,11 @@ static kiln_status exec_qmatmul(const kiln_node *n, const kiln_cuda_tensor *in, 
     qg_state *st;
     bool temp;
     KILN_TRY(qg_state_get(n, &ql, &hw, bias, a->dtype, K, N, 1, ctx, &st, &temp));
+    if (f16) {
+        kiln_status s = qg_prepare_f16(n, &ql, &hw, K, st);
+        if (s == KILN_OK) s = qg_run_f16(n, &ql, st, a, K, N, y, ctx);
+        return qg_finish(st, temp, s, ctx);
+    }
     int64_t rows = K > 0 ? ku_numel(a) / K : 0;
     /* A used in place when it is int8 rows IMMA can read: K a multiple of 4, 4-byte aligned */
     bool copy_rows = a->dtype != KILN_I8 || K % 4 != 0 || ((uintptr_t)a->data & 3) != 0;
@@ -590,12 +733,7 @@ static kiln_status exec_qmatmul(const kiln_node *n, const kiln_cuda_tensor *in, 
         unsigned char *yb = (unsigned char *)y->data + (size_t)(r0 * N) * kiln_dtype_size(y->dtype);
         if (s == KILN_OK) s = qg_epilogue(n, st, 0, D, R, rowsum, m, false, y->dtype, yb, ctx);
     }
-    if (temp) {
-        cudaError_t e = cudaStreamSynchronize(ctx->stream);
-        if (s == KILN_OK && e != cudaSuccess) s = kiln_cuda_error(e, "cudaStreamSynchronize", __FILE__, __LINE__);
-        qg_state_destroy(&st->base);
-    }
-    return s;
+    return qg_finish(st, temp, s, ctx);
 }
 
 /* ---------------------------------------------------------------- kiln.QConv */
@@ -690,12 +828,7 @@ static kiln_status exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, in
             if (s == KILN_OK) s = qg_epilogue(n, st, g, D, R, rowsum, m, true, y->dtype, yb, ctx);
         }
     }
-    if (temp) {
-        cudaError_t e = cudaStreamSynchronize(ctx->stream);
-        if (s == KILN_OK && e != cudaSuccess) s = kiln_cuda_error(e, "cudaStreamSynchronize", __FILE__, __LINE__);
-        qg_state_destroy(&st->base);
-    }
-    return s;
+    return qg_finish(st, temp, s, ctx);
 }
 
 /* ---------------------------------------------------------------- build-time checks */
