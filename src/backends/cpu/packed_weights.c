@@ -32,11 +32,12 @@ static int readers(const kiln_graph *g, int v) {
 }
 
 /* Whether node n's weight (input 1) may be replaced by its panels: a float32 constant that n alone
- * reads, not a graph output, and n's input 0 is float32 (a 16-bit input runs the plain kernels). */
+ * reads, neither a graph input nor output, and n's input 0 is float32 (a 16-bit input runs the
+ * plain kernels). */
 static bool may_pack(const kiln_graph *g, const kiln_node *n) {
     if (n->ninputs < 2 || n->inputs[0] < 0 || n->inputs[1] < 0) return false;
     const kiln_value *x = &g->values[n->inputs[0]], *w = &g->values[n->inputs[1]];
-    return x->dtype == KILN_F32 && w->constant && w->constant->dtype == KILN_F32 && !w->is_output &&
+    return x->dtype == KILN_F32 && w->constant && w->constant->dtype == KILN_F32 && !w->is_input && !w->is_output &&
            readers(g, n->inputs[1]) == 1;
 }
 
@@ -92,8 +93,8 @@ kiln_status kiln_cpu_store_weights(kiln_graph *g, const kiln_engine_meta *meta, 
     return KILN_OK;
 }
 
-static kiln_status bad_tag(const kiln_node *n, const char *what) {
-    (void)n; /* the engine's plan names the node */
+/* The error for a tag that disagrees with itself or its constant (the engine's plan names the node). */
+static kiln_status bad_tag(const char *what) {
     return kiln_error(KILN_ERR_PARSE, "attribute %s %s (a corrupt engine: rebuild it)", KILN_PACKED_ATTR, what);
 }
 
@@ -103,24 +104,24 @@ kiln_status kiln_cpu_stored_panels(const kiln_graph *g, const kiln_node *n, kiln
     *owned = NULL;
     const kiln_attr *a = kiln_node_attr(n, KILN_PACKED_ATTR);
     if (!a) return KILN_OK;
-    if (a->type != KILN_ATTR_INTS || a->n != 6) return bad_tag(n, "is not 6 integers");
+    if (a->type != KILN_ATTR_INTS || a->n != 6) return bad_tag("is not 6 integers");
     *tag = (kiln_packed_tag){a->ints[0], a->ints[1], a->ints[2], a->ints[3], a->ints[4], a->ints[5]};
     bool conv = tag->kind == KILN_PACKED_CONV_ROWS || tag->kind == KILN_PACKED_CONV_COLUMNS;
     bool kind_ok = want == KILN_PACKED_MATMUL ? tag->kind == KILN_PACKED_MATMUL : conv;
-    if (!kind_ok) return bad_tag(n, "names a layout this op does not use");
+    if (!kind_ok) return bad_tag("names a layout this op does not use");
     if (tag->isa < 0 || tag->isa > 255 || tag->width < 1 || tag->width > MAX_WIDTH || tag->groups < 1 ||
         tag->P < 1 || tag->L < 1)
-        return bad_tag(n, "holds a value out of range");
+        return bad_tag("holds a value out of range");
     const kiln_tensor *w = n->ninputs > 1 && n->inputs[1] >= 0 ? g->values[n->inputs[1]].constant : NULL;
     int64_t have, need;
     if (!packed_floats(tag, tag->width, &need) || !w || w->dtype != KILN_F32 || w->ndim != 1 || w->dims[0] != need)
-        return bad_tag(n, "does not match the weight constant's size");
+        return bad_tag("does not match the weight constant's size");
     int64_t width = kiln_packed_width(tag->kind);
     if (tag->width == width) {
         *panels = w->data;
         return KILN_OK;
     }
-    if (!packed_floats(tag, width, &have)) return bad_tag(n, "describes weights too large to repack");
+    if (!packed_floats(tag, width, &have)) return bad_tag("describes weights too large to repack");
     float *dst = aligned_alloc(64, ((size_t)have * sizeof *dst + 63) / 64 * 64);
     if (!dst) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory repacking the weights of '%s'", n->name);
     const float *src = w->data;
