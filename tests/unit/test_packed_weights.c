@@ -249,16 +249,13 @@ int main(int argc, char **argv) {
         rewrite(path, bad, corrupt_tag, (void *)&bad_tags[i]);
         check_refused(bad, KILN_ERR_PARSE, bad_tags[i].says);
     }
-    FILE *f = fopen(path, "rb");
-    REQUIRE_OK(f ? KILN_OK : KILN_ERR_IO);
-    fseek(f, 0, SEEK_END);
+    FILE *f = fopen(path, "rb"), *o = fopen(bad, "wb"); /* the end of the packed panels cut off */
+    REQUIRE_OK(f && o && !fseek(f, 0, SEEK_END) ? KILN_OK : KILN_ERR_IO);
     long size = ftell(f);
-    fclose(f);
-    f = fopen(path, "rb");
-    FILE *o = fopen(bad, "wb");
+    rewind(f);
     char *buf = malloc((size_t)size);
-    REQUIRE_OK(f && o && buf && fread(buf, 1, (size_t)size, f) == (size_t)size ? KILN_OK : KILN_ERR_IO);
-    fwrite(buf, 1, (size_t)size - 100, o); /* the end of the packed panels cut off */
+    REQUIRE_OK(buf && fread(buf, 1, (size_t)size, f) == (size_t)size ? KILN_OK : KILN_ERR_IO);
+    fwrite(buf, 1, (size_t)size - 100, o);
     fclose(o);
     fclose(f);
     free(buf);
