@@ -155,6 +155,12 @@ static void corrupt_tag(kiln_graph *g, void *ctx) {
     a->ints[c->field] = c->value;
 }
 
+/* Counts the log lines that say weights were repacked at load. */
+static void count_repacks(kiln_log_level level, const char *msg, void *user) {
+    (void)level;
+    *(int *)user += strstr(msg, "repacked") != NULL;
+}
+
 static void check_refused(const char *path, kiln_status want, const char *says) {
     kiln_engine *e = NULL;
     kiln_status s = kiln_engine_load(path, &e);
@@ -214,7 +220,11 @@ int main(int argc, char **argv) {
 
     rewrite(path, foreign, to_width_16, NULL);
     loaded = NULL;
+    int repacks = 0;
+    kiln_log_set_callback(count_repacks, &repacks);
     CHECK_OK(kiln_engine_load(foreign, &loaded));
+    kiln_log_set_callback(NULL, NULL);
+    CHECKF(repacks == 1, "%d log lines about repacked weights (want one for the engine)", repacks);
     if (loaded) {
         memset(got, 0, sizeof got);
         CHECK_OK(run(loaded, got, se_got));
@@ -239,16 +249,13 @@ int main(int argc, char **argv) {
         rewrite(path, bad, corrupt_tag, (void *)&bad_tags[i]);
         check_refused(bad, KILN_ERR_PARSE, bad_tags[i].says);
     }
-    FILE *f = fopen(path, "rb");
-    REQUIRE_OK(f ? KILN_OK : KILN_ERR_IO);
-    fseek(f, 0, SEEK_END);
+    FILE *f = fopen(path, "rb"), *o = fopen(bad, "wb"); /* the end of the packed panels cut off */
+    REQUIRE_OK(f && o && !fseek(f, 0, SEEK_END) ? KILN_OK : KILN_ERR_IO);
     long size = ftell(f);
-    fclose(f);
-    f = fopen(path, "rb");
-    FILE *o = fopen(bad, "wb");
+    rewind(f);
     char *buf = malloc((size_t)size);
-    REQUIRE_OK(f && o && buf && fread(buf, 1, (size_t)size, f) == (size_t)size ? KILN_OK : KILN_ERR_IO);
-    fwrite(buf, 1, (size_t)size - 100, o); /* the end of the packed panels cut off */
+    REQUIRE_OK(buf && fread(buf, 1, (size_t)size, f) == (size_t)size ? KILN_OK : KILN_ERR_IO);
+    fwrite(buf, 1, (size_t)size - 100, o);
     fclose(o);
     fclose(f);
     free(buf);

@@ -73,6 +73,7 @@ static kiln_status cpu_engine_create(const kiln_graph *g, const kiln_engine_meta
         cpu_engine_free(be);
         return s;
     }
+    kiln_cpu_log_repacked(g);
     *out = be;
     return KILN_OK;
 }

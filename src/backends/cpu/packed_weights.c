@@ -7,7 +7,6 @@
 #include "core/log.h"
 #include "core/status.h"
 
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,11 +31,12 @@ static int readers(const kiln_graph *g, int v) {
 }
 
 /* Whether node n's weight (input 1) may be replaced by its panels: a float32 constant that n alone
- * reads, not a graph output, and n's input 0 is float32 (a 16-bit input runs the plain kernels). */
+ * reads, neither a graph input nor output, and n's input 0 is float32 (a 16-bit input runs the
+ * plain kernels). */
 static bool may_pack(const kiln_graph *g, const kiln_node *n) {
     if (n->ninputs < 2 || n->inputs[0] < 0 || n->inputs[1] < 0) return false;
     const kiln_value *x = &g->values[n->inputs[0]], *w = &g->values[n->inputs[1]];
-    return x->dtype == KILN_F32 && w->constant && w->constant->dtype == KILN_F32 && !w->is_output &&
+    return x->dtype == KILN_F32 && w->constant && w->constant->dtype == KILN_F32 && !w->is_input && !w->is_output &&
            readers(g, n->inputs[1]) == 1;
 }
 
@@ -92,8 +92,8 @@ kiln_status kiln_cpu_store_weights(kiln_graph *g, const kiln_engine_meta *meta, 
     return KILN_OK;
 }
 
-static kiln_status bad_tag(const kiln_node *n, const char *what) {
-    (void)n; /* the engine's plan names the node */
+/* The error for a tag that disagrees with itself or its constant (the engine's plan names the node). */
+static kiln_status bad_tag(const char *what) {
     return kiln_error(KILN_ERR_PARSE, "attribute %s %s (a corrupt engine: rebuild it)", KILN_PACKED_ATTR, what);
 }
 
@@ -103,69 +103,83 @@ kiln_status kiln_cpu_stored_panels(const kiln_graph *g, const kiln_node *n, kiln
     *owned = NULL;
     const kiln_attr *a = kiln_node_attr(n, KILN_PACKED_ATTR);
     if (!a) return KILN_OK;
-    if (a->type != KILN_ATTR_INTS || a->n != 6) return bad_tag(n, "is not 6 integers");
+    if (a->type != KILN_ATTR_INTS || a->n != 6) return bad_tag("is not 6 integers");
     *tag = (kiln_packed_tag){a->ints[0], a->ints[1], a->ints[2], a->ints[3], a->ints[4], a->ints[5]};
     bool conv = tag->kind == KILN_PACKED_CONV_ROWS || tag->kind == KILN_PACKED_CONV_COLUMNS;
     bool kind_ok = want == KILN_PACKED_MATMUL ? tag->kind == KILN_PACKED_MATMUL : conv;
-    if (!kind_ok) return bad_tag(n, "names a layout this op does not use");
+    if (!kind_ok) return bad_tag("names a layout this op does not use");
     if (tag->isa < 0 || tag->isa > 255 || tag->width < 1 || tag->width > MAX_WIDTH || tag->groups < 1 ||
         tag->P < 1 || tag->L < 1)
-        return bad_tag(n, "holds a value out of range");
+        return bad_tag("holds a value out of range");
     const kiln_tensor *w = n->ninputs > 1 && n->inputs[1] >= 0 ? g->values[n->inputs[1]].constant : NULL;
     int64_t have, need;
     if (!packed_floats(tag, tag->width, &need) || !w || w->dtype != KILN_F32 || w->ndim != 1 || w->dims[0] != need)
-        return bad_tag(n, "does not match the weight constant's size");
+        return bad_tag("does not match the weight constant's size");
     int64_t width = kiln_packed_width(tag->kind);
     if (tag->width == width) {
         *panels = w->data;
         return KILN_OK;
     }
-    if (!packed_floats(tag, width, &have)) return bad_tag(n, "describes weights too large to repack");
+    if (!packed_floats(tag, width, &have)) return bad_tag("describes weights too large to repack");
     float *dst = aligned_alloc(64, ((size_t)have * sizeof *dst + 63) / 64 * 64);
     if (!dst) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory repacking the weights of '%s'", n->name);
     const float *src = w->data;
     for (int64_t gr = 0; gr < tag->groups; gr++)
         kiln_pg_repack_panels(src + gr * (need / tag->groups), tag->L, tag->P, tag->width, width,
                               dst + gr * (have / tag->groups));
-    static atomic_bool logged;
-    if (!atomic_exchange(&logged, true))
-        KILN_LOG(KILN_LOG_INFO,
-                 "cpu: the engine's weights were packed on %s in %lld-wide panels; repacking them for this %s CPU's "
-                 "%lld-wide panels at load (rebuild the engine here to skip it)",
-                 kiln_pg_isa_name((kiln_pg_isa)tag->isa), (long long)tag->width,
-                 kiln_pg_isa_name(kiln_pg_isa_current()), (long long)width);
     *panels = dst;
     *owned = dst;
     return KILN_OK;
 }
 
-void kiln_cpu_describe_packed(const kiln_graph *g, FILE *out) {
-    static const char *const kinds[3] = {"matmul", "conv rows", "conv columns"};
-    int count = 0, recut = 0;
-    size_t bytes = 0;
-    int64_t isa = -1, widths[3] = {0, 0, 0};
+/* What the tags of g say: how many weights are stored packed, their bytes, the ISA named last, the
+ * width of each kind, and how many of them this kiln re-cuts at load. */
+typedef struct packed_survey {
+    int count, recut;
+    size_t bytes;
+    int64_t isa, widths[3];
+} packed_survey;
+
+static packed_survey survey(const kiln_graph *g) {
+    packed_survey s = {.isa = -1};
     for (int i = 0; i < g->nnodes; i++) {
         const kiln_node *n = &g->nodes[i];
         const kiln_attr *a = kiln_node_attr(n, KILN_PACKED_ATTR);
         if (!a || a->type != KILN_ATTR_INTS || a->n != 6 || a->ints[0] < 0 || a->ints[0] > 2) continue;
         const kiln_tensor *w = n->ninputs > 1 && n->inputs[1] >= 0 ? g->values[n->inputs[1]].constant : NULL;
-        count++;
-        bytes += w ? w->nbytes : 0;
-        isa = a->ints[1];
-        widths[a->ints[0]] = a->ints[2];
-        recut += a->ints[2] != kiln_packed_width(a->ints[0]);
+        s.count++;
+        s.bytes += w ? w->nbytes : 0;
+        s.isa = a->ints[1];
+        s.widths[a->ints[0]] = a->ints[2];
+        s.recut += a->ints[2] != kiln_packed_width(a->ints[0]);
     }
-    if (!count) {
+    return s;
+}
+
+void kiln_cpu_log_repacked(const kiln_graph *g) {
+    packed_survey s = survey(g);
+    if (s.recut)
+        KILN_LOG(KILN_LOG_WARN,
+                 "cpu: %d of the engine's weights were packed on %s in panels of another width; repacked for this %s "
+                 "CPU at load (rebuild the engine here to skip it)",
+                 s.recut, kiln_pg_isa_name((kiln_pg_isa)s.isa), kiln_pg_isa_name(kiln_pg_isa_current()));
+}
+
+void kiln_cpu_describe_packed(const kiln_graph *g, FILE *out) {
+    static const char *const kinds[3] = {"matmul", "conv rows", "conv columns"};
+    packed_survey s = survey(g);
+    if (!s.count) {
         fprintf(out, "packed weights: none stored (the CPU kernels pack theirs at load)\n");
         return;
     }
-    fprintf(out, "packed weights: %d tensors, %zu bytes (%.2f MB), packed on %s in panels of", count, bytes,
-            (double)bytes / 1e6, kiln_pg_isa_name((kiln_pg_isa)isa));
+    fprintf(out, "packed weights: %d tensors, %zu bytes (%.2f MB), packed on %s in panels of", s.count, s.bytes,
+            (double)s.bytes / 1e6, kiln_pg_isa_name((kiln_pg_isa)s.isa));
     for (int k = 0, first = 1; k < 3; k++)
-        if (widths[k]) {
-            fprintf(out, "%s %lld (%s)", first ? "" : ",", (long long)widths[k], kinds[k]);
+        if (s.widths[k]) {
+            fprintf(out, "%s %lld (%s)", first ? "" : ",", (long long)s.widths[k], kinds[k]);
             first = 0;
         }
-    if (recut) fprintf(out, "; %d repacked at load for this %s CPU\n", recut, kiln_pg_isa_name(kiln_pg_isa_current()));
-    else fprintf(out, "; used in place on this %s CPU\n", kiln_pg_isa_name(kiln_pg_isa_current()));
+    const char *here = kiln_pg_isa_name(kiln_pg_isa_current());
+    if (s.recut) fprintf(out, "; %d repacked at load for this %s CPU\n", s.recut, here);
+    else fprintf(out, "; used in place on this %s CPU\n", here);
 }

@@ -5,7 +5,7 @@
  * panels: a 1-D float32 constant, the value keeping its declared shape, and the node gets the INTS
  * attribute KILN_PACKED_ATTR naming the layout (kiln_packed_tag). At load the prepared kernels use
  * the panels in place from the mapped file; panels cut to another width than this kiln's kernels
- * use are re-cut once at load (one log line). Layout: docs/engine-format.md. */
+ * use are re-cut once at load (one warning per engine). Layout: docs/engine-format.md. */
 #ifndef KILN_CPU_PACKED_WEIGHTS_H
 #define KILN_CPU_PACKED_WEIGHTS_H
 
@@ -50,6 +50,10 @@ kiln_status kiln_cpu_store_weights(kiln_graph *g, const kiln_engine_meta *meta, 
  * naming the node when the tag or the constant disagree, KILN_ERR_OUT_OF_MEMORY. */
 kiln_status kiln_cpu_stored_panels(const kiln_graph *g, const kiln_node *n, kiln_packed_kind want,
                                    kiln_packed_tag *tag, const float **panels, float **owned);
+
+/* Logs one warning when the cpu backend re-cuts any of g's stored weights at load (their panels
+ * have another width than this kiln's kernels use), naming the ISA they were packed on. */
+void kiln_cpu_log_repacked(const kiln_graph *g);
 
 /* Writes one line to out saying how many weights of g are stored packed, their size and the
  * instruction set and panel widths they were packed for (and whether this CPU re-cuts them), or
