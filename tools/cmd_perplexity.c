@@ -4,7 +4,6 @@
 #include "cli.h"
 
 #include "core/file.h"
-#include "core/status.h"
 #include "llm/llm_perplexity.h"
 
 #include <errno.h>

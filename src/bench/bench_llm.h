@@ -69,7 +69,7 @@ typedef struct kiln_bench_llm_doc {
     const char *model_path;     /* what kiln_bench_llm_run opens (a report label when shape is set) */
     bool from_engine;
     kiln_precision weights;     /* the engine's weights precision (a directory: fp32 as loaded) */
-    char compute[32];           /* "fp32 (CPU)", "fp16 (CUDA)" */
+    char compute[32];           /* "fp32 (CPU)", "fp32, int8 weights (CPU)", "fp16 (CUDA)" */
     char device[256];           /* what runs the forward (kiln_llm_info.target) */
     int64_t n_params;
     double load_s;              /* kiln_llm_open(_random) */

@@ -4,13 +4,16 @@
  * extended and converted, vpmovsxbd + vcvtdq2ps; AVX2: 8 lanes; both with FMA; otherwise one at a
  * time) and multiplied into one accumulator per token row; the row's sum is scaled once by its scale, then bias,
  * residual and GELU are applied as kiln_llm_gemv does. The instruction set is chosen once, at the
- * first call, from what the processor has. */
+ * first call, from what the processor has. A prefill product (GEMM_TOKENS token rows or more) widens
+ * tiles of weight rows to fp32 in a scratch buffer instead and multiplies them with OpenBLAS's GEMM
+ * (the same kiln_llm_linear the fp32 forward uses), which the kernel cannot match there. */
 #include "llm/llm_gemv_q8.h"
 
 #include "core/threadpool.h"
 #include "llm/llm_cpu_ops.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -22,6 +25,8 @@
 #define TOKENS 4  /* token rows per pass over a chunk */
 #define PARALLEL_MACS (1 << 15)
 #define PREFETCH_BYTES 2048 /* ahead of the int8 weight stream */
+#define GEMM_TOKENS 16   /* from this many token rows on, tiles widened to fp32 go through the GEMM */
+#define TILE_ROWS 256    /* weight rows per tile */
 
 static inline void store_out(const kiln_llm_q8_args *a, float *y, int o, float v) {
     if (a->bias) v += a->bias[o];
@@ -141,7 +146,26 @@ static void run(const kiln_llm_q8_args *a, q8_dot_fn dot) {
     kiln_parallel_for(chunks, serial ? chunks : 1, q8_part, &j);
 }
 
+/* Many token rows (prefill): tiles of TILE_ROWS weight rows widened to fp32 into scratch, each
+ * multiplied by kiln_llm_linear's GEMM (OpenBLAS) with the bias and accumulation, then GELU'd. False
+ * when the scratch cannot be had (the caller runs the kernel instead). */
+static bool run_tiled(const kiln_llm_q8_args *a) {
+    float *tile = malloc((size_t)TILE_ROWS * (size_t)a->in * sizeof *tile);
+    if (!tile) return false;
+    for (int o0 = 0; o0 < a->out; o0 += TILE_ROWS) {
+        const int m = a->out - o0 < TILE_ROWS ? a->out - o0 : TILE_ROWS;
+        for (int r = 0; r < m; r++) kiln_llm_q8_row(&a->w, o0 + r, a->in, tile + (size_t)r * a->in);
+        kiln_llm_linear(a->x, a->ldx, a->n, a->in, tile, a->bias ? a->bias + o0 : NULL, m, a->y + o0, a->ldy,
+                        a->accumulate);
+        if (a->gelu)
+            for (int t = 0; t < a->n; t++) kiln_llm_gelu_tanh(a->y + (size_t)t * a->ldy + o0, (size_t)m);
+    }
+    free(tile);
+    return true;
+}
+
 void kiln_llm_gemm_q8(const kiln_llm_q8_args *a) {
+    if (a->n >= GEMM_TOKENS && run_tiled(a)) return;
     static q8_dot_fn best; /* chosen once; a race only stores the same value */
     if (!__atomic_load_n(&best, __ATOMIC_RELAXED)) __atomic_store_n(&best, dot_for(KILN_Q8_AUTO), __ATOMIC_RELAXED);
     run(a, __atomic_load_n(&best, __ATOMIC_RELAXED));

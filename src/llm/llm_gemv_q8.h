@@ -24,14 +24,16 @@ typedef struct kiln_llm_q8_args {
     bool gelu;       /* then y = GELU(tanh)(y), as kiln_llm_gelu_tanh; only without accumulate */
 } kiln_llm_q8_args;
 
-/* Computes a's product (n >= 1; y must not overlap x) with the best instruction set the processor has. */
+/* Computes a's product (n >= 1; y must not overlap x) with the best instruction set the processor has;
+ * from 16 token rows on (prefill), through tiles of weight rows widened to fp32 and OpenBLAS's GEMM. */
 void kiln_llm_gemm_q8(const kiln_llm_q8_args *a);
 
 /* The instruction sets of the product (tests compare them). */
 typedef enum kiln_llm_q8_isa { KILN_Q8_AUTO, KILN_Q8_AVX512, KILN_Q8_AVX2, KILN_Q8_SCALAR } kiln_llm_q8_isa;
 /* Whether this processor (and build) runs isa. */
 bool kiln_llm_q8_isa_supported(kiln_llm_q8_isa isa);
-/* kiln_llm_gemm_q8 with isa's kernel; false (nothing computed) when it is not supported here. */
+/* kiln_llm_gemm_q8 with isa's kernel for any n (no GEMM tiles); false (nothing computed) when it is not
+ * supported here. */
 bool kiln_llm_gemm_q8_isa(const kiln_llm_q8_args *a, kiln_llm_q8_isa isa);
 
 /* Quantizes w [rows, cols] row by row, symmetric: scale[r] = max |w[r, :]| / 127 (0 for a zero row),

@@ -31,10 +31,11 @@ def test_perplexity_bad_arguments(kiln, text_file, args, mentions, code):
     assert_error(run_kiln(kiln, "perplexity", *args), mentions=mentions, code=code)
 
 
-def test_perplexity_of_a_one_token_text(kiln, tmp_path):
-    path = tmp_path / "one.txt"
-    path.write_text("And")
-    assert_error(run_kiln(kiln, "perplexity", KJV, "--text", str(path)), mentions=["1 token", "at least 2"])
+@pytest.mark.parametrize("text,mentions", [("And", ["1 token", "at least 2"]), ("", ["0 tokens", "at least 2"])])
+def test_perplexity_of_a_text_too_short(kiln, tmp_path, text, mentions):
+    path = tmp_path / "short.txt"
+    path.write_text(text)
+    assert_error(run_kiln(kiln, "perplexity", KJV, "--text", str(path)), mentions=mentions)
 
 
 @pytest.mark.parametrize("args,mentions,code", [

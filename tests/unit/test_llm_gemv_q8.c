@@ -2,7 +2,8 @@
  * the quantizer's scales, rounding and clamping, and kiln_llm_gemm_q8 against a float64 product of
  * the dequantized weights for token counts 1..9 and 33 (the four-row passes and their tails), inner
  * sizes not a multiple of 16, output counts across its chunks, with bias, accumulation and GELU, in
- * every instruction set this processor runs (AVX-512, AVX2, scalar). */
+ * every instruction set this processor runs (AVX-512, AVX2, scalar), and the automatic choice, whose
+ * 33 token rows go through widened tiles and the GEMM. */
 #include "llm/llm_cpu_ops.h"
 #include "llm/llm_gemv_q8.h"
 
@@ -54,7 +55,8 @@ static void check_product(kiln_llm_q8_isa isa, int n, int in, int out, bool bias
     kiln_llm_quantize_rows(w, out, in, q, scale);
     const kiln_llm_q8_args a = {.x = x, .ldx = in, .n = n, .in = in, .w = {q, scale}, .bias = bias ? b : NULL,
                                 .out = out, .y = y, .ldy = out, .accumulate = accumulate, .gelu = gelu};
-    CHECK(kiln_llm_gemm_q8_isa(&a, isa));
+    if (isa == KILN_Q8_AUTO) kiln_llm_gemm_q8(&a); /* the GEMM tiles from 16 token rows on */
+    else CHECK(kiln_llm_gemm_q8_isa(&a, isa));
     double worst = 0;
     for (int t = 0; t < n; t++)
         for (int o = 0; o < out; o++) {
