@@ -2,12 +2,16 @@
  * per group, up to 8 output channels each), one output plane per task. Each task copies its input
  * plane, padded, into a per-thread buffer in "phase" layout (padded row r, column q at
  * buf[r * ld + (q % sw) * lp + q / sw], lp the phase length), so tap kw of output ow reads phase
- * (kw * dw) % sw at ow + (kw * dw) / sw: contiguous in ow for any stride. Only the padding is
- * zeroed. On AVX-512 the plane is computed on 16-lane vectors, 32 outputs at a time, every tap
- * accumulated in registers (3x3 and 5x5 kernels with their weights held in registers), and the
- * epilogue (bias, residual, activation) applied to the accumulators before the one store; the
- * padded rows are written by masked loads (stride 2: deinterleaved with vpermt2ps). Elsewhere 8-lane vectors (cpu_simd.h) and the epilogue
- * as a second pass over the plane, which is still in cache. */
+ * (kw * dw) % sw at ow + (kw * dw) / sw: contiguous in ow for any stride.
+ *
+ * On AVX-512 (16-lane vectors): the padded rows are written by masked loads (stride 2:
+ * deinterleaved by vpermt2ps), only as far as outputs read; 3x3 and 5x5 kernels at strides 1 and
+ * 2 run with their taps unrolled and their weights in registers, others through a tap table; four
+ * independent sums are in flight (a stride-1 plane without residual is computed over its
+ * flattened padded rows, four vectors at a time, the columns between rows dropped; other planes
+ * four rows at a time); the epilogue (bias, residual, activation) is applied to the sums before
+ * the one store. Elsewhere: 8-lane vectors (cpu_simd.h), the padding zeroed by memset, and the
+ * epilogue as a second pass over the plane, which is still in cache. */
 #include "backends/cpu/conv2d.h"
 
 #include "backends/cpu/activation_v16.h"
@@ -32,10 +36,11 @@ bool kiln_conv2d_depthwise_fits(int64_t M, int64_t Cg, int64_t KH, int64_t KW, i
     return Cg == 1 && group > 1 && M / group <= 8 && KH * KW <= DW_MAX_TAPS;
 }
 
-typedef struct dw_job {
+typedef struct dw_job dw_job;
+struct dw_job {
     const kiln_conv2d *g;
     const float *x, *w, *bias, *z;
-    const kiln_act *act; /* NULL or KILN_ACT_NONE: none */
+    const kiln_act *act; /* NULL: none */
     float *y;
     int64_t Mg, HW, OHW;
     int64_t PH, lp, ld;      /* padded rows, phase length, padded row length (lp * sw) */
@@ -43,7 +48,12 @@ typedef struct dw_job {
     bool wide;               /* 16-lane AVX-512 kernels */
     bool flat;               /* wide, over the plane's rows as one run of ld-float rows (stride 1, no residual) */
     atomic_bool oom;
-} dw_job;
+#if defined(KILN_V16)
+    /* the 16-lane plane kernel for this kernel size, stride and dilation */
+    void (*plane16)(const dw_job *j, const float *buf, const float *wk, float bias, const float *z,
+                    const kiln_act *act, float *y, float *tmp);
+#endif
+};
 
 /* ------------------------------------------------------------------ padded planes */
 /* d[i] = s[i * stride] for i in [0, n). */
@@ -274,10 +284,7 @@ static void depthwise_part(void *ctx, int64_t t0, int64_t t1) {
 #if defined(KILN_V16)
         if (j->wide) {
             float *tmp = buf + plane;
-            bool plain = g->dh == 1 && g->dw == 1 && (g->sw == 1 || g->sw == 2);
-            if (plain && taps == 9 && g->KH == 3) (g->sw == 1 ? plane16_3x3_s1 : plane16_3x3_s2)(j, buf, wk, bias, z, j->act, y, tmp);
-            else if (plain && taps == 25 && g->KH == 5) (g->sw == 1 ? plane16_5x5_s1 : plane16_5x5_s2)(j, buf, wk, bias, z, j->act, y, tmp);
-            else plane16_any(j, buf, wk, bias, z, j->act, y, tmp);
+            j->plane16(j, buf, wk, bias, z, j->act, y, tmp);
             continue;
         }
 #endif
@@ -313,6 +320,12 @@ kiln_status kiln_conv2d_run_depthwise(const kiln_conv2d *g, const float *x, cons
             int64_t c = kw * g->dw;
             j->off[kh * g->KW + kw] = kh * g->dh * j->ld + (c % g->sw) * j->lp + c / g->sw;
         }
+#if defined(KILN_V16)
+    bool plain = g->dh == 1 && g->dw == 1 && (g->sw == 1 || g->sw == 2); /* no dilation, stride 1 or 2 */
+    j->plane16 = plane16_any;
+    if (plain && g->KH == 3 && g->KW == 3) j->plane16 = g->sw == 1 ? plane16_3x3_s1 : plane16_3x3_s2;
+    if (plain && g->KH == 5 && g->KW == 5) j->plane16 = g->sw == 1 ? plane16_5x5_s1 : plane16_5x5_s2;
+#endif
     int64_t tasks = g->N * g->M;
     kiln_parallel_for(tasks, tasks * j->OHW * g->KH * g->KW < 16384 ? tasks : 1, depthwise_part, j);
     if (atomic_load(&j->oom)) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Conv: out of memory for the per-thread scratch");
