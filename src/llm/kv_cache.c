@@ -177,10 +177,6 @@ bool kiln_kv_cache_block_taken(const kiln_kv_cache *kv, int block) {
     return block >= 0 && block < kv->cfg.n_blocks && kv->refs[block] > 0;
 }
 
-bool kiln_kv_cache_block_live(const kiln_kv_cache *kv, int block) {
-    return kiln_kv_cache_block_taken(kv, block) || (block >= 0 && block < kv->cfg.n_blocks && kv->published[block]);
-}
-
 static uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;

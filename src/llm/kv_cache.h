@@ -46,9 +46,6 @@ void kiln_kv_cache_release_block(kiln_kv_cache *kv, int block);
 int kiln_kv_cache_free_blocks(const kiln_kv_cache *kv);
 /* Whether block is a valid id with at least one reference (the forward refuses blocks that are not). */
 bool kiln_kv_cache_block_taken(const kiln_kv_cache *kv, int block);
-/* Whether block's contents matter: taken, or cached with zero references (a device copy of the cache
- * must keep such a block's keys and values). */
-bool kiln_kv_cache_block_live(const kiln_kv_cache *kv, int block);
 
 /* The hash of a full block of block_size tokens after the prefix whose last block hashed to parent
  * (0 for the first block of a sequence). */

@@ -1,8 +1,9 @@
 /* llm_runner.c — the forward step that kiln generate and kiln bench --llm drive the scheduler with: the
  * CPU one (kiln_llm_forward over a host KV cache) or llm_cuda.h's (a device KV cache). The scheduler hands out
  * blocks of a host kiln_kv_cache; on the GPU that cache is bookkeeping only (one float per token
- * slot), and each host block is mapped to a device block when a step first uses it and given back
- * once the scheduler has released it and the prefix cache no longer holds it. On CUDA the scheduler
+ * slot) and its block ids index the device cache directly: the runner takes every device block once,
+ * when the cache is made, so the host cache's allocator (with its prefix cache) is the only one and
+ * a step's block tables go to the device as they are. On CUDA the scheduler
  * also samples on the GPU (llm_runner_sample over llm_cuda.h's sampler) unless the options ask for the
  * host sampler (or the environment has KILN_LLM_HOST_SAMPLER=1): then every step's logits come to the
  * host as on the CPU. */
@@ -21,11 +22,7 @@ struct llm_runner {
     kiln_llm_model *owned;   /* the random host model (llm_runner_create_random on the CPU) */
     kiln_llm_config cfg;
     kiln_llm_cuda *g;       /* target cuda */
-    kiln_llm_cuda_kv *gkv;
-    int *map;               /* [n_blocks] host block -> device block, -1 none */
-    int n_blocks;
-    int32_t *table;         /* the remapped block table of one step */
-    size_t table_cap;
+    kiln_llm_cuda_kv *gkv;  /* every block taken by the runner: the host cache's ids index it */
     kiln_dtype dtype;
     kiln_llm_cuda_sampler *sampler; /* target cuda, unless sampling on the host */
     kiln_llm_cuda_sample_row *srows; /* [max_rows] one sampler call's rows */
@@ -125,8 +122,6 @@ void llm_runner_free(llm_runner *r) {
     kiln_llm_cuda_kv_free(r->gkv);
     kiln_llm_cuda_free(r->g);
     kiln_llm_model_free(r->owned);
-    free(r->map);
-    free(r->table);
     free(r->srows);
     free(r->stokens);
     free(r);
@@ -153,54 +148,19 @@ kiln_status llm_runner_make_cache(llm_runner *r, int n_blocks, int block_size, b
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "the KV-cache budget of %d blocks (%llu bytes) does not fit in the "
                           "device's free memory (%d blocks do)", n_blocks,
                           (unsigned long long)(block_bytes * (uint64_t)n_blocks), kiln_llm_cuda_kv_blocks(r->gkv));
+    /* the host cache's ids (at most the device's blocks) index the device cache: every block is ours */
     kc = (kiln_kv_cache_config){.n_layer = 1, .n_kv_head = 1, .head_dim = 1, .block_size = block_size,
                                 .n_blocks = exact ? n_blocks : kiln_llm_cuda_kv_blocks(r->gkv), .dtype = KILN_F32};
-    free(r->map);
-    r->n_blocks = kc.n_blocks;
-    if (!(r->map = malloc((size_t)kc.n_blocks * sizeof *r->map))) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    for (int i = 0; i < kc.n_blocks; i++) r->map[i] = -1;
-    return kiln_kv_cache_create(&kc, kv);
-}
-
-/* The batch with its block table moved to device blocks (taking new ones, giving back released ones). */
-static kiln_status remap(llm_runner *r, kiln_kv_cache *kv, const kiln_llm_batch *b, kiln_llm_batch *out) {
-    for (int i = 0; i < r->n_blocks; i++)
-        if (r->map[i] >= 0 && !kiln_kv_cache_block_live(kv, i)) {
-            kiln_llm_cuda_kv_release_block(r->gkv, r->map[i]);
-            r->map[i] = -1;
-        }
-    size_t n = (size_t)b->n_seqs * (size_t)b->max_blocks_per_seq;
-    if (n > r->table_cap) {
-        int32_t *t = realloc(r->table, n * sizeof *t);
-        if (!t) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
-        r->table = t;
-        r->table_cap = n;
+    while (kiln_llm_cuda_kv_alloc_block(r->gkv) >= 0) {
     }
-    const int bs = kiln_llm_cuda_kv_block_size(r->gkv);
-    for (int s = 0; s < b->n_seqs; s++)
-        for (int j = 0; j < b->max_blocks_per_seq; j++) {
-            size_t k = (size_t)s * (size_t)b->max_blocks_per_seq + (size_t)j;
-            int host = b->block_table[k];
-            r->table[k] = host;
-            if (j >= (b->ctx_len[s] + bs - 1) / bs) continue;
-            if (host < 0 || host >= r->n_blocks)
-                return kiln_error(KILN_ERR_INVALID_ARGUMENT, "block %d is not a block of the cache", host);
-            if (r->map[host] < 0 && (r->map[host] = kiln_llm_cuda_kv_alloc_block(r->gkv)) < 0)
-                return kiln_error(KILN_ERR_INTERNAL, "the device KV cache has fewer free blocks than the host one");
-            r->table[k] = r->map[host];
-        }
-    *out = *b;
-    out->block_table = r->table;
-    return KILN_OK;
+    return kiln_kv_cache_create(&kc, kv);
 }
 
 kiln_status llm_runner_forward(void *ctx, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits) {
     llm_runner *r = ctx;
     if (!r->g && !logits) return kiln_error(KILN_ERR_INTERNAL, "llm_runner_forward: the CPU forward needs a logits buffer");
     if (!r->g) return kiln_llm_forward(r->m, kv, b, logits);
-    kiln_llm_batch db;
-    KILN_TRY(remap(r, kv, b, &db));
-    return kiln_llm_cuda_forward(r->g, r->gkv, &db, logits, NULL);
+    return kiln_llm_cuda_forward(r->g, r->gkv, b, logits, NULL); /* the host cache's ids are the device's */
 }
 
 kiln_sample_fn llm_runner_sample_fn(const llm_runner *r) { return r->sampler ? llm_runner_sample : NULL; }

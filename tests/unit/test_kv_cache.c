@@ -31,7 +31,7 @@ static void test_prefix_cache(void) {
     CHECK(kiln_kv_cache_block_taken(kv, a) && !kiln_kv_cache_block_cached_idle(kv, a));
     kiln_kv_cache_release_block(kv, a);
     kiln_kv_cache_release_block(kv, b);
-    CHECK(!kiln_kv_cache_block_taken(kv, a) && kiln_kv_cache_block_live(kv, a) && kiln_kv_cache_block_cached_idle(kv, a));
+    CHECK(!kiln_kv_cache_block_taken(kv, a) && kiln_kv_cache_block_cached_idle(kv, a));
     CHECK(kiln_kv_cache_free_blocks(kv) == 4 && kiln_kv_cache_lookup(kv, h1, 0, t1) == a);
     /* taking an idle block back uses up a free one */
     kiln_kv_cache_share_block(kv, b);
@@ -43,13 +43,15 @@ static void test_prefix_cache(void) {
     CHECK(kiln_kv_cache_alloc_block(kv) == a && kiln_kv_cache_lookup(kv, h1, 0, t1) == -1);
     CHECK(kiln_kv_cache_lookup(kv, h2, h1, t2) == b && kiln_kv_cache_published_blocks(kv) == 1);
     CHECK(kiln_kv_cache_alloc_block(kv) == b && kiln_kv_cache_published_blocks(kv) == 0);
-    CHECK(kiln_kv_cache_alloc_block(kv) == -1 && !kiln_kv_cache_block_live(kv, 4));
+    CHECK(kiln_kv_cache_alloc_block(kv) == -1 && !kiln_kv_cache_block_taken(kv, 4) &&
+          !kiln_kv_cache_block_cached_idle(kv, 4));
     /* a hash already published by another block: the second stays private and is freed on release */
     kiln_kv_cache_publish_block(kv, c1, h1, 0, t1);
     kiln_kv_cache_publish_block(kv, c2, h1, 0, t1);
     CHECK(kiln_kv_cache_published_blocks(kv) == 1 && kiln_kv_cache_lookup(kv, h1, 0, t1) == c1);
     kiln_kv_cache_release_block(kv, c2);
-    CHECK(!kiln_kv_cache_block_live(kv, c2) && kiln_kv_cache_free_blocks(kv) == 1);
+    CHECK(!kiln_kv_cache_block_taken(kv, c2) && !kiln_kv_cache_block_cached_idle(kv, c2) &&
+          kiln_kv_cache_free_blocks(kv) == 1);
     CHECK(kiln_kv_cache_alloc_block(kv) == c2 && kiln_kv_cache_published_blocks(kv) == 1);
     kiln_kv_cache_free(kv);
 }

@@ -1,8 +1,8 @@
 /* cuda_device.h — the per-device layer that the tensor engine (src/backends/cuda/) and the LLM runtime
  * (src/llm/cuda/) share: opening and closing a stream of work (a non-blocking stream, a cuBLASLt handle
  * and its workspace, optionally a cuDNN handle: a kiln_cuda_ctx), the process-wide setup lock, CUDA
- * graph capture under that lock, and the device part of the timing cache's keys. docs/cuda.md ("One CUDA stack") says which struct owns what and
- * who locks what. Included by C and CUDA C. */
+ * graph capture under that lock, and the device part of the timing cache's keys. docs/cuda.md ("One
+ * CUDA stack") says which struct owns what and who locks what. Included by C and CUDA C. */
 #ifndef KILN_CUDA_DEVICE_H
 #define KILN_CUDA_DEVICE_H
 

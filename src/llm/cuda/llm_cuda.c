@@ -288,6 +288,7 @@ static size_t meta_bytes(const kiln_llm_cuda *g) {
 static kiln_status create_common_locked(kiln_llm_cuda *g) {
     KILN_TRY(llmc_gemv_mode_from_env(&g->gemv_force));
     KILN_TRY(kiln_cuda_ctx_open(g->opt.device, LLMC_WORKSPACE_BYTES, KILN_CUDA_OPEN_BLAS, &g->kc));
+    KILN_TRY(llmc_argmax_load());
     g->layers = calloc((size_t)g->cfg.n_layer, sizeof *g->layers);
     if (!g->layers) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     carver cw = {NULL, 0};

@@ -296,7 +296,7 @@ static kiln_status run_step(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const llmc_s
     if (e->state == GRAPH_FAILED) return run_eager(g, kv, s);
     /* second sight: capture */
     e->state = GRAPH_FAILED; /* unless all goes well */
-    char why[256];
+    char why[sizeof pr->graph_error]; /* sizeof: pr is not read */
     step_run r = {g, kv, s};
     cudaGraphExec_t exec = NULL;
     if (kiln_cuda_capture(g->kc.stream, cudaStreamCaptureModeThreadLocal, run_layers_once, &r, &exec, why, sizeof why) !=

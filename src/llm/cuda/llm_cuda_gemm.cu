@@ -229,7 +229,8 @@ static uint32_t align_of(const void *p, int64_t row_bytes) {
  * bias is this call's bias vector (the heuristic sees a real pointer; later calls set their own). */
 /* Times each candidate algorithm of p on this call's operands (LT_TUNE_REPS runs after one warm-up,
  * between events; y is overwritten, the caller's own product follows) and returns the fastest, or -1
- * when none could be timed. Only outside stream capture. */
+ * when none could be timed; *best_ms_out gets its time per product, *first_ms the heuristic's first
+ * choice's (left as it was when that one was not timed). Only outside stream capture. */
 static int plan_tune(kiln_llm_cuda *g, llmc_plan *p, const cublasLtMatmulHeuristicResult_t *res, int got, const void *w,
                      const void *x, void *y, float *best_ms_out, float *first_ms) {
     cudaEvent_t e0 = NULL, e1 = NULL;

@@ -207,6 +207,9 @@ kiln_status llmc_rope_kv_launch(const llmc_rope_kv *a, cudaStream_t stream);
 kiln_status llmc_activation(kiln_llm_cuda *g, int n);
 /* greedy[r] = argmax of g->logits row r (lowest index on ties), r < n_rows. */
 kiln_status llmc_argmax(kiln_llm_cuda *g, int n_rows);
+/* Loads the argmax kernel (a lazily loaded kernel's first launch would otherwise load it, outside the
+ * setup lock: it runs after the step's layers); the caller holds the setup lock. */
+kiln_status llmc_argmax_load(void);
 /* ids[r] = argmax of logits row r of vocab FP32 values (lowest index on ties; NaN never wins, a row
  * of NaNs gives 0), r < n_rows, enqueued on stream. */
 kiln_status llmc_argmax_launch(cudaStream_t stream, const float *logits, int n_rows, int vocab, int32_t *ids);

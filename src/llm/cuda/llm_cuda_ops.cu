@@ -279,6 +279,12 @@ extern "C" kiln_status llmc_argmax_launch(cudaStream_t stream, const float *logi
     return KILN_OK;
 }
 
+extern "C" kiln_status llmc_argmax_load(void) {
+    struct cudaFuncAttributes attr;
+    KILN_CUDA_TRY(cudaFuncGetAttributes(&attr, argmax_kernel));
+    return KILN_OK;
+}
+
 extern "C" kiln_status llmc_argmax(kiln_llm_cuda *g, int n_rows) {
     return llmc_argmax_launch(g->kc.stream, g->logits, n_rows, g->cfg.vocab, g->ids);
 }
