@@ -179,7 +179,9 @@ static kiln_status run_compare(const llm_cmp_args *a, char **prompts, int n, kil
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "the models' vocabularies differ (%d and %d tokens): their tokens "
                           "cannot be compared", ia.vocab, ib.vocab);
     int32_t *ta = malloc((size_t)a->max_tokens * sizeof *ta), *tb = malloc((size_t)a->max_tokens * sizeof *tb);
-    kiln_status st = ta && tb ? KILN_OK : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    kiln_status st = ta && tb ? KILN_OK
+                              : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for %d tokens per model",
+                                           a->max_tokens);
     *ag = (agreement){.n = n};
     for (int p = 0; st == KILN_OK && p < n; p++) {
         int na = 0, nb = 0;
