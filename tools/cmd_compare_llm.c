@@ -85,7 +85,8 @@ static int parse_args(int argc, char **argv, llm_cmp_args *a) {
     return -1;
 }
 
-/* The non-empty lines of the file as NUL-terminated strings in one block (*block, free()). */
+/* The non-empty lines of the file (at most MAX_PROMPTS) as NUL-terminated strings in one block
+ * (*block, free()), *lines pointing at them (free()). */
 static kiln_status read_prompts(const char *path, char **block, char ***lines, int *n) {
     kiln_file_map m;
     KILN_TRY(kiln_file_map_open(path, &m));
@@ -99,8 +100,11 @@ static kiln_status read_prompts(const char *path, char **block, char ***lines, i
     (*block)[m.size] = '\0';
     kiln_file_unmap(&m);
     *n = 0;
-    for (char *p = *block, *save = NULL, *line; (line = strtok_r(p, "\r\n", &save)); p = NULL)
-        if (*line && *n < MAX_PROMPTS) (*lines)[(*n)++] = line;
+    for (char *p = *block, *save = NULL, *line; (line = strtok_r(p, "\r\n", &save)); p = NULL) {
+        if (*n == MAX_PROMPTS) /* strtok_r gives no empty lines */
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s holds more than %d prompts", path, MAX_PROMPTS);
+        (*lines)[(*n)++] = line;
+    }
     if (!*n) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s holds no prompt (one per line)", path);
     return KILN_OK;
 }
