@@ -85,7 +85,8 @@ static int parse_args(int argc, char **argv, llm_cmp_args *a) {
     return -1;
 }
 
-/* The non-empty lines of the file as NUL-terminated strings in one block (*block, free()). */
+/* The non-empty lines of the file (at most MAX_PROMPTS) as NUL-terminated strings in one block
+ * (*block, free()), *lines pointing at them (free()). */
 static kiln_status read_prompts(const char *path, char **block, char ***lines, int *n) {
     kiln_file_map m;
     KILN_TRY(kiln_file_map_open(path, &m));
@@ -99,8 +100,11 @@ static kiln_status read_prompts(const char *path, char **block, char ***lines, i
     (*block)[m.size] = '\0';
     kiln_file_unmap(&m);
     *n = 0;
-    for (char *p = *block, *save = NULL, *line; (line = strtok_r(p, "\r\n", &save)); p = NULL)
-        if (*line && *n < MAX_PROMPTS) (*lines)[(*n)++] = line;
+    for (char *p = *block, *save = NULL, *line; (line = strtok_r(p, "\r\n", &save)); p = NULL) {
+        if (*n == MAX_PROMPTS) /* strtok_r gives no empty lines */
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s holds more than %d prompts", path, MAX_PROMPTS);
+        (*lines)[(*n)++] = line;
+    }
     if (!*n) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s holds no prompt (one per line)", path);
     return KILN_OK;
 }
@@ -179,7 +183,9 @@ static kiln_status run_compare(const llm_cmp_args *a, char **prompts, int n, kil
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "the models' vocabularies differ (%d and %d tokens): their tokens "
                           "cannot be compared", ia.vocab, ib.vocab);
     int32_t *ta = malloc((size_t)a->max_tokens * sizeof *ta), *tb = malloc((size_t)a->max_tokens * sizeof *tb);
-    kiln_status st = ta && tb ? KILN_OK : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+    kiln_status st = ta && tb ? KILN_OK
+                              : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for %d tokens per model",
+                                           a->max_tokens);
     *ag = (agreement){.n = n};
     for (int p = 0; st == KILN_OK && p < n; p++) {
         int na = 0, nb = 0;

@@ -1,4 +1,5 @@
-/* kiln.c — the `kiln` command: build | run | inspect | compare | load | serve, and --version / --help. */
+/* kiln.c — the `kiln` command: build | run | inspect | compare | load | generate | bench | perplexity |
+ * serve, and --version / --help. */
 #include "cli.h"
 
 #include "engine/engine_format.h"
@@ -16,8 +17,9 @@ static const char *USAGE =
     "  build MODEL.onnx -o ENGINE.kiln   compile a model into an engine file\n"
     "  run ENGINE.kiln|MODEL.onnx        run an engine on .npy inputs (or random ones)\n"
     "  inspect ENGINE.kiln|MODEL.onnx    show inputs, outputs, layers; for ONNX, unsupported nodes\n"
+    "  compare MODEL.onnx [ENGINE.kiln]  an engine's outputs against the CPU fp32 reference (--llm: two LLMs)\n"
     "  load URL                          load-test an inference server (OpenAI, KServe v2, HTTP)\n"
-    "  generate DIR --prompt TEXT        generate text with a Hugging Face checkpoint (CPU)\n"
+    "  generate DIR --prompt TEXT        generate text with an LLM (checkpoint or engine; cpu or cuda)\n"
     "  bench ENGINE.kiln|MODEL.onnx      benchmark an engine (trtexec-style), profile, sweep\n"
     "  perplexity MODEL --text FILE      perplexity of an LLM (engine or checkpoint) on a text\n"
 #ifdef KILN_HAVE_SERVE

@@ -147,14 +147,15 @@ static kiln_status read_tensor_section(image *im, kiln_llm_engine_info *info) {
         return corrupt("%u tensors, the model's config needs %s%d", records, int8 ? "between " : "", expected);
     if (int8) {
         const size_t layers = (size_t)im->m->cfg.n_layer ? (size_t)im->m->cfg.n_layer : 1;
-        if (!(im->m->q8 = calloc(layers, sizeof *im->m->q8))) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        if (!(im->m->q8 = calloc(layers, sizeof *im->m->q8)))
+            return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for the INT8 weights of %zu layers", layers);
     }
     im->w = calloc((size_t)expected, sizeof *im->w);
     im->offsets = calloc((size_t)expected, sizeof *im->offsets);
     im->scale_offsets = calloc((size_t)expected, sizeof *im->scale_offsets);
     info->tensors = calloc(records, sizeof *info->tensors);
     if (!im->w || !im->offsets || !im->scale_offsets || !info->tensors)
-        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for a table of %u tensors", records);
     kiln_llm_weights_list(im->m, im->w);
     im->n_weights = expected;
     int rec = 0;

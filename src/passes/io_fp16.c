@@ -20,14 +20,20 @@ static kiln_status add_cast(pass_ctx *c, int from, int to, kiln_dtype to_type, c
     return pass_attr_int(c->g, &c->g->nodes[id], "to", (int64_t)to_type);
 }
 
+/* Every node input that reads value `from` reads `to` instead (pass_replace_uses refuses a graph
+ * output, which `from` may also be). */
+static void redirect_readers(pass_ctx *c, int from, int to) {
+    for (int i = 0; i < c->g->nnodes; i++)
+        for (int k = 0; k < c->g->nodes[i].ninputs; k++)
+            if (c->g->nodes[i].inputs[k] == from) pass_set_input(c, i, k, to);
+}
+
 /* Graph input v (float32) becomes float16; its readers read a Cast of it to float32 instead. */
 static kiln_status convert_input(pass_ctx *c, int v) {
     kiln_graph *g = c->g;
     int wide;
     KILN_TRY(pass_new_value(c, g->values[v].name, &wide));
-    for (int i = 0; i < g->nnodes; i++) /* pass_replace_uses refuses a graph output, which v may also be */
-        for (int k = 0; k < g->nodes[i].ninputs; k++)
-            if (g->nodes[i].inputs[k] == v) pass_set_input(c, i, k, wide);
+    redirect_readers(c, v, wide);
     g->values[v].dtype = KILN_F16;
     KILN_TRY(add_cast(c, v, wide, KILN_F32, g->values[v].name));
     KILN_LOG(KILN_LOG_VERBOSE, "%s: input '%s' is float16, cast to float32 inside", c->pass, g->values[v].name);
@@ -45,9 +51,7 @@ static kiln_status convert_output(pass_ctx *c, int v) {
     for (int k = 0; k < n->noutputs; k++)
         if (n->outputs[k] == v) n->outputs[k] = narrow_src;
     g->values[narrow_src].producer = p;
-    for (int i = 0; i < g->nnodes; i++)
-        for (int k = 0; k < g->nodes[i].ninputs; k++)
-            if (g->nodes[i].inputs[k] == v) pass_set_input(c, i, k, narrow_src);
+    redirect_readers(c, v, narrow_src);
     g->values[v].dtype = KILN_F16;
     KILN_TRY(add_cast(c, narrow_src, v, KILN_F16, g->values[v].name));
     KILN_LOG(KILN_LOG_VERBOSE, "%s: output '%s' is float16, cast from float32 inside", c->pass, g->values[v].name);

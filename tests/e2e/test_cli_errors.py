@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 from conftest import assert_error, assert_no_crash, assert_ok, read_outputs, run_kiln
 
-SUBCOMMANDS = ["build", "run", "inspect"]
+SUBCOMMANDS = ["build", "run", "inspect", "compare", "bench", "generate", "perplexity", "load"]
 
 
 def tiny_model(opset=17):
