@@ -115,6 +115,17 @@ static bool is_open_path(const char *url) {
     return !strncmp(url, "/v2/health/", 11) || !strcmp(url, "/metrics") || !strcmp(url, "/");
 }
 
+/* Whether c may hold the server's shared resources before its body is whole (the landing memory of
+ * binary tensors): without keys any request may; with keys only one that names a valid key (an
+ * unknown client gets its 401 after its body, buffered, as before). */
+static bool key_accepted(serve_conn *c) {
+    serve_server *s = c->srv;
+    if (!serve_auth_enabled(&s->auth)) return true;
+    serve_key *key;
+    char msg[256];
+    return serve_auth_check(&s->auth, serve_header(c, MHD_HTTP_HEADER_AUTHORIZATION), &key, msg, sizeof msg) == 200;
+}
+
 static enum MHD_Result dispatch(serve_conn *c) {
     serve_server *s = c->srv;
     if (serve_auth_enabled(&s->auth) && !(s->open_health && is_open_path(c->url))) {
@@ -196,7 +207,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
             serve_add_header(c, MHD_HTTP_HEADER_CONNECTION, "close");
             return reply_family_error(c, 503, "unavailable_error", "the server is shutting down");
         }
-        if (announced) serve_kserve_landing(c, (size_t)announced);
+        if (announced && key_accepted(c)) serve_kserve_landing(c, (size_t)announced);
         size_t buffered = c->landing ? c->landing_json : (size_t)announced;
         if (announced && !reserve_body(c, buffered + 1)) return MHD_NO;
         return MHD_YES;

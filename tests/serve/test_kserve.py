@@ -2,7 +2,8 @@
 binary (raw HTTP and tritonclient), the dynamic batcher joining concurrent requests, the repository
 extension, and the metrics and status page they feed; on a model with 600 KB rows: batches of
 megabytes split back to their requests, binary bodies received into the model's landing memory and
-run from there, the stage durations, and a client that half-closes its socket mid-request."""
+run from there (only for a request with a valid key when keys are set), the stage durations, and a
+client that half-closes its socket mid-request."""
 import concurrent.futures
 import json
 import socket
@@ -331,3 +332,22 @@ def test_status_page_renders_in_chromium(server, tmp_path):
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
     dom = proc.stdout.decode()
     assert "<polyline" in dom and dom.count("<svg") >= 2 and "<td>cnn</td>" in dom and "mean" in dom
+
+
+def test_only_a_keyed_request_takes_landing_memory(kiln, tmp_path):
+    """With API keys, a binary body lands in the model's page-locked memory only when its request names
+    a valid key (checked when the headers arrive): an unknown client's body is buffered and refused
+    with 401 after it, holding nothing the model's other clients need."""
+    pool_model(tmp_path, {"max_batch": 8, "max_queue_delay_us": 1000, "instances": 1})
+    label = 'model="pool",version="1"'
+    x = np.random.default_rng(7).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    header, body = binary_request(x)
+    with serve(kiln, tmp_path, "--api-key", "sesame", "--open-health") as s:
+        status, _, data = s.request("/v2/models/pool/infer", body, headers={
+            "Inference-Header-Content-Length": str(len(header)), "Authorization": "Bearer wrong"})
+        assert status == 401, data[:300]
+        assert s.metrics().get(f"kiln_batch_direct_runs_total{{{label}}}", 0) == 0
+        status, _, data = s.request("/v2/models/pool/infer", body, headers={
+            "Inference-Header-Content-Length": str(len(header)), "Authorization": "Bearer sesame"})
+        assert status == 200, data[:300]
+        assert s.metrics()[f"kiln_batch_direct_runs_total{{{label}}}"] == 1
