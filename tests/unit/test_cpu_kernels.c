@@ -218,6 +218,39 @@ static void test_conv_case(int64_t N, int64_t C, int64_t H, int64_t W, int64_t M
     free(want);
 }
 
+/* Winograd with an activation its output transform does not fuse (Clip, then the rows in
+ * cache), and residual: against the same convolution on OpenBLAS. */
+static void test_winograd_other_activation(void) {
+    kiln_conv2d g = {2, 16, 10, 11, 24, 10, 11, 3, 3, 1, 1, 1, 1, 1, 1, 1};
+    int64_t nx = 2 * 16 * 10 * 11, nw = 24 * 16 * 9, ny = 2 * 24 * 10 * 11;
+    float *x = malloc(sizeof(float) * (size_t)nx), *w = malloc(sizeof(float) * (size_t)nw);
+    float *b = malloc(sizeof(float) * 24), *z = malloc(sizeof(float) * (size_t)ny);
+    float *want = malloc(sizeof(float) * (size_t)ny), *got = malloc(sizeof(float) * (size_t)ny);
+    fill(x, nx);
+    fill(w, nw);
+    fill(b, 24);
+    fill(z, ny);
+    kiln_act act = {KILN_ACT_CLIP, -0.5f, 1.5f};
+    kiln_conv2d_weights *wino = NULL;
+    CHECK_OK(kiln_conv2d_weights_pack(w, 24, 16, 3, 3, 1, 0, true, &wino));
+    CHECK(wino && wino->winograd);
+    CHECK_OK(kiln_conv2d_run(&g, x, w, NULL, b, z, &act, want));
+    CHECK_OK(kiln_conv2d_run(&g, x, w, wino, b, z, &act, got));
+    double worst = 0;
+    for (int64_t i = 0; i < ny; i++) {
+        double err = fabs((double)got[i] - want[i]);
+        if (isnan(err) || err > worst) worst = isnan(err) ? INFINITY : err;
+    }
+    CHECKF(worst < 1e-4, "Winograd with Clip: error %g", worst);
+    kiln_conv2d_weights_free(wino);
+    free(x);
+    free(w);
+    free(b);
+    free(z);
+    free(want);
+    free(got);
+}
+
 static void test_conv2d(void) {
     /* depthwise: odd planes, strides 1-3, dilations, pads, 3x3 / 5x5 / 1x7, channel multiplier 2 */
     test_conv_case(1, 5, 7, 9, 5, 3, 3, 1, 1, 1, 1, 5, true, false, true);
@@ -510,5 +543,6 @@ int main(void) {
     test_activations();
     test_packed_gemm();
     test_conv2d();
+    test_winograd_other_activation();
     return checks_report("test_cpu_kernels");
 }
