@@ -283,6 +283,8 @@ static void test_conv2d(void) {
     test_conv_case(2, 40, 7, 7, 100, 3, 3, 1, 1, 1, 1, 2, true, true, true); /* small output: batch, groups */
     test_conv_case(1, 24, 9, 9, 50, 3, 3, 2, 1, 1, 1, 1, true, false, true); /* small output, stride 2 */
     test_conv_case(1, 600, 3, 3, 20, 1, 1, 1, 1, 0, 0, 1, true, true, false); /* small pointwise, deep */
+    test_conv_case(2, 24, 8, 8, 40, 3, 3, 1, 1, 1, 1, 1, true, true, true);  /* small output, whole-row panels */
+    test_conv_case(1, 16, 6, 18, 24, 3, 3, 1, 1, 0, 0, 1, true, false, true);  /* ... without padding */
     /* Winograd F(4x4, 3x3): partial tiles, tiles of several images in one block, several blocks */
     test_conv_case(2, 16, 13, 15, 24, 3, 3, 1, 1, 1, 1, 1, true, true, true);
     test_conv_case(1, 20, 30, 29, 17, 3, 3, 1, 1, 1, 1, 1, true, false, true);
