@@ -218,6 +218,39 @@ static void test_conv_case(int64_t N, int64_t C, int64_t H, int64_t W, int64_t M
     free(want);
 }
 
+/* Winograd with an activation its output transform does not fuse (Clip, then the rows in
+ * cache), and residual: against the same convolution on OpenBLAS. */
+static void test_winograd_other_activation(void) {
+    kiln_conv2d g = {2, 16, 10, 11, 24, 10, 11, 3, 3, 1, 1, 1, 1, 1, 1, 1};
+    int64_t nx = 2 * 16 * 10 * 11, nw = 24 * 16 * 9, ny = 2 * 24 * 10 * 11;
+    float *x = malloc(sizeof(float) * (size_t)nx), *w = malloc(sizeof(float) * (size_t)nw);
+    float *b = malloc(sizeof(float) * 24), *z = malloc(sizeof(float) * (size_t)ny);
+    float *want = malloc(sizeof(float) * (size_t)ny), *got = malloc(sizeof(float) * (size_t)ny);
+    fill(x, nx);
+    fill(w, nw);
+    fill(b, 24);
+    fill(z, ny);
+    kiln_act act = {KILN_ACT_CLIP, -0.5f, 1.5f};
+    kiln_conv2d_weights *wino = NULL;
+    CHECK_OK(kiln_conv2d_weights_pack(w, 24, 16, 3, 3, 1, 0, true, &wino));
+    CHECK(wino && wino->winograd);
+    CHECK_OK(kiln_conv2d_run(&g, x, w, NULL, b, z, &act, want));
+    CHECK_OK(kiln_conv2d_run(&g, x, w, wino, b, z, &act, got));
+    double worst = 0;
+    for (int64_t i = 0; i < ny; i++) {
+        double err = fabs((double)got[i] - want[i]);
+        if (isnan(err) || err > worst) worst = isnan(err) ? INFINITY : err;
+    }
+    CHECKF(worst < 1e-4, "Winograd with Clip: error %g", worst);
+    kiln_conv2d_weights_free(wino);
+    free(x);
+    free(w);
+    free(b);
+    free(z);
+    free(want);
+    free(got);
+}
+
 static void test_conv2d(void) {
     /* depthwise: odd planes, strides 1-3, dilations, pads, 3x3 / 5x5 / 1x7, channel multiplier 2 */
     test_conv_case(1, 5, 7, 9, 5, 3, 3, 1, 1, 1, 1, 5, true, false, true);
@@ -250,6 +283,8 @@ static void test_conv2d(void) {
     test_conv_case(2, 40, 7, 7, 100, 3, 3, 1, 1, 1, 1, 2, true, true, true); /* small output: batch, groups */
     test_conv_case(1, 24, 9, 9, 50, 3, 3, 2, 1, 1, 1, 1, true, false, true); /* small output, stride 2 */
     test_conv_case(1, 600, 3, 3, 20, 1, 1, 1, 1, 0, 0, 1, true, true, false); /* small pointwise, deep */
+    test_conv_case(2, 24, 8, 8, 40, 3, 3, 1, 1, 1, 1, 1, true, true, true);  /* small output, whole-row panels */
+    test_conv_case(1, 16, 6, 18, 24, 3, 3, 1, 1, 0, 0, 1, true, false, true);  /* ... without padding */
     /* Winograd F(4x4, 3x3): partial tiles, tiles of several images in one block, several blocks */
     test_conv_case(2, 16, 13, 15, 24, 3, 3, 1, 1, 1, 1, 1, true, true, true);
     test_conv_case(1, 20, 30, 29, 17, 3, 3, 1, 1, 1, 1, 1, true, false, true);
@@ -368,6 +403,11 @@ static void test_packed_gemm(void) {
     test_packed_case(25, 600, 70, true);    /* depth over one block (512) */
     test_packed_case(37, 1030, 300, false); /* columns over one block (288), depth over two */
     test_packed_case(5, 0, 9, true);        /* no depth: the bias alone */
+    /* every AVX-512 edge kernel: 1 to 7 rows by one, two or three vectors, full and masked */
+    const int64_t edge_rows[] = {1, 2, 3, 4, 6, 7}, edge_cols[] = {16, 20, 32, 40, 47};
+    for (size_t r = 0; r < sizeof edge_rows / sizeof *edge_rows; r++)
+        for (size_t c = 0; c < sizeof edge_cols / sizeof *edge_cols; c++)
+            test_packed_case(edge_rows[r], 33, edge_cols[c], (r + c) % 2);
 }
 
 /* ------------------------------------------------------------------ MaxPool */
@@ -505,5 +545,6 @@ int main(void) {
     test_activations();
     test_packed_gemm();
     test_conv2d();
+    test_winograd_other_activation();
     return checks_report("test_cpu_kernels");
 }

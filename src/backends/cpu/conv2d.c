@@ -87,7 +87,7 @@ kiln_status kiln_conv2d_weights_pack(const float *w, int64_t M, int64_t Cg, int6
     }
     *pw = (kiln_conv2d_weights){M, Cg, KH, KW, group, per, by_columns, winograd, by_tiles, data, false, false};
     const int64_t taps = KH * KW;
-    if (winograd) kiln_conv2d_winograd_pack(w, M, Cg, by_tiles, data);
+    if (winograd) kiln_conv2d_winograd_pack(w, M, Cg, by_tiles, tap_major, data); /* 9 M Cg >= 36 Cg floats */
     for (int64_t gr = 0; gr < group && !winograd; gr++) {
         for (int64_t m = 0; m < Mg; m++)
             for (int64_t c = 0; c < Cg; c++)

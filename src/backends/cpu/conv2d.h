@@ -86,8 +86,8 @@ kiln_status kiln_conv2d_run_winograd(const kiln_conv2d *g, const float *x, const
 /* Writes the Winograd F(4x4, 3x3) transforms of w [M, C, 3, 3] to dst
  * (kiln_conv2d_winograd_floats of them): for each of the 36 positions xi, the [M, C] matrix U_xi
  * in kiln_pg_pack_a's layout, or with tiles_in_rows its transpose [C, M] in kiln_pg_pack_b's
- * layout, one after the other. */
-void kiln_conv2d_winograd_pack(const float *w, int64_t M, int64_t C, bool tiles_in_rows, float *dst);
+ * layout, one after the other. u: scratch of 36 C floats (one output channel's transforms). */
+void kiln_conv2d_winograd_pack(const float *w, int64_t M, int64_t C, bool tiles_in_rows, float *u, float *dst);
 int64_t kiln_conv2d_winograd_floats(int64_t M, int64_t C, bool tiles_in_rows);
 
 /* Whether kiln_conv2d_run takes the direct depthwise kernel for weights [M, Cg, KH, KW] in group

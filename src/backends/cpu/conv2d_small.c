@@ -37,16 +37,27 @@ static void im2col_t_packed(const kiln_conv2d *g, const float *x, int64_t Cg, fl
     enum { MR = KILN_PG_MR };
     const int64_t HW = g->H * g->W, K = g->KH * g->KW * Cg, OHW = g->OH * g->OW;
     memset(at, 0, (size_t)kiln_pg_packed_a_floats(OHW, K) * sizeof *at);
-    for (int64_t p = 0; p < OHW; p++) {
-        int64_t oh = p / g->OW, ow = p % g->OW;
-        float *panel = at + p / MR * K * MR + p % MR;
+    for (int64_t p0 = 0; p0 < OHW; p0 += MR) {
+        int64_t oh = p0 / g->OW, ow = p0 % g->OW;
+        float *panel = at + p0 / MR * K * MR;
+        /* a whole panel of one output row at stride 1: each tap's inputs under it are contiguous */
+        bool one_row = g->sw == 1 && p0 + MR <= OHW && ow + MR <= g->OW;
         for (int64_t kh = 0; kh < g->KH; kh++)
             for (int64_t kw = 0; kw < g->KW; kw++) {
-                int64_t ih = oh * g->sh - g->ph + kh * g->dh, iw = ow * g->sw - g->pw + kw * g->dw;
-                if (ih < 0 || ih >= g->H || iw < 0 || iw >= g->W) continue;
-                const float *s = x + ih * g->W + iw;
+                int64_t ih = oh * g->sh - g->ph + kh * g->dh, iw = ow - g->pw + kw * g->dw;
                 float *d = panel + (kh * g->KW + kw) * Cg * MR;
-                for (int64_t c = 0; c < Cg; c++) d[c * MR] = s[c * HW];
+                if (one_row && ih >= 0 && ih < g->H && iw >= 0 && iw + MR <= g->W) {
+                    const float *s = x + ih * g->W + iw;
+                    for (int64_t c = 0; c < Cg; c++) memcpy(d + c * MR, s + c * HW, MR * sizeof *d);
+                    continue;
+                }
+                for (int64_t p = p0; p < p0 + MR && p < OHW; p++) { /* position by position */
+                    int64_t ihp = (p / g->OW) * g->sh - g->ph + kh * g->dh;
+                    int64_t iwp = (p % g->OW) * g->sw - g->pw + kw * g->dw;
+                    if (ihp < 0 || ihp >= g->H || iwp < 0 || iwp >= g->W) continue;
+                    const float *s = x + ihp * g->W + iwp;
+                    for (int64_t c = 0; c < Cg; c++) d[c * MR + p - p0] = s[c * HW];
+                }
             }
     }
 }

@@ -55,7 +55,7 @@ typedef struct wino_job {
 } wino_job;
 
 /* ------------------------------------------------------------------ weights */
-void kiln_conv2d_winograd_pack(const float *w, int64_t M, int64_t C, bool tiles_in_rows, float *dst) {
+void kiln_conv2d_winograd_pack(const float *w, int64_t M, int64_t C, bool tiles_in_rows, float *u, float *dst) {
     static const double G[6][3] = {{1.0 / 4, 0, 0},
                                    {-1.0 / 6, -1.0 / 6, -1.0 / 6},
                                    {-1.0 / 6, 1.0 / 6, -1.0 / 6},
@@ -64,18 +64,22 @@ void kiln_conv2d_winograd_pack(const float *w, int64_t M, int64_t C, bool tiles_
                                    {0, 0, 1}};
     const int64_t per = kiln_conv2d_winograd_floats(M, C, tiles_in_rows) / XI, MR = KILN_PG_MR, NR = KILN_PG_NR;
     memset(dst, 0, (size_t)(XI * per) * sizeof *dst); /* the last panel's rows or columns past M */
-    for (int64_t m = 0; m < M; m++)
+    for (int64_t m = 0; m < M; m++) {
         for (int64_t c = 0; c < C; c++) {
             const float *k = w + (m * C + c) * 9;
             double t[6][3];
             for (int i = 0; i < 6; i++)
                 for (int j = 0; j < 3; j++) t[i][j] = G[i][0] * k[j] + G[i][1] * k[3 + j] + G[i][2] * k[6 + j];
-            /* U_xi (m, c): row m of [M, C] in MR-row panels, or column m of [C, M] in NR-column panels */
-            int64_t at = tiles_in_rows ? (m / NR * C + c) * NR + m % NR : (m / MR * C + c) * MR + m % MR;
             for (int i = 0; i < 6; i++)
                 for (int j = 0; j < 6; j++)
-                    dst[(i * 6 + j) * per + at] = (float)(t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2]);
+                    u[(i * 6 + j) * C + c] = (float)(t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2]);
         }
+        /* U_xi (m, c): row m of [M, C] in MR-row panels, or column m of [C, M] in NR-column panels */
+        int64_t at = tiles_in_rows ? m / NR * C * NR + m % NR : m / MR * C * MR + m % MR;
+        int64_t step = tiles_in_rows ? NR : MR;
+        for (int xi = 0; xi < XI; xi++)
+            for (int64_t c = 0; c < C; c++) dst[xi * per + at + c * step] = u[xi * C + c];
+    }
 }
 
 int64_t kiln_conv2d_winograd_floats(int64_t M, int64_t C, bool tiles_in_rows) {

@@ -5,7 +5,7 @@
  * and prefetch well); within a block every MR-row panel of A (in L1) meets every panel of the
  * block (in L2). The micro-kernels compute full MR x NR tiles: C = bias + A B on the first block
  * of K, C += A B on the others; partial tiles at the edges go through masked AVX-512 kernels of
- * one, two or three vectors per row, or a local tile. */
+ * one, two or three vectors per row and 1, 2, 4 or 8 rows, or a local tile. */
 #include "backends/cpu/packed_gemm.h"
 
 #include <pthread.h>
@@ -60,58 +60,61 @@ __attribute__((target("avx512f"))) static void tile_avx512(int64_t K, const floa
 #undef STORE
 }
 
-/* A partial tile on AVX-512: the first rows (<= MR) rows and cols (<= NR) columns of c, through
- * nv = ceil(cols / 16) vectors per row (8 x 16 and 8 x 32 tiles need no more registers than
- * their columns) with masked loads and stores; a's panel is whole (zero past its rows). */
+/* A partial tile on AVX-512: the first rows (<= nr <= MR) rows and cols (<= NR) columns of c,
+ * through nr rows of nv = ceil(cols / 16) vectors (an 8 x 16 edge costs a third of a full tile, a
+ * one-row edge an eighth) with masked loads and stores; a's panel is whole (zero past its rows). */
 static inline __attribute__((always_inline, target("avx512f"))) void
-edge_avx512(int nv, int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc, bool accumulate,
-            const float *bias, int64_t rows, int64_t cols) {
+edge_avx512(int nv, int nr, int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc,
+            bool accumulate, const float *bias, int64_t rows, int64_t cols) {
     __mmask16 m[3];
-    #pragma GCC unroll 8
     for (int v = 0; v < 3; v++) {
         int64_t left = cols - 16 * v;
         m[v] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : (__mmask16)0;
     }
     __m512 acc[MR][3];
-    #pragma GCC unroll 8
-    for (int r = 0; r < MR; r++)
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
+    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 8
         for (int v = 0; v < nv; v++)
             acc[r][v] = accumulate && r < rows ? _mm512_maskz_loadu_ps(m[v], c + r * ldc + 16 * v)
                         : bias && !accumulate && r < rows ? _mm512_set1_ps(bias[r])
                                                           : _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k++, a += MR, b += ldb) {
         __m512 bv[3];
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int v = 0; v < nv; v++) bv[v] = _mm512_loadu_ps(b + 16 * v);
-        #pragma GCC unroll 8
-        for (int r = 0; r < MR; r++) {
+#pragma GCC unroll 8
+        for (int r = 0; r < nr; r++) {
             __m512 a_ = _mm512_set1_ps(a[r]);
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int v = 0; v < nv; v++) acc[r][v] = _mm512_fmadd_ps(a_, bv[v], acc[r][v]);
         }
     }
-    #pragma GCC unroll 8
-    for (int r = 0; r < rows; r++)
-        #pragma GCC unroll 8
-        for (int v = 0; v < nv; v++) _mm512_mask_storeu_ps(c + r * ldc + 16 * v, m[v], acc[r][v]);
+#pragma GCC unroll 8
+    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 8
+        for (int v = 0; v < nv; v++)
+            if (r < rows) _mm512_mask_storeu_ps(c + r * ldc + 16 * v, m[v], acc[r][v]);
 }
 
-__attribute__((target("avx512f"))) static void edge1_avx512(int64_t K, const float *a, const float *b, int64_t ldb,
-                                                            float *c, int64_t ldc, bool accumulate, const float *bias,
-                                                            int64_t rows, int64_t cols) {
-    edge_avx512(1, K, a, b, ldb, c, ldc, accumulate, bias, rows, cols);
-}
-__attribute__((target("avx512f"))) static void edge2_avx512(int64_t K, const float *a, const float *b, int64_t ldb,
-                                                            float *c, int64_t ldc, bool accumulate, const float *bias,
-                                                            int64_t rows, int64_t cols) {
-    edge_avx512(2, K, a, b, ldb, c, ldc, accumulate, bias, rows, cols);
-}
-__attribute__((target("avx512f"))) static void edge3_avx512(int64_t K, const float *a, const float *b, int64_t ldb,
-                                                            float *c, int64_t ldc, bool accumulate, const float *bias,
-                                                            int64_t rows, int64_t cols) {
-    edge_avx512(3, K, a, b, ldb, c, ldc, accumulate, bias, rows, cols);
-}
+typedef void (*edge_fn)(int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc, bool accumulate,
+                        const float *bias, int64_t rows, int64_t cols);
+#define EDGE(nv, nr)                                                                               \
+    __attribute__((target("avx512f"))) static void edge_##nv##_##nr(                             \
+        int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc, bool accumulate, \
+        const float *bias, int64_t rows, int64_t cols) {                                           \
+        edge_avx512(nv, nr, K, a, b, ldb, c, ldc, accumulate, bias, rows, cols);                   \
+    }
+#define EDGE_ROWS(nv) EDGE(nv, 1) EDGE(nv, 2) EDGE(nv, 4) EDGE(nv, 8)
+EDGE_ROWS(1)
+EDGE_ROWS(2)
+EDGE_ROWS(3)
+#undef EDGE_ROWS
+#undef EDGE
+/* [vectors - 1][log2 of the rows computed] */
+static const edge_fn g_edges[3][4] = {{edge_1_1, edge_1_2, edge_1_4, edge_1_8},
+                                      {edge_2_1, edge_2_2, edge_2_4, edge_2_8},
+                                      {edge_3_1, edge_3_2, edge_3_4, edge_3_8}};
 
 /* 4 rows x 24 columns in 12 ymm accumulators (a: stride MR, b: stride ldb); four make a tile. */
 __attribute__((target("avx2,fma"))) static void quarter_avx2(int64_t K, const float *a, const float *b, int64_t ldb,
@@ -245,10 +248,9 @@ static void tile(int64_t K, const float *a, const float *b, int64_t ldb, float *
         return;
     }
 #ifdef PG_X86
-    if (g_isa == KILN_PG_AVX512) { /* as many vectors as the columns need, masked */
-        if (cols <= 16) edge1_avx512(K, a, b, ldb, c, ldc, accumulate, bias, rows, cols);
-        else if (cols <= 32) edge2_avx512(K, a, b, ldb, c, ldc, accumulate, bias, rows, cols);
-        else edge3_avx512(K, a, b, ldb, c, ldc, accumulate, bias, rows, cols);
+    if (g_isa == KILN_PG_AVX512) { /* as many vectors as the columns need and rows as the rows, masked */
+        int nr = rows <= 1 ? 0 : rows <= 2 ? 1 : rows <= 4 ? 2 : 3;
+        g_edges[(cols - 1) / 16][nr](K, a, b, ldb, c, ldc, accumulate, bias, rows, cols);
         return;
     }
 #endif
