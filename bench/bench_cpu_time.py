@@ -5,9 +5,9 @@ cancel out), with KILN_NUM_THREADS=1; onnxruntime: time.process_time() around 40
 InferenceSession.run calls after 3 warm-up runs, one intra-op thread. Each round runs every kiln
 binary given (e.g. a "before" build and a "now" build) and onnxruntime back to back; the medians
 over the rounds are printed as a Markdown table. Models are bench_cpu.py's (the ResNet-style
-model at batch 1 and 8, the torchvision classifiers).
+model at batch 1 and 8, the BERT- and GPT-2-style models, the torchvision classifiers).
 
-usage: bench_cpu_time.py --kiln PATH[,PATH...] [--only resnet18,squeezenet1_1,resnet_b1,...] [--rounds N]
+usage: bench_cpu_time.py --kiln PATH[,PATH...] [--only resnet18,squeezenet1_1,resnet_b1,bert_s128,gpt2_s64,...] [--rounds N]
 """
 import argparse
 import os
@@ -34,6 +34,11 @@ def cases():
         feeds = models.make_inputs("resnet", batch, None, vocab=100, image=kw["image"])
         out.append((f"resnet_b{batch}", f"ResNet-style 32/64/128, 64x64, batch {batch}",
                     lambda: models.BUILDERS["resnet"](**kw), feeds))
+    for kind, desc, kwargs, shapes in bench_cpu.CONFIGS[1:]:  # the transformers
+        for batch, seq in shapes:
+            feeds = models.make_inputs(kind, batch, seq, vocab=kwargs["vocab"])
+            out.append((f"{kind}_s{seq}", f"{desc}, batch {batch}, sequence {seq}",
+                        lambda kind=kind, kwargs=kwargs: models.BUILDERS[kind](**kwargs), feeds))
     for name, desc, batch in bench_cpu.TORCHVISION:
         feeds = {"image": np.random.default_rng(1).standard_normal((batch, 3, 224, 224), np.float32)}
         out.append((name, f"{desc}, batch {batch}", lambda name=name: bench_cpu.torchvision_model(name), feeds))

@@ -352,11 +352,11 @@ static void test_packed_case(int64_t M, int64_t K, int64_t N, bool bias) {
  * transpose of [N, K], each micro-kernel; both: kiln_pg_gemm_packed_ab on A packed too. */
 static void test_packed_b_case(int64_t M, int64_t K, int64_t N, bool transposed, bool both) {
     int64_t lda = K + 2, ldc = N + 3;
-    float *A = malloc(sizeof(float) * (size_t)(M * lda + 1)), *B = malloc(sizeof(float) * (size_t)(K * N + 1));
+    float *A = malloc(sizeof(float) * (size_t)((M - 1) * lda + K)), *B = malloc(sizeof(float) * (size_t)(K * N + 1));
     float *C = malloc(sizeof(float) * (size_t)(M * ldc + 1));
     float *pb = malloc(sizeof(float) * (size_t)(kiln_pg_packed_b_floats(K, N) + 1));
     float *scratch = malloc(sizeof(float) * (size_t)kiln_pg_scratch_b_floats());
-    fill(A, M * lda);
+    fill(A, (M - 1) * lda + K);
     fill(B, K * N);
     float *pa = malloc(sizeof(float) * (size_t)(kiln_pg_packed_a_floats(M, K) + 1));
     kiln_pg_pack_b(B, transposed ? 1 : N, transposed ? K : 1, K, N, pb);
@@ -397,6 +397,13 @@ static void test_packed_gemm(void) {
         test_packed_b_case(130, 300, 70, false, both); /* rows over a block (120) */
         test_packed_b_case(37, 1030, 65, true, both);  /* depth over two blocks (512), a partial panel */
     }
+    /* A read in place: whole panels with a packed rest, through each edge kernel's width */
+    const int64_t in_place_cols[] = {16, 20, 32, 40, 47, 64, 96};
+    for (size_t c = 0; c < sizeof in_place_cols / sizeof *in_place_cols; c++) {
+        test_packed_b_case(8, 33, in_place_cols[c], c % 2, false);
+        test_packed_b_case(13, 64, in_place_cols[c], c % 2 == 0, false);
+    }
+    test_packed_b_case(64, 256, 1024, true, false); /* a transformer's feed-forward, sequence 64 */
     test_packed_case(8, 8, 48, true);       /* one full tile */
     test_packed_case(1, 1, 1, true);        /* one element */
     test_packed_case(9, 17, 49, false);     /* one past a tile each way */

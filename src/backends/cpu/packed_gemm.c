@@ -18,17 +18,18 @@
 
 enum { MR = KILN_PG_MR, NR = KILN_PG_NR, KC = 512, NC = 6 * NR, MC = 15 * MR };
 
-/* One full tile: c [MR rows, ldc] = (accumulate ? c : bias or 0) + sum_k a[k * MR + r] b[k * ldb + j]. */
-typedef void (*tile_fn)(int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc,
-                        bool accumulate, const float *bias);
+/* One full tile: c [MR rows, ldc] = (accumulate ? c : bias or 0) + sum_k a[r * ars + k * aks] b[k * ldb + j]:
+ * A packed (ars 1, aks MR) or read in place from a row-major matrix (ars its leading dimension, aks 1). */
+typedef void (*tile_fn)(int64_t K, const float *a, int64_t ars, int64_t aks, const float *b, int64_t ldb, float *c,
+                        int64_t ldc, bool accumulate, const float *bias);
 
 #define PG_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 
 #ifdef PG_X86
 /* 8 rows x 48 columns in 24 zmm accumulators: per k, three loads of B and 8 broadcasts of A. */
-__attribute__((target("avx512f"))) static void tile_avx512(int64_t K, const float *a, const float *b, int64_t ldb,
-                                                           float *c, int64_t ldc, bool accumulate,
-                                                           const float *bias) {
+__attribute__((target("avx512f"))) static void tile_avx512(int64_t K, const float *a, int64_t ars, int64_t aks,
+                                                           const float *b, int64_t ldb, float *c, int64_t ldc,
+                                                           bool accumulate, const float *bias) {
 #define DECL(r) __m512 p##r, q##r, s##r;
 #define INIT(r)                                                                                    \
     if (accumulate) {                                                                              \
@@ -38,7 +39,7 @@ __attribute__((target("avx512f"))) static void tile_avx512(int64_t K, const floa
     } else p##r = q##r = s##r = bias ? _mm512_set1_ps(bias[r]) : _mm512_setzero_ps();
 #define STEP(r)                                                                                    \
     {                                                                                              \
-        __m512 a_ = _mm512_set1_ps(a[r]);                                                          \
+        __m512 a_ = _mm512_set1_ps(a[r * ars]);                                                    \
         p##r = _mm512_fmadd_ps(a_, b0, p##r);                                                      \
         q##r = _mm512_fmadd_ps(a_, b1, q##r);                                                      \
         s##r = _mm512_fmadd_ps(a_, b2, s##r);                                                      \
@@ -49,7 +50,7 @@ __attribute__((target("avx512f"))) static void tile_avx512(int64_t K, const floa
     _mm512_storeu_ps(c + r * ldc + 32, s##r);
     PG_ROWS(DECL)
     PG_ROWS(INIT)
-    for (int64_t k = 0; k < K; k++, a += MR, b += ldb) {
+    for (int64_t k = 0; k < K; k++, a += aks, b += ldb) {
         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
         PG_ROWS(STEP)
     }
@@ -64,8 +65,8 @@ __attribute__((target("avx512f"))) static void tile_avx512(int64_t K, const floa
  * through nr rows of nv = ceil(cols / 16) vectors (an 8 x 16 edge costs a third of a full tile, a
  * one-row edge an eighth) with masked loads and stores; a's panel is whole (zero past its rows). */
 static inline __attribute__((always_inline, target("avx512f"))) void
-edge_avx512(int nv, int nr, int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc,
-            bool accumulate, const float *bias, int64_t rows, int64_t cols) {
+edge_avx512(int nv, int nr, int64_t K, const float *a, int64_t ars, int64_t aks, const float *b, int64_t ldb, float *c,
+            int64_t ldc, bool accumulate, const float *bias, int64_t rows, int64_t cols) {
     __mmask16 m[3];
     for (int v = 0; v < 3; v++) {
         int64_t left = cols - 16 * v;
@@ -79,13 +80,13 @@ edge_avx512(int nv, int nr, int64_t K, const float *a, const float *b, int64_t l
             acc[r][v] = accumulate && r < rows ? _mm512_maskz_loadu_ps(m[v], c + r * ldc + 16 * v)
                         : bias && !accumulate && r < rows ? _mm512_set1_ps(bias[r])
                                                           : _mm512_setzero_ps();
-    for (int64_t k = 0; k < K; k++, a += MR, b += ldb) {
+    for (int64_t k = 0; k < K; k++, a += aks, b += ldb) {
         __m512 bv[3];
 #pragma GCC unroll 8
         for (int v = 0; v < nv; v++) bv[v] = _mm512_loadu_ps(b + 16 * v);
 #pragma GCC unroll 8
         for (int r = 0; r < nr; r++) {
-            __m512 a_ = _mm512_set1_ps(a[r]);
+            __m512 a_ = _mm512_set1_ps(a[r * ars]);
 #pragma GCC unroll 8
             for (int v = 0; v < nv; v++) acc[r][v] = _mm512_fmadd_ps(a_, bv[v], acc[r][v]);
         }
@@ -97,13 +98,13 @@ edge_avx512(int nv, int nr, int64_t K, const float *a, const float *b, int64_t l
             if (r < rows) _mm512_mask_storeu_ps(c + r * ldc + 16 * v, m[v], acc[r][v]);
 }
 
-typedef void (*edge_fn)(int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc, bool accumulate,
-                        const float *bias, int64_t rows, int64_t cols);
+typedef void (*edge_fn)(int64_t K, const float *a, int64_t ars, int64_t aks, const float *b, int64_t ldb, float *c,
+                        int64_t ldc, bool accumulate, const float *bias, int64_t rows, int64_t cols);
 #define EDGE(nv, nr)                                                                               \
     __attribute__((target("avx512f"))) static void edge_##nv##_##nr(                             \
-        int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc, bool accumulate, \
-        const float *bias, int64_t rows, int64_t cols) {                                           \
-        edge_avx512(nv, nr, K, a, b, ldb, c, ldc, accumulate, bias, rows, cols);                   \
+        int64_t K, const float *a, int64_t ars, int64_t aks, const float *b, int64_t ldb, float *c,    \
+        int64_t ldc, bool accumulate, const float *bias, int64_t rows, int64_t cols) {             \
+        edge_avx512(nv, nr, K, a, ars, aks, b, ldb, c, ldc, accumulate, bias, rows, cols);         \
     }
 #define EDGE_ROWS(nv) EDGE(nv, 1) EDGE(nv, 2) EDGE(nv, 4) EDGE(nv, 8)
 EDGE_ROWS(1)
@@ -116,10 +117,10 @@ static const edge_fn g_edges[3][4] = {{edge_1_1, edge_1_2, edge_1_4, edge_1_8},
                                       {edge_2_1, edge_2_2, edge_2_4, edge_2_8},
                                       {edge_3_1, edge_3_2, edge_3_4, edge_3_8}};
 
-/* 4 rows x 24 columns in 12 ymm accumulators (a: stride MR, b: stride ldb); four make a tile. */
-__attribute__((target("avx2,fma"))) static void quarter_avx2(int64_t K, const float *a, const float *b, int64_t ldb,
-                                                             float *c, int64_t ldc, bool accumulate,
-                                                             const float *bias) {
+/* 4 rows x 24 columns in 12 ymm accumulators (a: strides ars, aks; b: stride ldb); four make a tile. */
+__attribute__((target("avx2,fma"))) static void quarter_avx2(int64_t K, const float *a, int64_t ars, int64_t aks,
+                                                             const float *b, int64_t ldb, float *c, int64_t ldc,
+                                                             bool accumulate, const float *bias) {
 #define Q_ROWS(X) X(0) X(1) X(2) X(3)
 #define DECL(r) __m256 p##r, q##r, s##r;
 #define INIT(r)                                                                                    \
@@ -130,7 +131,7 @@ __attribute__((target("avx2,fma"))) static void quarter_avx2(int64_t K, const fl
     } else p##r = q##r = s##r = bias ? _mm256_set1_ps(bias[r]) : _mm256_setzero_ps();
 #define STEP(r)                                                                                    \
     {                                                                                              \
-        __m256 a_ = _mm256_broadcast_ss(a + r);                                                    \
+        __m256 a_ = _mm256_broadcast_ss(a + r * ars);                                              \
         p##r = _mm256_fmadd_ps(a_, b0, p##r);                                                      \
         q##r = _mm256_fmadd_ps(a_, b1, q##r);                                                      \
         s##r = _mm256_fmadd_ps(a_, b2, s##r);                                                      \
@@ -141,7 +142,7 @@ __attribute__((target("avx2,fma"))) static void quarter_avx2(int64_t K, const fl
     _mm256_storeu_ps(c + r * ldc + 16, s##r);
     Q_ROWS(DECL)
     Q_ROWS(INIT)
-    for (int64_t k = 0; k < K; k++, a += MR, b += ldb) {
+    for (int64_t k = 0; k < K; k++, a += aks, b += ldb) {
         __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8), b2 = _mm256_loadu_ps(b + 16);
         Q_ROWS(STEP)
     }
@@ -153,22 +154,22 @@ __attribute__((target("avx2,fma"))) static void quarter_avx2(int64_t K, const fl
 #undef STORE
 }
 
-static void tile_avx2(int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc,
-                      bool accumulate, const float *bias) {
+static void tile_avx2(int64_t K, const float *a, int64_t ars, int64_t aks, const float *b, int64_t ldb, float *c,
+                      int64_t ldc, bool accumulate, const float *bias) {
     for (int r = 0; r < MR; r += 4)
         for (int j = 0; j < NR; j += 24)
-            quarter_avx2(K, a + r, b + j, ldb, c + r * ldc + j, ldc, accumulate, bias ? bias + r : NULL);
+            quarter_avx2(K, a + r * ars, ars, aks, b + j, ldb, c + r * ldc + j, ldc, accumulate, bias ? bias + r : NULL);
 }
 #endif
 
 /* Any processor: one row of the tile at a time over the whole of K. */
-static void tile_portable(int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc,
-                          bool accumulate, const float *bias) {
+static void tile_portable(int64_t K, const float *a, int64_t ars, int64_t aks, const float *b, int64_t ldb, float *c,
+                          int64_t ldc, bool accumulate, const float *bias) {
     for (int r = 0; r < MR; r++) {
         float acc[NR];
         for (int j = 0; j < NR; j++) acc[j] = accumulate ? c[r * ldc + j] : bias ? bias[r] : 0.0f;
         for (int64_t k = 0; k < K; k++) {
-            float av = a[k * MR + r];
+            float av = a[r * ars + k * aks];
             for (int j = 0; j < NR; j++) acc[j] += av * b[k * ldb + j];
         }
         memcpy(c + r * ldc, acc, sizeof acc);
@@ -240,17 +241,18 @@ void kiln_pg_pack_a(const float *A, int64_t lda, int64_t M, int64_t K, float *ds
 
 int64_t kiln_pg_scratch_floats(void) { return (int64_t)KC * NC; }
 
-/* The tile at c of rows x cols (at most MR x NR) through the micro-kernel; edges via a local tile. */
-static void tile(int64_t K, const float *a, const float *b, int64_t ldb, float *c, int64_t ldc, int64_t rows,
-                 int64_t cols, bool accumulate, const float *bias) {
+/* The tile at c of rows x cols (at most MR x NR) through the micro-kernel; edges via a local tile.
+ * A as tile_fn takes it, read in place (aks 1) only for whole tiles of MR rows. */
+static void tile(int64_t K, const float *a, int64_t ars, int64_t aks, const float *b, int64_t ldb, float *c,
+                 int64_t ldc, int64_t rows, int64_t cols, bool accumulate, const float *bias) {
     if (rows == MR && cols == NR) {
-        g_tile(K, a, b, ldb, c, ldc, accumulate, bias);
+        g_tile(K, a, ars, aks, b, ldb, c, ldc, accumulate, bias);
         return;
     }
 #ifdef PG_X86
     if (g_isa == KILN_PG_AVX512) { /* as many vectors as the columns need and rows as the rows, masked */
         int nr = rows <= 1 ? 0 : rows <= 2 ? 1 : rows <= 4 ? 2 : 3;
-        g_edges[(cols - 1) / 16][nr](K, a, b, ldb, c, ldc, accumulate, bias, rows, cols);
+        g_edges[(cols - 1) / 16][nr](K, a, ars, aks, b, ldb, c, ldc, accumulate, bias, rows, cols);
         return;
     }
 #endif
@@ -260,7 +262,7 @@ static void tile(int64_t K, const float *a, const float *b, int64_t ldb, float *
         bias = tb;
     }
     for (int64_t r = 0; accumulate && r < rows; r++) memcpy(t + r * NR, c + r * ldc, (size_t)cols * sizeof *t);
-    g_tile(K, a, b, ldb, t, NR, accumulate, bias);
+    g_tile(K, a, ars, aks, b, ldb, t, NR, accumulate, bias);
     for (int64_t r = 0; r < rows; r++) memcpy(c + r * ldc, t + r * NR, (size_t)cols * sizeof *t);
 }
 
@@ -300,7 +302,7 @@ void kiln_pg_gemm(const float *packed_a, int64_t M, int64_t K, const float *B, i
                 const float *bm = bias && k0 == 0 ? bias + m0 : NULL;
                 int64_t rows = M - m0 < MR ? M - m0 : MR;
                 for (int64_t j0 = 0; j0 < nc; j0 += NR)
-                    tile(kc, a, scratch + j0 * kc, NR, C + m0 * ldc + n0 + j0, ldc, rows, nc - j0 < NR ? nc - j0 : NR,
+                    tile(kc, a, 1, MR, scratch + j0 * kc, NR, C + m0 * ldc + n0 + j0, ldc, rows, nc - j0 < NR ? nc - j0 : NR,
                          k0 > 0, bm);
                 if (epilogue && k0 + kc == K) /* these rows of the block are final, and in L1 */
                     epilogue->fn(epilogue->ctx, C + m0 * ldc + n0, ldc, m0, rows, n0, nc);
@@ -319,10 +321,11 @@ void kiln_pg_pack_b(const float *B, int64_t rs, int64_t cs, int64_t K, int64_t N
     }
 }
 
-int64_t kiln_pg_scratch_b_floats(void) { return (int64_t)MC * KC; }
+int64_t kiln_pg_scratch_b_floats(void) { return (int64_t)MR * KC; }
 
-/* A block of MC rows by KC columns of A is packed (in L2); every NR-column panel of B's block (in
- * L1) then meets every MR-row panel of it. */
+/* Every NR-column panel of B's block of KC rows (in L1) meets every MR-row panel of a block of MC
+ * rows of A (in L2): whole panels read in place (the micro-kernel broadcasts straight from A's rows),
+ * a last panel of fewer rows packed, zero past them. */
 void kiln_pg_gemm_packed_b(const float *A, int64_t lda, int64_t M, int64_t K, const float *packed_b, int64_t N,
                            float *C, int64_t ldc, float *scratch) {
     pthread_once(&g_tile_once, tile_pick);
@@ -334,12 +337,15 @@ void kiln_pg_gemm_packed_b(const float *A, int64_t lda, int64_t M, int64_t K, co
         int64_t mc = M - m0 < MC ? M - m0 : MC;
         for (int64_t k0 = 0; k0 < K; k0 += KC) {
             int64_t kc = K - k0 < KC ? K - k0 : KC;
-            kiln_pg_pack_a(A + m0 * lda + k0, lda, mc, kc, scratch);
+            int64_t whole = mc / MR * MR;
+            if (whole < mc) kiln_pg_pack_a(A + (m0 + whole) * lda + k0, lda, mc - whole, kc, scratch);
             for (int64_t j0 = 0; j0 < N; j0 += NR) {
                 const float *b = packed_b + (j0 / NR * K + k0) * NR;
-                for (int64_t i0 = 0; i0 < mc; i0 += MR)
-                    tile(kc, scratch + i0 * kc, b, NR, C + (m0 + i0) * ldc + j0, ldc, mc - i0 < MR ? mc - i0 : MR,
-                         N - j0 < NR ? N - j0 : NR, k0 > 0, NULL);
+                int64_t cols = N - j0 < NR ? N - j0 : NR;
+                float *c = C + m0 * ldc + j0;
+                for (int64_t i0 = 0; i0 < whole; i0 += MR)
+                    tile(kc, A + (m0 + i0) * lda + k0, lda, 1, b, NR, c + i0 * ldc, ldc, MR, cols, k0 > 0, NULL);
+                if (whole < mc) tile(kc, scratch, 1, MR, b, NR, c + whole * ldc, ldc, mc - whole, cols, k0 > 0, NULL);
             }
         }
     }
@@ -356,7 +362,7 @@ void kiln_pg_gemm_packed_ab(const float *packed_a, int64_t M, int64_t K, const f
         int64_t kc = K - k0 < KC ? K - k0 : KC;
         for (int64_t j0 = 0; j0 < N; j0 += NR)
             for (int64_t i0 = 0; i0 < M; i0 += MR)
-                tile(kc, packed_a + (i0 * K + k0 * MR), packed_b + (j0 / NR * K + k0) * NR, NR, C + i0 * ldc + j0, ldc,
+                tile(kc, packed_a + (i0 * K + k0 * MR), 1, MR, packed_b + (j0 / NR * K + k0) * NR, NR, C + i0 * ldc + j0, ldc,
                      M - i0 < MR ? M - i0 : MR, N - j0 < NR ? N - j0 : NR, k0 > 0, NULL);
     }
 }

@@ -1,8 +1,8 @@
 /* packed_gemm.h — kiln's own float32 matrix product for a constant operand, packed once: constant
  * left operands (convolution weights) into panels of KILN_PG_MR rows, with the right side packed
  * per call into panels of KILN_PG_NR columns (kiln_pg_gemm); constant right operands (MatMul and
- * Gemm weights) into panels of NR columns, with the left side packed per call into panels of MR
- * rows (kiln_pg_gemm_packed_b). Both run over cache-sized blocks through one register-blocked
+ * Gemm weights) into panels of NR columns, with the left side read in place, MR rows at a time
+ * (kiln_pg_gemm_packed_b). Both run over cache-sized blocks through one register-blocked
  * micro-kernel for MR x NR tiles, picked once from the processor: AVX-512, AVX2 + FMA, or portable
  * C. Single-threaded: callers split the work. */
 #ifndef KILN_CPU_PACKED_GEMM_H
@@ -71,7 +71,7 @@ int64_t kiln_pg_packed_b_floats(int64_t K, int64_t N);
  * [p * NR, p * NR + NR) as dst[(p * K + k) * NR + j], zero past column N. */
 void kiln_pg_pack_b(const float *B, int64_t rs, int64_t cs, int64_t K, int64_t N, float *dst);
 
-/* Floats of scratch kiln_pg_gemm_packed_b needs (one packed block of A, whatever the sizes). */
+/* Floats of scratch kiln_pg_gemm_packed_b needs (A's last rows short of a panel, packed). */
 int64_t kiln_pg_scratch_b_floats(void);
 
 /* C [M, N] (leading dimension ldc) = A B with both operands packed: A a whole kiln_pg_pack_a
