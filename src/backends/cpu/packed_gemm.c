@@ -316,8 +316,20 @@ int64_t kiln_pg_packed_b_floats(int64_t K, int64_t N) { return (N + NR - 1) / NR
 void kiln_pg_pack_b(const float *B, int64_t rs, int64_t cs, int64_t K, int64_t N, float *dst) {
     for (int64_t j0 = 0; j0 < N; j0 += NR) {
         int64_t cols = N - j0 < NR ? N - j0 : NR;
-        for (int64_t k = 0; k < K; k++, dst += NR)
-            for (int64_t j = 0; j < NR; j++) dst[j] = j < cols ? B[k * rs + (j0 + j) * cs] : 0.0f;
+        if (rs == 1 && cs != 1) { /* columns of B contiguous (attention's K^T): each read once, in order */
+            for (int64_t j = 0; j < cols; j++)
+                for (int64_t k = 0; k < K; k++) dst[k * NR + j] = B[(j0 + j) * cs + k];
+            for (int64_t k = 0; cols < NR && k < K; k++) memset(dst + k * NR + cols, 0, (size_t)(NR - cols) * sizeof *dst);
+            dst += K * NR;
+            continue;
+        }
+        for (int64_t k = 0; k < K; k++, dst += NR) {
+            if (cs == 1) /* rows of B contiguous (attention's V): copied */
+                memcpy(dst, B + k * rs + j0, (size_t)cols * sizeof *dst);
+            else
+                for (int64_t j = 0; j < cols; j++) dst[j] = B[k * rs + (j0 + j) * cs];
+            if (cols < NR) memset(dst + cols, 0, (size_t)(NR - cols) * sizeof *dst);
+        }
     }
 }
 
