@@ -21,7 +21,7 @@
 
 /* Rows at most that the plain kernels take (cpu_gemm.c's matrix-vector products). */
 #define GEMV_ROWS 4
-/* Rows of A a task packs and multiplies at a time (kiln_pg_gemm_packed_b's block). */
+/* Rows of A a task multiplies at a time (kiln_pg_gemm_packed_b's block). */
 #define ROW_BLOCK 120
 
 typedef struct packed_weights {
