@@ -478,6 +478,15 @@ static void test_maxpool(void) {
     test_maxpool_case(9, 11, 3, 2, 1, 1, 1);   /* the classifiers' 3x3 stride 2, ceil mode */
     test_maxpool_case(7, 40, 3, 1, 1, 1, 0);   /* stride 1, rows over 8-lane vectors */
     test_maxpool_case(10, 13, 2, 2, 1, 0, 0);  /* 2x2 stride 2, odd width */
+    /* the 2x2 and 3x3 stride-2 kernel: widths below, at and across its 16-output blocks (SqueezeNet's
+     * 111 and 55, ShuffleNetV2's 112 with pad 1), pads 0 and 1, ceil mode on and off */
+    const int64_t s2_widths[] = {1, 2, 5, 31, 32, 33, 55, 111, 112};
+    for (size_t i = 0; i < sizeof s2_widths / sizeof *s2_widths; i++)
+        for (int64_t k = 2; k <= 3; k++)
+            for (int64_t pad = 0; pad < k - 1 + (k == 3); pad++)
+                for (int64_t ceil = 0; ceil <= 1; ceil++)
+                    if (s2_widths[i] + 2 * pad >= k)
+                        test_maxpool_case(7 + (int64_t)i % 3, s2_widths[i], k, 2, 1, pad, ceil);
     test_maxpool_case(12, 9, 3, 3, 2, 2, 1);   /* stride 3 (scalar columns), dilation 2 */
     test_maxpool_case(5, 37, 3, 2, 1, 0, 1);   /* ceil mode without pads: a window past the end */
     test_global_average_case(7, 9);             /* 63: vectors of 8 and a tail */
