@@ -5,7 +5,7 @@
  * runs over tails of rows, columns and depth, and the Conv kernels (depthwise, pointwise, general) with odd shapes, strides,
  * pads, dilations and groups, each with and without the fused epilogue, on plain weights and on
  * packed weights with every micro-kernel; 2-D MaxPool over strides, dilations, pads and ceil mode,
- * GlobalAveragePool;
+ * GlobalAveragePool; Concat over parts that span the pool's copy blocks;
  * and the epilogue activations (16-lane where the
  * processor has AVX-512) over tails, extremes and NaN. */
 #include "check.h"
@@ -452,6 +452,45 @@ static void test_maxpool_case(int64_t H, int64_t W, int64_t k, int64_t s, int64_
     kiln_tensor_release(&y);
 }
 
+/* ------------------------------------------------------------------ Concat */
+/* Concat (the kernel table's) of three int8 tensors [rows, n_k, inner] along axis 1 against the
+ * byte-by-byte concatenation: parts of any size (none, under and over the pool's 64 KiB blocks),
+ * so that blocks start and end inside parts and rows. */
+static void test_concat_case(int64_t rows, const int64_t n[3], int64_t inner) {
+    const kiln_cpu_kernel *kern = kiln_cpu_kernel_find("", "Concat");
+    REQUIRE_OK(kern ? KILN_OK : kiln_error(KILN_ERR_UNSUPPORTED, "no Concat kernel"));
+    kiln_attr axis = {.name = "axis", .type = KILN_ATTR_INT, .i = 1};
+    kiln_node node = {.name = "cat", .op_type = "Concat", .domain = "", .opset = 13, .nattrs = 1, .attrs = &axis};
+    kiln_tensor x[3] = {{0}}, y = {0};
+    kiln_tensor *in[3] = {&x[0], &x[1], &x[2]}, *out[1] = {&y};
+    for (int k = 0; k < 3; k++) {
+        CHECK_OK(kiln_tensor_alloc(&x[k], KILN_I8, 3, (int64_t[]){rows, n[k], inner}));
+        int8_t *d = x[k].data;
+        for (int64_t i = 0; i < rows * n[k] * inner; i++) d[i] = (int8_t)(i * 31 + k * 7);
+    }
+    CHECK_OK(kern->exec(&node, in, 3, out, 1));
+    int64_t bad = 0, total = n[0] + n[1] + n[2];
+    const int8_t *yd = y.data;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0, k = 0, base = 0; c < total; c++) {
+            while (c - base >= n[k]) base += n[k++];
+            const int8_t *xd = x[k].data;
+            for (int64_t i = 0; i < inner; i++)
+                bad += yd[(r * total + c) * inner + i] != xd[(r * n[k] + c - base) * inner + i];
+        }
+    CHECKF(bad == 0 && y.dims[1] == total, "concat rows %lld parts %lld,%lld,%lld inner %lld: %lld bytes differ",
+           (long long)rows, (long long)n[0], (long long)n[1], (long long)n[2], (long long)inner, (long long)bad);
+    for (int k = 0; k < 3; k++) kiln_tensor_release(&x[k]);
+    kiln_tensor_release(&y);
+}
+
+static void test_concat(void) {
+    test_concat_case(2, (const int64_t[]){64, 64, 0}, 55 * 55 * 4);    /* SqueezeNet's fire outputs (as bytes) */
+    test_concat_case(3, (const int64_t[]){5, 0, 70001}, 1);            /* parts across blocks, an empty one */
+    test_concat_case(40000, (const int64_t[]){1, 3, 2}, 1);            /* many short rows */
+    test_concat_case(1, (const int64_t[]){2, 1, 1}, 3);                /* one block */
+}
+
 /* GlobalAveragePool (kiln_cpu_global_average_pool) on [2, 3, H, W] against a mean in double. */
 static void test_global_average_case(int64_t H, int64_t W) {
     kiln_node node = {.name = "gap", .op_type = "GlobalAveragePool", .domain = "", .opset = 12};
@@ -551,6 +590,7 @@ int main(void) {
     test_threadpool();
     test_sgemm();
     test_maxpool();
+    test_concat();
     test_activations();
     test_packed_gemm();
     test_conv2d();

@@ -385,10 +385,11 @@ static NN_EXEC(max_pool) {
     pool_plan p;
     int64_t odims[KILN_MAX_DIMS];
     KILN_TRY(plan_make(n, x, &p, odims));
-    kiln_status st = kiln_tensor_alloc(y, x->dtype, x->ndim, odims);
+    /* every output (and index) is written below */
+    kiln_status st = kiln_tensor_alloc_uninit(y, x->dtype, x->ndim, odims);
     int64_t *ind = NULL;
     if (st == KILN_OK && nout > 1 && out[1]) {
-        st = kiln_tensor_alloc(out[1], KILN_I64, x->ndim, odims);
+        st = kiln_tensor_alloc_uninit(out[1], KILN_I64, x->ndim, odims);
         ind = out[1]->data;
     }
     if (st != KILN_OK) {
