@@ -1,8 +1,9 @@
-/* test_cpu_threads.c — the threads a CPU engine's process holds, run with OPENBLAS_NUM_THREADS=2 and
- * KILN_NUM_THREADS=4 (tests/CMakeLists.txt): OpenBLAS starts a worker as it loads, and
- * kiln_cpu_gemm_init must stop it, leaving only the pool's threads, which stay the only ones
- * after products large enough to be split over the pool; the products and a parallel-for over
- * more threads than this machine may have processors (short spins) still give exact results. */
+/* test_cpu_threads.c — the threads a CPU engine's process holds, run with OPENBLAS_NUM_THREADS=2
+ * and KILN_NUM_THREADS=4 (tests/CMakeLists.txt): OpenBLAS starts a worker as it loads, and
+ * kiln_cpu_gemm_init must stop it, leaving only the pool's threads, which stay the only ones after
+ * products large enough to be split over the pool and after a fork; the products and a
+ * parallel-for over more threads than this machine may have processors (short spins) still give
+ * exact results. */
 #include "check.h"
 
 #include "backends/cpu/cpu_gemm.h"
@@ -13,6 +14,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* Threads of this process: the entries of /proc/self/task. */
 static int thread_count(void) {
@@ -68,5 +71,11 @@ int main(void) {
     check_product(96, 200, 130);
     check_product(3, 64, 50);
     CHECKF(thread_count() == 4, "after the products: %d threads, expected the pool's 4", thread_count());
+    pid_t child = fork(); /* OpenBLAS's fork handlers must not start its workers again */
+    if (child == 0) _exit(0);
+    int status = 0;
+    CHECK(child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status));
+    check_product(96, 200, 130);
+    CHECKF(thread_count() == 4, "after a fork: %d threads, expected the pool's 4", thread_count());
     return checks_report("test_cpu_threads");
 }
