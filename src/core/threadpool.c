@@ -58,7 +58,15 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* The configured thread count: KILN_NUM_THREADS, OMP_NUM_THREADS, else online processors. */
+/* The processors this process may run on (its affinity mask), else the online ones. */
+static int usable_processors(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus < 1 ? 1 : (int)cpus;
+}
+
+/* The configured thread count: KILN_NUM_THREADS, OMP_NUM_THREADS, else the usable processors. */
 static int configured_threads(void) {
     const char *names[] = {"KILN_NUM_THREADS", "OMP_NUM_THREADS"};
     for (int i = 0; i < 2; i++) {
@@ -67,16 +75,8 @@ static int configured_threads(void) {
         long t = v ? strtol(v, &end, 10) : 0;
         if (v && *v && !*end && t >= 1) return t > POOL_MAX_THREADS ? POOL_MAX_THREADS : (int)t;
     }
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    return cpus < 1 ? 1 : cpus > POOL_MAX_THREADS ? POOL_MAX_THREADS : (int)cpus;
-}
-
-/* The processors this process may run on (its affinity mask), else the online ones. */
-static int usable_processors(void) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    return cpus < 1 ? 1 : (int)cpus;
+    int cpus = usable_processors();
+    return cpus > POOL_MAX_THREADS ? POOL_MAX_THREADS : cpus;
 }
 
 /* Claims and runs chunks of generation gen until none is left (or another job replaced it). */
