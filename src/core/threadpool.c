@@ -5,7 +5,9 @@
  * waits for it: the caller only waits for chunks that were claimed and are still running. The
  * job's fields cannot change while one of its chunks runs, since the next job is published only
  * after every chunk finished. Workers spin briefly between jobs, then sleep on a condition
- * variable. One job at a time: a second caller runs serially. */
+ * variable; with more threads than processors the process may run on, a spinning thread would
+ * hold the core another one needs, so they poll only a few times before they sleep (or yield).
+ * One job at a time: a second caller runs serially. */
 #include "core/threadpool.h"
 
 #include <pthread.h>
@@ -17,9 +19,11 @@
 
 #define POOL_MAX_THREADS 64
 #define CHUNKS_PER_THREAD 4
-/* Polls of the job word before a worker sleeps (some 50 us), and before a waiter yields. */
+/* Polls of the job word before a worker sleeps (some 50 us), and of the done count before a waiter
+ * yields; OVERSUBSCRIBED_SPIN for both when the threads outnumber the usable processors. */
 #define POOL_SPIN 2000
 #define WAIT_SPIN 2000
+#define OVERSUBSCRIBED_SPIN 20
 
 /* The job word: generation (bits 40-63), chunk count (20-39), next chunk to claim (0-19). */
 #define GEN_SHIFT 40
@@ -31,6 +35,7 @@
 
 typedef struct pool {
     int nthreads; /* callers included; workers are nthreads - 1 */
+    int worker_spin, wait_spin; /* POOL_SPIN and WAIT_SPIN, or OVERSUBSCRIBED_SPIN */
     pthread_mutex_t lock; /* guards sleeping, with wake */
     pthread_cond_t wake;
     pthread_mutex_t submit; /* held by the thread whose job runs */
@@ -53,7 +58,15 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* The configured thread count: KILN_NUM_THREADS, OMP_NUM_THREADS, else online processors. */
+/* The processors this process may run on (its affinity mask), else the online ones. */
+static int usable_processors(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus < 1 ? 1 : (int)cpus;
+}
+
+/* The configured thread count: KILN_NUM_THREADS, OMP_NUM_THREADS, else the usable processors. */
 static int configured_threads(void) {
     const char *names[] = {"KILN_NUM_THREADS", "OMP_NUM_THREADS"};
     for (int i = 0; i < 2; i++) {
@@ -62,8 +75,8 @@ static int configured_threads(void) {
         long t = v ? strtol(v, &end, 10) : 0;
         if (v && *v && !*end && t >= 1) return t > POOL_MAX_THREADS ? POOL_MAX_THREADS : (int)t;
     }
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    return cpus < 1 ? 1 : cpus > POOL_MAX_THREADS ? POOL_MAX_THREADS : (int)cpus;
+    int cpus = usable_processors();
+    return cpus > POOL_MAX_THREADS ? POOL_MAX_THREADS : cpus;
 }
 
 /* Claims and runs chunks of generation gen until none is left (or another job replaced it). */
@@ -89,7 +102,7 @@ static void *worker_main(void *arg) {
     for (;;) {
         uint64_t gen;
         int spins = 0;
-        while ((gen = GEN_OF(atomic_load_explicit(&p->job, memory_order_acquire))) == seen && spins < POOL_SPIN) {
+        while ((gen = GEN_OF(atomic_load_explicit(&p->job, memory_order_acquire))) == seen && spins < p->worker_spin) {
             cpu_relax();
             spins++;
         }
@@ -109,6 +122,9 @@ static void *worker_main(void *arg) {
 static void pool_start(void) {
     pool *p = &g_pool;
     int want = configured_threads();
+    bool oversubscribed = want > usable_processors();
+    p->worker_spin = oversubscribed ? OVERSUBSCRIBED_SPIN : POOL_SPIN;
+    p->wait_spin = oversubscribed ? OVERSUBSCRIBED_SPIN : WAIT_SPIN;
     p->nthreads = 1;
     for (int i = 1; i < want; i++) {
         pthread_t t;
@@ -150,7 +166,7 @@ void kiln_parallel_for(int64_t n, int64_t min_chunk, kiln_parallel_fn fn, void *
     pthread_mutex_unlock(&p->lock);
     run_chunks(p, gen);
     for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) < chunks; spins++) {
-        if (spins < WAIT_SPIN) cpu_relax();
+        if (spins < p->wait_spin) cpu_relax();
         else sched_yield();
     }
     pthread_mutex_unlock(&p->submit);

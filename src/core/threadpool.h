@@ -3,7 +3,8 @@
  * and the workers claim one by one (a busy machine that delays a worker only moves its chunks to
  * the others). Workers spin briefly between jobs (kernels come back to back) and then sleep on a
  * condition variable, so an idle process costs nothing. The pool's size is KILN_NUM_THREADS, else
- * OMP_NUM_THREADS, else the number of online processors (at most 64). */
+ * OMP_NUM_THREADS, else the number of processors the process may run on (its affinity mask; at
+ * most 64). */
 #ifndef KILN_CORE_THREADPOOL_H
 #define KILN_CORE_THREADPOOL_H
 

@@ -5,7 +5,7 @@
  * runs over tails of rows, columns and depth, and the Conv kernels (depthwise, pointwise, general) with odd shapes, strides,
  * pads, dilations and groups, each with and without the fused epilogue, on plain weights and on
  * packed weights with every micro-kernel; 2-D MaxPool over strides, dilations, pads and ceil mode,
- * GlobalAveragePool;
+ * GlobalAveragePool; Concat over parts that span the pool's copy blocks;
  * and the epilogue activations (16-lane where the
  * processor has AVX-512) over tails, extremes and NaN. */
 #include "check.h"
@@ -459,6 +459,45 @@ static void test_maxpool_case(int64_t H, int64_t W, int64_t k, int64_t s, int64_
     kiln_tensor_release(&y);
 }
 
+/* ------------------------------------------------------------------ Concat */
+/* Concat (the kernel table's) of three int8 tensors [rows, n_k, inner] along axis 1 against the
+ * byte-by-byte concatenation: parts of any size (none, under and over the pool's 64 KiB blocks),
+ * so that blocks start and end inside parts and rows. */
+static void test_concat_case(int64_t rows, const int64_t n[3], int64_t inner) {
+    const kiln_cpu_kernel *kern = kiln_cpu_kernel_find("", "Concat");
+    REQUIRE_OK(kern ? KILN_OK : kiln_error(KILN_ERR_UNSUPPORTED, "no Concat kernel"));
+    kiln_attr axis = {.name = "axis", .type = KILN_ATTR_INT, .i = 1};
+    kiln_node node = {.name = "cat", .op_type = "Concat", .domain = "", .opset = 13, .nattrs = 1, .attrs = &axis};
+    kiln_tensor x[3] = {{0}}, y = {0};
+    kiln_tensor *in[3] = {&x[0], &x[1], &x[2]}, *out[1] = {&y};
+    for (int k = 0; k < 3; k++) {
+        CHECK_OK(kiln_tensor_alloc(&x[k], KILN_I8, 3, (int64_t[]){rows, n[k], inner}));
+        int8_t *d = x[k].data;
+        for (int64_t i = 0; i < rows * n[k] * inner; i++) d[i] = (int8_t)(i * 31 + k * 7);
+    }
+    CHECK_OK(kern->exec(&node, in, 3, out, 1));
+    int64_t bad = 0, total = n[0] + n[1] + n[2];
+    const int8_t *yd = y.data;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0, k = 0, base = 0; c < total; c++) {
+            while (c - base >= n[k]) base += n[k++];
+            const int8_t *xd = x[k].data;
+            for (int64_t i = 0; i < inner; i++)
+                bad += yd[(r * total + c) * inner + i] != xd[(r * n[k] + c - base) * inner + i];
+        }
+    CHECKF(bad == 0 && y.dims[1] == total, "concat rows %lld parts %lld,%lld,%lld inner %lld: %lld bytes differ",
+           (long long)rows, (long long)n[0], (long long)n[1], (long long)n[2], (long long)inner, (long long)bad);
+    for (int k = 0; k < 3; k++) kiln_tensor_release(&x[k]);
+    kiln_tensor_release(&y);
+}
+
+static void test_concat(void) {
+    test_concat_case(2, (const int64_t[]){64, 64, 0}, 55 * 55 * 4);    /* SqueezeNet's fire outputs (as bytes) */
+    test_concat_case(3, (const int64_t[]){5, 0, 70001}, 1);            /* parts across blocks, an empty one */
+    test_concat_case(40000, (const int64_t[]){1, 3, 2}, 1);            /* many short rows */
+    test_concat_case(1, (const int64_t[]){2, 1, 1}, 3);                /* one block */
+}
+
 /* GlobalAveragePool (kiln_cpu_global_average_pool) on [2, 3, H, W] against a mean in double. */
 static void test_global_average_case(int64_t H, int64_t W) {
     kiln_node node = {.name = "gap", .op_type = "GlobalAveragePool", .domain = "", .opset = 12};
@@ -485,6 +524,15 @@ static void test_maxpool(void) {
     test_maxpool_case(9, 11, 3, 2, 1, 1, 1);   /* the classifiers' 3x3 stride 2, ceil mode */
     test_maxpool_case(7, 40, 3, 1, 1, 1, 0);   /* stride 1, rows over 8-lane vectors */
     test_maxpool_case(10, 13, 2, 2, 1, 0, 0);  /* 2x2 stride 2, odd width */
+    /* the 2x2 and 3x3 stride-2 kernel: widths below, at and across its 16-output blocks (SqueezeNet's
+     * 111 and 55, ShuffleNetV2's 112 with pad 1), pads 0 and 1, ceil mode on and off */
+    const int64_t s2_widths[] = {1, 2, 5, 31, 32, 33, 55, 111, 112};
+    for (size_t i = 0; i < sizeof s2_widths / sizeof *s2_widths; i++)
+        for (int64_t k = 2; k <= 3; k++)
+            for (int64_t pad = 0; pad < k - 1 + (k == 3); pad++)
+                for (int64_t ceil = 0; ceil <= 1; ceil++)
+                    if (s2_widths[i] + 2 * pad >= k)
+                        test_maxpool_case(7 + (int64_t)i % 3, s2_widths[i], k, 2, 1, pad, ceil);
     test_maxpool_case(12, 9, 3, 3, 2, 2, 1);   /* stride 3 (scalar columns), dilation 2 */
     test_maxpool_case(5, 37, 3, 2, 1, 0, 1);   /* ceil mode without pads: a window past the end */
     test_global_average_case(7, 9);             /* 63: vectors of 8 and a tail */
@@ -549,6 +597,7 @@ int main(void) {
     test_threadpool();
     test_sgemm();
     test_maxpool();
+    test_concat();
     test_activations();
     test_packed_gemm();
     test_conv2d();

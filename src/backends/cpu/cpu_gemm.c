@@ -1,9 +1,9 @@
-/* cpu_gemm.c — kiln_cpu_sgemm (cpu_gemm.h). OpenBLAS is switched to one thread on first use and
- * the product is split over the pool by output columns (or rows when there are few columns), so
- * that only one set of threads ever spins on the cores. Products with at most GEMV_ROWS rows and
- * a non-transposed A are matrix-vector products: with B^T ([N, K] weights, the LLM and Gemm
- * transB=1 layout) each output is a dot product of two contiguous rows; with B ([K, N]) each
- * output row is a sum of B's rows scaled by A's. */
+/* cpu_gemm.c — kiln_cpu_sgemm (cpu_gemm.h). OpenBLAS is switched to one thread (its own workers
+ * stopped) on first use and the product is split over the pool by output columns (or rows when
+ * there are few columns), so that only one set of threads ever spins on the cores. Products with
+ * at most GEMV_ROWS rows and a non-transposed A are matrix-vector products: with B^T ([N, K]
+ * weights, the LLM and Gemm transB=1 layout) each output is a dot product of two contiguous rows;
+ * with B ([K, N]) each output row is a sum of B's rows scaled by A's. */
 #include "backends/cpu/cpu_gemm.h"
 
 #include "backends/cpu/cpu_simd.h"
@@ -24,8 +24,18 @@ typedef struct gemm_job {
     float *C;
 } gemm_job;
 
+/* The pthreads build of OpenBLAS starts OPENBLAS_NUM_THREADS - 1 workers (all cores when unset) as
+ * the library loads, and an idle worker polls with sched_yield for some 0.1 s before it sleeps:
+ * time taken from the pool's threads on a machine with few cores. blas_thread_shutdown_ (exported
+ * by the threaded builds; the call OpenBLAS's own fork handler makes) joins them; with one thread
+ * OpenBLAS never starts them again. Weak, so a build of OpenBLAS without threads links too. */
+extern int blas_thread_shutdown_(void) __attribute__((weak));
+
 static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
-static void blas_single_thread(void) { openblas_set_num_threads(1); }
+static void blas_single_thread(void) {
+    openblas_set_num_threads(1);
+    if (blas_thread_shutdown_) blas_thread_shutdown_();
+}
 
 void kiln_cpu_gemm_init(void) { pthread_once(&g_blas_once, blas_single_thread); }
 

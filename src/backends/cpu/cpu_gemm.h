@@ -8,7 +8,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Switches OpenBLAS to one thread, once per process: kernels that call cblas inside pool tasks call
+/* Switches OpenBLAS to one thread and stops the worker threads it started when it loaded, once per
+ * process, so that none polls for work beside the pool's threads: kernels that call cblas inside pool tasks call
  * this first (kiln_cpu_sgemm does). */
 void kiln_cpu_gemm_init(void);
 

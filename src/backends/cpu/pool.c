@@ -9,8 +9,9 @@
  * once, y[ow] op= x[row + ow * stride + k * dilation - pad] over the ow range where that tap is
  * inside the input. No per-element bounds checks remain, and the inner loops run along rows (on
  * 8-lane vectors for float32 MaxPool with strides 1 and 2; 2-D float32 MaxPool takes each output
- * row's input rows first, then its columns). The global forms and float32 MaxPool without indices
- * split their planes over the thread pool. */
+ * row's input rows first, then its columns; the 2x2 and 3x3 stride-2 windows take 16 outputs at a
+ * time from the even and odd lanes of the row maxima). The global forms and float32 MaxPool
+ * without indices split their planes over the thread pool. */
 #include "backends/cpu/nn_kernels.h"
 
 #include "backends/cpu/cpu_scratch.h"
@@ -264,10 +265,100 @@ static void maxpool2d_plane(const pool_plan *p, const float *x, float *y, float 
     }
 }
 
-/* Planes [b, e) of a float32 MaxPool without indices (kiln_parallel_fn): 2-D planes one by one,
- * others through the plan with its own row scratch. */
+/* The 16-lane kernels below: AVX-512 registers, two AVX2 ones, or four SSE ones, by clone. */
+#if defined(__x86_64__) && defined(__linux__) && !defined(KILN_NO_SIMD_CLONES)
+#define POOL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define POOL_CLONES
+#endif
+typedef float pool_v16f __attribute__((vector_size(64)));
+typedef int32_t pool_v16i __attribute__((vector_size(64)));
+#define V16_LOAD(p)                                                                                \
+    ({                                                                                             \
+        pool_v16f v_;                                                                              \
+        memcpy(&v_, (p), sizeof v_);                                                               \
+        v_;                                                                                        \
+    })
+/* a > b ? a : b per lane: a NaN in a is never taken */
+#define V16_MAX(a, b)                                                                              \
+    ({                                                                                             \
+        pool_v16f a_ = (a), b_ = (b);                                                              \
+        pool_v16i m_ = a_ > b_;                                                                    \
+        (pool_v16f)((m_ & (pool_v16i)a_) | (~m_ & (pool_v16i)b_));                                 \
+    })
+/* lanes 0, 2, ..., 30 (EVEN) or 1, 3, ..., 31 (ODD) of the 32 of lo then hi */
+#define V16_EVEN(lo, hi)                                                                           \
+    __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30)
+#define V16_ODD(lo, hi)                                                                            \
+    __builtin_shufflevector(lo, hi, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31)
+
+/* Whether the plan is a 2-D MaxPool with the 2x2 or 3x3 window at stride 2, no dilation (the
+ * classifiers' pools, any pads, ceil_mode or not): maxpool2d_s2_plane runs it. */
+static bool is_s2_pool(const pool_plan *p) {
+    return p->nsp == 2 && p->s[0] == 2 && p->s[1] == 2 && p->d[0] == 1 && p->d[1] == 1 && p->k[0] == p->k[1] &&
+           (p->k[0] == 2 || p->k[0] == 3) && p->pb[1] >= 0 && p->pb[1] < p->k[1];
+}
+
+/* Floats of scratch maxpool2d_s2_plane needs: the padded column maxima of its 16-output blocks. */
+static size_t s2_scratch(const pool_plan *p) {
+    int64_t blocks = 2 * ((p->L + 15) / 16 * 16) + 32, row = p->pb[1] + p->in[1];
+    return (size_t)(blocks > row ? blocks : row);
+}
+
+/* One plane of a pool that is_s2_pool accepts: for each output row, r gets the maximum over the
+ * window's input rows inside the input, laid out with the left pad in front and -inf wherever a
+ * window reaches past the input; then 16 outputs at a time take the maximum of r's even lanes, odd
+ * lanes and (3x3) the even lanes two further on, y[j] = max(r[2j], r[2j + 1], r[2j + 2]). The
+ * same comparisons as maxpool2d_plane: NaN is never taken. */
+POOL_CLONES
+static void maxpool2d_s2_plane(const pool_plan *p, const float *x, float *y, float *r) {
+    const int64_t W = p->in[1], L = p->L, pad = p->pb[1], n = (int64_t)s2_scratch(p);
+    for (int64_t i = 0; i < n; i++) r[i] = -INFINITY;
+    for (int64_t oh = 0; oh < p->out[0]; oh++) {
+        float *yr = y + oh * L, *rc = r + pad;
+        int64_t lo = p->lo[0][oh], hi = p->hi[0][oh];
+        if (lo >= hi) {
+            for (int64_t j = 0; j < L; j++) yr[j] = -INFINITY;
+            continue;
+        }
+        const float *x0 = x + (oh * 2 - p->pb[0] + lo) * W;
+        const pool_v16f lowest = (pool_v16f){0} - INFINITY;
+        int64_t c = 0;
+        for (; c + 16 <= W; c += 16) {
+            pool_v16f v = lowest;
+            for (int64_t t = 0; t < hi - lo; t++) v = V16_MAX(V16_LOAD(x0 + t * W + c), v);
+            memcpy(rc + c, &v, sizeof v);
+        }
+        for (; c < W; c++) {
+            float v = -INFINITY;
+            for (int64_t t = 0; t < hi - lo; t++) v = x0[t * W + c] > v ? x0[t * W + c] : v;
+            rc[c] = v;
+        }
+        for (int64_t j = 0; j < L; j += 16) {
+            const float *rj = r + 2 * j;
+            pool_v16f a = V16_LOAD(rj), b = V16_LOAD(rj + 16);
+            pool_v16f m = V16_MAX(V16_ODD(a, b), V16_EVEN(a, b));
+            if (p->k[1] == 3) {
+                pool_v16f c = V16_LOAD(rj + 2), d = V16_LOAD(rj + 18);
+                m = V16_MAX(V16_EVEN(c, d), m);
+            }
+            if (j + 16 <= L) memcpy(yr + j, &m, sizeof m);
+            else memcpy(yr + j, &m, (size_t)(L - j) * sizeof *yr);
+        }
+    }
+}
+
+/* Planes [b, e) of a float32 MaxPool without indices (kiln_parallel_fn): 2-D planes one by one
+ * (the 2x2 and 3x3 stride-2 pools on their own kernel), others through the plan with its own row
+ * scratch. */
 static void maxpool_f32_part(void *ctx, int64_t b, int64_t e) {
     const maxpool_job *j = ctx;
+    float *r2 = is_s2_pool(j->p) ? kiln_cpu_scratch(KILN_SCRATCH_TASK, s2_scratch(j->p)) : NULL;
+    if (r2) {
+        for (int64_t pl = b; pl < e; pl++)
+            maxpool2d_s2_plane(j->p, j->x + pl * j->p->in_size, j->y + pl * j->p->out_size, r2);
+        return;
+    }
     float *r = j->p->nsp == 2 ? kiln_cpu_scratch(KILN_SCRATCH_TASK, (size_t)j->p->in[1] + 1) : NULL;
     if (r) {
         for (int64_t pl = b; pl < e; pl++)
@@ -294,10 +385,11 @@ static NN_EXEC(max_pool) {
     pool_plan p;
     int64_t odims[KILN_MAX_DIMS];
     KILN_TRY(plan_make(n, x, &p, odims));
-    kiln_status st = kiln_tensor_alloc(y, x->dtype, x->ndim, odims);
+    /* every output (and index) is written below */
+    kiln_status st = kiln_tensor_alloc_uninit(y, x->dtype, x->ndim, odims);
     int64_t *ind = NULL;
     if (st == KILN_OK && nout > 1 && out[1]) {
-        st = kiln_tensor_alloc(out[1], KILN_I64, x->ndim, odims);
+        st = kiln_tensor_alloc_uninit(out[1], KILN_I64, x->ndim, odims);
         ind = out[1]->data;
     }
     if (st != KILN_OK) {

@@ -5,6 +5,7 @@
  * memcpy in contiguous runs. */
 #include "backends/cpu/shape_util.h"
 
+#include "core/threadpool.h"
 #include "ir/shape_calc.h"
 
 #include <stdlib.h>
@@ -195,6 +196,43 @@ static kiln_status exec_dropout(const kiln_node *n, kiln_tensor *const *in, int 
     return KILN_OK;
 }
 
+/* Bytes of Concat's output one pool task copies at least (a few pages: the copies stay long). */
+#define CONCAT_BLOCK ((int64_t)1 << 16)
+
+typedef struct concat_job {
+    kiln_tensor *const *in;
+    int nin;
+    const int64_t *start; /* [nin + 1]: byte offset of input k's part within one output row */
+    int64_t row;          /* bytes of one output row (all inputs' parts along the axis) */
+    int64_t total;        /* bytes of the output */
+    char *dst;
+} concat_job;
+
+/* Output bytes [b * CONCAT_BLOCK, e * CONCAT_BLOCK), the last block ending with the output
+ * (kiln_parallel_fn): each run of them that one input holds is one memcpy from that input's part
+ * of the same row. */
+static void concat_part(void *ctx, int64_t b, int64_t e) {
+    const concat_job *j = ctx;
+    int64_t pos = b * CONCAT_BLOCK, end = e * CONCAT_BLOCK < j->total ? e * CONCAT_BLOCK : j->total;
+    int64_t o = pos / j->row, off = pos % j->row; /* off: first within the row, then within the part */
+    int k = 0;
+    while (j->start[k + 1] <= off) k++;
+    off -= j->start[k];
+    while (pos < end) {
+        int64_t part = j->start[k + 1] - j->start[k];
+        int64_t n = part - off < end - pos ? part - off : end - pos;
+        memcpy(j->dst + pos, (const char *)j->in[k]->data + o * part + off, (size_t)n);
+        pos += n;
+        off = 0;
+        do { /* the next input with a part, in this row or the next */
+            if (++k == j->nin) {
+                k = 0;
+                o++;
+            }
+        } while (pos < end && j->start[k + 1] == j->start[k]);
+    }
+}
+
 static kiln_status exec_concat(const kiln_node *n, kiln_tensor *const *in, int nin, kiln_tensor *const *out, int nout) {
     const kiln_attr *a = kiln_node_attr(n, "axis");
     if (!a) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "Concat: attribute 'axis' is required");
@@ -222,19 +260,21 @@ static kiln_status exec_concat(const kiln_node *n, kiln_tensor *const *in, int n
         }
         od[axis] += t->dims[axis];
     }
-    KILN_TRY(kiln_tensor_alloc(out[0], first->dtype, r, od));
-    if (!out[0]->nbytes) return KILN_OK;
-    size_t es = kiln_dtype_size(first->dtype);
-    int64_t outer = kiln_numel(axis, od), inner = kiln_numel(r - axis - 1, od + axis + 1);
-    char *dst = out[0]->data;
-    for (int64_t o = 0; o < outer; o++)
-        for (int k = 0; k < nin; k++) {
-            if (!in[k]) continue;
-            size_t chunk = (size_t)(in[k]->dims[axis] * inner) * es;
-            if (!chunk) continue;
-            memcpy(dst, (const char *)in[k]->data + (size_t)o * chunk, chunk);
-            dst += chunk;
-        }
+    KILN_TRY(kiln_tensor_alloc_uninit(out[0], first->dtype, r, od)); /* every byte is copied below */
+    int64_t total = (int64_t)out[0]->nbytes;
+    if (!total) return KILN_OK;
+    int64_t es = (int64_t)kiln_dtype_size(first->dtype), inner = kiln_numel(r - axis - 1, od + axis + 1);
+    int64_t *start = malloc((size_t)(nin + 1) * sizeof *start);
+    if (!start) {
+        kiln_tensor_release(out[0]);
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Concat: out of memory");
+    }
+    start[0] = 0;
+    for (int k = 0; k < nin; k++) start[k + 1] = start[k] + (in[k] ? in[k]->dims[axis] * inner * es : 0);
+    concat_job job = {in, nin, start, start[nin], total, out[0]->data};
+    int64_t blocks = (total + CONCAT_BLOCK - 1) / CONCAT_BLOCK;
+    kiln_parallel_for(blocks, 1, concat_part, &job);
+    free(start);
     return KILN_OK;
 }
 
