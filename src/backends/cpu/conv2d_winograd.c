@@ -1,8 +1,9 @@
 /* conv2d_winograd.c — 3x3 stride-1 2-D Conv by Winograd's minimal filtering F(4x4, 3x3): every 4x4
  * block of outputs (a "tile") comes from the 6x6 input patch under it as Y = A^T [(G g G^T) .
  * (B^T d B)] A, 36 products per output channel and input channel instead of 144. The weights'
- * transforms U = G g G^T are made once, when the engine packs them: one [M, C] matrix per position
- * xi of the 6x6 transform, in kiln_pg_pack_a's layout (kiln_conv2d_weights_pack). Per run, the input
+ * transforms U = G g G^T are made once, when the engine packs them (and a cpu engine file stores
+ * them, packed_weights.h): one [M, C] matrix per position xi of the 6x6 transform, in
+ * kiln_pg_pack_a's layout (kiln_conv2d_weights_pack). Per run, the input
  * is copied once into zero-padded planes in a 4-phase layout (padded column q at (q % 4) * lp + q / 4),
  * so the columns of 16 neighbouring tiles under one tap are contiguous; tasks take a block of at most
  * KILN_PG_NR tiles, transform its patches 16 tiles at a time (B^T d B on 16-lane vectors) straight
@@ -29,7 +30,7 @@
 #define WINO_CLONES
 #endif
 
-enum { XI = 36, LANES = 16, GROUP = KILN_PG_NR };
+enum { XI = KILN_CONV2D_WINOGRAD_XI, LANES = 16, GROUP = KILN_PG_NR };
 
 typedef float wino_v16 __attribute__((vector_size(64)));
 
