@@ -431,7 +431,8 @@ int main(int argc, char **argv) {
     loaded = NULL;
     CHECK_OK(kiln_engine_load(foreign, &loaded));
     if (loaded) {
-        CHECKF(tagged(loaded->g, kinds) == 1 && kinds[KILN_PACKED_WINOGRAD_ROWS] == 1, "transforms of a 3-channel Conv");
+        CHECKF(tagged(loaded->g, kinds) == 1 && kinds[KILN_PACKED_WINOGRAD_ROWS] == 1,
+               "transforms of a 3-channel Conv");
         CHECK_OK(run(loaded, got, se_got));
         CHECKF(near_all(got, want, BATCH * OUTPUTS) && near_all(se_got, se_want, BATCH * SE_OUTPUTS),
                "Winograd transforms stored for a Conv of few channels run by Winograd");

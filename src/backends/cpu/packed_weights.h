@@ -48,13 +48,14 @@ int64_t kiln_packed_width(int64_t kind);
  * reads (float32 input, not a graph output). Fails only with KILN_ERR_OUT_OF_MEMORY. */
 kiln_status kiln_cpu_store_weights(kiln_graph *g, const kiln_engine_meta *meta, const kiln_build_options *opts);
 
-/* For node n of a loaded engine: when n has KILN_PACKED_ATTR, checks the tag (kind as wanted, width,
- * sizes) against n's weight constant (input 1: float32, 1-D, exactly the floats the tag describes),
- * fills *tag and sets *panels to panels of this kiln's width (want: KILN_PACKED_MATMUL, or any
- * Conv kind for KILN_PACKED_CONV_ROWS; the caller checks the tag against n's declared weights): the constant's data in place (*owned
- * NULL), or, when they were cut to another width, a repacked copy that the caller frees (*owned,
- * 64-byte aligned). Without the attribute *panels and *owned are NULL. Fails with KILN_ERR_PARSE
- * naming the node when the tag or the constant disagree, KILN_ERR_OUT_OF_MEMORY. */
+/* For node n of a loaded engine: when n has KILN_PACKED_ATTR, checks the tag (kind as wanted:
+ * KILN_PACKED_MATMUL, or any Conv kind for KILN_PACKED_CONV_ROWS; width, sizes) against n's weight
+ * constant (input 1: float32, 1-D, exactly the floats the tag describes), fills *tag and sets
+ * *panels to panels of this kiln's width: the constant's data in place (*owned NULL), or, when they
+ * were cut to another width, a repacked copy that the caller frees (*owned, 64-byte aligned); the
+ * caller checks the tag against n's declared weights. Without the attribute *panels and *owned are
+ * NULL. Fails with KILN_ERR_PARSE naming the node when the tag or the constant disagree,
+ * KILN_ERR_OUT_OF_MEMORY. */
 kiln_status kiln_cpu_stored_panels(const kiln_graph *g, const kiln_node *n, kiln_packed_kind want,
                                    kiln_packed_tag *tag, const float **panels, float **owned);
 
