@@ -1,11 +1,12 @@
 /* packed_weights.h — float32 weights stored in the engine file already packed for the CPU's matrix
  * products (packed_gemm.h), so a CPU engine neither repacks them at load nor keeps a plain copy.
  * At `kiln build --target cpu` (the backend's store_weights hook) the constant weight of every node
- * whose prepared kernel packs it (Conv, MatMul, Gemm and their fused forms) is replaced by its
- * panels: a 1-D float32 constant, the value keeping its declared shape, and the node gets the INTS
- * attribute KILN_PACKED_ATTR naming the layout (kiln_packed_tag). At load the prepared kernels use
- * the panels in place from the mapped file; panels cut to another width than this kiln's kernels
- * use are re-cut once at load (one warning per engine). Layout: docs/engine-format.md. */
+ * whose prepared kernel packs it (Conv, MatMul, Gemm and their fused forms; a Conv run by Winograd
+ * F(4x4, 3x3) packs its weights' transforms) is replaced by its panels: a 1-D float32 constant,
+ * the value keeping its declared shape, and the node gets the INTS attribute KILN_PACKED_ATTR
+ * naming the layout (kiln_packed_tag). At load the prepared kernels use the panels in place from
+ * the mapped file; panels cut to another width than this kiln's kernels use are re-cut once at
+ * load (one warning per engine). Layout: docs/engine-format.md. */
 #ifndef KILN_CPU_PACKED_WEIGHTS_H
 #define KILN_CPU_PACKED_WEIGHTS_H
 
