@@ -1,7 +1,8 @@
 """CPU weights stored packed in the engine (docs/engine-format.md, "Packed CPU weights"): `kiln build`
-stores the Conv / MatMul / Gemm weights of a cpu engine packed and `kiln inspect` says so and for
-which instruction set; an engine built with KILN_CPU_PACKED_WEIGHTS=0 stores them plain; both give
-the same outputs bit for bit (same kernels) at a batch the packed matrix products take."""
+stores the Conv / MatMul / Gemm weights of a cpu engine packed (the Winograd Convs' transforms too)
+and `kiln inspect` says so and for which instruction set; an engine built with
+KILN_CPU_PACKED_WEIGHTS=0 stores them plain; both give the same outputs bit for bit (same kernels)
+at a batch the packed matrix products take."""
 import numpy as np
 import onnx
 import pytest
@@ -31,6 +32,7 @@ def test_inspect_says_packed(kiln, built):
     assert "tensors" in line and "packed on" in line, f"no packed-weights line:\n{proc.stdout}"
     assert any(isa in line for isa in ("avx512", "avx2", "portable")), line
     assert "(matmul)" in line and "(conv rows)" in line, line
+    assert "of them Winograd transforms" in line and "(winograd rows)" in line, line  # its 3x3 16-channel Convs
     proc = run_kiln(kiln, "inspect", plain)
     assert_ok(proc)
     assert "packed weights: none stored" in proc.stdout, proc.stdout

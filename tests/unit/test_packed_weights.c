@@ -4,20 +4,26 @@
  * weights (same kernels) in memory and after a save/load round trip; an engine whose panels were
  * cut to another width on another ISA (a faked tag) is re-cut at load and still gives them; a tag
  * that disagrees with its constant or its node, and a truncated file, are refused with clear errors.
+ * The same for a model of 3x3 stride-1 Convs that run by Winograd F(4x4, 3x3): their transforms are
+ * stored (by rows and by tiles), and an engine whose Winograd choice differs from this kiln's (the
+ * transforms stored for a Conv of few channels, row panels for one that this kiln runs by Winograd)
+ * still runs on what it stores.
  * usage: test_packed_weights WORKDIR; test_packed_weights --write-seed DIR writes the fuzzer's seed
  * engine with packed weights (DIR/packed.seed, for fuzz/corpus/fuzz_engine/). */
 #include "check.h"
 #include "graph_build.h"
 
+#include "backends/cpu/conv2d.h"
 #include "backends/cpu/packed_gemm.h"
 #include "backends/cpu/packed_weights.h"
 #include "builder.h"
 #include "engine/engine_format.h"
 #include "runtime/engine_internal.h"
 
+#include <math.h>
 #include <stdint.h>
 
-enum { BATCH = 6, OUTPUTS = 70, SE_OUTPUTS = 12 };
+enum { BATCH = 6, OUTPUTS = 70, SE_OUTPUTS = 12, WINO_BATCH = 2, WINO_OUTPUTS = WINO_BATCH * 16 * 15 * 15 };
 
 /* X [6, 3, 9, 9] -> Conv 3x3 pad 1 (81 positions: row panels) -> Relu -> Conv 3x3 stride 2 (16
  * positions: column panels) -> Flatten -> Gemm [128, 50] + C -> MatMul [50, 70]; and, as a second
@@ -45,13 +51,29 @@ static kiln_graph *build_model(void) {
     return finish();
 }
 
-/* Builds the model for the cpu, its weights stored packed or not. */
-static kiln_engine *build_engine(bool packed) {
+/* X [2, 16, 17, 17] -> Conv 3x3 pad 1 [20, 16] + B (289 positions: Winograd transforms by rows)
+ * -> Relu -> Conv 3x3 [16, 20] (225 positions: by tiles); M = 20 fills neither last panel. */
+static kiln_graph *build_winograd_model(void) {
+    begin(17);
+    int64_t xd[4] = {WINO_BATCH, 16, 17, 17}, w1d[4] = {20, 16, 3, 3}, b1d[1] = {20}, w2d[4] = {16, 20, 3, 3};
+    int64_t pads[4] = {1, 1, 1, 1};
+    int c1[3] = {input("x", KILN_F32, 4, xd), constant(KILN_F32, 4, w1d, NULL, -0.3, 0.3),
+                 constant(KILN_F32, 1, b1d, NULL, -0.1, 0.1)};
+    int y = node_n("Conv", 3, c1, 1);
+    attr_ints("pads", 4, pads);
+    output(op2("Conv", op1("Relu", y), constant(KILN_F32, 4, w2d, NULL, -0.3, 0.3)));
+    return finish();
+}
+
+/* Builds model for the cpu, its weights stored packed or not. */
+static kiln_engine *build_of(kiln_graph *model, bool packed) {
     kiln_build_options opts = {.target = "cpu", .cpu_packed_weights = packed ? KILN_SWITCH_ON : KILN_SWITCH_OFF};
     kiln_engine *e = NULL;
-    REQUIRE_OK(kiln_build_graph(build_model(), "test_packed_weights", &opts, &e));
+    REQUIRE_OK(kiln_build_graph(model, "test_packed_weights", &opts, &e));
     return e;
 }
+
+static kiln_engine *build_engine(bool packed) { return build_of(build_model(), packed); }
 
 /* e's outputs on the fixed input, into y [BATCH * OUTPUTS] and se [BATCH * SE_OUTPUTS]; the status
  * of the run. */
@@ -77,13 +99,32 @@ static kiln_status run(kiln_engine *e, float *y, float *se) {
     return s;
 }
 
+/* e's output on a fixed input, into y [WINO_OUTPUTS]; the status of the run. */
+static kiln_status run_winograd(kiln_engine *e, float *y) {
+    static float x[WINO_BATCH * 16 * 17 * 17];
+    for (size_t i = 0; i < sizeof x / sizeof *x; i++) x[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
+    int64_t xd[4] = {WINO_BATCH, 16, 17, 17};
+    kiln_context *c;
+    KILN_TRY(kiln_context_create(e, &c));
+    kiln_status s = kiln_context_set_input(c, "x", KILN_F32, 4, xd, x);
+    if (s == KILN_OK) s = kiln_context_run(c);
+    kiln_tensor_desc d;
+    const void *data;
+    if (s == KILN_OK) s = kiln_context_output(c, 0, &d, &data);
+    if (s == KILN_OK && kiln_numel(d.ndim, d.dims) != WINO_OUTPUTS)
+        s = kiln_error(KILN_ERR_SHAPE, "unexpected Winograd model output shape");
+    if (s == KILN_OK) memcpy(y, data, sizeof(float) * WINO_OUTPUTS);
+    kiln_context_free(c);
+    return s;
+}
+
 /* The nodes of g carrying the packed-weights tag, and of those the ones of each kind. */
-static int tagged(const kiln_graph *g, int per_kind[3]) {
+static int tagged(const kiln_graph *g, int per_kind[KILN_PACKED_KINDS]) {
     int count = 0;
-    memset(per_kind, 0, 3 * sizeof *per_kind);
+    memset(per_kind, 0, KILN_PACKED_KINDS * sizeof *per_kind);
     for (int i = 0; i < g->nnodes; i++) {
         const kiln_attr *a = kiln_node_attr(&g->nodes[i], KILN_PACKED_ATTR);
-        if (!a || a->n != 6 || a->ints[0] < 0 || a->ints[0] > 2) continue;
+        if (!a || a->n != 6 || a->ints[0] < 0 || a->ints[0] >= KILN_PACKED_KINDS) continue;
         count++;
         per_kind[a->ints[0]]++;
         const kiln_value *w = &g->values[g->nodes[i].inputs[1]];
@@ -155,6 +196,56 @@ static void corrupt_tag(kiln_graph *g, void *ctx) {
     a->ints[c->field] = c->value;
 }
 
+/* Gives the first Winograd-rows node of g dilations of 2 (its transforms need 1). */
+static void dilate_winograd(kiln_graph *g, void *ctx) {
+    (void)ctx;
+    kiln_node *n;
+    REQUIRE_OK(tag_of_kind(g, KILN_PACKED_WINOGRAD_ROWS, &n) ? KILN_OK : KILN_ERR_INTERNAL);
+    kiln_attr *a = kiln_node_add_attr(g, n, "dilations", KILN_ATTR_INTS);
+    int64_t *ints = a ? kiln_graph_alloc(g, 2 * sizeof *ints) : NULL;
+    REQUIRE_OK(ints ? KILN_OK : KILN_ERR_OUT_OF_MEMORY);
+    ints[0] = ints[1] = 2;
+    a->ints = ints;
+    a->n = 2;
+}
+
+/* Stores the plain weight [M, Cg, 3, 3] of the first Conv of g (one group, stride 1) as panels of
+ * *kind (Winograd rows or conv rows), tagged, as a kiln with another Winograd channel threshold would. */
+static void store_other_choice(kiln_graph *g, void *ctx) {
+    const int64_t kind = *(const int64_t *)ctx;
+    kiln_node *n = NULL;
+    for (int i = 0; i < g->nnodes && !n; i++)
+        if (strstr(g->nodes[i].op_type, "Conv")) n = &g->nodes[i];
+    REQUIRE_OK(n && !kiln_node_attr(n, KILN_PACKED_ATTR) ? KILN_OK : KILN_ERR_INTERNAL);
+    kiln_tensor *w = g->values[n->inputs[1]].constant, t = {0};
+    int64_t M = w->dims[0], Cg = w->dims[1], floats;
+    kiln_packed_tag tag = {kind, kiln_pg_isa_current(), kiln_packed_width(kind), KILN_CONV2D_WINOGRAD_XI, M, Cg};
+    if (kind == KILN_PACKED_WINOGRAD_ROWS) {
+        floats = kiln_conv2d_winograd_floats(M, Cg, false);
+        float *u = malloc((size_t)(KILN_CONV2D_WINOGRAD_XI * Cg) * sizeof *u);
+        REQUIRE_OK(u ? kiln_tensor_alloc(&t, KILN_F32, 1, &floats) : KILN_ERR_OUT_OF_MEMORY);
+        kiln_conv2d_winograd_pack(w->data, M, Cg, false, u, t.data);
+        free(u);
+    } else { /* rows panels: what kiln_conv2d_weights_pack makes off the Winograd path */
+        kiln_conv2d_weights *pw = NULL;
+        REQUIRE_OK(kiln_conv2d_weights_pack(w->data, M, Cg, 3, 3, 1, 1000, false, &pw));
+        REQUIRE_OK(pw && !pw->winograd && !pw->by_columns ? KILN_OK : KILN_ERR_INTERNAL);
+        floats = pw->group_floats;
+        REQUIRE_OK(kiln_tensor_alloc(&t, KILN_F32, 1, &floats));
+        memcpy(t.data, pw->data, (size_t)floats * sizeof(float));
+        kiln_conv2d_weights_free(pw);
+        tag = (kiln_packed_tag){kind, kiln_pg_isa_current(), kiln_packed_width(kind), 1, M, 9 * Cg};
+    }
+    kiln_tensor_release(w);
+    *w = t;
+    kiln_attr *a = kiln_node_add_attr(g, n, KILN_PACKED_ATTR, KILN_ATTR_INTS);
+    int64_t *ints = a ? kiln_graph_alloc(g, 6 * sizeof *ints) : NULL;
+    REQUIRE_OK(ints ? KILN_OK : KILN_ERR_OUT_OF_MEMORY);
+    memcpy(ints, (int64_t[6]){tag.kind, tag.isa, tag.width, tag.groups, tag.P, tag.L}, sizeof(int64_t[6]));
+    a->ints = ints;
+    a->n = 6;
+}
+
 /* Counts the log lines that say weights were repacked at load. */
 static void count_repacks(kiln_log_level level, const char *msg, void *user) {
     (void)level;
@@ -167,6 +258,79 @@ static void check_refused(const char *path, kiln_status want, const char *says) 
     CHECKF(s == want && !e && strstr(kiln_last_error(), says), "%s: status %d, error '%s', expected one naming '%s'",
            path, s, kiln_last_error(), says);
     kiln_engine_free(e);
+}
+
+/* Whether a is within a relative 1e-4 of b everywhere (Winograd and direct products round apart). */
+static bool near_all(const float *a, const float *b, int count) {
+    for (int i = 0; i < count; i++)
+        if (!(fabsf(a[i] - b[i]) <= 1e-4f * (1.0f + fabsf(b[i])))) return false;
+    return true;
+}
+
+/* The Winograd model: its transforms stored by rows and by tiles give the outputs of transforms
+ * made at load bit for bit, in memory, after a round trip and re-cut from another width; tags that
+ * disagree with the node are refused; row panels stored for its first Conv (a kiln that runs it
+ * directly) still run. The files go to dir. */
+static void check_winograd(const char *dir) {
+    char path[1024], other[1024];
+    snprintf(path, sizeof path, "%s/packed_winograd.kiln", dir);
+    snprintf(other, sizeof other, "%s/packed_winograd_other.kiln", dir);
+    static float want[WINO_OUTPUTS], got[WINO_OUTPUTS];
+    kiln_engine *plain = build_of(build_winograd_model(), false), *packed = build_of(build_winograd_model(), true);
+    int kinds[KILN_PACKED_KINDS];
+    CHECKF(tagged(packed->g, kinds) == 2 && kinds[KILN_PACKED_WINOGRAD_ROWS] == 1 &&
+               kinds[KILN_PACKED_WINOGRAD_TILES] == 1,
+           "Winograd transforms stored: %d by rows, %d by tiles (want 1, 1)", kinds[3], kinds[4]);
+    REQUIRE_OK(run_winograd(plain, want));
+    CHECK_OK(run_winograd(packed, got));
+    CHECKF(!memcmp(want, got, sizeof got), "stored Winograd transforms give the outputs of transforms made at load");
+    CHECK_OK(kiln_engine_save(packed, path));
+    kiln_engine *loaded = NULL;
+    CHECK_OK(kiln_engine_load(path, &loaded));
+    if (loaded) {
+        memset(got, 0, sizeof got);
+        CHECK_OK(run_winograd(loaded, got));
+        CHECKF(!memcmp(want, got, sizeof got), "the loaded Winograd engine gives the same outputs");
+        kiln_engine_free(loaded);
+    }
+    rewrite(path, other, to_width_16, NULL);
+    loaded = NULL;
+    CHECK_OK(kiln_engine_load(other, &loaded));
+    if (loaded) {
+        memset(got, 0, sizeof got);
+        CHECK_OK(run_winograd(loaded, got));
+        CHECKF(!memcmp(want, got, sizeof got), "Winograd transforms re-cut from another width give the same outputs");
+        kiln_engine_free(loaded);
+    }
+    static const corruption bad_tags[] = {
+        {KILN_PACKED_WINOGRAD_ROWS, 3, 35, "size"},                     /* 35 transforms, not 36 */
+        {KILN_PACKED_WINOGRAD_ROWS, 4, 19, "declared"},                 /* M 19: the size, not W's M */
+        {KILN_PACKED_WINOGRAD_TILES, 4, 17, "declared"},                /* M 17 in one panel of 48 */
+        {KILN_PACKED_WINOGRAD_TILES, 0, KILN_PACKED_CONV_COLUMNS, "declared"}, /* 36 groups of a 1-group Conv */
+        {KILN_PACKED_WINOGRAD_ROWS, 0, KILN_PACKED_MATMUL, "layout"},
+    };
+    for (size_t i = 0; i < sizeof bad_tags / sizeof *bad_tags; i++) {
+        rewrite(path, other, corrupt_tag, (void *)&bad_tags[i]);
+        check_refused(other, KILN_ERR_PARSE, bad_tags[i].says);
+    }
+    rewrite(path, other, dilate_winograd, NULL);
+    check_refused(other, KILN_ERR_PARSE, "declared");
+
+    CHECK_OK(kiln_engine_save(plain, path)); /* row panels for a Conv this kiln runs by Winograd */
+    int64_t rows = KILN_PACKED_CONV_ROWS;
+    rewrite(path, other, store_other_choice, &rows);
+    loaded = NULL;
+    CHECK_OK(kiln_engine_load(other, &loaded));
+    if (loaded) {
+        CHECKF(tagged(loaded->g, kinds) == 1 && kinds[KILN_PACKED_CONV_ROWS] == 1, "row panels on a Winograd Conv");
+        CHECK_OK(run_winograd(loaded, got));
+        CHECKF(near_all(got, want, WINO_OUTPUTS), "row panels stored for a Winograd Conv run it directly");
+        kiln_engine_free(loaded);
+    }
+    kiln_engine_free(plain);
+    kiln_engine_free(packed);
+    remove(path);
+    remove(other);
 }
 
 /* A tiny packed engine for the fuzzer (small seeds fuzz fast): X [1, 1, 2, 2] -> Conv 1x1 [2, 1]
@@ -197,7 +361,7 @@ int main(int argc, char **argv) {
     static float want[BATCH * OUTPUTS], got[BATCH * OUTPUTS], se_want[BATCH * SE_OUTPUTS], se_got[BATCH * SE_OUTPUTS];
 
     kiln_engine *plain = build_engine(false), *packed = build_engine(true);
-    int kinds[3];
+    int kinds[KILN_PACKED_KINDS];
     CHECKF(tagged(plain->g, kinds) == 0, "an OFF build stores no packed weights");
     CHECKF(tagged(packed->g, kinds) == 5 && kinds[KILN_PACKED_MATMUL] == 2 && kinds[KILN_PACKED_CONV_ROWS] == 1 &&
                kinds[KILN_PACKED_CONV_COLUMNS] == 2,
@@ -260,6 +424,21 @@ int main(int argc, char **argv) {
     fclose(f);
     free(buf);
     check_refused(bad, KILN_ERR_PARSE, "truncated");
+
+    CHECK_OK(kiln_engine_save(plain, path)); /* Winograd transforms for a Conv of 3 input channels */
+    int64_t winograd = KILN_PACKED_WINOGRAD_ROWS;
+    rewrite(path, foreign, store_other_choice, &winograd);
+    loaded = NULL;
+    CHECK_OK(kiln_engine_load(foreign, &loaded));
+    if (loaded) {
+        CHECKF(tagged(loaded->g, kinds) == 1 && kinds[KILN_PACKED_WINOGRAD_ROWS] == 1,
+               "transforms of a 3-channel Conv");
+        CHECK_OK(run(loaded, got, se_got));
+        CHECKF(near_all(got, want, BATCH * OUTPUTS) && near_all(se_got, se_want, BATCH * SE_OUTPUTS),
+               "Winograd transforms stored for a Conv of few channels run by Winograd");
+        kiln_engine_free(loaded);
+    }
+    check_winograd(argv[1]);
 
     kiln_engine_free(plain);
     kiln_engine_free(packed);

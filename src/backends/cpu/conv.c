@@ -285,6 +285,35 @@ static NN_EXEC(conv_f32) {
     return conv_run(n, in, nin, out, NULL);
 }
 
+/* Whether n's strides and dilations are all 1 (or absent). */
+static bool unit_window(const kiln_node *n) {
+    static const char *const names[2] = {"strides", "dilations"};
+    for (int a = 0; a < 2; a++) {
+        int count = 0;
+        const int64_t *v = kiln_attr_ints(n, names[a], &count);
+        for (int i = 0; v && i < count; i++)
+            if (v[i] != 1) return false;
+    }
+    return true;
+}
+
+/* Whether the stored panels that tag describes fit Conv n's declared weights [M, Cg, KH, KW]
+ * (static, positive; no depthwise shape), its group and, for Winograd transforms, its window. */
+static bool stored_fit(const kiln_node *n, const kiln_value *w, const kiln_packed_tag *tag) {
+    bool fits = w->ndim == 4;
+    for (int i = 0; fits && i < 4; i++) fits = kiln_dim_is_static(w->dims[i]) && w->dims[i].value > 0;
+    if (!fits) return false;
+    int64_t M = w->dims[0].value, Cg = w->dims[1].value, KH = w->dims[2].value, KW = w->dims[3].value, L;
+    int64_t group = kiln_attr_int(n, "group", 1);
+    if (kiln_conv2d_depthwise_fits(M, Cg, KH, KW, group)) return false; /* the direct kernel reads plain weights */
+    if (tag->kind == KILN_PACKED_WINOGRAD_ROWS || tag->kind == KILN_PACKED_WINOGRAD_TILES)
+        return tag->groups == KILN_CONV2D_WINOGRAD_XI && group == 1 && KH == 3 && KW == 3 && unit_window(n) &&
+               M == tag->P && Cg == tag->L;
+    /* groups * P is bounded by the checked panel size */
+    return group == tag->groups && M == tag->groups * tag->P && kiln_mul_i64_ok(Cg, KH, &L) &&
+           kiln_mul_i64_ok(L, KW, &L) && L == tag->L;
+}
+
 /* The stored panels of n (packed_weights.h) into *state, checked against W's declared shape. */
 static kiln_status prepare_stored(const kiln_graph *g, const kiln_node *n, void **state) {
     kiln_packed_tag tag;
@@ -293,23 +322,18 @@ static kiln_status prepare_stored(const kiln_graph *g, const kiln_node *n, void 
     KILN_TRY(kiln_cpu_stored_panels(g, n, KILN_PACKED_CONV_ROWS, &tag, &panels, &owned));
     if (!panels) return KILN_OK;
     const kiln_value *w = &g->values[n->inputs[1]];
-    bool fits = w->ndim == 4 && kiln_attr_int(n, "group", 1) == tag.groups;
-    for (int i = 0; fits && i < 4; i++) fits = kiln_dim_is_static(w->dims[i]);
-    int64_t M = fits ? w->dims[0].value : 0, Cg = fits ? w->dims[1].value : 0;
-    int64_t KH = fits ? w->dims[2].value : 0, KW = fits ? w->dims[3].value : 0, L;
-    fits = fits && M == tag.groups * tag.P && Cg > 0 && KH > 0 && KW > 0 && kiln_mul_i64_ok(Cg, KH, &L) &&
-           kiln_mul_i64_ok(L, KW, &L) && L == tag.L; /* groups * P is bounded by the checked panel size */
+    bool fits = stored_fit(n, w, &tag);
     kiln_conv2d_weights *pw = fits ? calloc(1, sizeof *pw) : NULL;
     if (!pw) {
         free(owned);
-        return fits ? kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory")
-                    : kiln_error(KILN_ERR_PARSE, "its packed weights (attribute %s) do not match its declared "
-                                                 "weights (a corrupt engine: rebuild it)", KILN_PACKED_ATTR);
+        return kiln_cpu_stored_refused(fits);
     }
-    int64_t floats = (tag.P + kiln_packed_width(tag.kind) - 1) / kiln_packed_width(tag.kind) *
-                     kiln_packed_width(tag.kind) * tag.L;
-    *pw = (kiln_conv2d_weights){M, Cg, KH, KW, tag.groups, floats, tag.kind == KILN_PACKED_CONV_COLUMNS,
-                                false, false, owned ? owned : (float *)panels, true, owned == NULL};
+    bool winograd = tag.kind == KILN_PACKED_WINOGRAD_ROWS || tag.kind == KILN_PACKED_WINOGRAD_TILES;
+    int64_t width = kiln_packed_width(tag.kind), floats = (tag.P + width - 1) / width * width * tag.L;
+    *pw = (kiln_conv2d_weights){w->dims[0].value, w->dims[1].value, w->dims[2].value, w->dims[3].value,
+                                winograd ? 1 : tag.groups, floats, tag.kind == KILN_PACKED_CONV_COLUMNS, winograd,
+                                tag.kind == KILN_PACKED_WINOGRAD_TILES, owned ? owned : (float *)panels, true,
+                                owned == NULL};
     *state = pw;
     return KILN_OK;
 }
@@ -325,25 +349,24 @@ kiln_status kiln_cpu_conv_prepare(const kiln_graph *g, const kiln_node *n, void 
     int64_t positions = 0; /* the output's OH * OW where shape inference knows it */
     if (yv && yv->ndim == 4 && kiln_dim_is_static(yv->dims[2]) && kiln_dim_is_static(yv->dims[3]))
         positions = yv->dims[2].value * yv->dims[3].value;
-    bool unit_stride = true; /* strides and dilations all 1 (or absent) */
-    const char *names[2] = {"strides", "dilations"};
-    for (int a = 0; a < 2; a++) {
-        int count = 0;
-        const int64_t *v = kiln_attr_ints(n, names[a], &count);
-        for (int i = 0; v && i < count; i++) unit_stride = unit_stride && v[i] == 1;
-    }
     KILN_TRY(kiln_conv2d_weights_pack(w->data, w->dims[0], w->dims[1], w->dims[2], w->dims[3],
-                                      kiln_attr_int(n, "group", 1), positions, unit_stride, &pw));
+                                      kiln_attr_int(n, "group", 1), positions, unit_window(n), &pw));
     *state = pw;
     return KILN_OK;
 }
 
 bool kiln_cpu_conv_panels(const void *state, kiln_packed_tag *tag, const float **panels) {
     const kiln_conv2d_weights *pw = state;
-    if (pw->stored || pw->winograd) return false; /* Winograd transforms are made at load from the plain weights */
-    *tag = (kiln_packed_tag){pw->by_columns ? KILN_PACKED_CONV_COLUMNS : KILN_PACKED_CONV_ROWS, kiln_pg_isa_current(),
-                             pw->by_columns ? KILN_PG_NR : KILN_PG_MR, pw->group, pw->M / pw->group,
-                             pw->Cg * pw->KH * pw->KW};
+    if (pw->stored) return false;
+    if (pw->winograd) {
+        int64_t kind = pw->winograd_by_tiles ? KILN_PACKED_WINOGRAD_TILES : KILN_PACKED_WINOGRAD_ROWS;
+        *tag = (kiln_packed_tag){kind, kiln_pg_isa_current(), kiln_packed_width(kind), KILN_CONV2D_WINOGRAD_XI, pw->M,
+                                 pw->Cg};
+    } else {
+        int64_t kind = pw->by_columns ? KILN_PACKED_CONV_COLUMNS : KILN_PACKED_CONV_ROWS;
+        *tag = (kiln_packed_tag){kind, kiln_pg_isa_current(), kiln_packed_width(kind), pw->group, pw->M / pw->group,
+                                 pw->Cg * pw->KH * pw->KW};
+    }
     *panels = pw->data;
     return true;
 }

@@ -74,8 +74,8 @@ kiln_status kiln_conv2d_weights_pack(const float *w, int64_t M, int64_t Cg, int6
     bool by_tiles = winograd && out_positions > 0 && out_positions < KILN_CONV2D_WINOGRAD_POSITIONS;
     int64_t Mg = M / group, rows = Cg * KH * KW;
     int64_t per = by_columns ? kiln_pg_packed_b_floats(rows, Mg) : kiln_pg_packed_a_floats(Mg, rows);
-    if (winograd) per = kiln_conv2d_winograd_floats(M, Cg, by_tiles) / 36;
-    size_t bytes = ((size_t)(per * (winograd ? 36 : group)) * sizeof(float) + 63) / 64 * 64;
+    if (winograd) per = kiln_conv2d_winograd_floats(M, Cg, by_tiles) / KILN_CONV2D_WINOGRAD_XI;
+    size_t bytes = ((size_t)(per * (winograd ? KILN_CONV2D_WINOGRAD_XI : group)) * sizeof(float) + 63) / 64 * 64;
     kiln_conv2d_weights *pw = calloc(1, sizeof *pw);
     float *data = aligned_alloc(64, bytes), *tap_major = malloc((size_t)(Mg * rows) * sizeof *tap_major);
     if (!pw || !data || !tap_major) {
@@ -268,7 +268,8 @@ kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w
         return kiln_error(KILN_ERR_SHAPE,
                           "Conv: its weights, stored packed (by %s, for outputs of at most %d positions when by "
                           "columns), do not fit a convolution of %lld channels, groups %lld, output %lld x %lld",
-                          packed->by_columns ? "columns" : "rows", KILN_CONV2D_SMALL_OUTPUT, (long long)g->M,
+                          packed->winograd ? "Winograd transforms" : packed->by_columns ? "columns" : "rows",
+                          KILN_CONV2D_SMALL_OUTPUT, (long long)g->M,
                           (long long)g->group, (long long)g->OH, (long long)g->OW);
     if (!kiln_conv2d_weights_fit(packed, g)) packed = NULL;
     conv_job j = {.g = g, .x = x, .w = w, .packed = packed, .bias = bias, .z = residual, .act = act, .y = y};

@@ -43,6 +43,9 @@ typedef struct kiln_conv2d_weights {
 #define KILN_CONV2D_WINOGRAD_CHANNELS 16
 #define KILN_CONV2D_WINOGRAD_POSITIONS 256
 
+/* The positions xi of the 6x6 Winograd transform: a weight's transforms are 36 matrices. */
+#define KILN_CONV2D_WINOGRAD_XI 36
+
 /* Packs w [M, Cg, KH, KW] (float32, group groups; M a multiple of group) into *out, which the
  * caller frees with kiln_conv2d_weights_free; by columns when out_positions (OH * OW where the
  * graph knows it, else 0) is at most KILN_CONV2D_SMALL_OUTPUT; else as Winograd transforms when
@@ -88,6 +91,11 @@ kiln_status kiln_conv2d_run_winograd(const kiln_conv2d *g, const float *x, const
  * in kiln_pg_pack_a's layout, or with tiles_in_rows its transpose [C, M] in kiln_pg_pack_b's
  * layout, one after the other. u: scratch of 36 C floats (one output channel's transforms). */
 void kiln_conv2d_winograd_pack(const float *w, int64_t M, int64_t C, bool tiles_in_rows, float *u, float *dst);
+
+/* The floats kiln_conv2d_winograd_pack writes for M output and C input channels: 36 matrices of
+ * kiln_pg_packed_a_floats(M, C) floats (M rounded up to whole KILN_PG_MR-row panels), or with
+ * tiles_in_rows of kiln_pg_packed_b_floats(C, M) (M rounded up to whole KILN_PG_NR-column
+ * panels); a 36th of it is the group_floats of kiln_conv2d_weights. */
 int64_t kiln_conv2d_winograd_floats(int64_t M, int64_t C, bool tiles_in_rows);
 
 /* Whether kiln_conv2d_run takes the direct depthwise kernel for weights [M, Cg, KH, KW] in group

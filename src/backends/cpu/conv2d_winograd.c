@@ -1,8 +1,9 @@
 /* conv2d_winograd.c — 3x3 stride-1 2-D Conv by Winograd's minimal filtering F(4x4, 3x3): every 4x4
  * block of outputs (a "tile") comes from the 6x6 input patch under it as Y = A^T [(G g G^T) .
  * (B^T d B)] A, 36 products per output channel and input channel instead of 144. The weights'
- * transforms U = G g G^T are made once, when the engine packs them: one [M, C] matrix per position
- * xi of the 6x6 transform, in kiln_pg_pack_a's layout (kiln_conv2d_weights_pack). Per run, the input
+ * transforms U = G g G^T are made once, when the engine packs them (and a cpu engine file stores
+ * them, packed_weights.h): one [M, C] matrix per position xi of the 6x6 transform, in
+ * kiln_pg_pack_a's layout (kiln_conv2d_weights_pack). Per run, the input
  * is copied once into zero-padded planes in a 4-phase layout (padded column q at (q % 4) * lp + q / 4),
  * so the columns of 16 neighbouring tiles under one tap are contiguous; tasks take a block of at most
  * KILN_PG_NR tiles, transform its patches 16 tiles at a time (B^T d B on 16-lane vectors) straight
@@ -29,7 +30,7 @@
 #define WINO_CLONES
 #endif
 
-enum { XI = 36, LANES = 16, GROUP = KILN_PG_NR };
+enum { XI = KILN_CONV2D_WINOGRAD_XI, LANES = 16, GROUP = KILN_PG_NR };
 
 typedef float wino_v16 __attribute__((vector_size(64)));
 
@@ -93,6 +94,16 @@ int64_t kiln_conv2d_winograd_floats(int64_t M, int64_t C, bool tiles_in_rows) {
         __builtin_shufflevector(a, b, p, p + 4, p + 8, p + 12, p + 16, p + 20, p + 24, p + 28),    \
         __builtin_shufflevector(c, d, p, p + 4, p + 8, p + 12, p + 16, p + 20, p + 24, p + 28), 0, \
         1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+
+/* The second pass of a 2-D transform: the 1-D transform ROWS (BT_ROWS or AT_ROWS) down column c of
+ * the six rows of vectors a[0..5], into o (a macro: 16-lane vectors cannot be passed to a function
+ * of the baseline clone). */
+#define COLUMN_PASS(ROWS, a, c, o)                                                                 \
+    do {                                                                                           \
+        wino_v16 col_[6];                                                                          \
+        _Pragma("GCC unroll 6") for (int r_ = 0; r_ < 6; r_++) col_[r_] = (a)[r_][c];              \
+        ROWS(col_, o);                                                                             \
+    } while (0)
 
 /* One padded row from a row of the input (row NULL: a padding row): row's W columns from column
  * pw of the zero-padded row, split into the four phases (lp columns each, a multiple of 16) at
@@ -167,10 +178,8 @@ static void input_tiles(const float *plane, int64_t ld, int64_t lp, int64_t tw, 
     }
     #pragma GCC unroll 6
     for (int c = 0; c < 6; c++) {
-        wino_v16 d[6], o[6];
-        #pragma GCC unroll 6
-        for (int r = 0; r < 6; r++) d[r] = w[r][c];
-        BT_ROWS(d, o);
+        wino_v16 o[6];
+        COLUMN_PASS(BT_ROWS, w, c, o);
         #pragma GCC unroll 6
         for (int i = 0; i < 6; i++) {
             if (full) memcpy(v + (i * 6 + c) * vstride, &o[i], sizeof o[i]);
@@ -227,10 +236,8 @@ static void output_tiles(const float *p, int64_t pstride, float bias, float *y, 
     wino_v16 res[4][4]; /* res[i][c]: row i, column c of the tiles */
     #pragma GCC unroll 6
     for (int c = 0; c < 4; c++) {
-        wino_v16 m[6], o[4];
-        #pragma GCC unroll 6
-        for (int r = 0; r < 6; r++) m[r] = t[r][c];
-        AT_ROWS(m, o);
+        wino_v16 o[4];
+        COLUMN_PASS(AT_ROWS, t, c, o);
         #pragma GCC unroll 6
         for (int i = 0; i < 4; i++) res[i][c] = o[i] + bias;
     }

@@ -48,9 +48,7 @@ static kiln_status prepare_stored(const kiln_graph *g, const kiln_node *n, void 
     packed_weights *pw = fits ? calloc(1, sizeof *pw) : NULL;
     if (!pw) {
         free(owned);
-        return fits ? kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory")
-                    : kiln_error(KILN_ERR_PARSE, "its packed weights (attribute %s) do not match its declared "
-                                                 "weights (a corrupt engine: rebuild it)", KILN_PACKED_ATTR);
+        return kiln_cpu_stored_refused(fits);
     }
     *pw = (packed_weights){tag.L, tag.P, panels, owned, true};
     *state = pw;

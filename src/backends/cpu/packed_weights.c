@@ -13,7 +13,9 @@
 /* The widest panel a tag may name: wider ones are no layout any kiln writes. */
 #define MAX_WIDTH 1024
 
-int64_t kiln_packed_width(int64_t kind) { return kind == KILN_PACKED_CONV_ROWS ? KILN_PG_MR : KILN_PG_NR; }
+int64_t kiln_packed_width(int64_t kind) {
+    return kind == KILN_PACKED_CONV_ROWS || kind == KILN_PACKED_WINOGRAD_ROWS ? KILN_PG_MR : KILN_PG_NR;
+}
 
 /* Floats of `groups` blocks of an [L, P] matrix in panels of width columns, or false when they overflow. */
 static bool packed_floats(const kiln_packed_tag *t, int64_t width, int64_t *floats) {
@@ -105,7 +107,7 @@ kiln_status kiln_cpu_stored_panels(const kiln_graph *g, const kiln_node *n, kiln
     if (!a) return KILN_OK;
     if (a->type != KILN_ATTR_INTS || a->n != 6) return bad_tag("is not 6 integers");
     *tag = (kiln_packed_tag){a->ints[0], a->ints[1], a->ints[2], a->ints[3], a->ints[4], a->ints[5]};
-    bool conv = tag->kind == KILN_PACKED_CONV_ROWS || tag->kind == KILN_PACKED_CONV_COLUMNS;
+    bool conv = tag->kind >= KILN_PACKED_CONV_ROWS && tag->kind < KILN_PACKED_KINDS;
     bool kind_ok = want == KILN_PACKED_MATMUL ? tag->kind == KILN_PACKED_MATMUL : conv;
     if (!kind_ok) return bad_tag("names a layout this op does not use");
     if (tag->isa < 0 || tag->isa > 255 || tag->width < 1 || tag->width > MAX_WIDTH || tag->groups < 1 ||
@@ -132,12 +134,18 @@ kiln_status kiln_cpu_stored_panels(const kiln_graph *g, const kiln_node *n, kiln
     return KILN_OK;
 }
 
+kiln_status kiln_cpu_stored_refused(bool fits) {
+    return fits ? kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory")
+                : kiln_error(KILN_ERR_PARSE, "its packed weights (attribute %s) do not match its declared weights (a "
+                                             "corrupt engine: rebuild it)", KILN_PACKED_ATTR);
+}
+
 /* What the tags of g say: how many weights are stored packed, their bytes, the ISA named last, the
  * width of each kind, and how many of them this kiln re-cuts at load. */
 typedef struct packed_survey {
-    int count, recut;
+    int count, recut, winograd;
     size_t bytes;
-    int64_t isa, widths[3];
+    int64_t isa, widths[KILN_PACKED_KINDS];
 } packed_survey;
 
 static packed_survey survey(const kiln_graph *g) {
@@ -145,9 +153,10 @@ static packed_survey survey(const kiln_graph *g) {
     for (int i = 0; i < g->nnodes; i++) {
         const kiln_node *n = &g->nodes[i];
         const kiln_attr *a = kiln_node_attr(n, KILN_PACKED_ATTR);
-        if (!a || a->type != KILN_ATTR_INTS || a->n != 6 || a->ints[0] < 0 || a->ints[0] > 2) continue;
+        if (!a || a->type != KILN_ATTR_INTS || a->n != 6 || a->ints[0] < 0 || a->ints[0] >= KILN_PACKED_KINDS) continue;
         const kiln_tensor *w = n->ninputs > 1 && n->inputs[1] >= 0 ? g->values[n->inputs[1]].constant : NULL;
         s.count++;
+        s.winograd += a->ints[0] >= KILN_PACKED_WINOGRAD_ROWS;
         s.bytes += w ? w->nbytes : 0;
         s.isa = a->ints[1];
         s.widths[a->ints[0]] = a->ints[2];
@@ -166,15 +175,18 @@ void kiln_cpu_log_repacked(const kiln_graph *g) {
 }
 
 void kiln_cpu_describe_packed(const kiln_graph *g, FILE *out) {
-    static const char *const kinds[3] = {"matmul", "conv rows", "conv columns"};
+    static const char *const kinds[KILN_PACKED_KINDS] = {"matmul", "conv rows", "conv columns", "winograd rows",
+                                                         "winograd tiles"};
     packed_survey s = survey(g);
     if (!s.count) {
         fprintf(out, "packed weights: none stored (the CPU kernels pack theirs at load)\n");
         return;
     }
-    fprintf(out, "packed weights: %d tensors, %zu bytes (%.2f MB), packed on %s in panels of", s.count, s.bytes,
-            (double)s.bytes / 1e6, kiln_pg_isa_name((kiln_pg_isa)s.isa));
-    for (int k = 0, first = 1; k < 3; k++)
+    fprintf(out, "packed weights: %d tensors", s.count);
+    if (s.winograd) fprintf(out, " (%d of them Winograd transforms)", s.winograd);
+    fprintf(out, ", %zu bytes (%.2f MB), packed on %s in panels of", s.bytes, (double)s.bytes / 1e6,
+            kiln_pg_isa_name((kiln_pg_isa)s.isa));
+    for (int k = 0, first = 1; k < KILN_PACKED_KINDS; k++)
         if (s.widths[k]) {
             fprintf(out, "%s %lld (%s)", first ? "" : ",", (long long)s.widths[k], kinds[k]);
             first = 0;
