@@ -455,6 +455,7 @@ static kiln_status upload_constants(kiln_backend_engine *be) {
         total += kiln_cuda_align((size_t)kiln_tensor_numel(t) * kiln_dtype_size(be->dev_dtype[v]));
     }
     if (!total) return KILN_OK;
+    double t0 = kiln_log_now_ms();
     KILN_CUDA_TRY(cudaMalloc(&be->const_mem, total));
     be->const_bytes = total;
     size_t off = 0;
@@ -489,7 +490,9 @@ static kiln_status upload_constants(kiln_backend_engine *be) {
     free(tmp);
     /* pageable uploads may still be in flight when cudaMemcpy returns: finish them before any stream uses them */
     if (s == KILN_OK) KILN_CUDA_TRY(cudaDeviceSynchronize());
-    if (s == KILN_OK) KILN_LOG(KILN_LOG_INFO, "cuda: %.2f MB of weights on device %d", (double)total / 1e6, be->device);
+    if (s == KILN_OK)
+        KILN_LOG(KILN_LOG_INFO, "cuda: %.2f MB of weights on device %d (uploaded in %.1f ms)", (double)total / 1e6,
+                 be->device, kiln_log_now_ms() - t0);
     return s;
 }
 
