@@ -161,16 +161,27 @@ static void convert_range(const void *src, kiln_dtype st, void *dst, kiln_dtype 
     }
 }
 
+/* Elements [i0, i1) of the conversions' concatenation (one thread's share). */
 typedef struct convert_job {
-    const void *src;
-    void *dst;
-    kiln_dtype st, dt;
+    const kiln_cuda_conversion *c;
+    int count;
     int64_t i0, i1;
 } convert_job;
 
 static void *convert_worker(void *arg) {
     const convert_job *j = arg;
-    convert_range(j->src, j->st, j->dst, j->dt, j->i0, j->i1);
+    int64_t at = 0;
+    for (int i = 0; i < j->count && at < j->i1; at += j->c[i++].n) {
+        const kiln_cuda_conversion *c = &j->c[i];
+        int64_t lo = j->i0 > at ? j->i0 - at : 0, hi = j->i1 - at < c->n ? j->i1 - at : c->n;
+        if (lo >= hi) continue;
+        if (c->st == c->dt) {
+            size_t es = kiln_dtype_size(c->st);
+            memcpy((char *)c->dst + (size_t)lo * es, (const char *)c->src + (size_t)lo * es, (size_t)(hi - lo) * es);
+        } else {
+            convert_range(c->src, c->st, c->dst, c->dt, lo, hi);
+        }
+    }
     return NULL;
 }
 
@@ -180,30 +191,30 @@ static void *convert_worker(void *arg) {
 /* Large conversions (a model's weights: GPT-2 XL has 1.6 G of them) are split over up to
  * CONVERT_THREADS threads, which also read the (often mmap'd, not yet paged-in) source in parallel;
  * a thread that cannot start leaves its share to the caller's thread. */
-void kiln_cuda_host_convert(const void *src, kiln_dtype st, void *dst, kiln_dtype dt, int64_t n) {
-    if (st == dt) {
-        memcpy(dst, src, (size_t)n * kiln_dtype_size(st));
-        return;
-    }
+void kiln_cuda_host_convert_all(const kiln_cuda_conversion *c, int count) {
+    int64_t n = 0;
+    for (int i = 0; i < count; i++) n += c[i].n;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int64_t parts = n / CONVERT_MIN_PER_THREAD;
     if (parts > CONVERT_THREADS) parts = CONVERT_THREADS;
     if (parts > cpus) parts = cpus;
-    if (parts < 2) {
-        convert_range(src, st, dst, dt, 0, n);
-        return;
-    }
+    if (parts < 1) parts = 1;
     convert_job jobs[CONVERT_THREADS];
     pthread_t th[CONVERT_THREADS];
     bool started[CONVERT_THREADS];
     for (int64_t k = 0; k < parts; k++) {
-        jobs[k] = (convert_job){src, dst, st, dt, n * k / parts, n * (k + 1) / parts};
+        jobs[k] = (convert_job){c, count, n * k / parts, n * (k + 1) / parts};
         started[k] = k > 0 && pthread_create(&th[k], NULL, convert_worker, &jobs[k]) == 0;
     }
     for (int64_t k = 0; k < parts; k++)
         if (!started[k]) convert_worker(&jobs[k]);
     for (int64_t k = 1; k < parts; k++)
         if (started[k]) pthread_join(th[k], NULL);
+}
+
+void kiln_cuda_host_convert(const void *src, kiln_dtype st, void *dst, kiln_dtype dt, int64_t n) {
+    kiln_cuda_conversion c = {src, st, dst, dt, n};
+    kiln_cuda_host_convert_all(&c, 1);
 }
 
 static kiln_dtype precision_dtype(kiln_precision p) {
