@@ -456,6 +456,70 @@ static void find_views(kiln_backend_engine *be) {
 
 /* ---------------------------------------------------------------- constants */
 
+/* The weights go to the device through two page-locked buffers of up to UPLOAD_STAGE_BYTES: a piece is
+ * converted (or copied) into one while the other's copy runs, at the DMA speed of page-locked memory
+ * instead of the driver's pageable path. Where page-locked memory cannot be had, plain buffers do
+ * the same work, each copy then waiting for its source. */
+#define UPLOAD_STAGE_BYTES ((size_t)32 << 20)
+
+typedef struct upload_stage {
+    void *buf[2];
+    size_t bytes; /* of each buffer */
+    bool pinned;
+    cudaEvent_t copied[2]; /* buf[i] may be refilled once copied[i] completed */
+    cudaStream_t stream;
+    int next;
+} upload_stage;
+
+static void stage_close(upload_stage *st) {
+    for (int i = 0; i < 2; i++) {
+        if (st->buf[i]) st->pinned ? (void)cudaFreeHost(st->buf[i]) : free(st->buf[i]);
+        if (st->copied[i]) cudaEventDestroy(st->copied[i]);
+    }
+    if (st->stream) cudaStreamDestroy(st->stream);
+    memset(st, 0, sizeof *st);
+}
+
+/* Opens the buffers, of min(UPLOAD_STAGE_BYTES, total) bytes each (a small model's weights are small). */
+static kiln_status stage_open(upload_stage *st, size_t total) {
+    memset(st, 0, sizeof *st);
+    st->bytes = total < UPLOAD_STAGE_BYTES ? total : UPLOAD_STAGE_BYTES;
+    void *pinned[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++)
+        if (cudaHostAlloc(&pinned[i], st->bytes, cudaHostAllocDefault) != cudaSuccess) pinned[i] = NULL;
+    st->pinned = pinned[0] && pinned[1];
+    if (st->pinned) {
+        st->buf[0] = pinned[0], st->buf[1] = pinned[1];
+    } else {
+        for (int i = 0; i < 2; i++)
+            if (pinned[i]) cudaFreeHost(pinned[i]);
+        cudaGetLastError(); /* the failed allocation is not an error of the engine */
+        st->buf[0] = malloc(st->bytes);
+        st->buf[1] = malloc(st->bytes);
+        if (!st->buf[0] || !st->buf[1]) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory uploading the weights");
+    }
+    KILN_CUDA_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
+    for (int i = 0; i < 2; i++) KILN_CUDA_TRY(cudaEventCreateWithFlags(&st->copied[i], cudaEventDisableTiming));
+    return KILN_OK;
+}
+
+/* Queues the copy of n elements of src (dtype sdt) to dev, converted to ddt. */
+static kiln_status stage_put(upload_stage *st, void *dev, const void *src, kiln_dtype sdt, kiln_dtype ddt, int64_t n) {
+    size_t ses = kiln_dtype_size(sdt), des = kiln_dtype_size(ddt);
+    int64_t per = (int64_t)(st->bytes / des);
+    for (int64_t i = 0; i < n; i += per) {
+        int64_t m = n - i < per ? n - i : per;
+        int b = st->next;
+        st->next ^= 1;
+        KILN_CUDA_TRY(cudaEventSynchronize(st->copied[b]));
+        kiln_cuda_host_convert((const char *)src + (size_t)i * ses, sdt, st->buf[b], ddt, m);
+        KILN_CUDA_TRY(cudaMemcpyAsync((char *)dev + (size_t)i * des, st->buf[b], (size_t)m * des,
+                                      cudaMemcpyHostToDevice, st->stream));
+        KILN_CUDA_TRY(cudaEventRecord(st->copied[b], st->stream));
+    }
+    return KILN_OK;
+}
+
 /* Uploads every constant a device node reads (converted to its device dtype) into one allocation. */
 static kiln_status upload_constants(kiln_backend_engine *be) {
     const kiln_graph *g = be->g;
@@ -469,10 +533,9 @@ static kiln_status upload_constants(kiln_backend_engine *be) {
     double t0 = kiln_log_now_ms();
     KILN_CUDA_TRY(cudaMalloc(&be->const_mem, total));
     be->const_bytes = total;
+    upload_stage st;
+    kiln_status s = stage_open(&st, total);
     size_t off = 0;
-    void *tmp = NULL;
-    size_t tmp_cap = 0;
-    kiln_status s = KILN_OK;
     for (int v = 0; v < g->nvalues && s == KILN_OK; v++) {
         const kiln_tensor *t = g->values[v].constant;
         if (!t || !be->needs_device[v]) continue;
@@ -481,29 +544,16 @@ static kiln_status upload_constants(kiln_backend_engine *be) {
         if (!bytes) continue;
         be->const_dev[v] = (char *)be->const_mem + off;
         off += kiln_cuda_align(bytes);
-        const void *src = t->data;
-        if (t->dtype != be->dev_dtype[v]) {
-            if (bytes > tmp_cap) {
-                free(tmp);
-                tmp_cap = bytes;
-                tmp = malloc(tmp_cap);
-                if (!tmp) {
-                    s = kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory converting constant '%s'", g->values[v].name);
-                    break;
-                }
-            }
-            kiln_cuda_host_convert(t->data, t->dtype, tmp, be->dev_dtype[v], n);
-            src = tmp;
-        }
-        cudaError_t e = cudaMemcpy(be->const_dev[v], src, bytes, cudaMemcpyHostToDevice);
-        if (e != cudaSuccess) s = kiln_cuda_error(e, "cudaMemcpy(constant)", __FILE__, __LINE__);
+        s = stage_put(&st, be->const_dev[v], t->data, t->dtype, be->dev_dtype[v], n);
     }
-    free(tmp);
-    /* pageable uploads may still be in flight when cudaMemcpy returns: finish them before any stream uses them */
-    if (s == KILN_OK) KILN_CUDA_TRY(cudaDeviceSynchronize());
+    /* every copy done before any stream reads the weights (and before the buffers go) */
+    cudaError_t e = st.stream ? cudaStreamSynchronize(st.stream) : cudaSuccess;
+    if (s == KILN_OK && e != cudaSuccess) s = kiln_cuda_error(e, "cudaStreamSynchronize(weights upload)", __FILE__, __LINE__);
+    bool pinned = st.pinned;
+    stage_close(&st);
     if (s == KILN_OK)
-        KILN_LOG(KILN_LOG_INFO, "cuda: %.2f MB of weights on device %d (uploaded in %.1f ms)", (double)total / 1e6,
-                 be->device, kiln_log_now_ms() - t0);
+        KILN_LOG(KILN_LOG_INFO, "cuda: %.2f MB of weights on device %d (uploaded in %.1f ms%s)", (double)total / 1e6,
+                 be->device, kiln_log_now_ms() - t0, pinned ? "" : ", from pageable memory");
     return s;
 }
 
