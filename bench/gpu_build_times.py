@@ -8,7 +8,8 @@ same winners. Runs on the GPU host (needs torch, torchvision, transformers).
 usage: gpu_build_times.py --kiln KILN [--old-kiln KILN] [--work DIR] [--out DIR] [--models a,b,...]
                           [--timeout S] [--skip-winners] [--gpt2-xl]
   --gpt2-xl: also GPT-2 XL fp16 (exported as bench/gpu_bench.py does, 6 GB of external data): a cold
-  and a warm build (engine size, build and save times) and two loads (kiln inspect's wall clock).
+  and a warm build (engine size, build and save times, each stage's time: conversion, upload,
+  checksum, write, fsync) and two loads (kiln inspect's wall clock).
 Prints the tables; writes OUT/build_times.json (the same, with each engine's tactics) and
 OUT/build_logs.txt (every --verbose build log, one after the other)."""
 import argparse
@@ -106,6 +107,7 @@ def gpt2_xl(kiln, work, timeout):
         t, rc, out = build(kiln, path, eng, ["--fp16", "--verbose"], timeout)
         m = re.search(r"^built .* in ([0-9.]+) ms, saved in ([0-9.]+) ms, ([0-9.]+) MB", out, re.M)
         stages = re.findall(r"build stage: (.*)$", out, re.M)
+        stages += re.findall(r"((?:engine write|file write): .*|cuda: .* uploaded in .*)$", out, re.M)
         rows.append({"what": f"build ({label})", "wall_s": round(t, 2), "rc": rc,
                      "build_ms": float(m.group(1)) if m else None, "save_ms": float(m.group(2)) if m else None,
                      "engine_mb": float(m.group(3)) if m else None, "stages": stages})
@@ -193,6 +195,8 @@ def main():
             lines.append(f"| {r['what']} | {r['wall_s']:.2f} s{rc} | {r.get('build_ms') or '-'} ms | "
                          f"{r.get('save_ms') or '-'} ms | {r.get('engine_mb') or '-'} MB |")
             print(lines[-1], flush=True)
+            for stage in r.get("stages", []):
+                print(f"    {stage}", flush=True)
     save(a.out, a.work, res)
     print("\n".join(lines))
     return 0

@@ -391,10 +391,12 @@ kiln_status kiln_build_graph(kiln_graph *g, const char *source, const kiln_build
         kiln_graph_free(g);
         return s;
     }
+    double t_stored = build_now_ms();
+    log_stage(opts, "weights in the engine's layout and precision (host conversion)", t_stored - t1);
     s = kiln_engine_from_graph(g, &meta, opts, out);
     double t2 = build_now_ms();
     if (s == KILN_OK) s = tune_engine(*out, opts);
-    log_stage(opts, "engine (plans, weights to the device)", t2 - t1);
+    log_stage(opts, "engine (plans, weights to the device)", t2 - t_stored);
     log_stage(opts, "auto-tuning", build_now_ms() - t2);
     if (s != KILN_OK) {
         kiln_engine_free(*out);

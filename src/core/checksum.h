@@ -13,5 +13,12 @@ uint32_t kiln_crc32c(const void *data, size_t size);
 /* Extends a finished CRC with more bytes: kiln_crc32c_update(kiln_crc32c(a), b) is the CRC of a
  * followed by b, and kiln_crc32c_update(0, b) == kiln_crc32c(b). */
 uint32_t kiln_crc32c_update(uint32_t crc, const void *data, size_t size);
+/* The CRC of a followed by b from crc_a = kiln_crc32c(a), crc_b = kiln_crc32c(b) and b's length,
+ * without reading either (O(log size_b)). */
+uint32_t kiln_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t size_b);
+/* The CRC of chunks[0] .. chunks[n-1] concatenated (sizes[i] bytes each; a chunk of 0 bytes may be
+ * NULL). Above 64 MB it reads the bytes on several threads at once (at most 16, at most one per CPU);
+ * a thread that cannot start leaves its share to the caller's. */
+uint32_t kiln_crc32c_gather(const void *const *chunks, const size_t *sizes, int n);
 
 #endif

@@ -111,8 +111,8 @@ bool kiln_file_is_input(const char *path, char *name, size_t cap) {
     return input;
 }
 
-/* Maps path; records it as an input when note is set. */
-static kiln_status map_file(const char *path, bool note, kiln_file_map *out) {
+/* Maps path; records it as an input when note is set; populates the mapping when populate is set. */
+static kiln_status map_file(const char *path, bool note, bool populate, kiln_file_map *out) {
     memset(out, 0, sizeof *out);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return kiln_error(KILN_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
@@ -132,7 +132,7 @@ static kiln_status map_file(const char *path, bool note, kiln_file_map *out) {
         return s;
     }
     if (st.st_size > 0) {
-        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | (populate ? MAP_POPULATE : 0), fd, 0);
         if (p == MAP_FAILED) {
             int e = errno;
             close(fd);
@@ -146,11 +146,11 @@ static kiln_status map_file(const char *path, bool note, kiln_file_map *out) {
 }
 
 kiln_status kiln_file_map_open(const char *path, kiln_file_map *out) {
-    return map_file(path, true, out);
+    return map_file(path, true, false, out);
 }
 
 kiln_status kiln_file_map_open_for_update(const char *path, kiln_file_map *out) {
-    return map_file(path, false, out);
+    return map_file(path, false, false, out);
 }
 
 void kiln_file_unmap(kiln_file_map *m) {
@@ -159,10 +159,11 @@ void kiln_file_unmap(kiln_file_map *m) {
     m->size = 0;
 }
 
-kiln_status kiln_file_map_new(const char *path, kiln_file_map **out) {
+/* kiln_file_map_new, populated or not. */
+static kiln_status map_new(const char *path, bool populate, kiln_file_map **out) {
     kiln_file_map *m = malloc(sizeof *m);
     if (!m) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
-    kiln_status s = kiln_file_map_open(path, m);
+    kiln_status s = map_file(path, true, populate, m);
     if (s != KILN_OK) {
         free(m);
         return s;
@@ -170,6 +171,10 @@ kiln_status kiln_file_map_new(const char *path, kiln_file_map **out) {
     *out = m;
     return KILN_OK;
 }
+
+kiln_status kiln_file_map_new(const char *path, kiln_file_map **out) { return map_new(path, false, out); }
+
+kiln_status kiln_file_map_new_populated(const char *path, kiln_file_map **out) { return map_new(path, true, out); }
 
 void kiln_file_map_free(void *p) {
     if (!p) return;

@@ -28,6 +28,10 @@ kiln_status kiln_file_map_open_for_update(const char *path, kiln_file_map *out);
 void kiln_file_unmap(kiln_file_map *m); /* accepts an already-unmapped / zeroed map */
 /* Heap-allocated copy of kiln_file_map for kiln_graph_keep_alive (release with kiln_file_map_free). */
 kiln_status kiln_file_map_new(const char *path, kiln_file_map **out);
+/* kiln_file_map_new for a file that is about to be read whole (an ONNX model's external data, an
+ * engine whose checksums read every byte): the pages are read in when it is mapped (MAP_POPULATE),
+ * in one call rather than one page fault per page, which a hypervisor such as gVisor makes costly. */
+kiln_status kiln_file_map_new_populated(const char *path, kiln_file_map **out);
 void kiln_file_map_free(void *m);
 
 /* Records the file path names (its device and inode, so every link and spelling of it counts) as an

@@ -3,10 +3,17 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <time.h>
 
 kiln_log_level kiln_log_level_current = KILN_LOG_WARN;
 static kiln_log_fn g_fn;
 static void *g_user;
+
+double kiln_log_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
 
 void kiln_log_set_level(kiln_log_level level) { kiln_log_level_current = level; }
 

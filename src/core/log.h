@@ -11,6 +11,8 @@ extern "C" {
 extern kiln_log_level kiln_log_level_current;
 
 void kiln_log_write(kiln_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Milliseconds on the monotonic clock: the stage times logged at KILN_LOG_VERBOSE. */
+double kiln_log_now_ms(void);
 
 #define KILN_LOG(level, ...)                                                                       \
     do {                                                                                           \

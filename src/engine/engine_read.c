@@ -124,8 +124,8 @@ static kiln_status check_sections(const uint8_t *d, size_t size, const uint32_t 
     if (sec[n - 1].offset != weights_at || sec[n - 1].offset + sec[n - 1].bytes != size)
         return corrupt("sections are not laid out as format version %d requires", KILN_ENGINE_FORMAT_VERSION);
     if (!all_zero(d + end, (size_t)(weights_at - end))) return corrupt("the padding before the weights section is not zero");
-    for (int i = 0; i < n; i++)
-        if (kiln_crc32c(d + sec[i].offset, sec[i].bytes) != sec[i].crc)
+    for (int i = 0; i < n; i++) /* gigabytes of weights are checked on several threads */
+        if (kiln_crc32c_gather((const void *[]){d + sec[i].offset}, (const size_t[]){(size_t)sec[i].bytes}, 1) != sec[i].crc)
             return corrupt("checksum of section %s does not match", kiln_engine_section_name(sec[i].id));
     return KILN_OK;
 }
@@ -719,7 +719,7 @@ kiln_status kiln_engine_file_read(const char *path, const char *expected_target,
     KILN_ASSERT(g && path);
     *g = NULL;
     kiln_file_map *m;
-    KILN_TRY(kiln_file_map_new(path, &m));
+    KILN_TRY(kiln_file_map_new_populated(path, &m));
     kiln_status s = read_image(m->data, m->size, expected_target, path, m, kiln_file_map_free, g, meta);
     if (s != KILN_OK) return kiln_error_prefix(s, "%s", path);
     return KILN_OK;

@@ -2,7 +2,8 @@
  * which needs no GPU: on the BERT export, an fp16 (and a bf16) build's float constants of at least
  * 1024 elements become 16-bit tensors holding the rounded values (core/half.h's rounding, as the
  * upload makes it) while their values stay float32,
- * smaller constants and non-float ones stay as they were, and an fp32 build changes nothing.
+ * smaller constants and non-float ones stay as they were, and an fp32 build changes nothing; many
+ * conversions made in one threaded pass each land as converted one by one.
  * usage: test_cuda_weights [REPO_DIR] (default: $KILN_SOURCE_DIR, else .) */
 #include "backends/cuda/cuda_internal.h"
 #include "check.h"
@@ -65,6 +66,35 @@ static void check_precision(const char *path, kiln_precision p) {
     kiln_graph_free(g);
 }
 
+/* Many conversions in one pass (kiln_cuda_host_convert_all): more elements than one thread takes, so
+ * the threads' shares start and end inside conversions; each lands as kiln_cuda_host_convert's rounding. */
+static void check_convert_all(void) {
+    enum { N = 7 };
+    const int64_t sizes[N] = {3, 1500001, 0, 2097153, 999, 1048577, 2000003};
+    const kiln_dtype to[N] = {KILN_F16, KILN_BF16, KILN_F16, KILN_F16, KILN_F32, KILN_BF16, KILN_F16};
+    kiln_cuda_conversion c[N];
+    float *src[N];
+    for (int i = 0; i < N; i++) {
+        src[i] = malloc((size_t)sizes[i] * sizeof(float) + 1);
+        void *dst = malloc((size_t)sizes[i] * kiln_dtype_size(to[i]) + 1);
+        if (!src[i] || !dst) exit(1);
+        for (int64_t k = 0; k < sizes[i]; k++) src[i][k] = (float)(k % 1000 - 500) * 0.001f + (float)i;
+        c[i] = (kiln_cuda_conversion){src[i], KILN_F32, dst, to[i], sizes[i]};
+    }
+    kiln_cuda_host_convert_all(c, N);
+    for (int i = 0; i < N; i++) {
+        int64_t bad = 0;
+        for (int64_t k = 0; k < sizes[i]; k++) {
+            float f = src[i][k];
+            if (to[i] == KILN_F32) bad += ((const float *)c[i].dst)[k] != f;
+            else bad += ((const uint16_t *)c[i].dst)[k] != (to[i] == KILN_BF16 ? kiln_f32_to_bf16(f) : kiln_f32_to_f16(f));
+        }
+        CHECKF(bad == 0, "conversion %d: %lld of %lld elements wrong", i, (long long)bad, (long long)sizes[i]);
+        free(src[i]);
+        free(c[i].dst);
+    }
+}
+
 int main(int argc, char **argv) {
     const char *root = argc > 1 ? argv[1] : getenv("KILN_SOURCE_DIR") ? getenv("KILN_SOURCE_DIR") : ".";
     char path[4096];
@@ -73,5 +103,6 @@ int main(int argc, char **argv) {
     check_precision(path, KILN_PRECISION_FP16);
     check_precision(path, KILN_PRECISION_BF16);
     check_precision(path, KILN_PRECISION_FP32);
+    check_convert_all();
     return checks_report("test_cuda_weights");
 }

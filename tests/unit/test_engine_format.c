@@ -354,6 +354,22 @@ static void test_checksum(void) {
     size_t n = strlen(s);
     for (size_t cut = 0; cut <= n; cut++)
         CHECK(kiln_crc32c_update(kiln_crc32c(s, cut), s + cut, n - cut) == kiln_crc32c(s, n));
+    for (size_t cut = 0; cut <= n; cut++)
+        CHECK(kiln_crc32c_combine(kiln_crc32c(s, cut), kiln_crc32c(s + cut, n - cut), n - cut) == kiln_crc32c(s, n));
+    /* a gather list: empty and odd-sized chunks, and (above 128 MB) parts split across chunks on threads */
+    size_t big = ((size_t)136 << 20) + 13;
+    unsigned char *p = malloc(big);
+    CHECK(p != NULL);
+    if (!p) return;
+    uint32_t x = 12345;
+    for (size_t i = 0; i < big; i++) p[i] = (unsigned char)((x = x * 1103515245u + 12345u) >> 24);
+    const void *chunks[5] = {s, NULL, p, s + 7, p + 5};
+    size_t sizes[5] = {n, 0, big - 5, 3, 5};
+    uint32_t want = kiln_crc32c_update(kiln_crc32c_update(kiln_crc32c(s, n), p, big - 5), s + 7, 3);
+    CHECK(kiln_crc32c_gather(chunks, sizes, 5) == kiln_crc32c_update(want, p + 5, 5));
+    CHECK(kiln_crc32c_gather(chunks, sizes, 2) == kiln_crc32c(s, n));
+    CHECK(kiln_crc32c_gather(NULL, NULL, 0) == 0);
+    free(p);
 }
 
 static void test_round_trip(void) {

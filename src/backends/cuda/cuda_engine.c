@@ -161,16 +161,27 @@ static void convert_range(const void *src, kiln_dtype st, void *dst, kiln_dtype 
     }
 }
 
+/* Elements [i0, i1) of the conversions' concatenation (one thread's share). */
 typedef struct convert_job {
-    const void *src;
-    void *dst;
-    kiln_dtype st, dt;
+    const kiln_cuda_conversion *c;
+    int count;
     int64_t i0, i1;
 } convert_job;
 
 static void *convert_worker(void *arg) {
     const convert_job *j = arg;
-    convert_range(j->src, j->st, j->dst, j->dt, j->i0, j->i1);
+    int64_t at = 0;
+    for (int i = 0; i < j->count && at < j->i1; at += j->c[i++].n) {
+        const kiln_cuda_conversion *c = &j->c[i];
+        int64_t lo = j->i0 > at ? j->i0 - at : 0, hi = j->i1 - at < c->n ? j->i1 - at : c->n;
+        if (lo >= hi) continue;
+        if (c->st == c->dt) {
+            size_t es = kiln_dtype_size(c->st);
+            memcpy((char *)c->dst + (size_t)lo * es, (const char *)c->src + (size_t)lo * es, (size_t)(hi - lo) * es);
+        } else {
+            convert_range(c->src, c->st, c->dst, c->dt, lo, hi);
+        }
+    }
     return NULL;
 }
 
@@ -180,30 +191,30 @@ static void *convert_worker(void *arg) {
 /* Large conversions (a model's weights: GPT-2 XL has 1.6 G of them) are split over up to
  * CONVERT_THREADS threads, which also read the (often mmap'd, not yet paged-in) source in parallel;
  * a thread that cannot start leaves its share to the caller's thread. */
-void kiln_cuda_host_convert(const void *src, kiln_dtype st, void *dst, kiln_dtype dt, int64_t n) {
-    if (st == dt) {
-        memcpy(dst, src, (size_t)n * kiln_dtype_size(st));
-        return;
-    }
+void kiln_cuda_host_convert_all(const kiln_cuda_conversion *c, int count) {
+    int64_t n = 0;
+    for (int i = 0; i < count; i++) n += c[i].n;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int64_t parts = n / CONVERT_MIN_PER_THREAD;
     if (parts > CONVERT_THREADS) parts = CONVERT_THREADS;
     if (parts > cpus) parts = cpus;
-    if (parts < 2) {
-        convert_range(src, st, dst, dt, 0, n);
-        return;
-    }
+    if (parts < 1) parts = 1;
     convert_job jobs[CONVERT_THREADS];
     pthread_t th[CONVERT_THREADS];
     bool started[CONVERT_THREADS];
     for (int64_t k = 0; k < parts; k++) {
-        jobs[k] = (convert_job){src, dst, st, dt, n * k / parts, n * (k + 1) / parts};
+        jobs[k] = (convert_job){c, count, n * k / parts, n * (k + 1) / parts};
         started[k] = k > 0 && pthread_create(&th[k], NULL, convert_worker, &jobs[k]) == 0;
     }
     for (int64_t k = 0; k < parts; k++)
         if (!started[k]) convert_worker(&jobs[k]);
     for (int64_t k = 1; k < parts; k++)
         if (started[k]) pthread_join(th[k], NULL);
+}
+
+void kiln_cuda_host_convert(const void *src, kiln_dtype st, void *dst, kiln_dtype dt, int64_t n) {
+    kiln_cuda_conversion c = {src, st, dst, dt, n};
+    kiln_cuda_host_convert_all(&c, 1);
 }
 
 static kiln_dtype precision_dtype(kiln_precision p) {
@@ -445,6 +456,70 @@ static void find_views(kiln_backend_engine *be) {
 
 /* ---------------------------------------------------------------- constants */
 
+/* The weights go to the device through two page-locked buffers of up to UPLOAD_STAGE_BYTES: a piece is
+ * converted (or copied) into one while the other's copy runs, at the DMA speed of page-locked memory
+ * instead of the driver's pageable path. Where page-locked memory cannot be had, plain buffers do
+ * the same work, each copy then waiting for its source. */
+#define UPLOAD_STAGE_BYTES ((size_t)32 << 20)
+
+typedef struct upload_stage {
+    void *buf[2];
+    size_t bytes; /* of each buffer */
+    bool pinned;
+    cudaEvent_t copied[2]; /* buf[i] may be refilled once copied[i] completed */
+    cudaStream_t stream;
+    int next;
+} upload_stage;
+
+static void stage_close(upload_stage *st) {
+    for (int i = 0; i < 2; i++) {
+        if (st->buf[i]) st->pinned ? (void)cudaFreeHost(st->buf[i]) : free(st->buf[i]);
+        if (st->copied[i]) cudaEventDestroy(st->copied[i]);
+    }
+    if (st->stream) cudaStreamDestroy(st->stream);
+    memset(st, 0, sizeof *st);
+}
+
+/* Opens the buffers, of min(UPLOAD_STAGE_BYTES, total) bytes each (a small model's weights are small). */
+static kiln_status stage_open(upload_stage *st, size_t total) {
+    memset(st, 0, sizeof *st);
+    st->bytes = total < UPLOAD_STAGE_BYTES ? total : UPLOAD_STAGE_BYTES;
+    void *pinned[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++)
+        if (cudaHostAlloc(&pinned[i], st->bytes, cudaHostAllocDefault) != cudaSuccess) pinned[i] = NULL;
+    st->pinned = pinned[0] && pinned[1];
+    if (st->pinned) {
+        st->buf[0] = pinned[0], st->buf[1] = pinned[1];
+    } else {
+        for (int i = 0; i < 2; i++)
+            if (pinned[i]) cudaFreeHost(pinned[i]);
+        cudaGetLastError(); /* the failed allocation is not an error of the engine */
+        st->buf[0] = malloc(st->bytes);
+        st->buf[1] = malloc(st->bytes);
+        if (!st->buf[0] || !st->buf[1]) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory uploading the weights");
+    }
+    KILN_CUDA_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
+    for (int i = 0; i < 2; i++) KILN_CUDA_TRY(cudaEventCreateWithFlags(&st->copied[i], cudaEventDisableTiming));
+    return KILN_OK;
+}
+
+/* Queues the copy of n elements of src (dtype sdt) to dev, converted to ddt. */
+static kiln_status stage_put(upload_stage *st, void *dev, const void *src, kiln_dtype sdt, kiln_dtype ddt, int64_t n) {
+    size_t ses = kiln_dtype_size(sdt), des = kiln_dtype_size(ddt);
+    int64_t per = (int64_t)(st->bytes / des);
+    for (int64_t i = 0; i < n; i += per) {
+        int64_t m = n - i < per ? n - i : per;
+        int b = st->next;
+        st->next ^= 1;
+        KILN_CUDA_TRY(cudaEventSynchronize(st->copied[b]));
+        kiln_cuda_host_convert((const char *)src + (size_t)i * ses, sdt, st->buf[b], ddt, m);
+        KILN_CUDA_TRY(cudaMemcpyAsync((char *)dev + (size_t)i * des, st->buf[b], (size_t)m * des,
+                                      cudaMemcpyHostToDevice, st->stream));
+        KILN_CUDA_TRY(cudaEventRecord(st->copied[b], st->stream));
+    }
+    return KILN_OK;
+}
+
 /* Uploads every constant a device node reads (converted to its device dtype) into one allocation. */
 static kiln_status upload_constants(kiln_backend_engine *be) {
     const kiln_graph *g = be->g;
@@ -455,12 +530,12 @@ static kiln_status upload_constants(kiln_backend_engine *be) {
         total += kiln_cuda_align((size_t)kiln_tensor_numel(t) * kiln_dtype_size(be->dev_dtype[v]));
     }
     if (!total) return KILN_OK;
+    double t0 = kiln_log_now_ms();
     KILN_CUDA_TRY(cudaMalloc(&be->const_mem, total));
     be->const_bytes = total;
+    upload_stage st;
+    kiln_status s = stage_open(&st, total);
     size_t off = 0;
-    void *tmp = NULL;
-    size_t tmp_cap = 0;
-    kiln_status s = KILN_OK;
     for (int v = 0; v < g->nvalues && s == KILN_OK; v++) {
         const kiln_tensor *t = g->values[v].constant;
         if (!t || !be->needs_device[v]) continue;
@@ -469,27 +544,16 @@ static kiln_status upload_constants(kiln_backend_engine *be) {
         if (!bytes) continue;
         be->const_dev[v] = (char *)be->const_mem + off;
         off += kiln_cuda_align(bytes);
-        const void *src = t->data;
-        if (t->dtype != be->dev_dtype[v]) {
-            if (bytes > tmp_cap) {
-                free(tmp);
-                tmp_cap = bytes;
-                tmp = malloc(tmp_cap);
-                if (!tmp) {
-                    s = kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory converting constant '%s'", g->values[v].name);
-                    break;
-                }
-            }
-            kiln_cuda_host_convert(t->data, t->dtype, tmp, be->dev_dtype[v], n);
-            src = tmp;
-        }
-        cudaError_t e = cudaMemcpy(be->const_dev[v], src, bytes, cudaMemcpyHostToDevice);
-        if (e != cudaSuccess) s = kiln_cuda_error(e, "cudaMemcpy(constant)", __FILE__, __LINE__);
+        s = stage_put(&st, be->const_dev[v], t->data, t->dtype, be->dev_dtype[v], n);
     }
-    free(tmp);
-    /* pageable uploads may still be in flight when cudaMemcpy returns: finish them before any stream uses them */
-    if (s == KILN_OK) KILN_CUDA_TRY(cudaDeviceSynchronize());
-    if (s == KILN_OK) KILN_LOG(KILN_LOG_INFO, "cuda: %.2f MB of weights on device %d", (double)total / 1e6, be->device);
+    /* every copy done before any stream reads the weights (and before the buffers go) */
+    cudaError_t e = st.stream ? cudaStreamSynchronize(st.stream) : cudaSuccess;
+    if (s == KILN_OK && e != cudaSuccess) s = kiln_cuda_error(e, "cudaStreamSynchronize(weights upload)", __FILE__, __LINE__);
+    bool pinned = st.pinned;
+    stage_close(&st);
+    if (s == KILN_OK)
+        KILN_LOG(KILN_LOG_INFO, "cuda: %.2f MB of weights on device %d (uploaded in %.1f ms%s)", (double)total / 1e6,
+                 be->device, kiln_log_now_ms() - t0, pinned ? "" : ", from pageable memory");
     return s;
 }
 

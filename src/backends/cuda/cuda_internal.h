@@ -150,6 +150,18 @@ void kiln_cuda_engine_describe(const kiln_backend_engine *be, FILE *f);
 /* cuda_engine.c — host-side conversion of n elements between the float types F32/F64/F16/BF16 (same
  * type: a copy). Other pairs must be equal types. */
 void kiln_cuda_host_convert(const void *src, kiln_dtype st, void *dst, kiln_dtype dt, int64_t n);
+/* One conversion of kiln_cuda_host_convert_all: n elements of src (dtype st) into dst (dtype dt). */
+typedef struct kiln_cuda_conversion {
+    const void *src;
+    kiln_dtype st;
+    void *dst;
+    kiln_dtype dt;
+    int64_t n;
+} kiln_cuda_conversion;
+/* Makes every conversion (as kiln_cuda_host_convert does) in one pass: their elements, taken as one
+ * sequence, are split evenly over up to 16 threads, so a model's hundreds of weights share the
+ * threads instead of each starting its own. */
+void kiln_cuda_host_convert_all(const kiln_cuda_conversion *c, int count);
 
 /* cuda_memory.c — the bytes of zeros a context (or the tuner) keeps for be's nodes (kc.zero): a
  * bias of the most output channels of any kiln.FusedConv, in float32, at least 64 KiB. */

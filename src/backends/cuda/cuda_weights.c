@@ -5,7 +5,8 @@
  * uploads it as it is, and its file stores half the bytes; the value keeps its declared dtype
  * (docs/engine-format.md). Small constants and those a host node or a kernel's host copy may read
  * stay as they are. The converted weights share one anonymous mapping, populated when it is made:
- * gigabytes faulted in page by page cost seconds under some hypervisors (gVisor). */
+ * gigabytes faulted in page by page cost seconds under some hypervisors (gVisor); they are converted
+ * in one pass whose threads share all the weights. */
 #include "backends/cuda/cuda_internal.h"
 
 #include "core/log.h"
@@ -75,7 +76,9 @@ kiln_status kiln_cuda_store_weights(kiln_graph *g, const kiln_engine_meta *meta,
     KILN_TRY(kiln_cuda_engine_prepare(g, meta->precision, meta->node_precision, false,
                                       opts->cuda_views != KILN_SWITCH_OFF, &be));
     bool *on_host = host_read(be);
-    kiln_status s = on_host ? KILN_OK : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory storing the weights");
+    kiln_cuda_conversion *conv = malloc(((size_t)g->nvalues + 1) * sizeof *conv);
+    kiln_status s = on_host && conv ? KILN_OK : kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory storing the weights");
+    int nconv = 0;
     size_t before = 0, after = 0;
     for (int v = 0; s == KILN_OK && v < g->nvalues; v++)
         if (converts(be, on_host, v))
@@ -86,17 +89,22 @@ kiln_status kiln_cuda_store_weights(kiln_graph *g, const kiln_engine_meta *meta,
     size_t off = 0;
     for (int v = 0; v < g->nvalues && block; v++) {
         if (!converts(be, on_host, v)) continue;
+        const kiln_tensor *t = g->values[v].constant;
+        conv[nconv++] = (kiln_cuda_conversion){t->data, t->dtype, block + off, be->dev_dtype[v], kiln_tensor_numel(t)};
+        off += kiln_cuda_align((size_t)kiln_tensor_numel(t) * kiln_dtype_size(be->dev_dtype[v]));
+    }
+    if (nconv) kiln_cuda_host_convert_all(conv, nconv); /* every weight in one pass over the threads */
+    for (int v = 0, i = 0; i < nconv; v++) {
+        if (!converts(be, on_host, v)) continue;
         kiln_tensor *t = g->values[v].constant;
-        int64_t n = kiln_tensor_numel(t);
-        kiln_dtype dt = be->dev_dtype[v];
-        kiln_cuda_host_convert(t->data, t->dtype, block + off, dt, n);
         before += t->nbytes;
         kiln_tensor converted;
-        kiln_tensor_view(&converted, dt, t->ndim, t->dims, block + off);
+        kiln_tensor_view(&converted, conv[i].dt, t->ndim, t->dims, conv[i].dst);
         kiln_tensor_release(t);
         *t = converted;
-        off += kiln_cuda_align(t->nbytes);
+        i++;
     }
+    free(conv);
     free(on_host);
     kiln_cuda_engine_free(be);
     if (s == KILN_OK && before)

@@ -238,7 +238,7 @@ static kiln_status ext_map(onnx_ctx *c, onnx_str loc, const kiln_file_map **out)
     location[loc.n] = 0;
     snprintf(path, dl + loc.n + 2, "%s/%s", c->base_dir, location);
     kiln_file_map *m = NULL;
-    kiln_status s = kiln_file_map_new(path, &m);
+    kiln_status s = kiln_file_map_new_populated(path, &m); /* the build reads every weight */
     free(path);
     if (s == KILN_OK && c->root) s = kiln_graph_keep_alive(c->root, m, kiln_file_map_free); /* releases m on failure */
     if (s != KILN_OK) {
