@@ -103,7 +103,7 @@ static void take_inbox(kiln_llm *llm, llm_req *in) {
         live_push(llm, r);
         kiln_request_params p = {.prompt = r->prompt, .n_prompt = r->n_prompt, .max_tokens = r->max_tokens,
                                  .sampling = r->sampling, .stop_ids = r->stop_ids, .n_stop_ids = r->n_stop_ids,
-                                 .user = r};
+                                 .user = r, .speculate = r->speculate};
         if (kiln_scheduler_add(llm->sched, &p, &r->sched_id) == KILN_OK) {
             r->in_sched = true;
             continue;
