@@ -197,6 +197,7 @@ static void on_sched_event(kiln_llm *llm, const kiln_sched_event *e, double now,
         r->usage.completion_tokens = e->n_generated;
     }
     r->usage.preemptions = e->preemptions;
+    if (r->pending) flush_batch(llm); /* a second token of r this step (speculative decoding): its delta changes now */
     kiln_llm_finish why = map_finish(e->finish);
     const char *message = e->message;
     char msg[256];
