@@ -152,7 +152,6 @@ static void row_json(kiln_json *j, const kiln_bench_llm_row *r) {
         kiln_json_kv_int(j, "prefix_cache_queries", (int64_t)r->prefix_queries);
         kiln_json_kv_int(j, "prefix_cache_hits", (int64_t)r->prefix_hits);
         spec_json(j, &r->spec);
-    spec_json(j, &r->spec);
         kiln_json_kv_number(j, "walltime_s", r->wall_s);
         kiln_bench_json_stats(j, "prefill_ms", &r->prefill);
         kiln_bench_json_stats(j, "ttft_ms", &r->ttft);

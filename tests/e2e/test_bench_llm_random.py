@@ -84,7 +84,11 @@ def test_spec_statistics(kiln, tmp_path):
                     "--spec", "ngram", "--draft-tokens", "3", "--export-json", out)
     assert proc.returncode == 0, proc.stderr
     assert "speculation: ngram, 3 draft tokens: acceptance" in proc.stdout, proc.stdout
-    doc = json.loads(out.read_text())
+    def unique(pairs):
+        keys = [k for k, _ in pairs]
+        assert len(keys) == len(set(keys)), keys
+        return dict(pairs)
+    doc = json.loads(out.read_text(), object_pairs_hook=unique)
     assert doc["workload"]["spec"] == "ngram" and doc["workload"]["draft_tokens"] == 3
     row = doc["results"][0]
     assert 0 <= row["spec_accepted_tokens"] <= row["spec_draft_tokens"]
