@@ -84,8 +84,9 @@ void sched_prefix_publish(kiln_scheduler *s, sched_req *r);
 kiln_sched_event sched_event(const sched_req *r, const kiln_sample *sample, kiln_finish_reason why);
 /* Appends r's new token and reports it, ending r at a stop token or its length (scheduler_step.c). */
 void sched_accept_token(kiln_scheduler *s, sched_req *r, const kiln_sample *smp);
-/* Speculative decoding (scheduler_spec.c). Writes up to `max` draft tokens for r (decoding) at
- * r->tokens[r->n_tokens ..) by prompt lookup and returns their count (0: no n-gram matched). */
+/* Speculative decoding (scheduler_spec.c). Writes `max` draft tokens for r (decoding) at
+ * r->tokens[r->n_tokens ..) by prompt lookup and returns their count: max, or 0 when no n-gram
+ * matched or max < 1. */
 int sched_spec_propose(const kiln_scheduler *s, sched_req *r, int max);
 /* After the forward step of r's chunk (its last token and r->n_draft drafts, whose logits rows start
  * at `rows`): accepts the drafts that plain decoding agrees with and one token after them, as events,

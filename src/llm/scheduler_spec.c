@@ -23,6 +23,7 @@ static int latest_match(const int32_t *tokens, int n_tokens, int n) {
 
 int sched_spec_propose(const kiln_scheduler *s, sched_req *r, int max) {
     const int hi = s->cfg.ngram_max, lo = s->cfg.ngram_min;
+    if (max < 1) return 0;
     for (int n = hi < r->n_tokens ? hi : r->n_tokens - 1; n >= lo; n--) {
         int at = latest_match(r->tokens, r->n_tokens, n);
         if (at < 0) continue;

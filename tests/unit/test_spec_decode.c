@@ -1,7 +1,8 @@
 /* test_spec_decode.c — speculative decoding by prompt lookup in the scheduler (scheduler_spec.c).
  * Greedy: the same tokens as plain decoding on the bundled GPT-2 (argv[1], models/kjv-gpt2) and a tiny
  * random Llama, in batches that mix speculating and plain requests, with a cache small enough to
- * preempt and prefix caching on, every block free or cached at the end. Sampled (temperature > 0, and
+ * preempt, a step budget that leaves room for one draft token, prefix caching on, every block free or
+ * cached at the end. Sampled (temperature > 0, and
  * with top-k): on a fake Markov model over a 3-token vocabulary, the joint distribution of three
  * generated tokens over many seeds against the exact one (a chi-square check), with and without
  * speculation. Statistics: every draft accepted when the model continues the prompt's cycle, and on
@@ -30,9 +31,10 @@ static kiln_status model_forward(void *m, kiln_kv_cache *kv, const kiln_llm_batc
 }
 
 /* Runs `n_reqs` greedy requests (prompt i: prompts[i]; odd ones speculate) on model m to the end with a
- * cache of n_blocks blocks of 4 tokens, draft_tokens draft tokens (0: plain decoding). */
-static void run_model(kiln_llm_model *m, int draft_tokens, int n_blocks, int n_reqs, int32_t prompts[][24],
-                      const int *n_prompt, int max_tokens, run_result *out) {
+ * cache of n_blocks blocks of 4 tokens, steps of at most `budget` tokens (4 sequences), draft_tokens
+ * draft tokens (0: plain decoding). */
+static void run_model(kiln_llm_model *m, int draft_tokens, int n_blocks, int budget, int n_reqs,
+                      int32_t prompts[][24], const int *n_prompt, int max_tokens, run_result *out) {
     const kiln_llm_config *c = kiln_llm_model_config(m);
     memset(out, 0, sizeof *out);
     kiln_kv_cache_config kc = {.n_layer = c->n_layer, .n_kv_head = c->n_kv_head, .head_dim = c->head_dim,
@@ -40,7 +42,7 @@ static void run_model(kiln_llm_model *m, int draft_tokens, int n_blocks, int n_r
     kiln_kv_cache *kv;
     REQUIRE_OK(kiln_kv_cache_create(&kc, &kv));
     kiln_scheduler_config sc = {.forward = model_forward, .model = m, .kv = kv, .vocab = c->vocab,
-                                .max_model_len = c->max_pos, .max_num_batched_tokens = 64, .max_num_seqs = 4,
+                                .max_model_len = c->max_pos, .max_num_batched_tokens = budget, .max_num_seqs = 4,
                                 .draft_tokens = draft_tokens};
     kiln_scheduler *s;
     REQUIRE_OK(kiln_scheduler_create(&sc, &s));
@@ -81,10 +83,11 @@ static void check_greedy_identical(kiln_llm_model *m, const char *name) {
         int period = i < 3 ? 3 + i : 24; /* repetitive prompts, then unstructured ones */
         for (int t = 0; t < n_prompt[i]; t++) prompts[i][t] = (int32_t)((t % period * 37 + i * 11 + 5) % vocab);
     }
-    static run_result plain, spec, spec_small;
-    run_model(m, 0, 64, 6, prompts, n_prompt, 24, &plain);
-    run_model(m, 4, 64, 6, prompts, n_prompt, 24, &spec);
-    run_model(m, 3, 16, 6, prompts, n_prompt, 24, &spec_small);
+    static run_result plain, spec, spec_small, spec_tight;
+    run_model(m, 0, 64, 64, 6, prompts, n_prompt, 24, &plain);
+    run_model(m, 4, 64, 64, 6, prompts, n_prompt, 24, &spec);
+    run_model(m, 3, 16, 64, 6, prompts, n_prompt, 24, &spec_small);
+    run_model(m, 4, 64, 5, 6, prompts, n_prompt, 24, &spec_tight); /* one token beyond the 4 decodes */
     for (int i = 0; i < 6; i++) {
         CHECKF(plain.n[i] == 24 && plain.finish[i] == KILN_FINISH_LENGTH, "%s request %d: %d tokens", name, i,
                plain.n[i]);
@@ -92,10 +95,15 @@ static void check_greedy_identical(kiln_llm_model *m, const char *name) {
                "%s request %d: speculation changed the greedy tokens", name, i);
         CHECKF(spec_small.n[i] == plain.n[i] && !memcmp(spec_small.tokens[i], plain.tokens[i], sizeof plain.tokens[i]),
                "%s request %d: speculation with preemption changed the greedy tokens", name, i);
-        CHECK(spec.finish[i] == KILN_FINISH_LENGTH && spec_small.finish[i] == KILN_FINISH_LENGTH);
+        CHECKF(spec_tight.n[i] == plain.n[i] && !memcmp(spec_tight.tokens[i], plain.tokens[i], sizeof plain.tokens[i]),
+               "%s request %d: speculation in a tight token budget changed the greedy tokens", name, i);
+        CHECK(spec.finish[i] == KILN_FINISH_LENGTH && spec_small.finish[i] == KILN_FINISH_LENGTH &&
+              spec_tight.finish[i] == KILN_FINISH_LENGTH);
     }
     CHECKF(spec_small.stats.preemptions > 0, "%s: the small cache preempted nobody", name);
     CHECK(plain.stats.spec_steps == 0 && plain.stats.spec_drafted == 0);
+    CHECKF(spec_tight.stats.spec_drafted > 0 && spec_tight.stats.spec_drafted < spec.stats.spec_drafted,
+           "%s: %llu drafts in the tight budget", name, (unsigned long long)spec_tight.stats.spec_drafted);
     const kiln_scheduler_stats *st = &spec.stats;
     CHECKF(st->spec_steps > 0 && st->spec_accepted <= st->spec_drafted && st->spec_emitted <= st->spec_accepted +
            st->spec_steps, "%s: spec stats steps %llu drafted %llu accepted %llu emitted %llu", name,
