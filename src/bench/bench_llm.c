@@ -68,7 +68,8 @@ static kiln_status summarize(const samples *sm, kiln_bench_llm_row *row) {
 
 /* One batch size: warm-up, then measured iterations, each submitting the whole batch at once. */
 static kiln_bench_llm_spec spec_delta(const kiln_llm_stats *s0, const kiln_llm_stats *s1) {
-    return (kiln_bench_llm_spec){.steps = s1->spec_steps - s0->spec_steps, .drafted = s1->spec_drafted - s0->spec_drafted,
+    return (kiln_bench_llm_spec){.steps = s1->spec_steps - s0->spec_steps,
+                                 .drafted = s1->spec_drafted - s0->spec_drafted,
                                  .accepted = s1->spec_accepted - s0->spec_accepted,
                                  .emitted = s1->spec_emitted - s0->spec_emitted};
 }

@@ -41,8 +41,8 @@ static kiln_status new_llm(const kiln_llm_options *o, kiln_llm **out) {
     if (o && o->spec && strcmp(o->spec, "off") && strcmp(o->spec, "ngram"))
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "spec must be \"off\" or \"ngram\", got \"%s\"", o->spec);
     if (o && (o->draft_tokens < 0 || o->draft_tokens > KILN_LLM_MAX_DRAFT_TOKENS))
-        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "draft_tokens must be in [0, %d], got %d", KILN_LLM_MAX_DRAFT_TOKENS,
-                          o->draft_tokens);
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "draft_tokens must be in [0, %d], got %d",
+                          KILN_LLM_MAX_DRAFT_TOKENS, o->draft_tokens);
     kiln_llm *llm = calloc(1, sizeof *llm);
     if (!llm) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     pthread_mutex_init(&llm->mu, NULL);

@@ -41,8 +41,8 @@ kiln_status kiln_llm_batch_check(const kiln_llm_config *c, const kiln_llm_batch 
         }
         if (b->n_logits && (b->all_logits || b->n_logits[i] < 1 || b->n_logits[i] > n))
             return kiln_error(KILN_ERR_INVALID_ARGUMENT,
-                              "batch: sequence %d asks for the logits of %d of its %d new tokens (1 .. %d, and not with "
-                              "all_logits)", i, b->n_logits[i], n, n);
+                              "batch: sequence %d asks for the logits of %d of its %d new tokens (1 .. %d, and "
+                              "not with all_logits)", i, b->n_logits[i], n, n);
         for (int t = 0; t < n; t++) {
             const int tok = b->tokens[s0 + t], pos = b->positions[s0 + t];
             if (tok < 0 || tok >= c->vocab)

@@ -226,7 +226,8 @@ static double log_sum_exp(const cand *c, int n) {
 /* Penalised candidates of logits into s->cand (their count in *n), after checking the history and
  * the logits. */
 static kiln_status candidates(kiln_sampler *s, const kiln_sampling_params *p, const float *logits,
-                              const int32_t *prompt, int n_prompt, const int32_t *generated, int n_generated, int *n_out) {
+                              const int32_t *prompt, int n_prompt, const int32_t *generated, int n_generated,
+                              int *n_out) {
     for (int pass = 0; pass < 2; pass++) {
         const int32_t *t = pass ? generated : prompt;
         for (int i = 0, n = pass ? n_generated : n_prompt; i < n; i++)

@@ -9,7 +9,8 @@
  * cached blocks of its longest cached prefix and computes from there. After the forward step every sequence whose context is complete
  * is sampled (sampler.h; on the host, or where the forward ran through kiln_sample_fn) and the step
  * reports events: a token, and the end of a request with its
- * reason. With speculative decoding a request may produce several tokens (events) in one step. No request is ever lost: each one ends with exactly one final event.
+ * reason. With speculative decoding a request may produce several tokens (events) in one step.
+ * No request is ever lost: each one ends with exactly one final event.
  *
  * Not thread-safe: one thread calls step, add and finish. */
 #ifndef KILN_LLM_SCHEDULER_H

@@ -53,12 +53,13 @@ void sched_spec_verify(kiln_scheduler *s, sched_req *r, const float *rows) {
         kiln_sample smp;
         bool accepted = false;
         kiln_status st;
+        const int32_t *gen = r->tokens + r->n_prompt;
+        const int n_gen = r->n_tokens - r->n_prompt;
         if (j < drafted)
-            st = kiln_sample_verify_draft(s->sampler, &r->sampling, row, r->tokens, r->n_prompt, r->tokens + r->n_prompt,
-                                          r->n_tokens - r->n_prompt, r->tokens[base + j], &smp, &accepted);
+            st = kiln_sample_verify_draft(s->sampler, &r->sampling, row, r->tokens, r->n_prompt, gen, n_gen,
+                                          r->tokens[base + j], &smp, &accepted);
         else
-            st = kiln_sample_next(s->sampler, &r->sampling, row, r->tokens, r->n_prompt, r->tokens + r->n_prompt,
-                                  r->n_tokens - r->n_prompt, &smp);
+            st = kiln_sample_next(s->sampler, &r->sampling, row, r->tokens, r->n_prompt, gen, n_gen, &smp);
         if (st != KILN_OK) {
             sched_end(s, r, kiln_last_error());
             s->events[s->n_events++] = sched_event(r, NULL, KILN_FINISH_ERROR);

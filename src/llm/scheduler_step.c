@@ -72,7 +72,8 @@ static int draft_room(const kiln_scheduler *s, const sched_req *r, int spare) {
  * prefill chunks. */
 static void schedule_running(kiln_scheduler *s, bool decodes, int *budget) {
     int decoding = 0; /* decodes left to schedule: draft tokens never take their budget */
-    for (int i = 0; decodes && i < s->n_running; i++) decoding += s->running[i]->n_tokens - s->running[i]->n_computed == 1;
+    for (int i = 0; decodes && i < s->n_running; i++)
+        decoding += s->running[i]->n_tokens - s->running[i]->n_computed == 1;
     for (int i = 0; i < s->n_running && *budget > 0;) {
         sched_req *r = s->running[i];
         int need = r->n_tokens - r->n_computed;

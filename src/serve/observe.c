@@ -88,16 +88,18 @@ static void spec_metrics(kiln_strbuf *b, const version_view *v, int n) {
         {"kiln_spec_decode_num_drafts_total", "Draft proposals verified (one per speculating sequence and step).",
          offsetof(kiln_llm_stats, spec_steps)},
         {"kiln_spec_decode_num_draft_tokens_total", "Draft tokens proposed.", offsetof(kiln_llm_stats, spec_drafted)},
-        {"kiln_spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", offsetof(kiln_llm_stats, spec_accepted)},
+        {"kiln_spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
+         offsetof(kiln_llm_stats, spec_accepted)},
         {"kiln_spec_decode_num_emitted_tokens_total", "Tokens produced by speculating steps (accepted + one each).",
          offsetof(kiln_llm_stats, spec_emitted)},
     };
     for (size_t m = 0; m < sizeof M / sizeof M[0]; m++) {
         gauge_head(b, M[m].name, "counter", M[m].help);
-        for (int i = 0; i < n; i++)
-            if (v[i].llm)
-                kiln_strbuf_printf(b, "%s{%s} %llu\n", M[m].name, v[i].labels,
-                                   (unsigned long long)*(const uint64_t *)((const char *)&v[i].llm_stats + M[m].offset));
+        for (int i = 0; i < n; i++) {
+            if (!v[i].llm) continue;
+            const uint64_t *count = (const uint64_t *)((const char *)&v[i].llm_stats + M[m].offset);
+            kiln_strbuf_printf(b, "%s{%s} %llu\n", M[m].name, v[i].labels, (unsigned long long)*count);
+        }
     }
 }
 
