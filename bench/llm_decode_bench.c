@@ -97,7 +97,7 @@ static int prefill(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, seqs *s, int max_toke
         }
         start[ns] = ns * PROMPT;
         kiln_llm_batch b = {ns * PROMPT, tok, pos, ns, start, s->ctx + s0, s->table + (size_t)s0 * s->max_blocks,
-                            s->max_blocks, false};
+                            s->max_blocks, false, NULL};
         if (kiln_llm_cuda_forward(g, kv, &b, NULL, ids) != KILN_OK) rc = 1;
         for (int i = 0; rc == 0 && i < ns; i++) s->next[s0 + i] = ids[i];
     }
@@ -120,7 +120,7 @@ static int decode(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, seqs *s, int warm, int
             start[i] = i;
         }
         start[n] = n;
-        kiln_llm_batch b = {n, s->next, pos, n, start, s->ctx, s->table, s->max_blocks, false};
+        kiln_llm_batch b = {n, s->next, pos, n, start, s->ctx, s->table, s->max_blocks, false, NULL};
         double t0 = now_ms();
         if (kiln_llm_cuda_forward(g, kv, &b, NULL, ids) != KILN_OK) rc = 1;
         double t1 = now_ms();

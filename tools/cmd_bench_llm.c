@@ -7,6 +7,7 @@
 
 #include "bench/bench_llm.h"
 #include "core/status.h"
+#include "kiln/kiln_llm.h"
 #include "llm/llm_random.h"
 
 #include <errno.h>
@@ -51,6 +52,9 @@ static const char *USAGE =
     "  --prefix-len N         the first N of the --input-len tokens of every prompt are one shared system\n"
     "                         prompt (cached by the warm-up: TTFT then shows the cached prefill; default 0)\n"
     "  --no-prefix-cache      turn automatic prefix caching off (on by default)\n"
+    "  --spec ngram|off       speculative decoding by prompt lookup (default off); acceptance rate and\n"
+    "                         tokens per speculating step in the report\n"
+    "  --draft-tokens K       draft tokens per step with --spec (1..16, default 4)\n"
     "  --saturate             the saturated throughput run: --requests 512 --concurrency 256 unless given\n"
     "  --requests N           saturated run: requests in all (default 512)\n"
     "  --concurrency C        saturated run: most requests in flight, the scheduler's max_num_seqs\n"
@@ -107,7 +111,7 @@ static int parse_args(int argc, char **argv, llm_args *a) {
     static const char *const TAKES[] = {"--llm", "--batch", "--input-len", "--output-len", "--iterations", "--warmup",
                                         "--seed", "--target", "--device", "--export-json", "--ceilings-file",
                                         "--random", "--dtype", "--requests", "--concurrency", "--max-num-tokens",
-                                        "--prefix-len", "--timing-cache"};
+                                        "--prefix-len", "--timing-cache", "--spec", "--draft-tokens"};
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (cli_is_help(s)) {
@@ -154,6 +158,10 @@ static int parse_args(int argc, char **argv, llm_args *a) {
             a->bc.target = val;
         } else if (!strcmp(s, "--export-json")) a->json = val;
         else if (!strcmp(s, "--timing-cache")) a->bc.timing_cache = val;
+        else if (!strcmp(s, "--spec")) {
+            if (strcmp(val, "ngram") && strcmp(val, "off")) return cli_usage_error("bench ", "--spec expects ngram or off, got '%s'", val);
+            a->bc.spec = val;
+        } else if (!strcmp(s, "--draft-tokens")) rc = parse_int(s, val, 1, KILN_LLM_MAX_DRAFT_TOKENS, &a->bc.draft_tokens);
         else a->ceilings_file = val;
         if (rc >= 0) return rc;
     }
@@ -163,6 +171,8 @@ static int parse_args(int argc, char **argv, llm_args *a) {
     if (a->bc.prefix_len >= a->bc.input_len)
         return cli_usage_error("bench ", "--prefix-len %d must be below --input-len %d (each prompt ends with its own "
                                "tokens)", a->bc.prefix_len, a->bc.input_len);
+    if (a->bc.draft_tokens && (!a->bc.spec || !strcmp(a->bc.spec, "off")))
+        return cli_usage_error("bench ", "--draft-tokens goes with --spec ngram");
     if (a->dtype && !a->shape) return cli_usage_error("bench ", "--dtype goes with --random (an engine keeps its precision)");
     if (a->saturate || a->bc.requests || a->bc.concurrency || a->bc.max_num_tokens) {
         if (!a->bc.requests) a->bc.requests = SATURATE_REQUESTS;

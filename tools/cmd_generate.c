@@ -47,6 +47,9 @@ static const char *USAGE =
     "  --stop STR                  stop before the first occurrence of STR (repeatable)\n"
     "  --kv-budget-mb N            KV cache size (default: one whole context, at most 1 GiB on the CPU)\n"
     "  --no-prefix-cache           turn automatic prefix caching off (on by default; the same tokens either way)\n"
+    "  --spec ngram|off            speculative decoding by prompt lookup (default off; the same tokens, greedy,\n"
+    "                              or the same distribution, sampled; acceptance in the timing line)\n"
+    "  --draft-tokens K            draft tokens per step with --spec (1..16, default 4)\n"
     "  --target cpu|cuda           where the model runs (default cpu): cpu computes in fp32; cuda in\n"
     "                              bf16 for a bf16 engine or checkpoint, else fp16\n"
     "  --device N                  the CUDA device (default 0)\n"
@@ -72,6 +75,8 @@ typedef struct gen_args {
     const char *target;  /* "cpu" or "cuda" */
     int device;
     const char *timing_cache; /* NULL: none */
+    const char *spec;         /* NULL: off */
+    int draft_tokens;
 } gen_args;
 
 static int parse_number(const char *opt, const char *val, double lo, double hi, bool integer, double *out) {
@@ -117,7 +122,8 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         static const char *const takes_value[] = {"--prompt", "--stop", "--max-tokens", "--temperature", "--top-k",
                                                   "--top-p", "--min-p", "--repetition-penalty", "--frequency-penalty",
                                                   "--presence-penalty", "--seed", "--kv-budget-mb", "--target",
-                                                  "--device", "--system", "--chat-template", "--timing-cache"};
+                                                  "--device", "--system", "--chat-template", "--timing-cache",
+                                                  "--spec", "--draft-tokens"};
         bool known = false;
         for (size_t k = 0; k < sizeof takes_value / sizeof *takes_value; k++) known |= !strcmp(s, takes_value[k]);
         if (!known) return cli_usage_error("generate ", "unknown option '%s'", s);
@@ -163,6 +169,12 @@ static int parse_args(int argc, char **argv, gen_args *a) {
             if (strcmp(val, "cpu") && strcmp(val, "cuda"))
                 return cli_usage_error("generate ", "--target expects cpu or cuda, got '%s'", val);
             a->target = val;
+        } else if (!strcmp(s, "--spec")) {
+            if (strcmp(val, "ngram") && strcmp(val, "off"))
+                return cli_usage_error("generate ", "--spec expects ngram or off, got '%s'", val);
+            a->spec = val;
+        } else if (!strcmp(s, "--draft-tokens")) {
+            if ((rc = parse_number(s, val, 1, KILN_LLM_MAX_DRAFT_TOKENS, true, &v)) < 0) a->draft_tokens = (int)v;
         } else if (!strcmp(s, "--device")) {
             if ((rc = parse_number(s, val, 0, 1024, true, &v)) < 0) a->device = (int)v;
         }
@@ -172,6 +184,8 @@ static int parse_args(int argc, char **argv, gen_args *a) {
     if (!a->prompt) return cli_usage_error("generate ", "--prompt is required");
     if ((a->system || a->chat_template_file) && !a->chat)
         return cli_usage_error("generate ", "--system and --chat-template go with --chat");
+    if (a->draft_tokens && (!a->spec || !strcmp(a->spec, "off")))
+        return cli_usage_error("generate ", "--draft-tokens goes with --spec ngram");
     return -1;
 }
 
@@ -258,7 +272,8 @@ static kiln_status setup(gen_run *g, char **chat_template) {
     if (a->chat_template_file) KILN_TRY(read_text_file(a->chat_template_file, chat_template));
     kiln_llm_options o = {.target = a->target, .device = a->device, .max_seqs = 1, .chat_template = *chat_template,
                           .kv_cache_bytes = (uint64_t)(a->kv_budget_mb * 1048576.0),
-                          .no_prefix_cache = a->no_prefix_cache, .timing_cache = a->timing_cache};
+                          .no_prefix_cache = a->no_prefix_cache, .timing_cache = a->timing_cache,
+                          .spec = a->spec, .draft_tokens = a->draft_tokens};
     double t0 = cli_now_ms();
     kiln_status st = kiln_llm_open(a->dir, &o, &g->llm);
     if (st != KILN_OK && a->kv_budget_mb > 0 && strstr(kiln_last_error(), "kv_cache_bytes"))
@@ -322,6 +337,12 @@ static void print_report(const gen_run *g) {
         fprintf(stderr, ", TPOT %.2f ms (%.1f tok/s)", decode / (g->n_out - 1), (g->n_out - 1) * 1e3 / decode);
     fprintf(stderr, " | finish %s | load %.0f ms", kiln_llm_finish_name(g->finish), g->load_ms);
     if (g->a->sp.temperature > 0) fprintf(stderr, " | seed %llu", (unsigned long long)g->a->sp.seed);
+    kiln_llm_stats s;
+    if (g->a->spec && strcmp(g->a->spec, "off") && kiln_llm_get_stats(g->llm, &s) == KILN_OK)
+        fprintf(stderr, " | spec acceptance %.2f (%llu of %llu drafts), %.2f tokens per step",
+                s.spec_drafted ? (double)s.spec_accepted / (double)s.spec_drafted : 0.0,
+                (unsigned long long)s.spec_accepted, (unsigned long long)s.spec_drafted,
+                s.spec_steps ? (double)s.spec_emitted / (double)s.spec_steps : 0.0);
     fputc('\n', stderr);
     if (!g->a->print_ids) return;
     fprintf(stderr, "{\"prompt_ids\": ");

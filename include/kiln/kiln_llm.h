@@ -66,6 +66,13 @@ typedef struct kiln_llm_options {
      * cached blocks (a shared system prompt) computes only the rest; cached blocks are evicted, least
      * recently used first, only when the cache has no other free block. Tokens are the same either way. */
     bool no_prefix_cache;
+    /* Speculative decoding: NULL or "off" (none), or "ngram" (prompt lookup: each decoding request
+     * proposes up to draft_tokens tokens (0: 4) copied from what followed the latest earlier occurrence
+     * of its last 3, 2 or 1 tokens in its prompt and output, and one forward step verifies them). The
+     * tokens are those of plain decoding: greedy ones identical, sampled ones from the same
+     * distribution (rejection sampling). Anything else is KILN_ERR_INVALID_ARGUMENT. */
+    const char *spec;
+    int draft_tokens;
 } kiln_llm_options;
 
 /* Opens path: an LLM engine file (`kiln build --hf`) or a Hugging Face checkpoint directory
@@ -113,6 +120,7 @@ kiln_status kiln_llm_get_info(const kiln_llm *llm, kiln_llm_info *out);
 /* ---------------------------------------------------------------- requests */
 
 #define KILN_MAX_TOP_LOGPROBS 20 /* OpenAI's limit on top_logprobs */
+#define KILN_LLM_MAX_DRAFT_TOKENS 16 /* kiln_llm_options.draft_tokens at most */
 
 /* Sampling, in vLLM's order: penalties -> temperature -> top-k -> top-p -> min-p -> draw. The draw
  * for the n-th generated token depends only on (seed, n) and the logits, never on the batch: the same
@@ -212,6 +220,7 @@ typedef struct kiln_llm_request {
     int n_stop_ids;
     bool ignore_eos;                /* keep generating past end-of-sequence tokens */
     bool keep_special;              /* special tokens' text appears in event text */
+    bool no_speculation;            /* decode plainly although the model speculates (kiln_llm_options.spec) */
     void *user;                     /* returned in every event */
     kiln_llm_event_fn on_event;     /* NULL: the caller polls with kiln_llm_next */
 } kiln_llm_request;
@@ -254,6 +263,10 @@ typedef struct kiln_llm_stats {
     /* prefix caching since open: prompt (and, after a preemption, generated) tokens of the requests
      * that started a prefill, and how many of them were found cached (hit ratio = hits / queries) */
     uint64_t prefix_cache_queries, prefix_cache_hits;
+    /* speculative decoding since open: sequence-steps that verified draft tokens, the drafts proposed
+     * and accepted, and the tokens those steps produced (acceptance rate = accepted / drafted,
+     * tokens per speculating step = emitted / steps) */
+    uint64_t spec_steps, spec_drafted, spec_accepted, spec_emitted;
     double busy_ms;                  /* time spent in forward steps since open (sampling included) */
     double ms_since_heartbeat;       /* since the engine loop last went round (readiness; an idle loop
                                       * goes round once a second) */

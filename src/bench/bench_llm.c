@@ -67,6 +67,13 @@ static kiln_status summarize(const samples *sm, kiln_bench_llm_row *row) {
 }
 
 /* One batch size: warm-up, then measured iterations, each submitting the whole batch at once. */
+static kiln_bench_llm_spec spec_delta(const kiln_llm_stats *s0, const kiln_llm_stats *s1) {
+    return (kiln_bench_llm_spec){.steps = s1->spec_steps - s0->spec_steps,
+                                 .drafted = s1->spec_drafted - s0->spec_drafted,
+                                 .accepted = s1->spec_accepted - s0->spec_accepted,
+                                 .emitted = s1->spec_emitted - s0->spec_emitted};
+}
+
 static kiln_status run_batch(bench_llm_run *run, int batch, kiln_bench_llm_row *row) {
     const kiln_bench_llm_config *bc = run->bc;
     samples sm = {0};
@@ -87,6 +94,7 @@ static kiln_status run_batch(bench_llm_run *run, int batch, kiln_bench_llm_row *
         row->preemptions = s1.preemptions - s0.preemptions;
         row->prefix_queries = s1.prefix_cache_queries - s0.prefix_cache_queries;
         row->prefix_hits = s1.prefix_cache_hits - s0.prefix_cache_hits;
+        row->spec = spec_delta(&s0, &s1);
         row->requests = (int64_t)bc->iterations * batch;
         row->input_tokens = row->requests * bc->input_len;
         row->output_tokens = row->requests * bc->output_len;
@@ -124,6 +132,7 @@ static kiln_status run_saturated(bench_llm_run *run, kiln_bench_llm_sat *out) {
         out->preemptions = s1.preemptions - s0.preemptions;
         out->prefix_queries = s1.prefix_cache_queries - s0.prefix_cache_queries;
         out->prefix_hits = s1.prefix_cache_hits - s0.prefix_cache_hits;
+        out->spec = spec_delta(&s0, &s1);
         out->requests = bc->requests;
         out->input_tokens = out->requests * bc->input_len;
         out->output_tokens = out->requests * bc->output_len;
@@ -173,7 +182,8 @@ static kiln_llm_options options_for(const kiln_bench_llm_doc *d) {
     }
     kiln_llm_options o = {.target = bc->target, .device = bc->device, .block_size = BLOCK_SIZE, .max_seqs = seqs,
                           .max_batched_tokens = tokens, .max_context = bc->input_len + bc->output_len,
-                          .no_prefix_cache = bc->no_prefix_cache, .timing_cache = bc->timing_cache};
+                          .no_prefix_cache = bc->no_prefix_cache, .timing_cache = bc->timing_cache,
+                          .spec = bc->spec, .draft_tokens = bc->draft_tokens};
     if (strcmp(bc->target, "cuda")) o.kv_cache_blocks = seqs * ((bc->input_len + bc->output_len + BLOCK_SIZE - 1) / BLOCK_SIZE);
     return o;
 }

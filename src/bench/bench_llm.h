@@ -35,7 +35,14 @@ typedef struct kiln_bench_llm_config {
     int prefix_len;
     bool no_prefix_cache;
     const char *timing_cache; /* cuda: kiln_llm_options.timing_cache (NULL: none) */
+    const char *spec;         /* kiln_llm_options.spec: NULL (off) or "ngram" */
+    int draft_tokens;         /* kiln_llm_options.draft_tokens */
 } kiln_bench_llm_config;
+
+/* Speculative decoding in a run (kiln_llm_stats' spec_ counters, differences over the run). */
+typedef struct kiln_bench_llm_spec {
+    uint64_t steps, drafted, accepted, emitted;
+} kiln_bench_llm_spec;
 
 /* The measurements of a saturated run; times in ms, throughputs in tokens/s. */
 typedef struct kiln_bench_llm_sat {
@@ -43,6 +50,7 @@ typedef struct kiln_bench_llm_sat {
     int concurrency, max_num_tokens;
     uint64_t steps, preemptions;
     uint64_t prefix_queries, prefix_hits; /* prefix cache: prompt tokens looked up, found */
+    kiln_bench_llm_spec spec;
     int peak_running;              /* most sequences in one step */
     int peak_kv_blocks, kv_blocks; /* most KV blocks in use at once; blocks in the cache */
     int kv_block_size;
@@ -58,6 +66,7 @@ typedef struct kiln_bench_llm_row {
     int64_t requests, input_tokens, output_tokens; /* measured iterations only; output exact */
     uint64_t steps, preemptions;
     uint64_t prefix_queries, prefix_hits; /* prefix cache: prompt tokens looked up, found */
+    kiln_bench_llm_spec spec;
     double wall_s;              /* sum of the measured iterations' durations */
     kiln_bench_stats prefill;   /* per iteration */
     kiln_bench_stats ttft, tpot, e2e; /* per request */

@@ -28,6 +28,24 @@ static void print_prefix(const kiln_bench_llm_doc *d, uint64_t queries, uint64_t
             d->bc->prefix_len);
 }
 
+/* "speculation: ngram, K draft tokens: acceptance A (a of d drafts), T tokens per speculating step",
+ * nothing when it is off. */
+static void print_spec(const kiln_bench_llm_doc *d, const kiln_bench_llm_spec *s, FILE *f) {
+    if (!d->bc->spec || !strcmp(d->bc->spec, "off")) return;
+    fprintf(f, "speculation: %s, %d draft tokens: acceptance %.3f (%llu of %llu drafts), %.2f tokens per speculating "
+               "step (%llu steps)\n", d->bc->spec, d->bc->draft_tokens ? d->bc->draft_tokens : 4,
+            s->drafted ? (double)s->accepted / (double)s->drafted : 0.0, (unsigned long long)s->accepted,
+            (unsigned long long)s->drafted, s->steps ? (double)s->emitted / (double)s->steps : 0.0,
+            (unsigned long long)s->steps);
+}
+
+static void spec_json(kiln_json *j, const kiln_bench_llm_spec *s) {
+    kiln_json_kv_int(j, "spec_steps", (int64_t)s->steps);
+    kiln_json_kv_int(j, "spec_draft_tokens", (int64_t)s->drafted);
+    kiln_json_kv_int(j, "spec_accepted_tokens", (int64_t)s->accepted);
+    kiln_json_kv_int(j, "spec_emitted_tokens", (int64_t)s->emitted);
+}
+
 static void print_row(const kiln_bench_llm_doc *d, const kiln_bench_llm_row *r, FILE *f) {
     fprintf(f, "=== Batch %d ===\n", r->batch);
     if (r->error[0]) {
@@ -39,6 +57,7 @@ static void print_row(const kiln_bench_llm_doc *d, const kiln_bench_llm_row *r, 
             (long long)r->input_tokens, (long long)r->output_tokens, d->bc->output_len, (unsigned long long)r->steps,
             (unsigned long long)r->preemptions, r->wall_s);
     print_prefix(d, r->prefix_queries, r->prefix_hits, f);
+    print_spec(d, &r->spec, f);
     kiln_bench_print_stats(f, "Prefill Time (per iteration)", &r->prefill);
     kiln_bench_print_stats(f, "TTFT", &r->ttft);
     kiln_bench_print_stats(f, "TPOT", &r->tpot);
@@ -84,6 +103,7 @@ static void print_saturated(const kiln_bench_llm_doc *d, FILE *f) {
                "of %d in use (%d tokens each)\n", r->concurrency, r->max_num_tokens, r->peak_running, r->peak_kv_blocks,
             r->kv_blocks, r->kv_block_size);
     print_prefix(d, r->prefix_queries, r->prefix_hits, f);
+    print_spec(d, &r->spec, f);
     kiln_bench_print_stats(f, "TTFT", &r->ttft);
     kiln_bench_print_stats(f, "TPOT", &r->tpot);
     kiln_bench_print_stats(f, "E2E Latency", &r->e2e);
@@ -131,6 +151,7 @@ static void row_json(kiln_json *j, const kiln_bench_llm_row *r) {
         kiln_json_kv_int(j, "preemptions", (int64_t)r->preemptions);
         kiln_json_kv_int(j, "prefix_cache_queries", (int64_t)r->prefix_queries);
         kiln_json_kv_int(j, "prefix_cache_hits", (int64_t)r->prefix_hits);
+        spec_json(j, &r->spec);
         kiln_json_kv_number(j, "walltime_s", r->wall_s);
         kiln_bench_json_stats(j, "prefill_ms", &r->prefill);
         kiln_bench_json_stats(j, "ttft_ms", &r->ttft);
@@ -153,6 +174,7 @@ static void saturated_json(kiln_json *j, const kiln_bench_llm_sat *r) {
     kiln_json_kv_int(j, "preemptions", (int64_t)r->preemptions);
     kiln_json_kv_int(j, "prefix_cache_queries", (int64_t)r->prefix_queries);
     kiln_json_kv_int(j, "prefix_cache_hits", (int64_t)r->prefix_hits);
+    spec_json(j, &r->spec);
     kiln_json_kv_int(j, "peak_running", r->peak_running);
     kiln_json_kv_int(j, "kv_blocks_peak", r->peak_kv_blocks);
     kiln_json_kv_int(j, "kv_blocks_total", r->kv_blocks);
@@ -196,6 +218,8 @@ kiln_status kiln_bench_llm_write_json(const kiln_bench_llm_doc *d, const char *p
     kiln_json_kv_int(&j, "seed", (int64_t)d->bc->seed);
     kiln_json_kv_int(&j, "prefix_len", d->bc->prefix_len);
     kiln_json_kv_bool(&j, "prefix_cache", !d->bc->no_prefix_cache);
+    kiln_json_kv_string(&j, "spec", d->bc->spec && strcmp(d->bc->spec, "off") ? d->bc->spec : NULL);
+    kiln_json_kv_int(&j, "draft_tokens", d->bc->draft_tokens);
     if (d->saturated) {
         kiln_json_kv_int(&j, "requests", d->bc->requests);
         kiln_json_kv_int(&j, "concurrency", d->bc->concurrency);

@@ -100,6 +100,10 @@ typedef struct kiln_llm_batch {
     const int32_t *block_table; /* [n_seqs * max_blocks_per_seq] */
     int max_blocks_per_seq;
     bool all_logits; /* logits for every new token ([n_tokens, vocab]) instead of each sequence's last */
+    /* NULL: as all_logits says. Else (all_logits false) [n_seqs]: sequence i wants the logits of its
+     * last n_logits[i] new tokens (1 .. its new tokens), rows in batch order (speculative decoding
+     * verifies its draft tokens this way). */
+    const int32_t *n_logits;
 } kiln_llm_batch;
 
 /* A model: its config and weights, ready for the CPU forward (FP32, converted from F32/F16/BF16). */
@@ -125,9 +129,13 @@ kiln_status kiln_llm_config_load_hf(const char *dir, kiln_llm_config *out);
  * names the first violation. Both forwards call it first. */
 kiln_status kiln_llm_batch_check(const kiln_llm_config *c, const kiln_llm_batch *b, int block_size, int n_blocks,
                                  bool (*block_taken)(const void *kv, int block), const void *kv);
+/* The logits rows of a checked batch: their count, and, when rows is not NULL, the index in tokens of
+ * each row's token (rows[count]). */
+int kiln_llm_batch_logit_rows(const kiln_llm_batch *b, int32_t *rows);
 
 /* Runs one step: writes the new tokens' keys and values into kv, and their logits into `logits`
- * ([n_seqs, vocab] for each sequence's last new token, or [n_tokens, vocab] with all_logits).
+ * ([n_seqs, vocab] for each sequence's last new token, [n_tokens, vocab] with all_logits, or the
+ * rows n_logits asks for: kiln_llm_batch_logit_rows).
  * Every sequence has at least one new token, and its n new tokens sit at positions
  * ctx_len - n .. ctx_len - 1 (the cache holds positions 0 .. ctx_len - n - 1 from earlier steps).
  * Errors (KILN_ERR_INVALID_ARGUMENT) name what is inconsistent: a token id outside the vocabulary,

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #define DEFAULT_BLOCK_SIZE 16
+#define DEFAULT_DRAFT_TOKENS 4
 #define DEFAULT_MAX_BATCHED_TOKENS 2048
 #define CPU_DEFAULT_KV_BYTES (1ull << 30)
 
@@ -37,6 +38,11 @@ static kiln_status new_llm(const kiln_llm_options *o, kiln_llm **out) {
               o->max_context < 0 || o->max_waiting < 0 || o->max_waiting_tokens < 0 || !(o->queue_timeout_ms >= 0)))
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_llm_options: negative kv_cache_blocks, block_size, max_seqs, "
                           "max_batched_tokens, max_context, max_waiting, max_waiting_tokens or queue_timeout_ms");
+    if (o && o->spec && strcmp(o->spec, "off") && strcmp(o->spec, "ngram"))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "spec must be \"off\" or \"ngram\", got \"%s\"", o->spec);
+    if (o && (o->draft_tokens < 0 || o->draft_tokens > KILN_LLM_MAX_DRAFT_TOKENS))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "draft_tokens must be in [0, %d], got %d",
+                          KILN_LLM_MAX_DRAFT_TOKENS, o->draft_tokens);
     kiln_llm *llm = calloc(1, sizeof *llm);
     if (!llm) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     pthread_mutex_init(&llm->mu, NULL);
@@ -103,6 +109,12 @@ static kiln_status make_cache(kiln_llm *llm, const kiln_llm_options *o, const ll
     return llm_runner_make_cache(llm->runner, (int)blocks, bs, exact, &llm->kv);
 }
 
+/* Draft tokens per speculating step (0: no speculation). */
+static int spec_draft_tokens(const kiln_llm_options *o) {
+    if (!o->spec || !strcmp(o->spec, "off")) return 0;
+    return o->draft_tokens ? o->draft_tokens : DEFAULT_DRAFT_TOKENS;
+}
+
 /* Everything after the runner: cache, scheduler, eos ids, information, chat template, the loop. */
 static kiln_status finish_open(kiln_llm *llm, const kiln_llm_options *o, const llm_runner_options *ro, int64_t n_params) {
     const int bs = o->block_size ? o->block_size : DEFAULT_BLOCK_SIZE;
@@ -111,7 +123,7 @@ static kiln_status finish_open(kiln_llm *llm, const kiln_llm_options *o, const l
                                 .model = llm->runner, .kv = llm->kv, .vocab = llm->cfg.vocab,
                                 .max_model_len = ro->max_context, .max_num_batched_tokens = ro->max_tokens,
                                 .max_num_seqs = ro->max_seqs, .on_admit = llm_loop_on_admit,
-                                .no_prefix_cache = o->no_prefix_cache};
+                                .no_prefix_cache = o->no_prefix_cache, .draft_tokens = spec_draft_tokens(o)};
     KILN_TRY(kiln_scheduler_create(&sc, &llm->sched));
     collect_eos(llm);
     llm->max_waiting = o->max_waiting;
@@ -246,6 +258,8 @@ kiln_status kiln_llm_get_stats(const kiln_llm *cllm, kiln_llm_stats *out) {
                             .waiting_tokens = llm->queued_tokens, .kv_blocks_used = s->kv_blocks_used,
                             .kv_blocks_total = s->kv_blocks_total, .preemptions = s->preemptions, .steps = s->steps,
                             .prefix_cache_queries = s->prefix_cache_queries, .prefix_cache_hits = s->prefix_cache_hits,
+                            .spec_steps = s->spec_steps, .spec_drafted = s->spec_drafted,
+                            .spec_accepted = s->spec_accepted, .spec_emitted = s->spec_emitted,
                             .requests_submitted = llm->submitted, .requests_finished = llm->finished,
                             .prompt_tokens = llm->prompt_tokens, .generated_tokens = llm->generated_snap, .busy_ms = llm->busy_snap,
                             .ms_since_heartbeat = llm_now_ms() - llm->heartbeat_ms, .draining = llm->draining};

@@ -51,6 +51,7 @@ typedef struct llm_req {
     int32_t *prompt;
     int n_prompt, max_tokens;
     kiln_sampling_params sampling;
+    bool speculate;           /* draft tokens when the model speculates (not no_speculation) */
     char **stop;
     int n_stop;
     int32_t *stop_ids;              /* the eos ids (unless ignore_eos) and the request's stop_ids */

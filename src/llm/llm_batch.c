@@ -39,6 +39,10 @@ kiln_status kiln_llm_batch_check(const kiln_llm_config *c, const kiln_llm_batch 
                                   "batch: sequence %d block table entry %d is %d, not a block allocated from the cache "
                                   "(%d blocks)", i, j, blk, n_blocks);
         }
+        if (b->n_logits && (b->all_logits || b->n_logits[i] < 1 || b->n_logits[i] > n))
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT,
+                              "batch: sequence %d asks for the logits of %d of its %d new tokens (1 .. %d, and "
+                              "not with all_logits)", i, b->n_logits[i], n, n);
         for (int t = 0; t < n; t++) {
             const int tok = b->tokens[s0 + t], pos = b->positions[s0 + t];
             if (tok < 0 || tok >= c->vocab)
@@ -51,4 +55,15 @@ kiln_status kiln_llm_batch_check(const kiln_llm_config *c, const kiln_llm_batch 
         }
     }
     return KILN_OK;
+}
+
+int kiln_llm_batch_logit_rows(const kiln_llm_batch *b, int32_t *rows) {
+    int n = 0;
+    for (int i = 0; i < b->n_seqs; i++) {
+        const int end = b->seq_start[i + 1];
+        const int want = b->all_logits ? end - b->seq_start[i] : b->n_logits ? b->n_logits[i] : 1;
+        for (int t = end - want; t < end; t++, n++)
+            if (rows) rows[n] = t;
+    }
+    return n;
 }

@@ -172,10 +172,11 @@ kiln_status kiln_llm_forward(const kiln_llm_model *m, kiln_kv_cache *kv, const k
     }
     /* the rows whose logits are wanted, gathered into h, then the final norm and lm_head */
     const size_t d = (size_t)c->d_model;
-    const int n_out = b->all_logits ? b->n_tokens : b->n_seqs;
-    for (int r = 0; r < n_out; r++) {
-        int t = b->all_logits ? r : b->seq_start[r + 1] - 1;
-        memcpy(sm.h + r * d, sm.x + t * d, d * sizeof(float));
+    const int n_out = kiln_llm_batch_logit_rows(b, NULL);
+    for (int r = 0, i = 0; i < b->n_seqs; i++) { /* kiln_llm_batch_logit_rows' order, without scratch */
+        const int end = b->seq_start[i + 1];
+        const int want = b->all_logits ? end - b->seq_start[i] : b->n_logits ? b->n_logits[i] : 1;
+        for (int t = end - want; t < end; t++, r++) memcpy(sm.h + r * d, sm.x + t * d, d * sizeof(float));
     }
     kiln_llm_norm(sm.h, n_out, c->d_model, m->norm_f_w, kiln_llm_norm_offset(c), m->norm_f_b, c->norm_eps, sm.h);
     linear(sm.h, c->d_model, n_out, c->d_model, m->lm_head, &m->q8_lm_head, NULL, c->vocab, logits, c->vocab, 0, false);

@@ -1,7 +1,8 @@
 /* llm_gemv.c — kiln_llm_gemv (llm_gemv.h). The pool's unit of work is a group of four output rows.
  * One token row: a 16-lane accumulator per weight row, whose lane i sums elements i, i+16, ... (as
  * the two 8-lane accumulators of kiln_cpu_sgemm's dot product did); the final reduction adds the
- * halves, then sums ((0+4)+(1+5))+((2+6)+(3+7)), then the tail. Two to four token rows: an 8-lane
+ * halves, then sums ((0+4)+(1+5))+((2+6)+(3+7)), then the tail. Two to eight token rows (a short
+ * prefill chunk, or a decode step with speculative decoding's draft tokens): an 8-lane
  * accumulator per token row, the same tree, the tail summed apart. The weights are read ahead with
  * software prefetches (the stream runs at memory speed: 55 MB of GPT-2 weights per token). */
 #include "llm/llm_gemv.h"
@@ -81,10 +82,10 @@ static void gemv_one(const kiln_llm_gemv_args *a, int o0, int o1) {
     }
 }
 
-/* Two to four token rows, output rows [o0, o1): each weight row read once for all of them. */
-GEMV_CLONES
-static void gemv_few(const kiln_llm_gemv_args *a, int o0, int o1) {
-    const int K = a->in, K8 = K & ~7, n = a->n;
+/* Two to eight token rows, output rows [o0, o1): each weight row read once for all of them. n is a
+ * constant where it is inlined (gemv_few), so that the accumulators stay in registers. */
+static inline __attribute__((always_inline)) void few_rows(const kiln_llm_gemv_args *a, int o0, int o1, const int n) {
+    const int K = a->in, K8 = K & ~7;
     for (int o = o0; o < o1; o++) {
         const float *w = a->w + (size_t)o * K;
         v8f acc[KILN_LLM_GEMV_ROWS] = {{0}};
@@ -92,11 +93,25 @@ static void gemv_few(const kiln_llm_gemv_args *a, int o0, int o1) {
         for (int k = 0; k < K8; k += 8) {
             __builtin_prefetch((const char *)(w + k) + PREFETCH_BYTES);
             v8f wv = LOAD8(w + k);
+#pragma GCC unroll 8
             for (int t = 0; t < n; t++) acc[t] += wv * LOAD8(a->x + (size_t)t * a->ldx + k);
         }
         for (int k = K8; k < K; k++)
             for (int t = 0; t < n; t++) tail[t] += w[k] * a->x[(size_t)t * a->ldx + k];
         for (int t = 0; t < n; t++) store_out(a, a->y + (size_t)t * a->ldy, o, SUM8(acc[t]) + tail[t]);
+    }
+}
+
+GEMV_CLONES
+static void gemv_few(const kiln_llm_gemv_args *a, int o0, int o1) {
+    switch (a->n) {
+    case 2: few_rows(a, o0, o1, 2); break;
+    case 3: few_rows(a, o0, o1, 3); break;
+    case 4: few_rows(a, o0, o1, 4); break;
+    case 5: few_rows(a, o0, o1, 5); break;
+    case 6: few_rows(a, o0, o1, 6); break;
+    case 7: few_rows(a, o0, o1, 7); break;
+    default: few_rows(a, o0, o1, 8); break;
     }
 }
 

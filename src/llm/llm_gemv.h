@@ -11,7 +11,7 @@
 
 #include <stdbool.h>
 
-#define KILN_LLM_GEMV_ROWS 4
+#define KILN_LLM_GEMV_ROWS 8
 
 typedef struct kiln_llm_gemv_args {
     const float *x; /* [n, in], row stride ldx */

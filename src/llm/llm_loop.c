@@ -103,7 +103,7 @@ static void take_inbox(kiln_llm *llm, llm_req *in) {
         live_push(llm, r);
         kiln_request_params p = {.prompt = r->prompt, .n_prompt = r->n_prompt, .max_tokens = r->max_tokens,
                                  .sampling = r->sampling, .stop_ids = r->stop_ids, .n_stop_ids = r->n_stop_ids,
-                                 .user = r};
+                                 .user = r, .speculate = r->speculate};
         if (kiln_scheduler_add(llm->sched, &p, &r->sched_id) == KILN_OK) {
             r->in_sched = true;
             continue;
@@ -197,6 +197,7 @@ static void on_sched_event(kiln_llm *llm, const kiln_sched_event *e, double now,
         r->usage.completion_tokens = e->n_generated;
     }
     r->usage.preemptions = e->preemptions;
+    if (r->pending) flush_batch(llm); /* a second token of r this step (speculative decoding): its delta changes now */
     kiln_llm_finish why = map_finish(e->finish);
     const char *message = e->message;
     char msg[256];

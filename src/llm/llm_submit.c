@@ -104,6 +104,7 @@ static kiln_status make_request(kiln_llm *llm, const kiln_llm_request *q, llm_re
     r->user = q->user;
     r->on_event = q->on_event;
     r->sampling = q->sampling;
+    r->speculate = !q->no_speculation;
     r->keep_special = q->keep_special;
     st = take_prompt(llm, q, r);
     if (st == KILN_OK) st = take_stops(llm, q, r);

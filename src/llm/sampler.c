@@ -223,10 +223,11 @@ static double log_sum_exp(const cand *c, int n) {
     return vmax + log(z);
 }
 
-kiln_status kiln_sample_next(kiln_sampler *s, const kiln_sampling_params *p, const float *logits,
-                             const int32_t *prompt, int n_prompt, const int32_t *generated, int n_generated,
-                             kiln_sample *out) {
-    memset(out, 0, sizeof *out);
+/* Penalised candidates of logits into s->cand (their count in *n), after checking the history and
+ * the logits. */
+static kiln_status candidates(kiln_sampler *s, const kiln_sampling_params *p, const float *logits,
+                              const int32_t *prompt, int n_prompt, const int32_t *generated, int n_generated,
+                              int *n_out) {
     for (int pass = 0; pass < 2; pass++) {
         const int32_t *t = pass ? generated : prompt;
         for (int i = 0, n = pass ? n_generated : n_prompt; i < n; i++)
@@ -243,19 +244,77 @@ kiln_status kiln_sample_next(kiln_sampler *s, const kiln_sampling_params *p, con
         if (s->work[i] > -INFINITY) s->cand[n++] = (cand){.v = s->work[i], .id = i};
     }
     if (!n) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "sampler: every logit is -inf");
-    cand *c = s->cand;
-    int chosen = 0;
-    if (p->temperature == 0) {
-        for (int i = 1; i < n; i++)
-            if (better(c[i].v, c[i].id, c[chosen].v, c[chosen].id)) chosen = i;
-    } else {
-        n = sample_random(c, n, p, (uint64_t)n_generated, &chosen);
-    }
+    *n_out = n;
+    return KILN_OK;
+}
+
+/* out's token c[chosen] and, when asked, its log-probabilities over c[0, n). */
+static void fill_sample(const cand *c, int n, int chosen, const kiln_sampling_params *p, kiln_sample *out) {
     out->token = c[chosen].id;
     if (p->logprobs) {
         double lse = log_sum_exp(c, n);
         out->logprob = (float)(c[chosen].v - lse);
         out->n_top = top_alternatives(c, n, p->top_logprobs, lse, out->top);
     }
+}
+
+kiln_status kiln_sample_next(kiln_sampler *s, const kiln_sampling_params *p, const float *logits,
+                             const int32_t *prompt, int n_prompt, const int32_t *generated, int n_generated,
+                             kiln_sample *out) {
+    memset(out, 0, sizeof *out);
+    int n, chosen = 0;
+    KILN_TRY(candidates(s, p, logits, prompt, n_prompt, generated, n_generated, &n));
+    cand *c = s->cand;
+    if (p->temperature == 0) {
+        for (int i = 1; i < n; i++)
+            if (better(c[i].v, c[i].id, c[chosen].v, c[chosen].id)) chosen = i;
+    } else {
+        n = sample_random(c, n, p, (uint64_t)n_generated, &chosen);
+    }
+    fill_sample(c, n, chosen, p, out);
+    return KILN_OK;
+}
+
+/* The stream of the acceptance draws, apart from the sampling draws of the same seed. */
+static uint64_t accept_stream(uint64_t seed) { return seed ^ 0x5DEECE66DA3B1F27ull; }
+
+kiln_status kiln_sample_verify_draft(kiln_sampler *s, const kiln_sampling_params *p, const float *logits,
+                                     const int32_t *prompt, int n_prompt, const int32_t *generated, int n_generated,
+                                     int32_t draft, kiln_sample *out, bool *accepted) {
+    *accepted = false;
+    if (p->temperature == 0) {
+        KILN_TRY(kiln_sample_next(s, p, logits, prompt, n_prompt, generated, n_generated, out));
+        *accepted = out->token == draft;
+        return KILN_OK;
+    }
+    memset(out, 0, sizeof *out);
+    int n, chosen = 0;
+    KILN_TRY(candidates(s, p, logits, prompt, n_prompt, generated, n_generated, &n));
+    cand *c = s->cand;
+    n = sample_random(c, n, p, (uint64_t)n_generated, &chosen); /* truncates and sets c[i].p */
+    double z = 0, pd = 0;
+    int at = -1;
+    for (int i = 0; i < n; i++) {
+        z += c[i].p;
+        if (c[i].id == draft) at = i;
+    }
+    if (at >= 0) pd = c[at].p;
+    if (at >= 0 && kiln_sample_uniform(accept_stream(p->seed), (uint64_t)n_generated) * z < pd) {
+        *accepted = true;
+        fill_sample(c, n, at, p, out);
+        return KILN_OK;
+    }
+    /* rejected: a draw from the rest, max(p - point mass at draft, 0) normalised */
+    double u = kiln_sample_uniform(p->seed, (uint64_t)n_generated) * (z - pd), acc = 0;
+    chosen = at == n - 1 ? n - 2 : n - 1;
+    for (int i = 0; i < n; i++) {
+        if (i == at) continue;
+        acc += c[i].p;
+        if (u < acc) {
+            chosen = i;
+            break;
+        }
+    }
+    fill_sample(c, n, chosen, p, out);
     return KILN_OK;
 }

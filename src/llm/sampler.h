@@ -48,6 +48,17 @@ kiln_status kiln_sample_next(kiln_sampler *s, const kiln_sampling_params *p, con
                              const int32_t *prompt, int n_prompt, const int32_t *generated, int n_generated,
                              kiln_sample *out);
 
+/* Speculative decoding's check of a draft token proposed with certainty (a point mass: prompt-lookup
+ * drafting) for the position after `generated`, with kiln_sample_next's arguments and errors. Greedy:
+ * out is kiln_sample_next's token and *accepted says whether it is the draft. Temperature > 0
+ * (rejection sampling): the draft is accepted with its probability p(draft) under the processed
+ * distribution (a uniform draw from a stream of its own); when it is rejected, out is a draw from that
+ * distribution without the draft, renormalised. Either way out's token follows the distribution
+ * kiln_sample_next draws from. */
+kiln_status kiln_sample_verify_draft(kiln_sampler *s, const kiln_sampling_params *p, const float *logits,
+                                     const int32_t *prompt, int n_prompt, const int32_t *generated, int n_generated,
+                                     int32_t draft, kiln_sample *out, bool *accepted);
+
 #ifdef __cplusplus
 }
 #endif

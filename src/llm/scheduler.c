@@ -34,6 +34,10 @@ static kiln_status check_config(const kiln_scheduler_config *c) {
                           "scheduler: need max_num_seqs >= 1 and max_num_batched_tokens >= max_num_seqs (every "
                           "running sequence decodes in each step), got %d and %d",
                           c->max_num_seqs, c->max_num_batched_tokens);
+    if (c->draft_tokens < 0 || c->ngram_min < 1 || c->ngram_max < c->ngram_min)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT,
+                          "scheduler: need draft_tokens >= 0 and 1 <= ngram_min <= ngram_max, got %d, %d, %d",
+                          c->draft_tokens, c->ngram_min, c->ngram_max);
     const kiln_kv_cache_config *kc = kiln_kv_cache_get_config(c->kv);
     if (kc->block_size < 1 || kc->n_blocks < 1)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "scheduler: the KV cache has %d blocks of %d tokens",
@@ -46,6 +50,8 @@ kiln_status kiln_scheduler_create(const kiln_scheduler_config *cfg, kiln_schedul
     kiln_scheduler_config c = *cfg;
     if (!c.max_num_seqs) c.max_num_seqs = 256;
     if (!c.max_num_batched_tokens) c.max_num_batched_tokens = c.max_num_seqs > 2048 ? c.max_num_seqs : 2048;
+    if (!c.ngram_max) c.ngram_max = 3;
+    if (!c.ngram_min) c.ngram_min = 1;
     KILN_TRY(check_config(&c));
     kiln_scheduler *s = calloc(1, sizeof *s);
     if (!s) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "scheduler: out of memory");
@@ -56,6 +62,8 @@ kiln_status kiln_scheduler_create(const kiln_scheduler_config *cfg, kiln_schedul
     s->max_blocks_per_seq = longest < kc->n_blocks ? longest : kc->n_blocks;
     s->next_id = 1;
     size_t seqs = (size_t)c.max_num_seqs, toks = (size_t)c.max_num_batched_tokens;
+    int64_t rows = (int64_t)c.max_num_seqs * (1 + c.draft_tokens); /* a row per scheduled token at most */
+    s->max_rows = (int)(rows < c.max_num_batched_tokens || c.draft_tokens == 0 ? rows : c.max_num_batched_tokens);
     s->running = calloc(seqs, sizeof *s->running);
     s->batch = calloc(seqs, sizeof *s->batch);
     s->tokens = malloc(toks * sizeof *s->tokens);
@@ -63,12 +71,13 @@ kiln_status kiln_scheduler_create(const kiln_scheduler_config *cfg, kiln_schedul
     s->seq_start = malloc((seqs + 1) * sizeof *s->seq_start);
     s->ctx_len = malloc(seqs * sizeof *s->ctx_len);
     s->block_table = malloc(seqs * (size_t)s->max_blocks_per_seq * sizeof *s->block_table);
-    s->logits = malloc(seqs * (size_t)c.vocab * sizeof *s->logits);
-    s->events = malloc(seqs * sizeof *s->events);
+    s->n_logits = malloc(seqs * sizeof *s->n_logits);
+    s->logits = malloc((size_t)s->max_rows * (size_t)c.vocab * sizeof *s->logits);
+    s->events = malloc((size_t)s->max_rows * sizeof *s->events);
     s->rows = malloc(seqs * sizeof *s->rows);
     s->sampled = malloc(seqs * sizeof *s->sampled);
     if (!s->running || !s->batch || !s->tokens || !s->positions || !s->seq_start || !s->ctx_len || !s->block_table ||
-        !s->logits || !s->events || !s->rows || !s->sampled) {
+        !s->n_logits || !s->logits || !s->events || !s->rows || !s->sampled) {
         kiln_scheduler_free(s);
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "scheduler: cannot allocate the buffers of %d sequences x %d tokens",
                           c.max_num_seqs, c.vocab);
@@ -111,6 +120,7 @@ void kiln_scheduler_free(kiln_scheduler *s) {
     free(s->seq_start);
     free(s->ctx_len);
     free(s->block_table);
+    free(s->n_logits);
     free(s->logits);
     free(s->rows);
     free(s->sampled);
@@ -152,7 +162,7 @@ static kiln_status reserve_lists(kiln_scheduler *s, int live) {
     if (d) s->done = d;
     kiln_sched_event *p = realloc(s->pending, n * sizeof *p);
     if (p) s->pending = p;
-    kiln_sched_event *e = realloc(s->events, (n + (size_t)s->cfg.max_num_seqs) * sizeof *e);
+    kiln_sched_event *e = realloc(s->events, (n + (size_t)s->max_rows) * sizeof *e);
     if (e) s->events = e;
     if (!w || !d || !p || !e) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "scheduler: cannot track %d requests", live);
     s->cap = cap;
@@ -199,6 +209,7 @@ kiln_status kiln_scheduler_add(kiln_scheduler *s, const kiln_request_params *p, 
     r->id = s->next_id++;
     r->user = p->user;
     r->sampling = p->sampling;
+    r->speculate = p->speculate;
     memcpy(r->tokens, p->prompt, (size_t)p->n_prompt * sizeof *r->tokens);
     r->n_prompt = r->n_tokens = p->n_prompt;
     if (p->n_stop_ids) memcpy(r->stop_ids, p->stop_ids, (size_t)p->n_stop_ids * sizeof *r->stop_ids);
@@ -259,5 +270,9 @@ kiln_scheduler_stats kiln_scheduler_get_stats(const kiln_scheduler *s) {
         .prefix_cache_queries = s->prefix_queries,
         .prefix_cache_hits = s->prefix_hits,
         .kv_blocks_cached = kiln_kv_cache_published_blocks(s->cfg.kv),
+        .spec_steps = s->spec_steps,
+        .spec_drafted = s->spec_drafted,
+        .spec_accepted = s->spec_accepted,
+        .spec_emitted = s->spec_emitted,
     };
 }

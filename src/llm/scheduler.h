@@ -9,7 +9,8 @@
  * cached blocks of its longest cached prefix and computes from there. After the forward step every sequence whose context is complete
  * is sampled (sampler.h; on the host, or where the forward ran through kiln_sample_fn) and the step
  * reports events: a token, and the end of a request with its
- * reason. No request is ever lost: each one ends with exactly one final event.
+ * reason. With speculative decoding a request may produce several tokens (events) in one step.
+ * No request is ever lost: each one ends with exactly one final event.
  *
  * Not thread-safe: one thread calls step, add and finish. */
 #ifndef KILN_LLM_SCHEDULER_H
@@ -69,6 +70,13 @@ typedef struct kiln_scheduler_config {
      * starts after the longest run of its full blocks that the cache holds (published by earlier
      * requests, or by itself before a preemption), and its blocks are published as they fill. */
     bool no_prefix_cache;
+    /* Speculative decoding by prompt lookup (scheduler_spec.c): a decoding request that asks for it
+     * proposes up to draft_tokens tokens (0: nobody speculates) copied from what followed the latest
+     * earlier occurrence of its last n tokens (n from ngram_max down to ngram_min; 0: 3 and 1) in its
+     * prompt + output, and the step verifies them in one forward. The tokens are those of plain
+     * decoding: greedy ones identical, sampled ones from the same distribution (rejection sampling). */
+    int draft_tokens;
+    int ngram_max, ngram_min;
 } kiln_scheduler_config;
 
 typedef struct kiln_request_params {
@@ -79,6 +87,7 @@ typedef struct kiln_request_params {
     const int32_t *stop_ids; /* copied; generation ends after producing one of them (e.g. eos) */
     int n_stop_ids;
     void *user;              /* returned in every event of the request */
+    bool speculate;          /* draft tokens by prompt lookup (kiln_scheduler_config.draft_tokens) */
 } kiln_request_params;
 
 typedef enum kiln_finish_reason {
@@ -112,6 +121,10 @@ typedef struct kiln_scheduler_stats {
      * preemption), and how many of those were found in the cache */
     uint64_t prefix_cache_queries, prefix_cache_hits;
     int kv_blocks_cached; /* published blocks (in use or idle; the idle ones count as free) */
+    /* speculative decoding: sequence-steps that verified drafts, draft tokens proposed and accepted in
+     * them, and the tokens those steps produced (accepted drafts + one sampled token each, unless the
+     * request ended first): acceptance rate = accepted / drafted, tokens per step = emitted / steps */
+    uint64_t spec_steps, spec_drafted, spec_accepted, spec_emitted;
 } kiln_scheduler_stats;
 
 typedef struct kiln_scheduler kiln_scheduler;

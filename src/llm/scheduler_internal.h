@@ -21,6 +21,8 @@ typedef struct sched_req {
     int n_hashed;
     int n_published;    /* its first blocks that are published (or were shared from the cache) */
     int chunk;          /* tokens scheduled in the step being built; 0 = not scheduled */
+    bool speculate;     /* proposes draft tokens when decoding */
+    int n_draft;        /* draft tokens in this step's chunk, at tokens[n_tokens ..) */
     bool ended;         /* moved to the done list during this step */
     bool delivered;     /* its final event was returned by a step: freed at the next one */
     bool admitted;      /* it has been in a batch (on_admit was called) */
@@ -34,6 +36,8 @@ struct kiln_scheduler {
     kiln_sampler *sampler;
     uint64_t next_id, preemptions, steps;
     uint64_t prefix_queries, prefix_hits; /* tokens of admitted requests / of those found cached */
+    uint64_t spec_steps, spec_drafted, spec_accepted, spec_emitted; /* kiln_scheduler_stats' */
+    int max_rows; /* logits rows of one step: max_num_seqs, or more with draft tokens */
 
     /* Every live request is in exactly one list. `cap` bounds the live requests that the lists,
      * pending and events can hold, so that step and finish never allocate. */
@@ -52,8 +56,9 @@ struct kiln_scheduler {
     int max_blocks_per_seq;
     int32_t *tokens, *positions;  /* [max_num_batched_tokens] */
     int32_t *seq_start, *ctx_len; /* [max_num_seqs + 1], [max_num_seqs] */
+    int32_t *n_logits;            /* [max_num_seqs] logits rows per sequence of a step with drafts */
     int32_t *block_table;         /* [max_num_seqs * max_blocks_per_seq] */
-    float *logits;                /* [max_num_seqs * vocab]: every row, or those a sample function hands back */
+    float *logits;                /* [max_rows * vocab]: every row, or those a sample function hands back */
     kiln_sched_sample_row *rows;  /* [max_num_seqs] the rows given to the sample function */
     int32_t *sampled;             /* [max_num_seqs] its tokens (-1: sample on the host) */
 };
@@ -77,5 +82,15 @@ void sched_prefix_publish(kiln_scheduler *s, sched_req *r);
 /* r's event: the sampled token (sample NULL: none, token -1) and why it ended (KILN_FINISH_NONE: it
  * goes on). The message points into r, which lives until the step after the event is returned. */
 kiln_sched_event sched_event(const sched_req *r, const kiln_sample *sample, kiln_finish_reason why);
+/* Appends r's new token and reports it, ending r at a stop token or its length (scheduler_step.c). */
+void sched_accept_token(kiln_scheduler *s, sched_req *r, const kiln_sample *smp);
+/* Speculative decoding (scheduler_spec.c). Writes `max` draft tokens for r (decoding) at
+ * r->tokens[r->n_tokens ..) by prompt lookup and returns their count: max, or 0 when no n-gram
+ * matched or max < 1. */
+int sched_spec_propose(const kiln_scheduler *s, sched_req *r, int max);
+/* After the forward step of r's chunk (its last token and r->n_draft drafts, whose logits rows start
+ * at `rows`): accepts the drafts that plain decoding agrees with and one token after them, as events,
+ * sets what is computed and gives back the blocks of rejected drafts. */
+void sched_spec_verify(kiln_scheduler *s, sched_req *r, const float *rows);
 
 #endif

@@ -61,8 +61,19 @@ static void schedule(kiln_scheduler *s, sched_req *r, int chunk) {
     s->batch[s->n_batch++] = r;
 }
 
-/* Schedules running sequences: decodes (one token) when `decodes`, else prefill chunks. */
+/* Draft tokens r may propose now: the config's, within the budget that the decodes not yet scheduled
+ * leave, and short of r's last token (the verified step adds one token after the accepted drafts). */
+static int draft_room(const kiln_scheduler *s, const sched_req *r, int spare) {
+    if (!r->speculate || s->cfg.draft_tokens < 1) return 0;
+    return min_int(min_int(s->cfg.draft_tokens, spare), r->max_total - r->n_tokens - 1);
+}
+
+/* Schedules running sequences: decodes (one token, plus any draft tokens) when `decodes`, else
+ * prefill chunks. */
 static void schedule_running(kiln_scheduler *s, bool decodes, int *budget) {
+    int decoding = 0; /* decodes left to schedule: draft tokens never take their budget */
+    for (int i = 0; decodes && i < s->n_running; i++)
+        decoding += s->running[i]->n_tokens - s->running[i]->n_computed == 1;
     for (int i = 0; i < s->n_running && *budget > 0;) {
         sched_req *r = s->running[i];
         int need = r->n_tokens - r->n_computed;
@@ -70,9 +81,15 @@ static void schedule_running(kiln_scheduler *s, bool decodes, int *budget) {
             i++;
             continue;
         }
-        int got = reserve(s, i, min_int(need, *budget));
-        if (!got) continue; /* running[i] was preempted: the next sequence moved into slot i */
+        int drafts = decodes ? sched_spec_propose(s, r, draft_room(s, r, *budget - decoding)) : 0;
+        int got = reserve(s, i, min_int(need + drafts, *budget));
+        if (!got) { /* running[i] was preempted: the next sequence moved into slot i */
+            decoding -= decodes;
+            continue;
+        }
         schedule(s, r, got);
+        r->n_draft = decodes ? got - 1 : 0;
+        decoding -= decodes;
         *budget -= got;
         i++;
     }
@@ -107,9 +124,11 @@ static void build_batch(kiln_scheduler *s) {
     if (!s->preempted) admit_waiting(s, &budget);
 }
 
-/* Packs the batch into the forward step's arrays. */
+/* Packs the batch into the forward step's arrays (with one logits row per token of a sequence that
+ * carries draft tokens). */
 static kiln_llm_batch pack_batch(kiln_scheduler *s) {
     int n_tokens = 0, width = 0;
+    bool drafts = false;
     for (int k = 0; k < s->n_batch; k++) width = s->batch[k]->n_blocks > width ? s->batch[k]->n_blocks : width;
     s->seq_start[0] = 0;
     for (int k = 0; k < s->n_batch; k++) {
@@ -120,13 +139,16 @@ static kiln_llm_batch pack_batch(kiln_scheduler *s) {
         }
         s->seq_start[k + 1] = n_tokens;
         s->ctx_len[k] = r->n_computed + r->chunk;
+        s->n_logits[k] = 1 + r->n_draft;
+        drafts = drafts || r->n_draft;
         int32_t *row = s->block_table + (size_t)k * width;
         memcpy(row, r->blocks, (size_t)r->n_blocks * sizeof *row);
         for (int j = r->n_blocks; j < width; j++) row[j] = -1;
     }
     return (kiln_llm_batch){.n_tokens = n_tokens, .tokens = s->tokens, .positions = s->positions,
                             .n_seqs = s->n_batch, .seq_start = s->seq_start, .ctx_len = s->ctx_len,
-                            .block_table = s->block_table, .max_blocks_per_seq = width};
+                            .block_table = s->block_table, .max_blocks_per_seq = width,
+                            .n_logits = drafts ? s->n_logits : NULL};
 }
 
 static kiln_finish_reason stop_reason(const sched_req *r, int32_t token) {
@@ -135,8 +157,7 @@ static kiln_finish_reason stop_reason(const sched_req *r, int32_t token) {
     return r->n_tokens == r->max_total ? KILN_FINISH_LENGTH : KILN_FINISH_NONE;
 }
 
-/* Appends r's new token and reports it, ending r at a stop token or its length. */
-static void accept_token(kiln_scheduler *s, sched_req *r, const kiln_sample *smp) {
+void sched_accept_token(kiln_scheduler *s, sched_req *r, const kiln_sample *smp) {
     r->tokens[r->n_tokens++] = smp->token;
     kiln_finish_reason why = stop_reason(r, smp->token);
     if (why != KILN_FINISH_NONE) sched_end(s, r, NULL);
@@ -154,7 +175,7 @@ static void sample_one(kiln_scheduler *s, sched_req *r, const float *logits) {
         s->events[s->n_events++] = sched_event(r, NULL, KILN_FINISH_ERROR);
         return;
     }
-    accept_token(s, r, &smp);
+    sched_accept_token(s, r, &smp);
 }
 
 /* r's token from the sample function (tokens < 0 were handed back: sampled on the host from row). */
@@ -169,7 +190,7 @@ static void take_token(kiln_scheduler *s, sched_req *r, int32_t token, const flo
         s->events[s->n_events++] = sched_event(r, NULL, KILN_FINISH_ERROR);
     } else {
         kiln_sample smp = {.token = token};
-        accept_token(s, r, &smp);
+        sched_accept_token(s, r, &smp);
     }
 }
 
@@ -195,29 +216,36 @@ static void remove_ended(kiln_scheduler *s) {
 }
 
 /* The forward step, then sampling: on the host from s->logits, or by the sample function (the rows it
- * hands back on the host). */
+ * hands back on the host). A step with draft tokens brings all its logits to the host and verifies
+ * there. */
 static kiln_status run_batch(kiln_scheduler *s) {
     kiln_llm_batch b = pack_batch(s);
-    const bool on_device = s->cfg.sample != NULL;
+    const bool on_device = s->cfg.sample != NULL && !b.n_logits;
     kiln_status st = s->cfg.forward(s->cfg.model, s->cfg.kv, &b, on_device ? NULL : s->logits);
     s->steps++;
     if (st == KILN_OK && on_device) {
         int n_rows = rows_to_sample(s);
         if (n_rows) st = s->cfg.sample(s->cfg.model, n_rows, s->rows, s->logits, s->sampled);
     }
-    for (int k = 0, i = 0; k < s->n_batch; k++) {
+    for (int k = 0, i = 0, row0 = 0; k < s->n_batch; k++) {
         sched_req *r = s->batch[k];
         int chunk = r->chunk;
         r->chunk = 0;
+        const float *row = s->logits + (size_t)row0 * s->cfg.vocab;
+        row0 += b.n_logits ? b.n_logits[k] : 1;
         if (st != KILN_OK) {
+            r->n_draft = 0;
             sched_end(s, r, kiln_last_error());
             s->events[s->n_events++] = sched_event(r, NULL, KILN_FINISH_ERROR);
+            continue;
+        }
+        if (r->n_draft) {
+            sched_spec_verify(s, r, row);
             continue;
         }
         r->n_computed += chunk;
         sched_prefix_publish(s, r);
         if (r->n_computed != r->n_tokens) continue;
-        const float *row = s->logits + (size_t)k * s->cfg.vocab;
         if (on_device) take_token(s, r, s->sampled[i++], row);
         else sample_one(s, r, row);
     }

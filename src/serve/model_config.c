@@ -151,6 +151,7 @@ static kiln_status parse_int(const cJSON *item, const char *what, serve_model_co
         {"kv_cache_blocks", 0, 1 << 30},        {"max_seqs", 0, 1 << 20},   {"max_batched_tokens", 0, 1 << 24},
         {"max_context", 0, 1 << 24},            {"max_waiting", 0, 1 << 24}, {"max_waiting_tokens", 0, INT64_C(1) << 40},
         {"queue_timeout_ms", 0, 86400000},      {"priority_levels", 1, 16}, {"landing_batches", 0, 1024},
+        {"draft_tokens", 0, KILN_LLM_MAX_DRAFT_TOKENS},
     };
     for (size_t k = 0; k < sizeof KEYS / sizeof KEYS[0]; k++) {
         if (strcmp(item->string, KEYS[k].key)) continue;
@@ -175,7 +176,8 @@ static kiln_status parse_int(const cJSON *item, const char *what, serve_model_co
         case 14: c->llm.max_waiting_tokens = v; break;
         case 15: c->llm.queue_timeout_ms = (double)v; break;
         case 16: c->batch.priority_levels = (int)v; break;
-        default: c->batch.landing_batches = (int)v; break;
+        case 17: c->batch.landing_batches = (int)v; break;
+        default: c->llm.draft_tokens = (int)v; break;
         }
     }
     return KILN_OK;
@@ -210,6 +212,10 @@ kiln_status serve_model_config_parse(const char *json, size_t len, const char *w
         } else if (!strcmp(item->string, "prefix_cache")) {
             if (!cJSON_IsBool(item)) st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'prefix_cache' must be true or false", what);
             else c->llm.no_prefix_cache = cJSON_IsFalse(item);
+        } else if (!strcmp(item->string, "spec")) {
+            if (!cJSON_IsString(item) || (strcmp(item->valuestring, "ngram") && strcmp(item->valuestring, "off")))
+                st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'spec' must be \"ngram\" or \"off\"", what);
+            else c->llm.spec = strcmp(item->valuestring, "off") ? "ngram" : NULL;
         } else if (!strcmp(item->string, "devices")) {
             st = parse_devices(item, what, c);
         } else if (!strcmp(item->string, "io_format")) {
@@ -226,7 +232,7 @@ kiln_status serve_model_config_parse(const char *json, size_t len, const char *w
                             "timeout_us, instances, breaker_failures, breaker_cooldown_ms, version_policy, target, "
                             "io_format, device, devices, aliases, kv_cache_bytes, kv_cache_blocks, max_seqs, "
                             "max_batched_tokens, max_context, max_waiting, max_waiting_tokens, queue_timeout_ms, "
-                            "prefix_cache, chat_template, traffic, priority_levels, landing_batches)",
+                            "prefix_cache, spec, draft_tokens, chat_template, traffic, priority_levels, landing_batches)",
                             what, item->string);
         }
         if (st) break;

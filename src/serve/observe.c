@@ -5,6 +5,7 @@
 #include "serve/http.h"
 
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <time.h>
 
@@ -35,6 +36,10 @@ static void sum_llm_stats(version_view *v) {
         t->preemptions += d->preemptions;
         t->prefix_cache_queries += d->prefix_cache_queries;
         t->prefix_cache_hits += d->prefix_cache_hits;
+        t->spec_steps += d->spec_steps;
+        t->spec_drafted += d->spec_drafted;
+        t->spec_accepted += d->spec_accepted;
+        t->spec_emitted += d->spec_emitted;
         if (d->running + d->waiting > 0 && d->ms_since_heartbeat > t->ms_since_heartbeat)
             t->ms_since_heartbeat = d->ms_since_heartbeat;
     }
@@ -72,6 +77,30 @@ static int snapshot(serve_server *s, version_view **out) {
 
 static void gauge_head(kiln_strbuf *b, const char *name, const char *type, const char *help) {
     kiln_strbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* Speculative decoding's counters per LLM version, as vLLM's spec_decode_num_* counters. */
+static void spec_metrics(kiln_strbuf *b, const version_view *v, int n) {
+    static const struct {
+        const char *name, *help;
+        size_t offset;
+    } M[] = {
+        {"kiln_spec_decode_num_drafts_total", "Draft proposals verified (one per speculating sequence and step).",
+         offsetof(kiln_llm_stats, spec_steps)},
+        {"kiln_spec_decode_num_draft_tokens_total", "Draft tokens proposed.", offsetof(kiln_llm_stats, spec_drafted)},
+        {"kiln_spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
+         offsetof(kiln_llm_stats, spec_accepted)},
+        {"kiln_spec_decode_num_emitted_tokens_total", "Tokens produced by speculating steps (accepted + one each).",
+         offsetof(kiln_llm_stats, spec_emitted)},
+    };
+    for (size_t m = 0; m < sizeof M / sizeof M[0]; m++) {
+        gauge_head(b, M[m].name, "counter", M[m].help);
+        for (int i = 0; i < n; i++) {
+            if (!v[i].llm) continue;
+            const uint64_t *count = (const uint64_t *)((const char *)&v[i].llm_stats + M[m].offset);
+            kiln_strbuf_printf(b, "%s{%s} %llu\n", M[m].name, v[i].labels, (unsigned long long)*count);
+        }
+    }
 }
 
 enum MHD_Result serve_metrics_page(serve_conn *c) {
@@ -163,6 +192,7 @@ enum MHD_Result serve_metrics_page(serve_conn *c) {
                                v[i].llm_stats.prefix_cache_queries ? (double)v[i].llm_stats.prefix_cache_hits /
                                                                          (double)v[i].llm_stats.prefix_cache_queries
                                                                    : 0);
+    spec_metrics(&b, v, n);
     gauge_head(&b, "kiln_engine_heartbeat_age_seconds", "gauge", "Time since the LLM engine loop last went round.");
     for (int i = 0; i < n; i++)
         if (v[i].llm)

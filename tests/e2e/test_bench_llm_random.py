@@ -76,6 +76,27 @@ def test_cpu_refuses_llama3_8b(kiln):
                  mentions=("llama3-8b", "too large for --target cpu", "--target cuda"))
 
 
+def test_spec_statistics(kiln, tmp_path):
+    # --spec ngram: the report and the JSON carry the drafts proposed and accepted
+    out = tmp_path / "spec.json"
+    proc = run_kiln(kiln, "bench", "--llm", "--random", "tiny-llama", "--target", "cpu", "--batch", "2",
+                    "--input-len", "16", "--output-len", "24", "--iterations", "1", "--warmup", "0",
+                    "--spec", "ngram", "--draft-tokens", "3", "--export-json", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "speculation: ngram, 3 draft tokens: acceptance" in proc.stdout, proc.stdout
+    def unique(pairs):
+        keys = [k for k, _ in pairs]
+        assert len(keys) == len(set(keys)), keys
+        return dict(pairs)
+    doc = json.loads(out.read_text(), object_pairs_hook=unique)
+    assert doc["workload"]["spec"] == "ngram" and doc["workload"]["draft_tokens"] == 3
+    row = doc["results"][0]
+    assert 0 <= row["spec_accepted_tokens"] <= row["spec_draft_tokens"]
+    assert row["spec_emitted_tokens"] <= row["spec_accepted_tokens"] + row["spec_steps"]
+    assert_error(run_kiln(kiln, "bench", "--llm", "--random", "tiny-llama", "--draft-tokens", "3"), code=2,
+                 mentions=("--spec",))
+
+
 def test_shared_prefix_is_cached(kiln, tmp_path):
     # --prefix-len: every prompt starts with the same 40 tokens; the warm-up caches them, so each
     # measured request finds 2 blocks of 16 (32 of its 48 tokens); --no-prefix-cache finds none

@@ -189,6 +189,25 @@ def test_no_prefix_cache_changes_nothing(kiln, model):
     assert on[1] == off[1] and on[3] == off[3]
 
 
+def test_spec_ngram_keeps_greedy_tokens(kiln, model):
+    """--spec ngram: the greedy tokens of plain decoding, with the acceptance in the timing line; sampled
+    tokens stay reproducible by seed; --draft-tokens alone is a usage error."""
+    d = model[0]
+    prompt = " ".join([PROMPT] * 3)
+    args = ["--prompt", prompt, "--temperature", 0, "--max-tokens", 24]
+    plain, spec = generate(kiln, d, *args), generate(kiln, d, *args, "--spec", "ngram", "--draft-tokens", 3)
+    assert plain[0] == 0 and spec[0] == 0, spec[2]
+    assert plain[1] == spec[1] and plain[3] == spec[3]
+    assert "spec acceptance" in spec[2] and "spec acceptance" not in plain[2]
+    sampled = ["--prompt", prompt, "--temperature", 1.0, "--max-tokens", 16, "--seed", 3, "--spec", "ngram"]
+    a, b = generate(kiln, d, *sampled), generate(kiln, d, *sampled)
+    assert a[0] == 0 and a[3] == b[3]
+    err = generate(kiln, d, "--prompt", prompt, "--draft-tokens", 3)
+    assert err[0] == 2 and "--spec" in err[2]
+    err = generate(kiln, d, "--prompt", prompt, "--spec", "medusa")
+    assert err[0] == 2 and "ngram" in err[2]
+
+
 def test_timing_cache_on_cpu(kiln, model, tmp_path):
     """--timing-cache is taken on the CPU too, where there is nothing to time: the same tokens, no file
     written; without its FILE it is a usage error."""

@@ -69,7 +69,7 @@ static const int prompt_len[N_SEQ] = {37, 5, 150};
 
 static kiln_llm_batch batch_of(const schedule *sc, const step *st) {
     kiln_llm_batch b = {st->n_tokens, st->tokens,     st->positions, st->n_seqs, st->seq_start,
-                        st->ctx_len,  sc->table,      MAX_BLOCKS,    st->all_logits};
+                        st->ctx_len,  sc->table,      MAX_BLOCKS,    st->all_logits, NULL};
     return b;
 }
 

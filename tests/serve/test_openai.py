@@ -295,6 +295,28 @@ def test_model_chat_template_file(kiln, tmp_path):
         assert "chat_template" in "".join(s.log) and "missing.jinja" in "".join(s.log)
 
 
+def test_spec_decode_metrics(kiln, tmp_path):
+    # a model config with speculative decoding: the greedy text of plain decoding, and its counters
+    prompt = "And God said, Let there be light: and there was light. " * 3
+    label = 'model="kjv",version="1"'
+    texts = []
+    for spec in ("ngram", "off"):
+        shutil.copytree(KJV_GPT2, tmp_path / spec / "kjv" / "1")
+        (tmp_path / spec / "kjv" / "config.json").write_text(json.dumps({"spec": spec, "draft_tokens": 4}))
+        with serve(kiln, tmp_path / spec) as s:
+            status, out = s.json("/v1/completions", {"model": "kjv", "prompt": prompt, "max_tokens": 24, "temperature": 0})
+            assert status == 200, out
+            texts.append(out["choices"][0]["text"])
+            m = s.metrics()
+            drafts, accepted = m[f"kiln_spec_decode_num_draft_tokens_total{{{label}}}"], m[f"kiln_spec_decode_num_accepted_tokens_total{{{label}}}"]
+            steps, emitted = m[f"kiln_spec_decode_num_drafts_total{{{label}}}"], m[f"kiln_spec_decode_num_emitted_tokens_total{{{label}}}"]
+            if spec == "ngram":
+                assert drafts >= accepted > 0 and steps > 0 and accepted < emitted <= accepted + steps
+            else:
+                assert drafts == accepted == steps == emitted == 0
+    assert texts[0] == texts[1]
+
+
 def test_prefix_cache_metrics_and_off(kiln, tmp_path):
     system = "And God said, Let there be light: and there was light. And God saw the light, that it was good: " * 2
     prompts = [system + "and God divided the light", system + "And the evening and the morning"]

@@ -180,7 +180,7 @@ static int run_steps(opts *o, const kiln_llm_model *m, llm_runner *rn, kiln_kv_c
         }
         if (!ns) break;
         seq_start[ns] = n;
-        kiln_llm_batch b = {n, tokens, pos, ns, seq_start, ctx, table, max_blocks, !o->last};
+        kiln_llm_batch b = {n, tokens, pos, ns, seq_start, ctx, table, max_blocks, !o->last, NULL};
         if ((rn ? llm_runner_forward(rn, kv, &b, logits) : kiln_llm_forward(m, kv, &b, logits)) != KILN_OK) {
             rc = fail(kiln_last_error());
             break;

@@ -7,7 +7,7 @@
  * KILN_ERR_INVALID_ARGUMENT naming the limit, queue_timeout_ms -> FINISH_TIMEOUT); drain; close with
  * requests in flight (leaks show under the sanitizer build); logprobs; bad input; chat templates from
  * the options and from tokenizer_config.json; a tokenizer smaller than the model's vocabulary (the
- * ids it does not name add no text). */
+ * ids it does not name add no text); the same outputs with speculative decoding (prompt lookup). */
 #include "kiln/kiln_llm.h"
 
 #include "check.h"
@@ -595,6 +595,41 @@ static void test_random(void) {
     kiln_llm_close(llm);
 }
 
+/* Speculative decoding by prompt lookup: the same greedy text, stop strings, stop tokens and
+ * concurrent requests as plain decoding, with drafts accepted; bad options refused. */
+static void test_speculation(void) {
+    kiln_llm_options o = {.max_seqs = 8, .spec = "ngram", .draft_tokens = 5};
+    kiln_llm *llm = open_model(&o);
+    test_greedy_matches_generate(llm);
+    test_stop_strings(llm);
+    test_stop_token(llm);
+    test_threads(llm);
+    /* polled: several tokens of one step come in one read, their text whole */
+    kiln_llm_request q = text_request(REFS[0].prompt, 24, NULL);
+    uint64_t id;
+    CHECK_OK(kiln_llm_submit(llm, &q, &id));
+    char text[1024] = "";
+    kiln_llm_event ev;
+    while (kiln_llm_next(llm, id, 60000, &ev) == KILN_OK) {
+        if (strlen(text) + ev.text_len < sizeof text) strncat(text, ev.text, ev.text_len);
+        if (ev.finish != KILN_LLM_FINISH_NONE) break;
+    }
+    kiln_llm_release(llm, id);
+    CHECKF(!strcmp(text, REFS[0].text), "polled text '%s'", text);
+    kiln_llm_stats st;
+    CHECK_OK(kiln_llm_get_stats(llm, &st));
+    CHECKF(st.spec_steps > 0 && st.spec_accepted > 0 && st.spec_accepted <= st.spec_drafted &&
+           st.spec_emitted <= st.spec_accepted + st.spec_steps, "spec steps %llu drafted %llu accepted %llu emitted %llu",
+           (unsigned long long)st.spec_steps, (unsigned long long)st.spec_drafted,
+           (unsigned long long)st.spec_accepted, (unsigned long long)st.spec_emitted);
+    kiln_llm_close(llm);
+    kiln_llm *none = NULL;
+    o = (kiln_llm_options){.spec = "medusa"};
+    CHECK(kiln_llm_open(model_dir, &o, &none) == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_last_error(), "ngram") && !none);
+    o = (kiln_llm_options){.spec = "ngram", .draft_tokens = KILN_LLM_MAX_DRAFT_TOKENS + 1};
+    CHECK(kiln_llm_open(model_dir, &o, &none) == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_last_error(), "draft_tokens"));
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: test_llm_api MODEL_DIR TMP_DIR\n");
@@ -617,6 +652,7 @@ int main(int argc, char **argv) {
     test_bad_input(llm);
     test_chat_templates(llm, argv[2]);
     kiln_llm_close(llm);
+    test_speculation();
     test_small_tokenizer(argv[2]);
     test_admission();
     test_queue_timeout();

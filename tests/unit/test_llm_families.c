@@ -142,7 +142,7 @@ static kiln_status run_schedule(llm_runner *rn, kiln_kv_cache *kv, const referen
             pos[i] = t + i;
         }
         const int32_t seq_start[2] = {0, take}, ctx = t + take;
-        kiln_llm_batch b = {take, tokens, pos, 1, seq_start, &ctx, table, nb, true};
+        kiln_llm_batch b = {take, tokens, pos, 1, seq_start, &ctx, table, nb, true, NULL};
         s = llm_runner_forward(rn, kv, &b, out + (size_t)t * r->vocab);
         t += take;
     }

@@ -128,6 +128,18 @@ static void test_device_configs(void) {
         CHECKF(st == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_last_error(), BAD[i].message), "%s: %s", BAD[i].json,
                kiln_last_error());
     }
+    /* speculative decoding for an LLM */
+    const char *spec = "{\"spec\": \"ngram\", \"draft_tokens\": 6}";
+    CHECK_OK(serve_model_config_parse(spec, strlen(spec), "spec", &c));
+    CHECK(c.llm.spec && !strcmp(c.llm.spec, "ngram") && c.llm.draft_tokens == 6);
+    const char *off = "{\"spec\": \"off\"}";
+    CHECK_OK(serve_model_config_parse(off, strlen(off), "off", &c));
+    CHECK(!c.llm.spec);
+    const char *bad_spec = "{\"spec\": \"eagle\"}", *bad_k = "{\"draft_tokens\": 17}";
+    CHECK(serve_model_config_parse(bad_spec, strlen(bad_spec), "cfg", &c) == KILN_ERR_INVALID_ARGUMENT &&
+          strstr(kiln_last_error(), "'spec' must be"));
+    CHECK(serve_model_config_parse(bad_k, strlen(bad_k), "cfg", &c) == KILN_ERR_INVALID_ARGUMENT &&
+          strstr(kiln_last_error(), "draft_tokens"));
     /* the test hook: a cpu model takes a list (one instance set per entry, all on the CPU) */
     setenv("KILN_SERVE_CPU_DEVICES", "1", 1);
     CHECK_OK(serve_model_config_parse(BAD[0].json, strlen(BAD[0].json), "hook", &c));

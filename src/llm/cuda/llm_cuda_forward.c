@@ -33,7 +33,7 @@ static kiln_status check_batch(const kiln_llm_cuda *g, const kiln_llm_cuda_kv *k
     memset(s, 0, sizeof *s);
     s->n_tokens = b->n_tokens;
     s->n_seqs = b->n_seqs;
-    s->n_out = b->all_logits ? b->n_tokens : b->n_seqs;
+    s->n_out = kiln_llm_batch_logit_rows(b, NULL);
     s->decode = true;
     for (int i = 0; i < b->n_seqs; i++) {
         const int n = b->seq_start[i + 1] - b->seq_start[i], ctx = b->ctx_len[i];
@@ -82,7 +82,7 @@ static kiln_status stage_meta(kiln_llm_cuda *g, const kiln_llm_batch *b, llmc_st
     for (int i = 0; i < ns; i++)
         for (int t = b->seq_start[i]; t < b->seq_start[i + 1]; t++) hi[off + t] = i;
     PUT(tok_seq, n);
-    for (int r = 0; r < s->n_out; r++) hi[off + r] = b->all_logits ? r : b->seq_start[r + 1] - 1;
+    kiln_llm_batch_logit_rows(b, hi + off);
     PUT(out_rows, s->n_out);
     memcpy(hi + off, b->seq_start, (size_t)(ns + 1) * 4);
     PUT(seq_start, ns + 1);
