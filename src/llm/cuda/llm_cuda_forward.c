@@ -303,7 +303,7 @@ static kiln_status run_step(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const llmc_s
         KILN_OK)
         snprintf(why, sizeof why, "%s", kiln_last_error());
     if (!exec) {
-        if (pr) snprintf(pr->graph_error, sizeof pr->graph_error, "%s", why);
+        if (pr) snprintf(pr->graph_error, sizeof pr->graph_error, "%.*s", (int)sizeof pr->graph_error - 1, why);
         return run_eager(g, kv, s);
     }
     e->exec = exec;
