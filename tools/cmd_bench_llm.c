@@ -31,9 +31,9 @@ static const char *USAGE =
     "Measures an LLM (an engine from `kiln build --hf`, a Hugging Face checkpoint directory, or random\n"
     "weights of a published shape) the way trtllm-bench does: for each batch size, that many requests\n"
     "of random prompts (seeded) submitted at once, each generating exactly --output-len tokens (eos\n"
-    "ignored), greedy, through the LLM API. Reports prefill time, TTFT, TPOT (time per output token\n"
-    "after the first), end-to-end latency (p50/p90/p95/p99), output and total tokens/s, the decode\n"
-    "bandwidth and the environment. With --saturate / --requests / --concurrency: trtllm-bench's\n"
+    "ignored), greedy unless --temperature, through the LLM API. Reports prefill time, TTFT, TPOT (time\n"
+    "per output token after the first), end-to-end latency (p50/p90/p95/p99), output and total\n"
+    "tokens/s, the decode bandwidth and the environment. With --saturate / --requests / --concurrency: trtllm-bench's\n"
     "throughput run instead (N requests, at most C in flight, continuous batching).\n"
     "\n"
     "options:\n"
@@ -55,6 +55,8 @@ static const char *USAGE =
     "  --spec ngram|off       speculative decoding by prompt lookup (default off); acceptance rate and\n"
     "                         tokens per speculating step in the report\n"
     "  --draft-tokens K       draft tokens per step with --spec (1..16, default 4)\n"
+    "  --temperature T        sample every request at temperature T (top-k, top-p, min-p off; request k\n"
+    "                         seeded with --seed + k), to time the sampler in the step (default 0: greedy)\n"
     "  --saturate             the saturated throughput run: --requests 512 --concurrency 256 unless given\n"
     "  --requests N           saturated run: requests in all (default 512)\n"
     "  --concurrency C        saturated run: most requests in flight, the scheduler's max_num_seqs\n"
@@ -111,7 +113,8 @@ static int parse_args(int argc, char **argv, llm_args *a) {
     static const char *const TAKES[] = {"--llm", "--batch", "--input-len", "--output-len", "--iterations", "--warmup",
                                         "--seed", "--target", "--device", "--export-json", "--ceilings-file",
                                         "--random", "--dtype", "--requests", "--concurrency", "--max-num-tokens",
-                                        "--prefix-len", "--timing-cache", "--spec", "--draft-tokens"};
+                                        "--prefix-len", "--timing-cache", "--spec", "--draft-tokens",
+                                        "--temperature"};
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (cli_is_help(s)) {
@@ -162,6 +165,14 @@ static int parse_args(int argc, char **argv, llm_args *a) {
             if (strcmp(val, "ngram") && strcmp(val, "off")) return cli_usage_error("bench ", "--spec expects ngram or off, got '%s'", val);
             a->bc.spec = val;
         } else if (!strcmp(s, "--draft-tokens")) rc = parse_int(s, val, 1, KILN_LLM_MAX_DRAFT_TOKENS, &a->bc.draft_tokens);
+        else if (!strcmp(s, "--temperature")) {
+            char *end;
+            errno = 0;
+            double t = strtod(val, &end);
+            if (end == val || *end || errno || !(t >= 0 && t <= 100))
+                return cli_usage_error("bench ", "--temperature expects a number in [0, 100], got '%s'", val);
+            a->bc.temperature = (float)t;
+        }
         else a->ceilings_file = val;
         if (rc >= 0) return rc;
     }

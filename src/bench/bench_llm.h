@@ -37,6 +37,8 @@ typedef struct kiln_bench_llm_config {
     const char *timing_cache; /* cuda: kiln_llm_options.timing_cache (NULL: none) */
     const char *spec;         /* kiln_llm_options.spec: NULL (off) or "ngram" */
     int draft_tokens;         /* kiln_llm_options.draft_tokens */
+    float temperature;        /* 0: greedy; else every request samples at it (top-k, top-p, min-p off),
+                               * request k with seed + k: the sampler's cost in the step */
 } kiln_bench_llm_config;
 
 /* Speculative decoding in a run (kiln_llm_stats' spec_ counters, differences over the run). */

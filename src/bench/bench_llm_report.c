@@ -119,15 +119,18 @@ void kiln_bench_llm_print(const kiln_bench_llm_doc *d, FILE *f) {
             d->model_path, d->shape ? "random weights" : d->from_engine ? "engine" : "checkpoint", kiln_llm_family_name(c->family),
             c->n_layer, c->d_model, c->vocab, (double)d->n_params / 1e6, kiln_precision_name(d->weights), d->load_s);
     fprintf(f, "forward: %s; compute %s\n", d->device, d->compute);
+    char sampling[64] = "greedy";
+    if (d->bc->temperature > 0) snprintf(sampling, sizeof sampling, "sampled at temperature %g", d->bc->temperature);
     if (d->saturated)
-        fprintf(f, "workload: %d input + %d output tokens per request (eos ignored), random prompts (seed %llu), greedy; "
+        fprintf(f, "workload: %d input + %d output tokens per request (eos ignored), random prompts (seed %llu), %s; "
                    "%d requests with at most %d in flight (a new one submitted as one ends), after %d warm-up requests\n",
-                d->bc->input_len, d->bc->output_len, (unsigned long long)d->bc->seed, d->bc->requests,
+                d->bc->input_len, d->bc->output_len, (unsigned long long)d->bc->seed, sampling, d->bc->requests,
                 d->bc->concurrency, d->bc->warmup);
     else
-        fprintf(f, "workload: %d input + %d output tokens per request (eos ignored), random prompts (seed %llu), greedy; "
+        fprintf(f, "workload: %d input + %d output tokens per request (eos ignored), random prompts (seed %llu), %s; "
                    "per batch size %d warm-up and %d measured iterations, each submitting the whole batch at once\n",
-                d->bc->input_len, d->bc->output_len, (unsigned long long)d->bc->seed, d->bc->warmup, d->bc->iterations);
+                d->bc->input_len, d->bc->output_len, (unsigned long long)d->bc->seed, sampling, d->bc->warmup,
+                d->bc->iterations);
     fprintf(f, "methods: TTFT = submission to first token; TPOT = (E2E - TTFT) / (output tokens - 1); prefill = the "
                "steps that produced first tokens; percentiles %s; stddev %s\n", KILN_SUMMARY_PERCENTILE_METHOD,
             KILN_SUMMARY_STDDEV_METHOD);
@@ -225,7 +228,8 @@ kiln_status kiln_bench_llm_write_json(const kiln_bench_llm_doc *d, const char *p
         kiln_json_kv_int(&j, "concurrency", d->bc->concurrency);
     }
     kiln_json_kv_bool(&j, "ignore_eos", true);
-    kiln_json_kv_string(&j, "sampling", "greedy");
+    kiln_json_kv_string(&j, "sampling", d->bc->temperature > 0 ? "temperature" : "greedy");
+    kiln_json_kv_number(&j, "temperature", d->bc->temperature);
     kiln_json_object_end(&j);
     kiln_json_key(&j, "methods");
     kiln_json_object_begin(&j);

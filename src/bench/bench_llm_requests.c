@@ -1,6 +1,6 @@
 /* bench_llm_requests.c — kiln bench --llm's rounds of requests (bench_llm_requests.h): random prompts
  * (after a shared prefix of bc->prefix_len tokens)
- * submitted to the kiln_llm (eos ignored, greedy, exactly output_len tokens), the events' timestamps
+ * submitted to the kiln_llm (eos ignored, greedy or at the config's temperature, exactly output_len tokens), the events' timestamps
  * recorded on the engine loop's thread, a new request submitted from the callback as one ends when
  * the round bounds the requests in flight. */
 #include "bench/bench_llm_requests.h"
@@ -28,6 +28,8 @@ static kiln_status submit(bench_llm_run *r, int i) {
     q.n_prompt_ids = bc->input_len;
     q.max_tokens = bc->output_len;
     q.ignore_eos = true;
+    q.sampling.temperature = bc->temperature;
+    q.sampling.seed = bc->seed + (uint64_t)r->submitted;
     q.user = &r->reqs[i];
     q.on_event = on_event;
     r->reqs[i].submit_ms = kiln_bench_now_ms() - r->t0;

@@ -97,6 +97,22 @@ def test_spec_statistics(kiln, tmp_path):
                  mentions=("--spec",))
 
 
+def test_sampling_temperature(kiln, tmp_path):
+    # --temperature: every request samples (the report and the JSON say so), each with its own seed
+    out = tmp_path / "t.json"
+    proc = run_kiln(kiln, "bench", "--llm", "--random", "tiny-llama", "--target", "cpu", "--batch", "3",
+                    "--input-len", "8", "--output-len", "6", "--iterations", "1", "--warmup", "0",
+                    "--temperature", "1.5", "--export-json", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "sampled at temperature 1.5;" in proc.stdout, proc.stdout
+    doc = json.loads(out.read_text())
+    assert doc["workload"]["sampling"] == "temperature" and doc["workload"]["temperature"] == 1.5
+    assert doc["results"][0]["output_tokens"] == 3 * 6
+    for bad in ("-1", "nan", "x", "101"):
+        assert_error(run_kiln(kiln, "bench", "--llm", "--random", "tiny-llama", "--temperature", bad), code=2,
+                     mentions=("--temperature",))
+
+
 def test_shared_prefix_is_cached(kiln, tmp_path):
     # --prefix-len: every prompt starts with the same 40 tokens; the warm-up caches them, so each
     # measured request finds 2 blocks of 16 (32 of its 48 tokens); --no-prefix-cache finds none
