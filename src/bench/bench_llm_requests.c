@@ -1,7 +1,7 @@
 /* bench_llm_requests.c — kiln bench --llm's rounds of requests (bench_llm_requests.h): random prompts
- * (after a shared prefix of bc->prefix_len tokens)
- * submitted to the kiln_llm (eos ignored, greedy or at the config's temperature, exactly output_len tokens), the events' timestamps
- * recorded on the engine loop's thread, a new request submitted from the callback as one ends when
+ * (after a shared prefix of bc->prefix_len tokens) submitted to the kiln_llm (eos ignored, greedy or
+ * at the config's temperature, exactly output_len tokens), the events' timestamps recorded on the engine
+ * loop's thread, a new request submitted from the callback as one ends when
  * the round bounds the requests in flight. */
 #include "bench/bench_llm_requests.h"
 
