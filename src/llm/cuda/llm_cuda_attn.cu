@@ -183,10 +183,7 @@ extern "C" kiln_status llmc_attention(kiln_llm_cuda *g, const llmc_step *s, cons
      * CUDA-core prefill kernel would give a few warps the whole context each, so before sm_80 the decode
      * kernel takes every token as a row; the tensor-core kernel is faster than those rows from 8 to 64 new
      * tokens over 2,000 (bench/RESULTS.md) and takes them wherever it runs */
-    int dev = 0, cc_major = 0;
-    KILN_CUDA_TRY(cudaGetDevice(&dev));
-    KILN_CUDA_TRY(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev));
-    const bool token_rows = !s->decode && cc_major < 8 && s->max_new <= LLMC_TOKEN_ROWS_MAX_NEW &&
+    const bool token_rows = !s->decode && g->kc.cc_major < 8 && s->max_new <= LLMC_TOKEN_ROWS_MAX_NEW &&
                             s->max_ctx >= 4 * s->max_new;
     if (!s->decode && !token_rows) {
         llmc_prefill_attn a;
