@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 static void defaults(serve_model_config *c) {
@@ -142,43 +143,59 @@ static kiln_status parse_traffic(const cJSON *item, const char *what, serve_mode
     return KILN_OK;
 }
 
-/* The integer settings: key, range, and where each goes. */
+/* The integer settings: key, range, and the field each sets (its offset, and its C type read from the
+ * field itself, so a field whose type changes cannot be written through the wrong width). */
+typedef enum { SET_INT, SET_I64, SET_U64, SET_DOUBLE } setting_type;
+#define FIELD(m) offsetof(serve_model_config, m), \
+    _Generic(((serve_model_config *)0)->m, int: SET_INT, int64_t: SET_I64, uint64_t: SET_U64, double: SET_DOUBLE)
+#define BATCH(f) FIELD(batch.f)
+#define LLM(f) FIELD(llm.f)
+static const struct int_setting {
+    const char *key;
+    int64_t lo, hi;
+    size_t offset;
+    setting_type type;
+} INT_SETTINGS[] = {
+    {"max_batch", 0, 4096, BATCH(max_batch)},
+    {"max_queue_delay_us", 0, 10000000, BATCH(max_queue_delay_us)},
+    {"max_queue", 0, 1000000, BATCH(max_queue)},
+    {"timeout_us", 0, INT64_C(3600000000), BATCH(timeout_us)},
+    {"instances", 1, 64, BATCH(instances)},
+    {"breaker_failures", 1, 1000, BATCH(breaker_failures)},
+    {"breaker_cooldown_ms", 0, 3600000, BATCH(breaker_cooldown_ms)},
+    {"priority_levels", 1, 16, BATCH(priority_levels)},
+    {"landing_batches", 0, 1024, BATCH(landing_batches)},
+    {"device", 0, 64, FIELD(device)},
+    {"kv_cache_bytes", 0, INT64_C(1) << 50, LLM(kv_cache_bytes)},
+    {"kv_cache_blocks", 0, 1 << 30, LLM(kv_cache_blocks)},
+    {"max_seqs", 0, 1 << 20, LLM(max_seqs)},
+    {"max_batched_tokens", 0, 1 << 24, LLM(max_batched_tokens)},
+    {"max_context", 0, 1 << 24, LLM(max_context)},
+    {"max_waiting", 0, 1 << 24, LLM(max_waiting)},
+    {"max_waiting_tokens", 0, INT64_C(1) << 40, LLM(max_waiting_tokens)},
+    {"queue_timeout_ms", 0, 86400000, LLM(queue_timeout_ms)},
+    {"draft_tokens", 0, KILN_LLM_MAX_DRAFT_TOKENS, LLM(draft_tokens)},
+};
+#undef BATCH
+#undef LLM
+#undef FIELD
+
+/* Sets the integer setting named by item->string, if it is one (*known); its value checked against the range. */
 static kiln_status parse_int(const cJSON *item, const char *what, serve_model_config *c, bool *known) {
-    static const struct { const char *key; int64_t lo, hi; } KEYS[] = {
-        {"max_batch", 0, 4096},         {"max_queue_delay_us", 0, 10000000},  {"max_queue", 0, 1000000},
-        {"timeout_us", 0, INT64_C(3600000000)}, {"instances", 1, 64},       {"breaker_failures", 1, 1000},
-        {"breaker_cooldown_ms", 0, 3600000},    {"device", 0, 64},          {"kv_cache_bytes", 0, INT64_C(1) << 50},
-        {"kv_cache_blocks", 0, 1 << 30},        {"max_seqs", 0, 1 << 20},   {"max_batched_tokens", 0, 1 << 24},
-        {"max_context", 0, 1 << 24},            {"max_waiting", 0, 1 << 24}, {"max_waiting_tokens", 0, INT64_C(1) << 40},
-        {"queue_timeout_ms", 0, 86400000},      {"priority_levels", 1, 16}, {"landing_batches", 0, 1024},
-        {"draft_tokens", 0, KILN_LLM_MAX_DRAFT_TOKENS},
-    };
-    for (size_t k = 0; k < sizeof KEYS / sizeof KEYS[0]; k++) {
-        if (strcmp(item->string, KEYS[k].key)) continue;
+    for (size_t k = 0; k < sizeof INT_SETTINGS / sizeof INT_SETTINGS[0]; k++) {
+        const struct int_setting *s = &INT_SETTINGS[k];
+        if (strcmp(item->string, s->key)) continue;
         *known = true;
         int64_t v;
-        if (int_in(item, what, KEYS[k].lo, KEYS[k].hi, &v)) return KILN_ERR_INVALID_ARGUMENT;
-        switch (k) {
-        case 0: c->batch.max_batch = (int)v; break;
-        case 1: c->batch.max_queue_delay_us = v; break;
-        case 2: c->batch.max_queue = (int)v; break;
-        case 3: c->batch.timeout_us = v; break;
-        case 4: c->batch.instances = (int)v; break;
-        case 5: c->batch.breaker_failures = (int)v; break;
-        case 6: c->batch.breaker_cooldown_ms = v; break;
-        case 7: c->device = (int)v; break;
-        case 8: c->llm.kv_cache_bytes = (uint64_t)v; break;
-        case 9: c->llm.kv_cache_blocks = (int)v; break;
-        case 10: c->llm.max_seqs = (int)v; break;
-        case 11: c->llm.max_batched_tokens = (int)v; break;
-        case 12: c->llm.max_context = (int)v; break;
-        case 13: c->llm.max_waiting = (int)v; break;
-        case 14: c->llm.max_waiting_tokens = v; break;
-        case 15: c->llm.queue_timeout_ms = (double)v; break;
-        case 16: c->batch.priority_levels = (int)v; break;
-        case 17: c->batch.landing_batches = (int)v; break;
-        default: c->llm.draft_tokens = (int)v; break;
+        if (int_in(item, what, s->lo, s->hi, &v)) return KILN_ERR_INVALID_ARGUMENT;
+        char *field = (char *)c + s->offset;
+        switch (s->type) {
+        case SET_INT: *(int *)field = (int)v; break;
+        case SET_I64: *(int64_t *)field = v; break;
+        case SET_U64: *(uint64_t *)field = (uint64_t)v; break;
+        case SET_DOUBLE: *(double *)field = (double)v; break;
         }
+        return KILN_OK;
     }
     return KILN_OK;
 }
