@@ -321,7 +321,8 @@ bool llm_attention_case(llm_run *run, const char *op, llm_params *pr) {
         return llm_fail(run, "bad case: batch 1..%d, rot and holes >= 0, seqs 0 or 1", ATT_MAX_SEQS);
     if (run->on_gpu && !c.decode && c.kernel == LLMC_PREFILL_TENSOR_CORES) {
         int cc_major = 0;
-        if (cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, run->device) != cudaSuccess || cc_major < 8) {
+        const cudaError_t e = cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, run->device);
+        if (e != cudaSuccess || cc_major < 8) {
             run->r->status = LLM_CASE_UNSUPPORTED;
             snprintf(run->r->msg, sizeof run->r->msg, "the tensor-core prefill kernel needs sm_80 (this GPU: sm_%d.x)",
                      cc_major);

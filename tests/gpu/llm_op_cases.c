@@ -5,9 +5,10 @@
  *    rotate (0: GPT-2's none), rot_dim (partial RoPE; default hd); three sequences, positions at block
  *    edges; every q value and every cache slot (written or not) compared: 2e-3 (fp16), 1.6e-2 (bf16)
  *    of the largest |value|; the values exact.
- *  - llm.AddNorm (llmc_add_norm_launch) vs kiln_llm_norm: d, rows, layer (LayerNorm, else RMSNorm),
- *    residual (a 16-bit delta added first), store (the sum written back to the FP32 residual), gather
- *    (output rows read residual rows 4, 0, 5, 2, 1): 4e-3 (fp16), 1.6e-2 (bf16); the residual exact.
+ *  - llm.AddNorm (kiln_cuda_norm_rows in the residual form the LLM forward uses) vs kiln_llm_norm: d,
+ *    rows, layer (LayerNorm, else RMSNorm), residual (a 16-bit delta added first), store (the sum
+ *    written back to the FP32 residual), gather (output rows read residual rows 4, 0, 5, 2, 1):
+ *    4e-3 (fp16), 1.6e-2 (bf16); the residual exact.
  *  - llm.Gemv (llmc_gemv_launch) vs kiln_llm_linear: K, N, n (token rows), bias, f32 (FP32 out), cfg
  *    (one configuration; default every one): 1.5e-3 (fp16), 1e-2 (bf16), 1e-4 (FP32 out).
  *  - llm.Argmax (llmc_argmax_launch) vs a CPU argmax, vocab: rows random, a tied maximum, NaN and
@@ -254,8 +255,9 @@ static bool norm_case(llm_run *run, llm_params *pr) {
     const bool store = llm_param(pr, "store", 0) != 0, gather = llm_param(pr, "gather", 0) != 0;
     const float eps = 1e-5f;
     run->tol = dt == KILN_F16 ? 4e-3 : 1.6e-2;
-    if (d < 1 || d > LLMC_MAX_D || n_rows < 1 || n_rows > (gather ? 5 : NORM_XROWS))
-        return llm_fail(run, "bad case: d 1..%d, rows 1..%d (gathered: 1..5)", LLMC_MAX_D, NORM_XROWS);
+    if (d < 1 || d > KILN_CUDA_NORM_RESIDUAL_MAX_LEN || n_rows < 1 || n_rows > (gather ? 5 : NORM_XROWS))
+        return llm_fail(run, "bad case: d 1..%d, rows 1..%d (gathered: 1..5)", KILN_CUDA_NORM_RESIDUAL_MAX_LEN,
+                        NORM_XROWS);
     const size_t xn = (size_t)NORM_XROWS * d;
     float *x = malloc(xn * 4), *xg = malloc(xn * 4), *w = malloc((size_t)d * 4), *b = malloc((size_t)d * 4);
     float *v = malloc((size_t)d * 4), *y = malloc((size_t)d * 4);
@@ -288,8 +290,22 @@ static bool norm_case(llm_run *run, llm_params *pr) {
         LLM_CUDA(run, cudaMemcpy(d_delta, delta, xn * 2, cudaMemcpyHostToDevice));
         LLM_CUDA(run, cudaMemcpy(d_rows, rows_idx, sizeof rows_idx, cudaMemcpyHostToDevice));
         LLM_CUDA(run, cudaMemset(d_h, 0xff, (size_t)n_rows * d * 2)); /* NaN poison */
-        if (llmc_add_norm_launch(dt, NULL, d_x, d, n_rows, gather ? d_rows : NULL, with_delta ? d_delta : NULL, store,
-                                 d_w, 0.0f, layer ? d_b : NULL, eps, d_h) != KILN_OK) {
+        kiln_cuda_norm a;
+        memset(&a, 0, sizeof a);
+        a.dtype = dt;
+        a.residual = true;
+        a.rms = !layer;
+        a.rows = n_rows;
+        a.len = d;
+        a.x = d_x;
+        a.delta = with_delta ? d_delta : NULL;
+        a.gather = gather ? d_rows : NULL;
+        a.store = store;
+        a.scale = d_w;
+        a.bias = layer ? d_b : NULL;
+        a.eps = eps;
+        a.y = d_h;
+        if (kiln_cuda_norm_rows(&a, NULL) != KILN_OK) {
             llm_fail(run, "launch: %s", kiln_last_error());
             goto done;
         }
@@ -300,7 +316,8 @@ static bool norm_case(llm_run *run, llm_params *pr) {
     for (int r = 0; r < n_rows; r++) {
         const int t = gather ? rows_idx[r] : r;
         touched[t] = true;
-        for (int i = 0; i < d; i++) v[i] = x[(size_t)t * d + i] + (with_delta ? lt_to_f32(delta[(size_t)t * d + i], dt) : 0.0f);
+        for (int i = 0; i < d; i++)
+            v[i] = x[(size_t)t * d + i] + (with_delta ? lt_to_f32(delta[(size_t)t * d + i], dt) : 0.0f);
         kiln_llm_norm(v, 1, d, w, 0.0f, layer ? b : NULL, eps, y);
         for (int i = 0; i < d && run->on_gpu; i++) {
             llm_err_add(run, lt_to_f32(h[(size_t)r * d + i], dt), y[i]);
