@@ -14,7 +14,8 @@
  *  - llm.Argmax (llmc_argmax_launch) vs a CPU argmax, vocab: rows random, a tied maximum, NaN and
  *    -inf around a maximum, all NaN; the ids exact (ties to the lowest id, NaN never wins).
  *  - llm.Sample (kiln_llm_cuda_sample) vs kiln_sample_next, vocab, temp, top_k, top_p, min_p, pen
- *    (1: repetition, frequency and presence penalties): four rows, seeds 1000..1003; the same tokens. */
+ *    (1: repetition, frequency and presence penalties): four rows, seeds 1000..1003; the same tokens.
+ *    mixed=1: rows 1..3 of the batch take top-k, top-p and min-p with penalties instead. */
 #include "llm_op_cases.h"
 #include "llm_test_util.h"
 
@@ -481,6 +482,7 @@ static bool sample_case(llm_run *run, llm_params *pr) {
         p.frequency_penalty = 0.5f;
         p.presence_penalty = 0.25f;
     }
+    const bool mixed = llm_param(pr, "mixed", 0) != 0;
     if (V < 7) return llm_fail(run, "bad case: vocab >= 7 (the history holds ids up to 6)");
     float *logits = malloc((size_t)SAMPLE_ROWS * V * 4);
     kiln_sampler *cpu = NULL;
@@ -498,6 +500,17 @@ static bool sample_case(llm_run *run, llm_params *pr) {
         rp[r] = p;
         rp[r].seed = 1000 + (uint64_t)r;
         rows[r] = (kiln_llm_cuda_sample_row){&rp[r], prompt, generated, 4, 3};
+    }
+    if (mixed) { /* one batch, four kinds of rows */
+        rp[1].temperature = 0.8f;
+        rp[1].top_k = 40;
+        rp[2].temperature = 1.0f;
+        rp[2].top_p = 0.9f;
+        rp[3].temperature = 1.2f;
+        rp[3].min_p = 0.05f;
+        rp[3].repetition_penalty = 1.3f;
+        rp[3].frequency_penalty = 0.5f;
+        rp[3].presence_penalty = 0.25f;
     }
     if (kiln_sampler_create(V, &cpu) != KILN_OK) {
         llm_fail(run, "sampler: %s", kiln_last_error());

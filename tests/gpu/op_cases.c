@@ -915,6 +915,8 @@ const op_case kiln_op_cases[] = {
     /* the sampler: the same seed gives kiln_sample_next's token, at temperature 0 and above */
     LLM_SAMPLE(7), LLM_SAMPLE(1000), LLM_SAMPLE(50257),
     {"llm.Sample", "vocab=128256 temp=0.7 top_k=50 top_p=0.95", NULL, 0, 0},
+    {"llm.Sample", "vocab=7 mixed=1", NULL, 0, 0}, {"llm.Sample", "vocab=1000 mixed=1", NULL, 0, 0},
+    {"llm.Sample", "vocab=50257 mixed=1", NULL, 0, 0},
     {NULL, NULL, NULL, 0, 0},
 };
 
