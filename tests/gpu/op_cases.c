@@ -1,6 +1,7 @@
 /* op_cases.c — the cases of test_backend_ops (notation in op_cases.h): every op of the CPU op
  * families (src/ir/infer_elementwise.c, infer_nn.c, infer_reduce.c, infer_shape.c), each at several
- * shapes and attribute settings, and the large shapes that --perf times. */
+ * shapes and attribute settings, the LLM kernels of src/llm/cuda/ (llm_op_cases.h), and the large
+ * shapes that --perf times. */
 #include "op_cases.h"
 
 #include <stddef.h>
