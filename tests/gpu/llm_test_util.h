@@ -1,4 +1,4 @@
-/* llm_test_util.h — what the LLM kernel tests share (test_llm_ops.c, test_llm_cuda.c): the failure
+/* llm_test_util.h — what the LLM kernel tests share (test_backend_ops's LLM cases, test_llm_cuda.c): the failure
  * counter and its check macros, 16-bit <-> FP32 conversions, the test's random values and the
  * max-relative-error accumulator they compare with. Needs no CUDA (LT_CUDA's callers do). */
 #ifndef KILN_LLM_TEST_UTIL_H

@@ -1,6 +1,7 @@
 /* op_cases.c — the cases of test_backend_ops (notation in op_cases.h): every op of the CPU op
  * families (src/ir/infer_elementwise.c, infer_nn.c, infer_reduce.c, infer_shape.c), each at several
- * shapes and attribute settings, and the large shapes that --perf times. */
+ * shapes and attribute settings, the LLM kernels of src/llm/cuda/ (llm_op_cases.h), and the large
+ * shapes that --perf times. */
 #include "op_cases.h"
 
 #include <stddef.h>
@@ -72,6 +73,54 @@
     {op, "f[2,64,7,7]", attrs, 0, 0}, {op, "f[1,3,1000]", attrs, 0, 0},                             \
     {op, "f[1,2,3,4,5]", attrs, 0, 0}, {op, "f[4,2048,7,7]", attrs, 0, 0},                          \
     {op, "f[1,1,1,1]", attrs, 0, 0}
+
+/* LLM kernels (llm_op_cases.h): the launchers of src/llm/cuda/ on plain device arrays against their
+ * CPU references, in f16 and bf16 (argmax and the sampler: f32). The inputs field holds the shape as
+ * name=number tokens. */
+
+/* One attention shape (head dim, query heads, KV heads, sequences, first row of the sequence table,
+ * cache blocks no sequence owns) through every attention kernel: prefill on CUDA cores and on tensor
+ * cores, the decode kernel's token rows of the same prompts, decode with the heuristic's splits and
+ * with 48 keys per split. */
+#define LLM_ATTENTION(hd, q, kv, batch, rot, holes)                                                \
+    {"llm.PrefillAttention", "hd=" #hd " heads=" #q " kv=" #kv " batch=" #batch " rot=" #rot " holes=" #holes " kernel=1", \
+     NULL, 0, 0},                                                                                  \
+    {"llm.PrefillAttention", "hd=" #hd " heads=" #q " kv=" #kv " batch=" #batch " rot=" #rot " holes=" #holes " kernel=2", \
+     NULL, 0, 0},                                                                                  \
+    {"llm.DecodeAttention", "hd=" #hd " heads=" #q " kv=" #kv " batch=" #batch " rot=" #rot " holes=" #holes " rows=1", \
+     NULL, 0, 0},                                                                                  \
+    {"llm.DecodeAttention", "hd=" #hd " heads=" #q " kv=" #kv " batch=" #batch " rot=" #rot " holes=" #holes, NULL, 0, 0}, \
+    {"llm.DecodeAttention", "hd=" #hd " heads=" #q " kv=" #kv " batch=" #batch " rot=" #rot " holes=" #holes " part=48", \
+     NULL, 0, 0}
+/* Chunked prefill on the tensor cores: 1..300 new tokens after cached prefixes of up to 600 tokens. */
+#define LLM_CHUNKS(hd, q, kv, batch, rot)                                                          \
+    {"llm.PrefillAttention", "hd=" #hd " heads=" #q " kv=" #kv " batch=" #batch " rot=" #rot " seqs=1 holes=3 kernel=2", \
+     NULL, 0, 0}
+/* Residual add + norm at width d: two row counts, LayerNorm and RMSNorm, with and without the residual
+ * add, its sum stored or not, rows gathered or not. */
+#define LLM_NORMS(d, rows, layer, other)                                                           \
+    {"llm.AddNorm", "d=" #d " rows=" #rows " layer=" #layer, NULL, 0, 0},                          \
+    {"llm.AddNorm", "d=" #d " rows=5 layer=" #other " store=1", NULL, 0, 0},                       \
+    {"llm.AddNorm", "d=" #d " rows=" #rows " layer=" #layer " store=1 gather=1", NULL, 0, 0},      \
+    {"llm.AddNorm", "d=" #d " rows=5 layer=" #other " residual=0 gather=1", NULL, 0, 0}
+/* Every GEMV configuration at one shape (K inputs, N outputs, n token rows): with a bias, 16-bit out;
+ * without; FP32 out. */
+#define LLM_GEMV(K, N, n)                                                                          \
+    {"llm.Gemv", "K=" #K " N=" #N " n=" #n " bias=1", NULL, 0, 0},                                 \
+    {"llm.Gemv", "K=" #K " N=" #N " n=" #n, NULL, 0, 0},                                           \
+    {"llm.Gemv", "K=" #K " N=" #N " n=" #n " f32=1", NULL, 0, 0}
+/* RoPE + KV write of one head shape, rotated and not (GPT-2). */
+#define LLM_ROPE(hd, q, kv)                                                                        \
+    {"llm.RopeKvWrite", "hd=" #hd " heads=" #q " kv=" #kv, NULL, 0, 0},                            \
+    {"llm.RopeKvWrite", "hd=" #hd " heads=" #q " kv=" #kv " rotate=0", NULL, 0, 0}
+/* The sampler at one vocabulary size: greedy (with and without penalties), temperature with top-k,
+ * top-p, min-p and penalties. */
+#define LLM_SAMPLE(vocab)                                                                          \
+    {"llm.Sample", "vocab=" #vocab, NULL, 0, 0},                                                   \
+    {"llm.Sample", "vocab=" #vocab " pen=1", NULL, 0, 0},                                          \
+    {"llm.Sample", "vocab=" #vocab " temp=0.8 top_k=40", NULL, 0, 0},                              \
+    {"llm.Sample", "vocab=" #vocab " temp=1.0 top_p=0.9", NULL, 0, 0},                             \
+    {"llm.Sample", "vocab=" #vocab " temp=1.2 min_p=0.05 pen=1", NULL, 0, 0}
 
 const op_case kiln_op_cases[] = {
     /* ---------------------------------------------------------------- elementwise: unary */
@@ -797,6 +846,78 @@ const op_case kiln_op_cases[] = {
      "auto_pad='SAME_UPPER' x_scale=0.05 x_zero_point=100 w_scale=[0.002] w_zero_point=[128] activation='Relu'", 0, 0},
     {"kiln.QConv", "i8[3,3,17,17]{-128,128} Ki8[5,3,7,7]{-127,128} Kf[5]",
      "strides=[2,2] pads=[3,3,3,3] x_scale=0.05 w_scale=[0.001] activation='Relu'", 0, 0},
+    /* attention: head dims 8..256 (the fast paths 64, 80, 96, 128, 256 and odd multiples of 8), query
+     * heads per KV head 1..16, 1, 3 or 8 sequences, contexts 1..600 at and around the block edges */
+    LLM_ATTENTION(8, 1, 1, 1, 0, 0), LLM_ATTENTION(8, 6, 2, 3, 1, 5), LLM_ATTENTION(8, 12, 1, 8, 2, 17),
+    LLM_ATTENTION(16, 4, 2, 3, 1, 0), LLM_ATTENTION(16, 8, 1, 8, 2, 5), LLM_ATTENTION(16, 32, 2, 1, 3, 17),
+    LLM_ATTENTION(24, 6, 2, 8, 2, 0), LLM_ATTENTION(24, 12, 1, 1, 3, 5), LLM_ATTENTION(24, 1, 1, 3, 4, 17),
+    LLM_ATTENTION(40, 8, 1, 1, 3, 0), LLM_ATTENTION(40, 32, 2, 3, 4, 5), LLM_ATTENTION(40, 4, 2, 8, 5, 17),
+    LLM_ATTENTION(64, 12, 1, 3, 4, 0), LLM_ATTENTION(64, 1, 1, 8, 5, 5), LLM_ATTENTION(64, 6, 2, 1, 6, 17),
+    LLM_ATTENTION(72, 32, 2, 8, 5, 0), LLM_ATTENTION(72, 4, 2, 1, 6, 5), LLM_ATTENTION(72, 8, 1, 3, 7, 17),
+    LLM_ATTENTION(80, 1, 1, 1, 6, 0), LLM_ATTENTION(80, 6, 2, 3, 7, 5), LLM_ATTENTION(80, 12, 1, 8, 8, 17),
+    LLM_ATTENTION(96, 4, 2, 3, 7, 0), LLM_ATTENTION(96, 8, 1, 8, 8, 5), LLM_ATTENTION(96, 32, 2, 1, 9, 17),
+    LLM_ATTENTION(104, 6, 2, 8, 8, 0), LLM_ATTENTION(104, 12, 1, 1, 9, 5), LLM_ATTENTION(104, 1, 1, 3, 10, 17),
+    LLM_ATTENTION(128, 8, 1, 1, 9, 0), LLM_ATTENTION(128, 32, 2, 3, 10, 5), LLM_ATTENTION(128, 4, 2, 8, 11, 17),
+    LLM_ATTENTION(136, 12, 1, 3, 10, 0), LLM_ATTENTION(136, 1, 1, 8, 11, 5), LLM_ATTENTION(136, 6, 2, 1, 12, 17),
+    LLM_ATTENTION(192, 32, 2, 8, 11, 0), LLM_ATTENTION(192, 4, 2, 1, 12, 5), LLM_ATTENTION(192, 8, 1, 3, 13, 17),
+    LLM_ATTENTION(248, 1, 1, 1, 12, 0), LLM_ATTENTION(248, 6, 2, 3, 13, 5), LLM_ATTENTION(248, 12, 1, 8, 14, 17),
+    LLM_ATTENTION(256, 4, 2, 3, 13, 0), LLM_ATTENTION(256, 8, 1, 8, 14, 5), LLM_ATTENTION(256, 32, 2, 1, 15, 17),
+    LLM_CHUNKS(64, 2, 2, 1, 0), LLM_CHUNKS(64, 2, 2, 1, 1), LLM_CHUNKS(64, 8, 2, 1, 2), LLM_CHUNKS(64, 8, 2, 3, 3),
+    LLM_CHUNKS(64, 8, 1, 1, 4), LLM_CHUNKS(64, 8, 1, 1, 5), LLM_CHUNKS(64, 10, 2, 1, 6), LLM_CHUNKS(64, 10, 2, 3, 7),
+    LLM_CHUNKS(80, 2, 2, 1, 0), LLM_CHUNKS(80, 2, 2, 1, 2), LLM_CHUNKS(80, 8, 2, 1, 2), LLM_CHUNKS(80, 8, 2, 3, 4),
+    LLM_CHUNKS(80, 8, 1, 1, 4), LLM_CHUNKS(80, 8, 1, 1, 6), LLM_CHUNKS(80, 10, 2, 1, 6), LLM_CHUNKS(80, 10, 2, 3, 8),
+    LLM_CHUNKS(96, 2, 2, 1, 0), LLM_CHUNKS(96, 2, 2, 1, 3), LLM_CHUNKS(96, 8, 2, 1, 2), LLM_CHUNKS(96, 8, 2, 3, 5),
+    LLM_CHUNKS(96, 8, 1, 1, 4), LLM_CHUNKS(96, 8, 1, 1, 7), LLM_CHUNKS(96, 10, 2, 1, 6), LLM_CHUNKS(96, 10, 2, 3, 9),
+    LLM_CHUNKS(128, 2, 2, 1, 0), LLM_CHUNKS(128, 2, 2, 1, 4), LLM_CHUNKS(128, 8, 2, 1, 2), LLM_CHUNKS(128, 8, 2, 3, 6),
+    LLM_CHUNKS(128, 8, 1, 1, 4), LLM_CHUNKS(128, 8, 1, 1, 8), LLM_CHUNKS(128, 10, 2, 1, 6), LLM_CHUNKS(128, 10, 2, 3, 10),
+    LLM_CHUNKS(256, 2, 2, 1, 0), LLM_CHUNKS(256, 2, 2, 1, 5), LLM_CHUNKS(256, 8, 2, 1, 2), LLM_CHUNKS(256, 8, 2, 3, 7),
+    LLM_CHUNKS(256, 8, 1, 1, 4), LLM_CHUNKS(256, 8, 1, 1, 9), LLM_CHUNKS(256, 10, 2, 1, 6), LLM_CHUNKS(256, 10, 2, 3, 11),
+    LLM_CHUNKS(8, 2, 2, 1, 0), LLM_CHUNKS(8, 2, 2, 1, 6), LLM_CHUNKS(8, 8, 2, 1, 2), LLM_CHUNKS(8, 8, 2, 3, 8),
+    LLM_CHUNKS(8, 8, 1, 1, 4), LLM_CHUNKS(8, 8, 1, 1, 10), LLM_CHUNKS(8, 10, 2, 1, 6), LLM_CHUNKS(8, 10, 2, 3, 12),
+    LLM_CHUNKS(40, 2, 2, 1, 0), LLM_CHUNKS(40, 2, 2, 1, 7), LLM_CHUNKS(40, 8, 2, 1, 2), LLM_CHUNKS(40, 8, 2, 3, 9),
+    LLM_CHUNKS(40, 8, 1, 1, 4), LLM_CHUNKS(40, 8, 1, 1, 11), LLM_CHUNKS(40, 10, 2, 1, 6), LLM_CHUNKS(40, 10, 2, 3, 13),
+    LLM_CHUNKS(72, 2, 2, 1, 0), LLM_CHUNKS(72, 2, 2, 1, 8), LLM_CHUNKS(72, 8, 2, 1, 2), LLM_CHUNKS(72, 8, 2, 3, 10),
+    LLM_CHUNKS(72, 8, 1, 1, 4), LLM_CHUNKS(72, 8, 1, 1, 12), LLM_CHUNKS(72, 10, 2, 1, 6), LLM_CHUNKS(72, 10, 2, 3, 14),
+    LLM_CHUNKS(88, 2, 2, 1, 0), LLM_CHUNKS(88, 2, 2, 1, 9), LLM_CHUNKS(88, 8, 2, 1, 2), LLM_CHUNKS(88, 8, 2, 3, 11),
+    LLM_CHUNKS(88, 8, 1, 1, 4), LLM_CHUNKS(88, 8, 1, 1, 13), LLM_CHUNKS(88, 10, 2, 1, 6), LLM_CHUNKS(88, 10, 2, 3, 15),
+    LLM_CHUNKS(112, 2, 2, 1, 0), LLM_CHUNKS(112, 2, 2, 1, 10), LLM_CHUNKS(112, 8, 2, 1, 2), LLM_CHUNKS(112, 8, 2, 3, 12),
+    LLM_CHUNKS(112, 8, 1, 1, 4), LLM_CHUNKS(112, 8, 1, 1, 14), LLM_CHUNKS(112, 10, 2, 1, 6), LLM_CHUNKS(112, 10, 2, 3, 16),
+    LLM_CHUNKS(136, 2, 2, 1, 0), LLM_CHUNKS(136, 2, 2, 1, 11), LLM_CHUNKS(136, 8, 2, 1, 2), LLM_CHUNKS(136, 8, 2, 3, 13),
+    LLM_CHUNKS(136, 8, 1, 1, 4), LLM_CHUNKS(136, 8, 1, 1, 15), LLM_CHUNKS(136, 10, 2, 1, 6), LLM_CHUNKS(136, 10, 2, 3, 17),
+    LLM_CHUNKS(200, 2, 2, 1, 0), LLM_CHUNKS(200, 2, 2, 1, 12), LLM_CHUNKS(200, 8, 2, 1, 2), LLM_CHUNKS(200, 8, 2, 3, 14),
+    LLM_CHUNKS(200, 8, 1, 1, 4), LLM_CHUNKS(200, 8, 1, 1, 16), LLM_CHUNKS(200, 10, 2, 1, 6), LLM_CHUNKS(200, 10, 2, 3, 18),
+    /* the CUDA-core prefill kernel on the long chunks too, at a fast path and a generic head dim */
+    {"llm.PrefillAttention", "hd=128 heads=8 kv=2 batch=3 rot=0 seqs=1 holes=7 kernel=1", NULL, 0, 0},
+    {"llm.PrefillAttention", "hd=72 heads=8 kv=2 batch=3 rot=4 seqs=1 holes=7 kernel=1", NULL, 0, 0},
+    /* what the attention launchers refuse: a head dim not a multiple of 8, one past 256, query heads
+     * not a multiple of the KV heads, an unknown prefill kernel */
+    {"llm.DecodeAttention", "hd=12 heads=2 kv=2 refused=1", NULL, 0, 0},
+    {"llm.DecodeAttention", "hd=264 heads=2 kv=2 refused=1", NULL, 0, 0},
+    {"llm.DecodeAttention", "hd=64 heads=6 kv=4 refused=1", NULL, 0, 0},
+    {"llm.PrefillAttention", "hd=12 heads=2 kv=2 refused=1", NULL, 0, 0},
+    {"llm.PrefillAttention", "hd=264 heads=2 kv=2 refused=1", NULL, 0, 0},
+    {"llm.PrefillAttention", "hd=64 heads=6 kv=4 refused=1", NULL, 0, 0},
+    {"llm.PrefillAttention", "hd=64 heads=2 kv=2 kernel=3 refused=1", NULL, 0, 0},
+    {"llm.PrefillAttention", "hd=64 heads=2 kv=2 kernel=5 refused=1", NULL, 0, 0},
+    /* RoPE + KV write: head dims 8..256, GQA, positions at block edges; partial rotation (Phi-3) */
+    LLM_ROPE(8, 2, 2), LLM_ROPE(16, 4, 1), LLM_ROPE(24, 3, 3), LLM_ROPE(64, 8, 2), LLM_ROPE(80, 4, 4),
+    LLM_ROPE(96, 6, 2), LLM_ROPE(128, 8, 1), LLM_ROPE(136, 2, 2), LLM_ROPE(256, 4, 2),
+    {"llm.RopeKvWrite", "hd=96 heads=4 kv=2 rot_dim=32", NULL, 0, 0},
+    {"llm.RopeKvWrite", "hd=128 heads=8 kv=8 rot_dim=64", NULL, 0, 0},
+    /* residual add + LayerNorm / RMSNorm: widths 8..12288 (the widest the kernel takes) */
+    LLM_NORMS(8, 1, 1, 0), LLM_NORMS(64, 2, 0, 1), LLM_NORMS(80, 3, 1, 0), LLM_NORMS(768, 4, 0, 1),
+    LLM_NORMS(2048, 1, 1, 0), LLM_NORMS(5120, 2, 0, 1), LLM_NORMS(8192, 3, 1, 0), LLM_NORMS(12288, 4, 0, 1),
+    /* the GEMV family: K 8..4096, N 1..2304 with tails past every tile, 1..8 token rows */
+    LLM_GEMV(64, 5, 2), LLM_GEMV(256, 7, 3), LLM_GEMV(1000, 301, 8), LLM_GEMV(4096, 2048, 1), LLM_GEMV(768, 2304, 3),
+    LLM_GEMV(8, 1, 1), LLM_GEMV(72, 33, 5), LLM_GEMV(2056, 129, 4),
+    /* greedy argmax: ties to the lowest id, NaN never wins */
+    {"llm.Argmax", "vocab=1", NULL, 0, 0}, {"llm.Argmax", "vocab=7", NULL, 0, 0}, {"llm.Argmax", "vocab=1000", NULL, 0, 0},
+    {"llm.Argmax", "vocab=50257", NULL, 0, 0}, {"llm.Argmax", "vocab=128256", NULL, 0, 0},
+    /* the sampler: the same seed gives kiln_sample_next's token, at temperature 0 and above */
+    LLM_SAMPLE(7), LLM_SAMPLE(1000), LLM_SAMPLE(50257),
+    {"llm.Sample", "vocab=128256 temp=0.7 top_k=50 top_p=0.95", NULL, 0, 0},
+    {"llm.Sample", "vocab=7 mixed=1", NULL, 0, 0}, {"llm.Sample", "vocab=1000 mixed=1", NULL, 0, 0},
+    {"llm.Sample", "vocab=50257 mixed=1", NULL, 0, 0},
     {NULL, NULL, NULL, 0, 0},
 };
 

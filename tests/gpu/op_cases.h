@@ -15,7 +15,10 @@
  *             [lo, hi) (default [0, 8)); bools are fair coins
  *   =v,...    fixed values instead of random ones (exactly numel of them; "nan", "inf" allowed)
  * attrs: space-separated name=value: 3 (INT), 0.5 or 1e-5 (FLOAT, has '.' or 'e'), 'text' (STRING),
- *   [1,2] (INTS), [1.0,2.0] (FLOATS), <f:1.5> or <i64:7> (a one-element TENSOR of that type). */
+ *   [1,2] (INTS), [1.0,2.0] (FLOATS), <f:1.5> or <i64:7> (a one-element TENSOR of that type).
+ *
+ * LLM kernel cases (op "llm.Kernel", llm_op_cases.h) build no graph: inputs holds the kernel's shape
+ * and settings as space-separated name=number tokens ("hd=128 heads=8 kv=2 batch=3"), attrs is NULL. */
 #ifndef KILN_TEST_OP_CASES_H
 #define KILN_TEST_OP_CASES_H
 
@@ -31,7 +34,8 @@ typedef struct op_case {
  * needs 20; RMSNormalization names 23 itself). */
 #define OP_CASES_OPSET 21
 
-/* Correctness cases: odd sizes (1, 7, 33, 1000, 4097), broadcasting, ranks 0-5, attributes. */
+/* Correctness cases: odd sizes (1, 7, 33, 1000, 4097), broadcasting, ranks 0-5, attributes; then the
+ * LLM kernels. */
 extern const op_case kiln_op_cases[];
 /* --perf cases: large shapes; weights are constants as they are in real models. */
 extern const op_case kiln_perf_cases[];

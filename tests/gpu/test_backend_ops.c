@@ -10,6 +10,12 @@
  * sum((got - want)^2) / sum(want^2), integer and bool outputs exactly (the requantized outputs of
  * kiln.QMatMul and kiln.QConv within one unit, in at most 1% of the elements), NaN/Inf by position.
  *
+ * The LLM kernels are cases of the same table (ops "llm.*", llm_op_cases.h): no graph, each launcher
+ * of src/llm/cuda/ on device arrays against its CPU reference (src/llm/llm_cpu_ops.c, sampler.c), in
+ * f16 and bf16 (argmax and the sampler, on FP32 logits: f32), by the same driver, filters and report;
+ * besides the NMSE bound they hold a bound on the largest error of their own. With --target cpu they
+ * run their CPU reference alone.
+ *
  * Prints one line per case, a summary table per op, the unsupported cases (the backend refused the
  * node at build time, or the CPU has no kernel to check it against: reported, not a failure) and the
  * failures. Exit status: 0 when no case failed, 1 when one did, 2 for a usage error, 77 when there is
@@ -32,6 +38,7 @@
 #include "ir/graph.h"
 #include "ir/op_schema.h"
 #include "kiln/kiln.h"
+#include "llm_op_cases.h"
 #include "op_cases.h"
 
 #include <errno.h>
@@ -541,7 +548,8 @@ static const char *USAGE =
     "                        [--device N] [--no-fork] [--verbose]\n"
     "\n"
     "Checks every op case on a backend against the CPU backend (or, with --perf, times it).\n"
-    "  --op NAME        only cases of this op (repeatable)\n"
+    "  --op NAME        only cases of this op (repeatable); NAME* every op whose name starts so\n"
+    "                   (--op 'llm.*': the LLM kernels alone)\n"
     "  --dtype P        only engine precision P (default: f32, f16 and bf16)\n"
     "  --perf           time the large --perf cases instead (median of --iters runs, default 20)\n"
     "  --target NAME    the backend under test (default cuda; cpu checks the case table itself)\n"
@@ -609,10 +617,16 @@ static int parse_options(int argc, char **argv, options *o) {
     return -1;
 }
 
+/* Whether op matches --op pattern: the same name, or with a trailing '*' one that starts alike. */
+static bool op_matches(const char *pattern, const char *op) {
+    const size_t n = strlen(pattern);
+    return n && pattern[n - 1] == '*' ? !strncmp(pattern, op, n - 1) : !strcmp(pattern, op);
+}
+
 static bool op_selected(const options *o, const char *op) {
     if (o->nops == 0) return true;
     for (int i = 0; i < o->nops; i++)
-        if (!strcmp(o->ops[i], op)) return true;
+        if (op_matches(o->ops[i], op)) return true;
     return false;
 }
 
@@ -630,8 +644,27 @@ static void format_case_line(item_result *r, const op_case *c, kiln_precision p)
              case_text(c, text, sizeof text), nmse, r->msg[0] ? " | " : "", r->msg);
 }
 
+/* Runs LLM kernel case c (llm_op_cases.h) in precision p: its launcher on the GPU against its CPU
+ * reference, or with --target cpu the reference alone. */
+static void run_llm_case(const options *o, const op_case *c, int idx, kiln_precision p, item_result *r) {
+    static const case_status status[] = {[LLM_CASE_OK] = CASE_OK, [LLM_CASE_FAIL] = CASE_FAIL,
+                                         [LLM_CASE_UNSUPPORTED] = CASE_UNSUPPORTED};
+    llm_case_result lr;
+    const uint64_t seed = 0x6b696c6e00000000ull + (uint64_t)idx * 1000003ull + (uint64_t)p;
+    llm_case_run(c->op, c->inputs, p, seed, o->device, strcmp(o->target, "cpu") != 0, TOLERANCE[p], &lr);
+    r->status = status[lr.status];
+    r->restart = lr.restart;
+    r->nmse = lr.nmse;
+    snprintf(r->msg, sizeof r->msg, "%s", lr.msg);
+    format_case_line(r, c, p);
+}
+
 /* Runs case c (table index idx) in precision p on the backend under test and on the CPU oracle. */
 static void run_case(const options *o, const op_case *c, int idx, kiln_precision p, item_result *r) {
+    if (llm_case_op(c->op)) {
+        run_llm_case(o, c, idx, p, r);
+        return;
+    }
     r->nmse = -1;
     r->status = CASE_FAIL;
     parsed_case pc;
@@ -1068,7 +1101,7 @@ int main(int argc, char **argv) {
     const op_case *table = o.perf ? kiln_perf_cases : kiln_op_cases;
     for (int i = 0; i < o.nops; i++) {
         const op_case *c = table;
-        while (c->op && strcmp(c->op, o.ops[i])) c++;
+        while (c->op && !op_matches(o.ops[i], c->op)) c++;
         if (!c->op) return usage_error("no %scase for op '%s'", o.perf ? "--perf " : "", o.ops[i]);
     }
     if (!o.verbose) kiln_log_set_level(KILN_LOG_ERROR);
@@ -1086,7 +1119,8 @@ int main(int argc, char **argv) {
     if (!d.items) return 1;
     for (int i = 0; i < ncases; i++)
         for (int p = 0; p < 3; p++)
-            if (op_selected(&o, table[i].op) && (o.dtype < 0 || o.dtype == p))
+            if (op_selected(&o, table[i].op) && (o.dtype < 0 || o.dtype == p) &&
+                (!llm_case_op(table[i].op) || llm_case_runs_in(table[i].op, (kiln_precision)p)))
                 d.items[d.nitems++] = (work_item){i, (kiln_precision)p};
     drive(&d);
     if (d.no_device) rc = 77;

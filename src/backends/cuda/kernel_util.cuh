@@ -124,6 +124,25 @@ static inline unsigned ku_blocks(int64_t items, int threads, const kiln_cuda_ctx
     return need < 1 ? 1u : (unsigned)need;
 }
 
+/* Opts kernel f into `bytes` of dynamic shared memory (and, with max_carveout, all of the SM's
+ * unified memory as shared memory) on the current device, once per device: done is the kernel's own
+ * flag word (bit d: device d, >= 64 every time). Never while stream is being captured (the attributes
+ * are not stream work): then it returns KILN_OK and the first call outside a capture sets them. */
+template <typename K>
+static kiln_status ku_smem_opt_in(K *f, size_t bytes, bool max_carveout, unsigned long long *done, cudaStream_t stream) {
+    int dev = 0;
+    KILN_CUDA_TRY(cudaGetDevice(&dev));
+    if (dev < 64 && (__atomic_load_n(done, __ATOMIC_ACQUIRE) >> dev & 1)) return KILN_OK;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    KILN_CUDA_TRY(cudaStreamIsCapturing(stream, &cs));
+    if (cs != cudaStreamCaptureStatusNone) return KILN_OK;
+    KILN_CUDA_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    if (max_carveout)
+        KILN_CUDA_TRY(cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+    if (dev < 64) __atomic_fetch_or(done, 1ull << dev, __ATOMIC_RELEASE);
+    return KILN_OK;
+}
+
 /* ---------------------------------------------------------------- host: tensors and checks */
 
 static inline bool ku_absent(const kiln_cuda_tensor *t) { return t->ndim < 0; }

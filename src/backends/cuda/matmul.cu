@@ -41,35 +41,29 @@ typedef struct mm_call {
     int64_t stride_a, stride_b, stride_d;
 } mm_call;
 
-typedef struct mm_descs {
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t la, lb, ld;
-    cublasLtMatmulPreference_t pref;
-} mm_descs;
+static cudaDataType_t mm_cuda_type(kiln_dtype t) {
+    return t == KILN_F32 ? CUDA_R_32F : t == KILN_F16 ? CUDA_R_16F : CUDA_R_16BF;
+}
 
-static void mm_descs_destroy(mm_descs *d) {
+void kiln_cuda_lt_descs_free(kiln_cuda_lt_descs *d) {
     if (d->pref) cublasLtMatmulPreferenceDestroy(d->pref);
     if (d->ld) cublasLtMatrixLayoutDestroy(d->ld);
     if (d->lb) cublasLtMatrixLayoutDestroy(d->lb);
     if (d->la) cublasLtMatrixLayoutDestroy(d->la);
     if (d->op) cublasLtMatmulDescDestroy(d->op);
+    memset(d, 0, sizeof *d);
 }
 
-static cudaDataType_t mm_cuda_type(kiln_dtype t) {
-    return t == KILN_F32 ? CUDA_R_32F : t == KILN_F16 ? CUDA_R_16F : CUDA_R_16BF;
-}
-
-/* The alignment in bytes (a power of two, at most 256) of every batch entry's pointer. */
-static uint32_t mm_align(const void *p, int64_t stride_bytes) {
+uint32_t kiln_cuda_lt_align(const void *p, int64_t stride_bytes) {
     uint64_t v = (uint64_t)(uintptr_t)p | (uint64_t)stride_bytes;
     uint64_t a = v ? v & (~v + 1) : 256;
     return (uint32_t)(a > 256 ? 256 : a);
 }
 
-/* A column-major layout of rows x cols (ld = rows), strided-batched when batch > 1. */
-static kiln_status mm_layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t batch,
-                             int64_t stride) {
-    KILN_CUBLAS_TRY(cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, rows));
+/* A column-major layout of rows x cols with leading dimension ld, strided-batched when batch > 1. */
+static kiln_status lt_layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld,
+                             int64_t batch, int64_t stride) {
+    KILN_CUBLAS_TRY(cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, ld));
     if (batch > 1) {
         int32_t count = (int32_t)batch;
         KILN_CUBLAS_TRY(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
@@ -78,11 +72,40 @@ static kiln_status mm_layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_
     return KILN_OK;
 }
 
+kiln_status kiln_cuda_lt_descs_make(const kiln_cuda_lt_shape *s, size_t workspace_bytes, kiln_cuda_lt_descs *d) {
+    const cudaDataType_t t = mm_cuda_type(s->ab_type), td = mm_cuda_type(s->d_type);
+    KILN_CUBLAS_TRY(cublasLtMatmulDescCreate(&d->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const int32_t op_lt_a = s->tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_lt_b = s->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_lt_a, sizeof op_lt_a));
+    KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_lt_b, sizeof op_lt_b));
+    if (s->bias || s->relu) {
+        uint32_t epi = s->bias ? (s->relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS) : CUBLASLT_EPILOGUE_RELU;
+        KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+        if (s->bias)
+            KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &s->bias, sizeof s->bias));
+    }
+    /* cuBLASLt's A is our B: stored [K, N] row-major = [N, K] column-major (transposed: [K, N]). */
+    const int64_t rows_a = s->tb ? s->K : s->N, rows_b = s->ta ? s->M : s->K;
+    KILN_TRY(lt_layout(&d->la, t, rows_a, s->tb ? s->N : s->K, s->ldb ? s->ldb : rows_a, s->batch, s->stride_b));
+    /* cuBLASLt's B is our A: stored [M, K] row-major = [K, M] column-major (transposed: [M, K]). */
+    KILN_TRY(lt_layout(&d->lb, t, rows_b, s->ta ? s->K : s->M, s->lda ? s->lda : rows_b, s->batch, s->stride_a));
+    KILN_TRY(lt_layout(&d->ld, td, s->N, s->M, s->ldd ? s->ldd : s->N, s->batch, s->stride_d));
+    KILN_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&d->pref));
+    const uint64_t ws = workspace_bytes;
+    static const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    for (int i = 0; i < 4; i++)
+        KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, al_attr[i], &s->align[i], sizeof s->align[i]));
+    return KILN_OK;
+}
+
 static_assert(sizeof(cublasLtMatmulAlgo_t) == sizeof(((kiln_tactic *)0)->blob), "a tactic holds one cublasLtMatmulAlgo_t");
 
 /* Tuning: records up to ctx->candidates->max of the heuristic's algorithms for descriptors d, once
  * per node (its first library call). *refused when the heuristic has none (as for a run). */
-static kiln_status mm_record_candidates(kiln_cuda_ctx *ctx, const mm_descs *d, bool *refused) {
+static kiln_status mm_record_candidates(kiln_cuda_ctx *ctx, const kiln_cuda_lt_descs *d, bool *refused) {
     kiln_cuda_candidates *cd = ctx->candidates;
     if (cd->done) return KILN_OK;
     cublasLtMatmulHeuristicResult_t res[KILN_CUDA_MAX_CANDIDATES];
@@ -148,36 +171,32 @@ bool kiln_cuda_lt_algo_fits(const kiln_cuda_ctx *ctx, cublasLtMatmulDesc_t op, c
  * node's tactic when it fits, else the heuristic's first algorithm (see the file comment). *refused is
  * set, with nothing enqueued, when cuBLASLt has no algorithm for this configuration. With
  * ctx->candidates, records the heuristic's candidates instead of running. */
-static kiln_status mm_run_descs(const kiln_node *n, kiln_cuda_ctx *ctx, const mm_call *k, mm_descs *d, bool *refused) {
-    cudaDataType_t t = mm_cuda_type(k->dtype);
-    size_t es = kiln_dtype_size(k->dtype);
+static kiln_status mm_run_descs(const kiln_node *n, kiln_cuda_ctx *ctx, const mm_call *k, kiln_cuda_lt_descs *d,
+                                bool *refused) {
+    const int64_t es = (int64_t)kiln_dtype_size(k->dtype), sbytes = k->batch > 1 ? es : 0;
     *refused = false;
-    KILN_CUBLAS_TRY(cublasLtMatmulDescCreate(&d->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    int32_t op_lt_a = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_lt_b = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_lt_a, sizeof op_lt_a));
-    KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_lt_b, sizeof op_lt_b));
-    if (k->bias || k->relu) {
-        uint32_t epi = k->bias ? (k->relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS) : CUBLASLT_EPILOGUE_RELU;
-        KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-        if (k->bias)
-            KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &k->bias, sizeof k->bias));
-    }
-    /* cuBLASLt's A is our B: stored [K, N] row-major = [N, K] column-major (transposed: [K, N]). */
-    KILN_TRY(mm_layout(&d->la, t, k->tb ? k->K : k->N, k->tb ? k->N : k->K, k->batch, k->stride_b));
-    /* cuBLASLt's B is our A: stored [M, K] row-major = [K, M] column-major (transposed: [M, K]). */
-    KILN_TRY(mm_layout(&d->lb, t, k->ta ? k->M : k->K, k->ta ? k->K : k->M, k->batch, k->stride_a));
-    KILN_TRY(mm_layout(&d->ld, t, k->N, k->M, k->batch, k->stride_d));
-    KILN_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&d->pref));
-    uint64_t ws = ctx->workspace_bytes;
-    KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    int64_t sbytes = k->batch > 1 ? 1 : 0;
-    uint32_t al_a = mm_align(k->b, sbytes * k->stride_b * (int64_t)es), al_b = mm_align(k->a, sbytes * k->stride_a * (int64_t)es);
-    uint32_t al_d = mm_align(k->d, sbytes * k->stride_d * (int64_t)es);
-    uint32_t al_c = k->c ? mm_align(k->c, sbytes * k->stride_d * (int64_t)es) : al_d; /* C has D's layout */
-    KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
-    KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-    KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
-    KILN_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
+    kiln_cuda_lt_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.ab_type = sh.d_type = k->dtype;
+    sh.ta = k->ta;
+    sh.tb = k->tb;
+    sh.relu = k->relu;
+    sh.M = k->M;
+    sh.N = k->N;
+    sh.K = k->K;
+    sh.batch = k->batch;
+    sh.stride_a = k->stride_a;
+    sh.stride_b = k->stride_b;
+    sh.stride_d = k->stride_d;
+    sh.bias = k->bias;
+    const uint32_t al_a = kiln_cuda_lt_align(k->b, sbytes * k->stride_b), al_b = kiln_cuda_lt_align(k->a, sbytes * k->stride_a);
+    const uint32_t al_d = kiln_cuda_lt_align(k->d, sbytes * k->stride_d);
+    const uint32_t al_c = k->c ? kiln_cuda_lt_align(k->c, sbytes * k->stride_d) : al_d; /* C has D's layout */
+    sh.align[0] = al_a;
+    sh.align[1] = al_b;
+    sh.align[2] = al_c;
+    sh.align[3] = al_d;
+    KILN_TRY(kiln_cuda_lt_descs_make(&sh, ctx->workspace_bytes, d));
     if (ctx->candidates) return mm_record_candidates(ctx, d, refused);
     float beta = k->c ? k->beta : 0.0f;
     if (ctx->tactic && ctx->tactic->kind == KILN_TACTIC_CUBLASLT) {
@@ -208,10 +227,10 @@ static kiln_status mm_run_descs(const kiln_node *n, kiln_cuda_ctx *ctx, const mm
 }
 
 static kiln_status mm_run(const kiln_node *n, kiln_cuda_ctx *ctx, const mm_call *k, bool *refused) {
-    mm_descs d;
+    kiln_cuda_lt_descs d;
     memset(&d, 0, sizeof d);
     kiln_status s = mm_run_descs(n, ctx, k, &d, refused);
-    mm_descs_destroy(&d);
+    kiln_cuda_lt_descs_free(&d);
     return s;
 }
 

@@ -15,7 +15,13 @@
  * shared memory (as float) when it fits; mean, then variance from the deviations (two passes, as
  * the CPU does), then the affine output. Only the scale/bias indexing differs between the ops.
  * LayerNorm / RMSNorm rows of at most 8192 elements with an aligned, vectorizable layout and
- * per-element or scalar scale/bias take norm_rows_fast instead (same formulas, row in registers). */
+ * per-element or scalar scale/bias take norm_rows_fast instead (same formulas, row in registers).
+ *
+ * kiln_cuda_norm_rows (cuda_launchers.h) is the row norm on plain parameters that both runtimes call:
+ * the LayerNorm / RMSNorm nodes with per-element scale and bias, and the LLM forward's residual add +
+ * norm (an FP32 residual stream plus a 16-bit delta, FP32 weights, gathered rows), which runs
+ * norm_residual_rows: one block per row, tuned for the few rows of a decode step. */
+#include "backends/cuda/cuda_launchers.h"
 #include "backends/cuda/kernel_util.cuh"
 
 #include <math.h>
@@ -451,6 +457,84 @@ static kiln_status norm_run(kiln_dtype t, const norm_args &a, kiln_cuda_ctx *ctx
     }
 }
 
+/* ---------------------------------------------------------------- the shared launcher */
+
+/* The residual form of kiln_cuda_norm_rows: one block per output row; the row's len values (FP32
+ * residual plus delta) live in shared memory between the passes. rms is uniform: every thread takes
+ * the centering's block sum or none does. */
+template <typename T>
+__global__ void norm_residual_rows(float *__restrict__ x, const T *__restrict__ delta, const int32_t *__restrict__ gather,
+                                   int len, int store, const float *__restrict__ w, float w_offset,
+                                   const float *__restrict__ b, int rms, float eps, T *__restrict__ y) {
+    extern __shared__ float row[];
+    __shared__ float red[32];
+    const int r = blockIdx.x, t = gather ? gather[r] : r;
+    float *xr = x + (size_t)t * len;
+    const T *dr = delta ? delta + (size_t)t * len : NULL;
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < len; i += blockDim.x) {
+        float v = xr[i] + (dr ? ku_f32(dr[i]) : 0.0f);
+        if (store) xr[i] = v;
+        row[i] = v;
+        sum += v;
+    }
+    const float mean = rms ? 0.0f : ku_block_sum(sum, red) / (float)len;
+    float sq = 0.0f;
+    for (int i = threadIdx.x; i < len; i += blockDim.x) sq += (row[i] - mean) * (row[i] - mean);
+    const float rs = rsqrtf(ku_block_sum(sq, red) / (float)len + eps);
+    T *yr = y + (size_t)r * len;
+    for (int i = threadIdx.x; i < len; i += blockDim.x)
+        yr[i] = ku_from_f32<T>((row[i] - mean) * rs * (w[i] + w_offset) + (b ? b[i] : 0.0f));
+}
+
+#define NORM_RESIDUAL_THREADS 256
+
+template <typename T> static kiln_status norm_residual_go(const kiln_cuda_norm *a, cudaStream_t stream) {
+    static unsigned long long opted; /* rows up to the longest: past 48 KB with the static reduction */
+    KILN_TRY(ku_smem_opt_in(norm_residual_rows<T>, (size_t)KILN_CUDA_NORM_RESIDUAL_MAX_LEN * sizeof(float), false, &opted,
+                            stream));
+    norm_residual_rows<T><<<(unsigned)a->rows, NORM_RESIDUAL_THREADS, (size_t)a->len * sizeof(float), stream>>>(
+        (float *)a->x, (const T *)a->delta, a->gather, (int)a->len, a->store ? 1 : 0, (const float *)a->scale,
+        a->scale_offset, (const float *)a->bias, a->rms ? 1 : 0, a->eps, (T *)a->y);
+    KILN_CUDA_LAUNCH_CHECK("norm_residual_rows");
+    return KILN_OK;
+}
+
+extern "C" kiln_status kiln_cuda_norm_rows(const kiln_cuda_norm *a, cudaStream_t stream) {
+    const bool half = a->dtype == KILN_F16 || a->dtype == KILN_BF16;
+    if (a->rows < 0 || a->len < 1 || !a->x || !a->y || (a->rms && a->bias))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "norm rows: %lld rows of %lld%s: bad arguments", (long long)a->rows,
+                          (long long)a->len, a->rms && a->bias ? " (RMS with a bias)" : "");
+    if (a->residual) {
+        if (!half || a->len > KILN_CUDA_NORM_RESIDUAL_MAX_LEN || a->rows > 0x7fffffff || !a->scale)
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "norm rows (residual): %s rows of %lld values (F16 or BF16, 1..%d, "
+                              "with a scale) are not supported", kiln_dtype_name(a->dtype), (long long)a->len,
+                              KILN_CUDA_NORM_RESIDUAL_MAX_LEN);
+        if (a->rows == 0) return KILN_OK;
+        return a->dtype == KILN_F16 ? norm_residual_go<__half>(a, stream) : norm_residual_go<bf16>(a, stream);
+    }
+    if ((!half && a->dtype != KILN_F32) || a->delta || a->gather || a->store || a->scale_offset != 0.0f)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "norm rows: %s rows with a delta, gather, store or scale offset "
+                          "need the residual form", kiln_dtype_name(a->dtype));
+    norm_args na;
+    memset(&na, 0, sizeof na);
+    na.x = a->x;
+    na.y = a->y;
+    na.rows = a->rows;
+    na.len = a->len;
+    na.eps = a->eps;
+    na.rms = a->rms;
+    na.scale = a->scale;
+    na.bias = a->bias;
+    na.smode = a->scale ? A_ELEM : A_NONE;
+    na.bmode = a->bias ? A_ELEM : A_NONE;
+    kiln_cuda_ctx kc;
+    memset(&kc, 0, sizeof kc);
+    kc.stream = stream;
+    kc.sm_count = a->sm_count;
+    return norm_run(a->dtype, na, &kc);
+}
+
 /* Fails unless tensor t (input i of n) has `count` elements. */
 static kiln_status check_count(const kiln_node *n, const kiln_cuda_tensor *t, int i, int64_t count) {
     if (ku_numel(t) == count) return KILN_OK;
@@ -512,6 +596,21 @@ static kiln_status layer_exec(bool rms, const kiln_node *n, const kiln_cuda_tens
         a.invstd_t = out[2].dtype;
     }
     if (a.len == 0 && !a.mean && !a.invstd) return KILN_OK;
+    if (a.smode == A_ELEM && (a.bmode == A_ELEM || a.bmode == A_NONE) && !a.mean && !a.invstd && a.len > 0) {
+        kiln_cuda_norm plain;
+        memset(&plain, 0, sizeof plain);
+        plain.dtype = x->dtype;
+        plain.rms = rms;
+        plain.rows = a.rows;
+        plain.len = a.len;
+        plain.x = (void *)a.x;
+        plain.scale = a.scale;
+        plain.bias = a.bias;
+        plain.eps = a.eps;
+        plain.y = a.y;
+        plain.sm_count = ctx->sm_count;
+        return kiln_cuda_norm_rows(&plain, ctx->stream);
+    }
     return norm_run(x->dtype, a, ctx);
 }
 

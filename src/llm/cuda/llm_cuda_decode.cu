@@ -362,7 +362,7 @@ static kiln_status dec_launch(const llmc_decode_attn *a, int part, int splits, c
     /* beyond 48 KB, and all shared memory, no L1 to speak of: DEC_BLOCKS_PER_SM blocks fit (the copies
      * bypass L1) */
     static unsigned long long done;
-    KILN_TRY(lc_smem_opt_in(dec_kernel<T, HDC, HDM, R>, smem, true, &done, stream));
+    KILN_TRY(ku_smem_opt_in(dec_kernel<T, HDC, HDM, R>, smem, true, &done, stream));
     const int hd = a->head_dim, chunks = (a->n_head / a->n_kv_head + R - 1) / R;
     const float qscale = 1.4426950408889634f / sqrtf((float)hd); /* scores in log2 units: exp2 */
     float *pa = a->part, *pml = a->part + (size_t)a->n_seqs * a->n_head * splits * hd;

@@ -218,13 +218,6 @@ extern "C" void llmc_plans_free(kiln_llm_cuda *g) {
     g->n_plans = 0;
 }
 
-/* The largest power of two (at most 256) dividing the address and the row stride in bytes. */
-static uint32_t align_of(const void *p, int64_t row_bytes) {
-    uint64_t v = (uint64_t)(uintptr_t)p | (uint64_t)row_bytes;
-    uint64_t a = v ? v & (~v + 1) : 256;
-    return (uint32_t)(a > 256 ? 256 : a);
-}
-
 /* Descriptors and algorithm for p->key's product (p zeroed by the caller; cleared on failure by it);
  * bias is this call's bias vector (the heuristic sees a real pointer; later calls set their own). */
 /* Times each candidate algorithm of p on this call's operands (LT_TUNE_REPS runs after one warm-up,
@@ -314,33 +307,39 @@ static kiln_status plan_make(kiln_llm_cuda *g, llmc_plan *p, const void *bias_pt
                              void *y) {
     const int64_t N = p->key[0], n = p->key[1], K = p->key[2], ldx = p->key[3], ldy = p->key[4];
     const bool out_f32 = p->key[5] != 0, bias = p->key[6] != 0;
-    const cudaDataType_t t = g->dtype == KILN_F16 ? CUDA_R_16F : CUDA_R_16BF, td = out_f32 ? CUDA_R_32F : t;
-    KILN_CUBLAS_TRY(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const int32_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
-    KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof op_t));
-    KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof op_n));
-    if (bias) {
-        const uint32_t epi = CUBLASLT_EPILOGUE_BIAS;
-        KILN_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-        KILN_CUBLAS_TRY(
-            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof bias_ptr));
+    /* y [n, N] = x [n, K] W^T: W [N, K] is the product's B, transposed */
+    kiln_cuda_lt_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.ab_type = g->dtype;
+    sh.d_type = out_f32 ? KILN_F32 : g->dtype;
+    sh.tb = true;
+    sh.M = n;
+    sh.N = N;
+    sh.K = K;
+    sh.batch = 1;
+    sh.lda = ldx;
+    sh.ldb = K;
+    sh.ldd = ldy;
+    sh.bias = bias ? bias_ptr : NULL;
+    const uint32_t al_w = kiln_cuda_lt_align(NULL, K * 2), al_x = (uint32_t)p->key[7], al_y = (uint32_t)p->key[8];
+    sh.align[0] = al_w;
+    sh.align[1] = al_x;
+    sh.align[2] = sh.align[3] = al_y;
+    kiln_cuda_lt_descs d;
+    memset(&d, 0, sizeof d);
+    kiln_status made = kiln_cuda_lt_descs_make(&sh, g->kc.workspace_bytes, &d);
+    p->op = d.op; /* the plan keeps the descriptors (plan_clear frees them, on failure too) */
+    p->la = d.la;
+    p->lb = d.lb;
+    p->ld = d.ld;
+    const cublasLtMatmulPreference_t pref = d.pref;
+    d.op = NULL;
+    d.la = d.lb = d.ld = NULL;
+    if (made != KILN_OK) {
+        kiln_cuda_lt_descs_free(&d);
+        return made;
     }
-    KILN_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->la, t, (uint64_t)K, (uint64_t)N, K));   /* Wc [K, N], op T */
-    KILN_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->lb, t, (uint64_t)K, (uint64_t)n, ldx)); /* Xc [K, n] */
-    KILN_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->ld, td, (uint64_t)N, (uint64_t)n, ldy)); /* Yc [N, n] */
-    cublasLtMatmulPreference_t pref = NULL;
-    KILN_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t ws = g->kc.workspace_bytes;
-    const uint32_t al_w = align_of(NULL, K * 2), al_x = (uint32_t)p->key[7], al_y = (uint32_t)p->key[8];
-    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_w, sizeof al_w);
-    if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_x, sizeof al_x);
-    if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_y, sizeof al_y);
-    if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_y, sizeof al_y);
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
     /* Small products (decode batches) time the heuristic's first LT_CANDIDATES algorithms and keep the
      * fastest (options.gemm_autotune; not while the stream is being captured); others take its first. */
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
@@ -352,7 +351,7 @@ static kiln_status plan_make(kiln_llm_cuda *g, llmc_plan *p, const void *bias_pt
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulAlgoGetHeuristic(g->kc.lt, p->op, p->la, p->lb, p->ld, p->ld, pref, tune ? LT_CANDIDATES : 1, res,
                                             &got);
-    cublasLtMatmulPreferenceDestroy(pref);
+    kiln_cuda_lt_descs_free(&d); /* the preference alone */
     KILN_CUBLAS_TRY(st);
     if (got < 1 || res[0].state != CUBLAS_STATUS_SUCCESS)
         return kiln_error(KILN_ERR_UNSUPPORTED, "cuBLASLt has no %s algorithm for a [%lld, %lld] x [%lld, %lld]^T product%s",
@@ -416,8 +415,8 @@ static kiln_status lt_linear(kiln_llm_cuda *g, const void *x, int ldx, int n, in
                              int N, void *y, int ldy, bool out_f32) {
     if (bias && out_f32) return kiln_error(KILN_ERR_INTERNAL, "llmc_linear: a bias with FP32 output");
     const int64_t es_y = out_f32 ? 4 : 2;
-    const int64_t key[PLAN_KEY] = {N, n, K, ldx, ldy, out_f32, bias != NULL, align_of(x, (int64_t)ldx * 2),
-                                   align_of(y, (int64_t)ldy * es_y)};
+    const int64_t key[PLAN_KEY] = {N, n, K, ldx, ldy, out_f32, bias != NULL, kiln_cuda_lt_align(x, (int64_t)ldx * 2),
+                                   kiln_cuda_lt_align(y, (int64_t)ldy * es_y)};
     llmc_plan *p = NULL;
     KILN_TRY(plan_get(g, key, bias, w, x, y, &p));
     if (bias)

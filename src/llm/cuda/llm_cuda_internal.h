@@ -7,6 +7,7 @@
 
 #include "backends/cuda/cuda_device.h"  /* kiln_cuda_ctx and its opening, the setup lock, graph capture */
 #include "backends/cuda/cuda_kernels.h" /* KILN_CUDA_TRY, KILN_CUBLAS_TRY, KILN_CUDA_LAUNCH_CHECK */
+#include "backends/cuda/cuda_launchers.h" /* kiln_cuda_norm_rows, KILN_CUDA_NORM_RESIDUAL_MAX_LEN */
 #include "llm/llm_cuda.h"
 
 #include <stdbool.h>
@@ -22,7 +23,7 @@ extern "C" {
 #define LLMC_MAX_HEAD_DIM 256                /* longest head dim of the attention kernels (a multiple of 8) */
 #define LLMC_SPLIT_MIN 128                   /* fewest keys per split of the decode attention */
 #define LLMC_GEMV_MAX 8                      /* most token rows of the GEMV kernel */
-#define LLMC_MAX_D 12288                     /* widest d_model of the norm kernel (its row in shared memory) */
+#define LLMC_MAX_D KILN_CUDA_NORM_RESIDUAL_MAX_LEN /* widest d_model of the norm kernel (its row in shared memory) */
 
 /* One decoder layer on the device: norm parameters in FP32, matrices ([out, in] row-major, as
  * llm_internal.h) and biases in the model dtype. Biases and norm shifts are NULL for the Llama-like
@@ -167,15 +168,9 @@ kiln_status llmc_gemv_mode_from_env(int *mode);
 kiln_status llmc_embed(kiln_llm_cuda *g, const llmc_step *s);
 /* For output row r of n_rows, t = rows ? rows[r] : r: v = x[t] (+ delta[t], a g->dtype [*, d_model]
  * array, when not NULL), stored back into x[t] when store; h[r] = norm(v) with w (+ 1 for Gemma) and b
- * (b NULL: RMSNorm), statistics in FP32. */
+ * (b NULL: RMSNorm), statistics in FP32: kiln_cuda_norm_rows's residual form. */
 kiln_status llmc_add_norm(kiln_llm_cuda *g, int n_rows, const int32_t *rows, const void *delta, bool store,
                           const float *w, const float *b);
-/* llmc_add_norm on plain parameters: x [*, d] FP32 (d <= LLMC_MAX_D), delta [*, d] and h [n_rows, d]
- * in dtype (KILN_F16 or KILN_BF16), the norm's weight w + w_offset (0, or 1 for Gemma), eps its
- * epsilon; enqueued on stream. */
-kiln_status llmc_add_norm_launch(kiln_dtype dtype, cudaStream_t stream, float *x, int d, int n_rows,
-                                 const int32_t *rows, const void *delta, bool store, const float *w, float w_offset,
-                                 const float *b, float eps, void *h);
 /* Per token: RoPE on the rotary dims of its q and k heads in g->qkv (not GPT-2), then its k and v
  * heads into the cache slot of its position. */
 kiln_status llmc_rope_kv_write(kiln_llm_cuda *g, const llmc_step *s, void *kc, void *vc, int block_size);

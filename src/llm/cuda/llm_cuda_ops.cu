@@ -1,9 +1,10 @@
 /* llm_cuda_ops.cu — the per-token kernels of the LLM forward on CUDA: embedding (+ GPT-2's learned
- * positions, times Gemma's scale), residual add fused with LayerNorm / RMSNorm (FP32 statistics, two
- * passes over the row kept in shared memory; Gemma's 1 + w), RoPE (whole or partial, LongRoPE's scale)
+ * positions, times Gemma's scale), residual add fused with LayerNorm / RMSNorm (the tensor engine's
+ * launcher, kiln_cuda_norm_rows of cuda_launchers.h, in its residual form), RoPE (whole or partial, LongRoPE's scale)
  * fused with the KV cache write, GELU(tanh), SwiGLU and GeGLU, the greedy argmax of the logits, and
  * the random fill of benchmark weights. Each mirrors the CPU op of
  * llm_cpu_ops.c on values rounded to the model dtype between kernels. */
+#include "backends/cuda/cuda_launchers.h" /* kiln_cuda_norm_rows */
 #include "llm/cuda/llm_cuda_util.cuh"
 #include "llm/llm_internal.h" /* kiln_llm_rope_dim, kiln_llm_rope_scale, kiln_llm_norm_offset */
 
@@ -38,59 +39,26 @@ extern "C" kiln_status llmc_embed(kiln_llm_cuda *g, const llmc_step *s) { return
 
 /* ---------------------------------------------------------------- residual add + norm */
 
-/* One block per output row; the row's d values live in shared memory between the passes. */
-template <typename T>
-__global__ void add_norm_kernel(float *__restrict__ x, const T *__restrict__ delta, const int32_t *__restrict__ rows,
-                                int d, int store, const float *__restrict__ w, float w_offset,
-                                const float *__restrict__ b, float eps, T *__restrict__ h) {
-    extern __shared__ float row[];
-    __shared__ float red[32];
-    const int r = blockIdx.x, t = rows ? rows[r] : r;
-    float *xr = x + (size_t)t * d;
-    const T *dr = delta ? delta + (size_t)t * d : NULL;
-    float sum = 0.0f;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) {
-        float v = xr[i] + (dr ? ku_f32(dr[i]) : 0.0f);
-        if (store) xr[i] = v;
-        row[i] = v;
-        sum += v;
-    }
-    const float mean = b ? ku_block_sum(sum, red) / (float)d : 0.0f; /* b is uniform: all threads call or none */
-    float sq = 0.0f;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) sq += (row[i] - mean) * (row[i] - mean);
-    const float rs = rsqrtf(ku_block_sum(sq, red) / (float)d + eps);
-    T *hr = h + (size_t)r * d;
-    for (int i = threadIdx.x; i < d; i += blockDim.x)
-        hr[i] = ku_from_f32<T>((row[i] - mean) * rs * (w[i] + w_offset) + (b ? b[i] : 0.0f));
-}
-
-template <typename T>
-static kiln_status launch_add_norm(cudaStream_t stream, float *x, int d, int n_rows, const int32_t *rows,
-                                   const void *delta, bool store, const float *w, float w_offset, const float *b,
-                                   float eps, void *h) {
-    static unsigned long long done; /* rows of up to LLMC_MAX_D floats: past 48 KB with the static reduction */
-    KILN_TRY(lc_smem_opt_in(add_norm_kernel<T>, (size_t)LLMC_MAX_D * sizeof(float), false, &done, stream));
-    add_norm_kernel<T><<<n_rows, OPS_THREADS, (size_t)d * sizeof(float), stream>>>(x, (const T *)delta, rows, d,
-                                                                                 store ? 1 : 0, w, w_offset, b, eps,
-                                                                                 (T *)h);
-    KILN_CUDA_LAUNCH_CHECK("add_norm_kernel");
-    return KILN_OK;
-}
-
-extern "C" kiln_status llmc_add_norm_launch(kiln_dtype dtype, cudaStream_t stream, float *x, int d, int n_rows,
-                                            const int32_t *rows, const void *delta, bool store, const float *w,
-                                            float w_offset, const float *b, float eps, void *h) {
-    if ((dtype != KILN_F16 && dtype != KILN_BF16) || d < 1 || d > LLMC_MAX_D || n_rows < 0)
-        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "add + norm: d %d (1..%d), %d rows, %s: unsupported", d, LLMC_MAX_D,
-                          n_rows, kiln_dtype_name(dtype));
-    if (n_rows == 0) return KILN_OK;
-    return LC_DISPATCH(dtype, launch_add_norm, stream, x, d, n_rows, rows, delta, store, w, w_offset, b, eps, h);
-}
-
 extern "C" kiln_status llmc_add_norm(kiln_llm_cuda *g, int n_rows, const int32_t *rows, const void *delta, bool store,
                                      const float *w, const float *b) {
-    return llmc_add_norm_launch(g->dtype, g->kc.stream, g->x, g->cfg.d_model, n_rows, rows, delta, store, w,
-                                kiln_llm_norm_offset(&g->cfg), b, g->cfg.norm_eps, g->h);
+    kiln_cuda_norm a;
+    memset(&a, 0, sizeof a);
+    a.dtype = g->dtype;
+    a.residual = true;
+    a.rms = b == NULL;
+    a.rows = n_rows;
+    a.len = g->cfg.d_model;
+    a.x = g->x;
+    a.delta = delta;
+    a.gather = rows;
+    a.store = store;
+    a.scale = w;
+    a.bias = b;
+    a.scale_offset = kiln_llm_norm_offset(&g->cfg);
+    a.eps = g->cfg.norm_eps;
+    a.y = g->h;
+    a.sm_count = g->kc.sm_count;
+    return kiln_cuda_norm_rows(&a, g->kc.stream);
 }
 
 /* ---------------------------------------------------------------- RoPE + KV cache write */

@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(FP_WARPS * 32, fp_min_blocks(D)) fp_kernel(con
 template <typename T, int D> static kiln_status fp_launch(const llmc_prefill_attn *a, cudaStream_t stream) {
     static unsigned long long opted; /* bit per device */
     constexpr size_t smem = fp_smem_bytes<D>();
-    KILN_TRY(lc_smem_opt_in(fp_kernel<T, D>, smem, true, &opted, stream));
+    KILN_TRY(ku_smem_opt_in(fp_kernel<T, D>, smem, true, &opted, stream));
     const int group = a->n_head / a->n_kv_head;
     const fp_args k = {a->q, a->kc, a->vc, a->out, a->ldq, a->ldo, a->seq_start, a->ctx_len, a->table,
                        a->table_stride, a->n_head, a->n_kv_head, a->block_size, a->head_dim,
