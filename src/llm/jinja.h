@@ -10,7 +10,7 @@
  *
  * Errors unwind with longjmp to the entry point (jinja_parse, jinja_render), which returns a
  * kiln_status with the thread's message set; everything allocated before is arena memory, so nothing
- * leaks. Limits against hostile templates: JINJA_MAX_* below. */
+ * leaks. Limits against hostile templates: JINJA_MAX_* and the work budget (JINJA_WORK_*) below. */
 #ifndef KILN_LLM_JINJA_H
 #define KILN_LLM_JINJA_H
 
@@ -21,15 +21,22 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #define JINJA_MAX_PARSE_DEPTH 200        /* nested expressions and blocks */
 #define JINJA_MAX_EVAL_DEPTH 400         /* nested evaluation, macro calls included */
-#define JINJA_MAX_ITERATIONS 1000000     /* loop iterations in one render */
 #define JINJA_MAX_OUTPUT (16u << 20)     /* rendered bytes (and the text of one value) */
 #define JINJA_MAX_ARENA (256u << 20)     /* bytes of values one render may allocate */
 #define JINJA_MAX_RANGE 100000           /* items of one range() (as Jinja's sandbox) */
-#define JINJA_MAX_WORK 50000000ull       /* evaluation steps and scanned items/bytes in one render */
+/* The work budget of one render: evaluated nodes, loop iterations, items and bytes scanned, and one
+ * unit per JINJA_WORK_BYTES bytes allocated or written. A render may take JINJA_WORK_BASE units plus
+ * JINJA_WORK_PER_BYTE for every byte (and item) of the variables it is given (the messages, the
+ * tools): enough for any real template over any conversation, while a hostile template over a short
+ * one ends in milliseconds. */
+#define JINJA_WORK_BASE 250000ull
+#define JINJA_WORK_PER_BYTE 64ull
+#define JINJA_WORK_BYTES 16
 
 /* ---------------------------------------------------------------- arena */
 
@@ -172,7 +179,8 @@ typedef struct jtoken {
     double f;   /* FLOAT */
 } jtoken;
 
-/* Turns source into tokens (arena-allocated, JT_EOF last). KILN_ERR_PARSE naming line:column. */
+/* Turns source into tokens (JT_EOF last; the array is malloc'd, the caller frees it, their text lives in
+ * arena). KILN_ERR_PARSE naming line:column. */
 kiln_status jinja_lex(const char *source, size_t len, jarena *arena, jtoken **tokens, int *ntokens);
 
 /* ---------------------------------------------------------------- parser and renderer */
@@ -206,8 +214,7 @@ typedef struct jctx {
     struct jframe *globals;  /* the template's top-level scope */
     const struct tm *now;
     int depth;
-    size_t iterations;
-    unsigned long long work; /* steps so far (JINJA_MAX_WORK) */
+    unsigned long long work, budget; /* steps so far, and the most this render may take (jwork) */
     enum { JC_NONE, JC_BREAK, JC_CONTINUE } control;
     bool folding;            /* evaluating a {{ }} of literals only, which Jinja computes at compile time */
     kiln_strbuf scratch;     /* a temporary text buffer (freed when the render ends, also on failure) */
@@ -221,8 +228,8 @@ _Noreturn void jfail(jctx *c, const jnode *n, const char *fmt, ...) __attribute_
 _Noreturn void jraise(jctx *c, const char *msg, size_t len);
 
 void *jalloc(jctx *c, size_t n); /* arena memory, or fails the render */
-/* Charges units of work (evaluated nodes, items or bytes scanned); fails past JINJA_MAX_WORK, so that
- * no template runs for long without allocating (allocation has its own cap). */
+/* Charges units of work (evaluated nodes, iterations, items or bytes scanned); fails past the render's
+ * budget (JINJA_WORK_BASE...), so that no template runs for long. */
 void jwork(jctx *c, const jnode *at, size_t units);
 jv jv_undef(const char *why);
 jv jv_none(void);
@@ -239,11 +246,18 @@ void jdict_set(jctx *c, jdict *d, jstr key, jv v);   /* a string key */
 void jdict_put(jctx *c, jdict *d, jv key, jv v);     /* any hashable key */
 jv *jdict_find(const jdict *d, const char *key, size_t len); /* the value of a string key, or NULL */
 jv *jdict_get(const jdict *d, jv key);                /* the value of key (Python's 1 == 1.0 == True), or NULL */
+/* The offset of the first sub in s at or after from (linear time), or SIZE_MAX when there is none. */
+size_t jstr_find(jstr s, size_t from, jstr sub);
 
 bool jv_truthy(jv v);
 bool jv_equal(jv a, jv b);
 const char *jv_type_name(jv v);
-bool jstr_eq(jstr s, const char *z);
+/* Whether s is z (inline: with a literal z the length is known at compile time, and the parser asks
+ * this for every keyword at every token). */
+static inline bool jstr_eq(jstr s, const char *z) {
+    size_t n = strlen(z);
+    return s.len == n && memcmp(s.p, z, n) == 0;
+}
 /* Python's str(v) appended to b (Undefined as ""). */
 void jv_to_str(jctx *c, jv v, kiln_strbuf *b);
 /* Python's repr(v) appended to b. */

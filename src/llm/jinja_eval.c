@@ -2,7 +2,8 @@
  * values and writing text. Scopes as Jinja's: each loop iteration and each macro call has its own
  * (a `set` inside a loop does not outlive the iteration: namespaces carry values out), `if` blocks do
  * not. Attribute and item access follow Jinja's getattr/getitem (a missing key is Undefined, using
- * it fails). Limits: evaluation depth, loop iterations, output size, the arena's bytes. */
+ * it fails). Limits: evaluation depth, the work budget (loop iterations included), output size, the
+ * arena's bytes. */
 #include "llm/jinja.h"
 
 #include "core/status.h"
@@ -52,6 +53,7 @@ static jv lookup(jctx *c, jstr name) {
 
 static void emit(jctx *c, const char *p, size_t n) {
     if (c->out->len + n > JINJA_MAX_OUTPUT) jfail(c, NULL, "the output exceeds %u MiB", JINJA_MAX_OUTPUT >> 20);
+    jwork(c, NULL, n / JINJA_WORK_BYTES);
     kiln_strbuf_append(c->out, p, n);
     if (c->out->failed) jfail(c, NULL, "out of memory");
 }
@@ -377,8 +379,7 @@ static void exec_for(jctx *c, const jnode *n) {
         items = jlist_new(c, all->n);
         c->frame = f;
         for (size_t i = 0; i < all->n; i++) {
-            if (++c->iterations > JINJA_MAX_ITERATIONS)
-                jfail(c, n, "more than %d loop iterations", JINJA_MAX_ITERATIONS);
+            jwork(c, n, 1);
             f->vars->n = 0;
             assign(c, n, n->targets, n->ntargets, all->v[i]);
             if (jv_truthy(eval(c, n->b))) jlist_push(c, items, all->v[i]);
@@ -390,7 +391,7 @@ static void exec_for(jctx *c, const jnode *n) {
     bool completed = false;
     jstr loop_name = {4, "loop"};
     for (size_t i = 0; i < items->n; i++) {
-        if (++c->iterations > JINJA_MAX_ITERATIONS) jfail(c, n, "more than %d loop iterations", JINJA_MAX_ITERATIONS);
+        jwork(c, n, 1);
         L->index0 = i;
         f->vars->n = 0; /* a fresh scope per iteration */
         c->frame = f;
@@ -491,6 +492,25 @@ static void exec_body(jctx *c, jnode *const *body, int n) {
     for (int i = 0; i < n && c->control == JC_NONE; i++) exec_stmt(c, body[i]);
 }
 
+/* The size of v for the work budget: its strings' bytes and its items, nested ones included (values
+ * nested deeper than the evaluator goes are not counted). */
+static unsigned long long input_size(jv v, int depth) {
+    if (depth > JINJA_MAX_EVAL_DEPTH) return 0;
+    unsigned long long n = 1;
+    switch (v.type) {
+    case JV_STR: n += v.s.len; break;
+    case JV_LIST:
+        for (size_t i = 0; i < v.l->n; i++) n += input_size(v.l->v[i], depth + 1);
+        break;
+    case JV_DICT:
+    case JV_NS:
+        for (size_t i = 0; i < v.d->n; i++) n += input_size(v.d->k[i], depth + 1) + input_size(v.d->v[i], depth + 1);
+        break;
+    default: break;
+    }
+    return n;
+}
+
 kiln_status jinja_render(const jtemplate *t, const jinja_var *vars, int nvars, const struct tm *now, jarena *arena,
                          kiln_strbuf *out) {
     jctx *c = calloc(1, sizeof *c);
@@ -498,6 +518,8 @@ kiln_status jinja_render(const jtemplate *t, const jinja_var *vars, int nvars, c
     c->arena = arena;
     c->out = out;
     c->now = now;
+    c->budget = JINJA_WORK_BASE;
+    for (int i = 0; i < nvars; i++) c->budget += JINJA_WORK_PER_BYTE * input_size(vars[i].value, 0);
     kiln_status s = KILN_OK;
     if (setjmp(c->fail)) {
         s = c->status;

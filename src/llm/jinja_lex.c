@@ -11,6 +11,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,11 +26,13 @@ typedef struct lexer {
 } lexer;
 
 static void advance_to(lexer *L, size_t to) {
-    for (; L->pos < to; L->pos++)
-        if (L->s[L->pos] == '\n') {
-            L->line++;
-            L->col_base = (int)L->pos + 1;
-        }
+    const char *nl;
+    while (L->pos < to && (nl = memchr(L->s + L->pos, '\n', to - L->pos)) != NULL) {
+        L->line++;
+        L->pos = (size_t)(nl - L->s) + 1;
+        L->col_base = (int)L->pos;
+    }
+    if (L->pos < to) L->pos = to;
 }
 
 static int col_of(const lexer *L, size_t at) { return (int)at - L->col_base + 1; }
@@ -46,11 +49,11 @@ static bool fail(lexer *L, kiln_status s, size_t at, const char *what) {
 }
 
 static jtoken *push(lexer *L, jtok type, size_t at) {
-    if (L->ntoks == L->cap) {
-        int cap = L->cap ? 2 * L->cap : 256;
-        jtoken *t = jarena_alloc(L->arena, (size_t)cap * sizeof *t);
+    if (L->ntoks == L->cap) { /* on the heap, grown in place: the parser is done with it before the render */
+        if (L->cap > INT_MAX / 2) return NULL;
+        int cap = L->cap ? 2 * L->cap : 64;
+        jtoken *t = realloc(L->toks, (size_t)cap * sizeof *t);
         if (!t) return NULL;
-        if (L->ntoks) memcpy(t, L->toks, (size_t)L->ntoks * sizeof *t);
         L->toks = t;
         L->cap = cap;
     }
@@ -139,13 +142,26 @@ static bool decode_string(lexer *L, size_t at, size_t end, jstr *out) {
     return true;
 }
 
-static const char *const OPS[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<", ">", "=",
-                                  "(", ")", "[", "]", "{", "}", ",", ".", ":", "|"};
+/* The length of the operator at s (left bytes): 2 for // ** == != <= >=, 1 for the one-character
+ * ones, 0 for none. */
+static size_t op_len(const char *s, size_t left) {
+    char second = left >= 2 ? s[1] : 0;
+    switch (s[0]) {
+    case '/':
+    case '*': return second == s[0] ? 2 : 1;
+    case '=':
+    case '<':
+    case '>': return second == '=' ? 2 : 1;
+    case '!': return second == '=' ? 2 : 0;
+    case '+': case '-': case '%': case '~': case '(': case ')': case '[': case ']': case '{': case '}':
+    case ',': case '.': case ':': case '|': return 1;
+    default: return 0;
+    }
+}
 
 /* Lexes the inside of one {{ }} or {% %} tag, up to and including its end. */
 static bool lex_tag(lexer *L, bool block) {
     int depth = 0; /* open brackets: an end marker inside them is not the tag's end */
-    const char *end = block ? "%}" : "}}";
     for (;;) {
         size_t at = skip_space(L, L->pos);
         advance_to(L, at);
@@ -153,9 +169,11 @@ static bool lex_tag(lexer *L, bool block) {
         const char *s = L->s + at;
         size_t left = L->n - at;
         if (depth == 0) {
-            bool minus = left >= 3 && s[0] == '-' && memcmp(s + 1, end, 2) == 0;
-            bool plus = block && left >= 3 && s[0] == '+' && memcmp(s + 1, end, 2) == 0;
-            if (minus || plus || (left >= 2 && memcmp(s, end, 2) == 0)) {
+            char close = block ? '%' : '}'; /* an end is "%}" or "}}", after an optional sign */
+            size_t sign = s[0] == '-' || (block && s[0] == '+');
+            bool at_end = left >= sign + 2 && s[sign] == close && s[sign + 1] == '}';
+            bool minus = at_end && s[0] == '-', plus = at_end && sign && s[0] == '+';
+            if (at_end) {
                 if (!push(L, block ? JT_BLOCK_END : JT_VAR_END, at))
                     return fail(L, KILN_ERR_OUT_OF_MEMORY, at, "out of memory");
                 size_t after = at + 2 + (minus || plus);
@@ -209,14 +227,7 @@ static bool lex_tag(lexer *L, bool block) {
             if (!decode_string(L, at, at + k + 1, &t->text)) return false;
             advance_to(L, at + k + 1);
         } else {
-            size_t k = 0;
-            for (size_t i = 0; i < sizeof OPS / sizeof *OPS; i++) {
-                size_t len = strlen(OPS[i]);
-                if (left >= len && memcmp(s, OPS[i], len) == 0) {
-                    k = len;
-                    break;
-                }
-            }
+            size_t k = op_len(s, left);
             if (!k) return fail(L, KILN_ERR_PARSE, at, "unexpected character in a tag");
             if (s[0] == '(' || s[0] == '[' || s[0] == '{') depth++;
             if ((s[0] == ')' || s[0] == ']' || s[0] == '}') && depth > 0) depth--;
@@ -256,9 +267,13 @@ static bool lex_all(lexer *L) {
     while (L->pos < L->n) {
         const char *s = L->s + L->pos;
         size_t left = L->n - L->pos, tag = 0;
-        for (; tag + 1 < left; tag++)
-            if (s[tag] == '{' && (s[tag + 1] == '{' || s[tag + 1] == '%' || s[tag + 1] == '#')) break;
-        if (tag + 1 >= left) tag = left;
+        const char *brace;
+        while ((brace = memchr(s + tag, '{', left - tag)) != NULL) { /* the next {{, {% or {# */
+            tag = (size_t)(brace - s);
+            if (tag + 1 < left && (s[tag + 1] == '{' || s[tag + 1] == '%' || s[tag + 1] == '#')) break;
+            tag++;
+        }
+        if (!brace || tag + 1 >= left) tag = left;
         size_t text_len = tag;
         char kind = tag < left ? s[tag + 1] : 0;
         char sign = tag + 2 < left ? s[tag + 2] : 0;
@@ -314,7 +329,10 @@ kiln_status jinja_lex(const char *source, size_t len, jarena *arena, jtoken **to
     }
     if (n > 0 && s[n - 1] == '\n') n--;
     lexer L = {.s = s, .n = n, .line = 1, .arena = arena, .status = KILN_OK};
-    if (!lex_all(&L)) return L.status;
+    if (!lex_all(&L)) {
+        free(L.toks);
+        return L.status;
+    }
     *tokens = L.toks;
     *ntokens = L.ntoks;
     return KILN_OK;

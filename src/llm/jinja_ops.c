@@ -146,10 +146,7 @@ static bool contains(jctx *c, const jnode *at, jv item, jv seq) {
     case JV_STR:
         if (item.type != JV_STR)
             jfail(c, at, "'in <string>' requires string as left operand, not %s", jv_type_name(item));
-        if (item.s.len == 0) return true;
-        for (size_t i = 0; i + item.s.len <= seq.s.len; i++)
-            if (memcmp(seq.s.p + i, item.s.p, item.s.len) == 0) return true;
-        return false;
+        return jstr_find(seq.s, 0, item.s) != SIZE_MAX;
     case JV_LIST:
         for (size_t i = 0; i < seq.l->n; i++)
             if (jv_equal(seq.l->v[i], item)) return true;

@@ -296,7 +296,10 @@ kiln_status jinja_parse(const char *source, size_t len, jtemplate *t) {
     KILN_TRY(jinja_lex(source, len, &t->arena, &toks, &ntoks));
     /* on the heap: what longjmp returns to must not live in this frame's (indeterminate) locals */
     parser *P = calloc(1, sizeof *P);
-    if (!P) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "chat template: out of memory");
+    if (!P) {
+        free(toks);
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "chat template: out of memory");
+    }
     P->t = toks;
     P->n = ntoks;
     P->arena = &t->arena;
@@ -310,6 +313,7 @@ kiln_status jinja_parse(const char *source, size_t len, jtemplate *t) {
         t->nbody = body.n;
     }
     free(P);
+    free(toks);
     return s;
 }
 

@@ -131,12 +131,14 @@ jv jstr_replace(jctx *c, jstr s, jstr old, jstr new, int64_t count) {
     } else {
         while (i < s.len) {
             if (b->len > JINJA_MAX_OUTPUT) jfail(c, NULL, "replace: the result is too large");
-            if ((count < 0 || done < count) && i + old.len <= s.len && memcmp(s.p + i, old.p, old.len) == 0) {
+            size_t hit = count < 0 || done < count ? jstr_find(s, i, old) : SIZE_MAX;
+            size_t upto = hit == SIZE_MAX ? s.len : hit;
+            kiln_strbuf_append(b, s.p + i, upto - i);
+            i = upto;
+            if (hit != SIZE_MAX) {
                 kiln_strbuf_append(b, new.p, new.len);
                 i += old.len;
                 done++;
-            } else {
-                kiln_strbuf_putc(b, s.p[i++]);
             }
         }
     }
@@ -149,15 +151,10 @@ static jv split(jctx *c, jstr s, const jstr *sep, int64_t maxsplit) {
     jlist *l = jlist_new(c, 4);
     if (sep) {
         if (sep->len == 0) jfail(c, NULL, "split: empty separator");
-        size_t start = 0;
-        for (size_t i = 0; i + sep->len <= s.len;) {
-            if ((maxsplit < 0 || (int64_t)l->n < maxsplit) && memcmp(s.p + i, sep->p, sep->len) == 0) {
-                jlist_push(c, l, jv_str(s.p + start, i - start));
-                i += sep->len;
-                start = i;
-            } else {
-                i++;
-            }
+        size_t start = 0, hit;
+        while ((maxsplit < 0 || (int64_t)l->n < maxsplit) && (hit = jstr_find(s, start, *sep)) != SIZE_MAX) {
+            jlist_push(c, l, jv_str(s.p + start, hit - start));
+            start = hit + sep->len;
         }
         jlist_push(c, l, jv_str(s.p + start, s.len - start));
         return list_value(l);
@@ -306,22 +303,14 @@ jv jinja_method(jctx *c, const jnode *at, jv obj, jstr name, const jv *args, con
     }
     if (jstr_eq(name, "find")) {
         jstr sub = jv_need_str(c, at, a0, "find's argument");
-        for (size_t i = 0; i + sub.len <= s.len; i++)
-            if (memcmp(s.p + i, sub.p, sub.len) == 0) return jv_int((int64_t)jstr_codepoints((jstr){i, s.p}));
-        return jv_int(-1);
+        size_t hit = jstr_find(s, 0, sub);
+        return jv_int(hit == SIZE_MAX ? -1 : (int64_t)jstr_codepoints((jstr){hit, s.p}));
     }
     if (jstr_eq(name, "count")) {
         jstr sub = jv_need_str(c, at, a0, "count's argument");
         if (sub.len == 0) return jv_int((int64_t)jstr_codepoints(s) + 1);
         int64_t k = 0;
-        for (size_t i = 0; i + sub.len <= s.len;) {
-            if (memcmp(s.p + i, sub.p, sub.len) == 0) {
-                k++;
-                i += sub.len;
-            } else {
-                i++;
-            }
-        }
+        for (size_t i = jstr_find(s, 0, sub); i != SIZE_MAX; i = jstr_find(s, i + sub.len, sub)) k++;
         return jv_int(k);
     }
     if (jstr_eq(name, "join")) return jinja_filter(c, at, (jstr){4, "join"}, a0, &obj, (jstr[]){{0, NULL}}, 1);

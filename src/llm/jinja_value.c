@@ -26,7 +26,9 @@ void *jarena_alloc(jarena *a, size_t n) {
     if (n > a->cap || a->used > a->cap - n) return NULL;
     struct jchunk *ch = a->chunks;
     if (!ch || ch->size - ch->used < n) {
-        size_t size = n > 65536 ? n : 65536;
+        /* chunks of 4 KB, doubling up to 64 KB: a small template or render touches little memory */
+        size_t size = ch ? (ch->size < 65536 ? 2 * ch->size : 65536) : 4096;
+        if (size < n) size = n;
         ch = malloc(sizeof *ch + size);
         if (!ch) return NULL;
         ch->next = a->chunks;
@@ -51,6 +53,7 @@ void jarena_free(jarena *a) {
 }
 
 void *jalloc(jctx *c, size_t n) {
+    jwork(c, NULL, n / JINJA_WORK_BYTES);
     void *p = jarena_alloc(c->arena, n);
     if (!p) {
         c->status = kiln_error(KILN_ERR_INVALID_ARGUMENT,
@@ -63,7 +66,9 @@ void *jalloc(jctx *c, size_t n) {
 
 void jwork(jctx *c, const jnode *at, size_t units) {
     c->work += units;
-    if (c->work > JINJA_MAX_WORK) jfail(c, at, "the render takes more than %llu steps", JINJA_MAX_WORK);
+    if (c->work > c->budget)
+        jfail(c, at, "the render takes more than %llu steps (the limit: %llu plus %llu per byte of the messages and "
+              "tools)", c->budget, JINJA_WORK_BASE, JINJA_WORK_PER_BYTE);
 }
 
 /* ---------------------------------------------------------------- errors */
@@ -161,9 +166,11 @@ void jdict_put(jctx *c, jdict *d, jv key, jv v) {
     d->v[d->n++] = v;
 }
 
-bool jstr_eq(jstr s, const char *z) {
-    size_t n = strlen(z);
-    return s.len == n && memcmp(s.p, z, n) == 0;
+size_t jstr_find(jstr s, size_t from, jstr sub) {
+    if (from > s.len || sub.len > s.len - from) return SIZE_MAX;
+    if (sub.len == 0) return from;
+    const char *hit = memmem(s.p + from, s.len - from, sub.p, sub.len);
+    return hit ? (size_t)(hit - s.p) : SIZE_MAX;
 }
 
 size_t jstr_codepoints(jstr s) {

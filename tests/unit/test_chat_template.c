@@ -257,9 +257,30 @@ static void check_errors(void) {
     expect_output("{% if messages[0].missing is defined %}y{% else %}n{% endif %}{{ messages[0].missing }}", "n");
 }
 
+/* The work budget grows with the messages: a template that scans a long message several times fits,
+ * the same template over a short message with a loop of the same work does not. */
+static void check_budget_grows_with_input(void) {
+    size_t n = 1 << 20;
+    char *big = malloc(n + 1);
+    memset(big, 'x', n);
+    big[n] = 0;
+    kiln_chat_message m[] = {{"user", big}};
+    const char *scan = "{% for i in range(8) %}{{ messages[0].content.count('y') }}{% endfor %}";
+    char *out;
+    kiln_status s = render(scan, "", "", m, 1, false, &out);
+    CHECKF(s == KILN_OK && out && strcmp(out, "00000000") == 0, "8 scans of a 1 MiB message: %s", kiln_last_error());
+    free(out);
+    big[1000] = 0; /* the same scans over a 1000-byte message are 8 kB of work; 8 MB of it is too much */
+    s = render("{% for i in range(8000) %}{{ messages[0].content.count('y') }}{% endfor %}", "", "", m, 1, false, &out);
+    CHECKF(s == KILN_ERR_INVALID_ARGUMENT && strstr(kiln_last_error(), "steps"), "8000 scans of 1000 bytes: %s",
+           kiln_last_error());
+    free(out);
+    free(big);
+}
+
 static void check_limits(void) {
     expect_render_error("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
-                        "loop iterations");
+                        "steps (the limit: 250000 plus 64 per byte of the messages and tools)");
     expect_render_error("{{ range(1000000000) }}", "range too big");
     expect_render_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "recurses deeper");
     expect_render_error("{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}"
@@ -271,9 +292,16 @@ static void check_limits(void) {
     expect_render_error("{% set r = range(100000) %}{% for i in r %}{{ 99999 in r }}{% endfor %}", "steps");
     expect_render_error("{% set big = 'x' * 1000000 %}{{ ([big] * 100000) | tojson }}", "exceeds");
     expect_render_error("{% set big = 'x' * 1000000 %}{{ [big] * 100000 }}", "exceeds");
-    expect_render_error("{{ ('a' * 1000000) | replace('a', 'b' * 1000) }}", "too large");
-    expect_render_error("{{ ('a\n' * 1000000) | indent('b' * 1000) }}", "too large");
+    expect_render_error("{{ ('a' * 20000) | replace('a', 'b' * 1000) }}", "too large");
+    expect_render_error("{{ ('a\n' * 20000) | indent('b' * 1000) }}", "too large");
     expect_render_error("{{ 9999999999 * 9999999999 }}", "integer overflow");
+    check_budget_grows_with_input();
+    /* substring searches (memmem: linear time; one position at a time, each of these took ~10^8 byte
+     * comparisons) */
+    expect_output("{% set hay = 'a' * 20000 %}{% set pin = 'a' * 10000 ~ 'b' %}"
+                  "{{ pin in hay }} {{ hay.find(pin) }} {{ hay.count(pin) }} {{ hay.split(pin) | length }}"
+                  " {{ hay.replace(pin, 'x') | length }} {{ (hay ~ 'b').find(pin) }}",
+                  "False -1 0 1 20000 10000");
     /* deep nesting is a parse error, not a stack overflow */
     char deep[8192];
     size_t k = 0;
