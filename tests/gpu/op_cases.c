@@ -797,6 +797,23 @@ const op_case kiln_op_cases[] = {
      "auto_pad='SAME_UPPER' x_scale=0.05 x_zero_point=100 w_scale=[0.002] w_zero_point=[128] activation='Relu'", 0, 0},
     {"kiln.QConv", "i8[3,3,17,17]{-128,128} Ki8[5,3,7,7]{-127,128} Kf[5]",
      "strides=[2,2] pads=[3,3,3,3] x_scale=0.05 w_scale=[0.001] activation='Relu'", 0, 0},
+    /* the channels-last implicit-GEMM kernel (qconv_igemm.cu: group 1, no weight zero point): odd
+     * channel counts (input padded to 16, k tails short of a 64-byte step), strides 1 and 2, 1x1 / 3x3
+     * / 7x7, asymmetric pads and dilation, uint8 input whose zero point fills the padding, int8 /
+     * uint8 / float outputs, batch 1, and a call large enough for its 128 x 128 tiles */
+    {"kiln.QConv", "i8[2,19,13,11]{-128,128} Ki8[37,19,3,3]{-127,128} Kf[37]",
+     "strides=[2,2] pads=[1,0,1,2] x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.04 activation='Relu'", 0, 0},
+    {"kiln.QConv", "u8[3,24,9,9]{0,256} Ki8[40,24,3,3]{-127,128} Kf[40]",
+     "pads=[1,1,1,1] x_scale=0.05 x_zero_point=131 w_scale=[0.002] y_dtype=2 y_scale=0.05 y_zero_point=128", 0, 0},
+    {"kiln.QConv", "i8[1,64,15,15]{-128,128} Ki8[128,64,1,1]{-127,128} Kf[128]",
+     "strides=[2,2] x_scale=0.05 w_scale=[0.001] y_dtype=3 y_scale=0.05", 0, 0},
+    {"kiln.QConv", "i8[2,16,12,12]{-128,128} Ki8[24,16,3,3]{-127,128}",
+     "dilations=[2,2] pads=[2,2,2,2] x_scale=0.05 x_zero_point=-7 w_scale=[0.002] activation='Clip' "
+     "activation_params=[-1.0,1.0]", 0, 0},
+    {"kiln.QConv", "i8[2,3,32,32]{-128,128} Ki8[64,3,7,7]{-127,128} Kf[64]",
+     "strides=[2,2] pads=[3,3,3,3] x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[8,32,33,33]{-128,128} Ki8[160,32,3,3]{-127,128} Kf[160]",
+     "pads=[1,1,1,1] x_scale=0.05 w_scale=[0.001] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
     {NULL, NULL, NULL, 0, 0},
 };
 
@@ -864,5 +881,14 @@ const op_case kiln_perf_cases[] = {
      "pads=[1,1,1,1] x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
     {"kiln.QConv", "i8[32,256,56,56]{-128,128} Ki8[64,256,1,1]{-127,128} Kf[64]",
      "x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    /* ResNet-50's stem, a stride-2 3x3, a stride-2 1x1 downsample and a 7x7-map 3x3 at batch 32 */
+    {"kiln.QConv", "i8[32,3,224,224]{-128,128} Ki8[64,3,7,7]{-127,128} Kf[64]",
+     "strides=[2,2] pads=[3,3,3,3] x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[32,128,56,56]{-128,128} Ki8[128,128,3,3]{-127,128} Kf[128]",
+     "strides=[2,2] pads=[1,1,1,1] x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[32,1024,14,14]{-128,128} Ki8[2048,1024,1,1]{-127,128} Kf[2048]",
+     "strides=[2,2] x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05", 0, 0},
+    {"kiln.QConv", "i8[32,512,7,7]{-128,128} Ki8[512,512,3,3]{-127,128} Kf[512]",
+     "pads=[1,1,1,1] x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
     {NULL, NULL, NULL, 0, 0},
 };
