@@ -18,7 +18,9 @@
  * The kernel: a CTA computes a BM x BN tile of D with WM x WN warps; K is walked in QCI_BK-byte
  * steps through a STAGES-deep cp.async pipeline in shared memory (rows padded to QCI_LDS bytes so
  * that ldmatrix reads hit 8 distinct bank groups); ldmatrix.x4 loads the A and B fragments of
- * m16n8k32 straight from those rows (an 8 x 16-byte matrix is 8 rows of 16 int8 of k). Two tile
+ * m16n8k32 straight from those rows (an 8 x 16-byte matrix is 8 rows of 16 int8 of k). The
+ * epilogue stages the CTA's output tile in the same shared memory and writes it out so that
+ * consecutive threads store consecutive addresses (runs of pixels of one channel for NCHW). Two tile
  * shapes: 128 x 128 with 8 warps for the large layers, 64 x 64 with 4 warps when the large one
  * would not fill the GPU (small maps, few channels). */
 #include "backends/cuda/qconv_igemm.h"
@@ -126,8 +128,18 @@ static __device__ __forceinline__ void qci_mma(int32_t (&c)[4], const uint32_t (
 }
 #endif
 
-/* The shared memory of one CTA of tile BM x BN: STAGES x (BM + BN) rows of QCI_LDS bytes. */
-template <int BM, int BN, int STAGES> static constexpr size_t qci_smem_bytes() {
+/* The output stage's tile pitch in elements of T for rows of n values: 16 bytes of padding, so that
+ * the 4 lanes of a quad (2 columns apart) store to different banks. */
+#define QCI_OUT_PITCH(n, T) ((n) + (int)(16 / sizeof(T)))
+/* Where the output stage's row offsets start in shared memory: after the tile of T in either order. */
+#define QCI_OUT_ROWS_AT(BM, BN, T)                                                                 \
+    (((size_t)((BM) * QCI_OUT_PITCH(BN, T) > (BN) * QCI_OUT_PITCH(BM, T) ? (BM) * QCI_OUT_PITCH(BN, T)   \
+                                                                        : (BN) * QCI_OUT_PITCH(BM, T)) * \
+          sizeof(T) + 15) / 16 * 16)
+
+/* The shared memory of one CTA of tile BM x BN: STAGES x (BM + BN) rows of QCI_LDS bytes for the
+ * pipeline, reused by the output stage (a BM x BN tile of T and BM row offsets). */
+template <int BM, int BN, int STAGES> static constexpr __host__ __device__ size_t qci_smem_bytes() {
     return (size_t)STAGES * (BM + BN) * QCI_LDS;
 }
 
@@ -147,6 +159,8 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) qci_kernel(const qci_args 
     static_assert(THREADS % PIECES == 0, "a thread copies the same piece of every row it loads");
     static_assert(A_IT * THREADS == BM * PIECES && B_IT * THREADS == BN * PIECES, "copies divide among threads");
     static_assert(STAGES >= 2, "a pipeline needs two stages");
+    static_assert(QCI_OUT_ROWS_AT(BM, BN, T) + BM * sizeof(int64_t) <= qci_smem_bytes<BM, BN, STAGES>(),
+                  "the output stage fits the pipeline's shared memory");
     extern __shared__ __align__(16) int8_t qci_smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp / WN, wn = warp % WN;
     const int g = lane >> 2, q = lane & 3, piece = tid % PIECES;
@@ -237,23 +251,38 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) qci_kernel(const qci_args 
         }
     }
     fa_wait<0>();
+    __syncthreads(); /* the pipeline's shared memory now stages the output tile */
 
+    /* the tile's values into shared memory, [BN][BM] (channel-major) or [BM][BN] (channels-last
+     * output), then written out so that consecutive threads store consecutive addresses */
+    T *tile = reinterpret_cast<T *>(qci_smem);
+    int64_t *row_at = reinterpret_cast<int64_t *>(qci_smem + QCI_OUT_ROWS_AT(BM, BN, T)); /* -1: past the rows */
+    const bool ch_fast = a.c_stride == 1;
+    for (int rr = tid; rr < BM; rr += THREADS) {
+        int r = m0 + rr, img = r / P;
+        row_at[rr] = r < a.rows ? img * a.img_stride + (int64_t)(r - img * P) * a.p_stride : -1;
+    }
 #pragma unroll
     for (int mi = 0; mi < MI; mi++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            int r = m0 + wm * WTM + mi * 16 + g + 8 * h;
-            if (r >= a.rows) continue;
-            int img = r / P, p = r - img * P;
-            T *yr = y + img * a.img_stride + p * a.p_stride;
+            int rr = wm * WTM + mi * 16 + g + 8 * h;
 #pragma unroll
             for (int ni = 0; ni < NI; ni++)
 #pragma unroll
                 for (int j = 0; j < 2; j++) {
-                    int c = n0 + wn * WTN + ni * 8 + 2 * q + j;
-                    if (c < a.M) yr[c * a.c_stride] = qci_out<T>(qci_value(acc[mi][ni][2 * h + j], c, a.e), a.e);
+                    int cc = wn * WTN + ni * 8 + 2 * q + j, c = n0 + cc;
+                    T v = qci_out<T>(qci_value(acc[mi][ni][2 * h + j], c < a.M ? c : 0, a.e), a.e);
+                    tile[ch_fast ? rr * QCI_OUT_PITCH(BN, T) + cc : cc * QCI_OUT_PITCH(BM, T) + rr] = v;
                 }
         }
+    __syncthreads();
+    for (int i = tid; i < BM * BN; i += THREADS) {
+        int rr = ch_fast ? i / BN : i % BM, cc = ch_fast ? i % BN : i / BM, c = n0 + cc;
+        int64_t at = row_at[rr];
+        if (at >= 0 && c < a.M)
+            y[at + (int64_t)c * a.c_stride] = tile[ch_fast ? rr * QCI_OUT_PITCH(BN, T) + cc : cc * QCI_OUT_PITCH(BM, T) + rr];
+    }
 #endif
 }
 
