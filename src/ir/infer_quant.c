@@ -193,13 +193,33 @@ static kiln_status infer_qlinear_conv(kiln_graph *g, kiln_node *n) {
     return infer_conv_shape(g, n, 0, 3, input_dtype(g, n, 7, KILN_U8));
 }
 
+/* Fails unless kiln.QConv n's residual R (input 3, present), when typed and shaped, is 8-bit with
+ * r_zero_point in its range and has the output's shape y, and r_scale is given. */
+static kiln_status check_residual(const kiln_graph *g, const kiln_node *n, const kiln_quant_layer *q,
+                                  const kiln_value *y) {
+    const kiln_value *r = kiln_node_input(g, n, 3);
+    KILN_TRY(require_8bit(g, n, 3, "the residual R"));
+    if (q->r_scale <= 0.0f)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s '%s': a residual R needs r_scale", n->op_type, n->name);
+    if (r->dtype == KILN_U8 ? q->r_zero_point < 0 : r->dtype == KILN_I8 && q->r_zero_point > 127)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s '%s': r_zero_point %d is outside %s's range", n->op_type,
+                          n->name, (int)q->r_zero_point, kiln_dtype_name(r->dtype));
+    if (r->ndim < 0 || !y || y->ndim < 0) return KILN_OK;
+    bool same = r->ndim == y->ndim;
+    for (int i = 0; same && i < r->ndim; i++)
+        same = !kiln_dim_is_static(r->dims[i]) || !kiln_dim_is_static(y->dims[i]) || r->dims[i].value == y->dims[i].value;
+    if (!same) return kiln_error(KILN_ERR_SHAPE, "%s '%s': the residual R's shape is not the output's", n->op_type, n->name);
+    return KILN_OK;
+}
+
 /* kiln.QConv / kiln.QMatMul: the parameters are checked, the shape is Conv's / MatMul's. */
 static kiln_status infer_kiln_qconv(kiln_graph *g, kiln_node *n) {
     kiln_quant_layer q;
     KILN_TRY(kiln_quant_layer_read(n, &q));
     KILN_TRY(require_8bit(g, n, 0, "x"));
     KILN_TRY(require_8bit(g, n, 1, "w"));
-    return infer_conv_shape(g, n, 0, 1, q.y_dtype);
+    KILN_TRY(infer_conv_shape(g, n, 0, 1, q.y_dtype));
+    return kiln_node_input(g, n, 3) ? check_residual(g, n, &q, kiln_node_output(g, n, 0)) : KILN_OK;
 }
 
 static kiln_status infer_kiln_qmatmul(kiln_graph *g, kiln_node *n) {

@@ -814,6 +814,11 @@ const op_case kiln_op_cases[] = {
      "strides=[2,2] pads=[3,3,3,3] x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
     {"kiln.QConv", "i8[8,32,33,33]{-128,128} Ki8[160,32,3,3]{-127,128} Kf[160]",
      "pads=[1,1,1,1] x_scale=0.05 w_scale=[0.001] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    /* with a residual R (ResNet's Add before the ReLU): int8, and uint8 with a zero point into floats */
+    {"kiln.QConv", "i8[2,64,14,14]{-128,128} Ki8[64,64,3,3]{-127,128} Kf[64] i8[2,64,14,14]{-128,128}",
+     "pads=[1,1,1,1] x_scale=0.05 w_scale=[0.001] r_scale=0.04 y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[1,32,9,9]{-128,128} Ki8[48,32,1,1]{-127,128} - u8[1,48,9,9]{0,256}",
+     "x_scale=0.05 w_scale=[0.002] r_scale=0.03 r_zero_point=128", 0, 0},
     {NULL, NULL, NULL, 0, 0},
 };
 

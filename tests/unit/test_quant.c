@@ -3,8 +3,9 @@
  * int32, DynamicQuantizeLinear of an all-zero input (scale 1, no NaN), exact int32 sums at the
  * extremes of uint8 x int8, QLinearMatMul saturation; refusals with clear messages (a per-axis
  * scale of the wrong length, a bad kiln.QConv attribute, a zero point outside its operand's range); and fuse_qdq: DequantizeLinear -> Conv ->
- * Relu -> QuantizeLinear becomes one kiln.QConv whose results equal the unfolded graph's, and a
- * pattern whose input scale is not a constant stays as it is. */
+ * Relu -> QuantizeLinear becomes one kiln.QConv whose results equal the unfolded graph's, a
+ * pattern whose input scale is not a constant stays as it is, and a residual Add of a quantized
+ * shortcut folds into the QConv (its R input) with the same results. */
 #include "check.h"
 #include "graph_build.h"
 
@@ -181,6 +182,49 @@ static void test_fuse_qdq(void) {
     kiln_graph_free(dyn);
 }
 
+/* x -> Q -> DQ -> Conv(DQ(W int8, zero point wz), B) -> Add(DQ(Q(r))) -> Relu -> Q -> DQ -> y: ResNet's
+ * residual block end with its shortcut quantized. */
+static kiln_graph *qdq_residual_graph(double wz) {
+    begin(21);
+    int64_t xd[4] = {2, 4, 5, 5}, wd[4] = {4, 4, 3, 3}, m = 4;
+    int x = input("x", KILN_F32, 4, xd), r = input("r", KILN_F32, 4, xd);
+    int xs = scalar(0.02), rs = scalar(0.03), z = constant(KILN_I8, 0, NULL, (double[]){0}, 0, 0);
+    int xdq = node_n("DequantizeLinear", 3, (int[]){node_n("QuantizeLinear", 3, (int[]){x, xs, z}, 1), xs, z}, 1);
+    int rdq = node_n("DequantizeLinear", 3, (int[]){node_n("QuantizeLinear", 3, (int[]){r, rs, z}, 1), rs, z}, 1);
+    int w = constant(KILN_I8, 4, wd, NULL, -127, 127);
+    int wsc = constant(KILN_F32, 1, &m, NULL, 0.01, 0.02), wzc = constant(KILN_I8, 1, &m, (double[]){wz, wz, wz, wz}, 0, 0);
+    int wdq = node_n("DequantizeLinear", 3, (int[]){w, wsc, wzc}, 1);
+    attr_int("axis", 0);
+    int c = node_n("Conv", 3, (int[]){xdq, wdq, constant(KILN_F32, 1, &m, NULL, -0.5, 0.5)}, 1);
+    attr_ints("pads", 4, (int64_t[]){1, 1, 1, 1});
+    int y = op1("Relu", op2("Add", c, rdq));
+    int ys = scalar(0.05);
+    output(node_n("DequantizeLinear", 3, (int[]){node_n("QuantizeLinear", 3, (int[]){y, ys, z}, 1), ys, z}, 1));
+    return finish();
+}
+
+/* The residual Add folds into the QConv (input R, r_scale) with its ReLU and QuantizeLinear, and the
+ * CPU kernel's results equal the unfolded graph's; with asymmetric weights it does not fold. */
+static void test_fuse_qdq_residual(void) {
+    kiln_graph *ref = qdq_residual_graph(0), *opt = qdq_residual_graph(0);
+    bool changed = false;
+    REQUIRE_OK(kiln_pass_fuse_qdq(opt, &changed));
+    REQUIRE_OK(kiln_graph_infer_shapes(opt));
+    CHECK(changed && count_op(opt, "QConv") == 1 && count_op(opt, "Add") == 0 && count_op(opt, "Relu") == 0);
+    for (int i = 0; i < opt->nnodes; i++)
+        if (!strcmp(opt->nodes[i].op_type, "QConv")) {
+            CHECK(opt->nodes[i].ninputs == 4);
+            CHECK_NEAR(kiln_attr_float(&opt->nodes[i], "r_scale", 0.0f), 0.03, 1e-9);
+        }
+    check_same_outputs("fuse_qdq residual", ref, "unfolded graph", opt, "folded graph", 1e-6);
+    kiln_graph_free(ref);
+    kiln_graph_free(opt);
+    kiln_graph *asym = qdq_residual_graph(3);
+    REQUIRE_OK(kiln_pass_fuse_qdq(asym, &changed));
+    CHECK(changed && count_op(asym, "QConv") == 1 && count_op(asym, "Add") == 1);
+    kiln_graph_free(asym);
+}
+
 int main(void) {
     g_nodes = kiln_graph_create();
     REQUIRE_OK(g_nodes ? KILN_OK : KILN_ERR_OUT_OF_MEMORY);
@@ -189,6 +233,7 @@ int main(void) {
     test_integer_sum_extremes();
     test_qconv_attributes_checked();
     test_fuse_qdq();
+    test_fuse_qdq_residual();
     kiln_graph_free(g_nodes);
     return checks_report("test_quant");
 }

@@ -123,6 +123,7 @@ typedef struct qconv_args {
     int32_t zx;
     quant_zp zw;              /* per output channel */
     const quant_epilogue *ep; /* NULL: int32 output */
+    const kiln_tensor *r;     /* kiln.QConv's residual (ep->residual's tensor) or NULL */
 } qconv_args;
 
 /* Computes y (allocated here: int32, or the epilogue's dtype) = the convolution of q. */
@@ -132,6 +133,9 @@ static kiln_status qconv_run(const kiln_node *n, const qconv_args *q, kiln_tenso
     if (q->zw.n > 1 && q->zw.n != g.M)
         return kiln_error(KILN_ERR_SHAPE, "%s: %lld weight zero points for %lld output channels", n->op_type,
                           (long long)q->zw.n, (long long)g.M);
+    if (q->r && kiln_tensor_numel(q->r) != g.N * g.M * g.P)
+        return kiln_error(KILN_ERR_SHAPE, "%s: the residual R has %lld elements, the output %lld", n->op_type,
+                          (long long)kiln_tensor_numel(q->r), (long long)(g.N * g.M * g.P));
     KILN_TRY(kiln_tensor_alloc_uninit(y, q->ep ? q->ep->y_dtype : KILN_I32, g.ndim, g.odims));
     if (g.N * g.M * g.P == 0) return KILN_OK;
     int16_t *wp = malloc((size_t)(g.M * g.Kc + 1) * sizeof *wp), *col = malloc((size_t)(g.P * g.Kc + 1) * sizeof *col);
@@ -227,11 +231,12 @@ NN_EXEC(kiln_cpu_qlinear_conv) {
     return run_with_zw_tensor(n, &q, zw, out[0]);
 }
 
-/* kiln.QConv: X, W, B (optional float32 [M]); parameters in attributes. */
+/* kiln.QConv: X, W, B (optional float32 [M]), R (optional residual, 8-bit, Y's shape); parameters in
+ * attributes. */
 NN_EXEC(kiln_cpu_kiln_qconv) {
     (void)nout;
     KILN_TRY(nn_require_inputs(n, in, nin, 2));
-    const kiln_tensor *x = in[0], *w = in[1], *bias = nin > 2 ? in[2] : NULL;
+    const kiln_tensor *x = in[0], *w = in[1], *bias = nin > 2 ? in[2] : NULL, *r = nin > 3 ? in[3] : NULL;
     KILN_TRY(require_8bit_operands(n, x, w));
     kiln_quant_layer ql;
     KILN_TRY(kiln_quant_layer_read(n, &ql));
@@ -241,9 +246,14 @@ NN_EXEC(kiln_cpu_kiln_qconv) {
         return kiln_error(KILN_ERR_SHAPE, "QConv: %d weight scales for %lld output channels", ql.nw, (long long)M);
     if (bias && (bias->dtype != KILN_F32 || kiln_tensor_numel(bias) != M))
         return kiln_error(KILN_ERR_SHAPE, "QConv: the bias must be float32 with %lld elements", (long long)M);
+    if (r && ((r->dtype != KILN_I8 && r->dtype != KILN_U8) || ql.r_scale <= 0.0f))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "QConv: the residual R must be int8 or uint8 (is %s), with r_scale",
+                          kiln_dtype_name(r->dtype));
     quant_epilogue ep = {.x_scale = ql.x_scale, .w_scale = ql.w_scale, .nw = ql.nw, .bias = bias ? bias->data : NULL,
-                         .act = ql.act, .y_dtype = ql.y_dtype, .y_scale = ql.y_scale, .y_zero_point = ql.y_zero_point};
-    qconv_args q = {.x = x, .w = w, .zx = ql.x_zero_point, .ep = &ep};
+                         .act = ql.act, .y_dtype = ql.y_dtype, .y_scale = ql.y_scale, .y_zero_point = ql.y_zero_point,
+                         .residual = r ? r->data : NULL, .r_dtype = r ? r->dtype : KILN_UNDEFINED,
+                         .r_scale = ql.r_scale, .r_zero_point = ql.r_zero_point};
+    qconv_args q = {.x = x, .w = w, .zx = ql.x_zero_point, .ep = &ep, .r = r};
     kiln_status s = quant_zp_from_ints(ql.w_zero_point, ql.nwzp, &q.zw);
     if (s == KILN_OK) s = qconv_run(n, &q, out[0]);
     quant_zp_free(&q.zw);

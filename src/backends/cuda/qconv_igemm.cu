@@ -1,7 +1,8 @@
 /* qconv_igemm.cu — kiln.QConv (ir/quant_ops.h) as an INT8 implicit-GEMM convolution on tensor cores:
  * mma.sync m16n8k32 s8 x s8 -> s32, no materialized im2col, int32 sums in registers and the
  * requantization in the kernel's epilogue (zero-point correction, per-channel scale x_scale * w_scale[c],
- * bias, activation, int8 / uint8 / float output: the formulas of the CPU oracle,
+ * bias, the residual R of ResNet's shortcut, activation, int8 / uint8 / float output: the formulas of
+ * the CPU oracle,
  * src/backends/cpu/quant_conv.c, and of quant_gemm.cu's epilogue, the same IEEE operations in the
  * same order).
  *
@@ -19,8 +20,9 @@
  * steps through a STAGES-deep cp.async pipeline in shared memory (rows padded to QCI_LDS bytes so
  * that ldmatrix reads hit 8 distinct bank groups); ldmatrix.x4 loads the A and B fragments of
  * m16n8k32 straight from those rows (an 8 x 16-byte matrix is 8 rows of 16 int8 of k). The
- * epilogue stages the CTA's output tile in the same shared memory and writes it out so that
- * consecutive threads store consecutive addresses (runs of pixels of one channel for NCHW). Two tile
+ * epilogue stages the CTA's int32 sums in the same shared memory and then requantizes them with
+ * consecutive threads on consecutive output addresses (runs of pixels of one channel for NCHW), where
+ * the residual is read as well. Two tile
  * shapes: 128 x 128 with 8 warps for the large layers, 64 x 64 with 4 warps when the large one
  * would not fill the GPU (small maps, few channels). */
 #include "backends/cuda/qconv_igemm.h"
@@ -70,6 +72,10 @@ typedef struct qci_args {
     int rows;              /* images * OH * OW */
     int64_t img_stride, c_stride, p_stride;
     uint32_t pad4;         /* the shifted input zero point in each of 4 bytes */
+    const void *r;         /* the residual R (8-bit, y's layout) or NULL */
+    bool r_u8;             /* R is uint8 (else int8) */
+    float r_scale;
+    int32_t r_zero_point;
     qci_epi e;
 } qci_args;
 
@@ -87,11 +93,17 @@ template <> __device__ __forceinline__ float qci_out<float>(float v, const qci_e
 template <> __device__ __forceinline__ __half qci_out<__half>(float v, const qci_epi &) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ bf16 qci_out<bf16>(float v, const qci_epi &) { return __float2bfloat16_rn(v); }
 
-/* The layer's output value of sum acc of channel c: zero-point correction, scale, bias, activation. */
-static __device__ __forceinline__ float qci_value(int32_t acc, int c, const qci_epi &e) {
+/* The layer's output value of sum acc of channel c (output element at): zero-point correction, scale,
+ * bias, the residual r_scale * (R[at] - r_zero_point) when there is one, activation. */
+static __device__ __forceinline__ float qci_value(int32_t acc, int c, int64_t at, const qci_args &a) {
+    const qci_epi &e = a.e;
     int64_t corrected = (int64_t)acc - (int64_t)e.xzp * __ldg(e.colsum + c);
     float v = __fmul_rn((float)(int32_t)corrected, __ldg(e.scale + c));
     v = __fadd_rn(v, e.bias ? __ldg(e.bias + c) : 0.0f);
+    if (a.r) {
+        int rq = a.r_u8 ? (int)__ldg((const uint8_t *)a.r + at) : (int)__ldg((const int8_t *)a.r + at);
+        v = __fadd_rn(v, __fmul_rn((float)(rq - a.r_zero_point), a.r_scale));
+    }
     return kiln_cuda_act(v, e.kind, e.p0, e.p1);
 }
 
@@ -128,14 +140,13 @@ static __device__ __forceinline__ void qci_mma(int32_t (&c)[4], const uint32_t (
 }
 #endif
 
-/* The output stage's tile pitch in elements of T for rows of n values: 16 bytes of padding, so that
- * the 4 lanes of a quad (2 columns apart) store to different banks. */
-#define QCI_OUT_PITCH(n, T) ((n) + (int)(16 / sizeof(T)))
-/* Where the output stage's row offsets start in shared memory: after the tile of T in either order. */
-#define QCI_OUT_ROWS_AT(BM, BN, T)                                                                 \
-    (((size_t)((BM) * QCI_OUT_PITCH(BN, T) > (BN) * QCI_OUT_PITCH(BM, T) ? (BM) * QCI_OUT_PITCH(BN, T)   \
-                                                                        : (BN) * QCI_OUT_PITCH(BM, T)) * \
-          sizeof(T) + 15) / 16 * 16)
+/* The output stage's tile pitch in int32 sums for rows of n values: 16 bytes of padding, so that the
+ * 4 lanes of a quad (2 columns apart) store to different banks. */
+#define QCI_OUT_PITCH(n) ((n) + 4)
+/* Where the output stage's row offsets start in shared memory: after the tile of sums in either order. */
+#define QCI_OUT_ROWS_AT(BM, BN)                                                                    \
+    ((size_t)((BM) * QCI_OUT_PITCH(BN) > (BN) * QCI_OUT_PITCH(BM) ? (BM) * QCI_OUT_PITCH(BN)          \
+                                                                : (BN) * QCI_OUT_PITCH(BM)) * 4)
 
 /* The shared memory of one CTA of tile BM x BN: STAGES x (BM + BN) rows of QCI_LDS bytes for the
  * pipeline, reused by the output stage (a BM x BN tile of T and BM row offsets). */
@@ -159,7 +170,7 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) qci_kernel(const qci_args 
     static_assert(THREADS % PIECES == 0, "a thread copies the same piece of every row it loads");
     static_assert(A_IT * THREADS == BM * PIECES && B_IT * THREADS == BN * PIECES, "copies divide among threads");
     static_assert(STAGES >= 2, "a pipeline needs two stages");
-    static_assert(QCI_OUT_ROWS_AT(BM, BN, T) + BM * sizeof(int64_t) <= qci_smem_bytes<BM, BN, STAGES>(),
+    static_assert(QCI_OUT_ROWS_AT(BM, BN) + BM * sizeof(int64_t) <= qci_smem_bytes<BM, BN, STAGES>(),
                   "the output stage fits the pipeline's shared memory");
     extern __shared__ __align__(16) int8_t qci_smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp / WN, wn = warp % WN;
@@ -253,10 +264,10 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) qci_kernel(const qci_args 
     fa_wait<0>();
     __syncthreads(); /* the pipeline's shared memory now stages the output tile */
 
-    /* the tile's values into shared memory, [BN][BM] (channel-major) or [BM][BN] (channels-last
-     * output), then written out so that consecutive threads store consecutive addresses */
-    T *tile = reinterpret_cast<T *>(qci_smem);
-    int64_t *row_at = reinterpret_cast<int64_t *>(qci_smem + QCI_OUT_ROWS_AT(BM, BN, T)); /* -1: past the rows */
+    /* the tile's sums into shared memory, [BN][BM] (channel-major) or [BM][BN] (channels-last output),
+     * then the epilogue by consecutive threads on consecutive output addresses */
+    int32_t *tile = reinterpret_cast<int32_t *>(qci_smem);
+    int64_t *row_at = reinterpret_cast<int64_t *>(qci_smem + QCI_OUT_ROWS_AT(BM, BN)); /* -1: past the rows */
     const bool ch_fast = a.c_stride == 1;
     for (int rr = tid; rr < BM; rr += THREADS) {
         int r = m0 + rr, img = r / P;
@@ -271,17 +282,18 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) qci_kernel(const qci_args 
             for (int ni = 0; ni < NI; ni++)
 #pragma unroll
                 for (int j = 0; j < 2; j++) {
-                    int cc = wn * WTN + ni * 8 + 2 * q + j, c = n0 + cc;
-                    T v = qci_out<T>(qci_value(acc[mi][ni][2 * h + j], c < a.M ? c : 0, a.e), a.e);
-                    tile[ch_fast ? rr * QCI_OUT_PITCH(BN, T) + cc : cc * QCI_OUT_PITCH(BM, T) + rr] = v;
+                    int cc = wn * WTN + ni * 8 + 2 * q + j;
+                    tile[ch_fast ? rr * QCI_OUT_PITCH(BN) + cc : cc * QCI_OUT_PITCH(BM) + rr] = acc[mi][ni][2 * h + j];
                 }
         }
     __syncthreads();
     for (int i = tid; i < BM * BN; i += THREADS) {
         int rr = ch_fast ? i / BN : i % BM, cc = ch_fast ? i % BN : i / BM, c = n0 + cc;
         int64_t at = row_at[rr];
-        if (at >= 0 && c < a.M)
-            y[at + (int64_t)c * a.c_stride] = tile[ch_fast ? rr * QCI_OUT_PITCH(BN, T) + cc : cc * QCI_OUT_PITCH(BM, T) + rr];
+        if (at < 0 || c >= a.M) continue;
+        at += (int64_t)c * a.c_stride;
+        int32_t sum = tile[ch_fast ? rr * QCI_OUT_PITCH(BN) + cc : cc * QCI_OUT_PITCH(BM) + rr];
+        y[at] = qci_out<T>(qci_value(sum, c, at, a), a.e);
     }
 #endif
 }
@@ -508,8 +520,12 @@ static kiln_status qci_run_chunk(const qci_args &a, kiln_dtype t, void *y, kiln_
 kiln_status kiln_cuda_qconv_igemm(const kiln_node *n, const kiln_quant_layer *ql, const kiln_cuda_tensor *in, int nin,
                                   const kiln_cuda_tensor *y, kiln_cuda_ctx *ctx) {
     const kiln_cuda_tensor *x = &in[0], *w = &in[1], *bias = nin > 2 && !ku_absent(&in[2]) ? &in[2] : NULL;
+    const kiln_cuda_tensor *r = nin > 3 && !ku_absent(&in[3]) ? &in[3] : NULL;
     qci_geom gm;
     KILN_TRY(qci_geom_make(n, x, w, &gm));
+    if (r && ((r->dtype != KILN_I8 && r->dtype != KILN_U8) || ku_numel(r) != ku_numel(y) || ql->r_scale <= 0.0f))
+        return kiln_error(KILN_ERR_SHAPE, "%s '%s': the residual R must be 8-bit with the output's %lld elements, and "
+                          "r_scale given", n->op_type, n->name, (long long)ku_numel(y));
     if (bias && (!bias->host || !ku_is_float(bias->host_dtype) || ku_numel(bias) != gm.M))
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': the bias must be a float constant of %lld values", n->op_type,
                           n->name, (long long)gm.M);
@@ -540,6 +556,9 @@ kiln_status kiln_cuda_qconv_igemm(const kiln_node *n, const kiln_quant_layer *ql
     a.img_stride = gm.M * P, a.c_stride = P, a.p_stride = 1; /* NCHW output */
     a.pad4 = (uint32_t)(uint8_t)(int8_t)st->epi.xzp * 0x01010101u;
     a.e = st->epi;
+    a.r_u8 = r && r->dtype == KILN_U8;
+    a.r_scale = ql->r_scale;
+    a.r_zero_point = ql->r_zero_point;
     size_t y_elem = kiln_dtype_size(y->dtype);
     for (int64_t i0 = 0; s == KILN_OK && i0 < gm.N; i0 += chunk) {
         int64_t imgs = gm.N - i0 < chunk ? gm.N - i0 : chunk;
@@ -554,6 +573,7 @@ kiln_status kiln_cuda_qconv_igemm(const kiln_node *n, const kiln_quant_layer *ql
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) s = kiln_cuda_error(e, "launch qci_to_nhwc_kernel", __FILE__, __LINE__);
         a.rows = (int)(imgs * P);
+        a.r = r ? (const unsigned char *)r->data + (size_t)(i0 * gm.M * P) * kiln_dtype_size(r->dtype) : NULL;
         if (s == KILN_OK)
             s = qci_run_chunk(a, y->dtype, (unsigned char *)y->data + (size_t)(i0 * gm.M * P) * y_elem, ctx, n);
     }

@@ -17,7 +17,8 @@ bool kiln_cuda_qconv_igemm_takes(const kiln_node *n, const kiln_quant_layer *ql,
                                  const kiln_cuda_tensor *w, const kiln_cuda_ctx *ctx);
 
 /* Runs QConv n (a call kiln_cuda_qconv_igemm_takes accepts): in = X [N, C, (H,) W], W, optional bias
- * (a float constant of M values), out[0] = Y [N, M, (OH,) OW] of the layer's output dtype. The node
+ * (a float constant of M values), optional residual R (8-bit, Y's shape), out[0] = Y [N, M, (OH,) OW]
+ * of the layer's output dtype. The node
  * state (ctx->state) keeps the prepared weights; without a slot (the tuner) they are prepared for
  * this call and freed after it. Fails naming the node and the call on a CUDA error or a bad bias. */
 kiln_status kiln_cuda_qconv_igemm(const kiln_node *n, const kiln_quant_layer *ql, const kiln_cuda_tensor *in, int nin,
