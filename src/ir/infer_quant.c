@@ -212,13 +212,43 @@ static kiln_status check_residual(const kiln_graph *g, const kiln_node *n, const
     return KILN_OK;
 }
 
+/* dims[1..rank) rotated: to_first moves the last dim to position 1 (NHWC -> NCHW order), else
+ * position 1 to the end. */
+static void rotate_channels(kiln_dim *dims, int rank, bool to_first) {
+    if (rank < 3) return;
+    kiln_dim t[KILN_MAX_DIMS];
+    memcpy(t, dims, sizeof *t * (size_t)rank);
+    for (int d = 1; d < rank; d++) dims[d] = to_first ? t[d == 1 ? rank - 1 : d - 1] : t[d == rank - 1 ? 1 : d + 1];
+}
+
+/* kiln.QConv with channels_last = 1: Conv's shape on NCHW views of X [N, H, W, C] and W [M, kH, kW, C]
+ * (rotated in place for the call and restored), Y's rotated to [N, H', W', M]. */
+static kiln_status infer_qconv_channels_last(kiln_graph *g, kiln_node *n, kiln_dtype out) {
+    kiln_value *x = kiln_node_input(g, n, 0), *w = kiln_node_input(g, n, 1);
+    if (!x || !w || x == w) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s needs distinct inputs x and w", n->op_type);
+    if ((x->ndim >= 0 && x->ndim != 4) || (w->ndim >= 0 && w->ndim != 4))
+        return kiln_error(KILN_ERR_SHAPE, "%s: channels_last needs 4-D X and W (2-D convolution), has ranks %d and %d",
+                          n->op_type, x->ndim, w->ndim);
+    rotate_channels(x->dims, x->ndim, true);
+    rotate_channels(w->dims, w->ndim, true);
+    kiln_status st = infer_conv_shape(g, n, 0, 1, out);
+    rotate_channels(x->dims, x->ndim, false);
+    rotate_channels(w->dims, w->ndim, false);
+    kiln_value *y = kiln_node_output(g, n, 0);
+    if (st == KILN_OK && y) rotate_channels(y->dims, y->ndim, false);
+    return st;
+}
+
 /* kiln.QConv / kiln.QMatMul: the parameters are checked, the shape is Conv's / MatMul's. */
 static kiln_status infer_kiln_qconv(kiln_graph *g, kiln_node *n) {
     kiln_quant_layer q;
     KILN_TRY(kiln_quant_layer_read(n, &q));
     KILN_TRY(require_8bit(g, n, 0, "x"));
     KILN_TRY(require_8bit(g, n, 1, "w"));
-    KILN_TRY(infer_conv_shape(g, n, 0, 1, q.y_dtype));
+    int64_t cl = kiln_attr_int(n, "channels_last", 0);
+    if (cl != 0 && cl != 1)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: channels_last must be 0 or 1, is %lld", n->op_type, (long long)cl);
+    KILN_TRY(cl ? infer_qconv_channels_last(g, n, q.y_dtype) : infer_conv_shape(g, n, 0, 1, q.y_dtype));
     return kiln_node_input(g, n, 3) ? check_residual(g, n, &q, kiln_node_output(g, n, 0)) : KILN_OK;
 }
 

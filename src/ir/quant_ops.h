@@ -10,7 +10,9 @@
  *             R (optional, int8 / uint8, Y's shape): a residual, added after the bias and before the
  *             activation as r_scale * (R - r_zero_point) (a DequantizeLinear of R and an Add, in float32)
  *     attrs   Conv's window attributes (auto_pad, dilations, group, kernel_shape, pads, strides);
- *             r_scale (float > 0) and r_zero_point (int, default 0, within R's type) with R
+ *             r_scale (float > 0) and r_zero_point (int, default 0, within R's type) with R;
+ *             channels_last (int, default 0): 1 for a 2-D convolution laid out channels-last (the
+ *             layout_channels_last pass): X [N, H, W, C], W [M, kH, kW, C], R and Y [N, H', W', M]
  * kiln.QMatMul  Y = out(act(x_scale * w_scale[j] * sum_k (A[.., k] - x_zero_point)(B[k, j] - w_zero_point[j]) + bias[j]))
  *     inputs  A (int8 / uint8, [..., M, K]), B (int8 / uint8, 2-D [K, N]), bias (optional, float32 [N])
  *     attrs   none of its own

@@ -9,8 +9,10 @@
  * The GEMM: rows r = output pixels (image, oy, ox) of the batch, columns c = output channels, inner
  * index k = (ky * kw + kx) * Cp + ci over the taps of a channels-last input whose channels are padded
  * to Cp, a multiple of 16, so that every 16-byte piece of a row of A is 16 channels of one input
- * pixel (one cp.async). X arrives NCHW: one transposing kernel writes it channels-last into the
- * workspace (uint8 shifted to int8 by -128, the padding channels zero), a chunk of images at a time.
+ * pixel (one cp.async). X channels-last (channels_last = 1, the layout pass's form) in int8 with C a
+ * multiple of 16 is read in place; otherwise one kernel writes it channels-last into the workspace
+ * (NCHW transposed, uint8 shifted to int8 by -128, the padding channels zero), a chunk of images at a
+ * time. Y (and the residual R) are NCHW or, channels-last, NHWC.
  * The weights are prepared once per context as rows [c][k] (k contiguous, the padding channels and k
  * beyond taps * Cp zero up to Kp, a multiple of QCI_BK), so B tiles are plain 16-byte copies too.
  * A tap outside the image reads the input's (shifted) zero point, so the correction
@@ -124,6 +126,18 @@ __global__ void qci_to_nhwc_kernel(const S *__restrict__ x, int64_t C, int64_t H
     for (int j = threadIdx.y; j < 32; j += 8) {
         int64_t p = p0 + j, c = c0 + threadIdx.x;
         if (p < HW && c < Cp) di[p * Cp + c] = (int8_t)tile[threadIdx.x][j];
+    }
+}
+
+/* dst[p][c] = c < C ? x[p][c] - shift : 0 for p < pixels, c < Cp: channels-last X padded to Cp
+ * channels, as int8. */
+template <typename S>
+__global__ void qci_pad_channels_kernel(const S *__restrict__ x, int64_t pixels, int64_t C, int64_t Cp, int shift,
+                                        int8_t *__restrict__ dst) {
+    int64_t total = pixels * Cp;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t p = i / Cp, c = i % Cp;
+        dst[i] = c < C ? (int8_t)((int)x[p * C + c] - shift) : (int8_t)0;
     }
 }
 
@@ -332,34 +346,38 @@ static bool qci_large_tiles(int64_t rows, int64_t M, const kiln_cuda_ctx *ctx) {
 
 /* ---------------------------------------------------------------- geometry and node state */
 
-/* The geometry of QConv n on x [N, C, (H,) W] and w [M, C, (kh,) kw] (group 1). */
+/* The geometry of QConv n on x [N, C, (H,) W] and w [M, C, (kh,) kw] (group 1), or, channels-last
+ * (cl), x [N, H, W, C] and w [M, kh, kw, C]. */
 typedef struct qci_geom {
+    bool cl;
     int64_t N, C, H, W, M, OH, OW, kh, kw, sy, sx, dy, dx, pt, pl;
 } qci_geom;
 
 static kiln_status qci_geom_make(const kiln_node *n, const kiln_cuda_tensor *x, const kiln_cuda_tensor *w,
                                  qci_geom *gm) {
     memset(gm, 0, sizeof *gm);
-    if ((x->ndim != 3 && x->ndim != 4) || w->ndim != x->ndim)
-        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': 1-D and 2-D windows only (x has rank %d)", n->op_type, n->name,
-                          x->ndim);
+    gm->cl = kiln_attr_int(n, "channels_last", 0) != 0;
+    if ((x->ndim != 3 && x->ndim != 4) || w->ndim != x->ndim || (gm->cl && x->ndim != 4))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': 1-D and 2-D windows only, channels-last 2-D (x has rank %d)",
+                          n->op_type, n->name, x->ndim);
     int nsp = x->ndim - 2, h = nsp == 2 ? 0 : -1, wi = nsp - 1; /* spatial index of H (absent in 1-D) and W */
+    int sp0 = gm->cl ? 1 : 2;                                   /* where the spatial dims start */
     kiln_window win;
-    KILN_TRY(kiln_window_parse(n, nsp, w->dims + 2, &win));
+    KILN_TRY(kiln_window_parse(n, nsp, w->dims + sp0, &win));
     int64_t out[2], pb[2], pe;
-    for (int i = 0; i < nsp; i++) KILN_TRY(kiln_window_out(&win, i, x->dims[2 + i], &out[i], &pb[i], &pe));
+    for (int i = 0; i < nsp; i++) KILN_TRY(kiln_window_out(&win, i, x->dims[sp0 + i], &out[i], &pb[i], &pe));
     gm->N = x->dims[0];
-    gm->C = x->dims[1];
+    gm->C = x->dims[gm->cl ? 3 : 1];
     gm->M = w->dims[0];
-    if (w->dims[1] != gm->C)
-        return kiln_error(KILN_ERR_SHAPE, "%s '%s': %lld input channels and weights [%lld, %lld, ...] (group 1)",
-                          n->op_type, n->name, (long long)gm->C, (long long)gm->M, (long long)w->dims[1]);
-    gm->H = h >= 0 ? x->dims[2] : 1;
-    gm->W = x->dims[2 + wi];
+    if (w->dims[gm->cl ? 3 : 1] != gm->C)
+        return kiln_error(KILN_ERR_SHAPE, "%s '%s': %lld input channels and weights of %lld (group 1)", n->op_type,
+                          n->name, (long long)gm->C, (long long)w->dims[gm->cl ? 3 : 1]);
+    gm->H = h >= 0 ? x->dims[sp0] : 1;
+    gm->W = x->dims[sp0 + wi];
     gm->OH = h >= 0 ? out[h] : 1;
     gm->OW = out[wi];
-    gm->kh = h >= 0 ? w->dims[2] : 1;
-    gm->kw = w->dims[2 + wi];
+    gm->kh = h >= 0 ? w->dims[sp0] : 1;
+    gm->kw = w->dims[sp0 + wi];
     gm->sy = h >= 0 ? win.stride[h] : 1;
     gm->sx = win.stride[wi];
     gm->dy = h >= 0 ? win.dilation[h] : 1;
@@ -417,8 +435,8 @@ static kiln_status qci_state_prepare(const kiln_node *n, const kiln_quant_layer 
     float *scale = (float *)(host + w_bytes + m_bytes), *b = (float *)(host + w_bytes + 2 * m_bytes);
     for (int64_t c = 0; c < M; c++) {
         int32_t sum = 0;
-        for (int64_t k = 0; k < K; k++) { /* W's own order: k = ci * taps + tap */
-            int64_t ci = k / taps, tap = k % taps, i = c * K + k;
+        for (int64_t k = 0; k < K; k++) { /* W's own order: k = ci * taps + tap, channels-last tap * C + ci */
+            int64_t ci = gm->cl ? k % gm->C : k / taps, tap = gm->cl ? k / gm->C : k % taps, i = c * K + k;
             int32_t v = w->dtype == KILN_U8 ? (int32_t)((const uint8_t *)w->host)[i] - 128
                                             : (int32_t)((const int8_t *)w->host)[i];
             wt[c * st->Kp + tap * st->Cp + ci] = (int8_t)v;
@@ -488,18 +506,27 @@ static kiln_status qci_state_get(const kiln_node *n, const kiln_quant_layer *ql,
 
 /* ---------------------------------------------------------------- entry points */
 
+/* Whether the kernel reads channels-last X (C channels) in place: int8, C a multiple of 16, 16-byte
+ * aligned (else a padded, shifted copy goes to the workspace). */
+static bool qci_x_in_place(bool cl, const kiln_cuda_tensor *x, int64_t C) {
+    return cl && x->dtype == KILN_I8 && C % QCI_CP_ALIGN == 0 && ku_aligned16(x->data);
+}
+
 bool kiln_cuda_qconv_igemm_takes(const kiln_node *n, const kiln_quant_layer *ql, const kiln_cuda_tensor *x,
                                  const kiln_cuda_tensor *w, const kiln_cuda_ctx *ctx) {
     if (ctx->cc_major < 8 || !w->host || kiln_attr_int(n, "group", 1) != 1) return false;
     if ((x->dtype != KILN_I8 && x->dtype != KILN_U8) || (w->dtype != KILN_I8 && w->dtype != KILN_U8)) return false;
-    if ((x->ndim != 3 && x->ndim != 4) || w->ndim != x->ndim || w->dims[1] != x->dims[1]) return false;
+    bool cl = kiln_attr_int(n, "channels_last", 0) != 0;
+    int ca = cl ? x->ndim - 1 : 1; /* the channel axis of X and W */
+    if ((x->ndim != 3 && x->ndim != 4) || (cl && x->ndim != 4) || w->ndim != x->ndim || w->dims[ca] != x->dims[ca])
+        return false;
     for (int64_t c = 0; c < w->dims[0]; c++)
         if (qci_wzp(ql, w->dtype, c) != 0) return false;
-    int64_t taps = 1;
-    for (int i = 2; i < w->ndim; i++) taps *= w->dims[i];
-    int64_t Cp = qci_round_up(x->dims[1], QCI_CP_ALIGN), image = Cp;
-    for (int i = 2; i < x->ndim; i++) image *= x->dims[i];
-    return x->dims[1] * taps <= QCI_MAX_K && (size_t)image <= ctx->workspace_bytes && image <= INT_MAX;
+    int64_t C = x->dims[ca], taps = 1, image = qci_round_up(C, QCI_CP_ALIGN);
+    for (int i = 1; i < w->ndim; i++)
+        if (i != ca) taps *= w->dims[i], image *= x->dims[i];
+    bool fits = qci_x_in_place(cl, x, C) || (size_t)image <= ctx->workspace_bytes;
+    return C * taps <= QCI_MAX_K && image <= INT_MAX && fits;
 }
 
 /* The launch of one chunk of rows with y's output type. */
@@ -515,6 +542,34 @@ static kiln_status qci_run_chunk(const qci_args &a, kiln_dtype t, void *y, kiln_
     default: return ku_refuse_dtype(n, 0, t);
     }
 #undef QCI_RUN
+}
+
+/* Writes images [i0, i0 + imgs) of X into dst channels-last with Cp channels, as int8 (uint8 shifted
+ * by -128, the padding channels zero): a transpose of NCHW X, a padded copy of channels-last X. */
+static kiln_status qci_stage_x(const kiln_cuda_tensor *x, const qci_geom *gm, int64_t Cp, int64_t i0, int64_t imgs,
+                               int8_t *dst, kiln_cuda_ctx *ctx) {
+    int64_t HW = gm->H * gm->W, at = i0 * gm->C * HW;
+    int shift = x->dtype == KILN_U8 ? 128 : 0;
+    if (gm->cl) {
+        unsigned blocks = ku_blocks(imgs * HW * Cp, KU_THREADS, ctx, 4);
+        if (x->dtype == KILN_U8)
+            qci_pad_channels_kernel<uint8_t><<<blocks, KU_THREADS, 0, ctx->stream>>>((const uint8_t *)x->data + at,
+                                                                                   imgs * HW, gm->C, Cp, shift, dst);
+        else
+            qci_pad_channels_kernel<int8_t><<<blocks, KU_THREADS, 0, ctx->stream>>>((const int8_t *)x->data + at,
+                                                                                  imgs * HW, gm->C, Cp, shift, dst);
+        KILN_CUDA_LAUNCH_CHECK("qci_pad_channels_kernel");
+        return KILN_OK;
+    }
+    dim3 grid((unsigned)((HW + 31) / 32), (unsigned)((Cp + 31) / 32), (unsigned)imgs), block(32, 8);
+    if (x->dtype == KILN_U8)
+        qci_to_nhwc_kernel<uint8_t><<<grid, block, 0, ctx->stream>>>((const uint8_t *)x->data + at, gm->C, HW, Cp, shift,
+                                                                    dst);
+    else
+        qci_to_nhwc_kernel<int8_t><<<grid, block, 0, ctx->stream>>>((const int8_t *)x->data + at, gm->C, HW, Cp, shift,
+                                                                   dst);
+    KILN_CUDA_LAUNCH_CHECK("qci_to_nhwc_kernel");
+    return KILN_OK;
 }
 
 kiln_status kiln_cuda_qconv_igemm(const kiln_node *n, const kiln_quant_layer *ql, const kiln_cuda_tensor *in, int nin,
@@ -538,8 +593,9 @@ kiln_status kiln_cuda_qconv_igemm(const kiln_node *n, const kiln_quant_layer *ql
     bool temp;
     KILN_TRY(qci_state_get(n, ql, &gm, w, bias, x->dtype, y->dtype, ctx, &st, &temp));
 
+    bool in_place = qci_x_in_place(gm.cl, x, gm.C);
     int64_t image = gm.H * gm.W * st->Cp; /* bytes of one channels-last image */
-    int64_t chunk = (int64_t)(ctx->workspace_bytes / (size_t)image);
+    int64_t chunk = in_place ? gm.N : (int64_t)(ctx->workspace_bytes / (size_t)image);
     if (chunk > QCI_MAX_IMAGES) chunk = QCI_MAX_IMAGES;
     if (chunk > INT_MAX / P) chunk = INT_MAX / P; /* rows are int on the device */
     kiln_status s = KILN_OK;
@@ -548,30 +604,27 @@ kiln_status kiln_cuda_qconv_igemm(const kiln_node *n, const kiln_quant_layer *ql
                        "channels-last, 16-byte aligned", n->op_type, n->name, ctx->workspace_bytes, (long long)image);
     qci_args a;
     memset(&a, 0, sizeof a);
-    a.x = (const int8_t *)ctx->workspace;
     a.w = st->w;
     a.H = (int)gm.H, a.W = (int)gm.W, a.Cp = (int)st->Cp, a.OH = (int)gm.OH, a.OW = (int)gm.OW, a.kw = (int)gm.kw;
     a.sy = (int)gm.sy, a.sx = (int)gm.sx, a.dy = (int)gm.dy, a.dx = (int)gm.dx, a.pt = (int)gm.pt, a.pl = (int)gm.pl;
     a.M = (int)gm.M, a.Kp = (int)st->Kp, a.Ktaps = (int)(gm.kh * gm.kw * st->Cp);
-    a.img_stride = gm.M * P, a.c_stride = P, a.p_stride = 1; /* NCHW output */
+    if (gm.cl) a.img_stride = P * gm.M, a.c_stride = 1, a.p_stride = gm.M; /* NHWC output */
+    else a.img_stride = gm.M * P, a.c_stride = P, a.p_stride = 1;          /* NCHW output */
     a.pad4 = (uint32_t)(uint8_t)(int8_t)st->epi.xzp * 0x01010101u;
     a.e = st->epi;
     a.r_u8 = r && r->dtype == KILN_U8;
     a.r_scale = ql->r_scale;
     a.r_zero_point = ql->r_zero_point;
     size_t y_elem = kiln_dtype_size(y->dtype);
+    int64_t x_image = gm.C * gm.H * gm.W; /* elements of one image of X */
     for (int64_t i0 = 0; s == KILN_OK && i0 < gm.N; i0 += chunk) {
         int64_t imgs = gm.N - i0 < chunk ? gm.N - i0 : chunk;
-        dim3 grid((unsigned)((gm.H * gm.W + 31) / 32), (unsigned)((st->Cp + 31) / 32), (unsigned)imgs), block(32, 8);
-        int8_t *xc = (int8_t *)ctx->workspace;
-        if (x->dtype == KILN_U8)
-            qci_to_nhwc_kernel<uint8_t><<<grid, block, 0, ctx->stream>>>((const uint8_t *)x->data + i0 * gm.C * gm.H * gm.W,
-                                                                        gm.C, gm.H * gm.W, st->Cp, 128, xc);
-        else
-            qci_to_nhwc_kernel<int8_t><<<grid, block, 0, ctx->stream>>>((const int8_t *)x->data + i0 * gm.C * gm.H * gm.W,
-                                                                       gm.C, gm.H * gm.W, st->Cp, 0, xc);
-        cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) s = kiln_cuda_error(e, "launch qci_to_nhwc_kernel", __FILE__, __LINE__);
+        if (in_place) {
+            a.x = (const int8_t *)x->data + i0 * x_image;
+        } else {
+            a.x = (const int8_t *)ctx->workspace;
+            s = qci_stage_x(x, &gm, st->Cp, i0, imgs, (int8_t *)ctx->workspace, ctx);
+        }
         a.rows = (int)(imgs * P);
         a.r = r ? (const unsigned char *)r->data + (size_t)(i0 * gm.M * P) * kiln_dtype_size(r->dtype) : NULL;
         if (s == KILN_OK)

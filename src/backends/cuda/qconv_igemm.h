@@ -10,15 +10,17 @@ extern "C" {
 }
 
 /* Whether kiln_cuda_qconv_igemm runs QConv n (parameters ql) on x and the weights w: a 1-D or 2-D
- * window with group 1, 8-bit X and constant 8-bit W with no weight zero point (after uint8's shift
- * by 128), at most 32768 taps per output, sm_80 or later, and a workspace that holds one image of X
- * channels-last. No error is raised either way. */
+ * window (channels-last: 2-D) with group 1, 8-bit X and constant 8-bit W with no weight zero point
+ * (after uint8's shift by 128), at most 32768 taps per output, sm_80 or later, and a workspace that
+ * holds one image of X channels-last unless X is read in place (channels-last int8, C a multiple of
+ * 16, 16-byte aligned). No error is raised either way. */
 bool kiln_cuda_qconv_igemm_takes(const kiln_node *n, const kiln_quant_layer *ql, const kiln_cuda_tensor *x,
                                  const kiln_cuda_tensor *w, const kiln_cuda_ctx *ctx);
 
 /* Runs QConv n (a call kiln_cuda_qconv_igemm_takes accepts): in = X [N, C, (H,) W], W, optional bias
  * (a float constant of M values), optional residual R (8-bit, Y's shape), out[0] = Y [N, M, (OH,) OW]
- * of the layer's output dtype. The node
+ * of the layer's output dtype; with channels_last = 1 X [N, H, W, C], W [M, kH, kW, C], R and Y
+ * [N, OH, OW, M]. The node
  * state (ctx->state) keeps the prepared weights; without a slot (the tuner) they are prepared for
  * this call and freed after it. Fails naming the node and the call on a CUDA error or a bad bias. */
 kiln_status kiln_cuda_qconv_igemm(const kiln_node *n, const kiln_quant_layer *ql, const kiln_cuda_tensor *in, int nin,

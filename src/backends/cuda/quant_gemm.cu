@@ -788,9 +788,10 @@ static kiln_status exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, in
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': needs 8-bit X, constant 8-bit W and a %s output", n->op_type,
                           n->name, kiln_dtype_name(ql.y_dtype));
     if (kiln_cuda_qconv_igemm_takes(n, &ql, x, w, ctx)) return kiln_cuda_qconv_igemm(n, &ql, in, nin, y, ctx);
-    if (qg_input(in, nin, 3))
-        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': a residual input needs the implicit-GEMM kernel (group 1, "
-                          "symmetric weights, sm_80+, a workspace of one image)", n->op_type, n->name);
+    if (qg_input(in, nin, 3) || kiln_attr_int(n, "channels_last", 0))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': a residual input or channels-last tensors need the "
+                          "implicit-GEMM kernel (group 1, symmetric weights, sm_80+, a workspace of one image)",
+                          n->op_type, n->name);
     qg_conv_geom gm;
     KILN_TRY(qg_conv_geom_make(n, x, w, &gm));
     int64_t K = gm.Cg * gm.kh * gm.kw, P = gm.OH * gm.OW;
