@@ -19,6 +19,11 @@
  * after itself, onto its smaller output. Pools are not laid out on their own: one between
  * channels-first ops would only gain two Transposes.
  *
+ * An integer kiln.QConv (ir/quant_ops.h) of the same kind, without groups and with symmetric weights,
+ * stays a QConv and gets channels_last = 1 the same way (its residual R transposed like Z), so that a
+ * chain of int8 convolutions (ResNet's blocks, their residual Adds folded in) runs channels-last
+ * between one Transpose at each end.
+ *
  * A convolution without groups whose input channels C are not a multiple of 8 (an RGB stem: C = 3)
  * also gets its channels zero-padded to the next multiple of 8, a Pad after the input's Transpose and
  * zero weights for the new channels: the result is the same, and tensor-core kernels, which want C a
@@ -27,6 +32,7 @@
 
 #include "core/status.h"
 #include "ir/fused_ops.h"
+#include "ir/quant_ops.h"
 #include "passes/pass_util.h"
 
 #include <stdio.h>
@@ -39,9 +45,31 @@ static bool is_fused_conv(const kiln_node *n) {
     return pass_alive(n) && !strcmp(n->domain, KILN_FUSED_DOMAIN) && !strcmp(n->op_type, "FusedConv");
 }
 
+/* Whether kiln.QConv n is one this pass lays out: channels-first, 2-D, without groups, constant
+ * 8-bit weights with symmetric zero points (int8: 0, uint8: 128) — the layers the GPU's channels-last
+ * integer kernel takes. */
+static bool qconv_candidate(const kiln_graph *g, const kiln_node *n) {
+    if (!pass_alive(n) || strcmp(n->domain, KILN_FUSED_DOMAIN) || strcmp(n->op_type, "QConv")) return false;
+    if (kiln_attr_int(n, "channels_last", 0) != 0 || kiln_attr_int(n, "group", 1) != 1) return false;
+    const kiln_value *x = kiln_node_input(g, n, 0), *w = kiln_node_input(g, n, 1);
+    if (!x || !w || !kiln_node_output(g, n, 0) || x->ndim != 4 || !w->constant || w->constant->ndim != 4) return false;
+    if (w->constant->dtype != KILN_I8 && w->constant->dtype != KILN_U8) return false;
+    kiln_quant_layer q;
+    if (kiln_quant_layer_read(n, &q) != KILN_OK) {
+        kiln_error_clear(); /* shape inference reports it */
+        return false;
+    }
+    int64_t symmetric = w->constant->dtype == KILN_U8 ? 128 : 0;
+    if (q.nwzp == 0) return symmetric == 0;
+    for (int i = 0; i < q.nwzp; i++)
+        if (q.w_zero_point[i] != symmetric) return false;
+    return true;
+}
+
 /* Whether node n is a convolution this pass lays out: a channels-first FusedConv or a Conv, with a
- * 4-D X and float constant 4-D weights. */
+ * 4-D X and float constant 4-D weights, or a kiln.QConv qconv_candidate takes. */
 static bool candidate(const kiln_graph *g, const kiln_node *n) {
+    if (qconv_candidate(g, n)) return true;
     bool fused = is_fused_conv(n);
     if (!fused && !pass_is_op(n, "Conv")) return false;
     if (fused && kiln_attr_int(n, "channels_last", 0) != 0) return false;
@@ -152,7 +180,8 @@ static kiln_status lay_out(pass_ctx *c, int id) {
     const char *conv = g->nodes[id].name;
     const int *in = g->nodes[id].inputs;
     int nin = g->nodes[id].ninputs, y = g->nodes[id].outputs[0];
-    int ins[4] = {in[0], -1, nin > 2 ? in[2] : -1, nin > 3 ? in[3] : -1}; /* X, W', B, Z */
+    bool qconv = !strcmp(g->nodes[id].op_type, "QConv"); /* stays a QConv, else becomes a FusedConv */
+    int ins[4] = {in[0], -1, nin > 2 ? in[2] : -1, nin > 3 ? in[3] : -1}; /* X, W', B, Z (QConv: R) */
     char name[300], detail[480];
     const kiln_tensor *w = g->values[in[1]].constant;
     int64_t cg = w->dims[1], cp = padded_channels(&g->nodes[id], w);
@@ -173,7 +202,7 @@ static kiln_status lay_out(pass_ctx *c, int id) {
              cp > cg ? ", input channels zero-padded to a multiple of 8" : "");
     int set[1] = {id};
     kiln_node *n;
-    KILN_TRY(pass_rewrite(c, set, 1, id, KILN_FUSED_DOMAIN, "FusedConv", KILN_FUSED_OPSET, conv,
+    KILN_TRY(pass_rewrite(c, set, 1, id, KILN_FUSED_DOMAIN, qconv ? "QConv" : "FusedConv", KILN_FUSED_OPSET, conv,
                           ins[3] >= 0 ? 4 : (ins[2] >= 0 ? 3 : 2), ins, id, detail, &n));
     return finish_channels_last(c, n, id, y, yl, conv);
 }
