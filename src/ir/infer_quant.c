@@ -193,14 +193,17 @@ static kiln_status infer_qlinear_conv(kiln_graph *g, kiln_node *n) {
     return infer_conv_shape(g, n, 0, 3, input_dtype(g, n, 7, KILN_U8));
 }
 
-/* Fails unless kiln.QConv n's residual R (input 3, present), when typed and shaped, is 8-bit with
- * r_zero_point in its range and has the output's shape y, and r_scale is given. */
+/* Fails unless kiln.QConv n's residual R (input 3, present), when typed and shaped, has the output's
+ * shape y and is 8-bit with r_scale given and r_zero_point in its range, or float32 without r_scale. */
 static kiln_status check_residual(const kiln_graph *g, const kiln_node *n, const kiln_quant_layer *q,
                                   const kiln_value *y) {
     const kiln_value *r = kiln_node_input(g, n, 3);
-    KILN_TRY(require_8bit(g, n, 3, "the residual R"));
-    if (q->r_scale <= 0.0f)
-        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s '%s': a residual R needs r_scale", n->op_type, n->name);
+    bool is_float = r->dtype == KILN_F32;
+    if (!is_float) KILN_TRY(require_8bit(g, n, 3, "the residual R"));
+    if (!is_float && r->dtype != KILN_UNDEFINED && q->r_scale <= 0.0f)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s '%s': an 8-bit residual R needs r_scale", n->op_type, n->name);
+    if (is_float && q->r_scale > 0.0f)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s '%s': a float residual R takes no r_scale", n->op_type, n->name);
     if (r->dtype == KILN_U8 ? q->r_zero_point < 0 : r->dtype == KILN_I8 && q->r_zero_point > 127)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s '%s': r_zero_point %d is outside %s's range", n->op_type,
                           n->name, (int)q->r_zero_point, kiln_dtype_name(r->dtype));

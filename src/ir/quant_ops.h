@@ -7,10 +7,12 @@
  * kiln.QConv    Y = out(act(x_scale * w_scale[m] * sum (X - x_zero_point)(W - w_zero_point[m]) + B[m]))
  *     inputs  X (int8 / uint8, [N, C, D1..Dk]), W (int8 / uint8, [M, C/group, k1..kk]), B (optional,
  *             float32 [M], added in float after the scaling)
- *             R (optional, int8 / uint8, Y's shape): a residual, added after the bias and before the
- *             activation as r_scale * (R - r_zero_point) (a DequantizeLinear of R and an Add, in float32)
+ *             R (optional, Y's shape): a residual, added after the bias and before the activation:
+ *             int8 / uint8 as r_scale * (R - r_zero_point) (a DequantizeLinear of R and an Add, in
+ *             float32), or float (float32; a 16-bit engine's float type on the GPU) as it is
  *     attrs   Conv's window attributes (auto_pad, dilations, group, kernel_shape, pads, strides);
- *             r_scale (float > 0) and r_zero_point (int, default 0, within R's type) with R;
+ *             r_scale (float > 0) and r_zero_point (int, default 0, within R's type) with an 8-bit R,
+ *             neither with a float one;
  *             channels_last (int, default 0): 1 for a 2-D convolution laid out channels-last (the
  *             layout_channels_last pass): X [N, H, W, C], W [M, kH, kW, C], R and Y [N, H', W', M]
  * kiln.QMatMul  Y = out(act(x_scale * w_scale[j] * sum_k (A[.., k] - x_zero_point)(B[k, j] - w_zero_point[j]) + bias[j]))

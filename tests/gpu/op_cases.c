@@ -828,6 +828,12 @@ const op_case kiln_op_cases[] = {
      "r_zero_point=128 y_dtype=2 y_scale=0.05 y_zero_point=128 activation='Relu'", 0, 0},
     {"kiln.QConv", "i8[3,7,7,64]{-128,128} Ki8[256,1,1,64]{-127,128} Kf[256] i8[3,7,7,256]{-128,128}",
      "channels_last=1 x_scale=0.05 w_scale=[0.001] r_scale=0.04 y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    /* a float residual (a downsampling block's shortcut convolution), in the engine's float type */
+    {"kiln.QConv", "i8[2,14,14,64]{-128,128} Ki8[128,3,3,64]{-127,128} Kf[128] f[2,7,7,128]{-2,2}",
+     "strides=[2,2] pads=[1,1,1,1] channels_last=1 x_scale=0.05 w_scale=[0.001] y_dtype=3 y_scale=0.05 "
+     "activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[2,64,14,14]{-128,128} Ki8[32,64,1,1]{-127,128} - f[2,32,14,14]{-2,2}",
+     "x_scale=0.05 w_scale=[0.002]", 0, 0},
     {NULL, NULL, NULL, 0, 0},
 };
 

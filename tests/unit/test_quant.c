@@ -247,15 +247,16 @@ static void test_fuse_qdq(void) {
     kiln_graph_free(dyn);
 }
 
-/* x -> Q -> DQ -> Conv(DQ(W int8, zero point wz), B) -> Add(DQ(Q(r))) -> Relu -> Q -> DQ -> y: ResNet's
- * residual block end with its shortcut quantized. */
-static kiln_graph *qdq_residual_graph(double wz) {
+/* x -> Q -> DQ -> Conv(DQ(W int8, zero point wz), B) -> Add(DQ(Q(r)), or r itself when !quantized) ->
+ * Relu -> Q -> DQ -> y: ResNet's residual block end, its shortcut quantized or float. */
+static kiln_graph *qdq_residual_graph(double wz, bool quantized) {
     begin(21);
     int64_t xd[4] = {2, 4, 5, 5}, wd[4] = {4, 4, 3, 3}, m = 4;
     int x = input("x", KILN_F32, 4, xd), r = input("r", KILN_F32, 4, xd);
     int xs = scalar(0.02), rs = scalar(0.03), z = constant(KILN_I8, 0, NULL, (double[]){0}, 0, 0);
     int xdq = node_n("DequantizeLinear", 3, (int[]){node_n("QuantizeLinear", 3, (int[]){x, xs, z}, 1), xs, z}, 1);
-    int rdq = node_n("DequantizeLinear", 3, (int[]){node_n("QuantizeLinear", 3, (int[]){r, rs, z}, 1), rs, z}, 1);
+    int rdq = quantized ? node_n("DequantizeLinear", 3, (int[]){node_n("QuantizeLinear", 3, (int[]){r, rs, z}, 1), rs, z}, 1)
+                        : r;
     int w = constant(KILN_I8, 4, wd, NULL, -127, 127);
     int wsc = constant(KILN_F32, 1, &m, NULL, 0.01, 0.02), wzc = constant(KILN_I8, 1, &m, (double[]){wz, wz, wz, wz}, 0, 0);
     int wdq = node_n("DequantizeLinear", 3, (int[]){w, wsc, wzc}, 1);
@@ -269,9 +270,10 @@ static kiln_graph *qdq_residual_graph(double wz) {
 }
 
 /* The residual Add folds into the QConv (input R, r_scale) with its ReLU and QuantizeLinear, and the
- * CPU kernel's results equal the unfolded graph's; with asymmetric weights it does not fold. */
+ * CPU kernel's results equal the unfolded graph's; so does a float shortcut (no r_scale); with
+ * asymmetric weights it does not fold. */
 static void test_fuse_qdq_residual(void) {
-    kiln_graph *ref = qdq_residual_graph(0), *opt = qdq_residual_graph(0);
+    kiln_graph *ref = qdq_residual_graph(0, true), *opt = qdq_residual_graph(0, true);
     bool changed = false;
     REQUIRE_OK(kiln_pass_fuse_qdq(opt, &changed));
     REQUIRE_OK(kiln_graph_infer_shapes(opt));
@@ -284,7 +286,17 @@ static void test_fuse_qdq_residual(void) {
     check_same_outputs("fuse_qdq residual", ref, "unfolded graph", opt, "folded graph", 1e-6);
     kiln_graph_free(ref);
     kiln_graph_free(opt);
-    kiln_graph *asym = qdq_residual_graph(3);
+    ref = qdq_residual_graph(0, false), opt = qdq_residual_graph(0, false);
+    REQUIRE_OK(kiln_pass_fuse_qdq(opt, &changed));
+    REQUIRE_OK(kiln_graph_infer_shapes(opt));
+    CHECK(changed && count_op(opt, "QConv") == 1 && count_op(opt, "Add") == 0 && count_op(opt, "Relu") == 0);
+    for (int i = 0; i < opt->nnodes; i++)
+        if (!strcmp(opt->nodes[i].op_type, "QConv"))
+            CHECK(opt->nodes[i].ninputs == 4 && !kiln_node_attr(&opt->nodes[i], "r_scale"));
+    check_same_outputs("fuse_qdq float residual", ref, "unfolded graph", opt, "folded graph", 1e-6);
+    kiln_graph_free(ref);
+    kiln_graph_free(opt);
+    kiln_graph *asym = qdq_residual_graph(3, true);
     REQUIRE_OK(kiln_pass_fuse_qdq(asym, &changed));
     CHECK(changed && count_op(asym, "QConv") == 1 && count_op(asym, "Add") == 1);
     kiln_graph_free(asym);

@@ -231,8 +231,8 @@ NN_EXEC(kiln_cpu_qlinear_conv) {
     return run_with_zw_tensor(n, &q, zw, out[0]);
 }
 
-/* kiln.QConv channels-first: X, W, B (optional float32 [M]), R (optional residual, 8-bit, Y's shape)
- * into y. */
+/* kiln.QConv channels-first: X, W, B (optional float32 [M]), R (optional residual, 8-bit or float32,
+ * Y's shape) into y. */
 static kiln_status qconv_layer(const kiln_node *n, const kiln_quant_layer *ql, const kiln_tensor *x,
                                const kiln_tensor *w, const kiln_tensor *bias, const kiln_tensor *r, kiln_tensor *y) {
     KILN_TRY(require_8bit_operands(n, x, w));
@@ -242,9 +242,10 @@ static kiln_status qconv_layer(const kiln_node *n, const kiln_quant_layer *ql, c
         return kiln_error(KILN_ERR_SHAPE, "QConv: %d weight scales for %lld output channels", ql->nw, (long long)M);
     if (bias && (bias->dtype != KILN_F32 || kiln_tensor_numel(bias) != M))
         return kiln_error(KILN_ERR_SHAPE, "QConv: the bias must be float32 with %lld elements", (long long)M);
-    if (r && ((r->dtype != KILN_I8 && r->dtype != KILN_U8) || ql->r_scale <= 0.0f))
-        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "QConv: the residual R must be int8 or uint8 (is %s), with r_scale",
-                          kiln_dtype_name(r->dtype));
+    bool r_float = r && r->dtype == KILN_F32;
+    if (r && ((!r_float && r->dtype != KILN_I8 && r->dtype != KILN_U8) || (!r_float) != (ql->r_scale > 0.0f)))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "QConv: the residual R must be int8 or uint8 with r_scale, or float32 "
+                          "without (is %s)", kiln_dtype_name(r->dtype));
     quant_epilogue ep = {.x_scale = ql->x_scale, .w_scale = ql->w_scale, .nw = ql->nw, .bias = bias ? bias->data : NULL,
                          .act = ql->act, .y_dtype = ql->y_dtype, .y_scale = ql->y_scale, .y_zero_point = ql->y_zero_point,
                          .residual = r ? r->data : NULL, .r_dtype = r ? r->dtype : KILN_UNDEFINED,
@@ -279,7 +280,7 @@ static kiln_status permute4(const kiln_tensor *src, const int *perm, kiln_tensor
 static const int g_to_first[4] = {0, 3, 1, 2}; /* [N, H, W, C] -> [N, C, H, W]; [M, kH, kW, C] -> [M, C, kH, kW] */
 static const int g_to_last[4] = {0, 2, 3, 1};  /* [N, M, H', W'] -> [N, H', W', M] */
 
-/* kiln.QConv: X, W, B (optional float32 [M]), R (optional residual, 8-bit, Y's shape); parameters in
+/* kiln.QConv: X, W, B (optional float32 [M]), R (optional residual, 8-bit or float32, Y's shape); parameters in
  * attributes. With channels_last = 1 (2-D: X [N, H, W, C], W [M, kH, kW, C], R and Y [N, H', W', M])
  * X, W and R are transposed to channels-first temporaries and the result back: correct rather than
  * fast, the oracle of the GPU's channels-last kernel. */

@@ -1,7 +1,7 @@
 /* qconv_igemm.cu — kiln.QConv (ir/quant_ops.h) as an INT8 implicit-GEMM convolution on tensor cores:
  * mma.sync m16n8k32 s8 x s8 -> s32, no materialized im2col, int32 sums in registers and the
  * requantization in the kernel's epilogue (zero-point correction, per-channel scale x_scale * w_scale[c],
- * bias, the residual R of ResNet's shortcut, activation, int8 / uint8 / float output: the formulas of
+ * bias, the residual R of ResNet's shortcut (8-bit or float), activation, int8 / uint8 / float output: the formulas of
  * the CPU oracle,
  * src/backends/cpu/quant_conv.c, and of quant_gemm.cu's epilogue, the same IEEE operations in the
  * same order).
@@ -64,6 +64,9 @@ typedef struct qci_epi {
     int32_t lo, hi;        /* integer output range */
 } qci_epi;
 
+/* The residual's storage types: 8-bit (scaled, with a zero point) or float (added as it is). */
+enum qci_residual_kind { QCI_R_I8, QCI_R_U8, QCI_R_F32, QCI_R_F16, QCI_R_BF16 };
+
 /* One launch's geometry: the channels-last input chunk, the prepared weights and the output map
  * y + (r / P) * img_stride + c * c_stride + (r % P) * p_stride of sum D[r, c]. */
 typedef struct qci_args {
@@ -74,8 +77,8 @@ typedef struct qci_args {
     int rows;              /* images * OH * OW */
     int64_t img_stride, c_stride, p_stride;
     uint32_t pad4;         /* the shifted input zero point in each of 4 bytes */
-    const void *r;         /* the residual R (8-bit, y's layout) or NULL */
-    bool r_u8;             /* R is uint8 (else int8) */
+    const void *r;         /* the residual R (y's layout) or NULL */
+    int r_kind;            /* R's type: qci_residual_kind */
     float r_scale;
     int32_t r_zero_point;
     qci_epi e;
@@ -96,15 +99,23 @@ template <> __device__ __forceinline__ __half qci_out<__half>(float v, const qci
 template <> __device__ __forceinline__ bf16 qci_out<bf16>(float v, const qci_epi &) { return __float2bfloat16_rn(v); }
 
 /* The layer's output value of sum acc of channel c (output element at): zero-point correction, scale,
- * bias, the residual r_scale * (R[at] - r_zero_point) when there is one, activation. */
+ * bias, the residual (8-bit: r_scale * (R[at] - r_zero_point); float: R[at]) when there is one,
+ * activation. */
 static __device__ __forceinline__ float qci_value(int32_t acc, int c, int64_t at, const qci_args &a) {
     const qci_epi &e = a.e;
     int64_t corrected = (int64_t)acc - (int64_t)e.xzp * __ldg(e.colsum + c);
     float v = __fmul_rn((float)(int32_t)corrected, __ldg(e.scale + c));
     v = __fadd_rn(v, e.bias ? __ldg(e.bias + c) : 0.0f);
     if (a.r) {
-        int rq = a.r_u8 ? (int)__ldg((const uint8_t *)a.r + at) : (int)__ldg((const int8_t *)a.r + at);
-        v = __fadd_rn(v, __fmul_rn((float)(rq - a.r_zero_point), a.r_scale));
+        float rv;
+        switch (a.r_kind) {
+        case QCI_R_I8: rv = __fmul_rn((float)((int)__ldg((const int8_t *)a.r + at) - a.r_zero_point), a.r_scale); break;
+        case QCI_R_U8: rv = __fmul_rn((float)((int)__ldg((const uint8_t *)a.r + at) - a.r_zero_point), a.r_scale); break;
+        case QCI_R_F32: rv = __ldg((const float *)a.r + at); break;
+        case QCI_R_F16: rv = __half2float(((const __half *)a.r)[at]); break;
+        default: rv = __bfloat162float(((const bf16 *)a.r)[at]); break;
+        }
+        v = __fadd_rn(v, rv);
     }
     return kiln_cuda_act(v, e.kind, e.p0, e.p1);
 }
@@ -578,9 +589,10 @@ kiln_status kiln_cuda_qconv_igemm(const kiln_node *n, const kiln_quant_layer *ql
     const kiln_cuda_tensor *r = nin > 3 && !ku_absent(&in[3]) ? &in[3] : NULL;
     qci_geom gm;
     KILN_TRY(qci_geom_make(n, x, w, &gm));
-    if (r && ((r->dtype != KILN_I8 && r->dtype != KILN_U8) || ku_numel(r) != ku_numel(y) || ql->r_scale <= 0.0f))
-        return kiln_error(KILN_ERR_SHAPE, "%s '%s': the residual R must be 8-bit with the output's %lld elements, and "
-                          "r_scale given", n->op_type, n->name, (long long)ku_numel(y));
+    bool r_8bit = r && (r->dtype == KILN_I8 || r->dtype == KILN_U8);
+    if (r && ((!r_8bit && !ku_is_float(r->dtype)) || r_8bit != (ql->r_scale > 0.0f) || ku_numel(r) != ku_numel(y)))
+        return kiln_error(KILN_ERR_SHAPE, "%s '%s': the residual R must have the output's %lld elements and be 8-bit with "
+                          "r_scale, or float without", n->op_type, n->name, (long long)ku_numel(y));
     if (bias && (!bias->host || !ku_is_float(bias->host_dtype) || ku_numel(bias) != gm.M))
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': the bias must be a float constant of %lld values", n->op_type,
                           n->name, (long long)gm.M);
@@ -612,7 +624,12 @@ kiln_status kiln_cuda_qconv_igemm(const kiln_node *n, const kiln_quant_layer *ql
     else a.img_stride = gm.M * P, a.c_stride = P, a.p_stride = 1;          /* NCHW output */
     a.pad4 = (uint32_t)(uint8_t)(int8_t)st->epi.xzp * 0x01010101u;
     a.e = st->epi;
-    a.r_u8 = r && r->dtype == KILN_U8;
+    a.r_kind = !r                       ? QCI_R_I8
+               : r->dtype == KILN_U8    ? QCI_R_U8
+               : r->dtype == KILN_F32   ? QCI_R_F32
+               : r->dtype == KILN_F16   ? QCI_R_F16
+               : r->dtype == KILN_BF16  ? QCI_R_BF16
+                                        : QCI_R_I8;
     a.r_scale = ql->r_scale;
     a.r_zero_point = ql->r_zero_point;
     size_t y_elem = kiln_dtype_size(y->dtype);

@@ -18,7 +18,7 @@ bool kiln_cuda_qconv_igemm_takes(const kiln_node *n, const kiln_quant_layer *ql,
                                  const kiln_cuda_tensor *w, const kiln_cuda_ctx *ctx);
 
 /* Runs QConv n (a call kiln_cuda_qconv_igemm_takes accepts): in = X [N, C, (H,) W], W, optional bias
- * (a float constant of M values), optional residual R (8-bit, Y's shape), out[0] = Y [N, M, (OH,) OW]
+ * (a float constant of M values), optional residual R (8-bit or float, Y's shape), out[0] = Y [N, M, (OH,) OW]
  * of the layer's output dtype; with channels_last = 1 X [N, H, W, C], W [M, kH, kW, C], R and Y
  * [N, OH, OW, M]. The node
  * state (ctx->state) keeps the prepared weights; without a slot (the tuner) they are prepared for
