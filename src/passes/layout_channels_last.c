@@ -24,6 +24,10 @@
  * chain of int8 convolutions (ResNet's blocks, their residual Adds folded in) runs channels-last
  * between one Transpose at each end.
  *
+ * A per-tensor QuantizeLinear between two such regions (after ResNet's stem MaxPool, before the
+ * integer convolutions) is elementwise in any layout: it moves between Transposes the same way, so
+ * that they cancel too.
+ *
  * A convolution without groups whose input channels C are not a multiple of 8 (an RGB stem: C = 3)
  * also gets its channels zero-padded to the next multiple of 8, a Pad after the input's Transpose and
  * zero weights for the new channels: the result is the same, and tensor-core kernels, which want C a
@@ -254,6 +258,54 @@ static kiln_status lay_out_pool(pass_ctx *c, int id) {
     return finish_channels_last(c, n, id, y, yl, pool_name);
 }
 
+/* Whether value v is read only by Transpose(0,2,3,1) nodes (laid-out convolutions' inputs), at least
+ * one. */
+static bool read_channels_last(const pass_ctx *c, int v) {
+    int ids[16], k = pass_consumers(c, v, ids, 16);
+    if (k < 1 || k > 16) return false;
+    for (int i = 0; i < k; i++) {
+        const kiln_node *t = &c->g->nodes[ids[i]];
+        int np;
+        const int64_t *perm = pass_is_op(t, "Transpose") ? kiln_attr_ints(t, "perm", &np) : NULL;
+        if (!perm || np != 4 || memcmp(perm, g_to_last, sizeof g_to_last)) return false;
+    }
+    return true;
+}
+
+/* Whether node id is a QuantizeLinear between two channels-last regions (ResNet's after its stem
+ * MaxPool): a per-tensor scale and zero point (so any layout quantizes alike), a 4-D input a region
+ * writes, an output only laid-out convolutions read. */
+static bool quantize_candidate(const pass_ctx *c, int id) {
+    const kiln_graph *g = c->g;
+    const kiln_node *n = &g->nodes[id];
+    if (!pass_is_op(n, "QuantizeLinear") || n->ninputs < 2 || kiln_attr_int(n, "block_size", 0) != 0) return false;
+    const kiln_value *x = kiln_node_input(g, n, 0), *s = kiln_node_input(g, n, 1), *z = kiln_node_input(g, n, 2);
+    if (!x || x->ndim != 4 || !s || !s->constant || kiln_tensor_numel(s->constant) != 1) return false;
+    if (z && (!z->constant || kiln_tensor_numel(z->constant) != 1)) return false;
+    return from_channels_last(c, n->inputs[0]) && read_channels_last(c, n->outputs[0]);
+}
+
+/* Lays QuantizeLinear id out channels-last: X -> Transpose(0,2,3,1) -> QuantizeLinear -> Transpose(0,3,1,2)
+ * -> Y, both Transposes cancelling against their neighbours'. */
+static kiln_status lay_out_quantize(pass_ctx *c, int id) {
+    kiln_graph *g = c->g;
+    const char *q_name = g->nodes[id].name;
+    char name[300];
+    int x = g->nodes[id].inputs[0], y = g->nodes[id].outputs[0], xl, yl;
+    snprintf(name, sizeof name, "%.280s_x_nhwc", q_name);
+    KILN_TRY(add_transpose(c, x, -1, g_to_last, name, &xl));
+    pass_set_input(c, id, 0, xl);
+    snprintf(name, sizeof name, "%.280s_nhwc", g->values[y].name);
+    KILN_TRY(pass_new_value(c, name, &yl));
+    kiln_node *n = &g->nodes[id];
+    n->outputs[0] = yl;
+    g->values[yl].producer = id;
+    g->values[y].producer = -1;
+    snprintf(name, sizeof name, "%.280s_y_nchw", q_name);
+    int out;
+    return add_transpose(c, yl, y, g_to_first, name, &out);
+}
+
 kiln_status kiln_pass_layout_channels_last(kiln_graph *g, bool *changed) {
     pass_ctx c;
     KILN_TRY(pass_begin(&c, g, "layout_channels_last"));
@@ -264,5 +316,8 @@ kiln_status kiln_pass_layout_channels_last(kiln_graph *g, bool *changed) {
     /* then the pools whose input a laid-out convolution (or pool, earlier in node order) writes */
     for (int i = 0; i < count && st == KILN_OK; i++)
         if (pool_candidate(&c, i)) st = lay_out_pool(&c, i);
+    /* then the per-tensor QuantizeLinears between such regions */
+    for (int i = 0; i < count && st == KILN_OK; i++)
+        if (quantize_candidate(&c, i)) st = lay_out_quantize(&c, i);
     return pass_end(&c, st, changed);
 }

@@ -363,11 +363,12 @@ static int b_qconv(int x, int w, int r, int64_t p, bool relu) {
     return y;
 }
 
-/* x -> QuantizeLinear -> QConv 3x3 (+ Relu) -> QConv 1x1 with that as its residual -> DequantizeLinear:
- * both integer layers laid out channels-last, the Transpose between them cancelled (2 left: into
- * the first, out of the second), the same outputs; uint8 weights without a zero point (asymmetric:
- * not the GPU kernel's) are left alone. */
-static void b_qconv_chain(kiln_dtype wt) {
+/* x [-> float Conv 1x1] -> QuantizeLinear -> QConv 3x3 (+ Relu) -> QConv 1x1 with that as its residual
+ * -> DequantizeLinear: both integer layers laid out channels-last, the Transposes between them (and
+ * around the QuantizeLinear after the float Conv) cancelled, 2 left: into the first convolution, out
+ * of the last; the same outputs. uint8 weights without a zero point (asymmetric: not the GPU
+ * kernel's) are left alone. */
+static void b_qconv_chain(kiln_dtype wt, bool float_conv) {
     begin(21);
     kiln_opset_import *ops = kiln_graph_alloc(G, 2 * sizeof *ops);
     REQUIRE_OK(ops ? KILN_OK : KILN_ERR_OUT_OF_MEMORY);
@@ -376,7 +377,9 @@ static void b_qconv_chain(kiln_dtype wt) {
     G->opsets = ops;
     G->nopsets = 2;
     int64_t xd[4] = {2, 8, 6, 6}, w1[4] = {16, 8, 3, 3}, w2[4] = {16, 16, 1, 1};
+    int64_t wf[4] = {8, 8, 1, 1};
     int x = input("x", KILN_F32, 4, xd), s = scalar(0.02);
+    if (float_conv) x = node_in("", "Conv", 2, (int[]){x, constant(KILN_F32, 4, wf, NULL, -0.5, 0.5)});
     int z = constant(KILN_I8, 0, NULL, (double[]){0}, 0, 0);
     int xq = node_n("QuantizeLinear", 3, (int[]){x, s, z}, 1);
     double lo = wt == KILN_U8 ? 0 : -127, hi = wt == KILN_U8 ? 255 : 127;
@@ -392,21 +395,26 @@ static int count_qconv_last(const kiln_graph *g) {
     return c;
 }
 
-static void test_qconv_chain(void) {
+static void test_qconv_chain(bool float_conv) {
+    const char *label = float_conv ? "qconv after a float conv" : "qconv";
     cases++;
-    b_qconv_chain(KILN_I8);
+    b_qconv_chain(KILN_I8, float_conv);
     kiln_graph *ref = finish();
-    b_qconv_chain(KILN_I8);
+    b_qconv_chain(KILN_I8, float_conv);
     kiln_graph *g = finish();
-    CHECKF(run_pass("qconv", g, kiln_pass_layout_channels_last), "qconv: the layout changed nothing");
-    cleanup("qconv", g);
-    CHECKF(count_qconv_last(g) == 2 && count_op(g, "Transpose") == 2,
-           "qconv: %d channels-last QConv, %d Transposes (expected 2, 2)", count_qconv_last(g), count_op(g, "Transpose"));
-    check_same_outputs("qconv", ref, "reference", g, "laid-out graph", 0.0);
+    CHECKF(run_pass(label, g, kiln_pass_layout_channels_last), "%s: the layout changed nothing", label);
+    cleanup(label, g);
+    CHECKF(count_qconv_last(g) == 2 && count_op(g, "Transpose") == 2 && count_channels_last(g) == float_conv,
+           "%s: %d channels-last QConv, %d Transposes, %d FusedConv (expected 2, 2, %d)", label, count_qconv_last(g),
+           count_op(g, "Transpose"), count_channels_last(g), float_conv);
+    /* the integer layers only move data: exact; a float conv's summation order may move a rounding by
+     * one output unit */
+    check_same_outputs(label, ref, "reference", g, "laid-out graph", float_conv ? 0.05 : 0.0);
     kiln_graph_free(ref);
     kiln_graph_free(g);
+    if (float_conv) return;
     cases++;
-    b_qconv_chain(KILN_U8);
+    b_qconv_chain(KILN_U8, false);
     g = finish();
     CHECKF(!run_pass("qconv, uint8 weights", g, kiln_pass_layout_channels_last) && count_qconv_last(g) == 0,
            "qconv, uint8 weights without a zero point: laid out");
@@ -559,7 +567,8 @@ int main(void) {
     test_pool("MaxPool", 2, 0, 4);
     test_pool("MaxPool", 3, 0, 4);
     test_pool_infer();
-    test_qconv_chain();
+    test_qconv_chain(false);
+    test_qconv_chain(true);
     const kiln_switch AUTO = KILN_SWITCH_AUTO, ON = KILN_SWITCH_ON, OFF = KILN_SWITCH_OFF;
     test_build(NULL, (layout_options){AUTO, AUTO, NULL, false}, 0, 0, 0);
     test_build("0", (layout_options){AUTO, AUTO, NULL, false}, 0, 0, 0);
