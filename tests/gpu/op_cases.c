@@ -838,7 +838,8 @@ const op_case kiln_op_cases[] = {
 };
 
 /* --perf: bandwidth-bound ops on 4096x4096 (64 MiB in float32), GEMMs at 4096^3 and transformer
- * sizes, ResNet-50 convolutions at batch 32 (plain, and as FusedConv in both layouts). */
+ * sizes, ResNet-50 convolutions at batch 32 (plain, and as FusedConv in both layouts; integer ones
+ * also channels-last at batch 256). */
 const op_case kiln_perf_cases[] = {
     {"Add", "f[4096,4096] f[4096,4096]", "", 0, 0},
     {"Mul", "f[4096,4096] Kf[4096]", "", 0, 0},
@@ -910,5 +911,17 @@ const op_case kiln_perf_cases[] = {
      "strides=[2,2] x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05", 0, 0},
     {"kiln.QConv", "i8[32,512,7,7]{-128,128} Ki8[512,512,3,3]{-127,128} Kf[512]",
      "pads=[1,1,1,1] x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    /* the same layers as the layout pass leaves them at batch 256 (channels-last, int8 in place,
+     * NHWC out), a bottleneck's last 1x1 with its residual, and the padded RGB stem */
+    {"kiln.QConv", "i8[256,56,56,64]{-128,128} Ki8[64,3,3,64]{-127,128} Kf[64]",
+     "pads=[1,1,1,1] channels_last=1 x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[256,56,56,64]{-128,128} Ki8[256,1,1,64]{-127,128} Kf[256] i8[256,56,56,256]{-128,128}",
+     "channels_last=1 x_scale=0.05 w_scale=[0.002] r_scale=0.05 y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[256,14,14,1024]{-128,128} Ki8[256,1,1,1024]{-127,128} Kf[256]",
+     "channels_last=1 x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[256,7,7,512]{-128,128} Ki8[512,3,3,512]{-127,128} Kf[512]",
+     "pads=[1,1,1,1] channels_last=1 x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[256,224,224,8]{-128,128} Ki8[64,7,7,8]{-127,128} Kf[64]",
+     "strides=[2,2] pads=[3,3,3,3] channels_last=1 x_scale=0.05 w_scale=[0.002] activation='Relu'", 0, 0},
     {NULL, NULL, NULL, 0, 0},
 };
