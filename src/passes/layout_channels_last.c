@@ -112,16 +112,16 @@ static kiln_status weights_channels_last(const kiln_tensor *w, int64_t cp, kiln_
     return KILN_OK;
 }
 
-/* Appends Pad(src) adding `extra` zero channels after the last axis of the NHWC value src; *out
+/* Appends Pad(src) adding `extra` zero channels after the last axis of the NHWC value src (to cp); *out
  * receives the padded value. */
-static kiln_status add_channel_pad(pass_ctx *c, int src, int64_t extra, const char *conv, int *out) {
+static kiln_status add_channel_pad(pass_ctx *c, int src, int64_t extra, int64_t cp, const char *conv, int *out) {
     kiln_graph *g = c->g;
     const int64_t pads[8] = {0, 0, 0, 0, 0, 0, 0, extra}; /* [begin N, H, W, C, end N, H, W, C] */
     char name[300];
     int pid;
     snprintf(name, sizeof name, "%.280s_cpad", conv);
     KILN_TRY(pass_new_ints(c, name, pads, 8, &pid));
-    snprintf(name, sizeof name, "%.280s_c8", g->values[src].name);
+    snprintf(name, sizeof name, "%.260s_c%lld", g->values[src].name, (long long)cp);
     KILN_TRY(pass_new_value(c, name, out));
     int ins[2] = {src, pid}, id;
     snprintf(name, sizeof name, "%.280s_x_cpad", conv);
@@ -198,7 +198,7 @@ static kiln_status lay_out(pass_ctx *c, int id) {
     KILN_TRY(new_weights(c, id, cp, &ins[1]));
     snprintf(name, sizeof name, "%.280s_x_nhwc", conv);
     KILN_TRY(add_transpose(c, ins[0], -1, g_to_last, name, &ins[0]));
-    if (cp > cg) KILN_TRY(add_channel_pad(c, ins[0], cp - cg, conv, &ins[0]));
+    if (cp > cg) KILN_TRY(add_channel_pad(c, ins[0], cp - cg, cp, conv, &ins[0]));
     if (ins[3] >= 0) {
         snprintf(name, sizeof name, "%.280s_z_nhwc", conv);
         KILN_TRY(add_transpose(c, ins[3], -1, g_to_last, name, &ins[3]));
