@@ -1,10 +1,9 @@
 /* qconv_igemm.cu — kiln.QConv (ir/quant_ops.h) as an INT8 implicit-GEMM convolution on tensor cores:
  * mma.sync m16n8k32 s8 x s8 -> s32, no materialized im2col, int32 sums in registers and the
- * requantization in the kernel's epilogue (zero-point correction, per-channel scale x_scale * w_scale[c],
- * bias, the residual R of ResNet's shortcut (8-bit or float), activation, int8 / uint8 / float output: the formulas of
- * the CPU oracle,
- * src/backends/cpu/quant_conv.c, and of quant_gemm.cu's epilogue, the same IEEE operations in the
- * same order).
+ * requantization in the kernel's epilogue (zero-point correction, per-channel scale
+ * x_scale * w_scale[c], bias, the residual R of ResNet's shortcut (8-bit or float), activation, int8 /
+ * uint8 / float output): the formulas of the CPU oracle (src/backends/cpu/quant_conv.c) and of
+ * quant_gemm.cu's epilogue, the same IEEE operations in the same order.
  *
  * The GEMM: rows r = output pixels (image, oy, ox) of the batch, columns c = output channels, inner
  * index k = (ky * kw + kx) * Cp + ci over the taps of a channels-last input whose channels are padded
@@ -12,21 +11,21 @@
  * pixel (one cp.async). X channels-last (channels_last = 1, the layout pass's form) in int8 with C a
  * multiple of 16 is read in place; otherwise one kernel writes it channels-last into the workspace
  * (NCHW transposed, uint8 shifted to int8 by -128, the padding channels zero), a chunk of images at a
- * time. Y (and the residual R) are NCHW or, channels-last, NHWC.
- * The weights are prepared once per context as rows [c][k] (k contiguous, the padding channels and k
- * beyond taps * Cp zero up to Kp, a multiple of QCI_BK), so B tiles are plain 16-byte copies too.
- * A tap outside the image reads the input's (shifted) zero point, so the correction
- * - x_zero_point * colsum(w)[c] in the epilogue makes the padding contribute nothing, as on the CPU.
+ * time. Y (and the residual R) are NCHW or, channels-last, NHWC. The weights are prepared once per
+ * context as rows [c][k] (k contiguous, the padding channels and k beyond taps * Cp zero up to Kp, a
+ * multiple of QCI_BK), so B tiles are plain 16-byte copies too. A tap outside the image reads the
+ * input's (shifted) zero point, so the correction - x_zero_point * colsum(w)[c] in the epilogue makes
+ * the padding contribute nothing, as on the CPU.
  *
  * The kernel: a CTA computes a BM x BN tile of D with WM x WN warps; K is walked in QCI_BK-byte
  * steps through a STAGES-deep cp.async pipeline in shared memory (rows padded to QCI_LDS bytes so
  * that ldmatrix reads hit 8 distinct bank groups); ldmatrix.x4 loads the A and B fragments of
  * m16n8k32 straight from those rows (an 8 x 16-byte matrix is 8 rows of 16 int8 of k). The
  * epilogue stages the CTA's int32 sums in the same shared memory and then requantizes them with
- * consecutive threads on consecutive output addresses (runs of pixels of one channel for NCHW), where
- * the residual is read as well. Two tile
- * shapes: 128 x 128 with 8 warps for the large layers, 64 x 64 with 4 warps when the large one
- * would not fill the GPU (small maps, few channels). */
+ * consecutive threads on consecutive output addresses (runs of pixels of one channel for NCHW, of
+ * channels of one pixel for NHWC), where the residual is read as well. Two tile shapes: 128 x 128
+ * with 8 warps for the large layers, 64 x 64 with 4 warps when the large one would not give every
+ * SM a tile (small maps, few channels). */
 #include "backends/cuda/qconv_igemm.h"
 
 #include "backends/cuda/activation.cuh"
