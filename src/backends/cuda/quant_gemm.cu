@@ -31,8 +31,9 @@
  * activation and output conversion) — and runs the one its recorded tactic names (none: int8).
  *
  * QConv: the implicit-GEMM kernel of qconv_igemm.cu runs every layer it takes (group 1, no weight zero
- * point, sm_80+); the others run here: 1-D and 2-D windows (any pads, strides, dilations, auto_pad, groups: one GEMM per group),
- * NCHW in and out; the im2col rows hold x - 128 for uint8 input and the (shifted) input zero point in
+ * point, sm_80+; layers with a residual or channels-last tensors only there); the others run here:
+ * 1-D and 2-D windows (any pads, strides, dilations, auto_pad, groups: one GEMM per group), NCHW in
+ * and out; the im2col rows hold x - 128 for uint8 input and the (shifted) input zero point in
  * the padding, so padding contributes nothing after the correction. */
 #include "backends/cuda/activation.cuh"
 #include "backends/cuda/kernel_util.cuh"
