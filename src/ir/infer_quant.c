@@ -193,13 +193,66 @@ static kiln_status infer_qlinear_conv(kiln_graph *g, kiln_node *n) {
     return infer_conv_shape(g, n, 0, 3, input_dtype(g, n, 7, KILN_U8));
 }
 
+/* Fails unless kiln.QConv n's residual R (input 3, present), when typed and shaped, has the output's
+ * shape y and is 8-bit with r_scale given and r_zero_point in its range, or float32 without r_scale. */
+static kiln_status check_residual(const kiln_graph *g, const kiln_node *n, const kiln_quant_layer *q,
+                                  const kiln_value *y) {
+    const kiln_value *r = kiln_node_input(g, n, 3);
+    bool is_float = r->dtype == KILN_F32;
+    if (!is_float) KILN_TRY(require_8bit(g, n, 3, "the residual R"));
+    if (!is_float && r->dtype != KILN_UNDEFINED && q->r_scale <= 0.0f)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s '%s': an 8-bit residual R needs r_scale", n->op_type, n->name);
+    if (is_float && q->r_scale > 0.0f)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s '%s': a float residual R takes no r_scale", n->op_type, n->name);
+    if (r->dtype == KILN_U8 ? q->r_zero_point < 0 : r->dtype == KILN_I8 && q->r_zero_point > 127)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s '%s': r_zero_point %d is outside %s's range", n->op_type,
+                          n->name, (int)q->r_zero_point, kiln_dtype_name(r->dtype));
+    if (r->ndim < 0 || !y || y->ndim < 0) return KILN_OK;
+    bool same = r->ndim == y->ndim;
+    for (int i = 0; same && i < r->ndim; i++)
+        same = !kiln_dim_is_static(r->dims[i]) || !kiln_dim_is_static(y->dims[i]) || r->dims[i].value == y->dims[i].value;
+    if (!same) return kiln_error(KILN_ERR_SHAPE, "%s '%s': the residual R's shape is not the output's", n->op_type, n->name);
+    return KILN_OK;
+}
+
+/* dims[1..rank) rotated: to_first moves the last dim to position 1 (NHWC -> NCHW order), else
+ * position 1 to the end. */
+static void rotate_channels(kiln_dim *dims, int rank, bool to_first) {
+    if (rank < 3) return;
+    kiln_dim t[KILN_MAX_DIMS];
+    memcpy(t, dims, sizeof *t * (size_t)rank);
+    for (int d = 1; d < rank; d++) dims[d] = to_first ? t[d == 1 ? rank - 1 : d - 1] : t[d == rank - 1 ? 1 : d + 1];
+}
+
+/* kiln.QConv with channels_last = 1: Conv's shape on NCHW views of X [N, H, W, C] and W [M, kH, kW, C]
+ * (rotated in place for the call and restored), Y's rotated to [N, H', W', M]. */
+static kiln_status infer_qconv_channels_last(kiln_graph *g, kiln_node *n, kiln_dtype out) {
+    kiln_value *x = kiln_node_input(g, n, 0), *w = kiln_node_input(g, n, 1);
+    if (!x || !w || x == w) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s needs distinct inputs x and w", n->op_type);
+    if ((x->ndim >= 0 && x->ndim != 4) || (w->ndim >= 0 && w->ndim != 4))
+        return kiln_error(KILN_ERR_SHAPE, "%s: channels_last needs 4-D X and W (2-D convolution), has ranks %d and %d",
+                          n->op_type, x->ndim, w->ndim);
+    rotate_channels(x->dims, x->ndim, true);
+    rotate_channels(w->dims, w->ndim, true);
+    kiln_status st = infer_conv_shape(g, n, 0, 1, out);
+    rotate_channels(x->dims, x->ndim, false);
+    rotate_channels(w->dims, w->ndim, false);
+    kiln_value *y = kiln_node_output(g, n, 0);
+    if (st == KILN_OK && y) rotate_channels(y->dims, y->ndim, false);
+    return st;
+}
+
 /* kiln.QConv / kiln.QMatMul: the parameters are checked, the shape is Conv's / MatMul's. */
 static kiln_status infer_kiln_qconv(kiln_graph *g, kiln_node *n) {
     kiln_quant_layer q;
     KILN_TRY(kiln_quant_layer_read(n, &q));
     KILN_TRY(require_8bit(g, n, 0, "x"));
     KILN_TRY(require_8bit(g, n, 1, "w"));
-    return infer_conv_shape(g, n, 0, 1, q.y_dtype);
+    int64_t cl = kiln_attr_int(n, "channels_last", 0);
+    if (cl != 0 && cl != 1)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: channels_last must be 0 or 1, is %lld", n->op_type, (long long)cl);
+    KILN_TRY(cl ? infer_qconv_channels_last(g, n, q.y_dtype) : infer_conv_shape(g, n, 0, 1, q.y_dtype));
+    return kiln_node_input(g, n, 3) ? check_residual(g, n, &q, kiln_node_output(g, n, 0)) : KILN_OK;
 }
 
 static kiln_status infer_kiln_qmatmul(kiln_graph *g, kiln_node *n) {

@@ -44,6 +44,16 @@ kiln_status kiln_quant_layer_read(const kiln_node *n, kiln_quant_layer *q) {
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: y_dtype %lld is not float32, uint8 or int8", n->op_type,
                           (long long)yd);
     q->y_dtype = (kiln_dtype)yd;
+    if (kiln_node_attr(n, "r_scale")) {
+        q->r_scale = kiln_attr_float(n, "r_scale", 0.0f);
+        if (!positive_finite(q->r_scale))
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: r_scale must be a positive finite float", n->op_type);
+        int64_t rzp = kiln_attr_int(n, "r_zero_point", 0);
+        if (rzp < -128 || rzp > 255)
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: r_zero_point %lld is outside the 8-bit range", n->op_type,
+                              (long long)rzp);
+        q->r_zero_point = (int32_t)rzp;
+    }
     if (q->y_dtype == KILN_F32) return KILN_OK;
     q->y_scale = kiln_attr_float(n, "y_scale", 0.0f);
     if (!positive_finite(q->y_scale))

@@ -7,7 +7,14 @@
  * kiln.QConv    Y = out(act(x_scale * w_scale[m] * sum (X - x_zero_point)(W - w_zero_point[m]) + B[m]))
  *     inputs  X (int8 / uint8, [N, C, D1..Dk]), W (int8 / uint8, [M, C/group, k1..kk]), B (optional,
  *             float32 [M], added in float after the scaling)
- *     attrs   Conv's window attributes (auto_pad, dilations, group, kernel_shape, pads, strides)
+ *             R (optional, Y's shape): a residual, added after the bias and before the activation:
+ *             int8 / uint8 as r_scale * (R - r_zero_point) (a DequantizeLinear of R and an Add, in
+ *             float32), or float (float32; a 16-bit engine's float type on the GPU) as it is
+ *     attrs   Conv's window attributes (auto_pad, dilations, group, kernel_shape, pads, strides);
+ *             r_scale (float > 0) and r_zero_point (int, default 0, within R's type) with an 8-bit R,
+ *             neither with a float one;
+ *             channels_last (int, default 0): 1 for a 2-D convolution laid out channels-last (the
+ *             layout_channels_last pass): X [N, H, W, C], W [M, kH, kW, C], R and Y [N, H', W', M]
  * kiln.QMatMul  Y = out(act(x_scale * w_scale[j] * sum_k (A[.., k] - x_zero_point)(B[k, j] - w_zero_point[j]) + bias[j]))
  *     inputs  A (int8 / uint8, [..., M, K]), B (int8 / uint8, 2-D [K, N]), bias (optional, float32 [N])
  *     attrs   none of its own
@@ -41,6 +48,8 @@ typedef struct kiln_quant_layer {
     kiln_dtype y_dtype;           /* KILN_F32, KILN_U8 or KILN_I8 */
     float y_scale;                /* when y_dtype is an integer type */
     int32_t y_zero_point;
+    float r_scale;                /* kiln.QConv's residual R: its scale (0 when the attribute is absent) */
+    int32_t r_zero_point;         /* ... and zero point */
 } kiln_quant_layer;
 
 /* Reads and checks node n's quantization attributes (above). Fails with KILN_ERR_INVALID_ARGUMENT

@@ -13,6 +13,10 @@
  * (Gemm: transA 0, alpha and beta 1, A 2-D), and nothing else reads what the pattern removes. Without a
  * following QuantizeLinear (or when the result has other readers) the layer writes float32. The
  * activation is Relu or Clip with constant bounds, taken only when it is the layer's sole reader.
+ * A convolution without groups and with symmetric weights (zero point 0, uint8: 128) whose sole
+ * reader is an Add of a value R of the same shape takes the Add too, before the activation:
+ * kiln.QConv's residual input R — a DequantizeLinear's 8-bit input (ResNet's identity shortcut,
+ * quantized) or a float32 value (a downsampling block's shortcut convolution).
  * Every DequantizeLinear / QuantizeLinear outside these patterns stays and runs as written.
  *
  * This pass runs before constant folding (which would otherwise turn the weights' DequantizeLinear
@@ -132,6 +136,33 @@ static bool match_q(const pass_ctx *c, int node, float *scale, int64_t *zp, kiln
 
 typedef enum { L_CONV, L_MATMUL, L_GEMM } layer_kind;
 
+/* Whether every weight zero point of dw is the symmetric one of its type (int8: 0, uint8: 128). */
+static bool symmetric_weights(const dq_match *dw, kiln_dtype wt) {
+    for (int64_t i = 0; i < dw->ns; i++)
+        if (dq_zp(dw, i) != (wt == KILN_U8 ? 128 : 0)) return false;
+    return true;
+}
+
+/* A residual connection after a convolution's output y: y's sole reader is an Add whose other input,
+ * of y's shape (nothing broadcasts), is a DequantizeLinear (per-tensor constant scale and zero point)
+ * of an 8-bit value (r->node >= 0; the residual is r->q) or a float32 value (r->node = -1, r->q the
+ * value: a downsampling block's shortcut convolution); *add is the Add. */
+static bool match_residual(const pass_ctx *c, int y, int *add, dq_match *r) {
+    int id = pass_sole_consumer(c, y);
+    if (id < 0 || !pass_is_op(&c->g->nodes[id], "Add")) return false;
+    int other = pass_other_input(&c->g->nodes[id], y);
+    if (other < 0 || other == y) return false;
+    if (!match_dq(c, other, r) || r->ns != 1) {
+        memset(r, 0, sizeof *r);
+        r->node = -1;
+        r->q = other;
+        if (c->g->values[other].dtype != KILN_F32) return false;
+    }
+    if (!pass_same_shape(&c->g->values[y], &c->g->values[r->q])) return false;
+    *add = id;
+    return true;
+}
+
 /* Whether Gemm node n computes A B' + C with A 2-D: transA 0, alpha 1, beta 1 (or no C). */
 static bool plain_gemm(const pass_ctx *c, const kiln_node *n) {
     const kiln_value *a = kiln_node_input(c->g, n, 0);
@@ -178,10 +209,18 @@ static kiln_status try_fold(pass_ctx *c, int layer, layer_kind kind) {
             return KILN_OK;
         }
     }
-    /* the set: the layer, then an activation and a QuantizeLinear when they are the sole readers */
-    int set[3] = {layer}, nset = 1, next;
+    /* the set: the layer, then a residual Add (a convolution without groups, symmetric weights: the
+     * layers every backend's residual epilogue takes), an activation and a QuantizeLinear when they
+     * are the sole readers */
+    int set[4] = {layer}, nset = 1, next, add = -1;
     kiln_act act = {0};
     int y = n->outputs[0];
+    dq_match dr;
+    if (kind == L_CONV && kiln_attr_int(n, "group", 1) == 1 && symmetric_weights(&dw, wv->dtype) &&
+        match_residual(c, y, &add, &dr)) {
+        set[nset++] = add;
+        y = g->nodes[add].outputs[0];
+    }
     if ((next = pass_sole_consumer(c, y)) >= 0 && as_activation(c, &g->nodes[next], &act) &&
         g->nodes[next].inputs[0] == y) {
         set[nset++] = next;
@@ -229,14 +268,17 @@ static kiln_status try_fold(pass_ctx *c, int layer, layer_kind kind) {
         wsc[i] = ((const float *)dw.scale->data)[i];
         wzp[i] = dq_zp(&dw, i);
     }
-    int ins[3] = {dx.q, wq, bid};
-    char detail[96];
-    snprintf(detail, sizeof detail, "%s weights, %s output", dw.ns == 1 ? "per-tensor" : "per-channel",
-             kiln_dtype_name(yt));
+    bool r_8bit = add >= 0 && dr.node >= 0; /* else a float residual: no r_scale */
+    float rs = r_8bit ? *(const float *)dr.scale->data : 0.0f;
+    int64_t rz = r_8bit ? dq_zp(&dr, 0) : 0;
+    int ins[4] = {dx.q, wq, bid, add >= 0 ? dr.q : -1}, nin = add >= 0 ? 4 : bid >= 0 ? 3 : 2;
+    char detail[112];
+    snprintf(detail, sizeof detail, "%s weights, %s output%s", dw.ns == 1 ? "per-tensor" : "per-channel",
+             kiln_dtype_name(yt), r_8bit ? ", 8-bit residual" : add >= 0 ? ", float residual" : "");
     kiln_node *q;
     const char *name = g->nodes[layer].name;
     st = pass_rewrite(c, set, nset, set[nset - 1], KILN_FUSED_DOMAIN, kind == L_CONV ? "QConv" : "QMatMul",
-                      KILN_FUSED_OPSET, name, bid >= 0 ? 3 : 2, ins, kind == L_CONV ? layer : -1, detail, &q);
+                      KILN_FUSED_OPSET, name, nin, ins, kind == L_CONV ? layer : -1, detail, &q);
     if (st == KILN_OK) st = pass_attr_float(g, q, "x_scale", xs);
     if (st == KILN_OK) st = pass_attr_int(g, q, "x_zero_point", xz);
     if (st == KILN_OK) st = pass_attr_floats(g, q, "w_scale", wsc, (int)dw.ns);
@@ -247,6 +289,8 @@ static kiln_status try_fold(pass_ctx *c, int layer, layer_kind kind) {
     if (st == KILN_OK) st = pass_attr_int(g, q, "y_dtype", yt);
     if (st == KILN_OK && yt != KILN_F32) st = pass_attr_float(g, q, "y_scale", ys);
     if (st == KILN_OK && yt != KILN_F32) st = pass_attr_int(g, q, "y_zero_point", yz);
+    if (st == KILN_OK && r_8bit) st = pass_attr_float(g, q, "r_scale", rs);
+    if (st == KILN_OK && r_8bit) st = pass_attr_int(g, q, "r_zero_point", rz);
     free(wsc), free(wzp);
     return st;
 }

@@ -19,14 +19,25 @@
  * after itself, onto its smaller output. Pools are not laid out on their own: one between
  * channels-first ops would only gain two Transposes.
  *
+ * An integer kiln.QConv (ir/quant_ops.h) of the same kind, without groups and with symmetric weights,
+ * stays a QConv and gets channels_last = 1 the same way (its residual R transposed like Z), so that a
+ * chain of int8 convolutions (ResNet's blocks, their residual Adds folded in) runs channels-last
+ * between one Transpose at each end.
+ *
+ * A per-tensor QuantizeLinear between two such regions (after ResNet's stem MaxPool, before the
+ * integer convolutions) is elementwise in any layout: it moves between Transposes the same way, so
+ * that they cancel too.
+ *
  * A convolution without groups whose input channels C are not a multiple of 8 (an RGB stem: C = 3)
  * also gets its channels zero-padded to the next multiple of 8, a Pad after the input's Transpose and
  * zero weights for the new channels: the result is the same, and tensor-core kernels, which want C a
- * multiple of 8, then take it (cuDNN ran ResNet-50's 7x7 stem at batch 256 in 3.1 ms with C = 3). */
+ * multiple of 8, then take it (cuDNN ran ResNet-50's 7x7 stem at batch 256 in 3.1 ms with C = 3); a
+ * kiln.QConv's to a multiple of 16, which its GPU kernel reads in place. */
 #include "passes/passes.h"
 
 #include "core/status.h"
 #include "ir/fused_ops.h"
+#include "ir/quant_ops.h"
 #include "passes/pass_util.h"
 
 #include <stdio.h>
@@ -39,9 +50,31 @@ static bool is_fused_conv(const kiln_node *n) {
     return pass_alive(n) && !strcmp(n->domain, KILN_FUSED_DOMAIN) && !strcmp(n->op_type, "FusedConv");
 }
 
+/* Whether kiln.QConv n is one this pass lays out: channels-first, 2-D, without groups, constant
+ * 8-bit weights with symmetric zero points (int8: 0, uint8: 128) — the layers the GPU's channels-last
+ * integer kernel takes. */
+static bool qconv_candidate(const kiln_graph *g, const kiln_node *n) {
+    if (!pass_alive(n) || strcmp(n->domain, KILN_FUSED_DOMAIN) || strcmp(n->op_type, "QConv")) return false;
+    if (kiln_attr_int(n, "channels_last", 0) != 0 || kiln_attr_int(n, "group", 1) != 1) return false;
+    const kiln_value *x = kiln_node_input(g, n, 0), *w = kiln_node_input(g, n, 1);
+    if (!x || !w || !kiln_node_output(g, n, 0) || x->ndim != 4 || !w->constant || w->constant->ndim != 4) return false;
+    if (w->constant->dtype != KILN_I8 && w->constant->dtype != KILN_U8) return false;
+    kiln_quant_layer q;
+    if (kiln_quant_layer_read(n, &q) != KILN_OK) {
+        kiln_error_clear(); /* shape inference reports it */
+        return false;
+    }
+    int64_t symmetric = w->constant->dtype == KILN_U8 ? 128 : 0;
+    if (q.nwzp == 0) return symmetric == 0;
+    for (int i = 0; i < q.nwzp; i++)
+        if (q.w_zero_point[i] != symmetric) return false;
+    return true;
+}
+
 /* Whether node n is a convolution this pass lays out: a channels-first FusedConv or a Conv, with a
- * 4-D X and float constant 4-D weights. */
+ * 4-D X and float constant 4-D weights, or a kiln.QConv qconv_candidate takes. */
 static bool candidate(const kiln_graph *g, const kiln_node *n) {
+    if (qconv_candidate(g, n)) return true;
     bool fused = is_fused_conv(n);
     if (!fused && !pass_is_op(n, "Conv")) return false;
     if (fused && kiln_attr_int(n, "channels_last", 0) != 0) return false;
@@ -50,11 +83,15 @@ static bool candidate(const kiln_graph *g, const kiln_node *n) {
     return w->constant->ndim == 4 && pass_is_float(w->constant->dtype);
 }
 
-/* The input channels node n's channels-last form reads: C rounded up to a multiple of 8 for a
+/* The multiple the input channels of node n's channels-last form are padded to: 16 for a kiln.QConv
+ * (16 int8 channels: one 16-byte copy of its GPU kernel, which then reads X in place), else 8. */
+static int64_t channel_multiple(const kiln_node *n) { return !strcmp(n->op_type, "QConv") ? 16 : 8; }
+
+/* The input channels node n's channels-last form reads: C rounded up to channel_multiple for a
  * convolution without groups, else C/group as it is (w: the channels-first weights). */
 static int64_t padded_channels(const kiln_node *n, const kiln_tensor *w) {
-    int64_t cg = w->dims[1];
-    return kiln_attr_int(n, "group", 1) == 1 ? (cg + 7) / 8 * 8 : cg;
+    int64_t cg = w->dims[1], m = channel_multiple(n);
+    return kiln_attr_int(n, "group", 1) == 1 ? (cg + m - 1) / m * m : cg;
 }
 
 /* out = w [M, C/g, kH, kW] as [M, kH, kW, cp], same dtype; channels from C/g to cp are zeros. */
@@ -75,16 +112,16 @@ static kiln_status weights_channels_last(const kiln_tensor *w, int64_t cp, kiln_
     return KILN_OK;
 }
 
-/* Appends Pad(src) adding `extra` zero channels after the last axis of the NHWC value src; *out
+/* Appends Pad(src) adding `extra` zero channels after the last axis of the NHWC value src (to cp); *out
  * receives the padded value. */
-static kiln_status add_channel_pad(pass_ctx *c, int src, int64_t extra, const char *conv, int *out) {
+static kiln_status add_channel_pad(pass_ctx *c, int src, int64_t extra, int64_t cp, const char *conv, int *out) {
     kiln_graph *g = c->g;
     const int64_t pads[8] = {0, 0, 0, 0, 0, 0, 0, extra}; /* [begin N, H, W, C, end N, H, W, C] */
     char name[300];
     int pid;
     snprintf(name, sizeof name, "%.280s_cpad", conv);
     KILN_TRY(pass_new_ints(c, name, pads, 8, &pid));
-    snprintf(name, sizeof name, "%.280s_c8", g->values[src].name);
+    snprintf(name, sizeof name, "%.260s_c%lld", g->values[src].name, (long long)cp);
     KILN_TRY(pass_new_value(c, name, out));
     int ins[2] = {src, pid}, id;
     snprintf(name, sizeof name, "%.280s_x_cpad", conv);
@@ -152,7 +189,8 @@ static kiln_status lay_out(pass_ctx *c, int id) {
     const char *conv = g->nodes[id].name;
     const int *in = g->nodes[id].inputs;
     int nin = g->nodes[id].ninputs, y = g->nodes[id].outputs[0];
-    int ins[4] = {in[0], -1, nin > 2 ? in[2] : -1, nin > 3 ? in[3] : -1}; /* X, W', B, Z */
+    bool qconv = !strcmp(g->nodes[id].op_type, "QConv"); /* stays a QConv, else becomes a FusedConv */
+    int ins[4] = {in[0], -1, nin > 2 ? in[2] : -1, nin > 3 ? in[3] : -1}; /* X, W', B, Z (QConv: R) */
     char name[300], detail[480];
     const kiln_tensor *w = g->values[in[1]].constant;
     int64_t cg = w->dims[1], cp = padded_channels(&g->nodes[id], w);
@@ -160,7 +198,7 @@ static kiln_status lay_out(pass_ctx *c, int id) {
     KILN_TRY(new_weights(c, id, cp, &ins[1]));
     snprintf(name, sizeof name, "%.280s_x_nhwc", conv);
     KILN_TRY(add_transpose(c, ins[0], -1, g_to_last, name, &ins[0]));
-    if (cp > cg) KILN_TRY(add_channel_pad(c, ins[0], cp - cg, conv, &ins[0]));
+    if (cp > cg) KILN_TRY(add_channel_pad(c, ins[0], cp - cg, cp, conv, &ins[0]));
     if (ins[3] >= 0) {
         snprintf(name, sizeof name, "%.280s_z_nhwc", conv);
         KILN_TRY(add_transpose(c, ins[3], -1, g_to_last, name, &ins[3]));
@@ -168,12 +206,12 @@ static kiln_status lay_out(pass_ctx *c, int id) {
     int yl;
     snprintf(name, sizeof name, "%.280s_nhwc", g->values[y].name);
     KILN_TRY(pass_new_value(c, name, &yl));
-    snprintf(detail, sizeof detail, "channels-last between Transposes, weights '%.180s' -> '%.180s'%s",
+    snprintf(detail, sizeof detail, "channels-last between Transposes, weights '%.180s' -> '%.180s'%s%s",
              g->values[g->nodes[id].inputs[1]].name, g->values[ins[1]].name,
-             cp > cg ? ", input channels zero-padded to a multiple of 8" : "");
+             cp > cg ? ", input channels zero-padded to a multiple of " : "", cp > cg ? (qconv ? "16" : "8") : "");
     int set[1] = {id};
     kiln_node *n;
-    KILN_TRY(pass_rewrite(c, set, 1, id, KILN_FUSED_DOMAIN, "FusedConv", KILN_FUSED_OPSET, conv,
+    KILN_TRY(pass_rewrite(c, set, 1, id, KILN_FUSED_DOMAIN, qconv ? "QConv" : "FusedConv", KILN_FUSED_OPSET, conv,
                           ins[3] >= 0 ? 4 : (ins[2] >= 0 ? 3 : 2), ins, id, detail, &n));
     return finish_channels_last(c, n, id, y, yl, conv);
 }
@@ -225,6 +263,54 @@ static kiln_status lay_out_pool(pass_ctx *c, int id) {
     return finish_channels_last(c, n, id, y, yl, pool_name);
 }
 
+/* Whether value v is read only by Transpose(0,2,3,1) nodes (laid-out convolutions' inputs), at least
+ * one. */
+static bool read_channels_last(const pass_ctx *c, int v) {
+    int ids[16], k = pass_consumers(c, v, ids, 16);
+    if (k < 1 || k > 16) return false;
+    for (int i = 0; i < k; i++) {
+        const kiln_node *t = &c->g->nodes[ids[i]];
+        int np;
+        const int64_t *perm = pass_is_op(t, "Transpose") ? kiln_attr_ints(t, "perm", &np) : NULL;
+        if (!perm || np != 4 || memcmp(perm, g_to_last, sizeof g_to_last)) return false;
+    }
+    return true;
+}
+
+/* Whether node id is a QuantizeLinear between two channels-last regions (ResNet's after its stem
+ * MaxPool): a per-tensor scale and zero point (so any layout quantizes alike), a 4-D input a region
+ * writes, an output only laid-out convolutions read. */
+static bool quantize_candidate(const pass_ctx *c, int id) {
+    const kiln_graph *g = c->g;
+    const kiln_node *n = &g->nodes[id];
+    if (!pass_is_op(n, "QuantizeLinear") || n->ninputs < 2 || kiln_attr_int(n, "block_size", 0) != 0) return false;
+    const kiln_value *x = kiln_node_input(g, n, 0), *s = kiln_node_input(g, n, 1), *z = kiln_node_input(g, n, 2);
+    if (!x || x->ndim != 4 || !s || !s->constant || kiln_tensor_numel(s->constant) != 1) return false;
+    if (z && (!z->constant || kiln_tensor_numel(z->constant) != 1)) return false;
+    return from_channels_last(c, n->inputs[0]) && read_channels_last(c, n->outputs[0]);
+}
+
+/* Lays QuantizeLinear id out channels-last: X -> Transpose(0,2,3,1) -> QuantizeLinear -> Transpose(0,3,1,2)
+ * -> Y, both Transposes cancelling against their neighbours'. */
+static kiln_status lay_out_quantize(pass_ctx *c, int id) {
+    kiln_graph *g = c->g;
+    const char *q_name = g->nodes[id].name;
+    char name[300];
+    int x = g->nodes[id].inputs[0], y = g->nodes[id].outputs[0], xl, yl;
+    snprintf(name, sizeof name, "%.280s_x_nhwc", q_name);
+    KILN_TRY(add_transpose(c, x, -1, g_to_last, name, &xl));
+    pass_set_input(c, id, 0, xl);
+    snprintf(name, sizeof name, "%.280s_nhwc", g->values[y].name);
+    KILN_TRY(pass_new_value(c, name, &yl));
+    kiln_node *n = &g->nodes[id];
+    n->outputs[0] = yl;
+    g->values[yl].producer = id;
+    g->values[y].producer = -1;
+    snprintf(name, sizeof name, "%.280s_y_nchw", q_name);
+    int out;
+    return add_transpose(c, yl, y, g_to_first, name, &out);
+}
+
 kiln_status kiln_pass_layout_channels_last(kiln_graph *g, bool *changed) {
     pass_ctx c;
     KILN_TRY(pass_begin(&c, g, "layout_channels_last"));
@@ -235,5 +321,8 @@ kiln_status kiln_pass_layout_channels_last(kiln_graph *g, bool *changed) {
     /* then the pools whose input a laid-out convolution (or pool, earlier in node order) writes */
     for (int i = 0; i < count && st == KILN_OK; i++)
         if (pool_candidate(&c, i)) st = lay_out_pool(&c, i);
+    /* then the per-tensor QuantizeLinears between such regions */
+    for (int i = 0; i < count && st == KILN_OK; i++)
+        if (quantize_candidate(&c, i)) st = lay_out_quantize(&c, i);
     return pass_end(&c, st, changed);
 }

@@ -338,12 +338,32 @@ static kiln_status insert_weight_dq(kiln_graph *g, int layer) {
     return KILN_OK;
 }
 
+/* Whether node n is an Add of value v and the output of one of p's layers: a residual connection
+ * (ResNet's shortcut v added to a block's last convolution). */
+static bool residual_add(const kiln_graph *g, const calib_plan *p, const kiln_node *n, int v) {
+    if (!is_default_op(n, "Add") || n->ninputs != 2) return false;
+    int other = n->inputs[0] == v ? n->inputs[1] : n->inputs[1] == v ? n->inputs[0] : -1;
+    if (other < 0 || other == v) return false;
+    for (int l = 0; l < p->nlayers; l++)
+        if (g->nodes[p->layers[l]].outputs[0] == other) return true;
+    return false;
+}
+
+/* Each activation's Q/DQ pair feeds its layers and the residual Adds that read it (the shortcut
+ * quantized, as TensorRT does), so that fuse_qdq folds such an Add, its activation and the next
+ * QuantizeLinear into the block's last layer and the block's output stays 8-bit. */
 static kiln_status insert_qdq(kiln_graph *g, const calib_plan *p) {
     for (int a = 0; a < p->nacts; a++) {
-        int dq;
-        KILN_TRY(insert_act_qdq(g, p->acts[a], p->thresholds[a], &dq));
+        int dq, v = p->acts[a];
+        KILN_TRY(insert_act_qdq(g, v, p->thresholds[a], &dq));
         for (int l = 0; l < p->nlayers; l++)
-            if (g->nodes[p->layers[l]].inputs[0] == p->acts[a]) g->nodes[p->layers[l]].inputs[0] = dq;
+            if (g->nodes[p->layers[l]].inputs[0] == v) g->nodes[p->layers[l]].inputs[0] = dq;
+        for (int i = 0; i < g->nnodes; i++) {
+            kiln_node *n = &g->nodes[i];
+            if (!residual_add(g, p, n, v)) continue;
+            for (int k = 0; k < 2; k++)
+                if (n->inputs[k] == v) n->inputs[k] = dq;
+        }
     }
     for (int l = 0; l < p->nlayers; l++) KILN_TRY(insert_weight_dq(g, p->layers[l]));
     KILN_TRY(kiln_graph_resolve_ops(g, NULL));

@@ -918,11 +918,49 @@ const op_case kiln_op_cases[] = {
     {"llm.Sample", "vocab=128256 temp=0.7 top_k=50 top_p=0.95", NULL, 0, 0},
     {"llm.Sample", "vocab=7 mixed=1", NULL, 0, 0}, {"llm.Sample", "vocab=1000 mixed=1", NULL, 0, 0},
     {"llm.Sample", "vocab=50257 mixed=1", NULL, 0, 0},
+    /* the channels-last implicit-GEMM kernel (qconv_igemm.cu: group 1, no weight zero point): odd
+     * channel counts (input padded to 16, k tails short of a 64-byte step), strides 1 and 2, 1x1 / 3x3
+     * / 7x7, asymmetric pads and dilation, uint8 input whose zero point fills the padding, int8 /
+     * uint8 / float outputs, batch 1, and a call large enough for its 128 x 128 tiles */
+    {"kiln.QConv", "i8[2,19,13,11]{-128,128} Ki8[37,19,3,3]{-127,128} Kf[37]",
+     "strides=[2,2] pads=[1,0,1,2] x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.04 activation='Relu'", 0, 0},
+    {"kiln.QConv", "u8[3,24,9,9]{0,256} Ki8[40,24,3,3]{-127,128} Kf[40]",
+     "pads=[1,1,1,1] x_scale=0.05 x_zero_point=131 w_scale=[0.002] y_dtype=2 y_scale=0.05 y_zero_point=128", 0, 0},
+    {"kiln.QConv", "i8[1,64,15,15]{-128,128} Ki8[128,64,1,1]{-127,128} Kf[128]",
+     "strides=[2,2] x_scale=0.05 w_scale=[0.001] y_dtype=3 y_scale=0.05", 0, 0},
+    {"kiln.QConv", "i8[2,16,12,12]{-128,128} Ki8[24,16,3,3]{-127,128}",
+     "dilations=[2,2] pads=[2,2,2,2] x_scale=0.05 x_zero_point=-7 w_scale=[0.002] activation='Clip' "
+     "activation_params=[-1.0,1.0]", 0, 0},
+    {"kiln.QConv", "i8[2,3,32,32]{-128,128} Ki8[64,3,7,7]{-127,128} Kf[64]",
+     "strides=[2,2] pads=[3,3,3,3] x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[8,32,33,33]{-128,128} Ki8[160,32,3,3]{-127,128} Kf[160]",
+     "pads=[1,1,1,1] x_scale=0.05 w_scale=[0.001] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    /* with a residual R (ResNet's Add before the ReLU): int8, and uint8 with a zero point into floats */
+    {"kiln.QConv", "i8[2,64,14,14]{-128,128} Ki8[64,64,3,3]{-127,128} Kf[64] i8[2,64,14,14]{-128,128}",
+     "pads=[1,1,1,1] x_scale=0.05 w_scale=[0.001] r_scale=0.04 y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[1,32,9,9]{-128,128} Ki8[48,32,1,1]{-127,128} - u8[1,48,9,9]{0,256}",
+     "x_scale=0.05 w_scale=[0.002] r_scale=0.03 r_zero_point=128", 0, 0},
+    /* channels-last (the layout pass's form): X read in place (C a multiple of 16) or padded (C = 8,
+     * uint8), a residual, a 1x1 */
+    {"kiln.QConv", "i8[2,9,9,32]{-128,128} Ki8[48,3,3,32]{-127,128} Kf[48]",
+     "pads=[1,1,1,1] channels_last=1 x_scale=0.05 w_scale=[0.001] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "u8[2,11,11,8]{0,256} Ki8[24,7,7,8]{-127,128} Kf[24] u8[2,6,6,24]{0,256}",
+     "strides=[2,2] pads=[3,3,3,3] channels_last=1 x_scale=0.05 x_zero_point=128 w_scale=[0.002] r_scale=0.03 "
+     "r_zero_point=128 y_dtype=2 y_scale=0.05 y_zero_point=128 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[3,7,7,64]{-128,128} Ki8[256,1,1,64]{-127,128} Kf[256] i8[3,7,7,256]{-128,128}",
+     "channels_last=1 x_scale=0.05 w_scale=[0.001] r_scale=0.04 y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    /* a float residual (a downsampling block's shortcut convolution), in the engine's float type */
+    {"kiln.QConv", "i8[2,14,14,64]{-128,128} Ki8[128,3,3,64]{-127,128} Kf[128] f[2,7,7,128]{-2,2}",
+     "strides=[2,2] pads=[1,1,1,1] channels_last=1 x_scale=0.05 w_scale=[0.001] y_dtype=3 y_scale=0.05 "
+     "activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[2,64,14,14]{-128,128} Ki8[32,64,1,1]{-127,128} - f[2,32,14,14]{-2,2}",
+     "x_scale=0.05 w_scale=[0.002]", 0, 0},
     {NULL, NULL, NULL, 0, 0},
 };
 
 /* --perf: bandwidth-bound ops on 4096x4096 (64 MiB in float32), GEMMs at 4096^3 and transformer
- * sizes, ResNet-50 convolutions at batch 32 (plain, and as FusedConv in both layouts). */
+ * sizes, ResNet-50 convolutions at batch 32 (plain, and as FusedConv in both layouts; integer ones
+ * also channels-last at batch 256). */
 const op_case kiln_perf_cases[] = {
     {"Add", "f[4096,4096] f[4096,4096]", "", 0, 0},
     {"Mul", "f[4096,4096] Kf[4096]", "", 0, 0},
@@ -985,5 +1023,26 @@ const op_case kiln_perf_cases[] = {
      "pads=[1,1,1,1] x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
     {"kiln.QConv", "i8[32,256,56,56]{-128,128} Ki8[64,256,1,1]{-127,128} Kf[64]",
      "x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    /* ResNet-50's stem, a stride-2 3x3, a stride-2 1x1 downsample and a 7x7-map 3x3 at batch 32 */
+    {"kiln.QConv", "i8[32,3,224,224]{-128,128} Ki8[64,3,7,7]{-127,128} Kf[64]",
+     "strides=[2,2] pads=[3,3,3,3] x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[32,128,56,56]{-128,128} Ki8[128,128,3,3]{-127,128} Kf[128]",
+     "strides=[2,2] pads=[1,1,1,1] x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[32,1024,14,14]{-128,128} Ki8[2048,1024,1,1]{-127,128} Kf[2048]",
+     "strides=[2,2] x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05", 0, 0},
+    {"kiln.QConv", "i8[32,512,7,7]{-128,128} Ki8[512,512,3,3]{-127,128} Kf[512]",
+     "pads=[1,1,1,1] x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    /* the same layers as the layout pass leaves them at batch 256 (channels-last, int8 in place,
+     * NHWC out), a bottleneck's last 1x1 with its residual, and the padded RGB stem */
+    {"kiln.QConv", "i8[256,56,56,64]{-128,128} Ki8[64,3,3,64]{-127,128} Kf[64]",
+     "pads=[1,1,1,1] channels_last=1 x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[256,56,56,64]{-128,128} Ki8[256,1,1,64]{-127,128} Kf[256] i8[256,56,56,256]{-128,128}",
+     "channels_last=1 x_scale=0.05 w_scale=[0.002] r_scale=0.05 y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[256,14,14,1024]{-128,128} Ki8[256,1,1,1024]{-127,128} Kf[256]",
+     "channels_last=1 x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[256,7,7,512]{-128,128} Ki8[512,3,3,512]{-127,128} Kf[512]",
+     "pads=[1,1,1,1] channels_last=1 x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[256,224,224,8]{-128,128} Ki8[64,7,7,8]{-127,128} Kf[64]",
+     "strides=[2,2] pads=[3,3,3,3] channels_last=1 x_scale=0.05 w_scale=[0.002] activation='Relu'", 0, 0},
     {NULL, NULL, NULL, 0, 0},
 };

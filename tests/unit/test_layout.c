@@ -15,7 +15,8 @@
  * passes only the Transposes at the region boundaries remain: 2 (into the stem, out of the
  * GlobalAveragePool into the Flatten). The pool cases put one pool of each kind between
  * convolutions, and check that a pool with its Indices in use or on the graph's input is left as
- * it is.
+ * it is. A chain of two kiln.QConv layers (the second with the first's output as its residual) is
+ * laid out with one Transpose at each end.
  *
  * Tolerance: max |laid out - reference| / max |reference| <= 1e-5 (float32: BN folding reorders a
  * few operations; the layout itself only moves data, so laid out vs not laid out must agree to it). */
@@ -344,6 +345,82 @@ static void test_pool(const char *op, int variant, int pools, int transposes) {
 
 /* FusedPool's shape inference: channels-last output shapes, and the errors (an unknown pool, a 3-D
  * channels-last X, channels_last = 2). */
+/* Adds kiln.QConv (int8 output, per-tensor weight scale) reading x, weights w and optional residual r
+ * (-1: none) to G with pads p on every side; returns its output. */
+static int b_qconv(int x, int w, int r, int64_t p, bool relu) {
+    int y = node_dn(KILN_FUSED_DOMAIN, "QConv", r >= 0 ? 4 : 2, (int[]){x, w, -1, r}, 1);
+    attr_float("x_scale", 0.02f);
+    kiln_attr *ws = kiln_node_add_attr(G, last_node(), "w_scale", KILN_ATTR_FLOATS);
+    ws->floats = kiln_graph_alloc(G, sizeof *ws->floats);
+    REQUIRE_OK(ws->floats ? KILN_OK : KILN_ERR_OUT_OF_MEMORY);
+    ws->floats[0] = 0.01f;
+    ws->n = 1;
+    attr_int("y_dtype", KILN_I8);
+    attr_float("y_scale", 0.03f);
+    if (r >= 0) attr_float("r_scale", 0.03f);
+    if (relu) attr_string("activation", "Relu");
+    attr_ints("pads", 4, (int64_t[]){p, p, p, p});
+    return y;
+}
+
+/* x [-> float Conv 1x1] -> QuantizeLinear -> QConv 3x3 (+ Relu) -> QConv 1x1 with that as its residual
+ * -> DequantizeLinear: both integer layers laid out channels-last, the Transposes between them (and
+ * around the QuantizeLinear after the float Conv) cancelled, 2 left: into the first convolution, out
+ * of the last; the same outputs. uint8 weights without a zero point (asymmetric: not the GPU
+ * kernel's) are left alone. */
+static void b_qconv_chain(kiln_dtype wt, bool float_conv) {
+    begin(21);
+    kiln_opset_import *ops = kiln_graph_alloc(G, 2 * sizeof *ops);
+    REQUIRE_OK(ops ? KILN_OK : KILN_ERR_OUT_OF_MEMORY);
+    ops[0] = G->opsets[0];
+    ops[1] = (kiln_opset_import){KILN_FUSED_DOMAIN, KILN_FUSED_OPSET};
+    G->opsets = ops;
+    G->nopsets = 2;
+    int64_t xd[4] = {2, 8, 6, 6}, w1[4] = {16, 8, 3, 3}, w2[4] = {16, 16, 1, 1};
+    int64_t wf[4] = {8, 8, 1, 1};
+    int x = input("x", KILN_F32, 4, xd), s = scalar(0.02);
+    if (float_conv) x = node_in("", "Conv", 2, (int[]){x, constant(KILN_F32, 4, wf, NULL, -0.5, 0.5)});
+    int z = constant(KILN_I8, 0, NULL, (double[]){0}, 0, 0);
+    int xq = node_n("QuantizeLinear", 3, (int[]){x, s, z}, 1);
+    double lo = wt == KILN_U8 ? 0 : -127, hi = wt == KILN_U8 ? 255 : 127;
+    int a = b_qconv(xq, constant(wt, 4, w1, NULL, lo, hi), -1, 1, true);
+    int b = b_qconv(a, constant(wt, 4, w2, NULL, lo, hi), a, 0, true);
+    output(node_n("DequantizeLinear", 3, (int[]){b, scalar(0.03), z}, 1));
+}
+
+static int count_qconv_last(const kiln_graph *g) {
+    int c = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        c += !strcmp(g->nodes[i].op_type, "QConv") && kiln_attr_int(&g->nodes[i], "channels_last", 0) == 1;
+    return c;
+}
+
+static void test_qconv_chain(bool float_conv) {
+    const char *label = float_conv ? "qconv after a float conv" : "qconv";
+    cases++;
+    b_qconv_chain(KILN_I8, float_conv);
+    kiln_graph *ref = finish();
+    b_qconv_chain(KILN_I8, float_conv);
+    kiln_graph *g = finish();
+    CHECKF(run_pass(label, g, kiln_pass_layout_channels_last), "%s: the layout changed nothing", label);
+    cleanup(label, g);
+    CHECKF(count_qconv_last(g) == 2 && count_op(g, "Transpose") == 2 && count_channels_last(g) == float_conv,
+           "%s: %d channels-last QConv, %d Transposes, %d FusedConv (expected 2, 2, %d)", label, count_qconv_last(g),
+           count_op(g, "Transpose"), count_channels_last(g), float_conv);
+    /* the integer layers only move data: exact; a float conv's summation order may move a rounding by
+     * one output unit */
+    check_same_outputs(label, ref, "reference", g, "laid-out graph", float_conv ? 0.05 : 0.0);
+    kiln_graph_free(ref);
+    kiln_graph_free(g);
+    if (float_conv) return;
+    cases++;
+    b_qconv_chain(KILN_U8, false);
+    g = finish();
+    CHECKF(!run_pass("qconv, uint8 weights", g, kiln_pass_layout_channels_last) && count_qconv_last(g) == 0,
+           "qconv, uint8 weights without a zero point: laid out");
+    kiln_graph_free(g);
+}
+
 static void test_pool_infer(void) {
     cases++;
     static const struct {
@@ -490,6 +567,8 @@ int main(void) {
     test_pool("MaxPool", 2, 0, 4);
     test_pool("MaxPool", 3, 0, 4);
     test_pool_infer();
+    test_qconv_chain(false);
+    test_qconv_chain(true);
     const kiln_switch AUTO = KILN_SWITCH_AUTO, ON = KILN_SWITCH_ON, OFF = KILN_SWITCH_OFF;
     test_build(NULL, (layout_options){AUTO, AUTO, NULL, false}, 0, 0, 0);
     test_build("0", (layout_options){AUTO, AUTO, NULL, false}, 0, 0, 0);

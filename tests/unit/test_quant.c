@@ -3,8 +3,10 @@
  * int32, DynamicQuantizeLinear of an all-zero input (scale 1, no NaN), exact int32 sums at the
  * extremes of uint8 x int8, QLinearMatMul saturation; refusals with clear messages (a per-axis
  * scale of the wrong length, a bad kiln.QConv attribute, a zero point outside its operand's range); and fuse_qdq: DequantizeLinear -> Conv ->
- * Relu -> QuantizeLinear becomes one kiln.QConv whose results equal the unfolded graph's, and a
- * pattern whose input scale is not a constant stays as it is. */
+ * Relu -> QuantizeLinear becomes one kiln.QConv whose results equal the unfolded graph's, a
+ * pattern whose input scale is not a constant stays as it is, and a residual Add of a quantized
+ * shortcut folds into the QConv (its R input) with the same results; a channels-last QConv equals
+ * the channels-first one transposed. */
 #include "check.h"
 #include "graph_build.h"
 
@@ -140,6 +142,70 @@ static void test_qconv_attributes_checked(void) {
     kiln_tensor_release(&x), kiln_tensor_release(&w), kiln_tensor_release(&y);
 }
 
+/* 4-D t [A, B, C, D] (8-bit) as [A, C, D, B] (to_last) or [A, D, B, C]. */
+static kiln_tensor rotate4(const kiln_tensor *t, bool to_last) {
+    const int64_t *d = t->dims;
+    int64_t od[4] = {d[0], to_last ? d[2] : d[3], to_last ? d[3] : d[1], to_last ? d[1] : d[2]};
+    kiln_tensor o = {0};
+    REQUIRE_OK(kiln_tensor_alloc(&o, t->dtype, 4, od));
+    for (int64_t a = 0; a < d[0]; a++)
+        for (int64_t b = 0; b < d[1]; b++)
+            for (int64_t c = 0; c < d[2]; c++)
+                for (int64_t e = 0; e < d[3]; e++) {
+                    int64_t src = ((a * d[1] + b) * d[2] + c) * d[3] + e;
+                    int64_t dst = to_last ? ((a * od[1] + c) * od[2] + e) * od[3] + b : ((a * od[1] + e) * od[2] + b) * od[3] + c;
+                    ((int8_t *)o.data)[dst] = ((const int8_t *)t->data)[src];
+                }
+    return o;
+}
+
+/* kiln.QConv with channels_last = 1 on transposed X, W and R equals the channels-first layer
+ * transposed (strided, padded, with a residual and int8 output). */
+static void test_qconv_channels_last(void) {
+    int64_t xd[4] = {2, 5, 7, 6}, wd[4] = {3, 5, 3, 3}, rd[4] = {2, 3, 4, 3};
+    double xv[2 * 5 * 7 * 6], wv[3 * 5 * 9], rv[2 * 3 * 4 * 3];
+    for (size_t i = 0; i < sizeof xv / sizeof *xv; i++) xv[i] = (double)((int)(i * 37 % 255) - 128);
+    for (size_t i = 0; i < sizeof wv / sizeof *wv; i++) wv[i] = (double)((int)(i * 53 % 255) - 127);
+    for (size_t i = 0; i < sizeof rv / sizeof *rv; i++) rv[i] = (double)((int)(i * 29 % 255) - 128);
+    kiln_tensor x = make(KILN_I8, 4, xd, xv), w = make(KILN_I8, 4, wd, wv), r = make(KILN_I8, 4, rd, rv);
+    kiln_node *nodes[2];
+    for (int cl = 0; cl < 2; cl++) {
+        kiln_node *n = nodes[cl] = make_node(KILN_FUSED_DOMAIN, "QConv", 4, 1);
+        kiln_node_add_attr(g_nodes, n, "x_scale", KILN_ATTR_FLOAT)->f = 0.05f;
+        kiln_attr *ws = kiln_node_add_attr(g_nodes, n, "w_scale", KILN_ATTR_FLOATS);
+        ws->floats = kiln_graph_alloc(g_nodes, sizeof *ws->floats);
+        REQUIRE_OK(ws->floats ? KILN_OK : KILN_ERR_OUT_OF_MEMORY);
+        ws->floats[0] = 0.002f;
+        ws->n = 1;
+        kiln_node_add_attr(g_nodes, n, "r_scale", KILN_ATTR_FLOAT)->f = 0.03f;
+        kiln_node_add_attr(g_nodes, n, "y_dtype", KILN_ATTR_INT)->i = KILN_I8;
+        kiln_node_add_attr(g_nodes, n, "y_scale", KILN_ATTR_FLOAT)->f = 0.05f;
+        kiln_attr *st = kiln_node_add_attr(g_nodes, n, "strides", KILN_ATTR_INTS); /* filled before the next add */
+        st->ints = kiln_graph_alloc(g_nodes, 2 * sizeof *st->ints);
+        REQUIRE_OK(st->ints ? KILN_OK : KILN_ERR_OUT_OF_MEMORY);
+        st->ints[0] = st->ints[1] = 2;
+        st->n = 2;
+        kiln_attr *pads = kiln_node_add_attr(g_nodes, n, "pads", KILN_ATTR_INTS);
+        pads->ints = kiln_graph_alloc(g_nodes, 4 * sizeof *pads->ints);
+        REQUIRE_OK(pads->ints ? KILN_OK : KILN_ERR_OUT_OF_MEMORY);
+        pads->ints[0] = 1, pads->ints[1] = 0, pads->ints[2] = 1, pads->ints[3] = 1;
+        pads->n = 4;
+        if (cl) kiln_node_add_attr(g_nodes, n, "channels_last", KILN_ATTR_INT)->i = 1;
+    }
+    kiln_tensor xl = rotate4(&x, true), wl = rotate4(&w, true), rl = rotate4(&r, true), y = {0}, yl = {0};
+    kiln_tensor *in[4] = {&x, &w, NULL, &r}, *inl[4] = {&xl, &wl, NULL, &rl}, *out[1] = {&y}, *outl[1] = {&yl};
+    CHECK_OK(exec(nodes[0], in, 4, out, 1));
+    CHECK_OK(exec(nodes[1], inl, 4, outl, 1));
+    CHECK(y.ndim == 4 && yl.ndim == 4 && y.dims[1] == 3 && y.dims[2] == 4 && y.dims[3] == 3 && yl.dims[3] == 3);
+    if (y.ndim == 4 && yl.ndim == 4) {
+        kiln_tensor back = rotate4(&yl, false);
+        CHECK(!memcmp(back.data, y.data, (size_t)kiln_tensor_numel(&y)));
+        kiln_tensor_release(&back);
+    }
+    kiln_tensor_release(&x), kiln_tensor_release(&w), kiln_tensor_release(&r), kiln_tensor_release(&xl);
+    kiln_tensor_release(&wl), kiln_tensor_release(&rl), kiln_tensor_release(&y), kiln_tensor_release(&yl);
+}
+
 /* x -> Q -> DQ -> Conv(DQ(W int8 per channel), B) -> Relu -> Q -> DQ -> y. xs_const: whether the input
  * scale of the first DequantizeLinear is a constant (else a graph input: the pattern cannot fold). */
 static kiln_graph *qdq_conv_graph(bool xs_const) {
@@ -181,6 +247,61 @@ static void test_fuse_qdq(void) {
     kiln_graph_free(dyn);
 }
 
+/* x -> Q -> DQ -> Conv(DQ(W int8, zero point wz), B) -> Add(DQ(Q(r)), or r itself when !quantized) ->
+ * Relu -> Q -> DQ -> y: ResNet's residual block end, its shortcut quantized or float. */
+static kiln_graph *qdq_residual_graph(double wz, bool quantized) {
+    begin(21);
+    int64_t xd[4] = {2, 4, 5, 5}, wd[4] = {4, 4, 3, 3}, m = 4;
+    int x = input("x", KILN_F32, 4, xd), r = input("r", KILN_F32, 4, xd);
+    int xs = scalar(0.02), rs = scalar(0.03), z = constant(KILN_I8, 0, NULL, (double[]){0}, 0, 0);
+    int xdq = node_n("DequantizeLinear", 3, (int[]){node_n("QuantizeLinear", 3, (int[]){x, xs, z}, 1), xs, z}, 1);
+    int rdq = quantized ? node_n("DequantizeLinear", 3, (int[]){node_n("QuantizeLinear", 3, (int[]){r, rs, z}, 1), rs, z}, 1)
+                        : r;
+    int w = constant(KILN_I8, 4, wd, NULL, -127, 127);
+    int wsc = constant(KILN_F32, 1, &m, NULL, 0.01, 0.02), wzc = constant(KILN_I8, 1, &m, (double[]){wz, wz, wz, wz}, 0, 0);
+    int wdq = node_n("DequantizeLinear", 3, (int[]){w, wsc, wzc}, 1);
+    attr_int("axis", 0);
+    int c = node_n("Conv", 3, (int[]){xdq, wdq, constant(KILN_F32, 1, &m, NULL, -0.5, 0.5)}, 1);
+    attr_ints("pads", 4, (int64_t[]){1, 1, 1, 1});
+    int y = op1("Relu", op2("Add", c, rdq));
+    int ys = scalar(0.05);
+    output(node_n("DequantizeLinear", 3, (int[]){node_n("QuantizeLinear", 3, (int[]){y, ys, z}, 1), ys, z}, 1));
+    return finish();
+}
+
+/* The residual Add folds into the QConv (input R, r_scale) with its ReLU and QuantizeLinear, and the
+ * CPU kernel's results equal the unfolded graph's; so does a float shortcut (no r_scale); with
+ * asymmetric weights it does not fold. */
+static void test_fuse_qdq_residual(void) {
+    kiln_graph *ref = qdq_residual_graph(0, true), *opt = qdq_residual_graph(0, true);
+    bool changed = false;
+    REQUIRE_OK(kiln_pass_fuse_qdq(opt, &changed));
+    REQUIRE_OK(kiln_graph_infer_shapes(opt));
+    CHECK(changed && count_op(opt, "QConv") == 1 && count_op(opt, "Add") == 0 && count_op(opt, "Relu") == 0);
+    for (int i = 0; i < opt->nnodes; i++)
+        if (!strcmp(opt->nodes[i].op_type, "QConv")) {
+            CHECK(opt->nodes[i].ninputs == 4);
+            CHECK_NEAR(kiln_attr_float(&opt->nodes[i], "r_scale", 0.0f), 0.03, 1e-9);
+        }
+    check_same_outputs("fuse_qdq residual", ref, "unfolded graph", opt, "folded graph", 1e-6);
+    kiln_graph_free(ref);
+    kiln_graph_free(opt);
+    ref = qdq_residual_graph(0, false), opt = qdq_residual_graph(0, false);
+    REQUIRE_OK(kiln_pass_fuse_qdq(opt, &changed));
+    REQUIRE_OK(kiln_graph_infer_shapes(opt));
+    CHECK(changed && count_op(opt, "QConv") == 1 && count_op(opt, "Add") == 0 && count_op(opt, "Relu") == 0);
+    for (int i = 0; i < opt->nnodes; i++)
+        if (!strcmp(opt->nodes[i].op_type, "QConv"))
+            CHECK(opt->nodes[i].ninputs == 4 && !kiln_node_attr(&opt->nodes[i], "r_scale"));
+    check_same_outputs("fuse_qdq float residual", ref, "unfolded graph", opt, "folded graph", 1e-6);
+    kiln_graph_free(ref);
+    kiln_graph_free(opt);
+    kiln_graph *asym = qdq_residual_graph(3, true);
+    REQUIRE_OK(kiln_pass_fuse_qdq(asym, &changed));
+    CHECK(changed && count_op(asym, "QConv") == 1 && count_op(asym, "Add") == 1);
+    kiln_graph_free(asym);
+}
+
 int main(void) {
     g_nodes = kiln_graph_create();
     REQUIRE_OK(g_nodes ? KILN_OK : KILN_ERR_OUT_OF_MEMORY);
@@ -189,6 +310,8 @@ int main(void) {
     test_integer_sum_extremes();
     test_qconv_attributes_checked();
     test_fuse_qdq();
+    test_fuse_qdq_residual();
+    test_qconv_channels_last();
     kiln_graph_free(g_nodes);
     return checks_report("test_quant");
 }

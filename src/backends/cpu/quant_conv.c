@@ -123,6 +123,7 @@ typedef struct qconv_args {
     int32_t zx;
     quant_zp zw;              /* per output channel */
     const quant_epilogue *ep; /* NULL: int32 output */
+    const kiln_tensor *r;     /* kiln.QConv's residual (ep->residual's tensor) or NULL */
 } qconv_args;
 
 /* Computes y (allocated here: int32, or the epilogue's dtype) = the convolution of q. */
@@ -132,6 +133,9 @@ static kiln_status qconv_run(const kiln_node *n, const qconv_args *q, kiln_tenso
     if (q->zw.n > 1 && q->zw.n != g.M)
         return kiln_error(KILN_ERR_SHAPE, "%s: %lld weight zero points for %lld output channels", n->op_type,
                           (long long)q->zw.n, (long long)g.M);
+    if (q->r && kiln_tensor_numel(q->r) != g.N * g.M * g.P)
+        return kiln_error(KILN_ERR_SHAPE, "%s: the residual R has %lld elements, the output %lld", n->op_type,
+                          (long long)kiln_tensor_numel(q->r), (long long)(g.N * g.M * g.P));
     KILN_TRY(kiln_tensor_alloc_uninit(y, q->ep ? q->ep->y_dtype : KILN_I32, g.ndim, g.odims));
     if (g.N * g.M * g.P == 0) return KILN_OK;
     int16_t *wp = malloc((size_t)(g.M * g.Kc + 1) * sizeof *wp), *col = malloc((size_t)(g.P * g.Kc + 1) * sizeof *col);
@@ -227,25 +231,78 @@ NN_EXEC(kiln_cpu_qlinear_conv) {
     return run_with_zw_tensor(n, &q, zw, out[0]);
 }
 
-/* kiln.QConv: X, W, B (optional float32 [M]); parameters in attributes. */
+/* kiln.QConv channels-first: X, W, B (optional float32 [M]), R (optional residual, 8-bit or float32,
+ * Y's shape) into y. */
+static kiln_status qconv_layer(const kiln_node *n, const kiln_quant_layer *ql, const kiln_tensor *x,
+                               const kiln_tensor *w, const kiln_tensor *bias, const kiln_tensor *r, kiln_tensor *y) {
+    KILN_TRY(require_8bit_operands(n, x, w));
+    int64_t M = w->ndim > 0 ? w->dims[0] : 0;
+    KILN_TRY(quant_layer_zero_points_check(n, ql->x_zero_point, x->dtype, ql->w_zero_point, ql->nwzp, w->dtype));
+    if (ql->nw != 1 && ql->nw != M)
+        return kiln_error(KILN_ERR_SHAPE, "QConv: %d weight scales for %lld output channels", ql->nw, (long long)M);
+    if (bias && (bias->dtype != KILN_F32 || kiln_tensor_numel(bias) != M))
+        return kiln_error(KILN_ERR_SHAPE, "QConv: the bias must be float32 with %lld elements", (long long)M);
+    bool r_float = r && r->dtype == KILN_F32;
+    if (r && ((!r_float && r->dtype != KILN_I8 && r->dtype != KILN_U8) || (!r_float) != (ql->r_scale > 0.0f)))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "QConv: the residual R must be int8 or uint8 with r_scale, or float32 "
+                          "without (is %s)", kiln_dtype_name(r->dtype));
+    quant_epilogue ep = {.x_scale = ql->x_scale, .w_scale = ql->w_scale, .nw = ql->nw, .bias = bias ? bias->data : NULL,
+                         .act = ql->act, .y_dtype = ql->y_dtype, .y_scale = ql->y_scale, .y_zero_point = ql->y_zero_point,
+                         .residual = r ? r->data : NULL, .r_dtype = r ? r->dtype : KILN_UNDEFINED,
+                         .r_scale = ql->r_scale, .r_zero_point = ql->r_zero_point};
+    qconv_args q = {.x = x, .w = w, .zx = ql->x_zero_point, .ep = &ep, .r = r};
+    kiln_status s = quant_zp_from_ints(ql->w_zero_point, ql->nwzp, &q.zw);
+    if (s == KILN_OK) s = qconv_run(n, &q, y);
+    quant_zp_free(&q.zw);
+    return s;
+}
+
+/* dst = src (4-D) with its axes permuted: dst dim i is src dim perm[i]; any element size. */
+static kiln_status permute4(const kiln_tensor *src, const int *perm, kiln_tensor *dst) {
+    int64_t dims[4], sstr[4], st[4];
+    kiln_strides(4, src->dims, sstr);
+    for (int i = 0; i < 4; i++) {
+        dims[i] = src->dims[perm[i]];
+        st[i] = sstr[perm[i]];
+    }
+    KILN_TRY(kiln_tensor_alloc(dst, src->dtype, 4, dims));
+    size_t es = kiln_dtype_size(src->dtype);
+    const char *s = src->data;
+    char *d = dst->data;
+    for (int64_t a = 0; a < dims[0]; a++)
+        for (int64_t b = 0; b < dims[1]; b++)
+            for (int64_t c = 0; c < dims[2]; c++)
+                for (int64_t e = 0; e < dims[3]; e++, d += es)
+                    memcpy(d, s + (size_t)(a * st[0] + b * st[1] + c * st[2] + e * st[3]) * es, es);
+    return KILN_OK;
+}
+
+static const int g_to_first[4] = {0, 3, 1, 2}; /* [N, H, W, C] -> [N, C, H, W]; [M, kH, kW, C] -> [M, C, kH, kW] */
+static const int g_to_last[4] = {0, 2, 3, 1};  /* [N, M, H', W'] -> [N, H', W', M] */
+
+/* kiln.QConv: X, W, B (optional float32 [M]), R (optional residual, 8-bit or float32, Y's shape); parameters in
+ * attributes. With channels_last = 1 (2-D: X [N, H, W, C], W [M, kH, kW, C], R and Y [N, H', W', M])
+ * X, W and R are transposed to channels-first temporaries and the result back: correct rather than
+ * fast, the oracle of the GPU's channels-last kernel. */
 NN_EXEC(kiln_cpu_kiln_qconv) {
     (void)nout;
     KILN_TRY(nn_require_inputs(n, in, nin, 2));
-    const kiln_tensor *x = in[0], *w = in[1], *bias = nin > 2 ? in[2] : NULL;
-    KILN_TRY(require_8bit_operands(n, x, w));
+    const kiln_tensor *x = in[0], *w = in[1], *bias = nin > 2 ? in[2] : NULL, *r = nin > 3 ? in[3] : NULL;
     kiln_quant_layer ql;
     KILN_TRY(kiln_quant_layer_read(n, &ql));
-    int64_t M = w->ndim > 0 ? w->dims[0] : 0;
-    KILN_TRY(quant_layer_zero_points_check(n, ql.x_zero_point, x->dtype, ql.w_zero_point, ql.nwzp, w->dtype));
-    if (ql.nw != 1 && ql.nw != M)
-        return kiln_error(KILN_ERR_SHAPE, "QConv: %d weight scales for %lld output channels", ql.nw, (long long)M);
-    if (bias && (bias->dtype != KILN_F32 || kiln_tensor_numel(bias) != M))
-        return kiln_error(KILN_ERR_SHAPE, "QConv: the bias must be float32 with %lld elements", (long long)M);
-    quant_epilogue ep = {.x_scale = ql.x_scale, .w_scale = ql.w_scale, .nw = ql.nw, .bias = bias ? bias->data : NULL,
-                         .act = ql.act, .y_dtype = ql.y_dtype, .y_scale = ql.y_scale, .y_zero_point = ql.y_zero_point};
-    qconv_args q = {.x = x, .w = w, .zx = ql.x_zero_point, .ep = &ep};
-    kiln_status s = quant_zp_from_ints(ql.w_zero_point, ql.nwzp, &q.zw);
-    if (s == KILN_OK) s = qconv_run(n, &q, out[0]);
-    quant_zp_free(&q.zw);
-    return s;
+    int64_t cl = kiln_attr_int(n, "channels_last", 0);
+    if (cl != 0 && cl != 1)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "QConv: channels_last must be 0 or 1, is %lld", (long long)cl);
+    if (!cl) return qconv_layer(n, &ql, x, w, bias, r, out[0]);
+    if (x->ndim != 4 || w->ndim != 4 || (r && r->ndim != 4))
+        return kiln_error(KILN_ERR_SHAPE, "QConv: channels_last needs 4-D X, W and R, has ranks %d, %d and %d", x->ndim,
+                          w->ndim, r ? r->ndim : 4);
+    kiln_tensor xt = {0}, wt = {0}, rt = {0}, yt = {0};
+    kiln_status st = permute4(x, g_to_first, &xt);
+    if (st == KILN_OK) st = permute4(w, g_to_first, &wt);
+    if (st == KILN_OK && r) st = permute4(r, g_to_first, &rt);
+    if (st == KILN_OK) st = qconv_layer(n, &ql, &xt, &wt, bias, r ? &rt : NULL, &yt);
+    if (st == KILN_OK) st = permute4(&yt, g_to_last, out[0]);
+    kiln_tensor_release(&xt), kiln_tensor_release(&wt), kiln_tensor_release(&rt), kiln_tensor_release(&yt);
+    return st;
 }

@@ -79,6 +79,11 @@ void quant_epilogue_run(const quant_epilogue *ep, int64_t c, const int32_t *acc,
     }
     float sc = ep->x_scale * ws, b = ep->bias ? ep->bias[c] : 0.0f;
     for (int64_t i = 0; i < count; i++) scratch[i] = (float)acc[i] * sc + b;
+    if (ep->residual && ep->r_dtype == KILN_F32) /* the Add of a float residual */
+        for (int64_t i = 0; i < count; i++) scratch[i] += ((const float *)ep->residual)[at + i * stride];
+    else if (ep->residual) /* DequantizeLinear of R, then the Add, in float32 */
+        for (int64_t i = 0; i < count; i++)
+            scratch[i] += (float)(quant_load(ep->residual, ep->r_dtype, at + i * stride) - ep->r_zero_point) * ep->r_scale;
     kiln_cpu_activation_apply(scratch, count, &ep->act);
     if (ep->y_dtype == KILN_F32) {
         float *yf = y;

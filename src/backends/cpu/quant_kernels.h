@@ -53,6 +53,10 @@ typedef struct quant_epilogue {
     kiln_dtype y_dtype;     /* float32, or an 8-bit type */
     float y_scale;
     int32_t y_zero_point;
+    const void *residual;   /* kiln.QConv's R (y's layout) or NULL: 8-bit + r_scale * (R - r_zero_point), float32 + R */
+    kiln_dtype r_dtype;
+    float r_scale;
+    int32_t r_zero_point;
 } quant_epilogue;
 
 /* Applies ep to acc[0..count) of channel c into y (dtype ep->y_dtype) at elements at + i * stride.

@@ -30,12 +30,15 @@
  * float16, the product by the dequantized weights [K, N] in cuBLASLt through matmul.cuh, then bias,
  * activation and output conversion) — and runs the one its recorded tactic names (none: int8).
  *
- * QConv: 1-D and 2-D windows (any pads, strides, dilations, auto_pad, groups: one GEMM per group),
- * NCHW in and out; the im2col rows hold x - 128 for uint8 input and the (shifted) input zero point in
+ * QConv: the implicit-GEMM kernel of qconv_igemm.cu runs every layer it takes (group 1, no weight zero
+ * point, sm_80+; layers with a residual or channels-last tensors only there); the others run here:
+ * 1-D and 2-D windows (any pads, strides, dilations, auto_pad, groups: one GEMM per group), NCHW in
+ * and out; the im2col rows hold x - 128 for uint8 input and the (shifted) input zero point in
  * the padding, so padding contributes nothing after the correction. */
 #include "backends/cuda/activation.cuh"
 #include "backends/cuda/kernel_util.cuh"
 #include "backends/cuda/matmul.cuh"
+#include "backends/cuda/qconv_igemm.h"
 
 #include <stdlib.h>
 
@@ -785,6 +788,11 @@ static kiln_status exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, in
     if (!qg_is_8bit(x->dtype) || !qg_is_8bit(w->dtype) || !w->host || !qg_out_ok(&ql, y->dtype))
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': needs 8-bit X, constant 8-bit W and a %s output", n->op_type,
                           n->name, kiln_dtype_name(ql.y_dtype));
+    if (kiln_cuda_qconv_igemm_takes(n, &ql, x, w, ctx)) return kiln_cuda_qconv_igemm(n, &ql, in, nin, y, ctx);
+    if (qg_input(in, nin, 3) || kiln_attr_int(n, "channels_last", 0))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': a residual input or channels-last tensors need the "
+                          "implicit-GEMM kernel (group 1, symmetric weights, sm_80+, a workspace of one image)",
+                          n->op_type, n->name);
     qg_conv_geom gm;
     KILN_TRY(qg_conv_geom_make(n, x, w, &gm));
     int64_t K = gm.Cg * gm.kh * gm.kw, P = gm.OH * gm.OW;
