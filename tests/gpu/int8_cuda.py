@@ -14,9 +14,9 @@ Asserted per model and build (exit 1 when one fails):
     max error <= 5%, top-1 >= 7 of 8; BERT cosine >= 0.998, max error <= 20%), looser by the 16-bit
     rounding for --int8 --fp16 (ResNet cosine >= 0.999, BERT >= 0.995);
   - the --int8 --fp16 build (tuned, `kiln build`'s default level) times the ResNet's QMatMul's int8
-    kernel against its float16 one and logs the choice ("layer 'X': int8 A ms vs fp16 B ms -> P"; a
-    candidate the tuner drops is "not timed"); the table shows every such choice (BERT's dynamic
-    sequence length leaves its layers untuned).
+    kernel against its float16 one and logs the choice ("layer 'X': int8 A ms vs fp16 B ms -> P");
+    both sides are always timed, so a "not timed" side fails; the table shows every such choice
+    (BERT's dynamic sequence length leaves its layers untuned).
 
 usage: int8_cuda.py [--kiln PATH] [--target cuda] [--workdir DIR] [--json FILE]
 (--target cpu checks this script itself on a machine without a GPU; the --fp16 builds are skipped
@@ -142,6 +142,9 @@ def check_model(kiln, target, kind, workdir, failures):
         if build == "int8+fp16":
             paths = PATH_LINE.findall(r.stderr)
             row["paths"] = " ".join(f"{p[3]} ({p[1]} / {p[2]})" for p in paths) or "untuned"
+            untimed = [p[0] for p in paths if "not timed" in (p[1], p[2])]
+            if untimed:
+                failures.append(f"{kind} {build}: int8-vs-fp16 choice with a side not timed: {', '.join(untimed)}")
             if kind == "resnet" and len(paths) != LAYERS[kind]["QMatMul"]:
                 failures.append(f"{kind} {build}: {len(paths)} int8-vs-fp16 choices logged, expected "
                                 f"{LAYERS[kind]['QMatMul']}")

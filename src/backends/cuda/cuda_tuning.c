@@ -60,6 +60,13 @@ static bool tunable(const kiln_backend_engine *be, const kiln_node *n) {
     return !strcmp(n->op_type, "MatMul") || !strcmp(n->op_type, "Gemm") || !strcmp(n->op_type, "Conv");
 }
 
+/* Whether n is an integer layer (kiln.QMatMul, kiln.QConv) whose int8-or-fp16 choice is timed even
+ * after the build's budget is spent: two candidates, and an int8 path kept untimed may run at half
+ * the fp16 speed. */
+static bool integer_layer(const kiln_node *n) {
+    return n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN) && (!strcmp(n->op_type, "QMatMul") || !strcmp(n->op_type, "QConv"));
+}
+
 static kiln_status tuner_open_locked(kiln_cuda_tuner *t) {
     KILN_CUDA_TRY(cudaSetDevice(t->be->device));
     KILN_TRY(kiln_cuda_env_key(t->be->device, t->env, sizeof t->env));
@@ -202,7 +209,7 @@ static kiln_status tune_layers(kiln_cuda_tuner *t, const kiln_cuda_plan *p, kiln
                      earlier ? "same signature as a layer timed earlier in this build" : "timing cache hit", what);
             continue;
         }
-        if (t->broken || kiln_cuda_now_ms() > t->build_end) {
+        if (t->broken || (kiln_cuda_now_ms() > t->build_end && !integer_layer(n))) {
             st->skipped++;
             st->out_of_budget += !t->broken;
             continue;
