@@ -46,8 +46,9 @@ static const struct {
 /* ---------------------------------------------------------------- set-up */
 
 /* MatMul, Gemm and Conv, the fused GEMMs (fused_epilogue.cu runs matmul.cu's kernel first, with
- * the same tactic, then its epilogue), kiln.QMatMul in float16 engines (quant_gemm.cu: its int8 path
- * against its float16 one, the faster kept; other engines compute no layer in float16) and
+ * the same tactic, then its epilogue), kiln.QMatMul and kiln.QConv in float16 engines (quant_matmul.cu,
+ * quant_conv_f16.cu: the int8 path against the float16 one, the faster kept; other engines compute no
+ * layer in float16) and
  * kiln.FusedConv (conv.cu: the candidates are the algorithms
  * of the call the node makes, cudnnConvolutionBiasActivationForward for activation none or Relu; an
  * identity FusedConv fuses only with IMPLICIT_PRECOMP_GEMM, so its other candidates time the
@@ -55,7 +56,7 @@ static const struct {
 static bool tunable(const kiln_backend_engine *be, const kiln_node *n) {
     if (n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN))
         return !strcmp(n->op_type, "FusedMatMul") || !strcmp(n->op_type, "FusedGemm") || !strcmp(n->op_type, "FusedConv") ||
-               (!strcmp(n->op_type, "QMatMul") && be->float_dtype == KILN_F16);
+               ((!strcmp(n->op_type, "QMatMul") || !strcmp(n->op_type, "QConv")) && be->float_dtype == KILN_F16);
     if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx")) return false;
     return !strcmp(n->op_type, "MatMul") || !strcmp(n->op_type, "Gemm") || !strcmp(n->op_type, "Conv");
 }

@@ -266,10 +266,11 @@ kiln_status kiln_cuda_tune_layer(kiln_cuda_tuner *t, const kiln_cuda_plan *p, in
     void *mem = NULL;
     kiln_status s = scratch_args(t, p, n, args, &mem);
     cd->max = t->candidates;
-    /* kiln.QMatMul prepares its weights in its node state on its first run (quant_gemm.cu): a slot for
-     * this layer's runs keeps them, so that no timed run repeats that work */
+    /* kiln.QMatMul and kiln.QConv prepare their weights in their node state on the first run
+     * (quant_gemm.cu): a slot for this layer's runs keeps them, so that no timed run repeats that work */
     kiln_cuda_node_state *slot = NULL;
-    if (n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN) && !strcmp(n->op_type, "QMatMul")) t->kc.state = &slot;
+    if (n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN) && (!strcmp(n->op_type, "QMatMul") || !strcmp(n->op_type, "QConv")))
+        t->kc.state = &slot;
     size_t ws = t->kc.workspace_bytes;
     t->kc.workspace_bytes = t->max_workspace; /* the libraries then offer, and run, only candidates within it */
     if (s == KILN_OK) {

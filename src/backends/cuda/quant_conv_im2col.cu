@@ -1,6 +1,7 @@
 /* quant_conv_im2col.cu — kiln.QConv (ir/quant_ops.h) on the GPU: 1-D and 2-D windows (any pads, strides,
  * dilations, auto_pad, groups: one GEMM per group), NCHW in and out, as an im2col of int8 rows
- * feeding quant_gemm.cu's exact IMMA GEMM and kiln's requantizing epilogue (quant_kernels.cu). The
+ * feeding quant_gemm.cu's exact IMMA GEMM and kiln's requantizing epilogue (quant_kernels.cu); a
+ * recorded tactic of kind KILN_TACTIC_PATH, algo 1, runs the float16 path (quant_conv_f16.cu). The
  * im2col rows hold x - 128 for uint8 input and the (shifted) input zero point in the padding, so
  * padding contributes nothing after the correction. */
 #include "backends/cuda/quant_gemm.cuh"
@@ -51,6 +52,9 @@ static kiln_status qg_conv_geom_make(const kiln_node *n, const kiln_cuda_tensor 
 kiln_status kiln_qg_exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
                                int nout, kiln_cuda_ctx *ctx) {
     (void)nout;
+    if (ctx->candidates) return kiln_qg_list_paths(ctx);
+    bool f16;
+    KILN_TRY(kiln_qg_wants_f16(n, ctx, &f16));
     const kiln_cuda_tensor *x = &in[0], *w = &in[1], *y = &out[0];
     kiln_quant_layer ql;
     KILN_TRY(kiln_quant_layer_read(n, &ql));
@@ -69,6 +73,7 @@ kiln_status kiln_qg_exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, i
     qg_state *st;
     bool temp;
     KILN_TRY(kiln_qg_state_get(n, &ql, &hw, bias, x->dtype, K, gm.Mg, gm.group, ctx, &st, &temp));
+    if (f16) return kiln_qg_finish(st, temp, kiln_qg_conv_f16(n, &ql, st, &hw, bias, x, w, gm, y, ctx), ctx);
     size_t lt_bytes = kiln_qg_lt_bytes(ctx);
     int64_t chunk = 0;
     kiln_status s = gm.N > 0 && P > 0 && gm.M > 0 ? kiln_qg_chunk_units(n, st, gm.N, P, true, lt_bytes, ctx, &chunk) : KILN_OK;

@@ -61,6 +61,7 @@ static void qg_state_destroy(kiln_cuda_node_state *base) {
     for (int i = 0; i < QG_CALLS; i++) qg_call_clear(&st->calls[i]);
     if (st->dev) cudaFree(st->dev);
     if (st->w16) cudaFree(st->w16);
+    if (st->conv16) st->conv16->destroy(st->conv16);
     free(st);
 }
 
@@ -422,6 +423,31 @@ size_t kiln_qg_lt_bytes(const kiln_cuda_ctx *ctx) {
 }
 
 /* ---------------------------------------------------------------- helpers of both layers */
+
+kiln_status kiln_qg_list_paths(kiln_cuda_ctx *ctx) {
+    kiln_cuda_candidates *cd = ctx->candidates;
+    if (cd->done) return KILN_OK;
+    cd->done = true;
+    cd->count = 0;
+    for (int path = 0; path < 2 && cd->count < cd->max; path++) {
+        kiln_tactic *t = &cd->list[cd->count++];
+        memset(t, 0, sizeof *t);
+        t->kind = KILN_TACTIC_PATH;
+        t->algo = path;
+        t->heuristic_index = path;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_qg_wants_f16(const kiln_node *n, kiln_cuda_ctx *ctx, bool *f16) {
+    *f16 = false;
+    if (!ctx->tactic) return KILN_OK;
+    if (ctx->tactic->kind == KILN_TACTIC_PATH && (ctx->tactic->algo == 0 || ctx->tactic->algo == 1)) {
+        *f16 = ctx->tactic->algo == 1;
+        return KILN_OK;
+    }
+    return kiln_cuda_tactic_rejected(n, ctx, "not an integer layer's int8 / fp16 choice");
+}
 
 const kiln_cuda_tensor *kiln_qg_input(const kiln_cuda_tensor *in, int nin, int i) {
     return i < nin && !ku_absent(&in[i]) ? &in[i] : NULL;

@@ -85,8 +85,11 @@ typedef struct qg_state {
     int next_call;
     qg_fused_state fused;    /* whether the fused call runs (decided on the first run) */
     bool fallback_logged;    /* the CUDA-core product's warning was given */
-    __half *w16;             /* QMatMul's float16 path: w_scale[c] (w - w_zero_point[c]) as [K, N], made on
-                              * its first use */
+    __half *w16;             /* the float16 path's weights w_scale[c] (w - w_zero_point[c]): QMatMul [K, N],
+                              * QConv [M, Cg, taps]; made on its first use */
+    __half *b16;             /* QConv's float16 path: the bias in float16, inside w16's allocation (NULL
+                              * without one) */
+    kiln_cuda_node_state *conv16; /* QConv's float16 path: the state of its cuDNN convolution (conv.cu) */
 } qg_state;
 
 /* A layer's weights as its host copy holds them: QMatMul [K, N], QConv [M, Cg, taps] (weight k of
@@ -159,7 +162,23 @@ bool kiln_qg_out_ok(const kiln_quant_layer *ql, kiln_dtype t);
  * constant bias when present, valid attributes, an output of the layer's y_dtype (or a float type). */
 kiln_status kiln_qg_supports(const kiln_graph *g, const kiln_node *n, int weight_rank_lo, int weight_rank_hi);
 
-/* ---------------------------------------------------------------- quant_conv_im2col.cu */
+/* The candidates of an integer layer for the tuner (ctx->candidates): tactics of kind
+ * KILN_TACTIC_PATH, algo 0 its int8 path (the default), algo 1 its float16 one. */
+kiln_status kiln_qg_list_paths(kiln_cuda_ctx *ctx);
+
+/* Whether ctx's tactic asks for the float16 path (a tactic of another kind is rejected: the int8 path
+ * runs, or, while tuning, the call fails). */
+kiln_status kiln_qg_wants_f16(const kiln_node *n, kiln_cuda_ctx *ctx, bool *f16);
+
+/* ---------------------------------------------------------------- quant_conv_im2col.cu, quant_conv_f16.cu */
+
+/* QConv's float16 path, the tuner's alternative to its int8 one: x dequantized to float16, cuDNN's
+ * float16 convolution by the dequantized weights with the bias and activation (conv.cu, its state in
+ * st->conv16), then the output conversion (int8 / uint8 quantized as the exact path does, or the float
+ * type), in chunks of images that fit half the workspace. */
+kiln_status kiln_qg_conv_f16(const kiln_node *n, const kiln_quant_layer *ql, qg_state *st, const qg_host_weights *w,
+                             const kiln_cuda_tensor *bias, const kiln_cuda_tensor *x, const kiln_cuda_tensor *wt,
+                             const qg_conv_geom &gm, const kiln_cuda_tensor *y, kiln_cuda_ctx *ctx);
 
 /* kiln.QConv's exec function (kiln_cuda_kernels_quant, in quant_matmul.cu, lists it). */
 kiln_status kiln_qg_exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,

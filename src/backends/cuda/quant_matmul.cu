@@ -13,34 +13,6 @@
 
 #include <stdlib.h>
 
-/* The candidates of a QMatMul for the tuner: its int8 path (the default) and its float16 one. */
-static kiln_status qg_list_paths(kiln_cuda_ctx *ctx) {
-    kiln_cuda_candidates *cd = ctx->candidates;
-    if (cd->done) return KILN_OK;
-    cd->done = true;
-    cd->count = 0;
-    for (int path = 0; path < 2 && cd->count < cd->max; path++) {
-        kiln_tactic *t = &cd->list[cd->count++];
-        memset(t, 0, sizeof *t);
-        t->kind = KILN_TACTIC_PATH;
-        t->algo = path;
-        t->heuristic_index = path;
-    }
-    return KILN_OK;
-}
-
-/* Whether ctx's tactic asks for the float16 path (a tactic of another kind is rejected: the int8 path
- * runs, or, while tuning, the call fails). */
-static kiln_status qg_wants_f16(const kiln_node *n, kiln_cuda_ctx *ctx, bool *f16) {
-    *f16 = false;
-    if (!ctx->tactic) return KILN_OK;
-    if (ctx->tactic->kind == KILN_TACTIC_PATH && (ctx->tactic->algo == 0 || ctx->tactic->algo == 1)) {
-        *f16 = ctx->tactic->algo == 1;
-        return KILN_OK;
-    }
-    return kiln_cuda_tactic_rejected(n, ctx, "not an integer layer's int8 / fp16 choice");
-}
-
 /* st->w16 from the weights' host copy, once. */
 static kiln_status qg_prepare_f16(const kiln_node *n, const kiln_quant_layer *ql, const qg_host_weights *w, int64_t K,
                                   qg_state *st) {
@@ -145,9 +117,9 @@ static kiln_status qg_run_int8(const kiln_node *n, const kiln_quant_layer *ql, q
 static kiln_status exec_qmatmul(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
                                 int nout, kiln_cuda_ctx *ctx) {
     (void)nout;
-    if (ctx->candidates) return qg_list_paths(ctx);
+    if (ctx->candidates) return kiln_qg_list_paths(ctx);
     bool f16;
-    KILN_TRY(qg_wants_f16(n, ctx, &f16));
+    KILN_TRY(kiln_qg_wants_f16(n, ctx, &f16));
     const kiln_cuda_tensor *a = &in[0], *w = &in[1], *y = &out[0];
     kiln_quant_layer ql;
     KILN_TRY(kiln_quant_layer_read(n, &ql));
