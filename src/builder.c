@@ -63,12 +63,14 @@ static const pass_step g_cleanup[] = {
 };
 
 /* Fusions, in this order: BatchNorm into its Conv before the Conv takes its epilogue; GELU before
- * the epilogue fusion, which takes Gelu as an activation; attention before the epilogue fusion, so
+ * the epilogue fusion, which takes Gelu as an activation, and before an integer layer takes a Gelu
+ * and the QuantizeLinear after it (fuse_qdq_output); attention before the epilogue fusion, so
  * that the mask Add after the scores MatMul is not taken for a residual; elementwise chains last,
  * over whatever the pattern fusions left. */
 static const pass_step g_fusions[] = {
     {"fuse_conv_bn", kiln_pass_fuse_conv_bn, NULL},
     {"fuse_gelu", kiln_pass_fuse_gelu, NULL},
+    {"fuse_qdq_output", kiln_pass_fuse_qdq_output, g_qdq_ops},
     {"fuse_norm", kiln_pass_fuse_norm, NULL},
     {"fuse_attention", kiln_pass_fuse_attention, g_attention_ops},
     {"fuse_epilogue", kiln_pass_fuse_epilogue, g_epilogue_ops},

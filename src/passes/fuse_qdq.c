@@ -15,6 +15,10 @@
  * activation is Relu or Clip with constant bounds, taken only when it is the layer's sole reader.
  * Every DequantizeLinear / QuantizeLinear outside these patterns stays and runs as written.
  *
+ * kiln_pass_fuse_qdq_output runs later, after fuse_gelu: a float integer layer followed by Gelu and
+ * a QuantizeLinear (BERT's FFN: the erf GELU is written out element by element until fuse_gelu)
+ * takes both into its epilogue and writes the 8-bit output itself.
+ *
  * This pass runs before constant folding (which would otherwise turn the weights' DequantizeLinear
  * into float32 constants). */
 #include "passes/passes.h"
@@ -249,6 +253,52 @@ static kiln_status try_fold(pass_ctx *c, int layer, layer_kind kind) {
     if (st == KILN_OK && yt != KILN_F32) st = pass_attr_int(g, q, "y_zero_point", yz);
     free(wsc), free(wzp);
     return st;
+}
+
+/* An integer layer that writes float32 with no activation of its own (what try_fold leaves when a
+ * Gelu pattern, fused only later, stood between it and the QuantizeLinear). */
+static bool float_integer_layer(const kiln_node *n) {
+    return pass_alive(n) && n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN) &&
+           (!strcmp(n->op_type, "QMatMul") || !strcmp(n->op_type, "QConv")) &&
+           kiln_attr_int(n, "y_dtype", KILN_F32) == KILN_F32 && !kiln_node_attr(n, "activation");
+}
+
+/* Folds Gelu -> QuantizeLinear after float integer layer `layer` into it, when both are sole readers. */
+static kiln_status try_fold_output(pass_ctx *c, int layer) {
+    kiln_graph *g = c->g;
+    int y = g->nodes[layer].outputs[0], act = pass_sole_consumer(c, y);
+    if (act < 0 || !pass_is_op(&g->nodes[act], "Gelu") || g->nodes[act].inputs[0] != y) return KILN_OK;
+    int yg = g->nodes[act].outputs[0], q = pass_sole_consumer(c, yg);
+    float ys = 0.0f;
+    int64_t yz = 0;
+    kiln_dtype yt = KILN_F32;
+    if (q < 0 || g->nodes[q].inputs[0] != yg || !match_q(c, q, &ys, &yz, &yt)) return KILN_OK;
+    int set[3] = {layer, act, q};
+    if (!pass_closed(c, set, 3, q)) return KILN_OK;
+    bool tanh = !strcmp(kiln_attr_string(&g->nodes[act], "approximate", "none"), "tanh");
+    const kiln_node *n = &g->nodes[layer];
+    int ins[3] = {n->inputs[0], n->inputs[1], n->ninputs > 2 ? n->inputs[2] : -1};
+    int nin = n->ninputs > 2 && n->inputs[2] >= 0 ? 3 : 2;
+    const char *op = n->op_type, *name = n->name; /* arena strings: they outlive the rewrite */
+    char detail[64];
+    snprintf(detail, sizeof detail, "Gelu and %s output in the epilogue", kiln_dtype_name(yt));
+    kiln_node *out;
+    KILN_TRY(pass_rewrite(c, set, 3, q, KILN_FUSED_DOMAIN, op, KILN_FUSED_OPSET, name, nin, ins, layer, detail, &out));
+    for (int i = 0; i < out->nattrs; i++) /* the copy's y_dtype: the QuantizeLinear's type now */
+        if (!strcmp(out->attrs[i].name, "y_dtype")) out->attrs[i].i = yt;
+    kiln_activation kind = tanh ? KILN_ACT_GELU_TANH : KILN_ACT_GELU;
+    KILN_TRY(pass_attr_string(g, out, "activation", kiln_activation_name(kind)));
+    KILN_TRY(pass_attr_float(g, out, "y_scale", ys));
+    return pass_attr_int(g, out, "y_zero_point", yz);
+}
+
+kiln_status kiln_pass_fuse_qdq_output(kiln_graph *g, bool *changed) {
+    pass_ctx c;
+    KILN_TRY(pass_begin(&c, g, "fuse_qdq_output"));
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < g->nnodes && st == KILN_OK; i++)
+        if (float_integer_layer(&g->nodes[i])) st = try_fold_output(&c, i);
+    return pass_end(&c, st, changed);
 }
 
 kiln_status kiln_pass_fuse_qdq(kiln_graph *g, bool *changed) {
