@@ -796,6 +796,11 @@ const op_case kiln_op_cases[] = {
      "y_scale=0.04", 0, 0},
     {"kiln.QMatMul", "i8[4,32]{-128,128} Ki8[32,10]{-127,128} Kf[10]", "x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05",
      0, 0},
+    /* kiln.F8MatMul (ir/quant_ops.h): A rounded to E4M3, cuBLASLt's FP8 GEMM with the per-tensor scales
+     * and the bias epilogue, against the CPU reference; weight codes all positive (0..126) or all
+     * negative (128..254: no NaN code); K and N multiples of 16, and not (padded rows, D copied out) */
+    {"kiln.F8MatMul", "f[2,7,64]{-4,4} Ku8[64,32]{0,127} Kf[32]", "x_scale=0.02 w_scale=0.001", 0, 0},
+    {"kiln.F8MatMul", "f[5,40]{-4,4} Ku8[40,20]{128,255}", "x_scale=0.01 w_scale=0.002", 0, 0},
     {"kiln.QConv", "i8[2,8,15,15]{-128,128} Ki8[4,8,3,3]{-127,128} Kf[4]",
      "pads=[1,1,1,1] x_scale=0.05 w_scale=[0.002,0.003,0.001,0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
     {"kiln.QConv", "u8[2,6,11,11]{0,256} Ki8[8,3,3,3]{-127,128} Kf[8]",
@@ -870,6 +875,8 @@ const op_case kiln_perf_cases[] = {
     {"kiln.QMatMul", "i8[4096,768]{-128,128} Ki8[768,3072]{-127,128} Kf[3072]",
      "x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Gelu'", 0, 0},
     {"kiln.QMatMul", "i8[4096,3072]{-128,128} Ki8[3072,768]{-127,128} Kf[768]", "x_scale=0.05 w_scale=[0.002]", 0, 0},
+    /* BERT-base's FFN GEMM in FP8 (compare with the QMatMul and float rows) */
+    {"kiln.F8MatMul", "f[4096,768]{-2,2} Ku8[768,3072]{0,127} Kf[3072]", "x_scale=0.01 w_scale=0.001", 0, 0},
     /* BERT-base's attention projections (int8 in and out: requantized inside the GEMM) */
     {"kiln.QMatMul", "i8[4096,768]{-128,128} Ki8[768,768]{-127,128} Kf[768]",
      "x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05", 0, 0},
