@@ -110,11 +110,14 @@ int kiln_cmd_build(int argc, char **argv) {
         }
     }
     if (!rc && !model) rc = cli_usage_error("build ", "a model file is required");
-    bool int8_rule = false;
-    for (int i = 0; i < b.o.nlayer_precisions; i++) int8_rule |= b.o.layer_precisions[i].precision == KILN_PRECISION_INT8;
-    if (!rc && !b.o.int8 && !int8_rule && (b.o.calib_dir || b.o.calib_cache || b.o.calibrator || b.o.calib_batches))
-        rc = cli_usage_error("build ", "--calib, --calib-cache, --calibrator and --calib-batches go with --int8 (or a "
-                             "--layer-precision PATTERN:int8 rule)");
+    bool quant_rule = false; /* an int8 or fp8 rule: calibrated too */
+    for (int i = 0; i < b.o.nlayer_precisions; i++)
+        quant_rule |= b.o.layer_precisions[i].precision == KILN_PRECISION_INT8 ||
+                      b.o.layer_precisions[i].precision == KILN_PRECISION_FP8;
+    if (!rc && !b.o.int8 && !b.o.fp8 && !quant_rule &&
+        (b.o.calib_dir || b.o.calib_cache || b.o.calibrator || b.o.calib_batches))
+        rc = cli_usage_error("build ", "--calib, --calib-cache, --calibrator and --calib-batches go with --int8 or --fp8 "
+                             "(or a --layer-precision PATTERN:int8|fp8 rule)");
     if (!rc && !b.o.int8 && (b.o.keep_sensitive || b.o.quantize_ends))
         rc = cli_usage_error("build ", "--keep-sensitive and --quantize-ends go with --int8");
     char hf_config[4096];
