@@ -77,3 +77,10 @@ int kiln_graph_int8_layers(const kiln_graph *g) {
     }
     return n;
 }
+
+int kiln_graph_fp8_layers(const kiln_graph *g) {
+    int n = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        n += g->nodes[i].domain && !strcmp(g->nodes[i].domain, KILN_FUSED_DOMAIN) && !strcmp(g->nodes[i].op_type, "F8MatMul");
+    return n;
+}

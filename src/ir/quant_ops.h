@@ -68,6 +68,9 @@ kiln_status kiln_fp8_layer_read(const kiln_node *n, kiln_fp8_layer *q);
 /* How many integer layers (kiln.QConv, kiln.QMatMul) graph g holds. */
 int kiln_graph_int8_layers(const kiln_graph *g);
 
+/* How many FP8 layers (kiln.F8MatMul) graph g holds. */
+int kiln_graph_fp8_layers(const kiln_graph *g);
+
 /* Whether QuantizeLinear / DequantizeLinear compute in type t (int8, uint8, int16, uint16). */
 bool kiln_quant_dtype_ok(kiln_dtype t);
 

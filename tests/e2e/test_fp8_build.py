@@ -2,7 +2,8 @@
 encoder's MatMul / Gemm layers (13) and the ResNet-style CNN's Gemm head become kiln.F8MatMul (E4M3
 activations and weights, per-tensor scales from the --int8 calibration), the CNN's convolutions stay
 float32; the engines' accuracy against the float32 model in onnxruntime on held-out inputs; a cache
-written by an --int8 build serves an --fp8 one; --layer-precision PATTERN:fp8 picks layers.
+written by an --int8 build serves an --fp8 one; --layer-precision PATTERN:fp8 picks layers; kiln
+compare --fp8 reports the FP8 engine's error.
 
 Accuracy bounds (E4M3 keeps 3 mantissa bits, so looser than int8's per-channel weights on these
 random-weight models): ResNet cosine >= 0.999, top-1 >= 7 of 8; BERT cosine >= 0.99 per output."""
@@ -87,3 +88,13 @@ def test_fp8_from_int8_cache_and_rules(kiln, tmp_path, calibrated):
     assert layers(kiln, mixed, "F8MatMul") == 1 and layers(kiln, mixed, "QConv") == 6
     assert layers(kiln, mixed, "QMatMul") == 0
     assert_error(run_kiln(kiln, "build", model, "-o", tmp_path / "x.kiln", "--fp8"), mentions=["--fp8", "--calib"])
+
+
+def test_compare_fp8(kiln, tmp_path, calibrated):
+    """kiln compare --fp8 builds the FP8 engine and reports its error against fp32, naming its layers."""
+    model, calib = calibrated["resnet"]
+    held_out = tmp_path / "held_out.npy"
+    np.save(held_out, models.make_inputs("resnet", 8, seed=999)["input"])
+    proc = run_kiln(kiln, "compare", model, "--fp8", "--calib", calib, "--atol", "0.5", "--input", f"input={held_out}")
+    assert_ok(proc)
+    assert "1 fp8 layer" in proc.stdout and "PASS" in proc.stdout, proc.stdout
