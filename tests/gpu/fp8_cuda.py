@@ -5,6 +5,9 @@ compared with the CPU FP8 engine:
   - the build logs "fp8: N layers in E4M3" and `kiln inspect` lists N F8MatMul layers (BERT 13, the
     CNN's Gemm head 1) — on a GPU below compute capability 8.9 the build must log instead that it has
     no FP8 tensor cores, and the engines then hold no F8MatMul (checked the same way);
+  - the --fp8 --fp16 build (tuned, `kiln build`'s default level) times the CNN's F8MatMul's FP8 GEMM
+    against its float16 one and logs the choice ("layer 'X': fp8 A ms vs fp16 B ms -> P", both timed;
+    BERT's dynamic sequence length leaves its layers untuned);
   - against the CPU FP8 engine: cosine similarity >= 0.9999 (--fp8: the same E4M3 operands, only the
     float32 summation order differs) and >= 0.995 (--fp8 --fp16: A rounded to E4M3 from float16, the
     other layers in float16).
@@ -15,6 +18,7 @@ status 0 (all pass), 1 (a check failed), 77 (no GPU: the target build says so).
 """
 import argparse
 import os
+import re
 import sys
 import tempfile
 
@@ -27,6 +31,7 @@ from int8_cuda import NO_GPU, first_error_line, kiln_run, models, run_engine, si
 LAYERS = {"resnet": 1, "bert": 13}
 HELD_OUT = {"resnet": dict(batch=8, seq=None), "bert": dict(batch=4, seq=16)}
 VS_CPU = {"fp8": 0.9999, "fp8+fp16": 0.995}
+PATH_LINE = re.compile(r"layer '(.+)': fp8 ([0-9.]+ ms|not timed) vs fp16 ([0-9.]+ ms|not timed) -> (fp8|fp16)")
 
 
 def f8_layers(kiln, engine):
@@ -73,6 +78,11 @@ def check_model(kiln, target, kind, workdir, failures):
         if got != want or (want and build != "cpu fp8" and f"fp8: {want} layers in E4M3" not in text):
             failures.append(f"{kind} {build}: {got} F8MatMul layers, expected {want}")
         row = f"{kind:6} {build:9} {got:2} F8MatMul" + (" (no FP8 tensor cores: float layers)" if fallback else "")
+        if build == "fp8+fp16" and kind == "resnet" and not fallback:
+            paths = PATH_LINE.findall(text)
+            row += "  choice: " + (" ".join(f"{p[3]} ({p[1]} / {p[2]})" for p in paths) or "none logged")
+            if len(paths) != LAYERS[kind] or any("not timed" in (p[1], p[2]) for p in paths):
+                failures.append(f"{kind} {build}: fp8-vs-fp16 choices {paths}, expected {LAYERS[kind]} with both timed")
         if build != "cpu fp8" and "cpu fp8" in outs:
             worst = min(similarity(outs[build][n], outs["cpu fp8"][n])[0] for n in outs["cpu fp8"])
             row += f"  cosine vs cpu fp8 {worst:.6f}"

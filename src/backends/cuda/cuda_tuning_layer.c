@@ -198,7 +198,7 @@ static void time_candidates(kiln_cuda_tuner *t, int i, const kiln_cuda_tensor *a
     *best_c = -1;
     *best = -1;
     *first = 0;
-    float best_probe = -1, path_ms[2] = {-1, -1}; /* an integer layer's int8 and fp16 paths */
+    float best_probe = -1, path_ms[2] = {-1, -1}; /* a quantized layer's int8 / fp8 and fp16 paths */
     for (int c = 0; c < cd->count && !t->broken; c++) {
         const kiln_tactic *cand = &cd->list[c];
         const char *skip = skip_reason(t, n, cd, c, layer_end, why, sizeof why);
@@ -248,8 +248,9 @@ static void time_candidates(kiln_cuda_tuner *t, int i, const kiln_cuda_tensor *a
             if (path_ms[k] >= 0) snprintf(ms[k], sizeof ms[k], "%.3f ms", (double)path_ms[k]);
             else snprintf(ms[k], sizeof ms[k], "not timed");
         }
-        KILN_LOG(KILN_LOG_INFO, "cuda: layer '%s': int8 %s vs fp16 %s -> %s", n->name, ms[0], ms[1],
-                 cd->list[*best_c].algo == 1 ? "fp16" : "int8");
+        const char *q = !strcmp(n->op_type, "F8MatMul") ? "fp8" : "int8";
+        KILN_LOG(KILN_LOG_INFO, "cuda: layer '%s': %s %s vs fp16 %s -> %s", n->name, q, ms[0], ms[1],
+                 cd->list[*best_c].algo == 1 ? "fp16" : q);
     }
 }
 
@@ -266,10 +267,12 @@ kiln_status kiln_cuda_tune_layer(kiln_cuda_tuner *t, const kiln_cuda_plan *p, in
     void *mem = NULL;
     kiln_status s = scratch_args(t, p, n, args, &mem);
     cd->max = t->candidates;
-    /* kiln.QMatMul and kiln.QConv prepare their weights in their node state on the first run
-     * (quant_gemm.cu): a slot for this layer's runs keeps them, so that no timed run repeats that work */
+    /* kiln.QMatMul, kiln.QConv and kiln.F8MatMul prepare their weights in their node state on the
+     * first run (quant_gemm.cu, quant_fp8.cu): a slot for this layer's runs keeps them, so that no
+     * timed run repeats that work */
     kiln_cuda_node_state *slot = NULL;
-    if (n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN) && (!strcmp(n->op_type, "QMatMul") || !strcmp(n->op_type, "QConv")))
+    if (n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN) &&
+        (!strcmp(n->op_type, "QMatMul") || !strcmp(n->op_type, "QConv") || !strcmp(n->op_type, "F8MatMul")))
         t->kc.state = &slot;
     size_t ws = t->kc.workspace_bytes;
     t->kc.workspace_bytes = t->max_workspace; /* the libraries then offer, and run, only candidates within it */

@@ -11,15 +11,21 @@
  * A call cuBLASLt refuses (no FP8 tensor cores, an unsupported shape or library) runs a CUDA-core
  * kernel on the same rounded operands instead (slow; one warning per node naming the reason). The
  * products of two E4M3 values are exact in float32 on either path; only the summation order differs
- * from the CPU's. */
-#include "backends/cuda/kernel_util.cuh"
+ * from the CPU's.
+ *
+ * FP8 against FP16 (the build's tuning, cuda_tuning*.c, in float16 engines): like an integer layer, a
+ * F8MatMul lists two candidates of kind KILN_TACTIC_PATH — algo 0 the FP8 GEMM, algo 1 a float16 one
+ * (A as it is, the weights decoded and scaled to float16 [K, N] once, cuBLASLt's float16 GEMM through
+ * matmul.cuh, then the bias) — both always timed, and runs the one its recorded tactic names. */
+#include "backends/cuda/matmul.cuh"
+#include "backends/cuda/quant_gemm.cuh"
 
 #include <cuda_fp8.h>
 #include <stdlib.h>
 
 extern "C" {
 #include "core/log.h"
-#include "ir/quant_ops.h"
+#include "quant/fp8.h"
 }
 
 #define F8_ALIGN 256                       /* workspace sub-buffers start on this boundary */
@@ -92,6 +98,7 @@ typedef struct f8_state {
     kiln_dtype d_dtype;           /* the output type the state was prepared for */
     int64_t K, Kp, N, Np;
     float scale;                  /* x_scale * w_scale, the fallback's */
+    __half *w16;                  /* the float16 path's weights e4m3(W) * w_scale as [K, N], made on its first use */
     f8_call calls[F8_CALLS];
     int next_call;
     bool fallback_logged;
@@ -111,6 +118,7 @@ static void f8_state_destroy(kiln_cuda_node_state *base) {
     f8_state *st = (f8_state *)base;
     for (int i = 0; i < F8_CALLS; i++) f8_call_clear(&st->calls[i]);
     if (st->dev) cudaFree(st->dev);
+    if (st->w16) cudaFree(st->w16);
     free(st);
 }
 
@@ -320,6 +328,50 @@ static kiln_status f8_run(const kiln_node *n, f8_state *st, const kiln_fp8_layer
     return KILN_OK;
 }
 
+/* ---------------------------------------------------------------- the float16 path */
+
+/* y[r, j] += bias[j] for r < R, j < N (float16, the sum rounded once). */
+__global__ void f8_bias_f16_kernel(__half *__restrict__ y, int64_t R, int64_t N, const float *__restrict__ bias) {
+    int64_t total = R * N;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = __float2half_rn(__half2float(y[i]) + bias[i % N]);
+}
+
+/* st->w16 from the weights' host codes, once. */
+static kiln_status f8_prepare_f16(const kiln_node *n, const kiln_fp8_layer *q, const kiln_cuda_tensor *w, f8_state *st) {
+    if (st->w16) return KILN_OK;
+    size_t count = (size_t)(st->K * st->N);
+    uint16_t *host = (uint16_t *)malloc(count * sizeof *host + 1);
+    if (!host) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "%s '%s': out of memory for its float16 weights", n->op_type, n->name);
+    float lut[256];
+    for (int c = 0; c < 256; c++) lut[c] = kiln_e4m3_to_f32((uint8_t)c) * q->w_scale;
+    const uint8_t *codes = (const uint8_t *)w->host;
+    for (size_t i = 0; i < count; i++) host[i] = kiln_f32_to_f16(lut[codes[i]]);
+    cudaError_t e = cudaMalloc(&st->w16, count * sizeof *host);
+    if (e == cudaSuccess) e = cudaMemcpy(st->w16, host, count * sizeof *host, cudaMemcpyHostToDevice);
+    free(host);
+    if (e != cudaSuccess) return kiln_cuda_error(e, "cudaMalloc/cudaMemcpy of the float16 weights", __FILE__, __LINE__);
+    return KILN_OK;
+}
+
+/* The float16 path over rows of A (float16) into y (float16): one cuBLASLt GEMM by the decoded
+ * weights, then the bias. */
+static kiln_status f8_run_f16(const kiln_node *n, const f8_state *st, const __half *a, int64_t rows, __half *y,
+                              kiln_cuda_ctx *ctx) {
+    if (rows == 0) return KILN_OK;
+    kiln_cuda_ctx sub = *ctx; /* no tactic, candidates or state of its own */
+    sub.tactic = NULL;
+    sub.tactic_strict = false;
+    sub.candidates = NULL;
+    sub.state = NULL;
+    KILN_TRY(kiln_cuda_matmul_batched(n, &sub, KILN_F16, 1, rows, st->N, st->K, a, false, st->w16, false, y));
+    if (!st->bias32) return KILN_OK;
+    f8_bias_f16_kernel<<<ku_blocks(rows * st->N, KU_THREADS, ctx, 4), KU_THREADS, 0, ctx->stream>>>(y, rows, st->N,
+                                                                                                  st->bias32);
+    KILN_CUDA_LAUNCH_CHECK("f8_bias_f16_kernel");
+    return KILN_OK;
+}
+
 /* ---------------------------------------------------------------- kiln.F8MatMul */
 
 static bool f8_float(kiln_dtype t) { return t == KILN_F32 || t == KILN_F16 || t == KILN_BF16; }
@@ -329,6 +381,12 @@ static kiln_status exec_f8matmul(const kiln_node *n, const kiln_cuda_tensor *in,
     (void)nout;
     const kiln_cuda_tensor *a = &in[0], *w = &in[1], *y = &out[0];
     const kiln_cuda_tensor *bias = nin > 2 && !ku_absent(&in[2]) ? &in[2] : NULL;
+    if (ctx->candidates) return a->dtype == KILN_F16 ? kiln_qg_list_paths(ctx) : KILN_OK; /* fp8 or fp16 */
+    bool f16;
+    KILN_TRY(kiln_qg_wants_f16(n, ctx, &f16));
+    if (f16 && a->dtype != KILN_F16)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': the float16 path takes a float16 A, not %s", n->op_type, n->name,
+                          kiln_dtype_name(a->dtype));
     kiln_fp8_layer q;
     KILN_TRY(kiln_fp8_layer_read(n, &q));
     if (!f8_float(a->dtype) || y->dtype != a->dtype || w->dtype != KILN_U8 || w->ndim != 2 || !w->host || a->ndim < 1)
@@ -349,7 +407,10 @@ static kiln_status exec_f8matmul(const kiln_node *n, const kiln_cuda_tensor *in,
     if (st->d_dtype != y->dtype)
         s = kiln_error(KILN_ERR_INTERNAL, "%s '%s': prepared for %s output, asked for %s", n->op_type, n->name,
                        kiln_dtype_name(st->d_dtype), kiln_dtype_name(y->dtype));
-    else if (y->dtype == KILN_F16)
+    else if (f16) {
+        s = f8_prepare_f16(n, &q, w, st);
+        if (s == KILN_OK) s = f8_run_f16(n, st, (const __half *)a->data, rows, (__half *)y->data, ctx);
+    } else if (y->dtype == KILN_F16)
         s = f8_run<__half>(n, st, &q, (const __half *)a->data, rows, (__half *)y->data, ctx);
     else if (y->dtype == KILN_BF16)
         s = f8_run<bf16>(n, st, &q, (const bf16 *)a->data, rows, (bf16 *)y->data, ctx);
