@@ -5,7 +5,7 @@
  * scale of the wrong length, a bad kiln.QConv attribute, a zero point outside its operand's range); and fuse_qdq: DequantizeLinear -> Conv ->
  * Relu -> QuantizeLinear becomes one kiln.QConv whose results equal the unfolded graph's, and a
  * pattern whose input scale is not a constant stays as it is; fuse_qdq_output: a float QMatMul ->
- * Gelu -> QuantizeLinear becomes one QMatMul writing int8, with equal results; the FP8 reference
+ * bias Add -> Gelu -> QuantizeLinear becomes one QMatMul writing int8, with equal results; the FP8 reference
  * kiln.F8MatMul on hand-computed values. */
 #include "check.h"
 #include "graph_build.h"
@@ -209,8 +209,8 @@ static void test_f8matmul(void) {
     kiln_tensor_release(&a), kiln_tensor_release(&w), kiln_tensor_release(&b), kiln_tensor_release(&y);
 }
 
-/* x -> Q -> DQ -> MatMul(DQ(W int8 per column)) -> Gelu -> Q -> DQ -> y, with the Gelu node itself
- * (what fuse_gelu leaves of an exported erf GELU). */
+/* x -> Q -> DQ -> MatMul(DQ(W int8 per column)) -> Add(bias) -> Gelu -> Q -> DQ -> y: a Linear as
+ * exporters write it, with the Gelu node itself (what fuse_gelu leaves of an exported erf GELU). */
 static kiln_graph *qdq_matmul_gelu_graph(void) {
     begin(21);
     int64_t xd[2] = {5, 8}, wd[2] = {8, 12}, n = 12;
@@ -222,15 +222,17 @@ static kiln_graph *qdq_matmul_gelu_graph(void) {
     int wsc = constant(KILN_F32, 1, &n, NULL, 0.01, 0.02);
     int wdq = node_n("DequantizeLinear", 2, (int[]){w, wsc}, 1);
     attr_int("axis", 1);
-    int gelu = op1("Gelu", op2("MatMul", xdq, wdq));
+    int bias = constant(KILN_F32, 1, &n, NULL, -0.3, 0.3);
+    int gelu = op1("Gelu", op2("Add", op2("MatMul", xdq, wdq), bias));
     int ys = scalar(0.01), yz = constant(KILN_I8, 0, NULL, (double[]){0}, 0, 0);
     int yq = node_n("QuantizeLinear", 3, (int[]){gelu, ys, yz}, 1);
     output(node_n("DequantizeLinear", 3, (int[]){yq, ys, yz}, 1));
     return finish();
 }
 
-/* fuse_qdq leaves the MatMul writing float32 (Gelu is no activation it takes); fuse_qdq_output then
- * moves the Gelu and the QuantizeLinear into the QMatMul, which computes the same int8 values. */
+/* fuse_qdq leaves the MatMul writing float32 (the Add and the Gelu are not in its pattern);
+ * fuse_qdq_output then moves the bias, the Gelu and the QuantizeLinear into the QMatMul, which
+ * computes the same int8 values. */
 static void test_fuse_qdq_output(void) {
     kiln_graph *ref = qdq_matmul_gelu_graph(), *opt = qdq_matmul_gelu_graph();
     bool changed = false;
@@ -240,10 +242,11 @@ static void test_fuse_qdq_output(void) {
     changed = false;
     REQUIRE_OK(kiln_pass_fuse_qdq_output(opt, &changed));
     REQUIRE_OK(kiln_graph_infer_shapes(opt));
-    CHECK(changed && count_op(opt, "QMatMul") == 1 && count_op(opt, "Gelu") == 0 && count_op(opt, "QuantizeLinear") == 1);
+    CHECK(changed && count_op(opt, "QMatMul") == 1 && count_op(opt, "Gelu") == 0 && count_op(opt, "Add") == 0 &&
+          count_op(opt, "QuantizeLinear") == 1);
     for (int i = 0; i < opt->nnodes; i++)
         if (!strcmp(opt->nodes[i].op_type, "QMatMul")) {
-            CHECK(kiln_attr_int(&opt->nodes[i], "y_dtype", 0) == KILN_I8);
+            CHECK(kiln_attr_int(&opt->nodes[i], "y_dtype", 0) == KILN_I8 && opt->nodes[i].ninputs == 3);
             CHECK(!strcmp(kiln_attr_string(&opt->nodes[i], "activation", ""), "Gelu"));
         }
     /* the same float32 operations in the same order, then the same rounding: equal */
