@@ -123,8 +123,8 @@ kiln_status kiln_qg_gemm(const kiln_node *n, qg_state *st, int64_t g, const int8
 
 /* Whether a QMatMul of state st, activation ql->act and output y (dtype t) may requantize inside
  * the GEMM: one group, no zero point left after the shift (symmetric int8 input and weights, or
- * uint8 ones at 128), N (= Mp) a multiple of 4, activation none or Relu, an int8 output with zero
- * point 0 or a float one. Whether cuBLASLt takes it is known only on the first call (st->fused). */
+ * uint8 ones at 128), N (= Mp) a multiple of 4, activation none, Relu or tanh-Gelu (cuBLASLt's
+ * epilogues), an int8 output with zero point 0 or a float one. Whether cuBLASLt takes it is known only on the first call (st->fused). */
 bool kiln_qg_fused_ok(const qg_state *st, const kiln_quant_layer *ql, kiln_dtype t);
 
 /* y[R, Mp] (dtype t, rows of ldd elements) = requantize(X[R, ldb] times the weights) in one cuBLASLt
@@ -162,8 +162,8 @@ bool kiln_qg_out_ok(const kiln_quant_layer *ql, kiln_dtype t);
  * constant bias when present, valid attributes, an output of the layer's y_dtype (or a float type). */
 kiln_status kiln_qg_supports(const kiln_graph *g, const kiln_node *n, int weight_rank_lo, int weight_rank_hi);
 
-/* The candidates of an integer layer for the tuner (ctx->candidates): tactics of kind
- * KILN_TACTIC_PATH, algo 0 its int8 path (the default), algo 1 its float16 one. */
+/* The candidates of a quantized layer for the tuner (ctx->candidates): tactics of kind
+ * KILN_TACTIC_PATH, algo 0 its int8 (kiln.F8MatMul: fp8) path, the default, algo 1 its float16 one. */
 kiln_status kiln_qg_list_paths(kiln_cuda_ctx *ctx);
 
 /* Whether ctx's tactic asks for the float16 path (a tactic of another kind is rejected: the int8 path
