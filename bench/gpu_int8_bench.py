@@ -89,7 +89,8 @@ def sweep(kiln, onnx_path, name, batch, seq, calib, precisions, duration, json_p
 
 def tuned_rows(kiln, onnx_path, name, batch, seq, calib, duration, work, key):
     """The "fp16 tuned", "int8 tuned" and "fp8 tuned" rows: engines from kiln build with a profile at
-    the shape (the build's int8-vs-fp16 choices and its fp8 line are echoed)."""
+    the shape (the build's int8-vs-fp16 choices, each QMatMul's fused-or-exact requantization and the
+    fp8 line are echoed)."""
     shape = f"{batch}x128" if seq else f"{batch}x3x224x224"
     rows = []
     for label, extra in (("fp16 tuned", ["--fp16"]), ("int8 tuned", ["--int8", "--fp16", "--calib", calib]),
@@ -99,7 +100,8 @@ def tuned_rows(kiln, onnx_path, name, batch, seq, calib, duration, work, key):
                f"{name}:{shape},{shape},{shape}", "--verbose"]
         print("$", " ".join(cmd), flush=True)
         r = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
-        sys.stdout.write("".join(l + "\n" for l in r.stderr.splitlines() if "vs fp16" in l or "fp8:" in l))
+        echo = ("vs fp16", "fp8:", "requantization fused", "int32 GEMM and kiln's epilogue")
+        sys.stdout.write("".join(l + "\n" for l in r.stderr.splitlines() if any(e in l for e in echo)))
         row = {"precision": label, "status": "ok" if r.returncode == 0 else "failed", "error": r.stderr[-300:]}
         if r.returncode == 0:
             out = os.path.join(work, f"{key}_{label.replace(' ', '_')}.json")
