@@ -10,11 +10,11 @@
  *   matches within one unit (the float rounding of the scaling is the same sequence of IEEE
  *   operations, no fused multiply-add; erf-based activations may differ by an ulp).
  * - fused (QMatMul): when no zero point is left after the shift (symmetric int8, what `kiln build
- *   --int8` makes), the activation is none or Relu, N is a multiple of 4 and the output int8 with zero
- *   point 0 (or float), one cuBLASLt call writes y itself: alpha a per-row device vector
- *   (CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO) of x_scale * w_scale[c] / y_scale, the bias
- *   / y_scale in float32 through the BIAS (RELU_BIAS) epilogue, cuBLASLt's own rounding and
- *   saturation to int8. No int32 round trip through memory; the result may differ from the CPU
+ *   --int8` makes), N is a multiple of 4 and the output int8 with zero point 0 and activation none or
+ *   Relu (or float, with none, Relu or tanh-Gelu), one cuBLASLt call writes y itself: alpha a
+ *   per-row device vector (CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO) of x_scale *
+ *   w_scale[c] / y_scale, the bias / y_scale in float32 through the BIAS (RELU_BIAS, GELU_BIAS)
+ *   epilogue, cuBLASLt's own rounding and saturation to int8 (a float output: no / y_scale). No int32 round trip through memory; the result may differ from the CPU
  *   oracle by one unit in an element (the scale is applied as one product, the division folded into
  *   it). A layer whose call cuBLASLt refuses keeps the exact path (a verbose log line says why).
  *
@@ -355,10 +355,13 @@ kiln_status kiln_qg_gemm(const kiln_node *n, qg_state *st, int64_t g, const int8
 
 bool kiln_qg_fused_ok(const qg_state *st, const kiln_quant_layer *ql, kiln_dtype t) {
     cublasLtEpilogue_t epi;
-    bool out_ok = (t == KILN_I8 && ql->y_dtype == KILN_I8 && ql->y_zero_point == 0) ||
-                  (ql->y_dtype == KILN_F32 && (t == KILN_F32 || t == KILN_F16 || t == KILN_BF16));
+    /* an int8 output folds 1 / y_scale into alpha and the bias, so the activation must commute with
+     * that positive scaling: none or Relu (a Gelu would see v / y_scale) */
+    bool int8_ok = t == KILN_I8 && ql->y_dtype == KILN_I8 && ql->y_zero_point == 0 &&
+                   (st->epi.kind == KILN_ACT_NONE || st->epi.kind == KILN_ACT_RELU);
+    bool float_ok = ql->y_dtype == KILN_F32 && (t == KILN_F32 || t == KILN_F16 || t == KILN_BF16);
     return st->fused != QG_FUSED_NO && st->group == 1 && st->epi.xzp == 0 && !st->any_wzp && st->Mp == st->Mg &&
-           out_ok && qg_lt_epilogue(st->epi.kind, st->epi.bias != NULL, &epi);
+           (int8_ok || float_ok) && qg_lt_epilogue(st->epi.kind, st->epi.bias != NULL, &epi);
 }
 
 /* Says once, in the verbose log, which path a QMatMul takes, and why not the fused one. */

@@ -123,8 +123,8 @@ kiln_status kiln_qg_gemm(const kiln_node *n, qg_state *st, int64_t g, const int8
 
 /* Whether a QMatMul of state st, activation ql->act and output y (dtype t) may requantize inside
  * the GEMM: one group, no zero point left after the shift (symmetric int8 input and weights, or
- * uint8 ones at 128), N (= Mp) a multiple of 4, activation none, Relu or tanh-Gelu (cuBLASLt's
- * epilogues), an int8 output with zero point 0 or a float one. Whether cuBLASLt takes it is known only on the first call (st->fused). */
+ * uint8 ones at 128), N (= Mp) a multiple of 4, and an int8 output with zero point 0 and activation
+ * none or Relu, or a float output with none, Relu or tanh-Gelu (cuBLASLt's epilogues). Whether cuBLASLt takes it is known only on the first call (st->fused). */
 bool kiln_qg_fused_ok(const qg_state *st, const kiln_quant_layer *ql, kiln_dtype t);
 
 /* y[R, Mp] (dtype t, rows of ldd elements) = requantize(X[R, ldb] times the weights) in one cuBLASLt
