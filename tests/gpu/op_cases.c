@@ -796,6 +796,11 @@ const op_case kiln_op_cases[] = {
      "y_scale=0.04", 0, 0},
     {"kiln.QMatMul", "i8[4,32]{-128,128} Ki8[32,10]{-127,128} Kf[10]", "x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05",
      0, 0},
+    /* tanh-Gelu: fused (GELU_BIAS) for a float output, the exact path for an int8 one */
+    {"kiln.QMatMul", "i8[5,32]{-128,128} Ki8[32,16]{-127,128} Kf[16]", "x_scale=0.05 w_scale=[0.002] activation='GeluTanh'",
+     0, 0},
+    {"kiln.QMatMul", "i8[5,32]{-128,128} Ki8[32,16]{-127,128} Kf[16]",
+     "x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.02 activation='GeluTanh'", 0, 0},
     /* kiln.F8MatMul (ir/quant_ops.h): A rounded to E4M3, cuBLASLt's FP8 GEMM with the per-tensor scales
      * and the bias epilogue, against the CPU reference; weight codes all positive (0..126) or all
      * negative (128..254: no NaN code); K and N multiples of 16, and not (padded rows, D copied out) */
