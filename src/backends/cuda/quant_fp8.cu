@@ -5,9 +5,10 @@
  * engine's float type) on GPUs with FP8 tensor cores (compute capability 8.9+).
  *
  * FP8's layout contract (cuBLASLt on Ada / Hopper): only "TN", so the product is formed column-major
- * as D[Np, R] = Wt[Kp, Np]^T X[Kp, R]: Wt the weights' codes as rows [n, k] prepared once per context
- * (K padded with zero codes to Kp, a multiple of 16; N to Np likewise), X the rounded activations as
- * rows [r, k] padded alike, D written into Y itself when N = Np, else into the workspace and copied.
+ * as D[Np, Rp] = Wt[Kp, Np]^T X[Kp, Rp]: Wt the weights' codes as rows [n, k] prepared once per
+ * context (K padded with zero codes to Kp, a multiple of 16; N to Np likewise), X the rounded
+ * activations as rows [r, k] padded alike (and with zero rows to Rp, a multiple of 16), D written into
+ * Y itself when N = Np and R = Rp, else into the workspace and copied.
  * A call cuBLASLt refuses (no FP8 tensor cores, an unsupported shape or library) runs a CUDA-core
  * kernel on the same rounded operands instead (slow; one warning per node naming the reason). The
  * products of two E4M3 values are exact in float32 on either path; only the summation order differs
@@ -37,15 +38,15 @@ static int64_t f8_round16(int64_t v) { return (v + 15) / 16 * 16; }
 
 /* ---------------------------------------------------------------- device kernels */
 
-/* x8[r * Kp + k] = e4m3(x[r * K + k] / x_scale) for k < K, else code 0, for r < R. */
+/* x8[r * Kp + k] = e4m3(x[r * K + k] / x_scale) for r < R and k < K, else code 0, for r < Rp. */
 template <typename T>
-__global__ void f8_quantize_rows_kernel(const T *__restrict__ x, int64_t R, int64_t K, int64_t Kp, float x_scale,
-                                        __nv_fp8_storage_t *__restrict__ x8) {
-    int64_t total = R * Kp;
+__global__ void f8_quantize_rows_kernel(const T *__restrict__ x, int64_t R, int64_t Rp, int64_t K, int64_t Kp,
+                                        float x_scale, __nv_fp8_storage_t *__restrict__ x8) {
+    int64_t total = Rp * Kp;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = i / Kp, k = i % Kp;
-        x8[i] = k < K ? __nv_cvt_float_to_fp8(__fdiv_rn(ku_f32(x[r * K + k]), x_scale), __NV_SATFINITE, __NV_E4M3)
-                      : (__nv_fp8_storage_t)0;
+        x8[i] = r < R && k < K ? __nv_cvt_float_to_fp8(__fdiv_rn(ku_f32(x[r * K + k]), x_scale), __NV_SATFINITE, __NV_E4M3)
+                               : (__nv_fp8_storage_t)0;
     }
 }
 
@@ -275,15 +276,16 @@ static f8_call *f8_call_get(const kiln_node *n, f8_state *st, int64_t R, size_t 
     return c;
 }
 
-/* y[R, N] (dtype T) from the R rounded rows x8: cuBLASLt's FP8 GEMM (into d, then copied, when
- * N < Np), or the CUDA-core kernel. */
+/* y[R, N] (dtype T) from the rounded rows x8 (R of them, padded with zero rows to Rp, a multiple of
+ * 16): cuBLASLt's FP8 GEMM over all Rp (into d [Rp, Np], then copied, when N < Np or R < Rp), or the
+ * CUDA-core kernel over the R rows. */
 template <typename T>
-static kiln_status f8_gemm(const kiln_node *n, f8_state *st, const __nv_fp8_storage_t *x8, int64_t R, T *d, T *y,
-                           void *lt_ws, size_t lt_bytes, kiln_cuda_ctx *ctx) {
-    f8_call *c = f8_call_get(n, st, R, lt_bytes, ctx);
+static kiln_status f8_gemm(const kiln_node *n, f8_state *st, const __nv_fp8_storage_t *x8, int64_t R, int64_t Rp, T *d,
+                           T *y, void *lt_ws, size_t lt_bytes, kiln_cuda_ctx *ctx) {
+    f8_call *c = f8_call_get(n, st, Rp, lt_bytes, ctx);
     if (!c->fallback) {
         const float alpha = 1.0f, beta = 0.0f;
-        T *out = st->Np == st->N ? y : d;
+        T *out = st->Np == st->N && Rp == R ? y : d;
         cublasStatus_t e = cublasLtMatmul(ctx->lt, c->op, &alpha, st->w8, c->la, x8, c->lb, &beta, out, c->ld, out, c->ld,
                                           &c->algo, lt_ws, lt_bytes, ctx->stream);
         if (e == CUBLAS_STATUS_SUCCESS) {
@@ -306,24 +308,25 @@ template <typename T>
 static kiln_status f8_run(const kiln_node *n, f8_state *st, const kiln_fp8_layer *q, const T *a, int64_t rows, T *y,
                           kiln_cuda_ctx *ctx) {
     size_t q4 = ctx->workspace_bytes / 4 / F8_ALIGN * F8_ALIGN, lt_bytes = q4 < F8_LT_WORKSPACE ? q4 : F8_LT_WORKSPACE;
-    size_t per_row = (size_t)st->Kp + (st->Np == st->N ? 0 : (size_t)st->Np * sizeof(T));
+    size_t per_row = (size_t)st->Kp + (size_t)st->Np * sizeof(T); /* x8 and, when padded, d */
     size_t avail = ctx->workspace_bytes > lt_bytes + 2 * F8_ALIGN ? ctx->workspace_bytes - lt_bytes - 2 * F8_ALIGN : 0;
-    int64_t chunk = (int64_t)(avail / per_row);
-    if (rows > 0 && chunk < 1)
+    int64_t chunk = (int64_t)(avail / per_row) / 16 * 16; /* whole groups of 16 rows: padding only at the end */
+    if (rows > 0 && chunk < 16)
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': %zu bytes of workspace do not hold one row", n->op_type, n->name,
                           ctx->workspace_bytes);
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-        int64_t R = rows - r0 < chunk ? rows - r0 : chunk;
+        int64_t R = rows - r0 < chunk ? rows - r0 : chunk, Rp = f8_round16(R);
         unsigned char *ws = (unsigned char *)ctx->workspace;
         __nv_fp8_storage_t *x8 = (__nv_fp8_storage_t *)ws;
-        size_t used = f8_align((size_t)(R * st->Kp));
+        size_t used = f8_align((size_t)(Rp * st->Kp));
         T *d = (T *)(ws + used);
-        if (st->Np != st->N) used += f8_align((size_t)(R * st->Np) * sizeof(T));
-        f8_quantize_rows_kernel<T><<<ku_blocks(R * st->Kp, KU_THREADS, ctx, 4), KU_THREADS, 0, ctx->stream>>>(
-            a + r0 * st->K, R, st->K, st->Kp, q->x_scale, x8);
+        if (st->Np != st->N || Rp != R) used += f8_align((size_t)(Rp * st->Np) * sizeof(T));
+        f8_quantize_rows_kernel<T><<<ku_blocks(Rp * st->Kp, KU_THREADS, ctx, 4), KU_THREADS, 0, ctx->stream>>>(
+            a + r0 * st->K, R, Rp, st->K, st->Kp, q->x_scale, x8);
         KILN_CUDA_LAUNCH_CHECK("f8_quantize_rows_kernel");
         size_t lt_avail = ctx->workspace_bytes - used;
-        KILN_TRY(f8_gemm<T>(n, st, x8, R, d, y + r0 * st->N, ws + used, lt_avail < lt_bytes ? lt_avail : lt_bytes, ctx));
+        KILN_TRY(f8_gemm<T>(n, st, x8, R, Rp, d, y + r0 * st->N, ws + used, lt_avail < lt_bytes ? lt_avail : lt_bytes,
+                            ctx));
     }
     return KILN_OK;
 }
