@@ -4,10 +4,11 @@ batch 256), exported from PyTorch with random weights and a dynamic batch, each 
 (one engine per precision; int8 is `--int8` over fp16, fp8 `--fp8` over fp16) and printed in one
 table with the accuracy of each row against the fp32 row on the same inputs (max error / max|fp32|,
 the least cosine similarity, ResNet's top-1 agreement) and the speed-up over fp16. The sweep's
-engines are untuned (the library API's default); two more rows, "fp16 tuned" and "int8 tuned", are
-engines from `kiln build --fp16` / `kiln build --int8 --fp16` (tuning level 2, a profile at the
-benchmark's shape, so each QMatMul's int8 kernel is timed against its float16 one and the faster
-kept) measured with `kiln bench ENGINE.kiln`.
+engines are untuned (the library API's default); three more rows, "fp16 tuned", "int8 tuned" and
+"fp8 tuned", are engines from `kiln build --fp16` / `--int8 --fp16` / `--fp8 --fp16` (tuning level 2,
+a profile at the benchmark's shape, so each QMatMul's and QConv's int8 kernel is timed against its
+float16 one and the faster kept) measured with `kiln bench ENGINE.kiln`. FP8 (kiln.F8MatMul: E4M3
+MatMul / Gemm layers on cuBLASLt's FP8 GEMM) covers BERT's weight GEMMs and ResNet's head only.
 
 Targets (issue #15): BERT INT8 and FP8 >= 1.6x FP16 items/s; ResNet-50 INT8 b256 >= 60,000 img/s
 (FP16 is about 35,000). Calibration: 4 batches of 8 random inputs (BERT: token ids; ResNet: normal
@@ -87,16 +88,20 @@ def sweep(kiln, onnx_path, name, batch, seq, calib, precisions, duration, json_p
 
 
 def tuned_rows(kiln, onnx_path, name, batch, seq, calib, duration, work, key):
-    """The "fp16 tuned" and "int8 tuned" rows: engines from kiln build with a profile at the shape."""
+    """The "fp16 tuned", "int8 tuned" and "fp8 tuned" rows: engines from kiln build with a profile at
+    the shape (the build's int8-vs-fp16 choices, each QMatMul's fused-or-exact requantization and the
+    fp8 line are echoed)."""
     shape = f"{batch}x128" if seq else f"{batch}x3x224x224"
     rows = []
-    for label, extra in (("fp16 tuned", ["--fp16"]), ("int8 tuned", ["--int8", "--fp16", "--calib", calib])):
+    for label, extra in (("fp16 tuned", ["--fp16"]), ("int8 tuned", ["--int8", "--fp16", "--calib", calib]),
+                         ("fp8 tuned", ["--fp8", "--fp16", "--calib", calib])):
         engine = os.path.join(work, f"{key}_{label.replace(' ', '_')}.kiln")
         cmd = [kiln, "build", onnx_path, "-o", engine, "--target", "cuda", *extra, "--profile",
                f"{name}:{shape},{shape},{shape}", "--verbose"]
         print("$", " ".join(cmd), flush=True)
         r = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
-        sys.stdout.write("".join(l + "\n" for l in r.stderr.splitlines() if "vs fp16" in l))
+        echo = ("vs fp16", "fp8:", "requantization fused", "int32 GEMM and kiln's epilogue")
+        sys.stdout.write("".join(l + "\n" for l in r.stderr.splitlines() if any(e in l for e in echo)))
         row = {"precision": label, "status": "ok" if r.returncode == 0 else "failed", "error": r.stderr[-300:]}
         if r.returncode == 0:
             out = os.path.join(work, f"{key}_{label.replace(' ', '_')}.json")

@@ -63,12 +63,14 @@ static const pass_step g_cleanup[] = {
 };
 
 /* Fusions, in this order: BatchNorm into its Conv before the Conv takes its epilogue; GELU before
- * the epilogue fusion, which takes Gelu as an activation; attention before the epilogue fusion, so
+ * the epilogue fusion, which takes Gelu as an activation, and before an integer layer takes a Gelu
+ * and the QuantizeLinear after it (fuse_qdq_output); attention before the epilogue fusion, so
  * that the mask Add after the scores MatMul is not taken for a residual; elementwise chains last,
  * over whatever the pattern fusions left. */
 static const pass_step g_fusions[] = {
     {"fuse_conv_bn", kiln_pass_fuse_conv_bn, NULL},
     {"fuse_gelu", kiln_pass_fuse_gelu, NULL},
+    {"fuse_qdq_output", kiln_pass_fuse_qdq_output, g_qdq_ops},
     {"fuse_norm", kiln_pass_fuse_norm, NULL},
     {"fuse_attention", kiln_pass_fuse_attention, g_attention_ops},
     {"fuse_epilogue", kiln_pass_fuse_epilogue, g_epilogue_ops},
@@ -216,12 +218,44 @@ static kiln_status quantize_int8(kiln_graph *g, const char *source, const kiln_b
     return kiln_calibrate_int8(g, source, opts);
 }
 
+/* Whether the fp8 layers run in FP8 on backend b: on the CPU (the reference kernels) and on a GPU of
+ * compute capability 8.9 or newer; otherwise logs why they compute in precision prec instead. */
+static bool fp8_runs(const kiln_backend *b, int device, const char *prec) {
+    if (!strcmp(b->name, "cpu")) return true;
+    char desc[256];
+    int major, minor;
+    if (b->device_name(device, desc, sizeof desc) != KILN_OK) {
+        kiln_error_clear(); /* the build reports a missing GPU itself */
+        snprintf(desc, sizeof desc, "GPU %d", device);
+    }
+    if (kiln_fp8_parse_sm(desc, &major, &minor) && kiln_fp8_capable(major, minor)) return true;
+    if (kiln_fp8_parse_sm(desc, &major, &minor))
+        KILN_LOG(KILN_LOG_WARN, "fp8: %s has no FP8 tensor cores (compute capability %d.%d; FP8 needs 8.9 or newer): the "
+                 "fp8 layers compute in %s", desc, major, minor, prec);
+    else
+        KILN_LOG(KILN_LOG_WARN, "fp8: the compute capability of %s is unknown: the fp8 layers compute in %s", desc, prec);
+    return false;
+}
+
+/* Calibrates g for the fp8 layers (--fp8, fp8 rules) where they run in FP8 (fp8_runs): constants
+ * folded first, so that the weights quantized are those the engine holds. */
+static kiln_status quantize_fp8(kiln_graph *g, const char *source, const kiln_build_options *opts,
+                                const kiln_backend *b) {
+    if (!fp8_runs(b, opts->device, kiln_precision_name(opts->precision))) return KILN_OK;
+    if (!b->runs_fused_op || !b->runs_fused_op("F8MatMul", opts))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "--fp8: target %s has no kiln.F8MatMul kernel", b->name);
+    KILN_TRY(cleanup(g));
+    return kiln_calibrate_fp8(g, source, opts);
+}
+
 static kiln_status build_graph(kiln_graph *g, const char *source, const kiln_build_options *opts,
                                const kiln_backend *b) {
     KILN_TRY(kiln_graph_resolve_ops(g, NULL));
     KILN_TRY(kiln_graph_toposort(g));
     KILN_TRY(kiln_graph_infer_shapes(g));
     KILN_TRY(kiln_graph_verify(g));
+    /* fp8 first: the int8 calibration wants a graph without Q/DQ nodes, and skips the F8MatMul layers */
+    if (opts->fp8 || has_rule(opts, KILN_PRECISION_FP8)) KILN_TRY(quantize_fp8(g, source, opts, b));
     if (opts->int8 || has_rule(opts, KILN_PRECISION_INT8)) KILN_TRY(quantize_int8(g, source, opts, b));
     if (opts->io_fp16) { /* after calibration, which runs the model on float32 batches */
         static const pass_step io = {"io_fp16", kiln_pass_io_fp16, NULL};
@@ -236,22 +270,6 @@ static kiln_status build_graph(kiln_graph *g, const char *source, const kiln_bui
     return KILN_OK;
 }
 
-/* Logs why the layers asked for in fp8 compute in precision prec on GPU `device` of backend b: a GPU
- * without FP8 (compute capability below 8.9), or, on one with it, the FP8 kernels kiln lacks. */
-static void log_fp8_fallback(const kiln_backend *b, int device, const char *prec) {
-    char desc[256];
-    int major, minor;
-    if (b->device_name(device, desc, sizeof desc) != KILN_OK) {
-        kiln_error_clear(); /* the build reports a missing GPU itself */
-        snprintf(desc, sizeof desc, "GPU %d", device);
-    }
-    if (kiln_fp8_parse_sm(desc, &major, &minor) && !kiln_fp8_capable(major, minor))
-        KILN_LOG(KILN_LOG_WARN, "fp8: %s has no FP8 tensor cores (compute capability %d.%d; FP8 needs 8.9 or newer): the "
-                 "fp8 layers compute in %s", desc, major, minor, prec);
-    else
-        KILN_LOG(KILN_LOG_WARN, "fp8: this kiln has no FP8 kernels yet: the fp8 layers compute in %s on %s", prec, desc);
-}
-
 /* Fails unless backend b computes in every precision the options ask for. INT8 layers are checked
  * when they are made (quantize_int8); FP8 needs target cuda, where it falls back (no FP8 kernels). */
 static kiln_status check_precisions(const kiln_backend *b, const kiln_build_options *opts) {
@@ -260,10 +278,9 @@ static kiln_status check_precisions(const kiln_backend *b, const kiln_build_opti
                           "layer precisions: --int8, --fp8, --layer-precision)", (int)opts->precision);
     const char *engine_prec = kiln_precision_name(opts->precision);
     bool fp8 = opts->fp8 || has_rule(opts, KILN_PRECISION_FP8);
-    if (fp8 && strcmp(b->name, "cuda"))
-        return kiln_error(KILN_ERR_UNSUPPORTED, "--fp8: target %s has no FP8 (E4M3) kernels; FP8 needs --target cuda on a "
-                          "GPU of compute capability 8.9 or newer", b->name);
-    if (fp8) log_fp8_fallback(b, opts->device, engine_prec);
+    if (fp8 && strcmp(b->name, "cuda") && strcmp(b->name, "cpu"))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "--fp8: target %s has no FP8 (E4M3) kernels; FP8 runs on --target cuda "
+                          "(a GPU of compute capability 8.9 or newer) and on --target cpu (the reference)", b->name);
     if (opts->precision != KILN_PRECISION_FP32 && !b->supports_precision(opts->precision)) {
         if (opts->int8)
             return kiln_error(KILN_ERR_UNSUPPORTED, "--int8 --%s: target %s has no %s kernels for the layers that stay out "

@@ -69,8 +69,9 @@ static const char *USAGE =
     "                      the layers by the output error each adds (--verbose logs the ranking) and\n"
     "                      keep the N worst, and the first and last layer, in float\n"
     "  --quantize-ends     with --keep-sensitive: the first and last layer may be int8 too\n"
-    "  --fp8               FP8 (E4M3) layers, target cuda only; kiln has no FP8 kernels yet, so the\n"
-    "                      build logs that they compute in the engine's float precision\n"
+    "  --fp8               MatMul and Gemm layers in FP8 (E4M3, per-tensor scales from the --int8\n"
+    "                      calibration: --calib / --calib-cache); cpu (the reference) and cuda on a\n"
+    "                      GPU of compute capability 8.9+ (older GPUs: logged, float precision)\n"
     "  --io-format fp16|fp32\n"
     "                      fp16: the engine's float32 inputs and outputs take and give float16 (half\n"
     "                      the bytes; values rounded to float16 at both ends), as trtexec's\n"
@@ -110,11 +111,14 @@ int kiln_cmd_build(int argc, char **argv) {
         }
     }
     if (!rc && !model) rc = cli_usage_error("build ", "a model file is required");
-    bool int8_rule = false;
-    for (int i = 0; i < b.o.nlayer_precisions; i++) int8_rule |= b.o.layer_precisions[i].precision == KILN_PRECISION_INT8;
-    if (!rc && !b.o.int8 && !int8_rule && (b.o.calib_dir || b.o.calib_cache || b.o.calibrator || b.o.calib_batches))
-        rc = cli_usage_error("build ", "--calib, --calib-cache, --calibrator and --calib-batches go with --int8 (or a "
-                             "--layer-precision PATTERN:int8 rule)");
+    bool quant_rule = false; /* an int8 or fp8 rule: calibrated too */
+    for (int i = 0; i < b.o.nlayer_precisions; i++)
+        quant_rule |= b.o.layer_precisions[i].precision == KILN_PRECISION_INT8 ||
+                      b.o.layer_precisions[i].precision == KILN_PRECISION_FP8;
+    if (!rc && !b.o.int8 && !b.o.fp8 && !quant_rule &&
+        (b.o.calib_dir || b.o.calib_cache || b.o.calibrator || b.o.calib_batches))
+        rc = cli_usage_error("build ", "--calib, --calib-cache, --calibrator and --calib-batches go with --int8 or --fp8 "
+                             "(or a --layer-precision PATTERN:int8|fp8 rule)");
     if (!rc && !b.o.int8 && (b.o.keep_sensitive || b.o.quantize_ends))
         rc = cli_usage_error("build ", "--keep-sensitive and --quantize-ends go with --int8");
     char hf_config[4096];

@@ -122,10 +122,11 @@ static void print_row(const kiln_compare_item *it, int w) {
 }
 
 static const char *engine_text(const kiln_engine *e, char *buf, size_t cap) {
-    int q = kiln_graph_int8_layers(e->g); /* an --int8 build or a QDQ model */
+    int q = kiln_graph_int8_layers(e->g), f = kiln_graph_fp8_layers(e->g); /* --int8 / --fp8 builds, QDQ models */
     int n = snprintf(buf, cap, "target %s, %s%s", e->meta.target, kiln_precision_name(e->meta.precision),
                      e->meta.node_precision ? " with per-layer precisions" : "");
-    if (q && n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, ", %d int8 layer%s", q, q > 1 ? "s" : "");
+    if (q && n > 0 && (size_t)n < cap) n += snprintf(buf + n, cap - (size_t)n, ", %d int8 layer%s", q, q > 1 ? "s" : "");
+    if (f && n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, ", %d fp8 layer%s", f, f > 1 ? "s" : "");
     return buf;
 }
 

@@ -237,7 +237,7 @@ typedef struct kiln_bench_sweep {
     int nstreams;
     kiln_bench_sweep_row rows[KILN_BENCH_SWEEP_MAX];
     int nrows;
-    /* int8 rows: the calibration batches (`kiln bench --calib DIR`); NULL: random batches (seeds
+    /* int8 and fp8 rows: the calibration batches (`kiln bench --calib DIR`); NULL: random batches (seeds
      * apart from the benchmark's), which the run notes in random_calib, as their accuracy means little */
     const char *calib_dir;
     bool random_calib;

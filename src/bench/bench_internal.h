@@ -16,8 +16,8 @@
 kiln_status kiln_bench_make_inputs(const kiln_engine *e, const kiln_bench_config *cfg, kiln_tensor *inputs,
                                    char *desc, size_t desc_cap, char *notes, size_t notes_cap, int64_t *batch);
 
-/* bench_sweep_quant.c — the build options of a sweep row in precision p (int8: fp32 with --int8 and
- * calib_dir, fp16 on target cuda; fp8: fp16 with --fp8; others: that precision). */
+/* bench_sweep_quant.c — the build options of a sweep row in precision p (int8 / fp8: fp32 with --int8 /
+ * --fp8 and calib_dir, fp16 on target cuda; others: that precision). */
 kiln_build_options kiln_bench_sweep_options(kiln_precision p, const char *target, int device, const char *calib_dir);
 /* Random calibration batches for the model at model (inputs as the benchmark makes them, at base's
  * shapes and batch, seeds apart from base->seed) in a new temporary directory *dir (owned; remove it

@@ -130,8 +130,8 @@ static void print_sweep(const kiln_bench_sweep *s, FILE *f) {
                "(max |out - ref|, and that over max |ref|; the least cosine similarity of an output; top-1: rows of "
                "[rows, classes] outputs whose top class is fp32's)\n");
     if (s->random_calib)
-        fprintf(f, "int8: calibrated on random inputs (no --calib): its accuracy means little; give --calib DIR with "
-                   "real data\n");
+        fprintf(f, "int8 / fp8: calibrated on random inputs (no --calib): their accuracy means little; give --calib "
+                   "DIR with real data\n");
 }
 
 void kiln_bench_print(const kiln_bench_doc *d, FILE *f) {

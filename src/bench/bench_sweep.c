@@ -138,6 +138,9 @@ static void run_row(kiln_engine *e, const kiln_bench_config *cfg, kiln_bench_env
     kiln_bench_result_free(&r);
 }
 
+/* Whether precision p is a calibrated one (int8, fp8): its row needs calibration batches. */
+static bool quantized(kiln_precision p) { return p == KILN_PRECISION_INT8 || p == KILN_PRECISION_FP8; }
+
 kiln_status kiln_bench_sweep_run(kiln_bench_sweep *s, const char *model, bool is_engine, const char *target, int device,
                                  kiln_precision base_precision, const kiln_bench_config *base, kiln_bench_env *env) {
     if (!s->nprecisions) s->precisions[s->nprecisions++] = base_precision;
@@ -152,10 +155,10 @@ kiln_status kiln_bench_sweep_run(kiln_bench_sweep *s, const char *model, bool is
     kiln_tensor *refs[16] = {0};
     int nrefs[16] = {0};
     s->nrows = 0;
-    char *random_calib = NULL; /* int8 rows without --calib */
+    char *random_calib = NULL; /* int8 and fp8 rows without --calib */
     kiln_status calib_st = KILN_OK;
     for (int pi = 0; !is_engine && !s->calib_dir && pi < s->nprecisions; pi++)
-        if (s->precisions[pi] == KILN_PRECISION_INT8 && !random_calib && calib_st == KILN_OK) {
+        if (quantized(s->precisions[pi]) && !random_calib && calib_st == KILN_OK) {
             calib_st = kiln_bench_random_calib(model, base, &random_calib);
             s->random_calib = calib_st == KILN_OK;
         }
@@ -166,7 +169,7 @@ kiln_status kiln_bench_sweep_run(kiln_bench_sweep *s, const char *model, bool is
         kiln_build_options o = kiln_bench_sweep_options(s->precisions[pi], target, device,
                                                         s->calib_dir ? s->calib_dir : random_calib);
         kiln_status st = is_engine ? kiln_bench_open(model, true, target, s->precisions[pi], device, &e, &build_s, &bytes)
-                       : s->precisions[pi] == KILN_PRECISION_INT8 && calib_st != KILN_OK ? calib_st
+                       : quantized(s->precisions[pi]) && calib_st != KILN_OK ? calib_st
                        : kiln_bench_open_options(model, &o, &e, &build_s, &bytes);
         if (st == KILN_OK && is_engine && s->precisions[pi] != KILN_PRECISION_FP32)
             st = kiln_error(KILN_ERR_UNSUPPORTED, "an engine file has the precision it was built with; give the ONNX model to sweep precision");

@@ -17,14 +17,12 @@
 
 kiln_build_options kiln_bench_sweep_options(kiln_precision p, const char *target, int device, const char *calib_dir) {
     kiln_build_options o = {.target = target, .precision = p, .device = device};
-    if (p == KILN_PRECISION_INT8) {
-        /* the layers that stay out of int8 in 16 bits where the target has 16-bit kernels */
+    if (p == KILN_PRECISION_INT8 || p == KILN_PRECISION_FP8) {
+        /* the layers that stay out of int8 / fp8 in 16 bits where the target has 16-bit kernels */
         o.precision = target && !strcmp(target, "cuda") ? KILN_PRECISION_FP16 : KILN_PRECISION_FP32;
-        o.int8 = true;
+        o.int8 = p == KILN_PRECISION_INT8;
+        o.fp8 = p == KILN_PRECISION_FP8;
         o.calib_dir = calib_dir;
-    } else if (p == KILN_PRECISION_FP8) {
-        o.precision = KILN_PRECISION_FP16; /* the layers FP8 does not cover */
-        o.fp8 = true;
     }
     return o;
 }
@@ -71,8 +69,8 @@ kiln_status kiln_bench_random_calib(const char *model, const kiln_bench_config *
         s = write_batch(e, base, base->seed + 1000003u * (uint64_t)(k + 1), k, *dir);
     kiln_engine_free(e);
     if (s == KILN_OK)
-        KILN_LOG(KILN_LOG_WARN, "int8: no --calib given: calibrating on %d random batches; the int8 accuracy shown means "
-                 "little (give calibration data from the real input distribution)", RANDOM_CALIB_BATCHES);
+        KILN_LOG(KILN_LOG_WARN, "int8 / fp8: no --calib given: calibrating on %d random batches; the int8 / fp8 accuracy "
+                 "shown means little (give calibration data from the real input distribution)", RANDOM_CALIB_BATCHES);
     return s;
 }
 

@@ -257,6 +257,19 @@ kiln_status kiln_graph_add_node(kiln_graph *g, const char *op_type, const char *
     return KILN_OK;
 }
 
+kiln_status kiln_graph_import_opset(kiln_graph *g, const char *domain, int64_t version) {
+    if (kiln_graph_opset(g, domain)) return KILN_OK;
+    kiln_opset_import *ops = kiln_graph_alloc(g, sizeof *ops * (size_t)(g->nopsets + 1));
+    if (!ops) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory importing opset '%s'", domain);
+    if (g->nopsets) memcpy(ops, g->opsets, sizeof *ops * (size_t)g->nopsets);
+    ops[g->nopsets].domain = kiln_graph_strdup(g, domain);
+    ops[g->nopsets].version = version;
+    if (!ops[g->nopsets].domain) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory importing opset '%s'", domain);
+    g->opsets = ops;
+    g->nopsets++;
+    return KILN_OK;
+}
+
 kiln_attr *kiln_node_add_attr(kiln_graph *g, kiln_node *n, const char *name, kiln_attr_type type) {
     kiln_attr *attrs = kiln_graph_alloc(g, sizeof *attrs * (size_t)(n->nattrs + 1));
     if (!attrs) return NULL;

@@ -155,6 +155,9 @@ int64_t kiln_graph_opset(const kiln_graph *g, const char *domain);
 
 /* Strings and arrays owned by the graph (NULL on out of memory). */
 char *kiln_graph_strdup(kiln_graph *g, const char *s);
+/* Adds an opset import of domain at version to g unless g already imports domain; fails only out of
+ * memory. */
+kiln_status kiln_graph_import_opset(kiln_graph *g, const char *domain, int64_t version);
 void *kiln_graph_alloc(kiln_graph *g, size_t size);
 
 /* Attribute lookup. */

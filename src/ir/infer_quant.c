@@ -263,6 +263,19 @@ static kiln_status infer_kiln_qmatmul(kiln_graph *g, kiln_node *n) {
     return infer_product(g, n, 0, 1, q.y_dtype);
 }
 
+/* kiln.F8MatMul: float A, uint8 (E4M3) 2-D B; the shape is MatMul's, the type A's. */
+static kiln_status infer_kiln_f8matmul(kiln_graph *g, kiln_node *n) {
+    kiln_fp8_layer q;
+    KILN_TRY(kiln_fp8_layer_read(n, &q));
+    const kiln_value *a = kiln_node_input(g, n, 0), *b = kiln_node_input(g, n, 1);
+    if (!a || !b) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "F8MatMul needs A and B");
+    if (a->dtype != KILN_UNDEFINED && a->dtype != KILN_F32 && a->dtype != KILN_F16 && a->dtype != KILN_BF16)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "F8MatMul: A must be a float tensor, is %s", kiln_dtype_name(a->dtype));
+    if ((b->dtype != KILN_UNDEFINED && b->dtype != KILN_U8) || (b->ndim >= 0 && b->ndim != 2))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "F8MatMul: B must be 2-D uint8 E4M3 codes");
+    return infer_product(g, n, 0, 1, a->dtype == KILN_UNDEFINED ? KILN_F32 : a->dtype);
+}
+
 const kiln_op_schema kiln_schemas_quant[] = {
     {"QuantizeLinear", "", 10, 0, infer_quantize},
     {"DequantizeLinear", "", 10, 0, infer_dequantize},
@@ -273,5 +286,6 @@ const kiln_op_schema kiln_schemas_quant[] = {
     {"QLinearConv", "", 10, 0, infer_qlinear_conv},
     {"QConv", KILN_FUSED_DOMAIN, KILN_FUSED_OPSET, KILN_FUSED_OPSET, infer_kiln_qconv},
     {"QMatMul", KILN_FUSED_DOMAIN, KILN_FUSED_OPSET, KILN_FUSED_OPSET, infer_kiln_qmatmul},
+    {"F8MatMul", KILN_FUSED_DOMAIN, KILN_FUSED_OPSET, KILN_FUSED_OPSET, infer_kiln_f8matmul},
     {0},
 };

@@ -68,6 +68,16 @@ kiln_status kiln_quant_layer_read(const kiln_node *n, kiln_quant_layer *q) {
     return KILN_OK;
 }
 
+kiln_status kiln_fp8_layer_read(const kiln_node *n, kiln_fp8_layer *q) {
+    q->x_scale = kiln_attr_float(n, "x_scale", 0.0f);
+    q->w_scale = kiln_attr_float(n, "w_scale", 0.0f);
+    if (!positive_finite(q->x_scale))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: x_scale must be a positive finite float", n->op_type);
+    if (!positive_finite(q->w_scale))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: w_scale must be a positive finite float", n->op_type);
+    return KILN_OK;
+}
+
 int kiln_graph_int8_layers(const kiln_graph *g) {
     int n = 0;
     for (int i = 0; i < g->nnodes; i++) {
@@ -75,5 +85,12 @@ int kiln_graph_int8_layers(const kiln_graph *g) {
         n += node->domain && !strcmp(node->domain, KILN_FUSED_DOMAIN) &&
              (!strcmp(node->op_type, "QConv") || !strcmp(node->op_type, "QMatMul"));
     }
+    return n;
+}
+
+int kiln_graph_fp8_layers(const kiln_graph *g) {
+    int n = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        n += g->nodes[i].domain && !strcmp(g->nodes[i].domain, KILN_FUSED_DOMAIN) && !strcmp(g->nodes[i].op_type, "F8MatMul");
     return n;
 }

@@ -26,7 +26,16 @@
  *     y_dtype (int, an ONNX dtype: 1 float32, 2 uint8, 3 int8; default 1): with float32 the result is
  *             that float; otherwise out(v) = saturate(round_half_even(v / y_scale) + y_zero_point) of
  *             y_dtype, with y_scale (float > 0) and y_zero_point (int, default 0).
- * The sum is exact (int32 accumulation); scaling, bias and activation are float32. */
+ * The sum is exact (int32 accumulation); scaling, bias and activation are float32.
+ *
+ * kiln.F8MatMul  Y[.., j] = x_scale * w_scale * sum_k e4m3(A[.., k] / x_scale) * e4m3(B[k, j]) + bias[j]
+ *     inputs  A (float32 / float16 / bfloat16, [..., M, K]), B (uint8 E4M3 codes, quant/fp8.h, 2-D
+ *             constant [K, N]), bias (optional float constant [N])
+ *     attrs   x_scale (float > 0, the activations' per-tensor scale), w_scale (float > 0, the
+ *             weights'); Y has A's type. e4m3(v) rounds v to the nearest E4M3 value (ties to even,
+ *             saturated to +-448: kiln_f32_to_e4m3); each product of two E4M3 values is exact in
+ *             float32, the sum accumulates in float32 (its order is the backend's), the scaling and
+ *             the bias are float32. The CPU kernel is the reference; a GPU runs it on FP8 tensor cores. */
 #ifndef KILN_IR_QUANT_OPS_H
 #define KILN_IR_QUANT_OPS_H
 
@@ -56,8 +65,20 @@ typedef struct kiln_quant_layer {
  * naming the attribute when one is missing, out of range or of the wrong length. */
 kiln_status kiln_quant_layer_read(const kiln_node *n, kiln_quant_layer *q);
 
+/* The parameters of one kiln.F8MatMul node. */
+typedef struct kiln_fp8_layer {
+    float x_scale, w_scale;
+} kiln_fp8_layer;
+
+/* Reads and checks node n's FP8 attributes (above); fails with KILN_ERR_INVALID_ARGUMENT naming the
+ * attribute that is missing or not a positive finite float. */
+kiln_status kiln_fp8_layer_read(const kiln_node *n, kiln_fp8_layer *q);
+
 /* How many integer layers (kiln.QConv, kiln.QMatMul) graph g holds. */
 int kiln_graph_int8_layers(const kiln_graph *g);
+
+/* How many FP8 layers (kiln.F8MatMul) graph g holds. */
+int kiln_graph_fp8_layers(const kiln_graph *g);
 
 /* Whether QuantizeLinear / DequantizeLinear compute in type t (int8, uint8, int16, uint16). */
 bool kiln_quant_dtype_ok(kiln_dtype t);

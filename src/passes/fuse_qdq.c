@@ -19,6 +19,11 @@
  * quantized) or a float32 value (a downsampling block's shortcut convolution).
  * Every DequantizeLinear / QuantizeLinear outside these patterns stays and runs as written.
  *
+ * kiln_pass_fuse_qdq_output runs later, after fuse_gelu: a float integer layer takes what follows
+ * it into its epilogue — a bias Add (exporters write a Linear as MatMul + Add, and the pattern above
+ * folds only the MatMul), a Gelu (BERT's FFN: the erf GELU is written out element by element until
+ * fuse_gelu), a QuantizeLinear (then it writes the 8-bit output itself).
+ *
  * This pass runs before constant folding (which would otherwise turn the weights' DequantizeLinear
  * into float32 constants). */
 #include "passes/passes.h"
@@ -293,6 +298,79 @@ static kiln_status try_fold(pass_ctx *c, int layer, layer_kind kind) {
     if (st == KILN_OK && r_8bit) st = pass_attr_int(g, q, "r_zero_point", rz);
     free(wsc), free(wzp);
     return st;
+}
+
+/* An integer layer that writes float32 with no activation of its own (what try_fold leaves when a
+ * Gelu pattern, fused only later, stood between it and the QuantizeLinear). */
+static bool float_integer_layer(const kiln_node *n) {
+    return pass_alive(n) && n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN) &&
+           (!strcmp(n->op_type, "QMatMul") || !strcmp(n->op_type, "QConv")) &&
+           kiln_attr_int(n, "y_dtype", KILN_F32) == KILN_F32 && !kiln_node_attr(n, "activation");
+}
+
+/* Whether node id is an Add of y and a float32 constant b of N values along the last axis (shape
+ * [1, ..., 1, N]): a MatMul's bias as exporters write it; *b gets its value id. */
+static bool bias_add(const pass_ctx *c, int id, int y, int64_t N, int *b) {
+    const kiln_node *n = &c->g->nodes[id];
+    if (!pass_is_op(n, "Add") || n->ninputs != 2) return false;
+    *b = pass_other_input(n, y);
+    const kiln_tensor *t = *b >= 0 ? const_of(c->g, *b) : NULL;
+    if (!t || t->dtype != KILN_F32 || t->ndim < 1 || t->dims[t->ndim - 1] != N || kiln_tensor_numel(t) != N) return false;
+    return c->g->values[y].ndim < 0 || t->ndim <= c->g->values[y].ndim; /* broadcasting b must not widen y */
+}
+
+/* Folds what follows float integer layer `layer` into its epilogue, each a sole reader of the
+ * previous: a bias Add (a QMatMul without a bias), a Gelu, a QuantizeLinear (then an 8-bit output). */
+static kiln_status try_fold_output(pass_ctx *c, int layer) {
+    kiln_graph *g = c->g;
+    const kiln_node *n = &g->nodes[layer];
+    int set[4] = {layer}, nset = 1, y = n->outputs[0], next, bias = n->ninputs > 2 ? n->inputs[2] : -1, b = -1;
+    const kiln_tensor *w = const_of(g, n->inputs[1]);
+    bool matmul = !strcmp(n->op_type, "QMatMul");
+    if (matmul && bias < 0 && w && w->ndim == 2 && (next = pass_sole_consumer(c, y)) >= 0 &&
+        bias_add(c, next, y, w->dims[1], &b)) {
+        set[nset++] = next;
+        bias = b;
+        y = g->nodes[next].outputs[0];
+    }
+    int act = -1;
+    if ((next = pass_sole_consumer(c, y)) >= 0 && pass_is_op(&g->nodes[next], "Gelu") && g->nodes[next].inputs[0] == y) {
+        set[nset++] = act = next;
+        y = g->nodes[next].outputs[0];
+    }
+    float ys = 0.0f;
+    int64_t yz = 0;
+    kiln_dtype yt = KILN_F32;
+    if ((next = pass_sole_consumer(c, y)) >= 0 && g->nodes[next].inputs[0] == y && match_q(c, next, &ys, &yz, &yt))
+        set[nset++] = next;
+    else
+        yt = KILN_F32;
+    if (nset == 1 || !pass_closed(c, set, nset, set[nset - 1])) return KILN_OK;
+    bool tanh = act >= 0 && !strcmp(kiln_attr_string(&g->nodes[act], "approximate", "none"), "tanh");
+    int ins[3] = {n->inputs[0], n->inputs[1], bias};
+    const char *op = n->op_type, *name = n->name; /* arena strings: they outlive the rewrite */
+    char detail[96];
+    snprintf(detail, sizeof detail, "%s%s%s output in the epilogue", b >= 0 ? "bias, " : "", act >= 0 ? "Gelu, " : "",
+             kiln_dtype_name(yt));
+    kiln_node *out;
+    KILN_TRY(pass_rewrite(c, set, nset, set[nset - 1], KILN_FUSED_DOMAIN, op, KILN_FUSED_OPSET, name, bias >= 0 ? 3 : 2,
+                          ins, layer, detail, &out));
+    for (int i = 0; i < out->nattrs; i++) /* the copy's y_dtype: the QuantizeLinear's type, if any */
+        if (!strcmp(out->attrs[i].name, "y_dtype")) out->attrs[i].i = yt;
+    if (act >= 0)
+        KILN_TRY(pass_attr_string(g, out, "activation", kiln_activation_name(tanh ? KILN_ACT_GELU_TANH : KILN_ACT_GELU)));
+    if (yt == KILN_F32) return KILN_OK;
+    KILN_TRY(pass_attr_float(g, out, "y_scale", ys));
+    return pass_attr_int(g, out, "y_zero_point", yz);
+}
+
+kiln_status kiln_pass_fuse_qdq_output(kiln_graph *g, bool *changed) {
+    pass_ctx c;
+    KILN_TRY(pass_begin(&c, g, "fuse_qdq_output"));
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < g->nnodes && st == KILN_OK; i++)
+        if (float_integer_layer(&g->nodes[i])) st = try_fold_output(&c, i);
+    return pass_end(&c, st, changed);
 }
 
 kiln_status kiln_pass_fuse_qdq(kiln_graph *g, bool *changed) {

@@ -326,19 +326,7 @@ kiln_status pass_rewrite(pass_ctx *c, const int *set, int n, int anchor, const c
     return KILN_OK;
 }
 
-kiln_status pass_use_kiln_domain(pass_ctx *c) {
-    kiln_graph *g = c->g;
-    if (kiln_graph_opset(g, KILN_FUSED_DOMAIN)) return KILN_OK;
-    kiln_opset_import *ops = kiln_graph_alloc(g, sizeof *ops * (size_t)(g->nopsets + 1));
-    if (!ops) return oom();
-    if (g->nopsets) memcpy(ops, g->opsets, sizeof *ops * (size_t)g->nopsets);
-    ops[g->nopsets].domain = kiln_graph_strdup(g, KILN_FUSED_DOMAIN);
-    ops[g->nopsets].version = KILN_FUSED_OPSET;
-    if (!ops[g->nopsets].domain) return oom();
-    g->opsets = ops;
-    g->nopsets++;
-    return KILN_OK;
-}
+kiln_status pass_use_kiln_domain(pass_ctx *c) { return kiln_graph_import_opset(c->g, KILN_FUSED_DOMAIN, KILN_FUSED_OPSET); }
 
 kiln_status pass_attr_int(kiln_graph *g, kiln_node *n, const char *name, int64_t v) {
     kiln_attr *a = kiln_node_add_attr(g, n, name, KILN_ATTR_INT);

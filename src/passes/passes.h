@@ -29,6 +29,9 @@ kiln_status kiln_pass_fuse_attention(kiln_graph *g, bool *changed);
 /* DequantizeLinear -> Conv / MatMul (+ bias, Relu / Clip) -> QuantizeLinear -> kiln.QConv / kiln.QMatMul
  * (ir/quant_ops.h); runs before constant folding. */
 kiln_status kiln_pass_fuse_qdq(kiln_graph *g, bool *changed);
+/* kiln.QMatMul / kiln.QConv writing float32 -> [bias Add] -> [Gelu] -> [QuantizeLinear] -> the
+ * integer layer with the bias, the Gelu activation, the 8-bit output (runs after fuse_gelu). */
+kiln_status kiln_pass_fuse_qdq_output(kiln_graph *g, bool *changed);
 /* Conv / Gemm / MatMul + bias + residual Add + activation -> kiln.FusedConv / FusedGemm / FusedMatMul. */
 kiln_status kiln_pass_fuse_epilogue(kiln_graph *g, bool *changed);
 /* Chains of float elementwise ops over same-shaped values -> one kiln.ElementwiseChain. */

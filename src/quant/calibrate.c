@@ -6,6 +6,7 @@
 #include "core/status.h"
 #include "quant/calib_hist.h"
 #include "quant/calib_io.h"
+#include "quant/fp8.h"
 #include "quant/sensitivity.h"
 #include "layer_precision.h"
 
@@ -52,14 +53,24 @@ static int weight_axis(const kiln_node *n) {
     return is_default_op(n, "Gemm") && kiln_attr_int(n, "transB", 0) ? 0 : 1;
 }
 
-/* Whether quantizable layer n goes to int8: with --int8 unless a later float rule names it, without
- * only when an int8 rule is the last rule naming it. */
-static bool selected(const kiln_node *n, const kiln_build_options *opts) {
-    bool q = opts->int8;
-    for (int r = 0; r < opts->nlayer_precisions; r++)
+/* The quantized precision layer n takes (KILN_PRECISION_FP32: none): fp8 under --fp8 for a layer
+ * that can take it (kiln_fp8_layer_ok), else int8 under --int8; then each rule naming n, in order: an
+ * int8 rule (or an fp8 rule, where fp8 applies) sets that precision, any other rule clears it. */
+static kiln_precision quant_precision(const kiln_graph *g, const kiln_node *n, const kiln_build_options *opts) {
+    bool fp8_ok = kiln_fp8_layer_ok(g, n);
+    kiln_precision q = opts->fp8 && fp8_ok ? KILN_PRECISION_FP8 : opts->int8 ? KILN_PRECISION_INT8 : KILN_PRECISION_FP32;
+    for (int r = 0; r < opts->nlayer_precisions; r++) {
+        kiln_precision p = opts->layer_precisions[r].precision;
         if (kiln_layer_rule_matches(&opts->layer_precisions[r], n))
-            q = opts->layer_precisions[r].precision == KILN_PRECISION_INT8;
+            q = p == KILN_PRECISION_INT8 || (p == KILN_PRECISION_FP8 && fp8_ok) ? p : KILN_PRECISION_FP32;
+    }
     return q;
+}
+
+/* Whether layer n is quantized to precision want (int8 or fp8) and can be. */
+static bool selected(const kiln_graph *g, const kiln_node *n, const kiln_build_options *opts, kiln_precision want) {
+    bool can = want == KILN_PRECISION_FP8 ? kiln_fp8_layer_ok(g, n) : quantizable(g, n);
+    return can && quant_precision(g, n, opts) == want;
 }
 
 /* Adds layer node id to p (its input among the distinct activations). */
@@ -74,8 +85,9 @@ static void plan_add(const kiln_graph *g, calib_plan *p, int id) {
     }
 }
 
-/* The layers opts select (selected()); fails naming an int8 rule that matches no quantizable layer. */
-static kiln_status plan_make(const kiln_graph *g, const kiln_build_options *opts, calib_plan *p) {
+/* The layers opts select for precision want (selected()); fails naming an int8 rule that matches no
+ * quantizable layer. */
+static kiln_status plan_make(const kiln_graph *g, const kiln_build_options *opts, kiln_precision want, calib_plan *p) {
     memset(p, 0, sizeof *p);
     for (int r = 0; r < opts->nlayer_precisions; r++) {
         const kiln_layer_precision *rule = &opts->layer_precisions[r];
@@ -94,7 +106,7 @@ static kiln_status plan_make(const kiln_graph *g, const kiln_build_options *opts
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory planning the calibration");
     }
     for (int i = 0; i < g->nnodes; i++)
-        if (quantizable(g, &g->nodes[i]) && selected(&g->nodes[i], opts)) plan_add(g, p, i);
+        if (selected(g, &g->nodes[i], opts, want)) plan_add(g, p, i);
     return KILN_OK;
 }
 
@@ -195,7 +207,7 @@ static kiln_status calib_pass(kiln_engine *e, kiln_context *c, const kiln_calib_
 
 /* Runs the float32 model over the batches of opts->calib_dir and fills p->thresholds. */
 static kiln_status collect(const char *model_path, const kiln_build_options *opts, const kiln_calib_method *m,
-                           calib_plan *p) {
+                           const char *tag, calib_plan *p) {
     kiln_build_options fo = {0};
     fo.target = "cpu";
     fo.mark_all_outputs = true;
@@ -239,9 +251,9 @@ static kiln_status collect(const char *model_path, const kiln_build_options *opt
             h.amax = amax[a];
         }
         p->thresholds[a] = kiln_calib_threshold(hists ? &hists[a] : &h, m);
-        KILN_LOG(KILN_LOG_VERBOSE, "int8: '%s' max |x| %g, threshold %g", p->names[a], amax[a], p->thresholds[a]);
+        KILN_LOG(KILN_LOG_VERBOSE, "%s: '%s' max |x| %g, threshold %g", tag, p->names[a], amax[a], p->thresholds[a]);
     }
-    if (s == KILN_OK) KILN_LOG(KILN_LOG_INFO, "int8: calibrated %d tensors over %d batches", p->nacts, bs.nbatches);
+    if (s == KILN_OK) KILN_LOG(KILN_LOG_INFO, "%s: calibrated %d tensors over %d batches", tag, p->nacts, bs.nbatches);
     kiln_calib_batches_free(&bs);
     free(in_names), free(where), free(amax), free(hists);
     kiln_context_free(c);
@@ -432,43 +444,63 @@ static kiln_status temp_cache(const char *digest, const char *method, const cali
 }
 
 /* Fails when g is already quantized (it holds a quantization op): its own scales apply, not ours. */
-static kiln_status require_float_model(const kiln_graph *g) {
+static kiln_status require_float_model(const kiln_graph *g, const char *tag) {
     static const char *const ops[] = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
                                       "QLinearMatMul", "ConvInteger", "MatMulInteger", NULL};
     for (int i = 0; i < g->nnodes; i++)
         for (int k = 0; ops[k]; k++)
             if (is_default_op(&g->nodes[i], ops[k]))
-                return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--int8: the model is already quantized (node '%s' is %s); "
-                                  "build it without --int8 and its own scales are used", g->nodes[i].name, ops[k]);
+                return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--%s: the model is already quantized (node '%s' is %s); "
+                                  "build it without --%s and its own scales are used", tag, g->nodes[i].name, ops[k], tag);
     return KILN_OK;
+}
+
+/* The plan for precision want (tag "int8" or "fp8", for messages) and its activation thresholds:
+ * from opts' calibration cache when it holds this model's (*cached), else by the calibration runs,
+ * the cache then written. p->nlayers 0: nothing to quantize (p freed, logged). digest gets the
+ * model's. */
+static kiln_status plan_thresholds(kiln_graph *g, const char *model_path, const kiln_build_options *opts,
+                                   kiln_precision want, const char *tag, const kiln_calib_method *m, calib_plan *p,
+                                   char *digest, bool *cached) {
+    KILN_TRY(require_float_model(g, tag));
+    KILN_TRY(plan_make(g, opts, want, p));
+    *cached = false;
+    if (p->nlayers == 0) {
+        KILN_LOG(KILN_LOG_INFO, "%s: no %s with constant float32 weights: nothing to quantize", tag,
+                 want == KILN_PRECISION_FP8 ? "MatMul or Gemm" : "Conv, MatMul or Gemm");
+        plan_free(p);
+        return KILN_OK;
+    }
+    char method[32];
+    kiln_calib_method_name(m, method, sizeof method);
+    kiln_status s = kiln_calib_model_digest(model_path, digest);
+    if (s == KILN_OK && opts->calib_cache)
+        s = kiln_calib_cache_read(opts->calib_cache, digest, p->nacts, p->names, p->thresholds, cached);
+    if (s == KILN_OK && *cached)
+        KILN_LOG(KILN_LOG_INFO, "%s: %d activation thresholds from the calibration cache '%s'", tag, p->nacts,
+                 opts->calib_cache);
+    if (s == KILN_OK && !*cached && !opts->calib_dir)
+        s = kiln_error(KILN_ERR_INVALID_ARGUMENT, "--%s needs calibration data (--calib DIR) or an existing --calib-cache",
+                       tag);
+    if (s == KILN_OK && !*cached) s = collect(model_path, opts, m, tag, p);
+    if (s == KILN_OK && !*cached && opts->calib_cache)
+        s = kiln_calib_cache_write(opts->calib_cache, digest, method, p->nacts, p->names, p->thresholds);
+    if (s != KILN_OK) plan_free(p);
+    return s;
 }
 
 kiln_status kiln_calibrate_int8(kiln_graph *g, const char *model_path, const kiln_build_options *opts) {
     kiln_calib_method m;
     KILN_TRY(kiln_calib_method_parse(opts->calibrator, &m));
-    KILN_TRY(require_float_model(g));
     calib_plan p;
-    KILN_TRY(plan_make(g, opts, &p));
-    if (p.nlayers == 0) {
-        KILN_LOG(KILN_LOG_INFO, "int8: no Conv, MatMul or Gemm with constant float32 weights: nothing to quantize");
-        plan_free(&p);
-        return KILN_OK;
-    }
     char digest[65], method[32];
+    bool cached;
+    KILN_TRY(plan_thresholds(g, model_path, opts, KILN_PRECISION_INT8, "int8", &m, &p, digest, &cached));
+    if (p.nlayers == 0) return KILN_OK;
     kiln_calib_method_name(&m, method, sizeof method);
-    bool cached = false;
-    kiln_status s = kiln_calib_model_digest(model_path, digest);
-    if (s == KILN_OK && opts->calib_cache)
-        s = kiln_calib_cache_read(opts->calib_cache, digest, p.nacts, p.names, p.thresholds, &cached);
-    if (s == KILN_OK && cached)
-        KILN_LOG(KILN_LOG_INFO, "int8: %d activation thresholds from the calibration cache '%s'", p.nacts, opts->calib_cache);
-    if (s == KILN_OK && !cached && !opts->calib_dir)
-        s = kiln_error(KILN_ERR_INVALID_ARGUMENT, "--int8 needs calibration data (--calib DIR) or an existing --calib-cache");
-    if (s == KILN_OK && !cached) s = collect(model_path, opts, &m, &p);
-    if (s == KILN_OK && !cached && opts->calib_cache)
-        s = kiln_calib_cache_write(opts->calib_cache, digest, method, p.nacts, p.names, p.thresholds);
+    kiln_status s = KILN_OK;
     char *tmp_cache = NULL;
-    if (s == KILN_OK && opts->keep_sensitive > 0 && !opts->calib_cache) s = temp_cache(digest, method, &p, &tmp_cache);
+    if (opts->keep_sensitive > 0 && !opts->calib_cache) s = temp_cache(digest, method, &p, &tmp_cache);
     if (s == KILN_OK && opts->keep_sensitive > 0)
         s = keep_sensitive(g, model_path, opts, tmp_cache ? tmp_cache : opts->calib_cache, &p);
     if (tmp_cache) unlink(tmp_cache);
@@ -476,6 +508,32 @@ kiln_status kiln_calibrate_int8(kiln_graph *g, const char *model_path, const kil
     if (s == KILN_OK) s = insert_qdq(g, &p);
     if (s == KILN_OK)
         KILN_LOG(KILN_LOG_INFO, "int8: %d layers quantized (%s activations per tensor, weights per channel)", p.nlayers,
+                 cached ? "cached" : method);
+    plan_free(&p);
+    return s;
+}
+
+kiln_status kiln_calibrate_fp8(kiln_graph *g, const char *model_path, const kiln_build_options *opts) {
+    kiln_calib_method m;
+    KILN_TRY(kiln_calib_method_parse(opts->calibrator, &m));
+    calib_plan p;
+    char digest[65], method[32];
+    bool cached;
+    KILN_TRY(plan_thresholds(g, model_path, opts, KILN_PRECISION_FP8, "fp8", &m, &p, digest, &cached));
+    if (p.nlayers == 0) return KILN_OK;
+    kiln_calib_method_name(&m, method, sizeof method);
+    kiln_status s = KILN_OK;
+    for (int l = 0; s == KILN_OK && l < p.nlayers; l++) {
+        int a = 0, x = g->nodes[p.layers[l]].inputs[0];
+        while (a < p.nacts && p.acts[a] != x) a++;
+        s = kiln_fp8_rewrite_layer(g, p.layers[l], p.thresholds[a]);
+    }
+    if (s == KILN_OK) s = kiln_graph_resolve_ops(g, NULL);
+    if (s == KILN_OK) s = kiln_graph_toposort(g);
+    if (s == KILN_OK) s = kiln_graph_infer_shapes(g);
+    if (s == KILN_OK) s = kiln_graph_verify(g);
+    if (s == KILN_OK)
+        KILN_LOG(KILN_LOG_INFO, "fp8: %d layers in E4M3 (%s activation scales per tensor, weights per tensor)", p.nlayers,
                  cached ? "cached" : method);
     plan_free(&p);
     return s;

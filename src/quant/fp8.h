@@ -3,10 +3,12 @@
  * 448 (0x7e), smallest subnormal 2^-9. Conversions from float32 round to nearest even and saturate
  * (|x| >= 448 and +-inf become +-448, the __NV_SATFINITE behaviour, ONNX's saturate=1); a NaN stays
  * NaN. The per-tensor scale of an FP8 tensor is its calibrated threshold over 448, so that the
- * threshold maps to the largest finite code; the calibrators of calib_hist.h choose the threshold. */
+ * threshold maps to the largest finite code; the calibrators of calib_hist.h choose the threshold.
+ * fp8_layer.c turns a calibrated MatMul / Gemm into kiln.F8MatMul (ir/quant_ops.h). */
 #ifndef KILN_QUANT_FP8_H
 #define KILN_QUANT_FP8_H
 
+#include "ir/graph.h"
 #include "quant/calib_hist.h"
 
 #include <stdbool.h>
@@ -39,5 +41,15 @@ bool kiln_fp8_capable(int major, int minor);
 /* The compute capability in a device description holding "sm_XY" (as the cuda backend describes a
  * GPU: "NVIDIA H200 (sm_90, ...)"): *major = X, *minor = Y; false when there is none. */
 bool kiln_fp8_parse_sm(const char *desc, int *major, int *minor);
+
+/* Whether node n of g can become a kiln.F8MatMul (ir/quant_ops.h): a MatMul, or a Gemm with transA 0
+ * and alpha = beta = 1, reading a float32 activation and 2-D constant float32 weights (a Gemm's C, if
+ * any, a float32 constant of one value per output column). */
+bool kiln_fp8_layer_ok(const kiln_graph *g, const kiln_node *n);
+
+/* Rewrites layer (kiln_fp8_layer_ok) into kiln.F8MatMul in place: its weights as E4M3 codes [K, N]
+ * (a transB Gemm's transposed) with w_scale max|W| / 448, x_scale threshold / 448 for its input, a
+ * Gemm's C as the bias. The graph must be resolved and inferred again afterwards. */
+kiln_status kiln_fp8_rewrite_layer(kiln_graph *g, int layer, double threshold);
 
 #endif

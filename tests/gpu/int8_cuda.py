@@ -13,10 +13,10 @@ Asserted per model and build (exit 1 when one fails):
   - against fp32 (onnxruntime): the bounds of tests/e2e/test_int8_build.py (ResNet cosine >= 0.9995,
     max error <= 5%, top-1 >= 7 of 8; BERT cosine >= 0.998, max error <= 20%), looser by the 16-bit
     rounding for --int8 --fp16 (ResNet cosine >= 0.999, BERT >= 0.995);
-  - the --int8 --fp16 build (tuned, `kiln build`'s default level) times the ResNet's QMatMul's int8
-    kernel against its float16 one and logs the choice ("layer 'X': int8 A ms vs fp16 B ms -> P"; a
-    candidate the tuner drops is "not timed"); the table shows every such choice (BERT's dynamic
-    sequence length leaves its layers untuned).
+  - the --int8 --fp16 build (tuned, `kiln build`'s default level) times each of the ResNet's QConv and
+    QMatMul layers' int8 kernel against its float16 one and logs the choice ("layer 'X': int8 A ms vs fp16 B ms -> P");
+    both sides are always timed, so a "not timed" side fails; the table shows every such choice
+    (BERT's dynamic sequence length leaves its layers untuned).
 
 usage: int8_cuda.py [--kiln PATH] [--target cuda] [--workdir DIR] [--json FILE]
 (--target cpu checks this script itself on a machine without a GPU; the --fp16 builds are skipped
@@ -142,9 +142,12 @@ def check_model(kiln, target, kind, workdir, failures):
         if build == "int8+fp16":
             paths = PATH_LINE.findall(r.stderr)
             row["paths"] = " ".join(f"{p[3]} ({p[1]} / {p[2]})" for p in paths) or "untuned"
-            if kind == "resnet" and len(paths) != LAYERS[kind]["QMatMul"]:
-                failures.append(f"{kind} {build}: {len(paths)} int8-vs-fp16 choices logged, expected "
-                                f"{LAYERS[kind]['QMatMul']}")
+            untimed = [p[0] for p in paths if "not timed" in (p[1], p[2])]
+            if untimed:
+                failures.append(f"{kind} {build}: int8-vs-fp16 choice with a side not timed: {', '.join(untimed)}")
+            expected = sum(LAYERS[kind].values())  # every QConv and QMatMul
+            if kind == "resnet" and len(paths) != expected:
+                failures.append(f"{kind} {build}: {len(paths)} int8-vs-fp16 choices logged, expected {expected}")
         if counts != LAYERS[kind]:
             failures.append(f"{kind} {build}: integer layers {counts}, expected {LAYERS[kind]}")
         if build != "cpu int8" and "cpu int8" in outs:

@@ -825,7 +825,9 @@ const op_case kiln_op_cases[] = {
      * against the CPU integer kernels. int8 A with K a multiple of 4 (read in place), uint8 A and odd K
      * (copied, shifted by -128), uint8 weights with a zero point (the row-sum correction), per-channel
      * and per-tensor scales, int8 / uint8 / float outputs, ReLU / Clip / Gelu; convolutions padded,
-     * strided, dilated, grouped, depthwise and 1-D. */
+     * strided, dilated, grouped, depthwise and 1-D. Symmetric QMatMuls (no zero point after the shift,
+     * N a multiple of 4, no activation or Relu, int8 or float out) requantize inside cuBLASLt's GEMM
+     * (within one unit of the CPU, in at most 1% of the elements); N = 10 keeps the exact path. */
     {"kiln.QMatMul", "i8[2,7,64]{-128,128} Ki8[64,8]{-127,128} Kf[8]",
      "x_scale=0.05 w_scale=[0.002,0.003,0.001,0.002,0.004,0.002,0.0015,0.0025] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
     {"kiln.QMatMul", "u8[33,65]{0,256} Ki8[65,17]{-127,128}",
@@ -835,6 +837,24 @@ const op_case kiln_op_cases[] = {
     {"kiln.QMatMul", "u8[3,9,33]{0,256} Ki8[33,1000]{-127,128} Kf[1000]",
      "x_scale=0.02 x_zero_point=3 w_scale=[0.001] y_dtype=3 y_scale=0.02 y_zero_point=-5 activation='Clip' "
      "activation_params=[-1.0,1.0]", 0, 0},
+    {"kiln.QMatMul", "i8[3,11,96]{-128,128} Ki8[96,12]{-127,128} Kf[12]",
+     "x_scale=0.04 w_scale=[0.002,0.003,0.001,0.002,0.004,0.002,0.0015,0.0025,0.001,0.003,0.002,0.002] y_dtype=3 "
+     "y_scale=0.03", 0, 0},
+    {"kiln.QMatMul", "i8[7,64]{-128,128} Ki8[64,12]{-127,128} Kf[12]", "x_scale=0.05 w_scale=[0.002] activation='Relu'", 0, 0},
+    {"kiln.QMatMul", "i8[6,48]{-128,128} Ku8[48,16]{0,256}", "x_scale=0.05 w_scale=[0.002] w_zero_point=[128] y_dtype=3 "
+     "y_scale=0.04", 0, 0},
+    {"kiln.QMatMul", "i8[4,32]{-128,128} Ki8[32,10]{-127,128} Kf[10]", "x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05",
+     0, 0},
+    /* tanh-Gelu: fused (GELU_BIAS) for a float output, the exact path for an int8 one */
+    {"kiln.QMatMul", "i8[5,32]{-128,128} Ki8[32,16]{-127,128} Kf[16]", "x_scale=0.05 w_scale=[0.002] activation='GeluTanh'",
+     0, 0},
+    {"kiln.QMatMul", "i8[5,32]{-128,128} Ki8[32,16]{-127,128} Kf[16]",
+     "x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.02 activation='GeluTanh'", 0, 0},
+    /* kiln.F8MatMul (ir/quant_ops.h): A rounded to E4M3, cuBLASLt's FP8 GEMM with the per-tensor scales
+     * and the bias epilogue, against the CPU reference; weight codes all positive (0..126) or all
+     * negative (128..254: no NaN code); K and N multiples of 16, and not (padded rows, D copied out) */
+    {"kiln.F8MatMul", "f[2,7,64]{-4,4} Ku8[64,32]{0,127} Kf[32]", "x_scale=0.02 w_scale=0.001", 0, 0},
+    {"kiln.F8MatMul", "f[5,40]{-4,4} Ku8[40,20]{128,255}", "x_scale=0.01 w_scale=0.002", 0, 0},
     {"kiln.QConv", "i8[2,8,15,15]{-128,128} Ki8[4,8,3,3]{-127,128} Kf[4]",
      "pads=[1,1,1,1] x_scale=0.05 w_scale=[0.002,0.003,0.001,0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
     {"kiln.QConv", "u8[2,6,11,11]{0,256} Ki8[8,3,3,3]{-127,128} Kf[8]",
@@ -1019,6 +1039,11 @@ const op_case kiln_perf_cases[] = {
     {"kiln.QMatMul", "i8[4096,768]{-128,128} Ki8[768,3072]{-127,128} Kf[3072]",
      "x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Gelu'", 0, 0},
     {"kiln.QMatMul", "i8[4096,3072]{-128,128} Ki8[3072,768]{-127,128} Kf[768]", "x_scale=0.05 w_scale=[0.002]", 0, 0},
+    /* BERT-base's FFN GEMM in FP8 (compare with the QMatMul and float rows) */
+    {"kiln.F8MatMul", "f[4096,768]{-2,2} Ku8[768,3072]{0,127} Kf[3072]", "x_scale=0.01 w_scale=0.001", 0, 0},
+    /* BERT-base's attention projections (int8 in and out: requantized inside the GEMM) */
+    {"kiln.QMatMul", "i8[4096,768]{-128,128} Ki8[768,768]{-127,128} Kf[768]",
+     "x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05", 0, 0},
     {"kiln.QConv", "i8[32,64,56,56]{-128,128} Ki8[64,64,3,3]{-127,128} Kf[64]",
      "pads=[1,1,1,1] x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
     {"kiln.QConv", "i8[32,256,56,56]{-128,128} Ki8[64,256,1,1]{-127,128} Kf[64]",

@@ -6,12 +6,15 @@
  * Relu -> QuantizeLinear becomes one kiln.QConv whose results equal the unfolded graph's, a
  * pattern whose input scale is not a constant stays as it is, and a residual Add of a quantized
  * shortcut folds into the QConv (its R input) with the same results; a channels-last QConv equals
- * the channels-first one transposed. */
+ * the channels-first one transposed; fuse_qdq_output: a float QMatMul -> bias Add -> Gelu ->
+ * QuantizeLinear becomes one QMatMul writing int8, with equal results; the FP8 reference
+ * kiln.F8MatMul on hand-computed values. */
 #include "check.h"
 #include "graph_build.h"
 
 #include "ir/quant_ops.h"
 #include "passes/passes.h"
+#include "quant/fp8.h"
 
 #include <string.h>
 
@@ -300,6 +303,75 @@ static void test_fuse_qdq_residual(void) {
     REQUIRE_OK(kiln_pass_fuse_qdq(asym, &changed));
     CHECK(changed && count_op(asym, "QConv") == 1 && count_op(asym, "Add") == 1);
     kiln_graph_free(asym);
+/* kiln.F8MatMul on values whose E4M3 roundings are known: 0.55 / 0.5 = 1.1 rounds to 1.125, 300 / 0.5
+ * saturates to 448; the sums and the scaling are exact here, so the result is too. A missing w_scale
+ * is refused naming it. */
+static void test_f8matmul(void) {
+    kiln_node *n = make_node(KILN_FUSED_DOMAIN, "F8MatMul", 3, 1);
+    kiln_node_add_attr(g_nodes, n, "x_scale", KILN_ATTR_FLOAT)->f = 0.5f;
+    int64_t ad[2] = {2, 3}, wd[2] = {3, 2}, nb = 2;
+    kiln_tensor a = make(KILN_F32, 2, ad, (double[]){1.0, -0.75, 0.55, 2.5, 300.0, 0.0});
+    kiln_tensor w = {0}, y = {0}, b = make(KILN_F32, 1, &nb, (double[]){0.5, -1.0});
+    REQUIRE_OK(kiln_tensor_alloc(&w, KILN_U8, 2, wd));
+    const float wv[6] = {1.0f, 2.0f, -0.5f, 0.25f, 4.0f, -1.0f};
+    for (int i = 0; i < 6; i++) ((uint8_t *)w.data)[i] = kiln_f32_to_e4m3(wv[i]);
+    kiln_tensor *in[3] = {&a, &w, &b}, *out[1] = {&y};
+    CHECK(exec(n, in, 3, out, 1) == KILN_ERR_INVALID_ARGUMENT);
+    CHECKF(strstr(kiln_last_error(), "w_scale") != NULL, "message: %s", kiln_last_error());
+    kiln_node_add_attr(g_nodes, n, "w_scale", KILN_ATTR_FLOAT)->f = 0.25f;
+    REQUIRE_OK(exec(n, in, 3, out, 1));
+    const float want[4] = {1.40625f, -0.6875f, -26.875f, 14.25f};
+    CHECK(y.ndim == 2 && y.dims[0] == 2 && y.dims[1] == 2);
+    for (int i = 0; i < 4; i++)
+        CHECKF(((const float *)y.data)[i] == want[i], "F8MatMul y[%d] = %g, want %g", i, ((const float *)y.data)[i],
+               want[i]);
+    kiln_tensor_release(&a), kiln_tensor_release(&w), kiln_tensor_release(&b), kiln_tensor_release(&y);
+}
+
+/* x -> Q -> DQ -> MatMul(DQ(W int8 per column)) -> Add(bias) -> Gelu -> Q -> DQ -> y: a Linear as
+ * exporters write it, with the Gelu node itself (what fuse_gelu leaves of an exported erf GELU). */
+static kiln_graph *qdq_matmul_gelu_graph(void) {
+    begin(21);
+    int64_t xd[2] = {5, 8}, wd[2] = {8, 12}, n = 12;
+    int x = input("x", KILN_F32, 2, xd);
+    int xs = scalar(0.02), xz = constant(KILN_I8, 0, NULL, (double[]){0}, 0, 0);
+    int xq = node_n("QuantizeLinear", 3, (int[]){x, xs, xz}, 1);
+    int xdq = node_n("DequantizeLinear", 3, (int[]){xq, xs, xz}, 1);
+    int w = constant(KILN_I8, 2, wd, NULL, -127, 127);
+    int wsc = constant(KILN_F32, 1, &n, NULL, 0.01, 0.02);
+    int wdq = node_n("DequantizeLinear", 2, (int[]){w, wsc}, 1);
+    attr_int("axis", 1);
+    int bias = constant(KILN_F32, 1, &n, NULL, -0.3, 0.3);
+    int gelu = op1("Gelu", op2("Add", op2("MatMul", xdq, wdq), bias));
+    int ys = scalar(0.01), yz = constant(KILN_I8, 0, NULL, (double[]){0}, 0, 0);
+    int yq = node_n("QuantizeLinear", 3, (int[]){gelu, ys, yz}, 1);
+    output(node_n("DequantizeLinear", 3, (int[]){yq, ys, yz}, 1));
+    return finish();
+}
+
+/* fuse_qdq leaves the MatMul writing float32 (the Add and the Gelu are not in its pattern);
+ * fuse_qdq_output then moves the bias, the Gelu and the QuantizeLinear into the QMatMul, which
+ * computes the same int8 values. */
+static void test_fuse_qdq_output(void) {
+    kiln_graph *ref = qdq_matmul_gelu_graph(), *opt = qdq_matmul_gelu_graph();
+    bool changed = false;
+    REQUIRE_OK(kiln_pass_fuse_qdq(ref, &changed));
+    REQUIRE_OK(kiln_pass_fuse_qdq(opt, &changed));
+    CHECK(count_op(opt, "QMatMul") == 1 && count_op(opt, "Gelu") == 1);
+    changed = false;
+    REQUIRE_OK(kiln_pass_fuse_qdq_output(opt, &changed));
+    REQUIRE_OK(kiln_graph_infer_shapes(opt));
+    CHECK(changed && count_op(opt, "QMatMul") == 1 && count_op(opt, "Gelu") == 0 && count_op(opt, "Add") == 0 &&
+          count_op(opt, "QuantizeLinear") == 1);
+    for (int i = 0; i < opt->nnodes; i++)
+        if (!strcmp(opt->nodes[i].op_type, "QMatMul")) {
+            CHECK(kiln_attr_int(&opt->nodes[i], "y_dtype", 0) == KILN_I8 && opt->nodes[i].ninputs == 3);
+            CHECK(!strcmp(kiln_attr_string(&opt->nodes[i], "activation", ""), "Gelu"));
+        }
+    /* the same float32 operations in the same order, then the same rounding: equal */
+    check_same_outputs("fuse_qdq_output", ref, "Gelu and QuantizeLinear nodes", opt, "folded layer", 1e-6);
+    kiln_graph_free(ref);
+    kiln_graph_free(opt);
 }
 
 int main(void) {
@@ -312,6 +384,8 @@ int main(void) {
     test_fuse_qdq();
     test_fuse_qdq_residual();
     test_qconv_channels_last();
+    test_fuse_qdq_output();
+    test_f8matmul();
     kiln_graph_free(g_nodes);
     return checks_report("test_quant");
 }

@@ -230,5 +230,6 @@ const kiln_cpu_kernel kiln_cpu_kernels_quant[] = {
     {"QLinearConv", "", kiln_cpu_qlinear_conv},
     {"QConv", KILN_FUSED_DOMAIN, kiln_cpu_kiln_qconv},
     {"QMatMul", KILN_FUSED_DOMAIN, kiln_cpu_kiln_qmatmul},
+    {"F8MatMul", KILN_FUSED_DOMAIN, kiln_cpu_kiln_f8matmul},
     {0},
 };

@@ -1,6 +1,7 @@
 /* quant_kernels.h — the CPU quantization family: QuantizeLinear, DequantizeLinear and
  * DynamicQuantizeLinear (quant.c), the integer products MatMulInteger, QLinearMatMul and kiln.QMatMul
- * (quant_matmul.c), ConvInteger, QLinearConv and kiln.QConv (quant_conv.c), and what they share
+ * (quant_matmul.c), ConvInteger, QLinearConv and kiln.QConv (quant_conv.c), the FP8 reference
+ * kiln.F8MatMul (fp8_matmul.c), and what they share
  * (quant_igemm.c): the exact int32-accumulating product and the requantizing epilogue. These are the
  * reference kernels other backends' integer kernels are checked against: integer sums are exact,
  * rounding is half to even (rintf in the default rounding mode), results saturate to the type. */
@@ -93,6 +94,8 @@ NN_EXEC(kiln_cpu_dynamic_quantize_linear);
 NN_EXEC(kiln_cpu_matmul_integer);
 NN_EXEC(kiln_cpu_qlinear_matmul);
 NN_EXEC(kiln_cpu_kiln_qmatmul);
+/* fp8_matmul.c */
+NN_EXEC(kiln_cpu_kiln_f8matmul);
 /* quant_conv.c */
 NN_EXEC(kiln_cpu_conv_integer);
 NN_EXEC(kiln_cpu_qlinear_conv);

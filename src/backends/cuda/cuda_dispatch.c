@@ -24,6 +24,7 @@ extern const kiln_cuda_kernel kiln_cuda_kernels_fused_chain[];
 extern const kiln_cuda_kernel kiln_cuda_kernels_fused_attention[];
 extern const kiln_cuda_kernel kiln_cuda_kernels_quant[];
 extern const kiln_cuda_kernel kiln_cuda_kernels_quantize[];
+extern const kiln_cuda_kernel kiln_cuda_kernels_fp8[];
 
 static const kiln_cuda_kernel *const g_families[] = {
     kiln_cuda_kernels_elementwise, kiln_cuda_kernels_reduce, kiln_cuda_kernels_norm, kiln_cuda_kernels_matmul,
@@ -31,7 +32,7 @@ static const kiln_cuda_kernel *const g_families[] = {
     kiln_cuda_kernels_gather_scatter,
     kiln_cuda_kernels_resize,      kiln_cuda_kernels_einsum, kiln_cuda_kernels_generate, kiln_cuda_kernels_lrn_hardmax,
     kiln_cuda_kernels_fused_epilogue, kiln_cuda_kernels_fused_chain, kiln_cuda_kernels_fused_attention, kiln_cuda_kernels_quant,
-    kiln_cuda_kernels_quantize,
+    kiln_cuda_kernels_quantize, kiln_cuda_kernels_fp8,
 };
 
 static bool domain_is_default(const char *d) { return !d || !d[0] || !strcmp(d, "ai.onnx"); }

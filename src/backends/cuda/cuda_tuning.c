@@ -46,8 +46,9 @@ static const struct {
 /* ---------------------------------------------------------------- set-up */
 
 /* MatMul, Gemm and Conv, the fused GEMMs (fused_epilogue.cu runs matmul.cu's kernel first, with
- * the same tactic, then its epilogue), kiln.QMatMul in float16 engines (quant_gemm.cu: its int8 path
- * against its float16 one, the faster kept; other engines compute no layer in float16) and
+ * the same tactic, then its epilogue), kiln.QMatMul, kiln.QConv and kiln.F8MatMul in float16 engines
+ * (quant_matmul.cu, quant_conv_f16.cu, quant_fp8.cu: the int8 / fp8 path against the float16 one, the
+ * faster kept; other engines compute no layer in float16) and
  * kiln.FusedConv (conv.cu: the candidates are the algorithms
  * of the call the node makes, cudnnConvolutionBiasActivationForward for activation none or Relu; an
  * identity FusedConv fuses only with IMPLICIT_PRECOMP_GEMM, so its other candidates time the
@@ -55,9 +56,18 @@ static const struct {
 static bool tunable(const kiln_backend_engine *be, const kiln_node *n) {
     if (n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN))
         return !strcmp(n->op_type, "FusedMatMul") || !strcmp(n->op_type, "FusedGemm") || !strcmp(n->op_type, "FusedConv") ||
-               (!strcmp(n->op_type, "QMatMul") && be->float_dtype == KILN_F16);
+               ((!strcmp(n->op_type, "QMatMul") || !strcmp(n->op_type, "QConv") || !strcmp(n->op_type, "F8MatMul")) &&
+                be->float_dtype == KILN_F16);
     if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx")) return false;
     return !strcmp(n->op_type, "MatMul") || !strcmp(n->op_type, "Gemm") || !strcmp(n->op_type, "Conv");
+}
+
+/* Whether n is a quantized layer (kiln.QMatMul, kiln.QConv, kiln.F8MatMul) whose int8-or-fp16 (fp8-or-
+ * fp16) choice is timed even after the build's budget is spent: two candidates, and a quantized path
+ * kept untimed may run at half the fp16 speed. */
+static bool integer_layer(const kiln_node *n) {
+    return n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN) &&
+           (!strcmp(n->op_type, "QMatMul") || !strcmp(n->op_type, "QConv") || !strcmp(n->op_type, "F8MatMul"));
 }
 
 static kiln_status tuner_open_locked(kiln_cuda_tuner *t) {
@@ -202,7 +212,7 @@ static kiln_status tune_layers(kiln_cuda_tuner *t, const kiln_cuda_plan *p, kiln
                      earlier ? "same signature as a layer timed earlier in this build" : "timing cache hit", what);
             continue;
         }
-        if (t->broken || kiln_cuda_now_ms() > t->build_end) {
+        if (t->broken || (kiln_cuda_now_ms() > t->build_end && !integer_layer(n))) {
             st->skipped++;
             st->out_of_budget += !t->broken;
             continue;

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #define TUNE_DROP_RATIO 4.0f /* a probe over this many times the fastest probe so far drops the candidate */
+#define TUNE_MUST_REPS 5     /* the fewest repetitions of a candidate that is always timed (the level's, when fewer) */
 #define TUNE_DROPS_TO_SKIP 2 /* a cuDNN algorithm dropped on this many layers of a kind is skipped */
 #define TUNE_MATH_TYPES 4    /* cudnnMathType_t values */
 

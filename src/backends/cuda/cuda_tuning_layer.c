@@ -116,13 +116,14 @@ static kiln_status timed_runs(kiln_cuda_tuner *t, int i, const kiln_cuda_tensor 
 /* Times candidate c of node i: a warm-up run, the probe (one timed run), then up to the level's
  * repetitions, as many as fit before share_end at the probe's pace (wall clock, kiln_cuda_now_ms()); *ms gets
  * their mean, or the probe's time when no more fit; *probe the probe's. Instead, *ms = -1 and
- * dropped says why when the warm-up ends after layer_end (not for the heuristic's own choice, which
- * is always timed), or the probe is over TUNE_DROP_RATIO times
- * best_probe, the fastest probe of the layer so far (< 0: none yet; *slow is set then). Probes are
- * compared with probes: a lone graph launch carries latency that the means of many runs spread. */
-static kiln_status time_candidate(kiln_cuda_tuner *t, int i, const kiln_cuda_tensor *args, const kiln_tactic *c, float best_probe,
-                                  double share_end, double layer_end, float *ms, float *probe, bool *slow, char *dropped,
-                                  size_t cap) {
+ * dropped says why when the warm-up ends after layer_end, or the probe is over TUNE_DROP_RATIO times
+ * best_probe, the fastest probe of the layer so far (< 0: none yet; *slow is set then). A candidate
+ * that must be timed (always_timed) is never dropped and gets at least TUNE_MUST_REPS repetitions
+ * (the level's, when fewer), budget or not. Probes are compared with probes: a lone graph launch
+ * carries latency that the means of many runs spread. */
+static kiln_status time_candidate(kiln_cuda_tuner *t, int i, const kiln_cuda_tensor *args, const kiln_tactic *c, bool must,
+                                  float best_probe, double share_end, double layer_end, float *ms, float *probe, bool *slow,
+                                  char *dropped, size_t cap) {
     *ms = -1;
     *probe = 0;
     *slow = false;
@@ -131,11 +132,11 @@ static kiln_status time_candidate(kiln_cuda_tuner *t, int i, const kiln_cuda_ten
     t->kc.tactic_strict = true;
     kiln_status s = run_exec(t, i, args);
     if (s == KILN_OK) s = sync_stream(t);
-    if (s == KILN_OK && kiln_cuda_now_ms() > layer_end && c->heuristic_index != 0)
+    if (s == KILN_OK && kiln_cuda_now_ms() > layer_end && !must)
         snprintf(dropped, cap, "its warm-up run spent the rest of the layer's budget");
     else if (s == KILN_OK)
         s = timed_runs(t, i, args, 1, probe);
-    *slow = s == KILN_OK && !dropped[0] && best_probe >= 0 && *probe > TUNE_DROP_RATIO * best_probe;
+    *slow = s == KILN_OK && !must && !dropped[0] && best_probe >= 0 && *probe > TUNE_DROP_RATIO * best_probe;
     if (*slow)
         snprintf(dropped, cap, "its first timed run took %.4f ms, over %.0fx the fastest so far (%.4f ms)", (double)*probe,
                  (double)TUNE_DROP_RATIO, (double)best_probe);
@@ -143,6 +144,8 @@ static kiln_status time_candidate(kiln_cuda_tuner *t, int i, const kiln_cuda_ten
         double left = share_end - kiln_cuda_now_ms();
         int reps = t->reps;
         if (*probe > 0 && left < reps * (double)*probe) reps = left > 0 ? (int)(left / *probe) : 0;
+        int floor = must ? (t->reps < TUNE_MUST_REPS ? t->reps : TUNE_MUST_REPS) : 0;
+        if (reps < floor) reps = floor;
         *ms = *probe;
         if (reps > 1) s = timed_runs(t, i, args, reps, ms);
     }
@@ -162,10 +165,16 @@ static unsigned char *conv_drops(kiln_cuda_tuner *t, const kiln_node *n, const k
     return &t->conv_dropped[grouped][c->algo][c->math];
 }
 
+/* Whether candidate c of cd is timed whatever the budgets say: the heuristic's own choice (c = 0) and
+ * an integer layer's int8 / fp16 paths (KILN_TACTIC_PATH), whose choice is the point of tuning it. */
+static bool always_timed(const kiln_cuda_candidates *cd, int c) { return c == 0 || cd->list[c].kind == KILN_TACTIC_PATH; }
+
 /* Why candidate c (of cd, node n) is not timed at all, or NULL: a cuDNN algorithm dropped on earlier
- * layers of this kind. The heuristic's own choice (c = 0) is always timed. */
-static const char *skip_reason(kiln_cuda_tuner *t, const kiln_node *n, const kiln_cuda_candidates *cd, int c, char *buf, size_t cap) {
-    if (c == 0) return NULL;
+ * layers of this kind, or the layer's budget spent (never for an always_timed one). */
+static const char *skip_reason(kiln_cuda_tuner *t, const kiln_node *n, const kiln_cuda_candidates *cd, int c,
+                               double layer_end, char *buf, size_t cap) {
+    if (always_timed(cd, c)) return NULL;
+    if (kiln_cuda_now_ms() > layer_end) return "the layer's budget was spent";
     bool *kept = NULL;
     unsigned char *drops = conv_drops(t, n, &cd->list[c], &kept);
     if (drops && *drops >= TUNE_DROPS_TO_SKIP && !*kept) {
@@ -189,12 +198,11 @@ static void time_candidates(kiln_cuda_tuner *t, int i, const kiln_cuda_tensor *a
     *best_c = -1;
     *best = -1;
     *first = 0;
-    float best_probe = -1, path_ms[2] = {-1, -1}; /* an integer layer's int8 and fp16 paths */
+    float best_probe = -1, path_ms[2] = {-1, -1}; /* a quantized layer's int8 / fp8 and fp16 paths */
     for (int c = 0; c < cd->count && !t->broken; c++) {
         const kiln_tactic *cand = &cd->list[c];
-        const char *skip = skip_reason(t, n, cd, c, why, sizeof why);
+        const char *skip = skip_reason(t, n, cd, c, layer_end, why, sizeof why);
         double now = kiln_cuda_now_ms();
-        if (!skip && c > 0 && now > layer_end) skip = "the layer's budget was spent";
         if (skip) {
             t->stats->dropped++;
             KILN_LOG(KILN_LOG_VERBOSE, "cuda: tuning node '%s': candidate %d (algo %d) dropped: %s", n->name, c, cand->algo,
@@ -204,8 +212,8 @@ static void time_candidates(kiln_cuda_tuner *t, int i, const kiln_cuda_tensor *a
         float ms = 0, probe = 0;
         double share_end = now + (layer_end - now) / (cd->count - c);
         bool slow = false;
-        kiln_status ts =
-            time_candidate(t, i, args, cand, best_probe, share_end, layer_end, &ms, &probe, &slow, why, sizeof why);
+        kiln_status ts = time_candidate(t, i, args, cand, always_timed(cd, c), best_probe, share_end, layer_end, &ms,
+                                        &probe, &slow, why, sizeof why);
         t->stats->tactics_timed++;
         if (ts != KILN_OK) {
             KILN_LOG(KILN_LOG_VERBOSE, "cuda: tuning node '%s': candidate %d fails: %s", n->name, c, kiln_last_error());
@@ -240,8 +248,9 @@ static void time_candidates(kiln_cuda_tuner *t, int i, const kiln_cuda_tensor *a
             if (path_ms[k] >= 0) snprintf(ms[k], sizeof ms[k], "%.3f ms", (double)path_ms[k]);
             else snprintf(ms[k], sizeof ms[k], "not timed");
         }
-        KILN_LOG(KILN_LOG_INFO, "cuda: layer '%s': int8 %s vs fp16 %s -> %s", n->name, ms[0], ms[1],
-                 cd->list[*best_c].algo == 1 ? "fp16" : "int8");
+        const char *q = !strcmp(n->op_type, "F8MatMul") ? "fp8" : "int8";
+        KILN_LOG(KILN_LOG_INFO, "cuda: layer '%s': %s %s vs fp16 %s -> %s", n->name, q, ms[0], ms[1],
+                 cd->list[*best_c].algo == 1 ? "fp16" : q);
     }
 }
 
@@ -258,10 +267,13 @@ kiln_status kiln_cuda_tune_layer(kiln_cuda_tuner *t, const kiln_cuda_plan *p, in
     void *mem = NULL;
     kiln_status s = scratch_args(t, p, n, args, &mem);
     cd->max = t->candidates;
-    /* kiln.QMatMul prepares its weights in its node state on its first run (quant_gemm.cu): a slot for
-     * this layer's runs keeps them, so that no timed run repeats that work */
+    /* kiln.QMatMul, kiln.QConv and kiln.F8MatMul prepare their weights in their node state on the
+     * first run (quant_gemm.cu, quant_fp8.cu): a slot for this layer's runs keeps them, so that no
+     * timed run repeats that work */
     kiln_cuda_node_state *slot = NULL;
-    if (n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN) && !strcmp(n->op_type, "QMatMul")) t->kc.state = &slot;
+    if (n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN) &&
+        (!strcmp(n->op_type, "QMatMul") || !strcmp(n->op_type, "QConv") || !strcmp(n->op_type, "F8MatMul")))
+        t->kc.state = &slot;
     size_t ws = t->kc.workspace_bytes;
     t->kc.workspace_bytes = t->max_workspace; /* the libraries then offer, and run, only candidates within it */
     if (s == KILN_OK) {

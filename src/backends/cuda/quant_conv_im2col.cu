@@ -1,0 +1,113 @@
+/* quant_conv_im2col.cu — kiln.QConv (ir/quant_ops.h) on the GPU: 1-D and 2-D windows (any pads, strides,
+ * dilations, auto_pad, groups: one GEMM per group), NCHW in and out, as an im2col of int8 rows
+ * feeding quant_gemm.cu's exact IMMA GEMM and kiln's requantizing epilogue (quant_kernels.cu); a
+ * recorded tactic of kind KILN_TACTIC_PATH, algo 1, runs the float16 path (quant_conv_f16.cu). Layers
+ * the implicit-GEMM kernel takes (qconv_igemm.cu: group 1, no weight zero point, sm_80+; those with a
+ * residual input or channels-last tensors only there) run on it unless the float16 path won. The
+ * im2col rows hold x - 128 for uint8 input and the (shifted) input zero point in the padding, so
+ * padding contributes nothing after the correction. */
+#include "backends/cuda/qconv_igemm.h"
+#include "backends/cuda/quant_gemm.cuh"
+
+extern "C" {
+#include "ir/nn_window.h"
+}
+
+/* The geometry of QConv n on x [N, C, (H,) W] and w [M, Cg, (kh,) kw]: 1-D and 2-D windows. */
+static kiln_status qg_conv_geom_make(const kiln_node *n, const kiln_cuda_tensor *x, const kiln_cuda_tensor *w,
+                                     qg_conv_geom *gm) {
+    memset(gm, 0, sizeof *gm);
+    if ((x->ndim != 3 && x->ndim != 4) || w->ndim != x->ndim)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': the cuda backend runs 1-D and 2-D integer convolutions (x has "
+                          "rank %d)", n->op_type, n->name, x->ndim);
+    int nsp = x->ndim - 2;
+    kiln_window win;
+    KILN_TRY(kiln_window_parse(n, nsp, w->dims + 2, &win));
+    int64_t out[2], pb[2], pe;
+    for (int i = 0; i < nsp; i++) KILN_TRY(kiln_window_out(&win, i, x->dims[2 + i], &out[i], &pb[i], &pe));
+    int h = nsp == 2 ? 0 : -1, wi = nsp - 1; /* index of the H and W spatial dims (H absent in 1-D) */
+    gm->N = x->dims[0];
+    gm->C = x->dims[1];
+    gm->M = w->dims[0];
+    gm->group = kiln_attr_int(n, "group", 1);
+    gm->Cg = w->dims[1];
+    if (gm->group < 1 || gm->M % gm->group || gm->Cg * gm->group != gm->C)
+        return kiln_error(KILN_ERR_SHAPE, "%s '%s': %lld input channels, weights [%lld, %lld, ...] and group %lld do not "
+                          "agree", n->op_type, n->name, (long long)gm->C, (long long)gm->M, (long long)gm->Cg,
+                          (long long)gm->group);
+    gm->Mg = gm->M / gm->group;
+    gm->H = h >= 0 ? x->dims[2] : 1;
+    gm->W = x->dims[2 + wi];
+    gm->OH = h >= 0 ? out[h] : 1;
+    gm->OW = out[wi];
+    gm->kh = h >= 0 ? w->dims[2] : 1;
+    gm->kw = w->dims[2 + wi];
+    gm->sy = h >= 0 ? win.stride[h] : 1;
+    gm->sx = win.stride[wi];
+    gm->dy = h >= 0 ? win.dilation[h] : 1;
+    gm->dx = win.dilation[wi];
+    gm->pt = h >= 0 ? pb[h] : 0;
+    gm->pl = pb[wi];
+    return KILN_OK;
+}
+
+/* kiln.QConv's exec function (the kernel table is quant_matmul.cu's). */
+kiln_status kiln_qg_exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
+                               int nout, kiln_cuda_ctx *ctx) {
+    (void)nout;
+    if (ctx->candidates) return kiln_qg_list_paths(ctx);
+    bool f16;
+    KILN_TRY(kiln_qg_wants_f16(n, ctx, &f16));
+    const kiln_cuda_tensor *x = &in[0], *w = &in[1], *y = &out[0];
+    kiln_quant_layer ql;
+    KILN_TRY(kiln_quant_layer_read(n, &ql));
+    if (!qg_is_8bit(x->dtype) || !qg_is_8bit(w->dtype) || !w->host || !kiln_qg_out_ok(&ql, y->dtype))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': needs 8-bit X, constant 8-bit W and a %s output", n->op_type,
+                          n->name, kiln_dtype_name(ql.y_dtype));
+    /* the implicit-GEMM kernel takes what it can unless the float16 path was timed faster; residual
+     * inputs and channels-last tensors only it runs */
+    bool needs_igemm = kiln_qg_input(in, nin, 3) || kiln_attr_int(n, "channels_last", 0);
+    if (kiln_cuda_qconv_igemm_takes(n, &ql, x, w, ctx) && (!f16 || needs_igemm))
+        return kiln_cuda_qconv_igemm(n, &ql, in, nin, y, ctx);
+    if (needs_igemm)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': a residual input or channels-last tensors need the "
+                          "implicit-GEMM kernel (group 1, symmetric weights, sm_80+, a workspace of one image)",
+                          n->op_type, n->name);
+    qg_conv_geom gm;
+    KILN_TRY(qg_conv_geom_make(n, x, w, &gm));
+    int64_t K = gm.Cg * gm.kh * gm.kw, P = gm.OH * gm.OW;
+    if (K > QG_MAX_K || (ql.nw != 1 && ql.nw != gm.M))
+        return kiln_error(KILN_ERR_SHAPE, "%s '%s': %lld taps per output (at most %d), %d weight scales for %lld channels",
+                          n->op_type, n->name, (long long)K, QG_MAX_K, ql.nw, (long long)gm.M);
+    const kiln_cuda_tensor *bias;
+    KILN_TRY(kiln_qg_host_bias(n, kiln_qg_input(in, nin, 2), gm.M, &bias));
+    qg_host_weights hw = {w->host, w->dtype, false, gm.M};
+    qg_state *st;
+    bool temp;
+    KILN_TRY(kiln_qg_state_get(n, &ql, &hw, bias, x->dtype, K, gm.Mg, gm.group, ctx, &st, &temp));
+    if (f16) return kiln_qg_finish(st, temp, kiln_qg_conv_f16(n, &ql, st, &hw, bias, x, w, gm, y, ctx), ctx);
+    size_t lt_bytes = kiln_qg_lt_bytes(ctx);
+    int64_t chunk = 0;
+    kiln_status s = gm.N > 0 && P > 0 && gm.M > 0 ? kiln_qg_chunk_units(n, st, gm.N, P, true, lt_bytes, ctx, &chunk) : KILN_OK;
+    int8_t pad_value = (int8_t)st->epi.xzp;
+    for (int64_t i0 = 0; s == KILN_OK && i0 < gm.N; i0 += chunk) {
+        int64_t imgs = gm.N - i0 < chunk ? gm.N - i0 : chunk, R = imgs * P;
+        unsigned char *ws = (unsigned char *)ctx->workspace;
+        int8_t *cols = (int8_t *)ws;
+        size_t off = qg_align((size_t)(R * st->Kp));
+        int32_t *D = (int32_t *)(ws + off);
+        int32_t *rowsum = (int32_t *)(ws + off + qg_align((size_t)(R * st->Mp) * 4));
+        void *lt_ws = ws + kiln_qg_chunk_bytes(st, R, true);
+        size_t lt_avail = ctx->workspace_bytes - kiln_qg_chunk_bytes(st, R, true);
+        qg_out_map m = {P, gm.M * P, P, 1};
+        unsigned char *yb = (unsigned char *)y->data + (size_t)(i0 * gm.M * P) * kiln_dtype_size(y->dtype);
+        for (int64_t g = 0; s == KILN_OK && g < gm.group; g++) {
+            s = kiln_qg_im2col(x->data, x->dtype, gm, i0, g, R, K, st->Kp, pad_value, cols, ctx);
+            if (s == KILN_OK) s = kiln_qg_rowsums(st, cols, R, st->Kp, rowsum, ctx);
+            if (s == KILN_OK)
+                s = kiln_qg_gemm(n, st, g, cols, R, st->Kp, D, lt_ws, lt_avail < lt_bytes ? lt_avail : lt_bytes, ctx);
+            if (s == KILN_OK) s = kiln_qg_epilogue(n, st, g, D, R, rowsum, m, true, y->dtype, yb, ctx);
+        }
+    }
+    return kiln_qg_finish(st, temp, s, ctx);
+}

@@ -1,0 +1,448 @@
+/* quant_fp8.cu — kiln.F8MatMul (ir/quant_ops.h) on the GPU: A rounded to E4M3 (A / x_scale, round to
+ * nearest even, saturated to +-448: the CPU reference's kiln_f32_to_e4m3) into the workspace, then
+ * cuBLASLt's FP8 GEMM (CUDA_R_8F_E4M3 A and B, FP32 compute, the per-tensor scales through
+ * CUBLASLT_MATMUL_DESC_A_SCALE_POINTER / B_SCALE_POINTER, the bias in its BIAS epilogue, D in the
+ * engine's float type) on GPUs with FP8 tensor cores (compute capability 8.9+).
+ *
+ * FP8's layout contract (cuBLASLt on Ada / Hopper): only "TN", so the product is formed column-major
+ * as D[Np, Rp] = Wt[Kp, Np]^T X[Kp, Rp]: Wt the weights' codes as rows [n, k] prepared once per
+ * context (K padded with zero codes to Kp, a multiple of 16; N to Np likewise), X the rounded
+ * activations as rows [r, k] padded alike (and with zero rows to Rp, a multiple of 16), D written into
+ * Y itself when N = Np and R = Rp, else into the workspace and copied.
+ * A call cuBLASLt refuses (no FP8 tensor cores, an unsupported shape or library) runs a CUDA-core
+ * kernel on the same rounded operands instead (slow; one warning per node naming the reason). The
+ * products of two E4M3 values are exact in float32 on either path; only the summation order differs
+ * from the CPU's.
+ *
+ * FP8 against FP16 (the build's tuning, cuda_tuning*.c, in float16 engines): like an integer layer, a
+ * F8MatMul lists two candidates of kind KILN_TACTIC_PATH — algo 0 the FP8 GEMM, algo 1 a float16 one
+ * (A as it is, the weights decoded and scaled to float16 [K, N] once, cuBLASLt's float16 GEMM through
+ * matmul.cuh, then the bias) — both always timed, and runs the one its recorded tactic names. */
+#include "backends/cuda/matmul.cuh"
+#include "backends/cuda/quant_gemm.cuh"
+
+#include <cuda_fp8.h>
+#include <stdlib.h>
+
+extern "C" {
+#include "core/log.h"
+#include "quant/fp8.h"
+}
+
+#define F8_ALIGN 256                       /* workspace sub-buffers start on this boundary */
+#define F8_LT_WORKSPACE ((size_t)32 << 20) /* at most this much workspace for cuBLASLt */
+#define F8_CALLS 2                         /* cached GEMM shapes per node: full chunks and the last one */
+
+static size_t f8_align(size_t b) { return (b + F8_ALIGN - 1) / F8_ALIGN * F8_ALIGN; }
+static int64_t f8_round16(int64_t v) { return (v + 15) / 16 * 16; }
+
+/* ---------------------------------------------------------------- device kernels */
+
+/* x8[r * Kp + k] = e4m3(x[r * K + k] / x_scale) for r < R and k < K, else code 0, for r < Rp. */
+template <typename T>
+__global__ void f8_quantize_rows_kernel(const T *__restrict__ x, int64_t R, int64_t Rp, int64_t K, int64_t Kp,
+                                        float x_scale, __nv_fp8_storage_t *__restrict__ x8) {
+    int64_t total = Rp * Kp;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / Kp, k = i % Kp;
+        x8[i] = r < R && k < K ? __nv_cvt_float_to_fp8(__fdiv_rn(ku_f32(x[r * K + k]), x_scale), __NV_SATFINITE, __NV_E4M3)
+                               : (__nv_fp8_storage_t)0;
+    }
+}
+
+static __device__ __forceinline__ float f8_value(__nv_fp8_storage_t c) {
+    return __half2float(__half(__nv_cvt_fp8_to_halfraw(c, __NV_E4M3)));
+}
+
+/* y[r * ldy + j] = scale * sum_k x8[r, k] w8[j, k] + bias[j] for r < R, j < N: the CUDA-core product
+ * for a call cuBLASLt refuses. */
+template <typename T>
+__global__ void f8_gemm_fallback_kernel(const __nv_fp8_storage_t *__restrict__ x8, const __nv_fp8_storage_t *__restrict__ w8,
+                                        int64_t R, int64_t N, int64_t Kp, float scale, const float *__restrict__ bias,
+                                        T *__restrict__ y) {
+    int64_t total = R * N;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / N, j = i % N;
+        float acc = 0.0f;
+        for (int64_t k = 0; k < Kp; k++) acc += f8_value(x8[r * Kp + k]) * f8_value(w8[j * Kp + k]);
+        y[i] = ku_from_f32<T>(acc * scale + (bias ? bias[j] : 0.0f));
+    }
+}
+
+/* y[r * N + j] = d[r * Np + j] for r < R, j < N (D computed with padded rows). */
+template <typename T>
+__global__ void f8_unpad_kernel(const T *__restrict__ d, int64_t R, int64_t N, int64_t Np, T *__restrict__ y) {
+    int64_t total = R * N;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = d[(i / N) * Np + i % N];
+}
+
+/* ---------------------------------------------------------------- node state */
+
+/* One cached cuBLASLt call for R rows; fallback when cuBLASLt cannot make it. */
+typedef struct f8_call {
+    bool valid, fallback;
+    int64_t R;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+} f8_call;
+
+/* A kiln.F8MatMul node's state in one context: its prepared parameters on the device. */
+typedef struct f8_state {
+    kiln_cuda_node_state base;
+    void *dev;                    /* one allocation: w8, the scales, the bias (float32 and D's type) */
+    const __nv_fp8_storage_t *w8; /* [Np][Kp] weight codes, zero-padded */
+    const float *scales;          /* [0] w_scale, [1] x_scale */
+    const float *bias32;          /* [Np] float32 (NULL without a bias): the fallback's */
+    const void *bias_d;           /* [Np] in D's type (NULL without a bias): the epilogue's */
+    kiln_dtype d_dtype;           /* the output type the state was prepared for */
+    int64_t K, Kp, N, Np;
+    float scale;                  /* x_scale * w_scale, the fallback's */
+    __half *w16;                  /* the float16 path's weights e4m3(W) * w_scale as [K, N], made on its first use */
+    f8_call calls[F8_CALLS];
+    int next_call;
+    bool fallback_logged;
+} f8_state;
+
+static const char f8_state_owner[] = "quant_fp8.cu";
+
+static void f8_call_clear(f8_call *c) {
+    if (c->ld) cublasLtMatrixLayoutDestroy(c->ld);
+    if (c->lb) cublasLtMatrixLayoutDestroy(c->lb);
+    if (c->la) cublasLtMatrixLayoutDestroy(c->la);
+    if (c->op) cublasLtMatmulDescDestroy(c->op);
+    memset(c, 0, sizeof *c);
+}
+
+static void f8_state_destroy(kiln_cuda_node_state *base) {
+    f8_state *st = (f8_state *)base;
+    for (int i = 0; i < F8_CALLS; i++) f8_call_clear(&st->calls[i]);
+    if (st->dev) cudaFree(st->dev);
+    if (st->w16) cudaFree(st->w16);
+    free(st);
+}
+
+/* Element i of float tensor t's host copy as float32. */
+static float f8_host_float(const kiln_cuda_tensor *t, int64_t i) {
+    if (t->host_dtype == KILN_F16) return kiln_f16_to_f32(((const uint16_t *)t->host)[i]);
+    if (t->host_dtype == KILN_BF16) return kiln_bf16_to_f32(((const uint16_t *)t->host)[i]);
+    return ((const float *)t->host)[i];
+}
+
+/* Prepares st from the host copies: weight codes [K, N] as rows [Np][Kp], the scales, the bias in
+ * float32 and in the output type d. */
+static kiln_status f8_state_prepare(const kiln_node *n, const kiln_fp8_layer *q, const kiln_cuda_tensor *w,
+                                    const kiln_cuda_tensor *bias, kiln_dtype d, f8_state *st) {
+    size_t w_bytes = f8_align((size_t)(st->Np * st->Kp)), s_bytes = f8_align(2 * sizeof(float));
+    size_t b32_bytes = f8_align((size_t)st->Np * 4), bd_bytes = f8_align((size_t)st->Np * kiln_dtype_size(d));
+    size_t bytes = w_bytes + s_bytes + b32_bytes + bd_bytes;
+    unsigned char *host = (unsigned char *)calloc(1, bytes);
+    if (!host) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "%s '%s': out of memory preparing the weights", n->op_type, n->name);
+    const uint8_t *codes = (const uint8_t *)w->host;
+    for (int64_t j = 0; j < st->N; j++)
+        for (int64_t k = 0; k < st->K; k++) host[j * st->Kp + k] = codes[k * st->N + j];
+    float *scales = (float *)(host + w_bytes), *b32 = (float *)(host + w_bytes + s_bytes);
+    unsigned char *bd = host + w_bytes + s_bytes + b32_bytes;
+    scales[0] = q->w_scale;
+    scales[1] = q->x_scale;
+    for (int64_t j = 0; bias && j < st->N; j++) {
+        b32[j] = f8_host_float(bias, j);
+        if (d == KILN_F16) ((uint16_t *)bd)[j] = kiln_f32_to_f16(b32[j]);
+        else if (d == KILN_BF16) ((uint16_t *)bd)[j] = kiln_f32_to_bf16(b32[j]);
+        else ((float *)bd)[j] = b32[j];
+    }
+    cudaError_t e = cudaMalloc(&st->dev, bytes);
+    if (e == cudaSuccess) e = cudaMemcpy(st->dev, host, bytes, cudaMemcpyHostToDevice);
+    free(host);
+    if (e != cudaSuccess) return kiln_cuda_error(e, "cudaMalloc/cudaMemcpy of the FP8 weights", __FILE__, __LINE__);
+    unsigned char *dev = (unsigned char *)st->dev;
+    st->w8 = (const __nv_fp8_storage_t *)dev;
+    st->scales = (const float *)(dev + w_bytes);
+    st->bias32 = bias ? (const float *)(dev + w_bytes + s_bytes) : NULL;
+    st->bias_d = bias ? (const void *)(dev + w_bytes + s_bytes + b32_bytes) : NULL;
+    st->d_dtype = d;
+    st->scale = q->x_scale * q->w_scale;
+    return KILN_OK;
+}
+
+/* The node's state (*ctx->state), prepared on its first run; *temp when the context keeps none. */
+static kiln_status f8_state_get(const kiln_node *n, const kiln_fp8_layer *q, const kiln_cuda_tensor *w,
+                                const kiln_cuda_tensor *bias, kiln_dtype d, kiln_cuda_ctx *ctx, f8_state **out, bool *temp) {
+    *temp = !ctx->state;
+    if (ctx->state && *ctx->state) {
+        if ((*ctx->state)->owner != f8_state_owner)
+            return kiln_error(KILN_ERR_INTERNAL, "%s '%s': its node state belongs to another kernel", n->op_type, n->name);
+        *out = (f8_state *)*ctx->state;
+        return KILN_OK;
+    }
+    f8_state *st = (f8_state *)calloc(1, sizeof *st);
+    if (!st) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for the state of %s '%s'", n->op_type, n->name);
+    st->base.owner = f8_state_owner;
+    st->base.destroy = f8_state_destroy;
+    st->K = w->dims[0];
+    st->N = w->dims[1];
+    st->Kp = f8_round16(st->K);
+    st->Np = f8_round16(st->N);
+    kiln_status s = f8_state_prepare(n, q, w, bias, d, st);
+    if (s != KILN_OK) {
+        f8_state_destroy(&st->base);
+        return s;
+    }
+    if (ctx->state) *ctx->state = &st->base;
+    *out = st;
+    return KILN_OK;
+}
+
+/* ---------------------------------------------------------------- the GEMM */
+
+static kiln_status f8_lt_fail(const kiln_node *n, cublasStatus_t e, const char *call) {
+    return kiln_error(KILN_ERR_BACKEND, "%s '%s': %s failed: %s", n->op_type, n->name, call, cublasLtGetStatusString(e));
+}
+#define F8_LT(call)                                                                                \
+    do {                                                                                           \
+        cublasStatus_t f8_e_ = (call);                                                             \
+        if (f8_e_ != CUBLAS_STATUS_SUCCESS) return f8_lt_fail(n, f8_e_, #call);                    \
+    } while (0)
+
+static cudaDataType_t f8_lt_dtype(kiln_dtype t) {
+    return t == KILN_F16 ? CUDA_R_16F : t == KILN_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+/* Makes call c for R rows: D[Np, R] (D's type) = Wt^T X with the scales and the bias epilogue, and
+ * the heuristic's best algorithm within lt_ws bytes of workspace. */
+static kiln_status f8_call_make(const kiln_node *n, const f8_state *st, int64_t R, size_t lt_ws, kiln_cuda_ctx *ctx,
+                                f8_call *c) {
+    F8_LT(cublasLtMatmulDescCreate(&c->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    F8_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    F8_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    const float *sa = st->scales, *sb = st->scales + 1;
+    F8_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));
+    F8_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb));
+    cudaDataType_t dt = f8_lt_dtype(st->d_dtype);
+    if (st->bias_d) {
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        F8_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+        F8_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dt, sizeof dt));
+        F8_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &st->bias_d, sizeof st->bias_d));
+    }
+    F8_LT(cublasLtMatrixLayoutCreate(&c->la, CUDA_R_8F_E4M3, (uint64_t)st->Kp, (uint64_t)st->Np, st->Kp));
+    F8_LT(cublasLtMatrixLayoutCreate(&c->lb, CUDA_R_8F_E4M3, (uint64_t)st->Kp, (uint64_t)R, st->Kp));
+    F8_LT(cublasLtMatrixLayoutCreate(&c->ld, dt, (uint64_t)st->Np, (uint64_t)R, st->Np));
+    cublasLtMatmulPreference_t pref;
+    F8_LT(cublasLtMatmulPreferenceCreate(&pref));
+    cublasStatus_t e = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt_ws,
+                                                            sizeof lt_ws);
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    if (e == CUBLAS_STATUS_SUCCESS)
+        e = cublasLtMatmulAlgoGetHeuristic(ctx->lt, c->op, c->la, c->lb, c->ld, c->ld, pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (e != CUBLAS_STATUS_SUCCESS) return f8_lt_fail(n, e, "cublasLtMatmulAlgoGetHeuristic");
+    if (found < 1)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': cuBLASLt offers no FP8 (E4M3) algorithm for %lld x %lld x %lld "
+                          "into %s within %zu bytes of workspace", n->op_type, n->name, (long long)st->Np, (long long)R,
+                          (long long)st->Kp, kiln_dtype_name(st->d_dtype), lt_ws);
+    c->algo = res.algo;
+    c->R = R;
+    c->valid = true;
+    return KILN_OK;
+}
+
+/* Switches call c to the CUDA-core product, warning once per node with the reason (the last error). */
+static void f8_call_fall_back(const kiln_node *n, f8_state *st, f8_call *c) {
+    if (!st->fallback_logged)
+        KILN_LOG(KILN_LOG_WARN, "cuda: %s '%s': cuBLASLt's FP8 GEMM is unavailable (%s); a CUDA-core kernel computes it "
+                 "(slower)", n->op_type, n->name, kiln_last_error());
+    kiln_error_clear();
+    st->fallback_logged = true;
+    c->fallback = true;
+}
+
+/* The cached call for R rows, or one made now in the next slot (a fallback one when cuBLASLt cannot). */
+static f8_call *f8_call_get(const kiln_node *n, f8_state *st, int64_t R, size_t lt_ws, kiln_cuda_ctx *ctx) {
+    for (int i = 0; i < F8_CALLS; i++)
+        if (st->calls[i].valid && st->calls[i].R == R) return &st->calls[i];
+    f8_call *c = &st->calls[st->next_call];
+    st->next_call = (st->next_call + 1) % F8_CALLS;
+    f8_call_clear(c);
+    if (f8_call_make(n, st, R, lt_ws, ctx, c) != KILN_OK) {
+        f8_call_clear(c);
+        f8_call_fall_back(n, st, c);
+        c->R = R;
+        c->valid = true;
+    }
+    return c;
+}
+
+/* y[R, N] (dtype T) from the rounded rows x8 (R of them, padded with zero rows to Rp, a multiple of
+ * 16): cuBLASLt's FP8 GEMM over all Rp (into d [Rp, Np], then copied, when N < Np or R < Rp), or the
+ * CUDA-core kernel over the R rows. */
+template <typename T>
+static kiln_status f8_gemm(const kiln_node *n, f8_state *st, const __nv_fp8_storage_t *x8, int64_t R, int64_t Rp, T *d,
+                           T *y, void *lt_ws, size_t lt_bytes, kiln_cuda_ctx *ctx) {
+    f8_call *c = f8_call_get(n, st, Rp, lt_bytes, ctx);
+    if (!c->fallback) {
+        const float alpha = 1.0f, beta = 0.0f;
+        T *out = st->Np == st->N && Rp == R ? y : d;
+        cublasStatus_t e = cublasLtMatmul(ctx->lt, c->op, &alpha, st->w8, c->la, x8, c->lb, &beta, out, c->ld, out, c->ld,
+                                          &c->algo, lt_ws, lt_bytes, ctx->stream);
+        if (e == CUBLAS_STATUS_SUCCESS) {
+            if (out == y) return KILN_OK;
+            f8_unpad_kernel<T><<<ku_blocks(R * st->N, KU_THREADS, ctx, 4), KU_THREADS, 0, ctx->stream>>>(d, R, st->N, st->Np, y);
+            KILN_CUDA_LAUNCH_CHECK("f8_unpad_kernel");
+            return KILN_OK;
+        }
+        (void)f8_lt_fail(n, e, "cublasLtMatmul");
+        f8_call_fall_back(n, st, c);
+    }
+    f8_gemm_fallback_kernel<T><<<ku_blocks(R * st->N, KU_THREADS, ctx, 4), KU_THREADS, 0, ctx->stream>>>(
+        x8, st->w8, R, st->N, st->Kp, st->scale, st->bias32, y);
+    KILN_CUDA_LAUNCH_CHECK("f8_gemm_fallback_kernel");
+    return KILN_OK;
+}
+
+/* The rows of A (dtype T) in chunks that fit the workspace: rounded to E4M3, then the GEMM. */
+template <typename T>
+static kiln_status f8_run(const kiln_node *n, f8_state *st, const kiln_fp8_layer *q, const T *a, int64_t rows, T *y,
+                          kiln_cuda_ctx *ctx) {
+    size_t q4 = ctx->workspace_bytes / 4 / F8_ALIGN * F8_ALIGN, lt_bytes = q4 < F8_LT_WORKSPACE ? q4 : F8_LT_WORKSPACE;
+    size_t per_row = (size_t)st->Kp + (size_t)st->Np * sizeof(T); /* x8 and, when padded, d */
+    size_t avail = ctx->workspace_bytes > lt_bytes + 2 * F8_ALIGN ? ctx->workspace_bytes - lt_bytes - 2 * F8_ALIGN : 0;
+    int64_t chunk = (int64_t)(avail / per_row) / 16 * 16; /* whole groups of 16 rows: padding only at the end */
+    if (rows > 0 && chunk < 16)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': %zu bytes of workspace do not hold one row", n->op_type, n->name,
+                          ctx->workspace_bytes);
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        int64_t R = rows - r0 < chunk ? rows - r0 : chunk, Rp = f8_round16(R);
+        unsigned char *ws = (unsigned char *)ctx->workspace;
+        __nv_fp8_storage_t *x8 = (__nv_fp8_storage_t *)ws;
+        size_t used = f8_align((size_t)(Rp * st->Kp));
+        T *d = (T *)(ws + used);
+        if (st->Np != st->N || Rp != R) used += f8_align((size_t)(Rp * st->Np) * sizeof(T));
+        f8_quantize_rows_kernel<T><<<ku_blocks(Rp * st->Kp, KU_THREADS, ctx, 4), KU_THREADS, 0, ctx->stream>>>(
+            a + r0 * st->K, R, Rp, st->K, st->Kp, q->x_scale, x8);
+        KILN_CUDA_LAUNCH_CHECK("f8_quantize_rows_kernel");
+        size_t lt_avail = ctx->workspace_bytes - used;
+        KILN_TRY(f8_gemm<T>(n, st, x8, R, Rp, d, y + r0 * st->N, ws + used, lt_avail < lt_bytes ? lt_avail : lt_bytes,
+                            ctx));
+    }
+    return KILN_OK;
+}
+
+/* ---------------------------------------------------------------- the float16 path */
+
+/* y[r, j] += bias[j] for r < R, j < N (float16, the sum rounded once). */
+__global__ void f8_bias_f16_kernel(__half *__restrict__ y, int64_t R, int64_t N, const float *__restrict__ bias) {
+    int64_t total = R * N;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = __float2half_rn(__half2float(y[i]) + bias[i % N]);
+}
+
+/* st->w16 from the weights' host codes, once. */
+static kiln_status f8_prepare_f16(const kiln_node *n, const kiln_fp8_layer *q, const kiln_cuda_tensor *w, f8_state *st) {
+    if (st->w16) return KILN_OK;
+    size_t count = (size_t)(st->K * st->N);
+    uint16_t *host = (uint16_t *)malloc(count * sizeof *host + 1);
+    if (!host) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "%s '%s': out of memory for its float16 weights", n->op_type, n->name);
+    float lut[256];
+    for (int c = 0; c < 256; c++) lut[c] = kiln_e4m3_to_f32((uint8_t)c) * q->w_scale;
+    const uint8_t *codes = (const uint8_t *)w->host;
+    for (size_t i = 0; i < count; i++) host[i] = kiln_f32_to_f16(lut[codes[i]]);
+    cudaError_t e = cudaMalloc(&st->w16, count * sizeof *host);
+    if (e == cudaSuccess) e = cudaMemcpy(st->w16, host, count * sizeof *host, cudaMemcpyHostToDevice);
+    free(host);
+    if (e != cudaSuccess) return kiln_cuda_error(e, "cudaMalloc/cudaMemcpy of the float16 weights", __FILE__, __LINE__);
+    return KILN_OK;
+}
+
+/* The float16 path over rows of A (float16) into y (float16): one cuBLASLt GEMM by the decoded
+ * weights, then the bias. */
+static kiln_status f8_run_f16(const kiln_node *n, const f8_state *st, const __half *a, int64_t rows, __half *y,
+                              kiln_cuda_ctx *ctx) {
+    if (rows == 0) return KILN_OK;
+    kiln_cuda_ctx sub = *ctx; /* no tactic, candidates or state of its own */
+    sub.tactic = NULL;
+    sub.tactic_strict = false;
+    sub.candidates = NULL;
+    sub.state = NULL;
+    KILN_TRY(kiln_cuda_matmul_batched(n, &sub, KILN_F16, 1, rows, st->N, st->K, a, false, st->w16, false, y));
+    if (!st->bias32) return KILN_OK;
+    f8_bias_f16_kernel<<<ku_blocks(rows * st->N, KU_THREADS, ctx, 4), KU_THREADS, 0, ctx->stream>>>(y, rows, st->N,
+                                                                                                  st->bias32);
+    KILN_CUDA_LAUNCH_CHECK("f8_bias_f16_kernel");
+    return KILN_OK;
+}
+
+/* ---------------------------------------------------------------- kiln.F8MatMul */
+
+static bool f8_float(kiln_dtype t) { return t == KILN_F32 || t == KILN_F16 || t == KILN_BF16; }
+
+static kiln_status exec_f8matmul(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
+                                 int nout, kiln_cuda_ctx *ctx) {
+    (void)nout;
+    const kiln_cuda_tensor *a = &in[0], *w = &in[1], *y = &out[0];
+    const kiln_cuda_tensor *bias = nin > 2 && !ku_absent(&in[2]) ? &in[2] : NULL;
+    if (ctx->candidates) return a->dtype == KILN_F16 ? kiln_qg_list_paths(ctx) : KILN_OK; /* fp8 or fp16 */
+    bool f16;
+    KILN_TRY(kiln_qg_wants_f16(n, ctx, &f16));
+    if (f16 && a->dtype != KILN_F16)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': the float16 path takes a float16 A, not %s", n->op_type, n->name,
+                          kiln_dtype_name(a->dtype));
+    kiln_fp8_layer q;
+    KILN_TRY(kiln_fp8_layer_read(n, &q));
+    if (!f8_float(a->dtype) || y->dtype != a->dtype || w->dtype != KILN_U8 || w->ndim != 2 || !w->host || a->ndim < 1)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': needs a float A (Y of its type) and constant 2-D uint8 E4M3 B",
+                          n->op_type, n->name);
+    int64_t K = w->dims[0], N = w->dims[1];
+    if (a->dims[a->ndim - 1] != K)
+        return kiln_error(KILN_ERR_SHAPE, "%s '%s': A's last dim %lld, B [%lld, %lld]", n->op_type, n->name,
+                          (long long)a->dims[a->ndim - 1], (long long)K, (long long)N);
+    if (bias && (!bias->host || !f8_float(bias->host_dtype) || ku_numel(bias) != N))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': the bias must be a float constant of %lld values", n->op_type,
+                          n->name, (long long)N);
+    f8_state *st = NULL;
+    bool temp = false;
+    KILN_TRY(f8_state_get(n, &q, w, bias, y->dtype, ctx, &st, &temp));
+    int64_t rows = K > 0 ? ku_numel(a) / K : 0;
+    kiln_status s;
+    if (st->d_dtype != y->dtype)
+        s = kiln_error(KILN_ERR_INTERNAL, "%s '%s': prepared for %s output, asked for %s", n->op_type, n->name,
+                       kiln_dtype_name(st->d_dtype), kiln_dtype_name(y->dtype));
+    else if (f16) {
+        s = f8_prepare_f16(n, &q, w, st);
+        if (s == KILN_OK) s = f8_run_f16(n, st, (const __half *)a->data, rows, (__half *)y->data, ctx);
+    } else if (y->dtype == KILN_F16)
+        s = f8_run<__half>(n, st, &q, (const __half *)a->data, rows, (__half *)y->data, ctx);
+    else if (y->dtype == KILN_BF16)
+        s = f8_run<bf16>(n, st, &q, (const bf16 *)a->data, rows, (bf16 *)y->data, ctx);
+    else
+        s = f8_run<float>(n, st, &q, (const float *)a->data, rows, (float *)y->data, ctx);
+    if (temp) {
+        cudaError_t e = cudaStreamSynchronize(ctx->stream);
+        if (s == KILN_OK && e != cudaSuccess) s = kiln_cuda_error(e, "cudaStreamSynchronize", __FILE__, __LINE__);
+        f8_state_destroy(&st->base);
+    }
+    return s;
+}
+
+/* Float A, constant 2-D uint8 B, a constant bias when present, valid scales. */
+static kiln_status sup_f8matmul(const kiln_graph *g, const kiln_node *n) {
+    kiln_fp8_layer q;
+    KILN_TRY(kiln_fp8_layer_read(n, &q));
+    const kiln_value *a = ku_in(g, n, 0), *w = ku_in(g, n, 1), *b = ku_in(g, n, 2);
+    if (!a || !w) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s '%s' needs A and B", n->op_type, n->name);
+    if (!f8_float(a->dtype)) return ku_refuse_dtype(n, 0, a->dtype);
+    if (w->dtype != KILN_U8 || !kiln_cuda_value_on_host(g, n->inputs[1]))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': the cuda backend needs constant uint8 E4M3 weights", n->op_type,
+                          n->name);
+    if (b && !kiln_cuda_value_on_host(g, n->inputs[2]))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': the cuda backend needs a constant bias", n->op_type, n->name);
+    return KILN_OK;
+}
+
+extern "C" const kiln_cuda_kernel kiln_cuda_kernels_fp8[] = {
+    {"F8MatMul", KILN_FUSED_DOMAIN, exec_f8matmul, sup_f8matmul},
+    {NULL, NULL, NULL, NULL},
+};
