@@ -303,6 +303,8 @@ static void test_fuse_qdq_residual(void) {
     REQUIRE_OK(kiln_pass_fuse_qdq(asym, &changed));
     CHECK(changed && count_op(asym, "QConv") == 1 && count_op(asym, "Add") == 1);
     kiln_graph_free(asym);
+}
+
 /* kiln.F8MatMul on values whose E4M3 roundings are known: 0.55 / 0.5 = 1.1 rounds to 1.125, 300 / 0.5
  * saturates to 448; the sums and the scaling are exact here, so the result is too. A missing w_scale
  * is refused naming it. */
