@@ -3,7 +3,8 @@
  * with every node required to have a device kernel — its kiln.QConv / kiln.QMatMul layers
  * (quant_gemm.cu) and QuantizeLinear / DequantizeLinear (quant.cu) pass their build-time checks and
  * run on the device, integer values keep their types, and a layer's float output is in the engine's
- * float type (float16 in the fp16 engine: the layers outside int8 are 16-bit, not fp32).
+ * float type (float16 in the fp16 engine: the layers outside int8 are 16-bit, not fp32); the same laid
+ * out channels-last (the int8 convolutions as channels-last QConv) places entirely on the device too.
  * usage: test_cuda_int8_plan [REPO_DIR] (default: $KILN_SOURCE_DIR, else .) */
 #include "backends/cuda/cuda_internal.h"
 #include "check.h"
@@ -89,6 +90,16 @@ int main(int argc, char **argv) {
     kiln_engine *e;
     REQUIRE_OK(kiln_build_onnx(model, &o, &e));
     check_precision(e->g, KILN_PRECISION_FP32, KILN_F32);
+    check_precision(e->g, KILN_PRECISION_FP16, KILN_F16);
+    kiln_engine_free(e);
+    /* laid out channels-last, as a 16-bit cuda build does: the integer layers, their int8 Transposes
+     * and channel Pad, the QuantizeLinears between regions all on the device */
+    o.channels_last = KILN_SWITCH_ON;
+    REQUIRE_OK(kiln_build_onnx(model, &o, &e));
+    int laid_out = 0;
+    for (int i = 0; i < e->g->nnodes; i++)
+        laid_out += !strcmp(e->g->nodes[i].op_type, "QConv") && kiln_attr_int(&e->g->nodes[i], "channels_last", 0) == 1;
+    CHECKF(laid_out > 0, "channels-last build: no QConv laid out");
     check_precision(e->g, KILN_PRECISION_FP16, KILN_F16);
     kiln_engine_free(e);
     for (int k = 0; k < 2; k++) {
