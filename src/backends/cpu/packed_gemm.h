@@ -63,6 +63,12 @@ void kiln_pg_gemm(const float *packed_a, int64_t M, int64_t K, const float *B, i
                   int64_t N, const float *bias, float *C, int64_t ldc, const kiln_pg_epilogue *epilogue,
                   float *scratch);
 
+/* kiln_pg_gemm on a right side whose columns lie in runs (an image's output rows read from padded
+ * input rows): column n of row k at B + row_off[k] + (n / run) * step + n % run, 1 <= run <= step. */
+void kiln_pg_gemm_runs(const float *packed_a, int64_t M, int64_t K, const float *B, const int64_t *row_off, int64_t N,
+                       int64_t run, int64_t step, const float *bias, float *C, int64_t ldc,
+                       const kiln_pg_epilogue *epilogue, float *scratch);
+
 /* Floats that kiln_pg_pack_b writes for a K x N matrix (N rounded up to whole panels). */
 int64_t kiln_pg_packed_b_floats(int64_t K, int64_t N);
 
