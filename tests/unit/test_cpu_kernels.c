@@ -458,6 +458,7 @@ static void test_packed_gemm(void) {
     test_packed_case(25, 600, 70, true);    /* depth over one block (512) */
     test_packed_case(37, 1030, 300, false); /* columns over one block (288), depth over two */
     test_packed_case(5, 0, 9, true);        /* no depth: the bias alone */
+    test_packed_case(30, 520, 340, true);   /* B read in place (at most 32 rows): over a block each way */
     /* every AVX-512 edge kernel: 1 to 7 rows by one, two or three vectors, full and masked */
     const int64_t edge_rows[] = {1, 2, 3, 4, 6, 7}, edge_cols[] = {16, 20, 32, 40, 47};
     for (size_t r = 0; r < sizeof edge_rows / sizeof *edge_rows; r++)

@@ -315,10 +315,30 @@ static void gemm_packing_b(const float *packed_a, int64_t M, int64_t K, const b_
         if (epilogue && M * N > 0) epilogue->fn(epilogue->ctx, C, ldc, 0, M, 0, N);
         return;
     }
+    /* at most 32 rows of A (a squeeze convolution's): whole panels of B are read where they lie,
+     * by each panel of A in turn (packing them would cost nearly as much as the products) */
+    const bool in_place = M <= 4 * MR && !l->row_off && l->run == l->step;
     for (int64_t n0 = 0; n0 < N; n0 += NC) {
         int64_t nc = N - n0 < NC ? N - n0 : NC;
         for (int64_t k0 = 0; k0 < K; k0 += KC) {
             int64_t kc = K - k0 < KC ? K - k0 : KC;
+            if (in_place) {
+                for (int64_t j0 = 0; j0 < nc; j0 += NR) {
+                    int64_t cols = nc - j0 < NR ? nc - j0 : NR;
+                    const float *b = l->B + k0 * l->ldb + n0 + j0;
+                    int64_t ldb = l->ldb;
+                    if (cols < NR) { /* a last partial panel: packed, zero past its columns */
+                        pack_b(l, k0, kc, n0 + j0, cols, scratch);
+                        b = scratch;
+                        ldb = NR;
+                    }
+                    for (int64_t m0 = 0; m0 < M; m0 += MR)
+                        tile(kc, packed_a + (m0 * K + k0 * MR), 1, MR, b, ldb, C + m0 * ldc + n0 + j0, ldc,
+                             M - m0 < MR ? M - m0 : MR, cols, k0 > 0, bias && k0 == 0 ? bias + m0 : NULL);
+                }
+                if (epilogue && k0 + kc == K) epilogue->fn(epilogue->ctx, C + n0, ldc, 0, M, n0, nc);
+                continue;
+            }
             pack_b(l, k0, kc, n0, nc, scratch);
             for (int64_t m0 = 0; m0 < M; m0 += MR) {
                 const float *a = packed_a + (m0 * K + k0 * MR);
