@@ -1,12 +1,13 @@
 /* conv2d.c — kiln_conv2d_run (conv2d.h) and its packed weights. Work is cut into tasks that the
  * pool runs in contiguous ranges: a chunk of output positions of one image and group (and a block
  * of output channels) per task. A task's scratch (the im2col columns of its chunk for OpenBLAS, or
- * the packed block of the product's right side) lives in a per-thread buffer (cpu_scratch.h) that grows and is kept for the
- * thread's life, so steady-state runs allocate nothing. Matrix products are single-threaded inside
- * the tasks: kiln_pg_gemm on packed weights, else OpenBLAS (cpu_gemm.c switches it to one thread).
- * Convolutions on packed weights skip im2col at any stride (conv2d_shifted.c), 3x3 stride-1 ones with enough
- * channels run by Winograd's F(4x4, 3x3) (conv2d_winograd.c); outputs of few positions run
- * transposed (conv2d_small.c); depthwise convolutions run a direct kernel (conv2d_depthwise.c). */
+ * the packed block of the product's right side) lives in a per-thread buffer (cpu_scratch.h) that
+ * grows and is kept for the thread's life, so steady-state runs allocate nothing. Matrix products
+ * are single-threaded inside the tasks: kiln_pg_gemm on packed weights, else OpenBLAS (cpu_gemm.c
+ * switches it to one thread). Convolutions on packed weights skip im2col at any stride
+ * (conv2d_shifted.c), 3x3 stride-1 ones with enough channels run by Winograd's F(4x4, 3x3)
+ * (conv2d_winograd.c); outputs of few positions run transposed (conv2d_small.c); depthwise
+ * convolutions run a direct kernel (conv2d_depthwise.c). */
 #include "backends/cpu/conv2d.h"
 
 #include "backends/cpu/cpu_gemm.h"

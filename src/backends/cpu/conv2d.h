@@ -1,9 +1,10 @@
 /* conv2d.h — the CPU backend's fast 2-D Conv (float32, NCHW): a direct depthwise kernel, 1x1
  * convolutions as matrix products straight on the input, the rest on input planes shifted per tap
- * (packed weights) or im2col in cache-sized column chunks (OpenBLAS), all split over the thread pool, each part applying the epilogue (bias, residual,
- * activation) to its outputs while they are still in cache. The matrix products run on weights
- * packed once per engine (packed_gemm.h) when the caller has them, else through OpenBLAS. Conv
- * (conv.c) and FusedConv (fused.c) both run through it. */
+ * (packed weights) or im2col in cache-sized column chunks (OpenBLAS), all split over the thread
+ * pool, each part applying the epilogue (bias, residual, activation) to its outputs while they are
+ * still in cache. The matrix products run on weights packed once per engine (packed_gemm.h) when
+ * the caller has them, else through OpenBLAS. Conv (conv.c) and FusedConv (fused.c) both run
+ * through it. */
 #ifndef KILN_CPU_CONV2D_H
 #define KILN_CPU_CONV2D_H
 

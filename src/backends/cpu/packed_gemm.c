@@ -1,11 +1,13 @@
-/* packed_gemm.c — kiln_pg_gemm and kiln_pg_gemm_packed_b (packed_gemm.h). Tiles are 8 x 48: rows
- * in multiples of 8 (channel counts mostly are) leave no panel part empty, and 24 accumulators
- * fill the AVX-512 registers. kiln_pg_gemm packs B KC rows by NC columns at a time into NR-column
- * panels ([panel][k][NR], zero past N: contiguous, so the micro-kernel's reads stay on few pages
- * and prefetch well); within a block every MR-row panel of A (in L1) meets every panel of the
- * block (in L2). The micro-kernels compute full MR x NR tiles: C = bias + A B on the first block
- * of K, C += A B on the others; partial tiles at the edges go through masked AVX-512 kernels of
- * one, two or three vectors per row and 1, 2, 4 or 8 rows, or a local tile. */
+/* packed_gemm.c — kiln_pg_gemm (and _runs) and kiln_pg_gemm_packed_b (packed_gemm.h). Tiles are
+ * 8 x 48: rows in multiples of 8 (channel counts mostly are) leave no panel part empty, and 24
+ * accumulators fill the AVX-512 registers. kiln_pg_gemm packs B KC rows by NC columns at a time
+ * into NR-column panels ([panel][k][NR], zero past N: contiguous, so the micro-kernel's reads stay
+ * on few pages and prefetch well; columns gathered run by run for kiln_pg_gemm_runs); within a
+ * block every MR-row panel of A (in L1) meets every panel of the block (in L2). With at most 32
+ * rows of A, whole panels of B are read in place instead. The micro-kernels compute full MR x NR
+ * tiles: C = bias + A B on the first block of K, C += A B on the others; partial tiles at the
+ * edges go through masked AVX-512 kernels of one, two or three vectors per row and 1, 2, 4 or 8
+ * rows, or a local tile. */
 #include "backends/cpu/packed_gemm.h"
 
 #include <pthread.h>

@@ -1,10 +1,10 @@
 /* packed_gemm.h — kiln's own float32 matrix product for a constant operand, packed once: constant
  * left operands (convolution weights) into panels of KILN_PG_MR rows, with the right side packed
- * per call into panels of KILN_PG_NR columns (kiln_pg_gemm); constant right operands (MatMul and
- * Gemm weights) into panels of NR columns, with the left side read in place, MR rows at a time
- * (kiln_pg_gemm_packed_b). Both run over cache-sized blocks through one register-blocked
- * micro-kernel for MR x NR tiles, picked once from the processor: AVX-512, AVX2 + FMA, or portable
- * C. Single-threaded: callers split the work. */
+ * per call into panels of KILN_PG_NR columns (kiln_pg_gemm, kiln_pg_gemm_runs; read in place for
+ * at most 32 rows); constant right operands (MatMul and Gemm weights) into panels of NR columns,
+ * with the left side read in place, MR rows at a time (kiln_pg_gemm_packed_b). Both run over
+ * cache-sized blocks through one register-blocked micro-kernel for MR x NR tiles, picked once from
+ * the processor: AVX-512, AVX2 + FMA, or portable C. Single-threaded: callers split the work. */
 #ifndef KILN_CPU_PACKED_GEMM_H
 #define KILN_CPU_PACKED_GEMM_H
 
