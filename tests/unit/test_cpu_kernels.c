@@ -434,8 +434,10 @@ static void test_packed_runs_case(int64_t M, int64_t K, int64_t N, int64_t run, 
 }
 
 static void test_packed_gemm(void) {
-    /* columns in runs: shorter than a panel, across panels, one run (contiguous), depth over a block */
+    /* columns in runs: shorter than a panel, across panels, one run, runs back to back (both
+     * contiguous), depth over a block */
     test_packed_runs_case(9, 20, 70, 7, 9);
+    test_packed_runs_case(9, 20, 70, 7, 7);
     test_packed_runs_case(16, 27, 300, 111, 112);
     test_packed_runs_case(8, 5, 96, 96, 100);
     test_packed_runs_case(3, 600, 50, 14, 15);

@@ -284,7 +284,7 @@ static void pack_b(const b_layout *l, int64_t k0, int64_t kc, int64_t n0, int64_
     for (int64_t j0 = 0; j0 < nc; j0 += NR) {
         int64_t cols = nc - j0 < NR ? nc - j0 : NR, first = n0 + j0;
         int64_t at = first / l->run * l->step + first % l->run; /* the panel's first column */
-        if (first % l->run + cols <= l->run) { /* inside one run: contiguous */
+        if (l->run == l->step || first % l->run + cols <= l->run) { /* contiguous: runs back to back, or one run */
             if (cols == NR)
                 for (int64_t k = 0; k < kc; k++, dst += NR) memcpy(dst, ROW(k) + at, NR * sizeof *dst);
             else
