@@ -1,7 +1,7 @@
 /* test_cpu_kernels.c — the CPU backend's fast kernels against naive double-precision loops written
  * here: the thread pool's parallel-for (every index once, nesting runs serially), kiln_cpu_sgemm
  * over odd shapes, both transposes and alpha/beta (its matrix-vector and split-OpenBLAS paths), the
- * packed products (kiln_pg_gemm, kiln_pg_gemm_packed_b, _ab) with every micro-kernel the processor
+ * packed products (kiln_pg_gemm, _runs, kiln_pg_gemm_packed_b, _ab) with every micro-kernel the processor
  * runs over tails of rows, columns and depth, and the Conv kernels (depthwise, pointwise, general) with odd shapes, strides,
  * pads, dilations and groups, each with and without the fused epilogue, on plain weights and on
  * packed weights with every micro-kernel; 2-D MaxPool over strides, dilations, pads and ceil mode,
@@ -285,6 +285,13 @@ static void test_conv2d(void) {
     test_conv_case(1, 600, 3, 3, 20, 1, 1, 1, 1, 0, 0, 1, true, true, false); /* small pointwise, deep */
     test_conv_case(2, 24, 8, 8, 40, 3, 3, 1, 1, 1, 1, 1, true, true, true);  /* small output, whole-row panels */
     test_conv_case(1, 16, 6, 18, 24, 3, 3, 1, 1, 0, 0, 1, true, false, true);  /* ... without padding */
+    /* strided, on shifted phase planes: depth over a packed block, windows no wider than the stride,
+     * three phases, output rows longer than a panel, 1x1 stride 4 in groups */
+    test_conv_case(1, 64, 11, 13, 16, 3, 3, 2, 1, 1, 1, 1, true, true, true);
+    test_conv_case(2, 5, 13, 14, 9, 2, 2, 3, 1, 0, 1, 1, true, true, false);
+    test_conv_case(1, 4, 20, 23, 10, 5, 5, 3, 1, 2, 1, 1, false, true, true);
+    test_conv_case(1, 3, 9, 101, 8, 3, 3, 2, 1, 1, 1, 1, true, false, true);
+    test_conv_case(2, 8, 10, 10, 16, 1, 1, 4, 1, 0, 0, 2, true, true, true);
     /* Winograd F(4x4, 3x3): partial tiles, tiles of several images in one block, several blocks */
     test_conv_case(2, 16, 13, 15, 24, 3, 3, 1, 1, 1, 1, 1, true, true, true);
     test_conv_case(1, 20, 30, 29, 17, 3, 3, 1, 1, 1, 1, 1, true, false, true);
@@ -390,7 +397,50 @@ static void test_packed_b_case(int64_t M, int64_t K, int64_t N, bool transposed,
     free(scratch);
 }
 
+/* kiln_pg_gemm_runs against a double product for M x K x N whose right side's columns lie in runs
+ * of `run`, `step` apart, rows at scattered offsets (in reverse order), each micro-kernel. */
+static void test_packed_runs_case(int64_t M, int64_t K, int64_t N, int64_t run, int64_t step) {
+    int64_t row_floats = (N + run - 1) / run * step, ldc = N + 2;
+    float *A = malloc(sizeof(float) * (size_t)(M * K + 1)), *B = malloc(sizeof(float) * (size_t)(K * row_floats + 1));
+    float *C = malloc(sizeof(float) * (size_t)(M * ldc)), *pa = malloc(sizeof(float) * (size_t)kiln_pg_packed_a_floats(M, K));
+    float *scratch = malloc(sizeof(float) * (size_t)kiln_pg_scratch_floats());
+    int64_t *row_off = malloc(sizeof(int64_t) * (size_t)(K + 1));
+    fill(A, M * K);
+    fill(B, K * row_floats);
+    for (int64_t k = 0; k < K; k++) row_off[k] = (K - 1 - k) * row_floats;
+    kiln_pg_pack_a(A, K, M, K, pa);
+    for (int isa = KILN_PG_PORTABLE; isa <= KILN_PG_AVX512; isa++) {
+        if (!kiln_pg_isa_set((kiln_pg_isa)isa)) continue;
+        for (int64_t i = 0; i < M * ldc; i++) C[i] = 7.0f;
+        kiln_pg_gemm_runs(pa, M, K, B, row_off, N, run, step, NULL, C, ldc, NULL, scratch);
+        double worst = 0;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t j = 0; j < N; j++) {
+                double s = 0;
+                for (int64_t k = 0; k < K; k++) s += (double)A[m * K + k] * B[row_off[k] + j / run * step + j % run];
+                double err = fabs(C[m * ldc + j] - s) / (1.0 + fabs(s));
+                if (isnan(err) || err > worst) worst = isnan(err) ? INFINITY : err;
+            }
+        CHECKF(worst < 2e-6 * sqrt((double)K + 1), "packed runs %lldx%lldx%lld run %lld step %lld isa %d: error %g",
+               (long long)M, (long long)K, (long long)N, (long long)run, (long long)step, isa, worst);
+    }
+    kiln_pg_isa_set(kiln_pg_isa_best());
+    free(A);
+    free(B);
+    free(C);
+    free(pa);
+    free(scratch);
+    free(row_off);
+}
+
 static void test_packed_gemm(void) {
+    /* columns in runs: shorter than a panel, across panels, one run, runs back to back (both
+     * contiguous), depth over a block */
+    test_packed_runs_case(9, 20, 70, 7, 9);
+    test_packed_runs_case(9, 20, 70, 7, 7);
+    test_packed_runs_case(16, 27, 300, 111, 112);
+    test_packed_runs_case(8, 5, 96, 96, 100);
+    test_packed_runs_case(3, 600, 50, 14, 15);
     for (int both = 0; both < 2; both++) {
         test_packed_b_case(8, 8, 48, false, both);     /* one full tile */
         test_packed_b_case(5, 3, 7, true, both);       /* below a tile each way */
@@ -410,6 +460,7 @@ static void test_packed_gemm(void) {
     test_packed_case(25, 600, 70, true);    /* depth over one block (512) */
     test_packed_case(37, 1030, 300, false); /* columns over one block (288), depth over two */
     test_packed_case(5, 0, 9, true);        /* no depth: the bias alone */
+    test_packed_case(30, 520, 340, true);   /* B read in place (at most 32 rows): over a block each way */
     /* every AVX-512 edge kernel: 1 to 7 rows by one, two or three vectors, full and masked */
     const int64_t edge_rows[] = {1, 2, 3, 4, 6, 7}, edge_cols[] = {16, 20, 32, 40, 47};
     for (size_t r = 0; r < sizeof edge_rows / sizeof *edge_rows; r++)

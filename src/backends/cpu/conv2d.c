@@ -1,12 +1,13 @@
 /* conv2d.c — kiln_conv2d_run (conv2d.h) and its packed weights. Work is cut into tasks that the
  * pool runs in contiguous ranges: a chunk of output positions of one image and group (and a block
- * of output channels) per task. A task's scratch (the im2col columns of its chunk and the packed block
- * of the product's right side) lives in a per-thread buffer (cpu_scratch.h) that grows and is kept for the
- * thread's life, so steady-state runs allocate nothing. Matrix products are single-threaded inside
- * the tasks: kiln_pg_gemm on packed weights, else OpenBLAS (cpu_gemm.c switches it to one thread).
- * Stride-1 convolutions on packed weights skip im2col (conv2d_shifted.c), 3x3 ones with enough
- * channels run by Winograd's F(4x4, 3x3) (conv2d_winograd.c); outputs of few positions run
- * transposed (conv2d_small.c); depthwise convolutions run a direct kernel (conv2d_depthwise.c). */
+ * of output channels) per task. A task's scratch (the im2col columns of its chunk for OpenBLAS, or
+ * the packed block of the product's right side) lives in a per-thread buffer (cpu_scratch.h) that
+ * grows and is kept for the thread's life, so steady-state runs allocate nothing. Matrix products
+ * are single-threaded inside the tasks: kiln_pg_gemm on packed weights, else OpenBLAS (cpu_gemm.c
+ * switches it to one thread). Convolutions on packed weights skip im2col at any stride
+ * (conv2d_shifted.c), 3x3 stride-1 ones with enough channels run by Winograd's F(4x4, 3x3)
+ * (conv2d_winograd.c); outputs of few positions run transposed (conv2d_small.c); depthwise
+ * convolutions run a direct kernel (conv2d_depthwise.c). */
 #include "backends/cpu/conv2d.h"
 
 #include "backends/cpu/cpu_gemm.h"
@@ -138,10 +139,8 @@ typedef struct conv_job {
     atomic_bool oom;
 } conv_job;
 
-/* d[i] = s[i * stride] for i in [0, n): the even lanes of two 8-lane vectors at a time for stride 2
- * (the strided convolutions' copies), memcpy for stride 1. */
 KILN_SIMD_CLONES
-static void copy_strided(float *restrict d, const float *restrict s, int64_t n, int64_t stride) {
+void kiln_conv2d_copy_strided(float *restrict d, const float *restrict s, int64_t n, int64_t stride) {
     if (stride == 1) {
         memcpy(d, s, (size_t)n * sizeof *d);
         return;
@@ -156,17 +155,14 @@ static void copy_strided(float *restrict d, const float *restrict s, int64_t n, 
 }
 
 /* ------------------------------------------------------------------ im2col / pointwise */
-/* col[r * width + (p - p0)] for output positions p in [p0, p0 + width) and rows r of the group's
- * Cg channels starting at x: the input under that tap, 0 in the padding. Rows are (c, kh, kw) in
- * W's order, or (kh, kw, c) when tap_major (the packed weights' order). */
-static void im2col_chunk(const kiln_conv2d *g, const float *x, int64_t Cg, int64_t p0, int64_t width, bool tap_major,
-                         float *col) {
+/* col[r * width + (p - p0)] for output positions p in [p0, p0 + width) and rows r = (c, kh, kw)
+ * (W's order) of the group's Cg channels starting at x: the input under that tap, 0 in the padding. */
+static void im2col_chunk(const kiln_conv2d *g, const float *x, int64_t Cg, int64_t p0, int64_t width, float *col) {
     const int64_t OW = g->OW, HW = g->H * g->W;
     for (int64_t c = 0; c < Cg; c++)
         for (int64_t kh = 0; kh < g->KH; kh++)
             for (int64_t kw = 0; kw < g->KW; kw++) {
-                int64_t r = tap_major ? (kh * g->KW + kw) * Cg + c : (c * g->KH + kh) * g->KW + kw;
-                float *dst = col + r * width;
+                float *dst = col + ((c * g->KH + kh) * g->KW + kw) * width;
                 const float *xc = x + c * HW;
                 for (int64_t p = p0; p < p0 + width;) {
                     int64_t oh = p / OW, ow0 = p % OW, ow1 = OW - ow0 < p0 + width - p ? OW : ow0 + (p0 + width - p);
@@ -178,7 +174,7 @@ static void im2col_chunk(const kiln_conv2d *g, const float *x, int64_t Cg, int64
                     if (ih < 0 || ih >= g->H) lo = hi = ow0;
                     memset(d, 0, (size_t)(lo - ow0) * sizeof *d);
                     const float *xr = xc + ih * g->W + first;
-                    if (hi > lo) copy_strided(d + (lo - ow0), xr + lo * g->sw, hi - lo, g->sw);
+                    if (hi > lo) kiln_conv2d_copy_strided(d + (lo - ow0), xr + lo * g->sw, hi - lo, g->sw);
                     memset(d + (hi - ow0), 0, (size_t)(ow1 - hi) * sizeof *d);
                     p += n;
                 }
@@ -210,14 +206,13 @@ static void epilogue_block(void *ctx, float *c, int64_t ldc, int64_t r0, int64_t
 static void gemm_part(void *ctx, int64_t t0, int64_t t1) {
     conv_job *j = ctx;
     const kiln_conv2d *g = j->g;
-    int64_t col_floats = j->pointwise ? 0 : j->rows * j->chunk;
-    float *col = thread_scratch((size_t)(col_floats + (j->packed ? kiln_pg_scratch_floats() : 0)) + 1);
-    if (!col) {
+    /* scratch: the im2col columns of a chunk (OpenBLAS), or kiln_pg_gemm's (packed, pointwise) */
+    int64_t floats = j->packed ? kiln_pg_scratch_floats() : j->pointwise ? 0 : j->rows * j->chunk;
+    float *scratch = thread_scratch((size_t)floats + 1);
+    if (!scratch) {
         atomic_store(&j->oom, true);
         return;
     }
-    float *tail = col + col_floats; /* kiln_pg_gemm's scratch */
-    int64_t prev_cols = -1; /* the (image, group, chunk) whose im2col columns col holds */
     for (int64_t t = t0; t < t1; t++) { /* t = ((image * group + gr) * chunks + chunk) * mblocks + mblock */
         int64_t mb = t % j->mblocks, ck = t / j->mblocks % j->chunks, ig = t / j->mblocks / j->chunks;
         int64_t gr = ig % g->group, img = ig / g->group;
@@ -241,17 +236,12 @@ static void gemm_part(void *ctx, int64_t t0, int64_t t1) {
             block_epilogue be = {j->z ? j->z + ybase : NULL, j->OHW, j->act};
             kiln_pg_epilogue ep = {epilogue_block, &be};
             const kiln_pg_epilogue *epp = j->z || (j->act && j->act->kind != KILN_ACT_NONE) ? &ep : NULL;
-            if (j->pointwise) kiln_pg_gemm(a, m1 - m0, j->rows, xg + p0, j->HW, NULL, width, bias, yg, j->OHW, epp, tail);
-            else {
-                if (t / j->mblocks != prev_cols) im2col_chunk(g, xg, j->Cg, p0, width, true, col);
-                prev_cols = t / j->mblocks;
-                kiln_pg_gemm(a, m1 - m0, j->rows, col, width, NULL, width, bias, yg, j->OHW, epp, tail);
-            }
+            kiln_pg_gemm(a, m1 - m0, j->rows, xg + p0, j->HW, NULL, width, bias, yg, j->OHW, epp, scratch);
             continue;
         } else if (j->pointwise) product(m1 - m0, width, j->Cg, wg, xg + p0, j->HW, yg, j->OHW);
         else {
-            im2col_chunk(g, xg, j->Cg, p0, width, false, col);
-            product(m1 - m0, width, j->rows, wg, col, width, yg, j->OHW);
+            im2col_chunk(g, xg, j->Cg, p0, width, scratch);
+            product(m1 - m0, width, j->rows, wg, scratch, width, yg, j->OHW);
         }
         for (int64_t m = m0; m < m1; m++)
             epilogue_row(yg + (m - m0) * j->OHW, width, bias ? bias[m - m0] : 0.0f,
@@ -292,7 +282,7 @@ kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w
         j.packed = NULL; /* one position: the matrix-vector product on w (stored weights have none) */
     }
     if (packed && packed->winograd) return kiln_conv2d_run_winograd(g, x, packed, bias, residual, act, y);
-    if (j.packed && !j.pointwise && g->sh == 1 && g->sw == 1)
+    if (j.packed && !j.pointwise) /* packed by rows: any stride runs on shifted phase planes */
         return kiln_conv2d_run_shifted(g, x, packed, bias, residual, act, y);
     /* Wide outputs are cut into column chunks (within the im2col budget, never narrower than 256
      * columns, so the weights are not repacked for a handful of columns); narrow ones, late in a

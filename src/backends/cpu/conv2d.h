@@ -1,9 +1,10 @@
 /* conv2d.h — the CPU backend's fast 2-D Conv (float32, NCHW): a direct depthwise kernel, 1x1
- * convolutions as matrix products straight on the input, and im2col in cache-sized column chunks
- * for the rest, all split over the thread pool, each part applying the epilogue (bias, residual,
- * activation) to its outputs while they are still in cache. The matrix products run on weights
- * packed once per engine (packed_gemm.h) when the caller has them, else through OpenBLAS. Conv
- * (conv.c) and FusedConv (fused.c) both run through it. */
+ * convolutions as matrix products straight on the input, the rest on input planes shifted per tap
+ * (packed weights) or im2col in cache-sized column chunks (OpenBLAS), all split over the thread
+ * pool, each part applying the epilogue (bias, residual, activation) to its outputs while they are
+ * still in cache. The matrix products run on weights packed once per engine (packed_gemm.h) when
+ * the caller has them, else through OpenBLAS. Conv (conv.c) and FusedConv (fused.c) both run
+ * through it. */
 #ifndef KILN_CPU_CONV2D_H
 #define KILN_CPU_CONV2D_H
 
@@ -76,8 +77,8 @@ kiln_status kiln_conv2d_geometry(const kiln_node *n, const kiln_tensor *x, const
 kiln_status kiln_conv2d_run(const kiln_conv2d *g, const float *x, const float *w, const kiln_conv2d_weights *packed,
                             const float *bias, const float *residual, const kiln_act *act, float *y);
 
-/* Internal to the 2-D Conv kernels, kiln_conv2d_run on packed weights that fit g: for a stride-1,
- * non-pointwise g on weights packed by rows (conv2d_shifted.c), on weights packed by columns
+/* Internal to the 2-D Conv kernels, kiln_conv2d_run on packed weights that fit g: for a
+ * non-pointwise g (any stride, dilation) on weights packed by rows (conv2d_shifted.c), on weights packed by columns
  * (conv2d_small.c), and on Winograd transforms (conv2d_winograd.c). */
 kiln_status kiln_conv2d_run_shifted(const kiln_conv2d *g, const float *x, const kiln_conv2d_weights *packed,
                                     const float *bias, const float *residual, const kiln_act *act, float *y);
@@ -85,6 +86,10 @@ kiln_status kiln_conv2d_run_small(const kiln_conv2d *g, const float *x, const ki
                                   const float *bias, const float *residual, const kiln_act *act, float *y);
 kiln_status kiln_conv2d_run_winograd(const kiln_conv2d *g, const float *x, const kiln_conv2d_weights *packed,
                                      const float *bias, const float *residual, const kiln_act *act, float *y);
+
+/* Internal to the 2-D Conv kernels: d[i] = s[i * stride] for i in [0, n) (stride >= 1), the even
+ * lanes of two 8-lane vectors at a time for stride 2, memcpy for stride 1. */
+void kiln_conv2d_copy_strided(float *restrict d, const float *restrict s, int64_t n, int64_t stride);
 
 /* Writes the Winograd F(4x4, 3x3) transforms of w [M, C, 3, 3] to dst
  * (kiln_conv2d_winograd_floats of them): for each of the 36 positions xi, the [M, C] matrix U_xi

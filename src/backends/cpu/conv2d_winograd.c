@@ -3,15 +3,16 @@
  * (B^T d B)] A, 36 products per output channel and input channel instead of 144. The weights'
  * transforms U = G g G^T are made once, when the engine packs them (and a cpu engine file stores
  * them, packed_weights.h): one [M, C] matrix per position xi of the 6x6 transform, in
- * kiln_pg_pack_a's layout (kiln_conv2d_weights_pack). Per run, the input
- * is copied once into zero-padded planes in a 4-phase layout (padded column q at (q % 4) * lp + q / 4),
- * so the columns of 16 neighbouring tiles under one tap are contiguous; tasks take a block of at most
- * KILN_PG_NR tiles, transform its patches 16 tiles at a time (B^T d B on 16-lane vectors) straight
- * into kiln_pg_pack_b's layout, then, for a group of output channels at a time, run the 36 packed
- * products M_xi = U_xi V_xi and turn them into outputs (A^T M A, bias, residual, activation) while
- * they are in cache. Few tiles (small images) would fill few of the product's 48 columns: there
- * the weights are packed by columns and the products run transposed, tiles in the rows
- * (M_xi^T = V_xi^T U_xi^T), transposed back before the output transform. */
+ * kiln_pg_pack_a's layout (kiln_conv2d_weights_pack). Per run, the input is copied once into
+ * zero-padded planes in a 4-phase layout (padded column q at (q % 4) * lp + q / 4), so the columns
+ * of 16 neighbouring tiles under one tap are contiguous; tasks take a block of at most KILN_PG_NR
+ * tiles (a multiple of 16 where that fills the product's vectors better), transform its patches
+ * 16 tiles at a time (B^T d B on 16-lane vectors) straight into kiln_pg_pack_b's layout, then, for
+ * a group of output channels at a time, run the 36 packed products M_xi = U_xi V_xi and turn them
+ * into outputs (A^T M A, bias, residual, activation) while they are in cache. Few tiles (small
+ * images) would fill few of the product's 48 columns: there the weights are packed by columns and
+ * the products run transposed, tiles in the rows (M_xi^T = V_xi^T U_xi^T), transposed back before
+ * the output transform. */
 #include "backends/cpu/conv2d.h"
 
 #include "backends/cpu/cpu_scratch.h"
@@ -389,6 +390,21 @@ static void block_part(void *ctx, int64_t b, int64_t e) {
     }
 }
 
+/* The product's 16-lane vectors per row over all blocks when tiles are cut into blocks of nt. */
+static int64_t block_vectors(int64_t tiles, int64_t nt) {
+    return tiles / nt * ((nt + LANES - 1) / LANES) + (tiles % nt + LANES - 1) / LANES;
+}
+
+/* Tiles per block: at most KILN_PG_NR, as even as possible, unless a multiple of 16 takes fewer
+ * of the product's vectors (196 tiles: 4 x 48 + 4 in 13 vectors rather than 5 x 40 in 15). By
+ * tiles, the tiles are rows (8 a panel): as even as possible. */
+static int64_t block_tiles(int64_t tiles, bool by_tiles) {
+    int64_t blocks = (tiles + KILN_PG_NR - 1) / KILN_PG_NR, nt = (tiles + blocks - 1) / blocks;
+    for (int64_t cut = KILN_PG_NR; !by_tiles && cut >= LANES; cut -= LANES)
+        if (block_vectors(tiles, cut) < block_vectors(tiles, nt)) nt = cut;
+    return nt;
+}
+
 kiln_status kiln_conv2d_run_winograd(const kiln_conv2d *g, const float *x, const kiln_conv2d_weights *packed,
                                      const float *bias, const float *residual, const kiln_act *act, float *y) {
     wino_job j = {.g = g, .packed = packed, .bias = bias, .z = residual, .act = act, .x = x, .y = y};
@@ -404,10 +420,9 @@ kiln_status kiln_conv2d_run_winograd(const kiln_conv2d *g, const float *x, const
     j.xp = kiln_cpu_scratch(KILN_SCRATCH_SHARED, (size_t)(g->N * g->C * j.plane));
     if (!j.xp) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "Conv: out of memory for the padded input");
     kiln_parallel_for(g->N * g->C, 16, pad_part, &j);
-    /* blocks of at most NR tiles, as even as possible; output channels split when too few blocks */
+    /* blocks of at most NR tiles; output channels split when too few blocks */
     int threads = kiln_threadpool_size();
-    j.blocks = (j.tiles + KILN_PG_NR - 1) / KILN_PG_NR;
-    j.nt = (j.tiles + j.blocks - 1) / j.blocks;
+    j.nt = block_tiles(j.tiles, packed->winograd_by_tiles);
     j.blocks = (j.tiles + j.nt - 1) / j.nt;
     j.unit = packed->winograd_by_tiles ? KILN_PG_NR : KILN_PG_MR;
     j.msplit = 1;

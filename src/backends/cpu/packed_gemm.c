@@ -1,11 +1,13 @@
-/* packed_gemm.c — kiln_pg_gemm and kiln_pg_gemm_packed_b (packed_gemm.h). Tiles are 8 x 48: rows
- * in multiples of 8 (channel counts mostly are) leave no panel part empty, and 24 accumulators
- * fill the AVX-512 registers. kiln_pg_gemm packs B KC rows by NC columns at a time into NR-column
- * panels ([panel][k][NR], zero past N: contiguous, so the micro-kernel's reads stay on few pages
- * and prefetch well); within a block every MR-row panel of A (in L1) meets every panel of the
- * block (in L2). The micro-kernels compute full MR x NR tiles: C = bias + A B on the first block
- * of K, C += A B on the others; partial tiles at the edges go through masked AVX-512 kernels of
- * one, two or three vectors per row and 1, 2, 4 or 8 rows, or a local tile. */
+/* packed_gemm.c — kiln_pg_gemm (and _runs) and kiln_pg_gemm_packed_b (packed_gemm.h). Tiles are
+ * 8 x 48: rows in multiples of 8 (channel counts mostly are) leave no panel part empty, and 24
+ * accumulators fill the AVX-512 registers. kiln_pg_gemm packs B KC rows by NC columns at a time
+ * into NR-column panels ([panel][k][NR], zero past N: contiguous, so the micro-kernel's reads stay
+ * on few pages and prefetch well; columns gathered run by run for kiln_pg_gemm_runs); within a
+ * block every MR-row panel of A (in L1) meets every panel of the block (in L2). With at most 32
+ * rows of A, whole panels of B are read in place instead. The micro-kernels compute full MR x NR
+ * tiles: C = bias + A B on the first block of K, C += A B on the others; partial tiles at the
+ * edges go through masked AVX-512 kernels of one, two or three vectors per row and 1, 2, 4 or 8
+ * rows, or a local tile. */
 #include "backends/cpu/packed_gemm.h"
 
 #include <pthread.h>
@@ -266,24 +268,48 @@ static void tile(int64_t K, const float *a, int64_t ars, int64_t aks, const floa
     for (int64_t r = 0; r < rows; r++) memcpy(c + r * ldc, t + r * NR, (size_t)cols * sizeof *t);
 }
 
-/* dst [panel][k][NR] = rows [0, kc) of B, columns [0, nc), in NR-column panels, zero past column
- * nc; row k at B + k * ldb, or at B + row_off[k] when row_off is not NULL. */
-static void pack_b(const float *B, int64_t ldb, const int64_t *row_off, int64_t kc, int64_t nc, float *dst) {
-    int64_t j0 = 0;
-#define ROW(k) (B + (row_off ? row_off[k] : (k) * ldb))
-    for (; j0 + NR <= nc; j0 += NR)
-        for (int64_t k = 0; k < kc; k++, dst += NR) memcpy(dst, ROW(k) + j0, NR * sizeof *dst);
-    if (j0 < nc)
-        for (int64_t k = 0; k < kc; k++, dst += NR) {
-            memcpy(dst, ROW(k) + j0, (size_t)(nc - j0) * sizeof *dst);
-            memset(dst + (nc - j0), 0, (size_t)(NR - (nc - j0)) * sizeof *dst);
+/* Where B's columns lie: column n of row k at row(k) + (n / run) * step + n % run (run <= step),
+ * row(k) = B + k * ldb, or B + row_off[k] when row_off is not NULL. */
+typedef struct b_layout {
+    const float *B;
+    int64_t ldb;
+    const int64_t *row_off;
+    int64_t run, step;
+} b_layout;
+
+/* dst [panel][k][NR] = rows [k0, k0 + kc) of B, columns [n0, n0 + nc), in NR-column panels, zero
+ * past column nc. */
+static void pack_b(const b_layout *l, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
+#define ROW(k) (l->B + (l->row_off ? l->row_off[k0 + (k)] : (k0 + (k)) * l->ldb))
+    for (int64_t j0 = 0; j0 < nc; j0 += NR) {
+        int64_t cols = nc - j0 < NR ? nc - j0 : NR, first = n0 + j0;
+        int64_t at = first / l->run * l->step + first % l->run; /* the panel's first column */
+        if (l->run == l->step || first % l->run + cols <= l->run) { /* contiguous: runs back to back, or one run */
+            if (cols == NR)
+                for (int64_t k = 0; k < kc; k++, dst += NR) memcpy(dst, ROW(k) + at, NR * sizeof *dst);
+            else
+                for (int64_t k = 0; k < kc; k++, dst += NR) {
+                    memcpy(dst, ROW(k) + at, (size_t)cols * sizeof *dst);
+                    memset(dst + cols, 0, (size_t)(NR - cols) * sizeof *dst);
+                }
+            continue;
         }
+        for (int64_t k = 0; k < kc; k++, dst += NR) { /* run by run */
+            const float *row = ROW(k);
+            for (int64_t j = 0; j < cols;) {
+                int64_t n = first + j, len = l->run - n % l->run < cols - j ? l->run - n % l->run : cols - j;
+                memcpy(dst + j, row + n / l->run * l->step + n % l->run, (size_t)len * sizeof *dst);
+                j += len;
+            }
+            if (cols < NR) memset(dst + cols, 0, (size_t)(NR - cols) * sizeof *dst);
+        }
+    }
 #undef ROW
 }
 
-void kiln_pg_gemm(const float *packed_a, int64_t M, int64_t K, const float *B, int64_t ldb, const int64_t *row_off,
-                  int64_t N, const float *bias, float *C, int64_t ldc, const kiln_pg_epilogue *epilogue,
-                  float *scratch) {
+/* kiln_pg_gemm on B as l places it. */
+static void gemm_packing_b(const float *packed_a, int64_t M, int64_t K, const b_layout *l, int64_t N, const float *bias,
+                           float *C, int64_t ldc, const kiln_pg_epilogue *epilogue, float *scratch) {
     pthread_once(&g_tile_once, tile_pick);
     if (K == 0) {
         for (int64_t m = 0; m < M; m++)
@@ -291,12 +317,31 @@ void kiln_pg_gemm(const float *packed_a, int64_t M, int64_t K, const float *B, i
         if (epilogue && M * N > 0) epilogue->fn(epilogue->ctx, C, ldc, 0, M, 0, N);
         return;
     }
+    /* at most 32 rows of A (a squeeze convolution's): whole panels of B are read where they lie,
+     * by each panel of A in turn (packing them would cost nearly as much as the products) */
+    const bool in_place = M <= 4 * MR && !l->row_off && l->run == l->step;
     for (int64_t n0 = 0; n0 < N; n0 += NC) {
         int64_t nc = N - n0 < NC ? N - n0 : NC;
         for (int64_t k0 = 0; k0 < K; k0 += KC) {
             int64_t kc = K - k0 < KC ? K - k0 : KC;
-            if (row_off) pack_b(B + n0, 0, row_off + k0, kc, nc, scratch);
-            else pack_b(B + k0 * ldb + n0, ldb, NULL, kc, nc, scratch);
+            if (in_place) {
+                for (int64_t j0 = 0; j0 < nc; j0 += NR) {
+                    int64_t cols = nc - j0 < NR ? nc - j0 : NR;
+                    const float *b = l->B + k0 * l->ldb + n0 + j0;
+                    int64_t ldb = l->ldb;
+                    if (cols < NR) { /* a last partial panel: packed, zero past its columns */
+                        pack_b(l, k0, kc, n0 + j0, cols, scratch);
+                        b = scratch;
+                        ldb = NR;
+                    }
+                    for (int64_t m0 = 0; m0 < M; m0 += MR)
+                        tile(kc, packed_a + (m0 * K + k0 * MR), 1, MR, b, ldb, C + m0 * ldc + n0 + j0, ldc,
+                             M - m0 < MR ? M - m0 : MR, cols, k0 > 0, bias && k0 == 0 ? bias + m0 : NULL);
+                }
+                if (epilogue && k0 + kc == K) epilogue->fn(epilogue->ctx, C + n0, ldc, 0, M, n0, nc);
+                continue;
+            }
+            pack_b(l, k0, kc, n0, nc, scratch);
             for (int64_t m0 = 0; m0 < M; m0 += MR) {
                 const float *a = packed_a + (m0 * K + k0 * MR);
                 const float *bm = bias && k0 == 0 ? bias + m0 : NULL;
@@ -309,6 +354,20 @@ void kiln_pg_gemm(const float *packed_a, int64_t M, int64_t K, const float *B, i
             }
         }
     }
+}
+
+void kiln_pg_gemm(const float *packed_a, int64_t M, int64_t K, const float *B, int64_t ldb, const int64_t *row_off,
+                  int64_t N, const float *bias, float *C, int64_t ldc, const kiln_pg_epilogue *epilogue,
+                  float *scratch) {
+    b_layout l = {B, ldb, row_off, N > 0 ? N : 1, N > 0 ? N : 1};
+    gemm_packing_b(packed_a, M, K, &l, N, bias, C, ldc, epilogue, scratch);
+}
+
+void kiln_pg_gemm_runs(const float *packed_a, int64_t M, int64_t K, const float *B, const int64_t *row_off, int64_t N,
+                       int64_t run, int64_t step, const float *bias, float *C, int64_t ldc,
+                       const kiln_pg_epilogue *epilogue, float *scratch) {
+    b_layout l = {B, 0, row_off, run, step};
+    gemm_packing_b(packed_a, M, K, &l, N, bias, C, ldc, epilogue, scratch);
 }
 
 int64_t kiln_pg_packed_b_floats(int64_t K, int64_t N) { return (N + NR - 1) / NR * NR * K; }

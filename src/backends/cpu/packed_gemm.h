@@ -1,10 +1,10 @@
 /* packed_gemm.h — kiln's own float32 matrix product for a constant operand, packed once: constant
  * left operands (convolution weights) into panels of KILN_PG_MR rows, with the right side packed
- * per call into panels of KILN_PG_NR columns (kiln_pg_gemm); constant right operands (MatMul and
- * Gemm weights) into panels of NR columns, with the left side read in place, MR rows at a time
- * (kiln_pg_gemm_packed_b). Both run over cache-sized blocks through one register-blocked
- * micro-kernel for MR x NR tiles, picked once from the processor: AVX-512, AVX2 + FMA, or portable
- * C. Single-threaded: callers split the work. */
+ * per call into panels of KILN_PG_NR columns (kiln_pg_gemm, kiln_pg_gemm_runs; read in place for
+ * at most 32 rows); constant right operands (MatMul and Gemm weights) into panels of NR columns,
+ * with the left side read in place, MR rows at a time (kiln_pg_gemm_packed_b). Both run over
+ * cache-sized blocks through one register-blocked micro-kernel for MR x NR tiles, picked once from
+ * the processor: AVX-512, AVX2 + FMA, or portable C. Single-threaded: callers split the work. */
 #ifndef KILN_CPU_PACKED_GEMM_H
 #define KILN_CPU_PACKED_GEMM_H
 
@@ -62,6 +62,12 @@ typedef struct kiln_pg_epilogue {
 void kiln_pg_gemm(const float *packed_a, int64_t M, int64_t K, const float *B, int64_t ldb, const int64_t *row_off,
                   int64_t N, const float *bias, float *C, int64_t ldc, const kiln_pg_epilogue *epilogue,
                   float *scratch);
+
+/* kiln_pg_gemm on a right side whose columns lie in runs (an image's output rows read from padded
+ * input rows): column n of row k at B + row_off[k] + (n / run) * step + n % run, 1 <= run <= step. */
+void kiln_pg_gemm_runs(const float *packed_a, int64_t M, int64_t K, const float *B, const int64_t *row_off, int64_t N,
+                       int64_t run, int64_t step, const float *bias, float *C, int64_t ldc,
+                       const kiln_pg_epilogue *epilogue, float *scratch);
 
 /* Floats that kiln_pg_pack_b writes for a K x N matrix (N rounded up to whole panels). */
 int64_t kiln_pg_packed_b_floats(int64_t K, int64_t N);
