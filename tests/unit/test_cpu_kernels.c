@@ -593,12 +593,34 @@ static void test_activations(void) {
     }
 }
 
+/* The logistic activations (Sigmoid, SiLU, tanh-GELU share one e^-x) over a dense sweep of
+ * [-90, 90], where the reduction's k spans every exponent the float range gives and the cut to 0
+ * at -87 is crossed: within the same relative tolerance as above everywhere. */
+static void test_logistic_sweep(void) {
+    const kiln_act acts[] = {{KILN_ACT_SIGMOID, 0, 0}, {KILN_ACT_SILU, 0, 0}, {KILN_ACT_GELU_TANH, 0, 0}};
+    enum { N = 36001 };
+    static float x[N], y[N];
+    for (int i = 0; i < N; i++) x[i] = -90.0f + 180.0f * (float)i / (N - 1);
+    for (size_t k = 0; k < sizeof acts / sizeof *acts; k++) {
+        memcpy(y, x, sizeof y);
+        kiln_cpu_activation_apply(y, N, &acts[k]);
+        double worst = 0, at = 0;
+        for (int i = 0; i < N; i++) {
+            double want = act_reference(&acts[k], x[i]), err = fabs(y[i] - want) / (fabs(want) + 1e-30);
+            if (!(err <= worst)) worst = err, at = x[i];
+        }
+        double tol = acts[k].kind == KILN_ACT_GELU_TANH ? 1e-5 : 2e-6;
+        CHECKF(worst < tol, "activation %d: relative error %g at %g", acts[k].kind, worst, at);
+    }
+}
+
 int main(void) {
     test_threadpool();
     test_sgemm();
     test_maxpool();
     test_concat();
     test_activations();
+    test_logistic_sweep();
     test_packed_gemm();
     test_conv2d();
     test_winograd_other_activation();
