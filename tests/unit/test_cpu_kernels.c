@@ -396,6 +396,8 @@ static void test_packed_gemm(void) {
         test_packed_b_case(5, 3, 7, true, both);       /* below a tile each way */
         test_packed_b_case(130, 300, 70, false, both); /* rows over a block (120) */
         test_packed_b_case(37, 1030, 65, true, both);  /* depth over two blocks (512), a partial panel */
+        test_packed_b_case(1, 1031, 100, true, both);  /* one row (a classifier): whole depth, odd, partial panel */
+        test_packed_b_case(1, 1, 7, false, both);      /* one row, one term, under a vector */
     }
     /* A read in place: whole panels with a packed rest, through each edge kernel's width */
     const int64_t in_place_cols[] = {16, 20, 32, 40, 47, 64, 96};
