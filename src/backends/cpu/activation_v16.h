@@ -3,7 +3,8 @@
  * kernel on its accumulators). Defined where GCC/Clang target x86-64 (KILN_V16 is then 1); every
  * function is compiled for AVX-512F + FMA and may only run where the processor has them. exp is
  * ew_vexp's range reduction and polynomial, with 2^k applied by vscalefps, which also gives 0 far
- * below and inf far above. */
+ * below and inf far above; the logistic forms (Sigmoid, SiLU, tanh-GELU) take a shorter e^-x of
+ * their own (exp_neg16). */
 #ifndef KILN_CPU_ACTIVATION_V16_H
 #define KILN_CPU_ACTIVATION_V16_H
 
