@@ -27,6 +27,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KILN_NO_SIMD_CLONES)
+#define POOL_AVX512 1 /* the AVX-512 plane sums are compiled (and chosen where the processor has them) */
+#include <immintrin.h>
+#endif
+
 typedef struct pool_plan {
     int nsp;
     int64_t in[KILN_MAX_DIMS], out[KILN_MAX_DIMS], k[KILN_MAX_DIMS], s[KILN_MAX_DIMS], d[KILN_MAX_DIMS];
@@ -522,8 +527,7 @@ static double sum_f64(const float *p, int64_t n) {
     return s;
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KILN_NO_SIMD_CLONES)
-#include <immintrin.h>
+#if defined(POOL_AVX512)
 /* sum_f64 on AVX-512: 32 partial sums in four 8-lane double vectors (four add chains in flight,
  * every float converted exactly), lane j of vector v summing the elements 32 i + 8 v + j. */
 __attribute__((target("avx512f"))) static double sum_f64_avx512(const float *p, int64_t n) {
