@@ -5,7 +5,8 @@
  * and prefetch well); within a block every MR-row panel of A (in L1) meets every panel of the
  * block (in L2). The micro-kernels compute full MR x NR tiles: C = bias + A B on the first block
  * of K, C += A B on the others; partial tiles at the edges go through masked AVX-512 kernels of
- * one, two or three vectors per row and 1, 2, 4 or 8 rows, or a local tile. */
+ * one, two or three vectors per row and 1, 2, 4 or 8 rows, or a local tile. One row of A against
+ * packed B (a batch-1 classifier) reads each panel once over the whole depth on AVX-512. */
 #include "backends/cpu/packed_gemm.h"
 
 #include <pthread.h>
