@@ -116,6 +116,8 @@ int main(void) {
         {1, 4, 1, 14, 14, 5, 5, 1, 1, 2, 2, 2, true, false, hswish},
         {1, 3, 1, 7, 7, 3, 3, 1, 1, 1, 1, 1, true, true, relu},
         {1, 2, 1, 1, 1, 3, 3, 1, 1, 1, 1, 1, true, false, silu},
+        {2, 3, 1, 11, 2, 3, 3, 1, 1, 1, 1, 1, true, false, silu}, /* rows of 4: four rows per vector */
+        {1, 2, 1, 5, 17, 5, 5, 1, 1, 2, 0, 1, true, false, relu}, /* one-sided pads: rows of 20 */
         /* the tap table: other sizes, stride 3, dilation 2, multiplier 3, a 1x7 row kernel */
         {1, 2, 3, 10, 23, 3, 3, 3, 1, 1, 1, 1, true, false, relu},
         {1, 3, 1, 19, 40, 3, 3, 1, 2, 2, 2, 2, true, true, silu},

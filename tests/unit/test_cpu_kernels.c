@@ -446,6 +446,8 @@ static void test_packed_gemm(void) {
         test_packed_b_case(5, 3, 7, true, both);       /* below a tile each way */
         test_packed_b_case(130, 300, 70, false, both); /* rows over a block (120) */
         test_packed_b_case(37, 1030, 65, true, both);  /* depth over two blocks (512), a partial panel */
+        test_packed_b_case(1, 1031, 100, true, both);  /* one row (a classifier): whole depth, odd, partial panel */
+        test_packed_b_case(1, 1, 7, false, both);      /* one row, one term, under a vector */
     }
     /* A read in place: whole panels with a packed rest, through each edge kernel's width */
     const int64_t in_place_cols[] = {16, 20, 32, 40, 47, 64, 96};
@@ -644,12 +646,34 @@ static void test_activations(void) {
     }
 }
 
+/* The logistic activations (Sigmoid, SiLU, tanh-GELU share one e^-x) over a dense sweep of
+ * [-90, 90], where the reduction's k spans every exponent the float range gives and the cut to 0
+ * at -87 is crossed: within the same relative tolerance as above everywhere. */
+static void test_logistic_sweep(void) {
+    const kiln_act acts[] = {{KILN_ACT_SIGMOID, 0, 0}, {KILN_ACT_SILU, 0, 0}, {KILN_ACT_GELU_TANH, 0, 0}};
+    enum { N = 36001 };
+    static float x[N], y[N];
+    for (int i = 0; i < N; i++) x[i] = -90.0f + 180.0f * (float)i / (N - 1);
+    for (size_t k = 0; k < sizeof acts / sizeof *acts; k++) {
+        memcpy(y, x, sizeof y);
+        kiln_cpu_activation_apply(y, N, &acts[k]);
+        double worst = 0, at = 0;
+        for (int i = 0; i < N; i++) {
+            double want = act_reference(&acts[k], x[i]), err = fabs(y[i] - want) / (fabs(want) + 1e-30);
+            if (!(err <= worst)) worst = err, at = x[i];
+        }
+        double tol = acts[k].kind == KILN_ACT_GELU_TANH ? 1e-5 : 2e-6;
+        CHECKF(worst < tol, "activation %d: relative error %g at %g", acts[k].kind, worst, at);
+    }
+}
+
 int main(void) {
     test_threadpool();
     test_sgemm();
     test_maxpool();
     test_concat();
     test_activations();
+    test_logistic_sweep();
     test_packed_gemm();
     test_conv2d();
     test_winograd_other_activation();

@@ -3,7 +3,8 @@
  * kernel on its accumulators). Defined where GCC/Clang target x86-64 (KILN_V16 is then 1); every
  * function is compiled for AVX-512F + FMA and may only run where the processor has them. exp is
  * ew_vexp's range reduction and polynomial, with 2^k applied by vscalefps, which also gives 0 far
- * below and inf far above. */
+ * below and inf far above; the logistic forms (Sigmoid, SiLU, tanh-GELU) take a shorter e^-x of
+ * their own (exp_neg16). */
 #ifndef KILN_CPU_ACTIVATION_V16_H
 #define KILN_CPU_ACTIVATION_V16_H
 
@@ -43,12 +44,30 @@ KILN_V16_FN v16f exp16(v16f x) {
     return (v16f)_mm512_scalef_ps((__m512)p, (__m512)k);
 }
 
+/* e^-x for the logistic: -x = k ln2 + r' with k = round(-x / ln2), taken as r = x + k ln2 = -r' in
+ * one FMA (ln2 rounded to float: an error of |k| 2e-9 in r, 2.4e-7 relative at |k| = 127), e^r' by
+ * a degree-5 polynomial in r (the alternating signs of SIGMOID_EXP_POLY, a relative-error fit to
+ * e^t on [-ln2/2, ln2/2] within 7.5e-8), times 2^k by vscalefps. x is clamped to [-88, 104]
+ * first (e^88 is below FLT_MAX; at 104 e^-x is 0 in float). Against ew_vexp: one reduction step
+ * and one polynomial term fewer, no negation. */
+static const float SIGMOID_EXP_POLY[] = {1.0000001192e+00f, -9.999997020e-01f, 4.999889433e-01f,
+                                         -1.666756570e-01f, 4.191542044e-02f, -8.298279718e-03f};
+KILN_V16_FN v16f exp_neg16(v16f x) {
+    __m512 xc = _mm512_min_ps(_mm512_set1_ps(104.0f), _mm512_max_ps(_mm512_set1_ps(-88.0f), (__m512)x));
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(-1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT);
+    v16f r = fma16((v16f)k, splat16(0.693147180559945309f), (v16f)xc);
+    v16f p = splat16(SIGMOID_EXP_POLY[EW_NCOEF(SIGMOID_EXP_POLY) - 1]);
+    for (int i = EW_NCOEF(SIGMOID_EXP_POLY) - 2; i >= 0; i--) p = fma16(p, r, splat16(SIGMOID_EXP_POLY[i]));
+    return (v16f)_mm512_scalef_ps((__m512)p, k);
+}
+
 /* 1 / (1 + e^-x) by vrcp14ps and one Newton step (no division); 0 below -87, where the true value
- * falls under FLT_MIN (and e^-x would overflow the reciprocal's range). */
+ * falls under FLT_MIN (and the reciprocal of 1 + e^-x would be subnormal); NaN through (the clamp
+ * keeps it, and the mask lets it pass). Within 4e-7 relative of the true value. */
 KILN_V16_FN v16f sigmoid16(v16f x) {
-    v16f d = 1.0f + exp16(-x), r = (v16f)_mm512_rcp14_ps((__m512)d);
-    r = r * fma16(-d, r, splat16(2.0f));
-    return select16(x < -87.0f, splat16(0.0f), r);
+    __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), (__m512)exp_neg16(x)), r = _mm512_rcp14_ps(d);
+    __mmask16 live = _mm512_cmp_ps_mask((__m512)x, _mm512_set1_ps(-87.0f), _CMP_NLT_UQ);
+    return (v16f)_mm512_maskz_mul_ps(live, r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0f)));
 }
 
 KILN_V16_FN v16f abs16(v16f x) { return (v16f)((v16i)x & INT32_MAX); }

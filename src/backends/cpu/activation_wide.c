@@ -1,6 +1,6 @@
 /* activation_wide.c — kiln_cpu_activation_wide and kiln_cpu_softmax_wide (activation_wide.h): the
  * 16-lane activations and exp of activation_v16.h over an array, in functions compiled for
- * AVX-512F, chosen once from the processor; the tail goes through a zero-padded or masked vector. */
+ * AVX-512F, chosen once from the processor; the tail goes through a masked vector (zeros in the other lanes). */
 #include "backends/cpu/activation_wide.h"
 
 #include "backends/cpu/activation_v16.h"
@@ -21,10 +21,9 @@
             memcpy(y + i, &v, sizeof v);                                                           \
         }                                                                                          \
         if (i < n) {                                                                               \
-            v16f v = {0};                                                                          \
-            memcpy(&v, y + i, (size_t)(n - i) * sizeof(float));                                    \
-            v = act16(v, KIND, p0, p1);                                                            \
-            memcpy(y + i, &v, (size_t)(n - i) * sizeof(float));                                    \
+            __mmask16 tail = (__mmask16)((1u << (n - i)) - 1);                                     \
+            v16f v = act16((v16f)_mm512_maskz_loadu_ps(tail, y + i), KIND, p0, p1);                \
+            _mm512_mask_storeu_ps(y + i, tail, (__m512)v);                                         \
         }                                                                                          \
     } while (0)
 

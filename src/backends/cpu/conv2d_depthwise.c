@@ -312,7 +312,7 @@ kiln_status kiln_conv2d_run_depthwise(const kiln_conv2d *g, const float *x, cons
     j->lp = lp_in > lp_read ? lp_in : lp_read;
     /* flat: rows just wide enough for the input and the taps */
     int64_t tight = g->W + g->pw > g->OW + (g->KW - 1) * g->dw ? g->W + g->pw : g->OW + (g->KW - 1) * g->dw;
-    j->flat = j->wide && g->sh == 1 && g->sw == 1 && !residual;
+    j->flat = j->wide && g->sh == 1 && g->sw == 1 && !residual && g->OW % 16 != 0;
     if (j->flat) j->lp = tight;
     j->ld = j->lp * g->sw;
     for (int64_t kh = 0; kh < g->KH; kh++)

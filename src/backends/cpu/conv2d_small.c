@@ -81,8 +81,9 @@ static void channels_part(void *ctx, int64_t b, int64_t e) {
             for (int64_t p = 0; p < j->OHW; p++) y[p] = yt[p * n + (m - m0)] + bias;
             if (j->z)
                 for (int64_t p = 0; p < j->OHW; p++) y[p] += j->z[at + p];
-            if (j->act && j->act->kind != KILN_ACT_NONE) kiln_cpu_activation_apply(y, j->OHW, j->act);
         }
+        if (j->act && j->act->kind != KILN_ACT_NONE) /* the block's planes are contiguous: one pass over them */
+            kiln_cpu_activation_apply(j->y + (j->img * g->M + j->gr * j->Mg + m0) * j->OHW, n * j->OHW, j->act);
     }
 }
 

@@ -215,7 +215,8 @@ kiln_status ew_binary_exec(const kiln_node *n, const ew_binary_op *op, const kil
     int b_ndim, out_ndim;
     int64_t b_dims[KILN_MAX_DIMS], out_dims[KILN_MAX_DIMS];
     KILN_TRY(ew_binary_shape(n, a, b, &b_ndim, b_dims, &out_ndim, out_dims));
-    KILN_TRY(kiln_tensor_alloc(out, op->bool_out ? KILN_BOOL : a->dtype, out_ndim, out_dims));
+    /* not zeroed: the broadcast driver writes every element */
+    KILN_TRY(kiln_tensor_alloc_uninit(out, op->bool_out ? KILN_BOOL : a->dtype, out_ndim, out_dims));
     return ew_binary_run(op, a->dtype, a->data, a->ndim, a->dims, b->data, b_ndim, b_dims, out);
 }
 

@@ -7,7 +7,8 @@
  * rows of A, whole panels of B are read in place instead. The micro-kernels compute full MR x NR
  * tiles: C = bias + A B on the first block of K, C += A B on the others; partial tiles at the
  * edges go through masked AVX-512 kernels of one, two or three vectors per row and 1, 2, 4 or 8
- * rows, or a local tile. */
+ * rows, or a local tile. One row of A against packed B (a batch-1 classifier) reads each panel
+ * once over the whole depth on AVX-512. */
 #include "backends/cpu/packed_gemm.h"
 
 #include <pthread.h>
@@ -118,6 +119,36 @@ EDGE_ROWS(3)
 static const edge_fn g_edges[3][4] = {{edge_1_1, edge_1_2, edge_1_4, edge_1_8},
                                       {edge_2_1, edge_2_2, edge_2_4, edge_2_8},
                                       {edge_3_1, edge_3_2, edge_3_4, edge_3_8}};
+
+/* c [cols] = a [K] times one whole-K NR-column panel b ([K][NR]): one row of A, so the panel is
+ * read once, front to back, with two k per step in six accumulators (the three sums of even and
+ * of odd k, six FMA chains in flight); a product of one row is bound by reading B, and the K
+ * blocks of the tiled loop would read each panel in KC-row pieces and add C's row into the next. */
+__attribute__((target("avx512f"))) static void row_panel_avx512(int64_t K, const float *a, const float *b, float *c,
+                                                                 int64_t cols) {
+    __m512 e0 = _mm512_setzero_ps(), e1 = e0, e2 = e0, o0 = e0, o1 = e0, o2 = e0;
+    int64_t k = 0;
+    for (; k + 2 <= K; k += 2, b += 2 * NR) {
+        __m512 ae = _mm512_set1_ps(a[k]), ao = _mm512_set1_ps(a[k + 1]);
+        e0 = _mm512_fmadd_ps(ae, _mm512_loadu_ps(b), e0);
+        e1 = _mm512_fmadd_ps(ae, _mm512_loadu_ps(b + 16), e1);
+        e2 = _mm512_fmadd_ps(ae, _mm512_loadu_ps(b + 32), e2);
+        o0 = _mm512_fmadd_ps(ao, _mm512_loadu_ps(b + NR), o0);
+        o1 = _mm512_fmadd_ps(ao, _mm512_loadu_ps(b + NR + 16), o1);
+        o2 = _mm512_fmadd_ps(ao, _mm512_loadu_ps(b + NR + 32), o2);
+    }
+    if (k < K) {
+        __m512 ae = _mm512_set1_ps(a[k]);
+        e0 = _mm512_fmadd_ps(ae, _mm512_loadu_ps(b), e0);
+        e1 = _mm512_fmadd_ps(ae, _mm512_loadu_ps(b + 16), e1);
+        e2 = _mm512_fmadd_ps(ae, _mm512_loadu_ps(b + 32), e2);
+    }
+    __m512 sum[3] = {_mm512_add_ps(e0, o0), _mm512_add_ps(e1, o1), _mm512_add_ps(e2, o2)};
+    for (int v = 0; v < 3; v++) {
+        int64_t left = cols - 16 * v;
+        if (left > 0) _mm512_mask_storeu_ps(c + 16 * v, left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1), sum[v]);
+    }
+}
 
 /* 4 rows x 24 columns in 12 ymm accumulators (a: strides ars, aks; b: stride ldb); four make a tile. */
 __attribute__((target("avx2,fma"))) static void quarter_avx2(int64_t K, const float *a, int64_t ars, int64_t aks,
@@ -404,6 +435,12 @@ void kiln_pg_gemm_packed_b(const float *A, int64_t lda, int64_t M, int64_t K, co
         for (int64_t m = 0; m < M; m++) memset(C + m * ldc, 0, (size_t)N * sizeof *C);
         return;
     }
+#ifdef PG_X86
+    if (M == 1 && g_isa == KILN_PG_AVX512) { /* one row: each panel streamed once, whole K */
+        for (int64_t j0 = 0; j0 < N; j0 += NR) row_panel_avx512(K, A, packed_b + j0 * K, C + j0, N - j0 < NR ? N - j0 : NR);
+        return;
+    }
+#endif
     for (int64_t m0 = 0; m0 < M; m0 += MC) {
         int64_t mc = M - m0 < MC ? M - m0 : MC;
         for (int64_t k0 = 0; k0 < K; k0 += KC) {
