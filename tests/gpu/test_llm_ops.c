@@ -9,7 +9,8 @@
  *    and generic ones), query heads per KV head 1, 2, 3, 4, 5, 8, 12 and 16 (more than 8: chunked in
  *    the decode kernel), contexts at and around the 16-token block edges up to 600, batches 1, 3 and
  *    8, chunked prefill (1..300 new tokens after a cached prefix), the same prefill steps through the
- *    decode kernel's token rows (row_seq, row_pos); the decode split counters must be back at zero.
+ *    decode kernel's token rows (row_seq, row_pos), sliding windows of 1..256 keys on every kernel;
+ *    the decode split counters must be back at zero.
  *    Error: max |gpu - cpu| / max |cpu| <= 5e-3 (fp16), 2e-2 (bf16).
  *  - RoPE + KV write (llmc_rope_kv_launch) vs kiln_llm_rope + kiln_llm_kv_write: head dims 8..256,
  *    GQA, with and without rotation, positions at block edges; every q value and every cache slot
@@ -78,9 +79,10 @@ static const int decode_ctx[] = {1, 15, 16, 17, 32, 33, 255, 256, 257, 600};
 /* One attention case: batch sequences (prefill: new tokens and contexts from seqs, 8 of them, rotated
  * by rot; decode: one new token, contexts from decode_ctx) over a scrambled paged cache; the GPU kernel
  * (decode: with keys per split part, 0 for the heuristic; prefill: llmc_prefill_attn.kernel `kernel`,
- * or with token_rows the decode kernel, one row per new token) against kiln_llm_attention. */
+ * or with token_rows the decode kernel, one row per new token) against kiln_llm_attention, both with
+ * the sliding window `window` (0: none). */
 static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, bool token_rows, const int (*seqs)[2], int batch,
-                      int rot, int part, int kernel, int sm_count) {
+                      int rot, int part, int kernel, int window, int sm_count) {
     const int hd = sh->hd, ldq = (sh->n_head + 2 * sh->n_kv) * hd, ldo = sh->n_head * hd;
     int n_new[ATT_MAX_SEQS], ctx[ATT_MAX_SEQS], seq_start[ATT_MAX_SEQS + 1], max_new = 0, max_ctx = 0, n_tok = 0;
     int n_blocks = 0;
@@ -111,10 +113,11 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, bool tok
     float *d_part = NULL;
     unsigned *d_count = NULL, *counts = NULL;
     const int n_counts = batch * llmc_decode_counters(sh->n_head, sh->n_kv);
-    char shape[96];
-    snprintf(shape, sizeof shape, "hd %d, %d/%d heads, batch %d%s%s, max new %d", hd, sh->n_head, sh->n_kv, batch,
+    char shape[112], win[24] = "";
+    if (window) snprintf(win, sizeof win, ", window %d", window);
+    snprintf(shape, sizeof shape, "hd %d, %d/%d heads, batch %d%s%s, max new %d%s", hd, sh->n_head, sh->n_kv, batch,
              decode ? (part ? ", part 48" : ", auto split") : "", decode ? "" : token_rows ? ", token rows" : ", chunks",
-             max_new);
+             max_new, win);
     if (!q16 || !out16 || !k16 || !v16 || !qf || !ref || !scratch || !table || !perm || !rows) {
         LT_EXPECT(0, "out of memory");
         goto done;
@@ -145,7 +148,7 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, bool tok
         for (int i = 0; i < ldo; i++) qf[(size_t)t * ldo + i] = lt_to_f32(q16[(size_t)t * ldq + i], dt);
     for (int s = 0; s < batch; s++) {
         const kiln_llm_seq_kv skv = {kv, 0, table + s * table_stride};
-        kiln_llm_attention(&skv, n_new[s], ctx[s], 0, sh->n_head, qf + (size_t)seq_start[s] * ldo, ldo,
+        kiln_llm_attention(&skv, n_new[s], ctx[s], window, sh->n_head, qf + (size_t)seq_start[s] * ldo, ldo,
                            ref + (size_t)seq_start[s] * ldo, ldo, scratch);
     }
     LT_CUDA(cudaMalloc(&d_q, (size_t)n_tok * ldq * 2));
@@ -196,6 +199,7 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, bool tok
         a.count = d_count;
         a.sm_count = sm_count;
         a.part_keys = token_rows ? -1 : part;
+        a.window = window;
         if (token_rows) {
             a.row_seq = d_row_seq;
             a.row_pos = d_row_seq + n_tok;
@@ -222,6 +226,7 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, bool tok
         a.kc = d_k;
         a.vc = d_v;
         a.kernel = kernel;
+        a.window = window;
         st = llmc_prefill_attention(&a, NULL);
     }
     LT_EXPECT(st == KILN_OK, "%s: %s", shape, kiln_last_error());
@@ -281,11 +286,11 @@ static void test_attention(int sm_count) {
                 const int gi = (hi + 2 * k) % n_gqa; /* three GQA shapes per head dim, every shape over the table */
                 const attn_shape sh = {attn_hds[hi], attn_gqa[gi][0], attn_gqa[gi][1]};
                 const int batch = batches[(hi + k) % 3], rot = hi + k;
-                attn_case(&sh, dt, false, false, prefill_seqs, batch, rot, 0, LLMC_PREFILL_CUDA_CORES, sm_count);
-                attn_case(&sh, dt, false, false, prefill_seqs, batch, rot, 0, tc, sm_count);
-                attn_case(&sh, dt, false, true, prefill_seqs, batch, rot, 0, 0, sm_count);
-                attn_case(&sh, dt, true, false, NULL, batch, rot, 0, 0, sm_count);
-                attn_case(&sh, dt, true, false, NULL, batch, rot, 48, 0, sm_count);
+                attn_case(&sh, dt, false, false, prefill_seqs, batch, rot, 0, LLMC_PREFILL_CUDA_CORES, 0, sm_count);
+                attn_case(&sh, dt, false, false, prefill_seqs, batch, rot, 0, tc, 0, sm_count);
+                attn_case(&sh, dt, false, true, prefill_seqs, batch, rot, 0, 0, 0, sm_count);
+                attn_case(&sh, dt, true, false, NULL, batch, rot, 0, 0, 0, sm_count);
+                attn_case(&sh, dt, true, false, NULL, batch, rot, 48, 0, 0, sm_count);
             }
         /* chunked prefill on the tensor cores: every chunk head dim with every GQA shape, batch 1 over
          * sequences 0, 2, 4 and 6 of the table, then batches 1 and 3 from starts rotating with the head dim */
@@ -294,14 +299,27 @@ static void test_attention(int sm_count) {
         for (int hi = 0; hi < n_chd; hi++)
             for (int gi = 0; gi < n_cgqa; gi++) {
                 const attn_shape sh = {chunk_hds[hi], chunk_gqa[gi][0], chunk_gqa[gi][1]};
-                attn_case(&sh, dt, false, false, chunk_seqs, 1, 2 * gi, 0, tc, sm_count);
-                attn_case(&sh, dt, false, false, chunk_seqs, gi % 2 ? 3 : 1, 2 * gi + 1 + hi, 0, tc, sm_count);
+                attn_case(&sh, dt, false, false, chunk_seqs, 1, 2 * gi, 0, tc, 0, sm_count);
+                attn_case(&sh, dt, false, false, chunk_seqs, gi % 2 ? 3 : 1, 2 * gi + 1 + hi, 0, tc, 0, sm_count);
             }
         /* the CUDA-core kernel on the long chunks too, at a fast path and a generic head dim */
         for (int i = 0; i < 2; i++) {
             const attn_shape sh = {i ? 72 : 128, 8, 2};
-            attn_case(&sh, dt, false, false, chunk_seqs, 3, 4 * i, 0, LLMC_PREFILL_CUDA_CORES, sm_count);
+            attn_case(&sh, dt, false, false, chunk_seqs, 3, 4 * i, 0, LLMC_PREFILL_CUDA_CORES, 0, sm_count);
         }
+        /* sliding windows (Mistral's): shorter than one block, at a block edge, past the 32- and 64-key
+         * tiles and longer than some contexts, on every kernel, with a fast path and a generic head dim */
+        static const int windows[] = {1, 7, 16, 33, 100, 256};
+        for (int wi = 0; wi < 6; wi++)
+            for (int i = 0; i < 2; i++) {
+                const attn_shape sh = {i ? 72 : 128, i ? 4 : 8, 2};
+                const int w = windows[wi], batch = wi % 2 ? 3 : 8;
+                attn_case(&sh, dt, false, false, chunk_seqs, batch, wi + i, 0, LLMC_PREFILL_CUDA_CORES, w, sm_count);
+                attn_case(&sh, dt, false, false, chunk_seqs, batch, wi + i, 0, tc, w, sm_count);
+                attn_case(&sh, dt, false, true, chunk_seqs, batch, wi + i, 0, 0, w, sm_count);
+                attn_case(&sh, dt, true, false, NULL, batch, wi + i, 0, 0, w, sm_count);
+                attn_case(&sh, dt, true, false, NULL, batch, wi + i, 48, 0, w, sm_count);
+            }
     }
     /* what the kernels refuse: a head dim not a multiple of 8, one past 256, heads not a multiple */
     static const attn_shape bad[] = {{12, 2, 2}, {264, 2, 2}, {64, 6, 4}};

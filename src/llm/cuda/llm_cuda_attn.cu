@@ -16,7 +16,7 @@
  *
  * prefill_kernel: grid (row tiles, KV heads, sequences); the rows of a sequence are its (new token,
  * query head of the group) pairs, ATT_R per warp, ATT_WARPS warps per block, each warp walking the
- * keys up to its last row's position (causal). Shared memory: ATT_WARPS * ATT_R * HDM floats (32 KB
+ * keys from its first row's window start (0 without a window) up to its last row's position (causal). Shared memory: ATT_WARPS * ATT_R * HDM floats (32 KB
  * at head dim 256, static). */
 #include "llm/cuda/llm_cuda_attn.cuh"
 
@@ -42,11 +42,12 @@ template <int E> static __device__ __forceinline__ void att_init(att_state<E> &s
 }
 
 /* Attends rows q[r] ([ATT_R][HDM] in shared memory, the first hd of each set) to keys [j0, min(j0 +
- * 32, j_end)); row r may see keys 0..limit[r] (-1: an unused row). The whole warp calls it with the
- * same arguments. */
+ * 32, j_end)); row r may see keys lo[r]..limit[r] (limit -1: an unused row). A row that sees none of
+ * the tile's keys skips it. The whole warp calls it with the same arguments. */
 template <typename T, int HDC, int HDM>
 static __device__ __forceinline__ void att_tile(att_state<att_dims<HDC, HDM>::E> &st, const float *q,
-                                                const int (&limit)[ATT_R], int j0, int j_end, const T *__restrict__ kc,
+                                                const int (&lo)[ATT_R], const int (&limit)[ATT_R], int j0, int j_end,
+                                                const T *__restrict__ kc,
                                                 const T *__restrict__ vc, const att_cache &c, int hd) {
     constexpr int E = att_dims<HDC, HDM>::E;
     const int lane = threadIdx.x & 31, j = j0 + lane;
@@ -61,7 +62,7 @@ static __device__ __forceinline__ void att_tile(att_state<att_dims<HDC, HDM>::E>
             lc_load8<T>(kr + d0, kf);
 #pragma unroll
             for (int r = 0; r < ATT_R; r++) {
-                if (limit[r] < j0) continue; /* uniform over the warp */
+                if (limit[r] < j0 || lo[r] >= j0 + 32) continue; /* uniform over the warp */
 #pragma unroll
                 for (int e = 0; e < 8; e++) s[r] += q[r * HDM + d0 + e] * kf[e];
             }
@@ -69,12 +70,12 @@ static __device__ __forceinline__ void att_tile(att_state<att_dims<HDC, HDM>::E>
     }
 #pragma unroll
     for (int r = 0; r < ATT_R; r++) {
-        if (limit[r] < j0) {
+        if (limit[r] < j0 || lo[r] >= j0 + 32) {
             s[r] = 0.0f;
             continue;
         }
-        const float sv = j < j_end && j <= limit[r] ? s[r] : -INFINITY;
-        const float mn = fmaxf(st.m[r], ku_warp_max(sv)); /* finite: key j0 <= limit[r] is visible */
+        const float sv = j < j_end && j <= limit[r] && j >= lo[r] ? s[r] : -INFINITY;
+        const float mn = fmaxf(st.m[r], ku_warp_max(sv)); /* finite: lo[r] <= limit[r], one of them in the tile */
         const float p = sv == -INFINITY ? 0.0f : __expf(sv - mn);
         const float corr = st.m[r] == -INFINITY ? 0.0f : __expf(st.m[r] - mn);
         st.l[r] = st.l[r] * corr + ku_warp_sum(p);
@@ -89,7 +90,7 @@ static __device__ __forceinline__ void att_tile(att_state<att_dims<HDC, HDM>::E>
         att_load_dims<T, HDC, HDM>(vf, vc + att_slot(c, j0 + jj, hd), lane, hd);
 #pragma unroll
         for (int r = 0; r < ATT_R; r++) {
-            if (limit[r] < j0) continue;
+            if (limit[r] < j0 || lo[r] >= j0 + 32) continue;
             const float p = __shfl_sync(0xffffffffu, s[r], jj);
 #pragma unroll
             for (int e = 0; e < E; e++) st.acc[r][e] += p * vf[e];
@@ -102,7 +103,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     prefill_kernel(const T *__restrict__ qkv, int ldq, T *__restrict__ out, int ldo, const int32_t *__restrict__ seq_start,
                    const int32_t *__restrict__ ctx_len, const int32_t *__restrict__ table, int table_stride,
                    const T *__restrict__ kc, const T *__restrict__ vc, int n_head, int n_kv_head, int bs, float scale,
-                   int hd_arg) {
+                   int window, int hd_arg) {
     using D = att_dims<HDC, HDM>;
     constexpr int E = D::E;
     const int hd = HDC ? HDC : hd_arg;
@@ -111,13 +112,15 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     const int group = n_head / n_kv_head, s0 = seq_start[seq], n = seq_start[seq + 1] - s0, ctx = ctx_len[seq];
     const int row0 = (blockIdx.x * ATT_WARPS + warp) * ATT_R; /* rows: (token t, head hg) as t * group + hg */
     if (row0 >= n * group) return;                            /* no block-wide synchronization below */
-    int limit[ATT_R], jmax = -1;
+    int lo[ATT_R], limit[ATT_R], jmin = ctx, jmax = -1;
 #pragma unroll
     for (int r = 0; r < ATT_R; r++) {
         const int row = row0 + r, t = row / group, h = g * group + row % group;
         const bool used = row < n * group;
         limit[r] = used ? ctx - n + t : -1;
+        lo[r] = window > 0 ? max(0, limit[r] + 1 - window) : 0;
         jmax = max(jmax, limit[r]);
+        if (used) jmin = min(jmin, lo[r]);
         const T *qp = qkv + (size_t)(s0 + t) * ldq + (size_t)h * hd;
         for (int e = lane; e < hd; e += 32) qs[warp][r][e] = used ? ku_f32(qp[e]) * scale : 0.0f;
     }
@@ -125,8 +128,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     const att_cache c = {table + (size_t)seq * table_stride, bs, (size_t)n_kv_head * bs * hd, (size_t)g * bs * hd};
     att_state<E> st;
     att_init(st);
-    for (int j0 = 0; j0 <= jmax; j0 += 32)
-        att_tile<T, HDC, HDM>(st, &qs[warp][0][0], limit, j0, jmax + 1, kc, vc, c, hd);
+    for (int j0 = jmin; j0 <= jmax; j0 += 32)
+        att_tile<T, HDC, HDM>(st, &qs[warp][0][0], lo, limit, j0, jmax + 1, kc, vc, c, hd);
 #pragma unroll
     for (int r = 0; r < ATT_R; r++) {
         if (limit[r] < 0) continue;
@@ -149,7 +152,7 @@ struct prefill_launcher {
                   (unsigned)a->n_kv_head, (unsigned)a->n_seqs);
         prefill_kernel<T, HDC, HDM><<<grid, ATT_WARPS * 32, 0, stream>>>(
             (const T *)a->q, a->ldq, (T *)a->out, a->ldo, a->seq_start, a->ctx_len, a->table, a->table_stride,
-            (const T *)a->kc, (const T *)a->vc, a->n_head, a->n_kv_head, a->block_size, scale, a->head_dim);
+            (const T *)a->kc, (const T *)a->vc, a->n_head, a->n_kv_head, a->block_size, scale, a->window, a->head_dim);
         KILN_CUDA_LAUNCH_CHECK("prefill_kernel");
         return KILN_OK;
     }
@@ -158,11 +161,12 @@ struct prefill_launcher {
 extern "C" kiln_status llmc_prefill_attention(const llmc_prefill_attn *a, cudaStream_t stream) {
     if (!att_shape_ok(a->dtype, a->head_dim, a->n_head, a->n_kv_head) || a->n_seqs < 1 || a->max_new < 1 ||
         a->block_size < 1 || a->ldq % 8 || a->ldo % 8 || a->kernel < LLMC_PREFILL_AUTO ||
-        a->kernel > LLMC_PREFILL_TENSOR_CORES)
+        a->kernel > LLMC_PREFILL_TENSOR_CORES || a->window < 0)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "prefill attention: head_dim %d (a multiple of 8 up to %d), %d "
                           "heads over %d KV heads, %d sequences, max_new %d, block_size %d, ldq %d, ldo %d, %s, kernel "
-                          "%d: unsupported", a->head_dim, LLMC_MAX_HEAD_DIM, a->n_head, a->n_kv_head, a->n_seqs,
-                          a->max_new, a->block_size, a->ldq, a->ldo, kiln_dtype_name(a->dtype), a->kernel);
+                          "%d, window %d: unsupported", a->head_dim, LLMC_MAX_HEAD_DIM, a->n_head, a->n_kv_head,
+                          a->n_seqs, a->max_new, a->block_size, a->ldq, a->ldo, kiln_dtype_name(a->dtype), a->kernel,
+                          a->window);
     const bool aligned = ku_aligned16(a->q) && ku_aligned16(a->kc) && ku_aligned16(a->vc) && ku_aligned16(a->out);
     int dev = 0, cc_major = 0;
     KILN_CUDA_TRY(cudaGetDevice(&dev));
@@ -205,6 +209,7 @@ extern "C" kiln_status llmc_attention(kiln_llm_cuda *g, const llmc_step *s, cons
         a.table_stride = s->table_stride;
         a.kc = kc;
         a.vc = vc;
+        a.window = c->sliding_window;
         return llmc_prefill_attention(&a, g->kc.stream);
     }
     /* decode: the grid is a function of (n_seqs, the context bucket s->max_ctx): what a graph is keyed by */
@@ -230,6 +235,7 @@ extern "C" kiln_status llmc_attention(kiln_llm_cuda *g, const llmc_step *s, cons
     a.split_cap = g->split_cap;
     a.count = g->att_count;
     a.sm_count = g->kc.sm_count;
+    a.window = c->sliding_window;
     if (token_rows) {
         a.part_keys = -1;
         a.row_seq = s->tok_seq;

@@ -250,6 +250,8 @@ typedef struct llmc_decode_attn {
      * row z is token z of sequence row_seq[z] (its block table row), at position row_pos[z], seeing
      * keys 0 .. row_pos[z]. Only with part_keys -1 (no partials, no counters: rows may outnumber them). */
     const int32_t *row_seq, *row_pos;
+    int window; /* 0: none; else a row at position p sees keys max(0, p + 1 - window) .. p only (its own
+                 * included: the sliding window of Mistral and the CPU attention) */
 } llmc_decode_attn;
 
 /* Keys per split of the decode attention for these shapes: a multiple of 4 tiles (128 keys at head_dim
@@ -265,7 +267,7 @@ kiln_status llmc_decode_attention(const llmc_decode_attn *a, cudaStream_t stream
  * ctx_len[s] - 1 of its context, whose keys and values (theirs included) are in the paged cache
  * kc/vc (kv_cache.h's layout, one layer, 16-byte aligned); token t's query heads are at q + t * ldq,
  * its output heads at out + t * ldo (ldq, ldo multiples of 8). Causal: token t sees keys up to its
- * own position. */
+ * own position (and, with a window, none before it by window or more). */
 typedef struct llmc_prefill_attn {
     kiln_dtype dtype; /* KILN_F16 or KILN_BF16: queries, cache and output */
     int head_dim;     /* a multiple of 8, 8..LLMC_MAX_HEAD_DIM */
@@ -279,6 +281,7 @@ typedef struct llmc_prefill_attn {
     int table_stride;
     const void *kc, *vc;
     int kernel; /* LLMC_PREFILL_AUTO (0), LLMC_PREFILL_CUDA_CORES or LLMC_PREFILL_TENSOR_CORES */
+    int window; /* 0: none; else token t at position p sees keys max(0, p + 1 - window) .. p only */
 } llmc_prefill_attn;
 
 /* llmc_prefill_attn.kernel: AUTO takes the tensor-core kernel (llm_cuda_prefill.cu) on sm_80+ with

@@ -7,13 +7,14 @@
  *
  * Grid (row tiles, KV heads, sequences). The rows of a (sequence, KV head) are its (new token t, query
  * head hg of the group) pairs, row = t * group + hg, so the query heads sharing a KV head share every
- * key and value tile a block loads; row r sees keys 0 .. ctx - n + r / group. A block of 4 warps takes
+ * key and value tile a block loads; row r sees keys 0 .. ctx - n + r / group (with a sliding window W,
+ * only the last W of them: the block's walk starts at its first row's first key). A block of 4 warps takes
  * 64 rows (16 per warp, the mma's M; the last row tiles, which see the most keys, are the first
  * blocks): Q [64][D + 8] in shared memory, then tiles of BK keys (64 at D <= 128, 32 at 256) of K and
  * V, gathered row by row from their cache blocks by cp.async and double-buffered (tile i + 1 loads
  * while tile i is used); padding rows, keys past the block's last visible key and dims past the head
  * dim are zeros. Per tile a warp computes its 16 x BK scores S = Q K^T, scales them by log2(e) /
- * sqrt(hd), applies the causal limit (skipped on a tile every row of the block sees whole), then runs
+ * sqrt(hd), applies the causal limit and window (skipped on a tile every row of the block sees whole), then runs
  * the online softmax and O += P V into its 16 x D FP32 accumulators: the per-tile core of
  * flash_tile.cuh, which the tensor engine's fa_kernel (fused_attention.cu) shares. At D <= 128 a warp
  * keeps its Q fragments in registers; at 256 it reads them from shared memory per tile (registers
@@ -43,6 +44,7 @@ struct fp_args {
     int ldq, ldo;
     const int32_t *seq_start, *ctx_len, *table;
     int table_stride, n_head, n_kv_head, block_size, hd;
+    int window;   /* 0: none; else a row sees its last `window` keys only */
     float scale2; /* log2(e) / sqrt(hd) */
 };
 
@@ -78,14 +80,19 @@ __global__ void __launch_bounds__(FP_WARPS * 32, fp_min_blocks(D)) fp_kernel(con
     /* the last row tiles (the most keys) first: the light ones fill in behind them */
     const int nrows = n * group, row0 = (gridDim.x - 1 - blockIdx.x) * FP_BQ, past = a.ctx_len[seq] - n;
     if (row0 >= nrows) return; /* uniform over the block: before any barrier */
-    /* this lane's rows (g and g + 8 of its warp) and how many keys each sees (0: a padding row) */
+    /* this lane's rows (g and g + 8 of its warp): each sees keys lo .. vis - 1 (vis 0: a padding row) */
     const int rows[2] = {row0 + warp * 16 + g, row0 + warp * 16 + g + 8};
-    int vis[2];
-    for (int r = 0; r < 2; r++) vis[r] = rows[r] < nrows ? past + rows[r] / group + 1 : 0;
+    int vis[2], lo[2];
+    for (int r = 0; r < 2; r++) {
+        vis[r] = rows[r] < nrows ? past + rows[r] / group + 1 : 0;
+        lo[r] = a.window > 0 ? max(0, vis[r] - a.window) : 0;
+    }
     const int last = min(row0 + FP_BQ, nrows) - 1;
     const int kend = past + last / group + 1;      /* keys the block sees: its last row's */
     const int kfull = past + row0 / group + 1;     /* keys every row of the block sees: its first row's */
-    const int ntiles = (kend + BK - 1) / BK;       /* >= 1: every row sees its own key */
+    const int kbeg = a.window > 0 ? max(0, kfull - a.window) : 0; /* the first key any row sees */
+    const int klo = a.window > 0 ? max(0, kend - a.window) : 0;   /* every row sees the keys from here */
+    const int ntiles = (kend - kbeg + BK - 1) / BK; /* >= 1: every row sees its own key */
     const att_cache c = {a.table + (size_t)seq * a.table_stride, a.block_size, (size_t)a.n_kv_head * a.block_size * hd,
                          (size_t)kvh * a.block_size * hd};
     const T *kc = static_cast<const T *>(a.kc), *vc = static_cast<const T *>(a.vc);
@@ -101,7 +108,7 @@ __global__ void __launch_bounds__(FP_WARPS * 32, fp_min_blocks(D)) fp_kernel(con
             fa_cp16(qs + r * LD + col, src, ok);
         }
     }
-    fp_load_kv<T, D, BK>(ks, vs, kc, vc, c, 0, kend, hd);
+    fp_load_kv<T, D, BK>(ks, vs, kc, vc, c, kbeg, kend, hd);
     fa_commit();
     const float NEG_INF = -INFINITY;
     float o[D / 8][4], mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.0f, 0.0f};
@@ -109,7 +116,7 @@ __global__ void __launch_bounds__(FP_WARPS * 32, fp_min_blocks(D)) fp_kernel(con
     for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     uint32_t qf[QREG ? KS : 1][4];
     for (int it = 0; it < ntiles; it++) {
-        const int buf = it & 1, j0 = it * BK;
+        const int buf = it & 1, j0 = kbeg + it * BK;
         if (it + 1 < ntiles) { /* prefetch the next tile into the other buffer (freed by the last barrier) */
             fp_load_kv<T, D, BK>(ks + (buf ^ 1) * BK * LD, vs + (buf ^ 1) * BK * LD, kc, vc, c, j0 + BK, kend, hd);
             fa_commit();
@@ -138,15 +145,16 @@ __global__ void __launch_bounds__(FP_WARPS * 32, fp_min_blocks(D)) fp_kernel(con
                 fa_qk_step<T, D, BK>(s, qa, kt, kk, lane);
             }
         }
-        /* scale into the log2 domain and the causal limit: element (nt, e) is row rows[e / 2], key
-         * j0 + 8 nt + 2 q4 + e % 2, visible when below vis[e / 2] */
-        const bool full = j0 + BK <= kfull;
+        /* scale into the log2 domain and the causal limit (and window): element (nt, e) is row
+         * rows[e / 2], key j0 + 8 nt + 2 q4 + e % 2, visible when in [lo[e / 2], vis[e / 2]) */
+        const bool full = j0 + BK <= kfull && j0 >= klo;
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const float x = s[nt][e] * a.scale2;
-                s[nt][e] = full || j0 + nt * 8 + 2 * q4 + (e & 1) < vis[e >> 1] ? x : NEG_INF;
+                const int j = j0 + nt * 8 + 2 * q4 + (e & 1);
+                s[nt][e] = full || (j < vis[e >> 1] && j >= lo[e >> 1]) ? x : NEG_INF;
             }
         fa_softmax_pv<T, D, BK>(s, o, mrow, lrow, vt, lane); /* online softmax, O += P V */
         __syncthreads(); /* this buffer is refilled by the next iteration's prefetch */
@@ -170,7 +178,7 @@ template <typename T, int D> static kiln_status fp_launch(const llmc_prefill_att
     KILN_TRY(lc_smem_opt_in(fp_kernel<T, D>, smem, true, &opted, stream));
     const int group = a->n_head / a->n_kv_head;
     const fp_args k = {a->q, a->kc, a->vc, a->out, a->ldq, a->ldo, a->seq_start, a->ctx_len, a->table,
-                       a->table_stride, a->n_head, a->n_kv_head, a->block_size, a->head_dim,
+                       a->table_stride, a->n_head, a->n_kv_head, a->block_size, a->head_dim, a->window,
                        KU_LOG2E / sqrtf((float)a->head_dim)};
     const dim3 grid((unsigned)(((long long)a->max_new * group + FP_BQ - 1) / FP_BQ), (unsigned)a->n_kv_head,
                     (unsigned)a->n_seqs);
