@@ -66,7 +66,7 @@ static const char *USAGE =
     "                         (--warmup counts warm-up requests in a saturated run, default 2)\n"
     "  --target cpu|cuda      the forward step (default cpu; cuda needs a build with the cuda backend)\n"
     "  --device N             GPU ordinal (default 0)\n"
-    "  --kv-cache auto|fp8    the KV cache (default auto; fp8: E4M3 with per-head scales, cpu only)\n"
+    "  --kv-cache auto|fp8    the KV cache (default auto; fp8: E4M3 with per-head scales)\n"
     "  --calib-text FILE      --kv-cache fp8: scales from the model's keys and values over FILE\n"
     "  --timing-cache FILE    cuda: reuse and extend the product tactics timed in FILE (kiln build's\n"
     "                         --timing-cache file), so that repeated runs time nothing twice\n"

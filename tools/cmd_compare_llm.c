@@ -32,7 +32,7 @@ static const char *USAGE =
     "  --target-a T, --target-b T  where A, or B, runs (overrides --target)\n"
     "  --device N             the CUDA device (default 0)\n"
     "  --kv-cache-a auto|fp8, --kv-cache-b auto|fp8  A's, or B's, KV cache (default auto; fp8: E4M3\n"
-    "                         with per-head scales, cpu only)\n"
+    "                         with per-head scales)\n"
     "  --calib-text FILE      the fp8 KV scales from each model's keys and values over FILE (without\n"
     "                         it: 1.0, with a warning)\n"
     "  -h, --help             this help\n";

@@ -47,7 +47,7 @@ static const char *USAGE =
     "  --stop STR                  stop before the first occurrence of STR (repeatable)\n"
     "  --kv-budget-mb N            KV cache size (default: one whole context, at most 1 GiB on the CPU)\n"
     "  --kv-cache auto|fp8         the KV cache's type: auto (fp32 on the CPU, 16-bit on cuda) or fp8\n"
-    "                              (E4M3 with per-head scales: 4x the tokens of the CPU's fp32 cache; cpu only)\n"
+    "                              (E4M3 with per-head scales: 4x the tokens of the CPU's fp32 cache, 2x cuda's)\n"
     "  --calib-text FILE           --kv-cache fp8: the scales from the model's keys and values over FILE\n"
     "                              (without it: scales 1.0, with a warning)\n"
     "  --no-prefix-cache           turn automatic prefix caching off (on by default; the same tokens either way)\n"

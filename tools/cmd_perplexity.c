@@ -28,7 +28,7 @@ static const char *USAGE =
     "  --target cpu|cuda      where the forward runs (default cpu: fp32; cuda: bf16 or fp16)\n"
     "  --device N             the CUDA device (default 0)\n"
     "  --kv-cache auto|fp8    the KV cache: auto (fp32 on the CPU, 16-bit on cuda) or fp8 (E4M3,\n"
-    "                         per-head scales; cpu only)\n"
+    "                         per-head scales)\n"
     "  --calib-text FILE      --kv-cache fp8: scales from the model's keys and values over FILE\n"
     "                         (without it: 1.0, with a warning)\n"
     "  -h, --help             this help\n";

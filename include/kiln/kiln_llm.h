@@ -74,8 +74,9 @@ typedef struct kiln_llm_options {
     int draft_tokens;
     /* The KV cache's element type: NULL or "auto" (fp32 on the CPU, the weights' 16-bit type on CUDA),
      * or "fp8": E4M3 keys and values with a scale per layer and KV head (quantized on write,
-     * dequantized on read; the CPU runs it for now), so that the same kv_cache_bytes hold 4x the
-     * tokens of the CPU's fp32 cache (2x a 16-bit one). Its scales come from kv_calib_text (a text
+     * dequantized on read, on the CPU and on CUDA), so that the same kv_cache_bytes hold 4x the
+     * tokens of the CPU's fp32 cache (2x CUDA's 16-bit one). On CUDA the calibration runs the model
+     * on the CPU (opened once more for it). Its scales come from kv_calib_text (a text
      * file the model runs over first: each head's largest |k| and |v| / 448), else they are all 1.0
      * and a warning is logged. Anything else is KILN_ERR_INVALID_ARGUMENT. */
     const char *kv_cache_dtype;

@@ -160,9 +160,10 @@ kiln_status kiln_llm_open(const char *path, const kiln_llm_options *opts, kiln_l
         ro = runner_options(o, &llm->cfg, llm->bundle.weights == KILN_PRECISION_BF16);
         if (!cuda) kiln_llm_model_weights_to_hugepages(llm->bundle.model); /* the CPU forward streams them */
     }
-    float *kv_scales = NULL;
-    if (st == KILN_OK && ro.kv_fp8 && !cuda)
-        st = kiln_llm_kv_fp8_scales(llm->bundle.model, llm->bundle.tok, o->kv_calib_text, &kv_scales);
+    float *kv_scales = NULL; /* on cuda the calibration runs the path's model on the CPU */
+    if (st == KILN_OK && ro.kv_fp8)
+        st = cuda ? kiln_llm_kv_fp8_scales_at(path, o->kv_calib_text, &kv_scales)
+                  : kiln_llm_kv_fp8_scales(llm->bundle.model, llm->bundle.tok, o->kv_calib_text, &kv_scales);
     if (st == KILN_OK) {
         ro.kv_scales = kv_scales;
         st = llm_runner_create(llm->bundle.model, &ro, llm->target, sizeof llm->target, &llm->runner);
@@ -197,8 +198,7 @@ kiln_status kiln_llm_open_random(const char *shape, kiln_precision precision, ui
     const bool bf16 = precision == KILN_PRECISION_BF16 || (precision == KILN_PRECISION_FP32 && sh.dtype == KILN_BF16);
     llm_runner_options ro = runner_options(o, &llm->cfg, bf16);
     float *kv_scales = NULL; /* random weights have no tokenizer: a calibration text is refused */
-    kiln_status st = ro.kv_fp8 && strcmp(ro.target, "cuda") ? kiln_llm_kv_fp8_scales(NULL, NULL, o->kv_calib_text, &kv_scales)
-                                                            : KILN_OK;
+    kiln_status st = ro.kv_fp8 ? kiln_llm_kv_fp8_scales(NULL, NULL, o->kv_calib_text, &kv_scales) : KILN_OK;
     if (st == KILN_OK) st = llm_runner_create_random(&sh.cfg, seed, &ro, llm->target, sizeof llm->target, &llm->runner);
     if (st == KILN_OK) st = finish_open(llm, o, &ro, kiln_llm_config_params(&sh.cfg));
     if (st != KILN_OK) {

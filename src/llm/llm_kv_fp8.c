@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "llm/kv_cache.h"
+#include "llm/llm_engine.h"
 #include "quant/fp8.h"
 
 #include <math.h>
@@ -95,4 +96,14 @@ kiln_status kiln_llm_kv_fp8_scales(const kiln_llm_model *m, const kiln_tokenizer
     }
     *scales = s;
     return KILN_OK;
+}
+
+kiln_status kiln_llm_kv_fp8_scales_at(const char *path, const char *calib_path, float **scales) {
+    *scales = NULL;
+    if (!calib_path) return kiln_llm_kv_fp8_scales(NULL, NULL, NULL, scales);
+    kiln_llm_bundle b = {0};
+    KILN_TRY(kiln_llm_bundle_open(path, true, false, &b));
+    kiln_status st = kiln_llm_kv_fp8_scales(b.model, b.tok, calib_path, scales);
+    kiln_llm_bundle_free(&b);
+    return st;
 }

@@ -30,4 +30,9 @@ kiln_status kiln_llm_kv_calibrate(const kiln_llm_model *m, const int32_t *ids, i
 kiln_status kiln_llm_kv_fp8_scales(const kiln_llm_model *m, const kiln_tokenizer *tok, const char *calib_path,
                                    float **scales);
 
+/* kiln_llm_kv_fp8_scales for the model at path (an engine or checkpoint) when the model at hand cannot
+ * run on the CPU (weights loaded for a GPU): path is opened once more for the CPU forward, only when
+ * calib_path is given, and closed again. */
+kiln_status kiln_llm_kv_fp8_scales_at(const char *path, const char *calib_path, float **scales);
+
 #endif

@@ -140,7 +140,9 @@ kiln_status kiln_llm_perplexity(const char *path, const char *text, size_t len, 
         st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "perplexity: kv_cache_dtype must be auto or fp8, got \"%s\"",
                         o->kv_cache_dtype);
     float *kv_scales = NULL;
-    if (st == KILN_OK && fp8 && !cuda) st = kiln_llm_kv_fp8_scales(b.model, b.tok, o->calib_text, &kv_scales);
+    if (st == KILN_OK && fp8) /* on cuda the calibration runs the path's model on the CPU */
+        st = cuda ? kiln_llm_kv_fp8_scales_at(path, o->calib_text, &kv_scales)
+                  : kiln_llm_kv_fp8_scales(b.model, b.tok, o->calib_text, &kv_scales);
     if (st == KILN_OK) {
         llm_runner_options ro = {.target = cuda ? "cuda" : "cpu", .device = o->device, .max_seqs = 1,
                                  .max_tokens = CHUNK_TOKENS, .max_context = ctx,

@@ -34,12 +34,9 @@ struct llm_runner {
     float *kv_scales;                 /* kv_fp8: their scales, [n_layer][2][n_kv_head]; NULL: 1.0 */
 };
 
-/* The FP8 KV-cache choice of ro into r (the CPU only): its scales copied, desc told. */
+/* The FP8 KV-cache choice of ro into r: its scales copied, desc told. */
 static kiln_status take_kv_choice(llm_runner *r, const llm_runner_options *ro, char *desc, size_t cap) {
     if (!ro->kv_fp8) return KILN_OK;
-    if (!strcmp(ro->target, "cuda"))
-        return kiln_error(KILN_ERR_UNSUPPORTED, "the FP8 KV cache runs on the CPU only for now: use --target cpu, or "
-                          "the 16-bit cache on cuda");
     r->kv_fp8 = true;
     if (ro->kv_scales) {
         const size_t n = KILN_LLM_KV_SCALES(&r->cfg);
@@ -167,7 +164,8 @@ kiln_status llm_runner_make_cache(llm_runner *r, int n_blocks, int block_size, b
     r->gkv = NULL;
     const uint64_t block_bytes = llm_runner_block_bytes(r, block_size);
     kiln_llm_cuda_kv_options ko = {.block_size = block_size, .mem_fraction = exact ? 1.0 : 0.9,
-                                   .max_bytes = block_bytes * (uint64_t)(exact ? n_blocks : n_blocks + 1)};
+                                   .max_bytes = block_bytes * (uint64_t)(exact ? n_blocks : n_blocks + 1),
+                                   .fp8 = r->kv_fp8, .fp8_scales = r->kv_scales};
     KILN_TRY(kiln_llm_cuda_kv_create(r->g, &ko, &r->gkv));
     if (exact && kiln_llm_cuda_kv_blocks(r->gkv) < n_blocks)
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "the KV-cache budget of %d blocks (%llu bytes) does not fit in the "

@@ -23,13 +23,13 @@ typedef struct llm_runner_options {
     bool bf16;          /* cuda: weights and KV cache in bf16 (else fp16) */
     bool host_sampler;  /* cuda: sample on the host (also when the environment has KILN_LLM_HOST_SAMPLER=1) */
     const char *timing_cache; /* cuda: kiln_llm_cuda_options.timing_cache (NULL: none) */
-    bool kv_fp8;              /* cpu: an FP8 (E4M3) KV cache, quantized on write with kv_scales */
+    bool kv_fp8;              /* an FP8 (E4M3) KV cache, quantized on write with kv_scales */
     const float *kv_scales;   /* kv_fp8: [n_layer][2][n_kv_head] (llm_kv_fp8.h), copied; NULL: all 1.0 */
 } llm_runner_options;
 
 /* The forward for ro->target: the CPU always; cuda through llm_cuda.h (the model uploaded in bf16 or
  * fp16), sized by ro's limits. Errors: "--target cuda is not available: <why>"
- * (KILN_ERR_UNSUPPORTED), kv_fp8 on cuda (KILN_ERR_UNSUPPORTED: the CPU runs it), or the upload's. desc gets what runs. The caller frees *out (also on
+ * (KILN_ERR_UNSUPPORTED), or the upload's. desc gets what runs. The caller frees *out (also on
  * failure). */
 kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options *ro, char *desc, size_t cap,
                               llm_runner **out);

@@ -9,12 +9,15 @@
  *    and generic ones), query heads per KV head 1, 2, 3, 4, 5, 8, 12 and 16 (more than 8: chunked in
  *    the decode kernel), contexts at and around the 16-token block edges up to 600, batches 1, 3 and
  *    8, chunked prefill (1..300 new tokens after a cached prefix), the same prefill steps through the
- *    decode kernel's token rows (row_seq, row_pos), sliding windows of 1..256 keys on every kernel;
+ *    decode kernel's token rows (row_seq, row_pos), sliding windows of 1..256 keys on every kernel,
+ *    an FP8 (E4M3) cache with per-head scales on every kernel (the CPU reading the same codes);
  *    the decode split counters must be back at zero.
  *    Error: max |gpu - cpu| / max |cpu| <= 5e-3 (fp16), 2e-2 (bf16).
  *  - RoPE + KV write (llmc_rope_kv_launch) vs kiln_llm_rope + kiln_llm_kv_write: head dims 8..256,
  *    GQA, with and without rotation, positions at block edges; every q value and every cache slot
  *    (written or not) compared: <= 2e-3 (fp16), 1.6e-2 (bf16) of the largest |value|; values exact.
+ *    Into an FP8 cache: every code exactly kiln_f32_to_e4m3 of the 16-bit k or v over the head's
+ *    scale, every other slot kept.
  *  - residual add + LayerNorm / RMSNorm (llmc_add_norm_launch) vs kiln_llm_norm: widths 8..12288, with
  *    and without the residual, stored or not, gathered rows: h <= 4e-3 (fp16), 1.6e-2 (bf16) of the
  *    largest |h|; the FP32 residual exact.
@@ -35,6 +38,7 @@
 #include "llm/kv_cache.h"
 #include "llm/llm_cpu_ops.h"
 #include "llm/sampler.h"
+#include "quant/fp8.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -72,6 +76,16 @@ static const int chunk_hds[] = {64, 80, 96, 128, 256, 8, 40, 72, 88, 112, 136, 2
 static const int chunk_gqa[][2] = {{2, 2}, {8, 2}, {8, 1}, {10, 2}};
 static const int decode_ctx[] = {1, 15, 16, 17, 32, 33, 255, 256, 257, 600};
 
+/* attn_case: an FP8 (E4M3) cache of random codes with a key and a value scale per KV head instead of
+ * a 16-bit one (the kernels' kv_scales; the CPU reference reads an FP8 kiln_kv_cache) */
+static bool g_fp8_cache;
+
+/* An E4M3 code from 16 random bits: any but the NaNs 0x7f and 0xff (those become +-448). */
+static uint8_t random_e4m3(uint16_t bits) {
+    const uint8_t c = (uint8_t)(bits >> 3);
+    return (c & 0x7f) == 0x7f ? (uint8_t)(c - 1) : c;
+}
+
 #define ATT_MAX_SEQS 8
 #define ATT_MAX_CTX 600
 #define ATT_SPLIT_CAP 64
@@ -97,10 +111,15 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, bool tok
     }
     seq_start[batch] = n_tok;
     const int table_stride = (ATT_MAX_CTX + BS - 1) / BS;
+    float scales[2 * 16]; /* FP8: [2][n_kv] key then value scales */
+    for (int i = 0; i < 2 * sh->n_kv; i++) scales[i] = (0.5f + (float)(i % 5)) / 448.0f;
     kiln_kv_cache_config kc = {.n_layer = 1, .n_kv_head = sh->n_kv, .head_dim = hd, .block_size = BS,
-                               .n_blocks = n_blocks, .dtype = dt};
+                               .n_blocks = n_blocks, .dtype = g_fp8_cache ? KILN_F8E4M3FN : dt,
+                               .scales = g_fp8_cache ? scales : NULL};
     kiln_kv_cache *kv = NULL;
     const size_t block_elems = (size_t)sh->n_kv * BS * hd, cache_elems = (size_t)n_blocks * block_elems;
+    const size_t esz = g_fp8_cache ? 1 : 2; /* bytes of a cached element */
+    float *d_scales = NULL;
     uint16_t *q16 = malloc((size_t)n_tok * ldq * 2), *out16 = malloc((size_t)n_tok * ldo * 2);
     uint16_t *k16 = malloc(cache_elems * 2), *v16 = malloc(cache_elems * 2);
     float *qf = malloc((size_t)n_tok * ldo * 4), *ref = malloc((size_t)n_tok * ldo * 4);
@@ -115,9 +134,9 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, bool tok
     const int n_counts = batch * llmc_decode_counters(sh->n_head, sh->n_kv);
     char shape[112], win[24] = "";
     if (window) snprintf(win, sizeof win, ", window %d", window);
-    snprintf(shape, sizeof shape, "hd %d, %d/%d heads, batch %d%s%s, max new %d%s", hd, sh->n_head, sh->n_kv, batch,
-             decode ? (part ? ", part 48" : ", auto split") : "", decode ? "" : token_rows ? ", token rows" : ", chunks",
-             max_new, win);
+    snprintf(shape, sizeof shape, "hd %d, %d/%d heads, batch %d%s%s, max new %d%s%s", hd, sh->n_head, sh->n_kv,
+             batch, decode ? (part ? ", part 48" : ", auto split") : "",
+             decode ? "" : token_rows ? ", token rows" : ", chunks", max_new, win, g_fp8_cache ? ", fp8 cache" : "");
     if (!q16 || !out16 || !k16 || !v16 || !qf || !ref || !scratch || !table || !perm || !rows) {
         LT_EXPECT(0, "out of memory");
         goto done;
@@ -129,9 +148,14 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, bool tok
     /* the cache: random keys and values, blocks handed out in a scrambled order */
     lt_fill16(&g_rng, k16, NULL, cache_elems, 1.0f, dt);
     lt_fill16(&g_rng, v16, NULL, cache_elems, 1.0f, dt);
+    if (g_fp8_cache) /* bytes i: E4M3 codes from random bits (element i / 2 <= i is read before byte i is written) */
+        for (size_t i = 0; i < cache_elems; i++) {
+            ((uint8_t *)k16)[i] = random_e4m3(k16[i]);
+            ((uint8_t *)v16)[i] = random_e4m3(v16[i]);
+        }
     for (int b = 0; b < n_blocks; b++) {
-        memcpy(kiln_kv_cache_keys(kv, 0, b), k16 + (size_t)b * block_elems, block_elems * 2);
-        memcpy(kiln_kv_cache_values(kv, 0, b), v16 + (size_t)b * block_elems, block_elems * 2);
+        memcpy(kiln_kv_cache_keys(kv, 0, b), (char *)k16 + (size_t)b * block_elems * esz, block_elems * esz);
+        memcpy(kiln_kv_cache_values(kv, 0, b), (char *)v16 + (size_t)b * block_elems * esz, block_elems * esz);
         perm[b] = b;
     }
     for (int i = n_blocks - 1; i > 0; i--) {
@@ -157,8 +181,12 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, bool tok
     LT_CUDA(cudaMalloc(&d_v, cache_elems * 2));
     LT_CUDA(cudaMalloc((void **)&d_meta, ((size_t)batch * table_stride + 2 * ATT_MAX_SEQS + 1 + 2 * (size_t)n_tok) * 4));
     LT_CUDA(cudaMemcpy(d_q, q16, (size_t)n_tok * ldq * 2, cudaMemcpyHostToDevice));
-    LT_CUDA(cudaMemcpy(d_k, k16, cache_elems * 2, cudaMemcpyHostToDevice));
-    LT_CUDA(cudaMemcpy(d_v, v16, cache_elems * 2, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_k, k16, cache_elems * esz, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_v, v16, cache_elems * esz, cudaMemcpyHostToDevice));
+    if (g_fp8_cache) {
+        LT_CUDA(cudaMalloc((void **)&d_scales, sizeof scales));
+        LT_CUDA(cudaMemcpy(d_scales, scales, sizeof scales, cudaMemcpyHostToDevice));
+    }
     int32_t *d_table = d_meta, *d_ctx = d_meta + (size_t)batch * table_stride, *d_start = d_ctx + ATT_MAX_SEQS;
     LT_CUDA(cudaMemcpy(d_table, table, (size_t)batch * table_stride * 4, cudaMemcpyHostToDevice));
     LT_CUDA(cudaMemcpy(d_ctx, ctx, (size_t)batch * 4, cudaMemcpyHostToDevice));
@@ -200,6 +228,7 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, bool tok
         a.sm_count = sm_count;
         a.part_keys = token_rows ? -1 : part;
         a.window = window;
+        a.kv_scales = d_scales;
         if (token_rows) {
             a.row_seq = d_row_seq;
             a.row_pos = d_row_seq + n_tok;
@@ -227,6 +256,7 @@ static void attn_case(const attn_shape *sh, kiln_dtype dt, bool decode, bool tok
         a.vc = d_v;
         a.kernel = kernel;
         a.window = window;
+        a.kv_scales = d_scales;
         st = llmc_prefill_attention(&a, NULL);
     }
     LT_EXPECT(st == KILN_OK, "%s: %s", shape, kiln_last_error());
@@ -258,6 +288,7 @@ done:
     cudaFree(d_meta);
     cudaFree(d_part);
     cudaFree(d_count);
+    cudaFree(d_scales);
     free(counts);
     free(q16);
     free(out16);
@@ -320,6 +351,19 @@ static void test_attention(int sm_count) {
                 attn_case(&sh, dt, true, false, NULL, batch, wi + i, 0, 0, w, sm_count);
                 attn_case(&sh, dt, true, false, NULL, batch, wi + i, 48, 0, w, sm_count);
             }
+        /* an FP8 (E4M3) cache with per-head scales, on every kernel: fast-path and generic head dims,
+         * GQA, with and without a window */
+        static const attn_shape fp8_shapes[] = {{128, 8, 2}, {64, 4, 4}, {72, 6, 2}, {256, 4, 1}, {96, 12, 1}};
+        g_fp8_cache = true;
+        for (int i = 0; i < 5; i++) {
+            const int w = i % 2 ? 33 : 0, batch = i % 2 ? 3 : 8;
+            attn_case(&fp8_shapes[i], dt, false, false, chunk_seqs, batch, i, 0, LLMC_PREFILL_CUDA_CORES, w, sm_count);
+            attn_case(&fp8_shapes[i], dt, false, false, chunk_seqs, batch, i, 0, tc, w, sm_count);
+            attn_case(&fp8_shapes[i], dt, false, true, prefill_seqs, batch, i, 0, 0, w, sm_count);
+            attn_case(&fp8_shapes[i], dt, true, false, NULL, batch, i, 0, 0, w, sm_count);
+            attn_case(&fp8_shapes[i], dt, true, false, NULL, batch, i, 48, 0, w, sm_count);
+        }
+        g_fp8_cache = false;
     }
     /* what the kernels refuse: a head dim not a multiple of 8, one past 256, heads not a multiple */
     static const attn_shape bad[] = {{12, 2, 2}, {264, 2, 2}, {64, 6, 4}};
@@ -481,13 +525,97 @@ done:
     free(inv);
 }
 
+/* The KV write into an FP8 cache (no rotation): every slot a token writes holds the E4M3 code of its
+ * 16-bit k or v over the head's scale, exactly as kiln_f32_to_e4m3 rounds; every other slot is kept. */
+static void rope_fp8_case(int hd, int n_head, int n_kv, kiln_dtype dt) {
+    const int n_tok = 40, ldq = (n_head + 2 * n_kv) * hd, n_blocks = 4; /* one sequence, positions 0..39 */
+    const size_t block_elems = (size_t)n_kv * BS * hd, cache = (size_t)n_blocks * block_elems;
+    uint16_t *qkv = malloc((size_t)n_tok * ldq * 2);
+    uint8_t *k8 = malloc(cache), *v8 = malloc(cache), *got_k = malloc(cache), *got_v = malloc(cache);
+    int32_t meta[2 * 40 + 4];
+    float scales[2 * 16];
+    void *d_qkv = NULL, *d_k = NULL, *d_v = NULL;
+    int32_t *d_meta = NULL;
+    float *d_scales = NULL;
+    char shape[96];
+    snprintf(shape, sizeof shape, "hd %d, %d/%d heads, fp8 cache", hd, n_head, n_kv);
+    if (!qkv || !k8 || !v8 || !got_k || !got_v) {
+        LT_EXPECT(0, "out of memory");
+        goto done;
+    }
+    lt_fill16(&g_rng, qkv, NULL, (size_t)n_tok * ldq, 3.0f, dt);
+    for (size_t i = 0; i < cache; i++) k8[i] = v8[i] = (uint8_t)(i * 37 + 11);
+    for (int i = 0; i < 2 * n_kv; i++) scales[i] = (0.25f + (float)i) / 448.0f * 3.0f;
+    for (int t = 0; t < n_tok; t++) {
+        meta[t] = t;         /* positions */
+        meta[n_tok + t] = 0; /* sequences */
+    }
+    for (int b = 0; b < 4; b++) meta[2 * n_tok + b] = (b * 3 + 1) % 4; /* block table: scrambled */
+    LT_CUDA(cudaMalloc(&d_qkv, (size_t)n_tok * ldq * 2));
+    LT_CUDA(cudaMalloc(&d_k, cache));
+    LT_CUDA(cudaMalloc(&d_v, cache));
+    LT_CUDA(cudaMalloc((void **)&d_meta, sizeof meta));
+    LT_CUDA(cudaMalloc((void **)&d_scales, sizeof scales));
+    LT_CUDA(cudaMemcpy(d_qkv, qkv, (size_t)n_tok * ldq * 2, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_k, k8, cache, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_v, v8, cache, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_meta, meta, sizeof meta, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_scales, scales, sizeof scales, cudaMemcpyHostToDevice));
+    llmc_rope_kv a;
+    memset(&a, 0, sizeof a);
+    a.dtype = dt;
+    a.n_tokens = n_tok;
+    a.n_head = n_head;
+    a.n_kv_head = n_kv;
+    a.head_dim = hd;
+    a.block_size = BS;
+    a.qkv = d_qkv;
+    a.ldq = ldq;
+    a.positions = d_meta;
+    a.tok_seq = d_meta + n_tok;
+    a.table = d_meta + 2 * n_tok;
+    a.table_stride = 4;
+    a.kc = d_k;
+    a.vc = d_v;
+    a.kv_scales = d_scales;
+    const kiln_status st = llmc_rope_kv_launch(&a, NULL);
+    LT_EXPECT(st == KILN_OK, "rope %s: %s", shape, kiln_last_error());
+    LT_CUDA(cudaDeviceSynchronize());
+    LT_CUDA(cudaMemcpy(got_k, d_k, cache, cudaMemcpyDeviceToHost));
+    LT_CUDA(cudaMemcpy(got_v, d_v, cache, cudaMemcpyDeviceToHost));
+    for (int t = 0; t < n_tok; t++) /* the expected codes over the initial fill */
+        for (int g = 0; g < n_kv; g++)
+            for (int e = 0; e < hd; e++) {
+                const size_t off = (size_t)meta[2 * n_tok + t / BS] * block_elems + ((size_t)g * BS + t % BS) * hd + e;
+                const uint16_t *row = qkv + (size_t)t * ldq + (size_t)n_head * hd;
+                k8[off] = kiln_f32_to_e4m3(lt_to_f32(row[g * hd + e], dt) / scales[g]);
+                v8[off] = kiln_f32_to_e4m3(lt_to_f32(row[(n_kv + g) * hd + e], dt) / scales[n_kv + g]);
+            }
+    int mismatch = 0;
+    for (size_t i = 0; i < cache; i++) mismatch += (got_k[i] != k8[i]) + (got_v[i] != v8[i]);
+    report("rope+kv", shape, dt, (double)mismatch, 0, st == KILN_OK && mismatch == 0);
+done:
+    cudaFree(d_qkv);
+    cudaFree(d_k);
+    cudaFree(d_v);
+    cudaFree(d_meta);
+    cudaFree(d_scales);
+    free(qkv);
+    free(k8);
+    free(v8);
+    free(got_k);
+    free(got_v);
+}
+
 static void test_rope(void) {
     static const int shapes[][3] = {{8, 2, 2}, {16, 4, 1}, {24, 3, 3}, {64, 8, 2}, {80, 4, 4},
                                     {96, 6, 2}, {128, 8, 1}, {136, 2, 2}, {256, 4, 2}};
     for (int di = 0; di < 2; di++)
-        for (int i = 0; i < 9; i++)
+        for (int i = 0; i < 9; i++) {
             for (int r = 0; r < 2; r++)
                 rope_case(shapes[i][0], shapes[i][1], shapes[i][2], r == 0, di ? KILN_BF16 : KILN_F16);
+            rope_fp8_case(shapes[i][0], shapes[i][1], shapes[i][2], di ? KILN_BF16 : KILN_F16);
+        }
 }
 
 /* ---------------------------------------------------------------- residual add + norm */

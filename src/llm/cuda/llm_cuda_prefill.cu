@@ -12,7 +12,7 @@
  * 64 rows (16 per warp, the mma's M; the last row tiles, which see the most keys, are the first
  * blocks): Q [64][D + 8] in shared memory, then tiles of BK keys (64 at D <= 128, 32 at 256) of K and
  * V, gathered row by row from their cache blocks by cp.async and double-buffered (tile i + 1 loads
- * while tile i is used); padding rows, keys past the block's last visible key and dims past the head
+ * while tile i is used; an FP8 cache's codes are loaded synchronously and dequantized into the tile); padding rows, keys past the block's last visible key and dims past the head
  * dim are zeros. Per tile a warp computes its 16 x BK scores S = Q K^T, scales them by log2(e) /
  * sqrt(hd), applies the causal limit and window (skipped on a tile every row of the block sees whole), then runs
  * the online softmax and O += P V into its 16 x D FP32 accumulators: the per-tile core of
@@ -45,21 +45,28 @@ struct fp_args {
     const int32_t *seq_start, *ctx_len, *table;
     int table_stride, n_head, n_kv_head, block_size, hd;
     int window;   /* 0: none; else a row sees its last `window` keys only */
+    const float *kv_scales; /* an FP8 cache: [2][n_kv_head] scales; NULL: 16-bit */
     float scale2; /* log2(e) / sqrt(hd) */
 };
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 /* Keys and values j0 .. j0 + BK - 1 of the KV head c addresses, from the caches kc and vc, into kd and
  * vd ([BK][D + 8] each; a key and its value share their cache offset); keys at or past kend and dims
- * at or past hd become zeros (not read). */
+ * at or past hd become zeros (not read). An FP8 cache (f8: E4M3 codes) is read synchronously, each 8
+ * codes dequantized with ksc / vsc into the same 16-bit tiles. */
 template <typename T, int D, int BK>
 static __device__ __forceinline__ void fp_load_kv(T *kd, T *vd, const T *kc, const T *vc, const att_cache &c, int j0,
-                                                  int kend, int hd) {
+                                                  int kend, int hd, bool f8, float ksc, float vsc) {
     constexpr int LD = D + 8, CH = D / 8;
     for (int e = threadIdx.x; e < BK * CH; e += FP_WARPS * 32) {
         const int r = e / CH, col = (e - r * CH) * 8, j = j0 + r;
         const bool ok = j < kend && col < hd;
         const size_t off = ok ? att_slot(c, j, hd) + col : 0;
+        if (f8) {
+            att_stage8_e4m3<T>(kd + r * LD + col, reinterpret_cast<const uint8_t *>(kc) + off, ksc, ok);
+            att_stage8_e4m3<T>(vd + r * LD + col, reinterpret_cast<const uint8_t *>(vc) + off, vsc, ok);
+            continue;
+        }
         fa_cp16(kd + r * LD + col, kc + off, ok);
         fa_cp16(vd + r * LD + col, vc + off, ok);
     }
@@ -96,6 +103,8 @@ __global__ void __launch_bounds__(FP_WARPS * 32, fp_min_blocks(D)) fp_kernel(con
     const att_cache c = {a.table + (size_t)seq * a.table_stride, a.block_size, (size_t)a.n_kv_head * a.block_size * hd,
                          (size_t)kvh * a.block_size * hd};
     const T *kc = static_cast<const T *>(a.kc), *vc = static_cast<const T *>(a.vc);
+    const bool f8 = a.kv_scales != nullptr;
+    const float ksc = f8 ? a.kv_scales[kvh] : 1.0f, vsc = f8 ? a.kv_scales[a.n_kv_head + kvh] : 1.0f;
     /* Q rows of the block: row r is token r / group, head kvh * group + r % group */
     {
         const T *q = static_cast<const T *>(a.q);
@@ -108,7 +117,7 @@ __global__ void __launch_bounds__(FP_WARPS * 32, fp_min_blocks(D)) fp_kernel(con
             fa_cp16(qs + r * LD + col, src, ok);
         }
     }
-    fp_load_kv<T, D, BK>(ks, vs, kc, vc, c, kbeg, kend, hd);
+    fp_load_kv<T, D, BK>(ks, vs, kc, vc, c, kbeg, kend, hd, f8, ksc, vsc);
     fa_commit();
     const float NEG_INF = -INFINITY;
     float o[D / 8][4], mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.0f, 0.0f};
@@ -118,7 +127,8 @@ __global__ void __launch_bounds__(FP_WARPS * 32, fp_min_blocks(D)) fp_kernel(con
     for (int it = 0; it < ntiles; it++) {
         const int buf = it & 1, j0 = kbeg + it * BK;
         if (it + 1 < ntiles) { /* prefetch the next tile into the other buffer (freed by the last barrier) */
-            fp_load_kv<T, D, BK>(ks + (buf ^ 1) * BK * LD, vs + (buf ^ 1) * BK * LD, kc, vc, c, j0 + BK, kend, hd);
+            fp_load_kv<T, D, BK>(ks + (buf ^ 1) * BK * LD, vs + (buf ^ 1) * BK * LD, kc, vc, c, j0 + BK, kend, hd, f8,
+                                 ksc, vsc);
             fa_commit();
             fa_wait<1>(); /* all but the prefetch: this tile (and Q) landed */
         } else {
@@ -179,7 +189,7 @@ template <typename T, int D> static kiln_status fp_launch(const llmc_prefill_att
     const int group = a->n_head / a->n_kv_head;
     const fp_args k = {a->q, a->kc, a->vc, a->out, a->ldq, a->ldo, a->seq_start, a->ctx_len, a->table,
                        a->table_stride, a->n_head, a->n_kv_head, a->block_size, a->head_dim, a->window,
-                       KU_LOG2E / sqrtf((float)a->head_dim)};
+                       a->kv_scales, KU_LOG2E / sqrtf((float)a->head_dim)};
     const dim3 grid((unsigned)(((long long)a->max_new * group + FP_BQ - 1) / FP_BQ), (unsigned)a->n_kv_head,
                     (unsigned)a->n_seqs);
     fp_kernel<T, D><<<grid, FP_WARPS * 32, smem, stream>>>(k);
