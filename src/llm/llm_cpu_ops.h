@@ -59,8 +59,8 @@ void kiln_llm_attention(const kiln_llm_seq_kv *s, int n, int ctx_len, int window
                         float *out, int ldo, float *scratch);
 
 /* The attention of one new token (position ctx_len - 1) over an FP32 or FP8 (E4M3, per-head scales)
- * cache, read from the blocks in place, the heads split over the thread pool; window as kiln_llm_attention's. q, out: n_head heads of
- * head_dim; scratch holds n_head * ctx_len floats. */
+ * cache, read from the blocks in place, the heads split over the thread pool; window as
+ * kiln_llm_attention's. q, out: n_head heads of head_dim; scratch holds n_head * ctx_len floats. */
 void kiln_llm_attention_decode(const kiln_llm_seq_kv *s, int ctx_len, int window, int n_head, const float *q,
                                float *out, float *scratch);
 

@@ -17,8 +17,8 @@
  *
  * prefill_kernel: grid (row tiles, KV heads, sequences); the rows of a sequence are its (new token,
  * query head of the group) pairs, ATT_R per warp, ATT_WARPS warps per block, each warp walking the
- * keys from its first row's window start (0 without a window) up to its last row's position (causal). Shared memory: ATT_WARPS * ATT_R * HDM floats (32 KB
- * at head dim 256, static). */
+ * keys from its first row's window start (0 without a window) up to its last row's position
+ * (causal). Shared memory: ATT_WARPS * ATT_R * HDM floats (32 KB at head dim 256, static). */
 #include "llm/cuda/llm_cuda_attn.cuh"
 
 #include <math.h>

@@ -7,14 +7,15 @@
  *
  * Grid (row tiles, KV heads, sequences). The rows of a (sequence, KV head) are its (new token t, query
  * head hg of the group) pairs, row = t * group + hg, so the query heads sharing a KV head share every
- * key and value tile a block loads; row r sees keys 0 .. ctx - n + r / group (with a sliding window W,
- * only the last W of them: the block's walk starts at its first row's first key). A block of 4 warps takes
- * 64 rows (16 per warp, the mma's M; the last row tiles, which see the most keys, are the first
- * blocks): Q [64][D + 8] in shared memory, then tiles of BK keys (64 at D <= 128, 32 at 256) of K and
- * V, gathered row by row from their cache blocks by cp.async and double-buffered (tile i + 1 loads
- * while tile i is used; an FP8 cache's codes are loaded synchronously and dequantized into the tile); padding rows, keys past the block's last visible key and dims past the head
- * dim are zeros. Per tile a warp computes its 16 x BK scores S = Q K^T, scales them by log2(e) /
- * sqrt(hd), applies the causal limit and window (skipped on a tile every row of the block sees whole), then runs
+ * key and value tile a block loads; row r sees keys 0 .. ctx - n + r / group (with a sliding window
+ * W, only the last W of them: the block's walk starts at its first row's first key). A block of 4
+ * warps takes 64 rows (16 per warp, the mma's M; the last row tiles, which see the most keys, are the
+ * first blocks): Q [64][D + 8] in shared memory, then tiles of BK keys (64 at D <= 128, 32 at 256) of
+ * K and V, gathered row by row from their cache blocks by cp.async and double-buffered (tile i + 1
+ * loads while tile i is used; an FP8 cache's codes are loaded synchronously and dequantized into the
+ * tile); padding rows, keys past the block's last visible key and dims past the head dim are zeros.
+ * Per tile a warp computes its 16 x BK scores S = Q K^T, scales them by log2(e) / sqrt(hd), applies
+ * the causal limit and window (skipped on a tile every row of the block sees whole), then runs
  * the online softmax and O += P V into its 16 x D FP32 accumulators: the per-tile core of
  * flash_tile.cuh, which the tensor engine's fa_kernel (fused_attention.cu) shares. At D <= 128 a warp
  * keeps its Q fragments in registers; at 256 it reads them from shared memory per tile (registers
