@@ -98,22 +98,23 @@ static size_t slot_offset(const kiln_kv_cache_config *c, const int32_t *blocks, 
     return ((size_t)g * c->block_size + (size_t)(pos % c->block_size)) * c->head_dim;
 }
 
-/* n elements of dtype at src (element offset off) as floats into dst. */
-static void load_row(const void *src, size_t off, kiln_dtype dt, float scale, int n, float *dst) {
+/* n elements of dtype at src (element offset off) as floats into dst (FP8 codes through lut: each
+ * code's value times the scale). */
+static void load_row(const void *src, size_t off, kiln_dtype dt, const float *lut, int n, float *dst) {
     if (dt == KILN_F32) {
         memcpy(dst, (const float *)src + off, (size_t)n * sizeof(float));
         return;
     }
     if (dt == KILN_F8E4M3FN) {
         const uint8_t *b = (const uint8_t *)src + off;
-        for (int i = 0; i < n; i++) dst[i] = kiln_e4m3_to_f32(b[i]) * scale;
+        for (int i = 0; i < n; i++) dst[i] = lut[b[i]];
         return;
     }
     const uint16_t *h = (const uint16_t *)src + off;
     for (int i = 0; i < n; i++) dst[i] = dt == KILN_F16 ? kiln_f16_to_f32(h[i]) : kiln_bf16_to_f32(h[i]);
 }
 
-/* n floats into dtype at dst (element offset off). */
+/* n floats into dtype at dst (element offset off; FP8: x / scale rounded to E4M3). */
 static void store_row(void *dst, size_t off, kiln_dtype dt, float scale, int n, const float *src) {
     if (dt == KILN_F32) {
         memcpy((float *)dst + off, src, (size_t)n * sizeof(float));
@@ -170,13 +171,17 @@ void kiln_llm_attention(const kiln_llm_seq_kv *s, int n, int ctx_len, int window
     const float scale = 1.0f / sqrtf((float)hd);
     float *K = scratch, *V = K + (size_t)width * hd, *S = V + (size_t)width * hd;
     const float *sc = kiln_kv_cache_scales(s->kv, s->layer);
+    float klut[256], vlut[256]; /* FP8: the code values times the KV head's key and value scales */
     for (int g = 0; g < c->n_kv_head; g++) {
-        const float ks = sc ? sc[g] : 1.0f, vs = sc ? sc[c->n_kv_head + g] : 1.0f;
+        for (int code = 0; sc && code < 256; code++) {
+            klut[code] = kiln_e4m3_to_f32((uint8_t)code) * sc[g];
+            vlut[code] = kiln_e4m3_to_f32((uint8_t)code) * sc[c->n_kv_head + g];
+        }
         for (int j = j0; j < ctx_len; j++) {
             int block;
             size_t off = slot_offset(c, s->blocks, g, j, &block);
-            load_row(kiln_kv_cache_keys(s->kv, s->layer, block), off, c->dtype, ks, hd, K + (size_t)(j - j0) * hd);
-            load_row(kiln_kv_cache_values(s->kv, s->layer, block), off, c->dtype, vs, hd, V + (size_t)(j - j0) * hd);
+            load_row(kiln_kv_cache_keys(s->kv, s->layer, block), off, c->dtype, klut, hd, K + (size_t)(j - j0) * hd);
+            load_row(kiln_kv_cache_values(s->kv, s->layer, block), off, c->dtype, vlut, hd, V + (size_t)(j - j0) * hd);
         }
         for (int h = g * group; h < (g + 1) * group; h++) {
             /* S[n, width] = Q_h K^T; causal (windowed) softmax; out_h = S V */
