@@ -6,13 +6,14 @@
  * sequence at that context, which is also the graph bucket), 16-token cache blocks in scrambled order.
  *
  * Per case: µs per call and the achieved GB/s of the keys and values one call must read (batch x
- * context x KV heads x head_dim x 2 x 2 bytes) against H200's 4.8 TB/s. Calls are timed as CUDA
+ * context x KV heads x head_dim x 2 x 2 bytes; x 1 byte with --fp8, an FP8 E4M3 cache with a key and
+ * a value scale per KV head) against H200's 4.8 TB/s. Calls are timed as CUDA
  * graph replays (as decode steps run), rotating over enough copies of the cache (distinct blocks,
  * >= 256 MB together) that the reads come from HBM, not L2. Each case first checks the kernel
  * against a CPU attention on its first and last sequence (max |gpu - cpu| / max |cpu|).
  *
  *   llm_attn_bench [--only gpt2-xl,llama3-8b,phi-2,phi-3-mini,gemma-7b,falcon-7b] [--batch 1,8,64]
- *                  [--ctx 256,1024,4096] [--part N]
+ *                  [--ctx 256,1024,4096] [--part N] [--fp8]
  *   (--part: keys per split instead of the kernel's heuristic)
  * Exits 77 ("skipped: no GPU (...)") without a GPU, 1 on an error. */
 #include "llm/llm_cuda.h"
@@ -28,6 +29,7 @@ int main(void) {
 #include "core/half.h"
 #include "core/status.h"
 #include "llm/cuda/llm_cuda_internal.h"
+#include "quant/fp8.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -38,6 +40,9 @@ int main(void) {
 #define SPLIT_CAP 64 /* 4096 keys / 64 */
 #define ROTATE_BYTES ((double)(256 << 20))
 #define REPLAYS 7
+#define FP8_SCALE (2.0f / 448.0f) /* every KV head's key and value scale with --fp8 */
+
+static bool g_fp8; /* --fp8: the cache holds E4M3 codes (one byte an element) */
 
 typedef struct shape {
     const char *name;
@@ -86,7 +91,9 @@ static int cmp_float(const void *a, const void *b) {
 
 /* Device buffers of one case. */
 typedef struct bufs {
-    uint16_t *k, *v, *q, *out;
+    uint8_t *k, *v; /* 16-bit elements, or E4M3 codes with --fp8 */
+    float *scales;  /* --fp8: [2][n_kv] */
+    uint16_t *q, *out;
     int32_t *ctx, *tables; /* tables: [copies][batch][nb] */
     float *part;
     unsigned *count;
@@ -95,9 +102,10 @@ typedef struct bufs {
 /* max |gpu - cpu| / max |cpu| over sequences 0 and batch - 1 (copy 0's table) of the output on the device. */
 static int check(const shape *sh, int batch, int ctx, int nb, const bufs *d, const int32_t *table, double *err) {
     const int ldq = (sh->n_head + 2 * sh->n_kv) * sh->hd, ldo = sh->n_head * sh->hd, group = sh->n_head / sh->n_kv;
-    const size_t row_elems = (size_t)sh->hd;
+    const size_t row_elems = (size_t)sh->hd, esz = g_fp8 ? 1 : 2;
     uint16_t *out = malloc((size_t)ldo * 2), *q = malloc((size_t)ldq * 2), *krow = malloc(row_elems * 2 * BS);
     uint16_t *vrow = malloc(row_elems * 2 * BS);
+    const uint8_t *k8 = (const uint8_t *)krow, *v8 = (const uint8_t *)vrow;
     double *sc = malloc((size_t)ctx * sizeof *sc), *acc = malloc(row_elems * sizeof *acc), mx = 0, diff = 0;
     float *kf = malloc((size_t)ctx * row_elems * 4), *vf = malloc((size_t)ctx * row_elems * 4);
     if (!out || !q || !krow || !vrow || !sc || !acc || !kf || !vf) return 1;
@@ -106,13 +114,14 @@ static int check(const shape *sh, int batch, int ctx, int nb, const bufs *d, con
         CK(cudaMemcpy(q, d->q + (size_t)s * ldq, (size_t)ldq * 2, cudaMemcpyDeviceToHost));
         for (int g = 0; g < sh->n_kv; g++) {
             for (int b = 0; b < nb; b++) { /* the head's rows of each block: BS contiguous rows */
-                const size_t at = ((size_t)table[(size_t)s * nb + b] * sh->n_kv + g) * BS * row_elems;
-                CK(cudaMemcpy(krow, d->k + at, row_elems * 2 * BS, cudaMemcpyDeviceToHost));
-                CK(cudaMemcpy(vrow, d->v + at, row_elems * 2 * BS, cudaMemcpyDeviceToHost));
+                const size_t at = ((size_t)table[(size_t)s * nb + b] * sh->n_kv + g) * BS * row_elems * esz;
+                CK(cudaMemcpy(krow, d->k + at, row_elems * esz * BS, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(vrow, d->v + at, row_elems * esz * BS, cudaMemcpyDeviceToHost));
                 for (int j = 0; j < BS && b * BS + j < ctx; j++)
                     for (size_t e = 0; e < row_elems; e++) {
-                        kf[(size_t)(b * BS + j) * row_elems + e] = to_f(krow[j * row_elems + e], sh->dtype);
-                        vf[(size_t)(b * BS + j) * row_elems + e] = to_f(vrow[j * row_elems + e], sh->dtype);
+                        const size_t i = j * row_elems + e, o = (size_t)(b * BS + j) * row_elems + e;
+                        kf[o] = g_fp8 ? kiln_e4m3_to_f32(k8[i]) * FP8_SCALE : to_f(krow[i], sh->dtype);
+                        vf[o] = g_fp8 ? kiln_e4m3_to_f32(v8[i]) * FP8_SCALE : to_f(vrow[i], sh->dtype);
                     }
             }
             for (int h = g * group; h < (g + 1) * group; h++) {
@@ -193,15 +202,22 @@ static int time_variant(llmc_decode_attn *a, const bufs *d, int copies, int batc
 
 static int run_case(const shape *sh, int batch, int ctx, int force_part, int sm, cudaStream_t st) {
     const int nb = (ctx + BS - 1) / BS, ldq = (sh->n_head + 2 * sh->n_kv) * sh->hd, ldo = sh->n_head * sh->hd;
-    const double bytes = (double)batch * ctx * sh->n_kv * sh->hd * 2 * 2;
+    const size_t esz = g_fp8 ? 1 : 2;
+    const double bytes = (double)batch * ctx * sh->n_kv * sh->hd * 2 * (double)esz;
     int copies = (int)ceil(ROTATE_BYTES / bytes);
     copies = copies < 1 ? 1 : copies > 64 ? 64 : copies;
     const size_t n_blocks = (size_t)copies * batch * nb, block_elems = (size_t)sh->n_kv * BS * sh->hd;
     const size_t kv_elems = n_blocks * block_elems;
     bufs d;
     memset(&d, 0, sizeof d);
-    CK(cudaMalloc((void **)&d.k, kv_elems * 2));
-    CK(cudaMalloc((void **)&d.v, kv_elems * 2));
+    CK(cudaMalloc((void **)&d.k, kv_elems * esz));
+    CK(cudaMalloc((void **)&d.v, kv_elems * esz));
+    if (g_fp8) {
+        float sc[2 * 128];
+        for (int i = 0; i < 2 * sh->n_kv; i++) sc[i] = FP8_SCALE;
+        CK(cudaMalloc((void **)&d.scales, (size_t)2 * sh->n_kv * sizeof(float)));
+        CK(cudaMemcpy(d.scales, sc, (size_t)2 * sh->n_kv * sizeof(float), cudaMemcpyHostToDevice));
+    }
     CK(cudaMalloc((void **)&d.q, (size_t)batch * ldq * 2));
     CK(cudaMalloc((void **)&d.out, (size_t)batch * ldo * 2));
     CK(cudaMalloc((void **)&d.ctx, (size_t)batch * 4));
@@ -220,12 +236,14 @@ static int run_case(const shape *sh, int batch, int ctx, int force_part, int sm,
         r = r * 1664525u + 1013904223u;
         h[i] = from_f((float)((r >> 8) & 0xffff) / 32768.0f - 1.0f, sh->dtype);
     }
+    CK(cudaMemcpy(d.q, h + 777, (size_t)batch * ldq * 2, cudaMemcpyHostToDevice)); /* before h becomes codes */
+    if (g_fp8) /* the same values in [-1, 1) as E4M3 codes over the scale (no NaN code) */
+        for (size_t i = 0; i < chunk + 1024; i++) ((uint8_t *)h)[i] = kiln_f32_to_e4m3(to_f(h[i], sh->dtype) / FP8_SCALE);
     for (size_t at = 0; at < kv_elems; at += chunk) {
         const size_t n = kv_elems - at < chunk ? kv_elems - at : chunk;
-        CK(cudaMemcpy(d.k + at, h, n * 2, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(d.v + at, h + 1024, n * 2, cudaMemcpyHostToDevice)); /* shifted: V != K */
+        CK(cudaMemcpy(d.k + at * esz, h, n * esz, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(d.v + at * esz, (uint8_t *)h + 1024 * esz, n * esz, cudaMemcpyHostToDevice)); /* shifted: V != K */
     }
-    CK(cudaMemcpy(d.q, h + 777, (size_t)batch * ldq * 2, cudaMemcpyHostToDevice));
     for (size_t i = 0; i < n_blocks; i++) table[i] = (int32_t)i;
     for (size_t i = n_blocks - 1; i > 0; i--) {
         r = r * 1664525u + 1013904223u;
@@ -260,6 +278,7 @@ static int run_case(const shape *sh, int batch, int ctx, int force_part, int sm,
     a.count = d.count;
     a.sm_count = sm;
     a.part_keys = force_part;
+    a.kv_scales = d.scales;
     const int part = force_part ? force_part : llmc_decode_part(sh->hd, batch, sh->n_kv, ctx, sm, SPLIT_CAP);
     double us_new = 0, err_new = 0;
     int rc = 0;
@@ -276,6 +295,7 @@ static int run_case(const shape *sh, int batch, int ctx, int force_part, int sm,
     }
     cudaFree(d.k);
     cudaFree(d.v);
+    cudaFree(d.scales);
     cudaFree(d.q);
     cudaFree(d.out);
     cudaFree(d.ctx);
@@ -300,9 +320,11 @@ int main(int argc, char **argv) {
             n_c = parse_ints(argv[++i], ctxs);
         } else if (!strcmp(argv[i], "--part") && i + 1 < argc) {
             part = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--fp8")) {
+            g_fp8 = true;
         } else {
             fprintf(stderr, "usage: llm_attn_bench [--only gpt2-xl,llama3-8b] [--batch 1,8,64] [--ctx 256,1024,4096] "
-                            "[--part N]\n");
+                            "[--part N] [--fp8]\n");
             return 2;
         }
     }
@@ -318,8 +340,8 @@ int main(int argc, char **argv) {
     CK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, 0));
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    printf("llm_attn_bench on %s (%d SMs): decode attention alone, graph replays, cache blocks of %d tokens\n", desc, sm,
-           BS);
+    printf("llm_attn_bench on %s (%d SMs): decode attention alone, graph replays, cache blocks of %d tokens%s\n", desc,
+           sm, BS, g_fp8 ? ", FP8 (E4M3) cache" : "");
     printf("MB = keys + values read per call; %% = of the %.1f TB/s floor; err = max |gpu - cpu| / max |cpu|\n\n",
            HBM_TBPS);
     printf("%-10s %5s %5s %6s %6s %6s %9s %8s %7s %9s\n", "shape", "batch", "ctx", "part", "splits", "MB", "us/call",

@@ -198,7 +198,7 @@ static int run_batch(const bench_model *bm, kiln_llm_cuda *g, kiln_llm_cuda_prob
     /* room for the steps after the timed ones (the line without graphs at batch 1, the breakdown) */
     const int extra = (batch == 1 ? EAGER_WARM + EAGER_STEPS : 0) + PROFILE_STEPS;
     const int bs = 16, max_blocks = (PROMPT + warm + steps + extra + bs - 1) / bs + 1;
-    kiln_llm_cuda_kv_options ko = {bs, 0.5, (uint64_t)8 << 30};
+    kiln_llm_cuda_kv_options ko = {.block_size = bs, .mem_fraction = 0.5, .max_bytes = (uint64_t)8 << 30};
     kiln_llm_cuda_kv *kv = NULL;
     seqs s = {batch, max_blocks, malloc((size_t)batch * max_blocks * 4), malloc((size_t)batch * 4),
               malloc((size_t)batch * 4)};

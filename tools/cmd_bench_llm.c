@@ -66,6 +66,8 @@ static const char *USAGE =
     "                         (--warmup counts warm-up requests in a saturated run, default 2)\n"
     "  --target cpu|cuda      the forward step (default cpu; cuda needs a build with the cuda backend)\n"
     "  --device N             GPU ordinal (default 0)\n"
+    "  --kv-cache auto|fp8    the KV cache (default auto; fp8: E4M3 with per-head scales)\n"
+    "  --calib-text FILE      --kv-cache fp8: scales from the model's keys and values over FILE\n"
     "  --timing-cache FILE    cuda: reuse and extend the product tactics timed in FILE (kiln build's\n"
     "                         --timing-cache file), so that repeated runs time nothing twice\n"
     "  --export-json FILE     every statistic and the environment (schema: docs/llm.md)\n"
@@ -115,7 +117,7 @@ static int parse_args(int argc, char **argv, llm_args *a) {
                                         "--seed", "--target", "--device", "--export-json", "--ceilings-file",
                                         "--random", "--dtype", "--requests", "--concurrency", "--max-num-tokens",
                                         "--prefix-len", "--timing-cache", "--spec", "--draft-tokens",
-                                        "--temperature"};
+                                        "--temperature", "--kv-cache", "--calib-text"};
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (cli_is_help(s)) {
@@ -162,7 +164,11 @@ static int parse_args(int argc, char **argv, llm_args *a) {
             a->bc.target = val;
         } else if (!strcmp(s, "--export-json")) a->json = val;
         else if (!strcmp(s, "--timing-cache")) a->bc.timing_cache = val;
-        else if (!strcmp(s, "--spec")) {
+        else if (!strcmp(s, "--calib-text")) a->bc.calib_text = val;
+        else if (!strcmp(s, "--kv-cache")) {
+            if (strcmp(val, "auto") && strcmp(val, "fp8")) return cli_usage_error("bench ", "--kv-cache expects auto or fp8, got '%s'", val);
+            a->bc.kv_cache_dtype = val;
+        } else if (!strcmp(s, "--spec")) {
             if (strcmp(val, "ngram") && strcmp(val, "off")) return cli_usage_error("bench ", "--spec expects ngram or off, got '%s'", val);
             a->bc.spec = val;
         } else if (!strcmp(s, "--draft-tokens")) rc = parse_int(s, val, 1, KILN_LLM_MAX_DRAFT_TOKENS, &a->bc.draft_tokens);

@@ -31,12 +31,17 @@ static const char *USAGE =
     "  --target cpu|cuda      where both run (default cpu)\n"
     "  --target-a T, --target-b T  where A, or B, runs (overrides --target)\n"
     "  --device N             the CUDA device (default 0)\n"
+    "  --kv-cache-a auto|fp8, --kv-cache-b auto|fp8  A's, or B's, KV cache (default auto; fp8: E4M3\n"
+    "                         with per-head scales)\n"
+    "  --calib-text FILE      the fp8 KV scales from each model's keys and values over FILE (without\n"
+    "                         it: 1.0, with a warning)\n"
     "  -h, --help             this help\n";
 
 #define MAX_PROMPTS 100000
 
 typedef struct llm_cmp_args {
     const char *a, *b, *prompts, *target_a, *target_b;
+    const char *kv_a, *kv_b, *calib_text; /* NULL: auto; NULL: none */
     int max_tokens, device;
 } llm_cmp_args;
 
@@ -59,13 +64,21 @@ static int parse_args(int argc, char **argv, llm_cmp_args *a) {
             continue;
         }
         const char **str = !strcmp(s, "--prompts") ? &a->prompts : !strcmp(s, "--target") ? &target
-                           : !strcmp(s, "--target-a") ? &ta : !strcmp(s, "--target-b") ? &tb : NULL;
+                           : !strcmp(s, "--target-a") ? &ta : !strcmp(s, "--target-b") ? &tb
+                           : !strcmp(s, "--kv-cache-a") ? &a->kv_a : !strcmp(s, "--kv-cache-b") ? &a->kv_b
+                           : !strcmp(s, "--calib-text") ? &a->calib_text : NULL;
         int *num = !strcmp(s, "--max-tokens") ? &a->max_tokens : !strcmp(s, "--device") ? &a->device : NULL;
         if (!str && !num) return cli_usage_error("compare --llm ", "unknown option '%s'", s);
         if (!val) return cli_usage_error("compare --llm ", "%s needs a value", s);
         i++;
+        if (str == &a->kv_a || str == &a->kv_b) {
+            if (strcmp(val, "auto") && strcmp(val, "fp8"))
+                return cli_usage_error("compare --llm ", "%s must be auto or fp8, got '%s'", s, val);
+            *str = val;
+            continue;
+        }
         if (str) {
-            if (strcmp(val, "cpu") && strcmp(val, "cuda") && str != &a->prompts)
+            if (strcmp(val, "cpu") && strcmp(val, "cuda") && str != &a->prompts && str != &a->calib_text)
                 return cli_usage_error("compare --llm ", "%s must be cpu or cuda, got '%s'", s, val);
             *str = val;
             continue;
@@ -160,8 +173,10 @@ static kiln_status generate(kiln_llm *llm, const char *prompt, int max_tokens, i
     return st;
 }
 
-static kiln_status open_model(const char *path, const char *target, int device, kiln_llm **out) {
-    kiln_llm_options o = {.target = target, .device = device, .max_seqs = 1};
+static kiln_status open_model(const char *path, const char *target, int device, const char *kv_cache,
+                              const char *calib_text, kiln_llm **out) {
+    kiln_llm_options o = {.target = target, .device = device, .max_seqs = 1, .kv_cache_dtype = kv_cache,
+                          .kv_calib_text = kv_cache ? calib_text : NULL};
     kiln_status st = kiln_llm_open(path, &o, out);
     if (st == KILN_OK) return KILN_OK;
     char why[512];
@@ -212,8 +227,8 @@ int kiln_cmd_compare_llm(int argc, char **argv) {
     kiln_llm *ma = NULL, *mb = NULL;
     agreement ag = {0};
     kiln_status st = read_prompts(a.prompts, &block, &prompts, &n);
-    if (st == KILN_OK) st = open_model(a.a, a.target_a, a.device, &ma);
-    if (st == KILN_OK) st = open_model(a.b, a.target_b, a.device, &mb);
+    if (st == KILN_OK) st = open_model(a.a, a.target_a, a.device, a.kv_a, a.calib_text, &ma);
+    if (st == KILN_OK) st = open_model(a.b, a.target_b, a.device, a.kv_b, a.calib_text, &mb);
     if (st == KILN_OK) st = run_compare(&a, prompts, n, ma, mb, &ag);
     kiln_llm_close(ma);
     kiln_llm_close(mb);

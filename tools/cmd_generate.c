@@ -46,6 +46,10 @@ static const char *USAGE =
     "  --seed S                    random seed (default: from the clock; printed in the timing line)\n"
     "  --stop STR                  stop before the first occurrence of STR (repeatable)\n"
     "  --kv-budget-mb N            KV cache size (default: one whole context, at most 1 GiB on the CPU)\n"
+    "  --kv-cache auto|fp8         the KV cache's type: auto (fp32 on the CPU, 16-bit on cuda) or fp8\n"
+    "                              (E4M3 with per-head scales: 4x the tokens of the CPU's fp32 cache, 2x cuda's)\n"
+    "  --calib-text FILE           --kv-cache fp8: the scales from the model's keys and values over FILE\n"
+    "                              (without it: scales 1.0, with a warning)\n"
     "  --no-prefix-cache           turn automatic prefix caching off (on by default; the same tokens either way)\n"
     "  --spec ngram|off            speculative decoding by prompt lookup (default off; the same tokens, greedy,\n"
     "                              or the same distribution, sampled; acceptance in the timing line)\n"
@@ -77,6 +81,7 @@ typedef struct gen_args {
     const char *timing_cache; /* NULL: none */
     const char *spec;         /* NULL: off */
     int draft_tokens;
+    const char *kv_cache, *calib_text; /* NULL: auto; NULL: none */
 } gen_args;
 
 static int parse_number(const char *opt, const char *val, double lo, double hi, bool integer, double *out) {
@@ -123,7 +128,7 @@ static int parse_args(int argc, char **argv, gen_args *a) {
                                                   "--top-p", "--min-p", "--repetition-penalty", "--frequency-penalty",
                                                   "--presence-penalty", "--seed", "--kv-budget-mb", "--target",
                                                   "--device", "--system", "--chat-template", "--timing-cache",
-                                                  "--spec", "--draft-tokens"};
+                                                  "--spec", "--draft-tokens", "--kv-cache", "--calib-text"};
         bool known = false;
         for (size_t k = 0; k < sizeof takes_value / sizeof *takes_value; k++) known |= !strcmp(s, takes_value[k]);
         if (!known) return cli_usage_error("generate ", "unknown option '%s'", s);
@@ -135,7 +140,12 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         else if (!strcmp(s, "--system")) a->system = val;
         else if (!strcmp(s, "--chat-template")) a->chat_template_file = val;
         else if (!strcmp(s, "--timing-cache")) a->timing_cache = val;
-        else if (!strcmp(s, "--stop")) {
+        else if (!strcmp(s, "--calib-text")) a->calib_text = val;
+        else if (!strcmp(s, "--kv-cache")) {
+            if (strcmp(val, "auto") && strcmp(val, "fp8"))
+                return cli_usage_error("generate ", "--kv-cache expects auto or fp8, got '%s'", val);
+            a->kv_cache = val;
+        } else if (!strcmp(s, "--stop")) {
             if (a->n_stops == MAX_STOPS) return cli_usage_error("generate ", "at most %d --stop strings", MAX_STOPS);
             if (!*val) return cli_usage_error("generate ", "--stop needs a non-empty string");
             a->stops[a->n_stops++] = val;
@@ -273,7 +283,8 @@ static kiln_status setup(gen_run *g, char **chat_template) {
     kiln_llm_options o = {.target = a->target, .device = a->device, .max_seqs = 1, .chat_template = *chat_template,
                           .kv_cache_bytes = (uint64_t)(a->kv_budget_mb * 1048576.0),
                           .no_prefix_cache = a->no_prefix_cache, .timing_cache = a->timing_cache,
-                          .spec = a->spec, .draft_tokens = a->draft_tokens};
+                          .spec = a->spec, .draft_tokens = a->draft_tokens, .kv_cache_dtype = a->kv_cache,
+                          .kv_calib_text = a->calib_text};
     double t0 = cli_now_ms();
     kiln_status st = kiln_llm_open(a->dir, &o, &g->llm);
     if (st != KILN_OK && a->kv_budget_mb > 0 && strstr(kiln_last_error(), "kv_cache_bytes"))
@@ -343,6 +354,10 @@ static void print_report(const gen_run *g) {
                 s.spec_drafted ? (double)s.spec_accepted / (double)s.spec_drafted : 0.0,
                 (unsigned long long)s.spec_accepted, (unsigned long long)s.spec_drafted,
                 s.spec_steps ? (double)s.spec_emitted / (double)s.spec_steps : 0.0);
+    kiln_llm_info info;
+    if (g->a->kv_cache && !strcmp(g->a->kv_cache, "fp8") && kiln_llm_get_info(g->llm, &info) == KILN_OK)
+        fprintf(stderr, " | KV cache fp8: %d blocks, %lld tokens", info.kv_blocks_total,
+                (long long)info.kv_blocks_total * info.block_size);
     fputc('\n', stderr);
     if (!g->a->print_ids) return;
     fprintf(stderr, "{\"prompt_ids\": ");

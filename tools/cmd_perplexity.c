@@ -27,6 +27,10 @@ static const char *USAGE =
     "  --stride S             tokens between window starts (default: --ctx, windows that do not overlap)\n"
     "  --target cpu|cuda      where the forward runs (default cpu: fp32; cuda: bf16 or fp16)\n"
     "  --device N             the CUDA device (default 0)\n"
+    "  --kv-cache auto|fp8    the KV cache: auto (fp32 on the CPU, 16-bit on cuda) or fp8 (E4M3,\n"
+    "                         per-head scales)\n"
+    "  --calib-text FILE      --kv-cache fp8: scales from the model's keys and values over FILE\n"
+    "                         (without it: 1.0, with a warning)\n"
     "  -h, --help             this help\n";
 
 typedef struct ppl_args {
@@ -60,13 +64,15 @@ static int parse_args(int argc, char **argv, ppl_args *a) {
             continue;
         }
         if (strcmp(s, "--text") && strcmp(s, "--ctx") && strcmp(s, "--stride") && strcmp(s, "--target") &&
-            strcmp(s, "--device"))
+            strcmp(s, "--device") && strcmp(s, "--kv-cache") && strcmp(s, "--calib-text"))
             return cli_usage_error("perplexity ", "unknown option '%s'", s);
         if (!val) return cli_usage_error("perplexity ", "%s needs a value", s);
         i++;
         int rc = -1;
         if (!strcmp(s, "--text")) a->text = val;
         else if (!strcmp(s, "--target")) a->o.target = val;
+        else if (!strcmp(s, "--kv-cache")) a->o.kv_cache_dtype = val;
+        else if (!strcmp(s, "--calib-text")) a->o.calib_text = val;
         else if (!strcmp(s, "--ctx")) rc = parse_int(s, val, 2, &a->o.ctx);
         else if (!strcmp(s, "--stride")) rc = parse_int(s, val, 1, &a->o.stride);
         else rc = parse_int(s, val, 0, &a->o.device);
@@ -76,6 +82,8 @@ static int parse_args(int argc, char **argv, ppl_args *a) {
     if (!a->text) return cli_usage_error("perplexity ", "--text FILE is required");
     if (strcmp(a->o.target, "cpu") && strcmp(a->o.target, "cuda"))
         return cli_usage_error("perplexity ", "--target must be cpu or cuda, got '%s'", a->o.target);
+    if (a->o.kv_cache_dtype && strcmp(a->o.kv_cache_dtype, "auto") && strcmp(a->o.kv_cache_dtype, "fp8"))
+        return cli_usage_error("perplexity ", "--kv-cache must be auto or fp8, got '%s'", a->o.kv_cache_dtype);
     if (a->o.ctx && a->o.stride > a->o.ctx)
         return cli_usage_error("perplexity ", "--stride %d is longer than --ctx %d", a->o.stride, a->o.ctx);
     return -1;

@@ -43,8 +43,7 @@ typedef struct kiln_llm_options {
     int block_size;          /* tokens per KV-cache block (0: 16) */
     int max_seqs;            /* sequences running at once (0: 256 on CUDA, 16 on the CPU) */
     int max_batched_tokens;  /* tokens in one forward step (0: 2048; raised to max_seqs) */
-    int max_context;         /* longest prompt + generated text (0, or more than the model's: the model's; 0 on
-                                cuda with a sliding-window model: its window, as the CUDA attention has none) */
+    int max_context;         /* longest prompt + generated text (0, or more than the model's: the model's) */
     /* Admission control: submissions beyond these are refused with KILN_ERR_BUSY (0: unbounded). */
     int max_waiting;               /* requests waiting for their first step */
     int64_t max_waiting_tokens;    /* prompt tokens of the waiting requests (a prompt beyond it alone is
@@ -73,6 +72,15 @@ typedef struct kiln_llm_options {
      * distribution (rejection sampling). Anything else is KILN_ERR_INVALID_ARGUMENT. */
     const char *spec;
     int draft_tokens;
+    /* The KV cache's element type: NULL or "auto" (fp32 on the CPU, the weights' 16-bit type on CUDA),
+     * or "fp8": E4M3 keys and values with a scale per layer and KV head (quantized on write,
+     * dequantized on read, on the CPU and on CUDA), so that the same kv_cache_bytes hold 4x the
+     * tokens of the CPU's fp32 cache (2x CUDA's 16-bit one). On CUDA the calibration runs the model
+     * on the CPU (opened once more for it). Its scales come from kv_calib_text (a text
+     * file the model runs over first: each head's largest |k| and |v| / 448), else they are all 1.0
+     * and a warning is logged. Anything else is KILN_ERR_INVALID_ARGUMENT. */
+    const char *kv_cache_dtype;
+    const char *kv_calib_text;
 } kiln_llm_options;
 
 /* Opens path: an LLM engine file (`kiln build --hf`) or a Hugging Face checkpoint directory

@@ -37,6 +37,7 @@ typedef struct kiln_bench_llm_config {
     const char *timing_cache; /* cuda: kiln_llm_options.timing_cache (NULL: none) */
     const char *spec;         /* kiln_llm_options.spec: NULL (off) or "ngram" */
     int draft_tokens;         /* kiln_llm_options.draft_tokens */
+    const char *kv_cache_dtype, *calib_text; /* kiln_llm_options.kv_cache_dtype, .kv_calib_text */
     float temperature;        /* 0: greedy; else every request samples at it (top-k, top-p, min-p off),
                                * request k with seed + k: the sampler's cost in the step */
 } kiln_bench_llm_config;

@@ -223,6 +223,7 @@ kiln_status kiln_bench_llm_write_json(const kiln_bench_llm_doc *d, const char *p
     kiln_json_kv_bool(&j, "prefix_cache", !d->bc->no_prefix_cache);
     kiln_json_kv_string(&j, "spec", d->bc->spec && strcmp(d->bc->spec, "off") ? d->bc->spec : NULL);
     kiln_json_kv_int(&j, "draft_tokens", d->bc->draft_tokens);
+    kiln_json_kv_string(&j, "kv_cache", d->bc->kv_cache_dtype ? d->bc->kv_cache_dtype : "auto");
     if (d->saturated) {
         kiln_json_kv_int(&j, "requests", d->bc->requests);
         kiln_json_kv_int(&j, "concurrency", d->bc->concurrency);

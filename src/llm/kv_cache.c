@@ -8,6 +8,7 @@
 #include "core/ckd.h"
 #include "core/status.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 struct kiln_kv_cache {
     kiln_kv_cache_config cfg;
     unsigned char *data;
+    float *scales;      /* FP8: [n_layer][2][n_kv_head]; else NULL */
     size_t block_bytes; /* one block of keys (or values) of one layer */
     int *free_stack;    /* [n_blocks] never-published free blocks; the top is free_stack[n_free - 1] */
     int n_free;
@@ -35,7 +37,7 @@ struct kiln_kv_cache {
 /* Bytes of one block's keys or values in one layer, or 0 for an invalid shape. */
 static uint64_t block_bytes(const kiln_kv_cache_config *c) {
     if (c->n_layer <= 0 || c->n_kv_head <= 0 || c->head_dim <= 0 || c->block_size <= 0) return 0;
-    if (c->dtype != KILN_F32 && c->dtype != KILN_F16 && c->dtype != KILN_BF16) return 0;
+    if (c->dtype != KILN_F32 && c->dtype != KILN_F16 && c->dtype != KILN_BF16 && c->dtype != KILN_F8E4M3FN) return 0;
     return (uint64_t)c->n_kv_head * (uint64_t)c->block_size * (uint64_t)c->head_dim * kiln_dtype_size(c->dtype);
 }
 
@@ -59,7 +61,7 @@ kiln_status kiln_kv_cache_create(const kiln_kv_cache_config *cfg, kiln_kv_cache 
     if (!bb || cfg->n_blocks <= 0)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT,
                           "KV cache: invalid shape (n_layer %d, n_kv_head %d, head_dim %d, block_size %d, n_blocks %d, "
-                          "dtype %s; dims must be positive and dtype F32, F16 or BF16)",
+                          "dtype %s; dims must be positive and dtype F32, F16, BF16 or F8E4M3FN)",
                           cfg->n_layer, cfg->n_kv_head, cfg->head_dim, cfg->block_size, cfg->n_blocks,
                           kiln_dtype_name(cfg->dtype));
     uint64_t total = bb * 2 * (uint64_t)cfg->n_layer, bytes;
@@ -68,9 +70,15 @@ kiln_status kiln_kv_cache_create(const kiln_kv_cache_config *cfg, kiln_kv_cache 
                           "KV cache: %d blocks of %llu bytes need %.1f GiB, more than this host's %.1f GiB of memory",
                           cfg->n_blocks, (unsigned long long)total, (double)total * cfg->n_blocks / 1073741824.0,
                           (double)host_memory_bytes() / 1073741824.0);
+    const size_t n_scales = (size_t)cfg->n_layer * 2 * (size_t)cfg->n_kv_head;
+    for (size_t i = 0; cfg->dtype == KILN_F8E4M3FN && cfg->scales && i < n_scales; i++)
+        if (!(cfg->scales[i] > 0.0f && isfinite(cfg->scales[i])))
+            return kiln_error(KILN_ERR_INVALID_ARGUMENT, "KV cache: FP8 scale %zu is %g (scales must be positive and "
+                              "finite)", i, (double)cfg->scales[i]);
     kiln_kv_cache *kv = calloc(1, sizeof *kv);
     if (kv) {
         kv->cfg = *cfg;
+        kv->cfg.scales = NULL;
         kv->block_bytes = (size_t)bb;
         kv->data = calloc((size_t)bytes, 1);
         size_t n = (size_t)cfg->n_blocks;
@@ -86,13 +94,16 @@ kiln_status kiln_kv_cache_create(const kiln_kv_cache_config *cfg, kiln_kv_cache 
         kv->chain = malloc(n * sizeof *kv->chain);
         kv->lru_prev = malloc(n * sizeof *kv->lru_prev);
         kv->lru_next = malloc(n * sizeof *kv->lru_next);
+        if (cfg->dtype == KILN_F8E4M3FN) kv->scales = malloc(n_scales * sizeof *kv->scales);
     }
     if (!kv || !kv->data || !kv->free_stack || !kv->refs || !kv->published || !kv->hash || !kv->parent || !kv->tokens ||
-        !kv->bucket || !kv->chain || !kv->lru_prev || !kv->lru_next) {
+        !kv->bucket || !kv->chain || !kv->lru_prev || !kv->lru_next || (cfg->dtype == KILN_F8E4M3FN && !kv->scales)) {
         kiln_kv_cache_free(kv);
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "KV cache: out of memory for %d blocks of %llu bytes", cfg->n_blocks,
                           (unsigned long long)total);
     }
+    for (size_t i = 0; kv->scales && i < n_scales; i++) kv->scales[i] = cfg->scales ? cfg->scales[i] : 1.0f;
+    kv->cfg.scales = kv->scales;
     /* lowest ids on top, so a fresh cache hands out 0, 1, 2, ... */
     for (int i = 0; i < cfg->n_blocks; i++) kv->free_stack[i] = cfg->n_blocks - 1 - i;
     kv->n_free = cfg->n_blocks;
@@ -105,6 +116,7 @@ kiln_status kiln_kv_cache_create(const kiln_kv_cache_config *cfg, kiln_kv_cache 
 void kiln_kv_cache_free(kiln_kv_cache *kv) {
     if (!kv) return;
     free(kv->data);
+    free(kv->scales);
     free(kv->free_stack);
     free(kv->refs);
     free(kv->published);
@@ -119,6 +131,10 @@ void kiln_kv_cache_free(kiln_kv_cache *kv) {
 }
 
 const kiln_kv_cache_config *kiln_kv_cache_get_config(const kiln_kv_cache *kv) { return &kv->cfg; }
+
+const float *kiln_kv_cache_scales(const kiln_kv_cache *kv, int layer) {
+    return kv->scales ? kv->scales + (size_t)layer * 2 * (size_t)kv->cfg.n_kv_head : NULL;
+}
 
 static int bucket_of(const kiln_kv_cache *kv, uint64_t hash) { return (int)(hash & (uint64_t)(kv->n_buckets - 1)); }
 

@@ -24,7 +24,10 @@ typedef struct kiln_kv_cache_config {
     int n_layer, n_kv_head, head_dim;
     int block_size;   /* tokens per block (16 unless told) */
     int n_blocks;     /* blocks in the cache */
-    kiln_dtype dtype; /* KILN_F32, KILN_F16 or KILN_BF16 */
+    kiln_dtype dtype; /* KILN_F32, KILN_F16, KILN_BF16 or KILN_F8E4M3FN (FP8: a value is stored as
+                       * e4m3(x / scale) with its layer's and KV head's scale) */
+    const float *scales; /* FP8 only: [n_layer][2][n_kv_head], the keys' scales then the values' (> 0,
+                          * finite), copied at create; NULL: all 1.0 */
 } kiln_kv_cache_config;
 
 typedef struct kiln_kv_cache kiln_kv_cache;
@@ -64,6 +67,9 @@ void kiln_kv_cache_share_block(kiln_kv_cache *kv, int block);
 void kiln_kv_cache_publish_block(kiln_kv_cache *kv, int block, uint64_t hash, uint64_t parent, const int32_t *tokens);
 /* Published blocks (taken or cached). */
 int kiln_kv_cache_published_blocks(const kiln_kv_cache *kv);
+
+/* An FP8 cache's scales of one layer: [2][n_kv_head] (keys', then values'); NULL for other dtypes. */
+const float *kiln_kv_cache_scales(const kiln_kv_cache *kv, int layer);
 
 /* Keys / values of one block of one layer: [n_kv_head][block_size][head_dim] elements of cfg.dtype. */
 void *kiln_kv_cache_keys(kiln_kv_cache *kv, int layer, int block);

@@ -5,6 +5,7 @@
 #include "llm/llm_internal.h"
 
 #include "core/status.h"
+#include "llm/llm_kv_fp8.h"
 #include "llm/llm_random.h"
 
 #include <limits.h>
@@ -40,6 +41,9 @@ static kiln_status new_llm(const kiln_llm_options *o, kiln_llm **out) {
                           "max_batched_tokens, max_context, max_waiting, max_waiting_tokens or queue_timeout_ms");
     if (o && o->spec && strcmp(o->spec, "off") && strcmp(o->spec, "ngram"))
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "spec must be \"off\" or \"ngram\", got \"%s\"", o->spec);
+    if (o && o->kv_cache_dtype && strcmp(o->kv_cache_dtype, "auto") && strcmp(o->kv_cache_dtype, "fp8"))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kv_cache_dtype must be \"auto\" or \"fp8\", got \"%s\"",
+                          o->kv_cache_dtype);
     if (o && (o->draft_tokens < 0 || o->draft_tokens > KILN_LLM_MAX_DRAFT_TOKENS))
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "draft_tokens must be in [0, %d], got %d",
                           KILN_LLM_MAX_DRAFT_TOKENS, o->draft_tokens);
@@ -62,9 +66,7 @@ static llm_runner_options runner_options(const kiln_llm_options *o, const kiln_l
     ro.max_tokens = o->max_batched_tokens ? o->max_batched_tokens : DEFAULT_MAX_BATCHED_TOKENS;
     if (ro.max_tokens < ro.max_seqs) ro.max_tokens = ro.max_seqs;
     ro.max_context = o->max_context > 0 && o->max_context < c->max_pos ? o->max_context : c->max_pos;
-    /* the CUDA attention has no sliding window: a context within the window needs none */
-    if (cuda && !o->max_context && c->sliding_window && c->sliding_window < ro.max_context)
-        ro.max_context = c->sliding_window;
+    ro.kv_fp8 = o->kv_cache_dtype && !strcmp(o->kv_cache_dtype, "fp8");
     return ro;
 }
 
@@ -157,8 +159,17 @@ kiln_status kiln_llm_open(const char *path, const kiln_llm_options *opts, kiln_l
         llm->cfg = *kiln_llm_model_config(llm->bundle.model);
         ro = runner_options(o, &llm->cfg, llm->bundle.weights == KILN_PRECISION_BF16);
         if (!cuda) kiln_llm_model_weights_to_hugepages(llm->bundle.model); /* the CPU forward streams them */
-        st = llm_runner_create(llm->bundle.model, &ro, llm->target, sizeof llm->target, &llm->runner);
     }
+    float *kv_scales = NULL; /* on cuda the calibration runs the path's model on the CPU */
+    if (st == KILN_OK && ro.kv_fp8)
+        st = cuda ? kiln_llm_kv_fp8_scales_at(path, o->kv_calib_text, &kv_scales)
+                  : kiln_llm_kv_fp8_scales(llm->bundle.model, llm->bundle.tok, o->kv_calib_text, &kv_scales);
+    if (st == KILN_OK) {
+        ro.kv_scales = kv_scales;
+        st = llm_runner_create(llm->bundle.model, &ro, llm->target, sizeof llm->target, &llm->runner);
+        ro.kv_scales = NULL;
+    }
+    free(kv_scales);
     if (st == KILN_OK && cuda) { /* the weights are on the device: release the host copy or mapping */
         kiln_llm_model_free(llm->bundle.model);
         llm->bundle.model = NULL;
@@ -186,7 +197,9 @@ kiln_status kiln_llm_open_random(const char *shape, kiln_precision precision, ui
     llm->cfg = sh.cfg;
     const bool bf16 = precision == KILN_PRECISION_BF16 || (precision == KILN_PRECISION_FP32 && sh.dtype == KILN_BF16);
     llm_runner_options ro = runner_options(o, &llm->cfg, bf16);
-    kiln_status st = llm_runner_create_random(&sh.cfg, seed, &ro, llm->target, sizeof llm->target, &llm->runner);
+    float *kv_scales = NULL; /* random weights have no tokenizer: a calibration text is refused */
+    kiln_status st = ro.kv_fp8 ? kiln_llm_kv_fp8_scales(NULL, NULL, o->kv_calib_text, &kv_scales) : KILN_OK;
+    if (st == KILN_OK) st = llm_runner_create_random(&sh.cfg, seed, &ro, llm->target, sizeof llm->target, &llm->runner);
     if (st == KILN_OK) st = finish_open(llm, o, &ro, kiln_llm_config_params(&sh.cfg));
     if (st != KILN_OK) {
         kiln_llm_close(llm);

@@ -1,7 +1,8 @@
 /* llm_cpu_ops.c — FP32 kernels of the CPU LLM forward: norms, matrix products (a decode step's few
  * rows through llm_gemv.h with the bias, residual and GELU fused in, more rows through
  * kiln_cpu_sgemm), GELU(tanh), SwiGLU and GeGLU, RoPE (whole or partial), and paged attention (keys
- * and values of a sequence gathered from their blocks into FP32, then two products per head with a
+ * and values of a sequence gathered from their blocks into FP32, FP8 ones dequantized with their
+ * layer's and KV head's scale, then two products per head with a
  * causal, optionally windowed, FP32 softmax between them; a decode step over an FP32 cache in
  * llm_decode_attention.c). */
 #include "llm/llm_cpu_ops.h"
@@ -9,6 +10,7 @@
 #include "backends/cpu/cpu_gemm.h"
 #include "core/half.h"
 #include "llm/llm_gemv.h"
+#include "quant/fp8.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -96,20 +98,30 @@ static size_t slot_offset(const kiln_kv_cache_config *c, const int32_t *blocks, 
     return ((size_t)g * c->block_size + (size_t)(pos % c->block_size)) * c->head_dim;
 }
 
-/* n elements of dtype at src (element offset off) as floats into dst. */
-static void load_row(const void *src, size_t off, kiln_dtype dt, int n, float *dst) {
+/* n elements of dtype at src (element offset off) as floats into dst (FP8 codes through lut: each
+ * code's value times the scale). */
+static void load_row(const void *src, size_t off, kiln_dtype dt, const float *lut, int n, float *dst) {
     if (dt == KILN_F32) {
         memcpy(dst, (const float *)src + off, (size_t)n * sizeof(float));
+        return;
+    }
+    if (dt == KILN_F8E4M3FN) {
+        const uint8_t *b = (const uint8_t *)src + off;
+        for (int i = 0; i < n; i++) dst[i] = lut[b[i]];
         return;
     }
     const uint16_t *h = (const uint16_t *)src + off;
     for (int i = 0; i < n; i++) dst[i] = dt == KILN_F16 ? kiln_f16_to_f32(h[i]) : kiln_bf16_to_f32(h[i]);
 }
 
-/* n floats into dtype at dst (element offset off). */
-static void store_row(void *dst, size_t off, kiln_dtype dt, int n, const float *src) {
+/* n floats into dtype at dst (element offset off; FP8: x / scale rounded to E4M3). */
+static void store_row(void *dst, size_t off, kiln_dtype dt, float scale, int n, const float *src) {
     if (dt == KILN_F32) {
         memcpy((float *)dst + off, src, (size_t)n * sizeof(float));
+        return;
+    }
+    if (dt == KILN_F8E4M3FN) {
+        kiln_e4m3_quantize(src, n, scale, (uint8_t *)dst + off);
         return;
     }
     uint16_t *h = (uint16_t *)dst + off;
@@ -118,11 +130,14 @@ static void store_row(void *dst, size_t off, kiln_dtype dt, int n, const float *
 
 void kiln_llm_kv_write(const kiln_llm_seq_kv *s, int pos, const float *k, const float *v) {
     const kiln_kv_cache_config *c = kiln_kv_cache_get_config(s->kv);
+    const float *sc = kiln_kv_cache_scales(s->kv, s->layer);
     for (int g = 0; g < c->n_kv_head; g++) {
         int block;
         size_t off = slot_offset(c, s->blocks, g, pos, &block);
-        store_row(kiln_kv_cache_keys(s->kv, s->layer, block), off, c->dtype, c->head_dim, k + (size_t)g * c->head_dim);
-        store_row(kiln_kv_cache_values(s->kv, s->layer, block), off, c->dtype, c->head_dim, v + (size_t)g * c->head_dim);
+        store_row(kiln_kv_cache_keys(s->kv, s->layer, block), off, c->dtype, sc ? sc[g] : 1.0f, c->head_dim,
+                  k + (size_t)g * c->head_dim);
+        store_row(kiln_kv_cache_values(s->kv, s->layer, block), off, c->dtype, sc ? sc[c->n_kv_head + g] : 1.0f,
+                  c->head_dim, v + (size_t)g * c->head_dim);
     }
 }
 
@@ -146,7 +161,7 @@ static void masked_softmax(float *row, int width, int lo, int hi, float scale) {
 void kiln_llm_attention(const kiln_llm_seq_kv *s, int n, int ctx_len, int window, int n_head, const float *q, int ldq,
                         float *out, int ldo, float *scratch) {
     const kiln_kv_cache_config *c = kiln_kv_cache_get_config(s->kv);
-    if (n == 1 && c->dtype == KILN_F32) {
+    if (n == 1 && (c->dtype == KILN_F32 || c->dtype == KILN_F8E4M3FN)) {
         kiln_llm_attention_decode(s, ctx_len, window, n_head, q, out, scratch);
         return;
     }
@@ -155,12 +170,18 @@ void kiln_llm_attention(const kiln_llm_seq_kv *s, int n, int ctx_len, int window
     const int j0 = window > 0 && first - window + 1 > 0 ? first - window + 1 : 0, width = ctx_len - j0;
     const float scale = 1.0f / sqrtf((float)hd);
     float *K = scratch, *V = K + (size_t)width * hd, *S = V + (size_t)width * hd;
+    const float *sc = kiln_kv_cache_scales(s->kv, s->layer);
+    float klut[256], vlut[256]; /* FP8: the code values times the KV head's key and value scales */
     for (int g = 0; g < c->n_kv_head; g++) {
+        for (int code = 0; sc && code < 256; code++) {
+            klut[code] = kiln_e4m3_to_f32((uint8_t)code) * sc[g];
+            vlut[code] = kiln_e4m3_to_f32((uint8_t)code) * sc[c->n_kv_head + g];
+        }
         for (int j = j0; j < ctx_len; j++) {
             int block;
             size_t off = slot_offset(c, s->blocks, g, j, &block);
-            load_row(kiln_kv_cache_keys(s->kv, s->layer, block), off, c->dtype, hd, K + (size_t)(j - j0) * hd);
-            load_row(kiln_kv_cache_values(s->kv, s->layer, block), off, c->dtype, hd, V + (size_t)(j - j0) * hd);
+            load_row(kiln_kv_cache_keys(s->kv, s->layer, block), off, c->dtype, klut, hd, K + (size_t)(j - j0) * hd);
+            load_row(kiln_kv_cache_values(s->kv, s->layer, block), off, c->dtype, vlut, hd, V + (size_t)(j - j0) * hd);
         }
         for (int h = g * group; h < (g + 1) * group; h++) {
             /* S[n, width] = Q_h K^T; causal (windowed) softmax; out_h = S V */

@@ -43,22 +43,24 @@ typedef struct kiln_llm_seq_kv {
 } kiln_llm_seq_kv;
 
 /* Writes the key and value of the token at position pos (each n_kv_head * head_dim floats, head by
- * head) into its cache slot, converted to the cache dtype. */
+ * head) into its cache slot, converted to the cache dtype (FP8: divided by the layer's and KV head's
+ * scale, rounded to the nearest E4M3, saturated at +-448). */
 void kiln_llm_kv_write(const kiln_llm_seq_kv *s, int pos, const float *k, const float *v);
 
 /* Causal attention of one sequence's n new tokens, at positions ctx_len - n .. ctx_len - 1, over its
  * ctx_len cached keys and values; with window > 0, the token at position p sees only positions
  * p - window + 1 .. p (a sliding window). q: row t of the new tokens at q + t * ldq (n_head heads of
  * head_dim); out: row t at out + t * ldo. scratch holds KILN_LLM_ATTN_SCRATCH(...) floats. One new
- * token over an FP32 cache goes to kiln_llm_attention_decode. */
+ * token over an FP32 or FP8 cache goes to kiln_llm_attention_decode; otherwise the keys and values
+ * are read through FP32 copies (FP8 codes times their scale). */
 #define KILN_LLM_ATTN_SCRATCH(n, ctx_len, n_head, head_dim)                                        \
     ((size_t)((2 * (head_dim) + (n)) > (n_head) ? 2 * (head_dim) + (n) : (n_head)) * (size_t)(ctx_len))
 void kiln_llm_attention(const kiln_llm_seq_kv *s, int n, int ctx_len, int window, int n_head, const float *q, int ldq,
                         float *out, int ldo, float *scratch);
 
-/* The attention of one new token (position ctx_len - 1) over an FP32 cache, read from the blocks in
- * place, the heads split over the thread pool; window as kiln_llm_attention's. q, out: n_head heads of
- * head_dim; scratch holds n_head * ctx_len floats. */
+/* The attention of one new token (position ctx_len - 1) over an FP32 or FP8 (E4M3, per-head scales)
+ * cache, read from the blocks in place, the heads split over the thread pool; window as
+ * kiln_llm_attention's. q, out: n_head heads of head_dim; scratch holds n_head * ctx_len floats. */
 void kiln_llm_attention_decode(const kiln_llm_seq_kv *s, int ctx_len, int window, int n_head, const float *q,
                                float *out, float *scratch);
 
@@ -75,7 +77,7 @@ typedef struct kiln_llm_decode_qkv {
     float *scratch;                   /* n_head * (pos + 1) floats */
 } kiln_llm_decode_qkv;
 
-/* One decode step's attention over an FP32 cache, in one pool dispatch: a->qkv = a->x W^T + bias (as
+/* One decode step's attention over an FP32 or FP8 cache, in one pool dispatch: a->qkv = a->x W^T + bias (as
  * kiln_llm_linear), RoPE on q and k, k and v written at position pos, then a->out = the attention
  * over positions 0..pos within the window (kiln_llm_attention_decode). The same results, bit for bit,
  * as those steps one after the other. */

@@ -100,9 +100,11 @@ typedef struct kiln_llm_cuda_kv_options {
     int block_size;      /* tokens per block (16 unless told) */
     double mem_fraction; /* the cache takes this fraction of the device's free memory (0 < f <= 1) ... */
     uint64_t max_bytes;  /* ... but at most this many bytes (0: no cap) */
+    bool fp8;            /* FP8 (E4M3) keys and values, one byte each, with fp8_scales */
+    const float *fp8_scales; /* fp8: [n_layer][2][n_kv_head] key then value scales (> 0), copied; NULL: all 1.0 */
 } kiln_llm_cuda_kv_options;
 
-/* A cache for g's model in g's dtype: per layer, keys and values in blocks of
+/* A cache for g's model in g's dtype (or FP8 with o->fp8): per layer, keys and values in blocks of
  * [n_kv_head][block_size][head_dim] (kv_cache.h's layout), as many blocks as the budget holds
  * (KILN_ERR_OUT_OF_MEMORY when not even one). All blocks start free. Caller owns *out. */
 kiln_status kiln_llm_cuda_kv_create(kiln_llm_cuda *g, const kiln_llm_cuda_kv_options *o, kiln_llm_cuda_kv **out);

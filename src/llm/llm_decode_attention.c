@@ -1,5 +1,6 @@
-/* llm_decode_attention.c — the attention of one new token over an FP32 paged cache, read in place
- * from its blocks (no gathering copy), within the sliding window when the model has one:
+/* llm_decode_attention.c — the attention of one new token over an FP32 or FP8 (E4M3) paged cache,
+ * read in place from its blocks (no gathering copy; FP8 codes through a table of their values times
+ * the head's scale), within the sliding window when the model has one:
  * kiln_llm_attention_decode (the heads split over the thread pool) and kiln_llm_decode_qkv_attention
  * (llm_cpu_ops.h), which also computes the token's q, k and v rows (bias included), RoPE (whole or
  * partial) and the cache write in the same pool dispatch, each part owning whole KV-head
@@ -11,6 +12,7 @@
 
 #include "core/threadpool.h"
 #include "llm/llm_gemv.h"
+#include "quant/fp8.h"
 
 #include <math.h>
 #include <string.h>
@@ -37,6 +39,7 @@ typedef struct decode_job {
     const kiln_llm_seq_kv *s;
     const kiln_kv_cache_config *c;
     int j0, ctx, group; /* keys j0 .. ctx - 1 (j0 > 0: the sliding window) */
+    const float *kv_scales; /* FP8 cache: the layer's [2][n_kv_head] scales; NULL: an FP32 cache */
     float scale;
     const float *q;
     float *out, *scores; /* scores: [n_head, ctx], keys from j0 on */
@@ -63,9 +66,34 @@ static inline void axpy(float *y, float p, const float *v, int n) {
     for (; k < n; k++) y[k] += p * v[k];
 }
 
-/* Asks for the cache lines of p[0, n). */
-static inline void prefetch_rows(const float *p, int n) {
-    for (int i = 0; i < n; i += 16) __builtin_prefetch(p + i);
+/* a . (b's E4M3 codes through lut) over n elements. */
+static inline float dot_e4m3(const float *a, const uint8_t *b, const float *lut, int n) {
+    v16f acc = {0};
+    int k = 0;
+    for (; k + 16 <= n; k += 16) {
+        v16f bv = {0};
+        for (int e = 0; e < 16; e++) bv[e] = lut[b[k + e]];
+        acc += LOAD16(a + k) * bv;
+    }
+    float s = (((acc[0] + acc[8]) + (acc[4] + acc[12])) + ((acc[2] + acc[10]) + (acc[6] + acc[14]))) +
+              (((acc[1] + acc[9]) + (acc[5] + acc[13])) + ((acc[3] + acc[11]) + (acc[7] + acc[15])));
+    for (; k < n; k++) s += a[k] * lut[b[k]];
+    return s;
+}
+
+/* y[0, n) += p * (v's E4M3 codes through lut). */
+static inline void axpy_e4m3(float *y, float p, const uint8_t *v, const float *lut, int n) {
+    for (int k = 0; k < n; k++) y[k] += p * lut[v[k]];
+}
+
+/* lut[c] = the value of E4M3 code c times scale. */
+static void e4m3_table(float scale, float *lut) {
+    for (int c = 0; c < 256; c++) lut[c] = kiln_e4m3_to_f32((uint8_t)c) * scale;
+}
+
+/* Asks for the cache lines of the bytes p[0, n). */
+static inline void prefetch_bytes(const void *p, size_t n) {
+    for (size_t i = 0; i < n; i += 64) __builtin_prefetch((const char *)p + i);
 }
 
 /* Head h (the helpers above are inlined into each clone). */
@@ -77,22 +105,30 @@ static void head_attention(const decode_job *j, int h) {
     const int g = h / j->group;
     const float *q = j->q + h * hd;
     float *S = j->scores + h * j->ctx, *out = j->out + h * hd, mx = -INFINITY, sum = 0;
+    const bool fp8 = j->kv_scales != NULL;
+    const size_t elem = fp8 ? 1 : sizeof(float);
+    float klut[256], vlut[256]; /* FP8: the code values times this KV head's key and value scales */
+    if (fp8) {
+        e4m3_table(j->kv_scales[g], klut);
+        e4m3_table(j->kv_scales[c->n_kv_head + g], vlut);
+    }
     /* [b0, b1): the keys of one block, from j0 on (the window may start inside a block) */
     for (int b0 = j->j0, b1; b0 < j->ctx; b0 = b1) {
         b1 = (b0 / bs + 1) * bs < j->ctx ? (b0 / bs + 1) * bs : j->ctx;
         const int block = j->s->blocks[b0 / bs], r0 = b0 % bs;
-        const float *k = (const float *)kiln_kv_cache_keys(kv, j->s->layer, block) + ((size_t)g * bs + r0) * hd;
+        const size_t off = ((size_t)g * bs + r0) * hd * elem; /* bytes */
+        const char *k = (const char *)kiln_kv_cache_keys(kv, j->s->layer, block) + off;
         /* the cache is cold (a step's weights went through the caches since): this block's values
          * and the next block's keys are fetched while these keys are read */
-        prefetch_rows((const float *)kiln_kv_cache_values(kv, j->s->layer, block) + ((size_t)g * bs + r0) * hd,
-                      (b1 - b0) * hd);
+        prefetch_bytes((const char *)kiln_kv_cache_values(kv, j->s->layer, block) + off, (size_t)(b1 - b0) * hd * elem);
         if (b1 < j->ctx) {
             const int next = j->s->blocks[b1 / bs], next_rows = j->ctx - b1 < bs ? j->ctx - b1 : bs;
-            prefetch_rows((const float *)kiln_kv_cache_keys(kv, j->s->layer, next) + (size_t)g * bs * hd,
-                          next_rows * hd);
+            prefetch_bytes((const char *)kiln_kv_cache_keys(kv, j->s->layer, next) + (size_t)g * bs * hd * elem,
+                           (size_t)next_rows * hd * elem);
         }
         for (int r = 0; r < b1 - b0; r++) {
-            float v = dot(q, k + (size_t)r * hd, hd) * j->scale;
+            const char *kr = k + (size_t)r * hd * elem;
+            float v = (fp8 ? dot_e4m3(q, (const uint8_t *)kr, klut, hd) : dot(q, (const float *)kr, hd)) * j->scale;
             S[b0 + r] = v;
             if (v > mx) mx = v;
         }
@@ -105,8 +141,12 @@ static void head_attention(const decode_job *j, int h) {
     for (int b0 = j->j0, b1; b0 < j->ctx; b0 = b1) {
         b1 = (b0 / bs + 1) * bs < j->ctx ? (b0 / bs + 1) * bs : j->ctx;
         const int block = j->s->blocks[b0 / bs], r0 = b0 % bs;
-        const float *v = (const float *)kiln_kv_cache_values(kv, j->s->layer, block) + ((size_t)g * bs + r0) * hd;
-        for (int r = 0; r < b1 - b0; r++) axpy(out, S[b0 + r] / sum, v + (size_t)r * hd, hd);
+        const char *v = (const char *)kiln_kv_cache_values(kv, j->s->layer, block) + ((size_t)g * bs + r0) * hd * elem;
+        for (int r = 0; r < b1 - b0; r++) {
+            const char *vr = v + (size_t)r * hd * elem;
+            if (fp8) axpy_e4m3(out, S[b0 + r] / sum, (const uint8_t *)vr, vlut, hd);
+            else axpy(out, S[b0 + r] / sum, (const float *)vr, hd);
+        }
     }
 }
 
@@ -121,7 +161,8 @@ void kiln_llm_attention_decode(const kiln_llm_seq_kv *s, int ctx_len, int window
                                float *out, float *scratch) {
     const kiln_kv_cache_config *c = kiln_kv_cache_get_config(s->kv);
     const int j0 = window_start(ctx_len, window);
-    decode_job j = {s, c, j0, ctx_len, n_head / c->n_kv_head, 1.0f / sqrtf((float)c->head_dim), q, out, scratch};
+    decode_job j = {s, c, j0, ctx_len, n_head / c->n_kv_head, kiln_kv_cache_scales(s->kv, s->layer),
+                    1.0f / sqrtf((float)c->head_dim), q, out, scratch};
     const bool serial = (int64_t)n_head * (ctx_len - j0) * c->head_dim < PARALLEL_MACS;
     kiln_parallel_for(n_head, serial ? n_head : 1, heads_part, &j);
 }
@@ -147,6 +188,12 @@ static void finish_group(const qkv_job *j, int g) {
     }
     const int block = j->s->blocks[j->pos / c->block_size];
     const size_t off = ((size_t)g * c->block_size + (size_t)(j->pos % c->block_size)) * hd;
+    const float *sc = j->attn.kv_scales;
+    if (sc) { /* FP8: quantized as kiln_llm_kv_write does */
+        kiln_e4m3_quantize(k, hd, sc[g], (uint8_t *)kiln_kv_cache_keys(j->s->kv, j->s->layer, block) + off);
+        kiln_e4m3_quantize(v, hd, sc[c->n_kv_head + g], (uint8_t *)kiln_kv_cache_values(j->s->kv, j->s->layer, block) + off);
+        return;
+    }
     memcpy((float *)kiln_kv_cache_keys(j->s->kv, j->s->layer, block) + off, k, (size_t)hd * sizeof(float));
     memcpy((float *)kiln_kv_cache_values(j->s->kv, j->s->layer, block) + off, v, (size_t)hd * sizeof(float));
 }
@@ -174,8 +221,8 @@ void kiln_llm_decode_qkv_attention(const kiln_llm_seq_kv *s, int pos, int n_head
                  s,
                  pos,
                  n_head,
-                 {s, c, window_start(pos + 1, a->window), pos + 1, n_head / c->n_kv_head, 1.0f / sqrtf((float)hd),
-                  a->qkv, a->out, a->scratch}};
+                 {s, c, window_start(pos + 1, a->window), pos + 1, n_head / c->n_kv_head,
+                  kiln_kv_cache_scales(s->kv, s->layer), 1.0f / sqrtf((float)hd), a->qkv, a->out, a->scratch}};
     if (c->n_kv_head % threads == 0 || c->n_kv_head >= 4 * threads) {
         kiln_parallel_for(c->n_kv_head, 1, groups_part, &j);
         return;

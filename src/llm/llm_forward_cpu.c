@@ -113,7 +113,8 @@ static void attention_block(const kiln_llm_model *m, int l, kiln_kv_cache *kv, c
     const int n = b->n_tokens, d = c->d_model, hd = c->head_dim, rot = kiln_llm_rope_dim(c), half = rot / 2;
     const int qd = c->n_head * hd, kvd = c->n_kv_head * hd, ldq = qd + 2 * kvd;
     kiln_llm_norm(sm->x, n, d, y->norm1_w, kiln_llm_norm_offset(c), y->norm1_b, c->norm_eps, sm->h);
-    if (n == 1 && !q8->qkv.q && kiln_kv_cache_get_config(kv)->dtype == KILN_F32) { /* one decode token: one dispatch */
+    const kiln_dtype kvt = kiln_kv_cache_get_config(kv)->dtype;
+    if (n == 1 && !q8->qkv.q && (kvt == KILN_F32 || kvt == KILN_F8E4M3FN)) { /* one decode token: one dispatch */
         kiln_llm_seq_kv s = {kv, l, b->block_table};
         const bool rope = c->arch == KILN_LLM_LLAMA;
         const kiln_llm_decode_qkv a = {.x = sm->h, .d = d, .w = y->qkv_w, .bias = y->qkv_b, .rot_dim = rot,

@@ -5,6 +5,7 @@
 
 #include "core/status.h"
 #include "llm/llm_engine.h"
+#include "llm/llm_kv_fp8.h"
 #include "llm/tokenizer.h"
 
 #include <math.h>
@@ -134,12 +135,21 @@ kiln_status kiln_llm_perplexity(const char *path, const char *text, size_t len, 
     kiln_status st = b.tok ? kiln_tokenizer_encode(b.tok, text, len, true, &ids, &n)
                            : kiln_error(KILN_ERR_INVALID_ARGUMENT, "perplexity: %s has no tokenizer", path);
     if (st == KILN_OK) st = check_limits(&cfg, (int64_t)n, ctx, stride);
+    const bool fp8 = o->kv_cache_dtype && !strcmp(o->kv_cache_dtype, "fp8");
+    if (st == KILN_OK && o->kv_cache_dtype && !fp8 && strcmp(o->kv_cache_dtype, "auto"))
+        st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "perplexity: kv_cache_dtype must be auto or fp8, got \"%s\"",
+                        o->kv_cache_dtype);
+    float *kv_scales = NULL;
+    if (st == KILN_OK && fp8) /* on cuda the calibration runs the path's model on the CPU */
+        st = cuda ? kiln_llm_kv_fp8_scales_at(path, o->calib_text, &kv_scales)
+                  : kiln_llm_kv_fp8_scales(b.model, b.tok, o->calib_text, &kv_scales);
     if (st == KILN_OK) {
         llm_runner_options ro = {.target = cuda ? "cuda" : "cpu", .device = o->device, .max_seqs = 1,
                                  .max_tokens = CHUNK_TOKENS, .max_context = ctx,
-                                 .bf16 = b.weights == KILN_PRECISION_BF16};
+                                 .bf16 = b.weights == KILN_PRECISION_BF16, .kv_fp8 = fp8, .kv_scales = kv_scales};
         st = llm_runner_create(b.model, &ro, out->target, sizeof out->target, &r);
     }
+    free(kv_scales);
     if (st == KILN_OK) st = kiln_llm_perplexity_ids(r, ids, (int64_t)n, ctx, stride, out);
     llm_runner_free(r);
     free(ids);

@@ -19,6 +19,8 @@ typedef struct kiln_llm_perplexity_options {
     int device;         /* the CUDA device ordinal */
     int ctx;            /* window length in tokens (0: the model's max_pos) */
     int stride;         /* tokens between window starts (0: ctx) */
+    const char *kv_cache_dtype; /* NULL or "auto", or "fp8" (kiln_llm_options.kv_cache_dtype) */
+    const char *calib_text;     /* fp8: the calibration text file (kiln_llm_options.kv_calib_text) */
 } kiln_llm_perplexity_options;
 
 typedef struct kiln_llm_perplexity_result {

@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "llm/llm_cuda.h"
 #include "llm/llm_internal.h"
+#include "llm/llm_kv_fp8.h"
 #include "llm/llm_random.h"
 
 #include <stdlib.h>
@@ -29,7 +30,24 @@ struct llm_runner {
     int32_t *stokens;                /* [max_rows] its tokens */
     int max_rows;
     kiln_sampling_params idle_params; /* greedy: the parameters of a step's rows that need no token */
+    bool kv_fp8;                      /* the CPU cache holds FP8 (E4M3) keys and values */
+    float *kv_scales;                 /* kv_fp8: their scales, [n_layer][2][n_kv_head]; NULL: 1.0 */
 };
+
+/* The FP8 KV-cache choice of ro into r: its scales copied, desc told. */
+static kiln_status take_kv_choice(llm_runner *r, const llm_runner_options *ro, char *desc, size_t cap) {
+    if (!ro->kv_fp8) return KILN_OK;
+    r->kv_fp8 = true;
+    if (ro->kv_scales) {
+        const size_t n = KILN_LLM_KV_SCALES(&r->cfg);
+        r->kv_scales = malloc(n * sizeof *r->kv_scales);
+        if (!r->kv_scales) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+        memcpy(r->kv_scales, ro->kv_scales, n * sizeof *r->kv_scales);
+    }
+    const size_t len = strlen(desc);
+    snprintf(desc + len, cap - len, "; FP8 (E4M3) KV cache, %s scales", ro->kv_scales ? "calibrated" : "unit");
+    return KILN_OK;
+}
 
 #define MAX_HISTORY (1 << 22) /* most distinct history tokens of one GPU sampler call (32 MiB) */
 
@@ -78,8 +96,9 @@ kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options 
     *out = r;
     if (strcmp(ro->target, "cuda")) {
         snprintf(desc, cap, m->q8 ? "CPU forward (fp32, weight-only INT8 matrices)" : "CPU forward (fp32, OpenBLAS)");
-        return KILN_OK;
+        return take_kv_choice(r, ro, desc, cap);
     }
+    KILN_TRY(take_kv_choice(r, ro, desc, cap));
     if (m->q8)
         return kiln_error(KILN_ERR_UNSUPPORTED, "the model's weights are INT8 (weight-only), which kiln runs on the CPU "
                           "only for now: use --target cpu");
@@ -102,8 +121,9 @@ kiln_status llm_runner_create_random(const kiln_llm_config *c, uint64_t seed, co
         KILN_TRY(kiln_llm_model_random(c, seed, &r->owned));
         r->m = r->owned;
         snprintf(desc, cap, "CPU forward (fp32, OpenBLAS), random weights");
-        return KILN_OK;
+        return take_kv_choice(r, ro, desc, cap);
     }
+    KILN_TRY(take_kv_choice(r, ro, desc, cap));
     char dev[192];
     kiln_llm_cuda_options o;
     KILN_TRY(cuda_options(ro, &o, dev, sizeof dev));
@@ -122,6 +142,7 @@ void llm_runner_free(llm_runner *r) {
     kiln_llm_cuda_kv_free(r->gkv);
     kiln_llm_cuda_free(r->g);
     kiln_llm_model_free(r->owned);
+    free(r->kv_scales);
     free(r->srows);
     free(r->stokens);
     free(r);
@@ -129,20 +150,22 @@ void llm_runner_free(llm_runner *r) {
 
 uint64_t llm_runner_block_bytes(const llm_runner *r, int block_size) {
     const kiln_llm_config *c = &r->cfg;
-    const uint64_t elem = r->g ? 2 : sizeof(float);
+    const uint64_t elem = r->kv_fp8 ? 1 : r->g ? 2 : sizeof(float);
     return 2ull * (uint64_t)c->n_layer * (uint64_t)c->n_kv_head * (uint64_t)block_size * (uint64_t)c->head_dim * elem;
 }
 
 kiln_status llm_runner_make_cache(llm_runner *r, int n_blocks, int block_size, bool exact, kiln_kv_cache **kv) {
     const kiln_llm_config *c = &r->cfg;
     kiln_kv_cache_config kc = {.n_layer = c->n_layer, .n_kv_head = c->n_kv_head, .head_dim = c->head_dim,
-                               .block_size = block_size, .n_blocks = n_blocks, .dtype = KILN_F32};
+                               .block_size = block_size, .n_blocks = n_blocks,
+                               .dtype = r->kv_fp8 ? KILN_F8E4M3FN : KILN_F32, .scales = r->kv_scales};
     if (!r->g) return kiln_kv_cache_create(&kc, kv);
     kiln_llm_cuda_kv_free(r->gkv);
     r->gkv = NULL;
     const uint64_t block_bytes = llm_runner_block_bytes(r, block_size);
     kiln_llm_cuda_kv_options ko = {.block_size = block_size, .mem_fraction = exact ? 1.0 : 0.9,
-                                   .max_bytes = block_bytes * (uint64_t)(exact ? n_blocks : n_blocks + 1)};
+                                   .max_bytes = block_bytes * (uint64_t)(exact ? n_blocks : n_blocks + 1),
+                                   .fp8 = r->kv_fp8, .fp8_scales = r->kv_scales};
     KILN_TRY(kiln_llm_cuda_kv_create(r->g, &ko, &r->gkv));
     if (exact && kiln_llm_cuda_kv_blocks(r->gkv) < n_blocks)
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "the KV-cache budget of %d blocks (%llu bytes) does not fit in the "

@@ -23,6 +23,8 @@ typedef struct llm_runner_options {
     bool bf16;          /* cuda: weights and KV cache in bf16 (else fp16) */
     bool host_sampler;  /* cuda: sample on the host (also when the environment has KILN_LLM_HOST_SAMPLER=1) */
     const char *timing_cache; /* cuda: kiln_llm_cuda_options.timing_cache (NULL: none) */
+    bool kv_fp8;              /* an FP8 (E4M3) KV cache, quantized on write with kv_scales */
+    const float *kv_scales;   /* kv_fp8: [n_layer][2][n_kv_head] (llm_kv_fp8.h), copied; NULL: all 1.0 */
 } llm_runner_options;
 
 /* The forward for ro->target: the CPU always; cuda through llm_cuda.h (the model uploaded in bf16 or
@@ -43,7 +45,7 @@ void llm_runner_free(llm_runner *r); /* accepts NULL */
 /* The model's config (borrowed; valid while r lives). */
 const kiln_llm_config *llm_runner_config(const llm_runner *r);
 /* The bytes one KV-cache block of block_size tokens takes where the runner keeps it (fp32 on the host,
- * 16-bit on the GPU). */
+ * 16-bit on the GPU, one byte with kv_fp8). */
 uint64_t llm_runner_block_bytes(const llm_runner *r, int block_size);
 /* A KV cache of n_blocks blocks for the scheduler. On the GPU it is bookkeeping over a device cache
  * that replaces the previous one: with `exact`, of exactly n_blocks blocks (KILN_ERR_OUT_OF_MEMORY

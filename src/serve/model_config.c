@@ -226,6 +226,15 @@ kiln_status serve_model_config_parse(const char *json, size_t len, const char *w
                 strstr(item->valuestring, ".."))
                 st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'chat_template' must name a file in the model's directory", what);
             else snprintf(c->chat_template, sizeof c->chat_template, "%s", item->valuestring);
+        } else if (!strcmp(item->string, "kv_cache_dtype")) {
+            if (!cJSON_IsString(item) || (strcmp(item->valuestring, "auto") && strcmp(item->valuestring, "fp8")))
+                st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'kv_cache_dtype' must be \"auto\" or \"fp8\"", what);
+            else c->llm.kv_cache_dtype = strcmp(item->valuestring, "fp8") ? NULL : "fp8";
+        } else if (!strcmp(item->string, "kv_calib_text")) {
+            if (!cJSON_IsString(item) || !item->valuestring[0] || strlen(item->valuestring) >= sizeof c->kv_calib_text ||
+                strstr(item->valuestring, ".."))
+                st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'kv_calib_text' must name a file in the model's directory", what);
+            else snprintf(c->kv_calib_text, sizeof c->kv_calib_text, "%s", item->valuestring);
         } else if (!strcmp(item->string, "prefix_cache")) {
             if (!cJSON_IsBool(item)) st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'prefix_cache' must be true or false", what);
             else c->llm.no_prefix_cache = cJSON_IsFalse(item);
@@ -249,7 +258,8 @@ kiln_status serve_model_config_parse(const char *json, size_t len, const char *w
                             "timeout_us, instances, breaker_failures, breaker_cooldown_ms, version_policy, target, "
                             "io_format, device, devices, aliases, kv_cache_bytes, kv_cache_blocks, max_seqs, "
                             "max_batched_tokens, max_context, max_waiting, max_waiting_tokens, queue_timeout_ms, "
-                            "prefix_cache, spec, draft_tokens, chat_template, traffic, priority_levels, landing_batches)",
+                            "prefix_cache, spec, draft_tokens, chat_template, kv_cache_dtype, kv_calib_text, traffic, "
+                            "priority_levels, landing_batches)",
                             what, item->string);
         }
         if (st) break;

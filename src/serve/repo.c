@@ -112,7 +112,7 @@ static bool has_safetensors(const char *dir) {
 }
 
 /* Opens the LLM once per device of the model, with the model's options; mdir is the model's
- * directory (for its chat template). */
+ * directory (for its chat template and KV calibration text). */
 static kiln_status open_llm(const char *path, const char *mdir, const serve_model_config *c, serve_version *v) {
     kiln_llm_options o = c->llm;
     o.target = c->target;
@@ -124,6 +124,11 @@ static kiln_status open_llm(const char *path, const char *mdir, const serve_mode
         kiln_status st = read_text(file, &chat, &len);
         if (st) return kiln_error_prefix(st, "chat_template");
         o.chat_template = chat;
+    }
+    char calib[4500];
+    if (c->kv_calib_text[0]) {
+        snprintf(calib, sizeof calib, "%s/%s", mdir, c->kv_calib_text);
+        o.kv_calib_text = calib;
     }
     kiln_status st = KILN_OK;
     for (int k = 0; k < c->n_devices && !st; k++) {

@@ -4,7 +4,8 @@
 Tiny random models are made here with transformers (no network): GPT-2 (2 layers, n_embd 256, 4 heads:
 head_dim 64), GPT-2 with n_embd 64 (head_dim 16), Llama (hidden 256, 4 heads / 2 kv heads, head_dim 64,
 rope theta 10000), the same Llama with llama3 rope scaling, Llama with 12 heads of 80 over one kv
-head (gqa12-hd80), and the other families of the Llama's size (Mistral with a sliding window of 128,
+head (gqa12-hd80), and the other families of the Llama's size (Mistral with a sliding window of 24,
+shorter than its contexts,
 Qwen2 with q/k/v biases, Phi-3 with half-rotary heads, Gemma with 2 heads of 256 over one kv head);
 each saved with save_pretrained in fp16 and in bf16 (safetensors), next to a
 byte-level BPE tokenizer.json trained here with `tokenizers`.
@@ -76,8 +77,8 @@ def family_model(name, vocab, eos, transformers):
     common = dict(vocab_size=vocab, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, rope_theta=10000.0,
                   bos_token_id=eos, eos_token_id=eos)
-    if name == "mistral":  # a window longer than the prompts: CUDA runs the context within it
-        return transformers.MistralForCausalLM(transformers.MistralConfig(**common, head_dim=64, sliding_window=128,
+    if name == "mistral":  # a window shorter than the prompts and generations: the attention windows
+        return transformers.MistralForCausalLM(transformers.MistralConfig(**common, head_dim=64, sliding_window=24,
                                                                           tie_word_embeddings=False))
     if name == "qwen2":  # q/k/v biases
         return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common, tie_word_embeddings=True))

@@ -96,7 +96,8 @@ static void top2(const float *row, int n, float *a, float *b) {
 /* Builds the schedule on the CPU model (reference logits, greedy decode tokens). */
 static int make_schedule(const kiln_llm_model *m, schedule *sc) {
     const kiln_llm_config *c = kiln_llm_model_config(m);
-    kiln_kv_cache_config kc = {c->n_layer, c->n_kv_head, c->head_dim, BLOCK, N_BLOCKS, KILN_F32};
+    kiln_kv_cache_config kc = {.n_layer = c->n_layer, .n_kv_head = c->n_kv_head, .head_dim = c->head_dim,
+                               .block_size = BLOCK, .n_blocks = N_BLOCKS, .dtype = KILN_F32};
     kiln_kv_cache *kv;
     if (kiln_kv_cache_create(&kc, &kv) != KILN_OK) return fprintf(stderr, "FAIL: %s\n", kiln_last_error()), 1;
     /* every block taken (ids 0..N_BLOCKS-1, as on the GPU), handed to the sequences shuffled */
@@ -198,7 +199,7 @@ static int run_gpu(const kiln_llm_model *m, const schedule *sc, kiln_dtype dt, i
     int32_t ids[MAX_TOKENS];
     memset(res, 0, 6 * sizeof res[0][0]);
     const uint64_t per_block = (uint64_t)c->n_layer * 2 * c->n_kv_head * BLOCK * c->head_dim * 2;
-    kiln_llm_cuda_kv_options ko = {BLOCK, 0.5, per_block * N_BLOCKS};
+    kiln_llm_cuda_kv_options ko = {.block_size = BLOCK, .mem_fraction = 0.5, .max_bytes = per_block * N_BLOCKS};
     if (!logits || !eager || kiln_llm_cuda_create(m, dt, &o, &g) != KILN_OK ||
         kiln_llm_cuda_kv_create(g, &ko, &kv) != KILN_OK) {
         LT_EXPECT(0, "create: %s", kiln_last_error());
@@ -286,7 +287,7 @@ static void test_timing_cache(const kiln_llm_model *m, const schedule *sc) {
         kiln_llm_cuda *g = NULL;
         kiln_llm_cuda_kv *kv = NULL;
         const uint64_t per_block = (uint64_t)c->n_layer * 2 * c->n_kv_head * BLOCK * c->head_dim * 2;
-        kiln_llm_cuda_kv_options ko = {BLOCK, 0.5, per_block * N_BLOCKS};
+        kiln_llm_cuda_kv_options ko = {.block_size = BLOCK, .mem_fraction = 0.5, .max_bytes = per_block * N_BLOCKS};
         if (kiln_llm_cuda_create(m, KILN_F16, &o, &g) != KILN_OK || kiln_llm_cuda_kv_create(g, &ko, &kv) != KILN_OK) {
             LT_EXPECT(0, "timing cache run %d: create: %s", run, kiln_last_error());
         } else {

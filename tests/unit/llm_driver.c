@@ -228,7 +228,8 @@ static int run(opts *o, kiln_llm_model **m, llm_runner **rn, kiln_kv_cache **kv,
         if (llm_runner_make_cache(*rn, n_blocks, o->block_size, false, kv) != KILN_OK) return fail(kiln_last_error());
         fprintf(stderr, "llm_driver: %s\n", desc);
     } else {
-        kiln_kv_cache_config kc = {c->n_layer, c->n_kv_head, c->head_dim, o->block_size, n_blocks, o->kv_dtype};
+        kiln_kv_cache_config kc = {.n_layer = c->n_layer, .n_kv_head = c->n_kv_head, .head_dim = c->head_dim,
+                                   .block_size = o->block_size, .n_blocks = n_blocks, .dtype = o->kv_dtype};
         if (kiln_kv_cache_create(&kc, kv) != KILN_OK) return fail(kiln_last_error());
     }
     if (assign_blocks(o, *kv, max_blocks)) return 1;

@@ -6,7 +6,7 @@
  * one new token over a paged FP32 cache (scattered blocks, grouped-query heads, contexts inside one
  * block and across several, odd head sizes, sliding windows starting inside a block or covering it
  * all) against a float64 attention; the one-dispatch decode step (QKV product with bias, whole or
- * partial RoPE, cache write, windowed attention) against those steps run one by one, bit for bit; a model's weights moved into huge pages (llm_weights_hugepages.c): every array unchanged and
+ * partial RoPE, cache write, windowed attention; FP32 and FP8 caches) against those steps run one by one, bit for bit; a model's weights moved into huge pages (llm_weights_hugepages.c): every array unchanged and
  * inside the block, a tied lm_head still the embedding, freed without a leak. Exit 0 = pass. */
 #include "check.h"
 #include "llm/kv_cache.h"
@@ -176,11 +176,13 @@ static void test_decode_attention(void) {
 /* kiln_llm_decode_qkv_attention against kiln_llm_linear, kiln_llm_rope, kiln_llm_kv_write and
  * kiln_llm_attention one after the other, each on its own cache holding the same earlier tokens.
  * rot: the dims RoPE rotates (0: no RoPE). */
-static void decode_step_case(int n_head, int n_kv_head, int hd, int pos, int rot, int window) {
+static void decode_step_case(int n_head, int n_kv_head, int hd, int pos, int rot, int window, kiln_dtype kvt) {
     const int d = 40, bs = 4, n_blocks = pos / bs + 1, qkv_rows = (n_head + 2 * n_kv_head) * hd;
     const size_t kvd = (size_t)n_kv_head * hd, qd = (size_t)n_head * hd;
+    float scales[2 * 8]; /* an FP8 cache's: [2][n_kv_head] */
+    for (int i = 0; i < 2 * n_kv_head; i++) scales[i] = (1.0f + (float)i) / 448.0f;
     kiln_kv_cache_config kc = {.n_layer = 1, .n_kv_head = n_kv_head, .head_dim = hd, .block_size = bs,
-                               .n_blocks = n_blocks, .dtype = KILN_F32};
+                               .n_blocks = n_blocks, .dtype = kvt, .scales = kvt == KILN_F8E4M3FN ? scales : NULL};
     kiln_kv_cache *kv[2];
     int32_t blocks[64];
     REQUIRE_OK(kiln_kv_cache_create(&kc, &kv[0]));
@@ -217,14 +219,14 @@ static void decode_step_case(int n_head, int n_kv_head, int hd, int pos, int rot
     kiln_llm_kv_write(&s[1], pos, qkv[1] + qd, qkv[1] + qd + kvd);
     kiln_llm_attention(&s[1], 1, pos + 1, window, n_head, qkv[1], (int)qd, out[1], (int)qd, scratch);
     CHECKF(memcmp(qkv[0], qkv[1], sizeof(float) * qkv_rows) == 0 && memcmp(out[0], out[1], sizeof(float) * qd) == 0,
-           "decode step heads %d/%d hd %d pos %d rot %d window %d: differs from the steps one by one", n_head, n_kv_head,
-           hd, pos, rot, window);
-    const size_t block_floats = (size_t)n_kv_head * bs * hd;
+           "decode step heads %d/%d hd %d pos %d rot %d window %d %s cache: differs from the steps one by one", n_head,
+           n_kv_head, hd, pos, rot, window, kiln_dtype_name(kvt));
+    const size_t block_bytes = (size_t)n_kv_head * bs * hd * kiln_dtype_size(kvt);
     for (int i = 0; i < n_blocks; i++)
         CHECK(memcmp(kiln_kv_cache_keys(kv[0], 0, blocks[i]), kiln_kv_cache_keys(kv[1], 0, blocks[i]),
-                     block_floats * sizeof(float)) == 0 &&
+                     block_bytes) == 0 &&
               memcmp(kiln_kv_cache_values(kv[0], 0, blocks[i]), kiln_kv_cache_values(kv[1], 0, blocks[i]),
-                     block_floats * sizeof(float)) == 0);
+                     block_bytes) == 0);
     for (int i = 0; i < 2; i++) {
         free(qkv[i]);
         free(out[i]);
@@ -242,13 +244,16 @@ static void test_decode_step(void) {
     const int positions[] = {0, 3, 4, 21, 100};
     for (size_t i = 0; i < sizeof positions / sizeof *positions; i++)
         for (int rope = 0; rope < 2; rope++) {
-            decode_step_case(6, 6, 16, positions[i], rope ? 16 : 0, 0);
-            decode_step_case(8, 2, 32, positions[i], rope ? 32 : 0, 0);
-            decode_step_case(4, 1, 8, positions[i], rope ? 8 : 0, 0);
+            decode_step_case(6, 6, 16, positions[i], rope ? 16 : 0, 0, KILN_F32);
+            decode_step_case(8, 2, 32, positions[i], rope ? 32 : 0, 0, KILN_F32);
+            decode_step_case(4, 1, 8, positions[i], rope ? 8 : 0, 0, KILN_F32);
             /* partial RoPE (Phi-3's rotary_dim, GPT-NeoX style) and sliding windows (Mistral) */
-            decode_step_case(6, 6, 16, positions[i], rope ? 8 : 0, 5);
-            decode_step_case(8, 2, 32, positions[i], rope ? 12 : 0, 16);
-            decode_step_case(4, 1, 8, positions[i], rope ? 4 : 0, 1);
+            decode_step_case(6, 6, 16, positions[i], rope ? 8 : 0, 5, KILN_F32);
+            decode_step_case(8, 2, 32, positions[i], rope ? 12 : 0, 16, KILN_F32);
+            decode_step_case(4, 1, 8, positions[i], rope ? 4 : 0, 1, KILN_F32);
+            /* an FP8 (E4M3) cache with per-head scales */
+            decode_step_case(8, 2, 32, positions[i], rope ? 32 : 0, 0, KILN_F8E4M3FN);
+            decode_step_case(6, 6, 16, positions[i], rope ? 8 : 0, 5, KILN_F8E4M3FN);
         }
 }
 

@@ -154,11 +154,11 @@ static void test_configs(void) {
     const char *good = "{\"max_batch\": 16, \"preferred_batch_sizes\": [4, 16], \"max_queue_delay_us\": 100, "
                        "\"version_policy\": {\"specific\": [3, 1]}, \"aliases\": [\"x\"], \"kv_cache_bytes\": 1048576, "
                        "\"max_waiting\": 4, \"target\": \"cuda\", \"device\": 1, \"io_format\": \"fp16\", "
-                       "\"landing_batches\": 2}";
+                       "\"landing_batches\": 2, \"kv_cache_dtype\": \"fp8\", \"kv_calib_text\": \"calib.txt\"}";
     CHECK_OK(serve_model_config_parse(good, strlen(good), "good", &c));
     CHECK(c.batch.max_batch == 16 && c.batch.n_preferred == 2 && c.n_specific == 2 && c.version_specific[0] == 3);
     CHECK(c.n_aliases == 1 && c.llm.kv_cache_bytes == 1048576 && c.llm.max_waiting == 4 && c.device == 1 && c.io_fp16);
-    CHECK(c.batch.landing_batches == 2);
+    CHECK(c.batch.landing_batches == 2 && !strcmp(c.llm.kv_cache_dtype, "fp8") && !strcmp(c.kv_calib_text, "calib.txt"));
     static const struct { const char *json, *message; } BAD[] = {
         {"[1]", "not a JSON object"},
         {"{\"max_bach\": 2}", "unknown key 'max_bach'"},
@@ -172,6 +172,8 @@ static void test_configs(void) {
         {"{\"aliases\": [\"a/b\"]}", "without '/'"},
         {"{\"target\": \"tpu\"}", "'target' must be"},
         {"{\"chat_template\": \"../x\"}", "'chat_template'"},
+        {"{\"kv_cache_dtype\": \"fp16\"}", "'kv_cache_dtype' must be \"auto\" or \"fp8\""},
+        {"{\"kv_calib_text\": \"../x\"}", "'kv_calib_text'"},
         {"{\"traffic\": {\"one\": 5}}", "'traffic' must map versions"},
         {"{\"traffic\": {\"1\": -5}}", "'traffic' must map versions"},
         {"{\"traffic\": {\"1\": 5, \"1\": 5}}", "'traffic' names version \"1\" twice"},

@@ -64,11 +64,6 @@ static kiln_status check_shape(const kiln_llm_config *c, kiln_dtype dtype, const
                           "to %d)", c->head_dim, LLMC_MAX_HEAD_DIM);
     if (c->d_model > LLMC_MAX_D)
         return kiln_error(KILN_ERR_UNSUPPORTED, "llm cuda: d_model %d (at most %d)", c->d_model, LLMC_MAX_D);
-    if (c->sliding_window && c->sliding_window < o->max_context)
-        return kiln_error(KILN_ERR_UNSUPPORTED, "llm cuda: the %s model's sliding window of %d tokens is shorter than "
-                          "max_context %d (the CUDA attention has no window yet): use a max context of at most %d, "
-                          "or --target cpu", kiln_llm_family_name(c->family), c->sliding_window, o->max_context,
-                          c->sliding_window);
     if (o->max_tokens < 1 || o->max_seqs < 1 || o->max_context < 1 || o->gemv_max_tokens < 0 ||
         o->gemv_max_tokens > LLMC_GEMV_MAX)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "llm cuda: options max_tokens %d, max_seqs %d, max_context %d, "

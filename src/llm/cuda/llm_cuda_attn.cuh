@@ -1,12 +1,14 @@
 /* llm_cuda_attn.cuh — what the attention kernels (llm_cuda_attn.cu: prefill, llm_cuda_decode.cu:
  * decode) share: the paged-cache geometry of one sequence, the head-dim geometry of an instantiation
  * (a fast path compiled for one head dim, or a generic one taking any multiple of 8 up to a bound),
- * the load of a lane's output dims of a value row, and the dispatch from a head dim to its
- * instantiation. */
+ * the load of a lane's output dims of a value row, the E4M3 conversions of an FP8 cache, and the
+ * dispatch from a head dim to its instantiation. */
 #ifndef KILN_LLM_CUDA_ATTN_CUH
 #define KILN_LLM_CUDA_ATTN_CUH
 
 #include "llm/cuda/llm_cuda_util.cuh"
+
+#include <cuda_fp8.h>
 
 /* The paged-cache geometry of one sequence in one layer. */
 typedef struct att_cache {
@@ -49,6 +51,48 @@ static __device__ __forceinline__ void att_load_dims(float (&vf)[att_dims<HDC, H
 #pragma unroll
         for (int e = 0; e < D::E; e++) vf[e] = D::has(lane, e, hd) ? ku_f32(row[D::dim(lane, e)]) : 0.0f;
     }
+}
+
+/* ---- FP8 (E4M3) caches: a key or value is stored as e4m3(x / scale), scale per (layer, KV head) */
+
+/* The E4M3 code of x / scale: nearest, ties to even, saturated at +-448 (src/quant/fp8.h's rule). */
+static __device__ __forceinline__ uint8_t att_to_e4m3(float x, float scale) {
+    return (uint8_t)__nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, __NV_E4M3);
+}
+
+/* The value of E4M3 code c times scale. */
+static __device__ __forceinline__ float att_from_e4m3(uint8_t c, float scale) {
+    const __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)c, __NV_E4M3);
+    return __half2float(__half(h)) * scale;
+}
+
+/* 8 E4M3 codes at p (8-byte aligned) times scale, as FP32 (ok false: zeros, nothing read). */
+static __device__ __forceinline__ void att_load8_e4m3(const uint8_t *p, float scale, bool ok, float (&f)[8]) {
+    const uint2 u = ok ? __ldg(reinterpret_cast<const uint2 *>(p)) : make_uint2(0, 0);
+    const uint8_t *b = reinterpret_cast<const uint8_t *>(&u);
+#pragma unroll
+    for (int i = 0; i < 8; i++) f[i] = ok ? att_from_e4m3(b[i], scale) : 0.0f;
+}
+
+/* 8 E4M3 codes at p times scale as 8 T in shared memory at dst (16-byte aligned; zeros when !ok): the
+ * FP8 cache's keys and values reach the 16-bit tiles of the kernels this way, synchronously. */
+template <typename T>
+static __device__ __forceinline__ void att_stage8_e4m3(T *dst, const uint8_t *p, float scale, bool ok) {
+    float f[8];
+    att_load8_e4m3(p, scale, ok, f);
+    T v[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = ku_from_f32<T>(f[i]);
+    *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(v);
+}
+
+/* The lane's output dims of an FP8 value row, as att_load_dims does for 16-bit rows. */
+template <int HDC, int HDM>
+static __device__ __forceinline__ void att_load_dims_e4m3(float (&vf)[att_dims<HDC, HDM>::E], const uint8_t *row,
+                                                          float scale, int lane, int hd) {
+    using D = att_dims<HDC, HDM>;
+#pragma unroll
+    for (int e = 0; e < D::E; e++) vf[e] = D::has(lane, e, hd) ? att_from_e4m3(row[D::dim(lane, e)], scale) : 0.0f;
 }
 
 /* row[dim] = o[e] for the lane's dims that exist (a vector store in the contiguous layout). */

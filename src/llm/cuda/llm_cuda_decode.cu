@@ -9,7 +9,9 @@
  * through shared memory. With one split the block writes the output; with several the last block of a
  * (sequence, KV head, chunk) to finish (an atomic counter, left at zero for the next launch) combines
  * the splits. Head dims: any multiple of 8 up to 256, fast paths compiled for 64, 80, 96, 128 and 256
- * (llm_cuda_attn.cuh). Shared memory: about 70 KB a block (opted into beyond 48 KB). Rows may also be
+ * (llm_cuda_attn.cuh). An FP8 (E4M3) cache's codes are read synchronously and dequantized (times the
+ * KV head's scale) into the same 16-bit tiles. With a sliding window a row's keys start at max(0, ctx - window) and the
+ * splits cover the window only. Shared memory: about 70 KB a block (opted into beyond 48 KB). Rows may also be
  * the new tokens of a prefill step (row_seq, row_pos: each token over its own causal context, one
  * split), which keeps the GPU busy where the prefill kernel would not: few new tokens, long contexts. */
 #include "llm/cuda/llm_cuda_attn.cuh"
@@ -66,10 +68,13 @@ template <int E, int R> struct dec_state {
 /* Starts copying keys [j0, min(j0 + TK, k1)) and their values (head dim hd) into `stage` (one commit
  * group is the caller's). Lane kk % TK finds key kk's row in the paged cache; the warp's 16-byte
  * chunks are consecutive within each row (a row is hd contiguous 16-bit values); chunks at or past
- * the head dim (generic instantiations) are not copied and never read. */
+ * the head dim (generic instantiations) are not copied and never read. An FP8 cache (f8: kc and vc
+ * hold E4M3 codes, 8 bytes a chunk) is read synchronously instead, each chunk dequantized with ksc /
+ * vsc into the same 16-bit tile. */
 template <typename T, int HDM>
 static __device__ __forceinline__ void dec_issue(char *stage, int j0, int k1, const att_cache &c, const T *__restrict__ kc,
-                                                 const T *__restrict__ vc, int lane, int hd) {
+                                                 const T *__restrict__ vc, int lane, int hd, bool f8, float ksc,
+                                                 float vsc) {
     using G = dec_geo<HDM>;
     const int j = j0 + lane % G::TK, ch_used = hd / 8;
     long long off = 0;
@@ -80,7 +85,10 @@ static __device__ __forceinline__ void dec_issue(char *stage, int j0, int k1, co
         const int ch = lane + 32 * i, kk = ch / G::CH, seg = ch % G::CH;
         const long long o = __shfl_sync(0xffffffffu, off, kk) + seg * 8;
         const bool ok = j0 + kk < k1;
-        if (seg < ch_used) {
+        if (seg < ch_used && f8) {
+            att_stage8_e4m3<T>(ks + kk * G::KROW + seg * 8, reinterpret_cast<const uint8_t *>(kc) + o, ksc, ok);
+            att_stage8_e4m3<T>(vs + kk * G::VROW + seg * 8, reinterpret_cast<const uint8_t *>(vc) + o, vsc, ok);
+        } else if (seg < ch_used) {
             dec_cp16(ks + kk * G::KROW + seg * 8, kc + o, ok);
             dec_cp16(vs + kk * G::VROW + seg * 8, vc + o, ok);
         }
@@ -193,7 +201,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, DEC_BLOCKS_PER_SM)
                const int32_t *__restrict__ table, int table_stride, const T *__restrict__ kc, const T *__restrict__ vc,
                int n_head, int n_kv_head, int bs, float qscale, int part, float *__restrict__ pa, float *__restrict__ pml,
                unsigned *__restrict__ count, const int32_t *__restrict__ row_seq, const int32_t *__restrict__ row_pos,
-               int hd_arg) {
+               int window, const float *__restrict__ kv_scales, int hd_arg) {
     using G = dec_geo<HDM>;
     using D = att_dims<HDC, HDM>;
     extern __shared__ __align__(16) char dsm[];
@@ -202,20 +210,25 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, DEC_BLOCKS_PER_SM)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int group = n_head / n_kv_head, chunks = (group + R - 1) / R, g = blockIdx.y / chunks;
     const int h0 = g * group + (blockIdx.y - g * chunks) * R, rows = min(R, (g + 1) * group - h0);
-    const int ctx = row_pos ? row_pos[seq] + 1 : ctx_len[seq], k0 = split * part;
+    const int ctx = row_pos ? row_pos[seq] + 1 : ctx_len[seq];
+    const int jw = window > 0 && ctx > window ? ctx - window : 0; /* the first key of the window */
+    const int k0 = jw + split * part;
     if (k0 >= ctx) return; /* the whole block: before any barrier */
     const int k1 = min(ctx, k0 + part), n_tiles = (k1 - k0 + G::TK - 1) / G::TK;
-    const int n_splits = min((ctx + part - 1) / part, splits); /* ctx <= max_ctx: never clamped */
+    const int n_splits = min((ctx - jw + part - 1) / part, splits); /* ctx - jw <= the span: never clamped */
     char *wbase = dsm + warp * G::WARP_BYTES;
     float *qs = reinterpret_cast<float *>(dsm + DEC_WARPS * G::WARP_BYTES);
     int *last = reinterpret_cast<int *>(qs + R * G::QROW);
     const size_t trow = row_seq ? (size_t)row_seq[seq] : (size_t)seq;
     const att_cache c = {table + trow * table_stride, bs, (size_t)n_kv_head * bs * hd, (size_t)g * bs * hd};
+    const bool f8 = kv_scales != nullptr;
+    const float ksc = f8 ? kv_scales[g] : 1.0f, vsc = f8 ? kv_scales[n_kv_head + g] : 1.0f;
     /* the warp's first two tiles start loading before anything else */
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const int t = warp + i * DEC_WARPS;
-        if (t < n_tiles) dec_issue<T, HDM>(wbase + i * G::STAGE, k0 + t * G::TK, k1, c, kc, vc, lane, hd);
+        if (t < n_tiles)
+            dec_issue<T, HDM>(wbase + i * G::STAGE, k0 + t * G::TK, k1, c, kc, vc, lane, hd, f8, ksc, vsc);
         dec_commit();
     }
     const T *qp = q + (size_t)seq * ldq + (size_t)h0 * hd; /* token index == sequence index */
@@ -238,7 +251,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, DEC_BLOCKS_PER_SM)
         __syncwarp();
         dec_tile<T, HDC, HDM, R>(st, stage, qs, rows, k0 + t * G::TK, k1, lane, hd);
         const int tn = t + 2 * DEC_WARPS;
-        if (tn < n_tiles) dec_issue<T, HDM>(stage, k0 + tn * G::TK, k1, c, kc, vc, lane, hd);
+        if (tn < n_tiles) dec_issue<T, HDM>(stage, k0 + tn * G::TK, k1, c, kc, vc, lane, hd, f8, ksc, vsc);
         dec_commit();
     }
     dec_wait<0>();
@@ -370,7 +383,7 @@ static kiln_status dec_launch(const llmc_decode_attn *a, int part, int splits, c
     dec_kernel<T, HDC, HDM, R><<<grid, DEC_WARPS * 32, smem, stream>>>(
         (const T *)a->q, a->ldq, (T *)a->out, a->ldo, a->ctx_len, a->table, a->table_stride, (const T *)a->kc,
         (const T *)a->vc, a->n_head, a->n_kv_head, a->block_size, qscale, part, pa, pml, a->count, a->row_seq,
-        a->row_pos, hd);
+        a->row_pos, a->window, a->kv_scales, hd);
     KILN_CUDA_LAUNCH_CHECK("dec_kernel");
     return KILN_OK;
 }
@@ -380,11 +393,13 @@ struct dec_launcher {
     template <typename T, int HDC, int HDM> static kiln_status run(const llmc_decode_attn *a, cudaStream_t stream) {
         const int group = a->n_head / a->n_kv_head;
         const int gran = DEC_WARPS * dec_tile_keys(a->head_dim);
+        /* the most keys a row sees: the window, when shorter than the contexts */
+        const int span = a->window > 0 && a->window < a->max_ctx ? a->window : a->max_ctx;
         const int part = a->part_keys > 0 ? a->part_keys
                          : a->part_keys < 0
-                             ? (a->max_ctx + gran - 1) / gran * gran
-                             : llmc_decode_part(a->head_dim, a->n_seqs, a->n_kv_head, a->max_ctx, a->sm_count, a->split_cap);
-        const int splits = (a->max_ctx + part - 1) / part;
+                             ? (span + gran - 1) / gran * gran
+                             : llmc_decode_part(a->head_dim, a->n_seqs, a->n_kv_head, span, a->sm_count, a->split_cap);
+        const int splits = (span + part - 1) / part;
         if (splits > a->split_cap || splits > DEC_MAX_SPLITS)
             return kiln_error(KILN_ERR_INTERNAL, "decode attention: %d splits of %d keys exceed the %d allocated", splits,
                               part, a->split_cap < DEC_MAX_SPLITS ? a->split_cap : DEC_MAX_SPLITS);
@@ -398,11 +413,12 @@ struct dec_launcher {
 extern "C" kiln_status llmc_decode_attention(const llmc_decode_attn *a, cudaStream_t stream) {
     const bool token_rows = a->row_seq || a->row_pos;
     if (!att_shape_ok(a->dtype, a->head_dim, a->n_head, a->n_kv_head) || a->n_seqs < 1 || a->max_ctx < 1 ||
-        a->block_size < 1 || a->ldq % 8 || a->ldo % 8 || (token_rows && (!a->row_seq || !a->row_pos || a->part_keys >= 0)))
+        a->block_size < 1 || a->ldq % 8 || a->ldo % 8 || a->window < 0 ||
+        (token_rows && (!a->row_seq || !a->row_pos || a->part_keys >= 0)))
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "decode attention: head_dim %d (a multiple of 8 up to %d), %d "
-                          "heads over %d KV heads, %d rows, max_ctx %d, block_size %d, ldq %d, ldo %d, %s%s: "
+                          "heads over %d KV heads, %d rows, max_ctx %d, block_size %d, ldq %d, ldo %d, window %d, %s%s: "
                           "unsupported", a->head_dim, LLMC_MAX_HEAD_DIM, a->n_head, a->n_kv_head, a->n_seqs,
-                          a->max_ctx, a->block_size, a->ldq, a->ldo, kiln_dtype_name(a->dtype),
+                          a->max_ctx, a->block_size, a->ldq, a->ldo, a->window, kiln_dtype_name(a->dtype),
                           token_rows ? " (token rows need row_seq, row_pos and part_keys -1)" : "");
     return a->dtype == KILN_F16 ? att_dispatch_hd<dec_launcher, __half>(a->head_dim, a, stream)
                                 : att_dispatch_hd<dec_launcher, bf16>(a->head_dim, a, stream);

@@ -203,8 +203,9 @@ static kiln_status run_layers(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const llmc
         /* x += previous layer's MLP output (nothing before layer 0); h = norm1(x) */
         OP(PROF_OTHER, llmc_add_norm(g, n, NULL, l ? g->proj : NULL, l > 0, y->norm1_w, y->norm1_b));
         OP(PROF_GEMM, llmc_linear(g, g->h, d, n, d, y->qkv_w, y->qkv_b, ldq, g->qkv, ldq, false));
-        OP(PROF_OTHER, llmc_rope_kv_write(g, s, kc, vc, kv->block_size));
-        OP(PROF_ATTN, llmc_attention(g, s, kc, vc, kv->block_size));
+        const float *kv_scales = llmc_kv_layer_scales(kv, l); /* NULL: a 16-bit cache */
+        OP(PROF_OTHER, llmc_rope_kv_write(g, s, kc, vc, kv_scales, kv->block_size));
+        OP(PROF_ATTN, llmc_attention(g, s, kc, vc, kv_scales, kv->block_size));
         OP(PROF_GEMM, llmc_linear(g, g->att, qd, n, qd, y->o_w, y->o_b, d, g->proj, d, false));
         OP(PROF_OTHER, llmc_add_norm(g, n, NULL, g->proj, true, y->norm2_w, y->norm2_b)); /* x += attention; h = norm2(x) */
         OP(PROF_GEMM, llmc_linear(g, g->h, d, n, d, y->up_w, y->up_b, up, g->mlp, up, false));

@@ -114,6 +114,8 @@ struct kiln_llm_cuda_kv {
     int n_layer, n_kv_head, head_dim, block_size, n_blocks;
     void *data;         /* [layer][keys | values][block][n_kv_head][block_size][head_dim] */
     size_t block_elems; /* elements of one block of keys (or values) of one layer */
+    size_t elem_bytes;  /* 2 (dtype), or 1 (FP8 E4M3) */
+    float *scales;      /* FP8: [layer][keys | values][n_kv_head] on the device; else NULL */
     int *free_stack;    /* [n_blocks]; the top is free_stack[n_free - 1] */
     int n_free;
     bool *taken;        /* [n_blocks] */
@@ -132,6 +134,8 @@ typedef struct llmc_step {
 
 /* Keys and values of layer l. */
 void llmc_kv_layer(const kiln_llm_cuda_kv *kv, int layer, void **k, void **v);
+/* An FP8 cache's scales of layer l on the device: [2][n_kv_head] (keys', values'); NULL otherwise. */
+const float *llmc_kv_layer_scales(const kiln_llm_cuda_kv *kv, int layer);
 
 /* llm_cuda_tactics.c — the tactics of options.timing_cache. A key is kiln_cuda_env_key's text, " | ",
  * what ("llm.gemm": a cuBLASLt product, "llm.gemv": a GEMV product), " | " and the product's shape. */
@@ -172,8 +176,9 @@ kiln_status llmc_embed(kiln_llm_cuda *g, const llmc_step *s);
 kiln_status llmc_add_norm(kiln_llm_cuda *g, int n_rows, const int32_t *rows, const void *delta, bool store,
                           const float *w, const float *b);
 /* Per token: RoPE on the rotary dims of its q and k heads in g->qkv (not GPT-2), then its k and v
- * heads into the cache slot of its position. */
-kiln_status llmc_rope_kv_write(kiln_llm_cuda *g, const llmc_step *s, void *kc, void *vc, int block_size);
+ * heads into the cache slot of its position (kv_scales: the layer's FP8 scales, llmc_rope_kv's). */
+kiln_status llmc_rope_kv_write(kiln_llm_cuda *g, const llmc_step *s, void *kc, void *vc, const float *kv_scales,
+                               int block_size);
 
 /* llmc_rope_kv_write on plain parameters: for token t < n_tokens (sequence tok_seq[t], position
  * positions[t]), its n_head q heads, n_kv_head k heads and n_kv_head v heads of head_dim (even, <=
@@ -181,7 +186,8 @@ kiln_status llmc_rope_kv_write(kiln_llm_cuda *g, const llmc_step *s, void *kc, v
  * inv_freq_stride, 0: one row for all) the first rot_dim dims of q and k are rotated in place (HF's
  * rotate_half over them, angles position * inv_freq in double, cos and sin times rope_scale), then k
  * and v go to slot position % block_size of block table[seq * table_stride + position / block_size]
- * of kc / vc (kv_cache.h's layout, one layer). */
+ * of kc / vc (kv_cache.h's layout, one layer): in dtype, or with kv_scales as E4M3 codes of x / scale
+ * (nearest, saturating; src/quant/fp8.h's rule). */
 typedef struct llmc_rope_kv {
     kiln_dtype dtype; /* KILN_F16 or KILN_BF16 */
     int n_tokens, n_head, n_kv_head, head_dim, block_size;
@@ -195,6 +201,7 @@ typedef struct llmc_rope_kv {
     const int32_t *table;
     int table_stride;
     void *kc, *vc;
+    const float *kv_scales; /* an FP8 cache: [2][n_kv_head] key then value scales (device); NULL: dtype */
 } llmc_rope_kv;
 kiln_status llmc_rope_kv_launch(const llmc_rope_kv *a, cudaStream_t stream);
 /* GPT-2: g->mlp[n, d_ff] = GELU(tanh) in place. The others: the gate half of g->mlp[n, 2 d_ff] becomes
@@ -245,6 +252,10 @@ typedef struct llmc_decode_attn {
      * row z is token z of sequence row_seq[z] (its block table row), at position row_pos[z], seeing
      * keys 0 .. row_pos[z]. Only with part_keys -1 (no partials, no counters: rows may outnumber them). */
     const int32_t *row_seq, *row_pos;
+    int window; /* 0: none; else a row at position p sees keys max(0, p + 1 - window) .. p only (its own
+                 * included: the sliding window of Mistral and the CPU attention) */
+    const float *kv_scales; /* an FP8 (E4M3) cache: [2][n_kv_head] key then value scales (device), the
+                             * codes dequantized in registers; NULL: a cache of dtype */
 } llmc_decode_attn;
 
 /* Keys per split of the decode attention for these shapes: a multiple of 4 tiles (128 keys at head_dim
@@ -260,7 +271,7 @@ kiln_status llmc_decode_attention(const llmc_decode_attn *a, cudaStream_t stream
  * ctx_len[s] - 1 of its context, whose keys and values (theirs included) are in the paged cache
  * kc/vc (kv_cache.h's layout, one layer, 16-byte aligned); token t's query heads are at q + t * ldq,
  * its output heads at out + t * ldo (ldq, ldo multiples of 8). Causal: token t sees keys up to its
- * own position. */
+ * own position (and, with a window, none before it by window or more). */
 typedef struct llmc_prefill_attn {
     kiln_dtype dtype; /* KILN_F16 or KILN_BF16: queries, cache and output */
     int head_dim;     /* a multiple of 8, 8..LLMC_MAX_HEAD_DIM */
@@ -274,6 +285,8 @@ typedef struct llmc_prefill_attn {
     int table_stride;
     const void *kc, *vc;
     int kernel; /* LLMC_PREFILL_AUTO (0), LLMC_PREFILL_CUDA_CORES or LLMC_PREFILL_TENSOR_CORES */
+    int window; /* 0: none; else token t at position p sees keys max(0, p + 1 - window) .. p only */
+    const float *kv_scales; /* an FP8 (E4M3) cache: [2][n_kv_head] key then value scales (device); NULL: dtype */
 } llmc_prefill_attn;
 
 /* llmc_prefill_attn.kernel: AUTO takes the tensor-core kernel (llm_cuda_prefill.cu) on sm_80+ with
@@ -291,7 +304,8 @@ kiln_status llmc_prefill_attention_tc(const llmc_prefill_attn *a, cudaStream_t s
  * step of few new tokens per sequence over long contexts (a prompt after a cached prefix) through it
  * too, one row per token (llmc_decode_attn.row_seq); else llmc_prefill_attention. */
 #define LLMC_TOKEN_ROWS_MAX_NEW 64 /* most new tokens of one sequence for the decode kernel's token rows */
-kiln_status llmc_attention(kiln_llm_cuda *g, const llmc_step *s, const void *kc, const void *vc, int block_size);
+kiln_status llmc_attention(kiln_llm_cuda *g, const llmc_step *s, const void *kc, const void *vc, const float *kv_scales,
+                           int block_size);
 
 #ifdef __cplusplus
 }

@@ -5,7 +5,7 @@
  * the random fill of benchmark weights. Each mirrors the CPU op of
  * llm_cpu_ops.c on values rounded to the model dtype between kernels. */
 #include "backends/cuda/cuda_launchers.h" /* kiln_cuda_norm_rows */
-#include "llm/cuda/llm_cuda_util.cuh"
+#include "llm/cuda/llm_cuda_attn.cuh" /* att_to_e4m3 (and llm_cuda_util.cuh) */
 #include "llm/llm_internal.h" /* kiln_llm_rope_dim, kiln_llm_rope_scale, kiln_llm_norm_offset */
 
 #include <math.h>
@@ -71,7 +71,8 @@ template <typename T>
 __global__ void rope_kv_kernel(T *__restrict__ qkv, int ldq, const int32_t *__restrict__ positions,
                                const int32_t *__restrict__ tok_seq, const double *__restrict__ inv_freq, int freq_stride,
                                const int32_t *__restrict__ table, int table_stride, T *__restrict__ kc,
-                               T *__restrict__ vc, int n_head, int n_kv_head, int hd, int rot, double rscale, int bs) {
+                               T *__restrict__ vc, const float *__restrict__ kv_scales, int n_head, int n_kv_head, int hd,
+                               int rot, double rscale, int bs) {
     extern __shared__ float cs[]; /* [rot / 2] cos, then [rot / 2] sin */
     const int t = blockIdx.x, pos = positions[t], seq = tok_seq[t], half = rot / 2;
     T *q = qkv + (size_t)t * ldq, *k = q + (size_t)n_head * hd, *v = k + (size_t)n_kv_head * hd;
@@ -95,6 +96,11 @@ __global__ void rope_kv_kernel(T *__restrict__ qkv, int ldq, const int32_t *__re
     for (int idx = threadIdx.x; idx < n_kv_head * hd; idx += blockDim.x) {
         const int gh = idx / hd, e = idx - gh * hd;
         const size_t off = (((size_t)blk * n_kv_head + gh) * bs + slot) * hd + e;
+        if (kv_scales) { /* an FP8 cache: codes of x / scale */
+            reinterpret_cast<uint8_t *>(kc)[off] = att_to_e4m3(ku_f32(k[idx]), kv_scales[gh]);
+            reinterpret_cast<uint8_t *>(vc)[off] = att_to_e4m3(ku_f32(v[idx]), kv_scales[n_kv_head + gh]);
+            continue;
+        }
         kc[off] = k[idx];
         vc[off] = v[idx];
     }
@@ -103,7 +109,7 @@ __global__ void rope_kv_kernel(T *__restrict__ qkv, int ldq, const int32_t *__re
 template <typename T> static kiln_status launch_rope_kv(const llmc_rope_kv *a, cudaStream_t stream) {
     rope_kv_kernel<T><<<a->n_tokens, OPS_THREADS, (size_t)a->head_dim * sizeof(float), stream>>>(
         (T *)a->qkv, a->ldq, a->positions, a->tok_seq, a->inv_freq, a->inv_freq_stride, a->table, a->table_stride,
-        (T *)a->kc, (T *)a->vc, a->n_head, a->n_kv_head, a->head_dim, a->rot_dim ? a->rot_dim : a->head_dim,
+        (T *)a->kc, (T *)a->vc, a->kv_scales, a->n_head, a->n_kv_head, a->head_dim, a->rot_dim ? a->rot_dim : a->head_dim,
         a->rope_scale ? a->rope_scale : 1.0, a->block_size);
     KILN_CUDA_LAUNCH_CHECK("rope_kv_kernel");
     return KILN_OK;
@@ -121,7 +127,8 @@ extern "C" kiln_status llmc_rope_kv_launch(const llmc_rope_kv *a, cudaStream_t s
     return LC_DISPATCH(a->dtype, launch_rope_kv, a, stream);
 }
 
-extern "C" kiln_status llmc_rope_kv_write(kiln_llm_cuda *g, const llmc_step *s, void *kc, void *vc, int block_size) {
+extern "C" kiln_status llmc_rope_kv_write(kiln_llm_cuda *g, const llmc_step *s, void *kc, void *vc, const float *kv_scales,
+                                          int block_size) {
     const kiln_llm_config *c = &g->cfg;
     llmc_rope_kv a;
     memset(&a, 0, sizeof a);
@@ -143,6 +150,7 @@ extern "C" kiln_status llmc_rope_kv_write(kiln_llm_cuda *g, const llmc_step *s, 
     a.table_stride = s->table_stride;
     a.kc = kc;
     a.vc = vc;
+    a.kv_scales = kv_scales;
     return llmc_rope_kv_launch(&a, g->kc.stream);
 }
 

@@ -7,13 +7,15 @@
  *
  * Grid (row tiles, KV heads, sequences). The rows of a (sequence, KV head) are its (new token t, query
  * head hg of the group) pairs, row = t * group + hg, so the query heads sharing a KV head share every
- * key and value tile a block loads; row r sees keys 0 .. ctx - n + r / group. A block of 4 warps takes
- * 64 rows (16 per warp, the mma's M; the last row tiles, which see the most keys, are the first
- * blocks): Q [64][D + 8] in shared memory, then tiles of BK keys (64 at D <= 128, 32 at 256) of K and
- * V, gathered row by row from their cache blocks by cp.async and double-buffered (tile i + 1 loads
- * while tile i is used); padding rows, keys past the block's last visible key and dims past the head
- * dim are zeros. Per tile a warp computes its 16 x BK scores S = Q K^T, scales them by log2(e) /
- * sqrt(hd), applies the causal limit (skipped on a tile every row of the block sees whole), then runs
+ * key and value tile a block loads; row r sees keys 0 .. ctx - n + r / group (with a sliding window
+ * W, only the last W of them: the block's walk starts at its first row's first key). A block of 4
+ * warps takes 64 rows (16 per warp, the mma's M; the last row tiles, which see the most keys, are the
+ * first blocks): Q [64][D + 8] in shared memory, then tiles of BK keys (64 at D <= 128, 32 at 256) of
+ * K and V, gathered row by row from their cache blocks by cp.async and double-buffered (tile i + 1
+ * loads while tile i is used; an FP8 cache's codes are loaded synchronously and dequantized into the
+ * tile); padding rows, keys past the block's last visible key and dims past the head dim are zeros.
+ * Per tile a warp computes its 16 x BK scores S = Q K^T, scales them by log2(e) / sqrt(hd), applies
+ * the causal limit and window (skipped on a tile every row of the block sees whole), then runs
  * the online softmax and O += P V into its 16 x D FP32 accumulators: the per-tile core of
  * flash_tile.cuh, which the tensor engine's fa_kernel (fused_attention.cu) shares. At D <= 128 a warp
  * keeps its Q fragments in registers; at 256 it reads them from shared memory per tile (registers
@@ -43,21 +45,29 @@ struct fp_args {
     int ldq, ldo;
     const int32_t *seq_start, *ctx_len, *table;
     int table_stride, n_head, n_kv_head, block_size, hd;
+    int window;   /* 0: none; else a row sees its last `window` keys only */
+    const float *kv_scales; /* an FP8 cache: [2][n_kv_head] scales; NULL: 16-bit */
     float scale2; /* log2(e) / sqrt(hd) */
 };
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 /* Keys and values j0 .. j0 + BK - 1 of the KV head c addresses, from the caches kc and vc, into kd and
  * vd ([BK][D + 8] each; a key and its value share their cache offset); keys at or past kend and dims
- * at or past hd become zeros (not read). */
+ * at or past hd become zeros (not read). An FP8 cache (f8: E4M3 codes) is read synchronously, each 8
+ * codes dequantized with ksc / vsc into the same 16-bit tiles. */
 template <typename T, int D, int BK>
 static __device__ __forceinline__ void fp_load_kv(T *kd, T *vd, const T *kc, const T *vc, const att_cache &c, int j0,
-                                                  int kend, int hd) {
+                                                  int kend, int hd, bool f8, float ksc, float vsc) {
     constexpr int LD = D + 8, CH = D / 8;
     for (int e = threadIdx.x; e < BK * CH; e += FP_WARPS * 32) {
         const int r = e / CH, col = (e - r * CH) * 8, j = j0 + r;
         const bool ok = j < kend && col < hd;
         const size_t off = ok ? att_slot(c, j, hd) + col : 0;
+        if (f8) {
+            att_stage8_e4m3<T>(kd + r * LD + col, reinterpret_cast<const uint8_t *>(kc) + off, ksc, ok);
+            att_stage8_e4m3<T>(vd + r * LD + col, reinterpret_cast<const uint8_t *>(vc) + off, vsc, ok);
+            continue;
+        }
         fa_cp16(kd + r * LD + col, kc + off, ok);
         fa_cp16(vd + r * LD + col, vc + off, ok);
     }
@@ -78,17 +88,24 @@ __global__ void __launch_bounds__(FP_WARPS * 32, fp_min_blocks(D)) fp_kernel(con
     /* the last row tiles (the most keys) first: the light ones fill in behind them */
     const int nrows = n * group, row0 = (gridDim.x - 1 - blockIdx.x) * FP_BQ, past = a.ctx_len[seq] - n;
     if (row0 >= nrows) return; /* uniform over the block: before any barrier */
-    /* this lane's rows (g and g + 8 of its warp) and how many keys each sees (0: a padding row) */
+    /* this lane's rows (g and g + 8 of its warp): each sees keys lo .. vis - 1 (vis 0: a padding row) */
     const int rows[2] = {row0 + warp * 16 + g, row0 + warp * 16 + g + 8};
-    int vis[2];
-    for (int r = 0; r < 2; r++) vis[r] = rows[r] < nrows ? past + rows[r] / group + 1 : 0;
+    int vis[2], lo[2];
+    for (int r = 0; r < 2; r++) {
+        vis[r] = rows[r] < nrows ? past + rows[r] / group + 1 : 0;
+        lo[r] = a.window > 0 ? max(0, vis[r] - a.window) : 0;
+    }
     const int last = min(row0 + FP_BQ, nrows) - 1;
     const int kend = past + last / group + 1;      /* keys the block sees: its last row's */
     const int kfull = past + row0 / group + 1;     /* keys every row of the block sees: its first row's */
-    const int ntiles = (kend + BK - 1) / BK;       /* >= 1: every row sees its own key */
+    const int kbeg = a.window > 0 ? max(0, kfull - a.window) : 0; /* the first key any row sees */
+    const int klo = a.window > 0 ? max(0, kend - a.window) : 0;   /* every row sees the keys from here */
+    const int ntiles = (kend - kbeg + BK - 1) / BK; /* >= 1: every row sees its own key */
     const att_cache c = {a.table + (size_t)seq * a.table_stride, a.block_size, (size_t)a.n_kv_head * a.block_size * hd,
                          (size_t)kvh * a.block_size * hd};
     const T *kc = static_cast<const T *>(a.kc), *vc = static_cast<const T *>(a.vc);
+    const bool f8 = a.kv_scales != nullptr;
+    const float ksc = f8 ? a.kv_scales[kvh] : 1.0f, vsc = f8 ? a.kv_scales[a.n_kv_head + kvh] : 1.0f;
     /* Q rows of the block: row r is token r / group, head kvh * group + r % group */
     {
         const T *q = static_cast<const T *>(a.q);
@@ -101,7 +118,7 @@ __global__ void __launch_bounds__(FP_WARPS * 32, fp_min_blocks(D)) fp_kernel(con
             fa_cp16(qs + r * LD + col, src, ok);
         }
     }
-    fp_load_kv<T, D, BK>(ks, vs, kc, vc, c, 0, kend, hd);
+    fp_load_kv<T, D, BK>(ks, vs, kc, vc, c, kbeg, kend, hd, f8, ksc, vsc);
     fa_commit();
     const float NEG_INF = -INFINITY;
     float o[D / 8][4], mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.0f, 0.0f};
@@ -109,9 +126,10 @@ __global__ void __launch_bounds__(FP_WARPS * 32, fp_min_blocks(D)) fp_kernel(con
     for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     uint32_t qf[QREG ? KS : 1][4];
     for (int it = 0; it < ntiles; it++) {
-        const int buf = it & 1, j0 = it * BK;
+        const int buf = it & 1, j0 = kbeg + it * BK;
         if (it + 1 < ntiles) { /* prefetch the next tile into the other buffer (freed by the last barrier) */
-            fp_load_kv<T, D, BK>(ks + (buf ^ 1) * BK * LD, vs + (buf ^ 1) * BK * LD, kc, vc, c, j0 + BK, kend, hd);
+            fp_load_kv<T, D, BK>(ks + (buf ^ 1) * BK * LD, vs + (buf ^ 1) * BK * LD, kc, vc, c, j0 + BK, kend, hd, f8,
+                                 ksc, vsc);
             fa_commit();
             fa_wait<1>(); /* all but the prefetch: this tile (and Q) landed */
         } else {
@@ -138,15 +156,16 @@ __global__ void __launch_bounds__(FP_WARPS * 32, fp_min_blocks(D)) fp_kernel(con
                 fa_qk_step<T, D, BK>(s, qa, kt, kk, lane);
             }
         }
-        /* scale into the log2 domain and the causal limit: element (nt, e) is row rows[e / 2], key
-         * j0 + 8 nt + 2 q4 + e % 2, visible when below vis[e / 2] */
-        const bool full = j0 + BK <= kfull;
+        /* scale into the log2 domain and the causal limit (and window): element (nt, e) is row
+         * rows[e / 2], key j0 + 8 nt + 2 q4 + e % 2, visible when in [lo[e / 2], vis[e / 2]) */
+        const bool full = j0 + BK <= kfull && j0 >= klo;
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const float x = s[nt][e] * a.scale2;
-                s[nt][e] = full || j0 + nt * 8 + 2 * q4 + (e & 1) < vis[e >> 1] ? x : NEG_INF;
+                const int j = j0 + nt * 8 + 2 * q4 + (e & 1);
+                s[nt][e] = full || (j < vis[e >> 1] && j >= lo[e >> 1]) ? x : NEG_INF;
             }
         fa_softmax_pv<T, D, BK>(s, o, mrow, lrow, vt, lane); /* online softmax, O += P V */
         __syncthreads(); /* this buffer is refilled by the next iteration's prefetch */
@@ -170,8 +189,8 @@ template <typename T, int D> static kiln_status fp_launch(const llmc_prefill_att
     KILN_TRY(ku_smem_opt_in(fp_kernel<T, D>, smem, true, &opted, stream));
     const int group = a->n_head / a->n_kv_head;
     const fp_args k = {a->q, a->kc, a->vc, a->out, a->ldq, a->ldo, a->seq_start, a->ctx_len, a->table,
-                       a->table_stride, a->n_head, a->n_kv_head, a->block_size, a->head_dim,
-                       KU_LOG2E / sqrtf((float)a->head_dim)};
+                       a->table_stride, a->n_head, a->n_kv_head, a->block_size, a->head_dim, a->window,
+                       a->kv_scales, KU_LOG2E / sqrtf((float)a->head_dim)};
     const dim3 grid((unsigned)(((long long)a->max_new * group + FP_BQ - 1) / FP_BQ), (unsigned)a->n_kv_head,
                     (unsigned)a->n_seqs);
     fp_kernel<T, D><<<grid, FP_WARPS * 32, smem, stream>>>(k);
