@@ -19,6 +19,11 @@
  *    largest |h|; the FP32 residual exact.
  *  - the GEMV family (llmc_gemv_launch, every configuration) vs kiln_llm_linear: K 64..4096, N 5..2304,
  *    1, 3 and 8 rows, bias or not, 16-bit or FP32 out: <= 1.5e-3 (fp16), 1e-2 (bf16), 1e-4 (FP32 out).
+ *  - the fused GEMV (llmc_gemv_fused_launch, every configuration, with and without PDL, grids that loop
+ *    over row groups) vs kiln_llm_norm + kiln_llm_linear + GELU / kiln_llm_gated / the residual add:
+ *    K 64..4096, 1..8 rows (gathered residual rows, LayerNorm and RMSNorm with 1 + w), padded strides:
+ *    <= 1.5e-3 (fp16), 1e-2 (bf16); gated 4e-3, 1.6e-2; FP32 out 5e-4, 2e-3; nothing outside the
+ *    product written.
  *  - sampling: the greedy argmax kernel (llmc_argmax_launch) vs a CPU argmax (ties to the lowest id,
  *    NaN never wins) and the GPU sampler (kiln_llm_cuda_sample) vs kiln_sample_next (greedy,
  *    temperature + top-k, top-p, min-p + penalties): the same token ids exactly.
@@ -627,6 +632,172 @@ static void test_gemv(void) {
         for (int i = 0; i < 5; i++) gemv_case(shapes[i][0], shapes[i][1], shapes[i][2], di ? KILN_BF16 : KILN_F16);
 }
 
+/* ---------------------------------------------------------------- fused GEMV */
+
+#define FUSED_RES_ROWS 9 /* residual rows the norm prologue may gather from */
+
+static const char *const fused_epi_name[] = {"store", "gelu", "swiglu", "geglu", "residual"};
+
+/* One fused GEMV (llmc_gemv_fused_launch) in every configuration against the CPU ops it replaces, on
+ * values rounded to dt where the unfused kernels round them: the norm (kiln_llm_norm, LayerNorm with a
+ * shift or RMSNorm with Gemma's 1 + w) of gathered FP32 residual rows, then kiln_llm_linear, then GELU,
+ * kiln_llm_gated or the add into the residual. epi: LLMC_EPI_*; f32: FP32 output (plain store). */
+static void fused_case(int K, int N, int n, int epi, bool f32, kiln_dtype dt, cudaStream_t stream, bool pdl) {
+    static const int32_t rows_idx[LLMC_GEMV_MAX] = {7, 0, 4, 8, 2, 1, 6, 3};
+    const bool gated = epi == LLMC_EPI_SWIGLU || epi == LLMC_EPI_GEGLU, resid = epi == LLMC_EPI_RESIDUAL;
+    const bool layer = (K / 8 + n) % 2 == 0; /* LayerNorm or RMSNorm by shape */
+    const int NW = gated ? 2 * N : N, ldx = K + 8, ldres = resid ? N + 3 : K, ldy = NW + 5;
+    const float eps = 1e-5f, w_offset = layer ? 0.0f : 1.0f;
+    const size_t res_n = (size_t)(resid ? n : FUSED_RES_ROWS) * ldres;
+    uint16_t *w16 = malloc((size_t)NW * K * 2), *b16 = malloc((size_t)NW * 2), *x16 = malloc((size_t)n * ldx * 2);
+    float *wf = malloc((size_t)NW * K * 4), *bf = malloc((size_t)NW * 4), *xf = malloc((size_t)n * K * 4);
+    float *res = malloc(res_n * 4), *resg = malloc(res_n * 4), *nw = malloc((size_t)K * 4), *nb = malloc((size_t)K * 4);
+    float *want = malloc((size_t)n * NW * 4), *yh = malloc((size_t)n * ldy * 4);
+    void *d_w = NULL, *d_b = NULL, *d_x = NULL, *d_y = NULL;
+    float *d_res = NULL, *d_nw = NULL, *d_nb = NULL;
+    int32_t *d_rows = NULL;
+    char shape[96];
+    if (!w16 || !b16 || !x16 || !wf || !bf || !xf || !res || !resg || !nw || !nb || !want || !yh) {
+        LT_EXPECT(0, "out of memory");
+        goto done;
+    }
+    lt_fill16(&g_rng, w16, wf, (size_t)NW * K, 1.0f, dt);
+    lt_fill16(&g_rng, b16, bf, (size_t)NW, 1.0f, dt);
+    lt_fill16(&g_rng, x16, NULL, (size_t)n * ldx, 1.0f, dt);
+    for (size_t i = 0; i < res_n; i++) res[i] = 3.0f * lt_urand(&g_rng) + 0.5f;
+    for (int i = 0; i < K; i++) {
+        nw[i] = 1.0f + 0.5f * lt_urand(&g_rng);
+        nb[i] = 0.5f * lt_urand(&g_rng);
+    }
+    /* the CPU: the product's input rows, then the product and what follows it */
+    for (int t = 0; t < n; t++) {
+        float *xr = xf + (size_t)t * K;
+        if (resid) {
+            for (int i = 0; i < K; i++) xr[i] = lt_to_f32(x16[(size_t)t * ldx + i], dt);
+        } else {
+            kiln_llm_norm(res + (size_t)rows_idx[t] * ldres, 1, K, nw, w_offset, layer ? nb : NULL, eps, xr);
+            for (int i = 0; i < K; i++) xr[i] = lt_to_f32(lt_from_f32(xr[i], dt), dt);
+        }
+    }
+    kiln_llm_linear(xf, K, n, K, wf, bf, NW, want, NW, 0);
+    if (!f32)
+        for (size_t i = 0; i < (size_t)n * NW; i++) want[i] = lt_to_f32(lt_from_f32(want[i], dt), dt);
+    if (epi == LLMC_EPI_GELU) kiln_llm_gelu_tanh(want, (size_t)n * NW);
+    if (gated) kiln_llm_gated(want, n, N, epi == LLMC_EPI_GEGLU ? KILN_GATE_GELU_TANH : KILN_GATE_SILU);
+    LT_CUDA(cudaMalloc(&d_w, (size_t)NW * K * 2));
+    LT_CUDA(cudaMalloc(&d_b, (size_t)NW * 2));
+    LT_CUDA(cudaMalloc(&d_x, (size_t)n * ldx * 2));
+    LT_CUDA(cudaMalloc(&d_y, (size_t)n * ldy * 4));
+    LT_CUDA(cudaMalloc((void **)&d_res, res_n * 4));
+    LT_CUDA(cudaMalloc((void **)&d_nw, (size_t)K * 4));
+    LT_CUDA(cudaMalloc((void **)&d_nb, (size_t)K * 4));
+    LT_CUDA(cudaMalloc((void **)&d_rows, sizeof rows_idx));
+    LT_CUDA(cudaMemcpy(d_w, w16, (size_t)NW * K * 2, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_b, b16, (size_t)NW * 2, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_x, x16, (size_t)n * ldx * 2, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_nw, nw, (size_t)K * 4, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_nb, nb, (size_t)K * 4, cudaMemcpyHostToDevice));
+    LT_CUDA(cudaMemcpy(d_rows, rows_idx, sizeof rows_idx, cudaMemcpyHostToDevice));
+    for (int cfg = 0; cfg < LLMC_GEMV_CONFIGS; cfg++) {
+        LT_CUDA(cudaMemcpy(d_res, res, res_n * 4, cudaMemcpyHostToDevice));
+        LT_CUDA(cudaMemset(d_y, 0xff, (size_t)n * ldy * 4));
+        llmc_gemv_fused p;
+        memset(&p, 0, sizeof p);
+        p.dtype = dt;
+        p.cfg = cfg;
+        p.n = n;
+        p.K = K;
+        p.N = N;
+        p.prologue = resid ? LLMC_PRO_INPUT : LLMC_PRO_NORM;
+        p.epilogue = epi;
+        p.x = d_x;
+        p.ldx = ldx;
+        p.res = d_res;
+        p.ldres = ldres;
+        p.rows = d_rows;
+        p.norm_w = d_nw;
+        p.norm_b = layer ? d_nb : NULL;
+        p.norm_w_offset = w_offset;
+        p.eps = eps;
+        p.w = d_w;
+        p.bias = d_b;
+        p.y = d_y;
+        p.ldy = ldy;
+        p.out_f32 = f32;
+        p.pdl = pdl && cfg % 2 == 1; /* the attribute is harmless with nothing before */
+        p.sm_count = cfg < 4 ? 132 : 2; /* a grid of few blocks: each loops over row groups */
+        const kiln_status st = llmc_gemv_fused_launch(&p, stream);
+        LT_EXPECT(st == KILN_OK, "fused gemv: %s", kiln_last_error());
+        LT_CUDA(cudaStreamSynchronize(stream));
+        LT_CUDA(cudaMemcpy(yh, d_y, (size_t)n * ldy * (f32 ? 4 : 2), cudaMemcpyDeviceToHost));
+        LT_CUDA(cudaMemcpy(resg, d_res, res_n * 4, cudaMemcpyDeviceToHost));
+        lt_err er = {0, 0};
+        int untouched_wrong = 0; /* residual values, and with ldy output padding, no product may write */
+        for (int t = 0; t < n; t++)
+            for (int j = 0; j < N; j++) {
+                const size_t o = (size_t)t * ldy + j;
+                const double got = resid ? resg[(size_t)t * ldres + j]
+                                   : f32 ? yh[o] : lt_to_f32(((const uint16_t *)yh)[o], dt);
+                const double w = resid ? res[(size_t)t * ldres + j] + want[(size_t)t * NW + j] : want[(size_t)t * NW + j];
+                lt_err_add(&er, got, w);
+            }
+        for (size_t i = 0; i < res_n; i++) {
+            const bool written = resid && (int)(i % ldres) < N;
+            untouched_wrong += !written && resg[i] != res[i];
+        }
+        if (!resid) /* the poison stays past N in each output row */
+            for (int t = 0; t < n; t++)
+                for (int j = N; j < ldy && j < N + 4; j++)
+                    untouched_wrong += f32 ? !isnan(yh[(size_t)t * ldy + j])
+                                           : ((const uint16_t *)yh)[(size_t)t * ldy + j] != 0xffff;
+        const double err = lt_err_rel(&er);
+        const double tol = f32 ? (dt == KILN_F16 ? 5e-4 : 2e-3)
+                           : gated ? (dt == KILN_F16 ? 4e-3 : 1.6e-2) : (dt == KILN_F16 ? 1.5e-3 : 1e-2);
+        snprintf(shape, sizeof shape, "#%d, K %d N %d n %d, %s%s%s%s", cfg, K, N, n, resid ? "" : layer ? "LN, " : "RMS, ",
+                 fused_epi_name[epi], f32 ? ", fp32 out" : "", p.pdl ? ", pdl" : "");
+        report("gemv+fuse", shape, dt, err, tol, st == KILN_OK && err <= tol && untouched_wrong == 0);
+        LT_EXPECT(untouched_wrong == 0, "fused gemv %s: %d values outside the product changed", shape, untouched_wrong);
+    }
+done:
+    cudaFree(d_w);
+    cudaFree(d_b);
+    cudaFree(d_x);
+    cudaFree(d_y);
+    cudaFree(d_res);
+    cudaFree(d_nw);
+    cudaFree(d_nb);
+    cudaFree(d_rows);
+    free(w16);
+    free(b16);
+    free(x16);
+    free(wf);
+    free(bf);
+    free(xf);
+    free(res);
+    free(resg);
+    free(nw);
+    free(nb);
+    free(want);
+    free(yh);
+}
+
+static void test_fused_gemv(void) {
+    static const int shapes[][3] = {{64, 5, 1}, {256, 7, 3}, {1000, 301, 8}, {4096, 1024, 5}, {768, 2304, 2}};
+    cudaStream_t stream = NULL;
+    int cc_major = 0;
+    if (cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess) cc_major = 0;
+    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+        LT_EXPECT(0, "fused gemv: no stream");
+        return;
+    }
+    for (int di = 0; di < 2; di++)
+        for (int i = 0; i < 5; i++)
+            for (int e = 0; e <= LLMC_EPI_RESIDUAL + 1; e++) /* every epilogue, then the FP32 store */
+                fused_case(shapes[i][0], shapes[i][1], shapes[i][2], e > LLMC_EPI_RESIDUAL ? LLMC_EPI_STORE : e,
+                           e > LLMC_EPI_RESIDUAL, di ? KILN_BF16 : KILN_F16, stream, cc_major >= 9);
+    cudaStreamDestroy(stream);
+}
+
 /* ---------------------------------------------------------------- sampling */
 
 /* The lowest index of the largest value; NaN never wins; a row of NaNs gives 0. */
@@ -750,6 +921,7 @@ int main(void) {
     test_rope();
     test_norm();
     test_gemv();
+    test_fused_gemv();
     test_sampling();
     printf("\ntest_llm_ops: %d cases, %d failure(s)\n", g_cases, lt_failures);
     return lt_failures ? 1 : 0;
