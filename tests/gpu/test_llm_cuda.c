@@ -18,9 +18,10 @@
  * The GPU runs in fp16 and bf16, each with the GEMV kernel for small steps (its configuration timed
  * per shape on first use) kernel by kernel, the same with the fused GEMV (KILN_LLM_FUSE=on: norm
  * prologue, activation / residual epilogues) and with it under programmatic dependent launch
- * (KILN_LLM_FUSE=pdl; plain fused before sm_90), and with cuBLASLt only; each runs the schedule twice on one model and cache,
- * without and then with CUDA graphs for the decode steps, whose logits must equal the eager pass's
- * (relative difference <= 1e-6) and which must have been captured and replayed.
+ * (KILN_LLM_FUSE=pdl; plain fused before sm_90), and with cuBLASLt only; each runs the schedule twice
+ * on one model and cache, without and then with CUDA graphs for the decode steps, whose logits must
+ * equal the eager pass's (relative difference <= 1e-6) and which must have been captured and replayed.
+ * The path a model took (kiln_llm_cuda_decode_path) must be the one KILN_LLM_FUSE asked for.
  *
  * Checks per step: max |gpu - cpu| / max |cpu| over the logits <= 2e-2 (fp16) or 5e-2 (bf16); the
  * GPU's greedy ids equal the argmax of its own logits exactly; where they differ from the CPU's
@@ -756,7 +757,8 @@ int main(void) {
     test_gemv_kernels();
     test_decode_kernel();
 #endif
-    printf("%-30s %-5s %-19s %-8s %5s %10s %7s %-16s %s\n", "model", "dtype", "products", "phase", "rows", "max rel err",
+    printf("%-30s %-5s %-19s %-8s %5s %10s %7s %-16s %s\n", "model", "dtype", "products", "phase", "rows",
+           "max rel err",
            "tol", "argmax = cpu", "result");
     static const char *const phase_name[3] = {"prefill", "chunked", "decode"};
     model_case mc[N_MODELS];

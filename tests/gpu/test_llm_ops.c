@@ -21,9 +21,9 @@
  *    1, 3 and 8 rows, bias or not, 16-bit or FP32 out: <= 1.5e-3 (fp16), 1e-2 (bf16), 1e-4 (FP32 out).
  *  - the fused GEMV (llmc_gemv_fused_launch, every configuration, with and without PDL, grids that loop
  *    over row groups) vs kiln_llm_norm + kiln_llm_linear + GELU / kiln_llm_gated / the residual add:
- *    K 64..4096, 1..8 rows (gathered residual rows, LayerNorm and RMSNorm with 1 + w), padded strides:
- *    <= 1.5e-3 (fp16), 1e-2 (bf16); gated 4e-3, 1.6e-2; FP32 out 5e-4, 2e-3; nothing outside the
- *    product written.
+ *    K 64..6144, 1..8 rows (up to 96 KB of normed rows), gathered residual rows, LayerNorm and RMSNorm
+ *    with 1 + w, padded strides: <= 1.5e-3 (fp16), 1e-2 (bf16); gated 4e-3, 1.6e-2; FP32 out 5e-4,
+ *    2e-3; nothing outside the product written.
  *  - sampling: the greedy argmax kernel (llmc_argmax_launch) vs a CPU argmax (ties to the lowest id,
  *    NaN never wins) and the GPU sampler (kiln_llm_cuda_sample) vs kiln_sample_next (greedy,
  *    temperature + top-k, top-p, min-p + penalties): the same token ids exactly.
@@ -738,7 +738,8 @@ static void fused_case(int K, int N, int n, int epi, bool f32, kiln_dtype dt, cu
                 const size_t o = (size_t)t * ldy + j;
                 const double got = resid ? resg[(size_t)t * ldres + j]
                                    : f32 ? yh[o] : lt_to_f32(((const uint16_t *)yh)[o], dt);
-                const double w = resid ? res[(size_t)t * ldres + j] + want[(size_t)t * NW + j] : want[(size_t)t * NW + j];
+                const double prod = want[(size_t)t * NW + j];
+                const double w = resid ? res[(size_t)t * ldres + j] + prod : prod;
                 lt_err_add(&er, got, w);
             }
         for (size_t i = 0; i < res_n; i++) {
@@ -753,8 +754,8 @@ static void fused_case(int K, int N, int n, int epi, bool f32, kiln_dtype dt, cu
         const double err = lt_err_rel(&er);
         const double tol = f32 ? (dt == KILN_F16 ? 5e-4 : 2e-3)
                            : gated ? (dt == KILN_F16 ? 4e-3 : 1.6e-2) : (dt == KILN_F16 ? 1.5e-3 : 1e-2);
-        snprintf(shape, sizeof shape, "#%d, K %d N %d n %d, %s%s%s%s", cfg, K, N, n, resid ? "" : layer ? "LN, " : "RMS, ",
-                 fused_epi_name[epi], f32 ? ", fp32 out" : "", p.pdl ? ", pdl" : "");
+        snprintf(shape, sizeof shape, "#%d, K %d N %d n %d, %s%s%s%s", cfg, K, N, n,
+                 resid ? "" : layer ? "LN, " : "RMS, ", fused_epi_name[epi], f32 ? ", fp32 out" : "", p.pdl ? ", pdl" : "");
         report("gemv+fuse", shape, dt, err, tol, st == KILN_OK && err <= tol && untouched_wrong == 0);
         LT_EXPECT(untouched_wrong == 0, "fused gemv %s: %d values outside the product changed", shape, untouched_wrong);
     }
@@ -782,7 +783,9 @@ done:
 }
 
 static void test_fused_gemv(void) {
-    static const int shapes[][3] = {{64, 5, 1}, {256, 7, 3}, {1000, 301, 8}, {4096, 1024, 5}, {768, 2304, 2}};
+    /* the last: 96 KB of normed rows, past the 48 KB a kernel has without opting in */
+    static const int shapes[][3] = {{64, 5, 1}, {256, 7, 3}, {1000, 301, 8}, {4096, 1024, 5}, {768, 2304, 2},
+                                    {6144, 96, 8}};
     cudaStream_t stream = NULL;
     int cc_major = 0;
     if (cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess) cc_major = 0;
@@ -791,7 +794,7 @@ static void test_fused_gemv(void) {
         return;
     }
     for (int di = 0; di < 2; di++)
-        for (int i = 0; i < 5; i++)
+        for (int i = 0; i < 6; i++)
             for (int e = 0; e <= LLMC_EPI_RESIDUAL + 1; e++) /* every epilogue, then the FP32 store */
                 fused_case(shapes[i][0], shapes[i][1], shapes[i][2], e > LLMC_EPI_RESIDUAL ? LLMC_EPI_STORE : e,
                            e > LLMC_EPI_RESIDUAL, di ? KILN_BF16 : KILN_F16, stream, cc_major >= 9);

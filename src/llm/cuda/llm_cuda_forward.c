@@ -229,7 +229,8 @@ static llmc_gemv_fused fused_of(const kiln_llm_cuda *g, int n, int K, int N, con
 }
 
 /* The norm prologue over the residual rows (rows: NULL, or the logits rows) with norm w, b. */
-static void fused_norm(const kiln_llm_cuda *g, llmc_gemv_fused *p, const int32_t *rows, const float *w, const float *b) {
+static void fused_norm(const kiln_llm_cuda *g, llmc_gemv_fused *p, const int32_t *rows, const float *w,
+                       const float *b) {
     p->prologue = LLMC_PRO_NORM;
     p->rows = rows;
     p->norm_w = w;

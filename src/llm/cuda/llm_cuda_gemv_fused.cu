@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FUSED_SMEM_MAX (44 * 1024) /* normalized rows in shared memory: n * K * 2 bytes at most (the
-                                    * static reductions take the rest of the 48 KB without opt-in) */
+#define FUSED_SMEM_MAX (96 * 1024) /* normalized rows in shared memory: n * K * 2 bytes at most (8 rows
+                                    * at d_model 6144; opted in past 48 KB per kernel) */
 
 /* The kernel's parameters (one struct by value). */
 typedef struct fused_args {
@@ -40,18 +40,6 @@ typedef struct fused_args {
     void *y;
     int ldy;
 } fused_args;
-
-static __device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-static __device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
 
 static __device__ __forceinline__ void prefetch_l2(const void *p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
@@ -85,9 +73,10 @@ template <typename T> static __device__ void norm_rows(const fused_args &a, T *x
             sq += v * v;
         }
         const float rs = rsqrtf(ku_block_sum(sq, red) / (float)a.K + a.eps);
-        for (int i = threadIdx.x; i < a.K; i += blockDim.x)
-            xs[(size_t)t * a.K + i] =
-                ku_from_f32<T>((__ldcg(xr + i) - mean) * rs * (a.norm_w[i] + a.w_offset) + (a.norm_b ? a.norm_b[i] : 0.0f));
+        for (int i = threadIdx.x; i < a.K; i += blockDim.x) {
+            const float shift = a.norm_b ? a.norm_b[i] : 0.0f;
+            xs[(size_t)t * a.K + i] = ku_from_f32<T>((__ldcg(xr + i) - mean) * rs * (a.norm_w[i] + a.w_offset) + shift);
+        }
     }
     __syncthreads();
 }
@@ -137,8 +126,8 @@ __global__ void __launch_bounds__(TPR *GROUPS) gemv_fused_kernel(const fused_arg
                 if (gi + u * TPR < K8) prefetch_l2(w + (size_t)row * a.K + (size_t)(gi + u * TPR) * 8);
         }
     }
-    pdl_wait();
-    pdl_launch_dependents();
+    lc_pdl_wait();
+    lc_pdl_launch_dependents();
     const T *xbase = (const T *)a.x;
     int ldx = a.ldx;
     if (a.prologue == LLMC_PRO_NORM) {
@@ -235,6 +224,8 @@ static kiln_status fused_nt(const llmc_gemv_fused *p, const fused_args &a, cudaS
     auto kernel = gemv_fused_kernel<T, NT, TPR, GROUPS, R, U, GATED>;
     const size_t smem = a.prologue == LLMC_PRO_NORM ? (size_t)a.n * a.K * sizeof(T) : 0;
     const int n_blocks = (a.N + GROUPS * R - 1) / (GROUPS * R);
+    static unsigned long long opted; /* this instantiation's opt-in, per device (lc_smem_opt_in) */
+    if (smem > 0) KILN_TRY(lc_smem_opt_in(kernel, FUSED_SMEM_MAX, false, &opted, stream));
     int per_sm = 0;
     KILN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, TPR * GROUPS, smem));
     const int resident = (per_sm > 0 ? per_sm : 1) * (p->sm_count > 0 ? p->sm_count : 1);
@@ -280,7 +271,8 @@ static kiln_status fused_any(const llmc_gemv_fused *p, const fused_args &a, cuda
     const bool gated = p->epilogue == LLMC_EPI_SWIGLU || p->epilogue == LLMC_EPI_GEGLU;
     switch (p->cfg) {
 #define X(i, tpr, gr, r, u)                                                                        \
-    case i: return gated ? fused_n<T, tpr, gr, r, u, true>(p, a, stream) : fused_n<T, tpr, gr, r, u, false>(p, a, stream);
+    case i:                                                                                        \
+        return gated ? fused_n<T, tpr, gr, r, u, true>(p, a, stream) : fused_n<T, tpr, gr, r, u, false>(p, a, stream);
         FUSED_CONFIG_LIST(X)
 #undef X
     default: return kiln_error(KILN_ERR_INVALID_ARGUMENT, "llm cuda fused GEMV: no configuration %d", p->cfg);
@@ -303,7 +295,9 @@ extern "C" kiln_status llmc_fuse_mode_from_env(int cc_major, int *mode) {
 }
 
 extern "C" const char *llmc_fuse_mode_name(int mode) {
-    return mode == LLMC_FUSE_PDL ? "decode: fused GEMVs + PDL" : mode == LLMC_FUSE_ON ? "decode: fused GEMVs" : "decode: unfused";
+    return mode == LLMC_FUSE_PDL  ? "decode: fused GEMVs + PDL"
+           : mode == LLMC_FUSE_ON ? "decode: fused GEMVs"
+                                  : "decode: unfused";
 }
 
 extern "C" kiln_status llmc_gemv_fused_launch(const llmc_gemv_fused *p, cudaStream_t stream) {

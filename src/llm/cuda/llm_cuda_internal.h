@@ -204,7 +204,7 @@ typedef struct llmc_gemv_fused {
     int sm_count; /* the grid is at most the blocks resident on this many SMs */
 } llmc_gemv_fused;
 /* Whether the fused kernel takes n token rows of K inputs (n <= LLMC_GEMV_MAX, K a multiple of 8; with
- * the norm prologue the normed rows, n * K * 2 bytes, within its shared memory). */
+ * the norm prologue the normed rows, n * K * 2 bytes, within its 96 KB of shared memory). */
 bool llmc_gemv_fused_fits(int n, int K, bool norm);
 /* Enqueues the fused GEMV on stream; arguments it does not take are KILN_ERR_INVALID_ARGUMENT. */
 kiln_status llmc_gemv_fused_launch(const llmc_gemv_fused *a, cudaStream_t stream);
@@ -260,6 +260,7 @@ typedef struct llmc_rope_kv {
     const int32_t *table;
     int table_stride;
     void *kc, *vc;
+    bool pdl; /* launch with programmatic stream serialization (sm_90: overlaps the previous kernel's tail) */
 } llmc_rope_kv;
 kiln_status llmc_rope_kv_launch(const llmc_rope_kv *a, cudaStream_t stream);
 /* GPT-2: g->mlp[n, d_ff] = GELU(tanh) in place. The others: the gate half of g->mlp[n, 2 d_ff] becomes
