@@ -226,8 +226,19 @@ static kiln_status fused_nt(const llmc_gemv_fused *p, const fused_args &a, cudaS
     const int n_blocks = (a.N + GROUPS * R - 1) / (GROUPS * R);
     static unsigned long long opted; /* this instantiation's opt-in, per device (lc_smem_opt_in) */
     if (smem > 0) KILN_TRY(lc_smem_opt_in(kernel, FUSED_SMEM_MAX, false, &opted, stream));
-    int per_sm = 0;
-    KILN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, TPR * GROUPS, smem));
+    /* resident blocks per SM, remembered for the last (device, shared memory) asked: a model's products
+     * of one instantiation all have the same */
+    static unsigned long long occupancy; /* (device * 2^17 + smem) << 32 | blocks per SM; 0: none */
+    int dev = 0, per_sm = 0;
+    KILN_CUDA_TRY(cudaGetDevice(&dev));
+    const unsigned long long key = ((unsigned long long)dev << 17 | smem) << 32;
+    const unsigned long long seen = __atomic_load_n(&occupancy, __ATOMIC_RELAXED);
+    if (seen && (seen & ~0xffffffffull) == key) {
+        per_sm = (int)(seen & 0xffffffffull);
+    } else {
+        KILN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, TPR * GROUPS, smem));
+        __atomic_store_n(&occupancy, key | (unsigned)per_sm, __ATOMIC_RELAXED);
+    }
     const int resident = (per_sm > 0 ? per_sm : 1) * (p->sm_count > 0 ? p->sm_count : 1);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)(n_blocks < resident ? n_blocks : resident));
