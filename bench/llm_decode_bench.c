@@ -17,7 +17,9 @@
  * batches, a line per GEMV product shape: the configuration chosen and its time.
  *
  *   llm_decode_bench [--only gpt2,gpt2-xl,llama3-8b] [--gemv N] [--graphs 0|1] [--no-autotune]
- *                    [--breakdown | --no-breakdown]
+ *                    [--breakdown | --no-breakdown] [--fuse off,on,pdl]
+ *   (--fuse: each model once per listed KILN_LLM_FUSE mode, the decode path named above its rows, for an
+ *   A/B of the fused GEMVs in one run; default: the environment's mode only)
  *   (N: gemv_max_tokens, default 8; KILN_LLM_GEMV=0..7 in the environment: one configuration of the
  *   GEMV family for every shape instead of the one chosen per shape; bench/llm_attn_bench.c times the
  *   decode attention kernel alone)
@@ -247,7 +249,7 @@ static int run_batch(const bench_model *bm, kiln_llm_cuda *g, kiln_llm_cuda_prob
 }
 
 int main(int argc, char **argv) {
-    const char *only = NULL;
+    const char *only = NULL, *fuse = NULL;
     int gemv = 8, graphs = 1, autotune = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--only") && i + 1 < argc) {
@@ -256,6 +258,8 @@ int main(int argc, char **argv) {
             gemv = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--graphs") && i + 1 < argc) {
             graphs = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--fuse") && i + 1 < argc) {
+            fuse = argv[++i];
         } else if (!strcmp(argv[i], "--no-autotune")) {
             autotune = 0;
         } else if (!strcmp(argv[i], "--breakdown")) {
@@ -264,7 +268,7 @@ int main(int argc, char **argv) {
             g_breakdown = false;
         } else {
             fprintf(stderr, "usage: llm_decode_bench [--only gpt2,gpt2-xl,llama3-8b] [--gemv N] [--graphs 0|1] "
-                            "[--no-autotune] [--breakdown | --no-breakdown]\n");
+                            "[--no-autotune] [--breakdown | --no-breakdown] [--fuse off,on,pdl]\n");
             return 2;
         }
     }
@@ -284,8 +288,12 @@ int main(int argc, char **argv) {
     bench_model bm[3];
     make_models(bm);
     int rc = 0;
-    for (int i = 0; i < 3; i++) {
+    static const char *const modes[] = {"off", "on", "pdl"};
+    for (int run = 0; run < 3 * 3; run++) {
+        const int i = run / 3;
         if (only && !listed(only, bm[i].name)) continue;
+        if (fuse ? !listed(fuse, modes[run % 3]) : run % 3 != 0) continue;
+        if (fuse) setenv("KILN_LLM_FUSE", modes[run % 3], 1);
         kiln_llm_cuda_options o;
         kiln_llm_cuda_options_default(&o);
         o.max_tokens = 2048;
@@ -303,6 +311,7 @@ int main(int argc, char **argv) {
             rc = 1;
             continue;
         }
+        printf("%s, %s:\n", bm[i].name, kiln_llm_cuda_decode_path(g));
         probe.eager = !graphs;
         if (run_batch(&bm[i], g, &probe, 1, 10, 100, o.max_tokens)) rc = 1;
         memset(&probe, 0, sizeof probe);

@@ -39,6 +39,7 @@ kiln_status kiln_llm_cuda_create_random(const kiln_llm_config *c, kiln_dtype dty
 void kiln_llm_cuda_free(kiln_llm_cuda *g) {}
 const kiln_llm_config *kiln_llm_cuda_config(const kiln_llm_cuda *g) { return NULL; }
 uint64_t kiln_llm_cuda_weight_bytes(const kiln_llm_cuda *g) { return 0; }
+const char *kiln_llm_cuda_decode_path(const kiln_llm_cuda *g) { return ""; }
 int kiln_llm_cuda_gemv_picks(const kiln_llm_cuda *g, int i, char *line, size_t cap) { return 0; }
 
 kiln_status kiln_llm_cuda_kv_create(kiln_llm_cuda *g, const kiln_llm_cuda_kv_options *o, kiln_llm_cuda_kv **out) {

@@ -107,7 +107,8 @@ kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options 
     KILN_TRY(cuda_options(ro, &o, dev, sizeof dev));
     r->dtype = ro->bf16 ? KILN_BF16 : KILN_F16;
     KILN_TRY(kiln_llm_cuda_create(m, r->dtype, &o, &r->g));
-    snprintf(desc, cap, "CUDA forward (%s): %s", r->dtype == KILN_BF16 ? "bf16" : "fp16", dev);
+    snprintf(desc, cap, "CUDA forward (%s): %s; %s", r->dtype == KILN_BF16 ? "bf16" : "fp16", dev,
+             kiln_llm_cuda_decode_path(r->g));
     return make_sampler(r, &o, ro->host_sampler, desc, cap);
 }
 
@@ -129,8 +130,8 @@ kiln_status llm_runner_create_random(const kiln_llm_config *c, uint64_t seed, co
     KILN_TRY(cuda_options(ro, &o, dev, sizeof dev));
     r->dtype = ro->bf16 ? KILN_BF16 : KILN_F16;
     KILN_TRY(kiln_llm_cuda_create_random(c, r->dtype, &o, seed, &r->g));
-    snprintf(desc, cap, "CUDA forward (%s), random weights made on the device: %s", r->dtype == KILN_BF16 ? "bf16" : "fp16",
-             dev);
+    snprintf(desc, cap, "CUDA forward (%s), random weights made on the device: %s; %s",
+             r->dtype == KILN_BF16 ? "bf16" : "fp16", dev, kiln_llm_cuda_decode_path(r->g));
     return make_sampler(r, &o, ro->host_sampler, desc, cap);
 }
 

@@ -16,9 +16,12 @@
  * of 64 and 22; then 32 decode steps of all three (the third's context reaches 182 tokens: two
  * splits of the decode attention). Decode tokens are the CPU's greedy choices, fed to both.
  * The GPU runs in fp16 and bf16, each with the GEMV kernel for small steps (its configuration timed
- * per shape on first use) and with cuBLASLt only; each runs the schedule twice on one model and cache,
- * without and then with CUDA graphs for the decode steps, whose logits must equal the eager pass's
- * (relative difference <= 1e-6) and which must have been captured and replayed.
+ * per shape on first use) kernel by kernel, the same with the fused GEMV (KILN_LLM_FUSE=on: norm
+ * prologue, activation / residual epilogues) and with it under programmatic dependent launch
+ * (KILN_LLM_FUSE=pdl; plain fused before sm_90), and with cuBLASLt only; each runs the schedule twice
+ * on one model and cache, without and then with CUDA graphs for the decode steps, whose logits must
+ * equal the eager pass's (relative difference <= 1e-6) and which must have been captured and replayed.
+ * The path a model took (kiln_llm_cuda_decode_path) must be the one KILN_LLM_FUSE asked for.
  *
  * Checks per step: max |gpu - cpu| / max |cpu| over the logits <= 2e-2 (fp16) or 5e-2 (bf16); the
  * GPU's greedy ids equal the argmax of its own logits exactly; where they differ from the CPU's
@@ -178,7 +181,7 @@ static size_t schedule_rows(const schedule *sc) {
  * captured and replayed); both compared with the CPU, res[pass][0..2]: prefill (step 0), chunked
  * (1-2), decode. *same_err: the largest |pass 1 - pass 0| over all logits / max |pass 0|. The probe's
  * graph counters come back in *probe. */
-static int run_gpu(const kiln_llm_model *m, const schedule *sc, kiln_dtype dt, int gemv, double tol,
+static int run_gpu(const kiln_llm_model *m, const schedule *sc, kiln_dtype dt, int gemv, const char *fuse, double tol,
                    phase_result res[2][3], double *same_err, kiln_llm_cuda_probe *probe) {
     const kiln_llm_config *c = kiln_llm_model_config(m);
     kiln_llm_cuda_options o;
@@ -200,11 +203,16 @@ static int run_gpu(const kiln_llm_model *m, const schedule *sc, kiln_dtype dt, i
     memset(res, 0, 6 * sizeof res[0][0]);
     const uint64_t per_block = (uint64_t)c->n_layer * 2 * c->n_kv_head * BLOCK * c->head_dim * 2;
     kiln_llm_cuda_kv_options ko = {.block_size = BLOCK, .mem_fraction = 0.5, .max_bytes = per_block * N_BLOCKS};
+    setenv("KILN_LLM_FUSE", fuse, 1);
     if (!logits || !eager || kiln_llm_cuda_create(m, dt, &o, &g) != KILN_OK ||
         kiln_llm_cuda_kv_create(g, &ko, &kv) != KILN_OK) {
+        unsetenv("KILN_LLM_FUSE");
         LT_EXPECT(0, "create: %s", kiln_last_error());
         goto done;
     }
+    unsetenv("KILN_LLM_FUSE");
+    const bool fused_path = strstr(kiln_llm_cuda_decode_path(g), "fused") != NULL;
+    LT_EXPECT(fused_path == (strcmp(fuse, "off") != 0), "KILN_LLM_FUSE=%s gave %s", fuse, kiln_llm_cuda_decode_path(g));
     LT_EXPECT(kiln_llm_cuda_kv_blocks(kv) == N_BLOCKS, "cuda KV cache has %d blocks, expected %d", kiln_llm_cuda_kv_blocks(kv),
            N_BLOCKS);
     for (int i = 0; i < N_BLOCKS; i++) kiln_llm_cuda_kv_alloc_block(kv);
@@ -750,7 +758,8 @@ int main(void) {
     test_gemv_kernels();
     test_decode_kernel();
 #endif
-    printf("%-30s %-5s %-14s %-8s %5s %10s %7s %-16s %s\n", "model", "dtype", "products", "phase", "rows", "max rel err",
+    printf("%-30s %-5s %-19s %-8s %5s %10s %7s %-16s %s\n", "model", "dtype", "products", "phase", "rows",
+           "max rel err",
            "tol", "argmax = cpu", "result");
     static const char *const phase_name[3] = {"prefill", "chunked", "decode"};
     model_case mc[N_MODELS];
@@ -773,18 +782,19 @@ int main(void) {
             const double tol = di ? 5e-2 : 2e-2;
             /* products: the tuned GEMV, cuBLASLt only; each run without, then with CUDA graphs for the
              * decode steps, whose logits must equal the eager pass's */
-            static const char *const prod_name[2] = {"gemv", "cublasLt"};
-            for (int gi = 0; gi < 2; gi++) {
+            static const char *const prod_name[4] = {"gemv", "cublasLt", "gemv+fuse", "gemv+fuse+pdl"};
+            static const char *const prod_fuse[4] = {"off", "off", "on", "pdl"};
+            for (int gi = 0; gi < 4; gi++) {
                 phase_result res[2][3];
                 kiln_llm_cuda_probe probe;
                 double same_err = 0;
                 const int before = lt_failures;
-                run_gpu(m, &sc, dt, gi == 1 ? 0 : 8, tol, res, &same_err, &probe);
+                run_gpu(m, &sc, dt, gi == 1 ? 0 : 8, prod_fuse[gi], tol, res, &same_err, &probe);
                 /* 32 decode steps of 3 sequences, all in the context bucket 256 (longest context 151..182):
                  * run eagerly once, captured on the second, replayed from then on */
                 const bool used = probe.graphs_captured >= 1 && probe.graph_replays >= 20;
                 const bool same_ok = same_err <= 1e-6;
-                printf("%-30s %-5s %-14s graphs: %d captured, %d replays; |graphs - eager| / max %.2e %s%s%s\n",
+                printf("%-30s %-5s %-19s graphs: %d captured, %d replays; |graphs - eager| / max %.2e %s%s%s\n",
                        mc[mi].name, di ? "bf16" : "fp16", prod_name[gi], probe.graphs_captured, probe.graph_replays,
                        same_err, used && same_ok ? "ok" : "FAIL", probe.graph_error[0] ? "; capture error: " : "",
                        probe.graph_error);
@@ -798,10 +808,10 @@ int main(void) {
                         const phase_result *r = &res[pass][p];
                         const bool ok = r->rows > 0 && r->max_err <= tol && r->self_mismatch == 0 &&
                                         r->agree + r->near_ties == r->rows && lt_failures == before;
-                        char agree[32], prod[24];
+                        char agree[32], prod[32];
                         snprintf(agree, sizeof agree, "%d/%d (%d ties)", r->agree, r->rows, r->near_ties);
                         snprintf(prod, sizeof prod, "%s%s", prod_name[gi], pass ? "+graph" : "");
-                        printf("%-30s %-5s %-14s %-8s %5d %10.2e %7.0e %-16s %s\n", mc[mi].name, di ? "bf16" : "fp16",
+                        printf("%-30s %-5s %-19s %-8s %5d %10.2e %7.0e %-16s %s\n", mc[mi].name, di ? "bf16" : "fp16",
                                prod, phase_name[p], r->rows, r->max_err, tol, agree, ok ? "ok" : "FAIL");
                         LT_EXPECT(ok, "%s %s %s %s: max rel err %.3e (tol %.0e), argmax %d/%d + %d near ties, %d greedy "
                                "ids differ from the argmax of the GPU's own logits", mc[mi].name, di ? "bf16" : "fp16",

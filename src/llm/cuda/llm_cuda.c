@@ -283,6 +283,7 @@ static size_t meta_bytes(const kiln_llm_cuda *g) {
 static kiln_status create_common_locked(kiln_llm_cuda *g) {
     KILN_TRY(llmc_gemv_mode_from_env(&g->gemv_force));
     KILN_TRY(kiln_cuda_ctx_open(g->opt.device, LLMC_WORKSPACE_BYTES, KILN_CUDA_OPEN_BLAS, &g->kc));
+    KILN_TRY(llmc_fuse_mode_from_env(g->kc.cc_major, &g->fuse));
     KILN_TRY(llmc_argmax_load());
     g->layers = calloc((size_t)g->cfg.n_layer, sizeof *g->layers);
     if (!g->layers) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
@@ -378,6 +379,7 @@ void kiln_llm_cuda_free(kiln_llm_cuda *g) {
 
 const kiln_llm_config *kiln_llm_cuda_config(const kiln_llm_cuda *g) { return &g->cfg; }
 uint64_t kiln_llm_cuda_weight_bytes(const kiln_llm_cuda *g) { return g->weight_bytes; }
+const char *kiln_llm_cuda_decode_path(const kiln_llm_cuda *g) { return llmc_fuse_mode_name(g->fuse); }
 const float *kiln_llm_cuda_device_logits(const kiln_llm_cuda *g) { return g->last_rows ? g->logits : NULL; }
 
 kiln_status kiln_llm_cuda_copy_logits(kiln_llm_cuda *g, int row0, int n_rows, float *host) {

@@ -3,7 +3,8 @@
  * ctx_len, block tables, RoPE frequencies) into pinned memory and copies it to the device in one
  * transfer, then enqueues the step: embedding; per layer norm1 (fused with the residual add of the
  * previous layer's MLP), the QKV product, RoPE + KV cache write, attention, the output product,
- * norm2 (fused with its residual add), the MLP; the final norm over the logits rows and lm_head. */
+ * norm2 (fused with its residual add), the MLP; the final norm over the logits rows and lm_head.
+ * Steps of few tokens (the fused GEMV's, g->fuse on) run fused_layers instead: six kernels a layer. */
 #include "llm/cuda/llm_cuda_internal.h"
 
 #include "core/status.h"
@@ -190,8 +191,106 @@ static kiln_status prof_collect(kiln_llm_cuda *g, kiln_llm_cuda_probe *pr) {
         prof_mark(g, cls);                                                                         \
     } while (0)
 
-/* Enqueues the step's kernels and products. */
+/* ---------------------------------------------------------------- the fused layers */
+
+/* Whether the step runs fused_layers: fusion on and every product of it (n token rows, logits rows
+ * included) on the fused GEMV. */
+static bool fused_step(const kiln_llm_cuda *g, const llmc_step *s) {
+    const kiln_llm_config *c = &g->cfg;
+    const int n = s->n_tokens, qd = c->n_head * c->head_dim;
+    return g->fuse != LLMC_FUSE_OFF && n <= g->opt.gemv_max_tokens && s->n_out >= 1 &&
+           llmc_gemv_fused_fits(n, c->d_model, true) && llmc_gemv_fused_fits(n, qd, false) &&
+           llmc_gemv_fused_fits(n, c->d_ff, false);
+}
+
+/* A fused product of n rows: p's configuration is llmc_linear's for the same product (the unfused
+ * operands x, ldx, y, ldy stand in while it is timed), then p is launched. */
+static kiln_status fused_product(kiln_llm_cuda *g, llmc_gemv_fused *p, const void *x, int ldx, void *y, int ldy) {
+    const int rows = p->epilogue == LLMC_EPI_SWIGLU || p->epilogue == LLMC_EPI_GEGLU ? 2 * p->N : p->N;
+    KILN_TRY(llmc_gemv_config(g, x, ldx, p->n, p->K, p->w, p->bias, rows, y, ldy, p->out_f32, &p->cfg));
+    return llmc_gemv_fused_launch(p, g->kc.stream);
+}
+
+/* The fused product's common fields: n rows of K inputs, N outputs, weights w and bias. */
+static llmc_gemv_fused fused_of(const kiln_llm_cuda *g, int n, int K, int N, const void *w, const void *bias) {
+    llmc_gemv_fused p;
+    memset(&p, 0, sizeof p);
+    p.dtype = g->dtype;
+    p.n = n;
+    p.K = K;
+    p.N = N;
+    p.w = w;
+    p.bias = bias;
+    p.res = g->x;
+    p.ldres = g->cfg.d_model;
+    p.pdl = g->fuse == LLMC_FUSE_PDL;
+    p.sm_count = g->kc.sm_count;
+    return p;
+}
+
+/* The norm prologue over the residual rows (rows: NULL, or the logits rows) with norm w, b. */
+static void fused_norm(const kiln_llm_cuda *g, llmc_gemv_fused *p, const int32_t *rows, const float *w,
+                       const float *b) {
+    p->prologue = LLMC_PRO_NORM;
+    p->rows = rows;
+    p->norm_w = w;
+    p->norm_b = b;
+    p->norm_w_offset = kiln_llm_norm_offset(&g->cfg);
+    p->eps = g->cfg.norm_eps;
+}
+
+/* The step as fused_step allows: per layer the QKV product with norm1 in its prologue, RoPE + KV write,
+ * attention, the output product adding itself to the residual, the up product with norm2 before and
+ * the activation after it, the down product adding itself to the residual; the final norm in the
+ * lm_head's prologue. x is whole after every residual epilogue: nothing is pending between layers. */
+static kiln_status fused_layers(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const llmc_step *s) {
+    const kiln_llm_config *c = &g->cfg;
+    const int n = s->n_tokens, d = c->d_model, ff = c->d_ff, qd = c->n_head * c->head_dim;
+    const int ldq = qd + 2 * c->n_kv_head * c->head_dim, gpt2 = c->arch == KILN_LLM_GPT2, up = gpt2 ? ff : 2 * ff;
+    const int act = gpt2 ? LLMC_EPI_GELU : c->gate_act == KILN_GATE_GELU_TANH ? LLMC_EPI_GEGLU : LLMC_EPI_SWIGLU;
+    OP(PROF_OTHER, llmc_embed(g, s));
+    for (int l = 0; l < c->n_layer; l++) {
+        const llmc_layer *y = &g->layers[l];
+        void *kc, *vc;
+        llmc_kv_layer(kv, l, &kc, &vc);
+        llmc_gemv_fused qkv = fused_of(g, n, d, ldq, y->qkv_w, y->qkv_b);
+        fused_norm(g, &qkv, NULL, y->norm1_w, y->norm1_b);
+        qkv.y = g->qkv;
+        qkv.ldy = ldq;
+        OP(PROF_GEMM, fused_product(g, &qkv, g->h, d, g->qkv, ldq));
+        OP(PROF_OTHER, llmc_rope_kv_write(g, s, kc, vc, kv->block_size));
+        OP(PROF_ATTN, llmc_attention(g, s, kc, vc, kv->block_size));
+        llmc_gemv_fused o = fused_of(g, n, qd, d, y->o_w, y->o_b);
+        o.x = g->att;
+        o.ldx = qd;
+        o.epilogue = LLMC_EPI_RESIDUAL;
+        OP(PROF_GEMM, fused_product(g, &o, g->att, qd, g->proj, d));
+        llmc_gemv_fused u = fused_of(g, n, d, ff, y->up_w, y->up_b);
+        fused_norm(g, &u, NULL, y->norm2_w, y->norm2_b);
+        u.epilogue = act;
+        u.y = g->mlp;
+        u.ldy = up;
+        OP(PROF_GEMM, fused_product(g, &u, g->h, d, g->mlp, up));
+        llmc_gemv_fused dn = fused_of(g, n, ff, d, y->down_w, y->down_b);
+        dn.x = g->mlp;
+        dn.ldx = up;
+        dn.epilogue = LLMC_EPI_RESIDUAL;
+        OP(PROF_GEMM, fused_product(g, &dn, g->mlp, up, g->proj, d));
+    }
+    llmc_gemv_fused head = fused_of(g, s->n_out, d, c->vocab, g->lm_head, NULL);
+    fused_norm(g, &head, s->out_rows, g->norm_f_w, g->norm_f_b);
+    head.y = g->logits;
+    head.ldy = c->vocab;
+    head.out_f32 = true;
+    OP(PROF_LOGITS, fused_product(g, &head, g->h, d, g->logits, c->vocab));
+    return KILN_OK;
+}
+
+/* ---------------------------------------------------------------- the unfused layers */
+
+/* Enqueues the step's kernels and products: fused_layers when fused_step, else op by op. */
 static kiln_status run_layers(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const llmc_step *s) {
+    if (fused_step(g, s)) return fused_layers(g, kv, s);
     const kiln_llm_config *c = &g->cfg;
     const int n = s->n_tokens, d = c->d_model, ff = c->d_ff, qd = c->n_head * c->head_dim;
     const int ldq = qd + 2 * c->n_kv_head * c->head_dim, up = c->arch == KILN_LLM_GPT2 ? ff : 2 * ff;

@@ -649,6 +649,13 @@ extern "C" int kiln_llm_cuda_gemv_picks(const kiln_llm_cuda *g, int i, char *lin
 
 /* ---------------------------------------------------------------- dispatch */
 
+extern "C" kiln_status llmc_gemv_config(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w,
+                                        const void *bias, int N, void *y, int ldy, bool out_f32, int *cfg) {
+    *cfg = g->gemv_force;
+    if (*cfg != LLMC_GEMV_AUTO) return KILN_OK;
+    return gemv_choose(g, x, ldx, n, K, w, bias, N, y, ldy, out_f32, cfg);
+}
+
 extern "C" kiln_status llmc_linear(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const void *bias,
                                    int N, void *y, int ldy, bool out_f32) {
     const bool gemv_ok = n >= 1 && n <= g->opt.gemv_max_tokens && n <= LLMC_GEMV_MAX && K >= 8 && K % 8 == 0 &&

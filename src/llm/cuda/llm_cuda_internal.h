@@ -87,6 +87,7 @@ struct kiln_llm_cuda {
     llmc_gemv_pick gemv_picks[LLMC_GEMV_PICKS];
     int n_gemv_picks, next_gemv_pick;
     int gemv_gate; /* the host gate of the GEMV timing (set: release the stream) */
+    int fuse;      /* LLMC_FUSE_OFF, _ON or _PDL (KILN_LLM_FUSE) */
     /* the timing cache of options.timing_cache (llm_cuda_tactics.c) */
     struct kiln_timing_cache *tcache; /* NULL: none */
     char *tcache_path;
@@ -167,6 +168,65 @@ const char *llmc_gemv_config_name(int cfg);
  * number 0..LLMC_GEMV_CONFIGS-1; anything else is refused. */
 kiln_status llmc_gemv_mode_from_env(int *mode);
 
+/* The configuration llmc_linear's GEMV would use for this product (KILN_LLM_GEMV's when forced, else
+ * the shape's remembered, timed or ruled one, as llmc_linear chooses it: timing may overwrite y). */
+kiln_status llmc_gemv_config(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const void *bias,
+                             int N, void *y, int ldy, bool out_f32, int *cfg);
+
+/* llm_cuda_gemv_fused.cu: the GEMV of llmc_gemv_launch with the norm before it and the bias, the
+ * activation or the residual add after it folded in (y[t, j] below is the product of input row t with
+ * weight row j, bias added in FP32). */
+enum {
+    LLMC_PRO_INPUT, /* input rows: x [n, K] in dtype, row stride ldx (a multiple of 8, x 16-byte aligned) */
+    LLMC_PRO_NORM,  /* input rows: norm(res[rows ? rows[t] : t]) (K = the norm's width), llmc_add_norm's
+                     * LayerNorm (norm_b set) or RMSNorm with weight norm_w + norm_w_offset, eps, FP32
+                     * statistics, the normed values rounded to dtype; never stored */
+};
+enum {
+    LLMC_EPI_STORE,    /* y[t * ldy + j] = y[t, j] in dtype, or FP32 with out_f32 */
+    LLMC_EPI_GELU,     /* y[t * ldy + j] = GELU(tanh)(y[t, j] rounded to dtype) */
+    LLMC_EPI_SWIGLU,   /* w has 2 N rows [gate | up] (bias 2 N values): y[t * ldy + j] = SiLU(gate) * up */
+    LLMC_EPI_GEGLU,    /* ... GELU(tanh)(gate) * up; gate and up rounded to dtype first */
+    LLMC_EPI_RESIDUAL, /* res[t * ldres + j] += y[t, j] rounded to dtype (FP32 residual stream) */
+};
+typedef struct llmc_gemv_fused {
+    kiln_dtype dtype; /* KILN_F16 or KILN_BF16: x, w, bias, y */
+    int cfg;          /* the geometry, 0 .. LLMC_GEMV_CONFIGS - 1 (llmc_gemv_config_name) */
+    int n, K, N;      /* token rows (llmc_gemv_fused_fits), inputs per row, output rows */
+    int prologue, epilogue;
+    const void *x;
+    int ldx;
+    float *res; /* [*, ldres] FP32: the norm's input, the residual epilogue's output (not both at once) */
+    int ldres;
+    const int32_t *rows; /* LLMC_PRO_NORM: token t's residual row (NULL: t) */
+    const float *norm_w, *norm_b;
+    float norm_w_offset, eps;
+    const void *w, *bias; /* w [N (gated: 2 N), K] row-major, 16-byte aligned; bias NULL or [N (2 N)] */
+    void *y;
+    int ldy;
+    bool out_f32;
+    bool pdl;     /* launch with programmatic stream serialization (sm_90: overlaps the previous kernel's tail) */
+    int sm_count; /* the grid is at most the blocks resident on this many SMs */
+} llmc_gemv_fused;
+/* Whether the fused kernel takes n token rows of K inputs (n <= LLMC_GEMV_MAX, K a multiple of 8; with
+ * the norm prologue the normed rows, n * K * 2 bytes, within its 96 KB of shared memory). */
+bool llmc_gemv_fused_fits(int n, int K, bool norm);
+/* Enqueues the fused GEMV on stream; arguments it does not take are KILN_ERR_INVALID_ARGUMENT. */
+kiln_status llmc_gemv_fused_launch(const llmc_gemv_fused *a, cudaStream_t stream);
+
+/* g->fuse: how steps of at most gemv_max_tokens tokens run (llm_cuda_forward.c) */
+enum {
+    LLMC_FUSE_OFF, /* kernel by kernel: norm, product, RoPE + KV write, attention, product, norm, ... */
+    LLMC_FUSE_ON,  /* the fused GEMV (norm prologue, bias / activation / residual epilogues) */
+    LLMC_FUSE_PDL, /* the same, its launches with programmatic dependent launch (sm_90 and later) */
+};
+/* g->fuse from the environment: KILN_LLM_FUSE unset or "": pdl on sm_90 and later, else on; "off"/"0",
+ * "on"/"1", "pdl"/"2" (on before sm_90); anything else is refused. */
+kiln_status llmc_fuse_mode_from_env(int cc_major, int *mode);
+/* A phrase naming the path of a mode: "decode: fused GEMVs + PDL", "decode: fused GEMVs" or
+ * "decode: unfused". */
+const char *llmc_fuse_mode_name(int mode);
+
 /* llm_cuda_ops.cu */
 /* x[t] = tok_emb[tokens[t]] (+ pos_emb[positions[t]]) in FP32, times sqrt(d_model) with cfg.scale_emb. */
 kiln_status llmc_embed(kiln_llm_cuda *g, const llmc_step *s);
@@ -202,6 +262,7 @@ typedef struct llmc_rope_kv {
     int table_stride;
     void *kc, *vc;
     const float *kv_scales; /* an FP8 cache: [2][n_kv_head] key then value scales (device); NULL: dtype */
+    bool pdl; /* launch with programmatic stream serialization (sm_90: overlaps the previous kernel's tail) */
 } llmc_rope_kv;
 kiln_status llmc_rope_kv_launch(const llmc_rope_kv *a, cudaStream_t stream);
 /* GPT-2: g->mlp[n, d_ff] = GELU(tanh) in place. The others: the gate half of g->mlp[n, 2 d_ff] becomes

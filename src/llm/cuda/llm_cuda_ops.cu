@@ -74,6 +74,8 @@ __global__ void rope_kv_kernel(T *__restrict__ qkv, int ldq, const int32_t *__re
                                T *__restrict__ vc, const float *__restrict__ kv_scales, int n_head, int n_kv_head, int hd,
                                int rot, double rscale, int bs) {
     extern __shared__ float cs[]; /* [rot / 2] cos, then [rot / 2] sin */
+    lc_pdl_wait();
+    lc_pdl_launch_dependents();
     const int t = blockIdx.x, pos = positions[t], seq = tok_seq[t], half = rot / 2;
     T *q = qkv + (size_t)t * ldq, *k = q + (size_t)n_head * hd, *v = k + (size_t)n_kv_head * hd;
     if (inv_freq) {
@@ -107,10 +109,21 @@ __global__ void rope_kv_kernel(T *__restrict__ qkv, int ldq, const int32_t *__re
 }
 
 template <typename T> static kiln_status launch_rope_kv(const llmc_rope_kv *a, cudaStream_t stream) {
-    rope_kv_kernel<T><<<a->n_tokens, OPS_THREADS, (size_t)a->head_dim * sizeof(float), stream>>>(
-        (T *)a->qkv, a->ldq, a->positions, a->tok_seq, a->inv_freq, a->inv_freq_stride, a->table, a->table_stride,
-        (T *)a->kc, (T *)a->vc, a->kv_scales, a->n_head, a->n_kv_head, a->head_dim, a->rot_dim ? a->rot_dim : a->head_dim,
-        a->rope_scale ? a->rope_scale : 1.0, a->block_size);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)a->n_tokens);
+    cfg.blockDim = dim3(OPS_THREADS);
+    cfg.dynamicSmemBytes = (size_t)a->head_dim * sizeof(float);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1] = {};
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = a->pdl ? 1 : 0;
+    KILN_CUDA_TRY(cudaLaunchKernelEx(&cfg, rope_kv_kernel<T>, (T *)a->qkv, a->ldq, a->positions, a->tok_seq,
+                                     a->inv_freq, a->inv_freq_stride, a->table, a->table_stride, (T *)a->kc,
+                                     (T *)a->vc, a->kv_scales, a->n_head, a->n_kv_head, a->head_dim,
+                                     a->rot_dim ? a->rot_dim : a->head_dim, a->rope_scale ? a->rope_scale : 1.0,
+                                     a->block_size));
     KILN_CUDA_LAUNCH_CHECK("rope_kv_kernel");
     return KILN_OK;
 }
@@ -151,6 +164,7 @@ extern "C" kiln_status llmc_rope_kv_write(kiln_llm_cuda *g, const llmc_step *s, 
     a.kc = kc;
     a.vc = vc;
     a.kv_scales = kv_scales;
+    a.pdl = g->fuse == LLMC_FUSE_PDL && s->n_tokens <= g->opt.gemv_max_tokens; /* after the fused QKV product */
     return llmc_rope_kv_launch(&a, g->kc.stream);
 }
 

@@ -1,6 +1,6 @@
 /* llm_cuda_util.cuh — device helpers of the LLM kernels (llm_cuda_*.cu): eight 16-bit floats from one
- * 16-byte load as FP32, the opt-in to more than 48 KB of shared memory, and the dtype dispatch of
- * their launchers. */
+ * 16-byte load as FP32, the opt-in to more than 48 KB of shared memory, the programmatic dependent
+ * launch waits, and the dtype dispatch of their launchers. */
 #ifndef KILN_LLM_CUDA_UTIL_CUH
 #define KILN_LLM_CUDA_UTIL_CUH
 
@@ -32,6 +32,21 @@ template <> __device__ __forceinline__ void lc_unpack8<bf16>(const uint4 &u, flo
 template <typename T> static __device__ __forceinline__ void lc_load8(const T *p, float (&f)[8]) {
     uint4 u = __ldg(reinterpret_cast<const uint4 *>(p));
     lc_unpack8<T>(u, f);
+}
+
+/* Programmatic dependent launch (sm_90; no-ops before, and in a kernel launched without the attribute):
+ * wait until the kernels before have finished and their writes are visible (call before touching
+ * anything they write or read), and let the next kernel launch now (its own wait still holds it). */
+static __device__ __forceinline__ void lc_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void lc_pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 
 /* Calls F<__half> or F<bf16> by g's dtype: LC_DISPATCH(g->dtype, launch_x, args...) where launch_x is
