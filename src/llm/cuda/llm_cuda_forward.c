@@ -258,8 +258,9 @@ static kiln_status fused_layers(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const ll
         qkv.y = g->qkv;
         qkv.ldy = ldq;
         OP(PROF_GEMM, fused_product(g, &qkv, g->h, d, g->qkv, ldq));
-        OP(PROF_OTHER, llmc_rope_kv_write(g, s, kc, vc, kv->block_size));
-        OP(PROF_ATTN, llmc_attention(g, s, kc, vc, kv->block_size));
+        const float *kv_scales = llmc_kv_layer_scales(kv, l); /* NULL: a 16-bit cache */
+        OP(PROF_OTHER, llmc_rope_kv_write(g, s, kc, vc, kv_scales, kv->block_size));
+        OP(PROF_ATTN, llmc_attention(g, s, kc, vc, kv_scales, kv->block_size));
         llmc_gemv_fused o = fused_of(g, n, qd, d, y->o_w, y->o_b);
         o.x = g->att;
         o.ldx = qd;
