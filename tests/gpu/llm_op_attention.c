@@ -9,9 +9,12 @@
  * among the owned ones by the scrambled block order), kernel (prefill: 1 CUDA cores, 2 tensor cores),
  * part (decode: keys per split, 0 the heuristic's), rows (decode: 1 runs the prefill sequences of
  * seqs through the decode kernel, one row per new token), refused (1: the launcher must refuse the
- * shapes with KILN_ERR_INVALID_ARGUMENT; with kernel 3.. an unknown kernel). Decode contexts run from
- * 1 to 600 tokens, at and around the 16-token block edges. Bound on the error: 5e-3 (fp16), 2e-2
- * (bf16) of the largest |output|; the decode split counters must be back at zero. */
+ * shapes with KILN_ERR_INVALID_ARGUMENT; with kernel 3.. an unknown kernel), window (a sliding window
+ * of that many keys, Mistral's: position p sees max(0, p + 1 - window) .. p; 0 none), fp8 (1: an FP8
+ * (E4M3) cache of random codes with a key and a value scale per KV head, the CPU reading the same
+ * codes through a KILN_F8E4M3FN kiln_kv_cache). Decode contexts run from 1 to 600 tokens, at and
+ * around the 16-token block edges. Bound on the error: 5e-3 (fp16), 2e-2 (bf16) of the largest
+ * |output|; the decode split counters must be back at zero. */
 #include "llm_op_cases.h"
 #include "llm_test_util.h"
 
@@ -27,6 +30,7 @@
 #define ATT_MAX_SEQS 8
 #define ATT_MAX_CTX 600
 #define ATT_SPLIT_CAP 64
+#define ATT_MAX_KV 16 /* KV heads of an FP8 case (its scales) */
 
 /* (new tokens, context) of the prefill sequences: seqs 0 (prompts, some after a cached prefix) and 1
  * (chunks after cached prefixes ending at, before and past block edges and the kernels' 32- and
@@ -40,9 +44,11 @@ static const int decode_ctx[10] = {1, 15, 16, 17, 32, 33, 255, 256, 257, 600};
 typedef struct attn_case {
     int hd, n_head, n_kv, batch, rot, holes;
     bool decode, token_rows;
-    int part, kernel;
+    int part, kernel, window;
+    bool fp8;
     const int (*seqs)[2];
 } attn_case;
+
 
 /* The launcher must refuse the case's shapes (or its unknown prefill kernel). */
 static bool refusal_case(llm_run *run, const attn_case *c) {
@@ -84,7 +90,8 @@ static bool refusal_case(llm_run *run, const attn_case *c) {
 typedef struct attn_host {
     int n_new[ATT_MAX_SEQS], ctx[ATT_MAX_SEQS], seq_start[ATT_MAX_SEQS + 1];
     int n_tok, max_new, n_blocks, ldq, ldo, table_stride;
-    size_t cache_elems;
+    size_t cache_elems, esz;          /* esz: bytes of a cached element (FP8: 1, the codes in k16, v16) */
+    float scales[2 * ATT_MAX_KV];     /* FP8: [2][n_kv] key then value scales */
     uint16_t *q16, *k16, *v16;
     int32_t *table, *rows; /* rows: [n_tok] sequences, then [n_tok] positions (token rows) */
     float *ref;
@@ -118,8 +125,11 @@ static bool attn_host_make(llm_run *run, const attn_case *c, attn_host *h) {
     h->n_blocks = n_used + c->holes;
     const size_t block_elems = (size_t)c->n_kv * BS * hd;
     h->cache_elems = (size_t)h->n_blocks * block_elems;
+    h->esz = c->fp8 ? 1 : 2;
+    for (int i = 0; i < 2 * c->n_kv && c->fp8; i++) h->scales[i] = (0.5f + (float)(i % 5)) / 448.0f;
     kiln_kv_cache_config kc = {.n_layer = 1, .n_kv_head = c->n_kv, .head_dim = hd, .block_size = BS,
-                               .n_blocks = h->n_blocks, .dtype = dt};
+                               .n_blocks = h->n_blocks, .dtype = c->fp8 ? KILN_F8E4M3FN : dt,
+                               .scales = c->fp8 ? h->scales : NULL};
     kiln_kv_cache *kv = NULL;
     h->q16 = malloc((size_t)h->n_tok * h->ldq * 2);
     h->k16 = malloc(h->cache_elems * 2);
@@ -128,7 +138,7 @@ static bool attn_host_make(llm_run *run, const attn_case *c, attn_host *h) {
     h->rows = malloc((size_t)2 * h->n_tok * 4);
     h->ref = malloc((size_t)h->n_tok * h->ldo * 4);
     float *qf = malloc((size_t)h->n_tok * h->ldo * 4);
-    float *scratch = malloc(((size_t)2 * hd + (size_t)h->max_new) * ATT_MAX_CTX * 4);
+    float *scratch = malloc(KILN_LLM_ATTN_SCRATCH(h->max_new, ATT_MAX_CTX, c->n_head, hd) * 4);
     int32_t *perm = malloc((size_t)h->n_blocks * 4);
     bool ok = false;
     if (!h->q16 || !h->k16 || !h->v16 || !h->table || !h->rows || !h->ref || !qf || !scratch || !perm) {
@@ -142,9 +152,15 @@ static bool attn_host_make(llm_run *run, const attn_case *c, attn_host *h) {
     /* random keys and values; blocks handed out in a scrambled order, the holes among them unowned */
     lt_fill16(&run->rng, h->k16, NULL, h->cache_elems, 1.0f, dt);
     lt_fill16(&run->rng, h->v16, NULL, h->cache_elems, 1.0f, dt);
+    if (c->fp8) /* byte i: an E4M3 code from random bits (element i / 2 <= i is read before byte i is written) */
+        for (size_t i = 0; i < h->cache_elems; i++) {
+            ((uint8_t *)h->k16)[i] = llm_random_e4m3(h->k16[i]);
+            ((uint8_t *)h->v16)[i] = llm_random_e4m3(h->v16[i]);
+        }
+    const size_t block_bytes = block_elems * h->esz;
     for (int b = 0; b < h->n_blocks; b++) {
-        memcpy(kiln_kv_cache_keys(kv, 0, b), h->k16 + (size_t)b * block_elems, block_elems * 2);
-        memcpy(kiln_kv_cache_values(kv, 0, b), h->v16 + (size_t)b * block_elems, block_elems * 2);
+        memcpy(kiln_kv_cache_keys(kv, 0, b), (char *)h->k16 + (size_t)b * block_bytes, block_bytes);
+        memcpy(kiln_kv_cache_values(kv, 0, b), (char *)h->v16 + (size_t)b * block_bytes, block_bytes);
         perm[b] = b;
     }
     for (int i = h->n_blocks - 1; i > 0; i--) {
@@ -166,7 +182,7 @@ static bool attn_host_make(llm_run *run, const attn_case *c, attn_host *h) {
         for (int i = 0; i < h->ldo; i++) qf[(size_t)t * h->ldo + i] = lt_to_f32(h->q16[(size_t)t * h->ldq + i], dt);
     for (int s = 0; s < c->batch; s++) {
         const kiln_llm_seq_kv skv = {kv, 0, h->table + s * h->table_stride};
-        kiln_llm_attention(&skv, h->n_new[s], h->ctx[s], 0, c->n_head, qf + (size_t)h->seq_start[s] * h->ldo, h->ldo,
+        kiln_llm_attention(&skv, h->n_new[s], h->ctx[s], c->window, c->n_head, qf + (size_t)h->seq_start[s] * h->ldo, h->ldo,
                            h->ref + (size_t)h->seq_start[s] * h->ldo, h->ldo, scratch);
     }
     ok = true;
@@ -184,7 +200,7 @@ static bool attn_gpu(llm_run *run, const attn_case *c, const attn_host *h) {
     const int n_counts = batch * llmc_decode_counters(c->n_head, c->n_kv);
     void *d_q = NULL, *d_out = NULL, *d_k = NULL, *d_v = NULL;
     int32_t *d_meta = NULL;
-    float *d_part = NULL;
+    float *d_part = NULL, *d_scales = NULL;
     unsigned *d_count = NULL, *counts = NULL;
     uint16_t *out16 = malloc((size_t)n_tok * h->ldo * 2);
     bool ok = false;
@@ -195,12 +211,16 @@ static bool attn_gpu(llm_run *run, const attn_case *c, const attn_host *h) {
     const size_t meta = (size_t)batch * h->table_stride + 2 * ATT_MAX_SEQS + 1 + 2 * (size_t)n_tok;
     LLM_CUDA(run, cudaMalloc(&d_q, (size_t)n_tok * h->ldq * 2));
     LLM_CUDA(run, cudaMalloc(&d_out, (size_t)n_tok * h->ldo * 2));
-    LLM_CUDA(run, cudaMalloc(&d_k, h->cache_elems * 2));
-    LLM_CUDA(run, cudaMalloc(&d_v, h->cache_elems * 2));
+    LLM_CUDA(run, cudaMalloc(&d_k, h->cache_elems * h->esz));
+    LLM_CUDA(run, cudaMalloc(&d_v, h->cache_elems * h->esz));
     LLM_CUDA(run, cudaMalloc((void **)&d_meta, meta * 4));
     LLM_CUDA(run, cudaMemcpy(d_q, h->q16, (size_t)n_tok * h->ldq * 2, cudaMemcpyHostToDevice));
-    LLM_CUDA(run, cudaMemcpy(d_k, h->k16, h->cache_elems * 2, cudaMemcpyHostToDevice));
-    LLM_CUDA(run, cudaMemcpy(d_v, h->v16, h->cache_elems * 2, cudaMemcpyHostToDevice));
+    LLM_CUDA(run, cudaMemcpy(d_k, h->k16, h->cache_elems * h->esz, cudaMemcpyHostToDevice));
+    LLM_CUDA(run, cudaMemcpy(d_v, h->v16, h->cache_elems * h->esz, cudaMemcpyHostToDevice));
+    if (c->fp8) {
+        LLM_CUDA(run, cudaMalloc((void **)&d_scales, sizeof h->scales));
+        LLM_CUDA(run, cudaMemcpy(d_scales, h->scales, sizeof h->scales, cudaMemcpyHostToDevice));
+    }
     int32_t *d_table = d_meta, *d_ctx = d_meta + (size_t)batch * h->table_stride, *d_start = d_ctx + ATT_MAX_SEQS;
     int32_t *d_rows = d_start + ATT_MAX_SEQS + 1;
     LLM_CUDA(run, cudaMemcpy(d_table, h->table, (size_t)batch * h->table_stride * 4, cudaMemcpyHostToDevice));
@@ -238,6 +258,8 @@ static bool attn_gpu(llm_run *run, const attn_case *c, const attn_host *h) {
         a.count = d_count;
         a.sm_count = sm_count;
         a.part_keys = c->token_rows ? -1 : c->part;
+        a.window = c->window;
+        a.kv_scales = d_scales;
         if (c->token_rows) {
             a.row_seq = d_rows;
             a.row_pos = d_rows + n_tok;
@@ -264,6 +286,8 @@ static bool attn_gpu(llm_run *run, const attn_case *c, const attn_host *h) {
         a.kc = d_k;
         a.vc = d_v;
         a.kernel = c->kernel;
+        a.window = c->window;
+        a.kv_scales = d_scales;
         st = llmc_prefill_attention(&a, NULL);
     }
     if (st != KILN_OK) {
@@ -295,6 +319,7 @@ done:
     cudaFree(d_meta);
     cudaFree(d_part);
     cudaFree(d_count);
+    cudaFree(d_scales);
     free(counts);
     free(out16);
     return ok;
@@ -315,10 +340,14 @@ bool llm_attention_case(llm_run *run, const char *op, llm_params *pr) {
     c.kernel = c.decode ? 0 : (int)llm_param(pr, "kernel", LLMC_PREFILL_CUDA_CORES);
     c.part = c.decode ? (int)llm_param(pr, "part", 0) : 0;
     c.token_rows = c.decode && llm_param(pr, "rows", 0) != 0;
+    c.window = (int)llm_param(pr, "window", 0);
+    c.fp8 = llm_param(pr, "fp8", 0) != 0;
     if (llm_param(pr, "refused", 0)) return refusal_case(run, &c);
     run->tol = run->dt == KILN_F16 ? 5e-3 : 2e-2;
-    if (c.batch < 1 || c.batch > ATT_MAX_SEQS || c.rot < 0 || c.holes < 0 || (seqs != 0 && seqs != 1))
-        return llm_fail(run, "bad case: batch 1..%d, rot and holes >= 0, seqs 0 or 1", ATT_MAX_SEQS);
+    if (c.batch < 1 || c.batch > ATT_MAX_SEQS || c.rot < 0 || c.holes < 0 || (seqs != 0 && seqs != 1) ||
+        c.window < 0 || (c.fp8 && c.n_kv > ATT_MAX_KV))
+        return llm_fail(run, "bad case: batch 1..%d, rot, holes and window >= 0, seqs 0 or 1, fp8 with kv <= %d",
+                        ATT_MAX_SEQS, ATT_MAX_KV);
     if (run->on_gpu && !c.decode && c.kernel == LLMC_PREFILL_TENSOR_CORES) {
         int cc_major = 0;
         const cudaError_t e = cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, run->device);

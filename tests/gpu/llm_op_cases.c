@@ -4,7 +4,9 @@
  *  - llm.RopeKvWrite (llmc_rope_kv_launch) vs kiln_llm_rope + kiln_llm_kv_write: hd, heads, kv,
  *    rotate (0: GPT-2's none), rot_dim (partial RoPE; default hd); three sequences, positions at block
  *    edges; every q value and every cache slot (written or not) compared: 2e-3 (fp16), 1.6e-2 (bf16)
- *    of the largest |value|; the values exact.
+ *    of the largest |value|; the values exact. fp8 (1, with rotate=0): into an FP8 (E4M3) cache with a
+ *    key and a value scale per KV head: every code exactly kiln_kv_write's (kiln_f32_to_e4m3 of the
+ *    16-bit k or v over the head's scale), every other slot kept.
  *  - llm.AddNorm (kiln_cuda_norm_rows in the residual form the LLM forward uses) vs kiln_llm_norm: d,
  *    rows, layer (LayerNorm, else RMSNorm), residual (a 16-bit delta added first), store (the sum
  *    written back to the FP32 residual), gather (output rows read residual rows 4, 0, 5, 2, 1):
@@ -15,7 +17,8 @@
  *    -inf around a maximum, all NaN; the ids exact (ties to the lowest id, NaN never wins).
  *  - llm.Sample (kiln_llm_cuda_sample) vs kiln_sample_next, vocab, temp, top_k, top_p, min_p, pen
  *    (1: repetition, frequency and presence penalties): four rows, seeds 1000..1003; the same tokens.
- *    mixed=1: rows 1..3 of the batch take top-k, top-p and min-p with penalties instead. */
+ *    mixed=1: rows 1..3 of the batch take top-k, top-p and min-p with penalties instead.
+ *  - llm.GemvFused: llm_op_gemv_fused.c. */
 #include "llm_op_cases.h"
 #include "llm_test_util.h"
 
@@ -33,7 +36,7 @@
 #define BS 16 /* tokens per cache block */
 
 static const char *const LLM_OPS[] = {"llm.PrefillAttention", "llm.DecodeAttention", "llm.RopeKvWrite", "llm.AddNorm",
-                                      "llm.Gemv",             "llm.Argmax",          "llm.Sample"};
+                                      "llm.Gemv",             "llm.GemvFused",       "llm.Argmax",     "llm.Sample"};
 
 bool llm_case_op(const char *op) {
     for (size_t i = 0; i < sizeof LLM_OPS / sizeof *LLM_OPS; i++)
@@ -105,26 +108,37 @@ bool llm_cuda_fail(llm_run *run, const char *call, int err) {
     return llm_fail(run, "%s: %s", call, cudaGetErrorString((cudaError_t)err));
 }
 
+uint8_t llm_random_e4m3(uint16_t bits) {
+    const uint8_t c = (uint8_t)(bits >> 3);
+    return (c & 0x7f) == 0x7f ? (uint8_t)(c - 1) : c;
+}
+
 /* ---------------------------------------------------------------- RoPE + KV write */
 
 #define ROPE_SEQS 3
 #define ROPE_TABLE 8                                            /* blocks per sequence */
+#define ROPE_MAX_KV 16                                          /* KV heads of an FP8 case (its scales) */
 static const int rope_pos[] = {0, 15, 16, 17, 31, 32, 47, 100}; /* positions, block edges among them */
 
 static bool rope_case(llm_run *run, llm_params *pr) {
     const kiln_dtype dt = run->dt;
     const int hd = (int)llm_param(pr, "hd", 64), n_head = (int)llm_param(pr, "heads", 2);
     const int n_kv = (int)llm_param(pr, "kv", n_head), rot_dim = (int)llm_param(pr, "rot_dim", hd);
-    const bool rotate = llm_param(pr, "rotate", 1) != 0;
+    const bool rotate = llm_param(pr, "rotate", 1) != 0, fp8 = llm_param(pr, "fp8", 0) != 0;
     const int n_pos = (int)(sizeof rope_pos / sizeof rope_pos[0]), n_tok = ROPE_SEQS * n_pos;
     const int ldq = (n_head + 2 * n_kv) * hd, half = rot_dim / 2, n_blocks = ROPE_SEQS * ROPE_TABLE;
     run->tol = dt == KILN_F16 ? 2e-3 : 1.6e-2;
-    if (hd < 2 || hd % 2 || n_head < 1 || n_kv < 1 || rot_dim < 2 || rot_dim % 2 || rot_dim > hd)
-        return llm_fail(run, "bad case: hd and rot_dim even, rot_dim <= hd, heads and kv >= 1");
+    if (hd < 2 || hd % 2 || n_head < 1 || n_kv < 1 || rot_dim < 2 || rot_dim % 2 || rot_dim > hd ||
+        (fp8 && (rotate || n_kv > ROPE_MAX_KV)))
+        return llm_fail(run, "bad case: hd and rot_dim even, rot_dim <= hd, heads and kv >= 1; fp8 with rotate=0 "
+                             "and kv <= %d", ROPE_MAX_KV);
+    float scales[2 * ROPE_MAX_KV]; /* FP8: [2][n_kv] key then value scales */
+    for (int i = 0; i < 2 * n_kv && fp8; i++) scales[i] = (0.25f + (float)i) / 448.0f * 3.0f;
     kiln_kv_cache_config kc = {.n_layer = 1, .n_kv_head = n_kv, .head_dim = hd, .block_size = BS, .n_blocks = n_blocks,
-                               .dtype = dt};
+                               .dtype = fp8 ? KILN_F8E4M3FN : dt, .scales = fp8 ? scales : NULL};
     kiln_kv_cache *kv = NULL;
     const size_t block_elems = (size_t)n_kv * BS * hd, cache_elems = (size_t)n_blocks * block_elems;
+    const size_t esz = fp8 ? 1 : 2, block_bytes = block_elems * esz; /* bytes of a cached element, of a block */
     uint16_t *qkv = malloc((size_t)n_tok * ldq * 2), *got = malloc((size_t)n_tok * ldq * 2);
     uint16_t *k16 = malloc(cache_elems * 2), *v16 = malloc(cache_elems * 2);
     float *row = malloc((size_t)ldq * 4), *cs = malloc((size_t)hd * 4);
@@ -133,6 +147,7 @@ static bool rope_case(llm_run *run, llm_params *pr) {
     void *d_qkv = NULL, *d_k = NULL, *d_v = NULL;
     int32_t *d_meta = NULL;
     double *d_inv = NULL;
+    float *d_scales = NULL;
     bool ok = false;
     if (!qkv || !got || !k16 || !v16 || !row || !cs || !inv) {
         llm_fail(run, "out of memory");
@@ -144,9 +159,14 @@ static bool rope_case(llm_run *run, llm_params *pr) {
     }
     lt_fill16(&run->rng, k16, NULL, cache_elems, 1.0f, dt); /* the slots no token writes must keep these */
     lt_fill16(&run->rng, v16, NULL, cache_elems, 1.0f, dt);
+    if (fp8) /* byte i: an E4M3 code from random bits (element i / 2 <= i is read before byte i is written) */
+        for (size_t i = 0; i < cache_elems; i++) {
+            ((uint8_t *)k16)[i] = llm_random_e4m3(k16[i]);
+            ((uint8_t *)v16)[i] = llm_random_e4m3(v16[i]);
+        }
     for (int b = 0; b < n_blocks; b++) {
-        memcpy(kiln_kv_cache_keys(kv, 0, b), k16 + (size_t)b * block_elems, block_elems * 2);
-        memcpy(kiln_kv_cache_values(kv, 0, b), v16 + (size_t)b * block_elems, block_elems * 2);
+        memcpy(kiln_kv_cache_keys(kv, 0, b), (char *)k16 + (size_t)b * block_bytes, block_bytes);
+        memcpy(kiln_kv_cache_values(kv, 0, b), (char *)v16 + (size_t)b * block_bytes, block_bytes);
         table[b] = (b * 7 + 3) % n_blocks; /* sequence b / 8, block b % 8: scrambled */
     }
     for (int s = 0; s < ROPE_SEQS; s++)
@@ -158,13 +178,15 @@ static bool rope_case(llm_run *run, llm_params *pr) {
     lt_fill16(&run->rng, qkv, NULL, (size_t)n_tok * ldq, 2.0f, dt);
     if (run->on_gpu) {
         LLM_CUDA(run, cudaMalloc(&d_qkv, (size_t)n_tok * ldq * 2));
-        LLM_CUDA(run, cudaMalloc(&d_k, cache_elems * 2));
-        LLM_CUDA(run, cudaMalloc(&d_v, cache_elems * 2));
+        LLM_CUDA(run, cudaMalloc(&d_k, cache_elems * esz));
+        LLM_CUDA(run, cudaMalloc(&d_v, cache_elems * esz));
+        LLM_CUDA(run, cudaMalloc((void **)&d_scales, sizeof scales));
         LLM_CUDA(run, cudaMalloc((void **)&d_meta, sizeof pos + sizeof seq + sizeof table));
         LLM_CUDA(run, cudaMalloc((void **)&d_inv, (size_t)ROPE_SEQS * half * sizeof *inv));
         LLM_CUDA(run, cudaMemcpy(d_qkv, qkv, (size_t)n_tok * ldq * 2, cudaMemcpyHostToDevice));
-        LLM_CUDA(run, cudaMemcpy(d_k, k16, cache_elems * 2, cudaMemcpyHostToDevice));
-        LLM_CUDA(run, cudaMemcpy(d_v, v16, cache_elems * 2, cudaMemcpyHostToDevice));
+        LLM_CUDA(run, cudaMemcpy(d_k, k16, cache_elems * esz, cudaMemcpyHostToDevice));
+        LLM_CUDA(run, cudaMemcpy(d_v, v16, cache_elems * esz, cudaMemcpyHostToDevice));
+        LLM_CUDA(run, cudaMemcpy(d_scales, scales, sizeof scales, cudaMemcpyHostToDevice));
         LLM_CUDA(run, cudaMemcpy(d_meta, pos, sizeof pos, cudaMemcpyHostToDevice));
         LLM_CUDA(run, cudaMemcpy(d_meta + ROPE_SEQS * ROPE_TABLE, seq, sizeof seq, cudaMemcpyHostToDevice));
         LLM_CUDA(run, cudaMemcpy(d_meta + 2 * ROPE_SEQS * ROPE_TABLE, table, sizeof table, cudaMemcpyHostToDevice));
@@ -188,6 +210,7 @@ static bool rope_case(llm_run *run, llm_params *pr) {
         a.table_stride = ROPE_TABLE;
         a.kc = d_k;
         a.vc = d_v;
+        a.kv_scales = fp8 ? d_scales : NULL;
         if (llmc_rope_kv_launch(&a, NULL) != KILN_OK) {
             llm_fail(run, "launch: %s", kiln_last_error());
             goto done;
@@ -212,9 +235,14 @@ static bool rope_case(llm_run *run, llm_params *pr) {
             llm_err_add(run, lt_to_f32(got[(size_t)t * ldq + i], dt), lt_to_f32(lt_from_f32(row[i], dt), dt));
     }
     if (run->on_gpu) {
-        LLM_CUDA(run, cudaMemcpy(k16, d_k, cache_elems * 2, cudaMemcpyDeviceToHost));
-        LLM_CUDA(run, cudaMemcpy(v16, d_v, cache_elems * 2, cudaMemcpyDeviceToHost));
-        for (int b = 0; b < n_blocks; b++) {
+        LLM_CUDA(run, cudaMemcpy(k16, d_k, cache_elems * esz, cudaMemcpyDeviceToHost));
+        LLM_CUDA(run, cudaMemcpy(v16, d_v, cache_elems * esz, cudaMemcpyDeviceToHost));
+        for (int b = 0; b < n_blocks && fp8; b++) { /* FP8: every code exact */
+            const uint8_t *kw = kiln_kv_cache_keys(kv, 0, b), *vw = kiln_kv_cache_values(kv, 0, b);
+            const uint8_t *kg = (const uint8_t *)k16 + (size_t)b * block_bytes, *vg = (const uint8_t *)v16 + (size_t)b * block_bytes;
+            for (size_t i = 0; i < block_elems; i++) run->wrong += (kg[i] != kw[i]) + (vg[i] != vw[i]);
+        }
+        for (int b = 0; b < n_blocks && !fp8; b++) {
             const uint16_t *kw = kiln_kv_cache_keys(kv, 0, b), *vw = kiln_kv_cache_values(kv, 0, b);
             for (size_t i = 0; i < block_elems; i++) {
                 llm_err_add(run, lt_to_f32(k16[(size_t)b * block_elems + i], dt), lt_to_f32(kw[i], dt));
@@ -234,6 +262,7 @@ done:
     cudaFree(d_v);
     cudaFree(d_meta);
     cudaFree(d_inv);
+    cudaFree(d_scales);
     free(qkv);
     free(got);
     free(k16);
@@ -564,6 +593,7 @@ void llm_case_run(const char *op, const char *params, kiln_precision p, uint64_t
     else if (!strcmp(op, "llm.RopeKvWrite")) ok = rope_case(&run, &pr);
     else if (!strcmp(op, "llm.AddNorm")) ok = norm_case(&run, &pr);
     else if (!strcmp(op, "llm.Gemv")) ok = gemv_case(&run, &pr);
+    else if (!strcmp(op, "llm.GemvFused")) ok = llm_gemv_fused_case(&run, &pr);
     else if (!strcmp(op, "llm.Argmax")) ok = argmax_case(&run, &pr);
     else if (!strcmp(op, "llm.Sample")) ok = sample_case(&run, &pr);
     else ok = llm_fail(&run, "no LLM kernel case '%s'", op);

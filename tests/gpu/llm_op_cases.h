@@ -83,7 +83,12 @@ bool llm_cuda_fail(llm_run *run, const char *call, int err);
         }                                                                                          \
     } while (0)
 
+/* An E4M3 code from 16 random bits: any but the NaNs 0x7f and 0xff (those become +-448). */
+uint8_t llm_random_e4m3(uint16_t bits);
+
 /* The attention kernels (llm_op_attention.c): llm.PrefillAttention, llm.DecodeAttention. */
 bool llm_attention_case(llm_run *run, const char *op, llm_params *pr);
+/* The fused decode GEMV (llm_op_gemv_fused.c): llm.GemvFused. */
+bool llm_gemv_fused_case(llm_run *run, llm_params *pr);
 
 #endif

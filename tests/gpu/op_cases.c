@@ -96,6 +96,30 @@
 #define LLM_CHUNKS(hd, q, kv, batch, rot)                                                          \
     {"llm.PrefillAttention", "hd=" #hd " heads=" #q " kv=" #kv " batch=" #batch " rot=" #rot " seqs=1 holes=3 kernel=2", \
      NULL, 0, 0}
+/* A sliding window of w keys through every attention kernel (the prefill ones on the chunks of
+ * 1..300 new tokens after cached prefixes, the token rows on the same chunks). */
+#define LLM_WINDOW(hd, q, kv, batch, rot, w)                                                       \
+    {"llm.PrefillAttention", "hd=" #hd " heads=" #q " kv=" #kv " batch=" #batch " rot=" #rot " seqs=1 window=" #w " kernel=1", \
+     NULL, 0, 0},                                                                                  \
+    {"llm.PrefillAttention", "hd=" #hd " heads=" #q " kv=" #kv " batch=" #batch " rot=" #rot " seqs=1 window=" #w " kernel=2", \
+     NULL, 0, 0},                                                                                  \
+    {"llm.DecodeAttention", "hd=" #hd " heads=" #q " kv=" #kv " batch=" #batch " rot=" #rot " seqs=1 window=" #w " rows=1", \
+     NULL, 0, 0},                                                                                  \
+    {"llm.DecodeAttention", "hd=" #hd " heads=" #q " kv=" #kv " batch=" #batch " rot=" #rot " window=" #w, NULL, 0, 0}, \
+    {"llm.DecodeAttention", "hd=" #hd " heads=" #q " kv=" #kv " batch=" #batch " rot=" #rot " window=" #w " part=48", \
+     NULL, 0, 0}
+/* An FP8 (E4M3) cache with per-head scales (window w, 0 none) through every attention kernel: the
+ * prefill ones on the chunks, the token rows on the prompts. */
+#define LLM_FP8(hd, q, kv, batch, rot, w)                                                          \
+    {"llm.PrefillAttention", "hd=" #hd " heads=" #q " kv=" #kv " batch=" #batch " rot=" #rot " seqs=1 window=" #w " fp8=1 kernel=1", \
+     NULL, 0, 0},                                                                                  \
+    {"llm.PrefillAttention", "hd=" #hd " heads=" #q " kv=" #kv " batch=" #batch " rot=" #rot " seqs=1 window=" #w " fp8=1 kernel=2", \
+     NULL, 0, 0},                                                                                  \
+    {"llm.DecodeAttention", "hd=" #hd " heads=" #q " kv=" #kv " batch=" #batch " rot=" #rot " window=" #w " fp8=1 rows=1", \
+     NULL, 0, 0},                                                                                  \
+    {"llm.DecodeAttention", "hd=" #hd " heads=" #q " kv=" #kv " batch=" #batch " rot=" #rot " window=" #w " fp8=1", NULL, 0, 0}, \
+    {"llm.DecodeAttention", "hd=" #hd " heads=" #q " kv=" #kv " batch=" #batch " rot=" #rot " window=" #w " fp8=1 part=48", \
+     NULL, 0, 0}
 /* Residual add + norm at width d: two row counts, LayerNorm and RMSNorm, with and without the residual
  * add, its sum stored or not, rows gathered or not. */
 #define LLM_NORMS(d, rows, layer, other)                                                           \
@@ -109,10 +133,21 @@
     {"llm.Gemv", "K=" #K " N=" #N " n=" #n " bias=1", NULL, 0, 0},                                 \
     {"llm.Gemv", "K=" #K " N=" #N " n=" #n, NULL, 0, 0},                                           \
     {"llm.Gemv", "K=" #K " N=" #N " n=" #n " f32=1", NULL, 0, 0}
-/* RoPE + KV write of one head shape, rotated and not (GPT-2). */
+/* The fused GEMV in every configuration at one shape (K inputs, N outputs, n token rows, LayerNorm or
+ * RMSNorm): each epilogue (store, GELU, SwiGLU, GeGLU, the residual add), then the FP32 store; the odd
+ * configurations under programmatic dependent launch on sm_90. */
+#define LLM_GEMV_FUSED(K, N, n, layer)                                                             \
+    {"llm.GemvFused", "K=" #K " N=" #N " n=" #n " layer=" #layer " epi=0", NULL, 0, 0},            \
+    {"llm.GemvFused", "K=" #K " N=" #N " n=" #n " layer=" #layer " epi=1", NULL, 0, 0},            \
+    {"llm.GemvFused", "K=" #K " N=" #N " n=" #n " layer=" #layer " epi=2", NULL, 0, 0},            \
+    {"llm.GemvFused", "K=" #K " N=" #N " n=" #n " layer=" #layer " epi=3", NULL, 0, 0},            \
+    {"llm.GemvFused", "K=" #K " N=" #N " n=" #n " layer=" #layer " epi=4", NULL, 0, 0},            \
+    {"llm.GemvFused", "K=" #K " N=" #N " n=" #n " layer=" #layer " epi=0 f32=1", NULL, 0, 0}
+/* RoPE + KV write of one head shape, rotated and not (GPT-2), and not rotated into an FP8 cache. */
 #define LLM_ROPE(hd, q, kv)                                                                        \
     {"llm.RopeKvWrite", "hd=" #hd " heads=" #q " kv=" #kv, NULL, 0, 0},                            \
-    {"llm.RopeKvWrite", "hd=" #hd " heads=" #q " kv=" #kv " rotate=0", NULL, 0, 0}
+    {"llm.RopeKvWrite", "hd=" #hd " heads=" #q " kv=" #kv " rotate=0", NULL, 0, 0},                \
+    {"llm.RopeKvWrite", "hd=" #hd " heads=" #q " kv=" #kv " rotate=0 fp8=1", NULL, 0, 0}
 /* The sampler at one vocabulary size: greedy (with and without penalties), temperature with top-k,
  * top-p, min-p and penalties. */
 #define LLM_SAMPLE(vocab)                                                                          \
@@ -909,6 +944,16 @@ const op_case kiln_op_cases[] = {
     /* the CUDA-core prefill kernel on the long chunks too, at a fast path and a generic head dim */
     {"llm.PrefillAttention", "hd=128 heads=8 kv=2 batch=3 rot=0 seqs=1 holes=7 kernel=1", NULL, 0, 0},
     {"llm.PrefillAttention", "hd=72 heads=8 kv=2 batch=3 rot=4 seqs=1 holes=7 kernel=1", NULL, 0, 0},
+    /* sliding windows (Mistral's): shorter than one block, at a block edge, past the 32- and 64-key
+     * tiles and longer than some contexts, with a fast path and a generic head dim */
+    LLM_WINDOW(128, 8, 2, 8, 0, 1), LLM_WINDOW(72, 4, 2, 8, 1, 1), LLM_WINDOW(128, 8, 2, 3, 1, 7),
+    LLM_WINDOW(72, 4, 2, 3, 2, 7), LLM_WINDOW(128, 8, 2, 8, 2, 16), LLM_WINDOW(72, 4, 2, 8, 3, 16),
+    LLM_WINDOW(128, 8, 2, 3, 3, 33), LLM_WINDOW(72, 4, 2, 3, 4, 33), LLM_WINDOW(128, 8, 2, 8, 4, 100),
+    LLM_WINDOW(72, 4, 2, 8, 5, 100), LLM_WINDOW(128, 8, 2, 3, 5, 256), LLM_WINDOW(72, 4, 2, 3, 6, 256),
+    /* an FP8 (E4M3) cache with per-head scales: fast-path and generic head dims, GQA, with and without
+     * a window */
+    LLM_FP8(128, 8, 2, 8, 0, 0), LLM_FP8(64, 4, 4, 3, 1, 33), LLM_FP8(72, 6, 2, 8, 2, 0), LLM_FP8(256, 4, 1, 3, 3, 33),
+    LLM_FP8(96, 12, 1, 8, 4, 0),
     /* what the attention launchers refuse: a head dim not a multiple of 8, one past 256, query heads
      * not a multiple of the KV heads, an unknown prefill kernel */
     {"llm.DecodeAttention", "hd=12 heads=2 kv=2 refused=1", NULL, 0, 0},
@@ -930,6 +975,13 @@ const op_case kiln_op_cases[] = {
     /* the GEMV family: K 8..4096, N 1..2304 with tails past every tile, 1..8 token rows */
     LLM_GEMV(64, 5, 2), LLM_GEMV(256, 7, 3), LLM_GEMV(1000, 301, 8), LLM_GEMV(4096, 2048, 1), LLM_GEMV(768, 2304, 3),
     LLM_GEMV(8, 1, 1), LLM_GEMV(72, 33, 5), LLM_GEMV(2056, 129, 4),
+    /* the fused GEMV: norm prologue (gathered, padded residual rows), every epilogue, K 64..6144 (the
+     * last 96 KB of normed rows, past the 48 KB a kernel has without opting in), 1..8 token rows;
+     * without programmatic dependent launch too */
+    LLM_GEMV_FUSED(64, 5, 1, 1), LLM_GEMV_FUSED(256, 7, 3, 0), LLM_GEMV_FUSED(1000, 301, 8, 1),
+    LLM_GEMV_FUSED(4096, 1024, 5, 0), LLM_GEMV_FUSED(768, 2304, 2, 1), LLM_GEMV_FUSED(6144, 96, 8, 0),
+    {"llm.GemvFused", "K=6144 N=96 n=8 layer=1 epi=2 pdl=0", NULL, 0, 0},
+    {"llm.GemvFused", "K=4096 N=1024 n=5 layer=1 epi=4 pdl=0", NULL, 0, 0},
     /* greedy argmax: ties to the lowest id, NaN never wins */
     {"llm.Argmax", "vocab=1", NULL, 0, 0}, {"llm.Argmax", "vocab=7", NULL, 0, 0}, {"llm.Argmax", "vocab=1000", NULL, 0, 0},
     {"llm.Argmax", "vocab=50257", NULL, 0, 0}, {"llm.Argmax", "vocab=128256", NULL, 0, 0},
