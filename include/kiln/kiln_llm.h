@@ -76,7 +76,8 @@ typedef struct kiln_llm_options {
     int draft_tokens;
     /* Speculative decoding with a draft model (spec NULL or "draft"): a smaller model with the target's
      * tokenizer (else KILN_ERR_INVALID_ARGUMENT), a checkpoint directory or engine file opened on the
-     * same target and device (with kiln_llm_open_random: a shape name, random weights of seed + 1),
+     * same target and device (with kiln_llm_open_random: a shape name, random weights of the same seed,
+     * so that the target's own shape drafts for itself and every draft is accepted),
      * runs draft_tokens greedy (or, at temperature > 0, sampled) steps per speculating request with its
      * own KV cache of the target's block count, and the target verifies them in one step. The tokens
      * are those of plain decoding, as for "ngram". */

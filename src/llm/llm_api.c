@@ -196,7 +196,7 @@ kiln_status kiln_llm_open_random(const char *shape, kiln_precision precision, ui
     const bool bf16 = precision == KILN_PRECISION_BF16 || (precision == KILN_PRECISION_FP32 && sh.dtype == KILN_BF16);
     llm_runner_options ro = runner_options(o, &llm->cfg, bf16);
     kiln_status st = llm_runner_create_random(&sh.cfg, seed, &ro, llm->target, sizeof llm->target, &llm->runner);
-    if (st == KILN_OK && o->draft) st = llm_draft_open(llm, o->draft, &ro, true, seed + 1);
+    if (st == KILN_OK && o->draft) st = llm_draft_open(llm, o->draft, &ro, true, seed);
     if (st == KILN_OK) st = finish_open(llm, o, &ro, kiln_llm_config_params(&sh.cfg));
     if (st != KILN_OK) {
         kiln_llm_close(llm);
