@@ -6,7 +6,8 @@
  * block free or cached at the end. Sampled (temperature > 0, and with top-k): on fake Markov models over
  * a 3-token vocabulary, a draft whose distribution q differs from the target's, the joint distribution
  * of three generated tokens over many seeds against the exact one (a chi-square check). A draft cache
- * that does not match the target's is refused. Exit 0 = pass. */
+ * that does not match the target's is refused; a failing draft forward ends its step's requests with
+ * its message. Exit 0 = pass. */
 #include "check.h"
 #include "llm/llm.h"
 #include "llm/llm_random.h"
@@ -244,6 +245,39 @@ static void check_sampled_distribution(void) {
     }
 }
 
+static kiln_status failing_draft_forward(void *model, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits) {
+    (void)model, (void)kv, (void)b, (void)logits;
+    return kiln_error(KILN_ERR_BACKEND, "the draft forward broke");
+}
+
+/* A failing draft forward loses the step: its requests end with the message, their blocks given back. */
+static void check_draft_failure(void) {
+    memcpy(markov, (float[FV][FV]){{0, 5, 0}, {0, 0, 5}, {5, 0, 0}}, sizeof markov);
+    kiln_kv_cache_config kc = {.n_layer = 1, .n_kv_head = 1, .head_dim = 2, .block_size = 4, .n_blocks = 16,
+                               .dtype = KILN_F32};
+    kiln_kv_cache *kv, *dkv;
+    REQUIRE_OK(kiln_kv_cache_create(&kc, &kv));
+    REQUIRE_OK(kiln_kv_cache_create(&kc, &dkv));
+    kiln_scheduler_config sc = {.forward = markov_forward, .kv = kv, .vocab = FV, .max_model_len = 64,
+                                .draft_tokens = 2, .draft_forward = failing_draft_forward, .draft_kv = dkv};
+    kiln_scheduler *s;
+    REQUIRE_OK(kiln_scheduler_create(&sc, &s));
+    const int32_t prompt[3] = {0, 1, 2};
+    kiln_request_params rp = {.prompt = prompt, .n_prompt = 3, .max_tokens = 8, .sampling = kiln_sampling_defaults(),
+                              .speculate = true};
+    uint64_t id;
+    REQUIRE_OK(kiln_scheduler_add(s, &rp, &id));
+    const kiln_sched_event *ev;
+    int n;
+    CHECK(kiln_scheduler_step(s, &ev, &n) == KILN_ERR_BACKEND);
+    CHECKF(n == 1 && ev[0].finish == KILN_FINISH_ERROR && ev[0].message && strstr(ev[0].message, "draft model") &&
+           strstr(ev[0].message, "broke"), "%d events, message %s", n, n ? ev[0].message : "-");
+    CHECK(kiln_scheduler_get_stats(s).kv_blocks_used == 0);
+    kiln_scheduler_free(s);
+    kiln_kv_cache_free(kv);
+    kiln_kv_cache_free(dkv);
+}
+
 /* A draft cache unlike the target's, or half a draft model, is refused. */
 static void check_bad_config(void) {
     kiln_kv_cache_config kc = {.n_layer = 1, .n_kv_head = 1, .head_dim = 2, .block_size = 4, .n_blocks = 8,
@@ -265,6 +299,7 @@ static void check_bad_config(void) {
 
 int main(int argc, char **argv) {
     check_bad_config();
+    check_draft_failure();
     check_sampled_distribution();
     kiln_llm_config c, dc;
     kiln_llm_config_init(&c, KILN_LLM_LLAMA, 2, 64, 4, 2, 96, 97, 256);
