@@ -95,8 +95,8 @@ static double check_greedy_identical(kiln_llm_model *m, kiln_llm_model *draft, c
     int n_prompt[MAX_REQS];
     for (int i = 0; i < 6; i++) {
         n_prompt[i] = 12 + i % 3 * 4;
-        int period = i < 2 ? 4 : 24; /* two prompts share a prefix (prefix caching), then unstructured ones */
-        for (int t = 0; t < n_prompt[i]; t++) prompts[i][t] = (int32_t)((t % period * 37 + (i % 2) * 11 + i * 5) % vocab);
+        const int period = i < 2 ? 4 : 24, offset = i < 2 ? 5 : i * 11; /* two prompts share a prefix */
+        for (int t = 0; t < n_prompt[i]; t++) prompts[i][t] = (int32_t)((t % period * 37 + offset) % vocab);
     }
     static run_result plain, spec, spec_small, spec_tight;
     run_model(m, NULL, 0, 64, 64, 6, prompts, n_prompt, 24, &plain);
@@ -113,6 +113,7 @@ static double check_greedy_identical(kiln_llm_model *m, kiln_llm_model *draft, c
                name, i);
     }
     CHECKF(spec_small.stats.preemptions > 0, "%s: the small cache preempted nobody", name);
+    CHECKF(spec_small.stats.prefix_cache_hits > 0, "%s: nothing came from the prefix cache", name);
     CHECKF(spec_tight.stats.spec_drafted > 0 && spec_tight.stats.spec_drafted < spec.stats.spec_drafted,
            "%s: %llu drafts in the tight budget", name, (unsigned long long)spec_tight.stats.spec_drafted);
     const kiln_scheduler_stats *st = &spec.stats;
