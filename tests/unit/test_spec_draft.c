@@ -7,7 +7,8 @@
  * a 3-token vocabulary, a draft whose distribution q differs from the target's, the joint distribution
  * of three generated tokens over many seeds against the exact one (a chi-square check). A draft cache
  * that does not match the target's is refused; a failing draft forward ends its step's requests with
- * its message. Exit 0 = pass. */
+ * its message; the sampler accepts a draft from the target's own distribution always and one the target
+ * cannot produce never. Exit 0 = pass. */
 #include "check.h"
 #include "llm/llm.h"
 #include "llm/llm_random.h"
@@ -246,6 +247,36 @@ static void check_sampled_distribution(void) {
     }
 }
 
+/* The sampler's two halves: a draft drawn from the target's own distribution is always accepted (p / q =
+ * 1); a draft the target cannot produce (outside its top-k) never is, and the replacement is one it can. */
+static void check_sampler_draft_dist(void) {
+    enum { V = 6 };
+    const float target[V] = {0.5f, 2.0f, -1.0f, 1.5f, 0.0f, 1.0f}, other[V] = {3.0f, -2.0f, 0.0f, 0.1f, 2.5f, 0.0f};
+    kiln_sampler *sm;
+    REQUIRE_OK(kiln_sampler_create(V, &sm));
+    kiln_sampling_params p = kiln_sampling_defaults();
+    p.temperature = 0.9f;
+    const int32_t prompt[1] = {0};
+    float q[V];
+    int same = 0, outside = 0;
+    for (uint64_t seed = 1; seed <= 300; seed++) {
+        p.seed = seed;
+        p.top_k = 0;
+        kiln_sample d, out;
+        bool ok;
+        REQUIRE_OK(kiln_sample_draft(sm, &p, target, prompt, 1, NULL, 0, q, &d));
+        REQUIRE_OK(kiln_sample_verify_draft_dist(sm, &p, target, prompt, 1, NULL, 0, d.token, q, &out, &ok));
+        same += ok && out.token == d.token;
+        p.top_k = 2; /* the target keeps tokens 1 and 3; the draft (top-k 2 of `other`) proposes 0 or 4 */
+        REQUIRE_OK(kiln_sample_draft(sm, &p, other, prompt, 1, NULL, 0, q, &d));
+        REQUIRE_OK(kiln_sample_verify_draft_dist(sm, &p, target, prompt, 1, NULL, 0, d.token, q, &out, &ok));
+        outside += !ok && (d.token == 0 || d.token == 4) && (out.token == 1 || out.token == 3);
+    }
+    CHECKF(same == 300, "a draft from the target's own distribution accepted %d of 300 times", same);
+    CHECKF(outside == 300, "a draft outside the target's top-k rejected (and replaced from it) %d of 300 times", outside);
+    kiln_sampler_free(sm);
+}
+
 static kiln_status failing_draft_forward(void *model, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits) {
     (void)model, (void)kv, (void)b, (void)logits;
     return kiln_error(KILN_ERR_BACKEND, "the draft forward broke");
@@ -300,6 +331,7 @@ static void check_bad_config(void) {
 
 int main(int argc, char **argv) {
     check_bad_config();
+    check_sampler_draft_dist();
     check_draft_failure();
     check_sampled_distribution();
     kiln_llm_config c, dc;
