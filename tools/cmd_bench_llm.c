@@ -55,7 +55,11 @@ static const char *USAGE =
     "  --no-prefix-cache      turn automatic prefix caching off (on by default)\n"
     "  --spec ngram|off       speculative decoding by prompt lookup (default off); acceptance rate and\n"
     "                         tokens per speculating step in the report\n"
-    "  --draft-tokens K       draft tokens per step with --spec (1..16, default 4)\n"
+    "  --draft MODEL          speculative decoding with a draft model of the same tokenizer (--spec draft):\n"
+    "                         an engine or checkpoint directory; with --random, a shape name (random\n"
+    "                         weights of --seed: the --random shape itself accepts every draft, another\n"
+    "                         shape nearly none)\n"
+    "  --draft-tokens K       draft tokens per step with --spec or --draft (1..16, default 4)\n"
     "  --temperature T        sample every request at temperature T (top-k, top-p, min-p off; request k\n"
     "                         seeded with --seed + k), to time the sampler in the step (default 0: greedy)\n"
     "  --saturate             the saturated throughput run: --requests 512 --concurrency 256 unless given\n"
@@ -116,7 +120,7 @@ static int parse_args(int argc, char **argv, llm_args *a) {
     static const char *const TAKES[] = {"--llm", "--batch", "--input-len", "--output-len", "--iterations", "--warmup",
                                         "--seed", "--target", "--device", "--export-json", "--ceilings-file",
                                         "--random", "--dtype", "--requests", "--concurrency", "--max-num-tokens",
-                                        "--prefix-len", "--timing-cache", "--spec", "--draft-tokens",
+                                        "--prefix-len", "--timing-cache", "--spec", "--draft-tokens", "--draft",
                                         "--temperature", "--kv-cache", "--calib-text"};
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
@@ -169,8 +173,11 @@ static int parse_args(int argc, char **argv, llm_args *a) {
             if (strcmp(val, "auto") && strcmp(val, "fp8")) return cli_usage_error("bench ", "--kv-cache expects auto or fp8, got '%s'", val);
             a->bc.kv_cache_dtype = val;
         } else if (!strcmp(s, "--spec")) {
-            if (strcmp(val, "ngram") && strcmp(val, "off")) return cli_usage_error("bench ", "--spec expects ngram or off, got '%s'", val);
+            if (strcmp(val, "ngram") && strcmp(val, "draft") && strcmp(val, "off"))
+                return cli_usage_error("bench ", "--spec expects ngram, draft or off, got '%s'", val);
             a->bc.spec = val;
+        } else if (!strcmp(s, "--draft")) {
+            a->bc.draft = val;
         } else if (!strcmp(s, "--draft-tokens")) rc = parse_int(s, val, 1, KILN_LLM_MAX_DRAFT_TOKENS, &a->bc.draft_tokens);
         else if (!strcmp(s, "--temperature")) {
             char *end;
@@ -189,8 +196,11 @@ static int parse_args(int argc, char **argv, llm_args *a) {
     if (a->bc.prefix_len >= a->bc.input_len)
         return cli_usage_error("bench ", "--prefix-len %d must be below --input-len %d (each prompt ends with its own "
                                "tokens)", a->bc.prefix_len, a->bc.input_len);
+    if (a->bc.draft && !a->bc.spec) a->bc.spec = "draft";
+    if ((a->bc.spec && !strcmp(a->bc.spec, "draft")) != (a->bc.draft != NULL))
+        return cli_usage_error("bench ", a->bc.draft ? "--draft goes with --spec draft" : "--spec draft needs --draft");
     if (a->bc.draft_tokens && (!a->bc.spec || !strcmp(a->bc.spec, "off")))
-        return cli_usage_error("bench ", "--draft-tokens goes with --spec ngram");
+        return cli_usage_error("bench ", "--draft-tokens goes with --spec ngram or --draft");
     if (a->dtype && !a->shape) return cli_usage_error("bench ", "--dtype goes with --random (an engine keeps its precision)");
     if (a->saturate || a->bc.requests || a->bc.concurrency || a->bc.max_num_tokens) {
         if (!a->bc.requests) a->bc.requests = SATURATE_REQUESTS;

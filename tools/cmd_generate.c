@@ -53,7 +53,9 @@ static const char *USAGE =
     "  --no-prefix-cache           turn automatic prefix caching off (on by default; the same tokens either way)\n"
     "  --spec ngram|off            speculative decoding by prompt lookup (default off; the same tokens, greedy,\n"
     "                              or the same distribution, sampled; acceptance in the timing line)\n"
-    "  --draft-tokens K            draft tokens per step with --spec (1..16, default 4)\n"
+    "  --draft DIR_OR_ENGINE       speculative decoding with a draft model: a smaller model with the same\n"
+    "                              tokenizer proposes the tokens (--spec draft; the same tokens as without)\n"
+    "  --draft-tokens K            draft tokens per step with --spec or --draft (1..16, default 4)\n"
     "  --target cpu|cuda           where the model runs (default cpu): cpu computes in fp32; cuda in\n"
     "                              bf16 for a bf16 engine or checkpoint, else fp16\n"
     "  --device N                  the CUDA device (default 0)\n"
@@ -82,6 +84,7 @@ typedef struct gen_args {
     const char *spec;         /* NULL: off */
     int draft_tokens;
     const char *kv_cache, *calib_text; /* NULL: auto; NULL: none */
+    const char *draft;        /* the draft model (--draft), NULL: none */
 } gen_args;
 
 static int parse_number(const char *opt, const char *val, double lo, double hi, bool integer, double *out) {
@@ -128,7 +131,7 @@ static int parse_args(int argc, char **argv, gen_args *a) {
                                                   "--top-p", "--min-p", "--repetition-penalty", "--frequency-penalty",
                                                   "--presence-penalty", "--seed", "--kv-budget-mb", "--target",
                                                   "--device", "--system", "--chat-template", "--timing-cache",
-                                                  "--spec", "--draft-tokens", "--kv-cache", "--calib-text"};
+                                                  "--spec", "--draft-tokens", "--draft", "--kv-cache", "--calib-text"};
         bool known = false;
         for (size_t k = 0; k < sizeof takes_value / sizeof *takes_value; k++) known |= !strcmp(s, takes_value[k]);
         if (!known) return cli_usage_error("generate ", "unknown option '%s'", s);
@@ -180,9 +183,11 @@ static int parse_args(int argc, char **argv, gen_args *a) {
                 return cli_usage_error("generate ", "--target expects cpu or cuda, got '%s'", val);
             a->target = val;
         } else if (!strcmp(s, "--spec")) {
-            if (strcmp(val, "ngram") && strcmp(val, "off"))
-                return cli_usage_error("generate ", "--spec expects ngram or off, got '%s'", val);
+            if (strcmp(val, "ngram") && strcmp(val, "draft") && strcmp(val, "off"))
+                return cli_usage_error("generate ", "--spec expects ngram, draft or off, got '%s'", val);
             a->spec = val;
+        } else if (!strcmp(s, "--draft")) {
+            a->draft = val;
         } else if (!strcmp(s, "--draft-tokens")) {
             if ((rc = parse_number(s, val, 1, KILN_LLM_MAX_DRAFT_TOKENS, true, &v)) < 0) a->draft_tokens = (int)v;
         } else if (!strcmp(s, "--device")) {
@@ -194,8 +199,11 @@ static int parse_args(int argc, char **argv, gen_args *a) {
     if (!a->prompt) return cli_usage_error("generate ", "--prompt is required");
     if ((a->system || a->chat_template_file) && !a->chat)
         return cli_usage_error("generate ", "--system and --chat-template go with --chat");
+    if (a->draft && !a->spec) a->spec = "draft";
+    if ((a->spec && !strcmp(a->spec, "draft")) != (a->draft != NULL))
+        return cli_usage_error("generate ", a->draft ? "--draft goes with --spec draft" : "--spec draft needs --draft");
     if (a->draft_tokens && (!a->spec || !strcmp(a->spec, "off")))
-        return cli_usage_error("generate ", "--draft-tokens goes with --spec ngram");
+        return cli_usage_error("generate ", "--draft-tokens goes with --spec ngram or --draft");
     return -1;
 }
 
@@ -283,8 +291,8 @@ static kiln_status setup(gen_run *g, char **chat_template) {
     kiln_llm_options o = {.target = a->target, .device = a->device, .max_seqs = 1, .chat_template = *chat_template,
                           .kv_cache_bytes = (uint64_t)(a->kv_budget_mb * 1048576.0),
                           .no_prefix_cache = a->no_prefix_cache, .timing_cache = a->timing_cache,
-                          .spec = a->spec, .draft_tokens = a->draft_tokens, .kv_cache_dtype = a->kv_cache,
-                          .kv_calib_text = a->calib_text};
+                          .spec = a->spec, .draft_tokens = a->draft_tokens, .draft = a->draft,
+                          .kv_cache_dtype = a->kv_cache, .kv_calib_text = a->calib_text};
     double t0 = cli_now_ms();
     kiln_status st = kiln_llm_open(a->dir, &o, &g->llm);
     if (st != KILN_OK && a->kv_budget_mb > 0 && strstr(kiln_last_error(), "kv_cache_bytes"))

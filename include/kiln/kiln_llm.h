@@ -69,7 +69,8 @@ typedef struct kiln_llm_options {
      * proposes up to draft_tokens tokens (0: 4) copied from what followed the latest earlier occurrence
      * of its last 3, 2 or 1 tokens in its prompt and output, and one forward step verifies them). The
      * tokens are those of plain decoding: greedy ones identical, sampled ones from the same
-     * distribution (rejection sampling). Anything else is KILN_ERR_INVALID_ARGUMENT. */
+     * distribution (rejection sampling). "draft": a draft model (below) proposes the draft_tokens
+     * tokens. Anything else is KILN_ERR_INVALID_ARGUMENT. */
     const char *spec;
     int draft_tokens;
     /* The KV cache's element type: NULL or "auto" (fp32 on the CPU, the weights' 16-bit type on CUDA),
@@ -81,6 +82,14 @@ typedef struct kiln_llm_options {
      * and a warning is logged. Anything else is KILN_ERR_INVALID_ARGUMENT. */
     const char *kv_cache_dtype;
     const char *kv_calib_text;
+    /* Speculative decoding with a draft model (spec NULL or "draft"): a smaller model with the target's
+     * tokenizer (else KILN_ERR_INVALID_ARGUMENT), a checkpoint directory or engine file opened on the
+     * same target and device (with kiln_llm_open_random: a shape name, random weights of the same seed,
+     * so that the target's own shape drafts for itself and every draft is accepted),
+     * runs draft_tokens greedy (or, at temperature > 0, sampled) steps per speculating request with its
+     * own KV cache of the target's block count, and the target verifies them in one step. The tokens
+     * are those of plain decoding, as for "ngram". */
+    const char *draft;
 } kiln_llm_options;
 
 /* Opens path: an LLM engine file (`kiln build --hf`) or a Hugging Face checkpoint directory

@@ -183,8 +183,8 @@ static kiln_llm_options options_for(const kiln_bench_llm_doc *d) {
     kiln_llm_options o = {.target = bc->target, .device = bc->device, .block_size = BLOCK_SIZE, .max_seqs = seqs,
                           .max_batched_tokens = tokens, .max_context = bc->input_len + bc->output_len,
                           .no_prefix_cache = bc->no_prefix_cache, .timing_cache = bc->timing_cache,
-                          .spec = bc->spec, .draft_tokens = bc->draft_tokens, .kv_cache_dtype = bc->kv_cache_dtype,
-                          .kv_calib_text = bc->calib_text};
+                          .spec = bc->spec, .draft_tokens = bc->draft_tokens, .draft = bc->draft,
+                          .kv_cache_dtype = bc->kv_cache_dtype, .kv_calib_text = bc->calib_text};
     if (strcmp(bc->target, "cuda")) o.kv_cache_blocks = seqs * ((bc->input_len + bc->output_len + BLOCK_SIZE - 1) / BLOCK_SIZE);
     return o;
 }

@@ -35,9 +35,10 @@ typedef struct kiln_bench_llm_config {
     int prefix_len;
     bool no_prefix_cache;
     const char *timing_cache; /* cuda: kiln_llm_options.timing_cache (NULL: none) */
-    const char *spec;         /* kiln_llm_options.spec: NULL (off) or "ngram" */
+    const char *spec;         /* kiln_llm_options.spec: NULL (off), "ngram" or "draft" */
     int draft_tokens;         /* kiln_llm_options.draft_tokens */
     const char *kv_cache_dtype, *calib_text; /* kiln_llm_options.kv_cache_dtype, .kv_calib_text */
+    const char *draft;        /* kiln_llm_options.draft: the draft model (with --random, a shape), or NULL */
     float temperature;        /* 0: greedy; else every request samples at it (top-k, top-p, min-p off),
                                * request k with seed + k: the sampler's cost in the step */
 } kiln_bench_llm_config;

@@ -28,12 +28,13 @@ static void print_prefix(const kiln_bench_llm_doc *d, uint64_t queries, uint64_t
             d->bc->prefix_len);
 }
 
-/* "speculation: ngram, K draft tokens: acceptance A (a of d drafts), T tokens per speculating step",
- * nothing when it is off. */
+/* "speculation: ngram, K draft tokens: acceptance A (a of d drafts), T tokens per speculating step"
+ * ("draft MODEL" for a draft model), nothing when it is off. */
 static void print_spec(const kiln_bench_llm_doc *d, const kiln_bench_llm_spec *s, FILE *f) {
     if (!d->bc->spec || !strcmp(d->bc->spec, "off")) return;
-    fprintf(f, "speculation: %s, %d draft tokens: acceptance %.3f (%llu of %llu drafts), %.2f tokens per speculating "
-               "step (%llu steps)\n", d->bc->spec, d->bc->draft_tokens ? d->bc->draft_tokens : 4,
+    fprintf(f, "speculation: %s%s%s, %d draft tokens: acceptance %.3f (%llu of %llu drafts), %.2f tokens per "
+               "speculating step (%llu steps)\n", d->bc->spec, d->bc->draft ? " " : "", d->bc->draft ? d->bc->draft : "",
+            d->bc->draft_tokens ? d->bc->draft_tokens : 4,
             s->drafted ? (double)s->accepted / (double)s->drafted : 0.0, (unsigned long long)s->accepted,
             (unsigned long long)s->drafted, s->steps ? (double)s->emitted / (double)s->steps : 0.0,
             (unsigned long long)s->steps);
@@ -224,6 +225,7 @@ kiln_status kiln_bench_llm_write_json(const kiln_bench_llm_doc *d, const char *p
     kiln_json_kv_string(&j, "spec", d->bc->spec && strcmp(d->bc->spec, "off") ? d->bc->spec : NULL);
     kiln_json_kv_int(&j, "draft_tokens", d->bc->draft_tokens);
     kiln_json_kv_string(&j, "kv_cache", d->bc->kv_cache_dtype ? d->bc->kv_cache_dtype : "auto");
+    kiln_json_kv_string(&j, "draft", d->bc->draft);
     if (d->saturated) {
         kiln_json_kv_int(&j, "requests", d->bc->requests);
         kiln_json_kv_int(&j, "concurrency", d->bc->concurrency);

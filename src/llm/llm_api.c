@@ -39,8 +39,13 @@ static kiln_status new_llm(const kiln_llm_options *o, kiln_llm **out) {
               o->max_context < 0 || o->max_waiting < 0 || o->max_waiting_tokens < 0 || !(o->queue_timeout_ms >= 0)))
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_llm_options: negative kv_cache_blocks, block_size, max_seqs, "
                           "max_batched_tokens, max_context, max_waiting, max_waiting_tokens or queue_timeout_ms");
-    if (o && o->spec && strcmp(o->spec, "off") && strcmp(o->spec, "ngram"))
-        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "spec must be \"off\" or \"ngram\", got \"%s\"", o->spec);
+    if (o && o->spec && strcmp(o->spec, "off") && strcmp(o->spec, "ngram") && strcmp(o->spec, "draft"))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "spec must be \"off\", \"ngram\" or \"draft\", got \"%s\"",
+                          o->spec);
+    if (o && o->draft && o->spec && strcmp(o->spec, "draft"))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "a draft model goes with spec \"draft\", not \"%s\"", o->spec);
+    if (o && !o->draft && o->spec && !strcmp(o->spec, "draft"))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "spec \"draft\" needs a draft model (draft)");
     if (o && o->kv_cache_dtype && strcmp(o->kv_cache_dtype, "auto") && strcmp(o->kv_cache_dtype, "fp8"))
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kv_cache_dtype must be \"auto\" or \"fp8\", got \"%s\"",
                           o->kv_cache_dtype);
@@ -113,7 +118,7 @@ static kiln_status make_cache(kiln_llm *llm, const kiln_llm_options *o, const ll
 
 /* Draft tokens per speculating step (0: no speculation). */
 static int spec_draft_tokens(const kiln_llm_options *o) {
-    if (!o->spec || !strcmp(o->spec, "off")) return 0;
+    if (!o->draft && (!o->spec || !strcmp(o->spec, "off"))) return 0;
     return o->draft_tokens ? o->draft_tokens : DEFAULT_DRAFT_TOKENS;
 }
 
@@ -121,11 +126,14 @@ static int spec_draft_tokens(const kiln_llm_options *o) {
 static kiln_status finish_open(kiln_llm *llm, const kiln_llm_options *o, const llm_runner_options *ro, int64_t n_params) {
     const int bs = o->block_size ? o->block_size : DEFAULT_BLOCK_SIZE;
     KILN_TRY(make_cache(llm, o, ro, bs));
+    if (llm->draft_runner) KILN_TRY(llm_draft_make_cache(llm));
     kiln_scheduler_config sc = {.forward = llm_runner_forward, .sample = llm_runner_sample_fn(llm->runner),
                                 .model = llm->runner, .kv = llm->kv, .vocab = llm->cfg.vocab,
                                 .max_model_len = ro->max_context, .max_num_batched_tokens = ro->max_tokens,
                                 .max_num_seqs = ro->max_seqs, .on_admit = llm_loop_on_admit,
-                                .no_prefix_cache = o->no_prefix_cache, .draft_tokens = spec_draft_tokens(o)};
+                                .no_prefix_cache = o->no_prefix_cache, .draft_tokens = spec_draft_tokens(o),
+                                .draft_forward = llm->draft_runner ? llm_runner_forward : NULL,
+                                .draft_model = llm->draft_runner, .draft_kv = llm->draft_kv};
     KILN_TRY(kiln_scheduler_create(&sc, &llm->sched));
     collect_eos(llm);
     llm->max_waiting = o->max_waiting;
@@ -174,6 +182,7 @@ kiln_status kiln_llm_open(const char *path, const kiln_llm_options *opts, kiln_l
         kiln_llm_model_free(llm->bundle.model);
         llm->bundle.model = NULL;
     }
+    if (st == KILN_OK && o->draft) st = llm_draft_open(llm, o->draft, &ro, false, 0);
     if (st == KILN_OK) st = finish_open(llm, o, &ro, llm->bundle.n_params);
     if (st != KILN_OK) {
         kiln_llm_close(llm);
@@ -200,6 +209,7 @@ kiln_status kiln_llm_open_random(const char *shape, kiln_precision precision, ui
     float *kv_scales = NULL; /* random weights have no tokenizer: a calibration text is refused */
     kiln_status st = ro.kv_fp8 ? kiln_llm_kv_fp8_scales(NULL, NULL, o->kv_calib_text, &kv_scales) : KILN_OK;
     if (st == KILN_OK) st = llm_runner_create_random(&sh.cfg, seed, &ro, llm->target, sizeof llm->target, &llm->runner);
+    if (st == KILN_OK && o->draft) st = llm_draft_open(llm, o->draft, &ro, true, seed);
     if (st == KILN_OK) st = finish_open(llm, o, &ro, kiln_llm_config_params(&sh.cfg));
     if (st != KILN_OK) {
         kiln_llm_close(llm);
@@ -242,6 +252,7 @@ void kiln_llm_close(kiln_llm *llm) {
         llm_req_free(r);
     }
     kiln_scheduler_free(llm->sched);
+    llm_draft_close(llm);
     kiln_kv_cache_free(llm->kv);
     llm_runner_free(llm->runner);
     kiln_llm_bundle_free(&llm->bundle);

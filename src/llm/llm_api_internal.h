@@ -85,6 +85,9 @@ struct kiln_llm {
     llm_runner *runner;
     kiln_kv_cache *kv;
     kiln_scheduler *sched;          /* loop */
+    kiln_llm_bundle draft_bundle;   /* the draft model (kiln_llm_options.draft; llm_draft.c), if any */
+    llm_runner *draft_runner;
+    kiln_kv_cache *draft_kv;
     kiln_llm_config cfg;
     kiln_llm_info info;
     char family[16], target[320];
@@ -139,6 +142,16 @@ const kiln_llm_bundle *llm_model_bundle(const kiln_llm *llm);
  * llm_loop_stop sets closing, wakes the loop and joins it (every request then has its final event). */
 kiln_status llm_loop_start(kiln_llm *llm);
 void llm_loop_stop(kiln_llm *llm);
+/* The draft model (llm_draft.c): opens `draft` (a checkpoint directory or engine file; random_shape: a
+ * shape name, with random weights from seed) with the target's runner options after checking that it
+ * shares the target's vocabulary and covers its context (KILN_ERR_INVALID_ARGUMENT naming what
+ * differs). llm_draft_close frees what it made, also after a failure. */
+kiln_status llm_draft_open(kiln_llm *llm, const char *draft, const llm_runner_options *ro, bool random_shape,
+                           uint64_t seed);
+/* The draft model's KV cache: the target's block count and size (after the target's llm->kv). */
+kiln_status llm_draft_make_cache(kiln_llm *llm);
+void llm_draft_close(kiln_llm *llm); /* accepts a kiln_llm without a draft model */
+
 /* The scheduler's on_admit (user: the llm_req): the request's queue time, and it leaves the waiting totals. */
 void llm_loop_on_admit(void *user);
 

@@ -318,3 +318,66 @@ kiln_status kiln_sample_verify_draft(kiln_sampler *s, const kiln_sampling_params
     fill_sample(c, n, chosen, p, out);
     return KILN_OK;
 }
+
+/* The stream of a draft model's draws, apart from the target's sampling and acceptance draws. */
+static uint64_t draft_stream(uint64_t seed) { return seed ^ 0x2545F4914F6CDD1Dull; }
+
+kiln_status kiln_sample_draft(kiln_sampler *s, const kiln_sampling_params *p, const float *logits,
+                              const int32_t *prompt, int n_prompt, const int32_t *generated, int n_generated, float *q,
+                              kiln_sample *out) {
+    if (p->temperature == 0) return kiln_sample_next(s, p, logits, prompt, n_prompt, generated, n_generated, out);
+    memset(out, 0, sizeof *out);
+    int n, chosen = 0;
+    KILN_TRY(candidates(s, p, logits, prompt, n_prompt, generated, n_generated, &n));
+    kiln_sampling_params dp = *p;
+    dp.seed = draft_stream(p->seed);
+    n = sample_random(s->cand, n, &dp, (uint64_t)n_generated, &chosen);
+    double z = 0;
+    for (int i = 0; i < n; i++) z += s->cand[i].p;
+    memset(q, 0, (size_t)s->vocab * sizeof *q);
+    for (int i = 0; i < n; i++) q[s->cand[i].id] = (float)(s->cand[i].p / z);
+    fill_sample(s->cand, n, chosen, p, out);
+    return KILN_OK;
+}
+
+kiln_status kiln_sample_verify_draft_dist(kiln_sampler *s, const kiln_sampling_params *p, const float *logits,
+                                          const int32_t *prompt, int n_prompt, const int32_t *generated,
+                                          int n_generated, int32_t draft, const float *q, kiln_sample *out,
+                                          bool *accepted) {
+    if (p->temperature == 0)
+        return kiln_sample_verify_draft(s, p, logits, prompt, n_prompt, generated, n_generated, draft, out, accepted);
+    *accepted = false;
+    memset(out, 0, sizeof *out);
+    int n, chosen = 0;
+    KILN_TRY(candidates(s, p, logits, prompt, n_prompt, generated, n_generated, &n));
+    cand *c = s->cand;
+    n = sample_random(c, n, p, (uint64_t)n_generated, &chosen); /* truncates and sets c[i].p */
+    double z = 0, pd = 0;
+    int at = -1;
+    for (int i = 0; i < n; i++) {
+        z += c[i].p;
+        if (c[i].id == draft) at = i;
+    }
+    if (at >= 0) pd = c[at].p / z;
+    const double qd = draft >= 0 && draft < s->vocab ? q[draft] : 0;
+    if (at >= 0 && kiln_sample_uniform(accept_stream(p->seed), (uint64_t)n_generated) * qd < pd) {
+        *accepted = true;
+        fill_sample(c, n, at, p, out);
+        return KILN_OK;
+    }
+    /* rejected: a draw from max(p - q, 0) normalised (from p itself if rounding left nothing) */
+    double rest = 0;
+    for (int i = 0; i < n; i++) rest += fmax(c[i].p / z - q[c[i].id], 0);
+    const bool residual = rest > 0;
+    double u = kiln_sample_uniform(p->seed, (uint64_t)n_generated) * (residual ? rest : 1), acc = 0;
+    chosen = n - 1;
+    for (int i = 0; i < n; i++) {
+        acc += residual ? fmax(c[i].p / z - q[c[i].id], 0) : c[i].p / z;
+        if (u < acc) {
+            chosen = i;
+            break;
+        }
+    }
+    fill_sample(c, n, chosen, p, out);
+    return KILN_OK;
+}

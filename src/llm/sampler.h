@@ -59,6 +59,24 @@ kiln_status kiln_sample_verify_draft(kiln_sampler *s, const kiln_sampling_params
                                      const int32_t *prompt, int n_prompt, const int32_t *generated, int n_generated,
                                      int32_t draft, kiln_sample *out, bool *accepted);
 
+/* A draft model's token for the position after `generated` (speculative decoding with a draft model),
+ * with kiln_sample_next's arguments and errors. Greedy: kiln_sample_next's token (q untouched).
+ * Temperature > 0: a draw, from a stream of its own, from the processed distribution of the draft's
+ * logits, written whole to q[vocab] (zero outside the kept candidates) for
+ * kiln_sample_verify_draft_dist. */
+kiln_status kiln_sample_draft(kiln_sampler *s, const kiln_sampling_params *p, const float *logits,
+                              const int32_t *prompt, int n_prompt, const int32_t *generated, int n_generated, float *q,
+                              kiln_sample *out);
+
+/* kiln_sample_verify_draft for a draft drawn from the distribution q[vocab] (kiln_sample_draft's).
+ * Greedy: as kiln_sample_verify_draft (q unread). Temperature > 0: with p the target's processed
+ * distribution, the draft x is accepted with probability min(1, p(x) / q(x)); when it is rejected, out
+ * is a draw from max(p - q, 0), renormalised. Either way out's token follows p. */
+kiln_status kiln_sample_verify_draft_dist(kiln_sampler *s, const kiln_sampling_params *p, const float *logits,
+                                          const int32_t *prompt, int n_prompt, const int32_t *generated,
+                                          int n_generated, int32_t draft, const float *q, kiln_sample *out,
+                                          bool *accepted);
+
 #ifdef __cplusplus
 }
 #endif

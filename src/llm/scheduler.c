@@ -42,7 +42,7 @@ static kiln_status check_config(const kiln_scheduler_config *c) {
     if (kc->block_size < 1 || kc->n_blocks < 1)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "scheduler: the KV cache has %d blocks of %d tokens",
                           kc->n_blocks, kc->block_size);
-    return KILN_OK;
+    return sched_draft_check(c);
 }
 
 kiln_status kiln_scheduler_create(const kiln_scheduler_config *cfg, kiln_scheduler **out) {
@@ -83,6 +83,7 @@ kiln_status kiln_scheduler_create(const kiln_scheduler_config *cfg, kiln_schedul
                           c.max_num_seqs, c.vocab);
     }
     kiln_status st = kiln_sampler_create(c.vocab, &s->sampler);
+    if (st == KILN_OK) st = sched_draft_create(s);
     if (st != KILN_OK) {
         kiln_scheduler_free(s);
         return st;
@@ -109,6 +110,7 @@ void kiln_scheduler_free(kiln_scheduler *s) {
     for (int i = 0; i < s->n_waiting; i++) sched_req_free(s->waiting[i]);
     for (int i = 0; i < s->n_done; i++) sched_req_free(s->done[i]);
     kiln_sampler_free(s->sampler);
+    sched_draft_free(s);
     free(s->running);
     free(s->waiting);
     free(s->done);
@@ -132,6 +134,7 @@ void sched_release_blocks(kiln_scheduler *s, sched_req *r) {
     for (int i = r->n_blocks - 1; i >= 0; i--) kiln_kv_cache_release_block(s->cfg.kv, r->blocks[i]);
     r->n_blocks = 0;
     r->n_computed = 0;
+    r->draft_computed = 0;
     r->n_published = 0;
 }
 

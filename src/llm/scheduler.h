@@ -77,6 +77,16 @@ typedef struct kiln_scheduler_config {
      * decoding: greedy ones identical, sampled ones from the same distribution (rejection sampling). */
     int draft_tokens;
     int ngram_max, ngram_min;
+    /* Speculative decoding with a draft model (scheduler_draft.c) instead of prompt lookup, when
+     * draft_forward is set: a smaller model with the same vocabulary proposes each speculating
+     * request's draft_tokens tokens, one draft forward step each (greedy, or sampled keeping its
+     * distribution for the rejection step). Its cache draft_kv (borrowed) has kv's block_size and
+     * n_blocks and is addressed by the same block tables, so that blocks, preemption and prefix caching
+     * serve both models (the scheduler holds all of draft_kv's blocks: it must be unused); the draft runs
+     * every sequence's chunk with the target. */
+    kiln_forward_fn draft_forward;
+    void *draft_model;
+    kiln_kv_cache *draft_kv;
 } kiln_scheduler_config;
 
 typedef struct kiln_request_params {
@@ -87,7 +97,7 @@ typedef struct kiln_request_params {
     const int32_t *stop_ids; /* copied; generation ends after producing one of them (e.g. eos) */
     int n_stop_ids;
     void *user;              /* returned in every event of the request */
-    bool speculate;          /* draft tokens by prompt lookup (kiln_scheduler_config.draft_tokens) */
+    bool speculate;          /* draft tokens (kiln_scheduler_config.draft_tokens) by prompt lookup or draft model */
 } kiln_request_params;
 
 typedef enum kiln_finish_reason {

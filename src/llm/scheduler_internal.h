@@ -23,6 +23,7 @@ typedef struct sched_req {
     int chunk;          /* tokens scheduled in the step being built; 0 = not scheduled */
     bool speculate;     /* proposes draft tokens when decoding */
     int n_draft;        /* draft tokens in this step's chunk, at tokens[n_tokens ..) */
+    int draft_computed; /* tokens whose keys and values are in the draft model's cache (<= n_computed) */
     bool ended;         /* moved to the done list during this step */
     bool delivered;     /* its final event was returned by a step: freed at the next one */
     bool admitted;      /* it has been in a batch (on_admit was called) */
@@ -61,6 +62,7 @@ struct kiln_scheduler {
     float *logits;                /* [max_rows * vocab]: every row, or those a sample function hands back */
     kiln_sched_sample_row *rows;  /* [max_num_seqs] the rows given to the sample function */
     int32_t *sampled;             /* [max_num_seqs] its tokens (-1: sample on the host) */
+    struct sched_draft *draft;    /* the draft model's step buffers (scheduler_draft.c); NULL without one */
 };
 
 /* Frees r's memory (not its blocks); accepts NULL. */
@@ -90,7 +92,21 @@ void sched_accept_token(kiln_scheduler *s, sched_req *r, const kiln_sample *smp)
 int sched_spec_propose(const kiln_scheduler *s, sched_req *r, int max);
 /* After the forward step of r's chunk (its last token and r->n_draft drafts, whose logits rows start
  * at `rows`): accepts the drafts that plain decoding agrees with and one token after them, as events,
- * sets what is computed and gives back the blocks of rejected drafts. */
-void sched_spec_verify(kiln_scheduler *s, sched_req *r, const float *rows);
+ * sets what is computed and gives back the blocks of rejected drafts. q: the drafts' distributions
+ * (sched_draft_q), or NULL for point masses (prompt lookup, greedy drafts). */
+void sched_spec_verify(kiln_scheduler *s, sched_req *r, const float *rows, const float *q);
+/* Draft model (scheduler_draft.c). Checks the config's draft fields (none set is fine). */
+kiln_status sched_draft_check(const kiln_scheduler_config *c);
+/* Allocates s->draft when the config has a draft model. */
+kiln_status sched_draft_create(kiln_scheduler *s);
+void sched_draft_free(kiln_scheduler *s); /* accepts s->draft == NULL */
+/* Before the target's forward step: runs the draft model over every batch sequence's new tokens (and
+ * any it missed), then one more step per draft token, writing each speculating sequence's drafts at
+ * tokens[n_tokens ..) (and, sampled, their distributions for sched_draft_q). No-op without a draft
+ * model; a failure (forward step or sampling) is returned and loses the step. */
+kiln_status sched_draft_run(kiln_scheduler *s);
+/* The draft distributions of the batch sequence whose logits rows start at `row` (NULL without a draft
+ * model): q of draft j at + j * vocab. */
+const float *sched_draft_q(const kiln_scheduler *s, int row);
 
 #endif

@@ -32,7 +32,7 @@ int sched_prefix_match(kiln_scheduler *s, sched_req *r, int *idle) {
 void sched_prefix_take(kiln_scheduler *s, sched_req *r, int hit) {
     for (int j = 0; j < hit; j++) kiln_kv_cache_share_block(s->cfg.kv, r->blocks[j]);
     r->n_blocks = r->n_published = hit;
-    r->n_computed = hit * s->block_size;
+    r->n_computed = r->draft_computed = hit * s->block_size; /* a published block holds both models' */
     if (s->cfg.no_prefix_cache) return;
     s->prefix_queries += (uint64_t)r->n_tokens;
     s->prefix_hits += (uint64_t)r->n_computed;
@@ -40,7 +40,9 @@ void sched_prefix_take(kiln_scheduler *s, sched_req *r, int hit) {
 
 void sched_prefix_publish(kiln_scheduler *s, sched_req *r) {
     if (s->cfg.no_prefix_cache) return;
-    for (const int full = r->n_computed / s->block_size; r->n_published < full; r->n_published++) {
+    /* with a draft model, a block is published once both models' keys and values fill it */
+    const int computed = s->draft && r->draft_computed < r->n_computed ? r->draft_computed : r->n_computed;
+    for (const int full = computed / s->block_size; r->n_published < full; r->n_published++) {
         const int j = r->n_published;
         kiln_kv_cache_publish_block(s->cfg.kv, r->blocks[j], block_hash(s, r, j), j ? r->hashes[j - 1] : 0,
                                     r->tokens + (size_t)j * s->block_size);

@@ -4,7 +4,8 @@
  * drafts that plain decoding agrees with (greedy: the same argmax; sampled: rejection sampling against
  * a point-mass draft), then one more token from the first rejected position (or after the last draft).
  * The keys and values of rejected drafts stay in the cache past the computed length, unread, and are
- * overwritten later; whole blocks they took are given back. */
+ * overwritten later; whole blocks they took are given back. Drafts of a draft model
+ * (scheduler_draft.c) are verified the same way, against their distribution when sampled. */
 #include "llm/scheduler_internal.h"
 
 #include "core/status.h"
@@ -41,7 +42,7 @@ static void drop_spare_blocks(kiln_scheduler *s, sched_req *r) {
     while (r->n_blocks > keep) kiln_kv_cache_release_block(s->cfg.kv, r->blocks[--r->n_blocks]);
 }
 
-void sched_spec_verify(kiln_scheduler *s, sched_req *r, const float *rows) {
+void sched_spec_verify(kiln_scheduler *s, sched_req *r, const float *rows, const float *q) {
     const int drafted = r->n_draft, base = r->n_tokens;
     r->n_draft = 0;
     s->spec_steps++;
@@ -55,7 +56,10 @@ void sched_spec_verify(kiln_scheduler *s, sched_req *r, const float *rows) {
         kiln_status st;
         const int32_t *gen = r->tokens + r->n_prompt;
         const int n_gen = r->n_tokens - r->n_prompt;
-        if (j < drafted)
+        if (j < drafted && q)
+            st = kiln_sample_verify_draft_dist(s->sampler, &r->sampling, row, r->tokens, r->n_prompt, gen, n_gen,
+                                               r->tokens[base + j], q + (size_t)j * s->cfg.vocab, &smp, &accepted);
+        else if (j < drafted)
             st = kiln_sample_verify_draft(s->sampler, &r->sampling, row, r->tokens, r->n_prompt, gen, n_gen,
                                           r->tokens[base + j], &smp, &accepted);
         else
@@ -71,6 +75,7 @@ void sched_spec_verify(kiln_scheduler *s, sched_req *r, const float *rows) {
         if (r->ended || !accepted) break;
     }
     if (r->ended) return;
+    if (r->draft_computed > r->n_computed) r->draft_computed = r->n_computed; /* the draft's rejected ones */
     sched_prefix_publish(s, r);
     drop_spare_blocks(s, r);
 }

@@ -81,7 +81,8 @@ static void schedule_running(kiln_scheduler *s, bool decodes, int *budget) {
             i++;
             continue;
         }
-        int drafts = decodes ? sched_spec_propose(s, r, draft_room(s, r, *budget - decoding)) : 0;
+        int room = decodes ? draft_room(s, r, *budget - decoding) : 0;
+        int drafts = s->draft ? room : sched_spec_propose(s, r, room); /* a draft model writes them later */
         int got = reserve(s, i, min_int(need + drafts, *budget));
         if (!got) { /* running[i] was preempted: the next sequence moved into slot i */
             decoding -= decodes;
@@ -219,9 +220,10 @@ static void remove_ended(kiln_scheduler *s) {
  * hands back on the host). A step with draft tokens brings all its logits to the host and verifies
  * there. */
 static kiln_status run_batch(kiln_scheduler *s) {
+    kiln_status st = sched_draft_run(s);
     kiln_llm_batch b = pack_batch(s);
     const bool on_device = s->cfg.sample != NULL && !b.n_logits;
-    kiln_status st = s->cfg.forward(s->cfg.model, s->cfg.kv, &b, on_device ? NULL : s->logits);
+    if (st == KILN_OK) st = s->cfg.forward(s->cfg.model, s->cfg.kv, &b, on_device ? NULL : s->logits);
     s->steps++;
     if (st == KILN_OK && on_device) {
         int n_rows = rows_to_sample(s);
@@ -232,6 +234,7 @@ static kiln_status run_batch(kiln_scheduler *s) {
         int chunk = r->chunk;
         r->chunk = 0;
         const float *row = s->logits + (size_t)row0 * s->cfg.vocab;
+        const float *q = sched_draft_q(s, row0);
         row0 += b.n_logits ? b.n_logits[k] : 1;
         if (st != KILN_OK) {
             r->n_draft = 0;
@@ -240,7 +243,7 @@ static kiln_status run_batch(kiln_scheduler *s) {
             continue;
         }
         if (r->n_draft) {
-            sched_spec_verify(s, r, row);
+            sched_spec_verify(s, r, row, r->sampling.temperature > 0 ? q : NULL);
             continue;
         }
         r->n_computed += chunk;

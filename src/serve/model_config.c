@@ -239,9 +239,15 @@ kiln_status serve_model_config_parse(const char *json, size_t len, const char *w
             if (!cJSON_IsBool(item)) st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'prefix_cache' must be true or false", what);
             else c->llm.no_prefix_cache = cJSON_IsFalse(item);
         } else if (!strcmp(item->string, "spec")) {
-            if (!cJSON_IsString(item) || (strcmp(item->valuestring, "ngram") && strcmp(item->valuestring, "off")))
-                st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'spec' must be \"ngram\" or \"off\"", what);
-            else c->llm.spec = strcmp(item->valuestring, "off") ? "ngram" : NULL;
+            if (!cJSON_IsString(item) || (strcmp(item->valuestring, "ngram") && strcmp(item->valuestring, "draft") &&
+                                          strcmp(item->valuestring, "off")))
+                st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'spec' must be \"ngram\", \"draft\" or \"off\"", what);
+            else c->llm.spec = !strcmp(item->valuestring, "off") ? NULL : strcmp(item->valuestring, "draft") ? "ngram" : "draft";
+        } else if (!strcmp(item->string, "draft")) {
+            if (!cJSON_IsString(item) || !item->valuestring[0] || strlen(item->valuestring) >= sizeof c->draft)
+                st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: 'draft' must name a draft model (a directory or engine "
+                                "file, relative to the model's directory unless absolute)", what);
+            else snprintf(c->draft, sizeof c->draft, "%s", item->valuestring);
         } else if (!strcmp(item->string, "devices")) {
             st = parse_devices(item, what, c);
         } else if (!strcmp(item->string, "io_format")) {
@@ -258,8 +264,8 @@ kiln_status serve_model_config_parse(const char *json, size_t len, const char *w
                             "timeout_us, instances, breaker_failures, breaker_cooldown_ms, version_policy, target, "
                             "io_format, device, devices, aliases, kv_cache_bytes, kv_cache_blocks, max_seqs, "
                             "max_batched_tokens, max_context, max_waiting, max_waiting_tokens, queue_timeout_ms, "
-                            "prefix_cache, spec, draft_tokens, chat_template, kv_cache_dtype, kv_calib_text, traffic, "
-                            "priority_levels, landing_batches)",
+                            "prefix_cache, spec, draft, draft_tokens, chat_template, kv_cache_dtype, kv_calib_text, "
+                            "traffic, priority_levels, landing_batches)",
                             what, item->string);
         }
         if (st) break;

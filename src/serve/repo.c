@@ -112,7 +112,7 @@ static bool has_safetensors(const char *dir) {
 }
 
 /* Opens the LLM once per device of the model, with the model's options; mdir is the model's
- * directory (for its chat template and KV calibration text). */
+ * directory (for its chat template, KV calibration text and a relative draft model). */
 static kiln_status open_llm(const char *path, const char *mdir, const serve_model_config *c, serve_version *v) {
     kiln_llm_options o = c->llm;
     o.target = c->target;
@@ -129,6 +129,12 @@ static kiln_status open_llm(const char *path, const char *mdir, const serve_mode
     if (c->kv_calib_text[0]) {
         snprintf(calib, sizeof calib, "%s/%s", mdir, c->kv_calib_text);
         o.kv_calib_text = calib;
+    }
+    char draft[4500];
+    if (c->draft[0]) {
+        if (c->draft[0] == '/') snprintf(draft, sizeof draft, "%s", c->draft);
+        else snprintf(draft, sizeof draft, "%s/%s", mdir, c->draft);
+        o.draft = draft;
     }
     kiln_status st = KILN_OK;
     for (int k = 0; k < c->n_devices && !st; k++) {

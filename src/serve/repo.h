@@ -50,6 +50,8 @@ typedef struct serve_model_config {
     kiln_llm_options llm;                /* LLMs: KV-cache budget, admission limits (target set from above) */
     char chat_template[256];             /* LLMs: a Jinja chat template file, relative to the model's directory */
     char kv_calib_text[256];             /* LLMs with kv_cache_dtype fp8: a calibration text, relative to it too */
+    char draft[256];                     /* LLMs: a draft model's directory or engine file ("draft"), relative to
+                                            the model's directory unless absolute; "" = none */
 } serve_model_config;
 
 /* Fills c with the defaults and then the settings of the JSON text (NULL: defaults only). Unknown

@@ -97,6 +97,23 @@ def test_spec_statistics(kiln, tmp_path):
                  mentions=("--spec",))
 
 
+def test_draft_model_statistics(kiln, tmp_path):
+    # --draft SHAPE: the --random shape drafting for itself (the same weights) accepts every draft; the
+    # report and the JSON name the draft; a draft of another vocabulary is refused
+    out = tmp_path / "draft.json"
+    proc = run_kiln(kiln, "bench", "--llm", "--random", "tiny-llama", "--target", "cpu", "--batch", "2",
+                    "--input-len", "16", "--output-len", "24", "--iterations", "1", "--warmup", "0",
+                    "--draft", "tiny-llama", "--draft-tokens", "3", "--export-json", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "speculation: draft tiny-llama, 3 draft tokens: acceptance 1.000" in proc.stdout, proc.stdout
+    doc = json.loads(out.read_text())
+    assert doc["workload"]["spec"] == "draft" and doc["workload"]["draft"] == "tiny-llama"
+    row = doc["results"][0]
+    assert row["spec_accepted_tokens"] == row["spec_draft_tokens"] > 0
+    assert_error(run_kiln(kiln, "bench", "--llm", "--random", "tiny-llama", "--target", "cpu", "--draft", "gpt2"),
+                 code=1, mentions=("vocabulary",))
+
+
 def test_sampling_temperature(kiln, tmp_path):
     # --temperature: every request samples (the report and the JSON say so), each with its own seed
     out = tmp_path / "t.json"

@@ -189,6 +189,35 @@ def test_no_prefix_cache_changes_nothing(kiln, model):
     assert on[1] == off[1] and on[3] == off[3]
 
 
+def test_draft_model_keeps_greedy_tokens(kiln, model, tmp_path):
+    """--draft: the greedy tokens of plain decoding, drafting with the model itself (every draft accepted)
+    and with a smaller model of the same tokenizer; a draft of another vocabulary, --spec draft without
+    --draft and --draft with --spec ngram are clean errors."""
+    d = model[0]
+    small, other = tmp_path / "small", tmp_path / "other"
+    small.mkdir()
+    other.mkdir()
+    make_gpt2(small, seed=5, vocab=VOCAB, n_layer=1, n_embd=32, n_head=2, n_positions=256)
+    write_tokenizer(small)
+    make_gpt2(other, seed=5, vocab=VOCAB + 8, n_layer=1, n_embd=32, n_head=2, n_positions=256)
+    args = ["--prompt", PROMPT, "--temperature", 0, "--max-tokens", 24]
+    plain = generate(kiln, d, *args)
+    itself = generate(kiln, d, *args, "--draft", d, "--draft-tokens", 3)
+    smaller = generate(kiln, d, *args, "--draft", small)
+    assert plain[0] == 0 and itself[0] == 0 and smaller[0] == 0, itself[2] + smaller[2]
+    assert plain[3] == itself[3] == smaller[3] and plain[1] == itself[1] == smaller[1]
+    assert "spec acceptance 1.00" in itself[2] and "spec acceptance" in smaller[2]
+    sampled = ["--prompt", PROMPT, "--temperature", 1.0, "--max-tokens", 16, "--seed", 3, "--draft", small]
+    a, b = generate(kiln, d, *sampled), generate(kiln, d, *sampled)
+    assert a[0] == 0 and a[3] == b[3]
+    err = generate(kiln, d, *args, "--draft", other)
+    assert err[0] != 0 and "vocabulary" in err[2] and "tokenizer" in err[2], err[2]
+    err = generate(kiln, d, *args, "--spec", "draft")
+    assert err[0] == 2 and "--draft" in err[2]
+    err = generate(kiln, d, *args, "--spec", "ngram", "--draft", small)
+    assert err[0] == 2 and "--spec draft" in err[2]
+
+
 def test_spec_ngram_keeps_greedy_tokens(kiln, model):
     """--spec ngram: the greedy tokens of plain decoding, with the acceptance in the timing line; sampled
     tokens stay reproducible by seed; --draft-tokens alone is a usage error."""

@@ -317,6 +317,24 @@ def test_spec_decode_metrics(kiln, tmp_path):
     assert texts[0] == texts[1]
 
 
+def test_draft_model_config(kiln, tmp_path):
+    # a model config with a draft model (the model itself: every draft accepted): the greedy text of plain decoding
+    prompt = "And God said, Let there be light: and there was light."
+    label = 'model="kjv",version="1"'
+    texts = []
+    for name, cfg in (("draft", {"draft": str(KJV_GPT2), "draft_tokens": 3}), ("off", {})):
+        shutil.copytree(KJV_GPT2, tmp_path / name / "kjv" / "1")
+        (tmp_path / name / "kjv" / "config.json").write_text(json.dumps(cfg))
+        with serve(kiln, tmp_path / name) as s:
+            status, out = s.json("/v1/completions", {"model": "kjv", "prompt": prompt, "max_tokens": 16, "temperature": 0})
+            assert status == 200, out
+            texts.append(out["choices"][0]["text"])
+            m = s.metrics()
+            drafts, accepted = m[f"kiln_spec_decode_num_draft_tokens_total{{{label}}}"], m[f"kiln_spec_decode_num_accepted_tokens_total{{{label}}}"]
+            assert drafts == accepted and (drafts > 0) == (name == "draft")
+    assert texts[0] == texts[1]
+
+
 def test_prefix_cache_metrics_and_off(kiln, tmp_path):
     system = "And God said, Let there be light: and there was light. And God saw the light, that it was good: " * 2
     prompts = [system + "and God divided the light", system + "And the evening and the morning"]

@@ -140,6 +140,12 @@ static void test_device_configs(void) {
           strstr(kiln_last_error(), "'spec' must be"));
     CHECK(serve_model_config_parse(bad_k, strlen(bad_k), "cfg", &c) == KILN_ERR_INVALID_ARGUMENT &&
           strstr(kiln_last_error(), "draft_tokens"));
+    /* a draft model: its path kept for the model's directory, spec "draft" */
+    const char *draft = "{\"draft\": \"small\", \"spec\": \"draft\", \"draft_tokens\": 3}", *bad_draft = "{\"draft\": 7}";
+    CHECK_OK(serve_model_config_parse(draft, strlen(draft), "draft", &c));
+    CHECK(!strcmp(c.draft, "small") && c.llm.spec && !strcmp(c.llm.spec, "draft") && c.llm.draft_tokens == 3);
+    CHECK(serve_model_config_parse(bad_draft, strlen(bad_draft), "cfg", &c) == KILN_ERR_INVALID_ARGUMENT &&
+          strstr(kiln_last_error(), "'draft' must name"));
     /* the test hook: a cpu model takes a list (one instance set per entry, all on the CPU) */
     setenv("KILN_SERVE_CPU_DEVICES", "1", 1);
     CHECK_OK(serve_model_config_parse(BAD[0].json, strlen(BAD[0].json), "hook", &c));
