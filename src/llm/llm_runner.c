@@ -80,15 +80,13 @@ kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options 
         snprintf(desc, cap, m->q8 ? "CPU forward (fp32, weight-only INT8 matrices)" : "CPU forward (fp32, OpenBLAS)");
         return KILN_OK;
     }
-    if (m->q8)
-        return kiln_error(KILN_ERR_UNSUPPORTED, "the model's weights are INT8 (weight-only), which kiln runs on the CPU "
-                          "only for now: use --target cpu");
     char dev[192];
     kiln_llm_cuda_options o;
     KILN_TRY(cuda_options(ro, &o, dev, sizeof dev));
     r->dtype = ro->bf16 ? KILN_BF16 : KILN_F16;
     KILN_TRY(kiln_llm_cuda_create(m, r->dtype, &o, &r->g));
-    snprintf(desc, cap, "CUDA forward (%s): %s", r->dtype == KILN_BF16 ? "bf16" : "fp16", dev);
+    snprintf(desc, cap, "CUDA forward (%s%s): %s", r->dtype == KILN_BF16 ? "bf16" : "fp16",
+             m->q8 || m->q8_tok_emb.q ? ", weight-only INT8 matrices" : "", dev);
     return make_sampler(r, &o, ro->host_sampler, desc, cap);
 }
 
