@@ -85,5 +85,7 @@ bool llm_cuda_fail(llm_run *run, const char *call, int err);
 
 /* The attention kernels (llm_op_attention.c): llm.PrefillAttention, llm.DecodeAttention. */
 bool llm_attention_case(llm_run *run, const char *op, llm_params *pr);
+/* The weight-only quantized kernels (llm_op_quant.c): llm.GemvQ8, llm.DequantQ8. */
+bool llm_quant_case(llm_run *run, const char *op, llm_params *pr);
 
 #endif

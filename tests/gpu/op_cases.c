@@ -109,6 +109,11 @@
     {"llm.Gemv", "K=" #K " N=" #N " n=" #n " bias=1", NULL, 0, 0},                                 \
     {"llm.Gemv", "K=" #K " N=" #N " n=" #n, NULL, 0, 0},                                           \
     {"llm.Gemv", "K=" #K " N=" #N " n=" #n " f32=1", NULL, 0, 0}
+/* The INT8 GEMV at one shape: with a bias, 16-bit out; without; FP32 out. */
+#define LLM_GEMV_Q8(K, N, n)                                                                       \
+    {"llm.GemvQ8", "K=" #K " N=" #N " n=" #n " bias=1", NULL, 0, 0},                               \
+    {"llm.GemvQ8", "K=" #K " N=" #N " n=" #n, NULL, 0, 0},                                         \
+    {"llm.GemvQ8", "K=" #K " N=" #N " n=" #n " f32=1", NULL, 0, 0}
 /* RoPE + KV write of one head shape, rotated and not (GPT-2). */
 #define LLM_ROPE(hd, q, kv)                                                                        \
     {"llm.RopeKvWrite", "hd=" #hd " heads=" #q " kv=" #kv, NULL, 0, 0},                            \
@@ -910,6 +915,11 @@ const op_case kiln_op_cases[] = {
     /* the GEMV family: K 8..4096, N 1..2304 with tails past every tile, 1..8 token rows */
     LLM_GEMV(64, 5, 2), LLM_GEMV(256, 7, 3), LLM_GEMV(1000, 301, 8), LLM_GEMV(4096, 2048, 1), LLM_GEMV(768, 2304, 3),
     LLM_GEMV(8, 1, 1), LLM_GEMV(72, 33, 5), LLM_GEMV(2056, 129, 4),
+    /* the weight-only INT8 GEMV (K multiples of 16 up to 14336) and the dequantized prefill tiles */
+    LLM_GEMV_Q8(16, 1, 1), LLM_GEMV_Q8(64, 5, 2), LLM_GEMV_Q8(384, 1152, 1), LLM_GEMV_Q8(1536, 384, 8),
+    LLM_GEMV_Q8(4096, 6144, 1), LLM_GEMV_Q8(14336, 4096, 3), LLM_GEMV_Q8(528, 33, 7),
+    {"llm.DequantQ8", "rows=64 K=64", NULL, 0, 0}, {"llm.DequantQ8", "rows=7 K=13", NULL, 0, 0},
+    {"llm.DequantQ8", "rows=300 K=4096", NULL, 0, 0},
     /* greedy argmax: ties to the lowest id, NaN never wins */
     {"llm.Argmax", "vocab=1", NULL, 0, 0}, {"llm.Argmax", "vocab=7", NULL, 0, 0}, {"llm.Argmax", "vocab=1000", NULL, 0, 0},
     {"llm.Argmax", "vocab=50257", NULL, 0, 0}, {"llm.Argmax", "vocab=128256", NULL, 0, 0},
