@@ -23,6 +23,7 @@ typedef struct llm_runner_options {
     bool bf16;          /* cuda: weights and KV cache in bf16 (else fp16) */
     bool host_sampler;  /* cuda: sample on the host (also when the environment has KILN_LLM_HOST_SAMPLER=1) */
     const char *timing_cache; /* cuda: kiln_llm_cuda_options.timing_cache (NULL: none) */
+    bool random_int8;   /* cuda, random weights: weight-only INT8 matrices (kiln_llm_cuda_options.random_int8) */
 } llm_runner_options;
 
 /* The forward for ro->target: the CPU always; cuda through llm_cuda.h (the model uploaded in bf16 or

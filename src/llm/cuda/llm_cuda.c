@@ -27,6 +27,7 @@ void kiln_llm_cuda_options_default(kiln_llm_cuda_options *o) {
     o->gemm_autotune = true;
     o->timing_cache = NULL;
     o->probe = NULL;
+    o->random_int8 = false;
 }
 
 kiln_status kiln_llm_cuda_device_check(int device, char *desc, size_t cap) {
@@ -92,13 +93,20 @@ static void *carve(carver *c, size_t bytes) {
     return p;
 }
 
-/* Whether m (NULL: random weights) has weight-only INT8 matrices. */
-static bool has_int8(const kiln_llm_model *m) { return m && (m->q8 || m->q8_tok_emb.q || m->q8_lm_head.q); }
+/* Whether g's weights (m's, or random ones when m is NULL) have weight-only INT8 matrices. */
+static bool has_int8(const kiln_llm_cuda *g, const kiln_llm_model *m) {
+    return m ? m->q8 || m->q8_tok_emb.q || m->q8_lm_head.q : g->opt.random_int8;
+}
 
-/* Places a [rows, cols] matrix: int8 values and fp32 row scales into *scale when q holds it as INT8,
- * else 16-bit values (*scale NULL). */
-static void *carve_mat(carver *cv, size_t rows, size_t cols, const kiln_llm_q8 *q, float **scale) {
-    if (!q || !q->q) {
+/* Whether matrix q of m (NULL: random weights) goes to the device as INT8. */
+static bool int8_mat(const kiln_llm_cuda *g, const kiln_llm_model *m, const kiln_llm_q8 *q) {
+    return m ? q && q->q : g->opt.random_int8;
+}
+
+/* Places a [rows, cols] matrix: int8 values and fp32 row scales into *scale when int8, else 16-bit
+ * values (*scale NULL). */
+static void *carve_mat(carver *cv, size_t rows, size_t cols, bool int8, float **scale) {
+    if (!int8) {
         *scale = NULL;
         return carve(cv, rows * cols * 2);
     }
@@ -114,11 +122,12 @@ static void layout_weights(kiln_llm_cuda *g, const kiln_llm_model *m, carver *cv
                  kvd = (size_t)c->n_kv_head * c->head_dim, qkv = qd + 2 * kvd;
     const bool gpt2 = c->arch == KILN_LLM_GPT2;
     const size_t up = gpt2 ? ff : 2 * ff;
-    g->tok_emb = carve_mat(cv, (size_t)c->vocab, d, m ? &m->q8_tok_emb : NULL, &g->tok_emb_s);
+    g->tok_emb = carve_mat(cv, (size_t)c->vocab, d, int8_mat(g, m, m ? &m->q8_tok_emb : NULL), &g->tok_emb_s);
     g->pos_emb = gpt2 ? carve(cv, (size_t)c->max_pos * d * es) : NULL;
     g->lm_head = g->tok_emb;
     g->lm_head_s = g->tok_emb_s;
-    if (!c->tied_embeddings) g->lm_head = carve_mat(cv, (size_t)c->vocab, d, m ? &m->q8_lm_head : NULL, &g->lm_head_s);
+    if (!c->tied_embeddings)
+        g->lm_head = carve_mat(cv, (size_t)c->vocab, d, int8_mat(g, m, m ? &m->q8_lm_head : NULL), &g->lm_head_s);
     g->norm_f_w = carve(cv, d * 4);
     g->norm_f_b = gpt2 ? carve(cv, d * 4) : NULL;
     for (int l = 0; l < c->n_layer; l++) {
@@ -126,10 +135,10 @@ static void layout_weights(kiln_llm_cuda *g, const kiln_llm_model *m, carver *cv
         y->norm1_w = carve(cv, d * 4);
         y->norm2_w = carve(cv, d * 4);
         const kiln_llm_q8_layer *q = m && m->q8 ? &m->q8[l] : NULL;
-        y->qkv_w = carve_mat(cv, qkv, d, q ? &q->qkv : NULL, &y->qkv_s);
-        y->o_w = carve_mat(cv, d, qd, q ? &q->o : NULL, &y->o_s);
-        y->up_w = carve_mat(cv, up, d, q ? &q->up : NULL, &y->up_s);
-        y->down_w = carve_mat(cv, d, ff, q ? &q->down : NULL, &y->down_s);
+        y->qkv_w = carve_mat(cv, qkv, d, int8_mat(g, m, q ? &q->qkv : NULL), &y->qkv_s);
+        y->o_w = carve_mat(cv, d, qd, int8_mat(g, m, q ? &q->o : NULL), &y->o_s);
+        y->up_w = carve_mat(cv, up, d, int8_mat(g, m, q ? &q->up : NULL), &y->up_s);
+        y->down_w = carve_mat(cv, d, ff, int8_mat(g, m, q ? &q->down : NULL), &y->down_s);
         if (c->qkv_bias) y->qkv_b = carve(cv, qkv * es);
         if (!gpt2) continue;
         y->norm1_b = carve(cv, d * 4);
@@ -266,7 +275,8 @@ static kiln_status upload_weights(kiln_llm_cuda *g, const kiln_llm_model *m, sta
     return KILN_OK;
 }
 
-/* Random weights on the device with llm_random.h's scales (each array its own seed). */
+/* Random weights on the device with llm_random.h's scales (each array its own seed); INT8 matrices
+ * (options.random_int8) as int8 values of the same range. */
 static kiln_status random_weights(kiln_llm_cuda *g, uint64_t seed) {
     const kiln_llm_config *c = &g->cfg;
     const size_t d = (size_t)c->d_model, ff = (size_t)c->d_ff, qd = (size_t)c->n_head * c->head_dim,
@@ -274,21 +284,24 @@ static kiln_status random_weights(kiln_llm_cuda *g, uint64_t seed) {
     const kiln_dtype t = g->dtype, f = KILN_F32;
     const float emb = sqrtf(3.0f);
     uint64_t k = seed * 1000003u;
-#define MAT(p, rows, cols) KILN_TRY(llmc_fill_random(g, p, t, (size_t)(rows) * (cols), ++k, 0.0f, sqrtf(3.0f / (float)(cols))))
+#define MATS(p, s, rows, cols, amp)                                                                         \
+    KILN_TRY((s) ? llmc_fill_random_q8(g, p, s, rows, cols, ++k, amp)                                          \
+                 : llmc_fill_random(g, p, t, (size_t)(rows) * (cols), ++k, 0.0f, amp))
+#define MAT(p, s, rows, cols) MATS(p, s, rows, cols, sqrtf(3.0f / (float)(cols)))
 #define VEC(p, dt, n, center, scale) KILN_TRY(llmc_fill_random(g, p, dt, n, ++k, center, scale))
-    VEC(g->tok_emb, t, (size_t)c->vocab * d, 0.0f, emb);
+    MATS(g->tok_emb, g->tok_emb_s, c->vocab, d, emb);
     if (g->pos_emb) VEC(g->pos_emb, t, (size_t)c->max_pos * d, 0.0f, emb);
-    if (g->lm_head != g->tok_emb) MAT(g->lm_head, c->vocab, d);
+    if (g->lm_head != g->tok_emb) MAT(g->lm_head, g->lm_head_s, c->vocab, d);
     VEC(g->norm_f_w, f, d, 1.0f, 0.1f);
     if (g->norm_f_b) VEC(g->norm_f_b, f, d, 0.0f, 0.1f);
     for (int l = 0; l < c->n_layer; l++) {
         const llmc_layer *y = &g->layers[l];
         VEC(y->norm1_w, f, d, 1.0f, 0.1f);
         VEC(y->norm2_w, f, d, 1.0f, 0.1f);
-        MAT(y->qkv_w, qkv, d);
-        MAT(y->o_w, d, qd);
-        MAT(y->up_w, up, d);
-        MAT(y->down_w, d, ff);
+        MAT(y->qkv_w, y->qkv_s, qkv, d);
+        MAT(y->o_w, y->o_s, d, qd);
+        MAT(y->up_w, y->up_s, up, d);
+        MAT(y->down_w, y->down_s, d, ff);
         if (c->qkv_bias) VEC(y->qkv_b, t, qkv, 0.0f, 0.1f);
         if (c->arch != KILN_LLM_GPT2) continue;
         VEC(y->norm1_b, f, d, 0.0f, 0.1f);
@@ -298,6 +311,7 @@ static kiln_status random_weights(kiln_llm_cuda *g, uint64_t seed) {
         VEC(y->up_b, t, ff, 0.0f, 0.1f);
         VEC(y->down_b, t, d, 0.0f, 0.1f);
     }
+#undef MATS
 #undef MAT
 #undef VEC
     KILN_CUDA_TRY(cudaStreamSynchronize(g->kc.stream));
@@ -331,10 +345,10 @@ static kiln_status create_common_locked(kiln_llm_cuda *g, const kiln_llm_model *
     layout_weights(g, m, &cw);
     g->split_cap = (g->opt.max_context + LLMC_SPLIT_MIN - 1) / LLMC_SPLIT_MIN;
     carver ca = {NULL, 0};
-    layout_acts(g, has_int8(m), &ca);
+    layout_acts(g, has_int8(g, m), &ca);
     KILN_CUDA_TRY(cudaMalloc(&g->acts, ca.off));
     ca = (carver){g->acts, 0};
-    layout_acts(g, has_int8(m), &ca);
+    layout_acts(g, has_int8(g, m), &ca);
     KILN_CUDA_TRY(cudaMemset(g->att_count, 0,
                              (size_t)g->opt.max_seqs * llmc_decode_counters(g->cfg.n_head, g->cfg.n_kv_head) *
                                  sizeof(unsigned)));

@@ -194,3 +194,27 @@ extern "C" kiln_status llmc_embed_any(kiln_llm_cuda *g, const llmc_step *s) {
     if (!g->tok_emb_s) return llmc_embed(g, s);
     return LC_DISPATCH(g->dtype, launch_embed_q8, g, s);
 }
+
+/* ---------------------------------------------------------------- random INT8 weights (benchmarks) */
+
+/* q[i] = a uniform integer in [-127, 127] from splitmix64 of (seed, i); scale[r] = amp / 127. */
+__global__ void fill_q8_kernel(int8_t *__restrict__ q, float *__restrict__ scale, int64_t rows, int64_t cols,
+                               uint64_t seed, float amp) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x, first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (int64_t i = first; i < rows * cols; i += stride) {
+        uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (uint64_t)(i + 1);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+        z ^= z >> 31;
+        q[i] = (int8_t)((int)(z % 255u) - 127);
+    }
+    for (int64_t r = first; r < rows; r += stride) scale[r] = amp / 127.0f;
+}
+
+extern "C" kiln_status llmc_fill_random_q8(kiln_llm_cuda *g, int8_t *q, float *scale, size_t rows, size_t cols,
+                                           uint64_t seed, float amp) {
+    const unsigned blocks = (unsigned)((g->kc.sm_count > 0 ? g->kc.sm_count : 1) * 8);
+    fill_q8_kernel<<<blocks, QD_THREADS, 0, g->kc.stream>>>(q, scale, (int64_t)rows, (int64_t)cols, seed, amp);
+    KILN_CUDA_LAUNCH_CHECK("fill_q8_kernel");
+    return KILN_OK;
+}

@@ -182,6 +182,10 @@ kiln_status llmc_gemv_q8_launch(kiln_dtype dtype, cudaStream_t stream, const voi
 /* dst[r, k] = q[r, k] * scale[r] rounded to dtype (KILN_F16 or KILN_BF16), r < rows, k < K, on stream. */
 kiln_status llmc_dequant_q8_launch(kiln_dtype dtype, cudaStream_t stream, const int8_t *q, const float *scale,
                                    int rows, int K, void *dst);
+/* Random INT8 weights for benchmarks: q [rows, cols] uniform integers in [-127, 127] from seed, every
+ * row scale amp / 127 (values uniform in [-amp, amp] as llmc_fill_random's). */
+kiln_status llmc_fill_random_q8(kiln_llm_cuda *g, int8_t *q, float *scale, size_t rows, size_t cols, uint64_t seed,
+                                float amp);
 /* llmc_embed, from an INT8 token embedding when g->tok_emb_s is set. */
 kiln_status llmc_embed_any(kiln_llm_cuda *g, const llmc_step *s);
 
