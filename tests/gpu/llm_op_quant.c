@@ -44,8 +44,8 @@ static bool gemv_q8_case(llm_run *run, llm_params *pr) {
     random_q8(run, N, K, q, scale);
     lt_fill16(&run->rng, x16, xf, (size_t)n * K, 1.0f, dt);
     lt_fill16(&run->rng, b16, bf, (size_t)N, 1.0f, dt);
-    const kiln_llm_q8_args a = {.x = xf, .ldx = K, .n = n, .in = K, .w = {.q = q, .scale = scale},
-                                .bias = bias ? bf : NULL, .out = N, .y = ref, .ldy = N};
+    const kiln_llm_gemv_args a = {.x = xf, .ldx = K, .n = n, .in = K, .w = q, .format = KILN_LLM_W_INT8,
+                                  .scale = scale, .bias = bias ? bf : NULL, .out = N, .y = ref, .ldy = N};
     kiln_llm_gemm_q8(&a);
     if (!run->on_gpu) {
         ok = true;
