@@ -34,6 +34,7 @@ __global__ void __launch_bounds__(QG_WARPS * 32)
     float acc[NR];
 #pragma unroll
     for (int r = 0; r < NR; r++) acc[r] = 0.0f;
+#pragma unroll 4 /* several 16-byte weight loads in flight per lane */
     for (int k = lane * 16; k < K; k += 32 * 16) {
         float wf[16];
         q8_unpack16(__ldg(reinterpret_cast<const uint4 *>(wr + k)), wf);
