@@ -25,7 +25,8 @@ static const char *USAGE =
     "                        F16 or BF16, else fp32); the CPU forward computes in fp32 either way\n"
     "  --weights int8        weight-only INT8: every matrix stored as int8 with one fp32 scale per output\n"
     "                        row (symmetric, max |w| / 127), the rest fp32; the CPU forward widens the\n"
-    "                        weights inside its products (docs/llm-quantization.md); CPU only for now\n"
+    "                        weights inside its products, the CUDA one keeps them int8 on the device\n"
+    "                        (docs/llm-quantization.md)\n"
     "  --weights-skip LIST   with --weights int8: keep these fp32, comma-separated: embed (the token\n"
     "                        embedding), lm_head (a tied lm_head is the embedding: either keeps both)\n"
     "  -h, --help            this help\n";

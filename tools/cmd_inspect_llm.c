@@ -91,7 +91,8 @@ int cli_inspect_llm(const char *path, bool layers) {
     print_ids("eos ids (generation_config.json): ", info.gen_eos, info.n_gen_eos);
     if (m->precision == KILN_PRECISION_INT8)
         printf("precision: weight-only int8 (matrices int8 with an fp32 scale per output row, the rest fp32; the CPU "
-               "forward computes in fp32, widening the weights inside its products; CPU only)\n");
+               "forward computes in fp32, widening the weights inside its products; the CUDA forward keeps them int8 "
+               "and computes in fp16 or bf16)\n");
     else printf("precision: %s weights (the CPU forward computes in fp32)\n", kiln_precision_name(m->precision));
     printf("parameters: %lld (%.2f M) in %d tensors, %llu bytes of weights (%.2f MB)\n", (long long)info.n_params,
            (double)info.n_params / 1e6, info.n_tensors, (unsigned long long)info.weight_bytes,

@@ -36,7 +36,8 @@ void kiln_llm_linear(const float *x, int ldx, int n, int in, const float *w, con
                      int ldy, int accumulate) {
     if (n == 0) return;
     if (n <= KILN_LLM_GEMV_ROWS) {
-        kiln_llm_gemv_args a = {x, ldx, n, in, w, bias, out, y, ldy, accumulate != 0, false};
+        kiln_llm_gemv_args a = {.x = x, .ldx = ldx, .n = n, .in = in, .w = w, .bias = bias, .out = out, .y = y,
+                                .ldy = ldy, .accumulate = accumulate != 0};
         kiln_llm_gemv(&a);
         return;
     }
@@ -53,7 +54,8 @@ void kiln_llm_linear_gelu(const float *x, int ldx, int n, int in, const float *w
                           float *y, int ldy) {
     if (n == 0) return;
     if (n <= KILN_LLM_GEMV_ROWS) {
-        kiln_llm_gemv_args a = {x, ldx, n, in, w, bias, out, y, ldy, false, true};
+        kiln_llm_gemv_args a = {.x = x, .ldx = ldx, .n = n, .in = in, .w = w, .bias = bias, .out = out, .y = y,
+                                .ldy = ldy, .gelu = true};
         kiln_llm_gemv(&a);
         return;
     }

@@ -47,6 +47,8 @@ typedef struct kiln_llm_cuda_options {
                                * product shape) are taken from it when recorded there for this GPU and
                                * library versions, and the ones timed are added to it after their step */
     struct kiln_llm_cuda_probe *probe; /* NULL, or caller-owned switches and timings (benchmarks) */
+    bool random_int8; /* kiln_llm_cuda_create_random: every matrix (the embedding and lm_head too)
+                       * weight-only INT8, random int8 values with row scales, as --weights int8 lays them out */
 } kiln_llm_cuda_options;
 
 /* Benchmark switches, read at every step, and the timings of profiled steps (accumulated). */

@@ -214,7 +214,8 @@ static void groups_part(void *ctx, int64_t g0, int64_t g1) {
 void kiln_llm_decode_qkv_attention(const kiln_llm_seq_kv *s, int pos, int n_head, const kiln_llm_decode_qkv *a) {
     const kiln_kv_cache_config *c = kiln_kv_cache_get_config(s->kv);
     const int hd = c->head_dim, ldq = (n_head + 2 * c->n_kv_head) * hd, threads = kiln_threadpool_size();
-    qkv_job j = {{a->x, a->d, 1, a->d, a->w, a->bias, ldq, a->qkv, ldq, false, false},
+    qkv_job j = {{.x = a->x, .ldx = a->d, .n = 1, .in = a->d, .w = a->w, .bias = a->bias, .out = ldq, .y = a->qkv,
+                  .ldy = ldq},
                  a->rot_dim,
                  a->rope_cos,
                  a->rope_sin,

@@ -3,7 +3,7 @@
  * tokenizer section's two files and the tensor table, each tensor checked against the name and shape
  * the config implies. An fp32 engine's weights stay in the mapping, and so do an INT8 engine's (its
  * int8 matrices and their scales, and its fp32 vectors); fp16 / bf16 ones are converted; for a device,
- * the matrices stay in the mapping in any precision but INT8, which is refused (llm_deferred.h). */
+ * the matrices stay in the mapping (llm_deferred.h), an INT8 engine's int8 ones as kiln_llm_q8 views. */
 #include "llm/llm_engine_internal.h"
 
 #include "core/file.h"
@@ -213,7 +213,7 @@ static kiln_status defer_matrices(image *im, const kiln_llm_engine_info *info) {
     KILN_TRY(s);
     for (int i = 0; i < im->n_weights; i++) {
         const kiln_llm_weight *w = &im->w[i];
-        if (w->ndim != 2) continue;
+        if (w->ndim != 2 || im->scale_offsets[i] != NO_SCALES) continue; /* INT8: viewed in place */
         const kiln_dtype dt = dtype_of(im, info, i);
         const kiln_st_tensor t = {.name = w->name, .dtype = dt, .ndim = 2, .dims = {w->dims[0], w->dims[1]},
                                   .data = base + im->offsets[i],
@@ -228,21 +228,18 @@ static kiln_status defer_matrices(image *im, const kiln_llm_engine_info *info) {
  * device, the matrices are deferred first and only the vectors converted. */
 static kiln_status fill_weights(image *im, const kiln_llm_engine_info *info, bool device) {
     const uint8_t *base = im->map->data + im->sec[3].offset;
-    if (device && info->meta.precision == KILN_PRECISION_INT8)
-        return kiln_error(KILN_ERR_UNSUPPORTED, "this engine's weights are INT8 (weight-only), which kiln runs on the "
-                          "CPU only for now: use --target cpu, or build an fp16/bf16 engine for cuda");
     if (device) KILN_TRY(defer_matrices(im, info)); /* the model owns the mapping from here on */
     for (int i = 0; i < im->n_weights; i++) {
         const kiln_llm_weight *w = &im->w[i];
         size_t numel = (size_t)w->dims[0] * (size_t)(w->ndim == 2 ? w->dims[1] : 1);
         const uint8_t *src = base + im->offsets[i];
-        if (device && w->ndim == 2) continue;
         if (im->scale_offsets[i] != NO_SCALES) { /* INT8, in place: 64-byte aligned */
             w->q8->q = (const int8_t *)src;
             w->q8->scale = (const float *)(const void *)(base + im->scale_offsets[i]);
             *w->slot = NULL;
             continue;
         }
+        if (device && w->ndim == 2) continue;
         if (dtype_of(im, info, i) == KILN_F32 && !device) {
             *w->slot = (float *)(uintptr_t)src; /* read-only mapping: the forward never writes weights */
             continue;

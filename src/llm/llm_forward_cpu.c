@@ -34,8 +34,9 @@ static const kiln_llm_q8_layer NO_Q8; /* a layer without INT8 matrices */
 static void linear(const float *x, int ldx, int n, int in, const float *w, const kiln_llm_q8 *q, const float *bias,
                    int out, float *y, int ldy, int accumulate, bool gelu) {
     if (q->q) {
-        const kiln_llm_q8_args a = {.x = x, .ldx = ldx, .n = n, .in = in, .w = *q, .bias = bias, .out = out, .y = y,
-                                    .ldy = ldy, .accumulate = accumulate, .gelu = gelu};
+        const kiln_llm_gemv_args a = {.x = x, .ldx = ldx, .n = n, .in = in, .w = q->q, .format = KILN_LLM_W_INT8,
+                                      .scale = q->scale, .bias = bias, .out = out, .y = y, .ldy = ldy,
+                                      .accumulate = accumulate, .gelu = gelu};
         kiln_llm_gemm_q8(&a);
     } else if (gelu) {
         kiln_llm_linear_gelu(x, ldx, n, in, w, bias, out, y, ldy);

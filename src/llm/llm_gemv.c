@@ -70,7 +70,7 @@ static void gemv_one(const kiln_llm_gemv_args *a, int o0, int o1) {
     const int K = a->in, K16 = K & ~15;
     const float *x = a->x;
     for (int o = o0; o < o1; o++) {
-        const float *w = a->w + (size_t)o * K;
+        const float *w = (const float *)a->w + (size_t)o * K;
         v16f s = {0};
         for (int k = 0; k < K16; k += 16) {
             __builtin_prefetch((const char *)(w + k) + PREFETCH_BYTES);
@@ -87,7 +87,7 @@ static void gemv_one(const kiln_llm_gemv_args *a, int o0, int o1) {
 static inline __attribute__((always_inline)) void few_rows(const kiln_llm_gemv_args *a, int o0, int o1, const int n) {
     const int K = a->in, K8 = K & ~7;
     for (int o = o0; o < o1; o++) {
-        const float *w = a->w + (size_t)o * K;
+        const float *w = (const float *)a->w + (size_t)o * K;
         v8f acc[KILN_LLM_GEMV_ROWS] = {{0}};
         float tail[KILN_LLM_GEMV_ROWS] = {0};
         for (int k = 0; k < K8; k += 8) {

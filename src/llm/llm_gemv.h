@@ -13,19 +13,29 @@
 
 #define KILN_LLM_GEMV_ROWS 8
 
+/* How a product's weight matrix is stored. */
+typedef enum kiln_llm_wformat {
+    KILN_LLM_W_F32,  /* float [out, in] */
+    KILN_LLM_W_INT8, /* int8_t [out, in] and one fp32 scale per output row: W[o, k] ~ w[o, k] * scale[o] */
+} kiln_llm_wformat;
+
+/* The arguments of every CPU LLM matrix product, whatever its weights' format (this product's and
+ * the weight-only quantized one's, llm_gemv_q8.h). */
 typedef struct kiln_llm_gemv_args {
     const float *x; /* [n, in], row stride ldx */
     int ldx, n, in;
-    const float *w;    /* [out, in], rows contiguous */
+    const void *w;     /* [out, in], rows contiguous, in format */
     const float *bias; /* [out] or NULL */
     int out;
     float *y; /* [n, out], row stride ldy */
     int ldy;
     bool accumulate; /* y += x W^T + bias instead of y = x W^T + bias */
     bool gelu;       /* then y = GELU(tanh)(y), as kiln_llm_gelu_tanh; only without accumulate */
+    kiln_llm_wformat format; /* KILN_LLM_W_F32 when left zero */
+    const float *scale;      /* KILN_LLM_W_INT8: [out] row scales; else unused */
 } kiln_llm_gemv_args;
 
-/* Computes a's product (1 <= n <= KILN_LLM_GEMV_ROWS; y must not overlap x or w). */
+/* Computes a's product (format KILN_LLM_W_F32, 1 <= n <= KILN_LLM_GEMV_ROWS; y must not overlap x or w). */
 void kiln_llm_gemv(const kiln_llm_gemv_args *a);
 
 /* Output rows [o0, o1) of a's product, epilogue included, on the calling thread alone (for callers

@@ -28,7 +28,7 @@
 #define GEMM_TOKENS 16   /* from this many token rows on, tiles widened to fp32 go through the GEMM */
 #define TILE_ROWS 256    /* weight rows per tile */
 
-static inline void store_out(const kiln_llm_q8_args *a, float *y, int o, float v) {
+static inline void store_out(const kiln_llm_gemv_args *a, float *y, int o, float v) {
     if (a->bias) v += a->bias[o];
     y[o] = a->accumulate ? y[o] + v : v;
 }
@@ -114,20 +114,20 @@ static q8_dot_fn dot_for(kiln_llm_q8_isa isa) {
 bool kiln_llm_q8_isa_supported(kiln_llm_q8_isa isa) { return dot_for(isa) != NULL; }
 
 typedef struct q8_job {
-    const kiln_llm_q8_args *a;
+    const kiln_llm_gemv_args *a;
     q8_dot_fn dot;
 } q8_job;
 
 /* Output rows [o0, o1), all token rows, TOKENS at a time. */
 static void q8_rows(const q8_job *j, int o0, int o1) {
-    const kiln_llm_q8_args *a = j->a;
+    const kiln_llm_gemv_args *a = j->a;
     const size_t ldx = (size_t)a->ldx;
     for (int t0 = 0; t0 < a->n; t0 += TOKENS) {
         const int nt = a->n - t0 < TOKENS ? a->n - t0 : TOKENS;
         for (int o = o0; o < o1; o++) {
             float r[TOKENS];
-            j->dot(a->w.q + (size_t)o * a->in, a->x + (size_t)t0 * ldx, ldx, a->in, nt, r);
-            for (int t = 0; t < nt; t++) store_out(a, a->y + (size_t)(t0 + t) * a->ldy, o, r[t] * a->w.scale[o]);
+            j->dot((const int8_t *)a->w + (size_t)o * a->in, a->x + (size_t)t0 * ldx, ldx, a->in, nt, r);
+            for (int t = 0; t < nt; t++) store_out(a, a->y + (size_t)(t0 + t) * a->ldy, o, r[t] * a->scale[o]);
         }
     }
     if (a->gelu)
@@ -139,7 +139,7 @@ static void q8_part(void *ctx, int64_t c0, int64_t c1) {
     q8_rows(j, (int)c0 * ROWS, (int)c1 * ROWS < j->a->out ? (int)c1 * ROWS : j->a->out);
 }
 
-static void run(const kiln_llm_q8_args *a, q8_dot_fn dot) {
+static void run(const kiln_llm_gemv_args *a, q8_dot_fn dot) {
     q8_job j = {a, dot};
     const int64_t chunks = (a->out + ROWS - 1) / ROWS;
     const bool serial = (int64_t)a->n * a->out * a->in < PARALLEL_MACS;
@@ -149,12 +149,13 @@ static void run(const kiln_llm_q8_args *a, q8_dot_fn dot) {
 /* Many token rows (prefill): tiles of TILE_ROWS weight rows widened to fp32 into scratch, each
  * multiplied by kiln_llm_linear's GEMM (OpenBLAS) with the bias and accumulation, then GELU'd. False
  * when the scratch cannot be had (the caller runs the kernel instead). */
-static bool run_tiled(const kiln_llm_q8_args *a) {
+static bool run_tiled(const kiln_llm_gemv_args *a) {
     float *tile = malloc((size_t)TILE_ROWS * (size_t)a->in * sizeof *tile);
     if (!tile) return false;
+    const kiln_llm_q8 q = {.q = a->w, .scale = a->scale};
     for (int o0 = 0; o0 < a->out; o0 += TILE_ROWS) {
         const int m = a->out - o0 < TILE_ROWS ? a->out - o0 : TILE_ROWS;
-        for (int r = 0; r < m; r++) kiln_llm_q8_row(&a->w, o0 + r, a->in, tile + (size_t)r * a->in);
+        for (int r = 0; r < m; r++) kiln_llm_q8_row(&q, o0 + r, a->in, tile + (size_t)r * a->in);
         kiln_llm_linear(a->x, a->ldx, a->n, a->in, tile, a->bias ? a->bias + o0 : NULL, m, a->y + o0, a->ldy,
                         a->accumulate);
         if (a->gelu)
@@ -164,14 +165,14 @@ static bool run_tiled(const kiln_llm_q8_args *a) {
     return true;
 }
 
-void kiln_llm_gemm_q8(const kiln_llm_q8_args *a) {
+void kiln_llm_gemm_q8(const kiln_llm_gemv_args *a) {
     if (a->n >= GEMM_TOKENS && run_tiled(a)) return;
     static q8_dot_fn best; /* chosen once; a race only stores the same value */
     if (!__atomic_load_n(&best, __ATOMIC_RELAXED)) __atomic_store_n(&best, dot_for(KILN_Q8_AUTO), __ATOMIC_RELAXED);
     run(a, __atomic_load_n(&best, __ATOMIC_RELAXED));
 }
 
-bool kiln_llm_gemm_q8_isa(const kiln_llm_q8_args *a, kiln_llm_q8_isa isa) {
+bool kiln_llm_gemm_q8_isa(const kiln_llm_gemv_args *a, kiln_llm_q8_isa isa) {
     q8_dot_fn dot = dot_for(isa);
     if (dot) run(a, dot);
     return dot != NULL;

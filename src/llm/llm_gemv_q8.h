@@ -7,26 +7,16 @@
 #ifndef KILN_LLM_LLM_GEMV_Q8_H
 #define KILN_LLM_LLM_GEMV_Q8_H
 
+#include "llm/llm_gemv.h"
 #include "llm/llm_internal.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
-typedef struct kiln_llm_q8_args {
-    const float *x; /* [n, in], row stride ldx */
-    int ldx, n, in;
-    kiln_llm_q8 w;     /* [out, in] and its [out] scales */
-    const float *bias; /* [out] or NULL */
-    int out;
-    float *y; /* [n, out], row stride ldy */
-    int ldy;
-    bool accumulate; /* y += x W^T + bias instead of y = x W^T + bias */
-    bool gelu;       /* then y = GELU(tanh)(y), as kiln_llm_gelu_tanh; only without accumulate */
-} kiln_llm_q8_args;
-
-/* Computes a's product (n >= 1; y must not overlap x) with the best instruction set the processor has;
- * from 16 token rows on (prefill), through tiles of weight rows widened to fp32 and OpenBLAS's GEMM. */
-void kiln_llm_gemm_q8(const kiln_llm_q8_args *a);
+/* Computes a's product (format KILN_LLM_W_INT8: w int8 [out, in], scale [out]; n >= 1; y must not
+ * overlap x) with the best instruction set the processor has; from 16 token rows on (prefill), through
+ * tiles of weight rows widened to fp32 and OpenBLAS's GEMM. */
+void kiln_llm_gemm_q8(const kiln_llm_gemv_args *a);
 
 /* The instruction sets of the product (tests compare them). */
 typedef enum kiln_llm_q8_isa { KILN_Q8_AUTO, KILN_Q8_AVX512, KILN_Q8_AVX2, KILN_Q8_SCALAR } kiln_llm_q8_isa;
@@ -34,7 +24,7 @@ typedef enum kiln_llm_q8_isa { KILN_Q8_AUTO, KILN_Q8_AVX512, KILN_Q8_AVX2, KILN_
 bool kiln_llm_q8_isa_supported(kiln_llm_q8_isa isa);
 /* kiln_llm_gemm_q8 with isa's kernel for any n (no GEMM tiles); false (nothing computed) when it is not
  * supported here. */
-bool kiln_llm_gemm_q8_isa(const kiln_llm_q8_args *a, kiln_llm_q8_isa isa);
+bool kiln_llm_gemm_q8_isa(const kiln_llm_gemv_args *a, kiln_llm_q8_isa isa);
 
 /* Quantizes w [rows, cols] row by row, symmetric: scale[r] = max |w[r, :]| / 127 (0 for a zero row),
  * q[r, k] = w[r, k] / scale[r] rounded to nearest (ties away from zero), in [-127, 127]. */

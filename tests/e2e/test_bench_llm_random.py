@@ -167,3 +167,10 @@ def test_random_cuda_without_the_backend_or_gpu(kiln):
         assert "=== Batch 1 ===" in proc.stdout and "random weights made on the device" in proc.stdout
     else:
         assert_error(proc, mentions=("--target cuda is not available",))
+
+
+def test_random_int8_needs_cuda(kiln):
+    """--dtype int8 (random weight-only INT8 matrices) is made on the GPU alone: the CPU refuses it
+    with a message naming --target cuda and the engine route."""
+    assert_error(run_kiln(kiln, "bench", "--llm", "--random", "tiny-llama", "--dtype", "int8", "--batch", "1"),
+                 mentions=["--target cuda", "--weights int8"], code=2)

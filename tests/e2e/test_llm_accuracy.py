@@ -172,9 +172,15 @@ def test_int8_engine_inspect_perplexity_and_agreement(kiln, tmp_path, text_file,
     assert first >= n - 1
 
 
-def test_int8_engine_is_refused_on_cuda(kiln, tmp_path, text_file):
+def test_int8_engine_opens_for_cuda(kiln, tmp_path, text_file):
+    """An INT8 engine is no longer refused for cuda: it opens for the device, and without a GPU (or a
+    CUDA build) the only error is the missing device (tests/gpu/llm_accuracy_cuda.py runs it)."""
     checkpoint(tmp_path / "ck", seed=8)
-    int8 = str(tmp_path / "int8.kiln")
-    build(kiln, str(tmp_path / "ck"), int8, "--weights", "int8")
-    assert_error(run_kiln(kiln, "perplexity", int8, "--text", text_file, "--target", "cuda"),
-                 mentions=["int8", "--target cpu"])
+    engine = str(tmp_path / "q.kiln")
+    build(kiln, str(tmp_path / "ck"), engine, "--weights", "int8")
+    p = run_kiln(kiln, "perplexity", engine, "--text", text_file, "--target", "cuda")
+    if p.returncode == 0:
+        assert "perplexity" in p.stdout, p.stdout
+        return
+    assert_error(p, any_of=["without the cuda backend", "no cuda device"])
+    assert "int8" not in p.stderr.lower(), p.stderr

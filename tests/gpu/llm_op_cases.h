@@ -90,5 +90,7 @@ uint8_t llm_random_e4m3(uint16_t bits);
 bool llm_attention_case(llm_run *run, const char *op, llm_params *pr);
 /* The fused decode GEMV (llm_op_gemv_fused.c): llm.GemvFused. */
 bool llm_gemv_fused_case(llm_run *run, llm_params *pr);
+/* The weight-only quantized kernels (llm_op_quant.c): llm.GemvQ8, llm.DequantQ8. */
+bool llm_quant_case(llm_run *run, const char *op, llm_params *pr);
 
 #endif

@@ -143,6 +143,11 @@
     {"llm.GemvFused", "K=" #K " N=" #N " n=" #n " layer=" #layer " epi=3", NULL, 0, 0},            \
     {"llm.GemvFused", "K=" #K " N=" #N " n=" #n " layer=" #layer " epi=4", NULL, 0, 0},            \
     {"llm.GemvFused", "K=" #K " N=" #N " n=" #n " layer=" #layer " epi=0 f32=1", NULL, 0, 0}
+/* The INT8 GEMV at one shape: with a bias, 16-bit out; without; FP32 out. */
+#define LLM_GEMV_Q8(K, N, n)                                                                       \
+    {"llm.GemvQ8", "K=" #K " N=" #N " n=" #n " bias=1", NULL, 0, 0},                               \
+    {"llm.GemvQ8", "K=" #K " N=" #N " n=" #n, NULL, 0, 0},                                         \
+    {"llm.GemvQ8", "K=" #K " N=" #N " n=" #n " f32=1", NULL, 0, 0}
 /* RoPE + KV write of one head shape, rotated and not (GPT-2), and not rotated into an FP8 cache. */
 #define LLM_ROPE(hd, q, kv)                                                                        \
     {"llm.RopeKvWrite", "hd=" #hd " heads=" #q " kv=" #kv, NULL, 0, 0},                            \
@@ -982,6 +987,11 @@ const op_case kiln_op_cases[] = {
     LLM_GEMV_FUSED(4096, 1024, 5, 0), LLM_GEMV_FUSED(768, 2304, 2, 1), LLM_GEMV_FUSED(6144, 96, 8, 0),
     {"llm.GemvFused", "K=6144 N=96 n=8 layer=1 epi=2 pdl=0", NULL, 0, 0},
     {"llm.GemvFused", "K=4096 N=1024 n=5 layer=1 epi=4 pdl=0", NULL, 0, 0},
+    /* the weight-only INT8 GEMV (K multiples of 16 up to 14336) and the dequantized prefill tiles */
+    LLM_GEMV_Q8(16, 1, 1), LLM_GEMV_Q8(64, 5, 2), LLM_GEMV_Q8(384, 1152, 1), LLM_GEMV_Q8(1536, 384, 8),
+    LLM_GEMV_Q8(4096, 6144, 1), LLM_GEMV_Q8(14336, 4096, 3), LLM_GEMV_Q8(528, 33, 7),
+    {"llm.DequantQ8", "rows=64 K=64", NULL, 0, 0}, {"llm.DequantQ8", "rows=7 K=13", NULL, 0, 0},
+    {"llm.DequantQ8", "rows=300 K=4096", NULL, 0, 0},
     /* greedy argmax: ties to the lowest id, NaN never wins */
     {"llm.Argmax", "vocab=1", NULL, 0, 0}, {"llm.Argmax", "vocab=7", NULL, 0, 0}, {"llm.Argmax", "vocab=1000", NULL, 0, 0},
     {"llm.Argmax", "vocab=50257", NULL, 0, 0}, {"llm.Argmax", "vocab=128256", NULL, 0, 0},

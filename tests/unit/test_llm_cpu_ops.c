@@ -61,7 +61,8 @@ static void gemv_case(int n, int in, int out, bool bias, bool accumulate, bool g
     fill(b, (size_t)out);
     fill(y, (size_t)n * ldy);
     memcpy(y0, y, sizeof(float) * (size_t)n * ldy);
-    kiln_llm_gemv_args a = {x, ldx, n, in, w, bias ? b : NULL, out, y, ldy, accumulate, gelu};
+    kiln_llm_gemv_args a = {.x = x, .ldx = ldx, .n = n, .in = in, .w = w, .bias = bias ? b : NULL, .out = out, .y = y,
+                            .ldy = ldy, .accumulate = accumulate, .gelu = gelu};
     kiln_llm_gemv(&a);
     double worst = 0;
     int mismatched = 0;

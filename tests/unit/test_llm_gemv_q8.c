@@ -53,8 +53,9 @@ static void check_product(kiln_llm_q8_isa isa, int n, int in, int out, bool bias
     for (int i = 0; i < out; i++) b[i] = uniform();
     for (int i = 0; i < n * out; i++) y[i] = y0[i] = uniform();
     kiln_llm_quantize_rows(w, out, in, q, scale);
-    const kiln_llm_q8_args a = {.x = x, .ldx = in, .n = n, .in = in, .w = {q, scale}, .bias = bias ? b : NULL,
-                                .out = out, .y = y, .ldy = out, .accumulate = accumulate, .gelu = gelu};
+    const kiln_llm_gemv_args a = {.x = x, .ldx = in, .n = n, .in = in, .w = q, .format = KILN_LLM_W_INT8,
+                                  .scale = scale, .bias = bias ? b : NULL, .out = out, .y = y, .ldy = out,
+                                  .accumulate = accumulate, .gelu = gelu};
     if (isa == KILN_Q8_AUTO) kiln_llm_gemm_q8(&a); /* the GEMM tiles from 16 token rows on */
     else CHECK(kiln_llm_gemm_q8_isa(&a, isa));
     double worst = 0;

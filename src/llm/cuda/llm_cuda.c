@@ -1,7 +1,8 @@
 /* llm_cuda.c — creating and freeing a kiln_llm_cuda: checks that the kernels take the model's shape,
  * lays out the weights in one device allocation (uploaded from a kiln_llm_model through two pinned
  * chunks — a deferred model's mapped checkpoint bytes as they are when the dtype matches, else
- * converted on the host — or filled with random values on the device) and the step buffers in
+ * converted on the host; a weight-only INT8 matrix as int8 values and fp32 row scales — or filled with
+ * random values on the device) and the step buffers in
  * another, and opens its stream, cuBLASLt handle and workspace (cuda_device.h) and the pinned metadata
  * staging. Allocations and frees hold the setup lock (cuda_device.h); the weights' upload does not. */
 #include "llm/cuda/llm_cuda_internal.h"
@@ -26,6 +27,7 @@ void kiln_llm_cuda_options_default(kiln_llm_cuda_options *o) {
     o->gemm_autotune = true;
     o->timing_cache = NULL;
     o->probe = NULL;
+    o->random_int8 = false;
 }
 
 kiln_status kiln_llm_cuda_device_check(int device, char *desc, size_t cap) {
@@ -86,26 +88,52 @@ static void *carve(carver *c, size_t bytes) {
     return p;
 }
 
-/* Places every weight (pointers NULL while counting). */
-static void layout_weights(kiln_llm_cuda *g, carver *cv) {
+/* Whether g's weights (m's, or random ones when m is NULL) have weight-only INT8 matrices. */
+static bool has_int8(const kiln_llm_cuda *g, const kiln_llm_model *m) {
+    return m ? m->q8 || m->q8_tok_emb.q || m->q8_lm_head.q : g->opt.random_int8;
+}
+
+/* Whether matrix q of m (NULL: random weights) goes to the device as INT8. */
+static bool int8_mat(const kiln_llm_cuda *g, const kiln_llm_model *m, const kiln_llm_q8 *q) {
+    return m ? q && q->q : g->opt.random_int8;
+}
+
+/* Places a [rows, cols] matrix: int8 values and fp32 row scales into *scale when int8, else 16-bit
+ * values (*scale NULL). */
+static void *carve_mat(carver *cv, size_t rows, size_t cols, bool int8, float **scale) {
+    if (!int8) {
+        *scale = NULL;
+        return carve(cv, rows * cols * 2);
+    }
+    void *p = carve(cv, rows * cols);
+    *scale = carve(cv, rows * 4);
+    return p;
+}
+
+/* Places every weight (pointers NULL while counting); m's INT8 matrices stay int8. */
+static void layout_weights(kiln_llm_cuda *g, const kiln_llm_model *m, carver *cv) {
     const kiln_llm_config *c = &g->cfg;
     const size_t es = 2, d = (size_t)c->d_model, ff = (size_t)c->d_ff, qd = (size_t)c->n_head * c->head_dim,
                  kvd = (size_t)c->n_kv_head * c->head_dim, qkv = qd + 2 * kvd;
     const bool gpt2 = c->arch == KILN_LLM_GPT2;
     const size_t up = gpt2 ? ff : 2 * ff;
-    g->tok_emb = carve(cv, (size_t)c->vocab * d * es);
+    g->tok_emb = carve_mat(cv, (size_t)c->vocab, d, int8_mat(g, m, m ? &m->q8_tok_emb : NULL), &g->tok_emb_s);
     g->pos_emb = gpt2 ? carve(cv, (size_t)c->max_pos * d * es) : NULL;
-    g->lm_head = c->tied_embeddings ? g->tok_emb : carve(cv, (size_t)c->vocab * d * es);
+    g->lm_head = g->tok_emb;
+    g->lm_head_s = g->tok_emb_s;
+    if (!c->tied_embeddings)
+        g->lm_head = carve_mat(cv, (size_t)c->vocab, d, int8_mat(g, m, m ? &m->q8_lm_head : NULL), &g->lm_head_s);
     g->norm_f_w = carve(cv, d * 4);
     g->norm_f_b = gpt2 ? carve(cv, d * 4) : NULL;
     for (int l = 0; l < c->n_layer; l++) {
         llmc_layer *y = &g->layers[l];
         y->norm1_w = carve(cv, d * 4);
         y->norm2_w = carve(cv, d * 4);
-        y->qkv_w = carve(cv, qkv * d * es);
-        y->o_w = carve(cv, d * qd * es);
-        y->up_w = carve(cv, up * d * es);
-        y->down_w = carve(cv, d * ff * es);
+        const kiln_llm_q8_layer *q = m && m->q8 ? &m->q8[l] : NULL;
+        y->qkv_w = carve_mat(cv, qkv, d, int8_mat(g, m, q ? &q->qkv : NULL), &y->qkv_s);
+        y->o_w = carve_mat(cv, d, qd, int8_mat(g, m, q ? &q->o : NULL), &y->o_s);
+        y->up_w = carve_mat(cv, up, d, int8_mat(g, m, q ? &q->up : NULL), &y->up_s);
+        y->down_w = carve_mat(cv, d, ff, int8_mat(g, m, q ? &q->down : NULL), &y->down_s);
         if (c->qkv_bias) y->qkv_b = carve(cv, qkv * es);
         if (!gpt2) continue;
         y->norm1_b = carve(cv, d * 4);
@@ -117,8 +145,8 @@ static void layout_weights(kiln_llm_cuda *g, carver *cv) {
     }
 }
 
-/* Places the step buffers. */
-static void layout_acts(kiln_llm_cuda *g, carver *cv) {
+/* Places the step buffers (with int8, the dequantizing workspace too). */
+static void layout_acts(kiln_llm_cuda *g, bool int8, carver *cv) {
     const kiln_llm_config *c = &g->cfg;
     const size_t es = 2, n = (size_t)g->opt.max_tokens, d = (size_t)c->d_model, qd = (size_t)c->n_head * c->head_dim,
                  qkv = qd + 2 * (size_t)c->n_kv_head * c->head_dim;
@@ -133,6 +161,7 @@ static void layout_acts(kiln_llm_cuda *g, carver *cv) {
     g->ids = carve(cv, n * 4);
     g->part = carve(cv, (size_t)g->opt.max_seqs * c->n_head * g->split_cap * (c->head_dim + 2) * 4);
     g->att_count = carve(cv, (size_t)g->opt.max_seqs * llmc_decode_counters(c->n_head, c->n_kv_head) * sizeof(unsigned));
+    g->deq = int8 ? carve(cv, LLMC_DEQUANT_BYTES) : NULL;
 }
 
 /* ---------------------------------------------------------------- weights */
@@ -199,13 +228,23 @@ static kiln_status upload32(void *dst, const float *src, size_t n) {
     return KILN_OK;
 }
 
+/* A [rows, cols] matrix: q's int8 values and scales as they are when scale is set (INT8), else the
+ * model's array src in g's dtype. */
+static kiln_status upload_mat(kiln_llm_cuda *g, void *dst, float *scale, const float *src, const kiln_llm_q8 *q,
+                              size_t rows, size_t cols, staging *st) {
+    if (!scale) return upload16(g, dst, src, rows * cols, st);
+    KILN_CUDA_TRY(cudaMemcpy(dst, q->q, rows * cols, cudaMemcpyHostToDevice));
+    return upload32(scale, q->scale, rows);
+}
+
 static kiln_status upload_weights(kiln_llm_cuda *g, const kiln_llm_model *m, staging *st) {
     const kiln_llm_config *c = &g->cfg;
     const size_t d = (size_t)c->d_model, ff = (size_t)c->d_ff, qd = (size_t)c->n_head * c->head_dim,
                  qkv = qd + 2 * (size_t)c->n_kv_head * c->head_dim, up = c->arch == KILN_LLM_GPT2 ? ff : 2 * ff;
-    KILN_TRY(upload16(g, g->tok_emb, m->tok_emb, (size_t)c->vocab * d, st));
+    KILN_TRY(upload_mat(g, g->tok_emb, g->tok_emb_s, m->tok_emb, &m->q8_tok_emb, (size_t)c->vocab, d, st));
     if (g->pos_emb) KILN_TRY(upload16(g, g->pos_emb, m->pos_emb, (size_t)c->max_pos * d, st));
-    if (g->lm_head != g->tok_emb) KILN_TRY(upload16(g, g->lm_head, m->lm_head, (size_t)c->vocab * d, st));
+    if (g->lm_head != g->tok_emb)
+        KILN_TRY(upload_mat(g, g->lm_head, g->lm_head_s, m->lm_head, &m->q8_lm_head, (size_t)c->vocab, d, st));
     KILN_TRY(upload32(g->norm_f_w, m->norm_f_w, d));
     if (g->norm_f_b) KILN_TRY(upload32(g->norm_f_b, m->norm_f_b, d));
     for (int l = 0; l < c->n_layer; l++) {
@@ -213,10 +252,11 @@ static kiln_status upload_weights(kiln_llm_cuda *g, const kiln_llm_model *m, sta
         const llmc_layer *y = &g->layers[l];
         KILN_TRY(upload32(y->norm1_w, s->norm1_w, d));
         KILN_TRY(upload32(y->norm2_w, s->norm2_w, d));
-        KILN_TRY(upload16(g, y->qkv_w, s->qkv_w, qkv * d, st));
-        KILN_TRY(upload16(g, y->o_w, s->o_w, d * qd, st));
-        KILN_TRY(upload16(g, y->up_w, s->up_w, up * d, st));
-        KILN_TRY(upload16(g, y->down_w, s->down_w, d * ff, st));
+        const kiln_llm_q8_layer *q = m->q8 ? &m->q8[l] : NULL;
+        KILN_TRY(upload_mat(g, y->qkv_w, y->qkv_s, s->qkv_w, q ? &q->qkv : NULL, qkv, d, st));
+        KILN_TRY(upload_mat(g, y->o_w, y->o_s, s->o_w, q ? &q->o : NULL, d, qd, st));
+        KILN_TRY(upload_mat(g, y->up_w, y->up_s, s->up_w, q ? &q->up : NULL, up, d, st));
+        KILN_TRY(upload_mat(g, y->down_w, y->down_s, s->down_w, q ? &q->down : NULL, d, ff, st));
         if (c->qkv_bias) KILN_TRY(upload16(g, y->qkv_b, s->qkv_b, qkv, st));
         if (c->arch != KILN_LLM_GPT2) continue;
         KILN_TRY(upload32(y->norm1_b, s->norm1_b, d));
@@ -230,7 +270,8 @@ static kiln_status upload_weights(kiln_llm_cuda *g, const kiln_llm_model *m, sta
     return KILN_OK;
 }
 
-/* Random weights on the device with llm_random.h's scales (each array its own seed). */
+/* Random weights on the device with llm_random.h's scales (each array its own seed); INT8 matrices
+ * (options.random_int8) as int8 values of the same range. */
 static kiln_status random_weights(kiln_llm_cuda *g, uint64_t seed) {
     const kiln_llm_config *c = &g->cfg;
     const size_t d = (size_t)c->d_model, ff = (size_t)c->d_ff, qd = (size_t)c->n_head * c->head_dim,
@@ -238,21 +279,24 @@ static kiln_status random_weights(kiln_llm_cuda *g, uint64_t seed) {
     const kiln_dtype t = g->dtype, f = KILN_F32;
     const float emb = sqrtf(3.0f);
     uint64_t k = seed * 1000003u;
-#define MAT(p, rows, cols) KILN_TRY(llmc_fill_random(g, p, t, (size_t)(rows) * (cols), ++k, 0.0f, sqrtf(3.0f / (float)(cols))))
+#define MATS(p, s, rows, cols, amp)                                                                         \
+    KILN_TRY((s) ? llmc_fill_random_q8(g, p, s, rows, cols, ++k, amp)                                          \
+                 : llmc_fill_random(g, p, t, (size_t)(rows) * (cols), ++k, 0.0f, amp))
+#define MAT(p, s, rows, cols) MATS(p, s, rows, cols, sqrtf(3.0f / (float)(cols)))
 #define VEC(p, dt, n, center, scale) KILN_TRY(llmc_fill_random(g, p, dt, n, ++k, center, scale))
-    VEC(g->tok_emb, t, (size_t)c->vocab * d, 0.0f, emb);
+    MATS(g->tok_emb, g->tok_emb_s, c->vocab, d, emb);
     if (g->pos_emb) VEC(g->pos_emb, t, (size_t)c->max_pos * d, 0.0f, emb);
-    if (g->lm_head != g->tok_emb) MAT(g->lm_head, c->vocab, d);
+    if (g->lm_head != g->tok_emb) MAT(g->lm_head, g->lm_head_s, c->vocab, d);
     VEC(g->norm_f_w, f, d, 1.0f, 0.1f);
     if (g->norm_f_b) VEC(g->norm_f_b, f, d, 0.0f, 0.1f);
     for (int l = 0; l < c->n_layer; l++) {
         const llmc_layer *y = &g->layers[l];
         VEC(y->norm1_w, f, d, 1.0f, 0.1f);
         VEC(y->norm2_w, f, d, 1.0f, 0.1f);
-        MAT(y->qkv_w, qkv, d);
-        MAT(y->o_w, d, qd);
-        MAT(y->up_w, up, d);
-        MAT(y->down_w, d, ff);
+        MAT(y->qkv_w, y->qkv_s, qkv, d);
+        MAT(y->o_w, y->o_s, d, qd);
+        MAT(y->up_w, y->up_s, up, d);
+        MAT(y->down_w, y->down_s, d, ff);
         if (c->qkv_bias) VEC(y->qkv_b, t, qkv, 0.0f, 0.1f);
         if (c->arch != KILN_LLM_GPT2) continue;
         VEC(y->norm1_b, f, d, 0.0f, 0.1f);
@@ -262,6 +306,7 @@ static kiln_status random_weights(kiln_llm_cuda *g, uint64_t seed) {
         VEC(y->up_b, t, ff, 0.0f, 0.1f);
         VEC(y->down_b, t, d, 0.0f, 0.1f);
     }
+#undef MATS
 #undef MAT
 #undef VEC
     KILN_CUDA_TRY(cudaStreamSynchronize(g->kc.stream));
@@ -279,8 +324,9 @@ static size_t meta_bytes(const kiln_llm_cuda *g) {
     return (ints * 4 + 7) / 8 * 8 + s * (size_t)(g->cfg.head_dim / 2) * 8;
 }
 
-/* Everything but the weights' values; the caller holds the setup lock. */
-static kiln_status create_common_locked(kiln_llm_cuda *g) {
+/* Everything but the weights' values (laid out for m's formats; NULL: random 16-bit weights); the
+ * caller holds the setup lock. */
+static kiln_status create_common_locked(kiln_llm_cuda *g, const kiln_llm_model *m) {
     KILN_TRY(llmc_gemv_mode_from_env(&g->gemv_force));
     KILN_TRY(kiln_cuda_ctx_open(g->opt.device, LLMC_WORKSPACE_BYTES, KILN_CUDA_OPEN_BLAS, &g->kc));
     KILN_TRY(llmc_fuse_mode_from_env(g->kc.cc_major, &g->fuse));
@@ -288,17 +334,17 @@ static kiln_status create_common_locked(kiln_llm_cuda *g) {
     g->layers = calloc((size_t)g->cfg.n_layer, sizeof *g->layers);
     if (!g->layers) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     carver cw = {NULL, 0};
-    layout_weights(g, &cw);
+    layout_weights(g, m, &cw);
     g->weight_bytes = cw.off;
     KILN_CUDA_TRY(cudaMalloc(&g->weights, cw.off));
     cw = (carver){g->weights, 0};
-    layout_weights(g, &cw);
+    layout_weights(g, m, &cw);
     g->split_cap = (g->opt.max_context + LLMC_SPLIT_MIN - 1) / LLMC_SPLIT_MIN;
     carver ca = {NULL, 0};
-    layout_acts(g, &ca);
+    layout_acts(g, has_int8(g, m), &ca);
     KILN_CUDA_TRY(cudaMalloc(&g->acts, ca.off));
     ca = (carver){g->acts, 0};
-    layout_acts(g, &ca);
+    layout_acts(g, has_int8(g, m), &ca);
     KILN_CUDA_TRY(cudaMemset(g->att_count, 0,
                              (size_t)g->opt.max_seqs * llmc_decode_counters(g->cfg.n_head, g->cfg.n_kv_head) *
                                  sizeof(unsigned)));
@@ -331,7 +377,7 @@ static kiln_status create(const kiln_llm_config *c, kiln_dtype dtype, const kiln
         return s;
     }
     kiln_cuda_setup_lock();
-    s = create_common_locked(g);
+    s = create_common_locked(g, m);
     if (s == KILN_OK && !m) s = random_weights(g, seed); /* its kernels' first launches load them */
     kiln_cuda_setup_unlock();
     if (s == KILN_OK && m) {

@@ -24,6 +24,7 @@ extern "C" {
 #define LLMC_SPLIT_MIN 128                   /* fewest keys per split of the decode attention */
 #define LLMC_GEMV_MAX 8                      /* most token rows of the GEMV kernel */
 #define LLMC_MAX_D KILN_CUDA_NORM_RESIDUAL_MAX_LEN /* widest d_model of the norm kernel (its row in shared memory) */
+#define LLMC_DEQUANT_BYTES ((size_t)64 << 20)  /* workspace of the INT8 weight tiles dequantized for prefill */
 
 /* One decoder layer on the device: norm parameters in FP32, matrices ([out, in] row-major, as
  * llm_internal.h) and biases in the model dtype. Biases and norm shifts are NULL for the Llama-like
@@ -31,6 +32,7 @@ extern "C" {
 typedef struct llmc_layer {
     float *norm1_w, *norm1_b, *norm2_w, *norm2_b;
     void *qkv_w, *qkv_b, *o_w, *o_b, *up_w, *up_b, *down_w, *down_b;
+    float *qkv_s, *o_s, *up_s, *down_s; /* an INT8 matrix's row scales (its values int8); NULL: in the dtype */
 } llmc_layer;
 
 typedef struct llmc_plan llmc_plan; /* a cached cuBLASLt product (llm_cuda_gemm.cu) */
@@ -59,6 +61,8 @@ struct kiln_llm_cuda {
     void *weights;
     uint64_t weight_bytes;
     void *tok_emb, *pos_emb, *lm_head; /* lm_head == tok_emb when tied; pos_emb NULL for Llama */
+    float *tok_emb_s, *lm_head_s;      /* row scales of an INT8 tok_emb / lm_head; NULL: in the dtype */
+    void *deq;                         /* LLMC_DEQUANT_BYTES for the INT8 prefill tiles; NULL without INT8 */
     float *norm_f_w, *norm_f_b;
     llmc_layer *layers;
     /* step buffers: one allocation */
@@ -226,6 +230,27 @@ kiln_status llmc_fuse_mode_from_env(int cc_major, int *mode);
 /* A phrase naming the path of a mode: "decode: fused GEMVs + PDL", "decode: fused GEMVs" or
  * "decode: unfused". */
 const char *llmc_fuse_mode_name(int mode);
+/* llm_cuda_gemv_q.cu — weight-only INT8 matrices (int8 [N, K], one fp32 scale per row). */
+/* llmc_linear for a matrix w that is INT8 when scale is not NULL (else llmc_linear itself): the INT8
+ * GEMV when n <= gemv_max_tokens, K % 16 == 0 and the operands are 16-byte aligned, else tiles of
+ * weight rows dequantized to g->dtype in g->deq, each through llmc_linear's cuBLASLt product. */
+kiln_status llmc_linear_w(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const float *scale,
+                          const void *bias, int N, void *y, int ldy, bool out_f32);
+/* The INT8 GEMV on stream: y[n, N] (FP32 when out_f32, else dtype) = x[n, K] (dtype, KILN_F16 or
+ * KILN_BF16) (q scale)^T (+ bias [N] in dtype), sums in fp32, 1 <= n <= LLMC_GEMV_MAX; needs K % 16 == 0,
+ * ldx % 8 == 0 and x, q 16-byte aligned (refused otherwise). For tests too. */
+kiln_status llmc_gemv_q8_launch(kiln_dtype dtype, cudaStream_t stream, const void *x, int ldx, int n, int K,
+                                const int8_t *q, const float *scale, const void *bias, int N, void *y, int ldy,
+                                bool out_f32);
+/* dst[r, k] = q[r, k] * scale[r] rounded to dtype (KILN_F16 or KILN_BF16), r < rows, k < K, on stream. */
+kiln_status llmc_dequant_q8_launch(kiln_dtype dtype, cudaStream_t stream, const int8_t *q, const float *scale,
+                                   int rows, int K, void *dst);
+/* Random INT8 weights for benchmarks: q [rows, cols] uniform integers in [-127, 127] from seed, every
+ * row scale amp / 127 (values uniform in [-amp, amp] as llmc_fill_random's). */
+kiln_status llmc_fill_random_q8(kiln_llm_cuda *g, int8_t *q, float *scale, size_t rows, size_t cols, uint64_t seed,
+                                float amp);
+/* llmc_embed, from an INT8 token embedding when g->tok_emb_s is set. */
+kiln_status llmc_embed_any(kiln_llm_cuda *g, const llmc_step *s);
 
 /* llm_cuda_ops.cu */
 /* x[t] = tok_emb[tokens[t]] (+ pos_emb[positions[t]]) in FP32, times sqrt(d_model) with cfg.scale_emb. */
