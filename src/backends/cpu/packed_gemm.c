@@ -5,7 +5,8 @@
  * on few pages and prefetch well; columns gathered run by run for kiln_pg_gemm_runs); within a
  * block every MR-row panel of A (in L1) meets every panel of the block (in L2). With at most 32
  * rows of A, whole panels of B are read in place instead. The micro-kernels compute full MR x NR
- * tiles: C = bias + A B on the first block of K, C += A B on the others; partial tiles at the
+ * tiles: C = bias + A B on the first block of K, C += A B on the others, and an epilogue's ReLU
+ * taken on the last as the tile is stored (no pass over C after it); partial tiles at the
  * edges go through masked AVX-512 kernels of one, two or three vectors per row and 1, 2, 4 or 8
  * rows, or a local tile. One row of A against packed B (a batch-1 classifier) reads each panel
  * once over the whole depth on AVX-512. */
