@@ -119,8 +119,8 @@ typedef void (*edge_fn)(int64_t K, const float *a, int64_t ars, int64_t aks, con
 #define EDGE(nv, nr)                                                                               \
     __attribute__((target("avx512f"))) static void edge_##nv##_##nr(                             \
         int64_t K, const float *a, int64_t ars, int64_t aks, const float *b, int64_t ldb, float *c,    \
-        int64_t ldc, bool accumulate, const float *bias, bool relu, int64_t rows, int64_t cols) {             \
-        edge_avx512(nv, nr, K, a, ars, aks, b, ldb, c, ldc, accumulate, bias, relu, rows, cols);         \
+        int64_t ldc, bool accumulate, const float *bias, bool relu, int64_t rows, int64_t cols) {       \
+        edge_avx512(nv, nr, K, a, ars, aks, b, ldb, c, ldc, accumulate, bias, relu, rows, cols);   \
     }
 #define EDGE_ROWS(nv) EDGE(nv, 1) EDGE(nv, 2) EDGE(nv, 4) EDGE(nv, 8)
 EDGE_ROWS(1)
@@ -395,7 +395,8 @@ static void gemm_packing_b(const float *packed_a, int64_t M, int64_t K, const b_
                     }
                     for (int64_t m0 = 0; m0 < M; m0 += MR)
                         tile(kc, packed_a + (m0 * K + k0 * MR), 1, MR, b, ldb, C + m0 * ldc + n0 + j0, ldc,
-                             M - m0 < MR ? M - m0 : MR, cols, k0 > 0, bias && k0 == 0 ? bias + m0 : NULL, relu && k0 + kc == K);
+                             M - m0 < MR ? M - m0 : MR, cols, k0 > 0, bias && k0 == 0 ? bias + m0 : NULL,
+                             relu && k0 + kc == K);
                 }
                 if (epilogue && epilogue->fn && k0 + kc == K) epilogue->fn(epilogue->ctx, C + n0, ldc, 0, M, n0, nc);
                 continue;
