@@ -278,6 +278,11 @@ static void test_conv2d(void) {
     test_conv_case(1, 40, 3, 5, 70, 3, 3, 1, 1, 1, 1, 1, true, true, true);   /* channel blocks, row tail */
     test_conv_case(1, 7, 21, 21, 13, 3, 3, 1, 2, 2, 2, 1, false, true, false); /* dilated: row and column tails */
     test_conv_case(2, 300, 4, 4, 25, 1, 1, 1, 1, 0, 0, 1, true, false, true); /* depth over one packed block */
+    /* ReLU in the micro-kernel's store: depth over a packed block (the ReLU on the last only), row
+     * and column tails, B read in place (at most 32 rows), strided on phase planes */
+    test_conv_case(1, 530, 5, 7, 37, 1, 1, 1, 1, 0, 0, 1, true, false, true);
+    test_conv_case(2, 16, 13, 11, 20, 1, 1, 1, 1, 0, 0, 1, true, false, true);
+    test_conv_case(1, 70, 9, 9, 12, 3, 3, 2, 1, 1, 1, 1, false, false, true);
     test_conv_case(2, 12, 9, 7, 18, 3, 3, 1, 1, 1, 1, 3, true, true, true);  /* stride 1: batch, groups */
     test_conv_case(1, 5, 40, 3, 30, 5, 3, 1, 1, 2, 0, 1, true, false, true);  /* tall, narrow, one-sided pad */
     test_conv_case(2, 40, 7, 7, 100, 3, 3, 1, 1, 1, 1, 2, true, true, true); /* small output: batch, groups */
@@ -314,8 +319,8 @@ static void twice_plus_one(void *ctx, float *c, int64_t ldc, int64_t r0, int64_t
         for (int64_t j = 0; j < cols; j++) c[r * ldc + j] = 2 * c[r * ldc + j] + 1;
 }
 
-/* kiln_pg_gemm against a double product for M x K x N, each micro-kernel; with a bias also an
- * epilogue. */
+/* kiln_pg_gemm against a double product for M x K x N, each micro-kernel, without and with the
+ * ReLU taken in the store; with a bias also an epilogue function (after the ReLU). */
 static void test_packed_case(int64_t M, int64_t K, int64_t N, bool bias) {
     int64_t ldb = N + 3, ldc = N + 5;
     float *A = malloc(sizeof(float) * (size_t)(M * K + 1)), *B = malloc(sizeof(float) * (size_t)(K * ldb + 1));
@@ -328,23 +333,27 @@ static void test_packed_case(int64_t M, int64_t K, int64_t N, bool bias) {
     kiln_pg_pack_a(A, K, M, K, pa);
     for (int isa = KILN_PG_PORTABLE; isa <= KILN_PG_AVX512; isa++) {
         if (!kiln_pg_isa_set((kiln_pg_isa)isa)) continue;
-        for (int64_t i = 0; i < M * ldc; i++) C[i] = 7.0f; /* the gaps between rows stay untouched */
-        kiln_pg_epilogue ep = {twice_plus_one, NULL}; /* with a bias: each element once */
-        kiln_pg_gemm(pa, M, K, B, ldb, NULL, N, bias ? bv : NULL, C, ldc, bias ? &ep : NULL, scratch);
-        double worst = 0;
-        bool gaps = true;
-        for (int64_t m = 0; m < M; m++) {
-            for (int64_t j = 0; j < N; j++) {
-                double s = bias ? bv[m] : 0.0;
-                for (int64_t k = 0; k < K; k++) s += (double)A[m * K + k] * B[k * ldb + j];
-                if (bias) s = 2 * s + 1;
-                double err = fabs(C[m * ldc + j] - s) / (1.0 + fabs(s));
-                if (isnan(err) || err > worst) worst = isnan(err) ? INFINITY : err;
+        for (int relu = 0; relu < 2; relu++) {
+            for (int64_t i = 0; i < M * ldc; i++) C[i] = 7.0f; /* the gaps between rows stay untouched */
+            kiln_pg_epilogue ep = {bias ? twice_plus_one : NULL, NULL, relu}; /* with a bias: each element once */
+            kiln_pg_gemm(pa, M, K, B, ldb, NULL, N, bias ? bv : NULL, C, ldc, bias || relu ? &ep : NULL, scratch);
+            double worst = 0;
+            bool gaps = true;
+            for (int64_t m = 0; m < M; m++) {
+                for (int64_t j = 0; j < N; j++) {
+                    double s = bias ? bv[m] : 0.0;
+                    for (int64_t k = 0; k < K; k++) s += (double)A[m * K + k] * B[k * ldb + j];
+                    if (relu && s < 0) s = 0;
+                    if (bias) s = 2 * s + 1;
+                    double err = fabs(C[m * ldc + j] - s) / (1.0 + fabs(s));
+                    if (isnan(err) || err > worst) worst = isnan(err) ? INFINITY : err;
+                }
+                for (int64_t j = N; j < ldc; j++) gaps = gaps && C[m * ldc + j] == 7.0f;
             }
-            for (int64_t j = N; j < ldc; j++) gaps = gaps && C[m * ldc + j] == 7.0f;
+            CHECKF(worst < 2e-6 * sqrt((double)K + 1) && gaps,
+                   "packed %lldx%lldx%lld bias %d relu %d isa %d: error %g, gaps %d", (long long)M, (long long)K,
+                   (long long)N, bias, relu, isa, worst, gaps);
         }
-        CHECKF(worst < 2e-6 * sqrt((double)K + 1) && gaps, "packed %lldx%lldx%lld bias %d isa %d: error %g, gaps %d",
-               (long long)M, (long long)K, (long long)N, bias, isa, worst, gaps);
     }
     kiln_pg_isa_set(kiln_pg_isa_best());
     free(A);

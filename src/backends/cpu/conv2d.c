@@ -238,7 +238,9 @@ static void gemm_part(void *ctx, int64_t t0, int64_t t1) {
         else if (j->packed) {
             const float *a = j->packed->data + gr * j->packed->group_floats + m0 * j->rows;
             block_epilogue be = {j->z ? j->z + ybase : NULL, j->OHW, j->act};
-            kiln_pg_epilogue ep = {epilogue_block, &be};
+            kiln_pg_epilogue ep = {epilogue_block, &be, false};
+            if (!j->z && j->act && j->act->kind == KILN_ACT_RELU) /* taken in the micro-kernel's store */
+                ep = (kiln_pg_epilogue){NULL, NULL, true};
             const kiln_pg_epilogue *epp = j->z || (j->act && j->act->kind != KILN_ACT_NONE) ? &ep : NULL;
             kiln_pg_gemm(a, m1 - m0, j->rows, xg + p0, j->HW, NULL, width, bias, yg, j->OHW, epp, scratch);
             continue;

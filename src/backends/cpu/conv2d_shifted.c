@@ -117,7 +117,9 @@ static void block_part(void *ctx, int64_t t0, int64_t t1) {
         const float *a = j->packed->data + gr * j->packed->group_floats + m0 * j->K;
         const float *b = j->xp + (img * g->C + gr * j->Cg) * channel + oh0 * j->Wp;
         block_out o = {j->y + at, j->z ? j->z + at : NULL, act};
-        kiln_pg_epilogue ep = {finish_block, &o};
+        kiln_pg_epilogue ep = {finish_block, &o, false};
+        if (!o.z && act && act->kind == KILN_ACT_RELU) /* taken in the micro-kernel's store */
+            ep = (kiln_pg_epilogue){NULL, NULL, true};
         const float *bias = j->bias ? j->bias + gr * j->Mg + m0 : NULL;
         kiln_pg_gemm_runs(a, m1 - m0, j->K, b, row_off, nrows * OW, OW, j->Wp, bias, j->y + at, OHW,
                           o.z || act ? &ep : NULL, pg);

@@ -5,7 +5,8 @@
  * on few pages and prefetch well; columns gathered run by run for kiln_pg_gemm_runs); within a
  * block every MR-row panel of A (in L1) meets every panel of the block (in L2). With at most 32
  * rows of A, whole panels of B are read in place instead. The micro-kernels compute full MR x NR
- * tiles: C = bias + A B on the first block of K, C += A B on the others; partial tiles at the
+ * tiles: C = bias + A B on the first block of K, C += A B on the others, and an epilogue's ReLU
+ * taken on the last as the tile is stored (no pass over C after it); partial tiles at the
  * edges go through masked AVX-512 kernels of one, two or three vectors per row and 1, 2, 4 or 8
  * rows, or a local tile. One row of A against packed B (a batch-1 classifier) reads each panel
  * once over the whole depth on AVX-512. */
@@ -21,10 +22,11 @@
 
 enum { MR = KILN_PG_MR, NR = KILN_PG_NR, KC = 512, NC = 6 * NR, MC = 15 * MR };
 
-/* One full tile: c [MR rows, ldc] = (accumulate ? c : bias or 0) + sum_k a[r * ars + k * aks] b[k * ldb + j]:
- * A packed (ars 1, aks MR) or read in place from a row-major matrix (ars its leading dimension, aks 1). */
+/* One full tile: c [MR rows, ldc] = (accumulate ? c : bias or 0) + sum_k a[r * ars + k * aks] b[k * ldb + j],
+ * max(0, .) of it when relu (the block's last piece of K): A packed (ars 1, aks MR) or read in place
+ * from a row-major matrix (ars its leading dimension, aks 1). */
 typedef void (*tile_fn)(int64_t K, const float *a, int64_t ars, int64_t aks, const float *b, int64_t ldb, float *c,
-                        int64_t ldc, bool accumulate, const float *bias);
+                        int64_t ldc, bool accumulate, const float *bias, bool relu);
 
 #define PG_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 
@@ -32,7 +34,7 @@ typedef void (*tile_fn)(int64_t K, const float *a, int64_t ars, int64_t aks, con
 /* 8 rows x 48 columns in 24 zmm accumulators: per k, three loads of B and 8 broadcasts of A. */
 __attribute__((target("avx512f"))) static void tile_avx512(int64_t K, const float *a, int64_t ars, int64_t aks,
                                                            const float *b, int64_t ldb, float *c, int64_t ldc,
-                                                           bool accumulate, const float *bias) {
+                                                           bool accumulate, const float *bias, bool relu) {
 #define DECL(r) __m512 p##r, q##r, s##r;
 #define INIT(r)                                                                                    \
     if (accumulate) {                                                                              \
@@ -47,6 +49,10 @@ __attribute__((target("avx512f"))) static void tile_avx512(int64_t K, const floa
         q##r = _mm512_fmadd_ps(a_, b1, q##r);                                                      \
         s##r = _mm512_fmadd_ps(a_, b2, s##r);                                                      \
     }
+#define RELU(r)                                                                                    \
+    p##r = _mm512_max_ps(p##r, zero);                                                              \
+    q##r = _mm512_max_ps(q##r, zero);                                                              \
+    s##r = _mm512_max_ps(s##r, zero);
 #define STORE(r)                                                                                   \
     _mm512_storeu_ps(c + r * ldc, p##r);                                                           \
     _mm512_storeu_ps(c + r * ldc + 16, q##r);                                                      \
@@ -57,10 +63,15 @@ __attribute__((target("avx512f"))) static void tile_avx512(int64_t K, const floa
         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16), b2 = _mm512_loadu_ps(b + 32);
         PG_ROWS(STEP)
     }
+    if (relu) {
+        const __m512 zero = _mm512_setzero_ps();
+        PG_ROWS(RELU)
+    }
     PG_ROWS(STORE)
 #undef DECL
 #undef INIT
 #undef STEP
+#undef RELU
 #undef STORE
 }
 
@@ -69,7 +80,7 @@ __attribute__((target("avx512f"))) static void tile_avx512(int64_t K, const floa
  * one-row edge an eighth) with masked loads and stores; a's panel is whole (zero past its rows). */
 static inline __attribute__((always_inline, target("avx512f"))) void
 edge_avx512(int nv, int nr, int64_t K, const float *a, int64_t ars, int64_t aks, const float *b, int64_t ldb, float *c,
-            int64_t ldc, bool accumulate, const float *bias, int64_t rows, int64_t cols) {
+            int64_t ldc, bool accumulate, const float *bias, bool relu, int64_t rows, int64_t cols) {
     __mmask16 m[3];
     for (int v = 0; v < 3; v++) {
         int64_t left = cols - 16 * v;
@@ -98,16 +109,18 @@ edge_avx512(int nv, int nr, int64_t K, const float *a, int64_t ars, int64_t aks,
     for (int r = 0; r < nr; r++)
 #pragma GCC unroll 8
         for (int v = 0; v < nv; v++)
-            if (r < rows) _mm512_mask_storeu_ps(c + r * ldc + 16 * v, m[v], acc[r][v]);
+            if (r < rows)
+                _mm512_mask_storeu_ps(c + r * ldc + 16 * v, m[v],
+                                      relu ? _mm512_max_ps(acc[r][v], _mm512_setzero_ps()) : acc[r][v]);
 }
 
 typedef void (*edge_fn)(int64_t K, const float *a, int64_t ars, int64_t aks, const float *b, int64_t ldb, float *c,
-                        int64_t ldc, bool accumulate, const float *bias, int64_t rows, int64_t cols);
+                        int64_t ldc, bool accumulate, const float *bias, bool relu, int64_t rows, int64_t cols);
 #define EDGE(nv, nr)                                                                               \
     __attribute__((target("avx512f"))) static void edge_##nv##_##nr(                             \
         int64_t K, const float *a, int64_t ars, int64_t aks, const float *b, int64_t ldb, float *c,    \
-        int64_t ldc, bool accumulate, const float *bias, int64_t rows, int64_t cols) {             \
-        edge_avx512(nv, nr, K, a, ars, aks, b, ldb, c, ldc, accumulate, bias, rows, cols);         \
+        int64_t ldc, bool accumulate, const float *bias, bool relu, int64_t rows, int64_t cols) {       \
+        edge_avx512(nv, nr, K, a, ars, aks, b, ldb, c, ldc, accumulate, bias, relu, rows, cols);   \
     }
 #define EDGE_ROWS(nv) EDGE(nv, 1) EDGE(nv, 2) EDGE(nv, 4) EDGE(nv, 8)
 EDGE_ROWS(1)
@@ -153,7 +166,7 @@ __attribute__((target("avx512f"))) static void row_panel_avx512(int64_t K, const
 /* 4 rows x 24 columns in 12 ymm accumulators (a: strides ars, aks; b: stride ldb); four make a tile. */
 __attribute__((target("avx2,fma"))) static void quarter_avx2(int64_t K, const float *a, int64_t ars, int64_t aks,
                                                              const float *b, int64_t ldb, float *c, int64_t ldc,
-                                                             bool accumulate, const float *bias) {
+                                                             bool accumulate, const float *bias, bool relu) {
 #define Q_ROWS(X) X(0) X(1) X(2) X(3)
 #define DECL(r) __m256 p##r, q##r, s##r;
 #define INIT(r)                                                                                    \
@@ -169,6 +182,10 @@ __attribute__((target("avx2,fma"))) static void quarter_avx2(int64_t K, const fl
         q##r = _mm256_fmadd_ps(a_, b1, q##r);                                                      \
         s##r = _mm256_fmadd_ps(a_, b2, s##r);                                                      \
     }
+#define RELU(r)                                                                                    \
+    p##r = _mm256_max_ps(p##r, zero);                                                              \
+    q##r = _mm256_max_ps(q##r, zero);                                                              \
+    s##r = _mm256_max_ps(s##r, zero);
 #define STORE(r)                                                                                   \
     _mm256_storeu_ps(c + r * ldc, p##r);                                                           \
     _mm256_storeu_ps(c + r * ldc + 8, q##r);                                                       \
@@ -179,25 +196,31 @@ __attribute__((target("avx2,fma"))) static void quarter_avx2(int64_t K, const fl
         __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8), b2 = _mm256_loadu_ps(b + 16);
         Q_ROWS(STEP)
     }
+    if (relu) {
+        const __m256 zero = _mm256_setzero_ps();
+        Q_ROWS(RELU)
+    }
     Q_ROWS(STORE)
 #undef Q_ROWS
 #undef DECL
 #undef INIT
 #undef STEP
+#undef RELU
 #undef STORE
 }
 
 static void tile_avx2(int64_t K, const float *a, int64_t ars, int64_t aks, const float *b, int64_t ldb, float *c,
-                      int64_t ldc, bool accumulate, const float *bias) {
+                      int64_t ldc, bool accumulate, const float *bias, bool relu) {
     for (int r = 0; r < MR; r += 4)
         for (int j = 0; j < NR; j += 24)
-            quarter_avx2(K, a + r * ars, ars, aks, b + j, ldb, c + r * ldc + j, ldc, accumulate, bias ? bias + r : NULL);
+            quarter_avx2(K, a + r * ars, ars, aks, b + j, ldb, c + r * ldc + j, ldc, accumulate, bias ? bias + r : NULL,
+                         relu);
 }
 #endif
 
 /* Any processor: one row of the tile at a time over the whole of K. */
 static void tile_portable(int64_t K, const float *a, int64_t ars, int64_t aks, const float *b, int64_t ldb, float *c,
-                          int64_t ldc, bool accumulate, const float *bias) {
+                          int64_t ldc, bool accumulate, const float *bias, bool relu) {
     for (int r = 0; r < MR; r++) {
         float acc[NR];
         for (int j = 0; j < NR; j++) acc[j] = accumulate ? c[r * ldc + j] : bias ? bias[r] : 0.0f;
@@ -205,6 +228,7 @@ static void tile_portable(int64_t K, const float *a, int64_t ars, int64_t aks, c
             float av = a[r * ars + k * aks];
             for (int j = 0; j < NR; j++) acc[j] += av * b[k * ldb + j];
         }
+        for (int j = 0; relu && j < NR; j++) acc[j] = acc[j] > 0.0f ? acc[j] : 0.0f;
         memcpy(c + r * ldc, acc, sizeof acc);
     }
 }
@@ -277,15 +301,15 @@ int64_t kiln_pg_scratch_floats(void) { return (int64_t)KC * NC; }
 /* The tile at c of rows x cols (at most MR x NR) through the micro-kernel; edges via a local tile.
  * A as tile_fn takes it, read in place (aks 1) only for whole tiles of MR rows. */
 static void tile(int64_t K, const float *a, int64_t ars, int64_t aks, const float *b, int64_t ldb, float *c,
-                 int64_t ldc, int64_t rows, int64_t cols, bool accumulate, const float *bias) {
+                 int64_t ldc, int64_t rows, int64_t cols, bool accumulate, const float *bias, bool relu) {
     if (rows == MR && cols == NR) {
-        g_tile(K, a, ars, aks, b, ldb, c, ldc, accumulate, bias);
+        g_tile(K, a, ars, aks, b, ldb, c, ldc, accumulate, bias, relu);
         return;
     }
 #ifdef PG_X86
     if (g_isa == KILN_PG_AVX512) { /* as many vectors as the columns need and rows as the rows, masked */
         int nr = rows <= 1 ? 0 : rows <= 2 ? 1 : rows <= 4 ? 2 : 3;
-        g_edges[(cols - 1) / 16][nr](K, a, ars, aks, b, ldb, c, ldc, accumulate, bias, rows, cols);
+        g_edges[(cols - 1) / 16][nr](K, a, ars, aks, b, ldb, c, ldc, accumulate, bias, relu, rows, cols);
         return;
     }
 #endif
@@ -295,7 +319,7 @@ static void tile(int64_t K, const float *a, int64_t ars, int64_t aks, const floa
         bias = tb;
     }
     for (int64_t r = 0; accumulate && r < rows; r++) memcpy(t + r * NR, c + r * ldc, (size_t)cols * sizeof *t);
-    g_tile(K, a, ars, aks, b, ldb, t, NR, accumulate, bias);
+    g_tile(K, a, ars, aks, b, ldb, t, NR, accumulate, bias, relu);
     for (int64_t r = 0; r < rows; r++) memcpy(c + r * ldc, t + r * NR, (size_t)cols * sizeof *t);
 }
 
@@ -342,10 +366,14 @@ static void pack_b(const b_layout *l, int64_t k0, int64_t kc, int64_t n0, int64_
 static void gemm_packing_b(const float *packed_a, int64_t M, int64_t K, const b_layout *l, int64_t N, const float *bias,
                            float *C, int64_t ldc, const kiln_pg_epilogue *epilogue, float *scratch) {
     pthread_once(&g_tile_once, tile_pick);
+    const bool relu = epilogue && epilogue->relu;
     if (K == 0) {
         for (int64_t m = 0; m < M; m++)
-            for (int64_t j = 0; j < N; j++) C[m * ldc + j] = bias ? bias[m] : 0.0f;
-        if (epilogue && M * N > 0) epilogue->fn(epilogue->ctx, C, ldc, 0, M, 0, N);
+            for (int64_t j = 0; j < N; j++) {
+                float v = bias ? bias[m] : 0.0f;
+                C[m * ldc + j] = relu && v < 0.0f ? 0.0f : v;
+            }
+        if (epilogue && epilogue->fn && M * N > 0) epilogue->fn(epilogue->ctx, C, ldc, 0, M, 0, N);
         return;
     }
     /* at most 32 rows of A (a squeeze convolution's): whole panels of B are read where they lie,
@@ -367,9 +395,10 @@ static void gemm_packing_b(const float *packed_a, int64_t M, int64_t K, const b_
                     }
                     for (int64_t m0 = 0; m0 < M; m0 += MR)
                         tile(kc, packed_a + (m0 * K + k0 * MR), 1, MR, b, ldb, C + m0 * ldc + n0 + j0, ldc,
-                             M - m0 < MR ? M - m0 : MR, cols, k0 > 0, bias && k0 == 0 ? bias + m0 : NULL);
+                             M - m0 < MR ? M - m0 : MR, cols, k0 > 0, bias && k0 == 0 ? bias + m0 : NULL,
+                             relu && k0 + kc == K);
                 }
-                if (epilogue && k0 + kc == K) epilogue->fn(epilogue->ctx, C + n0, ldc, 0, M, n0, nc);
+                if (epilogue && epilogue->fn && k0 + kc == K) epilogue->fn(epilogue->ctx, C + n0, ldc, 0, M, n0, nc);
                 continue;
             }
             pack_b(l, k0, kc, n0, nc, scratch);
@@ -379,8 +408,8 @@ static void gemm_packing_b(const float *packed_a, int64_t M, int64_t K, const b_
                 int64_t rows = M - m0 < MR ? M - m0 : MR;
                 for (int64_t j0 = 0; j0 < nc; j0 += NR)
                     tile(kc, a, 1, MR, scratch + j0 * kc, NR, C + m0 * ldc + n0 + j0, ldc, rows, nc - j0 < NR ? nc - j0 : NR,
-                         k0 > 0, bm);
-                if (epilogue && k0 + kc == K) /* these rows of the block are final, and in L1 */
+                         k0 > 0, bm, relu && k0 + kc == K);
+                if (epilogue && epilogue->fn && k0 + kc == K) /* these rows of the block are final, and in L1 */
                     epilogue->fn(epilogue->ctx, C + m0 * ldc + n0, ldc, m0, rows, n0, nc);
             }
         }
@@ -452,8 +481,8 @@ void kiln_pg_gemm_packed_b(const float *A, int64_t lda, int64_t M, int64_t K, co
                 int64_t cols = N - j0 < NR ? N - j0 : NR;
                 float *c = C + m0 * ldc + j0;
                 for (int64_t i0 = 0; i0 < whole; i0 += MR)
-                    tile(kc, A + (m0 + i0) * lda + k0, lda, 1, b, NR, c + i0 * ldc, ldc, MR, cols, k0 > 0, NULL);
-                if (whole < mc) tile(kc, scratch, 1, MR, b, NR, c + whole * ldc, ldc, mc - whole, cols, k0 > 0, NULL);
+                    tile(kc, A + (m0 + i0) * lda + k0, lda, 1, b, NR, c + i0 * ldc, ldc, MR, cols, k0 > 0, NULL, false);
+                if (whole < mc) tile(kc, scratch, 1, MR, b, NR, c + whole * ldc, ldc, mc - whole, cols, k0 > 0, NULL, false);
             }
         }
     }
@@ -471,6 +500,6 @@ void kiln_pg_gemm_packed_ab(const float *packed_a, int64_t M, int64_t K, const f
         for (int64_t j0 = 0; j0 < N; j0 += NR)
             for (int64_t i0 = 0; i0 < M; i0 += MR)
                 tile(kc, packed_a + (i0 * K + k0 * MR), 1, MR, packed_b + (j0 / NR * K + k0) * NR, NR, C + i0 * ldc + j0, ldc,
-                     M - i0 < MR ? M - i0 : MR, N - j0 < NR ? N - j0 : NR, k0 > 0, NULL);
+                     M - i0 < MR ? M - i0 : MR, N - j0 < NR ? N - j0 : NR, k0 > 0, NULL, false);
     }
 }

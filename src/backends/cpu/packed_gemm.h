@@ -47,11 +47,13 @@ void kiln_pg_pack_a(const float *A, int64_t lda, int64_t M, int64_t K, float *ds
 /* Floats of scratch kiln_pg_gemm needs (one packed block of B, whatever the sizes). */
 int64_t kiln_pg_scratch_floats(void);
 
-/* What kiln_pg_gemm calls on each finished block of C while it is in cache: rows [r0, r0 + rows)
- * and columns [c0, c0 + cols) of C, the block starting at c (leading dimension ldc). */
+/* What kiln_pg_gemm does to each finished block of C while it is in cache: with relu, max(0, x) of
+ * every element as the micro-kernel stores it; then fn (may be NULL) on rows [r0, r0 + rows) and
+ * columns [c0, c0 + cols) of C, the block starting at c (leading dimension ldc). */
 typedef struct kiln_pg_epilogue {
     void (*fn)(void *ctx, float *c, int64_t ldc, int64_t r0, int64_t rows, int64_t c0, int64_t cols);
     void *ctx;
+    bool relu;
 } kiln_pg_epilogue;
 
 /* C [M, N] (leading dimension ldc) = A B + bias, where A is rows [0, M) of a packed [*, K] matrix
