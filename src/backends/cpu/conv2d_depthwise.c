@@ -274,9 +274,7 @@ KILN_V16_FN void direct_rows16(const dw_job *j, const float *x, const __m512 *wv
 }
 
 /* One stride-1 output plane by direct_rows16, four rows at a time (without the row checks where
- * every tap of the four rows reads inside the plane), the last four ending at the last row; a
- * plane of fewer rows one row at a time. The residual is read, never y, so a row computed twice
- * is stored twice with the same value. */
+ * every tap of the four rows reads inside the plane), then the last one to three rows together. */
 KILN_V16_FN void direct16(const dw_job *j, const float *x, const float *wk, float bias, const float *z,
                           const kiln_act *act, float *y, const int64_t KH, const int64_t KW, const int64_t dh,
                           const int64_t dw) {
@@ -284,15 +282,14 @@ KILN_V16_FN void direct16(const dw_job *j, const float *x, const float *wk, floa
     __m512 wv[DW_MAX_TAPS];
     for (int64_t t = 0; t < KH * KW; t++) wv[t] = _mm512_set1_ps(wk[t]);
     const int64_t lo = g->ph, hi = g->H + g->ph - (KH - 1) * dh; /* rows [lo, hi) read only inside */
-    if (g->OH < 4) {
-        for (int64_t oh = 0; oh < g->OH; oh++) direct_rows16(j, x, wv, bias, z, act, y, oh, 1, KH, KW, dh, dw, true);
-        return;
-    }
-    for (int64_t oh = 0; oh < g->OH; oh += 4) {
-        if (oh + 4 > g->OH) oh = g->OH - 4; /* the last four rows, some computed twice: four sums in flight */
+    int64_t oh = 0;
+    for (; oh + 4 <= g->OH; oh += 4) {
         if (oh >= lo && oh + 4 <= hi) direct_rows16(j, x, wv, bias, z, act, y, oh, 4, KH, KW, dh, dw, false);
         else direct_rows16(j, x, wv, bias, z, act, y, oh, 4, KH, KW, dh, dw, true);
     }
+    if (g->OH - oh == 3) direct_rows16(j, x, wv, bias, z, act, y, oh, 3, KH, KW, dh, dw, true);
+    if (g->OH - oh == 2) direct_rows16(j, x, wv, bias, z, act, y, oh, 2, KH, KW, dh, dw, true);
+    if (g->OH - oh == 1) direct_rows16(j, x, wv, bias, z, act, y, oh, 1, KH, KW, dh, dw, true);
 }
 
 /* One plane from the padded plane buf by flat16 or plane16: KH x KW taps of stride sw and no
