@@ -124,6 +124,16 @@ int main(void) {
         {1, 2, 1, 6, 41, 1, 7, 1, 1, 0, 3, 3, false, false, hswish},
         {1, 2, 1, 9, 9, 7, 7, 1, 1, 3, 3, 3, true, false, none},
         {1, 3, 1, 8, 20, 2, 2, 2, 1, 0, 0, 0, true, false, sig},
+        /* stride 1 read in place (outputs 8 to 32 wide): three rows, rows whose taps fall partly
+         * outside the plane (one-sided and asymmetric pads), a tail of two rows with a residual,
+         * no pads, dilation 2; a 1x9 kernel (wider than the in-place path takes: padded plane,
+         * tap table) */
+        {1, 2, 1, 3, 12, 5, 5, 1, 1, 2, 2, 2, true, true, silu},
+        {1, 3, 1, 14, 14, 3, 3, 1, 1, 1, 1, 1, true, true, silu},
+        {1, 2, 1, 10, 18, 3, 3, 1, 1, 2, 0, 1, true, true, relu},
+        {1, 3, 1, 12, 21, 5, 5, 1, 1, 0, 0, 0, true, false, hswish},
+        {1, 2, 1, 20, 32, 3, 3, 1, 2, 2, 2, 2, false, false, none},
+        {1, 2, 1, 6, 30, 1, 9, 1, 1, 0, 4, 4, true, true, relu},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(&cases[i]);
     return checks_report("test_conv_depthwise");

@@ -1,17 +1,17 @@
 /* conv2d_depthwise.c — kiln_conv2d_run_depthwise (conv2d.h): depthwise 2-D Conv (one input channel
- * per group, up to 8 output channels each), one output plane per task. Each task copies its input
+ * per group, up to 8 output channels each), one output plane per task. A task copies its input
  * plane, padded, into a per-thread buffer in "phase" layout (padded row r, column q at
  * buf[r * ld + (q % sw) * lp + q / sw], lp the phase length), so tap kw of output ow reads phase
  * (kw * dw) % sw at ow + (kw * dw) / sw: contiguous in ow for any stride.
  *
- * On AVX-512 (16-lane vectors): the padded rows are written by masked loads (stride 2:
- * deinterleaved by vpermt2ps), only as far as outputs read; 3x3 and 5x5 kernels at strides 1 and
- * 2 run with their taps unrolled and their weights in registers, others through a tap table; four
- * independent sums are in flight (a stride-1 plane without residual is computed over its
- * flattened padded rows, four vectors at a time, the columns between rows dropped; other planes
- * four rows at a time); the epilogue (bias, residual, activation) is applied to the sums before
- * the one store. Elsewhere: 8-lane vectors (cpu_simd.h), the padding zeroed by memset, and the
- * epilogue as a second pass over the plane, which is still in cache. */
+ * On AVX-512 (16-lane vectors): a stride-1 plane is read in place, no copy: each tap's columns
+ * under the mask of those inside the input row, the taps of rows outside the plane skipped. Other
+ * strides copy the padded rows by masked loads (stride 2: deinterleaved by vpermt2ps), only as far
+ * as outputs read. 3x3 and 5x5 kernels run with their taps unrolled and their weights in
+ * registers, others through loops or a tap table; four rows' sums are in flight; the epilogue
+ * (bias, residual, activation) is applied to the sums before the one store. Elsewhere: 8-lane
+ * vectors (cpu_simd.h), the padding zeroed by memset, and the epilogue as a second pass over the
+ * plane, which is still in cache. */
 #include "backends/cpu/conv2d.h"
 
 #include "backends/cpu/activation_v16.h"
@@ -31,6 +31,11 @@
  * padded plane that the flattened rows' last block of four vectors may read. */
 #define DW_SLACK 16
 #define DW_FLAT_SLACK 64
+/* Kernel columns up to which, and output widths within which, a stride-1 plane is read in place
+ * on AVX-512 (narrower planes run faster over flattened padded rows, wider ones from a padded copy). */
+#define DW_DIRECT_MAX_KW 8
+#define DW_DIRECT_MIN_OW 8
+#define DW_DIRECT_MAX_OW 32
 
 bool kiln_conv2d_depthwise_fits(int64_t M, int64_t Cg, int64_t KH, int64_t KW, int64_t group) {
     return Cg == 1 && group > 1 && M / group <= 8 && KH * KW <= DW_MAX_TAPS;
@@ -46,10 +51,12 @@ struct dw_job {
     int64_t PH, lp, ld;      /* padded rows, phase length, padded row length (lp * sw) */
     int64_t off[DW_MAX_TAPS]; /* where tap t of output (0, 0) reads in the padded plane */
     bool wide;               /* 16-lane AVX-512 kernels */
+    bool direct;             /* wide, stride 1, KW and OW in range: read in place, no padded plane */
     bool flat;               /* wide, over the plane's rows as one run of ld-float rows (stride 1, no residual) */
     atomic_bool oom;
 #if defined(KILN_V16)
-    /* the 16-lane plane kernel for this kernel size, stride and dilation */
+    /* the 16-lane plane kernel for this kernel size, stride and dilation; buf: the padded plane, or
+     * the input plane where direct */
     void (*plane16)(const dw_job *j, const float *buf, const float *wk, float bias, const float *z,
                     const kiln_act *act, float *y, float *tmp);
 #endif
@@ -210,19 +217,106 @@ KILN_V16_FN void flat16(const dw_job *j, const float *buf, const float *wk, floa
     for (int64_t oh = 0; oh < g->OH; oh++) memcpy(y + oh * g->OW, tmp + oh * ld, (size_t)g->OW * sizeof *y);
 }
 
-/* One plane by flat16 or plane16: KH x KW taps of stride sw and no dilation, all constants, then
- * any kernel through the tap table. */
-#define DW_PLANE16(NAME, KH, KW, SW)                                                               \
+/* Outputs [ow, ow + 16) of rows [oh, oh + NR) of a stride-1 plane read in place from the input
+ * plane x (H x W), no padded copy: when masked, tap kw's input columns are loaded under cols[kw],
+ * the mask of those inside the row (the padding's lanes read as zeros, their loads suppressed),
+ * else (every column inside) by plain loads; when edge is set, the taps whose input row lies
+ * outside the plane are skipped. KH x KW taps, dilations dh and dw: constants where a caller below
+ * inlines a kernel size. Sums, residual and epilogue as rows16. */
+KILN_V16_FN void direct_block16(const dw_job *j, const float *x, const __m512 *wv, float bias, const float *z,
+                                const kiln_act *act, float *y, int64_t oh, int64_t ow, const __mmask16 *cols,
+                                const int NR, const int64_t KH, const int64_t KW, const int64_t dh, const int64_t dw,
+                                const bool edge, const bool masked) {
+    const kiln_conv2d *g = j->g;
+    const int64_t W = g->W, OW = g->OW;
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) acc[r] = _mm512_set1_ps(bias);
+#pragma GCC unroll 8
+    for (int64_t kh = 0; kh < KH; kh++)
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const int64_t ih = oh + r - g->ph + kh * dh;
+            if (edge && (ih < 0 || ih >= g->H)) continue;
+            const float *row = x + ih * W + ow - g->pw;
+#pragma GCC unroll 8
+            for (int64_t kw = 0; kw < KW; kw++) {
+                __m512 v = masked ? _mm512_maskz_loadu_ps(cols[kw], row + kw * dw) : _mm512_loadu_ps(row + kw * dw);
+                acc[r] = _mm512_fmadd_ps(wv[kh * KW + kw], v, acc[r]);
+            }
+        }
+    int64_t left = OW - ow;
+    __mmask16 mask = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        int64_t o = (oh + r) * OW + ow;
+        store_epilogue(acc[r], z ? z + o : NULL, act, mask, y + o);
+    }
+}
+
+/* Output rows [oh, oh + NR) of a stride-1 plane by direct_block16, 16 outputs at a time: plain
+ * loads where every tap's 16 columns lie inside the row, masked ones elsewhere (KW <= 8). */
+KILN_V16_FN void direct_rows16(const dw_job *j, const float *x, const __m512 *wv, float bias, const float *z,
+                               const kiln_act *act, float *y, int64_t oh, const int NR, const int64_t KH,
+                               const int64_t KW, const int64_t dh, const int64_t dw, const bool edge) {
+    const kiln_conv2d *g = j->g;
+    for (int64_t ow = 0; ow < g->OW; ow += 16) {
+        const int64_t c0 = ow - g->pw; /* input column of output ow's tap kw = 0 */
+        if (c0 >= 0 && c0 + (KW - 1) * dw + 16 <= g->W) {
+            direct_block16(j, x, wv, bias, z, act, y, oh, ow, NULL, NR, KH, KW, dh, dw, edge, false);
+            continue;
+        }
+        __mmask16 cols[DW_DIRECT_MAX_KW] = {0};
+#pragma GCC unroll 8
+        for (int64_t kw = 0; kw < KW; kw++) cols[kw] = in_row16(c0 + kw * dw, g->W);
+        direct_block16(j, x, wv, bias, z, act, y, oh, ow, cols, NR, KH, KW, dh, dw, edge, true);
+    }
+}
+
+/* One stride-1 output plane by direct_rows16, four rows at a time (without the row checks where
+ * every tap of the four rows reads inside the plane), then the last one to three rows together. */
+KILN_V16_FN void direct16(const dw_job *j, const float *x, const float *wk, float bias, const float *z,
+                          const kiln_act *act, float *y, const int64_t KH, const int64_t KW, const int64_t dh,
+                          const int64_t dw) {
+    const kiln_conv2d *g = j->g;
+    __m512 wv[DW_MAX_TAPS];
+    for (int64_t t = 0; t < KH * KW; t++) wv[t] = _mm512_set1_ps(wk[t]);
+    const int64_t lo = g->ph, hi = g->H + g->ph - (KH - 1) * dh; /* rows [lo, hi) read only inside */
+    int64_t oh = 0;
+    for (; oh + 4 <= g->OH; oh += 4) {
+        if (oh >= lo && oh + 4 <= hi) direct_rows16(j, x, wv, bias, z, act, y, oh, 4, KH, KW, dh, dw, false);
+        else direct_rows16(j, x, wv, bias, z, act, y, oh, 4, KH, KW, dh, dw, true);
+    }
+    if (g->OH - oh == 3) direct_rows16(j, x, wv, bias, z, act, y, oh, 3, KH, KW, dh, dw, true);
+    if (g->OH - oh == 2) direct_rows16(j, x, wv, bias, z, act, y, oh, 2, KH, KW, dh, dw, true);
+    if (g->OH - oh == 1) direct_rows16(j, x, wv, bias, z, act, y, oh, 1, KH, KW, dh, dw, true);
+}
+
+/* One plane from the padded plane buf by flat16 or plane16: KH x KW taps of stride sw and no
+ * dilation, all constants, then any kernel through the tap table. */
+#define DW_PLANE16(NAME, KH, KW, SW)                                                                          \
     DW_V16 static void NAME(const dw_job *j, const float *buf, const float *wk, float bias, const float *z, \
-                            const kiln_act *act, float *y, float *tmp) {                           \
-        if (j->flat) flat16(j, buf, wk, bias, act, y, tmp, KH, KW, SW);                            \
-        else plane16(j, buf, wk, bias, z, act, y, KH, KW, SW);                                     \
+                            const kiln_act *act, float *y, float *tmp) {                                  \
+        if (j->flat) flat16(j, buf, wk, bias, act, y, tmp, KH, KW, SW);                                   \
+        else plane16(j, buf, wk, bias, z, act, y, KH, KW, SW);                                            \
     }
 DW_PLANE16(plane16_3x3_s1, 3, 3, 1)
 DW_PLANE16(plane16_5x5_s1, 5, 5, 1)
 DW_PLANE16(plane16_3x3_s2, 3, 3, 2)
 DW_PLANE16(plane16_5x5_s2, 5, 5, 2)
 DW_PLANE16(plane16_any, j->g->KH, j->g->KW, 0)
+
+/* One stride-1 plane read in place from the input plane (passed as buf) by direct16: 3x3 and 5x5
+ * without dilation as constants, then any kernel of at most DW_DIRECT_MAX_KW columns. */
+#define DW_DIRECT16(NAME, KH, KW, DH, DWL)                                                                    \
+    DW_V16 static void NAME(const dw_job *j, const float *x, const float *wk, float bias, const float *z,   \
+                            const kiln_act *act, float *y, float *tmp) {                                  \
+        (void)tmp;                                                                                        \
+        direct16(j, x, wk, bias, z, act, y, KH, KW, DH, DWL);                                             \
+    }
+DW_DIRECT16(direct16_3x3, 3, 3, 1, 1)
+DW_DIRECT16(direct16_5x5, 5, 5, 1, 1)
+DW_DIRECT16(direct16_any, j->g->KH, j->g->KW, j->g->dh, j->g->dw)
 #endif
 
 /* ------------------------------------------------------------------ 8-lane planes */
@@ -261,8 +355,8 @@ static void depthwise_part(void *ctx, int64_t t0, int64_t t1) {
     dw_job *j = ctx;
     const kiln_conv2d *g = j->g;
     int64_t plane = j->PH * j->ld + DW_FLAT_SLACK; /* the flat kernel's last vectors read past the rows */
-    float *buf = kiln_cpu_scratch(KILN_SCRATCH_TASK, (size_t)(plane + (j->flat ? g->OH * j->ld + 64 : 0)));
-    if (!buf) {
+    float *buf = j->direct ? NULL : kiln_cpu_scratch(KILN_SCRATCH_TASK, (size_t)(plane + (j->flat ? g->OH * j->ld + 64 : 0)));
+    if (!j->direct && !buf) {
         atomic_store(&j->oom, true);
         return;
     }
@@ -270,7 +364,7 @@ static void depthwise_part(void *ctx, int64_t t0, int64_t t1) {
     int64_t prev_in = -1;
     for (int64_t t = t0; t < t1; t++) { /* t = image * M + output channel */
         int64_t m = t % g->M, img = t / g->M, cin = img * g->C + m / j->Mg;
-        if (cin != prev_in) {
+        if (cin != prev_in && !j->direct) {
 #if defined(KILN_V16)
             if (j->wide && g->sw <= 2) pad_plane16(j, j->x + cin * j->HW, buf);
             else
@@ -283,8 +377,8 @@ static void depthwise_part(void *ctx, int64_t t0, int64_t t1) {
         float bias = j->bias ? j->bias[m] : 0.0f;
 #if defined(KILN_V16)
         if (j->wide) {
-            float *tmp = buf + plane;
-            j->plane16(j, buf, wk, bias, z, j->act, y, tmp);
+            if (j->direct) j->plane16(j, j->x + cin * j->HW, wk, bias, z, j->act, y, NULL);
+            else j->plane16(j, buf, wk, bias, z, j->act, y, buf + plane);
             continue;
         }
 #endif
@@ -310,9 +404,11 @@ kiln_status kiln_conv2d_run_depthwise(const kiln_conv2d *g, const float *x, cons
     j->PH = g->H + g->ph > rows_read ? g->H + g->ph : rows_read;
     int64_t lp_in = (g->W + g->pw) / g->sw + 1, lp_read = g->OW + DW_SLACK + (g->KW - 1) * g->dw / g->sw + 1;
     j->lp = lp_in > lp_read ? lp_in : lp_read;
+    j->direct = j->wide && g->sh == 1 && g->sw == 1 && g->KW <= DW_DIRECT_MAX_KW && g->OW >= DW_DIRECT_MIN_OW &&
+                g->OW <= DW_DIRECT_MAX_OW;
     /* flat: rows just wide enough for the input and the taps */
     int64_t tight = g->W + g->pw > g->OW + (g->KW - 1) * g->dw ? g->W + g->pw : g->OW + (g->KW - 1) * g->dw;
-    j->flat = j->wide && g->sh == 1 && g->sw == 1 && !residual && g->OW % 16 != 0;
+    j->flat = j->wide && !j->direct && g->sh == 1 && g->sw == 1 && !residual && g->OW % 16 != 0;
     if (j->flat) j->lp = tight;
     j->ld = j->lp * g->sw;
     for (int64_t kh = 0; kh < g->KH; kh++)
@@ -321,10 +417,11 @@ kiln_status kiln_conv2d_run_depthwise(const kiln_conv2d *g, const float *x, cons
             j->off[kh * g->KW + kw] = kh * g->dh * j->ld + (c % g->sw) * j->lp + c / g->sw;
         }
 #if defined(KILN_V16)
-    bool plain = g->dh == 1 && g->dw == 1 && (g->sw == 1 || g->sw == 2); /* no dilation, stride 1 or 2 */
-    j->plane16 = plane16_any;
-    if (plain && g->KH == 3 && g->KW == 3) j->plane16 = g->sw == 1 ? plane16_3x3_s1 : plane16_3x3_s2;
-    if (plain && g->KH == 5 && g->KW == 5) j->plane16 = g->sw == 1 ? plane16_5x5_s1 : plane16_5x5_s2;
+    bool plain = g->dh == 1 && g->dw == 1, k3 = g->KH == 3 && g->KW == 3, k5 = g->KH == 5 && g->KW == 5;
+    j->plane16 = j->direct ? direct16_any : plane16_any;
+    if (plain && j->direct && (k3 || k5)) j->plane16 = k3 ? direct16_3x3 : direct16_5x5;
+    if (plain && !j->direct && g->sw == 1 && (k3 || k5)) j->plane16 = k3 ? plane16_3x3_s1 : plane16_5x5_s1;
+    if (plain && g->sw == 2 && (k3 || k5)) j->plane16 = k3 ? plane16_3x3_s2 : plane16_5x5_s2;
 #endif
     int64_t tasks = g->N * g->M;
     kiln_parallel_for(tasks, tasks * j->OHW * g->KH * g->KW < 16384 ? tasks : 1, depthwise_part, j);
