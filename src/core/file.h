@@ -75,6 +75,9 @@ kiln_status kiln_file_out_open(const char *path, kiln_file_out **out);
  * disjoint ranges may run at once from several threads; on failure the write stays open (abort it). */
 kiln_status kiln_file_out_write_at(kiln_file_out *f, uint64_t offset, const void *const *chunks, const size_t *sizes,
                                    int nchunks);
+/* Flushes what f has written so far to the disk (fsync), so that the commit's own fsync has less to
+ * do; may run on another thread than the writes' when they are done. */
+kiln_status kiln_file_out_sync(kiln_file_out *f);
 /* Finishes the write: fsync, close, rename over the target. Frees f whether it succeeds or not (on
  * failure nothing is left behind and the target is untouched). */
 kiln_status kiln_file_out_commit(kiln_file_out *f);

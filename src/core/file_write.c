@@ -362,6 +362,11 @@ kiln_status kiln_file_out_write_at(kiln_file_out *f, uint64_t offset, const void
     return KILN_OK;
 }
 
+kiln_status kiln_file_out_sync(kiln_file_out *f) {
+    if (fsync(f->fd) != 0) return kiln_error(KILN_ERR_IO, "cannot write '%s': %s", f->path, strerror(errno));
+    return KILN_OK;
+}
+
 kiln_status kiln_file_out_commit(kiln_file_out *f) {
     double t0 = kiln_log_now_ms();
     /* one fsync at the end: starting write-back per written range (sync_file_range) is a full-file fsync
