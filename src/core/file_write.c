@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -309,6 +310,7 @@ static int take_slot(const char *target, int *err) {
     }
     remove_stale_temporaries(target);
     memcpy(g_slots[slot].path, tmp, sizeof tmp);
+    atomic_signal_fence(memory_order_seq_cst); /* the handler sees the name whole once it sees the flag */
     g_slots[slot].active = 1;
     if (g_open_writes++ == 0) install_handlers();
     pthread_mutex_unlock(&g_slots_lock);
