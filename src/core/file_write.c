@@ -1,7 +1,8 @@
 /* file_write.c — the one way kiln writes a file: the output rules (never an input of this process,
  * never a device, FIFO, socket or directory, symbolic links written through), a temporary file next to
  * the target renamed over it, stale temporaries of dead processes removed, and the temporary removed
- * when SIGINT, SIGTERM or SIGHUP ends the process mid-write. A large file (an engine's gigabytes of
+ * when SIGINT, SIGTERM or SIGHUP ends the process mid-write. A write may stay open while its bytes are
+ * produced, written in ranges at any offset (kiln_file_out). A large range (an engine's gigabytes of
  * weights) is written with few pwritev calls, in contiguous parts on a few threads at once. */
 #include "core/file.h"
 
