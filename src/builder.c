@@ -408,9 +408,14 @@ kiln_status kiln_build_graph(kiln_graph *g, const char *source, const kiln_build
         kiln_graph_free(g);
         return s;
     }
+    kiln_engine_out *file = NULL; /* the weights go to the engine file from here on */
+    if (opts->output && (s = kiln_engine_out_begin(g, opts->output, &file)) != KILN_OK) {
+        kiln_graph_free(g);
+        return s;
+    }
     double t_stored = build_now_ms();
     log_stage(opts, "weights in the engine's layout and precision (host conversion)", t_stored - t1);
-    s = kiln_engine_from_graph(g, &meta, opts, out);
+    s = kiln_engine_from_graph_saving(g, &meta, opts, file, out);
     double t2 = build_now_ms();
     if (s == KILN_OK) s = tune_engine(*out, opts);
     log_stage(opts, "engine (plans, weights to the device)", t2 - t_stored);

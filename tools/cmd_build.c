@@ -154,6 +154,7 @@ int kiln_cmd_build(int argc, char **argv) {
     kiln_engine *e = NULL;
     kiln_tuning_stats tuning = {0};
     b.o.tuning_stats = &tuning;
+    b.o.output = output; /* the weights are written while the build goes on */
     s = kiln_build_onnx(model, &b.o, &e);
     double t1 = cli_now_ms();
     if (s == KILN_OK) s = kiln_engine_save(e, output);

@@ -245,6 +245,12 @@ typedef struct kiln_build_options {
      * --io-format fp16`, trtexec's --inputIOFormats=fp16:chw): Casts at the graph's borders convert
      * to and from float32 inside, so callers bind and read float16 (half the bytes). */
     bool io_fp16;
+    /* The file the caller will save the built engine to (NULL: not known; borrowed for the call): the
+     * build begins writing it as soon as the weights are final, so that they go to the disk while the
+     * engine is prepared and tuned, and kiln_engine_save to the same path finishes it. It is checked
+     * as kiln_engine_save checks it (a bad path fails the build); until saved, the file at that path
+     * stays as it was, and a failed build or an engine freed unsaved leaves nothing behind. */
+    const char *output;
 } kiln_build_options;
 
 /* Imports an ONNX model and compiles it into an engine for opts->target. opts may be NULL.

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -61,6 +62,27 @@ kiln_status kiln_file_check_output(const char *path);
  * (those not ignored or handled by the program) remove the temporary before they end the process.
  * KILN_ERR_IO on failure, with nothing left behind. */
 kiln_status kiln_file_write_atomic(const char *path, const void *const *chunks, const size_t *sizes, int nchunks);
+/* An atomic write kept open while its bytes are produced (an engine's weights written while the build
+ * goes on): kiln_file_out_open checks path as kiln_file_check_output does and creates the temporary
+ * "TARGET.kiln.tmpPID" (an existing target's permission bits, stale temporaries removed, the signal
+ * cleanup of kiln_file_write_atomic), kiln_file_out_write_at writes ranges of it in any order,
+ * kiln_file_out_commit fsyncs it and renames it over the target, kiln_file_out_abort removes it.
+ * Up to 8 writes may be open at once in a process, one per target (a second open of the same target
+ * fails with KILN_ERR_IO). Failures are KILN_ERR_IO naming path and the OS reason. */
+typedef struct kiln_file_out kiln_file_out;
+kiln_status kiln_file_out_open(const char *path, kiln_file_out **out);
+/* Writes the chunks, concatenated, at file offset offset (a large range on several threads). Calls for
+ * disjoint ranges may run at once from several threads; on failure the write stays open (abort it). */
+kiln_status kiln_file_out_write_at(kiln_file_out *f, uint64_t offset, const void *const *chunks, const size_t *sizes,
+                                   int nchunks);
+/* Flushes what f has written so far to the disk (fsync), so that the commit's own fsync has less to
+ * do; may run on another thread than the writes' when they are done. */
+kiln_status kiln_file_out_sync(kiln_file_out *f);
+/* Finishes the write: fsync, close, rename over the target. Frees f whether it succeeds or not (on
+ * failure nothing is left behind and the target is untouched). */
+kiln_status kiln_file_out_commit(kiln_file_out *f);
+/* Gives up the write: removes the temporary and frees f; the target is untouched. Accepts NULL. */
+void kiln_file_out_abort(kiln_file_out *f);
 /* Makes dir a directory for output files: creates it (one level) when missing; KILN_ERR_INVALID_ARGUMENT
  * when it exists and is not a directory, KILN_ERR_IO when it cannot be created. */
 kiln_status kiln_file_output_dir(const char *dir);

@@ -1,7 +1,8 @@
 /* file_write.c — the one way kiln writes a file: the output rules (never an input of this process,
  * never a device, FIFO, socket or directory, symbolic links written through), a temporary file next to
  * the target renamed over it, stale temporaries of dead processes removed, and the temporary removed
- * when SIGINT, SIGTERM or SIGHUP ends the process mid-write. A large file (an engine's gigabytes of
+ * when SIGINT, SIGTERM or SIGHUP ends the process mid-write. A write may stay open while its bytes are
+ * produced, written in ranges at any offset (kiln_file_out). A large range (an engine's gigabytes of
  * weights) is written with few pwritev calls, in contiguous parts on a few threads at once. */
 #include "core/file.h"
 
@@ -14,6 +15,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,22 +148,32 @@ static void remove_stale_temporaries(const char *target) {
     closedir(d);
 }
 
-/* The temporary being written, for the signal handler: only it may read these, and only while
- * g_tmp_active is set. One write at a time (g_write_lock) keeps them single. */
-static pthread_mutex_t g_write_lock = PTHREAD_MUTEX_INITIALIZER;
-static char g_tmp_path[PATH_MAX];
-static volatile sig_atomic_t g_tmp_active;
+/* The temporaries being written, for the signal handler: a slot's path may be read by the handler
+ * only while its `active` flag is set. g_slots_lock guards taking and giving back slots and the
+ * handlers' installation (installed while any slot is active); the writes themselves run unlocked, so
+ * one write may stay open while others start and finish (an engine file written during a build that
+ * also writes a timing cache). */
+#define MAX_OPEN_WRITES 8
+typedef struct tmp_slot {
+    char path[PATH_MAX];
+    volatile sig_atomic_t active;
+} tmp_slot;
+static pthread_mutex_t g_slots_lock = PTHREAD_MUTEX_INITIALIZER;
+static tmp_slot g_slots[MAX_OPEN_WRITES];
+static int g_open_writes;
 static const int g_signals[] = {SIGINT, SIGTERM, SIGHUP};
 #define NSIGNALS ((int)(sizeof g_signals / sizeof g_signals[0]))
 static struct sigaction g_saved[NSIGNALS];
 static bool g_installed[NSIGNALS];
 
-/* Async-signal-safe: removes the temporary, restores the signal's default action and raises it again
- * (delivered when this handler returns), so the process ends as it would have. */
+/* Async-signal-safe: removes the temporaries, restores the signal's default action and raises it
+ * again (delivered when this handler returns), so the process ends as it would have. */
 static void on_fatal_signal(int sig) {
     int saved_errno = errno;
-    if (g_tmp_active) unlink(g_tmp_path);
-    g_tmp_active = 0;
+    for (int i = 0; i < MAX_OPEN_WRITES; i++) {
+        if (g_slots[i].active) unlink(g_slots[i].path);
+        g_slots[i].active = 0;
+    }
     for (int i = 0; i < NSIGNALS; i++)
         if (g_signals[i] == sig) sigaction(sig, &g_saved[i], NULL);
     raise(sig);
@@ -191,9 +203,10 @@ static void restore_handlers(void) {
 #define WRITE_MIN_PER_THREAD ((uint64_t)64 << 20)
 #define WRITE_MAX_IOV 1024
 
-/* Bytes [begin, end) of the concatenated chunks, written at those file offsets. */
+/* Bytes [begin, end) of the concatenated chunks, written from file offset base + begin. */
 typedef struct write_part {
     int fd;
+    uint64_t base;
     const void *const *chunks;
     const size_t *sizes;
     int nchunks;
@@ -213,7 +226,7 @@ static void *write_part_run(void *arg) {
             uint64_t lo = pos > at ? pos : at, hi = at + p->sizes[i] < p->end ? at + p->sizes[i] : p->end;
             if (lo < hi) iov[niov++] = (struct iovec){(char *)p->chunks[i] + (lo - at), (size_t)(hi - lo)};
         }
-        ssize_t n = pwritev(p->fd, iov, niov, (off_t)pos);
+        ssize_t n = pwritev(p->fd, iov, niov, (off_t)(p->base + pos));
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) {
             p->err = n == 0 ? EIO : errno;
@@ -224,10 +237,10 @@ static void *write_part_run(void *arg) {
     return NULL;
 }
 
-/* Writes every chunk to fd from offset 0, a large file in contiguous parts on up to
+/* Writes every chunk to fd from offset base, a large range in contiguous parts on up to
  * WRITE_MAX_THREADS threads at once (a thread that cannot start leaves its part to this one); false
  * with errno set on failure. */
-static bool write_all(int fd, const void *const *chunks, const size_t *sizes, int nchunks) {
+static bool write_all(int fd, uint64_t base, const void *const *chunks, const size_t *sizes, int nchunks) {
     uint64_t total = 0;
     for (int i = 0; i < nchunks; i++) total += sizes[i];
     uint64_t parts = total / WRITE_MIN_PER_THREAD;
@@ -237,7 +250,7 @@ static bool write_all(int fd, const void *const *chunks, const size_t *sizes, in
     pthread_t th[WRITE_MAX_THREADS];
     bool started[WRITE_MAX_THREADS] = {false};
     for (uint64_t k = 0; k < parts; k++) {
-        part[k] = (write_part){fd, chunks, sizes, nchunks, total / parts * k,
+        part[k] = (write_part){fd, base, chunks, sizes, nchunks, total / parts * k,
                                k + 1 == parts ? total : total / parts * (k + 1), 0};
         if (k > 0) started[k] = pthread_create(&th[k], NULL, write_part_run, &part[k]) == 0;
     }
@@ -252,58 +265,142 @@ static bool write_all(int fd, const void *const *chunks, const size_t *sizes, in
     return err == 0;
 }
 
-/* Writes the chunks to g_tmp_path and renames it over target; errno-style failure in *err with the
- * step that failed in *what. */
-static bool write_and_rename(const char *target, bool exists, const struct stat *st, const void *const *chunks,
-                             const size_t *sizes, int nchunks, int *err, const char **what) {
-    g_tmp_active = 1;
-    int fd = open(g_tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        *err = errno, *what = "cannot create";
-        g_tmp_active = 0;
-        return false;
-    }
-    double t0 = kiln_log_now_ms();
-    bool ok = (!exists || fchmod(fd, st->st_mode & 07777) == 0) && write_all(fd, chunks, sizes, nchunks);
-    double t1 = kiln_log_now_ms();
-    /* one fsync at the end: starting write-back per written range (sync_file_range) is a full-file fsync
-     * under gVisor, where the GPU host runs, and on a Firecracker VM it made 1-2 GB writes slower */
-    ok = ok && fsync(fd) == 0;
-    if (!ok) *err = errno, *what = "cannot write";
-    if (ok) KILN_LOG(KILN_LOG_VERBOSE, "file write: '%s' written in %.1f ms, fsync %.1f ms", target, t1 - t0,
-                     kiln_log_now_ms() - t1);
-    if (close(fd) != 0 && ok) ok = false, *err = errno, *what = "cannot write";
-    if (ok && rename(g_tmp_path, target) != 0) ok = false, *err = errno, *what = "cannot rename onto";
-    if (!ok) unlink(g_tmp_path);
-    g_tmp_active = 0;
-    return ok;
+struct kiln_file_out {
+    char *path;   /* as the caller named it, for messages */
+    char *target; /* the resolved file the rename replaces */
+    int slot;     /* in g_slots: the temporary's name */
+    int fd;
+    double write_ms;
+    uint64_t written;
+};
+
+/* Gives back f's slot (removing the temporary first unless keep) and frees f. */
+static void out_release(kiln_file_out *f, bool remove_tmp) {
+    pthread_mutex_lock(&g_slots_lock);
+    if (remove_tmp) unlink(g_slots[f->slot].path);
+    g_slots[f->slot].active = 0;
+    if (--g_open_writes == 0) restore_handlers();
+    pthread_mutex_unlock(&g_slots_lock);
+    free(f->path);
+    free(f->target);
+    free(f);
 }
 
-kiln_status kiln_file_write_atomic(const char *path, const void *const *chunks, const size_t *sizes, int nchunks) {
+/* Takes a free slot for the temporary of target, removing stale temporaries of target first:
+ * the slot index, or -1 with *err set (EBUSY: this process writes target already). */
+static int take_slot(const char *target, int *err) {
+    char tmp[PATH_MAX];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s%s%d", target, TMP_SUFFIX, (int)getpid()) >= sizeof tmp) {
+        *err = ENAMETOOLONG;
+        return -1;
+    }
+    pthread_mutex_lock(&g_slots_lock);
+    int slot = -1;
+    for (int i = 0; i < MAX_OPEN_WRITES; i++) {
+        if (g_slots[i].active && !strcmp(g_slots[i].path, tmp)) {
+            pthread_mutex_unlock(&g_slots_lock);
+            *err = EBUSY;
+            return -1;
+        }
+        if (!g_slots[i].active && slot < 0) slot = i;
+    }
+    if (slot < 0) {
+        pthread_mutex_unlock(&g_slots_lock);
+        *err = EMFILE;
+        return -1;
+    }
+    remove_stale_temporaries(target);
+    memcpy(g_slots[slot].path, tmp, sizeof tmp);
+    atomic_signal_fence(memory_order_seq_cst); /* the handler sees the name whole once it sees the flag */
+    g_slots[slot].active = 1;
+    if (g_open_writes++ == 0) install_handlers();
+    pthread_mutex_unlock(&g_slots_lock);
+    return slot;
+}
+
+kiln_status kiln_file_out_open(const char *path, kiln_file_out **out) {
+    *out = NULL;
     char *target = NULL;
     bool exists;
     struct stat st;
     KILN_TRY(prepare_output(path, &target, &exists, &st));
-    if ((size_t)snprintf(NULL, 0, "%s%s%d", target, TMP_SUFFIX, (int)getpid()) >= sizeof g_tmp_path) {
-        free(target);
-        return kiln_error(KILN_ERR_IO, "cannot write '%s': %s", path, strerror(ENAMETOOLONG));
+    kiln_file_out *f = calloc(1, sizeof *f);
+    char *name = strdup(path);
+    if (!f || !name) {
+        free(f), free(name), free(target);
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     }
-    pthread_mutex_lock(&g_write_lock);
-    remove_stale_temporaries(target);
-    snprintf(g_tmp_path, sizeof g_tmp_path, "%s%s%d", target, TMP_SUFFIX, (int)getpid());
-    install_handlers();
+    *f = (kiln_file_out){.path = name, .target = target, .fd = -1};
     int err = 0;
-    const char *what = "";
-    bool ok = write_and_rename(target, exists, &st, chunks, sizes, nchunks, &err, &what);
-    restore_handlers();
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s", g_tmp_path);
-    pthread_mutex_unlock(&g_write_lock);
-    kiln_status s = ok ? kiln_file_note_output(target)
-                       : kiln_error(KILN_ERR_IO, "%s '%s': %s", what, strcmp(what, "cannot create") ? path : tmp,
-                                    strerror(err));
-    free(target);
+    if ((f->slot = take_slot(target, &err)) < 0) {
+        kiln_status s = err == EBUSY ? kiln_error(KILN_ERR_IO, "cannot write '%s': this process is writing it already", path)
+                                     : kiln_error(KILN_ERR_IO, "cannot write '%s': %s", path, strerror(err));
+        free(f->path), free(f->target), free(f);
+        return s;
+    }
+    const char *tmp = g_slots[f->slot].path;
+    f->fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (f->fd < 0 || (exists && fchmod(f->fd, st.st_mode & 07777) != 0)) {
+        kiln_status s = kiln_error(KILN_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
+        if (f->fd >= 0) close(f->fd);
+        out_release(f, f->fd >= 0);
+        return s;
+    }
+    *out = f;
+    return KILN_OK;
+}
+
+kiln_status kiln_file_out_write_at(kiln_file_out *f, uint64_t offset, const void *const *chunks, const size_t *sizes,
+                                   int nchunks) {
+    double t0 = kiln_log_now_ms();
+    if (!write_all(f->fd, offset, chunks, sizes, nchunks))
+        return kiln_error(KILN_ERR_IO, "cannot write '%s': %s", f->path, strerror(errno));
+    double ms = kiln_log_now_ms() - t0;
+    uint64_t n = 0;
+    for (int i = 0; i < nchunks; i++) n += sizes[i];
+    pthread_mutex_lock(&g_slots_lock);
+    f->write_ms += ms;
+    f->written += n;
+    pthread_mutex_unlock(&g_slots_lock);
+    return KILN_OK;
+}
+
+kiln_status kiln_file_out_sync(kiln_file_out *f) {
+    if (fsync(f->fd) != 0) return kiln_error(KILN_ERR_IO, "cannot write '%s': %s", f->path, strerror(errno));
+    return KILN_OK;
+}
+
+kiln_status kiln_file_out_commit(kiln_file_out *f) {
+    double t0 = kiln_log_now_ms();
+    /* one fsync at the end: starting write-back per written range (sync_file_range) is a full-file fsync
+     * under gVisor, where the GPU host runs, and on a Firecracker VM it made 1-2 GB writes slower */
+    bool ok = fsync(f->fd) == 0;
+    int err = errno;
+    const char *what = "cannot write";
+    if (ok) KILN_LOG(KILN_LOG_VERBOSE, "file write: '%s' %.2f MB written in %.1f ms, fsync %.1f ms", f->target,
+                     f->written / 1e6, f->write_ms, kiln_log_now_ms() - t0);
+    if (close(f->fd) != 0 && ok) ok = false, err = errno;
+    if (ok && rename(g_slots[f->slot].path, f->target) != 0) ok = false, err = errno, what = "cannot rename onto";
+    kiln_status s = ok ? kiln_file_note_output(f->target) : kiln_error(KILN_ERR_IO, "%s '%s': %s", what, f->path, strerror(err));
+    out_release(f, !ok);
     return s;
+}
+
+void kiln_file_out_abort(kiln_file_out *f) {
+    if (!f) return;
+    close(f->fd);
+    out_release(f, true);
+}
+
+kiln_status kiln_file_write_atomic(const char *path, const void *const *chunks, const size_t *sizes, int nchunks) {
+    kiln_file_out *f;
+    KILN_TRY(kiln_file_out_open(path, &f));
+    kiln_status s = kiln_file_out_write_at(f, 0, chunks, sizes, nchunks);
+    if (s != KILN_OK) {
+        kiln_file_out_abort(f);
+        return s;
+    }
+    return kiln_file_out_commit(f);
 }
 
 kiln_status kiln_file_output_dir(const char *dir) {

@@ -8,7 +8,7 @@
 #include "ir/graph.h"
 
 #define KILN_ENGINE_MAGIC "KILNENG1"   /* 8 bytes at offset 0 */
-#define KILN_ENGINE_FORMAT_VERSION 6
+#define KILN_ENGINE_FORMAT_VERSION 7
 
 /* What an engine file holds (header field `kind`). */
 typedef enum kiln_engine_kind {
@@ -78,6 +78,24 @@ static inline int kiln_engine_tactic_sets(const kiln_engine_meta *m) { return m-
  * An empty meta->kiln_version records this kiln's version. Fails (KILN_ERR_UNSUPPORTED) for what the
  * format cannot hold (subgraph and sparse attributes, string and sub-byte tensors), naming it. */
 kiln_status kiln_engine_file_write(const kiln_graph *g, const kiln_engine_meta *meta, const char *path);
+/* An engine file begun before its graph section is final: a build knows its weights (the engine's
+ * layout and precision) before the device plans and tuning make the rest of the metadata, and the
+ * weights are most of the file. kiln_engine_out_begin opens path under the rules of
+ * kiln_file_write_atomic (core/file.h: checked, a temporary renamed over it at the end) and writes g's
+ * weights section on a thread of its own while the caller goes on; g's constants must stay as they
+ * are until the file is finished or freed. Fails as kiln_engine_file_write does for what the format
+ * cannot hold, or with KILN_ERR_IO / KILN_ERR_INVALID_ARGUMENT for path. */
+typedef struct kiln_engine_out kiln_engine_out;
+kiln_status kiln_engine_out_begin(const kiln_graph *g, const char *path, kiln_engine_out **out);
+/* Whether o (may be NULL) was begun for path and is not finished yet. */
+bool kiln_engine_out_pending(const kiln_engine_out *o, const char *path);
+/* Finishes o as kiln_engine_file_write(g, meta, path) would write it: waits for the weights section,
+ * writes the graph section and the header, and renames the file into place. g is the graph begun (its
+ * weights written again when they changed since). On failure nothing is left behind. o is finished
+ * either way; free it with kiln_engine_out_free. */
+kiln_status kiln_engine_out_finish(kiln_engine_out *o, const kiln_graph *g, const kiln_engine_meta *meta);
+/* Frees o (may be NULL); an unfinished file is removed, the file at its path untouched. */
+void kiln_engine_out_free(kiln_engine_out *o);
 /* Maps and verifies path (magic, format version, sizes, checksums) and rebuilds the graph; constants
  * point into the mapping, which the graph keeps alive. Version or target mismatches fail with
  * KILN_ERR_ENGINE_MISMATCH and say how to rebuild; corruption fails with KILN_ERR_PARSE.

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct kiln_file_out;
+
 /* Header: KILN_ENGINE_HEADER_SIZE bytes at offset 0. */
 enum {
     KILN_ENGINE_HEADER_SIZE = 1280,
@@ -45,7 +47,7 @@ enum {
     KILN_SECTION_LLM_CONFIG = 3,  /* LLM engines: the model's config and eos ids */
     KILN_SECTION_TOKENIZER = 4,   /* LLM engines: tokenizer.json and tokenizer_config.json, verbatim */
     KILN_SECTION_LLM_TENSORS = 5, /* LLM engines: the name, dtype, shape and place of every weight */
-    KILN_ENGINE_WEIGHTS_ALIGN = 4096, /* file offset of the weights section */
+    KILN_ENGINE_WEIGHTS_ALIGN = 4096, /* file offset of the weights section (format version 7) */
     KILN_ENGINE_TENSOR_ALIGN = 64,    /* offset of each tensor inside the weights section */
 };
 
@@ -82,8 +84,9 @@ const char *kiln_engine_section_name(uint32_t id);
 /* Checks the header of image d[0..size) (magic, format version, sizes, header checksum, reserved bytes,
  * text fields, the kiln version, the kind, the target when expected_target is not NULL) and that its
  * section table holds exactly n sections with ids[0..n) in order, laid out as the format requires:
- * the first at the end of the header, each next one right after the previous, the last (the weights)
- * at the next multiple of 4096 with zero padding before it, ending the file. Then checks every
+ * the last entry's (the weights) at file offset 4096 with zero padding before it, the others right
+ * after the weights in table order, each next one right after the previous, the last ending the
+ * file. Then checks every
  * section's checksum. Fills meta (also on a kiln version, kind or target mismatch, for `kiln
  * inspect`) and secs[0..n). A file of another kind is KILN_ERR_ENGINE_MISMATCH saying which command
  * reads it; path (or NULL) is used in messages only. (engine_read.c) */
@@ -91,11 +94,27 @@ kiln_status kiln_engine_check_image(const uint8_t *d, size_t size, uint32_t kind
                                     const char *path, const uint32_t *ids, int n, kiln_engine_section *secs,
                                     struct kiln_engine_meta *meta);
 
-/* Writes an engine file atomically: the header for meta and kind, n - 1 sections packed after it
- * (ids[i], data[i], bytes[i]), zero padding to the next multiple of 4096, then the weights section
- * (id ids[n - 1]): ntensors blocks tensor_data[i] of tensor_bytes[i] at tensor_offsets[i] (ascending,
- * 64-byte aligned, not overlapping) with zeros between, weights_size bytes in all. An empty
- * meta->kiln_version records this kiln's. (engine_write.c) */
+/* A weights section being written to an open file on a thread of its own (engine_image_write.c):
+ * ntensors blocks tensor_data[i] of tensor_bytes[i] at tensor_offsets[i] (ascending, 64-byte
+ * aligned, not overlapping) with zeros between, weights_size bytes in all, at file offset
+ * KILN_ENGINE_WEIGHTS_ALIGN, its checksum computed on the way, then an fsync. The tensor data must
+ * stay alive and unchanged until kiln_engine_weights_write_wait; the arrays may go at once. */
+typedef struct kiln_engine_weights_write kiln_engine_weights_write;
+kiln_status kiln_engine_weights_write_start(struct kiln_file_out *f, const void *const *tensor_data,
+                                            const size_t *tensor_bytes, const uint64_t *tensor_offsets,
+                                            uint32_t ntensors, uint64_t weights_size, kiln_engine_weights_write **out);
+/* Waits for w's thread and frees w (NULL: nothing to wait for); the section's checksum in *crc (crc
+ * may be NULL). The write's failure, if any, as the status and message. */
+kiln_status kiln_engine_weights_write_wait(kiln_engine_weights_write *w, uint32_t *crc);
+/* Writes the rest of an engine file around its weights section (weights_size bytes, checksum
+ * weights_crc, id ids[n - 1]): the header for meta and kind, its zero padding to the weights, and
+ * the n - 1 other sections (ids[i], data[i], bytes[i]) packed after the weights, ending the file. An
+ * empty meta->kiln_version records this kiln's. */
+kiln_status kiln_engine_write_rest(struct kiln_file_out *f, const struct kiln_engine_meta *meta, uint32_t kind,
+                                   const uint32_t *ids, const void *const *data, const size_t *bytes, int n,
+                                   uint32_t weights_crc, uint64_t weights_size);
+/* Writes an engine file atomically: the weights section (kiln_engine_weights_write_start's
+ * arguments) and the rest (kiln_engine_write_rest's). */
 kiln_status kiln_engine_write_image(const char *path, const struct kiln_engine_meta *meta, uint32_t kind,
                                     const uint32_t *ids, const void *const *data, const size_t *bytes, int n,
                                     const void *const *tensor_data, const size_t *tensor_bytes,

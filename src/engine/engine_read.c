@@ -114,16 +114,17 @@ static kiln_status check_sections(const uint8_t *d, size_t size, const uint32_t 
     }
     if (!all_zero(d + KILN_EH_SECTIONS + n * KILN_ES_SIZE, (size_t)(KILN_ENGINE_MAX_SECTIONS - n) * KILN_ES_SIZE))
         return corrupt("unused section table entries are not zero");
-    uint64_t end = KILN_ENGINE_HEADER_SIZE;
-    for (int i = 0; i + 1 < n; i++) {
-        if (sec[i].offset != end)
+    /* the weights (the last entry) first, at 4096; the others after them in table order, ending the file */
+    uint64_t end = KILN_ENGINE_WEIGHTS_ALIGN;
+    for (int k = 0; k < n; k++) {
+        const kiln_engine_section *s = &sec[k == 0 ? n - 1 : k - 1];
+        if (s->offset != end)
             return corrupt("sections are not laid out as format version %d requires", KILN_ENGINE_FORMAT_VERSION);
-        end += sec[i].bytes;
+        end += s->bytes;
     }
-    uint64_t weights_at = (end + KILN_ENGINE_WEIGHTS_ALIGN - 1) & ~(uint64_t)(KILN_ENGINE_WEIGHTS_ALIGN - 1);
-    if (sec[n - 1].offset != weights_at || sec[n - 1].offset + sec[n - 1].bytes != size)
-        return corrupt("sections are not laid out as format version %d requires", KILN_ENGINE_FORMAT_VERSION);
-    if (!all_zero(d + end, (size_t)(weights_at - end))) return corrupt("the padding before the weights section is not zero");
+    if (end != size) return corrupt("sections are not laid out as format version %d requires", KILN_ENGINE_FORMAT_VERSION);
+    if (!all_zero(d + KILN_ENGINE_HEADER_SIZE, KILN_ENGINE_WEIGHTS_ALIGN - KILN_ENGINE_HEADER_SIZE))
+        return corrupt("the padding before the weights section is not zero");
     for (int i = 0; i < n; i++) /* gigabytes of weights are checked on several threads */
         if (kiln_crc32c_gather((const void *[]){d + sec[i].offset}, (const size_t[]){(size_t)sec[i].bytes}, 1) != sec[i].crc)
             return corrupt("checksum of section %s does not match", kiln_engine_section_name(sec[i].id));

@@ -1,8 +1,9 @@
 /* engine_write.c — serializes a graph and its metadata into a .kiln engine file (layout:
- * docs/engine-format.md): the header, the graph section (string table, tensor table, values, graph
- * inputs/outputs, nodes with their attributes, optimization profiles, per-node precisions, tactics) and the
- * weights section, which holds the data of every
- * constant and tensor attribute, 64-byte aligned, written straight from the tensors (no copy).
+ * docs/engine-format.md): the weights section, which holds the data of every constant and tensor
+ * attribute, 64-byte aligned, written straight from the tensors (no copy) — begun as soon as the
+ * weights are final, on a thread, while a build goes on (kiln_engine_out) — then the graph section
+ * (string table, tensor table, values, graph inputs/outputs, nodes with their attributes,
+ * optimization profiles, per-node precisions, tactics) and the header (engine_image_write.c).
  * Every field is encoded explicitly, little-endian; nothing is written as a C struct. */
 #include "engine/engine_format.h"
 
@@ -413,143 +414,158 @@ static kiln_status put_graph(writer *w) {
     return KILN_OK;
 }
 
-/* Copies the NUL-terminated meta string s (at most cap bytes with its NUL) into the header field. */
-static kiln_status put_header_str(uint8_t *h, int off, const char *s, size_t cap, const char *field) {
-    size_t len = strnlen(s, cap);
-    if (len == cap) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "engine metadata '%s' is not NUL-terminated within %zu bytes", field, cap);
-    memcpy(h + off, s, len);
+/* Collects g's tensor table into a fresh writer (freed with writer_free). */
+static kiln_status writer_collect(writer *w, const kiln_graph *g, const kiln_engine_meta *meta) {
+    *w = (writer){.g = g, .meta = meta};
+    return collect_tensors(w);
+}
+
+static void writer_free(writer *w) {
+    free(w->st.records.p);
+    free(w->st.slots);
+    free(w->body.p);
+    free(w->tensors);
+    free(w->offsets);
+}
+
+/* An engine file whose weights section is being written while the build goes on. */
+struct kiln_engine_out {
+    char *path;
+    kiln_file_out *f;                /* NULL once finished */
+    kiln_engine_weights_write *weights;
+    const void **data;               /* each tensor's data, as the table was when begun */
+    size_t *bytes;
+    uint32_t ntensors;
+    uint64_t weights_size;
+};
+
+kiln_status kiln_engine_out_begin(const kiln_graph *g, const char *path, kiln_engine_out **out) {
+    KILN_ASSERT(g && path && out);
+    *out = NULL;
+    writer w;
+    kiln_status s = writer_collect(&w, g, NULL);
+    kiln_engine_out *o = s == KILN_OK ? calloc(1, sizeof *o) : NULL;
+    if (o) {
+        o->path = strdup(path);
+        o->data = malloc(((size_t)w.ntensors + 1) * sizeof *o->data);
+        o->bytes = malloc(((size_t)w.ntensors + 1) * sizeof *o->bytes);
+    }
+    if (s == KILN_OK && (!o || !o->path || !o->data || !o->bytes))
+        s = kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory writing the engine");
+    for (uint32_t i = 0; s == KILN_OK && i < w.ntensors; i++) {
+        o->data[i] = w.tensors[i]->data;
+        o->bytes[i] = w.tensors[i]->nbytes;
+    }
+    if (s == KILN_OK) {
+        o->ntensors = w.ntensors;
+        o->weights_size = w.weights_size;
+        s = kiln_file_out_open(path, &o->f);
+    }
+    if (s == KILN_OK)
+        s = kiln_engine_weights_write_start(o->f, o->data, o->bytes, w.offsets, w.ntensors, w.weights_size, &o->weights);
+    writer_free(&w);
+    if (s != KILN_OK) {
+        kiln_engine_out_free(o);
+        return kiln_error_prefix(s, "cannot write engine '%s'", path);
+    }
+    *out = o;
     return KILN_OK;
 }
 
-static void put_section(uint8_t *h, int index, uint32_t id, uint32_t crc, uint64_t offset, uint64_t bytes) {
-    uint8_t *e = h + KILN_EH_SECTIONS + index * KILN_ES_SIZE;
-    kiln_put_le32(e + KILN_ES_ID, id);
-    kiln_put_le32(e + KILN_ES_CRC, crc);
-    kiln_put_le64(e + KILN_ES_OFFSET, offset);
-    kiln_put_le64(e + KILN_ES_BYTES, bytes);
+bool kiln_engine_out_pending(const kiln_engine_out *o, const char *path) {
+    return o && o->f && path && !strcmp(o->path, path);
 }
 
-static void seal_header(uint8_t *h) { kiln_put_le32(h + KILN_EH_HEADER_CRC, kiln_crc32c(h, KILN_EH_HEADER_CRC)); }
-
-void kiln_engine_reseal(uint8_t *image, size_t size) {
-    if (size < KILN_ENGINE_HEADER_SIZE) return;
-    uint32_t count = kiln_le32(image + KILN_EH_SECTION_COUNT);
-    for (uint32_t i = 0; i < count && i < KILN_ENGINE_MAX_SECTIONS; i++) {
-        uint8_t *e = image + KILN_EH_SECTIONS + i * KILN_ES_SIZE;
-        uint64_t off = kiln_le64(e + KILN_ES_OFFSET), bytes = kiln_le64(e + KILN_ES_BYTES);
-        if (off <= size && bytes <= size - off) kiln_put_le32(e + KILN_ES_CRC, kiln_crc32c(image + off, bytes));
-    }
-    seal_header(image);
+/* Whether w's tensor table is the one o's weights were written from: the same data, sizes and so
+ * offsets. */
+static bool same_tensors(const kiln_engine_out *o, const writer *w) {
+    if (w->ntensors != o->ntensors || w->weights_size != o->weights_size) return false;
+    for (uint32_t i = 0; i < w->ntensors; i++)
+        if (w->tensors[i]->data != o->data[i] || w->tensors[i]->nbytes != o->bytes[i]) return false;
+    return true;
 }
 
-static const uint8_t zeros[KILN_ENGINE_WEIGHTS_ALIGN];
-
-kiln_status kiln_engine_write_image(const char *path, const kiln_engine_meta *meta, uint32_t kind,
-                                    const uint32_t *ids, const void *const *data, const size_t *bytes, int n,
-                                    const void *const *tensor_data, const size_t *tensor_bytes,
-                                    const uint64_t *tensor_offsets, uint32_t ntensors, uint64_t weights_size) {
-    KILN_ASSERT(n >= 1 && n <= KILN_ENGINE_MAX_SECTIONS);
-    uint8_t header[KILN_ENGINE_HEADER_SIZE];
-    memset(header, 0, sizeof header);
-    const char *version = meta->kiln_version[0] ? meta->kiln_version : KILN_VERSION_STRING;
-    KILN_TRY(put_header_str(header, KILN_EH_KILN_VERSION, version, sizeof meta->kiln_version, "kiln_version"));
-    KILN_TRY(put_header_str(header, KILN_EH_TARGET, meta->target, sizeof meta->target, "target"));
-    KILN_TRY(put_header_str(header, KILN_EH_DEVICE, meta->device, sizeof meta->device, "device"));
-    KILN_TRY(put_header_str(header, KILN_EH_BUILD_OPTIONS, meta->build_options, sizeof meta->build_options,
-                            "build_options"));
-    KILN_TRY(put_header_str(header, KILN_EH_SOURCE, meta->source, sizeof meta->source, "source"));
-    if (!meta->target[0]) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "engine metadata has no target");
-
-    uint64_t end = KILN_ENGINE_HEADER_SIZE;
-    for (int i = 0; i + 1 < n; i++) {
-        put_section(header, i, ids[i], kiln_crc32c(data[i], bytes[i]), end, bytes[i]);
-        end += bytes[i];
+/* Starts o's file again with the weights of w's tensor table (the graph's weights changed after the
+ * file was begun), written now; their checksum in *crc. */
+static kiln_status rewrite_weights(kiln_engine_out *o, const writer *w, uint32_t *crc) {
+    KILN_LOG(KILN_LOG_VERBOSE, "engine write: the weights changed after '%s' was begun: writing them again", o->path);
+    kiln_file_out_abort(o->f);
+    o->f = NULL;
+    const void **data = realloc(o->data, ((size_t)w->ntensors + 1) * sizeof *data);
+    if (data) o->data = data;
+    size_t *bytes = realloc(o->bytes, ((size_t)w->ntensors + 1) * sizeof *bytes);
+    if (bytes) o->bytes = bytes;
+    if (!data || !bytes) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory writing the engine");
+    for (uint32_t i = 0; i < w->ntensors; i++) {
+        o->data[i] = w->tensors[i]->data;
+        o->bytes[i] = w->tensors[i]->nbytes;
     }
-    uint64_t weights_off = (end + KILN_ENGINE_WEIGHTS_ALIGN - 1) & ~(uint64_t)(KILN_ENGINE_WEIGHTS_ALIGN - 1);
-    uint64_t file_size = weights_off + weights_size;
-
-    int nchunks = n + 2 + 2 * (int)ntensors;
-    const void **chunks = malloc((size_t)nchunks * sizeof *chunks);
-    size_t *sizes = malloc((size_t)nchunks * sizeof *sizes);
-    if (!chunks || !sizes) {
-        free(chunks);
-        free(sizes);
-        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory writing the engine");
-    }
-    int c = 0;
-    chunks[c] = header, sizes[c++] = sizeof header;
-    for (int i = 0; i + 1 < n; i++) chunks[c] = data[i], sizes[c++] = bytes[i];
-    chunks[c] = zeros, sizes[c++] = (size_t)(weights_off - end);
-    int first_weight_chunk = c;
-    uint64_t at = 0;
-    for (uint32_t i = 0; i < ntensors; i++) {
-        KILN_ASSERT(tensor_offsets[i] >= at && tensor_offsets[i] - at < KILN_ENGINE_WEIGHTS_ALIGN);
-        chunks[c] = zeros, sizes[c++] = (size_t)(tensor_offsets[i] - at);
-        chunks[c] = tensor_data[i], sizes[c++] = tensor_bytes[i];
-        at = tensor_offsets[i] + tensor_bytes[i];
-    }
-    KILN_ASSERT(at <= weights_size && weights_size - at < KILN_ENGINE_WEIGHTS_ALIGN);
-    chunks[c] = zeros, sizes[c++] = (size_t)(weights_size - at);
-    double t0 = kiln_log_now_ms();
-    uint32_t weights_crc = kiln_crc32c_gather(chunks + first_weight_chunk, sizes + first_weight_chunk, c - first_weight_chunk);
-    KILN_LOG(KILN_LOG_VERBOSE, "engine write: weights checksum (%.2f MB) %.1f ms", weights_size / 1e6,
-             kiln_log_now_ms() - t0);
-
-    memcpy(header + KILN_EH_MAGIC, KILN_ENGINE_MAGIC, 8);
-    kiln_put_le32(header + KILN_EH_FORMAT_VERSION, KILN_ENGINE_FORMAT_VERSION);
-    kiln_put_le32(header + KILN_EH_HEADER_SIZE, KILN_ENGINE_HEADER_SIZE);
-    kiln_put_le64(header + KILN_EH_FILE_SIZE, file_size);
-    kiln_put_le64(header + KILN_EH_CREATED, meta->created_unix);
-    kiln_put_le32(header + KILN_EH_PRECISION, (uint32_t)meta->precision);
-    kiln_put_le32(header + KILN_EH_KIND, kind);
-    kiln_put_le32(header + KILN_EH_SECTION_COUNT, (uint32_t)n);
-    put_section(header, n - 1, ids[n - 1], weights_crc, weights_off, weights_size);
-    seal_header(header);
-
-    kiln_status s = kiln_file_write_atomic(path, chunks, sizes, c);
-    free(chunks);
-    free(sizes);
-    return s;
+    o->ntensors = w->ntensors;
+    o->weights_size = w->weights_size;
+    KILN_TRY(kiln_file_out_open(o->path, &o->f));
+    KILN_TRY(kiln_engine_weights_write_start(o->f, o->data, o->bytes, w->offsets, w->ntensors, w->weights_size,
+                                             &o->weights));
+    kiln_engine_weights_write *pending = o->weights;
+    o->weights = NULL;
+    return kiln_engine_weights_write_wait(pending, crc);
 }
 
-/* Lays out the graph section (the string table, then the body) and writes the file with the weights
- * section holding every tensor at its 64-byte aligned offset. */
-static kiln_status write_file(writer *w, const kiln_engine_meta *meta, const char *path) {
+/* The graph section (the string table, then the body) of w, and the rest of the file after o's
+ * weights section (crc: its checksum). */
+static kiln_status write_graph_section(kiln_engine_out *o, writer *w, const kiln_engine_meta *meta, uint32_t crc) {
     wbuf graph = {0};
     wb_u32(&graph, w->st.count);
     wb_put(&graph, w->st.records.p, w->st.records.n);
     wb_put(&graph, w->body.p, w->body.n);
-    const void **data = malloc(((size_t)w->ntensors + 1) * sizeof *data);
-    size_t *bytes = malloc(((size_t)w->ntensors + 1) * sizeof *bytes);
-    kiln_status s = KILN_OK;
-    if (graph.oom || !data || !bytes) s = kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory writing the engine");
-    for (uint32_t i = 0; s == KILN_OK && i < w->ntensors; i++) {
-        data[i] = w->tensors[i]->data;
-        bytes[i] = w->tensors[i]->nbytes;
-    }
     static const uint32_t ids[2] = {KILN_SECTION_GRAPH, KILN_SECTION_WEIGHTS};
     const void *sec_data[2] = {graph.p, NULL};
     size_t sec_bytes[2] = {graph.n, 0};
-    if (s == KILN_OK)
-        s = kiln_engine_write_image(path, meta, KILN_ENGINE_KIND_GRAPH, ids, sec_data, sec_bytes, 2, data, bytes,
-                                    w->offsets, w->ntensors, w->weights_size);
-    free(data);
-    free(bytes);
+    kiln_status s = graph.oom ? kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory writing the engine")
+                              : kiln_engine_write_rest(o->f, meta, KILN_ENGINE_KIND_GRAPH, ids, sec_data, sec_bytes, 2,
+                                                       crc, o->weights_size);
     free(graph.p);
     return s;
 }
 
+kiln_status kiln_engine_out_finish(kiln_engine_out *o, const kiln_graph *g, const kiln_engine_meta *meta) {
+    KILN_ASSERT(o && o->f && g && meta);
+    double t0 = kiln_log_now_ms();
+    uint32_t crc = 0;
+    kiln_status s = kiln_engine_weights_write_wait(o->weights, &crc);
+    o->weights = NULL;
+    double waited = kiln_log_now_ms() - t0;
+    writer w;
+    if (s == KILN_OK) s = writer_collect(&w, g, meta);
+    else w = (writer){0};
+    if (s == KILN_OK && !same_tensors(o, &w)) s = rewrite_weights(o, &w, &crc);
+    if (s == KILN_OK) s = put_graph(&w);
+    if (s == KILN_OK) s = write_graph_section(o, &w, meta, crc);
+    writer_free(&w);
+    kiln_file_out *f = o->f;
+    o->f = NULL;
+    if (s != KILN_OK) kiln_file_out_abort(f);
+    else s = kiln_file_out_commit(f);
+    if (s != KILN_OK) return kiln_error_prefix(s, "cannot write engine '%s'", o->path);
+    KILN_LOG(KILN_LOG_VERBOSE, "engine write: '%s' finished, %.1f ms waiting for the weights section, %.1f ms in all",
+             o->path, waited, kiln_log_now_ms() - t0);
+    return KILN_OK;
+}
+
+void kiln_engine_out_free(kiln_engine_out *o) {
+    if (!o) return;
+    kiln_engine_weights_write_wait(o->weights, NULL);
+    kiln_file_out_abort(o->f);
+    free(o->path);
+    free(o->data);
+    free(o->bytes);
+    free(o);
+}
+
 kiln_status kiln_engine_file_write(const kiln_graph *g, const kiln_engine_meta *meta, const char *path) {
     KILN_ASSERT(g && meta && path);
-    writer w = {.g = g, .meta = meta};
-    kiln_status s = collect_tensors(&w);
-    if (s == KILN_OK) s = put_graph(&w);
-    if (s == KILN_OK) s = write_file(&w, meta, path);
-    free(w.st.records.p);
-    free(w.st.slots);
-    free(w.body.p);
-    free(w.tensors);
-    free(w.offsets);
-    if (s != KILN_OK) return kiln_error_prefix(s, "cannot write engine '%s'", path);
-    return KILN_OK;
+    kiln_engine_out *o;
+    KILN_TRY(kiln_engine_out_begin(g, path, &o));
+    kiln_status s = kiln_engine_out_finish(o, g, meta);
+    kiln_engine_out_free(o);
+    return s;
 }

@@ -9,6 +9,11 @@
 
 kiln_status kiln_engine_from_graph(kiln_graph *g, const kiln_engine_meta *meta, const kiln_build_options *opts,
                                    kiln_engine **out) {
+    return kiln_engine_from_graph_saving(g, meta, opts, NULL, out);
+}
+
+kiln_status kiln_engine_from_graph_saving(kiln_graph *g, const kiln_engine_meta *meta, const kiln_build_options *opts,
+                                          kiln_engine_out *file, kiln_engine **out) {
     *out = NULL;
     kiln_build_options loaded = {.target = meta->target};
     if (!opts) {
@@ -17,10 +22,12 @@ kiln_status kiln_engine_from_graph(kiln_graph *g, const kiln_engine_meta *meta, 
     }
     kiln_engine *e = calloc(1, sizeof *e);
     if (!e) {
+        kiln_engine_out_free(file);
         kiln_graph_free(g);
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");
     }
     e->g = g;
+    e->file = file;
     e->meta = *meta;
     const kiln_backend *b = kiln_backend_find(meta->target);
     if (!b) {
@@ -41,6 +48,7 @@ kiln_status kiln_engine_from_graph(kiln_graph *g, const kiln_engine_meta *meta, 
 
 void kiln_engine_free(kiln_engine *e) {
     if (!e) return;
+    kiln_engine_out_free(e->file);
     if (e->backend) e->backend->engine_free(e->be);
     kiln_graph_free(e->g);
     free(e);
@@ -48,6 +56,7 @@ void kiln_engine_free(kiln_engine *e) {
 
 kiln_status kiln_engine_save(const kiln_engine *e, const char *path) {
     if (!e || !path) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_engine_save: engine and path are required");
+    if (kiln_engine_out_pending(e->file, path)) return kiln_engine_out_finish(e->file, e->g, &e->meta);
     return kiln_engine_file_write(e->g, &e->meta, path);
 }
 

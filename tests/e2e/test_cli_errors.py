@@ -409,12 +409,12 @@ def resealed(data):
     return bytes(data)
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 7, 999, 0])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6, 8, 999, 0])
 def test_engine_version_changed(kiln, files, tmp_path, version):
     """The format version field set to another version, with the header checksum recomputed so that
     only the version is wrong: refused as a mismatch that names the version and says to rebuild."""
     data = bytearray(engine_bytes(files))
-    assert struct.unpack_from("<I", data, FORMAT_VERSION_OFFSET)[0] == 6, "format version 6 expected at offset 8"
+    assert struct.unpack_from("<I", data, FORMAT_VERSION_OFFSET)[0] == 7, "format version 7 expected at offset 8"
     assert struct.unpack_from("<I", data, HEADER_CRC_OFFSET)[0] == crc32c(data[:HEADER_CRC_OFFSET]), \
         "the header checksum is not where docs/engine-format.md says"
     struct.pack_into("<I", data, FORMAT_VERSION_OFFSET, version)
@@ -435,12 +435,11 @@ def test_engine_built_by_other_kiln_version(kiln, files, tmp_path):
 
 
 def test_engine_padding_byte_flipped(kiln, files, tmp_path):
-    """A non-zero byte in the padding between the graph and weights sections is corruption too."""
+    """A non-zero byte in the padding between the header and the weights section is corruption too."""
     data = bytearray(engine_bytes(files))
-    graph_off, graph_len = struct.unpack_from("<QQ", data, SECTION_TABLE_OFFSET + 8)
     weights_off = struct.unpack_from("<Q", data, SECTION_TABLE_OFFSET + SECTION_ENTRY_SIZE + 8)[0]
-    assert graph_off + graph_len < weights_off, "the test engine has no padding to corrupt"
-    data[(graph_off + graph_len + weights_off) // 2] = 0x5A
+    assert HEADER_CRC_OFFSET + 4 < weights_off, "the test engine has no padding to corrupt"
+    data[(HEADER_CRC_OFFSET + 4 + weights_off) // 2] = 0x5A
     path = tmp_path / "padded.kiln"
     path.write_bytes(bytes(data))
     assert_error(run_kiln(kiln, "run", path, "--output-dir", tmp_path / "o"), mentions=[path.name],

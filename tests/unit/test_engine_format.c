@@ -382,7 +382,11 @@ static void test_round_trip(void) {
     size_t na, nb;
     uint8_t *a = read_all(path_a, &na), *b = read_all(path_b, &nb);
     CHECK(na == nb && !memcmp(a, b, na)); /* the same graph and meta give the same bytes */
-    CHECK(kiln_le64(a + KILN_EH_SECTIONS + KILN_ES_SIZE + KILN_ES_OFFSET) % KILN_ENGINE_WEIGHTS_ALIGN == 0);
+    /* the weights at 4096, the graph section after them, ending the file */
+    uint64_t wbytes = kiln_le64(a + KILN_EH_SECTIONS + KILN_ES_SIZE + KILN_ES_BYTES);
+    CHECK(kiln_le64(a + KILN_EH_SECTIONS + KILN_ES_SIZE + KILN_ES_OFFSET) == KILN_ENGINE_WEIGHTS_ALIGN);
+    CHECK(kiln_le64(a + KILN_EH_SECTIONS + KILN_ES_OFFSET) == KILN_ENGINE_WEIGHTS_ALIGN + wbytes);
+    CHECK(KILN_ENGINE_WEIGHTS_ALIGN + wbytes + kiln_le64(a + KILN_EH_SECTIONS + KILN_ES_BYTES) == na);
     free(b);
 
     kiln_graph *r;
@@ -455,7 +459,7 @@ static void test_empty_graph(void) {
     REQUIRE_OK(kiln_engine_file_write(g, &meta, path_tmp));
     size_t n;
     free(read_all(path_tmp, &n));
-    CHECK(n == KILN_ENGINE_WEIGHTS_ALIGN); /* header + graph, padded; no weights */
+    CHECK(n > KILN_ENGINE_WEIGHTS_ALIGN); /* header, padding, no weights, the graph section */
     REQUIRE_OK(kiln_engine_file_read(path_tmp, NULL, &r, NULL));
     compare_graphs(g, r);
     kiln_graph_free(r);
@@ -506,9 +510,10 @@ static void test_corruption(void) {
            mismatch, resealed_ok, resealed_err);
 
     /* Resealed small edits across the graph section, where counts, ids and lengths live. */
-    uint64_t gend = KILN_ENGINE_HEADER_SIZE + kiln_le64(img + KILN_EH_SECTIONS + KILN_ES_BYTES);
+    uint64_t gstart = kiln_le64(img + KILN_EH_SECTIONS + KILN_ES_OFFSET);
+    uint64_t gend = gstart + kiln_le64(img + KILN_EH_SECTIONS + KILN_ES_BYTES);
     int edits = 0;
-    for (size_t off = KILN_ENGINE_HEADER_SIZE; off < gend; off++)
+    for (size_t off = (size_t)gstart; off < gend; off++)
         for (int delta = 1; delta <= 3; delta++, edits++) {
             memcpy(mut, img, n);
             mut[off] = (uint8_t)(delta == 3 ? 0x80 : mut[off] + (delta == 1 ? 1 : -1));
@@ -537,22 +542,25 @@ static void test_messages(void) {
 
     memcpy(mut, img, n);
     kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 2); /* before the engine kind */
-    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 2, this kiln reads 6",
+    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 2, this kiln reads 7",
                 "rebuild it");
     kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 3); /* fp32 weights in 16-bit engines, one tactic set */
-    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 3, this kiln reads 6",
+    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 3, this kiln reads 7",
                 "rebuild it with `kiln build MODEL.onnx -o ENGINE.kiln`");
     kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 4); /* LLM engines without the model family */
-    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 4, this kiln reads 6",
+    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 4, this kiln reads 7",
                 "rebuild it with `kiln build MODEL.onnx -o ENGINE.kiln`");
     kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 5); /* neither packed cpu weights nor INT8 LLM engines */
-    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 5, this kiln reads 6",
+    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 5, this kiln reads 7",
                 "rebuild it with `kiln build MODEL.onnx -o ENGINE.kiln`");
-    kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 7);
-    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 7, this kiln reads 6",
+    kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 6); /* the weights section after the graph section */
+    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 6, this kiln reads 7",
+                "rebuild it with `kiln build MODEL.onnx -o ENGINE.kiln`");
+    kiln_put_le32(mut + KILN_EH_FORMAT_VERSION, 8);
+    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_ENGINE_MISMATCH, "engine format version 8, this kiln reads 7",
                 "rebuild it with `kiln build MODEL.onnx -o ENGINE.kiln`");
     write_all(path_tmp, mut, n);
-    CHECK_ERROR(kiln_engine_file_read(path_tmp, NULL, &g, NULL), KILN_ERR_ENGINE_MISMATCH, "engine format version 7",
+    CHECK_ERROR(kiln_engine_file_read(path_tmp, NULL, &g, NULL), KILN_ERR_ENGINE_MISMATCH, "engine format version 8",
                 path_tmp);
     memcpy(mut, img, n); /* an engine that says it is an LLM one */
     kiln_put_le32(mut + KILN_EH_KIND, KILN_ENGINE_KIND_LLM);
@@ -564,11 +572,14 @@ static void test_messages(void) {
     CHECK(!strcmp(meta.target, "cpu") && !strcmp(meta.source, "tiny.onnx"));
 
     memcpy(mut, img, n);
-    mut[KILN_ENGINE_HEADER_SIZE + 10] ^= 1;
+    mut[n - 1] ^= 1; /* the graph section ends the file */
     CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_PARSE, "engine file is corrupted: checksum of section graph does not match", NULL);
     memcpy(mut, img, n);
-    mut[n - 1] ^= 1;
+    mut[KILN_ENGINE_WEIGHTS_ALIGN + 10] ^= 1;
     CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_PARSE, "checksum of section weights does not match", NULL);
+    memcpy(mut, img, n);
+    mut[KILN_ENGINE_HEADER_SIZE + 10] ^= 1;
+    CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_PARSE, "the padding before the weights section is not zero", NULL);
     memcpy(mut, img, n);
     mut[KILN_EH_DEVICE] ^= 1;
     CHECK_ERROR(read_copy(mut, n, NULL, &g), KILN_ERR_PARSE, "checksum of the header does not match", NULL);
@@ -624,15 +635,16 @@ static void put64(bytes *b, uint64_t v) {
 }
 
 /* A whole file around a graph section and weights: header fields as the doc lists them, the
- * section table, zero padding to 4096, checksums. */
+ * section table, zero padding to 4096, the weights, the graph section, checksums. */
 static bytes image_around(const bytes *graph, const void *weights, size_t nweights) {
     bytes img = {0};
     uint8_t h[KILN_ENGINE_HEADER_SIZE] = {0};
     put(&img, h, sizeof h);
-    put(&img, graph->p, graph->n);
-    size_t wat = (img.n + 4095) / 4096 * 4096;
+    size_t wat = 4096;
     while (img.n < wat) put(&img, "", 1);
     put(&img, weights, nweights);
+    size_t gat = img.n;
+    put(&img, graph->p, graph->n);
     memcpy(img.p, "KILNENG1", 8);
     kiln_put_le32(img.p + 8, KILN_ENGINE_FORMAT_VERSION);
     kiln_put_le32(img.p + 12, 1280);
@@ -642,7 +654,7 @@ static bytes image_around(const bytes *graph, const void *weights, size_t nweigh
     memcpy(img.p + 64, KILN_VERSION_STRING, strlen(KILN_VERSION_STRING));
     memcpy(img.p + 96, "cpu", 3);
     kiln_put_le32(img.p + 1008, 1);
-    kiln_put_le64(img.p + 1008 + 8, 1280);
+    kiln_put_le64(img.p + 1008 + 8, gat);
     kiln_put_le64(img.p + 1008 + 16, graph->n);
     kiln_put_le32(img.p + 1032, 2);
     kiln_put_le64(img.p + 1032 + 8, wat);
@@ -755,6 +767,65 @@ static void test_hand_built(void) {
     free(graph.p);
 }
 
+/* An engine file begun before the graph's metadata is final (kiln_engine_out, as a build given its
+ * output path does): finished, it holds the bytes a plain write gives, and the file at its path stays
+ * as it was until then; freed unfinished, it leaves the file as it was and no temporary; a constant
+ * whose data moved after the begin is written as it is at the finish. */
+static void test_begun_file(void) {
+    kiln_graph *g = make_graph();
+    kiln_engine_meta meta = test_meta();
+    add_build_tables(g, &meta);
+    REQUIRE_OK(kiln_engine_file_write(g, &meta, path_b));
+    size_t nb, n;
+    uint8_t *b = read_all(path_b, &nb), *cur;
+    write_all(path_tmp, (const uint8_t *)"old", 3);
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.kiln.tmp%d", path_tmp, (int)getpid());
+
+    kiln_engine_out *o = NULL;
+    REQUIRE_OK(kiln_engine_out_begin(g, path_tmp, &o));
+    CHECK(kiln_engine_out_pending(o, path_tmp) && !kiln_engine_out_pending(o, path_b));
+    cur = read_all(path_tmp, &n);
+    CHECK(n == 3 && !memcmp(cur, "old", 3) && access(tmp, F_OK) == 0);
+    free(cur);
+    REQUIRE_OK(kiln_engine_out_finish(o, g, &meta));
+    CHECK(!kiln_engine_out_pending(o, path_tmp));
+    kiln_engine_out_free(o);
+    cur = read_all(path_tmp, &n);
+    CHECK(n == nb && !memcmp(cur, b, n) && access(tmp, F_OK) != 0);
+    free(cur);
+
+    write_all(path_tmp, (const uint8_t *)"old", 3);
+    REQUIRE_OK(kiln_engine_out_begin(g, path_tmp, &o));
+    kiln_engine_out_free(o);
+    kiln_engine_out_free(NULL);
+    cur = read_all(path_tmp, &n);
+    CHECK(n == 3 && !memcmp(cur, "old", 3) && access(tmp, F_OK) != 0);
+    free(cur);
+
+    kiln_tensor *w = NULL;
+    for (int i = 0; i < g->nvalues; i++)
+        if (!strcmp(g->values[i].name, "w")) w = g->values[i].constant;
+    if (!w || w->nbytes != 12 * sizeof(float)) {
+        CHECK(!"constant w of 3 x 4 floats");
+        exit(1);
+    }
+    REQUIRE_OK(kiln_engine_out_begin(g, path_tmp, &o));
+    float moved[12];
+    for (int i = 0; i < 12; i++) moved[i] = (float)i + 0.5f;
+    void *kept = w->data;
+    w->data = moved;
+    REQUIRE_OK(kiln_engine_out_finish(o, g, &meta));
+    kiln_engine_out_free(o);
+    kiln_graph *r;
+    REQUIRE_OK(kiln_engine_file_read(path_tmp, NULL, &r, NULL));
+    compare_graphs(g, r);
+    w->data = kept;
+    kiln_graph_free(r);
+    kiln_graph_free(g);
+    free(b);
+}
+
 /* What the format cannot hold is refused, naming node and attribute, and no file is left behind. */
 static void test_unsupported(void) {
     const kiln_attr_type kinds[] = {KILN_ATTR_GRAPH, KILN_ATTR_GRAPHS, KILN_ATTR_SPARSE_TENSOR, KILN_ATTR_TYPE_PROTO};
@@ -820,6 +891,7 @@ int main(int argc, char **argv) {
     test_corruption();
     test_messages();
     test_hand_built();
+    test_begun_file();
     test_unsupported();
 
     unlink(path_a);

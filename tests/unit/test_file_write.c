@@ -269,6 +269,42 @@ done:
     free(sizes);
 }
 
+/* An open write: ranges written out of order (the tail first) land at their offsets; the target is
+ * untouched until commit; a second open of the same target is refused while another target's write
+ * (a whole-file write in between) succeeds; an aborted write leaves the target as it was and no
+ * temporary; an input is refused at open. */
+static void test_open_write(void) {
+    make_user_file(at("open.kiln"), "old");
+    kiln_file_out *f = NULL, *again = NULL;
+    REQUIRE_OK(kiln_file_out_open(at("open.kiln"), &f));
+    const void *tail[2] = {"wor", "ld"};
+    size_t tail_sizes[2] = {3, 2};
+    CHECK_OK(kiln_file_out_write_at(f, 6, tail, tail_sizes, 2));
+    CHECK(kiln_file_out_open(at("open.kiln"), &again) == KILN_ERR_IO && !again);
+    CHECKF(strstr(kiln_last_error(), "writing it already"), "%s", kiln_last_error());
+    CHECK_OK(write_text(at("between.txt"), "between"));
+    CHECK(holds(at("between.txt"), "between"));
+    CHECK(holds(at("open.kiln"), "old") && count_temporaries() == 1);
+    const void *head[1] = {"hello "};
+    size_t head_size[1] = {6};
+    CHECK_OK(kiln_file_out_write_at(f, 0, head, head_size, 1));
+    CHECK_OK(kiln_file_out_commit(f));
+    CHECK(holds(at("open.kiln"), "hello world") && count_temporaries() == 0);
+
+    REQUIRE_OK(kiln_file_out_open(at("open.kiln"), &f));
+    CHECK_OK(kiln_file_out_write_at(f, 0, head, head_size, 1));
+    kiln_file_out_abort(f);
+    kiln_file_out_abort(NULL);
+    CHECK(holds(at("open.kiln"), "hello world") && count_temporaries() == 0);
+
+    make_user_file(at("open-input.onnx"), "model");
+    kiln_file_map m;
+    REQUIRE_OK(kiln_file_map_open(at("open-input.onnx"), &m));
+    kiln_file_unmap(&m);
+    CHECK(kiln_file_out_open(at("open-input.onnx"), &f) == KILN_ERR_INVALID_ARGUMENT && !f);
+    CHECK(holds(at("open-input.onnx"), "model") && count_temporaries() == 0);
+}
+
 /* An output directory is made when missing and refused when it is a file. */
 static void test_output_dir(void) {
     CHECK_OK(kiln_file_output_dir(at("outputs")));
@@ -293,6 +329,7 @@ int main(void) {
     test_stale_temporaries();
     test_signal_removes_temporary();
     test_large_gather_write();
+    test_open_write();
     test_output_dir();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);

@@ -269,8 +269,8 @@ static kiln_status load_image(const uint8_t *p, size_t n, const char *tmp) {
     return s;
 }
 
-/* Every truncation and every flipped byte of the header, the sections before the weights and the
- * first 256 bytes of weights (plain and resealed) fail cleanly (resealed weight bytes are valid). */
+/* Every truncation and every flipped byte of the header, the first 256 bytes of weights and the
+ * sections after the weights (plain and resealed) fail cleanly (resealed weight bytes are valid). */
 static void test_corruption(const char *engine) {
     size_t n;
     uint8_t *img = read_all(engine, &n), *mut = malloc(n);
@@ -283,8 +283,9 @@ static void test_corruption(const char *engine) {
             if (bad++ < 5) fprintf(stderr, "truncated to %zu: %s %s\n", len, kiln_status_name(s), kiln_last_error());
     }
     size_t weights_at = (size_t)kiln_le64(img + KILN_EH_SECTIONS + 3 * KILN_ES_SIZE + KILN_ES_OFFSET);
-    size_t nflips = weights_at + 256 < n ? weights_at + 256 : n;
-    for (size_t off = 0; off < nflips; off++) {
+    size_t weights_end = weights_at + (size_t)kiln_le64(img + KILN_EH_SECTIONS + 3 * KILN_ES_SIZE + KILN_ES_BYTES);
+    size_t skip_from = weights_at + 256 < weights_end ? weights_at + 256 : weights_end, nflips = 0;
+    for (size_t off = 0; off < n; off = off + 1 == skip_from ? weights_end : off + 1, nflips++) {
         memcpy(mut, img, n);
         mut[off] ^= 0x5A;
         kiln_status s = load_image(mut, n, tmp);

@@ -200,7 +200,7 @@ static void test_engine_tactics(const char *repo, const char *dir) {
     unsigned char *img = read_all(path, &size);
     /* the last record's kind: the graph section ends with it (kind at record byte 8, blob last) */
     kiln_engine_meta m2;
-    uint64_t gend = KILN_ENGINE_HEADER_SIZE + kiln_le64(img + KILN_EH_SECTIONS + KILN_ES_BYTES);
+    uint64_t gend = kiln_le64(img + KILN_EH_SECTIONS + KILN_ES_OFFSET) + kiln_le64(img + KILN_EH_SECTIONS + KILN_ES_BYTES);
     size_t kind_at = (size_t)gend - KILN_TACTIC_RECORD_BYTES + 8;
     CHECK(kiln_le32(img + kind_at) == KILN_TACTIC_CUBLASLT);
     kiln_put_le32(img + kind_at, 7);
