@@ -3,13 +3,15 @@
  * feeding quant_gemm.cu's exact IMMA GEMM and kiln's requantizing epilogue (quant_kernels.cu); a
  * recorded tactic of kind KILN_TACTIC_PATH, algo 1, runs the float16 path (quant_conv_f16.cu). Layers
  * the implicit-GEMM kernel takes (qconv_igemm.cu: group 1, no weight zero point, sm_80+; those with a
- * residual input or channels-last tensors only there) run on it unless the float16 path won. The
+ * residual input or channels-last tensors only there, so they list no float16 candidate to the
+ * build's tuning) run on it unless the float16 path won. The
  * im2col rows hold x - 128 for uint8 input and the (shifted) input zero point in the padding, so
  * padding contributes nothing after the correction. */
 #include "backends/cuda/qconv_igemm.h"
 #include "backends/cuda/quant_gemm.cuh"
 
 extern "C" {
+#include "core/log.h"
 #include "ir/nn_window.h"
 }
 
@@ -55,6 +57,15 @@ static kiln_status qg_conv_geom_make(const kiln_node *n, const kiln_cuda_tensor 
 kiln_status kiln_qg_exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
                                int nout, kiln_cuda_ctx *ctx) {
     (void)nout;
+    /* residual inputs and channels-last tensors only the implicit-GEMM kernel runs, whichever path is
+     * asked: such a layer lists no float16 candidate (timing it would time that kernel twice) */
+    bool needs_igemm = kiln_qg_input(in, nin, 3) || kiln_attr_int(n, "channels_last", 0);
+    if (ctx->candidates && needs_igemm) {
+        KILN_LOG(KILN_LOG_VERBOSE, "cuda: %s '%s': no float16 path to time against int8 (a %s layer runs only on the "
+                 "implicit-GEMM kernel)", n->op_type, n->name,
+                 kiln_attr_int(n, "channels_last", 0) ? "channels-last" : "residual");
+        return KILN_OK;
+    }
     if (ctx->candidates) return kiln_qg_list_paths(ctx);
     bool f16;
     KILN_TRY(kiln_qg_wants_f16(n, ctx, &f16));
@@ -64,9 +75,7 @@ kiln_status kiln_qg_exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, i
     if (!qg_is_8bit(x->dtype) || !qg_is_8bit(w->dtype) || !w->host || !kiln_qg_out_ok(&ql, y->dtype))
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': needs 8-bit X, constant 8-bit W and a %s output", n->op_type,
                           n->name, kiln_dtype_name(ql.y_dtype));
-    /* the implicit-GEMM kernel takes what it can unless the float16 path was timed faster; residual
-     * inputs and channels-last tensors only it runs */
-    bool needs_igemm = kiln_qg_input(in, nin, 3) || kiln_attr_int(n, "channels_last", 0);
+    /* the implicit-GEMM kernel takes what it can unless the float16 path was timed faster */
     if (kiln_cuda_qconv_igemm_takes(n, &ql, x, w, ctx) && (!f16 || needs_igemm))
         return kiln_cuda_qconv_igemm(n, &ql, in, nin, y, ctx);
     if (needs_igemm)
