@@ -3,8 +3,9 @@
  * feeding quant_gemm.cu's exact IMMA GEMM and kiln's requantizing epilogue (quant_kernels.cu); a
  * recorded tactic of kind KILN_TACTIC_PATH, algo 1, runs the float16 path (quant_conv_f16.cu). Layers
  * the implicit-GEMM kernel takes (qconv_igemm.cu: group 1, no weight zero point, sm_80+; those with a
- * residual input or channels-last tensors only there, so they list no float16 candidate to the
- * build's tuning) run on it unless the float16 path won. The
+ * residual input only there, so they list no float16 candidate to the build's tuning; channels-last
+ * ones there or on the float16 path, cuDNN's NHWC convolution) run on it unless the float16 path
+ * won. The
  * im2col rows hold x - 128 for uint8 input and the (shifted) input zero point in the padding, so
  * padding contributes nothing after the correction. */
 #include "backends/cuda/qconv_igemm.h"
@@ -53,17 +54,36 @@ static kiln_status qg_conv_geom_make(const kiln_node *n, const kiln_cuda_tensor 
     return KILN_OK;
 }
 
+/* The geometry of channels-last QConv n (x [N, H, W, C], w [M, kh, kw, C/group], y [N, OH, OW, M]) as
+ * far as the float16 path reads it: the counts of images, channels, taps and pixels. */
+static kiln_status qg_conv_geom_cl(const kiln_node *n, const kiln_cuda_tensor *x, const kiln_cuda_tensor *w,
+                                   const kiln_cuda_tensor *y, qg_conv_geom *gm) {
+    memset(gm, 0, sizeof *gm);
+    if (x->ndim != 4 || w->ndim != 4 || y->ndim != 4)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': channels_last needs X [N,H,W,C], W [M,kH,kW,C/group] and Y "
+                          "[N,H',W',M] (ranks %d, %d, %d)", n->op_type, n->name, x->ndim, w->ndim, y->ndim);
+    gm->N = x->dims[0], gm->H = x->dims[1], gm->W = x->dims[2], gm->C = x->dims[3];
+    gm->M = w->dims[0], gm->kh = w->dims[1], gm->kw = w->dims[2], gm->Cg = w->dims[3];
+    gm->OH = y->dims[1], gm->OW = y->dims[2];
+    gm->group = kiln_attr_int(n, "group", 1);
+    if (gm->group < 1 || gm->M % gm->group || gm->Cg * gm->group != gm->C || y->dims[3] != gm->M)
+        return kiln_error(KILN_ERR_SHAPE, "%s '%s': %lld input channels, weights [%lld, ..., %lld], group %lld and %lld "
+                          "output channels do not agree", n->op_type, n->name, (long long)gm->C, (long long)gm->M,
+                          (long long)gm->Cg, (long long)gm->group, (long long)y->dims[3]);
+    gm->Mg = gm->M / gm->group;
+    return KILN_OK;
+}
+
 /* kiln.QConv's exec function (the kernel table is quant_matmul.cu's). */
 kiln_status kiln_qg_exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
                                int nout, kiln_cuda_ctx *ctx) {
     (void)nout;
-    /* residual inputs and channels-last tensors only the implicit-GEMM kernel runs, whichever path is
-     * asked: such a layer lists no float16 candidate (timing it would time that kernel twice) */
-    bool needs_igemm = kiln_qg_input(in, nin, 3) || kiln_attr_int(n, "channels_last", 0);
-    if (ctx->candidates && needs_igemm) {
-        KILN_LOG(KILN_LOG_VERBOSE, "cuda: %s '%s': no float16 path to time against int8 (a %s layer runs only on the "
-                 "implicit-GEMM kernel)", n->op_type, n->name,
-                 kiln_attr_int(n, "channels_last", 0) ? "channels-last" : "residual");
+    /* a residual input only the implicit-GEMM kernel runs, whichever path is asked: such a layer
+     * lists no float16 candidate (timing it would time that kernel twice) */
+    bool residual = kiln_qg_input(in, nin, 3) != NULL, cl = kiln_attr_int(n, "channels_last", 0) != 0;
+    if (ctx->candidates && residual) {
+        KILN_LOG(KILN_LOG_VERBOSE, "cuda: %s '%s': no float16 path to time against int8 (a layer with a residual input "
+                 "runs only on the implicit-GEMM kernel)", n->op_type, n->name);
         return KILN_OK;
     }
     if (ctx->candidates) return kiln_qg_list_paths(ctx);
@@ -75,15 +95,16 @@ kiln_status kiln_qg_exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, i
     if (!qg_is_8bit(x->dtype) || !qg_is_8bit(w->dtype) || !w->host || !kiln_qg_out_ok(&ql, y->dtype))
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': needs 8-bit X, constant 8-bit W and a %s output", n->op_type,
                           n->name, kiln_dtype_name(ql.y_dtype));
-    /* the implicit-GEMM kernel takes what it can unless the float16 path was timed faster */
-    if (kiln_cuda_qconv_igemm_takes(n, &ql, x, w, ctx) && (!f16 || needs_igemm))
+    /* the implicit-GEMM kernel takes what it can unless the float16 path was timed faster; channels-last
+     * layers run on it or on the float16 path (cuDNN's NHWC convolution), not on the im2col one */
+    if (kiln_cuda_qconv_igemm_takes(n, &ql, x, w, ctx) && (!f16 || residual))
         return kiln_cuda_qconv_igemm(n, &ql, in, nin, y, ctx);
-    if (needs_igemm)
+    if (residual || (cl && !f16))
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': a residual input or channels-last tensors need the "
-                          "implicit-GEMM kernel (group 1, symmetric weights, sm_80+, a workspace of one image)",
-                          n->op_type, n->name);
+                          "implicit-GEMM kernel (group 1, symmetric weights, sm_80+, a workspace of one image)%s",
+                          n->op_type, n->name, residual ? "" : " or the float16 path");
     qg_conv_geom gm;
-    KILN_TRY(qg_conv_geom_make(n, x, w, &gm));
+    KILN_TRY(cl ? qg_conv_geom_cl(n, x, w, y, &gm) : qg_conv_geom_make(n, x, w, &gm));
     int64_t K = gm.Cg * gm.kh * gm.kw, P = gm.OH * gm.OW;
     if (K > QG_MAX_K || (ql.nw != 1 && ql.nw != gm.M))
         return kiln_error(KILN_ERR_SHAPE, "%s '%s': %lld taps per output (at most %d), %d weight scales for %lld channels",
