@@ -15,8 +15,8 @@ Asserted per model and build (exit 1 when one fails):
     rounding for --int8 --fp16 (ResNet cosine >= 0.999, BERT >= 0.995);
   - the --int8 --fp16 build (tuned, `kiln build`'s default level) times each of the ResNet's QConv and
     QMatMul layers' int8 kernel against its float16 one and logs the choice ("layer 'X': int8 A ms vs fp16 B ms -> P");
-    both sides are always timed, so a "not timed" side fails; a QConv with a residual input, which
-    only the int8 kernel runs, logs that it has no float16 path instead; the table shows every such
+    both sides are always timed, so a "not timed" side fails; a QConv with a float32 or bfloat16
+    residual input, which only the int8 kernel runs, logs that it has no float16 path instead; the table shows every such
     choice (BERT's dynamic sequence length leaves its layers untuned).
 
 usage: int8_cuda.py [--kiln PATH] [--target cuda] [--workdir DIR] [--json FILE]

@@ -2,10 +2,11 @@
  * dilations, auto_pad, groups: one GEMM per group), NCHW in and out, as an im2col of int8 rows
  * feeding quant_gemm.cu's exact IMMA GEMM and kiln's requantizing epilogue (quant_kernels.cu); a
  * recorded tactic of kind KILN_TACTIC_PATH, algo 1, runs the float16 path (quant_conv_f16.cu). Layers
- * the implicit-GEMM kernel takes (qconv_igemm.cu: group 1, no weight zero point, sm_80+; those with a
- * residual input only there, so they list no float16 candidate to the build's tuning; channels-last
- * ones there or on the float16 path, cuDNN's NHWC convolution) run on it unless the float16 path
- * won. The
+ * the implicit-GEMM kernel takes (qconv_igemm.cu: group 1, no weight zero point, sm_80+) run on it
+ * unless the float16 path won; layers with a residual input or channels-last tensors run there or on
+ * the float16 path (cuDNN's NHWC convolution for channels-last ones, the residual its Z; a float32 or
+ * bfloat16 residual only on the implicit-GEMM kernel, so such a layer lists no float16 candidate to
+ * the build's tuning). The
  * im2col rows hold x - 128 for uint8 input and the (shifted) input zero point in the padding, so
  * padding contributes nothing after the correction. */
 #include "backends/cuda/qconv_igemm.h"
@@ -78,12 +79,13 @@ static kiln_status qg_conv_geom_cl(const kiln_node *n, const kiln_cuda_tensor *x
 kiln_status kiln_qg_exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
                                int nout, kiln_cuda_ctx *ctx) {
     (void)nout;
-    /* a residual input only the implicit-GEMM kernel runs, whichever path is asked: such a layer
-     * lists no float16 candidate (timing it would time that kernel twice) */
-    bool residual = kiln_qg_input(in, nin, 3) != NULL, cl = kiln_attr_int(n, "channels_last", 0) != 0;
-    if (ctx->candidates && residual) {
-        KILN_LOG(KILN_LOG_VERBOSE, "cuda: %s '%s': no float16 path to time against int8 (a layer with a residual input "
-                 "runs only on the implicit-GEMM kernel)", n->op_type, n->name);
+    /* a float residual other than float16 only the implicit-GEMM kernel runs: such a layer lists no
+     * float16 candidate (timing it would time that kernel twice) */
+    const kiln_cuda_tensor *r = kiln_qg_input(in, nin, 3);
+    bool cl = kiln_attr_int(n, "channels_last", 0) != 0;
+    if (ctx->candidates && !kiln_qg_f16_residual_ok(r)) {
+        KILN_LOG(KILN_LOG_VERBOSE, "cuda: %s '%s': no float16 path to time against int8 (a %s residual input runs only "
+                 "on the implicit-GEMM kernel)", n->op_type, n->name, kiln_dtype_name(r->dtype));
         return KILN_OK;
     }
     if (ctx->candidates) return kiln_qg_list_paths(ctx);
@@ -95,14 +97,15 @@ kiln_status kiln_qg_exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, i
     if (!qg_is_8bit(x->dtype) || !qg_is_8bit(w->dtype) || !w->host || !kiln_qg_out_ok(&ql, y->dtype))
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': needs 8-bit X, constant 8-bit W and a %s output", n->op_type,
                           n->name, kiln_dtype_name(ql.y_dtype));
-    /* the implicit-GEMM kernel takes what it can unless the float16 path was timed faster; channels-last
-     * layers run on it or on the float16 path (cuDNN's NHWC convolution), not on the im2col one */
-    if (kiln_cuda_qconv_igemm_takes(n, &ql, x, w, ctx) && (!f16 || residual))
-        return kiln_cuda_qconv_igemm(n, &ql, in, nin, y, ctx);
-    if (residual || (cl && !f16))
+    /* the implicit-GEMM kernel takes what it can unless the float16 path was timed faster (or cannot
+     * take the residual); layers with a residual or channels-last tensors run on it or on the float16
+     * path (cuDNN's convolution, NHWC or NCHW, the residual its Z), not on the im2col one */
+    bool f16_ok = f16 && kiln_qg_f16_residual_ok(r);
+    if (kiln_cuda_qconv_igemm_takes(n, &ql, x, w, ctx) && !f16_ok) return kiln_cuda_qconv_igemm(n, &ql, in, nin, y, ctx);
+    if ((r || cl) && !f16_ok)
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': a residual input or channels-last tensors need the "
-                          "implicit-GEMM kernel (group 1, symmetric weights, sm_80+, a workspace of one image)%s",
-                          n->op_type, n->name, residual ? "" : " or the float16 path");
+                          "implicit-GEMM kernel (group 1, symmetric weights, sm_80+, a workspace of one image) or the "
+                          "float16 path (an 8-bit or float16 residual)", n->op_type, n->name);
     qg_conv_geom gm;
     KILN_TRY(cl ? qg_conv_geom_cl(n, x, w, y, &gm) : qg_conv_geom_make(n, x, w, &gm));
     int64_t K = gm.Cg * gm.kh * gm.kw, P = gm.OH * gm.OW;
@@ -115,7 +118,7 @@ kiln_status kiln_qg_exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, i
     qg_state *st;
     bool temp;
     KILN_TRY(kiln_qg_state_get(n, &ql, &hw, bias, x->dtype, K, gm.Mg, gm.group, ctx, &st, &temp));
-    if (f16) return kiln_qg_finish(st, temp, kiln_qg_conv_f16(n, &ql, st, &hw, bias, x, w, gm, y, ctx), ctx);
+    if (f16) return kiln_qg_finish(st, temp, kiln_qg_conv_f16(n, &ql, st, &hw, bias, x, w, r, gm, y, ctx), ctx);
     size_t lt_bytes = kiln_qg_lt_bytes(ctx);
     int64_t chunk = 0;
     kiln_status s = gm.N > 0 && P > 0 && gm.M > 0 ? kiln_qg_chunk_units(n, st, gm.N, P, true, lt_bytes, ctx, &chunk) : KILN_OK;
