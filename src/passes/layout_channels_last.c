@@ -32,7 +32,8 @@
  * also gets its channels zero-padded to the next multiple of 8, a Pad after the input's Transpose and
  * zero weights for the new channels: the result is the same, and tensor-core kernels, which want C a
  * multiple of 8, then take it (cuDNN ran ResNet-50's 7x7 stem at batch 256 in 3.1 ms with C = 3); a
- * kiln.QConv's to a multiple of 16, which its GPU kernel reads in place. */
+ * kiln.QConv's to a multiple of 16, which its GPU kernel reads in place (or, with at most 8 input
+ * channels, the stem's, to 8: that kernel copies two taps of 8 channels per 16 bytes). */
 #include "passes/passes.h"
 
 #include "core/status.h"
@@ -83,14 +84,17 @@ static bool candidate(const kiln_graph *g, const kiln_node *n) {
     return w->constant->ndim == 4 && pass_is_float(w->constant->dtype);
 }
 
-/* The multiple the input channels of node n's channels-last form are padded to: 16 for a kiln.QConv
- * (16 int8 channels: one 16-byte copy of its GPU kernel, which then reads X in place), else 8. */
-static int64_t channel_multiple(const kiln_node *n) { return !strcmp(n->op_type, "QConv") ? 16 : 8; }
+/* The multiple the cg input channels of node n's channels-last form are padded to: 16 for a
+ * kiln.QConv of more than 8 (16 int8 channels: one 16-byte copy of its GPU kernel, which then reads X
+ * in place), else 8. */
+static int64_t channel_multiple(const kiln_node *n, int64_t cg) {
+    return !strcmp(n->op_type, "QConv") && cg > 8 ? 16 : 8;
+}
 
 /* The input channels node n's channels-last form reads: C rounded up to channel_multiple for a
  * convolution without groups, else C/group as it is (w: the channels-first weights). */
 static int64_t padded_channels(const kiln_node *n, const kiln_tensor *w) {
-    int64_t cg = w->dims[1], m = channel_multiple(n);
+    int64_t cg = w->dims[1], m = channel_multiple(n, cg);
     return kiln_attr_int(n, "group", 1) == 1 ? (cg + m - 1) / m * m : cg;
 }
 
@@ -206,9 +210,10 @@ static kiln_status lay_out(pass_ctx *c, int id) {
     int yl;
     snprintf(name, sizeof name, "%.280s_nhwc", g->values[y].name);
     KILN_TRY(pass_new_value(c, name, &yl));
-    snprintf(detail, sizeof detail, "channels-last between Transposes, weights '%.180s' -> '%.180s'%s%s",
-             g->values[g->nodes[id].inputs[1]].name, g->values[ins[1]].name,
-             cp > cg ? ", input channels zero-padded to a multiple of " : "", cp > cg ? (qconv ? "16" : "8") : "");
+    char padded[64] = "";
+    if (cp > cg) snprintf(padded, sizeof padded, ", input channels zero-padded to %lld", (long long)cp);
+    snprintf(detail, sizeof detail, "channels-last between Transposes, weights '%.180s' -> '%.180s'%s",
+             g->values[g->nodes[id].inputs[1]].name, g->values[ins[1]].name, padded);
     int set[1] = {id};
     kiln_node *n;
     KILN_TRY(pass_rewrite(c, set, 1, id, KILN_FUSED_DOMAIN, qconv ? "QConv" : "FusedConv", KILN_FUSED_OPSET, conv,

@@ -1022,10 +1022,12 @@ const op_case kiln_op_cases[] = {
      "pads=[1,1,1,1] x_scale=0.05 w_scale=[0.001] r_scale=0.04 y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
     {"kiln.QConv", "i8[1,32,9,9]{-128,128} Ki8[48,32,1,1]{-127,128} - u8[1,48,9,9]{0,256}",
      "x_scale=0.05 w_scale=[0.002] r_scale=0.03 r_zero_point=128", 0, 0},
-    /* channels-last (the layout pass's form): X read in place (C a multiple of 16) or padded (C = 8,
-     * uint8), a residual, a 1x1 */
+    /* channels-last (the layout pass's form): X read in place (C a multiple of 16, or the stem's C = 8:
+     * two taps per 16 bytes) or padded (C = 8, uint8), a residual, a 1x1 */
     {"kiln.QConv", "i8[2,9,9,32]{-128,128} Ki8[48,3,3,32]{-127,128} Kf[48]",
      "pads=[1,1,1,1] channels_last=1 x_scale=0.05 w_scale=[0.001] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[3,13,11,8]{-128,128} Ki8[20,7,7,8]{-127,128} Kf[20]",
+     "strides=[2,2] pads=[3,3,3,3] channels_last=1 x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05", 0, 0},
     {"kiln.QConv", "u8[2,11,11,8]{0,256} Ki8[24,7,7,8]{-127,128} Kf[24] u8[2,6,6,24]{0,256}",
      "strides=[2,2] pads=[3,3,3,3] channels_last=1 x_scale=0.05 x_zero_point=128 w_scale=[0.002] r_scale=0.03 "
      "r_zero_point=128 y_dtype=2 y_scale=0.05 y_zero_point=128 activation='Relu'", 0, 0},

@@ -367,8 +367,8 @@ static int b_qconv(int x, int w, int r, int64_t p, bool relu) {
  * -> DequantizeLinear: both integer layers laid out channels-last, the Transposes between them (and
  * around the QuantizeLinear after the float Conv) cancelled, 2 left: into the first convolution, out
  * of the last; the same outputs. uint8 weights without a zero point (asymmetric: not the GPU
- * kernel's) are left alone. */
-static void b_qconv_chain(kiln_dtype wt, bool float_conv) {
+ * kernel's) are left alone. cin: x's channels. */
+static void b_qconv_chain(kiln_dtype wt, bool float_conv, int64_t cin) {
     begin(21);
     kiln_opset_import *ops = kiln_graph_alloc(G, 2 * sizeof *ops);
     REQUIRE_OK(ops ? KILN_OK : KILN_ERR_OUT_OF_MEMORY);
@@ -376,8 +376,8 @@ static void b_qconv_chain(kiln_dtype wt, bool float_conv) {
     ops[1] = (kiln_opset_import){KILN_FUSED_DOMAIN, KILN_FUSED_OPSET};
     G->opsets = ops;
     G->nopsets = 2;
-    int64_t xd[4] = {2, 8, 6, 6}, w1[4] = {16, 8, 3, 3}, w2[4] = {16, 16, 1, 1};
-    int64_t wf[4] = {8, 8, 1, 1};
+    int64_t xd[4] = {2, cin, 6, 6}, w1[4] = {16, cin, 3, 3}, w2[4] = {16, 16, 1, 1};
+    int64_t wf[4] = {cin, cin, 1, 1};
     int x = input("x", KILN_F32, 4, xd), s = scalar(0.02);
     if (float_conv) x = node_in("", "Conv", 2, (int[]){x, constant(KILN_F32, 4, wf, NULL, -0.5, 0.5)});
     int z = constant(KILN_I8, 0, NULL, (double[]){0}, 0, 0);
@@ -398,9 +398,9 @@ static int count_qconv_last(const kiln_graph *g) {
 static void test_qconv_chain(bool float_conv) {
     const char *label = float_conv ? "qconv after a float conv" : "qconv";
     cases++;
-    b_qconv_chain(KILN_I8, float_conv);
+    b_qconv_chain(KILN_I8, float_conv, 8);
     kiln_graph *ref = finish();
-    b_qconv_chain(KILN_I8, float_conv);
+    b_qconv_chain(KILN_I8, float_conv, 8);
     kiln_graph *g = finish();
     CHECKF(run_pass(label, g, kiln_pass_layout_channels_last), "%s: the layout changed nothing", label);
     cleanup(label, g);
@@ -414,10 +414,34 @@ static void test_qconv_chain(bool float_conv) {
     kiln_graph_free(g);
     if (float_conv) return;
     cases++;
-    b_qconv_chain(KILN_U8, false);
+    b_qconv_chain(KILN_U8, false, 8);
     g = finish();
     CHECKF(!run_pass("qconv, uint8 weights", g, kiln_pass_layout_channels_last) && count_qconv_last(g) == 0,
            "qconv, uint8 weights without a zero point: laid out");
+    kiln_graph_free(g);
+}
+
+/* A QConv stem of 3 input channels: its channels-last form pads them to 8, not 16 (the GPU kernel
+ * copies two taps of 8 channels per 16 bytes), its weights [16, 3, 3, 8]; the same outputs. */
+static void test_qconv_stem(void) {
+    const char *label = "qconv stem";
+    cases++;
+    b_qconv_chain(KILN_I8, false, 3);
+    kiln_graph *ref = finish();
+    b_qconv_chain(KILN_I8, false, 3);
+    kiln_graph *g = finish();
+    CHECKF(run_pass(label, g, kiln_pass_layout_channels_last), "%s: the layout changed nothing", label);
+    cleanup(label, g);
+    int64_t cp = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const kiln_node *n = &g->nodes[i];
+        const kiln_tensor *w = n->ninputs > 1 ? g->values[n->inputs[1]].constant : NULL;
+        if (!strcmp(n->op_type, "QConv") && w && w->ndim == 4 && w->dims[1] == 3) cp = w->dims[3];
+    }
+    CHECKF(count_qconv_last(g) == 2 && cp == 8, "%s: %d channels-last QConv, stem weights' channels %lld (expected 2, 8)",
+           label, count_qconv_last(g), (long long)cp);
+    check_same_outputs(label, ref, "reference", g, "laid-out graph", 0.0);
+    kiln_graph_free(ref);
     kiln_graph_free(g);
 }
 
@@ -569,6 +593,7 @@ int main(void) {
     test_pool_infer();
     test_qconv_chain(false);
     test_qconv_chain(true);
+    test_qconv_stem();
     const kiln_switch AUTO = KILN_SWITCH_AUTO, ON = KILN_SWITCH_ON, OFF = KILN_SWITCH_OFF;
     test_build(NULL, (layout_options){AUTO, AUTO, NULL, false}, 0, 0, 0);
     test_build("0", (layout_options){AUTO, AUTO, NULL, false}, 0, 0, 0);

@@ -187,10 +187,12 @@ static const char *skip_reason(kiln_cuda_tuner *t, const kiln_node *n, const kil
 
 /* Times node i's candidates (listed in cd) within the layer's budget, counted from start (after the
  * listing, whose first cuDNN queries of a build can take longer than the budget); the heuristic's own
- * choice (candidate 0) is timed whatever is left. *best_c gets the fastest (-1: none), *best its time
- * and *first the time of candidate 0 (0 when not timed). */
+ * choice (candidate 0) is timed whatever is left. A quantized layer's paths (KILN_TACTIC_PATH, algo
+ * 0 and 1) keep their node states in path_slots[algo] when path_slots is not NULL (their kernels'
+ * states differ: kiln.QConv's implicit-GEMM one and its float16 path's). *best_c gets the fastest
+ * (-1: none), *best its time and *first the time of candidate 0 (0 when not timed). */
 static void time_candidates(kiln_cuda_tuner *t, int i, const kiln_cuda_tensor *args, const kiln_cuda_candidates *cd, double start,
-                            int *best_c, float *best, float *first) {
+                            kiln_cuda_node_state **path_slots, int *best_c, float *best, float *first) {
     const kiln_node *n = &t->be->g->nodes[i];
     double layer_end = fmin(start + t->layer_ms, t->build_end);
     char log[2048], why[256];
@@ -209,6 +211,8 @@ static void time_candidates(kiln_cuda_tuner *t, int i, const kiln_cuda_tensor *a
                      skip);
             continue;
         }
+        if (path_slots && cand->kind == KILN_TACTIC_PATH && (cand->algo == 0 || cand->algo == 1))
+            t->kc.state = &path_slots[cand->algo];
         float ms = 0, probe = 0;
         double share_end = now + (layer_end - now) / (cd->count - c);
         bool slow = false;
@@ -268,12 +272,12 @@ kiln_status kiln_cuda_tune_layer(kiln_cuda_tuner *t, const kiln_cuda_plan *p, in
     kiln_status s = scratch_args(t, p, n, args, &mem);
     cd->max = t->candidates;
     /* kiln.QMatMul, kiln.QConv and kiln.F8MatMul prepare their weights in their node state on the
-     * first run (quant_gemm.cu, quant_fp8.cu): a slot for this layer's runs keeps them, so that no
-     * timed run repeats that work */
-    kiln_cuda_node_state *slot = NULL;
+     * first run (quant_gemm.cu, quant_fp8.cu): a slot per path for this layer's runs keeps them, so
+     * that no timed run repeats that work and neither path meets the other's state */
+    kiln_cuda_node_state *slot[2] = {NULL, NULL}; /* [0]: the listing's and the int8 / fp8 path's, [1]: fp16's */
     if (n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN) &&
         (!strcmp(n->op_type, "QMatMul") || !strcmp(n->op_type, "QConv") || !strcmp(n->op_type, "F8MatMul")))
-        t->kc.state = &slot;
+        t->kc.state = &slot[0];
     size_t ws = t->kc.workspace_bytes;
     t->kc.workspace_bytes = t->max_workspace; /* the libraries then offer, and run, only candidates within it */
     if (s == KILN_OK) {
@@ -292,7 +296,7 @@ kiln_status kiln_cuda_tune_layer(kiln_cuda_tuner *t, const kiln_cuda_plan *p, in
     }
     float best = -1, first = 0;
     int best_c = -1;
-    if (s == KILN_OK) time_candidates(t, i, args, cd, kiln_cuda_now_ms(), &best_c, &best, &first);
+    if (s == KILN_OK) time_candidates(t, i, args, cd, kiln_cuda_now_ms(), t->kc.state ? slot : NULL, &best_c, &best, &first);
     t->kc.workspace_bytes = ws;
     if (s == KILN_OK && cd->count && best_c < 0)
         KILN_LOG(KILN_LOG_WARN, "cuda: tuning node '%s' (%s): none of its %d candidates could be timed%s: the heuristic "
@@ -306,7 +310,8 @@ kiln_status kiln_cuda_tune_layer(kiln_cuda_tuner *t, const kiln_cuda_plan *p, in
         KILN_LOG(KILN_LOG_VERBOSE, "cuda: tuned node '%s' (%s): %s, %.4f ms", n->name, n->op_type, what, (double)best);
     }
     t->kc.state = NULL;
-    if (slot) slot->destroy(slot);
+    for (int k = 0; k < 2; k++)
+        if (slot[k]) slot[k]->destroy(slot[k]);
     if (mem) cudaFree(mem);
     free(args);
     free(cd);

@@ -80,6 +80,11 @@ static __device__ __forceinline__ void fa_cp16(void *smem, const void *gmem, boo
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
 }
+/* 8 bytes global -> shared through the L1 (cp.async.ca; .cg takes only 16), zero-filled when !valid. */
+static __device__ __forceinline__ void fa_cp8(void *smem, const void *gmem, bool valid) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 8 : 0));
+}
 static __device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> static __device__ __forceinline__ void fa_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");

@@ -8,8 +8,10 @@
  * The GEMM: rows r = output pixels (image, oy, ox) of the batch, columns c = output channels, inner
  * index k = (ky * kw + kx) * Cp + ci over the taps of a channels-last input whose channels are padded
  * to Cp, a multiple of 16, so that every 16-byte piece of a row of A is 16 channels of one input
- * pixel (one cp.async). X channels-last (channels_last = 1, the layout pass's form) in int8 with C a
- * multiple of 16 is read in place; otherwise one kernel writes it channels-last into the workspace
+ * pixel (one cp.async) — or, for inputs of at most 8 channels (the stem), to Cp = 8, every 16-byte
+ * piece two taps of 8 channels (two 8-byte cp.async), so that no k step is half padding. X
+ * channels-last (channels_last = 1, the layout pass's form) in int8 with C = Cp is read in place;
+ * otherwise one kernel writes it channels-last into the workspace
  * (NCHW transposed, uint8 shifted to int8 by -128, the padding channels zero), a chunk of images at a
  * time. Y (and the residual R) are NCHW or, channels-last, NHWC. The weights are prepared once per
  * context as rows [c][k] (k contiguous, the padding channels and k beyond taps * Cp zero up to Kp, a
@@ -41,13 +43,15 @@ extern "C" {
 
 #define QCI_BK 64                 /* bytes (int8 values) of k per pipeline step */
 #define QCI_LDS (QCI_BK + 16)     /* shared-memory row pitch: 80 bytes, conflict-free ldmatrix rows */
-#define QCI_CP_ALIGN 16           /* input channels padded to a multiple of this (one cp.async) */
+#define QCI_CP_ALIGN 16           /* input channels padded to a multiple of this (one cp.async) ... */
+#define QCI_CP_SMALL 8            /* ... or, when there are at most this many, to exactly this many */
 #define QCI_MAX_K 32768           /* as the CPU kernels: no 8-bit sum of this many taps overflows int32 */
 #define QCI_MAX_IMAGES 65535      /* images per chunk: the transposing kernel's grid.z */
 
 static_assert(QCI_BK % 32 == 0, "a pipeline step holds whole m16n8k32 k-steps");
 static_assert(QCI_LDS % 16 == 0, "shared rows start on 16-byte boundaries (cp.async, ldmatrix)");
-static_assert(QCI_BK % QCI_CP_ALIGN == 0, "a 16-byte piece of A never straddles two taps");
+static_assert(QCI_BK % QCI_CP_ALIGN == 0, "a 16-byte piece of A never straddles two taps of 16+ channels");
+static_assert(QCI_CP_ALIGN == 2 * QCI_CP_SMALL, "a 16-byte piece of A holds two whole taps of QCI_CP_SMALL channels");
 
 /* ---------------------------------------------------------------- device code */
 
@@ -181,8 +185,8 @@ template <int BM, int BN, int STAGES> static constexpr __host__ __device__ size_
 /* y (through a's output map) = out(act(scale * (X * W - xzp colsum) + bias)) for the rows and
  * channels of CTA (blockIdx.x: BM rows, blockIdx.y: BN channels). WM x WN warps of 32 threads, each
  * a (BM / WM) x (BN / WN) tile of int32 sums; needs qci_smem_bytes<BM, BN, STAGES>() of dynamic
- * shared memory and sm_80+. Preconditions (checked by the host): Cp % 16 == 0, Kp % QCI_BK == 0,
- * x and w 16-byte aligned, Ktaps <= Kp. */
+ * shared memory and sm_80+. Preconditions (checked by the host): Cp % 16 == 0 or Cp = 8,
+ * Kp % QCI_BK == 0, x and w 16-byte aligned, Ktaps <= Kp. */
 template <int BM, int BN, int WM, int WN, int STAGES, int MINB, typename T>
 __global__ void __launch_bounds__(WM * WN * 32, MINB) qci_kernel(const qci_args a, T *__restrict__ y) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -217,21 +221,26 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) qci_kernel(const qci_args 
 
     auto load_stage = [&](int stage, int kt) {
         int8_t *sa = qci_smem + (size_t)stage * (BM + BN) * QCI_LDS, *sb = sa + BM * QCI_LDS;
-        int k = kt * QCI_BK + piece * 16;
-        bool k_ok = k < a.Ktaps;
-        int tap = k / a.Cp, ci = k - tap * a.Cp, ky = tap / a.kw, kx = tap - ky * a.kw;
+        const bool halves = a.Cp == QCI_CP_SMALL; /* each 16-byte piece: two taps, 8 bytes each */
+        for (int h = 0; h < 16; h += halves ? 8 : 16) {
+            int k = kt * QCI_BK + piece * 16 + h;
+            bool k_ok = k < a.Ktaps;
+            int tap = k / a.Cp, ci = k - tap * a.Cp, ky = tap / a.kw, kx = tap - ky * a.kw;
 #pragma unroll
-        for (int i = 0; i < A_IT; i++) {
-            int8_t *dst = sa + ((tid + i * THREADS) / PIECES) * QCI_LDS + piece * 16;
-            int iy = a_iy[i] + ky * a.dy, ix = a_ix[i] + kx * a.dx;
-            bool inside = iy >= 0 && iy < a.H && ix >= 0 && ix < a.W;
-            if (k_ok && a_ok[i] && !inside) { /* a padding tap: the input's zero point */
-                *(uint4 *)dst = make_uint4(a.pad4, a.pad4, a.pad4, a.pad4);
-                continue;
+            for (int i = 0; i < A_IT; i++) {
+                int8_t *dst = sa + ((tid + i * THREADS) / PIECES) * QCI_LDS + piece * 16 + h;
+                int iy = a_iy[i] + ky * a.dy, ix = a_ix[i] + kx * a.dx;
+                bool inside = iy >= 0 && iy < a.H && ix >= 0 && ix < a.W;
+                if (k_ok && a_ok[i] && !inside) { /* a padding tap: the input's zero point */
+                    if (halves) *(uint2 *)dst = make_uint2(a.pad4, a.pad4);
+                    else *(uint4 *)dst = make_uint4(a.pad4, a.pad4, a.pad4, a.pad4);
+                    continue;
+                }
+                bool valid = k_ok && a_ok[i];
+                const int8_t *src = valid ? a.x + a_img[i] + ((int64_t)iy * a.W + ix) * a.Cp + ci : a.x;
+                if (halves) fa_cp8(dst, src, valid);
+                else fa_cp16(dst, src, valid);
             }
-            bool valid = k_ok && a_ok[i];
-            const int8_t *src = valid ? a.x + a_img[i] + ((int64_t)iy * a.W + ix) * a.Cp + ci : a.x;
-            fa_cp16(dst, src, valid);
         }
 #pragma unroll
         for (int i = 0; i < B_IT; i++) {
@@ -399,6 +408,10 @@ static kiln_status qci_geom_make(const kiln_node *n, const kiln_cuda_tensor *x, 
 
 static int64_t qci_round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
+/* The channels of the kernel's channels-last X for C input channels: QCI_CP_SMALL for few, else C
+ * rounded up to a multiple of QCI_CP_ALIGN. */
+static int64_t qci_padded_channels(int64_t C) { return C <= QCI_CP_SMALL ? QCI_CP_SMALL : qci_round_up(C, QCI_CP_ALIGN); }
+
 /* A QConv node's prepared parameters on the device, in one allocation. */
 typedef struct qci_state {
     kiln_cuda_node_state base;
@@ -502,7 +515,7 @@ static kiln_status qci_state_get(const kiln_node *n, const kiln_quant_layer *ql,
     if (!st) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for the state of %s '%s'", n->op_type, n->name);
     st->base.owner = qci_state_owner;
     st->base.destroy = qci_state_destroy;
-    st->Cp = qci_round_up(gm->C, QCI_CP_ALIGN);
+    st->Cp = qci_padded_channels(gm->C);
     st->Kp = qci_round_up(gm->kh * gm->kw * st->Cp, QCI_BK);
     kiln_status s = qci_state_prepare(n, ql, gm, w, bias, x_dtype, y_dtype, st);
     if (s != KILN_OK) {
@@ -516,10 +529,10 @@ static kiln_status qci_state_get(const kiln_node *n, const kiln_quant_layer *ql,
 
 /* ---------------------------------------------------------------- entry points */
 
-/* Whether the kernel reads channels-last X (C channels) in place: int8, C a multiple of 16, 16-byte
+/* Whether the kernel reads channels-last X (C channels) in place: int8, no channels to pad, 16-byte
  * aligned (else a padded, shifted copy goes to the workspace). */
 static bool qci_x_in_place(bool cl, const kiln_cuda_tensor *x, int64_t C) {
-    return cl && x->dtype == KILN_I8 && C % QCI_CP_ALIGN == 0 && ku_aligned16(x->data);
+    return cl && x->dtype == KILN_I8 && qci_padded_channels(C) == C && ku_aligned16(x->data);
 }
 
 bool kiln_cuda_qconv_igemm_takes(const kiln_node *n, const kiln_quant_layer *ql, const kiln_cuda_tensor *x,
@@ -532,7 +545,7 @@ bool kiln_cuda_qconv_igemm_takes(const kiln_node *n, const kiln_quant_layer *ql,
         return false;
     for (int64_t c = 0; c < w->dims[0]; c++)
         if (qci_wzp(ql, w->dtype, c) != 0) return false;
-    int64_t C = x->dims[ca], taps = 1, image = qci_round_up(C, QCI_CP_ALIGN);
+    int64_t C = x->dims[ca], taps = 1, image = qci_padded_channels(C);
     for (int i = 1; i < w->ndim; i++)
         if (i != ca) taps *= w->dims[i], image *= x->dims[i];
     bool fits = qci_x_in_place(cl, x, C) || (size_t)image <= ctx->workspace_bytes;

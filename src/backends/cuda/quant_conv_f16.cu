@@ -1,7 +1,7 @@
 /* quant_conv_f16.cu — kiln.QConv's float16 path (quant_gemm.cuh: kiln_qg_conv_f16), the build's
  * alternative to its int8 one when tuning an `--int8 --fp16` engine: the same layer computed from the
- * same quantized operands, dequantized to float16, through cuDNN's convolution (conv.cu), to float16's
- * rounding. */
+ * same quantized operands (and residual), dequantized to float16, through cuDNN's convolution (conv.cu,
+ * NCHW or channels-last NHWC, the residual as kiln.FusedConv's Z), to float16's rounding. */
 #include "backends/cuda/quant_gemm.cuh"
 
 #include <stdlib.h>
@@ -51,13 +51,23 @@ static kiln_cuda_tensor qg_f16_view(int ndim, const int64_t *dims, void *data) {
     return t;
 }
 
+bool kiln_qg_f16_residual_ok(const kiln_cuda_tensor *r) {
+    return !r || r->dtype == KILN_I8 || r->dtype == KILN_U8 || r->dtype == KILN_F16;
+}
+
 kiln_status kiln_qg_conv_f16(const kiln_node *n, const kiln_quant_layer *ql, qg_state *st, const qg_host_weights *w,
                              const kiln_cuda_tensor *bias, const kiln_cuda_tensor *x, const kiln_cuda_tensor *wt,
-                             const qg_conv_geom &gm, const kiln_cuda_tensor *y, kiln_cuda_ctx *ctx) {
+                             const kiln_cuda_tensor *r, const qg_conv_geom &gm, const kiln_cuda_tensor *y,
+                             kiln_cuda_ctx *ctx) {
+    if (!kiln_qg_f16_residual_ok(r))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': the float16 path takes an 8-bit or float16 residual, not %s",
+                          n->op_type, n->name, kiln_dtype_name(r->dtype));
     KILN_TRY(qg_conv_prepare_f16(n, ql, w, bias, gm.Cg * gm.kh * gm.kw, st));
     int64_t in_img = gm.C * gm.H * gm.W, out_img = gm.M * gm.OH * gm.OW;
     bool direct = y->dtype == KILN_F16; /* cuDNN writes y itself; else a float16 copy, then converted */
-    size_t per = qg_align((size_t)in_img * 2) + (direct ? 0 : qg_align((size_t)out_img * 2));
+    bool r8 = r && r->dtype != KILN_F16; /* an 8-bit residual, dequantized into the workspace */
+    size_t per = qg_align((size_t)in_img * 2) + (direct ? 0 : qg_align((size_t)out_img * 2)) +
+                 (r8 ? qg_align((size_t)out_img * 2) : 0);
     size_t half = ctx->workspace_bytes / 2;
     int64_t chunk = per ? (int64_t)(half / per) : gm.N;
     if (gm.N > 0 && chunk < 1)
@@ -77,12 +87,21 @@ kiln_status kiln_qg_conv_f16(const kiln_node *n, const kiln_quant_layer *ql, qg_
         if (!direct) used += qg_align((size_t)(imgs * out_img) * 2);
         const unsigned char *xb = (const unsigned char *)x->data + (size_t)(i0 * in_img);
         KILN_TRY(kiln_qg_dequant_f16(xb, x->dtype, imgs * in_img, ql->x_zero_point, ql->x_scale, x16, ctx));
+        __half *r16 = NULL;
+        if (r8) {
+            r16 = (__half *)(ws + used);
+            used += qg_align((size_t)(imgs * out_img) * 2);
+            KILN_TRY(kiln_qg_dequant_f16((const unsigned char *)r->data + (size_t)(i0 * out_img), r->dtype, imgs * out_img,
+                                         ql->r_zero_point, ql->r_scale, r16, ctx));
+        } else if (r) {
+            r16 = (__half *)r->data + i0 * out_img;
+        }
         int64_t xd[KILN_MAX_DIMS], yd[KILN_MAX_DIMS];
         memcpy(xd, x->dims, sizeof(int64_t) * (size_t)x->ndim);
         memcpy(yd, y->dims, sizeof(int64_t) * (size_t)y->ndim);
         xd[0] = yd[0] = imgs;
-        kiln_cuda_tensor args[3] = {qg_f16_view(x->ndim, xd, x16), qg_f16_view(wt->ndim, wt->dims, st->w16),
-                                    qg_f16_view(1, &gm.M, st->b16)};
+        kiln_cuda_tensor args[4] = {qg_f16_view(x->ndim, xd, x16), qg_f16_view(wt->ndim, wt->dims, st->w16),
+                                    qg_f16_view(1, &gm.M, st->b16), qg_f16_view(y->ndim, yd, r16)};
         if (!st->b16) args[2].ndim = -1;
         kiln_cuda_tensor out = qg_f16_view(y->ndim, yd, y16);
         kiln_cuda_ctx sub = *ctx; /* cuDNN's workspace after the buffers; its own state; no tactic */
@@ -92,7 +111,7 @@ kiln_status kiln_qg_conv_f16(const kiln_node *n, const kiln_quant_layer *ql, qg_
         sub.tactic_strict = false;
         sub.candidates = NULL;
         sub.state = &st->conv16;
-        KILN_TRY(kiln_cuda_fused_conv(n, args, 3, &out, &sub));
+        KILN_TRY(kiln_cuda_fused_conv(n, args, r ? 4 : 3, &out, &sub));
         if (!direct) KILN_TRY(kiln_qg_epilogue_f16(n, y16, imgs * out_img, 1, convert, y->dtype, yb, ctx));
     }
     return KILN_OK;

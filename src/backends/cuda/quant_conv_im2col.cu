@@ -2,14 +2,18 @@
  * dilations, auto_pad, groups: one GEMM per group), NCHW in and out, as an im2col of int8 rows
  * feeding quant_gemm.cu's exact IMMA GEMM and kiln's requantizing epilogue (quant_kernels.cu); a
  * recorded tactic of kind KILN_TACTIC_PATH, algo 1, runs the float16 path (quant_conv_f16.cu). Layers
- * the implicit-GEMM kernel takes (qconv_igemm.cu: group 1, no weight zero point, sm_80+; those with a
- * residual input or channels-last tensors only there) run on it unless the float16 path won. The
+ * the implicit-GEMM kernel takes (qconv_igemm.cu: group 1, no weight zero point, sm_80+) run on it
+ * unless the float16 path won; layers with a residual input or channels-last tensors run there or on
+ * the float16 path (cuDNN's NHWC convolution for channels-last ones, the residual its Z; a float32 or
+ * bfloat16 residual only on the implicit-GEMM kernel, so such a layer lists no float16 candidate to
+ * the build's tuning). The
  * im2col rows hold x - 128 for uint8 input and the (shifted) input zero point in the padding, so
  * padding contributes nothing after the correction. */
 #include "backends/cuda/qconv_igemm.h"
 #include "backends/cuda/quant_gemm.cuh"
 
 extern "C" {
+#include "core/log.h"
 #include "ir/nn_window.h"
 }
 
@@ -51,10 +55,39 @@ static kiln_status qg_conv_geom_make(const kiln_node *n, const kiln_cuda_tensor 
     return KILN_OK;
 }
 
+/* The geometry of channels-last QConv n (x [N, H, W, C], w [M, kh, kw, C/group], y [N, OH, OW, M]) as
+ * far as the float16 path reads it: the counts of images, channels, taps and pixels. */
+static kiln_status qg_conv_geom_cl(const kiln_node *n, const kiln_cuda_tensor *x, const kiln_cuda_tensor *w,
+                                   const kiln_cuda_tensor *y, qg_conv_geom *gm) {
+    memset(gm, 0, sizeof *gm);
+    if (x->ndim != 4 || w->ndim != 4 || y->ndim != 4)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': channels_last needs X [N,H,W,C], W [M,kH,kW,C/group] and Y "
+                          "[N,H',W',M] (ranks %d, %d, %d)", n->op_type, n->name, x->ndim, w->ndim, y->ndim);
+    gm->N = x->dims[0], gm->H = x->dims[1], gm->W = x->dims[2], gm->C = x->dims[3];
+    gm->M = w->dims[0], gm->kh = w->dims[1], gm->kw = w->dims[2], gm->Cg = w->dims[3];
+    gm->OH = y->dims[1], gm->OW = y->dims[2];
+    gm->group = kiln_attr_int(n, "group", 1);
+    if (gm->group < 1 || gm->M % gm->group || gm->Cg * gm->group != gm->C || y->dims[3] != gm->M)
+        return kiln_error(KILN_ERR_SHAPE, "%s '%s': %lld input channels, weights [%lld, ..., %lld], group %lld and %lld "
+                          "output channels do not agree", n->op_type, n->name, (long long)gm->C, (long long)gm->M,
+                          (long long)gm->Cg, (long long)gm->group, (long long)y->dims[3]);
+    gm->Mg = gm->M / gm->group;
+    return KILN_OK;
+}
+
 /* kiln.QConv's exec function (the kernel table is quant_matmul.cu's). */
 kiln_status kiln_qg_exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
                                int nout, kiln_cuda_ctx *ctx) {
     (void)nout;
+    /* a float residual other than float16 only the implicit-GEMM kernel runs: such a layer lists no
+     * float16 candidate (timing it would time that kernel twice) */
+    const kiln_cuda_tensor *r = kiln_qg_input(in, nin, 3);
+    bool cl = kiln_attr_int(n, "channels_last", 0) != 0;
+    if (ctx->candidates && !kiln_qg_f16_residual_ok(r)) {
+        KILN_LOG(KILN_LOG_VERBOSE, "cuda: %s '%s': no float16 path to time against int8 (a %s residual input runs only "
+                 "on the implicit-GEMM kernel)", n->op_type, n->name, kiln_dtype_name(r->dtype));
+        return KILN_OK;
+    }
     if (ctx->candidates) return kiln_qg_list_paths(ctx);
     bool f16;
     KILN_TRY(kiln_qg_wants_f16(n, ctx, &f16));
@@ -64,17 +97,17 @@ kiln_status kiln_qg_exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, i
     if (!qg_is_8bit(x->dtype) || !qg_is_8bit(w->dtype) || !w->host || !kiln_qg_out_ok(&ql, y->dtype))
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': needs 8-bit X, constant 8-bit W and a %s output", n->op_type,
                           n->name, kiln_dtype_name(ql.y_dtype));
-    /* the implicit-GEMM kernel takes what it can unless the float16 path was timed faster; residual
-     * inputs and channels-last tensors only it runs */
-    bool needs_igemm = kiln_qg_input(in, nin, 3) || kiln_attr_int(n, "channels_last", 0);
-    if (kiln_cuda_qconv_igemm_takes(n, &ql, x, w, ctx) && (!f16 || needs_igemm))
-        return kiln_cuda_qconv_igemm(n, &ql, in, nin, y, ctx);
-    if (needs_igemm)
+    /* the implicit-GEMM kernel takes what it can unless the float16 path was timed faster (or cannot
+     * take the residual); layers with a residual or channels-last tensors run on it or on the float16
+     * path (cuDNN's convolution, NHWC or NCHW, the residual its Z), not on the im2col one */
+    bool f16_ok = f16 && kiln_qg_f16_residual_ok(r);
+    if (kiln_cuda_qconv_igemm_takes(n, &ql, x, w, ctx) && !f16_ok) return kiln_cuda_qconv_igemm(n, &ql, in, nin, y, ctx);
+    if ((r || cl) && !f16_ok)
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': a residual input or channels-last tensors need the "
-                          "implicit-GEMM kernel (group 1, symmetric weights, sm_80+, a workspace of one image)",
-                          n->op_type, n->name);
+                          "implicit-GEMM kernel (group 1, symmetric weights, sm_80+, a workspace of one image) or the "
+                          "float16 path (an 8-bit or float16 residual)", n->op_type, n->name);
     qg_conv_geom gm;
-    KILN_TRY(qg_conv_geom_make(n, x, w, &gm));
+    KILN_TRY(cl ? qg_conv_geom_cl(n, x, w, y, &gm) : qg_conv_geom_make(n, x, w, &gm));
     int64_t K = gm.Cg * gm.kh * gm.kw, P = gm.OH * gm.OW;
     if (K > QG_MAX_K || (ql.nw != 1 && ql.nw != gm.M))
         return kiln_error(KILN_ERR_SHAPE, "%s '%s': %lld taps per output (at most %d), %d weight scales for %lld channels",
@@ -85,7 +118,7 @@ kiln_status kiln_qg_exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, i
     qg_state *st;
     bool temp;
     KILN_TRY(kiln_qg_state_get(n, &ql, &hw, bias, x->dtype, K, gm.Mg, gm.group, ctx, &st, &temp));
-    if (f16) return kiln_qg_finish(st, temp, kiln_qg_conv_f16(n, &ql, st, &hw, bias, x, w, gm, y, ctx), ctx);
+    if (f16) return kiln_qg_finish(st, temp, kiln_qg_conv_f16(n, &ql, st, &hw, bias, x, w, r, gm, y, ctx), ctx);
     size_t lt_bytes = kiln_qg_lt_bytes(ctx);
     int64_t chunk = 0;
     kiln_status s = gm.N > 0 && P > 0 && gm.M > 0 ? kiln_qg_chunk_units(n, st, gm.N, P, true, lt_bytes, ctx, &chunk) : KILN_OK;

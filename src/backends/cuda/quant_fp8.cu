@@ -9,8 +9,12 @@
  * context (K padded with zero codes to Kp, a multiple of 16; N to Np likewise), X the rounded
  * activations as rows [r, k] padded alike (and with zero rows to Rp, a multiple of 16), D written into
  * Y itself when N = Np and R = Rp, else into the workspace and copied.
- * A call cuBLASLt refuses (no FP8 tensor cores, an unsupported shape or library) runs a CUDA-core
- * kernel on the same rounded operands instead (slow; one warning per node naming the reason). The
+ * The bias: cuBLASLt's BIAS epilogue in D's type for float16 / bfloat16 D (cuBLASLt's FP8 table; for
+ * float32 D it takes only a bfloat16 bias, which would round it, so there a kernel adds the float32
+ * bias after the GEMM, as it does when cuBLASLt refuses the epilogue).
+ * A call cuBLASLt refuses altogether (no FP8 tensor cores, an unsupported shape or library) runs a
+ * tiled CUDA-core kernel on the same rounded operands instead (one warning per node naming the
+ * reason; far slower than the tensor cores, so the build's tuning then keeps float16). The
  * products of two E4M3 values are exact in float32 on either path; only the summation order differs
  * from the CPU's.
  *
@@ -54,19 +58,56 @@ static __device__ __forceinline__ float f8_value(__nv_fp8_storage_t c) {
     return __half2float(__half(__nv_cvt_fp8_to_halfraw(c, __NV_E4M3)));
 }
 
-/* y[r * ldy + j] = scale * sum_k x8[r, k] w8[j, k] + bias[j] for r < R, j < N: the CUDA-core product
- * for a call cuBLASLt refuses. */
+#define F8_FB_TILE 64  /* the CUDA-core product's output tile: F8_FB_TILE rows x F8_FB_TILE columns */
+#define F8_FB_TK 32    /* its k step: codes decoded once into shared memory per step */
+#define F8_FB_THREADS 256
+
+/* y[r * N + j] = scale * sum_k x8[r, k] w8[j, k] + bias[j] for r < R, j < N: the CUDA-core product
+ * for a call cuBLASLt refuses. Blocks of F8_FB_THREADS threads, grid (ceil(R / 64), ceil(N / 64)):
+ * each stages a 64 x 32 slice of both operands as floats in shared memory and each thread keeps a
+ * 4 x 4 block of outputs, the k terms summed in order. */
 template <typename T>
-__global__ void f8_gemm_fallback_kernel(const __nv_fp8_storage_t *__restrict__ x8, const __nv_fp8_storage_t *__restrict__ w8,
-                                        int64_t R, int64_t N, int64_t Kp, float scale, const float *__restrict__ bias,
-                                        T *__restrict__ y) {
-    int64_t total = R * N;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t r = i / N, j = i % N;
-        float acc = 0.0f;
-        for (int64_t k = 0; k < Kp; k++) acc += f8_value(x8[r * Kp + k]) * f8_value(w8[j * Kp + k]);
-        y[i] = ku_from_f32<T>(acc * scale + (bias ? bias[j] : 0.0f));
+__global__ void __launch_bounds__(F8_FB_THREADS)
+f8_gemm_fallback_kernel(const __nv_fp8_storage_t *__restrict__ x8, const __nv_fp8_storage_t *__restrict__ w8,
+                        int64_t R, int64_t N, int64_t Kp, float scale, const float *__restrict__ bias,
+                        T *__restrict__ y) {
+    __shared__ float xs[F8_FB_TK][F8_FB_TILE + 1], ws[F8_FB_TK][F8_FB_TILE + 1];
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const int64_t r0 = (int64_t)blockIdx.x * F8_FB_TILE, j0 = (int64_t)blockIdx.y * F8_FB_TILE;
+    float acc[4][4] = {};
+    for (int64_t k0 = 0; k0 < Kp; k0 += F8_FB_TK) {
+        for (int i = threadIdx.x; i < F8_FB_TILE * F8_FB_TK; i += F8_FB_THREADS) {
+            int row = i / F8_FB_TK, k = i % F8_FB_TK; /* consecutive threads read consecutive k */
+            int64_t r = r0 + row, j = j0 + row, kk = k0 + k;
+            xs[k][row] = r < R && kk < Kp ? f8_value(x8[r * Kp + kk]) : 0.0f;
+            ws[k][row] = j < N && kk < Kp ? f8_value(w8[j * Kp + kk]) : 0.0f;
+        }
+        __syncthreads();
+        for (int k = 0; k < F8_FB_TK; k++) {
+            float a[4], b[4];
+            for (int i = 0; i < 4; i++) {
+                a[i] = xs[k][ty + 16 * i];
+                b[i] = ws[k][tx + 16 * i];
+            }
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
+        }
+        __syncthreads();
     }
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            int64_t r = r0 + ty + 16 * i, c = j0 + tx + 16 * j;
+            if (r < R && c < N) y[r * N + c] = ku_from_f32<T>(acc[i][j] * scale + (bias ? bias[c] : 0.0f));
+        }
+}
+
+/* y[r * N + j] += bias[j] for r < R, j < N, the sum rounded once to T: the bias of a cuBLASLt call
+ * made without its BIAS epilogue. */
+template <typename T>
+__global__ void f8_add_bias_kernel(T *__restrict__ y, int64_t R, int64_t N, const float *__restrict__ bias) {
+    int64_t total = R * N;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = ku_from_f32<T>(ku_f32(y[i]) + bias[i % N]);
 }
 
 /* y[r * N + j] = d[r * Np + j] for r < R, j < N (D computed with padded rows). */
@@ -79,9 +120,10 @@ __global__ void f8_unpad_kernel(const T *__restrict__ d, int64_t R, int64_t N, i
 
 /* ---------------------------------------------------------------- node state */
 
-/* One cached cuBLASLt call for R rows; fallback when cuBLASLt cannot make it. */
+/* One cached cuBLASLt call for R rows; fallback when cuBLASLt cannot make it, bias_kernel when it
+ * was made without the BIAS epilogue (refused) and a kernel adds the bias after it. */
 typedef struct f8_call {
-    bool valid, fallback;
+    bool valid, fallback, bias_kernel;
     int64_t R;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, ld;
@@ -95,7 +137,7 @@ typedef struct f8_state {
     const __nv_fp8_storage_t *w8; /* [Np][Kp] weight codes, zero-padded */
     const float *scales;          /* [0] w_scale, [1] x_scale */
     const float *bias32;          /* [Np] float32 (NULL without a bias): the fallback's */
-    const void *bias_d;           /* [Np] in D's type (NULL without a bias): the epilogue's */
+    const void *bias_d;           /* [Np] in D's type for 16-bit D (else NULL; NULL without a bias): the epilogue's */
     kiln_dtype d_dtype;           /* the output type the state was prepared for */
     int64_t K, Kp, N, Np;
     float scale;                  /* x_scale * w_scale, the fallback's */
@@ -131,7 +173,7 @@ static float f8_host_float(const kiln_cuda_tensor *t, int64_t i) {
 }
 
 /* Prepares st from the host copies: weight codes [K, N] as rows [Np][Kp], the scales, the bias in
- * float32 and in the output type d. */
+ * float32 and, for a 16-bit output type d, in d. */
 static kiln_status f8_state_prepare(const kiln_node *n, const kiln_fp8_layer *q, const kiln_cuda_tensor *w,
                                     const kiln_cuda_tensor *bias, kiln_dtype d, f8_state *st) {
     size_t w_bytes = f8_align((size_t)(st->Np * st->Kp)), s_bytes = f8_align(2 * sizeof(float));
@@ -150,7 +192,6 @@ static kiln_status f8_state_prepare(const kiln_node *n, const kiln_fp8_layer *q,
         b32[j] = f8_host_float(bias, j);
         if (d == KILN_F16) ((uint16_t *)bd)[j] = kiln_f32_to_f16(b32[j]);
         else if (d == KILN_BF16) ((uint16_t *)bd)[j] = kiln_f32_to_bf16(b32[j]);
-        else ((float *)bd)[j] = b32[j];
     }
     cudaError_t e = cudaMalloc(&st->dev, bytes);
     if (e == cudaSuccess) e = cudaMemcpy(st->dev, host, bytes, cudaMemcpyHostToDevice);
@@ -160,7 +201,7 @@ static kiln_status f8_state_prepare(const kiln_node *n, const kiln_fp8_layer *q,
     st->w8 = (const __nv_fp8_storage_t *)dev;
     st->scales = (const float *)(dev + w_bytes);
     st->bias32 = bias ? (const float *)(dev + w_bytes + s_bytes) : NULL;
-    st->bias_d = bias ? (const void *)(dev + w_bytes + s_bytes + b32_bytes) : NULL;
+    st->bias_d = bias && d != KILN_F32 ? (const void *)(dev + w_bytes + s_bytes + b32_bytes) : NULL;
     st->d_dtype = d;
     st->scale = q->x_scale * q->w_scale;
     return KILN_OK;
@@ -209,10 +250,11 @@ static cudaDataType_t f8_lt_dtype(kiln_dtype t) {
     return t == KILN_F16 ? CUDA_R_16F : t == KILN_BF16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
-/* Makes call c for R rows: D[Np, R] (D's type) = Wt^T X with the scales and the bias epilogue, and
- * the heuristic's best algorithm within lt_ws bytes of workspace. */
-static kiln_status f8_call_make(const kiln_node *n, const f8_state *st, int64_t R, size_t lt_ws, kiln_cuda_ctx *ctx,
-                                f8_call *c) {
+/* Makes call c for R rows: D[Np, R] (D's type) = Wt^T X with the scales and, when epilogue_bias, the
+ * BIAS epilogue, and the heuristic's best algorithm within lt_ws bytes of workspace; an error naming
+ * the configuration when cuBLASLt refuses it. */
+static kiln_status f8_call_make(const kiln_node *n, const f8_state *st, int64_t R, size_t lt_ws, bool epilogue_bias,
+                                kiln_cuda_ctx *ctx, f8_call *c) {
     F8_LT(cublasLtMatmulDescCreate(&c->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     F8_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
@@ -221,7 +263,7 @@ static kiln_status f8_call_make(const kiln_node *n, const f8_state *st, int64_t 
     F8_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));
     F8_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb));
     cudaDataType_t dt = f8_lt_dtype(st->d_dtype);
-    if (st->bias_d) {
+    if (st->bias_d && epilogue_bias) {
         cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
         F8_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
         F8_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dt, sizeof dt));
@@ -239,11 +281,13 @@ static kiln_status f8_call_make(const kiln_node *n, const f8_state *st, int64_t 
     if (e == CUBLAS_STATUS_SUCCESS)
         e = cublasLtMatmulAlgoGetHeuristic(ctx->lt, c->op, c->la, c->lb, c->ld, c->ld, pref, 1, &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (e != CUBLAS_STATUS_SUCCESS) return f8_lt_fail(n, e, "cublasLtMatmulAlgoGetHeuristic");
-    if (found < 1)
-        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': cuBLASLt offers no FP8 (E4M3) algorithm for %lld x %lld x %lld "
-                          "into %s within %zu bytes of workspace", n->op_type, n->name, (long long)st->Np, (long long)R,
-                          (long long)st->Kp, kiln_dtype_name(st->d_dtype), lt_ws);
+    if (e != CUBLAS_STATUS_SUCCESS || found < 1)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': cuBLASLt's heuristic offers no FP8 GEMM (%s) for E4M3 A^T [%lld, "
+                          "%lld] x E4M3 B [%lld, %lld] into %s%s, compute 32F, within %zu bytes of workspace",
+                          n->op_type, n->name, e != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(e) : "no algorithm",
+                          (long long)st->Np, (long long)st->Kp, (long long)st->Kp, (long long)R,
+                          kiln_dtype_name(st->d_dtype), st->bias_d && epilogue_bias ? " with its BIAS epilogue" : "",
+                          lt_ws);
     c->algo = res.algo;
     c->R = R;
     c->valid = true;
@@ -267,12 +311,20 @@ static f8_call *f8_call_get(const kiln_node *n, f8_state *st, int64_t R, size_t 
     f8_call *c = &st->calls[st->next_call];
     st->next_call = (st->next_call + 1) % F8_CALLS;
     f8_call_clear(c);
-    if (f8_call_make(n, st, R, lt_ws, ctx, c) != KILN_OK) {
+    if (st->bias_d) { /* 16-bit D: the BIAS epilogue, or, refused, the plain GEMM and the bias kernel */
+        if (f8_call_make(n, st, R, lt_ws, true, ctx, c) == KILN_OK) return c;
         f8_call_clear(c);
-        f8_call_fall_back(n, st, c);
-        c->R = R;
-        c->valid = true;
+        KILN_LOG(KILN_LOG_VERBOSE, "cuda: %s; trying it without the epilogue", kiln_last_error());
+        kiln_error_clear();
     }
+    if (f8_call_make(n, st, R, lt_ws, false, ctx, c) == KILN_OK) {
+        c->bias_kernel = st->bias32 != NULL;
+        return c;
+    }
+    f8_call_clear(c);
+    f8_call_fall_back(n, st, c);
+    c->R = R;
+    c->valid = true;
     return c;
 }
 
@@ -289,16 +341,24 @@ static kiln_status f8_gemm(const kiln_node *n, f8_state *st, const __nv_fp8_stor
         cublasStatus_t e = cublasLtMatmul(ctx->lt, c->op, &alpha, st->w8, c->la, x8, c->lb, &beta, out, c->ld, out, c->ld,
                                           &c->algo, lt_ws, lt_bytes, ctx->stream);
         if (e == CUBLAS_STATUS_SUCCESS) {
-            if (out == y) return KILN_OK;
-            f8_unpad_kernel<T><<<ku_blocks(R * st->N, KU_THREADS, ctx, 4), KU_THREADS, 0, ctx->stream>>>(d, R, st->N, st->Np, y);
-            KILN_CUDA_LAUNCH_CHECK("f8_unpad_kernel");
+            if (out != y) {
+                f8_unpad_kernel<T><<<ku_blocks(R * st->N, KU_THREADS, ctx, 4), KU_THREADS, 0, ctx->stream>>>(d, R, st->N,
+                                                                                                         st->Np, y);
+                KILN_CUDA_LAUNCH_CHECK("f8_unpad_kernel");
+            }
+            if (c->bias_kernel) {
+                f8_add_bias_kernel<T><<<ku_blocks(R * st->N, KU_THREADS, ctx, 4), KU_THREADS, 0, ctx->stream>>>(
+                    y, R, st->N, st->bias32);
+                KILN_CUDA_LAUNCH_CHECK("f8_add_bias_kernel");
+            }
             return KILN_OK;
         }
         (void)f8_lt_fail(n, e, "cublasLtMatmul");
         f8_call_fall_back(n, st, c);
     }
-    f8_gemm_fallback_kernel<T><<<ku_blocks(R * st->N, KU_THREADS, ctx, 4), KU_THREADS, 0, ctx->stream>>>(
-        x8, st->w8, R, st->N, st->Kp, st->scale, st->bias32, y);
+    dim3 grid((unsigned)((R + F8_FB_TILE - 1) / F8_FB_TILE), (unsigned)((st->N + F8_FB_TILE - 1) / F8_FB_TILE));
+    f8_gemm_fallback_kernel<T><<<grid, F8_FB_THREADS, 0, ctx->stream>>>(x8, st->w8, R, st->N, st->Kp, st->scale,
+                                                                        st->bias32, y);
     KILN_CUDA_LAUNCH_CHECK("f8_gemm_fallback_kernel");
     return KILN_OK;
 }

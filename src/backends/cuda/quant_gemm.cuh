@@ -173,12 +173,18 @@ kiln_status kiln_qg_wants_f16(const kiln_node *n, kiln_cuda_ctx *ctx, bool *f16)
 /* ---------------------------------------------------------------- quant_conv_im2col.cu, quant_conv_f16.cu */
 
 /* QConv's float16 path, the tuner's alternative to its int8 one: x dequantized to float16, cuDNN's
- * float16 convolution by the dequantized weights with the bias and activation (conv.cu, its state in
- * st->conv16), then the output conversion (int8 / uint8 quantized as the exact path does, or the float
- * type), in chunks of images that fit half the workspace. */
+ * float16 convolution by the dequantized weights with the bias, the residual r (NULL: none; 8-bit,
+ * dequantized to float16, or float16 as it is: kiln_qg_f16_residual_ok) and the activation (conv.cu,
+ * its state in st->conv16; NHWC for a channels-last node), then the output conversion (int8 / uint8
+ * quantized as the exact path does, or the float type), in chunks of images that fit half the
+ * workspace. */
 kiln_status kiln_qg_conv_f16(const kiln_node *n, const kiln_quant_layer *ql, qg_state *st, const qg_host_weights *w,
                              const kiln_cuda_tensor *bias, const kiln_cuda_tensor *x, const kiln_cuda_tensor *wt,
-                             const qg_conv_geom &gm, const kiln_cuda_tensor *y, kiln_cuda_ctx *ctx);
+                             const kiln_cuda_tensor *r, const qg_conv_geom &gm, const kiln_cuda_tensor *y,
+                             kiln_cuda_ctx *ctx);
+
+/* Whether the float16 path takes residual r (NULL: no residual): int8, uint8 or float16. */
+bool kiln_qg_f16_residual_ok(const kiln_cuda_tensor *r);
 
 /* kiln.QConv's exec function (kiln_cuda_kernels_quant, in quant_matmul.cu, lists it). */
 kiln_status kiln_qg_exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
