@@ -211,7 +211,7 @@ static int run_gpu(const kiln_llm_model *m, const schedule *sc, kiln_dtype dt, i
         goto done;
     }
     unsetenv("KILN_LLM_FUSE");
-    const bool fused_path = strstr(kiln_llm_cuda_decode_path(g), "fused") != NULL;
+    const bool fused_path = strstr(kiln_llm_cuda_decode_path(g), "fused GEMVs") != NULL; /* not "unfused" */
     LT_EXPECT(fused_path == (strcmp(fuse, "off") != 0), "KILN_LLM_FUSE=%s gave %s", fuse, kiln_llm_cuda_decode_path(g));
     LT_EXPECT(kiln_llm_cuda_kv_blocks(kv) == N_BLOCKS, "cuda KV cache has %d blocks, expected %d", kiln_llm_cuda_kv_blocks(kv),
            N_BLOCKS);

@@ -224,8 +224,9 @@ enum {
     LLMC_FUSE_ON,  /* the fused GEMV (norm prologue, bias / activation / residual epilogues) */
     LLMC_FUSE_PDL, /* the same, its launches with programmatic dependent launch (sm_90 and later) */
 };
-/* g->fuse from the environment: KILN_LLM_FUSE unset or "": pdl on sm_90 and later, else on; "off"/"0",
- * "on"/"1", "pdl"/"2" (on before sm_90); anything else is refused. */
+/* g->fuse from the environment: KILN_LLM_FUSE unset or "": off (measured slower than the unfused step
+ * on the H200, bench/RESULTS.md); "off"/"0", "on"/"1", "pdl"/"2" (on before sm_90); anything else is
+ * refused. */
 kiln_status llmc_fuse_mode_from_env(int cc_major, int *mode);
 /* A phrase naming the path of a mode: "decode: fused GEMVs + PDL", "decode: fused GEMVs" or
  * "decode: unfused". */
