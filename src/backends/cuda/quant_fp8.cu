@@ -1,8 +1,8 @@
 /* quant_fp8.cu — kiln.F8MatMul (ir/quant_ops.h) on the GPU: A rounded to E4M3 (A / x_scale, round to
  * nearest even, saturated to +-448: the CPU reference's kiln_f32_to_e4m3) into the workspace, then
  * cuBLASLt's FP8 GEMM (CUDA_R_8F_E4M3 A and B, FP32 compute, the per-tensor scales through
- * CUBLASLT_MATMUL_DESC_A_SCALE_POINTER / B_SCALE_POINTER, the bias in its BIAS epilogue, D in the
- * engine's float type) on GPUs with FP8 tensor cores (compute capability 8.9+).
+ * CUBLASLT_MATMUL_DESC_A_SCALE_POINTER / B_SCALE_POINTER, the bias as below, D in the engine's
+ * float type) on GPUs with FP8 tensor cores (compute capability 8.9+).
  *
  * FP8's layout contract (cuBLASLt on Ada / Hopper): only "TN", so the product is formed column-major
  * as D[Np, Rp] = Wt[Kp, Np]^T X[Kp, Rp]: Wt the weights' codes as rows [n, k] prepared once per
