@@ -92,11 +92,11 @@ void kiln_llm_cuda_free(kiln_llm_cuda *g); /* accepts NULL; free its caches firs
 const kiln_llm_config *kiln_llm_cuda_config(const kiln_llm_cuda *g);
 /* Bytes of weights on the device (what one decode step streams at least once). */
 uint64_t kiln_llm_cuda_weight_bytes(const kiln_llm_cuda *g);
-/* How steps of at most gemv_max_tokens tokens run, as a phrase: "decode: fused GEMVs + PDL" (the
- * default on sm_90 and later: the norm in the product's prologue, bias, activation and residual add in
- * its epilogue, launches overlapping through programmatic dependent launch), "decode: fused GEMVs"
- * (the default before sm_90) or "decode: unfused" (a kernel per op); chosen at create time by the
- * environment's KILN_LLM_FUSE=off|on|pdl. Static. */
+/* How steps of at most gemv_max_tokens tokens run, as a phrase: "decode: unfused" (a kernel per op;
+ * the default), "decode: fused GEMVs" (the norm in the product's prologue, bias, activation and
+ * residual add in its epilogue) or "decode: fused GEMVs + PDL" (the same, launches overlapping through
+ * programmatic dependent launch on sm_90 and later); chosen at create time by the environment's
+ * KILN_LLM_FUSE=off|on|pdl (unset: off). Static. */
 const char *kiln_llm_cuda_decode_path(const kiln_llm_cuda *g);
 /* The GEMV configurations chosen so far (benchmarks): returns how many product shapes (N, K, token
  * rows, output type) have one; for 0 <= i < that count also writes shape i's as one line into line
