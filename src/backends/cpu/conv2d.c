@@ -139,8 +139,10 @@ typedef struct conv_job {
     atomic_bool oom;
 } conv_job;
 
+/* kiln_conv2d_copy_strided's body, cloned per instruction set: static, because Clang's target_clones
+ * gives an external function no symbol that other files' plain declarations can call. */
 KILN_SIMD_CLONES
-void kiln_conv2d_copy_strided(float *restrict d, const float *restrict s, int64_t n, int64_t stride) {
+static void copy_strided(float *restrict d, const float *restrict s, int64_t n, int64_t stride) {
     if (stride == 1) {
         memcpy(d, s, (size_t)n * sizeof *d);
         return;
@@ -152,6 +154,10 @@ void kiln_conv2d_copy_strided(float *restrict d, const float *restrict s, int64_
             kiln_v8_store(d + i, __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14));
         }
     for (; i < n; i++) d[i] = s[i * stride];
+}
+
+void kiln_conv2d_copy_strided(float *restrict d, const float *restrict s, int64_t n, int64_t stride) {
+    copy_strided(d, s, n, stride);
 }
 
 /* ------------------------------------------------------------------ im2col / pointwise */
