@@ -8,6 +8,7 @@
  * speculation. Statistics: every draft accepted when the model continues the prompt's cycle, and on
  * GPT-2 with a repetitive prompt some accepted, more than one token per speculating step. Exit 0 = pass. */
 #include "check.h"
+#include "spec_markov.h"
 #include "llm/llm.h"
 #include "llm/llm_random.h"
 #include "llm/scheduler.h"
@@ -120,7 +121,7 @@ static void check_greedy_identical(kiln_llm_model *m, const char *name) {
 
 /* ------------------------------------------------------------------ a fake Markov model */
 
-enum { FV = 3 };
+enum { FV = SPEC_FV }; /* the chain's vocabulary */
 static float markov[FV][FV]; /* logits of the next token given the last one */
 
 static kiln_status markov_forward(void *model, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits) {
@@ -147,6 +148,10 @@ static void next_probs(int prev, const kiln_sampling_params *p, double *out) {
     for (int v = 0; v < FV; v++) out[v] /= z;
 }
 
+/* markov_chi2's choices of which requests speculate: every one, or none. */
+static bool speculate_all(int i) { (void)i; return true; }
+static bool speculate_none(int i) { (void)i; return false; }
+
 /* n_draws requests with seeds 1.. (speculating or not) of 3 tokens after a cyclic prompt; the
  * chi-square of the 27 outcomes' counts against the exact joint distribution. */
 static double markov_chi2(kiln_sampling_params p, bool speculate, int n_draws, kiln_scheduler_stats *stats) {
@@ -158,47 +163,9 @@ static double markov_chi2(kiln_sampling_params p, bool speculate, int n_draws, k
                                 .max_num_batched_tokens = 256, .max_num_seqs = 32, .draft_tokens = 3};
     kiln_scheduler *s;
     REQUIRE_OK(kiln_scheduler_create(&sc, &s));
-    static int32_t gen[20000][3];
-    static int n_gen[20000];
-    const int32_t prompt[8] = {0, 1, 2, 0, 1, 2, 0, 1};
-    for (int i = 0; i < n_draws; i++) {
-        p.seed = (uint64_t)i + 1;
-        kiln_request_params rp = {.prompt = prompt, .n_prompt = 8, .max_tokens = 3, .sampling = p,
-                                  .user = (void *)(intptr_t)i, .speculate = speculate};
-        uint64_t id;
-        REQUIRE_OK(kiln_scheduler_add(s, &rp, &id));
-        n_gen[i] = 0;
-    }
-    while (kiln_scheduler_has_work(s)) {
-        const kiln_sched_event *ev;
-        int n;
-        REQUIRE_OK(kiln_scheduler_step(s, &ev, &n));
-        for (int e = 0; e < n; e++) {
-            int i = (int)(intptr_t)ev[e].user;
-            if (ev[e].sample.token >= 0 && n_gen[i] < 3) gen[i][n_gen[i]++] = ev[e].sample.token;
-        }
-    }
-    *stats = kiln_scheduler_get_stats(s);
-    kiln_scheduler_free(s);
+    static const int32_t prompt[8] = {0, 1, 2, 0, 1, 2, 0, 1};
+    double chi2 = spec_markov_chi2(s, prompt, 8, p, n_draws, speculate ? speculate_all : speculate_none, next_probs, stats);
     kiln_kv_cache_free(kv);
-    double count[FV * FV * FV] = {0}, expect[FV * FV * FV];
-    for (int i = 0; i < n_draws; i++) {
-        CHECK(n_gen[i] == 3);
-        count[gen[i][0] * FV * FV + gen[i][1] * FV + gen[i][2]]++;
-    }
-    double p1[FV], p2[FV], p3[FV], chi2 = 0;
-    next_probs(prompt[7], &p, p1);
-    for (int a = 0; a < FV; a++) {
-        next_probs(a, &p, p2);
-        for (int b = 0; b < FV; b++) {
-            next_probs(b, &p, p3);
-            for (int c = 0; c < FV; c++) expect[a * FV * FV + b * FV + c] = n_draws * p1[a] * p2[b] * p3[c];
-        }
-    }
-    for (int k = 0; k < FV * FV * FV; k++) {
-        if (expect[k] == 0) CHECKF(count[k] == 0, "outcome %d has probability 0 but came %g times", k, count[k]);
-        else chi2 += (count[k] - expect[k]) * (count[k] - expect[k]) / expect[k];
-    }
     return chi2;
 }
 
