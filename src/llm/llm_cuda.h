@@ -51,6 +51,24 @@ typedef struct kiln_llm_cuda_options {
                        * weight-only INT8, random int8 values with row scales, as --weights int8 lays them out */
 } kiln_llm_cuda_options;
 
+/* The stages of a profiled step (kiln_llm_cuda_probe.stage_ms): the four weight products of the
+ * layers, attention, the norms (with their residual adds; the final one too), RoPE + KV write, the
+ * MLP activation, the embedding, lm_head, and the greedy argmax (when the step returns ids). */
+enum {
+    KILN_LLM_STAGE_QKV,
+    KILN_LLM_STAGE_O,
+    KILN_LLM_STAGE_UP,
+    KILN_LLM_STAGE_DOWN,
+    KILN_LLM_STAGE_ATTN,
+    KILN_LLM_STAGE_NORM,
+    KILN_LLM_STAGE_ROPE,
+    KILN_LLM_STAGE_ACT,
+    KILN_LLM_STAGE_EMBED,
+    KILN_LLM_STAGE_LM_HEAD,
+    KILN_LLM_STAGE_ARGMAX,
+    KILN_LLM_STAGES
+};
+
 /* Benchmark switches, read at every step, and the timings of profiled steps (accumulated). */
 typedef struct kiln_llm_cuda_probe {
     bool profile; /* in: run steps without graphs, timing each kernel (events between them; the launches
@@ -58,8 +76,10 @@ typedef struct kiln_llm_cuda_probe {
     bool eager;   /* in: no CUDA graphs for the next steps (as use_graphs false) */
     int steps;    /* out: profiled steps so far */
     double gemm_ms, attn_ms, other_ms, logits_ms; /* out: GPU ms: weight products of the layers,
-                   * attention, norms + RoPE/KV write + activation + embedding, final norm + lm_head */
+                   * attention, norms (the final one too) + RoPE/KV write + activation + embedding, lm_head */
     double gpu_ms;     /* out: sum of the classes */
+    double stage_ms[KILN_LLM_STAGES]; /* out: GPU ms by stage (KILN_LLM_STAGE_*; the fused path's products
+                   * carry their norm prologues and epilogues); the argmax is in none of the classes above */
     double enqueue_ms; /* out: host ms to check, stage and enqueue the step (launch overhead, no graph) */
     int graphs_captured, graph_replays; /* out: decode graphs made, steps run from one (any step) */
     char graph_error[200];              /* out: why the last failed capture failed ("" if none did) */

@@ -1,6 +1,6 @@
 /* llm_cuda_util.cuh — device helpers of the LLM kernels (llm_cuda_*.cu): eight 16-bit floats from one
- * 16-byte load as FP32, the opt-in to more than 48 KB of shared memory, the programmatic dependent
- * launch waits, and the dtype dispatch of their launchers. */
+ * 16-byte load as FP32, the 16-bit GEMV family's loop over the weights (shared by the plain and the
+ * fused GEMV), the programmatic dependent launch waits, and the dtype dispatch of their launchers. */
 #ifndef KILN_LLM_CUDA_UTIL_CUH
 #define KILN_LLM_CUDA_UTIL_CUH
 
@@ -32,6 +32,52 @@ template <> __device__ __forceinline__ void lc_unpack8<bf16>(const uint4 &u, flo
 template <typename T> static __device__ __forceinline__ void lc_load8(const T *p, float (&f)[8]) {
     uint4 u = __ldg(reinterpret_cast<const uint4 *>(p));
     lc_unpack8<T>(u, f);
+}
+
+/* 8 elements of T at p (16-byte aligned; shared or global memory) as FP32, by a plain load. */
+template <typename T> static __device__ __forceinline__ void lc_load8_any(const T *p, float (&f)[8]) {
+    const uint4 u = *reinterpret_cast<const uint4 *>(p);
+    lc_unpack8<T>(u, f);
+}
+
+/* The 16-bit GEMV family's loop over the weights (gemv_tpl_kernel, gemv_fused_kernel): a group's thread
+ * takes the 16-byte chunks first, first + STEP, ... of its RW weight rows wr[r] (K8 chunks a row; row r
+ * is live when r % R < rows, a dead row loads zeros), U chunks of every row in flight per round,
+ * streamed with __ldcs (each weight is read once per product), and adds the chunk's 8 weights times
+ * token row t's 8 inputs at xr[t] to acc[r][t]: through the read-only cache (XLDG, x in global memory)
+ * or by plain loads (x may be in shared memory). One order of FP32 operations, so the kernels that
+ * share this loop compute the same bits. */
+template <typename T, int NT, int STEP, int R, int RW, int U, bool XLDG>
+static __device__ __forceinline__ void lc_gemv_rows(const uint4 *const (&wr)[RW], int rows, const T *const (&xr)[NT],
+                                                    int first, int K8, float (&acc)[RW][NT]) {
+    for (int c0 = first; c0 < K8; c0 += STEP * U) {
+        uint4 wv[U][RW];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + u * STEP;
+#pragma unroll
+            for (int r = 0; r < RW; r++)
+                wv[u][r] = c < K8 && r % R < rows ? __ldcs(wr[r] + c) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + u * STEP;
+            if (c >= K8) break;
+            float wf[RW][8];
+#pragma unroll
+            for (int r = 0; r < RW; r++) lc_unpack8<T>(wv[u][r], wf[r]);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                float xf[8];
+                if (XLDG) lc_load8<T>(xr[t] + (size_t)c * 8, xf);
+                else lc_load8_any<T>(xr[t] + (size_t)c * 8, xf);
+#pragma unroll
+                for (int r = 0; r < RW; r++)
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[r][t] += wf[r][e] * xf[e];
+            }
+        }
+    }
 }
 
 /* Programmatic dependent launch (sm_90; no-ops before, and in a kernel launched without the attribute):
