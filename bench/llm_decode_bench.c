@@ -23,7 +23,7 @@
  *   (--int8: every matrix weight-only INT8, as kiln bench --llm --dtype int8 makes them)
  *   (--fuse: each model once per listed KILN_LLM_FUSE mode, the decode path named above its rows, for an
  *   A/B of the fused GEMVs in one run; default: the environment's mode only)
- *   (N: gemv_max_tokens, default 8; KILN_LLM_GEMV=0..7 in the environment: one configuration of the
+ *   (N: gemv_max_tokens, default 8; KILN_LLM_GEMV=0..9 in the environment: one configuration of the
  *   GEMV family for every shape instead of the one chosen per shape; bench/llm_attn_bench.c times the
  *   decode attention kernel alone)
  * Exits 77 ("skipped: no GPU (...)") without a GPU, 1 on an error. */

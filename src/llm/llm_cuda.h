@@ -38,10 +38,11 @@ typedef struct kiln_llm_cuda_options {
                           * bandwidth-bound GEMV kernel, larger ones with cuBLASLt (0..8; 0: cuBLASLt only) */
     bool use_graphs;     /* replay decode steps (every sequence one new token) from CUDA graphs, captured
                           * per (number of sequences, context bucket) on the second step of that shape */
-    bool gemm_autotune;  /* cuBLASLt products of at most 256 token rows: time the heuristic's first 8
+    bool gemm_autotune;  /* cuBLASLt products of at most 256 token rows: time the heuristic's first 16
                           * algorithms on the first product of each shape and keep the fastest (else its first);
-                          * GEMV products: time the 8 kernel configurations likewise (else a rule by shape;
-                          * env KILN_LLM_GEMV=0..7 forces one configuration for every shape) */
+                          * GEMV products (16-bit or INT8 weights): time the 10 kernel configurations likewise
+                          * (else a rule by shape; env KILN_LLM_GEMV=0..9, or KILN_LLM_GEMV_Q8=0..9 for INT8
+                          * weights, forces one configuration for every shape) */
     const char *timing_cache; /* NULL, or a timing cache file (kiln build --timing-cache's): the tactics
                                * gemm_autotune would time (cuBLASLt algorithm, GEMV configuration per
                                * product shape) are taken from it when recorded there for this GPU and

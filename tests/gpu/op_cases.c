@@ -979,7 +979,7 @@ const op_case kiln_op_cases[] = {
     LLM_NORMS(2048, 1, 1, 0), LLM_NORMS(5120, 2, 0, 1), LLM_NORMS(8192, 3, 1, 0), LLM_NORMS(12288, 4, 0, 1),
     /* the GEMV family: K 8..4096, N 1..2304 with tails past every tile, 1..8 token rows */
     LLM_GEMV(64, 5, 2), LLM_GEMV(256, 7, 3), LLM_GEMV(1000, 301, 8), LLM_GEMV(4096, 2048, 1), LLM_GEMV(768, 2304, 3),
-    LLM_GEMV(8, 1, 1), LLM_GEMV(72, 33, 5), LLM_GEMV(2056, 129, 4),
+    LLM_GEMV(8, 1, 1), LLM_GEMV(72, 33, 5), LLM_GEMV(2056, 129, 4), LLM_GEMV(1600, 1600, 1),
     /* the fused GEMV: norm prologue (gathered, padded residual rows), every epilogue, K 64..6144 (the
      * last 96 KB of normed rows, past the 48 KB a kernel has without opting in), 1..8 token rows;
      * without programmatic dependent launch too */

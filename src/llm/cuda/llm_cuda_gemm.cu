@@ -4,7 +4,7 @@
  *  - few token rows (decode): gemv_tpl_kernel, one template over its launch geometry (threads per
  *    row group, groups per block, rows per group, 16-byte loads in flight), in LLMC_GEMV_CONFIGS
  *    configurations; the first product of each shape outside a capture times them all and the
- *    fastest is kept per shape (g->gemv_picks); KILN_LLM_GEMV=0..7 forces one configuration for
+ *    fastest is kept per shape (g->gemv_picks); KILN_LLM_GEMV=0..9 forces one configuration for
  *    every shape. FP32 sums, the bias added in FP32. Bandwidth-bound, as batch-1 decode is.
  *  - otherwise cuBLASLt. Its interface is column-major, and a row-major [r, c] array is the
  *    column-major [c, r] one with the same memory, so:
@@ -19,7 +19,7 @@
  *    replaced round-robin), so a step does no heuristic queries once its shapes were seen.
  *
  * The INT8 GEMV family (llm_cuda_gemv_q.cu, llmc_gemv_q8_config) is chosen per shape by the same
- * timing, as its own family (KILN_LLM_GEMV_Q8=0..7 forces one of its configurations).
+ * timing, as its own family (KILN_LLM_GEMV_Q8=0..9 forces one of its configurations).
  *
  * Both timed choices go to the timing cache of options.timing_cache (llm_cuda_tactics.c), and a
  * shape recorded there is not timed again: a cuBLASLt algorithm is taken when it still fits the call
@@ -55,7 +55,48 @@ template <typename T> static __device__ __forceinline__ void gemv_store(T *p, fl
  * (TPR > 32 only) over the group's warps through shared memory; bias added in FP32.
  * NT: token rows compiled for; NT <= 4 runs with n == NT, NT = 8 with any n <= 8 (rows past n
  * repeat row n - 1 and are not stored). Rows past N are neither loaded nor stored. */
-template <typename T, typename OutT, int NT, int TPR, int GROUPS, int R, int U>
+/* The end of a split-K launch (S > 1, gemv_tpl_kernel): the group's sums of its block's share of K go
+ * to shared memory (over the warp by shuffles, then over the group's warps), lc_cluster_sum adds the
+ * cluster's S shares in rank order, and rank 0's threads add the bias and store. */
+template <typename T, typename OutT, int NT, int TPR, int GROUPS, int R, int S>
+static __device__ __forceinline__ void gemv_split_store(const float (&acc)[R][NT], int grp, int gi, int lane, int rows,
+                                                        int n, int row0, const T *bias, OutT *y, int ldy) {
+    constexpr int WPR = TPR / 32;
+    __shared__ float part[GROUPS][R * NT];
+    if constexpr (WPR == 1) {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const float v = ku_warp_sum(acc[r][t]);
+                if (lane == r * NT + t) part[grp][r * NT + t] = v;
+            }
+    } else {
+        __shared__ float red[GROUPS][WPR][R * NT];
+        const int wg = gi >> 5;
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const float v = ku_warp_sum(acc[r][t]);
+                if (lane == 0) red[grp][wg][r * NT + t] = v;
+            }
+        __syncthreads();
+        if (gi < R * NT) {
+            float v = 0.0f;
+#pragma unroll
+            for (int wi = 0; wi < WPR; wi++) v += red[grp][wi][gi];
+            part[grp][gi] = v;
+        }
+    }
+    float v = 0.0f;
+    if (lc_cluster_sum<S>(part[grp], gi, R * NT, v)) {
+        const int r = gi / NT, t = gi - r * NT;
+        if (r < rows && t < n) gemv_store<OutT>(y + (size_t)t * ldy + row0 + r, v + (bias ? ku_f32(bias[row0 + r]) : 0.0f));
+    }
+}
+
+template <typename T, typename OutT, int NT, int TPR, int GROUPS, int R, int U, int S>
 __global__ void __launch_bounds__(TPR *GROUPS)
     gemv_tpl_kernel(const T *__restrict__ x, int ldx, int n, const T *__restrict__ w, const T *__restrict__ bias,
                     OutT *__restrict__ y, int ldy, int N, int K) {
@@ -64,7 +105,8 @@ __global__ void __launch_bounds__(TPR *GROUPS)
     static_assert(WPR == 1 || R * NT <= TPR, "the cross-warp sum takes one thread per (row, token row)");
     static_assert(WPR > 1 || R * NT <= 32, "one lane stores each (row, token row)");
     const int tid = threadIdx.x, grp = tid / TPR, gi = tid - grp * TPR, lane = tid & 31;
-    const int row0 = (blockIdx.x * GROUPS + grp) * R, rows = min(R, N - row0), K8 = K >> 3; /* rows <= 0: idle */
+    const int split = S > 1 ? (int)(blockIdx.x % S) : 0, rb = (int)(blockIdx.x / S);
+    const int row0 = (rb * GROUPS + grp) * R, rows = min(R, N - row0), K8 = K >> 3; /* rows <= 0: idle */
     const uint4 *wr[R];
 #pragma unroll
     for (int r = 0; r < R; r++) wr[r] = reinterpret_cast<const uint4 *>(w + (size_t)min(row0 + r, N - 1) * K);
@@ -76,8 +118,10 @@ __global__ void __launch_bounds__(TPR *GROUPS)
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
-    if (rows > 0) lc_gemv_rows<T, NT, TPR, R, R, U, true>(wr, rows, xr, gi, K8, acc);
-    if constexpr (WPR == 1) {
+    if (rows > 0) lc_gemv_rows<T, NT, TPR * S, R, R, U, true>(wr, rows, xr, split * TPR + gi, K8, acc);
+    if constexpr (S > 1) {
+        gemv_split_store<T, OutT, NT, TPR, GROUPS, R, S>(acc, grp, gi, lane, rows, n, row0, bias, y, ldy);
+    } else if constexpr (WPR == 1) {
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
@@ -110,49 +154,59 @@ __global__ void __launch_bounds__(TPR *GROUPS)
     }
 }
 
-/* The candidates: threads per row group, groups per block, rows per group, chunks per row in flight.
- * Chosen to span the shapes of decode: a warp per row with every chunk of a K <= 2048 row in flight
- * at once (0), warps on 2 or 4 rows sharing x (1, 2), 2-8 warps splitting long rows (3-7; 6 is the
- * geometry of the split-K kernel the family replaced). Every one is checked against the CPU in
- * tests/gpu/test_llm_cuda.c. */
+/* The candidates: threads per row group, groups per block, rows per group, chunks per row in flight,
+ * blocks splitting K (a cluster). Chosen to span the shapes of decode: a warp per row with every
+ * chunk of a K <= 2048 row in flight at once (0), warps on 2 or 4 rows sharing x (1, 2), 2-8 warps
+ * splitting long rows (3-7; 6 is the geometry of the split-K kernel the family replaced), clusters of
+ * 4 or 2 blocks splitting K for narrow products (8, 9; their unsplit geometry before sm_90). Every one
+ * is checked against the CPU in tests/gpu/test_llm_cuda.c and the llm.Gemv op cases. */
 #define GEMV_CONFIG_LIST(X)                                                                        \
-    X(0, 32, 4, 1, 8)                                                                              \
-    X(1, 32, 4, 2, 4)                                                                              \
-    X(2, 32, 8, 4, 2)                                                                              \
-    X(3, 64, 2, 2, 4)                                                                              \
-    X(4, 128, 1, 1, 8)                                                                             \
-    X(5, 128, 2, 2, 4)                                                                             \
-    X(6, 256, 1, 4, 2)                                                                             \
-    X(7, 256, 1, 2, 4)
+    X(0, 32, 4, 1, 8, 1)                                                                           \
+    X(1, 32, 4, 2, 4, 1)                                                                           \
+    X(2, 32, 8, 4, 2, 1)                                                                           \
+    X(3, 64, 2, 2, 4, 1)                                                                           \
+    X(4, 128, 1, 1, 8, 1)                                                                          \
+    X(5, 128, 2, 2, 4, 1)                                                                          \
+    X(6, 256, 1, 4, 2, 1)                                                                          \
+    X(7, 256, 1, 2, 4, 1)                                                                          \
+    X(8, 32, 4, 1, 2, 4)                                                                           \
+    X(9, 64, 2, 2, 2, 2)
 
-static const struct {
-    int tpr, groups, r, u;
-    const char *name;
-} GEMV_CFG[LLMC_GEMV_CONFIGS] = {
-#define X(i, tpr, gr, r, u) {tpr, gr, r, u, "#" #i ": " #tpr " thr/row x " #r " rows, " #gr " groups, " #u " loads/row"},
+static const char *const GEMV_NAME[LLMC_GEMV_CONFIGS] = {
+#define X(i, tpr, gr, r, u, sk) "#" #i ": " #tpr " thr/row x " #r " rows, " #gr " groups, " #u " loads/row, split " #sk,
     GEMV_CONFIG_LIST(X)
 #undef X
 };
 
-template <typename T, typename OutT, int NT, int TPR, int GROUPS, int R, int U>
+template <typename T, typename OutT, int NT, int TPR, int GROUPS, int R, int U, int S>
 static kiln_status gemv_tpl_nt(cudaStream_t stream, const void *x, int ldx, int n, const void *w, const void *bias,
                                int N, void *y, int ldy, int K) {
     const unsigned blocks = (unsigned)((N + GROUPS * R - 1) / (GROUPS * R));
-    gemv_tpl_kernel<T, OutT, NT, TPR, GROUPS, R, U><<<blocks, TPR * GROUPS, 0, stream>>>(
-        (const T *)x, ldx, n, (const T *)w, (const T *)bias, (OutT *)y, ldy, N, K);
+    bool done = false;
+    if constexpr (S > 1) {
+        if (lc_clusters_ok()) {
+            KILN_TRY(lc_cluster_launch(gemv_tpl_kernel<T, OutT, NT, TPR, GROUPS, R, U, S>, blocks, S, TPR * GROUPS, 0,
+                                       stream, (const T *)x, ldx, n, (const T *)w, (const T *)bias, (OutT *)y, ldy, N,
+                                       K));
+            done = true;
+        }
+    }
+    if (!done) /* unsplit: S == 1, or no clusters on this device */
+        gemv_tpl_kernel<T, OutT, NT, TPR, GROUPS, R, U, 1><<<blocks, TPR * GROUPS, 0, stream>>>(
+            (const T *)x, ldx, n, (const T *)w, (const T *)bias, (OutT *)y, ldy, N, K);
     KILN_CUDA_LAUNCH_CHECK("gemv_tpl_kernel");
     return KILN_OK;
 }
 
-template <typename T, typename OutT, int TPR, int GROUPS, int R, int U>
+template <typename T, typename OutT, int TPR, int GROUPS, int R, int U, int S>
 static kiln_status gemv_tpl_n(cudaStream_t stream, const void *x, int ldx, int n, const void *w, const void *bias, int N,
                               void *y, int ldy, int K) {
     switch (n) {
-    case 1: return gemv_tpl_nt<T, OutT, 1, TPR, GROUPS, R, U>(stream, x, ldx, n, w, bias, N, y, ldy, K);
-    case 2: return gemv_tpl_nt<T, OutT, 2, TPR, GROUPS, R, U>(stream, x, ldx, n, w, bias, N, y, ldy, K);
-    case 3: return gemv_tpl_nt<T, OutT, 3, TPR, GROUPS, R, U>(stream, x, ldx, n, w, bias, N, y, ldy, K);
-    case 4: return gemv_tpl_nt<T, OutT, 4, TPR, GROUPS, R, U>(stream, x, ldx, n, w, bias, N, y, ldy, K);
-    default: return gemv_tpl_nt<T, OutT, 8, TPR, GROUPS, R, U>(stream, x, ldx, n, w, bias, N, y, ldy, K);
+    case 1: return gemv_tpl_nt<T, OutT, 1, TPR, GROUPS, R, U, S>(stream, x, ldx, n, w, bias, N, y, ldy, K);
+    case 2: return gemv_tpl_nt<T, OutT, 2, TPR, GROUPS, R, U, S>(stream, x, ldx, n, w, bias, N, y, ldy, K);
+    case 3: return gemv_tpl_nt<T, OutT, 3, TPR, GROUPS, R, U, S>(stream, x, ldx, n, w, bias, N, y, ldy, K);
+    case 4: return gemv_tpl_nt<T, OutT, 4, TPR, GROUPS, R, U, S>(stream, x, ldx, n, w, bias, N, y, ldy, K);
+    default: return gemv_tpl_nt<T, OutT, 8, TPR, GROUPS, R, U, S>(stream, x, ldx, n, w, bias, N, y, ldy, K);
     }
 }
 
@@ -160,8 +214,8 @@ template <typename T, typename OutT>
 static kiln_status gemv_tpl_cfg(cudaStream_t stream, int cfg, const void *x, int ldx, int n, const void *w,
                                 const void *bias, int N, void *y, int ldy, int K) {
     switch (cfg) {
-#define X(i, tpr, gr, r, u)                                                                        \
-    case i: return gemv_tpl_n<T, OutT, tpr, gr, r, u>(stream, x, ldx, n, w, bias, N, y, ldy, K);
+#define X(i, tpr, gr, r, u, sk)                                                                    \
+    case i: return gemv_tpl_n<T, OutT, tpr, gr, r, u, sk>(stream, x, ldx, n, w, bias, N, y, ldy, K);
         GEMV_CONFIG_LIST(X)
 #undef X
     default: return kiln_error(KILN_ERR_INTERNAL, "llm cuda: no GEMV configuration %d", cfg);
@@ -433,7 +487,7 @@ extern "C" kiln_status llmc_gemv_launch(kiln_dtype dtype, cudaStream_t stream, i
 }
 
 extern "C" const char *llmc_gemv_config_name(int cfg) {
-    return cfg >= 0 && cfg < LLMC_GEMV_CONFIGS ? GEMV_CFG[cfg].name : "?";
+    return cfg >= 0 && cfg < LLMC_GEMV_CONFIGS ? GEMV_NAME[cfg] : "?";
 }
 
 /* A configuration number from env var name (0 .. count - 1), or LLMC_GEMV_AUTO when unset, "" or "auto". */

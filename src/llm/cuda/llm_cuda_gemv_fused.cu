@@ -232,7 +232,8 @@ static kiln_status fused_n(const llmc_gemv_fused *p, const fused_args &a, cudaSt
     }
 }
 
-/* The geometries of llm_cuda_gemm.cu's GEMV_CONFIG_LIST, in its order (config i here is config i there). */
+/* The geometries of llm_cuda_gemm.cu's GEMV_CONFIG_LIST, in its order (config i here is config i there);
+ * its split-K configurations (8, 9) run unsplit here (a block's epilogue needs whole sums). */
 #define FUSED_CONFIG_LIST(X)                                                                       \
     X(0, 32, 4, 1, 8)                                                                              \
     X(1, 32, 4, 2, 4)                                                                              \
@@ -241,7 +242,9 @@ static kiln_status fused_n(const llmc_gemv_fused *p, const fused_args &a, cudaSt
     X(4, 128, 1, 1, 8)                                                                             \
     X(5, 128, 2, 2, 4)                                                                             \
     X(6, 256, 1, 4, 2)                                                                             \
-    X(7, 256, 1, 2, 4)
+    X(7, 256, 1, 2, 4)                                                                             \
+    X(8, 32, 4, 1, 2)                                                                              \
+    X(9, 64, 2, 2, 2)
 
 template <typename T>
 static kiln_status fused_any(const llmc_gemv_fused *p, const fused_args &a, cudaStream_t stream) {

@@ -5,7 +5,7 @@
  *    GEMV's (threads per row group, groups per block, rows per group, 16-byte loads of 16 weights in
  *    flight per row, activations staged in shared memory or read through L1), in
  *    LLMC_GEMV_Q8_CONFIGS configurations timed per shape by llm_cuda_gemm.cu's choice (the fastest
- *    kept; KILN_LLM_GEMV_Q8=0..7 forces one). Up to LLMC_GEMV_MAX token rows are summed in fp32
+ *    kept; KILN_LLM_GEMV_Q8=0..9 forces one). Up to LLMC_GEMV_MAX token rows are summed in fp32
  *    against the same loaded weights, the row's scale applied once to each sum.
  *  - many token rows (prefill): tiles of weight rows dequantized to the activation dtype in a device
  *    workspace, each multiplied by llmc_linear's cuBLASLt product.
@@ -36,6 +36,48 @@ static __device__ __forceinline__ void q8_unpack16(const uint4 &u, float (&f)[16
     }
 }
 
+/* The end of a split-K launch (S > 1, gemv_q8_kernel): the group's sums of its block's share of K go to
+ * shared memory (over the warp, then over the group's warps), lc_cluster_sum adds the cluster's S
+ * shares in rank order, and rank 0's threads apply the row scale, add the bias and store. */
+template <typename T, typename O, int NT, int TPR, int GROUPS, int R, int S>
+static __device__ __forceinline__ void q8_split_store(const float (&acc)[R][NT], int grp, int gi, int lane, int rows,
+                                                      int n, int row0, const float *scale, const T *bias, O *y,
+                                                      int ldy) {
+    constexpr int WPR = TPR / 32;
+    __shared__ float part[GROUPS][R * NT];
+    if constexpr (WPR == 1) {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const float v = ku_warp_sum(acc[r][t]);
+                if (lane == r * NT + t) part[grp][r * NT + t] = v;
+            }
+    } else {
+        __shared__ float red[GROUPS][WPR][R * NT];
+        const int wg = gi >> 5;
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const float v = ku_warp_sum(acc[r][t]);
+                if (lane == 0) red[grp][wg][r * NT + t] = v;
+            }
+        __syncthreads();
+        if (gi < R * NT) {
+            float v = 0.0f;
+#pragma unroll
+            for (int wi = 0; wi < WPR; wi++) v += red[grp][wi][gi];
+            part[grp][gi] = v;
+        }
+    }
+    float v = 0.0f;
+    if (lc_cluster_sum<S>(part[grp], gi, R * NT, v)) {
+        const int r = gi / NT, t = gi - r * NT, o = row0 + r;
+        if (r < rows && t < n) y[(size_t)t * ldy + o] = ku_from_f32<O>(v * scale[o] + (bias ? ku_f32(bias[o]) : 0.0f));
+    }
+}
+
 /* y[t, o] = scale[o] * sum_k x[t, k] q[o, k] + bias[o]. A block is GROUPS groups of TPR threads (TPR a
  * multiple of 32: one warp, or several splitting K); a group owns R consecutive output rows and its
  * threads take the 16-byte chunks (16 weights) g, g + TPR, ... of each (g: the thread's index in the
@@ -44,8 +86,9 @@ static __device__ __forceinline__ void q8_unpack16(const uint4 &u, float (&f)[16
  * from shared memory when STAGE (the block copies the n token rows there first), else through L1.
  * FP32 sums over the warp by shuffles, then (TPR > 32) over the group's warps through shared memory.
  * NT: token rows compiled for; NT <= 4 runs with n == NT, NT = 8 with any n <= 8 (rows past n repeat
- * row n - 1 and are not stored). */
-template <typename T, typename O, int NT, int TPR, int GROUPS, int R, int U, bool STAGE>
+ * row n - 1 and are not stored). S > 1: split-K over clusters of S blocks (sm_90): block rank q takes the
+ * chunks q * TPR + g, + S * TPR, ..., and q8_split_store sums the S shares. */
+template <typename T, typename O, int NT, int TPR, int GROUPS, int R, int U, bool STAGE, int S>
 __global__ void __launch_bounds__(TPR *GROUPS)
     gemv_q8_kernel(const T *__restrict__ x, int ldx, int n, int K, const int8_t *__restrict__ w,
                    const float *__restrict__ scale, const T *__restrict__ bias, int N, O *__restrict__ y, int ldy) {
@@ -55,7 +98,8 @@ __global__ void __launch_bounds__(TPR *GROUPS)
     static_assert(WPR > 1 || R * NT <= 32, "one lane stores each (row, token row)");
     extern __shared__ uint4 q8_xs[];
     const int tid = threadIdx.x, grp = tid / TPR, gi = tid - grp * TPR, lane = tid & 31, K16 = K >> 4;
-    const int row0 = (blockIdx.x * GROUPS + grp) * R, rows = min(R, N - row0); /* rows <= 0: idle */
+    const int split = S > 1 ? (int)(blockIdx.x % S) : 0, rb = (int)(blockIdx.x / S);
+    const int row0 = (rb * GROUPS + grp) * R, rows = min(R, N - row0); /* rows <= 0: idle */
     const T *xbase = x;
     int xld = ldx;
     if (STAGE) { /* the n token rows, K values each, contiguous in shared memory */
@@ -80,18 +124,18 @@ __global__ void __launch_bounds__(TPR *GROUPS)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
     if (rows > 0) {
-        for (int c0 = gi; c0 < K16; c0 += TPR * U) {
+        for (int c0 = split * TPR + gi; c0 < K16; c0 += TPR * S * U) {
             uint4 wv[U][R];
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                const int c = c0 + u * TPR;
+                const int c = c0 + u * TPR * S;
 #pragma unroll
                 for (int r = 0; r < R; r++)
                     wv[u][r] = c < K16 && r < rows ? __ldcs(wr[r] + c) : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                const int c = c0 + u * TPR;
+                const int c = c0 + u * TPR * S;
                 if (c >= K16) break;
                 float wf[R][16];
 #pragma unroll
@@ -119,7 +163,9 @@ __global__ void __launch_bounds__(TPR *GROUPS)
             }
         }
     }
-    if constexpr (WPR == 1) {
+    if constexpr (S > 1) {
+        q8_split_store<T, O, NT, TPR, GROUPS, R, S>(acc, grp, gi, lane, rows, n, row0, scale, bias, y, ldy);
+    } else if constexpr (WPR == 1) {
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
@@ -154,53 +200,69 @@ __global__ void __launch_bounds__(TPR *GROUPS)
 }
 
 /* The candidates: threads per row group, groups per block, rows per group, chunks per row in flight,
- * activations staged in shared memory. A warp per row with 4 or 8 loads in flight (0, 1: 0 is the
- * geometry of the kernel the family replaced), warps on 2 or 4 rows sharing the activations (2-4; 3
- * and 4 staged once per block of 16 rows: 4 warps of 4 rows, 8 of 2), 2-8 warps splitting the long rows of narrow products so
- * that a product of few rows still spreads over every SM (5-7). Each checked against the CPU in
- * tests/gpu/llm_op_quant.c. */
+ * activations staged in shared memory, blocks splitting K (a cluster). A warp per row with 4 or 8
+ * loads in flight (0, 1: 0 is the geometry of the kernel the family replaced), warps on 2 or 4 rows
+ * sharing the activations (2-4; 3 and 4 staged once per block of 16 rows: 4 warps of 4 rows, 8 of 2),
+ * 2-8 warps splitting the long rows of narrow products so that a product of few rows still spreads
+ * over every SM (5-7), clusters of 4 or 2 blocks splitting K (8, 9; unsplit before sm_90). Each
+ * checked against the CPU by the llm.GemvQ8 op cases (tests/gpu/llm_op_quant.c). */
 #define GEMV_Q8_CONFIG_LIST(X)                                                                     \
-    X(0, 32, 4, 1, 4, false)                                                                       \
-    X(1, 32, 4, 1, 8, false)                                                                       \
-    X(2, 32, 4, 2, 4, false)                                                                       \
-    X(3, 32, 4, 4, 2, true)                                                                        \
-    X(4, 32, 8, 2, 4, true)                                                                        \
-    X(5, 64, 2, 2, 4, false)                                                                       \
-    X(6, 128, 1, 1, 4, false)                                                                      \
-    X(7, 256, 1, 2, 2, false)
+    X(0, 32, 4, 1, 4, false, 1)                                                                    \
+    X(1, 32, 4, 1, 8, false, 1)                                                                    \
+    X(2, 32, 4, 2, 4, false, 1)                                                                    \
+    X(3, 32, 4, 4, 2, true, 1)                                                                     \
+    X(4, 32, 8, 2, 4, true, 1)                                                                     \
+    X(5, 64, 2, 2, 4, false, 1)                                                                    \
+    X(6, 128, 1, 1, 4, false, 1)                                                                   \
+    X(7, 256, 1, 2, 2, false, 1)                                                                   \
+    X(8, 32, 4, 1, 2, false, 4)                                                                    \
+    X(9, 32, 4, 2, 2, false, 2)
 
 #define Q8_STAGED_true ", x in shared memory"
 #define Q8_STAGED_false ""
 static const char *const GEMV_Q8_NAME[LLMC_GEMV_Q8_CONFIGS] = {
-#define X(i, tpr, gr, r, u, st) "#" #i ": " #tpr " thr/row x " #r " rows, " #gr " groups, " #u " loads/row" Q8_STAGED_##st,
+#define X(i, tpr, gr, r, u, st, sk)                                                                \
+    "#" #i ": " #tpr " thr/row x " #r " rows, " #gr " groups, " #u " loads/row, split " #sk Q8_STAGED_##st,
     GEMV_Q8_CONFIG_LIST(X)
 #undef X
 };
 
-template <typename T, typename O, int NT, int TPR, int GROUPS, int R, int U, bool STAGE>
+template <typename T, typename O, int NT, int TPR, int GROUPS, int R, int U, bool STAGE, int S>
 static kiln_status gemv_q8_nt(cudaStream_t st, const void *x, int ldx, int n, int K, const int8_t *w,
                               const float *scale, const void *bias, int N, void *y, int ldy) {
     const unsigned blocks = (unsigned)((N + GROUPS * R - 1) / (GROUPS * R));
     const size_t smem = (size_t)n * K * sizeof(T);
-    if (STAGE && smem <= Q8_STAGE_MAX)
-        gemv_q8_kernel<T, O, NT, TPR, GROUPS, R, U, true><<<blocks, TPR * GROUPS, smem, st>>>(
-            (const T *)x, ldx, n, K, w, scale, (const T *)bias, N, (O *)y, ldy);
-    else
-        gemv_q8_kernel<T, O, NT, TPR, GROUPS, R, U, false><<<blocks, TPR * GROUPS, 0, st>>>(
+    static_assert(S == 1 || !STAGE, "a split configuration reads the activations through L1");
+    bool done = false;
+    if constexpr (S > 1) {
+        if (lc_clusters_ok()) {
+            KILN_TRY(lc_cluster_launch(gemv_q8_kernel<T, O, NT, TPR, GROUPS, R, U, false, S>, blocks, S, TPR * GROUPS, 0,
+                                       st, (const T *)x, ldx, n, K, w, scale, (const T *)bias, N, (O *)y, ldy));
+            done = true;
+        }
+    } else if constexpr (STAGE) {
+        if (smem <= Q8_STAGE_MAX) {
+            gemv_q8_kernel<T, O, NT, TPR, GROUPS, R, U, true, 1><<<blocks, TPR * GROUPS, smem, st>>>(
+                (const T *)x, ldx, n, K, w, scale, (const T *)bias, N, (O *)y, ldy);
+            done = true;
+        }
+    }
+    if (!done) /* the unstaged, unsplit kernel of this geometry */
+        gemv_q8_kernel<T, O, NT, TPR, GROUPS, R, U, false, 1><<<blocks, TPR * GROUPS, 0, st>>>(
             (const T *)x, ldx, n, K, w, scale, (const T *)bias, N, (O *)y, ldy);
     KILN_CUDA_LAUNCH_CHECK("gemv_q8_kernel");
     return KILN_OK;
 }
 
-template <typename T, typename O, int TPR, int GROUPS, int R, int U, bool STAGE>
+template <typename T, typename O, int TPR, int GROUPS, int R, int U, bool STAGE, int S>
 static kiln_status gemv_q8_n(cudaStream_t st, const void *x, int ldx, int n, int K, const int8_t *w,
                              const float *scale, const void *bias, int N, void *y, int ldy) {
     switch (n) {
-    case 1: return gemv_q8_nt<T, O, 1, TPR, GROUPS, R, U, STAGE>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
-    case 2: return gemv_q8_nt<T, O, 2, TPR, GROUPS, R, U, STAGE>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
-    case 3: return gemv_q8_nt<T, O, 3, TPR, GROUPS, R, U, STAGE>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
-    case 4: return gemv_q8_nt<T, O, 4, TPR, GROUPS, R, U, STAGE>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
-    default: return gemv_q8_nt<T, O, 8, TPR, GROUPS, R, U, STAGE>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
+    case 1: return gemv_q8_nt<T, O, 1, TPR, GROUPS, R, U, STAGE, S>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
+    case 2: return gemv_q8_nt<T, O, 2, TPR, GROUPS, R, U, STAGE, S>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
+    case 3: return gemv_q8_nt<T, O, 3, TPR, GROUPS, R, U, STAGE, S>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
+    case 4: return gemv_q8_nt<T, O, 4, TPR, GROUPS, R, U, STAGE, S>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
+    default: return gemv_q8_nt<T, O, 8, TPR, GROUPS, R, U, STAGE, S>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
     }
 }
 
@@ -208,8 +270,8 @@ template <typename T, typename O>
 static kiln_status gemv_q8_cfg(cudaStream_t st, int cfg, const void *x, int ldx, int n, int K, const int8_t *w,
                                const float *scale, const void *bias, int N, void *y, int ldy) {
     switch (cfg) {
-#define X(i, tpr, gr, r, u, stage)                                                                 \
-    case i: return gemv_q8_n<T, O, tpr, gr, r, u, stage>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
+#define X(i, tpr, gr, r, u, stage, sk)                                                             \
+    case i: return gemv_q8_n<T, O, tpr, gr, r, u, stage, sk>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
         GEMV_Q8_CONFIG_LIST(X)
 #undef X
     default: return kiln_error(KILN_ERR_INTERNAL, "int8 gemv: no configuration %d", cfg);

@@ -39,10 +39,10 @@ typedef struct llmc_plan llmc_plan; /* a cached cuBLASLt product (llm_cuda_gemm.
 
 /* The GEMV kernel of llm_cuda_gemm.cu: configurations 0 .. LLMC_GEMV_CONFIGS - 1 of the templated
  * family (llmc_gemv_config_name says which geometry). */
-#define LLMC_GEMV_CONFIGS 8
+#define LLMC_GEMV_CONFIGS 10
 /* The INT8 GEMV of llm_cuda_gemv_q.cu: configurations 0 .. LLMC_GEMV_Q8_CONFIGS - 1 of its family
  * (llmc_gemv_q8_config_name), chosen per shape as the 16-bit ones are. */
-#define LLMC_GEMV_Q8_CONFIGS 8
+#define LLMC_GEMV_Q8_CONFIGS 10
 #define LLMC_GEMV_AUTO (-1)  /* g->gemv_force: the configuration timed per shape (the default) */
 #define LLMC_GEMV_PICKS 64   /* shapes whose configuration g remembers (replaced round-robin) */
 
