@@ -462,7 +462,7 @@ static kiln_status lt_linear(kiln_llm_cuda *g, const void *x, int ldx, int n, in
 
 #define GEMV_TUNE_BYTES (128.0 * (1 << 20)) /* weight bytes a candidate streams while timed: past L2 */
 #define GEMV_TUNE_MIN_REPS 3
-#define GEMV_TUNE_MAX_REPS 24 /* (8 kernels x reps launches queue behind the gate) */
+#define GEMV_TUNE_MAX_REPS 24 /* (10 kernels x reps launches queue behind the gate) */
 #define GEMV_GATE_MS 200.0
 
 template <typename T>
