@@ -14,9 +14,6 @@
  * (fp16 or bf16). */
 #include "llm/cuda/llm_cuda_util.cuh"
 
-#include <stdlib.h>
-#include <string.h>
-
 #define QD_THREADS 256
 #define Q8_STAGE_MAX (48 * 1024) /* activation bytes (n * K * 2) a staging configuration keeps in shared
                                   * memory; past it the configuration reads them through L1 */
