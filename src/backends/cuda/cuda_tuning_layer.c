@@ -16,6 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Node-state slots of a quantized layer's paths (KILN_TACTIC_PATH algos 0 .. TUNE_PATH_SLOTS - 1:
+ * kiln.QConv has seven, quant_conv_im2col.cu). */
+#define TUNE_PATH_SLOTS 8
+
 /* Scratch tensors for node n under plan p: constants are the engine's device copies, every other
  * value gets a buffer of its device size in *mem (one allocation, filled with a small finite bit
  * pattern), and host copies are attached as at run time. */
@@ -188,8 +192,9 @@ static const char *skip_reason(kiln_cuda_tuner *t, const kiln_node *n, const kil
 /* Times node i's candidates (listed in cd) within the layer's budget, counted from start (after the
  * listing, whose first cuDNN queries of a build can take longer than the budget); the heuristic's own
  * choice (candidate 0) is timed whatever is left. A quantized layer's paths (KILN_TACTIC_PATH, algo
- * 0 and 1) keep their node states in path_slots[algo] when path_slots is not NULL (their kernels'
- * states differ: kiln.QConv's implicit-GEMM one and its float16 path's). *best_c gets the fastest
+ * 0 .. TUNE_PATH_SLOTS - 1) keep their node states in path_slots[algo] when path_slots is not NULL
+ * (their kernels' states differ: kiln.QConv's implicit-GEMM one and its float16 path's). The int8
+ * time logged is the fastest of the paths other than float16's (algo 1). *best_c gets the fastest
  * (-1: none), *best its time and *first the time of candidate 0 (0 when not timed). */
 static void time_candidates(kiln_cuda_tuner *t, int i, const kiln_cuda_tensor *args, const kiln_cuda_candidates *cd, double start,
                             kiln_cuda_node_state **path_slots, int *best_c, float *best, float *first) {
@@ -211,7 +216,7 @@ static void time_candidates(kiln_cuda_tuner *t, int i, const kiln_cuda_tensor *a
                      skip);
             continue;
         }
-        if (path_slots && cand->kind == KILN_TACTIC_PATH && (cand->algo == 0 || cand->algo == 1))
+        if (path_slots && cand->kind == KILN_TACTIC_PATH && cand->algo >= 0 && cand->algo < TUNE_PATH_SLOTS)
             t->kc.state = &path_slots[cand->algo];
         float ms = 0, probe = 0;
         double share_end = now + (layer_end - now) / (cd->count - c);
@@ -235,7 +240,10 @@ static void time_candidates(kiln_cuda_tuner *t, int i, const kiln_cuda_tensor *a
         if (drops) *kept = true;
         if (best_probe < 0 || probe < best_probe) best_probe = probe;
         if (c == 0) *first = ms;
-        if (cand->kind == KILN_TACTIC_PATH && (cand->algo == 0 || cand->algo == 1)) path_ms[cand->algo] = ms;
+        if (cand->kind == KILN_TACTIC_PATH && cand->algo >= 0) {
+            int k = cand->algo == 1 ? 1 : 0;
+            if (path_ms[k] < 0 || ms < path_ms[k]) path_ms[k] = ms;
+        }
         if (*best_c < 0 || ms < *best) {
             *best = ms;
             *best_c = c;
@@ -274,7 +282,7 @@ kiln_status kiln_cuda_tune_layer(kiln_cuda_tuner *t, const kiln_cuda_plan *p, in
     /* kiln.QMatMul, kiln.QConv and kiln.F8MatMul prepare their weights in their node state on the
      * first run (quant_gemm.cu, quant_fp8.cu): a slot per path for this layer's runs keeps them, so
      * that no timed run repeats that work and neither path meets the other's state */
-    kiln_cuda_node_state *slot[2] = {NULL, NULL}; /* [0]: the listing's and the int8 / fp8 path's, [1]: fp16's */
+    kiln_cuda_node_state *slot[TUNE_PATH_SLOTS] = {NULL}; /* [0]: the listing's and the default path's, [1]: fp16's */
     if (n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN) &&
         (!strcmp(n->op_type, "QMatMul") || !strcmp(n->op_type, "QConv") || !strcmp(n->op_type, "F8MatMul")))
         t->kc.state = &slot[0];
@@ -310,7 +318,7 @@ kiln_status kiln_cuda_tune_layer(kiln_cuda_tuner *t, const kiln_cuda_plan *p, in
         KILN_LOG(KILN_LOG_VERBOSE, "cuda: tuned node '%s' (%s): %s, %.4f ms", n->name, n->op_type, what, (double)best);
     }
     t->kc.state = NULL;
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < TUNE_PATH_SLOTS; k++)
         if (slot[k]) slot[k]->destroy(slot[k]);
     if (mem) cudaFree(mem);
     free(args);

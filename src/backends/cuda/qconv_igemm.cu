@@ -25,9 +25,10 @@
  * m16n8k32 straight from those rows (an 8 x 16-byte matrix is 8 rows of 16 int8 of k). The
  * epilogue stages the CTA's int32 sums in the same shared memory and then requantizes them with
  * consecutive threads on consecutive output addresses (runs of pixels of one channel for NCHW, of
- * channels of one pixel for NHWC), where the residual is read as well. Two tile shapes: 128 x 128
- * with 8 warps for the large layers, 64 x 64 with 4 warps when the large one would not give every
- * SM a tile (small maps, few channels). */
+ * channels of one pixel for NHWC), where the residual is read as well. Four tile shapes
+ * (qconv_igemm.h: kiln_qci_tile): 128 x 256 and 128 x 128 with 8 warps for large layers, 64 x 64 and
+ * 32 x 64 with 4 warps for small maps and few channels; a tuned layer runs the one its tactic names,
+ * else 128 x 128 when it gives every SM a tile and 64 x 64 otherwise. */
 #include "backends/cuda/qconv_igemm.h"
 
 #include "backends/cuda/activation.cuh"
@@ -177,9 +178,12 @@ static __device__ __forceinline__ void qci_mma(int32_t (&c)[4], const uint32_t (
                                                                 : (BN) * QCI_OUT_PITCH(BM)) * 4)
 
 /* The shared memory of one CTA of tile BM x BN: STAGES x (BM + BN) rows of QCI_LDS bytes for the
- * pipeline, reused by the output stage (a BM x BN tile of T and BM row offsets). */
+ * pipeline, reused by the output stage (a BM x BN tile of int32 sums and BM row offsets), whichever
+ * is larger. */
 template <int BM, int BN, int STAGES> static constexpr __host__ __device__ size_t qci_smem_bytes() {
-    return (size_t)STAGES * (BM + BN) * QCI_LDS;
+    return (size_t)STAGES * (BM + BN) * QCI_LDS > QCI_OUT_ROWS_AT(BM, BN) + BM * sizeof(int64_t)
+               ? (size_t)STAGES * (BM + BN) * QCI_LDS
+               : QCI_OUT_ROWS_AT(BM, BN) + BM * sizeof(int64_t);
 }
 
 /* y (through a's output map) = out(act(scale * (X * W - xzp colsum) + bias)) for the rows and
@@ -333,15 +337,29 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) qci_kernel(const qci_args 
 
 /* ---------------------------------------------------------------- tile shapes */
 
-/* The two tile shapes: <BM, BN, WM, WN, STAGES, MINB>. */
+/* The tile shapes: <BM, BN, WM, WN, STAGES, MINB>. */
+#define QCI_HUGE 128, 256, 2, 4, 4, 1
 #define QCI_LARGE 128, 128, 2, 4, 4, 2
 #define QCI_SMALL 64, 64, 2, 2, 4, 4
+#define QCI_TINY 32, 64, 2, 2, 4, 4
+
+/* Whether a CTA may have `bytes` of dynamic shared memory on the current device (its opt-in limit). */
+static bool qci_smem_fits(size_t bytes) {
+    int dev = 0, optin = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return bytes <= (size_t)optin;
+}
 
 /* Raises the dynamic shared-memory limit of shape S's kernel for output type T on the current device
- * (needed above 48 KB; eager, on the node's first run). */
+ * (needed above 48 KB; eager, on the node's first run); a shape beyond the device's limit is left
+ * alone (never launched: kiln_cuda_qconv_igemm_tile_fits). */
 template <int BM, int BN, int WM, int WN, int STAGES, int MINB, typename T> static kiln_status qci_allow_smem() {
     constexpr size_t smem = qci_smem_bytes<BM, BN, STAGES>();
-    if (smem > 48 * 1024)
+    if (smem > 48 * 1024 && qci_smem_fits(smem))
         KILN_CUDA_TRY(cudaFuncSetAttribute(qci_kernel<BM, BN, WM, WN, STAGES, MINB, T>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     return KILN_OK;
@@ -354,6 +372,15 @@ static kiln_status qci_launch(const qci_args &a, T *y, kiln_cuda_ctx *ctx) {
         <<<grid, WM * WN * 32, qci_smem_bytes<BM, BN, STAGES>(), ctx->stream>>>(a, y);
     KILN_CUDA_LAUNCH_CHECK("qci_kernel");
     return KILN_OK;
+}
+
+bool kiln_cuda_qconv_igemm_tile_fits(kiln_qci_tile tile) {
+    switch (tile) {
+    case KILN_QCI_TILE_128X256: return qci_smem_fits(qci_smem_bytes<128, 256, 4>());
+    case KILN_QCI_TILE_AUTO:
+    case KILN_QCI_TILE_128X128: return qci_smem_fits(qci_smem_bytes<128, 128, 4>());
+    default: return true; /* within 48 KB */
+    }
 }
 
 /* Whether the 128 x 128 tile runs a call of `rows` rows and M channels: more than 64 channels and
@@ -487,7 +514,11 @@ static kiln_status qci_state_prepare(const kiln_node *n, const kiln_quant_layer 
     ep->y_zero_point = (float)ql->y_zero_point;
     ep->lo = ql->y_dtype == KILN_U8 ? 0 : -128;
     ep->hi = ql->y_dtype == KILN_U8 ? 255 : 127;
-#define QCI_ALLOW(T) KILN_TRY((qci_allow_smem<QCI_LARGE, T>())); KILN_TRY((qci_allow_smem<QCI_SMALL, T>()))
+#define QCI_ALLOW(T)                                                                               \
+    KILN_TRY((qci_allow_smem<QCI_HUGE, T>()));                                                     \
+    KILN_TRY((qci_allow_smem<QCI_LARGE, T>()));                                                    \
+    KILN_TRY((qci_allow_smem<QCI_SMALL, T>()));                                                    \
+    KILN_TRY((qci_allow_smem<QCI_TINY, T>()))
     switch (y_dtype) {
     case KILN_I8: QCI_ALLOW(int8_t); break;
     case KILN_U8: QCI_ALLOW(uint8_t); break;
@@ -552,10 +583,19 @@ bool kiln_cuda_qconv_igemm_takes(const kiln_node *n, const kiln_quant_layer *ql,
     return C * taps <= QCI_MAX_K && image <= INT_MAX && fits;
 }
 
-/* The launch of one chunk of rows with y's output type. */
-static kiln_status qci_run_chunk(const qci_args &a, kiln_dtype t, void *y, kiln_cuda_ctx *ctx, const kiln_node *n) {
-    bool large = qci_large_tiles(a.rows, a.M, ctx);
-#define QCI_RUN(T) return large ? qci_launch<QCI_LARGE, T>(a, (T *)y, ctx) : qci_launch<QCI_SMALL, T>(a, (T *)y, ctx)
+/* The launch of one chunk of rows with y's output type on tile shape `tile` (KILN_QCI_TILE_AUTO:
+ * qci_large_tiles decides between 128 x 128 and 64 x 64). */
+static kiln_status qci_run_chunk(const qci_args &a, kiln_dtype t, void *y, kiln_qci_tile tile, kiln_cuda_ctx *ctx,
+                                 const kiln_node *n) {
+    if (tile == KILN_QCI_TILE_AUTO) tile = qci_large_tiles(a.rows, a.M, ctx) ? KILN_QCI_TILE_128X128 : KILN_QCI_TILE_64X64;
+    if (!kiln_cuda_qconv_igemm_tile_fits(tile))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': the implicit-GEMM tile %d needs more shared memory than the "
+                          "device gives a block", n->op_type, n->name, (int)tile);
+#define QCI_RUN(T)                                                                                 \
+    return tile == KILN_QCI_TILE_128X256   ? qci_launch<QCI_HUGE, T>(a, (T *)y, ctx)               \
+           : tile == KILN_QCI_TILE_128X128 ? qci_launch<QCI_LARGE, T>(a, (T *)y, ctx)              \
+           : tile == KILN_QCI_TILE_64X64   ? qci_launch<QCI_SMALL, T>(a, (T *)y, ctx)              \
+                                           : qci_launch<QCI_TINY, T>(a, (T *)y, ctx)
     switch (t) {
     case KILN_I8: QCI_RUN(int8_t);
     case KILN_U8: QCI_RUN(uint8_t);
@@ -596,7 +636,7 @@ static kiln_status qci_stage_x(const kiln_cuda_tensor *x, const qci_geom *gm, in
 }
 
 kiln_status kiln_cuda_qconv_igemm(const kiln_node *n, const kiln_quant_layer *ql, const kiln_cuda_tensor *in, int nin,
-                                  const kiln_cuda_tensor *y, kiln_cuda_ctx *ctx) {
+                                  const kiln_cuda_tensor *y, kiln_qci_tile tile, kiln_cuda_ctx *ctx) {
     const kiln_cuda_tensor *x = &in[0], *w = &in[1], *bias = nin > 2 && !ku_absent(&in[2]) ? &in[2] : NULL;
     const kiln_cuda_tensor *r = nin > 3 && !ku_absent(&in[3]) ? &in[3] : NULL;
     qci_geom gm;
@@ -657,7 +697,7 @@ kiln_status kiln_cuda_qconv_igemm(const kiln_node *n, const kiln_quant_layer *ql
         a.rows = (int)(imgs * P);
         a.r = r ? (const unsigned char *)r->data + (size_t)(i0 * gm.M * P) * kiln_dtype_size(r->dtype) : NULL;
         if (s == KILN_OK)
-            s = qci_run_chunk(a, y->dtype, (unsigned char *)y->data + (size_t)(i0 * gm.M * P) * y_elem, ctx, n);
+            s = qci_run_chunk(a, y->dtype, (unsigned char *)y->data + (size_t)(i0 * gm.M * P) * y_elem, tile, ctx, n);
     }
     if (temp) {
         cudaError_t e = cudaStreamSynchronize(ctx->stream);
