@@ -254,15 +254,24 @@ static void time_candidates(kiln_cuda_tuner *t, int i, const kiln_cuda_tensor *a
     if (*best_c >= 0)
         KILN_LOG(KILN_LOG_VERBOSE, "cuda: node '%s' (%s): %d candidates timed in %.1f ms (algo:ms)%s", n->name, n->op_type,
                  cd->count, kiln_cuda_now_ms() - start, log);
-    if (*best_c >= 0 && cd->list[*best_c].kind == KILN_TACTIC_PATH) {
+    bool f16_listed = false; /* a layer without a float16 path (a QConv with a float32 residual) times its int8 ones */
+    for (int c = 0; c < cd->count; c++) f16_listed |= cd->list[c].kind == KILN_TACTIC_PATH && cd->list[c].algo == 1;
+    if (*best_c >= 0 && cd->list[*best_c].kind == KILN_TACTIC_PATH && !f16_listed) {
+        KILN_LOG(KILN_LOG_INFO, "cuda: layer '%s': int8 paths only: path %d, %.3f ms", n->name, cd->list[*best_c].algo,
+                 (double)*best);
+    } else if (*best_c >= 0 && cd->list[*best_c].kind == KILN_TACTIC_PATH) {
         char ms[2][32];
         for (int k = 0; k < 2; k++) {
             if (path_ms[k] >= 0) snprintf(ms[k], sizeof ms[k], "%.3f ms", (double)path_ms[k]);
             else snprintf(ms[k], sizeof ms[k], "not timed");
         }
         const char *q = !strcmp(n->op_type, "F8MatMul") ? "fp8" : "int8";
-        KILN_LOG(KILN_LOG_INFO, "cuda: layer '%s': %s %s vs fp16 %s -> %s", n->name, q, ms[0], ms[1],
-                 cd->list[*best_c].algo == 1 ? "fp16" : q);
+        int algo = cd->list[*best_c].algo;
+        char won[32];
+        if (algo == 1) snprintf(won, sizeof won, "fp16");
+        else if (algo == 0) snprintf(won, sizeof won, "%s", q);
+        else snprintf(won, sizeof won, "%s (path %d)", q, algo);
+        KILN_LOG(KILN_LOG_INFO, "cuda: layer '%s': %s %s vs fp16 %s -> %s", n->name, q, ms[0], ms[1], won);
     }
 }
 

@@ -85,8 +85,14 @@ typedef struct qci_args {
     int r_kind;            /* R's type: qci_residual_kind */
     float r_scale;
     int32_t r_zero_point;
+    bool vec4;             /* channels-last output written 4 channels at a time (M % 4 == 0, y aligned) */
     qci_epi e;
 } qci_args;
+
+/* Four consecutive outputs, stored as one access. */
+template <typename T> struct __align__(4 * sizeof(T)) qci_vec4 {
+    T v[4];
+};
 
 /* Integer output: saturate(round_half_even(v / y_scale) + y_zero_point), as the CPU's quant_round_sat. */
 template <typename T> static __device__ __forceinline__ T qci_out(float v, const qci_epi &e);
@@ -324,6 +330,22 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) qci_kernel(const qci_args 
                 }
         }
     __syncthreads();
+    if (a.vec4) { /* channels-last: a thread takes 4 channels of one pixel, one 16-byte read of sums, one store */
+        for (int i = tid; i < BM * BN / 4; i += THREADS) {
+            int rr = i / (BN / 4), cc = (i % (BN / 4)) * 4, c = n0 + cc;
+            int64_t at = row_at[rr];
+            if (at < 0 || c >= a.M) continue; /* M % 4 == 0: c < M means c + 3 < M */
+            at += c;
+            int4 sums = *reinterpret_cast<const int4 *>(tile + rr * QCI_OUT_PITCH(BN) + cc);
+            qci_vec4<T> out;
+            out.v[0] = qci_out<T>(qci_value(sums.x, c, at, a), a.e);
+            out.v[1] = qci_out<T>(qci_value(sums.y, c + 1, at + 1, a), a.e);
+            out.v[2] = qci_out<T>(qci_value(sums.z, c + 2, at + 2, a), a.e);
+            out.v[3] = qci_out<T>(qci_value(sums.w, c + 3, at + 3, a), a.e);
+            *reinterpret_cast<qci_vec4<T> *>(y + at) = out;
+        }
+        return;
+    }
     for (int i = tid; i < BM * BN; i += THREADS) {
         int rr = ch_fast ? i / BN : i % BM, cc = ch_fast ? i % BN : i / BM, c = n0 + cc;
         int64_t at = row_at[rr];
@@ -696,8 +718,9 @@ kiln_status kiln_cuda_qconv_igemm(const kiln_node *n, const kiln_quant_layer *ql
         }
         a.rows = (int)(imgs * P);
         a.r = r ? (const unsigned char *)r->data + (size_t)(i0 * gm.M * P) * kiln_dtype_size(r->dtype) : NULL;
-        if (s == KILN_OK)
-            s = qci_run_chunk(a, y->dtype, (unsigned char *)y->data + (size_t)(i0 * gm.M * P) * y_elem, tile, ctx, n);
+        unsigned char *yb = (unsigned char *)y->data + (size_t)(i0 * gm.M * P) * y_elem;
+        a.vec4 = gm.cl && gm.M % 4 == 0 && (uintptr_t)yb % (4 * y_elem) == 0;
+        if (s == KILN_OK) s = qci_run_chunk(a, y->dtype, yb, tile, ctx, n);
     }
     if (temp) {
         cudaError_t e = cudaStreamSynchronize(ctx->stream);

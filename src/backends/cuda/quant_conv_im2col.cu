@@ -80,6 +80,9 @@ static kiln_status qconv_list_paths(const kiln_node *n, const kiln_cuda_tensor *
     int paths[QCONV_PATHS], np = 0;
     paths[np++] = QCONV_INT8;
     if (kiln_qg_f16_residual_ok(r)) paths[np++] = QCONV_F16;
+    else
+        KILN_LOG(KILN_LOG_VERBOSE, "cuda: %s '%s': no float16 path to time against int8 (a %s residual input runs only "
+                 "on the int8 kernels)", n->op_type, n->name, kiln_dtype_name(r->dtype));
     for (int p = QCONV_IGEMM_128X128; igemm && p <= QCONV_IGEMM_32X64; p++)
         if (kiln_cuda_qconv_igemm_tile_fits(qconv_tile(p))) paths[np++] = p;
     if (kiln_qg_conv1x1_takes(n, &ql, x, w, r, y)) paths[np++] = QCONV_GEMM_1X1;
