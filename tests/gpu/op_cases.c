@@ -1042,8 +1042,9 @@ const op_case kiln_op_cases[] = {
     /* QConv's paths (quant_conv_im2col.cu), each forced in turn by KILN_CUDA_QCONV_PATH (ctest
      * test_backend_ops_qconv_path*): channels-last 1x1 layers the fused cuBLASLt GEMM takes — batch 1
      * with an int8 residual and channel counts that are multiples of 4 but not of 16, a stride-2
-     * downsample (gathered rows) without activation, a float output — and a 3x3 layer of more than
-     * 256 channels for the 128 x 256 tile */
+     * downsample (gathered rows) without activation, a float output — a 3x3 layer of more than 256
+     * channels for the 128 x 256 tile, and a dilated, strided window with uneven pads (im2col rows of
+     * 4-byte words for the GEMM) */
     {"kiln.QConv", "i8[1,5,7,20]{-128,128} Ki8[36,1,1,20]{-127,128} Kf[36] i8[1,5,7,36]{-128,128}",
      "channels_last=1 x_scale=0.05 w_scale=[0.002] r_scale=0.04 y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
     {"kiln.QConv", "i8[2,13,14,64]{-128,128} Ki8[128,1,1,64]{-127,128} Kf[128]",
@@ -1053,6 +1054,9 @@ const op_case kiln_op_cases[] = {
     {"kiln.QConv", "i8[2,12,12,48]{-128,128} Ki8[272,3,3,48]{-127,128} Kf[272] i8[2,12,12,272]{-128,128}",
      "pads=[1,1,1,1] channels_last=1 x_scale=0.05 w_scale=[0.001] r_scale=0.04 y_dtype=3 y_scale=0.05 "
      "activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[2,10,9,12]{-128,128} Ki8[16,3,3,12]{-127,128} Kf[16]",
+     "dilations=[2,1] strides=[1,2] pads=[2,0,1,1] channels_last=1 x_scale=0.05 w_scale=[0.002] y_dtype=3 "
+     "y_scale=0.05 activation='Relu'", 0, 0},
     {NULL, NULL, NULL, 0, 0},
 };
 

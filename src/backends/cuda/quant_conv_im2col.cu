@@ -2,7 +2,7 @@
  * dilations, auto_pad, groups: one GEMM per group), NCHW in and out, as an im2col of int8 rows
  * feeding quant_gemm.cu's exact IMMA GEMM and kiln's requantizing epilogue (quant_kernels.cu); a
  * recorded tactic of kind KILN_TACTIC_PATH names the layer's path (qconv_path: the float16 path of
- * quant_conv_f16.cu, a tile shape of the implicit-GEMM kernel, the fused 1x1 GEMM of
+ * quant_conv_f16.cu, a tile shape of the implicit-GEMM kernel, the fused cuBLASLt GEMM of
  * quant_conv_gemm.cu), all of which the build times against each other where they apply. Layers
  * the implicit-GEMM kernel takes (qconv_igemm.cu: group 1, no weight zero point, sm_80+) run on it
  * unless the float16 path won; layers with a residual input or channels-last tensors run there or on
@@ -30,7 +30,7 @@ typedef enum {
     QCONV_IGEMM_64X64,
     QCONV_IGEMM_128X256,
     QCONV_IGEMM_32X64,
-    QCONV_GEMM_1X1,      /* a 1x1 layer as cuBLASLt's fused int8 GEMM (quant_conv_gemm.cu) */
+    QCONV_GEMM,          /* cuBLASLt's fused int8 GEMM on X (1x1) or its im2col rows (quant_conv_gemm.cu) */
     QCONV_PATHS
 } qconv_path_id;
 
@@ -66,7 +66,7 @@ static kiln_status qconv_path(const kiln_node *n, kiln_cuda_ctx *ctx, int *path)
 
 /* Lists QConv n's paths for the tuner (ctx->candidates): the default first, the float16 path when it
  * takes residual r, each tile shape of the implicit-GEMM kernel the layer and device take, and the
- * fused 1x1 GEMM where it applies; nothing when there is no choice. */
+ * fused cuBLASLt GEMM where it applies; nothing when there is no choice. */
 static kiln_status qconv_list_paths(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *y,
                                     kiln_cuda_ctx *ctx) {
     kiln_cuda_candidates *cd = ctx->candidates;
@@ -85,7 +85,7 @@ static kiln_status qconv_list_paths(const kiln_node *n, const kiln_cuda_tensor *
                  "on the int8 kernels)", n->op_type, n->name, kiln_dtype_name(r->dtype));
     for (int p = QCONV_IGEMM_128X128; igemm && p <= QCONV_IGEMM_32X64; p++)
         if (kiln_cuda_qconv_igemm_tile_fits(qconv_tile(p))) paths[np++] = p;
-    if (kiln_qg_conv1x1_takes(n, &ql, x, w, r, y)) paths[np++] = QCONV_GEMM_1X1;
+    if (kiln_qg_conv_gemm_takes(n, &ql, x, w, r, y, ctx)) paths[np++] = QCONV_GEMM;
     if (np < 2) {
         KILN_LOG(KILN_LOG_VERBOSE, "cuda: %s '%s': one path only, nothing to time", n->op_type, n->name);
         return KILN_OK;
@@ -179,7 +179,8 @@ kiln_status kiln_qg_exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, i
     /* the implicit-GEMM kernel takes what it can unless the float16 path was timed faster (or cannot
      * take the residual); layers with a residual or channels-last tensors run on it or on the float16
      * path (cuDNN's convolution, NHWC or NCHW, the residual its Z), not on the im2col one */
-    if (path == QCONV_GEMM_1X1 && kiln_qg_conv1x1_takes(n, &ql, x, w, r, y)) return kiln_qg_conv1x1(n, &ql, in, nin, y, ctx);
+    if (path == QCONV_GEMM && kiln_qg_conv_gemm_takes(n, &ql, x, w, r, y, ctx))
+        return kiln_qg_conv_gemm(n, &ql, in, nin, y, ctx);
     bool f16_ok = f16 && kiln_qg_f16_residual_ok(r);
     if (kiln_cuda_qconv_igemm_takes(n, &ql, x, w, ctx) && !f16_ok)
         return kiln_cuda_qconv_igemm(n, &ql, in, nin, y, qconv_tile(path), ctx);
