@@ -543,17 +543,19 @@ typedef struct options {
     bool perf, transfers, verbose, fork;
     int iters, device;
     const char *target;
+    const char *shape; /* only cases whose inputs text contains this (NULL: all) */
 } options;
 
 static const char *USAGE =
     "usage: test_backend_ops [--op NAME]... [--dtype f32|f16|bf16] [--perf [--iters N] [--transfers]]\n"
-    "                        [--target NAME]\n"
+    "                        [--target NAME] [--shape TEXT]\n"
     "                        [--device N] [--no-fork] [--verbose]\n"
     "\n"
     "Checks every op case on a backend against the CPU backend (or, with --perf, times it).\n"
     "  --op NAME        only cases of this op (repeatable); NAME* every op whose name starts so\n"
     "                   (--op 'llm.*': the LLM kernels alone)\n"
     "  --dtype P        only engine precision P (default: f32, f16 and bf16)\n"
+    "  --shape TEXT     only cases whose inputs contain TEXT (\"i8[256,56,56,64]\": one layer, e.g. for ncu)\n"
     "  --perf           time the large --perf cases instead (median of --iters runs, default 20), on\n"
     "                   the device alone: inputs stay there, outputs are not copied back\n"
     "  --transfers      with --perf, time each run with its input and output copies\n"
@@ -597,8 +599,11 @@ static int parse_options(int argc, char **argv, options *o) {
         } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
             o->verbose = true;
         } else if (!v && (!strcmp(a, "--op") || !strcmp(a, "--dtype") || !strcmp(a, "--iters") || !strcmp(a, "--target") ||
-                          !strcmp(a, "--device"))) {
+                          !strcmp(a, "--device") || !strcmp(a, "--shape"))) {
             return usage_error("%s needs a value", a);
+        } else if (!strcmp(a, "--shape")) {
+            o->shape = v;
+            i++;
         } else if (!strcmp(a, "--op")) {
             if (o->nops == (int)(sizeof o->ops / sizeof *o->ops)) return usage_error("too many --op (%s)", v);
             o->ops[o->nops++] = v;
@@ -1135,6 +1140,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < ncases; i++)
         for (int p = 0; p < 3; p++)
             if (op_selected(&o, table[i].op) && (o.dtype < 0 || o.dtype == p) &&
+                (!o.shape || strstr(table[i].inputs, o.shape)) &&
                 (!llm_case_op(table[i].op) || llm_case_runs_in(table[i].op, (kiln_precision)p)))
                 d.items[d.nitems++] = (work_item){i, (kiln_precision)p};
     drive(&d);
