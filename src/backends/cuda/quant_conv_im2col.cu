@@ -162,8 +162,6 @@ static kiln_status qg_conv_geom_cl(const kiln_node *n, const kiln_cuda_tensor *x
 kiln_status kiln_qg_exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
                                int nout, kiln_cuda_ctx *ctx) {
     (void)nout;
-    /* a float residual other than float16 only the implicit-GEMM kernel runs: such a layer lists no
-     * float16 candidate */
     const kiln_cuda_tensor *r = kiln_qg_input(in, nin, 3);
     bool cl = kiln_attr_int(n, "channels_last", 0) != 0;
     if (ctx->candidates) return qconv_list_paths(n, in, nin, &out[0], ctx);
@@ -176,9 +174,10 @@ kiln_status kiln_qg_exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, i
     if (!qg_is_8bit(x->dtype) || !qg_is_8bit(w->dtype) || !w->host || !kiln_qg_out_ok(&ql, y->dtype))
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': needs 8-bit X, constant 8-bit W and a %s output", n->op_type,
                           n->name, kiln_dtype_name(ql.y_dtype));
-    /* the implicit-GEMM kernel takes what it can unless the float16 path was timed faster (or cannot
-     * take the residual); layers with a residual or channels-last tensors run on it or on the float16
-     * path (cuDNN's convolution, NHWC or NCHW, the residual its Z), not on the im2col one */
+    /* the fused cuBLASLt GEMM runs where its path was chosen and it takes the layer; else the
+     * implicit-GEMM kernel takes what it can unless the float16 path was chosen (and takes the
+     * residual); layers with a residual or channels-last tensors run on those or on the float16 path
+     * (cuDNN's convolution, NHWC or NCHW, the residual its Z), not on the im2col one */
     if (path == QCONV_GEMM && kiln_qg_conv_gemm_takes(n, &ql, x, w, r, y, ctx))
         return kiln_qg_conv_gemm(n, &ql, in, nin, y, ctx);
     bool f16_ok = f16 && kiln_qg_f16_residual_ok(r);
