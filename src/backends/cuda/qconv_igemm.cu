@@ -610,7 +610,7 @@ bool kiln_cuda_qconv_igemm_takes(const kiln_node *n, const kiln_quant_layer *ql,
 static kiln_status qci_run_chunk(const qci_args &a, kiln_dtype t, void *y, kiln_qci_tile tile, kiln_cuda_ctx *ctx,
                                  const kiln_node *n) {
     if (tile == KILN_QCI_TILE_AUTO) tile = qci_large_tiles(a.rows, a.M, ctx) ? KILN_QCI_TILE_128X128 : KILN_QCI_TILE_64X64;
-    if (!kiln_cuda_qconv_igemm_tile_fits(tile))
+    if (tile == KILN_QCI_TILE_128X256 && !kiln_cuda_qconv_igemm_tile_fits(tile))
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': the implicit-GEMM tile %d needs more shared memory than the "
                           "device gives a block", n->op_type, n->name, (int)tile);
 #define QCI_RUN(T)                                                                                 \
