@@ -1057,6 +1057,13 @@ const op_case kiln_op_cases[] = {
     {"kiln.QConv", "i8[2,10,9,12]{-128,128} Ki8[16,3,3,12]{-127,128} Kf[16]",
      "dilations=[2,1] strides=[1,2] pads=[2,0,1,1] channels_last=1 x_scale=0.05 w_scale=[0.002] y_dtype=3 "
      "y_scale=0.05 activation='Relu'", 0, 0},
+    /* batch 1, few tiles and deep K: the split-K launch (9 and 5 splits on 132 SMs), channels-last with
+     * a residual and NCHW into uint8 */
+    {"kiln.QConv", "i8[1,5,5,256]{-128,128} Ki8[96,3,3,256]{-127,128} Kf[96] i8[1,5,5,96]{-128,128}",
+     "pads=[1,1,1,1] channels_last=1 x_scale=0.05 w_scale=[0.001] r_scale=0.04 y_dtype=3 y_scale=0.05 "
+     "activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[1,160,6,6]{-128,128} Ki8[40,160,3,3]{-127,128} Kf[40]",
+     "pads=[1,1,1,1] x_scale=0.05 w_scale=[0.001] y_dtype=2 y_scale=0.05 y_zero_point=128", 0, 0},
     {NULL, NULL, NULL, 0, 0},
 };
 

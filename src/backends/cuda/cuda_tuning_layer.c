@@ -17,7 +17,7 @@
 #include <string.h>
 
 /* Node-state slots of a quantized layer's paths (KILN_TACTIC_PATH algos 0 .. TUNE_PATH_SLOTS - 1:
- * kiln.QConv has seven, quant_conv_im2col.cu). */
+ * kiln.QConv has eight, quant_conv_im2col.cu). */
 #define TUNE_PATH_SLOTS 8
 
 /* Scratch tensors for node n under plan p: constants are the engine's device copies, every other

@@ -86,6 +86,8 @@ typedef struct qci_args {
     float r_scale;
     int32_t r_zero_point;
     bool vec4;             /* channels-last output written 4 channels at a time (M % 4 == 0, y aligned) */
+    int splits;            /* split-K: blockIdx.z takes k steps [KT z / splits, KT (z + 1) / splits) ... */
+    int32_t *acc;          /* ... and adds its sums into acc [rows][M] (zeroed first); NULL: one split */
     qci_epi e;
 } qci_args;
 
@@ -269,19 +271,21 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) qci_kernel(const qci_args 
 #pragma unroll
             for (int j = 0; j < 4; j++) acc[mi][ni][j] = 0;
 
-    const int KT = a.Kp / QCI_BK;
+    const int KT = a.Kp / QCI_BK; /* this CTA's k steps: [kt0, kt0 + nkt) */
+    const int kt0 = a.acc ? (int)((int64_t)KT * blockIdx.z / a.splits) : 0;
+    const int nkt = a.acc ? (int)((int64_t)KT * (blockIdx.z + 1) / a.splits) - kt0 : KT;
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
-        if (s < KT) load_stage(s, s);
+        if (s < nkt) load_stage(s, kt0 + s);
         fa_commit();
     }
-    for (int kt = 0; kt < KT; kt++) {
-        fa_wait<STAGES - 2>(); /* step kt's copies have landed (this thread's) */
-        __syncthreads();       /* ... everyone's, and step kt - 1's stage is free to refill */
-        int next = kt + STAGES - 1;
-        if (next < KT) load_stage(next % STAGES, next);
+    for (int it = 0; it < nkt; it++) {
+        fa_wait<STAGES - 2>(); /* step it's copies have landed (this thread's) */
+        __syncthreads();       /* ... everyone's, and step it - 1's stage is free to refill */
+        int next = it + STAGES - 1;
+        if (next < nkt) load_stage(next % STAGES, kt0 + next);
         fa_commit();
-        const int8_t *sa = qci_smem + (size_t)(kt % STAGES) * (BM + BN) * QCI_LDS, *sb = sa + BM * QCI_LDS;
+        const int8_t *sa = qci_smem + (size_t)(it % STAGES) * (BM + BN) * QCI_LDS, *sb = sa + BM * QCI_LDS;
 #pragma unroll
         for (int ks = 0; ks < QCI_BK / 32; ks++) {
             uint32_t af[MI][4], bfr[NI][2];
@@ -305,6 +309,22 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) qci_kernel(const qci_args 
         }
     }
     fa_wait<0>();
+    if (a.acc) { /* split-K: the partial sums go to acc; qci_splitk_epilogue_kernel requantizes them */
+#pragma unroll
+        for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int r = m0 + wm * WTM + mi * 16 + g + 8 * h;
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        int c = n0 + wn * WTN + ni * 8 + 2 * q + j;
+                        if (r < a.rows && c < a.M) atomicAdd(a.acc + (int64_t)r * a.M + c, acc[mi][ni][2 * h + j]);
+                    }
+            }
+        return;
+    }
     __syncthreads(); /* the pipeline's shared memory now stages the output tile */
 
     /* the tile's sums into shared memory, [BN][BM] (channel-major) or [BM][BN] (channels-last output),
@@ -357,6 +377,19 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) qci_kernel(const qci_args 
 #endif
 }
 
+/* y (through a's output map) = the epilogue of the split-K sums acc [rows][M], one thread an element
+ * (consecutive threads on consecutive channels). */
+template <typename T>
+__global__ void qci_splitk_epilogue_kernel(const qci_args a, const int32_t *__restrict__ acc, T *__restrict__ y) {
+    int64_t total = (int64_t)a.rows * a.M, P = (int64_t)a.OH * a.OW;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / a.M, img = r / P;
+        int c = (int)(i - r * a.M);
+        int64_t at = img * a.img_stride + (r - img * P) * a.p_stride + (int64_t)c * a.c_stride;
+        y[at] = qci_out<T>(qci_value(acc[i], c, at, a), a.e);
+    }
+}
+
 /* ---------------------------------------------------------------- tile shapes */
 
 /* The tile shapes: <BM, BN, WM, WN, STAGES, MINB>. */
@@ -389,10 +422,16 @@ template <int BM, int BN, int WM, int WN, int STAGES, int MINB, typename T> stat
 
 template <int BM, int BN, int WM, int WN, int STAGES, int MINB, typename T>
 static kiln_status qci_launch(const qci_args &a, T *y, kiln_cuda_ctx *ctx) {
-    dim3 grid((unsigned)((a.rows + BM - 1) / BM), (unsigned)((a.M + BN - 1) / BN));
+    dim3 grid((unsigned)((a.rows + BM - 1) / BM), (unsigned)((a.M + BN - 1) / BN), a.acc ? (unsigned)a.splits : 1u);
+    if (a.acc) KILN_CUDA_TRY(cudaMemsetAsync(a.acc, 0, (size_t)a.rows * (size_t)a.M * sizeof(int32_t), ctx->stream));
     qci_kernel<BM, BN, WM, WN, STAGES, MINB, T>
         <<<grid, WM * WN * 32, qci_smem_bytes<BM, BN, STAGES>(), ctx->stream>>>(a, y);
     KILN_CUDA_LAUNCH_CHECK("qci_kernel");
+    if (a.acc) {
+        qci_splitk_epilogue_kernel<T><<<ku_blocks((int64_t)a.rows * a.M, KU_THREADS, ctx, 4), KU_THREADS, 0, ctx->stream>>>(
+            a, a.acc, y);
+        KILN_CUDA_LAUNCH_CHECK("qci_splitk_epilogue_kernel");
+    }
     return KILN_OK;
 }
 
@@ -403,6 +442,16 @@ bool kiln_cuda_qconv_igemm_tile_fits(kiln_qci_tile tile) {
     case KILN_QCI_TILE_128X128: return qci_smem_fits(qci_smem_bytes<128, 128, 4>());
     default: return true; /* within 48 KB */
     }
+}
+
+/* The k splits of the 64 x 64 tile's split-K launch of `rows` rows, M channels and KT k steps: enough
+ * to give every SM two CTAs, at most 16 and at least 4 k steps each; 1 when it would not split. */
+static int qci_splits(int64_t rows, int64_t M, int64_t KT, const kiln_cuda_ctx *ctx) {
+    int64_t tiles = (rows + 63) / 64 * ((M + 63) / 64), sms = ctx->sm_count > 0 ? ctx->sm_count : 1;
+    int64_t s = (2 * sms + tiles - 1) / tiles;
+    if (s > KT / 4) s = KT / 4;
+    if (s > 16) s = 16;
+    return s < 2 ? 1 : (int)s;
 }
 
 /* Whether the 128 x 128 tile runs a call of `rows` rows and M channels: more than 64 channels and
@@ -605,11 +654,25 @@ bool kiln_cuda_qconv_igemm_takes(const kiln_node *n, const kiln_quant_layer *ql,
     return C * taps <= QCI_MAX_K && image <= INT_MAX && fits;
 }
 
+bool kiln_cuda_qconv_igemm_splitk_takes(const kiln_node *n, const kiln_quant_layer *ql, const kiln_cuda_tensor *x,
+                                        const kiln_cuda_tensor *w, const kiln_cuda_ctx *ctx) {
+    qci_geom gm;
+    if (!kiln_cuda_qconv_igemm_takes(n, ql, x, w, ctx)) return false;
+    if (qci_geom_make(n, x, w, &gm) != KILN_OK) {
+        kiln_error_clear();
+        return false;
+    }
+    int64_t Cp = qci_padded_channels(gm.C), KT = qci_round_up(gm.kh * gm.kw * Cp, QCI_BK) / QCI_BK, P = gm.OH * gm.OW;
+    size_t per_image = (qci_x_in_place(gm.cl, x, gm.C) ? 0 : (size_t)(gm.H * gm.W * Cp)) + (size_t)(P * gm.M) * 4;
+    return qci_splits(gm.N * P, gm.M, KT, ctx) > 1 && per_image + 256 <= ctx->workspace_bytes;
+}
+
 /* The launch of one chunk of rows with y's output type on tile shape `tile` (KILN_QCI_TILE_AUTO:
  * qci_large_tiles decides between 128 x 128 and 64 x 64). */
 static kiln_status qci_run_chunk(const qci_args &a, kiln_dtype t, void *y, kiln_qci_tile tile, kiln_cuda_ctx *ctx,
                                  const kiln_node *n) {
     if (tile == KILN_QCI_TILE_AUTO) tile = qci_large_tiles(a.rows, a.M, ctx) ? KILN_QCI_TILE_128X128 : KILN_QCI_TILE_64X64;
+    if (tile == KILN_QCI_TILE_64X64_SPLITK) tile = KILN_QCI_TILE_64X64; /* a.acc set: the split-K launch */
     if (tile == KILN_QCI_TILE_128X256 && !kiln_cuda_qconv_igemm_tile_fits(tile))
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': the implicit-GEMM tile %d needs more shared memory than the "
                           "device gives a block", n->op_type, n->name, (int)tile);
@@ -679,9 +742,13 @@ kiln_status kiln_cuda_qconv_igemm(const kiln_node *n, const kiln_quant_layer *ql
     bool temp;
     KILN_TRY(qci_state_get(n, ql, &gm, w, bias, x->dtype, y->dtype, ctx, &st, &temp));
 
-    bool in_place = qci_x_in_place(gm.cl, x, gm.C);
+    bool in_place = qci_x_in_place(gm.cl, x, gm.C), split = tile == KILN_QCI_TILE_64X64_SPLITK;
     int64_t image = gm.H * gm.W * st->Cp; /* bytes of one channels-last image */
-    int64_t chunk = in_place ? gm.N : (int64_t)(ctx->workspace_bytes / (size_t)image);
+    /* split-K: the int32 sums [rows][M] follow the staged images in the workspace */
+    size_t per_image = (in_place ? 0 : (size_t)image) + (split ? (size_t)(P * gm.M) * 4 : 0);
+    int64_t chunk = in_place && !split ? gm.N
+                    : split ? (ctx->workspace_bytes > 256 ? (int64_t)((ctx->workspace_bytes - 256) / per_image) : 0)
+                            : (int64_t)(ctx->workspace_bytes / (size_t)image);
     if (chunk > QCI_MAX_IMAGES) chunk = QCI_MAX_IMAGES;
     if (chunk > INT_MAX / P) chunk = INT_MAX / P; /* rows are int on the device */
     kiln_status s = KILN_OK;
@@ -717,6 +784,10 @@ kiln_status kiln_cuda_qconv_igemm(const kiln_node *n, const kiln_quant_layer *ql
             s = qci_stage_x(x, &gm, st->Cp, i0, imgs, (int8_t *)ctx->workspace, ctx);
         }
         a.rows = (int)(imgs * P);
+        a.splits = split ? qci_splits(a.rows, gm.M, st->Kp / QCI_BK, ctx) : 1;
+        a.acc = a.splits > 1 ? (int32_t *)((unsigned char *)ctx->workspace +
+                                           qci_round_up(in_place ? 0 : imgs * image, 256))
+                             : NULL;
         a.r = r ? (const unsigned char *)r->data + (size_t)(i0 * gm.M * P) * kiln_dtype_size(r->dtype) : NULL;
         unsigned char *yb = (unsigned char *)y->data + (size_t)(i0 * gm.M * P) * y_elem;
         a.vec4 = gm.cl && gm.M % 4 == 0 && (uintptr_t)yb % (4 * y_elem) == 0;

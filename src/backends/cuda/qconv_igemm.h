@@ -17,11 +17,19 @@ typedef enum {
     KILN_QCI_TILE_128X128,
     KILN_QCI_TILE_64X64,
     KILN_QCI_TILE_32X64,
+    KILN_QCI_TILE_64X64_SPLITK, /* 64 x 64 with the k steps split over CTAs (int32 sums added in the
+                                 * workspace, then requantized by a second kernel): small maps, deep K */
 } kiln_qci_tile;
 
 /* Whether the current device gives a CTA of tile shape `tile` the shared memory it needs (the
  * 128 x 256 tile needs 133 KB). */
 bool kiln_cuda_qconv_igemm_tile_fits(kiln_qci_tile tile);
+
+/* Whether the split-K launch (KILN_QCI_TILE_64X64_SPLITK) of QConv n would split: a layer
+ * kiln_cuda_qconv_igemm_takes accepts with too few 64 x 64 tiles for two per SM and k steps to share,
+ * and a workspace that holds one image's int32 sums (and its staged input). No error is raised. */
+bool kiln_cuda_qconv_igemm_splitk_takes(const kiln_node *n, const kiln_quant_layer *ql, const kiln_cuda_tensor *x,
+                                        const kiln_cuda_tensor *w, const kiln_cuda_ctx *ctx);
 
 /* Whether kiln_cuda_qconv_igemm runs QConv n (parameters ql) on x and the weights w: a 1-D or 2-D
  * window (channels-last: 2-D) with group 1, 8-bit X and constant 8-bit W with no weight zero point

@@ -31,6 +31,7 @@ typedef enum {
     QCONV_IGEMM_128X256,
     QCONV_IGEMM_32X64,
     QCONV_GEMM,          /* cuBLASLt's fused int8 GEMM on X (1x1) or its im2col rows (quant_conv_gemm.cu) */
+    QCONV_IGEMM_SPLITK,  /* the implicit-GEMM kernel on 64 x 64 tiles with split-K (small maps, deep K) */
     QCONV_PATHS
 } qconv_path_id;
 
@@ -41,6 +42,7 @@ static kiln_qci_tile qconv_tile(int p) {
     case QCONV_IGEMM_64X64: return KILN_QCI_TILE_64X64;
     case QCONV_IGEMM_128X256: return KILN_QCI_TILE_128X256;
     case QCONV_IGEMM_32X64: return KILN_QCI_TILE_32X64;
+    case QCONV_IGEMM_SPLITK: return KILN_QCI_TILE_64X64_SPLITK;
     default: return KILN_QCI_TILE_AUTO;
     }
 }
@@ -65,8 +67,9 @@ static kiln_status qconv_path(const kiln_node *n, kiln_cuda_ctx *ctx, int *path)
 }
 
 /* Lists QConv n's paths for the tuner (ctx->candidates): the default first, the float16 path when it
- * takes residual r, each tile shape of the implicit-GEMM kernel the layer and device take, and the
- * fused cuBLASLt GEMM where it applies; nothing when there is no choice. */
+ * takes residual r, each tile shape of the implicit-GEMM kernel the layer and device take, the fused
+ * cuBLASLt GEMM where it applies and the split-K launch where it splits; nothing when there is no
+ * choice. */
 static kiln_status qconv_list_paths(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *y,
                                     kiln_cuda_ctx *ctx) {
     kiln_cuda_candidates *cd = ctx->candidates;
@@ -86,6 +89,7 @@ static kiln_status qconv_list_paths(const kiln_node *n, const kiln_cuda_tensor *
     for (int p = QCONV_IGEMM_128X128; igemm && p <= QCONV_IGEMM_32X64; p++)
         if (kiln_cuda_qconv_igemm_tile_fits(qconv_tile(p))) paths[np++] = p;
     if (kiln_qg_conv_gemm_takes(n, &ql, x, w, r, y, ctx)) paths[np++] = QCONV_GEMM;
+    if (igemm && kiln_cuda_qconv_igemm_splitk_takes(n, &ql, x, w, ctx)) paths[np++] = QCONV_IGEMM_SPLITK;
     if (np < 2) {
         KILN_LOG(KILN_LOG_VERBOSE, "cuda: %s '%s': one path only, nothing to time", n->op_type, n->name);
         return KILN_OK;
@@ -181,8 +185,12 @@ kiln_status kiln_qg_exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, i
     if (path == QCONV_GEMM && kiln_qg_conv_gemm_takes(n, &ql, x, w, r, y, ctx))
         return kiln_qg_conv_gemm(n, &ql, in, nin, y, ctx);
     bool f16_ok = f16 && kiln_qg_f16_residual_ok(r);
-    if (kiln_cuda_qconv_igemm_takes(n, &ql, x, w, ctx) && !f16_ok)
-        return kiln_cuda_qconv_igemm(n, &ql, in, nin, y, qconv_tile(path), ctx);
+    if (kiln_cuda_qconv_igemm_takes(n, &ql, x, w, ctx) && !f16_ok) {
+        kiln_qci_tile tile = qconv_tile(path);
+        if (tile == KILN_QCI_TILE_64X64_SPLITK && !kiln_cuda_qconv_igemm_splitk_takes(n, &ql, x, w, ctx))
+            tile = KILN_QCI_TILE_AUTO;
+        return kiln_cuda_qconv_igemm(n, &ql, in, nin, y, tile, ctx);
+    }
     if ((r || cl) && !f16_ok)
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': a residual input or channels-last tensors need the "
                           "implicit-GEMM kernel (group 1, symmetric weights, sm_80+, a workspace of one image) or the "
