@@ -1040,11 +1040,11 @@ const op_case kiln_op_cases[] = {
     {"kiln.QConv", "i8[2,64,14,14]{-128,128} Ki8[32,64,1,1]{-127,128} - f[2,32,14,14]{-2,2}",
      "x_scale=0.05 w_scale=[0.002]", 0, 0},
     /* QConv's paths (quant_conv_im2col.cu), each forced in turn by KILN_CUDA_QCONV_PATH (ctest
-     * test_backend_ops_qconv_path*): channels-last 1x1 layers the fused cuBLASLt GEMM takes — batch 1
-     * with an int8 residual and channel counts that are multiples of 4 but not of 16, a stride-2
-     * downsample (gathered rows) without activation, a float output — a 3x3 layer of more than 256
-     * channels for the 128 x 256 tile, and a dilated, strided window with uneven pads (im2col rows of
-     * 4-byte words for the GEMM) */
+     * test_backend_ops_qconv_path*): channels-last 1x1 layers — batch 1 with an int8 residual and
+     * channel counts that are multiples of 4 but not of 16, a stride-2 downsample (gathered rows for
+     * the fused cuBLASLt GEMM) without activation, a float output (which the GEMM leaves to the
+     * others) — a 3x3 layer of more than 256 channels for the 128 x 256 tile, and a dilated, strided
+     * window with uneven pads (the GEMM's im2col rows in 4-byte words) */
     {"kiln.QConv", "i8[1,5,7,20]{-128,128} Ki8[36,1,1,20]{-127,128} Kf[36] i8[1,5,7,36]{-128,128}",
      "channels_last=1 x_scale=0.05 w_scale=[0.002] r_scale=0.04 y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
     {"kiln.QConv", "i8[2,13,14,64]{-128,128} Ki8[128,1,1,64]{-127,128} Kf[128]",

@@ -79,14 +79,12 @@ bool kiln_qg_conv_gemm_takes(const kiln_node *n, const kiln_quant_layer *ql, con
         int64_t zp = ql->nwzp == 0 ? 0 : ql->w_zero_point[ql->nwzp == 1 ? 0 : c];
         if (zp != (w->dtype == KILN_U8 ? 128 : 0)) return false;
     }
-    bool relu_or_none = ql->act.kind == KILN_ACT_NONE || ql->act.kind == KILN_ACT_RELU;
-    bool int8_out = y->dtype == KILN_I8 && ql->y_dtype == KILN_I8 && ql->y_zero_point == 0 && relu_or_none;
-    bool float_out = ql->y_dtype == KILN_F32 && (y->dtype == KILN_F32 || y->dtype == KILN_F16 || y->dtype == KILN_BF16) &&
-                     (relu_or_none || ql->act.kind == KILN_ACT_GELU_TANH);
-    bool r_ok = !r || (int8_out && r->dtype == KILN_I8 && ql->r_zero_point == 0 && ql->r_scale > 0.0f &&
-                       ku_numel(r) == ku_numel(y));
+    /* int8 out only: cuBLASLt's IMMA kernels take no float D in places (docs/quantization.md) */
+    bool int8_out = y->dtype == KILN_I8 && ql->y_dtype == KILN_I8 && ql->y_zero_point == 0 &&
+                    (ql->act.kind == KILN_ACT_NONE || ql->act.kind == KILN_ACT_RELU);
+    bool r_ok = !r || (r->dtype == KILN_I8 && ql->r_zero_point == 0 && ql->r_scale > 0.0f && ku_numel(r) == ku_numel(y));
     size_t need = qg_align(qcg_image_bytes(&g)) + kiln_qg_lt_bytes(ctx);
-    return (int8_out || float_out) && r_ok && (g.in_place || need <= ctx->workspace_bytes);
+    return int8_out && r_ok && (g.in_place || need <= ctx->workspace_bytes);
 }
 
 /* Writes the im2col rows of images [i0, i0 + imgs) of X (channels-last int8) into dst. */

@@ -13,11 +13,10 @@ extern "C" {
 /* Whether kiln_qg_conv_gemm runs QConv n (parameters ql) on x, the weights w, the residual r (NULL:
  * none) into y with ctx's workspace: channels-last 2-D, group 1, int8 X with zero point 0 and C a
  * multiple of 4, constant 8-bit W without a weight zero point (after uint8's shift by 128), M a
- * multiple of 4, at most 32768 taps per output, and an int8 output with zero point 0 and activation
- * none or Relu (then an int8 residual with zero point 0, or none) or a float output with none, Relu
- * or tanh-Gelu and no residual; a layer other than a 1x1 without padding at stride 1 also needs a
- * workspace that holds one image's im2col rows besides cuBLASLt's share. Whether cuBLASLt offers the
- * call is known only when it runs. No error is raised. */
+ * multiple of 4, at most 32768 taps per output, an int8 output with zero point 0 and activation none
+ * or Relu, and an int8 residual with zero point 0 or none; a layer other than a 1x1 without padding
+ * at stride 1 also needs a workspace that holds one image's im2col rows besides cuBLASLt's share.
+ * Whether cuBLASLt offers the call is known only when it runs. No error is raised. */
 bool kiln_qg_conv_gemm_takes(const kiln_node *n, const kiln_quant_layer *ql, const kiln_cuda_tensor *x,
                              const kiln_cuda_tensor *w, const kiln_cuda_tensor *r, const kiln_cuda_tensor *y,
                              const kiln_cuda_ctx *ctx);
