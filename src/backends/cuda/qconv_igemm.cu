@@ -28,7 +28,9 @@
  * channels of one pixel for NHWC), where the residual is read as well. Four tile shapes
  * (qconv_igemm.h: kiln_qci_tile): 128 x 256 and 128 x 128 with 8 warps for large layers, 64 x 64 and
  * 32 x 64 with 4 warps for small maps and few channels; a tuned layer runs the one its tactic names,
- * else 128 x 128 when it gives every SM a tile and 64 x 64 otherwise. */
+ * else 128 x 128 when it gives every SM a tile and 64 x 64 otherwise. The split-K launch of the 64 x 64
+ * tile (batch 1's small maps with deep K) divides the k steps among CTAs (grid z), which add their
+ * int32 sums atomically into the workspace; a second kernel then applies the same epilogue. */
 #include "backends/cuda/qconv_igemm.h"
 
 #include "backends/cuda/activation.cuh"
