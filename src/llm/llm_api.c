@@ -126,14 +126,13 @@ static int spec_draft_tokens(const kiln_llm_options *o) {
 static kiln_status finish_open(kiln_llm *llm, const kiln_llm_options *o, const llm_runner_options *ro, int64_t n_params) {
     const int bs = o->block_size ? o->block_size : DEFAULT_BLOCK_SIZE;
     KILN_TRY(make_cache(llm, o, ro, bs));
-    if (llm->draft_runner) KILN_TRY(llm_draft_make_cache(llm));
+    KILN_TRY(llm_draft_make_cache(llm));
     kiln_scheduler_config sc = {.forward = llm_runner_forward, .sample = llm_runner_sample_fn(llm->runner),
                                 .model = llm->runner, .kv = llm->kv, .vocab = llm->cfg.vocab,
                                 .max_model_len = ro->max_context, .max_num_batched_tokens = ro->max_tokens,
                                 .max_num_seqs = ro->max_seqs, .on_admit = llm_loop_on_admit,
-                                .no_prefix_cache = o->no_prefix_cache, .draft_tokens = spec_draft_tokens(o),
-                                .draft_forward = llm->draft_runner ? llm_runner_forward : NULL,
-                                .draft_model = llm->draft_runner, .draft_kv = llm->draft_kv};
+                                .no_prefix_cache = o->no_prefix_cache, .draft_tokens = spec_draft_tokens(o)};
+    llm_draft_schedule(llm, &sc);
     KILN_TRY(kiln_scheduler_create(&sc, &llm->sched));
     collect_eos(llm);
     llm->max_waiting = o->max_waiting;

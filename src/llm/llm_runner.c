@@ -189,6 +189,13 @@ kiln_status llm_runner_forward(void *ctx, kiln_kv_cache *kv, const kiln_llm_batc
     return kiln_llm_cuda_forward(r->g, r->gkv, b, logits, NULL); /* the host cache's ids are the device's */
 }
 
+kiln_status llm_runner_forward_exit(void *ctx, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits) {
+    const llm_runner_exit *e = ctx;
+    kiln_llm_batch head = *b;
+    head.exit_layers = e->n_layers;
+    return llm_runner_forward(e->runner, kv, &head, logits);
+}
+
 kiln_sample_fn llm_runner_sample_fn(const llm_runner *r) { return r->sampler ? llm_runner_sample : NULL; }
 
 kiln_status llm_runner_sample(void *ctx, int n_rows, const kiln_sched_sample_row *rows, float *host_logits,

@@ -61,6 +61,15 @@ kiln_status llm_runner_forward(void *ctx, kiln_kv_cache *kv, const kiln_llm_batc
  * to the host and the scheduler samples there) on the CPU or with llm_runner_options.host_sampler (or
  * the environment's KILN_LLM_HOST_SAMPLER=1, read when r was created: a test override). */
 kiln_sample_fn llm_runner_sample_fn(const llm_runner *r);
+/* The early-exit draft of self-speculation: the runner's first n_layers layers, then its final norm
+ * and lm_head, writing those layers' keys and values in the runner's own cache. */
+typedef struct llm_runner_exit {
+    llm_runner *runner;
+    int n_layers;
+} llm_runner_exit;
+/* kiln_forward_fn of an early-exit draft (ctx: an llm_runner_exit): llm_runner_forward of b with
+ * exit_layers = n_layers. */
+kiln_status llm_runner_forward_exit(void *ctx, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits);
 /* kiln_sample_fn over the runner (ctx) after llm_runner_forward(logits NULL): llm_cuda.h's GPU sampler
  * on the step's device logits, one kernel launch for rows 0 .. the last one asked (rows not asked are
  * sampled greedily and ignored), and only the tokens come back. Rows asking for logprobs are handed back (their

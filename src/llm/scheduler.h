@@ -83,7 +83,9 @@ typedef struct kiln_scheduler_config {
      * distribution for the rejection step). Its cache draft_kv (borrowed) has kv's block_size and
      * n_blocks and is addressed by the same block tables, so that blocks, preemption and prefix caching
      * serve both models (the scheduler holds all of draft_kv's blocks: it must be unused); the draft runs
-     * every sequence's chunk with the target. */
+     * every sequence's chunk with the target. draft_kv may be kv itself: a draft that is the target's
+     * first layers (kiln_llm_batch.exit_layers), whose keys and values are the target's; it then runs
+     * only the speculating sequences' last tokens and drafts. */
     kiln_forward_fn draft_forward;
     void *draft_model;
     kiln_kv_cache *draft_kv;

@@ -7,7 +7,10 @@
  * sequences that still draft. Drafts are greedy at temperature 0; otherwise they are draws whose
  * distributions are kept for the rejection step (scheduler_spec.c). The scheduler holds every block of
  * the draft cache for its whole life, so that the draft forward accepts any block of the target's
- * tables: the target's cache alone keeps the accounts. */
+ * tables: the target's cache alone keeps the accounts. An early-exit draft (the target's first layers)
+ * shares the target's cache (draft_kv == kv): what the target computed is the draft's too, so its first
+ * step runs only each speculating sequence's last token, and rejected drafts' keys and values lie past
+ * the computed length like the target's. */
 #include "llm/scheduler_internal.h"
 
 #include "core/status.h"
@@ -15,6 +18,7 @@
 #include <stdlib.h>
 
 struct sched_draft {
+    bool shared;                    /* the draft's cache is the target's */
     int32_t *tokens, *positions;    /* [max_num_batched_tokens + max_num_seqs] one draft forward's tokens */
     int32_t *seq_start, *ctx_len;   /* [max_num_seqs + 1], [max_num_seqs] */
     int32_t *block_table;           /* [max_num_seqs * max_blocks_per_seq] */
@@ -30,6 +34,7 @@ kiln_status sched_draft_check(const kiln_scheduler_config *c) {
     if (!c->draft_forward && !c->draft_kv) return KILN_OK;
     if (!c->draft_forward || !c->draft_kv)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "scheduler: a draft model needs both draft_forward and draft_kv");
+    if (c->draft_kv == c->kv) return KILN_OK;
     const kiln_kv_cache_config *kc = kiln_kv_cache_get_config(c->kv), *dc = kiln_kv_cache_get_config(c->draft_kv);
     if (dc->block_size != kc->block_size || dc->n_blocks != kc->n_blocks)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT,
@@ -56,12 +61,13 @@ kiln_status sched_draft_create(kiln_scheduler *s) {
     d->logits = malloc(seqs * vocab * sizeof *d->logits);
     d->q = malloc((size_t)s->max_rows * vocab * sizeof *d->q);
     const int n_blocks = kiln_kv_cache_get_config(s->cfg.draft_kv)->n_blocks;
-    d->held = malloc((size_t)n_blocks * sizeof *d->held);
+    d->shared = s->cfg.draft_kv == s->cfg.kv;
+    d->held = malloc((size_t)(d->shared ? 1 : n_blocks) * sizeof *d->held);
     if (!d->tokens || !d->positions || !d->seq_start || !d->ctx_len || !d->block_table || !d->member || !d->row0 ||
         !d->logits || !d->q || !d->held)
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "scheduler: cannot allocate the draft model's buffers of %d "
                           "sequences x %d tokens", s->cfg.max_num_seqs, s->cfg.vocab);
-    while (d->n_held < n_blocks) {
+    while (!d->shared && d->n_held < n_blocks) {
         int b = kiln_kv_cache_alloc_block(s->cfg.draft_kv);
         if (b < 0)
             return kiln_error(KILN_ERR_INVALID_ARGUMENT, "scheduler: the draft model's KV cache has blocks in use; "
@@ -94,16 +100,17 @@ const float *sched_draft_q(const kiln_scheduler *s, int row) {
 }
 
 /* Packs draft step j's forward batch: j == 0, every batch sequence's tokens from what the draft has
- * computed to the end of its chunk short of the drafts; j > 0, the draft j - 1 of each sequence that
- * drafts more than j tokens. Returns it with its sequence count in b->n_seqs (0: nothing to run). */
+ * computed to the end of its chunk short of the drafts (sharing the target's cache: each speculating
+ * sequence's last token); j > 0, the draft j - 1 of each sequence that drafts more than j tokens.
+ * Returns it with its sequence count in b->n_seqs (0: nothing to run). */
 static kiln_llm_batch pack_draft_step(kiln_scheduler *s, int j) {
     struct sched_draft *d = s->draft;
     int n = 0, n_tokens = 0, width = 0;
     d->seq_start[0] = 0;
     for (int k = 0; k < s->n_batch; k++) {
         sched_req *r = s->batch[k];
-        if (j > 0 && r->n_draft <= j) continue;
-        const int from = j ? r->n_tokens + j - 1 : r->draft_computed;
+        if ((j > 0 || d->shared) && r->n_draft <= j) continue;
+        const int from = j ? r->n_tokens + j - 1 : d->shared ? r->n_tokens - 1 : r->draft_computed;
         const int to = j ? r->n_tokens + j : r->n_computed + r->chunk - r->n_draft;
         for (int t = from; t < to; t++, n_tokens++) {
             d->tokens[n_tokens] = r->tokens[t];

@@ -36,6 +36,7 @@ static kiln_status check_batch(const kiln_llm_cuda *g, const kiln_llm_cuda_kv *k
     s->n_seqs = b->n_seqs;
     s->n_out = kiln_llm_batch_logit_rows(b, NULL);
     s->decode = true;
+    s->n_layers = b->exit_layers ? b->exit_layers : c->n_layer;
     for (int i = 0; i < b->n_seqs; i++) {
         const int n = b->seq_start[i + 1] - b->seq_start[i], ctx = b->ctx_len[i];
         if (ctx > g->opt.max_context)
@@ -251,7 +252,7 @@ static kiln_status fused_layers(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const ll
     const int ldq = qd + 2 * c->n_kv_head * c->head_dim, gpt2 = c->arch == KILN_LLM_GPT2, up = gpt2 ? ff : 2 * ff;
     const int act = gpt2 ? LLMC_EPI_GELU : c->gate_act == KILN_GATE_GELU_TANH ? LLMC_EPI_GEGLU : LLMC_EPI_SWIGLU;
     OP(PROF_OTHER, llmc_embed(g, s));
-    for (int l = 0; l < c->n_layer; l++) {
+    for (int l = 0; l < s->n_layers; l++) {
         const llmc_layer *y = &g->layers[l];
         void *kc, *vc;
         llmc_kv_layer(kv, l, &kc, &vc);
@@ -298,7 +299,7 @@ static kiln_status run_layers(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const llmc
     const int n = s->n_tokens, d = c->d_model, ff = c->d_ff, qd = c->n_head * c->head_dim;
     const int ldq = qd + 2 * c->n_kv_head * c->head_dim, up = c->arch == KILN_LLM_GPT2 ? ff : 2 * ff;
     OP(PROF_OTHER, llmc_embed_any(g, s));
-    for (int l = 0; l < c->n_layer; l++) {
+    for (int l = 0; l < s->n_layers; l++) {
         const llmc_layer *y = &g->layers[l];
         void *kc, *vc;
         llmc_kv_layer(kv, l, &kc, &vc);
@@ -323,10 +324,10 @@ static kiln_status run_layers(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const llmc
 
 /* ---------------------------------------------------------------- CUDA graphs of decode steps */
 
-#define GRAPH_KEY 6
+#define GRAPH_KEY 7
 
 typedef struct llmc_graph {
-    int64_t key[GRAPH_KEY]; /* n_seqs, context bucket, table stride, cache data, cache blocks, block size */
+    int64_t key[GRAPH_KEY]; /* n_seqs, context bucket, table stride, cache data, cache blocks, block size, layers */
     int state;              /* GRAPH_SEEN, GRAPH_READY or GRAPH_FAILED */
     cudaGraphExec_t exec;
 } llmc_graph;
@@ -378,7 +379,7 @@ static kiln_status run_step(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const llmc_s
     kiln_llm_cuda_probe *pr = g->opt.probe;
     if (!s->decode || !g->opt.use_graphs || (pr && (pr->eager || pr->profile))) return run_eager(g, kv, s);
     const int64_t key[GRAPH_KEY] = {s->n_seqs, s->max_ctx, s->table_stride, (int64_t)(uintptr_t)kv->data,
-                                    kv->n_blocks, kv->block_size};
+                                    kv->n_blocks, kv->block_size, s->n_layers};
     llmc_graph *e = NULL;
     for (int i = 0; i < g->n_graphs && !e; i++)
         if (!memcmp(g->graphs[i].key, key, sizeof key)) e = &g->graphs[i];
