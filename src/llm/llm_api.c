@@ -62,6 +62,12 @@ static kiln_status new_llm(const kiln_llm_options *o, kiln_llm **out) {
     return KILN_OK;
 }
 
+/* Draft tokens per speculating step (0: no speculation). */
+static int spec_draft_tokens(const kiln_llm_options *o) {
+    if (!o->draft && (!o->spec || !strcmp(o->spec, "off"))) return 0;
+    return o->draft_tokens ? o->draft_tokens : DEFAULT_DRAFT_TOKENS;
+}
+
 /* The runner's limits from the options (defaults filled in) for a model of config c. */
 static llm_runner_options runner_options(const kiln_llm_options *o, const kiln_llm_config *c, bool bf16) {
     const bool cuda = o->target && !strcmp(o->target, "cuda");
@@ -72,6 +78,7 @@ static llm_runner_options runner_options(const kiln_llm_options *o, const kiln_l
     if (ro.max_tokens < ro.max_seqs) ro.max_tokens = ro.max_seqs;
     ro.max_context = o->max_context > 0 && o->max_context < c->max_pos ? o->max_context : c->max_pos;
     ro.kv_fp8 = o->kv_cache_dtype && !strcmp(o->kv_cache_dtype, "fp8");
+    ro.draft_tokens = spec_draft_tokens(o);
     return ro;
 }
 
@@ -114,12 +121,6 @@ static kiln_status make_cache(kiln_llm *llm, const kiln_llm_options *o, const ll
     }
     if (blocks > INT_MAX / 2) blocks = INT_MAX / 2;
     return llm_runner_make_cache(llm->runner, (int)blocks, bs, exact, &llm->kv);
-}
-
-/* Draft tokens per speculating step (0: no speculation). */
-static int spec_draft_tokens(const kiln_llm_options *o) {
-    if (!o->draft && (!o->spec || !strcmp(o->spec, "off"))) return 0;
-    return o->draft_tokens ? o->draft_tokens : DEFAULT_DRAFT_TOKENS;
 }
 
 /* Everything after the runner: cache, scheduler, eos ids, information, chat template, the loop. */

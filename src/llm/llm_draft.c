@@ -63,6 +63,7 @@ kiln_status llm_draft_open(kiln_llm *llm, const char *draft, const llm_runner_op
     const bool cuda = !strcmp(ro->target, "cuda");
     llm_runner_options dro = *ro;
     dro.max_tokens += dro.max_seqs; /* a draft step may also run the token each sequence missed */
+    dro.draft_tokens = 0;           /* it verifies nothing */
     char desc[320];
     if (random_shape) {
         kiln_llm_shape sh;

@@ -26,6 +26,8 @@ typedef struct llm_runner_options {
     bool kv_fp8;              /* an FP8 (E4M3) KV cache, quantized on write with kv_scales */
     const float *kv_scales;   /* kv_fp8: [n_layer][2][n_kv_head] (llm_kv_fp8.h), copied; NULL: all 1.0 */
     bool random_int8;   /* cuda, random weights: weight-only INT8 matrices (kiln_llm_cuda_options.random_int8) */
+    int draft_tokens;   /* cuda: drafts a speculating sequence verifies per step; the GPU sampler takes a row
+                           per verified token, max_seqs * (1 + draft_tokens) rows (at most max_tokens) */
 } llm_runner_options;
 
 /* The forward for ro->target: the CPU always; cuda through llm_cuda.h (the model uploaded in bf16 or
@@ -72,8 +74,8 @@ typedef struct llm_runner_exit {
 kiln_status llm_runner_forward_exit(void *ctx, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits);
 /* kiln_sample_fn over the runner (ctx) after llm_runner_forward(logits NULL): llm_cuda.h's GPU sampler
  * on the step's device logits, one kernel launch for rows 0 .. the last one asked (rows not asked are
- * sampled greedily and ignored), and only the tokens come back. Rows asking for logprobs are handed back (their
- * logits copied to host_logits). When the GPU sampler refuses the call (a NaN or +inf logit, more
+ * sampled greedily and ignored), and only the tokens come back. Rows asking for logprobs or
+ * logits_only are handed back (their logits copied to host_logits). When the GPU sampler refuses the call (a NaN or +inf logit, more
  * history than it holds) every row is handed back, so that the host sampler's per-request errors and
  * tokens are the outcome. Fails only when the step's logits cannot be read (a CUDA error). */
 kiln_status llm_runner_sample(void *ctx, int n_rows, const kiln_sched_sample_row *rows, float *host_logits,

@@ -4,7 +4,8 @@
  * N = 1 (some drafts rejected) and N = all layers (the target itself: every draft accepted, which only
  * holds when the shared cache gives each draft step the right keys and values), in batches that mix
  * speculating and plain requests, with a cache small enough to preempt, a tight step budget, prefix
- * caching on, every block free at the end; the same on the bundled GPT-2 (argv[1], models/kjv-gpt2)
+ * caching on, every block free at the end, and with a sample function standing in for the GPU sampler
+ * (the drafts verified against the tokens it chose, as on CUDA); the same on the bundled GPT-2 (argv[1], models/kjv-gpt2)
  * for N = 1 .. 5, printing each N's acceptance rate and tokens per speculating step. Through the public
  * API on the CPU: "layers:N" generates plain decoding's tokens and reports its acceptance in the
  * statistics; N < 1, N >= the model's layers and a malformed N are refused naming the range; a batch
@@ -29,28 +30,60 @@ typedef struct run_result {
 
 typedef struct exit_model {
     const kiln_llm_model *m;
-    int n_layers; /* 0: every layer (the target) */
+    int n_layers;        /* 0: every layer (the target) */
+    float *dev;          /* the last step's logits "on the device" (a forward without logits) */
+    kiln_sampler *smp;   /* the sample function's */
+    int device_rows;     /* rows the sample function gave tokens for */
 } exit_model;
 
 static kiln_status exit_forward(void *ctx, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits) {
     const exit_model *e = ctx;
     kiln_llm_batch head = *b;
     head.exit_layers = e->n_layers;
-    return kiln_llm_forward(e->m, kv, &head, logits);
+    return kiln_llm_forward(e->m, kv, &head, logits ? logits : e->dev);
+}
+
+/* kiln_sample_fn over the "device" logits: the CPU sampler (the GPU sampler's oracle). */
+static kiln_status device_sample(void *ctx, int n_rows, const kiln_sched_sample_row *rows, float *host_logits,
+                                 int32_t *tokens) {
+    exit_model *e = ctx;
+    const int vocab = kiln_llm_model_config(e->m)->vocab;
+    for (int i = 0; i < n_rows; i++) {
+        const kiln_sched_sample_row *q = &rows[i];
+        const float *l = e->dev + (size_t)q->row * vocab;
+        kiln_sample smp;
+        if (q->logits_only || q->params->logprobs) {
+            memcpy(host_logits + (size_t)q->row * vocab, l, sizeof(float) * (size_t)vocab);
+            tokens[i] = -1;
+            continue;
+        }
+        KILN_TRY(kiln_sample_next(e->smp, q->params, l, q->prompt, q->n_prompt, q->generated, q->n_generated, &smp));
+        tokens[i] = smp.token;
+        e->device_rows++;
+    }
+    return KILN_OK;
 }
 
 /* Runs N_REQS greedy requests (odd ones speculate with draft_tokens drafts of the first n_layers
  * layers; draft_tokens 0: plain decoding) on m with a cache of n_blocks blocks of 4 tokens and steps of
- * at most `budget` tokens (4 sequences). */
-static void run(const kiln_llm_model *m, int n_layers, int draft_tokens, int n_blocks, int budget, run_result *out) {
+ * at most `budget` tokens (4 sequences), sampling on the host or (on_device) through device_sample. */
+static void run(const kiln_llm_model *m, int n_layers, int draft_tokens, int n_blocks, int budget, bool on_device,
+                run_result *out) {
     const kiln_llm_config *c = kiln_llm_model_config(m);
     memset(out, 0, sizeof *out);
     kiln_kv_cache_config kc = {.n_layer = c->n_layer, .n_kv_head = c->n_kv_head, .head_dim = c->head_dim,
                                .block_size = 4, .n_blocks = n_blocks, .dtype = KILN_F32};
     kiln_kv_cache *kv;
     REQUIRE_OK(kiln_kv_cache_create(&kc, &kv));
-    exit_model target = {m, 0}, draft = {m, n_layers};
-    kiln_scheduler_config sc = {.forward = exit_forward, .model = &target, .kv = kv, .vocab = c->vocab,
+    exit_model target = {m, 0, NULL, NULL, 0}, draft = {m, n_layers, NULL, NULL, 0};
+    static float dev[64 * 512];
+    if (on_device) {
+        REQUIRE_OK(c->vocab * 4 * (1 + draft_tokens) <= 64 * 512 ? KILN_OK : KILN_ERR_INTERNAL);
+        REQUIRE_OK(kiln_sampler_create(c->vocab, &target.smp));
+        target.dev = dev;
+    }
+    kiln_scheduler_config sc = {.forward = exit_forward, .sample = on_device ? device_sample : NULL,
+                                .model = &target, .kv = kv, .vocab = c->vocab,
                                 .max_model_len = c->max_pos, .max_num_batched_tokens = budget, .max_num_seqs = 4,
                                 .draft_tokens = draft_tokens, .draft_forward = draft_tokens ? exit_forward : NULL,
                                 .draft_model = &draft, .draft_kv = draft_tokens ? kv : NULL};
@@ -80,7 +113,9 @@ static void run(const kiln_llm_model *m, int n_layers, int draft_tokens, int n_b
     CHECK(!kiln_scheduler_has_work(s));
     out->stats = kiln_scheduler_get_stats(s);
     CHECKF(out->stats.kv_blocks_used == 0, "%d blocks still used", out->stats.kv_blocks_used);
+    CHECKF(!on_device || target.device_rows > 0, "the sample function gave no token");
     kiln_scheduler_free(s);
+    kiln_sampler_free(target.smp);
     kiln_kv_cache_free(kv);
 }
 
@@ -91,14 +126,23 @@ static int first_difference(const run_result *a, const run_result *b) {
     return -1;
 }
 
-/* Greedy tokens of an n_layers draft equal plain decoding's, roomy, preempting and in a tight budget;
- * returns the roomy run's acceptance rate. */
-static double check_identical(const kiln_llm_model *m, int n_layers, const char *name) {
-    static run_result plain, spec, small, tight;
-    run(m, 0, 0, 64, 64, &plain);
-    run(m, n_layers, 4, 64, 64, &spec);
-    run(m, n_layers, 3, 16, 64, &small);
-    run(m, n_layers, 4, 64, 5, &tight);
+/* Greedy tokens of an n_layers draft equal plain decoding's, roomy, preempting, in a tight budget and
+ * verified against a sample function's tokens (device: also for the roomy run, on a model whose vocab
+ * device_sample's buffer holds); returns the roomy run's acceptance rate. */
+static double check_identical(const kiln_llm_model *m, int n_layers, bool device, const char *name) {
+    static run_result plain, spec, small, tight, dev;
+    run(m, 0, 0, 64, 64, false, &plain);
+    run(m, n_layers, 4, 64, 64, false, &spec);
+    run(m, n_layers, 3, 16, 64, false, &small);
+    run(m, n_layers, 4, 64, 5, false, &tight);
+    if (device) {
+        run(m, n_layers, 4, 64, 64, true, &dev);
+        const int i = first_difference(&plain, &dev);
+        CHECKF(i < 0, "%s, layers:%d: request %d's tokens changed when verified against device tokens", name,
+               n_layers, i);
+        CHECKF(!memcmp(&dev.stats, &spec.stats, sizeof dev.stats), "%s, layers:%d: the device verification "
+               "accepted other drafts", name, n_layers);
+    }
     int i = first_difference(&plain, &spec);
     CHECKF(i < 0, "%s, layers:%d: request %d's greedy tokens changed", name, n_layers, i);
     i = first_difference(&plain, &small);
@@ -190,15 +234,15 @@ int main(int argc, char **argv) {
     kiln_llm_model *m;
     REQUIRE_OK(kiln_llm_model_random(&c, 11, &m));
     check_batch_refused(m);
-    const double whole = check_identical(m, 2, "tiny llama");
+    const double whole = check_identical(m, 2, true, "tiny llama");
     CHECKF(whole == 1.0, "the target drafting for itself through the shared cache accepted %.3f", whole);
-    const double one = check_identical(m, 1, "tiny llama");
+    const double one = check_identical(m, 1, true, "tiny llama");
     CHECKF(one < 1.0, "the first layer alone accepted every draft (%.3f)", one);
     kiln_llm_model_free(m);
     check_api();
     if (argc > 1) {
         REQUIRE_OK(kiln_llm_model_load_hf(argv[1], &m));
-        for (int n = 1; n <= 5 && n < kiln_llm_model_config(m)->n_layer; n++) check_identical(m, n, "kjv-gpt2");
+        for (int n = 1; n <= 5 && n < kiln_llm_model_config(m)->n_layer; n++) check_identical(m, n, false, "kjv-gpt2");
         kiln_llm_model_free(m);
     }
     return checks_report("test_spec_early_exit");
