@@ -154,7 +154,8 @@ kiln_status llm_draft_open(kiln_llm *llm, const char *draft, const llm_runner_op
 /* The draft model's KV cache: the target's block count and size (after the target's llm->kv); an
  * early-exit draft needs none. */
 kiln_status llm_draft_make_cache(kiln_llm *llm);
-/* The scheduler config's draft_forward, draft_model and draft_kv for llm's draft (none: left NULL). */
+/* The scheduler config's draft_forward, draft_model, draft_kv and draft_sample (on the GPU) for llm's
+ * draft (none: left NULL). */
 void llm_draft_schedule(kiln_llm *llm, kiln_scheduler_config *sc);
 void llm_draft_close(kiln_llm *llm); /* accepts a kiln_llm without a draft model */
 

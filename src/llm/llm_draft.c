@@ -96,10 +96,12 @@ void llm_draft_schedule(kiln_llm *llm, kiln_scheduler_config *sc) {
         sc->draft_forward = llm_runner_forward;
         sc->draft_model = llm->draft_runner;
         sc->draft_kv = llm->draft_kv;
+        sc->draft_sample = llm_runner_sample_fn(llm->draft_runner);
     } else if (llm->exit_draft.n_layers) {
         sc->draft_forward = llm_runner_forward_exit;
         sc->draft_model = &llm->exit_draft;
         sc->draft_kv = llm->kv; /* the draft's keys and values are the target's */
+        sc->draft_sample = llm_runner_sample_fn(llm->runner) ? llm_runner_sample_exit : NULL;
     }
 }
 

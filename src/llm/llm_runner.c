@@ -197,6 +197,11 @@ kiln_status llm_runner_forward_exit(void *ctx, kiln_kv_cache *kv, const kiln_llm
     return llm_runner_forward(e->runner, kv, &head, logits);
 }
 
+kiln_status llm_runner_sample_exit(void *ctx, int n_rows, const kiln_sched_sample_row *rows, float *host_logits,
+                                   int32_t *tokens) {
+    return llm_runner_sample(((const llm_runner_exit *)ctx)->runner, n_rows, rows, host_logits, tokens);
+}
+
 kiln_sample_fn llm_runner_sample_fn(const llm_runner *r) { return r->sampler ? llm_runner_sample : NULL; }
 
 kiln_status llm_runner_sample(void *ctx, int n_rows, const kiln_sched_sample_row *rows, float *host_logits,

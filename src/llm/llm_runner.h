@@ -72,6 +72,9 @@ typedef struct llm_runner_exit {
 /* kiln_forward_fn of an early-exit draft (ctx: an llm_runner_exit): llm_runner_forward of b with
  * exit_layers = n_layers. */
 kiln_status llm_runner_forward_exit(void *ctx, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits);
+/* kiln_sample_fn of an early-exit draft (ctx: an llm_runner_exit): llm_runner_sample of its runner. */
+kiln_status llm_runner_sample_exit(void *ctx, int n_rows, const kiln_sched_sample_row *rows, float *host_logits,
+                                   int32_t *tokens);
 /* kiln_sample_fn over the runner (ctx) after llm_runner_forward(logits NULL): llm_cuda.h's GPU sampler
  * on the step's device logits, one kernel launch for rows 0 .. the last one asked (rows not asked are
  * sampled greedily and ignored), and only the tokens come back. Rows asking for logprobs or

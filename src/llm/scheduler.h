@@ -95,6 +95,10 @@ typedef struct kiln_scheduler_config {
     kiln_forward_fn draft_forward;
     void *draft_model;
     kiln_kv_cache *draft_kv;
+    /* Optional, with draft_forward: sample's counterpart for the draft (called with draft_model after
+     * draft_forward ran without logits), a row per drafting sequence: greedy drafts are its tokens, a
+     * sampled draft's row comes back logits_only for the host draw that keeps its distribution. */
+    kiln_sample_fn draft_sample;
 } kiln_scheduler_config;
 
 typedef struct kiln_request_params {

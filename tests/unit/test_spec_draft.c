@@ -148,24 +148,30 @@ static kiln_status table_forward(float table[FV][FV], const kiln_llm_batch *b, f
     return KILN_OK;
 }
 
-static float device_logits[512 * FV]; /* the last step's logits "on the device" (forward without logits) */
-static int device_rows, handed_rows;  /* rows the sample function sampled / handed back */
+/* The last step's logits "on the device" (a forward without logits; the model pointer of the
+ * on-device runs), the target's and the draft's. */
+static float device_logits[512 * FV], device_draft_logits[512 * FV];
+static int device_rows, handed_rows;  /* rows the sample functions sampled / handed back */
 
 static kiln_status markov_forward(void *model, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits) {
-    (void)model, (void)kv;
-    return table_forward(markov, b, logits ? logits : device_logits);
+    (void)kv;
+    return table_forward(markov, b, logits ? logits : model);
 }
 
-/* kiln_sample_fn over device_logits: the CPU sampler (the GPU sampler's oracle), logits_only rows handed
- * back. */
+static kiln_status markov_draft_forward(void *model, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits) {
+    (void)kv;
+    return table_forward(markov_draft, b, logits ? logits : model);
+}
+
+/* kiln_sample_fn over the device logits `model`: the CPU sampler (the GPU sampler's oracle), logits_only
+ * rows handed back. */
 static kiln_status markov_sample(void *model, int n_rows, const kiln_sched_sample_row *rows, float *host_logits,
                                  int32_t *tokens) {
     static kiln_sampler *sm;
-    (void)model;
     if (!sm) REQUIRE_OK(kiln_sampler_create(FV, &sm));
     for (int i = 0; i < n_rows; i++) {
         const kiln_sched_sample_row *q = &rows[i];
-        const float *l = device_logits + (size_t)q->row * FV;
+        const float *l = (const float *)model + (size_t)q->row * FV;
         kiln_sample smp;
         if (q->logits_only || q->params->logprobs) {
             memcpy(host_logits + (size_t)q->row * FV, l, sizeof(float) * FV);
@@ -180,10 +186,6 @@ static kiln_status markov_sample(void *model, int n_rows, const kiln_sched_sampl
     return KILN_OK;
 }
 
-static kiln_status markov_draft_forward(void *model, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits) {
-    (void)model, (void)kv;
-    return table_forward(markov_draft, b, logits);
-}
 
 /* The target's processed distribution after `prev` (temperature, then top-k). */
 static void next_probs(int prev, const kiln_sampling_params *p, double *out) {
@@ -211,10 +213,11 @@ static double markov_chi2(kiln_sampling_params p, int n_draws, bool on_device, k
     kiln_kv_cache *kv, *dkv;
     REQUIRE_OK(kiln_kv_cache_create(&kc, &kv));
     REQUIRE_OK(kiln_kv_cache_create(&kc, &dkv));
-    kiln_scheduler_config sc = {.forward = markov_forward, .sample = on_device ? markov_sample : NULL, .kv = kv,
-                                .vocab = FV, .max_model_len = 64, .max_num_batched_tokens = 256, .max_num_seqs = 32,
-                                .draft_tokens = 3,
-                                .draft_forward = markov_draft_forward, .draft_kv = dkv};
+    kiln_scheduler_config sc = {.forward = markov_forward, .sample = on_device ? markov_sample : NULL,
+                                .model = device_logits, .kv = kv, .vocab = FV, .max_model_len = 64,
+                                .max_num_batched_tokens = 256, .max_num_seqs = 32, .draft_tokens = 3,
+                                .draft_forward = markov_draft_forward, .draft_model = device_draft_logits,
+                                .draft_kv = dkv, .draft_sample = on_device ? markov_sample : NULL};
     kiln_scheduler *s;
     REQUIRE_OK(kiln_scheduler_create(&sc, &s));
     static const int32_t prompt[5] = {2, 1, 0, 2, 1};

@@ -4,8 +4,8 @@
  * N = 1 (some drafts rejected) and N = all layers (the target itself: every draft accepted, which only
  * holds when the shared cache gives each draft step the right keys and values), in batches that mix
  * speculating and plain requests, with a cache small enough to preempt, a tight step budget, prefix
- * caching on, every block free at the end, and with a sample function standing in for the GPU sampler
- * (the drafts verified against the tokens it chose, as on CUDA); the same on the bundled GPT-2 (argv[1], models/kjv-gpt2)
+ * caching on, every block free at the end, and with sample functions standing in for the GPU sampler
+ * (the drafts chosen and verified by tokens alone, as on CUDA); the same on the bundled GPT-2 (argv[1], models/kjv-gpt2)
  * for N = 1 .. 5, printing each N's acceptance rate and tokens per speculating step. Through the public
  * API on the CPU: "layers:N" generates plain decoding's tokens and reports its acceptance in the
  * statistics; N < 1, N >= the model's layers and a malformed N are refused naming the range; a batch
@@ -76,13 +76,16 @@ static void run(const kiln_llm_model *m, int n_layers, int draft_tokens, int n_b
     kiln_kv_cache *kv;
     REQUIRE_OK(kiln_kv_cache_create(&kc, &kv));
     exit_model target = {m, 0, NULL, NULL, 0}, draft = {m, n_layers, NULL, NULL, 0};
-    static float dev[64 * 512];
+    static float dev[64 * 512], draft_dev[64 * 512];
     if (on_device) {
         REQUIRE_OK(c->vocab * 4 * (1 + draft_tokens) <= 64 * 512 ? KILN_OK : KILN_ERR_INTERNAL);
         REQUIRE_OK(kiln_sampler_create(c->vocab, &target.smp));
+        REQUIRE_OK(kiln_sampler_create(c->vocab, &draft.smp));
         target.dev = dev;
+        draft.dev = draft_dev;
     }
     kiln_scheduler_config sc = {.forward = exit_forward, .sample = on_device ? device_sample : NULL,
+                                .draft_sample = on_device && draft_tokens ? device_sample : NULL,
                                 .model = &target, .kv = kv, .vocab = c->vocab,
                                 .max_model_len = c->max_pos, .max_num_batched_tokens = budget, .max_num_seqs = 4,
                                 .draft_tokens = draft_tokens, .draft_forward = draft_tokens ? exit_forward : NULL,
@@ -113,9 +116,11 @@ static void run(const kiln_llm_model *m, int n_layers, int draft_tokens, int n_b
     CHECK(!kiln_scheduler_has_work(s));
     out->stats = kiln_scheduler_get_stats(s);
     CHECKF(out->stats.kv_blocks_used == 0, "%d blocks still used", out->stats.kv_blocks_used);
-    CHECKF(!on_device || target.device_rows > 0, "the sample function gave no token");
+    CHECKF(!on_device || (target.device_rows > 0 && draft.device_rows > 0), "the sample functions gave %d and %d "
+           "tokens", target.device_rows, draft.device_rows);
     kiln_scheduler_free(s);
     kiln_sampler_free(target.smp);
+    kiln_sampler_free(draft.smp);
     kiln_kv_cache_free(kv);
 }
 
