@@ -27,7 +27,7 @@ struct sched_draft {
     int32_t *row0;                  /* [max_num_seqs] the first target logits row of each batch sequence */
     float *logits;                  /* [max_num_seqs * vocab] */
     kiln_sched_sample_row *rows;    /* [max_num_seqs] one draft_sample call's rows */
-    int32_t *sampled;               /* [max_num_seqs] its tokens, by row (-1: drawn on the host) */
+    int32_t *sampled;               /* [max_num_seqs] its tokens, in call order (-1: drawn on the host) */
     float *q;                       /* [max_rows * vocab] the distribution of each sampled draft, by logits row */
     int32_t *held;                  /* [n_held] the draft cache's blocks, all of them once created */
     int n_held;
