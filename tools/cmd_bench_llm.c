@@ -59,7 +59,7 @@ static const char *USAGE =
     "  --draft MODEL          speculative decoding with a draft model of the same tokenizer (--spec draft):\n"
     "                         an engine or checkpoint directory; with --random, a shape name (random\n"
     "                         weights of --seed: the --random shape itself accepts every draft, another\n"
-    "                         shape nearly none)\n"
+    "                         shape nearly none); layers:N, the model's own first N layers (early exit)\n"
     "  --draft-tokens K       draft tokens per step with --spec or --draft (1..16, default 4)\n"
     "  --temperature T        sample every request at temperature T (top-k, top-p, min-p off; request k\n"
     "                         seeded with --seed + k), to time the sampler in the step (default 0: greedy)\n"

@@ -88,7 +88,9 @@ typedef struct kiln_llm_options {
      * so that the target's own shape drafts for itself and every draft is accepted),
      * runs draft_tokens greedy (or, at temperature > 0, sampled) steps per speculating request with its
      * own KV cache of the target's block count, and the target verifies them in one step. The tokens
-     * are those of plain decoding, as for "ngram". */
+     * are those of plain decoding, as for "ngram". "layers:N" (1 <= N < the target's layers) drafts with
+     * the target itself, exiting after its first N layers into its final norm and lm_head (early-exit
+     * self-speculation: no second model, and those layers' keys and values are the target's own). */
     const char *draft;
 } kiln_llm_options;
 

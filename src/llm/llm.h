@@ -104,6 +104,9 @@ typedef struct kiln_llm_batch {
      * last n_logits[i] new tokens (1 .. its new tokens), rows in batch order (speculative decoding
      * verifies its draft tokens this way). */
     const int32_t *n_logits;
+    /* 0: every layer. Else 1 .. n_layer: only the first exit_layers layers run (their keys and values
+     * written), then the final norm and lm_head: the early-exit draft of self-speculation. */
+    int exit_layers;
 } kiln_llm_batch;
 
 /* A model: its config and weights, ready for the CPU forward (FP32, converted from F32/F16/BF16). */

@@ -62,6 +62,12 @@ static kiln_status new_llm(const kiln_llm_options *o, kiln_llm **out) {
     return KILN_OK;
 }
 
+/* Draft tokens per speculating step (0: no speculation). */
+static int spec_draft_tokens(const kiln_llm_options *o) {
+    if (!o->draft && (!o->spec || !strcmp(o->spec, "off"))) return 0;
+    return o->draft_tokens ? o->draft_tokens : DEFAULT_DRAFT_TOKENS;
+}
+
 /* The runner's limits from the options (defaults filled in) for a model of config c. */
 static llm_runner_options runner_options(const kiln_llm_options *o, const kiln_llm_config *c, bool bf16) {
     const bool cuda = o->target && !strcmp(o->target, "cuda");
@@ -72,6 +78,7 @@ static llm_runner_options runner_options(const kiln_llm_options *o, const kiln_l
     if (ro.max_tokens < ro.max_seqs) ro.max_tokens = ro.max_seqs;
     ro.max_context = o->max_context > 0 && o->max_context < c->max_pos ? o->max_context : c->max_pos;
     ro.kv_fp8 = o->kv_cache_dtype && !strcmp(o->kv_cache_dtype, "fp8");
+    ro.draft_tokens = spec_draft_tokens(o);
     return ro;
 }
 
@@ -116,24 +123,17 @@ static kiln_status make_cache(kiln_llm *llm, const kiln_llm_options *o, const ll
     return llm_runner_make_cache(llm->runner, (int)blocks, bs, exact, &llm->kv);
 }
 
-/* Draft tokens per speculating step (0: no speculation). */
-static int spec_draft_tokens(const kiln_llm_options *o) {
-    if (!o->draft && (!o->spec || !strcmp(o->spec, "off"))) return 0;
-    return o->draft_tokens ? o->draft_tokens : DEFAULT_DRAFT_TOKENS;
-}
-
 /* Everything after the runner: cache, scheduler, eos ids, information, chat template, the loop. */
 static kiln_status finish_open(kiln_llm *llm, const kiln_llm_options *o, const llm_runner_options *ro, int64_t n_params) {
     const int bs = o->block_size ? o->block_size : DEFAULT_BLOCK_SIZE;
     KILN_TRY(make_cache(llm, o, ro, bs));
-    if (llm->draft_runner) KILN_TRY(llm_draft_make_cache(llm));
+    KILN_TRY(llm_draft_make_cache(llm));
     kiln_scheduler_config sc = {.forward = llm_runner_forward, .sample = llm_runner_sample_fn(llm->runner),
                                 .model = llm->runner, .kv = llm->kv, .vocab = llm->cfg.vocab,
                                 .max_model_len = ro->max_context, .max_num_batched_tokens = ro->max_tokens,
                                 .max_num_seqs = ro->max_seqs, .on_admit = llm_loop_on_admit,
-                                .no_prefix_cache = o->no_prefix_cache, .draft_tokens = spec_draft_tokens(o),
-                                .draft_forward = llm->draft_runner ? llm_runner_forward : NULL,
-                                .draft_model = llm->draft_runner, .draft_kv = llm->draft_kv};
+                                .no_prefix_cache = o->no_prefix_cache, .draft_tokens = spec_draft_tokens(o)};
+    llm_draft_schedule(llm, &sc);
     KILN_TRY(kiln_scheduler_create(&sc, &llm->sched));
     collect_eos(llm);
     llm->max_waiting = o->max_waiting;

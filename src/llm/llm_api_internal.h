@@ -88,6 +88,7 @@ struct kiln_llm {
     kiln_llm_bundle draft_bundle;   /* the draft model (kiln_llm_options.draft; llm_draft.c), if any */
     llm_runner *draft_runner;
     kiln_kv_cache *draft_kv;
+    llm_runner_exit exit_draft;     /* draft "layers:N": the target's first N layers (n_layers 0: none) */
     kiln_llm_config cfg;
     kiln_llm_info info;
     char family[16], target[320];
@@ -145,11 +146,17 @@ void llm_loop_stop(kiln_llm *llm);
 /* The draft model (llm_draft.c): opens `draft` (a checkpoint directory or engine file; random_shape: a
  * shape name, with random weights from seed) with the target's runner options after checking that it
  * shares the target's vocabulary and covers its context (KILN_ERR_INVALID_ARGUMENT naming what
- * differs). llm_draft_close frees what it made, also after a failure. */
+ * differs). "layers:N" (1 <= N < the target's layers, else KILN_ERR_INVALID_ARGUMENT) opens nothing:
+ * the draft is the target's first N layers (after llm->runner is made). llm_draft_close frees what it
+ * made, also after a failure. */
 kiln_status llm_draft_open(kiln_llm *llm, const char *draft, const llm_runner_options *ro, bool random_shape,
                            uint64_t seed);
-/* The draft model's KV cache: the target's block count and size (after the target's llm->kv). */
+/* The draft model's KV cache: the target's block count and size (after the target's llm->kv); an
+ * early-exit draft needs none. */
 kiln_status llm_draft_make_cache(kiln_llm *llm);
+/* The scheduler config's draft_forward, draft_model, draft_kv and draft_sample (on the GPU) for llm's
+ * draft (none: left NULL). */
+void llm_draft_schedule(kiln_llm *llm, kiln_scheduler_config *sc);
 void llm_draft_close(kiln_llm *llm); /* accepts a kiln_llm without a draft model */
 
 /* The scheduler's on_admit (user: the llm_req): the request's queue time, and it leaves the waiting totals. */

@@ -11,6 +11,9 @@ kiln_status kiln_llm_batch_check(const kiln_llm_config *c, const kiln_llm_batch 
     if (b->n_tokens < 1 || b->n_seqs < 1)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: %d tokens in %d sequences (at least one of each needed)",
                           b->n_tokens, b->n_seqs);
+    if (b->exit_layers < 0 || b->exit_layers > c->n_layer)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: exit_layers is %d, outside 0 .. the model's %d layers",
+                          b->exit_layers, c->n_layer);
     if (b->seq_start[0] != 0 || b->seq_start[b->n_seqs] != b->n_tokens)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "batch: seq_start must run from 0 to n_tokens %d (got %d .. %d)",
                           b->n_tokens, b->seq_start[0], b->seq_start[b->n_seqs]);

@@ -168,7 +168,8 @@ kiln_status kiln_llm_forward(const kiln_llm_model *m, kiln_kv_cache *kv, const k
     step_mem sm;
     KILN_TRY(step_alloc(c, b, &sm));
     embed(m, b, &sm);
-    for (int l = 0; l < c->n_layer; l++) {
+    const int n_layers = b->exit_layers ? b->exit_layers : c->n_layer;
+    for (int l = 0; l < n_layers; l++) {
         attention_block(m, l, kv, b, &sm);
         mlp_block(m, l, b->n_tokens, &sm);
     }

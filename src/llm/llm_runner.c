@@ -51,10 +51,10 @@ static kiln_status take_kv_choice(llm_runner *r, const llm_runner_options *ro, c
 
 #define MAX_HISTORY (1 << 22) /* most distinct history tokens of one GPU sampler call (32 MiB) */
 
-/* The GPU sampler for o's limits, unless host_sampler or the environment has KILN_LLM_HOST_SAMPLER=1.
- * desc gets which. */
-static kiln_status make_sampler(llm_runner *r, const kiln_llm_cuda_options *o, bool host_sampler, char *desc,
-                                size_t cap) {
+/* The GPU sampler for o's limits and a row per token a speculating sequence verifies (draft_tokens + 1),
+ * unless host_sampler or the environment has KILN_LLM_HOST_SAMPLER=1. desc gets which. */
+static kiln_status make_sampler(llm_runner *r, const kiln_llm_cuda_options *o, int draft_tokens, bool host_sampler,
+                                char *desc, size_t cap) {
     const char *env = getenv("KILN_LLM_HOST_SAMPLER");
     size_t len = strlen(desc);
     if (host_sampler || (env && !strcmp(env, "1"))) {
@@ -62,8 +62,9 @@ static kiln_status make_sampler(llm_runner *r, const kiln_llm_cuda_options *o, b
         return KILN_OK;
     }
     int per_row = o->max_context < r->cfg.vocab ? o->max_context : r->cfg.vocab;
-    int64_t hist = (int64_t)o->max_seqs * (per_row > 0 ? per_row : 1);
-    r->max_rows = o->max_seqs;
+    const int64_t rows = (int64_t)o->max_seqs * (1 + draft_tokens);
+    r->max_rows = rows < o->max_tokens || !draft_tokens ? (int)rows : o->max_tokens;
+    int64_t hist = (int64_t)r->max_rows * (per_row > 0 ? per_row : 1);
     r->idle_params = kiln_sampling_defaults();
     r->srows = malloc((size_t)r->max_rows * sizeof *r->srows);
     r->stokens = malloc((size_t)r->max_rows * sizeof *r->stokens);
@@ -106,7 +107,7 @@ kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options 
     KILN_TRY(kiln_llm_cuda_create(m, r->dtype, &o, &r->g));
     snprintf(desc, cap, "CUDA forward (%s%s): %s; %s", r->dtype == KILN_BF16 ? "bf16" : "fp16",
              m->q8 || m->q8_tok_emb.q ? ", weight-only INT8 matrices" : "", dev, kiln_llm_cuda_decode_path(r->g));
-    return make_sampler(r, &o, ro->host_sampler, desc, cap);
+    return make_sampler(r, &o, ro->draft_tokens, ro->host_sampler, desc, cap);
 }
 
 kiln_status llm_runner_create_random(const kiln_llm_config *c, uint64_t seed, const llm_runner_options *ro,
@@ -134,7 +135,7 @@ kiln_status llm_runner_create_random(const kiln_llm_config *c, uint64_t seed, co
     snprintf(desc, cap, "CUDA forward (%s), random %sweights made on the device: %s; %s",
              r->dtype == KILN_BF16 ? "bf16" : "fp16", ro->random_int8 ? "weight-only INT8 " : "", dev,
              kiln_llm_cuda_decode_path(r->g));
-    return make_sampler(r, &o, ro->host_sampler, desc, cap);
+    return make_sampler(r, &o, ro->draft_tokens, ro->host_sampler, desc, cap);
 }
 
 const kiln_llm_config *llm_runner_config(const llm_runner *r) { return &r->cfg; }
@@ -189,6 +190,18 @@ kiln_status llm_runner_forward(void *ctx, kiln_kv_cache *kv, const kiln_llm_batc
     return kiln_llm_cuda_forward(r->g, r->gkv, b, logits, NULL); /* the host cache's ids are the device's */
 }
 
+kiln_status llm_runner_forward_exit(void *ctx, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits) {
+    const llm_runner_exit *e = ctx;
+    kiln_llm_batch head = *b;
+    head.exit_layers = e->n_layers;
+    return llm_runner_forward(e->runner, kv, &head, logits);
+}
+
+kiln_status llm_runner_sample_exit(void *ctx, int n_rows, const kiln_sched_sample_row *rows, float *host_logits,
+                                   int32_t *tokens) {
+    return llm_runner_sample(((const llm_runner_exit *)ctx)->runner, n_rows, rows, host_logits, tokens);
+}
+
 kiln_sample_fn llm_runner_sample_fn(const llm_runner *r) { return r->sampler ? llm_runner_sample : NULL; }
 
 kiln_status llm_runner_sample(void *ctx, int n_rows, const kiln_sched_sample_row *rows, float *host_logits,
@@ -201,7 +214,7 @@ kiln_status llm_runner_sample(void *ctx, int n_rows, const kiln_sched_sample_row
     for (int k = 0; st == KILN_OK && k < n; k++) r->srows[k] = (kiln_llm_cuda_sample_row){.params = &r->idle_params};
     for (int i = 0; st == KILN_OK && i < n_rows; i++) {
         const kiln_sched_sample_row *q = &rows[i];
-        if (q->params->logprobs) continue; /* the GPU sampler gives no log-probabilities */
+        if (q->params->logprobs || q->logits_only) continue; /* the GPU sampler gives no log-probabilities */
         r->srows[q->row] = (kiln_llm_cuda_sample_row){.params = q->params, .prompt = q->prompt, .generated = q->generated,
                                                       .n_prompt = q->n_prompt, .n_generated = q->n_generated};
         on_device++;
@@ -209,7 +222,7 @@ kiln_status llm_runner_sample(void *ctx, int n_rows, const kiln_sched_sample_row
     if (st == KILN_OK && on_device) st = kiln_llm_cuda_sample(r->sampler, r->g, NULL, n, r->srows, r->stokens);
     int back = 0; /* rows handed back: the scheduler samples them on the host */
     for (int i = 0; i < n_rows; i++) {
-        const bool dev = st == KILN_OK && !rows[i].params->logprobs;
+        const bool dev = st == KILN_OK && !rows[i].params->logprobs && !rows[i].logits_only;
         tokens[i] = dev ? r->stokens[rows[i].row] : -1;
         back += !dev;
     }

@@ -26,6 +26,8 @@ typedef struct llm_runner_options {
     bool kv_fp8;              /* an FP8 (E4M3) KV cache, quantized on write with kv_scales */
     const float *kv_scales;   /* kv_fp8: [n_layer][2][n_kv_head] (llm_kv_fp8.h), copied; NULL: all 1.0 */
     bool random_int8;   /* cuda, random weights: weight-only INT8 matrices (kiln_llm_cuda_options.random_int8) */
+    int draft_tokens;   /* cuda: drafts a speculating sequence verifies per step; the GPU sampler takes a row
+                           per verified token, max_seqs * (1 + draft_tokens) rows (at most max_tokens) */
 } llm_runner_options;
 
 /* The forward for ro->target: the CPU always; cuda through llm_cuda.h (the model uploaded in bf16 or
@@ -61,10 +63,22 @@ kiln_status llm_runner_forward(void *ctx, kiln_kv_cache *kv, const kiln_llm_batc
  * to the host and the scheduler samples there) on the CPU or with llm_runner_options.host_sampler (or
  * the environment's KILN_LLM_HOST_SAMPLER=1, read when r was created: a test override). */
 kiln_sample_fn llm_runner_sample_fn(const llm_runner *r);
+/* The early-exit draft of self-speculation: the runner's first n_layers layers, then its final norm
+ * and lm_head, writing those layers' keys and values in the runner's own cache. */
+typedef struct llm_runner_exit {
+    llm_runner *runner;
+    int n_layers;
+} llm_runner_exit;
+/* kiln_forward_fn of an early-exit draft (ctx: an llm_runner_exit): llm_runner_forward of b with
+ * exit_layers = n_layers. */
+kiln_status llm_runner_forward_exit(void *ctx, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits);
+/* kiln_sample_fn of an early-exit draft (ctx: an llm_runner_exit): llm_runner_sample of its runner. */
+kiln_status llm_runner_sample_exit(void *ctx, int n_rows, const kiln_sched_sample_row *rows, float *host_logits,
+                                   int32_t *tokens);
 /* kiln_sample_fn over the runner (ctx) after llm_runner_forward(logits NULL): llm_cuda.h's GPU sampler
  * on the step's device logits, one kernel launch for rows 0 .. the last one asked (rows not asked are
- * sampled greedily and ignored), and only the tokens come back. Rows asking for logprobs are handed back (their
- * logits copied to host_logits). When the GPU sampler refuses the call (a NaN or +inf logit, more
+ * sampled greedily and ignored), and only the tokens come back. Rows asking for logprobs or
+ * logits_only are handed back (their logits copied to host_logits). When the GPU sampler refuses the call (a NaN or +inf logit, more
  * history than it holds) every row is handed back, so that the host sampler's per-request errors and
  * tokens are the outcome. Fails only when the step's logits cannot be read (a CUDA error). */
 kiln_status llm_runner_sample(void *ctx, int n_rows, const kiln_sched_sample_row *rows, float *host_logits,

@@ -74,8 +74,8 @@ kiln_status kiln_scheduler_create(const kiln_scheduler_config *cfg, kiln_schedul
     s->n_logits = malloc(seqs * sizeof *s->n_logits);
     s->logits = malloc((size_t)s->max_rows * (size_t)c.vocab * sizeof *s->logits);
     s->events = malloc((size_t)s->max_rows * sizeof *s->events);
-    s->rows = malloc(seqs * sizeof *s->rows);
-    s->sampled = malloc(seqs * sizeof *s->sampled);
+    s->rows = malloc((size_t)s->max_rows * sizeof *s->rows);
+    s->sampled = malloc((size_t)s->max_rows * sizeof *s->sampled);
     if (!s->running || !s->batch || !s->tokens || !s->positions || !s->seq_start || !s->ctx_len || !s->block_table ||
         !s->n_logits || !s->logits || !s->events || !s->rows || !s->sampled) {
         kiln_scheduler_free(s);

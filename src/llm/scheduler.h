@@ -32,13 +32,16 @@ extern "C" {
  * [n_seqs, vocab]); a function pointer so that tests can run the scheduler on a fake model. */
 typedef kiln_status (*kiln_forward_fn)(void *model, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits);
 
-/* A sequence of the last forward step that needs its next token: its logits row and
+/* A logits row of the last forward step that needs a token: the next token of a sequence whose
+ * context is complete, or, for a sequence that verifies draft tokens, the token after its last token
+ * and after each of its drafts (generated then ends with the drafts before the row); its index and
  * kiln_sample_next's arguments (valid during the kiln_sample_fn call). */
 typedef struct kiln_sched_sample_row {
-    int row;                             /* the sequence's index in the step's batch = its logits row */
+    int row;                             /* the step's logits row (kiln_llm_batch_logit_rows' order) */
     const kiln_sampling_params *params;  /* the request's; the draw's stream position is n_generated */
     const int32_t *prompt, *generated;   /* the history for the penalties */
     int n_prompt, n_generated;
+    bool logits_only;                    /* no token: the row's logits on the host (a sampled draft's check) */
 } kiln_sched_sample_row;
 
 /* Sampling where the forward ran (a GPU), so that only tokens cross to the host. With a sample
@@ -48,8 +51,11 @@ typedef struct kiln_sched_sample_row {
  * For each row i the function either sets tokens[i] to the token kiln_sample_next gives for that row,
  * bit for bit, or sets tokens[i] = -1 and copies the row's vocab logits to host_logits +
  * rows[i].row * vocab, and the scheduler samples that row on the host as without a sample function.
- * It must hand back every row whose params ask for logprobs (only tokens come back), and should hand
- * back the rows it cannot sample (a NaN logit: the host sampler then ends that request alone).
+ * It must hand back every row whose params ask for logprobs (only tokens come back) or that is
+ * logits_only, and should hand back the rows it cannot sample (a NaN logit: the host sampler then ends
+ * that request alone); the rows of one sequence (one params) are handed back all or none. A greedy
+ * sequence's draft tokens are verified against the tokens (speculative decoding on the device: only
+ * tokens cross), a sampled one's on the host from its logits_only rows.
  * A failure return means the step is lost: every request of the batch ends with its message. */
 typedef kiln_status (*kiln_sample_fn)(void *model, int n_rows, const kiln_sched_sample_row *rows, float *host_logits,
                                       int32_t *tokens);
@@ -83,10 +89,16 @@ typedef struct kiln_scheduler_config {
      * distribution for the rejection step). Its cache draft_kv (borrowed) has kv's block_size and
      * n_blocks and is addressed by the same block tables, so that blocks, preemption and prefix caching
      * serve both models (the scheduler holds all of draft_kv's blocks: it must be unused); the draft runs
-     * every sequence's chunk with the target. */
+     * every sequence's chunk with the target. draft_kv may be kv itself: a draft that is the target's
+     * first layers (kiln_llm_batch.exit_layers), whose keys and values are the target's; it then runs
+     * only the speculating sequences' last tokens and drafts. */
     kiln_forward_fn draft_forward;
     void *draft_model;
     kiln_kv_cache *draft_kv;
+    /* Optional, with draft_forward: sample's counterpart for the draft (called with draft_model after
+     * draft_forward ran without logits), a row per drafting sequence: greedy drafts are its tokens, a
+     * sampled draft's row comes back logits_only for the host draw that keeps its distribution. */
+    kiln_sample_fn draft_sample;
 } kiln_scheduler_config;
 
 typedef struct kiln_request_params {

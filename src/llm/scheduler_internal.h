@@ -60,8 +60,8 @@ struct kiln_scheduler {
     int32_t *n_logits;            /* [max_num_seqs] logits rows per sequence of a step with drafts */
     int32_t *block_table;         /* [max_num_seqs * max_blocks_per_seq] */
     float *logits;                /* [max_rows * vocab]: every row, or those a sample function hands back */
-    kiln_sched_sample_row *rows;  /* [max_num_seqs] the rows given to the sample function */
-    int32_t *sampled;             /* [max_num_seqs] its tokens (-1: sample on the host) */
+    kiln_sched_sample_row *rows;  /* [max_rows] the rows given to the sample function */
+    int32_t *sampled;             /* [max_rows] its tokens (-1: sample on the host) */
     struct sched_draft *draft;    /* the draft model's step buffers (scheduler_draft.c); NULL without one */
 };
 
@@ -93,8 +93,9 @@ int sched_spec_propose(const kiln_scheduler *s, sched_req *r, int max);
 /* After the forward step of r's chunk (its last token and r->n_draft drafts, whose logits rows start
  * at `rows`): accepts the drafts that plain decoding agrees with and one token after them, as events,
  * sets what is computed and gives back the blocks of rejected drafts. q: the drafts' distributions
- * (sched_draft_q), or NULL for point masses (prompt lookup, greedy drafts). */
-void sched_spec_verify(kiln_scheduler *s, sched_req *r, const float *rows, const float *q);
+ * (sched_draft_q), or NULL for point masses (prompt lookup, greedy drafts). tokens: NULL, or (a greedy
+ * r, sampled where the forward ran) the token of each of r's rows, compared instead of the rows. */
+void sched_spec_verify(kiln_scheduler *s, sched_req *r, const float *rows, const float *q, const int32_t *tokens);
 /* Draft model (scheduler_draft.c). Checks the config's draft fields (none set is fine). */
 kiln_status sched_draft_check(const kiln_scheduler_config *c);
 /* Allocates s->draft when the config has a draft model. */

@@ -40,8 +40,9 @@ void sched_prefix_take(kiln_scheduler *s, sched_req *r, int hit) {
 
 void sched_prefix_publish(kiln_scheduler *s, sched_req *r) {
     if (s->cfg.no_prefix_cache) return;
-    /* with a draft model, a block is published once both models' keys and values fill it */
-    const int computed = s->draft && r->draft_computed < r->n_computed ? r->draft_computed : r->n_computed;
+    /* with a draft model of its own cache, a block is published once both models' keys and values fill it */
+    const bool behind = s->draft && s->cfg.draft_kv != s->cfg.kv && r->draft_computed < r->n_computed;
+    const int computed = behind ? r->draft_computed : r->n_computed;
     for (const int full = computed / s->block_size; r->n_published < full; r->n_published++) {
         const int j = r->n_published;
         kiln_kv_cache_publish_block(s->cfg.kv, r->blocks[j], block_hash(s, r, j), j ? r->hashes[j - 1] : 0,

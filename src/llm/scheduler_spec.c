@@ -5,7 +5,8 @@
  * a point-mass draft), then one more token from the first rejected position (or after the last draft).
  * The keys and values of rejected drafts stay in the cache past the computed length, unread, and are
  * overwritten later; whole blocks they took are given back. Drafts of a draft model
- * (scheduler_draft.c) are verified the same way, against their distribution when sampled. */
+ * (scheduler_draft.c) are verified the same way, against their distribution when sampled. Greedy
+ * drafts may be verified against tokens chosen where the forward ran (the sample function's). */
 #include "llm/scheduler_internal.h"
 
 #include "core/status.h"
@@ -42,7 +43,16 @@ static void drop_spare_blocks(kiln_scheduler *s, sched_req *r) {
     while (r->n_blocks > keep) kiln_kv_cache_release_block(s->cfg.kv, r->blocks[--r->n_blocks]);
 }
 
-void sched_spec_verify(kiln_scheduler *s, sched_req *r, const float *rows, const float *q) {
+/* The token the sample function chose for a row, checked against the vocabulary. */
+static kiln_status device_token(const kiln_scheduler *s, int32_t token, kiln_sample *smp) {
+    if (token >= s->cfg.vocab)
+        return kiln_error(KILN_ERR_INTERNAL, "scheduler: the sample function gave token %d, outside the vocabulary "
+                          "of %d", token, s->cfg.vocab);
+    *smp = (kiln_sample){.token = token};
+    return KILN_OK;
+}
+
+void sched_spec_verify(kiln_scheduler *s, sched_req *r, const float *rows, const float *q, const int32_t *tokens) {
     const int drafted = r->n_draft, base = r->n_tokens;
     r->n_draft = 0;
     s->spec_steps++;
@@ -56,7 +66,10 @@ void sched_spec_verify(kiln_scheduler *s, sched_req *r, const float *rows, const
         kiln_status st;
         const int32_t *gen = r->tokens + r->n_prompt;
         const int n_gen = r->n_tokens - r->n_prompt;
-        if (j < drafted && q)
+        if (tokens) {
+            st = device_token(s, tokens[j], &smp);
+            accepted = j < drafted && smp.token == r->tokens[base + j];
+        } else if (j < drafted && q)
             st = kiln_sample_verify_draft_dist(s->sampler, &r->sampling, row, r->tokens, r->n_prompt, gen, n_gen,
                                                r->tokens[base + j], q + (size_t)j * s->cfg.vocab, &smp, &accepted);
         else if (j < drafted)

@@ -195,17 +195,28 @@ static void take_token(kiln_scheduler *s, sched_req *r, int32_t token, const flo
     }
 }
 
-/* The sample function's rows: the batch's sequences whose context is complete after the step. */
+/* The sample function's rows: of the batch's sequences whose context is complete after the step, the
+ * last row, or every row of one that verifies drafts (logits_only when it samples). */
 static int rows_to_sample(kiln_scheduler *s) {
     int n = 0;
-    for (int k = 0; k < s->n_batch; k++) {
+    for (int k = 0, row0 = 0; k < s->n_batch; row0 += 1 + s->batch[k++]->n_draft) {
         const sched_req *r = s->batch[k];
-        if (r->n_computed + r->chunk != r->n_tokens) continue;
-        s->rows[n++] = (kiln_sched_sample_row){.row = k, .params = &r->sampling, .prompt = r->tokens,
-                                               .n_prompt = r->n_prompt, .generated = r->tokens + r->n_prompt,
-                                               .n_generated = r->n_tokens - r->n_prompt};
+        if (r->n_computed + r->chunk - r->n_draft != r->n_tokens) continue;
+        for (int j = 0; j <= r->n_draft; j++)
+            s->rows[n++] = (kiln_sched_sample_row){.row = row0 + j, .params = &r->sampling, .prompt = r->tokens,
+                                                   .n_prompt = r->n_prompt, .generated = r->tokens + r->n_prompt,
+                                                   .n_generated = r->n_tokens - r->n_prompt + j,
+                                                   .logits_only = r->n_draft && r->sampling.temperature > 0};
     }
     return n;
+}
+
+/* Whether the sample function handed back r's rows from `first` on (r verifies drafts): they are then
+ * verified on the host. */
+static bool handed_back(const kiln_scheduler *s, const sched_req *r, int first) {
+    for (int j = 0; j <= r->n_draft; j++)
+        if (s->sampled[first + j] < 0) return true;
+    return false;
 }
 
 /* Drops the sequences that ended in this step from the running list. */
@@ -216,13 +227,12 @@ static void remove_ended(kiln_scheduler *s) {
     s->n_running = m;
 }
 
-/* The forward step, then sampling: on the host from s->logits, or by the sample function (the rows it
- * hands back on the host). A step with draft tokens brings all its logits to the host and verifies
- * there. */
+/* The forward step, then sampling and the verification of drafts: on the host from s->logits, or by the
+ * sample function (the rows it hands back on the host). */
 static kiln_status run_batch(kiln_scheduler *s) {
     kiln_status st = sched_draft_run(s);
     kiln_llm_batch b = pack_batch(s);
-    const bool on_device = s->cfg.sample != NULL && !b.n_logits;
+    const bool on_device = s->cfg.sample != NULL;
     if (st == KILN_OK) st = s->cfg.forward(s->cfg.model, s->cfg.kv, &b, on_device ? NULL : s->logits);
     s->steps++;
     if (st == KILN_OK && on_device) {
@@ -243,7 +253,10 @@ static kiln_status run_batch(kiln_scheduler *s) {
             continue;
         }
         if (r->n_draft) {
-            sched_spec_verify(s, r, row, r->sampling.temperature > 0 ? q : NULL);
+            const bool tokens = on_device && !handed_back(s, r, i);
+            const int first = i;
+            i += on_device ? 1 + r->n_draft : 0;
+            sched_spec_verify(s, r, row, r->sampling.temperature > 0 ? q : NULL, tokens ? s->sampled + first : NULL);
             continue;
         }
         r->n_computed += chunk;

@@ -112,7 +112,8 @@ static bool has_safetensors(const char *dir) {
 }
 
 /* Opens the LLM once per device of the model, with the model's options; mdir is the model's
- * directory (for its chat template, KV calibration text and a relative draft model). */
+ * directory (for its chat template, KV calibration text and a relative draft model; "layers:N" is the
+ * model's own early exit). */
 static kiln_status open_llm(const char *path, const char *mdir, const serve_model_config *c, serve_version *v) {
     kiln_llm_options o = c->llm;
     o.target = c->target;
@@ -132,7 +133,8 @@ static kiln_status open_llm(const char *path, const char *mdir, const serve_mode
     }
     char draft[4500];
     if (c->draft[0]) {
-        if (c->draft[0] == '/') snprintf(draft, sizeof draft, "%s", c->draft);
+        if (c->draft[0] == '/' || !strncmp(c->draft, "layers:", 7)) /* absolute, or an early exit */
+            snprintf(draft, sizeof draft, "%s", c->draft);
         else snprintf(draft, sizeof draft, "%s/%s", mdir, c->draft);
         o.draft = draft;
     }

@@ -114,6 +114,17 @@ def test_draft_model_statistics(kiln, tmp_path):
                  code=1, mentions=("vocabulary",))
 
 
+def test_early_exit_statistics(kiln):
+    # --draft layers:N: the shape's own first layers draft; the report names the draft; N out of range is refused
+    proc = run_kiln(kiln, "bench", "--llm", "--random", "tiny-llama", "--target", "cpu", "--batch", "2",
+                    "--input-len", "16", "--output-len", "24", "--iterations", "1", "--warmup", "0",
+                    "--draft", "layers:1", "--draft-tokens", "3")
+    assert proc.returncode == 0, proc.stderr
+    assert "speculation: draft layers:1, 3 draft tokens: acceptance" in proc.stdout, proc.stdout
+    assert_error(run_kiln(kiln, "bench", "--llm", "--random", "tiny-llama", "--target", "cpu", "--draft", "layers:2"),
+                 code=1, mentions=("layers:2", "1 <= N < 2"))
+
+
 def test_sampling_temperature(kiln, tmp_path):
     # --temperature: every request samples (the report and the JSON say so), each with its own seed
     out = tmp_path / "t.json"

@@ -218,6 +218,20 @@ def test_draft_model_keeps_greedy_tokens(kiln, model, tmp_path):
     assert err[0] == 2 and "--spec draft" in err[2]
 
 
+def test_early_exit_keeps_greedy_tokens(kiln, model):
+    """--draft layers:1: the model's first layer drafts (2 layers); the greedy tokens of plain decoding, the
+    acceptance in the timing line; N out of the model's range is a clean error naming it."""
+    d = model[0]
+    args = ["--prompt", PROMPT, "--temperature", 0, "--max-tokens", 24]
+    plain, early = generate(kiln, d, *args), generate(kiln, d, *args, "--draft", "layers:1", "--draft-tokens", 3)
+    assert plain[0] == 0 and early[0] == 0, early[2]
+    assert plain[1] == early[1] and plain[3] == early[3]
+    assert "spec acceptance" in early[2]
+    for bad in ("layers:0", "layers:2", "layers:one"):
+        err = generate(kiln, d, *args, "--draft", bad)
+        assert err[0] != 0 and "1 <= N < 2" in err[2], err[2]
+
+
 def test_spec_ngram_keeps_greedy_tokens(kiln, model):
     """--spec ngram: the greedy tokens of plain decoding, with the acceptance in the timing line; sampled
     tokens stay reproducible by seed; --draft-tokens alone is a usage error."""

@@ -3,10 +3,14 @@
  * not; tokens taken one by one by callback) on tiny random GPT-2 and Llama models in fp16 and bf16 and on the bundled GPT-2
  * (models/kjv-gpt2, from KILN_SOURCE_DIR or the working directory's ../..), each against the same
  * requests without speculation: the tokens must be equal (the verify step's logits come from the
- * multi-token path and are sampled on the host; plain decode steps use the decode kernels and the GPU
- * sampler). With a draft model (a random shape drafting for itself or for another shape of the same
- * vocabulary, the bundled GPT-2 drafting for itself; the draft opened on the same GPU with its own
- * cache) the tokens must be equal too, and a model drafting for itself must have drafts accepted.
+ * multi-token path, a CUDA graph from a shape's second step, and the GPU sampler picks a token per row,
+ * which the drafts are compared with; plain decode steps use the decode kernels). With a draft model
+ * (a random shape drafting for itself or for another shape of the same vocabulary, the bundled GPT-2
+ * drafting for itself; the draft opened on the same GPU with its own cache) and with early-exit drafts
+ * ("layers:N": the target's first layers on its own cache) the tokens must be equal too, and a model
+ * drafting for itself and the bundled GPT-2's early exits must have drafts accepted. Sampled (temperature
+ * 0.8, seeded): speculating with the GPU sampler (greedy rows' tokens on the device, the speculating rows
+ * handed back for the rejection rule on the host) gives the tokens of the host sampler, bit for bit.
  * Prints each case's acceptance rate and tokens per speculating step. Without a GPU prints
  * "skipped: no GPU (...)" and exits 77. */
 #include "kiln/kiln_llm.h"
@@ -48,8 +52,8 @@ static void on_event(const kiln_llm_event *ev) {
     pthread_mutex_unlock(&o->mu);
 }
 
-/* Runs the four requests on llm to their end. */
-static int run_requests(kiln_llm *llm, int vocab, outputs *out) {
+/* Runs the four requests on llm to their end, greedy (temperature 0) or sampled with seeds 1 .. 4. */
+static int run_requests(kiln_llm *llm, int vocab, float temperature, outputs *out) {
     memset(out, 0, sizeof *out);
     pthread_mutex_init(&out->mu, NULL);
     pthread_cond_init(&out->done, NULL);
@@ -67,6 +71,8 @@ static int run_requests(kiln_llm *llm, int vocab, outputs *out) {
         q.ignore_eos = true;
         q.no_speculation = i % 2 == 1;
         q.user = &refs[i];
+        q.sampling.temperature = temperature;
+        q.sampling.seed = (uint64_t)i + 1;
         q.on_event = on_event;
         uint64_t id;
         if (kiln_llm_submit(llm, &q, &id) != KILN_OK) break;
@@ -94,7 +100,7 @@ static void run_case(const char *shape, const char *dir, kiln_precision precisio
         kiln_status st = shape ? kiln_llm_open_random(shape, precision, 5, &o, &llm) : kiln_llm_open(dir, &o, &llm);
         kiln_llm_info info;
         if (st == KILN_OK) st = kiln_llm_get_info(llm, &info);
-        if (st != KILN_OK || run_requests(llm, info.vocab, &res[spec])) {
+        if (st != KILN_OK || run_requests(llm, info.vocab, 0.0f, &res[spec])) {
             fprintf(stderr, "FAIL %s: %s\n", name, kiln_last_error());
             failures++;
             kiln_llm_close(llm);
@@ -113,7 +119,8 @@ static void run_case(const char *shape, const char *dir, kiln_precision precisio
         }
     }
     const kiln_llm_stats *s = &res[1].stats;
-    const bool itself = !draft || !strcmp(draft, shape ? shape : dir); /* n-gram, or the model drafting for itself */
+    /* n-gram, the model drafting for itself, or the bundled GPT-2's early exits: some drafts must pass */
+    const bool itself = !draft || !strcmp(draft, shape ? shape : dir) || (dir && !strncmp(draft, "layers:", 7));
     if (!s->spec_steps || (itself && !s->spec_accepted)) {
         fprintf(stderr, "FAIL %s: no draft accepted (%llu speculating steps)\n", name, (unsigned long long)s->spec_steps);
         bad++;
@@ -125,6 +132,45 @@ static void run_case(const char *shape, const char *dir, kiln_precision precisio
            (unsigned long long)s->spec_accepted, (unsigned long long)s->spec_drafted,
            s->spec_steps ? (double)s->spec_emitted / (double)s->spec_steps : 0.0,
            (unsigned long long)res[0].stats.steps, (unsigned long long)s->steps, bad ? "FAIL" : "ok");
+}
+
+/* Sampled speculation with the GPU sampler and with the host sampler: the same tokens. */
+static void run_sampled_case(const char *shape, const char *dir, kiln_precision precision, const char *draft) {
+    char name[4200];
+    snprintf(name, sizeof name, "%s, sampled, %s", shape ? shape : dir, draft ? draft : "ngram");
+    outputs res[2];
+    for (int host = 0; host < 2; host++) {
+        kiln_llm_options o = {.target = "cuda", .max_seqs = N_REQ, .max_context = PROMPT + GEN + 8,
+                              .spec = draft ? NULL : "ngram", .draft_tokens = 4, .draft = draft, .host_sampler = host};
+        kiln_llm *llm = NULL;
+        kiln_status st = shape ? kiln_llm_open_random(shape, precision, 5, &o, &llm) : kiln_llm_open(dir, &o, &llm);
+        kiln_llm_info info;
+        if (st == KILN_OK) st = kiln_llm_get_info(llm, &info);
+        if (st != KILN_OK || run_requests(llm, info.vocab, 0.8f, &res[host])) {
+            fprintf(stderr, "FAIL %s: %s\n", name, kiln_last_error());
+            failures++;
+            kiln_llm_close(llm);
+            return;
+        }
+        kiln_llm_close(llm);
+    }
+    int bad = 0;
+    for (int i = 0; i < N_REQ; i++)
+        if (res[0].n[i] != GEN || res[1].n[i] != GEN || memcmp(res[0].tokens[i], res[1].tokens[i], sizeof res[0].tokens[i])) {
+            fprintf(stderr, "FAIL %s request %d: the GPU sampler's tokens differ from the host sampler's\n", name, i);
+            bad++;
+        }
+    const kiln_llm_stats *s = &res[0].stats, *h = &res[1].stats;
+    if (!s->spec_steps || s->spec_steps != h->spec_steps || s->spec_drafted != h->spec_drafted ||
+        s->spec_accepted != h->spec_accepted || s->spec_emitted != h->spec_emitted) {
+        fprintf(stderr, "FAIL %s: %llu speculating steps, statistics differ between the samplers\n", name,
+                (unsigned long long)s->spec_steps);
+        bad++;
+    }
+    failures += bad;
+    printf("%-60s %-5s acceptance %.3f (%llu of %llu)  %s\n", name, precision == KILN_PRECISION_BF16 ? "bf16" : "fp16",
+           s->spec_drafted ? (double)s->spec_accepted / (double)s->spec_drafted : 0.0,
+           (unsigned long long)s->spec_accepted, (unsigned long long)s->spec_drafted, bad ? "FAIL" : "ok");
 }
 
 int main(void) {
@@ -143,8 +189,18 @@ int main(void) {
     const char *src = getenv("KILN_SOURCE_DIR");
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/models/kjv-gpt2", src ? src : "../..");
+    run_case("tiny-gpt2", NULL, KILN_PRECISION_FP16, "layers:1");
+    run_case("tiny-llama", NULL, KILN_PRECISION_BF16, "layers:1");
     run_case(NULL, dir, KILN_PRECISION_FP16, NULL);
     run_case(NULL, dir, KILN_PRECISION_FP16, dir);
+    for (int n = 1; n <= 5; n++) {
+        char layers[16];
+        snprintf(layers, sizeof layers, "layers:%d", n);
+        run_case(NULL, dir, KILN_PRECISION_FP16, layers);
+    }
+    run_sampled_case("tiny-llama", NULL, KILN_PRECISION_BF16, NULL);
+    run_sampled_case("tiny-gpt2", NULL, KILN_PRECISION_FP16, "tiny-gpt2");
+    run_sampled_case(NULL, dir, KILN_PRECISION_FP16, "layers:4");
     printf("%s\n", failures ? "FAILED" : "all passed");
     return failures ? 1 : 0;
 }

@@ -318,11 +318,13 @@ def test_spec_decode_metrics(kiln, tmp_path):
 
 
 def test_draft_model_config(kiln, tmp_path):
-    # a model config with a draft model (the model itself: every draft accepted): the greedy text of plain decoding
+    # a model config with a draft model (the model itself: every draft accepted) or its own early exit
+    # ("layers:4"): the greedy text of plain decoding
     prompt = "And God said, Let there be light: and there was light."
     label = 'model="kjv",version="1"'
     texts = []
-    for name, cfg in (("draft", {"draft": str(KJV_GPT2), "draft_tokens": 3}), ("off", {})):
+    configs = (("draft", {"draft": str(KJV_GPT2), "draft_tokens": 3}), ("exit", {"draft": "layers:4"}), ("off", {}))
+    for name, cfg in configs:
         shutil.copytree(KJV_GPT2, tmp_path / name / "kjv" / "1")
         (tmp_path / name / "kjv" / "config.json").write_text(json.dumps(cfg))
         with serve(kiln, tmp_path / name) as s:
@@ -331,8 +333,8 @@ def test_draft_model_config(kiln, tmp_path):
             texts.append(out["choices"][0]["text"])
             m = s.metrics()
             drafts, accepted = m[f"kiln_spec_decode_num_draft_tokens_total{{{label}}}"], m[f"kiln_spec_decode_num_accepted_tokens_total{{{label}}}"]
-            assert drafts == accepted and (drafts > 0) == (name == "draft")
-    assert texts[0] == texts[1]
+            assert (drafts > 0) == (name != "off") and (drafts == accepted or name == "exit")
+    assert texts[0] == texts[1] == texts[2]
 
 
 def test_prefix_cache_metrics_and_off(kiln, tmp_path):

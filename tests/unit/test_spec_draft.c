@@ -5,7 +5,9 @@
  * plain requests, with a cache small enough to preempt, a tight step budget, prefix caching on, every
  * block free or cached at the end. Sampled (temperature > 0, and with top-k): on fake Markov models over
  * a 3-token vocabulary, a draft whose distribution q differs from the target's, the joint distribution
- * of three generated tokens over many seeds against the exact one (a chi-square check). A draft cache
+ * of three generated tokens over many seeds against the exact one (a chi-square check), also with a
+ * sample function standing in for the GPU sampler (greedy rows' tokens from it, sampled speculating
+ * sequences' rows handed back as logits_only and verified on the host). A draft cache
  * that does not match the target's is refused; a failing draft forward ends its step's requests with
  * its message; the sampler accepts a draft from the target's own distribution always and one the target
  * cannot produce never. Exit 0 = pass. */
@@ -146,15 +148,44 @@ static kiln_status table_forward(float table[FV][FV], const kiln_llm_batch *b, f
     return KILN_OK;
 }
 
+/* The last step's logits "on the device" (a forward without logits; the model pointer of the
+ * on-device runs), the target's and the draft's. */
+static float device_logits[512 * FV], device_draft_logits[512 * FV];
+static int device_rows, handed_rows;  /* rows the sample functions sampled / handed back */
+
 static kiln_status markov_forward(void *model, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits) {
-    (void)model, (void)kv;
-    return table_forward(markov, b, logits);
+    (void)kv;
+    return table_forward(markov, b, logits ? logits : model);
 }
 
 static kiln_status markov_draft_forward(void *model, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits) {
-    (void)model, (void)kv;
-    return table_forward(markov_draft, b, logits);
+    (void)kv;
+    return table_forward(markov_draft, b, logits ? logits : model);
 }
+
+/* kiln_sample_fn over the device logits `model`: the CPU sampler (the GPU sampler's oracle), logits_only
+ * rows handed back. */
+static kiln_status markov_sample(void *model, int n_rows, const kiln_sched_sample_row *rows, float *host_logits,
+                                 int32_t *tokens) {
+    static kiln_sampler *sm;
+    if (!sm) REQUIRE_OK(kiln_sampler_create(FV, &sm));
+    for (int i = 0; i < n_rows; i++) {
+        const kiln_sched_sample_row *q = &rows[i];
+        const float *l = (const float *)model + (size_t)q->row * FV;
+        kiln_sample smp;
+        if (q->logits_only || q->params->logprobs) {
+            memcpy(host_logits + (size_t)q->row * FV, l, sizeof(float) * FV);
+            tokens[i] = -1;
+            handed_rows++;
+            continue;
+        }
+        REQUIRE_OK(kiln_sample_next(sm, q->params, l, q->prompt, q->n_prompt, q->generated, q->n_generated, &smp));
+        tokens[i] = smp.token;
+        device_rows++;
+    }
+    return KILN_OK;
+}
+
 
 /* The target's processed distribution after `prev` (temperature, then top-k). */
 static void next_probs(int prev, const kiln_sampling_params *p, double *out) {
@@ -174,17 +205,19 @@ static void next_probs(int prev, const kiln_sampling_params *p, double *out) {
 static bool speculates(int i) { return i % 3 != 0; }
 
 /* n_draws speculating requests with seeds 1.. of 3 tokens after a prompt, drafted by the Markov draft
- * model (and plain ones too, mixed in: every third request); the chi-square of the 27 outcomes'
- * counts against the exact joint distribution. */
-static double markov_chi2(kiln_sampling_params p, int n_draws, kiln_scheduler_stats *stats) {
+ * model (and plain ones too, mixed in: every third request), sampled on the host or (on_device) through
+ * markov_sample; the chi-square of the 27 outcomes' counts against the exact joint distribution. */
+static double markov_chi2(kiln_sampling_params p, int n_draws, bool on_device, kiln_scheduler_stats *stats) {
     kiln_kv_cache_config kc = {.n_layer = 1, .n_kv_head = 1, .head_dim = 2, .block_size = 4, .n_blocks = 512,
                                .dtype = KILN_F32};
     kiln_kv_cache *kv, *dkv;
     REQUIRE_OK(kiln_kv_cache_create(&kc, &kv));
     REQUIRE_OK(kiln_kv_cache_create(&kc, &dkv));
-    kiln_scheduler_config sc = {.forward = markov_forward, .kv = kv, .vocab = FV, .max_model_len = 64,
+    kiln_scheduler_config sc = {.forward = markov_forward, .sample = on_device ? markov_sample : NULL,
+                                .model = device_logits, .kv = kv, .vocab = FV, .max_model_len = 64,
                                 .max_num_batched_tokens = 256, .max_num_seqs = 32, .draft_tokens = 3,
-                                .draft_forward = markov_draft_forward, .draft_kv = dkv};
+                                .draft_forward = markov_draft_forward, .draft_model = device_draft_logits,
+                                .draft_kv = dkv, .draft_sample = on_device ? markov_sample : NULL};
     kiln_scheduler *s;
     REQUIRE_OK(kiln_scheduler_create(&sc, &s));
     static const int32_t prompt[5] = {2, 1, 0, 2, 1};
@@ -201,15 +234,20 @@ static void check_sampled_distribution(void) {
     memcpy(markov_draft, draft, sizeof markov_draft);
     kiln_sampling_params p = kiln_sampling_defaults();
     /* 26 degrees of freedom: P(chi2 > 54.1) = 0.001; the seeds are fixed, so the outcome is too */
-    for (int pass = 0; pass < 2; pass++) {
-        p.temperature = pass ? 0.8f : 1.0f;
-        p.top_k = pass ? 2 : 0;
+    for (int pass = 0; pass < 4; pass++) {
+        p.temperature = pass % 2 ? 0.8f : 1.0f;
+        p.top_k = pass % 2 ? 2 : 0;
+        const bool on_device = pass >= 2;
+        device_rows = handed_rows = 0;
         kiln_scheduler_stats st;
-        double chi2 = markov_chi2(p, 6000, &st);
-        printf("markov draft T=%.1f top_k=%d: chi2 %.1f (%llu of %llu drafts accepted)\n", p.temperature, p.top_k, chi2,
-               (unsigned long long)st.spec_accepted, (unsigned long long)st.spec_drafted);
+        double chi2 = markov_chi2(p, 6000, on_device, &st);
+        printf("markov draft T=%.1f top_k=%d%s: chi2 %.1f (%llu of %llu drafts accepted)\n", p.temperature, p.top_k,
+               on_device ? ", sample function" : "", chi2, (unsigned long long)st.spec_accepted,
+               (unsigned long long)st.spec_drafted);
         CHECKF(chi2 < 54.1, "draft-model sampling: chi2 %.1f", chi2);
         CHECK(st.spec_drafted > 1000 && st.spec_accepted > 0 && st.spec_accepted < st.spec_drafted);
+        CHECKF(!on_device || (device_rows > 0 && handed_rows > 0), "%d rows sampled by the sample function, %d handed "
+               "back", device_rows, handed_rows);
     }
 }
 

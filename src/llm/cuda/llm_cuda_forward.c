@@ -15,6 +15,8 @@
 #include <string.h>
 #include <time.h>
 
+#define VERIFY_MAX_NEW 17 /* new tokens of a verify step: its last token + KILN_LLM_MAX_DRAFT_TOKENS drafts */
+
 static bool cuda_block_taken(const void *kv, int block) { return kiln_llm_cuda_kv_block_taken(kv, block); }
 
 /* Checks the cache, the batch (kiln_llm_batch_check) and g's limits; fills the sizes of *s. */
@@ -36,6 +38,8 @@ static kiln_status check_batch(const kiln_llm_cuda *g, const kiln_llm_cuda_kv *k
     s->n_seqs = b->n_seqs;
     s->n_out = kiln_llm_batch_logit_rows(b, NULL);
     s->decode = true;
+    bool uniform = true; /* every sequence has as many new tokens as the first */
+    s->n_layers = b->exit_layers ? b->exit_layers : c->n_layer;
     for (int i = 0; i < b->n_seqs; i++) {
         const int n = b->seq_start[i + 1] - b->seq_start[i], ctx = b->ctx_len[i];
         if (ctx > g->opt.max_context)
@@ -46,12 +50,16 @@ static kiln_status check_batch(const kiln_llm_cuda *g, const kiln_llm_cuda_kv *k
         if (ctx > s->max_ctx) s->max_ctx = ctx;
         if (nb > s->table_stride) s->table_stride = nb;
         s->decode = s->decode && n == 1;
+        uniform = uniform && n == b->seq_start[1];
     }
-    if (s->decode) {
-        /* Decode shapes fixed per context bucket, so that one CUDA graph serves every step of the bucket:
-         * the attention's splits come from the bucket (blocks past a sequence's context exit at once)
-         * and the block table rows are as long as the bucket needs. Eager decode steps use the same
-         * shapes, so graphs and eager steps compute the same values. */
+    /* a verify step of speculative decoding: every sequence its last token and the same number of drafts
+     * (at most KILN_LLM_MAX_DRAFT_TOKENS), the logits of each */
+    s->graph = s->decode || (uniform && s->max_new <= VERIFY_MAX_NEW && s->n_out == s->n_tokens);
+    if (s->graph) {
+        /* Decode and verify shapes fixed per context bucket, so that one CUDA graph serves every step of
+         * the bucket: the decode attention's splits come from the bucket (blocks past a sequence's
+         * context exit at once) and the block table rows are as long as the bucket needs. Eager steps
+         * use the same shapes, so graphs and eager steps compute the same values. */
         int cb = LLMC_SPLIT_MIN;
         while (cb < s->max_ctx) cb *= 2;
         if (cb > g->opt.max_context) cb = g->opt.max_context;
@@ -256,7 +264,7 @@ static kiln_status fused_layers(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const ll
     const int ldq = qd + 2 * c->n_kv_head * c->head_dim, gpt2 = c->arch == KILN_LLM_GPT2, up = gpt2 ? ff : 2 * ff;
     const int act = gpt2 ? LLMC_EPI_GELU : c->gate_act == KILN_GATE_GELU_TANH ? LLMC_EPI_GEGLU : LLMC_EPI_SWIGLU;
     OP(KILN_LLM_STAGE_EMBED, llmc_embed(g, s));
-    for (int l = 0; l < c->n_layer; l++) {
+    for (int l = 0; l < s->n_layers; l++) {
         const llmc_layer *y = &g->layers[l];
         void *kc, *vc;
         llmc_kv_layer(kv, l, &kc, &vc);
@@ -303,7 +311,7 @@ static kiln_status run_layers(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const llmc
     const int n = s->n_tokens, d = c->d_model, ff = c->d_ff, qd = c->n_head * c->head_dim;
     const int ldq = qd + 2 * c->n_kv_head * c->head_dim, up = c->arch == KILN_LLM_GPT2 ? ff : 2 * ff;
     OP(KILN_LLM_STAGE_EMBED, llmc_embed_any(g, s));
-    for (int l = 0; l < c->n_layer; l++) {
+    for (int l = 0; l < s->n_layers; l++) {
         const llmc_layer *y = &g->layers[l];
         void *kc, *vc;
         llmc_kv_layer(kv, l, &kc, &vc);
@@ -326,12 +334,13 @@ static kiln_status run_layers(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const llmc
 }
 #undef OP
 
-/* ---------------------------------------------------------------- CUDA graphs of decode steps */
+/* ---------------------------------------------------------------- CUDA graphs of decode and verify steps */
 
-#define GRAPH_KEY 6
+#define GRAPH_KEY 8
 
 typedef struct llmc_graph {
-    int64_t key[GRAPH_KEY]; /* n_seqs, context bucket, table stride, cache data, cache blocks, block size */
+    int64_t key[GRAPH_KEY]; /* n_seqs, context bucket, table stride, cache data, cache blocks, block size, layers,
+                               tokens */
     int state;              /* GRAPH_SEEN, GRAPH_READY or GRAPH_FAILED */
     cudaGraphExec_t exec;
 } llmc_graph;
@@ -375,15 +384,15 @@ static kiln_status run_layers_once(void *arg) {
     return run_layers(r->g, r->kv, r->s);
 }
 
-/* Runs the step's layers: from the step shape's graph when there is one (decode steps with graphs
- * on), else enqueued kernel by kernel. A shape is run eagerly the first time (which also makes its
+/* Runs the step's layers: from the step shape's graph when there is one (decode and verify steps with
+ * graphs on), else enqueued kernel by kernel. A shape is run eagerly the first time (which also makes its
  * cuBLASLt plans), captured and replayed from the second; a capture that fails leaves the shape
  * eager for good. The metadata transfer is already enqueued before (the graph reads its buffer). */
 static kiln_status run_step(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const llmc_step *s) {
     kiln_llm_cuda_probe *pr = g->opt.probe;
-    if (!s->decode || !g->opt.use_graphs || (pr && (pr->eager || pr->profile))) return run_eager(g, kv, s);
+    if (!s->graph || !g->opt.use_graphs || (pr && (pr->eager || pr->profile))) return run_eager(g, kv, s);
     const int64_t key[GRAPH_KEY] = {s->n_seqs, s->max_ctx, s->table_stride, (int64_t)(uintptr_t)kv->data,
-                                    kv->n_blocks, kv->block_size};
+                                    kv->n_blocks, kv->block_size, s->n_layers, s->n_tokens};
     llmc_graph *e = NULL;
     for (int i = 0; i < g->n_graphs && !e; i++)
         if (!memcmp(g->graphs[i].key, key, sizeof key)) e = &g->graphs[i];

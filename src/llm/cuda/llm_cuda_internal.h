@@ -136,6 +136,8 @@ typedef struct llmc_step {
     int n_tokens, n_seqs, n_out; /* n_out: logits rows */
     int max_new, max_ctx;        /* most new tokens / longest context of one sequence */
     bool decode;                 /* every sequence has exactly one new token */
+    bool graph;                  /* a decode step or a speculative verify step: its shape keys a CUDA graph */
+    int n_layers;                /* layers run: the model's, or the batch's exit_layers */
     int table_stride;            /* block table row length on the device */
     int inv_freq_stride;         /* 0: one RoPE table for all sequences, else head_dim / 2 */
     const int32_t *tokens, *positions, *tok_seq, *out_rows, *seq_start, *ctx_len, *table;
