@@ -95,7 +95,9 @@ kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options 
     r->cfg = *kiln_llm_model_config(m);
     *out = r;
     if (strcmp(ro->target, "cuda")) {
-        snprintf(desc, cap, m->q8 ? "CPU forward (fp32, weight-only INT8 matrices)" : "CPU forward (fp32, OpenBLAS)");
+        const bool w8a8 = m->q8 && m->cfg.n_layer > 0 && m->q8[0].qkv.act_scale > 0;
+        snprintf(desc, cap, w8a8 ? "CPU forward (fp32, W8A8 layer matrices: int8 x int8 products)"
+                            : m->q8 ? "CPU forward (fp32, weight-only INT8 matrices)" : "CPU forward (fp32, OpenBLAS)");
         return take_kv_choice(r, ro, desc, cap);
     }
     KILN_TRY(take_kv_choice(r, ro, desc, cap));
