@@ -35,7 +35,8 @@ static const char *USAGE =
     "                        weight-only int8 (needs --calib-text)\n"
     "  --calib-text FILE     with --weights w8a8: the calibration text (its first 8,192 tokens)\n"
     "  --smooth-alpha A      with --weights w8a8: SmoothQuant's migration strength in [0, 1] (default 0.5)\n"
-    "  --calibrator NAME     with --weights w8a8: entropy (default), minmax, percentile or percentile:P\n"
+    "  --calibrator NAME     with --weights w8a8: percentile:P (default percentile:99.99), minmax or\n"
+    "                        entropy (which clips GELU / SwiGLU outputs too hard: docs/llm-quantization.md)\n"
     "  --weights-skip LIST   with --weights int8 or w8a8: keep these fp32, comma-separated: embed (the\n"
     "                        token embedding), lm_head (a tied lm_head is the embedding: either keeps both)\n"
     "  -h, --help            this help\n";
@@ -83,7 +84,7 @@ static int parse_skip(const char *list, kiln_llm_build_options *o) {
 int kiln_cmd_build_llm(int argc, char **argv) {
     const char *dir = NULL, *output = NULL;
     kiln_llm_build_options o = {.precision = -1};
-    kiln_llm_w8a8_options w8a8 = {.smooth_alpha = 0.5f, .calibrator = {KILN_CALIB_ENTROPY, 99.99}};
+    kiln_llm_w8a8_options w8a8 = {.smooth_alpha = 0.5f, .calibrator = {KILN_CALIB_PERCENTILE, 99.99}};
     bool w8a8_given = false;
     char flags[512] = "";
     for (int i = 1; i < argc; i++) {
