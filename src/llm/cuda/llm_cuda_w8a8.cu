@@ -7,8 +7,9 @@
  * scale[o]) + bias, the CPU's expression. More rows go through cuBLASLt's integer tensor-core GEMM
  * (IMMA: int8 A and B, CUBLAS_COMPUTE_32I, int32 D), formed column-major as D[N, R] = W[K, N]^T X[K, R]
  * (the "TN" layout IMMA needs; K and N multiples of 4), D in g->deq beside the quantized rows, in chunks
- * of token rows that fit it, then a dequantizing epilogue kernel writes y. The cuBLASLt descriptors and
- * the heuristic's algorithm are kept per (rows, K, N) in g->imma. The sums are exact on both paths, so
+ * of token rows that fit it, then a dequantizing epilogue kernel writes y (a shape cuBLASLt has no IMMA
+ * algorithm for, or N not a multiple of 4, goes through the GEMV, 8 rows at a time). The cuBLASLt
+ * descriptors and the heuristic's algorithm are kept per (rows, K, N) in g->imma. The sums are exact on both paths, so
  * they equal the CPU's for the same int8 inputs. */
 #include "llm/cuda/llm_cuda_util.cuh"
 #include "llm/cuda/llm_cuda_w8a8.h"
@@ -311,14 +312,22 @@ extern "C" kiln_status llmc_linear_wa(kiln_llm_cuda *g, const void *x, int ldx, 
     const size_t ys = out_f32 ? 4 : 2;
     for (int r0 = 0; r0 < n; r0 += (int)rows) {
         const int R = n - r0 < rows ? n - r0 : (int)rows;
+        char *yr = (char *)y + (size_t)r0 * ldy * ys;
         int32_t *D = (int32_t *)(void *)((char *)g->deq + ((size_t)R * K + LLMC_ALIGN - 1) / LLMC_ALIGN * LLMC_ALIGN);
-        KILN_TRY(imma_shape_ok(R, K, N, xq, q, D));
-        llmc_imma_plan *p = NULL;
-        KILN_TRY(plan_get(g, R, K, N, &p));
         KILN_TRY(llmc_quantize_act_launch(g->dtype, g->kc.stream, (const char *)x + (size_t)r0 * ldx * 2, ldx, R, K,
                                           act_scale, xq));
-        KILN_TRY(imma_run(g->dtype, g->kc.lt, g->kc.stream, g->kc.workspace, g->kc.workspace_bytes, p, xq, q, scale,
-                          act_scale, bias, D, (char *)y + (size_t)r0 * ldy * ys, ldy, out_f32));
+        llmc_imma_plan *p = NULL;
+        const kiln_status st = N % 4 ? KILN_ERR_UNSUPPORTED : plan_get(g, R, K, N, &p);
+        if (st == KILN_OK) {
+            KILN_TRY(imma_run(g->dtype, g->kc.lt, g->kc.stream, g->kc.workspace, g->kc.workspace_bytes, p, xq, q, scale,
+                              act_scale, bias, D, yr, ldy, out_f32));
+            continue;
+        }
+        if (st != KILN_ERR_UNSUPPORTED) return st;
+        kiln_error_clear(); /* no IMMA for this shape: the GEMV, LLMC_GEMV_MAX rows at a time */
+        for (int t = 0; t < R; t += LLMC_GEMV_MAX)
+            KILN_TRY(llmc_gemv_w8a8_launch(g->dtype, g->kc.stream, xq + (size_t)t * K, R - t < LLMC_GEMV_MAX ? R - t : LLMC_GEMV_MAX,
+                                           K, q, scale, act_scale, bias, N, yr + (size_t)t * ldy * ys, ldy, out_f32));
     }
     return KILN_OK;
 }

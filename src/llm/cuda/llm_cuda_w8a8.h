@@ -21,7 +21,8 @@ void llmc_imma_plans_free(kiln_llm_cuda *g);
 
 /* llmc_linear_w, and for a W8A8 matrix (act_scale > 0: w int8 [N, K] with row scales scale) x quantized
  * to int8 into g->deq and multiplied in int32: the dp4a GEMV for n <= gemv_max_tokens, else cuBLASLt's
- * IMMA GEMM into int32 tiles in g->deq (in chunks of token rows) and the dequantizing epilogue; y =
+ * IMMA GEMM into int32 tiles in g->deq (in chunks of token rows) and the dequantizing epilogue (the GEMV
+ * 8 rows at a time where cuBLASLt has no IMMA algorithm or N is not a multiple of 4); y =
  * sum * (act_scale * scale[o]) (+ bias) in g->dtype, or FP32 when out_f32. Needs K % 16 == 0. */
 kiln_status llmc_linear_wa(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const float *scale,
                            float act_scale, const void *bias, int N, void *y, int ldy, bool out_f32);
