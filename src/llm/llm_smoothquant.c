@@ -1,7 +1,7 @@
 /* llm_smoothquant.c — kiln_llm_smoothquant (llm_smoothquant.h): two passes of the CPU forward over
  * windows of the calibration text, each with an observer on the layer products' inputs: the first
  * keeps per-channel maxima, from which the smoothing factors are computed and folded into the norms
- * and matrices; the second fills one |x| histogram per product input, over [0, the smoothed maximum],
+ * and matrices (a gated MLP's down factors into its up rows); the second fills one |x| histogram per product input, over [0, the smoothed maximum],
  * for the calibrator. */
 #include "llm/llm_smoothquant.h"
 
@@ -77,14 +77,20 @@ static int input_width(const kiln_llm_config *c, kiln_llm_matrix mat) {
     return mat == KILN_LLM_MAT_O ? c->n_head * c->head_dim : mat == KILN_LLM_MAT_DOWN ? c->d_ff : c->d_model;
 }
 
+/* SmoothQuant's factor of input channel j of W [rows, in]: max|x_j|^a / max_i |W[i, j]|^(1 - a), 1 where
+ * either is 0, clamped to [S_MIN, S_MAX]. */
+static float factor(const float *w, int64_t rows, int in, int j, float ax, float alpha) {
+    float wmax = 0;
+    for (int64_t i = 0; i < rows; i++) wmax = fabsf(w[i * in + j]) > wmax ? fabsf(w[i * in + j]) : wmax;
+    const float s = ax > 0 && wmax > 0 ? powf(ax, alpha) / powf(wmax, 1.0f - alpha) : 1.0f;
+    return s < S_MIN ? S_MIN : s > S_MAX ? S_MAX : s;
+}
+
 /* Smooths the product W [rows, in] behind the norm (scale g, shift b or NULL, offset off): s from the
  * input maxima ax; W[:, j] *= s_j, (g_j + off) /= s_j, b_j /= s_j; ax becomes the smoothed maxima. */
 static void smooth(float *w, int64_t rows, int in, float *g, float *b, float off, float alpha, float *ax) {
     for (int j = 0; j < in; j++) {
-        float wmax = 0;
-        for (int64_t i = 0; i < rows; i++) wmax = fabsf(w[i * in + j]) > wmax ? fabsf(w[i * in + j]) : wmax;
-        float s = ax[j] > 0 && wmax > 0 ? powf(ax[j], alpha) / powf(wmax, 1.0f - alpha) : 1.0f;
-        s = s < S_MIN ? S_MIN : s > S_MAX ? S_MAX : s;
+        const float s = factor(w, rows, in, j, ax[j], alpha);
         for (int64_t i = 0; i < rows; i++) w[i * in + j] *= s;
         g[j] = (g[j] + off) / s - off;
         if (b) b[j] /= s;
@@ -92,7 +98,19 @@ static void smooth(float *w, int64_t rows, int in, float *g, float *b, float off
     }
 }
 
-/* Step 2 of kiln_llm_smoothquant over every layer. */
+/* Smooths the down product W [rows, ff] of a gated MLP: its input j is act(gate_j) * up_j, so
+ * W[:, j] *= s_j and up's row j (up [ff, d], the second half of the stacked gate / up rows) /= s_j
+ * leave the function unchanged; ax becomes the smoothed maxima. */
+static void smooth_gated(float *w, int64_t rows, int ff, float *up, int d, float alpha, float *ax) {
+    for (int j = 0; j < ff; j++) {
+        const float s = factor(w, rows, ff, j, ax[j], alpha);
+        for (int64_t i = 0; i < rows; i++) w[i * ff + j] *= s;
+        for (int k = 0; k < d; k++) up[(size_t)j * d + k] /= s;
+        ax[j] /= s;
+    }
+}
+
+/* Step 2 of kiln_llm_smoothquant over every layer (and the gated MLPs' down products). */
 static void fold(kiln_llm_model *m, float alpha, float **amax) {
     const kiln_llm_config *c = &m->cfg;
     const float off = kiln_llm_norm_offset(c);
@@ -103,6 +121,8 @@ static void fold(kiln_llm_model *m, float alpha, float **amax) {
         float **a = amax + (size_t)l * KILN_LLM_W8A8_MATS;
         smooth(y->qkv_w, qkv_rows, d, y->norm1_w, y->norm1_b, off, alpha, a[KILN_LLM_MAT_QKV]);
         smooth(y->up_w, up_rows, d, y->norm2_w, y->norm2_b, off, alpha, a[KILN_LLM_MAT_UP]);
+        if (c->arch == KILN_LLM_LLAMA)
+            smooth_gated(y->down_w, d, c->d_ff, y->up_w + (size_t)c->d_ff * d, d, alpha, a[KILN_LLM_MAT_DOWN]);
     }
 }
 

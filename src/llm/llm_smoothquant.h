@@ -29,7 +29,9 @@ typedef struct kiln_llm_w8a8_options {
  *  2. for the qkv and up (gate + up) products, s_j = max|x_j|^a / max_i |W[i, j]|^(1 - a) (a =
  *     smooth_alpha; 1 where either maximum is 0, clamped to [1e-5, 1e5]) is folded into the model:
  *     W[:, j] *= s_j, and the preceding norm's scale (its 1 + w for Gemma) and shift divided by s_j,
- *     which leaves the fp32 model's function unchanged; the o and down products keep s = 1;
+ *     which leaves the fp32 model's function unchanged; in a gated MLP (every family but GPT-2) the
+ *     down product too, its 1 / s_j folded into the up rows (its input is act(gate) * up); the o
+ *     product and GPT-2's down keep s = 1;
  *  3. the forward runs again over the smoothed model, each product input's |x| into a histogram, and
  *     act_scales[l * KILN_LLM_W8A8_MATS + mat] = the calibrator's threshold / 127.
  * Errors: an unreadable or empty text, no tokenizer, no text or ids, ids outside the vocabulary

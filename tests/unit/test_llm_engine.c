@@ -255,8 +255,8 @@ static void check_int8_engine(const char *ck, bool skip_embed, const char *engin
 static const int32_t CALIB_IDS[] = {0, 5, 10, 15, 4, 9, 14, 3, 8, 13, 2, 7, 1, 6, 11, 12, 3, 3, 9};
 #define N_CALIB_IDS ((int64_t)(sizeof CALIB_IDS / sizeof *CALIB_IDS))
 
-/* SmoothQuant's smoothing folded into ck's fp32 model changes its logits by float rounding only; the
- * minmax calibrator's scale is the largest smoothed |x| over 127; no calibration input is refused. */
+/* SmoothQuant's smoothing folded into ck's fp32 model (qkv and up; a gated MLP's down too) changes its
+ * logits by float rounding only; every scale is positive; no calibration input is refused. */
 static void check_smoothing(const char *ck, int n) {
     kiln_llm_model *a = NULL, *b = NULL;
     CHECK(kiln_llm_model_load_hf(ck, &a) == KILN_OK && kiln_llm_model_load_hf(ck, &b) == KILN_OK);
@@ -270,6 +270,7 @@ static void check_smoothing(const char *ck, int n) {
     o.n_calib_ids = N_CALIB_IDS;
     CHECK(kiln_llm_smoothquant(b, NULL, &o, scales) == KILN_OK);
     CHECK(a->layers[0].qkv_w[0] != b->layers[0].qkv_w[0] && a->layers[0].o_w[0] == b->layers[0].o_w[0]);
+    CHECK((a->layers[0].down_w[0] != b->layers[0].down_w[0]) == (c->arch == KILN_LLM_LLAMA)); /* gated MLPs */
     for (int i = 0; i < c->n_layer * KILN_LLM_W8A8_MATS; i++) CHECK(scales[i] > 0 && isfinite(scales[i]));
     float *la = logits_of(a, n), *lb = logits_of(b, n);
     double maxabs = 0, maxref = 0;
