@@ -143,7 +143,7 @@
     {"llm.GemvFused", "K=" #K " N=" #N " n=" #n " layer=" #layer " epi=3", NULL, 0, 0},            \
     {"llm.GemvFused", "K=" #K " N=" #N " n=" #n " layer=" #layer " epi=4", NULL, 0, 0},            \
     {"llm.GemvFused", "K=" #K " N=" #N " n=" #n " layer=" #layer " epi=0 f32=1", NULL, 0, 0}
-/* The INT8 GEMV at one shape: with a bias, 16-bit out; without; FP32 out. */
+/* Every INT8 GEMV configuration at one shape: with a bias, 16-bit out; without; FP32 out. */
 #define LLM_GEMV_Q8(K, N, n)                                                                       \
     {"llm.GemvQ8", "K=" #K " N=" #N " n=" #n " bias=1", NULL, 0, 0},                               \
     {"llm.GemvQ8", "K=" #K " N=" #N " n=" #n, NULL, 0, 0},                                         \
@@ -984,7 +984,7 @@ const op_case kiln_op_cases[] = {
     LLM_NORMS(2048, 1, 1, 0), LLM_NORMS(5120, 2, 0, 1), LLM_NORMS(8192, 3, 1, 0), LLM_NORMS(12288, 4, 0, 1),
     /* the GEMV family: K 8..4096, N 1..2304 with tails past every tile, 1..8 token rows */
     LLM_GEMV(64, 5, 2), LLM_GEMV(256, 7, 3), LLM_GEMV(1000, 301, 8), LLM_GEMV(4096, 2048, 1), LLM_GEMV(768, 2304, 3),
-    LLM_GEMV(8, 1, 1), LLM_GEMV(72, 33, 5), LLM_GEMV(2056, 129, 4),
+    LLM_GEMV(8, 1, 1), LLM_GEMV(72, 33, 5), LLM_GEMV(2056, 129, 4), LLM_GEMV(1600, 1600, 1),
     /* the fused GEMV: norm prologue (gathered, padded residual rows), every epilogue, K 64..6144 (the
      * last 96 KB of normed rows, past the 48 KB a kernel has without opting in), 1..8 token rows;
      * without programmatic dependent launch too */
@@ -995,6 +995,7 @@ const op_case kiln_op_cases[] = {
     /* the weight-only INT8 GEMV (K multiples of 16 up to 14336) and the dequantized prefill tiles */
     LLM_GEMV_Q8(16, 1, 1), LLM_GEMV_Q8(64, 5, 2), LLM_GEMV_Q8(384, 1152, 1), LLM_GEMV_Q8(1536, 384, 8),
     LLM_GEMV_Q8(4096, 6144, 1), LLM_GEMV_Q8(14336, 4096, 3), LLM_GEMV_Q8(528, 33, 7),
+    LLM_GEMV_Q8(1600, 1600, 1), LLM_GEMV_Q8(4096, 37, 8), LLM_GEMV_Q8(2048, 70, 5), LLM_GEMV_Q8(32, 9, 4),
     {"llm.DequantQ8", "rows=64 K=64", NULL, 0, 0}, {"llm.DequantQ8", "rows=7 K=13", NULL, 0, 0},
     {"llm.DequantQ8", "rows=300 K=4096", NULL, 0, 0},
     {"llm.QuantizeAct", "n=1 K=384", NULL, 0, 0}, {"llm.QuantizeAct", "n=7 K=13", NULL, 0, 0},
