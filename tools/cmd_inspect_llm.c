@@ -105,7 +105,7 @@ int cli_inspect_llm(const char *path, bool layers) {
     print_tokenizer(path, &info);
     for (int i = 0; layers && i < info.n_tensors; i++) {
         const kiln_llm_engine_tensor *w = &info.tensors[i];
-        printf("  %-28s %-8s [%lld", w->name, kiln_dtype_name(w->dtype), (long long)w->dims[0]);
+        printf("  %-34s %-8s [%lld", w->name, kiln_dtype_name(w->dtype), (long long)w->dims[0]);
         if (w->ndim == 2) printf(", %lld", (long long)w->dims[1]);
         printf("]\n");
     }
