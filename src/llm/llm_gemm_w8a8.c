@@ -148,8 +148,10 @@ static void w8a8_part(void *ctx, int64_t c0, int64_t c1) {
 /* Quantizes a's input into xq's int16 lanes and runs dot over the pool. */
 static void run(const kiln_llm_gemv_args *a, int16_t *xq, w8a8_dot_fn dot) {
     const size_t in = (size_t)a->in;
-    for (int t = 0; t < a->n; t++)
-        for (size_t k = 0; k < in; k++) xq[(size_t)t * in + k] = (int16_t)quantize1(a->x[(size_t)t * a->ldx + k], a->act_scale);
+    for (int t = 0; t < a->n; t++) {
+        const float *x = a->x + (size_t)t * a->ldx;
+        for (size_t k = 0; k < in; k++) xq[(size_t)t * in + k] = (int16_t)quantize1(x[k], a->act_scale);
+    }
     w8a8_job j = {a, xq, dot};
     const int64_t chunks = (a->out + ROWS - 1) / ROWS;
     const bool serial = (int64_t)a->n * a->out * a->in < PARALLEL_MACS;

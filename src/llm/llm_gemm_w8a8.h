@@ -17,7 +17,7 @@
 void kiln_llm_quantize_act(const float *x, int64_t n, float act_scale, int8_t *q);
 
 /* Computes a's product (format KILN_LLM_W_W8A8: w int8 [out, in], scale [out], act_scale > 0; n >= 1;
- * y must not overlap x): y[t, o] = (sum_k xq[t, k] w[o, k]) * (act_scale * scale[o]) (+ bias[o], + y
+ * in < 133,000, so that no int32 sum can overflow; y must not overlap x): y[t, o] = (sum_k xq[t, k] w[o, k]) * (act_scale * scale[o]) (+ bias[o], + y
  * when accumulate, then GELU when gelu), xq = kiln_llm_quantize_act(x), in the caller's scratch xq
  * (KILN_LLM_W8A8_SCRATCH(n, in) elements, int8 values in int16 lanes). */
 #define KILN_LLM_W8A8_SCRATCH(n, in) ((size_t)(n) * (size_t)(in))

@@ -1,8 +1,8 @@
 /* llm_smoothquant.c — kiln_llm_smoothquant (llm_smoothquant.h): two passes of the CPU forward over
  * windows of the calibration text, each with an observer on the layer products' inputs: the first
  * keeps per-channel maxima, from which the smoothing factors are computed and folded into the norms
- * and matrices (a gated MLP's down factors into its up rows); the second fills one |x| histogram per product input, over [0, the smoothed maximum],
- * for the calibrator. */
+ * and matrices (a gated MLP's down factors into its up rows); the second fills one |x| histogram per
+ * product input, over [0, the smoothed maximum], for the calibrator. */
 #include "llm/llm_smoothquant.h"
 
 #include "core/file.h"

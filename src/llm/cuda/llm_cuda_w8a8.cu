@@ -325,9 +325,11 @@ extern "C" kiln_status llmc_linear_wa(kiln_llm_cuda *g, const void *x, int ldx, 
         }
         if (st != KILN_ERR_UNSUPPORTED) return st;
         kiln_error_clear(); /* no IMMA for this shape: the GEMV, LLMC_GEMV_MAX rows at a time */
-        for (int t = 0; t < R; t += LLMC_GEMV_MAX)
-            KILN_TRY(llmc_gemv_w8a8_launch(g->dtype, g->kc.stream, xq + (size_t)t * K, R - t < LLMC_GEMV_MAX ? R - t : LLMC_GEMV_MAX,
-                                           K, q, scale, act_scale, bias, N, yr + (size_t)t * ldy * ys, ldy, out_f32));
+        for (int t = 0; t < R; t += LLMC_GEMV_MAX) {
+            const int rows8 = R - t < LLMC_GEMV_MAX ? R - t : LLMC_GEMV_MAX;
+            KILN_TRY(llmc_gemv_w8a8_launch(g->dtype, g->kc.stream, xq + (size_t)t * K, rows8, K, q, scale, act_scale, bias,
+                                           N, yr + (size_t)t * ldy * ys, ldy, out_f32));
+        }
     }
     return KILN_OK;
 }
