@@ -36,7 +36,7 @@ static const char *USAGE =
     "  --calib-text FILE     with --weights w8a8: the calibration text (its first 8,192 tokens)\n"
     "  --smooth-alpha A      with --weights w8a8: SmoothQuant's migration strength in [0, 1] (default 0.5)\n"
     "  --calibrator NAME     with --weights w8a8: percentile:P (default percentile:99.99), minmax or\n"
-    "                        entropy (which clips GELU / SwiGLU outputs too hard: docs/llm-quantization.md)\n"
+    "                        entropy (which clipped kjv-gpt2's GELU outputs too hard: docs/llm-quantization.md)\n"
     "  --weights-skip LIST   with --weights int8 or w8a8: keep these fp32, comma-separated: embed (the\n"
     "                        token embedding), lm_head (a tied lm_head is the embedding: either keeps both)\n"
     "  -h, --help            this help\n";
