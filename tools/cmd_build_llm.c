@@ -1,16 +1,18 @@
-/* cmd_build_llm.c — `kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16|--weights int8]`: an LLM
- * engine from a Hugging Face checkpoint (src/llm/llm_engine.h). */
+/* cmd_build_llm.c — `kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16|--weights int8|w8a8]`: an
+ * LLM engine from a Hugging Face checkpoint (src/llm/llm_engine.h). */
 #include "cli.h"
 
 #include "layer_precision.h"
 #include "llm/llm_engine.h"
+#include "llm/llm_smoothquant.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 static const char *USAGE =
-    "usage: kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16|--weights int8]\n"
+    "usage: kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16|--weights int8|w8a8]\n"
     "\n"
     "Writes an LLM engine from the Hugging Face checkpoint in DIR (config.json, *.safetensors, and\n"
     "tokenizer.json, tokenizer_config.json and generation_config.json when present): the config, the\n"
@@ -27,14 +29,42 @@ static const char *USAGE =
     "                        row (symmetric, max |w| / 127), the rest fp32; the CPU forward widens the\n"
     "                        weights inside its products, the CUDA one keeps them int8 on the device\n"
     "                        (docs/llm-quantization.md)\n"
-    "  --weights-skip LIST   with --weights int8: keep these fp32, comma-separated: embed (the token\n"
-    "                        embedding), lm_head (a tied lm_head is the embedding: either keeps both)\n"
+    "  --weights w8a8        INT8 weights and activations (SmoothQuant): the layers' matrices smoothed,\n"
+    "                        then int8 per output row, their inputs quantized to int8 with one static\n"
+    "                        scale each from the calibration text; the token embedding and lm_head are\n"
+    "                        weight-only int8 (needs --calib-text)\n"
+    "  --calib-text FILE     with --weights w8a8: the calibration text (its first 8,192 tokens)\n"
+    "  --smooth-alpha A      with --weights w8a8: SmoothQuant's migration strength in [0, 1] (default 0.5)\n"
+    "  --calibrator NAME     with --weights w8a8: percentile:P (default percentile:99.99), minmax or\n"
+    "                        entropy (which clipped kjv-gpt2's GELU outputs too hard: docs/llm-quantization.md)\n"
+    "  --weights-skip LIST   with --weights int8 or w8a8: keep these fp32, comma-separated: embed (the\n"
+    "                        token embedding), lm_head (a tied lm_head is the embedding: either keeps both)\n"
     "  -h, --help            this help\n";
 
 /* --weights VALUE; -1 to go on, else the exit code. */
-static int parse_weights(const char *v, kiln_llm_build_options *o) {
-    if (strcmp(v, "int8")) return cli_usage_error("build ", "--weights takes int8 (weight-only INT8), got '%s'", v);
-    o->weights_int8 = true;
+static int parse_weights(const char *v, kiln_llm_build_options *o, kiln_llm_w8a8_options *w8a8) {
+    if (!strcmp(v, "int8")) o->weights_int8 = true;
+    else if (!strcmp(v, "w8a8")) o->w8a8 = w8a8;
+    else return cli_usage_error("build ", "--weights takes int8 (weight-only INT8) or w8a8 (INT8 weights and "
+                                "activations), got '%s'", v);
+    return -1;
+}
+
+/* The W8A8 options (--calib-text, --smooth-alpha, --calibrator) at argv[i], value argv[i + 1]; -1 to go
+ * on, else the exit code. */
+static int parse_w8a8(const char *a, const char *v, kiln_llm_w8a8_options *w, bool *given) {
+    *given = true;
+    if (!strcmp(a, "--calib-text")) {
+        w->calib_text = v;
+    } else if (!strcmp(a, "--smooth-alpha")) {
+        char *end;
+        double alpha = strtod(v, &end);
+        if (end == v || *end || !(alpha >= 0 && alpha <= 1))
+            return cli_usage_error("build ", "--smooth-alpha takes a number in [0, 1], got '%s'", v);
+        w->smooth_alpha = (float)alpha;
+    } else if (kiln_calib_method_parse(v, &w->calibrator) != KILN_OK) {
+        return cli_fail();
+    }
     return -1;
 }
 
@@ -54,6 +84,8 @@ static int parse_skip(const char *list, kiln_llm_build_options *o) {
 int kiln_cmd_build_llm(int argc, char **argv) {
     const char *dir = NULL, *output = NULL;
     kiln_llm_build_options o = {.precision = -1};
+    kiln_llm_w8a8_options w8a8 = {.smooth_alpha = 0.5f, .calibrator = {KILN_CALIB_PERCENTILE, 99.99}};
+    bool w8a8_given = false;
     char flags[512] = "";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -77,24 +109,33 @@ int kiln_cmd_build_llm(int argc, char **argv) {
             o.precision = (int)p;
             size_t len = strlen(flags);
             snprintf(flags + len, sizeof flags - len, "%s%s", len ? " " : "--hf ", a);
-        } else if (!strcmp(a, "--weights") || !strcmp(a, "--weights-skip")) {
+        } else if (!strcmp(a, "--weights") || !strcmp(a, "--weights-skip") || !strcmp(a, "--calib-text") ||
+                   !strcmp(a, "--smooth-alpha") || !strcmp(a, "--calibrator")) {
             if (++i >= argc) return cli_usage_error("build ", "%s needs a value", a);
-            int rc = a[9] ? parse_skip(argv[i], &o) : parse_weights(argv[i], &o);
+            int rc = !strcmp(a, "--weights-skip") ? parse_skip(argv[i], &o)
+                     : !strcmp(a, "--weights")    ? parse_weights(argv[i], &o, &w8a8)
+                                                  : parse_w8a8(a, argv[i], &w8a8, &w8a8_given);
             if (rc >= 0) return rc;
             size_t len = strlen(flags);
             snprintf(flags + len, sizeof flags - len, "%s%s %s", len ? " " : "--hf ", a, argv[i]);
         } else if (a[0] == '-') {
             return cli_usage_error("build ", "%s does not apply to --hf (options: -o, --fp32, --fp16, --bf16, --weights, "
-                                   "--weights-skip)", a);
+                                   "--weights-skip, --calib-text, --smooth-alpha, --calibrator)", a);
         } else {
             return cli_usage_error("build ", "unexpected argument '%s' (--hf DIR takes the checkpoint)", a);
         }
     }
     if (!dir) return cli_usage_error("build ", "--hf needs a checkpoint directory");
-    if (o.weights_int8 && o.precision >= 0)
-        return cli_usage_error("build ", "--weights int8 and --fp32/--fp16/--bf16 exclude each other");
-    if (!o.weights_int8 && (o.int8_skip_embed || o.int8_skip_lm_head))
-        return cli_usage_error("build ", "--weights-skip applies only with --weights int8");
+    if (o.weights_int8 && o.w8a8) return cli_usage_error("build ", "--weights int8 and --weights w8a8 exclude each other");
+    if ((o.weights_int8 || o.w8a8) && o.precision >= 0)
+        return cli_usage_error("build ", "--weights %s and --fp32/--fp16/--bf16 exclude each other", o.w8a8 ? "w8a8" : "int8");
+    if (!o.weights_int8 && !o.w8a8 && (o.int8_skip_embed || o.int8_skip_lm_head))
+        return cli_usage_error("build ", "--weights-skip applies only with --weights int8 or w8a8");
+    if (!o.w8a8 && w8a8_given)
+        return cli_usage_error("build ", "--calib-text, --smooth-alpha and --calibrator apply only with --weights w8a8");
+    if (o.w8a8 && !w8a8.calib_text)
+        return cli_usage_error("build ", "--weights w8a8 needs --calib-text FILE: INT8 activations need a static scale "
+                               "per product input, calibrated on text the model reads");
     char dflt[4096];
     if (!output) {
         size_t n = strlen(dir);

@@ -93,6 +93,10 @@ int cli_inspect_llm(const char *path, bool layers) {
         printf("precision: weight-only int8 (matrices int8 with an fp32 scale per output row, the rest fp32; the CPU "
                "forward computes in fp32, widening the weights inside its products; the CUDA forward keeps them int8 "
                "and computes in fp16 or bf16)\n");
+    else if (m->precision == KILN_PRECISION_W8A8)
+        printf("precision: w8a8 (SmoothQuant: the layers' matrices int8 with an fp32 scale per output row, their "
+               "inputs quantized to int8 with one static scale each (NAME.act_scale), int32 sums; the token embedding "
+               "and lm_head weight-only int8 or fp32, the rest fp32)\n");
     else printf("precision: %s weights (the CPU forward computes in fp32)\n", kiln_precision_name(m->precision));
     printf("parameters: %lld (%.2f M) in %d tensors, %llu bytes of weights (%.2f MB)\n", (long long)info.n_params,
            (double)info.n_params / 1e6, info.n_tensors, (unsigned long long)info.weight_bytes,
@@ -101,7 +105,7 @@ int cli_inspect_llm(const char *path, bool layers) {
     print_tokenizer(path, &info);
     for (int i = 0; layers && i < info.n_tensors; i++) {
         const kiln_llm_engine_tensor *w = &info.tensors[i];
-        printf("  %-28s %-8s [%lld", w->name, kiln_dtype_name(w->dtype), (long long)w->dims[0]);
+        printf("  %-34s %-8s [%lld", w->name, kiln_dtype_name(w->dtype), (long long)w->dims[0]);
         if (w->ndim == 2) printf(", %lld", (long long)w->dims[1]);
         printf("]\n");
     }

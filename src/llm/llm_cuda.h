@@ -50,6 +50,7 @@ typedef struct kiln_llm_cuda_options {
     struct kiln_llm_cuda_probe *probe; /* NULL, or caller-owned switches and timings (benchmarks) */
     bool random_int8; /* kiln_llm_cuda_create_random: every matrix (the embedding and lm_head too)
                        * weight-only INT8, random int8 values with row scales, as --weights int8 lays them out */
+    bool random_w8a8; /* the same, and the layers' matrices W8A8 (activation scale 8 / 127) */
 } kiln_llm_cuda_options;
 
 /* The stages of a profiled step (kiln_llm_cuda_probe.stage_ms): the four weight products of the

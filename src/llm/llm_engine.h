@@ -18,11 +18,17 @@ typedef struct kiln_llm_build_options {
      * output row (tensor NAME then NAME.scale), the vectors and pos_emb fp32; precision is ignored.
      * The skips keep the token embedding or the lm_head fp32 (a tied lm_head is the embedding). */
     bool weights_int8, int8_skip_embed, int8_skip_lm_head;
+    /* W8A8 (header precision w8a8) when not NULL: the layers' matrices smoothed and calibrated
+     * (llm_smoothquant.h), stored as INT8 matrices each followed by NAME.act_scale (F32, [1]); the
+     * token embedding and lm_head as with weights_int8 (the skips apply). Needs a tokenizer.json. */
+    const struct kiln_llm_w8a8_options *w8a8;
     const char *build_options; /* the flags as text, recorded in the header ("" when NULL) */
 } kiln_llm_build_options;
 
 /* The name suffix of an INT8 matrix's scales tensor. */
 #define KILN_LLM_SCALE_SUFFIX ".scale"
+/* The name suffix of a W8A8 matrix's activation scale tensor. */
+#define KILN_LLM_ACT_SCALE_SUFFIX ".act_scale"
 
 /* One weight of an engine, as its tensor table records it. */
 typedef struct kiln_llm_engine_tensor {

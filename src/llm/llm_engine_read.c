@@ -3,7 +3,8 @@
  * tokenizer section's two files and the tensor table, each tensor checked against the name and shape
  * the config implies. An fp32 engine's weights stay in the mapping, and so do an INT8 engine's (its
  * int8 matrices and their scales, and its fp32 vectors); fp16 / bf16 ones are converted; for a device,
- * the matrices stay in the mapping (llm_deferred.h), an INT8 engine's int8 ones as kiln_llm_q8 views. */
+ * the matrices stay in the mapping (llm_deferred.h), an INT8 engine's int8 ones as kiln_llm_q8 views.
+ * A W8A8 engine is an INT8 one whose layer matrices are int8, each with an activation scale record. */
 #include "llm/llm_engine_internal.h"
 
 #include "core/file.h"
@@ -12,6 +13,7 @@
 #include "engine/engine_layout.h"
 #include "llm/llm_deferred.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -38,6 +40,7 @@ typedef struct image {
     int n_weights;
     uint64_t *offsets;          /* [n_weights] inside the weights section (an INT8 matrix's values) */
     uint64_t *scale_offsets;    /* [n_weights] an INT8 matrix's scales; NO_SCALES for the others */
+    uint64_t *act_offsets;      /* [n_weights] a W8A8 matrix's activation scale; NO_SCALES for the others */
 } image;
 
 #define NO_SCALES UINT64_MAX
@@ -132,18 +135,32 @@ static kiln_status read_scales(const uint8_t *p, uint64_t n, uint64_t *pos, int 
     return read_tensor(p, n, pos, rec, &sw, KILN_F32, false, weights_size, t, offset);
 }
 
+/* Whether w is a layer's matrix (qkv, o, up, down): in a W8A8 engine it is int8, with an activation scale. */
+static bool layer_matrix(const kiln_llm_weight *w) { return w->ndim == 2 && !strncmp(w->name, "layers.", 7); }
+
+/* The activation scale record that follows W8A8 matrix w's scales: "NAME.act_scale", fp32, [1]. */
+static kiln_status read_act_scale(const uint8_t *p, uint64_t n, uint64_t *pos, int rec, const kiln_llm_weight *w,
+                                  uint64_t weights_size, kiln_llm_engine_tensor *t, uint64_t *offset) {
+    kiln_llm_weight aw = {.ndim = 1, .dims = {1, 0}};
+    if ((size_t)snprintf(aw.name, sizeof aw.name, "%s%s", w->name, KILN_LLM_ACT_SCALE_SUFFIX) >= sizeof aw.name)
+        return corrupt("tensor '%s': its activation scale's name is too long", w->name);
+    return read_tensor(p, n, pos, rec, &aw, KILN_F32, false, weights_size, t, offset);
+}
+
 /* The tensor table: exactly the weights the config implies, in their order; in an INT8 engine each
- * matrix may be int8 followed by its scales record. */
+ * matrix may be int8 followed by its scales record; in a W8A8 engine each layer matrix is, and then its
+ * activation scale record. */
 static kiln_status read_tensor_section(image *im, kiln_llm_engine_info *info) {
     const uint8_t *p = im->map->data + im->sec[2].offset;
     uint64_t n = im->sec[2].bytes, pos = 4;
-    const bool int8 = info->meta.precision == KILN_PRECISION_INT8;
+    const bool w8a8 = info->meta.precision == KILN_PRECISION_W8A8;
+    const bool int8 = info->meta.precision == KILN_PRECISION_INT8 || w8a8;
     kiln_dtype want = info->meta.precision == KILN_PRECISION_FP16 ? KILN_F16
                       : info->meta.precision == KILN_PRECISION_BF16 ? KILN_BF16 : KILN_F32;
     const int expected = kiln_llm_weights_list(im->m, NULL);
     if (n < 4) return corrupt("the llm tensors section ends early");
     const uint32_t records = kiln_le32(p);
-    if (int8 ? records < (uint32_t)expected || records > 2u * (uint32_t)expected : records != (uint32_t)expected)
+    if (int8 ? records < (uint32_t)expected || records > 3u * (uint32_t)expected : records != (uint32_t)expected)
         return corrupt("%u tensors, the model's config needs %s%d", records, int8 ? "between " : "", expected);
     if (int8) {
         const size_t layers = (size_t)im->m->cfg.n_layer ? (size_t)im->m->cfg.n_layer : 1;
@@ -153,8 +170,9 @@ static kiln_status read_tensor_section(image *im, kiln_llm_engine_info *info) {
     im->w = calloc((size_t)expected, sizeof *im->w);
     im->offsets = calloc((size_t)expected, sizeof *im->offsets);
     im->scale_offsets = calloc((size_t)expected, sizeof *im->scale_offsets);
+    im->act_offsets = calloc((size_t)expected, sizeof *im->act_offsets);
     info->tensors = calloc(records, sizeof *info->tensors);
-    if (!im->w || !im->offsets || !im->scale_offsets || !info->tensors)
+    if (!im->w || !im->offsets || !im->scale_offsets || !im->act_offsets || !info->tensors)
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for a table of %u tensors", records);
     kiln_llm_weights_list(im->m, im->w);
     im->n_weights = expected;
@@ -165,12 +183,22 @@ static kiln_status read_tensor_section(image *im, kiln_llm_engine_info *info) {
         KILN_TRY(read_tensor(p, n, &pos, rec, w, want, int8 && w->q8, im->sec[3].bytes, &info->tensors[rec],
                              &im->offsets[i]));
         info->weight_bytes += (uint64_t)(w->dims[0] * (w->ndim == 2 ? w->dims[1] : 1)) * kiln_dtype_size(info->tensors[rec].dtype);
-        im->scale_offsets[i] = NO_SCALES;
+        im->scale_offsets[i] = im->act_offsets[i] = NO_SCALES;
+        if (w8a8 && layer_matrix(w) && info->tensors[rec].dtype != KILN_I8)
+            return corrupt("tensor '%s' has dtype %s, a w8a8 engine's layer matrices are i8", w->name,
+                           kiln_dtype_name(info->tensors[rec].dtype));
         if (info->tensors[rec++].dtype == KILN_I8) {
             if ((uint32_t)rec == records) return corrupt("%u tensors: the scales of '%s' are missing", records, w->name);
             KILN_TRY(read_scales(p, n, &pos, rec, w, im->sec[3].bytes, &info->tensors[rec], &im->scale_offsets[i]));
             info->weight_bytes += (uint64_t)w->dims[0] * sizeof(float);
             rec++;
+            if (w8a8 && layer_matrix(w)) {
+                if ((uint32_t)rec == records)
+                    return corrupt("%u tensors: the activation scale of '%s' is missing", records, w->name);
+                KILN_TRY(read_act_scale(p, n, &pos, rec, w, im->sec[3].bytes, &info->tensors[rec], &im->act_offsets[i]));
+                info->weight_bytes += sizeof(float);
+                rec++;
+            }
         }
         info->n_params += w->dims[0] * (w->ndim == 2 ? w->dims[1] : 1);
         info->n_tensors = rec;
@@ -237,6 +265,11 @@ static kiln_status fill_weights(image *im, const kiln_llm_engine_info *info, boo
             w->q8->q = (const int8_t *)src;
             w->q8->scale = (const float *)(const void *)(base + im->scale_offsets[i]);
             *w->slot = NULL;
+            if (im->act_offsets[i] == NO_SCALES) continue;
+            float act;
+            memcpy(&act, base + im->act_offsets[i], sizeof act);
+            if (!(act > 0 && isfinite(act))) return corrupt("tensor '%s': activation scale %g is not positive", w->name, (double)act);
+            w->q8->act_scale = act;
             continue;
         }
         if (device && w->ndim == 2) continue;
@@ -257,7 +290,8 @@ static kiln_status fill_weights(image *im, const kiln_llm_engine_info *info, boo
         im->m->lm_head = im->m->tok_emb;
         im->m->q8_lm_head = im->m->q8_tok_emb;
     }
-    if (!device && (info->meta.precision == KILN_PRECISION_FP32 || info->meta.precision == KILN_PRECISION_INT8)) {
+    if (!device && (info->meta.precision == KILN_PRECISION_FP32 || info->meta.precision == KILN_PRECISION_INT8 ||
+                    info->meta.precision == KILN_PRECISION_W8A8)) {
         im->m->mapping = im->map; /* the model keeps the mapping alive */
         im->map = NULL;
     }
@@ -282,6 +316,7 @@ static kiln_status finish(kiln_status s, const char *what, image *im, kiln_llm_e
     free(im->w);
     free(im->offsets);
     free(im->scale_offsets);
+    free(im->act_offsets);
     if (s == KILN_OK) return s;
     if (info) kiln_llm_engine_info_free(info);
     if (tok) {

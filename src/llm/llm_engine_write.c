@@ -1,6 +1,8 @@
 /* llm_engine_write.c — kiln_llm_engine_build: reads a checkpoint as kiln_llm_model_load_hf does (FP32,
  * the forward's layout), converts every weight array to the engine's precision (or, with
- * weights_int8, quantizes the matrices to INT8 with per-row scales and keeps the rest fp32), and
+ * weights_int8, quantizes the matrices to INT8 with per-row scales and keeps the rest fp32; with w8a8,
+ * first smooths and calibrates the model, llm_smoothquant.h, and adds each layer matrix's activation
+ * scale), and
  * writes the llm config, tokenizer, llm tensors and weights sections (docs/engine-format.md, "LLM
  * engines"). */
 #include "llm/llm_engine_internal.h"
@@ -11,6 +13,7 @@
 #include "engine/engine_layout.h"
 #include "hf/checkpoint.h"
 #include "llm/llm_gemv_q8.h"
+#include "llm/llm_smoothquant.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,8 +70,9 @@ typedef struct build {
     int n_rec;           /* the table's records (n, plus one per quantized matrix) */
     kiln_dtype dtype;
     const kiln_llm_build_options *o;
-    const void **data;   /* [2n]: the model's arrays (fp32) or converted copies */
-    void **owned;        /* [2n]: the converted copies, freed at the end */
+    const void **data;   /* [3n]: the model's arrays (fp32) or converted copies */
+    void **owned;        /* [3n]: the converted copies, freed at the end */
+    float *act_scales;   /* W8A8: [n_layer * KILN_LLM_W8A8_MATS] (llm_smoothquant.h); else NULL */
     size_t *bytes;
     uint64_t *offsets;
     uint64_t weights_size;
@@ -78,7 +82,7 @@ typedef struct build {
 /* Whether weight w is stored as INT8: with --weights int8, every matrix but pos_emb and those skipped
  * (a tied lm_head is the embedding: skipping either keeps it fp32). */
 static bool quantized(const build *b, const kiln_llm_weight *w) {
-    if (!b->o || !b->o->weights_int8 || w->ndim != 2 || !strcmp(w->name, "pos_emb")) return false;
+    if (!b->o || !(b->o->weights_int8 || b->o->w8a8) || w->ndim != 2 || !strcmp(w->name, "pos_emb")) return false;
     const bool tied = b->m->cfg.tied_embeddings;
     if (!strcmp(w->name, "tok_emb")) return !b->o->int8_skip_embed && !(tied && b->o->int8_skip_lm_head);
     if (!strcmp(w->name, "lm_head")) return !b->o->int8_skip_lm_head;
@@ -112,7 +116,19 @@ static void add_record(build *b, kiln_llm_engine_info *info, const char *name, k
     info->weight_bytes += b->bytes[i];
 }
 
-/* Weight w as its INT8 values and scales (two records). */
+/* Where a W8A8 engine's activation scale of weight w is: the layers' matrices (layers.N.M.weight) have
+ * one, the others none (NULL). */
+static const float *act_scale_of(const build *b, const kiln_llm_weight *w) {
+    static const char *const mats[KILN_LLM_W8A8_MATS] = {"qkv", "o", "up", "down"};
+    int layer;
+    char mat[8];
+    if (!b->act_scales || w->ndim != 2 || sscanf(w->name, "layers.%d.%7[a-z].weight", &layer, mat) != 2) return NULL;
+    for (int i = 0; i < KILN_LLM_W8A8_MATS; i++)
+        if (!strcmp(mat, mats[i])) return &b->act_scales[(size_t)layer * KILN_LLM_W8A8_MATS + i];
+    return NULL;
+}
+
+/* Weight w as its INT8 values and scales (two records), and a W8A8 layer matrix's activation scale. */
 static kiln_status add_quantized(build *b, kiln_llm_engine_info *info, const kiln_llm_weight *w) {
     const size_t numel = (size_t)w->dims[0] * (size_t)w->dims[1];
     int8_t *q = malloc(numel);
@@ -127,13 +143,18 @@ static kiln_status add_quantized(build *b, kiln_llm_engine_info *info, const kil
     char name[64];
     snprintf(name, sizeof name, "%s%s", w->name, KILN_LLM_SCALE_SUFFIX);
     add_record(b, info, name, KILN_F32, 1, w->dims, scale, scale);
+    const float *act = act_scale_of(b, w);
+    if (act) {
+        snprintf(name, sizeof name, "%s%s", w->name, KILN_LLM_ACT_SCALE_SUFFIX);
+        add_record(b, info, name, KILN_F32, 1, (const int64_t[1]){1}, act, NULL);
+    }
     return KILN_OK;
 }
 
 /* Converts (or points at) every weight and lays out the weights section and the tensor table. */
 static kiln_status lay_out_weights(build *b, kiln_llm_engine_info *info) {
     b->n = kiln_llm_weights_list(b->m, NULL);
-    const size_t cap = 2 * (size_t)b->n;
+    const size_t cap = 3 * (size_t)b->n;
     b->w = calloc((size_t)b->n, sizeof *b->w);
     b->data = calloc(cap, sizeof *b->data);
     b->owned = calloc(cap, sizeof *b->owned);
@@ -144,7 +165,7 @@ static kiln_status lay_out_weights(build *b, kiln_llm_engine_info *info) {
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory building the engine");
     kiln_llm_weights_list(b->m, b->w);
     int n_rec = 0;
-    for (int i = 0; i < b->n; i++) n_rec += quantized(b, &b->w[i]) ? 2 : 1;
+    for (int i = 0; i < b->n; i++) n_rec += quantized(b, &b->w[i]) ? 2 + (act_scale_of(b, &b->w[i]) != NULL) : 1;
     put_u32(&b->table, (uint32_t)n_rec);
     for (int i = 0; i < b->n; i++) {
         const kiln_llm_weight *w = &b->w[i];
@@ -183,10 +204,19 @@ static void fill_meta(const char *dir, const kiln_llm_build_options *o, kiln_pre
     meta->precision = p;
 }
 
+/* W8A8: smooths b->m and calibrates its activation scales into b->act_scales. */
+static kiln_status calibrate_w8a8(build *b, const kiln_tokenizer *tok) {
+    const size_t n = (size_t)b->m->cfg.n_layer * KILN_LLM_W8A8_MATS;
+    if (!(b->act_scales = malloc((n ? n : 1) * sizeof *b->act_scales)))
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for %zu activation scales", n);
+    return kiln_llm_smoothquant(b->m, tok, b->o->w8a8, b->act_scales);
+}
+
 static kiln_status build_engine(build *b, const char *dir, const kiln_llm_build_options *o, const char *path,
                                 kiln_llm_engine_info *info) {
     kiln_precision p;
-    if (o && o->weights_int8) p = KILN_PRECISION_INT8; /* int8 matrices, the rest fp32 */
+    if (o && o->w8a8) p = KILN_PRECISION_W8A8; /* int8 matrices and activation scales, the rest fp32 */
+    else if (o && o->weights_int8) p = KILN_PRECISION_INT8; /* int8 matrices, the rest fp32 */
     else if (o && o->precision >= 0) p = (kiln_precision)o->precision;
     else KILN_TRY(checkpoint_precision(dir, &p));
     b->o = o;
@@ -197,11 +227,15 @@ static kiln_status build_engine(build *b, const char *dir, const kiln_llm_build_
     char tj[4096];
     snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
     struct stat st;
-    if (stat(tj, &st) == 0) { /* refuse a tokenizer generate could not load */
-        kiln_tokenizer *tok;
-        KILN_TRY(kiln_tokenizer_load(dir, &tok));
-        kiln_tokenizer_free(tok);
+    kiln_tokenizer *tok = NULL;
+    if (stat(tj, &st) == 0) KILN_TRY(kiln_tokenizer_load(dir, &tok)); /* refuse a tokenizer generate could not load */
+    if (o && o->w8a8 && o->w8a8->calib_text && !tok) {
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--weights w8a8 reads the calibration text with the checkpoint's "
+                          "tokenizer, and %s has no tokenizer.json", dir);
     }
+    kiln_status s = o && o->w8a8 ? calibrate_w8a8(b, tok) : KILN_OK;
+    kiln_tokenizer_free(tok);
+    KILN_TRY(s);
     KILN_TRY(put_file(&b->tokenizer, dir, "tokenizer.json", &info->tokenizer_bytes));
     KILN_TRY(put_file(&b->tokenizer, dir, "tokenizer_config.json", &info->tokenizer_config_bytes));
     KILN_TRY(kiln_llm_config_encode(&info->cfg, info->gen_eos, info->n_gen_eos, &b->config));
@@ -233,6 +267,7 @@ kiln_status kiln_llm_engine_build(const char *dir, const kiln_llm_build_options 
     free(b.owned);
     free(b.bytes);
     free(b.offsets);
+    free(b.act_scales);
     kiln_strbuf_free(&b.config);
     kiln_strbuf_free(&b.tokenizer);
     kiln_strbuf_free(&b.table);

@@ -4,12 +4,15 @@
  * model has one, output product + residual, MLP + residual) and the final norm and lm_head over the
  * rows whose logits are wanted. A single decode token over an FP32 cache runs its QKV product (biases
  * included), RoPE (partial or LongRoPE too), cache write and windowed attention as one pool dispatch.
- * An INT8 engine's quantized matrices go through the INT8 product (llm_gemv_q8.h) instead. */
+ * An INT8 engine's quantized matrices go through the INT8 product (llm_gemv_q8.h) instead, a W8A8
+ * engine's layer matrices through the W8A8 one (llm_gemm_w8a8.h); a model's observer (calibration)
+ * sees every layer product's input first. */
 #include "llm/llm_internal.h"
 
 #include "core/status.h"
 #include "llm/kv_cache.h"
 #include "llm/llm_cpu_ops.h"
+#include "llm/llm_gemm_w8a8.h"
 #include "llm/llm_gemv_q8.h"
 
 #include <math.h>
@@ -30,10 +33,16 @@ static kiln_status check_batch(const kiln_llm_config *c, const kiln_kv_cache *kv
 
 static const kiln_llm_q8_layer NO_Q8; /* a layer without INT8 matrices */
 
-/* y = x W^T + bias (GELU'd when gelu), W the fp32 w or, when q holds it, the INT8 matrix. */
+/* y = x W^T + bias (GELU'd when gelu), W the fp32 w or, when q holds it, the INT8 matrix (with INT8
+ * activations quantized into xq when q->act_scale > 0). */
 static void linear(const float *x, int ldx, int n, int in, const float *w, const kiln_llm_q8 *q, const float *bias,
-                   int out, float *y, int ldy, int accumulate, bool gelu) {
-    if (q->q) {
+                   int out, float *y, int ldy, int accumulate, bool gelu, int16_t *xq) {
+    if (q->q && q->act_scale > 0) {
+        const kiln_llm_gemv_args a = {.x = x, .ldx = ldx, .n = n, .in = in, .w = q->q, .format = KILN_LLM_W_W8A8,
+                                      .scale = q->scale, .act_scale = q->act_scale, .bias = bias, .out = out, .y = y,
+                                      .ldy = ldy, .accumulate = accumulate, .gelu = gelu};
+        kiln_llm_gemm_w8a8(&a, xq);
+    } else if (q->q) {
         const kiln_llm_gemv_args a = {.x = x, .ldx = ldx, .n = n, .in = in, .w = q->q, .format = KILN_LLM_W_INT8,
                                       .scale = q->scale, .bias = bias, .out = out, .y = y, .ldy = ldy,
                                       .accumulate = accumulate, .gelu = gelu};
@@ -45,14 +54,22 @@ static void linear(const float *x, int ldx, int n, int in, const float *w, const
     }
 }
 
-/* Scratch of one step, carved from one allocation. */
+/* A layer product's input rows, shown to the model's observer (when it has one) before the product. */
+static void observe(const kiln_llm_model *m, int l, kiln_llm_matrix mat, const float *x, int ldx, int n, int in) {
+    if (m->observer) m->observer->see(m->observer->ctx, l, mat, x, ldx, n, in);
+}
+
+/* Scratch of one step, carved from one allocation (xq: the W8A8 products' quantized inputs, only for a
+ * model with W8A8 matrices). */
 typedef struct step_mem {
     float *x, *h, *qkv, *att, *mlp, *rope_cos, *rope_sin, *attn_scratch;
+    int16_t *xq;
     double *inv_freq;
     void *block;
 } step_mem;
 
-static kiln_status step_alloc(const kiln_llm_config *c, const kiln_llm_batch *b, step_mem *sm) {
+static kiln_status step_alloc(const kiln_llm_model *m, const kiln_llm_batch *b, step_mem *sm) {
+    const kiln_llm_config *c = &m->cfg;
     const size_t n = (size_t)b->n_tokens, d = (size_t)c->d_model, hd = (size_t)c->head_dim, half = hd / 2;
     const size_t qkv_w = (size_t)(c->n_head + 2 * c->n_kv_head) * hd, qd = (size_t)c->n_head * hd;
     const size_t mlp_w = (size_t)c->d_ff * (c->arch == KILN_LLM_LLAMA ? 2 : 1);
@@ -62,9 +79,16 @@ static kiln_status step_alloc(const kiln_llm_config *c, const kiln_llm_batch *b,
         size_t need = KILN_LLM_ATTN_SCRATCH(ni, ctx, (size_t)c->n_head, hd);
         if (need > attn) attn = need;
     }
+    bool w8a8 = false;
+    for (int l = 0; m->q8 && l < c->n_layer; l++) {
+        const kiln_llm_q8_layer *q = &m->q8[l];
+        w8a8 |= q->qkv.act_scale > 0 || q->o.act_scale > 0 || q->up.act_scale > 0 || q->down.act_scale > 0;
+    }
+    const size_t max_in = d > qd ? (d > mlp_w ? d : mlp_w) : (qd > mlp_w ? qd : mlp_w);
+    const size_t xq = w8a8 ? KILN_LLM_W8A8_SCRATCH(n, max_in) : 0;
     const size_t sizes[] = {n * d, n * d, n * qkv_w, n * qd, n * mlp_w, n * half, n * half, attn};
     float **slots[] = {&sm->x, &sm->h, &sm->qkv, &sm->att, &sm->mlp, &sm->rope_cos, &sm->rope_sin, &sm->attn_scratch};
-    size_t total = half * sizeof(double);
+    size_t total = half * sizeof(double) + xq * sizeof(int16_t);
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) total += sizes[i] * sizeof(float);
     unsigned char *p = sm->block = malloc(total);
     if (!p) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for the step's %zu bytes of activations", total);
@@ -74,6 +98,7 @@ static kiln_status step_alloc(const kiln_llm_config *c, const kiln_llm_batch *b,
         *slots[i] = (float *)p;
         p += sizes[i] * sizeof(float);
     }
+    sm->xq = xq ? (int16_t *)(void *)p : NULL;
     return KILN_OK;
 }
 
@@ -115,7 +140,8 @@ static void attention_block(const kiln_llm_model *m, int l, kiln_kv_cache *kv, c
     const int qd = c->n_head * hd, kvd = c->n_kv_head * hd, ldq = qd + 2 * kvd;
     kiln_llm_norm(sm->x, n, d, y->norm1_w, kiln_llm_norm_offset(c), y->norm1_b, c->norm_eps, sm->h);
     const kiln_dtype kvt = kiln_kv_cache_get_config(kv)->dtype;
-    if (n == 1 && !q8->qkv.q && (kvt == KILN_F32 || kvt == KILN_F8E4M3FN)) { /* one decode token: one dispatch */
+    observe(m, l, KILN_LLM_MAT_QKV, sm->h, d, n, d);
+    if (n == 1 && !q8->qkv.q && !m->observer && (kvt == KILN_F32 || kvt == KILN_F8E4M3FN)) { /* one decode token */
         kiln_llm_seq_kv s = {kv, l, b->block_table};
         const bool rope = c->arch == KILN_LLM_LLAMA;
         const kiln_llm_decode_qkv a = {.x = sm->h, .d = d, .w = y->qkv_w, .bias = y->qkv_b, .rot_dim = rot,
@@ -123,10 +149,10 @@ static void attention_block(const kiln_llm_model *m, int l, kiln_kv_cache *kv, c
                                        .window = c->sliding_window, .qkv = sm->qkv, .out = sm->att,
                                        .scratch = sm->attn_scratch};
         kiln_llm_decode_qkv_attention(&s, b->positions[0], c->n_head, &a);
-        linear(sm->att, qd, n, qd, y->o_w, &q8->o, y->o_b, d, sm->x, d, 1, false);
+        linear(sm->att, qd, n, qd, y->o_w, &q8->o, y->o_b, d, sm->x, d, 1, false, sm->xq);
         return;
     }
-    linear(sm->h, d, n, d, y->qkv_w, &q8->qkv, y->qkv_b, ldq, sm->qkv, ldq, 0, false);
+    linear(sm->h, d, n, d, y->qkv_w, &q8->qkv, y->qkv_b, ldq, sm->qkv, ldq, 0, false, sm->xq);
     for (int i = 0; i < b->n_seqs; i++) {
         kiln_llm_seq_kv s = {kv, l, b->block_table + (size_t)i * b->max_blocks_per_seq};
         const int s0 = b->seq_start[i], ni = b->seq_start[i + 1] - s0;
@@ -142,7 +168,8 @@ static void attention_block(const kiln_llm_model *m, int l, kiln_kv_cache *kv, c
         kiln_llm_attention(&s, ni, b->ctx_len[i], c->sliding_window, c->n_head, sm->qkv + (size_t)s0 * ldq, ldq,
                            sm->att + (size_t)s0 * qd, qd, sm->attn_scratch);
     }
-    linear(sm->att, qd, n, qd, y->o_w, &q8->o, y->o_b, d, sm->x, d, 1, false);
+    observe(m, l, KILN_LLM_MAT_O, sm->att, qd, n, qd);
+    linear(sm->att, qd, n, qd, y->o_w, &q8->o, y->o_b, d, sm->x, d, 1, false, sm->xq);
 }
 
 /* MLP block of one layer: x += MLP(norm2(x)). */
@@ -152,21 +179,24 @@ static void mlp_block(const kiln_llm_model *m, int l, int n, step_mem *sm) {
     const kiln_llm_q8_layer *q8 = m->q8 ? &m->q8[l] : &NO_Q8;
     const int d = c->d_model, ff = c->d_ff;
     kiln_llm_norm(sm->x, n, d, y->norm2_w, kiln_llm_norm_offset(c), y->norm2_b, c->norm_eps, sm->h);
+    observe(m, l, KILN_LLM_MAT_UP, sm->h, d, n, d);
     if (c->arch == KILN_LLM_GPT2) {
-        linear(sm->h, d, n, d, y->up_w, &q8->up, y->up_b, ff, sm->mlp, ff, 0, true);
-        linear(sm->mlp, ff, n, ff, y->down_w, &q8->down, y->down_b, d, sm->x, d, 1, false);
+        linear(sm->h, d, n, d, y->up_w, &q8->up, y->up_b, ff, sm->mlp, ff, 0, true, sm->xq);
+        observe(m, l, KILN_LLM_MAT_DOWN, sm->mlp, ff, n, ff);
+        linear(sm->mlp, ff, n, ff, y->down_w, &q8->down, y->down_b, d, sm->x, d, 1, false, sm->xq);
     } else {
-        linear(sm->h, d, n, d, y->up_w, &q8->up, NULL, 2 * ff, sm->mlp, 2 * ff, 0, false);
+        linear(sm->h, d, n, d, y->up_w, &q8->up, NULL, 2 * ff, sm->mlp, 2 * ff, 0, false, sm->xq);
         kiln_llm_gated(sm->mlp, n, ff, c->gate_act);
-        linear(sm->mlp, 2 * ff, n, ff, y->down_w, &q8->down, NULL, d, sm->x, d, 1, false);
+        observe(m, l, KILN_LLM_MAT_DOWN, sm->mlp, 2 * ff, n, ff);
+        linear(sm->mlp, 2 * ff, n, ff, y->down_w, &q8->down, NULL, d, sm->x, d, 1, false, sm->xq);
     }
 }
 
 kiln_status kiln_llm_forward(const kiln_llm_model *m, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits) {
     const kiln_llm_config *c = &m->cfg;
     KILN_TRY(check_batch(c, kv, b));
-    step_mem sm;
-    KILN_TRY(step_alloc(c, b, &sm));
+    step_mem sm = {0};
+    KILN_TRY(step_alloc(m, b, &sm));
     embed(m, b, &sm);
     const int n_layers = b->exit_layers ? b->exit_layers : c->n_layer;
     for (int l = 0; l < n_layers; l++) {
@@ -182,7 +212,7 @@ kiln_status kiln_llm_forward(const kiln_llm_model *m, kiln_kv_cache *kv, const k
         for (int t = end - want; t < end; t++, r++) memcpy(sm.h + r * d, sm.x + t * d, d * sizeof(float));
     }
     kiln_llm_norm(sm.h, n_out, c->d_model, m->norm_f_w, kiln_llm_norm_offset(c), m->norm_f_b, c->norm_eps, sm.h);
-    linear(sm.h, c->d_model, n_out, c->d_model, m->lm_head, &m->q8_lm_head, NULL, c->vocab, logits, c->vocab, 0, false);
+    linear(sm.h, c->d_model, n_out, c->d_model, m->lm_head, &m->q8_lm_head, NULL, c->vocab, logits, c->vocab, 0, false, sm.xq);
     free(sm.block);
     return KILN_OK;
 }

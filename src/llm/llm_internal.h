@@ -23,7 +23,17 @@ typedef struct kiln_llm_layer {
 typedef struct kiln_llm_q8 {
     const int8_t *q;     /* [out, in], NULL when the matrix is not quantized */
     const float *scale;  /* [out] */
+    float act_scale;     /* W8A8 (> 0): the input is quantized too, x ~ int8(x / act_scale) * act_scale; 0:
+                            weight-only */
 } kiln_llm_q8;
+
+/* Sees the input rows x [n, in] (row stride ldx) of every layer matrix product of the CPU forward
+ * before it runs (W8A8 calibration); matrix: KILN_LLM_MAT_QKV .. KILN_LLM_MAT_DOWN. */
+typedef enum kiln_llm_matrix { KILN_LLM_MAT_QKV, KILN_LLM_MAT_O, KILN_LLM_MAT_UP, KILN_LLM_MAT_DOWN } kiln_llm_matrix;
+typedef struct kiln_llm_act_observer {
+    void (*see)(void *ctx, int layer, kiln_llm_matrix matrix, const float *x, int ldx, int n, int in);
+    void *ctx;
+} kiln_llm_act_observer;
 
 /* The quantized matrices of one layer; a matrix held here has NULL in its kiln_llm_layer field. */
 typedef struct kiln_llm_q8_layer {
@@ -49,6 +59,7 @@ struct kiln_llm_model {
      * tied lm_head is the embedding's). NULL for a model without any. */
     kiln_llm_q8_layer *q8;
     kiln_llm_q8 q8_tok_emb, q8_lm_head;
+    const kiln_llm_act_observer *observer; /* calibration's, or NULL */
 };
 
 /* config.json's document into *out (`what` names the file in messages). Errors as

@@ -88,6 +88,11 @@ static kiln_status cuda_options(const llm_runner_options *ro, kiln_llm_cuda_opti
     return KILN_OK;
 }
 
+/* Whether m's layer matrices are W8A8 (INT8 with activation scales). */
+static bool llm_w8a8(const kiln_llm_model *m) {
+    return m->q8 && m->cfg.n_layer > 0 && m->q8[0].qkv.act_scale > 0;
+}
+
 kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options *ro, char *desc, size_t cap,
                               llm_runner **out) {
     llm_runner *r = calloc(1, sizeof *r);
@@ -96,7 +101,8 @@ kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options 
     r->cfg = *kiln_llm_model_config(m);
     *out = r;
     if (strcmp(ro->target, "cuda")) {
-        snprintf(desc, cap, m->q8 ? "CPU forward (fp32, weight-only INT8 matrices)" : "CPU forward (fp32, OpenBLAS)");
+        snprintf(desc, cap, llm_w8a8(m) ? "CPU forward (fp32, W8A8 layer matrices: int8 x int8 products)"
+                            : m->q8 ? "CPU forward (fp32, weight-only INT8 matrices)" : "CPU forward (fp32, OpenBLAS)");
         return take_kv_choice(r, ro, desc, cap);
     }
     KILN_TRY(take_kv_choice(r, ro, desc, cap));
@@ -106,7 +112,8 @@ kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options 
     r->dtype = ro->bf16 ? KILN_BF16 : KILN_F16;
     KILN_TRY(kiln_llm_cuda_create(m, r->dtype, &o, &r->g));
     snprintf(desc, cap, "CUDA forward (%s%s): %s; %s", r->dtype == KILN_BF16 ? "bf16" : "fp16",
-             m->q8 || m->q8_tok_emb.q ? ", weight-only INT8 matrices" : "", dev, kiln_llm_cuda_decode_path(r->g));
+             llm_w8a8(m) ? ", W8A8 layer matrices" : m->q8 || m->q8_tok_emb.q ? ", weight-only INT8 matrices" : "", dev,
+             kiln_llm_cuda_decode_path(r->g));
     return make_sampler(r, &o, ro->draft_tokens, ro->host_sampler, desc, cap);
 }
 
@@ -117,9 +124,10 @@ kiln_status llm_runner_create_random(const kiln_llm_config *c, uint64_t seed, co
     r->cfg = *c;
     *out = r;
     if (strcmp(ro->target, "cuda")) {
-        if (ro->random_int8)
-            return kiln_error(KILN_ERR_UNSUPPORTED, "random weight-only INT8 weights are made on cuda only: on the "
-                              "CPU, build an engine with --weights int8 from a checkpoint");
+        if (ro->random_int8 || ro->random_w8a8)
+            return kiln_error(KILN_ERR_UNSUPPORTED, "random %s weights are made on cuda only: on the CPU, build an "
+                              "engine with --weights %s from a checkpoint", ro->random_w8a8 ? "W8A8" : "weight-only INT8",
+                              ro->random_w8a8 ? "w8a8" : "int8");
         KILN_TRY(kiln_llm_model_random(c, seed, &r->owned));
         r->m = r->owned;
         snprintf(desc, cap, "CPU forward (fp32, OpenBLAS), random weights");
@@ -131,9 +139,11 @@ kiln_status llm_runner_create_random(const kiln_llm_config *c, uint64_t seed, co
     KILN_TRY(cuda_options(ro, &o, dev, sizeof dev));
     r->dtype = ro->bf16 ? KILN_BF16 : KILN_F16;
     o.random_int8 = ro->random_int8;
+    o.random_w8a8 = ro->random_w8a8;
     KILN_TRY(kiln_llm_cuda_create_random(c, r->dtype, &o, seed, &r->g));
     snprintf(desc, cap, "CUDA forward (%s), random %sweights made on the device: %s; %s",
-             r->dtype == KILN_BF16 ? "bf16" : "fp16", ro->random_int8 ? "weight-only INT8 " : "", dev,
+             r->dtype == KILN_BF16 ? "bf16" : "fp16",
+             ro->random_w8a8 ? "W8A8 " : ro->random_int8 ? "weight-only INT8 " : "", dev,
              kiln_llm_cuda_decode_path(r->g));
     return make_sampler(r, &o, ro->draft_tokens, ro->host_sampler, desc, cap);
 }

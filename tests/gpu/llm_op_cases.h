@@ -92,5 +92,7 @@ bool llm_attention_case(llm_run *run, const char *op, llm_params *pr);
 bool llm_gemv_fused_case(llm_run *run, llm_params *pr);
 /* The weight-only quantized kernels (llm_op_quant.c): llm.GemvQ8, llm.DequantQ8. */
 bool llm_quant_case(llm_run *run, const char *op, llm_params *pr);
+/* The W8A8 kernels (llm_op_w8a8.c): llm.QuantizeAct, llm.GemvW8A8, llm.ImmaW8A8. */
+bool llm_w8a8_case(llm_run *run, const char *op, llm_params *pr);
 
 #endif

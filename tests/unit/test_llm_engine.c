@@ -1,5 +1,7 @@
 /* test_llm_engine.c — LLM engines (src/llm/llm_engine*.c): a tiny GPT-2 and a tiny Llama checkpoint
- * written here are built into fp32, fp16, bf16 and weight-only INT8 engines; the fp32 engine gives logits
+ * written here are built into fp32, fp16, bf16, weight-only INT8 and W8A8 engines (SmoothQuant's
+ * smoothing leaves the fp32 model's logits unchanged; each W8A8 layer matrix carries a positive
+ * activation scale, on the CPU and for a device); the fp32 engine gives logits
  * identical to the checkpoint's, the others within their rounding (INT8 ones hold each matrix as int8
  * + scales and are refused for a device); the generation eos ids and the absence of a
  * tokenizer survive; ONNX and LLM readers refuse each other's engines; the in-memory reader agrees with
@@ -13,6 +15,7 @@
 #include "llm/llm_deferred.h"
 #include "llm/llm_engine.h"
 #include "llm/llm_internal.h"
+#include "llm/llm_smoothquant.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -247,6 +250,81 @@ static void check_int8_engine(const char *ck, bool skip_embed, const char *engin
     check_int8_for_device(engine, skip_embed);
 }
 
+/* Calibration tokens for the tiny models (vocab 16): logits_of's 12 first (with minmax, no activation the
+ * checks see saturates), then others. */
+static const int32_t CALIB_IDS[] = {0, 5, 10, 15, 4, 9, 14, 3, 8, 13, 2, 7, 1, 6, 11, 12, 3, 3, 9};
+#define N_CALIB_IDS ((int64_t)(sizeof CALIB_IDS / sizeof *CALIB_IDS))
+
+/* SmoothQuant's smoothing folded into ck's fp32 model (qkv and up; a gated MLP's down too) changes its
+ * logits by float rounding only; every scale is positive; no calibration input is refused. */
+static void check_smoothing(const char *ck, int n) {
+    kiln_llm_model *a = NULL, *b = NULL;
+    CHECK(kiln_llm_model_load_hf(ck, &a) == KILN_OK && kiln_llm_model_load_hf(ck, &b) == KILN_OK);
+    if (!a || !b) return;
+    const kiln_llm_config *c = kiln_llm_model_config(a);
+    float *scales = malloc((size_t)c->n_layer * KILN_LLM_W8A8_MATS * sizeof *scales);
+    kiln_llm_w8a8_options o = {.smooth_alpha = 0.5f, .calibrator = {KILN_CALIB_MINMAX, 0}};
+    CHECK(kiln_llm_smoothquant(b, NULL, &o, scales) == KILN_ERR_INVALID_ARGUMENT &&
+          strstr(kiln_last_error(), "needs a calibration text or tokens"));
+    o.calib_ids = CALIB_IDS;
+    o.n_calib_ids = N_CALIB_IDS;
+    CHECK(kiln_llm_smoothquant(b, NULL, &o, scales) == KILN_OK);
+    CHECK(a->layers[0].qkv_w[0] != b->layers[0].qkv_w[0] && a->layers[0].o_w[0] == b->layers[0].o_w[0]);
+    CHECK((a->layers[0].down_w[0] != b->layers[0].down_w[0]) == (c->arch == KILN_LLM_LLAMA)); /* gated MLPs */
+    for (int i = 0; i < c->n_layer * KILN_LLM_W8A8_MATS; i++) CHECK(scales[i] > 0 && isfinite(scales[i]));
+    float *la = logits_of(a, n), *lb = logits_of(b, n);
+    double maxabs = 0, maxref = 0;
+    for (int i = 0; i < n * c->vocab; i++) {
+        maxabs = fmax(maxabs, fabs((double)la[i] - lb[i]));
+        maxref = fmax(maxref, fabs((double)la[i]));
+    }
+    CHECK(maxabs <= 1e-5 * maxref);
+    printf("  %s smoothed: max |logit difference| %.3g of max |logit| %.3g\n", ck, maxabs, maxref);
+    free(la);
+    free(lb);
+    free(scales);
+    kiln_llm_model_free(a);
+    kiln_llm_model_free(b);
+}
+
+/* A W8A8 engine of ck (calibrated on CALIB_IDS, minmax): its logits within tol of the checkpoint's; header
+ * w8a8; every layer matrix int8, then NAME.scale and NAME.act_scale ([1]); the embedding and an
+ * untied lm_head weight-only int8; the CPU load and the device load hold the same positive activation
+ * scales. */
+static void check_w8a8_engine(const char *ck, const char *engine, double tol, int n) {
+    const kiln_llm_w8a8_options w = {.calib_ids = CALIB_IDS, .n_calib_ids = N_CALIB_IDS, .smooth_alpha = 0.5f,
+                                     .calibrator = {KILN_CALIB_MINMAX, 0}}; /* 20 tokens: too few for entropy */
+    kiln_llm_build_options o = {.precision = -1, .w8a8 = &w, .build_options = "test"};
+    check_built_logits(ck, &o, "w8a8", engine, tol, n);
+    kiln_llm_engine_info info;
+    CHECK(kiln_llm_engine_read_info(engine, &info) == KILN_OK);
+    CHECK(info.meta.precision == KILN_PRECISION_W8A8);
+    int acts = 0;
+    for (int i = 0; i < info.n_tensors; i++) {
+        const kiln_llm_engine_tensor *t = &info.tensors[i];
+        const bool layer_matrix = t->ndim == 2 && !strncmp(t->name, "layers.", 7);
+        if (layer_matrix) {
+            CHECK(t->dtype == KILN_I8 && i + 2 < info.n_tensors && strstr(info.tensors[i + 2].name, ".act_scale") &&
+                  info.tensors[i + 2].dtype == KILN_F32 && info.tensors[i + 2].ndim == 1 && info.tensors[i + 2].dims[0] == 1);
+        }
+        if (!strcmp(t->name, "tok_emb") || !strcmp(t->name, "lm_head")) CHECK(t->dtype == KILN_I8);
+        acts += strstr(t->name, ".act_scale") != NULL;
+    }
+    CHECK(acts == 4 * info.cfg.n_layer);
+    kiln_llm_engine_info_free(&info);
+    kiln_llm_model *dev = NULL, *cpu = NULL;
+    CHECK(kiln_llm_engine_load_for_device(engine, NULL, &dev, NULL) == KILN_OK);
+    CHECK(kiln_llm_engine_load(engine, NULL, &cpu, NULL) == KILN_OK);
+    for (int l = 0; dev && cpu && l < cpu->cfg.n_layer; l++) {
+        const kiln_llm_q8_layer *d = &dev->q8[l], *h = &cpu->q8[l];
+        CHECK(h->qkv.act_scale > 0 && h->o.act_scale > 0 && h->up.act_scale > 0 && h->down.act_scale > 0);
+        CHECK(d->qkv.act_scale == h->qkv.act_scale && d->down.act_scale == h->down.act_scale);
+    }
+    CHECK(cpu && cpu->q8_tok_emb.act_scale == 0);
+    kiln_llm_model_free(dev);
+    kiln_llm_model_free(cpu);
+}
+
 /* ---- bad files ---- */
 
 static uint8_t *read_all(const char *path, size_t *size) {
@@ -372,7 +450,8 @@ static void test_kinds(const char *llm_engine) {
 int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "/tmp/kiln-test-llm-engine-XXXXXX");
     CHECK(mkdtemp(dir) != NULL);
-    char gpt2[128], llama[128], e32[128], e16[128], ebf[128], ell[128], e8[128], e8e[128], ell8[128];
+    char gpt2[128], llama[128], e32[128], e16[128], ebf[128], ell[128], e8[128], e8e[128], ell8[128], ew8[128],
+        elw8[128];
     snprintf(gpt2, sizeof gpt2, "%s/gpt2", dir);
     snprintf(llama, sizeof llama, "%s/llama", dir);
     CHECK(mkdir(gpt2, 0700) == 0 && mkdir(llama, 0700) == 0);
@@ -385,6 +464,8 @@ int main(int argc, char **argv) {
     snprintf(e8, sizeof e8, "%s/gpt2-int8.kiln", dir);
     snprintf(e8e, sizeof e8e, "%s/gpt2-int8-embed.kiln", dir);
     snprintf(ell8, sizeof ell8, "%s/llama-int8.kiln", dir);
+    snprintf(ew8, sizeof ew8, "%s/gpt2-w8a8.kiln", dir);
+    snprintf(elw8, sizeof elw8, "%s/llama-w8a8.kiln", dir);
     printf("logits, engine vs checkpoint:\n");
     check_engine_logits(gpt2, -1, e32, 0, 6);
     check_engine_logits(gpt2, KILN_PRECISION_FP16, e16, 2e-3, 6);
@@ -393,6 +474,10 @@ int main(int argc, char **argv) {
     check_int8_engine(gpt2, false, e8, 3e-2, 6);
     check_int8_engine(gpt2, true, e8e, 3e-2, 6);
     check_int8_engine(llama, false, ell8, 3e-2, 12);
+    check_smoothing(gpt2, 6);
+    check_smoothing(llama, 12);
+    check_w8a8_engine(gpt2, ew8, 1e-2, 6);
+    check_w8a8_engine(llama, elw8, 1e-2, 12);
     if (argc > 1) {
         char kjv[128];
         snprintf(kjv, sizeof kjv, "%s/kjv.kiln", dir);
@@ -408,8 +493,10 @@ int main(int argc, char **argv) {
     test_corruption(ell);
     printf("corruption (%s):\n", ell8);
     test_corruption(ell8);
-    const char *files[] = {e32, e16, ebf, ell, e8, e8e, ell8};
-    for (int i = 0; i < 7; i++) unlink(files[i]);
+    printf("corruption (%s):\n", elw8);
+    test_corruption(elw8);
+    const char *files[] = {e32, e16, ebf, ell, e8, e8e, ell8, ew8, elw8};
+    for (int i = 0; i < 9; i++) unlink(files[i]);
     char cmd[256];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0);

@@ -1,13 +1,15 @@
 /* llm_cuda.c — creating and freeing a kiln_llm_cuda: checks that the kernels take the model's shape,
  * lays out the weights in one device allocation (uploaded from a kiln_llm_model through two pinned
  * chunks — a deferred model's mapped checkpoint bytes as they are when the dtype matches, else
- * converted on the host; a weight-only INT8 matrix as int8 values and fp32 row scales — or filled with
+ * converted on the host; an INT8 matrix as int8 values and fp32 row scales, a W8A8 one with its
+ * activation scale kept beside the layer — or filled with
  * random values on the device) and the step buffers in
  * another, and opens its stream, cuBLASLt handle and workspace (cuda_device.h) and the pinned metadata
  * staging. Allocations and frees hold the setup lock (cuda_device.h); the weights' upload does not. */
 #include "llm/cuda/llm_cuda_internal.h"
 
 #include "core/status.h"
+#include "llm/cuda/llm_cuda_w8a8.h"
 #include "llm/llm_deferred.h"
 #include "llm/llm_internal.h"
 
@@ -28,6 +30,7 @@ void kiln_llm_cuda_options_default(kiln_llm_cuda_options *o) {
     o->timing_cache = NULL;
     o->probe = NULL;
     o->random_int8 = false;
+    o->random_w8a8 = false;
 }
 
 kiln_status kiln_llm_cuda_device_check(int device, char *desc, size_t cap) {
@@ -88,14 +91,19 @@ static void *carve(carver *c, size_t bytes) {
     return p;
 }
 
-/* Whether g's weights (m's, or random ones when m is NULL) have weight-only INT8 matrices. */
+/* Whether g's weights (m's, or random ones when m is NULL) have INT8 matrices (weight-only or W8A8). */
 static bool has_int8(const kiln_llm_cuda *g, const kiln_llm_model *m) {
-    return m ? m->q8 || m->q8_tok_emb.q || m->q8_lm_head.q : g->opt.random_int8;
+    return m ? m->q8 || m->q8_tok_emb.q || m->q8_lm_head.q : g->opt.random_int8 || g->opt.random_w8a8;
 }
 
 /* Whether matrix q of m (NULL: random weights) goes to the device as INT8. */
 static bool int8_mat(const kiln_llm_cuda *g, const kiln_llm_model *m, const kiln_llm_q8 *q) {
-    return m ? q && q->q : g->opt.random_int8;
+    return m ? q && q->q : g->opt.random_int8 || g->opt.random_w8a8;
+}
+
+/* The activation scale of layer matrix q of m (NULL: random weights); 0 when it is not W8A8. */
+static float act_scale(const kiln_llm_cuda *g, const kiln_llm_model *m, const kiln_llm_q8 *q) {
+    return m ? (q ? q->act_scale : 0.0f) : g->opt.random_w8a8 ? LLMC_RANDOM_ACT_SCALE : 0.0f;
 }
 
 /* Places a [rows, cols] matrix: int8 values and fp32 row scales into *scale when int8, else 16-bit
@@ -134,6 +142,10 @@ static void layout_weights(kiln_llm_cuda *g, const kiln_llm_model *m, carver *cv
         y->o_w = carve_mat(cv, d, qd, int8_mat(g, m, q ? &q->o : NULL), &y->o_s);
         y->up_w = carve_mat(cv, up, d, int8_mat(g, m, q ? &q->up : NULL), &y->up_s);
         y->down_w = carve_mat(cv, d, ff, int8_mat(g, m, q ? &q->down : NULL), &y->down_s);
+        y->qkv_a = act_scale(g, m, q ? &q->qkv : NULL);
+        y->o_a = act_scale(g, m, q ? &q->o : NULL);
+        y->up_a = act_scale(g, m, q ? &q->up : NULL);
+        y->down_a = act_scale(g, m, q ? &q->down : NULL);
         if (c->qkv_bias) y->qkv_b = carve(cv, qkv * es);
         if (!gpt2) continue;
         y->norm1_b = carve(cv, d * 4);
@@ -412,6 +424,7 @@ void kiln_llm_cuda_free(kiln_llm_cuda *g) {
     if (g->kc.stream) cudaStreamSynchronize(g->kc.stream);
     llmc_graphs_free(g);
     llmc_plans_free(g);
+    llmc_imma_plans_free(g);
     if (g->meta_done) cudaEventDestroy(g->meta_done);
     if (g->meta_dev) cudaFree(g->meta_dev);
     if (g->meta_host) cudaFreeHost(g->meta_host);

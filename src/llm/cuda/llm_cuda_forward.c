@@ -4,10 +4,12 @@
  * transfer, then enqueues the step: embedding; per layer norm1 (fused with the residual add of the
  * previous layer's MLP), the QKV product, RoPE + KV cache write, attention, the output product,
  * norm2 (fused with its residual add), the MLP; the final norm over the logits rows and lm_head.
- * Steps of few tokens (the fused GEMV's, g->fuse on) run fused_layers instead: six kernels a layer. */
+ * Steps of few tokens (the fused GEMV's, g->fuse on) run fused_layers instead: six kernels a layer.
+ * W8A8 layer matrices go through llmc_linear_wa (llm_cuda_w8a8.h). */
 #include "llm/cuda/llm_cuda_internal.h"
 
 #include "core/status.h"
+#include "llm/cuda/llm_cuda_w8a8.h"
 #include "llm/llm_internal.h"
 
 #include <stdio.h>
@@ -317,15 +319,17 @@ static kiln_status run_layers(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const llmc
         llmc_kv_layer(kv, l, &kc, &vc);
         /* x += previous layer's MLP output (nothing before layer 0); h = norm1(x) */
         OP(KILN_LLM_STAGE_NORM, llmc_add_norm(g, n, NULL, l ? g->proj : NULL, l > 0, y->norm1_w, y->norm1_b));
-        OP(KILN_LLM_STAGE_QKV, llmc_linear_w(g, g->h, d, n, d, y->qkv_w, y->qkv_s, y->qkv_b, ldq, g->qkv, ldq, false));
+        OP(KILN_LLM_STAGE_QKV, llmc_linear_wa(g, g->h, d, n, d, y->qkv_w, y->qkv_s, y->qkv_a, y->qkv_b, ldq, g->qkv, ldq,
+                                             false));
         const float *kv_scales = llmc_kv_layer_scales(kv, l); /* NULL: a 16-bit cache */
         OP(KILN_LLM_STAGE_ROPE, llmc_rope_kv_write(g, s, kc, vc, kv_scales, kv->block_size));
         OP(KILN_LLM_STAGE_ATTN, llmc_attention(g, s, kc, vc, kv_scales, kv->block_size));
-        OP(KILN_LLM_STAGE_O, llmc_linear_w(g, g->att, qd, n, qd, y->o_w, y->o_s, y->o_b, d, g->proj, d, false));
+        OP(KILN_LLM_STAGE_O, llmc_linear_wa(g, g->att, qd, n, qd, y->o_w, y->o_s, y->o_a, y->o_b, d, g->proj, d, false));
         OP(KILN_LLM_STAGE_NORM, llmc_add_norm(g, n, NULL, g->proj, true, y->norm2_w, y->norm2_b)); /* x += attention; h = norm2(x) */
-        OP(KILN_LLM_STAGE_UP, llmc_linear_w(g, g->h, d, n, d, y->up_w, y->up_s, y->up_b, up, g->mlp, up, false));
+        OP(KILN_LLM_STAGE_UP, llmc_linear_wa(g, g->h, d, n, d, y->up_w, y->up_s, y->up_a, y->up_b, up, g->mlp, up, false));
         OP(KILN_LLM_STAGE_ACT, llmc_activation(g, n));
-        OP(KILN_LLM_STAGE_DOWN, llmc_linear_w(g, g->mlp, up, n, ff, y->down_w, y->down_s, y->down_b, d, g->proj, d, false));
+        OP(KILN_LLM_STAGE_DOWN, llmc_linear_wa(g, g->mlp, up, n, ff, y->down_w, y->down_s, y->down_a, y->down_b, d, g->proj,
+                                              d, false));
     }
     /* the logits rows only: x + last MLP output, final norm, lm_head in FP32 */
     OP(KILN_LLM_STAGE_NORM, llmc_add_norm(g, s->n_out, s->out_rows, g->proj, false, g->norm_f_w, g->norm_f_b));

@@ -33,9 +33,11 @@ typedef struct llmc_layer {
     float *norm1_w, *norm1_b, *norm2_w, *norm2_b;
     void *qkv_w, *qkv_b, *o_w, *o_b, *up_w, *up_b, *down_w, *down_b;
     float *qkv_s, *o_s, *up_s, *down_s; /* an INT8 matrix's row scales (its values int8); NULL: in the dtype */
+    float qkv_a, o_a, up_a, down_a;     /* a W8A8 matrix's activation scale (llm_cuda_w8a8.h); 0: none */
 } llmc_layer;
 
 typedef struct llmc_plan llmc_plan; /* a cached cuBLASLt product (llm_cuda_gemm.cu) */
+typedef struct llmc_imma_plan llmc_imma_plan; /* a cached cuBLASLt IMMA product (llm_cuda_w8a8.cu) */
 
 /* The GEMV kernel of llm_cuda_gemm.cu: configurations 0 .. LLMC_GEMV_CONFIGS - 1 of the templated
  * family (llmc_gemv_config_name says which geometry). */
@@ -90,6 +92,8 @@ struct kiln_llm_cuda {
     /* cuBLASLt plans, keyed by shape */
     llmc_plan *plans;
     int n_plans, next_plan;
+    llmc_imma_plan *imma; /* [LLMC_IMMA_PLANS] W8A8 products (llm_cuda_w8a8.cu), NULL before the first */
+    int next_imma;
     /* GEMV configurations, keyed by shape (llm_cuda_gemm.cu) */
     int gemv_force; /* LLMC_GEMV_AUTO, else the configuration of every GEMV product (KILN_LLM_GEMV) */
     int gemv_q8_force; /* the same for the INT8 GEMV (KILN_LLM_GEMV_Q8) */
