@@ -489,7 +489,111 @@ __global__ void norm_residual_rows(float *__restrict__ x, const T *__restrict__ 
 
 #define NORM_RESIDUAL_THREADS 256
 
+/* Four consecutive 16-bit values as floats (one 8-byte load) and back. */
+template <typename T> static __device__ __forceinline__ float4 nr_load4(const T *p) {
+    uint2 u = *(const uint2 *)p;
+    const T *h = (const T *)&u;
+    return make_float4(ku_f32(h[0]), ku_f32(h[1]), ku_f32(h[2]), ku_f32(h[3]));
+}
+template <typename T> static __device__ __forceinline__ void nr_store4(T *p, float4 v) {
+    uint2 u;
+    T *h = (T *)&u;
+    h[0] = ku_from_f32<T>(v.x);
+    h[1] = ku_from_f32<T>(v.y);
+    h[2] = ku_from_f32<T>(v.z);
+    h[3] = ku_from_f32<T>(v.w);
+    *(uint2 *)p = u;
+}
+
+/* norm_residual_rows for rows of len = 4 n4 values with 16-byte aligned x, w and b and 8-byte aligned
+ * delta and y: the row stays in registers (PER groups of 4 per thread, PER * blockDim.x >= n4) and
+ * every load of a pass is issued before the first is used, so a row costs about one memory latency
+ * per pass instead of one per element a thread visits (the decode step's few rows are latency-bound).
+ * Same formulas as norm_residual_rows; the sums are formed in another order. */
+template <typename T, int PER>
+__global__ void __launch_bounds__(NORM_RESIDUAL_THREADS)
+norm_residual_rows_vec(float *__restrict__ x, const T *__restrict__ delta, const int32_t *__restrict__ gather, int n4,
+                       int store, const float *__restrict__ w, float w_offset, const float *__restrict__ b, int rms,
+                       float eps, T *__restrict__ y) {
+    __shared__ float red[32];
+    const int r = blockIdx.x, t = gather ? gather[r] : r;
+    float4 *xr = (float4 *)(x + (size_t)t * 4 * n4);
+    const T *dr = delta ? delta + (size_t)t * 4 * n4 : NULL;
+    float4 v[PER];
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const int i = threadIdx.x + j * NORM_RESIDUAL_THREADS;
+        v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (i < n4) {
+            v[j] = xr[i];
+            if (dr) {
+                float4 d = nr_load4(dr + 4 * i);
+                v[j].x += d.x, v[j].y += d.y, v[j].z += d.z, v[j].w += d.w;
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const int i = threadIdx.x + j * NORM_RESIDUAL_THREADS;
+        if (i < n4) {
+            if (store) xr[i] = v[j];
+            sum += (v[j].x + v[j].y) + (v[j].z + v[j].w);
+        }
+    }
+    const float len = 4.0f * (float)n4;
+    const float mean = rms ? 0.0f : ku_block_sum(sum, red) / len;
+    float sq = 0.0f;
+#pragma unroll
+    for (int j = 0; j < PER; j++)
+        if (threadIdx.x + j * NORM_RESIDUAL_THREADS < n4) {
+            float a = v[j].x - mean, c = v[j].y - mean, e = v[j].z - mean, f = v[j].w - mean;
+            sq += (a * a + c * c) + (e * e + f * f);
+        }
+    const float rs = rsqrtf(ku_block_sum(sq, red) / len + eps);
+    T *yr = y + (size_t)r * 4 * n4;
+    const float4 *w4 = (const float4 *)w, *b4 = (const float4 *)b;
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const int i = threadIdx.x + j * NORM_RESIDUAL_THREADS;
+        if (i < n4) {
+            float4 ww = w4[i], bb = b4 ? b4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f), o;
+            o.x = (v[j].x - mean) * rs * (ww.x + w_offset) + bb.x;
+            o.y = (v[j].y - mean) * rs * (ww.y + w_offset) + bb.y;
+            o.z = (v[j].z - mean) * rs * (ww.z + w_offset) + bb.z;
+            o.w = (v[j].w - mean) * rs * (ww.w + w_offset) + bb.w;
+            nr_store4(yr + 4 * i, o);
+        }
+    }
+}
+
+/* Launches norm_residual_rows_vec<T, PER> over a's rows of 4 n4 values. */
+template <typename T, int PER> static void nr_vec_launch(const kiln_cuda_norm *a, int n4, cudaStream_t stream) {
+    norm_residual_rows_vec<T, PER><<<(unsigned)a->rows, NORM_RESIDUAL_THREADS, 0, stream>>>(
+        (float *)a->x, (const T *)a->delta, a->gather, n4, a->store ? 1 : 0, (const float *)a->scale, a->scale_offset,
+        (const float *)a->bias, a->rms ? 1 : 0, a->eps, (T *)a->y);
+}
+/* Launches norm_residual_rows_vec for a when its layout allows it (len a multiple of 4, at most
+ * 12 x 4 x NORM_RESIDUAL_THREADS, aligned arrays); false when it does not (the scalar kernel runs). */
+template <typename T> static bool norm_residual_vec(const kiln_cuda_norm *a, cudaStream_t stream) {
+    const uintptr_t a16 = (uintptr_t)a->x | (uintptr_t)a->scale | (uintptr_t)a->bias;
+    const uintptr_t a8 = (uintptr_t)a->delta | (uintptr_t)a->y;
+    if (a->len % 4 || (a16 & 15) || (a8 & 7)) return false;
+    const int n4 = (int)(a->len / 4), per = (n4 + NORM_RESIDUAL_THREADS - 1) / NORM_RESIDUAL_THREADS;
+    if (per <= 1) nr_vec_launch<T, 1>(a, n4, stream);
+    else if (per <= 2) nr_vec_launch<T, 2>(a, n4, stream);
+    else if (per <= 4) nr_vec_launch<T, 4>(a, n4, stream);
+    else if (per <= 8) nr_vec_launch<T, 8>(a, n4, stream);
+    else if (per <= 12) nr_vec_launch<T, 12>(a, n4, stream);
+    else return false;
+    return true;
+}
+
 template <typename T> static kiln_status norm_residual_go(const kiln_cuda_norm *a, cudaStream_t stream) {
+    if (norm_residual_vec<T>(a, stream)) {
+        KILN_CUDA_LAUNCH_CHECK("norm_residual_rows_vec");
+        return KILN_OK;
+    }
     static unsigned long long opted; /* rows up to the longest: past 48 KB with the static reduction */
     KILN_TRY(ku_smem_opt_in(norm_residual_rows<T>, (size_t)KILN_CUDA_NORM_RESIDUAL_MAX_LEN * sizeof(float), false, &opted,
                             stream));
