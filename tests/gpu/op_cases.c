@@ -982,6 +982,7 @@ const op_case kiln_op_cases[] = {
     /* residual add + LayerNorm / RMSNorm: widths 8..12288 (the widest the kernel takes) */
     LLM_NORMS(8, 1, 1, 0), LLM_NORMS(64, 2, 0, 1), LLM_NORMS(80, 3, 1, 0), LLM_NORMS(768, 4, 0, 1),
     LLM_NORMS(2048, 1, 1, 0), LLM_NORMS(5120, 2, 0, 1), LLM_NORMS(8192, 3, 1, 0), LLM_NORMS(12288, 4, 0, 1),
+    LLM_NORMS(30, 2, 1, 0), LLM_NORMS(1600, 1, 0, 1), LLM_NORMS(4096, 1, 1, 0), LLM_NORMS(1601, 2, 0, 1),
     /* the GEMV family: K 8..4096, N 1..2304 with tails past every tile, 1..8 token rows */
     LLM_GEMV(64, 5, 2), LLM_GEMV(256, 7, 3), LLM_GEMV(1000, 301, 8), LLM_GEMV(4096, 2048, 1), LLM_GEMV(768, 2304, 3),
     LLM_GEMV(8, 1, 1), LLM_GEMV(72, 33, 5), LLM_GEMV(2056, 129, 4), LLM_GEMV(1600, 1600, 1),
