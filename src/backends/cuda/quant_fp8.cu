@@ -12,9 +12,13 @@
  * The bias: cuBLASLt's BIAS epilogue in D's type for float16 / bfloat16 D (cuBLASLt's FP8 table; for
  * float32 D it takes only a bfloat16 bias, which would round it, so there a kernel adds the float32
  * bias after the GEMM, as it does when cuBLASLt refuses the epilogue).
+ * The GEMM accumulates in fast mode (CUBLASLT_MATMUL_DESC_FAST_ACCUM) and runs the fastest of
+ * cuBLASLt's heuristic candidates, timed once per node, shape and context (lt_pick.cuh), with D's real
+ * alignment told to the heuristic.
  * A call cuBLASLt refuses altogether (no FP8 tensor cores, an unsupported shape or library) runs a
- * tiled CUDA-core kernel on the same rounded operands instead (one warning per node naming the
- * reason; far slower than the tensor cores, so the build's tuning then keeps float16). The
+ * tiled CUDA-core kernel on the same rounded operands instead (one "fp8:" warning per node naming the
+ * reason; far slower than the tensor cores, so the build's tuning then keeps float16); a call that
+ * fails during a graph capture fails that run instead (it is repeated eagerly). The
  * products of two E4M3 values are exact in float32 on either path; only the summation order differs
  * from the CPU's.
  *
@@ -22,6 +26,7 @@
  * F8MatMul lists two candidates of kind KILN_TACTIC_PATH — algo 0 the FP8 GEMM, algo 1 a float16 one
  * (A as it is, the weights decoded and scaled to float16 [K, N] once, cuBLASLt's float16 GEMM through
  * matmul.cuh, then the bias) — both always timed, and runs the one its recorded tactic names. */
+#include "backends/cuda/lt_pick.cuh"
 #include "backends/cuda/matmul.cuh"
 #include "backends/cuda/quant_gemm.cuh"
 
@@ -120,11 +125,13 @@ __global__ void f8_unpad_kernel(const T *__restrict__ d, int64_t R, int64_t N, i
 
 /* ---------------------------------------------------------------- node state */
 
-/* One cached cuBLASLt call for R rows; fallback when cuBLASLt cannot make it, bias_kernel when it
- * was made without the BIAS epilogue (refused) and a kernel adds the bias after it. */
+/* One cached cuBLASLt call for R rows into a D aligned to align_d bytes; fallback when cuBLASLt
+ * cannot make it, bias_kernel when it was made without the BIAS epilogue (refused) and a kernel adds
+ * the bias after it. */
 typedef struct f8_call {
     bool valid, fallback, bias_kernel;
     int64_t R;
+    uint32_t align_d;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatmulAlgo_t algo;
@@ -250,12 +257,37 @@ static cudaDataType_t f8_lt_dtype(kiln_dtype t) {
     return t == KILN_F16 ? CUDA_R_16F : t == KILN_BF16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
-/* Makes call c for R rows: D[Np, R] (D's type) = Wt^T X with the scales and, when epilogue_bias, the
- * BIAS epilogue, and the heuristic's best algorithm within lt_ws bytes of workspace; an error naming
- * the configuration when cuBLASLt refuses it. */
-static kiln_status f8_call_make(const kiln_node *n, const f8_state *st, int64_t R, size_t lt_ws, bool epilogue_bias,
+/* The operands of one FP8 GEMM: the rounded rows x8 (R of them) into out, with lt_bytes of
+ * cuBLASLt workspace at lt_ws. */
+typedef struct f8_operands {
+    const __nv_fp8_storage_t *x8;
+    int64_t R;
+    void *out;
+    void *lt_ws;
+    size_t lt_bytes;
+} f8_operands;
+
+/* The largest power of two up to 256 that divides p's address: the alignment cuBLASLt is told. */
+static uint32_t f8_alignment(const void *p) {
+    uint32_t a = 256;
+    while (a > 1 && (uintptr_t)p % a) a /= 2;
+    return a;
+}
+
+/* Makes call c for o's R rows: D[Np, R] (D's type) = Wt^T X with the scales, fast accumulation
+ * (CUBLASLT_MATMUL_DESC_FAST_ACCUM: no periodic promotion of the partial sums, as TensorRT's and
+ * Transformer Engine's inference GEMMs; the products stay exact, the sum is rounded a little more
+ * often, far below E4M3's own rounding) and, when epilogue_bias, the BIAS epilogue; the algorithm the
+ * fastest of the heuristic's candidates within o's workspace and D's alignment (lt_pick.cuh, timed
+ * on o's operands when the stream is not capturing); an error naming the configuration when cuBLASLt
+ * refuses it. */
+static kiln_status f8_call_make(const kiln_node *n, const f8_state *st, const f8_operands *o, bool epilogue_bias,
                                 kiln_cuda_ctx *ctx, f8_call *c) {
+    const int64_t R = o->R;
+    const size_t lt_ws = o->lt_bytes;
     F8_LT(cublasLtMatmulDescCreate(&c->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const int8_t fast = 1;
+    F8_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     F8_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     F8_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
@@ -274,12 +306,20 @@ static kiln_status f8_call_make(const kiln_node *n, const f8_state *st, int64_t 
     F8_LT(cublasLtMatrixLayoutCreate(&c->ld, dt, (uint64_t)st->Np, (uint64_t)R, st->Np));
     cublasLtMatmulPreference_t pref;
     F8_LT(cublasLtMatmulPreferenceCreate(&pref));
+    const uint32_t align_d = f8_alignment(o->out);
     cublasStatus_t e = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt_ws,
                                                             sizeof lt_ws);
+    if (e == CUBLAS_STATUS_SUCCESS)
+        e = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof align_d);
+    if (e == CUBLAS_STATUS_SUCCESS)
+        e = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof align_d);
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
-    if (e == CUBLAS_STATUS_SUCCESS)
-        e = cublasLtMatmulAlgoGetHeuristic(ctx->lt, c->op, c->la, c->lb, c->ld, c->ld, pref, 1, &res, &found);
+    bool timed = false;
+    const float alpha = 1.0f, beta = 0.0f;
+    kiln_lt_problem p = {ctx->lt, c->op, c->la, c->lb, c->ld, pref, &alpha, st->w8, o->x8, &beta, o->out, o->lt_ws,
+                         lt_ws, ctx->stream};
+    if (e == CUBLAS_STATUS_SUCCESS) e = kiln_lt_pick(&p, &res, &found, &timed);
     cublasLtMatmulPreferenceDestroy(pref);
     if (e != CUBLAS_STATUS_SUCCESS || found < 1)
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': cuBLASLt's heuristic offers no FP8 GEMM (%s) for E4M3 A^T [%lld, "
@@ -290,54 +330,71 @@ static kiln_status f8_call_make(const kiln_node *n, const f8_state *st, int64_t 
                           lt_ws);
     c->algo = res.algo;
     c->R = R;
+    c->align_d = align_d;
     c->valid = true;
+    KILN_LOG(KILN_LOG_VERBOSE, "cuda: %s '%s': cuBLASLt FP8 GEMM %lld x %lld x %lld%s: %s of %d candidates", n->op_type,
+             n->name, (long long)st->Np, (long long)R, (long long)st->Kp, st->bias_d && epilogue_bias ? " with its BIAS epilogue" : "",
+             timed ? "the fastest" : "the heuristic's first", found);
     return KILN_OK;
 }
 
 /* Switches call c to the CUDA-core product, warning once per node with the reason (the last error). */
 static void f8_call_fall_back(const kiln_node *n, f8_state *st, f8_call *c) {
     if (!st->fallback_logged)
-        KILN_LOG(KILN_LOG_WARN, "cuda: %s '%s': cuBLASLt's FP8 GEMM is unavailable (%s); a CUDA-core kernel computes it "
-                 "(slower)", n->op_type, n->name, kiln_last_error());
+        KILN_LOG(KILN_LOG_WARN, "fp8: %s '%s': cuBLASLt's FP8 GEMM is unavailable (%s); a CUDA-core kernel computes it "
+                 "(far slower: the build then keeps float16)", n->op_type, n->name, kiln_last_error());
     kiln_error_clear();
     st->fallback_logged = true;
     c->fallback = true;
 }
 
-/* The cached call for R rows, or one made now in the next slot (a fallback one when cuBLASLt cannot). */
-static f8_call *f8_call_get(const kiln_node *n, f8_state *st, int64_t R, size_t lt_ws, kiln_cuda_ctx *ctx) {
+/* The cached call for o's rows and D's alignment, or one made now in the next slot (a fallback one
+ * when cuBLASLt cannot). */
+static f8_call *f8_call_get(const kiln_node *n, f8_state *st, const f8_operands *o, kiln_cuda_ctx *ctx) {
+    const int64_t R = o->R;
+    const uint32_t align_d = f8_alignment(o->out);
     for (int i = 0; i < F8_CALLS; i++)
-        if (st->calls[i].valid && st->calls[i].R == R) return &st->calls[i];
+        if (st->calls[i].valid && st->calls[i].R == R && st->calls[i].align_d == align_d) return &st->calls[i];
     f8_call *c = &st->calls[st->next_call];
     st->next_call = (st->next_call + 1) % F8_CALLS;
     f8_call_clear(c);
     if (st->bias_d) { /* 16-bit D: the BIAS epilogue, or, refused, the plain GEMM and the bias kernel */
-        if (f8_call_make(n, st, R, lt_ws, true, ctx, c) == KILN_OK) return c;
+        if (f8_call_make(n, st, o, true, ctx, c) == KILN_OK) return c;
         f8_call_clear(c);
         KILN_LOG(KILN_LOG_VERBOSE, "cuda: %s; trying it without the epilogue", kiln_last_error());
         kiln_error_clear();
     }
-    if (f8_call_make(n, st, R, lt_ws, false, ctx, c) == KILN_OK) {
+    if (f8_call_make(n, st, o, false, ctx, c) == KILN_OK) {
         c->bias_kernel = st->bias32 != NULL;
         return c;
     }
     f8_call_clear(c);
     f8_call_fall_back(n, st, c);
     c->R = R;
+    c->align_d = align_d;
     c->valid = true;
     return c;
 }
 
+/* Whether ctx's stream is being captured into a CUDA graph. */
+static bool f8_capturing(const kiln_cuda_ctx *ctx) {
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    return cudaStreamIsCapturing(ctx->stream, &cap) == cudaSuccess && cap != cudaStreamCaptureStatusNone;
+}
+
 /* y[R, N] (dtype T) from the rounded rows x8 (R of them, padded with zero rows to Rp, a multiple of
  * 16): cuBLASLt's FP8 GEMM over all Rp (into d [Rp, Np], then copied, when N < Np or R < Rp), or the
- * CUDA-core kernel over the R rows. */
+ * CUDA-core kernel over the R rows. A cuBLASLt call that fails while the stream is being captured
+ * fails the run (the capture is dropped and the run repeated eagerly: cuda_graph.c, and the build's
+ * tuner), so that a capture never switches the node to the CUDA-core kernel for good. */
 template <typename T>
 static kiln_status f8_gemm(const kiln_node *n, f8_state *st, const __nv_fp8_storage_t *x8, int64_t R, int64_t Rp, T *d,
                            T *y, void *lt_ws, size_t lt_bytes, kiln_cuda_ctx *ctx) {
-    f8_call *c = f8_call_get(n, st, Rp, lt_bytes, ctx);
+    T *out = st->Np == st->N && Rp == R ? y : d;
+    const f8_operands o = {x8, Rp, out, lt_ws, lt_bytes};
+    f8_call *c = f8_call_get(n, st, &o, ctx);
     if (!c->fallback) {
         const float alpha = 1.0f, beta = 0.0f;
-        T *out = st->Np == st->N && Rp == R ? y : d;
         cublasStatus_t e = cublasLtMatmul(ctx->lt, c->op, &alpha, st->w8, c->la, x8, c->lb, &beta, out, c->ld, out, c->ld,
                                           &c->algo, lt_ws, lt_bytes, ctx->stream);
         if (e == CUBLAS_STATUS_SUCCESS) {
@@ -353,6 +410,7 @@ static kiln_status f8_gemm(const kiln_node *n, f8_state *st, const __nv_fp8_stor
             }
             return KILN_OK;
         }
+        if (f8_capturing(ctx)) return f8_lt_fail(n, e, "cublasLtMatmul (while capturing a CUDA graph)");
         (void)f8_lt_fail(n, e, "cublasLtMatmul");
         f8_call_fall_back(n, st, c);
     }
