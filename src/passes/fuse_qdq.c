@@ -22,7 +22,9 @@
  * kiln_pass_fuse_qdq_output runs later, after fuse_gelu: a float integer layer takes what follows
  * it into its epilogue — a bias Add (exporters write a Linear as MatMul + Add, and the pattern above
  * folds only the MatMul), a Gelu (BERT's FFN: the erf GELU is written out element by element until
- * fuse_gelu), a QuantizeLinear (then it writes the 8-bit output itself).
+ * fuse_gelu), a QuantizeLinear (then it writes the 8-bit output itself). A kiln.F8MatMul without a
+ * bias takes the bias Add that follows it the same way (its kernels add the bias after the scaled
+ * product), and only that.
  *
  * This pass runs before constant folding (which would otherwise turn the weights' DequantizeLinear
  * into float32 constants). */
@@ -308,6 +310,12 @@ static bool float_integer_layer(const kiln_node *n) {
            kiln_attr_int(n, "y_dtype", KILN_F32) == KILN_F32 && !kiln_node_attr(n, "activation");
 }
 
+/* A kiln.F8MatMul without a bias (what the fp8 calibration makes of a MatMul). */
+static bool f8_layer_without_bias(const kiln_node *n) {
+    return pass_alive(n) && n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN) && !strcmp(n->op_type, "F8MatMul") &&
+           (n->ninputs < 3 || n->inputs[2] < 0);
+}
+
 /* Whether node id is an Add of y and a float32 constant b of N values along the last axis (shape
  * [1, ..., 1, N]): a MatMul's bias as exporters write it; *b gets its value id. */
 static bool bias_add(const pass_ctx *c, int id, int y, int64_t N, int *b) {
@@ -320,13 +328,14 @@ static bool bias_add(const pass_ctx *c, int id, int y, int64_t N, int *b) {
 }
 
 /* Folds what follows float integer layer `layer` into its epilogue, each a sole reader of the
- * previous: a bias Add (a QMatMul without a bias), a Gelu, a QuantizeLinear (then an 8-bit output). */
+ * previous: a bias Add (a QMatMul or F8MatMul without a bias), a Gelu, a QuantizeLinear (then an
+ * 8-bit output); for an F8MatMul the bias Add only. */
 static kiln_status try_fold_output(pass_ctx *c, int layer) {
     kiln_graph *g = c->g;
     const kiln_node *n = &g->nodes[layer];
     int set[4] = {layer}, nset = 1, y = n->outputs[0], next, bias = n->ninputs > 2 ? n->inputs[2] : -1, b = -1;
     const kiln_tensor *w = const_of(g, n->inputs[1]);
-    bool matmul = !strcmp(n->op_type, "QMatMul");
+    bool f8 = !strcmp(n->op_type, "F8MatMul"), matmul = f8 || !strcmp(n->op_type, "QMatMul");
     if (matmul && bias < 0 && w && w->ndim == 2 && (next = pass_sole_consumer(c, y)) >= 0 &&
         bias_add(c, next, y, w->dims[1], &b)) {
         set[nset++] = next;
@@ -334,14 +343,15 @@ static kiln_status try_fold_output(pass_ctx *c, int layer) {
         y = g->nodes[next].outputs[0];
     }
     int act = -1;
-    if ((next = pass_sole_consumer(c, y)) >= 0 && pass_is_op(&g->nodes[next], "Gelu") && g->nodes[next].inputs[0] == y) {
+    if (!f8 && (next = pass_sole_consumer(c, y)) >= 0 && pass_is_op(&g->nodes[next], "Gelu") &&
+        g->nodes[next].inputs[0] == y) {
         set[nset++] = act = next;
         y = g->nodes[next].outputs[0];
     }
     float ys = 0.0f;
     int64_t yz = 0;
     kiln_dtype yt = KILN_F32;
-    if ((next = pass_sole_consumer(c, y)) >= 0 && g->nodes[next].inputs[0] == y && match_q(c, next, &ys, &yz, &yt))
+    if (!f8 && (next = pass_sole_consumer(c, y)) >= 0 && g->nodes[next].inputs[0] == y && match_q(c, next, &ys, &yz, &yt))
         set[nset++] = next;
     else
         yt = KILN_F32;
@@ -369,7 +379,7 @@ kiln_status kiln_pass_fuse_qdq_output(kiln_graph *g, bool *changed) {
     KILN_TRY(pass_begin(&c, g, "fuse_qdq_output"));
     kiln_status st = KILN_OK;
     for (int i = 0; i < g->nnodes && st == KILN_OK; i++)
-        if (float_integer_layer(&g->nodes[i])) st = try_fold_output(&c, i);
+        if (float_integer_layer(&g->nodes[i]) || f8_layer_without_bias(&g->nodes[i])) st = try_fold_output(&c, i);
     return pass_end(&c, st, changed);
 }
 

@@ -376,6 +376,59 @@ static void test_fuse_qdq_output(void) {
     kiln_graph_free(opt);
 }
 
+/* x -> F8MatMul (E4M3 codes, no bias) -> Add(bias) -> y, the bias the Add's first input when
+ * bias_first (exporters write both orders): what the fp8 calibration makes of a Linear. */
+static kiln_graph *f8_matmul_bias_graph(bool bias_first) {
+    begin(17);
+    kiln_opset_import *ops = kiln_graph_alloc(G, 2 * sizeof *ops);
+    ops[0] = G->opsets[0];
+    ops[1] = (kiln_opset_import){KILN_FUSED_DOMAIN, KILN_FUSED_OPSET};
+    G->opsets = ops;
+    G->nopsets = 2;
+    int64_t xd[3] = {2, 5, 16}, wd[2] = {16, 8}, n = 8;
+    int x = input("x", KILN_F32, 3, xd);
+    kiln_tensor codes = {0};
+    REQUIRE_OK(kiln_tensor_alloc(&codes, KILN_U8, 2, wd));
+    for (int64_t i = 0; i < 16 * 8; i++) ((uint8_t *)codes.data)[i] = kiln_f32_to_e4m3((float)((i * 37) % 29 - 14) / 4.0f);
+    int w;
+    REQUIRE_OK(kiln_graph_new_value(G, "codes", &w));
+    REQUIRE_OK(kiln_graph_set_constant(G, w, &codes));
+    int mm = node_in(KILN_FUSED_DOMAIN, "F8MatMul", 2, (int[]){x, w});
+    attr_float("x_scale", 0.01f);
+    attr_float("w_scale", 0.02f);
+    int bias = constant(KILN_F32, 1, &n, NULL, -0.5, 0.5);
+    output(bias_first ? op2("Add", bias, mm) : op2("Add", mm, bias));
+    return finish();
+}
+
+/* fuse_qdq_output folds the bias Add after a bias-less F8MatMul into it (either operand order): one
+ * node fewer, the same values (the CPU kernel adds the bias to the same scaled sum); an F8MatMul
+ * whose result has another reader keeps its Add. */
+static void test_fuse_f8_bias(void) {
+    for (int order = 0; order < 2; order++) {
+        kiln_graph *ref = f8_matmul_bias_graph(order), *opt = f8_matmul_bias_graph(order);
+        int before = opt->nnodes;
+        bool changed = false;
+        REQUIRE_OK(kiln_pass_fuse_qdq_output(opt, &changed));
+        REQUIRE_OK(kiln_graph_infer_shapes(opt));
+        CHECK(changed && opt->nnodes == before - 1 && count_op(opt, "Add") == 0 && count_op(opt, "F8MatMul") == 1);
+        for (int i = 0; i < opt->nnodes; i++)
+            if (!strcmp(opt->nodes[i].op_type, "F8MatMul"))
+                CHECK(opt->nodes[i].ninputs == 3 && opt->nodes[i].inputs[2] >= 0 &&
+                      opt->nodes[i].outputs[0] == opt->outputs[0]);
+        check_same_outputs("fuse_qdq_output (F8MatMul bias)", ref, "F8MatMul and Add", opt, "folded F8MatMul", 1e-6);
+        kiln_graph_free(ref);
+        kiln_graph_free(opt);
+    }
+    kiln_graph *shared = f8_matmul_bias_graph(false);
+    for (int i = 0; i < shared->nnodes; i++)
+        if (!strcmp(shared->nodes[i].op_type, "F8MatMul")) REQUIRE_OK(kiln_graph_add_output(shared, shared->nodes[i].outputs[0]));
+    bool changed = false;
+    REQUIRE_OK(kiln_pass_fuse_qdq_output(shared, &changed));
+    CHECK(!changed && count_op(shared, "Add") == 1);
+    kiln_graph_free(shared);
+}
+
 int main(void) {
     g_nodes = kiln_graph_create();
     REQUIRE_OK(g_nodes ? KILN_OK : KILN_ERR_OUT_OF_MEMORY);
@@ -387,6 +440,7 @@ int main(void) {
     test_fuse_qdq_residual();
     test_qconv_channels_last();
     test_fuse_qdq_output();
+    test_fuse_f8_bias();
     test_f8matmul();
     kiln_graph_free(g_nodes);
     return checks_report("test_quant");
