@@ -24,7 +24,8 @@
  * folds only the MatMul), a Gelu (BERT's FFN: the erf GELU is written out element by element until
  * fuse_gelu), a QuantizeLinear (then it writes the 8-bit output itself). A kiln.F8MatMul without a
  * bias takes the bias Add that follows it the same way (its kernels add the bias after the scaled
- * product), and only that.
+ * product), and a Gelu whose sole reader is an F8MatMul becomes that layer's input_activation (it
+ * is applied as A is rounded to E4M3).
  *
  * This pass runs before constant folding (which would otherwise turn the weights' DequantizeLinear
  * into float32 constants). */
@@ -310,11 +311,12 @@ static bool float_integer_layer(const kiln_node *n) {
            kiln_attr_int(n, "y_dtype", KILN_F32) == KILN_F32 && !kiln_node_attr(n, "activation");
 }
 
-/* A kiln.F8MatMul without a bias (what the fp8 calibration makes of a MatMul). */
-static bool f8_layer_without_bias(const kiln_node *n) {
-    return pass_alive(n) && n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN) && !strcmp(n->op_type, "F8MatMul") &&
-           (n->ninputs < 3 || n->inputs[2] < 0);
+static bool f8_layer(const kiln_node *n) {
+    return pass_alive(n) && n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN) && !strcmp(n->op_type, "F8MatMul");
 }
+
+/* A kiln.F8MatMul without a bias (what the fp8 calibration makes of a MatMul). */
+static bool f8_layer_without_bias(const kiln_node *n) { return f8_layer(n) && (n->ninputs < 3 || n->inputs[2] < 0); }
 
 /* Whether node id is an Add of y and a float32 constant b of N values along the last axis (shape
  * [1, ..., 1, N]): a MatMul's bias as exporters write it; *b gets its value id. */
@@ -374,12 +376,34 @@ static kiln_status try_fold_output(pass_ctx *c, int layer) {
     return pass_attr_int(g, out, "y_zero_point", yz);
 }
 
+/* Folds the Gelu that produces F8MatMul `layer`'s A, when the F8MatMul is its sole reader, into the
+ * layer's input_activation: the layer reads the Gelu's input and applies it while rounding A to E4M3
+ * (BERT's FFN: Linear -> Gelu -> Linear, the Gelu kernel gone). */
+static kiln_status try_fold_input_act(pass_ctx *c, int layer) {
+    kiln_graph *g = c->g;
+    const kiln_node *n = &g->nodes[layer];
+    if (kiln_attr_string(n, "input_activation", "")[0]) return KILN_OK;
+    int act = pass_producer(c, n->inputs[0], "Gelu");
+    if (act < 0 || pass_sole_consumer(c, n->inputs[0]) != layer) return KILN_OK;
+    int set[2] = {act, layer};
+    if (!pass_closed(c, set, 2, layer)) return KILN_OK;
+    bool tanh = !strcmp(kiln_attr_string(&g->nodes[act], "approximate", "none"), "tanh");
+    int ins[3] = {g->nodes[act].inputs[0], n->inputs[1], n->ninputs > 2 ? n->inputs[2] : -1};
+    const char *op = n->op_type, *name = n->name;
+    kiln_node *out;
+    KILN_TRY(pass_rewrite(c, set, 2, layer, KILN_FUSED_DOMAIN, op, KILN_FUSED_OPSET, name, ins[2] >= 0 ? 3 : 2, ins, layer,
+                          "Gelu applied to A as it is rounded to E4M3", &out));
+    return pass_attr_string(g, out, "input_activation", kiln_activation_name(tanh ? KILN_ACT_GELU_TANH : KILN_ACT_GELU));
+}
+
 kiln_status kiln_pass_fuse_qdq_output(kiln_graph *g, bool *changed) {
     pass_ctx c;
     KILN_TRY(pass_begin(&c, g, "fuse_qdq_output"));
     kiln_status st = KILN_OK;
     for (int i = 0; i < g->nnodes && st == KILN_OK; i++)
         if (float_integer_layer(&g->nodes[i]) || f8_layer_without_bias(&g->nodes[i])) st = try_fold_output(&c, i);
+    for (int i = 0; i < g->nnodes && st == KILN_OK; i++) /* then the Gelus before F8MatMuls, their biases folded */
+        if (f8_layer(&g->nodes[i])) st = try_fold_input_act(&c, i);
     return pass_end(&c, st, changed);
 }
 

@@ -29,7 +29,7 @@
  * --iters kiln_context_run calls after a warm-up. A run includes copying the inputs to the device and
  * the outputs back, so each line also gives the bytes moved (graph inputs + outputs) with the GB/s
  * they imply, and TFLOP/s (TOP/s for the integer layers) for MatMul, Gemm, Conv, kiln.FusedConv,
- * ConvTranspose, kiln.QMatMul and kiln.QConv. */
+ * ConvTranspose, kiln.QMatMul, kiln.F8MatMul and kiln.QConv. */
 #include "backends/backend.h"
 #include "builder.h"
 #include "core/half.h"
@@ -746,7 +746,7 @@ static double case_flops(const parsed_case *pc, const kiln_tensor_desc *out0) {
     double out = (double)kiln_numel(out0->ndim, out0->dims);
     const input_spec *a = &pc->in[0], *w = &pc->in[1];
     if (pc->nin < 2) return 0;
-    if (!strcmp(op, "MatMul") || !strcmp(op, "kiln.QMatMul")) return 2 * out * (double)(a->ndim ? a->dims[a->ndim - 1] : 1);
+    if (!strcmp(op, "MatMul") || !strcmp(op, "kiln.QMatMul") || !strcmp(op, "kiln.F8MatMul")) return 2 * out * (double)(a->ndim ? a->dims[a->ndim - 1] : 1);
     if (!strcmp(op, "kiln.Attention") && a->ndim >= 2 && w->ndim >= 2 && out0->ndim >= 1) {
         /* Q K^T and P V over the visible keys: 2 (D + Dv) per score; causal keeps about half */
         double d = (double)a->dims[a->ndim - 1], dv = (double)out0->dims[out0->ndim - 1], sk = (double)w->dims[w->ndim - 2];

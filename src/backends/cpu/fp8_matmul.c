@@ -1,9 +1,11 @@
 /* fp8_matmul.c — kiln.F8MatMul (ir/quant_ops.h) on the CPU, the reference every FP8 engine is
- * checked against: each row of A is rounded to E4M3 (A / x_scale, quant/fp8.h) and decoded, the
+ * checked against: each row of A (through its input_activation, when it has one: fused.c's formula)
+ * is rounded to E4M3 (A / x_scale, quant/fp8.h) and decoded, the
  * weights' E4M3 codes decoded once per call, the products (exact in float32) summed in float32 in
  * order of k, then Y = sum * (x_scale * w_scale) + bias. */
 #include "backends/cpu/quant_kernels.h"
 
+#include "backends/cpu/fused_kernels.h"
 #include "core/status.h"
 #include "ir/quant_ops.h"
 #include "quant/fp8.h"
@@ -43,7 +45,9 @@ NN_EXEC(kiln_cpu_kiln_f8matmul) {
     const float *x = a->data, *bv = bias ? bias->data : NULL;
     float *y = out[0]->data, scale = q.x_scale * q.w_scale;
     for (int64_t r = 0; r < rows; r++) {
-        for (int64_t k = 0; k < K; k++) xr[k] = kiln_e4m3_to_f32(kiln_f32_to_e4m3(x[r * K + k] / q.x_scale));
+        memcpy(xr, x + r * K, (size_t)K * sizeof *xr);
+        if (q.in_act != KILN_ACT_NONE) kiln_cpu_activation_apply(xr, K, &(kiln_act){.kind = q.in_act});
+        for (int64_t k = 0; k < K; k++) xr[k] = kiln_e4m3_to_f32(kiln_f32_to_e4m3(xr[k] / q.x_scale));
         memset(acc, 0, (size_t)N * sizeof *acc);
         for (int64_t k = 0; k < K; k++)
             for (int64_t j = 0; j < N; j++) acc[j] += xr[k] * w[k * N + j];

@@ -4,6 +4,9 @@
  * CUBLASLT_MATMUL_DESC_A_SCALE_POINTER / B_SCALE_POINTER, the bias as below, D in the engine's
  * float type) on GPUs with FP8 tensor cores (compute capability 8.9+).
  *
+ * A layer with an input_activation (a Gelu folded in by fuse_qdq_output) applies it to A in the
+ * rounding kernel (and, on the float16 path, in a kernel before the GEMM).
+ *
  * FP8's layout contract (cuBLASLt on Ada / Hopper): only "TN", so the product is formed column-major
  * as D[Np, Rp] = Wt[Kp, Np]^T X[Kp, Rp]: Wt the weights' codes as rows [n, k] prepared once per
  * context (K padded with zero codes to Kp, a multiple of 16; N to Np likewise), X the rounded
@@ -26,6 +29,7 @@
  * F8MatMul lists two candidates of kind KILN_TACTIC_PATH — algo 0 the FP8 GEMM, algo 1 a float16 one
  * (A as it is, the weights decoded and scaled to float16 [K, N] once, cuBLASLt's float16 GEMM through
  * matmul.cuh, then the bias) — both always timed, and runs the one its recorded tactic names. */
+#include "backends/cuda/activation.cuh"
 #include "backends/cuda/lt_pick.cuh"
 #include "backends/cuda/matmul.cuh"
 #include "backends/cuda/quant_gemm.cuh"
@@ -47,16 +51,24 @@ static int64_t f8_round16(int64_t v) { return (v + 15) / 16 * 16; }
 
 /* ---------------------------------------------------------------- device kernels */
 
-/* x8[r * Kp + k] = e4m3(x[r * K + k] / x_scale) for r < R and k < K, else code 0, for r < Rp. */
+/* x8[r * Kp + k] = e4m3(act(x[r * K + k]) / x_scale) for r < R and k < K, else code 0, for r < Rp
+ * (act: the layer's input_activation, a parameterless kind of activation.cuh). */
 template <typename T>
 __global__ void f8_quantize_rows_kernel(const T *__restrict__ x, int64_t R, int64_t Rp, int64_t K, int64_t Kp,
-                                        float x_scale, __nv_fp8_storage_t *__restrict__ x8) {
+                                        float x_scale, int act, __nv_fp8_storage_t *__restrict__ x8) {
     int64_t total = Rp * Kp;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = i / Kp, k = i % Kp;
-        x8[i] = r < R && k < K ? __nv_cvt_float_to_fp8(__fdiv_rn(ku_f32(x[r * K + k]), x_scale), __NV_SATFINITE, __NV_E4M3)
+        x8[i] = r < R && k < K ? __nv_cvt_float_to_fp8(__fdiv_rn(kiln_cuda_act(ku_f32(x[r * K + k]), act, 0.0f, 0.0f),
+                                                                 x_scale), __NV_SATFINITE, __NV_E4M3)
                                : (__nv_fp8_storage_t)0;
     }
+}
+
+/* y[i] = act(x[i]) in float16 for i < count: the float16 path's A for a layer with an input_activation. */
+__global__ void f8_act_f16_kernel(const __half *__restrict__ x, int64_t count, int act, __half *__restrict__ y) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = __float2half_rn(kiln_cuda_act(__half2float(x[i]), act, 0.0f, 0.0f));
 }
 
 static __device__ __forceinline__ float f8_value(__nv_fp8_storage_t c) {
@@ -440,7 +452,7 @@ static kiln_status f8_run(const kiln_node *n, f8_state *st, const kiln_fp8_layer
         T *d = (T *)(ws + used);
         if (st->Np != st->N || Rp != R) used += f8_align((size_t)(Rp * st->Np) * sizeof(T));
         f8_quantize_rows_kernel<T><<<ku_blocks(Rp * st->Kp, KU_THREADS, ctx, 4), KU_THREADS, 0, ctx->stream>>>(
-            a + r0 * st->K, R, Rp, st->K, st->Kp, q->x_scale, x8);
+            a + r0 * st->K, R, Rp, st->K, st->Kp, q->x_scale, (int)q->in_act, x8);
         KILN_CUDA_LAUNCH_CHECK("f8_quantize_rows_kernel");
         size_t lt_avail = ctx->workspace_bytes - used;
         KILN_TRY(f8_gemm<T>(n, st, x8, R, Rp, d, y + r0 * st->N, ws + used, lt_avail < lt_bytes ? lt_avail : lt_bytes,
@@ -476,16 +488,36 @@ static kiln_status f8_prepare_f16(const kiln_node *n, const kiln_fp8_layer *q, c
 }
 
 /* The float16 path over rows of A (float16) into y (float16): one cuBLASLt GEMM by the decoded
- * weights, then the bias. */
-static kiln_status f8_run_f16(const kiln_node *n, const f8_state *st, const __half *a, int64_t rows, __half *y,
-                              kiln_cuda_ctx *ctx) {
+ * weights, then the bias. With an input_activation, A goes through it first, in chunks of rows whose
+ * activated copy fills at most half the workspace (the GEMM gets the other half). */
+static kiln_status f8_run_f16(const kiln_node *n, const f8_state *st, const kiln_fp8_layer *q, const __half *a,
+                              int64_t rows, __half *y, kiln_cuda_ctx *ctx) {
     if (rows == 0) return KILN_OK;
     kiln_cuda_ctx sub = *ctx; /* no tactic, candidates or state of its own */
     sub.tactic = NULL;
     sub.tactic_strict = false;
     sub.candidates = NULL;
     sub.state = NULL;
-    KILN_TRY(kiln_cuda_matmul_batched(n, &sub, KILN_F16, 1, rows, st->N, st->K, a, false, st->w16, false, y));
+    if (q->in_act == KILN_ACT_NONE) {
+        KILN_TRY(kiln_cuda_matmul_batched(n, &sub, KILN_F16, 1, rows, st->N, st->K, a, false, st->w16, false, y));
+    } else {
+        size_t half = ctx->workspace_bytes / 2 / F8_ALIGN * F8_ALIGN, row_bytes = (size_t)st->K * sizeof(__half);
+        int64_t chunk = row_bytes ? (int64_t)(half / row_bytes) : rows;
+        if (chunk < 1)
+            return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': %zu bytes of workspace do not hold one activated row",
+                              n->op_type, n->name, ctx->workspace_bytes);
+        __half *act = (__half *)ctx->workspace;
+        sub.workspace = (unsigned char *)ctx->workspace + half;
+        sub.workspace_bytes = ctx->workspace_bytes - half;
+        for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+            int64_t R = rows - r0 < chunk ? rows - r0 : chunk;
+            f8_act_f16_kernel<<<ku_blocks(R * st->K, KU_THREADS, ctx, 4), KU_THREADS, 0, ctx->stream>>>(
+                a + r0 * st->K, R * st->K, (int)q->in_act, act);
+            KILN_CUDA_LAUNCH_CHECK("f8_act_f16_kernel");
+            KILN_TRY(kiln_cuda_matmul_batched(n, &sub, KILN_F16, 1, R, st->N, st->K, act, false, st->w16, false,
+                                              y + r0 * st->N));
+        }
+    }
     if (!st->bias32) return KILN_OK;
     f8_bias_f16_kernel<<<ku_blocks(rows * st->N, KU_THREADS, ctx, 4), KU_THREADS, 0, ctx->stream>>>(y, rows, st->N,
                                                                                                   st->bias32);
@@ -530,7 +562,7 @@ static kiln_status exec_f8matmul(const kiln_node *n, const kiln_cuda_tensor *in,
                        kiln_dtype_name(st->d_dtype), kiln_dtype_name(y->dtype));
     else if (f16) {
         s = f8_prepare_f16(n, &q, w, st);
-        if (s == KILN_OK) s = f8_run_f16(n, st, (const __half *)a->data, rows, (__half *)y->data, ctx);
+        if (s == KILN_OK) s = f8_run_f16(n, st, &q, (const __half *)a->data, rows, (__half *)y->data, ctx);
     } else if (y->dtype == KILN_F16)
         s = f8_run<__half>(n, st, &q, (const __half *)a->data, rows, (__half *)y->data, ctx);
     else if (y->dtype == KILN_BF16)
