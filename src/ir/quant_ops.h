@@ -30,7 +30,8 @@
  *
  * kiln.F8MatMul  Y[.., j] = x_scale * w_scale * sum_k e4m3(A[.., k] / x_scale) * e4m3(B[k, j]) + bias[j]
  *     inputs  A (float32 / float16 / bfloat16, [..., M, K]), B (uint8 E4M3 codes, quant/fp8.h, 2-D
- *             constant [K, N]), bias (optional float constant [N])
+ *             constant [K, N]), bias (optional float constant [N]), R (optional residual of Y's
+ *             type and element count, added last: Y += R, a transformer's skip connection)
  *     attrs   x_scale (float > 0, the activations' per-tensor scale), w_scale (float > 0, the
  *             weights'); input_activation (optional string, a parameterless activation of
  *             fused_ops.h such as "Gelu": A[.., k] is replaced by act(A[.., k]) in float32 before it

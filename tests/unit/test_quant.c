@@ -8,7 +8,8 @@
  * shortcut folds into the QConv (its R input) with the same results; a channels-last QConv equals
  * the channels-first one transposed; fuse_qdq_output: a float QMatMul -> bias Add -> Gelu ->
  * QuantizeLinear becomes one QMatMul writing int8, with equal results; the FP8 reference
- * kiln.F8MatMul on hand-computed values. */
+ * kiln.F8MatMul on hand-computed values, and fuse_qdq_output's folds into it (bias, residual, the
+ * Gelu before it) with equal results. */
 #include "check.h"
 #include "graph_build.h"
 
@@ -439,18 +440,20 @@ static void test_fuse_f8_bias(void) {
     kiln_graph_free(shared);
 }
 
-/* x -> fp8 Linear -> Gelu -> fp8 Linear -> y (BERT's FFN): fuse_qdq_output folds both biases and
- * the Gelu (into the second layer's input_activation), three nodes fewer; the results equal the
- * unfolded graph's within a rounding flip of E4M3 (the Gelu computed by another CPU code path may
- * differ in an ulp and move an input across a rounding boundary). An unknown input_activation is
- * refused naming it. */
+/* x -> fp8 Linear -> Gelu -> fp8 Linear -> + x -> y (BERT's FFN with its skip connection):
+ * fuse_qdq_output folds both biases, the Gelu (into the second layer's input_activation) and the
+ * residual Add (its input R), four nodes fewer; the results equal the unfolded graph's within a
+ * rounding flip of E4M3 (the Gelu computed by another CPU code path may differ in an ulp and move an
+ * input across a rounding boundary). An unknown input_activation is refused naming it. */
 static void test_fuse_f8_gelu(void) {
     kiln_graph *graphs[2];
+    int x = -1;
     for (int k = 0; k < 2; k++) {
         begin_kiln();
         int64_t xd[2] = {6, 16};
-        int h = op1("Gelu", f8_linear(input("x", KILN_F32, 2, xd), 16, 32, false));
-        output(f8_linear(h, 32, 8, true));
+        x = input("x", KILN_F32, 2, xd);
+        int h = op1("Gelu", f8_linear(x, 16, 32, false));
+        output(op2("Add", f8_linear(h, 32, 16, true), x));
         graphs[k] = finish();
     }
     kiln_graph *ref = graphs[0], *opt = graphs[1];
@@ -458,13 +461,15 @@ static void test_fuse_f8_gelu(void) {
     bool changed = false;
     REQUIRE_OK(kiln_pass_fuse_qdq_output(opt, &changed));
     REQUIRE_OK(kiln_graph_infer_shapes(opt));
-    CHECKF(changed && opt->nnodes == before - 3 && count_op(opt, "Gelu") == 0 && count_op(opt, "Add") == 0,
+    CHECKF(changed && opt->nnodes == before - 4 && count_op(opt, "Gelu") == 0 && count_op(opt, "Add") == 0,
            "%d nodes (from %d), %d Gelu, %d Add", opt->nnodes, before, count_op(opt, "Gelu"), count_op(opt, "Add"));
-    int with_act = 0;
+    int with_act = 0, with_res = 0;
     for (int i = 0; i < opt->nnodes; i++)
-        if (!strcmp(opt->nodes[i].op_type, "F8MatMul"))
+        if (!strcmp(opt->nodes[i].op_type, "F8MatMul")) {
             with_act += !strcmp(kiln_attr_string(&opt->nodes[i], "input_activation", ""), "Gelu");
-    CHECK(with_act == 1);
+            with_res += opt->nodes[i].ninputs == 4 && opt->nodes[i].inputs[3] == x;
+        }
+    CHECK(with_act == 1 && with_res == 1);
     check_same_outputs("fuse_qdq_output (F8MatMul input Gelu)", ref, "Gelu node", opt, "folded F8MatMul", 2e-2);
     kiln_graph_free(ref);
     kiln_graph_free(opt);

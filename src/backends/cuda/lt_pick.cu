@@ -7,11 +7,12 @@
 
 /* Mean ms of KILN_LT_PICK_REPS runs of algo (after a warm-up run), or -1 when it fails. */
 static float lt_time(const kiln_lt_problem *p, const cublasLtMatmulAlgo_t *algo, cudaEvent_t ev0, cudaEvent_t ev1) {
-    cublasStatus_t e = cublasLtMatmul(p->lt, p->op, p->alpha, p->a, p->la, p->b, p->lb, p->beta, p->d, p->ld, p->d, p->ld,
-                                      algo, p->ws, p->ws_bytes, p->stream);
+    const void *c = p->c ? p->c : p->d;
+    cublasStatus_t e = cublasLtMatmul(p->lt, p->op, p->alpha, p->a, p->la, p->b, p->lb, p->beta, c, p->ld, p->d, p->ld, algo,
+                                      p->ws, p->ws_bytes, p->stream);
     if (e == CUBLAS_STATUS_SUCCESS && cudaEventRecord(ev0, p->stream) != cudaSuccess) e = CUBLAS_STATUS_EXECUTION_FAILED;
     for (int r = 0; r < KILN_LT_PICK_REPS && e == CUBLAS_STATUS_SUCCESS; r++)
-        e = cublasLtMatmul(p->lt, p->op, p->alpha, p->a, p->la, p->b, p->lb, p->beta, p->d, p->ld, p->d, p->ld, algo, p->ws,
+        e = cublasLtMatmul(p->lt, p->op, p->alpha, p->a, p->la, p->b, p->lb, p->beta, c, p->ld, p->d, p->ld, algo, p->ws,
                            p->ws_bytes, p->stream);
     float ms = -1;
     if (e == CUBLAS_STATUS_SUCCESS && cudaEventRecord(ev1, p->stream) == cudaSuccess &&

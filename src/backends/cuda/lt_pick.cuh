@@ -10,7 +10,7 @@
 #define KILN_LT_PICK_MAX 8  /* heuristic candidates asked for and timed */
 #define KILN_LT_PICK_REPS 3 /* timed runs of each candidate, after one warm-up run */
 
-/* One matmul's descriptors and operands, as cublasLtMatmul takes them (C is D: beta is 0). */
+/* One matmul's descriptors and operands, as cublasLtMatmul takes them (C has D's layout). */
 typedef struct kiln_lt_problem {
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t op;
@@ -21,6 +21,7 @@ typedef struct kiln_lt_problem {
     void *ws;
     size_t ws_bytes;
     cudaStream_t stream;
+    const void *c; /* C, read when beta is not 0; NULL: D */
 } kiln_lt_problem;
 
 /* *out = the algorithm of p to run: cuBLASLt's heuristic asked for up to KILN_LT_PICK_MAX

@@ -295,7 +295,7 @@ static kiln_status qg_call_make(const kiln_node *n, const qg_state *st, const qg
     int found = 0;
     bool timed = false;
     kiln_lt_problem p = {ctx->lt, c->op, c->la, c->lb, c->ld, pref, o->alpha, o->w, o->x, o->beta, o->d, o->lt_ws, lt_ws,
-                         ctx->stream};
+                         ctx->stream, NULL};
     if (e == CUBLAS_STATUS_SUCCESS) e = kiln_lt_pick(&p, &res, &found, &timed);
     cublasLtMatmulPreferenceDestroy(pref);
     if (e != CUBLAS_STATUS_SUCCESS) return qg_lt_fail(n, e, "cublasLtMatmulAlgoGetHeuristic");
