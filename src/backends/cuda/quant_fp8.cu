@@ -45,7 +45,8 @@ extern "C" {
 
 #define F8_ALIGN 256                       /* workspace sub-buffers start on this boundary */
 #define F8_LT_WORKSPACE ((size_t)32 << 20) /* at most this much workspace for cuBLASLt */
-#define F8_CALLS 2                         /* cached GEMM shapes per node: full chunks and the last one */
+/* cached GEMM calls per node: full chunks and the last one, each with the residual as C (or refused so) */
+#define F8_CALLS 4
 
 static size_t f8_align(size_t b) { return (b + F8_ALIGN - 1) / F8_ALIGN * F8_ALIGN; }
 static int64_t f8_round16(int64_t v) { return (v + 15) / 16 * 16; }
@@ -155,10 +156,11 @@ __global__ void f8_unpad_kernel(const T *__restrict__ d, int64_t R, int64_t N, i
 /* ---------------------------------------------------------------- node state */
 
 /* One cached cuBLASLt call for R rows into a D aligned to align_d bytes, accumulating onto a C (the
- * residual, aligned to align_c) when accumulate; fallback when cuBLASLt cannot make it, bias_kernel
+ * residual, aligned to align_c) when accumulate; fallback when cuBLASLt cannot make it, refused when
+ * it cannot make an accumulating call (the caller then adds the residual by a kernel), bias_kernel
  * when it was made without the BIAS epilogue (refused) and a kernel adds the bias after it. */
 typedef struct f8_call {
-    bool valid, fallback, bias_kernel, accumulate;
+    bool valid, fallback, refused, bias_kernel, accumulate;
     int64_t R;
     uint32_t align_d, align_c;
     cublasLtMatmulDesc_t op;
@@ -380,15 +382,15 @@ static void f8_call_fall_back(const kiln_node *n, f8_state *st, f8_call *c) {
     c->fallback = true;
 }
 
-/* The cached call for o's rows and D's alignment, or one made now in the next slot (a fallback one
- * when cuBLASLt cannot). */
+/* The cached call for o's rows, D's alignment and C, or one made now in the next slot; when cuBLASLt
+ * cannot make it, a fallback one, or for an accumulating call (o->c) NULL, remembered as refused. */
 static f8_call *f8_call_get(const kiln_node *n, f8_state *st, const f8_operands *o, kiln_cuda_ctx *ctx) {
     const int64_t R = o->R;
     const uint32_t align_d = f8_alignment(o->out), align_c = o->c ? f8_alignment(o->c) : align_d;
     for (int i = 0; i < F8_CALLS; i++) {
         const f8_call *k = &st->calls[i];
         if (k->valid && k->R == R && k->align_d == align_d && k->accumulate == (o->c != NULL) && k->align_c == align_c)
-            return &st->calls[i];
+            return k->refused ? NULL : &st->calls[i];
     }
     f8_call *c = &st->calls[st->next_call];
     st->next_call = (st->next_call + 1) % F8_CALLS;
@@ -404,13 +406,19 @@ static f8_call *f8_call_get(const kiln_node *n, f8_state *st, const f8_operands 
         return c;
     }
     f8_call_clear(c);
-    f8_call_fall_back(n, st, c);
+    if (o->c) {
+        KILN_LOG(KILN_LOG_VERBOSE, "cuda: %s; the residual is added by a kernel instead", kiln_last_error());
+        kiln_error_clear();
+        c->refused = true;
+    } else {
+        f8_call_fall_back(n, st, c);
+    }
     c->R = R;
     c->align_d = align_d;
     c->align_c = align_c;
     c->accumulate = o->c != NULL;
     c->valid = true;
-    return c;
+    return c->refused ? NULL : c;
 }
 
 /* Whether ctx's stream is being captured into a CUDA graph. */
@@ -429,9 +437,14 @@ template <typename T>
 static kiln_status f8_gemm(const kiln_node *n, f8_state *st, const __nv_fp8_storage_t *x8, int64_t R, int64_t Rp, T *d,
                            T *y, const T *res, void *lt_ws, size_t lt_bytes, kiln_cuda_ctx *ctx) {
     T *out = st->Np == st->N && Rp == R ? y : d;
-    const bool accumulate = res && out == y;
-    const f8_operands o = {x8, Rp, out, lt_ws, lt_bytes, accumulate ? res : NULL};
+    bool accumulate = res && out == y;
+    f8_operands o = {x8, Rp, out, lt_ws, lt_bytes, accumulate ? res : NULL};
     f8_call *c = f8_call_get(n, st, &o, ctx);
+    if (!c) { /* cuBLASLt takes no residual as C here: the plain call, then the residual kernel */
+        accumulate = false;
+        o.c = NULL;
+        c = f8_call_get(n, st, &o, ctx);
+    }
     if (!c->fallback) {
         const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
         const T *cin = accumulate ? res : out;
