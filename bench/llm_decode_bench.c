@@ -13,14 +13,17 @@
  * each row, unless --no-breakdown, a profiled breakdown of 3 more steps: GPU ms of the layers' weight
  * products, attention, the small kernels (norms, RoPE + KV write, activation, embedding) and the
  * logits (final norm + lm_head), each timed between CUDA events with the launches queued before the
- * GPU starts; and the timed step minus their sum (metadata upload, launch overhead, gaps). After both
+ * GPU starts; and the timed step minus their sum (metadata upload, launch overhead, gaps); then a
+ * table by stage (each product, attention, norms, RoPE + KV write, activation, embedding, lm_head,
+ * argmax): ms per step, share of the step, the bytes it moves at least and the TB/s that makes. After both
  * batches, a line per GEMV product shape: the configuration chosen and its time.
  *
  *   llm_decode_bench [--only gpt2,gpt2-xl,llama3-8b] [--gemv N] [--graphs 0|1] [--no-autotune]
- *                    [--breakdown | --no-breakdown] [--fuse off,on,pdl]
+ *                    [--breakdown | --no-breakdown] [--fuse off,on,pdl] [--int8]
+ *   (--int8: every matrix weight-only INT8, as kiln bench --llm --dtype int8 makes them)
  *   (--fuse: each model once per listed KILN_LLM_FUSE mode, the decode path named above its rows, for an
  *   A/B of the fused GEMVs in one run; default: the environment's mode only)
- *   (N: gemv_max_tokens, default 8; KILN_LLM_GEMV=0..7 in the environment: one configuration of the
+ *   (N: gemv_max_tokens, default 8; KILN_LLM_GEMV=0..9 in the environment: one configuration of the
  *   GEMV family for every shape instead of the one chosen per shape; bench/llm_attn_bench.c times the
  *   decode attention kernel alone)
  * Exits 77 ("skipped: no GPU (...)") without a GPU, 1 on an error. */
@@ -141,12 +144,51 @@ static int decode(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, seqs *s, int warm, int
 
 static bool g_breakdown = true;
 
+static bool g_int8 = false; /* --int8: weight-only INT8 matrices (options.random_int8) */
+
+/* Bytes per weight of the bench's matrices. */
+static double weight_elem_bytes(void) { return g_int8 ? 1.0 : 2.0; }
+
 /* Weight bytes of the layers' products (the GEMM/GEMV class) and of lm_head (the logits class). */
 static void product_bytes(const kiln_llm_config *c, double *layers, double *head) {
     const double d = c->d_model, qd = (double)c->n_head * c->head_dim, kvd = (double)c->n_kv_head * c->head_dim;
-    const double up = c->arch == KILN_LLM_GPT2 ? c->d_ff : 2.0 * c->d_ff;
-    *layers = c->n_layer * ((qd + 2 * kvd) * d + d * qd + up * d + d * c->d_ff) * 2.0;
-    *head = (double)c->vocab * d * 2.0;
+    const double up = c->arch == KILN_LLM_GPT2 ? c->d_ff : 2.0 * c->d_ff, eb = weight_elem_bytes();
+    *layers = c->n_layer * ((qd + 2 * kvd) * d + d * qd + up * d + d * c->d_ff) * eb;
+    *head = (double)c->vocab * d * eb;
+}
+
+/* The bytes a stage of one decode step of the n sequences of s must move at least (weights, the KV
+ * cache read by attention, the logits read by the argmax); 0 where it is not counted. */
+static double stage_bytes(const kiln_llm_config *c, const seqs *s, int stage) {
+    const double d = c->d_model, qd = (double)c->n_head * c->head_dim, kvd = (double)c->n_kv_head * c->head_dim;
+    const double up = c->arch == KILN_LLM_GPT2 ? c->d_ff : 2.0 * c->d_ff, eb = weight_elem_bytes(), L = c->n_layer;
+    double ctx = 0;
+    for (int i = 0; i < s->n; i++) ctx += s->ctx[i];
+    switch (stage) {
+    case KILN_LLM_STAGE_QKV: return L * (qd + 2 * kvd) * d * eb;
+    case KILN_LLM_STAGE_O: return L * d * qd * eb;
+    case KILN_LLM_STAGE_UP: return L * up * d * eb;
+    case KILN_LLM_STAGE_DOWN: return L * d * c->d_ff * eb;
+    case KILN_LLM_STAGE_ATTN: return L * ctx * 2 * kvd * 2; /* 16-bit keys and values */
+    case KILN_LLM_STAGE_LM_HEAD: return (double)c->vocab * d * eb + (double)s->n * c->vocab * 4;
+    case KILN_LLM_STAGE_ARGMAX: return (double)s->n * c->vocab * 4;
+    default: return 0;
+    }
+}
+
+/* One line per stage of the profiled steps in pr: GPU ms per step, its share of the step med, the
+ * bytes it moves at least and the rate that makes. */
+static void print_stages(const kiln_llm_config *c, const seqs *s, const kiln_llm_cuda_probe *pr, double med) {
+    static const char *const NAMES[KILN_LLM_STAGES] = {"qkv", "o", "up", "down", "attention", "norms",
+                                                       "rope+kv", "activation", "embedding", "lm_head", "argmax"};
+    printf("    %-11s %9s %7s %10s %8s\n", "stage", "ms/step", "% step", "MB/step", "TB/s");
+    for (int i = 0; i < KILN_LLM_STAGES; i++) {
+        const double ms = pr->stage_ms[i] / pr->steps, b = stage_bytes(c, s, i);
+        if (b > 0 && ms > 0)
+            printf("    %-11s %9.4f %6.1f%% %10.2f %8.2f\n", NAMES[i], ms, 100 * ms / med, b * 1e-6, b / ms * 1e-9);
+        else
+            printf("    %-11s %9.4f %6.1f%% %10s %8s\n", NAMES[i], ms, 100 * ms / med, "-", "-");
+    }
 }
 
 /* The per-phase GPU times of PROFILE_STEPS decode steps against the timed median step `med`. */
@@ -170,6 +212,7 @@ static int breakdown(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, seqs *s, kiln_llm_c
                100 * ot / med, lg, 100 * lg / med, hb / lg * 1e-6);
         printf("    GPU sum %.3f; step - GPU sum (metadata upload, launch overhead, gaps) %.3f (%.0f%%); "
                "eager host enqueue %.3f ms\n", sum, rest, 100 * rest / med, pr->enqueue_ms * k);
+        print_stages(kiln_llm_cuda_config(g), s, pr, med);
     }
     const int steps = pr->steps;
     *pr = keep;
@@ -219,7 +262,7 @@ static int run_batch(const bench_model *bm, kiln_llm_cuda *g, kiln_llm_cuda_prob
         const double med = ms[steps / 2], p10 = ms[steps / 10], p90 = ms[steps * 9 / 10];
         const double gb = (double)kiln_llm_cuda_weight_bytes(g) / 1e9, floor_ms = gb / (HBM_TBPS * 1e3) * 1e3;
         printf("%-10s %-5s %7.2f %5d %9.3f (%.3f-%.3f) %11.0f %9.3f %8.0f%% %8.0f\n", bm->name,
-               bm->dtype == KILN_F16 ? "fp16" : "bf16", gb, batch, med, p10, p90, batch * 1e3 / med, floor_ms,
+               g_int8 ? "int8" : bm->dtype == KILN_F16 ? "fp16" : "bf16", gb, batch, med, p10, p90, batch * 1e3 / med, floor_ms,
                100.0 * floor_ms / med, gb / med * 1e3);
         if (!pr->eager)
             printf("  (CUDA graphs: %d captured, %d replays%s%s)\n", pr->graphs_captured, pr->graph_replays,
@@ -233,7 +276,7 @@ static int run_batch(const bench_model *bm, kiln_llm_cuda *g, kiln_llm_cuda_prob
                 qsort(ems, EAGER_STEPS, sizeof *ems, cmp_double);
                 const double em = ems[EAGER_STEPS / 2];
                 printf("%-10s %-5s %7.2f %5d %9.3f (%.3f-%.3f) %11.0f %9.3f %8.0f%% %8.0f  <- without graphs\n",
-                       bm->name, bm->dtype == KILN_F16 ? "fp16" : "bf16", gb, batch, em, ems[EAGER_STEPS / 10],
+                       bm->name, g_int8 ? "int8" : bm->dtype == KILN_F16 ? "fp16" : "bf16", gb, batch, em, ems[EAGER_STEPS / 10],
                        ems[EAGER_STEPS * 9 / 10], batch * 1e3 / em, floor_ms, 100.0 * floor_ms / em, gb / em * 1e3);
             }
         }
@@ -266,9 +309,11 @@ int main(int argc, char **argv) {
             g_breakdown = true;
         } else if (!strcmp(argv[i], "--no-breakdown")) {
             g_breakdown = false;
+        } else if (!strcmp(argv[i], "--int8")) {
+            g_int8 = true;
         } else {
             fprintf(stderr, "usage: llm_decode_bench [--only gpt2,gpt2-xl,llama3-8b] [--gemv N] [--graphs 0|1] "
-                            "[--no-autotune] [--breakdown | --no-breakdown] [--fuse off,on,pdl]\n");
+                            "[--no-autotune] [--breakdown | --no-breakdown] [--fuse off,on,pdl] [--int8]\n");
             return 2;
         }
     }
@@ -302,6 +347,7 @@ int main(int argc, char **argv) {
         o.gemv_max_tokens = gemv;
         o.use_graphs = graphs != 0;
         o.gemm_autotune = autotune != 0;
+        o.random_int8 = g_int8;
         kiln_llm_cuda_probe probe;
         memset(&probe, 0, sizeof probe);
         o.probe = &probe;

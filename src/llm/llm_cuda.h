@@ -38,10 +38,11 @@ typedef struct kiln_llm_cuda_options {
                           * bandwidth-bound GEMV kernel, larger ones with cuBLASLt (0..8; 0: cuBLASLt only) */
     bool use_graphs;     /* replay decode steps (every sequence one new token) from CUDA graphs, captured
                           * per (number of sequences, context bucket) on the second step of that shape */
-    bool gemm_autotune;  /* cuBLASLt products of at most 256 token rows: time the heuristic's first 8
+    bool gemm_autotune;  /* cuBLASLt products of at most 256 token rows: time the heuristic's first 16
                           * algorithms on the first product of each shape and keep the fastest (else its first);
-                          * GEMV products: time the 8 kernel configurations likewise (else a rule by shape;
-                          * env KILN_LLM_GEMV=0..7 forces one configuration for every shape) */
+                          * GEMV products (16-bit or INT8 weights): time the 10 kernel configurations likewise
+                          * (else a rule by shape; env KILN_LLM_GEMV=0..9, or KILN_LLM_GEMV_Q8=0..9 for INT8
+                          * weights, forces one configuration for every shape) */
     const char *timing_cache; /* NULL, or a timing cache file (kiln build --timing-cache's): the tactics
                                * gemm_autotune would time (cuBLASLt algorithm, GEMV configuration per
                                * product shape) are taken from it when recorded there for this GPU and
@@ -51,6 +52,24 @@ typedef struct kiln_llm_cuda_options {
                        * weight-only INT8, random int8 values with row scales, as --weights int8 lays them out */
 } kiln_llm_cuda_options;
 
+/* The stages of a profiled step (kiln_llm_cuda_probe.stage_ms): the four weight products of the
+ * layers, attention, the norms (with their residual adds; the final one too), RoPE + KV write, the
+ * MLP activation, the embedding, lm_head, and the greedy argmax (when the step returns ids). */
+enum {
+    KILN_LLM_STAGE_QKV,
+    KILN_LLM_STAGE_O,
+    KILN_LLM_STAGE_UP,
+    KILN_LLM_STAGE_DOWN,
+    KILN_LLM_STAGE_ATTN,
+    KILN_LLM_STAGE_NORM,
+    KILN_LLM_STAGE_ROPE,
+    KILN_LLM_STAGE_ACT,
+    KILN_LLM_STAGE_EMBED,
+    KILN_LLM_STAGE_LM_HEAD,
+    KILN_LLM_STAGE_ARGMAX,
+    KILN_LLM_STAGES
+};
+
 /* Benchmark switches, read at every step, and the timings of profiled steps (accumulated). */
 typedef struct kiln_llm_cuda_probe {
     bool profile; /* in: run steps without graphs, timing each kernel (events between them; the launches
@@ -58,8 +77,10 @@ typedef struct kiln_llm_cuda_probe {
     bool eager;   /* in: no CUDA graphs for the next steps (as use_graphs false) */
     int steps;    /* out: profiled steps so far */
     double gemm_ms, attn_ms, other_ms, logits_ms; /* out: GPU ms: weight products of the layers,
-                   * attention, norms + RoPE/KV write + activation + embedding, final norm + lm_head */
+                   * attention, norms (the final one too) + RoPE/KV write + activation + embedding, lm_head */
     double gpu_ms;     /* out: sum of the classes */
+    double stage_ms[KILN_LLM_STAGES]; /* out: GPU ms by stage (KILN_LLM_STAGE_*; the fused path's products
+                   * carry their norm prologues and epilogues); the argmax is in none of the classes above */
     double enqueue_ms; /* out: host ms to check, stage and enqueue the step (launch overhead, no graph) */
     int graphs_captured, graph_replays; /* out: decode graphs made, steps run from one (any step) */
     char graph_error[200];              /* out: why the last failed capture failed ("" if none did) */

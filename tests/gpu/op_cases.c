@@ -143,7 +143,7 @@
     {"llm.GemvFused", "K=" #K " N=" #N " n=" #n " layer=" #layer " epi=3", NULL, 0, 0},            \
     {"llm.GemvFused", "K=" #K " N=" #N " n=" #n " layer=" #layer " epi=4", NULL, 0, 0},            \
     {"llm.GemvFused", "K=" #K " N=" #N " n=" #n " layer=" #layer " epi=0 f32=1", NULL, 0, 0}
-/* The INT8 GEMV at one shape: with a bias, 16-bit out; without; FP32 out. */
+/* Every INT8 GEMV configuration at one shape: with a bias, 16-bit out; without; FP32 out. */
 #define LLM_GEMV_Q8(K, N, n)                                                                       \
     {"llm.GemvQ8", "K=" #K " N=" #N " n=" #n " bias=1", NULL, 0, 0},                               \
     {"llm.GemvQ8", "K=" #K " N=" #N " n=" #n, NULL, 0, 0},                                         \
@@ -986,7 +986,7 @@ const op_case kiln_op_cases[] = {
     LLM_NORMS(2048, 1, 1, 0), LLM_NORMS(5120, 2, 0, 1), LLM_NORMS(8192, 3, 1, 0), LLM_NORMS(12288, 4, 0, 1),
     /* the GEMV family: K 8..4096, N 1..2304 with tails past every tile, 1..8 token rows */
     LLM_GEMV(64, 5, 2), LLM_GEMV(256, 7, 3), LLM_GEMV(1000, 301, 8), LLM_GEMV(4096, 2048, 1), LLM_GEMV(768, 2304, 3),
-    LLM_GEMV(8, 1, 1), LLM_GEMV(72, 33, 5), LLM_GEMV(2056, 129, 4),
+    LLM_GEMV(8, 1, 1), LLM_GEMV(72, 33, 5), LLM_GEMV(2056, 129, 4), LLM_GEMV(1600, 1600, 1),
     /* the fused GEMV: norm prologue (gathered, padded residual rows), every epilogue, K 64..6144 (the
      * last 96 KB of normed rows, past the 48 KB a kernel has without opting in), 1..8 token rows;
      * without programmatic dependent launch too */
@@ -997,6 +997,7 @@ const op_case kiln_op_cases[] = {
     /* the weight-only INT8 GEMV (K multiples of 16 up to 14336) and the dequantized prefill tiles */
     LLM_GEMV_Q8(16, 1, 1), LLM_GEMV_Q8(64, 5, 2), LLM_GEMV_Q8(384, 1152, 1), LLM_GEMV_Q8(1536, 384, 8),
     LLM_GEMV_Q8(4096, 6144, 1), LLM_GEMV_Q8(14336, 4096, 3), LLM_GEMV_Q8(528, 33, 7),
+    LLM_GEMV_Q8(1600, 1600, 1), LLM_GEMV_Q8(4096, 37, 8), LLM_GEMV_Q8(2048, 70, 5), LLM_GEMV_Q8(32, 9, 4),
     {"llm.DequantQ8", "rows=64 K=64", NULL, 0, 0}, {"llm.DequantQ8", "rows=7 K=13", NULL, 0, 0},
     {"llm.DequantQ8", "rows=300 K=4096", NULL, 0, 0},
     /* greedy argmax: ties to the lowest id, NaN never wins */
@@ -1046,6 +1047,31 @@ const op_case kiln_op_cases[] = {
      "activation='Relu'", 0, 0},
     {"kiln.QConv", "i8[2,64,14,14]{-128,128} Ki8[32,64,1,1]{-127,128} - f[2,32,14,14]{-2,2}",
      "x_scale=0.05 w_scale=[0.002]", 0, 0},
+    /* QConv's paths (quant_conv_im2col.cu), each forced in turn by KILN_CUDA_QCONV_PATH (ctest
+     * test_backend_ops_qconv_path*): channels-last 1x1 layers — batch 1 with an int8 residual and
+     * channel counts that are multiples of 4 but not of 16, a stride-2 downsample (gathered rows for
+     * the fused cuBLASLt GEMM) without activation, a float output (which the GEMM leaves to the
+     * others) — a 3x3 layer of more than 256 channels for the 128 x 256 tile, and a dilated, strided
+     * window with uneven pads (the GEMM's im2col rows in 4-byte words) */
+    {"kiln.QConv", "i8[1,5,7,20]{-128,128} Ki8[36,1,1,20]{-127,128} Kf[36] i8[1,5,7,36]{-128,128}",
+     "channels_last=1 x_scale=0.05 w_scale=[0.002] r_scale=0.04 y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[2,13,14,64]{-128,128} Ki8[128,1,1,64]{-127,128} Kf[128]",
+     "strides=[2,2] channels_last=1 x_scale=0.05 w_scale=[0.001] y_dtype=3 y_scale=0.05", 0, 0},
+    {"kiln.QConv", "i8[2,6,6,32]{-128,128} Ki8[24,1,1,32]{-127,128} Kf[24]",
+     "channels_last=1 x_scale=0.05 w_scale=[0.002] activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[2,12,12,48]{-128,128} Ki8[272,3,3,48]{-127,128} Kf[272] i8[2,12,12,272]{-128,128}",
+     "pads=[1,1,1,1] channels_last=1 x_scale=0.05 w_scale=[0.001] r_scale=0.04 y_dtype=3 y_scale=0.05 "
+     "activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[2,10,9,12]{-128,128} Ki8[16,3,3,12]{-127,128} Kf[16]",
+     "dilations=[2,1] strides=[1,2] pads=[2,0,1,1] channels_last=1 x_scale=0.05 w_scale=[0.002] y_dtype=3 "
+     "y_scale=0.05 activation='Relu'", 0, 0},
+    /* batch 1, few tiles and deep K: the split-K launch (9 and 5 splits on 132 SMs), channels-last with
+     * a residual and NCHW into uint8 */
+    {"kiln.QConv", "i8[1,5,5,256]{-128,128} Ki8[96,3,3,256]{-127,128} Kf[96] i8[1,5,5,96]{-128,128}",
+     "pads=[1,1,1,1] channels_last=1 x_scale=0.05 w_scale=[0.001] r_scale=0.04 y_dtype=3 y_scale=0.05 "
+     "activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[1,160,6,6]{-128,128} Ki8[40,160,3,3]{-127,128} Kf[40]",
+     "pads=[1,1,1,1] x_scale=0.05 w_scale=[0.001] y_dtype=2 y_scale=0.05 y_zero_point=128", 0, 0},
     {NULL, NULL, NULL, 0, 0},
 };
 
@@ -1145,5 +1171,23 @@ const op_case kiln_perf_cases[] = {
      "pads=[1,1,1,1] channels_last=1 x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
     {"kiln.QConv", "i8[256,224,224,8]{-128,128} Ki8[64,7,7,8]{-127,128} Kf[64]",
      "strides=[2,2] pads=[3,3,3,3] channels_last=1 x_scale=0.05 w_scale=[0.002] activation='Relu'", 0, 0},
+    /* more of ResNet-50's channels-last layers at batch 256 (a 56x56 1x1 reduce, the stride-2 1x1
+     * downsample into stage 2), then the same kinds at batch 1 (latency); KILN_CUDA_QCONV_PATH=N
+     * times each path (quant_conv_im2col.cu) */
+    {"kiln.QConv", "i8[256,56,56,256]{-128,128} Ki8[64,1,1,256]{-127,128} Kf[64]",
+     "channels_last=1 x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[256,56,56,256]{-128,128} Ki8[512,1,1,256]{-127,128} Kf[512]",
+     "strides=[2,2] channels_last=1 x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05", 0, 0},
+    {"kiln.QConv", "i8[1,56,56,64]{-128,128} Ki8[64,3,3,64]{-127,128} Kf[64]",
+     "pads=[1,1,1,1] channels_last=1 x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[1,56,56,64]{-128,128} Ki8[256,1,1,64]{-127,128} Kf[256] i8[1,56,56,256]{-128,128}",
+     "channels_last=1 x_scale=0.05 w_scale=[0.002] r_scale=0.05 y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[1,14,14,1024]{-128,128} Ki8[256,1,1,1024]{-127,128} Kf[256]",
+     "channels_last=1 x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[1,7,7,512]{-128,128} Ki8[512,3,3,512]{-127,128} Kf[512]",
+     "pads=[1,1,1,1] channels_last=1 x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
+    {"kiln.QConv", "i8[1,224,224,8]{-128,128} Ki8[64,7,7,8]{-127,128} Kf[64]",
+     "strides=[2,2] pads=[3,3,3,3] channels_last=1 x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 "
+     "activation='Relu'", 0, 0},
     {NULL, NULL, NULL, 0, 0},
 };

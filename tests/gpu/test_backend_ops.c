@@ -26,10 +26,12 @@
  * broken kernel does not hide the results of all the others. --no-fork runs everything in-process.
  *
  * --perf times the engine under test instead, on the large shapes of kiln_perf_cases: the median of
- * --iters kiln_context_run calls after a warm-up. A run includes copying the inputs to the device and
- * the outputs back, so each line also gives the bytes moved (graph inputs + outputs) with the GB/s
- * they imply, and TFLOP/s (TOP/s for the integer layers) for MatMul, Gemm, Conv, kiln.FusedConv,
- * ConvTranspose, kiln.QMatMul, kiln.F8MatMul and kiln.QConv. */
+ * --iters kiln_context_run calls after a warm-up. The timed runs move no data between host and device
+ * (kiln_context_set_transfers off: the inputs stay on the device, the outputs are not copied back), so
+ * they time the kernels; --transfers times the whole call, copies included (a ResNet-sized activation
+ * then measures PCIe, not the layer). Each line also gives the bytes of the graph inputs and outputs
+ * with the GB/s they imply, and TFLOP/s (TOP/s for the integer layers) for MatMul, Gemm, Conv,
+ * kiln.FusedConv, ConvTranspose, kiln.QMatMul, kiln.F8MatMul and kiln.QConv. */
 #include "backends/backend.h"
 #include "builder.h"
 #include "core/half.h"
@@ -538,20 +540,25 @@ typedef struct options {
     const char *ops[64];
     int nops;
     int dtype; /* -1: every precision */
-    bool perf, verbose, fork;
+    bool perf, transfers, verbose, fork;
     int iters, device;
     const char *target;
+    const char *shape; /* only cases whose inputs text contains this (NULL: all) */
 } options;
 
 static const char *USAGE =
-    "usage: test_backend_ops [--op NAME]... [--dtype f32|f16|bf16] [--perf [--iters N]] [--target NAME]\n"
+    "usage: test_backend_ops [--op NAME]... [--dtype f32|f16|bf16] [--perf [--iters N] [--transfers]]\n"
+    "                        [--target NAME] [--shape TEXT]\n"
     "                        [--device N] [--no-fork] [--verbose]\n"
     "\n"
     "Checks every op case on a backend against the CPU backend (or, with --perf, times it).\n"
     "  --op NAME        only cases of this op (repeatable); NAME* every op whose name starts so\n"
     "                   (--op 'llm.*': the LLM kernels alone)\n"
     "  --dtype P        only engine precision P (default: f32, f16 and bf16)\n"
-    "  --perf           time the large --perf cases instead (median of --iters runs, default 20)\n"
+    "  --shape TEXT     only cases whose inputs contain TEXT (\"i8[256,56,56,64]\": one layer, e.g. for ncu)\n"
+    "  --perf           time the large --perf cases instead (median of --iters runs, default 20), on\n"
+    "                   the device alone: inputs stay there, outputs are not copied back\n"
+    "  --transfers      with --perf, time each run with its input and output copies\n"
     "  --target NAME    the backend under test (default cuda; cpu checks the case table itself)\n"
     "  --device N       the GPU (default 0)\n"
     "  --no-fork        run every case in this process (for debuggers and sanitizers); by default the\n"
@@ -585,13 +592,18 @@ static int parse_options(int argc, char **argv, options *o) {
             return 0;
         } else if (!strcmp(a, "--perf")) {
             o->perf = true;
+        } else if (!strcmp(a, "--transfers")) {
+            o->transfers = true;
         } else if (!strcmp(a, "--no-fork")) {
             o->fork = false;
         } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
             o->verbose = true;
         } else if (!v && (!strcmp(a, "--op") || !strcmp(a, "--dtype") || !strcmp(a, "--iters") || !strcmp(a, "--target") ||
-                          !strcmp(a, "--device"))) {
+                          !strcmp(a, "--device") || !strcmp(a, "--shape"))) {
             return usage_error("%s needs a value", a);
+        } else if (!strcmp(a, "--shape")) {
+            o->shape = v;
+            i++;
         } else if (!strcmp(a, "--op")) {
             if (o->nops == (int)(sizeof o->ops / sizeof *o->ops)) return usage_error("too many --op (%s)", v);
             o->ops[o->nops++] = v;
@@ -788,6 +800,11 @@ static void perf_case(const options *o, const op_case *c, int idx, kiln_precisio
         goto done;
     }
     for (int w = 0; w < PERF_WARMUP + o->iters; w++) {
+        /* the first warm-up run uploads the inputs; later ones reuse them unless --transfers */
+        if (w == 1 && !o->transfers && (s = kiln_context_set_transfers(ctx, false)) != KILN_OK) {
+            fail_with(r, s, "transfers");
+            goto done;
+        }
         double t0 = now_ms();
         if ((s = kiln_context_run(ctx)) != KILN_OK) {
             fail_with(r, s == KILN_ERR_UNSUPPORTED ? KILN_ERR_INTERNAL : s, "run");
@@ -887,9 +904,12 @@ static void collect(driver *d, const item_result *r) {
             d->have_device = true;
             if (d->o->perf)
                 printf("test_backend_ops --perf: %s (device %d: %s); median of %d kiln_context_run calls after %d warm-up "
-                       "runs.\nEach run copies the graph inputs to the device and the outputs back (constants stay "
-                       "there): MB and GB/s\ncount those bytes, so they measure the whole call, not the kernel alone.\n",
-                       d->o->target, d->o->device, r->line, d->o->iters, PERF_WARMUP);
+                       "runs.\n%s", d->o->target, d->o->device, r->line, d->o->iters, PERF_WARMUP,
+                       d->o->transfers ? "Each run copies the graph inputs to the device and the outputs back (constants "
+                                         "stay there): MB and GB/s\ncount those bytes, so they measure the whole call, "
+                                         "not the kernel alone.\n"
+                                       : "Runs move no data between host and device (--transfers: they do): MB and "
+                                         "GB/s count the graph\ninputs and outputs the kernels read and write.\n");
             else
                 printf("test_backend_ops: %s (device %d: %s) against cpu; tolerance (normalised MSE) f32 %.0e, f16 %.0e, "
                        "bf16 %.0e\n",
@@ -1120,6 +1140,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < ncases; i++)
         for (int p = 0; p < 3; p++)
             if (op_selected(&o, table[i].op) && (o.dtype < 0 || o.dtype == p) &&
+                (!o.shape || strstr(table[i].inputs, o.shape)) &&
                 (!llm_case_op(table[i].op) || llm_case_runs_in(table[i].op, (kiln_precision)p)))
                 d.items[d.nitems++] = (work_item){i, (kiln_precision)p};
     drive(&d);

@@ -36,7 +36,9 @@ void kiln_cuda_tactic_str(const kiln_tactic *t, char *buf, size_t cap) {
     } else if (t->kind == KILN_TACTIC_PATH && t->algo == 1) {
         snprintf(buf, cap, "fp16 GEMM (tuned: %.4f ms, int8 %.4f ms)", (double)t->time_ms, (double)t->heuristic_ms);
     } else if (t->kind == KILN_TACTIC_PATH) {
-        snprintf(buf, cap, "int8 IMMA GEMM (tuned: %.4f ms)", (double)t->time_ms);
+        if (t->algo == 0) snprintf(buf, cap, "int8 IMMA GEMM (tuned: %.4f ms)", (double)t->time_ms);
+        else snprintf(buf, cap, "int8 path %d (tuned: %.4f ms; kiln.QConv: 2-5 implicit-GEMM tiles, 6 cuBLASLt GEMM, 7 split-K)",
+                      t->algo, (double)t->time_ms);
     } else {
         snprintf(buf, cap, "heuristic");
     }

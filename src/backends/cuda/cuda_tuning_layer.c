@@ -16,6 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Node-state slots of a quantized layer's paths (KILN_TACTIC_PATH algos 0 .. TUNE_PATH_SLOTS - 1:
+ * kiln.QConv has eight, quant_conv_im2col.cu). */
+#define TUNE_PATH_SLOTS 8
+
 /* Scratch tensors for node n under plan p: constants are the engine's device copies, every other
  * value gets a buffer of its device size in *mem (one allocation, filled with a small finite bit
  * pattern), and host copies are attached as at run time. */
@@ -188,8 +192,9 @@ static const char *skip_reason(kiln_cuda_tuner *t, const kiln_node *n, const kil
 /* Times node i's candidates (listed in cd) within the layer's budget, counted from start (after the
  * listing, whose first cuDNN queries of a build can take longer than the budget); the heuristic's own
  * choice (candidate 0) is timed whatever is left. A quantized layer's paths (KILN_TACTIC_PATH, algo
- * 0 and 1) keep their node states in path_slots[algo] when path_slots is not NULL (their kernels'
- * states differ: kiln.QConv's implicit-GEMM one and its float16 path's). *best_c gets the fastest
+ * 0 .. TUNE_PATH_SLOTS - 1) keep their node states in path_slots[algo] when path_slots is not NULL
+ * (their kernels' states differ: kiln.QConv's implicit-GEMM one and its float16 path's). The int8
+ * time logged is the fastest of the paths other than float16's (algo 1). *best_c gets the fastest
  * (-1: none), *best its time and *first the time of candidate 0 (0 when not timed). */
 static void time_candidates(kiln_cuda_tuner *t, int i, const kiln_cuda_tensor *args, const kiln_cuda_candidates *cd, double start,
                             kiln_cuda_node_state **path_slots, int *best_c, float *best, float *first) {
@@ -211,7 +216,7 @@ static void time_candidates(kiln_cuda_tuner *t, int i, const kiln_cuda_tensor *a
                      skip);
             continue;
         }
-        if (path_slots && cand->kind == KILN_TACTIC_PATH && (cand->algo == 0 || cand->algo == 1))
+        if (path_slots && cand->kind == KILN_TACTIC_PATH && cand->algo >= 0 && cand->algo < TUNE_PATH_SLOTS)
             t->kc.state = &path_slots[cand->algo];
         float ms = 0, probe = 0;
         double share_end = now + (layer_end - now) / (cd->count - c);
@@ -235,7 +240,10 @@ static void time_candidates(kiln_cuda_tuner *t, int i, const kiln_cuda_tensor *a
         if (drops) *kept = true;
         if (best_probe < 0 || probe < best_probe) best_probe = probe;
         if (c == 0) *first = ms;
-        if (cand->kind == KILN_TACTIC_PATH && (cand->algo == 0 || cand->algo == 1)) path_ms[cand->algo] = ms;
+        if (cand->kind == KILN_TACTIC_PATH && cand->algo >= 0) {
+            int k = cand->algo == 1 ? 1 : 0;
+            if (path_ms[k] < 0 || ms < path_ms[k]) path_ms[k] = ms;
+        }
         if (*best_c < 0 || ms < *best) {
             *best = ms;
             *best_c = c;
@@ -246,15 +254,24 @@ static void time_candidates(kiln_cuda_tuner *t, int i, const kiln_cuda_tensor *a
     if (*best_c >= 0)
         KILN_LOG(KILN_LOG_VERBOSE, "cuda: node '%s' (%s): %d candidates timed in %.1f ms (algo:ms)%s", n->name, n->op_type,
                  cd->count, kiln_cuda_now_ms() - start, log);
-    if (*best_c >= 0 && cd->list[*best_c].kind == KILN_TACTIC_PATH) {
+    bool f16_listed = false; /* a layer without a float16 path (a QConv with a float32 residual) times its int8 ones */
+    for (int c = 0; c < cd->count; c++) f16_listed |= cd->list[c].kind == KILN_TACTIC_PATH && cd->list[c].algo == 1;
+    if (*best_c >= 0 && cd->list[*best_c].kind == KILN_TACTIC_PATH && !f16_listed) {
+        KILN_LOG(KILN_LOG_INFO, "cuda: layer '%s': int8 paths only: path %d, %.3f ms", n->name, cd->list[*best_c].algo,
+                 (double)*best);
+    } else if (*best_c >= 0 && cd->list[*best_c].kind == KILN_TACTIC_PATH) {
         char ms[2][32];
         for (int k = 0; k < 2; k++) {
             if (path_ms[k] >= 0) snprintf(ms[k], sizeof ms[k], "%.3f ms", (double)path_ms[k]);
             else snprintf(ms[k], sizeof ms[k], "not timed");
         }
         const char *q = !strcmp(n->op_type, "F8MatMul") ? "fp8" : "int8";
-        KILN_LOG(KILN_LOG_INFO, "cuda: layer '%s': %s %s vs fp16 %s -> %s", n->name, q, ms[0], ms[1],
-                 cd->list[*best_c].algo == 1 ? "fp16" : q);
+        int algo = cd->list[*best_c].algo;
+        char won[32];
+        if (algo == 1) snprintf(won, sizeof won, "fp16");
+        else if (algo == 0) snprintf(won, sizeof won, "%s", q);
+        else snprintf(won, sizeof won, "%s (path %d)", q, algo);
+        KILN_LOG(KILN_LOG_INFO, "cuda: layer '%s': %s %s vs fp16 %s -> %s", n->name, q, ms[0], ms[1], won);
     }
 }
 
@@ -274,7 +291,7 @@ kiln_status kiln_cuda_tune_layer(kiln_cuda_tuner *t, const kiln_cuda_plan *p, in
     /* kiln.QMatMul, kiln.QConv and kiln.F8MatMul prepare their weights in their node state on the
      * first run (quant_gemm.cu, quant_fp8.cu): a slot per path for this layer's runs keeps them, so
      * that no timed run repeats that work and neither path meets the other's state */
-    kiln_cuda_node_state *slot[2] = {NULL, NULL}; /* [0]: the listing's and the int8 / fp8 path's, [1]: fp16's */
+    kiln_cuda_node_state *slot[TUNE_PATH_SLOTS] = {NULL}; /* [0]: the listing's and the default path's, [1]: fp16's */
     if (n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN) &&
         (!strcmp(n->op_type, "QMatMul") || !strcmp(n->op_type, "QConv") || !strcmp(n->op_type, "F8MatMul")))
         t->kc.state = &slot[0];
@@ -310,7 +327,7 @@ kiln_status kiln_cuda_tune_layer(kiln_cuda_tuner *t, const kiln_cuda_plan *p, in
         KILN_LOG(KILN_LOG_VERBOSE, "cuda: tuned node '%s' (%s): %s, %.4f ms", n->name, n->op_type, what, (double)best);
     }
     t->kc.state = NULL;
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < TUNE_PATH_SLOTS; k++)
         if (slot[k]) slot[k]->destroy(slot[k]);
     if (mem) cudaFree(mem);
     free(args);

@@ -25,9 +25,12 @@
  * m16n8k32 straight from those rows (an 8 x 16-byte matrix is 8 rows of 16 int8 of k). The
  * epilogue stages the CTA's int32 sums in the same shared memory and then requantizes them with
  * consecutive threads on consecutive output addresses (runs of pixels of one channel for NCHW, of
- * channels of one pixel for NHWC), where the residual is read as well. Two tile shapes: 128 x 128
- * with 8 warps for the large layers, 64 x 64 with 4 warps when the large one would not give every
- * SM a tile (small maps, few channels). */
+ * channels of one pixel for NHWC), where the residual is read as well. Four tile shapes
+ * (qconv_igemm.h: kiln_qci_tile): 128 x 256 and 128 x 128 with 8 warps for large layers, 64 x 64 and
+ * 32 x 64 with 4 warps for small maps and few channels; a tuned layer runs the one its tactic names,
+ * else 128 x 128 when it gives every SM a tile and 64 x 64 otherwise. The split-K launch of the 64 x 64
+ * tile (batch 1's small maps with deep K) divides the k steps among CTAs (grid z), which add their
+ * int32 sums atomically into the workspace; a second kernel then applies the same epilogue. */
 #include "backends/cuda/qconv_igemm.h"
 
 #include "backends/cuda/activation.cuh"
@@ -84,8 +87,16 @@ typedef struct qci_args {
     int r_kind;            /* R's type: qci_residual_kind */
     float r_scale;
     int32_t r_zero_point;
+    bool vec4;             /* channels-last output written 4 channels at a time (M % 4 == 0, y aligned) */
+    int splits;            /* split-K: blockIdx.z takes k steps [KT z / splits, KT (z + 1) / splits) ... */
+    int32_t *acc;          /* ... and adds its sums into acc [rows][M] (zeroed first); NULL: one split */
     qci_epi e;
 } qci_args;
+
+/* Four consecutive outputs, stored as one access. */
+template <typename T> struct __align__(4 * sizeof(T)) qci_vec4 {
+    T v[4];
+};
 
 /* Integer output: saturate(round_half_even(v / y_scale) + y_zero_point), as the CPU's quant_round_sat. */
 template <typename T> static __device__ __forceinline__ T qci_out(float v, const qci_epi &e);
@@ -177,9 +188,12 @@ static __device__ __forceinline__ void qci_mma(int32_t (&c)[4], const uint32_t (
                                                                 : (BN) * QCI_OUT_PITCH(BM)) * 4)
 
 /* The shared memory of one CTA of tile BM x BN: STAGES x (BM + BN) rows of QCI_LDS bytes for the
- * pipeline, reused by the output stage (a BM x BN tile of T and BM row offsets). */
+ * pipeline, reused by the output stage (a BM x BN tile of int32 sums and BM row offsets), whichever
+ * is larger. */
 template <int BM, int BN, int STAGES> static constexpr __host__ __device__ size_t qci_smem_bytes() {
-    return (size_t)STAGES * (BM + BN) * QCI_LDS;
+    return (size_t)STAGES * (BM + BN) * QCI_LDS > QCI_OUT_ROWS_AT(BM, BN) + BM * sizeof(int64_t)
+               ? (size_t)STAGES * (BM + BN) * QCI_LDS
+               : QCI_OUT_ROWS_AT(BM, BN) + BM * sizeof(int64_t);
 }
 
 /* y (through a's output map) = out(act(scale * (X * W - xzp colsum) + bias)) for the rows and
@@ -259,19 +273,21 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) qci_kernel(const qci_args 
 #pragma unroll
             for (int j = 0; j < 4; j++) acc[mi][ni][j] = 0;
 
-    const int KT = a.Kp / QCI_BK;
+    const int KT = a.Kp / QCI_BK; /* this CTA's k steps: [kt0, kt0 + nkt) */
+    const int kt0 = a.acc ? (int)((int64_t)KT * blockIdx.z / a.splits) : 0;
+    const int nkt = a.acc ? (int)((int64_t)KT * (blockIdx.z + 1) / a.splits) - kt0 : KT;
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
-        if (s < KT) load_stage(s, s);
+        if (s < nkt) load_stage(s, kt0 + s);
         fa_commit();
     }
-    for (int kt = 0; kt < KT; kt++) {
-        fa_wait<STAGES - 2>(); /* step kt's copies have landed (this thread's) */
-        __syncthreads();       /* ... everyone's, and step kt - 1's stage is free to refill */
-        int next = kt + STAGES - 1;
-        if (next < KT) load_stage(next % STAGES, next);
+    for (int it = 0; it < nkt; it++) {
+        fa_wait<STAGES - 2>(); /* step it's copies have landed (this thread's) */
+        __syncthreads();       /* ... everyone's, and step it - 1's stage is free to refill */
+        int next = it + STAGES - 1;
+        if (next < nkt) load_stage(next % STAGES, kt0 + next);
         fa_commit();
-        const int8_t *sa = qci_smem + (size_t)(kt % STAGES) * (BM + BN) * QCI_LDS, *sb = sa + BM * QCI_LDS;
+        const int8_t *sa = qci_smem + (size_t)(it % STAGES) * (BM + BN) * QCI_LDS, *sb = sa + BM * QCI_LDS;
 #pragma unroll
         for (int ks = 0; ks < QCI_BK / 32; ks++) {
             uint32_t af[MI][4], bfr[NI][2];
@@ -295,6 +311,22 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) qci_kernel(const qci_args 
         }
     }
     fa_wait<0>();
+    if (a.acc) { /* split-K: the partial sums go to acc; qci_splitk_epilogue_kernel requantizes them */
+#pragma unroll
+        for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int r = m0 + wm * WTM + mi * 16 + g + 8 * h;
+#pragma unroll
+                for (int ni = 0; ni < NI; ni++)
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        int c = n0 + wn * WTN + ni * 8 + 2 * q + j;
+                        if (r < a.rows && c < a.M) atomicAdd(a.acc + (int64_t)r * a.M + c, acc[mi][ni][2 * h + j]);
+                    }
+            }
+        return;
+    }
     __syncthreads(); /* the pipeline's shared memory now stages the output tile */
 
     /* the tile's sums into shared memory, [BN][BM] (channel-major) or [BM][BN] (channels-last output),
@@ -320,6 +352,22 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) qci_kernel(const qci_args 
                 }
         }
     __syncthreads();
+    if (a.vec4) { /* channels-last: a thread takes 4 channels of one pixel, one 16-byte read of sums, one store */
+        for (int i = tid; i < BM * BN / 4; i += THREADS) {
+            int rr = i / (BN / 4), cc = (i % (BN / 4)) * 4, c = n0 + cc;
+            int64_t at = row_at[rr];
+            if (at < 0 || c >= a.M) continue; /* M % 4 == 0: c < M means c + 3 < M */
+            at += c;
+            int4 sums = *reinterpret_cast<const int4 *>(tile + rr * QCI_OUT_PITCH(BN) + cc);
+            qci_vec4<T> out;
+            out.v[0] = qci_out<T>(qci_value(sums.x, c, at, a), a.e);
+            out.v[1] = qci_out<T>(qci_value(sums.y, c + 1, at + 1, a), a.e);
+            out.v[2] = qci_out<T>(qci_value(sums.z, c + 2, at + 2, a), a.e);
+            out.v[3] = qci_out<T>(qci_value(sums.w, c + 3, at + 3, a), a.e);
+            *reinterpret_cast<qci_vec4<T> *>(y + at) = out;
+        }
+        return;
+    }
     for (int i = tid; i < BM * BN; i += THREADS) {
         int rr = ch_fast ? i / BN : i % BM, cc = ch_fast ? i % BN : i / BM, c = n0 + cc;
         int64_t at = row_at[rr];
@@ -331,17 +379,44 @@ __global__ void __launch_bounds__(WM * WN * 32, MINB) qci_kernel(const qci_args 
 #endif
 }
 
+/* y (through a's output map) = the epilogue of the split-K sums acc [rows][M], one thread an element
+ * (consecutive threads on consecutive channels). */
+template <typename T>
+__global__ void qci_splitk_epilogue_kernel(const qci_args a, const int32_t *__restrict__ acc, T *__restrict__ y) {
+    int64_t total = (int64_t)a.rows * a.M, P = (int64_t)a.OH * a.OW;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / a.M, img = r / P;
+        int c = (int)(i - r * a.M);
+        int64_t at = img * a.img_stride + (r - img * P) * a.p_stride + (int64_t)c * a.c_stride;
+        y[at] = qci_out<T>(qci_value(acc[i], c, at, a), a.e);
+    }
+}
+
 /* ---------------------------------------------------------------- tile shapes */
 
-/* The two tile shapes: <BM, BN, WM, WN, STAGES, MINB>. */
+/* The tile shapes: <BM, BN, WM, WN, STAGES, MINB>. */
+#define QCI_HUGE 128, 256, 2, 4, 4, 1
 #define QCI_LARGE 128, 128, 2, 4, 4, 2
 #define QCI_SMALL 64, 64, 2, 2, 4, 4
+#define QCI_TINY 32, 64, 2, 2, 4, 4
+
+/* Whether a CTA may have `bytes` of dynamic shared memory on the current device (its opt-in limit). */
+static bool qci_smem_fits(size_t bytes) {
+    int dev = 0, optin = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return bytes <= (size_t)optin;
+}
 
 /* Raises the dynamic shared-memory limit of shape S's kernel for output type T on the current device
- * (needed above 48 KB; eager, on the node's first run). */
+ * (needed above 48 KB; eager, on the node's first run); a shape beyond the device's limit is left
+ * alone (never launched: kiln_cuda_qconv_igemm_tile_fits). */
 template <int BM, int BN, int WM, int WN, int STAGES, int MINB, typename T> static kiln_status qci_allow_smem() {
     constexpr size_t smem = qci_smem_bytes<BM, BN, STAGES>();
-    if (smem > 48 * 1024)
+    if (smem > 48 * 1024 && qci_smem_fits(smem))
         KILN_CUDA_TRY(cudaFuncSetAttribute(qci_kernel<BM, BN, WM, WN, STAGES, MINB, T>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     return KILN_OK;
@@ -349,11 +424,36 @@ template <int BM, int BN, int WM, int WN, int STAGES, int MINB, typename T> stat
 
 template <int BM, int BN, int WM, int WN, int STAGES, int MINB, typename T>
 static kiln_status qci_launch(const qci_args &a, T *y, kiln_cuda_ctx *ctx) {
-    dim3 grid((unsigned)((a.rows + BM - 1) / BM), (unsigned)((a.M + BN - 1) / BN));
+    dim3 grid((unsigned)((a.rows + BM - 1) / BM), (unsigned)((a.M + BN - 1) / BN), a.acc ? (unsigned)a.splits : 1u);
+    if (a.acc) KILN_CUDA_TRY(cudaMemsetAsync(a.acc, 0, (size_t)a.rows * (size_t)a.M * sizeof(int32_t), ctx->stream));
     qci_kernel<BM, BN, WM, WN, STAGES, MINB, T>
         <<<grid, WM * WN * 32, qci_smem_bytes<BM, BN, STAGES>(), ctx->stream>>>(a, y);
     KILN_CUDA_LAUNCH_CHECK("qci_kernel");
+    if (a.acc) {
+        qci_splitk_epilogue_kernel<T><<<ku_blocks((int64_t)a.rows * a.M, KU_THREADS, ctx, 4), KU_THREADS, 0, ctx->stream>>>(
+            a, a.acc, y);
+        KILN_CUDA_LAUNCH_CHECK("qci_splitk_epilogue_kernel");
+    }
     return KILN_OK;
+}
+
+bool kiln_cuda_qconv_igemm_tile_fits(kiln_qci_tile tile) {
+    switch (tile) {
+    case KILN_QCI_TILE_128X256: return qci_smem_fits(qci_smem_bytes<128, 256, 4>());
+    case KILN_QCI_TILE_AUTO:
+    case KILN_QCI_TILE_128X128: return qci_smem_fits(qci_smem_bytes<128, 128, 4>());
+    default: return true; /* within 48 KB */
+    }
+}
+
+/* The k splits of the 64 x 64 tile's split-K launch of `rows` rows, M channels and KT k steps: enough
+ * to give every SM two CTAs, at most 16 and at least 4 k steps each; 1 when it would not split. */
+static int qci_splits(int64_t rows, int64_t M, int64_t KT, const kiln_cuda_ctx *ctx) {
+    int64_t tiles = (rows + 63) / 64 * ((M + 63) / 64), sms = ctx->sm_count > 0 ? ctx->sm_count : 1;
+    int64_t s = (2 * sms + tiles - 1) / tiles;
+    if (s > KT / 4) s = KT / 4;
+    if (s > 16) s = 16;
+    return s < 2 ? 1 : (int)s;
 }
 
 /* Whether the 128 x 128 tile runs a call of `rows` rows and M channels: more than 64 channels and
@@ -487,7 +587,11 @@ static kiln_status qci_state_prepare(const kiln_node *n, const kiln_quant_layer 
     ep->y_zero_point = (float)ql->y_zero_point;
     ep->lo = ql->y_dtype == KILN_U8 ? 0 : -128;
     ep->hi = ql->y_dtype == KILN_U8 ? 255 : 127;
-#define QCI_ALLOW(T) KILN_TRY((qci_allow_smem<QCI_LARGE, T>())); KILN_TRY((qci_allow_smem<QCI_SMALL, T>()))
+#define QCI_ALLOW(T)                                                                               \
+    KILN_TRY((qci_allow_smem<QCI_HUGE, T>()));                                                     \
+    KILN_TRY((qci_allow_smem<QCI_LARGE, T>()));                                                    \
+    KILN_TRY((qci_allow_smem<QCI_SMALL, T>()));                                                    \
+    KILN_TRY((qci_allow_smem<QCI_TINY, T>()))
     switch (y_dtype) {
     case KILN_I8: QCI_ALLOW(int8_t); break;
     case KILN_U8: QCI_ALLOW(uint8_t); break;
@@ -552,10 +656,33 @@ bool kiln_cuda_qconv_igemm_takes(const kiln_node *n, const kiln_quant_layer *ql,
     return C * taps <= QCI_MAX_K && image <= INT_MAX && fits;
 }
 
-/* The launch of one chunk of rows with y's output type. */
-static kiln_status qci_run_chunk(const qci_args &a, kiln_dtype t, void *y, kiln_cuda_ctx *ctx, const kiln_node *n) {
-    bool large = qci_large_tiles(a.rows, a.M, ctx);
-#define QCI_RUN(T) return large ? qci_launch<QCI_LARGE, T>(a, (T *)y, ctx) : qci_launch<QCI_SMALL, T>(a, (T *)y, ctx)
+bool kiln_cuda_qconv_igemm_splitk_takes(const kiln_node *n, const kiln_quant_layer *ql, const kiln_cuda_tensor *x,
+                                        const kiln_cuda_tensor *w, const kiln_cuda_ctx *ctx) {
+    qci_geom gm;
+    if (!kiln_cuda_qconv_igemm_takes(n, ql, x, w, ctx)) return false;
+    if (qci_geom_make(n, x, w, &gm) != KILN_OK) {
+        kiln_error_clear();
+        return false;
+    }
+    int64_t Cp = qci_padded_channels(gm.C), KT = qci_round_up(gm.kh * gm.kw * Cp, QCI_BK) / QCI_BK, P = gm.OH * gm.OW;
+    size_t per_image = (qci_x_in_place(gm.cl, x, gm.C) ? 0 : (size_t)(gm.H * gm.W * Cp)) + (size_t)(P * gm.M) * 4;
+    return qci_splits(gm.N * P, gm.M, KT, ctx) > 1 && per_image + 256 <= ctx->workspace_bytes;
+}
+
+/* The launch of one chunk of rows with y's output type on tile shape `tile` (KILN_QCI_TILE_AUTO:
+ * qci_large_tiles decides between 128 x 128 and 64 x 64). */
+static kiln_status qci_run_chunk(const qci_args &a, kiln_dtype t, void *y, kiln_qci_tile tile, kiln_cuda_ctx *ctx,
+                                 const kiln_node *n) {
+    if (tile == KILN_QCI_TILE_AUTO) tile = qci_large_tiles(a.rows, a.M, ctx) ? KILN_QCI_TILE_128X128 : KILN_QCI_TILE_64X64;
+    if (tile == KILN_QCI_TILE_64X64_SPLITK) tile = KILN_QCI_TILE_64X64; /* a.acc set: the split-K launch */
+    if (tile == KILN_QCI_TILE_128X256 && !kiln_cuda_qconv_igemm_tile_fits(tile))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': the implicit-GEMM tile %d needs more shared memory than the "
+                          "device gives a block", n->op_type, n->name, (int)tile);
+#define QCI_RUN(T)                                                                                 \
+    return tile == KILN_QCI_TILE_128X256   ? qci_launch<QCI_HUGE, T>(a, (T *)y, ctx)               \
+           : tile == KILN_QCI_TILE_128X128 ? qci_launch<QCI_LARGE, T>(a, (T *)y, ctx)              \
+           : tile == KILN_QCI_TILE_64X64   ? qci_launch<QCI_SMALL, T>(a, (T *)y, ctx)              \
+                                           : qci_launch<QCI_TINY, T>(a, (T *)y, ctx)
     switch (t) {
     case KILN_I8: QCI_RUN(int8_t);
     case KILN_U8: QCI_RUN(uint8_t);
@@ -596,7 +723,7 @@ static kiln_status qci_stage_x(const kiln_cuda_tensor *x, const qci_geom *gm, in
 }
 
 kiln_status kiln_cuda_qconv_igemm(const kiln_node *n, const kiln_quant_layer *ql, const kiln_cuda_tensor *in, int nin,
-                                  const kiln_cuda_tensor *y, kiln_cuda_ctx *ctx) {
+                                  const kiln_cuda_tensor *y, kiln_qci_tile tile, kiln_cuda_ctx *ctx) {
     const kiln_cuda_tensor *x = &in[0], *w = &in[1], *bias = nin > 2 && !ku_absent(&in[2]) ? &in[2] : NULL;
     const kiln_cuda_tensor *r = nin > 3 && !ku_absent(&in[3]) ? &in[3] : NULL;
     qci_geom gm;
@@ -617,9 +744,13 @@ kiln_status kiln_cuda_qconv_igemm(const kiln_node *n, const kiln_quant_layer *ql
     bool temp;
     KILN_TRY(qci_state_get(n, ql, &gm, w, bias, x->dtype, y->dtype, ctx, &st, &temp));
 
-    bool in_place = qci_x_in_place(gm.cl, x, gm.C);
+    bool in_place = qci_x_in_place(gm.cl, x, gm.C), split = tile == KILN_QCI_TILE_64X64_SPLITK;
     int64_t image = gm.H * gm.W * st->Cp; /* bytes of one channels-last image */
-    int64_t chunk = in_place ? gm.N : (int64_t)(ctx->workspace_bytes / (size_t)image);
+    /* split-K: the int32 sums [rows][M] follow the staged images in the workspace */
+    size_t per_image = (in_place ? 0 : (size_t)image) + (split ? (size_t)(P * gm.M) * 4 : 0);
+    int64_t chunk = in_place && !split ? gm.N
+                    : split ? (ctx->workspace_bytes > 256 ? (int64_t)((ctx->workspace_bytes - 256) / per_image) : 0)
+                            : (int64_t)(ctx->workspace_bytes / (size_t)image);
     if (chunk > QCI_MAX_IMAGES) chunk = QCI_MAX_IMAGES;
     if (chunk > INT_MAX / P) chunk = INT_MAX / P; /* rows are int on the device */
     kiln_status s = KILN_OK;
@@ -655,9 +786,14 @@ kiln_status kiln_cuda_qconv_igemm(const kiln_node *n, const kiln_quant_layer *ql
             s = qci_stage_x(x, &gm, st->Cp, i0, imgs, (int8_t *)ctx->workspace, ctx);
         }
         a.rows = (int)(imgs * P);
+        a.splits = split ? qci_splits(a.rows, gm.M, st->Kp / QCI_BK, ctx) : 1;
+        a.acc = a.splits > 1 ? (int32_t *)((unsigned char *)ctx->workspace +
+                                           qci_round_up(in_place ? 0 : imgs * image, 256))
+                             : NULL;
         a.r = r ? (const unsigned char *)r->data + (size_t)(i0 * gm.M * P) * kiln_dtype_size(r->dtype) : NULL;
-        if (s == KILN_OK)
-            s = qci_run_chunk(a, y->dtype, (unsigned char *)y->data + (size_t)(i0 * gm.M * P) * y_elem, ctx, n);
+        unsigned char *yb = (unsigned char *)y->data + (size_t)(i0 * gm.M * P) * y_elem;
+        a.vec4 = gm.cl && gm.M % 4 == 0 && (uintptr_t)yb % (4 * y_elem) == 0;
+        if (s == KILN_OK) s = qci_run_chunk(a, y->dtype, yb, tile, ctx, n);
     }
     if (temp) {
         cudaError_t e = cudaStreamSynchronize(ctx->stream);

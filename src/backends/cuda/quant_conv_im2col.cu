@@ -1,7 +1,9 @@
 /* quant_conv_im2col.cu — kiln.QConv (ir/quant_ops.h) on the GPU: 1-D and 2-D windows (any pads, strides,
  * dilations, auto_pad, groups: one GEMM per group), NCHW in and out, as an im2col of int8 rows
  * feeding quant_gemm.cu's exact IMMA GEMM and kiln's requantizing epilogue (quant_kernels.cu); a
- * recorded tactic of kind KILN_TACTIC_PATH, algo 1, runs the float16 path (quant_conv_f16.cu). Layers
+ * recorded tactic of kind KILN_TACTIC_PATH names the layer's path (qconv_path: the float16 path of
+ * quant_conv_f16.cu, a tile shape of the implicit-GEMM kernel, the fused cuBLASLt GEMM of
+ * quant_conv_gemm.cu), all of which the build times against each other where they apply. Layers
  * the implicit-GEMM kernel takes (qconv_igemm.cu: group 1, no weight zero point, sm_80+) run on it
  * unless the float16 path won; layers with a residual input or channels-last tensors run there or on
  * the float16 path (cuDNN's NHWC convolution for channels-last ones, the residual its Z; a float32 or
@@ -10,11 +12,96 @@
  * im2col rows hold x - 128 for uint8 input and the (shifted) input zero point in the padding, so
  * padding contributes nothing after the correction. */
 #include "backends/cuda/qconv_igemm.h"
+#include "backends/cuda/quant_conv_gemm.h"
 #include "backends/cuda/quant_gemm.cuh"
+
+#include <stdlib.h>
 
 extern "C" {
 #include "core/log.h"
 #include "ir/nn_window.h"
+}
+
+/* kiln.QConv's paths: the algo of its KILN_TACTIC_PATH tactics. */
+typedef enum {
+    QCONV_INT8,          /* the default: the implicit-GEMM kernel (tile by its rule) where it applies, else im2col */
+    QCONV_F16,           /* the float16 path (cuDNN) */
+    QCONV_IGEMM_128X128, /* the implicit-GEMM kernel on one tile shape ... */
+    QCONV_IGEMM_64X64,
+    QCONV_IGEMM_128X256,
+    QCONV_IGEMM_32X64,
+    QCONV_GEMM,          /* cuBLASLt's fused int8 GEMM on X (1x1) or its im2col rows (quant_conv_gemm.cu) */
+    QCONV_IGEMM_SPLITK,  /* the implicit-GEMM kernel on 64 x 64 tiles with split-K (small maps, deep K) */
+    QCONV_PATHS
+} qconv_path_id;
+
+/* The implicit-GEMM tile shape of path p (AUTO for the paths that name none). */
+static kiln_qci_tile qconv_tile(int p) {
+    switch (p) {
+    case QCONV_IGEMM_128X128: return KILN_QCI_TILE_128X128;
+    case QCONV_IGEMM_64X64: return KILN_QCI_TILE_64X64;
+    case QCONV_IGEMM_128X256: return KILN_QCI_TILE_128X256;
+    case QCONV_IGEMM_32X64: return KILN_QCI_TILE_32X64;
+    case QCONV_IGEMM_SPLITK: return KILN_QCI_TILE_64X64_SPLITK;
+    default: return KILN_QCI_TILE_AUTO;
+    }
+}
+
+/* The path ctx's tactic names (a tactic of another kind is rejected: the default runs, or, while
+ * tuning, the call fails). Without a tactic, KILN_CUDA_QCONV_PATH (a path number, for tests that
+ * force each path in turn) or the default. */
+static kiln_status qconv_path(const kiln_node *n, kiln_cuda_ctx *ctx, int *path) {
+    *path = QCONV_INT8;
+    if (!ctx->tactic) {
+        const char *forced = getenv("KILN_CUDA_QCONV_PATH");
+        char *end = NULL;
+        long p = forced && *forced ? strtol(forced, &end, 10) : -1;
+        if (end && !*end && p >= 0 && p < QCONV_PATHS) *path = (int)p;
+        return KILN_OK;
+    }
+    if (ctx->tactic->kind == KILN_TACTIC_PATH && ctx->tactic->algo >= 0 && ctx->tactic->algo < QCONV_PATHS) {
+        *path = ctx->tactic->algo;
+        return KILN_OK;
+    }
+    return kiln_cuda_tactic_rejected(n, ctx, "not a kiln.QConv path");
+}
+
+/* Lists QConv n's paths for the tuner (ctx->candidates): the default first, the float16 path when it
+ * takes residual r, each tile shape of the implicit-GEMM kernel the layer and device take, the fused
+ * cuBLASLt GEMM where it applies and the split-K launch where it splits; nothing when there is no
+ * choice. */
+static kiln_status qconv_list_paths(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *y,
+                                    kiln_cuda_ctx *ctx) {
+    kiln_cuda_candidates *cd = ctx->candidates;
+    if (cd->done) return KILN_OK;
+    cd->done = true;
+    cd->count = 0;
+    kiln_quant_layer ql;
+    KILN_TRY(kiln_quant_layer_read(n, &ql));
+    const kiln_cuda_tensor *x = &in[0], *w = &in[1], *r = kiln_qg_input(in, nin, 3);
+    bool igemm = qg_is_8bit(x->dtype) && qg_is_8bit(w->dtype) && kiln_cuda_qconv_igemm_takes(n, &ql, x, w, ctx);
+    int paths[QCONV_PATHS], np = 0;
+    paths[np++] = QCONV_INT8;
+    if (kiln_qg_f16_residual_ok(r)) paths[np++] = QCONV_F16;
+    else
+        KILN_LOG(KILN_LOG_VERBOSE, "cuda: %s '%s': no float16 path to time against int8 (a %s residual input runs only "
+                 "on the int8 kernels)", n->op_type, n->name, kiln_dtype_name(r->dtype));
+    for (int p = QCONV_IGEMM_128X128; igemm && p <= QCONV_IGEMM_32X64; p++)
+        if (kiln_cuda_qconv_igemm_tile_fits(qconv_tile(p))) paths[np++] = p;
+    if (kiln_qg_conv_gemm_takes(n, &ql, x, w, r, y, ctx)) paths[np++] = QCONV_GEMM;
+    if (igemm && kiln_cuda_qconv_igemm_splitk_takes(n, &ql, x, w, ctx)) paths[np++] = QCONV_IGEMM_SPLITK;
+    if (np < 2) {
+        KILN_LOG(KILN_LOG_VERBOSE, "cuda: %s '%s': one path only, nothing to time", n->op_type, n->name);
+        return KILN_OK;
+    }
+    for (int i = 0; i < np && cd->count < cd->max; i++) {
+        kiln_tactic *t = &cd->list[cd->count++];
+        memset(t, 0, sizeof *t);
+        t->kind = KILN_TACTIC_PATH;
+        t->algo = paths[i];
+        t->heuristic_index = i;
+    }
+    return KILN_OK;
 }
 
 /* The geometry of QConv n on x [N, C, (H,) W] and w [M, Cg, (kh,) kw]: 1-D and 2-D windows. */
@@ -79,29 +166,31 @@ static kiln_status qg_conv_geom_cl(const kiln_node *n, const kiln_cuda_tensor *x
 kiln_status kiln_qg_exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, int nin, const kiln_cuda_tensor *out,
                                int nout, kiln_cuda_ctx *ctx) {
     (void)nout;
-    /* a float residual other than float16 only the implicit-GEMM kernel runs: such a layer lists no
-     * float16 candidate (timing it would time that kernel twice) */
     const kiln_cuda_tensor *r = kiln_qg_input(in, nin, 3);
     bool cl = kiln_attr_int(n, "channels_last", 0) != 0;
-    if (ctx->candidates && !kiln_qg_f16_residual_ok(r)) {
-        KILN_LOG(KILN_LOG_VERBOSE, "cuda: %s '%s': no float16 path to time against int8 (a %s residual input runs only "
-                 "on the implicit-GEMM kernel)", n->op_type, n->name, kiln_dtype_name(r->dtype));
-        return KILN_OK;
-    }
-    if (ctx->candidates) return kiln_qg_list_paths(ctx);
-    bool f16;
-    KILN_TRY(kiln_qg_wants_f16(n, ctx, &f16));
+    if (ctx->candidates) return qconv_list_paths(n, in, nin, &out[0], ctx);
+    int path;
+    KILN_TRY(qconv_path(n, ctx, &path));
+    bool f16 = path == QCONV_F16;
     const kiln_cuda_tensor *x = &in[0], *w = &in[1], *y = &out[0];
     kiln_quant_layer ql;
     KILN_TRY(kiln_quant_layer_read(n, &ql));
     if (!qg_is_8bit(x->dtype) || !qg_is_8bit(w->dtype) || !w->host || !kiln_qg_out_ok(&ql, y->dtype))
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': needs 8-bit X, constant 8-bit W and a %s output", n->op_type,
                           n->name, kiln_dtype_name(ql.y_dtype));
-    /* the implicit-GEMM kernel takes what it can unless the float16 path was timed faster (or cannot
-     * take the residual); layers with a residual or channels-last tensors run on it or on the float16
-     * path (cuDNN's convolution, NHWC or NCHW, the residual its Z), not on the im2col one */
+    /* the fused cuBLASLt GEMM runs where its path was chosen and it takes the layer; else the
+     * implicit-GEMM kernel takes what it can unless the float16 path was chosen (and takes the
+     * residual); layers with a residual or channels-last tensors run on those or on the float16 path
+     * (cuDNN's convolution, NHWC or NCHW, the residual its Z), not on the im2col one */
+    if (path == QCONV_GEMM && kiln_qg_conv_gemm_takes(n, &ql, x, w, r, y, ctx))
+        return kiln_qg_conv_gemm(n, &ql, in, nin, y, ctx);
     bool f16_ok = f16 && kiln_qg_f16_residual_ok(r);
-    if (kiln_cuda_qconv_igemm_takes(n, &ql, x, w, ctx) && !f16_ok) return kiln_cuda_qconv_igemm(n, &ql, in, nin, y, ctx);
+    if (kiln_cuda_qconv_igemm_takes(n, &ql, x, w, ctx) && !f16_ok) {
+        kiln_qci_tile tile = qconv_tile(path);
+        if (tile == KILN_QCI_TILE_64X64_SPLITK && !kiln_cuda_qconv_igemm_splitk_takes(n, &ql, x, w, ctx))
+            tile = KILN_QCI_TILE_AUTO;
+        return kiln_cuda_qconv_igemm(n, &ql, in, nin, y, tile, ctx);
+    }
     if ((r || cl) && !f16_ok)
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': a residual input or channels-last tensors need the "
                           "implicit-GEMM kernel (group 1, symmetric weights, sm_80+, a workspace of one image) or the "

@@ -226,32 +226,36 @@ static uint32_t qg_alignment(const void *p) {
 }
 
 /* What one cached call is for: R activation rows of length ldb; out the type of D (KILN_I32: the
- * exact path's int32 D [R, Mp]; else the fused call's y, rows of ldd); the alignments of X and D. */
+ * exact path's int32 D [R, Mp]; else the fused call's y, rows of ldd); the alignments of X and D (and
+ * C); with_c: the fused call adds beta C (C of D's type and layout, beta a host float). */
 typedef struct qg_call_key {
     int64_t R, ldb, ldd;
     kiln_dtype out;
     uint32_t align_b, align_d;
+    bool with_c;
 } qg_call_key;
 
 static bool qg_call_is(const qg_call *c, const qg_call_key *k) {
     return c->valid && c->R == k->R && c->ldb == k->ldb && c->ldd == k->ldd && c->out_dtype == k->out &&
-           c->align_b == k->align_b && c->align_d == k->align_d;
+           c->align_b == k->align_b && c->align_d == k->align_d && c->with_c == k->with_c;
 }
 
 /* The operands of one call, for timing the heuristic's candidates (lt_pick.cuh): alpha and beta as
- * cublasLtMatmul takes them (host scalars, or the fused call's device vector and zero). */
+ * cublasLtMatmul takes them (host scalars, or the fused call's device vector and a zero or host
+ * beta), c the C it reads (NULL: none). */
 typedef struct qg_operands {
     const int8_t *w, *x;
     void *d;
     const void *alpha, *beta;
     void *lt_ws;
+    const void *c;
 } qg_operands;
 
 /* Makes call c for key k: descriptors, and the fastest of the heuristic's IMMA algorithms within
  * lt_ws bytes of workspace (timed on o's operands when the stream is not capturing: lt_pick.cuh).
  * The fused call (k->out not KILN_I32) scales by st's alpha vector in float32
- * (CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO) and adds the bias and activation in its
- * epilogue; its D is y itself. */
+ * (CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO, or ..._BETA_HOST with C) and adds the bias
+ * and activation in its epilogue, after beta C; its D is y itself. */
 static kiln_status qg_call_make(const kiln_node *n, const qg_state *st, const qg_call_key *k, const qg_operands *o,
                                 size_t lt_ws, kiln_cuda_ctx *ctx, qg_call *c) {
     bool fused = k->out != KILN_I32;
@@ -265,7 +269,8 @@ static kiln_status qg_call_make(const kiln_node *n, const qg_state *st, const qg
     QG_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     QG_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     if (fused) {
-        cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO;
+        cublasLtPointerMode_t pm = k->with_c ? CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_HOST
+                                             : CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO;
         QG_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm));
         QG_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
         if (st->epi.bias) {
@@ -295,7 +300,7 @@ static kiln_status qg_call_make(const kiln_node *n, const qg_state *st, const qg
     int found = 0;
     bool timed = false;
     kiln_lt_problem p = {ctx->lt, c->op, c->la, c->lb, c->ld, pref, o->alpha, o->w, o->x, o->beta, o->d, o->lt_ws, lt_ws,
-                         ctx->stream, NULL};
+                         ctx->stream, o->c};
     if (e == CUBLAS_STATUS_SUCCESS) e = kiln_lt_pick(&p, &res, &found, &timed);
     cublasLtMatmulPreferenceDestroy(pref);
     if (e != CUBLAS_STATUS_SUCCESS) return qg_lt_fail(n, e, "cublasLtMatmulAlgoGetHeuristic");
@@ -313,6 +318,7 @@ static kiln_status qg_call_make(const kiln_node *n, const qg_state *st, const qg
     c->align_b = k->align_b;
     c->align_d = k->align_d;
     c->fused = fused;
+    c->with_c = k->with_c;
     c->valid = true;
     KILN_LOG(KILN_LOG_VERBOSE, "cuda: %s '%s': cuBLASLt int8 GEMM %lld x %lld x %lld%s: %s of %d candidates", n->op_type,
              n->name, (long long)st->Mp, (long long)k->R, (long long)st->Kp, fused ? " (requantizing)" : "",
@@ -346,10 +352,10 @@ static qg_call *qg_call_get(const kiln_node *n, qg_state *st, const qg_call_key 
 
 kiln_status kiln_qg_gemm(const kiln_node *n, qg_state *st, int64_t g, const int8_t *x, int64_t R, int64_t ldb,
                          int32_t *D, void *lt_ws, size_t lt_bytes, kiln_cuda_ctx *ctx) {
-    qg_call_key k = {R, ldb, st->Mp, KILN_I32, qg_alignment(x), qg_alignment(D)};
+    qg_call_key k = {R, ldb, st->Mp, KILN_I32, qg_alignment(x), qg_alignment(D), false};
     const int8_t *w = st->wt + g * st->Mp * st->Kp;
     const int32_t one = 1, zero = 0;
-    const qg_operands o = {w, x, D, &one, &zero, lt_ws};
+    const qg_operands o = {w, x, D, &one, &zero, lt_ws, NULL};
     qg_call *c = qg_call_get(n, st, &k, &o, lt_bytes, ctx);
     if (!c) { /* remembered as a call that falls back */
         c = &st->calls[(st->next_call + QG_CALLS - 1) % QG_CALLS];
@@ -397,17 +403,25 @@ static void qg_fused_decided(const kiln_node *n, qg_state *st, bool fused) {
 
 kiln_status kiln_qg_gemm_fused(const kiln_node *n, qg_state *st, const int8_t *x, int64_t R, int64_t ldb, kiln_dtype t,
                                void *y, int64_t ldd, void *lt_ws, size_t lt_bytes, kiln_cuda_ctx *ctx, bool *done) {
+    return kiln_qg_gemm_fused_c(n, st, x, R, ldb, t, y, ldd, NULL, 0.0f, lt_ws, lt_bytes, ctx, done);
+}
+
+kiln_status kiln_qg_gemm_fused_c(const kiln_node *n, qg_state *st, const int8_t *x, int64_t R, int64_t ldb,
+                                 kiln_dtype t, void *y, int64_t ldd, const void *c_in, float beta, void *lt_ws,
+                                 size_t lt_bytes, kiln_cuda_ctx *ctx, bool *done) {
     *done = false;
-    qg_call_key k = {R, ldb, ldd, t, qg_alignment(x), qg_alignment(y)};
+    uint32_t align_d = qg_alignment(y), align_c = c_in ? qg_alignment(c_in) : align_d;
+    qg_call_key k = {R, ldb, ldd, t, qg_alignment(x), align_c < align_d ? align_c : align_d, c_in != NULL};
     const float *alpha = t == KILN_I8 ? st->alpha_q : st->alpha_f;
-    const qg_operands o = {st->wt, x, y, alpha, st->zero, lt_ws};
+    const void *beta_p = c_in ? (const void *)&beta : (const void *)st->zero;
+    const qg_operands o = {st->wt, x, y, alpha, beta_p, lt_ws, c_in};
     qg_call *c = qg_call_get(n, st, &k, &o, lt_bytes, ctx);
     if (!c) {
         qg_fused_decided(n, st, false);
         return KILN_OK;
     }
-    cublasStatus_t e = cublasLtMatmul(ctx->lt, c->op, alpha, st->wt, c->la, x, c->lb, st->zero, y, c->ld, y, c->ld,
-                                      &c->algo, lt_ws, lt_bytes, ctx->stream);
+    cublasStatus_t e = cublasLtMatmul(ctx->lt, c->op, alpha, st->wt, c->la, x, c->lb, beta_p, c_in ? c_in : y, c->ld, y,
+                                      c->ld, &c->algo, lt_ws, lt_bytes, ctx->stream);
     if (e != CUBLAS_STATUS_SUCCESS) {
         (void)qg_lt_fail(n, e, "cublasLtMatmul");
         qg_call_clear(c);

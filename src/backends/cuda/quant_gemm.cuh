@@ -54,7 +54,7 @@ typedef struct qg_conv_geom {
  * cannot make it (the CUDA-core kernel runs it instead). fused: the requantizing call (out_dtype D,
  * the per-channel alpha vector and the bias epilogue), ldd D's row length. */
 typedef struct qg_call {
-    bool valid, fallback, fused;
+    bool valid, fallback, fused, with_c; /* with_c: the fused call adds beta C (beta on the host) */
     int64_t R, ldb, ldd;
     kiln_dtype out_dtype;   /* KILN_I32 for the exact path's D */
     uint32_t align_b, align_d; /* the alignments of X and D cuBLASLt was told */
@@ -133,6 +133,15 @@ bool kiln_qg_fused_ok(const qg_state *st, const kiln_quant_layer *ql, kiln_dtype
  * QG_FUSED_NO with a verbose log line naming the reason) when cuBLASLt offers no algorithm for it. */
 kiln_status kiln_qg_gemm_fused(const kiln_node *n, qg_state *st, const int8_t *x, int64_t R, int64_t ldb, kiln_dtype t,
                                void *y, int64_t ldd, void *lt_ws, size_t lt_bytes, kiln_cuda_ctx *ctx, bool *done);
+
+/* kiln_qg_gemm_fused plus beta c_in (c_in NULL: none): y = epilogue(alpha[c] (X W)[r, c] + beta
+ * c_in[r, c]) with c_in of y's type and layout and beta a host float
+ * (CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_HOST); the bias and Relu of the epilogue apply after
+ * the sum (cuBLASLt: D = epilogue(alpha AB + beta C)). QConv's residual R, int8 with zero point 0, is
+ * c_in with beta = r_scale / y_scale. */
+kiln_status kiln_qg_gemm_fused_c(const kiln_node *n, qg_state *st, const int8_t *x, int64_t R, int64_t ldb,
+                                 kiln_dtype t, void *y, int64_t ldd, const void *c_in, float beta, void *lt_ws,
+                                 size_t lt_bytes, kiln_cuda_ctx *ctx, bool *done);
 
 /* The workspace split of one chunk of R rows: activation rows (when copied), D, rowsums, then
  * cuBLASLt's share. Returns the bytes before cuBLASLt's share. */

@@ -328,6 +328,7 @@ static size_t meta_bytes(const kiln_llm_cuda *g) {
  * caller holds the setup lock. */
 static kiln_status create_common_locked(kiln_llm_cuda *g, const kiln_llm_model *m) {
     KILN_TRY(llmc_gemv_mode_from_env(&g->gemv_force));
+    KILN_TRY(llmc_gemv_q8_mode_from_env(&g->gemv_q8_force));
     KILN_TRY(kiln_cuda_ctx_open(g->opt.device, LLMC_WORKSPACE_BYTES, KILN_CUDA_OPEN_BLAS, &g->kc));
     KILN_TRY(llmc_fuse_mode_from_env(g->kc.cc_major, &g->fuse));
     KILN_TRY(llmc_argmax_load());

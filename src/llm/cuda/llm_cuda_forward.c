@@ -117,9 +117,10 @@ static kiln_status stage_meta(kiln_llm_cuda *g, const kiln_llm_batch *b, llmc_st
 
 /* ---------------------------------------------------------------- profiling */
 
-enum { PROF_START, PROF_GEMM, PROF_ATTN, PROF_OTHER, PROF_LOGITS };
+/* An op's stage (KILN_LLM_STAGE_*), or PROF_START: the mark before the first. */
+#define PROF_START KILN_LLM_STAGES
 
-/* With profiling on, records an event after an op of class cls (PROF_START: before the first). */
+/* With profiling on, records an event after an op of stage cls (PROF_START: before the first). */
 static void prof_mark(kiln_llm_cuda *g, int cls) {
     if (!g->prof_on || g->prof_n >= g->prof_cap) return;
     if (cudaEventRecord(g->prof_ev[g->prof_n], g->kc.stream) != cudaSuccess) {
@@ -169,17 +170,21 @@ static kiln_status prof_begin(kiln_llm_cuda *g) {
 /* Adds the finished step's event intervals to the probe by class. */
 static kiln_status prof_collect(kiln_llm_cuda *g, kiln_llm_cuda_probe *pr) {
     KILN_CUDA_TRY(cudaStreamSynchronize(g->kc.stream));
-    double cls_ms[5] = {0};
+    double st[KILN_LLM_STAGES] = {0};
     for (int i = 1; i < g->prof_n; i++) {
         float ms = 0.0f;
         KILN_CUDA_TRY(cudaEventElapsedTime(&ms, g->prof_ev[i - 1], g->prof_ev[i]));
-        cls_ms[g->prof_cls[i]] += ms;
+        if (g->prof_cls[i] < KILN_LLM_STAGES) st[g->prof_cls[i]] += ms;
     }
-    pr->gemm_ms += cls_ms[PROF_GEMM];
-    pr->attn_ms += cls_ms[PROF_ATTN];
-    pr->other_ms += cls_ms[PROF_OTHER];
-    pr->logits_ms += cls_ms[PROF_LOGITS];
-    pr->gpu_ms += cls_ms[PROF_GEMM] + cls_ms[PROF_ATTN] + cls_ms[PROF_OTHER] + cls_ms[PROF_LOGITS];
+    for (int i = 0; i < KILN_LLM_STAGES; i++) pr->stage_ms[i] += st[i];
+    const double gemm = st[KILN_LLM_STAGE_QKV] + st[KILN_LLM_STAGE_O] + st[KILN_LLM_STAGE_UP] + st[KILN_LLM_STAGE_DOWN];
+    const double other = st[KILN_LLM_STAGE_NORM] + st[KILN_LLM_STAGE_ROPE] + st[KILN_LLM_STAGE_ACT] +
+                         st[KILN_LLM_STAGE_EMBED];
+    pr->gemm_ms += gemm;
+    pr->attn_ms += st[KILN_LLM_STAGE_ATTN];
+    pr->other_ms += other;
+    pr->logits_ms += st[KILN_LLM_STAGE_LM_HEAD];
+    pr->gpu_ms += gemm + st[KILN_LLM_STAGE_ATTN] + other + st[KILN_LLM_STAGE_LM_HEAD];
     pr->steps++;
     return KILN_OK;
 }
@@ -250,7 +255,7 @@ static kiln_status fused_layers(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const ll
     const int n = s->n_tokens, d = c->d_model, ff = c->d_ff, qd = c->n_head * c->head_dim;
     const int ldq = qd + 2 * c->n_kv_head * c->head_dim, gpt2 = c->arch == KILN_LLM_GPT2, up = gpt2 ? ff : 2 * ff;
     const int act = gpt2 ? LLMC_EPI_GELU : c->gate_act == KILN_GATE_GELU_TANH ? LLMC_EPI_GEGLU : LLMC_EPI_SWIGLU;
-    OP(PROF_OTHER, llmc_embed(g, s));
+    OP(KILN_LLM_STAGE_EMBED, llmc_embed(g, s));
     for (int l = 0; l < c->n_layer; l++) {
         const llmc_layer *y = &g->layers[l];
         void *kc, *vc;
@@ -259,33 +264,33 @@ static kiln_status fused_layers(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const ll
         fused_norm(g, &qkv, NULL, y->norm1_w, y->norm1_b);
         qkv.y = g->qkv;
         qkv.ldy = ldq;
-        OP(PROF_GEMM, fused_product(g, &qkv, g->h, d, g->qkv, ldq));
+        OP(KILN_LLM_STAGE_QKV, fused_product(g, &qkv, g->h, d, g->qkv, ldq));
         const float *kv_scales = llmc_kv_layer_scales(kv, l); /* NULL: a 16-bit cache */
-        OP(PROF_OTHER, llmc_rope_kv_write(g, s, kc, vc, kv_scales, kv->block_size));
-        OP(PROF_ATTN, llmc_attention(g, s, kc, vc, kv_scales, kv->block_size));
+        OP(KILN_LLM_STAGE_ROPE, llmc_rope_kv_write(g, s, kc, vc, kv_scales, kv->block_size));
+        OP(KILN_LLM_STAGE_ATTN, llmc_attention(g, s, kc, vc, kv_scales, kv->block_size));
         llmc_gemv_fused o = fused_of(g, n, qd, d, y->o_w, y->o_b);
         o.x = g->att;
         o.ldx = qd;
         o.epilogue = LLMC_EPI_RESIDUAL;
-        OP(PROF_GEMM, fused_product(g, &o, g->att, qd, g->proj, d));
+        OP(KILN_LLM_STAGE_O, fused_product(g, &o, g->att, qd, g->proj, d));
         llmc_gemv_fused u = fused_of(g, n, d, ff, y->up_w, y->up_b);
         fused_norm(g, &u, NULL, y->norm2_w, y->norm2_b);
         u.epilogue = act;
         u.y = g->mlp;
         u.ldy = up;
-        OP(PROF_GEMM, fused_product(g, &u, g->h, d, g->mlp, up));
+        OP(KILN_LLM_STAGE_UP, fused_product(g, &u, g->h, d, g->mlp, up));
         llmc_gemv_fused dn = fused_of(g, n, ff, d, y->down_w, y->down_b);
         dn.x = g->mlp;
         dn.ldx = up;
         dn.epilogue = LLMC_EPI_RESIDUAL;
-        OP(PROF_GEMM, fused_product(g, &dn, g->mlp, up, g->proj, d));
+        OP(KILN_LLM_STAGE_DOWN, fused_product(g, &dn, g->mlp, up, g->proj, d));
     }
     llmc_gemv_fused head = fused_of(g, s->n_out, d, c->vocab, g->lm_head, NULL);
     fused_norm(g, &head, s->out_rows, g->norm_f_w, g->norm_f_b);
     head.y = g->logits;
     head.ldy = c->vocab;
     head.out_f32 = true;
-    OP(PROF_LOGITS, fused_product(g, &head, g->h, d, g->logits, c->vocab));
+    OP(KILN_LLM_STAGE_LM_HEAD, fused_product(g, &head, g->h, d, g->logits, c->vocab));
     return KILN_OK;
 }
 
@@ -297,26 +302,26 @@ static kiln_status run_layers(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const llmc
     const kiln_llm_config *c = &g->cfg;
     const int n = s->n_tokens, d = c->d_model, ff = c->d_ff, qd = c->n_head * c->head_dim;
     const int ldq = qd + 2 * c->n_kv_head * c->head_dim, up = c->arch == KILN_LLM_GPT2 ? ff : 2 * ff;
-    OP(PROF_OTHER, llmc_embed_any(g, s));
+    OP(KILN_LLM_STAGE_EMBED, llmc_embed_any(g, s));
     for (int l = 0; l < c->n_layer; l++) {
         const llmc_layer *y = &g->layers[l];
         void *kc, *vc;
         llmc_kv_layer(kv, l, &kc, &vc);
         /* x += previous layer's MLP output (nothing before layer 0); h = norm1(x) */
-        OP(PROF_OTHER, llmc_add_norm(g, n, NULL, l ? g->proj : NULL, l > 0, y->norm1_w, y->norm1_b));
-        OP(PROF_GEMM, llmc_linear_w(g, g->h, d, n, d, y->qkv_w, y->qkv_s, y->qkv_b, ldq, g->qkv, ldq, false));
+        OP(KILN_LLM_STAGE_NORM, llmc_add_norm(g, n, NULL, l ? g->proj : NULL, l > 0, y->norm1_w, y->norm1_b));
+        OP(KILN_LLM_STAGE_QKV, llmc_linear_w(g, g->h, d, n, d, y->qkv_w, y->qkv_s, y->qkv_b, ldq, g->qkv, ldq, false));
         const float *kv_scales = llmc_kv_layer_scales(kv, l); /* NULL: a 16-bit cache */
-        OP(PROF_OTHER, llmc_rope_kv_write(g, s, kc, vc, kv_scales, kv->block_size));
-        OP(PROF_ATTN, llmc_attention(g, s, kc, vc, kv_scales, kv->block_size));
-        OP(PROF_GEMM, llmc_linear_w(g, g->att, qd, n, qd, y->o_w, y->o_s, y->o_b, d, g->proj, d, false));
-        OP(PROF_OTHER, llmc_add_norm(g, n, NULL, g->proj, true, y->norm2_w, y->norm2_b)); /* x += attention; h = norm2(x) */
-        OP(PROF_GEMM, llmc_linear_w(g, g->h, d, n, d, y->up_w, y->up_s, y->up_b, up, g->mlp, up, false));
-        OP(PROF_OTHER, llmc_activation(g, n));
-        OP(PROF_GEMM, llmc_linear_w(g, g->mlp, up, n, ff, y->down_w, y->down_s, y->down_b, d, g->proj, d, false));
+        OP(KILN_LLM_STAGE_ROPE, llmc_rope_kv_write(g, s, kc, vc, kv_scales, kv->block_size));
+        OP(KILN_LLM_STAGE_ATTN, llmc_attention(g, s, kc, vc, kv_scales, kv->block_size));
+        OP(KILN_LLM_STAGE_O, llmc_linear_w(g, g->att, qd, n, qd, y->o_w, y->o_s, y->o_b, d, g->proj, d, false));
+        OP(KILN_LLM_STAGE_NORM, llmc_add_norm(g, n, NULL, g->proj, true, y->norm2_w, y->norm2_b)); /* x += attention; h = norm2(x) */
+        OP(KILN_LLM_STAGE_UP, llmc_linear_w(g, g->h, d, n, d, y->up_w, y->up_s, y->up_b, up, g->mlp, up, false));
+        OP(KILN_LLM_STAGE_ACT, llmc_activation(g, n));
+        OP(KILN_LLM_STAGE_DOWN, llmc_linear_w(g, g->mlp, up, n, ff, y->down_w, y->down_s, y->down_b, d, g->proj, d, false));
     }
     /* the logits rows only: x + last MLP output, final norm, lm_head in FP32 */
-    OP(PROF_OTHER, llmc_add_norm(g, s->n_out, s->out_rows, g->proj, false, g->norm_f_w, g->norm_f_b));
-    OP(PROF_LOGITS, llmc_linear_w(g, g->h, d, s->n_out, d, g->lm_head, g->lm_head_s, NULL, c->vocab, g->logits, c->vocab, true));
+    OP(KILN_LLM_STAGE_NORM, llmc_add_norm(g, s->n_out, s->out_rows, g->proj, false, g->norm_f_w, g->norm_f_b));
+    OP(KILN_LLM_STAGE_LM_HEAD, llmc_linear_w(g, g->h, d, s->n_out, d, g->lm_head, g->lm_head_s, NULL, c->vocab, g->logits, c->vocab, true));
     return KILN_OK;
 }
 #undef OP
@@ -427,9 +432,15 @@ kiln_status kiln_llm_cuda_forward(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const 
     KILN_CUDA_TRY(cudaSetDevice(g->opt.device));
     g->last_rows = 0;
     KILN_TRY(stage_meta(g, b, &s));
+    bool argmax_done = false;
     if (prof) {
         KILN_TRY(prof_begin(g));
-        const kiln_status st = run_step(g, kv, &s);
+        kiln_status st = run_step(g, kv, &s);
+        if (st == KILN_OK && greedy) { /* timed as a stage of its own (graphs leave it out too) */
+            st = llmc_argmax(g, s.n_out);
+            prof_mark(g, KILN_LLM_STAGE_ARGMAX);
+            argmax_done = true;
+        }
         const double t1 = host_ms();
         __atomic_store_n(g->prof_gate, 1, __ATOMIC_RELEASE);
         const bool timed = g->prof_on;
@@ -446,7 +457,7 @@ kiln_status kiln_llm_cuda_forward(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const 
     g->last_rows = s.n_out;
     const size_t rows = (size_t)s.n_out;
     if (greedy) {
-        KILN_TRY(llmc_argmax(g, s.n_out));
+        if (!argmax_done) KILN_TRY(llmc_argmax(g, s.n_out));
         KILN_CUDA_TRY(cudaMemcpyAsync(greedy, g->ids, rows * 4, cudaMemcpyDeviceToHost, g->kc.stream));
     }
     if (logits)

@@ -4,7 +4,7 @@
  *  - few token rows (decode): gemv_tpl_kernel, one template over its launch geometry (threads per
  *    row group, groups per block, rows per group, 16-byte loads in flight), in LLMC_GEMV_CONFIGS
  *    configurations; the first product of each shape outside a capture times them all and the
- *    fastest is kept per shape (g->gemv_picks); KILN_LLM_GEMV=0..7 forces one configuration for
+ *    fastest is kept per shape (g->gemv_picks); KILN_LLM_GEMV=0..9 forces one configuration for
  *    every shape. FP32 sums, the bias added in FP32. Bandwidth-bound, as batch-1 decode is.
  *  - otherwise cuBLASLt. Its interface is column-major, and a row-major [r, c] array is the
  *    column-major [c, r] one with the same memory, so:
@@ -18,6 +18,9 @@
  *    fastest of its first LT_CANDIDATES, timed once) are cached per shape (g->plans, LLMC_PLANS entries,
  *    replaced round-robin), so a step does no heuristic queries once its shapes were seen.
  *
+ * The INT8 GEMV family (llm_cuda_gemv_q.cu, llmc_gemv_q8_config) is chosen per shape by the same
+ * timing, as its own family (KILN_LLM_GEMV_Q8=0..9 forces one of its configurations).
+ *
  * Both timed choices go to the timing cache of options.timing_cache (llm_cuda_tactics.c), and a
  * shape recorded there is not timed again: a cuBLASLt algorithm is taken when it still fits the call
  * (kiln_cuda_lt_algo_fits, matmul.cu's check of the tensor engine's tactics). */
@@ -30,7 +33,8 @@
 #include <time.h>
 
 #define LLMC_PLANS 64
-#define LT_CANDIDATES 8  /* algorithms timed per small product (options.gemm_autotune) */
+#define LT_CANDIDATES 16 /* algorithms timed per small product (options.gemm_autotune): the heuristic's
+                          * order is poor for the skinny products of 64-row decode steps */
 #define LT_TUNE_MAX_N 256 /* products of at most this many token rows are timed */
 #define LT_TUNE_REPS 3
 
@@ -44,13 +48,55 @@ template <typename T> static __device__ __forceinline__ void gemv_store(T *p, fl
  * multiple of 32: one warp or several split K); a group owns R consecutive output rows and its
  * threads take the 16-byte chunks g, g + TPR, ... of each of them (g: the thread's index in the
  * group), U chunks of every row in flight per round (R * U loads per thread), streamed with __ldcs
- * (each weight is read once per product). The 8 values of each token row under a chunk are loaded
- * once (through L1: x is small and shared by every block) and used for all R rows, which is what
- * keeps x's traffic below the weights' at NT = 8. FP32 sums reduce over the warp by shuffles, then
+ * (each weight is read once per product): lc_gemv_rows (llm_cuda_util.cuh), the fused GEMV's loop
+ * too. The 8 values of each token row under a chunk are loaded once (through L1: x is small and
+ * shared by every block) and used for all R rows, which is what keeps x's traffic below the
+ * weights' at NT = 8. FP32 sums reduce over the warp by shuffles, then
  * (TPR > 32 only) over the group's warps through shared memory; bias added in FP32.
  * NT: token rows compiled for; NT <= 4 runs with n == NT, NT = 8 with any n <= 8 (rows past n
  * repeat row n - 1 and are not stored). Rows past N are neither loaded nor stored. */
-template <typename T, typename OutT, int NT, int TPR, int GROUPS, int R, int U>
+/* The end of a split-K launch (S > 1, gemv_tpl_kernel): the group's sums of its block's share of K go
+ * to shared memory (over the warp by shuffles, then over the group's warps), lc_cluster_sum adds the
+ * cluster's S shares in rank order, and rank 0's threads add the bias and store. */
+template <typename T, typename OutT, int NT, int TPR, int GROUPS, int R, int S>
+static __device__ __forceinline__ void gemv_split_store(const float (&acc)[R][NT], int grp, int gi, int lane, int rows,
+                                                        int n, int row0, const T *bias, OutT *y, int ldy) {
+    constexpr int WPR = TPR / 32;
+    __shared__ float part[GROUPS][R * NT];
+    if constexpr (WPR == 1) {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const float v = ku_warp_sum(acc[r][t]);
+                if (lane == r * NT + t) part[grp][r * NT + t] = v;
+            }
+    } else {
+        __shared__ float red[GROUPS][WPR][R * NT];
+        const int wg = gi >> 5;
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const float v = ku_warp_sum(acc[r][t]);
+                if (lane == 0) red[grp][wg][r * NT + t] = v;
+            }
+        __syncthreads();
+        if (gi < R * NT) {
+            float v = 0.0f;
+#pragma unroll
+            for (int wi = 0; wi < WPR; wi++) v += red[grp][wi][gi];
+            part[grp][gi] = v;
+        }
+    }
+    float v = 0.0f;
+    if (lc_cluster_sum<S>(part[grp], gi, R * NT, v)) {
+        const int r = gi / NT, t = gi - r * NT;
+        if (r < rows && t < n) gemv_store<OutT>(y + (size_t)t * ldy + row0 + r, v + (bias ? ku_f32(bias[row0 + r]) : 0.0f));
+    }
+}
+
+template <typename T, typename OutT, int NT, int TPR, int GROUPS, int R, int U, int S>
 __global__ void __launch_bounds__(TPR *GROUPS)
     gemv_tpl_kernel(const T *__restrict__ x, int ldx, int n, const T *__restrict__ w, const T *__restrict__ bias,
                     OutT *__restrict__ y, int ldy, int N, int K) {
@@ -59,7 +105,8 @@ __global__ void __launch_bounds__(TPR *GROUPS)
     static_assert(WPR == 1 || R * NT <= TPR, "the cross-warp sum takes one thread per (row, token row)");
     static_assert(WPR > 1 || R * NT <= 32, "one lane stores each (row, token row)");
     const int tid = threadIdx.x, grp = tid / TPR, gi = tid - grp * TPR, lane = tid & 31;
-    const int row0 = (blockIdx.x * GROUPS + grp) * R, rows = min(R, N - row0), K8 = K >> 3; /* rows <= 0: idle */
+    const int split = S > 1 ? (int)(blockIdx.x % S) : 0, rb = (int)(blockIdx.x / S);
+    const int row0 = (rb * GROUPS + grp) * R, rows = min(R, N - row0), K8 = K >> 3; /* rows <= 0: idle */
     const uint4 *wr[R];
 #pragma unroll
     for (int r = 0; r < R; r++) wr[r] = reinterpret_cast<const uint4 *>(w + (size_t)min(row0 + r, N - 1) * K);
@@ -71,36 +118,10 @@ __global__ void __launch_bounds__(TPR *GROUPS)
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
-    if (rows > 0) {
-        for (int c0 = gi; c0 < K8; c0 += TPR * U) {
-            uint4 wv[U][R];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = c0 + u * TPR;
-#pragma unroll
-                for (int r = 0; r < R; r++)
-                    wv[u][r] = c < K8 && r < rows ? __ldcs(wr[r] + c) : make_uint4(0, 0, 0, 0);
-            }
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = c0 + u * TPR;
-                if (c >= K8) break;
-                float wf[R][8];
-#pragma unroll
-                for (int r = 0; r < R; r++) lc_unpack8<T>(wv[u][r], wf[r]);
-#pragma unroll
-                for (int t = 0; t < NT; t++) {
-                    float xf[8];
-                    lc_load8<T>(xr[t] + (size_t)c * 8, xf);
-#pragma unroll
-                    for (int r = 0; r < R; r++)
-#pragma unroll
-                        for (int e = 0; e < 8; e++) acc[r][t] += wf[r][e] * xf[e];
-                }
-            }
-        }
-    }
-    if constexpr (WPR == 1) {
+    if (rows > 0) lc_gemv_rows<T, NT, TPR * S, R, R, U, true>(wr, rows, xr, split * TPR + gi, K8, acc);
+    if constexpr (S > 1) {
+        gemv_split_store<T, OutT, NT, TPR, GROUPS, R, S>(acc, grp, gi, lane, rows, n, row0, bias, y, ldy);
+    } else if constexpr (WPR == 1) {
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
@@ -133,49 +154,59 @@ __global__ void __launch_bounds__(TPR *GROUPS)
     }
 }
 
-/* The candidates: threads per row group, groups per block, rows per group, chunks per row in flight.
- * Chosen to span the shapes of decode: a warp per row with every chunk of a K <= 2048 row in flight
- * at once (0), warps on 2 or 4 rows sharing x (1, 2), 2-8 warps splitting long rows (3-7; 6 is the
- * geometry of the split-K kernel the family replaced). Every one is checked against the CPU in
- * tests/gpu/test_llm_cuda.c. */
+/* The candidates: threads per row group, groups per block, rows per group, chunks per row in flight,
+ * blocks splitting K (a cluster). Chosen to span the shapes of decode: a warp per row with every
+ * chunk of a K <= 2048 row in flight at once (0), warps on 2 or 4 rows sharing x (1, 2), 2-8 warps
+ * splitting long rows (3-7; 6 is the geometry of the split-K kernel the family replaced), clusters of
+ * 4 or 2 blocks splitting K for narrow products (8, 9; their unsplit geometry before sm_90). Every one
+ * is checked against the CPU in tests/gpu/test_llm_cuda.c and the llm.Gemv op cases. */
 #define GEMV_CONFIG_LIST(X)                                                                        \
-    X(0, 32, 4, 1, 8)                                                                              \
-    X(1, 32, 4, 2, 4)                                                                              \
-    X(2, 32, 8, 4, 2)                                                                              \
-    X(3, 64, 2, 2, 4)                                                                              \
-    X(4, 128, 1, 1, 8)                                                                             \
-    X(5, 128, 2, 2, 4)                                                                             \
-    X(6, 256, 1, 4, 2)                                                                             \
-    X(7, 256, 1, 2, 4)
+    X(0, 32, 4, 1, 8, 1)                                                                           \
+    X(1, 32, 4, 2, 4, 1)                                                                           \
+    X(2, 32, 8, 4, 2, 1)                                                                           \
+    X(3, 64, 2, 2, 4, 1)                                                                           \
+    X(4, 128, 1, 1, 8, 1)                                                                          \
+    X(5, 128, 2, 2, 4, 1)                                                                          \
+    X(6, 256, 1, 4, 2, 1)                                                                          \
+    X(7, 256, 1, 2, 4, 1)                                                                          \
+    X(8, 32, 4, 1, 2, 4)                                                                           \
+    X(9, 64, 2, 2, 2, 2)
 
-static const struct {
-    int tpr, groups, r, u;
-    const char *name;
-} GEMV_CFG[LLMC_GEMV_CONFIGS] = {
-#define X(i, tpr, gr, r, u) {tpr, gr, r, u, "#" #i ": " #tpr " thr/row x " #r " rows, " #gr " groups, " #u " loads/row"},
+static const char *const GEMV_NAME[LLMC_GEMV_CONFIGS] = {
+#define X(i, tpr, gr, r, u, sk) "#" #i ": " #tpr " thr/row x " #r " rows, " #gr " groups, " #u " loads/row, split " #sk,
     GEMV_CONFIG_LIST(X)
 #undef X
 };
 
-template <typename T, typename OutT, int NT, int TPR, int GROUPS, int R, int U>
+template <typename T, typename OutT, int NT, int TPR, int GROUPS, int R, int U, int S>
 static kiln_status gemv_tpl_nt(cudaStream_t stream, const void *x, int ldx, int n, const void *w, const void *bias,
                                int N, void *y, int ldy, int K) {
     const unsigned blocks = (unsigned)((N + GROUPS * R - 1) / (GROUPS * R));
-    gemv_tpl_kernel<T, OutT, NT, TPR, GROUPS, R, U><<<blocks, TPR * GROUPS, 0, stream>>>(
-        (const T *)x, ldx, n, (const T *)w, (const T *)bias, (OutT *)y, ldy, N, K);
+    bool done = false;
+    if constexpr (S > 1) {
+        if (lc_clusters_ok()) {
+            KILN_TRY(lc_cluster_launch(gemv_tpl_kernel<T, OutT, NT, TPR, GROUPS, R, U, S>, blocks, S, TPR * GROUPS, 0,
+                                       stream, (const T *)x, ldx, n, (const T *)w, (const T *)bias, (OutT *)y, ldy, N,
+                                       K));
+            done = true;
+        }
+    }
+    if (!done) /* unsplit: S == 1, or no clusters on this device */
+        gemv_tpl_kernel<T, OutT, NT, TPR, GROUPS, R, U, 1><<<blocks, TPR * GROUPS, 0, stream>>>(
+            (const T *)x, ldx, n, (const T *)w, (const T *)bias, (OutT *)y, ldy, N, K);
     KILN_CUDA_LAUNCH_CHECK("gemv_tpl_kernel");
     return KILN_OK;
 }
 
-template <typename T, typename OutT, int TPR, int GROUPS, int R, int U>
+template <typename T, typename OutT, int TPR, int GROUPS, int R, int U, int S>
 static kiln_status gemv_tpl_n(cudaStream_t stream, const void *x, int ldx, int n, const void *w, const void *bias, int N,
                               void *y, int ldy, int K) {
     switch (n) {
-    case 1: return gemv_tpl_nt<T, OutT, 1, TPR, GROUPS, R, U>(stream, x, ldx, n, w, bias, N, y, ldy, K);
-    case 2: return gemv_tpl_nt<T, OutT, 2, TPR, GROUPS, R, U>(stream, x, ldx, n, w, bias, N, y, ldy, K);
-    case 3: return gemv_tpl_nt<T, OutT, 3, TPR, GROUPS, R, U>(stream, x, ldx, n, w, bias, N, y, ldy, K);
-    case 4: return gemv_tpl_nt<T, OutT, 4, TPR, GROUPS, R, U>(stream, x, ldx, n, w, bias, N, y, ldy, K);
-    default: return gemv_tpl_nt<T, OutT, 8, TPR, GROUPS, R, U>(stream, x, ldx, n, w, bias, N, y, ldy, K);
+    case 1: return gemv_tpl_nt<T, OutT, 1, TPR, GROUPS, R, U, S>(stream, x, ldx, n, w, bias, N, y, ldy, K);
+    case 2: return gemv_tpl_nt<T, OutT, 2, TPR, GROUPS, R, U, S>(stream, x, ldx, n, w, bias, N, y, ldy, K);
+    case 3: return gemv_tpl_nt<T, OutT, 3, TPR, GROUPS, R, U, S>(stream, x, ldx, n, w, bias, N, y, ldy, K);
+    case 4: return gemv_tpl_nt<T, OutT, 4, TPR, GROUPS, R, U, S>(stream, x, ldx, n, w, bias, N, y, ldy, K);
+    default: return gemv_tpl_nt<T, OutT, 8, TPR, GROUPS, R, U, S>(stream, x, ldx, n, w, bias, N, y, ldy, K);
     }
 }
 
@@ -183,8 +214,8 @@ template <typename T, typename OutT>
 static kiln_status gemv_tpl_cfg(cudaStream_t stream, int cfg, const void *x, int ldx, int n, const void *w,
                                 const void *bias, int N, void *y, int ldy, int K) {
     switch (cfg) {
-#define X(i, tpr, gr, r, u)                                                                        \
-    case i: return gemv_tpl_n<T, OutT, tpr, gr, r, u>(stream, x, ldx, n, w, bias, N, y, ldy, K);
+#define X(i, tpr, gr, r, u, sk)                                                                    \
+    case i: return gemv_tpl_n<T, OutT, tpr, gr, r, u, sk>(stream, x, ldx, n, w, bias, N, y, ldy, K);
         GEMV_CONFIG_LIST(X)
 #undef X
     default: return kiln_error(KILN_ERR_INTERNAL, "llm cuda: no GEMV configuration %d", cfg);
@@ -431,7 +462,7 @@ static kiln_status lt_linear(kiln_llm_cuda *g, const void *x, int ldx, int n, in
 
 #define GEMV_TUNE_BYTES (128.0 * (1 << 20)) /* weight bytes a candidate streams while timed: past L2 */
 #define GEMV_TUNE_MIN_REPS 3
-#define GEMV_TUNE_MAX_REPS 24 /* (8 kernels x reps launches queue behind the gate) */
+#define GEMV_TUNE_MAX_REPS 24 /* (10 kernels x reps launches queue behind the gate) */
 #define GEMV_GATE_MS 200.0
 
 template <typename T>
@@ -456,26 +487,64 @@ extern "C" kiln_status llmc_gemv_launch(kiln_dtype dtype, cudaStream_t stream, i
 }
 
 extern "C" const char *llmc_gemv_config_name(int cfg) {
-    return cfg >= 0 && cfg < LLMC_GEMV_CONFIGS ? GEMV_CFG[cfg].name : "?";
+    return cfg >= 0 && cfg < LLMC_GEMV_CONFIGS ? GEMV_NAME[cfg] : "?";
 }
 
-extern "C" kiln_status llmc_gemv_mode_from_env(int *mode) {
-    const char *v = getenv("KILN_LLM_GEMV");
+/* A configuration number from env var name (0 .. count - 1), or LLMC_GEMV_AUTO when unset, "" or "auto". */
+static kiln_status gemv_mode_env(const char *name, int count, int *mode) {
+    const char *v = getenv(name);
     *mode = LLMC_GEMV_AUTO;
     if (!v || !*v || !strcmp(v, "auto")) return KILN_OK;
-    if (v[0] >= '0' && v[0] < '0' + LLMC_GEMV_CONFIGS && !v[1]) {
+    if (v[0] >= '0' && v[0] < '0' + count && !v[1]) {
         *mode = v[0] - '0';
         return KILN_OK;
     }
-    return kiln_error(KILN_ERR_INVALID_ARGUMENT, "KILN_LLM_GEMV=%s (auto or 0..%d)", v,
-                      LLMC_GEMV_CONFIGS - 1);
+    return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s=%s (auto or 0..%d)", name, v, count - 1);
 }
 
-/* The configuration of a shape that is not timed (autotune off, or first seen inside a capture):
- * a warp per row for rows of at most 256 chunks, else 2 or 8 warps per row; rows share x from 3
- * token rows on. */
-static int gemv_rule(int n, int K) {
-    const int k8 = K / 8;
+extern "C" kiln_status llmc_gemv_mode_from_env(int *mode) {
+    return gemv_mode_env("KILN_LLM_GEMV", LLMC_GEMV_CONFIGS, mode);
+}
+
+extern "C" kiln_status llmc_gemv_q8_mode_from_env(int *mode) {
+    return gemv_mode_env("KILN_LLM_GEMV_Q8", LLMC_GEMV_Q8_CONFIGS, mode);
+}
+
+/* One GEMV product whose configuration is chosen: 16-bit weights w (scale NULL) or INT8 ones with
+ * row scales (the INT8 family, llm_cuda_gemv_q.cu). */
+typedef struct gemv_job {
+    const void *x;
+    int ldx, n, K;
+    const void *w;
+    const float *scale;
+    const void *bias;
+    int N;
+    void *y;
+    int ldy;
+    bool out_f32;
+} gemv_job;
+
+#define GEMV_MAX_CONFIGS (LLMC_GEMV_CONFIGS > LLMC_GEMV_Q8_CONFIGS ? LLMC_GEMV_CONFIGS : LLMC_GEMV_Q8_CONFIGS)
+
+static int job_configs(const gemv_job *j) { return j->scale ? LLMC_GEMV_Q8_CONFIGS : LLMC_GEMV_CONFIGS; }
+
+static double job_weight_bytes(const gemv_job *j) { return (double)j->N * j->K * (j->scale ? 1 : 2); }
+
+/* Enqueues j's product in configuration cfg on g's stream, reading the weights at w. */
+static kiln_status job_launch(kiln_llm_cuda *g, const gemv_job *j, int cfg, const void *w) {
+    if (j->scale)
+        return llmc_gemv_q8_launch(g->dtype, g->kc.stream, cfg, j->x, j->ldx, j->n, j->K, (const int8_t *)w, j->scale,
+                                   j->bias, j->N, j->y, j->ldy, j->out_f32);
+    return LC_DISPATCH(g->dtype, gemv_any, g->kc.stream, cfg, j->x, j->ldx, j->n, j->K, w, j->bias, j->N, j->y, j->ldy,
+                       j->out_f32);
+}
+
+/* The configuration of a shape that is not timed (autotune off, or first seen inside a capture).
+ * 16-bit: a warp per row for rows of at most 256 chunks, else 2 or 8 warps per row; rows share x
+ * from 3 token rows on. INT8: a warp per row (the geometry of the kernel the family replaced). */
+static int gemv_rule(const gemv_job *j) {
+    if (j->scale) return 0;
+    const int k8 = j->K / 8, n = j->n;
     if (k8 <= 256) return n <= 2 ? 0 : 1;
     if (k8 <= 1024) return n <= 2 ? 3 : 5;
     return n <= 2 ? 7 : 6;
@@ -496,39 +565,35 @@ static void CUDART_CB gemv_gate_fn(void *p) {
     }
 }
 
-/* Enqueues the timed launches of every configuration c between ev[2c] and ev[2c + 1], reps each.
- * Each launch reads its own N x K window of the model's weight allocation (consecutive windows, on
- * past the previous candidate's), so the weights come from HBM as in a step, not from L2; when the
- * allocation holds one window only, w itself. y gets garbage (the caller's own product follows). */
-static kiln_status gemv_tune_enqueue(kiln_llm_cuda *g, cudaEvent_t *ev, int reps, const void *x, int ldx, int n, int K,
-                                     const void *w, const void *bias, int N, void *y, int ldy, bool out_f32) {
-    const size_t mat = (size_t)N * K * 2, stride = (mat + LLMC_ALIGN - 1) / LLMC_ALIGN * LLMC_ALIGN;
+/* Enqueues the timed launches of every configuration c of j between ev[2c] and ev[2c + 1], reps each.
+ * Each launch reads its own window of j's weight bytes in the model's weight allocation (consecutive
+ * windows, on past the previous candidate's), so the weights come from HBM as in a step, not from L2;
+ * when the allocation holds one window only, j's weights themselves. y gets garbage (the caller's own
+ * product follows). */
+static kiln_status gemv_tune_enqueue(kiln_llm_cuda *g, cudaEvent_t *ev, int reps, const gemv_job *j) {
+    const size_t mat = (size_t)job_weight_bytes(j), stride = (mat + LLMC_ALIGN - 1) / LLMC_ALIGN * LLMC_ALIGN;
     const size_t slots = g->weights && g->weight_bytes >= mat ? (g->weight_bytes - mat) / stride + 1 : 1;
     size_t next = 0;
-    for (int c = 0; c < LLMC_GEMV_CONFIGS; c++) {
+    for (int c = 0; c < job_configs(j); c++) {
         KILN_CUDA_TRY(cudaEventRecord(ev[2 * c], g->kc.stream));
         for (int r = 0; r < reps; r++, next++) {
-            const void *wr = slots > 1 ? (const void *)((const char *)g->weights + next % slots * stride) : w;
-            KILN_TRY(LC_DISPATCH(g->dtype, gemv_any, g->kc.stream, c, x, ldx, n, K, wr, bias, N, y, ldy, out_f32));
+            const void *wr = slots > 1 ? (const void *)((const char *)g->weights + next % slots * stride) : j->w;
+            KILN_TRY(job_launch(g, j, c, wr));
         }
         KILN_CUDA_TRY(cudaEventRecord(ev[2 * c + 1], g->kc.stream));
     }
     return KILN_OK;
 }
 
-/* Times every configuration on this product (one untimed launch each first: module loading, warm-up)
- * and sets p->cfg to the fastest, p->us to its time per product; p->timed stays
- * false (p->cfg the rule's) when the events could not be made or timed. Only outside capture. */
-static kiln_status gemv_tune(kiln_llm_cuda *g, llmc_gemv_pick *p, const void *x, int ldx, const void *w,
-                             const void *bias, void *y, int ldy) {
-    const int N = p->N, K = p->K, n = p->n, NE = 2 * LLMC_GEMV_CONFIGS;
-    const bool out_f32 = p->out_f32;
-    for (int c = 0; c < LLMC_GEMV_CONFIGS; c++)
-        KILN_TRY(LC_DISPATCH(g->dtype, gemv_any, g->kc.stream, c, x, ldx, n, K, w, bias, N, y, ldy, out_f32));
-    const double mat = (double)N * K * 2;
-    int reps = (int)(GEMV_TUNE_BYTES / mat);
+/* Times every configuration on j (one untimed launch each first: module loading, warm-up) and sets
+ * p->cfg to the fastest, p->us to its time per product; p->timed stays false (p->cfg the rule's) when
+ * the events could not be made or timed. Only outside capture. */
+static kiln_status gemv_tune(kiln_llm_cuda *g, llmc_gemv_pick *p, const gemv_job *j) {
+    const int nc = job_configs(j), NE = 2 * nc;
+    for (int c = 0; c < nc; c++) KILN_TRY(job_launch(g, j, c, j->w));
+    int reps = (int)(GEMV_TUNE_BYTES / job_weight_bytes(j));
     reps = reps < GEMV_TUNE_MIN_REPS ? GEMV_TUNE_MIN_REPS : reps > GEMV_TUNE_MAX_REPS ? GEMV_TUNE_MAX_REPS : reps;
-    cudaEvent_t ev[2 * LLMC_GEMV_CONFIGS];
+    cudaEvent_t ev[2 * GEMV_MAX_CONFIGS];
     memset(ev, 0, sizeof ev);
     bool ok = true;
     for (int i = 0; i < NE && ok; i++) ok = cudaEventCreate(&ev[i]) == cudaSuccess;
@@ -537,7 +602,7 @@ static kiln_status gemv_tune(kiln_llm_cuda *g, llmc_gemv_pick *p, const void *x,
         __atomic_store_n(&g->gemv_gate, 0, __ATOMIC_RELEASE);
         const bool gated = cudaLaunchHostFunc(g->kc.stream, gemv_gate_fn, &g->gemv_gate) == cudaSuccess;
         if (!gated) (void)cudaGetLastError(); /* runs ungated, and untimed */
-        st = gemv_tune_enqueue(g, ev, reps, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
+        st = gemv_tune_enqueue(g, ev, reps, j);
         __atomic_store_n(&g->gemv_gate, 1, __ATOMIC_RELEASE);
         /* whatever was enqueued has finished before the gate flag or the events go away */
         ok = gated && st == KILN_OK && cudaStreamSynchronize(g->kc.stream) == cudaSuccess;
@@ -545,7 +610,7 @@ static kiln_status gemv_tune(kiln_llm_cuda *g, llmc_gemv_pick *p, const void *x,
     }
     float best = 0.0f;
     int pick = -1;
-    for (int c = 0; ok && c < LLMC_GEMV_CONFIGS; c++) {
+    for (int c = 0; ok && c < nc; c++) {
         float ms = 0.0f;
         ok = cudaEventElapsedTime(&ms, ev[2 * c], ev[2 * c + 1]) == cudaSuccess;
         if (ok && (pick < 0 || ms < best)) {
@@ -568,45 +633,45 @@ static kiln_status gemv_tune(kiln_llm_cuda *g, llmc_gemv_pick *p, const void *x,
 
 /* gemv_tune's choice for p's shape, taken from the timing cache when it holds one, else timed now
  * (and recorded there). */
-static kiln_status gemv_pick(kiln_llm_cuda *g, llmc_gemv_pick *p, const void *x, int ldx, const void *w,
-                             const void *bias, void *y, int ldy) {
+static kiln_status gemv_pick(kiln_llm_cuda *g, llmc_gemv_pick *p, const gemv_job *j) {
     kiln_llm_cuda_probe *pr = g->opt.probe;
+    const char *dt = kiln_dtype_name(g->dtype);
     char shape[128];
-    snprintf(shape, sizeof shape, "%s N %d K %d n %d out %s", kiln_dtype_name(g->dtype), p->N, p->K, p->n,
-             p->out_f32 ? "fp32" : kiln_dtype_name(g->dtype));
-    const kiln_tactic *t = llmc_tactic_find(g, "llm.gemv", shape);
-    if (t && t->kind == KILN_TACTIC_LLM_GEMV && t->algo >= 0 && t->algo < LLMC_GEMV_CONFIGS) {
+    snprintf(shape, sizeof shape, "%s N %d K %d n %d out %s", dt, p->N, p->K, p->n, p->out_f32 ? "fp32" : dt);
+    const char *what = p->q8 ? "llm.gemv.int8" : "llm.gemv";
+    const kiln_tactic *t = llmc_tactic_find(g, what, shape);
+    if (t && t->kind == KILN_TACTIC_LLM_GEMV && t->algo >= 0 && t->algo < job_configs(j)) {
         p->cfg = t->algo;
         p->timed = true;
         p->us = t->time_ms * 1e3f;
         if (pr) pr->tactics_cached++;
         return KILN_OK;
     }
-    KILN_TRY(gemv_tune(g, p, x, ldx, w, bias, y, ldy));
+    KILN_TRY(gemv_tune(g, p, j));
     if (!p->timed) return KILN_OK;
     kiln_tactic rec;
     memset(&rec, 0, sizeof rec);
     rec.kind = KILN_TACTIC_LLM_GEMV;
     rec.algo = p->cfg;
     rec.time_ms = p->us * 1e-3f;
-    llmc_tactic_put(g, "llm.gemv", shape, &rec);
+    llmc_tactic_put(g, what, shape, &rec);
     if (pr) pr->tactics_timed++;
     return KILN_OK;
 }
 
-/* The configuration for this product: the remembered one of its shape; else, outside capture, one
- * chosen now (timed when options.gemm_autotune) and remembered; inside a capture the rule's (not
- * remembered: a graph is captured only after an eager step of its shapes, so this is rare). */
-static kiln_status gemv_choose(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const void *bias,
-                               int N, void *y, int ldy, bool out_f32, int *cfg) {
+/* The configuration for j: the remembered one of its shape; else, outside capture, one chosen now
+ * (timed when options.gemm_autotune) and remembered; inside a capture the rule's (not remembered: a
+ * graph is captured only after an eager step of its shapes, so this is rare). */
+static kiln_status gemv_choose(kiln_llm_cuda *g, const gemv_job *j, int *cfg) {
+    const bool q8 = j->scale != NULL;
     for (int i = 0; i < g->n_gemv_picks; i++) {
         const llmc_gemv_pick *p = &g->gemv_picks[i];
-        if (p->N == N && p->K == K && p->n == n && p->out_f32 == out_f32) {
+        if (p->N == j->N && p->K == j->K && p->n == j->n && p->out_f32 == j->out_f32 && p->q8 == q8) {
             *cfg = p->cfg;
             return KILN_OK;
         }
     }
-    *cfg = gemv_rule(n, K);
+    *cfg = gemv_rule(j);
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(g->kc.stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
         (void)cudaGetLastError();
@@ -614,12 +679,13 @@ static kiln_status gemv_choose(kiln_llm_cuda *g, const void *x, int ldx, int n, 
     }
     llmc_gemv_pick p;
     memset(&p, 0, sizeof p);
-    p.N = N;
-    p.K = K;
-    p.n = n;
-    p.out_f32 = out_f32;
+    p.N = j->N;
+    p.K = j->K;
+    p.n = j->n;
+    p.out_f32 = j->out_f32;
+    p.q8 = q8;
     p.cfg = *cfg;
-    if (g->opt.gemm_autotune) KILN_TRY(gemv_pick(g, &p, x, ldx, w, bias, y, ldy));
+    if (g->opt.gemm_autotune) KILN_TRY(gemv_pick(g, &p, j));
     llmc_gemv_pick *slot;
     if (g->n_gemv_picks < LLMC_GEMV_PICKS) {
         slot = &g->gemv_picks[g->n_gemv_picks++];
@@ -635,14 +701,15 @@ static kiln_status gemv_choose(kiln_llm_cuda *g, const void *x, int ldx, int n, 
 extern "C" int kiln_llm_cuda_gemv_picks(const kiln_llm_cuda *g, int i, char *line, size_t cap) {
     if (i >= 0 && i < g->n_gemv_picks && cap > 0) {
         const llmc_gemv_pick *p = &g->gemv_picks[i];
-        const double gb = (double)p->N * p->K * 2 * 1e-3; /* bytes / us * 1e-3 = GB/s */
-        const char *dt = g->dtype == KILN_F16 ? "fp16" : "bf16";
+        const double gb = (double)p->N * p->K * (p->q8 ? 1 : 2) * 1e-3; /* bytes / us * 1e-3 = GB/s */
+        const char *dt = g->dtype == KILN_F16 ? "fp16" : "bf16", *wt = p->q8 ? "int8" : dt;
+        const char *name = p->q8 ? llmc_gemv_q8_config_name(p->cfg) : llmc_gemv_config_name(p->cfg);
         if (p->timed)
-            snprintf(line, cap, "N %5d K %5d n %d %s->%s: %s; %.2f us, %.0f GB/s", p->N, p->K, p->n, dt,
-                     p->out_f32 ? "fp32" : dt, llmc_gemv_config_name(p->cfg), p->us, gb / p->us);
+            snprintf(line, cap, "N %5d K %5d n %d %s x %s->%s: %s; %.2f us, %.0f GB/s", p->N, p->K, p->n, wt, dt,
+                     p->out_f32 ? "fp32" : dt, name, p->us, gb / p->us);
         else
-            snprintf(line, cap, "N %5d K %5d n %d %s->%s: %s (shape rule, not timed)", p->N, p->K, p->n, dt,
-                     p->out_f32 ? "fp32" : dt, llmc_gemv_config_name(p->cfg));
+            snprintf(line, cap, "N %5d K %5d n %d %s x %s->%s: %s (shape rule, not timed)", p->N, p->K, p->n, wt, dt,
+                     p->out_f32 ? "fp32" : dt, name);
     }
     return g->n_gemv_picks;
 }
@@ -653,7 +720,18 @@ extern "C" kiln_status llmc_gemv_config(kiln_llm_cuda *g, const void *x, int ldx
                                         const void *bias, int N, void *y, int ldy, bool out_f32, int *cfg) {
     *cfg = g->gemv_force;
     if (*cfg != LLMC_GEMV_AUTO) return KILN_OK;
-    return gemv_choose(g, x, ldx, n, K, w, bias, N, y, ldy, out_f32, cfg);
+    const gemv_job j = {x, ldx, n, K, w, NULL, bias, N, y, ldy, out_f32};
+    return gemv_choose(g, &j, cfg);
+}
+
+extern "C" kiln_status llmc_gemv_q8_config(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const int8_t *q,
+                                           const float *scale, const void *bias, int N, void *y, int ldy, bool out_f32,
+                                           int *cfg) {
+    *cfg = g->gemv_q8_force;
+    if (*cfg != LLMC_GEMV_AUTO) return KILN_OK;
+    if (!scale) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "int8 gemv: no row scales");
+    const gemv_job j = {x, ldx, n, K, q, scale, bias, N, y, ldy, out_f32};
+    return gemv_choose(g, &j, cfg);
 }
 
 extern "C" kiln_status llmc_linear(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const void *bias,
@@ -661,7 +739,7 @@ extern "C" kiln_status llmc_linear(kiln_llm_cuda *g, const void *x, int ldx, int
     const bool gemv_ok = n >= 1 && n <= g->opt.gemv_max_tokens && n <= LLMC_GEMV_MAX && K >= 8 && K % 8 == 0 &&
                          ldx % 8 == 0 && ku_aligned16(x) && ku_aligned16(w);
     if (!gemv_ok) return lt_linear(g, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
-    int cfg = g->gemv_force;
-    if (cfg == LLMC_GEMV_AUTO) KILN_TRY(gemv_choose(g, x, ldx, n, K, w, bias, N, y, ldy, out_f32, &cfg));
+    int cfg = 0;
+    KILN_TRY(llmc_gemv_config(g, x, ldx, n, K, w, bias, N, y, ldy, out_f32, &cfg));
     return LC_DISPATCH(g->dtype, gemv_any, g->kc.stream, cfg, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
 }

@@ -50,12 +50,6 @@ static __device__ __forceinline__ float gelu_tanh(float v) {
     return 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
 }
 
-/* 8 values of T at p (16-byte aligned; shared or global memory) as FP32. */
-template <typename T> static __device__ __forceinline__ void load8_any(const T *p, float (&f)[8]) {
-    const uint4 u = *reinterpret_cast<const uint4 *>(p);
-    lc_unpack8<T>(u, f);
-}
-
 /* The n residual rows normalized into xs [n][K] (as add_norm_kernel computes them, without the add). */
 template <typename T> static __device__ void norm_rows(const fused_args &a, T *xs) {
     __shared__ float red[32];
@@ -103,7 +97,7 @@ static __device__ __forceinline__ void fused_store(const fused_args &a, int row,
     }
 }
 
-/* gemv_tpl_kernel's loop (llm_cuda_gemm.cu) over row groups blockIdx.x, + gridDim.x, ...; a group's
+/* gemv_tpl_kernel's loop (lc_gemv_rows, llm_cuda_util.cuh) over row groups blockIdx.x, + gridDim.x, ...; a group's
  * weight rows are its R output rows, and with GATED also the R up rows N + row (RW = 2 R). */
 template <typename T, int NT, int TPR, int GROUPS, int R, int U, bool GATED>
 __global__ void __launch_bounds__(TPR *GROUPS) gemv_fused_kernel(const fused_args a) {
@@ -152,35 +146,7 @@ __global__ void __launch_bounds__(TPR *GROUPS) gemv_fused_kernel(const fused_arg
         for (int r = 0; r < RW; r++)
 #pragma unroll
             for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
-        if (rows > 0) {
-            for (int c0 = gi; c0 < K8; c0 += TPR * U) {
-                uint4 wv[U][RW];
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    const int c = c0 + u * TPR;
-#pragma unroll
-                    for (int r = 0; r < RW; r++)
-                        wv[u][r] = c < K8 && (r < R ? r : r - R) < rows ? __ldcs(wr[r] + c) : make_uint4(0, 0, 0, 0);
-                }
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    const int c = c0 + u * TPR;
-                    if (c >= K8) break;
-                    float wf[RW][8];
-#pragma unroll
-                    for (int r = 0; r < RW; r++) lc_unpack8<T>(wv[u][r], wf[r]);
-#pragma unroll
-                    for (int t = 0; t < NT; t++) {
-                        float xf[8];
-                        load8_any<T>(xr[t] + (size_t)c * 8, xf);
-#pragma unroll
-                        for (int r = 0; r < RW; r++)
-#pragma unroll
-                            for (int e = 0; e < 8; e++) acc[r][t] += wf[r][e] * xf[e];
-                    }
-                }
-            }
-        }
+        if (rows > 0) lc_gemv_rows<T, NT, TPR, R, RW, U, false>(wr, rows, xr, gi, K8, acc);
         if constexpr (WPR == 1) {
 #pragma unroll
             for (int r = 0; r < R; r++)
@@ -266,7 +232,8 @@ static kiln_status fused_n(const llmc_gemv_fused *p, const fused_args &a, cudaSt
     }
 }
 
-/* The geometries of llm_cuda_gemm.cu's GEMV_CONFIG_LIST, in its order (config i here is config i there). */
+/* The geometries of llm_cuda_gemm.cu's GEMV_CONFIG_LIST, in its order (config i here is config i there);
+ * its split-K configurations (8, 9) run unsplit here (a block's epilogue needs whole sums). */
 #define FUSED_CONFIG_LIST(X)                                                                       \
     X(0, 32, 4, 1, 8)                                                                              \
     X(1, 32, 4, 2, 4)                                                                              \
@@ -275,7 +242,9 @@ static kiln_status fused_n(const llmc_gemv_fused *p, const fused_args &a, cudaSt
     X(4, 128, 1, 1, 8)                                                                             \
     X(5, 128, 2, 2, 4)                                                                             \
     X(6, 256, 1, 4, 2)                                                                             \
-    X(7, 256, 1, 2, 4)
+    X(7, 256, 1, 2, 4)                                                                             \
+    X(8, 32, 4, 1, 2)                                                                              \
+    X(9, 64, 2, 2, 2)
 
 template <typename T>
 static kiln_status fused_any(const llmc_gemv_fused *p, const fused_args &a, cudaStream_t stream) {

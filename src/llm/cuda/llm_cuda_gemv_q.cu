@@ -1,111 +1,310 @@
 /* llm_cuda_gemv_q.cu — the weight-only INT8 products of the LLM forward on CUDA (weights int8 [N, K]
- * with one fp32 scale per output row, kept so on the device): a dequantizing GEMV for decode (one warp
- * per output row, 16 int8 weights per 16-byte load converted to fp32 in registers, up to
- * LLMC_GEMV_MAX token rows summed in fp32 against the same loaded weights, the row's scale applied
- * once to each sum), and for many token rows (prefill) tiles of weight rows dequantized to the
- * activation dtype in a device workspace, each multiplied by llmc_linear's cuBLASLt product. Also the
- * embedding lookup of an int8 token embedding. Activations are the model's compute dtype (fp16 or
- * bf16). */
+ * with one fp32 scale per output row, kept so on the device):
+ *
+ *  - few token rows (decode): gemv_q8_kernel, one template over its launch geometry as the 16-bit
+ *    GEMV's (threads per row group, groups per block, rows per group, 16-byte loads of 16 weights in
+ *    flight per row, activations staged in shared memory or read through L1), in
+ *    LLMC_GEMV_Q8_CONFIGS configurations timed per shape by llm_cuda_gemm.cu's choice (the fastest
+ *    kept; KILN_LLM_GEMV_Q8=0..9 forces one). Up to LLMC_GEMV_MAX token rows are summed in fp32
+ *    against the same loaded weights, the row's scale applied once to each sum.
+ *  - many token rows (prefill): tiles of weight rows dequantized to the activation dtype in a device
+ *    workspace, each multiplied by llmc_linear's cuBLASLt product.
+ *
+ * Also the embedding lookup of an int8 token embedding. Activations are the model's compute dtype
+ * (fp16 or bf16). */
 #include "llm/cuda/llm_cuda_util.cuh"
 
-#define QG_WARPS 4 /* output rows (one warp each) of a GEMV block */
 #define QD_THREADS 256
+#define Q8_STAGE_MAX (48 * 1024) /* activation bytes (n * K * 2) a staging configuration keeps in shared
+                                  * memory; past it the configuration reads them through L1 */
 
-/* ---------------------------------------------------------------- GEMV */
+/* ---------------------------------------------------------------- the INT8 GEMV family */
 
-/* The 16 int8 values of u as fp32. */
+/* The 16 int8 values of u as fp32, exactly: each byte, offset by 128, becomes the low mantissa byte of
+ * 2^23 (one byte permute), and 2^23 + 128 is subtracted (one add); cheaper than 16 integer-to-float
+ * conversions, whose throughput would bound the kernel below the memory's. */
 static __device__ __forceinline__ void q8_unpack16(const uint4 &u, float (&f)[16]) {
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+    const uint32_t w[4] = {u.x ^ 0x80808080u, u.y ^ 0x80808080u, u.z ^ 0x80808080u, u.w ^ 0x80808080u};
 #pragma unroll
     for (int j = 0; j < 4; j++) {
 #pragma unroll
-        for (int b = 0; b < 4; b++) f[4 * j + b] = (float)(int8_t)(w[j] >> (8 * b));
+        for (int b = 0; b < 4; b++)
+            f[4 * j + b] = __int_as_float((int)__byte_perm(w[j], 0x4B000000u, 0x7540u | b)) - 8388736.0f;
     }
 }
 
-/* y[r, o] = scale[o] * sum_k x[r, k] q[o, k] + bias[o], r < NR; K % 16 == 0, x rows 16-byte aligned. */
-template <typename T, typename O, int NR>
-__global__ void __launch_bounds__(QG_WARPS * 32)
-    gemv_q8_kernel(const T *__restrict__ x, int ldx, int K, const int8_t *__restrict__ w, const float *__restrict__ scale,
-                   const T *__restrict__ bias, int N, O *__restrict__ y, int ldy) {
-    const int lane = threadIdx.x & 31, o = blockIdx.x * QG_WARPS + (threadIdx.x >> 5);
-    if (o >= N) return;
-    const int8_t *wr = w + (size_t)o * K;
-    float acc[NR];
+/* The end of a split-K launch (S > 1, gemv_q8_kernel): the group's sums of its block's share of K go to
+ * shared memory (over the warp, then over the group's warps), lc_cluster_sum adds the cluster's S
+ * shares in rank order, and rank 0's threads apply the row scale, add the bias and store. */
+template <typename T, typename O, int NT, int TPR, int GROUPS, int R, int S>
+static __device__ __forceinline__ void q8_split_store(const float (&acc)[R][NT], int grp, int gi, int lane, int rows,
+                                                      int n, int row0, const float *scale, const T *bias, O *y,
+                                                      int ldy) {
+    constexpr int WPR = TPR / 32;
+    __shared__ float part[GROUPS][R * NT];
+    if constexpr (WPR == 1) {
 #pragma unroll
-    for (int r = 0; r < NR; r++) acc[r] = 0.0f;
-#pragma unroll 4 /* several 16-byte weight loads in flight per lane */
-    for (int k = lane * 16; k < K; k += 32 * 16) {
-        float wf[16];
-        q8_unpack16(__ldg(reinterpret_cast<const uint4 *>(wr + k)), wf);
+        for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int r = 0; r < NR; r++) {
-            float a[8], b[8];
-            lc_load8<T>(x + (size_t)r * ldx + k, a);
-            lc_load8<T>(x + (size_t)r * ldx + k + 8, b);
-            float s = acc[r];
+            for (int t = 0; t < NT; t++) {
+                const float v = ku_warp_sum(acc[r][t]);
+                if (lane == r * NT + t) part[grp][r * NT + t] = v;
+            }
+    } else {
+        __shared__ float red[GROUPS][WPR][R * NT];
+        const int wg = gi >> 5;
 #pragma unroll
-            for (int j = 0; j < 8; j++) s = fmaf(a[j], wf[j], s);
+        for (int r = 0; r < R; r++)
 #pragma unroll
-            for (int j = 0; j < 8; j++) s = fmaf(b[j], wf[8 + j], s);
-            acc[r] = s;
+            for (int t = 0; t < NT; t++) {
+                const float v = ku_warp_sum(acc[r][t]);
+                if (lane == 0) red[grp][wg][r * NT + t] = v;
+            }
+        __syncthreads();
+        if (gi < R * NT) {
+            float v = 0.0f;
+#pragma unroll
+            for (int wi = 0; wi < WPR; wi++) v += red[grp][wi][gi];
+            part[grp][gi] = v;
         }
     }
-#pragma unroll
-    for (int r = 0; r < NR; r++) {
-#pragma unroll
-        for (int m = 16; m; m >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], m);
-    }
-    if (lane) return;
-    const float sc = scale[o], bo = bias ? ku_f32(bias[o]) : 0.0f;
-#pragma unroll
-    for (int r = 0; r < NR; r++) y[(size_t)r * ldy + o] = ku_from_f32<O>(acc[r] * sc + bo);
-}
-
-template <typename T, typename O, int NR>
-static void gemv_q8_rows(cudaStream_t st, const void *x, int ldx, int K, const int8_t *w, const float *scale,
-                         const void *bias, int N, void *y, int ldy) {
-    gemv_q8_kernel<T, O, NR><<<(N + QG_WARPS - 1) / QG_WARPS, QG_WARPS * 32, 0, st>>>(
-        (const T *)x, ldx, K, w, scale, (const T *)bias, N, (O *)y, ldy);
-}
-
-template <typename T, typename O>
-static void gemv_q8_n(cudaStream_t st, const void *x, int ldx, int n, int K, const int8_t *w, const float *scale,
-                      const void *bias, int N, void *y, int ldy) {
-    switch (n) {
-    case 1: gemv_q8_rows<T, O, 1>(st, x, ldx, K, w, scale, bias, N, y, ldy); break;
-    case 2: gemv_q8_rows<T, O, 2>(st, x, ldx, K, w, scale, bias, N, y, ldy); break;
-    case 3: gemv_q8_rows<T, O, 3>(st, x, ldx, K, w, scale, bias, N, y, ldy); break;
-    case 4: gemv_q8_rows<T, O, 4>(st, x, ldx, K, w, scale, bias, N, y, ldy); break;
-    case 5: gemv_q8_rows<T, O, 5>(st, x, ldx, K, w, scale, bias, N, y, ldy); break;
-    case 6: gemv_q8_rows<T, O, 6>(st, x, ldx, K, w, scale, bias, N, y, ldy); break;
-    case 7: gemv_q8_rows<T, O, 7>(st, x, ldx, K, w, scale, bias, N, y, ldy); break;
-    default: gemv_q8_rows<T, O, 8>(st, x, ldx, K, w, scale, bias, N, y, ldy); break;
+    float v = 0.0f;
+    if (lc_cluster_sum<S>(part[grp], gi, R * NT, v)) {
+        const int r = gi / NT, t = gi - r * NT, o = row0 + r;
+        if (r < rows && t < n) y[(size_t)t * ldy + o] = ku_from_f32<O>(v * scale[o] + (bias ? ku_f32(bias[o]) : 0.0f));
     }
 }
 
-template <typename T>
-static kiln_status launch_gemv_q8(cudaStream_t st, const void *x, int ldx, int n, int K, const int8_t *w,
-                                  const float *scale, const void *bias, int N, void *y, int ldy, bool out_f32) {
-    if (out_f32) gemv_q8_n<T, float>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
-    else gemv_q8_n<T, T>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
+/* y[t, o] = scale[o] * sum_k x[t, k] q[o, k] + bias[o]. A block is GROUPS groups of TPR threads (TPR a
+ * multiple of 32: one warp, or several splitting K); a group owns R consecutive output rows and its
+ * threads take the 16-byte chunks (16 weights) g, g + TPR, ... of each (g: the thread's index in the
+ * group), U chunks of every row in flight per round (R * U loads per thread, __ldcs: read once per
+ * product). The 16 inputs of each token row under a chunk are loaded once and used for all R rows:
+ * from shared memory when STAGE (the block copies the n token rows there first), else through L1.
+ * FP32 sums over the warp by shuffles, then (TPR > 32) over the group's warps through shared memory.
+ * NT: token rows compiled for; NT <= 4 runs with n == NT, NT = 8 with any n <= 8 (rows past n repeat
+ * row n - 1 and are not stored). S > 1: split-K over clusters of S blocks (sm_90): block rank q takes the
+ * chunks q * TPR + g, + S * TPR, ..., and q8_split_store sums the S shares. */
+template <typename T, typename O, int NT, int TPR, int GROUPS, int R, int U, bool STAGE, int S>
+__global__ void __launch_bounds__(TPR *GROUPS)
+    gemv_q8_kernel(const T *__restrict__ x, int ldx, int n, int K, const int8_t *__restrict__ w,
+                   const float *__restrict__ scale, const T *__restrict__ bias, int N, O *__restrict__ y, int ldy) {
+    constexpr int WPR = TPR / 32;
+    static_assert(TPR % 32 == 0 && WPR >= 1, "TPR: a multiple of 32");
+    static_assert(WPR == 1 || R * NT <= TPR, "the cross-warp sum takes one thread per (row, token row)");
+    static_assert(WPR > 1 || R * NT <= 32, "one lane stores each (row, token row)");
+    extern __shared__ uint4 q8_xs[];
+    const int tid = threadIdx.x, grp = tid / TPR, gi = tid - grp * TPR, lane = tid & 31, K16 = K >> 4;
+    const int split = S > 1 ? (int)(blockIdx.x % S) : 0, rb = (int)(blockIdx.x / S);
+    const int row0 = (rb * GROUPS + grp) * R, rows = min(R, N - row0); /* rows <= 0: idle */
+    const T *xbase = x;
+    int xld = ldx;
+    if (STAGE) { /* the n token rows, K values each, contiguous in shared memory */
+        const int K8 = K >> 3;
+        for (int i = tid; i < n * K8; i += TPR * GROUPS) {
+            const int t = i / K8, c = i - t * K8;
+            q8_xs[i] = __ldg(reinterpret_cast<const uint4 *>(x + (size_t)t * ldx) + c);
+        }
+        __syncthreads();
+        xbase = reinterpret_cast<const T *>(q8_xs);
+        xld = K;
+    }
+    const uint4 *wr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) wr[r] = reinterpret_cast<const uint4 *>(w + (size_t)min(row0 + r, N - 1) * K);
+    const T *xr[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) xr[t] = xbase + (size_t)(NT <= 4 ? t : min(t, n - 1)) * xld;
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    if (rows > 0) {
+        for (int c0 = split * TPR + gi; c0 < K16; c0 += TPR * S * U) {
+            uint4 wv[U][R];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * TPR * S;
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    wv[u][r] = c < K16 && r < rows ? __ldcs(wr[r] + c) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * TPR * S;
+                if (c >= K16) break;
+                float wf[R][16];
+#pragma unroll
+                for (int r = 0; r < R; r++) q8_unpack16(wv[u][r], wf[r]);
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    float a[8], b[8];
+                    if (STAGE) {
+                        lc_load8_any<T>(xr[t] + (size_t)c * 16, a);
+                        lc_load8_any<T>(xr[t] + (size_t)c * 16 + 8, b);
+                    } else {
+                        lc_load8<T>(xr[t] + (size_t)c * 16, a);
+                        lc_load8<T>(xr[t] + (size_t)c * 16 + 8, b);
+                    }
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        float s = acc[r][t];
+#pragma unroll
+                        for (int e = 0; e < 8; e++) s = fmaf(a[e], wf[r][e], s);
+#pragma unroll
+                        for (int e = 0; e < 8; e++) s = fmaf(b[e], wf[r][8 + e], s);
+                        acc[r][t] = s;
+                    }
+                }
+            }
+        }
+    }
+    if constexpr (S > 1) {
+        q8_split_store<T, O, NT, TPR, GROUPS, R, S>(acc, grp, gi, lane, rows, n, row0, scale, bias, y, ldy);
+    } else if constexpr (WPR == 1) {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const float v = ku_warp_sum(acc[r][t]); /* every lane has it: lane r * NT + t stores */
+                if (lane == r * NT + t && r < rows && t < n) {
+                    const int o = row0 + r;
+                    y[(size_t)t * ldy + o] = ku_from_f32<O>(v * scale[o] + (bias ? ku_f32(bias[o]) : 0.0f));
+                }
+            }
+    } else {
+        __shared__ float red[GROUPS][WPR][R * NT];
+        const int wg = gi >> 5;
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const float v = ku_warp_sum(acc[r][t]);
+                if (lane == 0) red[grp][wg][r * NT + t] = v;
+            }
+        __syncthreads();
+        if (gi < R * NT) {
+            const int r = gi / NT, t = gi - r * NT, o = row0 + r;
+            if (r < rows && t < n) {
+                float v = 0.0f;
+#pragma unroll
+                for (int wi = 0; wi < WPR; wi++) v += red[grp][wi][gi];
+                y[(size_t)t * ldy + o] = ku_from_f32<O>(v * scale[o] + (bias ? ku_f32(bias[o]) : 0.0f));
+            }
+        }
+    }
+}
+
+/* The candidates: threads per row group, groups per block, rows per group, chunks per row in flight,
+ * activations staged in shared memory, blocks splitting K (a cluster). A warp per row with 4 or 8
+ * loads in flight (0, 1: 0 is the geometry of the kernel the family replaced), warps on 2 or 4 rows
+ * sharing the activations (2-4; 3 and 4 staged once per block of 16 rows: 4 warps of 4 rows, 8 of 2),
+ * 2-8 warps splitting the long rows of narrow products so that a product of few rows still spreads
+ * over every SM (5-7), clusters of 4 or 2 blocks splitting K (8, 9; unsplit before sm_90). Each
+ * checked against the CPU by the llm.GemvQ8 op cases (tests/gpu/llm_op_quant.c). */
+#define GEMV_Q8_CONFIG_LIST(X)                                                                     \
+    X(0, 32, 4, 1, 4, false, 1)                                                                    \
+    X(1, 32, 4, 1, 8, false, 1)                                                                    \
+    X(2, 32, 4, 2, 4, false, 1)                                                                    \
+    X(3, 32, 4, 4, 2, true, 1)                                                                     \
+    X(4, 32, 8, 2, 4, true, 1)                                                                     \
+    X(5, 64, 2, 2, 4, false, 1)                                                                    \
+    X(6, 128, 1, 1, 4, false, 1)                                                                   \
+    X(7, 256, 1, 2, 2, false, 1)                                                                   \
+    X(8, 32, 4, 1, 2, false, 4)                                                                    \
+    X(9, 32, 4, 2, 2, false, 2)
+
+#define Q8_STAGED_true ", x in shared memory"
+#define Q8_STAGED_false ""
+static const char *const GEMV_Q8_NAME[LLMC_GEMV_Q8_CONFIGS] = {
+#define X(i, tpr, gr, r, u, st, sk)                                                                \
+    "#" #i ": " #tpr " thr/row x " #r " rows, " #gr " groups, " #u " loads/row, split " #sk Q8_STAGED_##st,
+    GEMV_Q8_CONFIG_LIST(X)
+#undef X
+};
+
+template <typename T, typename O, int NT, int TPR, int GROUPS, int R, int U, bool STAGE, int S>
+static kiln_status gemv_q8_nt(cudaStream_t st, const void *x, int ldx, int n, int K, const int8_t *w,
+                              const float *scale, const void *bias, int N, void *y, int ldy) {
+    const unsigned blocks = (unsigned)((N + GROUPS * R - 1) / (GROUPS * R));
+    const size_t smem = (size_t)n * K * sizeof(T);
+    static_assert(S == 1 || !STAGE, "a split configuration reads the activations through L1");
+    bool done = false;
+    if constexpr (S > 1) {
+        if (lc_clusters_ok()) {
+            KILN_TRY(lc_cluster_launch(gemv_q8_kernel<T, O, NT, TPR, GROUPS, R, U, false, S>, blocks, S, TPR * GROUPS, 0,
+                                       st, (const T *)x, ldx, n, K, w, scale, (const T *)bias, N, (O *)y, ldy));
+            done = true;
+        }
+    } else if constexpr (STAGE) {
+        if (smem <= Q8_STAGE_MAX) {
+            gemv_q8_kernel<T, O, NT, TPR, GROUPS, R, U, true, 1><<<blocks, TPR * GROUPS, smem, st>>>(
+                (const T *)x, ldx, n, K, w, scale, (const T *)bias, N, (O *)y, ldy);
+            done = true;
+        }
+    }
+    if (!done) /* the unstaged, unsplit kernel of this geometry */
+        gemv_q8_kernel<T, O, NT, TPR, GROUPS, R, U, false, 1><<<blocks, TPR * GROUPS, 0, st>>>(
+            (const T *)x, ldx, n, K, w, scale, (const T *)bias, N, (O *)y, ldy);
     KILN_CUDA_LAUNCH_CHECK("gemv_q8_kernel");
     return KILN_OK;
 }
 
-static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+template <typename T, typename O, int TPR, int GROUPS, int R, int U, bool STAGE, int S>
+static kiln_status gemv_q8_n(cudaStream_t st, const void *x, int ldx, int n, int K, const int8_t *w,
+                             const float *scale, const void *bias, int N, void *y, int ldy) {
+    switch (n) {
+    case 1: return gemv_q8_nt<T, O, 1, TPR, GROUPS, R, U, STAGE, S>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
+    case 2: return gemv_q8_nt<T, O, 2, TPR, GROUPS, R, U, STAGE, S>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
+    case 3: return gemv_q8_nt<T, O, 3, TPR, GROUPS, R, U, STAGE, S>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
+    case 4: return gemv_q8_nt<T, O, 4, TPR, GROUPS, R, U, STAGE, S>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
+    default: return gemv_q8_nt<T, O, 8, TPR, GROUPS, R, U, STAGE, S>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
+    }
+}
 
-extern "C" kiln_status llmc_gemv_q8_launch(kiln_dtype dtype, cudaStream_t stream, const void *x, int ldx, int n,
-                                           int K, const int8_t *w, const float *scale, const void *bias, int N,
+template <typename T, typename O>
+static kiln_status gemv_q8_cfg(cudaStream_t st, int cfg, const void *x, int ldx, int n, int K, const int8_t *w,
+                               const float *scale, const void *bias, int N, void *y, int ldy) {
+    switch (cfg) {
+#define X(i, tpr, gr, r, u, stage, sk)                                                             \
+    case i: return gemv_q8_n<T, O, tpr, gr, r, u, stage, sk>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
+        GEMV_Q8_CONFIG_LIST(X)
+#undef X
+    default: return kiln_error(KILN_ERR_INTERNAL, "int8 gemv: no configuration %d", cfg);
+    }
+}
+
+template <typename T>
+static kiln_status launch_gemv_q8(cudaStream_t st, int cfg, const void *x, int ldx, int n, int K, const int8_t *w,
+                                  const float *scale, const void *bias, int N, void *y, int ldy, bool out_f32) {
+    return out_f32 ? gemv_q8_cfg<T, float>(st, cfg, x, ldx, n, K, w, scale, bias, N, y, ldy)
+                   : gemv_q8_cfg<T, T>(st, cfg, x, ldx, n, K, w, scale, bias, N, y, ldy);
+}
+
+extern "C" bool llmc_gemv_q8_fits(int n, int K, int ldx, const void *x, const void *q) {
+    return n >= 1 && n <= LLMC_GEMV_MAX && K >= 16 && K % 16 == 0 && ldx % 8 == 0 && ldx >= K && ku_aligned16(x) &&
+           ku_aligned16(q);
+}
+
+extern "C" kiln_status llmc_gemv_q8_launch(kiln_dtype dtype, cudaStream_t stream, int cfg, const void *x, int ldx,
+                                           int n, int K, const int8_t *w, const float *scale, const void *bias, int N,
                                            void *y, int ldy, bool out_f32) {
     if (dtype != KILN_F16 && dtype != KILN_BF16)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "int8 gemv: activations %s (float16 or bfloat16)",
                           kiln_dtype_name(dtype));
-    if (n < 1 || n > LLMC_GEMV_MAX || K < 16 || K % 16 || ldx % 8 || N < 1 || ldy < N || !aligned16(x) ||
-        !aligned16(w))
+    if (!llmc_gemv_q8_fits(n, K, ldx, x, w) || N < 1 || ldy < N)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "int8 gemv: n %d (1..%d), K %d (a multiple of 16), ldx %d "
-                          "(a multiple of 8), N %d, ldy %d, x and w 16-byte aligned", n, LLMC_GEMV_MAX, K, ldx, N, ldy);
-    return LC_DISPATCH(dtype, launch_gemv_q8, stream, x, ldx, n, K, w, scale, bias, N, y, ldy, out_f32);
+                          "(a multiple of 8, >= K), N %d, ldy %d, x and w 16-byte aligned", n, LLMC_GEMV_MAX, K, ldx,
+                          N, ldy);
+    if (cfg < 0 || cfg >= LLMC_GEMV_Q8_CONFIGS)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "int8 gemv: no configuration %d (0..%d)", cfg,
+                          LLMC_GEMV_Q8_CONFIGS - 1);
+    return LC_DISPATCH(dtype, launch_gemv_q8, stream, cfg, x, ldx, n, K, w, scale, bias, N, y, ldy, out_f32);
+}
+
+extern "C" const char *llmc_gemv_q8_config_name(int cfg) {
+    return cfg >= 0 && cfg < LLMC_GEMV_Q8_CONFIGS ? GEMV_Q8_NAME[cfg] : "?";
 }
 
 /* ---------------------------------------------------------------- dequantized tiles */
@@ -149,8 +348,11 @@ extern "C" kiln_status llmc_linear_w(kiln_llm_cuda *g, const void *x, int ldx, i
                                      const float *scale, const void *bias, int N, void *y, int ldy, bool out_f32) {
     if (!scale) return llmc_linear(g, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
     const int8_t *q = (const int8_t *)w;
-    if (n <= g->opt.gemv_max_tokens && K % 16 == 0 && ldx % 8 == 0 && aligned16(x) && aligned16(q))
-        return llmc_gemv_q8_launch(g->dtype, g->kc.stream, x, ldx, n, K, q, scale, bias, N, y, ldy, out_f32);
+    if (n <= g->opt.gemv_max_tokens && llmc_gemv_q8_fits(n, K, ldx, x, q)) {
+        int cfg = 0;
+        KILN_TRY(llmc_gemv_q8_config(g, x, ldx, n, K, q, scale, bias, N, y, ldy, out_f32, &cfg));
+        return llmc_gemv_q8_launch(g->dtype, g->kc.stream, cfg, x, ldx, n, K, q, scale, bias, N, y, ldy, out_f32);
+    }
     /* tiles of weight rows (a multiple of 64, so that bias and output offsets stay aligned) */
     int64_t tile = (int64_t)(LLMC_DEQUANT_BYTES / 2 / (size_t)K) / 64 * 64;
     if (tile < 64)

@@ -39,7 +39,10 @@ typedef struct llmc_plan llmc_plan; /* a cached cuBLASLt product (llm_cuda_gemm.
 
 /* The GEMV kernel of llm_cuda_gemm.cu: configurations 0 .. LLMC_GEMV_CONFIGS - 1 of the templated
  * family (llmc_gemv_config_name says which geometry). */
-#define LLMC_GEMV_CONFIGS 8
+#define LLMC_GEMV_CONFIGS 10
+/* The INT8 GEMV of llm_cuda_gemv_q.cu: configurations 0 .. LLMC_GEMV_Q8_CONFIGS - 1 of its family
+ * (llmc_gemv_q8_config_name), chosen per shape as the 16-bit ones are. */
+#define LLMC_GEMV_Q8_CONFIGS 10
 #define LLMC_GEMV_AUTO (-1)  /* g->gemv_force: the configuration timed per shape (the default) */
 #define LLMC_GEMV_PICKS 64   /* shapes whose configuration g remembers (replaced round-robin) */
 
@@ -47,7 +50,8 @@ typedef struct llmc_plan llmc_plan; /* a cached cuBLASLt product (llm_cuda_gemm.
 typedef struct llmc_gemv_pick {
     int N, K, n;
     bool out_f32;
-    int cfg;         /* 0 .. LLMC_GEMV_CONFIGS - 1 */
+    bool q8;         /* the INT8 family (weights int8 with row scales), else the 16-bit one */
+    int cfg;         /* 0 .. LLMC_GEMV_CONFIGS - 1 (LLMC_GEMV_Q8_CONFIGS - 1 with q8) */
     bool timed;      /* chosen by timing every configuration (else by the shape rule, not timed) */
     float us;        /* its time per product (timed picks), weights from HBM */
 } llmc_gemv_pick;
@@ -88,6 +92,7 @@ struct kiln_llm_cuda {
     int n_plans, next_plan;
     /* GEMV configurations, keyed by shape (llm_cuda_gemm.cu) */
     int gemv_force; /* LLMC_GEMV_AUTO, else the configuration of every GEMV product (KILN_LLM_GEMV) */
+    int gemv_q8_force; /* the same for the INT8 GEMV (KILN_LLM_GEMV_Q8) */
     llmc_gemv_pick gemv_picks[LLMC_GEMV_PICKS];
     int n_gemv_picks, next_gemv_pick;
     int gemv_gate; /* the host gate of the GEMV timing (set: release the stream) */
@@ -143,7 +148,8 @@ void llmc_kv_layer(const kiln_llm_cuda_kv *kv, int layer, void **k, void **v);
 const float *llmc_kv_layer_scales(const kiln_llm_cuda_kv *kv, int layer);
 
 /* llm_cuda_tactics.c — the tactics of options.timing_cache. A key is kiln_cuda_env_key's text, " | ",
- * what ("llm.gemm": a cuBLASLt product, "llm.gemv": a GEMV product), " | " and the product's shape. */
+ * what ("llm.gemm": a cuBLASLt product, "llm.gemv": a GEMV product, "llm.gemv.int8": an INT8 GEMV
+ * product), " | " and the product's shape. */
 /* Reads the file options.timing_cache names (none: nothing; a missing or corrupt file: an empty
  * cache, as for kiln build). */
 kiln_status llmc_tactics_open(kiln_llm_cuda *g);
@@ -171,6 +177,8 @@ const char *llmc_gemv_config_name(int cfg);
 /* g->gemv_force from the environment: KILN_LLM_GEMV unset, "" or "auto": LLMC_GEMV_AUTO; a configuration
  * number 0..LLMC_GEMV_CONFIGS-1; anything else is refused. */
 kiln_status llmc_gemv_mode_from_env(int *mode);
+/* g->gemv_q8_force from KILN_LLM_GEMV_Q8 the same way (0..LLMC_GEMV_Q8_CONFIGS-1). */
+kiln_status llmc_gemv_q8_mode_from_env(int *mode);
 
 /* The configuration llmc_linear's GEMV would use for this product (KILN_LLM_GEMV's when forced, else
  * the shape's remembered, timed or ruled one, as llmc_linear chooses it: timing may overwrite y). */
@@ -237,12 +245,22 @@ const char *llmc_fuse_mode_name(int mode);
  * weight rows dequantized to g->dtype in g->deq, each through llmc_linear's cuBLASLt product. */
 kiln_status llmc_linear_w(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const float *scale,
                           const void *bias, int N, void *y, int ldy, bool out_f32);
-/* The INT8 GEMV on stream: y[n, N] (FP32 when out_f32, else dtype) = x[n, K] (dtype, KILN_F16 or
- * KILN_BF16) (q scale)^T (+ bias [N] in dtype), sums in fp32, 1 <= n <= LLMC_GEMV_MAX; needs K % 16 == 0,
- * ldx % 8 == 0 and x, q 16-byte aligned (refused otherwise). For tests too. */
-kiln_status llmc_gemv_q8_launch(kiln_dtype dtype, cudaStream_t stream, const void *x, int ldx, int n, int K,
+/* The INT8 GEMV in configuration cfg (0 .. LLMC_GEMV_Q8_CONFIGS - 1) on stream: y[n, N] (FP32 when
+ * out_f32, else dtype) = x[n, K] (dtype, KILN_F16 or KILN_BF16) (q scale)^T (+ bias [N] in dtype), sums
+ * in fp32; needs llmc_gemv_q8_fits and ldy >= N (refused otherwise). For tests too. */
+kiln_status llmc_gemv_q8_launch(kiln_dtype dtype, cudaStream_t stream, int cfg, const void *x, int ldx, int n, int K,
                                 const int8_t *q, const float *scale, const void *bias, int N, void *y, int ldy,
                                 bool out_f32);
+/* Whether the INT8 GEMV takes these operands: 1 <= n <= LLMC_GEMV_MAX, K a multiple of 16, ldx a
+ * multiple of 8 and >= K, x and q 16-byte aligned. */
+bool llmc_gemv_q8_fits(int n, int K, int ldx, const void *x, const void *q);
+/* "#0: 32 thr/row x 1 rows, 4 groups, 4 loads/row" and the like; "?" for others. */
+const char *llmc_gemv_q8_config_name(int cfg);
+/* The configuration of the INT8 GEMV for this product (llm_cuda_gemm.cu): KILN_LLM_GEMV_Q8's when
+ * forced, else the shape's remembered, timed or ruled one, as llmc_gemv_config chooses (timing may
+ * overwrite y). */
+kiln_status llmc_gemv_q8_config(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const int8_t *q,
+                                const float *scale, const void *bias, int N, void *y, int ldy, bool out_f32, int *cfg);
 /* dst[r, k] = q[r, k] * scale[r] rounded to dtype (KILN_F16 or KILN_BF16), r < rows, k < K, on stream. */
 kiln_status llmc_dequant_q8_launch(kiln_dtype dtype, cudaStream_t stream, const int8_t *q, const float *scale,
                                    int rows, int K, void *dst);
