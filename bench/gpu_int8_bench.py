@@ -16,8 +16,12 @@ Targets (issue #15): BERT INT8 and FP8 >= 1.6x FP16 items/s; ResNet-50 INT8 b256
 images), the same for every row; random weights and inputs make the accuracy columns a check of the
 arithmetic, not of a trained model's task accuracy.
 
+--profile also runs each tuned engine once more with `kiln bench ENGINE --profile` and prints its
+"Profile by op" table (layer times summed per op type: where the time of the fp16, int8 and fp8
+engines goes), the whole per-layer profile kept in WORKDIR/KEY_LABEL.profile.txt.
+
 usage: gpu_int8_bench.py [--kiln PATH] [--only bert_b32,bert_b64,resnet50_b256,resnet50_b1] [--duration S]
-                         [--precisions fp32,fp16,int8,fp8] [--workdir DIR] [--json FILE]
+                         [--precisions fp32,fp16,int8,fp8] [--workdir DIR] [--json FILE] [--profile]
 Needs torch, torchvision, transformers, onnx (export) and a kiln built with the cuda backend.
 """
 import argparse
@@ -89,10 +93,30 @@ def sweep(kiln, onnx_path, name, batch, seq, calib, precisions, duration, json_p
         return json.load(f)["sweep"]["rows"]
 
 
-def tuned_rows(kiln, onnx_path, name, batch, seq, calib, duration, work, key, precisions):
+def print_profile(kiln, engine, name, shape, label, work, key):
+    """Runs `kiln bench ENGINE --profile`, keeps its output beside the engine and prints the "Profile
+    by op" section under label."""
+    r = subprocess.run([kiln, "bench", engine, "--shapes", f"{name}:{shape}", "--duration", "1", "--profile"],
+                       capture_output=True, text=True, errors="replace")
+    with open(os.path.join(work, f"{key}_{label.replace(' ', '_')}.profile.txt"), "w") as f:
+        f.write(r.stdout + r.stderr)
+    if r.returncode != 0:
+        print(f"{label}: kiln bench --profile exited with {r.returncode}: {r.stderr[-300:]}", flush=True)
+        return
+    lines = r.stdout.splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith("=== Profile by op")), None)
+    if start is None:
+        print(f"{label}: no 'Profile by op' section in kiln bench's output", flush=True)
+        return
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("===")), len(lines))
+    print(f"--- {key} {label}: " + "\n".join(lines[start:end]), flush=True)
+
+
+def tuned_rows(kiln, onnx_path, name, batch, seq, calib, duration, work, key, precisions, profile=False):
     """The "fp16 tuned", "int8 tuned" and "fp8 tuned" rows of the precisions asked for: engines from
     kiln build with a profile at the shape (the build's int8-vs-fp16 choices, each QMatMul's
-    fused-or-exact requantization and the fp8 line are echoed)."""
+    fused-or-exact requantization and the fp8 line are echoed); with profile, each engine's layer
+    times summed per op (print_profile)."""
     shape = f"{batch}x128" if seq else f"{batch}x3x224x224"
     rows = []
     for label, extra in (("fp16 tuned", ["--fp16"]), ("int8 tuned", ["--int8", "--fp16", "--calib", calib]),
@@ -117,6 +141,8 @@ def tuned_rows(kiln, onnx_path, name, batch, seq, calib, duration, work, key, pr
                 res = json.load(open(out))["results"]
                 lat = res.get("latency_ms") or {}
                 row.update(items_per_s=res.get("items_per_s"), p50_ms=lat.get("median"), p99_ms=lat.get("p99"))
+                if profile:
+                    print_profile(kiln, engine, name, shape, label, work, key)
         rows.append(row)
     return rows
 
@@ -133,6 +159,7 @@ def main():
     ap.add_argument("--duration", type=float, default=3)
     ap.add_argument("--workdir", help="scratch directory for exports, calibration data and JSON")
     ap.add_argument("--json", help="also write every row here")
+    ap.add_argument("--profile", action="store_true", help="print each tuned engine's layer times summed per op")
     a = ap.parse_args()
     keys = [k for k in a.only.split(",") if k]
     unknown = [k for k in keys if k not in WORKLOADS]
@@ -154,7 +181,7 @@ def main():
             rows = sweep(a.kiln, path, name, batch, seq, os.path.join(work, f"{model}_calib"), precisions, a.duration,
                          os.path.join(work, f"{key}.json"))
             rows += tuned_rows(a.kiln, path, name, batch, seq, os.path.join(work, f"{model}_calib"), a.duration, work,
-                               key, precisions)
+                               key, precisions, a.profile)
             for r in rows:
                 base = "fp16 tuned" if r["precision"].endswith("tuned") else "fp16"
                 fp16 = next((q.get("items_per_s") for q in rows if q["precision"] == base and q["status"] == "ok"), None)

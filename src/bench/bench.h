@@ -278,6 +278,18 @@ typedef struct kiln_bench_doc {
     char started_at[32];
 } kiln_bench_doc;
 
+/* The profile's layer times summed per op type (bench_print.c): op borrowed from the layers. */
+typedef struct kiln_bench_op_total {
+    const char *op;
+    int layers;   /* timed layers of this op */
+    double ms;    /* their summed mean times per query */
+    double share; /* of all timed layers' time */
+} kiln_bench_op_total;
+
+/* Sums r's timed layers (ms >= 0) by op into out (at most cap rows, the rest of the ops dropped from
+ * the end), largest time first, ties in first-appearance order; returns the rows written. */
+int kiln_bench_op_totals(const kiln_bench_result *r, kiln_bench_op_total *out, int cap);
+
 void kiln_bench_print(const kiln_bench_doc *d, FILE *f);
 kiln_status kiln_bench_write_json(const kiln_bench_doc *d, const char *path);
 kiln_status kiln_bench_write_html(const kiln_bench_doc *d, const char *path);

@@ -1,11 +1,12 @@
 /* bench_print.c — kiln bench's console report: trtexec's "Performance summary" lines (same labels and
  * order, with stddev, p99.9 and the methods added), then the environment, memory, roofline, the
- * diagnosis, the per-layer profile, and for a sweep one comparison table. Absent measurements say
+ * diagnosis, the per-layer profile and its sums per op type, and for a sweep one comparison table. Absent measurements say
  * "absent" rather than disappearing. */
 #include "bench/bench_internal.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *kiln_bench_bytes_text(double bytes, char *buf, size_t cap) {
@@ -102,6 +103,45 @@ static void print_profile(const kiln_bench_result *r, FILE *f) {
     fprintf(f, "%-32s %-18s %-24s %-9s %10.4f %6.1f%%\n", "Total", "", "", "", total, 100.0);
 }
 
+int kiln_bench_op_totals(const kiln_bench_result *r, kiln_bench_op_total *out, int cap) {
+    int n = 0, all = 0;
+    double total = 0;
+    kiln_bench_op_total *rows = calloc((size_t)r->nlayers + 1, sizeof *rows);
+    if (!rows) return 0;
+    for (int i = 0; i < r->nlayers; i++) {
+        const kiln_bench_layer *l = &r->layers[i];
+        if (l->ms < 0) continue;
+        int k = 0;
+        while (k < all && strcmp(rows[k].op, l->op)) k++;
+        if (k == all) rows[all++].op = l->op;
+        rows[k].layers++;
+        rows[k].ms += l->ms;
+        total += l->ms;
+    }
+    for (int k = 0; k < all; k++) rows[k].share = total > 0 ? rows[k].ms / total : 0;
+    for (int k = 1; k < all; k++) /* insertion sort, stable: ties keep first-appearance order */
+        for (int j = k; j > 0 && rows[j].ms > rows[j - 1].ms; j--) {
+            kiln_bench_op_total t = rows[j];
+            rows[j] = rows[j - 1];
+            rows[j - 1] = t;
+        }
+    for (; n < all && n < cap; n++) out[n] = rows[n];
+    free(rows);
+    return n;
+}
+
+/* The profile summed per op type: where the time goes, one line an op. */
+static void print_op_totals(const kiln_bench_result *r, FILE *f) {
+    kiln_bench_op_total *rows = calloc((size_t)r->nlayers + 1, sizeof *rows);
+    if (!rows) return;
+    int n = kiln_bench_op_totals(r, rows, r->nlayers);
+    fprintf(f, "=== Profile by op (sum over layers of each op, mean per query) ===\n");
+    fprintf(f, "%-24s %7s %10s %7s\n", "op", "layers", "time ms", "share");
+    for (int k = 0; k < n; k++)
+        fprintf(f, "%-24.24s %7d %10.4f %6.1f%%\n", rows[k].op, rows[k].layers, rows[k].ms, 100 * rows[k].share);
+    free(rows);
+}
+
 static void print_sweep(const kiln_bench_sweep *s, FILE *f) {
     fprintf(f, "=== Sweep (%d configurations) ===\n", s->nrows);
     fprintf(f, "%-9s %6s %7s %8s %10s %11s %12s %9s %9s %9s %10s %8s %11s %11s %9s %9s\n", "precision", "batch", "streams", "build s",
@@ -168,5 +208,8 @@ void kiln_bench_print(const kiln_bench_doc *d, FILE *f) {
     print_memory_roofline(d, f);
     fprintf(f, "=== Diagnosis ===\n%s\n", d->diag->text);
     for (int i = 0; i < d->diag->nwarnings; i++) fprintf(f, "[W] %s\n", d->diag->warnings[i]);
-    if (c->profile) print_profile(r, f);
+    if (c->profile) {
+        print_profile(r, f);
+        print_op_totals(r, f);
+    }
 }

@@ -75,6 +75,13 @@ kiln_status kiln_fp8_layer_read(const kiln_node *n, kiln_fp8_layer *q) {
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: x_scale must be a positive finite float", n->op_type);
     if (!positive_finite(q->w_scale))
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: w_scale must be a positive finite float", n->op_type);
+    const char *act = kiln_attr_string(n, "input_activation", ""); /* "" names KILN_ACT_NONE */
+    int k = 0;
+    while (k < KILN_ACT_COUNT && strcmp(kiln_activation_name((kiln_activation)k), act)) k++;
+    if (k == KILN_ACT_COUNT || kiln_activation_nparams((kiln_activation)k) != 0)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: input_activation '%s' is not a parameterless activation of "
+                          "fused_ops.h", n->op_type, act);
+    q->in_act = (kiln_activation)k;
     return KILN_OK;
 }
 

@@ -30,9 +30,13 @@
  *
  * kiln.F8MatMul  Y[.., j] = x_scale * w_scale * sum_k e4m3(A[.., k] / x_scale) * e4m3(B[k, j]) + bias[j]
  *     inputs  A (float32 / float16 / bfloat16, [..., M, K]), B (uint8 E4M3 codes, quant/fp8.h, 2-D
- *             constant [K, N]), bias (optional float constant [N])
+ *             constant [K, N]), bias (optional float constant [N]), R (optional residual of Y's
+ *             type and element count, added last: Y += R, a transformer's skip connection)
  *     attrs   x_scale (float > 0, the activations' per-tensor scale), w_scale (float > 0, the
- *             weights'); Y has A's type. e4m3(v) rounds v to the nearest E4M3 value (ties to even,
+ *             weights'); input_activation (optional string, a parameterless activation of
+ *             fused_ops.h such as "Gelu": A[.., k] is replaced by act(A[.., k]) in float32 before it
+ *             is rounded — the Gelu between two Linears folded into the second); Y has A's type.
+ *             e4m3(v) rounds v to the nearest E4M3 value (ties to even,
  *             saturated to +-448: kiln_f32_to_e4m3); each product of two E4M3 values is exact in
  *             float32, the sum accumulates in float32 (its order is the backend's), the scaling and
  *             the bias are float32. The CPU kernel is the reference; a GPU runs it on FP8 tensor cores. */
@@ -68,10 +72,12 @@ kiln_status kiln_quant_layer_read(const kiln_node *n, kiln_quant_layer *q);
 /* The parameters of one kiln.F8MatMul node. */
 typedef struct kiln_fp8_layer {
     float x_scale, w_scale;
+    kiln_activation in_act; /* input_activation (KILN_ACT_NONE without one) */
 } kiln_fp8_layer;
 
 /* Reads and checks node n's FP8 attributes (above); fails with KILN_ERR_INVALID_ARGUMENT naming the
- * attribute that is missing or not a positive finite float. */
+ * attribute that is missing or not a positive finite float, or an input_activation that is unknown
+ * or takes parameters. */
 kiln_status kiln_fp8_layer_read(const kiln_node *n, kiln_fp8_layer *q);
 
 /* How many integer layers (kiln.QConv, kiln.QMatMul) graph g holds. */

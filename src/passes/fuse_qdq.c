@@ -22,7 +22,10 @@
  * kiln_pass_fuse_qdq_output runs later, after fuse_gelu: a float integer layer takes what follows
  * it into its epilogue — a bias Add (exporters write a Linear as MatMul + Add, and the pattern above
  * folds only the MatMul), a Gelu (BERT's FFN: the erf GELU is written out element by element until
- * fuse_gelu), a QuantizeLinear (then it writes the 8-bit output itself).
+ * fuse_gelu), a QuantizeLinear (then it writes the 8-bit output itself). A kiln.F8MatMul takes the
+ * bias Add (when it has no bias) and then the residual Add (a value of its output's shape: its input
+ * R) that follow it the same way, and a Gelu whose sole reader is an F8MatMul becomes that layer's
+ * input_activation (applied as A is rounded to E4M3).
  *
  * This pass runs before constant folding (which would otherwise turn the weights' DequantizeLinear
  * into float32 constants). */
@@ -308,6 +311,19 @@ static bool float_integer_layer(const kiln_node *n) {
            kiln_attr_int(n, "y_dtype", KILN_F32) == KILN_F32 && !kiln_node_attr(n, "activation");
 }
 
+static bool f8_layer(const kiln_node *n) {
+    return pass_alive(n) && n->domain && !strcmp(n->domain, KILN_FUSED_DOMAIN) && !strcmp(n->op_type, "F8MatMul");
+}
+
+/* Whether node id is an Add of y and a value r of y's shape (no broadcasting), a skip connection;
+ * *r gets r's id. */
+static bool residual_add(const pass_ctx *c, int id, int y, int *r) {
+    const kiln_node *n = &c->g->nodes[id];
+    if (!pass_is_op(n, "Add") || n->ninputs != 2) return false;
+    *r = pass_other_input(n, y);
+    return *r >= 0 && *r != y && pass_same_shape(&c->g->values[y], &c->g->values[*r]);
+}
+
 /* Whether node id is an Add of y and a float32 constant b of N values along the last axis (shape
  * [1, ..., 1, N]): a MatMul's bias as exporters write it; *b gets its value id. */
 static bool bias_add(const pass_ctx *c, int id, int y, int64_t N, int *b) {
@@ -364,12 +380,67 @@ static kiln_status try_fold_output(pass_ctx *c, int layer) {
     return pass_attr_int(g, out, "y_zero_point", yz);
 }
 
+/* Folds what follows F8MatMul `layer` into it, each a sole reader of the previous: a bias Add (when
+ * it has no bias), then a residual Add (when it has no residual: its input R). */
+static kiln_status try_fold_f8_output(pass_ctx *c, int layer) {
+    kiln_graph *g = c->g;
+    const kiln_node *n = &g->nodes[layer];
+    if (n->ninputs > 3 && n->inputs[3] >= 0) return KILN_OK;
+    int set[3] = {layer}, nset = 1, y = n->outputs[0], next, b = -1, r = -1;
+    int bias = n->ninputs > 2 ? n->inputs[2] : -1;
+    const kiln_tensor *w = const_of(g, n->inputs[1]);
+    if (bias < 0 && w && w->ndim == 2 && (next = pass_sole_consumer(c, y)) >= 0 && bias_add(c, next, y, w->dims[1], &b)) {
+        set[nset++] = next;
+        bias = b;
+        y = g->nodes[next].outputs[0];
+    }
+    if ((next = pass_sole_consumer(c, y)) >= 0 && residual_add(c, next, y, &r)) {
+        set[nset++] = next;
+        y = g->nodes[next].outputs[0];
+    } else {
+        r = -1;
+    }
+    if (nset == 1 || !pass_closed(c, set, nset, set[nset - 1])) return KILN_OK;
+    int ins[4] = {n->inputs[0], n->inputs[1], bias, r};
+    const char *op = n->op_type, *name = n->name;
+    kiln_node *out;
+    return pass_rewrite(c, set, nset, set[nset - 1], KILN_FUSED_DOMAIN, op, KILN_FUSED_OPSET, name, r >= 0 ? 4 : 3, ins,
+                        layer, b >= 0 && r >= 0 ? "bias and residual added after the product"
+                               : b >= 0       ? "bias added after the product"
+                                              : "residual added after the product",
+                        &out);
+}
+
+/* Folds the Gelu that produces F8MatMul `layer`'s A, when the F8MatMul is its sole reader, into the
+ * layer's input_activation: the layer reads the Gelu's input and applies it while rounding A to E4M3
+ * (BERT's FFN: Linear -> Gelu -> Linear, the Gelu kernel gone). */
+static kiln_status try_fold_input_act(pass_ctx *c, int layer) {
+    kiln_graph *g = c->g;
+    const kiln_node *n = &g->nodes[layer];
+    if (kiln_attr_string(n, "input_activation", "")[0]) return KILN_OK;
+    int act = pass_producer(c, n->inputs[0], "Gelu");
+    if (act < 0 || pass_sole_consumer(c, n->inputs[0]) != layer) return KILN_OK;
+    int set[2] = {act, layer};
+    if (!pass_closed(c, set, 2, layer)) return KILN_OK;
+    bool tanh = !strcmp(kiln_attr_string(&g->nodes[act], "approximate", "none"), "tanh");
+    int ins[4] = {g->nodes[act].inputs[0], -1, -1, -1}, nin = n->ninputs < 4 ? n->ninputs : 4;
+    for (int k = 1; k < nin; k++) ins[k] = n->inputs[k];
+    const char *op = n->op_type, *name = n->name;
+    kiln_node *out;
+    KILN_TRY(pass_rewrite(c, set, 2, layer, KILN_FUSED_DOMAIN, op, KILN_FUSED_OPSET, name, nin, ins, layer,
+                          "Gelu applied to A as it is rounded to E4M3", &out));
+    return pass_attr_string(g, out, "input_activation", kiln_activation_name(tanh ? KILN_ACT_GELU_TANH : KILN_ACT_GELU));
+}
+
 kiln_status kiln_pass_fuse_qdq_output(kiln_graph *g, bool *changed) {
     pass_ctx c;
     KILN_TRY(pass_begin(&c, g, "fuse_qdq_output"));
     kiln_status st = KILN_OK;
     for (int i = 0; i < g->nnodes && st == KILN_OK; i++)
         if (float_integer_layer(&g->nodes[i])) st = try_fold_output(&c, i);
+        else if (f8_layer(&g->nodes[i])) st = try_fold_f8_output(&c, i);
+    for (int i = 0; i < g->nnodes && st == KILN_OK; i++) /* then the Gelus before F8MatMuls, their biases folded */
+        if (f8_layer(&g->nodes[i])) st = try_fold_input_act(&c, i);
     return pass_end(&c, st, changed);
 }
 

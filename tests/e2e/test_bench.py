@@ -104,7 +104,7 @@ def test_console_summary_has_trtexec_lines(bench_run):
     for line in ("=== Performance summary ===", "Throughput:", "Latency: min = ", "percentile(99%)", "percentile(99.9%)",
                  "stddev", "Enqueue Time: absent", "H2D Latency: absent", "D2H Latency: absent", "Total Host Walltime:",
                  "Methods: percentile nearest rank", "GPU: absent", "=== Memory (host) ===", "=== Diagnosis ===",
-                 "=== Profile", "block2_conv", "ceilings of"):
+                 "=== Profile", "block2_conv", "=== Profile by op", "ceilings of"):
         assert line in out, f"{line!r} not in the output:\n{out}"
 
 

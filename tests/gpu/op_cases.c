@@ -900,6 +900,13 @@ const op_case kiln_op_cases[] = {
      * negative (128..254: no NaN code); K and N multiples of 16, and not (padded rows, D copied out) */
     {"kiln.F8MatMul", "f[2,7,64]{-4,4} Ku8[64,32]{0,127} Kf[32]", "x_scale=0.02 w_scale=0.001", 0, 0},
     {"kiln.F8MatMul", "f[5,40]{-4,4} Ku8[40,20]{128,255}", "x_scale=0.01 w_scale=0.002", 0, 0},
+    /* a Gelu folded into A's rounding (fuse_qdq_output: BERT's FFN), erf and tanh forms */
+    {"kiln.F8MatMul", "f[3,5,48]{-4,4} Ku8[48,32]{0,127} Kf[32]", "x_scale=0.02 w_scale=0.001 input_activation='Gelu'",
+     0, 0},
+    {"kiln.F8MatMul", "f[7,64]{-4,4} Ku8[64,20]{128,255}", "x_scale=0.02 w_scale=0.002 input_activation='GeluTanh'", 0, 0},
+    /* a residual folded in (the GEMM's C when D is Y; added by a kernel when N is padded) */
+    {"kiln.F8MatMul", "f[2,8,64]{-4,4} Ku8[64,32]{0,127} Kf[32] f[2,8,32]", "x_scale=0.02 w_scale=0.001", 0, 0},
+    {"kiln.F8MatMul", "f[5,40]{-4,4} Ku8[40,20]{0,127} Kf[20] f[5,20]", "x_scale=0.02 w_scale=0.001", 0, 0},
     {"kiln.QConv", "i8[2,8,15,15]{-128,128} Ki8[4,8,3,3]{-127,128} Kf[4]",
      "pads=[1,1,1,1] x_scale=0.05 w_scale=[0.002,0.003,0.001,0.002] y_dtype=3 y_scale=0.05 activation='Relu'", 0, 0},
     {"kiln.QConv", "u8[2,6,11,11]{0,256} Ki8[8,3,3,3]{-127,128} Kf[8]",
@@ -1142,8 +1149,13 @@ const op_case kiln_perf_cases[] = {
     {"kiln.QMatMul", "i8[4096,768]{-128,128} Ki8[768,3072]{-127,128} Kf[3072]",
      "x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05 activation='Gelu'", 0, 0},
     {"kiln.QMatMul", "i8[4096,3072]{-128,128} Ki8[3072,768]{-127,128} Kf[768]", "x_scale=0.05 w_scale=[0.002]", 0, 0},
-    /* BERT-base's FFN GEMM in FP8 (compare with the QMatMul and float rows) */
+    /* BERT-base's GEMMs in FP8 at batch 32 x seq 128 (compare with the QMatMul and float rows): FFN1,
+     * FFN2 with the Gelu folded into its A and its residual, and the 768-wide projections */
     {"kiln.F8MatMul", "f[4096,768]{-2,2} Ku8[768,3072]{0,127} Kf[3072]", "x_scale=0.01 w_scale=0.001", 0, 0},
+    {"kiln.F8MatMul", "f[4096,3072]{-2,2} Ku8[3072,768]{0,127} Kf[768] f[4096,768]",
+     "x_scale=0.01 w_scale=0.001 input_activation='Gelu'", 0, 0},
+    {"kiln.F8MatMul", "f[4096,768]{-2,2} Ku8[768,768]{0,127} Kf[768]", "x_scale=0.01 w_scale=0.001", 0, 0},
+    {"MatMul", "f[4096,768] Kf[768,768]", "", 0, 0},
     /* BERT-base's attention projections (int8 in and out: requantized inside the GEMM) */
     {"kiln.QMatMul", "i8[4096,768]{-128,128} Ki8[768,768]{-127,128} Kf[768]",
      "x_scale=0.05 w_scale=[0.002] y_dtype=3 y_scale=0.05", 0, 0},

@@ -31,7 +31,7 @@
  * they time the kernels; --transfers times the whole call, copies included (a ResNet-sized activation
  * then measures PCIe, not the layer). Each line also gives the bytes of the graph inputs and outputs
  * with the GB/s they imply, and TFLOP/s (TOP/s for the integer layers) for MatMul, Gemm, Conv,
- * kiln.FusedConv, ConvTranspose, kiln.QMatMul and kiln.QConv. */
+ * kiln.FusedConv, ConvTranspose, kiln.QMatMul, kiln.F8MatMul and kiln.QConv. */
 #include "backends/backend.h"
 #include "builder.h"
 #include "core/half.h"
@@ -758,7 +758,7 @@ static double case_flops(const parsed_case *pc, const kiln_tensor_desc *out0) {
     double out = (double)kiln_numel(out0->ndim, out0->dims);
     const input_spec *a = &pc->in[0], *w = &pc->in[1];
     if (pc->nin < 2) return 0;
-    if (!strcmp(op, "MatMul") || !strcmp(op, "kiln.QMatMul")) return 2 * out * (double)(a->ndim ? a->dims[a->ndim - 1] : 1);
+    if (!strcmp(op, "MatMul") || !strcmp(op, "kiln.QMatMul") || !strcmp(op, "kiln.F8MatMul")) return 2 * out * (double)(a->ndim ? a->dims[a->ndim - 1] : 1);
     if (!strcmp(op, "kiln.Attention") && a->ndim >= 2 && w->ndim >= 2 && out0->ndim >= 1) {
         /* Q K^T and P V over the visible keys: 2 (D + Dv) per score; causal keeps about half */
         double d = (double)a->dims[a->ndim - 1], dv = (double)out0->dims[out0->ndim - 1], sk = (double)w->dims[w->ndim - 2];

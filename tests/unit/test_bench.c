@@ -200,6 +200,27 @@ static void test_compare(void) {
     CHECK(isnan(abs_err) && isnan(rel_err)); /* no float output */
 }
 
+/* The profile by op: timed layers summed per op, largest first (ties in first-appearance order),
+ * untimed layers left out, shares of the timed total, and cap respected. */
+static void test_op_totals(void) {
+    kiln_bench_layer layers[6] = {
+        {.op = "QMatMul", .ms = 0.5}, {.op = "QuantizeLinear", .ms = 0.25}, {.op = "Shape", .ms = -1},
+        {.op = "QMatMul", .ms = 1.0}, {.op = "LayerNormalization", .ms = 0.25}, {.op = "QuantizeLinear", .ms = 0.0},
+    };
+    kiln_bench_result r = {0};
+    r.layers = layers;
+    r.nlayers = 6;
+    kiln_bench_op_total rows[6];
+    int n = kiln_bench_op_totals(&r, rows, 6);
+    CHECK(n == 3);
+    CHECK(!strcmp(rows[0].op, "QMatMul") && rows[0].layers == 2);
+    CHECK_NEAR(rows[0].ms, 1.5, 1e-12);
+    CHECK_NEAR(rows[0].share, 0.75, 1e-12);
+    CHECK(!strcmp(rows[1].op, "QuantizeLinear") && rows[1].layers == 2 && !strcmp(rows[2].op, "LayerNormalization"));
+    CHECK_NEAR(rows[1].share, 0.125, 1e-12);
+    CHECK(kiln_bench_op_totals(&r, rows, 1) == 1 && !strcmp(rows[0].op, "QMatMul"));
+}
+
 static void test_throttle(void) {
     char buf[256];
     kiln_bench_throttle_text(0, buf, sizeof buf);
@@ -248,6 +269,7 @@ int main(void) {
     test_stats();
     test_sweep_parse();
     test_compare();
+    test_op_totals();
     test_throttle();
     test_ceilings_file();
     return checks_report("test_bench");

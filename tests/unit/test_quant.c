@@ -8,7 +8,8 @@
  * shortcut folds into the QConv (its R input) with the same results; a channels-last QConv equals
  * the channels-first one transposed; fuse_qdq_output: a float QMatMul -> bias Add -> Gelu ->
  * QuantizeLinear becomes one QMatMul writing int8, with equal results; the FP8 reference
- * kiln.F8MatMul on hand-computed values. */
+ * kiln.F8MatMul on hand-computed values, and fuse_qdq_output's folds into it (bias, residual, the
+ * Gelu before it) with equal results. */
 #include "check.h"
 #include "graph_build.h"
 
@@ -376,6 +377,113 @@ static void test_fuse_qdq_output(void) {
     kiln_graph_free(opt);
 }
 
+/* Starts a graph (opset 20) that may hold kiln-domain nodes. */
+static void begin_kiln(void) {
+    begin(20); /* Gelu's opset */
+    kiln_opset_import *ops = kiln_graph_alloc(G, 2 * sizeof *ops);
+    ops[0] = G->opsets[0];
+    ops[1] = (kiln_opset_import){KILN_FUSED_DOMAIN, KILN_FUSED_OPSET};
+    G->opsets = ops;
+    G->nopsets = 2;
+}
+
+/* F8MatMul(x) [K -> N] without a bias, E4M3 weight codes from a fixed pattern, then Add(bias) with the
+ * bias first when bias_first (exporters write both orders): what the fp8 calibration makes of a Linear. */
+static int f8_linear(int x, int64_t K, int64_t N, bool bias_first) {
+    int64_t wd[2] = {K, N};
+    kiln_tensor codes = {0};
+    REQUIRE_OK(kiln_tensor_alloc(&codes, KILN_U8, 2, wd));
+    for (int64_t i = 0; i < K * N; i++) ((uint8_t *)codes.data)[i] = kiln_f32_to_e4m3((float)((i * 37) % 29 - 14) / 4.0f);
+    int w;
+    REQUIRE_OK(kiln_graph_new_value(G, "codes", &w));
+    REQUIRE_OK(kiln_graph_set_constant(G, w, &codes));
+    int mm = node_in(KILN_FUSED_DOMAIN, "F8MatMul", 2, (int[]){x, w});
+    attr_float("x_scale", 0.01f);
+    attr_float("w_scale", 0.02f);
+    int bias = constant(KILN_F32, 1, &N, NULL, -0.5, 0.5);
+    return bias_first ? op2("Add", bias, mm) : op2("Add", mm, bias);
+}
+
+/* x -> one fp8 Linear -> y. */
+static kiln_graph *f8_matmul_bias_graph(bool bias_first) {
+    begin_kiln();
+    int64_t xd[3] = {2, 5, 16};
+    output(f8_linear(input("x", KILN_F32, 3, xd), 16, 8, bias_first));
+    return finish();
+}
+
+/* fuse_qdq_output folds the bias Add after a bias-less F8MatMul into it (either operand order): one
+ * node fewer, the same values (the CPU kernel adds the bias to the same scaled sum); an F8MatMul
+ * whose result has another reader keeps its Add. */
+static void test_fuse_f8_bias(void) {
+    for (int order = 0; order < 2; order++) {
+        kiln_graph *ref = f8_matmul_bias_graph(order), *opt = f8_matmul_bias_graph(order);
+        int before = opt->nnodes;
+        bool changed = false;
+        REQUIRE_OK(kiln_pass_fuse_qdq_output(opt, &changed));
+        REQUIRE_OK(kiln_graph_infer_shapes(opt));
+        CHECK(changed && opt->nnodes == before - 1 && count_op(opt, "Add") == 0 && count_op(opt, "F8MatMul") == 1);
+        for (int i = 0; i < opt->nnodes; i++)
+            if (!strcmp(opt->nodes[i].op_type, "F8MatMul"))
+                CHECK(opt->nodes[i].ninputs == 3 && opt->nodes[i].inputs[2] >= 0 &&
+                      opt->nodes[i].outputs[0] == opt->outputs[0]);
+        check_same_outputs("fuse_qdq_output (F8MatMul bias)", ref, "F8MatMul and Add", opt, "folded F8MatMul", 1e-6);
+        kiln_graph_free(ref);
+        kiln_graph_free(opt);
+    }
+    kiln_graph *shared = f8_matmul_bias_graph(false);
+    for (int i = 0; i < shared->nnodes; i++)
+        if (!strcmp(shared->nodes[i].op_type, "F8MatMul")) REQUIRE_OK(kiln_graph_add_output(shared, shared->nodes[i].outputs[0]));
+    bool changed = false;
+    REQUIRE_OK(kiln_pass_fuse_qdq_output(shared, &changed));
+    CHECK(!changed && count_op(shared, "Add") == 1);
+    kiln_graph_free(shared);
+}
+
+/* x -> fp8 Linear -> Gelu -> fp8 Linear -> + x -> y (BERT's FFN with its skip connection):
+ * fuse_qdq_output folds both biases, the Gelu (into the second layer's input_activation) and the
+ * residual Add (its input R), four nodes fewer; the results equal the unfolded graph's within a
+ * rounding flip of E4M3 (the Gelu computed by another CPU code path may differ in an ulp and move an
+ * input across a rounding boundary). An unknown input_activation is refused naming it. */
+static void test_fuse_f8_gelu(void) {
+    kiln_graph *graphs[2];
+    int x = -1;
+    for (int k = 0; k < 2; k++) {
+        begin_kiln();
+        int64_t xd[2] = {6, 16};
+        x = input("x", KILN_F32, 2, xd);
+        int h = op1("Gelu", f8_linear(x, 16, 32, false));
+        output(op2("Add", f8_linear(h, 32, 16, true), x));
+        graphs[k] = finish();
+    }
+    kiln_graph *ref = graphs[0], *opt = graphs[1];
+    int before = opt->nnodes;
+    bool changed = false;
+    REQUIRE_OK(kiln_pass_fuse_qdq_output(opt, &changed));
+    REQUIRE_OK(kiln_graph_infer_shapes(opt));
+    CHECKF(changed && opt->nnodes == before - 4 && count_op(opt, "Gelu") == 0 && count_op(opt, "Add") == 0,
+           "%d nodes (from %d), %d Gelu, %d Add", opt->nnodes, before, count_op(opt, "Gelu"), count_op(opt, "Add"));
+    int with_act = 0, with_res = 0;
+    for (int i = 0; i < opt->nnodes; i++)
+        if (!strcmp(opt->nodes[i].op_type, "F8MatMul")) {
+            with_act += !strcmp(kiln_attr_string(&opt->nodes[i], "input_activation", ""), "Gelu");
+            with_res += opt->nodes[i].ninputs == 4 && opt->nodes[i].inputs[3] == x;
+        }
+    CHECK(with_act == 1 && with_res == 1);
+    check_same_outputs("fuse_qdq_output (F8MatMul input Gelu)", ref, "Gelu node", opt, "folded F8MatMul", 2e-2);
+    kiln_graph_free(ref);
+    kiln_graph_free(opt);
+    kiln_node *n = make_node(KILN_FUSED_DOMAIN, "F8MatMul", 2, 1);
+    kiln_node_add_attr(g_nodes, n, "x_scale", KILN_ATTR_FLOAT)->f = 0.5f;
+    kiln_node_add_attr(g_nodes, n, "w_scale", KILN_ATTR_FLOAT)->f = 0.5f;
+    kiln_attr *act = kiln_node_add_attr(g_nodes, n, "input_activation", KILN_ATTR_STRING);
+    act->s = "Clip"; /* takes parameters */
+    act->s_len = 4;
+    kiln_fp8_layer q;
+    CHECK(kiln_fp8_layer_read(n, &q) == KILN_ERR_INVALID_ARGUMENT);
+    CHECKF(strstr(kiln_last_error(), "input_activation 'Clip'") != NULL, "message: %s", kiln_last_error());
+}
+
 int main(void) {
     g_nodes = kiln_graph_create();
     REQUIRE_OK(g_nodes ? KILN_OK : KILN_ERR_OUT_OF_MEMORY);
@@ -387,6 +495,8 @@ int main(void) {
     test_fuse_qdq_residual();
     test_qconv_channels_last();
     test_fuse_qdq_output();
+    test_fuse_f8_bias();
+    test_fuse_f8_gelu();
     test_f8matmul();
     kiln_graph_free(g_nodes);
     return checks_report("test_quant");

@@ -4,6 +4,10 @@
  * CUBLASLT_MATMUL_DESC_A_SCALE_POINTER / B_SCALE_POINTER, the bias as below, D in the engine's
  * float type) on GPUs with FP8 tensor cores (compute capability 8.9+).
  *
+ * A layer with an input_activation (a Gelu folded in by fuse_qdq_output) applies it to A in the
+ * rounding kernel (and, on the float16 path, in a kernel before the GEMM); a residual input R (a
+ * skip connection folded in) is the GEMM's C with beta 1 when D is Y itself, else added by a kernel.
+ *
  * FP8's layout contract (cuBLASLt on Ada / Hopper): only "TN", so the product is formed column-major
  * as D[Np, Rp] = Wt[Kp, Np]^T X[Kp, Rp]: Wt the weights' codes as rows [n, k] prepared once per
  * context (K padded with zero codes to Kp, a multiple of 16; N to Np likewise), X the rounded
@@ -12,9 +16,13 @@
  * The bias: cuBLASLt's BIAS epilogue in D's type for float16 / bfloat16 D (cuBLASLt's FP8 table; for
  * float32 D it takes only a bfloat16 bias, which would round it, so there a kernel adds the float32
  * bias after the GEMM, as it does when cuBLASLt refuses the epilogue).
+ * The GEMM accumulates in fast mode (CUBLASLT_MATMUL_DESC_FAST_ACCUM) and runs the fastest of
+ * cuBLASLt's heuristic candidates, timed once per node, shape and context (lt_pick.cuh), with D's real
+ * alignment told to the heuristic.
  * A call cuBLASLt refuses altogether (no FP8 tensor cores, an unsupported shape or library) runs a
- * tiled CUDA-core kernel on the same rounded operands instead (one warning per node naming the
- * reason; far slower than the tensor cores, so the build's tuning then keeps float16). The
+ * tiled CUDA-core kernel on the same rounded operands instead (one "fp8:" warning per node naming the
+ * reason; far slower than the tensor cores, so the build's tuning then keeps float16); a call that
+ * fails during a graph capture fails that run instead (it is repeated eagerly). The
  * products of two E4M3 values are exact in float32 on either path; only the summation order differs
  * from the CPU's.
  *
@@ -22,6 +30,8 @@
  * F8MatMul lists two candidates of kind KILN_TACTIC_PATH — algo 0 the FP8 GEMM, algo 1 a float16 one
  * (A as it is, the weights decoded and scaled to float16 [K, N] once, cuBLASLt's float16 GEMM through
  * matmul.cuh, then the bias) — both always timed, and runs the one its recorded tactic names. */
+#include "backends/cuda/activation.cuh"
+#include "backends/cuda/lt_pick.cuh"
 #include "backends/cuda/matmul.cuh"
 #include "backends/cuda/quant_gemm.cuh"
 
@@ -35,23 +45,32 @@ extern "C" {
 
 #define F8_ALIGN 256                       /* workspace sub-buffers start on this boundary */
 #define F8_LT_WORKSPACE ((size_t)32 << 20) /* at most this much workspace for cuBLASLt */
-#define F8_CALLS 2                         /* cached GEMM shapes per node: full chunks and the last one */
+/* cached GEMM calls per node: full chunks and the last one, each with the residual as C (or refused so) */
+#define F8_CALLS 4
 
 static size_t f8_align(size_t b) { return (b + F8_ALIGN - 1) / F8_ALIGN * F8_ALIGN; }
 static int64_t f8_round16(int64_t v) { return (v + 15) / 16 * 16; }
 
 /* ---------------------------------------------------------------- device kernels */
 
-/* x8[r * Kp + k] = e4m3(x[r * K + k] / x_scale) for r < R and k < K, else code 0, for r < Rp. */
+/* x8[r * Kp + k] = e4m3(act(x[r * K + k]) / x_scale) for r < R and k < K, else code 0, for r < Rp
+ * (act: the layer's input_activation, a parameterless kind of activation.cuh). */
 template <typename T>
 __global__ void f8_quantize_rows_kernel(const T *__restrict__ x, int64_t R, int64_t Rp, int64_t K, int64_t Kp,
-                                        float x_scale, __nv_fp8_storage_t *__restrict__ x8) {
+                                        float x_scale, int act, __nv_fp8_storage_t *__restrict__ x8) {
     int64_t total = Rp * Kp;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = i / Kp, k = i % Kp;
-        x8[i] = r < R && k < K ? __nv_cvt_float_to_fp8(__fdiv_rn(ku_f32(x[r * K + k]), x_scale), __NV_SATFINITE, __NV_E4M3)
+        x8[i] = r < R && k < K ? __nv_cvt_float_to_fp8(__fdiv_rn(kiln_cuda_act(ku_f32(x[r * K + k]), act, 0.0f, 0.0f),
+                                                                 x_scale), __NV_SATFINITE, __NV_E4M3)
                                : (__nv_fp8_storage_t)0;
     }
+}
+
+/* y[i] = act(x[i]) in float16 for i < count: the float16 path's A for a layer with an input_activation. */
+__global__ void f8_act_f16_kernel(const __half *__restrict__ x, int64_t count, int act, __half *__restrict__ y) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = __float2half_rn(kiln_cuda_act(__half2float(x[i]), act, 0.0f, 0.0f));
 }
 
 static __device__ __forceinline__ float f8_value(__nv_fp8_storage_t c) {
@@ -110,6 +129,22 @@ __global__ void f8_add_bias_kernel(T *__restrict__ y, int64_t R, int64_t N, cons
         y[i] = ku_from_f32<T>(ku_f32(y[i]) + bias[i % N]);
 }
 
+/* y[i] += res[i] for i < count, the sum rounded once to T: a residual not read by the GEMM as its C. */
+template <typename T>
+__global__ void f8_add_residual_kernel(T *__restrict__ y, int64_t count, const T *__restrict__ res) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = ku_from_f32<T>(ku_f32(y[i]) + ku_f32(res[i]));
+}
+
+/* y[0, count) += res through f8_add_residual_kernel. */
+template <typename T>
+static kiln_status f8_add_residual(T *y, int64_t count, const T *res, kiln_cuda_ctx *ctx) {
+    if (count == 0) return KILN_OK;
+    f8_add_residual_kernel<T><<<ku_blocks(count, KU_THREADS, ctx, 4), KU_THREADS, 0, ctx->stream>>>(y, count, res);
+    KILN_CUDA_LAUNCH_CHECK("f8_add_residual_kernel");
+    return KILN_OK;
+}
+
 /* y[r * N + j] = d[r * Np + j] for r < R, j < N (D computed with padded rows). */
 template <typename T>
 __global__ void f8_unpad_kernel(const T *__restrict__ d, int64_t R, int64_t N, int64_t Np, T *__restrict__ y) {
@@ -120,11 +155,14 @@ __global__ void f8_unpad_kernel(const T *__restrict__ d, int64_t R, int64_t N, i
 
 /* ---------------------------------------------------------------- node state */
 
-/* One cached cuBLASLt call for R rows; fallback when cuBLASLt cannot make it, bias_kernel when it
- * was made without the BIAS epilogue (refused) and a kernel adds the bias after it. */
+/* One cached cuBLASLt call for R rows into a D aligned to align_d bytes, accumulating onto a C (the
+ * residual, aligned to align_c) when accumulate; fallback when cuBLASLt cannot make it, refused when
+ * it cannot make an accumulating call (the caller then adds the residual by a kernel), bias_kernel
+ * when it was made without the BIAS epilogue (refused) and a kernel adds the bias after it. */
 typedef struct f8_call {
-    bool valid, fallback, bias_kernel;
+    bool valid, fallback, refused, bias_kernel, accumulate;
     int64_t R;
+    uint32_t align_d, align_c;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatmulAlgo_t algo;
@@ -250,12 +288,38 @@ static cudaDataType_t f8_lt_dtype(kiln_dtype t) {
     return t == KILN_F16 ? CUDA_R_16F : t == KILN_BF16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
-/* Makes call c for R rows: D[Np, R] (D's type) = Wt^T X with the scales and, when epilogue_bias, the
- * BIAS epilogue, and the heuristic's best algorithm within lt_ws bytes of workspace; an error naming
- * the configuration when cuBLASLt refuses it. */
-static kiln_status f8_call_make(const kiln_node *n, const f8_state *st, int64_t R, size_t lt_ws, bool epilogue_bias,
+/* The operands of one FP8 GEMM: the rounded rows x8 (R of them) into out, with lt_bytes of
+ * cuBLASLt workspace at lt_ws; c the residual it accumulates onto (beta 1), or NULL. */
+typedef struct f8_operands {
+    const __nv_fp8_storage_t *x8;
+    int64_t R;
+    void *out;
+    void *lt_ws;
+    size_t lt_bytes;
+    const void *c;
+} f8_operands;
+
+/* The largest power of two up to 256 that divides p's address: the alignment cuBLASLt is told. */
+static uint32_t f8_alignment(const void *p) {
+    uint32_t a = 256;
+    while (a > 1 && (uintptr_t)p % a) a /= 2;
+    return a;
+}
+
+/* Makes call c for o's R rows: D[Np, R] (D's type) = Wt^T X with the scales, fast accumulation
+ * (CUBLASLT_MATMUL_DESC_FAST_ACCUM: no periodic promotion of the partial sums, as TensorRT's and
+ * Transformer Engine's inference GEMMs; the products stay exact, the sum is rounded a little more
+ * often, far below E4M3's own rounding) and, when epilogue_bias, the BIAS epilogue; the algorithm the
+ * fastest of the heuristic's candidates within o's workspace and D's alignment (lt_pick.cuh, timed
+ * on o's operands when the stream is not capturing); an error naming the configuration when cuBLASLt
+ * refuses it. */
+static kiln_status f8_call_make(const kiln_node *n, const f8_state *st, const f8_operands *o, bool epilogue_bias,
                                 kiln_cuda_ctx *ctx, f8_call *c) {
+    const int64_t R = o->R;
+    const size_t lt_ws = o->lt_bytes;
     F8_LT(cublasLtMatmulDescCreate(&c->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const int8_t fast = 1;
+    F8_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     F8_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     F8_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
@@ -274,12 +338,20 @@ static kiln_status f8_call_make(const kiln_node *n, const f8_state *st, int64_t 
     F8_LT(cublasLtMatrixLayoutCreate(&c->ld, dt, (uint64_t)st->Np, (uint64_t)R, st->Np));
     cublasLtMatmulPreference_t pref;
     F8_LT(cublasLtMatmulPreferenceCreate(&pref));
+    const uint32_t align_d = f8_alignment(o->out), align_c = o->c ? f8_alignment(o->c) : align_d;
     cublasStatus_t e = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt_ws,
                                                             sizeof lt_ws);
+    if (e == CUBLAS_STATUS_SUCCESS)
+        e = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof align_c);
+    if (e == CUBLAS_STATUS_SUCCESS)
+        e = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof align_d);
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
-    if (e == CUBLAS_STATUS_SUCCESS)
-        e = cublasLtMatmulAlgoGetHeuristic(ctx->lt, c->op, c->la, c->lb, c->ld, c->ld, pref, 1, &res, &found);
+    bool timed = false;
+    const float alpha = 1.0f, beta = o->c ? 1.0f : 0.0f;
+    kiln_lt_problem p = {ctx->lt, c->op, c->la, c->lb, c->ld, pref, &alpha, st->w8, o->x8, &beta, o->out, o->lt_ws,
+                         lt_ws, ctx->stream, o->c};
+    if (e == CUBLAS_STATUS_SUCCESS) e = kiln_lt_pick(&p, &res, &found, &timed);
     cublasLtMatmulPreferenceDestroy(pref);
     if (e != CUBLAS_STATUS_SUCCESS || found < 1)
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': cuBLASLt's heuristic offers no FP8 GEMM (%s) for E4M3 A^T [%lld, "
@@ -290,55 +362,93 @@ static kiln_status f8_call_make(const kiln_node *n, const f8_state *st, int64_t 
                           lt_ws);
     c->algo = res.algo;
     c->R = R;
+    c->align_d = align_d;
+    c->align_c = align_c;
+    c->accumulate = o->c != NULL;
     c->valid = true;
+    KILN_LOG(KILN_LOG_VERBOSE, "cuda: %s '%s': cuBLASLt FP8 GEMM %lld x %lld x %lld%s%s: %s of %d candidates", n->op_type,
+             n->name, (long long)st->Np, (long long)R, (long long)st->Kp, st->bias_d && epilogue_bias ? " with its BIAS epilogue" : "",
+             o->c ? " onto the residual" : "", timed ? "the fastest" : "the heuristic's first", found);
     return KILN_OK;
 }
 
 /* Switches call c to the CUDA-core product, warning once per node with the reason (the last error). */
 static void f8_call_fall_back(const kiln_node *n, f8_state *st, f8_call *c) {
     if (!st->fallback_logged)
-        KILN_LOG(KILN_LOG_WARN, "cuda: %s '%s': cuBLASLt's FP8 GEMM is unavailable (%s); a CUDA-core kernel computes it "
-                 "(slower)", n->op_type, n->name, kiln_last_error());
+        KILN_LOG(KILN_LOG_WARN, "fp8: %s '%s': cuBLASLt's FP8 GEMM is unavailable (%s); a CUDA-core kernel computes it "
+                 "(far slower: the build then keeps float16)", n->op_type, n->name, kiln_last_error());
     kiln_error_clear();
     st->fallback_logged = true;
     c->fallback = true;
 }
 
-/* The cached call for R rows, or one made now in the next slot (a fallback one when cuBLASLt cannot). */
-static f8_call *f8_call_get(const kiln_node *n, f8_state *st, int64_t R, size_t lt_ws, kiln_cuda_ctx *ctx) {
-    for (int i = 0; i < F8_CALLS; i++)
-        if (st->calls[i].valid && st->calls[i].R == R) return &st->calls[i];
+/* The cached call for o's rows, D's alignment and C, or one made now in the next slot; when cuBLASLt
+ * cannot make it, a fallback one, or for an accumulating call (o->c) NULL, remembered as refused. */
+static f8_call *f8_call_get(const kiln_node *n, f8_state *st, const f8_operands *o, kiln_cuda_ctx *ctx) {
+    const int64_t R = o->R;
+    const uint32_t align_d = f8_alignment(o->out), align_c = o->c ? f8_alignment(o->c) : align_d;
+    for (int i = 0; i < F8_CALLS; i++) {
+        const f8_call *k = &st->calls[i];
+        if (k->valid && k->R == R && k->align_d == align_d && k->accumulate == (o->c != NULL) && k->align_c == align_c)
+            return k->refused ? NULL : &st->calls[i];
+    }
     f8_call *c = &st->calls[st->next_call];
     st->next_call = (st->next_call + 1) % F8_CALLS;
     f8_call_clear(c);
     if (st->bias_d) { /* 16-bit D: the BIAS epilogue, or, refused, the plain GEMM and the bias kernel */
-        if (f8_call_make(n, st, R, lt_ws, true, ctx, c) == KILN_OK) return c;
+        if (f8_call_make(n, st, o, true, ctx, c) == KILN_OK) return c;
         f8_call_clear(c);
         KILN_LOG(KILN_LOG_VERBOSE, "cuda: %s; trying it without the epilogue", kiln_last_error());
         kiln_error_clear();
     }
-    if (f8_call_make(n, st, R, lt_ws, false, ctx, c) == KILN_OK) {
+    if (f8_call_make(n, st, o, false, ctx, c) == KILN_OK) {
         c->bias_kernel = st->bias32 != NULL;
         return c;
     }
     f8_call_clear(c);
-    f8_call_fall_back(n, st, c);
+    if (o->c) {
+        KILN_LOG(KILN_LOG_VERBOSE, "cuda: %s; the residual is added by a kernel instead", kiln_last_error());
+        kiln_error_clear();
+        c->refused = true;
+    } else {
+        f8_call_fall_back(n, st, c);
+    }
     c->R = R;
+    c->align_d = align_d;
+    c->align_c = align_c;
+    c->accumulate = o->c != NULL;
     c->valid = true;
-    return c;
+    return c->refused ? NULL : c;
+}
+
+/* Whether ctx's stream is being captured into a CUDA graph. */
+static bool f8_capturing(const kiln_cuda_ctx *ctx) {
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    return cudaStreamIsCapturing(ctx->stream, &cap) == cudaSuccess && cap != cudaStreamCaptureStatusNone;
 }
 
 /* y[R, N] (dtype T) from the rounded rows x8 (R of them, padded with zero rows to Rp, a multiple of
  * 16): cuBLASLt's FP8 GEMM over all Rp (into d [Rp, Np], then copied, when N < Np or R < Rp), or the
- * CUDA-core kernel over the R rows. */
+ * CUDA-core kernel over the R rows; then + res [R, N] when res is not NULL (as the GEMM's C, beta 1,
+ * when it writes y itself; else by a kernel). A cuBLASLt call that fails while the stream is being captured
+ * fails the run (the capture is dropped and the run repeated eagerly: cuda_graph.c, and the build's
+ * tuner), so that a capture never switches the node to the CUDA-core kernel for good. */
 template <typename T>
 static kiln_status f8_gemm(const kiln_node *n, f8_state *st, const __nv_fp8_storage_t *x8, int64_t R, int64_t Rp, T *d,
-                           T *y, void *lt_ws, size_t lt_bytes, kiln_cuda_ctx *ctx) {
-    f8_call *c = f8_call_get(n, st, Rp, lt_bytes, ctx);
+                           T *y, const T *res, void *lt_ws, size_t lt_bytes, kiln_cuda_ctx *ctx) {
+    T *out = st->Np == st->N && Rp == R ? y : d;
+    bool accumulate = res && out == y;
+    f8_operands o = {x8, Rp, out, lt_ws, lt_bytes, accumulate ? res : NULL};
+    f8_call *c = f8_call_get(n, st, &o, ctx);
+    if (!c) { /* cuBLASLt takes no residual as C here: the plain call, then the residual kernel */
+        accumulate = false;
+        o.c = NULL;
+        c = f8_call_get(n, st, &o, ctx);
+    }
     if (!c->fallback) {
-        const float alpha = 1.0f, beta = 0.0f;
-        T *out = st->Np == st->N && Rp == R ? y : d;
-        cublasStatus_t e = cublasLtMatmul(ctx->lt, c->op, &alpha, st->w8, c->la, x8, c->lb, &beta, out, c->ld, out, c->ld,
+        const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+        const T *cin = accumulate ? res : out;
+        cublasStatus_t e = cublasLtMatmul(ctx->lt, c->op, &alpha, st->w8, c->la, x8, c->lb, &beta, cin, c->ld, out, c->ld,
                                           &c->algo, lt_ws, lt_bytes, ctx->stream);
         if (e == CUBLAS_STATUS_SUCCESS) {
             if (out != y) {
@@ -351,8 +461,9 @@ static kiln_status f8_gemm(const kiln_node *n, f8_state *st, const __nv_fp8_stor
                     y, R, st->N, st->bias32);
                 KILN_CUDA_LAUNCH_CHECK("f8_add_bias_kernel");
             }
-            return KILN_OK;
+            return res && !accumulate ? f8_add_residual<T>(y, R * st->N, res, ctx) : KILN_OK;
         }
+        if (f8_capturing(ctx)) return f8_lt_fail(n, e, "cublasLtMatmul (while capturing a CUDA graph)");
         (void)f8_lt_fail(n, e, "cublasLtMatmul");
         f8_call_fall_back(n, st, c);
     }
@@ -360,13 +471,14 @@ static kiln_status f8_gemm(const kiln_node *n, f8_state *st, const __nv_fp8_stor
     f8_gemm_fallback_kernel<T><<<grid, F8_FB_THREADS, 0, ctx->stream>>>(x8, st->w8, R, st->N, st->Kp, st->scale,
                                                                         st->bias32, y);
     KILN_CUDA_LAUNCH_CHECK("f8_gemm_fallback_kernel");
-    return KILN_OK;
+    return res ? f8_add_residual<T>(y, R * st->N, res, ctx) : KILN_OK;
 }
 
-/* The rows of A (dtype T) in chunks that fit the workspace: rounded to E4M3, then the GEMM. */
+/* The rows of A (dtype T) in chunks that fit the workspace: rounded to E4M3, then the GEMM (onto the
+ * residual res, [rows, N], when not NULL). */
 template <typename T>
-static kiln_status f8_run(const kiln_node *n, f8_state *st, const kiln_fp8_layer *q, const T *a, int64_t rows, T *y,
-                          kiln_cuda_ctx *ctx) {
+static kiln_status f8_run(const kiln_node *n, f8_state *st, const kiln_fp8_layer *q, const T *a, int64_t rows,
+                          const T *res, T *y, kiln_cuda_ctx *ctx) {
     size_t q4 = ctx->workspace_bytes / 4 / F8_ALIGN * F8_ALIGN, lt_bytes = q4 < F8_LT_WORKSPACE ? q4 : F8_LT_WORKSPACE;
     size_t per_row = (size_t)st->Kp + (size_t)st->Np * sizeof(T); /* x8 and, when padded, d */
     size_t avail = ctx->workspace_bytes > lt_bytes + 2 * F8_ALIGN ? ctx->workspace_bytes - lt_bytes - 2 * F8_ALIGN : 0;
@@ -382,10 +494,11 @@ static kiln_status f8_run(const kiln_node *n, f8_state *st, const kiln_fp8_layer
         T *d = (T *)(ws + used);
         if (st->Np != st->N || Rp != R) used += f8_align((size_t)(Rp * st->Np) * sizeof(T));
         f8_quantize_rows_kernel<T><<<ku_blocks(Rp * st->Kp, KU_THREADS, ctx, 4), KU_THREADS, 0, ctx->stream>>>(
-            a + r0 * st->K, R, Rp, st->K, st->Kp, q->x_scale, x8);
+            a + r0 * st->K, R, Rp, st->K, st->Kp, q->x_scale, (int)q->in_act, x8);
         KILN_CUDA_LAUNCH_CHECK("f8_quantize_rows_kernel");
         size_t lt_avail = ctx->workspace_bytes - used;
-        KILN_TRY(f8_gemm<T>(n, st, x8, R, Rp, d, y + r0 * st->N, ws + used, lt_avail < lt_bytes ? lt_avail : lt_bytes,
+        KILN_TRY(f8_gemm<T>(n, st, x8, R, Rp, d, y + r0 * st->N, res ? res + r0 * st->N : NULL, ws + used,
+                            lt_avail < lt_bytes ? lt_avail : lt_bytes,
                             ctx));
     }
     return KILN_OK;
@@ -418,21 +531,42 @@ static kiln_status f8_prepare_f16(const kiln_node *n, const kiln_fp8_layer *q, c
 }
 
 /* The float16 path over rows of A (float16) into y (float16): one cuBLASLt GEMM by the decoded
- * weights, then the bias. */
-static kiln_status f8_run_f16(const kiln_node *n, const f8_state *st, const __half *a, int64_t rows, __half *y,
-                              kiln_cuda_ctx *ctx) {
+ * weights, then the bias, then the residual res (NULL: none). With an input_activation, A goes through it first, in chunks of rows whose
+ * activated copy fills at most half the workspace (the GEMM gets the other half). */
+static kiln_status f8_run_f16(const kiln_node *n, const f8_state *st, const kiln_fp8_layer *q, const __half *a,
+                              int64_t rows, const __half *res, __half *y, kiln_cuda_ctx *ctx) {
     if (rows == 0) return KILN_OK;
     kiln_cuda_ctx sub = *ctx; /* no tactic, candidates or state of its own */
     sub.tactic = NULL;
     sub.tactic_strict = false;
     sub.candidates = NULL;
     sub.state = NULL;
-    KILN_TRY(kiln_cuda_matmul_batched(n, &sub, KILN_F16, 1, rows, st->N, st->K, a, false, st->w16, false, y));
-    if (!st->bias32) return KILN_OK;
-    f8_bias_f16_kernel<<<ku_blocks(rows * st->N, KU_THREADS, ctx, 4), KU_THREADS, 0, ctx->stream>>>(y, rows, st->N,
-                                                                                                  st->bias32);
-    KILN_CUDA_LAUNCH_CHECK("f8_bias_f16_kernel");
-    return KILN_OK;
+    if (q->in_act == KILN_ACT_NONE) {
+        KILN_TRY(kiln_cuda_matmul_batched(n, &sub, KILN_F16, 1, rows, st->N, st->K, a, false, st->w16, false, y));
+    } else {
+        size_t half = ctx->workspace_bytes / 2 / F8_ALIGN * F8_ALIGN, row_bytes = (size_t)st->K * sizeof(__half);
+        int64_t chunk = row_bytes ? (int64_t)(half / row_bytes) : rows;
+        if (chunk < 1)
+            return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': %zu bytes of workspace do not hold one activated row",
+                              n->op_type, n->name, ctx->workspace_bytes);
+        __half *act = (__half *)ctx->workspace;
+        sub.workspace = (unsigned char *)ctx->workspace + half;
+        sub.workspace_bytes = ctx->workspace_bytes - half;
+        for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+            int64_t R = rows - r0 < chunk ? rows - r0 : chunk;
+            f8_act_f16_kernel<<<ku_blocks(R * st->K, KU_THREADS, ctx, 4), KU_THREADS, 0, ctx->stream>>>(
+                a + r0 * st->K, R * st->K, (int)q->in_act, act);
+            KILN_CUDA_LAUNCH_CHECK("f8_act_f16_kernel");
+            KILN_TRY(kiln_cuda_matmul_batched(n, &sub, KILN_F16, 1, R, st->N, st->K, act, false, st->w16, false,
+                                              y + r0 * st->N));
+        }
+    }
+    if (st->bias32) {
+        f8_bias_f16_kernel<<<ku_blocks(rows * st->N, KU_THREADS, ctx, 4), KU_THREADS, 0, ctx->stream>>>(y, rows, st->N,
+                                                                                                      st->bias32);
+        KILN_CUDA_LAUNCH_CHECK("f8_bias_f16_kernel");
+    }
+    return res ? f8_add_residual<__half>(y, rows * st->N, res, ctx) : KILN_OK;
 }
 
 /* ---------------------------------------------------------------- kiln.F8MatMul */
@@ -444,6 +578,7 @@ static kiln_status exec_f8matmul(const kiln_node *n, const kiln_cuda_tensor *in,
     (void)nout;
     const kiln_cuda_tensor *a = &in[0], *w = &in[1], *y = &out[0];
     const kiln_cuda_tensor *bias = nin > 2 && !ku_absent(&in[2]) ? &in[2] : NULL;
+    const kiln_cuda_tensor *res = nin > 3 && !ku_absent(&in[3]) ? &in[3] : NULL;
     if (ctx->candidates) return a->dtype == KILN_F16 ? kiln_qg_list_paths(ctx) : KILN_OK; /* fp8 or fp16 */
     bool f16;
     KILN_TRY(kiln_qg_wants_f16(n, ctx, &f16));
@@ -462,23 +597,32 @@ static kiln_status exec_f8matmul(const kiln_node *n, const kiln_cuda_tensor *in,
     if (bias && (!bias->host || !f8_float(bias->host_dtype) || ku_numel(bias) != N))
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': the bias must be a float constant of %lld values", n->op_type,
                           n->name, (long long)N);
+    int64_t rows = K > 0 ? ku_numel(a) / K : 0;
+    if (res && (res->dtype != y->dtype || ku_numel(res) != rows * N))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s '%s': the residual must be %s with %lld values, not %s with %lld",
+                          n->op_type, n->name, kiln_dtype_name(y->dtype), (long long)(rows * N),
+                          kiln_dtype_name(res->dtype), (long long)ku_numel(res));
     f8_state *st = NULL;
     bool temp = false;
     KILN_TRY(f8_state_get(n, &q, w, bias, y->dtype, ctx, &st, &temp));
-    int64_t rows = K > 0 ? ku_numel(a) / K : 0;
     kiln_status s;
     if (st->d_dtype != y->dtype)
         s = kiln_error(KILN_ERR_INTERNAL, "%s '%s': prepared for %s output, asked for %s", n->op_type, n->name,
                        kiln_dtype_name(st->d_dtype), kiln_dtype_name(y->dtype));
     else if (f16) {
         s = f8_prepare_f16(n, &q, w, st);
-        if (s == KILN_OK) s = f8_run_f16(n, st, (const __half *)a->data, rows, (__half *)y->data, ctx);
+        if (s == KILN_OK)
+            s = f8_run_f16(n, st, &q, (const __half *)a->data, rows, res ? (const __half *)res->data : NULL,
+                           (__half *)y->data, ctx);
     } else if (y->dtype == KILN_F16)
-        s = f8_run<__half>(n, st, &q, (const __half *)a->data, rows, (__half *)y->data, ctx);
+        s = f8_run<__half>(n, st, &q, (const __half *)a->data, rows, res ? (const __half *)res->data : NULL,
+                           (__half *)y->data, ctx);
     else if (y->dtype == KILN_BF16)
-        s = f8_run<bf16>(n, st, &q, (const bf16 *)a->data, rows, (bf16 *)y->data, ctx);
+        s = f8_run<bf16>(n, st, &q, (const bf16 *)a->data, rows, res ? (const bf16 *)res->data : NULL, (bf16 *)y->data,
+                         ctx);
     else
-        s = f8_run<float>(n, st, &q, (const float *)a->data, rows, (float *)y->data, ctx);
+        s = f8_run<float>(n, st, &q, (const float *)a->data, rows, res ? (const float *)res->data : NULL,
+                          (float *)y->data, ctx);
     if (temp) {
         cudaError_t e = cudaStreamSynchronize(ctx->stream);
         if (s == KILN_OK && e != cudaSuccess) s = kiln_cuda_error(e, "cudaStreamSynchronize", __FILE__, __LINE__);

@@ -34,9 +34,11 @@
  * one device allocation that the node's state owns (the bias in float32 in 16-bit engines too). A run
  * enqueues only kernels and cuBLASLt calls, split into chunks of rows (QConv: of images) that fit the
  * workspace and whose int32 D stays in L2 (QG_D_TARGET); the cuBLASLt descriptors and the
- * heuristic's algorithm are cached per chunk shape (cuBLASLt's heuristic picks the IMMA kernel); a
+ * algorithm are cached per chunk shape (the fastest of the heuristic's IMMA candidates, timed when the
+ * call is made: lt_pick.cuh); a
  * call cuBLASLt refuses runs a CUDA-core kernel instead, with one warning per node naming the reason. */
 #include "backends/cuda/quant_gemm.cuh"
+#include "backends/cuda/lt_pick.cuh"
 
 #include <stdlib.h>
 
@@ -238,12 +240,24 @@ static bool qg_call_is(const qg_call *c, const qg_call_key *k) {
            c->align_b == k->align_b && c->align_d == k->align_d && c->with_c == k->with_c;
 }
 
-/* Makes call c for key k: descriptors, and the heuristic's best IMMA algorithm within lt_ws bytes of
- * workspace. The fused call (k->out not KILN_I32) scales by st's alpha vector in float32
+/* The operands of one call, for timing the heuristic's candidates (lt_pick.cuh): alpha and beta as
+ * cublasLtMatmul takes them (host scalars, or the fused call's device vector and a zero or host
+ * beta), c the C it reads (NULL: none). */
+typedef struct qg_operands {
+    const int8_t *w, *x;
+    void *d;
+    const void *alpha, *beta;
+    void *lt_ws;
+    const void *c;
+} qg_operands;
+
+/* Makes call c for key k: descriptors, and the fastest of the heuristic's IMMA algorithms within
+ * lt_ws bytes of workspace (timed on o's operands when the stream is not capturing: lt_pick.cuh).
+ * The fused call (k->out not KILN_I32) scales by st's alpha vector in float32
  * (CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO, or ..._BETA_HOST with C) and adds the bias
  * and activation in its epilogue, after beta C; its D is y itself. */
-static kiln_status qg_call_make(const kiln_node *n, const qg_state *st, const qg_call_key *k, size_t lt_ws,
-                                kiln_cuda_ctx *ctx, qg_call *c) {
+static kiln_status qg_call_make(const kiln_node *n, const qg_state *st, const qg_call_key *k, const qg_operands *o,
+                                size_t lt_ws, kiln_cuda_ctx *ctx, qg_call *c) {
     bool fused = k->out != KILN_I32;
     cudaDataType_t dt = CUDA_R_32I;
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
@@ -284,8 +298,10 @@ static kiln_status qg_call_make(const kiln_node *n, const qg_state *st, const qg
                                                  sizeof k->align_d);
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
-    if (e == CUBLAS_STATUS_SUCCESS)
-        e = cublasLtMatmulAlgoGetHeuristic(ctx->lt, c->op, c->la, c->lb, c->ld, c->ld, pref, 1, &res, &found);
+    bool timed = false;
+    kiln_lt_problem p = {ctx->lt, c->op, c->la, c->lb, c->ld, pref, o->alpha, o->w, o->x, o->beta, o->d, o->lt_ws, lt_ws,
+                         ctx->stream, o->c};
+    if (e == CUBLAS_STATUS_SUCCESS) e = kiln_lt_pick(&p, &res, &found, &timed);
     cublasLtMatmulPreferenceDestroy(pref);
     if (e != CUBLAS_STATUS_SUCCESS) return qg_lt_fail(n, e, "cublasLtMatmulAlgoGetHeuristic");
     if (found < 1)
@@ -304,6 +320,9 @@ static kiln_status qg_call_make(const kiln_node *n, const qg_state *st, const qg
     c->fused = fused;
     c->with_c = k->with_c;
     c->valid = true;
+    KILN_LOG(KILN_LOG_VERBOSE, "cuda: %s '%s': cuBLASLt int8 GEMM %lld x %lld x %lld%s: %s of %d candidates", n->op_type,
+             n->name, (long long)st->Mp, (long long)k->R, (long long)st->Kp, fused ? " (requantizing)" : "",
+             timed ? "the fastest" : "the heuristic's first", found);
     return KILN_OK;
 }
 
@@ -319,13 +338,14 @@ static void qg_call_fall_back(const kiln_node *n, qg_state *st, qg_call *c) {
 
 /* The cached call for k, or one made now in the next slot; NULL (the slot cleared, the error set)
  * when cuBLASLt cannot make it. */
-static qg_call *qg_call_get(const kiln_node *n, qg_state *st, const qg_call_key *k, size_t lt_ws, kiln_cuda_ctx *ctx) {
+static qg_call *qg_call_get(const kiln_node *n, qg_state *st, const qg_call_key *k, const qg_operands *o, size_t lt_ws,
+                            kiln_cuda_ctx *ctx) {
     for (int i = 0; i < QG_CALLS; i++)
         if (qg_call_is(&st->calls[i], k)) return &st->calls[i];
     qg_call *c = &st->calls[st->next_call];
     st->next_call = (st->next_call + 1) % QG_CALLS;
     qg_call_clear(c);
-    if (qg_call_make(n, st, k, lt_ws, ctx, c) == KILN_OK) return c;
+    if (qg_call_make(n, st, k, o, lt_ws, ctx, c) == KILN_OK) return c;
     qg_call_clear(c);
     return NULL;
 }
@@ -333,7 +353,10 @@ static qg_call *qg_call_get(const kiln_node *n, qg_state *st, const qg_call_key 
 kiln_status kiln_qg_gemm(const kiln_node *n, qg_state *st, int64_t g, const int8_t *x, int64_t R, int64_t ldb,
                          int32_t *D, void *lt_ws, size_t lt_bytes, kiln_cuda_ctx *ctx) {
     qg_call_key k = {R, ldb, st->Mp, KILN_I32, qg_alignment(x), qg_alignment(D), false};
-    qg_call *c = qg_call_get(n, st, &k, lt_bytes, ctx);
+    const int8_t *w = st->wt + g * st->Mp * st->Kp;
+    const int32_t one = 1, zero = 0;
+    const qg_operands o = {w, x, D, &one, &zero, lt_ws, NULL};
+    qg_call *c = qg_call_get(n, st, &k, &o, lt_bytes, ctx);
     if (!c) { /* remembered as a call that falls back */
         c = &st->calls[(st->next_call + QG_CALLS - 1) % QG_CALLS];
         qg_call_fall_back(n, st, c);
@@ -345,7 +368,6 @@ kiln_status kiln_qg_gemm(const kiln_node *n, qg_state *st, int64_t g, const int8
         c->align_d = k.align_d;
         c->valid = true;
     }
-    const int8_t *w = st->wt + g * st->Mp * st->Kp;
     if (!c->fallback) {
         const int32_t alpha = 1, beta = 0;
         cublasStatus_t e = cublasLtMatmul(ctx->lt, c->op, &alpha, w, c->la, x, c->lb, &beta, D, c->ld, D, c->ld, &c->algo,
@@ -390,13 +412,14 @@ kiln_status kiln_qg_gemm_fused_c(const kiln_node *n, qg_state *st, const int8_t 
     *done = false;
     uint32_t align_d = qg_alignment(y), align_c = c_in ? qg_alignment(c_in) : align_d;
     qg_call_key k = {R, ldb, ldd, t, qg_alignment(x), align_c < align_d ? align_c : align_d, c_in != NULL};
-    qg_call *c = qg_call_get(n, st, &k, lt_bytes, ctx);
+    const float *alpha = t == KILN_I8 ? st->alpha_q : st->alpha_f;
+    const void *beta_p = c_in ? (const void *)&beta : (const void *)st->zero;
+    const qg_operands o = {st->wt, x, y, alpha, beta_p, lt_ws, c_in};
+    qg_call *c = qg_call_get(n, st, &k, &o, lt_bytes, ctx);
     if (!c) {
         qg_fused_decided(n, st, false);
         return KILN_OK;
     }
-    const float *alpha = t == KILN_I8 ? st->alpha_q : st->alpha_f;
-    const void *beta_p = c_in ? (const void *)&beta : (const void *)st->zero;
     cublasStatus_t e = cublasLtMatmul(ctx->lt, c->op, alpha, st->wt, c->la, x, c->lb, beta_p, c_in ? c_in : y, c->ld, y,
                                       c->ld, &c->algo, lt_ws, lt_bytes, ctx->stream);
     if (e != CUBLAS_STATUS_SUCCESS) {
