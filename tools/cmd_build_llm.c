@@ -1,4 +1,4 @@
-/* cmd_build_llm.c — `kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16|--weights int8]`: an LLM
+/* cmd_build_llm.c — `kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16|--weights int8|int4]`: an LLM
  * engine from a Hugging Face checkpoint (src/llm/llm_engine.h). */
 #include "cli.h"
 
@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 static const char *USAGE =
-    "usage: kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16|--weights int8]\n"
+    "usage: kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16|--weights int8|int4 [--calib-text FILE]]\n"
     "\n"
     "Writes an LLM engine from the Hugging Face checkpoint in DIR (config.json, *.safetensors, and\n"
     "tokenizer.json, tokenizer_config.json and generation_config.json when present): the config, the\n"
@@ -27,14 +27,22 @@ static const char *USAGE =
     "                        row (symmetric, max |w| / 127), the rest fp32; the CPU forward widens the\n"
     "                        weights inside its products, the CUDA one keeps them int8 on the device\n"
     "                        (docs/llm-quantization.md)\n"
-    "  --weights-skip LIST   with --weights int8: keep these fp32, comma-separated: embed (the token\n"
+    "  --weights int4        weight-only INT4: every matrix stored as unsigned 4-bit values in groups of 128\n"
+    "                        along its input, with an fp32 scale and zero point per group (asymmetric), the\n"
+    "                        rest fp32\n"
+    "  --calib-text FILE     with --weights int4: activation-aware scales (AWQ-style) from the model's own\n"
+    "                        activations over the first 4,096 tokens of FILE; without it every group is\n"
+    "                        rounded to nearest (a warning says so)\n"
+    "  --weights-skip LIST   with --weights int8 or int4: keep these fp32, comma-separated: embed (the token\n"
     "                        embedding), lm_head (a tied lm_head is the embedding: either keeps both)\n"
     "  -h, --help            this help\n";
 
 /* --weights VALUE; -1 to go on, else the exit code. */
 static int parse_weights(const char *v, kiln_llm_build_options *o) {
-    if (strcmp(v, "int8")) return cli_usage_error("build ", "--weights takes int8 (weight-only INT8), got '%s'", v);
-    o->weights_int8 = true;
+    if (!strcmp(v, "int8")) o->weights_int8 = true;
+    else if (!strcmp(v, "int4")) o->weights_int4 = true;
+    else return cli_usage_error("build ", "--weights takes int8 or int4 (weight-only INT8 / INT4), got '%s'", v);
+    if (o->weights_int8 && o->weights_int4) return cli_usage_error("build ", "--weights int8 and int4 exclude each other");
     return -1;
 }
 
@@ -77,6 +85,11 @@ int kiln_cmd_build_llm(int argc, char **argv) {
             o.precision = (int)p;
             size_t len = strlen(flags);
             snprintf(flags + len, sizeof flags - len, "%s%s", len ? " " : "--hf ", a);
+        } else if (!strcmp(a, "--calib-text")) {
+            if (++i >= argc) return cli_usage_error("build ", "%s needs a value", a);
+            o.calib_text = argv[i];
+            size_t len = strlen(flags);
+            snprintf(flags + len, sizeof flags - len, "%s%s %s", len ? " " : "--hf ", a, argv[i]);
         } else if (!strcmp(a, "--weights") || !strcmp(a, "--weights-skip")) {
             if (++i >= argc) return cli_usage_error("build ", "%s needs a value", a);
             int rc = a[9] ? parse_skip(argv[i], &o) : parse_weights(argv[i], &o);
@@ -85,16 +98,19 @@ int kiln_cmd_build_llm(int argc, char **argv) {
             snprintf(flags + len, sizeof flags - len, "%s%s %s", len ? " " : "--hf ", a, argv[i]);
         } else if (a[0] == '-') {
             return cli_usage_error("build ", "%s does not apply to --hf (options: -o, --fp32, --fp16, --bf16, --weights, "
-                                   "--weights-skip)", a);
+                                   "--weights-skip, --calib-text)", a);
         } else {
             return cli_usage_error("build ", "unexpected argument '%s' (--hf DIR takes the checkpoint)", a);
         }
     }
     if (!dir) return cli_usage_error("build ", "--hf needs a checkpoint directory");
-    if (o.weights_int8 && o.precision >= 0)
-        return cli_usage_error("build ", "--weights int8 and --fp32/--fp16/--bf16 exclude each other");
-    if (!o.weights_int8 && (o.int8_skip_embed || o.int8_skip_lm_head))
-        return cli_usage_error("build ", "--weights-skip applies only with --weights int8");
+    if ((o.weights_int8 || o.weights_int4) && o.precision >= 0)
+        return cli_usage_error("build ", "--weights %s and --fp32/--fp16/--bf16 exclude each other",
+                               o.weights_int8 ? "int8" : "int4");
+    if (!o.weights_int8 && !o.weights_int4 && (o.int8_skip_embed || o.int8_skip_lm_head))
+        return cli_usage_error("build ", "--weights-skip applies only with --weights int8 or int4");
+    if (o.calib_text && !o.weights_int4)
+        return cli_usage_error("build ", "--calib-text applies to --hf only with --weights int4");
     char dflt[4096];
     if (!output) {
         size_t n = strlen(dir);

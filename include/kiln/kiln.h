@@ -105,6 +105,7 @@ typedef enum kiln_precision {
     KILN_PRECISION_BF16 = 2,
     KILN_PRECISION_INT8 = 3,
     KILN_PRECISION_FP8 = 4,
+    KILN_PRECISION_INT4 = 5, /* an LLM engine's weight-only INT4 matrices only */
 } kiln_precision;
 
 /* A per-layer precision rule (`kiln build --layer-precision PATTERN:fp32`). pattern is a glob (`*`

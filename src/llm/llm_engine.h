@@ -18,11 +18,19 @@ typedef struct kiln_llm_build_options {
      * output row (tensor NAME then NAME.scale), the vectors and pos_emb fp32; precision is ignored.
      * The skips keep the token embedding or the lm_head fp32 (a tied lm_head is the embedding). */
     bool weights_int8, int8_skip_embed, int8_skip_lm_head;
+    /* Weight-only INT4 (header precision int4): every matrix (but those the skips above keep fp32)
+     * stored packed in groups of 128 with fp32 scales and zero points (NAME, NAME.scale, NAME.zero;
+     * llm_gemv_q4.h); with calib_text, AWQ-style activation-aware scales (llm_awq.h), else round to
+     * nearest. */
+    bool weights_int4;
+    const char *calib_text; /* a text file, or NULL */
     const char *build_options; /* the flags as text, recorded in the header ("" when NULL) */
 } kiln_llm_build_options;
 
 /* The name suffix of an INT8 matrix's scales tensor. */
 #define KILN_LLM_SCALE_SUFFIX ".scale"
+/* The name suffix of an INT4 matrix's zero points tensor. */
+#define KILN_LLM_ZERO_SUFFIX ".zero"
 
 /* One weight of an engine, as its tensor table records it. */
 typedef struct kiln_llm_engine_tensor {

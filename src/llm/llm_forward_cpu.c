@@ -4,12 +4,15 @@
  * model has one, output product + residual, MLP + residual) and the final norm and lm_head over the
  * rows whose logits are wanted. A single decode token over an FP32 cache runs its QKV product (biases
  * included), RoPE (partial or LongRoPE too), cache write and windowed attention as one pool dispatch.
- * An INT8 engine's quantized matrices go through the INT8 product (llm_gemv_q8.h) instead. */
+ * An INT8 or INT4 engine's quantized matrices go through the INT8 (llm_gemv_q8.h) or INT4 product
+ * (llm_gemv_q4.h) instead. While m->probe is set the products' inputs are recorded (llm_awq.h). */
 #include "llm/llm_internal.h"
 
 #include "core/status.h"
 #include "llm/kv_cache.h"
 #include "llm/llm_cpu_ops.h"
+#include "llm/llm_awq.h"
+#include "llm/llm_gemv_q4.h"
 #include "llm/llm_gemv_q8.h"
 
 #include <math.h>
@@ -30,14 +33,16 @@ static kiln_status check_batch(const kiln_llm_config *c, const kiln_kv_cache *kv
 
 static const kiln_llm_q8_layer NO_Q8; /* a layer without INT8 matrices */
 
-/* y = x W^T + bias (GELU'd when gelu), W the fp32 w or, when q holds it, the INT8 matrix. */
+/* y = x W^T + bias (GELU'd when gelu), W the fp32 w or, when q holds it, the INT8 or INT4 matrix. */
 static void linear(const float *x, int ldx, int n, int in, const float *w, const kiln_llm_q8 *q, const float *bias,
                    int out, float *y, int ldy, int accumulate, bool gelu) {
     if (q->q) {
-        const kiln_llm_gemv_args a = {.x = x, .ldx = ldx, .n = n, .in = in, .w = q->q, .format = KILN_LLM_W_INT8,
-                                      .scale = q->scale, .bias = bias, .out = out, .y = y, .ldy = ldy,
+        const kiln_llm_gemv_args a = {.x = x, .ldx = ldx, .n = n, .in = in, .w = q->q,
+                                      .format = q->zero ? KILN_LLM_W_INT4 : KILN_LLM_W_INT8, .scale = q->scale,
+                                      .zero = q->zero, .bias = bias, .out = out, .y = y, .ldy = ldy,
                                       .accumulate = accumulate, .gelu = gelu};
-        kiln_llm_gemm_q8(&a);
+        if (q->zero) kiln_llm_gemm_q4(&a);
+        else kiln_llm_gemm_q8(&a);
     } else if (gelu) {
         kiln_llm_linear_gelu(x, ldx, n, in, w, bias, out, y, ldy);
     } else {
@@ -86,6 +91,8 @@ static void embed(const kiln_llm_model *m, const kiln_llm_batch *b, step_mem *sm
     for (int t = 0; t < b->n_tokens; t++) {
         float *xr = sm->x + t * d;
         if (m->tok_emb) memcpy(xr, m->tok_emb + (size_t)b->tokens[t] * d, d * sizeof(float));
+        else if (m->q8_tok_emb.zero)
+            kiln_llm_q4_row((const uint8_t *)m->q8_tok_emb.q, m->q8_tok_emb.scale, m->q8_tok_emb.zero, b->tokens[t], (int)d, xr);
         else kiln_llm_q8_row(&m->q8_tok_emb, b->tokens[t], (int)d, xr);
         if (m->pos_emb)
             for (size_t i = 0; i < d; i++) xr[i] += m->pos_emb[(size_t)b->positions[t] * d + i];
@@ -114,6 +121,7 @@ static void attention_block(const kiln_llm_model *m, int l, kiln_kv_cache *kv, c
     const int n = b->n_tokens, d = c->d_model, hd = c->head_dim, rot = kiln_llm_rope_dim(c), half = rot / 2;
     const int qd = c->n_head * hd, kvd = c->n_kv_head * hd, ldq = qd + 2 * kvd;
     kiln_llm_norm(sm->x, n, d, y->norm1_w, kiln_llm_norm_offset(c), y->norm1_b, c->norm_eps, sm->h);
+    if (m->probe) kiln_llm_probe_record(m->probe, l, KILN_PROBE_QKV, sm->h, d, n, d);
     const kiln_dtype kvt = kiln_kv_cache_get_config(kv)->dtype;
     if (n == 1 && !q8->qkv.q && (kvt == KILN_F32 || kvt == KILN_F8E4M3FN)) { /* one decode token: one dispatch */
         kiln_llm_seq_kv s = {kv, l, b->block_table};
@@ -142,6 +150,7 @@ static void attention_block(const kiln_llm_model *m, int l, kiln_kv_cache *kv, c
         kiln_llm_attention(&s, ni, b->ctx_len[i], c->sliding_window, c->n_head, sm->qkv + (size_t)s0 * ldq, ldq,
                            sm->att + (size_t)s0 * qd, qd, sm->attn_scratch);
     }
+    if (m->probe) kiln_llm_probe_record(m->probe, l, KILN_PROBE_O, sm->att, qd, n, qd);
     linear(sm->att, qd, n, qd, y->o_w, &q8->o, y->o_b, d, sm->x, d, 1, false);
 }
 
@@ -152,12 +161,15 @@ static void mlp_block(const kiln_llm_model *m, int l, int n, step_mem *sm) {
     const kiln_llm_q8_layer *q8 = m->q8 ? &m->q8[l] : &NO_Q8;
     const int d = c->d_model, ff = c->d_ff;
     kiln_llm_norm(sm->x, n, d, y->norm2_w, kiln_llm_norm_offset(c), y->norm2_b, c->norm_eps, sm->h);
+    if (m->probe) kiln_llm_probe_record(m->probe, l, KILN_PROBE_UP, sm->h, d, n, d);
     if (c->arch == KILN_LLM_GPT2) {
         linear(sm->h, d, n, d, y->up_w, &q8->up, y->up_b, ff, sm->mlp, ff, 0, true);
+        if (m->probe) kiln_llm_probe_record(m->probe, l, KILN_PROBE_DOWN, sm->mlp, ff, n, ff);
         linear(sm->mlp, ff, n, ff, y->down_w, &q8->down, y->down_b, d, sm->x, d, 1, false);
     } else {
         linear(sm->h, d, n, d, y->up_w, &q8->up, NULL, 2 * ff, sm->mlp, 2 * ff, 0, false);
         kiln_llm_gated(sm->mlp, n, ff, c->gate_act);
+        if (m->probe) kiln_llm_probe_record(m->probe, l, KILN_PROBE_DOWN, sm->mlp, 2 * ff, n, ff);
         linear(sm->mlp, 2 * ff, n, ff, y->down_w, &q8->down, NULL, d, sm->x, d, 1, false);
     }
 }

@@ -95,9 +95,12 @@ kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options 
     r->cfg = *kiln_llm_model_config(m);
     *out = r;
     if (strcmp(ro->target, "cuda")) {
-        snprintf(desc, cap, m->q8 ? "CPU forward (fp32, weight-only INT8 matrices)" : "CPU forward (fp32, OpenBLAS)");
+        if (!m->q8) snprintf(desc, cap, "CPU forward (fp32, OpenBLAS)");
+        else snprintf(desc, cap, "CPU forward (fp32, weight-only %s matrices)", m->q8[0].qkv.zero ? "INT4" : "INT8");
         return take_kv_choice(r, ro, desc, cap);
     }
+    if (m->q8 && m->q8[0].qkv.zero)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "a weight-only INT4 engine runs on the CPU forward only (--target cpu)");
     KILN_TRY(take_kv_choice(r, ro, desc, cap));
     char dev[192];
     kiln_llm_cuda_options o;
