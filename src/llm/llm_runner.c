@@ -99,8 +99,6 @@ kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options 
         else snprintf(desc, cap, "CPU forward (fp32, weight-only %s matrices)", m->q8[0].qkv.zero ? "INT4" : "INT8");
         return take_kv_choice(r, ro, desc, cap);
     }
-    if (m->q8 && m->q8[0].qkv.zero)
-        return kiln_error(KILN_ERR_UNSUPPORTED, "a weight-only INT4 engine runs on the CPU forward only (--target cpu)");
     KILN_TRY(take_kv_choice(r, ro, desc, cap));
     char dev[192];
     kiln_llm_cuda_options o;
@@ -108,7 +106,10 @@ kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options 
     r->dtype = ro->bf16 ? KILN_BF16 : KILN_F16;
     KILN_TRY(kiln_llm_cuda_create(m, r->dtype, &o, &r->g));
     snprintf(desc, cap, "CUDA forward (%s%s): %s; %s", r->dtype == KILN_BF16 ? "bf16" : "fp16",
-             m->q8 || m->q8_tok_emb.q ? ", weight-only INT8 matrices" : "", dev, kiln_llm_cuda_decode_path(r->g));
+             !m->q8 && !m->q8_tok_emb.q ? ""
+             : m->q8_tok_emb.zero || (m->q8 && m->q8[0].qkv.zero) ? ", weight-only INT4 matrices"
+                                                                  : ", weight-only INT8 matrices",
+             dev, kiln_llm_cuda_decode_path(r->g));
     return make_sampler(r, &o, ro->host_sampler, desc, cap);
 }
 
@@ -119,9 +120,10 @@ kiln_status llm_runner_create_random(const kiln_llm_config *c, uint64_t seed, co
     r->cfg = *c;
     *out = r;
     if (strcmp(ro->target, "cuda")) {
-        if (ro->random_int8)
-            return kiln_error(KILN_ERR_UNSUPPORTED, "random weight-only INT8 weights are made on cuda only: on the "
-                              "CPU, build an engine with --weights int8 from a checkpoint");
+        if (ro->random_int8 || ro->random_int4)
+            return kiln_error(KILN_ERR_UNSUPPORTED, "random weight-only INT%d weights are made on cuda only: on the "
+                              "CPU, build an engine with --weights int%d from a checkpoint", ro->random_int4 ? 4 : 8,
+                              ro->random_int4 ? 4 : 8);
         KILN_TRY(kiln_llm_model_random(c, seed, &r->owned));
         r->m = r->owned;
         snprintf(desc, cap, "CPU forward (fp32, OpenBLAS), random weights");
@@ -133,9 +135,11 @@ kiln_status llm_runner_create_random(const kiln_llm_config *c, uint64_t seed, co
     KILN_TRY(cuda_options(ro, &o, dev, sizeof dev));
     r->dtype = ro->bf16 ? KILN_BF16 : KILN_F16;
     o.random_int8 = ro->random_int8;
+    o.random_int4 = ro->random_int4;
     KILN_TRY(kiln_llm_cuda_create_random(c, r->dtype, &o, seed, &r->g));
     snprintf(desc, cap, "CUDA forward (%s), random %sweights made on the device: %s; %s",
-             r->dtype == KILN_BF16 ? "bf16" : "fp16", ro->random_int8 ? "weight-only INT8 " : "", dev,
+             r->dtype == KILN_BF16 ? "bf16" : "fp16",
+             ro->random_int8 ? "weight-only INT8 " : ro->random_int4 ? "weight-only INT4 " : "", dev,
              kiln_llm_cuda_decode_path(r->g));
     return make_sampler(r, &o, ro->host_sampler, desc, cap);
 }
