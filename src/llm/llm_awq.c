@@ -1,6 +1,6 @@
 /* llm_awq.c — activation-aware INT4 scales (llm_awq.h): the probe the forward records into, the
- * calibration run over windows of the text, and per matrix the search over alpha and the fold of the
- * chosen scales into the matrix's columns and the op before it. */
+ * calibration run over windows of the text, and per matrix the search over alpha, the fold of the
+ * chosen scales into the matrix's columns and the op before it, and the per-group clipping search. */
 #include "llm/llm_awq.h"
 
 #include "core/file.h"
@@ -19,6 +19,8 @@
 #define CALIB_CTX 512  /* tokens per window (fewer when the model has fewer positions) */
 #define CALIB_BLOCK 16
 #define ALPHA_STEPS 20 /* alpha = i / ALPHA_STEPS */
+#define CLIP_ROWS 32   /* sampled rows the clipping search weighs a group's error with */
+static const float CLIPS[] = {1.0f, 0.95f, 0.9f, 0.85f, 0.8f, 0.75f};
 
 void kiln_llm_probe_record(struct kiln_llm_probe *p, int layer, kiln_llm_probe_site site, const float *x, int ldx,
                            int n, int in) {
@@ -146,6 +148,46 @@ done:
     return st;
 }
 
+/* Clamps every group of w [out, in] (already times s) to the clip of its [min, max] range (CLIPS) whose
+ * INT4 rounding has the least error on the sampled inputs sl / s: sum over rows of (x . (w - Q(w)))^2.
+ * A group whose range does not hold 0 keeps its range (clamping it would move the quantizer's ends). */
+static kiln_status clip_groups(float *w, int out, int in, const kiln_llm_probe_slot *sl, const float *s) {
+    const int rows = sl->n_sample < CLIP_ROWS ? sl->n_sample : CLIP_ROWS;
+    float *xs = malloc((size_t)rows * KILN_Q4_GROUP * sizeof *xs), *deq = malloc(KILN_Q4_GROUP * sizeof *deq);
+    if (!xs || !deq) {
+        free(xs), free(deq);
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "INT4 calibration: out of memory");
+    }
+    for (int k0 = 0; k0 < in; k0 += KILN_Q4_GROUP) {
+        const int len = in - k0 < KILN_Q4_GROUP ? in - k0 : KILN_Q4_GROUP;
+        for (int r = 0; r < rows; r++)
+            for (int k = 0; k < len; k++) xs[r * len + k] = sl->sample[(size_t)r * in + k0 + k] / s[k0 + k];
+        for (int o = 0; o < out; o++) {
+            float *g = w + (size_t)o * in + k0, lo = g[0], hi = g[0];
+            for (int k = 1; k < len; k++) lo = g[k] < lo ? g[k] : lo, hi = g[k] > hi ? g[k] : hi;
+            if (!(lo < 0 && hi > 0)) continue;
+            double best = INFINITY;
+            float best_clip = 1.0f;
+            for (size_t c = 0; c < sizeof CLIPS / sizeof *CLIPS; c++) {
+                uint8_t q[KILN_Q4_GROUP / 2];
+                float qs, qz;
+                kiln_llm_quantize_q4(g, 1, len, CLIPS[c], q, &qs, &qz);
+                kiln_llm_q4_row(q, &qs, &qz, 0, len, deq);
+                double e = 0;
+                for (int r = 0; r < rows; r++) {
+                    double d = 0;
+                    for (int k = 0; k < len; k++) d += (double)xs[r * len + k] * (g[k] - deq[k]);
+                    e += d * d;
+                }
+                if (e < best) best = e, best_clip = CLIPS[c];
+            }
+            for (int k = 0; k < len; k++) g[k] = fminf(fmaxf(g[k], best_clip * lo), best_clip * hi);
+        }
+    }
+    free(xs), free(deq);
+    return KILN_OK;
+}
+
 /* w [out, in]'s columns times s. */
 static void scale_columns(float *w, int out, int in, const float *s) {
     for (int o = 0; o < out; o++)
@@ -180,21 +222,28 @@ static kiln_status scale_layer(kiln_llm_model *m, int l, const struct kiln_llm_p
     if (c->n_kv_head == c->n_head && sl[KILN_PROBE_O].n_sample) { /* o: into qkv's v rows */
         KILN_TRY(search_scales(y->o_w, d, qd, &sl[KILN_PROBE_O], s, &a[KILN_PROBE_O]));
         scale_columns(y->o_w, d, qd, s);
+        KILN_TRY(clip_groups(y->o_w, d, qd, &sl[KILN_PROBE_O], s));
         fold_rows(y->qkv_w, y->qkv_b, qd + kvd, kvd, d, s);
     }
     if (c->arch != KILN_LLM_GPT2 && sl[KILN_PROBE_DOWN].n_sample) { /* down: into the up rows of gate | up */
         KILN_TRY(search_scales(y->down_w, d, ff, &sl[KILN_PROBE_DOWN], s, &a[KILN_PROBE_DOWN]));
         scale_columns(y->down_w, d, ff, s);
+        KILN_TRY(clip_groups(y->down_w, d, ff, &sl[KILN_PROBE_DOWN], s));
         fold_rows(y->up_w, y->up_b, ff, ff, d, s);
+    } else if (sl[KILN_PROBE_DOWN].n_sample) { /* GPT-2's down (after a GELU): clipped only */
+        for (int k = 0; k < ff; k++) s[k] = 1.0f;
+        KILN_TRY(clip_groups(y->down_w, d, ff, &sl[KILN_PROBE_DOWN], s));
     }
     if (sl[KILN_PROBE_QKV].n_sample) { /* qkv: into norm1 */
         KILN_TRY(search_scales(y->qkv_w, qkv_rows, d, &sl[KILN_PROBE_QKV], s, &a[KILN_PROBE_QKV]));
         scale_columns(y->qkv_w, qkv_rows, d, s);
+        KILN_TRY(clip_groups(y->qkv_w, qkv_rows, d, &sl[KILN_PROBE_QKV], s));
         fold_norm(c, y->norm1_w, y->norm1_b, s);
     }
     if (sl[KILN_PROBE_UP].n_sample) { /* up (gate | up): into norm2 */
         KILN_TRY(search_scales(y->up_w, up_rows, d, &sl[KILN_PROBE_UP], s, &a[KILN_PROBE_UP]));
         scale_columns(y->up_w, up_rows, d, s);
+        KILN_TRY(clip_groups(y->up_w, up_rows, d, &sl[KILN_PROBE_UP], s));
         fold_norm(c, y->norm2_w, y->norm2_b, s);
     }
     KILN_LOG(KILN_LOG_INFO, "INT4 scales, layer %d: alpha qkv %.2f, o %.2f, up %.2f, down %.2f", l, a[KILN_PROBE_QKV],

@@ -7,7 +7,10 @@
  * columns are multiplied by s and 1/s is folded into that op: the norm before qkv (norm1) and before
  * up (norm2), the v rows of qkv for o (when every query head has its own KV head), the up rows of a
  * gated MLP for down. GPT-2's down (after a GELU) and the lm_head keep s = 1. alpha = 0 is plain
- * rounding, so the sampled error never exceeds it. */
+ * rounding, so the sampled error never exceeds it. Then each group of those matrices (GPT-2's down
+ * too) is clamped, in place, to the fraction of its range (1, 0.95, ..., 0.75) whose rounding has the
+ * least error on the sampled inputs, so that the engine's round-to-nearest quantizer works on the
+ * clipped range. */
 #ifndef KILN_LLM_LLM_AWQ_H
 #define KILN_LLM_LLM_AWQ_H
 
@@ -38,8 +41,8 @@ void kiln_llm_probe_record(struct kiln_llm_probe *p, int layer, kiln_llm_probe_s
                            int n, int in);
 
 /* Runs m (fp32 matrices; the checkpoint in dir supplies the tokenizer) over the first max_tokens
- * tokens of the text file calib_path (0: 4,096) and rescales m's matrices and the ops before them as
- * the file comment says, in place. Errors: no tokenizer, an empty or unreadable text, out of memory. */
+ * tokens of the text file calib_path (0: 4,096) and rescales and clips m's matrices and the ops before
+ * them as the file comment says, in place. Errors: no tokenizer, an empty or unreadable text, out of memory. */
 kiln_status kiln_llm_awq_apply(kiln_llm_model *m, const char *dir, const char *calib_path, int max_tokens);
 
 #endif
