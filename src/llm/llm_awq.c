@@ -212,7 +212,7 @@ static void fold_rows(float *w, float *bias, int r0, int n, int in, const float 
 }
 
 /* Searches and folds the scales of every matrix of layer l that has an op to fold into. */
-static kiln_status scale_layer(kiln_llm_model *m, int l, const struct kiln_llm_probe *p, float *s) {
+static kiln_status scale_layer(kiln_llm_model *m, int l, const struct kiln_llm_probe *p, float *s, bool clip) {
     const kiln_llm_config *c = &m->cfg;
     kiln_llm_layer *y = &m->layers[l];
     const kiln_llm_probe_slot *sl = &p->slots[(size_t)l * KILN_PROBE_SITES];
@@ -222,28 +222,28 @@ static kiln_status scale_layer(kiln_llm_model *m, int l, const struct kiln_llm_p
     if (c->n_kv_head == c->n_head && sl[KILN_PROBE_O].n_sample) { /* o: into qkv's v rows */
         KILN_TRY(search_scales(y->o_w, d, qd, &sl[KILN_PROBE_O], s, &a[KILN_PROBE_O]));
         scale_columns(y->o_w, d, qd, s);
-        KILN_TRY(clip_groups(y->o_w, d, qd, &sl[KILN_PROBE_O], s));
+        if (clip) KILN_TRY(clip_groups(y->o_w, d, qd, &sl[KILN_PROBE_O], s));
         fold_rows(y->qkv_w, y->qkv_b, qd + kvd, kvd, d, s);
     }
     if (c->arch != KILN_LLM_GPT2 && sl[KILN_PROBE_DOWN].n_sample) { /* down: into the up rows of gate | up */
         KILN_TRY(search_scales(y->down_w, d, ff, &sl[KILN_PROBE_DOWN], s, &a[KILN_PROBE_DOWN]));
         scale_columns(y->down_w, d, ff, s);
-        KILN_TRY(clip_groups(y->down_w, d, ff, &sl[KILN_PROBE_DOWN], s));
+        if (clip) KILN_TRY(clip_groups(y->down_w, d, ff, &sl[KILN_PROBE_DOWN], s));
         fold_rows(y->up_w, y->up_b, ff, ff, d, s);
-    } else if (sl[KILN_PROBE_DOWN].n_sample) { /* GPT-2's down (after a GELU): clipped only */
+    } else if (clip && sl[KILN_PROBE_DOWN].n_sample) { /* GPT-2's down (after a GELU): clipped only */
         for (int k = 0; k < ff; k++) s[k] = 1.0f;
         KILN_TRY(clip_groups(y->down_w, d, ff, &sl[KILN_PROBE_DOWN], s));
     }
     if (sl[KILN_PROBE_QKV].n_sample) { /* qkv: into norm1 */
         KILN_TRY(search_scales(y->qkv_w, qkv_rows, d, &sl[KILN_PROBE_QKV], s, &a[KILN_PROBE_QKV]));
         scale_columns(y->qkv_w, qkv_rows, d, s);
-        KILN_TRY(clip_groups(y->qkv_w, qkv_rows, d, &sl[KILN_PROBE_QKV], s));
+        if (clip) KILN_TRY(clip_groups(y->qkv_w, qkv_rows, d, &sl[KILN_PROBE_QKV], s));
         fold_norm(c, y->norm1_w, y->norm1_b, s);
     }
     if (sl[KILN_PROBE_UP].n_sample) { /* up (gate | up): into norm2 */
         KILN_TRY(search_scales(y->up_w, up_rows, d, &sl[KILN_PROBE_UP], s, &a[KILN_PROBE_UP]));
         scale_columns(y->up_w, up_rows, d, s);
-        KILN_TRY(clip_groups(y->up_w, up_rows, d, &sl[KILN_PROBE_UP], s));
+        if (clip) KILN_TRY(clip_groups(y->up_w, up_rows, d, &sl[KILN_PROBE_UP], s));
         fold_norm(c, y->norm2_w, y->norm2_b, s);
     }
     KILN_LOG(KILN_LOG_INFO, "INT4 scales, layer %d: alpha qkv %.2f, o %.2f, up %.2f, down %.2f", l, a[KILN_PROBE_QKV],
@@ -274,12 +274,9 @@ static kiln_status read_ids(const char *dir, const char *calib_path, int max_tok
     return KILN_OK;
 }
 
-kiln_status kiln_llm_awq_apply(kiln_llm_model *m, const char *dir, const char *calib_path, int max_tokens) {
+kiln_status kiln_llm_awq_apply_ids(kiln_llm_model *m, const int32_t *ids, int64_t n, bool clip) {
     const kiln_llm_config *c = &m->cfg;
-    if (max_tokens <= 0) max_tokens = DEFAULT_TOKENS;
-    int32_t *ids = NULL;
-    int64_t n = 0;
-    KILN_TRY(read_ids(dir, calib_path, max_tokens, &ids, &n));
+    if (n < 2) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "INT4 calibration: %lld token(s), at least 2 are needed", (long long)n);
     struct kiln_llm_probe p = {0};
     const int every = n / KILN_PROBE_SAMPLE > 1 ? (int)(n / KILN_PROBE_SAMPLE) : 1;
     kiln_status st = probe_init(&p, c, every);
@@ -289,11 +286,19 @@ kiln_status kiln_llm_awq_apply(kiln_llm_model *m, const char *dir, const char *c
     wmax = wmax > c->n_head * c->head_dim ? wmax : c->n_head * c->head_dim;
     float *s = st == KILN_OK ? malloc((size_t)wmax * sizeof *s) : NULL;
     if (st == KILN_OK && !s) st = kiln_error(KILN_ERR_OUT_OF_MEMORY, "INT4 calibration: out of memory");
-    for (int l = 0; st == KILN_OK && l < c->n_layer; l++) st = scale_layer(m, l, &p, s);
-    if (st == KILN_OK)
-        KILN_LOG(KILN_LOG_INFO, "INT4 scales from %lld tokens of %s", (long long)n, calib_path);
+    for (int l = 0; st == KILN_OK && l < c->n_layer; l++) st = scale_layer(m, l, &p, s, clip);
     free(s);
-    free(ids);
     probe_free(&p);
+    return st;
+}
+
+kiln_status kiln_llm_awq_apply(kiln_llm_model *m, const char *dir, const char *calib_path, int max_tokens) {
+    if (max_tokens <= 0) max_tokens = DEFAULT_TOKENS;
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    kiln_status st = read_ids(dir, calib_path, max_tokens, &ids, &n);
+    if (st == KILN_OK) st = kiln_llm_awq_apply_ids(m, ids, n, true);
+    if (st == KILN_OK) KILN_LOG(KILN_LOG_INFO, "INT4 scales from %lld tokens of %s", (long long)n, calib_path);
+    free(ids);
     return st == KILN_OK ? st : kiln_error_prefix(st, "INT4 calibration with %s", calib_path);
 }

@@ -45,4 +45,8 @@ void kiln_llm_probe_record(struct kiln_llm_probe *p, int layer, kiln_llm_probe_s
  * them as the file comment says, in place. Errors: no tokenizer, an empty or unreadable text, out of memory. */
 kiln_status kiln_llm_awq_apply(kiln_llm_model *m, const char *dir, const char *calib_path, int max_tokens);
 
+/* The same over token ids [0, n) (n >= 2), their tokenizer's work done; clip false leaves out the
+ * clipping, so that m computes what it did before, to float rounding (tests check the folds so). */
+kiln_status kiln_llm_awq_apply_ids(kiln_llm_model *m, const int32_t *ids, int64_t n, bool clip);
+
 #endif
