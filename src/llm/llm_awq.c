@@ -22,9 +22,8 @@
 #define CLIP_ROWS 32   /* sampled rows the clipping search weighs a group's error with */
 static const float CLIPS[] = {1.0f, 0.95f, 0.9f, 0.85f, 0.8f, 0.75f};
 
-void kiln_llm_probe_record(struct kiln_llm_probe *p, int layer, kiln_llm_probe_site site, const float *x, int ldx,
-                           int n, int in) {
-    kiln_llm_probe_slot *s = &p->slots[(size_t)layer * KILN_PROBE_SITES + site];
+/* Records rows x [n, in] (stride ldx) into slot s. */
+static void record(const struct kiln_llm_probe *p, kiln_llm_probe_slot *s, const float *x, int ldx, int n, int in) {
     if (s->in != in) return; /* not the shape the probe was made for */
     for (int t = 0; t < n; t++, s->rows++) {
         const float *row = x + (size_t)t * ldx;
@@ -34,12 +33,30 @@ void kiln_llm_probe_record(struct kiln_llm_probe *p, int layer, kiln_llm_probe_s
     }
 }
 
+void kiln_llm_probe_record(struct kiln_llm_probe *p, int layer, kiln_llm_probe_site site, const float *x, int ldx,
+                           int n, int in) {
+    record(p, &p->slots[(size_t)layer * KILN_PROBE_SITES + site], x, ldx, n, in);
+}
+
+void kiln_llm_probe_record_head(struct kiln_llm_probe *p, const float *x, int ldx, int n, int in) {
+    record(p, &p->head, x, ldx, n, in);
+}
+
 static void probe_free(struct kiln_llm_probe *p) {
     for (int i = 0; p->slots && i < p->n_layer * KILN_PROBE_SITES; i++) {
         free(p->slots[i].sum_abs);
         free(p->slots[i].sample);
     }
     free(p->slots);
+    free(p->head.sum_abs);
+    free(p->head.sample);
+}
+
+static kiln_status slot_init(kiln_llm_probe_slot *s, int in) {
+    s->in = in;
+    s->sum_abs = calloc((size_t)in, sizeof *s->sum_abs);
+    s->sample = malloc((size_t)KILN_PROBE_SAMPLE * (size_t)in * sizeof *s->sample);
+    return s->sum_abs && s->sample ? KILN_OK : kiln_error(KILN_ERR_OUT_OF_MEMORY, "INT4 calibration: out of memory");
 }
 
 /* The input width of each site of c's layers. */
@@ -52,17 +69,13 @@ static kiln_status probe_init(struct kiln_llm_probe *p, const kiln_llm_config *c
     p->every = every;
     if (!(p->slots = calloc((size_t)c->n_layer * KILN_PROBE_SITES, sizeof *p->slots)))
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "INT4 calibration: out of memory");
-    for (int i = 0; i < c->n_layer * KILN_PROBE_SITES; i++) {
-        kiln_llm_probe_slot *s = &p->slots[i];
-        s->in = site_in(c, (kiln_llm_probe_site)(i % KILN_PROBE_SITES));
-        s->sum_abs = calloc((size_t)s->in, sizeof *s->sum_abs);
-        s->sample = malloc((size_t)KILN_PROBE_SAMPLE * (size_t)s->in * sizeof *s->sample);
-        if (!s->sum_abs || !s->sample) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "INT4 calibration: out of memory");
-    }
-    return KILN_OK;
+    for (int i = 0; i < c->n_layer * KILN_PROBE_SITES; i++)
+        KILN_TRY(slot_init(&p->slots[i], site_in(c, (kiln_llm_probe_site)(i % KILN_PROBE_SITES))));
+    return slot_init(&p->head, c->d_model);
 }
 
-/* Runs m over ids[0, n) in windows of ctx tokens (windows under two tokens skipped) with p recording. */
+/* Runs m over ids[0, n) in windows of ctx tokens (windows under two tokens skipped) with p recording;
+ * every row's logits, so that the final norm (the lm_head's input) runs over all of them. */
 static kiln_status run_windows(kiln_llm_model *m, const int32_t *ids, int64_t n, int ctx, struct kiln_llm_probe *p) {
     const kiln_llm_config *c = &m->cfg;
     const int n_blocks = (ctx + CALIB_BLOCK - 1) / CALIB_BLOCK;
@@ -71,7 +84,7 @@ static kiln_status run_windows(kiln_llm_model *m, const int32_t *ids, int64_t n,
     kiln_kv_cache *kv = NULL;
     KILN_TRY(kiln_kv_cache_create(&kc, &kv));
     int32_t *blocks = malloc((size_t)n_blocks * sizeof *blocks), *positions = malloc((size_t)ctx * sizeof *positions);
-    float *logits = malloc((size_t)c->vocab * sizeof *logits);
+    float *logits = malloc((size_t)ctx * (size_t)c->vocab * sizeof *logits); /* every row's */
     kiln_status st = blocks && positions && logits ? KILN_OK
                                                    : kiln_error(KILN_ERR_OUT_OF_MEMORY, "INT4 calibration: out of memory");
     for (int b = 0; st == KILN_OK && b < n_blocks; b++) blocks[b] = kiln_kv_cache_alloc_block(kv);
@@ -82,7 +95,7 @@ static kiln_status run_windows(kiln_llm_model *m, const int32_t *ids, int64_t n,
         const int32_t seq_start[2] = {0, len}, ctx_len = len;
         const kiln_llm_batch b = {.n_tokens = len, .tokens = ids + w0, .positions = positions, .n_seqs = 1,
                                   .seq_start = seq_start, .ctx_len = &ctx_len, .block_table = blocks,
-                                  .max_blocks_per_seq = n_blocks};
+                                  .max_blocks_per_seq = n_blocks, .all_logits = true};
         st = kiln_llm_forward(m, kv, &b, logits);
     }
     m->probe = NULL;
@@ -251,6 +264,24 @@ static kiln_status scale_layer(kiln_llm_model *m, int l, const struct kiln_llm_p
     return KILN_OK;
 }
 
+/* Searches and folds the lm_head's scales into the final norm when it is not the token embedding
+ * (a tied one keeps s = 1: the embedding's lookups could not undo them), then clips it. */
+static kiln_status scale_head(kiln_llm_model *m, const struct kiln_llm_probe *p, float *s, bool clip) {
+    const kiln_llm_config *c = &m->cfg;
+    const int d = c->d_model;
+    float alpha = 0;
+    if (m->lm_head != m->tok_emb) {
+        KILN_TRY(search_scales(m->lm_head, c->vocab, d, &p->head, s, &alpha));
+        scale_columns(m->lm_head, c->vocab, d, s);
+        fold_norm(c, m->norm_f_w, m->norm_f_b, s);
+    } else {
+        for (int k = 0; k < d; k++) s[k] = 1.0f;
+    }
+    if (clip) KILN_TRY(clip_groups(m->lm_head, c->vocab, d, &p->head, s));
+    KILN_LOG(KILN_LOG_INFO, "INT4 scales, lm_head: alpha %.2f%s", alpha, m->lm_head == m->tok_emb ? " (tied)" : "");
+    return KILN_OK;
+}
+
 /* The token ids of the first max_tokens tokens of calib_path, by dir's tokenizer. */
 static kiln_status read_ids(const char *dir, const char *calib_path, int max_tokens, int32_t **ids, int64_t *n) {
     kiln_tokenizer *tok;
@@ -274,7 +305,7 @@ static kiln_status read_ids(const char *dir, const char *calib_path, int max_tok
     return KILN_OK;
 }
 
-kiln_status kiln_llm_awq_apply_ids(kiln_llm_model *m, const int32_t *ids, int64_t n, bool clip) {
+kiln_status kiln_llm_awq_apply_ids(kiln_llm_model *m, const int32_t *ids, int64_t n, bool clip, bool lm_head) {
     const kiln_llm_config *c = &m->cfg;
     if (n < 2) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "INT4 calibration: %lld token(s), at least 2 are needed", (long long)n);
     struct kiln_llm_probe p = {0};
@@ -287,17 +318,19 @@ kiln_status kiln_llm_awq_apply_ids(kiln_llm_model *m, const int32_t *ids, int64_
     float *s = st == KILN_OK ? malloc((size_t)wmax * sizeof *s) : NULL;
     if (st == KILN_OK && !s) st = kiln_error(KILN_ERR_OUT_OF_MEMORY, "INT4 calibration: out of memory");
     for (int l = 0; st == KILN_OK && l < c->n_layer; l++) st = scale_layer(m, l, &p, s, clip);
+    if (st == KILN_OK && lm_head && p.head.n_sample) st = scale_head(m, &p, s, clip);
     free(s);
     probe_free(&p);
     return st;
 }
 
-kiln_status kiln_llm_awq_apply(kiln_llm_model *m, const char *dir, const char *calib_path, int max_tokens) {
+kiln_status kiln_llm_awq_apply(kiln_llm_model *m, const char *dir, const char *calib_path, int max_tokens,
+                               bool lm_head) {
     if (max_tokens <= 0) max_tokens = DEFAULT_TOKENS;
     int32_t *ids = NULL;
     int64_t n = 0;
     kiln_status st = read_ids(dir, calib_path, max_tokens, &ids, &n);
-    if (st == KILN_OK) st = kiln_llm_awq_apply_ids(m, ids, n, true);
+    if (st == KILN_OK) st = kiln_llm_awq_apply_ids(m, ids, n, true, lm_head);
     if (st == KILN_OK) KILN_LOG(KILN_LOG_INFO, "INT4 scales from %lld tokens of %s", (long long)n, calib_path);
     free(ids);
     return st == KILN_OK ? st : kiln_error_prefix(st, "INT4 calibration with %s", calib_path);

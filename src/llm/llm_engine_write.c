@@ -205,7 +205,9 @@ static kiln_status prepare_int4(build *b, const char *dir) {
                  "activation-aware scales; a calibration text usually lowers the perplexity cost)");
         return KILN_OK;
     }
-    return kiln_llm_awq_apply(b->m, dir, b->o->calib_text, 0);
+    const bool tied = b->m->cfg.tied_embeddings, skip_head = b->o->int8_skip_lm_head;
+    const bool head = tied ? !b->o->int8_skip_embed && !skip_head : !skip_head; /* the lm_head is quantized */
+    return kiln_llm_awq_apply(b->m, dir, b->o->calib_text, 0, head);
 }
 
 /* The header fields of the engine built from dir. */

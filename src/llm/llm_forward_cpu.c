@@ -193,6 +193,7 @@ kiln_status kiln_llm_forward(const kiln_llm_model *m, kiln_kv_cache *kv, const k
         for (int t = end - want; t < end; t++, r++) memcpy(sm.h + r * d, sm.x + t * d, d * sizeof(float));
     }
     kiln_llm_norm(sm.h, n_out, c->d_model, m->norm_f_w, kiln_llm_norm_offset(c), m->norm_f_b, c->norm_eps, sm.h);
+    if (m->probe) kiln_llm_probe_record_head(m->probe, sm.h, c->d_model, n_out, c->d_model);
     linear(sm.h, c->d_model, n_out, c->d_model, m->lm_head, &m->q8_lm_head, NULL, c->vocab, logits, c->vocab, 0, false);
     free(sm.block);
     return KILN_OK;

@@ -1,8 +1,9 @@
 /* test_llm_awq.c — the activation-aware INT4 scales (src/llm/llm_awq.c) on small random models (a
  * Llama with one KV head per query head, one with grouped KV heads, a GPT-2; widths with a short last
  * group): without clipping, the folded scales leave the fp32 model's logits as they were to float
- * rounding (each 1 / s lands in the op before its matrix: norms, v rows, up rows), while the weights
- * did change; with clipping the logits stay close; too few tokens are refused. */
+ * rounding (each 1 / s lands in the op before its matrix: norms, v rows, up rows, the final norm for
+ * the untied lm_head), while the weights did change; with clipping the logits stay close; too few
+ * tokens are refused. */
 #include "llm/llm_awq.h"
 #include "llm/kv_cache.h"
 #include "llm/llm_random.h"
@@ -63,8 +64,8 @@ static void check_model(const char *what, kiln_llm_arch arch, int n_head, int n_
     REQUIRE_OK(kiln_llm_model_random(&c, 5, &clipped));
     int32_t ids[N_IDS];
     for (int i = 0; i < N_IDS; i++) ids[i] = (i * 37 + 11) % c.vocab;
-    REQUIRE_OK(kiln_llm_awq_apply_ids(folded, ids, N_IDS, false));
-    REQUIRE_OK(kiln_llm_awq_apply_ids(clipped, ids, N_IDS, true));
+    REQUIRE_OK(kiln_llm_awq_apply_ids(folded, ids, N_IDS, false, true));
+    REQUIRE_OK(kiln_llm_awq_apply_ids(clipped, ids, N_IDS, true, true));
     const size_t qkv = (size_t)(n_head + 2 * n_kv_head) * (size_t)c.head_dim * (size_t)c.d_model;
     bool changed = false;
     for (int l = 0; l < c.n_layer; l++)
@@ -92,7 +93,7 @@ static void check_model(const char *what, kiln_llm_arch arch, int n_head, int n_
     CHECK(fold_err < 1e-4);
     CHECK(clip_err < 0.2);
     printf("  %s: folded scales, logits vs fp32 %.2e; with clipping %.2e\n", what, fold_err, clip_err);
-    CHECK(kiln_llm_awq_apply_ids(ref, ids, 1, false) == KILN_ERR_INVALID_ARGUMENT);
+    CHECK(kiln_llm_awq_apply_ids(ref, ids, 1, false, true) == KILN_ERR_INVALID_ARGUMENT);
     free(a);
     free(b);
     kiln_llm_model_free(ref);
