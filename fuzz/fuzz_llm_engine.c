@@ -4,7 +4,7 @@
  * config). fuzz_engine covers the ONNX kind. As there, each input is read twice: as it is, and after
  * stamping this kiln's version and recomputing the checksums (kiln_engine_reseal), so that mutations
  * reach the sections' decoding. Seeds: fuzz/corpus/fuzz_llm_engine/ (tiny GPT-2 and Llama engines,
- * fp32 / fp16 / bf16 / weight-only int8, with and without a tokenizer, from fuzz/make_seeds.py --kiln). */
+ * fp32 / fp16 / bf16 / weight-only int8 and int4, with and without a tokenizer, from fuzz/make_seeds.py --kiln). */
 #include "llm/llm_engine.h"
 #include "fuzz_engine_util.h" /* after llm_engine.h, which gives it kiln.h and the engine meta */
 #include "fuzz_util.h"

@@ -398,7 +398,8 @@ def engines(out, kiln):
             f.write("a b c a b c " * 8)
         for arch, tok, flags in [("gpt2", TEST_TOKENIZER, ["--fp32"]), ("gpt2", None, ["--fp16"]),
                                  ("llama", TEST_TOKENIZER, ["--bf16"]), ("llama", None, ["--weights", "int8"]),
-                                 ("llama", TEST_TOKENIZER, ["--weights", "w8a8", "--calib-text", calib])]:
+                                 ("llama", TEST_TOKENIZER, ["--weights", "w8a8", "--calib-text", calib]),
+                                 ("llama", None, ["--weights", "int4"])]:
             name = "_".join(f.lstrip("-") for f in flags[:2])
             ck = os.path.join(tmp, f"{arch}_{name}")
             tiny_checkpoint(ck, arch, tok)

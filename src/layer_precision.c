@@ -14,7 +14,7 @@
 #include <string.h>
 
 const char *kiln_precision_name(kiln_precision p) {
-    static const char *const names[] = {"fp32", "fp16", "bf16", "int8", "fp8", "w8a8"};
+    static const char *const names[] = {"fp32", "fp16", "bf16", "int8", "fp8", "w8a8", "int4"};
     return (unsigned)p < sizeof names / sizeof *names ? names[p] : "fp32";
 }
 

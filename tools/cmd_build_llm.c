@@ -1,5 +1,5 @@
-/* cmd_build_llm.c — `kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16|--weights int8|w8a8]`: an
- * LLM engine from a Hugging Face checkpoint (src/llm/llm_engine.h). */
+/* cmd_build_llm.c — `kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16|--weights int8|w8a8|int4]`:
+ * an LLM engine from a Hugging Face checkpoint (src/llm/llm_engine.h). */
 #include "cli.h"
 
 #include "layer_precision.h"
@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 
 static const char *USAGE =
-    "usage: kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16|--weights int8|w8a8]\n"
+    "usage: kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16|--weights int8|w8a8|int4 [--calib-text FILE]]\n"
     "\n"
     "Writes an LLM engine from the Hugging Face checkpoint in DIR (config.json, *.safetensors, and\n"
     "tokenizer.json, tokenizer_config.json and generation_config.json when present): the config, the\n"
@@ -33,30 +33,47 @@ static const char *USAGE =
     "                        then int8 per output row, their inputs quantized to int8 with one static\n"
     "                        scale each from the calibration text; the token embedding and lm_head are\n"
     "                        weight-only int8 (needs --calib-text)\n"
-    "  --calib-text FILE     with --weights w8a8: the calibration text (its first 8,192 tokens)\n"
+    "  --weights int4        weight-only INT4: every matrix stored as unsigned 4-bit values in groups of 128\n"
+    "                        along its input, with an fp32 scale and zero point per group (asymmetric), the\n"
+    "                        rest fp32\n"
+    "  --calib-text FILE     with --weights w8a8: the calibration text (its first 8,192 tokens); with\n"
+    "                        --weights int4: activation-aware scales (AWQ-style) from the model's own\n"
+    "                        activations over the first 4,096 tokens of FILE; without it every group is\n"
+    "                        rounded to nearest (a warning says so)\n"
     "  --smooth-alpha A      with --weights w8a8: SmoothQuant's migration strength in [0, 1] (default 0.5)\n"
     "  --calibrator NAME     with --weights w8a8: percentile:P (default percentile:99.99), minmax or\n"
     "                        entropy (which clipped kjv-gpt2's GELU outputs too hard: docs/llm-quantization.md)\n"
-    "  --weights-skip LIST   with --weights int8 or w8a8: keep these fp32, comma-separated: embed (the\n"
+    "  --weights-skip LIST   with --weights int8, w8a8 or int4: keep these fp32, comma-separated: embed (the\n"
     "                        token embedding), lm_head (a tied lm_head is the embedding: either keeps both)\n"
     "  -h, --help            this help\n";
 
 /* --weights VALUE; -1 to go on, else the exit code. */
+/* The --weights value o already holds ("int8", "w8a8", "int4"), or NULL. */
+static const char *weights_chosen(const kiln_llm_build_options *o) {
+    return o->w8a8 ? "w8a8" : o->weights_int8 ? "int8" : o->weights_int4 ? "int4" : NULL;
+}
+
 static int parse_weights(const char *v, kiln_llm_build_options *o, kiln_llm_w8a8_options *w8a8) {
+    const char *before = weights_chosen(o);
     if (!strcmp(v, "int8")) o->weights_int8 = true;
     else if (!strcmp(v, "w8a8")) o->w8a8 = w8a8;
-    else return cli_usage_error("build ", "--weights takes int8 (weight-only INT8) or w8a8 (INT8 weights and "
-                                "activations), got '%s'", v);
+    else if (!strcmp(v, "int4")) o->weights_int4 = true;
+    else return cli_usage_error("build ", "--weights takes int8 (weight-only INT8), w8a8 (INT8 weights and "
+                                "activations) or int4 (weight-only INT4), got '%s'", v);
+    if (before && strcmp(before, v))
+        return cli_usage_error("build ", "--weights %s and --weights %s exclude each other", before, v);
     return -1;
 }
 
-/* The W8A8 options (--calib-text, --smooth-alpha, --calibrator) at argv[i], value argv[i + 1]; -1 to go
- * on, else the exit code. */
+/* The W8A8 options (--calib-text, also INT4's, --smooth-alpha, --calibrator) at argv[i], value argv[i + 1];
+ * -1 to go on, else the exit code. given: whether a W8A8-only one (--smooth-alpha, --calibrator) came. */
 static int parse_w8a8(const char *a, const char *v, kiln_llm_w8a8_options *w, bool *given) {
-    *given = true;
     if (!strcmp(a, "--calib-text")) {
         w->calib_text = v;
-    } else if (!strcmp(a, "--smooth-alpha")) {
+        return -1;
+    }
+    *given = true;
+    if (!strcmp(a, "--smooth-alpha")) {
         char *end;
         double alpha = strtod(v, &end);
         if (end == v || *end || !(alpha >= 0 && alpha <= 1))
@@ -126,16 +143,19 @@ int kiln_cmd_build_llm(int argc, char **argv) {
         }
     }
     if (!dir) return cli_usage_error("build ", "--hf needs a checkpoint directory");
-    if (o.weights_int8 && o.w8a8) return cli_usage_error("build ", "--weights int8 and --weights w8a8 exclude each other");
-    if ((o.weights_int8 || o.w8a8) && o.precision >= 0)
-        return cli_usage_error("build ", "--weights %s and --fp32/--fp16/--bf16 exclude each other", o.w8a8 ? "w8a8" : "int8");
-    if (!o.weights_int8 && !o.w8a8 && (o.int8_skip_embed || o.int8_skip_lm_head))
-        return cli_usage_error("build ", "--weights-skip applies only with --weights int8 or w8a8");
+    const char *chosen = weights_chosen(&o);
+    if (chosen && o.precision >= 0)
+        return cli_usage_error("build ", "--weights %s and --fp32/--fp16/--bf16 exclude each other", chosen);
+    if (!chosen && (o.int8_skip_embed || o.int8_skip_lm_head))
+        return cli_usage_error("build ", "--weights-skip applies only with --weights int8, w8a8 or int4");
     if (!o.w8a8 && w8a8_given)
-        return cli_usage_error("build ", "--calib-text, --smooth-alpha and --calibrator apply only with --weights w8a8");
+        return cli_usage_error("build ", "--smooth-alpha and --calibrator apply only with --weights w8a8");
+    if (!o.w8a8 && !o.weights_int4 && w8a8.calib_text)
+        return cli_usage_error("build ", "--calib-text applies to --hf only with --weights w8a8 or int4");
     if (o.w8a8 && !w8a8.calib_text)
         return cli_usage_error("build ", "--weights w8a8 needs --calib-text FILE: INT8 activations need a static scale "
                                "per product input, calibrated on text the model reads");
+    if (o.weights_int4) o.calib_text = w8a8.calib_text;
     char dflt[4096];
     if (!output) {
         size_t n = strlen(dir);

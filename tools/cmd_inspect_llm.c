@@ -6,6 +6,7 @@
 
 #include "layer_precision.h"
 #include "llm/llm_engine.h"
+#include "llm/llm_gemv_q4.h"
 
 #include <stdio.h>
 
@@ -71,7 +72,8 @@ static void print_formats(const kiln_llm_engine_info *info) {
             const kiln_llm_engine_tensor *t = &info->tensors[i];
             if ((int)t->dtype != d) continue;
             count++;
-            bytes += (uint64_t)t->dims[0] * (uint64_t)(t->ndim == 2 ? t->dims[1] : 1) * kiln_dtype_size(t->dtype);
+            bytes += t->dtype == KILN_U4 ? (uint64_t)(t->dims[0] * kiln_q4_row_bytes(t->dims[1]))
+                                         : (uint64_t)t->dims[0] * (uint64_t)(t->ndim == 2 ? t->dims[1] : 1) * kiln_dtype_size(t->dtype);
         }
         if (count) printf(" %s %.2f MB (%d tensor%s)", kiln_dtype_name((kiln_dtype)d), (double)bytes / 1e6, count,
                           count == 1 ? "" : "s");
@@ -97,6 +99,10 @@ int cli_inspect_llm(const char *path, bool layers) {
         printf("precision: w8a8 (SmoothQuant: the layers' matrices int8 with an fp32 scale per output row, their "
                "inputs quantized to int8 with one static scale each (NAME.act_scale), int32 sums; the token embedding "
                "and lm_head weight-only int8 or fp32, the rest fp32)\n");
+    else if (m->precision == KILN_PRECISION_INT4)
+        printf("precision: weight-only int4 (matrices as unsigned 4-bit values packed two a byte, in groups of 128 "
+               "along the input with an fp32 scale and zero point per group, the rest fp32; the CPU forward computes "
+               "in fp32, unpacking the weights inside its products)\n");
     else printf("precision: %s weights (the CPU forward computes in fp32)\n", kiln_precision_name(m->precision));
     printf("parameters: %lld (%.2f M) in %d tensors, %llu bytes of weights (%.2f MB)\n", (long long)info.n_params,
            (double)info.n_params / 1e6, info.n_tensors, (unsigned long long)info.weight_bytes,

@@ -106,6 +106,7 @@ typedef enum kiln_precision {
     KILN_PRECISION_INT8 = 3,
     KILN_PRECISION_FP8 = 4,
     KILN_PRECISION_W8A8 = 5, /* LLM engines: INT8 weights and activations (SmoothQuant) */
+    KILN_PRECISION_INT4 = 6, /* an LLM engine's weight-only INT4 matrices only */
 } kiln_precision;
 
 /* A per-layer precision rule (`kiln build --layer-precision PATTERN:fp32`). pattern is a glob (`*`

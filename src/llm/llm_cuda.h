@@ -51,6 +51,7 @@ typedef struct kiln_llm_cuda_options {
     bool random_int8; /* kiln_llm_cuda_create_random: every matrix (the embedding and lm_head too)
                        * weight-only INT8, random int8 values with row scales, as --weights int8 lays them out */
     bool random_w8a8; /* the same, and the layers' matrices W8A8 (activation scale 8 / 127) */
+    bool random_int4; /* the same, weight-only INT4 (random nibbles, group scales and zero points) */
 } kiln_llm_cuda_options;
 
 /* The stages of a profiled step (kiln_llm_cuda_probe.stage_ms): the four weight products of the

@@ -22,6 +22,12 @@ typedef struct kiln_llm_build_options {
      * (llm_smoothquant.h), stored as INT8 matrices each followed by NAME.act_scale (F32, [1]); the
      * token embedding and lm_head as with weights_int8 (the skips apply). Needs a tokenizer.json. */
     const struct kiln_llm_w8a8_options *w8a8;
+    /* Weight-only INT4 (header precision int4): every matrix (but those the skips above keep fp32)
+     * stored packed in groups of 128 with fp32 scales and zero points (NAME, NAME.scale, NAME.zero;
+     * llm_gemv_q4.h); with calib_text, AWQ-style activation-aware scales (llm_awq.h), else round to
+     * nearest. */
+    bool weights_int4;
+    const char *calib_text; /* INT4's calibration text file, or NULL */
     const char *build_options; /* the flags as text, recorded in the header ("" when NULL) */
 } kiln_llm_build_options;
 
@@ -29,6 +35,8 @@ typedef struct kiln_llm_build_options {
 #define KILN_LLM_SCALE_SUFFIX ".scale"
 /* The name suffix of a W8A8 matrix's activation scale tensor. */
 #define KILN_LLM_ACT_SCALE_SUFFIX ".act_scale"
+/* The name suffix of an INT4 matrix's zero points tensor. */
+#define KILN_LLM_ZERO_SUFFIX ".zero"
 
 /* One weight of an engine, as its tensor table records it. */
 typedef struct kiln_llm_engine_tensor {

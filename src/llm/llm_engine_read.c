@@ -2,9 +2,10 @@
  * section checks shared with ONNX engines (kiln_engine_check_image), then the llm config, the
  * tokenizer section's two files and the tensor table, each tensor checked against the name and shape
  * the config implies. An fp32 engine's weights stay in the mapping, and so do an INT8 engine's (its
- * int8 matrices and their scales, and its fp32 vectors); fp16 / bf16 ones are converted; for a device,
- * the matrices stay in the mapping (llm_deferred.h), an INT8 engine's int8 ones as kiln_llm_q8 views.
- * A W8A8 engine is an INT8 one whose layer matrices are int8, each with an activation scale record. */
+ * int8 matrices and their scales, and its fp32 vectors), and an INT4 engine's (packed matrices, scales,
+ * zero points); fp16 / bf16 ones are converted; for a device, the matrices stay in the mapping
+ * (llm_deferred.h), an INT8 (INT4) engine's quantized ones as kiln_llm_q8 views. A W8A8 engine is an
+ * INT8 one whose layer matrices are int8, each with an activation scale record. */
 #include "llm/llm_engine_internal.h"
 
 #include "core/file.h"
@@ -12,6 +13,7 @@
 #include "core/status.h"
 #include "engine/engine_layout.h"
 #include "llm/llm_deferred.h"
+#include "llm/llm_gemv_q4.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -39,8 +41,9 @@ typedef struct image {
     kiln_llm_weight *w;         /* [n_weights]: the config's weights, in table order */
     int n_weights;
     uint64_t *offsets;          /* [n_weights] inside the weights section (an INT8 matrix's values) */
-    uint64_t *scale_offsets;    /* [n_weights] an INT8 matrix's scales; NO_SCALES for the others */
+    uint64_t *scale_offsets;    /* [n_weights] an INT8 or INT4 matrix's scales; NO_SCALES for the others */
     uint64_t *act_offsets;      /* [n_weights] a W8A8 matrix's activation scale; NO_SCALES for the others */
+    uint64_t *zero_offsets;     /* [n_weights] an INT4 matrix's zero points (with its scales) */
 } image;
 
 #define NO_SCALES UINT64_MAX
@@ -65,9 +68,10 @@ static kiln_status read_tokenizer_section(image *im, kiln_llm_engine_info *info)
 }
 
 /* Reads and checks tensor record i against the weight the config needs there (w): of dtype want, or
- * also KILN_I8 when allow_i8 (an INT8 engine's matrix). */
+ * also alt unless it is KILN_UNDEFINED (an INT8 engine's KILN_I8 matrix, an INT4 one's KILN_U4, whose
+ * bytes are its packed rows'). */
 static kiln_status read_tensor(const uint8_t *p, uint64_t n, uint64_t *pos, int i, const kiln_llm_weight *w,
-                               kiln_dtype want, bool allow_i8, uint64_t weights_size, kiln_llm_engine_tensor *t,
+                               kiln_dtype want, kiln_dtype alt, uint64_t weights_size, kiln_llm_engine_tensor *t,
                                uint64_t *offset) {
     if (n - *pos < 4) return corrupt("the llm tensors section ends in tensor %d", i);
     uint32_t len = kiln_le32(p + *pos);
@@ -80,10 +84,12 @@ static kiln_status read_tensor(const uint8_t *p, uint64_t n, uint64_t *pos, int 
     if (n - *pos < 8) return corrupt("the llm tensors section ends in tensor '%s'", w->name);
     uint32_t dtype = kiln_le32(p + *pos), ndim = kiln_le32(p + *pos + 4);
     *pos += 8;
-    if (allow_i8 && dtype == (uint32_t)KILN_I8) want = KILN_I8;
+    const kiln_dtype given = want;
+    if (alt != KILN_UNDEFINED && dtype == (uint32_t)alt) want = alt;
     if (dtype != (uint32_t)want)
-        return corrupt("tensor '%s' has dtype %u, the header's precision needs %s%s", w->name, dtype,
-                       kiln_dtype_name(want), allow_i8 ? " or i8" : "");
+        return corrupt("tensor '%s' has dtype %u, the header's precision needs %s%s%s", w->name, dtype,
+                       kiln_dtype_name(given), alt != KILN_UNDEFINED ? " or " : "",
+                       alt != KILN_UNDEFINED ? kiln_dtype_name(alt) : "");
     if (ndim != (uint32_t)w->ndim) return corrupt("tensor '%s' has rank %u, the config needs %d", w->name, ndim, w->ndim);
     if (n - *pos < 8 * (uint64_t)ndim + 16) return corrupt("the llm tensors section ends in tensor '%s'", w->name);
     for (int d = 0; d < w->ndim; d++)
@@ -93,7 +99,8 @@ static kiln_status read_tensor(const uint8_t *p, uint64_t n, uint64_t *pos, int 
     *pos += 8 * (uint64_t)ndim;
     uint64_t off = kiln_le64(p + *pos), nbytes = kiln_le64(p + *pos + 8);
     *pos += 16;
-    uint64_t need = (uint64_t)w->dims[0] * (uint64_t)(w->ndim == 2 ? w->dims[1] : 1) * kiln_dtype_size(want);
+    uint64_t need = want == KILN_U4 ? (uint64_t)w->dims[0] * (uint64_t)kiln_q4_row_bytes(w->dims[1])
+                    : (uint64_t)w->dims[0] * (uint64_t)(w->ndim == 2 ? w->dims[1] : 1) * kiln_dtype_size(want);
     if (nbytes != need) return corrupt("tensor '%s' holds %llu bytes, its shape needs %llu", w->name,
                                        (unsigned long long)nbytes, (unsigned long long)need);
     if (off % KILN_ENGINE_TENSOR_ALIGN || off > weights_size || nbytes > weights_size - off)
@@ -126,13 +133,15 @@ static kiln_status check_tensor_count(const image *im, const kiln_llm_config *cf
     return KILN_OK;
 }
 
-/* The scales record that follows INT8 matrix w: "NAME.scale", fp32, [rows]. */
+/* A record that follows quantized matrix w: "NAME" + suffix, fp32, [rows] after an INT8 matrix, [rows,
+ * groups] after an INT4 one (int4). */
 static kiln_status read_scales(const uint8_t *p, uint64_t n, uint64_t *pos, int rec, const kiln_llm_weight *w,
-                               uint64_t weights_size, kiln_llm_engine_tensor *t, uint64_t *offset) {
-    kiln_llm_weight sw = {.ndim = 1, .dims = {w->dims[0], 0}};
-    if ((size_t)snprintf(sw.name, sizeof sw.name, "%s%s", w->name, KILN_LLM_SCALE_SUFFIX) >= sizeof sw.name)
+                               const char *suffix, bool int4, uint64_t weights_size, kiln_llm_engine_tensor *t,
+                               uint64_t *offset) {
+    kiln_llm_weight sw = {.ndim = int4 ? 2 : 1, .dims = {w->dims[0], int4 ? kiln_q4_groups(w->dims[1]) : 0}};
+    if ((size_t)snprintf(sw.name, sizeof sw.name, "%s%s", w->name, suffix) >= sizeof sw.name)
         return corrupt("tensor '%s': its scales' name is too long", w->name);
-    return read_tensor(p, n, pos, rec, &sw, KILN_F32, false, weights_size, t, offset);
+    return read_tensor(p, n, pos, rec, &sw, KILN_F32, KILN_UNDEFINED, weights_size, t, offset);
 }
 
 /* Whether w is a layer's matrix (qkv, o, up, down): in a W8A8 engine it is int8, with an activation scale. */
@@ -144,35 +153,39 @@ static kiln_status read_act_scale(const uint8_t *p, uint64_t n, uint64_t *pos, i
     kiln_llm_weight aw = {.ndim = 1, .dims = {1, 0}};
     if ((size_t)snprintf(aw.name, sizeof aw.name, "%s%s", w->name, KILN_LLM_ACT_SCALE_SUFFIX) >= sizeof aw.name)
         return corrupt("tensor '%s': its activation scale's name is too long", w->name);
-    return read_tensor(p, n, pos, rec, &aw, KILN_F32, false, weights_size, t, offset);
+    return read_tensor(p, n, pos, rec, &aw, KILN_F32, KILN_UNDEFINED, weights_size, t, offset);
 }
 
 /* The tensor table: exactly the weights the config implies, in their order; in an INT8 engine each
- * matrix may be int8 followed by its scales record; in a W8A8 engine each layer matrix is, and then its
- * activation scale record. */
+ * matrix may be int8 followed by its scales record, in an INT4 one packed u4 followed by its scales
+ * and zero points; in a W8A8 engine each layer matrix is int8, with its scales and then its activation
+ * scale record. */
 static kiln_status read_tensor_section(image *im, kiln_llm_engine_info *info) {
     const uint8_t *p = im->map->data + im->sec[2].offset;
     uint64_t n = im->sec[2].bytes, pos = 4;
     const bool w8a8 = info->meta.precision == KILN_PRECISION_W8A8;
-    const bool int8 = info->meta.precision == KILN_PRECISION_INT8 || w8a8;
+    const bool int4 = info->meta.precision == KILN_PRECISION_INT4;
+    const bool int8 = info->meta.precision == KILN_PRECISION_INT8 || w8a8 || int4; /* quantized matrices */
+    const uint32_t per = int4 || w8a8 ? 3u : 2u; /* the most records of a quantized matrix */
     kiln_dtype want = info->meta.precision == KILN_PRECISION_FP16 ? KILN_F16
                       : info->meta.precision == KILN_PRECISION_BF16 ? KILN_BF16 : KILN_F32;
     const int expected = kiln_llm_weights_list(im->m, NULL);
     if (n < 4) return corrupt("the llm tensors section ends early");
     const uint32_t records = kiln_le32(p);
-    if (int8 ? records < (uint32_t)expected || records > 3u * (uint32_t)expected : records != (uint32_t)expected)
+    if (int8 ? records < (uint32_t)expected || records > per * (uint32_t)expected : records != (uint32_t)expected)
         return corrupt("%u tensors, the model's config needs %s%d", records, int8 ? "between " : "", expected);
     if (int8) {
         const size_t layers = (size_t)im->m->cfg.n_layer ? (size_t)im->m->cfg.n_layer : 1;
         if (!(im->m->q8 = calloc(layers, sizeof *im->m->q8)))
-            return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for the INT8 weights of %zu layers", layers);
+            return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for the quantized weights of %zu layers", layers);
     }
     im->w = calloc((size_t)expected, sizeof *im->w);
     im->offsets = calloc((size_t)expected, sizeof *im->offsets);
     im->scale_offsets = calloc((size_t)expected, sizeof *im->scale_offsets);
     im->act_offsets = calloc((size_t)expected, sizeof *im->act_offsets);
+    im->zero_offsets = calloc((size_t)expected, sizeof *im->zero_offsets);
     info->tensors = calloc(records, sizeof *info->tensors);
-    if (!im->w || !im->offsets || !im->scale_offsets || !im->act_offsets || !info->tensors)
+    if (!im->w || !im->offsets || !im->scale_offsets || !im->act_offsets || !im->zero_offsets || !info->tensors)
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for a table of %u tensors", records);
     kiln_llm_weights_list(im->m, im->w);
     im->n_weights = expected;
@@ -180,18 +193,30 @@ static kiln_status read_tensor_section(image *im, kiln_llm_engine_info *info) {
     for (int i = 0; i < expected; i++) {
         const kiln_llm_weight *w = &im->w[i];
         if ((uint32_t)rec == records) return corrupt("%u tensors, the model's config needs more", records);
-        KILN_TRY(read_tensor(p, n, &pos, rec, w, want, int8 && w->q8, im->sec[3].bytes, &info->tensors[rec],
-                             &im->offsets[i]));
-        info->weight_bytes += (uint64_t)(w->dims[0] * (w->ndim == 2 ? w->dims[1] : 1)) * kiln_dtype_size(info->tensors[rec].dtype);
+        const kiln_dtype alt = !int8 || !w->q8 ? KILN_UNDEFINED : int4 ? KILN_U4 : KILN_I8;
+        KILN_TRY(read_tensor(p, n, &pos, rec, w, want, alt, im->sec[3].bytes, &info->tensors[rec], &im->offsets[i]));
+        const kiln_dtype got = info->tensors[rec].dtype;
+        info->weight_bytes += got == KILN_U4 ? (uint64_t)(w->dims[0] * kiln_q4_row_bytes(w->dims[1]))
+                              : (uint64_t)(w->dims[0] * (w->ndim == 2 ? w->dims[1] : 1)) * kiln_dtype_size(got);
         im->scale_offsets[i] = im->act_offsets[i] = NO_SCALES;
-        if (w8a8 && layer_matrix(w) && info->tensors[rec].dtype != KILN_I8)
-            return corrupt("tensor '%s' has dtype %s, a w8a8 engine's layer matrices are i8", w->name,
-                           kiln_dtype_name(info->tensors[rec].dtype));
-        if (info->tensors[rec++].dtype == KILN_I8) {
-            if ((uint32_t)rec == records) return corrupt("%u tensors: the scales of '%s' are missing", records, w->name);
-            KILN_TRY(read_scales(p, n, &pos, rec, w, im->sec[3].bytes, &info->tensors[rec], &im->scale_offsets[i]));
-            info->weight_bytes += (uint64_t)w->dims[0] * sizeof(float);
+        if (w8a8 && layer_matrix(w) && got != KILN_I8)
+            return corrupt("tensor '%s' has dtype %s, a w8a8 engine's layer matrices are i8", w->name, kiln_dtype_name(got));
+        rec++;
+        if (got == KILN_I8 || got == KILN_U4) {
+            const uint64_t per_row = got == KILN_U4 ? (uint64_t)kiln_q4_groups(w->dims[1]) : 1;
+            if ((uint32_t)rec + (got == KILN_U4) >= records)
+                return corrupt("%u tensors: the scales%s of '%s' are missing", records, got == KILN_U4 ? " or zero points" : "",
+                               w->name);
+            KILN_TRY(read_scales(p, n, &pos, rec, w, KILN_LLM_SCALE_SUFFIX, got == KILN_U4, im->sec[3].bytes,
+                                 &info->tensors[rec], &im->scale_offsets[i]));
             rec++;
+            info->weight_bytes += (uint64_t)w->dims[0] * per_row * sizeof(float);
+            if (got == KILN_U4) {
+                KILN_TRY(read_scales(p, n, &pos, rec, w, KILN_LLM_ZERO_SUFFIX, true, im->sec[3].bytes,
+                                     &info->tensors[rec], &im->zero_offsets[i]));
+                rec++;
+                info->weight_bytes += (uint64_t)w->dims[0] * per_row * sizeof(float);
+            }
             if (w8a8 && layer_matrix(w)) {
                 if ((uint32_t)rec == records)
                     return corrupt("%u tensors: the activation scale of '%s' is missing", records, w->name);
@@ -226,9 +251,9 @@ static kiln_status check_image(const char *what, image *im, kiln_llm_engine_info
     return read_tensor_section(im, info);
 }
 
-/* The stored dtype of weight i (the engine's precision but for an INT8 engine's matrices). */
+/* The stored dtype of weight i (the engine's precision but for an INT8 or INT4 engine's matrices). */
 static kiln_dtype dtype_of(const image *im, const kiln_llm_engine_info *info, int i) {
-    if (im->scale_offsets[i] != NO_SCALES) return KILN_I8;
+    if (im->scale_offsets[i] != NO_SCALES) return info->meta.precision == KILN_PRECISION_INT4 ? KILN_U4 : KILN_I8;
     return info->meta.precision == KILN_PRECISION_FP16 ? KILN_F16
            : info->meta.precision == KILN_PRECISION_BF16 ? KILN_BF16 : KILN_F32;
 }
@@ -241,7 +266,7 @@ static kiln_status defer_matrices(image *im, const kiln_llm_engine_info *info) {
     KILN_TRY(s);
     for (int i = 0; i < im->n_weights; i++) {
         const kiln_llm_weight *w = &im->w[i];
-        if (w->ndim != 2 || im->scale_offsets[i] != NO_SCALES) continue; /* INT8: viewed in place */
+        if (w->ndim != 2 || im->scale_offsets[i] != NO_SCALES) continue; /* INT8 / INT4: viewed in place */
         const kiln_dtype dt = dtype_of(im, info, i);
         const kiln_st_tensor t = {.name = w->name, .dtype = dt, .ndim = 2, .dims = {w->dims[0], w->dims[1]},
                                   .data = base + im->offsets[i],
@@ -261,9 +286,10 @@ static kiln_status fill_weights(image *im, const kiln_llm_engine_info *info, boo
         const kiln_llm_weight *w = &im->w[i];
         size_t numel = (size_t)w->dims[0] * (size_t)(w->ndim == 2 ? w->dims[1] : 1);
         const uint8_t *src = base + im->offsets[i];
-        if (im->scale_offsets[i] != NO_SCALES) { /* INT8, in place: 64-byte aligned */
+        if (im->scale_offsets[i] != NO_SCALES) { /* INT8 / INT4, in place: 64-byte aligned */
             w->q8->q = (const int8_t *)src;
             w->q8->scale = (const float *)(const void *)(base + im->scale_offsets[i]);
+            w->q8->zero = dtype_of(im, info, i) == KILN_U4 ? (const float *)(const void *)(base + im->zero_offsets[i]) : NULL;
             *w->slot = NULL;
             if (im->act_offsets[i] == NO_SCALES) continue;
             float act;
@@ -291,7 +317,7 @@ static kiln_status fill_weights(image *im, const kiln_llm_engine_info *info, boo
         im->m->q8_lm_head = im->m->q8_tok_emb;
     }
     if (!device && (info->meta.precision == KILN_PRECISION_FP32 || info->meta.precision == KILN_PRECISION_INT8 ||
-                    info->meta.precision == KILN_PRECISION_W8A8)) {
+                    info->meta.precision == KILN_PRECISION_W8A8 || info->meta.precision == KILN_PRECISION_INT4)) {
         im->m->mapping = im->map; /* the model keeps the mapping alive */
         im->map = NULL;
     }
@@ -317,6 +343,7 @@ static kiln_status finish(kiln_status s, const char *what, image *im, kiln_llm_e
     free(im->offsets);
     free(im->scale_offsets);
     free(im->act_offsets);
+    free(im->zero_offsets);
     if (s == KILN_OK) return s;
     if (info) kiln_llm_engine_info_free(info);
     if (tok) {

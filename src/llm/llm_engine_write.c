@@ -1,6 +1,7 @@
 /* llm_engine_write.c — kiln_llm_engine_build: reads a checkpoint as kiln_llm_model_load_hf does (FP32,
  * the forward's layout), converts every weight array to the engine's precision (or, with
- * weights_int8, quantizes the matrices to INT8 with per-row scales and keeps the rest fp32; with w8a8,
+ * weights_int8, quantizes the matrices to INT8 with per-row scales, or with weights_int4 to INT4 in
+ * groups, after AWQ-style scaling when given a calibration text, and keeps the rest fp32; with w8a8,
  * first smooths and calibrates the model, llm_smoothquant.h, and adds each layer matrix's activation
  * scale), and
  * writes the llm config, tokenizer, llm tensors and weights sections (docs/engine-format.md, "LLM
@@ -12,6 +13,9 @@
 #include "core/status.h"
 #include "engine/engine_layout.h"
 #include "hf/checkpoint.h"
+#include "core/log.h"
+#include "llm/llm_awq.h"
+#include "llm/llm_gemv_q4.h"
 #include "llm/llm_gemv_q8.h"
 #include "llm/llm_smoothquant.h"
 
@@ -62,12 +66,13 @@ static void put_u64(kiln_strbuf *b, uint64_t v) {
 }
 
 /* What the build assembles before writing: the records of the tensor table (an INT8 matrix is two:
- * its int8 values and its scales) and their data. */
+ * its int8 values and its scales; an INT4 one three: packed values, scales, zero points) and their
+ * data. */
 typedef struct build {
     kiln_llm_model *m;
     kiln_llm_weight *w;
     int n;               /* the model's weight arrays */
-    int n_rec;           /* the table's records (n, plus one per quantized matrix) */
+    int n_rec;           /* the table's records (n, plus one or two per quantized matrix) */
     kiln_dtype dtype;
     const kiln_llm_build_options *o;
     const void **data;   /* [3n]: the model's arrays (fp32) or converted copies */
@@ -79,10 +84,12 @@ typedef struct build {
     kiln_strbuf config, tokenizer, table;
 } build;
 
-/* Whether weight w is stored as INT8: with --weights int8, every matrix but pos_emb and those skipped
- * (a tied lm_head is the embedding: skipping either keeps it fp32). */
+/* Whether weight w is stored quantized: with --weights int8 or int4, every matrix but pos_emb and those
+ * skipped (a tied lm_head is the embedding: skipping either keeps it fp32). */
 static bool quantized(const build *b, const kiln_llm_weight *w) {
-    if (!b->o || !(b->o->weights_int8 || b->o->w8a8) || w->ndim != 2 || !strcmp(w->name, "pos_emb")) return false;
+    if (!b->o || !(b->o->weights_int8 || b->o->w8a8 || b->o->weights_int4) || w->ndim != 2 ||
+        !strcmp(w->name, "pos_emb"))
+        return false;
     const bool tied = b->m->cfg.tied_embeddings;
     if (!strcmp(w->name, "tok_emb")) return !b->o->int8_skip_embed && !(tied && b->o->int8_skip_lm_head);
     if (!strcmp(w->name, "lm_head")) return !b->o->int8_skip_lm_head;
@@ -96,7 +103,7 @@ static void add_record(build *b, kiln_llm_engine_info *info, const char *name, k
     const size_t numel = (size_t)dims[0] * (size_t)(ndim == 2 ? dims[1] : 1);
     b->data[i] = data;
     b->owned[i] = owned;
-    b->bytes[i] = numel * kiln_dtype_size(dt);
+    b->bytes[i] = dt == KILN_U4 ? (size_t)(dims[0] * kiln_q4_row_bytes(dims[1])) : numel * kiln_dtype_size(dt);
     b->offsets[i] = (b->weights_size + KILN_ENGINE_TENSOR_ALIGN - 1) & ~(uint64_t)(KILN_ENGINE_TENSOR_ALIGN - 1);
     b->weights_size = b->offsets[i] + b->bytes[i];
     size_t len = strlen(name);
@@ -151,6 +158,28 @@ static kiln_status add_quantized(build *b, kiln_llm_engine_info *info, const kil
     return KILN_OK;
 }
 
+/* Weight w as its packed INT4 values, scales and zero points (three records). */
+static kiln_status add_q4(build *b, kiln_llm_engine_info *info, const kiln_llm_weight *w) {
+    const int64_t rows = w->dims[0], groups = kiln_q4_groups(w->dims[1]);
+    uint8_t *q = malloc((size_t)(rows * kiln_q4_row_bytes(w->dims[1])));
+    float *scale = malloc((size_t)(rows * groups) * sizeof *scale), *zero = malloc((size_t)(rows * groups) * sizeof *zero);
+    if (!q || !scale || !zero) {
+        free(q);
+        free(scale);
+        free(zero);
+        return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory quantizing '%s'", w->name);
+    }
+    kiln_llm_quantize_q4(*w->slot, rows, w->dims[1], 1.0f, q, scale, zero);
+    add_record(b, info, w->name, KILN_U4, 2, w->dims, q, q);
+    const int64_t gdims[2] = {rows, groups};
+    char name[64];
+    snprintf(name, sizeof name, "%s%s", w->name, KILN_LLM_SCALE_SUFFIX);
+    add_record(b, info, name, KILN_F32, 2, gdims, scale, scale);
+    snprintf(name, sizeof name, "%s%s", w->name, KILN_LLM_ZERO_SUFFIX);
+    add_record(b, info, name, KILN_F32, 2, gdims, zero, zero);
+    return KILN_OK;
+}
+
 /* Converts (or points at) every weight and lays out the weights section and the tensor table. */
 static kiln_status lay_out_weights(build *b, kiln_llm_engine_info *info) {
     b->n = kiln_llm_weights_list(b->m, NULL);
@@ -165,14 +194,17 @@ static kiln_status lay_out_weights(build *b, kiln_llm_engine_info *info) {
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory building the engine");
     kiln_llm_weights_list(b->m, b->w);
     int n_rec = 0;
-    for (int i = 0; i < b->n; i++) n_rec += quantized(b, &b->w[i]) ? 2 + (act_scale_of(b, &b->w[i]) != NULL) : 1;
+    for (int i = 0; i < b->n; i++) {
+        if (!quantized(b, &b->w[i])) n_rec++;
+        else n_rec += b->o->weights_int4 ? 3 : 2 + (act_scale_of(b, &b->w[i]) != NULL);
+    }
     put_u32(&b->table, (uint32_t)n_rec);
     for (int i = 0; i < b->n; i++) {
         const kiln_llm_weight *w = &b->w[i];
         size_t numel = (size_t)w->dims[0] * (size_t)(w->ndim == 2 ? w->dims[1] : 1);
         info->n_params += (int64_t)numel;
         if (quantized(b, w)) {
-            KILN_TRY(add_quantized(b, info, w));
+            KILN_TRY(b->o->weights_int4 ? add_q4(b, info, w) : add_quantized(b, info, w));
             continue;
         }
         const float *src = *w->slot;
@@ -187,6 +219,19 @@ static kiln_status lay_out_weights(build *b, kiln_llm_engine_info *info) {
     }
     info->n_tensors = b->n_rec;
     return kiln_strbuf_status(&b->table);
+}
+
+/* Before an INT4 build's matrices are quantized: AWQ-style scales folded into the model from the
+ * calibration text, or, without one, a warning that the weights are rounded to nearest. */
+static kiln_status prepare_int4(build *b, const char *dir) {
+    if (!b->o->calib_text) {
+        KILN_LOG(KILN_LOG_WARN, "--weights int4 without --calib-text: every group rounded to nearest (no "
+                 "activation-aware scales; a calibration text usually lowers the perplexity cost)");
+        return KILN_OK;
+    }
+    const bool tied = b->m->cfg.tied_embeddings, skip_head = b->o->int8_skip_lm_head;
+    const bool head = tied ? !b->o->int8_skip_embed && !skip_head : !skip_head; /* the lm_head is quantized */
+    return kiln_llm_awq_apply(b->m, dir, b->o->calib_text, 0, head);
 }
 
 /* The header fields of the engine built from dir. */
@@ -217,6 +262,7 @@ static kiln_status build_engine(build *b, const char *dir, const kiln_llm_build_
     kiln_precision p;
     if (o && o->w8a8) p = KILN_PRECISION_W8A8; /* int8 matrices and activation scales, the rest fp32 */
     else if (o && o->weights_int8) p = KILN_PRECISION_INT8; /* int8 matrices, the rest fp32 */
+    else if (o && o->weights_int4) p = KILN_PRECISION_INT4; /* int4 matrices, the rest fp32 */
     else if (o && o->precision >= 0) p = (kiln_precision)o->precision;
     else KILN_TRY(checkpoint_precision(dir, &p));
     b->o = o;
@@ -239,6 +285,7 @@ static kiln_status build_engine(build *b, const char *dir, const kiln_llm_build_
     KILN_TRY(put_file(&b->tokenizer, dir, "tokenizer.json", &info->tokenizer_bytes));
     KILN_TRY(put_file(&b->tokenizer, dir, "tokenizer_config.json", &info->tokenizer_config_bytes));
     KILN_TRY(kiln_llm_config_encode(&info->cfg, info->gen_eos, info->n_gen_eos, &b->config));
+    if (o && o->weights_int4) KILN_TRY(prepare_int4(b, dir));
     KILN_TRY(lay_out_weights(b, info));
     fill_meta(dir, o, p, &info->meta);
     static const uint32_t ids[4] = {KILN_SECTION_LLM_CONFIG, KILN_SECTION_TOKENIZER, KILN_SECTION_LLM_TENSORS,

@@ -4,15 +4,18 @@
  * model has one, output product + residual, MLP + residual) and the final norm and lm_head over the
  * rows whose logits are wanted. A single decode token over an FP32 cache runs its QKV product (biases
  * included), RoPE (partial or LongRoPE too), cache write and windowed attention as one pool dispatch.
- * An INT8 engine's quantized matrices go through the INT8 product (llm_gemv_q8.h) instead, a W8A8
- * engine's layer matrices through the W8A8 one (llm_gemm_w8a8.h); a model's observer (calibration)
- * sees every layer product's input first. */
+ * An INT8 or INT4 engine's quantized matrices go through the INT8 (llm_gemv_q8.h) or INT4 product
+ * (llm_gemv_q4.h) instead, a W8A8 engine's layer matrices through the W8A8 one (llm_gemm_w8a8.h); a
+ * model's observer (W8A8 calibration) sees every layer product's input first. While m->probe is set
+ * the products' inputs are recorded (llm_awq.h). */
 #include "llm/llm_internal.h"
 
 #include "core/status.h"
 #include "llm/kv_cache.h"
 #include "llm/llm_cpu_ops.h"
+#include "llm/llm_awq.h"
 #include "llm/llm_gemm_w8a8.h"
+#include "llm/llm_gemv_q4.h"
 #include "llm/llm_gemv_q8.h"
 
 #include <math.h>
@@ -33,8 +36,8 @@ static kiln_status check_batch(const kiln_llm_config *c, const kiln_kv_cache *kv
 
 static const kiln_llm_q8_layer NO_Q8; /* a layer without INT8 matrices */
 
-/* y = x W^T + bias (GELU'd when gelu), W the fp32 w or, when q holds it, the INT8 matrix (with INT8
- * activations quantized into xq when q->act_scale > 0). */
+/* y = x W^T + bias (GELU'd when gelu), W the fp32 w or, when q holds it, the INT8 or INT4 matrix (with
+ * INT8 activations quantized into xq when q->act_scale > 0). */
 static void linear(const float *x, int ldx, int n, int in, const float *w, const kiln_llm_q8 *q, const float *bias,
                    int out, float *y, int ldy, int accumulate, bool gelu, int16_t *xq) {
     if (q->q && q->act_scale > 0) {
@@ -43,10 +46,12 @@ static void linear(const float *x, int ldx, int n, int in, const float *w, const
                                       .ldy = ldy, .accumulate = accumulate, .gelu = gelu};
         kiln_llm_gemm_w8a8(&a, xq);
     } else if (q->q) {
-        const kiln_llm_gemv_args a = {.x = x, .ldx = ldx, .n = n, .in = in, .w = q->q, .format = KILN_LLM_W_INT8,
-                                      .scale = q->scale, .bias = bias, .out = out, .y = y, .ldy = ldy,
+        const kiln_llm_gemv_args a = {.x = x, .ldx = ldx, .n = n, .in = in, .w = q->q,
+                                      .format = q->zero ? KILN_LLM_W_INT4 : KILN_LLM_W_INT8, .scale = q->scale,
+                                      .zero = q->zero, .bias = bias, .out = out, .y = y, .ldy = ldy,
                                       .accumulate = accumulate, .gelu = gelu};
-        kiln_llm_gemm_q8(&a);
+        if (q->zero) kiln_llm_gemm_q4(&a);
+        else kiln_llm_gemm_q8(&a);
     } else if (gelu) {
         kiln_llm_linear_gelu(x, ldx, n, in, w, bias, out, y, ldy);
     } else {
@@ -111,6 +116,8 @@ static void embed(const kiln_llm_model *m, const kiln_llm_batch *b, step_mem *sm
     for (int t = 0; t < b->n_tokens; t++) {
         float *xr = sm->x + t * d;
         if (m->tok_emb) memcpy(xr, m->tok_emb + (size_t)b->tokens[t] * d, d * sizeof(float));
+        else if (m->q8_tok_emb.zero)
+            kiln_llm_q4_row((const uint8_t *)m->q8_tok_emb.q, m->q8_tok_emb.scale, m->q8_tok_emb.zero, b->tokens[t], (int)d, xr);
         else kiln_llm_q8_row(&m->q8_tok_emb, b->tokens[t], (int)d, xr);
         if (m->pos_emb)
             for (size_t i = 0; i < d; i++) xr[i] += m->pos_emb[(size_t)b->positions[t] * d + i];
@@ -139,6 +146,7 @@ static void attention_block(const kiln_llm_model *m, int l, kiln_kv_cache *kv, c
     const int n = b->n_tokens, d = c->d_model, hd = c->head_dim, rot = kiln_llm_rope_dim(c), half = rot / 2;
     const int qd = c->n_head * hd, kvd = c->n_kv_head * hd, ldq = qd + 2 * kvd;
     kiln_llm_norm(sm->x, n, d, y->norm1_w, kiln_llm_norm_offset(c), y->norm1_b, c->norm_eps, sm->h);
+    if (m->probe) kiln_llm_probe_record(m->probe, l, KILN_PROBE_QKV, sm->h, d, n, d);
     const kiln_dtype kvt = kiln_kv_cache_get_config(kv)->dtype;
     observe(m, l, KILN_LLM_MAT_QKV, sm->h, d, n, d);
     if (n == 1 && !q8->qkv.q && !m->observer && (kvt == KILN_F32 || kvt == KILN_F8E4M3FN)) { /* one decode token */
@@ -169,6 +177,7 @@ static void attention_block(const kiln_llm_model *m, int l, kiln_kv_cache *kv, c
                            sm->att + (size_t)s0 * qd, qd, sm->attn_scratch);
     }
     observe(m, l, KILN_LLM_MAT_O, sm->att, qd, n, qd);
+    if (m->probe) kiln_llm_probe_record(m->probe, l, KILN_PROBE_O, sm->att, qd, n, qd);
     linear(sm->att, qd, n, qd, y->o_w, &q8->o, y->o_b, d, sm->x, d, 1, false, sm->xq);
 }
 
@@ -180,14 +189,17 @@ static void mlp_block(const kiln_llm_model *m, int l, int n, step_mem *sm) {
     const int d = c->d_model, ff = c->d_ff;
     kiln_llm_norm(sm->x, n, d, y->norm2_w, kiln_llm_norm_offset(c), y->norm2_b, c->norm_eps, sm->h);
     observe(m, l, KILN_LLM_MAT_UP, sm->h, d, n, d);
+    if (m->probe) kiln_llm_probe_record(m->probe, l, KILN_PROBE_UP, sm->h, d, n, d);
     if (c->arch == KILN_LLM_GPT2) {
         linear(sm->h, d, n, d, y->up_w, &q8->up, y->up_b, ff, sm->mlp, ff, 0, true, sm->xq);
         observe(m, l, KILN_LLM_MAT_DOWN, sm->mlp, ff, n, ff);
+        if (m->probe) kiln_llm_probe_record(m->probe, l, KILN_PROBE_DOWN, sm->mlp, ff, n, ff);
         linear(sm->mlp, ff, n, ff, y->down_w, &q8->down, y->down_b, d, sm->x, d, 1, false, sm->xq);
     } else {
         linear(sm->h, d, n, d, y->up_w, &q8->up, NULL, 2 * ff, sm->mlp, 2 * ff, 0, false, sm->xq);
         kiln_llm_gated(sm->mlp, n, ff, c->gate_act);
         observe(m, l, KILN_LLM_MAT_DOWN, sm->mlp, 2 * ff, n, ff);
+        if (m->probe) kiln_llm_probe_record(m->probe, l, KILN_PROBE_DOWN, sm->mlp, 2 * ff, n, ff);
         linear(sm->mlp, 2 * ff, n, ff, y->down_w, &q8->down, NULL, d, sm->x, d, 1, false, sm->xq);
     }
 }
@@ -212,6 +224,7 @@ kiln_status kiln_llm_forward(const kiln_llm_model *m, kiln_kv_cache *kv, const k
         for (int t = end - want; t < end; t++, r++) memcpy(sm.h + r * d, sm.x + t * d, d * sizeof(float));
     }
     kiln_llm_norm(sm.h, n_out, c->d_model, m->norm_f_w, kiln_llm_norm_offset(c), m->norm_f_b, c->norm_eps, sm.h);
+    if (m->probe) kiln_llm_probe_record_head(m->probe, sm.h, c->d_model, n_out, c->d_model);
     linear(sm.h, c->d_model, n_out, c->d_model, m->lm_head, &m->q8_lm_head, NULL, c->vocab, logits, c->vocab, 0, false, sm.xq);
     free(sm.block);
     return KILN_OK;

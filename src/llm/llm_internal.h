@@ -19,12 +19,14 @@ typedef struct kiln_llm_layer {
     float *down_w, *down_b;   /* [d_model, d_ff] */
 } kiln_llm_layer;
 
-/* A weight-only INT8 matrix [out, in]: w[o, k] ~ q[o, k] * scale[o] (symmetric, per output row). */
+/* A weight-only INT8 matrix [out, in]: w[o, k] ~ q[o, k] * scale[o] (symmetric, per output row); or,
+ * with zero, an INT4 one in llm_gemv_q4.h's layout: w[o, k] ~ (q[o, k] - zero[o, g]) * scale[o, g]. */
 typedef struct kiln_llm_q8 {
-    const int8_t *q;     /* [out, in], NULL when the matrix is not quantized */
-    const float *scale;  /* [out] */
+    const int8_t *q;     /* [out, in] (INT4: the packed bytes), NULL when the matrix is not quantized */
+    const float *scale;  /* [out]; INT4: [out, groups] */
     float act_scale;     /* W8A8 (> 0): the input is quantized too, x ~ int8(x / act_scale) * act_scale; 0:
                             weight-only */
+    const float *zero;   /* INT4: [out, groups] zero points; NULL for INT8 and W8A8 */
 } kiln_llm_q8;
 
 /* Sees the input rows x [n, in] (row stride ldx) of every layer matrix product of the CPU forward
@@ -59,7 +61,9 @@ struct kiln_llm_model {
      * tied lm_head is the embedding's). NULL for a model without any. */
     kiln_llm_q8_layer *q8;
     kiln_llm_q8 q8_tok_emb, q8_lm_head;
-    const kiln_llm_act_observer *observer; /* calibration's, or NULL */
+    const kiln_llm_act_observer *observer; /* W8A8 calibration's, or NULL */
+    struct kiln_llm_probe *probe; /* while calibrating INT4 scales (llm_awq.h): what the CPU forward records
+                                     the products' inputs into; NULL otherwise */
 };
 
 /* config.json's document into *out (`what` names the file in messages). Errors as

@@ -101,8 +101,9 @@ kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options 
     r->cfg = *kiln_llm_model_config(m);
     *out = r;
     if (strcmp(ro->target, "cuda")) {
-        snprintf(desc, cap, llm_w8a8(m) ? "CPU forward (fp32, W8A8 layer matrices: int8 x int8 products)"
-                            : m->q8 ? "CPU forward (fp32, weight-only INT8 matrices)" : "CPU forward (fp32, OpenBLAS)");
+        if (llm_w8a8(m)) snprintf(desc, cap, "CPU forward (fp32, W8A8 layer matrices: int8 x int8 products)");
+        else if (!m->q8) snprintf(desc, cap, "CPU forward (fp32, OpenBLAS)");
+        else snprintf(desc, cap, "CPU forward (fp32, weight-only %s matrices)", m->q8[0].qkv.zero ? "INT4" : "INT8");
         return take_kv_choice(r, ro, desc, cap);
     }
     KILN_TRY(take_kv_choice(r, ro, desc, cap));
@@ -112,8 +113,11 @@ kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options 
     r->dtype = ro->bf16 ? KILN_BF16 : KILN_F16;
     KILN_TRY(kiln_llm_cuda_create(m, r->dtype, &o, &r->g));
     snprintf(desc, cap, "CUDA forward (%s%s): %s; %s", r->dtype == KILN_BF16 ? "bf16" : "fp16",
-             llm_w8a8(m) ? ", W8A8 layer matrices" : m->q8 || m->q8_tok_emb.q ? ", weight-only INT8 matrices" : "", dev,
-             kiln_llm_cuda_decode_path(r->g));
+             llm_w8a8(m) ? ", W8A8 layer matrices"
+             : !m->q8 && !m->q8_tok_emb.q ? ""
+             : m->q8_tok_emb.zero || (m->q8 && m->q8[0].qkv.zero) ? ", weight-only INT4 matrices"
+                                                                  : ", weight-only INT8 matrices",
+             dev, kiln_llm_cuda_decode_path(r->g));
     return make_sampler(r, &o, ro->draft_tokens, ro->host_sampler, desc, cap);
 }
 
@@ -124,10 +128,11 @@ kiln_status llm_runner_create_random(const kiln_llm_config *c, uint64_t seed, co
     r->cfg = *c;
     *out = r;
     if (strcmp(ro->target, "cuda")) {
-        if (ro->random_int8 || ro->random_w8a8)
+        if (ro->random_int8 || ro->random_w8a8 || ro->random_int4)
             return kiln_error(KILN_ERR_UNSUPPORTED, "random %s weights are made on cuda only: on the CPU, build an "
-                              "engine with --weights %s from a checkpoint", ro->random_w8a8 ? "W8A8" : "weight-only INT8",
-                              ro->random_w8a8 ? "w8a8" : "int8");
+                              "engine with --weights %s from a checkpoint",
+                              ro->random_w8a8 ? "W8A8" : ro->random_int4 ? "weight-only INT4" : "weight-only INT8",
+                              ro->random_w8a8 ? "w8a8" : ro->random_int4 ? "int4" : "int8");
         KILN_TRY(kiln_llm_model_random(c, seed, &r->owned));
         r->m = r->owned;
         snprintf(desc, cap, "CPU forward (fp32, OpenBLAS), random weights");
@@ -140,11 +145,12 @@ kiln_status llm_runner_create_random(const kiln_llm_config *c, uint64_t seed, co
     r->dtype = ro->bf16 ? KILN_BF16 : KILN_F16;
     o.random_int8 = ro->random_int8;
     o.random_w8a8 = ro->random_w8a8;
+    o.random_int4 = ro->random_int4;
     KILN_TRY(kiln_llm_cuda_create_random(c, r->dtype, &o, seed, &r->g));
     snprintf(desc, cap, "CUDA forward (%s), random %sweights made on the device: %s; %s",
              r->dtype == KILN_BF16 ? "bf16" : "fp16",
-             ro->random_w8a8 ? "W8A8 " : ro->random_int8 ? "weight-only INT8 " : "", dev,
-             kiln_llm_cuda_decode_path(r->g));
+             ro->random_w8a8 ? "W8A8 " : ro->random_int8 ? "weight-only INT8 " : ro->random_int4 ? "weight-only INT4 " : "",
+             dev, kiln_llm_cuda_decode_path(r->g));
     return make_sampler(r, &o, ro->draft_tokens, ro->host_sampler, desc, cap);
 }
 

@@ -55,7 +55,7 @@ def test_compare_llm_bad_arguments(kiln, tmp_path, args, mentions, code):
 
 
 @pytest.mark.parametrize("args,mentions", [
-    (["--weights", "int4"], ["--weights", "int4"]),
+    (["--weights", "int3"], ["--weights", "int3"]),
     (["--weights-skip", "embed"], ["only with --weights int8"]),
     (["--weights", "int8", "--weights-skip", "norms"], ["norms"]),
     (["--weights", "int8", "--fp16"], ["exclude each other"]),

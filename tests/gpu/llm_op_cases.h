@@ -94,5 +94,7 @@ bool llm_gemv_fused_case(llm_run *run, llm_params *pr);
 bool llm_quant_case(llm_run *run, const char *op, llm_params *pr);
 /* The W8A8 kernels (llm_op_w8a8.c): llm.QuantizeAct, llm.GemvW8A8, llm.ImmaW8A8. */
 bool llm_w8a8_case(llm_run *run, const char *op, llm_params *pr);
+/* The weight-only INT4 kernels (llm_op_quant4.c): llm.GemvQ4, llm.DequantQ4. */
+bool llm_quant4_case(llm_run *run, const char *op, llm_params *pr);
 
 #endif

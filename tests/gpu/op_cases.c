@@ -153,6 +153,11 @@
     {"llm.GemvW8A8", "K=" #K " N=" #N " n=" #n " bias=1", NULL, 0, 0},                             \
     {"llm.GemvW8A8", "K=" #K " N=" #N " n=" #n, NULL, 0, 0},                                       \
     {"llm.GemvW8A8", "K=" #K " N=" #N " n=" #n " f32=1", NULL, 0, 0}
+/* The INT4 GEMV at one shape: with a bias, 16-bit out; without; FP32 out. */
+#define LLM_GEMV_Q4(K, N, n)                                                                       \
+    {"llm.GemvQ4", "K=" #K " N=" #N " n=" #n " bias=1", NULL, 0, 0},                               \
+    {"llm.GemvQ4", "K=" #K " N=" #N " n=" #n, NULL, 0, 0},                                         \
+    {"llm.GemvQ4", "K=" #K " N=" #N " n=" #n " f32=1", NULL, 0, 0}
 /* RoPE + KV write of one head shape, rotated and not (GPT-2), and not rotated into an FP8 cache. */
 #define LLM_ROPE(hd, q, kv)                                                                        \
     {"llm.RopeKvWrite", "hd=" #hd " heads=" #q " kv=" #kv, NULL, 0, 0},                            \
@@ -1013,6 +1018,10 @@ const op_case kiln_op_cases[] = {
     {"llm.ImmaW8A8", "K=384 N=1152 n=16 bias=1", NULL, 0, 0}, {"llm.ImmaW8A8", "K=1536 N=384 n=300", NULL, 0, 0},
     {"llm.ImmaW8A8", "K=4096 N=6144 n=64", NULL, 0, 0}, {"llm.ImmaW8A8", "K=14336 N=512 n=33", NULL, 0, 0},
     {"llm.ImmaW8A8", "K=64 N=8 n=9 bias=1 f32=1", NULL, 0, 0},
+    LLM_GEMV_Q4(32, 1, 1), LLM_GEMV_Q4(160, 5, 2), LLM_GEMV_Q4(384, 1152, 1), LLM_GEMV_Q4(1536, 384, 8),
+    LLM_GEMV_Q4(4096, 6144, 1), LLM_GEMV_Q4(14336, 4096, 3), LLM_GEMV_Q4(544, 33, 7),
+    {"llm.DequantQ4", "rows=64 K=128", NULL, 0, 0}, {"llm.DequantQ4", "rows=7 K=13", NULL, 0, 0},
+    {"llm.DequantQ4", "rows=300 K=4100", NULL, 0, 0},
     /* greedy argmax: ties to the lowest id, NaN never wins */
     {"llm.Argmax", "vocab=1", NULL, 0, 0}, {"llm.Argmax", "vocab=7", NULL, 0, 0}, {"llm.Argmax", "vocab=1000", NULL, 0, 0},
     {"llm.Argmax", "vocab=50257", NULL, 0, 0}, {"llm.Argmax", "vocab=128256", NULL, 0, 0},

@@ -1,9 +1,9 @@
 /* test_llm_engine.c — LLM engines (src/llm/llm_engine*.c): a tiny GPT-2 and a tiny Llama checkpoint
- * written here are built into fp32, fp16, bf16, weight-only INT8 and W8A8 engines (SmoothQuant's
- * smoothing leaves the fp32 model's logits unchanged; each W8A8 layer matrix carries a positive
- * activation scale, on the CPU and for a device); the fp32 engine gives logits
+ * written here are built into fp32, fp16, bf16, weight-only INT8, W8A8 and weight-only INT4 engines
+ * (SmoothQuant's smoothing leaves the fp32 model's logits unchanged; each W8A8 layer matrix carries a
+ * positive activation scale, on the CPU and for a device); the fp32 engine gives logits
  * identical to the checkpoint's, the others within their rounding (INT8 ones hold each matrix as int8
- * + scales and are refused for a device); the generation eos ids and the absence of a
+ * + scales, INT4 ones packed u4 + group scales + zero points); the generation eos ids and the absence of a
  * tokenizer survive; ONNX and LLM readers refuse each other's engines; the in-memory reader agrees with
  * the file reader; and every truncation and every single-byte change of an engine file (with and
  * without recomputed checksums) and a config claiming 2^24 layers fail cleanly. With an
@@ -14,6 +14,7 @@
 #include "llm/kv_cache.h"
 #include "llm/llm_deferred.h"
 #include "llm/llm_engine.h"
+#include "llm/llm_gemv_q4.h"
 #include "llm/llm_internal.h"
 #include "llm/llm_smoothquant.h"
 
@@ -325,6 +326,45 @@ static void check_w8a8_engine(const char *ck, const char *engine, double tol, in
     kiln_llm_model_free(cpu);
 }
 
+/* Weight-only INT4 engines of ck (rounded to nearest): every matrix packed u4 followed by its scales
+ * and zero points, fp32 [rows, groups], the logits within tol of the checkpoint's; opened for a
+ * device, the packed matrices and both group arrays are views with the CPU load's values. */
+static void check_int4_engine(const char *ck, const char *engine, double tol, int n) {
+    kiln_llm_build_options o = {.precision = -1, .weights_int4 = true, .build_options = "test"};
+    check_built_logits(ck, &o, "int4", engine, tol, n);
+    kiln_llm_engine_info info;
+    CHECK(kiln_llm_engine_read_info(engine, &info) == KILN_OK);
+    CHECK(info.meta.precision == KILN_PRECISION_INT4);
+    int u4 = 0;
+    for (int i = 0; i < info.n_tensors; i++) {
+        const kiln_llm_engine_tensor *t = &info.tensors[i];
+        if (t->dtype != KILN_U4) continue;
+        u4++;
+        const int64_t groups = kiln_q4_groups(t->dims[1]);
+        CHECK(i + 2 < info.n_tensors && strstr(info.tensors[i + 1].name, ".scale") && strstr(info.tensors[i + 2].name, ".zero"));
+        for (int j = 1; j <= 2 && i + j < info.n_tensors; j++)
+            CHECK(info.tensors[i + j].dtype == KILN_F32 && info.tensors[i + j].ndim == 2 &&
+                  info.tensors[i + j].dims[0] == t->dims[0] && info.tensors[i + j].dims[1] == groups);
+    }
+    CHECK(u4 > 0);
+    kiln_llm_engine_info_free(&info);
+    kiln_llm_model *dev = NULL, *cpu = NULL;
+    CHECK(kiln_llm_engine_load_for_device(engine, NULL, &dev, NULL) == KILN_OK);
+    CHECK(kiln_llm_engine_load(engine, NULL, &cpu, NULL) == KILN_OK);
+    if (dev && cpu && dev->q8 && cpu->q8) {
+        const kiln_llm_config *c = &cpu->cfg;
+        const kiln_llm_q8 *a = &dev->q8[0].qkv, *b = &cpu->q8[0].qkv;
+        const size_t rows = (size_t)(c->n_head + 2 * c->n_kv_head) * (size_t)c->head_dim;
+        const size_t g = (size_t)kiln_q4_groups(c->d_model) * rows;
+        CHECK(a->zero && b->zero && !memcmp(a->q, b->q, rows * (size_t)kiln_q4_row_bytes(c->d_model)) &&
+              !memcmp(a->scale, b->scale, g * sizeof(float)) && !memcmp(a->zero, b->zero, g * sizeof(float)));
+    } else {
+        CHECK(false);
+    }
+    kiln_llm_model_free(dev);
+    kiln_llm_model_free(cpu);
+}
+
 /* ---- bad files ---- */
 
 static uint8_t *read_all(const char *path, size_t *size) {
@@ -451,7 +491,7 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "/tmp/kiln-test-llm-engine-XXXXXX");
     CHECK(mkdtemp(dir) != NULL);
     char gpt2[128], llama[128], e32[128], e16[128], ebf[128], ell[128], e8[128], e8e[128], ell8[128], ew8[128],
-        elw8[128];
+        elw8[128], e4[128], ell4[128];
     snprintf(gpt2, sizeof gpt2, "%s/gpt2", dir);
     snprintf(llama, sizeof llama, "%s/llama", dir);
     CHECK(mkdir(gpt2, 0700) == 0 && mkdir(llama, 0700) == 0);
@@ -466,6 +506,8 @@ int main(int argc, char **argv) {
     snprintf(ell8, sizeof ell8, "%s/llama-int8.kiln", dir);
     snprintf(ew8, sizeof ew8, "%s/gpt2-w8a8.kiln", dir);
     snprintf(elw8, sizeof elw8, "%s/llama-w8a8.kiln", dir);
+    snprintf(e4, sizeof e4, "%s/gpt2-int4.kiln", dir);
+    snprintf(ell4, sizeof ell4, "%s/llama-int4.kiln", dir);
     printf("logits, engine vs checkpoint:\n");
     check_engine_logits(gpt2, -1, e32, 0, 6);
     check_engine_logits(gpt2, KILN_PRECISION_FP16, e16, 2e-3, 6);
@@ -478,6 +520,8 @@ int main(int argc, char **argv) {
     check_smoothing(llama, 12);
     check_w8a8_engine(gpt2, ew8, 1e-2, 6);
     check_w8a8_engine(llama, elw8, 1e-2, 12);
+    check_int4_engine(gpt2, e4, 0.15, 6);
+    check_int4_engine(llama, ell4, 0.15, 12);
     if (argc > 1) {
         char kjv[128];
         snprintf(kjv, sizeof kjv, "%s/kjv.kiln", dir);
@@ -495,8 +539,10 @@ int main(int argc, char **argv) {
     test_corruption(ell8);
     printf("corruption (%s):\n", elw8);
     test_corruption(elw8);
-    const char *files[] = {e32, e16, ebf, ell, e8, e8e, ell8, ew8, elw8};
-    for (int i = 0; i < 9; i++) unlink(files[i]);
+    printf("corruption (%s):\n", ell4);
+    test_corruption(ell4);
+    const char *files[] = {e32, e16, ebf, ell, e8, e8e, ell8, ew8, elw8, e4, ell4};
+    for (int i = 0; i < 11; i++) unlink(files[i]);
     char cmd[256];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0);

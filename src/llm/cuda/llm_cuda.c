@@ -31,6 +31,7 @@ void kiln_llm_cuda_options_default(kiln_llm_cuda_options *o) {
     o->probe = NULL;
     o->random_int8 = false;
     o->random_w8a8 = false;
+    o->random_int4 = false;
 }
 
 kiln_status kiln_llm_cuda_device_check(int device, char *desc, size_t cap) {
@@ -93,12 +94,13 @@ static void *carve(carver *c, size_t bytes) {
 
 /* Whether g's weights (m's, or random ones when m is NULL) have INT8 matrices (weight-only or W8A8). */
 static bool has_int8(const kiln_llm_cuda *g, const kiln_llm_model *m) {
-    return m ? m->q8 || m->q8_tok_emb.q || m->q8_lm_head.q : g->opt.random_int8 || g->opt.random_w8a8;
+    return m ? m->q8 || m->q8_tok_emb.q || m->q8_lm_head.q
+             : g->opt.random_int8 || g->opt.random_w8a8 || g->opt.random_int4;
 }
 
 /* Whether matrix q of m (NULL: random weights) goes to the device as INT8. */
 static bool int8_mat(const kiln_llm_cuda *g, const kiln_llm_model *m, const kiln_llm_q8 *q) {
-    return m ? q && q->q : g->opt.random_int8 || g->opt.random_w8a8;
+    return m ? q && q->q : g->opt.random_int8 || g->opt.random_w8a8 || g->opt.random_int4;
 }
 
 /* The activation scale of layer matrix q of m (NULL: random weights); 0 when it is not W8A8. */
@@ -106,15 +108,24 @@ static float act_scale(const kiln_llm_cuda *g, const kiln_llm_model *m, const ki
     return m ? (q ? q->act_scale : 0.0f) : g->opt.random_w8a8 ? LLMC_RANDOM_ACT_SCALE : 0.0f;
 }
 
-/* Places a [rows, cols] matrix: int8 values and fp32 row scales into *scale when int8, else 16-bit
- * values (*scale NULL). */
-static void *carve_mat(carver *cv, size_t rows, size_t cols, bool int8, float **scale) {
+/* Bytes of a quantized [rows, cols] matrix's values and of its scales (INT4: scales and zero points). */
+static size_t quant_bytes(const kiln_llm_cuda *g, size_t rows, size_t cols, size_t *scale_bytes) {
+    const size_t groups = (cols + 127) / 128;
+    *scale_bytes = g->int4 ? rows * groups * 8 : rows * 4;
+    return g->int4 ? rows * groups * 64 : rows * cols;
+}
+
+/* Places a [rows, cols] matrix: quantized values and their scales into *scale when int8 (int8 values
+ * and fp32 row scales; with g->int4 packed INT4 values and fp32 group scales and zero points), else
+ * 16-bit values (*scale NULL). */
+static void *carve_mat(const kiln_llm_cuda *g, carver *cv, size_t rows, size_t cols, bool int8, float **scale) {
     if (!int8) {
         *scale = NULL;
         return carve(cv, rows * cols * 2);
     }
-    void *p = carve(cv, rows * cols);
-    *scale = carve(cv, rows * 4);
+    size_t scale_bytes;
+    void *p = carve(cv, quant_bytes(g, rows, cols, &scale_bytes));
+    *scale = carve(cv, scale_bytes);
     return p;
 }
 
@@ -125,12 +136,12 @@ static void layout_weights(kiln_llm_cuda *g, const kiln_llm_model *m, carver *cv
                  kvd = (size_t)c->n_kv_head * c->head_dim, qkv = qd + 2 * kvd;
     const bool gpt2 = c->arch == KILN_LLM_GPT2;
     const size_t up = gpt2 ? ff : 2 * ff;
-    g->tok_emb = carve_mat(cv, (size_t)c->vocab, d, int8_mat(g, m, m ? &m->q8_tok_emb : NULL), &g->tok_emb_s);
+    g->tok_emb = carve_mat(g, cv, (size_t)c->vocab, d, int8_mat(g, m, m ? &m->q8_tok_emb : NULL), &g->tok_emb_s);
     g->pos_emb = gpt2 ? carve(cv, (size_t)c->max_pos * d * es) : NULL;
     g->lm_head = g->tok_emb;
     g->lm_head_s = g->tok_emb_s;
     if (!c->tied_embeddings)
-        g->lm_head = carve_mat(cv, (size_t)c->vocab, d, int8_mat(g, m, m ? &m->q8_lm_head : NULL), &g->lm_head_s);
+        g->lm_head = carve_mat(g, cv, (size_t)c->vocab, d, int8_mat(g, m, m ? &m->q8_lm_head : NULL), &g->lm_head_s);
     g->norm_f_w = carve(cv, d * 4);
     g->norm_f_b = gpt2 ? carve(cv, d * 4) : NULL;
     for (int l = 0; l < c->n_layer; l++) {
@@ -138,10 +149,10 @@ static void layout_weights(kiln_llm_cuda *g, const kiln_llm_model *m, carver *cv
         y->norm1_w = carve(cv, d * 4);
         y->norm2_w = carve(cv, d * 4);
         const kiln_llm_q8_layer *q = m && m->q8 ? &m->q8[l] : NULL;
-        y->qkv_w = carve_mat(cv, qkv, d, int8_mat(g, m, q ? &q->qkv : NULL), &y->qkv_s);
-        y->o_w = carve_mat(cv, d, qd, int8_mat(g, m, q ? &q->o : NULL), &y->o_s);
-        y->up_w = carve_mat(cv, up, d, int8_mat(g, m, q ? &q->up : NULL), &y->up_s);
-        y->down_w = carve_mat(cv, d, ff, int8_mat(g, m, q ? &q->down : NULL), &y->down_s);
+        y->qkv_w = carve_mat(g, cv, qkv, d, int8_mat(g, m, q ? &q->qkv : NULL), &y->qkv_s);
+        y->o_w = carve_mat(g, cv, d, qd, int8_mat(g, m, q ? &q->o : NULL), &y->o_s);
+        y->up_w = carve_mat(g, cv, up, d, int8_mat(g, m, q ? &q->up : NULL), &y->up_s);
+        y->down_w = carve_mat(g, cv, d, ff, int8_mat(g, m, q ? &q->down : NULL), &y->down_s);
         y->qkv_a = act_scale(g, m, q ? &q->qkv : NULL);
         y->o_a = act_scale(g, m, q ? &q->o : NULL);
         y->up_a = act_scale(g, m, q ? &q->up : NULL);
@@ -245,8 +256,11 @@ static kiln_status upload32(void *dst, const float *src, size_t n) {
 static kiln_status upload_mat(kiln_llm_cuda *g, void *dst, float *scale, const float *src, const kiln_llm_q8 *q,
                               size_t rows, size_t cols, staging *st) {
     if (!scale) return upload16(g, dst, src, rows * cols, st);
-    KILN_CUDA_TRY(cudaMemcpy(dst, q->q, rows * cols, cudaMemcpyHostToDevice));
-    return upload32(scale, q->scale, rows);
+    size_t scale_bytes;
+    KILN_CUDA_TRY(cudaMemcpy(dst, q->q, quant_bytes(g, rows, cols, &scale_bytes), cudaMemcpyHostToDevice));
+    if (!g->int4) return upload32(scale, q->scale, rows);
+    KILN_TRY(upload32(scale, q->scale, scale_bytes / 8));
+    return upload32((char *)scale + scale_bytes / 2, q->zero, scale_bytes / 8);
 }
 
 static kiln_status upload_weights(kiln_llm_cuda *g, const kiln_llm_model *m, staging *st) {
@@ -283,7 +297,7 @@ static kiln_status upload_weights(kiln_llm_cuda *g, const kiln_llm_model *m, sta
 }
 
 /* Random weights on the device with llm_random.h's scales (each array its own seed); INT8 matrices
- * (options.random_int8) as int8 values of the same range. */
+ * (options.random_int8) as int8 values of the same range, INT4 ones (random_int4) as nibbles. */
 static kiln_status random_weights(kiln_llm_cuda *g, uint64_t seed) {
     const kiln_llm_config *c = &g->cfg;
     const size_t d = (size_t)c->d_model, ff = (size_t)c->d_ff, qd = (size_t)c->n_head * c->head_dim,
@@ -292,7 +306,8 @@ static kiln_status random_weights(kiln_llm_cuda *g, uint64_t seed) {
     const float emb = sqrtf(3.0f);
     uint64_t k = seed * 1000003u;
 #define MATS(p, s, rows, cols, amp)                                                                         \
-    KILN_TRY((s) ? llmc_fill_random_q8(g, p, s, rows, cols, ++k, amp)                                          \
+    KILN_TRY((s) ? (g->int4 ? llmc_fill_random_q4(g, p, s, rows, cols, ++k, amp)                             \
+                            : llmc_fill_random_q8(g, p, s, rows, cols, ++k, amp))                             \
                  : llmc_fill_random(g, p, t, (size_t)(rows) * (cols), ++k, 0.0f, amp))
 #define MAT(p, s, rows, cols) MATS(p, s, rows, cols, sqrtf(3.0f / (float)(cols)))
 #define VEC(p, dt, n, center, scale) KILN_TRY(llmc_fill_random(g, p, dt, n, ++k, center, scale))
@@ -384,6 +399,7 @@ static kiln_status create(const kiln_llm_config *c, kiln_dtype dtype, const kiln
     g->cfg = *c;
     g->dtype = dtype;
     g->opt = *o;
+    g->int4 = m ? (m->q8 && c->n_layer > 0 && m->q8[0].qkv.zero) || m->q8_tok_emb.zero : o->random_int4;
     kiln_status s = llmc_tactics_open(g);
     if (s != KILN_OK) {
         kiln_llm_cuda_free(g);

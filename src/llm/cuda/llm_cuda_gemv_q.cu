@@ -347,6 +347,7 @@ extern "C" kiln_status llmc_dequant_q8_launch(kiln_dtype dtype, cudaStream_t str
 extern "C" kiln_status llmc_linear_w(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w,
                                      const float *scale, const void *bias, int N, void *y, int ldy, bool out_f32) {
     if (!scale) return llmc_linear(g, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
+    if (g->int4) return llmc_linear_q4(g, x, ldx, n, K, w, scale, bias, N, y, ldy, out_f32);
     const int8_t *q = (const int8_t *)w;
     if (n <= g->opt.gemv_max_tokens && llmc_gemv_q8_fits(n, K, ldx, x, q)) {
         int cfg = 0;
@@ -395,6 +396,7 @@ template <typename T> static kiln_status launch_embed_q8(kiln_llm_cuda *g, const
 
 extern "C" kiln_status llmc_embed_any(kiln_llm_cuda *g, const llmc_step *s) {
     if (!g->tok_emb_s) return llmc_embed(g, s);
+    if (g->int4) return llmc_embed_q4(g, s);
     return LC_DISPATCH(g->dtype, launch_embed_q8, g, s);
 }
 

@@ -69,6 +69,8 @@ struct kiln_llm_cuda {
     void *tok_emb, *pos_emb, *lm_head; /* lm_head == tok_emb when tied; pos_emb NULL for Llama */
     float *tok_emb_s, *lm_head_s;      /* row scales of an INT8 tok_emb / lm_head; NULL: in the dtype */
     void *deq;                         /* LLMC_DEQUANT_BYTES for the INT8 prefill tiles; NULL without INT8 */
+    bool int4; /* the quantized matrices (those with a scale pointer) are INT4 (llm_cuda_gemv_q4.cu): packed
+                  values, then [rows, groups] scales and right after them the zero points */
     float *norm_f_w, *norm_f_b;
     llmc_layer *layers;
     /* step buffers: one allocation */
@@ -274,8 +276,31 @@ kiln_status llmc_dequant_q8_launch(kiln_dtype dtype, cudaStream_t stream, const 
  * row scale amp / 127 (values uniform in [-amp, amp] as llmc_fill_random's). */
 kiln_status llmc_fill_random_q8(kiln_llm_cuda *g, int8_t *q, float *scale, size_t rows, size_t cols, uint64_t seed,
                                 float amp);
-/* llmc_embed, from an INT8 token embedding when g->tok_emb_s is set. */
+/* llmc_embed, from an INT8 token embedding when g->tok_emb_s is set (INT4 with g->int4). */
 kiln_status llmc_embed_any(kiln_llm_cuda *g, const llmc_step *s);
+
+/* llm_cuda_gemv_q4.cu — weight-only INT4 matrices (packed [N, K] in groups of 128, fp32 scales [N, G]
+ * followed by fp32 zero points [N, G], G = ceil(K / 128); llm_gemv_q4.h's layout). */
+/* llmc_linear_w for an INT4 matrix (scale: its scales, the zero points after them): the INT4 GEMV when
+ * n <= gemv_max_tokens, K % 32 == 0 and the operands are 16-byte aligned, else dequantized tiles of
+ * weight rows in g->deq through llmc_linear's cuBLASLt product. */
+kiln_status llmc_linear_q4(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const float *scale,
+                           const void *bias, int N, void *y, int ldy, bool out_f32);
+/* The INT4 GEMV on stream: y[n, N] (FP32 when out_f32, else dtype) = x[n, K] (dtype, KILN_F16 or KILN_BF16)
+ * W^T (+ bias [N] in dtype), W[o, k] = (q[o, k] - zero[o, g]) * scale[o, g], sums in fp32, 1 <= n <=
+ * LLMC_GEMV_MAX; needs K % 32 == 0, ldx % 8 == 0 and x, q 16-byte aligned (refused otherwise). For tests too. */
+kiln_status llmc_gemv_q4_launch(kiln_dtype dtype, cudaStream_t stream, const void *x, int ldx, int n, int K,
+                                const uint8_t *q, const float *scale, const float *zero, const void *bias, int N,
+                                void *y, int ldy, bool out_f32);
+/* dst[r, k] = (q[r, k] - zero[r, g]) * scale[r, g] rounded to dtype (KILN_F16 or KILN_BF16), r < rows, k < K. */
+kiln_status llmc_dequant_q4_launch(kiln_dtype dtype, cudaStream_t stream, const uint8_t *q, const float *scale,
+                                   const float *zero, int rows, int K, void *dst);
+/* llmc_embed from g's INT4 token embedding. */
+kiln_status llmc_embed_q4(kiln_llm_cuda *g, const llmc_step *s);
+/* Random INT4 weights for benchmarks: [rows, cols] packed random nibbles, scales (at scale) amp / 7.5 and
+ * zero points (after them) 7.5: values in [-amp, amp]. */
+kiln_status llmc_fill_random_q4(kiln_llm_cuda *g, uint8_t *q, float *scale, size_t rows, size_t cols, uint64_t seed,
+                                float amp);
 
 /* llm_cuda_ops.cu */
 /* x[t] = tok_emb[tokens[t]] (+ pos_emb[positions[t]]) in FP32, times sqrt(d_model) with cfg.scale_emb. */
