@@ -182,12 +182,17 @@ kiln_status kiln_qg_exec_qconv(const kiln_node *n, const kiln_cuda_tensor *in, i
      * implicit-GEMM kernel takes what it can unless the float16 path was chosen (and takes the
      * residual); layers with a residual or channels-last tensors run on those or on the float16 path
      * (cuDNN's convolution, NHWC or NCHW, the residual its Z), not on the im2col one */
-    if (path == QCONV_GEMM && kiln_qg_conv_gemm_takes(n, &ql, x, w, r, y, ctx)) {
+    if (path == QCONV_GEMM && kiln_qg_state_free_or_mine(ctx) && kiln_qg_conv_gemm_takes(n, &ql, x, w, r, y, ctx)) {
         kiln_status s = kiln_qg_conv_gemm(n, &ql, in, nin, y, ctx);
         if (s != KILN_ERR_UNSUPPORTED || ctx->tactic) return s;
         /* forced by KILN_CUDA_QCONV_PATH: cuBLASLt refused this layer before writing anything, so the
-         * default runs, as for any other path the layer does not take */
+         * default runs (with a state of its own), as for any other path the layer does not take; a
+         * node whose state another kernel holds is not offered this path again */
         kiln_error_clear();
+        if (ctx->state && *ctx->state) {
+            (*ctx->state)->destroy(*ctx->state);
+            *ctx->state = NULL;
+        }
         path = QCONV_INT8;
     }
     bool f16_ok = f16 && kiln_qg_f16_residual_ok(r);

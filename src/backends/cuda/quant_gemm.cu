@@ -175,6 +175,10 @@ kiln_status kiln_qg_state_get(const kiln_node *n, const kiln_quant_layer *ql, co
     return KILN_OK;
 }
 
+bool kiln_qg_state_free_or_mine(const kiln_cuda_ctx *ctx) {
+    return !ctx->state || !*ctx->state || (*ctx->state)->owner == qg_state_owner;
+}
+
 kiln_status kiln_qg_finish(qg_state *st, bool temp, kiln_status s, kiln_cuda_ctx *ctx) {
     if (!temp) return s;
     cudaError_t e = cudaStreamSynchronize(ctx->stream);

@@ -115,6 +115,8 @@ kiln_status kiln_qg_state_get(const kiln_node *n, const kiln_quant_layer *ql, co
 
 /* Ends a call with status s: a temporary state (temp) is destroyed once the stream has done its work. */
 kiln_status kiln_qg_finish(qg_state *st, bool temp, kiln_status s, kiln_cuda_ctx *ctx);
+/* True when ctx keeps no node state yet, or one of this file's (kiln_qg_state_get would take it). */
+bool kiln_qg_state_free_or_mine(const kiln_cuda_ctx *ctx);
 
 /* D[R, Mp] (int32, row-major, in ctx's workspace) = X[R, ldb] (int8 rows) times group g's weights:
  * cuBLASLt's IMMA GEMM, or the CUDA-core kernel where cuBLASLt refuses the call (warned once). */
