@@ -45,6 +45,9 @@ extern "C" {
 
 #define F8_ALIGN 256                       /* workspace sub-buffers start on this boundary */
 #define F8_LT_WORKSPACE ((size_t)32 << 20) /* at most this much workspace for cuBLASLt */
+#define F8_X_SCALE 4 /* index of x_scale in the scales (w_scale at 0): cuBLASLt's heuristic accepts any
+                      * scale pointer, but its FP8 GEMM then refuses to run (NOT_SUPPORTED) unless each
+                      * one is 16-byte aligned (seen on the H200 with cuBLASLt 13.1) */
 /* cached GEMM calls per node: full chunks and the last one, each with the residual as C (or refused so) */
 #define F8_CALLS 4
 
@@ -173,7 +176,7 @@ typedef struct f8_state {
     kiln_cuda_node_state base;
     void *dev;                    /* one allocation: w8, the scales, the bias (float32 and D's type) */
     const __nv_fp8_storage_t *w8; /* [Np][Kp] weight codes, zero-padded */
-    const float *scales;          /* [0] w_scale, [1] x_scale */
+    const float *scales;          /* [0] w_scale, [F8_X_SCALE] x_scale */
     const float *bias32;          /* [Np] float32 (NULL without a bias): the fallback's */
     const void *bias_d;           /* [Np] in D's type for 16-bit D (else NULL; NULL without a bias): the epilogue's */
     kiln_dtype d_dtype;           /* the output type the state was prepared for */
@@ -214,7 +217,7 @@ static float f8_host_float(const kiln_cuda_tensor *t, int64_t i) {
  * float32 and, for a 16-bit output type d, in d. */
 static kiln_status f8_state_prepare(const kiln_node *n, const kiln_fp8_layer *q, const kiln_cuda_tensor *w,
                                     const kiln_cuda_tensor *bias, kiln_dtype d, f8_state *st) {
-    size_t w_bytes = f8_align((size_t)(st->Np * st->Kp)), s_bytes = f8_align(2 * sizeof(float));
+    size_t w_bytes = f8_align((size_t)(st->Np * st->Kp)), s_bytes = f8_align((F8_X_SCALE + 1) * sizeof(float));
     size_t b32_bytes = f8_align((size_t)st->Np * 4), bd_bytes = f8_align((size_t)st->Np * kiln_dtype_size(d));
     size_t bytes = w_bytes + s_bytes + b32_bytes + bd_bytes;
     unsigned char *host = (unsigned char *)calloc(1, bytes);
@@ -225,7 +228,7 @@ static kiln_status f8_state_prepare(const kiln_node *n, const kiln_fp8_layer *q,
     float *scales = (float *)(host + w_bytes), *b32 = (float *)(host + w_bytes + s_bytes);
     unsigned char *bd = host + w_bytes + s_bytes + b32_bytes;
     scales[0] = q->w_scale;
-    scales[1] = q->x_scale;
+    scales[F8_X_SCALE] = q->x_scale;
     for (int64_t j = 0; bias && j < st->N; j++) {
         b32[j] = f8_host_float(bias, j);
         if (d == KILN_F16) ((uint16_t *)bd)[j] = kiln_f32_to_f16(b32[j]);
@@ -323,7 +326,7 @@ static kiln_status f8_call_make(const kiln_node *n, const f8_state *st, const f8
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     F8_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     F8_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    const float *sa = st->scales, *sb = st->scales + 1;
+    const float *sa = st->scales, *sb = st->scales + F8_X_SCALE;
     F8_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));
     F8_LT(cublasLtMatmulDescSetAttribute(c->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb));
     cudaDataType_t dt = f8_lt_dtype(st->d_dtype);
