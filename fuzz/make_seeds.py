@@ -394,7 +394,8 @@ def engines(out, kiln):
     """Tiny engines named .seed, not .kiln: engine files are git-ignored."""
     with tempfile.TemporaryDirectory() as tmp:
         for arch, tok, flags in [("gpt2", TEST_TOKENIZER, ["--fp32"]), ("gpt2", None, ["--fp16"]),
-                                 ("llama", TEST_TOKENIZER, ["--bf16"]), ("llama", None, ["--weights", "int8"])]:
+                                 ("llama", TEST_TOKENIZER, ["--bf16"]), ("llama", None, ["--weights", "int8"]),
+                                 ("llama", None, ["--weights", "fp8"])]:
             name = "_".join(f.lstrip("-") for f in flags)
             ck = os.path.join(tmp, f"{arch}_{name}")
             tiny_checkpoint(ck, arch, tok)

@@ -1,4 +1,4 @@
-/* cmd_build_llm.c — `kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16|--weights int8]`: an LLM
+/* cmd_build_llm.c — `kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16|--weights int8|fp8]`: an LLM
  * engine from a Hugging Face checkpoint (src/llm/llm_engine.h). */
 #include "cli.h"
 
@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 static const char *USAGE =
-    "usage: kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16|--weights int8]\n"
+    "usage: kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16|--weights int8|fp8 [--calib-text FILE]]\n"
     "\n"
     "Writes an LLM engine from the Hugging Face checkpoint in DIR (config.json, *.safetensors, and\n"
     "tokenizer.json, tokenizer_config.json and generation_config.json when present): the config, the\n"
@@ -27,14 +27,21 @@ static const char *USAGE =
     "                        row (symmetric, max |w| / 127), the rest fp32; the CPU forward widens the\n"
     "                        weights inside its products, the CUDA one keeps them int8 on the device\n"
     "                        (docs/llm-quantization.md)\n"
-    "  --weights-skip LIST   with --weights int8: keep these fp32, comma-separated: embed (the token\n"
+    "  --weights fp8         FP8 E4M3: every matrix stored as E4M3 with one fp32 scale per output row\n"
+    "                        (max |w| / 448), the rest fp32; the products round their activations to E4M3\n"
+    "                        too, with one scale per token row (max |x| / 448) unless --calib-text is given\n"
+    "  --calib-text FILE     with --weights fp8: static activation scales, one per matrix, from the largest\n"
+    "                        |x| entering each product while the model reads FILE (times 1.25, over 448)\n"
+    "  --weights-skip LIST   with --weights int8 or fp8: keep these fp32, comma-separated: embed (the token\n"
     "                        embedding), lm_head (a tied lm_head is the embedding: either keeps both)\n"
     "  -h, --help            this help\n";
 
 /* --weights VALUE; -1 to go on, else the exit code. */
 static int parse_weights(const char *v, kiln_llm_build_options *o) {
-    if (strcmp(v, "int8")) return cli_usage_error("build ", "--weights takes int8 (weight-only INT8), got '%s'", v);
-    o->weights_int8 = true;
+    if (!strcmp(v, "int8")) o->weights_int8 = true;
+    else if (!strcmp(v, "fp8")) o->weights_fp8 = true;
+    else return cli_usage_error("build ", "--weights takes int8 (weight-only INT8) or fp8 (FP8 E4M3), got '%s'", v);
+    if (o->weights_int8 && o->weights_fp8) return cli_usage_error("build ", "--weights int8 and fp8 exclude each other");
     return -1;
 }
 
@@ -77,6 +84,11 @@ int kiln_cmd_build_llm(int argc, char **argv) {
             o.precision = (int)p;
             size_t len = strlen(flags);
             snprintf(flags + len, sizeof flags - len, "%s%s", len ? " " : "--hf ", a);
+        } else if (!strcmp(a, "--calib-text")) {
+            if (++i >= argc) return cli_usage_error("build ", "%s needs a value", a);
+            o.fp8_calib_text = argv[i];
+            size_t len = strlen(flags);
+            snprintf(flags + len, sizeof flags - len, "%s%s %s", len ? " " : "--hf ", a, argv[i]);
         } else if (!strcmp(a, "--weights") || !strcmp(a, "--weights-skip")) {
             if (++i >= argc) return cli_usage_error("build ", "%s needs a value", a);
             int rc = a[9] ? parse_skip(argv[i], &o) : parse_weights(argv[i], &o);
@@ -85,16 +97,20 @@ int kiln_cmd_build_llm(int argc, char **argv) {
             snprintf(flags + len, sizeof flags - len, "%s%s %s", len ? " " : "--hf ", a, argv[i]);
         } else if (a[0] == '-') {
             return cli_usage_error("build ", "%s does not apply to --hf (options: -o, --fp32, --fp16, --bf16, --weights, "
-                                   "--weights-skip)", a);
+                                   "--weights-skip, --calib-text)", a);
         } else {
             return cli_usage_error("build ", "unexpected argument '%s' (--hf DIR takes the checkpoint)", a);
         }
     }
     if (!dir) return cli_usage_error("build ", "--hf needs a checkpoint directory");
-    if (o.weights_int8 && o.precision >= 0)
-        return cli_usage_error("build ", "--weights int8 and --fp32/--fp16/--bf16 exclude each other");
-    if (!o.weights_int8 && (o.int8_skip_embed || o.int8_skip_lm_head))
-        return cli_usage_error("build ", "--weights-skip applies only with --weights int8");
+    const bool quant = o.weights_int8 || o.weights_fp8;
+    if (quant && o.precision >= 0)
+        return cli_usage_error("build ", "--weights %s and --fp32/--fp16/--bf16 exclude each other",
+                               o.weights_fp8 ? "fp8" : "int8");
+    if (!quant && (o.int8_skip_embed || o.int8_skip_lm_head))
+        return cli_usage_error("build ", "--weights-skip applies only with --weights int8 or fp8");
+    if (o.fp8_calib_text && !o.weights_fp8)
+        return cli_usage_error("build ", "--calib-text applies only with --weights fp8 (for --hf)");
     char dflt[4096];
     if (!output) {
         size_t n = strlen(dir);

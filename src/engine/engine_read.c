@@ -154,8 +154,9 @@ kiln_status kiln_engine_check_image(const uint8_t *d, size_t size, uint32_t kind
     uint32_t precision = kiln_le32(d + KILN_EH_PRECISION);
     uint32_t got_kind = kiln_le32(d + KILN_EH_KIND);
     if (got_kind > KILN_ENGINE_KIND_LLM) return corrupt("engine kind %u is unknown", got_kind);
-    /* int8: an LLM engine's weight-only INT8 matrices */
-    if (precision > KILN_PRECISION_BF16 && !(precision == KILN_PRECISION_INT8 && got_kind == KILN_ENGINE_KIND_LLM))
+    /* int8, fp8: an LLM engine's INT8 or FP8 matrices */
+    if (precision > KILN_PRECISION_BF16 &&
+        !((precision == KILN_PRECISION_INT8 || precision == KILN_PRECISION_FP8) && got_kind == KILN_ENGINE_KIND_LLM))
         return corrupt("precision %u is unknown", precision);
     meta->precision = (kiln_precision)precision;
 

@@ -2,8 +2,9 @@
  * section checks shared with ONNX engines (kiln_engine_check_image), then the llm config, the
  * tokenizer section's two files and the tensor table, each tensor checked against the name and shape
  * the config implies. An fp32 engine's weights stay in the mapping, and so do an INT8 engine's (its
- * int8 matrices and their scales, and its fp32 vectors); fp16 / bf16 ones are converted; for a device,
- * the matrices stay in the mapping (llm_deferred.h), an INT8 engine's int8 ones as kiln_llm_q8 views. */
+ * int8 matrices and their scales, and its fp32 vectors) and an FP8 engine's (E4M3 codes, scales, any
+ * static activation scales); fp16 / bf16 ones are converted; for a device, the matrices stay in the
+ * mapping (llm_deferred.h), an INT8 or FP8 engine's quantized ones as kiln_llm_q8 views. */
 #include "llm/llm_engine_internal.h"
 
 #include "core/file.h"
@@ -36,8 +37,9 @@ typedef struct image {
     kiln_llm_model *m;          /* cfg and layers; the arrays only once loaded */
     kiln_llm_weight *w;         /* [n_weights]: the config's weights, in table order */
     int n_weights;
-    uint64_t *offsets;          /* [n_weights] inside the weights section (an INT8 matrix's values) */
-    uint64_t *scale_offsets;    /* [n_weights] an INT8 matrix's scales; NO_SCALES for the others */
+    uint64_t *offsets;          /* [n_weights] inside the weights section (a quantized matrix's values) */
+    uint64_t *scale_offsets;    /* [n_weights] an INT8 or FP8 matrix's scales; NO_SCALES for the others */
+    uint64_t *act_offsets;      /* [n_weights] an FP8 matrix's static activation scale; NO_SCALES when none */
 } image;
 
 #define NO_SCALES UINT64_MAX
@@ -62,10 +64,10 @@ static kiln_status read_tokenizer_section(image *im, kiln_llm_engine_info *info)
 }
 
 /* Reads and checks tensor record i against the weight the config needs there (w): of dtype want, or
- * also KILN_I8 when allow_i8 (an INT8 engine's matrix). */
+ * also of dtype quant (KILN_I8 in an INT8 engine, KILN_F8E4M3FN in an FP8 one) when allow_q. */
 static kiln_status read_tensor(const uint8_t *p, uint64_t n, uint64_t *pos, int i, const kiln_llm_weight *w,
-                               kiln_dtype want, bool allow_i8, uint64_t weights_size, kiln_llm_engine_tensor *t,
-                               uint64_t *offset) {
+                               kiln_dtype want, kiln_dtype quant, bool allow_q, uint64_t weights_size,
+                               kiln_llm_engine_tensor *t, uint64_t *offset) {
     if (n - *pos < 4) return corrupt("the llm tensors section ends in tensor %d", i);
     uint32_t len = kiln_le32(p + *pos);
     *pos += 4;
@@ -77,10 +79,10 @@ static kiln_status read_tensor(const uint8_t *p, uint64_t n, uint64_t *pos, int 
     if (n - *pos < 8) return corrupt("the llm tensors section ends in tensor '%s'", w->name);
     uint32_t dtype = kiln_le32(p + *pos), ndim = kiln_le32(p + *pos + 4);
     *pos += 8;
-    if (allow_i8 && dtype == (uint32_t)KILN_I8) want = KILN_I8;
+    if (allow_q && dtype == (uint32_t)quant) want = quant;
     if (dtype != (uint32_t)want)
-        return corrupt("tensor '%s' has dtype %u, the header's precision needs %s%s", w->name, dtype,
-                       kiln_dtype_name(want), allow_i8 ? " or i8" : "");
+        return corrupt("tensor '%s' has dtype %u, the header's precision needs %s%s%s", w->name, dtype,
+                       kiln_dtype_name(want), allow_q ? " or " : "", allow_q ? kiln_dtype_name(quant) : "");
     if (ndim != (uint32_t)w->ndim) return corrupt("tensor '%s' has rank %u, the config needs %d", w->name, ndim, w->ndim);
     if (n - *pos < 8 * (uint64_t)ndim + 16) return corrupt("the llm tensors section ends in tensor '%s'", w->name);
     for (int d = 0; d < w->ndim; d++)
@@ -123,38 +125,51 @@ static kiln_status check_tensor_count(const image *im, const kiln_llm_config *cf
     return KILN_OK;
 }
 
-/* The scales record that follows INT8 matrix w: "NAME.scale", fp32, [rows]. */
+/* The record that follows quantized matrix w: "NAME" + suffix, fp32, [rows]. */
 static kiln_status read_scales(const uint8_t *p, uint64_t n, uint64_t *pos, int rec, const kiln_llm_weight *w,
-                               uint64_t weights_size, kiln_llm_engine_tensor *t, uint64_t *offset) {
-    kiln_llm_weight sw = {.ndim = 1, .dims = {w->dims[0], 0}};
-    if ((size_t)snprintf(sw.name, sizeof sw.name, "%s%s", w->name, KILN_LLM_SCALE_SUFFIX) >= sizeof sw.name)
+                               const char *suffix, int64_t rows, uint64_t weights_size, kiln_llm_engine_tensor *t,
+                               uint64_t *offset) {
+    kiln_llm_weight sw = {.ndim = 1, .dims = {rows, 0}};
+    if ((size_t)snprintf(sw.name, sizeof sw.name, "%s%s", w->name, suffix) >= sizeof sw.name)
         return corrupt("tensor '%s': its scales' name is too long", w->name);
-    return read_tensor(p, n, pos, rec, &sw, KILN_F32, false, weights_size, t, offset);
+    return read_tensor(p, n, pos, rec, &sw, KILN_F32, KILN_F32, false, weights_size, t, offset);
+}
+
+/* Whether the record at pos is named w's name + suffix (without reading past n). */
+static bool next_named(const uint8_t *p, uint64_t n, uint64_t pos, const kiln_llm_weight *w, const char *suffix) {
+    const size_t a = strlen(w->name), b = strlen(suffix);
+    if (n - pos < 4 || kiln_le32(p + pos) != a + b || n - pos - 4 < a + b) return false;
+    return !memcmp(p + pos + 4, w->name, a) && !memcmp(p + pos + 4 + a, suffix, b);
 }
 
 /* The tensor table: exactly the weights the config implies, in their order; in an INT8 engine each
- * matrix may be int8 followed by its scales record. */
+ * matrix may be int8 followed by its scales record, in an FP8 one E4M3 followed by its scales and
+ * perhaps its activation scale. */
 static kiln_status read_tensor_section(image *im, kiln_llm_engine_info *info) {
     const uint8_t *p = im->map->data + im->sec[2].offset;
     uint64_t n = im->sec[2].bytes, pos = 4;
-    const bool int8 = info->meta.precision == KILN_PRECISION_INT8;
+    const bool fp8 = info->meta.precision == KILN_PRECISION_FP8;
+    const bool int8 = info->meta.precision == KILN_PRECISION_INT8 || fp8; /* quantized matrices */
+    const kiln_dtype quant = fp8 ? KILN_F8E4M3FN : KILN_I8;
     kiln_dtype want = info->meta.precision == KILN_PRECISION_FP16 ? KILN_F16
                       : info->meta.precision == KILN_PRECISION_BF16 ? KILN_BF16 : KILN_F32;
     const int expected = kiln_llm_weights_list(im->m, NULL);
     if (n < 4) return corrupt("the llm tensors section ends early");
     const uint32_t records = kiln_le32(p);
-    if (int8 ? records < (uint32_t)expected || records > 2u * (uint32_t)expected : records != (uint32_t)expected)
+    if (int8 ? records < (uint32_t)expected || records > (fp8 ? 3u : 2u) * (uint32_t)expected
+             : records != (uint32_t)expected)
         return corrupt("%u tensors, the model's config needs %s%d", records, int8 ? "between " : "", expected);
     if (int8) {
         const size_t layers = (size_t)im->m->cfg.n_layer ? (size_t)im->m->cfg.n_layer : 1;
         if (!(im->m->q8 = calloc(layers, sizeof *im->m->q8)))
-            return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for the INT8 weights of %zu layers", layers);
+            return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for the quantized weights of %zu layers", layers);
     }
     im->w = calloc((size_t)expected, sizeof *im->w);
     im->offsets = calloc((size_t)expected, sizeof *im->offsets);
     im->scale_offsets = calloc((size_t)expected, sizeof *im->scale_offsets);
+    im->act_offsets = calloc((size_t)expected, sizeof *im->act_offsets);
     info->tensors = calloc(records, sizeof *info->tensors);
-    if (!im->w || !im->offsets || !im->scale_offsets || !info->tensors)
+    if (!im->w || !im->offsets || !im->scale_offsets || !im->act_offsets || !info->tensors)
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for a table of %u tensors", records);
     kiln_llm_weights_list(im->m, im->w);
     im->n_weights = expected;
@@ -162,15 +177,22 @@ static kiln_status read_tensor_section(image *im, kiln_llm_engine_info *info) {
     for (int i = 0; i < expected; i++) {
         const kiln_llm_weight *w = &im->w[i];
         if ((uint32_t)rec == records) return corrupt("%u tensors, the model's config needs more", records);
-        KILN_TRY(read_tensor(p, n, &pos, rec, w, want, int8 && w->q8, im->sec[3].bytes, &info->tensors[rec],
+        KILN_TRY(read_tensor(p, n, &pos, rec, w, want, quant, int8 && w->q8, im->sec[3].bytes, &info->tensors[rec],
                              &im->offsets[i]));
         info->weight_bytes += (uint64_t)(w->dims[0] * (w->ndim == 2 ? w->dims[1] : 1)) * kiln_dtype_size(info->tensors[rec].dtype);
-        im->scale_offsets[i] = NO_SCALES;
-        if (info->tensors[rec++].dtype == KILN_I8) {
+        im->scale_offsets[i] = im->act_offsets[i] = NO_SCALES;
+        if (info->tensors[rec++].dtype == quant && int8) {
             if ((uint32_t)rec == records) return corrupt("%u tensors: the scales of '%s' are missing", records, w->name);
-            KILN_TRY(read_scales(p, n, &pos, rec, w, im->sec[3].bytes, &info->tensors[rec], &im->scale_offsets[i]));
+            KILN_TRY(read_scales(p, n, &pos, rec, w, KILN_LLM_SCALE_SUFFIX, w->dims[0], im->sec[3].bytes,
+                                 &info->tensors[rec], &im->scale_offsets[i]));
             info->weight_bytes += (uint64_t)w->dims[0] * sizeof(float);
             rec++;
+            if (fp8 && (uint32_t)rec < records && next_named(p, n, pos, w, KILN_LLM_ACT_SCALE_SUFFIX)) {
+                KILN_TRY(read_scales(p, n, &pos, rec, w, KILN_LLM_ACT_SCALE_SUFFIX, 1, im->sec[3].bytes,
+                                     &info->tensors[rec], &im->act_offsets[i]));
+                info->weight_bytes += sizeof(float);
+                rec++;
+            }
         }
         info->n_params += w->dims[0] * (w->ndim == 2 ? w->dims[1] : 1);
         info->n_tensors = rec;
@@ -198,9 +220,9 @@ static kiln_status check_image(const char *what, image *im, kiln_llm_engine_info
     return read_tensor_section(im, info);
 }
 
-/* The stored dtype of weight i (the engine's precision but for an INT8 engine's matrices). */
+/* The stored dtype of weight i (the engine's precision but for an INT8 or FP8 engine's matrices). */
 static kiln_dtype dtype_of(const image *im, const kiln_llm_engine_info *info, int i) {
-    if (im->scale_offsets[i] != NO_SCALES) return KILN_I8;
+    if (im->scale_offsets[i] != NO_SCALES) return info->meta.precision == KILN_PRECISION_FP8 ? KILN_F8E4M3FN : KILN_I8;
     return info->meta.precision == KILN_PRECISION_FP16 ? KILN_F16
            : info->meta.precision == KILN_PRECISION_BF16 ? KILN_BF16 : KILN_F32;
 }
@@ -213,7 +235,7 @@ static kiln_status defer_matrices(image *im, const kiln_llm_engine_info *info) {
     KILN_TRY(s);
     for (int i = 0; i < im->n_weights; i++) {
         const kiln_llm_weight *w = &im->w[i];
-        if (w->ndim != 2 || im->scale_offsets[i] != NO_SCALES) continue; /* INT8: viewed in place */
+        if (w->ndim != 2 || im->scale_offsets[i] != NO_SCALES) continue; /* INT8 / FP8: viewed in place */
         const kiln_dtype dt = dtype_of(im, info, i);
         const kiln_st_tensor t = {.name = w->name, .dtype = dt, .ndim = 2, .dims = {w->dims[0], w->dims[1]},
                                   .data = base + im->offsets[i],
@@ -233,9 +255,17 @@ static kiln_status fill_weights(image *im, const kiln_llm_engine_info *info, boo
         const kiln_llm_weight *w = &im->w[i];
         size_t numel = (size_t)w->dims[0] * (size_t)(w->ndim == 2 ? w->dims[1] : 1);
         const uint8_t *src = base + im->offsets[i];
-        if (im->scale_offsets[i] != NO_SCALES) { /* INT8, in place: 64-byte aligned */
+        if (im->scale_offsets[i] != NO_SCALES) { /* INT8 / FP8, in place: 64-byte aligned */
             w->q8->q = (const int8_t *)src;
             w->q8->scale = (const float *)(const void *)(base + im->scale_offsets[i]);
+            w->q8->fp8 = info->meta.precision == KILN_PRECISION_FP8;
+            if (im->act_offsets[i] != NO_SCALES) {
+                float a;
+                memcpy(&a, base + im->act_offsets[i], sizeof a);
+                if (!(a > 0 && a < 1e30f))
+                    return corrupt("tensor '%s%s' is %g, not a positive scale", w->name, KILN_LLM_ACT_SCALE_SUFFIX, a);
+                w->q8->act_scale = a;
+            }
             *w->slot = NULL;
             continue;
         }
@@ -257,7 +287,8 @@ static kiln_status fill_weights(image *im, const kiln_llm_engine_info *info, boo
         im->m->lm_head = im->m->tok_emb;
         im->m->q8_lm_head = im->m->q8_tok_emb;
     }
-    if (!device && (info->meta.precision == KILN_PRECISION_FP32 || info->meta.precision == KILN_PRECISION_INT8)) {
+    if (!device && (info->meta.precision == KILN_PRECISION_FP32 || info->meta.precision == KILN_PRECISION_INT8 ||
+                    info->meta.precision == KILN_PRECISION_FP8)) {
         im->m->mapping = im->map; /* the model keeps the mapping alive */
         im->map = NULL;
     }
@@ -282,6 +313,7 @@ static kiln_status finish(kiln_status s, const char *what, image *im, kiln_llm_e
     free(im->w);
     free(im->offsets);
     free(im->scale_offsets);
+    free(im->act_offsets);
     if (s == KILN_OK) return s;
     if (info) kiln_llm_engine_info_free(info);
     if (tok) {

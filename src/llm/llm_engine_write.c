@@ -1,6 +1,7 @@
 /* llm_engine_write.c — kiln_llm_engine_build: reads a checkpoint as kiln_llm_model_load_hf does (FP32,
  * the forward's layout), converts every weight array to the engine's precision (or, with
- * weights_int8, quantizes the matrices to INT8 with per-row scales and keeps the rest fp32), and
+ * weights_int8 / weights_fp8, quantizes the matrices to INT8 / E4M3 with per-row scales, FP8 ones with
+ * activation scales calibrated on a text when one is given, and keeps the rest fp32), and
  * writes the llm config, tokenizer, llm tensors and weights sections (docs/engine-format.md, "LLM
  * engines"). */
 #include "llm/llm_engine_internal.h"
@@ -10,6 +11,8 @@
 #include "core/status.h"
 #include "engine/engine_layout.h"
 #include "hf/checkpoint.h"
+#include "llm/llm_fp8_calib.h"
+#include "llm/llm_gemv_fp8.h"
 #include "llm/llm_gemv_q8.h"
 
 #include <stdio.h>
@@ -59,26 +62,29 @@ static void put_u64(kiln_strbuf *b, uint64_t v) {
 }
 
 /* What the build assembles before writing: the records of the tensor table (an INT8 matrix is two:
- * its int8 values and its scales) and their data. */
+ * its int8 values and its scales; an FP8 one its codes, its scales and perhaps its activation scale)
+ * and their data. */
 typedef struct build {
     kiln_llm_model *m;
     kiln_llm_weight *w;
     int n;               /* the model's weight arrays */
-    int n_rec;           /* the table's records (n, plus one per quantized matrix) */
+    int n_rec;           /* the table's records (n, plus one or two per quantized matrix) */
     kiln_dtype dtype;
     const kiln_llm_build_options *o;
-    const void **data;   /* [2n]: the model's arrays (fp32) or converted copies */
-    void **owned;        /* [2n]: the converted copies, freed at the end */
+    const void **data;   /* [3n]: the model's arrays (fp32) or converted copies */
+    void **owned;        /* [3n]: the converted copies, freed at the end */
     size_t *bytes;
     uint64_t *offsets;
     uint64_t weights_size;
+    float *act_amax;     /* --weights fp8 --calib-text: the calibrated maxima (llm_fp8_calib.h), else NULL */
     kiln_strbuf config, tokenizer, table;
 } build;
 
-/* Whether weight w is stored as INT8: with --weights int8, every matrix but pos_emb and those skipped
+/* Whether weight w is stored quantized: with --weights int8 or fp8, every matrix but pos_emb and those skipped
  * (a tied lm_head is the embedding: skipping either keeps it fp32). */
 static bool quantized(const build *b, const kiln_llm_weight *w) {
-    if (!b->o || !b->o->weights_int8 || w->ndim != 2 || !strcmp(w->name, "pos_emb")) return false;
+    if (!b->o || !(b->o->weights_int8 || b->o->weights_fp8) || w->ndim != 2 || !strcmp(w->name, "pos_emb"))
+        return false;
     const bool tied = b->m->cfg.tied_embeddings;
     if (!strcmp(w->name, "tok_emb")) return !b->o->int8_skip_embed && !(tied && b->o->int8_skip_lm_head);
     if (!strcmp(w->name, "lm_head")) return !b->o->int8_skip_lm_head;
@@ -112,28 +118,40 @@ static void add_record(build *b, kiln_llm_engine_info *info, const char *name, k
     info->weight_bytes += b->bytes[i];
 }
 
-/* Weight w as its INT8 values and scales (two records). */
+/* Weight w as its INT8 values (or FP8 codes) and scales (two records), then an FP8 matrix's static
+ * activation scale when it has one (b->act_scales). */
 static kiln_status add_quantized(build *b, kiln_llm_engine_info *info, const kiln_llm_weight *w) {
     const size_t numel = (size_t)w->dims[0] * (size_t)w->dims[1];
-    int8_t *q = malloc(numel);
+    const bool fp8 = b->o->weights_fp8;
+    void *q = malloc(numel);
     float *scale = malloc((size_t)w->dims[0] * sizeof *scale);
-    if (!q || !scale) {
+    float act_scale = 0;
+    const bool has_act = fp8 && b->act_amax && kiln_llm_fp8_act_scale_of(&b->m->cfg, b->act_amax, w->name, &act_scale);
+    float *act = has_act ? malloc(sizeof *act) : NULL;
+    if (!q || !scale || (has_act && !act)) {
         free(q);
         free(scale);
+        free(act);
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory quantizing '%s'", w->name);
     }
-    kiln_llm_quantize_rows(*w->slot, w->dims[0], w->dims[1], q, scale);
-    add_record(b, info, w->name, KILN_I8, 2, w->dims, q, q);
+    if (fp8) kiln_llm_quantize_rows_fp8(*w->slot, w->dims[0], w->dims[1], q, scale);
+    else kiln_llm_quantize_rows(*w->slot, w->dims[0], w->dims[1], q, scale);
+    add_record(b, info, w->name, fp8 ? KILN_F8E4M3FN : KILN_I8, 2, w->dims, q, q);
     char name[64];
     snprintf(name, sizeof name, "%s%s", w->name, KILN_LLM_SCALE_SUFFIX);
     add_record(b, info, name, KILN_F32, 1, w->dims, scale, scale);
+    if (act) {
+        *act = act_scale;
+        snprintf(name, sizeof name, "%s%s", w->name, KILN_LLM_ACT_SCALE_SUFFIX);
+        add_record(b, info, name, KILN_F32, 1, (const int64_t[2]){1, 0}, act, act);
+    }
     return KILN_OK;
 }
 
 /* Converts (or points at) every weight and lays out the weights section and the tensor table. */
 static kiln_status lay_out_weights(build *b, kiln_llm_engine_info *info) {
     b->n = kiln_llm_weights_list(b->m, NULL);
-    const size_t cap = 2 * (size_t)b->n;
+    const size_t cap = 3 * (size_t)b->n;
     b->w = calloc((size_t)b->n, sizeof *b->w);
     b->data = calloc(cap, sizeof *b->data);
     b->owned = calloc(cap, sizeof *b->owned);
@@ -144,7 +162,11 @@ static kiln_status lay_out_weights(build *b, kiln_llm_engine_info *info) {
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory building the engine");
     kiln_llm_weights_list(b->m, b->w);
     int n_rec = 0;
-    for (int i = 0; i < b->n; i++) n_rec += quantized(b, &b->w[i]) ? 2 : 1;
+    for (int i = 0; i < b->n; i++) {
+        float unused;
+        n_rec += !quantized(b, &b->w[i]) ? 1
+                 : b->act_amax && kiln_llm_fp8_act_scale_of(&b->m->cfg, b->act_amax, b->w[i].name, &unused) ? 3 : 2;
+    }
     put_u32(&b->table, (uint32_t)n_rec);
     for (int i = 0; i < b->n; i++) {
         const kiln_llm_weight *w = &b->w[i];
@@ -187,11 +209,13 @@ static kiln_status build_engine(build *b, const char *dir, const kiln_llm_build_
                                 kiln_llm_engine_info *info) {
     kiln_precision p;
     if (o && o->weights_int8) p = KILN_PRECISION_INT8; /* int8 matrices, the rest fp32 */
+    else if (o && o->weights_fp8) p = KILN_PRECISION_FP8; /* E4M3 matrices, the rest fp32 */
     else if (o && o->precision >= 0) p = (kiln_precision)o->precision;
     else KILN_TRY(checkpoint_precision(dir, &p));
     b->o = o;
     b->dtype = p == KILN_PRECISION_FP16 ? KILN_F16 : p == KILN_PRECISION_BF16 ? KILN_BF16 : KILN_F32;
     KILN_TRY(kiln_llm_model_load_hf(dir, &b->m));
+    if (o && o->weights_fp8 && o->fp8_calib_text) KILN_TRY(kiln_llm_fp8_calibrate(b->m, dir, o->fp8_calib_text, &b->act_amax));
     info->cfg = b->m->cfg;
     KILN_TRY(kiln_llm_read_generation_eos(dir, info->gen_eos, &info->n_gen_eos));
     char tj[4096];
@@ -233,6 +257,7 @@ kiln_status kiln_llm_engine_build(const char *dir, const kiln_llm_build_options 
     free(b.owned);
     free(b.bytes);
     free(b.offsets);
+    free(b.act_amax);
     kiln_strbuf_free(&b.config);
     kiln_strbuf_free(&b.tokenizer);
     kiln_strbuf_free(&b.table);

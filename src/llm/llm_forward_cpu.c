@@ -4,12 +4,14 @@
  * model has one, output product + residual, MLP + residual) and the final norm and lm_head over the
  * rows whose logits are wanted. A single decode token over an FP32 cache runs its QKV product (biases
  * included), RoPE (partial or LongRoPE too), cache write and windowed attention as one pool dispatch.
- * An INT8 engine's quantized matrices go through the INT8 product (llm_gemv_q8.h) instead. */
+ * An INT8 engine's quantized matrices go through the INT8 product (llm_gemv_q8.h) instead, an FP8
+ * engine's through the FP8 one (llm_gemv_fp8.h). */
 #include "llm/llm_internal.h"
 
 #include "core/status.h"
 #include "llm/kv_cache.h"
 #include "llm/llm_cpu_ops.h"
+#include "llm/llm_gemv_fp8.h"
 #include "llm/llm_gemv_q8.h"
 
 #include <math.h>
@@ -30,19 +32,31 @@ static kiln_status check_batch(const kiln_llm_config *c, const kiln_kv_cache *kv
 
 static const kiln_llm_q8_layer NO_Q8; /* a layer without INT8 matrices */
 
-/* y = x W^T + bias (GELU'd when gelu), W the fp32 w or, when q holds it, the INT8 matrix. */
+/* y = x W^T + bias (GELU'd when gelu), W the fp32 w or, when q holds it, the INT8 or FP8 matrix. */
 static void linear(const float *x, int ldx, int n, int in, const float *w, const kiln_llm_q8 *q, const float *bias,
                    int out, float *y, int ldy, int accumulate, bool gelu) {
     if (q->q) {
-        const kiln_llm_gemv_args a = {.x = x, .ldx = ldx, .n = n, .in = in, .w = q->q, .format = KILN_LLM_W_INT8,
-                                      .scale = q->scale, .bias = bias, .out = out, .y = y, .ldy = ldy,
+        const kiln_llm_gemv_args a = {.x = x, .ldx = ldx, .n = n, .in = in, .w = q->q,
+                                      .format = q->fp8 ? KILN_LLM_W_FP8 : KILN_LLM_W_INT8, .scale = q->scale,
+                                      .act_scale = q->act_scale, .bias = bias, .out = out, .y = y, .ldy = ldy,
                                       .accumulate = accumulate, .gelu = gelu};
-        kiln_llm_gemm_q8(&a);
+        if (q->fp8) kiln_llm_gemm_fp8(&a);
+        else kiln_llm_gemm_q8(&a);
     } else if (gelu) {
         kiln_llm_linear_gelu(x, ldx, n, in, w, bias, out, y, ldy);
     } else {
         kiln_llm_linear(x, ldx, n, in, w, bias, out, y, ldy, accumulate);
     }
+}
+
+/* Calibration (m->act_amax set): raises m->act_amax[slot] to the largest |x| of the product input x
+ * [n, in] (row stride ldx). */
+static void observe(const kiln_llm_model *m, int slot, const float *x, int ldx, int n, int in) {
+    if (!m->act_amax) return;
+    float mx = m->act_amax[slot];
+    for (int t = 0; t < n; t++)
+        for (int k = 0; k < in; k++) mx = fabsf(x[(size_t)t * ldx + k]) > mx ? fabsf(x[(size_t)t * ldx + k]) : mx;
+    m->act_amax[slot] = mx;
 }
 
 /* Scratch of one step, carved from one allocation. */
@@ -86,6 +100,7 @@ static void embed(const kiln_llm_model *m, const kiln_llm_batch *b, step_mem *sm
     for (int t = 0; t < b->n_tokens; t++) {
         float *xr = sm->x + t * d;
         if (m->tok_emb) memcpy(xr, m->tok_emb + (size_t)b->tokens[t] * d, d * sizeof(float));
+        else if (m->q8_tok_emb.fp8) kiln_llm_fp8_row(&m->q8_tok_emb, b->tokens[t], (int)d, xr);
         else kiln_llm_q8_row(&m->q8_tok_emb, b->tokens[t], (int)d, xr);
         if (m->pos_emb)
             for (size_t i = 0; i < d; i++) xr[i] += m->pos_emb[(size_t)b->positions[t] * d + i];
@@ -115,7 +130,7 @@ static void attention_block(const kiln_llm_model *m, int l, kiln_kv_cache *kv, c
     const int qd = c->n_head * hd, kvd = c->n_kv_head * hd, ldq = qd + 2 * kvd;
     kiln_llm_norm(sm->x, n, d, y->norm1_w, kiln_llm_norm_offset(c), y->norm1_b, c->norm_eps, sm->h);
     const kiln_dtype kvt = kiln_kv_cache_get_config(kv)->dtype;
-    if (n == 1 && !q8->qkv.q && (kvt == KILN_F32 || kvt == KILN_F8E4M3FN)) { /* one decode token: one dispatch */
+    if (n == 1 && !q8->qkv.q && !m->act_amax && (kvt == KILN_F32 || kvt == KILN_F8E4M3FN)) { /* one decode token */
         kiln_llm_seq_kv s = {kv, l, b->block_table};
         const bool rope = c->arch == KILN_LLM_LLAMA;
         const kiln_llm_decode_qkv a = {.x = sm->h, .d = d, .w = y->qkv_w, .bias = y->qkv_b, .rot_dim = rot,
@@ -126,6 +141,7 @@ static void attention_block(const kiln_llm_model *m, int l, kiln_kv_cache *kv, c
         linear(sm->att, qd, n, qd, y->o_w, &q8->o, y->o_b, d, sm->x, d, 1, false);
         return;
     }
+    observe(m, KILN_LLM_ACT_QKV(l), sm->h, d, n, d);
     linear(sm->h, d, n, d, y->qkv_w, &q8->qkv, y->qkv_b, ldq, sm->qkv, ldq, 0, false);
     for (int i = 0; i < b->n_seqs; i++) {
         kiln_llm_seq_kv s = {kv, l, b->block_table + (size_t)i * b->max_blocks_per_seq};
@@ -142,6 +158,7 @@ static void attention_block(const kiln_llm_model *m, int l, kiln_kv_cache *kv, c
         kiln_llm_attention(&s, ni, b->ctx_len[i], c->sliding_window, c->n_head, sm->qkv + (size_t)s0 * ldq, ldq,
                            sm->att + (size_t)s0 * qd, qd, sm->attn_scratch);
     }
+    observe(m, KILN_LLM_ACT_O(l), sm->att, qd, n, qd);
     linear(sm->att, qd, n, qd, y->o_w, &q8->o, y->o_b, d, sm->x, d, 1, false);
 }
 
@@ -152,12 +169,15 @@ static void mlp_block(const kiln_llm_model *m, int l, int n, step_mem *sm) {
     const kiln_llm_q8_layer *q8 = m->q8 ? &m->q8[l] : &NO_Q8;
     const int d = c->d_model, ff = c->d_ff;
     kiln_llm_norm(sm->x, n, d, y->norm2_w, kiln_llm_norm_offset(c), y->norm2_b, c->norm_eps, sm->h);
+    observe(m, KILN_LLM_ACT_UP(l), sm->h, d, n, d);
     if (c->arch == KILN_LLM_GPT2) {
         linear(sm->h, d, n, d, y->up_w, &q8->up, y->up_b, ff, sm->mlp, ff, 0, true);
+        observe(m, KILN_LLM_ACT_DOWN(l), sm->mlp, ff, n, ff);
         linear(sm->mlp, ff, n, ff, y->down_w, &q8->down, y->down_b, d, sm->x, d, 1, false);
     } else {
         linear(sm->h, d, n, d, y->up_w, &q8->up, NULL, 2 * ff, sm->mlp, 2 * ff, 0, false);
         kiln_llm_gated(sm->mlp, n, ff, c->gate_act);
+        observe(m, KILN_LLM_ACT_DOWN(l), sm->mlp, 2 * ff, n, ff);
         linear(sm->mlp, 2 * ff, n, ff, y->down_w, &q8->down, NULL, d, sm->x, d, 1, false);
     }
 }
@@ -181,6 +201,7 @@ kiln_status kiln_llm_forward(const kiln_llm_model *m, kiln_kv_cache *kv, const k
         for (int t = end - want; t < end; t++, r++) memcpy(sm.h + r * d, sm.x + t * d, d * sizeof(float));
     }
     kiln_llm_norm(sm.h, n_out, c->d_model, m->norm_f_w, kiln_llm_norm_offset(c), m->norm_f_b, c->norm_eps, sm.h);
+    observe(m, KILN_LLM_ACT_LM_HEAD(c), sm.h, c->d_model, n_out, c->d_model);
     linear(sm.h, c->d_model, n_out, c->d_model, m->lm_head, &m->q8_lm_head, NULL, c->vocab, logits, c->vocab, 0, false);
     free(sm.block);
     return KILN_OK;

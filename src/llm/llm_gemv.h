@@ -17,6 +17,8 @@
 typedef enum kiln_llm_wformat {
     KILN_LLM_W_F32,  /* float [out, in] */
     KILN_LLM_W_INT8, /* int8_t [out, in] and one fp32 scale per output row: W[o, k] ~ w[o, k] * scale[o] */
+    KILN_LLM_W_FP8,  /* E4M3 codes [out, in] and one fp32 scale per output row, the activations rounded to E4M3
+                        too (llm_gemv_fp8.h): W[o, k] ~ e4m3(w[o, k]) * scale[o] */
 } kiln_llm_wformat;
 
 /* The arguments of every CPU LLM matrix product, whatever its weights' format (this product's and
@@ -32,7 +34,8 @@ typedef struct kiln_llm_gemv_args {
     bool accumulate; /* y += x W^T + bias instead of y = x W^T + bias */
     bool gelu;       /* then y = GELU(tanh)(y), as kiln_llm_gelu_tanh; only without accumulate */
     kiln_llm_wformat format; /* KILN_LLM_W_F32 when left zero */
-    const float *scale;      /* KILN_LLM_W_INT8: [out] row scales; else unused */
+    const float *scale;      /* KILN_LLM_W_INT8, KILN_LLM_W_FP8: [out] row scales; else unused */
+    float act_scale;         /* KILN_LLM_W_FP8: the activations' static scale, or 0: one per token row */
 } kiln_llm_gemv_args;
 
 /* Computes a's product (format KILN_LLM_W_F32, 1 <= n <= KILN_LLM_GEMV_ROWS; y must not overlap x or w). */

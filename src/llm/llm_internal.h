@@ -19,10 +19,14 @@ typedef struct kiln_llm_layer {
     float *down_w, *down_b;   /* [d_model, d_ff] */
 } kiln_llm_layer;
 
-/* A weight-only INT8 matrix [out, in]: w[o, k] ~ q[o, k] * scale[o] (symmetric, per output row). */
+/* A weight-only INT8 matrix [out, in]: w[o, k] ~ q[o, k] * scale[o] (symmetric, per output row); or,
+ * when fp8, an FP8 matrix: q holds E4M3 codes, w[o, k] ~ e4m3(q[o, k]) * scale[o], and the products'
+ * activations are rounded to E4M3 too (llm_gemv_fp8.h). */
 typedef struct kiln_llm_q8 {
     const int8_t *q;     /* [out, in], NULL when the matrix is not quantized */
     const float *scale;  /* [out] */
+    bool fp8;            /* q holds E4M3 codes */
+    float act_scale;     /* fp8: the static scale of the product's activations, or 0: one per token row */
 } kiln_llm_q8;
 
 /* The quantized matrices of one layer; a matrix held here has NULL in its kiln_llm_layer field. */
@@ -49,7 +53,18 @@ struct kiln_llm_model {
      * tied lm_head is the embedding's). NULL for a model without any. */
     kiln_llm_q8_layer *q8;
     kiln_llm_q8 q8_tok_emb, q8_lm_head;
+    /* FP8 calibration (llm_fp8_calib.h): while set, the CPU forward raises each entry to the largest |x|
+     * entering one matrix product, KILN_LLM_ACT_SLOTS(cfg) of them (KILN_LLM_ACT_QKV ...); else NULL. */
+    float *act_amax;
 };
+
+/* The slots of kiln_llm_model.act_amax: four per layer l, then the lm_head's. */
+#define KILN_LLM_ACT_QKV(l) (4 * (l))
+#define KILN_LLM_ACT_O(l) (4 * (l) + 1)
+#define KILN_LLM_ACT_UP(l) (4 * (l) + 2)
+#define KILN_LLM_ACT_DOWN(l) (4 * (l) + 3)
+#define KILN_LLM_ACT_LM_HEAD(c) (4 * (c)->n_layer)
+#define KILN_LLM_ACT_SLOTS(c) (4 * (size_t)(c)->n_layer + 1)
 
 /* config.json's document into *out (`what` names the file in messages). Errors as
  * kiln_llm_config_load_hf says. */

@@ -87,6 +87,13 @@ static kiln_status cuda_options(const llm_runner_options *ro, kiln_llm_cuda_opti
     return KILN_OK;
 }
 
+/* How m's quantized matrices are stored, for the runner's description ("" when it has none). */
+static const char *quantized_desc(const kiln_llm_model *m) {
+    const kiln_llm_q8 *q = m->q8 && m->cfg.n_layer > 0 ? &m->q8[0].qkv : &m->q8_tok_emb;
+    if (!q->q) return m->q8 ? ", weight-only INT8 matrices" : "";
+    return q->fp8 ? ", FP8 E4M3 matrices and activations" : ", weight-only INT8 matrices";
+}
+
 kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options *ro, char *desc, size_t cap,
                               llm_runner **out) {
     llm_runner *r = calloc(1, sizeof *r);
@@ -95,7 +102,8 @@ kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options 
     r->cfg = *kiln_llm_model_config(m);
     *out = r;
     if (strcmp(ro->target, "cuda")) {
-        snprintf(desc, cap, m->q8 ? "CPU forward (fp32, weight-only INT8 matrices)" : "CPU forward (fp32, OpenBLAS)");
+        if (*quantized_desc(m)) snprintf(desc, cap, "CPU forward (fp32%s)", quantized_desc(m));
+        else snprintf(desc, cap, "CPU forward (fp32, OpenBLAS)");
         return take_kv_choice(r, ro, desc, cap);
     }
     KILN_TRY(take_kv_choice(r, ro, desc, cap));
@@ -104,8 +112,7 @@ kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options 
     KILN_TRY(cuda_options(ro, &o, dev, sizeof dev));
     r->dtype = ro->bf16 ? KILN_BF16 : KILN_F16;
     KILN_TRY(kiln_llm_cuda_create(m, r->dtype, &o, &r->g));
-    snprintf(desc, cap, "CUDA forward (%s%s): %s; %s", r->dtype == KILN_BF16 ? "bf16" : "fp16",
-             m->q8 || m->q8_tok_emb.q ? ", weight-only INT8 matrices" : "", dev, kiln_llm_cuda_decode_path(r->g));
+    snprintf(desc, cap, "CUDA forward (%s%s): %s; %s", r->dtype == KILN_BF16 ? "bf16" : "fp16", quantized_desc(m), dev, kiln_llm_cuda_decode_path(r->g));
     return make_sampler(r, &o, ro->host_sampler, desc, cap);
 }
 
