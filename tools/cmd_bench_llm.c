@@ -26,7 +26,7 @@
 
 static const char *USAGE =
     "usage: kiln bench --llm ENGINE.kiln|DIR [options]\n"
-    "       kiln bench --llm --random SHAPE [--dtype fp16|bf16|int8] [options]\n"
+    "       kiln bench --llm --random SHAPE [--dtype fp16|bf16|int8|fp8] [options]\n"
     "\n"
     "Measures an LLM (an engine from `kiln build --hf`, a Hugging Face checkpoint directory, or random\n"
     "weights of a published shape) the way trtllm-bench does: for each batch size, that many requests\n"
@@ -42,9 +42,11 @@ static const char *USAGE =
     "                         gpt2-xl, llama3-8b, tiny-gpt2, tiny-llama, qwen2.5-7b, gemma-7b,\n"
     "                         tiny-gemma); made on the GPU with --target\n"
     "                         cuda, host fp32 on the CPU (shapes up to 2B parameters)\n"
-    "  --dtype fp16|bf16|int8 with --random on cuda: the weights' precision (default: the shape's,\n"
+    "  --dtype fp16|bf16|int8|fp8\n"
+    "                         with --random on cuda: the weights' precision (default: the shape's,\n"
     "                         fp16 for GPT-2, bf16 for Llama); int8: weight-only INT8 matrices (the\n"
-    "                         layout of --weights int8 engines), computed in the shape's 16-bit type\n"
+    "                         layout of --weights int8 engines), computed in the shape's 16-bit type;\n"
+    "                         fp8: E4M3 matrices and activations (dynamic scales, --weights fp8's layout)\n"
     "  --batch N,N,...        batch sizes (default 1,8,64)\n"
     "  --input-len N          prompt tokens per request (default 128)\n"
     "  --output-len N         generated tokens per request (default 128)\n"
@@ -158,8 +160,8 @@ static int parse_args(int argc, char **argv, llm_args *a) {
         else if (!strcmp(s, "--prefix-len")) rc = parse_int(s, val, 0, 1 << 20, &a->bc.prefix_len);
         else if (!strcmp(s, "--random")) a->shape = val;
         else if (!strcmp(s, "--dtype")) {
-            if (strcmp(val, "fp16") && strcmp(val, "bf16") && strcmp(val, "int8"))
-                return cli_usage_error("bench ", "--dtype expects fp16, bf16 or int8, got '%s'", val);
+            if (strcmp(val, "fp16") && strcmp(val, "bf16") && strcmp(val, "int8") && strcmp(val, "fp8"))
+                return cli_usage_error("bench ", "--dtype expects fp16, bf16, int8 or fp8, got '%s'", val);
             a->dtype = val;
         }
         else if (!strcmp(s, "--device")) rc = parse_int(s, val, 0, 1024, &a->bc.device);
@@ -220,9 +222,9 @@ static int random_shape(const llm_args *a, kiln_llm_shape *sh, kiln_bench_llm_do
         return cli_usage_error("bench ", "--random: unknown shape '%s' (shapes: %s)", a->shape, kiln_llm_shape_names());
     const int64_t n = kiln_llm_config_params(&sh->cfg);
     const bool cuda = !strcmp(a->bc.target, "cuda");
-    if (!cuda && a->dtype && !strcmp(a->dtype, "int8"))
-        return cli_usage_error("bench ", "--random with --dtype int8 runs on --target cuda (on the CPU, bench an engine "
-                               "built with --weights int8)");
+    if (!cuda && a->dtype && (!strcmp(a->dtype, "int8") || !strcmp(a->dtype, "fp8")))
+        return cli_usage_error("bench ", "--random with --dtype %s runs on --target cuda (on the CPU, bench an engine "
+                               "built with --weights %s)", a->dtype, a->dtype);
     if (!cuda && n > CPU_MAX_PARAMS)
         return cli_usage_error("bench ", "--random %s has %.2f B parameters: too large for --target cpu (its fp32 host "
                                "weights would take %.1f GB; the CPU takes shapes up to %.0f B parameters); use --target "
@@ -233,7 +235,8 @@ static int random_shape(const llm_args *a, kiln_llm_shape *sh, kiln_bench_llm_do
     d->n_params = n;
     d->weights = !cuda ? KILN_PRECISION_FP32
                  : a->dtype ? (!strcmp(a->dtype, "bf16")   ? KILN_PRECISION_BF16
-                               : !strcmp(a->dtype, "int8") ? KILN_PRECISION_INT8 : KILN_PRECISION_FP16)
+                               : !strcmp(a->dtype, "int8") ? KILN_PRECISION_INT8
+                               : !strcmp(a->dtype, "fp8")  ? KILN_PRECISION_FP8 : KILN_PRECISION_FP16)
                  : sh->dtype == KILN_BF16 ? KILN_PRECISION_BF16 : KILN_PRECISION_FP16;
     return -1;
 }

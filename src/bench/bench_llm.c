@@ -196,9 +196,12 @@ static kiln_status run_all(kiln_llm *llm, kiln_bench_llm_doc *d) {
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "--input-len %d + --output-len %d exceeds the model's %d positions "
                           "(max_position_embeddings / n_positions)", bc->input_len, bc->output_len, d->cfg.max_pos);
     snprintf(d->compute, sizeof d->compute, "%s",
-             strcmp(bc->target, "cuda") ? (d->weights == KILN_PRECISION_INT8 ? "fp32, int8 weights (CPU)" : "fp32 (CPU)")
+             strcmp(bc->target, "cuda") ? (d->weights == KILN_PRECISION_INT8  ? "fp32, int8 weights (CPU)"
+                                           : d->weights == KILN_PRECISION_FP8 ? "fp32, fp8 matrices (CPU)"
+                                                                              : "fp32 (CPU)")
              : d->weights == KILN_PRECISION_BF16 ? "bf16 (CUDA)"
-             : d->weights == KILN_PRECISION_INT8 ? "fp16/bf16, int8 weights (CUDA)" : "fp16 (CUDA)");
+             : d->weights == KILN_PRECISION_INT8 ? "fp16/bf16, int8 weights (CUDA)"
+             : d->weights == KILN_PRECISION_FP8  ? "fp16/bf16, fp8 (CUDA)" : "fp16 (CUDA)");
     d->nrows = 0;
     d->saturated = bc->concurrency > 0;
     int cap = bc->requests > bc->warmup ? bc->requests : bc->warmup;

@@ -11,9 +11,9 @@
 #include <string.h>
 
 /* The bytes one decode step streams at least: every weight once, in the precision the forward reads
- * (an INT8 engine's matrices, nearly all its weights, at one byte). */
+ * (an INT8 or FP8 engine's matrices, nearly all its weights, at one byte). */
 static double step_bytes(const kiln_bench_llm_doc *d) {
-    double per = strstr(d->compute, "int8") ? 1 : strstr(d->compute, "CPU") ? 4 : 2;
+    double per = strstr(d->compute, "int8") || strstr(d->compute, "fp8") ? 1 : strstr(d->compute, "CPU") ? 4 : 2;
     return (double)d->n_params * per;
 }
 

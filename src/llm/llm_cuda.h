@@ -49,6 +49,8 @@ typedef struct kiln_llm_cuda_options {
     struct kiln_llm_cuda_probe *probe; /* NULL, or caller-owned switches and timings (benchmarks) */
     bool random_int8; /* kiln_llm_cuda_create_random: every matrix (the embedding and lm_head too)
                        * weight-only INT8, random int8 values with row scales, as --weights int8 lays them out */
+    bool random_fp8;  /* the same, FP8: random E4M3 codes with row scales (--weights fp8, dynamic
+                       * activation scales) */
 } kiln_llm_cuda_options;
 
 /* Benchmark switches, read at every step, and the timings of profiled steps (accumulated). */

@@ -123,9 +123,10 @@ kiln_status llm_runner_create_random(const kiln_llm_config *c, uint64_t seed, co
     r->cfg = *c;
     *out = r;
     if (strcmp(ro->target, "cuda")) {
-        if (ro->random_int8)
-            return kiln_error(KILN_ERR_UNSUPPORTED, "random weight-only INT8 weights are made on cuda only: on the "
-                              "CPU, build an engine with --weights int8 from a checkpoint");
+        if (ro->random_int8 || ro->random_fp8)
+            return kiln_error(KILN_ERR_UNSUPPORTED, "random %s weights are made on cuda only: on the CPU, build an "
+                              "engine with --weights %s from a checkpoint", ro->random_fp8 ? "FP8" : "weight-only INT8",
+                              ro->random_fp8 ? "fp8" : "int8");
         KILN_TRY(kiln_llm_model_random(c, seed, &r->owned));
         r->m = r->owned;
         snprintf(desc, cap, "CPU forward (fp32, OpenBLAS), random weights");
@@ -137,9 +138,11 @@ kiln_status llm_runner_create_random(const kiln_llm_config *c, uint64_t seed, co
     KILN_TRY(cuda_options(ro, &o, dev, sizeof dev));
     r->dtype = ro->bf16 ? KILN_BF16 : KILN_F16;
     o.random_int8 = ro->random_int8;
+    o.random_fp8 = ro->random_fp8;
     KILN_TRY(kiln_llm_cuda_create_random(c, r->dtype, &o, seed, &r->g));
     snprintf(desc, cap, "CUDA forward (%s), random %sweights made on the device: %s; %s",
-             r->dtype == KILN_BF16 ? "bf16" : "fp16", ro->random_int8 ? "weight-only INT8 " : "", dev,
+             r->dtype == KILN_BF16 ? "bf16" : "fp16",
+             ro->random_int8 ? "weight-only INT8 " : ro->random_fp8 ? "FP8 E4M3 (dynamic activation scales) " : "", dev,
              kiln_llm_cuda_decode_path(r->g));
     return make_sampler(r, &o, ro->host_sampler, desc, cap);
 }

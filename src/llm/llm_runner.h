@@ -26,6 +26,7 @@ typedef struct llm_runner_options {
     bool kv_fp8;              /* an FP8 (E4M3) KV cache, quantized on write with kv_scales */
     const float *kv_scales;   /* kv_fp8: [n_layer][2][n_kv_head] (llm_kv_fp8.h), copied; NULL: all 1.0 */
     bool random_int8;   /* cuda, random weights: weight-only INT8 matrices (kiln_llm_cuda_options.random_int8) */
+    bool random_fp8;    /* cuda, random weights: FP8 matrices (kiln_llm_cuda_options.random_fp8) */
 } llm_runner_options;
 
 /* The forward for ro->target: the CPU always; cuda through llm_cuda.h (the model uploaded in bf16 or

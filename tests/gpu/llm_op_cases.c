@@ -19,7 +19,8 @@
  *    (1: repetition, frequency and presence penalties): four rows, seeds 1000..1003; the same tokens.
  *    mixed=1: rows 1..3 of the batch take top-k, top-p and min-p with penalties instead.
  *  - llm.GemvFused: llm_op_gemv_fused.c.
- *  - llm.GemvQ8, llm.DequantQ8: the weight-only INT8 kernels (llm_op_quant.c). */
+ *  - llm.GemvQ8, llm.DequantQ8: the weight-only INT8 kernels (llm_op_quant.c).
+ *  - llm.QuantFp8, llm.LinearFp8: the FP8 kernels (llm_op_fp8.c). */
 #include "llm_op_cases.h"
 #include "llm_test_util.h"
 
@@ -38,7 +39,7 @@
 
 static const char *const LLM_OPS[] = {"llm.PrefillAttention", "llm.DecodeAttention", "llm.RopeKvWrite", "llm.AddNorm",
                                       "llm.Gemv",             "llm.GemvFused",       "llm.Argmax",     "llm.Sample",
-                                      "llm.GemvQ8",           "llm.DequantQ8"};
+                                      "llm.GemvQ8",           "llm.DequantQ8",       "llm.QuantFp8",   "llm.LinearFp8"};
 
 bool llm_case_op(const char *op) {
     for (size_t i = 0; i < sizeof LLM_OPS / sizeof *LLM_OPS; i++)
@@ -599,6 +600,7 @@ void llm_case_run(const char *op, const char *params, kiln_precision p, uint64_t
     else if (!strcmp(op, "llm.Argmax")) ok = argmax_case(&run, &pr);
     else if (!strcmp(op, "llm.Sample")) ok = sample_case(&run, &pr);
     else if (!strcmp(op, "llm.GemvQ8") || !strcmp(op, "llm.DequantQ8")) ok = llm_quant_case(&run, op, &pr);
+    else if (!strcmp(op, "llm.QuantFp8") || !strcmp(op, "llm.LinearFp8")) ok = llm_fp8_case(&run, op, &pr);
     else ok = llm_fail(&run, "no LLM kernel case '%s'", op);
     for (int i = 0; i < pr.n && ok; i++)
         if (!pr.used[i]) ok = llm_fail(&run, "bad case: %s takes no parameter '%s'", op, pr.name[i]);

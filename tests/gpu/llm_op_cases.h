@@ -92,5 +92,7 @@ bool llm_attention_case(llm_run *run, const char *op, llm_params *pr);
 bool llm_gemv_fused_case(llm_run *run, llm_params *pr);
 /* The weight-only quantized kernels (llm_op_quant.c): llm.GemvQ8, llm.DequantQ8. */
 bool llm_quant_case(llm_run *run, const char *op, llm_params *pr);
+/* The FP8 kernels (llm_op_fp8.c): llm.QuantFp8, llm.LinearFp8. */
+bool llm_fp8_case(llm_run *run, const char *op, llm_params *pr);
 
 #endif

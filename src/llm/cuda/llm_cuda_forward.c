@@ -194,7 +194,7 @@ static kiln_status prof_collect(kiln_llm_cuda *g, kiln_llm_cuda_probe *pr) {
 /* ---------------------------------------------------------------- the fused layers */
 
 /* Whether the step runs fused_layers: fusion on, every matrix in the dtype (the fused GEMV reads 16-bit
- * weights; INT8 ones take llmc_linear_w) and every product of it (n token rows, logits rows included)
+ * weights; INT8 and FP8 ones take llmc_linear_q) and every product of it (n token rows, logits rows included)
  * on the fused GEMV. */
 static bool fused_step(const kiln_llm_cuda *g, const llmc_step *s) {
     const kiln_llm_config *c = &g->cfg;
@@ -297,26 +297,27 @@ static kiln_status run_layers(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const llmc
     const kiln_llm_config *c = &g->cfg;
     const int n = s->n_tokens, d = c->d_model, ff = c->d_ff, qd = c->n_head * c->head_dim;
     const int ldq = qd + 2 * c->n_kv_head * c->head_dim, up = c->arch == KILN_LLM_GPT2 ? ff : 2 * ff;
-    OP(PROF_OTHER, llmc_embed_any(g, s));
+    OP(PROF_OTHER, llmc_embed_q(g, s));
     for (int l = 0; l < c->n_layer; l++) {
         const llmc_layer *y = &g->layers[l];
         void *kc, *vc;
         llmc_kv_layer(kv, l, &kc, &vc);
         /* x += previous layer's MLP output (nothing before layer 0); h = norm1(x) */
         OP(PROF_OTHER, llmc_add_norm(g, n, NULL, l ? g->proj : NULL, l > 0, y->norm1_w, y->norm1_b));
-        OP(PROF_GEMM, llmc_linear_w(g, g->h, d, n, d, y->qkv_w, y->qkv_s, y->qkv_b, ldq, g->qkv, ldq, false));
+        OP(PROF_GEMM, llmc_linear_q(g, KILN_LLM_ACT_QKV(l), g->h, d, n, d, y->qkv_w, y->qkv_s, y->qkv_b, ldq, g->qkv, ldq, false));
         const float *kv_scales = llmc_kv_layer_scales(kv, l); /* NULL: a 16-bit cache */
         OP(PROF_OTHER, llmc_rope_kv_write(g, s, kc, vc, kv_scales, kv->block_size));
         OP(PROF_ATTN, llmc_attention(g, s, kc, vc, kv_scales, kv->block_size));
-        OP(PROF_GEMM, llmc_linear_w(g, g->att, qd, n, qd, y->o_w, y->o_s, y->o_b, d, g->proj, d, false));
+        OP(PROF_GEMM, llmc_linear_q(g, KILN_LLM_ACT_O(l), g->att, qd, n, qd, y->o_w, y->o_s, y->o_b, d, g->proj, d, false));
         OP(PROF_OTHER, llmc_add_norm(g, n, NULL, g->proj, true, y->norm2_w, y->norm2_b)); /* x += attention; h = norm2(x) */
-        OP(PROF_GEMM, llmc_linear_w(g, g->h, d, n, d, y->up_w, y->up_s, y->up_b, up, g->mlp, up, false));
+        OP(PROF_GEMM, llmc_linear_q(g, KILN_LLM_ACT_UP(l), g->h, d, n, d, y->up_w, y->up_s, y->up_b, up, g->mlp, up, false));
         OP(PROF_OTHER, llmc_activation(g, n));
-        OP(PROF_GEMM, llmc_linear_w(g, g->mlp, up, n, ff, y->down_w, y->down_s, y->down_b, d, g->proj, d, false));
+        OP(PROF_GEMM, llmc_linear_q(g, KILN_LLM_ACT_DOWN(l), g->mlp, up, n, ff, y->down_w, y->down_s, y->down_b, d, g->proj, d, false));
     }
     /* the logits rows only: x + last MLP output, final norm, lm_head in FP32 */
     OP(PROF_OTHER, llmc_add_norm(g, s->n_out, s->out_rows, g->proj, false, g->norm_f_w, g->norm_f_b));
-    OP(PROF_LOGITS, llmc_linear_w(g, g->h, d, s->n_out, d, g->lm_head, g->lm_head_s, NULL, c->vocab, g->logits, c->vocab, true));
+    OP(PROF_LOGITS, llmc_linear_q(g, KILN_LLM_ACT_LM_HEAD(c), g->h, d, s->n_out, d, g->lm_head, g->lm_head_s, NULL,
+                                   c->vocab, g->logits, c->vocab, true));
     return KILN_OK;
 }
 #undef OP
