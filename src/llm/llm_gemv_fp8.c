@@ -81,6 +81,20 @@ static inline void store_out(const kiln_llm_gemv_args *a, float *y, int o, float
     y[o] = a->accumulate ? y[o] + v : v;
 }
 
+/* The unscaled sum over k < K of tab[q[k]] * x[k], in LANES interleaved fp32 partial sums (independent
+ * chains, so that the lookups and multiplies overlap), added pairwise at the end. */
+#define LANES 8
+static float dot_table(const float *tab, const uint8_t *q, const float *x, int K) {
+    float acc[LANES] = {0};
+    int k = 0;
+    for (; k + LANES <= K; k += LANES)
+        for (int j = 0; j < LANES; j++) acc[j] += tab[q[k + j]] * x[k + j];
+    for (int j = 0; k < K; k++, j++) acc[j] += tab[q[k]] * x[k];
+    for (int w = LANES / 2; w; w /= 2)
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    return acc[0];
+}
+
 /* Output rows [o0, o1) of every token row, the weight codes decoded by table as they are read. */
 static void fp8_rows(const fp8_job *j, int o0, int o1) {
     const kiln_llm_gemv_args *a = j->a;
@@ -92,8 +106,7 @@ static void fp8_rows(const fp8_job *j, int o0, int o1) {
             const float xs = j->xq ? j->xs[t] : kiln_llm_fp8_act_scale(xr, K, a->act_scale);
             float s = 0;
             if (j->xq) {
-                const float *x = j->xq + (size_t)t * K;
-                for (int k = 0; k < K; k++) s += j->tab[q[k]] * x[k];
+                s = dot_table(j->tab, q, j->xq + (size_t)t * K, K);
             } else {
                 s = dot_direct(j->tab, q, xr, K, xs);
             }

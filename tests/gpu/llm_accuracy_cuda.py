@@ -3,7 +3,9 @@ bf16 engines) within 1 % of the CPU's fp32 perplexity on a fixed text (every win
 from the CUDA forward with all_logits), and `kiln compare --llm` of the fp32 engine on the CPU against
 the 16-bit engines on cuda: first-token agreement at least 90 %. A weight-only INT8 engine (`--weights
 int8`: int8 matrices on the device, fp16 activations) on cuda against the same engine on the CPU:
-perplexity within 1 %, first-token agreement at least 90 %. Prints the numbers. Exits 77
+perplexity within 1 %, first-token agreement at least 90 %; the same for FP8 engines (`--weights fp8`:
+E4M3 matrices and activations, with dynamic and with calibrated static activation scales), whose
+activation codes the GPU rounds exactly as the CPU does. Prints the numbers. Exits 77
 (skipped) when --target cuda is not available.
 
 usage: llm_accuracy_cuda.py KILN REPO_ROOT
@@ -64,23 +66,27 @@ def main():
             failures += not ok
             print(f"cuda {p} against cpu fp32:\n{out.strip()}\n{'ok' if ok else 'FAILED'}")
         failures += check_int8(binary, model, tmp, text, prompts, ppl)
+        failures += check_int8(binary, model, tmp, text, prompts, ppl, ("--weights", "fp8"), "fp8")
+        failures += check_int8(binary, model, tmp, text, prompts, ppl,
+                               ("--weights", "fp8", "--calib-text", text), "fp8-calibrated")
     return 1 if failures else 0
 
 
-def check_int8(binary, model, tmp, text, prompts, ppl):
-    """The INT8 engine on cuda against itself on the CPU; returns the number of failed checks."""
-    engine = os.path.join(tmp, "int8.kiln")
-    kiln(binary, "build", "--hf", model, "-o", engine, "--weights", "int8")
+def check_int8(binary, model, tmp, text, prompts, ppl, flags=("--weights", "int8"), name="int8"):
+    """The quantized engine built with flags on cuda against itself on the CPU; returns the number of
+    failed checks."""
+    engine = os.path.join(tmp, f"{name}.kiln")
+    kiln(binary, "build", "--hf", model, "-o", engine, *flags)
     window = ("--text", text, "--ctx", 128, "--stride", 64)
     ref = ppl(kiln(binary, "perplexity", engine, *window))
     got = ppl(kiln(binary, "perplexity", engine, *window, "--target", "cuda"))
     ok = abs(got - ref) <= 0.01 * ref
-    print(f"int8: perplexity cpu {ref:.4f}, cuda {got:.4f} ({100 * (got - ref) / ref:+.3f} %) {'ok' if ok else 'FAILED'}")
+    print(f"{name}: perplexity cpu {ref:.4f}, cuda {got:.4f} ({100 * (got - ref) / ref:+.3f} %) {'ok' if ok else 'FAILED'}")
     out = kiln(binary, "compare", "--llm", engine, engine, "--prompts", prompts, "--max-tokens", 32,
                "--target-b", "cuda")
     first = re.search(r"first-token agreement: (\d+) / (\d+)", out)
     agree = int(first.group(1)) >= 0.9 * int(first.group(2))
-    print(f"int8 cuda against int8 cpu:\n{out.strip()}\n{'ok' if agree else 'FAILED'}")
+    print(f"{name} cuda against {name} cpu:\n{out.strip()}\n{'ok' if agree else 'FAILED'}")
     return (not ok) + (not agree)
 
 
