@@ -104,7 +104,8 @@ kiln_status kiln_llm_open(const char *path, const kiln_llm_options *opts, kiln_l
 /* Opens a model of a named shape with random weights drawn from seed, without a checkpoint or
  * tokenizer (benchmarks): "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama3-8b", "tiny-gpt2",
  * "tiny-llama". precision: the weights' type on CUDA (KILN_PRECISION_FP16 or _BF16; FP32 = the shape's
- * usual one; INT8 = weight-only INT8 matrices, computed in the shape's usual one, CUDA only); the CPU
+ * usual one; INT8 = weight-only INT8 matrices, computed in the shape's usual one, CUDA only; FP8 = E4M3
+ * matrices with activations rounded to E4M3 per token row, likewise, CUDA only); the CPU
  * holds fp32. An unknown shape is KILN_ERR_INVALID_ARGUMENT listing the known. */
 kiln_status kiln_llm_open_random(const char *shape, kiln_precision precision, uint64_t seed,
                                  const kiln_llm_options *opts, kiln_llm **out);
