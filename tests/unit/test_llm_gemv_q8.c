@@ -37,7 +37,7 @@ static void test_quantize(void) {
     CHECK(q[0] == 64 && q[1] == -127 && q[2] == 32 && q[3] == 0 && q[4] == 1); /* 63.5 -> 64, 0.5 -> 1 */
     for (int k = 5; k < 10; k++) CHECK(q[k] == 0);
     float row[5];
-    const kiln_llm_q8 m = {q, scale};
+    const kiln_llm_q8 m = {.q = q, .scale = scale};
     kiln_llm_q8_row(&m, 0, 5, row);
     CHECK(row[1] == -1.0f && fabsf(row[0] - 0.5f) <= 0.5f / 127);
 }
