@@ -395,11 +395,17 @@ def engines(out, kiln):
     with tempfile.TemporaryDirectory() as tmp:
         for arch, tok, flags in [("gpt2", TEST_TOKENIZER, ["--fp32"]), ("gpt2", None, ["--fp16"]),
                                  ("llama", TEST_TOKENIZER, ["--bf16"]), ("llama", None, ["--weights", "int8"]),
-                                 ("llama", None, ["--weights", "fp8"])]:
+                                 ("llama", None, ["--weights", "fp8"]),
+                                 ("llama", TEST_TOKENIZER, ["--weights", "fp8", "--calib-text"])]:
             name = "_".join(f.lstrip("-") for f in flags)
             ck = os.path.join(tmp, f"{arch}_{name}")
             tiny_checkpoint(ck, arch, tok)
             engine = os.path.join(tmp, "e.kiln")
+            if flags[-1] == "--calib-text":  # static activation scales (.act_scale records) from a text
+                calib = os.path.join(tmp, "calib.txt")
+                with open(calib, "w") as f:
+                    f.write("abc ab cab abcabc " * 8)
+                flags = flags + [calib]
             subprocess.run([kiln, "build", "--hf", ck, "-o", engine, *flags], check=True, stdout=subprocess.DEVNULL)
             with open(engine, "rb") as f:
                 put(out, "fuzz_llm_engine", f"tiny_{arch}_{name}.seed", f.read())
