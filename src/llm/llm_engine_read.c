@@ -149,17 +149,17 @@ static kiln_status read_tensor_section(image *im, kiln_llm_engine_info *info) {
     const uint8_t *p = im->map->data + im->sec[2].offset;
     uint64_t n = im->sec[2].bytes, pos = 4;
     const bool fp8 = info->meta.precision == KILN_PRECISION_FP8;
-    const bool int8 = info->meta.precision == KILN_PRECISION_INT8 || fp8; /* quantized matrices */
+    const bool quantized = info->meta.precision == KILN_PRECISION_INT8 || fp8;
     const kiln_dtype quant = fp8 ? KILN_F8E4M3FN : KILN_I8;
     kiln_dtype want = info->meta.precision == KILN_PRECISION_FP16 ? KILN_F16
                       : info->meta.precision == KILN_PRECISION_BF16 ? KILN_BF16 : KILN_F32;
     const int expected = kiln_llm_weights_list(im->m, NULL);
     if (n < 4) return corrupt("the llm tensors section ends early");
     const uint32_t records = kiln_le32(p);
-    if (int8 ? records < (uint32_t)expected || records > (fp8 ? 3u : 2u) * (uint32_t)expected
+    if (quantized ? records < (uint32_t)expected || records > (fp8 ? 3u : 2u) * (uint32_t)expected
              : records != (uint32_t)expected)
-        return corrupt("%u tensors, the model's config needs %s%d", records, int8 ? "between " : "", expected);
-    if (int8) {
+        return corrupt("%u tensors, the model's config needs %s%d", records, quantized ? "between " : "", expected);
+    if (quantized) {
         const size_t layers = (size_t)im->m->cfg.n_layer ? (size_t)im->m->cfg.n_layer : 1;
         if (!(im->m->q8 = calloc(layers, sizeof *im->m->q8)))
             return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory for the quantized weights of %zu layers", layers);
@@ -177,11 +177,11 @@ static kiln_status read_tensor_section(image *im, kiln_llm_engine_info *info) {
     for (int i = 0; i < expected; i++) {
         const kiln_llm_weight *w = &im->w[i];
         if ((uint32_t)rec == records) return corrupt("%u tensors, the model's config needs more", records);
-        KILN_TRY(read_tensor(p, n, &pos, rec, w, want, quant, int8 && w->q8, im->sec[3].bytes, &info->tensors[rec],
+        KILN_TRY(read_tensor(p, n, &pos, rec, w, want, quant, quantized && w->q8, im->sec[3].bytes, &info->tensors[rec],
                              &im->offsets[i]));
         info->weight_bytes += (uint64_t)(w->dims[0] * (w->ndim == 2 ? w->dims[1] : 1)) * kiln_dtype_size(info->tensors[rec].dtype);
         im->scale_offsets[i] = im->act_offsets[i] = NO_SCALES;
-        if (info->tensors[rec++].dtype == quant && int8) {
+        if (info->tensors[rec++].dtype == quant && quantized) {
             if ((uint32_t)rec == records) return corrupt("%u tensors: the scales of '%s' are missing", records, w->name);
             KILN_TRY(read_scales(p, n, &pos, rec, w, KILN_LLM_SCALE_SUFFIX, w->dims[0], im->sec[3].bytes,
                                  &info->tensors[rec], &im->scale_offsets[i]));
