@@ -1,8 +1,8 @@
 /* llm_gemv_fp8.c — kiln_llm_gemm_fp8 and the FP8 quantizers (llm_gemv_fp8.h). Each token row is first
  * rounded to E4M3 with its scale and kept as the codes' exact values (fp32, unscaled) in a scratch
  * buffer; then, for decode rows, each chunk of ROWS output rows forms its dot products with every token
- * row, each weight code decoded by a 256-entry table as it is read, one fp32 sum each, scaled once by
- * scale[o] * s_t. A prefill product (GEMM_TOKENS rows or more) decodes tiles
+ * row, each weight code decoded by a 256-entry table as it is read, summed in eight interleaved fp32
+ * partial sums, scaled once by scale[o] * s_t. A prefill product (GEMM_TOKENS rows or more) decodes tiles
  * of TILE_ROWS weight rows (times their scales) and multiplies them with the scaled activations by the
  * fp32 forward's GEMM (kiln_llm_linear). */
 #include "llm/llm_gemv_fp8.h"
@@ -69,7 +69,7 @@ typedef struct fp8_job {
 } fp8_job;
 
 /* The unscaled sum over k of e4m3(q[k]) e4m3(x[k] / s) without scratch (the path when none could be
- * had): the same values as the buffered one, the activation codes formed as they are read. */
+ * had): the buffered path's codes, formed as they are read, summed in one chain. */
 static float dot_direct(const float *tab, const uint8_t *q, const float *x, int K, float s) {
     float sum = 0;
     for (int k = 0; k < K; k++) sum += tab[q[k]] * tab[kiln_f32_to_e4m3(x[k] / s)];
@@ -104,12 +104,7 @@ static void fp8_rows(const fp8_job *j, int o0, int o1) {
         for (int t = 0; t < a->n; t++) {
             const float *xr = a->x + (size_t)t * a->ldx;
             const float xs = j->xq ? j->xs[t] : kiln_llm_fp8_act_scale(xr, K, a->act_scale);
-            float s = 0;
-            if (j->xq) {
-                s = dot_table(j->tab, q, j->xq + (size_t)t * K, K);
-            } else {
-                s = dot_direct(j->tab, q, xr, K, xs);
-            }
+            const float s = j->xq ? dot_table(j->tab, q, j->xq + (size_t)t * K, K) : dot_direct(j->tab, q, xr, K, xs);
             store_out(a, a->y + (size_t)t * a->ldy, o, s * (a->scale[o] * xs));
         }
     }
