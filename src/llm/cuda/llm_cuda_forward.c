@@ -328,8 +328,8 @@ static kiln_status run_layers(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const llmc
         llmc_kv_layer(kv, l, &kc, &vc);
         /* x += previous layer's MLP output (nothing before layer 0); h = norm1(x) */
         OP(KILN_LLM_STAGE_NORM, llmc_add_norm(g, n, NULL, l ? g->proj : NULL, l > 0, y->norm1_w, y->norm1_b));
-        OP(KILN_LLM_STAGE_QKV, layer_linear(g, KILN_LLM_ACT_QKV(l), g->h, d, n, d, y->qkv_w, y->qkv_s, y->qkv_a, y->qkv_b,
-                                            ldq, g->qkv, ldq));
+        OP(KILN_LLM_STAGE_QKV, layer_linear(g, KILN_LLM_ACT_QKV(l), g->h, d, n, d, y->qkv_w, y->qkv_s, y->qkv_a,
+                                            y->qkv_b, ldq, g->qkv, ldq));
         const float *kv_scales = llmc_kv_layer_scales(kv, l); /* NULL: a 16-bit cache */
         OP(KILN_LLM_STAGE_ROPE, llmc_rope_kv_write(g, s, kc, vc, kv_scales, kv->block_size));
         OP(KILN_LLM_STAGE_ATTN, llmc_attention(g, s, kc, vc, kv_scales, kv->block_size));
