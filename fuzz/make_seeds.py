@@ -393,14 +393,15 @@ def tiny_checkpoint(d, arch, tok):
 def engines(out, kiln):
     """Tiny engines named .seed, not .kiln: engine files are git-ignored."""
     with tempfile.TemporaryDirectory() as tmp:
-        calib = os.path.join(tmp, "calib.txt")  # W8A8's calibration text
+        calib = os.path.join(tmp, "calib.txt")  # W8A8's and FP8's calibration text (.act_scale records)
         with open(calib, "w") as f:
             f.write("a b c a b c " * 8)
         for arch, tok, flags in [("gpt2", TEST_TOKENIZER, ["--fp32"]), ("gpt2", None, ["--fp16"]),
                                  ("llama", TEST_TOKENIZER, ["--bf16"]), ("llama", None, ["--weights", "int8"]),
                                  ("llama", TEST_TOKENIZER, ["--weights", "w8a8", "--calib-text", calib]),
-                                 ("llama", None, ["--weights", "int4"])]:
-            name = "_".join(f.lstrip("-") for f in flags[:2])
+                                 ("llama", None, ["--weights", "int4"]), ("llama", None, ["--weights", "fp8"]),
+                                 ("llama", TEST_TOKENIZER, ["--weights", "fp8", "--calib-text", calib])]:
+            name = "_".join(f.lstrip("-") for f in flags if f != calib)
             ck = os.path.join(tmp, f"{arch}_{name}")
             tiny_checkpoint(ck, arch, tok)
             engine = os.path.join(tmp, "e.kiln")

@@ -26,7 +26,7 @@
 
 static const char *USAGE =
     "usage: kiln bench --llm ENGINE.kiln|DIR [options]\n"
-    "       kiln bench --llm --random SHAPE [--dtype fp16|bf16|int8|w8a8|int4] [options]\n"
+    "       kiln bench --llm --random SHAPE [--dtype fp16|bf16|int8|w8a8|int4|fp8] [options]\n"
     "\n"
     "Measures an LLM (an engine from `kiln build --hf`, a Hugging Face checkpoint directory, or random\n"
     "weights of a published shape) the way trtllm-bench does: for each batch size, that many requests\n"
@@ -42,12 +42,13 @@ static const char *USAGE =
     "                         gpt2-xl, llama3-8b, tiny-gpt2, tiny-llama, qwen2.5-7b, gemma-7b,\n"
     "                         tiny-gemma); made on the GPU with --target\n"
     "                         cuda, host fp32 on the CPU (shapes up to 2B parameters)\n"
-    "  --dtype fp16|bf16|int8|w8a8|int4\n"
+    "  --dtype fp16|bf16|int8|w8a8|int4|fp8\n"
     "                         with --random on cuda: the weights' precision (default: the shape's,\n"
     "                         fp16 for GPT-2, bf16 for Llama); int8 / int4: weight-only INT8 / INT4\n"
     "                         matrices (the layout of --weights int8 / int4 engines), computed in the\n"
     "                         shape's 16-bit type; w8a8: int8 with the layers' products int8 x int8\n"
-    "                         (activation scale 8 / 127), as --weights w8a8 engines\n"
+    "                         (activation scale 8 / 127), as --weights w8a8 engines; fp8: E4M3\n"
+    "                         matrices and activations (dynamic scales, --weights fp8's layout)\n"
     "  --batch N,N,...        batch sizes (default 1,8,64)\n"
     "  --input-len N          prompt tokens per request (default 128)\n"
     "  --output-len N         generated tokens per request (default 128)\n"
@@ -162,8 +163,8 @@ static int parse_args(int argc, char **argv, llm_args *a) {
         else if (!strcmp(s, "--random")) a->shape = val;
         else if (!strcmp(s, "--dtype")) {
             if (strcmp(val, "fp16") && strcmp(val, "bf16") && strcmp(val, "int8") && strcmp(val, "w8a8") &&
-                strcmp(val, "int4"))
-                return cli_usage_error("bench ", "--dtype expects fp16, bf16, int8, w8a8 or int4, got '%s'", val);
+                strcmp(val, "int4") && strcmp(val, "fp8"))
+                return cli_usage_error("bench ", "--dtype expects fp16, bf16, int8, w8a8, int4 or fp8, got '%s'", val);
             a->dtype = val;
         }
         else if (!strcmp(s, "--device")) rc = parse_int(s, val, 0, 1024, &a->bc.device);
@@ -224,7 +225,8 @@ static int random_shape(const llm_args *a, kiln_llm_shape *sh, kiln_bench_llm_do
         return cli_usage_error("bench ", "--random: unknown shape '%s' (shapes: %s)", a->shape, kiln_llm_shape_names());
     const int64_t n = kiln_llm_config_params(&sh->cfg);
     const bool cuda = !strcmp(a->bc.target, "cuda");
-    if (!cuda && a->dtype && (!strcmp(a->dtype, "int8") || !strcmp(a->dtype, "w8a8") || !strcmp(a->dtype, "int4")))
+    if (!cuda && a->dtype &&
+        (!strcmp(a->dtype, "int8") || !strcmp(a->dtype, "w8a8") || !strcmp(a->dtype, "int4") || !strcmp(a->dtype, "fp8")))
         return cli_usage_error("bench ", "--random with --dtype %s runs on --target cuda (on the CPU, bench an engine "
                                "built with --weights %s)", a->dtype, a->dtype);
     if (!cuda && n > CPU_MAX_PARAMS)
@@ -239,7 +241,8 @@ static int random_shape(const llm_args *a, kiln_llm_shape *sh, kiln_bench_llm_do
                  : a->dtype ? (!strcmp(a->dtype, "bf16")   ? KILN_PRECISION_BF16
                                : !strcmp(a->dtype, "int8") ? KILN_PRECISION_INT8
                                : !strcmp(a->dtype, "w8a8") ? KILN_PRECISION_W8A8
-                               : !strcmp(a->dtype, "int4") ? KILN_PRECISION_INT4 : KILN_PRECISION_FP16)
+                               : !strcmp(a->dtype, "int4") ? KILN_PRECISION_INT4
+                               : !strcmp(a->dtype, "fp8")  ? KILN_PRECISION_FP8 : KILN_PRECISION_FP16)
                  : sh->dtype == KILN_BF16 ? KILN_PRECISION_BF16 : KILN_PRECISION_FP16;
     return -1;
 }

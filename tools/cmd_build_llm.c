@@ -1,4 +1,4 @@
-/* cmd_build_llm.c — `kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16|--weights int8|w8a8|int4]`:
+/* cmd_build_llm.c — `kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16|--weights int8|w8a8|int4|fp8]`:
  * an LLM engine from a Hugging Face checkpoint (src/llm/llm_engine.h). */
 #include "cli.h"
 
@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 
 static const char *USAGE =
-    "usage: kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16|--weights int8|w8a8|int4 [--calib-text FILE]]\n"
+    "usage: kiln build --hf DIR -o ENGINE.kiln [--fp32|--fp16|--bf16|--weights int8|w8a8|int4|fp8 [--calib-text FILE]]\n"
     "\n"
     "Writes an LLM engine from the Hugging Face checkpoint in DIR (config.json, *.safetensors, and\n"
     "tokenizer.json, tokenizer_config.json and generation_config.json when present): the config, the\n"
@@ -39,33 +39,37 @@ static const char *USAGE =
     "  --calib-text FILE     with --weights w8a8: the calibration text (its first 8,192 tokens); with\n"
     "                        --weights int4: activation-aware scales (AWQ-style) from the model's own\n"
     "                        activations over the first 4,096 tokens of FILE; without it every group is\n"
-    "                        rounded to nearest (a warning says so)\n"
+    "                        rounded to nearest (a warning says so); with --weights fp8: static\n"
+    "                        activation scales, one per matrix, from the largest |x| entering each\n"
+    "                        product while the model reads FILE (times 1.25, over 448)\n"
     "  --smooth-alpha A      with --weights w8a8: SmoothQuant's migration strength in [0, 1] (default 0.5)\n"
     "  --calibrator NAME     with --weights w8a8: percentile:P (default percentile:99.99), minmax or\n"
     "                        entropy (which clipped kjv-gpt2's GELU outputs too hard: docs/llm-quantization.md)\n"
-    "  --weights-skip LIST   with --weights int8, w8a8 or int4: keep these fp32, comma-separated: embed (the\n"
-    "                        token embedding), lm_head (a tied lm_head is the embedding: either keeps both)\n"
+    "  --weights-skip LIST   with --weights int8, w8a8, int4 or fp8: keep these fp32, comma-separated:\n"
+    "                        embed (the token embedding), lm_head (a tied lm_head is the embedding:\n"
+    "                        either keeps both)\n"
     "  -h, --help            this help\n";
 
-/* --weights VALUE; -1 to go on, else the exit code. */
-/* The --weights value o already holds ("int8", "w8a8", "int4"), or NULL. */
+/* The --weights value o already holds ("int8", "w8a8", "int4", "fp8"), or NULL. */
 static const char *weights_chosen(const kiln_llm_build_options *o) {
-    return o->w8a8 ? "w8a8" : o->weights_int8 ? "int8" : o->weights_int4 ? "int4" : NULL;
+    return o->w8a8 ? "w8a8" : o->weights_int8 ? "int8" : o->weights_int4 ? "int4" : o->weights_fp8 ? "fp8" : NULL;
 }
 
+/* --weights VALUE; -1 to go on, else the exit code. */
 static int parse_weights(const char *v, kiln_llm_build_options *o, kiln_llm_w8a8_options *w8a8) {
     const char *before = weights_chosen(o);
     if (!strcmp(v, "int8")) o->weights_int8 = true;
     else if (!strcmp(v, "w8a8")) o->w8a8 = w8a8;
     else if (!strcmp(v, "int4")) o->weights_int4 = true;
+    else if (!strcmp(v, "fp8")) o->weights_fp8 = true;
     else return cli_usage_error("build ", "--weights takes int8 (weight-only INT8), w8a8 (INT8 weights and "
-                                "activations) or int4 (weight-only INT4), got '%s'", v);
+                                "activations), int4 (weight-only INT4) or fp8 (FP8 E4M3), got '%s'", v);
     if (before && strcmp(before, v))
         return cli_usage_error("build ", "--weights %s and --weights %s exclude each other", before, v);
     return -1;
 }
 
-/* The W8A8 options (--calib-text, also INT4's, --smooth-alpha, --calibrator) at argv[i], value argv[i + 1];
+/* The W8A8 options (--calib-text, also INT4's and FP8's, --smooth-alpha, --calibrator) at argv[i], value argv[i + 1];
  * -1 to go on, else the exit code. given: whether a W8A8-only one (--smooth-alpha, --calibrator) came. */
 static int parse_w8a8(const char *a, const char *v, kiln_llm_w8a8_options *w, bool *given) {
     if (!strcmp(a, "--calib-text")) {
@@ -147,15 +151,16 @@ int kiln_cmd_build_llm(int argc, char **argv) {
     if (chosen && o.precision >= 0)
         return cli_usage_error("build ", "--weights %s and --fp32/--fp16/--bf16 exclude each other", chosen);
     if (!chosen && (o.int8_skip_embed || o.int8_skip_lm_head))
-        return cli_usage_error("build ", "--weights-skip applies only with --weights int8, w8a8 or int4");
+        return cli_usage_error("build ", "--weights-skip applies only with --weights int8, w8a8, int4 or fp8");
     if (!o.w8a8 && w8a8_given)
         return cli_usage_error("build ", "--smooth-alpha and --calibrator apply only with --weights w8a8");
-    if (!o.w8a8 && !o.weights_int4 && w8a8.calib_text)
-        return cli_usage_error("build ", "--calib-text applies to --hf only with --weights w8a8 or int4");
+    if (!o.w8a8 && !o.weights_int4 && !o.weights_fp8 && w8a8.calib_text)
+        return cli_usage_error("build ", "--calib-text applies to --hf only with --weights w8a8, int4 or fp8");
     if (o.w8a8 && !w8a8.calib_text)
         return cli_usage_error("build ", "--weights w8a8 needs --calib-text FILE: INT8 activations need a static scale "
                                "per product input, calibrated on text the model reads");
     if (o.weights_int4) o.calib_text = w8a8.calib_text;
+    if (o.weights_fp8) o.fp8_calib_text = w8a8.calib_text;
     char dflt[4096];
     if (!output) {
         size_t n = strlen(dir);

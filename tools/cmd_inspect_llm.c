@@ -9,6 +9,7 @@
 #include "llm/llm_gemv_q4.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static const char *const ROPE_NAMES[] = {"none", "linear", "dynamic", "llama3", "longrope"};
 
@@ -61,8 +62,8 @@ static void print_tokenizer(const char *path, const kiln_llm_engine_info *info) 
     kiln_tokenizer_free(tok);
 }
 
-/* The stored bytes and tensor count of each dtype (an INT8 engine mixes int8 matrices, their fp32
- * scales and fp32 vectors). */
+/* The stored bytes and tensor count of each dtype (an INT8, W8A8, INT4 or FP8 engine mixes quantized matrices,
+ * their fp32 scales and fp32 vectors). */
 static void print_formats(const kiln_llm_engine_info *info) {
     printf("weights by format:");
     for (int d = 0; d < KILN_DTYPE_COUNT; d++) {
@@ -79,6 +80,17 @@ static void print_formats(const kiln_llm_engine_info *info) {
                           count == 1 ? "" : "s");
     }
     printf("\n");
+}
+
+/* How many of info's tensors have a name ending in suffix. */
+static int count_named(const kiln_llm_engine_info *info, const char *suffix) {
+    int n = 0;
+    const size_t b = strlen(suffix);
+    for (int i = 0; i < info->n_tensors; i++) {
+        const size_t a = strlen(info->tensors[i].name);
+        n += a >= b && !strcmp(info->tensors[i].name + a - b, suffix);
+    }
+    return n;
 }
 
 int cli_inspect_llm(const char *path, bool layers) {
@@ -103,6 +115,11 @@ int cli_inspect_llm(const char *path, bool layers) {
         printf("precision: weight-only int4 (matrices as unsigned 4-bit values packed two a byte, in groups of 128 "
                "along the input with an fp32 scale and zero point per group, the rest fp32; the CPU forward computes "
                "in fp32, unpacking the weights inside its products)\n");
+    else if (m->precision == KILN_PRECISION_FP8)
+        printf("precision: fp8 (matrices E4M3 with an fp32 scale per output row, the rest fp32; activations rounded "
+               "to E4M3 in every product with %s; docs/llm-quantization.md)\n",
+               count_named(&info, KILN_LLM_ACT_SCALE_SUFFIX) ? "static scales calibrated at build time (.act_scale)"
+                                                             : "a dynamic scale per token row");
     else printf("precision: %s weights (the CPU forward computes in fp32)\n", kiln_precision_name(m->precision));
     printf("parameters: %lld (%.2f M) in %d tensors, %llu bytes of weights (%.2f MB)\n", (long long)info.n_params,
            (double)info.n_params / 1e6, info.n_tensors, (unsigned long long)info.weight_bytes,

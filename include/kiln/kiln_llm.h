@@ -108,7 +108,8 @@ kiln_status kiln_llm_open(const char *path, const kiln_llm_options *opts, kiln_l
  * "tiny-llama". precision: the weights' type on CUDA (KILN_PRECISION_FP16 or _BF16; FP32 = the shape's
  * usual one; INT8 = weight-only INT8 matrices, computed in the shape's usual one, CUDA only; W8A8 = the
  * same with the layers' products int8 x int8, activation scale 8 / 127, CUDA only; INT4 = weight-only
- * INT4 matrices, as INT8); the CPU holds fp32. An unknown shape is KILN_ERR_INVALID_ARGUMENT listing the known. */
+ * INT4 matrices, as INT8; FP8 = E4M3 matrices with activations rounded to E4M3 per token row, as INT8);
+ * the CPU holds fp32. An unknown shape is KILN_ERR_INVALID_ARGUMENT listing the known. */
 kiln_status kiln_llm_open_random(const char *shape, kiln_precision precision, uint64_t seed,
                                  const kiln_llm_options *opts, kiln_llm **out);
 

@@ -199,11 +199,13 @@ static kiln_status run_all(kiln_llm *llm, kiln_bench_llm_doc *d) {
              strcmp(bc->target, "cuda") ? (d->weights == KILN_PRECISION_INT8   ? "fp32, int8 weights (CPU)"
                                            : d->weights == KILN_PRECISION_W8A8 ? "fp32, w8a8 products (CPU)"
                                            : d->weights == KILN_PRECISION_INT4 ? "fp32, int4 weights (CPU)"
+                                           : d->weights == KILN_PRECISION_FP8  ? "fp32, fp8 matrices (CPU)"
                                                                                : "fp32 (CPU)")
              : d->weights == KILN_PRECISION_BF16 ? "bf16 (CUDA)"
              : d->weights == KILN_PRECISION_INT8 ? "fp16/bf16, int8 weights (CUDA)"
              : d->weights == KILN_PRECISION_W8A8 ? "fp16/bf16, w8a8 (CUDA)"
-             : d->weights == KILN_PRECISION_INT4 ? "fp16/bf16, int4 weights (CUDA)" : "fp16 (CUDA)");
+             : d->weights == KILN_PRECISION_INT4 ? "fp16/bf16, int4 weights (CUDA)"
+             : d->weights == KILN_PRECISION_FP8  ? "fp16/bf16, fp8 (CUDA)" : "fp16 (CUDA)");
     d->nrows = 0;
     d->saturated = bc->concurrency > 0;
     int cap = bc->requests > bc->warmup ? bc->requests : bc->warmup;

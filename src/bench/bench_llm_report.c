@@ -11,12 +11,11 @@
 #include <string.h>
 
 /* The bytes one decode step streams at least: every weight once, in the precision the forward reads
- * (an INT8 engine's matrices, nearly all its weights, at one byte; an INT4 engine's at half a byte
- * plus 8 bytes of scale and zero point per group of 128). */
+ * (an INT8, W8A8 or FP8 engine's matrices, nearly all its weights, at one byte; an INT4 engine's at half
+ * a byte plus 8 bytes of scale and zero point per group of 128). */
 static double step_bytes(const kiln_bench_llm_doc *d) {
-    double per = strstr(d->compute, "int8")   ? 1
-                 : strstr(d->compute, "int4") ? 0.5 + 8.0 / 128
-                 : strstr(d->compute, "CPU")  ? 4 : 2;
+    const bool one_byte = strstr(d->compute, "int8") || strstr(d->compute, "w8a8") || strstr(d->compute, "fp8");
+    double per = one_byte ? 1 : strstr(d->compute, "int4") ? 0.5 + 8.0 / 128 : strstr(d->compute, "CPU") ? 4 : 2;
     return (double)d->n_params * per;
 }
 

@@ -154,10 +154,10 @@ kiln_status kiln_engine_check_image(const uint8_t *d, size_t size, uint32_t kind
     uint32_t precision = kiln_le32(d + KILN_EH_PRECISION);
     uint32_t got_kind = kiln_le32(d + KILN_EH_KIND);
     if (got_kind > KILN_ENGINE_KIND_LLM) return corrupt("engine kind %u is unknown", got_kind);
-    /* int8, w8a8, int4: an LLM engine's INT8 matrices (weight-only, or with INT8 activations) or weight-only
-     * INT4 matrices */
+    /* int8, w8a8, int4, fp8: an LLM engine's INT8 matrices (weight-only, or with INT8 activations),
+     * weight-only INT4 matrices or FP8 matrices */
     const bool llm_quantized = precision == KILN_PRECISION_INT8 || precision == KILN_PRECISION_W8A8 ||
-                               precision == KILN_PRECISION_INT4;
+                               precision == KILN_PRECISION_INT4 || precision == KILN_PRECISION_FP8;
     if (precision > KILN_PRECISION_BF16 && !(llm_quantized && got_kind == KILN_ENGINE_KIND_LLM))
         return corrupt("precision %u is unknown", precision);
     meta->precision = (kiln_precision)precision;

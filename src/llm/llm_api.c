@@ -199,20 +199,23 @@ kiln_status kiln_llm_open_random(const char *shape, kiln_precision precision, ui
     kiln_llm_shape sh;
     KILN_TRY(kiln_llm_shape_find(shape ? shape : "(null)", &sh));
     if (precision != KILN_PRECISION_FP32 && precision != KILN_PRECISION_FP16 && precision != KILN_PRECISION_BF16 &&
-        precision != KILN_PRECISION_INT8 && precision != KILN_PRECISION_W8A8 && precision != KILN_PRECISION_INT4)
+        precision != KILN_PRECISION_INT8 && precision != KILN_PRECISION_W8A8 && precision != KILN_PRECISION_INT4 &&
+        precision != KILN_PRECISION_FP8)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_llm_open_random: precision must be fp32, fp16, bf16, int8, "
-                          "w8a8 or int4");
+                          "w8a8, int4 or fp8");
     const kiln_llm_options none = {0}, *o = opts ? opts : &none;
     kiln_llm *llm;
     KILN_TRY(new_llm(o, &llm));
     llm->cfg = sh.cfg;
     const bool usual = precision == KILN_PRECISION_FP32 || precision == KILN_PRECISION_INT8 ||
-                       precision == KILN_PRECISION_W8A8 || precision == KILN_PRECISION_INT4;
+                       precision == KILN_PRECISION_W8A8 || precision == KILN_PRECISION_INT4 ||
+                       precision == KILN_PRECISION_FP8;
     const bool bf16 = precision == KILN_PRECISION_BF16 || (usual && sh.dtype == KILN_BF16);
     llm_runner_options ro = runner_options(o, &llm->cfg, bf16);
     ro.random_int8 = precision == KILN_PRECISION_INT8;
     ro.random_w8a8 = precision == KILN_PRECISION_W8A8;
     ro.random_int4 = precision == KILN_PRECISION_INT4;
+    ro.random_fp8 = precision == KILN_PRECISION_FP8;
     float *kv_scales = NULL; /* random weights have no tokenizer: a calibration text is refused */
     kiln_status st = ro.kv_fp8 ? kiln_llm_kv_fp8_scales(NULL, NULL, o->kv_calib_text, &kv_scales) : KILN_OK;
     if (st == KILN_OK) st = llm_runner_create_random(&sh.cfg, seed, &ro, llm->target, sizeof llm->target, &llm->runner);

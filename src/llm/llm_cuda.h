@@ -52,6 +52,8 @@ typedef struct kiln_llm_cuda_options {
                        * weight-only INT8, random int8 values with row scales, as --weights int8 lays them out */
     bool random_w8a8; /* the same, and the layers' matrices W8A8 (activation scale 8 / 127) */
     bool random_int4; /* the same, weight-only INT4 (random nibbles, group scales and zero points) */
+    bool random_fp8;  /* the same, FP8: random E4M3 codes with row scales (--weights fp8, dynamic
+                       * activation scales) */
 } kiln_llm_cuda_options;
 
 /* The stages of a profiled step (kiln_llm_cuda_probe.stage_ms): the four weight products of the

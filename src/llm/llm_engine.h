@@ -28,12 +28,18 @@ typedef struct kiln_llm_build_options {
      * nearest. */
     bool weights_int4;
     const char *calib_text; /* INT4's calibration text file, or NULL */
+    /* FP8 (header precision fp8): every matrix stored as E4M3 codes with one fp32 scale per output row
+     * (tensor NAME then NAME.scale), the skips as for INT8; the products round their activations to
+     * E4M3, with one static scale per matrix calibrated on fp8_calib_text (a NAME.act_scale tensor
+     * after NAME.scale) or, when it is NULL, a dynamic one per token row. */
+    bool weights_fp8;
+    const char *fp8_calib_text;
     const char *build_options; /* the flags as text, recorded in the header ("" when NULL) */
 } kiln_llm_build_options;
 
-/* The name suffix of an INT8 matrix's scales tensor. */
+/* The name suffix of an INT8 or FP8 matrix's scales tensor. */
 #define KILN_LLM_SCALE_SUFFIX ".scale"
-/* The name suffix of a W8A8 matrix's activation scale tensor. */
+/* The name suffix of a W8A8 or calibrated FP8 matrix's static activation scale tensor ([1], fp32). */
 #define KILN_LLM_ACT_SCALE_SUFFIX ".act_scale"
 /* The name suffix of an INT4 matrix's zero points tensor. */
 #define KILN_LLM_ZERO_SUFFIX ".zero"

@@ -2,10 +2,11 @@
  * section checks shared with ONNX engines (kiln_engine_check_image), then the llm config, the
  * tokenizer section's two files and the tensor table, each tensor checked against the name and shape
  * the config implies. An fp32 engine's weights stay in the mapping, and so do an INT8 engine's (its
- * int8 matrices and their scales, and its fp32 vectors), and an INT4 engine's (packed matrices, scales,
- * zero points); fp16 / bf16 ones are converted; for a device, the matrices stay in the mapping
- * (llm_deferred.h), an INT8 (INT4) engine's quantized ones as kiln_llm_q8 views. A W8A8 engine is an
- * INT8 one whose layer matrices are int8, each with an activation scale record. */
+ * int8 matrices and their scales, and its fp32 vectors), an INT4 engine's (packed matrices, scales,
+ * zero points) and an FP8 engine's (E4M3 codes, scales, any static activation scales); fp16 / bf16 ones
+ * are converted; for a device, the matrices stay in the mapping (llm_deferred.h), an INT8 (INT4, FP8)
+ * engine's quantized ones as kiln_llm_q8 views. A W8A8 engine is an INT8 one whose layer matrices are
+ * int8, each with an activation scale record. */
 #include "llm/llm_engine_internal.h"
 
 #include "core/file.h"
@@ -40,9 +41,10 @@ typedef struct image {
     kiln_llm_model *m;          /* cfg and layers; the arrays only once loaded */
     kiln_llm_weight *w;         /* [n_weights]: the config's weights, in table order */
     int n_weights;
-    uint64_t *offsets;          /* [n_weights] inside the weights section (an INT8 matrix's values) */
-    uint64_t *scale_offsets;    /* [n_weights] an INT8 or INT4 matrix's scales; NO_SCALES for the others */
-    uint64_t *act_offsets;      /* [n_weights] a W8A8 matrix's activation scale; NO_SCALES for the others */
+    uint64_t *offsets;          /* [n_weights] inside the weights section (a quantized matrix's values) */
+    uint64_t *scale_offsets;    /* [n_weights] an INT8, INT4 or FP8 matrix's scales; NO_SCALES for the others */
+    uint64_t *act_offsets;      /* [n_weights] a W8A8 or FP8 matrix's static activation scale; NO_SCALES when
+                                   none */
     uint64_t *zero_offsets;     /* [n_weights] an INT4 matrix's zero points (with its scales) */
 } image;
 
@@ -68,8 +70,8 @@ static kiln_status read_tokenizer_section(image *im, kiln_llm_engine_info *info)
 }
 
 /* Reads and checks tensor record i against the weight the config needs there (w): of dtype want, or
- * also alt unless it is KILN_UNDEFINED (an INT8 engine's KILN_I8 matrix, an INT4 one's KILN_U4, whose
- * bytes are its packed rows'). */
+ * also alt unless it is KILN_UNDEFINED (an INT8 engine's KILN_I8 matrix, an FP8 one's KILN_F8E4M3FN, an
+ * INT4 one's KILN_U4, whose bytes are its packed rows'). */
 static kiln_status read_tensor(const uint8_t *p, uint64_t n, uint64_t *pos, int i, const kiln_llm_weight *w,
                                kiln_dtype want, kiln_dtype alt, uint64_t weights_size, kiln_llm_engine_tensor *t,
                                uint64_t *offset) {
@@ -147,7 +149,7 @@ static kiln_status read_scales(const uint8_t *p, uint64_t n, uint64_t *pos, int 
 /* Whether w is a layer's matrix (qkv, o, up, down): in a W8A8 engine it is int8, with an activation scale. */
 static bool layer_matrix(const kiln_llm_weight *w) { return w->ndim == 2 && !strncmp(w->name, "layers.", 7); }
 
-/* The activation scale record that follows W8A8 matrix w's scales: "NAME.act_scale", fp32, [1]. */
+/* The activation scale record that follows W8A8 or FP8 matrix w's scales: "NAME.act_scale", fp32, [1]. */
 static kiln_status read_act_scale(const uint8_t *p, uint64_t n, uint64_t *pos, int rec, const kiln_llm_weight *w,
                                   uint64_t weights_size, kiln_llm_engine_tensor *t, uint64_t *offset) {
     kiln_llm_weight aw = {.ndim = 1, .dims = {1, 0}};
@@ -156,17 +158,25 @@ static kiln_status read_act_scale(const uint8_t *p, uint64_t n, uint64_t *pos, i
     return read_tensor(p, n, pos, rec, &aw, KILN_F32, KILN_UNDEFINED, weights_size, t, offset);
 }
 
+/* Whether the record at pos is named w's name + suffix (without reading past n). */
+static bool next_named(const uint8_t *p, uint64_t n, uint64_t pos, const kiln_llm_weight *w, const char *suffix) {
+    const size_t a = strlen(w->name), b = strlen(suffix);
+    if (n - pos < 4 || kiln_le32(p + pos) != a + b || n - pos - 4 < a + b) return false;
+    return !memcmp(p + pos + 4, w->name, a) && !memcmp(p + pos + 4 + a, suffix, b);
+}
+
 /* The tensor table: exactly the weights the config implies, in their order; in an INT8 engine each
  * matrix may be int8 followed by its scales record, in an INT4 one packed u4 followed by its scales
  * and zero points; in a W8A8 engine each layer matrix is int8, with its scales and then its activation
- * scale record. */
+ * scale record; in an FP8 one E4M3 followed by its scales and perhaps its activation scale. */
 static kiln_status read_tensor_section(image *im, kiln_llm_engine_info *info) {
     const uint8_t *p = im->map->data + im->sec[2].offset;
     uint64_t n = im->sec[2].bytes, pos = 4;
     const bool w8a8 = info->meta.precision == KILN_PRECISION_W8A8;
     const bool int4 = info->meta.precision == KILN_PRECISION_INT4;
-    const bool int8 = info->meta.precision == KILN_PRECISION_INT8 || w8a8 || int4; /* quantized matrices */
-    const uint32_t per = int4 || w8a8 ? 3u : 2u; /* the most records of a quantized matrix */
+    const bool fp8 = info->meta.precision == KILN_PRECISION_FP8;
+    const bool int8 = info->meta.precision == KILN_PRECISION_INT8 || w8a8 || int4 || fp8; /* quantized matrices */
+    const uint32_t per = int4 || w8a8 || fp8 ? 3u : 2u; /* the most records of a quantized matrix */
     kiln_dtype want = info->meta.precision == KILN_PRECISION_FP16 ? KILN_F16
                       : info->meta.precision == KILN_PRECISION_BF16 ? KILN_BF16 : KILN_F32;
     const int expected = kiln_llm_weights_list(im->m, NULL);
@@ -193,7 +203,7 @@ static kiln_status read_tensor_section(image *im, kiln_llm_engine_info *info) {
     for (int i = 0; i < expected; i++) {
         const kiln_llm_weight *w = &im->w[i];
         if ((uint32_t)rec == records) return corrupt("%u tensors, the model's config needs more", records);
-        const kiln_dtype alt = !int8 || !w->q8 ? KILN_UNDEFINED : int4 ? KILN_U4 : KILN_I8;
+        const kiln_dtype alt = !int8 || !w->q8 ? KILN_UNDEFINED : int4 ? KILN_U4 : fp8 ? KILN_F8E4M3FN : KILN_I8;
         KILN_TRY(read_tensor(p, n, &pos, rec, w, want, alt, im->sec[3].bytes, &info->tensors[rec], &im->offsets[i]));
         const kiln_dtype got = info->tensors[rec].dtype;
         info->weight_bytes += got == KILN_U4 ? (uint64_t)(w->dims[0] * kiln_q4_row_bytes(w->dims[1]))
@@ -202,7 +212,7 @@ static kiln_status read_tensor_section(image *im, kiln_llm_engine_info *info) {
         if (w8a8 && layer_matrix(w) && got != KILN_I8)
             return corrupt("tensor '%s' has dtype %s, a w8a8 engine's layer matrices are i8", w->name, kiln_dtype_name(got));
         rec++;
-        if (got == KILN_I8 || got == KILN_U4) {
+        if (got == KILN_I8 || got == KILN_U4 || got == KILN_F8E4M3FN) {
             const uint64_t per_row = got == KILN_U4 ? (uint64_t)kiln_q4_groups(w->dims[1]) : 1;
             if ((uint32_t)rec + (got == KILN_U4) >= records)
                 return corrupt("%u tensors: the scales%s of '%s' are missing", records, got == KILN_U4 ? " or zero points" : "",
@@ -217,7 +227,8 @@ static kiln_status read_tensor_section(image *im, kiln_llm_engine_info *info) {
                 rec++;
                 info->weight_bytes += (uint64_t)w->dims[0] * per_row * sizeof(float);
             }
-            if (w8a8 && layer_matrix(w)) {
+            if ((w8a8 && layer_matrix(w)) ||
+                (fp8 && (uint32_t)rec < records && next_named(p, n, pos, w, KILN_LLM_ACT_SCALE_SUFFIX))) {
                 if ((uint32_t)rec == records)
                     return corrupt("%u tensors: the activation scale of '%s' is missing", records, w->name);
                 KILN_TRY(read_act_scale(p, n, &pos, rec, w, im->sec[3].bytes, &info->tensors[rec], &im->act_offsets[i]));
@@ -251,9 +262,12 @@ static kiln_status check_image(const char *what, image *im, kiln_llm_engine_info
     return read_tensor_section(im, info);
 }
 
-/* The stored dtype of weight i (the engine's precision but for an INT8 or INT4 engine's matrices). */
+/* The stored dtype of weight i (the engine's precision but for an INT8, INT4 or FP8 engine's matrices). */
 static kiln_dtype dtype_of(const image *im, const kiln_llm_engine_info *info, int i) {
-    if (im->scale_offsets[i] != NO_SCALES) return info->meta.precision == KILN_PRECISION_INT4 ? KILN_U4 : KILN_I8;
+    if (im->scale_offsets[i] != NO_SCALES)
+        return info->meta.precision == KILN_PRECISION_INT4  ? KILN_U4
+               : info->meta.precision == KILN_PRECISION_FP8 ? KILN_F8E4M3FN
+                                                            : KILN_I8;
     return info->meta.precision == KILN_PRECISION_FP16 ? KILN_F16
            : info->meta.precision == KILN_PRECISION_BF16 ? KILN_BF16 : KILN_F32;
 }
@@ -266,7 +280,7 @@ static kiln_status defer_matrices(image *im, const kiln_llm_engine_info *info) {
     KILN_TRY(s);
     for (int i = 0; i < im->n_weights; i++) {
         const kiln_llm_weight *w = &im->w[i];
-        if (w->ndim != 2 || im->scale_offsets[i] != NO_SCALES) continue; /* INT8 / INT4: viewed in place */
+        if (w->ndim != 2 || im->scale_offsets[i] != NO_SCALES) continue; /* INT8 / INT4 / FP8: viewed in place */
         const kiln_dtype dt = dtype_of(im, info, i);
         const kiln_st_tensor t = {.name = w->name, .dtype = dt, .ndim = 2, .dims = {w->dims[0], w->dims[1]},
                                   .data = base + im->offsets[i],
@@ -286,10 +300,11 @@ static kiln_status fill_weights(image *im, const kiln_llm_engine_info *info, boo
         const kiln_llm_weight *w = &im->w[i];
         size_t numel = (size_t)w->dims[0] * (size_t)(w->ndim == 2 ? w->dims[1] : 1);
         const uint8_t *src = base + im->offsets[i];
-        if (im->scale_offsets[i] != NO_SCALES) { /* INT8 / INT4, in place: 64-byte aligned */
+        if (im->scale_offsets[i] != NO_SCALES) { /* INT8 / INT4 / FP8, in place: 64-byte aligned */
             w->q8->q = (const int8_t *)src;
             w->q8->scale = (const float *)(const void *)(base + im->scale_offsets[i]);
             w->q8->zero = dtype_of(im, info, i) == KILN_U4 ? (const float *)(const void *)(base + im->zero_offsets[i]) : NULL;
+            w->q8->fp8 = info->meta.precision == KILN_PRECISION_FP8;
             *w->slot = NULL;
             if (im->act_offsets[i] == NO_SCALES) continue;
             float act;
@@ -317,7 +332,8 @@ static kiln_status fill_weights(image *im, const kiln_llm_engine_info *info, boo
         im->m->q8_lm_head = im->m->q8_tok_emb;
     }
     if (!device && (info->meta.precision == KILN_PRECISION_FP32 || info->meta.precision == KILN_PRECISION_INT8 ||
-                    info->meta.precision == KILN_PRECISION_W8A8 || info->meta.precision == KILN_PRECISION_INT4)) {
+                    info->meta.precision == KILN_PRECISION_W8A8 || info->meta.precision == KILN_PRECISION_INT4 ||
+                    info->meta.precision == KILN_PRECISION_FP8)) {
         im->m->mapping = im->map; /* the model keeps the mapping alive */
         im->map = NULL;
     }

@@ -1,9 +1,9 @@
 /* llm_engine_write.c — kiln_llm_engine_build: reads a checkpoint as kiln_llm_model_load_hf does (FP32,
  * the forward's layout), converts every weight array to the engine's precision (or, with
- * weights_int8, quantizes the matrices to INT8 with per-row scales, or with weights_int4 to INT4 in
- * groups, after AWQ-style scaling when given a calibration text, and keeps the rest fp32; with w8a8,
- * first smooths and calibrates the model, llm_smoothquant.h, and adds each layer matrix's activation
- * scale), and
+ * weights_int8 / weights_fp8, quantizes the matrices to INT8 / E4M3 with per-row scales, FP8 ones with
+ * activation scales calibrated on a text when one is given, or with weights_int4 to INT4 in groups,
+ * after AWQ-style scaling when given a calibration text, and keeps the rest fp32; with w8a8, first
+ * smooths and calibrates the model, llm_smoothquant.h, and adds each layer matrix's activation scale), and
  * writes the llm config, tokenizer, llm tensors and weights sections (docs/engine-format.md, "LLM
  * engines"). */
 #include "llm/llm_engine_internal.h"
@@ -15,6 +15,8 @@
 #include "hf/checkpoint.h"
 #include "core/log.h"
 #include "llm/llm_awq.h"
+#include "llm/llm_fp8_calib.h"
+#include "llm/llm_gemv_fp8.h"
 #include "llm/llm_gemv_q4.h"
 #include "llm/llm_gemv_q8.h"
 #include "llm/llm_smoothquant.h"
@@ -66,8 +68,9 @@ static void put_u64(kiln_strbuf *b, uint64_t v) {
 }
 
 /* What the build assembles before writing: the records of the tensor table (an INT8 matrix is two:
- * its int8 values and its scales; an INT4 one three: packed values, scales, zero points) and their
- * data. */
+ * its int8 values and its scales, a W8A8 one those and its activation scale; an INT4 one three: packed
+ * values, scales, zero points; an FP8 one its codes, its scales and perhaps its activation scale) and
+ * their data. */
 typedef struct build {
     kiln_llm_model *m;
     kiln_llm_weight *w;
@@ -81,13 +84,14 @@ typedef struct build {
     size_t *bytes;
     uint64_t *offsets;
     uint64_t weights_size;
+    float *act_amax;     /* --weights fp8 --calib-text: the calibrated maxima (llm_fp8_calib.h), else NULL */
     kiln_strbuf config, tokenizer, table;
 } build;
 
-/* Whether weight w is stored quantized: with --weights int8 or int4, every matrix but pos_emb and those
- * skipped (a tied lm_head is the embedding: skipping either keeps it fp32). */
+/* Whether weight w is stored quantized: with --weights int8, w8a8, int4 or fp8, every matrix but pos_emb
+ * and those skipped (a tied lm_head is the embedding: skipping either keeps it fp32). */
 static bool quantized(const build *b, const kiln_llm_weight *w) {
-    if (!b->o || !(b->o->weights_int8 || b->o->w8a8 || b->o->weights_int4) || w->ndim != 2 ||
+    if (!b->o || !(b->o->weights_int8 || b->o->w8a8 || b->o->weights_int4 || b->o->weights_fp8) || w->ndim != 2 ||
         !strcmp(w->name, "pos_emb"))
         return false;
     const bool tied = b->m->cfg.tied_embeddings;
@@ -135,25 +139,41 @@ static const float *act_scale_of(const build *b, const kiln_llm_weight *w) {
     return NULL;
 }
 
-/* Weight w as its INT8 values and scales (two records), and a W8A8 layer matrix's activation scale. */
+/* Whether weight w has an activation scale record: a W8A8 layer matrix (b->act_scales) or an FP8 matrix
+ * calibrated on a text (b->act_amax). */
+static bool has_act_scale(const build *b, const kiln_llm_weight *w) {
+    float unused;
+    return act_scale_of(b, w) ||
+           (b->act_amax && kiln_llm_fp8_act_scale_of(&b->m->cfg, b->act_amax, w->name, &unused));
+}
+
+/* Weight w as its INT8 values (or FP8 codes) and scales (two records), then its activation scale when it
+ * has one (has_act_scale). */
 static kiln_status add_quantized(build *b, kiln_llm_engine_info *info, const kiln_llm_weight *w) {
     const size_t numel = (size_t)w->dims[0] * (size_t)w->dims[1];
-    int8_t *q = malloc(numel);
+    const bool fp8 = b->o->weights_fp8;
+    void *q = malloc(numel);
     float *scale = malloc((size_t)w->dims[0] * sizeof *scale);
-    if (!q || !scale) {
+    float act_scale = 0;
+    const bool has_act = fp8 && b->act_amax && kiln_llm_fp8_act_scale_of(&b->m->cfg, b->act_amax, w->name, &act_scale);
+    float *act = has_act ? malloc(sizeof *act) : NULL;
+    if (!q || !scale || (has_act && !act)) {
         free(q);
         free(scale);
+        free(act);
         return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory quantizing '%s'", w->name);
     }
-    kiln_llm_quantize_rows(*w->slot, w->dims[0], w->dims[1], q, scale);
-    add_record(b, info, w->name, KILN_I8, 2, w->dims, q, q);
+    if (fp8) kiln_llm_quantize_rows_fp8(*w->slot, w->dims[0], w->dims[1], q, scale);
+    else kiln_llm_quantize_rows(*w->slot, w->dims[0], w->dims[1], q, scale);
+    add_record(b, info, w->name, fp8 ? KILN_F8E4M3FN : KILN_I8, 2, w->dims, q, q);
     char name[64];
     snprintf(name, sizeof name, "%s%s", w->name, KILN_LLM_SCALE_SUFFIX);
     add_record(b, info, name, KILN_F32, 1, w->dims, scale, scale);
-    const float *act = act_scale_of(b, w);
-    if (act) {
+    const float *w8a8_act = act_scale_of(b, w);
+    if (act || w8a8_act) {
+        if (act) *act = act_scale;
         snprintf(name, sizeof name, "%s%s", w->name, KILN_LLM_ACT_SCALE_SUFFIX);
-        add_record(b, info, name, KILN_F32, 1, (const int64_t[1]){1}, act, NULL);
+        add_record(b, info, name, KILN_F32, 1, (const int64_t[1]){1}, act ? act : w8a8_act, act);
     }
     return KILN_OK;
 }
@@ -196,7 +216,7 @@ static kiln_status lay_out_weights(build *b, kiln_llm_engine_info *info) {
     int n_rec = 0;
     for (int i = 0; i < b->n; i++) {
         if (!quantized(b, &b->w[i])) n_rec++;
-        else n_rec += b->o->weights_int4 ? 3 : 2 + (act_scale_of(b, &b->w[i]) != NULL);
+        else n_rec += b->o->weights_int4 ? 3 : 2 + has_act_scale(b, &b->w[i]);
     }
     put_u32(&b->table, (uint32_t)n_rec);
     for (int i = 0; i < b->n; i++) {
@@ -263,11 +283,13 @@ static kiln_status build_engine(build *b, const char *dir, const kiln_llm_build_
     if (o && o->w8a8) p = KILN_PRECISION_W8A8; /* int8 matrices and activation scales, the rest fp32 */
     else if (o && o->weights_int8) p = KILN_PRECISION_INT8; /* int8 matrices, the rest fp32 */
     else if (o && o->weights_int4) p = KILN_PRECISION_INT4; /* int4 matrices, the rest fp32 */
+    else if (o && o->weights_fp8) p = KILN_PRECISION_FP8; /* E4M3 matrices, the rest fp32 */
     else if (o && o->precision >= 0) p = (kiln_precision)o->precision;
     else KILN_TRY(checkpoint_precision(dir, &p));
     b->o = o;
     b->dtype = p == KILN_PRECISION_FP16 ? KILN_F16 : p == KILN_PRECISION_BF16 ? KILN_BF16 : KILN_F32;
     KILN_TRY(kiln_llm_model_load_hf(dir, &b->m));
+    if (o && o->weights_fp8 && o->fp8_calib_text) KILN_TRY(kiln_llm_fp8_calibrate(b->m, dir, o->fp8_calib_text, &b->act_amax));
     info->cfg = b->m->cfg;
     KILN_TRY(kiln_llm_read_generation_eos(dir, info->gen_eos, &info->n_gen_eos));
     char tj[4096];
@@ -315,6 +337,7 @@ kiln_status kiln_llm_engine_build(const char *dir, const kiln_llm_build_options 
     free(b.bytes);
     free(b.offsets);
     free(b.act_scales);
+    free(b.act_amax);
     kiln_strbuf_free(&b.config);
     kiln_strbuf_free(&b.tokenizer);
     kiln_strbuf_free(&b.table);

@@ -20,6 +20,8 @@ typedef enum kiln_llm_wformat {
     KILN_LLM_W_W8A8, /* KILN_LLM_W_INT8's weights, x quantized to int8 with act_scale too (llm_gemm_w8a8.h) */
     KILN_LLM_W_INT4, /* packed unsigned 4-bit [out, in] in groups of 128 along in, scale and zero per (row,
                         group): W[o, k] ~ (w[o, k] - zero[o, g]) * scale[o, g] (llm_gemv_q4.h) */
+    KILN_LLM_W_FP8,  /* E4M3 codes [out, in] and one fp32 scale per output row, the activations rounded to E4M3
+                        too (llm_gemv_fp8.h): W[o, k] ~ e4m3(w[o, k]) * scale[o] */
 } kiln_llm_wformat;
 
 /* The arguments of every CPU LLM matrix product, whatever its weights' format (this product's and
@@ -35,9 +37,11 @@ typedef struct kiln_llm_gemv_args {
     bool accumulate; /* y += x W^T + bias instead of y = x W^T + bias */
     bool gelu;       /* then y = GELU(tanh)(y), as kiln_llm_gelu_tanh; only without accumulate */
     kiln_llm_wformat format; /* KILN_LLM_W_F32 when left zero */
-    const float *scale;      /* KILN_LLM_W_INT8, KILN_LLM_W_W8A8: [out] row scales; KILN_LLM_W_INT4: [out, groups];
-                                else unused */
-    float act_scale;         /* KILN_LLM_W_W8A8: x ~ int8(x / act_scale) * act_scale; else unused */
+    const float *scale;      /* KILN_LLM_W_INT8, KILN_LLM_W_W8A8, KILN_LLM_W_FP8: [out] row scales;
+                                KILN_LLM_W_INT4: [out, groups]; else unused */
+    float act_scale;         /* the activations' static per-tensor scale. KILN_LLM_W_W8A8 (> 0):
+                                x ~ int8(x / act_scale) * act_scale; KILN_LLM_W_FP8: x ~ e4m3(x / act_scale) *
+                                act_scale, or 0: one dynamic scale per token row; else unused */
     const float *zero;       /* KILN_LLM_W_INT4: [out, groups] zero points; else unused */
 } kiln_llm_gemv_args;
 

@@ -20,13 +20,18 @@ typedef struct kiln_llm_layer {
 } kiln_llm_layer;
 
 /* A weight-only INT8 matrix [out, in]: w[o, k] ~ q[o, k] * scale[o] (symmetric, per output row); or,
- * with zero, an INT4 one in llm_gemv_q4.h's layout: w[o, k] ~ (q[o, k] - zero[o, g]) * scale[o, g]. */
+ * with zero, an INT4 one in llm_gemv_q4.h's layout: w[o, k] ~ (q[o, k] - zero[o, g]) * scale[o, g]; or,
+ * when fp8, an FP8 matrix: q holds E4M3 codes, w[o, k] ~ e4m3(q[o, k]) * scale[o], and the products'
+ * activations are rounded to E4M3 too (llm_gemv_fp8.h). */
 typedef struct kiln_llm_q8 {
     const int8_t *q;     /* [out, in] (INT4: the packed bytes), NULL when the matrix is not quantized */
     const float *scale;  /* [out]; INT4: [out, groups] */
-    float act_scale;     /* W8A8 (> 0): the input is quantized too, x ~ int8(x / act_scale) * act_scale; 0:
-                            weight-only */
-    const float *zero;   /* INT4: [out, groups] zero points; NULL for INT8 and W8A8 */
+    bool fp8;            /* q holds E4M3 codes */
+    float act_scale;     /* the product's static per-tensor activation scale. INT8 (not fp8, no zero): > 0 makes
+                            the matrix W8A8, the input quantized too, x ~ int8(x / act_scale) * act_scale; 0:
+                            weight-only. fp8: x ~ e4m3(x / act_scale) * act_scale, or 0: one scale per token
+                            row. INT4: 0 */
+    const float *zero;   /* INT4: [out, groups] zero points; NULL for INT8, W8A8 and FP8 */
 } kiln_llm_q8;
 
 /* Sees the input rows x [n, in] (row stride ldx) of every layer matrix product of the CPU forward
@@ -64,7 +69,18 @@ struct kiln_llm_model {
     const kiln_llm_act_observer *observer; /* W8A8 calibration's, or NULL */
     struct kiln_llm_probe *probe; /* while calibrating INT4 scales (llm_awq.h): what the CPU forward records
                                      the products' inputs into; NULL otherwise */
+    /* FP8 calibration (llm_fp8_calib.h): while set, the CPU forward raises each entry to the largest |x|
+     * entering one matrix product, KILN_LLM_ACT_SLOTS(cfg) of them (KILN_LLM_ACT_QKV ...); else NULL. */
+    float *act_amax;
 };
+
+/* The slots of kiln_llm_model.act_amax: four per layer l, then the lm_head's. */
+#define KILN_LLM_ACT_QKV(l) (4 * (l))
+#define KILN_LLM_ACT_O(l) (4 * (l) + 1)
+#define KILN_LLM_ACT_UP(l) (4 * (l) + 2)
+#define KILN_LLM_ACT_DOWN(l) (4 * (l) + 3)
+#define KILN_LLM_ACT_LM_HEAD(c) (4 * (c)->n_layer)
+#define KILN_LLM_ACT_SLOTS(c) (4 * (size_t)(c)->n_layer + 1)
 
 /* config.json's document into *out (`what` names the file in messages). Errors as
  * kiln_llm_config_load_hf says. */

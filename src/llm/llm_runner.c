@@ -88,9 +88,15 @@ static kiln_status cuda_options(const llm_runner_options *ro, kiln_llm_cuda_opti
     return KILN_OK;
 }
 
-/* Whether m's layer matrices are W8A8 (INT8 with activation scales). */
-static bool llm_w8a8(const kiln_llm_model *m) {
-    return m->q8 && m->cfg.n_layer > 0 && m->q8[0].qkv.act_scale > 0;
+/* How m's quantized matrices are stored, for the runner's description ("" when it has none); cpu: the
+ * CPU forward's words for W8A8 ones. */
+static const char *quantized_desc(const kiln_llm_model *m, bool cpu) {
+    const kiln_llm_q8 *q = m->q8 && m->cfg.n_layer > 0 ? &m->q8[0].qkv : &m->q8_tok_emb;
+    if (!q->q) return m->q8 ? ", weight-only INT8 matrices" : "";
+    if (q->fp8) return ", FP8 E4M3 matrices and activations";
+    if (q->zero) return ", weight-only INT4 matrices";
+    if (q->act_scale > 0) return cpu ? ", W8A8 layer matrices: int8 x int8 products" : ", W8A8 layer matrices";
+    return ", weight-only INT8 matrices";
 }
 
 kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options *ro, char *desc, size_t cap,
@@ -101,9 +107,8 @@ kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options 
     r->cfg = *kiln_llm_model_config(m);
     *out = r;
     if (strcmp(ro->target, "cuda")) {
-        if (llm_w8a8(m)) snprintf(desc, cap, "CPU forward (fp32, W8A8 layer matrices: int8 x int8 products)");
-        else if (!m->q8) snprintf(desc, cap, "CPU forward (fp32, OpenBLAS)");
-        else snprintf(desc, cap, "CPU forward (fp32, weight-only %s matrices)", m->q8[0].qkv.zero ? "INT4" : "INT8");
+        if (*quantized_desc(m, true)) snprintf(desc, cap, "CPU forward (fp32%s)", quantized_desc(m, true));
+        else snprintf(desc, cap, "CPU forward (fp32, OpenBLAS)");
         return take_kv_choice(r, ro, desc, cap);
     }
     KILN_TRY(take_kv_choice(r, ro, desc, cap));
@@ -113,11 +118,7 @@ kiln_status llm_runner_create(const kiln_llm_model *m, const llm_runner_options 
     r->dtype = ro->bf16 ? KILN_BF16 : KILN_F16;
     KILN_TRY(kiln_llm_cuda_create(m, r->dtype, &o, &r->g));
     snprintf(desc, cap, "CUDA forward (%s%s): %s; %s", r->dtype == KILN_BF16 ? "bf16" : "fp16",
-             llm_w8a8(m) ? ", W8A8 layer matrices"
-             : !m->q8 && !m->q8_tok_emb.q ? ""
-             : m->q8_tok_emb.zero || (m->q8 && m->q8[0].qkv.zero) ? ", weight-only INT4 matrices"
-                                                                  : ", weight-only INT8 matrices",
-             dev, kiln_llm_cuda_decode_path(r->g));
+             quantized_desc(m, false), dev, kiln_llm_cuda_decode_path(r->g));
     return make_sampler(r, &o, ro->draft_tokens, ro->host_sampler, desc, cap);
 }
 
@@ -128,11 +129,14 @@ kiln_status llm_runner_create_random(const kiln_llm_config *c, uint64_t seed, co
     r->cfg = *c;
     *out = r;
     if (strcmp(ro->target, "cuda")) {
-        if (ro->random_int8 || ro->random_w8a8 || ro->random_int4)
+        if (ro->random_int8 || ro->random_w8a8 || ro->random_int4 || ro->random_fp8)
             return kiln_error(KILN_ERR_UNSUPPORTED, "random %s weights are made on cuda only: on the CPU, build an "
                               "engine with --weights %s from a checkpoint",
-                              ro->random_w8a8 ? "W8A8" : ro->random_int4 ? "weight-only INT4" : "weight-only INT8",
-                              ro->random_w8a8 ? "w8a8" : ro->random_int4 ? "int4" : "int8");
+                              ro->random_w8a8  ? "W8A8"
+                              : ro->random_int4 ? "weight-only INT4"
+                              : ro->random_fp8  ? "FP8"
+                                                : "weight-only INT8",
+                              ro->random_w8a8 ? "w8a8" : ro->random_int4 ? "int4" : ro->random_fp8 ? "fp8" : "int8");
         KILN_TRY(kiln_llm_model_random(c, seed, &r->owned));
         r->m = r->owned;
         snprintf(desc, cap, "CPU forward (fp32, OpenBLAS), random weights");
@@ -146,10 +150,15 @@ kiln_status llm_runner_create_random(const kiln_llm_config *c, uint64_t seed, co
     o.random_int8 = ro->random_int8;
     o.random_w8a8 = ro->random_w8a8;
     o.random_int4 = ro->random_int4;
+    o.random_fp8 = ro->random_fp8;
     KILN_TRY(kiln_llm_cuda_create_random(c, r->dtype, &o, seed, &r->g));
     snprintf(desc, cap, "CUDA forward (%s), random %sweights made on the device: %s; %s",
              r->dtype == KILN_BF16 ? "bf16" : "fp16",
-             ro->random_w8a8 ? "W8A8 " : ro->random_int8 ? "weight-only INT8 " : ro->random_int4 ? "weight-only INT4 " : "",
+             ro->random_w8a8   ? "W8A8 "
+             : ro->random_int8 ? "weight-only INT8 "
+             : ro->random_int4 ? "weight-only INT4 "
+             : ro->random_fp8  ? "FP8 E4M3 (dynamic activation scales) "
+                               : "",
              dev, kiln_llm_cuda_decode_path(r->g));
     return make_sampler(r, &o, ro->draft_tokens, ro->host_sampler, desc, cap);
 }

@@ -30,6 +30,7 @@ typedef struct llm_runner_options {
                            per verified token, max_seqs * (1 + draft_tokens) rows (at most max_tokens) */
     bool random_w8a8;   /* cuda, random weights: W8A8 layer matrices (kiln_llm_cuda_options.random_w8a8) */
     bool random_int4;   /* cuda, random weights: weight-only INT4 matrices (kiln_llm_cuda_options.random_int4) */
+    bool random_fp8;    /* cuda, random weights: FP8 matrices (kiln_llm_cuda_options.random_fp8) */
 } llm_runner_options;
 
 /* The forward for ro->target: the CPU always; cuda through llm_cuda.h (the model uploaded in bf16 or

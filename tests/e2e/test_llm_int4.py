@@ -81,10 +81,10 @@ def test_int4_refusals(kiln, tmp_path, text_file):  # noqa: F811
     checkpoint(tmp_path / "ck", seed=13)
     ck, out = str(tmp_path / "ck"), str(tmp_path / "x.kiln")
     cases = [  # usage errors exit 2
-        (["--weights", "int5"], "or int4 (weight-only INT4), got 'int5'", 2),
+        (["--weights", "int5"], "or fp8 (FP8 E4M3), got 'int5'", 2),
         (["--weights", "int4", "--fp16"], "exclude each other", 2),
         (["--weights", "int8", "--weights", "int4"], "exclude each other", 2),
-        (["--calib-text", text_file], "only with --weights w8a8 or int4", 2),
+        (["--calib-text", text_file], "only with --weights w8a8, int4 or fp8", 2),
         (["--weights", "int4", "--calib-text", str(tmp_path / "missing.txt")], "missing.txt", 1),
     ]
     for args, want, code in cases:

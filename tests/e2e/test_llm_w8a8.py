@@ -83,7 +83,7 @@ def test_w8a8_engine_inspect_perplexity_and_agreement(kiln, files):
 
 @pytest.mark.parametrize("args,mentions", [
     (["--weights", "w8a8"], ["needs --calib-text", "calibrat"]),
-    (["--calib-text", "CALIB"], ["--calib-text", "only with --weights w8a8 or int4"]),
+    (["--calib-text", "CALIB"], ["--calib-text", "only with --weights w8a8, int4 or fp8"]),
     (["--weights", "int8", "--smooth-alpha", "0.5"], ["apply only with --weights w8a8"]),
     (["--weights", "w8a8", "--calib-text", "CALIB", "--smooth-alpha", "1.5"], ["--smooth-alpha", "[0, 1]"]),
     (["--weights", "w8a8", "--calib-text", "CALIB", "--smooth-alpha", "x"], ["--smooth-alpha"]),

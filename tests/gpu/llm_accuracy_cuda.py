@@ -4,7 +4,9 @@ from the CUDA forward with all_logits), and `kiln compare --llm` of the fp32 eng
 the 16-bit engines on cuda: first-token agreement at least 90 %. A weight-only INT8 engine (`--weights
 int8`: int8 matrices on the device, fp16 activations) and a weight-only INT4 one (`--weights int4
 --calib-text`: packed int4 matrices with group scales and zero points on the device) on cuda against the
-same engine on the CPU: perplexity within 1 %, first-token agreement at least 90 %. Prints the numbers. Exits 77
+same engine on the CPU: perplexity within 1 %, first-token agreement at least 90 %; the same for FP8
+engines (`--weights fp8`: E4M3 matrices and activations, with dynamic and with calibrated static
+activation scales), whose activation codes the GPU rounds exactly as the CPU does. Prints the numbers. Exits 77
 (skipped) when --target cuda is not available.
 
 usage: llm_accuracy_cuda.py KILN REPO_ROOT
@@ -64,27 +66,30 @@ def main():
             ok = int(first.group(1)) >= 0.9 * int(first.group(2))
             failures += not ok
             print(f"cuda {p} against cpu fp32:\n{out.strip()}\n{'ok' if ok else 'FAILED'}")
-        failures += check_quantized(binary, model, tmp, text, prompts, ppl, "int8")
-        failures += check_quantized(binary, model, tmp, text, prompts, ppl, "int4")
+        failures += check_quantized(binary, model, tmp, text, prompts, ppl, ("--weights", "int8"), "int8")
+        failures += check_quantized(binary, model, tmp, text, prompts, ppl,
+                                    ("--weights", "int4", "--calib-text", text), "int4")
+        failures += check_quantized(binary, model, tmp, text, prompts, ppl, ("--weights", "fp8"), "fp8")
+        failures += check_quantized(binary, model, tmp, text, prompts, ppl,
+                                    ("--weights", "fp8", "--calib-text", text), "fp8-calibrated")
     return 1 if failures else 0
 
 
-def check_quantized(binary, model, tmp, text, prompts, ppl, weights):
-    """The INT8 or INT4 (weights) engine on cuda against itself on the CPU; returns the number of failed
-    checks."""
-    engine = os.path.join(tmp, f"{weights}.kiln")
-    calib = ("--calib-text", text) if weights == "int4" else ()
-    kiln(binary, "build", "--hf", model, "-o", engine, "--weights", weights, *calib)
+def check_quantized(binary, model, tmp, text, prompts, ppl, flags, name):
+    """The quantized engine built with flags on cuda against itself on the CPU; returns the number of
+    failed checks."""
+    engine = os.path.join(tmp, f"{name}.kiln")
+    kiln(binary, "build", "--hf", model, "-o", engine, *flags)
     window = ("--text", text, "--ctx", 128, "--stride", 64)
     ref = ppl(kiln(binary, "perplexity", engine, *window))
     got = ppl(kiln(binary, "perplexity", engine, *window, "--target", "cuda"))
     ok = abs(got - ref) <= 0.01 * ref
-    print(f"{weights}: perplexity cpu {ref:.4f}, cuda {got:.4f} ({100 * (got - ref) / ref:+.3f} %) {'ok' if ok else 'FAILED'}")
+    print(f"{name}: perplexity cpu {ref:.4f}, cuda {got:.4f} ({100 * (got - ref) / ref:+.3f} %) {'ok' if ok else 'FAILED'}")
     out = kiln(binary, "compare", "--llm", engine, engine, "--prompts", prompts, "--max-tokens", 32,
                "--target-b", "cuda")
     first = re.search(r"first-token agreement: (\d+) / (\d+)", out)
     agree = int(first.group(1)) >= 0.9 * int(first.group(2))
-    print(f"{weights} cuda against {weights} cpu:\n{out.strip()}\n{'ok' if agree else 'FAILED'}")
+    print(f"{name} cuda against {name} cpu:\n{out.strip()}\n{'ok' if agree else 'FAILED'}")
     return (not ok) + (not agree)
 
 

@@ -21,7 +21,8 @@
  *  - llm.GemvFused: llm_op_gemv_fused.c.
  *  - llm.GemvQ8, llm.DequantQ8: the weight-only INT8 kernels (llm_op_quant.c).
  *  - llm.QuantizeAct, llm.GemvW8A8, llm.ImmaW8A8: the W8A8 kernels (llm_op_w8a8.c).
- *  - llm.GemvQ4, llm.DequantQ4: the weight-only INT4 kernels (llm_op_quant4.c). */
+ *  - llm.GemvQ4, llm.DequantQ4: the weight-only INT4 kernels (llm_op_quant4.c).
+ *  - llm.QuantFp8, llm.LinearFp8: the FP8 kernels (llm_op_fp8.c). */
 #include "llm_op_cases.h"
 #include "llm_test_util.h"
 
@@ -41,7 +42,8 @@
 static const char *const LLM_OPS[] = {"llm.PrefillAttention", "llm.DecodeAttention", "llm.RopeKvWrite", "llm.AddNorm",
                                       "llm.Gemv",             "llm.GemvFused",       "llm.Argmax",     "llm.Sample",
                                       "llm.GemvQ8",           "llm.DequantQ8",       "llm.QuantizeAct", "llm.GemvW8A8",
-                                      "llm.ImmaW8A8",         "llm.GemvQ4",          "llm.DequantQ4"};
+                                      "llm.ImmaW8A8",         "llm.GemvQ4",          "llm.DequantQ4",   "llm.QuantFp8",
+                                      "llm.LinearFp8"};
 
 bool llm_case_op(const char *op) {
     for (size_t i = 0; i < sizeof LLM_OPS / sizeof *LLM_OPS; i++)
@@ -605,6 +607,7 @@ void llm_case_run(const char *op, const char *params, kiln_precision p, uint64_t
     else if (!strcmp(op, "llm.QuantizeAct") || !strcmp(op, "llm.GemvW8A8") || !strcmp(op, "llm.ImmaW8A8"))
         ok = llm_w8a8_case(&run, op, &pr);
     else if (!strcmp(op, "llm.GemvQ4") || !strcmp(op, "llm.DequantQ4")) ok = llm_quant4_case(&run, op, &pr);
+    else if (!strcmp(op, "llm.QuantFp8") || !strcmp(op, "llm.LinearFp8")) ok = llm_fp8_case(&run, op, &pr);
     else ok = llm_fail(&run, "no LLM kernel case '%s'", op);
     for (int i = 0; i < pr.n && ok; i++)
         if (!pr.used[i]) ok = llm_fail(&run, "bad case: %s takes no parameter '%s'", op, pr.name[i]);

@@ -96,5 +96,7 @@ bool llm_quant_case(llm_run *run, const char *op, llm_params *pr);
 bool llm_w8a8_case(llm_run *run, const char *op, llm_params *pr);
 /* The weight-only INT4 kernels (llm_op_quant4.c): llm.GemvQ4, llm.DequantQ4. */
 bool llm_quant4_case(llm_run *run, const char *op, llm_params *pr);
+/* The FP8 kernels (llm_op_fp8.c): llm.QuantFp8, llm.LinearFp8. */
+bool llm_fp8_case(llm_run *run, const char *op, llm_params *pr);
 
 #endif

@@ -158,6 +158,12 @@
     {"llm.GemvQ4", "K=" #K " N=" #N " n=" #n " bias=1", NULL, 0, 0},                               \
     {"llm.GemvQ4", "K=" #K " N=" #N " n=" #n, NULL, 0, 0},                                         \
     {"llm.GemvQ4", "K=" #K " N=" #N " n=" #n " f32=1", NULL, 0, 0}
+/* The FP8 product at one shape: with a bias, 16-bit out; without; FP32 out (n <= 8: the GEMV, more
+ * rows: cuBLASLt's FP8 GEMM when K is a multiple of 16). */
+#define LLM_LINEAR_FP8(K, N, n)                                                                    \
+    {"llm.LinearFp8", "K=" #K " N=" #N " n=" #n " bias=1", NULL, 0, 0},                            \
+    {"llm.LinearFp8", "K=" #K " N=" #N " n=" #n, NULL, 0, 0},                                      \
+    {"llm.LinearFp8", "K=" #K " N=" #N " n=" #n " f32=1", NULL, 0, 0}
 /* RoPE + KV write of one head shape, rotated and not (GPT-2), and not rotated into an FP8 cache. */
 #define LLM_ROPE(hd, q, kv)                                                                        \
     {"llm.RopeKvWrite", "hd=" #hd " heads=" #q " kv=" #kv, NULL, 0, 0},                            \
@@ -1022,6 +1028,14 @@ const op_case kiln_op_cases[] = {
     LLM_GEMV_Q4(4096, 6144, 1), LLM_GEMV_Q4(14336, 4096, 3), LLM_GEMV_Q4(544, 33, 7),
     {"llm.DequantQ4", "rows=64 K=128", NULL, 0, 0}, {"llm.DequantQ4", "rows=7 K=13", NULL, 0, 0},
     {"llm.DequantQ4", "rows=300 K=4100", NULL, 0, 0},
+    /* FP8: the activations' rounding (codes and scales bit for bit), the GEMV (n <= 8; K not a
+     * multiple of 16: one code at a time), cuBLASLt's FP8 GEMM and its epilogue (n > 8) */
+    {"llm.QuantFp8", "K=64 n=1", NULL, 0, 0}, {"llm.QuantFp8", "K=4096 n=5", NULL, 0, 0},
+    {"llm.QuantFp8", "K=4096 n=3 static=1", NULL, 0, 0}, {"llm.QuantFp8", "K=13 n=2", NULL, 0, 0},
+    LLM_LINEAR_FP8(16, 1, 1), LLM_LINEAR_FP8(64, 5, 2), LLM_LINEAR_FP8(384, 1152, 1), LLM_LINEAR_FP8(1536, 384, 8),
+    LLM_LINEAR_FP8(4096, 6144, 1), LLM_LINEAR_FP8(14336, 4096, 3), LLM_LINEAR_FP8(40, 33, 7),
+    LLM_LINEAR_FP8(4096, 4096, 64), LLM_LINEAR_FP8(4096, 14336, 128), LLM_LINEAR_FP8(384, 8192, 33),
+    LLM_LINEAR_FP8(40, 33, 20),
     /* greedy argmax: ties to the lowest id, NaN never wins */
     {"llm.Argmax", "vocab=1", NULL, 0, 0}, {"llm.Argmax", "vocab=7", NULL, 0, 0}, {"llm.Argmax", "vocab=1000", NULL, 0, 0},
     {"llm.Argmax", "vocab=50257", NULL, 0, 0}, {"llm.Argmax", "vocab=128256", NULL, 0, 0},

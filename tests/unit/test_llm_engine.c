@@ -1,9 +1,11 @@
 /* test_llm_engine.c — LLM engines (src/llm/llm_engine*.c): a tiny GPT-2 and a tiny Llama checkpoint
- * written here are built into fp32, fp16, bf16, weight-only INT8, W8A8 and weight-only INT4 engines
+ * written here are built into fp32, fp16, bf16, weight-only INT8, W8A8, weight-only INT4 and FP8 engines
  * (SmoothQuant's smoothing leaves the fp32 model's logits unchanged; each W8A8 layer matrix carries a
- * positive activation scale, on the CPU and for a device); the fp32 engine gives logits
- * identical to the checkpoint's, the others within their rounding (INT8 ones hold each matrix as int8
- * + scales, INT4 ones packed u4 + group scales + zero points); the generation eos ids and the absence of a
+ * positive activation scale, on the CPU and for a device; FP8 with dynamic activation scales, and with
+ * static ones calibrated on a text through a tiny tokenizer); the fp32 engine gives logits
+ * identical to the checkpoint's, the others within their rounding (INT8 and FP8 ones hold each matrix as
+ * int8 or E4M3 + scales, INT4 ones packed u4 + group scales + zero points); the generation eos ids and the
+ * absence of a
  * tokenizer survive; ONNX and LLM readers refuse each other's engines; the in-memory reader agrees with
  * the file reader; and every truncation and every single-byte change of an engine file (with and
  * without recomputed checksums) and a config claiming 2^24 layers fail cleanly. With an
@@ -144,6 +146,17 @@ static void make_llama(const char *ck) {
                       "\"eos_token_id\":5}";
     snprintf(path, sizeof path, "%s/config.json", ck);
     write_file(path, cfg, strlen(cfg));
+}
+
+/* A tokenizer.json in ck whose 16 tokens are the letters a..p (ids 0..15), for calibration texts. */
+static void add_letter_tokenizer(const char *ck) {
+    char path[256], json[512];
+    int len = snprintf(json, sizeof json, "{\"model\": {\"type\": \"BPE\", \"merges\": [], \"vocab\": {");
+    for (int c = 0; c < 16; c++) len += snprintf(json + len, sizeof json - (size_t)len, "%s\"%c\": %d", c ? ", " : "", 'a' + c, c);
+    len += snprintf(json + len, sizeof json - (size_t)len, "}}, \"pre_tokenizer\": {\"type\": \"ByteLevel\", "
+                    "\"add_prefix_space\": false}, \"decoder\": {\"type\": \"ByteLevel\"}}");
+    snprintf(path, sizeof path, "%s/tokenizer.json", ck);
+    write_file(path, json, (size_t)len);
 }
 
 /* ---- logits ---- */
@@ -365,6 +378,43 @@ static void check_int4_engine(const char *ck, const char *engine, double tol, in
     kiln_llm_model_free(cpu);
 }
 
+/* FP8 engines of ck (calib: a calibration text, else dynamic activation scales): every matrix E4M3
+ * followed by its scales (and, calibrated, its positive activation scale but for an untied token
+ * embedding, which no product reads), the logits within tol of
+ * the checkpoint's; the CPU load and the device load view the same codes and scales. */
+static void check_fp8_engine(const char *ck, const char *calib, const char *engine, double tol, int n) {
+    kiln_llm_build_options o = {.precision = -1, .weights_fp8 = true, .fp8_calib_text = calib, .build_options = "test"};
+    check_built_logits(ck, &o, calib ? "fp8, static activation scales" : "fp8, dynamic activation scales", engine, tol, n);
+    kiln_llm_engine_info info;
+    CHECK(kiln_llm_engine_read_info(engine, &info) == KILN_OK);
+    CHECK(info.meta.precision == KILN_PRECISION_FP8);
+    int f8 = 0, acts = 0;
+    for (int i = 0; i < info.n_tensors; i++) {
+        const kiln_llm_engine_tensor *t = &info.tensors[i];
+        if (t->dtype != KILN_F8E4M3FN) continue;
+        f8++;
+        CHECK(i + 1 < info.n_tensors && strstr(info.tensors[i + 1].name, ".scale") &&
+              info.tensors[i + 1].dtype == KILN_F32 && info.tensors[i + 1].dims[0] == t->dims[0]);
+        const bool act = i + 2 < info.n_tensors && strstr(info.tensors[i + 2].name, ".act_scale");
+        const bool read = strcmp(t->name, "tok_emb") || info.cfg.tied_embeddings; /* a product reads it */
+        CHECK(act == (calib != NULL && read) && (!act || info.tensors[i + 2].dims[0] == 1));
+        acts += act;
+    }
+    CHECK(f8 > 0 && acts == (calib ? f8 - !info.cfg.tied_embeddings : 0));
+    kiln_llm_engine_info_free(&info);
+    kiln_llm_model *dev = NULL, *cpu = NULL;
+    CHECK(kiln_llm_engine_load_for_device(engine, NULL, &dev, NULL) == KILN_OK);
+    CHECK(kiln_llm_engine_load(engine, NULL, &cpu, NULL) == KILN_OK);
+    for (int l = 0; dev && cpu && dev->q8 && cpu->q8 && l < cpu->cfg.n_layer; l++) {
+        const kiln_llm_q8 *a = &dev->q8[l].down, *b = &cpu->q8[l].down;
+        CHECK(a->fp8 && b->fp8 && a->scale[0] == b->scale[0]);
+        CHECK(a->act_scale == b->act_scale && (a->act_scale > 0) == (calib != NULL));
+        CHECK(!memcmp(a->q, b->q, (size_t)cpu->cfg.d_model * (size_t)cpu->cfg.d_ff));
+    }
+    kiln_llm_model_free(dev);
+    kiln_llm_model_free(cpu);
+}
+
 /* ---- bad files ---- */
 
 static uint8_t *read_all(const char *path, size_t *size) {
@@ -490,13 +540,18 @@ static void test_kinds(const char *llm_engine) {
 int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "/tmp/kiln-test-llm-engine-XXXXXX");
     CHECK(mkdtemp(dir) != NULL);
-    char gpt2[128], llama[128], e32[128], e16[128], ebf[128], ell[128], e8[128], e8e[128], ell8[128], ew8[128],
-        elw8[128], e4[128], ell4[128];
+    char gpt2[128], llama[128], llamat[128], e32[128], e16[128], ebf[128], ell[128], e8[128], e8e[128], ell8[128],
+        ew8[128], elw8[128], e4[128], ell4[128], ef8[128], ellf8[128], calib[128];
     snprintf(gpt2, sizeof gpt2, "%s/gpt2", dir);
     snprintf(llama, sizeof llama, "%s/llama", dir);
-    CHECK(mkdir(gpt2, 0700) == 0 && mkdir(llama, 0700) == 0);
+    snprintf(llamat, sizeof llamat, "%s/llama-tok", dir);
+    CHECK(mkdir(gpt2, 0700) == 0 && mkdir(llama, 0700) == 0 && mkdir(llamat, 0700) == 0);
     make_gpt2(gpt2);
     make_llama(llama);
+    make_llama(llamat);
+    add_letter_tokenizer(llamat);
+    snprintf(calib, sizeof calib, "%s/calib.txt", dir);
+    write_file(calib, "abcdefghijklmnopponmlkjihgfedcbaaeimbfjncgkodhlp", 48);
     snprintf(e32, sizeof e32, "%s/gpt2-32.kiln", dir);
     snprintf(e16, sizeof e16, "%s/gpt2-16.kiln", dir);
     snprintf(ebf, sizeof ebf, "%s/gpt2-bf16.kiln", dir);
@@ -508,6 +563,8 @@ int main(int argc, char **argv) {
     snprintf(elw8, sizeof elw8, "%s/llama-w8a8.kiln", dir);
     snprintf(e4, sizeof e4, "%s/gpt2-int4.kiln", dir);
     snprintf(ell4, sizeof ell4, "%s/llama-int4.kiln", dir);
+    snprintf(ef8, sizeof ef8, "%s/gpt2-fp8.kiln", dir);
+    snprintf(ellf8, sizeof ellf8, "%s/llama-fp8.kiln", dir);
     printf("logits, engine vs checkpoint:\n");
     check_engine_logits(gpt2, -1, e32, 0, 6);
     check_engine_logits(gpt2, KILN_PRECISION_FP16, e16, 2e-3, 6);
@@ -522,6 +579,8 @@ int main(int argc, char **argv) {
     check_w8a8_engine(llama, elw8, 1e-2, 12);
     check_int4_engine(gpt2, e4, 0.15, 6);
     check_int4_engine(llama, ell4, 0.15, 12);
+    check_fp8_engine(gpt2, NULL, ef8, 0.1, 6);
+    check_fp8_engine(llamat, calib, ellf8, 0.1, 12);
     if (argc > 1) {
         char kjv[128];
         snprintf(kjv, sizeof kjv, "%s/kjv.kiln", dir);
@@ -541,8 +600,10 @@ int main(int argc, char **argv) {
     test_corruption(elw8);
     printf("corruption (%s):\n", ell4);
     test_corruption(ell4);
-    const char *files[] = {e32, e16, ebf, ell, e8, e8e, ell8, ew8, elw8, e4, ell4};
-    for (int i = 0; i < 11; i++) unlink(files[i]);
+    printf("corruption (%s):\n", ellf8);
+    test_corruption(ellf8);
+    const char *files[] = {e32, e16, ebf, ell, e8, e8e, ell8, ew8, elw8, e4, ell4, ef8, ellf8};
+    for (int i = 0; i < 13; i++) unlink(files[i]);
     char cmd[256];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0);

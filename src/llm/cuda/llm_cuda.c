@@ -1,8 +1,9 @@
 /* llm_cuda.c — creating and freeing a kiln_llm_cuda: checks that the kernels take the model's shape,
  * lays out the weights in one device allocation (uploaded from a kiln_llm_model through two pinned
  * chunks — a deferred model's mapped checkpoint bytes as they are when the dtype matches, else
- * converted on the host; an INT8 matrix as int8 values and fp32 row scales, a W8A8 one with its
- * activation scale kept beside the layer — or filled with
+ * converted on the host; an INT8 or FP8 matrix as its int8 values or E4M3 codes and fp32 row scales, an
+ * INT4 one as packed values with group scales and zero points, a W8A8 one with its activation scale kept
+ * beside the layer — or filled with
  * random values on the device) and the step buffers in
  * another, and opens its stream, cuBLASLt handle and workspace (cuda_device.h) and the pinned metadata
  * staging. Allocations and frees hold the setup lock (cuda_device.h); the weights' upload does not. */
@@ -32,6 +33,7 @@ void kiln_llm_cuda_options_default(kiln_llm_cuda_options *o) {
     o->random_int8 = false;
     o->random_w8a8 = false;
     o->random_int4 = false;
+    o->random_fp8 = false;
 }
 
 kiln_status kiln_llm_cuda_device_check(int device, char *desc, size_t cap) {
@@ -92,20 +94,28 @@ static void *carve(carver *c, size_t bytes) {
     return p;
 }
 
-/* Whether g's weights (m's, or random ones when m is NULL) have INT8 matrices (weight-only or W8A8). */
+/* Whether g's weights (m's, or random ones when m is NULL) have quantized matrices (INT8, W8A8, INT4 or
+ * FP8). */
 static bool has_int8(const kiln_llm_cuda *g, const kiln_llm_model *m) {
     return m ? m->q8 || m->q8_tok_emb.q || m->q8_lm_head.q
-             : g->opt.random_int8 || g->opt.random_w8a8 || g->opt.random_int4;
+             : g->opt.random_int8 || g->opt.random_w8a8 || g->opt.random_int4 || g->opt.random_fp8;
 }
 
-/* Whether matrix q of m (NULL: random weights) goes to the device as INT8. */
+/* Whether those quantized matrices are FP8 (E4M3 codes, one byte each as INT8's values). */
+static bool has_fp8(const kiln_llm_cuda *g, const kiln_llm_model *m) {
+    if (!m) return g->opt.random_fp8;
+    return (m->q8 && m->cfg.n_layer > 0 && m->q8[0].qkv.fp8) || m->q8_tok_emb.fp8 || m->q8_lm_head.fp8;
+}
+
+/* Whether matrix q of m (NULL: random weights) goes to the device quantized (one byte a value). */
 static bool int8_mat(const kiln_llm_cuda *g, const kiln_llm_model *m, const kiln_llm_q8 *q) {
-    return m ? q && q->q : g->opt.random_int8 || g->opt.random_w8a8 || g->opt.random_int4;
+    return m ? q && q->q : g->opt.random_int8 || g->opt.random_w8a8 || g->opt.random_int4 || g->opt.random_fp8;
 }
 
-/* The activation scale of layer matrix q of m (NULL: random weights); 0 when it is not W8A8. */
+/* The W8A8 activation scale of layer matrix q of m (NULL: random weights); 0 when it is not W8A8 (an FP8
+ * matrix's static scale is llm_cuda_fp8.cu's). */
 static float act_scale(const kiln_llm_cuda *g, const kiln_llm_model *m, const kiln_llm_q8 *q) {
-    return m ? (q ? q->act_scale : 0.0f) : g->opt.random_w8a8 ? LLMC_RANDOM_ACT_SCALE : 0.0f;
+    return m ? (q && !q->fp8 ? q->act_scale : 0.0f) : g->opt.random_w8a8 ? LLMC_RANDOM_ACT_SCALE : 0.0f;
 }
 
 /* Bytes of a quantized [rows, cols] matrix's values and of its scales (INT4: scales and zero points). */
@@ -168,7 +178,7 @@ static void layout_weights(kiln_llm_cuda *g, const kiln_llm_model *m, carver *cv
     }
 }
 
-/* Places the step buffers (with int8, the dequantizing workspace too). */
+/* Places the step buffers (with int8, the dequantizing workspace too; FP8 has its own, llm_cuda_fp8.cu). */
 static void layout_acts(kiln_llm_cuda *g, bool int8, carver *cv) {
     const kiln_llm_config *c = &g->cfg;
     const size_t es = 2, n = (size_t)g->opt.max_tokens, d = (size_t)c->d_model, qd = (size_t)c->n_head * c->head_dim,
@@ -297,7 +307,8 @@ static kiln_status upload_weights(kiln_llm_cuda *g, const kiln_llm_model *m, sta
 }
 
 /* Random weights on the device with llm_random.h's scales (each array its own seed); INT8 matrices
- * (options.random_int8) as int8 values of the same range, INT4 ones (random_int4) as nibbles. */
+ * (options.random_int8) as int8 values of the same range, INT4 ones (random_int4) as nibbles, FP8 ones
+ * (random_fp8) as E4M3 codes. */
 static kiln_status random_weights(kiln_llm_cuda *g, uint64_t seed) {
     const kiln_llm_config *c = &g->cfg;
     const size_t d = (size_t)c->d_model, ff = (size_t)c->d_ff, qd = (size_t)c->n_head * c->head_dim,
@@ -306,8 +317,9 @@ static kiln_status random_weights(kiln_llm_cuda *g, uint64_t seed) {
     const float emb = sqrtf(3.0f);
     uint64_t k = seed * 1000003u;
 #define MATS(p, s, rows, cols, amp)                                                                         \
-    KILN_TRY((s) ? (g->int4 ? llmc_fill_random_q4(g, p, s, rows, cols, ++k, amp)                             \
-                            : llmc_fill_random_q8(g, p, s, rows, cols, ++k, amp))                             \
+    KILN_TRY((s) && g->f8 ? llmc_fill_random_fp8(g, p, s, rows, cols, ++k, amp)                                \
+             : (s) ? (g->int4 ? llmc_fill_random_q4(g, p, s, rows, cols, ++k, amp)                               \
+                              : llmc_fill_random_q8(g, p, s, rows, cols, ++k, amp))                              \
                  : llmc_fill_random(g, p, t, (size_t)(rows) * (cols), ++k, 0.0f, amp))
 #define MAT(p, s, rows, cols) MATS(p, s, rows, cols, sqrtf(3.0f / (float)(cols)))
 #define VEC(p, dt, n, center, scale) KILN_TRY(llmc_fill_random(g, p, dt, n, ++k, center, scale))
@@ -369,10 +381,12 @@ static kiln_status create_common_locked(kiln_llm_cuda *g, const kiln_llm_model *
     layout_weights(g, m, &cw);
     g->split_cap = (g->opt.max_context + LLMC_SPLIT_MIN - 1) / LLMC_SPLIT_MIN;
     carver ca = {NULL, 0};
-    layout_acts(g, has_int8(g, m), &ca);
+    const bool int8 = has_int8(g, m) && !has_fp8(g, m);
+    layout_acts(g, int8, &ca);
     KILN_CUDA_TRY(cudaMalloc(&g->acts, ca.off));
     ca = (carver){g->acts, 0};
-    layout_acts(g, has_int8(g, m), &ca);
+    layout_acts(g, int8, &ca);
+    if (has_fp8(g, m)) KILN_TRY(llmc_fp8_create(g, m));
     KILN_CUDA_TRY(cudaMemset(g->att_count, 0,
                              (size_t)g->opt.max_seqs * llmc_decode_counters(g->cfg.n_head, g->cfg.n_kv_head) *
                                  sizeof(unsigned)));
@@ -441,6 +455,7 @@ void kiln_llm_cuda_free(kiln_llm_cuda *g) {
     llmc_graphs_free(g);
     llmc_plans_free(g);
     llmc_imma_plans_free(g);
+    llmc_fp8_free(g);
     if (g->meta_done) cudaEventDestroy(g->meta_done);
     if (g->meta_dev) cudaFree(g->meta_dev);
     if (g->meta_host) cudaFreeHost(g->meta_host);

@@ -5,7 +5,8 @@
  * previous layer's MLP), the QKV product, RoPE + KV cache write, attention, the output product,
  * norm2 (fused with its residual add), the MLP; the final norm over the logits rows and lm_head.
  * Steps of few tokens (the fused GEMV's, g->fuse on) run fused_layers instead: six kernels a layer.
- * W8A8 layer matrices go through llmc_linear_wa (llm_cuda_w8a8.h). */
+ * W8A8 layer matrices go through llmc_linear_wa (llm_cuda_w8a8.h), FP8 ones through llmc_linear_q
+ * (llm_cuda_fp8.cu). */
 #include "llm/cuda/llm_cuda_internal.h"
 
 #include "core/status.h"
@@ -209,7 +210,7 @@ static kiln_status prof_collect(kiln_llm_cuda *g, kiln_llm_cuda_probe *pr) {
 /* ---------------------------------------------------------------- the fused layers */
 
 /* Whether the step runs fused_layers: fusion on, every matrix in the dtype (the fused GEMV reads 16-bit
- * weights; INT8 ones take llmc_linear_w) and every product of it (n token rows, logits rows included)
+ * weights; INT8 and FP8 ones take llmc_linear_q) and every product of it (n token rows, logits rows included)
  * on the fused GEMV. */
 static bool fused_step(const kiln_llm_cuda *g, const llmc_step *s) {
     const kiln_llm_config *c = &g->cfg;
@@ -306,34 +307,45 @@ static kiln_status fused_layers(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const ll
 
 /* ---------------------------------------------------------------- the unfused layers */
 
+/* A layer's product y[n, N] = x[n, K] W^T + bias (in the dtype): FP8 matrices (g->f8) through llmc_linear_q
+ * with slot's static activation scale, the others through llmc_linear_wa (W8A8 when act > 0). */
+static kiln_status layer_linear(kiln_llm_cuda *g, int slot, const void *x, int ldx, int n, int K, const void *w,
+                                const float *scale, float act, const void *bias, int N, void *y, int ldy) {
+    if (g->f8) return llmc_linear_q(g, slot, x, ldx, n, K, w, scale, bias, N, y, ldy, false);
+    return llmc_linear_wa(g, x, ldx, n, K, w, scale, act, bias, N, y, ldy, false);
+}
+
 /* Enqueues the step's kernels and products: fused_layers when fused_step, else op by op. */
 static kiln_status run_layers(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, const llmc_step *s) {
     if (fused_step(g, s)) return fused_layers(g, kv, s);
     const kiln_llm_config *c = &g->cfg;
     const int n = s->n_tokens, d = c->d_model, ff = c->d_ff, qd = c->n_head * c->head_dim;
     const int ldq = qd + 2 * c->n_kv_head * c->head_dim, up = c->arch == KILN_LLM_GPT2 ? ff : 2 * ff;
-    OP(KILN_LLM_STAGE_EMBED, llmc_embed_any(g, s));
+    OP(KILN_LLM_STAGE_EMBED, llmc_embed_q(g, s));
     for (int l = 0; l < s->n_layers; l++) {
         const llmc_layer *y = &g->layers[l];
         void *kc, *vc;
         llmc_kv_layer(kv, l, &kc, &vc);
         /* x += previous layer's MLP output (nothing before layer 0); h = norm1(x) */
         OP(KILN_LLM_STAGE_NORM, llmc_add_norm(g, n, NULL, l ? g->proj : NULL, l > 0, y->norm1_w, y->norm1_b));
-        OP(KILN_LLM_STAGE_QKV, llmc_linear_wa(g, g->h, d, n, d, y->qkv_w, y->qkv_s, y->qkv_a, y->qkv_b, ldq, g->qkv, ldq,
-                                             false));
+        OP(KILN_LLM_STAGE_QKV, layer_linear(g, KILN_LLM_ACT_QKV(l), g->h, d, n, d, y->qkv_w, y->qkv_s, y->qkv_a,
+                                            y->qkv_b, ldq, g->qkv, ldq));
         const float *kv_scales = llmc_kv_layer_scales(kv, l); /* NULL: a 16-bit cache */
         OP(KILN_LLM_STAGE_ROPE, llmc_rope_kv_write(g, s, kc, vc, kv_scales, kv->block_size));
         OP(KILN_LLM_STAGE_ATTN, llmc_attention(g, s, kc, vc, kv_scales, kv->block_size));
-        OP(KILN_LLM_STAGE_O, llmc_linear_wa(g, g->att, qd, n, qd, y->o_w, y->o_s, y->o_a, y->o_b, d, g->proj, d, false));
+        OP(KILN_LLM_STAGE_O, layer_linear(g, KILN_LLM_ACT_O(l), g->att, qd, n, qd, y->o_w, y->o_s, y->o_a, y->o_b, d,
+                                          g->proj, d));
         OP(KILN_LLM_STAGE_NORM, llmc_add_norm(g, n, NULL, g->proj, true, y->norm2_w, y->norm2_b)); /* x += attention; h = norm2(x) */
-        OP(KILN_LLM_STAGE_UP, llmc_linear_wa(g, g->h, d, n, d, y->up_w, y->up_s, y->up_a, y->up_b, up, g->mlp, up, false));
+        OP(KILN_LLM_STAGE_UP, layer_linear(g, KILN_LLM_ACT_UP(l), g->h, d, n, d, y->up_w, y->up_s, y->up_a, y->up_b, up,
+                                           g->mlp, up));
         OP(KILN_LLM_STAGE_ACT, llmc_activation(g, n));
-        OP(KILN_LLM_STAGE_DOWN, llmc_linear_wa(g, g->mlp, up, n, ff, y->down_w, y->down_s, y->down_a, y->down_b, d, g->proj,
-                                              d, false));
+        OP(KILN_LLM_STAGE_DOWN, layer_linear(g, KILN_LLM_ACT_DOWN(l), g->mlp, up, n, ff, y->down_w, y->down_s, y->down_a,
+                                             y->down_b, d, g->proj, d));
     }
     /* the logits rows only: x + last MLP output, final norm, lm_head in FP32 */
     OP(KILN_LLM_STAGE_NORM, llmc_add_norm(g, s->n_out, s->out_rows, g->proj, false, g->norm_f_w, g->norm_f_b));
-    OP(KILN_LLM_STAGE_LM_HEAD, llmc_linear_w(g, g->h, d, s->n_out, d, g->lm_head, g->lm_head_s, NULL, c->vocab, g->logits, c->vocab, true));
+    OP(KILN_LLM_STAGE_LM_HEAD, llmc_linear_q(g, KILN_LLM_ACT_LM_HEAD(c), g->h, d, s->n_out, d, g->lm_head, g->lm_head_s,
+                                             NULL, c->vocab, g->logits, c->vocab, true));
     return KILN_OK;
 }
 #undef OP

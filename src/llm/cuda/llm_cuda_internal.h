@@ -71,6 +71,7 @@ struct kiln_llm_cuda {
     void *deq;                         /* LLMC_DEQUANT_BYTES for the INT8 prefill tiles; NULL without INT8 */
     bool int4; /* the quantized matrices (those with a scale pointer) are INT4 (llm_cuda_gemv_q4.cu): packed
                   values, then [rows, groups] scales and right after them the zero points */
+    struct llmc_fp8 *f8;               /* FP8 matrices (their values E4M3): llm_cuda_fp8.cu's state; else NULL */
     float *norm_f_w, *norm_f_b;
     llmc_layer *layers;
     /* step buffers: one allocation */
@@ -301,6 +302,35 @@ kiln_status llmc_embed_q4(kiln_llm_cuda *g, const llmc_step *s);
  * zero points (after them) 7.5: values in [-amp, amp]. */
 kiln_status llmc_fill_random_q4(kiln_llm_cuda *g, uint8_t *q, float *scale, size_t rows, size_t cols, uint64_t seed,
                                 float amp);
+/* llm_cuda_fp8.cu — FP8 matrices (E4M3 codes [N, K], one fp32 scale per row; activations rounded to
+ * E4M3 per product). */
+typedef struct llmc_fp8 llmc_fp8;
+/* g->f8 for m's FP8 matrices (their static activation scales; m NULL: random FP8 weights, dynamic
+ * scales): the activation codes' and the GEMM tiles' device buffers. */
+kiln_status llmc_fp8_create(kiln_llm_cuda *g, const kiln_llm_model *m);
+void llmc_fp8_free(kiln_llm_cuda *g);
+/* llmc_linear_w for a product whose matrix is FP8 when scale is set and g->f8 exists (slot: its
+ * kiln_llm_model.act_amax slot, KILN_LLM_ACT_QKV ..., for its static activation scale): x rounded to
+ * E4M3 once, then the FP8 GEMV for up to gemv_max_tokens rows, else cuBLASLt's FP8 GEMM over tiles of
+ * weight rows and a scaling epilogue (the GEMV over groups of rows where cuBLASLt cannot). */
+kiln_status llmc_linear_q(kiln_llm_cuda *g, int slot, const void *x, int ldx, int n, int K, const void *w,
+                          const float *scale, const void *bias, int N, void *y, int ldy, bool out_f32);
+/* Rounds x [n, K] (dtype, row stride ldx) to E4M3 on stream: xs[t] = act_scale, or (0) max |x[t]| / 448
+ * (1 for a row of zeros), codes[t, k] = e4m3(x[t, k] / xs[t]) (dense rows of K). For tests too. */
+kiln_status llmc_fp8_quantize_launch(kiln_dtype dtype, cudaStream_t stream, const void *x, int ldx, int n, int K,
+                                     float act_scale, uint8_t *codes, float *xs);
+/* The FP8 GEMV on stream: y[r, o] = sum_k e4m3(w[o, k]) e4m3(codes[r, k]) * (scale[o] * xs[r]) + bias[o]
+ * (bias and y in dtype, y FP32 when out_f32), 1 <= n <= LLMC_GEMV_MAX; with K % 16 == 0 codes and w
+ * 16-byte aligned (refused otherwise). For tests too. */
+kiln_status llmc_gemv_fp8_launch(kiln_dtype dtype, cudaStream_t stream, const uint8_t *codes, const float *xs, int n,
+                                 int K, const uint8_t *w, const float *scale, const void *bias, int N, void *y, int ldy,
+                                 bool out_f32);
+/* llmc_embed_any, from an E4M3 token embedding when g->f8 and g->tok_emb_s are set. */
+kiln_status llmc_embed_q(kiln_llm_cuda *g, const llmc_step *s);
+/* Random FP8 weights for benchmarks: q [rows, cols] the codes of uniform values in [-448, 448) from seed,
+ * every row scale amp / 448 (values uniform in [-amp, amp] as llmc_fill_random's, rounded to E4M3). */
+kiln_status llmc_fill_random_fp8(kiln_llm_cuda *g, uint8_t *q, float *scale, size_t rows, size_t cols, uint64_t seed,
+                                 float amp);
 
 /* llm_cuda_ops.cu */
 /* x[t] = tok_emb[tokens[t]] (+ pos_emb[positions[t]]) in FP32, times sqrt(d_model) with cfg.scale_emb. */
