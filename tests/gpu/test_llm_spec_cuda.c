@@ -169,11 +169,16 @@ static void run_sampled_case(const char *shape, const char *dir, kiln_precision 
     }
     remove(cache);
     int bad = 0;
-    for (int i = 0; i < N_REQ; i++)
-        if (res[0].n[i] != GEN || res[1].n[i] != GEN || memcmp(res[0].tokens[i], res[1].tokens[i], sizeof res[0].tokens[i])) {
-            fprintf(stderr, "FAIL %s request %d: the GPU sampler's tokens differ from the host sampler's\n", name, i);
+    for (int i = 0; i < N_REQ; i++) {
+        int at = 0;
+        while (at < GEN && at < res[0].n[i] && at < res[1].n[i] && res[0].tokens[i][at] == res[1].tokens[i][at]) at++;
+        if (res[0].n[i] != GEN || res[1].n[i] != GEN || at < GEN) {
+            fprintf(stderr, "FAIL %s request %d: the GPU sampler's tokens differ from the host sampler's (%d and %d "
+                    "tokens, first difference at %d: %d and %d)\n", name, i, res[0].n[i], res[1].n[i], at,
+                    at < res[0].n[i] ? res[0].tokens[i][at] : -1, at < res[1].n[i] ? res[1].tokens[i][at] : -1);
             bad++;
         }
+    }
     const kiln_llm_stats *s = &res[0].stats, *h = &res[1].stats;
     if (!s->spec_steps || s->spec_steps != h->spec_steps || s->spec_drafted != h->spec_drafted ||
         s->spec_accepted != h->spec_accepted || s->spec_emitted != h->spec_emitted) {
