@@ -6,7 +6,11 @@
  * speculating and plain requests, with a cache small enough to preempt, a tight step budget, prefix
  * caching on, every block free at the end, and with sample functions standing in for the GPU sampler
  * (the drafts chosen and verified by tokens alone, as on CUDA); the same on the bundled GPT-2 (argv[1], models/kjv-gpt2)
- * for N = 1 .. 5, printing each N's acceptance rate and tokens per speculating step. Through the public
+ * for N = 1 .. 5, printing each N's acceptance rate and tokens per speculating step. Sampled (temperature
+ * 0.8, seeded) with N = 1 on the tiny Llama and N = 4 on the bundled GPT-2: the sample functions (the
+ * draft and the target sharing one "device" logits buffer, as the early-exit draft shares the target's
+ * runner on CUDA; the plain requests' tokens drawn there, the drafts and their verification handed back
+ * as logits_only rows) give the host sampler's tokens and statistics exactly. Through the public
  * API on the CPU: "layers:N" generates plain decoding's tokens and reports its acceptance in the
  * statistics; N < 1, N >= the model's layers and a malformed N are refused naming the range; a batch
  * whose exit_layers is outside 0 .. n_layer is refused. Exit 0 = pass. */
@@ -18,6 +22,7 @@
 #include "llm/scheduler.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { N_REQS = 6, GEN = 24 };
@@ -34,6 +39,7 @@ typedef struct exit_model {
     float *dev;          /* the last step's logits "on the device" (a forward without logits) */
     kiln_sampler *smp;   /* the sample function's */
     int device_rows;     /* rows the sample function gave tokens for */
+    int handed_back;     /* rows it handed back (logits_only): drawn on the host */
 } exit_model;
 
 static kiln_status exit_forward(void *ctx, kiln_kv_cache *kv, const kiln_llm_batch *b, float *logits) {
@@ -55,6 +61,7 @@ static kiln_status device_sample(void *ctx, int n_rows, const kiln_sched_sample_
         if (q->logits_only || q->params->logprobs) {
             memcpy(host_logits + (size_t)q->row * vocab, l, sizeof(float) * (size_t)vocab);
             tokens[i] = -1;
+            e->handed_back++;
             continue;
         }
         KILN_TRY(kiln_sample_next(e->smp, q->params, l, q->prompt, q->n_prompt, q->generated, q->n_generated, &smp));
@@ -64,25 +71,28 @@ static kiln_status device_sample(void *ctx, int n_rows, const kiln_sched_sample_
     return KILN_OK;
 }
 
-/* Runs N_REQS greedy requests (odd ones speculate with draft_tokens drafts of the first n_layers
- * layers; draft_tokens 0: plain decoding) on m with a cache of n_blocks blocks of 4 tokens and steps of
- * at most `budget` tokens (4 sequences), sampling on the host or (on_device) through device_sample. */
+/* Runs N_REQS requests, greedy (temperature 0) or sampled (request i seeded i + 1), odd ones
+ * speculating with draft_tokens drafts of the first n_layers layers (draft_tokens 0: plain decoding),
+ * on m with a cache of n_blocks blocks of 4 tokens and steps of at most `budget` tokens (4 sequences),
+ * sampling on the host or (on_device) through device_sample. On the device the draft and the target
+ * share one logits buffer, as the early-exit draft shares the target's runner on CUDA. */
 static void run(const kiln_llm_model *m, int n_layers, int draft_tokens, int n_blocks, int budget, bool on_device,
-                run_result *out) {
+                float temperature, run_result *out) {
     const kiln_llm_config *c = kiln_llm_model_config(m);
     memset(out, 0, sizeof *out);
     kiln_kv_cache_config kc = {.n_layer = c->n_layer, .n_kv_head = c->n_kv_head, .head_dim = c->head_dim,
                                .block_size = 4, .n_blocks = n_blocks, .dtype = KILN_F32};
     kiln_kv_cache *kv;
     REQUIRE_OK(kiln_kv_cache_create(&kc, &kv));
-    exit_model target = {m, 0, NULL, NULL, 0}, draft = {m, n_layers, NULL, NULL, 0};
-    static float dev[64 * 512], draft_dev[64 * 512];
+    exit_model target = {m, 0, NULL, NULL, 0, 0}, draft = {m, n_layers, NULL, NULL, 0, 0};
+    float *dev = NULL; /* [4 sequences x (1 + draft_tokens) rows, vocab] */
     if (on_device) {
-        REQUIRE_OK(c->vocab * 4 * (1 + draft_tokens) <= 64 * 512 ? KILN_OK : KILN_ERR_INTERNAL);
+        dev = malloc((size_t)4 * (size_t)(1 + draft_tokens) * (size_t)c->vocab * sizeof *dev);
+        REQUIRE_OK(dev ? KILN_OK : KILN_ERR_OUT_OF_MEMORY);
         REQUIRE_OK(kiln_sampler_create(c->vocab, &target.smp));
         REQUIRE_OK(kiln_sampler_create(c->vocab, &draft.smp));
         target.dev = dev;
-        draft.dev = draft_dev;
+        draft.dev = dev;
     }
     kiln_scheduler_config sc = {.forward = exit_forward, .sample = on_device ? device_sample : NULL,
                                 .draft_sample = on_device && draft_tokens ? device_sample : NULL,
@@ -100,6 +110,8 @@ static void run(const kiln_llm_model *m, int n_layers, int draft_tokens, int n_b
         kiln_request_params rp = {.prompt = prompt, .n_prompt = n_prompt, .max_tokens = GEN,
                                   .sampling = kiln_sampling_defaults(), .user = (void *)(intptr_t)i,
                                   .speculate = i % 2 == 1};
+        rp.sampling.temperature = temperature;
+        rp.sampling.seed = (uint64_t)i + 1;
         uint64_t id;
         REQUIRE_OK(kiln_scheduler_add(s, &rp, &id));
     }
@@ -116,11 +128,18 @@ static void run(const kiln_llm_model *m, int n_layers, int draft_tokens, int n_b
     CHECK(!kiln_scheduler_has_work(s));
     out->stats = kiln_scheduler_get_stats(s);
     CHECKF(out->stats.kv_blocks_used == 0, "%d blocks still used", out->stats.kv_blocks_used);
-    CHECKF(!on_device || (target.device_rows > 0 && draft.device_rows > 0), "the sample functions gave %d and %d "
-           "tokens", target.device_rows, draft.device_rows);
+    /* greedy: both sample functions give tokens; sampled: the plain requests' tokens come from the target's,
+     * the drafts and the rows that verify them are handed back */
+    const bool sampled = temperature > 0;
+    CHECKF(!on_device || (target.device_rows > 0 && (sampled || draft.device_rows > 0)),
+           "the sample functions gave %d and %d tokens", target.device_rows, draft.device_rows);
+    CHECKF(!on_device || !sampled || (draft.device_rows == 0 && draft.handed_back > 0 && target.handed_back > 0),
+           "sampled: the draft's sample function gave %d tokens and handed back %d rows, the target's %d",
+           draft.device_rows, draft.handed_back, target.handed_back);
     kiln_scheduler_free(s);
     kiln_sampler_free(target.smp);
     kiln_sampler_free(draft.smp);
+    free(dev);
     kiln_kv_cache_free(kv);
 }
 
@@ -136,12 +155,12 @@ static int first_difference(const run_result *a, const run_result *b) {
  * device_sample's buffer holds); returns the roomy run's acceptance rate. */
 static double check_identical(const kiln_llm_model *m, int n_layers, bool device, const char *name) {
     static run_result plain, spec, small, tight, dev;
-    run(m, 0, 0, 64, 64, false, &plain);
-    run(m, n_layers, 4, 64, 64, false, &spec);
-    run(m, n_layers, 3, 16, 64, false, &small);
-    run(m, n_layers, 4, 64, 5, false, &tight);
+    run(m, 0, 0, 64, 64, false, 0.0f, &plain);
+    run(m, n_layers, 4, 64, 64, false, 0.0f, &spec);
+    run(m, n_layers, 3, 16, 64, false, 0.0f, &small);
+    run(m, n_layers, 4, 64, 5, false, 0.0f, &tight);
     if (device) {
-        run(m, n_layers, 4, 64, 64, true, &dev);
+        run(m, n_layers, 4, 64, 64, true, 0.0f, &dev);
         const int i = first_difference(&plain, &dev);
         CHECKF(i < 0, "%s, layers:%d: request %d's tokens changed when verified against device tokens", name,
                n_layers, i);
@@ -166,6 +185,33 @@ static double check_identical(const kiln_llm_model *m, int n_layers, bool device
            st->spec_steps ? (double)st->spec_emitted / (double)st->spec_steps : 0.0,
            (unsigned long long)plain.stats.steps, (unsigned long long)spec.stats.steps);
     return rate;
+}
+
+/* Sampled requests (temperature 0.8) with an n_layers draft: a sample function standing in for the GPU
+ * sampler (tokens of the plain requests' rows on the "device", the drafts' and the verifying rows handed
+ * back) gives the host sampler's tokens and statistics exactly, roomy and preempting. */
+static void check_sampled(const kiln_llm_model *m, int n_layers, const char *name) {
+    static run_result host, dev, host_small, dev_small;
+    run(m, n_layers, 4, 64, 64, false, 0.8f, &host);
+    run(m, n_layers, 4, 64, 64, true, 0.8f, &dev);
+    run(m, n_layers, 3, 16, 64, false, 0.8f, &host_small);
+    run(m, n_layers, 3, 16, 64, true, 0.8f, &dev_small);
+    int i = first_difference(&host, &dev);
+    CHECKF(i < 0, "%s, sampled, layers:%d: request %d's tokens differ between the device and the host sampler", name,
+           n_layers, i);
+    i = first_difference(&host_small, &dev_small);
+    CHECKF(i < 0, "%s, sampled, layers:%d: request %d's tokens differ with preemption", name, n_layers, i);
+    const kiln_scheduler_stats *a = &dev.stats, *b = &host.stats;
+    CHECKF(a->steps == b->steps && a->spec_steps == b->spec_steps && a->spec_drafted == b->spec_drafted &&
+           a->spec_accepted == b->spec_accepted && a->spec_emitted == b->spec_emitted,
+           "%s, sampled, layers:%d: the device run accepted other drafts", name, n_layers);
+    CHECKF(b->spec_drafted > 0 && b->spec_accepted < b->spec_drafted, "%s, sampled, layers:%d: %llu of %llu drafts "
+           "accepted (some must be rejected)", name, n_layers, (unsigned long long)b->spec_accepted,
+           (unsigned long long)b->spec_drafted);
+    CHECKF(host_small.stats.preemptions > 0, "%s, sampled: the small cache preempted nobody", name);
+    printf("%s, sampled, layers:%d, 4 drafts: acceptance %.2f (%llu of %llu), device and host samplers agree\n", name,
+           n_layers, (double)b->spec_accepted / (double)b->spec_drafted, (unsigned long long)b->spec_accepted,
+           (unsigned long long)b->spec_drafted);
 }
 
 static int32_t got[GEN]; /* the tokens of check_api's request, by on_event (the engine loop's thread) */
@@ -245,11 +291,13 @@ int main(int argc, char **argv) {
     CHECKF(whole == 1.0, "the target drafting for itself through the shared cache accepted %.3f", whole);
     const double one = check_identical(m, 1, true, "tiny llama");
     CHECKF(one < 1.0, "the first layer alone accepted every draft (%.3f)", one);
+    check_sampled(m, 1, "tiny llama");
     kiln_llm_model_free(m);
     check_api();
     if (argc > 1) {
         REQUIRE_OK(kiln_llm_model_load_hf(argv[1], &m));
         for (int n = 1; n <= 5 && n < kiln_llm_model_config(m)->n_layer; n++) check_identical(m, n, false, "kjv-gpt2");
+        if (kiln_llm_model_config(m)->n_layer > 4) check_sampled(m, 4, "kjv-gpt2");
         kiln_llm_model_free(m);
     }
     return checks_report("test_spec_early_exit");
