@@ -6,8 +6,9 @@
  *  - llm.LinearFp8 (llmc_linear_q on a minimal FP8 kiln_llm_cuda: the activations rounded once, then
  *    the GEMV for n <= 8, cuBLASLt's FP8 GEMM and the scaling epilogue above, the GEMV over groups of
  *    rows when K is not a multiple of 16) vs kiln_llm_gemm_fp8: K, N, n, bias, f32 (FP32 out):
- *    1.5e-3 (fp16), 1e-2 (bf16), 1e-4 (FP32 out) of the largest |reference| (the same codes; only the
- *    fp32 summation order and the output rounding differ).
+ *    1.5e-3 (fp16), 1e-2 (bf16), 1e-4 (FP32 out; 5e-4 through cuBLASLt, whose FP8 tensor-core sums keep
+ *    fewer bits) of the largest |reference| (the same codes; only the summation and the output rounding
+ *    differ).
  * The weights are kiln_llm_quantize_rows_fp8 of random fp32 values, one row all zeros (scale 0). */
 #include "llm_op_cases.h"
 #include "llm_test_util.h"
@@ -110,7 +111,9 @@ static bool linear_case(llm_run *run, llm_params *pr) {
     const kiln_dtype dt = run->dt;
     const int K = (int)llm_param(pr, "K", 64), N = (int)llm_param(pr, "N", 16), n = (int)llm_param(pr, "n", 1);
     const bool bias = llm_param(pr, "bias", 0) != 0, f32 = llm_param(pr, "f32", 0) != 0;
-    run->tol = f32 ? 1e-4 : dt == KILN_F16 ? 1.5e-3 : 1e-2;
+    /* FP32 out through cuBLASLt's FP8 GEMM (more than LLMC_GEMV_MAX rows): Hopper's FP8 tensor cores
+     * keep fewer mantissa bits than FP32 in their partial sums (measured on the H200: up to 2.2e-4) */
+    run->tol = f32 ? (n > LLMC_GEMV_MAX ? 5e-4 : 1e-4) : dt == KILN_F16 ? 1.5e-3 : 1e-2;
     if (K < 1 || N < 1 || n < 1) return llm_fail(run, "bad case: K, N, n >= 1");
     uint8_t *q = malloc((size_t)N * K);
     float *scale = malloc((size_t)N * 4), *xf = malloc((size_t)n * K * 4), *bf = malloc((size_t)N * 4);
