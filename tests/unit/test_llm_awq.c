@@ -4,6 +4,7 @@
  * rounding (each 1 / s lands in the op before its matrix: norms, v rows, up rows, the final norm for
  * the untied lm_head), while the weights did change; with clipping the logits stay close; too few
  * tokens are refused. */
+#include "check.h"
 #include "llm/llm_awq.h"
 #include "llm/kv_cache.h"
 #include "llm/llm_random.h"
@@ -12,22 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c);                  \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-#define REQUIRE_OK(x)                                                                              \
-    do {                                                                                           \
-        if ((x) != KILN_OK) {                                                                      \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, kiln_last_error());   \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 #define N_IDS 96
 #define PROMPT 24
@@ -105,7 +90,5 @@ int main(void) {
     check_model("llama, a KV head per query head", KILN_LLM_LLAMA, 4, 4);
     check_model("llama, grouped KV heads", KILN_LLM_LLAMA, 4, 2);
     check_model("gpt2", KILN_LLM_GPT2, 4, 4);
-    if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
-    else printf("test_llm_awq: all checks passed\n");
-    return failures ? 1 : 0;
+    return checks_report("test_llm_awq");
 }

@@ -4,6 +4,7 @@
  * decoded, every product summed in float64) for token counts 1..9, 16 and 33 (the tiles through the
  * GEMM), inner sizes not a multiple of 16, with bias, accumulation and GELU, dynamic and static
  * activation scales. */
+#include "check.h"
 #include "llm/llm_cpu_ops.h"
 #include "llm/llm_gemv_fp8.h"
 #include "quant/fp8.h"
@@ -11,15 +12,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-static int failures;
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c);                  \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 static uint64_t rng = 88172645463325252ull;
 static float uniform(void) { /* xorshift64, in [-1, 1) */
@@ -137,7 +129,5 @@ int main(void) {
     }
     check_product(3, 768, 2304, 0, true, true, false); /* large enough to go parallel */
     check_close_to_fp32();
-    if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
-    else printf("test_llm_gemv_fp8: all checks passed\n");
-    return failures ? 1 : 0;
+    return checks_report("test_llm_gemv_fp8");
 }

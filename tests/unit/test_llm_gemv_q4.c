@@ -4,21 +4,13 @@
  * weights for token counts 1..9 and 33, inner sizes that are whole groups, a short last group, under
  * one group, and not a multiple of 32, with bias, accumulation and GELU, in every instruction set this
  * processor runs (AVX-512, AVX2, scalar) and the automatic choice (its 33 rows through the GEMM). */
+#include "check.h"
 #include "llm/llm_cpu_ops.h"
 #include "llm/llm_gemv_q4.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-static int failures;
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c);                  \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 static uint64_t rng = 88172645463325252ull;
 static float uniform(void) { /* xorshift64, in [-1, 1) */
@@ -117,7 +109,5 @@ int main(void) {
         }
         check_product(isa, 3, 768, 2304, true, true, false); /* large enough to go parallel */
     }
-    if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
-    else printf("test_llm_gemv_q4: all checks passed\n");
-    return failures ? 1 : 0;
+    return checks_report("test_llm_gemv_q4");
 }

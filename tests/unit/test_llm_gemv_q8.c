@@ -4,21 +4,13 @@
  * sizes not a multiple of 16, output counts across its chunks, with bias, accumulation and GELU, in
  * every instruction set this processor runs (AVX-512, AVX2, scalar), and the automatic choice, whose
  * 33 token rows go through widened tiles and the GEMM. */
+#include "check.h"
 #include "llm/llm_cpu_ops.h"
 #include "llm/llm_gemv_q8.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-static int failures;
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c);                  \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 static uint64_t rng = 88172645463325252ull;
 static float uniform(void) { /* xorshift64, in [-1, 1) */
@@ -94,7 +86,5 @@ int main(void) {
         }
         check_product(isa, 3, 768, 2304, true, true, false); /* large enough to go parallel */
     }
-    if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
-    else printf("test_llm_gemv_q8: all checks passed\n");
-    return failures ? 1 : 0;
+    return checks_report("test_llm_gemv_q8");
 }
