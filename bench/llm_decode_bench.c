@@ -3,8 +3,8 @@
  * Llama-3-8B (GQA 32/8, d_ff 14336, vocab 128256) in bf16.
  *
  * Per model: batch 1 (a 128-token prompt prefilled in one step, then greedy decode: 10 warm-up steps
- * and 100 timed ones) and batch 64 (64 prompts of 128 tokens, then 5 warm-up and 30 timed steps of all
- * 64). A step is kiln_llm_cuda_forward returning greedy ids, timed on the host clock from the call to
+ * and 100 timed ones) and batch 64 or --batch B (that many prompts of 128 tokens, then 5 warm-up and 30
+ * timed steps of all of them). A step is kiln_llm_cuda_forward returning greedy ids, timed on the host clock from the call to
  * the ids being back (so it includes launch overhead and the metadata upload). Prints the median
  * (and 10th-90th percentiles) ms per step, tokens/s, and the HBM floor of a step, weight bytes /
  * 4.8 TB/s (H200's peak; GPU.md measured 4.2 TB/s for copies), with the fraction of it achieved.
@@ -19,8 +19,9 @@
  * batches, a line per GEMV product shape: the configuration chosen and its time.
  *
  *   llm_decode_bench [--only gpt2,gpt2-xl,llama3-8b] [--gemv N] [--graphs 0|1] [--no-autotune]
- *                    [--breakdown | --no-breakdown] [--fuse off,on,pdl] [--int8]
- *   (--int8: every matrix weight-only INT8, as kiln bench --llm --dtype int8 makes them)
+ *                    [--breakdown | --no-breakdown] [--fuse off,on,pdl] [--int8 | --int4 | --fp8] [--batch B]
+ *   (--int8, --int4, --fp8: every matrix weight-only INT8 or INT4, or FP8 with dynamic activation scales, as
+ *   kiln bench --llm --dtype int8|int4|fp8 makes them; --batch: the second batch size, 2..512, default 64)
  *   (--fuse: each model once per listed KILN_LLM_FUSE mode, the decode path named above its rows, for an
  *   A/B of the fused GEMVs in one run; default: the environment's mode only)
  *   (N: gemv_max_tokens, default 8; KILN_LLM_GEMV=0..9 in the environment: one configuration of the
@@ -145,9 +146,16 @@ static int decode(kiln_llm_cuda *g, kiln_llm_cuda_kv *kv, seqs *s, int warm, int
 static bool g_breakdown = true;
 
 static bool g_int8 = false; /* --int8: weight-only INT8 matrices (options.random_int8) */
+static bool g_int4 = false; /* --int4: weight-only INT4 matrices (options.random_int4) */
+static bool g_fp8 = false;  /* --fp8: FP8 matrices with dynamic activation scales (options.random_fp8) */
 
-/* Bytes per weight of the bench's matrices. */
-static double weight_elem_bytes(void) { return g_int8 ? 1.0 : 2.0; }
+/* Bytes per weight of the bench's matrices (INT4: a nibble, and 8 bytes of scale and zero point per 128). */
+static double weight_elem_bytes(void) { return g_int4 ? 0.5625 : g_int8 || g_fp8 ? 1.0 : 2.0; }
+
+/* The name of the bench's weight format for model dtype dt. */
+static const char *weight_name(kiln_dtype dt) {
+    return g_int4 ? "int4" : g_int8 ? "int8" : g_fp8 ? "fp8" : dt == KILN_F16 ? "fp16" : "bf16";
+}
 
 /* Weight bytes of the layers' products (the GEMM/GEMV class) and of lm_head (the logits class). */
 static void product_bytes(const kiln_llm_config *c, double *layers, double *head) {
@@ -243,7 +251,7 @@ static int run_batch(const bench_model *bm, kiln_llm_cuda *g, kiln_llm_cuda_prob
     /* room for the steps after the timed ones (the line without graphs at batch 1, the breakdown) */
     const int extra = (batch == 1 ? EAGER_WARM + EAGER_STEPS : 0) + PROFILE_STEPS;
     const int bs = 16, max_blocks = (PROMPT + warm + steps + extra + bs - 1) / bs + 1;
-    kiln_llm_cuda_kv_options ko = {.block_size = bs, .mem_fraction = 0.5, .max_bytes = (uint64_t)8 << 30};
+    kiln_llm_cuda_kv_options ko = {.block_size = bs, .mem_fraction = 0.5, .max_bytes = (uint64_t)24 << 30};
     kiln_llm_cuda_kv *kv = NULL;
     seqs s = {batch, max_blocks, malloc((size_t)batch * max_blocks * 4), malloc((size_t)batch * 4),
               malloc((size_t)batch * 4)};
@@ -262,7 +270,7 @@ static int run_batch(const bench_model *bm, kiln_llm_cuda *g, kiln_llm_cuda_prob
         const double med = ms[steps / 2], p10 = ms[steps / 10], p90 = ms[steps * 9 / 10];
         const double gb = (double)kiln_llm_cuda_weight_bytes(g) / 1e9, floor_ms = gb / (HBM_TBPS * 1e3) * 1e3;
         printf("%-10s %-5s %7.2f %5d %9.3f (%.3f-%.3f) %11.0f %9.3f %8.0f%% %8.0f\n", bm->name,
-               g_int8 ? "int8" : bm->dtype == KILN_F16 ? "fp16" : "bf16", gb, batch, med, p10, p90, batch * 1e3 / med, floor_ms,
+               weight_name(bm->dtype), gb, batch, med, p10, p90, batch * 1e3 / med, floor_ms,
                100.0 * floor_ms / med, gb / med * 1e3);
         if (!pr->eager)
             printf("  (CUDA graphs: %d captured, %d replays%s%s)\n", pr->graphs_captured, pr->graph_replays,
@@ -276,7 +284,7 @@ static int run_batch(const bench_model *bm, kiln_llm_cuda *g, kiln_llm_cuda_prob
                 qsort(ems, EAGER_STEPS, sizeof *ems, cmp_double);
                 const double em = ems[EAGER_STEPS / 2];
                 printf("%-10s %-5s %7.2f %5d %9.3f (%.3f-%.3f) %11.0f %9.3f %8.0f%% %8.0f  <- without graphs\n",
-                       bm->name, g_int8 ? "int8" : bm->dtype == KILN_F16 ? "fp16" : "bf16", gb, batch, em, ems[EAGER_STEPS / 10],
+                       bm->name, weight_name(bm->dtype), gb, batch, em, ems[EAGER_STEPS / 10],
                        ems[EAGER_STEPS * 9 / 10], batch * 1e3 / em, floor_ms, 100.0 * floor_ms / em, gb / em * 1e3);
             }
         }
@@ -293,7 +301,7 @@ static int run_batch(const bench_model *bm, kiln_llm_cuda *g, kiln_llm_cuda_prob
 
 int main(int argc, char **argv) {
     const char *only = NULL, *fuse = NULL;
-    int gemv = 8, graphs = 1, autotune = 1;
+    int gemv = 8, graphs = 1, autotune = 1, big = 64;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             only = argv[++i];
@@ -311,9 +319,19 @@ int main(int argc, char **argv) {
             g_breakdown = false;
         } else if (!strcmp(argv[i], "--int8")) {
             g_int8 = true;
+        } else if (!strcmp(argv[i], "--int4")) {
+            g_int4 = true;
+        } else if (!strcmp(argv[i], "--fp8")) {
+            g_fp8 = true;
+        } else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
+            big = atoi(argv[++i]);
+            if (big < 2 || big > 512) {
+                fprintf(stderr, "llm_decode_bench: --batch %s (2..512)\n", argv[i]);
+                return 2;
+            }
         } else {
             fprintf(stderr, "usage: llm_decode_bench [--only gpt2,gpt2-xl,llama3-8b] [--gemv N] [--graphs 0|1] "
-                            "[--no-autotune] [--breakdown | --no-breakdown] [--fuse off,on,pdl] [--int8]\n");
+                            "[--no-autotune] [--breakdown | --no-breakdown] [--fuse off,on,pdl] [--int8 | --int4 | --fp8] [--batch B]\n");
             return 2;
         }
     }
@@ -342,12 +360,14 @@ int main(int argc, char **argv) {
         kiln_llm_cuda_options o;
         kiln_llm_cuda_options_default(&o);
         o.max_tokens = 2048;
-        o.max_seqs = 64;
+        o.max_seqs = big;
         o.max_context = 1024;
         o.gemv_max_tokens = gemv;
         o.use_graphs = graphs != 0;
         o.gemm_autotune = autotune != 0;
         o.random_int8 = g_int8;
+        o.random_int4 = g_int4;
+        o.random_fp8 = g_fp8;
         kiln_llm_cuda_probe probe;
         memset(&probe, 0, sizeof probe);
         o.probe = &probe;
@@ -362,7 +382,7 @@ int main(int argc, char **argv) {
         if (run_batch(&bm[i], g, &probe, 1, 10, 100, o.max_tokens)) rc = 1;
         memset(&probe, 0, sizeof probe);
         probe.eager = !graphs;
-        if (run_batch(&bm[i], g, &probe, 64, 5, 30, o.max_tokens)) rc = 1;
+        if (run_batch(&bm[i], g, &probe, big, 5, 30, o.max_tokens)) rc = 1;
         print_gemv_picks(g, bm[i].name);
         kiln_llm_cuda_free(g);
     }

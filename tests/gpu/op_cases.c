@@ -1016,7 +1016,7 @@ const op_case kiln_op_cases[] = {
     LLM_GEMV_Q8(4096, 6144, 1), LLM_GEMV_Q8(14336, 4096, 3), LLM_GEMV_Q8(528, 33, 7),
     LLM_GEMV_Q8(1600, 1600, 1), LLM_GEMV_Q8(4096, 37, 8), LLM_GEMV_Q8(2048, 70, 5), LLM_GEMV_Q8(32, 9, 4),
     {"llm.DequantQ8", "rows=64 K=64", NULL, 0, 0}, {"llm.DequantQ8", "rows=7 K=13", NULL, 0, 0},
-    {"llm.DequantQ8", "rows=300 K=4096", NULL, 0, 0},
+    {"llm.DequantQ8", "rows=300 K=4096", NULL, 0, 0}, {"llm.DequantQ8", "rows=5 K=48", NULL, 0, 0},
     {"llm.QuantizeAct", "n=1 K=384", NULL, 0, 0}, {"llm.QuantizeAct", "n=7 K=13", NULL, 0, 0},
     {"llm.QuantizeAct", "n=64 K=4096", NULL, 0, 0},
     LLM_GEMV_W8A8(16, 1, 1), LLM_GEMV_W8A8(64, 5, 2), LLM_GEMV_W8A8(384, 1152, 1), LLM_GEMV_W8A8(1536, 384, 8),
@@ -1026,8 +1026,9 @@ const op_case kiln_op_cases[] = {
     {"llm.ImmaW8A8", "K=64 N=8 n=9 bias=1 f32=1", NULL, 0, 0},
     LLM_GEMV_Q4(32, 1, 1), LLM_GEMV_Q4(160, 5, 2), LLM_GEMV_Q4(384, 1152, 1), LLM_GEMV_Q4(1536, 384, 8),
     LLM_GEMV_Q4(4096, 6144, 1), LLM_GEMV_Q4(14336, 4096, 3), LLM_GEMV_Q4(544, 33, 7),
+    LLM_GEMV_Q4(1600, 1600, 1), LLM_GEMV_Q4(4096, 37, 8), LLM_GEMV_Q4(2048, 70, 5), LLM_GEMV_Q4(32, 9, 4),
     {"llm.DequantQ4", "rows=64 K=128", NULL, 0, 0}, {"llm.DequantQ4", "rows=7 K=13", NULL, 0, 0},
-    {"llm.DequantQ4", "rows=300 K=4100", NULL, 0, 0},
+    {"llm.DequantQ4", "rows=300 K=4100", NULL, 0, 0}, {"llm.DequantQ4", "rows=33 K=160", NULL, 0, 0},
     /* FP8: the activations' rounding (codes and scales bit for bit), the GEMV (n <= 8; K not a
      * multiple of 16: one code at a time), cuBLASLt's FP8 GEMM and its epilogue (n > 8) */
     {"llm.QuantFp8", "K=64 n=1", NULL, 0, 0}, {"llm.QuantFp8", "K=4096 n=5", NULL, 0, 0},

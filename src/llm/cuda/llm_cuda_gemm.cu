@@ -18,8 +18,9 @@
  *    fastest of its first LT_CANDIDATES, timed once) are cached per shape (g->plans, LLMC_PLANS entries,
  *    replaced round-robin), so a step does no heuristic queries once its shapes were seen.
  *
- * The INT8 GEMV family (llm_cuda_gemv_q.cu, llmc_gemv_q8_config) is chosen per shape by the same
- * timing, as its own family (KILN_LLM_GEMV_Q8=0..9 forces one of its configurations).
+ * The quantized GEMV family (llm_cuda_gemv_q.cu; llmc_gemv_q8_config for INT8 weights,
+ * llmc_gemv_q4_config for INT4) is chosen per shape by the same timing, as its own family
+ * (KILN_LLM_GEMV_Q8=0..9 forces one of its configurations for both).
  *
  * Both timed choices go to the timing cache of options.timing_cache (llm_cuda_tactics.c), and a
  * shape recorded there is not timed again: a cuBLASLt algorithm is taken when it still fits the call
@@ -510,13 +511,14 @@ extern "C" kiln_status llmc_gemv_q8_mode_from_env(int *mode) {
     return gemv_mode_env("KILN_LLM_GEMV_Q8", LLMC_GEMV_Q8_CONFIGS, mode);
 }
 
-/* One GEMV product whose configuration is chosen: 16-bit weights w (scale NULL) or INT8 ones with
- * row scales (the INT8 family, llm_cuda_gemv_q.cu). */
+/* One GEMV product whose configuration is chosen: 16-bit weights w (scale NULL), INT8 ones with row
+ * scales or INT4 ones with group scales and zero points (zero not NULL; the quantized family,
+ * llm_cuda_gemv_q.cu). */
 typedef struct gemv_job {
     const void *x;
     int ldx, n, K;
     const void *w;
-    const float *scale;
+    const float *scale, *zero;
     const void *bias;
     int N;
     void *y;
@@ -528,10 +530,22 @@ typedef struct gemv_job {
 
 static int job_configs(const gemv_job *j) { return j->scale ? LLMC_GEMV_Q8_CONFIGS : LLMC_GEMV_CONFIGS; }
 
-static double job_weight_bytes(const gemv_job *j) { return (double)j->N * j->K * (j->scale ? 1 : 2); }
+static int job_wbits(const gemv_job *j) { return j->zero ? 4 : j->scale ? 8 : 16; }
+
+/* The bytes of a matrix of N rows of K weights (INT4: packed groups of 128 and their fp32 scales and zero
+ * points). */
+static double weight_bytes(int wbits, int N, int K) {
+    if (wbits == 4) return (double)N * ((K + 127) / 128) * (64 + 8);
+    return (double)N * K * (wbits / 8);
+}
+
+static double job_weight_bytes(const gemv_job *j) { return weight_bytes(job_wbits(j), j->N, j->K); }
 
 /* Enqueues j's product in configuration cfg on g's stream, reading the weights at w. */
 static kiln_status job_launch(kiln_llm_cuda *g, const gemv_job *j, int cfg, const void *w) {
+    if (j->zero)
+        return llmc_gemv_q4_launch(g->dtype, g->kc.stream, cfg, j->x, j->ldx, j->n, j->K, (const uint8_t *)w, j->scale,
+                                   j->zero, j->bias, j->N, j->y, j->ldy, j->out_f32);
     if (j->scale)
         return llmc_gemv_q8_launch(g->dtype, g->kc.stream, cfg, j->x, j->ldx, j->n, j->K, (const int8_t *)w, j->scale,
                                    j->bias, j->N, j->y, j->ldy, j->out_f32);
@@ -541,7 +555,7 @@ static kiln_status job_launch(kiln_llm_cuda *g, const gemv_job *j, int cfg, cons
 
 /* The configuration of a shape that is not timed (autotune off, or first seen inside a capture).
  * 16-bit: a warp per row for rows of at most 256 chunks, else 2 or 8 warps per row; rows share x
- * from 3 token rows on. INT8: a warp per row (the geometry of the kernel the family replaced). */
+ * from 3 token rows on. Quantized: a warp per row (the geometry of the INT8 kernel the family replaced). */
 static int gemv_rule(const gemv_job *j) {
     if (j->scale) return 0;
     const int k8 = j->K / 8, n = j->n;
@@ -638,7 +652,7 @@ static kiln_status gemv_pick(kiln_llm_cuda *g, llmc_gemv_pick *p, const gemv_job
     const char *dt = kiln_dtype_name(g->dtype);
     char shape[128];
     snprintf(shape, sizeof shape, "%s N %d K %d n %d out %s", dt, p->N, p->K, p->n, p->out_f32 ? "fp32" : dt);
-    const char *what = p->q8 ? "llm.gemv.int8" : "llm.gemv";
+    const char *what = p->wbits == 4 ? "llm.gemv.int4" : p->wbits == 8 ? "llm.gemv.int8" : "llm.gemv";
     const kiln_tactic *t = llmc_tactic_find(g, what, shape);
     if (t && t->kind == KILN_TACTIC_LLM_GEMV && t->algo >= 0 && t->algo < job_configs(j)) {
         p->cfg = t->algo;
@@ -663,10 +677,10 @@ static kiln_status gemv_pick(kiln_llm_cuda *g, llmc_gemv_pick *p, const gemv_job
  * (timed when options.gemm_autotune) and remembered; inside a capture the rule's (not remembered: a
  * graph is captured only after an eager step of its shapes, so this is rare). */
 static kiln_status gemv_choose(kiln_llm_cuda *g, const gemv_job *j, int *cfg) {
-    const bool q8 = j->scale != NULL;
+    const int wbits = job_wbits(j);
     for (int i = 0; i < g->n_gemv_picks; i++) {
         const llmc_gemv_pick *p = &g->gemv_picks[i];
-        if (p->N == j->N && p->K == j->K && p->n == j->n && p->out_f32 == j->out_f32 && p->q8 == q8) {
+        if (p->N == j->N && p->K == j->K && p->n == j->n && p->out_f32 == j->out_f32 && p->wbits == wbits) {
             *cfg = p->cfg;
             return KILN_OK;
         }
@@ -683,7 +697,7 @@ static kiln_status gemv_choose(kiln_llm_cuda *g, const gemv_job *j, int *cfg) {
     p.K = j->K;
     p.n = j->n;
     p.out_f32 = j->out_f32;
-    p.q8 = q8;
+    p.wbits = wbits;
     p.cfg = *cfg;
     if (g->opt.gemm_autotune) KILN_TRY(gemv_pick(g, &p, j));
     llmc_gemv_pick *slot;
@@ -701,9 +715,10 @@ static kiln_status gemv_choose(kiln_llm_cuda *g, const gemv_job *j, int *cfg) {
 extern "C" int kiln_llm_cuda_gemv_picks(const kiln_llm_cuda *g, int i, char *line, size_t cap) {
     if (i >= 0 && i < g->n_gemv_picks && cap > 0) {
         const llmc_gemv_pick *p = &g->gemv_picks[i];
-        const double gb = (double)p->N * p->K * (p->q8 ? 1 : 2) * 1e-3; /* bytes / us * 1e-3 = GB/s */
-        const char *dt = g->dtype == KILN_F16 ? "fp16" : "bf16", *wt = p->q8 ? "int8" : dt;
-        const char *name = p->q8 ? llmc_gemv_q8_config_name(p->cfg) : llmc_gemv_config_name(p->cfg);
+        const double gb = weight_bytes(p->wbits, p->N, p->K) * 1e-3; /* bytes / us * 1e-3 = GB/s */
+        const char *dt = g->dtype == KILN_F16 ? "fp16" : "bf16";
+        const char *wt = p->wbits == 4 ? "int4" : p->wbits == 8 ? "int8" : dt;
+        const char *name = p->wbits < 16 ? llmc_gemv_q8_config_name(p->cfg) : llmc_gemv_config_name(p->cfg);
         if (p->timed)
             snprintf(line, cap, "N %5d K %5d n %d %s x %s->%s: %s; %.2f us, %.0f GB/s", p->N, p->K, p->n, wt, dt,
                      p->out_f32 ? "fp32" : dt, name, p->us, gb / p->us);
@@ -720,7 +735,7 @@ extern "C" kiln_status llmc_gemv_config(kiln_llm_cuda *g, const void *x, int ldx
                                         const void *bias, int N, void *y, int ldy, bool out_f32, int *cfg) {
     *cfg = g->gemv_force;
     if (*cfg != LLMC_GEMV_AUTO) return KILN_OK;
-    const gemv_job j = {x, ldx, n, K, w, NULL, bias, N, y, ldy, out_f32};
+    const gemv_job j = {x, ldx, n, K, w, NULL, NULL, bias, N, y, ldy, out_f32};
     return gemv_choose(g, &j, cfg);
 }
 
@@ -730,7 +745,17 @@ extern "C" kiln_status llmc_gemv_q8_config(kiln_llm_cuda *g, const void *x, int 
     *cfg = g->gemv_q8_force;
     if (*cfg != LLMC_GEMV_AUTO) return KILN_OK;
     if (!scale) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "int8 gemv: no row scales");
-    const gemv_job j = {x, ldx, n, K, q, scale, bias, N, y, ldy, out_f32};
+    const gemv_job j = {x, ldx, n, K, q, scale, NULL, bias, N, y, ldy, out_f32};
+    return gemv_choose(g, &j, cfg);
+}
+
+extern "C" kiln_status llmc_gemv_q4_config(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const uint8_t *q,
+                                           const float *scale, const float *zero, const void *bias, int N, void *y,
+                                           int ldy, bool out_f32, int *cfg) {
+    *cfg = g->gemv_q8_force;
+    if (*cfg != LLMC_GEMV_AUTO) return KILN_OK;
+    if (!scale || !zero) return kiln_error(KILN_ERR_INVALID_ARGUMENT, "int4 gemv: no group scales and zero points");
+    const gemv_job j = {x, ldx, n, K, q, scale, zero, bias, N, y, ldy, out_f32};
     return gemv_choose(g, &j, cfg);
 }
 

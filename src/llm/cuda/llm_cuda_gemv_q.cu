@@ -1,12 +1,15 @@
 /* llm_cuda_gemv_q.cu — the weight-only INT8 products of the LLM forward on CUDA (weights int8 [N, K]
- * with one fp32 scale per output row, kept so on the device):
+ * with one fp32 scale per output row, kept so on the device), and the GEMV family they share with the
+ * INT4 ones (llm_cuda_gemv_q4.cu):
  *
- *  - few token rows (decode): gemv_q8_kernel, one template over its launch geometry as the 16-bit
- *    GEMV's (threads per row group, groups per block, rows per group, 16-byte loads of 16 weights in
- *    flight per row, activations staged in shared memory or read through L1), in
- *    LLMC_GEMV_Q8_CONFIGS configurations timed per shape by llm_cuda_gemm.cu's choice (the fastest
- *    kept; KILN_LLM_GEMV_Q8=0..9 forces one). Up to LLMC_GEMV_MAX token rows are summed in fp32
- *    against the same loaded weights, the row's scale applied once to each sum.
+ *  - few token rows (decode): gemv_q_kernel, one template over the weight format (INT8 with row
+ *    scales; INT4 in groups of 128 with scales and zero points) and its launch geometry as the 16-bit
+ *    GEMV's (threads per row group, groups per block, rows per group, 16-byte weight loads in flight
+ *    per row, activations staged in shared memory or read through L1), in LLMC_GEMV_Q8_CONFIGS
+ *    configurations timed per shape by llm_cuda_gemm.cu's choice (the fastest kept;
+ *    KILN_LLM_GEMV_Q8=0..9 forces one). Up to LLMC_GEMV_MAX token rows are summed in fp32 against
+ *    the same loaded weights; INT8's row scale is applied once to each sum, INT4's group scales once
+ *    per 32 weights.
  *  - many token rows (prefill): tiles of weight rows dequantized to the activation dtype in a device
  *    workspace, each multiplied by llmc_linear's cuBLASLt product.
  *
@@ -15,10 +18,10 @@
 #include "llm/cuda/llm_cuda_util.cuh"
 
 #define QD_THREADS 256
-#define Q8_STAGE_MAX (48 * 1024) /* activation bytes (n * K * 2) a staging configuration keeps in shared
+#define GQ_STAGE_MAX (48 * 1024) /* activation bytes (n * K * 2) a staging configuration keeps in shared
                                   * memory; past it the configuration reads them through L1 */
 
-/* ---------------------------------------------------------------- the INT8 GEMV family */
+/* ---------------------------------------------------------------- the quantized GEMV family */
 
 /* The 16 int8 values of u as fp32, exactly: each byte, offset by 128, becomes the low mantissa byte of
  * 2^23 (one byte permute), and 2^23 + 128 is subtracted (one add); cheaper than 16 integer-to-float
@@ -33,11 +36,33 @@ static __device__ __forceinline__ void q8_unpack16(const uint4 &u, float (&f)[16
     }
 }
 
-/* The end of a split-K launch (S > 1, gemv_q8_kernel): the group's sums of its block's share of K go to
+/* The 16 nibbles of the words lo, hi (k order: nibble b of lo is value b, of hi value 8 + b) as the
+ * floats 1 + q / 16, exactly: the nibble shifted into mantissa bits 19-22 of 1.0 (a shift and one
+ * logic op, no conversion and no subtraction). The caller takes sum x (1 + q / 16) - sum x = sum x q / 16. */
+static __device__ __forceinline__ void q4_unpack16(uint32_t lo, uint32_t hi, float (&f)[16]) {
+#pragma unroll
+    for (int b = 0; b < 8; b++) {
+        const int sh = 19 - 4 * b;
+        const uint32_t l = sh >= 0 ? lo << sh : lo >> -sh, h = sh >= 0 ? hi << sh : hi >> -sh;
+        f[b] = __uint_as_float((l & 0x00780000u) | 0x3F800000u);
+        f[8 + b] = __uint_as_float((h & 0x00780000u) | 0x3F800000u);
+    }
+}
+
+/* Row o's output from its sum v: times the INT8 row scale (INT4 sums are scaled per group already),
+ * plus the bias. */
+template <typename T, typename O, int WB>
+static __device__ __forceinline__ void gq_store(O *y, int ldy, int t, int o, float v, const float *scale,
+                                                const T *bias) {
+    if (WB == 8) v *= scale[o];
+    y[(size_t)t * ldy + o] = ku_from_f32<O>(v + (bias ? ku_f32(bias[o]) : 0.0f));
+}
+
+/* The end of a split-K launch (S > 1, gemv_q_kernel): the group's sums of its block's share of K go to
  * shared memory (over the warp, then over the group's warps), lc_cluster_sum adds the cluster's S
- * shares in rank order, and rank 0's threads apply the row scale, add the bias and store. */
-template <typename T, typename O, int NT, int TPR, int GROUPS, int R, int S>
-static __device__ __forceinline__ void q8_split_store(const float (&acc)[R][NT], int grp, int gi, int lane, int rows,
+ * shares in rank order, and rank 0's threads store (gq_store). */
+template <typename T, typename O, int WB, int NT, int TPR, int GROUPS, int R, int S>
+static __device__ __forceinline__ void gq_split_store(const float (&acc)[R][NT], int grp, int gi, int lane, int rows,
                                                       int n, int row0, const float *scale, const T *bias, O *y,
                                                       int ldy) {
     constexpr int WPR = TPR / 32;
@@ -71,30 +96,116 @@ static __device__ __forceinline__ void q8_split_store(const float (&acc)[R][NT],
     float v = 0.0f;
     if (lc_cluster_sum<S>(part[grp], gi, R * NT, v)) {
         const int r = gi / NT, t = gi - r * NT, o = row0 + r;
-        if (r < rows && t < n) y[(size_t)t * ldy + o] = ku_from_f32<O>(v * scale[o] + (bias ? ku_f32(bias[o]) : 0.0f));
+        if (r < rows && t < n) gq_store<T, O, WB>(y, ldy, t, o, v, scale, bias);
     }
 }
 
-/* y[t, o] = scale[o] * sum_k x[t, k] q[o, k] + bias[o]. A block is GROUPS groups of TPR threads (TPR a
- * multiple of 32: one warp, or several splitting K); a group owns R consecutive output rows and its
- * threads take the 16-byte chunks (16 weights) g, g + TPR, ... of each (g: the thread's index in the
- * group), U chunks of every row in flight per round (R * U loads per thread, __ldcs: read once per
- * product). The 16 inputs of each token row under a chunk are loaded once and used for all R rows:
- * from shared memory when STAGE (the block copies the n token rows there first), else through L1.
- * FP32 sums over the warp by shuffles, then (TPR > 32) over the group's warps through shared memory.
- * NT: token rows compiled for; NT <= 4 runs with n == NT, NT = 8 with any n <= 8 (rows past n repeat
- * row n - 1 and are not stored). S > 1: split-K over clusters of S blocks (sm_90): block rank q takes the
- * chunks q * TPR + g, + S * TPR, ..., and q8_split_store sums the S shares. */
-template <typename T, typename O, int NT, int TPR, int GROUPS, int R, int U, bool STAGE, int S>
+/* Adds chunk c (16 bytes of each of the R weight rows in wv) times the NT token rows at xr to acc.
+ * WB 8: 16 int8 weights a chunk, the row scale applied at the store. WB 4: 32 packed nibbles, inside
+ * group c / 4 of 128 values; with P = sum x (1 + q / 16) and X = sum x over the chunk, sum x (q - z) s
+ * = 16 s P - s (16 + z) X is added (scale[row * G + g], zero at the same place of the zero points). */
+template <typename T, int WB, int NT, int R, bool STAGE>
+static __device__ __forceinline__ void gq_chunk(const uint4 (&wv)[R], int c, const T *const (&xr)[NT], const int (&row)[R],
+                                                int G, const float *__restrict__ scale, const float *__restrict__ zero,
+                                                float (&acc)[R][NT]) {
+    if constexpr (WB == 8) {
+        float wf[R][16];
+#pragma unroll
+        for (int r = 0; r < R; r++) q8_unpack16(wv[r], wf[r]);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float a[8], b[8];
+            if (STAGE) {
+                lc_load8_any<T>(xr[t] + (size_t)c * 16, a);
+                lc_load8_any<T>(xr[t] + (size_t)c * 16 + 8, b);
+            } else {
+                lc_load8<T>(xr[t] + (size_t)c * 16, a);
+                lc_load8<T>(xr[t] + (size_t)c * 16 + 8, b);
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float s = acc[r][t];
+#pragma unroll
+                for (int e = 0; e < 8; e++) s = fmaf(a[e], wf[r][e], s);
+#pragma unroll
+                for (int e = 0; e < 8; e++) s = fmaf(b[e], wf[r][8 + e], s);
+                acc[r][t] = s;
+            }
+        }
+    } else {
+        float p[R][NT], sx[NT];
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            sx[t] = 0.0f;
+#pragma unroll
+            for (int r = 0; r < R; r++) p[r][t] = 0.0f;
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) { /* weights 16 h .. 16 h + 15 of the chunk */
+            float wf[R][16];
+#pragma unroll
+            for (int r = 0; r < R; r++) q4_unpack16(h ? wv[r].z : wv[r].x, h ? wv[r].w : wv[r].y, wf[r]);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                float a[8], b[8];
+                const T *xp = xr[t] + (size_t)c * 32 + 16 * h;
+                if (STAGE) {
+                    lc_load8_any<T>(xp, a);
+                    lc_load8_any<T>(xp + 8, b);
+                } else {
+                    lc_load8<T>(xp, a);
+                    lc_load8<T>(xp + 8, b);
+                }
+                float s = sx[t];
+#pragma unroll
+                for (int e = 0; e < 8; e++) s += a[e] + b[e];
+                sx[t] = s;
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float q = p[r][t];
+#pragma unroll
+                    for (int e = 0; e < 8; e++) q = fmaf(a[e], wf[r][e], q);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) q = fmaf(b[e], wf[r][8 + e], q);
+                    p[r][t] = q;
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const size_t gi = (size_t)row[r] * G + (c >> 2);
+            const float s = __ldg(scale + gi), z = __ldg(zero + gi), s16 = 16.0f * s, sz = s * (16.0f + z);
+#pragma unroll
+            for (int t = 0; t < NT; t++) acc[r][t] = fmaf(s16, p[r][t], fmaf(-sz, sx[t], acc[r][t]));
+        }
+    }
+}
+
+/* y[t, o] = sum_k x[t, k] wq[o, k] + bias[o], wq the dequantized weights: WB 8, int8 q [N, K] times the
+ * row's scale[o]; WB 4, nibbles packed in groups of 128 (G a row, 64 bytes each; rows of G * 64
+ * bytes), (q - zero[o, g]) * scale[o, g]. A block is GROUPS groups of TPR threads (TPR a multiple of
+ * 32: one warp, or several splitting K); a group owns R consecutive output rows and its threads take
+ * the 16-byte chunks (16 or 32 weights) g, g + TPR, ... of each (g: the thread's index in the group),
+ * U chunks of every row in flight per round (R * U loads per thread, __ldcs: read once per product).
+ * The inputs of each token row under a chunk are loaded once and used for all R rows: from shared
+ * memory when STAGE (the block copies the n token rows there first), else through L1. FP32 sums over
+ * the warp by shuffles, then (TPR > 32) over the group's warps through shared memory. NT: token rows
+ * compiled for; NT <= 4 runs with n == NT, NT = 8 with any n <= 8 (rows past n repeat row n - 1 and are
+ * not stored). S > 1: split-K over clusters of S blocks (sm_90): block rank q takes the chunks
+ * q * TPR + g, + S * TPR, ..., and gq_split_store sums the S shares. */
+template <typename T, typename O, int WB, int NT, int TPR, int GROUPS, int R, int U, bool STAGE, int S>
 __global__ void __launch_bounds__(TPR *GROUPS)
-    gemv_q8_kernel(const T *__restrict__ x, int ldx, int n, int K, const int8_t *__restrict__ w,
-                   const float *__restrict__ scale, const T *__restrict__ bias, int N, O *__restrict__ y, int ldy) {
+    gemv_q_kernel(const T *__restrict__ x, int ldx, int n, int K, const uint8_t *__restrict__ w,
+                  const float *__restrict__ scale, const float *__restrict__ zero, const T *__restrict__ bias, int N,
+                  O *__restrict__ y, int ldy) {
     constexpr int WPR = TPR / 32;
     static_assert(TPR % 32 == 0 && WPR >= 1, "TPR: a multiple of 32");
     static_assert(WPR == 1 || R * NT <= TPR, "the cross-warp sum takes one thread per (row, token row)");
     static_assert(WPR > 1 || R * NT <= 32, "one lane stores each (row, token row)");
-    extern __shared__ uint4 q8_xs[];
-    const int tid = threadIdx.x, grp = tid / TPR, gi = tid - grp * TPR, lane = tid & 31, K16 = K >> 4;
+    extern __shared__ uint4 gq_xs[];
+    const int tid = threadIdx.x, grp = tid / TPR, gi = tid - grp * TPR, lane = tid & 31;
+    const int KC = WB == 8 ? K >> 4 : K >> 5, G = (K + 127) >> 7; /* chunks of a row; INT4 groups of a row */
+    const size_t row_bytes = WB == 8 ? (size_t)K : (size_t)G * 64;
     const int split = S > 1 ? (int)(blockIdx.x % S) : 0, rb = (int)(blockIdx.x / S);
     const int row0 = (rb * GROUPS + grp) * R, rows = min(R, N - row0); /* rows <= 0: idle */
     const T *xbase = x;
@@ -103,15 +214,19 @@ __global__ void __launch_bounds__(TPR *GROUPS)
         const int K8 = K >> 3;
         for (int i = tid; i < n * K8; i += TPR * GROUPS) {
             const int t = i / K8, c = i - t * K8;
-            q8_xs[i] = __ldg(reinterpret_cast<const uint4 *>(x + (size_t)t * ldx) + c);
+            gq_xs[i] = __ldg(reinterpret_cast<const uint4 *>(x + (size_t)t * ldx) + c);
         }
         __syncthreads();
-        xbase = reinterpret_cast<const T *>(q8_xs);
+        xbase = reinterpret_cast<const T *>(gq_xs);
         xld = K;
     }
     const uint4 *wr[R];
+    int row[R];
 #pragma unroll
-    for (int r = 0; r < R; r++) wr[r] = reinterpret_cast<const uint4 *>(w + (size_t)min(row0 + r, N - 1) * K);
+    for (int r = 0; r < R; r++) {
+        row[r] = min(row0 + r, N - 1);
+        wr[r] = reinterpret_cast<const uint4 *>(w + (size_t)row[r] * row_bytes);
+    }
     const T *xr[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) xr[t] = xbase + (size_t)(NT <= 4 ? t : min(t, n - 1)) * xld;
@@ -121,57 +236,32 @@ __global__ void __launch_bounds__(TPR *GROUPS)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
     if (rows > 0) {
-        for (int c0 = split * TPR + gi; c0 < K16; c0 += TPR * S * U) {
+        for (int c0 = split * TPR + gi; c0 < KC; c0 += TPR * S * U) {
             uint4 wv[U][R];
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int c = c0 + u * TPR * S;
 #pragma unroll
                 for (int r = 0; r < R; r++)
-                    wv[u][r] = c < K16 && r < rows ? __ldcs(wr[r] + c) : make_uint4(0, 0, 0, 0);
+                    wv[u][r] = c < KC && r < rows ? __ldcs(wr[r] + c) : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int c = c0 + u * TPR * S;
-                if (c >= K16) break;
-                float wf[R][16];
-#pragma unroll
-                for (int r = 0; r < R; r++) q8_unpack16(wv[u][r], wf[r]);
-#pragma unroll
-                for (int t = 0; t < NT; t++) {
-                    float a[8], b[8];
-                    if (STAGE) {
-                        lc_load8_any<T>(xr[t] + (size_t)c * 16, a);
-                        lc_load8_any<T>(xr[t] + (size_t)c * 16 + 8, b);
-                    } else {
-                        lc_load8<T>(xr[t] + (size_t)c * 16, a);
-                        lc_load8<T>(xr[t] + (size_t)c * 16 + 8, b);
-                    }
-#pragma unroll
-                    for (int r = 0; r < R; r++) {
-                        float s = acc[r][t];
-#pragma unroll
-                        for (int e = 0; e < 8; e++) s = fmaf(a[e], wf[r][e], s);
-#pragma unroll
-                        for (int e = 0; e < 8; e++) s = fmaf(b[e], wf[r][8 + e], s);
-                        acc[r][t] = s;
-                    }
-                }
+                if (c >= KC) break;
+                gq_chunk<T, WB, NT, R, STAGE>(wv[u], c, xr, row, G, scale, zero, acc);
             }
         }
     }
     if constexpr (S > 1) {
-        q8_split_store<T, O, NT, TPR, GROUPS, R, S>(acc, grp, gi, lane, rows, n, row0, scale, bias, y, ldy);
+        gq_split_store<T, O, WB, NT, TPR, GROUPS, R, S>(acc, grp, gi, lane, rows, n, row0, scale, bias, y, ldy);
     } else if constexpr (WPR == 1) {
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 const float v = ku_warp_sum(acc[r][t]); /* every lane has it: lane r * NT + t stores */
-                if (lane == r * NT + t && r < rows && t < n) {
-                    const int o = row0 + r;
-                    y[(size_t)t * ldy + o] = ku_from_f32<O>(v * scale[o] + (bias ? ku_f32(bias[o]) : 0.0f));
-                }
+                if (lane == r * NT + t && r < rows && t < n) gq_store<T, O, WB>(y, ldy, t, row0 + r, v, scale, bias);
             }
     } else {
         __shared__ float red[GROUPS][WPR][R * NT];
@@ -185,12 +275,12 @@ __global__ void __launch_bounds__(TPR *GROUPS)
             }
         __syncthreads();
         if (gi < R * NT) {
-            const int r = gi / NT, t = gi - r * NT, o = row0 + r;
+            const int r = gi / NT, t = gi - r * NT;
             if (r < rows && t < n) {
                 float v = 0.0f;
 #pragma unroll
                 for (int wi = 0; wi < WPR; wi++) v += red[grp][wi][gi];
-                y[(size_t)t * ldy + o] = ku_from_f32<O>(v * scale[o] + (bias ? ku_f32(bias[o]) : 0.0f));
+                gq_store<T, O, WB>(y, ldy, t, row0 + r, v, scale, bias);
             }
         }
     }
@@ -198,12 +288,13 @@ __global__ void __launch_bounds__(TPR *GROUPS)
 
 /* The candidates: threads per row group, groups per block, rows per group, chunks per row in flight,
  * activations staged in shared memory, blocks splitting K (a cluster). A warp per row with 4 or 8
- * loads in flight (0, 1: 0 is the geometry of the kernel the family replaced), warps on 2 or 4 rows
- * sharing the activations (2-4; 3 and 4 staged once per block of 16 rows: 4 warps of 4 rows, 8 of 2),
- * 2-8 warps splitting the long rows of narrow products so that a product of few rows still spreads
- * over every SM (5-7), clusters of 4 or 2 blocks splitting K (8, 9; unsplit before sm_90). Each
- * checked against the CPU by the llm.GemvQ8 op cases (tests/gpu/llm_op_quant.c). */
-#define GEMV_Q8_CONFIG_LIST(X)                                                                     \
+ * loads in flight (0, 1: 0 is the geometry of the INT8 kernel the family replaced), warps on 2 or 4
+ * rows sharing the activations (2-4; 3 and 4 staged once per block of 16 rows: 4 warps of 4 rows, 8 of
+ * 2), 2-8 warps splitting the long rows of narrow products so that a product of few rows still spreads
+ * over every SM (5-7), clusters of 4 or 2 blocks splitting K (8, 9; unsplit before sm_90). The same
+ * list serves INT8 and INT4 (whose chunks hold twice the weights, so its rows have half the chunks).
+ * Each checked against the CPU by the llm.GemvQ8 and llm.GemvQ4 op cases (tests/gpu/llm_op_quant*.c). */
+#define GEMV_Q_CONFIG_LIST(X)                                                                      \
     X(0, 32, 4, 1, 4, false, 1)                                                                    \
     X(1, 32, 4, 1, 8, false, 1)                                                                    \
     X(2, 32, 4, 2, 4, false, 1)                                                                    \
@@ -215,71 +306,80 @@ __global__ void __launch_bounds__(TPR *GROUPS)
     X(8, 32, 4, 1, 2, false, 4)                                                                    \
     X(9, 32, 4, 2, 2, false, 2)
 
-#define Q8_STAGED_true ", x in shared memory"
-#define Q8_STAGED_false ""
-static const char *const GEMV_Q8_NAME[LLMC_GEMV_Q8_CONFIGS] = {
+#define GQ_STAGED_true ", x in shared memory"
+#define GQ_STAGED_false ""
+static const char *const GEMV_Q_NAME[LLMC_GEMV_Q8_CONFIGS] = {
 #define X(i, tpr, gr, r, u, st, sk)                                                                \
-    "#" #i ": " #tpr " thr/row x " #r " rows, " #gr " groups, " #u " loads/row, split " #sk Q8_STAGED_##st,
-    GEMV_Q8_CONFIG_LIST(X)
+    "#" #i ": " #tpr " thr/row x " #r " rows, " #gr " groups, " #u " loads/row, split " #sk GQ_STAGED_##st,
+    GEMV_Q_CONFIG_LIST(X)
 #undef X
 };
 
-template <typename T, typename O, int NT, int TPR, int GROUPS, int R, int U, bool STAGE, int S>
-static kiln_status gemv_q8_nt(cudaStream_t st, const void *x, int ldx, int n, int K, const int8_t *w,
-                              const float *scale, const void *bias, int N, void *y, int ldy) {
-    const unsigned blocks = (unsigned)((N + GROUPS * R - 1) / (GROUPS * R));
-    const size_t smem = (size_t)n * K * sizeof(T);
+/* The operands of one quantized GEMV launch. */
+typedef struct gq_args {
+    const void *x;
+    int ldx, n, K;
+    const uint8_t *w;
+    const float *scale, *zero;
+    const void *bias;
+    int N;
+    void *y;
+    int ldy;
+} gq_args;
+
+template <typename T, typename O, int WB, int NT, int TPR, int GROUPS, int R, int U, bool STAGE, int S>
+static kiln_status gemv_q_nt(cudaStream_t st, const gq_args &a) {
+    const unsigned blocks = (unsigned)((a.N + GROUPS * R - 1) / (GROUPS * R));
+    const size_t smem = (size_t)a.n * a.K * sizeof(T);
     static_assert(S == 1 || !STAGE, "a split configuration reads the activations through L1");
+    const T *x = (const T *)a.x, *bias = (const T *)a.bias;
     bool done = false;
     if constexpr (S > 1) {
         if (lc_clusters_ok()) {
-            KILN_TRY(lc_cluster_launch(gemv_q8_kernel<T, O, NT, TPR, GROUPS, R, U, false, S>, blocks, S, TPR * GROUPS, 0,
-                                       st, (const T *)x, ldx, n, K, w, scale, (const T *)bias, N, (O *)y, ldy));
+            KILN_TRY(lc_cluster_launch(gemv_q_kernel<T, O, WB, NT, TPR, GROUPS, R, U, false, S>, blocks, S,
+                                       TPR * GROUPS, 0, st, x, a.ldx, a.n, a.K, a.w, a.scale, a.zero, bias, a.N,
+                                       (O *)a.y, a.ldy));
             done = true;
         }
     } else if constexpr (STAGE) {
-        if (smem <= Q8_STAGE_MAX) {
-            gemv_q8_kernel<T, O, NT, TPR, GROUPS, R, U, true, 1><<<blocks, TPR * GROUPS, smem, st>>>(
-                (const T *)x, ldx, n, K, w, scale, (const T *)bias, N, (O *)y, ldy);
+        if (smem <= GQ_STAGE_MAX) {
+            gemv_q_kernel<T, O, WB, NT, TPR, GROUPS, R, U, true, 1><<<blocks, TPR * GROUPS, smem, st>>>(
+                x, a.ldx, a.n, a.K, a.w, a.scale, a.zero, bias, a.N, (O *)a.y, a.ldy);
             done = true;
         }
     }
     if (!done) /* the unstaged, unsplit kernel of this geometry */
-        gemv_q8_kernel<T, O, NT, TPR, GROUPS, R, U, false, 1><<<blocks, TPR * GROUPS, 0, st>>>(
-            (const T *)x, ldx, n, K, w, scale, (const T *)bias, N, (O *)y, ldy);
-    KILN_CUDA_LAUNCH_CHECK("gemv_q8_kernel");
+        gemv_q_kernel<T, O, WB, NT, TPR, GROUPS, R, U, false, 1><<<blocks, TPR * GROUPS, 0, st>>>(
+            x, a.ldx, a.n, a.K, a.w, a.scale, a.zero, bias, a.N, (O *)a.y, a.ldy);
+    KILN_CUDA_LAUNCH_CHECK("gemv_q_kernel");
     return KILN_OK;
 }
 
-template <typename T, typename O, int TPR, int GROUPS, int R, int U, bool STAGE, int S>
-static kiln_status gemv_q8_n(cudaStream_t st, const void *x, int ldx, int n, int K, const int8_t *w,
-                             const float *scale, const void *bias, int N, void *y, int ldy) {
-    switch (n) {
-    case 1: return gemv_q8_nt<T, O, 1, TPR, GROUPS, R, U, STAGE, S>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
-    case 2: return gemv_q8_nt<T, O, 2, TPR, GROUPS, R, U, STAGE, S>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
-    case 3: return gemv_q8_nt<T, O, 3, TPR, GROUPS, R, U, STAGE, S>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
-    case 4: return gemv_q8_nt<T, O, 4, TPR, GROUPS, R, U, STAGE, S>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
-    default: return gemv_q8_nt<T, O, 8, TPR, GROUPS, R, U, STAGE, S>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
+template <typename T, typename O, int WB, int TPR, int GROUPS, int R, int U, bool STAGE, int S>
+static kiln_status gemv_q_n(cudaStream_t st, const gq_args &a) {
+    switch (a.n) {
+    case 1: return gemv_q_nt<T, O, WB, 1, TPR, GROUPS, R, U, STAGE, S>(st, a);
+    case 2: return gemv_q_nt<T, O, WB, 2, TPR, GROUPS, R, U, STAGE, S>(st, a);
+    case 3: return gemv_q_nt<T, O, WB, 3, TPR, GROUPS, R, U, STAGE, S>(st, a);
+    case 4: return gemv_q_nt<T, O, WB, 4, TPR, GROUPS, R, U, STAGE, S>(st, a);
+    default: return gemv_q_nt<T, O, WB, 8, TPR, GROUPS, R, U, STAGE, S>(st, a);
     }
 }
 
-template <typename T, typename O>
-static kiln_status gemv_q8_cfg(cudaStream_t st, int cfg, const void *x, int ldx, int n, int K, const int8_t *w,
-                               const float *scale, const void *bias, int N, void *y, int ldy) {
+template <typename T, typename O, int WB> static kiln_status gemv_q_cfg(cudaStream_t st, int cfg, const gq_args &a) {
     switch (cfg) {
 #define X(i, tpr, gr, r, u, stage, sk)                                                             \
-    case i: return gemv_q8_n<T, O, tpr, gr, r, u, stage, sk>(st, x, ldx, n, K, w, scale, bias, N, y, ldy);
-        GEMV_Q8_CONFIG_LIST(X)
+    case i: return gemv_q_n<T, O, WB, tpr, gr, r, u, stage, sk>(st, a);
+        GEMV_Q_CONFIG_LIST(X)
 #undef X
-    default: return kiln_error(KILN_ERR_INTERNAL, "int8 gemv: no configuration %d", cfg);
+    default: return kiln_error(KILN_ERR_INTERNAL, "quantized gemv: no configuration %d", cfg);
     }
 }
 
 template <typename T>
-static kiln_status launch_gemv_q8(cudaStream_t st, int cfg, const void *x, int ldx, int n, int K, const int8_t *w,
-                                  const float *scale, const void *bias, int N, void *y, int ldy, bool out_f32) {
-    return out_f32 ? gemv_q8_cfg<T, float>(st, cfg, x, ldx, n, K, w, scale, bias, N, y, ldy)
-                   : gemv_q8_cfg<T, T>(st, cfg, x, ldx, n, K, w, scale, bias, N, y, ldy);
+static kiln_status launch_gemv_q(cudaStream_t st, int cfg, int wbits, const gq_args &a, bool out_f32) {
+    if (wbits == 4) return out_f32 ? gemv_q_cfg<T, float, 4>(st, cfg, a) : gemv_q_cfg<T, T, 4>(st, cfg, a);
+    return out_f32 ? gemv_q_cfg<T, float, 8>(st, cfg, a) : gemv_q_cfg<T, T, 8>(st, cfg, a);
 }
 
 extern "C" bool llmc_gemv_q8_fits(int n, int K, int ldx, const void *x, const void *q) {
@@ -287,46 +387,75 @@ extern "C" bool llmc_gemv_q8_fits(int n, int K, int ldx, const void *x, const vo
            ku_aligned16(q);
 }
 
+extern "C" bool llmc_gemv_q4_fits(int n, int K, int ldx, const void *x, const void *q) {
+    return K % 32 == 0 && llmc_gemv_q8_fits(n, K, ldx, x, q);
+}
+
+/* Checks the common operands and launches configuration cfg of the WB-bit family. */
+static kiln_status gemv_q_launch(const char *what, int wbits, kiln_dtype dtype, cudaStream_t stream, int cfg,
+                                 const gq_args &a, bool out_f32) {
+    if (dtype != KILN_F16 && dtype != KILN_BF16)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s gemv: activations %s (float16 or bfloat16)", what,
+                          kiln_dtype_name(dtype));
+    const int kmul = wbits == 4 ? 32 : 16;
+    const bool fits = wbits == 4 ? llmc_gemv_q4_fits(a.n, a.K, a.ldx, a.x, a.w) : llmc_gemv_q8_fits(a.n, a.K, a.ldx, a.x, a.w);
+    if (!fits || a.N < 1 || a.ldy < a.N || !a.scale || (wbits == 4 && !a.zero))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s gemv: n %d (1..%d), K %d (a multiple of %d), ldx %d "
+                          "(a multiple of 8, >= K), N %d, ldy %d, x and w 16-byte aligned, scales%s given", what, a.n,
+                          LLMC_GEMV_MAX, a.K, kmul, a.ldx, a.N, a.ldy, wbits == 4 ? " and zero points" : "");
+    if (cfg < 0 || cfg >= LLMC_GEMV_Q8_CONFIGS)
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s gemv: no configuration %d (0..%d)", what, cfg,
+                          LLMC_GEMV_Q8_CONFIGS - 1);
+    return LC_DISPATCH(dtype, launch_gemv_q, stream, cfg, wbits, a, out_f32);
+}
+
 extern "C" kiln_status llmc_gemv_q8_launch(kiln_dtype dtype, cudaStream_t stream, int cfg, const void *x, int ldx,
                                            int n, int K, const int8_t *w, const float *scale, const void *bias, int N,
                                            void *y, int ldy, bool out_f32) {
-    if (dtype != KILN_F16 && dtype != KILN_BF16)
-        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "int8 gemv: activations %s (float16 or bfloat16)",
-                          kiln_dtype_name(dtype));
-    if (!llmc_gemv_q8_fits(n, K, ldx, x, w) || N < 1 || ldy < N)
-        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "int8 gemv: n %d (1..%d), K %d (a multiple of 16), ldx %d "
-                          "(a multiple of 8, >= K), N %d, ldy %d, x and w 16-byte aligned", n, LLMC_GEMV_MAX, K, ldx,
-                          N, ldy);
-    if (cfg < 0 || cfg >= LLMC_GEMV_Q8_CONFIGS)
-        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "int8 gemv: no configuration %d (0..%d)", cfg,
-                          LLMC_GEMV_Q8_CONFIGS - 1);
-    return LC_DISPATCH(dtype, launch_gemv_q8, stream, cfg, x, ldx, n, K, w, scale, bias, N, y, ldy, out_f32);
+    const gq_args a = {x, ldx, n, K, (const uint8_t *)w, scale, NULL, bias, N, y, ldy};
+    return gemv_q_launch("int8", 8, dtype, stream, cfg, a, out_f32);
+}
+
+extern "C" kiln_status llmc_gemv_q4_launch(kiln_dtype dtype, cudaStream_t stream, int cfg, const void *x, int ldx,
+                                           int n, int K, const uint8_t *q, const float *scale, const float *zero,
+                                           const void *bias, int N, void *y, int ldy, bool out_f32) {
+    const gq_args a = {x, ldx, n, K, q, scale, zero, bias, N, y, ldy};
+    return gemv_q_launch("int4", 4, dtype, stream, cfg, a, out_f32);
 }
 
 extern "C" const char *llmc_gemv_q8_config_name(int cfg) {
-    return cfg >= 0 && cfg < LLMC_GEMV_Q8_CONFIGS ? GEMV_Q8_NAME[cfg] : "?";
+    return cfg >= 0 && cfg < LLMC_GEMV_Q8_CONFIGS ? GEMV_Q_NAME[cfg] : "?";
 }
 
 /* ---------------------------------------------------------------- dequantized tiles */
 
-/* dst[r, k] = q[r, k] * scale[r] in T, r < rows, k < K; four values per thread. */
+/* dst[r, k] = q[r, k] * scale[r] in T, r < rows, k < K. K % 16 == 0: a 16-byte load of 16 values and two
+ * 16-byte stores per thread and round; else one value at a time. */
 template <typename T>
 __global__ void dequant_q8_kernel(const int8_t *__restrict__ q, const float *__restrict__ scale, int64_t rows, int K,
                                   T *__restrict__ dst) {
-    const int64_t n = rows * K;
-    for (int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4; i < n; i += (int64_t)gridDim.x * blockDim.x * 4) {
+    const int64_t n = rows * K, first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    if (K % 16 == 0) {
+        for (int64_t c = first; c < n / 16; c += stride) {
+            float f[16];
+            q8_unpack16(__ldcs(reinterpret_cast<const uint4 *>(q) + c), f);
+            const float s = scale[c * 16 / K];
+            T out[16];
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int64_t e = i + j;
-            if (e < n) dst[e] = ku_from_f32<T>((float)q[e] * scale[e / K]);
+            for (int j = 0; j < 16; j++) out[j] = ku_from_f32<T>(f[j] * s);
+            reinterpret_cast<uint4 *>(dst)[2 * c] = *reinterpret_cast<const uint4 *>(out);
+            reinterpret_cast<uint4 *>(dst)[2 * c + 1] = *reinterpret_cast<const uint4 *>(out + 8);
         }
+        return;
     }
+    for (int64_t e = first; e < n; e += stride) dst[e] = ku_from_f32<T>((float)q[e] * scale[e / K]);
 }
 
 template <typename T>
 static kiln_status launch_dequant(cudaStream_t st, const int8_t *q, const float *scale, int rows, int K, void *dst) {
-    const int64_t n = (int64_t)rows * K;
-    int64_t blocks = (n / 4 + QD_THREADS - 1) / QD_THREADS;
+    const int64_t n = (int64_t)rows * K, per = K % 16 == 0 ? 16 : 1;
+    int64_t blocks = (n / per + QD_THREADS - 1) / QD_THREADS;
     if (blocks > 65535) blocks = 65535;
     if (blocks < 1) blocks = 1;
     dequant_q8_kernel<T><<<(unsigned)blocks, QD_THREADS, 0, st>>>(q, scale, rows, K, (T *)dst);
@@ -344,6 +473,16 @@ extern "C" kiln_status llmc_dequant_q8_launch(kiln_dtype dtype, cudaStream_t str
 
 /* ---------------------------------------------------------------- the product */
 
+extern "C" kiln_status llmc_dequant_tile_rows(const char *what, int K, int64_t *rows) {
+    const int64_t fit = (int64_t)(LLMC_DEQUANT_BYTES / 2 / (size_t)K) / 64 * 64;
+    if (fit < 64)
+        return kiln_error(KILN_ERR_UNSUPPORTED, "llm cuda: %s matrix of %d inputs (the dequantizing workspace takes "
+                          "at most %zu)", what, K, LLMC_DEQUANT_BYTES / 2 / 64);
+    const int64_t l2 = (int64_t)(LLMC_DEQUANT_TILE_BYTES / 2 / (size_t)K) / 64 * 64;
+    *rows = l2 < 64 ? 64 : l2 < fit ? l2 : fit;
+    return KILN_OK;
+}
+
 extern "C" kiln_status llmc_linear_w(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w,
                                      const float *scale, const void *bias, int N, void *y, int ldy, bool out_f32) {
     if (!scale) return llmc_linear(g, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
@@ -354,11 +493,8 @@ extern "C" kiln_status llmc_linear_w(kiln_llm_cuda *g, const void *x, int ldx, i
         KILN_TRY(llmc_gemv_q8_config(g, x, ldx, n, K, q, scale, bias, N, y, ldy, out_f32, &cfg));
         return llmc_gemv_q8_launch(g->dtype, g->kc.stream, cfg, x, ldx, n, K, q, scale, bias, N, y, ldy, out_f32);
     }
-    /* tiles of weight rows (a multiple of 64, so that bias and output offsets stay aligned) */
-    int64_t tile = (int64_t)(LLMC_DEQUANT_BYTES / 2 / (size_t)K) / 64 * 64;
-    if (tile < 64)
-        return kiln_error(KILN_ERR_UNSUPPORTED, "llm cuda: int8 matrix of %d inputs (the dequantizing workspace takes "
-                          "at most %zu)", K, LLMC_DEQUANT_BYTES / 2 / 64);
+    int64_t tile = 0;
+    KILN_TRY(llmc_dequant_tile_rows("int8", K, &tile));
     const size_t ys = out_f32 ? 4 : 2;
     for (int r0 = 0; r0 < N; r0 += (int)tile) {
         const int rows = N - r0 < tile ? N - r0 : (int)tile;

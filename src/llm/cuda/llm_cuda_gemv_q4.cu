@@ -2,127 +2,18 @@
  * kept on the device as the engine stores it (llm_gemv_q4.h): rows of packed unsigned nibbles in
  * groups of 128 (64 bytes a group, the low nibble the even column), then its fp32 scales [N, G] and
  * right after them its zero points [N, G] (G = ceil(K / 128)), so that one scale pointer finds both.
- * Decode (up to LLMC_GEMV_MAX token rows): a dequantizing GEMV, one warp per output row, each lane
- * loading 32 weights at a time (one 16-byte load, inside one group), unpacking them in registers (bit
- * operations and one subtraction each, no conversion instructions) and summing sum q x and sum x per
- * token row in fp32, then s * (sum q x - z sum x) into the row's sum.
+ * Decode (up to LLMC_GEMV_MAX token rows): the quantized GEMV family of llm_cuda_gemv_q.cu, which
+ * unpacks 32 weights from each 16-byte load in registers (no conversion instructions) and sums
+ * s * (sum q x - z sum x) per group, its geometry timed per shape.
  * Prefill: tiles of weight rows dequantized to the activation dtype in the device workspace, each
  * multiplied by llmc_linear's cuBLASLt product, as INT8 does. Also the lookup of an INT4 token
  * embedding and random INT4 weights for benchmarks. */
 #include "llm/cuda/llm_cuda_util.cuh"
 
-#define Q4_WARPS 4 /* output rows (one warp each) of a GEMV block */
 #define Q4_THREADS 256
 #define Q4_GROUP 128
 
 static __host__ __device__ __forceinline__ int q4_groups(int K) { return (K + Q4_GROUP - 1) / Q4_GROUP; }
-
-/* ---------------------------------------------------------------- GEMV */
-
-/* The 32 nibbles of u (k order) as fp32, without integer-to-float conversions (an eighth of the FP32
- * rate): the nibble n put into the mantissa of 2^23 is the float 2^23 + n, exactly, and 2^23 is taken
- * off again. */
-static __device__ __forceinline__ void q4_unpack32(const uint4 &u, float (&f)[32]) {
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-#pragma unroll
-        for (int b = 0; b < 8; b++) f[8 * j + b] = __uint_as_float(0x4B000000u | ((w[j] >> (4 * b)) & 15u)) - 8388608.0f;
-    }
-}
-
-/* y[r, o] = sum_g scale[o, g] sum_{k in g} x[r, k] (q[o, k] - zero[o, g]) + bias[o], r < NR; K % 32 == 0,
- * x rows 16-byte aligned. */
-template <typename T, typename O, int NR>
-__global__ void __launch_bounds__(Q4_WARPS * 32)
-    gemv_q4_kernel(const T *__restrict__ x, int ldx, int K, const uint8_t *__restrict__ w,
-                   const float *__restrict__ scale, const float *__restrict__ zero, const T *__restrict__ bias, int N,
-                   O *__restrict__ y, int ldy) {
-    const int lane = threadIdx.x & 31, o = blockIdx.x * Q4_WARPS + (threadIdx.x >> 5);
-    if (o >= N) return;
-    const int G = q4_groups(K);
-    const uint8_t *wr = w + (size_t)o * G * (Q4_GROUP / 2);
-    const float *sr = scale + (size_t)o * G, *zr = zero + (size_t)o * G;
-    float acc[NR];
-#pragma unroll
-    for (int r = 0; r < NR; r++) acc[r] = 0.0f;
-#pragma unroll 4 /* several 16-byte weight loads in flight per lane */
-    for (int k = lane * 32; k < K; k += 32 * 32) {
-        float wf[32];
-        q4_unpack32(__ldg(reinterpret_cast<const uint4 *>(wr + k / 2)), wf);
-        const float s = __ldg(sr + k / Q4_GROUP), z = __ldg(zr + k / Q4_GROUP);
-#pragma unroll
-        for (int r = 0; r < NR; r++) {
-            float qx = 0.0f, sx = 0.0f;
-#pragma unroll
-            for (int h = 0; h < 4; h++) {
-                float a[8];
-                lc_load8<T>(x + (size_t)r * ldx + k + 8 * h, a);
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    qx = fmaf(a[j], wf[8 * h + j], qx);
-                    sx += a[j];
-                }
-            }
-            acc[r] = fmaf(s, fmaf(-z, sx, qx), acc[r]);
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < NR; r++) {
-#pragma unroll
-        for (int m = 16; m; m >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], m);
-    }
-    if (lane) return;
-    const float bo = bias ? ku_f32(bias[o]) : 0.0f;
-#pragma unroll
-    for (int r = 0; r < NR; r++) y[(size_t)r * ldy + o] = ku_from_f32<O>(acc[r] + bo);
-}
-
-template <typename T, typename O, int NR>
-static void gemv_q4_rows(cudaStream_t st, const void *x, int ldx, int K, const uint8_t *w, const float *scale,
-                         const float *zero, const void *bias, int N, void *y, int ldy) {
-    gemv_q4_kernel<T, O, NR><<<(N + Q4_WARPS - 1) / Q4_WARPS, Q4_WARPS * 32, 0, st>>>(
-        (const T *)x, ldx, K, w, scale, zero, (const T *)bias, N, (O *)y, ldy);
-}
-
-template <typename T, typename O>
-static void gemv_q4_n(cudaStream_t st, const void *x, int ldx, int n, int K, const uint8_t *w, const float *scale,
-                      const float *zero, const void *bias, int N, void *y, int ldy) {
-    switch (n) {
-    case 1: gemv_q4_rows<T, O, 1>(st, x, ldx, K, w, scale, zero, bias, N, y, ldy); break;
-    case 2: gemv_q4_rows<T, O, 2>(st, x, ldx, K, w, scale, zero, bias, N, y, ldy); break;
-    case 3: gemv_q4_rows<T, O, 3>(st, x, ldx, K, w, scale, zero, bias, N, y, ldy); break;
-    case 4: gemv_q4_rows<T, O, 4>(st, x, ldx, K, w, scale, zero, bias, N, y, ldy); break;
-    case 5: gemv_q4_rows<T, O, 5>(st, x, ldx, K, w, scale, zero, bias, N, y, ldy); break;
-    case 6: gemv_q4_rows<T, O, 6>(st, x, ldx, K, w, scale, zero, bias, N, y, ldy); break;
-    case 7: gemv_q4_rows<T, O, 7>(st, x, ldx, K, w, scale, zero, bias, N, y, ldy); break;
-    default: gemv_q4_rows<T, O, 8>(st, x, ldx, K, w, scale, zero, bias, N, y, ldy); break;
-    }
-}
-
-template <typename T>
-static kiln_status launch_gemv_q4(cudaStream_t st, const void *x, int ldx, int n, int K, const uint8_t *w,
-                                  const float *scale, const float *zero, const void *bias, int N, void *y, int ldy,
-                                  bool out_f32) {
-    if (out_f32) gemv_q4_n<T, float>(st, x, ldx, n, K, w, scale, zero, bias, N, y, ldy);
-    else gemv_q4_n<T, T>(st, x, ldx, n, K, w, scale, zero, bias, N, y, ldy);
-    KILN_CUDA_LAUNCH_CHECK("gemv_q4_kernel");
-    return KILN_OK;
-}
-
-static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
-
-extern "C" kiln_status llmc_gemv_q4_launch(kiln_dtype dtype, cudaStream_t stream, const void *x, int ldx, int n,
-                                           int K, const uint8_t *q, const float *scale, const float *zero,
-                                           const void *bias, int N, void *y, int ldy, bool out_f32) {
-    if (dtype != KILN_F16 && dtype != KILN_BF16)
-        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "int4 gemv: activations %s (float16 or bfloat16)",
-                          kiln_dtype_name(dtype));
-    if (n < 1 || n > LLMC_GEMV_MAX || K < 32 || K % 32 || ldx % 8 || N < 1 || ldy < N || !aligned16(x) || !aligned16(q))
-        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "int4 gemv: n %d (1..%d), K %d (a multiple of 32), ldx %d "
-                          "(a multiple of 8), N %d, ldy %d, x and w 16-byte aligned", n, LLMC_GEMV_MAX, K, ldx, N, ldy);
-    return LC_DISPATCH(dtype, launch_gemv_q4, stream, x, ldx, n, K, q, scale, zero, bias, N, y, ldy, out_f32);
-}
 
 /* ---------------------------------------------------------------- dequantized tiles */
 
@@ -134,21 +25,43 @@ static __device__ __forceinline__ float q4_value(const uint8_t *__restrict__ q, 
     return ((float)(k & 1 ? b >> 4 : b & 15) - zero[g]) * scale[g];
 }
 
-/* dst[r, k] = (q[r, k] - zero[r, g]) * scale[r, g] in T, r < rows, k < K. */
+/* dst[r, k] = (q[r, k] - zero[r, g]) * scale[r, g] in T, r < rows, k < K. K % 32 == 0: 32 values (one
+ * 16-byte load, inside one group) and four 16-byte stores per thread and round; else one value at a
+ * time. */
 template <typename T>
 __global__ void dequant_q4_kernel(const uint8_t *__restrict__ q, const float *__restrict__ scale,
                                   const float *__restrict__ zero, int64_t rows, int K, T *__restrict__ dst) {
-    const int64_t n = rows * K;
+    const int64_t n = rows * K, first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     const int G = q4_groups(K);
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x)
-        dst[e] = ku_from_f32<T>(q4_value(q, scale, zero, e / K, (int)(e % K), G));
+    if (K % 32 == 0) {
+        const int KC = K / 32; /* chunks of a row */
+        for (int64_t c = first; c < n / 32; c += stride) {
+            const int64_t r = c / KC;
+            const int k = (int)(c - r * KC) * 32;
+            const uint4 u = __ldcs(reinterpret_cast<const uint4 *>(q + r * G * (Q4_GROUP / 2) + k / 2));
+            const int64_t g = r * G + k / Q4_GROUP;
+            const float s = scale[g], z = zero[g];
+            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+            T out[32];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int b = 0; b < 8; b++) out[8 * j + b] = ku_from_f32<T>(((float)((w[j] >> (4 * b)) & 15u) - z) * s);
+            uint4 *d = reinterpret_cast<uint4 *>(dst + r * K + k);
+#pragma unroll
+            for (int j = 0; j < 4; j++) d[j] = *reinterpret_cast<const uint4 *>(out + 8 * j);
+        }
+        return;
+    }
+    for (int64_t e = first; e < n; e += stride) dst[e] = ku_from_f32<T>(q4_value(q, scale, zero, e / K, (int)(e % K), G));
 }
 
 template <typename T>
 static kiln_status launch_dequant(cudaStream_t st, const uint8_t *q, const float *scale, const float *zero, int rows,
                                   int K, void *dst) {
-    const int64_t n = (int64_t)rows * K;
-    int64_t blocks = (n + Q4_THREADS - 1) / Q4_THREADS;
+    const int64_t n = (int64_t)rows * K, per = K % 32 == 0 ? 32 : 1;
+    int64_t blocks = (n / per + Q4_THREADS - 1) / Q4_THREADS;
     if (blocks > 65535) blocks = 65535;
     if (blocks < 1) blocks = 1;
     dequant_q4_kernel<T><<<(unsigned)blocks, Q4_THREADS, 0, st>>>(q, scale, zero, rows, K, (T *)dst);
@@ -171,13 +84,13 @@ extern "C" kiln_status llmc_linear_q4(kiln_llm_cuda *g, const void *x, int ldx, 
     const uint8_t *q = (const uint8_t *)w;
     const int G = q4_groups(K);
     const float *zero = scale + (size_t)N * G;
-    if (n <= g->opt.gemv_max_tokens && K % 32 == 0 && ldx % 8 == 0 && aligned16(x) && aligned16(q))
-        return llmc_gemv_q4_launch(g->dtype, g->kc.stream, x, ldx, n, K, q, scale, zero, bias, N, y, ldy, out_f32);
-    /* tiles of weight rows (a multiple of 64, so that bias and output offsets stay aligned) */
-    int64_t tile = (int64_t)(LLMC_DEQUANT_BYTES / 2 / (size_t)K) / 64 * 64;
-    if (tile < 64)
-        return kiln_error(KILN_ERR_UNSUPPORTED, "llm cuda: int4 matrix of %d inputs (the dequantizing workspace takes "
-                          "at most %zu)", K, LLMC_DEQUANT_BYTES / 2 / 64);
+    if (n <= g->opt.gemv_max_tokens && llmc_gemv_q4_fits(n, K, ldx, x, q)) {
+        int cfg = 0;
+        KILN_TRY(llmc_gemv_q4_config(g, x, ldx, n, K, q, scale, zero, bias, N, y, ldy, out_f32, &cfg));
+        return llmc_gemv_q4_launch(g->dtype, g->kc.stream, cfg, x, ldx, n, K, q, scale, zero, bias, N, y, ldy, out_f32);
+    }
+    int64_t tile = 0;
+    KILN_TRY(llmc_dequant_tile_rows("int4", K, &tile));
     const size_t ys = out_f32 ? 4 : 2;
     for (int r0 = 0; r0 < N; r0 += (int)tile) {
         const int rows = N - r0 < tile ? N - r0 : (int)tile;

@@ -25,6 +25,8 @@ extern "C" {
 #define LLMC_GEMV_MAX 8                      /* most token rows of the GEMV kernel */
 #define LLMC_MAX_D KILN_CUDA_NORM_RESIDUAL_MAX_LEN /* widest d_model of the norm kernel (its row in shared memory) */
 #define LLMC_DEQUANT_BYTES ((size_t)64 << 20)  /* workspace of the INT8 weight tiles dequantized for prefill */
+#define LLMC_DEQUANT_TILE_BYTES ((size_t)12 << 20) /* a dequantized tile's aim: it stays in L2 from its write to
+                                                     * the product's read (the next tile overwrites it there) */
 
 /* One decoder layer on the device: norm parameters in FP32, matrices ([out, in] row-major, as
  * llm_internal.h) and biases in the model dtype. Biases and norm shifts are NULL for the Llama-like
@@ -52,8 +54,8 @@ typedef struct llmc_imma_plan llmc_imma_plan; /* a cached cuBLASLt IMMA product 
 typedef struct llmc_gemv_pick {
     int N, K, n;
     bool out_f32;
-    bool q8;         /* the INT8 family (weights int8 with row scales), else the 16-bit one */
-    int cfg;         /* 0 .. LLMC_GEMV_CONFIGS - 1 (LLMC_GEMV_Q8_CONFIGS - 1 with q8) */
+    int wbits;       /* 16: the 16-bit family; 8 or 4: the quantized family with INT8 or INT4 weights */
+    int cfg;         /* 0 .. LLMC_GEMV_CONFIGS - 1 (LLMC_GEMV_Q8_CONFIGS - 1 when quantized) */
     bool timed;      /* chosen by timing every configuration (else by the shape rule, not timed) */
     float us;        /* its time per product (timed picks), weights from HBM */
 } llmc_gemv_pick;
@@ -248,7 +250,8 @@ kiln_status llmc_fuse_mode_from_env(int cc_major, int *mode);
 /* A phrase naming the path of a mode: "decode: fused GEMVs + PDL", "decode: fused GEMVs" or
  * "decode: unfused". */
 const char *llmc_fuse_mode_name(int mode);
-/* llm_cuda_gemv_q.cu — weight-only INT8 matrices (int8 [N, K], one fp32 scale per row). */
+/* llm_cuda_gemv_q.cu — weight-only INT8 matrices (int8 [N, K], one fp32 scale per row), and the GEMV
+ * family it shares with INT4 matrices. */
 /* llmc_linear for a matrix w that is INT8 when scale is not NULL (else llmc_linear itself): the INT8
  * GEMV when n <= gemv_max_tokens, K % 16 == 0 and the operands are 16-byte aligned, else tiles of
  * weight rows dequantized to g->dtype in g->deq, each through llmc_linear's cuBLASLt product. */
@@ -270,6 +273,10 @@ const char *llmc_gemv_q8_config_name(int cfg);
  * overwrite y). */
 kiln_status llmc_gemv_q8_config(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const int8_t *q,
                                 const float *scale, const void *bias, int N, void *y, int ldy, bool out_f32, int *cfg);
+/* The weight rows of a dequantized tile of a matrix of K inputs (llmc_linear_w, llmc_linear_q4): a
+ * multiple of 64 (bias and output offsets stay aligned) near LLMC_DEQUANT_TILE_BYTES, within g->deq;
+ * refused (naming what) when not even 64 rows fit. */
+kiln_status llmc_dequant_tile_rows(const char *what, int K, int64_t *rows);
 /* dst[r, k] = q[r, k] * scale[r] rounded to dtype (KILN_F16 or KILN_BF16), r < rows, k < K, on stream. */
 kiln_status llmc_dequant_q8_launch(kiln_dtype dtype, cudaStream_t stream, const int8_t *q, const float *scale,
                                    int rows, int K, void *dst);
@@ -287,12 +294,20 @@ kiln_status llmc_embed_any(kiln_llm_cuda *g, const llmc_step *s);
  * weight rows in g->deq through llmc_linear's cuBLASLt product. */
 kiln_status llmc_linear_q4(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const float *scale,
                            const void *bias, int N, void *y, int ldy, bool out_f32);
-/* The INT4 GEMV on stream: y[n, N] (FP32 when out_f32, else dtype) = x[n, K] (dtype, KILN_F16 or KILN_BF16)
- * W^T (+ bias [N] in dtype), W[o, k] = (q[o, k] - zero[o, g]) * scale[o, g], sums in fp32, 1 <= n <=
- * LLMC_GEMV_MAX; needs K % 32 == 0, ldx % 8 == 0 and x, q 16-byte aligned (refused otherwise). For tests too. */
-kiln_status llmc_gemv_q4_launch(kiln_dtype dtype, cudaStream_t stream, const void *x, int ldx, int n, int K,
+/* The INT4 GEMV (llm_cuda_gemv_q.cu's family, configuration cfg: 0 .. LLMC_GEMV_Q8_CONFIGS - 1) on stream:
+ * y[n, N] (FP32 when out_f32, else dtype) = x[n, K] (dtype, KILN_F16 or KILN_BF16) W^T (+ bias [N] in
+ * dtype), W[o, k] = (q[o, k] - zero[o, g]) * scale[o, g], sums in fp32; needs llmc_gemv_q4_fits and
+ * ldy >= N (refused otherwise). For tests too. */
+kiln_status llmc_gemv_q4_launch(kiln_dtype dtype, cudaStream_t stream, int cfg, const void *x, int ldx, int n, int K,
                                 const uint8_t *q, const float *scale, const float *zero, const void *bias, int N,
                                 void *y, int ldy, bool out_f32);
+/* llmc_gemv_q8_fits with K a multiple of 32 (the INT4 GEMV's operands). */
+bool llmc_gemv_q4_fits(int n, int K, int ldx, const void *x, const void *q);
+/* The configuration of the INT4 GEMV for this product, chosen as llmc_gemv_q8_config chooses (the same
+ * KILN_LLM_GEMV_Q8 forces it; shapes timed and remembered apart from INT8's). */
+kiln_status llmc_gemv_q4_config(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const uint8_t *q,
+                                const float *scale, const float *zero, const void *bias, int N, void *y, int ldy,
+                                bool out_f32, int *cfg);
 /* dst[r, k] = (q[r, k] - zero[r, g]) * scale[r, g] rounded to dtype (KILN_F16 or KILN_BF16), r < rows, k < K. */
 kiln_status llmc_dequant_q4_launch(kiln_dtype dtype, cudaStream_t stream, const uint8_t *q, const float *scale,
                                    const float *zero, int rows, int K, void *dst);
