@@ -419,7 +419,7 @@ static bool gemv_case(llm_run *run, llm_params *pr) {
     int worst_cfg = 0;
     for (int cfg = only < 0 ? 0 : only; run->on_gpu && cfg < (only < 0 ? LLMC_GEMV_CONFIGS : only + 1); cfg++) {
         LLM_CUDA(run, cudaMemset(d_y, 0xff, (size_t)n * N * 4)); /* NaN poison */
-        if (llmc_gemv_launch(dt, NULL, cfg, d_x, K, n, K, d_w, bias ? d_b : NULL, N, d_y, N, f32) != KILN_OK) {
+        if (llmc_gemv_launch(dt, NULL, cfg, d_x, K, n, K, d_w, bias ? d_b : NULL, N, d_y, N, f32, false) != KILN_OK) {
             llm_fail(run, "launch (%s): %s", llmc_gemv_config_name(cfg), kiln_last_error());
             goto done;
         }

@@ -642,8 +642,9 @@ static void test_gemv_kernels(void) {
                         const bool bias = v == 0, f32 = v == 2;
                         const size_t es = f32 ? 4 : 2;
                         LT_CUDA(cudaMemsetAsync(d_y, 0xff, (size_t)LLMC_GEMV_MAX * ldy * es, stream)); /* NaN */
+                        /* odd configurations as programmatic dependent launches (after the memset) */
                         const kiln_status st = llmc_gemv_launch(dt, stream, cfg, d_x, ldx, n, K, d_w, bias ? d_b : NULL,
-                                                                N, d_y, ldy, f32);
+                                                                N, d_y, ldy, f32, cfg % 2 == 1);
                         if (st != KILN_OK) {
                             LT_EXPECT(0, "gemv %s: %s", llmc_gemv_config_name(cfg), kiln_last_error());
                             goto done;

@@ -459,6 +459,16 @@ static kiln_status norm_run(kiln_dtype t, const norm_args &a, kiln_cuda_ctx *ctx
 
 /* ---------------------------------------------------------------- the shared launcher */
 
+/* Lets a kernel launched after this one as a programmatic dependent launch start now (sm_90; a no-op
+ * before, and for kernels launched plainly): it still waits for this kernel's end before touching its
+ * inputs (griddepcontrol.wait), so the residual norms call this first thing, and the LLM decode's
+ * next product fetches its weights while they run. */
+static __device__ __forceinline__ void norm_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 /* The residual form of kiln_cuda_norm_rows: one block per output row; the row's len values (FP32
  * residual plus delta) live in shared memory between the passes. rms is uniform: every thread takes
  * the centering's block sum or none does. */
@@ -468,6 +478,7 @@ __global__ void norm_residual_rows(float *__restrict__ x, const T *__restrict__ 
                                    const float *__restrict__ b, int rms, float eps, T *__restrict__ y) {
     extern __shared__ float row[];
     __shared__ float red[32];
+    norm_launch_dependents();
     const int r = blockIdx.x, t = gather ? gather[r] : r;
     float *xr = x + (size_t)t * len;
     const T *dr = delta ? delta + (size_t)t * len : NULL;
@@ -516,6 +527,7 @@ norm_residual_rows_vec(float *__restrict__ x, const T *__restrict__ delta, const
                        int store, const float *__restrict__ w, float w_offset, const float *__restrict__ b, int rms,
                        float eps, T *__restrict__ y) {
     __shared__ float red[32];
+    norm_launch_dependents();
     const int r = blockIdx.x, t = gather ? gather[r] : r;
     float4 *xr = (float4 *)(x + (size_t)t * 4 * n4);
     const T *dr = delta ? delta + (size_t)t * 4 * n4 : NULL;

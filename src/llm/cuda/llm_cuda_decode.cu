@@ -205,6 +205,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, DEC_BLOCKS_PER_SM)
     using G = dec_geo<HDM>;
     using D = att_dims<HDC, HDM>;
     extern __shared__ __align__(16) char dsm[];
+    lc_pdl_launch_dependents(); /* the output product may fetch its weights meanwhile */
     const int hd = HDC ? HDC : hd_arg;
     const int split = blockIdx.x, splits = gridDim.x, seq = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

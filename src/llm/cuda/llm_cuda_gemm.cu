@@ -5,7 +5,9 @@
  *    row group, groups per block, rows per group, 16-byte loads in flight), in LLMC_GEMV_CONFIGS
  *    configurations; the first product of each shape outside a capture times them all and the
  *    fastest is kept per shape (g->gemv_picks); KILN_LLM_GEMV=0..9 forces one configuration for
- *    every shape. FP32 sums, the bias added in FP32. Bandwidth-bound, as batch-1 decode is.
+ *    every shape. FP32 sums, the bias added in FP32. Bandwidth-bound, as batch-1 decode is. With
+ *    g->pdl (sm_90) a programmatic dependent launch: the first round of weight loads is issued before
+ *    the kernel waits for the one before it (lc_gemv_rows' WAIT).
  *  - otherwise cuBLASLt. Its interface is column-major, and a row-major [r, c] array is the
  *    column-major [c, r] one with the same memory, so:
  *        W  [N, K] row-major = Wc [K, N] column-major (ld K)
@@ -119,7 +121,9 @@ __global__ void __launch_bounds__(TPR *GROUPS)
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
-    if (rows > 0) lc_gemv_rows<T, NT, TPR * S, R, R, U, true>(wr, rows, xr, split * TPR + gi, K8, acc);
+    if (rows > 0) lc_gemv_rows<T, NT, TPR * S, R, R, U, true, true>(wr, rows, xr, split * TPR + gi, K8, acc);
+    lc_pdl_wait(); /* (returns at once where the loop waited) before y is written */
+    lc_pdl_launch_dependents();
     if constexpr (S > 1) {
         gemv_split_store<T, OutT, NT, TPR, GROUPS, R, S>(acc, grp, gi, lane, rows, n, row0, bias, y, ldy);
     } else if constexpr (WPR == 1) {
@@ -180,43 +184,37 @@ static const char *const GEMV_NAME[LLMC_GEMV_CONFIGS] = {
 };
 
 template <typename T, typename OutT, int NT, int TPR, int GROUPS, int R, int U, int S>
-static kiln_status gemv_tpl_nt(cudaStream_t stream, const void *x, int ldx, int n, const void *w, const void *bias,
-                               int N, void *y, int ldy, int K) {
+static kiln_status gemv_tpl_nt(cudaStream_t stream, bool pdl, const void *x, int ldx, int n, const void *w,
+                               const void *bias, int N, void *y, int ldy, int K) {
     const unsigned blocks = (unsigned)((N + GROUPS * R - 1) / (GROUPS * R));
-    bool done = false;
-    if constexpr (S > 1) {
-        if (lc_clusters_ok()) {
-            KILN_TRY(lc_cluster_launch(gemv_tpl_kernel<T, OutT, NT, TPR, GROUPS, R, U, S>, blocks, S, TPR * GROUPS, 0,
-                                       stream, (const T *)x, ldx, n, (const T *)w, (const T *)bias, (OutT *)y, ldy, N,
-                                       K));
-            done = true;
-        }
-    }
-    if (!done) /* unsplit: S == 1, or no clusters on this device */
-        gemv_tpl_kernel<T, OutT, NT, TPR, GROUPS, R, U, 1><<<blocks, TPR * GROUPS, 0, stream>>>(
-            (const T *)x, ldx, n, (const T *)w, (const T *)bias, (OutT *)y, ldy, N, K);
+    if (S > 1 && lc_clusters_ok())
+        KILN_TRY(lc_launch(gemv_tpl_kernel<T, OutT, NT, TPR, GROUPS, R, U, S>, blocks, S, TPR * GROUPS, 0, stream, pdl,
+                           (const T *)x, ldx, n, (const T *)w, (const T *)bias, (OutT *)y, ldy, N, K));
+    else /* unsplit: S == 1, or no clusters on this device */
+        KILN_TRY(lc_launch(gemv_tpl_kernel<T, OutT, NT, TPR, GROUPS, R, U, 1>, blocks, 1, TPR * GROUPS, 0, stream, pdl,
+                           (const T *)x, ldx, n, (const T *)w, (const T *)bias, (OutT *)y, ldy, N, K));
     KILN_CUDA_LAUNCH_CHECK("gemv_tpl_kernel");
     return KILN_OK;
 }
 
 template <typename T, typename OutT, int TPR, int GROUPS, int R, int U, int S>
-static kiln_status gemv_tpl_n(cudaStream_t stream, const void *x, int ldx, int n, const void *w, const void *bias, int N,
-                              void *y, int ldy, int K) {
+static kiln_status gemv_tpl_n(cudaStream_t stream, bool pdl, const void *x, int ldx, int n, const void *w,
+                              const void *bias, int N, void *y, int ldy, int K) {
     switch (n) {
-    case 1: return gemv_tpl_nt<T, OutT, 1, TPR, GROUPS, R, U, S>(stream, x, ldx, n, w, bias, N, y, ldy, K);
-    case 2: return gemv_tpl_nt<T, OutT, 2, TPR, GROUPS, R, U, S>(stream, x, ldx, n, w, bias, N, y, ldy, K);
-    case 3: return gemv_tpl_nt<T, OutT, 3, TPR, GROUPS, R, U, S>(stream, x, ldx, n, w, bias, N, y, ldy, K);
-    case 4: return gemv_tpl_nt<T, OutT, 4, TPR, GROUPS, R, U, S>(stream, x, ldx, n, w, bias, N, y, ldy, K);
-    default: return gemv_tpl_nt<T, OutT, 8, TPR, GROUPS, R, U, S>(stream, x, ldx, n, w, bias, N, y, ldy, K);
+    case 1: return gemv_tpl_nt<T, OutT, 1, TPR, GROUPS, R, U, S>(stream, pdl, x, ldx, n, w, bias, N, y, ldy, K);
+    case 2: return gemv_tpl_nt<T, OutT, 2, TPR, GROUPS, R, U, S>(stream, pdl, x, ldx, n, w, bias, N, y, ldy, K);
+    case 3: return gemv_tpl_nt<T, OutT, 3, TPR, GROUPS, R, U, S>(stream, pdl, x, ldx, n, w, bias, N, y, ldy, K);
+    case 4: return gemv_tpl_nt<T, OutT, 4, TPR, GROUPS, R, U, S>(stream, pdl, x, ldx, n, w, bias, N, y, ldy, K);
+    default: return gemv_tpl_nt<T, OutT, 8, TPR, GROUPS, R, U, S>(stream, pdl, x, ldx, n, w, bias, N, y, ldy, K);
     }
 }
 
 template <typename T, typename OutT>
-static kiln_status gemv_tpl_cfg(cudaStream_t stream, int cfg, const void *x, int ldx, int n, const void *w,
+static kiln_status gemv_tpl_cfg(cudaStream_t stream, bool pdl, int cfg, const void *x, int ldx, int n, const void *w,
                                 const void *bias, int N, void *y, int ldy, int K) {
     switch (cfg) {
 #define X(i, tpr, gr, r, u, sk)                                                                    \
-    case i: return gemv_tpl_n<T, OutT, tpr, gr, r, u, sk>(stream, x, ldx, n, w, bias, N, y, ldy, K);
+    case i: return gemv_tpl_n<T, OutT, tpr, gr, r, u, sk>(stream, pdl, x, ldx, n, w, bias, N, y, ldy, K);
         GEMV_CONFIG_LIST(X)
 #undef X
     default: return kiln_error(KILN_ERR_INTERNAL, "llm cuda: no GEMV configuration %d", cfg);
@@ -467,15 +465,15 @@ static kiln_status lt_linear(kiln_llm_cuda *g, const void *x, int ldx, int n, in
 #define GEMV_GATE_MS 200.0
 
 template <typename T>
-static kiln_status gemv_any(cudaStream_t stream, int cfg, const void *x, int ldx, int n, int K, const void *w,
+static kiln_status gemv_any(cudaStream_t stream, bool pdl, int cfg, const void *x, int ldx, int n, int K, const void *w,
                             const void *bias, int N, void *y, int ldy, bool out_f32) {
-    return out_f32 ? gemv_tpl_cfg<T, float>(stream, cfg, x, ldx, n, w, bias, N, y, ldy, K)
-                   : gemv_tpl_cfg<T, T>(stream, cfg, x, ldx, n, w, bias, N, y, ldy, K);
+    return out_f32 ? gemv_tpl_cfg<T, float>(stream, pdl, cfg, x, ldx, n, w, bias, N, y, ldy, K)
+                   : gemv_tpl_cfg<T, T>(stream, pdl, cfg, x, ldx, n, w, bias, N, y, ldy, K);
 }
 
 extern "C" kiln_status llmc_gemv_launch(kiln_dtype dtype, cudaStream_t stream, int cfg, const void *x, int ldx, int n,
                                         int K, const void *w, const void *bias, int N, void *y, int ldy,
-                                        bool out_f32) {
+                                        bool out_f32, bool pdl) {
     if (dtype != KILN_F16 && dtype != KILN_BF16)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "llm cuda GEMV: dtype %s", kiln_dtype_name(dtype));
     if (n < 1 || n > LLMC_GEMV_MAX || N < 1 || K < 8 || K % 8 || ldx % 8 || ldx < K || ldy < N || !ku_aligned16(x) ||
@@ -484,7 +482,7 @@ extern "C" kiln_status llmc_gemv_launch(kiln_dtype dtype, cudaStream_t stream, i
                           "ldx multiples of 8, x and w 16-byte aligned)", n, LLMC_GEMV_MAX, N, K, ldx, ldy);
     if (cfg < 0 || cfg >= LLMC_GEMV_CONFIGS)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT, "llm cuda GEMV: no configuration %d", cfg);
-    return LC_DISPATCH(dtype, gemv_any, stream, cfg, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
+    return LC_DISPATCH(dtype, gemv_any, stream, pdl, cfg, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
 }
 
 extern "C" const char *llmc_gemv_config_name(int cfg) {
@@ -545,12 +543,12 @@ static double job_weight_bytes(const gemv_job *j) { return weight_bytes(job_wbit
 static kiln_status job_launch(kiln_llm_cuda *g, const gemv_job *j, int cfg, const void *w) {
     if (j->zero)
         return llmc_gemv_q4_launch(g->dtype, g->kc.stream, cfg, j->x, j->ldx, j->n, j->K, (const uint8_t *)w, j->scale,
-                                   j->zero, j->bias, j->N, j->y, j->ldy, j->out_f32);
+                                   j->zero, j->bias, j->N, j->y, j->ldy, j->out_f32, g->pdl);
     if (j->scale)
         return llmc_gemv_q8_launch(g->dtype, g->kc.stream, cfg, j->x, j->ldx, j->n, j->K, (const int8_t *)w, j->scale,
-                                   j->bias, j->N, j->y, j->ldy, j->out_f32);
-    return LC_DISPATCH(g->dtype, gemv_any, g->kc.stream, cfg, j->x, j->ldx, j->n, j->K, w, j->bias, j->N, j->y, j->ldy,
-                       j->out_f32);
+                                   j->bias, j->N, j->y, j->ldy, j->out_f32, g->pdl);
+    return LC_DISPATCH(g->dtype, gemv_any, g->kc.stream, g->pdl, cfg, j->x, j->ldx, j->n, j->K, w, j->bias, j->N, j->y,
+                       j->ldy, j->out_f32);
 }
 
 /* The configuration of a shape that is not timed (autotune off, or first seen inside a capture).
@@ -766,5 +764,5 @@ extern "C" kiln_status llmc_linear(kiln_llm_cuda *g, const void *x, int ldx, int
     if (!gemv_ok) return lt_linear(g, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
     int cfg = 0;
     KILN_TRY(llmc_gemv_config(g, x, ldx, n, K, w, bias, N, y, ldy, out_f32, &cfg));
-    return LC_DISPATCH(g->dtype, gemv_any, g->kc.stream, cfg, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
+    return LC_DISPATCH(g->dtype, gemv_any, g->kc.stream, g->pdl, cfg, x, ldx, n, K, w, bias, N, y, ldy, out_f32);
 }

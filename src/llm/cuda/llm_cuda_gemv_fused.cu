@@ -274,6 +274,15 @@ extern "C" kiln_status llmc_fuse_mode_from_env(int cc_major, int *mode) {
     return KILN_OK;
 }
 
+extern "C" kiln_status llmc_pdl_from_env(int cc_major, bool *pdl) {
+    const char *v = getenv("KILN_LLM_PDL");
+    *pdl = cc_major >= 9;
+    if (!v || !*v || !strcmp(v, "on") || !strcmp(v, "1")) return KILN_OK;
+    if (!strcmp(v, "off") || !strcmp(v, "0")) *pdl = false;
+    else return kiln_error(KILN_ERR_INVALID_ARGUMENT, "KILN_LLM_PDL=%s (on or off)", v);
+    return KILN_OK;
+}
+
 extern "C" const char *llmc_fuse_mode_name(int mode) {
     return mode == LLMC_FUSE_PDL  ? "decode: fused GEMVs + PDL"
            : mode == LLMC_FUSE_ON ? "decode: fused GEMVs"

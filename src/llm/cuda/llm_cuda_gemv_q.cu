@@ -192,7 +192,9 @@ static __device__ __forceinline__ void gq_chunk(const uint4 (&wv)[R], int c, con
  * the warp by shuffles, then (TPR > 32) over the group's warps through shared memory. NT: token rows
  * compiled for; NT <= 4 runs with n == NT, NT = 8 with any n <= 8 (rows past n repeat row n - 1 and are
  * not stored). S > 1: split-K over clusters of S blocks (sm_90): block rank q takes the chunks
- * q * TPR + g, + S * TPR, ..., and gq_split_store sums the S shares. */
+ * q * TPR + g, + S * TPR, ..., and gq_split_store sums the S shares. The first round of weight loads is
+ * issued before lc_pdl_wait: launched as a programmatic dependent launch, the kernel fetches them while
+ * the kernel before it finishes. */
 template <typename T, typename O, int WB, int NT, int TPR, int GROUPS, int R, int U, bool STAGE, int S>
 __global__ void __launch_bounds__(TPR *GROUPS)
     gemv_q_kernel(const T *__restrict__ x, int ldx, int n, int K, const uint8_t *__restrict__ w,
@@ -208,6 +210,24 @@ __global__ void __launch_bounds__(TPR *GROUPS)
     const size_t row_bytes = WB == 8 ? (size_t)K : (size_t)G * 64;
     const int split = S > 1 ? (int)(blockIdx.x % S) : 0, rb = (int)(blockIdx.x / S);
     const int row0 = (rb * GROUPS + grp) * R, rows = min(R, N - row0); /* rows <= 0: idle */
+    const uint4 *wr[R];
+    int row[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        row[r] = min(row0 + r, N - 1);
+        wr[r] = reinterpret_cast<const uint4 *>(w + (size_t)row[r] * row_bytes);
+    }
+    /* the first round of weights is not the kernel before's output: in flight before the wait */
+    const int c_first = split * TPR + gi, c_step = TPR * S * U;
+    uint4 wv[U][R];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int c = c_first + u * TPR * S;
+#pragma unroll
+        for (int r = 0; r < R; r++) wv[u][r] = c < KC && r < rows ? __ldcs(wr[r] + c) : make_uint4(0, 0, 0, 0);
+    }
+    lc_pdl_wait();
+    lc_pdl_launch_dependents();
     const T *xbase = x;
     int xld = ldx;
     if (STAGE) { /* the n token rows, K values each, contiguous in shared memory */
@@ -220,13 +240,6 @@ __global__ void __launch_bounds__(TPR *GROUPS)
         xbase = reinterpret_cast<const T *>(gq_xs);
         xld = K;
     }
-    const uint4 *wr[R];
-    int row[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        row[r] = min(row0 + r, N - 1);
-        wr[r] = reinterpret_cast<const uint4 *>(w + (size_t)row[r] * row_bytes);
-    }
     const T *xr[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) xr[t] = xbase + (size_t)(NT <= 4 ? t : min(t, n - 1)) * xld;
@@ -236,14 +249,15 @@ __global__ void __launch_bounds__(TPR *GROUPS)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
     if (rows > 0) {
-        for (int c0 = split * TPR + gi; c0 < KC; c0 += TPR * S * U) {
-            uint4 wv[U][R];
+        for (int c0 = c_first; c0 < KC; c0 += c_step) {
+            if (c0 != c_first) { /* this round's loads (the first round's are in flight already) */
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = c0 + u * TPR * S;
+                for (int u = 0; u < U; u++) {
+                    const int c = c0 + u * TPR * S;
 #pragma unroll
-                for (int r = 0; r < R; r++)
-                    wv[u][r] = c < KC && r < rows ? __ldcs(wr[r] + c) : make_uint4(0, 0, 0, 0);
+                    for (int r = 0; r < R; r++)
+                        wv[u][r] = c < KC && r < rows ? __ldcs(wr[r] + c) : make_uint4(0, 0, 0, 0);
+                }
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {
@@ -325,6 +339,7 @@ typedef struct gq_args {
     int N;
     void *y;
     int ldy;
+    bool pdl; /* a programmatic dependent launch (lc_launch) */
 } gq_args;
 
 template <typename T, typename O, int WB, int NT, int TPR, int GROUPS, int R, int U, bool STAGE, int S>
@@ -333,24 +348,15 @@ static kiln_status gemv_q_nt(cudaStream_t st, const gq_args &a) {
     const size_t smem = (size_t)a.n * a.K * sizeof(T);
     static_assert(S == 1 || !STAGE, "a split configuration reads the activations through L1");
     const T *x = (const T *)a.x, *bias = (const T *)a.bias;
-    bool done = false;
-    if constexpr (S > 1) {
-        if (lc_clusters_ok()) {
-            KILN_TRY(lc_cluster_launch(gemv_q_kernel<T, O, WB, NT, TPR, GROUPS, R, U, false, S>, blocks, S,
-                                       TPR * GROUPS, 0, st, x, a.ldx, a.n, a.K, a.w, a.scale, a.zero, bias, a.N,
-                                       (O *)a.y, a.ldy));
-            done = true;
-        }
-    } else if constexpr (STAGE) {
-        if (smem <= GQ_STAGE_MAX) {
-            gemv_q_kernel<T, O, WB, NT, TPR, GROUPS, R, U, true, 1><<<blocks, TPR * GROUPS, smem, st>>>(
-                x, a.ldx, a.n, a.K, a.w, a.scale, a.zero, bias, a.N, (O *)a.y, a.ldy);
-            done = true;
-        }
-    }
-    if (!done) /* the unstaged, unsplit kernel of this geometry */
-        gemv_q_kernel<T, O, WB, NT, TPR, GROUPS, R, U, false, 1><<<blocks, TPR * GROUPS, 0, st>>>(
-            x, a.ldx, a.n, a.K, a.w, a.scale, a.zero, bias, a.N, (O *)a.y, a.ldy);
+    if (S > 1 && lc_clusters_ok())
+        KILN_TRY(lc_launch(gemv_q_kernel<T, O, WB, NT, TPR, GROUPS, R, U, false, S>, blocks, S, TPR * GROUPS, 0, st,
+                           a.pdl, x, a.ldx, a.n, a.K, a.w, a.scale, a.zero, bias, a.N, (O *)a.y, a.ldy));
+    else if (STAGE && S == 1 && smem <= GQ_STAGE_MAX)
+        KILN_TRY(lc_launch(gemv_q_kernel<T, O, WB, NT, TPR, GROUPS, R, U, STAGE, 1>, blocks, 1, TPR * GROUPS, smem, st,
+                           a.pdl, x, a.ldx, a.n, a.K, a.w, a.scale, a.zero, bias, a.N, (O *)a.y, a.ldy));
+    else /* the unstaged, unsplit kernel of this geometry */
+        KILN_TRY(lc_launch(gemv_q_kernel<T, O, WB, NT, TPR, GROUPS, R, U, false, 1>, blocks, 1, TPR * GROUPS, 0, st,
+                           a.pdl, x, a.ldx, a.n, a.K, a.w, a.scale, a.zero, bias, a.N, (O *)a.y, a.ldy));
     KILN_CUDA_LAUNCH_CHECK("gemv_q_kernel");
     return KILN_OK;
 }
@@ -411,15 +417,15 @@ static kiln_status gemv_q_launch(const char *what, int wbits, kiln_dtype dtype, 
 
 extern "C" kiln_status llmc_gemv_q8_launch(kiln_dtype dtype, cudaStream_t stream, int cfg, const void *x, int ldx,
                                            int n, int K, const int8_t *w, const float *scale, const void *bias, int N,
-                                           void *y, int ldy, bool out_f32) {
-    const gq_args a = {x, ldx, n, K, (const uint8_t *)w, scale, NULL, bias, N, y, ldy};
+                                           void *y, int ldy, bool out_f32, bool pdl) {
+    const gq_args a = {x, ldx, n, K, (const uint8_t *)w, scale, NULL, bias, N, y, ldy, pdl};
     return gemv_q_launch("int8", 8, dtype, stream, cfg, a, out_f32);
 }
 
 extern "C" kiln_status llmc_gemv_q4_launch(kiln_dtype dtype, cudaStream_t stream, int cfg, const void *x, int ldx,
                                            int n, int K, const uint8_t *q, const float *scale, const float *zero,
-                                           const void *bias, int N, void *y, int ldy, bool out_f32) {
-    const gq_args a = {x, ldx, n, K, q, scale, zero, bias, N, y, ldy};
+                                           const void *bias, int N, void *y, int ldy, bool out_f32, bool pdl) {
+    const gq_args a = {x, ldx, n, K, q, scale, zero, bias, N, y, ldy, pdl};
     return gemv_q_launch("int4", 4, dtype, stream, cfg, a, out_f32);
 }
 
@@ -491,7 +497,7 @@ extern "C" kiln_status llmc_linear_w(kiln_llm_cuda *g, const void *x, int ldx, i
     if (n <= g->opt.gemv_max_tokens && llmc_gemv_q8_fits(n, K, ldx, x, q)) {
         int cfg = 0;
         KILN_TRY(llmc_gemv_q8_config(g, x, ldx, n, K, q, scale, bias, N, y, ldy, out_f32, &cfg));
-        return llmc_gemv_q8_launch(g->dtype, g->kc.stream, cfg, x, ldx, n, K, q, scale, bias, N, y, ldy, out_f32);
+        return llmc_gemv_q8_launch(g->dtype, g->kc.stream, cfg, x, ldx, n, K, q, scale, bias, N, y, ldy, out_f32, g->pdl);
     }
     int64_t tile = 0;
     KILN_TRY(llmc_dequant_tile_rows("int8", K, &tile));

@@ -87,7 +87,8 @@ extern "C" kiln_status llmc_linear_q4(kiln_llm_cuda *g, const void *x, int ldx, 
     if (n <= g->opt.gemv_max_tokens && llmc_gemv_q4_fits(n, K, ldx, x, q)) {
         int cfg = 0;
         KILN_TRY(llmc_gemv_q4_config(g, x, ldx, n, K, q, scale, zero, bias, N, y, ldy, out_f32, &cfg));
-        return llmc_gemv_q4_launch(g->dtype, g->kc.stream, cfg, x, ldx, n, K, q, scale, zero, bias, N, y, ldy, out_f32);
+        return llmc_gemv_q4_launch(g->dtype, g->kc.stream, cfg, x, ldx, n, K, q, scale, zero, bias, N, y, ldy, out_f32,
+                                   g->pdl);
     }
     int64_t tile = 0;
     KILN_TRY(llmc_dequant_tile_rows("int4", K, &tile));

@@ -106,6 +106,8 @@ struct kiln_llm_cuda {
     int n_gemv_picks, next_gemv_pick;
     int gemv_gate; /* the host gate of the GEMV timing (set: release the stream) */
     int fuse;      /* LLMC_FUSE_OFF, _ON or _PDL (KILN_LLM_FUSE) */
+    bool pdl;      /* the unfused decode's GEMVs and RoPE + KV write as programmatic dependent launches
+                      (sm_90; KILN_LLM_PDL=off turns them off) */
     /* the timing cache of options.timing_cache (llm_cuda_tactics.c) */
     struct kiln_timing_cache *tcache; /* NULL: none */
     char *tcache_path;
@@ -180,9 +182,11 @@ kiln_status llmc_linear(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, 
 void llmc_plans_free(kiln_llm_cuda *g);
 /* The GEMV kernel in configuration cfg (0 .. LLMC_GEMV_CONFIGS - 1) on stream:
  * llmc_linear's product for 1 <= n <= LLMC_GEMV_MAX token rows, weights in dtype (KILN_F16 or
- * KILN_BF16); needs K % 8 == 0, ldx % 8 == 0 and x, w 16-byte aligned (refused otherwise). For tests. */
+ * KILN_BF16); needs K % 8 == 0, ldx % 8 == 0 and x, w 16-byte aligned (refused otherwise). pdl: as a
+ * programmatic dependent launch (its first weights are fetched while the kernel before finishes; as
+ * g->pdl). For tests. */
 kiln_status llmc_gemv_launch(kiln_dtype dtype, cudaStream_t stream, int cfg, const void *x, int ldx, int n, int K,
-                             const void *w, const void *bias, int N, void *y, int ldy, bool out_f32);
+                             const void *w, const void *bias, int N, void *y, int ldy, bool out_f32, bool pdl);
 /* "#0: 32 thr/row x 1 rows, 4 groups, 8 loads/row" and the like; "?" for others. */
 const char *llmc_gemv_config_name(int cfg);
 /* g->gemv_force from the environment: KILN_LLM_GEMV unset, "" or "auto": LLMC_GEMV_AUTO; a configuration
@@ -247,6 +251,8 @@ enum {
  * on the H200, bench/RESULTS.md); "off"/"0", "on"/"1", "pdl"/"2" (on before sm_90); anything else is
  * refused. */
 kiln_status llmc_fuse_mode_from_env(int cc_major, int *mode);
+/* g->pdl from KILN_LLM_PDL (on, the default from sm_90 on, or off; anything else is refused). */
+kiln_status llmc_pdl_from_env(int cc_major, bool *pdl);
 /* A phrase naming the path of a mode: "decode: fused GEMVs + PDL", "decode: fused GEMVs" or
  * "decode: unfused". */
 const char *llmc_fuse_mode_name(int mode);
@@ -259,10 +265,11 @@ kiln_status llmc_linear_w(kiln_llm_cuda *g, const void *x, int ldx, int n, int K
                           const void *bias, int N, void *y, int ldy, bool out_f32);
 /* The INT8 GEMV in configuration cfg (0 .. LLMC_GEMV_Q8_CONFIGS - 1) on stream: y[n, N] (FP32 when
  * out_f32, else dtype) = x[n, K] (dtype, KILN_F16 or KILN_BF16) (q scale)^T (+ bias [N] in dtype), sums
- * in fp32; needs llmc_gemv_q8_fits and ldy >= N (refused otherwise). For tests too. */
+ * in fp32; needs llmc_gemv_q8_fits and ldy >= N (refused otherwise); pdl as llmc_gemv_launch's. For
+ * tests too. */
 kiln_status llmc_gemv_q8_launch(kiln_dtype dtype, cudaStream_t stream, int cfg, const void *x, int ldx, int n, int K,
                                 const int8_t *q, const float *scale, const void *bias, int N, void *y, int ldy,
-                                bool out_f32);
+                                bool out_f32, bool pdl);
 /* Whether the INT8 GEMV takes these operands: 1 <= n <= LLMC_GEMV_MAX, K a multiple of 16, ldx a
  * multiple of 8 and >= K, x and q 16-byte aligned. */
 bool llmc_gemv_q8_fits(int n, int K, int ldx, const void *x, const void *q);
@@ -297,10 +304,10 @@ kiln_status llmc_linear_q4(kiln_llm_cuda *g, const void *x, int ldx, int n, int 
 /* The INT4 GEMV (llm_cuda_gemv_q.cu's family, configuration cfg: 0 .. LLMC_GEMV_Q8_CONFIGS - 1) on stream:
  * y[n, N] (FP32 when out_f32, else dtype) = x[n, K] (dtype, KILN_F16 or KILN_BF16) W^T (+ bias [N] in
  * dtype), W[o, k] = (q[o, k] - zero[o, g]) * scale[o, g], sums in fp32; needs llmc_gemv_q4_fits and
- * ldy >= N (refused otherwise). For tests too. */
+ * ldy >= N (refused otherwise); pdl as llmc_gemv_launch's. For tests too. */
 kiln_status llmc_gemv_q4_launch(kiln_dtype dtype, cudaStream_t stream, int cfg, const void *x, int ldx, int n, int K,
                                 const uint8_t *q, const float *scale, const float *zero, const void *bias, int N,
-                                void *y, int ldy, bool out_f32);
+                                void *y, int ldy, bool out_f32, bool pdl);
 /* llmc_gemv_q8_fits with K a multiple of 32 (the INT4 GEMV's operands). */
 bool llmc_gemv_q4_fits(int n, int K, int ldx, const void *x, const void *q);
 /* The configuration of the INT4 GEMV for this product, chosen as llmc_gemv_q8_config chooses (the same

@@ -164,7 +164,8 @@ extern "C" kiln_status llmc_rope_kv_write(kiln_llm_cuda *g, const llmc_step *s, 
     a.kc = kc;
     a.vc = vc;
     a.kv_scales = kv_scales;
-    a.pdl = g->fuse == LLMC_FUSE_PDL && s->n_tokens <= g->opt.gemv_max_tokens; /* after the fused QKV product */
+    /* after the fused QKV product, or the GEMV one */
+    a.pdl = (g->fuse == LLMC_FUSE_PDL || g->pdl) && s->n_tokens <= g->opt.gemv_max_tokens;
     return llmc_rope_kv_launch(&a, g->kc.stream);
 }
 
@@ -172,6 +173,7 @@ extern "C" kiln_status llmc_rope_kv_write(kiln_llm_cuda *g, const llmc_step *s, 
 
 template <typename T> __global__ void gelu_kernel(T *__restrict__ x, size_t count) {
     const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    lc_pdl_launch_dependents(); /* the down product may fetch its weights meanwhile */
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
         float v = ku_f32(x[i]);
         x[i] = ku_from_f32<T>(0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v))));
@@ -181,6 +183,7 @@ template <typename T> __global__ void gelu_kernel(T *__restrict__ x, size_t coun
 /* Rows [gate | up] of width 2 ff: gate = SiLU(gate) * up, or GELU(tanh)(gate) * up with GELU. */
 template <typename T, bool GELU> __global__ void gated_kernel(T *__restrict__ gu, int ff, size_t count) {
     const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    lc_pdl_launch_dependents(); /* the down product may fetch its weights meanwhile */
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
         const size_t t = i / (size_t)ff, j = i - t * (size_t)ff;
         T *gp = gu + t * 2 * (size_t)ff + j;

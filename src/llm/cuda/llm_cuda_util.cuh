@@ -1,7 +1,7 @@
 /* llm_cuda_util.cuh — device helpers of the LLM kernels (llm_cuda_*.cu): eight 16-bit floats from one
  * 16-byte load as FP32, the 16-bit GEMV family's loop over the weights (shared by the plain and the
- * fused GEMV), the split-K sum over a thread block cluster and its launch, the programmatic dependent
- * launch waits, and the dtype dispatch of their launchers. */
+ * fused GEMV), the split-K sum over a thread block cluster, a launch with clusters and programmatic
+ * dependent launch, that launch's wait and trigger, and the dtype dispatch of their launchers. */
 #ifndef KILN_LLM_CUDA_UTIL_CUH
 #define KILN_LLM_CUDA_UTIL_CUH
 
@@ -43,14 +43,31 @@ template <typename T> static __device__ __forceinline__ void lc_load8_any(const 
     lc_unpack8<T>(u, f);
 }
 
+/* Programmatic dependent launch (sm_90; no-ops before, and in a kernel launched without the attribute):
+ * wait until the kernels before have finished and their writes are visible (call before touching
+ * anything they write or read), and let the next kernel launch now (its own wait still holds it). */
+static __device__ __forceinline__ void lc_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void lc_pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 /* The 16-bit GEMV family's loop over the weights (gemv_tpl_kernel, gemv_fused_kernel): a group's thread
  * takes the 16-byte chunks first, first + STEP, ... of its RW weight rows wr[r] (K8 chunks a row; row r
  * is live when r % R < rows, a dead row loads zeros), U chunks of every row in flight per round,
  * streamed with __ldcs (each weight is read once per product), and adds the chunk's 8 weights times
  * token row t's 8 inputs at xr[t] to acc[r][t]: through the read-only cache (XLDG, x in global memory)
  * or by plain loads (x may be in shared memory). One order of FP32 operations, so the kernels that
- * share this loop compute the same bits. */
-template <typename T, int NT, int STEP, int R, int RW, int U, bool XLDG>
+ * share this loop compute the same bits. WAIT: lc_pdl_wait once the first round's weight loads are
+ * issued (a programmatic dependent launch fetches weights while the kernel before it finishes; x is
+ * read after the wait). */
+template <typename T, int NT, int STEP, int R, int RW, int U, bool XLDG, bool WAIT = false>
 static __device__ __forceinline__ void lc_gemv_rows(const uint4 *const (&wr)[RW], int rows, const T *const (&xr)[NT],
                                                     int first, int K8, float (&acc)[RW][NT]) {
     for (int c0 = first; c0 < K8; c0 += STEP * U) {
@@ -62,6 +79,7 @@ static __device__ __forceinline__ void lc_gemv_rows(const uint4 *const (&wr)[RW]
             for (int r = 0; r < RW; r++)
                 wv[u][r] = c < K8 && r % R < rows ? __ldcs(wr[r] + c) : make_uint4(0, 0, 0, 0);
         }
+        if (WAIT && c0 == first) lc_pdl_wait();
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int c = c0 + u * STEP;
@@ -87,7 +105,7 @@ static __device__ __forceinline__ void lc_gemv_rows(const uint4 *const (&wr)[RW]
  * part (its shared memory); then block rank 0's thread with i < count gets in out the sum of element i
  * over the ranks 0 .. S - 1, in rank order, and true. Every thread of every block of the cluster calls
  * it (two cluster barriers: the sums are read before any block exits). Traps before sm_90 (launchers
- * run S = 1 there, lc_cluster_launch). */
+ * run S = 1 there, lc_launch). */
 template <int S>
 static __device__ __forceinline__ bool lc_cluster_sum(const float *part, int i, int count, float &out) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -119,39 +137,37 @@ static inline bool lc_clusters_ok(void) {
     return major >= 9;
 }
 
-/* Launches kernel over blocks x S blocks (clusters of S along x), threads each, on stream. */
+/* Launches kernel over blocks x S blocks (clusters of S along x when S > 1), threads each, smem bytes of
+ * dynamic shared memory, on stream; with pdl, as a programmatic dependent launch (sm_90: it may start
+ * while the kernel before it still runs, once that one's blocks have all called
+ * lc_pdl_launch_dependents; it must call lc_pdl_wait before touching what kernels before it write or
+ * read). */
 template <typename... KArgs, typename... Args>
-static kiln_status lc_cluster_launch(void (*kernel)(KArgs...), unsigned blocks, int S, int threads, size_t smem,
-                                     cudaStream_t stream, Args... args) {
+static kiln_status lc_launch(void (*kernel)(KArgs...), unsigned blocks, int S, int threads, size_t smem,
+                             cudaStream_t stream, bool pdl, Args... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(blocks * (unsigned)S);
     cfg.blockDim = dim3((unsigned)threads);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cudaLaunchAttribute attr[1] = {};
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)S;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
+    cudaLaunchAttribute attr[2] = {};
+    int na = 0;
+    if (S > 1) {
+        attr[na].id = cudaLaunchAttributeClusterDimension;
+        attr[na].val.clusterDim.x = (unsigned)S;
+        attr[na].val.clusterDim.y = 1;
+        attr[na].val.clusterDim.z = 1;
+        na++;
+    }
+    if (pdl) {
+        attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[na].val.programmaticStreamSerializationAllowed = 1;
+        na++;
+    }
     cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = (unsigned)na;
     KILN_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...));
     return KILN_OK;
-}
-
-/* Programmatic dependent launch (sm_90; no-ops before, and in a kernel launched without the attribute):
- * wait until the kernels before have finished and their writes are visible (call before touching
- * anything they write or read), and let the next kernel launch now (its own wait still holds it). */
-static __device__ __forceinline__ void lc_pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-static __device__ __forceinline__ void lc_pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
 }
 
 /* Calls F<__half> or F<bf16> by g's dtype: LC_DISPATCH(g->dtype, launch_x, args...) where launch_x is
