@@ -19,9 +19,9 @@
  *    (1: repetition, frequency and presence penalties): four rows, seeds 1000..1003; the same tokens.
  *    mixed=1: rows 1..3 of the batch take top-k, top-p and min-p with penalties instead.
  *  - llm.GemvFused: llm_op_gemv_fused.c.
- *  - llm.GemvQ8, llm.DequantQ8: the weight-only INT8 kernels (llm_op_quant.c).
+ *  - llm.GemvQ8, llm.GemmQ8, llm.DequantQ8: the weight-only INT8 kernels (llm_op_quant.c).
  *  - llm.QuantizeAct, llm.GemvW8A8, llm.ImmaW8A8: the W8A8 kernels (llm_op_w8a8.c).
- *  - llm.GemvQ4, llm.DequantQ4: the weight-only INT4 kernels (llm_op_quant4.c).
+ *  - llm.GemvQ4, llm.GemmQ4, llm.DequantQ4: the weight-only INT4 kernels (llm_op_quant4.c).
  *  - llm.QuantFp8, llm.LinearFp8: the FP8 kernels (llm_op_fp8.c). */
 #include "llm_op_cases.h"
 #include "llm_test_util.h"
@@ -43,7 +43,7 @@ static const char *const LLM_OPS[] = {"llm.PrefillAttention", "llm.DecodeAttenti
                                       "llm.Gemv",             "llm.GemvFused",       "llm.Argmax",     "llm.Sample",
                                       "llm.GemvQ8",           "llm.DequantQ8",       "llm.QuantizeAct", "llm.GemvW8A8",
                                       "llm.ImmaW8A8",         "llm.GemvQ4",          "llm.DequantQ4",   "llm.QuantFp8",
-                                      "llm.LinearFp8"};
+                                      "llm.LinearFp8",        "llm.GemmQ8",          "llm.GemmQ4"};
 
 bool llm_case_op(const char *op) {
     for (size_t i = 0; i < sizeof LLM_OPS / sizeof *LLM_OPS; i++)
@@ -99,6 +99,21 @@ void llm_err_add(llm_run *run, double got, double want) {
     run->max_diff = isnan(d) ? INFINITY : fmax(run->max_diff, d);
     run->sq_diff += isnan(d) ? INFINITY : d * d;
     run->sq_want += want * want;
+}
+
+bool llm_config_err(llm_run *run, const void *d_y, void *yh, size_t count, bool f32, const float *ref, int cfg,
+                    double *worst, int *worst_cfg) {
+    LLM_CUDA(run, cudaDeviceSynchronize());
+    LLM_CUDA(run, cudaMemcpy(yh, d_y, count * (f32 ? 4 : 2), cudaMemcpyDeviceToHost));
+    const double before = run->max_diff;
+    run->max_diff = 0;
+    for (size_t i = 0; i < count; i++)
+        llm_err_add(run, f32 ? ((const float *)yh)[i] : lt_to_f32(((const uint16_t *)yh)[i], run->dt), ref[i]);
+    if (run->max_diff > *worst) *worst = run->max_diff, *worst_cfg = cfg;
+    run->max_diff = fmax(run->max_diff, before);
+    return true;
+done:
+    return false;
 }
 
 bool llm_fail(llm_run *run, const char *fmt, ...) {
@@ -423,14 +438,7 @@ static bool gemv_case(llm_run *run, llm_params *pr) {
             llm_fail(run, "launch (%s): %s", llmc_gemv_config_name(cfg), kiln_last_error());
             goto done;
         }
-        LLM_CUDA(run, cudaDeviceSynchronize());
-        LLM_CUDA(run, cudaMemcpy(yh, d_y, (size_t)n * N * (f32 ? 4 : 2), cudaMemcpyDeviceToHost));
-        const double before = run->max_diff;
-        run->max_diff = 0;
-        for (size_t i = 0; i < (size_t)n * N; i++)
-            llm_err_add(run, f32 ? yh[i] : lt_to_f32(((const uint16_t *)yh)[i], dt), ref[i]);
-        if (run->max_diff > worst) worst = run->max_diff, worst_cfg = cfg;
-        run->max_diff = fmax(run->max_diff, before);
+        if (!llm_config_err(run, d_y, yh, (size_t)n * N, f32, ref, cfg, &worst, &worst_cfg)) goto done;
     }
     if (run->on_gpu && run->max_diff > run->tol * run->max_want)
         llm_fail(run, "configuration %s: max rel err %.3e above %.1e", llmc_gemv_config_name(worst_cfg),
@@ -603,10 +611,12 @@ void llm_case_run(const char *op, const char *params, kiln_precision p, uint64_t
     else if (!strcmp(op, "llm.GemvFused")) ok = llm_gemv_fused_case(&run, &pr);
     else if (!strcmp(op, "llm.Argmax")) ok = argmax_case(&run, &pr);
     else if (!strcmp(op, "llm.Sample")) ok = sample_case(&run, &pr);
-    else if (!strcmp(op, "llm.GemvQ8") || !strcmp(op, "llm.DequantQ8")) ok = llm_quant_case(&run, op, &pr);
+    else if (!strcmp(op, "llm.GemvQ8") || !strcmp(op, "llm.GemmQ8") || !strcmp(op, "llm.DequantQ8"))
+        ok = llm_quant_case(&run, op, &pr);
     else if (!strcmp(op, "llm.QuantizeAct") || !strcmp(op, "llm.GemvW8A8") || !strcmp(op, "llm.ImmaW8A8"))
         ok = llm_w8a8_case(&run, op, &pr);
-    else if (!strcmp(op, "llm.GemvQ4") || !strcmp(op, "llm.DequantQ4")) ok = llm_quant4_case(&run, op, &pr);
+    else if (!strcmp(op, "llm.GemvQ4") || !strcmp(op, "llm.GemmQ4") || !strcmp(op, "llm.DequantQ4"))
+        ok = llm_quant4_case(&run, op, &pr);
     else if (!strcmp(op, "llm.QuantFp8") || !strcmp(op, "llm.LinearFp8")) ok = llm_fp8_case(&run, op, &pr);
     else ok = llm_fail(&run, "no LLM kernel case '%s'", op);
     for (int i = 0; i < pr.n && ok; i++)

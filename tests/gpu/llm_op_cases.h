@@ -68,6 +68,12 @@ typedef struct llm_run {
 
 /* Adds one (got, want) pair to the error (a NaN difference counts as infinite). */
 void llm_err_add(llm_run *run, double got, double want);
+/* One configuration's output of a case that runs several: waits for the device, copies count values of
+ * d_y (FP32 when f32, else run->dt) into yh and adds them against ref; the run keeps its largest
+ * difference over every configuration, and *worst / *worst_cfg say which configuration made it (cfg
+ * when its difference is the largest so far). False (the case failed) on a CUDA error. */
+bool llm_config_err(llm_run *run, const void *d_y, void *yh, size_t count, bool f32, const float *ref, int cfg,
+                    double *worst, int *worst_cfg);
 /* Fails the case with a message (printf-style); returns false. */
 bool llm_fail(llm_run *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Fails the case for a CUDA error (asking for a fresh process); returns false. */
@@ -90,11 +96,18 @@ uint8_t llm_random_e4m3(uint16_t bits);
 bool llm_attention_case(llm_run *run, const char *op, llm_params *pr);
 /* The fused decode GEMV (llm_op_gemv_fused.c): llm.GemvFused. */
 bool llm_gemv_fused_case(llm_run *run, llm_params *pr);
-/* The weight-only quantized kernels (llm_op_quant.c): llm.GemvQ8, llm.DequantQ8. */
+/* The weight-only quantized kernels (llm_op_quant.c): llm.GemvQ8, llm.GemmQ8, llm.DequantQ8. */
 bool llm_quant_case(llm_run *run, const char *op, llm_params *pr);
+/* llmc_gemm_q_launch of wbits weights on the default stream, split over K into ws when split (run 1 of a
+ * case) and the shape allows it, in one pass otherwise (run 0); false on a refused launch. */
+bool llm_gemm_q_launch_case(kiln_dtype dt, int wbits, int split, const void *x, int K, int n, const void *w,
+                            const float *scale, const float *zero, const void *bias, int N, void *y, bool f32,
+                            float *ws);
+/* "one pass over K" or "split over K": run split of llm_gemm_q_launch_case. */
+const char *llm_gemm_q_case_name(int split);
 /* The W8A8 kernels (llm_op_w8a8.c): llm.QuantizeAct, llm.GemvW8A8, llm.ImmaW8A8. */
 bool llm_w8a8_case(llm_run *run, const char *op, llm_params *pr);
-/* The weight-only INT4 kernels (llm_op_quant4.c): llm.GemvQ4, llm.DequantQ4. */
+/* The weight-only INT4 kernels (llm_op_quant4.c): llm.GemvQ4, llm.GemmQ4, llm.DequantQ4. */
 bool llm_quant4_case(llm_run *run, const char *op, llm_params *pr);
 /* The FP8 kernels (llm_op_fp8.c): llm.QuantFp8, llm.LinearFp8. */
 bool llm_fp8_case(llm_run *run, const char *op, llm_params *pr);

@@ -5,6 +5,9 @@
  *    1.5e-3 (fp16), 1e-2 (bf16), 1e-4 (FP32 out) of the largest |reference|.
  *  - llm.DequantQ8 (llmc_dequant_q8_launch, the prefill tiles) vs kiln_llm_q8_row: rows, K (any):
  *    every value q * scale rounded to the dtype, 1e-3 (fp16), 8e-3 (bf16).
+ *  - llm.GemmQ8 (llmc_gemm_q_launch, the tensor-core product of 9..LLMC_GEMM_Q_MAX token rows) the same
+ *    way, in one pass over K and split over K into a workspace (when the shape allows it), n up to
+ *    LLMC_GEMM_Q_MAX.
  * The weights are kiln_llm_quantize_rows of random fp32 values, one row all zeros (scale 0). */
 #include "llm_op_cases.h"
 #include "llm_test_util.h"
@@ -12,7 +15,6 @@
 #include "llm/cuda/llm_cuda_internal.h"
 #include "llm/llm_gemv_q8.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,20 +28,31 @@ static void random_q8(llm_run *run, int rows, int K, int8_t *q, float *scale) {
     free(w);
 }
 
-static bool gemv_q8_case(llm_run *run, llm_params *pr) {
+bool llm_gemm_q_launch_case(kiln_dtype dt, int wbits, int split, const void *x, int K, int n, const void *w,
+                            const float *scale, const float *zero, const void *bias, int N, void *y, bool f32,
+                            float *ws) {
+    const llmc_gemm_q p = {dt, NULL, false, wbits, x, K, n, K, w, scale, zero, bias, N, y, N, f32,
+                           split ? ws : NULL, split ? (size_t)n * N * 4 : 0, 132};
+    return llmc_gemm_q_launch(&p) == KILN_OK;
+}
+
+const char *llm_gemm_q_case_name(int split) { return split ? "split over K" : "one pass over K"; }
+
+/* gemm: llm.GemmQ8 (two runs: one pass, split), else llm.GemvQ8 (every configuration, or only cfg). */
+static bool gemv_q8_case(llm_run *run, llm_params *pr, bool gemm) {
     const kiln_dtype dt = run->dt;
     const int K = (int)llm_param(pr, "K", 64), N = (int)llm_param(pr, "N", 8), n = (int)llm_param(pr, "n", 1);
     const bool bias = llm_param(pr, "bias", 0) != 0, f32 = llm_param(pr, "f32", 0) != 0;
-    const int only = (int)llm_param(pr, "cfg", -1);
+    const int only = (int)llm_param(pr, "cfg", -1), n_max = gemm ? LLMC_GEMM_Q_MAX : LLMC_GEMV_MAX;
+    const int n_cfg = gemm ? 2 : LLMC_GEMV_Q8_CONFIGS;
     run->tol = f32 ? 1e-4 : dt == KILN_F16 ? 1.5e-3 : 1e-2;
-    if (K < 16 || K % 16 || N < 1 || n < 1 || n > LLMC_GEMV_MAX || only < -1 || only >= LLMC_GEMV_Q8_CONFIGS)
-        return llm_fail(run, "bad case: K a multiple of 16, N >= 1, n 1..%d, cfg -1..%d", LLMC_GEMV_MAX,
-                        LLMC_GEMV_Q8_CONFIGS - 1);
+    if (K < 16 || K % 16 || N < 1 || n < 1 || n > n_max || only < -1 || only >= n_cfg)
+        return llm_fail(run, "bad case: K a multiple of 16, N >= 1, n 1..%d, cfg -1..%d", n_max, n_cfg - 1);
     int8_t *q = malloc((size_t)N * K);
     float *scale = malloc((size_t)N * 4), *xf = malloc((size_t)n * K * 4), *bf = malloc((size_t)N * 4);
     uint16_t *x16 = malloc((size_t)n * K * 2), *b16 = malloc((size_t)N * 2);
     float *ref = malloc((size_t)n * N * 4), *yh = malloc((size_t)n * N * 4);
-    void *d_q = NULL, *d_s = NULL, *d_x = NULL, *d_b = NULL, *d_y = NULL;
+    void *d_q = NULL, *d_s = NULL, *d_x = NULL, *d_b = NULL, *d_y = NULL, *d_ws = NULL;
     bool ok = false;
     if (!q || !scale || !xf || !bf || !x16 || !b16 || !ref || !yh) {
         llm_fail(run, "out of memory");
@@ -60,30 +73,29 @@ static bool gemv_q8_case(llm_run *run, llm_params *pr) {
     LLM_CUDA(run, cudaMalloc(&d_x, (size_t)n * K * 2));
     LLM_CUDA(run, cudaMalloc(&d_b, (size_t)N * 2));
     LLM_CUDA(run, cudaMalloc(&d_y, (size_t)n * N * 4));
+    LLM_CUDA(run, cudaMalloc(&d_ws, (size_t)n * N * 4));
     LLM_CUDA(run, cudaMemcpy(d_q, q, (size_t)N * K, cudaMemcpyHostToDevice));
     LLM_CUDA(run, cudaMemcpy(d_s, scale, (size_t)N * 4, cudaMemcpyHostToDevice));
     LLM_CUDA(run, cudaMemcpy(d_x, x16, (size_t)n * K * 2, cudaMemcpyHostToDevice));
     LLM_CUDA(run, cudaMemcpy(d_b, b16, (size_t)N * 2, cudaMemcpyHostToDevice));
     double worst = -1;
     int worst_cfg = 0;
-    for (int cfg = only < 0 ? 0 : only; cfg < (only < 0 ? LLMC_GEMV_Q8_CONFIGS : only + 1); cfg++) {
+    for (int cfg = only < 0 ? 0 : only; cfg < (only < 0 ? n_cfg : only + 1); cfg++) {
         LLM_CUDA(run, cudaMemset(d_y, 0xff, (size_t)n * N * 4)); /* NaN poison */
-        if (llmc_gemv_q8_launch(dt, NULL, cfg, d_x, K, n, K, d_q, d_s, bias ? d_b : NULL, N, d_y, N, f32, false) !=
-            KILN_OK) {
-            llm_fail(run, "launch (%s): %s", llmc_gemv_q8_config_name(cfg), kiln_last_error());
+        const bool launched =
+            gemm ? llm_gemm_q_launch_case(dt, 8, cfg, d_x, K, n, d_q, d_s, NULL, bias ? d_b : NULL, N, d_y, f32, d_ws)
+                 : llmc_gemv_q8_launch(dt, NULL, cfg, d_x, K, n, K, d_q, d_s, bias ? d_b : NULL, N, d_y, N, f32,
+                                       false) == KILN_OK;
+        if (!launched) {
+            llm_fail(run, "launch (%s): %s", gemm ? llm_gemm_q_case_name(cfg) : llmc_gemv_q8_config_name(cfg),
+                     kiln_last_error());
             goto done;
         }
-        LLM_CUDA(run, cudaDeviceSynchronize());
-        LLM_CUDA(run, cudaMemcpy(yh, d_y, (size_t)n * N * (f32 ? 4 : 2), cudaMemcpyDeviceToHost));
-        const double before = run->max_diff;
-        run->max_diff = 0;
-        for (size_t i = 0; i < (size_t)n * N; i++)
-            llm_err_add(run, f32 ? yh[i] : lt_to_f32(((const uint16_t *)yh)[i], dt), ref[i]);
-        if (run->max_diff > worst) worst = run->max_diff, worst_cfg = cfg;
-        run->max_diff = fmax(run->max_diff, before);
+        if (!llm_config_err(run, d_y, yh, (size_t)n * N, f32, ref, cfg, &worst, &worst_cfg)) goto done;
     }
     if (run->max_diff > run->tol * run->max_want) {
-        llm_fail(run, "configuration %s: max rel err %.3e above %.1e", llmc_gemv_q8_config_name(worst_cfg),
+        llm_fail(run, "configuration %s: max rel err %.3e above %.1e",
+                 gemm ? llm_gemm_q_case_name(worst_cfg) : llmc_gemv_q8_config_name(worst_cfg),
                  worst / (run->max_want > 0 ? run->max_want : 1), run->tol);
         goto done;
     }
@@ -94,6 +106,7 @@ done:
     cudaFree(d_x);
     cudaFree(d_b);
     cudaFree(d_y);
+    cudaFree(d_ws);
     free(q);
     free(scale);
     free(xf);
@@ -153,6 +166,6 @@ done:
 }
 
 bool llm_quant_case(llm_run *run, const char *op, llm_params *pr) {
-    if (!strcmp(op, "llm.GemvQ8")) return gemv_q8_case(run, pr);
+    if (!strcmp(op, "llm.GemvQ8") || !strcmp(op, "llm.GemmQ8")) return gemv_q8_case(run, pr, !strcmp(op, "llm.GemmQ8"));
     return dequant_q8_case(run, pr);
 }

@@ -4,6 +4,9 @@
  *    (16-bit, widened) activations: K (a multiple of 32; not of 128 gives a short last group), N, n
  *    (token rows), bias, f32 (FP32 out): 1.5e-3 (fp16), 1e-2 (bf16), 1e-4 (FP32 out) of the largest
  *    |reference|.
+ *  - llm.GemmQ4 (llmc_gemm_q_launch, the tensor-core product, n up to LLMC_GEMM_Q_MAX) the same way, in
+ *    one pass over K and split over K; its weights are rounded to the dtype before the product, so FP32
+ *    out is held to the 16-bit bounds.
  *  - llm.DequantQ4 (llmc_dequant_q4_launch, the prefill tiles) vs kiln_llm_q4_row: rows, K (any):
  *    every value (q - zero) * scale rounded to the dtype, 1e-3 (fp16), 8e-3 (bf16).
  * The weights are kiln_llm_quantize_q4 of random fp32 values, one row all zeros (scales 0). On the
@@ -14,7 +17,6 @@
 #include "llm/cuda/llm_cuda_internal.h"
 #include "llm/llm_gemv_q4.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,20 +61,21 @@ done:
     return false;
 }
 
-static bool gemv_q4_case(llm_run *run, llm_params *pr) {
+/* gemm: llm.GemmQ4 (two runs: one pass, split), else llm.GemvQ4 (every configuration, or only cfg). */
+static bool gemv_q4_case(llm_run *run, llm_params *pr, bool gemm) {
     const kiln_dtype dt = run->dt;
     const int K = (int)llm_param(pr, "K", 128), N = (int)llm_param(pr, "N", 8), n = (int)llm_param(pr, "n", 1);
     const bool bias = llm_param(pr, "bias", 0) != 0, f32 = llm_param(pr, "f32", 0) != 0;
-    const int only = (int)llm_param(pr, "cfg", -1);
-    run->tol = f32 ? 1e-4 : dt == KILN_F16 ? 1.5e-3 : 1e-2;
-    if (K < 32 || K % 32 || N < 1 || n < 1 || n > LLMC_GEMV_MAX || only < -1 || only >= LLMC_GEMV_Q8_CONFIGS)
-        return llm_fail(run, "bad case: K a multiple of 32, N >= 1, n 1..%d, cfg -1..%d", LLMC_GEMV_MAX,
-                        LLMC_GEMV_Q8_CONFIGS - 1);
+    const int only = (int)llm_param(pr, "cfg", -1), n_max = gemm ? LLMC_GEMM_Q_MAX : LLMC_GEMV_MAX;
+    const int n_cfg = gemm ? 2 : LLMC_GEMV_Q8_CONFIGS;
+    run->tol = f32 && !gemm ? 1e-4 : dt == KILN_F16 ? 1.5e-3 : 1e-2;
+    if (K < 32 || K % 32 || N < 1 || n < 1 || n > n_max || only < -1 || only >= n_cfg)
+        return llm_fail(run, "bad case: K a multiple of 32, N >= 1, n 1..%d, cfg -1..%d", n_max, n_cfg - 1);
     q4_mat m;
     float *xf = malloc((size_t)n * K * 4), *bf = malloc((size_t)N * 4);
     uint16_t *x16 = malloc((size_t)n * K * 2), *b16 = malloc((size_t)N * 2);
     float *ref = malloc((size_t)n * N * 4), *yh = malloc((size_t)n * N * 4);
-    void *d_q = NULL, *d_sz = NULL, *d_x = NULL, *d_b = NULL, *d_y = NULL;
+    void *d_q = NULL, *d_sz = NULL, *d_x = NULL, *d_b = NULL, *d_y = NULL, *d_ws = NULL;
     bool ok = q4_make(run, N, K, &m);
     if (!ok) goto done;
     ok = false;
@@ -94,29 +97,28 @@ static bool gemv_q4_case(llm_run *run, llm_params *pr) {
     LLM_CUDA(run, cudaMalloc(&d_x, (size_t)n * K * 2));
     LLM_CUDA(run, cudaMalloc(&d_b, (size_t)N * 2));
     LLM_CUDA(run, cudaMalloc(&d_y, (size_t)n * N * 4));
+    LLM_CUDA(run, cudaMalloc(&d_ws, (size_t)n * N * 4));
     LLM_CUDA(run, cudaMemcpy(d_x, x16, (size_t)n * K * 2, cudaMemcpyHostToDevice));
     LLM_CUDA(run, cudaMemcpy(d_b, b16, (size_t)N * 2, cudaMemcpyHostToDevice));
     const float *d_s = d_sz, *d_z = (const float *)d_sz + N * m.G;
     double worst = -1;
     int worst_cfg = 0;
-    for (int cfg = only < 0 ? 0 : only; cfg < (only < 0 ? LLMC_GEMV_Q8_CONFIGS : only + 1); cfg++) {
+    for (int cfg = only < 0 ? 0 : only; cfg < (only < 0 ? n_cfg : only + 1); cfg++) {
         LLM_CUDA(run, cudaMemset(d_y, 0xff, (size_t)n * N * 4)); /* NaN poison */
-        if (llmc_gemv_q4_launch(dt, NULL, cfg, d_x, K, n, K, d_q, d_s, d_z, bias ? d_b : NULL, N, d_y, N, f32,
-                                false) != KILN_OK) {
-            llm_fail(run, "launch (%s): %s", llmc_gemv_q8_config_name(cfg), kiln_last_error());
+        const bool launched =
+            gemm ? llm_gemm_q_launch_case(dt, 4, cfg, d_x, K, n, d_q, d_s, d_z, bias ? d_b : NULL, N, d_y, f32, d_ws)
+                 : llmc_gemv_q4_launch(dt, NULL, cfg, d_x, K, n, K, d_q, d_s, d_z, bias ? d_b : NULL, N, d_y, N, f32,
+                                       false) == KILN_OK;
+        if (!launched) {
+            llm_fail(run, "launch (%s): %s", gemm ? llm_gemm_q_case_name(cfg) : llmc_gemv_q8_config_name(cfg),
+                     kiln_last_error());
             goto done;
         }
-        LLM_CUDA(run, cudaDeviceSynchronize());
-        LLM_CUDA(run, cudaMemcpy(yh, d_y, (size_t)n * N * (f32 ? 4 : 2), cudaMemcpyDeviceToHost));
-        const double before = run->max_diff;
-        run->max_diff = 0;
-        for (size_t i = 0; i < (size_t)n * N; i++)
-            llm_err_add(run, f32 ? yh[i] : lt_to_f32(((const uint16_t *)yh)[i], dt), ref[i]);
-        if (run->max_diff > worst) worst = run->max_diff, worst_cfg = cfg;
-        run->max_diff = fmax(run->max_diff, before);
+        if (!llm_config_err(run, d_y, yh, (size_t)n * N, f32, ref, cfg, &worst, &worst_cfg)) goto done;
     }
     if (run->max_diff > run->tol * run->max_want) {
-        llm_fail(run, "configuration %s: max rel err %.3e above %.1e", llmc_gemv_q8_config_name(worst_cfg),
+        llm_fail(run, "configuration %s: max rel err %.3e above %.1e",
+                 gemm ? llm_gemm_q_case_name(worst_cfg) : llmc_gemv_q8_config_name(worst_cfg),
                  worst / (run->max_want > 0 ? run->max_want : 1), run->tol);
         goto done;
     }
@@ -127,6 +129,7 @@ done:
     cudaFree(d_x);
     cudaFree(d_b);
     cudaFree(d_y);
+    cudaFree(d_ws);
     q4_free(&m);
     free(xf);
     free(bf);
@@ -181,6 +184,6 @@ done:
 }
 
 bool llm_quant4_case(llm_run *run, const char *op, llm_params *pr) {
-    if (!strcmp(op, "llm.GemvQ4")) return gemv_q4_case(run, pr);
+    if (!strcmp(op, "llm.GemvQ4") || !strcmp(op, "llm.GemmQ4")) return gemv_q4_case(run, pr, !strcmp(op, "llm.GemmQ4"));
     return dequant_q4_case(run, pr);
 }

@@ -158,6 +158,11 @@
     {"llm.GemvQ4", "K=" #K " N=" #N " n=" #n " bias=1", NULL, 0, 0},                               \
     {"llm.GemvQ4", "K=" #K " N=" #N " n=" #n, NULL, 0, 0},                                         \
     {"llm.GemvQ4", "K=" #K " N=" #N " n=" #n " f32=1", NULL, 0, 0}
+/* The tensor-core INT8 / INT4 product at one shape: with a bias, 16-bit out; without; FP32 out. */
+#define LLM_GEMM_Q(OP, K, N, n)                                                                    \
+    {OP, "K=" #K " N=" #N " n=" #n " bias=1", NULL, 0, 0},                                         \
+    {OP, "K=" #K " N=" #N " n=" #n, NULL, 0, 0},                                                   \
+    {OP, "K=" #K " N=" #N " n=" #n " f32=1", NULL, 0, 0}
 /* The FP8 product at one shape: with a bias, 16-bit out; without; FP32 out (n <= 8: the GEMV, more
  * rows: cuBLASLt's FP8 GEMM when K is a multiple of 16). */
 #define LLM_LINEAR_FP8(K, N, n)                                                                    \
@@ -1027,6 +1032,12 @@ const op_case kiln_op_cases[] = {
     LLM_GEMV_Q4(32, 1, 1), LLM_GEMV_Q4(160, 5, 2), LLM_GEMV_Q4(384, 1152, 1), LLM_GEMV_Q4(1536, 384, 8),
     LLM_GEMV_Q4(4096, 6144, 1), LLM_GEMV_Q4(14336, 4096, 3), LLM_GEMV_Q4(544, 33, 7),
     LLM_GEMV_Q4(1600, 1600, 1), LLM_GEMV_Q4(4096, 37, 8), LLM_GEMV_Q4(2048, 70, 5), LLM_GEMV_Q4(32, 9, 4),
+    LLM_GEMM_Q("llm.GemmQ8", 16, 1, 9), LLM_GEMM_Q("llm.GemmQ8", 64, 33, 16),
+    LLM_GEMM_Q("llm.GemmQ8", 1600, 70, 64), LLM_GEMM_Q("llm.GemmQ8", 4096, 256, 17),
+    LLM_GEMM_Q("llm.GemmQ8", 14336, 96, 128), LLM_GEMM_Q("llm.GemmQ8", 80, 40, 65),
+    LLM_GEMM_Q("llm.GemmQ4", 32, 1, 9), LLM_GEMM_Q("llm.GemmQ4", 160, 33, 16),
+    LLM_GEMM_Q("llm.GemmQ4", 1600, 70, 64), LLM_GEMM_Q("llm.GemmQ4", 4096, 256, 17),
+    LLM_GEMM_Q("llm.GemmQ4", 14336, 96, 128), LLM_GEMM_Q("llm.GemmQ4", 96, 40, 65),
     {"llm.DequantQ4", "rows=64 K=128", NULL, 0, 0}, {"llm.DequantQ4", "rows=7 K=13", NULL, 0, 0},
     {"llm.DequantQ4", "rows=300 K=4100", NULL, 0, 0}, {"llm.DequantQ4", "rows=33 K=160", NULL, 0, 0},
     /* FP8: the activations' rounding (codes and scales bit for bit), the GEMV (n <= 8; K not a

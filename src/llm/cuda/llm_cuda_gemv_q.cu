@@ -10,8 +10,9 @@
  *    KILN_LLM_GEMV_Q8=0..9 forces one). Up to LLMC_GEMV_MAX token rows are summed in fp32 against
  *    the same loaded weights; INT8's row scale is applied once to each sum, INT4's group scales once
  *    per 32 weights.
- *  - many token rows (prefill): tiles of weight rows dequantized to the activation dtype in a device
- *    workspace, each multiplied by llmc_linear's cuBLASLt product.
+ *  - up to LLMC_GEMM_Q_MAX token rows: the tensor-core product of llm_cuda_gemm_q.cu;
+ *  - more (prefill): tiles of weight rows dequantized to the activation dtype in a device workspace,
+ *    each multiplied by llmc_linear's cuBLASLt product.
  *
  * Also the embedding lookup of an int8 token embedding. Activations are the model's compute dtype
  * (fp16 or bf16). */
@@ -499,6 +500,8 @@ extern "C" kiln_status llmc_linear_w(kiln_llm_cuda *g, const void *x, int ldx, i
         KILN_TRY(llmc_gemv_q8_config(g, x, ldx, n, K, q, scale, bias, N, y, ldy, out_f32, &cfg));
         return llmc_gemv_q8_launch(g->dtype, g->kc.stream, cfg, x, ldx, n, K, q, scale, bias, N, y, ldy, out_f32, g->pdl);
     }
+    if (llmc_gemm_q_fits(8, n, K, ldx, x, q))
+        return llmc_linear_gemm_q(g, 8, x, ldx, n, K, q, scale, NULL, bias, N, y, ldy, out_f32);
     int64_t tile = 0;
     KILN_TRY(llmc_dequant_tile_rows("int8", K, &tile));
     const size_t ys = out_f32 ? 4 : 2;

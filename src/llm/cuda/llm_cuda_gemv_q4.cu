@@ -5,8 +5,9 @@
  * Decode (up to LLMC_GEMV_MAX token rows): the quantized GEMV family of llm_cuda_gemv_q.cu, which
  * unpacks 32 weights from each 16-byte load in registers (no conversion instructions) and sums
  * s * (sum q x - z sum x) per group, its geometry timed per shape.
- * Prefill: tiles of weight rows dequantized to the activation dtype in the device workspace, each
- * multiplied by llmc_linear's cuBLASLt product, as INT8 does. Also the lookup of an INT4 token
+ * Up to LLMC_GEMM_Q_MAX token rows: llm_cuda_gemm_q.cu's tensor-core product. Prefill: tiles of weight
+ * rows dequantized to the activation dtype in the device workspace, each multiplied by llmc_linear's
+ * cuBLASLt product, as INT8 does. Also the lookup of an INT4 token
  * embedding and random INT4 weights for benchmarks. */
 #include "llm/cuda/llm_cuda_util.cuh"
 
@@ -90,6 +91,8 @@ extern "C" kiln_status llmc_linear_q4(kiln_llm_cuda *g, const void *x, int ldx, 
         return llmc_gemv_q4_launch(g->dtype, g->kc.stream, cfg, x, ldx, n, K, q, scale, zero, bias, N, y, ldy, out_f32,
                                    g->pdl);
     }
+    if (llmc_gemm_q_fits(4, n, K, ldx, x, q))
+        return llmc_linear_gemm_q(g, 4, x, ldx, n, K, q, scale, zero, bias, N, y, ldy, out_f32);
     int64_t tile = 0;
     KILN_TRY(llmc_dequant_tile_rows("int4", K, &tile));
     const size_t ys = out_f32 ? 4 : 2;

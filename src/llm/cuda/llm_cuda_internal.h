@@ -259,8 +259,9 @@ const char *llmc_fuse_mode_name(int mode);
 /* llm_cuda_gemv_q.cu — weight-only INT8 matrices (int8 [N, K], one fp32 scale per row), and the GEMV
  * family it shares with INT4 matrices. */
 /* llmc_linear for a matrix w that is INT8 when scale is not NULL (else llmc_linear itself): the INT8
- * GEMV when n <= gemv_max_tokens, K % 16 == 0 and the operands are 16-byte aligned, else tiles of
- * weight rows dequantized to g->dtype in g->deq, each through llmc_linear's cuBLASLt product. */
+ * GEMV when n <= gemv_max_tokens, K % 16 == 0 and the operands are 16-byte aligned, the tensor-core
+ * product llmc_linear_gemm_q up to LLMC_GEMM_Q_MAX rows, else tiles of weight rows dequantized to
+ * g->dtype in g->deq, each through llmc_linear's cuBLASLt product. */
 kiln_status llmc_linear_w(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const float *scale,
                           const void *bias, int N, void *y, int ldy, bool out_f32);
 /* The INT8 GEMV in configuration cfg (0 .. LLMC_GEMV_Q8_CONFIGS - 1) on stream: y[n, N] (FP32 when
@@ -294,11 +295,45 @@ kiln_status llmc_fill_random_q8(kiln_llm_cuda *g, int8_t *q, float *scale, size_
 /* llmc_embed, from an INT8 token embedding when g->tok_emb_s is set (INT4 with g->int4). */
 kiln_status llmc_embed_any(kiln_llm_cuda *g, const llmc_step *s);
 
+/* llm_cuda_gemm_q.cu — the weight-only INT8 / INT4 products of 1 .. LLMC_GEMM_Q_MAX token rows on the
+ * tensor cores (the weights dequantized in shared memory). */
+#define LLMC_GEMM_Q_MAX 128
+typedef struct llmc_gemm_q {
+    kiln_dtype dtype; /* of x, bias and y (KILN_F16 or KILN_BF16; y FP32 when out_f32) */
+    cudaStream_t stream;
+    bool pdl;  /* a programmatic dependent launch (as g->pdl) */
+    int wbits; /* 8: int8 [N, K] with row scales; 4: packed INT4 with group scales and zero points */
+    const void *x;
+    int ldx, n, K;
+    const void *w;
+    const float *scale, *zero; /* zero: INT4's zero points (NULL for INT8) */
+    const void *bias;          /* [N] in dtype, or NULL */
+    int N;
+    void *y;
+    int ldy;
+    bool out_f32;
+    float *ws;       /* fp32 workspace of n * N sums for a K split (NULL, or too small: no split) */
+    size_t ws_bytes;
+    int sm_count;
+} llmc_gemm_q;
+/* Whether the product takes these operands: wbits 8 or 4, 1 <= n <= LLMC_GEMM_Q_MAX, K a multiple of 16
+ * (32 for INT4), ldx a multiple of 8 and >= K, x and w 16-byte aligned. */
+bool llmc_gemm_q_fits(int wbits, int n, int K, int ldx, const void *x, const void *w);
+/* y[n, N] = x W^T (+ bias), sums in fp32 (INT8: the integer weights times x, the row scale applied to the
+ * sum; INT4: weights (q - zero) * scale rounded to dtype); refused unless llmc_gemm_q_fits, N >= 1,
+ * ldy >= N and the scales (and INT4's zero points) are given. For tests too. */
+kiln_status llmc_gemm_q_launch(const llmc_gemm_q *p);
+/* llmc_gemm_q_launch on g's stream, dtype, SMs and PDL choice, with g->deq as its split-K workspace. */
+kiln_status llmc_linear_gemm_q(kiln_llm_cuda *g, int wbits, const void *x, int ldx, int n, int K, const void *w,
+                               const float *scale, const float *zero, const void *bias, int N, void *y, int ldy,
+                               bool out_f32);
+
 /* llm_cuda_gemv_q4.cu — weight-only INT4 matrices (packed [N, K] in groups of 128, fp32 scales [N, G]
  * followed by fp32 zero points [N, G], G = ceil(K / 128); llm_gemv_q4.h's layout). */
 /* llmc_linear_w for an INT4 matrix (scale: its scales, the zero points after them): the INT4 GEMV when
- * n <= gemv_max_tokens, K % 32 == 0 and the operands are 16-byte aligned, else dequantized tiles of
- * weight rows in g->deq through llmc_linear's cuBLASLt product. */
+ * n <= gemv_max_tokens, K % 32 == 0 and the operands are 16-byte aligned, llmc_linear_gemm_q up to
+ * LLMC_GEMM_Q_MAX rows, else dequantized tiles of weight rows in g->deq through llmc_linear's cuBLASLt
+ * product. */
 kiln_status llmc_linear_q4(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const float *scale,
                            const void *bias, int N, void *y, int ldy, bool out_f32);
 /* The INT4 GEMV (llm_cuda_gemv_q.cu's family, configuration cfg: 0 .. LLMC_GEMV_Q8_CONFIGS - 1) on stream:
