@@ -371,6 +371,7 @@ static kiln_status create_common_locked(kiln_llm_cuda *g, const kiln_llm_model *
     KILN_TRY(kiln_cuda_ctx_open(g->opt.device, LLMC_WORKSPACE_BYTES, KILN_CUDA_OPEN_BLAS, &g->kc));
     KILN_TRY(llmc_fuse_mode_from_env(g->kc.cc_major, &g->fuse));
     KILN_TRY(llmc_pdl_from_env(g->kc.cc_major, &g->pdl));
+    KILN_TRY(llmc_gemm_q_from_env(&g->gemm_q));
     KILN_TRY(llmc_argmax_load());
     g->layers = calloc((size_t)g->cfg.n_layer, sizeof *g->layers);
     if (!g->layers) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory");

@@ -283,6 +283,16 @@ extern "C" kiln_status llmc_pdl_from_env(int cc_major, bool *pdl) {
     return KILN_OK;
 }
 
+extern "C" kiln_status llmc_gemm_q_from_env(bool *on) {
+    const char *v = getenv("KILN_LLM_GEMM_Q");
+    *on = LLMC_GEMM_Q_DEFAULT;
+    if (!v || !*v) return KILN_OK;
+    if (!strcmp(v, "on") || !strcmp(v, "1")) *on = true;
+    else if (!strcmp(v, "off") || !strcmp(v, "0")) *on = false;
+    else return kiln_error(KILN_ERR_INVALID_ARGUMENT, "KILN_LLM_GEMM_Q=%s (on or off)", v);
+    return KILN_OK;
+}
+
 extern "C" const char *llmc_fuse_mode_name(int mode) {
     return mode == LLMC_FUSE_PDL  ? "decode: fused GEMVs + PDL"
            : mode == LLMC_FUSE_ON ? "decode: fused GEMVs"

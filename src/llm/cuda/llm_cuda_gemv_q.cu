@@ -500,7 +500,7 @@ extern "C" kiln_status llmc_linear_w(kiln_llm_cuda *g, const void *x, int ldx, i
         KILN_TRY(llmc_gemv_q8_config(g, x, ldx, n, K, q, scale, bias, N, y, ldy, out_f32, &cfg));
         return llmc_gemv_q8_launch(g->dtype, g->kc.stream, cfg, x, ldx, n, K, q, scale, bias, N, y, ldy, out_f32, g->pdl);
     }
-    if (llmc_gemm_q_fits(8, n, K, ldx, x, q))
+    if (g->gemm_q && llmc_gemm_q_fits(8, n, K, ldx, x, q))
         return llmc_linear_gemm_q(g, 8, x, ldx, n, K, q, scale, NULL, bias, N, y, ldy, out_f32);
     int64_t tile = 0;
     KILN_TRY(llmc_dequant_tile_rows("int8", K, &tile));

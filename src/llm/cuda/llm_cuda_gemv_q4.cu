@@ -91,7 +91,7 @@ extern "C" kiln_status llmc_linear_q4(kiln_llm_cuda *g, const void *x, int ldx, 
         return llmc_gemv_q4_launch(g->dtype, g->kc.stream, cfg, x, ldx, n, K, q, scale, zero, bias, N, y, ldy, out_f32,
                                    g->pdl);
     }
-    if (llmc_gemm_q_fits(4, n, K, ldx, x, q))
+    if (g->gemm_q && llmc_gemm_q_fits(4, n, K, ldx, x, q))
         return llmc_linear_gemm_q(g, 4, x, ldx, n, K, q, scale, zero, bias, N, y, ldy, out_f32);
     int64_t tile = 0;
     KILN_TRY(llmc_dequant_tile_rows("int4", K, &tile));

@@ -108,6 +108,8 @@ struct kiln_llm_cuda {
     int fuse;      /* LLMC_FUSE_OFF, _ON or _PDL (KILN_LLM_FUSE) */
     bool pdl;      /* the unfused decode's GEMVs and RoPE + KV write as programmatic dependent launches
                       (sm_90; KILN_LLM_PDL=off turns them off) */
+    bool gemm_q;   /* INT8 / INT4 products of 9..LLMC_GEMM_Q_MAX rows on llm_cuda_gemm_q.cu's tensor-core
+                      product (KILN_LLM_GEMM_Q=on|off), else the dequantized tiles */
     /* the timing cache of options.timing_cache (llm_cuda_tactics.c) */
     struct kiln_timing_cache *tcache; /* NULL: none */
     char *tcache_path;
@@ -253,6 +255,8 @@ enum {
 kiln_status llmc_fuse_mode_from_env(int cc_major, int *mode);
 /* g->pdl from KILN_LLM_PDL (on, the default from sm_90 on, or off; anything else is refused). */
 kiln_status llmc_pdl_from_env(int cc_major, bool *pdl);
+/* g->gemm_q from KILN_LLM_GEMM_Q (on or off; unset: LLMC_GEMM_Q_DEFAULT; anything else is refused). */
+kiln_status llmc_gemm_q_from_env(bool *on);
 /* A phrase naming the path of a mode: "decode: fused GEMVs + PDL", "decode: fused GEMVs" or
  * "decode: unfused". */
 const char *llmc_fuse_mode_name(int mode);
@@ -260,7 +264,7 @@ const char *llmc_fuse_mode_name(int mode);
  * family it shares with INT4 matrices. */
 /* llmc_linear for a matrix w that is INT8 when scale is not NULL (else llmc_linear itself): the INT8
  * GEMV when n <= gemv_max_tokens, K % 16 == 0 and the operands are 16-byte aligned, the tensor-core
- * product llmc_linear_gemm_q up to LLMC_GEMM_Q_MAX rows, else tiles of weight rows dequantized to
+ * product llmc_linear_gemm_q up to LLMC_GEMM_Q_MAX rows (g->gemm_q), else tiles of weight rows dequantized to
  * g->dtype in g->deq, each through llmc_linear's cuBLASLt product. */
 kiln_status llmc_linear_w(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const float *scale,
                           const void *bias, int N, void *y, int ldy, bool out_f32);
@@ -298,6 +302,7 @@ kiln_status llmc_embed_any(kiln_llm_cuda *g, const llmc_step *s);
 /* llm_cuda_gemm_q.cu — the weight-only INT8 / INT4 products of 1 .. LLMC_GEMM_Q_MAX token rows on the
  * tensor cores (the weights dequantized in shared memory). */
 #define LLMC_GEMM_Q_MAX 128
+#define LLMC_GEMM_Q_DEFAULT false /* until the H200 op cases have passed it */
 typedef struct llmc_gemm_q {
     kiln_dtype dtype; /* of x, bias and y (KILN_F16 or KILN_BF16; y FP32 when out_f32) */
     cudaStream_t stream;
@@ -331,7 +336,7 @@ kiln_status llmc_linear_gemm_q(kiln_llm_cuda *g, int wbits, const void *x, int l
 /* llm_cuda_gemv_q4.cu — weight-only INT4 matrices (packed [N, K] in groups of 128, fp32 scales [N, G]
  * followed by fp32 zero points [N, G], G = ceil(K / 128); llm_gemv_q4.h's layout). */
 /* llmc_linear_w for an INT4 matrix (scale: its scales, the zero points after them): the INT4 GEMV when
- * n <= gemv_max_tokens, K % 32 == 0 and the operands are 16-byte aligned, llmc_linear_gemm_q up to
+ * n <= gemv_max_tokens, K % 32 == 0 and the operands are 16-byte aligned, llmc_linear_gemm_q (g->gemm_q) up to
  * LLMC_GEMM_Q_MAX rows, else dequantized tiles of weight rows in g->deq through llmc_linear's cuBLASLt
  * product. */
 kiln_status llmc_linear_q4(kiln_llm_cuda *g, const void *x, int ldx, int n, int K, const void *w, const float *scale,
