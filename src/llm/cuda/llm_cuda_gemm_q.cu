@@ -10,7 +10,8 @@
  * the activation tile there (cp.async, zero-filled past n and K); its four warps (2 x 2: 16 rows x 32
  * tokens each) multiply them with mma.sync m16n8k16 (fp32 sums; mma_util.cuh's fragments). When the
  * row blocks would not fill the GPU, K is split over blockIdx.z: each split adds its fp32 sums into a
- * zeroed workspace (atomicAdd) and a second kernel applies the row scale and the bias. */
+ * zeroed workspace (atomicAdd) and a second kernel applies the row scale and the bias. Taken when
+ * g->gemm_q (KILN_LLM_GEMM_Q; off by default until its op cases have run on a GPU). */
 #include "backends/cuda/mma_util.cuh"
 #include "llm/cuda/llm_cuda_util.cuh"
 
@@ -19,16 +20,6 @@
 #define GQ_BK 64      /* K of a step */
 #define GQ_PAD 8      /* elements after each shared row (16 bytes: rows stay aligned, ldmatrix conflict-free) */
 #define GQ_THREADS 128
-
-/* The 16 int8 values of u, offset by 128 into the low mantissa byte of 2^23 and taken off again: exact. */
-static __device__ __forceinline__ void gq_unpack_q8(const uint4 &u, float (&f)[16]) {
-    const uint32_t w[4] = {u.x ^ 0x80808080u, u.y ^ 0x80808080u, u.z ^ 0x80808080u, u.w ^ 0x80808080u};
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-#pragma unroll
-        for (int b = 0; b < 4; b++)
-            f[4 * j + b] = __int_as_float((int)__byte_perm(w[j], 0x4B000000u, 0x7540u | b)) - 8388736.0f;
-}
 
 /* Weight row r, columns [k, k + 16 * C) of the tile (C chunks of 16 values) into shared row dst. */
 template <typename T, int WB>
@@ -40,7 +31,7 @@ static __device__ __forceinline__ void gq_stage_chunk(T *dst, const uint8_t *__r
     if (row < N && k < K) {
         const uint4 u = __ldcs(reinterpret_cast<const uint4 *>(w + (size_t)row * row_bytes + (size_t)k * WB / 8));
         if constexpr (WB == 8) {
-            gq_unpack_q8(u, f);
+            lc_unpack_i8x16(u, f);
         } else {
             const size_t gi = (size_t)row * G + k / 128;
             const float s = __ldg(scale + gi), z = __ldg(zero + gi);

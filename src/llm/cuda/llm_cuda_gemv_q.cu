@@ -10,7 +10,7 @@
  *    KILN_LLM_GEMV_Q8=0..9 forces one). Up to LLMC_GEMV_MAX token rows are summed in fp32 against
  *    the same loaded weights; INT8's row scale is applied once to each sum, INT4's group scales once
  *    per 32 weights.
- *  - up to LLMC_GEMM_Q_MAX token rows: the tensor-core product of llm_cuda_gemm_q.cu;
+ *  - up to LLMC_GEMM_Q_MAX token rows, when g->gemm_q: the tensor-core product of llm_cuda_gemm_q.cu;
  *  - more (prefill): tiles of weight rows dequantized to the activation dtype in a device workspace,
  *    each multiplied by llmc_linear's cuBLASLt product.
  *
@@ -23,19 +23,6 @@
                                   * memory; past it the configuration reads them through L1 */
 
 /* ---------------------------------------------------------------- the quantized GEMV family */
-
-/* The 16 int8 values of u as fp32, exactly: each byte, offset by 128, becomes the low mantissa byte of
- * 2^23 (one byte permute), and 2^23 + 128 is subtracted (one add); cheaper than 16 integer-to-float
- * conversions, whose throughput would bound the kernel below the memory's. */
-static __device__ __forceinline__ void q8_unpack16(const uint4 &u, float (&f)[16]) {
-    const uint32_t w[4] = {u.x ^ 0x80808080u, u.y ^ 0x80808080u, u.z ^ 0x80808080u, u.w ^ 0x80808080u};
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-#pragma unroll
-        for (int b = 0; b < 4; b++)
-            f[4 * j + b] = __int_as_float((int)__byte_perm(w[j], 0x4B000000u, 0x7540u | b)) - 8388736.0f;
-    }
-}
 
 /* The 16 nibbles of the words lo, hi (k order: nibble b of lo is value b, of hi value 8 + b) as the
  * floats 1 + q / 16, exactly: the nibble shifted into mantissa bits 19-22 of 1.0 (a shift and one
@@ -112,7 +99,7 @@ static __device__ __forceinline__ void gq_chunk(const uint4 (&wv)[R], int c, con
     if constexpr (WB == 8) {
         float wf[R][16];
 #pragma unroll
-        for (int r = 0; r < R; r++) q8_unpack16(wv[r], wf[r]);
+        for (int r = 0; r < R; r++) lc_unpack_i8x16(wv[r], wf[r]);
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             float a[8], b[8];
@@ -446,7 +433,7 @@ __global__ void dequant_q8_kernel(const int8_t *__restrict__ q, const float *__r
     if (K % 16 == 0) {
         for (int64_t c = first; c < n / 16; c += stride) {
             float f[16];
-            q8_unpack16(__ldcs(reinterpret_cast<const uint4 *>(q) + c), f);
+            lc_unpack_i8x16(__ldcs(reinterpret_cast<const uint4 *>(q) + c), f);
             const float s = scale[c * 16 / K];
             T out[16];
 #pragma unroll

@@ -5,10 +5,10 @@
  * Decode (up to LLMC_GEMV_MAX token rows): the quantized GEMV family of llm_cuda_gemv_q.cu, which
  * unpacks 32 weights from each 16-byte load in registers (no conversion instructions) and sums
  * s * (sum q x - z sum x) per group, its geometry timed per shape.
- * Up to LLMC_GEMM_Q_MAX token rows: llm_cuda_gemm_q.cu's tensor-core product. Prefill: tiles of weight
- * rows dequantized to the activation dtype in the device workspace, each multiplied by llmc_linear's
- * cuBLASLt product, as INT8 does. Also the lookup of an INT4 token
- * embedding and random INT4 weights for benchmarks. */
+ * Up to LLMC_GEMM_Q_MAX token rows, when g->gemm_q: llm_cuda_gemm_q.cu's tensor-core product. Else:
+ * tiles of weight rows dequantized to the activation dtype in the device workspace, each multiplied by
+ * llmc_linear's cuBLASLt product, as INT8 does. Also the lookup of an INT4 token embedding and random
+ * INT4 weights for benchmarks. */
 #include "llm/cuda/llm_cuda_util.cuh"
 
 #define Q4_THREADS 256

@@ -31,6 +31,19 @@ template <> __device__ __forceinline__ void lc_unpack8<bf16>(const uint4 &u, flo
     }
 }
 
+/* The 16 int8 values of u as fp32, exactly: each byte, offset by 128, becomes the low mantissa byte of
+ * 2^23 (one byte permute), and 2^23 + 128 is subtracted (one add); cheaper than 16 integer-to-float
+ * conversions, whose throughput would bound a kernel below the memory's. */
+static __device__ __forceinline__ void lc_unpack_i8x16(const uint4 &u, float (&f)[16]) {
+    const uint32_t w[4] = {u.x ^ 0x80808080u, u.y ^ 0x80808080u, u.z ^ 0x80808080u, u.w ^ 0x80808080u};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+            f[4 * j + b] = __int_as_float((int)__byte_perm(w[j], 0x4B000000u, 0x7540u | b)) - 8388736.0f;
+    }
+}
+
 /* 8 elements of T at p (16-byte aligned) as FP32, through the read-only cache. */
 template <typename T> static __device__ __forceinline__ void lc_load8(const T *p, float (&f)[8]) {
     uint4 u = __ldg(reinterpret_cast<const uint4 *>(p));
