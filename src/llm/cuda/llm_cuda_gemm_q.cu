@@ -139,8 +139,8 @@ static kiln_status gemm_q_run(const llmc_gemm_q *p) {
     /* K splits: until the blocks fill the SMs about four times over, at least 8 steps a split */
     int splits = 1;
     const long want = 4L * (p->sm_count > 0 ? p->sm_count : 1);
-    while ((long)bx * by * splits < want && steps / (splits * 2) >= 8 && p->ws && (size_t)p->n * p->N * 4 <= p->ws_bytes)
-        splits *= 2;
+    const bool room = p->ws && (size_t)p->n * p->N * 4 <= p->ws_bytes;
+    while (room && (long)bx * by * splits < want && steps / (splits * 2) >= 8) splits *= 2;
     const int kps = (steps + splits - 1) / splits;
     float *ws = splits > 1 ? p->ws : NULL;
     if (ws) KILN_CUDA_TRY(cudaMemsetAsync(ws, 0, (size_t)p->n * p->N * 4, p->stream));
