@@ -302,7 +302,7 @@ kiln_status llmc_embed_any(kiln_llm_cuda *g, const llmc_step *s);
 /* llm_cuda_gemm_q.cu — the weight-only INT8 / INT4 products of 1 .. LLMC_GEMM_Q_MAX token rows on the
  * tensor cores (the weights dequantized in shared memory). */
 #define LLMC_GEMM_Q_MAX 128
-#define LLMC_GEMM_Q_DEFAULT false /* until the H200 op cases have passed it */
+#define LLMC_GEMM_Q_DEFAULT true /* the H200 op cases pass; KILN_LLM_GEMM_Q=off for A/B runs */
 typedef struct llmc_gemm_q {
     kiln_dtype dtype; /* of x, bias and y (KILN_F16 or KILN_BF16; y FP32 when out_f32) */
     cudaStream_t stream;

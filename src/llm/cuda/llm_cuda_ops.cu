@@ -63,56 +63,61 @@ extern "C" kiln_status llmc_add_norm(kiln_llm_cuda *g, int n_rows, const int32_t
 
 /* ---------------------------------------------------------------- RoPE + KV cache write */
 
-/* One block per token. With inv_freq (not GPT-2) the first rot dims of its q and k heads are rotated in
- * place by HF's rotate_half convention over those dims (cos/sin of position * inv_freq, times rscale
- * (LongRoPE's attention factor, else 1), computed in double, rounded to FP32, as the CPU does); then
- * its k and v heads go to slot (pos % bs) of block table[pos / bs]. */
+/* One block per (token, head): head = blockIdx.y (+ n_head without inv_freq, as no q head changes
+ * then); head < n_head is q head head, the others k head head - n_head with its v head, so a decode
+ * step of one token spreads over n_head + n_kv_head blocks, each value read and written in one round
+ * trip. With inv_freq (not GPT-2) the first rot dims of the head are
+ * rotated in place by HF's rotate_half convention over those dims (cos/sin of position * inv_freq,
+ * times rscale (LongRoPE's attention factor, else 1), computed in double, rounded to FP32, as the CPU
+ * does); a k block then writes its k and v heads to slot (pos % bs) of block table[pos / bs]. */
 template <typename T>
 __global__ void rope_kv_kernel(T *__restrict__ qkv, int ldq, const int32_t *__restrict__ positions,
                                const int32_t *__restrict__ tok_seq, const double *__restrict__ inv_freq, int freq_stride,
                                const int32_t *__restrict__ table, int table_stride, T *__restrict__ kc,
                                T *__restrict__ vc, const float *__restrict__ kv_scales, int n_head, int n_kv_head, int hd,
                                int rot, double rscale, int bs) {
-    extern __shared__ float cs[]; /* [rot / 2] cos, then [rot / 2] sin */
+    extern __shared__ float sm[]; /* [rot / 2] cos, [rot / 2] sin, then the head's [hd] values */
+    const int t = blockIdx.x, head = blockIdx.y + (inv_freq ? 0 : n_head), half = rot / 2;
+    float *head_v = sm + rot;
     lc_pdl_wait();
     lc_pdl_launch_dependents();
-    const int t = blockIdx.x, pos = positions[t], seq = tok_seq[t], half = rot / 2;
-    T *q = qkv + (size_t)t * ldq, *k = q + (size_t)n_head * hd, *v = k + (size_t)n_kv_head * hd;
+    const int pos = positions[t], seq = tok_seq[t];
+    T *a = qkv + (size_t)t * ldq + (size_t)head * hd; /* q heads then k heads: contiguous in qkv */
     if (inv_freq) {
         for (int i = threadIdx.x; i < half; i += blockDim.x) {
-            double a = (double)pos * inv_freq[(size_t)seq * freq_stride + i];
-            cs[i] = (float)(cos(a) * rscale);
-            cs[half + i] = (float)(sin(a) * rscale);
+            double ang = (double)pos * inv_freq[(size_t)seq * freq_stride + i];
+            sm[i] = (float)(cos(ang) * rscale);
+            sm[half + i] = (float)(sin(ang) * rscale);
         }
+        for (int e = threadIdx.x; e < rot; e += blockDim.x) head_v[e] = ku_f32(a[e]);
         __syncthreads();
-        for (int idx = threadIdx.x; idx < (n_head + n_kv_head) * half; idx += blockDim.x) {
-            const int hh = idx / half, i = idx - hh * half; /* heads of q then of k: contiguous in qkv */
-            T *a = q + (size_t)hh * hd;
-            float x1 = ku_f32(a[i]), x2 = ku_f32(a[i + half]);
-            a[i] = ku_from_f32<T>(x1 * cs[i] - x2 * cs[half + i]);
-            a[i + half] = ku_from_f32<T>(x2 * cs[i] + x1 * cs[half + i]);
+        for (int e = threadIdx.x; e < rot; e += blockDim.x) {
+            const int i = e < half ? e : e - half;
+            const float x1 = head_v[i], x2 = head_v[i + half];
+            a[e] = ku_from_f32<T>(e < half ? x1 * sm[i] - x2 * sm[half + i] : x2 * sm[i] + x1 * sm[half + i]);
         }
-        __syncthreads();
     }
-    const int blk = table[(size_t)seq * table_stride + pos / bs], slot = pos % bs;
-    for (int idx = threadIdx.x; idx < n_kv_head * hd; idx += blockDim.x) {
-        const int gh = idx / hd, e = idx - gh * hd;
-        const size_t off = (((size_t)blk * n_kv_head + gh) * bs + slot) * hd + e;
+    if (head < n_head) return;
+    const int gh = head - n_head, blk = table[(size_t)seq * table_stride + pos / bs], slot = pos % bs;
+    const T *k = a, *v = a + (size_t)n_kv_head * hd; /* k[e]: rotated above by this same thread */
+    const size_t base = (((size_t)blk * n_kv_head + gh) * bs + slot) * hd;
+    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
         if (kv_scales) { /* an FP8 cache: codes of x / scale */
-            reinterpret_cast<uint8_t *>(kc)[off] = att_to_e4m3(ku_f32(k[idx]), kv_scales[gh]);
-            reinterpret_cast<uint8_t *>(vc)[off] = att_to_e4m3(ku_f32(v[idx]), kv_scales[n_kv_head + gh]);
-            continue;
+            reinterpret_cast<uint8_t *>(kc)[base + e] = att_to_e4m3(ku_f32(k[e]), kv_scales[gh]);
+            reinterpret_cast<uint8_t *>(vc)[base + e] = att_to_e4m3(ku_f32(v[e]), kv_scales[n_kv_head + gh]);
+        } else {
+            kc[base + e] = k[e];
+            vc[base + e] = v[e];
         }
-        kc[off] = k[idx];
-        vc[off] = v[idx];
     }
 }
 
 template <typename T> static kiln_status launch_rope_kv(const llmc_rope_kv *a, cudaStream_t stream) {
+    const int rot = a->rot_dim ? a->rot_dim : a->head_dim;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)a->n_tokens);
-    cfg.blockDim = dim3(OPS_THREADS);
-    cfg.dynamicSmemBytes = (size_t)a->head_dim * sizeof(float);
+    cfg.gridDim = dim3((unsigned)a->n_tokens, (unsigned)((a->inv_freq ? a->n_head : 0) + a->n_kv_head));
+    cfg.blockDim = dim3((unsigned)((a->head_dim / 2 + 31) / 32 * 32)); /* a pair of values per thread */
+    cfg.dynamicSmemBytes = (size_t)(rot + a->head_dim) * sizeof(float);
     cfg.stream = stream;
     cudaLaunchAttribute attr[1] = {};
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -121,9 +126,8 @@ template <typename T> static kiln_status launch_rope_kv(const llmc_rope_kv *a, c
     cfg.numAttrs = a->pdl ? 1 : 0;
     KILN_CUDA_TRY(cudaLaunchKernelEx(&cfg, rope_kv_kernel<T>, (T *)a->qkv, a->ldq, a->positions, a->tok_seq,
                                      a->inv_freq, a->inv_freq_stride, a->table, a->table_stride, (T *)a->kc,
-                                     (T *)a->vc, a->kv_scales, a->n_head, a->n_kv_head, a->head_dim,
-                                     a->rot_dim ? a->rot_dim : a->head_dim, a->rope_scale ? a->rope_scale : 1.0,
-                                     a->block_size));
+                                     (T *)a->vc, a->kv_scales, a->n_head, a->n_kv_head, a->head_dim, rot,
+                                     a->rope_scale ? a->rope_scale : 1.0, a->block_size));
     KILN_CUDA_LAUNCH_CHECK("rope_kv_kernel");
     return KILN_OK;
 }
