@@ -53,6 +53,8 @@ typedef struct kiln_cuda_norm {
     float eps;
     void *y; /* [rows, len] */
     int sm_count; /* the device's SMs (sizes the grid of the shared-memory kernel; 0 counts as 1) */
+    bool pdl;     /* residual form: a programmatic dependent launch (sm_90: the kernel is resident while the
+                   * one before it ends, and waits for it (griddepcontrol.wait) before reading x or delta) */
 } kiln_cuda_norm;
 kiln_status kiln_cuda_norm_rows(const kiln_cuda_norm *a, cudaStream_t stream);
 

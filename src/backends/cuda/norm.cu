@@ -469,6 +469,14 @@ static __device__ __forceinline__ void norm_launch_dependents() {
 #endif
 }
 
+/* Waits for the kernel before this one to end, its writes visible (sm_90; returns at once before, and
+ * for kernels launched plainly): the residual norms' first read follows it. */
+static __device__ __forceinline__ void norm_wait_previous() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 /* The residual form of kiln_cuda_norm_rows: one block per output row; the row's len values (FP32
  * residual plus delta) live in shared memory between the passes. rms is uniform: every thread takes
  * the centering's block sum or none does. */
@@ -479,6 +487,7 @@ __global__ void norm_residual_rows(float *__restrict__ x, const T *__restrict__ 
     extern __shared__ float row[];
     __shared__ float red[32];
     norm_launch_dependents();
+    norm_wait_previous();
     const int r = blockIdx.x, t = gather ? gather[r] : r;
     float *xr = x + (size_t)t * len;
     const T *dr = delta ? delta + (size_t)t * len : NULL;
@@ -499,6 +508,24 @@ __global__ void norm_residual_rows(float *__restrict__ x, const T *__restrict__ 
 }
 
 #define NORM_RESIDUAL_THREADS 256
+
+/* kernel<<<rows, NORM_RESIDUAL_THREADS, smem, stream>>>(args...), as a programmatic dependent launch
+ * when pdl. */
+template <typename... KArgs, typename... Args>
+static cudaError_t nr_launch(void (*kernel)(KArgs...), int64_t rows, size_t smem, cudaStream_t stream, bool pdl,
+                             Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)rows);
+    cfg.blockDim = dim3(NORM_RESIDUAL_THREADS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1] = {};
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, (KArgs)args...);
+}
 
 /* Four consecutive 16-bit values as floats (one 8-byte load) and back. */
 template <typename T> static __device__ __forceinline__ float4 nr_load4(const T *p) {
@@ -528,6 +555,7 @@ norm_residual_rows_vec(float *__restrict__ x, const T *__restrict__ delta, const
                        float eps, T *__restrict__ y) {
     __shared__ float red[32];
     norm_launch_dependents();
+    norm_wait_previous();
     const int r = blockIdx.x, t = gather ? gather[r] : r;
     float4 *xr = (float4 *)(x + (size_t)t * 4 * n4);
     const T *dr = delta ? delta + (size_t)t * 4 * n4 : NULL;
@@ -580,39 +608,37 @@ norm_residual_rows_vec(float *__restrict__ x, const T *__restrict__ delta, const
 }
 
 /* Launches norm_residual_rows_vec<T, PER> over a's rows of 4 n4 values. */
-template <typename T, int PER> static void nr_vec_launch(const kiln_cuda_norm *a, int n4, cudaStream_t stream) {
-    norm_residual_rows_vec<T, PER><<<(unsigned)a->rows, NORM_RESIDUAL_THREADS, 0, stream>>>(
-        (float *)a->x, (const T *)a->delta, a->gather, n4, a->store ? 1 : 0, (const float *)a->scale, a->scale_offset,
-        (const float *)a->bias, a->rms ? 1 : 0, a->eps, (T *)a->y);
+template <typename T, int PER> static cudaError_t nr_vec_launch(const kiln_cuda_norm *a, int n4, cudaStream_t stream) {
+    return nr_launch(norm_residual_rows_vec<T, PER>, a->rows, 0, stream, a->pdl, (float *)a->x, (const T *)a->delta,
+                     a->gather, n4, a->store ? 1 : 0, (const float *)a->scale, a->scale_offset, (const float *)a->bias,
+                     a->rms ? 1 : 0, a->eps, (T *)a->y);
 }
 /* Launches norm_residual_rows_vec for a when its layout allows it (len a multiple of 4, at most
- * 12 x 4 x NORM_RESIDUAL_THREADS, aligned arrays); false when it does not (the scalar kernel runs). */
-template <typename T> static bool norm_residual_vec(const kiln_cuda_norm *a, cudaStream_t stream) {
+ * 12 x 4 x NORM_RESIDUAL_THREADS, aligned arrays): *launched says whether it did (if not, the scalar
+ * kernel runs); returns the launch's error. */
+template <typename T> static cudaError_t norm_residual_vec(const kiln_cuda_norm *a, cudaStream_t stream, bool *launched) {
     const uintptr_t a16 = (uintptr_t)a->x | (uintptr_t)a->scale | (uintptr_t)a->bias;
     const uintptr_t a8 = (uintptr_t)a->delta | (uintptr_t)a->y;
-    if (a->len % 4 || (a16 & 15) || (a8 & 7)) return false;
     const int n4 = (int)(a->len / 4), per = (n4 + NORM_RESIDUAL_THREADS - 1) / NORM_RESIDUAL_THREADS;
-    if (per <= 1) nr_vec_launch<T, 1>(a, n4, stream);
-    else if (per <= 2) nr_vec_launch<T, 2>(a, n4, stream);
-    else if (per <= 4) nr_vec_launch<T, 4>(a, n4, stream);
-    else if (per <= 8) nr_vec_launch<T, 8>(a, n4, stream);
-    else if (per <= 12) nr_vec_launch<T, 12>(a, n4, stream);
-    else return false;
-    return true;
+    *launched = !(a->len % 4 || (a16 & 15) || (a8 & 7)) && per <= 12;
+    if (!*launched) return cudaSuccess;
+    if (per <= 1) return nr_vec_launch<T, 1>(a, n4, stream);
+    if (per <= 2) return nr_vec_launch<T, 2>(a, n4, stream);
+    if (per <= 4) return nr_vec_launch<T, 4>(a, n4, stream);
+    if (per <= 8) return nr_vec_launch<T, 8>(a, n4, stream);
+    return nr_vec_launch<T, 12>(a, n4, stream);
 }
 
 template <typename T> static kiln_status norm_residual_go(const kiln_cuda_norm *a, cudaStream_t stream) {
-    if (norm_residual_vec<T>(a, stream)) {
-        KILN_CUDA_LAUNCH_CHECK("norm_residual_rows_vec");
-        return KILN_OK;
-    }
+    bool vec = false;
+    KILN_CUDA_TRY(norm_residual_vec<T>(a, stream, &vec));
+    if (vec) return KILN_OK;
     static unsigned long long opted; /* rows up to the longest: past 48 KB with the static reduction */
     KILN_TRY(ku_smem_opt_in(norm_residual_rows<T>, (size_t)KILN_CUDA_NORM_RESIDUAL_MAX_LEN * sizeof(float), false, &opted,
                             stream));
-    norm_residual_rows<T><<<(unsigned)a->rows, NORM_RESIDUAL_THREADS, (size_t)a->len * sizeof(float), stream>>>(
-        (float *)a->x, (const T *)a->delta, a->gather, (int)a->len, a->store ? 1 : 0, (const float *)a->scale,
-        a->scale_offset, (const float *)a->bias, a->rms ? 1 : 0, a->eps, (T *)a->y);
-    KILN_CUDA_LAUNCH_CHECK("norm_residual_rows");
+    KILN_CUDA_TRY(nr_launch(norm_residual_rows<T>, a->rows, (size_t)a->len * sizeof(float), stream, a->pdl, (float *)a->x,
+                            (const T *)a->delta, a->gather, (int)a->len, a->store ? 1 : 0, (const float *)a->scale,
+                            a->scale_offset, (const float *)a->bias, a->rms ? 1 : 0, a->eps, (T *)a->y));
     return KILN_OK;
 }
 

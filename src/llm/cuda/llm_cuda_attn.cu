@@ -250,6 +250,7 @@ extern "C" kiln_status llmc_attention(kiln_llm_cuda *g, const llmc_step *s, cons
     a.sm_count = g->kc.sm_count;
     a.window = c->sliding_window;
     a.kv_scales = kv_scales;
+    a.pdl = g->pdl; /* RoPE + KV write before it lets it start at once */
     if (token_rows) {
         a.part_keys = -1;
         a.row_seq = s->tok_seq;

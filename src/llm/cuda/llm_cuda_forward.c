@@ -5,7 +5,8 @@
  * previous layer's MLP), the QKV product, RoPE + KV cache write, attention, the output product,
  * norm2 (fused with its residual add), the MLP; the final norm over the logits rows and lm_head.
  * Steps of few tokens (the fused GEMV's, g->fuse on) run fused_layers instead: six kernels a layer.
- * With g->pdl the GEMVs and the RoPE + KV write are programmatic dependent launches (llm_cuda_gemm.cu).
+ * With g->pdl the layers' kernels of a decode step (GEMVs, residual norms, RoPE + KV write, decode attention,
+ * activations) are programmatic dependent launches (lc_launch, llm_cuda_util.cuh).
  * W8A8 layer matrices go through llmc_linear_wa (llm_cuda_w8a8.h), FP8 ones through llmc_linear_q
  * (llm_cuda_fp8.cu). */
 #include "llm/cuda/llm_cuda_internal.h"

@@ -7,11 +7,12 @@
  *    codes and 16 activation codes per token row at a time (16-byte loads), converting pairs to half2
  *    in registers (cvt.rn.f16x2.e4m3x2, sm_89+) and summing their products in fp32 (exact: a product
  *    of two E4M3 values fits a float), the sum scaled once by scale[o] * s_t, then the bias;
- *  - more rows: cuBLASLt's FP8 GEMM (E4M3 x E4M3, fp32 accumulate, D in fp32) over tiles of weight rows
- *    into a workspace, then an epilogue kernel applying the row and token scales and the bias into the
- *    output's type. cuBLASLt takes only per-tensor A / B scales on Hopper, so the per-row and per-token
- *    scales (outer-product scaling) are applied after the GEMM, where they cost one pass over D; a
- *    shape cuBLASLt refuses (K not a multiple of 16, no algorithm) runs the GEMV over groups of rows.
+ *  - more rows: cuBLASLt's FP8 GEMM (E4M3 x E4M3, fp32 accumulate) written straight into the output
+ *    in its type, the per-row and per-token scales as cuBLASLt's outer-vector scaling and the bias as
+ *    its epilogue; where cuBLASLt has no such algorithm, the same GEMM with D in fp32 over tiles of
+ *    weight rows into a workspace, then an epilogue kernel applying the scales and the bias (one more
+ *    pass over D); a shape cuBLASLt refuses both ways (K not a multiple of 16, no algorithm) runs the
+ *    GEMV over groups of rows.
  * Also the embedding lookup of an E4M3 token embedding and random FP8 weights for benchmarks. */
 #include "llm/cuda/llm_cuda_util.cuh"
 #include "llm/llm_internal.h"
@@ -23,13 +24,16 @@
 #define F8_WARPS 4            /* output rows (one warp each) of a GEMV block */
 #define F8_THREADS 256        /* threads of the quantize, epilogue, embedding and fill kernels */
 #define F8_MAX 448.0f         /* the largest E4M3 value */
-#define F8_PLANS 48           /* cuBLASLt FP8 plans kept, by shape (replaced round-robin) */
+#define F8_PLANS 256          /* cuBLASLt FP8 plans kept, by shape (replaced round-robin) */
 #define F8_WS_BYTES ((size_t)64 << 20) /* fp32 GEMM tiles */
 
-/* A cuBLASLt FP8 product of one shape: D[rows, np] (fp32, column-major) = W[rows, K] Xq[np, K]^T. */
+/* A cuBLASLt FP8 product of one shape: D[rows, np] (column-major, leading dimension ldd) = W[rows, K]
+ * Xq[np, K]^T; D fp32 (ws) or, direct, the output's type with the outer-vector scales and the bias. */
 typedef struct f8_plan {
-    int rows, np, K;
-    bool ok; /* cuBLASLt has an algorithm (else the GEMV runs) */
+    int rows, np, K, ldd;
+    bool direct, bias;
+    cudaDataType_t dt; /* D's type */
+    bool ok;           /* cuBLASLt has an algorithm (else another way runs) */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatmulAlgo_t algo;
@@ -217,11 +221,18 @@ static void plan_destroy(f8_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* The plan of shape (rows, np, K), made on first use (ok false when cuBLASLt has no algorithm for it). */
-static f8_plan *plan_for(kiln_llm_cuda *g, int rows, int np, int K) {
+/* The plan of this shape and kind, made on first use (ok false when cuBLASLt has no algorithm for it):
+ * direct, D of type dt with leading dimension ldd, A and B scaled per row and per column
+ * (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F) and, with bias, the bias epilogue in g's dtype; else D
+ * fp32 [rows, np] with ldd rows. */
+static f8_plan *plan_for(kiln_llm_cuda *g, int rows, int np, int K, bool direct, int ldd, cudaDataType_t dt, bool bias) {
     llmc_fp8 *f = g->f8;
-    for (int i = 0; i < f->n_plans; i++)
-        if (f->plans[i].rows == rows && f->plans[i].np == np && f->plans[i].K == K) return &f->plans[i];
+    for (int i = 0; i < f->n_plans; i++) {
+        const f8_plan *q = &f->plans[i];
+        if (q->rows == rows && q->np == np && q->K == K && q->direct == direct && q->ldd == ldd && q->dt == dt &&
+            q->bias == bias)
+            return &f->plans[i];
+    }
     f8_plan *p;
     if (f->n_plans < F8_PLANS) {
         p = &f->plans[f->n_plans++];
@@ -234,13 +245,38 @@ static f8_plan *plan_for(kiln_llm_cuda *g, int rows, int np, int K) {
     p->rows = rows;
     p->np = np;
     p->K = K;
+    p->ldd = ldd;
+    p->direct = direct;
+    p->dt = dt;
+    p->bias = bias;
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     bool ok = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
               cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == CUBLAS_STATUS_SUCCESS &&
               cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == CUBLAS_STATUS_SUCCESS &&
               cublasLtMatrixLayoutCreate(&p->la, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)rows, K) == CUBLAS_STATUS_SUCCESS &&
               cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)np, K) == CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32F, (uint64_t)rows, (uint64_t)np, rows) == CUBLAS_STATUS_SUCCESS;
+              cublasLtMatrixLayoutCreate(&p->ld, dt, (uint64_t)rows, (uint64_t)np, ldd) == CUBLAS_STATUS_SUCCESS;
+    if (ok && direct) { /* the pointers are set per call (f8_direct_pointers); these stand in for the search */
+        const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+        const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        const cudaDataType_t bt = g->dtype == KILN_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+        const void *any = f->xs;
+        ok = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode) ==
+                 CUBLAS_STATUS_SUCCESS &&
+             cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode) ==
+                 CUBLAS_STATUS_SUCCESS &&
+             cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &any, sizeof any) ==
+                 CUBLAS_STATUS_SUCCESS &&
+             cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &any, sizeof any) ==
+                 CUBLAS_STATUS_SUCCESS &&
+             (!bias ||
+              (cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) ==
+                   CUBLAS_STATUS_SUCCESS &&
+               cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt) ==
+                   CUBLAS_STATUS_SUCCESS &&
+               cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &any, sizeof any) ==
+                   CUBLAS_STATUS_SUCCESS));
+    }
     cublasLtMatmulPreference_t pref = NULL;
     if (ok) ok = cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS;
     if (ok) {
@@ -298,13 +334,14 @@ static kiln_status gemm_tiles(kiln_llm_cuda *g, int n, int K, const uint8_t *w, 
     *done = false;
     if (tile < 16 || np > g->f8->rows_cap) return KILN_OK;
     for (int r0 = 0; r0 < N; r0 += tile) { /* every plan first, so that a refusal leaves nothing half done */
-        if (!plan_for(g, N - r0 < tile ? N - r0 : tile, np, K)->ok) return KILN_OK;
+        if (!plan_for(g, N - r0 < tile ? N - r0 : tile, np, K, false, N - r0 < tile ? N - r0 : tile, CUDA_R_32F, false)->ok)
+            return KILN_OK;
     }
     const float alpha = 1.0f, beta = 0.0f;
     const size_t ys = out_f32 ? 4 : 2;
     for (int r0 = 0; r0 < N; r0 += tile) {
         const int rows = N - r0 < tile ? N - r0 : tile;
-        const f8_plan *p = plan_for(g, rows, np, K);
+        const f8_plan *p = plan_for(g, rows, np, K, false, rows, CUDA_R_32F, false);
         cublasStatus_t e = cublasLtMatmul(g->kc.lt, p->op, &alpha, w + (size_t)r0 * K, p->la, g->f8->codes, p->lb, &beta,
                                           g->f8->ws, p->ld, g->f8->ws, p->ld, &p->algo, g->kc.workspace,
                                           g->kc.workspace_bytes, g->kc.stream);
@@ -315,6 +352,36 @@ static kiln_status gemm_tiles(kiln_llm_cuda *g, int n, int K, const uint8_t *w, 
                              bias ? (const char *)bias + (size_t)r0 * 2 : NULL, n, (char *)y + (size_t)r0 * ys, ldy,
                              out_f32));
     }
+    *done = true;
+    return KILN_OK;
+}
+
+/* The GEMM straight into y (plan_for's direct kind) when cuBLASLt has an algorithm for it; *done false
+ * (nothing computed) when it has none or refuses the call. */
+static kiln_status gemm_direct(kiln_llm_cuda *g, int n, int K, const uint8_t *w, const float *scale, const void *bias,
+                               int N, void *y, int ldy, bool out_f32, bool *done) {
+    const cudaDataType_t dt = out_f32 ? CUDA_R_32F : g->dtype == KILN_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    f8_plan *p = plan_for(g, N, n, K, true, ldy, dt, bias != NULL);
+    *done = false;
+    if (!p->ok) return KILN_OK;
+    const void *xs = g->f8->xs;
+    if (cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale, sizeof scale) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xs, sizeof xs) !=
+            CUBLAS_STATUS_SUCCESS ||
+        (bias && cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) !=
+                     CUBLAS_STATUS_SUCCESS))
+        return kiln_error(KILN_ERR_BACKEND, "llm cuda: the FP8 GEMM (%d x %d x %d) took no scale pointers", N, n, K);
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasStatus_t e = cublasLtMatmul(g->kc.lt, p->op, &alpha, w, p->la, g->f8->codes, p->lb, &beta, y, p->ld, y, p->ld,
+                                      &p->algo, g->kc.workspace, g->kc.workspace_bytes, g->kc.stream);
+    if (e == CUBLAS_STATUS_NOT_SUPPORTED) { /* refused before anything was enqueued: the tiles from now on */
+        p->ok = false;
+        return KILN_OK;
+    }
+    if (e != CUBLAS_STATUS_SUCCESS)
+        return kiln_error(KILN_ERR_BACKEND, "llm cuda: the FP8 GEMM (%d x %d x %d) failed: %s", N, n, K,
+                          cublasLtGetStatusString(e));
     *done = true;
     return KILN_OK;
 }
@@ -333,7 +400,8 @@ extern "C" kiln_status llmc_linear_q(kiln_llm_cuda *g, int slot, const void *x, 
     const uint8_t *q = (const uint8_t *)w;
     if (n > g->opt.gemv_max_tokens && K % 16 == 0) {
         bool done;
-        KILN_TRY(gemm_tiles(g, n, K, q, scale, bias, N, y, ldy, out_f32, &done));
+        KILN_TRY(gemm_direct(g, n, K, q, scale, bias, N, y, ldy, out_f32, &done));
+        if (!done) KILN_TRY(gemm_tiles(g, n, K, q, scale, bias, N, y, ldy, out_f32, &done));
         if (done) return KILN_OK;
     }
     const size_t ys = out_f32 ? 4 : 2;

@@ -484,6 +484,7 @@ typedef struct llmc_decode_attn {
                  * included: the sliding window of Mistral and the CPU attention) */
     const float *kv_scales; /* an FP8 (E4M3) cache: [2][n_kv_head] key then value scales (device), the
                              * codes dequantized in registers; NULL: a cache of dtype */
+    bool pdl; /* a programmatic dependent launch (sm_90: resident while the kernel before it ends) */
 } llmc_decode_attn;
 
 /* Keys per split of the decode attention for these shapes: a multiple of 4 tiles (128 keys at head_dim

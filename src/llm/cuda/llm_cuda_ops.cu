@@ -58,6 +58,7 @@ extern "C" kiln_status llmc_add_norm(kiln_llm_cuda *g, int n_rows, const int32_t
     a.eps = g->cfg.norm_eps;
     a.y = g->h;
     a.sm_count = g->kc.sm_count;
+    a.pdl = g->pdl && n_rows <= g->opt.gemv_max_tokens; /* after a GEMV (or the first layer's embedding) */
     return kiln_cuda_norm_rows(&a, g->kc.stream);
 }
 
@@ -178,6 +179,7 @@ extern "C" kiln_status llmc_rope_kv_write(kiln_llm_cuda *g, const llmc_step *s, 
 template <typename T> __global__ void gelu_kernel(T *__restrict__ x, size_t count) {
     const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
     lc_pdl_launch_dependents(); /* the down product may fetch its weights meanwhile */
+    lc_pdl_wait();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
         float v = ku_f32(x[i]);
         x[i] = ku_from_f32<T>(0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v))));
@@ -188,6 +190,7 @@ template <typename T> __global__ void gelu_kernel(T *__restrict__ x, size_t coun
 template <typename T, bool GELU> __global__ void gated_kernel(T *__restrict__ gu, int ff, size_t count) {
     const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
     lc_pdl_launch_dependents(); /* the down product may fetch its weights meanwhile */
+    lc_pdl_wait();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
         const size_t t = i / (size_t)ff, j = i - t * (size_t)ff;
         T *gp = gu + t * 2 * (size_t)ff + j;
@@ -202,17 +205,14 @@ template <typename T> static kiln_status launch_activation(kiln_llm_cuda *g, int
     const int64_t sms = g->kc.sm_count > 0 ? g->kc.sm_count : 1;
     int64_t blocks = ((int64_t)count + OPS_THREADS - 1) / OPS_THREADS;
     if (blocks > sms * 8) blocks = sms * 8;
-    if (g->cfg.arch == KILN_LLM_GPT2) {
-        gelu_kernel<T><<<(unsigned)blocks, OPS_THREADS, 0, g->kc.stream>>>((T *)g->mlp, count);
-        KILN_CUDA_LAUNCH_CHECK("gelu_kernel");
-    } else if (g->cfg.gate_act == KILN_GATE_GELU_TANH) {
-        gated_kernel<T, true><<<(unsigned)blocks, OPS_THREADS, 0, g->kc.stream>>>((T *)g->mlp, g->cfg.d_ff, count);
-        KILN_CUDA_LAUNCH_CHECK("gated_kernel (GeGLU)");
-    } else {
-        gated_kernel<T, false><<<(unsigned)blocks, OPS_THREADS, 0, g->kc.stream>>>((T *)g->mlp, g->cfg.d_ff, count);
-        KILN_CUDA_LAUNCH_CHECK("gated_kernel (SwiGLU)");
-    }
-    return KILN_OK;
+    const bool pdl = g->pdl && n <= g->opt.gemv_max_tokens; /* after the up product's GEMV */
+    if (g->cfg.arch == KILN_LLM_GPT2)
+        return lc_launch(gelu_kernel<T>, (unsigned)blocks, 1, OPS_THREADS, 0, g->kc.stream, pdl, (T *)g->mlp, count);
+    if (g->cfg.gate_act == KILN_GATE_GELU_TANH)
+        return lc_launch(gated_kernel<T, true>, (unsigned)blocks, 1, OPS_THREADS, 0, g->kc.stream, pdl, (T *)g->mlp,
+                         g->cfg.d_ff, count);
+    return lc_launch(gated_kernel<T, false>, (unsigned)blocks, 1, OPS_THREADS, 0, g->kc.stream, pdl, (T *)g->mlp,
+                     g->cfg.d_ff, count);
 }
 
 extern "C" kiln_status llmc_activation(kiln_llm_cuda *g, int n) { return LC_DISPATCH(g->dtype, launch_activation, g, n); }
