@@ -2,8 +2,9 @@
  * the kernels other than attention (llm_op_attention.c).
  *
  *  - llm.RopeKvWrite (llmc_rope_kv_launch) vs kiln_llm_rope + kiln_llm_kv_write: hd, heads, kv,
- *    rotate (0: GPT-2's none), rot_dim (partial RoPE; default hd); three sequences, positions at block
- *    edges; every q value and every cache slot (written or not) compared: 2e-3 (fp16), 1.6e-2 (bf16)
+ *    rotate (0: GPT-2's none), rot_dim (partial RoPE; default hd), tokens (the first 1..24 of three
+ *    sequences' tokens at positions on block edges; default all 24: a decode step of at most 8
+ *    tokens runs a head a block, larger steps four); every q value and every cache slot (written or not) compared: 2e-3 (fp16), 1.6e-2 (bf16)
  *    of the largest |value|; the values exact. fp8 (1, with rotate=0): into an FP8 (E4M3) cache with a
  *    key and a value scale per KV head: every code exactly kiln_kv_write's (kiln_f32_to_e4m3 of the
  *    16-bit k or v over the head's scale), every other slot kept.
@@ -13,6 +14,9 @@
  *    4e-3 (fp16), 1.6e-2 (bf16); the residual exact.
  *  - llm.Gemv (llmc_gemv_launch) vs kiln_llm_linear: K, N, n (token rows), bias, f32 (FP32 out), cfg
  *    (one configuration; default every one): 1.5e-3 (fp16), 1e-2 (bf16), 1e-4 (FP32 out).
+ *  - llm.Activation (llmc_activation_launch) vs kiln_llm_gelu_tanh / kiln_llm_gated: ff, rows, gated
+ *    (rows [gate | up]), act (1: GeGLU, else SwiGLU); ff a multiple of 8 takes the 16-byte path:
+ *    2e-3 (fp16), 1.6e-2 (bf16) of the largest |value|; a gated row's up half unchanged.
  *  - llm.Argmax (llmc_argmax_launch) vs a CPU argmax, vocab: rows random, a tied maximum, NaN and
  *    -inf around a maximum, all NaN; the ids exact (ties to the lowest id, NaN never wins).
  *  - llm.Sample (kiln_llm_cuda_sample) vs kiln_sample_next, vocab, temp, top_k, top_p, min_p, pen
@@ -43,7 +47,7 @@ static const char *const LLM_OPS[] = {"llm.PrefillAttention", "llm.DecodeAttenti
                                       "llm.Gemv",             "llm.GemvFused",       "llm.Argmax",     "llm.Sample",
                                       "llm.GemvQ8",           "llm.DequantQ8",       "llm.QuantizeAct", "llm.GemvW8A8",
                                       "llm.ImmaW8A8",         "llm.GemvQ4",          "llm.DequantQ4",   "llm.QuantFp8",
-                                      "llm.LinearFp8",        "llm.GemmQ8",          "llm.GemmQ4"};
+                                      "llm.LinearFp8",        "llm.GemmQ8",          "llm.GemmQ4",      "llm.Activation"};
 
 bool llm_case_op(const char *op) {
     for (size_t i = 0; i < sizeof LLM_OPS / sizeof *LLM_OPS; i++)
@@ -147,13 +151,14 @@ static bool rope_case(llm_run *run, llm_params *pr) {
     const int hd = (int)llm_param(pr, "hd", 64), n_head = (int)llm_param(pr, "heads", 2);
     const int n_kv = (int)llm_param(pr, "kv", n_head), rot_dim = (int)llm_param(pr, "rot_dim", hd);
     const bool rotate = llm_param(pr, "rotate", 1) != 0, fp8 = llm_param(pr, "fp8", 0) != 0;
-    const int n_pos = (int)(sizeof rope_pos / sizeof rope_pos[0]), n_tok = ROPE_SEQS * n_pos;
+    const int n_pos = (int)(sizeof rope_pos / sizeof rope_pos[0]);
+    const int n_tok = (int)llm_param(pr, "tokens", ROPE_SEQS * n_pos);
     const int ldq = (n_head + 2 * n_kv) * hd, half = rot_dim / 2, n_blocks = ROPE_SEQS * ROPE_TABLE;
     run->tol = dt == KILN_F16 ? 2e-3 : 1.6e-2;
     if (hd < 2 || hd % 2 || n_head < 1 || n_kv < 1 || rot_dim < 2 || rot_dim % 2 || rot_dim > hd ||
-        (fp8 && (rotate || n_kv > ROPE_MAX_KV)))
+        (fp8 && (rotate || n_kv > ROPE_MAX_KV)) || n_tok < 1 || n_tok > ROPE_SEQS * n_pos)
         return llm_fail(run, "bad case: hd and rot_dim even, rot_dim <= hd, heads and kv >= 1; fp8 with rotate=0 "
-                             "and kv <= %d", ROPE_MAX_KV);
+                             "and kv <= %d; tokens 1..%d", ROPE_MAX_KV, ROPE_SEQS * n_pos);
     float scales[2 * ROPE_MAX_KV]; /* FP8: [2][n_kv] key then value scales */
     for (int i = 0; i < 2 * n_kv && fp8; i++) scales[i] = (0.25f + (float)i) / 448.0f * 3.0f;
     kiln_kv_cache_config kc = {.n_layer = 1, .n_kv_head = n_kv, .head_dim = hd, .block_size = BS, .n_blocks = n_blocks,
@@ -472,6 +477,57 @@ static int cpu_argmax(const float *row, int n) {
     return best < 0 ? 0 : best;
 }
 
+static bool activation_case(llm_run *run, llm_params *pr) {
+    const kiln_dtype dt = run->dt;
+    const int ff = (int)llm_param(pr, "ff", 64), n = (int)llm_param(pr, "rows", 3);
+    const bool gated = llm_param(pr, "gated", 0) != 0;
+    const kiln_llm_gate_act act = llm_param(pr, "act", 0) != 0 ? KILN_GATE_GELU_TANH : KILN_GATE_SILU;
+    run->tol = dt == KILN_F16 ? 2e-3 : 1.6e-2;
+    if (ff < 1 || n < 1) return llm_fail(run, "bad case: ff and rows >= 1");
+    const int w = gated ? 2 * ff : ff; /* values of a row */
+    const size_t count = (size_t)n * w;
+    uint16_t *x = malloc(count * 2), *got = malloc(count * 2);
+    float *ref = malloc(count * 4);
+    void *d_x = NULL;
+    bool ok = false;
+    if (!x || !got || !ref) {
+        llm_fail(run, "out of memory");
+        goto done;
+    }
+    lt_fill16(&run->rng, x, ref, count, 4.0f, dt); /* ref: the same values, widened */
+    if (run->on_gpu) {
+        LLM_CUDA(run, cudaMalloc(&d_x, count * 2));
+        LLM_CUDA(run, cudaMemcpy(d_x, x, count * 2, cudaMemcpyHostToDevice));
+        llmc_activation_args a;
+        memset(&a, 0, sizeof a);
+        a.dtype = dt;
+        a.gated = gated;
+        a.act = act;
+        a.x = d_x;
+        a.n = n;
+        a.ff = ff;
+        if (llmc_activation_launch(&a, NULL) != KILN_OK) {
+            llm_fail(run, "launch: %s", kiln_last_error());
+            goto done;
+        }
+        LLM_CUDA(run, cudaDeviceSynchronize());
+        LLM_CUDA(run, cudaMemcpy(got, d_x, count * 2, cudaMemcpyDeviceToHost));
+    }
+    if (gated) kiln_llm_gated(ref, n, ff, act);
+    else kiln_llm_gelu_tanh(ref, count);
+    for (size_t i = 0; i < count && run->on_gpu; i++) {
+        if (gated && (int)(i % (size_t)w) >= ff) run->wrong += got[i] != x[i]; /* the up half */
+        else llm_err_add(run, lt_to_f32(got[i], dt), ref[i]);
+    }
+    ok = true;
+done:
+    cudaFree(d_x);
+    free(x);
+    free(got);
+    free(ref);
+    return ok;
+}
+
 static bool argmax_case(llm_run *run, llm_params *pr) {
     const int V = (int)llm_param(pr, "vocab", 1000);
     if (V < 1) return llm_fail(run, "bad case: vocab >= 1");
@@ -606,6 +662,7 @@ void llm_case_run(const char *op, const char *params, kiln_precision p, uint64_t
     bool ok;
     if (!strcmp(op, "llm.PrefillAttention") || !strcmp(op, "llm.DecodeAttention")) ok = llm_attention_case(&run, op, &pr);
     else if (!strcmp(op, "llm.RopeKvWrite")) ok = rope_case(&run, &pr);
+    else if (!strcmp(op, "llm.Activation")) ok = activation_case(&run, &pr);
     else if (!strcmp(op, "llm.AddNorm")) ok = norm_case(&run, &pr);
     else if (!strcmp(op, "llm.Gemv")) ok = gemv_case(&run, &pr);
     else if (!strcmp(op, "llm.GemvFused")) ok = llm_gemv_fused_case(&run, &pr);

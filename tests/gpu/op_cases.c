@@ -1002,6 +1002,22 @@ const op_case kiln_op_cases[] = {
     LLM_ROPE(96, 6, 2), LLM_ROPE(128, 8, 1), LLM_ROPE(136, 2, 2), LLM_ROPE(256, 4, 2),
     {"llm.RopeKvWrite", "hd=96 heads=4 kv=2 rot_dim=32", NULL, 0, 0},
     {"llm.RopeKvWrite", "hd=128 heads=8 kv=8 rot_dim=64", NULL, 0, 0},
+    /* decode steps of 1..8 tokens: a head a block */
+    {"llm.RopeKvWrite", "hd=128 heads=32 kv=8 tokens=1", NULL, 0, 0},
+    {"llm.RopeKvWrite", "hd=64 heads=25 kv=25 tokens=1 rotate=0", NULL, 0, 0},
+    {"llm.RopeKvWrite", "hd=96 heads=4 kv=2 rot_dim=32 tokens=5", NULL, 0, 0},
+    {"llm.RopeKvWrite", "hd=64 heads=6 kv=3 tokens=8 rotate=0 fp8=1", NULL, 0, 0},
+    {"llm.RopeKvWrite", "hd=64 heads=6 kv=3 tokens=9", NULL, 0, 0},
+    /* GELU(tanh), SwiGLU, GeGLU: the 16-byte path (ff a multiple of 8) and the scalar one */
+    {"llm.Activation", "ff=64 rows=3", NULL, 0, 0},
+    {"llm.Activation", "ff=33 rows=2", NULL, 0, 0},
+    {"llm.Activation", "ff=6400 rows=4", NULL, 0, 0},
+    {"llm.Activation", "ff=64 rows=3 gated=1", NULL, 0, 0},
+    {"llm.Activation", "ff=33 rows=2 gated=1", NULL, 0, 0},
+    {"llm.Activation", "ff=40 rows=5 gated=1 act=1", NULL, 0, 0},
+    {"llm.Activation", "ff=14336 rows=2 gated=1", NULL, 0, 0},
+    {"llm.Activation", "ff=1000 rows=260 gated=1", NULL, 0, 0},
+    {"llm.Activation", "ff=9 rows=7 gated=1 act=1", NULL, 0, 0},
     /* residual add + LayerNorm / RMSNorm: widths 8..12288 (the widest the kernel takes) */
     LLM_NORMS(8, 1, 1, 0), LLM_NORMS(64, 2, 0, 1), LLM_NORMS(80, 3, 1, 0), LLM_NORMS(768, 4, 0, 1),
     LLM_NORMS(2048, 1, 1, 0), LLM_NORMS(5120, 2, 0, 1), LLM_NORMS(8192, 3, 1, 0), LLM_NORMS(12288, 4, 0, 1),

@@ -435,6 +435,19 @@ kiln_status llmc_rope_kv_launch(const llmc_rope_kv *a, cudaStream_t stream);
 /* GPT-2: g->mlp[n, d_ff] = GELU(tanh) in place. The others: the gate half of g->mlp[n, 2 d_ff] becomes
  * SiLU(gate) * up, or GELU(tanh)(gate) * up (cfg.gate_act). */
 kiln_status llmc_activation(kiln_llm_cuda *g, int n);
+/* llmc_activation on plain parameters: not gated, x[n, ff] = GELU(tanh)(x) in place; gated, rows
+ * [gate | up] of x[n, 2 ff] with gate = act(gate) * up (the up half left as is); values in dtype, the
+ * activation in FP32 on them, as kiln_llm_gelu_tanh / kiln_llm_gated. */
+typedef struct llmc_activation_args {
+    kiln_dtype dtype; /* KILN_F16 or KILN_BF16 */
+    bool gated;
+    kiln_llm_gate_act act; /* gated: KILN_GATE_SILU or KILN_GATE_GELU_TANH */
+    void *x;
+    int n, ff;
+    int sm_count; /* the grid is at most 8 blocks a SM */
+    bool pdl;     /* launch with programmatic stream serialization (sm_90: overlaps the previous kernel's tail) */
+} llmc_activation_args;
+kiln_status llmc_activation_launch(const llmc_activation_args *a, cudaStream_t stream);
 /* greedy[r] = argmax of g->logits row r (lowest index on ties), r < n_rows. */
 kiln_status llmc_argmax(kiln_llm_cuda *g, int n_rows);
 /* Loads the argmax kernel (a lazily loaded kernel's first launch would otherwise load it, outside the

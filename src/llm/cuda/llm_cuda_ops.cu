@@ -9,6 +9,7 @@
 #include "llm/llm_internal.h" /* kiln_llm_rope_dim, kiln_llm_rope_scale, kiln_llm_norm_offset */
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #define OPS_THREADS 256
@@ -64,41 +65,48 @@ extern "C" kiln_status llmc_add_norm(kiln_llm_cuda *g, int n_rows, const int32_t
 
 /* ---------------------------------------------------------------- RoPE + KV cache write */
 
-/* One block per (token, head): head = blockIdx.y (+ n_head without inv_freq, as no q head changes
- * then); head < n_head is q head head, the others k head head - n_head with its v head, so a decode
- * step of one token spreads over n_head + n_kv_head blocks, each value read and written in one round
- * trip. With inv_freq (not GPT-2) the first rot dims of the head are
- * rotated in place by HF's rotate_half convention over those dims (cos/sin of position * inv_freq,
- * times rscale (LongRoPE's attention factor, else 1), computed in double, rounded to FP32, as the CPU
- * does); a k block then writes its k and v heads to slot (pos % bs) of block table[pos / bs]. */
+#define ROPE_HEADS_MANY 4 /* heads of a RoPE + KV block in steps of more than ROPE_FEW_TOKENS tokens */
+#define ROPE_FEW_TOKENS 8
+
+/* Block (token, group of blockDim.y heads): slice threadIdx.y takes head = blockIdx.y * blockDim.y +
+ * threadIdx.y (+ n_head without inv_freq, as no q head changes then); head < n_head is q head head,
+ * head < n_head + n_kv_head k head head - n_head with its v head, others nothing. A decode step of
+ * few tokens runs a head a block (its one token spreads over n_head + n_kv_head blocks), larger steps
+ * ROPE_HEADS_MANY; each value is read and written in one round trip. With inv_freq (not GPT-2) the
+ * first rot dims of the head are rotated in place by HF's rotate_half convention over those dims
+ * (cos/sin of position * inv_freq, times rscale (LongRoPE's attention factor, else 1), computed in
+ * double, rounded to FP32, as the CPU does); a k slice then writes its k and v heads to slot
+ * (pos % bs) of block table[pos / bs]. */
 template <typename T>
 __global__ void rope_kv_kernel(T *__restrict__ qkv, int ldq, const int32_t *__restrict__ positions,
                                const int32_t *__restrict__ tok_seq, const double *__restrict__ inv_freq, int freq_stride,
                                const int32_t *__restrict__ table, int table_stride, T *__restrict__ kc,
                                T *__restrict__ vc, const float *__restrict__ kv_scales, int n_head, int n_kv_head, int hd,
                                int rot, double rscale, int bs) {
-    extern __shared__ float sm[]; /* [rot / 2] cos, [rot / 2] sin, then the head's [hd] values */
-    const int t = blockIdx.x, head = blockIdx.y + (inv_freq ? 0 : n_head), half = rot / 2;
-    float *head_v = sm + rot;
+    extern __shared__ float sm[]; /* [rot / 2] cos, [rot / 2] sin, then [blockDim.y][hd] the heads' values */
+    const int t = blockIdx.x, half = rot / 2, heads = n_head + n_kv_head;
+    const int head = (blockIdx.y * blockDim.y + threadIdx.y) + (inv_freq ? 0 : n_head);
+    const bool live = head < heads;
+    float *head_v = sm + rot + threadIdx.y * hd;
     lc_pdl_wait();
     lc_pdl_launch_dependents();
     const int pos = positions[t], seq = tok_seq[t];
-    T *a = qkv + (size_t)t * ldq + (size_t)head * hd; /* q heads then k heads: contiguous in qkv */
+    T *a = qkv + (size_t)t * ldq + (size_t)(live ? head : 0) * hd; /* q heads then k heads: contiguous */
     if (inv_freq) {
-        for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        for (int i = threadIdx.y * blockDim.x + threadIdx.x; i < half; i += blockDim.x * blockDim.y) {
             double ang = (double)pos * inv_freq[(size_t)seq * freq_stride + i];
             sm[i] = (float)(cos(ang) * rscale);
             sm[half + i] = (float)(sin(ang) * rscale);
         }
-        for (int e = threadIdx.x; e < rot; e += blockDim.x) head_v[e] = ku_f32(a[e]);
+        for (int e = threadIdx.x; e < rot && live; e += blockDim.x) head_v[e] = ku_f32(a[e]);
         __syncthreads();
-        for (int e = threadIdx.x; e < rot; e += blockDim.x) {
+        for (int e = threadIdx.x; e < rot && live; e += blockDim.x) {
             const int i = e < half ? e : e - half;
             const float x1 = head_v[i], x2 = head_v[i + half];
             a[e] = ku_from_f32<T>(e < half ? x1 * sm[i] - x2 * sm[half + i] : x2 * sm[i] + x1 * sm[half + i]);
         }
     }
-    if (head < n_head) return;
+    if (!live || head < n_head) return;
     const int gh = head - n_head, blk = table[(size_t)seq * table_stride + pos / bs], slot = pos % bs;
     const T *k = a, *v = a + (size_t)n_kv_head * hd; /* k[e]: rotated above by this same thread */
     const size_t base = (((size_t)blk * n_kv_head + gh) * bs + slot) * hd;
@@ -115,10 +123,12 @@ __global__ void rope_kv_kernel(T *__restrict__ qkv, int ldq, const int32_t *__re
 
 template <typename T> static kiln_status launch_rope_kv(const llmc_rope_kv *a, cudaStream_t stream) {
     const int rot = a->rot_dim ? a->rot_dim : a->head_dim;
+    const int heads = (a->inv_freq ? a->n_head : 0) + a->n_kv_head; /* the heads that change */
+    const int per = a->n_tokens > ROPE_FEW_TOKENS ? ROPE_HEADS_MANY : 1;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)a->n_tokens, (unsigned)((a->inv_freq ? a->n_head : 0) + a->n_kv_head));
-    cfg.blockDim = dim3((unsigned)((a->head_dim / 2 + 31) / 32 * 32)); /* a pair of values per thread */
-    cfg.dynamicSmemBytes = (size_t)(rot + a->head_dim) * sizeof(float);
+    cfg.gridDim = dim3((unsigned)a->n_tokens, (unsigned)((heads + per - 1) / per));
+    cfg.blockDim = dim3((unsigned)((a->head_dim / 2 + 31) / 32 * 32), (unsigned)per); /* a pair of values a thread */
+    cfg.dynamicSmemBytes = (size_t)(rot + per * a->head_dim) * sizeof(float);
     cfg.stream = stream;
     cudaLaunchAttribute attr[1] = {};
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -176,46 +186,92 @@ extern "C" kiln_status llmc_rope_kv_write(kiln_llm_cuda *g, const llmc_step *s, 
 
 /* ---------------------------------------------------------------- activations */
 
-template <typename T> __global__ void gelu_kernel(T *__restrict__ x, size_t count) {
+/* V consecutive values of T, loaded and stored at once (V * sizeof(T) bytes, aligned so). */
+template <typename T, int V> struct alignas(sizeof(T) * V) act_pack {
+    T v[V];
+};
+
+static __device__ __forceinline__ float act_gelu(float v) {
     const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    return 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
+}
+
+/* x[i] = GELU(tanh)(x[i]), i < count, V values a thread at a time (count a multiple of V, x aligned to
+ * V values). */
+template <typename T, int V> __global__ void gelu_kernel(T *__restrict__ x, size_t count) {
     lc_pdl_launch_dependents(); /* the down product may fetch its weights meanwhile */
     lc_pdl_wait();
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
-        float v = ku_f32(x[i]);
-        x[i] = ku_from_f32<T>(0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v))));
+    for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < count / V; c += (size_t)gridDim.x * blockDim.x) {
+        act_pack<T, V> p = reinterpret_cast<const act_pack<T, V> *>(x)[c];
+#pragma unroll
+        for (int i = 0; i < V; i++) p.v[i] = ku_from_f32<T>(act_gelu(ku_f32(p.v[i])));
+        reinterpret_cast<act_pack<T, V> *>(x)[c] = p;
     }
 }
 
-/* Rows [gate | up] of width 2 ff: gate = SiLU(gate) * up, or GELU(tanh)(gate) * up with GELU. */
-template <typename T, bool GELU> __global__ void gated_kernel(T *__restrict__ gu, int ff, size_t count) {
-    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+/* Rows [gate | up] of width 2 ff: gate = SiLU(gate) * up, or GELU(tanh)(gate) * up with GELU; count = rows
+ * x ff, V values a thread at a time (ff a multiple of V, gu aligned to V values). */
+template <typename T, bool GELU, int V> __global__ void gated_kernel(T *__restrict__ gu, int ff, size_t count) {
     lc_pdl_launch_dependents(); /* the down product may fetch its weights meanwhile */
     lc_pdl_wait();
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
-        const size_t t = i / (size_t)ff, j = i - t * (size_t)ff;
-        T *gp = gu + t * 2 * (size_t)ff + j;
-        float gv = ku_f32(gp[0]), uv = ku_f32(gp[ff]);
-        const float act = GELU ? 0.5f * gv * (1.0f + tanhf(k * (gv + 0.044715f * gv * gv * gv))) : gv / (1.0f + expf(-gv));
-        gp[0] = ku_from_f32<T>(act * uv);
+    const size_t ffv = (size_t)(ff / V);
+    for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < count / V; c += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = c / ffv, j = (c - t * ffv) * V;
+        act_pack<T, V> *gp = reinterpret_cast<act_pack<T, V> *>(gu + t * 2 * (size_t)ff + j);
+        act_pack<T, V> g = gp[0], u = reinterpret_cast<const act_pack<T, V> *>(gu + t * 2 * (size_t)ff + ff + j)[0];
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+            const float gv = ku_f32(g.v[i]), uv = ku_f32(u.v[i]);
+            const float act = GELU ? act_gelu(gv) : gv / (1.0f + expf(-gv));
+            g.v[i] = ku_from_f32<T>(act * uv);
+        }
+        gp[0] = g;
     }
 }
 
-template <typename T> static kiln_status launch_activation(kiln_llm_cuda *g, int n) {
-    const size_t count = (size_t)n * g->cfg.d_ff;
-    const int64_t sms = g->kc.sm_count > 0 ? g->kc.sm_count : 1;
-    int64_t blocks = ((int64_t)count + OPS_THREADS - 1) / OPS_THREADS;
-    if (blocks > sms * 8) blocks = sms * 8;
-    const bool pdl = g->pdl && n <= g->opt.gemv_max_tokens; /* after the up product's GEMV */
-    if (g->cfg.arch == KILN_LLM_GPT2)
-        return lc_launch(gelu_kernel<T>, (unsigned)blocks, 1, OPS_THREADS, 0, g->kc.stream, pdl, (T *)g->mlp, count);
-    if (g->cfg.gate_act == KILN_GATE_GELU_TANH)
-        return lc_launch(gated_kernel<T, true>, (unsigned)blocks, 1, OPS_THREADS, 0, g->kc.stream, pdl, (T *)g->mlp,
-                         g->cfg.d_ff, count);
-    return lc_launch(gated_kernel<T, false>, (unsigned)blocks, 1, OPS_THREADS, 0, g->kc.stream, pdl, (T *)g->mlp,
-                     g->cfg.d_ff, count);
+/* The activation kernel at V values a thread over count = n x ff outputs. */
+template <typename T, int V> static kiln_status launch_activation_v(const llmc_activation_args *a, cudaStream_t stream) {
+    const size_t count = (size_t)a->n * a->ff;
+    const int64_t cap = (int64_t)(a->sm_count > 0 ? a->sm_count : 1) * 8;
+    int64_t blocks = ((int64_t)(count / V) + OPS_THREADS - 1) / OPS_THREADS;
+    if (blocks > cap) blocks = cap;
+    if (!a->gated)
+        return lc_launch(gelu_kernel<T, V>, (unsigned)blocks, 1, OPS_THREADS, 0, stream, a->pdl, (T *)a->x, count);
+    if (a->act == KILN_GATE_GELU_TANH)
+        return lc_launch(gated_kernel<T, true, V>, (unsigned)blocks, 1, OPS_THREADS, 0, stream, a->pdl, (T *)a->x, a->ff,
+                         count);
+    return lc_launch(gated_kernel<T, false, V>, (unsigned)blocks, 1, OPS_THREADS, 0, stream, a->pdl, (T *)a->x, a->ff,
+                     count);
 }
 
-extern "C" kiln_status llmc_activation(kiln_llm_cuda *g, int n) { return LC_DISPATCH(g->dtype, launch_activation, g, n); }
+/* Eight values (16 bytes) a thread where ff and x allow it, else one. */
+template <typename T> static kiln_status launch_activation(const llmc_activation_args *a, cudaStream_t stream) {
+    if (a->ff % 8 == 0 && (uintptr_t)a->x % 16 == 0) return launch_activation_v<T, 8>(a, stream);
+    return launch_activation_v<T, 1>(a, stream);
+}
+
+extern "C" kiln_status llmc_activation_launch(const llmc_activation_args *a, cudaStream_t stream) {
+    if ((a->dtype != KILN_F16 && a->dtype != KILN_BF16) || a->n < 0 || a->ff < 1 || (a->n > 0 && !a->x) ||
+        (a->gated && a->act != KILN_GATE_SILU && a->act != KILN_GATE_GELU_TANH))
+        return kiln_error(KILN_ERR_INVALID_ARGUMENT, "activation: %d rows of %d, %s: unsupported", a->n, a->ff,
+                          kiln_dtype_name(a->dtype));
+    if (a->n == 0) return KILN_OK;
+    return LC_DISPATCH(a->dtype, launch_activation, a, stream);
+}
+
+extern "C" kiln_status llmc_activation(kiln_llm_cuda *g, int n) {
+    llmc_activation_args a;
+    memset(&a, 0, sizeof a);
+    a.dtype = g->dtype;
+    a.gated = g->cfg.arch != KILN_LLM_GPT2;
+    a.act = g->cfg.gate_act;
+    a.x = g->mlp;
+    a.n = n;
+    a.ff = g->cfg.d_ff;
+    a.sm_count = g->kc.sm_count;
+    a.pdl = g->pdl && n <= g->opt.gemv_max_tokens; /* after the up product's GEMV */
+    return llmc_activation_launch(&a, g->kc.stream);
+}
 
 /* ---------------------------------------------------------------- greedy argmax */
 
