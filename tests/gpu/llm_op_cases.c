@@ -15,7 +15,8 @@
  *  - llm.Gemv (llmc_gemv_launch) vs kiln_llm_linear: K, N, n (token rows), bias, f32 (FP32 out), cfg
  *    (one configuration; default every one): 1.5e-3 (fp16), 1e-2 (bf16), 1e-4 (FP32 out).
  *  - llm.Activation (llmc_activation_launch) vs kiln_llm_gelu_tanh / kiln_llm_gated: ff, rows, gated
- *    (rows [gate | up]), act (1: GeGLU, else SwiGLU); ff a multiple of 8 takes the 16-byte path:
+ *    (rows [gate | up]), act (1: GeGLU, else SwiGLU); ff a multiple of 8 and rows x ff >= 2048 (the
+ *    launcher's threshold for one SM) take the 16-byte path, the others the scalar one:
  *    2e-3 (fp16), 1.6e-2 (bf16) of the largest |value|; a gated row's up half unchanged.
  *  - llm.Argmax (llmc_argmax_launch) vs a CPU argmax, vocab: rows random, a tied maximum, NaN and
  *    -inf around a maximum, all NaN; the ids exact (ties to the lowest id, NaN never wins).

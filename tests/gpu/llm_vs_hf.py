@@ -106,8 +106,9 @@ def make_model(name, vocab, eos, transformers, torch):
         if name == "llama3":
             rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                     "original_max_position_embeddings": 32}
-        heads, kv_heads, head_dim = (12, 1, 80) if name == "gqa12-hd80" else (4, 2, 64)
-        cfg = transformers.LlamaConfig(vocab_size=vocab, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+        # gqa12-hd80: head_dim apart from hidden / heads (transformers 5 wants hidden a multiple of heads)
+        hidden, heads, kv_heads, head_dim = (240, 12, 1, 80) if name == "gqa12-hd80" else (256, 4, 2, 64)
+        cfg = transformers.LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=512, num_hidden_layers=2,
                                        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
                                        max_position_embeddings=256, rope_theta=10000.0, rope_scaling=rope,
                                        bos_token_id=eos, eos_token_id=eos, tie_word_embeddings=False)

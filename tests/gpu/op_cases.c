@@ -1018,6 +1018,7 @@ const op_case kiln_op_cases[] = {
     {"llm.Activation", "ff=14336 rows=2 gated=1", NULL, 0, 0},
     {"llm.Activation", "ff=1000 rows=260 gated=1", NULL, 0, 0},
     {"llm.Activation", "ff=9 rows=7 gated=1 act=1", NULL, 0, 0},
+    {"llm.Activation", "ff=256 rows=9 gated=1 act=1", NULL, 0, 0},
     /* residual add + LayerNorm / RMSNorm: widths 8..12288 (the widest the kernel takes) */
     LLM_NORMS(8, 1, 1, 0), LLM_NORMS(64, 2, 0, 1), LLM_NORMS(80, 3, 1, 0), LLM_NORMS(768, 4, 0, 1),
     LLM_NORMS(2048, 1, 1, 0), LLM_NORMS(5120, 2, 0, 1), LLM_NORMS(8192, 3, 1, 0), LLM_NORMS(12288, 4, 0, 1),

@@ -244,9 +244,12 @@ template <typename T, int V> static kiln_status launch_activation_v(const llmc_a
                      count);
 }
 
-/* Eight values (16 bytes) a thread where ff and x allow it, else one. */
+/* Eight values (16 bytes) a thread where ff and x allow it and there are values enough for a block of
+ * such threads on every SM; else one (a decode step's few rows: more threads, shorter chains). */
 template <typename T> static kiln_status launch_activation(const llmc_activation_args *a, cudaStream_t stream) {
-    if (a->ff % 8 == 0 && (uintptr_t)a->x % 16 == 0) return launch_activation_v<T, 8>(a, stream);
+    const size_t wide = (size_t)(a->sm_count > 0 ? a->sm_count : 1) * OPS_THREADS * 8;
+    if (a->ff % 8 == 0 && (uintptr_t)a->x % 16 == 0 && (size_t)a->n * a->ff >= wide)
+        return launch_activation_v<T, 8>(a, stream);
     return launch_activation_v<T, 1>(a, stream);
 }
 
