@@ -381,21 +381,11 @@ static kiln_status dec_launch(const llmc_decode_attn *a, int part, int splits, c
     const int hd = a->head_dim, chunks = (a->n_head / a->n_kv_head + R - 1) / R;
     const float qscale = 1.4426950408889634f / sqrtf((float)hd); /* scores in log2 units: exp2 */
     float *pa = a->part, *pml = a->part + (size_t)a->n_seqs * a->n_head * splits * hd;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)splits, (unsigned)(a->n_kv_head * chunks), (unsigned)a->n_seqs);
-    cfg.blockDim = dim3(DEC_WARPS * 32);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1] = {};
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = a->pdl ? 1 : 0;
-    KILN_CUDA_TRY(cudaLaunchKernelEx(&cfg, dec_kernel<T, HDC, HDM, R>, (const T *)a->q, a->ldq, (T *)a->out, a->ldo,
-                                     a->ctx_len, a->table, a->table_stride, (const T *)a->kc, (const T *)a->vc,
-                                     a->n_head, a->n_kv_head, a->block_size, qscale, part, pa, pml, a->count,
-                                     a->row_seq, a->row_pos, a->window, a->kv_scales, hd));
-    return KILN_OK;
+    const dim3 grid((unsigned)splits, (unsigned)(a->n_kv_head * chunks), (unsigned)a->n_seqs);
+    return lc_launch_grid(dec_kernel<T, HDC, HDM, R>, grid, dim3(DEC_WARPS * 32), smem, stream, a->pdl,
+                          (const T *)a->q, a->ldq, (T *)a->out, a->ldo, a->ctx_len, a->table, a->table_stride,
+                          (const T *)a->kc, (const T *)a->vc, a->n_head, a->n_kv_head, a->block_size, qscale, part, pa,
+                          pml, a->count, a->row_seq, a->row_pos, a->window, a->kv_scales, hd);
 }
 
 /* Rows per block: the smallest of 1, 2, 4, 8 that holds the group (8 for larger groups, in chunks). */

@@ -144,19 +144,10 @@ static kiln_status gemm_q_run(const llmc_gemm_q *p) {
     const int kps = (steps + splits - 1) / splits;
     float *ws = splits > 1 ? p->ws : NULL;
     if (ws) KILN_CUDA_TRY(cudaMemsetAsync(ws, 0, (size_t)p->n * p->N * 4, p->stream));
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(bx, by, (unsigned)splits);
-    cfg.blockDim = dim3(GQ_THREADS);
-    cfg.stream = p->stream;
-    cudaLaunchAttribute attr[1] = {};
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = p->pdl && !ws ? 1 : 0; /* after the workspace's memset: a plain launch */
-    KILN_CUDA_TRY(cudaLaunchKernelEx(&cfg, gemm_q_kernel<T, O, WB>, (const T *)p->x, p->ldx, p->n, p->K,
-                                     (const uint8_t *)p->w, p->scale, p->zero, (const T *)p->bias, p->N, (O *)p->y,
-                                     p->ldy, ws, kps));
-    KILN_CUDA_LAUNCH_CHECK("gemm_q_kernel");
+    /* after the workspace's memset: a plain launch */
+    KILN_TRY(lc_launch_grid(gemm_q_kernel<T, O, WB>, dim3(bx, by, (unsigned)splits), dim3(GQ_THREADS), 0, p->stream,
+                            p->pdl && !ws, (const T *)p->x, p->ldx, p->n, p->K, (const uint8_t *)p->w, p->scale,
+                            p->zero, (const T *)p->bias, p->N, (O *)p->y, p->ldy, ws, kps));
     if (ws) {
         const long total = (long)p->n * p->N;
         const unsigned blocks = (unsigned)((total + 255) / 256 < 4096 ? (total + 255) / 256 : 4096);

@@ -206,19 +206,8 @@ static kiln_status fused_nt(const llmc_gemv_fused *p, const fused_args &a, cudaS
         __atomic_store_n(&occupancy, key | (unsigned)per_sm, __ATOMIC_RELAXED);
     }
     const int resident = (per_sm > 0 ? per_sm : 1) * (p->sm_count > 0 ? p->sm_count : 1);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(n_blocks < resident ? n_blocks : resident));
-    cfg.blockDim = dim3(TPR * GROUPS);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1] = {};
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = p->pdl ? 1 : 0;
-    KILN_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, a));
-    KILN_CUDA_LAUNCH_CHECK("gemv_fused_kernel");
-    return KILN_OK;
+    return lc_launch_grid(kernel, dim3((unsigned)(n_blocks < resident ? n_blocks : resident)), dim3(TPR * GROUPS), smem,
+                          stream, p->pdl, a);
 }
 
 template <typename T, int TPR, int GROUPS, int R, int U, bool GATED>

@@ -125,22 +125,12 @@ template <typename T> static kiln_status launch_rope_kv(const llmc_rope_kv *a, c
     const int rot = a->rot_dim ? a->rot_dim : a->head_dim;
     const int heads = (a->inv_freq ? a->n_head : 0) + a->n_kv_head; /* the heads that change */
     const int per = a->n_tokens > ROPE_FEW_TOKENS ? ROPE_HEADS_MANY : 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)a->n_tokens, (unsigned)((heads + per - 1) / per));
-    cfg.blockDim = dim3((unsigned)((a->head_dim / 2 + 31) / 32 * 32), (unsigned)per); /* a pair of values a thread */
-    cfg.dynamicSmemBytes = (size_t)(rot + per * a->head_dim) * sizeof(float);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1] = {};
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = a->pdl ? 1 : 0;
-    KILN_CUDA_TRY(cudaLaunchKernelEx(&cfg, rope_kv_kernel<T>, (T *)a->qkv, a->ldq, a->positions, a->tok_seq,
-                                     a->inv_freq, a->inv_freq_stride, a->table, a->table_stride, (T *)a->kc,
-                                     (T *)a->vc, a->kv_scales, a->n_head, a->n_kv_head, a->head_dim, rot,
-                                     a->rope_scale ? a->rope_scale : 1.0, a->block_size));
-    KILN_CUDA_LAUNCH_CHECK("rope_kv_kernel");
-    return KILN_OK;
+    const dim3 grid((unsigned)a->n_tokens, (unsigned)((heads + per - 1) / per));
+    const dim3 block((unsigned)((a->head_dim / 2 + 31) / 32 * 32), (unsigned)per); /* a pair of values a thread */
+    return lc_launch_grid(rope_kv_kernel<T>, grid, block, (size_t)(rot + per * a->head_dim) * sizeof(float), stream,
+                          a->pdl, (T *)a->qkv, a->ldq, a->positions, a->tok_seq, a->inv_freq, a->inv_freq_stride,
+                          a->table, a->table_stride, (T *)a->kc, (T *)a->vc, a->kv_scales, a->n_head, a->n_kv_head,
+                          a->head_dim, rot, a->rope_scale ? a->rope_scale : 1.0, a->block_size);
 }
 
 extern "C" kiln_status llmc_rope_kv_launch(const llmc_rope_kv *a, cudaStream_t stream) {

@@ -150,6 +150,25 @@ static inline bool lc_clusters_ok(void) {
     return major >= 9;
 }
 
+/* Launches kernel over grid blocks of block threads with smem bytes of dynamic shared memory on stream;
+ * with pdl, as a programmatic dependent launch (as lc_launch's). */
+template <typename... KArgs, typename... Args>
+static kiln_status lc_launch_grid(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                  bool pdl, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1] = {};
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    KILN_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...));
+    return KILN_OK;
+}
+
 /* Launches kernel over blocks x S blocks (clusters of S along x when S > 1), threads each, smem bytes of
  * dynamic shared memory, on stream; with pdl, as a programmatic dependent launch (sm_90: it may start
  * while the kernel before it still runs, once that one's blocks have all called
