@@ -256,7 +256,7 @@ static f8_plan *plan_for(kiln_llm_cuda *g, int rows, int np, int K, bool direct,
               cublasLtMatrixLayoutCreate(&p->la, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)rows, K) == CUBLAS_STATUS_SUCCESS &&
               cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)np, K) == CUBLAS_STATUS_SUCCESS &&
               cublasLtMatrixLayoutCreate(&p->ld, dt, (uint64_t)rows, (uint64_t)np, ldd) == CUBLAS_STATUS_SUCCESS;
-    if (ok && direct) { /* the pointers are set per call (f8_direct_pointers); these stand in for the search */
+    if (ok && direct) { /* the pointers are set per call (gemm_direct); these stand in for the search */
         const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
         const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
         const cudaDataType_t bt = g->dtype == KILN_BF16 ? CUDA_R_16BF : CUDA_R_16F;
